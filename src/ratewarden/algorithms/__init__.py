@@ -1,0 +1,27 @@
+"""Pure rate limiting algorithms: state + now + cost -> outcome + new state.
+
+Nothing here does I/O or reads a clock; a test walks these imports and fails on
+``time``, ``asyncio``, ``redis`` or ``ratewarden.storage``. Each module has a Lua
+twin of the same stem in ``ratewarden/storage/lua/``.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from ratewarden.algorithms import gcra
+from ratewarden.errors import ConfigurationError
+
+__all__ = ["ALGORITHMS", "get"]
+
+#: Rate algorithms by name (the ``algorithm=`` value everywhere).
+ALGORITHMS: dict[str, ModuleType] = {module.NAME: module for module in (gcra,)}
+
+
+def get(name: str) -> ModuleType:
+    """The algorithm module called ``name``, or a ConfigurationError listing the choices."""
+    module = ALGORITHMS.get(name) if isinstance(name, str) else None
+    if module is None:
+        choices = ", ".join(sorted(ALGORITHMS))
+        raise ConfigurationError(f"unknown algorithm {name!r}; choose one of: {choices}")
+    return module

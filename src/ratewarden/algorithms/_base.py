@@ -1,0 +1,77 @@
+"""What every algorithm module provides, and how layers combine.
+
+An algorithm module (``gcra``, ``token_bucket``, ...) is pure: it maps
+``(params, state, now_us, cost)`` to an ``Outcome``, the state to store if the
+decision commits, and that state's time to live. It never reads a clock and
+never does I/O. Its Lua twin in ``storage/lua/`` computes the same numbers.
+
+``params`` are whole numbers derived once from a ``Rate`` (``params(rate)``),
+so that the Python function and the Lua script receive identical inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = ["NEVER", "Algorithm", "Outcome", "Step", "layered"]
+
+#: ``retry_after_us`` of a request that can never be admitted (cost above capacity).
+NEVER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One layer's verdict, in whole microseconds (rounded up, never early)."""
+
+    allowed: bool
+    remaining: int
+    reset_after_us: int
+    retry_after_us: int
+    delay_us: int = 0
+
+
+#: ``(outcome, state to store if every layer allows, time to live of that state in us)``.
+Step = tuple[Outcome, Any, int]
+
+
+class Algorithm(Protocol):
+    """The shape of an algorithm module, for type checkers."""
+
+    NAME: str
+
+    def params(self, rate: Any) -> tuple[int, ...]: ...
+
+    def check(self, params: tuple[int, ...], state: Any, now_us: int, cost: int) -> Step: ...
+
+
+def ceil_div(a: int, b: int) -> int:
+    """``ceil(a / b)`` for integers, ``b > 0``."""
+    return -(-a // b)
+
+
+def layered(
+    check: Callable[[tuple[int, ...], Any, int, int], Step],
+    params: Sequence[tuple[int, ...]],
+    states: Sequence[Any],
+    now_us: int,
+    cost: int,
+) -> tuple[list[Outcome], list[tuple[Any, int]] | None]:
+    """Check every layer; commit all or nothing.
+
+    Returns the outcomes and, when every layer allowed and ``cost > 0``, the
+    ``(state, ttl_us)`` pairs to write. When any layer denies, the layers that
+    would have allowed are re-evaluated with cost 0, so their outcomes show the
+    state that was actually kept (nothing was consumed). Each Lua script
+    implements exactly this loop.
+    """
+    steps = [check(p, s, now_us, cost) for p, s in zip(params, states, strict=True)]
+    if all(step[0].allowed for step in steps):
+        writes = [(step[1], step[2]) for step in steps] if cost > 0 else None
+        return [step[0] for step in steps], writes
+    outcomes = [
+        step[0] if not step[0].allowed else check(p, s, now_us, 0)[0]
+        for step, p, s in zip(steps, params, states, strict=True)
+    ]
+    return outcomes, None

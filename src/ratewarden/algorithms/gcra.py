@@ -1,0 +1,55 @@
+"""GCRA, the generic cell rate algorithm: one timestamp per key.
+
+The state is the theoretical arrival time (TAT): when the key would be back to
+full capacity. With emission interval ``T = period / limit`` and capacity ``B``
+(the rate's burst), a request of cost ``c`` at ``now`` is allowed when
+``max(TAT, now) + c*T - now <= B*T``; it then stores the new TAT. A denial
+writes nothing and waits exactly ``max(TAT, now) + c*T - now - B*T``.
+
+``T`` is rarely a whole number of microseconds (3/second is 333,333.3 us), so
+TAT is kept as an exact fraction ``tat_us + frac/n`` with ``T = d/n`` in lowest
+terms: no rounding error accumulates, however long the run. All arithmetic
+stays below 2**53, where the Lua twin's doubles are exact too.
+
+Burst: ``B`` requests back to back from rest (``tau / T + 1`` in the classic
+notation, with ``tau = (B - 1) * T``), then one every ``T``.
+"""
+
+from __future__ import annotations
+
+from ratewarden.algorithms._base import NEVER, Outcome, Step, ceil_div
+from ratewarden.rate import Rate
+
+__all__ = ["NAME", "State", "check", "params"]
+
+NAME = "gcra"
+
+#: ``(tat_us, frac)``: the TAT is ``tat_us + frac / n`` microseconds, ``0 <= frac < n``.
+State = tuple[int, int]
+
+
+def params(rate: Rate) -> tuple[int, ...]:
+    """``(n, d, capacity)`` where ``d / n`` is the emission interval in microseconds."""
+    n, d = rate.reduced
+    return (n, d, rate.capacity)
+
+
+def check(params: tuple[int, ...], state: State | None, now_us: int, cost: int) -> Step:
+    n, d, capacity = params
+    tat_us, frac = (now_us, 0) if state is None else state
+    if tat_us < now_us:
+        tat_us, frac = now_us, 0
+    # Distances from now, in units of 1/n microsecond.
+    ahead = (tat_us - now_us) * n + frac
+    room = capacity * d
+    if cost > capacity:
+        outcome = Outcome(False, max(room - ahead, 0) // d, ceil_div(ahead, n), NEVER)
+        return outcome, state, 0
+    after = ahead + cost * d
+    if after > room:
+        outcome = Outcome(False, max(room - ahead, 0) // d, ceil_div(ahead, n), ceil_div(after - room, n))
+        return outcome, state, 0
+    total = frac + cost * d
+    new_state = (tat_us + total // n, total % n)
+    reset_after_us = ceil_div(after, n)
+    return Outcome(True, (room - after) // d, reset_after_us, 0), new_state, reset_after_us

@@ -1,0 +1,43 @@
+"""The whole exception tree of ratewarden.
+
+::
+
+    RatewardenError
+     ├── ConfigurationError        bad rate, algorithm, cost, key or option (raised before any state changes)
+     └── StorageError
+          └── StorageUnavailableError   the store did not answer in time, or refused the connection
+
+Being over a limit is never an exception: ``Limiter.hit`` returns a ``Decision``
+whose ``allowed`` is False. Storage errors are raised at one boundary, where a
+client library's exception becomes ours (``raise ... from exc``), so callers and
+failure policies catch exactly one type.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigurationError",
+    "RatewardenError",
+    "StorageError",
+    "StorageUnavailableError",
+]
+
+
+class RatewardenError(Exception):
+    """Base class of every error ratewarden raises."""
+
+
+class ConfigurationError(RatewardenError, ValueError):
+    """Bad input: the message names the offending value and what to do about it."""
+
+
+class StorageError(RatewardenError):
+    """The store failed to apply a decision."""
+
+
+class StorageUnavailableError(StorageError):
+    """The store could not be reached or did not answer within its timeout.
+
+    Nothing is known about whether the decision was applied; failure policies
+    (open, closed, local) act on this error.
+    """

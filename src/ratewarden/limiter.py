@@ -1,0 +1,182 @@
+"""Limiter / AsyncLimiter: the API most callers use.
+
+``Limiter(store, algorithm="gcra").hit(key, rates, cost=1)`` returns a
+``Decision``. Several rates on one key are checked and consumed all or nothing
+in one atomic store step. The two classes share everything but the I/O call.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from ratewarden import algorithms
+from ratewarden.decision import Decision
+from ratewarden.errors import ConfigurationError
+from ratewarden.rate import Rate
+from ratewarden.storage import AsyncStore, Store
+from ratewarden.storage._plan import check_cost
+
+__all__ = ["AsyncLimiter", "DecisionHook", "Limiter"]
+
+#: Called after every decision with ``(algorithm, key, decision)``; see ``ratewarden.metrics``.
+DecisionHook = Callable[[str, str, Decision], None]
+
+
+class _LimiterBase:
+    def __init__(self, algorithm: str, on_decision: DecisionHook | None) -> None:
+        self.algorithm: str = algorithms.get(algorithm).NAME
+        self._on_decision = on_decision
+
+    def _finish(self, key: str, decision: Decision, shadow: bool) -> Decision:
+        if shadow and not decision.allowed:
+            decision = replace(decision, allowed=True, shadowed=True)
+        if self._on_decision is not None:
+            self._on_decision(self.algorithm, key, decision)
+        return decision
+
+    @staticmethod
+    def _check_timeout(timeout: float | None) -> float | None:
+        if timeout is None:
+            return None
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
+            raise ConfigurationError(f"timeout {timeout!r} must be seconds >= 0, or None to wait")
+        return float(timeout)
+
+    @staticmethod
+    def _wait_for(decision: Decision, waited: float, timeout: float | None) -> float | None:
+        """Seconds to sleep before trying again, or None to give up with ``decision``."""
+        wait = decision.retry_after
+        if math.isinf(wait) or (timeout is not None and waited + wait > timeout):
+            return None
+        return wait
+
+
+class Limiter(_LimiterBase):
+    """Synchronous limiter over a ``Store`` (``MemoryStore`` when none is given)."""
+
+    def __init__(
+        self,
+        store: Store | None = None,
+        algorithm: str = "gcra",
+        *,
+        on_decision: DecisionHook | None = None,
+    ) -> None:
+        super().__init__(algorithm, on_decision)
+        if store is None:
+            from ratewarden.storage.memory import MemoryStore
+
+            store = MemoryStore()
+        self.store: Store = store
+
+    def hit(
+        self, key: str, rates: Rate | Sequence[Rate], cost: int = 1, *, shadow: bool = False
+    ) -> Decision:
+        """Consume ``cost`` from every rate on ``key`` if all allow; never raises when over.
+
+        With ``shadow=True`` a denial is reported as ``allowed=True, shadowed=True``
+        (evaluated and counted, never enforced; nothing is consumed).
+        """
+        return self._finish(key, self.store.hit(self.algorithm, key, rates, cost), shadow)
+
+    def peek(self, key: str, rates: Rate | Sequence[Rate]) -> Decision:
+        """The current state, consuming nothing (a hit of cost 0)."""
+        return self.store.hit(self.algorithm, key, rates, 0)
+
+    def reset(self, key: str, rates: Rate | Sequence[Rate]) -> None:
+        """Forget the usage of ``key`` under these rates."""
+        self.store.reset(self.algorithm, key, rates)
+
+    def acquire(
+        self,
+        key: str,
+        rates: Rate | Sequence[Rate],
+        cost: int = 1,
+        *,
+        timeout: float | None = None,
+    ) -> Decision:
+        """Wait (on the store's clock) until allowed, then return the allowing Decision.
+
+        Gives up and returns the denied Decision when the wait would pass
+        ``timeout`` seconds or can never succeed. For the leaky-bucket shaper it
+        also sleeps the allowed request's ``delay``.
+        """
+        timeout = self._check_timeout(timeout)
+        check_cost(cost)
+        waited = 0.0
+        while True:
+            decision = self.hit(key, rates, cost)
+            if decision.allowed:
+                self.store.clock.sleep(decision.delay)
+                return decision
+            wait = self._wait_for(decision, waited, timeout)
+            if wait is None:
+                return decision
+            self.store.clock.sleep(wait)
+            waited += wait
+
+    wait = acquire
+
+    def __repr__(self) -> str:
+        return f"Limiter({self.store!r}, algorithm={self.algorithm!r})"
+
+
+class AsyncLimiter(_LimiterBase):
+    """The asyncio twin of ``Limiter`` over an ``AsyncStore``."""
+
+    def __init__(
+        self,
+        store: AsyncStore | None = None,
+        algorithm: str = "gcra",
+        *,
+        on_decision: DecisionHook | None = None,
+    ) -> None:
+        super().__init__(algorithm, on_decision)
+        if store is None:
+            from ratewarden.storage.memory import AsyncMemoryStore
+
+            store = AsyncMemoryStore()
+        self.store: AsyncStore = store
+
+    async def hit(
+        self, key: str, rates: Rate | Sequence[Rate], cost: int = 1, *, shadow: bool = False
+    ) -> Decision:
+        """See ``Limiter.hit``."""
+        return self._finish(key, await self.store.hit(self.algorithm, key, rates, cost), shadow)
+
+    async def peek(self, key: str, rates: Rate | Sequence[Rate]) -> Decision:
+        """See ``Limiter.peek``."""
+        return await self.store.hit(self.algorithm, key, rates, 0)
+
+    async def reset(self, key: str, rates: Rate | Sequence[Rate]) -> None:
+        """See ``Limiter.reset``."""
+        await self.store.reset(self.algorithm, key, rates)
+
+    async def acquire(
+        self,
+        key: str,
+        rates: Rate | Sequence[Rate],
+        cost: int = 1,
+        *,
+        timeout: float | None = None,
+    ) -> Decision:
+        """See ``Limiter.acquire``."""
+        timeout = self._check_timeout(timeout)
+        check_cost(cost)
+        waited = 0.0
+        while True:
+            decision = await self.hit(key, rates, cost)
+            if decision.allowed:
+                await self.store.clock.asleep(decision.delay)
+                return decision
+            wait = self._wait_for(decision, waited, timeout)
+            if wait is None:
+                return decision
+            await self.store.clock.asleep(wait)
+            waited += wait
+
+    wait = acquire
+
+    def __repr__(self) -> str:
+        return f"AsyncLimiter({self.store!r}, algorithm={self.algorithm!r})"

@@ -1,0 +1,205 @@
+"""Rates: a limit per period, with an optional burst.
+
+``Rate.parse("100/minute")``, ``Rate.parse("100/5m", burst=20)`` and
+``Rate(limit=5, period=timedelta(seconds=30))`` are the three spellings. The
+grammar of ``parse`` is::
+
+    rate   := LIMIT ("/" | " per ") [MULT] UNIT
+    UNIT   := ms | s | sec | second | m | min | minute | h | hr | hour
+              | d | day | w | week | mo | month | y | yr | year   (plurals allowed)
+
+``MULT`` is a whole number written before the unit, with or without a space:
+``"100/5m"``, ``"100/5 minutes"`` and ``"100 per 5 minutes"`` are the same rate.
+A month is 30 days and a year is 365 days. Case and surrounding spaces are
+ignored.
+
+``burst`` is the number of requests that may arrive back to back from a rested
+key. It defaults to ``limit``: a full period's allowance at once, which is what
+"100/minute" promises a rested caller. Bucket algorithms (GCRA, token bucket,
+leaky bucket) use it as their capacity; window algorithms count ``limit`` per
+window and reject an explicit burst that differs from it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from ratewarden.errors import ConfigurationError
+
+__all__ = ["Rate", "UNITS"]
+
+_SECOND_US = 1_000_000
+
+#: Unit spellings and their length in microseconds.
+UNITS: dict[str, int] = {}
+for _names, _us in (
+    (("ms", "msec", "millisecond"), 1_000),
+    (("s", "sec", "second"), _SECOND_US),
+    (("m", "min", "minute"), 60 * _SECOND_US),
+    (("h", "hr", "hour"), 3_600 * _SECOND_US),
+    (("d", "day"), 86_400 * _SECOND_US),
+    (("w", "wk", "week"), 7 * 86_400 * _SECOND_US),
+    (("mo", "month"), 30 * 86_400 * _SECOND_US),
+    (("y", "yr", "year"), 365 * 86_400 * _SECOND_US),
+):
+    for _name in _names:
+        UNITS[_name] = _us
+        if len(_name) > 2:
+            UNITS[_name + "s"] = _us
+UNITS["hrs"] = UNITS["hour"]
+
+_PATTERN = re.compile(
+    r"^\s*(?P<limit>[^/\s]+)\s*(?:/|\s+per\s+)\s*(?P<mult>\d+)?\s*(?P<unit>[a-z]+)\s*$",
+    re.IGNORECASE,
+)
+
+# All state arithmetic is exact in integers below 2**53, the largest range in
+# which a Redis Lua number (an IEEE double) is also exact.
+_EXACT = 2**53
+
+
+def _period_us(period: timedelta | float | int) -> int:
+    if isinstance(period, bool):
+        raise ConfigurationError(f"Rate period {period!r} must be a timedelta or seconds")
+    if isinstance(period, timedelta):
+        us = period // timedelta(microseconds=1)
+        whole = period == timedelta(microseconds=us)
+    elif isinstance(period, int | float):
+        if not math.isfinite(period):
+            raise ConfigurationError(f"Rate period {period!r} must be a finite number of seconds")
+        us = round(period * _SECOND_US)
+        whole = abs(us - period * _SECOND_US) < 1e-6 * max(1.0, abs(period))
+    else:
+        raise ConfigurationError(
+            f"Rate period {period!r} must be a timedelta or a number of seconds"
+        )
+    if us <= 0:
+        raise ConfigurationError(f"Rate period {period!r} must be longer than zero")
+    if not whole:
+        raise ConfigurationError(f"Rate period {period!r} is not a whole number of microseconds")
+    return us
+
+
+def _positive_int(what: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(f"Rate {what} {value!r} must be a whole number")
+    if value <= 0:
+        raise ConfigurationError(f"Rate {what} {value!r} must be at least 1")
+    return value
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class Rate:
+    """``limit`` requests per ``period``, with ``burst`` back to back from rest."""
+
+    limit: int
+    period_us: int
+    burst: int | None = None
+    _gcd: int = field(default=1, repr=False, compare=False)
+
+    def __init__(
+        self, limit: int, period: timedelta | float | int, burst: int | None = None
+    ) -> None:
+        limit = _positive_int("limit", limit)
+        period_us = _period_us(period)
+        if burst is not None:
+            burst = _positive_int("burst", burst)
+        gcd = math.gcd(limit, period_us)
+        capacity = limit if burst is None else burst
+        if capacity * (period_us // gcd) + limit >= _EXACT:
+            raise ConfigurationError(
+                f"Rate {limit}/{period_us}us with burst {capacity} is too fine-grained to count "
+                "exactly; use a smaller burst or a period that divides evenly by the limit"
+            )
+        object.__setattr__(self, "limit", limit)
+        object.__setattr__(self, "period_us", period_us)
+        object.__setattr__(self, "burst", burst)
+        object.__setattr__(self, "_gcd", gcd)
+
+    @classmethod
+    def parse(cls, text: str, burst: int | None = None) -> Rate:
+        """Parse ``"100/minute"``, ``"100/5m"``, ``"10 per second"``; see the module docstring."""
+        if not isinstance(text, str):
+            raise ConfigurationError(f"rate {text!r} must be a string such as '100/minute'")
+        match = _PATTERN.match(text)
+        if match is None:
+            raise ConfigurationError(
+                f"rate {text!r} is not LIMIT/UNIT: write it like '100/minute' or '100/5m'"
+            )
+        raw_limit, raw_mult, raw_unit = match.group("limit", "mult", "unit")
+        if not raw_limit.isdigit():
+            raise ConfigurationError(
+                f"rate {text!r}: limit {raw_limit!r} must be a whole number of requests"
+            )
+        unit_us = UNITS.get(raw_unit.lower())
+        if unit_us is None:
+            known = "ms, s, m, h, d, w, mo, y (or second, minute, hour, day, week, month, year)"
+            raise ConfigurationError(f"rate {text!r}: unknown unit {raw_unit!r}; use one of {known}")
+        mult = 1 if raw_mult is None else int(raw_mult)
+        if mult == 0:
+            raise ConfigurationError(f"rate {text!r}: the period multiple must be at least 1")
+        limit = int(raw_limit)
+        if limit == 0:
+            raise ConfigurationError(f"rate {text!r}: limit must be at least 1")
+        return cls(limit, timedelta(microseconds=unit_us * mult), burst)
+
+    @classmethod
+    def parse_many(cls, text: str | Iterable[str]) -> tuple[Rate, ...]:
+        """Parse several rates: ``"10/second; 1000/hour"`` (``;`` or ``,``) or a list of strings."""
+        parts = re.split(r"[;,]", text) if isinstance(text, str) else list(text)
+        rates = tuple(cls.parse(part) for part in parts if part.strip())
+        if not rates:
+            raise ConfigurationError(f"rates {text!r}: no rate given")
+        return rates
+
+    @property
+    def period(self) -> timedelta:
+        return timedelta(microseconds=self.period_us)
+
+    @property
+    def period_seconds(self) -> float:
+        return self.period_us / _SECOND_US
+
+    @property
+    def capacity(self) -> int:
+        """Requests a rested key admits back to back: ``burst``, or ``limit`` when unset."""
+        return self.limit if self.burst is None else self.burst
+
+    @property
+    def reduced(self) -> tuple[int, int]:
+        """``(n, d)`` with ``d / n`` the emission interval in microseconds, in lowest terms."""
+        return self.limit // self._gcd, self.period_us // self._gcd
+
+    @property
+    def emission_interval(self) -> float:
+        """Seconds between requests at the steady rate (``period / limit``)."""
+        return self.period_us / self.limit / _SECOND_US
+
+    def __str__(self) -> str:
+        text = f"{self.limit}/{_format_period(self.period_us)}"
+        return text if self.burst is None else f"{text} (burst {self.burst})"
+
+
+_UNITS_SHORT = {
+    "year": "y",
+    "month": "mo",
+    "week": "w",
+    "day": "d",
+    "hour": "h",
+    "minute": "m",
+    "second": "s",
+    "ms": "ms",
+}
+
+
+def _format_period(period_us: int) -> str:
+    for name in ("year", "month", "week", "day", "hour", "minute", "second", "ms"):
+        unit = UNITS[name]
+        if period_us % unit == 0:
+            mult = period_us // unit
+            return name if mult == 1 else f"{mult}{_UNITS_SHORT[name]}"
+    return f"{period_us}us"

@@ -1,0 +1,47 @@
+"""Where rate limiting state lives, and how it is updated atomically.
+
+Stores know nothing about algorithms beyond running them: ``MemoryStore`` calls
+the pure functions under a lock, ``RedisStore`` runs their Lua twins. Both share
+the sans-I/O plan in ``_plan``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from ratewarden.clock import Clock
+from ratewarden.decision import Decision
+from ratewarden.rate import Rate
+
+__all__ = ["AsyncStore", "Store"]
+
+
+class Store(Protocol):
+    """What ``Limiter`` needs from a store."""
+
+    clock: Clock
+
+    def hit(self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Decision: ...
+
+    def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None: ...
+
+    def ping(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class AsyncStore(Protocol):
+    """What ``AsyncLimiter`` needs from a store."""
+
+    clock: Clock
+
+    async def hit(
+        self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
+    ) -> Decision: ...
+
+    async def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None: ...
+
+    async def ping(self) -> bool: ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,136 @@
+"""Sans-I/O planning shared by every store, sync and async.
+
+``build`` validates a call and names its state keys; ``argv`` and ``parse`` turn
+a plan into a Lua call and its reply into a ``Decision``; ``to_decision``
+combines per-layer outcomes the same way for the memory store and for Redis.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import ModuleType
+
+from ratewarden import algorithms
+from ratewarden.algorithms._base import NEVER, Outcome
+from ratewarden.decision import Decision
+from ratewarden.errors import ConfigurationError
+from ratewarden.rate import Rate
+from ratewarden.storage._keys import state_key
+
+__all__ = ["Plan", "argv", "build", "check_cost", "check_key", "parse", "to_decision"]
+
+#: Values per layer in a script reply: allowed, remaining, reset_after_us, retry_after_us, delay_us.
+REPLY_WIDTH = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One validated decision: which algorithm, which state keys, which parameters."""
+
+    algorithm: ModuleType
+    rates: tuple[Rate, ...]
+    keys: tuple[str, ...]
+    params: tuple[tuple[int, ...], ...]
+    cost: int
+
+
+def check_key(key: object) -> str:
+    if not isinstance(key, str):
+        raise ConfigurationError(f"key {key!r} must be a string")
+    if not key:
+        raise ConfigurationError("key must not be empty: pass the identity being limited")
+    return key
+
+
+def check_cost(cost: object) -> int:
+    if isinstance(cost, bool) or not isinstance(cost, int):
+        raise ConfigurationError(f"cost {cost!r} must be a whole number (0 checks without consuming)")
+    if cost < 0:
+        raise ConfigurationError(f"cost {cost!r} must not be negative")
+    return cost
+
+
+def check_rates(rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]:
+    found = (rates,) if isinstance(rates, Rate) else tuple(rates)
+    if not found:
+        raise ConfigurationError("no rate given: pass a Rate or a list of Rates")
+    for rate in found:
+        if not isinstance(rate, Rate):
+            raise ConfigurationError(f"{rate!r} is not a Rate; use Rate.parse('100/minute')")
+    if len(set(found)) != len(found):
+        raise ConfigurationError(f"rates {[str(r) for r in found]} list the same rate twice")
+    return found
+
+
+def build(
+    algorithm: str, prefix: str, key: str, rates: Rate | Sequence[Rate], cost: int
+) -> Plan:
+    module = algorithms.get(algorithm)
+    key = check_key(key)
+    cost = check_cost(cost)
+    found = check_rates(rates)
+    return Plan(
+        algorithm=module,
+        rates=found,
+        keys=tuple(state_key(prefix, key, module.NAME, rate) for rate in found),
+        params=tuple(module.params(rate) for rate in found),
+        cost=cost,
+    )
+
+
+def argv(plan: Plan, now_us: int | None) -> list[int | str]:
+    """Script arguments: now (or "" to read Redis TIME), cost, then each layer's params."""
+    args: list[int | str] = ["" if now_us is None else now_us, plan.cost]
+    for layer in plan.params:
+        args.extend(layer)
+    return args
+
+
+def parse(plan: Plan, reply: Sequence[int]) -> Decision:
+    """Turn ``{now_us, allowed, per layer: 5 numbers}`` into a Decision."""
+    values = [int(v) for v in reply]
+    outcomes = [
+        Outcome(bool(values[i]), values[i + 1], values[i + 2], values[i + 3], values[i + 4])
+        for i in range(2, 2 + REPLY_WIDTH * len(plan.rates), REPLY_WIDTH)
+    ]
+    return to_decision(plan.rates, outcomes, plan.cost)
+
+
+def _seconds(us: int) -> float:
+    return math.inf if us == NEVER else us / 1_000_000
+
+
+def _layer(rate: Rate, outcome: Outcome, cost: int) -> Decision:
+    return Decision(
+        allowed=outcome.allowed,
+        limit=rate.limit,
+        remaining=outcome.remaining,
+        reset_after=_seconds(outcome.reset_after_us),
+        retry_after=_seconds(outcome.retry_after_us),
+        delay=_seconds(outcome.delay_us),
+        rate=rate,
+        cost=cost,
+    )
+
+
+def to_decision(rates: Sequence[Rate], outcomes: Sequence[Outcome], cost: int) -> Decision:
+    """Combine layers: the binding layer speaks for the decision (see ``Decision``)."""
+    layers = tuple(_layer(r, o, cost) for r, o in zip(rates, outcomes, strict=True))
+    denied = [layer for layer in layers if not layer.allowed]
+    if denied:
+        binding = max(denied, key=lambda layer: layer.retry_after)
+    else:
+        binding = min(layers, key=lambda layer: layer.remaining)
+    return Decision(
+        allowed=not denied,
+        limit=binding.limit,
+        remaining=binding.remaining,
+        reset_after=max(layer.reset_after for layer in layers),
+        retry_after=binding.retry_after,
+        delay=max(layer.delay for layer in layers),
+        rate=binding.rate,
+        cost=cost,
+        layers=layers,
+    )

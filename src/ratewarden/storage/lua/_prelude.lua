@@ -1,0 +1,97 @@
+-- _prelude.lua: shared head of every rate script; the store prepends it to the
+-- algorithm's script before loading. It mirrors ratewarden.algorithms._base.
+--
+-- Every rate script is called with
+--   KEYS[i]   the state key of layer i (one per rate, all with one hash tag)
+--   ARGV[1]   now in whole microseconds, or "" to read Redis TIME
+--   ARGV[2]   cost (a whole number >= 0; 0 checks without consuming)
+--   ARGV[3..] the algorithm's params for layer 1, then layer 2, ...
+-- and replies
+--   {now_us, allowed, then per layer: allowed, remaining, reset_after_us, retry_after_us, delay_us}
+-- with retry_after_us = -1 when the cost can never be admitted.
+--
+-- Numbers are Lua doubles; every value stays below 2^53, where they are exact
+-- integers, so the results equal the Python reference bit for bit.
+
+local NEVER = -1
+
+local function now_us()
+  if ARGV[1] ~= '' then
+    return tonumber(ARGV[1])
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- floor(a / b) for whole a, b with b > 0; exact below 2^53
+local function idiv(a, b)
+  return math.floor(a / b)
+end
+
+-- ceil(a / b) for whole a, b with b > 0
+local function ceil_div(a, b)
+  local q = math.floor(a / b)
+  if q * b < a then
+    q = q + 1
+  end
+  return q
+end
+
+local function fmt(x)
+  return string.format('%.0f', x)
+end
+
+-- milliseconds for PEXPIRE / SET PX: rounded up, at least 1
+local function ttl_ms(ttl_us)
+  local ms = ceil_div(ttl_us, 1000)
+  if ms < 1 then
+    ms = 1
+  end
+  return ms
+end
+
+-- The layering loop of ratewarden.algorithms._base.layered: check every layer,
+-- commit all or nothing; when any denies, re-check the allowing layers with
+-- cost 0 so their reply shows the state actually kept.
+--   read(key) -> state or nil
+--   check(p, state, now, cost) -> outcome {allowed, remaining, reset, retry, delay}, new_state, ttl_us
+--   write(key, state, ttl_us)
+local function layered(read, check, write, width)
+  local now = now_us()
+  local cost = tonumber(ARGV[2])
+  local n = #KEYS
+  local params, states, outcomes, news, ttls = {}, {}, {}, {}, {}
+  local all = true
+  for i = 1, n do
+    local p = {}
+    for j = 1, width do
+      p[j] = tonumber(ARGV[2 + (i - 1) * width + j])
+    end
+    params[i] = p
+    states[i] = read(KEYS[i])
+    outcomes[i], news[i], ttls[i] = check(p, states[i], now, cost)
+    if outcomes[i][1] == 0 then
+      all = false
+    end
+  end
+  if all then
+    if cost > 0 then
+      for i = 1, n do
+        write(KEYS[i], news[i], ttls[i])
+      end
+    end
+  else
+    for i = 1, n do
+      if outcomes[i][1] == 1 then
+        outcomes[i] = check(params[i], states[i], now, 0)
+      end
+    end
+  end
+  local reply = {now, all and 1 or 0}
+  for i = 1, n do
+    for j = 1, 5 do
+      reply[#reply + 1] = outcomes[i][j]
+    end
+  end
+  return reply
+end

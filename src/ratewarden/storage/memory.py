@@ -1,0 +1,138 @@
+"""The embedded store: state in this process, updated under one lock.
+
+``MemoryStore`` runs the pure algorithms directly, so it is the reference
+behaviour the Redis scripts are tested against. Keys expire when their state
+is back to "as if never seen" (the algorithm's TTL) and the number of keys is
+bounded: past ``max_keys`` the least recently written key is dropped (which
+forgets its usage, so size ``max_keys`` above the number of keys active within
+the longest period).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from ratewarden.algorithms._base import layered
+from ratewarden.clock import Clock, SystemClock
+from ratewarden.decision import Decision
+from ratewarden.errors import ConfigurationError
+from ratewarden.rate import Rate
+from ratewarden.storage import _plan
+from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix
+
+__all__ = ["AsyncMemoryStore", "MemoryStore"]
+
+DEFAULT_MAX_KEYS = 1_000_000
+
+
+class _MemoryCore:
+    """Everything but the calling convention; shared by the sync and async stores."""
+
+    def __init__(
+        self,
+        *,
+        clock: Clock | None = None,
+        max_keys: int = DEFAULT_MAX_KEYS,
+        prefix: str = DEFAULT_PREFIX,
+    ) -> None:
+        if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
+            raise ConfigurationError(f"max_keys {max_keys!r} must be a whole number >= 1")
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.prefix = check_prefix(prefix)
+        self.max_keys = max_keys
+        self.evictions = 0
+        self._lock = threading.Lock()
+        # key -> (state, expires_at_us); insertion order is write order (oldest first).
+        self._states: dict[str, tuple[Any, int]] = {}
+
+    def _read(self, key: str, now: int) -> Any:
+        entry = self._states.get(key)
+        if entry is None:
+            return None
+        if entry[1] <= now:
+            del self._states[key]
+            return None
+        return entry[0]
+
+    def _write(self, key: str, state: Any, expires_at: int, now: int) -> None:
+        self._states.pop(key, None)
+        self._states[key] = (state, expires_at)
+        # Sweep a little from the oldest end on every write: amortised O(1) expiry.
+        for _ in range(2):
+            oldest = next(iter(self._states))
+            if self._states[oldest][1] > now:
+                break
+            del self._states[oldest]
+        while len(self._states) > self.max_keys:
+            del self._states[next(iter(self._states))]
+            self.evictions += 1
+
+    def _hit(self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int) -> Decision:
+        plan = _plan.build(algorithm, self.prefix, key, rates, cost)
+        now = self.clock.now_us()
+        with self._lock:
+            states = [self._read(k, now) for k in plan.keys]
+            outcomes, writes = layered(plan.algorithm.check, plan.params, states, now, plan.cost)
+            if writes is not None:
+                for state_key, (state, ttl_us) in zip(plan.keys, writes, strict=True):
+                    if ttl_us > 0:
+                        self._write(state_key, state, now + ttl_us, now)
+                    else:
+                        self._states.pop(state_key, None)
+        return _plan.to_decision(plan.rates, outcomes, plan.cost)
+
+    def _reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
+        plan = _plan.build(algorithm, self.prefix, key, rates, 0)
+        with self._lock:
+            for state_key in plan.keys:
+                self._states.pop(state_key, None)
+
+    def __len__(self) -> int:
+        """Keys held now, expired ones included until they are swept."""
+        return len(self._states)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._states.clear()
+
+
+class MemoryStore(_MemoryCore):
+    """Thread-safe in-process store. ``MemoryStore(clock=ManualClock())`` in tests."""
+
+    def hit(self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Decision:
+        return self._hit(algorithm, key, rates, cost)
+
+    def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
+        self._reset(algorithm, key, rates)
+
+    def ping(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        """Nothing to release; present so every store closes the same way."""
+
+    def __repr__(self) -> str:
+        return f"MemoryStore(clock={self.clock!r}, max_keys={self.max_keys})"
+
+
+class AsyncMemoryStore(_MemoryCore):
+    """The asyncio twin of ``MemoryStore``; the same state machine, awaited."""
+
+    async def hit(
+        self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
+    ) -> Decision:
+        return self._hit(algorithm, key, rates, cost)
+
+    async def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
+        self._reset(algorithm, key, rates)
+
+    async def ping(self) -> bool:
+        return True
+
+    async def aclose(self) -> None:
+        """Nothing to release; present so every async store closes the same way."""
+
+    def __repr__(self) -> str:
+        return f"AsyncMemoryStore(clock={self.clock!r}, max_keys={self.max_keys})"
