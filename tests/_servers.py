@@ -1,0 +1,155 @@
+"""Real redis-server processes on loopback ports, started and stopped by the tests.
+
+Each server runs from its own temporary directory with persistence off. Nothing
+here talks to anything but 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+REDIS_SERVER = shutil.which("redis-server")
+REDIS_CLI = shutil.which("redis-cli")
+HOST = "127.0.0.1"
+START_TIMEOUT_S = 10.0
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on right now (nor on port + 10000)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind((HOST, 0))
+            port = int(sock.getsockname()[1])
+        # Cluster nodes also listen on port + 10000 (the bus): keep both free.
+        if port + 10000 < 65536:
+            with socket.socket() as bus:
+                try:
+                    bus.bind((HOST, port + 10000))
+                except OSError:
+                    continue
+            return port
+
+
+class RedisServer:
+    """One redis-server on 127.0.0.1; ``extra`` adds config lines (``["cluster-enabled yes"]``)."""
+
+    def __init__(self, extra: list[str] | None = None, port: int | None = None) -> None:
+        if REDIS_SERVER is None:
+            raise RuntimeError("redis-server is not on PATH; scripts/test installs it")
+        self.port = port or free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix=f"rw-redis-{self.port}-"))
+        lines = [
+            f"port {self.port}",
+            f"bind {HOST}",
+            "save ''",
+            "appendonly no",
+            f"dir {self.dir}",
+            "protected-mode yes",
+            *(extra or []),
+        ]
+        conf = self.dir / "redis.conf"
+        conf.write_text("\n".join(lines) + "\n")
+        self.log = open(self.dir / "redis.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [REDIS_SERVER, str(conf)], stdout=self.log, stderr=subprocess.STDOUT
+        )
+        self._wait_ready()
+
+    @property
+    def url(self) -> str:
+        return f"redis://{HOST}:{self.port}/0"
+
+    def client(self, **kwargs: object) -> redis.Redis:
+        return redis.Redis(host=HOST, port=self.port, **kwargs)  # type: ignore[arg-type]
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        probe = self.client(socket_timeout=0.5, socket_connect_timeout=0.5)
+        try:
+            while True:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"redis-server exited: {(self.dir / 'redis.log').read_text()}")
+                try:
+                    if probe.ping():
+                        return
+                except redis.RedisError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"redis-server on {self.port} did not start")
+                time.sleep(0.02)
+        finally:
+            probe.close()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RedisCluster:
+    """A Redis Cluster of ``primaries`` primaries (and ``replicas`` replicas each) on loopback."""
+
+    def __init__(self, primaries: int = 3, replicas: int = 0) -> None:
+        self.nodes: list[RedisServer] = []
+        try:
+            for _ in range(primaries * (1 + replicas)):
+                self.nodes.append(
+                    RedisServer(
+                        [
+                            "cluster-enabled yes",
+                            "cluster-config-file nodes.conf",
+                            "cluster-node-timeout 2000",
+                            "cluster-require-full-coverage no",
+                        ]
+                    )
+                )
+            addresses = [f"{HOST}:{node.port}" for node in self.nodes]
+            subprocess.run(
+                [REDIS_CLI or "redis-cli", "--cluster", "create", *addresses,
+                 "--cluster-replicas", str(replicas), "--cluster-yes"],
+                check=True, capture_output=True, timeout=60,
+            )
+            self._wait_ok()
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def url(self) -> str:
+        return f"redis+cluster://{HOST}:{self.nodes[0].port}/0"
+
+    @property
+    def startup_nodes(self) -> list[tuple[str, int]]:
+        return [(HOST, node.port) for node in self.nodes]
+
+    def client(self, **kwargs: object) -> redis.RedisCluster:
+        return redis.RedisCluster(host=HOST, port=self.nodes[0].port, **kwargs)  # type: ignore[arg-type]
+
+    def _wait_ok(self) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            states = []
+            for node in self.nodes:
+                with node.client() as c:
+                    states.append(c.execute_command("CLUSTER", "INFO").decode())
+            if all("cluster_state:ok" in s for s in states):
+                return
+            time.sleep(0.1)
+        raise RuntimeError("cluster did not reach cluster_state:ok")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
