@@ -24,7 +24,9 @@ Step = tuple[int, int]
 START_US = 1_700_000_000_000_000
 
 
-def run_python(algorithm: str, key: str, rates: Sequence[Rate], steps: Sequence[Step]) -> list[Decision]:
+def run_python(
+    algorithm: str, key: str, rates: Sequence[Rate], steps: Sequence[Step]
+) -> list[Decision]:
     states: dict[str, Any] = {}
     now = START_US
     decisions = []

@@ -75,7 +75,9 @@ class RedisServer:
         try:
             while True:
                 if self.process.poll() is not None:
-                    raise RuntimeError(f"redis-server exited: {(self.dir / 'redis.log').read_text()}")
+                    raise RuntimeError(
+                        f"redis-server exited: {(self.dir / 'redis.log').read_text()}"
+                    )
                 try:
                     if probe.ping():
                         return
@@ -118,9 +120,18 @@ class RedisCluster:
                 )
             addresses = [f"{HOST}:{node.port}" for node in self.nodes]
             subprocess.run(
-                [REDIS_CLI or "redis-cli", "--cluster", "create", *addresses,
-                 "--cluster-replicas", str(replicas), "--cluster-yes"],
-                check=True, capture_output=True, timeout=60,
+                [
+                    REDIS_CLI or "redis-cli",
+                    "--cluster",
+                    "create",
+                    *addresses,
+                    "--cluster-replicas",
+                    str(replicas),
+                    "--cluster-yes",
+                ],
+                check=True,
+                capture_output=True,
+                timeout=60,
             )
             self._wait_ok()
         except BaseException:

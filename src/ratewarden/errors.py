@@ -3,7 +3,7 @@
 ::
 
     RatewardenError
-     ├── ConfigurationError        bad rate, algorithm, cost, key or option (raised before any state changes)
+     ├── ConfigurationError        bad rate, algorithm, cost, key or option; nothing changed
      └── StorageError
           └── StorageUnavailableError   the store did not answer in time, or refused the connection
 

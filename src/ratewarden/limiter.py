@@ -8,8 +8,10 @@ in one atomic store step. The two classes share everything but the I/O call.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, replace
 
 from ratewarden import algorithms
 from ratewarden.decision import Decision
@@ -17,11 +19,37 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.storage import AsyncStore, Store
 from ratewarden.storage._plan import check_cost
+from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
 
-__all__ = ["AsyncLimiter", "DecisionHook", "Limiter"]
+__all__ = ["AsyncLimiter", "DecisionHook", "Lease", "Limiter"]
 
 #: Called after every decision with ``(algorithm, key, decision)``; see ``ratewarden.metrics``.
 DecisionHook = Callable[[str, str, Decision], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A concurrency slot request: held when ``decision.allowed``; release it when done."""
+
+    key: str
+    lease_id: str
+    limit: int
+    slots: int
+    ttl: float
+    decision: Decision
+
+    @property
+    def allowed(self) -> bool:
+        return self.decision.allowed
+
+    def __bool__(self) -> bool:
+        return self.decision.allowed
+
+
+def _ttl_us(ttl: float) -> int:
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < math.inf:
+        raise ConfigurationError(f"lease ttl {ttl!r} must be a positive number of seconds")
+    return max(1, math.ceil(ttl * 1_000_000))
 
 
 class _LimiterBase:
@@ -65,8 +93,6 @@ class Limiter(_LimiterBase):
     ) -> None:
         super().__init__(algorithm, on_decision)
         if store is None:
-            from ratewarden.storage.memory import MemoryStore
-
             store = MemoryStore()
         self.store: Store = store
 
@@ -118,6 +144,43 @@ class Limiter(_LimiterBase):
 
     wait = acquire
 
+    def acquire_slot(
+        self,
+        key: str,
+        limit: int,
+        *,
+        slots: int = 1,
+        ttl: float = 60.0,
+        lease_id: str | None = None,
+    ) -> Lease:
+        """Take ``slots`` of ``limit`` concurrent slots on ``key`` for at most ``ttl`` seconds.
+
+        Returns a Lease whether or not it was granted (check ``lease.allowed``).
+        A holder that crashes loses its slots after ``ttl``; long work calls
+        ``renew_slot``. Acquiring again with the same ``lease_id`` renews it.
+        """
+        lease_id = lease_id or uuid.uuid4().hex
+        decision = self.store.acquire_slot(key, limit, lease_id, slots, _ttl_us(ttl))
+        return Lease(key, lease_id, limit, slots, ttl, decision)
+
+    def release_slot(self, lease: Lease) -> bool:
+        """Give the lease's slots back; False if it had lapsed or was never granted."""
+        return lease.allowed and self.store.release_slot(lease.key, lease.lease_id)
+
+    def renew_slot(self, lease: Lease, ttl: float | None = None) -> bool:
+        """Extend a held lease by ``ttl`` (default: its own ttl) from now."""
+        ttl_us = _ttl_us(lease.ttl if ttl is None else ttl)
+        return lease.allowed and self.store.renew_slot(lease.key, lease.lease_id, ttl_us)
+
+    @contextmanager
+    def slot(self, key: str, limit: int, *, slots: int = 1, ttl: float = 60.0) -> Iterator[Lease]:
+        """``with limiter.slot(key, 10) as lease:`` — released on exit when it was granted."""
+        lease = self.acquire_slot(key, limit, slots=slots, ttl=ttl)
+        try:
+            yield lease
+        finally:
+            self.release_slot(lease)
+
     def __repr__(self) -> str:
         return f"Limiter({self.store!r}, algorithm={self.algorithm!r})"
 
@@ -134,8 +197,6 @@ class AsyncLimiter(_LimiterBase):
     ) -> None:
         super().__init__(algorithm, on_decision)
         if store is None:
-            from ratewarden.storage.memory import AsyncMemoryStore
-
             store = AsyncMemoryStore()
         self.store: AsyncStore = store
 
@@ -177,6 +238,40 @@ class AsyncLimiter(_LimiterBase):
             waited += wait
 
     wait = acquire
+
+    async def acquire_slot(
+        self,
+        key: str,
+        limit: int,
+        *,
+        slots: int = 1,
+        ttl: float = 60.0,
+        lease_id: str | None = None,
+    ) -> Lease:
+        """See ``Limiter.acquire_slot``."""
+        lease_id = lease_id or uuid.uuid4().hex
+        decision = await self.store.acquire_slot(key, limit, lease_id, slots, _ttl_us(ttl))
+        return Lease(key, lease_id, limit, slots, ttl, decision)
+
+    async def release_slot(self, lease: Lease) -> bool:
+        """See ``Limiter.release_slot``."""
+        return lease.allowed and await self.store.release_slot(lease.key, lease.lease_id)
+
+    async def renew_slot(self, lease: Lease, ttl: float | None = None) -> bool:
+        """See ``Limiter.renew_slot``."""
+        ttl_us = _ttl_us(lease.ttl if ttl is None else ttl)
+        return lease.allowed and await self.store.renew_slot(lease.key, lease.lease_id, ttl_us)
+
+    @asynccontextmanager
+    async def slot(
+        self, key: str, limit: int, *, slots: int = 1, ttl: float = 60.0
+    ) -> AsyncIterator[Lease]:
+        """See ``Limiter.slot``."""
+        lease = await self.acquire_slot(key, limit, slots=slots, ttl=ttl)
+        try:
+            yield lease
+        finally:
+            await self.release_slot(lease)
 
     def __repr__(self) -> str:
         return f"AsyncLimiter({self.store!r}, algorithm={self.algorithm!r})"

@@ -138,7 +138,9 @@ class Rate:
         unit_us = UNITS.get(raw_unit.lower())
         if unit_us is None:
             known = "ms, s, m, h, d, w, mo, y (or second, minute, hour, day, week, month, year)"
-            raise ConfigurationError(f"rate {text!r}: unknown unit {raw_unit!r}; use one of {known}")
+            raise ConfigurationError(
+                f"rate {text!r}: unknown unit {raw_unit!r}; use one of {known}"
+            )
         mult = 1 if raw_mult is None else int(raw_mult)
         if mult == 0:
             raise ConfigurationError(f"rate {text!r}: the period multiple must be at least 1")

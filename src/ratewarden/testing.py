@@ -27,7 +27,8 @@ class ManualClock:
     def __init__(self, start_epoch_seconds: float = 1_700_000_000.0) -> None:
         if start_epoch_seconds < 0:
             raise ConfigurationError(
-                f"ManualClock start {start_epoch_seconds!r} is negative; pass seconds since the epoch"
+                f"ManualClock start {start_epoch_seconds!r} is negative; "
+                "pass seconds since the epoch"
             )
         self._lock = threading.Lock()
         self._now_us = round(start_epoch_seconds * 1_000_000)
@@ -49,7 +50,9 @@ class ManualClock:
     def advance_us(self, microseconds: int) -> None:
         """Move time forward by a whole number of microseconds."""
         if microseconds < 0:
-            raise ConfigurationError(f"ManualClock.advance_us({microseconds!r}): time only moves forward")
+            raise ConfigurationError(
+                f"ManualClock.advance_us({microseconds!r}): time only moves forward"
+            )
         with self._lock:
             self._now_us += microseconds
 

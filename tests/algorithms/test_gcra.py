@@ -110,21 +110,31 @@ RATES = st.sampled_from(
 
 
 @pytest.mark.redis
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(rates=RATES, steps=STEPS)
-def test_lua_twin_matches_python_on_redis(redis_client: redis.Redis, rates: list[Rate], steps: list[tuple[int, int]]) -> None:
+def test_lua_twin_matches_python_on_redis(
+    redis_client: redis.Redis, rates: list[Rate], steps: list[tuple[int, int]]
+) -> None:
     """The Lua script and the Python reference return identical Decisions on any sequence."""
     redis_client.flushall()
-    assert run_lua(redis_client, "gcra", "user:1", rates, steps) == run_python("gcra", "user:1", rates, steps)
+    assert run_lua(redis_client, "gcra", "user:1", rates, steps) == run_python(
+        "gcra", "user:1", rates, steps
+    )
 
 
 @pytest.mark.redis
 @pytest.mark.cluster
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(rates=RATES, steps=STEPS, key=st.text(min_size=1, max_size=12))
 def test_lua_twin_matches_python_on_cluster(
     cluster_client: redis.RedisCluster, rates: list[Rate], steps: list[tuple[int, int]], key: str
 ) -> None:
     """Same on a 3-primary Cluster, with arbitrary keys (every layer shares one slot)."""
     cluster_client.flushall(target_nodes=redis.RedisCluster.PRIMARIES)
-    assert run_lua(cluster_client, "gcra", key, rates, steps) == run_python("gcra", key, rates, steps)
+    assert run_lua(cluster_client, "gcra", key, rates, steps) == run_python(
+        "gcra", key, rates, steps
+    )

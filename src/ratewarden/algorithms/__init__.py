@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from ratewarden.algorithms import gcra
+from ratewarden.algorithms import gcra, leaky_bucket, token_bucket
 from ratewarden.errors import ConfigurationError
 
 __all__ = ["ALGORITHMS", "get"]
 
 #: Rate algorithms by name (the ``algorithm=`` value everywhere).
-ALGORITHMS: dict[str, ModuleType] = {module.NAME: module for module in (gcra,)}
+ALGORITHMS: dict[str, ModuleType] = {
+    module.NAME: module for module in (gcra, leaky_bucket, token_bucket)
+}
 
 
 def get(name: str) -> ModuleType:

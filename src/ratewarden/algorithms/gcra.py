@@ -47,7 +47,9 @@ def check(params: tuple[int, ...], state: State | None, now_us: int, cost: int) 
         return outcome, state, 0
     after = ahead + cost * d
     if after > room:
-        outcome = Outcome(False, max(room - ahead, 0) // d, ceil_div(ahead, n), ceil_div(after - room, n))
+        outcome = Outcome(
+            False, max(room - ahead, 0) // d, ceil_div(ahead, n), ceil_div(after - room, n)
+        )
         return outcome, state, 0
     total = frac + cost * d
     new_state = (tat_us + total // n, total % n)

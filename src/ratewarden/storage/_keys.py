@@ -36,7 +36,4 @@ def check_prefix(prefix: str) -> str:
 
 
 def state_key(prefix: str, key: str, algorithm: str, rate: Rate) -> str:
-    return (
-        f"{prefix}:{{{escape(key)}}}:{algorithm}:"
-        f"{rate.limit}:{rate.period_us}:{rate.capacity}"
-    )
+    return f"{prefix}:{{{escape(key)}}}:{algorithm}:{rate.limit}:{rate.period_us}:{rate.capacity}"

@@ -17,7 +17,7 @@ from ratewarden.algorithms._base import NEVER, Outcome
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
-from ratewarden.storage._keys import state_key
+from ratewarden.storage._keys import escape, state_key
 
 __all__ = ["Plan", "argv", "build", "check_cost", "check_key", "parse", "to_decision"]
 
@@ -46,7 +46,9 @@ def check_key(key: object) -> str:
 
 def check_cost(cost: object) -> int:
     if isinstance(cost, bool) or not isinstance(cost, int):
-        raise ConfigurationError(f"cost {cost!r} must be a whole number (0 checks without consuming)")
+        raise ConfigurationError(
+            f"cost {cost!r} must be a whole number (0 checks without consuming)"
+        )
     if cost < 0:
         raise ConfigurationError(f"cost {cost!r} must not be negative")
     return cost
@@ -64,9 +66,7 @@ def check_rates(rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]:
     return found
 
 
-def build(
-    algorithm: str, prefix: str, key: str, rates: Rate | Sequence[Rate], cost: int
-) -> Plan:
+def build(algorithm: str, prefix: str, key: str, rates: Rate | Sequence[Rate], cost: int) -> Plan:
     module = algorithms.get(algorithm)
     key = check_key(key)
     cost = check_cost(cost)
@@ -134,3 +134,48 @@ def to_decision(rates: Sequence[Rate], outcomes: Sequence[Outcome], cost: int) -
         cost=cost,
         layers=layers,
     )
+
+
+# --- concurrency slots -------------------------------------------------------------------------
+
+
+def slot_key(prefix: str, key: str) -> str:
+    """State key of the in-flight slots of ``key`` (independent of the limit, which may change)."""
+    return f"{prefix}:{{{escape(check_key(key))}}}:concurrency"
+
+
+def check_slot_request(limit: object, slots: object, ttl_us: object, lease_id: object) -> None:
+    for name, value in (("limit", limit), ("slots", slots), ("ttl", ttl_us)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigurationError(f"concurrency {name} {value!r} must be a whole number >= 1")
+    check_lease_id(lease_id)
+
+
+def check_lease_id(lease_id: object) -> str:
+    if not isinstance(lease_id, str) or not lease_id:
+        raise ConfigurationError(f"lease id {lease_id!r} must be a non-empty string")
+    return lease_id
+
+
+def slot_argv(
+    now_us: int | None, op: str, lease_id: str, limit: int = 0, slots: int = 0, ttl_us: int = 0
+) -> list[int | str]:
+    return ["" if now_us is None else now_us, op, lease_id, limit, slots, ttl_us]
+
+
+def slot_decision(limit: int, slots: int, outcome: Outcome) -> Decision:
+    """A Decision for a slot acquisition (no Rate: concurrency has no period)."""
+    return Decision(
+        allowed=outcome.allowed,
+        limit=limit,
+        remaining=outcome.remaining,
+        reset_after=_seconds(outcome.reset_after_us),
+        retry_after=_seconds(outcome.retry_after_us),
+        cost=slots,
+    )
+
+
+def parse_acquire(limit: int, slots: int, reply: Sequence[int]) -> Decision:
+    """``{now_us, allowed, remaining, reset_after_us, retry_after_us}`` -> Decision."""
+    values = [int(v) for v in reply]
+    return slot_decision(limit, slots, Outcome(bool(values[1]), values[2], values[3], values[4]))

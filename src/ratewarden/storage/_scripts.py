@@ -21,5 +21,7 @@ class Script:
 def script(name: str) -> Script:
     """The script for algorithm (or operation) ``name``: ``_prelude.lua`` + ``<name>.lua``."""
     folder = files("ratewarden.storage.lua")
-    source = folder.joinpath("_prelude.lua").read_text() + folder.joinpath(f"{name}.lua").read_text()
+    source = (
+        folder.joinpath("_prelude.lua").read_text() + folder.joinpath(f"{name}.lua").read_text()
+    )
     return Script(name, source, hashlib.sha1(source.encode()).hexdigest())

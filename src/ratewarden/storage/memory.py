@@ -14,6 +14,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from ratewarden.algorithms import concurrency
 from ratewarden.algorithms._base import layered
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.decision import Decision
@@ -77,10 +78,7 @@ class _MemoryCore:
             outcomes, writes = layered(plan.algorithm.check, plan.params, states, now, plan.cost)
             if writes is not None:
                 for state_key, (state, ttl_us) in zip(plan.keys, writes, strict=True):
-                    if ttl_us > 0:
-                        self._write(state_key, state, now + ttl_us, now)
-                    else:
-                        self._states.pop(state_key, None)
+                    self._keep(state_key, state, ttl_us, now)
         return _plan.to_decision(plan.rates, outcomes, plan.cost)
 
     def _reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
@@ -88,6 +86,43 @@ class _MemoryCore:
         with self._lock:
             for state_key in plan.keys:
                 self._states.pop(state_key, None)
+
+    def _acquire_slot(
+        self, key: str, limit: int, lease_id: str, slots: int, ttl_us: int
+    ) -> Decision:
+        _plan.check_slot_request(limit, slots, ttl_us, lease_id)
+        state_key = _plan.slot_key(self.prefix, key)
+        now = self.clock.now_us()
+        with self._lock:
+            outcome, state, ttl = concurrency.acquire(
+                self._read(state_key, now), now, limit, lease_id, slots, ttl_us
+            )
+            self._keep(state_key, state, ttl, now)
+        return _plan.slot_decision(limit, slots, outcome)
+
+    def _release_slot(self, key: str, lease_id: str) -> bool:
+        state_key = _plan.slot_key(self.prefix, key)
+        lease_id = _plan.check_lease_id(lease_id)
+        now = self.clock.now_us()
+        with self._lock:
+            held, state, ttl = concurrency.release(self._read(state_key, now), now, lease_id)
+            self._keep(state_key, state, ttl, now)
+        return held
+
+    def _renew_slot(self, key: str, lease_id: str, ttl_us: int) -> bool:
+        state_key = _plan.slot_key(self.prefix, key)
+        _plan.check_slot_request(1, 1, ttl_us, lease_id)
+        now = self.clock.now_us()
+        with self._lock:
+            held, state, ttl = concurrency.renew(self._read(state_key, now), now, lease_id, ttl_us)
+            self._keep(state_key, state, ttl, now)
+        return held
+
+    def _keep(self, state_key: str, state: Any, ttl_us: int, now: int) -> None:
+        if ttl_us > 0:
+            self._write(state_key, state, now + ttl_us, now)
+        else:
+            self._states.pop(state_key, None)
 
     def __len__(self) -> int:
         """Keys held now, expired ones included until they are swept."""
@@ -101,11 +136,24 @@ class _MemoryCore:
 class MemoryStore(_MemoryCore):
     """Thread-safe in-process store. ``MemoryStore(clock=ManualClock())`` in tests."""
 
-    def hit(self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Decision:
+    def hit(
+        self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
+    ) -> Decision:
         return self._hit(algorithm, key, rates, cost)
 
     def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
         self._reset(algorithm, key, rates)
+
+    def acquire_slot(
+        self, key: str, limit: int, lease_id: str, slots: int, ttl_us: int
+    ) -> Decision:
+        return self._acquire_slot(key, limit, lease_id, slots, ttl_us)
+
+    def release_slot(self, key: str, lease_id: str) -> bool:
+        return self._release_slot(key, lease_id)
+
+    def renew_slot(self, key: str, lease_id: str, ttl_us: int) -> bool:
+        return self._renew_slot(key, lease_id, ttl_us)
 
     def ping(self) -> bool:
         return True
@@ -127,6 +175,17 @@ class AsyncMemoryStore(_MemoryCore):
 
     async def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
         self._reset(algorithm, key, rates)
+
+    async def acquire_slot(
+        self, key: str, limit: int, lease_id: str, slots: int, ttl_us: int
+    ) -> Decision:
+        return self._acquire_slot(key, limit, lease_id, slots, ttl_us)
+
+    async def release_slot(self, key: str, lease_id: str) -> bool:
+        return self._release_slot(key, lease_id)
+
+    async def renew_slot(self, key: str, lease_id: str, ttl_us: int) -> bool:
+        return self._renew_slot(key, lease_id, ttl_us)
 
     async def ping(self) -> bool:
         return True
