@@ -1,0 +1,181 @@
+"""Concurrency slots: leases, TTL recovery from crashed holders, and the Lua twin."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ratewarden import Limiter, MemoryStore
+from ratewarden.algorithms import concurrency
+from ratewarden.errors import ConfigurationError
+from ratewarden.storage import _plan
+from ratewarden.storage._scripts import script
+from ratewarden.testing import ManualClock
+from tests._differential import START_US
+
+SECOND = 1_000_000
+
+
+def make_limiter() -> tuple[Limiter, ManualClock]:
+    clock = ManualClock()
+    return Limiter(MemoryStore(clock=clock)), clock
+
+
+def test_limit_slots_in_flight_then_denied_until_release() -> None:
+    """Three slots: three leases are granted, the fourth waits for a release."""
+    limiter, _ = make_limiter()
+    leases = [limiter.acquire_slot("gpu", 3, ttl=30) for _ in range(4)]
+    assert [lease.allowed for lease in leases] == [True, True, True, False]
+    assert leases[2].decision.remaining == 0
+    assert leases[3].decision.retry_after == 30.0
+    assert limiter.release_slot(leases[0])
+    assert limiter.acquire_slot("gpu", 3, ttl=30).allowed
+
+
+def test_crashed_holder_slots_come_back_after_ttl() -> None:
+    """A holder that never releases loses its slot once its lease expires."""
+    limiter, clock = make_limiter()
+    assert limiter.acquire_slot("job", 1, ttl=10).allowed
+    assert not limiter.acquire_slot("job", 1, ttl=10).allowed
+    clock.advance(10)
+    assert limiter.acquire_slot("job", 1, ttl=10).allowed
+
+
+def test_renewed_lease_outlives_its_first_ttl() -> None:
+    """Renewing moves the expiry to now + ttl; a lapsed lease cannot be renewed."""
+    limiter, clock = make_limiter()
+    lease = limiter.acquire_slot("stream", 1, ttl=10)
+    clock.advance(8)
+    assert limiter.renew_slot(lease)
+    clock.advance(8)
+    assert not limiter.acquire_slot("stream", 1, ttl=10).allowed
+    clock.advance(3)
+    assert not limiter.renew_slot(lease)
+    assert limiter.acquire_slot("stream", 1, ttl=10).allowed
+
+
+def test_same_lease_id_acquires_once() -> None:
+    """A retried acquire with the same lease id does not take a second slot."""
+    limiter, _ = make_limiter()
+    first = limiter.acquire_slot("k", 2, lease_id="req-1")
+    again = limiter.acquire_slot("k", 2, lease_id="req-1")
+    assert first.allowed and again.allowed
+    assert again.decision.remaining == 1
+
+
+def test_context_manager_releases_on_exit_even_after_an_error() -> None:
+    """``with limiter.slot(...)`` gives the slot back when the block raises."""
+    limiter, _ = make_limiter()
+    with pytest.raises(RuntimeError), limiter.slot("k", 1) as lease:
+        assert lease.allowed
+        raise RuntimeError("work failed")
+    assert limiter.acquire_slot("k", 1).allowed
+
+
+def test_denied_lease_is_not_released_and_more_slots_than_limit_never_fit() -> None:
+    """Releasing a denied lease is a no-op; more slots than the limit can never be granted."""
+    limiter, _ = make_limiter()
+    held = limiter.acquire_slot("k", 2, slots=2)
+    denied = limiter.acquire_slot("k", 2)
+    assert not limiter.release_slot(denied)
+    assert held.allowed and not denied.allowed
+    too_big = limiter.acquire_slot("k", 2, slots=3)
+    assert math.isinf(too_big.decision.retry_after)
+
+
+@pytest.mark.parametrize(
+    ("limit", "slots", "ttl"),
+    [(0, 1, 1.0), (2, 0, 1.0), (2, 1, 0), (2, 1, -1.0), (True, 1, 1.0), (2, 1.5, 1.0)],
+)
+def test_bad_slot_requests_raise_configuration_error(limit: Any, slots: Any, ttl: Any) -> None:
+    """Zero or negative limits, slots or TTLs are rejected before any state changes."""
+    limiter, _ = make_limiter()
+    with pytest.raises(ConfigurationError):
+        limiter.acquire_slot("k", limit, slots=slots, ttl=ttl)
+    assert len(limiter.store) == 0  # type: ignore[arg-type]
+
+
+# --- the Lua twin ---------------------------------------------------------------------------------
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from([0, 1, 250_000, SECOND, 5 * SECOND]),
+        st.sampled_from(["acquire", "acquire", "release", "renew"]),
+        st.integers(0, 4),  # lease index
+        st.integers(1, 4),  # slots
+        st.sampled_from([SECOND, 3 * SECOND, 10 * SECOND]),  # ttl
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+def run_python(limit: int, ops: list[tuple[int, str, int, int, int]]) -> list[object]:
+    state: Any = None
+    now = START_US
+    results: list[object] = []
+    for dt, op, index, slots, ttl in ops:
+        now += dt
+        lease_id = f"lease-{index}"
+        if op == "acquire":
+            outcome, state, _ = concurrency.acquire(state, now, limit, lease_id, slots, ttl)
+            results.append(_plan.slot_decision(limit, slots, outcome))
+        elif op == "release":
+            held, state, _ = concurrency.release(state, now, lease_id)
+            results.append(held)
+        else:
+            held, state, _ = concurrency.renew(state, now, lease_id, ttl)
+            results.append(held)
+    return results
+
+
+def run_lua(
+    client: redis.Redis | redis.RedisCluster,
+    key: str,
+    limit: int,
+    ops: list[tuple[int, str, int, int, int]],
+) -> list[object]:
+    source = script("concurrency").source
+    state_key = _plan.slot_key("rw", key)
+    now = START_US
+    results: list[object] = []
+    for dt, op, index, slots, ttl in ops:
+        now += dt
+        argv = _plan.slot_argv(now, op, f"lease-{index}", limit, slots, ttl)
+        reply = client.eval(source, 1, state_key, *argv)
+        results.append(
+            _plan.parse_acquire(limit, slots, reply) if op == "acquire" else bool(reply[1])
+        )
+    return results
+
+
+@pytest.mark.redis
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(limit=st.integers(1, 5), ops=OPS)
+def test_lua_twin_matches_python_on_redis(
+    redis_client: redis.Redis, limit: int, ops: list[tuple[int, str, int, int, int]]
+) -> None:
+    """Any sequence of acquire/release/renew gives the same answers in Lua and Python."""
+    redis_client.flushall()
+    assert run_lua(redis_client, "tenant:1", limit, ops) == run_python(limit, ops)
+
+
+@pytest.mark.redis
+@pytest.mark.cluster
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(limit=st.integers(1, 5), ops=OPS)
+def test_lua_twin_matches_python_on_cluster(
+    cluster_client: redis.RedisCluster, limit: int, ops: list[tuple[int, str, int, int, int]]
+) -> None:
+    """Same on a 3-primary Cluster."""
+    cluster_client.flushall(target_nodes=redis.RedisCluster.PRIMARIES)
+    assert run_lua(cluster_client, "tenant:{1}", limit, ops) == run_python(limit, ops)
