@@ -55,7 +55,12 @@ def check_cost(cost: object) -> int:
 
 
 def check_rates(rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]:
-    found = (rates,) if isinstance(rates, Rate) else tuple(rates)
+    if isinstance(rates, Rate):
+        found: tuple[Rate, ...] = (rates,)
+    elif isinstance(rates, list | tuple):
+        found = tuple(rates)
+    else:
+        raise ConfigurationError(f"rates {rates!r} must be a Rate or a list of Rates")
     if not found:
         raise ConfigurationError("no rate given: pass a Rate or a list of Rates")
     for rate in found:

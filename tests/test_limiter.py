@@ -1,0 +1,187 @@
+"""Limiter and AsyncLimiter on the memory store: API behaviour that holds for every algorithm."""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any
+
+import pytest
+
+from ratewarden import (
+    AsyncLimiter,
+    AsyncMemoryStore,
+    ConfigurationError,
+    Decision,
+    Limiter,
+    MemoryStore,
+    Rate,
+)
+from ratewarden.algorithms import ALGORITHMS
+from ratewarden.testing import ManualClock
+
+ALL = sorted(ALGORITHMS)
+
+
+def make(algorithm: str = "gcra", **store_options: Any) -> tuple[Limiter, ManualClock]:
+    clock = ManualClock()
+    return Limiter(MemoryStore(clock=clock, **store_options), algorithm=algorithm), clock
+
+
+@pytest.mark.parametrize("algorithm", ALL)
+@pytest.mark.parametrize(
+    ("key", "cost"),
+    [("", 1), (None, 1), (b"k", 1), ("k", -1), ("k", 1.0), ("k", True), ("k", "1")],
+)
+def test_bad_key_or_cost_raises_and_changes_nothing(algorithm: str, key: Any, cost: Any) -> None:
+    """Empty or non-string keys and negative or non-integer costs are refused before any write."""
+    limiter, _ = make(algorithm)
+    rate = Rate.parse("5/minute")
+    before = limiter.hit("other", rate)
+    with pytest.raises(ConfigurationError):
+        limiter.hit(key, rate, cost)
+    assert len(limiter.store) == 1  # type: ignore[arg-type]
+    assert limiter.peek("other", rate).remaining == before.remaining
+
+
+@pytest.mark.parametrize(
+    "rates", [[], ["100/minute"], [Rate.parse("1/s"), Rate.parse("1/s")], None]
+)
+def test_bad_rates_raise(rates: Any) -> None:
+    """No rate, a string instead of a Rate, or the same rate twice are errors that name the problem."""
+    limiter, _ = make()
+    with pytest.raises(ConfigurationError):
+        limiter.hit("k", rates)
+
+
+def test_unknown_algorithm_lists_the_choices() -> None:
+    """Limiter(algorithm=...) rejects unknown names and says which exist."""
+    with pytest.raises(ConfigurationError, match="gcra"):
+        Limiter(algorithm="moving_window")
+
+
+@pytest.mark.parametrize("algorithm", ALL)
+def test_layered_rates_are_all_or_nothing(algorithm: str) -> None:
+    """A request denied by one layer consumes nothing from the layers that would allow it."""
+    limiter, _ = make(algorithm)
+    tight, loose = Rate.parse("2/minute"), Rate.parse("100/hour")
+    assert limiter.hit("k", [tight, loose]).allowed
+    assert limiter.hit("k", [tight, loose]).allowed
+    for _ in range(5):
+        denied = limiter.hit("k", [tight, loose])
+        assert not denied.allowed
+        assert denied.rate == tight
+    assert limiter.peek("k", loose).remaining == 98
+    layers = limiter.peek("k", [tight, loose]).layers
+    assert [layer.remaining for layer in layers] == [0, 98]
+
+
+@pytest.mark.parametrize("algorithm", ALL)
+def test_peek_consumes_nothing_and_reset_forgets(algorithm: str) -> None:
+    """peek is a hit of cost 0; reset brings the key back to full capacity."""
+    limiter, _ = make(algorithm)
+    rate = Rate.parse("3/minute")
+    limiter.hit("k", rate)
+    assert limiter.peek("k", rate).remaining == 2
+    assert limiter.peek("k", rate).remaining == 2
+    limiter.reset("k", rate)
+    assert limiter.peek("k", rate).remaining == 3
+
+
+@pytest.mark.parametrize("algorithm", ALL)
+def test_shadow_mode_allows_counts_and_consumes_nothing(algorithm: str) -> None:
+    """shadow=True reports a would-be denial as allowed and shadowed; the hook still sees it."""
+    seen: list[Decision] = []
+    clock = ManualClock()
+    limiter = Limiter(
+        MemoryStore(clock=clock), algorithm, on_decision=lambda _a, _k, d: seen.append(d)
+    )
+    rate = Rate.parse("1/minute")
+    assert limiter.hit("k", rate, shadow=True).allowed
+    shadowed = limiter.hit("k", rate, shadow=True)
+    assert shadowed.allowed and shadowed.shadowed
+    assert [d.shadowed for d in seen] == [False, True]
+    assert not limiter.hit("k", rate).allowed
+
+
+def test_acquire_waits_on_the_clock_then_returns_the_allowing_decision() -> None:
+    """acquire sleeps retry_after on the store's clock (a ManualClock advances) until allowed."""
+    limiter, clock = make()
+    rate = Rate.parse("1/second")
+    start = clock.now()
+    for _ in range(3):
+        assert limiter.acquire("k", rate).allowed
+    assert clock.now() - start == pytest.approx(2.0)
+
+
+def test_acquire_gives_up_at_timeout_or_when_never_possible() -> None:
+    """A wait longer than timeout returns the denial at once; so does a cost above capacity."""
+    limiter, clock = make()
+    rate = Rate.parse("1/minute")
+    limiter.hit("k", rate)
+    start = clock.now()
+    denied = limiter.acquire("k", rate, timeout=5)
+    assert not denied.allowed and clock.now() == start
+    never = limiter.acquire("k", rate, cost=2)
+    assert not never.allowed and math.isinf(never.retry_after)
+    with pytest.raises(ConfigurationError):
+        limiter.acquire("k", rate, timeout=-1)
+
+
+def test_memory_store_forgets_keys_after_their_ttl() -> None:
+    """A key is dropped once its state is back to full capacity, so idle keys cost nothing."""
+    limiter, clock = make()
+    rate = Rate.parse("10/minute")
+    limiter.hit("a", rate)
+    assert len(limiter.store) == 1  # type: ignore[arg-type]
+    clock.advance(6.0)  # one emission interval: GCRA is full again
+    limiter.hit("b", rate)
+    limiter.hit("c", rate)
+    assert len(limiter.store) == 2  # type: ignore[arg-type]
+
+
+def test_memory_store_is_bounded() -> None:
+    """Past max_keys the least recently written key is evicted and counted."""
+    limiter, _ = make(max_keys=100)
+    rate = Rate.parse("10/minute")
+    for i in range(250):
+        limiter.hit(f"user:{i}", rate)
+    store = limiter.store
+    assert len(store) == 100  # type: ignore[arg-type]
+    assert store.evictions == 150  # type: ignore[attr-defined]
+    with pytest.raises(ConfigurationError):
+        MemoryStore(max_keys=0)
+
+
+@pytest.mark.parametrize("algorithm", ALL)
+def test_threads_hammering_one_key_admit_exactly_the_limit(algorithm: str) -> None:
+    """8 threads x 50 hits on a 100/minute key (frozen clock) admit exactly 100."""
+    limiter, _ = make(algorithm)
+    rate = Rate.parse("100/minute")
+    admitted = []
+
+    def worker() -> None:
+        admitted.append(sum(limiter.hit("hot", rate).allowed for _ in range(50)))
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(admitted) == 100
+
+
+async def test_async_limiter_is_the_same_state_machine() -> None:
+    """AsyncLimiter over AsyncMemoryStore gives the GCRA worked example and acquires slots."""
+    clock = ManualClock()
+    limiter = AsyncLimiter(AsyncMemoryStore(clock=clock))
+    rate = Rate.parse("100/minute", burst=20)
+    decisions = [await limiter.hit("k", rate) for _ in range(21)]
+    assert sum(d.allowed for d in decisions) == 20
+    assert decisions[-1].retry_after == 0.6
+    assert (await limiter.acquire("k", rate)).allowed
+    assert clock.now() == pytest.approx(1_700_000_000.6)
+    async with limiter.slot("gpu", 1) as lease:
+        assert lease.allowed
+        assert not (await limiter.acquire_slot("gpu", 1)).allowed
+    assert (await limiter.acquire_slot("gpu", 1)).allowed
