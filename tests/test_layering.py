@@ -39,7 +39,7 @@ def test_every_algorithm_module_is_registered_with_its_file_name() -> None:
     }
     assert modules - {"concurrency"} == set(algorithms.ALGORITHMS)
     for name, module in algorithms.ALGORITHMS.items():
-        assert module.NAME == name
+        assert name == module.NAME
         assert (
             Path(algorithms.__file__).parent.parent / "storage" / "lua" / f"{name}.lua"
         ).exists()

@@ -48,7 +48,7 @@ def test_bad_key_or_cost_raises_and_changes_nothing(algorithm: str, key: Any, co
     "rates", [[], ["100/minute"], [Rate.parse("1/s"), Rate.parse("1/s")], None]
 )
 def test_bad_rates_raise(rates: Any) -> None:
-    """No rate, a string instead of a Rate, or the same rate twice are errors that name the problem."""
+    """No rate, a string instead of a Rate, or the same rate twice are errors naming the problem."""
     limiter, _ = make()
     with pytest.raises(ConfigurationError):
         limiter.hit("k", rates)
