@@ -1,0 +1,53 @@
+-- token_bucket.lua: the token bucket over every layer of one decision, all or nothing.
+-- Mirrors ratewarden.algorithms.token_bucket.check, composed by the prelude's layered().
+-- KEYS[i]   "level last_us": level/d tokens held at last_us
+-- ARGV[3..] per layer: n, d, capacity (refill n units per microsecond, a token is d units)
+-- Reply     see _prelude.lua
+
+local function read(key)
+  local raw = redis.call('GET', key)
+  if not raw then
+    return nil
+  end
+  local sep = string.find(raw, ' ', 1, true)
+  return {tonumber(string.sub(raw, 1, sep - 1)), tonumber(string.sub(raw, sep + 1))}
+end
+
+local function write(key, state, ttl_us)
+  redis.call('SET', key, fmt(state[1]) .. ' ' .. fmt(state[2]), 'PX', ttl_ms(ttl_us))
+end
+
+local function check(p, state, now, cost)
+  local n, d, capacity = p[1], p[2], p[3]
+  local room = capacity * d
+  local level, last = room, now
+  if state then
+    level, last = state[1], state[2]
+  end
+  -- a clock behind last is held at last: nothing refills twice
+  local lag = last - now
+  if lag < 0 then
+    lag = 0
+  end
+  local since = now + lag
+  local elapsed = since - last
+  -- compare with the time to fill before multiplying: elapsed * n stays below room
+  if elapsed >= ceil_div(room - level, n) then
+    level = room
+  else
+    level = level + elapsed * n
+  end
+  if cost > capacity then
+    return {0, idiv(level, d), lag + ceil_div(room - level, n), NEVER, 0}, state, 0
+  end
+  local need = cost * d
+  if level < need then
+    local reset = lag + ceil_div(room - level, n)
+    return {0, idiv(level, d), reset, lag + ceil_div(need - level, n), 0}, state, 0
+  end
+  level = level - need
+  local reset = lag + ceil_div(room - level, n)
+  return {1, idiv(level, d), reset, 0, 0}, {level, since}, reset
+end
+
+return layered(read, check, write, 3)
