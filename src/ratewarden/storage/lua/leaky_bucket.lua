@@ -1,0 +1,56 @@
+-- leaky_bucket.lua: the leaky bucket (policer and shaper) over every layer of one decision.
+-- Mirrors ratewarden.algorithms.leaky_bucket.check, composed by the prelude's layered().
+-- KEYS[i]   "level last_us": level/d requests queued at last_us
+-- ARGV[3..] per layer: n, d, capacity (drain n units per microsecond, a request is d units)
+-- Reply     see _prelude.lua; delay_us is the admitted request's wait in the queue
+
+local function read(key)
+  local raw = redis.call('GET', key)
+  if not raw then
+    return nil
+  end
+  local sep = string.find(raw, ' ', 1, true)
+  return {tonumber(string.sub(raw, 1, sep - 1)), tonumber(string.sub(raw, sep + 1))}
+end
+
+local function write(key, state, ttl_us)
+  redis.call('SET', key, fmt(state[1]) .. ' ' .. fmt(state[2]), 'PX', ttl_ms(ttl_us))
+end
+
+local function check(p, state, now, cost)
+  local n, d, capacity = p[1], p[2], p[3]
+  local room = capacity * d
+  local level, last = 0, now
+  if state then
+    level, last = state[1], state[2]
+  end
+  -- a clock behind last is held at last: nothing drains twice
+  local lag = last - now
+  if lag < 0 then
+    lag = 0
+  end
+  local since = now + lag
+  local elapsed = since - last
+  -- compare with the time to empty before multiplying: elapsed * n stays below level
+  if elapsed >= ceil_div(level, n) then
+    level = 0
+  else
+    level = level - elapsed * n
+  end
+  local free = room - level
+  if cost > capacity then
+    return {0, idiv(free, d), lag + ceil_div(level, n), NEVER, 0}, state, 0
+  end
+  local need = cost * d
+  if need > free then
+    local reset = lag + ceil_div(level, n)
+    return {0, idiv(free, d), reset, lag + ceil_div(need - free, n), 0}, state, 0
+  end
+  -- the new request leaves once everything ahead of it has drained
+  local delay = lag + ceil_div(level, n)
+  level = level + need
+  local reset = lag + ceil_div(level, n)
+  return {1, idiv(room - level, d), reset, 0, delay}, {level, since}, reset
+end
+
+return layered(read, check, write, 3)
