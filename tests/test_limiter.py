@@ -18,7 +18,7 @@ from ratewarden import (
     Rate,
 )
 from ratewarden.algorithms import ALGORITHMS
-from ratewarden.testing import ManualClock
+from ratewarden.testing import DecisionRecorder, ManualClock
 
 ALL = sorted(ALGORITHMS)
 
@@ -185,3 +185,16 @@ async def test_async_limiter_is_the_same_state_machine() -> None:
         assert lease.allowed
         assert not (await limiter.acquire_slot("gpu", 1)).allowed
     assert (await limiter.acquire_slot("gpu", 1)).allowed
+
+
+def test_decision_recorder_counts_allowed_denied_and_shadowed() -> None:
+    """The testing hook sees every decision with its key and algorithm."""
+    recorder = DecisionRecorder()
+    limiter = Limiter(MemoryStore(clock=ManualClock()), "token_bucket", on_decision=recorder)
+    rate = Rate.parse("2/minute")
+    for _ in range(3):
+        limiter.hit("a", rate)
+    limiter.hit("a", rate, shadow=True)
+    assert (recorder.allowed, recorder.denied, recorder.shadowed) == (2, 1, 1)
+    assert recorder.keys() == ["a"] * 4
+    assert {r.algorithm for r in recorder.records} == {"token_bucket"}

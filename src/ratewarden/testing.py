@@ -8,11 +8,13 @@ manual clock advances it, so ``Limiter.acquire`` returns at once in tests.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, field
 from datetime import timedelta
 
+from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 
-__all__ = ["ManualClock"]
+__all__ = ["DecisionRecorder", "ManualClock", "RecordedDecision"]
 
 
 class ManualClock:
@@ -71,3 +73,42 @@ class ManualClock:
 
     def __repr__(self) -> str:
         return f"ManualClock({self.now()!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedDecision:
+    algorithm: str
+    key: str
+    decision: Decision
+
+
+@dataclass
+class DecisionRecorder:
+    """An ``on_decision`` hook that keeps every decision, for assertions in tests.
+
+    ``Limiter(store, on_decision=recorder)``; then ``recorder.denied`` counts
+    enforced denials and ``recorder.shadowed`` the denials shadow mode let through.
+    """
+
+    records: list[RecordedDecision] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __call__(self, algorithm: str, key: str, decision: Decision) -> None:
+        with self._lock:
+            self.records.append(RecordedDecision(algorithm, key, decision))
+
+    @property
+    def allowed(self) -> int:
+        return sum(r.decision.allowed and not r.decision.shadowed for r in self.records)
+
+    @property
+    def denied(self) -> int:
+        return sum(not r.decision.allowed for r in self.records)
+
+    @property
+    def shadowed(self) -> int:
+        return sum(r.decision.shadowed for r in self.records)
+
+    def keys(self) -> list[str]:
+        """Keys in the order they were decided."""
+        return [r.key for r in self.records]
