@@ -1,0 +1,157 @@
+"""``python -m benchmarks``: run the suite, print one table and the targets, write JSON.
+
+``scripts/bench`` is the way to run it: it starts a redis-server and passes
+``--redis-url``. Without ``--redis-url`` only the in-memory cases run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import shlex
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from benchmarks import _report, _suite
+from benchmarks._case import Case, Env
+from benchmarks._timing import Budget
+
+DEFAULT = Budget(duration_s=2.5, warmup_s=0.5)
+QUICK = Budget(duration_s=0.3, warmup_s=0.1, warmup_full_pass=False)
+_PACKAGES = ("ratewarden", "limits", "throttled-py", "pyrate-limiter", "redis", "hiredis")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _versions() -> dict[str, str]:
+    found = {}
+    for name in _PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
+def _redis_info(url: str | None) -> dict[str, Any]:
+    if url is None:
+        return {}
+    import redis
+
+    with redis.Redis.from_url(url) as client:
+        info = client.info("server")
+    return {"redis_server": info.get("redis_version"), "redis_url": url}
+
+
+def meta(args: argparse.Namespace, budget: Budget) -> dict[str, Any]:
+    try:
+        import redis.utils
+
+        hiredis = bool(redis.utils.HIREDIS_AVAILABLE)
+    except ImportError:
+        hiredis = False
+    return {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": args.command or shlex.join([sys.executable, "-m", "benchmarks", *sys.argv[1:]]),
+        "nproc": os.cpu_count(),
+        "cpu": _cpu_model(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "pinning": args.pinning or "none",
+        "budget": {
+            "duration_s": budget.duration_s,
+            "warmup_s": budget.warmup_s,
+            "warmup_full_pass": budget.warmup_full_pass,
+            "max_calls": budget.max_calls,
+        },
+        "hiredis_parser": hiredis,
+        "versions": _versions(),
+        "loadavg_start": list(os.getloadavg()),
+        **_redis_info(args.redis_url),
+    }
+
+
+def _flusher(url: str | None) -> Any:
+    if url is None:
+        return None
+    import redis
+
+    client = redis.Redis.from_url(url)
+
+    def flush(case: Case) -> None:
+        if case.backend != "memory":
+            client.flushall()
+
+    return flush
+
+
+def _progress(row: _suite.Row) -> None:
+    rate = "-" if row.per_second is None else f"{row.per_second:,.0f}/s"
+    print(f"  {row.backend:<12} {row.keys:>6,}  {row.label:<45} {rate:>14}  {row.status}",
+          file=sys.stderr, flush=True)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="short cases, for a smoke run")
+    parser.add_argument("--redis-url", help="a redis-server to use (flushed between cases!)")
+    parser.add_argument("--backend", action="append", choices=["memory", "redis", "redis-async"],
+                        help="run only these backends (repeatable)")
+    parser.add_argument("--results", type=Path, default=Path(__file__).parent / "results",
+                        help="where the JSON goes (default: benchmarks/results)")
+    parser.add_argument("--max-calls", type=int, metavar="N",
+                        help="time exactly N decisions per case, no warm-up (smoke tests)")
+    parser.add_argument("--pinning", help="how processes were pinned to CPUs (recorded)")
+    parser.add_argument("--command", help="the command line to record (scripts/bench sets it)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    budget = QUICK if args.quick else DEFAULT
+    if args.max_calls is not None:
+        if args.max_calls < 1:
+            raise SystemExit("--max-calls must be at least 1")
+        budget = Budget(duration_s=3_600.0, warmup_s=0.0, warmup_full_pass=False,
+                        max_calls=args.max_calls)
+    cases = [c for c in _suite.all_cases() if not args.backend or c.backend in args.backend]
+    info = meta(args, budget)
+    print(f"benchmarking {len(cases)} cases x {len(_suite.KEY_SETS)} key sets "
+          f"({budget.duration_s:g} s each after {budget.warmup_s:g} s warm-up)",
+          file=sys.stderr, flush=True)
+    rows = _suite.run(cases, Env(args.redis_url), budget,
+                      before_each=_flusher(args.redis_url), progress=_progress)
+    info["loadavg_end"] = list(os.getloadavg())
+    found = _report.targets(rows, _suite.KEY_SETS)
+
+    print()
+    print(_report.table(rows))
+    print()
+    print("Targets (a report, not a test):")
+    for target in found:
+        print(f"  {target.line()}")
+
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    for name in (f"{stamp}.json", "latest.json"):
+        _report.write_json(args.results / name, info, rows, found)
+    (args.results / "latest.md").write_text(
+        _report.markdown(rows) + "\n\n" + "\n".join(f"- {t.line()}" for t in found) + "\n"
+    )
+    print(f"\nwrote {args.results / (stamp + '.json')} and latest.json / latest.md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,173 @@
+"""ratewarden's cases, and the plain redis-py loops it is measured against.
+
+- ``Limiter(MemoryStore(), algorithm=...)`` for every rate algorithm that
+  ratewarden ships out of gcra / token_bucket / sliding_window;
+- ``Limiter(RedisStore(client, timeout=1))`` for the same, on Redis;
+- ``AsyncLimiter(AsyncRedisStore(...))`` with ``IN_FLIGHT`` decisions in flight;
+- the ceilings: a plain redis-py loop calling one ``register_script`` object
+  per decision (the way the peers call Redis) with ratewarden's own GCRA Lua
+  source and ARGV from ``ratewarden.storage._plan.argv(plan, None)``; sync,
+  and asyncio with ``IN_FLIGHT`` in flight.
+
+The Redis store is imported when a case is set up, so the memory cases run
+(and the rows say "not available") while ``ratewarden.storage.redis`` does not
+exist yet or does not import.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import partial
+from typing import Any
+
+from benchmarks._case import (
+    LIMIT,
+    PERIOD_S,
+    TIMEOUT_S,
+    AsyncSubject,
+    Case,
+    Env,
+    NotAvailableError,
+    Subject,
+    need_redis,
+)
+
+__all__ = ["IN_FLIGHT", "cases"]
+
+#: Decisions in flight for the async cases.
+IN_FLIGHT = 64
+
+#: The algorithms to measure, in this order, when ratewarden has them.
+_ALGORITHMS = ("gcra", "token_bucket", "sliding_window")
+
+
+def _rate() -> Any:
+    from ratewarden import Rate
+
+    return Rate(LIMIT, PERIOD_S)
+
+
+def _redis_module() -> Any:
+    try:
+        return importlib.import_module("ratewarden.storage.redis")
+    except Exception as exc:
+        raise NotAvailableError(f"ratewarden.storage.redis: {type(exc).__name__}: {exc}") from exc
+
+
+def _lua_source(algorithm: str) -> str:
+    from ratewarden.storage import _scripts
+
+    try:
+        return _scripts.script(algorithm).source
+    except FileNotFoundError as exc:
+        raise NotAvailableError(f"no Lua script for {algorithm}") from exc
+
+
+def _memory(algorithm: str, env: Env) -> Subject:
+    from ratewarden import Limiter, MemoryStore
+
+    limiter = Limiter(MemoryStore(), algorithm=algorithm)
+    return Subject(partial(limiter.hit, rates=_rate()), limiter.store.close)
+
+
+def _redis(algorithm: str, env: Env) -> Subject:
+    import redis
+
+    from ratewarden import Limiter
+
+    url = need_redis(env)
+    _lua_source(algorithm)
+    store = _redis_module().RedisStore(redis.Redis.from_url(url), timeout=TIMEOUT_S)
+    limiter = Limiter(store, algorithm=algorithm)
+    return Subject(partial(limiter.hit, rates=_rate()), store.close)
+
+
+async def _redis_async(algorithm: str, env: Env) -> AsyncSubject:
+    import redis.asyncio
+
+    from ratewarden import AsyncLimiter
+
+    url = need_redis(env)
+    _lua_source(algorithm)
+    client = redis.asyncio.Redis.from_url(url, max_connections=IN_FLIGHT)
+    store = _redis_module().AsyncRedisStore(client, timeout=TIMEOUT_S)
+    limiter = AsyncLimiter(store, algorithm=algorithm)
+    return AsyncSubject(partial(limiter.hit, rates=_rate()), store.aclose)
+
+
+def _script_calls(algorithm: str) -> Any:
+    """key -> (KEYS, ARGV) for one decision, built once per key outside the timed call."""
+    from ratewarden.storage import _plan
+    from ratewarden.storage._keys import DEFAULT_PREFIX
+
+    rate = _rate()
+    calls: dict[str, tuple[list[str], list[int | str]]] = {}
+
+    def call_for(key: str) -> tuple[list[str], list[int | str]]:
+        found = calls.get(key)
+        if found is None:
+            plan = _plan.build(algorithm, DEFAULT_PREFIX, key, rate, 1)
+            found = calls[key] = (list(plan.keys), _plan.argv(plan, None))
+        return found
+
+    return call_for
+
+
+def _ceiling(env: Env) -> Subject:
+    import redis
+
+    client = redis.Redis.from_url(need_redis(env), socket_timeout=TIMEOUT_S)
+    script = client.register_script(_lua_source("gcra"))
+    call_for = _script_calls("gcra")
+
+    def decide(key: str) -> object:
+        keys, args = call_for(key)
+        return script(keys=keys, args=args)[1]
+
+    return Subject(decide, client.close)
+
+
+async def _ceiling_async(env: Env) -> AsyncSubject:
+    import redis.asyncio
+
+    client = redis.asyncio.Redis.from_url(
+        need_redis(env), socket_timeout=TIMEOUT_S, max_connections=IN_FLIGHT
+    )
+    script = client.register_script(_lua_source("gcra"))
+    call_for = _script_calls("gcra")
+
+    async def decide(key: str) -> object:
+        keys, args = call_for(key)
+        return (await script(keys=keys, args=args))[1]
+
+    return AsyncSubject(decide, client.aclose)
+
+
+def _available_algorithms() -> list[str]:
+    from ratewarden.algorithms import ALGORITHMS
+
+    return [name for name in _ALGORITHMS if name in ALGORITHMS]
+
+
+def cases() -> list[Case]:
+    memory = [
+        Case("ratewarden", name, "memory", "subject", setup=partial(_memory, name))
+        for name in _available_algorithms()
+    ]
+    redis_sync = [
+        Case("ratewarden", name, "redis", "subject", setup=partial(_redis, name))
+        for name in _available_algorithms()
+    ]
+    return [
+        *memory,
+        *redis_sync,
+        Case("redis-py script loop", "gcra.lua", "redis", "ceiling", setup=_ceiling),
+        Case(
+            "ratewarden", "gcra", "redis-async", "subject",
+            setup_async=partial(_redis_async, "gcra"), in_flight=IN_FLIGHT,
+        ),
+        Case(
+            "redis-py asyncio script loop", "gcra.lua", "redis-async", "ceiling",
+            setup_async=_ceiling_async, in_flight=IN_FLIGHT,
+        ),
+    ]

@@ -1,0 +1,153 @@
+"""The table, the target ratios, and the JSON / Markdown copies of one run.
+
+The targets are a report, never an assertion: a MISS changes no exit code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks._suite import Row
+
+__all__ = ["Target", "markdown", "table", "targets", "write_json"]
+
+_HEADERS = ("backend", "keys", "library [algorithm]", "decisions/s", "p50 us", "p99 us",
+            "errors", "denied", "note")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """``subject / baseline >= goal`` on one key set; ``ratio`` is None when a side is missing."""
+
+    name: str
+    keys: int
+    subject: str
+    baseline: str
+    ratio: float | None
+    goal: float
+    missing: str = ""
+
+    @property
+    def verdict(self) -> str:
+        if self.ratio is None:
+            return "n/a"
+        return "PASS" if self.ratio >= self.goal else "MISS"
+
+    def line(self) -> str:
+        keys = "1 key" if self.keys == 1 else f"{self.keys:,} keys"
+        head = f"{self.name}, {keys}: {self.subject} / {self.baseline}"
+        if self.ratio is None:
+            return f"{head} = n/a ({self.missing}) (target >= {self.goal:g}x) n/a"
+        return f"{head} = {self.ratio:.2f}x (target >= {self.goal:g}x) {self.verdict}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "keys": self.keys, "subject": self.subject,
+            "baseline": self.baseline, "ratio": self.ratio, "goal": self.goal,
+            "verdict": self.verdict, "missing": self.missing,
+        }
+
+
+def _backend(row: Row) -> str:
+    return f"{row.backend} x{row.in_flight}" if row.in_flight > 1 else row.backend
+
+
+def _cells(row: Row) -> tuple[str, ...]:
+    m = row.measurement
+    if m is None:
+        return (_backend(row), f"{row.keys:,}", row.label, "-", "-", "-", "-", "-", row.status)
+    note = "" if m.first_error is None else f"first error: {m.first_error}"[:80]
+    return (
+        _backend(row), f"{row.keys:,}", row.label, f"{m.per_second:,.0f}",
+        f"{m.p50_us:.1f}", f"{m.p99_us:.1f}", f"{m.errors:,}", f"{m.denied:,}", note,
+    )
+
+
+def table(rows: Sequence[Row]) -> str:
+    """The one plain-text table of a run."""
+    cells = [_HEADERS, *(_cells(row) for row in rows)]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(_HEADERS))]
+    right = {3, 4, 5, 6, 7}
+
+    def fmt(line: Sequence[str]) -> str:
+        parts = [
+            cell.rjust(width) if i in right else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(line, widths, strict=True))
+        ]
+        return "  ".join(parts).rstrip()
+
+    rule = "  ".join("-" * width for width in widths)
+    return "\n".join([fmt(_HEADERS), rule, *(fmt(line) for line in cells[1:])])
+
+
+def markdown(rows: Sequence[Row]) -> str:
+    """The same table as Markdown."""
+    lines = ["| " + " | ".join(_HEADERS) + " |", "|" + "|".join(
+        "---:" if i in {1, 3, 4, 5, 6, 7} else "---" for i in range(len(_HEADERS))
+    ) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in _cells(row)) + " |")
+    return "\n".join(lines)
+
+
+def _find(rows: Sequence[Row], keys: int, match: Callable[[Row], bool]) -> list[Row]:
+    return [r for r in rows if r.keys == keys and r.measurement is not None and match(r)]
+
+
+def _ratio(
+    name: str, keys: int, goal: float, subjects: list[Row], baselines: list[Row], what: str
+) -> Target:
+    if not subjects or not baselines:
+        missing = "no measured subject" if not subjects else f"no measured {what}"
+        label = _on(subjects[0]) if subjects else "ratewarden [gcra]"
+        return Target(name, keys, label, what, None, goal, missing)
+    subject = subjects[0]
+    baseline = max(baselines, key=lambda r: r.per_second or 0.0)
+    ratio = (subject.per_second or 0.0) / (baseline.per_second or 1.0)
+    return Target(name, keys, _on(subject), f"{what} {_on(baseline)}", ratio, goal)
+
+
+def _on(row: Row) -> str:
+    return f"{row.label} on {_backend(row)}"
+
+
+def targets(rows: Sequence[Row], key_sets: Sequence[int]) -> list[Target]:
+    """The three ratios of the brief, per key set."""
+
+    def rw_gcra(backend: str) -> Callable[[Row], bool]:
+        return lambda r: (r.library, r.algorithm, r.backend) == ("ratewarden", "gcra", backend)
+
+    found = []
+    for keys in key_sets:
+        found.append(_ratio(
+            "memory", keys, 3.0, _find(rows, keys, rw_gcra("memory")),
+            _find(rows, keys, lambda r: r.role == "peer" and r.backend == "memory"),
+            "fastest peer",
+        ))
+        found.append(_ratio(
+            "redis sync", keys, 1.5, _find(rows, keys, rw_gcra("redis")),
+            _find(rows, keys, lambda r: r.role == "ceiling" and r.backend == "redis"),
+            "the",
+        ))
+        found.append(_ratio(
+            "redis async", keys, 3.0, _find(rows, keys, rw_gcra("redis-async")),
+            _find(rows, keys, rw_gcra("redis")),
+            "its own",
+        ))
+    return found
+
+
+def write_json(
+    path: Path, meta: dict[str, Any], rows: Sequence[Row], found: Sequence[Target]
+) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "meta": meta,
+        "rows": [row.to_json() for row in rows],
+        "targets": [target.to_json() for target in found],
+    }
+    path.write_text(json.dumps(payload, indent=2, allow_nan=True) + "\n")

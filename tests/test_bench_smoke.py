@@ -1,0 +1,109 @@
+"""The benchmark harness runs end to end on a handful of decisions, in memory only.
+
+Speed is never asserted here (DESIGN.md, section 6); these tests catch a broken
+harness: a case that no longer sets up, a loop that miscounts, a report that
+no longer renders.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import __main__ as cli
+from benchmarks import _report, _suite
+from benchmarks._case import Case, Env
+from benchmarks._timing import Budget, measure_async, measure_sync
+
+CALLS = 20
+TINY = Budget(duration_s=3_600.0, warmup_s=0.0, warmup_full_pass=False, max_calls=CALLS)
+
+
+def memory_cases() -> list[Case]:
+    return [case for case in _suite.all_cases() if case.backend == "memory"]
+
+
+def test_every_memory_case_makes_exactly_the_decisions_asked_for() -> None:
+    """Each in-memory case times CALLS calls, none failing or denied; ratewarden's always runs."""
+    cases = memory_cases()
+    rows = _suite.run(cases, Env(redis_url=None), TINY, key_sets=(1, 3))
+    assert len(rows) == 2 * len(cases)
+    assert any(row.library == "ratewarden" and row.algorithm == "gcra" for row in rows)
+    for row in rows:
+        if row.role == "peer" and row.status.startswith("not available"):
+            continue  # a peer missing from this environment is reported, not measured
+        assert row.status == "ok", row
+        assert row.measurement is not None
+        assert row.measurement.calls == CALLS
+        assert row.measurement.errors == 0
+        assert row.measurement.denied == 0
+        assert 0 < row.measurement.p50_us <= row.measurement.p99_us
+
+
+def test_redis_cases_without_a_server_are_marked_not_available() -> None:
+    """With no Redis URL every Redis row says "not available" instead of failing the run."""
+    cases = [case for case in _suite.all_cases() if case.backend != "memory"]
+    rows = _suite.run(cases, Env(redis_url=None), TINY, key_sets=(1,))
+    assert rows
+    assert all(row.status.startswith("not available") for row in rows), rows
+
+
+def test_errors_are_counted_and_the_loop_goes_on() -> None:
+    """A decide() that raises on every other call yields half errors, still CALLS timed calls."""
+    calls = iter(range(10_000))
+
+    def flaky(key: str) -> bool:
+        if next(calls) % 2:
+            raise ConnectionError("gone")
+        return True
+
+    found = measure_sync(flaky, ["a", "b"], TINY)
+    assert found.calls == CALLS
+    assert found.errors == CALLS // 2
+    assert found.first_error == "ConnectionError: gone"
+
+
+def test_async_loop_keeps_the_asked_number_in_flight() -> None:
+    """The async loop runs CALLS decisions over 8 workers, and at most 8 are ever outstanding."""
+    state = {"now": 0, "peak": 0}
+
+    async def decide(key: str) -> bool:
+        state["now"] += 1
+        state["peak"] = max(state["peak"], state["now"])
+        await asyncio.sleep(0)
+        state["now"] -= 1
+        return key != "denied"
+
+    found = asyncio.run(measure_async(decide, ["a", "denied"], TINY, in_flight=8))
+    assert found.calls == CALLS
+    assert found.denied == CALLS // 2
+    assert state["peak"] == 8
+
+
+def test_command_line_writes_the_table_targets_and_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`python -m benchmarks --backend memory --max-calls N` prints a table, writes latest.json."""
+    assert cli.main(["--backend", "memory", "--max-calls", "5", "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "ratewarden [gcra]" in out
+    assert "memory, 1 key: ratewarden [gcra] on memory" in out
+    data = json.loads((tmp_path / "latest.json").read_text())
+    assert {row["backend"] for row in data["rows"]} == {"memory"}
+    peers_measured = any(r["role"] == "peer" and r["status"] == "ok" for r in data["rows"])
+    memory_targets = [t for t in data["targets"] if t["name"] == "memory"]
+    assert memory_targets
+    assert all((t["ratio"] is not None) == peers_measured for t in memory_targets)
+    assert all(t["verdict"] == "n/a" for t in data["targets"] if t["name"] != "memory")
+    assert (tmp_path / "latest.md").read_text().startswith("| backend |")
+
+
+def test_table_shows_every_row_once() -> None:
+    """The plain table has a header, a rule, and one line per row."""
+    rows = _suite.run(memory_cases()[:2], Env(redis_url=None), TINY, key_sets=(1,))
+    lines = _report.table(rows).splitlines()
+    assert len(lines) == 2 + len(rows)
+    assert lines[0].startswith("backend")
