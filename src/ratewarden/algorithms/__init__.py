@@ -9,14 +9,22 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from ratewarden.algorithms import gcra, leaky_bucket, token_bucket
+from ratewarden.algorithms import (
+    fixed_window,
+    gcra,
+    leaky_bucket,
+    sliding_log,
+    sliding_window,
+    token_bucket,
+)
 from ratewarden.errors import ConfigurationError
 
 __all__ = ["ALGORITHMS", "get"]
 
 #: Rate algorithms by name (the ``algorithm=`` value everywhere).
 ALGORITHMS: dict[str, ModuleType] = {
-    module.NAME: module for module in (gcra, leaky_bucket, token_bucket)
+    module.NAME: module
+    for module in (fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket)
 }
 
 

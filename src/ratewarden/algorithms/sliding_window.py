@@ -1,0 +1,101 @@
+"""Sliding window: two epoch-aligned counters and a weighted estimate.
+
+Windows are epoch-aligned as in ``fixed_window`` (index ``now // P``). The
+count in the trailing period is estimated from the current window's count and
+the previous window's, weighted by how much of the previous window the
+trailing period still covers::
+
+    estimate = prev * (P - elapsed) / P + cur        (elapsed = now - window start)
+
+A request of cost ``c`` is allowed when ``estimate + c <= limit``, tested
+without division as ``prev*(P - elapsed) + (cur + c)*P <= limit*P``. Those
+products are computed as IEEE doubles, in the same order here and in the Lua
+twin: they are exact integers below 2**53 (all ordinary rates), and above it
+(say 10**6/day) both twins round identically, so they still agree bit for bit.
+
+Burst: slightly above the limit at times. The estimate assumes the previous
+window's requests were spread evenly; when they were bunched at its end, a
+trailing period can hold more than ``limit`` (never more than ``2 * limit``,
+and far less in practice). ``sliding_log`` is exact.
+
+State: three integers, ``(window_index, prev_count, cur_count)``. It is as if
+never seen two windows after its own started (its counts no longer weigh).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ratewarden.algorithms._base import NEVER, Outcome, Step
+from ratewarden.errors import ConfigurationError
+from ratewarden.rate import Rate
+
+__all__ = ["NAME", "State", "check", "params"]
+
+NAME = "sliding_window"
+
+#: ``(window_index, prev_count, cur_count)``: counts of windows index - 1 and index.
+State = tuple[int, int, int]
+
+
+def params(rate: Rate) -> tuple[int, ...]:
+    """``(limit, period_us)``; a window counts ``limit`` and has no separate burst."""
+    if rate.burst is not None and rate.burst != rate.limit:
+        raise ConfigurationError(
+            f"rate {rate}: the {NAME} algorithm counts {rate.limit} per window and has no "
+            "separate burst; drop burst= or use a bucket algorithm (gcra, token_bucket)"
+        )
+    return (rate.limit, rate.period_us)
+
+
+def _counts(state: State | None, window: int) -> tuple[int, int]:
+    """``(prev, cur)`` as seen from ``window``: a state rolls forward one window, then empties."""
+    if state is None:
+        return 0, 0
+    index, prev, cur = state
+    if index == window:
+        return prev, cur
+    if index == window - 1:
+        return cur, 0
+    return 0, 0
+
+
+def _retry_after(limit: int, period: int, elapsed: int, prev: int, cur: int, cost: int) -> int:
+    """Microseconds until the estimate first admits ``cost``; ``cost <= limit``, denied now."""
+    if cur + cost <= limit:
+        # Later in this window: prev's weight must fall to (limit - cur - cost) * P,
+        # i.e. P - elapsed <= that / prev. A denial here implies prev > 0.
+        allowance = math.floor(float(limit - cur - cost) * float(period) / float(prev))
+        wait = period - allowance - elapsed
+    else:
+        # Only in the next window, where this window's count is the weighted one
+        # (and cur > 0, since cost <= limit < cur + cost).
+        allowance = math.floor(float(limit - cost) * float(period) / float(cur))
+        wait = period - elapsed + period - allowance
+    # Exact below 2**53; above it float rounding could put the instant at or
+    # before now, and a denial must never say "retry now".
+    return max(wait, 1)
+
+
+def check(params: tuple[int, ...], state: State | None, now_us: int, cost: int) -> Step:
+    limit, period = params
+    window = now_us // period
+    elapsed = now_us - window * period
+    prev, cur = _counts(state, window)
+    # Everything below is scaled by P; see the module docstring on doubles.
+    weighted = float(prev) * float(period - elapsed)
+    room = float(limit) * float(period)
+    allowed = cost <= limit and weighted + float(cur + cost) * float(period) <= room
+    total = cur + cost if allowed else cur
+    remaining = math.floor((room - (weighted + float(total) * float(period))) / float(period))
+    # Counts of this window weigh until the end of the next one; prev's until this one ends.
+    if total > 0:
+        reset_after = 2 * period - elapsed
+    elif prev > 0:
+        reset_after = period - elapsed
+    else:
+        reset_after = 0
+    if allowed:
+        return Outcome(True, remaining, reset_after, 0), (window, prev, total), reset_after
+    retry_after = NEVER if cost > limit else _retry_after(limit, period, elapsed, prev, cur, cost)
+    return Outcome(False, remaining, reset_after, retry_after), state, 0

@@ -1,0 +1,132 @@
+"""The ``ratewarden`` command.
+
+::
+
+    ratewarden serve --config PATH... [--store URL] [--host H] [--grpc-port N] [--http-port N]
+                     [--workers N] [...]            the Envoy rate limit service
+    ratewarden config check PATH...                  validate rule files, print every error
+
+Exit codes: 0 success; 1 the config is invalid or the server could not start
+(busy port, store unreachable at start); 2 bad command-line input (a flag or
+environment variable with a wrong value). Errors are one line each, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from ratewarden.errors import ConfigurationError
+
+__all__ = ["main"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from ratewarden.server.settings import OPTIONS
+
+    serve = commands.add_parser(
+        "serve",
+        help="run the Envoy rate limit service (gRPC and HTTP)",
+        description="Run the Envoy global rate limit service. Every flag can also be set by the "
+        "environment variable shown; a flag wins over its variable.",
+    )
+    for name, option in OPTIONS.items():
+        help_text = f"{option.help} [env {option.env}]"
+        if name == "config_paths":
+            serve.add_argument(option.flag, dest=name, nargs="+", action="extend",
+                               metavar="PATH", help=help_text)
+        elif name in ("shadow", "charge_denied"):
+            serve.add_argument(option.flag, dest=name, action=argparse.BooleanOptionalAction,
+                               default=None, help=help_text)
+        else:
+            metavar = option.flag.removeprefix("--").replace("-", "_").upper()
+            serve.add_argument(option.flag, dest=name, metavar=metavar, help=help_text)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ratewarden",
+        description="Exact, atomic rate limiting: the Envoy rate limit service and its tools.",
+    )
+    from ratewarden import __version__
+
+    parser.add_argument("--version", action="version", version=f"ratewarden {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _serve_parser(commands)
+    config = commands.add_parser("config", help="work with rule files")
+    config_commands = config.add_subparsers(dest="config_command", required=True, metavar="COMMAND")
+    check = config_commands.add_parser(
+        "check",
+        help="validate rule files; exit 1 listing every error (file:line: key: reason)",
+        description="Load rule files or directories the way `serve` does and report every error.",
+    )
+    check.add_argument("paths", nargs="+", metavar="PATH", help="rule files or directories")
+    return parser
+
+
+def _errors(exc: BaseException) -> list[str]:
+    errors = getattr(exc, "errors", None)
+    return [str(error) for error in errors] if errors else [str(exc)]
+
+
+def _config_check(paths: Sequence[str]) -> int:
+    from ratewarden.server import config as rules
+
+    try:
+        loaded = rules.load(paths)
+    except ConfigurationError as exc:
+        for line in _errors(exc):
+            print(line, file=sys.stderr)
+        print(f"ratewarden config check: {_count(len(_errors(exc)), 'error')}", file=sys.stderr)
+        return EXIT_FAILED
+    print(
+        f"ok: {_count(len(loaded.files), 'file')}, {_count(len(loaded.domains), 'domain')}, "
+        f"{_count(len(loaded.rules), 'rule')}"
+    )
+    print(loaded.describe(), end="")
+    return EXIT_OK
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'s' * (number != 1)}"
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from ratewarden.server import settings
+
+    try:
+        chosen = settings.resolve(vars(args), os.environ)
+    except ConfigurationError as exc:
+        print(f"ratewarden serve: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    from ratewarden.server import app
+
+    app.configure_logging(chosen.log_level, chosen.log_format)
+    try:
+        return app.run(chosen)
+    except ConfigurationError as exc:
+        for line in _errors(exc):
+            print(f"ratewarden serve: {line}", file=sys.stderr)
+        return EXIT_FAILED
+    except OSError as exc:
+        print(f"ratewarden serve: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command in ``argv`` (``sys.argv[1:]`` by default) and return its exit code."""
+    args = _parser().parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    return _config_check(args.paths)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,333 @@
+"""The one composition root of ``ratewarden serve``: settings in, a running server out.
+
+``RateLimitServer`` builds the store, loads the rules, wraps the service in the
+failure policy and hands it to both transports (gRPC and HTTP), then keeps two
+background loops: the config watcher (hot reload) and the health loop (serving
+only while a config is loaded and the store answers a ping). ``serve`` runs one
+process until SIGTERM or SIGINT; ``run`` starts ``--workers`` such processes
+sharing the ports and forwards the signals to them.
+
+Shutdown is graceful and bounded: health turns NOT_SERVING, the listeners stop
+accepting, calls in flight get ``--grace`` seconds to finish, then the store
+closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import multiprocessing
+import signal
+import sys
+import time
+from multiprocessing.connection import wait as wait_for_sentinels
+from typing import Any
+
+from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped, unused-ignore]
+
+from ratewarden.errors import ConfigurationError, RatewardenError
+from ratewarden.server import config as rules
+from ratewarden.server.grpc import GrpcServer
+from ratewarden.server.http import HttpServer
+from ratewarden.server.reload import ConfigWatcher
+from ratewarden.server.service import AsyncRateLimitService
+from ratewarden.server.settings import Settings, store_scheme
+from ratewarden.storage import AsyncStore
+from ratewarden.storage.memory import AsyncMemoryStore
+
+__all__ = ["RateLimitServer", "configure_logging", "open_store", "run", "serve"]
+
+log = logging.getLogger("ratewarden.server")
+
+#: A store that takes longer than this to answer a ping counts as down.
+PING_TIMEOUT_S = 1.0
+
+
+def open_store(url: str) -> AsyncStore:
+    """The store ``url`` names: ``memory`` (embedded) or a Redis URL (``ratewarden[redis]``)."""
+    if store_scheme(url) == "memory":
+        return AsyncMemoryStore()
+    try:
+        from ratewarden.storage.redis import (  # type: ignore[import-not-found, unused-ignore]
+            AsyncRedisStore,
+        )
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"store {url!r} needs the Redis client: pip install 'ratewarden[redis]' ({exc})"
+        ) from exc
+    store: AsyncStore = AsyncRedisStore.from_url(url)
+    return store
+
+
+def fallback_response(request: Any, *, deny: bool) -> Any:
+    """The answer when the service failed: every descriptor OK (open) or OVER_LIMIT (closed)."""
+    code = rls_pb2.RateLimitResponse.OVER_LIMIT if deny else rls_pb2.RateLimitResponse.OK
+    return rls_pb2.RateLimitResponse(
+        overall_code=code,
+        statuses=[
+            rls_pb2.RateLimitResponse.DescriptorStatus(code=code) for _ in request.descriptors
+        ],
+    )
+
+
+class RateLimitServer:
+    """Everything one ``ratewarden serve`` process runs. ``start`` then ``stop``.
+
+    ``store`` replaces the one ``settings.store_url`` names (tests pass their own).
+    """
+
+    def __init__(self, settings: Settings, *, store: AsyncStore | None = None) -> None:
+        self.settings = settings
+        self.watcher: ConfigWatcher[rules.RateLimitConfig] = ConfigWatcher(
+            settings.config_paths, rules.load, self._apply
+        )
+        self.config = self.watcher.load_initial()
+        self.store: AsyncStore = store if store is not None else open_store(settings.store_url)
+        self.service = AsyncRateLimitService(
+            self.config,
+            self.store,
+            shadow=settings.shadow,
+            charge_denied=settings.charge_denied,
+            near_limit_ratio=settings.near_limit_ratio,
+        )
+        self.grpc = GrpcServer(self.should_rate_limit)
+        self.http = HttpServer(self)
+        self.grpc_port = 0
+        self.http_port = 0
+        self.errors = 0
+        self._serving = False
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # --- what the transports call -------------------------------------------------
+
+    async def should_rate_limit(self, request: Any) -> Any:
+        """The service's answer; on an unexpected failure, the ``--on-error`` answer instead."""
+        try:
+            return await self.service.should_rate_limit(request)
+        except ConfigurationError:
+            raise  # a malformed request: the transport says so (INVALID_ARGUMENT / 400)
+        except Exception:
+            self.errors += 1
+            log.exception(
+                "ShouldRateLimit failed; answering per --on-error",
+                extra={
+                    "event": "call_failed",
+                    "domain": request.domain,
+                    "on_error": self.settings.on_error,
+                },
+            )
+            return fallback_response(request, deny=self.settings.on_error == "closed")
+
+    def serving(self) -> bool:
+        return self._serving
+
+    def rules_text(self) -> str:
+        text: str = self.config.describe()
+        return text
+
+    def rules_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = self.config.to_dict()
+        return data
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Bind both ports, then start the health and reload loops; OSError on a busy port."""
+        s = self.settings
+        self.grpc_port = await self.grpc.start(s.host, s.grpc_port, reuse_port=s.reuse_port)
+        try:
+            self.http_port = await self.http.start(s.host, s.http_port, reuse_port=s.reuse_port)
+        except OSError as exc:
+            await self.grpc.stop(0)
+            raise OSError(exc.errno, f"cannot listen for HTTP on {s.host}:{s.http_port}: "
+                          f"{exc.strerror or exc}") from exc
+        await self.refresh_health()
+        self._tasks.append(asyncio.create_task(self._health_loop()))
+        if s.reload_interval > 0:
+            self._tasks.append(asyncio.create_task(self.watcher.run(s.reload_interval)))
+        log.info(
+            "serving",
+            extra={
+                "event": "serving",
+                "grpc": f"{s.host}:{self.grpc_port}",
+                "http": f"{s.host}:{self.http_port}",
+                "store": _redacted(s.store_url),
+                "config": list(s.config_paths),
+            },
+        )
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Turn NOT_SERVING, refuse new calls, let calls in flight finish, close the store."""
+        grace = self.settings.grace if grace is None else grace
+        self._serving = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        await asyncio.gather(self.grpc.stop(grace), self.http.stop(grace))
+        await self.store.aclose()
+        log.info("stopped", extra={"event": "stopped"})
+
+    async def refresh_health(self) -> bool:
+        """Ping the store and publish the result to both health endpoints."""
+        try:
+            alive = bool(await asyncio.wait_for(self.store.ping(), PING_TIMEOUT_S))
+        except Exception:
+            alive = False
+        if alive != self._serving:
+            log.log(
+                logging.INFO if alive else logging.WARNING,
+                "store answers: serving" if alive else "store does not answer: not serving",
+                extra={"event": "health", "serving": alive},
+            )
+        self._serving = alive
+        await self.grpc.set_serving(alive)
+        return alive
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.health_interval)
+            await self.refresh_health()
+
+    def _apply(self, config: rules.RateLimitConfig) -> None:
+        self.service.swap_config(config)
+        self.config = config
+
+
+def _redacted(url: str) -> str:
+    """``url`` without a password, for logs."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    credentials, _, host = rest.rpartition("@")
+    user = credentials.partition(":")[0]
+    return f"{scheme}://{user + ':***' if user else '***'}@{host}"
+
+
+async def _serve(settings: Settings) -> None:
+    server = RateLimitServer(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await server.start()
+    except BaseException:
+        await server.store.aclose()
+        raise
+    await stop.wait()
+    log.info("shutting down", extra={"event": "shutting_down", "grace_s": settings.grace})
+    await server.stop()
+
+
+def serve(settings: Settings) -> int:
+    """Run one server process until SIGTERM or SIGINT; the exit code."""
+    asyncio.run(_serve(settings))
+    return 0
+
+
+def _worker(settings: Settings, index: int) -> None:
+    configure_logging(settings.log_level, settings.log_format, worker=index)
+    with contextlib.suppress(KeyboardInterrupt):
+        try:
+            serve(settings)
+        except (OSError, RatewardenError) as exc:
+            log.error(str(exc), extra={"event": "worker_failed"})
+            sys.exit(1)
+
+
+def run(settings: Settings) -> int:
+    """Serve with ``settings.workers`` processes; the exit code.
+
+    One worker runs in this process. Several run as spawned children sharing the
+    ports through SO_REUSEPORT (the kernel spreads connections); this process
+    forwards SIGTERM/SIGINT to them and waits. If a child dies on its own, the
+    others are stopped too and the exit code is 1, so a supervisor restarts the
+    whole set rather than running short-handed.
+    """
+    if settings.workers == 1:
+        return serve(settings)
+    rules.load(settings.config_paths)  # fail here, once, rather than in every worker
+    context = multiprocessing.get_context("spawn")
+    children = [
+        context.Process(target=_worker, args=(settings, index), name=f"ratewarden-worker-{index}")
+        for index in range(settings.workers)
+    ]
+    stopping = False
+
+    def forward(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        for child in children:
+            if child.pid is not None and child.exitcode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    child.terminate()
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    for child in children:
+        child.start()
+    log.info("workers started", extra={"event": "workers", "pids": [c.pid for c in children]})
+    code = 0
+    pending = list(children)
+    while pending:
+        wait_for_sentinels([child.sentinel for child in pending])
+        for child in [c for c in pending if c.exitcode is not None]:
+            pending.remove(child)
+            if not stopping:
+                log.error(
+                    "worker exited; stopping the others",
+                    extra={"event": "worker_exited", "pid": child.pid, "exitcode": child.exitcode},
+                )
+                code = 1
+                forward(signal.SIGTERM, None)
+    return 1 if code or any(child.exitcode for child in children) else 0
+
+
+_STANDARD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message"}
+
+
+class _StructuredFormatter(logging.Formatter):
+    """A line with the record's ``extra`` fields: a JSON object, or text then key=value pairs."""
+
+    def __init__(self, fmt: str, worker: int | None) -> None:
+        super().__init__()
+        self._json = fmt == "json"
+        self._worker = worker
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if self._worker is not None:
+            entry["worker"] = self._worker
+        for key, value in vars(record).items():
+            if key not in _STANDARD_FIELDS and not key.startswith("_"):
+                entry[key] = value
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        if self._json:
+            return json.dumps(entry, default=str)
+        head = f"{entry.pop('ts')} {entry.pop('level').upper()} {entry.pop('logger')}: "
+        head += str(entry.pop("msg"))
+        trace = entry.pop("exc", None)
+        pairs = " ".join(f"{key}={json.dumps(value, default=str)}" for key, value in entry.items())
+        return head + (f" {pairs}" if pairs else "") + (f"\n{trace}" if trace else "")
+
+
+def configure_logging(level: str, fmt: str, *, worker: int | None = None) -> None:
+    """Send ratewarden's logs to stderr: JSON lines (``fmt="json"``) or text with key=value."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_StructuredFormatter(fmt, worker))
+    root = logging.getLogger("ratewarden")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False

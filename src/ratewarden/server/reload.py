@@ -1,0 +1,174 @@
+"""Hot reload: notice that the config files changed, load them, swap the new rules in.
+
+``ConfigWatcher`` polls: it fingerprints every config file (path, the file it
+resolves to, device, inode, mtime, size) and reloads when the fingerprint
+differs from the one taken before the last load. Following symlinks to their
+target catches the way Kubernetes updates a mounted ConfigMap: the visible
+``rules.yaml`` is a link through ``..data``, and an update swaps ``..data`` to a
+new directory in one rename, so the target path and inode change even when
+mtime and size do not. Polling rather than inotify keeps it the same on every
+platform and under every volume type.
+
+A load that fails keeps the last good config: the watcher logs the errors (one
+structured line, ``event=config_reload_failed``) and counts them, and does not
+try again until the files change once more. Files that change while they are
+being read are read again on the next poll, so a half-written file is never
+applied. ``check_once`` does one poll
+synchronously, so tests drive it directly instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import os
+import stat
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
+
+__all__ = ["ConfigWatcher", "ReloadOutcome", "fingerprint"]
+
+log = logging.getLogger("ratewarden.server.reload")
+
+C = TypeVar("C")
+
+Fingerprint = tuple[tuple[object, ...], ...]
+
+
+class ReloadOutcome(enum.Enum):
+    UNCHANGED = "unchanged"
+    RELOADED = "reloaded"
+    FAILED = "failed"
+
+
+def fingerprint(paths: Sequence[str]) -> Fingerprint:
+    """What the config looks like on disk, in a form that changes whenever a file does.
+
+    Directories are walked (hidden entries such as Kubernetes' ``..data`` are
+    skipped: the visible links through them are followed instead). A path that
+    cannot be read contributes its error, so a file appearing or disappearing
+    changes the fingerprint too.
+    """
+    entries: list[tuple[object, ...]] = []
+    seen_dirs: set[tuple[int, int]] = set()
+    for path in paths:
+        _walk(path, entries, seen_dirs)
+    return tuple(entries)
+
+
+def _walk(path: str, entries: list[tuple[object, ...]], seen_dirs: set[tuple[int, int]]) -> None:
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        entries.append((path, "unreadable", exc.errno))
+        return
+    if stat.S_ISDIR(info.st_mode):
+        # A symlink loop would otherwise walk forever.
+        if (info.st_dev, info.st_ino) in seen_dirs:
+            return
+        seen_dirs.add((info.st_dev, info.st_ino))
+        try:
+            names = sorted(os.listdir(path))
+        except OSError as exc:
+            entries.append((path, "unreadable", exc.errno))
+            return
+        entries.append((path, "dir", os.path.realpath(path)))
+        for name in names:
+            if not name.startswith("."):
+                _walk(os.path.join(path, name), entries, seen_dirs)
+        return
+    entries.append(
+        (path, os.path.realpath(path), info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size)
+    )
+
+
+class ConfigWatcher(Generic[C]):
+    """Reload ``paths`` with ``load`` when they change, and hand each good config to ``apply``.
+
+    ``load(paths)`` must return a whole config or raise; ``apply`` must switch to
+    it atomically (``RateLimitService.swap_config`` does). Counters: ``reloads``,
+    ``failures``; ``last_error`` holds the message of the latest failed load,
+    cleared by the next good one.
+    """
+
+    def __init__(
+        self,
+        paths: Sequence[str],
+        load: Callable[[Sequence[str]], C],
+        apply: Callable[[C], None],
+    ) -> None:
+        self.paths = tuple(paths)
+        self._load = load
+        self._apply = apply
+        self._seen: Fingerprint | None = None
+        self.reloads = 0
+        self.failures = 0
+        self.last_error: str | None = None
+
+    def load_initial(self) -> C:
+        """Load the config the server starts with; errors propagate (nothing to fall back on).
+
+        The fingerprint is taken before reading, so a change made while loading
+        is picked up by the next ``check_once``.
+        """
+        self._seen = fingerprint(self.paths)
+        return self._load(self.paths)
+
+    def check_once(self) -> ReloadOutcome:
+        """Poll once: reload and apply if the files changed since the last load."""
+        return self._finish(*self._poll())
+
+    async def acheck_once(self) -> ReloadOutcome:
+        """``check_once`` for a running server: files are read on a worker thread, and
+        the new config is applied on the event loop's thread, in one step."""
+        return self._finish(*await asyncio.to_thread(self._poll))
+
+    async def run(self, interval: float) -> None:
+        """``acheck_once`` every ``interval`` seconds until cancelled."""
+        while True:
+            await asyncio.sleep(interval)
+            await self.acheck_once()
+
+    def _poll(self) -> tuple[ReloadOutcome, C | None]:
+        current = fingerprint(self.paths)
+        if current == self._seen:
+            return ReloadOutcome.UNCHANGED, None
+        self._seen = current
+        try:
+            config = self._load(self.paths)
+        except Exception as exc:
+            self.failures += 1
+            self.last_error = str(exc)
+            errors = [str(error) for error in getattr(exc, "errors", None) or [exc]]
+            log.error(
+                "config reload failed; keeping the last good config",
+                extra={
+                    "event": "config_reload_failed",
+                    "paths": list(self.paths),
+                    "errors": errors,
+                    "failures": self.failures,
+                },
+            )
+            return ReloadOutcome.FAILED, None
+        if fingerprint(self.paths) != current:
+            # Written to while we read (an editor saving in place): what we read may
+            # be half a file that happens to parse. Try again on the next poll.
+            self._seen = None
+            return ReloadOutcome.UNCHANGED, None
+        return ReloadOutcome.RELOADED, config
+
+    def _finish(self, outcome: ReloadOutcome, config: C | None) -> ReloadOutcome:
+        if config is not None:
+            self._apply(config)
+            self.reloads += 1
+            self.last_error = None
+            log.info(
+                "config reloaded",
+                extra={
+                    "event": "config_reloaded",
+                    "paths": list(self.paths),
+                    "reloads": self.reloads,
+                },
+            )
+        return outcome

@@ -1,0 +1,86 @@
+-- sliding_window.lua: two-counter estimate per epoch-aligned window, every layer all or nothing.
+-- Mirrors ratewarden.algorithms.sliding_window.check, composed by the prelude's layered().
+-- KEYS[i]   "window_index prev_count cur_count"
+-- ARGV[3..] per layer: limit, period_us
+-- Reply     see _prelude.lua
+--
+-- The products below can pass 2^53 (10^6/day); they are computed in the same
+-- order as the Python reference, whose float() arithmetic rounds identically.
+
+local function read(key)
+  local raw = redis.call('GET', key)
+  if not raw then
+    return nil
+  end
+  local a = string.find(raw, ' ', 1, true)
+  local b = string.find(raw, ' ', a + 1, true)
+  return {
+    tonumber(string.sub(raw, 1, a - 1)),
+    tonumber(string.sub(raw, a + 1, b - 1)),
+    tonumber(string.sub(raw, b + 1)),
+  }
+end
+
+local function write(key, state, ttl_us)
+  local value = fmt(state[1]) .. ' ' .. fmt(state[2]) .. ' ' .. fmt(state[3])
+  redis.call('SET', key, value, 'PX', ttl_ms(ttl_us))
+end
+
+local function counts(state, window)
+  if not state then
+    return 0, 0
+  end
+  if state[1] == window then
+    return state[2], state[3]
+  end
+  if state[1] == window - 1 then
+    return state[3], 0
+  end
+  return 0, 0
+end
+
+local function retry_after(limit, period, elapsed, prev, cur, cost)
+  local wait
+  if cur + cost <= limit then
+    local allowance = math.floor((limit - cur - cost) * period / prev)
+    wait = period - allowance - elapsed
+  else
+    local allowance = math.floor((limit - cost) * period / cur)
+    wait = period - elapsed + period - allowance
+  end
+  if wait < 1 then
+    wait = 1
+  end
+  return wait
+end
+
+local function check(p, state, now, cost)
+  local limit, period = p[1], p[2]
+  local window = idiv(now, period)
+  local elapsed = now - window * period
+  local prev, cur = counts(state, window)
+  local weighted = prev * (period - elapsed)
+  local room = limit * period
+  local allowed = cost <= limit and weighted + (cur + cost) * period <= room
+  local total = cur
+  if allowed then
+    total = cur + cost
+  end
+  local remaining = math.floor((room - (weighted + total * period)) / period)
+  local reset = 0
+  if total > 0 then
+    reset = 2 * period - elapsed
+  elseif prev > 0 then
+    reset = period - elapsed
+  end
+  if allowed then
+    return {1, remaining, reset, 0, 0}, {window, prev, total}, reset
+  end
+  local retry = NEVER
+  if cost <= limit then
+    retry = retry_after(limit, period, elapsed, prev, cur, cost)
+  end
+  return {0, remaining, reset, retry, 0}, state, 0
+end
+
+return layered(read, check, write, 2)

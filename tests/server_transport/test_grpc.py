@@ -1,0 +1,216 @@
+"""The gRPC transport over real loopback sockets: ShouldRateLimit, health, errors, graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+import pytest
+from envoy.service.ratelimit.v3 import rls_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from ratewarden.decision import Decision
+from ratewarden.rate import Rate
+from ratewarden.storage.memory import AsyncMemoryStore
+from ratewarden.testing import ManualClock
+from tests.server_transport.conftest import (
+    HOST,
+    OK,
+    OVER_LIMIT,
+    StartServer,
+    channel,
+    request,
+)
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+async def health_of(port: int, service: str = "") -> int:
+    async with channel(port) as chan:
+        stub = health_pb2_grpc.HealthStub(chan)
+        reply = await stub.Check(health_pb2.HealthCheckRequest(service=service))
+        return int(reply.status)
+
+
+async def refused_soon(stub: Any) -> grpc.StatusCode:
+    """The status of the first new call the stopping server refuses (polls for up to 5 s)."""
+    for _ in range(500):
+        try:
+            await stub.ShouldRateLimit(request("transport", {"open": "x"}), timeout=5)
+        except grpc.aio.AioRpcError as exc:
+            return exc.code()
+        await asyncio.sleep(0.01)
+    raise AssertionError("the server kept accepting new calls while stopping")
+
+
+ONE_KEY = request("transport", {"api_key": "a"})
+
+
+class PingStore(AsyncMemoryStore):
+    """A memory store whose ping answers what the test says (a store that went away)."""
+
+    def __init__(self) -> None:
+        super().__init__(clock=ManualClock())
+        self.alive = False
+
+    async def ping(self) -> bool:
+        return self.alive
+
+
+class GateStore(AsyncMemoryStore):
+    """A memory store whose hits wait for the test to open the gate (a call held in flight)."""
+
+    def __init__(self) -> None:
+        super().__init__(clock=ManualClock())
+        self.entered = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def hit(self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
+                  ) -> Decision:
+        self.entered.set()
+        await self.gate.wait()
+        return await super().hit(algorithm, key, rates, cost)
+
+
+class ExplodingService:
+    """Stands in for a service with a bug: every call raises."""
+
+    async def should_rate_limit(self, request: Any) -> Any:
+        raise RuntimeError("a bug in the service")
+
+
+async def test_calls_are_allowed_until_the_limit_then_over_limit(start_server: StartServer) -> None:
+    """3/minute on api_key: three OK answers counting down, then OVER_LIMIT, over real gRPC."""
+    server = await start_server()
+    async with channel(server.grpc_port) as chan:
+        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+        replies = [
+            await stub.ShouldRateLimit(request("transport", {"api_key": "a"})) for _ in range(4)
+        ]
+    assert [r.overall_code for r in replies] == [OK, OK, OK, OVER_LIMIT]
+    assert [r.statuses[0].limit_remaining for r in replies] == [2, 1, 0, 0]
+    assert replies[0].statuses[0].current_limit.requests_per_unit == 3
+
+
+async def test_statuses_come_back_one_per_descriptor_in_request_order(
+    start_server: StartServer,
+) -> None:
+    """A descriptor without a rule is OK without current_limit; a limited one carries its limit."""
+    server = await start_server()
+    async with channel(server.grpc_port) as chan:
+        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+        reply = await stub.ShouldRateLimit(
+            request("transport", {"open": "x"}, {"api_key": "b"}, {"unknown": "y"})
+        )
+    assert [s.code for s in reply.statuses] == [OK, OK, OK]
+    assert [s.HasField("current_limit") for s in reply.statuses] == [False, True, False]
+
+
+async def test_every_health_name_reports_serving_once_started(start_server: StartServer) -> None:
+    """'', the rate limit service's full name and envoyproxy/ratelimit's 'ratelimit' are SERVING."""
+    server = await start_server()
+    for name in ("", "envoy.service.ratelimit.v3.RateLimitService", "ratelimit"):
+        assert await health_of(server.grpc_port, name) == SERVING
+
+
+async def test_health_follows_whether_the_store_answers(start_server: StartServer) -> None:
+    """NOT_SERVING while the store's ping fails; SERVING on the next check after it answers."""
+    store = PingStore()
+    server = await start_server(store=store)
+    assert await health_of(server.grpc_port) == NOT_SERVING
+    store.alive = True
+    assert await server.refresh_health()
+    assert await health_of(server.grpc_port) == SERVING
+    store.alive = False
+    assert not await server.refresh_health()
+    assert await health_of(server.grpc_port) == NOT_SERVING
+
+
+async def test_a_failing_service_answers_ok_not_unknown(
+    start_server: StartServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An exception in the service is logged and answered OK per descriptor (--on-error open)."""
+    server = await start_server()
+    server.service = ExplodingService()  # type: ignore[assignment]
+    with caplog.at_level(logging.ERROR, logger="ratewarden.server"):
+        async with channel(server.grpc_port) as chan:
+            stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+            reply = await stub.ShouldRateLimit(request("transport", {"a": "1"}, {"b": "2"}))
+    assert reply.overall_code == OK
+    assert [s.code for s in reply.statuses] == [OK, OK]
+    assert server.errors == 1
+    assert [r.event for r in caplog.records] == ["call_failed"]  # type: ignore[attr-defined]
+    assert "a bug in the service" in caplog.text
+
+
+async def test_a_failing_service_denies_with_on_error_closed(start_server: StartServer) -> None:
+    """With --on-error closed the same failure answers OVER_LIMIT for every descriptor."""
+    server = await start_server(on_error="closed")
+    server.service = ExplodingService()  # type: ignore[assignment]
+    async with channel(server.grpc_port) as chan:
+        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+        reply = await stub.ShouldRateLimit(request("transport", {"a": "1"}))
+    assert reply.overall_code == OVER_LIMIT
+    assert [s.code for s in reply.statuses] == [OVER_LIMIT]
+
+
+async def test_a_malformed_request_is_invalid_argument(start_server: StartServer) -> None:
+    """A request without a domain is refused with INVALID_ARGUMENT and the reason, not UNKNOWN."""
+    server = await start_server()
+    async with channel(server.grpc_port) as chan:
+        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await stub.ShouldRateLimit(request("", {"api_key": "a"}))
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "domain is empty" in (raised.value.details() or "")
+
+
+async def test_stop_lets_a_call_in_flight_finish_and_refuses_new_calls(
+    start_server: StartServer,
+) -> None:
+    """While stopping: NOT_SERVING, new calls refused, and the call held in flight succeeds."""
+    store = GateStore()
+    server = await start_server(store=store)
+    async with channel(server.grpc_port) as chan:
+        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+        in_flight = asyncio.ensure_future(stub.ShouldRateLimit(ONE_KEY))
+        await store.entered.wait()
+        stopping = asyncio.create_task(server.stop(grace=30))
+        # UNAVAILABLE on a new connection, CANCELLED for a stream racing the GOAWAY.
+        refused = await refused_soon(stub)
+        assert refused in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+        assert not server.serving()
+        assert not stopping.done()
+        store.gate.set()
+        reply = await in_flight
+        await asyncio.wait_for(stopping, 5)
+    assert reply.overall_code == OK and reply.statuses[0].limit_remaining == 2
+
+
+async def test_stop_gives_up_on_a_stuck_call_after_the_grace(start_server: StartServer) -> None:
+    """A call that never finishes is cancelled when the grace runs out; stop returns."""
+    store = GateStore()
+    server = await start_server(store=store)
+    async with channel(server.grpc_port) as chan:
+        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+        in_flight = asyncio.ensure_future(stub.ShouldRateLimit(ONE_KEY))
+        await store.entered.wait()
+        await asyncio.wait_for(server.stop(grace=0.2), 5)
+        with pytest.raises(grpc.aio.AioRpcError) as cut:
+            await in_flight
+    assert cut.value.code() in (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE)
+
+
+async def test_a_busy_grpc_port_fails_start_with_the_address(start_server: StartServer) -> None:
+    """A second server on a port already in use raises OSError naming the address."""
+    with socket.socket() as taken:
+        taken.bind((HOST, 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(OSError, match=f"cannot listen for gRPC on {HOST}:{port}"):
+            await start_server(grpc_port=port)

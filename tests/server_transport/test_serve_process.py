@@ -1,0 +1,130 @@
+"""`ratewarden serve` as a real process: starts with only a config, stops gracefully on signals."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from envoy.service.ratelimit.v3 import rls_pb2_grpc
+
+from tests._servers import HOST
+from tests.server_transport._process import RATEWARDEN, ServeProcess
+from tests.server_transport.conftest import OK, RULES, request
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ratelimit.yaml"
+
+
+@pytest.fixture
+def rules(tmp_path: Path) -> Path:
+    path = tmp_path / "rules.yaml"
+    path.write_text(RULES)
+    return path
+
+
+@pytest.fixture
+def served(rules: Path) -> Iterator[ServeProcess]:
+    server = ServeProcess(rules)
+    try:
+        server.wait_serving()
+        yield server
+    finally:
+        server.stop()
+
+
+def post_json(port: int, body: dict[str, object]) -> int:
+    req = urllib.request.Request(
+        f"http://{HOST}:{port}/json", data=json.dumps(body).encode(), method="POST"
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=5) as reply:
+            return int(reply.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_serve_with_only_a_config_answers_grpc_and_http(served: ServeProcess) -> None:
+    """No store flag, no Redis: the memory store serves gRPC and /json, sharing counters."""
+    with grpc.insecure_channel(served.grpc_target) as chan:
+        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+        codes = [stub.ShouldRateLimit(request("transport", {"api_key": "k"})).overall_code
+                 for _ in range(2)]
+    body = {"domain": "transport", "descriptors": [{"entries": [{"key": "api_key", "value": "k"}]}]}
+    assert codes == [OK, OK]
+    assert [post_json(served.http_port, body) for _ in range(2)] == [200, 429]
+
+
+def test_sigterm_stops_gracefully_with_exit_code_0(served: ServeProcess) -> None:
+    """SIGTERM: shutting_down then stopped in the logs, exit 0, and the ports are released."""
+    assert served.signal(signal.SIGTERM) == 0
+    events = [entry.get("event") for entry in served.logs()]
+    assert events.index("serving") < events.index("shutting_down") < events.index("stopped")
+    for port in (served.grpc_port, served.http_port):
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past TIME_WAIT
+            probe.bind((HOST, port))  # fails while anything still listens
+
+
+def test_sigint_stops_gracefully_too(served: ServeProcess) -> None:
+    """Ctrl-C (SIGINT) takes the same graceful path as SIGTERM, with no traceback."""
+    assert served.signal(signal.SIGINT) == 0
+    assert "Traceback" not in served.text()
+    assert [e["event"] for e in served.logs() if e.get("event") == "stopped"] == ["stopped"]
+
+
+def test_the_serving_log_line_is_structured(served: ServeProcess) -> None:
+    """The JSON 'serving' line names both addresses, the store and the config paths."""
+    [line] = [entry for entry in served.logs() if entry.get("event") == "serving"]
+    assert line["grpc"] == served.grpc_target
+    assert line["http"] == f"{HOST}:{served.http_port}"
+    assert line["store"] == "memory"
+    assert line["level"] == "info" and line["logger"] == "ratewarden.server"
+
+
+def test_the_example_config_serves(tmp_path: Path) -> None:
+    """examples/ratelimit.yaml, the README's command, loads and serves on the memory store."""
+    server = ServeProcess(EXAMPLE)
+    try:
+        server.wait_serving()
+        body = {"domain": "public_api",
+                "descriptors": [{"entries": [{"key": "api_key", "value": "partner-acme"}]}]}
+        assert post_json(server.http_port, body) == 200
+        assert server.signal() == 0
+    finally:
+        server.stop()
+
+
+def test_a_busy_port_exits_1_with_the_reason(rules: Path) -> None:
+    """When the gRPC port is taken the process says so in one line and exits 1, no traceback."""
+    with socket.socket() as taken:
+        taken.bind((HOST, 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [*RATEWARDEN, "serve", "--config", str(rules), "--grpc-port", str(port),
+             "--http-port", "0", "--log-format", "text"],
+            check=False, capture_output=True, text=True, timeout=60,
+        )
+    assert done.returncode == 1
+    assert f"cannot listen for gRPC on {HOST}:{port}" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_an_invalid_config_exits_1_listing_every_error(tmp_path: Path) -> None:
+    """serve refuses to start on a bad config and prints each error as file:line: key: reason."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n")
+    done = subprocess.run(
+        [*RATEWARDEN, "serve", "--config", str(bad), "--grpc-port", "0", "--http-port", "0"],
+        check=False, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 1
+    assert f"{bad}:4: unit: invalid rate limit unit 'fortnight'" in done.stderr
+    assert f"{bad}:4: requests_per_unit: is missing" in done.stderr
+    assert "Traceback" not in done.stderr

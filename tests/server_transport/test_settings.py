@@ -1,0 +1,120 @@
+"""Settings of `ratewarden serve`: flags over environment over defaults, and clear errors."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.server.settings import OPTIONS, Settings, resolve, store_scheme
+
+
+def test_defaults_bind_loopback_on_8081_and_8080_with_the_memory_store() -> None:
+    """With only a config: 127.0.0.1, gRPC 8081, HTTP 8080, one worker on the memory store."""
+    settings = resolve({"config_paths": ["rules.yaml"]}, {})
+    assert settings == Settings(config_paths=("rules.yaml",))
+    assert (settings.host, settings.grpc_port, settings.http_port) == ("127.0.0.1", 8081, 8080)
+    assert store_scheme(settings.store_url) == "memory"
+    assert settings.workers == 1 and not settings.reuse_port
+
+
+def test_every_option_is_read_from_its_environment_variable() -> None:
+    """Each RATEWARDEN_* variable sets its option when no flag is given."""
+    environ = {
+        "RATEWARDEN_CONFIG": os.pathsep.join(["a.yaml", "rules/"]),
+        "RATEWARDEN_STORE": "redis://10.0.0.5:6379/0",
+        "RATEWARDEN_HOST": "0.0.0.0",
+        "RATEWARDEN_GRPC_PORT": "9081",
+        "RATEWARDEN_HTTP_PORT": "9080",
+        "RATEWARDEN_WORKERS": "2",
+        "RATEWARDEN_RELOAD_INTERVAL": "0",
+        "RATEWARDEN_HEALTH_INTERVAL": "0.5",
+        "RATEWARDEN_GRACE": "3",
+        "RATEWARDEN_SHADOW": "yes",
+        "RATEWARDEN_CHARGE_DENIED": "1",
+        "RATEWARDEN_NEAR_LIMIT_RATIO": "0.9",
+        "RATEWARDEN_ON_ERROR": "closed",
+        "RATEWARDEN_LOG_LEVEL": "DEBUG",
+        "RATEWARDEN_LOG_FORMAT": "text",
+    }
+    assert {option.env for option in OPTIONS.values()} == set(environ)
+    assert resolve({}, environ) == Settings(
+        config_paths=("a.yaml", "rules/"),
+        store_url="redis://10.0.0.5:6379/0",
+        host="0.0.0.0",
+        grpc_port=9081,
+        http_port=9080,
+        workers=2,
+        reload_interval=0.0,
+        health_interval=0.5,
+        grace=3.0,
+        shadow=True,
+        charge_denied=True,
+        near_limit_ratio=0.9,
+        on_error="closed",
+        log_level="debug",
+        log_format="text",
+    )
+
+
+def test_a_flag_wins_over_its_environment_variable() -> None:
+    """--grpc-port 7000 beats RATEWARDEN_GRPC_PORT=9081; --no-shadow beats RATEWARDEN_SHADOW=1."""
+    environ = {"RATEWARDEN_GRPC_PORT": "9081", "RATEWARDEN_SHADOW": "1", "RATEWARDEN_CONFIG": "x"}
+    settings = resolve({"grpc_port": "7000", "shadow": False, "config_paths": ["y"]}, environ)
+    assert (settings.grpc_port, settings.shadow, settings.config_paths) == (7000, False, ("y",))
+
+
+@pytest.mark.parametrize(
+    ("flags", "environ", "names"),
+    [
+        ({"grpc_port": "http"}, {}, "--grpc-port 'http'"),
+        ({}, {"RATEWARDEN_HTTP_PORT": "70000"}, "RATEWARDEN_HTTP_PORT '70000'"),
+        ({"workers": "0"}, {}, "--workers '0'"),
+        ({}, {"RATEWARDEN_SHADOW": "maybe"}, "RATEWARDEN_SHADOW 'maybe'"),
+        ({"grace": "-1"}, {}, "--grace '-1'"),
+        ({"health_interval": "0"}, {}, "--health-interval '0'"),
+        ({"near_limit_ratio": "1.5"}, {}, "--near-limit-ratio '1.5'"),
+        ({"on_error": "sometimes"}, {}, "--on-error 'sometimes'"),
+        ({"log_level": "loud"}, {}, "--log-level 'loud'"),
+        ({"store_url": "  "}, {}, "--store '  '"),
+    ],
+)
+def test_a_bad_value_names_the_flag_or_variable_it_came_from(
+    flags: dict[str, str], environ: dict[str, str], names: str
+) -> None:
+    """The error starts with the flag or variable and its value, then says what is allowed."""
+    with pytest.raises(ConfigurationError) as raised:
+        resolve({"config_paths": ["rules.yaml"], **flags}, environ)
+    assert str(raised.value).startswith(names + ": ")
+    assert "must" in str(raised.value)
+
+
+def test_no_config_says_how_to_give_one() -> None:
+    """Without --config or RATEWARDEN_CONFIG the error names both."""
+    with pytest.raises(ConfigurationError, match=r"--config PATH.*RATEWARDEN_CONFIG"):
+        resolve({}, {})
+
+
+def test_several_workers_on_the_memory_store_are_refused() -> None:
+    """Workers cannot share memory counters, so more than one needs a shared store."""
+    with pytest.raises(ConfigurationError, match=r"own counters.*--store redis://"):
+        Settings(config_paths=("x",), workers=2)
+    shared = Settings(config_paths=("x",), workers=2, store_url="redis://127.0.0.1:6379/0")
+    assert shared.reuse_port
+
+
+def test_several_workers_need_fixed_ports_and_the_two_ports_differ() -> None:
+    """Port 0 cannot be shared by workers; gRPC and HTTP cannot share one port."""
+    with pytest.raises(ConfigurationError, match="fixed ports"):
+        Settings(config_paths=("x",), workers=2, store_url="redis://h", grpc_port=0)
+    with pytest.raises(ConfigurationError, match="different ports"):
+        Settings(config_paths=("x",), grpc_port=9000, http_port=9000)
+
+
+def test_a_store_url_without_a_scheme_is_refused() -> None:
+    """A bare host name is not a URL: the error says which forms are."""
+    with pytest.raises(ConfigurationError, match="no scheme; use memory, redis://"):
+        Settings(config_paths=("x",), store_url="localhost")
+    assert store_scheme("memory://") == "memory"
+    assert store_scheme("rediss://h:6380/0") == "rediss"
