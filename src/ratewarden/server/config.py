@@ -416,11 +416,8 @@ def _build(files: Sequence[tuple[str, str]], problems: list[ConfigProblem]) -> R
     for name, text in files:
         first = len(problems)
         domain = _FileReader(name, problems).read(text)
-        problems[first:] = sorted(problems[first:], key=lambda problem: problem.line)
-        if domain is None:
-            continue
-        previous = domains.get(domain.name)
-        if previous is not None:
+        previous = None if domain is None else domains.get(domain.name)
+        if domain is not None and previous is not None:
             line = int(domain.source.rsplit(":", 1)[1])
             problems.append(
                 ConfigProblem(
@@ -431,8 +428,9 @@ def _build(files: Sequence[tuple[str, str]], problems: list[ConfigProblem]) -> R
                     "merge the two files or rename one domain",
                 )
             )
-            continue
-        domains[domain.name] = domain
+        elif domain is not None:
+            domains[domain.name] = domain
+        problems[first:] = sorted(problems[first:], key=lambda problem: problem.line)
     if problems:
         raise ConfigError(problems)
     return RateLimitConfig(MappingProxyType(domains), tuple(name for name, _ in files))
@@ -496,13 +494,9 @@ class _FileReader:
         if not isinstance(node, yaml.MappingNode):
             self.problem(node, what, f"must be a mapping of keys ({', '.join(allowed)})")
             return None
-        try:
-            self.constructor.flatten_mapping(node)  # YAML merge keys (<<), as yaml.v2 does
-        except yaml.MarkedYAMLError as exc:
-            self.problem(node, what, f"bad merge key: {exc.problem}")
-            return None
+        own, merged = self.merge(node, what)
         entries: _Entries = {}
-        for key_node, value_node in node.value:
+        for key_node, value_node in own:
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != "tag:yaml.org,2002:str":
                 self.problem(key_node, str(getattr(key_node, "value", "?")), "keys must be strings")
                 continue
@@ -514,7 +508,35 @@ class _FileReader:
                 self.problem(key_node, key, self._unknown(key, what, allowed))
             else:
                 entries[key] = (key_node, value_node)
+        for key_node, value_node in merged:
+            key = str(getattr(key_node, "value", ""))
+            if key not in allowed:
+                self.problem(key_node, key, self._unknown(key, what, allowed) + " (merged with <<)")
+            elif key not in entries:
+                entries[key] = (key_node, value_node)
         return entries
+
+    def merge(self, node: Any, what: str) -> tuple[list[Any], list[Any]]:
+        """Split a mapping into its own pairs and those merged in with ``<<`` (yaml.v2 does
+        merges too). Own keys win over merged ones; the first merged mapping wins among them."""
+        own: list[Any] = []
+        merged: list[Any] = []
+        for key_node, value_node in node.value:
+            if key_node.tag != "tag:yaml.org,2002:merge":
+                own.append((key_node, value_node))
+                continue
+            sources = (
+                value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+            )
+            for source in sources:
+                if not isinstance(source, yaml.MappingNode):
+                    self.problem(
+                        source, "<<", f"in {what} must merge a mapping (an alias like *name)"
+                    )
+                    continue
+                source_own, source_merged = self.merge(source, what)
+                merged.extend(source_own + source_merged)
+        return own, merged
 
     @staticmethod
     def _unknown(key: str, what: str, allowed: Sequence[str]) -> str:
@@ -663,7 +685,7 @@ class _FileReader:
         detailed_metric = self.flag(entries, "detailed_metric")
         if "rate_limit" in entries:
             rule = self.rate_limit(
-                entries["rate_limit"][1],
+                entries["rate_limit"],
                 domain=domain,
                 path=path,
                 shadow_mode=shadow_mode,
@@ -693,7 +715,7 @@ class _FileReader:
 
     def rate_limit(
         self,
-        node: Any,
+        pair: tuple[Any, Any],
         *,
         domain: str,
         path: str,
@@ -701,6 +723,7 @@ class _FileReader:
         quota_mode: bool,
         detailed_metric: bool,
     ) -> Rule | None:
+        key_node, node = pair
         entries = self.mapping(node, "rate_limit", _RATE_LIMIT_KEYS)
         if entries is None:
             return None
@@ -736,7 +759,7 @@ class _FileReader:
         rule = Rule(
             domain=domain,
             path=path,
-            source=self.where(node),
+            source=self.where(key_node),
             limits=limits,
             unlimited=unlimited,
             name=name,

@@ -269,10 +269,18 @@ class _ServiceBase:
         if not _denied(items, lambda item: id(item) in short):
             yield from self._run([(item, item.cost) for item in charge])
             return
-        # Denied: re-run only the predicted denials at full cost for their exact
-        # retry times (a denial consumes nothing). If one of them now passes after
-        # all, the request may pass: then charge the rest too.
-        yield from self._run([(item, item.cost) for item in charge if id(item) in short])
+        # Denied: re-run the descriptors that are short on their own at full cost,
+        # for their exact retry times (a denial consumes nothing). One that fits
+        # alone but not with its twins on the same counter is over as checked:
+        # re-running it would charge it.
+        alone = {id(item) for item in charge if id(item) in short and _short(item, item.cost)}
+        for item in charge:
+            if id(item) in short and id(item) not in alone:
+                assert item.result is not None
+                item.result.allowed = False
+        yield from self._run([(item, item.cost) for item in charge if id(item) in alone])
+        # If a re-run passes after all (another request freed room in between),
+        # the request may pass: then charge the rest too.
         if not _denied(items):
             yield from self._run([(item, item.cost) for item in charge if id(item) not in short])
 

@@ -1,0 +1,194 @@
+"""Fixtures for the rate limit service: one harness over every store and both service twins.
+
+``rls(yaml_text, **service_options)`` returns a ``Harness``: ``ask(...)`` sends a
+``RateLimitRequest`` and returns the ``RateLimitResponse``; ``clock`` is the
+ManualClock every store uses; ``hooks`` records what the service reported.
+
+A new store joins every service test by adding a ``backend`` parameter below: a
+function ``(pytest request, clock) -> (sync store, async store)`` (for Redis:
+``RedisStore(request.getfixturevalue("redis_client"), clock=clock)``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
+from envoy.service.ratelimit.v3 import rls_pb2
+
+from ratewarden.decision import Decision
+from ratewarden.errors import StorageUnavailableError
+from ratewarden.rate import Rate
+from ratewarden.server import config
+from ratewarden.server.service import (
+    AsyncRateLimitService,
+    DescriptorOutcome,
+    RateLimitService,
+    ServiceHooks,
+)
+from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
+from ratewarden.testing import ManualClock
+
+#: A whole minute, hour and day since the epoch: windows of every unit start here.
+ALIGNED = 1_700_006_400.0
+
+Response = rls_pb2.RateLimitResponse
+OK = Response.OK
+OVER = Response.OVER_LIMIT
+
+
+def desc(
+    *entries: tuple[str, str],
+    hits: int | None = None,
+    limit: tuple[int, int] | None = None,
+) -> Any:
+    """A RateLimitDescriptor: ``desc(("key", "value"), hits=0, limit=(rpu, unit_enum))``."""
+    out = ratelimit_pb2.RateLimitDescriptor(
+        entries=[ratelimit_pb2.RateLimitDescriptor.Entry(key=k, value=v) for k, v in entries]
+    )
+    if hits is not None:
+        out.hits_addend.value = hits
+    if limit is not None:
+        out.limit.requests_per_unit, out.limit.unit = limit
+    return out
+
+
+class RecordingHooks(ServiceHooks):
+    """Keeps every outcome and store error the service reports."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[DescriptorOutcome] = []
+        self.store_errors: list[tuple[str, str, Exception]] = []
+
+    def on_decision(self, domain: str, rule: config.Rule, outcome: DescriptorOutcome) -> None:
+        self.outcomes.append(outcome)
+
+    def on_store_error(self, domain: str, rule: config.Rule, error: Exception) -> None:
+        self.store_errors.append((domain, rule.path, error))
+
+
+class Outage:
+    """A switch that makes a store wrapper fail as an unreachable Redis does."""
+
+    def __init__(self) -> None:
+        self.down = False
+        self.error: Exception = StorageUnavailableError("store unreachable (test outage)")
+
+    def check(self) -> None:
+        if self.down:
+            raise self.error
+
+
+class FlakyStore:
+    """A real store behind an outage switch (the service only sees ``hit`` raise)."""
+
+    def __init__(self, inner: MemoryStore | Any, outage: Outage) -> None:
+        self.inner = inner
+        self.outage = outage
+        self.clock = inner.clock
+        self.calls: list[tuple[str, int]] = []
+
+    def hit(self, algorithm: str, key: str, rates: Rate | Any, cost: int = 1) -> Decision:
+        self.calls.append((key, cost))
+        self.outage.check()
+        decision: Decision = self.inner.hit(algorithm, key, rates, cost)
+        return decision
+
+
+class AsyncFlakyStore(FlakyStore):
+    async def hit(self, algorithm: str, key: str, rates: Rate | Any, cost: int = 1) -> Decision:  # type: ignore[override]
+        self.calls.append((key, cost))
+        self.outage.check()
+        decision: Decision = await self.inner.hit(algorithm, key, rates, cost)
+        return decision
+
+
+@dataclass
+class Harness:
+    """One service over one store, with its clock, hooks and outage switch."""
+
+    service: RateLimitService | AsyncRateLimitService
+    clock: ManualClock
+    hooks: RecordingHooks
+    outage: Outage
+    store: FlakyStore
+    loop: asyncio.AbstractEventLoop | None = None
+    domain: str = "d"
+    sent: list[Any] = field(default_factory=list)
+
+    def ask(self, *descriptors: Any, domain: str | None = None, hits: int = 0) -> Any:
+        request = rls_pb2.RateLimitRequest(
+            domain=self.domain if domain is None else domain,
+            descriptors=list(descriptors),
+            hits_addend=hits,
+        )
+        return self.send(request)
+
+    def send(self, request: Any) -> Any:
+        self.sent.append(request)
+        if isinstance(self.service, AsyncRateLimitService):
+            assert self.loop is not None
+            return self.loop.run_until_complete(self.service.should_rate_limit(request))
+        return self.service.should_rate_limit(request)
+
+    def codes(self, *descriptors: Any, hits: int = 0) -> list[int]:
+        """``[overall, status 1, status 2, ...]`` of one request."""
+        response = self.ask(*descriptors, hits=hits)
+        return [response.overall_code, *(s.code for s in response.statuses)]
+
+    def remaining(self, *entries: tuple[str, str]) -> int:
+        """The remaining count of one descriptor, checked without consuming."""
+        response = self.ask(desc(*entries, hits=0))
+        return int(response.statuses[0].limit_remaining)
+
+
+Backend = Callable[[pytest.FixtureRequest, ManualClock], tuple[Any, Any]]
+
+
+def _memory(request: pytest.FixtureRequest, clock: ManualClock) -> tuple[Any, Any]:
+    return MemoryStore(clock=clock), AsyncMemoryStore(clock=clock)
+
+
+BACKENDS: dict[str, Backend] = {"memory": _memory}
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def backend(request: pytest.FixtureRequest) -> Backend:
+    return BACKENDS[request.param]
+
+
+@pytest.fixture(params=["sync", "async"])
+def twin(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def rls(
+    request: pytest.FixtureRequest, backend: Backend, twin: str
+) -> Iterator[Callable[..., Harness]]:
+    """``rls(yaml_text, **options)``: a Harness for that config; options go to the service."""
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    def make(text: str, *, start: float = ALIGNED, **options: Any) -> Harness:
+        clock = ManualClock(start)
+        sync_store, async_store = backend(request, clock)
+        outage = Outage()
+        hooks = RecordingHooks()
+        loaded = config.loads(text, "test.yaml")
+        if twin == "sync":
+            store = FlakyStore(sync_store, outage)
+            service: Any = RateLimitService(loaded, store, hooks=hooks, **options)
+            return Harness(service, clock, hooks, outage, store)
+        loop = asyncio.new_event_loop()
+        loops.append(loop)
+        astore = AsyncFlakyStore(async_store, outage)
+        service = AsyncRateLimitService(loaded, astore, hooks=hooks, **options)
+        return Harness(service, clock, hooks, outage, astore, loop)
+
+    yield make
+    for loop in loops:
+        loop.close()
