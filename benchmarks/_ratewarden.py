@@ -2,8 +2,9 @@
 
 - ``Limiter(MemoryStore(), algorithm=...)`` for every rate algorithm that
   ratewarden ships out of gcra / token_bucket / sliding_window;
-- ``Limiter(RedisStore(client, timeout=1))`` for the same, on Redis;
-- ``AsyncLimiter(AsyncRedisStore(...))`` with ``IN_FLIGHT`` decisions in flight;
+- ``Limiter(RedisStore.from_url(url, timeout=1))`` for the same, on Redis;
+- ``AsyncLimiter(AsyncRedisStore.from_url(url, timeout=1))`` (GCRA) with
+  ``IN_FLIGHT`` decisions in flight;
 - the ceilings: a plain redis-py loop calling one ``register_script`` object
   per decision (the way the peers call Redis) with ratewarden's own GCRA Lua
   source and ARGV from ``ratewarden.storage._plan.argv(plan, None)``; sync,
@@ -71,26 +72,21 @@ def _memory(algorithm: str, env: Env) -> Subject:
 
 
 def _redis(algorithm: str, env: Env) -> Subject:
-    import redis
-
     from ratewarden import Limiter
 
     url = need_redis(env)
     _lua_source(algorithm)
-    store = _redis_module().RedisStore(redis.Redis.from_url(url), timeout=TIMEOUT_S)
+    store = _redis_module().RedisStore.from_url(url, timeout=TIMEOUT_S)
     limiter = Limiter(store, algorithm=algorithm)
     return Subject(partial(limiter.hit, rates=_rate()), store.close)
 
 
 async def _redis_async(algorithm: str, env: Env) -> AsyncSubject:
-    import redis.asyncio
-
     from ratewarden import AsyncLimiter
 
     url = need_redis(env)
     _lua_source(algorithm)
-    client = redis.asyncio.Redis.from_url(url, max_connections=IN_FLIGHT)
-    store = _redis_module().AsyncRedisStore(client, timeout=TIMEOUT_S)
+    store = _redis_module().AsyncRedisStore.from_url(url, timeout=TIMEOUT_S)
     limiter = AsyncLimiter(store, algorithm=algorithm)
     return AsyncSubject(partial(limiter.hit, rates=_rate()), store.aclose)
 

@@ -41,7 +41,7 @@ class Target:
         keys = "1 key" if self.keys == 1 else f"{self.keys:,} keys"
         head = f"{self.name}, {keys}: {self.subject} / {self.baseline}"
         if self.ratio is None:
-            return f"{head} = n/a ({self.missing}) (target >= {self.goal:g}x) n/a"
+            return f"{head} = n/a (target >= {self.goal:g}x) n/a: {self.missing}"
         return f"{head} = {self.ratio:.2f}x (target >= {self.goal:g}x) {self.verdict}"
 
     def to_json(self) -> dict[str, Any]:
@@ -94,50 +94,64 @@ def markdown(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
-def _find(rows: Sequence[Row], keys: int, match: Callable[[Row], bool]) -> list[Row]:
-    return [r for r in rows if r.keys == keys and r.measurement is not None and match(r)]
+@dataclass(frozen=True, slots=True)
+class _Side:
+    """One side of a ratio: what it is called, and which rows may stand for it."""
+
+    name: str
+    match: Callable[[Row], bool]
+    fastest: bool = False
 
 
-def _ratio(
-    name: str, keys: int, goal: float, subjects: list[Row], baselines: list[Row], what: str
-) -> Target:
-    if not subjects or not baselines:
-        missing = "no measured subject" if not subjects else f"no measured {what}"
-        label = _on(subjects[0]) if subjects else "ratewarden [gcra]"
-        return Target(name, keys, label, what, None, goal, missing)
-    subject = subjects[0]
-    baseline = max(baselines, key=lambda r: r.per_second or 0.0)
-    ratio = (subject.per_second or 0.0) / (baseline.per_second or 1.0)
-    return Target(name, keys, _on(subject), f"{what} {_on(baseline)}", ratio, goal)
+def _pick(rows: Sequence[Row], keys: int, side: _Side) -> Row | str:
+    """The measured row for ``side`` (the fastest, if asked), or why there is none."""
+    found = [r for r in rows if r.keys == keys and side.match(r)]
+    measured = [r for r in found if r.measurement is not None]
+    if not measured:
+        return f"{side.name}: {found[0].status}" if found else f"{side.name}: not run"
+    return max(measured, key=lambda r: r.per_second or 0.0) if side.fastest else measured[0]
+
+
+def _ratio(name: str, keys: int, goal: float, rows: Sequence[Row], subject: _Side,
+           baseline: _Side) -> Target:
+    top, bottom = _pick(rows, keys, subject), _pick(rows, keys, baseline)
+    top_name = top if isinstance(top, str) else _on(top)
+    bottom_name = bottom if isinstance(bottom, str) else _on(bottom)
+    if baseline.fastest and not isinstance(bottom, str):
+        bottom_name = f"{baseline.name} {bottom_name}"
+    if isinstance(top, str) or isinstance(bottom, str):
+        missing = "; ".join(side for side in (top, bottom) if isinstance(side, str))
+        return Target(name, keys, subject.name, baseline.name, None, goal, missing)
+    ratio = (top.per_second or 0.0) / (bottom.per_second or 1.0)
+    return Target(name, keys, top_name, bottom_name, ratio, goal)
 
 
 def _on(row: Row) -> str:
     return f"{row.label} on {_backend(row)}"
 
 
+def _rw_gcra(backend: str) -> _Side:
+    return _Side(
+        f"ratewarden [gcra] on {backend}{' x64' if backend == 'redis-async' else ''}",
+        lambda r: (r.library, r.algorithm, r.backend) == ("ratewarden", "gcra", backend),
+    )
+
+
 def targets(rows: Sequence[Row], key_sets: Sequence[int]) -> list[Target]:
     """The three ratios of the brief, per key set."""
-
-    def rw_gcra(backend: str) -> Callable[[Row], bool]:
-        return lambda r: (r.library, r.algorithm, r.backend) == ("ratewarden", "gcra", backend)
-
+    fastest_peer = _Side(
+        "fastest peer", lambda r: r.role == "peer" and r.backend == "memory", fastest=True
+    )
+    script_loop = _Side(
+        "redis-py script loop", lambda r: r.role == "ceiling" and r.backend == "redis"
+    )
     found = []
     for keys in key_sets:
-        found.append(_ratio(
-            "memory", keys, 3.0, _find(rows, keys, rw_gcra("memory")),
-            _find(rows, keys, lambda r: r.role == "peer" and r.backend == "memory"),
-            "fastest peer",
-        ))
-        found.append(_ratio(
-            "redis sync", keys, 1.5, _find(rows, keys, rw_gcra("redis")),
-            _find(rows, keys, lambda r: r.role == "ceiling" and r.backend == "redis"),
-            "the",
-        ))
-        found.append(_ratio(
-            "redis async", keys, 3.0, _find(rows, keys, rw_gcra("redis-async")),
-            _find(rows, keys, rw_gcra("redis")),
-            "its own",
-        ))
+        found += [
+            _ratio("memory", keys, 3.0, rows, _rw_gcra("memory"), fastest_peer),
+            _ratio("redis sync", keys, 1.5, rows, _rw_gcra("redis"), script_loop),
+            _ratio("redis async", keys, 3.0, rows, _rw_gcra("redis-async"), _rw_gcra("redis")),
+        ]
     return found
 
 
