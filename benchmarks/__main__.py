@@ -146,9 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     for name in (f"{stamp}.json", "latest.json"):
         _report.write_json(args.results / name, info, rows, found)
-    (args.results / "latest.md").write_text(
-        _report.markdown(rows) + "\n\n" + "\n".join(f"- {t.line()}" for t in found) + "\n"
-    )
+    (args.results / "latest.md").write_text(_report.markdown_run(info, rows, found))
     print(f"\nwrote {args.results / (stamp + '.json')} and latest.json / latest.md")
     return 0
 

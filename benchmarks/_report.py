@@ -13,7 +13,7 @@ from typing import Any
 
 from benchmarks._suite import Row
 
-__all__ = ["Target", "markdown", "table", "targets", "write_json"]
+__all__ = ["Target", "markdown", "markdown_run", "table", "targets", "write_json"]
 
 _HEADERS = ("backend", "keys", "library [algorithm]", "decisions/s", "p50 us", "p99 us",
             "errors", "denied", "note")
@@ -92,6 +92,39 @@ def markdown(rows: Sequence[Row]) -> str:
     for row in rows:
         lines.append("| " + " | ".join(c.replace("|", "/") for c in _cells(row)) + " |")
     return "\n".join(lines)
+
+
+def _budget_text(budget: dict[str, Any]) -> str:
+    if budget.get("max_calls") is not None:
+        return f"{budget['max_calls']} calls timed, no warm-up"
+    full = " (at least one pass over the keys)" if budget["warmup_full_pass"] else ""
+    return f"{budget['warmup_s']:g} s warm-up{full}, then {budget['duration_s']:g} s timed"
+
+
+def markdown_run(meta: dict[str, Any], rows: Sequence[Row], found: Sequence[Target]) -> str:
+    """A run as Markdown: where and how it ran, the table, the targets."""
+    versions = ", ".join(f"{name} {version}" for name, version in meta["versions"].items())
+    budget = meta["budget"]
+    lines = [
+        f"- date: {meta['date']}",
+        f"- command: `{meta['command']}`",
+        f"- machine: {meta['nproc']} CPUs, {meta['cpu']}; {meta['platform']}",
+        f"- python {meta['python']}, redis-server {meta.get('redis_server', 'not used')}, "
+        f"hiredis parser: {'yes' if meta['hiredis_parser'] else 'no'}",
+        f"- packages: {versions}",
+        f"- pinning: {meta['pinning']}",
+        f"- each case: {_budget_text(budget)}",
+        "- load average (1, 5, 15 min) at start: "
+        + ", ".join(f"{x:.2f}" for x in meta["loadavg_start"])
+        + "; at end: " + ", ".join(f"{x:.2f}" for x in meta.get("loadavg_end", [])),
+        "",
+        markdown(rows),
+        "",
+        "Targets (a report, not a test):",
+        "",
+        *(f"- {target.line()}" for target in found),
+    ]
+    return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True, slots=True)
