@@ -57,6 +57,7 @@ ERRORS: dict[str, tuple[int, str, str]] = {
     "error_metadata_not_json.yaml": (5, "metadata", "not JSON"),
     "error_rate_limit_empty.yaml": (4, "rate_limit", "must be a mapping"),
     "error_two_documents.yaml": (2, "yaml", "another document"),
+    "error_unknown_tag.yaml": (4, "value", "cannot be read"),
 }
 
 

@@ -553,7 +553,11 @@ class _FileReader:
         if not isinstance(node, yaml.ScalarNode):
             self.problem(node, key, "must be a single value, not a list or mapping")
             return None
-        value = self.constructor.construct_object(node)
+        try:
+            value = self.constructor.construct_object(node)
+        except yaml.MarkedYAMLError as exc:
+            self.problem(node, key, f"cannot be read: {exc.problem}")
+            return None
         return None if value is None else (node, value)
 
     def text(self, entries: _Entries, key: str) -> tuple[Any, str] | None:
