@@ -4,14 +4,18 @@
 ``RateLimitRequest`` and returns the ``RateLimitResponse``; ``clock`` is the
 ManualClock every store uses; ``hooks`` records what the service reported.
 
-A new store joins every service test by adding a ``backend`` parameter below: a
-function ``(pytest request, clock) -> (sync store, async store)`` (for Redis:
-``RedisStore(request.getfixturevalue("redis_client"), clock=clock)``).
+Every service test runs over each backend in ``BACKENDS`` (memory, and real
+redis-server standalone and 3-primary Cluster when ``ratewarden.storage.redis`` is
+present) x both twins. A backend is a function ``(pytest request, clock, cleanup)
+-> (sync store, async store)``; ``cleanup`` collects ``(twin, callable)`` to run at
+teardown ("async" ones are awaited on the harness loop). Deselect the Redis ones
+with ``-m "not redis"``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -146,17 +150,59 @@ class Harness:
         return int(response.statuses[0].limit_remaining)
 
 
-Backend = Callable[[pytest.FixtureRequest, ManualClock], tuple[Any, Any]]
+Cleanup = list[tuple[str, Callable[[], Any]]]
+Backend = Callable[[pytest.FixtureRequest, ManualClock, Cleanup], tuple[Any, Any]]
 
 
-def _memory(request: pytest.FixtureRequest, clock: ManualClock) -> tuple[Any, Any]:
+def _memory(
+    request: pytest.FixtureRequest, clock: ManualClock, cleanup: Cleanup
+) -> tuple[Any, Any]:
     return MemoryStore(clock=clock), AsyncMemoryStore(clock=clock)
 
 
+def _redis(request: pytest.FixtureRequest, clock: ManualClock, cleanup: Cleanup) -> tuple[Any, Any]:
+    from ratewarden.storage.redis import AsyncRedisStore, RedisStore
+
+    server = request.getfixturevalue("redis_server")
+    client = server.client()
+    client.flushall()
+    store, astore = (
+        RedisStore(client, clock=clock),
+        AsyncRedisStore.from_url(server.url, clock=clock),
+    )
+    cleanup.extend([("sync", client.close), ("async", astore.aclose)])
+    return store, astore
+
+
+def _cluster(
+    request: pytest.FixtureRequest, clock: ManualClock, cleanup: Cleanup
+) -> tuple[Any, Any]:
+    import redis
+
+    from ratewarden.storage.redis import AsyncRedisStore, RedisStore
+
+    cluster = request.getfixturevalue("redis_cluster")
+    client = cluster.client()
+    client.flushall(target_nodes=redis.RedisCluster.PRIMARIES)
+    store, astore = (
+        RedisStore(client, clock=clock),
+        AsyncRedisStore.from_url(cluster.url, clock=clock),
+    )
+    cleanup.extend([("sync", client.close), ("async", astore.aclose)])
+    return store, astore
+
+
 BACKENDS: dict[str, Backend] = {"memory": _memory}
+_BACKEND_PARAMS = [pytest.param("memory")]
+if importlib.util.find_spec("ratewarden.storage.redis") is not None:
+    BACKENDS.update(redis=_redis, cluster=_cluster)
+    _BACKEND_PARAMS += [
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("cluster", marks=[pytest.mark.redis, pytest.mark.cluster]),
+    ]
 
 
-@pytest.fixture(params=sorted(BACKENDS))
+@pytest.fixture(params=_BACKEND_PARAMS)
 def backend(request: pytest.FixtureRequest) -> Backend:
     return BACKENDS[request.param]
 
@@ -171,11 +217,12 @@ def rls(
     request: pytest.FixtureRequest, backend: Backend, twin: str
 ) -> Iterator[Callable[..., Harness]]:
     """``rls(yaml_text, **options)``: a Harness for that config; options go to the service."""
-    loops: list[asyncio.AbstractEventLoop] = []
+    loop = asyncio.new_event_loop()
+    cleanup: Cleanup = []
 
     def make(text: str, *, start: float = ALIGNED, **options: Any) -> Harness:
         clock = ManualClock(start)
-        sync_store, async_store = backend(request, clock)
+        sync_store, async_store = backend(request, clock, cleanup)
         outage = Outage()
         hooks = RecordingHooks()
         loaded = config.loads(text, "test.yaml")
@@ -183,12 +230,14 @@ def rls(
             store = FlakyStore(sync_store, outage)
             service: Any = RateLimitService(loaded, store, hooks=hooks, **options)
             return Harness(service, clock, hooks, outage, store)
-        loop = asyncio.new_event_loop()
-        loops.append(loop)
         astore = AsyncFlakyStore(async_store, outage)
         service = AsyncRateLimitService(loaded, astore, hooks=hooks, **options)
         return Harness(service, clock, hooks, outage, astore, loop)
 
     yield make
-    for loop in loops:
-        loop.close()
+    for kind, close in cleanup:
+        if kind == "async":
+            loop.run_until_complete(close())
+        else:
+            close()
+    loop.close()
