@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,9 +16,9 @@ import grpc
 import pytest
 from envoy.service.ratelimit.v3 import rls_pb2_grpc
 
-from tests._servers import HOST
+from tests._servers import HOST, RedisServer
 from tests.server_transport._process import RATEWARDEN, ServeProcess
-from tests.server_transport.conftest import OK, RULES, request
+from tests.server_transport.conftest import OK, OVER_LIMIT, RULES, request
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ratelimit.yaml"
 
@@ -128,3 +130,56 @@ def test_an_invalid_config_exits_1_listing_every_error(tmp_path: Path) -> None:
     assert f"{bad}:4: unit: invalid rate limit unit 'fortnight'" in done.stderr
     assert f"{bad}:4: requests_per_unit: is missing" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.redis
+def test_two_workers_share_the_ports_and_the_counters(
+    rules: Path, redis_server: RedisServer
+) -> None:
+    """--workers 2 on Redis: both processes serve on the same ports, counting together; SIGTERM
+    to the parent stops both gracefully (exit 0)."""
+    redis_server.client().flushall()
+    server = ServeProcess(rules, "--workers", "2", "--store", redis_server.url)
+    try:
+        server.wait_serving()
+        deadline = time.monotonic() + 20
+        while len(serving_workers(server)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert serving_workers(server) == {0, 1}
+        codes = []
+        for _ in range(4):  # a new connection each time: the kernel spreads them over workers
+            with grpc.insecure_channel(server.grpc_target) as chan:
+                stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+                reply = stub.ShouldRateLimit(request("transport", {"api_key": "w"}))
+                codes.append(reply.overall_code)
+        assert codes == [OK, OK, OK, OVER_LIMIT]
+        assert server.signal(signal.SIGTERM) == 0
+        stopped = {e.get("worker") for e in server.logs() if e.get("event") == "stopped"}
+        assert stopped == {0, 1}
+    finally:
+        server.stop()
+
+
+def serving_workers(server: ServeProcess) -> set[int]:
+    return {e["worker"] for e in server.logs() if e.get("event") == "serving" and "worker" in e}
+
+
+@pytest.mark.redis
+def test_a_worker_that_dies_stops_the_others_and_exits_1(
+    rules: Path, redis_server: RedisServer
+) -> None:
+    """If one worker is killed, the parent stops the other one and exits 1 for its supervisor."""
+    server = ServeProcess(rules, "--workers", "2", "--store", redis_server.url)
+    try:
+        server.wait_serving()
+        deadline = time.monotonic() + 20
+        while len(serving_workers(server)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        [started] = [e for e in server.logs() if e.get("event") == "workers"]
+        os.kill(started["pids"][0], signal.SIGKILL)
+        assert server.process.wait(20) == 1
+        events = [e.get("event") for e in server.logs()]
+        assert "worker_exited" in events
+        assert [e.get("worker") for e in server.logs() if e.get("event") == "stopped"] == [1]
+    finally:
+        server.stop()
