@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from envoy.service.ratelimit.v3 import rls_pb2
 from google.protobuf import json_format
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from ratewarden.server import config
+from ratewarden.server.service import RateLimitService
+from ratewarden.storage.memory import MemoryStore
+from ratewarden.testing import ManualClock
 from tests.server.conftest import OK, OVER, Harness, Response, desc
 
 Make = Callable[..., Harness]
@@ -283,3 +290,63 @@ def test_no_metadata_leaves_dynamic_metadata_unset(rls: Make) -> None:
     """Descriptors without metadata add no dynamic_metadata at all."""
     h = rls(METADATA)
     assert not h.ask(desc(("plain", "p"))).HasField("dynamic_metadata")
+
+
+# ---------------------------------------------------------------- the charging invariant
+
+_INVARIANT_RULES = """
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: s
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+"""
+_request = st.lists(
+    st.tuples(st.sampled_from("abs"), st.sampled_from("xy"), st.integers(0, 3)),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(requests=st.lists(_request, min_size=1, max_size=8))
+def test_denied_requests_change_no_counter_and_allowed_ones_charge_exactly(
+    requests: list[list[tuple[str, str, int]]],
+) -> None:
+    """Within one window: a denied request leaves every counter as it was; an allowed one
+    takes exactly its hits from each of its counters (a shadow rule over its limit: none)."""
+    service = RateLimitService(config.loads(_INVARIANT_RULES), MemoryStore(clock=ManualClock()))
+    counters = [(key, value) for key in "abs" for value in "xy"]
+
+    def remaining() -> dict[tuple[str, str], int]:
+        probe = rls_pb2.RateLimitRequest(
+            domain="d", descriptors=[desc((key, value), hits=0) for key, value in counters]
+        )
+        statuses = service.should_rate_limit(probe).statuses
+        return {c: s.limit_remaining for c, s in zip(counters, statuses, strict=True)}
+
+    for request in requests:
+        before = remaining()
+        response = service.should_rate_limit(
+            rls_pb2.RateLimitRequest(
+                domain="d",
+                descriptors=[desc((key, value), hits=hits) for key, value, hits in request],
+            )
+        )
+        after = remaining()
+        if response.overall_code == OVER:
+            assert after == before
+        else:
+            # Each descriptor, in order, takes its hits if they fit; only a shadow rule may
+            # be over (it is counted, consumes nothing, and does not deny).
+            expected = dict(before)
+            for key, value, hits in request:
+                if hits <= expected[(key, value)]:
+                    expected[(key, value)] -= hits
+                else:
+                    assert key == "s"
+            assert after == expected
