@@ -6,10 +6,10 @@
                      [--workers N] [...]            the Envoy rate limit service
     ratewarden config check PATH...                  validate rule files, print every error
 
-Exit codes: 0 success; 1 the config is invalid or the server could not start
-(busy port, store unreachable at start); 2 bad command-line input (a flag or
-environment variable with a wrong value). Errors are one line each, never a
-traceback.
+Exit codes: 0 success; 1 the rule files are invalid, the server could not start
+(a busy port) or a worker died; 2 bad command-line input (a flag or environment
+variable with a wrong value, a store URL that cannot be used). Errors are one
+line each, never a traceback.
 """
 
 from __future__ import annotations
@@ -106,15 +106,18 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigurationError as exc:
         print(f"ratewarden serve: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    from ratewarden.server import app
+    from ratewarden.server import app, config
 
     app.configure_logging(chosen.log_level, chosen.log_format)
     try:
         return app.run(chosen)
-    except ConfigurationError as exc:
+    except config.ConfigError as exc:
         for line in _errors(exc):
             print(f"ratewarden serve: {line}", file=sys.stderr)
         return EXIT_FAILED
+    except ConfigurationError as exc:  # a store URL that cannot be used, say
+        print(f"ratewarden serve: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except OSError as exc:
         print(f"ratewarden serve: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_FAILED

@@ -81,13 +81,17 @@ def test_bad_usage_exits_2_with_argparse_message(
         (["--grpc-port", "abc"], "--grpc-port 'abc': must be a whole number from 0 to 65535"),
         (["--workers", "2"], "2 workers on the memory store"),
         (["--on-error", "maybe"], "--on-error 'maybe': must be one of: open, closed"),
+        (["--store", "foo://x"], "store URL 'foo://x': scheme 'foo' is not one of redis://"),
+        (["--workers", "2", "--store", "redis+cluster://"], "no host given"),
     ],
 )
 def test_bad_serve_values_exit_2_with_one_clear_line(
     tmp_path: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A wrong value for a serve option exits 2 before anything starts, naming the option."""
-    assert main(["serve", "--config", str(tmp_path), *argv]) == 2
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    assert main(["serve", "--config", str(rules), *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("ratewarden serve: error: ")
     assert message in err

@@ -251,7 +251,10 @@ def run(settings: Settings) -> int:
     """
     if settings.workers == 1:
         return serve(settings)
-    rules.load(settings.config_paths)  # fail here, once, rather than in every worker
+    # Fail here, once, rather than in every worker: a bad config, then a bad store URL
+    # (building a store checks its URL without connecting).
+    rules.load(settings.config_paths)
+    asyncio.run(open_store(settings.store_url).aclose())
     context = multiprocessing.get_context("spawn")
     children = [
         context.Process(target=_worker, args=(settings, index), name=f"ratewarden-worker-{index}")
