@@ -9,7 +9,7 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -142,10 +142,7 @@ def test_two_workers_share_the_ports_and_the_counters(
     server = ServeProcess(rules, "--workers", "2", "--store", redis_server.url)
     try:
         server.wait_serving()
-        deadline = time.monotonic() + 20
-        while len(serving_workers(server)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert serving_workers(server) == {0, 1}
+        wait_for(lambda: serving_workers(server) == {0, 1}, timeout=20)
         codes = []
         for _ in range(4):  # a new connection each time: the kernel spreads them over workers
             with grpc.insecure_channel(server.grpc_target) as chan:
@@ -172,9 +169,7 @@ def test_a_worker_that_dies_stops_the_others_and_exits_1(
     server = ServeProcess(rules, "--workers", "2", "--store", redis_server.url)
     try:
         server.wait_serving()
-        deadline = time.monotonic() + 20
-        while len(serving_workers(server)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: serving_workers(server) == {0, 1}, timeout=20)
         [started] = [e for e in server.logs() if e.get("event") == "workers"]
         os.kill(started["pids"][0], signal.SIGKILL)
         assert server.process.wait(20) == 1
@@ -183,3 +178,31 @@ def test_a_worker_that_dies_stops_the_others_and_exits_1(
         assert [e.get("worker") for e in server.logs() if e.get("event") == "stopped"] == [1]
     finally:
         server.stop()
+
+
+def test_a_running_server_reloads_an_edited_config(rules: Path) -> None:
+    """With --reload-interval 0.1 an edit shows in /rlconfig within a few polls; a broken edit
+    then logs config_reload_failed and the last good rules keep serving."""
+    server = ServeProcess(rules, "--reload-interval", "0.1")
+    try:
+        server.wait_serving()
+        rules.write_text(RULES.replace("requests_per_unit: 3", "requests_per_unit: 7"))
+        wait_for(lambda: "7/minute" in rlconfig(server))
+        rules.write_text(RULES.replace("requests_per_unit: 3", "requests_per_unit: lots"))
+        wait_for(lambda: any(e.get("event") == "config_reload_failed" for e in server.logs()))
+        assert "7/minute" in rlconfig(server)
+        assert server.healthcheck() == 200
+    finally:
+        server.stop()
+
+
+def rlconfig(server: ServeProcess) -> str:
+    with urllib.request.urlopen(f"http://{HOST}:{server.http_port}/rlconfig", timeout=5) as reply:
+        return str(reply.read().decode())
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        time.sleep(0.05)
