@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import _report, _suite
-from benchmarks._case import Case, Env
+from benchmarks._case import Env
 from benchmarks._timing import Budget
 
-DEFAULT = Budget(duration_s=2.5, warmup_s=0.5)
-QUICK = Budget(duration_s=0.3, warmup_s=0.1, warmup_full_pass=False)
+DEFAULT = Budget(duration_s=2.5, warmup_s=0.5, rounds=5)
+QUICK = Budget(duration_s=0.3, warmup_s=0.1, rounds=2, warmup_full_pass=False)
 _PACKAGES = ("ratewarden", "limits", "throttled-py", "pyrate-limiter", "redis", "hiredis")
 
 
@@ -73,6 +73,7 @@ def meta(args: argparse.Namespace, budget: Budget) -> dict[str, Any]:
         "budget": {
             "duration_s": budget.duration_s,
             "warmup_s": budget.warmup_s,
+            "rounds": budget.rounds,
             "warmup_full_pass": budget.warmup_full_pass,
             "max_calls": budget.max_calls,
         },
@@ -90,8 +91,8 @@ def _flusher(url: str | None) -> Any:
 
     client = redis.Redis.from_url(url)
 
-    def flush(case: Case) -> None:
-        if case.backend != "memory":
+    def flush(backend: str) -> None:
+        if backend != "memory":
             client.flushall()
 
     return flush
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_calls is not None:
         if args.max_calls < 1:
             raise SystemExit("--max-calls must be at least 1")
-        budget = Budget(duration_s=3_600.0, warmup_s=0.0, warmup_full_pass=False,
+        budget = Budget(duration_s=3_600.0, warmup_s=0.0, rounds=1, warmup_full_pass=False,
                         max_calls=args.max_calls)
     cases = [c for c in _suite.all_cases() if not args.backend or c.backend in args.backend]
     info = meta(args, budget)
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
           f"({budget.duration_s:g} s each after {budget.warmup_s:g} s warm-up)",
           file=sys.stderr, flush=True)
     rows = _suite.run(cases, Env(args.redis_url), budget,
-                      before_each=_flusher(args.redis_url), progress=_progress)
+                      before_group=_flusher(args.redis_url), progress=_progress)
     info["loadavg_end"] = list(os.getloadavg())
     found = _report.targets(rows, _suite.KEY_SETS)
 

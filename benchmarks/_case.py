@@ -76,6 +76,10 @@ class Case:
     in_flight: int = 1
 
     @property
+    def is_async(self) -> bool:
+        return self.setup_async is not None
+
+    @property
     def label(self) -> str:
         return f"{self.library} [{self.algorithm}]"
 

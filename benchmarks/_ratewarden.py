@@ -38,6 +38,9 @@ __all__ = ["IN_FLIGHT", "cases"]
 #: Decisions in flight for the async cases.
 IN_FLIGHT = 64
 
+#: The ceilings' key prefix: their state never mixes with ratewarden's own rows.
+_CEILING_PREFIX = "ceiling"
+
 #: The algorithms to measure, in this order, when ratewarden has them.
 _ALGORITHMS = ("gcra", "token_bucket", "sliding_window")
 
@@ -94,7 +97,6 @@ async def _redis_async(algorithm: str, env: Env) -> AsyncSubject:
 def _script_calls(algorithm: str) -> Any:
     """key -> (KEYS, ARGV) for one decision, built once per key outside the timed call."""
     from ratewarden.storage import _plan
-    from ratewarden.storage._keys import DEFAULT_PREFIX
 
     rate = _rate()
     calls: dict[str, tuple[list[str], list[int | str]]] = {}
@@ -102,7 +104,7 @@ def _script_calls(algorithm: str) -> Any:
     def call_for(key: str) -> tuple[list[str], list[int | str]]:
         found = calls.get(key)
         if found is None:
-            plan = _plan.build(algorithm, DEFAULT_PREFIX, key, rate, 1)
+            plan = _plan.build(algorithm, _CEILING_PREFIX, key, rate, 1)
             found = calls[key] = (list(plan.keys), _plan.argv(plan, None))
         return found
 

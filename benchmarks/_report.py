@@ -15,8 +15,9 @@ from benchmarks._suite import Row
 
 __all__ = ["Target", "markdown", "markdown_run", "table", "targets", "write_json"]
 
-_HEADERS = ("backend", "keys", "library [algorithm]", "decisions/s", "p50 us", "p99 us",
-            "errors", "denied", "note")
+_HEADERS = ("backend", "keys", "library [algorithm]", "decisions/s", "rounds min-max",
+            "p50 us", "p99 us", "errors", "denied", "note")
+_NUMERIC = frozenset({1, 3, 4, 5, 6, 7, 8})
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,10 +60,11 @@ def _backend(row: Row) -> str:
 def _cells(row: Row) -> tuple[str, ...]:
     m = row.measurement
     if m is None:
-        return (_backend(row), f"{row.keys:,}", row.label, "-", "-", "-", "-", "-", row.status)
+        return (_backend(row), f"{row.keys:,}", row.label, *("-",) * 6, row.status)
     note = "" if m.first_error is None else f"first error: {m.first_error}"[:80]
+    spread = f"{min(m.round_rates):,.0f}-{max(m.round_rates):,.0f}" if m.round_rates else "-"
     return (
-        _backend(row), f"{row.keys:,}", row.label, f"{m.per_second:,.0f}",
+        _backend(row), f"{row.keys:,}", row.label, f"{m.per_second:,.0f}", spread,
         f"{m.p50_us:.1f}", f"{m.p99_us:.1f}", f"{m.errors:,}", f"{m.denied:,}", note,
     )
 
@@ -71,7 +73,7 @@ def table(rows: Sequence[Row]) -> str:
     """The one plain-text table of a run."""
     cells = [_HEADERS, *(_cells(row) for row in rows)]
     widths = [max(len(line[i]) for line in cells) for i in range(len(_HEADERS))]
-    right = {3, 4, 5, 6, 7}
+    right = _NUMERIC - {1}
 
     def fmt(line: Sequence[str]) -> str:
         parts = [
@@ -87,7 +89,7 @@ def table(rows: Sequence[Row]) -> str:
 def markdown(rows: Sequence[Row]) -> str:
     """The same table as Markdown."""
     lines = ["| " + " | ".join(_HEADERS) + " |", "|" + "|".join(
-        "---:" if i in {1, 3, 4, 5, 6, 7} else "---" for i in range(len(_HEADERS))
+        "---:" if i in _NUMERIC else "---" for i in range(len(_HEADERS))
     ) + "|"]
     for row in rows:
         lines.append("| " + " | ".join(c.replace("|", "/") for c in _cells(row)) + " |")
@@ -98,7 +100,10 @@ def _budget_text(budget: dict[str, Any]) -> str:
     if budget.get("max_calls") is not None:
         return f"{budget['max_calls']} calls timed, no warm-up"
     full = " (at least one pass over the keys)" if budget["warmup_full_pass"] else ""
-    return f"{budget['warmup_s']:g} s warm-up{full}, then {budget['duration_s']:g} s timed"
+    return (
+        f"{budget['warmup_s']:g} s warm-up{full}, then {budget['duration_s']:g} s timed in "
+        f"{budget['rounds']} rounds interleaved with the other cases of its group"
+    )
 
 
 def markdown_run(meta: dict[str, Any], rows: Sequence[Row], found: Sequence[Target]) -> str:

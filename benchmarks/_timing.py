@@ -7,6 +7,13 @@ the same for every library). In the async case each of the N worker tasks
 times its own ``await``, so the latency is what one caller sees while N - 1
 other decisions are in flight.
 
+A runner's timed part is split into rounds, and the suite interleaves the
+rounds of every case of a group (same backend, same key set): a burst of load
+from elsewhere on the machine then lands on all of them rather than on one.
+The reported rate is the median of the rounds' rates; the latency percentiles
+pool every round's samples. Keys are visited round-robin, continuing across
+rounds.
+
 A call that raises is counted as an error (and still timed); the loop goes on.
 """
 
@@ -14,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import statistics
 from array import array
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from time import perf_counter_ns
 
-__all__ = ["Budget", "Measurement", "measure_async", "measure_sync"]
+__all__ = ["AsyncRunner", "Budget", "Measurement", "Runner"]
 
 # Decisions between two checks of the deadline: keeps the check off the hot path.
 _BATCH = 64
@@ -32,14 +40,20 @@ class Budget:
     ``warmup_s`` runs first and is thrown away; when ``warmup_full_pass`` is
     set it lasts at least one pass over the keys, so the timed part starts with
     every key already known to the store (no warm-up when neither is set).
-    ``max_calls`` caps each part (for smoke tests); ``None`` means run for
-    ``duration_s``.
+    Then ``rounds`` timed rounds of ``duration_s / rounds`` each. ``max_calls``
+    caps the warm-up and each round (for smoke tests); ``None`` means run for
+    the time given.
     """
 
     duration_s: float
     warmup_s: float
+    rounds: int = 1
     warmup_full_pass: bool = True
     max_calls: int | None = None
+
+    @property
+    def round_s(self) -> float:
+        return self.duration_s / self.rounds
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,13 +62,20 @@ class Measurement:
     errors: int
     denied: int
     elapsed_s: float
+    per_second: float
+    round_rates: tuple[float, ...]
     p50_us: float
     p99_us: float
     first_error: str | None = None
 
-    @property
-    def per_second(self) -> float:
-        return self.calls / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+@dataclass(slots=True)
+class _Sample:
+    latencies: array[int] = field(default_factory=lambda: array("q"))
+    errors: int = 0
+    denied: int = 0
+    elapsed_ns: int = 0
+    first_error: str | None = None
 
 
 def _percentile(ordered: Sequence[int], fraction: float) -> float:
@@ -65,130 +86,143 @@ def _percentile(ordered: Sequence[int], fraction: float) -> float:
     return ordered[int(rank) - 1] / 1_000
 
 
-def _summarise(
-    latencies: array[int], errors: int, denied: int, elapsed_ns: int, first_error: str | None
-) -> Measurement:
-    ordered = sorted(latencies)
+def _combine(samples: Sequence[_Sample]) -> Measurement:
+    ordered = sorted(value for sample in samples for value in sample.latencies)
+    rates = tuple(
+        len(s.latencies) / (s.elapsed_ns / 1e9) if s.elapsed_ns > 0 else 0.0 for s in samples
+    )
+    first = next((s.first_error for s in samples if s.first_error is not None), None)
     return Measurement(
         calls=len(ordered),
-        errors=errors,
-        denied=denied,
-        elapsed_s=elapsed_ns / 1e9,
+        errors=sum(s.errors for s in samples),
+        denied=sum(s.denied for s in samples),
+        elapsed_s=sum(s.elapsed_ns for s in samples) / 1e9,
+        per_second=statistics.median(rates) if rates else 0.0,
+        round_rates=rates,
         p50_us=_percentile(ordered, 0.50),
         p99_us=_percentile(ordered, 0.99),
-        first_error=first_error,
+        first_error=first,
     )
 
 
-def _sync_loop(
-    decide: Callable[[str], object],
-    keys: Sequence[str],
-    duration_s: float,
-    max_calls: int | None,
-    min_calls: int,
-) -> Measurement:
-    latencies: array[int] = array("q")
-    record = latencies.append
-    count = len(keys)
-    index = errors = denied = 0
-    first_error: str | None = None
-    limit = max_calls if max_calls is not None else -1
-    start = perf_counter_ns()
-    deadline = start + int(duration_s * 1e9)
-    end = start
-    while True:
-        for _ in range(_BATCH):
-            key = keys[index % count]
-            index += 1
-            t0 = perf_counter_ns()
-            try:
-                allowed = decide(key)
-            except Exception as exc:
-                allowed = True
-                errors += 1
-                if first_error is None:
-                    first_error = f"{type(exc).__name__}: {exc}"
-            end = perf_counter_ns()
-            record(end - t0)
-            if not allowed:
-                denied += 1
-            if index == limit:
-                break
-        if index == limit or (end >= deadline and index >= min_calls):
-            break
-    return _summarise(latencies, errors, denied, end - start, first_error)
+def _describe(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
-def measure_sync(
-    decide: Callable[[str], object], keys: Sequence[str], budget: Budget
-) -> Measurement:
-    """Warm up, then time ``decide(key)`` round-robin over ``keys``."""
-    if budget.warmup_s > 0 or budget.warmup_full_pass:
-        warm_calls = len(keys) if budget.warmup_full_pass else 0
-        _sync_loop(decide, keys, budget.warmup_s, budget.max_calls, warm_calls)
+class Runner:
+    """Times ``decide(key)`` over ``keys`` round-robin, one call at a time."""
+
+    def __init__(self, decide: Callable[[str], object], keys: Sequence[str]) -> None:
+        self.decide = decide
+        self.keys = keys
+        self.index = 0
+        self.samples: list[_Sample] = []
+
+    def warm_up(self, budget: Budget) -> None:
+        if budget.warmup_s > 0 or budget.warmup_full_pass:
+            min_calls = len(self.keys) if budget.warmup_full_pass else 0
+            self._loop(budget.warmup_s, budget.max_calls, min_calls)
+
+    def round(self, budget: Budget) -> None:
         gc.collect()
-    return _sync_loop(decide, keys, budget.duration_s, budget.max_calls, 0)
+        self.samples.append(self._loop(budget.round_s, budget.max_calls, 0))
 
+    def result(self) -> Measurement:
+        return _combine(self.samples)
 
-async def _async_loop(
-    decide: Callable[[str], Awaitable[object]],
-    keys: Sequence[str],
-    in_flight: int,
-    duration_s: float,
-    max_calls: int | None,
-    min_calls: int,
-) -> Measurement:
-    latencies: array[int] = array("q")
-    record = latencies.append
-    count = len(keys)
-    state = {"next": 0, "errors": 0, "denied": 0, "end": 0}
-    first_error: list[str] = []
-    limit = max_calls if max_calls is not None else -1
-    start = perf_counter_ns()
-    deadline = start + int(duration_s * 1e9)
-
-    async def worker() -> None:
-        # Each worker takes the next key, awaits one decision, and repeats: a
-        # steady ``in_flight`` decisions outstanding, like a semaphore-bounded producer.
+    def _loop(self, seconds: float, max_calls: int | None, min_calls: int) -> _Sample:
+        sample = _Sample()
+        record = sample.latencies.append
+        decide, keys, count = self.decide, self.keys, len(self.keys)
+        index = self.index
+        done = 0
+        limit = max_calls if max_calls is not None else -1
+        start = perf_counter_ns()
+        deadline = start + int(seconds * 1e9)
+        end = start
         while True:
-            index = state["next"]
-            if index == limit or (state["end"] >= deadline and index >= min_calls):
-                return
-            state["next"] = index + 1
-            t0 = perf_counter_ns()
-            try:
-                allowed = await decide(keys[index % count])
-            except Exception as exc:
-                allowed = True
-                state["errors"] += 1
-                if not first_error:
-                    first_error.append(f"{type(exc).__name__}: {exc}")
-            end = perf_counter_ns()
-            record(end - t0)
-            state["end"] = end
-            if not allowed:
-                state["denied"] += 1
-
-    await asyncio.gather(*(worker() for _ in range(in_flight)))
-    end = perf_counter_ns()
-    return _summarise(
-        latencies,
-        state["errors"],
-        state["denied"],
-        end - start,
-        first_error[0] if first_error else None,
-    )
+            for _ in range(_BATCH):
+                key = keys[index % count]
+                index += 1
+                t0 = perf_counter_ns()
+                try:
+                    allowed = decide(key)
+                except Exception as exc:
+                    allowed = True
+                    sample.errors += 1
+                    if sample.first_error is None:
+                        sample.first_error = _describe(exc)
+                end = perf_counter_ns()
+                record(end - t0)
+                if not allowed:
+                    sample.denied += 1
+                done += 1
+                if done == limit:
+                    break
+            if done == limit or (end >= deadline and done >= min_calls):
+                break
+        self.index = index
+        sample.elapsed_ns = end - start
+        return sample
 
 
-async def measure_async(
-    decide: Callable[[str], Awaitable[object]],
-    keys: Sequence[str],
-    budget: Budget,
-    in_flight: int,
-) -> Measurement:
-    """Warm up, then time ``await decide(key)`` with ``in_flight`` worker tasks."""
-    if budget.warmup_s > 0 or budget.warmup_full_pass:
-        warm_calls = len(keys) if budget.warmup_full_pass else 0
-        await _async_loop(decide, keys, in_flight, budget.warmup_s, budget.max_calls, warm_calls)
+class AsyncRunner:
+    """Times ``await decide(key)`` with ``in_flight`` worker tasks, each one call at a time."""
+
+    def __init__(
+        self, decide: Callable[[str], Awaitable[object]], keys: Sequence[str], in_flight: int
+    ) -> None:
+        self.decide = decide
+        self.keys = keys
+        self.in_flight = in_flight
+        self.index = 0
+        self.samples: list[_Sample] = []
+
+    async def warm_up(self, budget: Budget) -> None:
+        if budget.warmup_s > 0 or budget.warmup_full_pass:
+            min_calls = len(self.keys) if budget.warmup_full_pass else 0
+            await self._loop(budget.warmup_s, budget.max_calls, min_calls)
+
+    async def round(self, budget: Budget) -> None:
         gc.collect()
-    return await _async_loop(decide, keys, in_flight, budget.duration_s, budget.max_calls, 0)
+        self.samples.append(await self._loop(budget.round_s, budget.max_calls, 0))
+
+    def result(self) -> Measurement:
+        return _combine(self.samples)
+
+    async def _loop(self, seconds: float, max_calls: int | None, min_calls: int) -> _Sample:
+        sample = _Sample()
+        record = sample.latencies.append
+        decide, keys, count = self.decide, self.keys, len(self.keys)
+        first = self.index
+        limit = max_calls if max_calls is not None else -1
+        start = perf_counter_ns()
+        deadline = start + int(seconds * 1e9)
+        last = [start]
+
+        async def worker() -> None:
+            # Each worker takes the next key, awaits one decision, and repeats: a
+            # steady ``in_flight`` decisions outstanding, like a semaphore-bounded producer.
+            while True:
+                done = self.index - first
+                if done == limit or (last[0] >= deadline and done >= min_calls):
+                    return
+                self.index += 1
+                key = keys[(first + done) % count]
+                t0 = perf_counter_ns()
+                try:
+                    allowed = await decide(key)
+                except Exception as exc:
+                    allowed = True
+                    sample.errors += 1
+                    if sample.first_error is None:
+                        sample.first_error = _describe(exc)
+                end = perf_counter_ns()
+                record(end - t0)
+                last[0] = end
+                if not allowed:
+                    sample.denied += 1
+
+        await asyncio.gather(*(worker() for _ in range(self.in_flight)))
+        sample.elapsed_ns = perf_counter_ns() - start
+        return sample

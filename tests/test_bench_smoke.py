@@ -16,10 +16,13 @@ import pytest
 from benchmarks import __main__ as cli
 from benchmarks import _report, _suite
 from benchmarks._case import Case, Env
-from benchmarks._timing import Budget, measure_async, measure_sync
+from benchmarks._timing import AsyncRunner, Budget, Runner
 
 CALLS = 20
 TINY = Budget(duration_s=3_600.0, warmup_s=0.0, warmup_full_pass=False, max_calls=CALLS)
+TWO_ROUNDS = Budget(
+    duration_s=3_600.0, warmup_s=0.0, rounds=2, warmup_full_pass=False, max_calls=CALLS
+)
 
 
 def memory_cases() -> list[Case]:
@@ -27,9 +30,9 @@ def memory_cases() -> list[Case]:
 
 
 def test_every_memory_case_makes_exactly_the_decisions_asked_for() -> None:
-    """Each in-memory case times CALLS calls, none failing or denied; ratewarden's always runs."""
+    """Each in-memory case times 2 rounds of CALLS, none failing or denied; ratewarden's runs."""
     cases = memory_cases()
-    rows = _suite.run(cases, Env(redis_url=None), TINY, key_sets=(1, 3))
+    rows = _suite.run(cases, Env(redis_url=None), TWO_ROUNDS, key_sets=(1, 3))
     assert len(rows) == 2 * len(cases)
     assert any(row.library == "ratewarden" and row.algorithm == "gcra" for row in rows)
     for row in rows:
@@ -37,7 +40,8 @@ def test_every_memory_case_makes_exactly_the_decisions_asked_for() -> None:
             continue  # a peer missing from this environment is reported, not measured
         assert row.status == "ok", row
         assert row.measurement is not None
-        assert row.measurement.calls == CALLS
+        assert row.measurement.calls == 2 * CALLS
+        assert len(row.measurement.round_rates) == 2
         assert row.measurement.errors == 0
         assert row.measurement.denied == 0
         assert 0 < row.measurement.p50_us <= row.measurement.p99_us
@@ -60,10 +64,26 @@ def test_errors_are_counted_and_the_loop_goes_on() -> None:
             raise ConnectionError("gone")
         return True
 
-    found = measure_sync(flaky, ["a", "b"], TINY)
+    runner = Runner(flaky, ["a", "b"])
+    runner.round(TINY)
+    found = runner.result()
     assert found.calls == CALLS
     assert found.errors == CALLS // 2
     assert found.first_error == "ConnectionError: gone"
+
+
+def test_rounds_continue_round_robin_over_the_keys() -> None:
+    """A second round starts at the key after the last one the first round used."""
+    seen: list[str] = []
+
+    def decide(key: str) -> bool:
+        seen.append(key)
+        return True
+
+    runner = Runner(decide, [str(i) for i in range(7)])
+    runner.round(Budget(duration_s=3_600.0, warmup_s=0.0, rounds=2, max_calls=5))
+    runner.round(Budget(duration_s=3_600.0, warmup_s=0.0, rounds=2, max_calls=5))
+    assert seen == ["0", "1", "2", "3", "4", "5", "6", "0", "1", "2"]
 
 
 def test_async_loop_keeps_the_asked_number_in_flight() -> None:
@@ -77,7 +97,9 @@ def test_async_loop_keeps_the_asked_number_in_flight() -> None:
         state["now"] -= 1
         return key != "denied"
 
-    found = asyncio.run(measure_async(decide, ["a", "denied"], TINY, in_flight=8))
+    runner = AsyncRunner(decide, ["a", "denied"], in_flight=8)
+    asyncio.run(runner.round(TINY))
+    found = runner.result()
     assert found.calls == CALLS
     assert found.denied == CALLS // 2
     assert state["peak"] == 8
