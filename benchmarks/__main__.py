@@ -143,6 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     print("Targets (a report, not a test):")
     for target in found:
         print(f"  {target.line()}")
+    notes = _report.cpu_notes(rows, _suite.KEY_SETS)
+    if notes:
+        print("Client CPU per decision on Redis (informational):")
+        for note in notes:
+            print(f"  {note}")
 
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     for name in (f"{stamp}.json", "latest.json"):

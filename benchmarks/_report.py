@@ -13,11 +13,11 @@ from typing import Any
 
 from benchmarks._suite import Row
 
-__all__ = ["Target", "markdown", "markdown_run", "table", "targets", "write_json"]
+__all__ = ["Target", "cpu_notes", "markdown", "markdown_run", "table", "targets", "write_json"]
 
 _HEADERS = ("backend", "keys", "library [algorithm]", "decisions/s", "rounds min-max",
-            "p50 us", "p99 us", "errors", "denied", "note")
-_NUMERIC = frozenset({1, 3, 4, 5, 6, 7, 8})
+            "p50 us", "p99 us", "CPU us/dec", "errors", "denied", "note")
+_NUMERIC = frozenset({1, 3, 4, 5, 6, 7, 8, 9})
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +60,13 @@ def _backend(row: Row) -> str:
 def _cells(row: Row) -> tuple[str, ...]:
     m = row.measurement
     if m is None:
-        return (_backend(row), f"{row.keys:,}", row.label, *("-",) * 6, row.status)
+        return (_backend(row), f"{row.keys:,}", row.label, *("-",) * 7, row.status)
     note = "" if m.first_error is None else f"first error: {m.first_error}"[:80]
     spread = f"{min(m.round_rates):,.0f}-{max(m.round_rates):,.0f}" if m.round_rates else "-"
     return (
         _backend(row), f"{row.keys:,}", row.label, f"{m.per_second:,.0f}", spread,
-        f"{m.p50_us:.1f}", f"{m.p99_us:.1f}", f"{m.errors:,}", f"{m.denied:,}", note,
+        f"{m.p50_us:.1f}", f"{m.p99_us:.1f}", f"{m.cpu_us:.1f}", f"{m.errors:,}",
+        f"{m.denied:,}", note,
     )
 
 
@@ -128,6 +129,10 @@ def markdown_run(meta: dict[str, Any], rows: Sequence[Row], found: Sequence[Targ
         "Targets (a report, not a test):",
         "",
         *(f"- {target.line()}" for target in found),
+        "",
+        "Client CPU per decision on Redis (informational):",
+        "",
+        *(f"- {note}" for note in cpu_notes(rows, sorted({r.keys for r in rows}))),
     ]
     return "\n".join(lines) + "\n"
 
@@ -191,6 +196,25 @@ def targets(rows: Sequence[Row], key_sets: Sequence[int]) -> list[Target]:
             _ratio("redis async", keys, 3.0, rows, _rw_gcra("redis-async"), _rw_gcra("redis")),
         ]
     return found
+
+
+def cpu_notes(rows: Sequence[Row], key_sets: Sequence[int]) -> list[str]:
+    """Client CPU per decision on Redis: the library's own cost, without the round trip."""
+    sides = (
+        _rw_gcra("redis"),
+        _Side("redis-py script loop", lambda r: r.role == "ceiling" and r.backend == "redis"),
+        _rw_gcra("redis-async"),
+    )
+    notes = []
+    for keys in key_sets:
+        parts = []
+        for side in sides:
+            found = _pick(rows, keys, side)
+            if not isinstance(found, str) and found.measurement is not None:
+                parts.append(f"{_on(found)} {found.measurement.cpu_us:.1f} us")
+        if parts:
+            notes.append(f"{keys:,} key{'s' if keys > 1 else ''}: " + ", ".join(parts))
+    return notes
 
 
 def write_json(
