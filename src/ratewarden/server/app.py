@@ -25,7 +25,7 @@ import time
 from multiprocessing.connection import wait as wait_for_sentinels
 from typing import Any
 
-from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped, unused-ignore]
+from envoy.service.ratelimit.v3 import rls_pb2
 
 from ratewarden.errors import ConfigurationError, RatewardenError
 from ratewarden.server import config as rules
@@ -50,9 +50,7 @@ def open_store(url: str) -> AsyncStore:
     if store_scheme(url) == "memory":
         return AsyncMemoryStore()
     try:
-        from ratewarden.storage.redis import (  # type: ignore[import-not-found, unused-ignore]
-            AsyncRedisStore,
-        )
+        from ratewarden.storage.redis import AsyncRedisStore
     except ImportError as exc:
         raise ConfigurationError(
             f"store {url!r} needs the Redis client: pip install 'ratewarden[redis]' ({exc})"

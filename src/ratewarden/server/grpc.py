@@ -19,13 +19,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import grpc  # type: ignore[import-untyped, unused-ignore]
-from envoy.service.ratelimit.v3 import rls_pb2_grpc  # type: ignore[import-untyped, unused-ignore]
-from grpc_health.v1 import (  # type: ignore[import-untyped, unused-ignore]
-    health,
-    health_pb2,
-    health_pb2_grpc,
-)
+import grpc
+from envoy.service.ratelimit.v3 import rls_pb2_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from ratewarden.errors import ConfigurationError
 
@@ -39,7 +35,7 @@ HEALTH_SERVICES = ("", RATE_LIMIT_SERVICE, "ratelimit")
 Answer = Callable[[Any], Awaitable[Any]]
 
 
-class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[misc, unused-ignore]
+class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[misc]
     """``ShouldRateLimit`` over ``answer(request) -> RateLimitResponse``."""
 
     def __init__(self, answer: Answer) -> None:

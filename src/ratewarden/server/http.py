@@ -26,8 +26,8 @@ from http import HTTPStatus
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
-from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped, unused-ignore]
-from google.protobuf import json_format  # type: ignore[import-untyped, unused-ignore]
+from envoy.service.ratelimit.v3 import rls_pb2
+from google.protobuf import json_format
 
 from ratewarden.errors import ConfigurationError
 
