@@ -164,3 +164,97 @@ class RedisCluster:
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
+
+
+class RedisSentinel:
+    """A primary, one replica and ``sentinels`` Sentinels watching them, all on loopback.
+
+    The Sentinels know the primary as ``service``; quorum 1, so one Sentinel
+    can fail over on its own.
+    """
+
+    def __init__(self, sentinels: int = 1, service: str = "rw-primary") -> None:
+        self.service = service
+        # Without the default 5 s delay before a diskless sync, the replica is up at once.
+        self.primary = RedisServer(["repl-diskless-sync-delay 0"])
+        self.replica: RedisServer | None = None
+        self.sentinels: list[_SentinelProcess] = []
+        try:
+            self.replica = RedisServer([f"replicaof {HOST} {self.primary.port}"])
+            for _ in range(sentinels):
+                self.sentinels.append(_SentinelProcess(service, self.primary.port))
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def hosts(self) -> str:
+        return ",".join(f"{HOST}:{s.port}" for s in self.sentinels)
+
+    @property
+    def url(self) -> str:
+        return f"redis+sentinel://{self.hosts}/{self.service}"
+
+    def _wait_ready(self) -> None:
+        """Until every Sentinel names the primary and the replica is in sync."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        assert self.replica is not None
+        while time.monotonic() < deadline:
+            with self.replica.client() as replica:
+                synced = replica.info("replication").get("master_link_status") == "up"
+            known = True
+            for sentinel in self.sentinels:
+                with sentinel.client() as s:
+                    address = s.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service)
+                    known = known and address is not None and int(address[1]) == self.primary.port
+            if synced and known:
+                return
+            time.sleep(0.05)
+        raise RuntimeError("Sentinel setup did not settle")
+
+    def stop(self) -> None:
+        for sentinel in self.sentinels:
+            sentinel.stop()
+        if self.replica is not None:
+            self.replica.stop()
+        self.primary.stop()
+
+
+class _SentinelProcess(RedisServer):
+    """``redis-server --sentinel``; it rewrites its own config file, so it gets one."""
+
+    def __init__(self, service: str, primary_port: int) -> None:
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix=f"rw-sentinel-{self.port}-"))
+        lines = [
+            f"port {self.port}",
+            f"bind {HOST}",
+            f"dir {self.dir}",
+            f"sentinel monitor {service} {HOST} {primary_port} 1",
+            f"sentinel down-after-milliseconds {service} 1000",
+            f"sentinel failover-timeout {service} 5000",
+        ]
+        conf = self.dir / "sentinel.conf"
+        conf.write_text("\n".join(lines) + "\n")
+        self.log = open(self.dir / "redis.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [REDIS_SERVER or "redis-server", str(conf), "--sentinel"],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        self._wait_ready()
+
+
+class SilentServer:
+    """A loopback port that accepts TCP connections and never answers: a hung Redis."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind((HOST, 0))
+        # The kernel completes handshakes from the backlog; nothing ever reads.
+        self.sock.listen(64)
+        self.port = int(self.sock.getsockname()[1])
+
+    def close(self) -> None:
+        self.sock.close()

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
 
-from tests._servers import RedisCluster, RedisServer
+from tests._servers import RedisCluster, RedisSentinel, RedisServer, SilentServer
 
 
 @pytest.fixture(scope="session")
@@ -42,3 +42,36 @@ def cluster_client(redis_cluster: RedisCluster) -> Iterator[redis.RedisCluster]:
     client.flushall(target_nodes=redis.RedisCluster.PRIMARIES)
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel() -> Iterator[RedisSentinel]:
+    """A primary, a replica and two Sentinels naming it, for the whole session."""
+    setup = RedisSentinel(sentinels=2)
+    yield setup
+    setup.stop()
+
+
+@pytest.fixture
+def make_redis() -> Iterator[Callable[..., RedisServer]]:
+    """Start dedicated redis-servers (``make_redis(["requirepass x"])``) stopped after the test.
+
+    For tests that pause, stop or reconfigure a server.
+    """
+    servers: list[RedisServer] = []
+
+    def start(extra: list[str] | None = None) -> RedisServer:
+        servers.append(RedisServer(extra))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def silent_server() -> Iterator[SilentServer]:
+    """A port that accepts connections and never answers."""
+    server = SilentServer()
+    yield server
+    server.close()

@@ -1,0 +1,216 @@
+"""Where an asyncio Redis store sends a command: one server, or a Cluster slot's primary.
+
+The async twin of ``_redis_sync``: the same routing and recovery, over one
+auto-pipelined connection per server (``_redis_pipe.Pipe``) instead of a pool
+of blocking links. Connections belong to the event loop that made them; a
+store used from a new loop makes new ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import hiredis
+import redis.asyncio as aredis
+from redis import exceptions as rx
+from redis.crc import key_slot
+
+from ratewarden.storage._redis_link import connection_kwargs, describe
+from ratewarden.storage._redis_pipe import Pipe
+from ratewarden.storage._redis_protocol import (
+    MAX_ATTEMPTS,
+    ConnectFailed,
+    ConnectionFactory,
+    Recovery,
+    Sendable,
+    eval_command,
+    evalsha_command,
+    pack,
+    recovery,
+)
+from ratewarden.storage._scripts import Script
+
+__all__ = ["AsyncCluster", "AsyncRouter", "AsyncStandalone", "run_script"]
+
+_PING = pack(("PING",))
+
+
+async def run_script(
+    pipe: Pipe, script: Script, keys: Sequence[str], args: Sequence[Sendable]
+) -> Any:
+    """See ``_redis_sync.run_script``; the same steps, awaited."""
+    reply = await pipe.request(evalsha_command(script, keys, args))
+    if type(reply) is hiredis.ReplyError:
+        reply = await _recover(pipe, reply, script, keys, args)
+    return reply
+
+
+async def _recover(
+    pipe: Pipe,
+    reply: hiredis.ReplyError,
+    script: Script,
+    keys: Sequence[str],
+    args: Sequence[Sendable],
+) -> Any:
+    for _ in range(MAX_ATTEMPTS - 1):
+        action = recovery(reply)
+        if action is Recovery.LOAD:
+            packed = eval_command(script, keys, args)
+        elif action is Recovery.RECONNECT:
+            pipe.reconnect()
+            packed = evalsha_command(script, keys, args)
+        else:
+            raise reply
+        reply = await pipe.request(packed)
+        if type(reply) is not hiredis.ReplyError:
+            return reply
+    raise reply
+
+
+def _check(reply: Any) -> Any:
+    if type(reply) is hiredis.ReplyError:
+        raise reply
+    return reply
+
+
+def _factory(
+    connection_class: Any, kwargs: dict[str, Any], timeout: float
+) -> tuple[ConnectionFactory, str]:
+    options = connection_kwargs(kwargs, timeout)
+    return (lambda: connection_class(**options)), describe(options)
+
+
+class AsyncRouter(Protocol):
+    where: str
+
+    async def eval(self, script: Script, keys: Sequence[str], args: Sequence[Sendable]) -> Any: ...
+
+    async def command(self, route_key: str, *parts: Sendable) -> Any: ...
+
+    async def ping(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class _Pipes:
+    """One pipe per server name, for the running event loop."""
+
+    def __init__(self, timeout: float) -> None:
+        self._timeout = timeout
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pipes: dict[str, Pipe] = {}
+
+    def get(self, name: str, make: Callable[[], tuple[ConnectionFactory, str]]) -> Pipe:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            # Another loop's transports cannot be used (or closed) from here.
+            self._loop, self._pipes = loop, {}
+        pipe = self._pipes.get(name)
+        if pipe is None:
+            factory, where = make()
+            pipe = self._pipes[name] = Pipe(factory, where, self._timeout, loop)
+        return pipe
+
+    async def aclose(self) -> None:
+        pipes, self._pipes = self._pipes, {}
+        if self._loop is asyncio.get_running_loop():
+            for pipe in pipes.values():
+                await pipe.aclose()
+
+
+class AsyncStandalone:
+    """One server: a plain Redis, or the primary a Sentinel names."""
+
+    def __init__(self, client: aredis.Redis, timeout: float) -> None:
+        self._pool = client.connection_pool
+        self._timeout = timeout
+        self.where = self._make()[1]
+        self._pipes = _Pipes(timeout)
+
+    def _make(self) -> tuple[ConnectionFactory, str]:
+        pool = self._pool
+        return _factory(pool.connection_class, pool.connection_kwargs, self._timeout)
+
+    async def eval(self, script: Script, keys: Sequence[str], args: Sequence[Sendable]) -> Any:
+        return await run_script(self._pipes.get("", self._make), script, keys, args)
+
+    async def command(self, route_key: str, *parts: Sendable) -> Any:
+        return _check(await self._pipes.get("", self._make).request(pack(parts)))
+
+    async def ping(self) -> None:
+        _check(await self._pipes.get("", self._make).request(_PING))
+
+    async def aclose(self) -> None:
+        await self._pipes.aclose()
+
+
+class AsyncCluster:
+    """See ``_redis_sync.Cluster``: the same routing, over one pipe per primary."""
+
+    def __init__(self, client: aredis.RedisCluster, timeout: float) -> None:
+        cluster: Any = client  # redis-py's cluster API is untyped
+        self._client = cluster
+        self._timeout = timeout
+        self._pipes = _Pipes(timeout)
+        self.where = "Redis Cluster " + ",".join(
+            f"{node.host}:{node.port}" for node in cluster.startup_nodes[:3]
+        )
+
+    def _pipe(self, node: Any) -> Pipe:
+        timeout = self._timeout
+        return self._pipes.get(
+            node.name, lambda: _factory(node.connection_class, node.connection_kwargs, timeout)
+        )
+
+    async def _node(self, route_key: str) -> Any:
+        client = self._client
+        if client._initialize:
+            await client.initialize()
+        return client.nodes_manager.get_node_from_slot(key_slot(route_key.encode()))
+
+    async def eval(self, script: Script, keys: Sequence[str], args: Sequence[Sendable]) -> Any:
+        node = await self._node(keys[0])
+        for _ in range(2):
+            try:
+                return await run_script(self._pipe(node), script, keys, args)
+            except ConnectFailed:
+                node = await self._moved_after_failure(node, keys[0])
+            except hiredis.ReplyError as reply:
+                if recovery(reply) is not Recovery.REDIRECT:
+                    raise
+                return await self._redirected_eval(script, keys, args)
+        raise ConnectFailed(f"cannot connect to the primary of {keys[0]!r}")
+
+    async def _moved_after_failure(self, node: Any, route_key: str) -> Any:
+        await self._client.nodes_manager.initialize()
+        now = await self._node(route_key)
+        if now.name == node.name:
+            raise ConnectFailed(f"cannot connect to {node.name}, still the primary of its slot")
+        return now
+
+    async def _redirected_eval(
+        self, script: Script, keys: Sequence[str], args: Sequence[Sendable]
+    ) -> Any:
+        client = self._client
+        try:
+            return await client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        except rx.NoScriptError:
+            return await client.execute_command("EVAL", script.source, len(keys), *keys, *args)
+
+    async def command(self, route_key: str, *parts: Sendable) -> Any:
+        reply = await self._pipe(await self._node(route_key)).request(pack(parts))
+        if type(reply) is hiredis.ReplyError and recovery(reply) is Recovery.REDIRECT:
+            return await self._client.execute_command(*parts)
+        return _check(reply)
+
+    async def ping(self) -> None:
+        client = self._client
+        if client._initialize:
+            await client.initialize()
+        for node in client.get_primaries():
+            _check(await self._pipe(node).request(_PING))
+
+    async def aclose(self) -> None:
+        await self._pipes.aclose()

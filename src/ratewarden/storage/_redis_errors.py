@@ -1,0 +1,81 @@
+"""The one boundary where a Redis client error becomes a ratewarden error.
+
+Every Redis store method that talks to the server catches ``REDIS_ERRORS`` and
+hands the exception to ``raise_storage_error``. Nothing else in ratewarden
+raises from a redis-py or hiredis exception, so failure policies catch exactly
+``StorageUnavailableError`` (the store could not decide now: unreachable, too
+slow, failing over, loading, out of memory) or ``StorageError`` (the store
+answered with an error that retrying will not fix, such as a script bug).
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+import hiredis
+from redis import exceptions as rx
+
+from ratewarden.errors import StorageError, StorageUnavailableError
+
+__all__ = ["REDIS_ERRORS", "TRANSIENT_REPLIES", "raise_storage_error"]
+
+#: What a call into redis-py or hiredis may raise when the store, not our code, failed.
+#: ``OSError`` covers socket errors, TLS errors and ``TimeoutError``.
+REDIS_ERRORS: tuple[type[BaseException], ...] = (
+    rx.RedisError,
+    rx.RedisClusterException,
+    hiredis.HiredisError,
+    OSError,
+)
+
+#: Error reply codes that say "not now" rather than "never": the server is
+#: loading, busy, demoted, resharding, out of memory or cannot persist.
+TRANSIENT_REPLIES = (
+    "ASK",
+    "BUSY",
+    "CLUSTERDOWN",
+    "LOADING",
+    "MASTERDOWN",
+    "MISCONF",
+    "MOVED",
+    "NOREPLICAS",
+    "OOM",
+    "READONLY",
+    "TRYAGAIN",
+)
+
+# redis-py ResponseErrors that mean the same as a transient reply code.
+_TRANSIENT_TYPES = (
+    rx.AskError,
+    rx.ClusterError,
+    rx.OutOfMemoryError,
+    rx.ReadOnlyError,
+    rx.TryAgainError,
+)
+
+
+def _unavailable(exc: BaseException) -> bool:
+    if isinstance(exc, hiredis.ReplyError):
+        return str(exc).startswith(TRANSIENT_REPLIES)
+    if isinstance(exc, rx.ResponseError):
+        return isinstance(exc, _TRANSIENT_TYPES)
+    # DataError is a bad argument on our side: the store is fine.
+    return not isinstance(exc, rx.DataError)
+
+
+def raise_storage_error(exc: BaseException, where: str, timeout: float) -> NoReturn:
+    """Raise the ratewarden error for ``exc``, met while talking to ``where``."""
+    if isinstance(exc, TimeoutError | rx.TimeoutError):
+        raise StorageUnavailableError(
+            f"Redis at {where} did not answer within {timeout:g} s ({exc}); the decision "
+            "may or may not have been applied: the failure policy decides what to do"
+        ) from exc
+    if _unavailable(exc):
+        raise StorageUnavailableError(
+            f"Redis at {where} is unavailable: {type(exc).__name__}: {exc}; the failure "
+            "policy decides what to do"
+        ) from exc
+    raise StorageError(
+        f"Redis at {where} rejected a ratewarden command: {type(exc).__name__}: {exc}; "
+        "this is a bug or a server misconfiguration (ACL, renamed command), not an outage"
+    ) from exc

@@ -1,0 +1,198 @@
+"""Lean synchronous request/reply over connections that redis-py sets up.
+
+redis-py makes each connection (TCP, Unix socket or TLS; AUTH, SELECT, client
+name; Sentinel asking for the current primary) and we then drive its socket
+ourselves: one pre-packed command out, one hiredis-parsed reply in. That skips
+redis-py's per-command work (pool checkout, health checks, response callbacks,
+observability hooks), which costs more than the round trip on loopback.
+
+A ``LinkPool`` keeps idle links for reuse, one in use per thread at a time. Our
+connections use the store's timeout for connect and for each read, and never
+retry on their own: a rate limit decision is not idempotent, so only replies
+that prove nothing ran are retried (see ``_redis_protocol.Recovery``).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import ssl
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import hiredis
+from redis import exceptions as rx
+from redis.connection import ConnectionPool
+
+from ratewarden.storage._redis_errors import REDIS_ERRORS
+from ratewarden.storage._redis_protocol import ConnectFailed, ConnectionFactory
+
+__all__ = ["Link", "LinkPool", "connection_kwargs", "describe"]
+
+_READ_SIZE = 65_536
+
+
+def connection_kwargs(base: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """A pool's connection options with what the store imposes on its own connections."""
+    kwargs = {
+        **base,
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "retry": None,
+        "retry_on_error": [],
+        "retry_on_timeout": False,
+        # Script replies are plain arrays of integers; RESP2 keeps push
+        # messages (client tracking, maintenance notices) off our sockets.
+        "protocol": 2,
+    }
+    if "maint_notifications_config" in kwargs:
+        kwargs["maint_notifications_config"] = None
+    return kwargs
+
+
+def describe(kwargs: dict[str, Any]) -> str:
+    """Where a connection made from ``kwargs`` goes, for error messages."""
+    pool = kwargs.get("connection_pool")
+    service = getattr(pool, "service_name", None)
+    if service is not None:
+        return f"Sentinel service {service!r}"
+    if "path" in kwargs:
+        return str(kwargs["path"])
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+def _stale(sock: socket.socket, timeout: float) -> bool:
+    """Whether an idle socket that polls readable was closed (or spoke out of turn)."""
+    sock.setblocking(False)
+    try:
+        # EOF (b"") means the server closed it; any byte is one we never asked for.
+        sock.recv(1)
+        return True
+    except (BlockingIOError, ssl.SSLWantReadError):
+        # Only TLS housekeeping (a session ticket) was waiting: the link is fine.
+        return False
+    except OSError:
+        return True
+    finally:
+        sock.settimeout(timeout)
+
+
+class Link:
+    """One connection to one server, used by one thread at a time."""
+
+    __slots__ = ("_conn", "_make", "_poll", "_reader", "_sock", "_timeout", "where")
+
+    def __init__(self, make: ConnectionFactory, where: str, timeout: float) -> None:
+        self._make = make
+        self._timeout = timeout
+        self.where = where
+        self._conn: Any = None
+        self._sock: socket.socket | None = None
+        self._reader = hiredis.Reader()
+        self._poll: Callable[[], list[Any]] = list
+
+    def request(self, packed: bytes) -> Any:
+        """Send one packed command and return its reply (error replies as values)."""
+        sock = self._sock
+        if sock is None or (self._poll() and _stale(sock, self._timeout)):
+            sock = self._open()
+        try:
+            sock.sendall(packed)
+            reader = self._reader
+            reply = reader.gets()
+            while reply is False:
+                data = sock.recv(_READ_SIZE)
+                if not data:
+                    raise rx.ConnectionError(f"{self.where} closed the connection")
+                reader.feed(data)
+                reply = reader.gets()
+        except BaseException:
+            # A half-read reply would be read as the answer to the next request.
+            self.close()
+            raise
+        return reply
+
+    def _open(self) -> socket.socket:
+        self.close()
+        conn = self._make()
+        try:
+            conn.connect()
+        except REDIS_ERRORS as exc:
+            conn.disconnect()
+            raise ConnectFailed(f"cannot connect to {self.where}: {exc}") from exc
+        sock: socket.socket = conn._sock  # private, but stable since redis-py 2
+        self._conn = conn
+        self._sock = sock
+        self._reader = hiredis.Reader()
+        if hasattr(select, "poll"):
+            poller = select.poll()
+            poller.register(sock, select.POLLIN)
+            self._poll = lambda: poller.poll(0)
+        else:  # pragma: no cover - Windows has no poll()
+            self._poll = lambda: select.select([sock], [], [], 0)[0]
+        return sock
+
+    def close(self) -> None:
+        conn = self._conn
+        self._conn = self._sock = None
+        self._poll = list
+        if conn is not None:
+            conn.disconnect()
+
+
+_POOLS: weakref.WeakSet[LinkPool] = weakref.WeakSet()
+
+
+class LinkPool:
+    """Idle links to one server. ``take`` one, use it, ``give`` it back."""
+
+    __slots__ = ("__weakref__", "_closed", "_free", "_make", "_timeout", "where")
+
+    def __init__(self, make: ConnectionFactory, where: str, timeout: float) -> None:
+        self._make = make
+        self._timeout = timeout
+        self.where = where
+        self._free: list[Link] = []
+        self._closed = False
+        _POOLS.add(self)
+
+    @classmethod
+    def for_pool(cls, pool: ConnectionPool, timeout: float) -> LinkPool:
+        """Links made like ``pool``'s connections, with the store's timeouts."""
+        kwargs = connection_kwargs(pool.connection_kwargs, timeout)
+        connection_class = pool.connection_class
+        return cls(lambda: connection_class(**kwargs), describe(kwargs), timeout)
+
+    def take(self) -> Link:
+        # list.pop and list.append are atomic under the GIL: no lock needed.
+        try:
+            return self._free.pop()
+        except IndexError:
+            return Link(self._make, self.where, self._timeout)
+
+    def give(self, link: Link) -> None:
+        if self._closed:
+            link.close()
+        else:
+            self._free.append(link)
+
+    def close(self) -> None:
+        self._closed = True
+        free, self._free = self._free, []
+        for link in free:
+            link.close()
+
+    def _forget(self) -> None:
+        # In a forked child the sockets belong to the parent: drop, never shut down.
+        self._free = []
+
+
+def _after_fork_in_child() -> None:
+    for pool in list(_POOLS):
+        pool._forget()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

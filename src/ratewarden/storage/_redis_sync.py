@@ -1,0 +1,201 @@
+"""Where a synchronous Redis store sends a command: one server, or a Cluster slot's primary.
+
+Routers raise raw redis-py / hiredis errors; the store turns them into ours at
+its error boundary. Every request is bounded by the store's timeout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import hiredis
+import redis
+from redis import exceptions as rx
+from redis.crc import key_slot
+
+from ratewarden.storage._redis_link import Link, LinkPool
+from ratewarden.storage._redis_protocol import (
+    MAX_ATTEMPTS,
+    ConnectFailed,
+    Recovery,
+    Sendable,
+    eval_command,
+    evalsha_command,
+    pack,
+    recovery,
+)
+from ratewarden.storage._scripts import Script
+
+__all__ = ["Cluster", "Router", "Standalone", "run_script"]
+
+_PING = pack(("PING",))
+
+
+def run_script(link: Link, script: Script, keys: Sequence[str], args: Sequence[Sendable]) -> Any:
+    """EVALSHA on ``link``; after NOSCRIPT send EVAL, after READONLY reconnect and resend."""
+    reply = link.request(evalsha_command(script, keys, args))
+    if type(reply) is hiredis.ReplyError:
+        reply = _recover(link, reply, script, keys, args)
+    return reply
+
+
+def _recover(
+    link: Link,
+    reply: hiredis.ReplyError,
+    script: Script,
+    keys: Sequence[str],
+    args: Sequence[Sendable],
+) -> Any:
+    for _ in range(MAX_ATTEMPTS - 1):
+        action = recovery(reply)
+        if action is Recovery.LOAD:
+            packed = eval_command(script, keys, args)
+        elif action is Recovery.RECONNECT:
+            link.close()
+            packed = evalsha_command(script, keys, args)
+        else:
+            raise reply
+        reply = link.request(packed)
+        if type(reply) is not hiredis.ReplyError:
+            return reply
+    raise reply
+
+
+def _check(reply: Any) -> Any:
+    if type(reply) is hiredis.ReplyError:
+        raise reply
+    return reply
+
+
+class Router(Protocol):
+    where: str
+
+    def eval(self, script: Script, keys: Sequence[str], args: Sequence[Sendable]) -> Any: ...
+
+    def command(self, route_key: str, *parts: Sendable) -> Any: ...
+
+    def ping(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Standalone:
+    """One server: a plain Redis, or the primary a Sentinel names."""
+
+    def __init__(self, client: redis.Redis, timeout: float) -> None:
+        self._links = LinkPool.for_pool(client.connection_pool, timeout)
+        self.where = self._links.where
+
+    def eval(self, script: Script, keys: Sequence[str], args: Sequence[Sendable]) -> Any:
+        links = self._links
+        link = links.take()
+        try:
+            return run_script(link, script, keys, args)
+        finally:
+            links.give(link)
+
+    def command(self, route_key: str, *parts: Sendable) -> Any:
+        links = self._links
+        link = links.take()
+        try:
+            return _check(link.request(pack(parts)))
+        finally:
+            links.give(link)
+
+    def ping(self) -> None:
+        self.command("", "PING")
+
+    def close(self) -> None:
+        self._links.close()
+
+
+class Cluster:
+    """A Redis Cluster: each decision goes to the primary of its hash tag's slot.
+
+    All keys of one decision share a hash tag, so the first key names the slot.
+    The slot table is redis-py's. A MOVED / ASK / TRYAGAIN reply (nothing ran)
+    is handed to the client's own command path, which follows the redirection
+    and updates that table. When a primary cannot be reached (nothing was sent)
+    the table is refreshed and the call tried once more if the slot moved.
+    Errors after a command may have run are never retried here: a decision is
+    not idempotent.
+    """
+
+    def __init__(self, client: redis.RedisCluster, timeout: float) -> None:
+        cluster: Any = client  # redis-py's cluster API is untyped
+        self._client = cluster
+        self._timeout = timeout
+        self._pools: dict[str, LinkPool] = {}
+        self.where = "Redis Cluster " + ",".join(
+            f"{node.host}:{node.port}" for node in cluster.get_nodes()[:3]
+        )
+
+    def _links(self, node: Any) -> LinkPool:
+        links = self._pools.get(node.name)
+        if links is None:
+            pool = node.redis_connection.connection_pool
+            links = self._pools.setdefault(node.name, LinkPool.for_pool(pool, self._timeout))
+        return links
+
+    def _node(self, route_key: str) -> Any:
+        return self._client.nodes_manager.get_node_from_slot(key_slot(route_key.encode()))
+
+    def eval(self, script: Script, keys: Sequence[str], args: Sequence[Sendable]) -> Any:
+        node = self._node(keys[0])
+        for _ in range(2):
+            links = self._links(node)
+            link = links.take()
+            try:
+                return run_script(link, script, keys, args)
+            except ConnectFailed:
+                node = self._moved_after_failure(node, keys[0])
+            except hiredis.ReplyError as reply:
+                if recovery(reply) is not Recovery.REDIRECT:
+                    raise
+                return self._redirected_eval(script, keys, args)
+            finally:
+                links.give(link)
+        raise ConnectFailed(f"cannot connect to the primary of {keys[0]!r}")
+
+    def _moved_after_failure(self, node: Any, route_key: str) -> Any:
+        """Refresh the slot table; return the slot's new primary, or re-raise if unchanged."""
+        self._client.nodes_manager.initialize()
+        now = self._node(route_key)
+        if now.name == node.name:
+            raise ConnectFailed(f"cannot connect to {node.name}, still the primary of its slot")
+        return now
+
+    def _redirected_eval(
+        self, script: Script, keys: Sequence[str], args: Sequence[Sendable]
+    ) -> Any:
+        client = self._client
+        try:
+            return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        except rx.NoScriptError:
+            return client.execute_command("EVAL", script.source, len(keys), *keys, *args)
+
+    def command(self, route_key: str, *parts: Sendable) -> Any:
+        links = self._links(self._node(route_key))
+        link = links.take()
+        try:
+            reply = link.request(pack(parts))
+        finally:
+            links.give(link)
+        if type(reply) is hiredis.ReplyError and recovery(reply) is Recovery.REDIRECT:
+            return self._client.execute_command(*parts)
+        return _check(reply)
+
+    def ping(self) -> None:
+        for node in self._client.get_primaries():
+            links = self._links(node)
+            link = links.take()
+            try:
+                _check(link.request(_PING))
+            finally:
+                links.give(link)
+
+    def close(self) -> None:
+        pools, self._pools = self._pools, {}
+        for links in pools.values():
+            links.close()

@@ -1,0 +1,168 @@
+"""Store URLs: which Redis to use and how, in one string.
+
+::
+
+    redis://[[user]:password@]host[:port][/db][?option=value...]       one server
+    rediss://...                                                       the same over TLS
+    unix://[[user]:password@]/path/to/redis.sock[?db=N]                a Unix socket
+    redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/service[/db]
+                     [?sentinel_username=...&sentinel_password=...]    Sentinel (port 26379)
+    redis+cluster://[[user]:password@]host[:port][,host[:port]...][/0] Cluster (port 6379)
+    rediss+sentinel://... and rediss+cluster://...                     over TLS
+
+``valkey`` may stand for ``redis`` in any scheme (``valkey://``,
+``valkeys+cluster://``). For Sentinel the user and password are the data
+nodes'; the sentinels' own credentials go in ``sentinel_username`` and
+``sentinel_password``, and TLS applies to both. The three ``redis://`` forms
+accept redis-py's query options (``?client_name=api``); any other client
+option is a keyword argument of ``from_url``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from ratewarden.errors import ConfigurationError
+
+__all__ = ["Target", "parse"]
+
+_SCHEMES = {
+    "redis": ("redis", False),
+    "rediss": ("redis", True),
+    "unix": ("redis", False),
+    "redis+sentinel": ("sentinel", False),
+    "rediss+sentinel": ("sentinel", True),
+    "redis+cluster": ("cluster", False),
+    "rediss+cluster": ("cluster", True),
+}
+_DEFAULT_PORT = {"redis": 6379, "sentinel": 26379, "cluster": 6379}
+_QUERY = {"sentinel": {"sentinel_username", "sentinel_password"}, "cluster": set[str]()}
+_HOST = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[^:\[\]]+))(?::(?P<port>[^:]*))?$")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A parsed store URL. ``url`` is the redis-py form for the plain kinds."""
+
+    kind: str  # "redis", "sentinel" or "cluster"
+    url: str
+    tls: bool = False
+    hosts: tuple[tuple[str, int], ...] = ()
+    service: str = ""
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+    query: tuple[tuple[str, str], ...] = ()
+
+
+def redact(url: str) -> str:
+    """The URL with its password replaced by ``***``, for messages."""
+    return re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1***@", url)
+
+
+def _fail(url: str, problem: str) -> ConfigurationError:
+    return ConfigurationError(f"store URL {redact(url)!r}: {problem}")
+
+
+def _port(url: str, text: str, host: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise _fail(url, f"port {text!r} of host {host!r} must be a number from 1 to 65535")
+    return int(text)
+
+
+def _hosts(url: str, hostlist: str, default_port: int) -> tuple[tuple[str, int], ...]:
+    hosts = []
+    for part in hostlist.split(","):
+        match = _HOST.match(part.strip())
+        if match is None:
+            raise _fail(url, f"host {part!r} is not HOST[:PORT] (IPv6 as [ADDR]:PORT)")
+        host = match.group("v6") or match.group("name")
+        port = match.group("port")
+        hosts.append((host, default_port if port is None else _port(url, port, part)))
+    return tuple(hosts)
+
+
+def _db(url: str, text: str) -> int:
+    if not text.isdigit():
+        raise _fail(url, f"database {text!r} in the path must be a whole number")
+    return int(text)
+
+
+def parse(url: str) -> Target:
+    """Check ``url`` and split it into its parts; ConfigurationError names the bad one."""
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigurationError(
+            f"store URL {url!r} must look like redis://host:6379/0 (see RedisStore.from_url)"
+        )
+    scheme, rest = url.split("://", 1)
+    scheme = scheme.lower()
+    if scheme.startswith("valkey"):
+        scheme = "redis" + scheme[len("valkey") :]
+    if scheme not in _SCHEMES:
+        choices = ", ".join(f"{s}://" for s in _SCHEMES)
+        raise _fail(url, f"scheme {scheme!r} is not one of {choices}")
+    kind, tls = _SCHEMES[scheme]
+    if kind == "redis":
+        return _parse_plain(url, scheme, rest)
+    netloc, _, tail = rest.partition("/")
+    path, _, query_text = tail.partition("?")
+    if "?" in netloc:
+        netloc, _, query_text = netloc.partition("?")
+    userinfo, at, hostlist = netloc.rpartition("@")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon else None
+    if not hostlist:
+        raise _fail(url, f"no host given; write {scheme}://HOST:PORT")
+    hosts = _hosts(url, hostlist, _DEFAULT_PORT[kind])
+    query = tuple(parse_qsl(query_text, keep_blank_values=True))
+    for name, _value in query:
+        if name not in _QUERY[kind]:
+            allowed = ", ".join(sorted(_QUERY[kind])) or "none"
+            raise _fail(
+                url,
+                f"query option {name!r} is not understood here (allowed: {allowed}); "
+                "pass other client options as keyword arguments of from_url",
+            )
+    segments = [s for s in path.split("/")] if path else []
+    if kind == "sentinel":
+        if not segments or not segments[0]:
+            raise _fail(url, "no Sentinel service name; write .../SERVICE_NAME[/DB]")
+        if len(segments) > 2:
+            raise _fail(url, f"path {'/' + path!r} must be /SERVICE_NAME or /SERVICE_NAME/DB")
+        db = _db(url, segments[1]) if len(segments) == 2 and segments[1] else 0
+        service = unquote(segments[0])
+    else:
+        if len(segments) > 1 or (segments and segments[0] not in ("", "0")):
+            raise _fail(url, f"path {'/' + path!r}: a Redis Cluster has only database 0")
+        db, service = 0, ""
+    return Target(kind, url, tls, hosts, service, db, username, password, query)
+
+
+def _parse_plain(url: str, scheme: str, rest: str) -> Target:
+    # redis-py parses these; check the parts it would silently ignore or misread.
+    redis_url = f"{scheme}://{rest}"
+    parts = urlsplit(redis_url)
+    if scheme == "unix":
+        if not parts.path:
+            raise _fail(url, "no socket path; write unix:///path/to/redis.sock")
+    else:
+        try:
+            parts.port  # noqa: B018 - raises on a bad port
+        except ValueError:
+            host = parts.netloc.rpartition("@")[2]
+            raise _fail(url, f"port of host {host!r} must be a number from 1 to 65535") from None
+        path = parts.path.strip("/")
+        if path:
+            _db(url, path)
+    return Target("redis", redis_url, scheme == "rediss")
+
+
+def client_options(timeout: float, options: dict[str, Any]) -> dict[str, Any]:
+    """Client options: the store's timeout for connect and reads unless given."""
+    return {"socket_timeout": timeout, "socket_connect_timeout": timeout, **options}

@@ -1,0 +1,301 @@
+"""RedisStore / AsyncRedisStore: shared state in Redis or Valkey (standalone, Sentinel, Cluster).
+
+Each decision is one atomic Lua script (the algorithm's twin in ``lua/``) on
+one server: every layer's key carries the caller's key as its hash tag, so on a
+Cluster the whole decision lands in one slot. Redis ``TIME`` is the clock
+unless the store is given one (tests pass ``ManualClock``).
+
+::
+
+    store = RedisStore.from_url("redis://localhost:6379/0")
+    store = RedisStore(redis.Redis(...))                  # or redis.RedisCluster(...),
+                                                          # or Sentinel(...).master_for(...)
+    store = AsyncRedisStore.from_url("redis+cluster://10.0.0.1:6379,10.0.0.2:6379")
+
+URL forms are listed in ``ratewarden.storage._redis_url``: ``redis://``,
+``rediss://``, ``unix://``, ``redis+sentinel://h1:26379,h2:26379/service[/db]``
+and ``redis+cluster://h1:6379[,h2:6379]`` (``rediss+...`` for TLS).
+
+Bounded in time: ``timeout`` (seconds, default 0.02) bounds each connect and
+each reply on the store's own connections, whatever the client's socket
+timeouts. A hit normally needs one round trip; after a script cache flush, a
+Sentinel failover or a Cluster redirection it needs two or three, each bounded
+the same way. When Redis cannot answer in time, ``hit`` raises
+``StorageUnavailableError`` (never a silent allow) and the failure policy
+decides; whether that decision was applied is then unknown, so nothing is
+retried blindly. Clients built by ``from_url`` use the same timeout.
+
+Speed: redis-py sets every connection up (pools of settings, TLS, AUTH,
+Sentinel discovery, the Cluster slot table), and the store then sends one
+pre-packed ``EVALSHA`` per decision and parses the reply with hiredis, skipping
+redis-py's per-command overhead. The asyncio store pipelines automatically:
+decisions made in one event-loop turn share one write.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis
+import redis.asyncio as aredis
+
+from ratewarden.clock import Clock, SystemClock
+from ratewarden.decision import Decision
+from ratewarden.errors import ConfigurationError
+from ratewarden.rate import Rate
+from ratewarden.storage import _plan
+from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix
+from ratewarden.storage._redis_async import AsyncCluster, AsyncRouter, AsyncStandalone
+from ratewarden.storage._redis_clients import async_client, sync_client
+from ratewarden.storage._redis_errors import REDIS_ERRORS, raise_storage_error
+from ratewarden.storage._redis_protocol import Sendable
+from ratewarden.storage._redis_sync import Cluster, Router, Standalone
+from ratewarden.storage._scripts import script
+
+__all__ = ["DEFAULT_TIMEOUT", "AsyncRedisStore", "RedisStore"]
+
+#: Seconds a store waits for Redis per connect or reply before giving up.
+DEFAULT_TIMEOUT = 0.02
+
+# Plans of recent calls. Building one (validation, key escaping, parameters)
+# costs about as much as the rest of a hit's Python work, and a busy key asks
+# for the same plan over and over. Cleared when full: a miss costs little.
+_PLAN_CACHE_SIZE = 4096
+
+
+def _check_timeout(timeout: object) -> float:
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        raise ConfigurationError(
+            f"Redis store timeout {timeout!r} must be a positive number of seconds "
+            "(0.02 is 20 ms); a store never waits without a bound"
+        )
+    return float(timeout)
+
+
+class _RedisBase:
+    """Everything but the I/O: settings, the clock, planning."""
+
+    def __init__(self, *, clock: Clock | None, prefix: str, timeout: float) -> None:
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        # Without a clock, ARGV[1] is "" and the script reads Redis TIME.
+        self._now_us: Callable[[], int] | None = None if clock is None else clock.now_us
+        self.prefix = check_prefix(prefix)
+        self.timeout = _check_timeout(timeout)
+        self._owns_client = False
+        self._plans: dict[tuple[object, ...], _plan.Plan] = {}
+
+    def _planned(
+        self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int
+    ) -> _plan.Plan:
+        """``_plan.build``, memoised for well-typed calls (frozen inputs, frozen plan)."""
+        if type(cost) is not int or type(key) is not str or type(algorithm) is not str:
+            return _plan.build(algorithm, self.prefix, key, rates, cost)
+        try:
+            layers = rates if isinstance(rates, Rate) else tuple(rates)
+            cache_key = (algorithm, key, layers, cost)
+            plan = self._plans.get(cache_key)
+        except TypeError:  # something unhashable: build() says what is wrong with it
+            return _plan.build(algorithm, self.prefix, key, rates, cost)
+        if plan is None:
+            plan = _plan.build(algorithm, self.prefix, key, rates, cost)
+            if len(self._plans) >= _PLAN_CACHE_SIZE:
+                self._plans.clear()
+            self._plans[cache_key] = plan
+        return plan
+
+    def _now(self) -> int | None:
+        """ARGV[1] for a script: the clock's now, or None for "read Redis TIME"."""
+        now_us = self._now_us
+        return None if now_us is None else now_us()
+
+    def _args(self, plan: _plan.Plan) -> list[int | str]:
+        now_us = self._now_us
+        return _plan.argv(plan, None if now_us is None else now_us())
+
+    def _describe(self, where: str) -> str:
+        clock = "" if self._now_us is None else f", clock={self.clock!r}"
+        name = type(self).__name__
+        return f"{name}({where!r}, prefix={self.prefix!r}, timeout={self.timeout}{clock})"
+
+
+class RedisStore(_RedisBase):
+    """Thread- and fork-safe synchronous store over a ``redis.Redis`` or ``redis.RedisCluster``.
+
+    The client stays the caller's (``close`` leaves it open) unless the store
+    built it in ``from_url``.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis | redis.RedisCluster,
+        *,
+        clock: Clock | None = None,
+        prefix: str = DEFAULT_PREFIX,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        super().__init__(clock=clock, prefix=prefix, timeout=timeout)
+        self._router: Router
+        if isinstance(client, redis.RedisCluster):
+            self._router = Cluster(client, self.timeout)
+        elif isinstance(client, redis.Redis):
+            self._router = Standalone(client, self.timeout)
+        else:
+            raise ConfigurationError(
+                f"RedisStore needs a redis.Redis or redis.RedisCluster client, not "
+                f"{type(client).__name__}; asyncio clients go to AsyncRedisStore"
+            )
+        self.client = client
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        clock: Clock | None = None,
+        prefix: str = DEFAULT_PREFIX,
+        timeout: float = DEFAULT_TIMEOUT,
+        **options: Any,
+    ) -> RedisStore:
+        """A store on the Redis ``url`` names; ``options`` go to the redis-py client."""
+        timeout = _check_timeout(timeout)
+        client = sync_client(url, timeout, options)
+        store = cls(client, clock=clock, prefix=prefix, timeout=timeout)
+        store._owns_client = True
+        return store
+
+    def hit(
+        self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
+    ) -> Decision:
+        plan = self._planned(algorithm, key, rates, cost)
+        return _plan.parse(plan, self._eval(plan.algorithm.NAME, plan.keys, self._args(plan)))
+
+    def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
+        plan = _plan.build(algorithm, self.prefix, key, rates, 0)
+        self._command(plan.keys[0], "DEL", *plan.keys)
+
+    def ping(self) -> bool:
+        """True when the server (every Cluster primary) answers within the timeout."""
+        try:
+            self._router.ping()
+        except REDIS_ERRORS:
+            return False
+        return True
+
+    def close(self) -> None:
+        """Close the store's connections (and the client, if ``from_url`` made it)."""
+        self._router.close()
+        if self._owns_client:
+            self.client.close()
+
+    def _eval(self, script_name: str, keys: Sequence[str], args: Sequence[Sendable]) -> Any:
+        """Run script ``script_name`` atomically on the keys' server; its raw reply.
+
+        For scripts other than the rate algorithms (concurrency leases): all
+        ``keys`` must share one hash tag. NOSCRIPT, failover and redirection
+        are handled here, and errors come out as ``StorageError`` subclasses.
+        """
+        try:
+            return self._router.eval(script(script_name), keys, args)
+        except REDIS_ERRORS as exc:
+            raise_storage_error(exc, self._router.where, self.timeout)
+
+    def _command(self, route_key: str, *parts: Sendable) -> Any:
+        try:
+            return self._router.command(route_key, *parts)
+        except REDIS_ERRORS as exc:
+            raise_storage_error(exc, self._router.where, self.timeout)
+
+    def __repr__(self) -> str:
+        return self._describe(self._router.where)
+
+
+class AsyncRedisStore(_RedisBase):
+    """The asyncio twin of ``RedisStore``, over ``redis.asyncio.Redis`` or ``RedisCluster``.
+
+    Concurrent decisions share pipelined writes on one connection per server.
+    """
+
+    def __init__(
+        self,
+        client: aredis.Redis | aredis.RedisCluster,
+        *,
+        clock: Clock | None = None,
+        prefix: str = DEFAULT_PREFIX,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        super().__init__(clock=clock, prefix=prefix, timeout=timeout)
+        self._router: AsyncRouter
+        if isinstance(client, aredis.RedisCluster):
+            self._router = AsyncCluster(client, self.timeout)
+        elif isinstance(client, aredis.Redis):
+            self._router = AsyncStandalone(client, self.timeout)
+        else:
+            raise ConfigurationError(
+                f"AsyncRedisStore needs a redis.asyncio.Redis or redis.asyncio.RedisCluster "
+                f"client, not {type(client).__name__}; blocking clients go to RedisStore"
+            )
+        self.client = client
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        clock: Clock | None = None,
+        prefix: str = DEFAULT_PREFIX,
+        timeout: float = DEFAULT_TIMEOUT,
+        **options: Any,
+    ) -> AsyncRedisStore:
+        """See ``RedisStore.from_url``; the client connects on first use."""
+        timeout = _check_timeout(timeout)
+        client = async_client(url, timeout, options)
+        store = cls(client, clock=clock, prefix=prefix, timeout=timeout)
+        store._owns_client = True
+        return store
+
+    async def hit(
+        self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
+    ) -> Decision:
+        plan = self._planned(algorithm, key, rates, cost)
+        return _plan.parse(plan, await self._eval(plan.algorithm.NAME, plan.keys, self._args(plan)))
+
+    async def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
+        plan = _plan.build(algorithm, self.prefix, key, rates, 0)
+        await self._command(plan.keys[0], "DEL", *plan.keys)
+
+    async def ping(self) -> bool:
+        """See ``RedisStore.ping``."""
+        try:
+            await self._router.ping()
+        except REDIS_ERRORS:
+            return False
+        return True
+
+    async def aclose(self) -> None:
+        """Close the store's connections (and the client, if ``from_url`` made it)."""
+        await self._router.aclose()
+        if self._owns_client:
+            await self.client.aclose()
+
+    async def _eval(self, script_name: str, keys: Sequence[str], args: Sequence[Sendable]) -> Any:
+        """See ``RedisStore._eval``."""
+        try:
+            return await self._router.eval(script(script_name), keys, args)
+        except REDIS_ERRORS as exc:
+            raise_storage_error(exc, self._router.where, self.timeout)
+
+    async def _command(self, route_key: str, *parts: Sendable) -> Any:
+        try:
+            return await self._router.command(route_key, *parts)
+        except REDIS_ERRORS as exc:
+            raise_storage_error(exc, self._router.where, self.timeout)
+
+    def __repr__(self) -> str:
+        return self._describe(self._router.where)

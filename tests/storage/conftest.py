@@ -1,0 +1,56 @@
+"""Fixtures for the store tests: the same test on a standalone server and on a Cluster."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import redis
+import redis.asyncio as aredis
+
+from tests._servers import RedisCluster, RedisServer
+
+Client = redis.Redis | redis.RedisCluster
+AsyncClient = aredis.Redis | aredis.RedisCluster
+
+TOPOLOGIES = ["standalone", pytest.param("cluster", marks=pytest.mark.cluster)]
+
+
+@pytest.fixture(params=TOPOLOGIES)
+def client(request: pytest.FixtureRequest) -> Client:
+    """An emptied blocking client: standalone, then 3-primary Cluster."""
+    name = "redis_client" if request.param == "standalone" else "cluster_client"
+    found: Client = request.getfixturevalue(name)
+    return found
+
+
+@pytest.fixture(params=TOPOLOGIES)
+async def async_client(request: pytest.FixtureRequest) -> AsyncIterator[AsyncClient]:
+    """An emptied asyncio client: standalone, then 3-primary Cluster."""
+    made: AsyncClient
+    if request.param == "standalone":
+        server: RedisServer = request.getfixturevalue("redis_server")
+        made = aredis.Redis(host="127.0.0.1", port=server.port)
+        await made.flushall()
+    else:
+        cluster: RedisCluster = request.getfixturevalue("redis_cluster")
+        made = aredis.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+        await made.flushall(target_nodes=aredis.RedisCluster.PRIMARIES)
+    yield made
+    await made.aclose()
+
+
+def all_keys(client: Client) -> list[bytes]:
+    """Every key on the server, or on every Cluster primary."""
+    if isinstance(client, redis.RedisCluster):
+        return list(client.keys(target_nodes=redis.RedisCluster.PRIMARIES))
+    return list(client.keys())
+
+
+def flush_scripts(client: Client) -> None:
+    """Empty the script cache everywhere, as a restart or failover would."""
+    if isinstance(client, redis.RedisCluster):
+        for node in client.get_primaries():
+            client.execute_command("SCRIPT", "FLUSH", target_nodes=node)
+    else:
+        client.script_flush()
