@@ -82,7 +82,7 @@ def _warn(case: Case, exc: Exception) -> None:
 
 
 def _rotations(count: int, rounds: int) -> list[list[int]]:
-    """Case order per round, rotated so no case always runs first (or right after another)."""
+    """Case order per round, rotated so that no case always runs first after the warm-ups."""
     return [[(start + i) % count for i in range(count)] for start in range(rounds)]
 
 
