@@ -258,3 +258,15 @@ class SilentServer:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
+    """A certificate and key for 127.0.0.1, made with the openssl command (for TLS servers)."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", f"/CN={HOST}",
+         "-addext", f"subjectAltName=IP:{HOST}"],
+        check=True, capture_output=True, timeout=60,
+    )
+    return cert, key

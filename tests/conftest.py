@@ -60,8 +60,8 @@ def make_redis() -> Iterator[Callable[..., RedisServer]]:
     """
     servers: list[RedisServer] = []
 
-    def start(extra: list[str] | None = None) -> RedisServer:
-        servers.append(RedisServer(extra))
+    def start(extra: list[str] | None = None, port: int | None = None) -> RedisServer:
+        servers.append(RedisServer(extra, port=port))
         return servers[-1]
 
     yield start

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import shutil
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import pytest
 import redis
 import redis.asyncio as aredis
 
-from tests._servers import RedisCluster, RedisServer
+from tests._servers import RedisCluster, RedisServer, free_port, self_signed_certificate
 
 Client = redis.Redis | redis.RedisCluster
 AsyncClient = aredis.Redis | aredis.RedisCluster
@@ -54,3 +56,24 @@ def flush_scripts(client: Client) -> None:
             client.execute_command("SCRIPT", "FLUSH", target_nodes=node)
     else:
         client.script_flush()
+
+
+@pytest.fixture
+def tls_redis(
+    make_redis: Callable[..., RedisServer], tmp_path: Path
+) -> tuple[RedisServer, int, Path]:
+    """A server that also speaks TLS: (server, TLS port, CA certificate to trust)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is needed to make a test certificate")
+    cert, key = self_signed_certificate(tmp_path)
+    tls_port = free_port()
+    server = make_redis(
+        [
+            f"tls-port {tls_port}",
+            f"tls-cert-file {cert}",
+            f"tls-key-file {key}",
+            f"tls-ca-cert-file {cert}",
+            "tls-auth-clients no",
+        ]
+    )
+    return server, tls_port, cert

@@ -25,7 +25,9 @@ process is busy, and the connection stays.
 from __future__ import annotations
 
 import asyncio
+import select
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import hiredis
@@ -71,6 +73,8 @@ class Pipe(asyncio.Protocol):
         self._watchdog: asyncio.TimerHandle | None = None
         # loop.time() of the last bytes received (or of connecting).
         self._heard_at = 0.0
+        # Whether the idle socket has bytes (or EOF) the loop has not read yet.
+        self._pending_input: Callable[[], Any] = list
         self._closing: set[asyncio.Task[None]] = set()
 
     def request(self, packed: bytes) -> asyncio.Future[Any]:
@@ -81,6 +85,11 @@ class Pipe(asyncio.Protocol):
         self._deadlines.append((deadline, fut))
         if self._watchdog is None:
             self._watchdog = loop.call_at(deadline, self._expire)
+        if self._transport is not None and not self._inflight and self._pending_input():
+            # Idle, yet something arrived: the server closed the connection (a
+            # restart, an idle timeout) and the loop has not noticed yet. Sending
+            # now would fail this request; connect afresh instead.
+            self._abort(rx.ConnectionError(f"{self.where} closed the idle connection"))
         if self._transport is not None:
             self._inflight.append(fut)
             outgoing = self._outgoing
@@ -151,6 +160,11 @@ class Pipe(asyncio.Protocol):
         self._transport = transport
         self._reader = hiredis.Reader()
         self._heard_at = self._loop.time()
+        sock = transport.get_extra_info("socket")
+        if sock is not None and hasattr(select, "poll"):
+            poller = select.poll()
+            poller.register(sock.fileno(), select.POLLIN)
+            self._pending_input = lambda: poller.poll(0)
         queued, self._queued = self._queued, []
         for packed, fut in queued:
             if not fut.done():
@@ -202,6 +216,7 @@ class Pipe(asyncio.Protocol):
         conn = self._conn
         self._transport = None
         self._conn = None
+        self._pending_input = list
         self._outgoing = []
         inflight, self._inflight = self._inflight, deque()
         for fut in inflight:

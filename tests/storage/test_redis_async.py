@@ -1,0 +1,145 @@
+"""AsyncRedisStore: the same decisions as RedisStore, with many in flight on one connection."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis.asyncio as aredis
+
+from ratewarden import AsyncLimiter, Rate
+from ratewarden.errors import ConfigurationError
+from ratewarden.storage._plan import build
+from ratewarden.storage.redis import AsyncRedisStore
+from ratewarden.testing import ManualClock
+from tests._servers import HOST, RedisServer
+from tests.storage.conftest import AsyncClient
+
+pytestmark = pytest.mark.redis
+
+WORKED = Rate.parse("100/minute", burst=20)
+
+
+async def flush_scripts(client: AsyncClient) -> None:
+    if isinstance(client, aredis.RedisCluster):
+        for node in client.get_primaries():
+            await client.execute_command("SCRIPT", "FLUSH", target_nodes=node)
+    else:
+        await client.script_flush()
+
+
+async def test_worked_gcra_example_with_an_injected_clock(async_client: AsyncClient) -> None:
+    """100/minute burst 20: 20 pass, the 21st waits exactly 0.6 s, then one more passes."""
+    clock = ManualClock()
+    store = AsyncRedisStore(async_client, clock=clock)
+    limiter = AsyncLimiter(store)
+    decisions = [await limiter.hit("user:1", WORKED) for _ in range(21)]
+    assert [d.allowed for d in decisions] == [True] * 20 + [False]
+    assert decisions[20].retry_after == 0.6
+    clock.advance(0.6)
+    assert (await limiter.hit("user:1", WORKED)).allowed
+    assert not (await limiter.hit("user:1", WORKED)).allowed
+    await store.aclose()
+
+
+async def test_worked_example_on_redis_time(async_client: AsyncClient) -> None:
+    """On Redis TIME, 20 concurrent hits pass and the 21st is denied."""
+    store = AsyncRedisStore(async_client)
+    first = await asyncio.gather(*(store.hit("gcra", "user:1", WORKED) for _ in range(20)))
+    assert all(d.allowed for d in first)
+    assert not (await store.hit("gcra", "user:1", WORKED)).allowed
+    await store.aclose()
+
+
+async def test_a_denying_layer_consumes_nothing_from_the_others(async_client: AsyncClient) -> None:
+    """All or nothing across layers, as for the blocking store."""
+    clock = ManualClock()
+    store = AsyncRedisStore(async_client, clock=clock)
+    per_second, per_minute = Rate.parse("2/second"), Rate.parse("5/minute")
+    layers = [per_second, per_minute]
+    assert [(await store.hit("gcra", "k", layers)).allowed for _ in range(3)] == [
+        True,
+        True,
+        False,
+    ]
+    assert (await store.hit("gcra", "k", per_minute, 0)).remaining == 3
+    await store.aclose()
+
+
+async def test_sixty_four_concurrent_hits_on_a_limit_of_ten_admit_exactly_ten(
+    async_client: AsyncClient,
+) -> None:
+    """64 hits in flight at once on one key with limit 10: exactly 10 allowed."""
+    store = AsyncRedisStore(async_client, clock=ManualClock())
+    rate = Rate.parse("10/minute")
+    decisions = await asyncio.gather(*(store.hit("gcra", "hot", rate) for _ in range(64)))
+    assert sum(d.allowed for d in decisions) == 10
+    assert sorted(d.remaining for d in decisions if d.allowed) == list(range(10))
+    await store.aclose()
+
+
+async def test_concurrent_hits_on_many_keys_each_get_their_own_answer(
+    async_client: AsyncClient,
+) -> None:
+    """Pipelined replies go back to the right callers: each key sees its own countdown."""
+    store = AsyncRedisStore(async_client, clock=ManualClock())
+    rate = Rate.parse("100/minute")
+    keys = [f"user:{i}" for i in range(40)]
+    decisions = await asyncio.gather(
+        *(store.hit("gcra", key, rate, cost=i % 5 + 1) for i, key in enumerate(keys))
+    )
+    assert [d.remaining for d in decisions] == [100 - (i % 5 + 1) for i in range(40)]
+    await store.aclose()
+
+
+async def test_a_flushed_script_cache_is_reloaded_for_every_waiter(
+    async_client: AsyncClient,
+) -> None:
+    """After SCRIPT FLUSH, a burst of concurrent hits all get NOSCRIPT, reload and decide."""
+    store = AsyncRedisStore(async_client, clock=ManualClock())
+    assert (await store.hit("gcra", "k", WORKED)).remaining == 19
+    await flush_scripts(async_client)
+    decisions = await asyncio.gather(*(store.hit("gcra", "k", WORKED) for _ in range(8)))
+    assert sorted(d.remaining for d in decisions) == list(range(11, 19))
+    await store.aclose()
+
+
+async def test_reset_and_ping(async_client: AsyncClient) -> None:
+    """reset empties the key's state; ping is True against a live server."""
+    store = AsyncRedisStore(async_client, clock=ManualClock())
+    await store.hit("gcra", "k", WORKED, cost=20)
+    assert not (await store.hit("gcra", "k", WORKED)).allowed
+    await store.reset("gcra", "k", WORKED)
+    assert (await store.hit("gcra", "k", WORKED)).remaining == 19
+    assert await store.ping() is True
+    await store.aclose()
+
+
+async def test_generic_script_entry_point(async_client: AsyncClient) -> None:
+    """The async _eval runs a named script and returns its raw reply, reloading it if needed."""
+    store = AsyncRedisStore(async_client, clock=ManualClock())
+    plan = build("gcra", "rw", "k", WORKED, 1)
+    args = ["1700000000000000", 1, *plan.params[0]]
+    await flush_scripts(async_client)
+    reply = await store._eval("gcra", plan.keys, args)
+    assert (reply[1], reply[3]) == (1, 19)
+    await store.aclose()
+
+
+def test_one_store_serves_successive_event_loops(redis_server: RedisServer) -> None:
+    """A store made outside any loop works under asyncio.run twice (each loop gets its own link)."""
+    store = AsyncRedisStore(aredis.Redis(host=HOST, port=redis_server.port), clock=ManualClock())
+
+    async def remaining() -> int:
+        return (await store.hit("gcra", "loops", WORKED)).remaining
+
+    first, second = asyncio.run(remaining()), asyncio.run(remaining())
+    assert second == first - 1
+
+
+def test_the_store_wants_an_asyncio_client() -> None:
+    """A blocking client is a ConfigurationError pointing at RedisStore."""
+    import redis
+
+    with pytest.raises(ConfigurationError, match="RedisStore"):
+        AsyncRedisStore(redis.Redis())  # type: ignore[arg-type]
