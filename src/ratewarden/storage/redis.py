@@ -119,6 +119,26 @@ class _RedisBase:
         now_us = self._now_us
         return _plan.argv(plan, None if now_us is None else now_us())
 
+    # Concurrency slots: one hash per key, updated by the concurrency script.
+
+    def _acquire_call(
+        self, key: str, limit: int, lease_id: str, slots: int, ttl_us: int
+    ) -> tuple[list[str], list[int | str]]:
+        _plan.check_slot_request(limit, slots, ttl_us, lease_id)
+        args = _plan.slot_argv(self._now(), "acquire", lease_id, limit, slots, ttl_us)
+        return [_plan.slot_key(self.prefix, key)], args
+
+    def _release_call(self, key: str, lease_id: str) -> tuple[list[str], list[int | str]]:
+        lease_id = _plan.check_lease_id(lease_id)
+        return [_plan.slot_key(self.prefix, key)], _plan.slot_argv(self._now(), "release", lease_id)
+
+    def _renew_call(
+        self, key: str, lease_id: str, ttl_us: int
+    ) -> tuple[list[str], list[int | str]]:
+        _plan.check_slot_request(1, 1, ttl_us, lease_id)
+        args = _plan.slot_argv(self._now(), "renew", lease_id, ttl_us=ttl_us)
+        return [_plan.slot_key(self.prefix, key)], args
+
     def _describe(self, where: str) -> str:
         clock = "" if self._now_us is None else f", clock={self.clock!r}"
         name = type(self).__name__
@@ -179,6 +199,23 @@ class RedisStore(_RedisBase):
     def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
         plan = _plan.build(algorithm, self.prefix, key, rates, 0)
         self._command(plan.keys[0], "DEL", *plan.keys)
+
+    def acquire_slot(
+        self, key: str, limit: int, lease_id: str, slots: int, ttl_us: int
+    ) -> Decision:
+        """Hold ``slots`` of ``limit`` concurrent slots on ``key`` for ``ttl_us`` (a lease)."""
+        keys, args = self._acquire_call(key, limit, lease_id, slots, ttl_us)
+        return _plan.parse_acquire(limit, slots, self._eval("concurrency", keys, args))
+
+    def release_slot(self, key: str, lease_id: str) -> bool:
+        """Give the lease's slots back; False if it was not held (expired or never granted)."""
+        keys, args = self._release_call(key, lease_id)
+        return bool(self._eval("concurrency", keys, args)[1])
+
+    def renew_slot(self, key: str, lease_id: str, ttl_us: int) -> bool:
+        """Extend a held lease to ``ttl_us`` from now; False if it was not held."""
+        keys, args = self._renew_call(key, lease_id, ttl_us)
+        return bool(self._eval("concurrency", keys, args)[1])
 
     def ping(self) -> bool:
         """True when the server (every Cluster primary) answers within the timeout."""
@@ -269,6 +306,23 @@ class AsyncRedisStore(_RedisBase):
     async def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
         plan = _plan.build(algorithm, self.prefix, key, rates, 0)
         await self._command(plan.keys[0], "DEL", *plan.keys)
+
+    async def acquire_slot(
+        self, key: str, limit: int, lease_id: str, slots: int, ttl_us: int
+    ) -> Decision:
+        """See ``RedisStore.acquire_slot``."""
+        keys, args = self._acquire_call(key, limit, lease_id, slots, ttl_us)
+        return _plan.parse_acquire(limit, slots, await self._eval("concurrency", keys, args))
+
+    async def release_slot(self, key: str, lease_id: str) -> bool:
+        """See ``RedisStore.release_slot``."""
+        keys, args = self._release_call(key, lease_id)
+        return bool((await self._eval("concurrency", keys, args))[1])
+
+    async def renew_slot(self, key: str, lease_id: str, ttl_us: int) -> bool:
+        """See ``RedisStore.renew_slot``."""
+        keys, args = self._renew_call(key, lease_id, ttl_us)
+        return bool((await self._eval("concurrency", keys, args))[1])
 
     async def ping(self) -> bool:
         """See ``RedisStore.ping``."""
