@@ -128,9 +128,7 @@ class Pipe(asyncio.Protocol):
             _, fut = deadlines.popleft()
             if not fut.done():
                 expired = True
-                fut.set_exception(
-                    rx.TimeoutError(f"no reply from {self.where} within {self._timeout:g} s")
-                )
+                fut.set_exception(rx.TimeoutError("no reply in time"))
         if expired and self._transport is not None and now - self._heard_at >= self._timeout:
             self._abort(rx.TimeoutError(f"{self.where} sent nothing for {self._timeout:g} s"))
         if deadlines:
@@ -193,6 +191,10 @@ class Pipe(asyncio.Protocol):
                 if not fut.done():
                     fut.set_result(reply)
                 reply = reader.gets()
+            # Forget the deadlines of answered requests, oldest first.
+            deadlines = self._deadlines
+            while deadlines and deadlines[0][1].done():
+                deadlines.popleft()
         except (hiredis.ProtocolError, IndexError) as exc:
             self._abort(rx.ConnectionError(f"{self.where} sent an unreadable reply: {exc!r}"))
 

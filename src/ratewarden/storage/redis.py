@@ -59,9 +59,9 @@ __all__ = ["DEFAULT_TIMEOUT", "AsyncRedisStore", "RedisStore"]
 #: Seconds a store waits for Redis per connect or reply before giving up.
 DEFAULT_TIMEOUT = 0.02
 
-# Plans of recent calls. Building one (validation, key escaping, parameters)
-# costs about as much as the rest of a hit's Python work, and a busy key asks
-# for the same plan over and over. Cleared when full: a miss costs little.
+# Plans of recent calls. Building one (validation, key escaping, parameters) is
+# about a third of a hit's Python work, and a busy key asks for the same plan
+# over and over. Cleared when full: a miss costs little.
 _PLAN_CACHE_SIZE = 4096
 
 
@@ -116,8 +116,7 @@ class _RedisBase:
         return None if now_us is None else now_us()
 
     def _args(self, plan: _plan.Plan) -> list[int | str]:
-        now_us = self._now_us
-        return _plan.argv(plan, None if now_us is None else now_us())
+        return _plan.argv(plan, self._now())
 
     # Concurrency slots: one hash per key, updated by the concurrency script.
 
@@ -185,6 +184,7 @@ class RedisStore(_RedisBase):
     ) -> RedisStore:
         """A store on the Redis ``url`` names; ``options`` go to the redis-py client."""
         timeout = _check_timeout(timeout)
+        check_prefix(prefix)  # before the client exists: nothing to clean up on a bad one
         client = sync_client(url, timeout, options)
         store = cls(client, clock=clock, prefix=prefix, timeout=timeout)
         store._owns_client = True
@@ -193,10 +193,15 @@ class RedisStore(_RedisBase):
     def hit(
         self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
     ) -> Decision:
+        """Consume ``cost`` from every rate on ``key`` if all allow, in one atomic script.
+
+        Raises ``StorageUnavailableError`` when Redis does not answer in time.
+        """
         plan = self._planned(algorithm, key, rates, cost)
         return _plan.parse(plan, self._eval(plan.algorithm.NAME, plan.keys, self._args(plan)))
 
     def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
+        """Delete the state of ``key`` under these rates."""
         plan = _plan.build(algorithm, self.prefix, key, rates, 0)
         self._command(plan.keys[0], "DEL", *plan.keys)
 
@@ -292,6 +297,7 @@ class AsyncRedisStore(_RedisBase):
     ) -> AsyncRedisStore:
         """See ``RedisStore.from_url``; the client connects on first use."""
         timeout = _check_timeout(timeout)
+        check_prefix(prefix)
         client = async_client(url, timeout, options)
         store = cls(client, clock=clock, prefix=prefix, timeout=timeout)
         store._owns_client = True
@@ -300,10 +306,12 @@ class AsyncRedisStore(_RedisBase):
     async def hit(
         self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
     ) -> Decision:
+        """See ``RedisStore.hit``."""
         plan = self._planned(algorithm, key, rates, cost)
         return _plan.parse(plan, await self._eval(plan.algorithm.NAME, plan.keys, self._args(plan)))
 
     async def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
+        """See ``RedisStore.reset``."""
         plan = _plan.build(algorithm, self.prefix, key, rates, 0)
         await self._command(plan.keys[0], "DEL", *plan.keys)
 
