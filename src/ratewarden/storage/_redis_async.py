@@ -83,6 +83,8 @@ def _factory(
 
 
 class AsyncRouter(Protocol):
+    """See ``_redis_sync.Router``."""
+
     where: str
 
     async def eval(self, script: Script, keys: Sequence[str], args: Sequence[Sendable]) -> Any: ...

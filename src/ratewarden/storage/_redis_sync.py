@@ -69,6 +69,8 @@ def _check(reply: Any) -> Any:
 
 
 class Router(Protocol):
+    """What the store asks of a router; errors come out raw, for the store to map."""
+
     where: str
 
     def eval(self, script: Script, keys: Sequence[str], args: Sequence[Sendable]) -> Any: ...

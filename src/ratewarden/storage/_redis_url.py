@@ -107,6 +107,11 @@ def parse(url: str) -> Target:
     kind, tls = _SCHEMES[scheme]
     if kind == "redis":
         return _parse_plain(url, scheme, rest)
+    return _parse_nodes(url, scheme, kind, tls, rest)
+
+
+def _parse_nodes(url: str, scheme: str, kind: str, tls: bool, rest: str) -> Target:
+    """The Sentinel and Cluster forms: several hosts, then a path and a query of our own."""
     netloc, _, tail = rest.partition("/")
     path, _, query_text = tail.partition("?")
     if "?" in netloc:
@@ -129,19 +134,23 @@ def parse(url: str) -> Target:
                 f"query option {name!r} is not understood here (allowed: {allowed}); "
                 "pass other client options as keyword arguments of from_url",
             )
-    segments = [s for s in path.split("/")] if path else []
-    if kind == "sentinel":
-        if not segments or not segments[0]:
-            raise _fail(url, "no Sentinel service name; write .../SERVICE_NAME[/DB]")
-        if len(segments) > 2:
-            raise _fail(url, f"path {'/' + path!r} must be /SERVICE_NAME or /SERVICE_NAME/DB")
-        db = _db(url, segments[1]) if len(segments) == 2 and segments[1] else 0
-        service = unquote(segments[0])
-    else:
+    service, db = _path(url, kind, path)
+    return Target(kind, url, tls, hosts, service, db, username, password, query)
+
+
+def _path(url: str, kind: str, path: str) -> tuple[str, int]:
+    """``(service, db)`` from ``SERVICE[/DB]`` (Sentinel) or ``[0]`` (Cluster)."""
+    segments = path.split("/") if path else []
+    if kind == "cluster":
         if len(segments) > 1 or (segments and segments[0] not in ("", "0")):
             raise _fail(url, f"path {'/' + path!r}: a Redis Cluster has only database 0")
-        db, service = 0, ""
-    return Target(kind, url, tls, hosts, service, db, username, password, query)
+        return "", 0
+    if not segments or not segments[0]:
+        raise _fail(url, "no Sentinel service name; write .../SERVICE_NAME[/DB]")
+    if len(segments) > 2:
+        raise _fail(url, f"path {'/' + path!r} must be /SERVICE_NAME or /SERVICE_NAME/DB")
+    db = _db(url, segments[1]) if len(segments) == 2 and segments[1] else 0
+    return unquote(segments[0]), db
 
 
 def _parse_plain(url: str, scheme: str, rest: str) -> Target:
