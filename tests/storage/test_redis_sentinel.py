@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import redis
 
 from ratewarden import Rate
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
@@ -63,7 +64,19 @@ def test_decisions_follow_the_primary_through_a_failover() -> None:
                 return any(r["port"] == new.port and r["is_slave"] for r in replicas)
 
             wait_for(replica_known, "the Sentinel to discover the replica")
-            sentinel.execute_command("SENTINEL", "FAILOVER", setup.service)
+
+            def failover_started() -> bool:
+                # Until the Sentinel has INFO from the replica itself (it asks every 10 s
+                # once it learns of it), it has no replica it trusts: NOGOODSLAVE. Ask again.
+                try:
+                    sentinel.execute_command("SENTINEL", "FAILOVER", setup.service)
+                except redis.ResponseError as error:
+                    if "NOGOODSLAVE" not in str(error):
+                        raise
+                    return False
+                return True
+
+            wait_for(failover_started, "the Sentinel to trust the replica", seconds=30.0)
 
             def switched() -> bool:
                 # SENTINEL MASTERS (what clients ask) changes when the failover ends.
