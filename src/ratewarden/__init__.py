@@ -5,6 +5,8 @@ The table of contents; everything public is importable from here.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.decision import Decision
 from ratewarden.errors import (
@@ -17,9 +19,13 @@ from ratewarden.limiter import AsyncLimiter, Limiter
 from ratewarden.rate import Rate
 from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
 
+if TYPE_CHECKING:
+    from ratewarden.storage.redis import AsyncRedisStore, RedisStore
+
 __all__ = [
     "AsyncLimiter",
     "AsyncMemoryStore",
+    "AsyncRedisStore",
     "Clock",
     "ConfigurationError",
     "Decision",
@@ -27,9 +33,21 @@ __all__ = [
     "MemoryStore",
     "Rate",
     "RatewardenError",
+    "RedisStore",
     "StorageError",
     "StorageUnavailableError",
     "SystemClock",
 ]
 
 __version__ = "0.1.0"
+
+# The Redis stores need the [redis] extra; import them only when asked for.
+_LAZY = {"AsyncRedisStore", "RedisStore"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from ratewarden.storage import redis
+
+        return getattr(redis, name)
+    raise AttributeError(f"module 'ratewarden' has no attribute {name!r}")

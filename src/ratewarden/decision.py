@@ -26,6 +26,11 @@ class Decision:
     - ``reset_after``: how long until the key is back to full capacity.
     - ``delay``: for the leaky-bucket shaper, how long the caller should wait
       before proceeding with an allowed request; 0 for every other algorithm.
+
+    ``degraded`` is empty for a decision the store made. When the store was
+    unavailable and a failure policy answered instead, it names that policy:
+    ``"open"`` (allowed without counting), ``"closed"`` (denied) or ``"local"``
+    (decided by the in-process bucket).
     """
 
     allowed: bool
@@ -38,6 +43,7 @@ class Decision:
     cost: int = 1
     shadowed: bool = False
     layers: tuple[Decision, ...] = ()
+    degraded: str = ""
 
     def __bool__(self) -> bool:
         return self.allowed
