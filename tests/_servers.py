@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 REDIS_SERVER = shutil.which("redis-server")
 REDIS_CLI = shutil.which("redis-cli")
@@ -60,7 +62,11 @@ class RedisServer:
         self.process = subprocess.Popen(
             [REDIS_SERVER, str(conf)], stdout=self.log, stderr=subprocess.STDOUT
         )
-        self._wait_ready()
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
 
     @property
     def url(self) -> str:
@@ -71,7 +77,10 @@ class RedisServer:
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
-        probe = self.client(socket_timeout=0.5, socket_connect_timeout=0.5)
+        # No retries inside redis-py: its default backoff waits ~1 s on a port not yet open.
+        probe = self.client(
+            socket_timeout=0.5, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
+        )
         try:
             while True:
                 if self.process.poll() is not None:
@@ -264,9 +273,26 @@ def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
     """A certificate and key for 127.0.0.1, made with the openssl command (for TLS servers)."""
     cert, key = directory / "cert.pem", directory / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-keyout", str(key), "-out", str(cert), "-subj", f"/CN={HOST}",
-         "-addext", f"subjectAltName=IP:{HOST}"],
-        check=True, capture_output=True, timeout=60,
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-subj",
+            f"/CN={HOST}",
+            "-addext",
+            f"subjectAltName=IP:{HOST}",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
     )
     return cert, key
