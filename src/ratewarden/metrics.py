@@ -1,0 +1,260 @@
+"""Instrumentation hooks, a Prometheus backend, and a rate limiter for log lines.
+
+Code that makes decisions takes a ``Metrics`` and calls its four hooks; the
+base class does nothing, so instrumentation costs a method call when it is off.
+``PrometheusMetrics`` records the hooks as Prometheus counters, gauges and a
+histogram; ``prometheus_client`` is imported when one is built, never when this
+module is imported, so the core has no hard dependency on it.
+
+Label values are rule names, algorithm names, failure modes and breaker states:
+never raw keys. A rule label past ``max_rules`` distinct values is recorded as
+``"other"`` so that a misconfigured caller cannot grow the registry without bound.
+
+``LogRateLimiter`` keeps a storm of identical failures (a Redis outage seen by
+every request) to one log line per key per interval, and counts what it held back.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from ratewarden.clock import Clock, SystemClock
+from ratewarden.decision import Decision
+
+__all__ = ["NO_METRICS", "LogRateLimiter", "Metrics", "PrometheusMetrics"]
+
+#: Seconds; spans an in-process memory store (microseconds) to a slow Redis round trip.
+LATENCY_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+)
+
+_BREAKER_STATES = ("closed", "open", "half_open")
+
+
+class Metrics:
+    """Instrumentation hooks; every method is a no-op here. Subclass, or use PrometheusMetrics."""
+
+    __slots__ = ()
+
+    def decision(self, *, rule: str, algorithm: str, decision: Decision) -> None:
+        """One decision was made for ``rule`` by ``algorithm`` (e.g. ``"gcra"``)."""
+
+    def degraded(self, *, rule: str, mode: str, reason: str) -> None:
+        """A failure policy answered for ``rule``: ``mode`` is open, closed or local.
+
+        ``reason`` should come from a small set (an exception class name), never a
+        message with addresses or keys in it.
+        """
+
+    def breaker(self, *, name: str, state: str) -> None:
+        """Circuit breaker ``name`` moved to ``state``: closed, open or half_open."""
+
+    def store_latency(self, *, seconds: float) -> None:
+        """One store round trip took ``seconds``."""
+
+
+NO_METRICS: Metrics = Metrics()
+
+
+def _outcome(decision: Decision) -> str:
+    if decision.shadowed:
+        return "shadowed"
+    return "allowed" if decision.allowed else "denied"
+
+
+class PrometheusMetrics(Metrics):
+    """The hooks recorded as Prometheus metrics in ``registry``.
+
+    With ``namespace="ratewarden"`` the metrics are:
+
+    - ``ratewarden_decisions_total{rule, algorithm, outcome}``: outcome is
+      ``allowed``, ``denied`` or ``shadowed`` (denied, but let through by shadow mode).
+    - ``ratewarden_degraded_total{rule, mode, reason}``: a failure policy answered.
+    - ``ratewarden_breaker_state{name, state}``: 1 for the current state, else 0.
+    - ``ratewarden_breaker_transitions_total{name, state}``: entries into each state.
+    - ``ratewarden_store_latency_seconds``: histogram of store round trips.
+
+    ``registry`` defaults to prometheus_client's global ``REGISTRY``; pass a
+    fresh ``CollectorRegistry`` in tests, or to build two instances in one process.
+    """
+
+    __slots__ = (
+        "_breaker_state",
+        "_breaker_transitions",
+        "_decisions",
+        "_degraded",
+        "_lock",
+        "_max_rules",
+        "_rules",
+        "_store_latency",
+        "registry",
+    )
+
+    def __init__(
+        self, registry: Any = None, namespace: str = "ratewarden", *, max_rules: int = 1000
+    ) -> None:
+        try:
+            import prometheus_client
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                "PrometheusMetrics needs prometheus_client: pip install 'ratewarden[metrics]'"
+            ) from exc
+        if max_rules < 1:
+            raise ValueError(f"max_rules must be at least 1, got {max_rules!r}")
+        if registry is None:
+            registry = prometheus_client.REGISTRY
+        self.registry = registry
+        self._max_rules = max_rules
+        self._rules: set[str] = set()
+        self._lock = threading.Lock()
+        self._decisions = prometheus_client.Counter(
+            "decisions",
+            "Rate limit decisions, by rule, algorithm and outcome.",
+            ("rule", "algorithm", "outcome"),
+            namespace=namespace,
+            registry=registry,
+        )
+        self._degraded = prometheus_client.Counter(
+            "degraded",
+            "Decisions answered by a failure policy because the store was unavailable.",
+            ("rule", "mode", "reason"),
+            namespace=namespace,
+            registry=registry,
+        )
+        self._breaker_state = prometheus_client.Gauge(
+            "breaker_state",
+            "1 for the circuit breaker's current state, 0 for the others.",
+            ("name", "state"),
+            namespace=namespace,
+            registry=registry,
+        )
+        self._breaker_transitions = prometheus_client.Counter(
+            "breaker_transitions",
+            "Circuit breaker entries into each state.",
+            ("name", "state"),
+            namespace=namespace,
+            registry=registry,
+        )
+        self._store_latency = prometheus_client.Histogram(
+            "store_latency_seconds",
+            "Store round trip time.",
+            namespace=namespace,
+            registry=registry,
+            buckets=LATENCY_BUCKETS,
+        )
+
+    def _rule(self, rule: str) -> str:
+        if rule in self._rules:
+            return rule
+        with self._lock:
+            if len(self._rules) >= self._max_rules:
+                return "other"
+            self._rules.add(rule)
+        return rule
+
+    def decision(self, *, rule: str, algorithm: str, decision: Decision) -> None:
+        self._decisions.labels(self._rule(rule), algorithm, _outcome(decision)).inc()
+
+    def degraded(self, *, rule: str, mode: str, reason: str) -> None:
+        self._degraded.labels(self._rule(rule), mode, reason).inc()
+
+    def breaker(self, *, name: str, state: str) -> None:
+        if state not in _BREAKER_STATES:
+            raise ValueError(f"breaker state must be one of {_BREAKER_STATES}, got {state!r}")
+        for known in _BREAKER_STATES:
+            self._breaker_state.labels(name, known).set(1.0 if known == state else 0.0)
+        self._breaker_transitions.labels(name, state).inc()
+
+    def store_latency(self, *, seconds: float) -> None:
+        self._store_latency.observe(seconds)
+
+    def __repr__(self) -> str:
+        return f"PrometheusMetrics(registry={self.registry!r})"
+
+
+class LogRateLimiter:
+    """At most one log line per key per ``interval`` seconds, counting the rest.
+
+    ``allow(key)`` says whether a line for ``key`` may be written now;
+    ``suppressed(key)`` is how many were held back since the last one written.
+    ``log`` does both and appends the count to the line. At most ``max_keys``
+    keys are remembered (least recently allowed forgotten first). Thread-safe.
+
+    >>> from ratewarden.testing import ManualClock
+    >>> limiter = LogRateLimiter(interval=60, clock=ManualClock(0))
+    >>> limiter.allow("redis down"), limiter.allow("redis down"), limiter.suppressed("redis down")
+    (True, False, 1)
+    """
+
+    __slots__ = ("_clock", "_entries", "_lock", "interval", "max_keys")
+
+    def __init__(
+        self, interval: float = 60.0, *, clock: Clock | None = None, max_keys: int = 1024
+    ) -> None:
+        if not interval > 0:
+            raise ValueError(f"interval must be a positive number of seconds, got {interval!r}")
+        if max_keys < 1:
+            raise ValueError(f"max_keys must be at least 1, got {max_keys!r}")
+        self.interval = float(interval)
+        self.max_keys = max_keys
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        # key -> [time of the last allowed line, lines suppressed since]
+        self._entries: OrderedDict[str, list[float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def allow(self, key: str) -> bool:
+        """True if a line for ``key`` may be written now (and start a new interval)."""
+        return self._take(key) >= 0
+
+    def _take(self, key: str) -> int:
+        # -1 when suppressed; otherwise the count held back before this line.
+        now = self._clock.now()
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and now - entry[0] < self.interval:
+                entry[1] += 1
+                return -1
+            held_back = 0 if entry is None else int(entry[1])
+            self._entries[key] = [now, 0]
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_keys:
+                self._entries.popitem(last=False)
+            return held_back
+
+    def suppressed(self, key: str) -> int:
+        """Lines for ``key`` held back since the last one allowed."""
+        with self._lock:
+            entry = self._entries.get(key)
+            return 0 if entry is None else int(entry[1])
+
+    def log(self, logger: logging.Logger, level: int, key: str, msg: str, *args: object) -> bool:
+        """Write ``msg % args`` to ``logger`` if ``key`` is allowed; return whether it was.
+
+        The line says how many similar lines were suppressed before it.
+        """
+        held_back = self._take(key)
+        if held_back < 0:
+            return False
+        if held_back:
+            logger.log(level, msg + " (%d similar lines suppressed)", *args, held_back)
+        else:
+            logger.log(level, msg, *args)
+        return True
+
+    def __repr__(self) -> str:
+        return f"LogRateLimiter(interval={self.interval!r}, max_keys={self.max_keys!r})"
