@@ -1,0 +1,95 @@
+"""Steady, bounded load for the fault tests, and the figures each phase of it produced.
+
+Every call is timed with ``time.monotonic``. A call must either return a
+``Decision`` or raise ``StorageUnavailableError`` within ``BOUND_S`` (three store
+timeouts plus 50 ms: a hang check, not a speed check); any other exception fails
+the test. The figures of every phase are kept in ``REPORT`` and printed at the
+end of the run (see conftest.py), which is where docs/reliability.md gets them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from ratewarden.decision import Decision
+from ratewarden.errors import StorageUnavailableError
+
+#: The store timeout every fault test uses (seconds).
+TIMEOUT = 0.05
+#: The longest a call may take: a hit needs at most three bounded round trips
+#: (EVALSHA, SCRIPT LOAD after a flush, EVALSHA again), plus scheduling slack.
+BOUND_S = TIMEOUT * 3 + 0.05
+
+
+@dataclass(slots=True)
+class Phase:
+    """What one phase of load saw."""
+
+    test: str
+    name: str
+    calls: int = 0
+    decided: int = 0
+    allowed: int = 0
+    unavailable: int = 0
+    worst_s: float = 0.0
+    #: Hits Redis applied although the caller got StorageUnavailableError (measured
+    #: from the counter afterwards; None when the test does not measure it).
+    charged_unanswered: int | None = None
+
+    def record(self, started: float, outcome: Decision | BaseException) -> None:
+        elapsed = time.monotonic() - started
+        self.calls += 1
+        self.worst_s = max(self.worst_s, elapsed)
+        if isinstance(outcome, Decision):
+            self.decided += 1
+            self.allowed += outcome.allowed
+        elif isinstance(outcome, StorageUnavailableError):
+            self.unavailable += 1
+        else:
+            raise AssertionError(f"{self.test}/{self.name}: unexpected {outcome!r}") from outcome
+        assert elapsed < BOUND_S, f"{self.test}/{self.name}: a call took {elapsed:.3f} s"
+
+
+#: Every phase run in this session, in order.
+REPORT: list[Phase] = []
+
+
+def _phase(test: str, name: str) -> Phase:
+    phase = Phase(test, name)
+    REPORT.append(phase)
+    return phase
+
+
+def run(test: str, name: str, call: Callable[[], Decision], count: int) -> Phase:
+    """``count`` calls one after another."""
+    phase = _phase(test, name)
+    for _ in range(count):
+        started = time.monotonic()
+        try:
+            outcome: Decision | BaseException = call()
+        except Exception as exc:  # noqa: BLE001 - recorded, and anything unexpected fails
+            outcome = exc
+        phase.record(started, outcome)
+    return phase
+
+
+async def arun(
+    test: str, name: str, call: Callable[[], Awaitable[Decision]], count: int, concurrency: int
+) -> Phase:
+    """``count`` calls, ``concurrency`` of them in flight at a time."""
+    phase = _phase(test, name)
+
+    async def one() -> None:
+        started = time.monotonic()
+        try:
+            outcome: Decision | BaseException = await call()
+        except Exception as exc:  # noqa: BLE001 - recorded, and anything unexpected fails
+            outcome = exc
+        phase.record(started, outcome)
+
+    for first in range(0, count, concurrency):
+        await asyncio.gather(*(one() for _ in range(min(concurrency, count - first))))
+    return phase
