@@ -70,7 +70,7 @@ def run(test: str, name: str, call: Callable[[], Decision], count: int) -> Phase
         started = time.monotonic()
         try:
             outcome: Decision | BaseException = call()
-        except Exception as exc:  # noqa: BLE001 - recorded, and anything unexpected fails
+        except Exception as exc:  # recorded; anything unexpected fails the test
             outcome = exc
         phase.record(started, outcome)
     return phase
@@ -86,7 +86,7 @@ async def arun(
         started = time.monotonic()
         try:
             outcome: Decision | BaseException = await call()
-        except Exception as exc:  # noqa: BLE001 - recorded, and anything unexpected fails
+        except Exception as exc:  # recorded; anything unexpected fails the test
             outcome = exc
         phase.record(started, outcome)
 
