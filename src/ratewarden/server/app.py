@@ -139,8 +139,10 @@ class RateLimitServer:
             self.http_port = await self.http.start(s.host, s.http_port, reuse_port=s.reuse_port)
         except OSError as exc:
             await self.grpc.stop(0)
-            raise OSError(exc.errno, f"cannot listen for HTTP on {s.host}:{s.http_port}: "
-                          f"{exc.strerror or exc}") from exc
+            raise OSError(
+                exc.errno,
+                f"cannot listen for HTTP on {s.host}:{s.http_port}: {exc.strerror or exc}",
+            ) from exc
         await self.refresh_health()
         self._tasks.append(asyncio.create_task(self._health_loop()))
         if s.reload_interval > 0:

@@ -138,8 +138,9 @@ class HttpServer:
                 try:
                     response = await self._respond(request)
                     keep_alive = request.keep_alive and not self._closing
-                    await _write(writer, response, head_only=request.method == "HEAD",
-                                 keep_alive=keep_alive)
+                    await _write(
+                        writer, response, head_only=request.method == "HEAD", keep_alive=keep_alive
+                    )
                 finally:
                     self._busy.discard(task)
                 if not keep_alive:
@@ -149,8 +150,12 @@ class HttpServer:
                 await _write(writer, _text(exc.status, str(exc)), head_only=False, keep_alive=False)
         except asyncio.LimitOverrunError:
             with contextlib.suppress(ConnectionError):
-                await _write(writer, _text(HTTPStatus.BAD_REQUEST, "line too long"),
-                             head_only=False, keep_alive=False)
+                await _write(
+                    writer,
+                    _text(HTTPStatus.BAD_REQUEST, "line too long"),
+                    head_only=False,
+                    keep_alive=False,
+                )
         except (ConnectionError, TimeoutError, asyncio.IncompleteReadError):
             pass
         finally:

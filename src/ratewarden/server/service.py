@@ -37,29 +37,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped, unused-ignore]
-from google.protobuf import (  # type: ignore[import-untyped, unused-ignore]
-    duration_pb2,
-    struct_pb2,
-)
+from google.protobuf import struct_pb2  # type: ignore[import-untyped, unused-ignore]
 
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError, StorageError
-from ratewarden.rate import UNITS, Rate
-from ratewarden.server.config import (
-    DEFAULT_ALGORITHM,
-    DEFAULT_FAILURE_MODE,
-    Limit,
-    Match,
-    RateLimitConfig,
-    Rule,
-)
+from ratewarden.metrics import LogRateLimiter
+from ratewarden.rate import Rate
+from ratewarden.server._status import current, duration, override
+from ratewarden.server.config import Match, RateLimitConfig, Rule
+from ratewarden.server.headers import HEADER_MODES, response_headers
 from ratewarden.storage import AsyncStore, Store
 from ratewarden.storage.memory import MemoryStore
 
@@ -79,16 +72,6 @@ _OK = _Response.OK
 _OVER_LIMIT = _Response.OVER_LIMIT
 #: ``limit_remaining`` of an ``unlimited`` rule, as envoyproxy/ratelimit reports it.
 UNLIMITED_REMAINING = 2**32 - 1
-_UNIT_ENUM = {
-    "second": _Response.RateLimit.SECOND,
-    "minute": _Response.RateLimit.MINUTE,
-    "hour": _Response.RateLimit.HOUR,
-    "day": _Response.RateLimit.DAY,
-    "week": _Response.RateLimit.WEEK,
-    "month": _Response.RateLimit.MONTH,
-    "year": _Response.RateLimit.YEAR,
-}
-_UNIT_NAME = {number: name for name, number in _UNIT_ENUM.items()}
 # The fallback store of failure_mode: local only sees this process's traffic; keep it small.
 _LOCAL_MAX_KEYS = 100_000
 
@@ -150,6 +133,9 @@ class ServiceHooks:
     def on_store_error(self, domain: str, rule: Rule, error: Exception) -> None:
         """The store failed for this rule; ``rule.failure_mode`` decides instead."""
 
+    def on_store_call(self, seconds: float) -> None:
+        """One store call (one descriptor's hit) took ``seconds``, failed or not."""
+
 
 @dataclass(slots=True)
 class _Result:
@@ -205,6 +191,7 @@ class _ServiceBase:
         shadow: bool,
         charge_denied: bool,
         near_limit_ratio: float,
+        response_headers: str,
         hooks: ServiceHooks | None,
     ) -> None:
         if not isinstance(config, RateLimitConfig):
@@ -215,13 +202,19 @@ class _ServiceBase:
             raise ConfigurationError(
                 f"near_limit_ratio {near_limit_ratio!r} must be above 0 and at most 1 (e.g. 0.8)"
             )
+        if response_headers not in HEADER_MODES:
+            raise ConfigurationError(
+                f"response_headers {response_headers!r} must be one of {', '.join(HEADER_MODES)}"
+            )
         self._config = config
         self.clock = clock
         self.shadow = bool(shadow)
         self.charge_denied = bool(charge_denied)
         self.near_limit_ratio = float(near_limit_ratio)
+        self.response_headers = response_headers
         self.hooks = hooks if hooks is not None else ServiceHooks()
         self._local = MemoryStore(clock=clock, max_keys=_LOCAL_MAX_KEYS)
+        self._store_log = LogRateLimiter(60.0, clock=clock)
 
     @property
     def config(self) -> RateLimitConfig:
@@ -303,9 +296,9 @@ class _ServiceBase:
             match = domain.match(entries) if domain is not None else None
             item = _Item(entries, cost, match, None if match is None else match.rule)
             if domain is not None and descriptor.HasField("limit"):
-                override = _override(request.domain, entries, item.rule, descriptor.limit)
-                if override is not None:
-                    item.rule, item.override = override, True
+                given = override(request.domain, entries, item.rule, descriptor.limit)
+                if given is not None:
+                    item.rule, item.override = given, True
             items.append(item)
         replaced = {name for item in items if item.rule for name in item.rule.replaces}
         for item in items:
@@ -321,7 +314,16 @@ class _ServiceBase:
         rule = item.rule
         assert rule is not None
         if isinstance(reply, StorageError):
-            log.debug("store failed for %s: %s", rule.path, reply)
+            # An outage fails every call: one line per error kind per minute, with a count.
+            self._store_log.log(
+                log,
+                logging.WARNING,
+                type(reply).__name__,
+                "store failed (%s); failure_mode %s answers for %s",
+                reply,
+                rule.failure_mode,
+                rule.path,
+            )
         else:
             log.warning("store call for %s raised unexpectedly", rule.path, exc_info=reply)
         try:
@@ -334,18 +336,28 @@ class _ServiceBase:
         allowed = rule.failure_mode == "open"
         return _Result(allowed, None, rule.failure_mode, False)
 
+    def _timed(self, seconds: float) -> None:
+        try:
+            self.hooks.on_store_call(seconds)
+        except Exception:
+            log.exception("hook on_store_call failed; the answer is unaffected")
+
     # -- the response
 
     def _respond(self, domain: str, items: list[_Item]) -> Any:
         response = _Response()
         metadata: dict[str, Any] = {}
+        windows: list[int | None] = []
         for item in items:
             status = response.statuses.add()
-            passing = self._status(item, status)
+            passing, window = self._status(item, status)
+            windows.append(window)
             if passing and item.match is not None and item.match.node.metadata:
                 metadata.update(item.match.node.metadata_dict())
         denied = _denied(items)
         response.overall_code = _OK if self.shadow or not denied else _OVER_LIMIT
+        for name, value in response_headers(self.response_headers, response.statuses, windows):
+            response.response_headers_to_add.add(key=name, value=value)
         if metadata:
             struct = struct_pb2.Struct()
             struct.update(metadata)
@@ -359,35 +371,41 @@ class _ServiceBase:
                 log.exception("hook on_decision failed; the answer is unaffected")
         return response
 
-    def _status(self, item: _Item, status: Any) -> bool:
-        """Fill one DescriptorStatus; True when it reports OK."""
+    def _status(self, item: _Item, status: Any) -> tuple[bool, int | None]:
+        """Fill one DescriptorStatus: (it reports OK, its window in seconds for headers).
+
+        The window is None when there is no limit to report in headers: no rule,
+        ``unlimited``, or a failure mode that answered without a decision.
+        """
         rule = item.rule
         if rule is None:
             status.code = _OK
-            return True
+            return True, None
         if rule.unlimited:
             status.code = _OK
             status.limit_remaining = UNLIMITED_REMAINING
-            return True
+            return True, None
         ok = not item.over or rule.shadow_mode
         status.code = _OK if ok else _OVER_LIMIT
         if rule.always_over:
             zero = next(limit for limit in rule.limits if limit.rate is None)
-            _current(status, zero, rule.name)
+            current(status, zero, rule.name)
             period = zero.period_us
-            _duration(status, period - self.clock.now_us() % period)
-            return ok
+            duration(status, period - self.clock.now_us() % period)
+            return ok, _seconds(period)
         result = item.result
         assert result is not None
         decision = result.decision
-        _current(status, rule.limit_for(None if decision is None else decision.rate), rule.name)
-        if decision is not None:
-            status.limit_remaining = min(max(decision.remaining, 0), UNLIMITED_REMAINING)
-            wait = decision.reset_after
-            if not decision.allowed and math.isfinite(decision.retry_after):
-                wait = decision.retry_after
-            _duration(status, round(wait * 1_000_000) if math.isfinite(wait) else 0)
-        return ok
+        limit = rule.limit_for(None if decision is None else decision.rate)
+        current(status, limit, rule.name)
+        if decision is None or limit is None:
+            return ok, None
+        status.limit_remaining = min(max(decision.remaining, 0), UNLIMITED_REMAINING)
+        wait = decision.reset_after
+        if not decision.allowed and math.isfinite(decision.retry_after):
+            wait = decision.retry_after
+        duration(status, round(wait * 1_000_000) if math.isfinite(wait) else 0)
+        return ok, _seconds(limit.period_us)
 
     def _outcome(self, domain: str, item: _Item) -> DescriptorOutcome:
         rule = item.rule
@@ -430,6 +448,7 @@ class RateLimitService(_ServiceBase):
         shadow: bool = False,
         charge_denied: bool = False,
         near_limit_ratio: float = 0.8,
+        response_headers: str = "off",
         hooks: ServiceHooks | None = None,
     ) -> None:
         super().__init__(
@@ -438,6 +457,7 @@ class RateLimitService(_ServiceBase):
             shadow=shadow,
             charge_denied=charge_denied,
             near_limit_ratio=near_limit_ratio,
+            response_headers=response_headers,
             hooks=hooks,
         )
         self.store = store
@@ -458,10 +478,13 @@ class RateLimitService(_ServiceBase):
     def _hit(self, call: _Call) -> Decision | Exception:
         rule = call.item.rule
         assert rule is not None
+        started = time.perf_counter()
         try:
             return self.store.hit(rule.algorithm, call.item.key, rule.rates, call.cost)
         except Exception as exc:  # every store failure is a policy decision, never a crash
             return exc
+        finally:
+            self._timed(time.perf_counter() - started)
 
     def __repr__(self) -> str:
         return (
@@ -485,6 +508,7 @@ class AsyncRateLimitService(_ServiceBase):
         shadow: bool = False,
         charge_denied: bool = False,
         near_limit_ratio: float = 0.8,
+        response_headers: str = "off",
         hooks: ServiceHooks | None = None,
     ) -> None:
         super().__init__(
@@ -493,6 +517,7 @@ class AsyncRateLimitService(_ServiceBase):
             shadow=shadow,
             charge_denied=charge_denied,
             near_limit_ratio=near_limit_ratio,
+            response_headers=response_headers,
             hooks=hooks,
         )
         self.store = store
@@ -511,10 +536,13 @@ class AsyncRateLimitService(_ServiceBase):
     async def _hit(self, call: _Call) -> Decision | Exception:
         rule = call.item.rule
         assert rule is not None
+        started = time.perf_counter()
         try:
             return await self.store.hit(rule.algorithm, call.item.key, rule.rates, call.cost)
         except Exception as exc:  # every store failure is a policy decision, never a crash
             return exc
+        finally:
+            self._timed(time.perf_counter() - started)
 
     def __repr__(self) -> str:
         return (
@@ -540,6 +568,10 @@ def _denied(items: list[_Item], predicted: Any = None) -> bool:
         elif over:
             return True
     return quota > 0 and quota_over == quota
+
+
+def _seconds(microseconds: int) -> int:
+    return -(-microseconds // 1_000_000)
 
 
 def _ident(item: _Item) -> tuple[str, str, tuple[Rate, ...]]:
@@ -578,51 +610,3 @@ def _keys(domain: str, item: _Item) -> tuple[str, str]:
     if rule.detailed_metric:
         return counter_key(domain, parts), f"{domain}.{request_key}"
     return counter_key(domain, parts), ".".join(metric)
-
-
-def _override(
-    domain: str, entries: tuple[tuple[str, str], ...], base: Rule | None, limit: Any
-) -> Rule | None:
-    """A rule for Envoy's per-descriptor ``limit``; it keeps the base rule's algorithm
-    and failure mode.
-
-    As envoyproxy/ratelimit does, an override is never in shadow mode and has no
-    name or replaces. An override with an unknown unit is ignored (the config applies).
-    """
-    unit = _UNIT_NAME.get(limit.unit)
-    if unit is None:
-        log.warning("ignoring a limit override with unit %s in domain %r", limit.unit, domain)
-        return None
-    algorithm = DEFAULT_ALGORITHM if base is None else base.algorithm
-    rate = None
-    if limit.requests_per_unit > 0:
-        try:
-            rate = Rate(limit.requests_per_unit, timedelta(microseconds=UNITS[unit]))
-        except ConfigurationError as exc:
-            log.warning("ignoring a limit override in domain %r: %s", domain, exc)
-            return None
-    path = domain + "." + ".".join(f"{k}_{v}" if v else k for k, v in entries)
-    return Rule(
-        domain=domain,
-        path=path,
-        source="the request's limit override",
-        limits=(Limit(limit.requests_per_unit, unit, rate=rate),),
-        algorithm=algorithm,
-        failure_mode=DEFAULT_FAILURE_MODE if base is None else base.failure_mode,
-    )
-
-
-def _current(status: Any, limit: Limit | None, name: str) -> None:
-    if limit is None:
-        return
-    status.current_limit.requests_per_unit = limit.requests_per_unit
-    status.current_limit.unit = _UNIT_ENUM[limit.unit]
-    if name:
-        status.current_limit.name = name
-
-
-def _duration(status: Any, microseconds: int) -> None:
-    seconds, micros = divmod(max(microseconds, 0), 1_000_000)
-    status.duration_until_reset.CopyFrom(
-        duration_pb2.Duration(seconds=seconds, nanos=micros * 1000)
-    )

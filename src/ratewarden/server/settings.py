@@ -192,11 +192,15 @@ def _choice(choices: Sequence[str]) -> Callable[[Any], str]:
 #: Every setting by its ``Settings`` field name.
 OPTIONS: dict[str, Option] = {
     "config_paths": Option(
-        "--config", "RATEWARDEN_CONFIG", _paths,
+        "--config",
+        "RATEWARDEN_CONFIG",
+        _paths,
         "rule files or directories (envoyproxy/ratelimit YAML); repeat or list several",
     ),
     "store_url": Option(
-        "--store", "RATEWARDEN_STORE", _text,
+        "--store",
+        "RATEWARDEN_STORE",
+        _text,
         "memory (default), redis://, rediss://, or a Sentinel or Cluster URL",
     ),
     "host": Option("--host", "RATEWARDEN_HOST", _text, "address both servers bind (127.0.0.1)"),
@@ -207,42 +211,60 @@ OPTIONS: dict[str, Option] = {
         "--http-port", "RATEWARDEN_HTTP_PORT", _integer(0, 65535), "HTTP port (8080)"
     ),
     "workers": Option(
-        "--workers", "RATEWARDEN_WORKERS", _integer(1, 256),
+        "--workers",
+        "RATEWARDEN_WORKERS",
+        _integer(1, 256),
         "processes sharing the ports (1); more than one needs a shared store",
     ),
     "reload_interval": Option(
-        "--reload-interval", "RATEWARDEN_RELOAD_INTERVAL", _seconds(0.0, allow_low=True),
+        "--reload-interval",
+        "RATEWARDEN_RELOAD_INTERVAL",
+        _seconds(0.0, allow_low=True),
         "seconds between checks of the config files for changes (5; 0 turns reload off)",
     ),
     "health_interval": Option(
-        "--health-interval", "RATEWARDEN_HEALTH_INTERVAL", _seconds(0.0, allow_low=False),
+        "--health-interval",
+        "RATEWARDEN_HEALTH_INTERVAL",
+        _seconds(0.0, allow_low=False),
         "seconds between pings of the store for the health status (2)",
     ),
     "grace": Option(
-        "--grace", "RATEWARDEN_GRACE", _seconds(0.0, allow_low=True),
+        "--grace",
+        "RATEWARDEN_GRACE",
+        _seconds(0.0, allow_low=True),
         "seconds in-flight calls get to finish on SIGTERM (10)",
     ),
     "shadow": Option(
-        "--shadow", "RATEWARDEN_SHADOW", _boolean,
+        "--shadow",
+        "RATEWARDEN_SHADOW",
+        _boolean,
         "global shadow mode: count and report, but the overall answer is always OK",
     ),
     "charge_denied": Option(
-        "--charge-denied", "RATEWARDEN_CHARGE_DENIED", _boolean,
+        "--charge-denied",
+        "RATEWARDEN_CHARGE_DENIED",
+        _boolean,
         "charge every descriptor of a denied request (envoyproxy/ratelimit's old behaviour)",
     ),
     "near_limit_ratio": Option(
-        "--near-limit-ratio", "RATEWARDEN_NEAR_LIMIT_RATIO", _ratio,
+        "--near-limit-ratio",
+        "RATEWARDEN_NEAR_LIMIT_RATIO",
+        _ratio,
         "share of a limit above which a hit counts as near the limit (0.8)",
     ),
     "on_error": Option(
-        "--on-error", "RATEWARDEN_ON_ERROR", _choice(ON_ERROR),
+        "--on-error",
+        "RATEWARDEN_ON_ERROR",
+        _choice(ON_ERROR),
         "answer when a call fails unexpectedly: open allows (default), closed denies",
     ),
     "log_level": Option(
         "--log-level", "RATEWARDEN_LOG_LEVEL", _choice(LOG_LEVELS), "debug, info, warning, error"
     ),
     "log_format": Option(
-        "--log-format", "RATEWARDEN_LOG_FORMAT", _choice(LOG_FORMATS),
+        "--log-format",
+        "RATEWARDEN_LOG_FORMAT",
+        _choice(LOG_FORMATS),
         "json (one object a line, default) or text",
     ),
 }

@@ -1,0 +1,82 @@
+"""Filling a ``DescriptorStatus``, and Envoy's per-descriptor limit override.
+
+Split out of ``service`` so that the decision flow reads on its own; nothing
+here touches a store.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped, unused-ignore]
+from google.protobuf import duration_pb2  # type: ignore[import-untyped, unused-ignore]
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.rate import UNITS, Rate
+from ratewarden.server.config import DEFAULT_ALGORITHM, DEFAULT_FAILURE_MODE, Limit, Rule
+
+__all__ = ["UNIT_ENUM", "current", "duration", "override"]
+
+log = logging.getLogger("ratewarden.server.service")
+
+_Response = rls_pb2.RateLimitResponse
+UNIT_ENUM = {
+    "second": _Response.RateLimit.SECOND,
+    "minute": _Response.RateLimit.MINUTE,
+    "hour": _Response.RateLimit.HOUR,
+    "day": _Response.RateLimit.DAY,
+    "week": _Response.RateLimit.WEEK,
+    "month": _Response.RateLimit.MONTH,
+    "year": _Response.RateLimit.YEAR,
+}
+_UNIT_NAME = {number: name for name, number in UNIT_ENUM.items()}
+
+
+def override(
+    domain: str, entries: tuple[tuple[str, str], ...], base: Rule | None, limit: Any
+) -> Rule | None:
+    """A rule for Envoy's per-descriptor ``limit``; it keeps the base rule's algorithm
+    and failure mode.
+
+    As envoyproxy/ratelimit does, an override is never in shadow mode and has no
+    name or replaces. An override with an unknown unit is ignored (the config applies).
+    """
+    unit = _UNIT_NAME.get(limit.unit)
+    if unit is None:
+        log.warning("ignoring a limit override with unit %s in domain %r", limit.unit, domain)
+        return None
+    algorithm = DEFAULT_ALGORITHM if base is None else base.algorithm
+    rate = None
+    if limit.requests_per_unit > 0:
+        try:
+            rate = Rate(limit.requests_per_unit, timedelta(microseconds=UNITS[unit]))
+        except ConfigurationError as exc:
+            log.warning("ignoring a limit override in domain %r: %s", domain, exc)
+            return None
+    path = domain + "." + ".".join(f"{k}_{v}" if v else k for k, v in entries)
+    return Rule(
+        domain=domain,
+        path=path,
+        source="the request's limit override",
+        limits=(Limit(limit.requests_per_unit, unit, rate=rate),),
+        algorithm=algorithm,
+        failure_mode=DEFAULT_FAILURE_MODE if base is None else base.failure_mode,
+    )
+
+
+def current(status: Any, limit: Limit | None, name: str) -> None:
+    if limit is None:
+        return
+    status.current_limit.requests_per_unit = limit.requests_per_unit
+    status.current_limit.unit = UNIT_ENUM[limit.unit]
+    if name:
+        status.current_limit.name = name
+
+
+def duration(status: Any, microseconds: int) -> None:
+    seconds, micros = divmod(max(microseconds, 0), 1_000_000)
+    status.duration_until_reset.CopyFrom(
+        duration_pb2.Duration(seconds=seconds, nanos=micros * 1000)
+    )

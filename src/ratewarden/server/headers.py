@@ -1,0 +1,86 @@
+"""``response_headers_to_add``: rate limit headers the service asks Envoy to add.
+
+Envoy can write ``x-ratelimit-*`` headers on its own from the statuses
+(``enable_x_ratelimit_headers: DRAFT_VERSION_03`` on the filter); nothing here is
+needed for that. These headers are for clients that expect the names of
+envoyproxy/ratelimit or of the IETF draft. Envoy adds them to the response it
+sends downstream, allowed or denied. The ``--response-headers`` setting picks
+the set:
+
+- ``off`` (the default): none.
+- ``legacy``: ``RateLimit-Limit``, ``RateLimit-Remaining``, ``RateLimit-Reset``,
+  as envoyproxy/ratelimit writes them when ``LIMIT_RESPONSE_HEADERS_ENABLED`` is on.
+- ``draft-10``: ``RateLimit-Policy`` and ``RateLimit`` as structured fields, per
+  draft-ietf-httpapi-ratelimit-headers-10 (``"name";q=100;w=60`` and
+  ``"name";r=42;t=17``).
+
+Both sets describe one descriptor, the one closest to its limit (as
+envoyproxy/ratelimit chooses): the last one over the limit if any, else the one
+with the fewest requests remaining. Descriptors without a limit, and
+``unlimited`` ones, are never chosen; with none left there are no headers.
+The reset is the status's ``duration_until_reset`` rounded up to whole seconds,
+which for the window algorithms is the end of the window and for the bucket
+algorithms the time until the bucket is full again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped, unused-ignore]
+
+__all__ = ["HEADER_MODES", "response_headers"]
+
+HEADER_MODES = ("off", "legacy", "draft-10")
+
+_OVER_LIMIT = rls_pb2.RateLimitResponse.OVER_LIMIT
+
+
+def response_headers(
+    mode: str, statuses: Sequence[Any], windows: Sequence[int | None]
+) -> list[tuple[str, str]]:
+    """The ``(name, value)`` headers for ``mode``; ``windows[i]`` is status i's window in seconds.
+
+    A status whose window is None has no limit to report (no rule, or unlimited).
+    """
+    if mode == "off":
+        return []
+    if mode not in HEADER_MODES:
+        raise ValueError(f"response headers mode {mode!r} is not one of {HEADER_MODES}")
+    chosen: tuple[Any, int] | None = None
+    for status, window in zip(statuses, windows, strict=True):
+        if window is None:
+            continue
+        closer = chosen is None or (
+            chosen[0].code != _OVER_LIMIT and status.limit_remaining < chosen[0].limit_remaining
+        )
+        if status.code == _OVER_LIMIT or closer:
+            chosen = (status, window)
+    if chosen is None:
+        return []
+    status, window = chosen
+    limit = status.current_limit.requests_per_unit
+    remaining = 0 if status.code == _OVER_LIMIT else status.limit_remaining
+    reset = _ceil_seconds(status.duration_until_reset)
+    if mode == "legacy":
+        return [
+            ("RateLimit-Limit", str(limit)),
+            ("RateLimit-Remaining", str(remaining)),
+            ("RateLimit-Reset", str(reset)),
+        ]
+    name = _sf_string(status.current_limit.name or "default")
+    return [
+        ("RateLimit-Policy", f"{name};q={limit};w={window}"),
+        ("RateLimit", f"{name};r={remaining};t={reset}"),
+    ]
+
+
+def _ceil_seconds(duration: Any) -> int:
+    return int(duration.seconds) + (1 if duration.nanos > 0 else 0)
+
+
+def _sf_string(text: str) -> str:
+    """``text`` as a structured-field String (RFC 8941): printable ASCII, quoted, escaped."""
+    printable = "".join(ch if " " <= ch <= "~" else "?" for ch in text)
+    return '"' + printable.replace("\\", "\\\\").replace('"', '\\"') + '"'
