@@ -93,3 +93,52 @@ async def arun(
     for first in range(0, count, concurrency):
         await asyncio.gather(*(one() for _ in range(min(concurrency, count - first))))
     return phase
+
+
+def run_while(
+    test: str,
+    name: str,
+    call: Callable[[], Decision],
+    going: Callable[[Phase], bool],
+    most: int,
+    pause: float = 0.002,
+) -> Phase:
+    """Calls one after another while ``going(phase)``, ``pause`` s apart, at most ``most``."""
+    phase = _phase(test, name)
+    while going(phase):
+        assert phase.calls < most, f"{test}/{name}: still going after {most} calls"
+        started = time.monotonic()
+        try:
+            outcome: Decision | BaseException = call()
+        except Exception as exc:  # recorded; anything unexpected fails the test
+            outcome = exc
+        phase.record(started, outcome)
+        time.sleep(pause)
+    return phase
+
+
+async def arun_while(
+    test: str,
+    name: str,
+    call: Callable[[], Awaitable[Decision]],
+    going: Callable[[Phase], bool],
+    most: int,
+    concurrency: int,
+    pause: float = 0.002,
+) -> Phase:
+    """Batches of ``concurrency`` calls while ``going(phase)``, ``pause`` s apart."""
+    phase = _phase(test, name)
+
+    async def one() -> None:
+        started = time.monotonic()
+        try:
+            outcome: Decision | BaseException = await call()
+        except Exception as exc:  # recorded; anything unexpected fails the test
+            outcome = exc
+        phase.record(started, outcome)
+
+    while going(phase):
+        assert phase.calls < most, f"{test}/{name}: still going after {most} calls"
+        await asyncio.gather(*(one() for _ in range(concurrency)))
+        await asyncio.sleep(pause)
+    return phase
