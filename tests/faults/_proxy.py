@@ -22,6 +22,7 @@ Faults, as a store sees them:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import socket
 import struct
@@ -57,8 +58,10 @@ class _Link:
 def _abort(writer: asyncio.StreamWriter) -> None:
     """Close with an RST rather than a FIN."""
     sock = writer.get_extra_info("socket")
-    if sock is not None:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    if sock is not None and not writer.is_closing():
+        # If the peer's close got there first, a plain abort will do.
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     writer.transport.abort()
 
 

@@ -9,6 +9,7 @@ import pytest
 from tests._servers import RedisServer
 from tests.faults._load import BOUND_S, REPORT, TIMEOUT
 from tests.faults._proxy import FaultProxy
+from tests.server_transport.conftest import start_server  # noqa: F401 - reused, not copied
 
 
 def pytest_configure(config: pytest.Config) -> None:
