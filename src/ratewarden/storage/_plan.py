@@ -8,25 +8,38 @@ combines per-layer outcomes the same way for the memory store and for Redis.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any, NamedTuple
 
 from ratewarden import algorithms
-from ratewarden.algorithms._base import NEVER, Outcome
-from ratewarden.decision import Decision
+from ratewarden.algorithms._base import NEVER, Outcome, Step
+from ratewarden.decision import Decision, make_decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
-from ratewarden.storage._keys import escape, state_key
+from ratewarden.storage._keys import escape
 
-__all__ = ["Plan", "argv", "build", "check_cost", "check_key", "parse", "to_decision"]
+__all__ = [
+    "Plan",
+    "Shape",
+    "Shapes",
+    "argv",
+    "build",
+    "check_cost",
+    "check_key",
+    "parse",
+    "to_decision",
+]
 
 #: Values per layer in a script reply: allowed, remaining, reset_after_us, retry_after_us, delay_us.
 REPLY_WIDTH = 5
 
+#: Shapes a ``Shapes`` cache keeps before it starts again from empty (a miss costs one ``shape``).
+SHAPE_CACHE_SIZE = 1024
 
-@dataclass(frozen=True, slots=True)
-class Plan:
+
+class Plan(NamedTuple):
     """One validated decision: which algorithm, which state keys, which parameters."""
 
     algorithm: ModuleType
@@ -34,6 +47,30 @@ class Plan:
     keys: tuple[str, ...]
     params: tuple[tuple[int, ...], ...]
     cost: int
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """Everything about a call but the key, validated once and reused by every key.
+
+    ``suffixes`` name each layer's state after the key: a Redis key is
+    ``<prefix>:{<escaped key>}<suffix>``; the memory store uses ``(key, suffix)``.
+    ``source`` is the rates argument as given, kept so that its ``id`` stays its own
+    while the shape is cached under it.
+    """
+
+    algorithm: ModuleType
+    check: Callable[[tuple[int, ...], Any, int, int], Step]
+    rates: tuple[Rate, ...]
+    params: tuple[tuple[int, ...], ...]
+    suffixes: tuple[str, ...]
+    cost: int
+    source: object
+
+    def keys(self, prefix: str, key: str) -> tuple[str, ...]:
+        """The Redis keys of ``key``'s layers (``key`` already checked)."""
+        head = f"{prefix}:{{{escape(key)}}}"
+        return tuple(head + suffix for suffix in self.suffixes)
 
 
 def check_key(key: object) -> str:
@@ -71,18 +108,80 @@ def check_rates(rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]:
     return found
 
 
-def build(algorithm: str, prefix: str, key: str, rates: Rate | Sequence[Rate], cost: int) -> Plan:
+def shape(algorithm: str, rates: Rate | Sequence[Rate], cost: int) -> Shape:
+    """Validate everything but the key; raises ``ConfigurationError`` on bad input."""
     module = algorithms.get(algorithm)
-    key = check_key(key)
     cost = check_cost(cost)
     found = check_rates(rates)
-    return Plan(
+    return Shape(
         algorithm=module,
+        check=module.check,
         rates=found,
-        keys=tuple(state_key(prefix, key, module.NAME, rate) for rate in found),
         params=tuple(module.params(rate) for rate in found),
+        suffixes=tuple(
+            f":{module.NAME}:{rate.limit}:{rate.period_us}:{rate.capacity}" for rate in found
+        ),
         cost=cost,
+        source=rates,
     )
+
+
+class Shapes:
+    """A store's cache of recent shapes.
+
+    A well-behaved caller passes the same ``Rate`` (or tuple of them) again and
+    again, so a shape is found by the argument's identity: no hashing of rates,
+    no validation. Lists are mutable, so they are looked up by value instead.
+    Only valid calls are cached; anything else is built, and so rejected, anew.
+    """
+
+    __slots__ = ("_by_id", "_by_value")
+
+    def __init__(self) -> None:
+        self._by_id: dict[tuple[str, int, int], Shape] = {}
+        self._by_value: dict[tuple[str, tuple[Rate, ...], int], Shape] = {}
+
+    def get(self, algorithm: str, rates: Rate | Sequence[Rate], cost: int) -> Shape:
+        if type(cost) is not int or type(algorithm) is not str:
+            return shape(algorithm, rates, cost)
+        kind = type(rates)
+        if kind is Rate or kind is tuple:
+            id_key = (algorithm, id(rates), cost)
+            found = self._by_id.get(id_key)
+            if found is None or found.source is not rates:
+                found = shape(algorithm, rates, cost)
+                self._keep(self._by_id, id_key, found)
+            return found
+        try:
+            value_key = (algorithm, tuple(rates), cost)  # type: ignore[arg-type]
+            found = self._by_value.get(value_key)
+        except TypeError:  # not iterable, or unhashable: shape() says what is wrong
+            return shape(algorithm, rates, cost)
+        if found is None:
+            found = shape(algorithm, rates, cost)
+            self._keep(self._by_value, value_key, found)
+        return found
+
+    def plan(
+        self, algorithm: str, prefix: str, key: str, rates: Rate | Sequence[Rate], cost: int
+    ) -> Plan:
+        """``build``, with the key-independent part from the cache."""
+        found = self.get(algorithm, rates, cost)
+        if type(key) is not str or not key:
+            check_key(key)
+        return Plan(found.algorithm, found.rates, found.keys(prefix, key), found.params, found.cost)
+
+    @staticmethod
+    def _keep(cache: dict[Any, Shape], cache_key: Any, found: Shape) -> None:
+        if len(cache) >= SHAPE_CACHE_SIZE:
+            cache.clear()
+        cache[cache_key] = found
+
+
+def build(algorithm: str, prefix: str, key: str, rates: Rate | Sequence[Rate], cost: int) -> Plan:
+    found = shape(algorithm, rates, cost)
+    key = check_key(key)
+    return Plan(found.algorithm, found.rates, found.keys(prefix, key), found.params, found.cost)
 
 
 def argv(plan: Plan, now_us: int | None) -> list[int | str]:
@@ -107,37 +206,43 @@ def _seconds(us: int) -> float:
     return math.inf if us == NEVER else us / 1_000_000
 
 
-def _layer(rate: Rate, outcome: Outcome, cost: int) -> Decision:
-    return Decision(
-        allowed=outcome.allowed,
-        limit=rate.limit,
-        remaining=outcome.remaining,
-        reset_after=_seconds(outcome.reset_after_us),
-        retry_after=_seconds(outcome.retry_after_us),
-        delay=_seconds(outcome.delay_us),
-        rate=rate,
-        cost=cost,
+def _layer(rate: Rate, outcome: Outcome, cost: int, layers: tuple[Decision, ...] = ()) -> Decision:
+    allowed, remaining, reset_after_us, retry_after_us, delay_us = outcome
+    return make_decision(
+        allowed,
+        rate.limit,
+        remaining,
+        math.inf if reset_after_us == NEVER else reset_after_us / 1_000_000,
+        math.inf if retry_after_us == NEVER else retry_after_us / 1_000_000,
+        math.inf if delay_us == NEVER else delay_us / 1_000_000,
+        rate,
+        cost,
+        layers,
     )
 
 
 def to_decision(rates: Sequence[Rate], outcomes: Sequence[Outcome], cost: int) -> Decision:
     """Combine layers: the binding layer speaks for the decision (see ``Decision``)."""
+    if len(rates) == 1:
+        # One layer binds by itself: the decision is that layer, listing itself.
+        layer = _layer(rates[0], outcomes[0], cost)
+        return _layer(rates[0], outcomes[0], cost, (layer,))
     layers = tuple(_layer(r, o, cost) for r, o in zip(rates, outcomes, strict=True))
     denied = [layer for layer in layers if not layer.allowed]
     if denied:
         binding = max(denied, key=lambda layer: layer.retry_after)
     else:
         binding = min(layers, key=lambda layer: layer.remaining)
-    return Decision(
-        allowed=not denied,
-        limit=binding.limit,
-        remaining=binding.remaining,
-        reset_after=max(layer.reset_after for layer in layers),
-        retry_after=binding.retry_after,
-        delay=max(layer.delay for layer in layers),
-        rate=binding.rate,
-        cost=cost,
-        layers=layers,
+    return make_decision(
+        not denied,
+        binding.limit,
+        binding.remaining,
+        max(layer.reset_after for layer in layers),
+        binding.retry_after,
+        max(layer.delay for layer in layers),
+        binding.rate,
+        cost,
+        layers,
     )
 
 

@@ -27,6 +27,9 @@ __all__ = ["AsyncMemoryStore", "MemoryStore"]
 
 DEFAULT_MAX_KEYS = 1_000_000
 
+#: ``(key, layer suffix)`` for a rate's state, the slot key string for concurrency.
+StateKey = tuple[str, str] | str
+
 
 class _MemoryCore:
     """Everything but the calling convention; shared by the sync and async stores."""
@@ -45,10 +48,13 @@ class _MemoryCore:
         self.max_keys = max_keys
         self.evictions = 0
         self._lock = threading.Lock()
-        # key -> (state, expires_at_us); insertion order is write order (oldest first).
-        self._states: dict[str, tuple[Any, int]] = {}
+        # State key -> (state, expires_at_us); insertion order is write order (oldest
+        # first). A rate's state is under (key, layer suffix), a concurrency key's
+        # under its Redis-style string: the two kinds can never collide.
+        self._states: dict[StateKey, tuple[Any, int]] = {}
+        self._shapes = _plan.Shapes()
 
-    def _read(self, key: str, now: int) -> Any:
+    def _read(self, key: StateKey, now: int) -> Any:
         entry = self._states.get(key)
         if entry is None:
             return None
@@ -57,7 +63,7 @@ class _MemoryCore:
             return None
         return entry[0]
 
-    def _write(self, key: str, state: Any, expires_at: int, now: int) -> None:
+    def _write(self, key: StateKey, state: Any, expires_at: int, now: int) -> None:
         self._states.pop(key, None)
         self._states[key] = (state, expires_at)
         # Sweep a little from the oldest end on every write: amortised O(1) expiry.
@@ -71,21 +77,35 @@ class _MemoryCore:
             self.evictions += 1
 
     def _hit(self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int) -> Decision:
-        plan = _plan.build(algorithm, self.prefix, key, rates, cost)
+        shape = self._shapes.get(algorithm, rates, cost)
+        if type(key) is not str or not key:
+            _plan.check_key(key)
         now = self.clock.now_us()
-        with self._lock:
-            states = [self._read(k, now) for k in plan.keys]
-            outcomes, writes = layered(plan.algorithm.check, plan.params, states, now, plan.cost)
-            if writes is not None:
-                for state_key, (state, ttl_us) in zip(plan.keys, writes, strict=True):
+        if len(shape.rates) == 1:
+            # One rate (the common case): no layering, one state, one outcome.
+            state_key = (key, shape.suffixes[0])
+            with self._lock:
+                outcome, state, ttl_us = shape.check(
+                    shape.params[0], self._read(state_key, now), now, shape.cost
+                )
+                if outcome.allowed and shape.cost > 0:
                     self._keep(state_key, state, ttl_us, now)
-        return _plan.to_decision(plan.rates, outcomes, plan.cost)
+            return _plan.to_decision(shape.rates, (outcome,), shape.cost)
+        state_keys = [(key, suffix) for suffix in shape.suffixes]
+        with self._lock:
+            states = [self._read(k, now) for k in state_keys]
+            outcomes, writes = layered(shape.check, shape.params, states, now, shape.cost)
+            if writes is not None:
+                for state_key, (state, ttl_us) in zip(state_keys, writes, strict=True):
+                    self._keep(state_key, state, ttl_us, now)
+        return _plan.to_decision(shape.rates, outcomes, shape.cost)
 
     def _reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
-        plan = _plan.build(algorithm, self.prefix, key, rates, 0)
+        shape = self._shapes.get(algorithm, rates, 0)
+        key = _plan.check_key(key)
         with self._lock:
-            for state_key in plan.keys:
-                self._states.pop(state_key, None)
+            for suffix in shape.suffixes:
+                self._states.pop((key, suffix), None)
 
     def _acquire_slot(
         self, key: str, limit: int, lease_id: str, slots: int, ttl_us: int
@@ -118,7 +138,7 @@ class _MemoryCore:
             self._keep(state_key, state, ttl, now)
         return held
 
-    def _keep(self, state_key: str, state: Any, ttl_us: int, now: int) -> None:
+    def _keep(self, state_key: StateKey, state: Any, ttl_us: int, now: int) -> None:
         if ttl_us > 0:
             self._write(state_key, state, now + ttl_us, now)
         else:
