@@ -78,7 +78,9 @@ async def make(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
     def factory(algorithm: str, start: float = MINUTE_START) -> Harness:
         clock = ManualClock(start)
         if kind == "memory":
-            store: Any = MemoryStore(clock=clock) if flavour == "sync" else AsyncMemoryStore(clock=clock)
+            store: Any = (
+                MemoryStore(clock=clock) if flavour == "sync" else AsyncMemoryStore(clock=clock)
+            )
         else:
             from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 
@@ -122,7 +124,7 @@ async def test_gcra_burst_then_one_per_emission_interval(make: Any) -> None:
 
 
 async def test_gcra_cost_moves_by_cost_intervals_and_too_big_never_fits(make: Any) -> None:
-    """Cost c advances the state by c emission intervals; a cost above the burst is never allowed."""
+    """Cost c moves the state by c emission intervals; a cost above the burst never fits."""
     h = make("gcra")
     rate = Rate.parse("100/minute", burst=20)
     assert (await h.hit("k", rate, 5)).remaining == 15
@@ -196,7 +198,7 @@ async def test_layers_are_all_or_nothing(make: Any, algorithm: str) -> None:
 
 
 async def test_concurrency_slots_come_back_after_release_or_ttl(make: Any) -> None:
-    """Two slots: a third waits; a release frees one; a crashed holder's slot returns after its TTL."""
+    """Two slots: a third waits; a release frees one; a crashed holder's slot returns by TTL."""
     h = make("gcra")
     first = await h.acquire_slot("gpu", 2, ttl=10)
     second = await h.acquire_slot("gpu", 2, ttl=10)

@@ -220,12 +220,14 @@ def test_ttl_is_exactly_when_the_state_equals_never_seen(
         return
     for at in (expires, expires + 7 * SECOND):
         for cost in (0, 1, params[2]):
-            assert leaky_bucket.check(params, state, at, cost)[:2] == leaky_bucket.check(
-                params, None, at, cost
-            )[:2]
-    assert leaky_bucket.check(params, state, expires - 1, 0)[0] != leaky_bucket.check(
-        params, None, expires - 1, 0
-    )[0]
+            assert (
+                leaky_bucket.check(params, state, at, cost)[:2]
+                == leaky_bucket.check(params, None, at, cost)[:2]
+            )
+    assert (
+        leaky_bucket.check(params, state, expires - 1, 0)[0]
+        != leaky_bucket.check(params, None, expires - 1, 0)[0]
+    )
 
 
 @pytest.mark.redis

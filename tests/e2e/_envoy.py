@@ -70,9 +70,18 @@ class Envoy:
         (self.dir / "envoy.yaml").write_text(bootstrap)
         self.log = open(self.dir / "envoy.log", "wb")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
-            [ENVOY, "-c", str(self.dir / "envoy.yaml"), "--log-level", "warn",
-             "--disable-hot-restart", "--concurrency", "1"],
-            stdout=self.log, stderr=subprocess.STDOUT,
+            [
+                ENVOY,
+                "-c",
+                str(self.dir / "envoy.yaml"),
+                "--log-level",
+                "warn",
+                "--disable-hot-restart",
+                "--concurrency",
+                "1",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
         )
         self._wait_ready()
 
@@ -90,8 +99,9 @@ class Envoy:
             time.sleep(0.05)
         raise RuntimeError(f"envoy did not become ready:\n{self.logs()}")
 
-    def get(self, path: str = "/", headers: dict[str, str] | None = None
-            ) -> tuple[int, dict[str, str]]:
+    def get(
+        self, path: str = "/", headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str]]:
         """GET through Envoy's listener: the status and the response headers (lower-cased)."""
         status, reply_headers, _ = request(self.port, path, headers=headers)
         return status, reply_headers

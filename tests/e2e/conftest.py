@@ -64,11 +64,16 @@ def start_stack(
         listener, admin = free_ports(2)
         envoy = Envoy(
             BOOTSTRAP.substitute(
-                listener=listener, admin=admin, backend=backend.port,
-                ratelimit=ratewarden.grpc_port, domain=domain, timeout=CALL_TIMEOUT,
+                listener=listener,
+                admin=admin,
+                backend=backend.port,
+                ratelimit=ratewarden.grpc_port,
+                domain=domain,
+                timeout=CALL_TIMEOUT,
                 failure_mode_deny=str(failure_mode_deny).lower(),
             ),
-            port=listener, admin=admin,
+            port=listener,
+            admin=admin,
         )
         return Stack(envoy, ratewarden, backend)
     except BaseException:

@@ -56,8 +56,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DocStack]:
     try:
         ratewarden.wait_serving()
         listener, admin = free_ports(2)
-        actual = {"listener": listener, "backend": backend.port,
-                  "ratewarden": ratewarden.grpc_port, "admin": admin}
+        actual = {
+            "listener": listener,
+            "backend": backend.port,
+            "ratewarden": ratewarden.grpc_port,
+            "admin": admin,
+        }
         for name, port in DOC_PORTS.items():
             bootstrap = bootstrap.replace(f"port_value: {port}}}", f"port_value: {actual[name]}}}")
         envoy = Envoy(bootstrap, port=listener, admin=admin)

@@ -66,7 +66,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory, killable_redis: Redis) -> It
     rules = tmp_path_factory.mktemp("e2e-redis") / "rules.yaml"
     rules.write_text(RULES)
     stack = start_stack(
-        Path(rules), domain="e2e",
+        Path(rules),
+        domain="e2e",
         args=("--store", killable_redis.url, "--health-interval", "0.1"),
     )
     yield stack

@@ -27,9 +27,7 @@ class ServeProcess:
     Logs (JSON lines unless ``args`` say otherwise) go to a file read by ``logs()``.
     """
 
-    def __init__(
-        self, config: Path | str, *args: str, env: dict[str, str] | None = None
-    ) -> None:
+    def __init__(self, config: Path | str, *args: str, env: dict[str, str] | None = None) -> None:
         self.grpc_port = free_port()
         self.http_port = free_port()
         self.log_path = Path(tempfile.mkstemp(prefix="ratewarden-serve-", suffix=".log")[1])
@@ -42,7 +40,9 @@ class ServeProcess:
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 [*RATEWARDEN, "serve", "--config", str(config), *args],
-                stdout=log, stderr=subprocess.STDOUT, env=environ,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=environ,
             )
 
     @property

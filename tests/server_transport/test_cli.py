@@ -121,7 +121,10 @@ def test_the_console_script_prints_no_traceback_on_bad_input() -> None:
     """The installed `ratewarden` command: bad input is one line and exit 2, never a traceback."""
     done = subprocess.run(
         [*RATEWARDEN, "serve", "--grpc-port", "99999", "--config", "x"],
-        check=False, capture_output=True, text=True, timeout=60,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 2
     assert done.stderr.strip() == (

@@ -70,8 +70,9 @@ class GateStore(AsyncMemoryStore):
         self.entered = asyncio.Event()
         self.gate = asyncio.Event()
 
-    async def hit(self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
-                  ) -> Decision:
+    async def hit(
+        self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
+    ) -> Decision:
         self.entered.set()
         await self.gate.wait()
         return await super().hit(algorithm, key, rates, cost)

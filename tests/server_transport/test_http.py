@@ -110,8 +110,12 @@ async def test_keep_alive_and_chunked_bodies_work_on_one_connection(
     try:
         half = len(ONE_KEY) // 2
         chunks = (
-            f"{half:x}\r\n".encode() + ONE_KEY[:half] + b"\r\n"
-            + f"{len(ONE_KEY) - half:x}\r\n".encode() + ONE_KEY[half:] + b"\r\n0\r\n\r\n"
+            f"{half:x}\r\n".encode()
+            + ONE_KEY[:half]
+            + b"\r\n"
+            + f"{len(ONE_KEY) - half:x}\r\n".encode()
+            + ONE_KEY[half:]
+            + b"\r\n0\r\n\r\n"
         )
         head = b"POST /json HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
         writer.write(head + chunks)

@@ -55,8 +55,10 @@ def test_serve_with_only_a_config_answers_grpc_and_http(served: ServeProcess) ->
     """No store flag, no Redis: the memory store serves gRPC and /json, sharing counters."""
     with grpc.insecure_channel(served.grpc_target) as chan:
         stub = rls_pb2_grpc.RateLimitServiceStub(chan)
-        codes = [stub.ShouldRateLimit(request("transport", {"api_key": "k"})).overall_code
-                 for _ in range(2)]
+        codes = [
+            stub.ShouldRateLimit(request("transport", {"api_key": "k"})).overall_code
+            for _ in range(2)
+        ]
     body = {"domain": "transport", "descriptors": [{"entries": [{"key": "api_key", "value": "k"}]}]}
     assert codes == [OK, OK]
     assert [post_json(served.http_port, body) for _ in range(2)] == [200, 429]
@@ -94,8 +96,10 @@ def test_the_example_config_serves(tmp_path: Path) -> None:
     server = ServeProcess(EXAMPLE)
     try:
         server.wait_serving()
-        body = {"domain": "public_api",
-                "descriptors": [{"entries": [{"key": "api_key", "value": "partner-acme"}]}]}
+        body = {
+            "domain": "public_api",
+            "descriptors": [{"entries": [{"key": "api_key", "value": "partner-acme"}]}],
+        }
         assert post_json(server.http_port, body) == 200
         assert server.signal() == 0
     finally:
@@ -109,9 +113,22 @@ def test_a_busy_port_exits_1_with_the_reason(rules: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         done = subprocess.run(
-            [*RATEWARDEN, "serve", "--config", str(rules), "--grpc-port", str(port),
-             "--http-port", "0", "--log-format", "text"],
-            check=False, capture_output=True, text=True, timeout=60,
+            [
+                *RATEWARDEN,
+                "serve",
+                "--config",
+                str(rules),
+                "--grpc-port",
+                str(port),
+                "--http-port",
+                "0",
+                "--log-format",
+                "text",
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     assert done.returncode == 1
     assert f"cannot listen for gRPC on {HOST}:{port}" in done.stderr
@@ -124,7 +141,10 @@ def test_an_invalid_config_exits_1_listing_every_error(tmp_path: Path) -> None:
     bad.write_text("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n")
     done = subprocess.run(
         [*RATEWARDEN, "serve", "--config", str(bad), "--grpc-port", "0", "--http-port", "0"],
-        check=False, capture_output=True, text=True, timeout=60,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 1
     assert f"{bad}:4: unit: invalid rate limit unit 'fortnight'" in done.stderr
