@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -60,6 +61,8 @@ _PATTERN = re.compile(
 # All state arithmetic is exact in integers below 2**53, the largest range in
 # which a Redis Lua number (an IEEE double) is also exact.
 _EXACT = 2**53
+_MAX_DIGITS = 20
+_TIMEDELTA_MAX_US = timedelta.max // timedelta(microseconds=1)
 
 
 def _period_us(period: timedelta | float | int) -> int:
@@ -82,6 +85,30 @@ def _period_us(period: timedelta | float | int) -> int:
     if not whole:
         raise ConfigurationError(f"Rate period {period!r} is not a whole number of microseconds")
     return us
+
+
+def _whole(text: str, what: str, digits: str) -> int:
+    """Decimal digits (any script) as an int; refuses numbers no rate could use.
+
+    Leading zeros are dropped first, so ``"007"`` is 7 however many zeros lead.
+    Past 20 significant digits a number exceeds every limit a Rate accepts (2**53)
+    and every period a timedelta holds, and ``int()`` itself refuses past 4,300.
+    """
+    start = 0
+    while start < len(digits) - 1 and unicodedata.decimal(digits[start]) == 0:
+        start += 1
+    significant = digits[start:]
+    if len(significant) > _MAX_DIGITS:
+        raise ConfigurationError(
+            f"rate {_shown(text)}: {what} has {len(significant)} digits; "
+            f"the most a rate can use is {_MAX_DIGITS}"
+        )
+    return int(significant)
+
+
+def _shown(text: str) -> str:
+    """The text for an error message, cut short when it is very long."""
+    return repr(text) if len(text) <= 60 else f"{text[:60]!r}... ({len(text)} characters)"
 
 
 def _positive_int(what: str, value: object) -> int:
@@ -131,7 +158,7 @@ class Rate:
                 f"rate {text!r} is not LIMIT/UNIT: write it like '100/minute' or '100/5m'"
             )
         raw_limit, raw_mult, raw_unit = match.group("limit", "mult", "unit")
-        if not raw_limit.isdigit():
+        if not raw_limit.isdecimal():
             raise ConfigurationError(
                 f"rate {text!r}: limit {raw_limit!r} must be a whole number of requests"
             )
@@ -141,12 +168,17 @@ class Rate:
             raise ConfigurationError(
                 f"rate {text!r}: unknown unit {raw_unit!r}; use one of {known}"
             )
-        mult = 1 if raw_mult is None else int(raw_mult)
+        mult = 1 if raw_mult is None else _whole(text, "the period multiple", raw_mult)
         if mult == 0:
             raise ConfigurationError(f"rate {text!r}: the period multiple must be at least 1")
-        limit = int(raw_limit)
+        limit = _whole(text, "limit", raw_limit)
         if limit == 0:
             raise ConfigurationError(f"rate {text!r}: limit must be at least 1")
+        if unit_us * mult > _TIMEDELTA_MAX_US:
+            raise ConfigurationError(
+                f"rate {text!r}: a period of {mult} {raw_unit} is too long; "
+                "the longest period a rate can have is 999,999,999 days"
+            )
         return cls(limit, timedelta(microseconds=unit_us * mult), burst)
 
     @classmethod
