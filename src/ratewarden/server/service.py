@@ -105,6 +105,7 @@ class DescriptorOutcome:
     - ``failure``: the failure mode that decided because the store failed, else None.
     - ``charged``: the hits were consumed.
     - ``decision``: the store's Decision (None for unlimited, a 0 limit, or open/closed).
+    - ``entries``: the request descriptor's ``(key, value)`` entries, in order.
     """
 
     domain: str
@@ -117,6 +118,7 @@ class DescriptorOutcome:
     failure: str | None
     charged: bool
     decision: Decision | None
+    entries: tuple[tuple[str, str], ...] = ()
 
 
 class ServiceHooks:
@@ -424,6 +426,7 @@ class _ServiceBase:
             failure=None if result is None else result.failure,
             charged=result is not None and result.charged,
             decision=decision,
+            entries=item.entries,
         )
 
     def _near_limit_hits(self, decision: Decision | None, hits: int) -> int:
