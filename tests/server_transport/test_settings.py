@@ -37,6 +37,7 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         "RATEWARDEN_ON_ERROR": "closed",
         "RATEWARDEN_LOG_LEVEL": "DEBUG",
         "RATEWARDEN_LOG_FORMAT": "text",
+        "RATEWARDEN_DASHBOARD": "off",
     }
     assert {option.env for option in OPTIONS.values()} == set(environ)
     assert resolve({}, environ) == Settings(
@@ -55,6 +56,7 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         on_error="closed",
         log_level="debug",
         log_format="text",
+        dashboard="off",
     )
 
 

@@ -20,6 +20,7 @@ the flag or variable it came from::
     --on-error open|closed RATEWARDEN_ON_ERROR        open
     --log-level L          RATEWARDEN_LOG_LEVEL       info
     --log-format F         RATEWARDEN_LOG_FORMAT      json
+    --dashboard W          RATEWARDEN_DASHBOARD       loopback (also: any, off)
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ __all__ = ["OPTIONS", "Option", "Settings", "resolve", "store_scheme"]
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("json", "text")
 ON_ERROR = ("open", "closed")
+DASHBOARD = ("loopback", "any", "off")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
@@ -68,6 +70,7 @@ class Settings:
     on_error: str = "open"
     log_level: str = "info"
     log_format: str = "json"
+    dashboard: str = "loopback"
 
     def __post_init__(self) -> None:
         if not self.config_paths:
@@ -266,6 +269,12 @@ OPTIONS: dict[str, Option] = {
         "RATEWARDEN_LOG_FORMAT",
         _choice(LOG_FORMATS),
         "json (one object a line, default) or text",
+    ),
+    "dashboard": Option(
+        "--dashboard",
+        "RATEWARDEN_DASHBOARD",
+        _choice(DASHBOARD),
+        "who may open /dashboard on the HTTP port: loopback clients (default), any, or off",
     ),
 }
 
