@@ -471,6 +471,36 @@ _MISPLACED = {
 #: Entries of a YAML mapping: key text -> (key node, value node).
 _Entries = dict[str, tuple[Any, Any]]
 
+#: Descriptors a file may add by repeating an alias (``descriptors: *shared``). Each
+#: alias copies its whole subtree, so a few lines that alias each other in a chain
+#: expand exponentially; past this many copies the file is refused, not expanded.
+MAX_ALIAS_COPIES = 10_000
+
+# What SafeConstructor raises, besides MarkedYAMLError, for a tagged scalar whose
+# text does not fit its tag: `!!int abc`, `!!bool maybe`, `!!timestamp 2020-13-45`,
+# and an int longer than Python converts (4,300 digits).
+_CONSTRUCT_ERRORS = (yaml.MarkedYAMLError, ValueError, KeyError, TypeError, OverflowError)
+
+
+def _first_of_each_key(pairs: list[Any]) -> list[Any]:
+    """The pairs whose key has not appeared before (a merge's first source wins)."""
+    seen: set[object] = set()
+    kept = []
+    for key_node, value_node in pairs:
+        key = (
+            (key_node.tag, key_node.value)
+            if isinstance(key_node, yaml.ScalarNode)
+            else id(key_node)
+        )
+        if key not in seen:
+            seen.add(key)
+            kept.append((key_node, value_node))
+    return kept
+
+
+def _shorten(text: str, most: int = 40) -> str:
+    return repr(text) if len(text) <= most else f"{text[:most]!r}... ({len(text)} characters)"
+
 
 class _FileReader:
     """Turns one file's YAML node tree into a DomainConfig, recording every problem."""
@@ -480,6 +510,12 @@ class _FileReader:
         self.problems = problems
         self.constructor = yaml.constructor.SafeConstructor()
         self.rules: list[Rule] = []
+        # Descriptor lists being read (an alias back to one is a cycle) and descriptor
+        # nodes already read once (a second visit is an alias copy, see MAX_ALIAS_COPIES).
+        self.open_lists: set[int] = set()
+        self.merges: dict[int, tuple[list[Any], list[Any]]] = {}
+        self.seen_items: set[int] = set()
+        self.copies = 0
 
     # -- plumbing
 
@@ -516,9 +552,19 @@ class _FileReader:
                 entries[key] = (key_node, value_node)
         return entries
 
-    def merge(self, node: Any, what: str) -> tuple[list[Any], list[Any]]:
+    def merge(
+        self, node: Any, what: str, within: frozenset[int] = frozenset()
+    ) -> tuple[list[Any], list[Any]]:
         """Split a mapping into its own pairs and those merged in with ``<<`` (yaml.v2 does
-        merges too). Own keys win over merged ones; the first merged mapping wins among them."""
+        merges too). Own keys win over merged ones; the first merged mapping wins among them.
+        ``within`` holds the mappings whose merges are being followed: meeting one again is
+        a cycle (``<<: *self`` inside its own anchor), refused rather than followed.
+        Each mapping is split once and only the first pair of each merged key is kept, so
+        chains of aliases merging aliases stay linear instead of doubling at each link."""
+        done = self.merges.get(id(node))
+        if done is not None:
+            return done
+        within = within | {id(node)}
         own: list[Any] = []
         merged: list[Any] = []
         for key_node, value_node in node.value:
@@ -534,9 +580,15 @@ class _FileReader:
                         source, "<<", f"in {what} must merge a mapping (an alias like *name)"
                     )
                     continue
-                source_own, source_merged = self.merge(source, what)
+                if id(source) in within:
+                    self.problem(
+                        source, "<<", f"in {what} merges a mapping into itself (a cycle of aliases)"
+                    )
+                    continue
+                source_own, source_merged = self.merge(source, what, within)
                 merged.extend(source_own + source_merged)
-        return own, merged
+        self.merges[id(node)] = own, _first_of_each_key(merged)
+        return self.merges[id(node)]
 
     @staticmethod
     def _unknown(key: str, what: str, allowed: Sequence[str]) -> str:
@@ -555,10 +607,19 @@ class _FileReader:
             return None
         try:
             value = self.constructor.construct_object(node)
-        except yaml.MarkedYAMLError as exc:
-            self.problem(node, key, f"cannot be read: {exc.problem}")
+        except _CONSTRUCT_ERRORS as exc:
+            self.problem(node, key, self._unreadable(node, exc))
             return None
         return None if value is None else (node, value)
+
+    @staticmethod
+    def _unreadable(node: Any, exc: Exception) -> str:
+        if isinstance(exc, yaml.MarkedYAMLError):
+            return f"cannot be read: {exc.problem}"
+        tag = str(node.tag).replace("tag:yaml.org,2002:", "!!")
+        reason = str(exc)
+        detail = f" ({reason})" if len(reason) <= 80 else ""
+        return f"cannot be read: {_shorten(str(node.value))} is not a valid {tag}{detail}"
 
     def text(self, entries: _Entries, key: str) -> tuple[Any, str] | None:
         found = self.scalar(entries, key)
@@ -602,14 +663,42 @@ class _FileReader:
     # -- the schema
 
     def read(self, text: str) -> DomainConfig | None:
-        loader = yaml.SafeLoader(text)
+        """The file's DomainConfig, or None with its problems recorded."""
+        root = self.compose(text)
+        if root is None:
+            return None
+        try:
+            return self.schema(root)
+        except RecursionError:
+            # Descriptors nested deeper than Python's stack: refused, not a crash.
+            self.problems.append(
+                ConfigProblem(self.name, 1, "descriptors", "nested too deeply to read")
+            )
+            return None
+
+    def compose(self, text: str) -> Any:
+        """The YAML node tree, or None (an empty file, or a YAML error recorded)."""
+        try:
+            loader = yaml.SafeLoader(text)
+        except yaml.reader.ReaderError as exc:
+            self.unreadable(text, exc)
+            return None
         try:
             root = loader.get_single_node()
+        except yaml.reader.ReaderError as exc:
+            self.unreadable(text, exc)
+            return None
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
             line = mark.line + 1 if mark is not None else 0
             self.problems.append(
                 ConfigProblem(self.name, line, "yaml", f"not valid YAML: {exc.problem}")
+            )
+            return None
+        except RecursionError:
+            line = min(loader.line + 1, text.count("\n") + 1)
+            self.problems.append(
+                ConfigProblem(self.name, line, "yaml", "not readable: nested too deeply")
             )
             return None
         finally:
@@ -620,7 +709,23 @@ class _FileReader:
                     self.name, 1, "domain", "the file is empty; it needs domain: and descriptors:"
                 )
             )
-            return None
+        return root
+
+    def unreadable(self, text: str, exc: yaml.reader.ReaderError) -> None:
+        """A character YAML refuses (a control character, a lone surrogate)."""
+        line = text.count("\n", 0, exc.position) + 1
+        self.problems.append(
+            ConfigProblem(
+                self.name,
+                line,
+                "yaml",
+                f"not valid YAML: character {chr(exc.character)!r} ({exc.character:#x}) is not "
+                "allowed in a YAML file; remove it or write it as an escape in a quoted string",
+            )
+        )
+
+    def schema(self, root: Any) -> DomainConfig | None:
+        """Check the node tree against the config's keys and build the DomainConfig."""
         entries = self.mapping(root, "the top level", _ROOT_KEYS)
         if entries is None:
             return None
@@ -636,6 +741,21 @@ class _FileReader:
     def level(self, node: Any, domain: str, parent: str) -> Level:
         if node is None:
             return Level()
+        if id(node) in self.open_lists:
+            self.problem(
+                node,
+                "descriptors",
+                "lists itself through an alias (a cycle); "
+                "a descriptor cannot contain its own parent list",
+            )
+            return Level()
+        self.open_lists.add(id(node))
+        try:
+            return self.level_of(node, domain, parent)
+        finally:
+            self.open_lists.discard(id(node))
+
+    def level_of(self, node: Any, domain: str, parent: str) -> Level:
         exact: dict[tuple[str, str], Node] = {}
         wildcards: dict[str, list[Node]] = {}
         keys: dict[str, Node] = {}
@@ -671,6 +791,18 @@ class _FileReader:
         )
 
     def descriptor(self, item: Any, domain: str, parent: str) -> Node | None:
+        if id(item) in self.seen_items:
+            self.copies += 1
+            if self.copies == MAX_ALIAS_COPIES + 1:
+                self.problem(
+                    item,
+                    "descriptors",
+                    f"aliases copy more than {MAX_ALIAS_COPIES} descriptors; write the "
+                    "descriptors out or alias fewer of them",
+                )
+            if self.copies > MAX_ALIAS_COPIES:
+                return None
+        self.seen_items.add(id(item))
         entries = self.mapping(item, "a descriptor", _DESCRIPTOR_KEYS)
         if entries is None:
             return None
@@ -898,8 +1030,8 @@ class _FileReader:
             return MappingProxyType({})
         try:
             value = self.constructor.construct_object(node, deep=True)
-        except yaml.MarkedYAMLError as exc:
-            self.problem(node, "metadata", f"cannot be read: {exc.problem}")
+        except _CONSTRUCT_ERRORS as exc:
+            self.problem(node, "metadata", f"cannot be read: {getattr(exc, 'problem', exc)}")
             return MappingProxyType({})
         bad = _json_problem(value)
         if bad is not None:
