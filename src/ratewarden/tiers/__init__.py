@@ -1,0 +1,33 @@
+"""Two tiers: an in-process tier in front of the global store, and what to do when the store fails.
+
+::
+
+    tiers = TwoTier(RedisStore.from_url(url), local=0.5, lease=10, failure="local")
+    decision = tiers.hit("api-key:abc", Rate.parse("600/minute"))
+
+A request meets, in order: the negative cache (a key the store denied until T
+is denied here until T), the local bucket (a per-process share of the rate),
+a lease (units bought from the store in advance), and only then the store. When
+the store is unavailable, or the circuit breaker is open, the failure policy
+(``open``, ``closed`` or ``local``) answers and ``Decision.degraded`` names it.
+docs/two-tiers.md states how far each mode may admit over the limit.
+"""
+
+from __future__ import annotations
+
+from ratewarden.tiers._breaker import CircuitBreaker
+from ratewarden.tiers._counts import TierCounts
+from ratewarden.tiers._flow import FAILURE_MODES
+from ratewarden.tiers._leases import LeaseBook
+from ratewarden.tiers._limiters import AsyncTwoTier, TwoTier
+from ratewarden.tiers._negative import NegativeCache
+
+__all__ = [
+    "FAILURE_MODES",
+    "AsyncTwoTier",
+    "CircuitBreaker",
+    "LeaseBook",
+    "NegativeCache",
+    "TierCounts",
+    "TwoTier",
+]

@@ -1,0 +1,294 @@
+"""The two-tier decision, written once as a generator; ``TwoTier`` and ``AsyncTwoTier`` drive it.
+
+``_TwoTierBase._flow`` yields the number of units to charge on the global store
+and receives the store's reply (a ``Decision``, or the ``StorageError`` it
+raised); the sync and async classes drive it with a short loop each. In order:
+
+1. a cached denial (negative cache) answers at once, unless a lease covers the cost;
+2. the local bucket denies what this process alone would already refuse;
+3. a live lease pays for the request with no network;
+4. otherwise the global store decides (buying a lease of ``k`` units when leases
+   are on); a denial is remembered until its retry time;
+5. when the store fails, or the circuit breaker is open, the failure policy
+   answers and the decision says which one in ``Decision.degraded``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import replace
+
+from ratewarden import algorithms
+from ratewarden.clock import Clock
+from ratewarden.decision import Decision
+from ratewarden.errors import ConfigurationError, StorageError
+from ratewarden.metrics import NO_METRICS, LogRateLimiter, Metrics
+from ratewarden.rate import Rate
+from ratewarden.storage._plan import check_cost, check_key, check_rates
+from ratewarden.storage.memory import MemoryStore
+from ratewarden.tiers._breaker import CircuitBreaker
+from ratewarden.tiers._counts import TierCounts
+from ratewarden.tiers._leases import Balance, LeaseBook
+from ratewarden.tiers._local import LocalRates, local_rates
+from ratewarden.tiers._negative import NegativeCache
+
+__all__ = ["FAILURE_MODES", "LOCAL_ALGORITHM", "Flow"]
+
+log = logging.getLogger("ratewarden.tiers")
+
+#: What a limiter does when the store is unavailable: allow, deny, or decide in this process.
+FAILURE_MODES = ("open", "closed", "local")
+#: The in-process bucket's algorithm, whatever the global one is.
+LOCAL_ALGORITHM = "gcra"
+#: Keys the in-process bucket remembers (it only sees this process's traffic).
+DEFAULT_LOCAL_KEYS = 100_000
+
+#: A store reply as the flow receives it.
+Reply = Decision | StorageError
+#: Yields units to charge on the store, receives its reply, returns the Decision.
+Flow = Generator[int, Reply, Decision]
+_Ask = Generator[int, Reply, Decision | str]
+_Ident = tuple[str, tuple[Rate, ...]]
+
+
+def _check_mode(mode: object) -> str:
+    if mode not in FAILURE_MODES:
+        raise ConfigurationError(
+            f"failure policy {mode!r} must be one of {', '.join(FAILURE_MODES)}"
+        )
+    return str(mode)
+
+
+def _shifted(us: float, elapsed_us: int) -> float:
+    if math.isinf(us):
+        return us
+    return max(0, round(us * 1_000_000) - elapsed_us) / 1_000_000
+
+
+def _aged(decision: Decision, elapsed_us: int, cost: int, extra: int = 0) -> Decision:
+    """``decision`` as seen ``elapsed_us`` later, for a request of ``cost``, ``extra`` more room."""
+
+    def one(d: Decision, layers: tuple[Decision, ...]) -> Decision:
+        return replace(
+            d,
+            remaining=d.remaining + extra,
+            reset_after=_shifted(d.reset_after, elapsed_us),
+            retry_after=_shifted(d.retry_after, elapsed_us),
+            cost=cost,
+            layers=layers,
+        )
+
+    layers = tuple(one(layer, ()) for layer in decision.layers)
+    return one(decision, layers)
+
+
+def _assumed(rates: tuple[Rate, ...], cost: int, allowed: bool, wait: float) -> Decision:
+    """A decision the store did not make: open (allowed, nothing counted) or closed (denied)."""
+
+    def one(rate: Rate, layers: tuple[Decision, ...]) -> Decision:
+        return Decision(
+            allowed=allowed,
+            limit=rate.limit,
+            remaining=rate.limit if allowed else 0,
+            reset_after=0.0 if allowed else wait,
+            retry_after=0.0 if allowed else wait,
+            rate=rate,
+            cost=cost,
+            layers=layers,
+        )
+
+    binding = min(rates, key=lambda rate: rate.limit / rate.period_us)
+    return one(binding, tuple(one(rate, ()) for rate in rates))
+
+
+class _TwoTierBase:
+    """Settings, the in-process parts, and the decision flow; everything but the store call."""
+
+    def __init__(
+        self,
+        algorithm: str,
+        clock: Clock,
+        *,
+        local: LocalRates,
+        lease: int | None,
+        lease_ttl: float | None,
+        negative_cache: int | None,
+        failure: str,
+        breaker: CircuitBreaker | None,
+        metrics: Metrics | None,
+        name: str,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(f"two-tier name {name!r} must be a non-empty string")
+        self.algorithm: str = algorithms.get(algorithm).NAME
+        self.clock = clock
+        self.name = name
+        self.failure = _check_mode(failure)
+        self.metrics: Metrics = metrics if metrics is not None else NO_METRICS
+        self.breaker = (
+            breaker
+            if breaker is not None
+            else CircuitBreaker(clock=clock, metrics=self.metrics, name=name)
+        )
+        if not isinstance(self.breaker, CircuitBreaker):
+            raise ConfigurationError(f"breaker {breaker!r} must be a CircuitBreaker")
+        self._local_for: Callable[[tuple[Rate, ...]], tuple[Rate, ...]] | None = local_rates(local)
+        self.local = MemoryStore(clock=clock, max_keys=DEFAULT_LOCAL_KEYS)
+        self.leases = None if lease is None else LeaseBook(lease)
+        self._lease_ttl_us = _lease_ttl(lease_ttl)
+        self.negative = None if negative_cache is None else NegativeCache(negative_cache)
+        self.counts = TierCounts()
+        self._log = LogRateLimiter(60.0, clock=clock)
+
+    # -- the decision, written once
+
+    def _flow(self, key: str, rates: Rate | Sequence[Rate], cost: int, failure: str | None) -> Flow:
+        found = check_rates(rates)
+        cost = check_cost(cost)
+        check_key(key)
+        mode = self.failure if failure is None else _check_mode(failure)
+        now = self.clock.now_us()
+        if cost == 0:
+            return (yield from self._global(key, found, 0, mode, None, now))
+        ident = (key, found)
+        leases = self.leases
+        if self.negative is not None and not (
+            leases is not None and leases.covers(ident, cost, now)
+        ):
+            short = cost if leases is None else leases.shortfall(ident, cost, now)
+            denial = self.negative.lookup(ident, short, now)
+            if denial is not None:
+                self.counts.add("negative_hits")
+                return _aged(denial.decision, now - denial.at_us, cost)
+        local = None
+        if self._local_for is not None:
+            local = self.local.hit(LOCAL_ALGORITHM, key, self._local_for(found), cost)
+            if not local.allowed:
+                self.counts.add("local_denials")
+                return local
+        if leases is not None:
+            return (yield from self._leased(ident, cost, mode, local, now))
+        return (yield from self._global(key, found, cost, mode, local, now))
+
+    def _global(
+        self,
+        key: str,
+        rates: tuple[Rate, ...],
+        cost: int,
+        mode: str,
+        local: Decision | None,
+        now: int,
+    ) -> Flow:
+        reply = yield from self._ask(cost)
+        if isinstance(reply, str):
+            return self._degrade(key, rates, cost, mode, local, reply)
+        if not reply.allowed and self.negative is not None:
+            self.negative.remember((key, rates), reply, now)
+        return reply
+
+    def _leased(
+        self, ident: _Ident, cost: int, mode: str, local: Decision | None, now: int
+    ) -> Flow:
+        book = self.leases
+        assert book is not None
+        held = book.spend(ident, cost, now)
+        if held is not None:
+            self.counts.add("lease_hits")
+            return self._from_lease(held, cost, now)
+        short = book.shortfall(ident, cost, now)
+        buy = max(book.units, short)
+        reply = yield from self._ask(buy)
+        if isinstance(reply, Decision) and not reply.allowed and buy > short:
+            # Near the limit a whole lease may not fit: buy what is left, at least the shortfall.
+            buy = max(short, min(buy, reply.remaining))
+            reply = yield from self._ask(buy)
+        if isinstance(reply, str):
+            return self._degrade(ident[0], ident[1], cost, mode, local, reply)
+        if not reply.allowed:
+            if self.negative is not None:
+                self.negative.remember(ident, replace(reply, cost=short), now)
+            return replace(reply, cost=cost)
+        self.counts.add("leases_bought")
+        ttl = self._lease_ttl_us or min(rate.period_us for rate in ident[1])
+        return self._from_lease(book.credit(ident, reply, cost, now, ttl), cost, now)
+
+    @staticmethod
+    def _from_lease(held: Balance, cost: int, now: int) -> Decision:
+        """An allowed Decision paid from a lease: the grant, aged, with the units still held."""
+        return _aged(held.grant, now - held.granted_us, cost, held.units)
+
+    def _ask(self, cost: int) -> _Ask:
+        """One store call through the breaker: its Decision, or why there is none."""
+        breaker = self.breaker
+        if not breaker.allow():
+            return "breaker_open"
+        self.counts.add("store_calls")
+        try:
+            reply = yield cost
+        except BaseException:
+            breaker.abandon()
+            raise
+        if isinstance(reply, Decision):
+            breaker.success()
+            return reply
+        breaker.failure()
+        return type(reply).__name__
+
+    def _degrade(
+        self,
+        key: str,
+        rates: tuple[Rate, ...],
+        cost: int,
+        mode: str,
+        local: Decision | None,
+        reason: str,
+    ) -> Decision:
+        self.counts.add("degraded")
+        self.metrics.degraded(rule=self.name, mode=mode, reason=reason)
+        self._log.log(
+            log,
+            logging.WARNING,
+            f"{self.name}/{reason}",
+            "ratewarden %s: store unavailable (%s); failure policy %r answers",
+            self.name,
+            reason,
+            mode,
+        )
+        if mode == "local":
+            if local is None:
+                local = self.local.hit(LOCAL_ALGORITHM, key, rates, cost)
+            decision = local
+        else:
+            wait = self.breaker.retry_in() or self.breaker.cooldown
+            decision = _assumed(rates, cost, mode == "open", wait)
+        return replace(decision, degraded=mode)
+
+    def _finish(self, decision: Decision, shadow: bool) -> Decision:
+        if shadow and not decision.allowed:
+            decision = replace(decision, allowed=True, shadowed=True)
+        self.metrics.decision(rule=self.name, algorithm=self.algorithm, decision=decision)
+        return decision
+
+    def _forget(self, key: str, rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]:
+        """Drop what this process holds for ``key``: cached denial, lease, local bucket."""
+        found = check_rates(rates)
+        check_key(key)
+        if self.negative is not None:
+            self.negative.forget((key, found))
+        if self.leases is not None:
+            self.leases.forget((key, found))
+        self.local.reset(LOCAL_ALGORITHM, key, found)
+        if self._local_for is not None:
+            self.local.reset(LOCAL_ALGORITHM, key, self._local_for(found))
+        return found
+
+
+def _lease_ttl(ttl: float | None) -> int:
+    """Whole microseconds, or 0 for "the shortest period of the rates"."""
+    if ttl is None:
+        return 0
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < math.inf:
+        raise ConfigurationError(f"lease_ttl {ttl!r} must be a positive number of seconds")
+    return max(1, math.ceil(ttl * 1_000_000))

@@ -1,0 +1,96 @@
+"""NegativeCache: keys the global store has just denied, denied here until their retry time.
+
+When the store says "no, retry in 4.2 s", asking it again before then can only
+get another no (time is the only thing that frees a GCRA or window key, and
+other processes only use more). So the denial is remembered until that instant
+and answered locally, with no network. Entries are bounded in number (least
+recently used dropped first) and in time (each expires at its own retry time).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import NamedTuple
+
+from ratewarden.decision import Decision
+from ratewarden.errors import ConfigurationError
+
+__all__ = ["DEFAULT_NEGATIVE_KEYS", "Denial", "NegativeCache"]
+
+#: Keys remembered at once by default; one entry is a few hundred bytes.
+DEFAULT_NEGATIVE_KEYS = 10_000
+
+
+class Denial(NamedTuple):
+    """A remembered denial: the store's Decision, when it was made, and until when it holds."""
+
+    decision: Decision
+    at_us: int
+    until_us: int
+
+
+class NegativeCache:
+    """Remember store denials until their retry time; thread-safe, at most ``max_keys`` keys.
+
+    A denial for cost ``c`` also answers later requests of cost ``>= c`` (they
+    need at least as much room), never cheaper ones: a request of cost 1 may
+    fit where one of cost 5 did not, so it goes to the store.
+    """
+
+    __slots__ = ("_entries", "_lock", "hits", "max_keys")
+
+    def __init__(self, max_keys: int = DEFAULT_NEGATIVE_KEYS) -> None:
+        if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
+            raise ConfigurationError(
+                f"negative cache max_keys {max_keys!r} must be a whole number >= 1"
+            )
+        self.max_keys = max_keys
+        self.hits = 0
+        self._entries: OrderedDict[Hashable, Denial] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def remember(self, key: Hashable, decision: Decision, now_us: int) -> bool:
+        """Keep ``decision`` (a denial) for ``key``; False if it cannot be cached.
+
+        A denial with no finite retry time (a cost above capacity) or no wait at
+        all is not kept: there is no instant to deny until.
+        """
+        retry = decision.retry_after
+        if decision.allowed or not 0 < retry < float("inf"):
+            return False
+        until_us = now_us + round(retry * 1_000_000)
+        with self._lock:
+            self._entries[key] = Denial(decision, now_us, until_us)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_keys:
+                self._entries.popitem(last=False)
+        return True
+
+    def lookup(self, key: Hashable, cost: int, now_us: int) -> Denial | None:
+        """The denial that still holds for ``key`` at ``now_us`` for this cost, else None."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            if entry.until_us <= now_us:
+                del self._entries[key]
+                return None
+            if cost < entry.decision.cost:
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return entry
+
+    def forget(self, key: Hashable) -> None:
+        """Drop ``key``'s denial (after a reset, say)."""
+        with self._lock:
+            self._entries.pop(key, None)
+
+    def __len__(self) -> int:
+        """Entries held, expired ones included until looked up or pushed out."""
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"NegativeCache(max_keys={self.max_keys}, held={len(self._entries)})"
