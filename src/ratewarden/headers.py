@@ -1,0 +1,291 @@
+"""HTTP response headers for a ``Decision``: pure functions, no I/O, no clock of their own.
+
+Three families, each optional:
+
+- ``RateLimit-Policy`` / ``RateLimit`` per the IETF httpapi ratelimit-headers
+  draft, as structured fields (RFC 8941 Lists of Strings with parameters):
+  ``"contract";q=100;w=60`` and ``"contract";r=72;t=25``, with ``pk`` (a Byte
+  Sequence) when a partition key is given. The draft may still change, so the
+  syntax sits behind a version switch (``draft=``): ``"draft-11"`` (the default)
+  and ``"draft-10"`` render the same fields; ``None`` turns the family off.
+- The legacy ``X-RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (``Reset`` as a
+  delta in seconds or as Unix epoch seconds), plus GitHub's ``X-RateLimit-Used``
+  and ``X-RateLimit-Resource``.
+- On a denial: ``Retry-After`` in delay-seconds, rounded up so it is never
+  earlier than the real retry time, with optional bounded jitter from an
+  injectable random source; ``Cache-Control: no-store``; and a small
+  ``application/problem+json`` body (RFC 9457).
+
+Every time value is rounded up to whole seconds: a client that waits what it
+is told is never early. ``now`` (epoch seconds) is passed in by the caller, who
+owns the clock.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import random as _random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ratewarden.decision import Decision
+from ratewarden.errors import ConfigurationError
+from ratewarden.rate import Rate
+
+__all__ = [
+    "DRAFT_VERSIONS",
+    "HeaderOptions",
+    "Header",
+    "denied_headers",
+    "limit_item",
+    "policy_item",
+    "problem_body",
+    "rate_limit_headers",
+    "retry_after_seconds",
+    "sf_string",
+    "window",
+]
+
+#: Draft revisions whose ``RateLimit-Policy`` / ``RateLimit`` syntax this module renders.
+DRAFT_VERSIONS = ("draft-10", "draft-11")
+
+#: One response header, ``(name, value)``.
+Header = tuple[str, str]
+
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+
+
+def _check_number(what: str, value: object, *, minimum: float = 0.0) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < minimum
+    ):
+        raise ConfigurationError(f"HeaderOptions {what}={value!r} must be a finite number >= 0")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderOptions:
+    """Which headers to render, and how.
+
+    - ``draft``: ``"draft-11"`` / ``"draft-10"`` for ``RateLimit-Policy`` and
+      ``RateLimit``; ``None`` for neither.
+    - ``legacy``: ``X-RateLimit-Limit``, ``-Remaining``, ``-Reset``.
+    - ``reset``: ``"delta"`` (seconds from now) or ``"epoch"`` (Unix seconds, as
+      GitHub does) for ``X-RateLimit-Reset``.
+    - ``github``: also ``X-RateLimit-Used`` and ``X-RateLimit-Resource`` (needs ``legacy``).
+    - ``partition_key``: add ``pk`` to the draft fields (the caller passes the bytes;
+      the middleware passes a hash of the limit key, never the key itself).
+    - ``all_policies``: list every layer of the binding rule in the draft fields,
+      not only the binding one.
+    - ``retry_jitter``: at most this many seconds added to ``Retry-After``
+      (uniform, from ``random``, which returns floats in ``[0, 1)``), so that
+      throttled clients do not all come back in the same second. Never subtracted.
+    """
+
+    draft: str | None = "draft-11"
+    legacy: bool = False
+    reset: Literal["delta", "epoch"] = "delta"
+    github: bool = False
+    partition_key: bool = False
+    all_policies: bool = False
+    retry_jitter: float = 0.0
+    random: Callable[[], float] = field(default=_random.random, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.draft is not None and self.draft not in DRAFT_VERSIONS:
+            raise ConfigurationError(
+                f"HeaderOptions draft={self.draft!r} is not one of {DRAFT_VERSIONS} (or None)"
+            )
+        if self.reset not in ("delta", "epoch"):
+            raise ConfigurationError(
+                f"HeaderOptions reset={self.reset!r} must be 'delta' or 'epoch'"
+            )
+        if self.github and not self.legacy:
+            raise ConfigurationError(
+                "HeaderOptions github=True adds to the legacy X-RateLimit-* headers; "
+                "set legacy=True as well"
+            )
+        _check_number("retry_jitter", self.retry_jitter)
+        if not callable(self.random):
+            raise ConfigurationError(f"HeaderOptions random={self.random!r} must be callable")
+
+
+def ceil_seconds(seconds: float) -> int:
+    """Whole seconds, rounded up (0 stays 0); a client waiting this long is never early."""
+    return max(0, math.ceil(seconds))
+
+
+def window(rate: Rate) -> tuple[int, int]:
+    """``(q, w)``: the rate as a quota per whole-second window, never promising more.
+
+    A period of whole seconds is reported as is. Otherwise the window is the
+    period rounded up to whole seconds and the quota is what the rate allows in
+    it, rounded down: ``10/100ms`` is ``q=100;w=1``.
+    """
+    seconds, rest = divmod(rate.period_us, 1_000_000)
+    if rest == 0:
+        return rate.limit, seconds
+    w = seconds + 1
+    return rate.limit * w * 1_000_000 // rate.period_us, w
+
+
+def sf_string(text: str) -> str:
+    """``text`` as an RFC 8941 String: quoted, ``\\`` and ``"`` escaped, non-printables as ``?``."""
+    printable = "".join(ch if " " <= ch <= "~" else "?" for ch in text)
+    return '"' + printable.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _sf_bytes(data: bytes) -> str:
+    return ":" + base64.b64encode(data).decode("ascii") + ":"
+
+
+def policy_item(name: str, quota: int, window_s: int | None, partition: bytes | None = None) -> str:
+    """One ``RateLimit-Policy`` list member: ``"name";q=100;w=60[;pk=:...:]``."""
+    item = f"{sf_string(name)};q={max(0, quota)}"
+    if window_s is not None:
+        item += f";w={window_s}"
+    if partition is not None:
+        item += f";pk={_sf_bytes(partition)}"
+    return item
+
+
+def limit_item(name: str, remaining: int, reset_s: int, partition: bytes | None = None) -> str:
+    """One ``RateLimit`` list member: ``"name";r=72;t=25[;pk=:...:]``."""
+    item = f"{sf_string(name)};r={max(0, remaining)};t={reset_s}"
+    if partition is not None:
+        item += f";pk={_sf_bytes(partition)}"
+    return item
+
+
+def layer_names(name: str, decision: Decision) -> list[tuple[str, Decision]]:
+    """Each layer of ``decision`` with its policy name: ``name``, or ``name.1``, ``name.2``..."""
+    layers = decision.layers or (decision,)
+    if len(layers) == 1:
+        return [(name, layers[0])]
+    return [(f"{name}.{i}", layer) for i, layer in enumerate(layers, start=1)]
+
+
+def _binding(name: str, decision: Decision) -> tuple[str, Decision]:
+    """The layer that ``decision`` reports (its ``rate``), with its policy name."""
+    named = layer_names(name, decision)
+    for layer_name, layer in named:
+        if layer.rate is not None and layer.rate == decision.rate:
+            return layer_name, layer
+    return named[0][0], decision
+
+
+def _remaining(decision: Decision) -> int:
+    return decision.remaining if decision.allowed else 0
+
+
+def _draft_headers(
+    name: str, decision: Decision, options: HeaderOptions, partition: bytes | None
+) -> list[Header]:
+    chosen = layer_names(name, decision) if options.all_policies else [_binding(name, decision)]
+    policies, states = [], []
+    for layer_name, layer in chosen:
+        if layer.rate is not None:
+            quota, window_s = window(layer.rate)
+        else:
+            quota, window_s = layer.limit, None
+        policies.append(policy_item(layer_name, quota, window_s, partition))
+        remaining = _remaining(layer) if decision.allowed else min(_remaining(layer), 0)
+        states.append(limit_item(layer_name, remaining, ceil_seconds(layer.reset_after), partition))
+    return [("RateLimit-Policy", ", ".join(policies)), ("RateLimit", ", ".join(states))]
+
+
+def _legacy_headers(
+    name: str, decision: Decision, options: HeaderOptions, now: float
+) -> list[Header]:
+    remaining = _remaining(decision)
+    reset = ceil_seconds(decision.reset_after)
+    if options.reset == "epoch":
+        reset = math.ceil(now + decision.reset_after)
+    headers = [
+        ("X-RateLimit-Limit", str(decision.limit)),
+        ("X-RateLimit-Remaining", str(remaining)),
+        ("X-RateLimit-Reset", str(reset)),
+    ]
+    if options.github:
+        capacity = decision.rate.capacity if decision.rate is not None else decision.limit
+        headers.append(("X-RateLimit-Used", str(max(0, capacity - remaining))))
+        headers.append(("X-RateLimit-Resource", name))
+    return headers
+
+
+def rate_limit_headers(
+    name: str,
+    decision: Decision,
+    options: HeaderOptions,
+    *,
+    now: float,
+    partition: bytes | None = None,
+) -> list[Header]:
+    """The RateLimit headers describing ``decision`` of the policy ``name``, allowed or not.
+
+    ``now`` is epoch seconds (used only by ``reset="epoch"``); ``partition`` is
+    the ``pk`` bytes when ``options.partition_key`` is on.
+    """
+    headers: list[Header] = []
+    pk = partition if options.partition_key else None
+    if options.draft is not None:
+        headers.extend(_draft_headers(name, decision, options, pk))
+    if options.legacy:
+        headers.extend(_legacy_headers(name, decision, options, now))
+    return headers
+
+
+def retry_after_seconds(decision: Decision, options: HeaderOptions) -> int | None:
+    """``Retry-After`` for a denial: seconds rounded up, plus bounded jitter; None if never.
+
+    None when the request can never be allowed (its cost is above the
+    capacity): no wait would help, so no hint is given.
+    """
+    if math.isinf(decision.retry_after):
+        return None
+    extra = 0.0
+    if options.retry_jitter > 0:
+        draw = options.random()
+        if not 0.0 <= draw < 1.0:
+            raise ConfigurationError(
+                f"HeaderOptions random() returned {draw!r}; it must return floats in [0, 1)"
+            )
+        extra = draw * options.retry_jitter
+    return ceil_seconds(decision.retry_after + extra)
+
+
+def problem_body(name: str, retry_after: int | None) -> bytes:
+    """The 429 body: a small RFC 9457 problem document naming the policy and the wait."""
+    if retry_after is None:
+        detail = f"This request costs more than the rate limit {name!r} can ever allow."
+    else:
+        detail = f"Rate limit {name!r} exceeded; retry in {retry_after} s."
+    problem: dict[str, object] = {
+        "type": "about:blank",
+        "title": "Too Many Requests",
+        "status": 429,
+        "detail": detail,
+        "policy": name,
+    }
+    if retry_after is not None:
+        problem["retry_after"] = retry_after
+    return json.dumps(problem, separators=(",", ":")).encode()
+
+
+def denied_headers(retry_after: int | None, body: bytes) -> list[Header]:
+    """Headers a 429 carries besides the RateLimit ones: Retry-After, no caching, the body type."""
+    headers: list[Header] = []
+    if retry_after is not None:
+        headers.append(("Retry-After", str(retry_after)))
+    headers += [
+        ("Cache-Control", "no-store"),
+        ("Content-Type", PROBLEM_CONTENT_TYPE),
+        ("Content-Length", str(len(body))),
+    ]
+    return headers

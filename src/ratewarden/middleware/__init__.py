@@ -1,0 +1,59 @@
+"""HTTP middleware: ASGI and WSGI rate limiting with identity, layered rules and headers.
+
+``RateLimitMiddleware`` (ASGI) and ``WSGIRateLimitMiddleware`` share one
+sans-I/O core, ``RuleSet``. See docs/middleware.md.
+"""
+
+from __future__ import annotations
+
+from ratewarden.middleware._core import AsyncHitter, Hitter, Outcome, RuleSet
+from ratewarden.middleware._identity import (
+    ANONYMOUS,
+    ClientIP,
+    KeyFunc,
+    by_api_key,
+    by_client_ip,
+    by_user,
+    first_of,
+)
+from ratewarden.middleware._request import RequestInfo
+from ratewarden.middleware._routes import (
+    RouteLimits,
+    django_endpoint,
+    exempt,
+    flask_endpoint,
+    limit,
+    override,
+    starlette_endpoint,
+)
+from ratewarden.middleware._rules import Rule
+from ratewarden.middleware._shadow import ShadowSummary, TopKey
+from ratewarden.middleware.asgi import RateLimitMiddleware
+from ratewarden.middleware.wsgi import WSGIRateLimitMiddleware
+
+__all__ = [
+    "ANONYMOUS",
+    "AsyncHitter",
+    "ClientIP",
+    "Hitter",
+    "KeyFunc",
+    "Outcome",
+    "RateLimitMiddleware",
+    "RequestInfo",
+    "RouteLimits",
+    "Rule",
+    "RuleSet",
+    "ShadowSummary",
+    "TopKey",
+    "WSGIRateLimitMiddleware",
+    "by_api_key",
+    "by_client_ip",
+    "by_user",
+    "django_endpoint",
+    "exempt",
+    "first_of",
+    "flask_endpoint",
+    "limit",
+    "override",
+    "starlette_endpoint",
+]

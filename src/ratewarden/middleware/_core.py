@@ -1,0 +1,275 @@
+"""The sans-I/O core shared by the ASGI and WSGI middleware.
+
+``RuleSet.evaluate(request)`` is a generator: it yields one ``Hit`` per rule
+that applies, receives that hit's ``Decision``, and returns an ``Outcome``
+(pass with headers, or a 429 with headers and body). ``drive`` and
+``drive_async`` run it against a limiter; that is the only place the two
+middlewares differ.
+
+Order and layering: the global rules in the order given, then the route's own
+``@limit`` rules. Each enforced rule must allow; evaluation stops at the
+first enforced denial, so rules after it consume nothing (put the generous
+per-IP backstop first and a request it refuses costs the customer's contract
+nothing). Rules before it have consumed: across different keys there is no
+atomic step. The headers describe the binding rule: the one that denied, or
+else the one with the fewest requests remaining.
+
+Shadow rules are evaluated and counted but never block and never show in the
+headers. A disabled rule (the kill switch) is not evaluated at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Generator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ratewarden import headers as rl_headers
+from ratewarden.clock import Clock, SystemClock
+from ratewarden.decision import Decision
+from ratewarden.errors import ConfigurationError
+from ratewarden.headers import Header, HeaderOptions
+from ratewarden.middleware._identity import KeyFunc, by_client_ip
+from ratewarden.middleware._request import RequestInfo
+from ratewarden.middleware._routes import (
+    Resolver,
+    RouteLimits,
+    declared_rule_names,
+    route_limits,
+)
+from ratewarden.middleware._rules import Rule, check_name
+from ratewarden.middleware._shadow import ShadowLog, ShadowSummary
+from ratewarden.rate import Rate
+
+__all__ = [
+    "AsyncHitter",
+    "Hit",
+    "Hitter",
+    "Outcome",
+    "RuleSet",
+    "drive",
+    "drive_async",
+]
+
+
+class Hitter(Protocol):
+    """Anything with a synchronous ``hit``: ``Limiter``, or a two-tier limiter."""
+
+    def hit(self, key: str, rates: Sequence[Rate], cost: int = 1) -> Decision:
+        """Consume ``cost`` on every rate of ``key`` if all allow."""
+        ...
+
+
+class AsyncHitter(Protocol):
+    """Anything with an asyncio ``hit``: ``AsyncLimiter``, or a two-tier limiter."""
+
+    async def hit(self, key: str, rates: Sequence[Rate], cost: int = 1) -> Decision:
+        """Consume ``cost`` on every rate of ``key`` if all allow."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One limiter call the core asks for."""
+
+    key: str
+    rates: tuple[Rate, ...]
+    cost: int
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What to do with the request: pass it on with ``headers``, or answer 429 with ``body``."""
+
+    blocked: bool
+    headers: tuple[Header, ...] = ()
+    body: bytes = b""
+
+
+PASS = Outcome(False)
+
+Evaluation = Generator[Hit, Decision, Outcome]
+
+
+def drive(evaluation: Evaluation, limiter: Hitter) -> Outcome:
+    """Run ``evaluation`` against a synchronous limiter."""
+    try:
+        hit = next(evaluation)
+        while True:
+            hit = evaluation.send(limiter.hit(hit.key, hit.rates, hit.cost))
+    except StopIteration as done:
+        outcome: Outcome = done.value
+        return outcome
+
+
+async def drive_async(evaluation: Evaluation, limiter: AsyncHitter) -> Outcome:
+    """Run ``evaluation`` against an asyncio limiter."""
+    try:
+        hit = next(evaluation)
+        while True:
+            hit = evaluation.send(await limiter.hit(hit.key, hit.rates, hit.cost))
+    except StopIteration as done:
+        outcome: Outcome = done.value
+        return outcome
+
+
+def _check_rules(rules: Iterable[Rule]) -> tuple[Rule, ...]:
+    checked = tuple(rules)
+    seen: set[str] = set()
+    for rule in checked:
+        if not isinstance(rule, Rule):
+            raise ConfigurationError(f"RuleSet rules must be Rule objects; got {rule!r}")
+        if rule.name in seen:
+            raise ConfigurationError(f"RuleSet: two rules are named {rule.name!r}")
+        seen.add(rule.name)
+    return checked
+
+
+class RuleSet:
+    """The rules, their runtime switches, the header options and the shadow report.
+
+    Create it, hand it to the middleware, keep a reference for operations:
+    ``rules.disable("contract")`` (kill switch), ``rules.set_shadow("contract",
+    True)``, ``rules.shadow_report()``. Switches are thread-safe and take effect
+    on the next request, without a restart.
+
+    ``default_key`` is the identity of rules without their own ``key``
+    (the socket peer's address unless given). ``clock`` supplies ``now`` for
+    epoch resets and the shadow report; pass the store's clock in tests.
+    """
+
+    def __init__(
+        self,
+        rules: Iterable[Rule],
+        *,
+        default_key: KeyFunc | None = None,
+        headers: HeaderOptions | None = None,
+        resolver: Resolver | None = None,
+        clock: Clock | None = None,
+        report_size: int = 100,
+    ) -> None:
+        self.rules = _check_rules(rules)
+        if default_key is not None and not callable(default_key):
+            raise ConfigurationError(f"default_key {default_key!r} must be a key extractor")
+        if resolver is not None and not callable(resolver):
+            raise ConfigurationError(f"resolver {resolver!r} must be callable")
+        if headers is not None and not isinstance(headers, HeaderOptions):
+            raise ConfigurationError(f"headers {headers!r} must be a HeaderOptions")
+        self.default_key: KeyFunc = default_key if default_key is not None else by_client_ip()
+        self.headers = headers if headers is not None else HeaderOptions()
+        self.resolver = resolver
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self._shadow_log = ShadowLog(report_size)
+        self._lock = threading.Lock()
+        self._disabled: frozenset[str] = frozenset()
+        self._shadow: dict[str, bool] = {}
+
+    # --- runtime switches -------------------------------------------------
+
+    def _known(self, name: str) -> str:
+        check_name(name)
+        if name not in {r.name for r in self.rules} | declared_rule_names():
+            raise ConfigurationError(
+                f"no rule named {name!r}; known: {sorted(r.name for r in self.rules)} "
+                f"and route rules {sorted(declared_rule_names())}"
+            )
+        return name
+
+    def disable(self, name: str) -> None:
+        """Kill switch: stop evaluating rule ``name`` from the next request on."""
+        name = self._known(name)
+        with self._lock:
+            self._disabled = self._disabled | {name}
+
+    def enable(self, name: str) -> None:
+        """Evaluate rule ``name`` again."""
+        name = self._known(name)
+        with self._lock:
+            self._disabled = self._disabled - {name}
+
+    @property
+    def disabled(self) -> frozenset[str]:
+        """Names of the rules switched off."""
+        return self._disabled
+
+    def set_shadow(self, name: str, shadow: bool) -> None:
+        """Switch rule ``name`` into shadow mode (True) or enforcement (False) at runtime."""
+        name = self._known(name)
+        with self._lock:
+            self._shadow = {**self._shadow, name: bool(shadow)}
+
+    def shadow_report(self, top: int = 10) -> dict[str, ShadowSummary]:
+        """What each shadow rule would have blocked: count, first/last time, top keys."""
+        return self._shadow_log.report(top)
+
+    def clear_shadow_report(self) -> None:
+        """Start the shadow report over."""
+        self._shadow_log.clear()
+
+    # --- evaluation --------------------------------------------------------
+
+    def _applicable(self, request: RequestInfo) -> list[Rule]:
+        meta: RouteLimits | None = None
+        if self.resolver is not None:
+            meta = route_limits(self.resolver(request))
+        if meta is None:
+            return [r for r in self.rules if r.matches(request)]
+        if meta.exempt_all:
+            return []
+        found = []
+        for rule in self.rules:
+            if rule.name in meta.exempt or not rule.matches(request):
+                continue
+            change = meta.overrides.get(rule.name)
+            found.append(rule if change is None else rule.with_changes(change.rates, change.cost))
+        names = {r.name for r in self.rules}
+        for rule in meta.rules:
+            if rule.name in names:
+                raise ConfigurationError(
+                    f"@limit rule {rule.name!r} on {request.path} has the name of a global rule"
+                )
+        found.extend(meta.rules)
+        return found
+
+    def _is_shadow(self, rule: Rule) -> bool:
+        return self._shadow.get(rule.name, rule.shadow)
+
+    def evaluate(self, request: RequestInfo) -> Evaluation:
+        """Yield a ``Hit`` per applicable rule, receive its Decision, return the ``Outcome``."""
+        disabled = self._disabled
+        enforced: list[tuple[Rule, str, Decision]] = []
+        for rule in self._applicable(request):
+            if rule.name in disabled:
+                continue
+            identity = (rule.key or self.default_key)(request) or rule.fallback
+            key = f"{rule.name}:{identity}"
+            decision = yield Hit(key, rule.rates, rule.cost(request))
+            if self._is_shadow(rule):
+                if not decision.allowed:
+                    self._shadow_log.record(rule.name, key, self.clock.now())
+                continue
+            enforced.append((rule, key, decision))
+            if not decision.allowed:
+                break
+        return self._outcome(enforced)
+
+    def _outcome(self, enforced: list[tuple[Rule, str, Decision]]) -> Outcome:
+        if not enforced:
+            return PASS
+        rule, key, decision = min(enforced, key=_restrictiveness)
+        partition = hashlib.sha256(key.encode("utf-8", "surrogateescape")).digest()[:12]
+        found = rl_headers.rate_limit_headers(
+            rule.name, decision, self.headers, now=self.clock.now(), partition=partition
+        )
+        if decision.allowed:
+            return Outcome(False, tuple(found))
+        retry = rl_headers.retry_after_seconds(decision, self.headers)
+        body = rl_headers.problem_body(rule.name, retry)
+        return Outcome(True, (*found, *rl_headers.denied_headers(retry, body)), body)
+
+
+def _restrictiveness(entry: tuple[Rule, str, Decision]) -> tuple[bool, int, float]:
+    decision = entry[2]
+    return (decision.allowed, decision.remaining, -decision.reset_after)

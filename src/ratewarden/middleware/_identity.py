@@ -1,0 +1,241 @@
+"""Who is asking: key extractors for API keys, authenticated users and client addresses.
+
+An extractor maps a ``RequestInfo`` to an identity string, or to None when the
+request does not carry that identity. Identities are prefixed by kind
+(``key:``, ``user:``, ``ip:``) so an API key can never alias an address. A
+rule whose extractor returns None limits the request under its ``fallback``
+identity (``"anonymous"`` unless set): one shared bucket, never "unlimited".
+
+Client addresses honour ``X-Forwarded-For`` or ``Forwarded`` (RFC 7239) only
+when the socket peer is a configured trusted proxy. The header is then read
+right to left, skipping hops that are themselves trusted proxies; the first
+untrusted hop is the client. A client that forges these headers without going
+through a trusted proxy is therefore limited by its own socket address.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from collections.abc import Callable, Iterable
+from typing import Literal
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.middleware._request import RequestInfo
+
+__all__ = [
+    "ANONYMOUS",
+    "ClientIP",
+    "KeyFunc",
+    "by_api_key",
+    "by_client_ip",
+    "by_user",
+    "first_of",
+]
+
+#: An identity extractor: the identity of a request, or None when it has none.
+KeyFunc = Callable[[RequestInfo], str | None]
+
+#: The identity of requests whose extractor found none (unless a rule sets another).
+ANONYMOUS = "anonymous"
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def by_api_key(header: str = "x-api-key", *, hashed: bool = True) -> KeyFunc:
+    """The API key header as ``key:<sha256 hex prefix>`` (the raw value with ``hashed=False``).
+
+    Hashing keeps secrets out of the store, logs and shadow reports; 128 bits
+    of SHA-256 keep distinct keys distinct.
+    """
+    if not isinstance(header, str) or not header.strip():
+        raise ConfigurationError(f"by_api_key header {header!r} must be a header name")
+    name = header.strip().lower()
+
+    def extract(request: RequestInfo) -> str | None:
+        value = request.headers.get(name, "").strip()
+        if not value:
+            return None
+        if hashed:
+            value = hashlib.sha256(value.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+        return f"key:{value}"
+
+    return extract
+
+
+def by_user(callback: Callable[[RequestInfo], object | None]) -> KeyFunc:
+    """The authenticated user, as ``user:<str(callback(request))>``; None/empty means anonymous.
+
+    ``callback`` reads the framework's own state from ``request.raw``: for
+    Starlette behind ``AuthenticationMiddleware``, ``request.raw["user"]``.
+    """
+    if not callable(callback):
+        raise ConfigurationError(f"by_user callback {callback!r} must be callable")
+
+    def extract(request: RequestInfo) -> str | None:
+        user = callback(request)
+        if user is None or user == "":
+            return None
+        return f"user:{user}"
+
+    return extract
+
+
+def first_of(*extractors: KeyFunc) -> KeyFunc:
+    """The first identity found: ``first_of(by_api_key(), by_client_ip())``."""
+    if not extractors or not all(callable(e) for e in extractors):
+        raise ConfigurationError("first_of needs one or more key extractors (callables)")
+
+    def extract(request: RequestInfo) -> str | None:
+        for extractor in extractors:
+            found = extractor(request)
+            if found:
+                return found
+        return None
+
+    return extract
+
+
+def _network(text: object) -> IPNetwork:
+    try:
+        return ipaddress.ip_network(str(text).strip(), strict=False)
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"trusted proxy {text!r} is not an IP address or network (e.g. '10.0.0.0/8')"
+        ) from exc
+
+
+def parse_ip(text: str) -> IPAddress | None:
+    """An address from a header hop or peer: ``1.2.3.4``, ``1.2.3.4:80``, ``[::1]:80``, ``::1``."""
+    text = text.strip().strip('"')
+    if text.startswith("["):
+        text = text[1 : text.find("]")] if "]" in text else ""
+    elif text.count(":") == 1:
+        text = text.split(":", 1)[0]
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _split_outside_quotes(text: str, separator: str) -> list[str]:
+    parts: list[str] = []
+    current: list[str] = []
+    quoted = escaped = False
+    for ch in text:
+        if escaped:
+            escaped = False
+        elif ch == "\\" and quoted:
+            escaped = True
+        elif ch == '"':
+            quoted = not quoted
+        elif ch == separator and not quoted:
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(ch)
+    parts.append("".join(current))
+    return parts
+
+
+def forwarded_for(value: str) -> list[str]:
+    """The ``for=`` values of a ``Forwarded`` header (RFC 7239), in order; "" for a hop without."""
+    hops = []
+    for element in _split_outside_quotes(value, ","):
+        found = ""
+        for pair in _split_outside_quotes(element, ";"):
+            name, _, raw = pair.partition("=")
+            if name.strip().lower() == "for":
+                found = raw.strip()
+        hops.append(found)
+    return hops
+
+
+class ClientIP:
+    """The client's address, trusting forwarding headers only from ``trusted_proxies``.
+
+    ``header`` is ``"x-forwarded-for"`` (the default) or ``"forwarded"``; only
+    that one is read, so a client cannot pick the header the proxy does not
+    overwrite. IPv6 clients are grouped by their ``/ipv6_prefix`` network (64 by
+    default: one subscriber's allocation), IPv4 clients by address.
+    A hop that is not an address (``unknown``, an obfuscated name) stops the
+    walk: the last address read, a trusted proxy, is the client.
+    """
+
+    __slots__ = ("_header", "_ipv6_prefix", "_trusted")
+
+    def __init__(
+        self,
+        trusted_proxies: Iterable[str] = (),
+        *,
+        header: Literal["x-forwarded-for", "forwarded"] = "x-forwarded-for",
+        ipv6_prefix: int = 64,
+    ) -> None:
+        if isinstance(trusted_proxies, str):
+            trusted_proxies = [trusted_proxies]
+        self._trusted: tuple[IPNetwork, ...] = tuple(_network(n) for n in trusted_proxies)
+        if header not in ("x-forwarded-for", "forwarded"):
+            raise ConfigurationError(
+                f"client IP header {header!r} must be 'x-forwarded-for' or 'forwarded'"
+            )
+        self._header = header
+        if isinstance(ipv6_prefix, bool) or not isinstance(ipv6_prefix, int):
+            raise ConfigurationError(f"ipv6_prefix {ipv6_prefix!r} must be a whole number")
+        if not 1 <= ipv6_prefix <= 128:
+            raise ConfigurationError(f"ipv6_prefix {ipv6_prefix!r} must be between 1 and 128")
+        self._ipv6_prefix = ipv6_prefix
+
+    def trusted(self, address: IPAddress) -> bool:
+        """True when ``address`` is in one of the trusted proxy networks."""
+        return any(address in network for network in self._trusted)
+
+    def _hops(self, request: RequestInfo) -> list[str]:
+        value = request.headers.get(self._header, "")
+        if not value:
+            return []
+        if self._header == "forwarded":
+            return forwarded_for(value)
+        return value.split(",")
+
+    def address(self, request: RequestInfo) -> IPAddress | None:
+        """The client address, or None when the peer is unknown (e.g. a Unix socket)."""
+        peer = parse_ip(request.peer or "")
+        if peer is None or not self.trusted(peer):
+            return peer
+        current = peer
+        for hop in reversed(self._hops(request)):
+            address = parse_ip(hop)
+            if address is None:
+                return current
+            current = address
+            if not self.trusted(address):
+                return address
+        return current
+
+    def __call__(self, request: RequestInfo) -> str | None:
+        """The identity ``ip:<address>`` (``ip:<network>/<prefix>`` for IPv6)."""
+        address = self.address(request)
+        if address is None:
+            return None
+        if isinstance(address, ipaddress.IPv6Address) and self._ipv6_prefix < 128:
+            network = ipaddress.ip_network(f"{address}/{self._ipv6_prefix}", strict=False)
+            return f"ip:{network}"
+        return f"ip:{address}"
+
+    def __repr__(self) -> str:
+        trusted = [str(n) for n in self._trusted]
+        return f"ClientIP(trusted_proxies={trusted!r}, header={self._header!r})"
+
+
+def by_client_ip(
+    trusted_proxies: Iterable[str] = (),
+    *,
+    header: Literal["x-forwarded-for", "forwarded"] = "x-forwarded-for",
+    ipv6_prefix: int = 64,
+) -> ClientIP:
+    """The client's address; see ``ClientIP``. With no trusted proxies, the socket peer."""
+    return ClientIP(trusted_proxies, header=header, ipv6_prefix=ipv6_prefix)

@@ -1,0 +1,65 @@
+"""``RequestInfo``: the few facts about an HTTP request that rate limiting reads.
+
+Built once per request from an ASGI scope or a WSGI environ, so the rules,
+identity extractors and route lookups are written once for both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["RequestInfo", "from_asgi", "from_wsgi"]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestInfo:
+    """An HTTP request as rate limiting sees it.
+
+    ``headers`` has lower-case names; repeated lines of one header are joined
+    with ``", "`` in the order received (as RFC 9110 allows for list fields such
+    as ``X-Forwarded-For``). ``peer`` is the address of the socket's other end,
+    or None when the server does not know it (a Unix socket). ``raw`` is the
+    ASGI scope or WSGI environ, for extractors that need the framework's view
+    (an authenticated user, a session).
+    """
+
+    method: str
+    path: str
+    peer: str | None
+    headers: Mapping[str, str]
+    raw: Mapping[str, Any]
+
+
+def _join(headers: dict[str, str], name: str, value: str) -> None:
+    if name in headers:
+        headers[name] = f"{headers[name]}, {value}"
+    else:
+        headers[name] = value
+
+
+def from_asgi(scope: Mapping[str, Any]) -> RequestInfo:
+    """Read an ASGI ``http`` scope (header bytes are decoded as Latin-1, as HTTP defines)."""
+    headers: dict[str, str] = {}
+    for raw_name, raw_value in scope.get("headers", ()):
+        _join(headers, raw_name.decode("latin-1").lower(), raw_value.decode("latin-1"))
+    client = scope.get("client")
+    peer = str(client[0]) if client else None
+    return RequestInfo(
+        scope.get("method", "GET").upper(), scope.get("path", "/"), peer, headers, scope
+    )
+
+
+def from_wsgi(environ: Mapping[str, Any]) -> RequestInfo:
+    """Read a WSGI environ (``HTTP_*`` keys, ``CONTENT_TYPE``, ``CONTENT_LENGTH``)."""
+    headers: dict[str, str] = {}
+    for key, value in environ.items():
+        if key.startswith("HTTP_"):
+            headers[key[5:].replace("_", "-").lower()] = str(value)
+    for key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+        if environ.get(key):
+            headers[key.replace("_", "-").lower()] = str(environ[key])
+    peer = environ.get("REMOTE_ADDR") or None
+    method = str(environ.get("REQUEST_METHOD", "GET")).upper()
+    return RequestInfo(method, str(environ.get("PATH_INFO", "") or "/"), peer, headers, environ)

@@ -1,0 +1,211 @@
+"""Per-route opt-out and overrides: decorators on endpoints, and finding a request's endpoint.
+
+The decorators only attach metadata (``__ratewarden__``) and return the same
+function, so they work on Starlette and FastAPI endpoints, Flask views and
+Django views (function views, or the function ``View.as_view()`` returns)::
+
+    @exempt()                                   # no rule applies here
+    @exempt("per-ip")                           # these rules skip this route
+    @limit("5/minute", name="login")            # an extra rule for this route only
+    @override("contract", cost=5)               # a global rule, changed here
+
+The middleware learns a request's endpoint through a resolver: a callable of
+the ``RequestInfo`` returning the endpoint or None. ``starlette_endpoint``
+(Starlette, FastAPI; the ASGI default), ``flask_endpoint(app)`` and
+``django_endpoint`` match the framework's own routing table, so the answer is
+the view the framework itself will call. None of them imports its framework
+until it is called.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.middleware._identity import ANONYMOUS, KeyFunc
+from ratewarden.middleware._request import RequestInfo
+from ratewarden.middleware._rules import CostFunc, Rule, check_name
+from ratewarden.rate import Rate
+
+__all__ = [
+    "Resolver",
+    "RouteLimits",
+    "declared_rule_names",
+    "django_endpoint",
+    "exempt",
+    "flask_endpoint",
+    "limit",
+    "override",
+    "route_limits",
+    "starlette_endpoint",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Finds the endpoint that will serve a request, or None.
+Resolver = Callable[[RequestInfo], object | None]
+
+_ATTRIBUTE = "__ratewarden__"
+_declared: set[str] = set()
+_declared_lock = threading.Lock()
+
+
+@dataclass(frozen=True, slots=True)
+class Override:
+    """New rates and/or cost for one global rule on one route."""
+
+    rates: str | Rate | Sequence[str | Rate] | None = None
+    cost: int | Mapping[str, int] | CostFunc | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RouteLimits:
+    """What the decorators on one endpoint say."""
+
+    exempt_all: bool = False
+    exempt: frozenset[str] = frozenset()
+    rules: tuple[Rule, ...] = ()
+    overrides: Mapping[str, Override] = field(default_factory=dict)
+
+
+def declared_rule_names() -> frozenset[str]:
+    """Names of the rules declared with ``@limit`` so far (for kill-switch name checks)."""
+    with _declared_lock:
+        return frozenset(_declared)
+
+
+def route_limits(endpoint: object) -> RouteLimits | None:
+    """The metadata on ``endpoint`` (or on its ``view_class``, for Django class views)."""
+    for holder in (endpoint, getattr(endpoint, "view_class", None)):
+        found = getattr(holder, _ATTRIBUTE, None)
+        if isinstance(found, RouteLimits):
+            return found
+    return None
+
+
+def _attach(func: F, change: Callable[[RouteLimits], RouteLimits]) -> F:
+    if not callable(func):
+        raise ConfigurationError(f"rate limit decorators apply to views; got {func!r}")
+    current = route_limits(func) if hasattr(func, _ATTRIBUTE) else None
+    setattr(func, _ATTRIBUTE, change(current or RouteLimits()))
+    return func
+
+
+def exempt(*rule_names: str) -> Callable[[F], F]:
+    """Opt a route out of every rule (no names) or of the named rules."""
+    names = frozenset(check_name(n) for n in rule_names)
+
+    def decorate(func: F) -> F:
+        if not names:
+            return _attach(func, lambda meta: replace(meta, exempt_all=True))
+        return _attach(func, lambda meta: replace(meta, exempt=meta.exempt | names))
+
+    return decorate
+
+
+def limit(
+    rates: str | Rate | Sequence[str | Rate],
+    *,
+    name: str,
+    key: KeyFunc | None = None,
+    cost: int | Mapping[str, int] | CostFunc = 1,
+    shadow: bool = False,
+    fallback: str = ANONYMOUS,
+) -> Callable[[F], F]:
+    """Add a rule that applies to this route only (after the global rules).
+
+    Routes decorated with the same ``name`` and rates share one budget.
+    """
+    rule = Rule(name, rates, key=key, cost=cost, shadow=shadow, fallback=fallback)
+    with _declared_lock:
+        _declared.add(rule.name)
+
+    def decorate(func: F) -> F:
+        return _attach(func, lambda meta: replace(meta, rules=(*meta.rules, rule)))
+
+    return decorate
+
+
+def override(
+    rule_name: str,
+    *,
+    rates: str | Rate | Sequence[str | Rate] | None = None,
+    cost: int | Mapping[str, int] | CostFunc | None = None,
+) -> Callable[[F], F]:
+    """Change a global rule's rates and/or cost on this route.
+
+    A cost override shares the rule's budget; a rates override is a separate
+    budget for this route (state is kept per rate).
+    """
+    check_name(rule_name)
+    if rates is None and cost is None:
+        raise ConfigurationError(f"override({rule_name!r}) needs rates=, cost= or both")
+    # Validate now, at import time, rather than on the first request.
+    Rule(
+        rule_name, rates if rates is not None else "1/second", cost=cost if cost is not None else 1
+    )
+    change = Override(rates, cost)
+
+    def decorate(func: F) -> F:
+        return _attach(
+            func, lambda meta: replace(meta, overrides={**meta.overrides, rule_name: change})
+        )
+
+    return decorate
+
+
+def _starlette_match(routes: Sequence[Any], scope: dict[str, Any]) -> object | None:
+    from starlette.routing import Match
+
+    for route in routes:
+        match, child = route.matches(scope)
+        if match is not Match.FULL:
+            continue
+        endpoint = getattr(route, "endpoint", None)
+        if endpoint is not None:
+            return endpoint  # type: ignore[no-any-return]
+        sub_routes = getattr(route, "routes", None)
+        if sub_routes:
+            return _starlette_match(sub_routes, {**scope, **child})
+        return None
+    return None
+
+
+def starlette_endpoint(request: RequestInfo) -> object | None:
+    """The Starlette/FastAPI endpoint for the request, from ``scope["app"].routes``."""
+    routes = getattr(request.raw.get("app"), "routes", None)
+    if not routes:
+        return None
+    return _starlette_match(routes, dict(request.raw))
+
+
+def flask_endpoint(app: Any) -> Resolver:
+    """A resolver for a Flask app: the view function its URL map picks."""
+
+    def resolve(request: RequestInfo) -> object | None:
+        from werkzeug.exceptions import HTTPException
+        from werkzeug.routing import RequestRedirect
+
+        adapter = app.url_map.bind_to_environ(request.raw)
+        try:
+            endpoint, _args = adapter.match()
+        except (HTTPException, RequestRedirect):
+            return None
+        view: object | None = app.view_functions.get(endpoint)
+        return view
+
+    return resolve
+
+
+def django_endpoint(request: RequestInfo) -> object | None:
+    """The Django view ``django.urls.resolve`` picks for the request path."""
+    from django.urls import Resolver404, resolve  # type: ignore[import-untyped]
+
+    try:
+        view: object = resolve(request.path).func
+        return view
+    except Resolver404:
+        return None

@@ -1,0 +1,179 @@
+"""``Rule``: which requests a limit applies to, under which key, at what cost.
+
+A rule selects requests by path pattern and method, names the identity it
+counts (a key extractor), applies one or more rates (checked and consumed all
+or nothing on that identity) and charges each request a cost: a number, a
+price per method (``{"GET": 1, "POST": 5}``, the way GitHub prices reads and
+writes) or a callable.
+
+Path patterns: ``*`` matches within one path segment, ``**`` across segments,
+``{name}`` one non-empty segment; anything else is literal. A compiled
+``re.Pattern`` is used as is (``fullmatch``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.middleware._identity import ANONYMOUS, KeyFunc
+from ratewarden.middleware._request import RequestInfo
+from ratewarden.rate import Rate
+
+__all__ = ["CostFunc", "Rule", "compile_path", "parse_rates"]
+
+#: The cost of one request, computed from it.
+CostFunc = Callable[[RequestInfo], int]
+
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_TOKEN = re.compile(r"\*\*|\*|\{[A-Za-z_][A-Za-z0-9_]*\}")
+
+
+def check_name(name: object) -> str:
+    """A rule name: 1-64 letters, digits, ``_``, ``.``, ``-`` (it appears in keys and headers)."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigurationError(
+            f"rule name {name!r} must be 1-64 letters, digits, '_', '.' or '-'"
+        )
+    return name
+
+
+def parse_rates(rates: object, where: str) -> tuple[Rate, ...]:
+    """``"10/second; 1000/hour"``, a Rate, or a list of either, as a tuple of Rates."""
+    if isinstance(rates, Rate):
+        return (rates,)
+    if isinstance(rates, str):
+        return Rate.parse_many(rates)
+    if isinstance(rates, Iterable):
+        found = tuple(r if isinstance(r, Rate) else Rate.parse(r) for r in rates)
+        if found:
+            return found
+    raise ConfigurationError(f"{where}: rates {rates!r} must be a Rate, a string or a list of them")
+
+
+def compile_path(pattern: str | re.Pattern[str]) -> re.Pattern[str]:
+    """A path pattern as a regular expression matched against the whole path."""
+    if isinstance(pattern, re.Pattern):
+        return pattern
+    if not isinstance(pattern, str) or not pattern.startswith("/"):
+        raise ConfigurationError(f"path pattern {pattern!r} must be a string starting with '/'")
+    parts, last = [], 0
+    for token in _TOKEN.finditer(pattern):
+        parts.append(re.escape(pattern[last : token.start()]))
+        text = token.group()
+        parts.append(".*" if text == "**" else "[^/]*" if text == "*" else "[^/]+")
+        last = token.end()
+    parts.append(re.escape(pattern[last:]))
+    return re.compile("".join(parts))
+
+
+def _method_costs(costs: Mapping[str, int], where: str) -> CostFunc:
+    table = {str(method).upper(): _check_cost(cost, where) for method, cost in costs.items()}
+    default = table.pop("*", 1)
+
+    def cost_of(request: RequestInfo) -> int:
+        return table.get(request.method, default)
+
+    return cost_of
+
+
+def _check_cost(cost: object, where: str) -> int:
+    if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
+        raise ConfigurationError(f"{where}: cost {cost!r} must be a whole number >= 0")
+    return cost
+
+
+def _cost_func(cost: int | Mapping[str, int] | CostFunc, where: str) -> CostFunc:
+    if isinstance(cost, Mapping):
+        return _method_costs(cost, where)
+    if callable(cost):
+        user = cost
+
+        def checked(request: RequestInfo) -> int:
+            return _check_cost(user(request), f"{where} (cost callable)")
+
+        return checked
+    fixed = _check_cost(cost, where)
+    return lambda _request: fixed
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class Rule:
+    """One limit on HTTP requests; see the module docstring.
+
+    - ``name``: unique; names the policy in headers, the kill switch, the shadow
+      report and the store key (``<name>:<identity>``).
+    - ``rates``: ``"100/minute"``, ``"10/second; 1000/hour"``, a Rate or a list.
+    - ``key``: the identity extractor; None uses the rule set's ``default_key``.
+    - ``paths``: patterns; None matches every path. ``methods``: None matches all.
+    - ``cost``: an int, a ``{method: cost}`` table (``"*"`` for the rest, else 1),
+      or a callable of the request.
+    - ``shadow``: evaluate and count, never block (see ``RuleSet.shadow_report``).
+    - ``fallback``: the identity when ``key`` finds none.
+    """
+
+    name: str
+    rates: tuple[Rate, ...]
+    key: KeyFunc | None = field(repr=False)
+    paths: tuple[re.Pattern[str], ...] | None
+    methods: frozenset[str] | None
+    cost: CostFunc = field(repr=False)
+    shadow: bool
+    fallback: str
+
+    def __init__(
+        self,
+        name: str,
+        rates: str | Rate | Sequence[str | Rate],
+        *,
+        key: KeyFunc | None = None,
+        paths: Iterable[str | re.Pattern[str]] | str | None = None,
+        methods: Iterable[str] | str | None = None,
+        cost: int | Mapping[str, int] | CostFunc = 1,
+        shadow: bool = False,
+        fallback: str = ANONYMOUS,
+    ) -> None:
+        name = check_name(name)
+        where = f"rule {name!r}"
+        if key is not None and not callable(key):
+            raise ConfigurationError(f"{where}: key {key!r} must be a key extractor (callable)")
+        if isinstance(paths, str):
+            paths = [paths]
+        if isinstance(methods, str):
+            methods = [methods]
+        if not isinstance(fallback, str) or not fallback:
+            raise ConfigurationError(f"{where}: fallback {fallback!r} must be a non-empty string")
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "rates", parse_rates(rates, where))
+        object.__setattr__(self, "key", key)
+        object.__setattr__(
+            self, "paths", None if paths is None else tuple(compile_path(p) for p in paths)
+        )
+        object.__setattr__(
+            self, "methods", None if methods is None else frozenset(m.upper() for m in methods)
+        )
+        object.__setattr__(self, "cost", _cost_func(cost, where))
+        object.__setattr__(self, "shadow", bool(shadow))
+        object.__setattr__(self, "fallback", fallback)
+
+    def matches(self, request: RequestInfo) -> bool:
+        """True when the request's method and path are selected by this rule."""
+        if self.methods is not None and request.method not in self.methods:
+            return False
+        return self.paths is None or any(p.fullmatch(request.path) for p in self.paths)
+
+    def with_changes(
+        self,
+        rates: str | Rate | Sequence[str | Rate] | None = None,
+        cost: int | Mapping[str, int] | CostFunc | None = None,
+    ) -> Rule:
+        """A copy with other rates and/or cost (a per-route override)."""
+        where = f"override of rule {self.name!r}"
+        changed = self
+        if rates is not None:
+            changed = replace(changed, rates=parse_rates(rates, where))
+        if cost is not None:
+            changed = replace(changed, cost=_cost_func(cost, where))
+        return changed

@@ -1,0 +1,85 @@
+"""``RateLimitMiddleware``: pure ASGI rate limiting for Starlette, FastAPI or any ASGI app.
+
+::
+
+    rules = RuleSet([Rule("per-ip", "1000/minute"), Rule("contract", "100/minute",
+                     key=by_api_key(), cost={"GET": 1, "POST": 5})])
+    app.add_middleware(RateLimitMiddleware, limiter=AsyncLimiter(store), rules=rules)
+
+Non-HTTP scopes (``websocket``, ``lifespan``) pass through untouched. An
+allowed request goes on to the app, and the RateLimit headers are added to its
+response start; a denied one is answered here with 429. Nothing imports
+Starlette: the route lookup for ``@exempt`` / ``@limit`` / ``@override``
+(``starlette_endpoint``, the default resolver) runs only when the scope's
+``app`` has routes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.middleware._core import AsyncHitter, Outcome, RuleSet, drive_async
+from ratewarden.middleware._request import from_asgi
+from ratewarden.middleware._routes import starlette_endpoint
+
+__all__ = ["RateLimitMiddleware"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def _encoded(headers: tuple[tuple[str, str], ...]) -> list[tuple[bytes, bytes]]:
+    return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers]
+
+
+class RateLimitMiddleware:
+    """Limit HTTP requests to ``app`` by the ``rules``, deciding with ``limiter``.
+
+    ``limiter`` is anything with ``async hit(key, rates, cost) -> Decision``:
+    an ``AsyncLimiter``, or a two-tier limiter. Decisions marked ``degraded``
+    are used as they come, headers included. A ``RuleSet`` without a resolver
+    gets ``starlette_endpoint``.
+    """
+
+    def __init__(self, app: ASGIApp, *, limiter: AsyncHitter, rules: RuleSet) -> None:
+        if not isinstance(rules, RuleSet):
+            raise ConfigurationError(f"rules {rules!r} must be a RuleSet")
+        if not callable(getattr(limiter, "hit", None)):
+            raise ConfigurationError(f"limiter {limiter!r} has no hit(key, rates, cost) method")
+        if rules.resolver is None:
+            rules.resolver = starlette_endpoint
+        self.app = app
+        self.limiter = limiter
+        self.rules = rules
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        outcome = await drive_async(self.rules.evaluate(from_asgi(scope)), self.limiter)
+        if outcome.blocked:
+            await self._deny(send, outcome)
+            return
+        if not outcome.headers:
+            await self.app(scope, receive, send)
+            return
+        extra = _encoded(outcome.headers)
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), *extra]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+    @staticmethod
+    async def _deny(send: Send, outcome: Outcome) -> None:
+        await send(
+            {"type": "http.response.start", "status": 429, "headers": _encoded(outcome.headers)}
+        )
+        await send({"type": "http.response.body", "body": outcome.body})

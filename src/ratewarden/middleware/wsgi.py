@@ -1,0 +1,60 @@
+"""``WSGIRateLimitMiddleware``: the WSGI twin of the ASGI middleware, for Flask and Django.
+
+::
+
+    app.wsgi_app = WSGIRateLimitMiddleware(app.wsgi_app, limiter=Limiter(store),
+                                           rules=RuleSet(rules, resolver=flask_endpoint(app)))
+    application = WSGIRateLimitMiddleware(get_wsgi_application(), limiter=Limiter(store),
+                                          rules=RuleSet(rules, resolver=django_endpoint))
+
+Everything but the I/O is the shared core: the same rules, identity, headers,
+shadow report and kill switch. Route metadata needs the framework's resolver
+(WSGI has no standard way to find a view), passed in the ``RuleSet``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.middleware._core import Hitter, RuleSet, drive
+from ratewarden.middleware._request import from_wsgi
+
+__all__ = ["WSGIRateLimitMiddleware"]
+
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+
+class WSGIRateLimitMiddleware:
+    """Limit requests to a WSGI ``app`` by the ``rules``, deciding with ``limiter``.
+
+    ``limiter`` is anything with ``hit(key, rates, cost) -> Decision``: a
+    ``Limiter``, or a two-tier limiter.
+    """
+
+    def __init__(self, app: WSGIApp, *, limiter: Hitter, rules: RuleSet) -> None:
+        if not isinstance(rules, RuleSet):
+            raise ConfigurationError(f"rules {rules!r} must be a RuleSet")
+        if not callable(getattr(limiter, "hit", None)):
+            raise ConfigurationError(f"limiter {limiter!r} has no hit(key, rates, cost) method")
+        self.app = app
+        self.limiter = limiter
+        self.rules = rules
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        outcome = drive(self.rules.evaluate(from_wsgi(environ)), self.limiter)
+        if outcome.blocked:
+            start_response("429 Too Many Requests", list(outcome.headers))
+            return [outcome.body]
+        if not outcome.headers:
+            return self.app(environ, start_response)
+        extra = list(outcome.headers)
+
+        def start_with_headers(
+            status: str, headers: list[tuple[str, str]], exc_info: Any = None
+        ) -> Any:
+            return start_response(status, [*headers, *extra], exc_info)
+
+        return self.app(environ, start_with_headers)
