@@ -11,8 +11,8 @@ the longest period).
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from ratewarden.algorithms import concurrency
 from ratewarden.algorithms._base import layered
@@ -29,6 +29,11 @@ DEFAULT_MAX_KEYS = 1_000_000
 
 #: ``(key, layer suffix)`` for a rate's state, the slot key string for concurrency.
 StateKey = tuple[str, str] | str
+
+#: ``(index into keys, state, absolute expiry in us)``, written by ``_transact``.
+Write = tuple[int, Any, int]
+
+R = TypeVar("R")
 
 
 class _MemoryCore:
@@ -137,6 +142,26 @@ class _MemoryCore:
             held, state, ttl = concurrency.renew(self._read(state_key, now), now, lease_id, ttl_us)
             self._keep(state_key, state, ttl, now)
         return held
+
+    def _transact(
+        self, keys: Sequence[str], step: Callable[[list[Any], int], tuple[R, Sequence[Write]]]
+    ) -> R:
+        """Run ``step(states, now)`` over string keys under the lock: the twin of one Lua script.
+
+        ``step`` returns its result and the writes ``(index into keys, state,
+        absolute expiry in us)``; an expiry at or before now deletes the key.
+        Operations beyond the rate algorithms (token budgets, fair shares)
+        pass their pure twin here and the same ARGV they send to Redis.
+        """
+        now = self.clock.now_us()
+        with self._lock:
+            result, writes = step([self._read(key, now) for key in keys], now)
+            for index, state, expires_at in writes:
+                if expires_at > now:
+                    self._write(keys[index], state, expires_at, now)
+                else:
+                    self._states.pop(keys[index], None)
+        return result
 
     def _keep(self, state_key: StateKey, state: Any, ttl_us: int, now: int) -> None:
         if ttl_us > 0:
