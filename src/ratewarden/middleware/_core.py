@@ -57,16 +57,20 @@ __all__ = [
 class Hitter(Protocol):
     """Anything with a synchronous ``hit``: ``Limiter``, or a two-tier limiter."""
 
-    def hit(self, key: str, rates: Sequence[Rate], cost: int = 1) -> Decision:
-        """Consume ``cost`` on every rate of ``key`` if all allow."""
+    def hit(
+        self, key: str, rates: Sequence[Rate], cost: int = 1, *, shadow: bool = False
+    ) -> Decision:
+        """Consume ``cost`` on every rate of ``key`` if all allow (never block when ``shadow``)."""
         ...
 
 
 class AsyncHitter(Protocol):
     """Anything with an asyncio ``hit``: ``AsyncLimiter``, or a two-tier limiter."""
 
-    async def hit(self, key: str, rates: Sequence[Rate], cost: int = 1) -> Decision:
-        """Consume ``cost`` on every rate of ``key`` if all allow."""
+    async def hit(
+        self, key: str, rates: Sequence[Rate], cost: int = 1, *, shadow: bool = False
+    ) -> Decision:
+        """Consume ``cost`` on every rate of ``key`` if all allow (never block when ``shadow``)."""
         ...
 
 
@@ -77,6 +81,7 @@ class Hit:
     key: str
     rates: tuple[Rate, ...]
     cost: int
+    shadow: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +103,7 @@ def drive(evaluation: Evaluation, limiter: Hitter) -> Outcome:
     try:
         hit = next(evaluation)
         while True:
-            hit = evaluation.send(limiter.hit(hit.key, hit.rates, hit.cost))
+            hit = evaluation.send(limiter.hit(hit.key, hit.rates, hit.cost, shadow=hit.shadow))
     except StopIteration as done:
         outcome: Outcome = done.value
         return outcome
@@ -109,7 +114,9 @@ async def drive_async(evaluation: Evaluation, limiter: AsyncHitter) -> Outcome:
     try:
         hit = next(evaluation)
         while True:
-            hit = evaluation.send(await limiter.hit(hit.key, hit.rates, hit.cost))
+            hit = evaluation.send(
+                await limiter.hit(hit.key, hit.rates, hit.cost, shadow=hit.shadow)
+            )
     except StopIteration as done:
         outcome: Outcome = done.value
         return outcome
@@ -233,9 +240,6 @@ class RuleSet:
         found.extend(meta.rules)
         return found
 
-    def _is_shadow(self, rule: Rule) -> bool:
-        return self._shadow.get(rule.name, rule.shadow)
-
     def evaluate(self, request: RequestInfo) -> Evaluation:
         """Yield a ``Hit`` per applicable rule, receive its Decision, return the ``Outcome``."""
         disabled = self._disabled
@@ -245,9 +249,10 @@ class RuleSet:
                 continue
             identity = (rule.key or self.default_key)(request) or rule.fallback
             key = f"{rule.name}:{identity}"
-            decision = yield Hit(key, rule.rates, rule.cost(request))
-            if self._is_shadow(rule):
-                if not decision.allowed:
+            shadow = self._shadow.get(rule.name, rule.shadow)
+            decision = yield Hit(key, rule.rates, rule.cost(request), shadow)
+            if shadow:
+                if decision.shadowed or not decision.allowed:
                     self._shadow_log.record(rule.name, key, self.clock.now())
                 continue
             enforced.append((rule, key, decision))

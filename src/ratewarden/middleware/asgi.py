@@ -40,7 +40,7 @@ def _encoded(headers: tuple[tuple[str, str], ...]) -> list[tuple[bytes, bytes]]:
 class RateLimitMiddleware:
     """Limit HTTP requests to ``app`` by the ``rules``, deciding with ``limiter``.
 
-    ``limiter`` is anything with ``async hit(key, rates, cost) -> Decision``:
+    ``limiter`` is anything with ``async hit(key, rates, cost, *, shadow) -> Decision``:
     an ``AsyncLimiter``, or a two-tier limiter. Decisions marked ``degraded``
     are used as they come, headers included. A ``RuleSet`` without a resolver
     gets ``starlette_endpoint``.

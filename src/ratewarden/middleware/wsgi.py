@@ -30,7 +30,7 @@ WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 class WSGIRateLimitMiddleware:
     """Limit requests to a WSGI ``app`` by the ``rules``, deciding with ``limiter``.
 
-    ``limiter`` is anything with ``hit(key, rates, cost) -> Decision``: a
+    ``limiter`` is anything with ``hit(key, rates, cost, *, shadow) -> Decision``: a
     ``Limiter``, or a two-tier limiter.
     """
 
