@@ -89,7 +89,9 @@ class ConfigWatcher(Generic[C]):
     ``load(paths)`` must return a whole config or raise; ``apply`` must switch to
     it atomically (``RateLimitService.swap_config`` does). Counters: ``reloads``,
     ``failures``; ``last_error`` holds the message of the latest failed load,
-    cleared by the next good one.
+    cleared by the next good one. ``on_load(ok)``, if given, hears of every load
+    that finished: the initial one (when it succeeds), each reload applied
+    (True) and each that failed (False); the server's metrics count them.
     """
 
     def __init__(
@@ -97,10 +99,12 @@ class ConfigWatcher(Generic[C]):
         paths: Sequence[str],
         load: Callable[[Sequence[str]], C],
         apply: Callable[[C], None],
+        on_load: Callable[[bool], None] | None = None,
     ) -> None:
         self.paths = tuple(paths)
         self._load = load
         self._apply = apply
+        self._on_load = on_load
         self._seen: Fingerprint | None = None
         self.reloads = 0
         self.failures = 0
@@ -113,7 +117,9 @@ class ConfigWatcher(Generic[C]):
         is picked up by the next ``check_once``.
         """
         self._seen = fingerprint(self.paths)
-        return self._load(self.paths)
+        config = self._load(self.paths)
+        self._report(True)
+        return config
 
     def check_once(self) -> ReloadOutcome:
         """Poll once: reload and apply if the files changed since the last load."""
@@ -150,6 +156,7 @@ class ConfigWatcher(Generic[C]):
                     "failures": self.failures,
                 },
             )
+            self._report(False)
             return ReloadOutcome.FAILED, None
         if fingerprint(self.paths) != current:
             # Written to while we read (an editor saving in place): what we read may
@@ -163,6 +170,7 @@ class ConfigWatcher(Generic[C]):
             self._apply(config)
             self.reloads += 1
             self.last_error = None
+            self._report(True)
             log.info(
                 "config reloaded",
                 extra={
@@ -172,3 +180,11 @@ class ConfigWatcher(Generic[C]):
                 },
             )
         return outcome
+
+    def _report(self, ok: bool) -> None:
+        if self._on_load is None:
+            return
+        try:
+            self._on_load(ok)
+        except Exception:
+            log.exception("on_load callback failed; the reload itself is unaffected")

@@ -1,0 +1,254 @@
+"""What the dashboard shows, recorded as it happens: bounded, per second, mergeable.
+
+``LiveStats`` is fed by the service's stats hooks (``ServiceStats``) and keeps,
+for the last ``history_s`` seconds, per-second counts per rule (decisions, over
+the limit, near it, shadow would-have-blocked, degraded) and a histogram of
+store call times; since start, per-rule totals; and three Space-Saving sketches
+of the heaviest keys over the limit, near it, and over a shadow rule. The
+sketches cover the last one to two ``top_window_s``: two generations rotate, so
+a key that stopped misbehaving drops out.
+
+``state()`` is plain JSON data. Several worker processes each write theirs and
+``ratewarden.server.dashboard.view.render`` merges them: counts add up, sketches
+merge with their error bounds.
+
+Memory is bounded whatever the traffic: ``history_s`` seconds x ``max_rules``
+rules x 5 integers, 3 x 2 sketches of ``top_capacity`` keys of at most
+``MAX_KEY_CHARS`` characters, and one histogram per second.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ratewarden.clock import Clock, SystemClock
+from ratewarden.server.dashboard.topk import SpaceSaving
+
+__all__ = [
+    "CATEGORIES",
+    "FIELDS",
+    "LATENCY_BOUNDS",
+    "MAX_KEY_CHARS",
+    "OTHER",
+    "LiveStats",
+    "key_text",
+]
+
+#: Per-rule counters, in the order of every ``[...]`` list in ``state()``.
+FIELDS = ("decisions", "over", "near", "shadowed", "degraded")
+DECISIONS, OVER, NEAR, SHADOWED, DEGRADED = range(len(FIELDS))
+#: The top-key sketches: over the limit (enforced), near it, over a shadow rule.
+CATEGORIES = ("over", "near", "shadow")
+#: Upper bounds (seconds) of the store latency buckets: 8 a decade, 10 us to 10 s.
+LATENCY_BOUNDS = tuple(10 ** (exp / 8) for exp in range(-40, 9))
+#: A key's text is cut to this many characters (the sketch's memory bound).
+MAX_KEY_CHARS = 200
+#: The rule of decisions past ``max_rules`` distinct rules.
+OTHER = "other"
+_SEP = "\x00"
+
+
+def key_text(entries: Sequence[tuple[str, str]]) -> str:
+    """A descriptor's entries as one line: ``key=value, key=value`` (cut to MAX_KEY_CHARS)."""
+    text = ", ".join(f"{key}={value}" if value else key for key, value in entries)
+    return text if len(text) <= MAX_KEY_CHARS else text[: MAX_KEY_CHARS - 1] + "\u2026"
+
+
+@dataclass(slots=True)
+class _Second:
+    rules: dict[str, list[int]] = field(default_factory=dict)
+    latency: dict[int, int] = field(default_factory=dict)
+    calls: int = 0
+    seconds_sum: float = 0.0
+    seconds_max: float = 0.0
+
+
+def _bucket(seconds: float) -> int:
+    """The index of the first bound >= seconds (len(bounds) for slower)."""
+    if seconds <= LATENCY_BOUNDS[0]:
+        return 0
+    index = math.ceil(8 * math.log10(seconds)) + 40
+    index = max(0, min(index, len(LATENCY_BOUNDS)))
+    # Floating point may land one bucket off at an exact bound.
+    if index < len(LATENCY_BOUNDS) and seconds > LATENCY_BOUNDS[index]:
+        index += 1
+    elif index > 0 and seconds <= LATENCY_BOUNDS[index - 1]:
+        index -= 1
+    return index
+
+
+class LiveStats:
+    """Recent per-rule counts, store latency and top keys; see the module docstring."""
+
+    def __init__(
+        self,
+        clock: Clock | None = None,
+        *,
+        history_s: int = 60,
+        top_capacity: int = 100,
+        top_window_s: float = 60.0,
+        max_rules: int = 1000,
+    ) -> None:
+        for name, value in (
+            ("history_s", history_s),
+            ("top_capacity", top_capacity),
+            ("max_rules", max_rules),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+        if not top_window_s > 0:
+            raise ValueError(f"top_window_s must be positive, got {top_window_s!r}")
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.history_s = history_s
+        self.top_capacity = top_capacity
+        self.top_window_s = float(top_window_s)
+        self.max_rules = max_rules
+        self._lock = threading.Lock()
+        self._seconds: dict[int, _Second] = {}
+        self._totals: dict[str, list[int]] = {}
+        self._modes: dict[str, dict[str, int]] = {}
+        self._generation = self._generation_of(self.clock.now())
+        self._top = self._fresh_sketches()
+        self._previous = self._fresh_sketches()
+
+    # --- recording ----------------------------------------------------------------
+
+    def decision(
+        self,
+        rule: str,
+        entries: Sequence[tuple[str, str]],
+        *,
+        hits: int,
+        over: bool,
+        shadowed: bool,
+        near_hits: int,
+        degraded: str | None,
+    ) -> None:
+        """One descriptor decided by ``rule``: what the service reported for it."""
+        now = self.clock.now()
+        with self._lock:
+            rule = self._rule(rule)
+            counts = self._second(now).rules.setdefault(rule, [0] * len(FIELDS))
+            totals = self._totals[rule]
+            bumps = [(DECISIONS, 1)]
+            if over and not shadowed:
+                bumps.append((OVER, 1))
+            if shadowed:
+                bumps.append((SHADOWED, 1))
+            if near_hits:
+                bumps.append((NEAR, 1))
+            if degraded is not None:
+                bumps.append((DEGRADED, 1))
+                modes = self._modes.setdefault(rule, {})
+                modes[degraded] = modes.get(degraded, 0) + 1
+            for index, amount in bumps:
+                counts[index] += amount
+                totals[index] += amount
+            if not (over or near_hits):
+                return
+            self._rotate(now)
+            sketch_key = rule + _SEP + key_text(entries)
+            weight = max(hits, 1)
+            if shadowed:
+                self._top["shadow"].add(sketch_key, weight)
+            elif over:
+                self._top["over"].add(sketch_key, weight)
+            else:
+                self._top["near"].add(sketch_key, near_hits)
+
+    def store_call(self, seconds: float) -> None:
+        """One store call took ``seconds``."""
+        if not seconds >= 0 or math.isinf(seconds):
+            return
+        now = self.clock.now()
+        with self._lock:
+            second = self._second(now)
+            index = _bucket(seconds)
+            second.latency[index] = second.latency.get(index, 0) + 1
+            second.calls += 1
+            second.seconds_sum += seconds
+            second.seconds_max = max(second.seconds_max, seconds)
+
+    # --- reading ------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """Everything recorded, as JSON data (see ``view.render`` for its reader)."""
+        now = self.clock.now()
+        with self._lock:
+            self._prune(int(now))
+            self._rotate(now)
+            seconds = [
+                {
+                    "t": t,
+                    "rules": {rule: list(counts) for rule, counts in s.rules.items()},
+                    "latency": {str(i): n for i, n in s.latency.items()},
+                    "calls": s.calls,
+                    "sum": s.seconds_sum,
+                    "max": s.seconds_max,
+                }
+                for t, s in sorted(self._seconds.items())
+            ]
+            top = {}
+            for category in CATEGORIES:
+                parts = (self._top[category], self._previous[category])
+                top[category] = [
+                    {
+                        "entries": [[h.key, h.count, h.error] for h in sketch.top()],
+                        "floor": sketch.floor,
+                    }
+                    for sketch in parts
+                ]
+            return {
+                "pid": os.getpid(),
+                "at": now,
+                "history_s": self.history_s,
+                "top_capacity": self.top_capacity,
+                "seconds": seconds,
+                "totals": {rule: list(counts) for rule, counts in self._totals.items()},
+                "modes": {rule: dict(modes) for rule, modes in self._modes.items()},
+                "top": top,
+            }
+
+    # --- internals ----------------------------------------------------------------
+
+    def _rule(self, rule: str) -> str:
+        if rule not in self._totals:
+            if len(self._totals) >= self.max_rules:
+                rule = OTHER
+            self._totals.setdefault(rule, [0] * len(FIELDS))
+        return rule
+
+    def _second(self, now: float) -> _Second:
+        t = int(now)
+        second = self._seconds.get(t)
+        if second is None:
+            self._prune(t)
+            second = self._seconds[t] = _Second()
+        return second
+
+    def _prune(self, t: int) -> None:
+        oldest = t - self.history_s + 1
+        for old in [s for s in self._seconds if s < oldest]:
+            del self._seconds[old]
+
+    def _generation_of(self, now: float) -> int:
+        return math.floor(now / self.top_window_s)
+
+    def _fresh_sketches(self) -> dict[str, SpaceSaving]:
+        return {category: SpaceSaving(self.top_capacity) for category in CATEGORIES}
+
+    def _rotate(self, now: float) -> None:
+        generation = self._generation_of(now)
+        if generation == self._generation:
+            return
+        self._previous = self._top if generation == self._generation + 1 else self._fresh_sketches()
+        self._top = self._fresh_sketches()
+        self._generation = generation
+
+    def __repr__(self) -> str:
+        return f"LiveStats(history_s={self.history_s}, top_capacity={self.top_capacity})"

@@ -1,0 +1,108 @@
+"""Space-Saving: the heaviest keys of a stream in bounded memory, mergeable across processes.
+
+Metwally, Agrawal and El Abbadi's algorithm keeps ``capacity`` counters. A key
+already tracked adds its weight; a new key takes a free counter, or replaces the
+smallest one and inherits its count as ``error``. Every reported ``count`` is an
+upper bound of the key's true weight and ``count - error`` a lower bound, and
+any key heavier than ``total / capacity`` is guaranteed to be tracked.
+
+``merge`` combines sketches from several processes (the ``--workers`` of one
+server) keeping the same guarantee: a key missing from a full sketch may have
+weighed up to that sketch's smallest count there, which is added to both its
+count and its error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+__all__ = ["Heavy", "SpaceSaving", "merge"]
+
+
+@dataclass(frozen=True, slots=True)
+class Heavy:
+    """One tracked key: ``count - error <= true weight <= count``."""
+
+    key: str
+    count: int
+    error: int
+
+
+class SpaceSaving:
+    """At most ``capacity`` counters; ``add(key, weight)``, then ``top(n)``. Not thread-safe."""
+
+    __slots__ = ("_counts", "_errors", "capacity", "total")
+
+    def __init__(self, capacity: int = 100) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"capacity must be a whole number >= 1, got {capacity!r}")
+        self.capacity = capacity
+        self.total = 0
+        self._counts: dict[str, int] = {}
+        self._errors: dict[str, int] = {}
+
+    def add(self, key: str, weight: int = 1) -> None:
+        """Count ``weight`` (>= 1) more for ``key``."""
+        if weight < 1:
+            return
+        self.total += weight
+        counts = self._counts
+        if key in counts:
+            counts[key] += weight
+            return
+        if len(counts) < self.capacity:
+            counts[key] = weight
+            self._errors[key] = 0
+            return
+        smallest = min(counts, key=counts.__getitem__)
+        floor = counts.pop(smallest)
+        del self._errors[smallest]
+        counts[key] = floor + weight
+        self._errors[key] = floor
+
+    @property
+    def full(self) -> bool:
+        """Every counter is taken: an untracked key may have weighed up to ``floor``."""
+        return len(self._counts) >= self.capacity
+
+    @property
+    def floor(self) -> int:
+        """The smallest tracked count when full, else 0."""
+        return min(self._counts.values()) if self.full else 0
+
+    def top(self, n: int | None = None) -> list[Heavy]:
+        """The ``n`` heaviest keys (all when None), heaviest first, ties by key."""
+        ranked = sorted(self._counts.items(), key=lambda item: (-item[1], item[0]))
+        if n is not None:
+            ranked = ranked[:n]
+        return [Heavy(key, count, self._errors[key]) for key, count in ranked]
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    def __repr__(self) -> str:
+        return f"SpaceSaving(capacity={self.capacity}, tracked={len(self)}, total={self.total})"
+
+
+def merge(parts: Iterable[tuple[Sequence[Heavy], int]], capacity: int) -> list[Heavy]:
+    """The ``capacity`` heaviest keys over several sketches, each given as ``(top(), floor)``.
+
+    ``floor`` is the sketch's ``floor`` (0 when it was not full). Heaviest first.
+    """
+    listed = [({h.key: h for h in heavies}, floor) for heavies, floor in parts]
+    keys = {key for entries, _ in listed for key in entries}
+    merged: list[Heavy] = []
+    for key in keys:
+        count = error = 0
+        for entries, floor in listed:
+            found = entries.get(key)
+            if found is None:
+                count += floor
+                error += floor
+            else:
+                count += found.count
+                error += found.error
+        merged.append(Heavy(key, count, error))
+    merged.sort(key=lambda heavy: (-heavy.count, heavy.key))
+    return merged[:capacity]

@@ -1,0 +1,190 @@
+"""The dashboard's JSON: ``LiveStats.state()`` of one or more workers, merged and summarised.
+
+``render(states, rules, now)`` is pure: the states (JSON data, possibly read
+back from other worker processes), the rules loaded, and the time. Rates are
+per second over the last ``window_s`` seconds; histories are one number a
+second, oldest first, for the last ``history_s`` seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ratewarden.server.config import Rule
+from ratewarden.server.dashboard.live import (
+    CATEGORIES,
+    DECISIONS,
+    FIELDS,
+    LATENCY_BOUNDS,
+    NEAR,
+    OVER,
+    SHADOWED,
+)
+from ratewarden.server.dashboard.topk import Heavy, merge
+
+__all__ = ["TOP_SHOWN", "WINDOW_S", "render"]
+
+#: Seconds the per-second rates average over.
+WINDOW_S = 10
+#: Keys listed per top-key table.
+TOP_SHOWN = 10
+
+
+def render(
+    states: Sequence[dict[str, Any]],
+    rules: Iterable[Rule],
+    now: float,
+    *,
+    window_s: int = WINDOW_S,
+) -> dict[str, Any]:
+    """The JSON document ``GET /dashboard.json`` answers."""
+    history_s = max((int(s["history_s"]) for s in states), default=60)
+    start = int(now) - history_s + 1
+    per_second: dict[str, list[list[int]]] = {}
+    latency = [0] * (len(LATENCY_BOUNDS) + 1)
+    calls = [0] * history_s
+    slowest = 0.0
+    for state in states:
+        for second in state["seconds"]:
+            index = int(second["t"]) - start
+            if not 0 <= index < history_s:
+                continue
+            for rule, counts in second["rules"].items():
+                series = per_second.setdefault(rule, [[0] * len(FIELDS) for _ in range(history_s)])
+                for field, amount in enumerate(counts):
+                    series[index][field] += amount
+            for bucket, amount in second["latency"].items():
+                latency[int(bucket)] += amount
+            calls[index] += second["calls"]
+            slowest = max(slowest, float(second["max"]))
+    totals = _sum_maps(state["totals"] for state in states)
+    modes = _modes(states)
+    loaded = {rule.path: rule for rule in rules}
+    paths = list(loaded) + sorted(set(totals) - set(loaded))
+    window = range(history_s - window_s, history_s)
+    rows = [
+        _rule_row(path, loaded.get(path), per_second.get(path), totals.get(path), window, window_s)
+        for path in paths
+    ]
+    for row in rows:
+        row["degraded_modes"] = modes.get(row["path"], {})
+    return {
+        "generated_at": now,
+        "workers": len(states),
+        "window_s": window_s,
+        "history_s": history_s,
+        "rules": rows,
+        "top": {category: _top(states, category) for category in CATEGORIES},
+        "store_latency": _latency(latency, calls, slowest, window, window_s),
+    }
+
+
+def _rule_row(
+    path: str,
+    rule: Rule | None,
+    series: list[list[int]] | None,
+    totals: list[int] | None,
+    window: range,
+    window_s: int,
+) -> dict[str, Any]:
+    series = series or []
+    recent = [sum(series[i][field] for i in window if i < len(series)) for field in range(5)]
+    rates = {name: recent[field] / window_s for field, name in enumerate(FIELDS)}
+    if recent[OVER]:
+        status = "over"
+    elif recent[SHADOWED]:
+        status = "shadow"
+    elif recent[NEAR]:
+        status = "near"
+    elif recent[DECISIONS]:
+        status = "ok"
+    else:
+        status = "idle"
+    row: dict[str, Any] = {
+        "path": path,
+        "loaded": rule is not None,
+        "status": status,
+        "rate": rates,
+        "totals": dict(zip(FIELDS, totals or [0] * len(FIELDS), strict=True)),
+        "history": {
+            "decisions": [second[DECISIONS] for second in series],
+            "over": [second[OVER] + second[SHADOWED] for second in series],
+        },
+    }
+    if rule is not None:
+        row.update(
+            domain=rule.domain,
+            limits="unlimited" if rule.unlimited else ", ".join(str(x) for x in rule.limits),
+            algorithm=rule.algorithm,
+            failure_mode=rule.failure_mode,
+            shadow_mode=rule.shadow_mode,
+            quota_mode=rule.quota_mode,
+            source=rule.source,
+        )
+    return row
+
+
+def _sum_maps(maps: Iterable[dict[str, list[int]]]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for counts_by_rule in maps:
+        for rule, counts in counts_by_rule.items():
+            into = out.setdefault(rule, [0] * len(FIELDS))
+            for field, amount in enumerate(counts):
+                into[field] += amount
+    return out
+
+
+def _modes(states: Sequence[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for state in states:
+        for rule, modes in state["modes"].items():
+            into = out.setdefault(rule, {})
+            for mode, amount in modes.items():
+                into[mode] = into.get(mode, 0) + amount
+    return out
+
+
+def _top(states: Sequence[dict[str, Any]], category: str) -> list[dict[str, Any]]:
+    parts = [
+        ([Heavy(key, count, error) for key, count, error in part["entries"]], part["floor"])
+        for state in states
+        for part in state["top"][category]
+    ]
+    capacity = max((int(s["top_capacity"]) for s in states), default=TOP_SHOWN)
+    heavies = merge(parts, capacity)[:TOP_SHOWN]
+    out = []
+    for heavy in heavies:
+        rule, _, key = heavy.key.partition("\x00")
+        out.append({"rule": rule, "key": key, "hits": heavy.count, "error": heavy.error})
+    return out
+
+
+def _latency(
+    buckets: list[int], calls: list[int], slowest: float, window: range, window_s: int
+) -> dict[str, Any]:
+    count = sum(buckets)
+    return {
+        "calls": count,
+        "per_second": sum(calls[i] for i in window) / window_s,
+        "p50_s": _quantile(buckets, count, 0.50, slowest),
+        "p99_s": _quantile(buckets, count, 0.99, slowest),
+        "max_s": slowest if count else None,
+        "history": calls,
+    }
+
+
+def _quantile(buckets: list[int], count: int, q: float, slowest: float) -> float | None:
+    """The upper bound of the bucket holding the q-quantile (None without calls).
+
+    Past the last bound, the slowest call seen: JSON has no infinity.
+    """
+    if not count:
+        return None
+    rank = q * count
+    seen = 0
+    for index, amount in enumerate(buckets):
+        seen += amount
+        if seen >= rank:
+            return min(LATENCY_BOUNDS[index], slowest) if index < len(LATENCY_BOUNDS) else slowest
+    return slowest

@@ -1,0 +1,233 @@
+"""The service's Prometheus metrics: envoyproxy/ratelimit's stats, then ratewarden's own.
+
+``ServiceStats`` is the ``ServiceHooks`` that ``ratewarden serve`` installs; its
+``registry`` is what ``GET /metrics`` exposes. envoyproxy/ratelimit emits statsd
+stats that operators map to Prometheus with statsd_exporter; the names here are
+the ones that mapping produces, so dashboards carry over. prometheus_client adds
+``_total`` to every counter name (the OpenMetrics rule), and the descriptor path
+is one ``key`` label rather than statsd_exporter's ``key1``, ``key2``, ...:
+
+========================================================  ==================================
+ratelimit_service_rate_limit_total_hits_total             {domain, key}: hits asked for
+ratelimit_service_rate_limit_over_limit_total             {domain, key}: hits over the limit
+ratelimit_service_rate_limit_near_limit_total             {domain, key}: hits above the
+                                                          near-limit ratio, under the limit
+ratelimit_service_rate_limit_within_limit_total           {domain, key}: hits under the limit
+ratelimit_service_rate_limit_shadow_mode_total            {domain, key}: over, let through
+                                                          by the rule's shadow_mode
+ratelimit_service_rate_limit_failure_mode_allowed_total   {domain, key, mode}: descriptors a
+                                                          failure mode allowed (store down)
+ratelimit_service_rate_limit_failure_mode_denied_total    {domain, key, mode}: ... denied
+ratelimit_service_should_rate_limit_error_total           {err_type}: store_error (one per
+                                                          failed store call), service_error
+ratelimit_service_total_requests_total                    {grpc_method}: ShouldRateLimit calls
+ratelimit_service_response_time_seconds                   histogram of ShouldRateLimit calls
+ratelimit_service_config_load_success_total               config loads that succeeded
+ratelimit_service_config_load_error_total                 config loads that failed
+ratelimit_service_config_last_load_success_timestamp_seconds  when the config in use loaded
+========================================================  ==================================
+
+and, through ``ratewarden.metrics.PrometheusMetrics`` on the same registry,
+``ratewarden_decisions_total{rule, algorithm, outcome}``,
+``ratewarden_degraded_total{rule, mode, reason}`` and
+``ratewarden_store_latency_seconds``.
+
+With ``--workers N`` the processes share one view: ``ratewarden serve`` sets
+``PROMETHEUS_MULTIPROC_DIR`` before it starts them, prometheus_client's
+multiprocess mode keeps each worker's values in files there, and whichever
+worker answers ``GET /metrics`` adds them all up (``exposition``).
+
+``live`` is the dashboard's ``LiveStats``, fed by the same hooks.
+
+The ``key`` label is envoyproxy/ratelimit's stats key without the domain: the
+config path (``api_key`` or ``path_/login``), bounded by the config. Request
+values appear only where the config asks (``detailed_metric``,
+``value_to_metric``) or for Envoy's per-descriptor limit overrides. As a guard,
+at most ``max_keys`` distinct ``(domain, key)`` pairs are kept; later ones are
+counted under ``key="other"``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import replace
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from ratewarden.clock import Clock, SystemClock
+from ratewarden.metrics import LATENCY_BUCKETS, PrometheusMetrics
+from ratewarden.server.config import Rule
+from ratewarden.server.dashboard.live import LiveStats
+from ratewarden.server.service import DescriptorOutcome, ServiceHooks
+
+__all__ = ["MULTIPROC_ENV", "OTHER", "ServiceStats", "multiprocess_dir"]
+
+#: The ``key`` label of descriptors past ``max_keys``.
+OTHER = "other"
+#: prometheus_client's switch to multiprocess mode (read when it is first imported).
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+_PREFIX = "ratelimit_service"
+
+
+def multiprocess_dir() -> str | None:
+    """The directory workers share their metrics in, or None for a single process."""
+    return os.environ.get(MULTIPROC_ENV) or None
+
+
+class ServiceStats(ServiceHooks):
+    """Counts what the service decides into ``registry`` (a fresh one unless given)."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        clock: Clock | None = None,
+        max_keys: int = 10_000,
+    ) -> None:
+        if max_keys < 1:
+            raise ValueError(f"max_keys must be at least 1, got {max_keys!r}")
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.metrics = PrometheusMetrics(self.registry)
+        self.live = LiveStats(self.clock)
+        self._max_keys = max_keys
+        self._keys: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+        per_key = ("domain", "key")
+
+        def counter(name: str, doc: str, labels: tuple[str, ...] = per_key) -> Counter:
+            return Counter(f"{_PREFIX}_{name}", doc, labels, registry=self.registry)
+
+        self.total_hits = counter("rate_limit_total_hits", "Hits asked for, per descriptor key.")
+        self.over_limit = counter("rate_limit_over_limit", "Hits over the limit.")
+        self.near_limit = counter(
+            "rate_limit_near_limit", "Hits under the limit but above the near-limit ratio."
+        )
+        self.within_limit = counter("rate_limit_within_limit", "Hits under the limit.")
+        self.shadow_mode = counter(
+            "rate_limit_shadow_mode", "Hits over the limit, let through by shadow_mode."
+        )
+        self.failure_allowed = counter(
+            "rate_limit_failure_mode_allowed",
+            "Descriptors allowed by a failure mode while the store failed.",
+            (*per_key, "mode"),
+        )
+        self.failure_denied = counter(
+            "rate_limit_failure_mode_denied",
+            "Descriptors denied by a failure mode while the store failed.",
+            (*per_key, "mode"),
+        )
+        self.errors = counter(
+            "should_rate_limit_error",
+            "Failed store calls (store_error) and failed ShouldRateLimit calls (service_error).",
+            ("err_type",),
+        )
+        self.requests = counter(
+            "total_requests", "ShouldRateLimit calls, gRPC and HTTP.", ("grpc_method",)
+        )
+        self.response_time = Histogram(
+            f"{_PREFIX}_response_time_seconds",
+            "Time to answer one ShouldRateLimit call.",
+            registry=self.registry,
+            buckets=LATENCY_BUCKETS,
+        )
+        self.config_success = counter(
+            "config_load_success", "Config loads that succeeded (the first and each reload).", ()
+        )
+        self.config_error = counter(
+            "config_load_error", "Config loads that failed; the last good config stays.", ()
+        )
+        self.config_loaded_at = Gauge(
+            f"{_PREFIX}_config_last_load_success_timestamp_seconds",
+            "Unix time at which the config in use was loaded.",
+            registry=self.registry,
+            multiprocess_mode="max",
+        )
+
+    # --- ServiceHooks -----------------------------------------------------------------
+
+    def on_decision(self, domain: str, rule: Rule, outcome: DescriptorOutcome) -> None:
+        labels = (domain, self._key(domain, outcome.metric_key))
+        hits = outcome.hits
+        self.total_hits.labels(*labels).inc(hits)
+        if outcome.over_limit:
+            self.over_limit.labels(*labels).inc(hits)
+            if outcome.shadowed:
+                self.shadow_mode.labels(*labels).inc(hits)
+        else:
+            self.within_limit.labels(*labels).inc(hits)
+            if outcome.near_limit_hits:
+                self.near_limit.labels(*labels).inc(outcome.near_limit_hits)
+        if outcome.failure is not None:
+            counter = self.failure_denied if outcome.over_limit else self.failure_allowed
+            counter.labels(*labels, outcome.failure).inc()
+        self.live.decision(
+            rule.path,
+            outcome.entries,
+            hits=hits,
+            over=outcome.over_limit,
+            shadowed=outcome.shadowed,
+            near_hits=outcome.near_limit_hits,
+            degraded=outcome.failure,
+        )
+        decision = outcome.decision
+        if decision is not None:
+            if outcome.shadowed and not decision.shadowed:
+                decision = replace(decision, shadowed=True)
+            self.metrics.decision(rule=rule.path, algorithm=rule.algorithm, decision=decision)
+
+    def on_store_error(self, domain: str, rule: Rule, error: Exception) -> None:
+        self.errors.labels("store_error").inc()
+        self.metrics.degraded(rule=rule.path, mode=rule.failure_mode, reason=type(error).__name__)
+
+    def on_store_call(self, seconds: float) -> None:
+        self.metrics.store_latency(seconds=seconds)
+        self.live.store_call(seconds)
+
+    # --- the server's own events ------------------------------------------------------
+
+    def request(self, seconds: float, *, failed: bool = False) -> None:
+        """One ShouldRateLimit call answered in ``seconds``; ``failed``: by the fallback."""
+        self.requests.labels("ShouldRateLimit").inc()
+        self.response_time.observe(seconds)
+        if failed:
+            self.errors.labels("service_error").inc()
+
+    def config_load(self, ok: bool) -> None:
+        """A config load finished: ``ok`` if it is now the config in use."""
+        if ok:
+            self.config_success.inc()
+            self.config_loaded_at.set(self.clock.now())
+        else:
+            self.config_error.inc()
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The registry in the Prometheus text format, and its content type.
+
+        In multiprocess mode (``PROMETHEUS_MULTIPROC_DIR`` set), every worker's
+        values summed (the timestamp gauge: the latest).
+        """
+        registry = self.registry
+        shared = multiprocess_dir()
+        if shared is not None:
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry, path=shared)  # type: ignore[no-untyped-call]
+        body: bytes = prometheus_client.generate_latest(registry)
+        content_type: str = prometheus_client.CONTENT_TYPE_LATEST
+        return body, content_type
+
+    def _key(self, domain: str, metric_key: str) -> str:
+        key = metric_key.removeprefix(domain + ".")
+        if (domain, key) in self._keys:
+            return key
+        with self._lock:
+            if len(self._keys) >= self._max_keys:
+                return OTHER
+            self._keys.add((domain, key))
+        return key
+
+    def __repr__(self) -> str:
+        return f"ServiceStats(registry={self.registry!r})"
