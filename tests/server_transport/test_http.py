@@ -93,9 +93,9 @@ async def test_rlconfig_shows_the_loaded_rules_as_text_or_json(start_server: Sta
 
 
 async def test_unknown_paths_are_404_and_wrong_methods_405(start_server: StartServer) -> None:
-    """Only the three endpoints exist; a wrong method says which ones are allowed."""
+    """Only the listed endpoints exist; a wrong method says which ones are allowed."""
     server = await start_server()
-    missing = await http(server.http_port, "GET", "/metrics")
+    missing = await http(server.http_port, "GET", "/stats")
     wrong = await http(server.http_port, "GET", "/json")
     assert missing.status == 404
     assert (wrong.status, wrong.headers["allow"]) == (405, "POST")

@@ -3,7 +3,10 @@
 ``RateLimitServer`` builds the store, loads the rules, wraps the service in the
 failure policy and hands it to both transports (gRPC and HTTP), then keeps two
 background loops: the config watcher (hot reload) and the health loop (serving
-only while a config is loaded and the store answers a ping). ``serve`` runs one
+only while a config is loaded and the store answers a ping). Its ``stats``
+(``ServiceStats``) count every decision, call and config load for ``/metrics``
+and the dashboard; with ``--workers`` each worker also publishes its dashboard
+figures for the others once a second. ``serve`` runs one
 process until SIGTERM or SIGINT; ``run`` starts ``--workers`` such processes
 sharing the ports and forwards the signals to them.
 
@@ -19,21 +22,28 @@ import contextlib
 import json
 import logging
 import multiprocessing
+import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from multiprocessing.connection import wait as wait_for_sentinels
 from typing import Any
 
 from envoy.service.ratelimit.v3 import rls_pb2
 
+from ratewarden.clock import SystemClock
 from ratewarden.errors import ConfigurationError, RatewardenError
 from ratewarden.server import config as rules
+from ratewarden.server.dashboard import shared
+from ratewarden.server.dashboard.view import render
 from ratewarden.server.grpc import GrpcServer
 from ratewarden.server.http import HttpServer
 from ratewarden.server.reload import ConfigWatcher
 from ratewarden.server.service import AsyncRateLimitService
 from ratewarden.server.settings import Settings, store_scheme
+from ratewarden.server.stats import MULTIPROC_ENV, ServiceStats, multiprocess_dir
 from ratewarden.storage import AsyncStore
 from ratewarden.storage.memory import AsyncMemoryStore
 
@@ -43,6 +53,8 @@ log = logging.getLogger("ratewarden.server")
 
 #: A store that takes longer than this to answer a ping counts as down.
 PING_TIMEOUT_S = 1.0
+#: Seconds between two publications of a worker's dashboard figures (``--workers``).
+PUBLISH_INTERVAL_S = 1.0
 
 
 def open_store(url: str) -> AsyncStore:
@@ -78,8 +90,9 @@ class RateLimitServer:
 
     def __init__(self, settings: Settings, *, store: AsyncStore | None = None) -> None:
         self.settings = settings
+        self.stats = ServiceStats(clock=SystemClock())
         self.watcher: ConfigWatcher[rules.RateLimitConfig] = ConfigWatcher(
-            settings.config_paths, rules.load, self._apply
+            settings.config_paths, rules.load, self._apply, on_load=self.stats.config_load
         )
         self.config = self.watcher.load_initial()
         self.store: AsyncStore = store if store is not None else open_store(settings.store_url)
@@ -89,9 +102,10 @@ class RateLimitServer:
             shadow=settings.shadow,
             charge_denied=settings.charge_denied,
             near_limit_ratio=settings.near_limit_ratio,
+            hooks=self.stats,
         )
         self.grpc = GrpcServer(self.should_rate_limit)
-        self.http = HttpServer(self)
+        self.http = HttpServer(self, dashboard=settings.dashboard)
         self.grpc_port = 0
         self.http_port = 0
         self.errors = 0
@@ -102,12 +116,14 @@ class RateLimitServer:
 
     async def should_rate_limit(self, request: Any) -> Any:
         """The service's answer; on an unexpected failure, the ``--on-error`` answer instead."""
+        started = time.perf_counter()
         try:
-            return await self.service.should_rate_limit(request)
+            answer = await self.service.should_rate_limit(request)
         except ConfigurationError:
             raise  # a malformed request: the transport says so (INVALID_ARGUMENT / 400)
         except Exception:
             self.errors += 1
+            self.stats.request(time.perf_counter() - started, failed=True)
             log.exception(
                 "ShouldRateLimit failed; answering per --on-error",
                 extra={
@@ -117,6 +133,8 @@ class RateLimitServer:
                 },
             )
             return fallback_response(request, deny=self.settings.on_error == "closed")
+        self.stats.request(time.perf_counter() - started)
+        return answer
 
     def serving(self) -> bool:
         return self._serving
@@ -128,6 +146,17 @@ class RateLimitServer:
     def rules_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = self.config.to_dict()
         return data
+
+    def metrics(self, accept: str) -> tuple[bytes, str]:
+        """``/metrics`` in the format ``accept`` asks for; all workers' when several serve."""
+        return self.stats.exposition(accept)
+
+    def dashboard(self) -> dict[str, Any]:
+        """``/dashboard.json``: this worker's live figures, merged with the other workers'."""
+        state = self.stats.live.state()
+        directory = multiprocess_dir()
+        states = shared.gather(directory, state) if directory is not None else [state]
+        return render(states, self.config.rules, self.stats.clock.now())
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -147,6 +176,8 @@ class RateLimitServer:
         self._tasks.append(asyncio.create_task(self._health_loop()))
         if s.reload_interval > 0:
             self._tasks.append(asyncio.create_task(self.watcher.run(s.reload_interval)))
+        if multiprocess_dir() is not None and s.dashboard != "off":
+            self._tasks.append(asyncio.create_task(self._publish_loop()))
         log.info(
             "serving",
             extra={
@@ -187,6 +218,21 @@ class RateLimitServer:
         self._serving = alive
         await self.grpc.set_serving(alive)
         return alive
+
+    async def _publish_loop(self) -> None:
+        directory = multiprocess_dir()
+        assert directory is not None
+        while True:
+            try:
+                shared.publish(directory, self.stats.live.state())
+            except OSError as exc:
+                log.warning(
+                    "cannot publish dashboard figures to %s: %s",
+                    directory,
+                    exc,
+                    extra={"event": "publish_failed"},
+                )
+            await asyncio.sleep(PUBLISH_INTERVAL_S)
 
     async def _health_loop(self) -> None:
         while True:
@@ -248,6 +294,11 @@ def run(settings: Settings) -> int:
     forwards SIGTERM/SIGINT to them and waits. If a child dies on its own, the
     others are stopped too and the exit code is 1, so a supervisor restarts the
     whole set rather than running short-handed.
+
+    The workers count into one set of metrics: unless ``PROMETHEUS_MULTIPROC_DIR``
+    names a directory already, a fresh temporary one is made for them (and
+    removed when they are done) before they start, so prometheus_client runs in
+    multiprocess mode in each.
     """
     if settings.workers == 1:
         return serve(settings)
@@ -255,6 +306,19 @@ def run(settings: Settings) -> int:
     # (building a store checks its URL without connecting).
     rules.load(settings.config_paths)
     asyncio.run(open_store(settings.store_url).aclose())
+    created = None
+    if multiprocess_dir() is None:
+        created = tempfile.mkdtemp(prefix="ratewarden-metrics-")
+        os.environ[MULTIPROC_ENV] = created
+    try:
+        return _run_workers(settings)
+    finally:
+        if created is not None:
+            os.environ.pop(MULTIPROC_ENV, None)
+            shutil.rmtree(created, ignore_errors=True)
+
+
+def _run_workers(settings: Settings) -> int:
     context = multiprocessing.get_context("spawn")
     children = [
         context.Process(target=_worker, args=(settings, index), name=f"ratewarden-worker-{index}")

@@ -1,4 +1,4 @@
-"""The HTTP side of ``ratewarden serve``: ``/json``, ``/healthcheck`` and ``/rlconfig``.
+"""The HTTP side of ``ratewarden serve``: ``/json``, health, rules, metrics and the dashboard.
 
 A small HTTP/1.1 server on asyncio streams (keep-alive, ``Content-Length`` and
 chunked bodies), enough for health probes, scripts and clients that cannot
@@ -12,12 +12,26 @@ envoyproxy/ratelimit:
 - ``GET /healthcheck``: 200 ``OK`` while serving (a config is loaded and the
   store answers), 500 otherwise.
 - ``GET /rlconfig``: the loaded rules as text; ``/rlconfig?format=json`` as JSON.
+- ``GET /metrics``: Prometheus metrics in the text exposition format.
+
+and ratewarden's live dashboard (docs/operations.md), read-only:
+
+- ``GET /dashboard``: one self-contained HTML page (no external resources) that
+  polls ``/dashboard.json`` and redraws.
+- ``GET /dashboard.json``: loaded rules, their recent rates, top keys, degraded
+  decisions and store latency.
+
+The dashboard shows request values (the top keys), so by default
+(``dashboard="loopback"``) it answers only clients on a loopback address, 403
+to others; ``"any"`` opens it to every client of the HTTP port and ``"off"``
+removes both routes. ``/metrics`` carries no request values and is open.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -30,6 +44,7 @@ from envoy.service.ratelimit.v3 import rls_pb2
 from google.protobuf import json_format
 
 from ratewarden.errors import ConfigurationError
+from ratewarden.server.dashboard.page import PAGE, PAGE_CSP
 
 __all__ = ["HttpBackend", "HttpServer"]
 
@@ -52,6 +67,10 @@ class HttpBackend(Protocol):
 
     async def should_rate_limit(self, request: Any) -> Any: ...
 
+    def metrics(self, accept: str) -> tuple[bytes, str]: ...
+
+    def dashboard(self) -> dict[str, Any]: ...
+
 
 class _BadRequestError(Exception):
     def __init__(self, status: HTTPStatus, detail: str) -> None:
@@ -66,6 +85,7 @@ class _Request:
     headers: dict[str, str]
     body: bytes
     keep_alive: bool
+    peer: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +94,7 @@ class _Response:
     body: bytes
     content_type: str = "text/plain; charset=utf-8"
     allow: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 _Handler = Callable[[_Request], Awaitable[_Response]]
@@ -83,11 +104,33 @@ def _text(status: HTTPStatus, text: str | None = None) -> _Response:
     return _Response(status, ((text if text is not None else status.phrase) + "\n").encode())
 
 
-class HttpServer:
-    """Serves ``backend`` over HTTP/1.1; ``start`` binds, ``stop`` drains in-flight requests."""
+#: ``dashboard=`` values: who may open the dashboard.
+DASHBOARD_ACCESS = ("loopback", "any", "off")
+_NO_STORE = (("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff"))
 
-    def __init__(self, backend: HttpBackend) -> None:
+
+def _is_loopback(peer: str) -> bool:
+    try:
+        address = ipaddress.ip_address(peer)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool((mapped or address).is_loopback)
+
+
+class HttpServer:
+    """Serves ``backend`` over HTTP/1.1; ``start`` binds, ``stop`` drains in-flight requests.
+
+    ``dashboard`` is one of ``DASHBOARD_ACCESS`` (see the module docstring).
+    """
+
+    def __init__(self, backend: HttpBackend, *, dashboard: str = "loopback") -> None:
+        if dashboard not in DASHBOARD_ACCESS:
+            raise ConfigurationError(
+                f"dashboard {dashboard!r} must be one of {', '.join(DASHBOARD_ACCESS)}"
+            )
         self._backend = backend
+        self._dashboard = dashboard
         self._server: asyncio.Server | None = None
         self._busy: set[asyncio.Task[None]] = set()
         self._idle: set[asyncio.StreamWriter] = set()
@@ -96,7 +139,11 @@ class HttpServer:
             "/json": (("POST",), self._json),
             "/healthcheck": (("GET", "HEAD"), self._healthcheck),
             "/rlconfig": (("GET", "HEAD"), self._rlconfig),
+            "/metrics": (("GET", "HEAD"), self._metrics),
         }
+        if dashboard != "off":
+            self._routes["/dashboard"] = (("GET", "HEAD"), self._dashboard_page)
+            self._routes["/dashboard.json"] = (("GET", "HEAD"), self._dashboard_json)
 
     async def start(self, host: str, port: int, *, reuse_port: bool = False) -> int:
         """Listen on ``host:port`` and return the port bound (useful with port 0)."""
@@ -125,11 +172,13 @@ class HttpServer:
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        peername = writer.get_extra_info("peername")
+        peer = str(peername[0]) if isinstance(peername, tuple) and peername else ""
         try:
             while not self._closing:
                 self._idle.add(writer)
                 try:
-                    request = await asyncio.wait_for(_read_request(reader), IDLE_TIMEOUT_S)
+                    request = await asyncio.wait_for(_read_request(reader, peer), IDLE_TIMEOUT_S)
                 finally:
                     self._idle.discard(writer)
                 if request is None:
@@ -210,8 +259,35 @@ class HttpServer:
             return _Response(HTTPStatus.OK, body.encode(), "application/json")
         return _Response(HTTPStatus.OK, self._backend.rules_text().encode())
 
+    async def _metrics(self, request: _Request) -> _Response:
+        body, content_type = self._backend.metrics(request.headers.get("accept", ""))
+        return _Response(HTTPStatus.OK, body, content_type)
 
-async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
+    def _dashboard_refused(self, request: _Request) -> _Response | None:
+        if self._dashboard == "loopback" and not _is_loopback(request.peer):
+            return _text(
+                HTTPStatus.FORBIDDEN,
+                "the dashboard answers loopback clients only; "
+                "start the server with --dashboard any to open it to others",
+            )
+        return None
+
+    async def _dashboard_page(self, request: _Request) -> _Response:
+        refused = self._dashboard_refused(request)
+        if refused is not None:
+            return refused
+        headers = (*_NO_STORE, ("Content-Security-Policy", PAGE_CSP))
+        return _Response(HTTPStatus.OK, PAGE, "text/html; charset=utf-8", headers=headers)
+
+    async def _dashboard_json(self, request: _Request) -> _Response:
+        refused = self._dashboard_refused(request)
+        if refused is not None:
+            return refused
+        body = json.dumps(self._backend.dashboard(), separators=(",", ":"), allow_nan=False)
+        return _Response(HTTPStatus.OK, body.encode(), "application/json", headers=_NO_STORE)
+
+
+async def _read_request(reader: asyncio.StreamReader, peer: str = "") -> _Request | None:
     """One request from the stream, or None when the client closed between requests."""
     try:
         head = await reader.readuntil(b"\r\n\r\n")
@@ -239,7 +315,7 @@ async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
     body = await _read_body(reader, headers)
     connection = headers.get("connection", "").lower()
     keep_alive = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
-    return _Request(method, target, headers, body, keep_alive)
+    return _Request(method, target, headers, body, keep_alive, peer)
 
 
 async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
@@ -282,6 +358,7 @@ async def _write(
     ]
     if response.allow is not None:
         head.append(f"Allow: {response.allow}")
+    head.extend(f"{name}: {value}" for name, value in response.headers)
     writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
     if not head_only:
         writer.write(response.body)

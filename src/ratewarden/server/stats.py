@@ -53,8 +53,8 @@ import os
 import threading
 from dataclasses import replace
 
-import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from ratewarden.clock import Clock, SystemClock
@@ -204,10 +204,12 @@ class ServiceStats(ServiceHooks):
         else:
             self.config_error.inc()
 
-    def exposition(self) -> tuple[bytes, str]:
-        """The registry in the Prometheus text format, and its content type.
+    def exposition(self, accept: str = "") -> tuple[bytes, str]:
+        """The registry in the format the ``Accept`` header asks for, and its content type.
 
-        In multiprocess mode (``PROMETHEUS_MULTIPROC_DIR`` set), every worker's
+        The Prometheus text format (0.0.4) unless ``accept`` asks for OpenMetrics
+        or a newer text format (prometheus_client's ``choose_encoder``). In
+        multiprocess mode (``PROMETHEUS_MULTIPROC_DIR`` set), every worker's
         values summed (the timestamp gauge: the latest).
         """
         registry = self.registry
@@ -215,8 +217,8 @@ class ServiceStats(ServiceHooks):
         if shared is not None:
             registry = CollectorRegistry()
             MultiProcessCollector(registry, path=shared)  # type: ignore[no-untyped-call]
-        body: bytes = prometheus_client.generate_latest(registry)
-        content_type: str = prometheus_client.CONTENT_TYPE_LATEST
+        encoder, content_type = choose_encoder(accept)
+        body: bytes = encoder(registry)
         return body, content_type
 
     def _key(self, domain: str, metric_key: str) -> str:

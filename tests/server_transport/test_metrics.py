@@ -1,0 +1,190 @@
+"""GET /metrics of a real `ratewarden serve`: counters match the ShouldRateLimit calls exactly.
+
+Calls go over real gRPC (and /json); the scrape is parsed with prometheus_client's
+own parser, as Prometheus would read it. With --workers 2 every scrape, whichever
+worker answers it, reports the calls of both.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from envoy.service.ratelimit.v3 import rls_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests._servers import HOST, RedisServer
+from tests.server_transport._process import ServeProcess
+from tests.server_transport.conftest import OK, OVER_LIMIT, RULES, StartServer, http, request
+from tests.server_transport.test_serve_process import serving_workers, wait_for
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+P = "ratelimit_service_"
+KEY = {"domain": "transport", "key": "api_key"}
+
+
+def parse(text: str) -> Samples:
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def scrape(port: int) -> Samples:
+    """One GET /metrics on a new connection."""
+    with urllib.request.urlopen(f"http://{HOST}:{port}/metrics", timeout=5) as reply:
+        assert reply.status == 200
+        assert reply.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        return parse(reply.read().decode())
+
+
+def get(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def call(target: str, value: str) -> int:
+    """One ShouldRateLimit on a new channel (so that workers sharing the port each get some)."""
+    with grpc.insecure_channel(target) as chan:
+        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+        reply = stub.ShouldRateLimit(request("transport", {"api_key": value}), timeout=10)
+        return int(reply.overall_code)
+
+
+@pytest.fixture
+def rules(tmp_path: Path) -> Path:
+    path = tmp_path / "rules.yaml"
+    path.write_text(RULES)
+    return path
+
+
+@pytest.fixture
+def served(rules: Path) -> Iterator[ServeProcess]:
+    server = ServeProcess(rules)
+    try:
+        server.wait_serving()
+        yield server
+    finally:
+        server.stop()
+
+
+def test_counters_match_the_grpc_calls_exactly(served: ServeProcess) -> None:
+    """5 calls on one key of a 3/minute rule, 2 on another, 1 without a rule: every
+    envoyproxy/ratelimit counter and ratewarden's own move by exactly those amounts."""
+    before = scrape(served.http_port)
+    assert get(before, P + "total_requests_total", grpc_method="ShouldRateLimit") == 0
+    codes = [call(served.grpc_target, "a") for _ in range(5)]
+    codes += [call(served.grpc_target, "b") for _ in range(2)]
+    with grpc.insecure_channel(served.grpc_target) as chan:
+        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+        codes.append(stub.ShouldRateLimit(request("transport", {"open": "x"})).overall_code)
+    assert codes == [OK, OK, OK, OVER_LIMIT, OVER_LIMIT, OK, OK, OK]
+    after = scrape(served.http_port)
+    assert get(after, P + "total_requests_total", grpc_method="ShouldRateLimit") == 8
+    assert get(after, P + "response_time_seconds_count") == 8
+    assert get(after, P + "rate_limit_total_hits_total", **KEY) == 7
+    assert get(after, P + "rate_limit_within_limit_total", **KEY) == 5
+    assert get(after, P + "rate_limit_over_limit_total", **KEY) == 2
+    assert get(after, P + "rate_limit_near_limit_total", **KEY) == 1  # threshold 2 of 3
+    assert get(after, P + "config_load_success_total") == 1
+    assert get(after, P + "config_load_error_total") == 0
+    assert get(after, P + "config_last_load_success_timestamp_seconds") > 1.7e9
+    decided = {"rule": "transport.api_key", "algorithm": "fixed_window"}
+    assert get(after, "ratewarden_decisions_total", **decided, outcome="allowed") == 5
+    assert get(after, "ratewarden_decisions_total", **decided, outcome="denied") == 2
+    assert get(after, "ratewarden_store_latency_seconds_count") == 7
+    assert get(after, P + "should_rate_limit_error_total", err_type="store_error") == 0
+
+
+async def test_json_calls_count_too_and_a_failed_reload_shows(start_server: StartServer) -> None:
+    """/json goes through the same counting; a broken config file on reload counts a
+    config_load_error while the old rules keep answering."""
+    server = await start_server()
+    body = json.dumps(
+        {"domain": "transport", "descriptors": [{"entries": [{"key": "api_key", "value": "j"}]}]}
+    ).encode()
+    statuses = [(await http(server.http_port, "POST", "/json", body)).status for _ in range(4)]
+    assert statuses == [200, 200, 200, 429]
+    [path] = server.settings.config_paths
+    Path(path).write_text("domain: transport\ndescriptors: [{key: k, bogus: 1}]\n")
+    server.watcher.check_once()
+    reply = await http(server.http_port, "GET", "/metrics")
+    assert reply.status == 200
+    samples = parse(reply.body.decode())
+    assert get(samples, P + "total_requests_total", grpc_method="ShouldRateLimit") == 4
+    assert get(samples, P + "rate_limit_over_limit_total", **KEY) == 1
+    assert get(samples, P + "config_load_success_total") == 1
+    assert get(samples, P + "config_load_error_total") == 1
+    assert (await http(server.http_port, "POST", "/json", body)).status == 429
+
+
+async def test_head_metrics_has_no_body(start_server: StartServer) -> None:
+    """HEAD /metrics: the headers only (probes that only check reachability)."""
+    server = await start_server()
+    reply = await http(server.http_port, "HEAD", "/metrics")
+    assert reply.status == 200 and reply.body == b""
+    assert int(reply.headers["content-length"]) > 0
+
+
+@pytest.mark.redis
+def test_two_workers_report_the_sum_of_both_on_every_scrape(
+    rules: Path, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """--workers 2 on Redis with PROMETHEUS_MULTIPROC_DIR: 40 calls on new connections reach
+    both workers (each publishes its own share), and every one of 8 scrapes, whichever worker
+    answers, counts all 40; the dashboard JSON adds up the same way."""
+    redis_server.client().flushall()
+    shared = tmp_path / "metrics"
+    shared.mkdir()
+    server = ServeProcess(
+        rules,
+        "--workers",
+        "2",
+        "--store",
+        redis_server.url,
+        env={"PROMETHEUS_MULTIPROC_DIR": str(shared)},
+    )
+    try:
+        server.wait_serving()
+        wait_for(lambda: serving_workers(server) == {0, 1}, timeout=20)
+        codes = [call(server.grpc_target, f"k{i % 20}") for i in range(40)]
+        assert codes == [OK] * 40
+        for _ in range(8):
+            samples = scrape(server.http_port)
+            assert get(samples, P + "total_requests_total", grpc_method="ShouldRateLimit") == 40
+            assert get(samples, P + "rate_limit_total_hits_total", **KEY) == 40
+            assert get(samples, P + "rate_limit_within_limit_total", **KEY) == 40
+            assert get(samples, P + "response_time_seconds_count") == 40
+
+        def per_worker() -> list[int]:
+            states = [json.loads(p.read_text()) for p in shared.glob("live-*.json")]
+            return sorted(s["totals"].get("transport.api_key", [0])[0] for s in states)
+
+        wait_for(lambda: sum(per_worker()) == 40, timeout=10)
+        shares = per_worker()
+        assert len(shares) == 2 and min(shares) > 0, shares
+        with urllib.request.urlopen(f"http://{HOST}:{server.http_port}/dashboard.json") as reply:
+            view = json.loads(reply.read())
+        assert view["workers"] == 2
+        [row] = [r for r in view["rules"] if r["path"] == "transport.api_key"]
+        assert row["totals"]["decisions"] == 40
+    finally:
+        server.stop()
+
+
+async def test_openmetrics_is_served_when_the_scraper_asks_for_it(
+    start_server: StartServer,
+) -> None:
+    """Prometheus may ask for OpenMetrics in Accept; the answer is OpenMetrics (ends in # EOF)."""
+    server = await start_server()
+    accept = "Accept: application/openmetrics-text; version=1.0.0,text/plain;q=0.5\r\n"
+    reply = await http(server.http_port, "GET", "/metrics", headers=accept)
+    assert reply.status == 200
+    assert reply.headers["content-type"].startswith("application/openmetrics-text")
+    assert reply.body.endswith(b"# EOF\n")
+    plain = await http(server.http_port, "GET", "/metrics")
+    assert plain.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
