@@ -51,6 +51,7 @@ from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.metrics import LogRateLimiter
 from ratewarden.rate import Rate
 from ratewarden.server._status import current, duration, override
+from ratewarden.server._values import ValueCap
 from ratewarden.server.config import Match, RateLimitConfig, Rule
 from ratewarden.server.headers import HEADER_MODES, response_headers
 from ratewarden.storage import AsyncStore, Store
@@ -138,6 +139,9 @@ class ServiceHooks:
     def on_store_call(self, seconds: float) -> None:
         """One store call (one descriptor's hit) took ``seconds``, failed or not."""
 
+    def on_value_overflow(self, domain: str, rule: Rule) -> None:
+        """A new value past ``max_values_per_rule`` was counted on the rule's overflow counter."""
+
 
 @dataclass(slots=True)
 class _Result:
@@ -195,6 +199,7 @@ class _ServiceBase:
         near_limit_ratio: float,
         response_headers: str,
         hooks: ServiceHooks | None,
+        max_values_per_rule: int | None,
     ) -> None:
         if not isinstance(config, RateLimitConfig):
             raise ConfigurationError(f"config {config!r} is not a RateLimitConfig; use config.load")
@@ -217,6 +222,7 @@ class _ServiceBase:
         self.hooks = hooks if hooks is not None else ServiceHooks()
         self._local = MemoryStore(clock=clock, max_keys=_LOCAL_MAX_KEYS)
         self._store_log = LogRateLimiter(60.0, clock=clock)
+        self.values = ValueCap(max_values_per_rule, clock)
 
     @property
     def config(self) -> RateLimitConfig:
@@ -227,6 +233,7 @@ class _ServiceBase:
         if not isinstance(config, RateLimitConfig):
             raise ConfigurationError(f"config {config!r} is not a RateLimitConfig; use config.load")
         self._config = config  # one reference assignment: atomic for every reader
+        self.values.keep_only(config.rules)
 
     # -- the decision, written once
 
@@ -308,7 +315,29 @@ class _ServiceBase:
                 item.rule = None  # replaced for this request: not checked, not consumed
             if item.rule is not None:
                 item.key, item.metric_key = _keys(request.domain, item)
+                self._cap(item)
         return items
+
+    def _cap(self, item: _Item) -> None:
+        """Past ``max_values_per_rule``, a new value shares the rule's overflow counter."""
+        rule = item.rule
+        if rule is None or not item.needs_store:
+            return
+        item.key, overflowed = self.values.key(rule, item.key)
+        if not overflowed:
+            return
+        self._store_log.log(
+            log,
+            logging.WARNING,
+            "overflow " + rule.path,
+            "rule %s holds %d distinct values; new ones share one overflow counter",
+            rule.path,
+            self.values.limit,
+        )
+        try:
+            self.hooks.on_value_overflow(rule.domain, rule)
+        except Exception:
+            log.exception("hook on_value_overflow failed; the answer is unaffected")
 
     def _settle(self, item: _Item, reply: Decision | Exception, cost: int) -> _Result:
         if isinstance(reply, Decision):
@@ -453,6 +482,7 @@ class RateLimitService(_ServiceBase):
         near_limit_ratio: float = 0.8,
         response_headers: str = "off",
         hooks: ServiceHooks | None = None,
+        max_values_per_rule: int | None = None,
     ) -> None:
         super().__init__(
             config,
@@ -462,6 +492,7 @@ class RateLimitService(_ServiceBase):
             near_limit_ratio=near_limit_ratio,
             response_headers=response_headers,
             hooks=hooks,
+            max_values_per_rule=max_values_per_rule,
         )
         self.store = store
 
@@ -513,6 +544,7 @@ class AsyncRateLimitService(_ServiceBase):
         near_limit_ratio: float = 0.8,
         response_headers: str = "off",
         hooks: ServiceHooks | None = None,
+        max_values_per_rule: int | None = None,
     ) -> None:
         super().__init__(
             config,
@@ -522,6 +554,7 @@ class AsyncRateLimitService(_ServiceBase):
             near_limit_ratio=near_limit_ratio,
             response_headers=response_headers,
             hooks=hooks,
+            max_values_per_rule=max_values_per_rule,
         )
         self.store = store
 

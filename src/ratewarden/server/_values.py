@@ -1,0 +1,95 @@
+"""The cap on distinct values per rule: a bound on key explosion.
+
+A rule on a key without a value (``key: remote_address``) or with a wildcard
+keeps one counter per distinct value a request sends. A client that sends a new
+value on every request (random IPs in ``X-Forwarded-For``, made-up API keys)
+would make one store key per request: the store grows without bound and every
+value gets a fresh, full allowance, so the limit limits nothing.
+
+``ValueCap`` remembers, per rule, the counter keys seen within the rule's
+longest period (after that a counter has expired in the store anyway). Up to
+``limit`` of them get their own counter. Past the cap, each *new* value is
+counted on one shared overflow counter of that rule, with the rule's own
+limits: the flood competes with itself for one allowance, the values already
+known keep theirs, and the store holds at most ``limit + 1`` counters per rule
+and window. Denying over-cap values outright was the other choice; it would
+turn a flood of junk values into an outage for every new legitimate client.
+
+The memory bound is ``limit`` keys per rule (a few hundred bytes each). The cap
+is per process: with ``--workers`` or several replicas, each counts its own.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from ratewarden.clock import Clock
+from ratewarden.errors import ConfigurationError
+from ratewarden.server.config import Rule
+
+__all__ = ["ValueCap", "overflow_key"]
+
+
+def overflow_key(rule: Rule) -> str:
+    """The shared counter of a rule's values past the cap.
+
+    ``rls-overflow/`` can never begin a descriptor's own key (those begin with
+    ``rls/``), and the domain and rule path are length-prefixed like theirs.
+    """
+    fields = (rule.domain, rule.path)
+    return "rls-overflow/" + "/".join(f"{len(text)}:{text}" for text in fields)
+
+
+class ValueCap:
+    """Per rule, at most ``limit`` distinct counter keys per window; ``None`` turns it off."""
+
+    def __init__(self, limit: int | None, clock: Clock) -> None:
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise ConfigurationError(f"max_values_per_rule {limit!r} must be a whole number")
+        if limit is not None and limit < 1:
+            raise ConfigurationError(
+                f"max_values_per_rule {limit!r} must be at least 1 (or None for no cap)"
+            )
+        self.limit = limit
+        self._clock = clock
+        # (domain, rule path) -> counter key -> last seen (us), oldest first.
+        self._seen: dict[tuple[str, str], OrderedDict[str, int]] = {}
+
+    def key(self, rule: Rule, key: str) -> tuple[str, bool]:
+        """The counter key to use for ``key`` under ``rule``, and whether it is the overflow."""
+        if self.limit is None:
+            return key, False
+        now = self._clock.now_us()
+        seen = self._seen.setdefault((rule.domain, rule.path), OrderedDict())
+        self._expire(seen, now - _window_us(rule))
+        if key in seen:
+            seen[key] = now
+            seen.move_to_end(key)
+            return key, False
+        if len(seen) < self.limit:
+            seen[key] = now
+            return key, False
+        return overflow_key(rule), True
+
+    def tracked(self, rule: Rule) -> int:
+        """How many distinct keys of ``rule`` are remembered now (for tests and stats)."""
+        return len(self._seen.get((rule.domain, rule.path), ()))
+
+    def keep_only(self, rules: tuple[Rule, ...]) -> None:
+        """Forget rules no longer configured (called when a new config is swapped in)."""
+        live = {(rule.domain, rule.path) for rule in rules}
+        for ident in [ident for ident in self._seen if ident not in live]:
+            del self._seen[ident]
+
+    @staticmethod
+    def _expire(seen: OrderedDict[str, int], before: int) -> None:
+        while seen:
+            oldest, last = next(iter(seen.items()))
+            if last >= before:
+                return
+            del seen[oldest]
+
+
+def _window_us(rule: Rule) -> int:
+    """How long a counter of ``rule`` can live: its longest period."""
+    return max((rate.period_us for rate in rule.rates), default=0)
