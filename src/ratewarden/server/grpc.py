@@ -6,26 +6,38 @@ service, wrapped in the failure policy), so no exception ever reaches grpc and
 becomes ``UNKNOWN``: a request the service rejects as malformed is answered
 ``INVALID_ARGUMENT``; everything else has already been turned into an answer.
 
+The request arrives as raw bytes and is decoded here, not by grpc: protobuf
+refuses a string field that is not UTF-8, and grpc would report that as
+``UNKNOWN``; decoded here it is ``INVALID_ARGUMENT`` naming the reason.
+
 The health service reports the names in ``HEALTH_SERVICES``: ``""`` (the whole
 server, what Envoy's and Kubernetes' gRPC health checks ask by default), the
 rate limit service's full name, and ``ratelimit`` (the name envoyproxy/ratelimit
 registers, so existing probes keep working).
+
+``GrpcTls`` turns the port into TLS (``--tls-cert``/``--tls-key``) and, with
+``--tls-client-ca``, into mutual TLS: a client must present a certificate that
+CA signed, or the handshake fails before any call.
 """
 
 from __future__ import annotations
 
 import errno
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
-from envoy.service.ratelimit.v3 import rls_pb2_grpc
+from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from ratewarden.errors import ConfigurationError
 
-__all__ = ["HEALTH_SERVICES", "GrpcServer", "RateLimitServicer"]
+__all__ = ["HEALTH_SERVICES", "GrpcServer", "GrpcTls", "RateLimitServicer"]
 
 log = logging.getLogger("ratewarden.server.grpc")
 
@@ -36,23 +48,91 @@ Answer = Callable[[Any], Awaitable[Any]]
 
 
 class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[misc]
-    """``ShouldRateLimit`` over ``answer(request) -> RateLimitResponse``."""
+    """``ShouldRateLimit`` over ``answer(request) -> RateLimitResponse``.
+
+    ``request`` is a ``RateLimitRequest`` or its serialized bytes (as the server
+    registers it); bytes that do not decode are ``INVALID_ARGUMENT``.
+    """
 
     def __init__(self, answer: Answer) -> None:
         self._answer = answer
 
     async def ShouldRateLimit(self, request: Any, context: Any) -> Any:  # noqa: N802 - grpc's name
+        if isinstance(request, bytes):
+            try:
+                request = rls_pb2.RateLimitRequest.FromString(request)
+            except DecodeError as exc:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"the request is not a valid RateLimitRequest: {exc}",
+                )
         try:
             return await self._answer(request)
         except ConfigurationError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 
+    def handler(self) -> grpc.GenericRpcHandler:
+        """The service for ``server.add_generic_rpc_handlers``, taking requests as raw bytes."""
+        method = grpc.unary_unary_rpc_method_handler(
+            self.ShouldRateLimit,
+            request_deserializer=None,
+            response_serializer=rls_pb2.RateLimitResponse.SerializeToString,
+        )
+        return grpc.method_handlers_generic_handler(RATE_LIMIT_SERVICE, {"ShouldRateLimit": method})
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcTls:
+    """TLS for the gRPC port: PEM certificate chain and key, and for mTLS the client CA.
+
+    Build it with ``GrpcTls.load`` so that unreadable or mismatched files are a
+    ``ConfigurationError`` naming the flag at startup, not a failed bind later.
+    The key's bytes stay out of ``repr``.
+    """
+
+    cert_chain: bytes = field(repr=False)
+    private_key: bytes = field(repr=False)
+    client_ca: bytes | None = field(default=None, repr=False)
+    source: str = ""
+
+    @classmethod
+    def load(cls, cert: str, key: str, client_ca: str | None = None) -> GrpcTls:
+        """Read and check the files: the key must match the certificate, the CA must parse."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            context.load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigurationError(
+                f"--tls-cert {cert!r} / --tls-key {key!r}: cannot use them as a PEM certificate "
+                f"chain and its private key ({exc})"
+            ) from None
+        ca = None
+        if client_ca is not None:
+            try:
+                context.load_verify_locations(cafile=client_ca)
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigurationError(
+                    f"--tls-client-ca {client_ca!r}: cannot use it as PEM CA certificates ({exc})"
+                ) from None
+            ca = Path(client_ca).read_bytes()
+        mode = "mTLS" if ca is not None else "TLS"
+        return cls(Path(cert).read_bytes(), Path(key).read_bytes(), ca, f"{mode} ({cert})")
+
+    def credentials(self) -> grpc.ServerCredentials:
+        """Server credentials; a client certificate is required when ``client_ca`` is set."""
+        return grpc.ssl_server_credentials(
+            [(self.private_key, self.cert_chain)],
+            root_certificates=self.client_ca,
+            require_client_auth=self.client_ca is not None,
+        )
+
 
 class GrpcServer:
     """A grpc.aio server: the rate limit and health services. ``start`` binds, ``stop`` drains."""
 
-    def __init__(self, answer: Answer) -> None:
+    def __init__(self, answer: Answer, *, tls: GrpcTls | None = None) -> None:
         self.health = health.aio.HealthServicer()
+        self.tls = tls
         self._servicer = RateLimitServicer(answer)
         self._server: Any = None
 
@@ -64,11 +144,14 @@ class GrpcServer:
         # grpc turns SO_REUSEPORT on by default; keep it off unless workers share the
         # port, so that a second server on a busy port fails instead of splitting traffic.
         self._server = grpc.aio.server(options=[("grpc.so_reuseport", int(reuse_port))])
-        rls_pb2_grpc.add_RateLimitServiceServicer_to_server(self._servicer, self._server)
+        self._server.add_generic_rpc_handlers((self._servicer.handler(),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            bound = int(self._server.add_insecure_port(address))
+            if self.tls is None:
+                bound = int(self._server.add_insecure_port(address))
+            else:
+                bound = int(self._server.add_secure_port(address, self.tls.credentials()))
         except RuntimeError:  # grpc's "Failed to bind"; its log line has the OS's reason
             bound = 0
         if bound == 0:
