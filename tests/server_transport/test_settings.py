@@ -38,6 +38,10 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         "RATEWARDEN_LOG_LEVEL": "DEBUG",
         "RATEWARDEN_LOG_FORMAT": "text",
         "RATEWARDEN_DASHBOARD": "off",
+        "RATEWARDEN_TLS_CERT": "server.pem",
+        "RATEWARDEN_TLS_KEY": "server.key",
+        "RATEWARDEN_TLS_CLIENT_CA": "clients.pem",
+        "RATEWARDEN_MAX_VALUES_PER_RULE": "500",
     }
     assert {option.env for option in OPTIONS.values()} == set(environ)
     assert resolve({}, environ) == Settings(
@@ -57,6 +61,10 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         log_level="debug",
         log_format="text",
         dashboard="off",
+        tls_cert="server.pem",
+        tls_key="server.key",
+        tls_client_ca="clients.pem",
+        max_values_per_rule=500,
     )
 
 

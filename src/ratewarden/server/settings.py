@@ -21,12 +21,20 @@ the flag or variable it came from::
     --log-level L          RATEWARDEN_LOG_LEVEL       info
     --log-format F         RATEWARDEN_LOG_FORMAT      json
     --dashboard W          RATEWARDEN_DASHBOARD       loopback (also: any, off)
+    --tls-cert PATH        RATEWARDEN_TLS_CERT        PEM certificate chain: gRPC over TLS
+    --tls-key PATH         RATEWARDEN_TLS_KEY         its PEM private key
+    --tls-client-ca PATH   RATEWARDEN_TLS_CLIENT_CA   PEM CA for client certs (mTLS)
+    --max-values-per-rule N RATEWARDEN_MAX_VALUES_PER_RULE 100000 (0 turns the cap off)
+
+Secrets stay out of output: ``repr(settings)`` and every error message show the
+store URL with its password replaced by ``***`` (``redacted``).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,14 +42,35 @@ from urllib.parse import urlsplit
 
 from ratewarden.errors import ConfigurationError
 
-__all__ = ["OPTIONS", "Option", "Settings", "resolve", "store_scheme"]
+__all__ = ["OPTIONS", "Option", "Settings", "redacted", "resolve", "store_scheme"]
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("json", "text")
 ON_ERROR = ("open", "closed")
 DASHBOARD = ("loopback", "any", "off")
 _TRUE = ("1", "true", "yes", "on")
+_PASSWORD_OPTION = re.compile(r"([?&][^=&#]*password[^=&#]*=)[^&#]*", re.IGNORECASE)
 _FALSE = ("0", "false", "no", "off")
+
+
+def redacted(url: str) -> str:
+    """``url`` with every password replaced by ``***``, for logs and messages.
+
+    That is the password of its ``user:password@`` part (a URL without a user,
+    ``redis://:secret@host``, keeps its empty user) and the value of any query
+    option named like ``password`` (``?sentinel_password=...``).
+    """
+    url = _PASSWORD_OPTION.sub(r"\1***", url)
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "***@" + url.rpartition("@")[2] if "@" in url else url
+    authority, slash, path = rest.partition("/")
+    if "@" not in authority:
+        return url
+    credentials, _, host = authority.rpartition("@")
+    user, colon, _ = credentials.partition(":")
+    shown = f"{user}:***" if colon else "***"
+    return f"{scheme}://{shown}@{host}{slash}{path}"
 
 
 def store_scheme(url: str) -> str:
@@ -71,15 +100,29 @@ class Settings:
     log_level: str = "info"
     log_format: str = "json"
     dashboard: str = "loopback"
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    max_values_per_rule: int = 100_000
+
+    def __repr__(self) -> str:
+        shown = []
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            text = repr(redacted(value)) if name == "store_url" else repr(value)
+            shown.append(f"{name}={text}")
+        return f"Settings({', '.join(shown)})"
 
     def __post_init__(self) -> None:
+        self._check_tls()
         if not self.config_paths:
             raise ConfigurationError(
                 "no config given: pass --config PATH (a file or directory) or set RATEWARDEN_CONFIG"
             )
         if not store_scheme(self.store_url):
             raise ConfigurationError(
-                f"store URL {self.store_url!r} has no scheme; use memory, redis://host:6379/0, "
+                f"store URL {redacted(self.store_url)!r} has no scheme; use memory, "
+                "redis://host:6379/0, "
                 "rediss://..., or a Sentinel or Cluster URL"
             )
         if self.workers > 1 and store_scheme(self.store_url) == "memory":
@@ -97,6 +140,25 @@ class Settings:
             raise ConfigurationError(
                 f"--grpc-port and --http-port are both {self.grpc_port}; give them different ports"
             )
+
+    def _check_tls(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            given, missing = (
+                ("--tls-cert", "--tls-key") if self.tls_key is None else ("--tls-key", "--tls-cert")
+            )
+            raise ConfigurationError(
+                f"{given} is set but {missing} is not; TLS needs both the certificate and its key"
+            )
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ConfigurationError(
+                "--tls-client-ca is set without --tls-cert/--tls-key; mutual TLS needs the "
+                "server's own certificate too"
+            )
+
+    @property
+    def tls(self) -> bool:
+        """Whether the gRPC port speaks TLS (mutual TLS when ``tls_client_ca`` is set)."""
+        return self.tls_cert is not None
 
     @property
     def reuse_port(self) -> bool:
@@ -276,6 +338,26 @@ OPTIONS: dict[str, Option] = {
         _choice(DASHBOARD),
         "who may open /dashboard on the HTTP port: loopback clients (default), any, or off",
     ),
+    "tls_cert": Option(
+        "--tls-cert",
+        "RATEWARDEN_TLS_CERT",
+        _text,
+        "PEM certificate chain: serve gRPC over TLS (with --tls-key)",
+    ),
+    "tls_key": Option("--tls-key", "RATEWARDEN_TLS_KEY", _text, "PEM private key of --tls-cert"),
+    "tls_client_ca": Option(
+        "--tls-client-ca",
+        "RATEWARDEN_TLS_CLIENT_CA",
+        _text,
+        "PEM CA certificates: require client certificates they signed (mutual TLS)",
+    ),
+    "max_values_per_rule": Option(
+        "--max-values-per-rule",
+        "RATEWARDEN_MAX_VALUES_PER_RULE",
+        _integer(0, 100_000_000),
+        "distinct counters one rule may hold per window before new values share one overflow "
+        "counter (100000; 0 turns the cap off)",
+    ),
 }
 
 
@@ -297,6 +379,8 @@ def resolve(flags: Mapping[str, Any], environ: Mapping[str, str]) -> Settings:
             values[name] = option.parse(raw)
         except ConfigurationError as exc:
             shown = " ".join(raw) if isinstance(raw, list) else raw
+            if name == "store_url":
+                shown = redacted(str(shown))
             raise ConfigurationError(f"{source} {shown!r}: {exc}") from None
     values.setdefault("config_paths", ())
     return Settings(**values)
