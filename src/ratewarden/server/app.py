@@ -38,11 +38,11 @@ from ratewarden.errors import ConfigurationError, RatewardenError
 from ratewarden.server import config as rules
 from ratewarden.server.dashboard import shared
 from ratewarden.server.dashboard.view import render
-from ratewarden.server.grpc import GrpcServer
+from ratewarden.server.grpc import GrpcServer, GrpcTls
 from ratewarden.server.http import HttpServer
 from ratewarden.server.reload import ConfigWatcher
 from ratewarden.server.service import AsyncRateLimitService
-from ratewarden.server.settings import Settings, store_scheme
+from ratewarden.server.settings import Settings, redacted, store_scheme
 from ratewarden.server.stats import MULTIPROC_ENV, ServiceStats, multiprocess_dir
 from ratewarden.storage import AsyncStore
 from ratewarden.storage.memory import AsyncMemoryStore
@@ -103,8 +103,12 @@ class RateLimitServer:
             charge_denied=settings.charge_denied,
             near_limit_ratio=settings.near_limit_ratio,
             hooks=self.stats,
+            max_values_per_rule=settings.max_values_per_rule or None,
         )
-        self.grpc = GrpcServer(self.should_rate_limit)
+        tls = None
+        if settings.tls_cert is not None and settings.tls_key is not None:
+            tls = GrpcTls.load(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+        self.grpc = GrpcServer(self.should_rate_limit, tls=tls)
         self.http = HttpServer(self, dashboard=settings.dashboard)
         self.grpc_port = 0
         self.http_port = 0
@@ -184,7 +188,7 @@ class RateLimitServer:
                 "event": "serving",
                 "grpc": f"{s.host}:{self.grpc_port}",
                 "http": f"{s.host}:{self.http_port}",
-                "store": _redacted(s.store_url),
+                "store": redacted(s.store_url),
                 "config": list(s.config_paths),
             },
         )
@@ -242,16 +246,6 @@ class RateLimitServer:
     def _apply(self, config: rules.RateLimitConfig) -> None:
         self.service.swap_config(config)
         self.config = config
-
-
-def _redacted(url: str) -> str:
-    """``url`` without a password, for logs."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest:
-        return url
-    credentials, _, host = rest.rpartition("@")
-    user = credentials.partition(":")[0]
-    return f"{scheme}://{user + ':***' if user else '***'}@{host}"
 
 
 async def _serve(settings: Settings) -> None:
