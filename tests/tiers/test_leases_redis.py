@@ -68,7 +68,7 @@ def test_leases_across_processes_never_admit_more_than_the_global_limit(
 ) -> None:
     """N processes with leases of k units, in any interleaving: at every step the units admitted
     fleet-wide are at most the limit; drained, exactly the limit was admitted."""
-    clock, pool = stores
+    _clock, pool = stores
     fleet = [TwoTier(pool[i], lease=k) for i in range(processes)]
     key = uuid.uuid4().hex  # a fresh key per example: no flush between examples
     rate = Rate(limit, 3600)

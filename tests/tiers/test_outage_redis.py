@@ -146,7 +146,7 @@ def test_while_open_a_hung_redis_costs_no_timeouts(hung_redis: FaultProxy) -> No
     open the breaker do; the next 500 requests make no store call at all, and when the proxy
     heals, one probe closes the breaker."""
     clock = ManualClock()
-    tiers, store, metrics = build(hung_redis.url, "local", clock)
+    tiers, store, _ = build(hung_redis.url, "local", clock)
     assert tiers.hit("k", RATE).degraded == ""
     hung_redis.set_fault(Fault.BLACKHOLE)
     calls = store.calls
