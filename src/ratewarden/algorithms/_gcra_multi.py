@@ -1,0 +1,173 @@
+"""GCRA over several axes with a cost per axis, plus refunds: the pure twin of ``gcra_multi.lua``.
+
+A token budget limits one key on several axes at once (requests, tokens, input
+tokens, ...), each a GCRA with its own rate, and charges each axis its own
+cost. ``run`` takes exactly the ARGV the Lua script takes and returns exactly
+its reply, so the memory store and Redis give identical answers and a
+differential test compares them directly.
+
+Two operations:
+
+- ``reserve``: check every axis with its own cost and charge all or nothing.
+  With a reservation record key it also writes ``("r", charges)`` there for
+  ``ttl_us``, where each charge is the axis cost and the end of that charge on
+  the axis' timeline (its TAT just after, rounded up to a microsecond). A
+  reserve whose record already exists charges nothing again (a retried call).
+- ``settle``: move each axis back by ``(charged - actual)`` emission intervals,
+  but only by the part of that excess still ahead of now (``end - now``), and
+  never below now. A charge whose end has passed has already been given back
+  by time; refunding it again would admit more than the budget. Actual usage
+  above the charge is charged too, up to an empty budget (never further into
+  debt). The record becomes ``("s",)`` with its expiry unchanged, so a second
+  settle refunds nothing.
+
+ARGV (0-based here, ``ARGV[i + 1]`` in Lua)::
+
+    [0] now_us or ""   [1] "reserve" | "settle"   [2] m axes   [3] record ttl_us
+    [4 + 4i ...]       axis i: n, d, capacity, amount (reserve: cost, settle: actual)
+
+KEYS: the m axis state keys, then the record key (optional for reserve).
+
+Replies::
+
+    reserve  {now, allowed, status, per axis: allowed, remaining, reset_us, retry_us, delay_us}
+             status 0 denied, 1 charged, 2 already reserved under this id (nothing charged)
+    settle   {now, status, per axis: refunded units (negative for an overrun charged),
+              then per axis the five numbers of a cost-0 check}
+             status 0 no such reservation (expired or never made), 1 settled, 2 already settled
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ratewarden.algorithms import gcra
+from ratewarden.algorithms._base import Outcome, ceil_div
+
+__all__ = ["RECORD_WIDTH", "Write", "run"]
+
+#: Numbers per axis in ARGV after the four header values.
+RECORD_WIDTH = 4
+
+#: ``(index into keys, state, absolute expiry in us)``; an expiry <= now deletes the key.
+Write = tuple[int, Any, int]
+
+_Reply = list[int]
+
+
+def _axes(args: Sequence[int | str]) -> list[tuple[tuple[int, int, int], int]]:
+    count = int(args[2])
+    found = []
+    for i in range(count):
+        base = 4 + RECORD_WIDTH * i
+        n, d, capacity, amount = (int(v) for v in args[base : base + RECORD_WIDTH])
+        found.append(((n, d, capacity), amount))
+    return found
+
+
+def _ahead(state: gcra.State | None, now: int, n: int) -> int:
+    """Distance of the TAT ahead of now, in units of 1/n microsecond (0 when rested)."""
+    if state is None or state[0] < now:
+        return 0
+    return (state[0] - now) * n + state[1]
+
+
+def _numbers(outcome: Outcome) -> list[int]:
+    return [int(outcome[0]), outcome[1], outcome[2], outcome[3], outcome[4]]
+
+
+def _outcome_numbers(params: tuple[int, int, int], state: Any, now: int, cost: int) -> list[int]:
+    return _numbers(gcra.check(params, state, now, cost)[0])
+
+
+def _reserve(
+    args: Sequence[int | str], states: Sequence[Any], now: int
+) -> tuple[_Reply, list[Write]]:
+    axes = _axes(args)
+    m = len(axes)
+    has_record = len(states) > m
+    if has_record and states[m] is not None:
+        reply = [now, 1, 2]
+        for i, (params, _) in enumerate(axes):
+            reply.extend(_outcome_numbers(params, states[i], now, 0))
+        return reply, []
+    steps = [gcra.check(p, states[i], now, cost) for i, (p, cost) in enumerate(axes)]
+    allowed = all(step[0].allowed for step in steps)
+    reply = [now, int(allowed), int(allowed)]
+    writes: list[Write] = []
+    charges: list[tuple[int, int]] = []
+    for i, ((params, cost), step) in enumerate(zip(axes, steps, strict=True)):
+        outcome = step[0]
+        if not allowed and outcome.allowed:
+            # Nothing is charged: show the state actually kept.
+            outcome = gcra.check(params, states[i], now, 0)[0]
+        reply.extend(_numbers(outcome))
+        if allowed:
+            if cost > 0:
+                writes.append((i, step[1], now + step[2]))
+                charges.append((cost, step[1][0] + (1 if step[1][1] else 0)))
+            else:
+                charges.append((0, now))
+    if allowed and has_record:
+        expires = now + int(args[3])
+        writes.append((m, ("r", tuple(charges), expires), expires))
+    return reply, writes
+
+
+def _settle_axis(
+    params: tuple[int, int, int], state: Any, now: int, charge: tuple[int, int], actual: int
+) -> tuple[int, Any, int]:
+    """``(refunded units, new state, ttl_us)`` of one axis."""
+    n, d, capacity = params
+    cost, end_us = charge
+    ahead = _ahead(state, now, n)
+    if actual <= cost:
+        excess = (cost - actual) * d
+        still_ahead = max(0, (end_us - now) * n)
+        back = min(excess, still_ahead, ahead)
+        ahead -= back
+        refunded = back // d
+    else:
+        room = capacity * d
+        extra = min((actual - cost) * d, max(0, room - ahead))
+        ahead += extra
+        refunded = -ceil_div(extra, d)
+    if ahead == 0:
+        return refunded, None, 0
+    return refunded, (now + ahead // n, ahead % n), ceil_div(ahead, n)
+
+
+def _settle(
+    args: Sequence[int | str], states: Sequence[Any], now: int
+) -> tuple[_Reply, list[Write]]:
+    axes = _axes(args)
+    m = len(axes)
+    record = states[m]
+    if record is None or record[0] != "r" or len(record[1]) != m:
+        status = 0 if record is None or record[0] == "r" else 2
+        reply = [now, status, *([0] * m)]
+        for i, (params, _) in enumerate(axes):
+            reply.extend(_outcome_numbers(params, states[i], now, 0))
+        return reply, []
+    refunds: list[int] = []
+    news: list[Any] = []
+    writes: list[Write] = []
+    for i, ((params, actual), charge) in enumerate(zip(axes, record[1], strict=True)):
+        refunded, state, ttl_us = _settle_axis(params, states[i], now, charge, actual)
+        refunds.append(refunded)
+        news.append(state)
+        if refunded != 0:
+            writes.append((i, state, now + ttl_us if state is not None else 0))
+    writes.append((m, ("s", record[2]), record[2]))
+    reply = [now, 1, *refunds]
+    for i, (params, _) in enumerate(axes):
+        reply.extend(_outcome_numbers(params, news[i], now, 0))
+    return reply, writes
+
+
+def run(args: Sequence[int | str], states: Sequence[Any], now: int) -> tuple[_Reply, list[Write]]:
+    """The reply of ``gcra_multi.lua`` for these ARGV and key states, and the writes it makes."""
+    if args[1] == "reserve":
+        return _reserve(args, states, now)
+    return _settle(args, states, now)

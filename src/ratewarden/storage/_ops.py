@@ -1,0 +1,117 @@
+"""Store operations beyond the rate algorithms, run on any store the same way.
+
+Token budgets (``gcra_multi``) and fair shares (``fair_share``) each have one
+Lua script and one pure Python twin taking the same ARGV and returning the
+same reply. An ``Op`` carries both; ``run`` / ``arun`` hand the pure twin to
+the memory store's ``_transact`` (under its lock) or the script to a Redis
+store's ``_eval`` (one atomic EVALSHA; all keys share one hash tag). Callers
+plan an ``Op`` and parse the reply without knowing which store they have.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.rate import Rate
+from ratewarden.storage._keys import escape
+
+__all__ = ["Op", "arun", "axis_key", "check_name", "record_key", "run"]
+
+#: ``(ARGV, key states, now_us) -> (reply, writes)``; see ``MemoryStore._transact``.
+Step = Callable[[Sequence[int | str], list[Any], int], tuple[list[int], Sequence[Any]]]
+
+_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
+_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One atomic step: script stem, keys, ARGV (``ARGV[1]``, now, is filled in), pure twin."""
+
+    script: str
+    keys: tuple[str, ...]
+    args: tuple[int | str, ...]
+    step: Step
+
+
+def check_name(what: str, name: object) -> str:
+    """An axis (or similar) name: lowercase letters, digits and ``_``, starting with a letter."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigurationError(
+            f"{what} name {name!r} must be 1-32 lowercase letters, digits or '_', "
+            "starting with a letter (e.g. 'tokens', 'input_tokens')"
+        )
+    return name
+
+
+def check_id(what: str, value: object) -> str:
+    """A reservation (or similar) id: 1-128 of ``A-Z a-z 0-9 _ . : -``."""
+    if not isinstance(value, str) or not _ID.match(value):
+        raise ConfigurationError(
+            f"{what} {value!r} must be 1-128 characters from A-Z a-z 0-9 _ . : - "
+            "(leave it out to get a random one)"
+        )
+    return value
+
+
+def _head(prefix: str, key: str) -> str:
+    if not isinstance(key, str) or not key:
+        raise ConfigurationError(f"key {key!r} must be a non-empty string")
+    return f"{prefix}:{{{escape(key)}}}"
+
+
+def axis_key(prefix: str, key: str, kind: str, axis: str, rate: Rate) -> str:
+    """``<prefix>:{<key>}:<kind>:<axis>:<limit>:<period_us>:<capacity>`` (axis already checked)."""
+    return f"{_head(prefix, key)}:{kind}:{axis}:{rate.limit}:{rate.period_us}:{rate.capacity}"
+
+
+def record_key(prefix: str, key: str, kind: str, record_id: str) -> str:
+    """``<prefix>:{<key>}:<kind>:<id>``, in the same slot as the key's axes."""
+    return f"{_head(prefix, key)}:{kind}:{record_id}"
+
+
+def _reply(raw: Any) -> list[int]:
+    return [int(value) for value in raw]
+
+
+def _memory_core() -> type:
+    from ratewarden.storage.memory import _MemoryCore
+
+    return _MemoryCore
+
+
+def _unsupported(store: object) -> ConfigurationError:
+    return ConfigurationError(
+        f"{type(store).__name__} cannot run token budgets or fair shares: "
+        "use MemoryStore / RedisStore (or their async twins)"
+    )
+
+
+def run(store: object, op: Op) -> list[int]:
+    """Apply ``op`` atomically on a synchronous store; the script's reply as integers."""
+    if isinstance(store, _memory_core()):
+        return store._transact(op.keys, lambda states, now: op.step(op.args, states, now))  # type: ignore[attr-defined, no-any-return]
+    evaluate = getattr(store, "_eval", None)
+    if evaluate is None:
+        raise _unsupported(store)
+    args = list(op.args)
+    now = store._now()  # type: ignore[attr-defined]
+    args[0] = "" if now is None else now
+    return _reply(evaluate(op.script, op.keys, args))
+
+
+async def arun(store: object, op: Op) -> list[int]:
+    """The asyncio twin of ``run``."""
+    if isinstance(store, _memory_core()):
+        return store._transact(op.keys, lambda states, now: op.step(op.args, states, now))  # type: ignore[attr-defined, no-any-return]
+    evaluate = getattr(store, "_eval", None)
+    if evaluate is None:
+        raise _unsupported(store)
+    args = list(op.args)
+    now = store._now()  # type: ignore[attr-defined]
+    args[0] = "" if now is None else now
+    return _reply(await evaluate(op.script, op.keys, args))

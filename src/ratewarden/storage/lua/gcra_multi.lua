@@ -1,0 +1,219 @@
+-- gcra_multi.lua: GCRA on several axes of one key, a cost per axis, all or nothing;
+-- and the refund of a reservation (settle), once per reservation id.
+-- Mirrors ratewarden.algorithms._gcra_multi.run (same ARGV, same reply).
+-- KEYS[1..m]  "tat_us frac" per axis (all with the budget key's hash tag)
+-- KEYS[m+1]   the reservation record (optional for reserve): "r expires_us c1 e1 c2 e2 ..."
+--             while reserved (cost and charge end per axis), "s expires_us" once settled.
+--             Its expiry is kept in the value too, so that a test clock (ARGV[1]) sees it
+--             expire; PX removes it on Redis time.
+-- ARGV[1]     now in microseconds, or "" to read Redis TIME
+-- ARGV[2]     "reserve" | "settle"
+-- ARGV[3]     m, the number of axes
+-- ARGV[4]     record ttl_us (reserve)
+-- ARGV[5..]   per axis: n, d, capacity, amount (reserve: cost; settle: actual usage)
+-- Reply       reserve: {now, allowed, status, per axis 5 numbers (see _prelude.lua)}
+--               status 0 denied, 1 charged, 2 already reserved under this id
+--             settle: {now, status, per axis refunded units, per axis 5 numbers}
+--               status 0 no such reservation, 1 settled, 2 already settled
+
+local now = now_us()
+local op = ARGV[2]
+local m = tonumber(ARGV[3])
+
+local function read(key)
+  local raw = redis.call('GET', key)
+  if not raw then
+    return nil
+  end
+  local sep = string.find(raw, ' ', 1, true)
+  return {tonumber(string.sub(raw, 1, sep - 1)), tonumber(string.sub(raw, sep + 1))}
+end
+
+local function write(key, state, ttl_us)
+  if state then
+    redis.call('SET', key, fmt(state[1]) .. ' ' .. fmt(state[2]), 'PX', ttl_ms(ttl_us))
+  else
+    redis.call('DEL', key)
+  end
+end
+
+-- gcra.lua's check, unchanged
+local function check(p, state, now, cost)
+  local n, d, capacity = p[1], p[2], p[3]
+  local tat, frac = now, 0
+  if state then
+    tat, frac = state[1], state[2]
+  end
+  if tat < now then
+    tat, frac = now, 0
+  end
+  local ahead = (tat - now) * n + frac
+  local room = capacity * d
+  local left = room - ahead
+  if left < 0 then
+    left = 0
+  end
+  if cost > capacity then
+    return {0, idiv(left, d), ceil_div(ahead, n), NEVER, 0}, state, 0
+  end
+  local after = ahead + cost * d
+  if after > room then
+    return {0, idiv(left, d), ceil_div(ahead, n), ceil_div(after - room, n), 0}, state, 0
+  end
+  local total = frac + cost * d
+  local reset = ceil_div(after, n)
+  return {1, idiv(room - after, d), reset, 0, 0}, {tat + idiv(total, n), total % n}, reset
+end
+
+local params, amounts, states = {}, {}, {}
+for i = 1, m do
+  local base = 4 + (i - 1) * 4
+  params[i] = {tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])}
+  amounts[i] = tonumber(ARGV[base + 4])
+  states[i] = read(KEYS[i])
+end
+local record_key = KEYS[m + 1]
+
+-- The record's words, or nil when absent or expired (on the script's clock).
+local function record()
+  if not record_key then
+    return nil
+  end
+  local raw = redis.call('GET', record_key)
+  if not raw then
+    return nil
+  end
+  local words = {}
+  for word in string.gmatch(raw, '%S+') do
+    words[#words + 1] = word
+  end
+  if tonumber(words[2]) <= now then
+    return nil
+  end
+  return words
+end
+
+local function append(reply, outcome)
+  for j = 1, 5 do
+    reply[#reply + 1] = outcome[j]
+  end
+end
+
+if op == 'reserve' then
+  if record() then
+    local reply = {now, 1, 2}
+    for i = 1, m do
+      append(reply, (check(params[i], states[i], now, 0)))
+    end
+    return reply
+  end
+  local outcomes, news, ttls = {}, {}, {}
+  local all = true
+  for i = 1, m do
+    outcomes[i], news[i], ttls[i] = check(params[i], states[i], now, amounts[i])
+    if outcomes[i][1] == 0 then
+      all = false
+    end
+  end
+  local reply = {now, all and 1 or 0, all and 1 or 0}
+  local expires = now + tonumber(ARGV[4])
+  local charges = {'r', fmt(expires)}
+  for i = 1, m do
+    if not all and outcomes[i][1] == 1 then
+      outcomes[i] = check(params[i], states[i], now, 0)
+    end
+    append(reply, outcomes[i])
+    if all then
+      if amounts[i] > 0 then
+        write(KEYS[i], news[i], ttls[i])
+        local ends = news[i][1]
+        if news[i][2] > 0 then
+          ends = ends + 1
+        end
+        charges[#charges + 1] = fmt(amounts[i]) .. ' ' .. fmt(ends)
+      else
+        charges[#charges + 1] = '0 ' .. fmt(now)
+      end
+    end
+  end
+  if all and record_key then
+    redis.call('SET', record_key, table.concat(charges, ' '), 'PX', ttl_ms(tonumber(ARGV[4])))
+  end
+  return reply
+end
+
+-- settle
+local words = record()
+local charges = {}
+if words and words[1] == 'r' then
+  for i = 3, #words do
+    charges[#charges + 1] = tonumber(words[i])
+  end
+end
+if #charges ~= 2 * m then
+  local status = 0
+  if words and words[1] == 's' then
+    status = 2
+  end
+  local reply = {now, status}
+  for i = 1, m do
+    reply[#reply + 1] = 0
+  end
+  for i = 1, m do
+    append(reply, (check(params[i], states[i], now, 0)))
+  end
+  return reply
+end
+
+local reply = {now, 1}
+local news = {}
+for i = 1, m do
+  local n, d, capacity = params[i][1], params[i][2], params[i][3]
+  local cost, ends, actual = charges[2 * i - 1], charges[2 * i], amounts[i]
+  local state = states[i]
+  local ahead = 0
+  if state and state[1] >= now then
+    ahead = (state[1] - now) * n + state[2]
+  end
+  local refunded
+  if actual <= cost then
+    local back = (cost - actual) * d
+    local still = (ends - now) * n
+    if still < back then
+      back = still
+    end
+    if ahead < back then
+      back = ahead
+    end
+    if back < 0 then
+      back = 0
+    end
+    ahead = ahead - back
+    refunded = idiv(back, d)
+  else
+    local extra = (actual - cost) * d
+    local left = capacity * d - ahead
+    if left < 0 then
+      left = 0
+    end
+    if left < extra then
+      extra = left
+    end
+    ahead = ahead + extra
+    refunded = -ceil_div(extra, d)
+  end
+  if ahead == 0 then
+    news[i] = nil
+  else
+    news[i] = {now + idiv(ahead, n), ahead % n}
+  end
+  if refunded ~= 0 then
+    write(KEYS[i], news[i], ceil_div(ahead, n))
+  end
+  reply[#reply + 1] = refunded
+end
+redis.call('SET', record_key, 's ' .. words[2], 'KEEPTTL')
+for i = 1, m do
+  append(reply, (check(params[i], news[i], now, 0)))
+end
+return reply
