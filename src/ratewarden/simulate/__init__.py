@@ -1,0 +1,36 @@
+"""See a limit before shipping it: traffic patterns, burst analysis, accuracy and plots.
+
+Everything here runs the pure algorithms (``ratewarden.algorithms``) in
+simulated time on a ``ManualClock``: no store, no sleeps, minutes of traffic
+per second of CPU.
+
+- ``patterns``: steady, Poisson, on/off, boundary bursts, retry storms, replays.
+- ``runner``: one pattern through one algorithm and rate; the summary table.
+- ``bursts``: each algorithm's worst case, found by a greedy attacker.
+- ``accuracy``: the sliding window's estimate against the exact sliding log.
+- ``plots``: PNG/SVG figures (needs matplotlib, the ``simulate`` extra).
+- ``command``: the ``ratewarden simulate`` command line.
+"""
+
+from __future__ import annotations
+
+from ratewarden.simulate.accuracy import Accuracy, estimate_accuracy, format_accuracy
+from ratewarden.simulate.bursts import BurstRow, analytic, burst_table, format_bursts
+from ratewarden.simulate.patterns import Pattern, parse
+from ratewarden.simulate.runner import Run, Summary, format_table, run
+
+__all__ = [
+    "Accuracy",
+    "BurstRow",
+    "Pattern",
+    "Run",
+    "Summary",
+    "analytic",
+    "burst_table",
+    "estimate_accuracy",
+    "format_accuracy",
+    "format_bursts",
+    "format_table",
+    "parse",
+    "run",
+]

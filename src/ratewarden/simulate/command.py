@@ -1,0 +1,283 @@
+"""``ratewarden simulate``: run traffic through algorithms, print tables, draw plots.
+
+Three modes share one subcommand::
+
+    ratewarden simulate [--pattern SPEC]... [--algorithm NAME]... [--rate RATE]...
+                        [--burst N] [--duration SECONDS] [--plot FILE]...
+    ratewarden simulate --bursts [--rate RATE]... [--burst N] [--algorithm NAME]...
+    ratewarden simulate --accuracy [--rate RATE] [--model NAME]... [--load X]...
+                        [--requests N] [--sources N] [--seed N]
+
+Bad input exits 2 with one line naming the flag and the value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ratewarden import algorithms
+from ratewarden.errors import ConfigurationError
+from ratewarden.rate import Rate
+from ratewarden.simulate import accuracy as accuracy_report
+from ratewarden.simulate import bursts, patterns, plots, runner
+
+__all__ = ["add_parser", "main"]
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+
+_DEFAULT_PATTERNS = (
+    "steady:load=1.5",
+    "poisson:load=1.5",
+    "onoff",
+    "boundary",
+    "retry-storm",
+    "retry-storm:jitter=yes",
+)
+_DEFAULT_RATE = "100/minute"
+_ACCURACY_RATE = "50/minute"  # Cloudflare's published example
+
+_DESCRIPTION = """\
+Simulate traffic against rate limiting algorithms in simulated time (no store, no sleeps).
+
+By default, run traffic patterns through algorithms and print, per pattern, algorithm and
+rate: requests offered, admitted, denied, the most admitted in any trailing period (and its
+ratio to the limit) and, for the leaky bucket used as a shaper, the p99 wait. --plot draws
+admitted vs offered over time and cumulative admitted against the contract line.
+
+--bursts prints each algorithm's worst case, found by a greedy attacker.
+--accuracy compares the sliding window's estimate with the exact sliding log.
+"""
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``simulate`` to the ``ratewarden`` subcommands."""
+    parser = commands.add_parser(
+        "simulate",
+        help="simulate traffic against algorithms: tables, plots, burst and accuracy reports",
+        description=_DESCRIPTION,
+        epilog=patterns.pattern_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--bursts",
+        action="store_true",
+        help="print the worst-case burst and state size of each algorithm",
+    )
+    mode.add_argument(
+        "--accuracy",
+        action="store_true",
+        help="compare the sliding window estimate with the exact sliding log",
+    )
+    parser.add_argument(
+        "--pattern",
+        action="append",
+        metavar="SPEC",
+        help=f"a traffic pattern (repeatable; see below) [default: {' '.join(_DEFAULT_PATTERNS)}]",
+    )
+    parser.add_argument(
+        "--algorithm",
+        action="append",
+        metavar="NAME",
+        help="an algorithm (repeatable): "
+        f"{', '.join(sorted(algorithms.ALGORITHMS))} [default: all]",
+    )
+    parser.add_argument(
+        "--rate",
+        action="append",
+        metavar="RATE",
+        help=f"a rate such as 100/minute (repeatable) [default: {_DEFAULT_RATE}; "
+        f"{_ACCURACY_RATE} with --accuracy]",
+    )
+    parser.add_argument(
+        "--burst",
+        type=_whole("--burst"),
+        metavar="N",
+        help="capacity of the bucket algorithms (gcra, token_bucket, "
+        "leaky_bucket) [default: the limit]",
+    )
+    parser.add_argument(
+        "--duration",
+        type=_seconds,
+        metavar="SECONDS",
+        help="simulated seconds per run [default: 600]",
+    )
+    parser.add_argument(
+        "--plot",
+        action="append",
+        metavar="FILE",
+        help="write a .png or .svg figure (repeatable); with several patterns "
+        "or rates, one file per pair, named FILE-PATTERN-RATE.png",
+    )
+    parser.add_argument(
+        "--model",
+        action="append",
+        metavar="NAME",
+        help="--accuracy traffic model (repeatable): "
+        f"{', '.join(accuracy_report.MODELS)} [default: all]",
+    )
+    parser.add_argument(
+        "--load",
+        action="append",
+        type=_number("--load"),
+        metavar="X",
+        help="--accuracy: median source's mean rate as a multiple of the limit "
+        "(repeatable) [default: 0.5]",
+    )
+    parser.add_argument(
+        "--requests",
+        type=_whole("--requests"),
+        metavar="N",
+        help="--accuracy: requests per model and load [default: 4000000]",
+    )
+    parser.add_argument(
+        "--sources",
+        type=_whole("--sources"),
+        metavar="N",
+        help="--accuracy: independent sources (keys) [default: 10000]",
+    )
+    parser.add_argument("--seed", type=_whole("--seed"), metavar="N",
+                        help="--accuracy: random seed [default: 1]")  # fmt: skip
+
+
+def _whole(flag: str) -> argparse._ActionType:
+    def convert(raw: str) -> int:
+        if not re.fullmatch(r"[0-9]+", raw.strip()) or int(raw) < 1:
+            raise argparse.ArgumentTypeError(f"{flag} {raw!r} must be a whole number above 0")
+        return int(raw)
+
+    return convert
+
+
+def _number(flag: str) -> argparse._ActionType:
+    def convert(raw: str) -> float:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} {raw!r} is not a number") from None
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"{flag} {raw!r} must be a number above 0")
+        return value
+
+    return convert
+
+
+_seconds = _number("--duration")
+
+
+def _rates(texts: Sequence[str] | None, default: str, burst: int | None) -> list[Rate]:
+    rates = []
+    for text in texts or [default]:
+        try:
+            rates.append(Rate.parse(text, burst=burst))
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"--rate {text!r}: {exc}") from None
+    return rates
+
+
+def _algorithms(names: Sequence[str] | None) -> list[str]:
+    chosen = list(names or sorted(algorithms.ALGORITHMS))
+    for name in chosen:
+        algorithms.get(name)  # a ConfigurationError listing the choices
+    return list(dict.fromkeys(chosen))
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-")
+
+
+def _plot_paths(base: str, pattern: str, rate: Rate, several: bool) -> Path:
+    path = Path(base)
+    if not several:
+        return path
+    return path.with_name(f"{path.stem}-{_slug(pattern)}-{_slug(str(rate))}{path.suffix}")
+
+
+def _traffic(args: argparse.Namespace) -> int:
+    specs = args.pattern or list(_DEFAULT_PATTERNS)
+    chosen = [patterns.parse(spec) for spec in specs]
+    names = _algorithms(args.algorithm)
+    rates = _rates(args.rate, _DEFAULT_RATE, args.burst)
+    if args.plot:
+        for base in args.plot:
+            plots.check_path(Path(base))
+        plots.require_matplotlib()
+    summaries: list[runner.Summary] = []
+    several = len(chosen) * len(rates) > 1
+    for pattern in chosen:
+        for rate in rates:
+            runs = [runner.run(pattern, name, rate, args.duration or 600.0) for name in names]
+            summaries.extend(one.summary() for one in runs)
+            for base in args.plot or ():
+                written = plots.plot_runs(runs, _plot_paths(base, runs[0].pattern, rate, several))
+                print(f"wrote {written}", file=sys.stderr)
+    print(runner.format_table(summaries), end="")
+    return EXIT_OK
+
+
+def _bursts(args: argparse.Namespace) -> int:
+    rows = []
+    names = _algorithms(args.algorithm)
+    for rate in _rates(args.rate, _DEFAULT_RATE, args.burst):
+        rows.extend(bursts.burst_table(rate, names))
+    print(bursts.format_bursts(rows), end="")
+    return EXIT_OK
+
+
+def _accuracy(args: argparse.Namespace) -> int:
+    models = list(dict.fromkeys(args.model or accuracy_report.MODELS))
+    rates = _rates(args.rate, _ACCURACY_RATE, args.burst)
+    rows = []
+    for rate in rates:
+        for load in args.load or [0.5]:
+            for model in models:
+                rows.append(
+                    accuracy_report.estimate_accuracy(
+                        model,
+                        rate,
+                        args.requests or 4_000_000,
+                        args.sources or 10_000,
+                        load,
+                        args.seed or 1,
+                    )
+                )
+    print(accuracy_report.format_accuracy(rows), end="")
+    return EXIT_OK
+
+
+#: The flags each mode takes; any other flag given is an error, not ignored.
+_MODE_FLAGS = {
+    "traffic": {"pattern", "algorithm", "rate", "burst", "duration", "plot"},
+    "bursts": {"algorithm", "rate", "burst"},
+    "accuracy": {"rate", "model", "load", "requests", "sources", "seed"},
+}
+_ALL_FLAGS = set().union(*_MODE_FLAGS.values())
+
+
+def _check_flags(args: argparse.Namespace, mode: str) -> None:
+    stray = sorted(f for f in _ALL_FLAGS - _MODE_FLAGS[mode] if getattr(args, f) is not None)
+    if stray:
+        where = {"traffic": "without --bursts or --accuracy", "bursts": "with --bursts",
+                 "accuracy": "with --accuracy"}[mode]  # fmt: skip
+        flags = ", ".join("--" + f for f in stray)
+        raise ConfigurationError(f"{flags} cannot be used {where}")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``ratewarden simulate`` with parsed ``args``; returns the exit code."""
+    mode = "bursts" if args.bursts else "accuracy" if args.accuracy else "traffic"
+    try:
+        _check_flags(args, mode)
+        if args.bursts:
+            return _bursts(args)
+        if args.accuracy:
+            return _accuracy(args)
+        return _traffic(args)
+    except ConfigurationError as exc:
+        print(f"ratewarden simulate: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE

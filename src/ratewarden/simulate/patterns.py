@@ -1,0 +1,423 @@
+"""Traffic patterns: when requests arrive, and how throttled clients react.
+
+A pattern is told the ``Horizon`` (start, length, and the rate it is run
+against) and answers the first arrivals as ``(time_us, client, cost)``. A
+reactive pattern (the retry storm) also answers, after each decision, when that
+client comes back. Loads are multiples of the rate: ``load=1.5`` offers half
+again the limit. All randomness comes from a seeded ``random.Random``, so a
+pattern with the same seed gives the same traffic every run.
+
+Patterns, by name, as NAME[:KEY=VALUE,...] (defaults in brackets):
+
+  steady       evenly spaced requests at load x the rate. [load=1]
+  poisson      random (exponential) gaps averaging load x the rate. [load=1, seed=1]
+  onoff        on seconds at load x the rate, then off seconds of silence.
+               [load=6, on=5, off=25]
+  boundary     size requests in the last microsecond before every other window
+               edge and size more on the edge: the attack that doubles a fixed
+               window. [size=the limit]
+  retry-storm  clients callers start together, each offering its share of load x
+               the rate; a denied call retries after base x 2**attempt seconds (at
+               most cap): the whole wait (jitter=no) or a uniform random part of it
+               (jitter=yes, "full jitter"). [clients=50, load=1.5, jitter=no, base=1,
+               cap=30, seed=1]
+  replay       the requests in a log file: one per line, "SECONDS [COST]" (absolute
+               or relative; the earliest starts the run), # starts a comment.
+               [file=PATH, required]
+
+Example: onoff:load=6,on=5,off=25
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ratewarden.errors import ConfigurationError
+
+__all__ = [
+    "MAX_ARRIVALS",
+    "PATTERNS",
+    "Arrival",
+    "BoundaryBurst",
+    "Horizon",
+    "OnOff",
+    "Pattern",
+    "Poisson",
+    "Replay",
+    "RetryStorm",
+    "Steady",
+    "Stream",
+    "parse",
+    "pattern_help",
+]
+
+_SECOND_US = 1_000_000
+
+#: The most arrivals one run may generate: a run is a picture, not a load test.
+MAX_ARRIVALS = 5_000_000
+
+#: The most clients a retry storm may have (each keeps a little state).
+MAX_CLIENTS = 100_000
+
+#: ``(time_us, client, cost)``
+Arrival = tuple[int, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Horizon:
+    """What a pattern is generated for: ``[start_us, start_us + duration_us)`` against a rate."""
+
+    start_us: int
+    duration_us: int
+    limit: int
+    period_us: int
+
+    @property
+    def end_us(self) -> int:
+        return self.start_us + self.duration_us
+
+    def gap_us(self, load: float) -> float:
+        """Microseconds between requests offered at ``load`` x the rate."""
+        return self.period_us / (self.limit * load)
+
+    def check_volume(self, pattern: str, expected: float) -> None:
+        """Refuse a run that would generate more than ``MAX_ARRIVALS`` arrivals."""
+        if expected > MAX_ARRIVALS:
+            raise ConfigurationError(
+                f"pattern {pattern}: about {expected:,.0f} requests in "
+                f"{self.duration_us / _SECOND_US:g} s is more than {MAX_ARRIVALS:,}; "
+                "shorten the duration or lower the load"
+            )
+
+
+class Stream:
+    """One run of a pattern: its first arrivals, and (when reactive) the clients' next ones."""
+
+    def __init__(self, arrivals: list[Arrival]) -> None:
+        self.arrivals = arrivals
+
+    def after(self, arrival: Arrival, allowed: bool, retry_after_us: int) -> Arrival | None:
+        """The client's next arrival once ``arrival`` was decided; open-loop traffic has none."""
+        return None
+
+
+class Pattern:
+    """A traffic shape; ``start(horizon)`` begins one run of it."""
+
+    __slots__ = ()
+    name = "pattern"
+
+    def start(self, horizon: Horizon) -> Stream:
+        return Stream(self.arrivals(horizon))
+
+    def arrivals(self, horizon: Horizon) -> list[Arrival]:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return self.name
+
+
+def _positive(name: str, what: str, value: float) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigurationError(f"pattern {name}: {what}={value!r} must be a number above 0")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Steady(Pattern):
+    """Evenly spaced requests at ``load`` x the rate."""
+
+    load: float = 1.0
+    name = "steady"
+
+    def __post_init__(self) -> None:
+        _positive(self.name, "load", self.load)
+
+    def arrivals(self, horizon: Horizon) -> list[Arrival]:
+        gap = horizon.gap_us(self.load)
+        count = math.ceil(horizon.duration_us / gap)
+        horizon.check_volume(self.name, count)
+        times = (horizon.start_us + int(i * gap) for i in range(count))
+        return [(t, 0, 1) for t in times if t < horizon.end_us]
+
+    def describe(self) -> str:
+        return f"steady x{self.load:g}"
+
+
+@dataclass(frozen=True, slots=True)
+class Poisson(Pattern):
+    """Exponential gaps averaging ``load`` x the rate (independent callers)."""
+
+    load: float = 1.0
+    seed: int = 1
+    name = "poisson"
+
+    def __post_init__(self) -> None:
+        _positive(self.name, "load", self.load)
+
+    def arrivals(self, horizon: Horizon) -> list[Arrival]:
+        rng = random.Random(self.seed)
+        gap = horizon.gap_us(self.load)
+        # Poisson counts rarely exceed their mean by much; 10% covers any run this large.
+        horizon.check_volume(self.name, 1.1 * horizon.duration_us / gap)
+        out: list[Arrival] = []
+        t = horizon.start_us + rng.expovariate(1 / gap)
+        while t < horizon.end_us:
+            out.append((int(t), 0, 1))
+            t += rng.expovariate(1 / gap)
+        return out
+
+    def describe(self) -> str:
+        return f"poisson x{self.load:g}"
+
+
+@dataclass(frozen=True, slots=True)
+class OnOff(Pattern):
+    """``on`` seconds of steady traffic at ``load`` x the rate, then ``off`` seconds of none."""
+
+    load: float = 6.0
+    on: float = 5.0
+    off: float = 25.0
+    name = "onoff"
+
+    def __post_init__(self) -> None:
+        for what in ("load", "on", "off"):
+            _positive(self.name, what, getattr(self, what))
+
+    def arrivals(self, horizon: Horizon) -> list[Arrival]:
+        gap = horizon.gap_us(self.load)
+        on_us, cycle_us = self.on * _SECOND_US, (self.on + self.off) * _SECOND_US
+        cycles = math.ceil(horizon.duration_us / cycle_us)
+        horizon.check_volume(self.name, cycles * math.ceil(on_us / gap))
+        out: list[Arrival] = []
+        cycle_start = float(horizon.start_us)
+        while cycle_start < horizon.end_us:
+            t = cycle_start
+            while t < min(cycle_start + on_us, horizon.end_us):
+                out.append((int(t), 0, 1))
+                t += gap
+            cycle_start += cycle_us
+        return out
+
+    def describe(self) -> str:
+        return f"onoff x{self.load:g} {self.on:g}s/{self.off:g}s"
+
+
+@dataclass(frozen=True, slots=True)
+class BoundaryBurst(Pattern):
+    """``size`` requests just before every other window edge and ``size`` on it."""
+
+    size: int | None = None
+    name = "boundary"
+
+    def __post_init__(self) -> None:
+        if self.size is not None and self.size < 1:
+            raise ConfigurationError(f"pattern boundary: size={self.size!r} must be at least 1")
+
+    def arrivals(self, horizon: Horizon) -> list[Arrival]:
+        size = self.size or horizon.limit
+        period = horizon.period_us
+        edge = (horizon.start_us // period + 1) * period
+        horizon.check_volume(self.name, 2 * size * math.ceil(horizon.duration_us / (2 * period)))
+        out: list[Arrival] = []
+        while edge < horizon.end_us:
+            out.extend((edge - 1, 0, 1) for _ in range(size))
+            out.extend((edge, 0, 1) for _ in range(size))
+            edge += 2 * period
+        return out
+
+    def describe(self) -> str:
+        return "boundary" if self.size is None else f"boundary {self.size}"
+
+
+@dataclass(frozen=True, slots=True)
+class RetryStorm(Pattern):
+    """Clients that start together and retry denials with exponential backoff."""
+
+    clients: int = 50
+    load: float = 1.5
+    jitter: bool = False
+    base: float = 1.0
+    cap: float = 30.0
+    seed: int = 1
+    name = "retry-storm"
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.clients <= MAX_CLIENTS:
+            raise ConfigurationError(
+                f"pattern retry-storm: clients={self.clients!r} must be from 1 to {MAX_CLIENTS:,}"
+            )
+        for what in ("load", "base", "cap"):
+            _positive(self.name, what, getattr(self, what))
+
+    def start(self, horizon: Horizon) -> Stream:
+        return _Storm(self, horizon)
+
+    def arrivals(self, horizon: Horizon) -> list[Arrival]:
+        return [(horizon.start_us, client, 1) for client in range(self.clients)]
+
+    def describe(self) -> str:
+        jitter = "jitter" if self.jitter else "no jitter"
+        return f"retry-storm {self.clients} clients x{self.load:g} {jitter}"
+
+
+class _Storm(Stream):
+    """A retry storm in progress: each client's failed attempts and its jitter source."""
+
+    def __init__(self, pattern: RetryStorm, horizon: Horizon) -> None:
+        super().__init__(pattern.arrivals(horizon))
+        self.pattern = pattern
+        self.horizon = horizon
+        self.attempts = [0] * pattern.clients
+        self.rng = random.Random(pattern.seed)
+        # Each client offers its share: clients x gap apart, so together they offer `load`.
+        self.think_us = horizon.gap_us(pattern.load) * pattern.clients
+
+    def after(self, arrival: Arrival, allowed: bool, retry_after_us: int) -> Arrival | None:
+        time_us, client, cost = arrival
+        storm = self.pattern
+        if allowed:
+            self.attempts[client] = 0
+            wait_us = self.think_us
+        else:
+            attempt = self.attempts[client]
+            self.attempts[client] = attempt + 1
+            wait_us = min(storm.base * 2**attempt, storm.cap) * _SECOND_US
+            if storm.jitter:
+                wait_us = self.rng.uniform(0, wait_us)
+        next_us = time_us + max(int(wait_us), 1)
+        return (next_us, client, cost) if next_us < self.horizon.end_us else None
+
+
+@dataclass(frozen=True, slots=True)
+class Replay(Pattern):
+    """The requests of a timestamped log: ``SECONDS [COST]`` per line."""
+
+    file: str = ""
+    name = "replay"
+
+    def __post_init__(self) -> None:
+        if not self.file:
+            raise ConfigurationError("pattern replay needs file=PATH")
+
+    def arrivals(self, horizon: Horizon) -> list[Arrival]:
+        try:
+            lines = Path(self.file).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigurationError(f"pattern replay: cannot read {self.file}: {exc}") from exc
+        stamps: list[tuple[float, int]] = []
+        for number, line in enumerate(lines, 1):
+            text = line.split("#", 1)[0].split()
+            if not text:
+                continue
+            stamps.append(self._parse_line(text, f"{self.file}:{number}"))
+        if not stamps:
+            raise ConfigurationError(f"pattern replay: {self.file} has no timestamps")
+        horizon.check_volume(self.name, len(stamps))
+        first = min(stamp for stamp, _ in stamps)
+        out = [
+            (horizon.start_us + round((stamp - first) * _SECOND_US), 0, cost)
+            for stamp, cost in stamps
+        ]
+        return sorted(a for a in out if a[0] < horizon.end_us)
+
+    @staticmethod
+    def _parse_line(text: list[str], where: str) -> tuple[float, int]:
+        if len(text) > 2:
+            raise ConfigurationError(f"{where}: expected 'SECONDS [COST]', got {' '.join(text)!r}")
+        try:
+            stamp = float(text[0])
+        except ValueError:
+            raise ConfigurationError(f"{where}: timestamp {text[0]!r} is not a number") from None
+        if not math.isfinite(stamp):
+            raise ConfigurationError(f"{where}: timestamp {text[0]!r} is not finite")
+        cost = 1
+        if len(text) == 2:
+            if not _is_whole(text[1]):
+                raise ConfigurationError(f"{where}: cost {text[1]!r} must be a whole number")
+            cost = int(text[1])
+        return stamp, cost
+
+    def describe(self) -> str:
+        return f"replay {Path(self.file).name}"
+
+
+def _number(name: str, key: str, raw: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigurationError(f"pattern {name}: {key}={raw!r} is not a number") from None
+
+
+def _is_whole(raw: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` also accepts "²", which ``int`` refuses."""
+    return raw.isascii() and raw.isdigit()
+
+
+def _whole(name: str, key: str, raw: str) -> int:
+    if not _is_whole(raw):
+        raise ConfigurationError(f"pattern {name}: {key}={raw!r} must be a whole number")
+    return int(raw)
+
+
+def _flag(name: str, key: str, raw: str) -> bool:
+    if raw.lower() in ("yes", "true", "1", "on"):
+        return True
+    if raw.lower() in ("no", "false", "0", "off"):
+        return False
+    raise ConfigurationError(f"pattern {name}: {key}={raw!r} must be yes or no")
+
+
+_Parser = Callable[[str, str, str], object]
+
+#: Pattern name -> (class, {parameter: parser}).
+PATTERNS: dict[str, tuple[type[Pattern], dict[str, _Parser]]] = {
+    "steady": (Steady, {"load": _number}),
+    "poisson": (Poisson, {"load": _number, "seed": _whole}),
+    "onoff": (OnOff, {"load": _number, "on": _number, "off": _number}),
+    "boundary": (BoundaryBurst, {"size": _whole}),
+    "retry-storm": (
+        RetryStorm,
+        {
+            "clients": _whole,
+            "load": _number,
+            "jitter": _flag,
+            "base": _number,
+            "cap": _number,
+            "seed": _whole,
+        },
+    ),
+    "replay": (Replay, {"file": lambda _n, _k, raw: raw}),
+}
+
+
+def pattern_help() -> str:
+    """The patterns and their parameters, as listed in this module's docstring."""
+    text = (__doc__ or "").partition("Patterns, by name, as ")[2]
+    return "patterns: " + text.rstrip() + "\n"
+
+
+def parse(spec: str) -> Pattern:
+    """``"poisson"``, ``"onoff:load=6,on=5,off=25"``, ``"replay:file=log.txt"``."""
+    name, _, rest = spec.strip().partition(":")
+    entry = PATTERNS.get(name)
+    if entry is None:
+        raise ConfigurationError(
+            f"unknown pattern {name!r} in {spec!r}; choose one of: {', '.join(PATTERNS)}"
+        )
+    cls, parsers = entry
+    kwargs: dict[str, object] = {}
+    for item in filter(None, (part.strip() for part in rest.split(","))):
+        key, eq, raw = item.partition("=")
+        key = key.strip()
+        if not eq or key not in parsers:
+            known = ", ".join(parsers) or "none"
+            raise ConfigurationError(
+                f"pattern {name}: bad parameter {item!r} in {spec!r}; parameters: {known}"
+            )
+        kwargs[key] = parsers[key](name, key, raw.strip())
+    return cls(**kwargs)

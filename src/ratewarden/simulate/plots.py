@@ -1,0 +1,121 @@
+"""Pictures of simulated runs: what each algorithm admitted, against what was offered.
+
+One figure per traffic pattern, one row per algorithm, two panels a row:
+
+- left: offered and admitted requests per second over time (binned);
+- right: cumulative admitted against the contract line ``limit / period x t``
+  and the bucket envelope ``capacity + limit / period x t``.
+
+matplotlib is optional (``pip install 'ratewarden[simulate]'``) and imported
+on first use; without it ``plot_runs`` raises a ``ConfigurationError`` that says
+how to install it. The figure is drawn on a ``matplotlib.figure.Figure`` with
+no pyplot, so nothing global (the backend, open figures) changes in the
+calling process. The file's suffix picks the format: ``.png`` or ``.svg``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import accumulate
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.simulate.runner import Run
+
+__all__ = ["FORMATS", "check_path", "plot_runs", "require_matplotlib"]
+
+#: File suffixes ``plot_runs`` writes.
+FORMATS = (".png", ".svg")
+
+#: Bins along the time axis of the left panels.
+_BINS = 200
+
+
+def require_matplotlib() -> ModuleType:
+    """``matplotlib.figure``, or a ConfigurationError naming the extra to install."""
+    try:
+        from matplotlib import figure
+    except ImportError as exc:
+        raise ConfigurationError(
+            "plots need matplotlib, which is not installed: "
+            "pip install 'ratewarden[simulate]' (or pip install matplotlib)"
+        ) from exc
+    return figure
+
+
+def check_path(path: Path) -> None:
+    """Refuse a file name ``plot_runs`` cannot write, before any simulation runs."""
+    if path.suffix.lower() not in FORMATS:
+        raise ConfigurationError(
+            f"plot file {str(path)!r}: the name must end in {' or '.join(FORMATS)}"
+        )
+    if not path.parent.is_dir():
+        raise ConfigurationError(
+            f"plot file {str(path)!r}: directory {str(path.parent)!r} does not exist"
+        )
+
+
+def _binned(run: Run, bins: int) -> tuple[list[float], list[float], list[float]]:
+    """Bin centres (s), offered and admitted per second in each bin."""
+    width_us = max(1, -(-run.duration_us // bins))
+    offered = [0] * bins
+    admitted = [0] * bins
+    for t, cost, ok in zip(run.times_us, run.costs, run.allowed, strict=True):
+        slot = min(t // width_us, bins - 1)
+        offered[slot] += cost
+        if ok:
+            admitted[slot] += cost
+    scale = 1_000_000 / width_us
+    centres = [(i + 0.5) * width_us / 1_000_000 for i in range(bins)]
+    return centres, [n * scale for n in offered], [n * scale for n in admitted]
+
+
+def _rate_panel(axes: Any, run: Run, bins: int) -> None:
+    centres, offered, admitted = _binned(run, bins)
+    axes.plot(centres, offered, color="0.6", linewidth=0.8, label="offered")
+    axes.plot(centres, admitted, color="tab:blue", linewidth=1.0, label="admitted")
+    axes.axhline(run.rate.limit * 1_000_000 / run.rate.period_us, color="tab:red",
+                 linestyle=":", linewidth=0.8, label="limit / period")  # fmt: skip
+    axes.set_ylabel(f"{run.algorithm}\nrequests/s")
+    axes.legend(loc="upper right", fontsize="x-small")
+
+
+def _cumulative_panel(axes: Any, run: Run) -> None:
+    admitted = run.admitted_times()
+    end = run.duration_us / 1_000_000
+    times = [0.0, *(t / 1_000_000 for t, _ in admitted), end]
+    counts = [0, *accumulate(cost for _, cost in admitted)]
+    counts.append(counts[-1])
+    axes.step(times, counts, where="post", color="tab:blue", linewidth=1.0, label="admitted")
+    per_second = run.rate.limit * 1_000_000 / run.rate.period_us
+    axes.plot([0, end], [0, per_second * end], color="tab:red", linewidth=0.8,
+              label="contract (limit / period x t)")  # fmt: skip
+    capacity = run.rate.capacity
+    axes.plot([0, end], [capacity, capacity + per_second * end], color="tab:red",
+              linestyle="--", linewidth=0.8, label="capacity + contract")  # fmt: skip
+    axes.set_ylabel("cumulative admitted")
+    axes.legend(loc="upper left", fontsize="x-small")
+
+
+def plot_runs(runs: Sequence[Run], path: str | Path, bins: int = _BINS) -> Path:
+    """Draw ``runs`` (one pattern, any algorithms) into ``path`` (.png or .svg); returns it."""
+    target = Path(path)
+    check_path(target)
+    if not runs:
+        raise ConfigurationError("plot_runs needs at least one run")
+    figure = require_matplotlib()
+    fig = figure.Figure(figsize=(12, 2.6 * len(runs) + 0.8), layout="constrained")
+    grid = fig.subplots(len(runs), 2, squeeze=False, sharex=True)
+    for row, run in zip(grid, runs, strict=True):
+        _rate_panel(row[0], run, bins)
+        _cumulative_panel(row[1], run)
+    grid[-1][0].set_xlabel("seconds")
+    grid[-1][1].set_xlabel("seconds")
+    fig.suptitle(f"{runs[0].pattern}: admitted vs offered (left), cumulative vs contract (right)")
+    try:
+        fig.savefig(target, format=target.suffix.lower().lstrip("."))
+    except OSError as exc:
+        raise ConfigurationError(f"plot file {str(target)!r}: cannot write: {exc}") from exc
+    return target

@@ -1,0 +1,209 @@
+"""Run a traffic pattern through one algorithm and rate, in simulated time.
+
+The runner drives the pure algorithm function (``ratewarden.algorithms``) with
+a ``ManualClock`` that jumps from one arrival to the next: no sleeps, and an
+hour of traffic takes a fraction of a second. Every arrival is one decision on
+one key (the clients of a retry storm share it, as the callers of one API key
+do). A denial stores nothing, exactly as the stores do.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ratewarden import algorithms
+from ratewarden.errors import ConfigurationError
+from ratewarden.rate import Rate
+from ratewarden.simulate.patterns import MAX_ARRIVALS, Horizon, Pattern
+from ratewarden.testing import ManualClock
+
+__all__ = [
+    "MAX_DURATION_S",
+    "Run",
+    "Summary",
+    "effective_rate",
+    "format_table",
+    "run",
+    "worst_window",
+]
+
+#: Simulations start here (the ManualClock default), so window edges fall where they would.
+START_US = 1_700_000_000 * 1_000_000
+
+#: The longest simulated run: 30 days.
+MAX_DURATION_S = 30 * 86_400
+
+#: Algorithms that count a limit per window and take no separate burst.
+WINDOWED = ("fixed_window", "sliding_log", "sliding_window")
+
+
+def effective_rate(algorithm: str, rate: Rate) -> Rate:
+    """``rate`` as ``algorithm`` can take it: window algorithms drop a burst they cannot use."""
+    if algorithm in WINDOWED and rate.burst is not None:
+        return Rate(rate.limit, rate.period, None)
+    return rate
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """One row of the table."""
+
+    pattern: str
+    algorithm: str
+    rate: str
+    offered: int
+    admitted: int
+    denied: int
+    worst_window: int
+    limit: int
+    p99_wait_s: float | None
+
+    @property
+    def worst_ratio(self) -> float:
+        return self.worst_window / self.limit
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """Every decision of one simulation, in arrival order (times relative to the start)."""
+
+    pattern: str
+    algorithm: str
+    rate: Rate
+    duration_us: int
+    times_us: tuple[int, ...]
+    costs: tuple[int, ...]
+    allowed: tuple[bool, ...]
+    delays_us: tuple[int, ...]
+
+    def admitted_times(self) -> list[tuple[int, int]]:
+        """``(time_us, cost)`` of the admitted requests."""
+        return [
+            (t, c) for t, c, ok in zip(self.times_us, self.costs, self.allowed, strict=True) if ok
+        ]
+
+    def summary(self) -> Summary:
+        admitted = sum(c for c, ok in zip(self.costs, self.allowed, strict=True) if ok)
+        offered = sum(self.costs)
+        waits = sorted(d for d, ok in zip(self.delays_us, self.allowed, strict=True) if ok)
+        p99 = None
+        if self.algorithm == "leaky_bucket" and waits:
+            p99 = waits[min(len(waits) - 1, math.ceil(0.99 * len(waits)) - 1)] / 1_000_000
+        return Summary(
+            pattern=self.pattern,
+            algorithm=self.algorithm,
+            rate=str(self.rate),
+            offered=offered,
+            admitted=admitted,
+            denied=offered - admitted,
+            worst_window=worst_window(self.admitted_times(), self.rate.period_us),
+            limit=self.rate.limit,
+            p99_wait_s=p99,
+        )
+
+
+def worst_window(admitted: Sequence[tuple[int, int]], period_us: int) -> int:
+    """The most cost admitted in any trailing period ``(t - P, t]`` (times in order)."""
+    worst = held = 0
+    oldest = 0
+    for t, cost in admitted:
+        held += cost
+        while admitted[oldest][0] <= t - period_us:
+            held -= admitted[oldest][1]
+            oldest += 1
+        worst = max(worst, held)
+    return worst
+
+
+def run(pattern: Pattern, algorithm: str, rate: Rate, duration_s: float) -> Run:
+    """Offer ``pattern`` for ``duration_s`` seconds to ``algorithm`` at ``rate``; one key."""
+    module = algorithms.get(algorithm)
+    rate = effective_rate(algorithm, rate)
+    params = module.params(rate)
+    check = module.check
+    clock = ManualClock(START_US / 1_000_000)
+    duration_us = _duration_us(duration_s)
+    horizon = Horizon(START_US, duration_us, rate.limit, rate.period_us)
+    stream = pattern.start(horizon)
+    queue = [(t, seq, client, cost) for seq, (t, client, cost) in enumerate(stream.arrivals)]
+    heapq.heapify(queue)
+    seq = len(queue)
+    state = None
+    times: list[int] = []
+    costs: list[int] = []
+    allowed: list[bool] = []
+    delays: list[int] = []
+    while queue:
+        if len(times) >= MAX_ARRIVALS:
+            raise ConfigurationError(
+                f"{pattern.describe()}: more than {MAX_ARRIVALS:,} decisions in "
+                f"{duration_s:g} s; shorten the duration or slow the retries"
+            )
+        t, _, client, cost = heapq.heappop(queue)
+        clock.advance_us(t - clock.now_us())
+        outcome, new_state, _ttl = check(params, state, clock.now_us(), cost)
+        if outcome.allowed:
+            state = new_state
+        times.append(t - START_US)
+        costs.append(cost)
+        allowed.append(outcome.allowed)
+        delays.append(outcome.delay_us)
+        following = stream.after((t, client, cost), outcome.allowed, outcome.retry_after_us)
+        if following is not None:
+            heapq.heappush(queue, (following[0], seq, following[1], following[2]))
+            seq += 1
+    return Run(
+        pattern=pattern.describe(),
+        algorithm=module.NAME,
+        rate=rate,
+        duration_us=duration_us,
+        times_us=tuple(times),
+        costs=tuple(costs),
+        allowed=tuple(allowed),
+        delays_us=tuple(delays),
+    )
+
+
+def _duration_us(duration_s: float) -> int:
+    """Whole microseconds of a duration from 1 us to ``MAX_DURATION_S``."""
+    if not isinstance(duration_s, int | float) or not math.isfinite(duration_s):
+        raise ConfigurationError(f"duration {duration_s!r} must be a number of seconds")
+    duration_us = round(duration_s * 1_000_000)
+    if not 1 <= duration_us <= MAX_DURATION_S * 1_000_000:
+        raise ConfigurationError(
+            f"duration {duration_s!r} s must be above 0 and at most {MAX_DURATION_S:,} s (30 days)"
+        )
+    return duration_us
+
+
+def format_table(rows: Sequence[Summary]) -> str:
+    """The summary rows as an aligned text table."""
+    header = ("pattern", "algorithm", "rate", "offered", "admitted", "denied",
+              "worst period", "p99 wait")  # fmt: skip
+    lines = [header]
+    for row in rows:
+        wait = "-" if row.p99_wait_s is None else f"{row.p99_wait_s:.3f}s"
+        lines.append(
+            (
+                row.pattern,
+                row.algorithm,
+                row.rate,
+                str(row.offered),
+                str(row.admitted),
+                str(row.denied),
+                f"{row.worst_window} ({row.worst_ratio:.2f}x)",
+                wait,
+            )
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    text = []
+    for line in lines:
+        cells = [
+            cell.ljust(width) if i < 3 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(line, widths, strict=True))
+        ]
+        text.append("  ".join(cells).rstrip())
+    return "\n".join(text) + "\n"

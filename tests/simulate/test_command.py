@@ -1,0 +1,101 @@
+"""`ratewarden simulate` on the command line: tables, plots, reports and exit codes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ratewarden.cli import main
+from ratewarden.simulate import patterns
+
+
+def test_help_documents_every_pattern(capsys: pytest.CaptureFixture[str]) -> None:
+    """--help prints each pattern by name with its parameters."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["simulate", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for name in patterns.PATTERNS:
+        assert f"  {name} " in out
+
+
+def test_a_run_prints_one_row_per_pattern_and_algorithm(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Two patterns x two algorithms: four rows under the header."""
+    code = main(["simulate", "--pattern", "boundary", "--pattern", "steady:load=2",
+                 "--algorithm", "fixed_window", "--algorithm", "sliding_log",
+                 "--duration", "300"])  # fmt: skip
+    assert code == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 5
+    assert lines[1].split()[:2] == ["boundary", "fixed_window"]
+    assert "200 (2.00x)" in lines[1]
+
+
+def test_plots_are_written_one_per_pattern_and_rate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With two rates, FILE gets the pattern and rate in its name; PNG and SVG both."""
+    png, svg = str(tmp_path / "out.png"), str(tmp_path / "out.svg")
+    code = main(["simulate", "--pattern", "onoff", "--algorithm", "gcra", "--rate", "100/minute",
+                 "--rate", "10/second", "--burst", "20", "--duration", "120",
+                 "--plot", png, "--plot", svg])  # fmt: skip
+    assert code == 0
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert len(written) == 4
+    assert "out-onoff-x6-5s-25s-100-minute-burst-20.png" in written
+    assert all(p.stat().st_size > 1_000 for p in tmp_path.iterdir())
+    assert "wrote" in capsys.readouterr().err
+
+
+def test_bursts_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+    """--bursts --rate 100/minute --burst 20: the issue's acceptance table."""
+    assert main(["simulate", "--bursts", "--rate", "100/minute", "--burst", "20"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    assert set(rows) == {"fixed_window", "gcra", "leaky_bucket", "sliding_log",
+                         "sliding_window", "token_bucket"}  # fmt: skip
+    assert "200 (2.00x)" in rows["fixed_window"]
+    assert "119 (1.19x)" in rows["gcra"]
+
+
+def test_accuracy_prints_a_row_per_model_and_load(capsys: pytest.CaptureFixture[str]) -> None:
+    """--accuracy with two loads and one model: two rows and Cloudflare's line."""
+    code = main(["simulate", "--accuracy", "--model", "poisson", "--load", "0.1",
+                 "--load", "0.5", "--requests", "40000", "--sources", "50"])  # fmt: skip
+    assert code == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ["model", "poisson", "poisson", "cloudflare"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--pattern", "nope"], "unknown pattern 'nope'"),
+        (["--algorithm", "moving_window"], "unknown algorithm 'moving_window'"),
+        (["--rate", "5/fortnight"], "--rate '5/fortnight'"),
+        (["--rate", "0/minute"], "--rate '0/minute'"),
+        (["--duration", "0"], "--duration '0' must be a number above 0"),
+        (["--burst", "-3"], "--burst '-3' must be a whole number above 0"),
+        (["--plot", "out.gif"], "must end in .png or .svg"),
+        (["--bursts", "--pattern", "steady"], "--pattern cannot be used with --bursts"),
+        (["--accuracy", "--algorithm", "gcra"], "--algorithm cannot be used with --accuracy"),
+        (["--model", "poisson"], "--model cannot be used without --bursts or --accuracy"),
+        (["--accuracy", "--bursts"], "not allowed with argument"),
+        (["--accuracy", "--requests", "20000"], "periods"),
+        (["--pattern", "steady:load=1e9"], "more than 5,000,000"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_clear_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    """Bad input exits 2 and says what was wrong; no traceback."""
+    try:
+        code = main(["simulate", *argv])
+    except SystemExit as exc:  # argparse's own errors
+        code = exc.code  # type: ignore[assignment]
+    assert code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
