@@ -5,6 +5,7 @@
     ratewarden serve --config PATH... [--store URL] [--host H] [--grpc-port N] [--http-port N]
                      [--workers N] [...]            the Envoy rate limit service
     ratewarden config check PATH...                  validate rule files, print every error
+    ratewarden simulate [--bursts | --accuracy] [...]  traffic through algorithms, in simulated time
 
 Exit codes: 0 success; 1 the rule files are invalid, the server could not start
 (a busy port) or a worker died; 2 bad command-line input (a flag or environment
@@ -60,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ratewarden {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _serve_parser(commands)
+    from ratewarden.simulate import command as simulate
+
+    simulate.add_parser(commands)
     config = commands.add_parser("config", help="work with rule files")
     config_commands = config.add_subparsers(dest="config_command", required=True, metavar="COMMAND")
     check = config_commands.add_parser(
@@ -128,6 +132,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "simulate":
+        from ratewarden.simulate import command as simulate
+
+        return simulate.main(args)
     return _config_check(args.paths)
 
 
