@@ -80,10 +80,11 @@ class CircuitBreaker:
         "_calls",
         "_clock",
         "_consecutive",
+        "_cooldown_us",
         "_in_flight",
         "_lock",
         "_metrics",
-        "_opened_at",
+        "_opened_at_us",
         "_state",
         "cooldown",
         "failure_ratio",
@@ -117,6 +118,7 @@ class CircuitBreaker:
                 "the ratio could never be judged"
             )
         self.cooldown = _seconds("cooldown", cooldown)
+        self._cooldown_us = max(1, math.ceil(self.cooldown * 1_000_000))
         self.probes = _whole("probes", probes, 1)
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"CircuitBreaker name {name!r} must be a non-empty string")
@@ -127,7 +129,7 @@ class CircuitBreaker:
         self._state = CLOSED
         self._consecutive = 0
         self._calls: deque[bool] = deque(maxlen=self.window)  # True = failed
-        self._opened_at = 0.0
+        self._opened_at_us = 0
         self._in_flight = 0
 
     @property
@@ -141,7 +143,7 @@ class CircuitBreaker:
             if self._state == CLOSED:
                 return True
             if self._state == OPEN:
-                if self._clock.now() - self._opened_at < self.cooldown:
+                if self._clock.now_us() - self._opened_at_us < self._cooldown_us:
                     return False
                 self._move(HALF_OPEN)
             if self._in_flight >= self.probes:
@@ -154,7 +156,7 @@ class CircuitBreaker:
         with self._lock:
             if self._state != OPEN:
                 return 0.0
-            return max(0.0, self._opened_at + self.cooldown - self._clock.now())
+            return max(0, self._opened_at_us + self._cooldown_us - self._clock.now_us()) / 1e6
 
     def success(self) -> None:
         """The call allowed by ``allow()`` got an answer from the store."""
@@ -192,7 +194,7 @@ class CircuitBreaker:
         return sum(self._calls) >= self.failure_ratio * len(self._calls)
 
     def _open(self) -> None:
-        self._opened_at = self._clock.now()
+        self._opened_at_us = self._clock.now_us()
         self._in_flight = 0
         self._consecutive = 0
         self._calls.clear()
