@@ -2,6 +2,8 @@
 
 - ``TokenBudget`` / ``AsyncTokenBudget``: requests, tokens, input and output
   tokens (or any named unit) per key, reserved and settled atomically.
+- ``BudgetRouter`` / ``AsyncBudgetRouter``: a tenant's budget and the first
+  upstream ``Account`` with room, in one call that never leaks a reservation.
 """
 
 from __future__ import annotations
@@ -15,12 +17,17 @@ from ratewarden.budgets._budget import (
     TokenBudget,
     Usage,
 )
+from ratewarden.budgets._routing import Account, AsyncBudgetRouter, BudgetRouter, Route
 
 __all__ = [
+    "Account",
+    "AsyncBudgetRouter",
     "AsyncTokenBudget",
     "AxisState",
     "BudgetDecision",
+    "BudgetRouter",
     "Reservation",
+    "Route",
     "Settlement",
     "TokenBudget",
     "Usage",
