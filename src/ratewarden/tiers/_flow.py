@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from ratewarden import algorithms
 from ratewarden.clock import Clock
-from ratewarden.decision import Decision
+from ratewarden.decision import Decision, make_decision
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.metrics import NO_METRICS, LogRateLimiter, Metrics
 from ratewarden.rate import Rate
@@ -68,16 +68,23 @@ def _shifted(us: float, elapsed_us: int) -> float:
 
 
 def _aged(decision: Decision, elapsed_us: int, cost: int, extra: int = 0) -> Decision:
-    """``decision`` as seen ``elapsed_us`` later, for a request of ``cost``, ``extra`` more room."""
+    """``decision`` as seen ``elapsed_us`` later, for a request of ``cost``, ``extra`` more room.
+
+    Built with ``make_decision`` (no frozen-dataclass ``replace``): this is the
+    whole cost of a request answered by a lease or the negative cache.
+    """
 
     def one(d: Decision, layers: tuple[Decision, ...]) -> Decision:
-        return replace(
-            d,
-            remaining=d.remaining + extra,
-            reset_after=_shifted(d.reset_after, elapsed_us),
-            retry_after=_shifted(d.retry_after, elapsed_us),
-            cost=cost,
-            layers=layers,
+        return make_decision(
+            d.allowed,
+            d.limit,
+            d.remaining + extra,
+            _shifted(d.reset_after, elapsed_us),
+            _shifted(d.retry_after, elapsed_us),
+            d.delay,
+            d.rate,
+            cost,
+            layers,
         )
 
     layers = tuple(one(layer, ()) for layer in decision.layers)
