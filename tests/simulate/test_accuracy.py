@@ -16,8 +16,13 @@ MINUTE = 60_000_000
 START = 1_700_000_000 * 1_000_000
 
 
-def reference(streams: list[list[int]], rate: Rate) -> tuple[int, int, int, float]:
-    """Wrongly allowed, wrongly limited, worst and mean difference, using the algorithm modules."""
+def reference(
+    streams: list[list[int]], rate: Rate, count_all: bool = False
+) -> tuple[int, int, int, float]:
+    """Wrongly allowed, wrongly limited, worst and mean difference, using the algorithm modules.
+
+    With ``count_all`` a denied request is counted too, as if it had been admitted.
+    """
     window_params = sliding_window.params(rate)
     log_params = sliding_log.params(rate)
     allowed_wrong = limited_wrong = worst = counted = 0
@@ -40,11 +45,15 @@ def reference(streams: list[list[int]], rate: Rate) -> tuple[int, int, int, floa
             if outcome.allowed:
                 allowed_wrong += exact >= rate.limit
                 worst = max(worst, exact + 1)
-                state = new_state
-                live = tuple(e for e in log if e[0] > t - rate.period_us)
-                log = (*live, (t, 1))
             else:
                 limited_wrong += exact < rate.limit
+            if outcome.allowed or count_all:
+                index = t // rate.period_us
+                prev, cur = sliding_window._counts(state, index)
+                state = (index, prev, cur + 1)
+                assert not outcome.allowed or state == new_state
+                live = tuple(e for e in log if e[0] > t - rate.period_us)
+                log = (*live, (t, 1))
     return allowed_wrong, limited_wrong, worst, difference / max(counted, 1)
 
 
@@ -72,6 +81,16 @@ def test_the_fast_loop_decides_exactly_as_the_algorithm_modules(seed: int) -> No
     assert report.wrongly_allowed + report.wrongly_limited > 0
     assert report.worst == worst
     assert report.mean_difference == pytest.approx(mean)
+
+
+def test_counting_every_request_is_judged_as_the_modules_would_count_it() -> None:
+    """counting="all": denied requests count too, in both counters, and decide the same."""
+    streams = random_streams(4)
+    report = accuracy.compare("test", FIFTY, streams, len(streams), counting="all")
+    allowed_wrong, limited_wrong, _worst, mean = reference(streams, FIFTY, count_all=True)
+    assert (report.wrongly_allowed, report.wrongly_limited) == (allowed_wrong, limited_wrong)
+    assert report.mean_difference == pytest.approx(mean)
+    assert report.worst == 0  # not tracked: the log holds every request, not the admitted
 
 
 def test_sources_far_below_the_limit_are_never_misjudged() -> None:
@@ -120,6 +139,7 @@ def test_busier_sources_are_misjudged_more_often() -> None:
         ({"requests": 10**9}, "must be from 1 to 100,000,000"),
         ({"sources": 0}, "sources 0 must be at least 1"),
         ({"load": 0.0}, "load 0.0 must be a number above 0"),
+        ({"counting": "denied"}, "counting 'denied' must be one of: admitted, all"),
         ({"load": float("nan")}, "load nan must be a number above 0"),
         ({"rate": Rate.parse("50/minute", burst=10)}, "no separate burst"),
         ({"requests": 1_000, "sources": 1_000}, "last only 0.0 periods"),

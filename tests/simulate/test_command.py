@@ -83,6 +83,8 @@ def test_accuracy_prints_a_row_per_model_and_load(capsys: pytest.CaptureFixture[
         (["--accuracy", "--algorithm", "gcra"], "--algorithm cannot be used with --accuracy"),
         (["--model", "poisson"], "--model cannot be used without --bursts or --accuracy"),
         (["--accuracy", "--bursts"], "not allowed with argument"),
+        (["--counting", "all"], "--counting cannot be used without --bursts or --accuracy"),
+        (["--accuracy", "--counting", "denied"], "invalid choice: 'denied'"),
         (["--accuracy", "--requests", "20000"], "periods"),
         (["--pattern", "steady:load=1e9"], "more than 5,000,000"),
     ],

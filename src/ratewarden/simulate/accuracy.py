@@ -38,6 +38,11 @@ only in how a source spreads its mean over time (seeded: every run is the same):
 
 ``worst period`` is the most any source got admitted in one trailing period:
 what the sliding window's "slightly above the limit" came to on this traffic.
+
+ratewarden's stores count admitted requests only (a denial writes nothing).
+Cloudflare's counters counted every request a source sent; ``counting="all"``
+judges that variant: both counters count every request, so a source that
+stays over the limit stays denied by both, and only the transitions differ.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from ratewarden.rate import Rate
 
 __all__ = [
     "CLOUDFLARE",
+    "COUNTING",
     "MAX_REQUESTS",
     "MIN_PERIODS",
     "MODELS",
@@ -66,6 +72,9 @@ _SECOND_US = 1_000_000
 
 #: The most requests one report may simulate (per model).
 MAX_REQUESTS = 100_000_000
+
+#: What the two counters count: admitted requests (as the stores do) or every request.
+COUNTING = ("admitted", "all")
 
 #: The fewest periods a report may cover: the estimate only differs from the
 #: exact count once a previous window weighs in.
@@ -124,6 +133,7 @@ class Accuracy:
 
     model: str
     rate: str
+    counting: str
     limit: int
     load: float
     sources: int
@@ -174,12 +184,15 @@ class _Tally:
     worst: int = 0
 
 
-def _source(times: Iterable[int], limit: int, period_us: int, tally: _Tally) -> None:
+def _source(
+    times: Iterable[int], limit: int, period_us: int, count_all: bool, tally: _Tally
+) -> None:
     """Judge one source's requests (cost 1, times in order), adding to ``tally``.
 
     The estimate is ``sliding_window.check``'s (windows aligned on multiples of
     the period, compared without division); the exact count is
-    ``sliding_log.check``'s over the same admitted history.
+    ``sliding_log.check``'s over the same history: the admitted requests, or
+    every request when ``count_all``.
     """
     log: deque[int] = deque()
     popleft, append = log.popleft, log.append
@@ -202,12 +215,16 @@ def _source(times: Iterable[int], limit: int, period_us: int, tally: _Tally) -> 
         if scaled + period_us <= room:
             if exact >= limit:
                 wrong_allowed += 1
-            if exact >= worst:
+            if exact >= worst and not count_all:
                 worst = exact + 1
             cur += 1
             append(t)
-        elif exact < limit:
-            wrong_limited += 1
+        else:
+            if exact < limit:
+                wrong_limited += 1
+            if count_all:
+                cur += 1
+                append(t)
         if exact:
             gap = abs(scaled / period_us - exact)
             relative += gap / exact
@@ -237,16 +254,19 @@ def estimate_accuracy(
     model: str,
     rate: Rate,
     requests: int,
-    sources: int = 10_000,
+    sources: int = 5_000,
     load: float = 0.5,
     seed: int = 1,
+    counting: str = "admitted",
 ) -> Accuracy:
     """Simulate about ``requests`` requests from ``sources`` sources under ``model``.
 
     ``load`` is the median source's mean rate as a multiple of the limit (the
     sources' means are log-normal around it, sigma 1). The duration is chosen
     so that the means add up to ``requests`` in expectation; the report counts
-    what was actually generated.
+    what was actually generated. ``counting`` is what both counters count:
+    ``"admitted"`` (as ratewarden's stores do: a denial writes nothing) or
+    ``"all"`` (every request, denied or not).
     """
     arrivals = MODELS.get(model)
     if arrivals is None:
@@ -259,6 +279,8 @@ def estimate_accuracy(
         raise ConfigurationError(
             f"sources {sources!r} must be at least 1 and at most the number of requests"
         )
+    if counting not in COUNTING:
+        raise ConfigurationError(f"counting {counting!r} must be one of: {', '.join(COUNTING)}")
     if isinstance(load, bool) or not (isinstance(load, int | float) and 0 < load <= 1_000):
         raise ConfigurationError(f"load {load!r} must be a number above 0 and at most 1000")
     if rate.burst is not None and rate.burst != rate.limit:
@@ -276,7 +298,8 @@ def estimate_accuracy(
             f"{MIN_PERIODS}: simulate more requests, fewer sources or a lower load"
         )
     streams = (arrivals(1.0 / (load * per_us), duration_us, rng) for load in loads)
-    return compare(model, rate, streams, sources, load, duration_us / rate.period_us)
+    periods = duration_us / rate.period_us
+    return compare(model, rate, streams, sources, load, periods, counting)
 
 
 def compare(
@@ -286,14 +309,17 @@ def compare(
     sources: int,
     load: float = 0.0,
     periods: float = 0.0,
+    counting: str = "admitted",
 ) -> Accuracy:
     """Judge every source's arrival times (microseconds, in order) against ``rate``."""
     tally = _Tally()
+    count_all = counting == "all"
     for times in streams:
-        _source(times, rate.limit, rate.period_us, tally)
+        _source(times, rate.limit, rate.period_us, count_all, tally)
     return Accuracy(
         model=model,
         rate=str(rate),
+        counting=counting,
         limit=rate.limit,
         load=load,
         sources=sources,
@@ -312,14 +338,16 @@ def compare(
 
 def format_accuracy(rows: Sequence[Accuracy]) -> str:
     """The reports as a text table, with Cloudflare's figures as the last line."""
-    header = ("model", "rate", "load", "sources", "requests", "wrongly allowed", "wrongly limited",
-              "wrong", "mean difference", "near limit", "mean |diff|", "worst period")  # fmt: skip
+    header = ("model", "rate", "counting", "load", "sources", "requests", "wrongly allowed",
+              "wrongly limited", "wrong", "mean difference", "near limit", "mean |diff|",
+              "worst period")  # fmt: skip
     lines = [header]
     for row in rows:
         lines.append(
             (
                 row.model,
                 row.rate,
+                row.counting,
                 f"{row.load:g}",
                 f"{row.sources:,}",
                 f"{row.requests:,}",
@@ -329,16 +357,16 @@ def format_accuracy(rows: Sequence[Accuracy]) -> str:
                 f"{row.mean_difference:.2%}",
                 f"{row.near_difference:.2%}",
                 f"{row.mean_absolute:.2f}",
-                f"{row.worst} ({row.worst / row.limit:.2f}x)",
+                f"{row.worst} ({row.worst / row.limit:.2f}x)" if row.worst else "-",
             )
         )
-    lines.append(("cloudflare", "(reported)", "?", "270,000", "400,000,000", "", "",
+    lines.append(("cloudflare", "(reported)", "?", "?", "270,000", "400,000,000", "", "",
                   f"{CLOUDFLARE['wrong_share']:.4%}", f"{CLOUDFLARE['mean_difference']:.2%}",
                   "", "", ""))  # fmt: skip
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     text = [
         "  ".join(
-            cell.ljust(width) if i < 3 else cell.rjust(width)
+            cell.ljust(width) if i < 4 else cell.rjust(width)
             for i, (cell, width) in enumerate(zip(line, widths, strict=True))
         ).rstrip()
         for line in lines

@@ -6,7 +6,7 @@ Three modes share one subcommand::
                         [--burst N] [--duration SECONDS] [--plot FILE]...
     ratewarden simulate --bursts [--rate RATE]... [--burst N] [--algorithm NAME]...
     ratewarden simulate --accuracy [--rate RATE] [--model NAME]... [--load X]...
-                        [--requests N] [--sources N] [--seed N]
+                        [--counting admitted|all] [--requests N] [--sources N] [--seed N]
 
 Bad input exits 2 with one line naming the flag and the value.
 """
@@ -130,6 +130,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(repeatable) [default: 0.5]",
     )
     parser.add_argument(
+        "--counting",
+        choices=accuracy_report.COUNTING,
+        help="--accuracy: what both counters count: admitted requests (as ratewarden does) "
+        "or every request (as Cloudflare's did) [default: admitted]",
+    )
+    parser.add_argument(
         "--requests",
         type=_whole("--requests"),
         metavar="N",
@@ -139,7 +145,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--sources",
         type=_whole("--sources"),
         metavar="N",
-        help="--accuracy: independent sources (keys) [default: 10000]",
+        help="--accuracy: independent sources (keys) [default: 5000]",
     )
     parser.add_argument("--seed", type=_whole("--seed"), metavar="N",
                         help="--accuracy: random seed [default: 1]")  # fmt: skip
@@ -241,9 +247,10 @@ def _accuracy(args: argparse.Namespace) -> int:
                         model,
                         rate,
                         args.requests or 4_000_000,
-                        args.sources or 10_000,
+                        args.sources or 5_000,
                         load,
                         args.seed or 1,
+                        args.counting or "admitted",
                     )
                 )
     print(accuracy_report.format_accuracy(rows), end="")
@@ -254,7 +261,7 @@ def _accuracy(args: argparse.Namespace) -> int:
 _MODE_FLAGS = {
     "traffic": {"pattern", "algorithm", "rate", "burst", "duration", "plot"},
     "bursts": {"algorithm", "rate", "burst"},
-    "accuracy": {"rate", "model", "load", "requests", "sources", "seed"},
+    "accuracy": {"rate", "model", "load", "counting", "requests", "sources", "seed"},
 }
 _ALL_FLAGS = set().union(*_MODE_FLAGS.values())
 
