@@ -4,6 +4,7 @@
   tokens (or any named unit) per key, reserved and settled atomically.
 - ``BudgetRouter`` / ``AsyncBudgetRouter``: a tenant's budget and the first
   upstream ``Account`` with room, in one call that never leaks a reservation.
+- ``FairShare`` / ``AsyncFairShare``: weighted tenants sharing a pooled budget.
 """
 
 from __future__ import annotations
@@ -17,15 +18,19 @@ from ratewarden.budgets._budget import (
     TokenBudget,
     Usage,
 )
+from ratewarden.budgets._fair import AsyncFairShare, FairDecision, FairShare
 from ratewarden.budgets._routing import Account, AsyncBudgetRouter, BudgetRouter, Route
 
 __all__ = [
     "Account",
     "AsyncBudgetRouter",
+    "AsyncFairShare",
     "AsyncTokenBudget",
     "AxisState",
     "BudgetDecision",
     "BudgetRouter",
+    "FairDecision",
+    "FairShare",
     "Reservation",
     "Route",
     "Settlement",

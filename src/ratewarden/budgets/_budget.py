@@ -266,11 +266,11 @@ class _BudgetBase:
             return keys
         return (*keys, record_key(self._prefix, key, _RECORD_KIND, record))
 
-    def _op(self, op: str, keys: tuple[str, ...], amounts: tuple[int, ...]) -> Op:
+    def _op(self, op: str, key: str, keys: tuple[str, ...], amounts: tuple[int, ...]) -> Op:
         args: list[int | str] = ["", op, len(self.axes), self._ttl_us]
         for params, amount in zip(self._params, amounts, strict=True):
             args.extend((*params, amount))
-        return Op("gcra_multi", keys, tuple(args), _gcra_multi.run)
+        return Op("gcra_multi", key, keys, tuple(args), _gcra_multi.run)
 
     def _reserve_op(
         self, key: str, usage: Usage, reservation_id: str | None
@@ -281,15 +281,15 @@ class _BudgetBase:
             else check_id("reservation id", reservation_id)
         )
         costs = self._costs(usage)
-        return self._op("reserve", self._keys(key, rid), costs), rid, costs
+        return self._op("reserve", key, self._keys(key, rid), costs), rid, costs
 
     def _settle_op(self, reservation: Reservation, actual: Usage) -> Op:
         _check_reservation(reservation)
         keys = self._keys(reservation.key, reservation.reservation_id)
-        return self._op("settle", keys, self._costs(actual))
+        return self._op("settle", reservation.key, keys, self._costs(actual))
 
     def _peek_op(self, key: str) -> Op:
-        return self._op("reserve", self._keys(key, None), (0,) * len(self.axes))
+        return self._op("reserve", key, self._keys(key, None), (0,) * len(self.axes))
 
     def _actual(
         self,

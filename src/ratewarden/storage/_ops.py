@@ -10,6 +10,8 @@ plan an ``Op`` and parse the reply without knowing which store they have.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,9 +32,11 @@ _ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z")
 
 @dataclass(frozen=True, slots=True)
 class Op:
-    """One atomic step: script stem, keys, ARGV (``ARGV[1]``, now, is filled in), pure twin."""
+    """One atomic step: script stem, the user key every key is tagged with, keys, ARGV
+    (``ARGV[1]``, now, is filled in by ``run``) and the pure twin."""
 
     script: str
+    tag: str
     keys: tuple[str, ...]
     args: tuple[int | str, ...]
     step: Step
@@ -91,27 +95,45 @@ def _unsupported(store: object) -> ConfigurationError:
     )
 
 
-def run(store: object, op: Op) -> list[int]:
-    """Apply ``op`` atomically on a synchronous store; the script's reply as integers."""
-    if isinstance(store, _memory_core()):
-        return store._transact(op.keys, lambda states, now: op.step(op.args, states, now))  # type: ignore[attr-defined, no-any-return]
-    evaluate = getattr(store, "_eval", None)
-    if evaluate is None:
+@functools.cache
+def _takes_tag(kind: Any) -> bool:
+    """Whether ``kind._eval`` is ``(script, key, keys, args)`` rather than ``(script, keys, args)``.
+
+    The Redis stores' private ``_eval`` is gaining the user's key (for Cluster
+    routing by hash tag); both forms are accepted until that change settles.
+    """
+    return len(inspect.signature(kind._eval).parameters) == 5
+
+
+def _eval_args(store: object, op: Op) -> tuple[Any, ...]:
+    if getattr(store, "_eval", None) is None:
         raise _unsupported(store)
     args = list(op.args)
     now = store._now()  # type: ignore[attr-defined]
     args[0] = "" if now is None else now
-    return _reply(evaluate(op.script, op.keys, args))
+    kind: Any = type(store)
+    if _takes_tag(kind):
+        return (op.script, op.tag, op.keys, args)
+    return (op.script, op.keys, args)
+
+
+def _in_memory(store: object, op: Op) -> list[int] | None:
+    if not isinstance(store, _memory_core()):
+        return None
+    return store._transact(op.keys, lambda states, now: op.step(op.args, states, now))  # type: ignore[attr-defined, no-any-return]
+
+
+def run(store: object, op: Op) -> list[int]:
+    """Apply ``op`` atomically on a synchronous store; the script's reply as integers."""
+    found = _in_memory(store, op)
+    if found is not None:
+        return found
+    return _reply(store._eval(*_eval_args(store, op)))  # type: ignore[attr-defined]
 
 
 async def arun(store: object, op: Op) -> list[int]:
     """The asyncio twin of ``run``."""
-    if isinstance(store, _memory_core()):
-        return store._transact(op.keys, lambda states, now: op.step(op.args, states, now))  # type: ignore[attr-defined, no-any-return]
-    evaluate = getattr(store, "_eval", None)
-    if evaluate is None:
-        raise _unsupported(store)
-    args = list(op.args)
-    now = store._now()  # type: ignore[attr-defined]
-    args[0] = "" if now is None else now
-    return _reply(await evaluate(op.script, op.keys, args))
+    found = _in_memory(store, op)
+    if found is not None:
+        return found
+    return _reply(await store._eval(*_eval_args(store, op)))  # type: ignore[attr-defined]

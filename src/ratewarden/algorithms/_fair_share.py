@@ -1,0 +1,68 @@
+"""Weighted fair shares of a pooled GCRA budget: the pure twin of ``fair_share.lua``.
+
+Every tenant of a pool has a weight. A request of ``cost`` from tenant ``i`` is
+admitted when both
+
+- the pool's GCRA (the hard cap: rate ``P``) has room for ``cost``, and
+- the tenant's own GCRA, at the same rate ``P`` and capacity, has room for
+  ``ceil(cost * W / w_i)``, where ``W`` is the total weight of the tenants
+  active in the last ``window_us`` (the tenant itself included).
+
+A tenant's bucket at rate ``P`` charged ``W / w_i`` per unit admits
+``P * w_i / W`` units per unit time: when every active tenant saturates, the
+shares add up to exactly ``P`` and split by weight. A tenant that goes quiet
+drops out of ``W`` after ``window_us`` and the others' shares grow to fill the
+pool (work-conserving over idle tenants). A tenant is active once it asks,
+admitted or not, so a denied tenant keeps its share.
+
+ARGV (0-based): ``[0] now_us or ""  [1] cost  [2] n  [3] d  [4] capacity
+[5] tenant  [6] weight  [7] window_us``; KEYS: pool state, tenant state, the
+activity map (tenant -> ``(last_seen_us, weight)``).
+Reply: ``{now, allowed, active_weight, charged, pool: 5 numbers, tenant: 5 numbers}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ratewarden.algorithms import gcra
+from ratewarden.algorithms._base import Outcome, ceil_div
+
+__all__ = ["run"]
+
+#: ``(index into keys, state, absolute expiry in us)``
+Write = tuple[int, Any, int]
+
+
+def _numbers(outcome: Outcome) -> list[int]:
+    return [int(outcome[0]), outcome[1], outcome[2], outcome[3], outcome[4]]
+
+
+def run(
+    args: Sequence[int | str], states: Sequence[Any], now: int
+) -> tuple[list[int], list[Write]]:
+    """The reply of ``fair_share.lua`` for these ARGV and key states, and the writes it makes."""
+    cost = int(args[1])
+    params = (int(args[2]), int(args[3]), int(args[4]))
+    tenant, weight, window = str(args[5]), int(args[6]), int(args[7])
+    pool_state, tenant_state, seen = states
+    active = {name: entry for name, entry in (seen or {}).items() if entry[0] > now - window}
+    active[tenant] = (now, weight)
+    total = sum(entry[1] for entry in active.values())
+    charged = ceil_div(cost * total, weight)
+    pool = gcra.check(params, pool_state, now, cost)
+    mine = gcra.check(params, tenant_state, now, charged)
+    allowed = pool[0].allowed and mine[0].allowed
+    writes: list[Write] = [(2, active, now + window)]
+    if allowed and cost > 0:
+        writes.append((0, pool[1], now + pool[2]))
+        writes.append((1, mine[1], now + mine[2]))
+    pool_out = (
+        pool[0] if allowed or not pool[0].allowed else gcra.check(params, pool_state, now, 0)[0]
+    )
+    mine_out = (
+        mine[0] if allowed or not mine[0].allowed else gcra.check(params, tenant_state, now, 0)[0]
+    )
+    reply = [now, int(allowed), total, charged, *_numbers(pool_out), *_numbers(mine_out)]
+    return reply, writes

@@ -1,0 +1,192 @@
+"""FairShare / AsyncFairShare: weighted tenants sharing one pooled budget.
+
+The algorithm (``ratewarden.algorithms._fair_share``): the pool is a GCRA at
+rate ``P`` (the hard cap); each tenant also has its own GCRA at rate ``P``,
+charged ``cost * W / w`` where ``W`` is the total weight of the tenants active
+within ``active_window``. Busy tenants split ``P`` by weight; a tenant that
+goes quiet leaves ``W`` after ``active_window`` and its share goes to the
+others. One store step per decision; every key of a pool shares the pool's
+hash tag, so on a Redis Cluster a pool is one slot.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ratewarden.algorithms import _fair_share, gcra
+from ratewarden.algorithms._base import NEVER
+from ratewarden.errors import ConfigurationError
+from ratewarden.rate import Rate
+from ratewarden.storage import AsyncStore, Store
+from ratewarden.storage._ops import Op, arun, axis_key, run
+
+__all__ = ["AsyncFairShare", "FairDecision", "FairShare"]
+
+#: Largest weight a tenant may have (keeps ``cost * W`` exact in Lua doubles).
+MAX_WEIGHT = 1_000_000
+
+_KIND = "fair"
+
+
+@dataclass(frozen=True, slots=True)
+class FairDecision:
+    """One fair-share decision.
+
+    ``share`` is the tenant's fraction of the pool right now (``weight /
+    active_weight``); ``charged`` what its own bucket was charged (``cost / share``,
+    rounded up); ``remaining`` the pool's room left; ``retry_after`` seconds
+    (``math.inf`` when the cost can never fit the tenant's current share).
+    """
+
+    allowed: bool
+    tenant: str
+    cost: int
+    charged: int
+    share: float
+    active_weight: int
+    remaining: int
+    retry_after: float
+
+    def __bool__(self) -> bool:
+        return self.allowed
+
+
+def _weight(what: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WEIGHT:
+        raise ConfigurationError(f"{what} {value!r} must be a whole number from 1 to {MAX_WEIGHT}")
+    return value
+
+
+def _seconds(us: int) -> float:
+    return math.inf if us == NEVER else us / 1_000_000
+
+
+class _FairBase:
+    def __init__(
+        self,
+        pool: Rate | str,
+        weights: Mapping[str, int],
+        *,
+        default_weight: int,
+        active_window: float,
+        prefix: str,
+    ) -> None:
+        rate = Rate.parse(pool) if isinstance(pool, str) else pool
+        if not isinstance(rate, Rate):
+            raise ConfigurationError(
+                f"pool {pool!r} must be a Rate or a string like '60000/minute'"
+            )
+        if not isinstance(weights, Mapping):
+            raise ConfigurationError(f"weights {weights!r} must map tenant names to weights")
+        self.pool = rate
+        self.weights = {self._tenant(t): _weight(f"weight of {t!r}", w) for t, w in weights.items()}
+        self.default_weight = _weight("default_weight", default_weight)
+        if (
+            isinstance(active_window, bool)
+            or not isinstance(active_window, int | float)
+            or not 0 < active_window < math.inf
+        ):
+            raise ConfigurationError(
+                f"active_window {active_window!r} must be a positive number of seconds"
+            )
+        self.active_window = float(active_window)
+        self._window_us = max(1, math.ceil(active_window * 1_000_000))
+        self._params = gcra.params(rate)
+        self._prefix = prefix
+
+    @staticmethod
+    def _tenant(tenant: object) -> str:
+        if not isinstance(tenant, str) or not tenant:
+            raise ConfigurationError(f"tenant {tenant!r} must be a non-empty string")
+        return tenant
+
+    def _op(self, pool_key: str, tenant: str, cost: int) -> Op:
+        tenant = self._tenant(tenant)
+        if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
+            raise ConfigurationError(f"cost {cost!r} must be a whole number >= 0")
+        base = axis_key(self._prefix, pool_key, _KIND, "pool", self.pool)
+        keys = (
+            base,
+            axis_key(self._prefix, pool_key, _KIND, "tenant", self.pool) + ":" + tenant,
+            axis_key(self._prefix, pool_key, _KIND, "active", self.pool),
+        )
+        weight = self.weights.get(tenant, self.default_weight)
+        args: tuple[int | str, ...] = ("", cost, *self._params, tenant, weight, self._window_us)
+        return Op("fair_share", pool_key, keys, args, _fair_share.run)
+
+    def _decision(self, tenant: str, cost: int, reply: list[int]) -> FairDecision:
+        allowed, total, charged = bool(reply[1]), reply[2], reply[3]
+        pool, mine = reply[4:9], reply[9:14]
+        retry = 0.0 if allowed else max(_seconds(pool[3]), _seconds(mine[3]))
+        if not allowed and (pool[3] == NEVER or mine[3] == NEVER):
+            retry = math.inf
+        weight = self.weights.get(tenant, self.default_weight)
+        return FairDecision(allowed, tenant, cost, charged, weight / total, total, pool[1], retry)
+
+
+class FairShare(_FairBase):
+    """Weighted fair shares of a pool on a synchronous store.
+
+    ::
+
+        fair = FairShare(store, "60000/minute", {"interactive": 3, "batch": 1})
+        if fair.hit("gpu-pool", "batch", cost=1200):
+            ...
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        pool: Rate | str,
+        weights: Mapping[str, int],
+        *,
+        default_weight: int = 1,
+        active_window: float = 10.0,
+    ) -> None:
+        super().__init__(
+            pool,
+            weights,
+            default_weight=default_weight,
+            active_window=active_window,
+            prefix=getattr(store, "prefix", "rw"),
+        )
+        self.store = store
+
+    def hit(self, pool_key: str, tenant: str, cost: int = 1) -> FairDecision:
+        """Admit ``cost`` units for ``tenant`` from the pool ``pool_key`` if its share allows."""
+        return self._decision(tenant, cost, run(self.store, self._op(pool_key, tenant, cost)))
+
+    def __repr__(self) -> str:
+        return f"FairShare({self.store!r}, {self.pool}, {self.weights!r})"
+
+
+class AsyncFairShare(_FairBase):
+    """The asyncio twin of ``FairShare``."""
+
+    def __init__(
+        self,
+        store: AsyncStore,
+        pool: Rate | str,
+        weights: Mapping[str, int],
+        *,
+        default_weight: int = 1,
+        active_window: float = 10.0,
+    ) -> None:
+        super().__init__(
+            pool,
+            weights,
+            default_weight=default_weight,
+            active_window=active_window,
+            prefix=getattr(store, "prefix", "rw"),
+        )
+        self.store = store
+
+    async def hit(self, pool_key: str, tenant: str, cost: int = 1) -> FairDecision:
+        """See ``FairShare.hit``."""
+        op = self._op(pool_key, tenant, cost)
+        return self._decision(tenant, cost, await arun(self.store, op))
+
+    def __repr__(self) -> str:
+        return f"AsyncFairShare({self.store!r}, {self.pool}, {self.weights!r})"
