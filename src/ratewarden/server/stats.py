@@ -52,6 +52,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import replace
+from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
@@ -77,6 +78,14 @@ def multiprocess_dir() -> str | None:
     return os.environ.get(MULTIPROC_ENV) or None
 
 
+class _KeyCounters(NamedTuple):
+    total_hits: Any
+    over_limit: Any
+    near_limit: Any
+    within_limit: Any
+    shadow_mode: Any
+
+
 class ServiceStats(ServiceHooks):
     """Counts what the service decides into ``registry`` (a fresh one unless given)."""
 
@@ -95,6 +104,8 @@ class ServiceStats(ServiceHooks):
         self.live = LiveStats(self.clock)
         self._max_keys = max_keys
         self._keys: set[tuple[str, str]] = set()
+        # Bound children of the per-key counters: at most max_keys, plus "other" per domain.
+        self._counters: dict[tuple[str, str], _KeyCounters] = {}
         self._lock = threading.Lock()
         per_key = ("domain", "key")
 
@@ -150,20 +161,23 @@ class ServiceStats(ServiceHooks):
     # --- ServiceHooks -----------------------------------------------------------------
 
     def on_decision(self, domain: str, rule: Rule, outcome: DescriptorOutcome) -> None:
-        labels = (domain, self._key(domain, outcome.metric_key))
+        key = self._key(domain, outcome.metric_key)
+        counters = self._counters.get((domain, key))
+        if counters is None:
+            counters = self._counters[(domain, key)] = self._bind(domain, key)
         hits = outcome.hits
-        self.total_hits.labels(*labels).inc(hits)
+        counters.total_hits.inc(hits)
         if outcome.over_limit:
-            self.over_limit.labels(*labels).inc(hits)
+            counters.over_limit.inc(hits)
             if outcome.shadowed:
-                self.shadow_mode.labels(*labels).inc(hits)
+                counters.shadow_mode.inc(hits)
         else:
-            self.within_limit.labels(*labels).inc(hits)
+            counters.within_limit.inc(hits)
             if outcome.near_limit_hits:
-                self.near_limit.labels(*labels).inc(outcome.near_limit_hits)
+                counters.near_limit.inc(outcome.near_limit_hits)
         if outcome.failure is not None:
             counter = self.failure_denied if outcome.over_limit else self.failure_allowed
-            counter.labels(*labels, outcome.failure).inc()
+            counter.labels(domain, key, outcome.failure).inc()
         self.live.decision(
             rule.path,
             outcome.entries,
@@ -220,6 +234,21 @@ class ServiceStats(ServiceHooks):
         encoder, content_type = choose_encoder(accept)
         body: bytes = encoder(registry)
         return body, content_type
+
+    def _bind(self, domain: str, key: str) -> _KeyCounters:
+        """The five per-key counters bound to their labels once (``labels()`` is costly)."""
+        return _KeyCounters(
+            *(
+                counter.labels(domain, key)
+                for counter in (
+                    self.total_hits,
+                    self.over_limit,
+                    self.near_limit,
+                    self.within_limit,
+                    self.shadow_mode,
+                )
+            )
+        )
 
     def _key(self, domain: str, metric_key: str) -> str:
         key = metric_key.removeprefix(domain + ".")
