@@ -1,0 +1,211 @@
+"""IdempotencyMiddleware (ASGI) on Starlette under a real uvicorn server on loopback.
+
+The acceptance test: a POST whose response a gateway lost is retried by
+ratewarden's client with the same Idempotency-Key, and runs once, with the
+memory store and with Redis. The same flow without the middleware runs twice.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as aredis
+
+from ratewarden.client import RetryPolicy, RetryTransport
+from ratewarden.middleware.idempotency import (
+    AsyncMemoryIdempotencyStore,
+    AsyncRedisIdempotencyStore,
+    IdempotencyMiddleware,
+)
+from tests._servers import RedisServer
+from tests.client._fakes import RecordingClock
+from tests.client._live import LiveASGI
+from tests.idempotency._apps import LossyGateway, Orders, starlette_orders
+from tests.idempotency.conftest import unique_prefix
+
+
+def by_user(scope: Any) -> str | None:
+    """The caller's identity: the X-User header (a stand-in for an authenticated user)."""
+    return dict(scope["headers"]).get(b"x-user", b"").decode() or None
+
+
+@pytest.fixture(scope="module")
+def orders() -> Orders:
+    """Execution counts of every server in this module."""
+    return Orders()
+
+
+@pytest.fixture(scope="module")
+def servers(orders: Orders, redis_server: RedisServer) -> Iterator[dict[str, LiveASGI]]:
+    """The orders app behind a lossy gateway: with the memory store, Redis, or no middleware."""
+    app = starlette_orders(orders)
+    redis_client = aredis.Redis(host="127.0.0.1", port=redis_server.port)
+    stores = {
+        "memory": AsyncMemoryIdempotencyStore(),
+        "redis": AsyncRedisIdempotencyStore(redis_client, prefix=unique_prefix()),
+    }
+    running = {
+        kind: LiveASGI(LossyGateway(IdempotencyMiddleware(app, store, identity=by_user)))
+        for kind, store in stores.items()
+    }
+    running["none"] = LiveASGI(LossyGateway(app))
+    yield running
+    for server in running.values():
+        server.stop()
+
+
+@pytest.fixture
+def name(request: pytest.FixtureRequest) -> str:
+    """An order name of this test alone."""
+    return request.node.name.replace("[", "-").replace("]", "")
+
+
+def retrying_client(server: LiveASGI) -> httpx.Client:
+    """ratewarden's client with Idempotency-Keys on; its sleeps are recorded, not slept."""
+    transport = RetryTransport(
+        policy=RetryPolicy(idempotency_keys=True), clock=RecordingClock(), random=lambda: 0.0
+    )
+    return httpx.Client(base_url=server.url, transport=transport, timeout=10)
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_retried_post_whose_response_was_lost_runs_once(
+    servers: dict[str, LiveASGI], orders: Orders, name: str, kind: str
+) -> None:
+    """First attempt runs, its response is lost (503); the retry gets the stored 201, replayed."""
+    with retrying_client(servers[kind]) as client:
+        response = client.post(
+            f"/orders/{name}", content=b"2 apples", headers={"X-Lose-Response": "1"}
+        )
+    assert response.status_code == 201
+    assert response.headers["idempotent-replayed"] == "true"
+    assert response.headers["content-type"] == "application/json"
+    assert response.json() == {"order": 1, "body": "2 apples"}
+    assert orders.executed[name] == 1
+
+
+def test_without_the_middleware_the_same_retry_runs_twice(
+    servers: dict[str, LiveASGI], orders: Orders, name: str
+) -> None:
+    """The control: the lost-response retry creates a second order."""
+    with retrying_client(servers["none"]) as client:
+        response = client.post(
+            f"/orders/{name}", content=b"2 apples", headers={"X-Lose-Response": "1"}
+        )
+    assert response.json() == {"order": 2, "body": "2 apples"}
+    assert orders.executed[name] == 2
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_concurrent_duplicate_gets_409_then_the_replay(
+    servers: dict[str, LiveASGI], orders: Orders, name: str, kind: str
+) -> None:
+    """While the first request runs, a duplicate gets 409 and Retry-After; then the replay."""
+    orders.in_handler.clear()
+    orders.release.clear()
+    url, headers = f"{servers[kind].url}/orders/{name}?mode=slow", {"Idempotency-Key": "k-1"}
+    first: list[httpx.Response] = []
+    worker = threading.Thread(target=lambda: first.append(httpx.post(url, headers=headers)))
+    worker.start()
+    try:
+        assert orders.in_handler.wait(5)
+        duplicate = httpx.post(url, headers=headers)
+    finally:
+        orders.release.set()
+        worker.join(10)
+    assert duplicate.status_code == 409
+    assert duplicate.headers["retry-after"] == "1"
+    assert duplicate.headers["content-type"] == "application/problem+json"
+    assert duplicate.json()["status"] == 409
+    assert first[0].status_code == 201
+    replay = httpx.post(url, headers=headers)
+    assert (replay.status_code, replay.headers["idempotent-replayed"]) == (201, "true")
+    assert orders.executed[name] == 1
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_same_key_with_another_body_is_422_and_runs_nothing(
+    servers: dict[str, LiveASGI], orders: Orders, name: str, kind: str
+) -> None:
+    """Reusing a key for a different payload is a client bug, answered 422."""
+    with httpx.Client(base_url=servers[kind].url) as client:
+        headers = {"Idempotency-Key": "k-2"}
+        assert client.post(f"/orders/{name}", content=b"a", headers=headers).status_code == 201
+        other = client.post(f"/orders/{name}", content=b"b", headers=headers)
+        query = client.post(f"/orders/{name}?x=1", content=b"a", headers=headers)
+    assert other.status_code == 422
+    assert "another request body" in other.json()["detail"]
+    assert query.status_code == 422
+    assert orders.executed[name] == 1
+
+
+def test_keys_are_scoped_per_identity_method_and_path(
+    servers: dict[str, LiveASGI], orders: Orders, name: str
+) -> None:
+    """One key used by two users, or on PATCH and POST, or on two paths, is four requests."""
+    with httpx.Client(base_url=servers["memory"].url) as client:
+        key = {"Idempotency-Key": "shared"}
+        alice = client.post(f"/orders/{name}", headers={**key, "X-User": "alice"})
+        bob = client.post(f"/orders/{name}", headers={**key, "X-User": "bob"})
+        patch = client.patch(f"/orders/{name}", headers={**key, "X-User": "alice"})
+        other = client.post(f"/orders/{name}-2", headers={**key, "X-User": "alice"})
+        again = client.post(f"/orders/{name}", headers={**key, "X-User": "bob"})
+    assert [r.json()["order"] for r in (alice, bob, patch)] == [1, 2, 3]
+    assert other.json()["order"] == 1
+    assert again.json()["order"] == 2 and again.headers["idempotent-replayed"] == "true"
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [("Idempotency-Key", "has space")],
+        [("Idempotency-Key", "x" * 256)],
+        [("Idempotency-Key", "")],
+        [("Idempotency-Key", "a"), ("Idempotency-Key", "b")],
+    ],
+)
+def test_malformed_keys_are_400_and_run_nothing(
+    servers: dict[str, LiveASGI], orders: Orders, name: str, headers: list[tuple[str, str]]
+) -> None:
+    """A key the middleware cannot trust is refused with a problem+json 400."""
+    response = httpx.post(f"{servers['memory'].url}/orders/{name}", headers=headers)
+    assert response.status_code == 400
+    assert response.headers["content-type"] == "application/problem+json"
+    assert orders.executed[name] == 0
+
+
+def test_quoted_and_bare_forms_are_one_key(
+    servers: dict[str, LiveASGI], orders: Orders, name: str
+) -> None:
+    """The IETF draft sends the key as a quoted sf-string; Stripe-style clients send it bare."""
+    url = f"{servers['memory'].url}/orders/{name}"
+    httpx.post(url, headers={"Idempotency-Key": '"k-3"'})
+    replay = httpx.post(url, headers={"Idempotency-Key": "k-3"})
+    assert replay.headers["idempotent-replayed"] == "true"
+    assert orders.executed[name] == 1
+
+
+def test_reads_and_keyless_writes_pass_through(
+    servers: dict[str, LiveASGI], orders: Orders, name: str
+) -> None:
+    """GET (even with a key) and POST without a key run every time."""
+    url = f"{servers['memory'].url}/orders/{name}"
+    for _ in range(2):
+        httpx.get(url, headers={"Idempotency-Key": "k-4"})
+        httpx.post(url)
+    assert orders.executed[name] == 4
+
+
+@pytest.mark.parametrize("mode", ["error", "crash"])
+def test_failed_requests_are_not_stored_so_a_retry_runs_again(
+    servers: dict[str, LiveASGI], orders: Orders, name: str, mode: str
+) -> None:
+    """A 500, or a handler that raised, releases the key: the retry runs."""
+    url, headers = f"{servers['redis'].url}/orders/{name}?mode={mode}", {"Idempotency-Key": "k"}
+    statuses = [httpx.post(url, headers=headers).status_code for _ in range(2)]
+    assert statuses == [500, 500]
+    assert orders.executed[name] == 2
