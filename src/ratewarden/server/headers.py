@@ -30,6 +30,8 @@ from typing import Any
 
 from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped, unused-ignore]
 
+from ratewarden.headers import limit_item, policy_item
+
 __all__ = ["HEADER_MODES", "response_headers"]
 
 HEADER_MODES = ("off", "legacy", "draft-10")
@@ -69,18 +71,12 @@ def response_headers(
             ("RateLimit-Remaining", str(remaining)),
             ("RateLimit-Reset", str(reset)),
         ]
-    name = _sf_string(status.current_limit.name or "default")
+    name = status.current_limit.name or "default"
     return [
-        ("RateLimit-Policy", f"{name};q={limit};w={window}"),
-        ("RateLimit", f"{name};r={remaining};t={reset}"),
+        ("RateLimit-Policy", policy_item(name, limit, window)),
+        ("RateLimit", limit_item(name, remaining, reset)),
     ]
 
 
 def _ceil_seconds(duration: Any) -> int:
     return int(duration.seconds) + (1 if duration.nanos > 0 else 0)
-
-
-def _sf_string(text: str) -> str:
-    """``text`` as a structured-field String (RFC 8941): printable ASCII, quoted, escaped."""
-    printable = "".join(ch if " " <= ch <= "~" else "?" for ch in text)
-    return '"' + printable.replace("\\", "\\\\").replace('"', '\\"') + '"'
