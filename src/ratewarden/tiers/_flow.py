@@ -152,9 +152,11 @@ class _TwoTierBase:
     # -- the decision, written once
 
     def _flow(self, key: str, rates: Rate | Sequence[Rate], cost: int, failure: str | None) -> Flow:
-        found = check_rates(rates)
-        cost = check_cost(cost)
-        check_key(key)
+        found = (rates,) if type(rates) is Rate else check_rates(rates)
+        if type(cost) is not int or cost < 0:
+            check_cost(cost)
+        if type(key) is not str or not key:
+            check_key(key)
         mode = self.failure if failure is None else _check_mode(failure)
         now = self.clock.now_us()
         if cost == 0:

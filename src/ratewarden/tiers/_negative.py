@@ -70,6 +70,8 @@ class NegativeCache:
 
     def lookup(self, key: Hashable, cost: int, now_us: int) -> Denial | None:
         """The denial that still holds for ``key`` at ``now_us`` for this cost, else None."""
+        if key not in self._entries:  # the common case, answered without the lock
+            return None
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:

@@ -1,0 +1,55 @@
+"""Bad input to TwoTier is a ConfigurationError that names the value, and changes nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from ratewarden import Rate
+from ratewarden.errors import ConfigurationError
+from ratewarden.testing import ManualClock
+from ratewarden.tiers import TwoTier
+from tests.tiers._helpers import CountingStore
+
+RATE = Rate.parse("5/minute")
+
+
+@pytest.mark.parametrize(
+    ("key", "rates", "cost", "message"),
+    [
+        ("", RATE, 1, "key must not be empty"),
+        (42, RATE, 1, "key 42 must be a string"),
+        ("k", RATE, -1, "cost -1 must not be negative"),
+        ("k", RATE, 1.5, "cost 1.5 must be a whole number"),
+        ("k", RATE, True, "cost True must be a whole number"),
+        ("k", "5/minute", 1, "must be a Rate or a list of Rates"),
+        ("k", [], 1, "no rate given"),
+        ("k", [RATE, RATE], 1, "the same rate twice"),
+    ],
+)
+def test_bad_calls_raise_and_consume_nothing(
+    key: object, rates: object, cost: object, message: str
+) -> None:
+    """Every bad argument is refused before any tier is touched: no store call, no local use."""
+    clock = ManualClock()
+    store = CountingStore(clock=clock)
+    tiers = TwoTier(store, local=1.0, lease=3)
+    with pytest.raises(ConfigurationError, match=message):
+        tiers.hit(key, rates, cost)  # type: ignore[arg-type]
+    assert store.calls == 0 and len(tiers.local) == 0
+    assert tiers.leases is not None and len(tiers.leases) == 0
+    assert tiers.counts.as_dict() == dict.fromkeys(tiers.counts.as_dict(), 0)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"name": ""}, "name '' must be a non-empty string"),
+        ({"algorithm": "leaky"}, "leaky"),
+        ({"negative_cache": 0}, "negative cache max_keys 0"),
+        ({"breaker": object()}, "must be a CircuitBreaker"),
+    ],
+)
+def test_bad_settings_are_configuration_errors(options: dict[str, object], message: str) -> None:
+    """Each bad constructor option says what was wrong."""
+    with pytest.raises(ConfigurationError, match=message):
+        TwoTier(CountingStore(), **options)  # type: ignore[arg-type]
