@@ -5,6 +5,7 @@
 - ``BudgetRouter`` / ``AsyncBudgetRouter``: a tenant's budget and the first
   upstream ``Account`` with room, in one call that never leaks a reservation.
 - ``FairShare`` / ``AsyncFairShare``: weighted tenants sharing a pooled budget.
+- ``held_slot`` / ``aheld_slot``: a concurrency slot renewed while long work runs.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ratewarden.budgets._budget import (
 )
 from ratewarden.budgets._fair import AsyncFairShare, FairDecision, FairShare
 from ratewarden.budgets._routing import Account, AsyncBudgetRouter, BudgetRouter, Route
+from ratewarden.budgets._slots import HeldSlot, aheld_slot, held_slot
 
 __all__ = [
     "Account",
@@ -31,9 +33,12 @@ __all__ = [
     "BudgetRouter",
     "FairDecision",
     "FairShare",
+    "HeldSlot",
     "Reservation",
     "Route",
     "Settlement",
     "TokenBudget",
     "Usage",
+    "aheld_slot",
+    "held_slot",
 ]
