@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
 import httpx
@@ -18,6 +20,7 @@ from ratewarden.middleware.idempotency import (
     MemoryIdempotencyStore,
     WSGIIdempotencyMiddleware,
 )
+from ratewarden.testing import ManualClock
 from tests.client._live import _free_port
 from tests.idempotency._apps import Orders, flask_orders, starlette_orders
 
@@ -57,6 +60,28 @@ async def test_body_over_the_bound_is_413_and_runs_nothing() -> None:
     assert orders.executed["a"] == 1
 
 
+async def test_a_lock_past_its_ttl_blocks_no_longer(caplog: pytest.LogCaptureFixture) -> None:
+    """A request stuck past lock_ttl (as if its worker died) stops blocking its key: the next
+    request runs and is stored; the late first one is not stored over it, and says so."""
+    orders, clock = Orders(), ManualClock()
+    store = AsyncMemoryIdempotencyStore(clock=clock)
+    app = IdempotencyMiddleware(starlette_orders(orders), store, lock_ttl=30)
+    url = "/orders/a?mode=slow"
+    async with client_for(app) as client:
+        first = asyncio.create_task(client.post(url, headers=KEY))
+        assert await asyncio.to_thread(orders.in_handler.wait, 5)
+        assert (await client.post(url, headers=KEY)).status_code == 409
+        clock.advance(30)
+        orders.release.set()
+        with caplog.at_level(logging.WARNING, "ratewarden.idempotency"):
+            second = await client.post(url, headers=KEY)
+            assert (await first).json()["order"] == 1
+        third = await client.post(url, headers=KEY)
+    assert second.json()["order"] == 2
+    assert third.json()["order"] == 2 and third.headers["idempotent-replayed"] == "true"
+    assert "lock expired" in caplog.text
+
+
 def unreachable_store() -> AsyncRedisIdempotencyStore:
     client = aredis.Redis(
         port=_free_port(), socket_connect_timeout=0.2, retry=AsyncRetry(NoBackoff(), 0)
@@ -82,6 +107,26 @@ async def test_fail_open_runs_the_request_without_the_guarantee() -> None:
     async with client_for(app) as client:
         response = await client.post("/orders/a", content=b"pear", headers=KEY)
     assert response.json() == {"order": 1, "body": "pear"}
+
+
+async def test_fastapi_add_middleware_form() -> None:
+    """FastAPI's app.add_middleware(IdempotencyMiddleware, store=...) wires it the same way."""
+    from fastapi import FastAPI
+
+    api = FastAPI()
+    calls: list[int] = []
+
+    @api.post("/pay")
+    async def pay() -> dict[str, int]:
+        calls.append(1)
+        return {"payment": len(calls)}
+
+    api.add_middleware(IdempotencyMiddleware, store=AsyncMemoryIdempotencyStore())
+    async with client_for(api) as client:
+        first = await client.post("/pay", headers=KEY)
+        again = await client.post("/pay", headers=KEY)
+    assert first.json() == again.json() == {"payment": 1}
+    assert again.headers["idempotent-replayed"] == "true"
 
 
 async def test_non_http_scopes_pass_through_untouched() -> None:
