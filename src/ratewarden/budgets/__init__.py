@@ -6,6 +6,8 @@
   upstream ``Account`` with room, in one call that never leaks a reservation.
 - ``FairShare`` / ``AsyncFairShare``: weighted tenants sharing a pooled budget.
 - ``held_slot`` / ``aheld_slot``: a concurrency slot renewed while long work runs.
+- ``LoadShedder`` and ``FleetShedder`` / ``AsyncFleetShedder``: traffic classes
+  shed lowest first as utilization rises, with a reserve for critical traffic.
 """
 
 from __future__ import annotations
@@ -21,22 +23,36 @@ from ratewarden.budgets._budget import (
 )
 from ratewarden.budgets._fair import AsyncFairShare, FairDecision, FairShare
 from ratewarden.budgets._routing import Account, AsyncBudgetRouter, BudgetRouter, Route
+from ratewarden.budgets._shedder import (
+    DEFAULT_POLICY,
+    AsyncFleetShedder,
+    FleetShedder,
+    LoadShedder,
+    ShedDecision,
+    ShedPolicy,
+)
 from ratewarden.budgets._slots import HeldSlot, aheld_slot, held_slot
 
 __all__ = [
+    "DEFAULT_POLICY",
     "Account",
     "AsyncBudgetRouter",
     "AsyncFairShare",
+    "AsyncFleetShedder",
     "AsyncTokenBudget",
     "AxisState",
     "BudgetDecision",
     "BudgetRouter",
     "FairDecision",
     "FairShare",
+    "FleetShedder",
     "HeldSlot",
+    "LoadShedder",
     "Reservation",
     "Route",
     "Settlement",
+    "ShedDecision",
+    "ShedPolicy",
     "TokenBudget",
     "Usage",
     "aheld_slot",

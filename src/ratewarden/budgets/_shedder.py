@@ -1,0 +1,248 @@
+"""Load shedding by traffic class: the lowest classes go first, critical keeps a reserve.
+
+Each traffic class has a ceiling, the utilization up to which it is still
+admitted; classes are listed from most to least important and the ceilings
+fall down the list. The default ``ShedPolicy``:
+
+==========  =======  =====================================================
+class       ceiling  admitted while utilization (after this request) is
+==========  =======  =====================================================
+critical    1.0      within capacity
+normal      0.8      at most 80 %: the top 20 % is critical's reserve
+batch       0.6      at most 60 %
+test        0.4      at most 40 %
+==========  =======  =====================================================
+
+Two shedders use it:
+
+- ``LoadShedder``: the app reports utilization (worker CPU, queue depth, GPU
+  memory: any number in [0, 1]) through a callable; ``admit(cls)`` decides.
+- ``FleetShedder`` / ``AsyncFleetShedder``: utilization is the fleet-wide
+  in-flight count on one concurrency key (memory or Redis). A request of
+  class ``c`` takes a slot with limit ``floor(ceiling(c) * capacity)``, in the
+  store's one atomic step: batch gets a slot only while fewer than 60 % of
+  the slots are in use, and critical can always use the last 20 %.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.limiter import AsyncLimiter, Lease, Limiter
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "AsyncFleetShedder",
+    "FleetShedder",
+    "LoadShedder",
+    "ShedDecision",
+    "ShedPolicy",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ShedPolicy:
+    """Traffic classes, most important first, each with its utilization ceiling in (0, 1].
+
+    The first class must have ceiling 1.0 and every other a lower one, so the
+    first class always has a reserve of ``1 - second ceiling``.
+    """
+
+    classes: tuple[tuple[str, float], ...] = (
+        ("critical", 1.0),
+        ("normal", 0.8),
+        ("batch", 0.6),
+        ("test", 0.4),
+    )
+
+    def __post_init__(self) -> None:
+        found = tuple(self.classes)
+        if len(found) < 2:
+            raise ConfigurationError(f"a shed policy needs at least two classes, not {found!r}")
+        names = [name for name, _ in found]
+        if len(set(names)) != len(names) or not all(isinstance(n, str) and n for n in names):
+            raise ConfigurationError(f"traffic class names {names!r} must be distinct strings")
+        ceilings = [ceiling for _, ceiling in found]
+        for name, ceiling in found:
+            if isinstance(ceiling, bool) or not isinstance(ceiling, int | float):
+                raise ConfigurationError(f"class {name!r}: ceiling {ceiling!r} is not a number")
+            if not 0 < ceiling <= 1:
+                raise ConfigurationError(f"class {name!r}: ceiling {ceiling!r} must be in (0, 1]")
+        if ceilings[0] != 1 or any(a <= b for a, b in zip(ceilings, ceilings[1:], strict=False)):
+            raise ConfigurationError(
+                f"ceilings {ceilings!r} must start at 1.0 (the most important class) and fall "
+                "strictly down the list, so that the first class keeps a reserve"
+            )
+        object.__setattr__(self, "classes", found)
+
+    def ceiling(self, traffic_class: str) -> float:
+        """The utilization ceiling of ``traffic_class``; unknown classes are errors."""
+        for name, ceiling in self.classes:
+            if name == traffic_class:
+                return ceiling
+        known = [name for name, _ in self.classes]
+        raise ConfigurationError(f"unknown traffic class {traffic_class!r}; known: {known}")
+
+    @property
+    def reserve(self) -> float:
+        """The fraction of capacity only the first class may use."""
+        return 1.0 - self.classes[1][1]
+
+
+DEFAULT_POLICY = ShedPolicy()
+
+
+@dataclass(frozen=True, slots=True)
+class ShedDecision:
+    """Whether a request of ``traffic_class`` was admitted at ``utilization``."""
+
+    allowed: bool
+    traffic_class: str
+    utilization: float
+    ceiling: float
+
+    def __bool__(self) -> bool:
+        return self.allowed
+
+
+def _check_utilization(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise ConfigurationError(f"utilization {value!r} must be a number (0.0 idle, 1.0 full)")
+    return float(value)
+
+
+class LoadShedder:
+    """Shed by a utilization the app reports: ``LoadShedder(lambda: gpu_busy_fraction())``.
+
+    A request of class ``c`` is admitted while ``utilization < ceiling(c)``
+    (``<=`` would admit at exactly full for critical traffic).
+    """
+
+    def __init__(self, utilization: Callable[[], float], policy: ShedPolicy = DEFAULT_POLICY):
+        if not callable(utilization):
+            raise ConfigurationError(f"utilization {utilization!r} must be a callable")
+        if not isinstance(policy, ShedPolicy):
+            raise ConfigurationError(f"policy {policy!r} must be a ShedPolicy")
+        self.utilization = utilization
+        self.policy = policy
+
+    def admit(self, traffic_class: str) -> ShedDecision:
+        """Read the utilization now and decide for one request of ``traffic_class``."""
+        ceiling = self.policy.ceiling(traffic_class)
+        now = _check_utilization(self.utilization())
+        return ShedDecision(now < ceiling, traffic_class, now, ceiling)
+
+
+class _FleetBase:
+    def __init__(self, key: str, capacity: int, policy: ShedPolicy, ttl: float) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ConfigurationError(f"capacity {capacity!r} must be a whole number >= 1")
+        if not isinstance(policy, ShedPolicy):
+            raise ConfigurationError(f"policy {policy!r} must be a ShedPolicy")
+        self.key = key
+        self.capacity = capacity
+        self.policy = policy
+        self.ttl = ttl
+        self.limits = {name: self._limit(ceiling) for name, ceiling in policy.classes}
+        if self.limits[policy.classes[-1][0]] < 1:
+            raise ConfigurationError(
+                f"capacity {capacity} is too small: class {policy.classes[-1][0]!r} would "
+                "never get a slot"
+            )
+
+    def _limit(self, ceiling: float) -> int:
+        return math.floor(ceiling * self.capacity + 1e-9)
+
+    def _decision(self, traffic_class: str, lease: Lease) -> ShedDecision:
+        # In use as the class's limit sees it: exact when granted, and at least
+        # the class's limit when denied (the store reports no room below zero).
+        utilization = (lease.limit - lease.decision.remaining) / self.capacity
+        return ShedDecision(
+            lease.allowed, traffic_class, utilization, self.policy.ceiling(traffic_class)
+        )
+
+    def _class_limit(self, traffic_class: str) -> int:
+        self.policy.ceiling(traffic_class)  # unknown classes are errors
+        return self.limits[traffic_class]
+
+
+class FleetShedder(_FleetBase):
+    """Shed by fleet-wide in-flight requests on one concurrency key of ``limiter``'s store.
+
+    ::
+
+        shedder = FleetShedder(Limiter(redis_store), "api", capacity=200)
+        with shedder.slot("batch") as lease:
+            if not lease:
+                return 503
+            ...
+    """
+
+    def __init__(
+        self,
+        limiter: Limiter,
+        key: str,
+        capacity: int,
+        *,
+        policy: ShedPolicy = DEFAULT_POLICY,
+        ttl: float = 60.0,
+    ) -> None:
+        super().__init__(key, capacity, policy, ttl)
+        self.limiter = limiter
+
+    def acquire(self, traffic_class: str) -> tuple[ShedDecision, Lease]:
+        """Take one in-flight slot if ``traffic_class`` is under its ceiling; release it later."""
+        lease = self.limiter.acquire_slot(self.key, self._class_limit(traffic_class), ttl=self.ttl)
+        return self._decision(traffic_class, lease), lease
+
+    def release(self, lease: Lease) -> bool:
+        """Give a slot back (False if it had lapsed or was never granted)."""
+        return self.limiter.release_slot(lease)
+
+    @contextlib.contextmanager
+    def slot(self, traffic_class: str) -> Iterator[ShedDecision]:
+        """``with shedder.slot("normal") as decision:`` — released on exit when granted."""
+        decision, lease = self.acquire(traffic_class)
+        try:
+            yield decision
+        finally:
+            self.release(lease)
+
+
+class AsyncFleetShedder(_FleetBase):
+    """The asyncio twin of ``FleetShedder`` over an ``AsyncLimiter``."""
+
+    def __init__(
+        self,
+        limiter: AsyncLimiter,
+        key: str,
+        capacity: int,
+        *,
+        policy: ShedPolicy = DEFAULT_POLICY,
+        ttl: float = 60.0,
+    ) -> None:
+        super().__init__(key, capacity, policy, ttl)
+        self.limiter = limiter
+
+    async def acquire(self, traffic_class: str) -> tuple[ShedDecision, Lease]:
+        """See ``FleetShedder.acquire``."""
+        limit = self._class_limit(traffic_class)
+        lease = await self.limiter.acquire_slot(self.key, limit, ttl=self.ttl)
+        return self._decision(traffic_class, lease), lease
+
+    async def release(self, lease: Lease) -> bool:
+        """See ``FleetShedder.release``."""
+        return await self.limiter.release_slot(lease)
+
+    @contextlib.asynccontextmanager
+    async def slot(self, traffic_class: str) -> AsyncIterator[ShedDecision]:
+        """See ``FleetShedder.slot``."""
+        decision, lease = await self.acquire(traffic_class)
+        try:
+            yield decision
+        finally:
+            await self.release(lease)
