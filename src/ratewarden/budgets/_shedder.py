@@ -27,8 +27,9 @@ Two shedders use it:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
 from ratewarden.errors import ConfigurationError
@@ -72,7 +73,7 @@ class ShedPolicy:
                 raise ConfigurationError(f"class {name!r}: ceiling {ceiling!r} is not a number")
             if not 0 < ceiling <= 1:
                 raise ConfigurationError(f"class {name!r}: ceiling {ceiling!r} must be in (0, 1]")
-        if ceilings[0] != 1 or any(a <= b for a, b in zip(ceilings, ceilings[1:], strict=False)):
+        if ceilings[0] != 1 or any(a <= b for a, b in itertools.pairwise(ceilings)):
             raise ConfigurationError(
                 f"ceilings {ceilings!r} must start at 1.0 (the most important class) and fall "
                 "strictly down the list, so that the first class keeps a reserve"
