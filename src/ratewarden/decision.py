@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from ratewarden.rate import Rate
 
@@ -64,9 +65,9 @@ class _Draft:
         delay: float,
         rate: Rate | None,
         cost: int,
-        shadowed: bool,
-        layers: tuple[Decision, ...],
-        degraded: str,
+        layers: tuple[Decision, ...] = (),
+        shadowed: bool = False,
+        degraded: str = "",
     ) -> None:
         self.allowed = allowed
         self.limit = limit
@@ -84,25 +85,29 @@ class _Draft:
         self.__class__ = Decision  # type: ignore[assignment]
 
 
-def make_decision(
-    allowed: bool,
-    limit: int,
-    remaining: int,
-    reset_after: float,
-    retry_after: float,
-    delay: float,
-    rate: Rate | None,
-    cost: int,
-    layers: tuple[Decision, ...] = (),
-) -> Decision:
-    """``Decision(...)`` for the stores' hot path, about 4x cheaper to build.
+class _MakeDecision(Protocol):
+    def __call__(
+        self,
+        allowed: bool,
+        limit: int,
+        remaining: int,
+        reset_after: float,
+        retry_after: float,
+        delay: float,
+        rate: Rate | None,
+        cost: int,
+        layers: tuple[Decision, ...] = (),
+        shadowed: bool = False,
+        degraded: str = "",
+    ) -> Decision: ...
 
-    A frozen dataclass sets each field through ``object.__setattr__``, which
-    costs more than the rest of an in-memory decision. The draft sets plain
-    slots and then becomes the Decision it equals in every way (fields, ``==``,
-    ``hash``, ``repr``, frozen-ness, ``dataclasses.replace``).
-    """
-    draft = _Draft(
-        allowed, limit, remaining, reset_after, retry_after, delay, rate, cost, False, layers, ""
-    )
-    return draft  # type: ignore[return-value]
+
+#: ``Decision(...)`` for the stores' hot path, about 4x cheaper to build, with the
+#: fields in the same order (``layers`` before ``shadowed`` and ``degraded``).
+#:
+#: A frozen dataclass sets each field through ``object.__setattr__``, which costs
+#: more than the rest of an in-memory decision. The draft sets plain slots and
+#: then becomes the Decision it equals in every way (fields, ``==``, ``hash``,
+#: ``repr``, frozen-ness, ``dataclasses.replace``). It is the class itself, not a
+#: function around it: a wrapper's call would cost a sixth of the construction.
+make_decision: _MakeDecision = _Draft  # type: ignore[assignment]

@@ -104,7 +104,10 @@ class Limiter(_LimiterBase):
         With ``shadow=True`` a denial is reported as ``allowed=True, shadowed=True``
         (evaluated and counted, never enforced; nothing is consumed).
         """
-        return self._finish(key, self.store.hit(self.algorithm, key, rates, cost), shadow)
+        decision = self.store.hit(self.algorithm, key, rates, cost)
+        if shadow or self._on_decision is not None:
+            return self._finish(key, decision, shadow)
+        return decision
 
     def peek(self, key: str, rates: Rate | Sequence[Rate]) -> Decision:
         """The current state, consuming nothing (a hit of cost 0)."""
@@ -204,7 +207,10 @@ class AsyncLimiter(_LimiterBase):
         self, key: str, rates: Rate | Sequence[Rate], cost: int = 1, *, shadow: bool = False
     ) -> Decision:
         """See ``Limiter.hit``."""
-        return self._finish(key, await self.store.hit(self.algorithm, key, rates, cost), shadow)
+        decision = await self.store.hit(self.algorithm, key, rates, cost)
+        if shadow or self._on_decision is not None:
+            return self._finish(key, decision, shadow)
+        return decision
 
     async def peek(self, key: str, rates: Rate | Sequence[Rate]) -> Decision:
         """See ``Limiter.peek``."""

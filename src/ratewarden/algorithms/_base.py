@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
-__all__ = ["NEVER", "Algorithm", "Outcome", "Step", "layered"]
+__all__ = ["NEVER", "Algorithm", "Outcome", "Step", "layered", "new_outcome"]
 
 #: ``retry_after_us`` of a request that can never be admitted (cost above capacity).
 NEVER = -1
@@ -33,6 +33,11 @@ class Outcome(NamedTuple):
     retry_after_us: int
     delay_us: int = 0
 
+
+#: ``new_outcome(Outcome, (allowed, remaining, reset_after_us, retry_after_us, delay_us))``
+#: builds an Outcome in half the time of ``Outcome(...)``: the named tuple's own
+#: ``__new__`` is a Python function that makes the same call. For hot paths only.
+new_outcome = tuple.__new__
 
 #: ``(outcome, state to store if every layer allows, time to live of that state in us)``.
 Step = tuple[Outcome, Any, int]

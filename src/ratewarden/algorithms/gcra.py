@@ -17,7 +17,7 @@ notation, with ``tau = (B - 1) * T``), then one every ``T``.
 
 from __future__ import annotations
 
-from ratewarden.algorithms._base import NEVER, Outcome, Step, ceil_div
+from ratewarden.algorithms._base import NEVER, Outcome, Step, new_outcome
 from ratewarden.rate import Rate
 
 __all__ = ["NAME", "State", "check", "params"]
@@ -36,22 +36,24 @@ def params(rate: Rate) -> tuple[int, ...]:
 
 def check(params: tuple[int, ...], state: State | None, now_us: int, cost: int) -> Step:
     n, d, capacity = params
-    tat_us, frac = (now_us, 0) if state is None else state
-    if tat_us < now_us:
+    if state is None or state[0] < now_us:
         tat_us, frac = now_us, 0
+    else:
+        tat_us, frac = state
     # Distances from now, in units of 1/n microsecond.
     ahead = (tat_us - now_us) * n + frac
     room = capacity * d
     if cost > capacity:
-        outcome = Outcome(False, max(room - ahead, 0) // d, ceil_div(ahead, n), NEVER)
+        outcome = new_outcome(Outcome, (False, max(room - ahead, 0) // d, -(-ahead // n), NEVER, 0))
         return outcome, state, 0
     after = ahead + cost * d
     if after > room:
-        outcome = Outcome(
-            False, max(room - ahead, 0) // d, ceil_div(ahead, n), ceil_div(after - room, n)
-        )
+        remaining = max(room - ahead, 0) // d
+        retry_after_us = -(-(after - room) // n)
+        outcome = new_outcome(Outcome, (False, remaining, -(-ahead // n), retry_after_us, 0))
         return outcome, state, 0
     total = frac + cost * d
-    new_state = (tat_us + total // n, total % n)
-    reset_after_us = ceil_div(after, n)
-    return Outcome(True, (room - after) // d, reset_after_us, 0), new_state, reset_after_us
+    # ceil(after / n), inlined (as below): this runs on every decision.
+    reset_after_us = -(-after // n)
+    outcome = new_outcome(Outcome, (True, (room - after) // d, reset_after_us, 0, 0))
+    return outcome, (tat_us + total // n, total % n), reset_after_us

@@ -28,7 +28,9 @@ __all__ = [
     "build",
     "check_cost",
     "check_key",
+    "decode",
     "parse",
+    "single",
     "to_decision",
 ]
 
@@ -66,6 +68,8 @@ class Shape:
     suffixes: tuple[str, ...]
     cost: int
     source: object
+    single: bool
+    name: str
 
     def keys(self, prefix: str, key: str) -> tuple[str, ...]:
         """The Redis keys of ``key``'s layers (``key`` already checked)."""
@@ -123,6 +127,8 @@ def shape(algorithm: str, rates: Rate | Sequence[Rate], cost: int) -> Shape:
         ),
         cost=cost,
         source=rates,
+        single=len(found) == 1,
+        name=module.NAME,
     )
 
 
@@ -131,17 +137,33 @@ class Shapes:
 
     A well-behaved caller passes the same ``Rate`` (or tuple of them) again and
     again, so a shape is found by the argument's identity: no hashing of rates,
-    no validation. Lists are mutable, so they are looked up by value instead.
-    Only valid calls are cached; anything else is built, and so rejected, anew.
+    no validation. The last shape made for each argument is found by its ``id``
+    alone and then checked (same object, algorithm and cost); other costs or
+    algorithms for the same argument are kept under ``(algorithm, id, cost)``.
+    Lists are mutable, so they are looked up by value instead. Only valid calls
+    are cached; anything else is built, and so rejected, anew.
     """
 
-    __slots__ = ("_by_id", "_by_value")
+    __slots__ = ("_by_id", "_by_value", "_last")
 
     def __init__(self) -> None:
+        self._last: dict[int, Shape] = {}
         self._by_id: dict[tuple[str, int, int], Shape] = {}
         self._by_value: dict[tuple[str, tuple[Rate, ...], int], Shape] = {}
 
     def get(self, algorithm: str, rates: Rate | Sequence[Rate], cost: int) -> Shape:
+        found = self._last.get(id(rates))
+        if (
+            found is not None
+            and found.source is rates
+            and found.cost == cost
+            and type(cost) is int
+            and found.name == algorithm
+        ):
+            return found
+        return self._lookup(algorithm, rates, cost)
+
+    def _lookup(self, algorithm: str, rates: Rate | Sequence[Rate], cost: int) -> Shape:
         if type(cost) is not int or type(algorithm) is not str:
             return shape(algorithm, rates, cost)
         kind = type(rates)
@@ -151,6 +173,7 @@ class Shapes:
             if found is None or found.source is not rates:
                 found = shape(algorithm, rates, cost)
                 self._keep(self._by_id, id_key, found)
+            self._keep(self._last, id(rates), found)
             return found
         try:
             value_key = (algorithm, tuple(rates), cost)  # type: ignore[arg-type]
@@ -194,39 +217,58 @@ def argv(plan: Plan, now_us: int | None) -> list[int | str]:
 
 def parse(plan: Plan, reply: Sequence[int]) -> Decision:
     """Turn ``{now_us, allowed, per layer: 5 numbers}`` into a Decision."""
+    return decode(plan.rates, plan.cost, reply)
+
+
+def decode(rates: Sequence[Rate], cost: int, reply: Sequence[int]) -> Decision:
+    """``parse`` for the rates and cost of a call (a ``Plan``'s or a ``Shape``'s)."""
+    if len(rates) == 1:
+        # The script's numbers are integers already (hiredis makes them ints).
+        outcome = (reply[2] != 0, reply[3], reply[4], reply[5], reply[6])
+        return single(rates[0], outcome, cost)
     values = [int(v) for v in reply]
     outcomes = [
         Outcome(bool(values[i]), values[i + 1], values[i + 2], values[i + 3], values[i + 4])
-        for i in range(2, 2 + REPLY_WIDTH * len(plan.rates), REPLY_WIDTH)
+        for i in range(2, 2 + REPLY_WIDTH * len(rates), REPLY_WIDTH)
     ]
-    return to_decision(plan.rates, outcomes, plan.cost)
+    return to_decision(rates, outcomes, cost)
 
 
 def _seconds(us: int) -> float:
     return math.inf if us == NEVER else us / 1_000_000
 
 
-def _layer(rate: Rate, outcome: Outcome, cost: int, layers: tuple[Decision, ...] = ()) -> Decision:
+def _layer(rate: Rate, outcome: Outcome, cost: int) -> Decision:
     allowed, remaining, reset_after_us, retry_after_us, delay_us = outcome
     return make_decision(
         allowed,
         rate.limit,
         remaining,
-        math.inf if reset_after_us == NEVER else reset_after_us / 1_000_000,
-        math.inf if retry_after_us == NEVER else retry_after_us / 1_000_000,
-        math.inf if delay_us == NEVER else delay_us / 1_000_000,
+        _seconds(reset_after_us),
+        _seconds(retry_after_us),
+        _seconds(delay_us),
         rate,
         cost,
-        layers,
+    )
+
+
+def single(rate: Rate, outcome: tuple[bool, int, int, int, int], cost: int) -> Decision:
+    """The decision of a one-rate call: its only layer binds, and lists itself in ``layers``."""
+    allowed, remaining, reset_after_us, retry_after_us, delay_us = outcome
+    reset_after = math.inf if reset_after_us == NEVER else reset_after_us / 1_000_000
+    retry_after = math.inf if retry_after_us == NEVER else retry_after_us / 1_000_000
+    delay = 0.0 if not delay_us else math.inf if delay_us == NEVER else delay_us / 1_000_000
+    limit = rate.limit
+    layer = make_decision(allowed, limit, remaining, reset_after, retry_after, delay, rate, cost)
+    return make_decision(
+        allowed, limit, remaining, reset_after, retry_after, delay, rate, cost, (layer,)
     )
 
 
 def to_decision(rates: Sequence[Rate], outcomes: Sequence[Outcome], cost: int) -> Decision:
     """Combine layers: the binding layer speaks for the decision (see ``Decision``)."""
     if len(rates) == 1:
-        # One layer binds by itself: the decision is that layer, listing itself.
-        layer = _layer(rates[0], outcomes[0], cost)
-        return _layer(rates[0], outcomes[0], cost, (layer,))
+        return single(rates[0], outcomes[0], cost)
     layers = tuple(_layer(r, o, cost) for r, o in zip(rates, outcomes, strict=True))
     denied = [layer for layer in layers if not layer.allowed]
     if denied:

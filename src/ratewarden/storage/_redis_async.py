@@ -9,7 +9,7 @@ store used from a new loop makes new ones.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import hiredis
@@ -25,10 +25,10 @@ from ratewarden.storage._redis_protocol import (
     ConnectionFactory,
     Recovery,
     Sendable,
-    eval_command,
-    evalsha_command,
+    as_eval,
     pack,
     recovery,
+    unpack,
 )
 from ratewarden.storage._scripts import Script
 
@@ -37,30 +37,23 @@ __all__ = ["AsyncCluster", "AsyncRouter", "AsyncStandalone", "run_script"]
 _PING = pack(("PING",))
 
 
-async def run_script(
-    pipe: Pipe, script: Script, keys: Sequence[str], args: Sequence[Sendable]
-) -> Any:
+async def run_script(pipe: Pipe, script: Script, packed: bytes) -> Any:
     """See ``_redis_sync.run_script``; the same steps, awaited."""
-    reply = await pipe.request(evalsha_command(script, keys, args))
+    reply = await pipe.request(packed)
     if type(reply) is hiredis.ReplyError:
-        reply = await _recover(pipe, reply, script, keys, args)
+        reply = await _recover(pipe, reply, script, packed)
     return reply
 
 
-async def _recover(
-    pipe: Pipe,
-    reply: hiredis.ReplyError,
-    script: Script,
-    keys: Sequence[str],
-    args: Sequence[Sendable],
-) -> Any:
+async def _recover(pipe: Pipe, reply: hiredis.ReplyError, script: Script, packed: bytes) -> Any:
+    evalsha = packed
     for _ in range(MAX_ATTEMPTS - 1):
         action = recovery(reply)
         if action is Recovery.LOAD:
-            packed = eval_command(script, keys, args)
+            packed = as_eval(script, evalsha)
         elif action is Recovery.RECONNECT:
             pipe.reconnect()
-            packed = evalsha_command(script, keys, args)
+            packed = evalsha
         else:
             raise reply
         reply = await pipe.request(packed)
@@ -87,7 +80,7 @@ class AsyncRouter(Protocol):
 
     where: str
 
-    async def eval(self, script: Script, keys: Sequence[str], args: Sequence[Sendable]) -> Any: ...
+    async def eval(self, script: Script, route_key: str, packed: bytes) -> Any: ...
 
     async def command(self, route_key: str, *parts: Sendable) -> Any: ...
 
@@ -135,8 +128,8 @@ class AsyncStandalone:
         pool = self._pool
         return _factory(pool.connection_class, pool.connection_kwargs, self._timeout)
 
-    async def eval(self, script: Script, keys: Sequence[str], args: Sequence[Sendable]) -> Any:
-        return await run_script(self._pipes.get("", self._make), script, keys, args)
+    async def eval(self, script: Script, route_key: str, packed: bytes) -> Any:
+        return await run_script(self._pipes.get("", self._make), script, packed)
 
     async def command(self, route_key: str, *parts: Sendable) -> Any:
         return _check(await self._pipes.get("", self._make).request(pack(parts)))
@@ -172,18 +165,18 @@ class AsyncCluster:
             await client.initialize()
         return client.nodes_manager.get_node_from_slot(key_slot(route_key.encode()))
 
-    async def eval(self, script: Script, keys: Sequence[str], args: Sequence[Sendable]) -> Any:
-        node = await self._node(keys[0])
+    async def eval(self, script: Script, route_key: str, packed: bytes) -> Any:
+        node = await self._node(route_key)
         for _ in range(2):
             try:
-                return await run_script(self._pipe(node), script, keys, args)
+                return await run_script(self._pipe(node), script, packed)
             except ConnectFailed:
-                node = await self._moved_after_failure(node, keys[0])
+                node = await self._moved_after_failure(node, route_key)
             except hiredis.ReplyError as reply:
                 if recovery(reply) is not Recovery.REDIRECT:
                     raise
-                return await self._redirected_eval(script, keys, args)
-        raise ConnectFailed(f"cannot connect to the primary of {keys[0]!r}")
+                return await self._redirected_eval(script, packed)
+        raise ConnectFailed(f"cannot connect to the primary of {route_key!r}")
 
     async def _moved_after_failure(self, node: Any, route_key: str) -> Any:
         await self._client.nodes_manager.initialize()
@@ -192,14 +185,13 @@ class AsyncCluster:
             raise ConnectFailed(f"cannot connect to {node.name}, still the primary of its slot")
         return now
 
-    async def _redirected_eval(
-        self, script: Script, keys: Sequence[str], args: Sequence[Sendable]
-    ) -> Any:
+    async def _redirected_eval(self, script: Script, packed: bytes) -> Any:
         client = self._client
+        parts = unpack(packed)
         try:
-            return await client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            return await client.execute_command("EVALSHA", *parts[1:])
         except rx.NoScriptError:
-            return await client.execute_command("EVAL", script.source, len(keys), *keys, *args)
+            return await client.execute_command("EVAL", script.source, *parts[2:])
 
     async def command(self, route_key: str, *parts: Sendable) -> Any:
         reply = await self._pipe(await self._node(route_key)).request(pack(parts))

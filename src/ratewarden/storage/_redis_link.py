@@ -20,6 +20,7 @@ import socket
 import ssl
 import weakref
 from collections.abc import Callable
+from time import monotonic
 from typing import Any
 
 import hiredis
@@ -29,7 +30,7 @@ from redis.connection import ConnectionPool
 from ratewarden.storage._redis_errors import REDIS_ERRORS
 from ratewarden.storage._redis_protocol import ConnectFailed, ConnectionFactory
 
-__all__ = ["Link", "LinkPool", "connection_kwargs", "describe"]
+__all__ = ["IDLE_CHECK_S", "Link", "LinkPool", "connection_kwargs", "describe"]
 
 _READ_SIZE = 65_536
 
@@ -63,7 +64,15 @@ def describe(kwargs: dict[str, Any]) -> str:
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
 
 
-def _stale(sock: socket.socket, timeout: float) -> bool:
+#: A link unused for longer than this is checked for a close by the server before
+#: it sends (a poll with no wait). Within it the check is skipped: the server
+#: cannot have restarted in so short a gap, and a close just then is the same race
+#: as one right after a check. A request sent on a closed link fails; it is never
+#: retried (nothing proves it did not run).
+IDLE_CHECK_S = 0.001
+
+
+def _stale(sock: socket.socket, timeout: float | None) -> bool:
     """Whether an idle socket that polls readable was closed (or spoke out of turn)."""
     sock.setblocking(False)
     try:
@@ -76,42 +85,110 @@ def _stale(sock: socket.socket, timeout: float) -> bool:
     except OSError:
         return True
     finally:
-        sock.settimeout(timeout)
+        if timeout is not None:
+            sock.settimeout(timeout)
 
 
 class Link:
-    """One connection to one server, used by one thread at a time."""
+    """One connection to one server, used by one thread at a time.
 
-    __slots__ = ("_conn", "_make", "_poll", "_reader", "_sock", "_timeout", "where")
+    A plain (TCP or Unix) socket is non-blocking: the request is sent at once
+    and one ``poll`` waits for the reply, bounded by the timeout. A socket with
+    a timeout would ``poll`` before the send and before every read as well, and
+    on a loopback round trip of tens of microseconds those system calls are a
+    large part of the client's cost. A TLS socket keeps its timeout (its reads
+    may need the TLS engine's buffered bytes, which ``poll`` cannot see).
+    """
+
+    __slots__ = (
+        "_conn",
+        "_make",
+        "_poll",
+        "_reader",
+        "_sock",
+        "_timeout",
+        "_timeout_ms",
+        "_tls",
+        "_used_at",
+        "where",
+    )
 
     def __init__(self, make: ConnectionFactory, where: str, timeout: float) -> None:
         self._make = make
         self._timeout = timeout
+        self._timeout_ms = timeout * 1_000
         self.where = where
         self._conn: Any = None
         self._sock: socket.socket | None = None
+        self._tls = False
         self._reader = hiredis.Reader()
-        self._poll: Callable[[], list[Any]] = list
+        self._poll: Callable[[float], list[Any]] = _never_ready
+        self._used_at = 0.0
 
     def request(self, packed: bytes) -> Any:
         """Send one packed command and return its reply (error replies as values)."""
         sock = self._sock
-        if sock is None or (self._poll() and _stale(sock, self._timeout)):
+        now = monotonic()
+        if sock is None or (
+            now - self._used_at > IDLE_CHECK_S
+            and self._poll(0)
+            and _stale(sock, None if not self._tls else self._timeout)
+        ):
             sock = self._open()
+        self._used_at = now
         try:
-            sock.sendall(packed)
-            reader = self._reader
-            reply = reader.gets()
-            while reply is False:
-                data = sock.recv(_READ_SIZE)
-                if not data:
-                    raise rx.ConnectionError(f"{self.where} closed the connection")
-                reader.feed(data)
-                reply = reader.gets()
+            if self._tls:
+                return self._exchange_tls(sock, packed)
+            return self._exchange(sock, packed)
         except BaseException:
             # A half-read reply would be read as the answer to the next request.
             self.close()
             raise
+
+    def _exchange(self, sock: socket.socket, packed: bytes) -> Any:
+        try:
+            sent = sock.send(packed)
+        except BlockingIOError:  # the socket buffer is full: wait below
+            sent = 0
+        if sent < len(packed):
+            self._send_rest(sock, memoryview(packed)[sent:])
+        reader = self._reader
+        poll = self._poll
+        while True:
+            if not poll(self._timeout_ms):
+                raise rx.TimeoutError(f"no reply from {self.where} in time")
+            try:
+                data = sock.recv(_READ_SIZE)
+            except BlockingIOError:  # woken with nothing to read after all
+                continue
+            if not data:
+                raise rx.ConnectionError(f"{self.where} closed the connection")
+            reader.feed(data)
+            reply = reader.gets()
+            if reply is not False:
+                return reply
+
+    def _send_rest(self, sock: socket.socket, rest: memoryview) -> None:
+        """The rare large request that the socket buffer did not take at once."""
+        wait = _waiter(sock, writing=True)
+        while rest:
+            if not wait(self._timeout_ms):
+                raise rx.TimeoutError(f"{self.where} took no request bytes in time")
+            try:
+                rest = rest[sock.send(rest) :]
+            except BlockingIOError:
+                continue
+
+    def _exchange_tls(self, sock: socket.socket, packed: bytes) -> Any:
+        sock.sendall(packed)
+        reader = self._reader
+        reply = reader.gets()
+        while reply is False:
+            data = sock.recv(_READ_SIZE)
+            if not data:
+                raise rx.ConnectionError(f"{self.where} closed the connection")
+            reader.feed(data)
+            reply = reader.gets()
         return reply
 
     def _open(self) -> socket.socket:
@@ -125,21 +202,37 @@ class Link:
         sock: socket.socket = conn._sock  # private, but stable since redis-py 2
         self._conn = conn
         self._sock = sock
+        self._tls = isinstance(sock, ssl.SSLSocket)
+        if not self._tls:
+            sock.setblocking(False)
         self._reader = hiredis.Reader()
-        if hasattr(select, "poll"):
-            poller = select.poll()
-            poller.register(sock, select.POLLIN)
-            self._poll = lambda: poller.poll(0)
-        else:  # pragma: no cover - Windows has no poll()
-            self._poll = lambda: select.select([sock], [], [], 0)[0]
+        self._poll = _waiter(sock)
         return sock
 
     def close(self) -> None:
         conn = self._conn
         self._conn = self._sock = None
-        self._poll = list
+        self._poll = _never_ready
         if conn is not None:
             conn.disconnect()
+
+
+def _never_ready(timeout: float) -> list[Any]:
+    return []
+
+
+def _waiter(sock: socket.socket, writing: bool = False) -> Callable[[float], list[Any]]:
+    """``wait(ms)``: a non-empty list once ``sock`` can be read (or written), within ``ms``.
+
+    A closed or failed socket counts as readable: the read that follows says why.
+    """
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock, select.POLLOUT if writing else select.POLLIN)
+        return poller.poll
+    if writing:  # pragma: no cover - Windows has no poll()
+        return lambda ms: select.select([], [sock], [], ms / 1_000)[1]
+    return lambda ms: select.select([sock], [], [], ms / 1_000)[0]  # pragma: no cover
 
 
 _POOLS: weakref.WeakSet[LinkPool] = weakref.WeakSet()

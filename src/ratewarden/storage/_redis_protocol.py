@@ -1,9 +1,16 @@
 """Sans-I/O pieces shared by the sync and async Redis stores.
 
-Commands are packed once by hiredis (keys as UTF-8) and sent as they are; error
-replies come back as ``hiredis.ReplyError`` values and ``recovery`` says what
-to do about one. Both stores drive the same short loop around it, so a script
-flush, a Sentinel failover or a Cluster resharding is handled the same way.
+Commands are packed once (keys as UTF-8) and sent as they are; error replies
+come back as ``hiredis.ReplyError`` values and ``recovery`` says what to do
+about one. Both stores drive the same short loop around it, so a script flush,
+a Sentinel failover or a Cluster resharding is handled the same way.
+
+A rate decision's ``EVALSHA`` is packed from a ``Template`` made once per call
+shape: everything but the user's key (and ``now``, when a clock is given) is
+encoded ahead of time. The packed request is the one description of a call that
+the routers pass around; the rare paths that need it in another form (``EVAL``
+after NOSCRIPT, a Cluster redirection through redis-py) derive it from those
+bytes (``as_eval``, ``unpack``).
 """
 
 from __future__ import annotations
@@ -23,10 +30,13 @@ __all__ = [
     "ConnectionFactory",
     "Recovery",
     "Sendable",
+    "Template",
+    "as_eval",
     "eval_command",
     "evalsha_command",
     "pack",
     "recovery",
+    "unpack",
 ]
 
 #: Arguments the packer accepts.
@@ -83,3 +93,63 @@ def evalsha_command(script: Script, keys: Sequence[str], args: Sequence[Sendable
 
 def eval_command(script: Script, keys: Sequence[str], args: Sequence[Sendable]) -> bytes:
     return pack(("EVAL", script.source, len(keys), *keys, *args))
+
+
+def _bulk(value: Sendable) -> bytes:
+    data = value if isinstance(value, bytes) else str(value).encode()
+    return b"$%d\r\n%s\r\n" % (len(data), data)
+
+
+def _evalsha_head(script: Script, count: int) -> bytes:
+    """``*<count>`` and the command name and SHA of an EVALSHA of ``count`` parts."""
+    return b"*%d\r\n$7\r\nEVALSHA\r\n" % count + _bulk(script.sha)
+
+
+#: ``now`` when the script reads Redis TIME: an empty bulk string.
+_NO_NOW = _bulk("")
+
+
+class Template:
+    """The EVALSHA of one call shape, packed but for the user's key and ``now``.
+
+    ``pack(escape(key), now_us)`` gives the same command as
+    ``evalsha_command(script, keys, [now or "", cost, *params])`` with the
+    keys ``<prefix>:{<escaped key>}<suffix>``, for a few string joins.
+    """
+
+    __slots__ = ("_head", "_prefix", "_suffixes", "_tail")
+
+    def __init__(
+        self, script: Script, prefix: str, suffixes: Sequence[str], args: Sequence[Sendable]
+    ) -> None:
+        # args: cost, then every layer's params (``now`` goes before them).
+        count = 3 + len(suffixes) + 1 + len(args)
+        self._head = _evalsha_head(script, count) + _bulk(len(suffixes))
+        self._prefix = f"{prefix}:{{"
+        self._suffixes = tuple("}" + suffix for suffix in suffixes)
+        self._tail = b"".join(_bulk(arg) for arg in args)
+
+    def pack(self, tag: str, now_us: int | None) -> bytes:
+        """The request for the user key escaped as ``tag`` at ``now_us`` (None: Redis TIME)."""
+        head = self._prefix + tag
+        parts = [self._head]
+        for suffix in self._suffixes:
+            data = (head + suffix).encode()
+            parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+        parts.append(_NO_NOW if now_us is None else _bulk(now_us))
+        parts.append(self._tail)
+        return b"".join(parts)
+
+
+def unpack(packed: bytes) -> list[bytes]:
+    """The parts of a packed command, as bytes (a request is an array of bulk strings)."""
+    reader = hiredis.Reader()
+    reader.feed(packed)
+    parts: list[bytes] = reader.gets()
+    return parts
+
+
+def as_eval(script: Script, packed: bytes) -> bytes:
+    """The EVAL of ``script`` with the keys and arguments of the EVALSHA ``packed``."""
+    parts = unpack(packed)
+    return pack(("EVAL", script.source, *parts[2:]))

@@ -6,7 +6,6 @@ its error boundary. Every request is bounded by the store's timeout.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Protocol
 
 import hiredis
@@ -20,10 +19,10 @@ from ratewarden.storage._redis_protocol import (
     ConnectFailed,
     Recovery,
     Sendable,
-    eval_command,
-    evalsha_command,
+    as_eval,
     pack,
     recovery,
+    unpack,
 )
 from ratewarden.storage._scripts import Script
 
@@ -32,28 +31,24 @@ __all__ = ["Cluster", "Router", "Standalone", "run_script"]
 _PING = pack(("PING",))
 
 
-def run_script(link: Link, script: Script, keys: Sequence[str], args: Sequence[Sendable]) -> Any:
-    """EVALSHA on ``link``; after NOSCRIPT send EVAL, after READONLY reconnect and resend."""
-    reply = link.request(evalsha_command(script, keys, args))
+def run_script(link: Link, script: Script, packed: bytes) -> Any:
+    """Send the EVALSHA ``packed`` on ``link``; after NOSCRIPT send EVAL, after READONLY
+    reconnect and resend."""
+    reply = link.request(packed)
     if type(reply) is hiredis.ReplyError:
-        reply = _recover(link, reply, script, keys, args)
+        reply = _recover(link, reply, script, packed)
     return reply
 
 
-def _recover(
-    link: Link,
-    reply: hiredis.ReplyError,
-    script: Script,
-    keys: Sequence[str],
-    args: Sequence[Sendable],
-) -> Any:
+def _recover(link: Link, reply: hiredis.ReplyError, script: Script, packed: bytes) -> Any:
+    evalsha = packed
     for _ in range(MAX_ATTEMPTS - 1):
         action = recovery(reply)
         if action is Recovery.LOAD:
-            packed = eval_command(script, keys, args)
+            packed = as_eval(script, evalsha)
         elif action is Recovery.RECONNECT:
             link.close()
-            packed = evalsha_command(script, keys, args)
+            packed = evalsha
         else:
             raise reply
         reply = link.request(packed)
@@ -73,7 +68,12 @@ class Router(Protocol):
 
     where: str
 
-    def eval(self, script: Script, keys: Sequence[str], args: Sequence[Sendable]) -> Any: ...
+    def eval(self, script: Script, route_key: str, packed: bytes) -> Any:
+        """Run the EVALSHA ``packed`` of ``script`` on the server of ``route_key``.
+
+        ``route_key`` is one of the script's keys, or any key with their hash tag.
+        """
+        ...
 
     def command(self, route_key: str, *parts: Sendable) -> Any: ...
 
@@ -89,11 +89,11 @@ class Standalone:
         self._links = LinkPool.for_pool(client.connection_pool, timeout)
         self.where = self._links.where
 
-    def eval(self, script: Script, keys: Sequence[str], args: Sequence[Sendable]) -> Any:
+    def eval(self, script: Script, route_key: str, packed: bytes) -> Any:
         links = self._links
         link = links.take()
         try:
-            return run_script(link, script, keys, args)
+            return run_script(link, script, packed)
         finally:
             links.give(link)
 
@@ -143,22 +143,22 @@ class Cluster:
     def _node(self, route_key: str) -> Any:
         return self._client.nodes_manager.get_node_from_slot(key_slot(route_key.encode()))
 
-    def eval(self, script: Script, keys: Sequence[str], args: Sequence[Sendable]) -> Any:
-        node = self._node(keys[0])
+    def eval(self, script: Script, route_key: str, packed: bytes) -> Any:
+        node = self._node(route_key)
         for _ in range(2):
             links = self._links(node)
             link = links.take()
             try:
-                return run_script(link, script, keys, args)
+                return run_script(link, script, packed)
             except ConnectFailed:
-                node = self._moved_after_failure(node, keys[0])
+                node = self._moved_after_failure(node, route_key)
             except hiredis.ReplyError as reply:
                 if recovery(reply) is not Recovery.REDIRECT:
                     raise
-                return self._redirected_eval(script, keys, args)
+                return self._redirected_eval(script, packed)
             finally:
                 links.give(link)
-        raise ConnectFailed(f"cannot connect to the primary of {keys[0]!r}")
+        raise ConnectFailed(f"cannot connect to the primary of {route_key!r}")
 
     def _moved_after_failure(self, node: Any, route_key: str) -> Any:
         """Refresh the slot table; return the slot's new primary, or re-raise if unchanged."""
@@ -168,14 +168,13 @@ class Cluster:
             raise ConnectFailed(f"cannot connect to {node.name}, still the primary of its slot")
         return now
 
-    def _redirected_eval(
-        self, script: Script, keys: Sequence[str], args: Sequence[Sendable]
-    ) -> Any:
+    def _redirected_eval(self, script: Script, packed: bytes) -> Any:
         client = self._client
+        parts = unpack(packed)
         try:
-            return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            return client.execute_command("EVALSHA", *parts[1:])
         except rx.NoScriptError:
-            return client.execute_command("EVAL", script.source, len(keys), *keys, *args)
+            return client.execute_command("EVAL", script.source, *parts[2:])
 
     def command(self, route_key: str, *parts: Sendable) -> Any:
         links = self._links(self._node(route_key))

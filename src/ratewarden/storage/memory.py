@@ -69,41 +69,64 @@ class _MemoryCore:
         return entry[0]
 
     def _write(self, key: StateKey, state: Any, expires_at: int, now: int) -> None:
-        self._states.pop(key, None)
-        self._states[key] = (state, expires_at)
-        # Sweep a little from the oldest end on every write: amortised O(1) expiry.
+        states = self._states
+        states.pop(key, None)
+        states[key] = (state, expires_at)
+        # Sweep from the oldest end on every write: amortised O(1) expiry.
+        if states[next(iter(states))][1] <= now:
+            self._sweep(now)
+        if len(states) > self.max_keys:
+            self._evict()
+
+    def _sweep(self, now: int) -> None:
+        """Drop up to two expired keys from the oldest end (more than a write adds)."""
+        states = self._states
         for _ in range(2):
-            oldest = next(iter(self._states))
-            if self._states[oldest][1] > now:
+            oldest = next(iter(states))
+            if states[oldest][1] > now:
                 break
-            del self._states[oldest]
-        while len(self._states) > self.max_keys:
-            del self._states[next(iter(self._states))]
+            del states[oldest]
+
+    def _evict(self) -> None:
+        states = self._states
+        while len(states) > self.max_keys:
+            del states[next(iter(states))]
             self.evictions += 1
 
-    def _hit(self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int) -> Decision:
+    def _hit(
+        self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
+    ) -> Decision:
+        """Consume ``cost`` from every rate on ``key`` if all allow; see ``Limiter.hit``."""
         shape = self._shapes.get(algorithm, rates, cost)
         if type(key) is not str or not key:
             _plan.check_key(key)
         now = self.clock.now_us()
-        if len(shape.rates) == 1:
+        cost = shape.cost
+        if shape.single:
             # One rate (the common case): no layering, one state, one outcome.
             state_key = (key, shape.suffixes[0])
             with self._lock:
+                entry = self._states.get(state_key)
+                if entry is not None and entry[1] <= now:
+                    del self._states[state_key]
+                    entry = None
                 outcome, state, ttl_us = shape.check(
-                    shape.params[0], self._read(state_key, now), now, shape.cost
+                    shape.params[0], None if entry is None else entry[0], now, cost
                 )
-                if outcome.allowed and shape.cost > 0:
-                    self._keep(state_key, state, ttl_us, now)
-            return _plan.to_decision(shape.rates, (outcome,), shape.cost)
+                if outcome[0] and cost > 0:
+                    if ttl_us > 0:
+                        self._write(state_key, state, now + ttl_us, now)
+                    elif entry is not None:
+                        del self._states[state_key]
+            return _plan.single(shape.rates[0], outcome, cost)
         state_keys = [(key, suffix) for suffix in shape.suffixes]
         with self._lock:
             states = [self._read(k, now) for k in state_keys]
-            outcomes, writes = layered(shape.check, shape.params, states, now, shape.cost)
+            outcomes, writes = layered(shape.check, shape.params, states, now, cost)
             if writes is not None:
                 for state_key, (state, ttl_us) in zip(state_keys, writes, strict=True):
                     self._keep(state_key, state, ttl_us, now)
-        return _plan.to_decision(shape.rates, outcomes, shape.cost)
+        return _plan.to_decision(shape.rates, outcomes, cost)
 
     def _reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
         shape = self._shapes.get(algorithm, rates, 0)
@@ -181,10 +204,8 @@ class _MemoryCore:
 class MemoryStore(_MemoryCore):
     """Thread-safe in-process store. ``MemoryStore(clock=ManualClock())`` in tests."""
 
-    def hit(
-        self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
-    ) -> Decision:
-        return self._hit(algorithm, key, rates, cost)
+    # The hot path, without a forwarding call.
+    hit = _MemoryCore._hit
 
     def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
         self._reset(algorithm, key, rates)

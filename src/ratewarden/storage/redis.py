@@ -46,11 +46,11 @@ from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.storage import _plan
-from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix
+from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix, escape
 from ratewarden.storage._redis_async import AsyncCluster, AsyncRouter, AsyncStandalone
 from ratewarden.storage._redis_clients import async_client, sync_client
 from ratewarden.storage._redis_errors import REDIS_ERRORS, raise_storage_error
-from ratewarden.storage._redis_protocol import Sendable
+from ratewarden.storage._redis_protocol import Sendable, Template, evalsha_command
 from ratewarden.storage._redis_sync import Cluster, Router, Standalone
 from ratewarden.storage._scripts import script
 
@@ -59,10 +59,8 @@ __all__ = ["DEFAULT_TIMEOUT", "AsyncRedisStore", "RedisStore"]
 #: Seconds a store waits for Redis per connect or reply before giving up.
 DEFAULT_TIMEOUT = 0.02
 
-# Plans of recent calls. Building one (validation, key escaping, parameters) is
-# about a third of a hit's Python work, and a busy key asks for the same plan
-# over and over. Cleared when full: a miss costs little.
-_PLAN_CACHE_SIZE = 4096
+#: Request templates a store keeps (one per call shape) before it starts again from empty.
+_TEMPLATE_CACHE_SIZE = 1024
 
 
 def _check_timeout(timeout: object) -> float:
@@ -89,34 +87,40 @@ class _RedisBase:
         self.prefix = check_prefix(prefix)
         self.timeout = _check_timeout(timeout)
         self._owns_client = False
-        self._plans: dict[tuple[object, ...], _plan.Plan] = {}
+        self._shapes = _plan.Shapes()
+        # id(shape) -> (shape, its template); the shape is kept so that its id stays its own.
+        self._templates: dict[int, tuple[_plan.Shape, Template]] = {}
 
-    def _planned(
+    def _request(
         self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int
-    ) -> _plan.Plan:
-        """``_plan.build``, memoised for well-typed calls (frozen inputs, frozen plan)."""
-        if type(cost) is not int or type(key) is not str or type(algorithm) is not str:
-            return _plan.build(algorithm, self.prefix, key, rates, cost)
-        try:
-            layers = rates if isinstance(rates, Rate) else tuple(rates)
-            cache_key = (algorithm, key, layers, cost)
-            plan = self._plans.get(cache_key)
-        except TypeError:  # something unhashable: build() says what is wrong with it
-            return _plan.build(algorithm, self.prefix, key, rates, cost)
-        if plan is None:
-            plan = _plan.build(algorithm, self.prefix, key, rates, cost)
-            if len(self._plans) >= _PLAN_CACHE_SIZE:
-                self._plans.clear()
-            self._plans[cache_key] = plan
-        return plan
+    ) -> tuple[_plan.Shape, str, bytes]:
+        """Validate a call; its shape, a key that routes like its keys, and its packed EVALSHA.
+
+        Raises ``ConfigurationError`` on bad input, before anything is sent.
+        """
+        shape = self._shapes.get(algorithm, rates, cost)
+        if type(key) is not str or not key:
+            _plan.check_key(key)
+        found = self._templates.get(id(shape))
+        if found is None or found[0] is not shape:
+            found = self._template(shape)
+        tag = escape(key)
+        now_us = self._now_us
+        packed = found[1].pack(tag, None if now_us is None else now_us())
+        return shape, "{" + tag + "}", packed
+
+    def _template(self, shape: _plan.Shape) -> tuple[_plan.Shape, Template]:
+        args = [shape.cost, *(value for layer in shape.params for value in layer)]
+        found = (shape, Template(script(shape.name), self.prefix, shape.suffixes, args))
+        if len(self._templates) >= _TEMPLATE_CACHE_SIZE:
+            self._templates.clear()
+        self._templates[id(shape)] = found
+        return found
 
     def _now(self) -> int | None:
         """ARGV[1] for a script: the clock's now, or None for "read Redis TIME"."""
         now_us = self._now_us
         return None if now_us is None else now_us()
-
-    def _args(self, plan: _plan.Plan) -> list[int | str]:
-        return _plan.argv(plan, self._now())
 
     # Concurrency slots: one hash per key, updated by the concurrency script.
 
@@ -197,8 +201,12 @@ class RedisStore(_RedisBase):
 
         Raises ``StorageUnavailableError`` when Redis does not answer in time.
         """
-        plan = self._planned(algorithm, key, rates, cost)
-        return _plan.parse(plan, self._eval(plan.algorithm.NAME, plan.keys, self._args(plan)))
+        shape, route_key, packed = self._request(algorithm, key, rates, cost)
+        try:
+            reply = self._router.eval(script(shape.name), route_key, packed)
+        except REDIS_ERRORS as exc:
+            raise_storage_error(exc, self._router.where, self.timeout)
+        return _plan.decode(shape.rates, shape.cost, reply)
 
     def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
         """Delete the state of ``key`` under these rates."""
@@ -239,12 +247,14 @@ class RedisStore(_RedisBase):
     def _eval(self, script_name: str, keys: Sequence[str], args: Sequence[Sendable]) -> Any:
         """Run script ``script_name`` atomically on the keys' server; its raw reply.
 
-        For scripts other than the rate algorithms (concurrency leases): all
-        ``keys`` must share one hash tag. NOSCRIPT, failover and redirection
-        are handled here, and errors come out as ``StorageError`` subclasses.
+        For scripts other than the rate algorithms (concurrency leases, token
+        budgets): all ``keys`` must share one hash tag. NOSCRIPT, failover and
+        redirection are handled here, and errors come out as ``StorageError``
+        subclasses.
         """
         try:
-            return self._router.eval(script(script_name), keys, args)
+            packed = evalsha_command(script(script_name), keys, args)
+            return self._router.eval(script(script_name), keys[0], packed)
         except REDIS_ERRORS as exc:
             raise_storage_error(exc, self._router.where, self.timeout)
 
@@ -307,8 +317,12 @@ class AsyncRedisStore(_RedisBase):
         self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
     ) -> Decision:
         """See ``RedisStore.hit``."""
-        plan = self._planned(algorithm, key, rates, cost)
-        return _plan.parse(plan, await self._eval(plan.algorithm.NAME, plan.keys, self._args(plan)))
+        shape, route_key, packed = self._request(algorithm, key, rates, cost)
+        try:
+            reply = await self._router.eval(script(shape.name), route_key, packed)
+        except REDIS_ERRORS as exc:
+            raise_storage_error(exc, self._router.where, self.timeout)
+        return _plan.decode(shape.rates, shape.cost, reply)
 
     async def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
         """See ``RedisStore.reset``."""
@@ -349,7 +363,8 @@ class AsyncRedisStore(_RedisBase):
     async def _eval(self, script_name: str, keys: Sequence[str], args: Sequence[Sendable]) -> Any:
         """See ``RedisStore._eval``."""
         try:
-            return await self._router.eval(script(script_name), keys, args)
+            packed = evalsha_command(script(script_name), keys, args)
+            return await self._router.eval(script(script_name), keys[0], packed)
         except REDIS_ERRORS as exc:
             raise_storage_error(exc, self._router.where, self.timeout)
 
