@@ -8,6 +8,7 @@
 - ``held_slot`` / ``aheld_slot``: a concurrency slot renewed while long work runs.
 - ``LoadShedder`` and ``FleetShedder`` / ``AsyncFleetShedder``: traffic classes
   shed lowest first as utilization rises, with a reserve for critical traffic.
+- ``provider_headers``: ``x-ratelimit-*-requests`` / ``-tokens`` and the IETF fields.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ratewarden.budgets._budget import (
     Usage,
 )
 from ratewarden.budgets._fair import AsyncFairShare, FairDecision, FairShare
+from ratewarden.budgets._headers import format_duration, provider_headers
 from ratewarden.budgets._routing import Account, AsyncBudgetRouter, BudgetRouter, Route
 from ratewarden.budgets._shedder import (
     DEFAULT_POLICY,
@@ -56,5 +58,7 @@ __all__ = [
     "TokenBudget",
     "Usage",
     "aheld_slot",
+    "format_duration",
     "held_slot",
+    "provider_headers",
 ]
