@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-GATE_TIMEOUT_S = 10.0
+GATE_TIMEOUT_S = 30.0
 
 
 @dataclass
