@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from benchmarks import _peers, _ratewarden
+from benchmarks import _budgets, _peers, _ratewarden
 from benchmarks._case import Case, Env, NotAvailableError
 from benchmarks._timing import AsyncRunner, Budget, Measurement, Runner
 
@@ -56,7 +56,7 @@ class Row:
 
 
 def all_cases() -> list[Case]:
-    found = _ratewarden.cases() + _peers.cases()
+    found = _ratewarden.cases() + _budgets.cases() + _peers.cases()
     return sorted(
         found, key=lambda c: (_BACKENDS.index(c.backend), _ROLES.index(c.role))
     )
