@@ -1,0 +1,368 @@
+"""The plan's arithmetic: inputs in, figures out, each with the formula that made it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ratewarden import algorithms
+from ratewarden.errors import ConfigurationError
+from ratewarden.rate import Rate
+
+__all__ = [
+    "DEFAULT_BYTES_PER_CALL",
+    "DEFAULT_MAX_UTILIZATION",
+    "Plan",
+    "PlanInput",
+    "Region",
+    "Row",
+    "format_plan",
+    "plan",
+]
+
+#: Round-trip bytes of one script call when not given (the seed's rule of thumb: "about 300").
+DEFAULT_BYTES_PER_CALL = 300
+
+#: Share of a primary's capacity the plan fills, leaving room for failover and spikes.
+DEFAULT_MAX_UTILIZATION = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """One region's peak admitted rate for a key, in requests per second."""
+
+    name: str
+    per_second: float
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInput:
+    """Everything the plan is computed from; validated on construction."""
+
+    rps: float
+    local_reject: float = 0.0
+    global_share: float = 1.0
+    descriptors: float = 1.0
+    keys: int | None = None
+    algorithm: str = "gcra"
+    limit: Rate = field(default_factory=lambda: Rate.parse("100/minute"))
+    key_bytes: float | None = None
+    primaries: int | None = None
+    calls_per_primary: float | None = None
+    max_utilization: float = DEFAULT_MAX_UTILIZATION
+    bytes_per_call: float = DEFAULT_BYTES_PER_CALL
+    rtt_ms: float | None = None
+    timeout_ms: float | None = None
+    replicas: int = 0
+    replication_lag_ms: float | None = None
+    instances: int | None = None
+    lease: int | None = None
+    regions: tuple[Region, ...] = ()
+    sync_interval_ms: float | None = None
+    region_lag_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        _positive("rps", self.rps)
+        _share("local_reject", self.local_reject, upper_open=True)
+        _share("global_share", self.global_share)
+        _positive("descriptors", self.descriptors)
+        _share("max_utilization", self.max_utilization)
+        algorithms.get(self.algorithm)
+        for name in (
+            "key_bytes",
+            "calls_per_primary",
+            "rtt_ms",
+            "timeout_ms",
+            "bytes_per_call",
+            "replication_lag_ms",
+            "sync_interval_ms",
+        ):
+            value = getattr(self, name)
+            if value is not None:
+                _positive(name, value, zero_ok=name in ("rtt_ms", "replication_lag_ms"))
+        _positive("region_lag_ms", self.region_lag_ms, zero_ok=True)
+        for name in ("keys", "primaries", "instances", "lease"):
+            _whole(name, getattr(self, name), minimum=1)
+        _whole("replicas", self.replicas, minimum=0)
+        if (self.instances is None) != (self.lease is None):
+            raise ConfigurationError("leases need both instances and lease (units per lease)")
+        if self.regions and self.sync_interval_ms is None:
+            raise ConfigurationError("regions need sync_interval_ms (how often counts exchange)")
+
+
+def _positive(name: str, value: object, zero_ok: bool = False) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (value == 0 and not zero_ok):  # type: ignore[operator]
+        low = "0 or more" if zero_ok else "above 0"
+        raise ConfigurationError(f"{name} {value!r} must be a finite number {low}")
+
+
+def _share(name: str, value: object, upper_open: bool = False) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    top_ok = ok and (value < 1 if upper_open else value <= 1)  # type: ignore[operator]
+    if not ok or not top_ok or not value >= 0:  # type: ignore[operator]
+        bound = "below 1" if upper_open else "at most 1"
+        raise ConfigurationError(f"{name} {value!r} must be a share from 0 to {bound} (or a %)")
+
+
+def _whole(name: str, value: object, minimum: int) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigurationError(f"{name} {value!r} must be a whole number >= {minimum}")
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One figure of the plan: what, its value as text, and how it was computed."""
+
+    section: str
+    name: str
+    value: str
+    how: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The computed figures, in order; ``calls_per_second`` etc. for programs."""
+
+    rows: tuple[Row, ...]
+    calls_per_second: float
+    calls_per_primary_second: float | None
+    memory_bytes: float | None
+    bandwidth_bytes: float
+    primaries_needed: int | None
+    latency_ms: float | None
+    over_admission: dict[str, float]
+
+
+def _n(value: float) -> str:
+    """A count with thousands separators, to 3 significant figures past the point."""
+    return f"{value:,.0f}" if value >= 100 or value == int(value) else f"{value:,.3g}"
+
+
+def _bytes(value: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if value >= size:
+            return f"{value / size:,.1f} {unit}"
+    return f"{value:,.0f} B"
+
+
+def _traffic(p: PlanInput, rows: list[Row]) -> tuple[float, float | None]:
+    after_local = p.rps * (1 - p.local_reject)
+    calls = after_local * p.global_share * p.descriptors
+    rows.append(
+        Row(
+            "traffic",
+            "reach the global tier",
+            f"{_n(after_local)}/s",
+            f"{_n(p.rps)} x (1 - {p.local_reject:g})",
+        )
+    )
+    rows.append(
+        Row(
+            "traffic",
+            "script calls",
+            f"{_n(calls)}/s",
+            f"{_n(after_local)} x {p.global_share:g} x {p.descriptors:g} descriptors",
+        )
+    )
+    per_primary = None
+    if p.primaries is not None:
+        per_primary = calls / p.primaries
+        rows.append(
+            Row(
+                "traffic",
+                "per primary",
+                f"{_n(per_primary)}/s",
+                f"{_n(calls)} / {p.primaries} primaries",
+            )
+        )
+    return calls, per_primary
+
+
+def _memory(p: PlanInput, rows: list[Row]) -> float | None:
+    if p.keys is None:
+        rows.append(Row("memory", "total", "-", "give --keys (active keys) to size memory"))
+        return None
+    if p.key_bytes is None:
+        rows.append(
+            Row(
+                "memory",
+                "total",
+                "-",
+                "give --key-bytes, or --measure redis://... to read MEMORY USAGE",
+            )
+        )
+        return None
+    total = p.keys * p.key_bytes
+    rows.append(
+        Row(
+            "memory",
+            "on primaries",
+            _bytes(total),
+            f"{_n(p.keys)} keys x {_n(p.key_bytes)} B ({p.algorithm})",
+        )
+    )
+    if p.primaries is not None:
+        rows.append(
+            Row(
+                "memory",
+                "per primary",
+                _bytes(total / p.primaries),
+                f"{_bytes(total)} / {p.primaries} primaries",
+            )
+        )
+    if p.replicas:
+        total *= 1 + p.replicas
+        rows.append(Row("memory", "with replicas", _bytes(total), f"x (1 + {p.replicas} replicas)"))
+    return total
+
+
+def _capacity(p: PlanInput, calls: float, rows: list[Row]) -> tuple[int | None, float | None]:
+    bandwidth = calls * p.bytes_per_call
+    rows.append(
+        Row(
+            "network",
+            "bandwidth",
+            f"{_bytes(bandwidth)}/s",
+            f"{_n(calls)} calls/s x {_n(p.bytes_per_call)} B per call",
+        )
+    )
+    if p.calls_per_primary is None:
+        rows.append(
+            Row(
+                "primaries",
+                "needed",
+                "-",
+                "give --calls-per-primary (script calls/s one primary sustains in a load test)",
+            )
+        )
+        return None, None
+    usable = p.calls_per_primary * p.max_utilization
+    needed = max(1, math.ceil(calls / usable))
+    rows.append(
+        Row(
+            "primaries",
+            "needed",
+            str(needed),
+            f"ceil({_n(calls)} / ({_n(p.calls_per_primary)} x {p.max_utilization:g}))",
+        )
+    )
+    primaries = p.primaries or needed
+    utilization = calls / primaries / p.calls_per_primary
+    rows.append(
+        Row(
+            "primaries",
+            "utilization",
+            f"{utilization:.0%}",
+            f"{_n(calls / primaries)} / {_n(p.calls_per_primary)} per primary",
+        )
+    )
+    if p.rtt_ms is None:
+        rows.append(Row("latency", "added", "-", "give --rtt-ms (client to Redis round trip)"))
+        return needed, None
+    if utilization >= 1:
+        rows.append(
+            Row(
+                "latency",
+                "added",
+                "unbounded",
+                f"{primaries} primaries cannot serve {_n(calls)} calls/s",
+            )
+        )
+        return needed, math.inf
+    service_ms = 1000 / p.calls_per_primary
+    latency = p.rtt_ms + service_ms / (1 - utilization)
+    rows.append(
+        Row(
+            "latency",
+            "added per check",
+            f"{latency:.3g} ms",
+            f"{p.rtt_ms:g} ms rtt + {service_ms:.3g} ms / (1 - {utilization:.2f})",
+        )
+    )
+    if p.timeout_ms is not None:
+        rows.append(
+            Row(
+                "latency",
+                "headroom",
+                f"{p.timeout_ms / latency:.1f}x",
+                f"{p.timeout_ms:g} ms timeout / {latency:.3g} ms",
+            )
+        )
+    return needed, latency
+
+
+def _over_admission(p: PlanInput, rows: list[Row]) -> dict[str, float]:
+    bounds: dict[str, float] = {}
+    per_second = p.limit.limit * 1_000_000 / p.limit.period_us
+    section = f"over-admission on one key at {p.limit}"
+    unit = "requests"
+    if p.replication_lag_ms is not None:
+        lag_s = p.replication_lag_ms / 1000
+        bounds["failover"] = p.limit.capacity + per_second * lag_s
+        rows.append(
+            Row(
+                section,
+                "failover",
+                f"{_n(bounds['failover'])} {unit}",
+                f"{p.limit.capacity} capacity + {per_second:.3g}/s x {lag_s:g} s lag",
+            )
+        )
+    if p.instances is not None and p.lease is not None:
+        bounds["leases"] = p.instances * (p.lease - 1)
+        rows.append(
+            Row(
+                section,
+                "leases",
+                f"{_n(bounds['leases'])} {unit}",
+                f"{p.instances} instances x ({p.lease} - 1) units",
+            )
+        )
+    if p.regions and p.sync_interval_ms is not None:
+        window_s = (p.sync_interval_ms + p.region_lag_ms) / 1000
+        bounds["regions"] = sum(region.per_second for region in p.regions) * window_s
+        terms = " + ".join(f"{r.per_second:.3g}/s" for r in p.regions)
+        rows.append(
+            Row(
+                section,
+                "regions",
+                f"{_n(bounds['regions'])} {unit}",
+                f"({terms}) x ({p.sync_interval_ms:g} + {p.region_lag_ms:g}) ms",
+            )
+        )
+    return bounds
+
+
+def plan(p: PlanInput) -> Plan:
+    """Compute every figure ``p`` has the inputs for; the rows say what is missing."""
+    rows: list[Row] = []
+    calls, per_primary = _traffic(p, rows)
+    memory = _memory(p, rows)
+    needed, latency = _capacity(p, calls, rows)
+    bounds = _over_admission(p, rows)
+    return Plan(
+        rows=tuple(rows),
+        calls_per_second=calls,
+        calls_per_primary_second=per_primary,
+        memory_bytes=memory,
+        bandwidth_bytes=calls * p.bytes_per_call,
+        primaries_needed=needed,
+        latency_ms=latency,
+        over_admission=bounds,
+    )
+
+
+def format_plan(result: Plan) -> str:
+    """The plan as aligned text: section, figure, value, formula."""
+    width = max(len(row.name) for row in result.rows)
+    value_width = max(len(row.value) for row in result.rows)
+    lines: list[str] = []
+    section = ""
+    for row in result.rows:
+        if row.section != section:
+            section = row.section
+            lines.append(section)
+        lines.append(f"  {row.name:<{width}}  {row.value:>{value_width}}  {row.how}".rstrip())
+    return "\n".join(lines) + "\n"

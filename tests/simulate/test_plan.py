@@ -1,0 +1,187 @@
+"""`ratewarden plan`: the worked example exactly, each formula, bounds, errors, and --measure."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import redis
+
+from ratewarden.cli import main
+from ratewarden.errors import ConfigurationError, StorageUnavailableError
+from ratewarden.plan import PlanInput, Region, format_plan, measure, plan
+from ratewarden.rate import Rate
+from tests._servers import RedisServer, free_port
+
+WORKED = ["plan", "--rps", "30000", "--local-reject", "10%", "--global-share", "60%",
+          "--descriptors", "1.5", "--keys", "5000000", "--key-bytes", "100",
+          "--primaries", "4"]  # fmt: skip
+
+
+def test_the_worked_example_of_issue_5_exactly() -> None:
+    """30,000 req/s, 10% local, 60% global, 1.5 descriptors, 4 primaries, 5M keys at 100 B."""
+    result = plan(PlanInput(rps=30_000, local_reject=0.1, global_share=0.6, descriptors=1.5,
+                            keys=5_000_000, key_bytes=100, primaries=4))  # fmt: skip
+    assert result.calls_per_second == pytest.approx(24_300)
+    assert result.calls_per_primary_second == pytest.approx(6_075)
+    assert result.memory_bytes == pytest.approx(500e6)
+    assert result.bandwidth_bytes == pytest.approx(7.29e6)  # "about 7 MB/s"
+
+
+def test_the_command_prints_the_worked_example(capsys: pytest.CaptureFixture[str]) -> None:
+    """The same figures on the command line, each with its formula."""
+    assert main(WORKED) == 0
+    out = capsys.readouterr().out
+    for figure in ("24,300/s", "6,075/s", "500.0 MB", "7.3 MB/s", "27,000 x 0.6 x 1.5"):
+        assert figure in out
+    assert "give --calls-per-primary" in out  # not guessed
+
+
+def test_primaries_needed_fill_each_to_the_utilization_cap() -> None:
+    """ceil(calls / (per-primary capacity x 50%)): 24,300 / (20,000 x 0.5) -> 3."""
+    result = plan(PlanInput(rps=24_300, calls_per_primary=20_000))
+    assert result.primaries_needed == 3
+
+
+def test_latency_is_the_round_trip_plus_queueing_at_the_utilization() -> None:
+    """M/M/1: rtt + service / (1 - rho); 10,000 calls/s on 2 primaries of 10,000 -> rho 0.5."""
+    result = plan(PlanInput(rps=10_000, primaries=2, calls_per_primary=10_000, rtt_ms=0.5,
+                            timeout_ms=20))  # fmt: skip
+    assert result.latency_ms == pytest.approx(0.5 + 0.1 / 0.5)
+    assert "headroom" in format_plan(result)
+
+
+def test_an_overloaded_shard_has_unbounded_latency() -> None:
+    """At or past capacity the queue grows without bound; the plan says so."""
+    result = plan(PlanInput(rps=30_000, primaries=1, calls_per_primary=20_000, rtt_ms=1))
+    assert result.latency_ms == math.inf
+    assert "cannot serve" in format_plan(result)
+
+
+def test_replicas_multiply_memory() -> None:
+    """Each replica holds a full copy of its primary."""
+    result = plan(PlanInput(rps=1, keys=1_000, key_bytes=150, replicas=2))
+    assert result.memory_bytes == 450_000
+
+
+def test_over_admission_bounds_for_failover_leases_and_regions() -> None:
+    """B + r x lag; instances x (k - 1); the sum of region rates x (sync + lag)."""
+    limit = Rate.parse("600/minute", burst=50)
+    result = plan(PlanInput(
+        rps=1, limit=limit, replication_lag_ms=200, instances=40, lease=10,
+        regions=(Region("eu", 6.0), Region("us", 3.0), Region("ap", 1.0)),
+        sync_interval_ms=1_000, region_lag_ms=70,
+    ))  # fmt: skip
+    assert result.over_admission["failover"] == pytest.approx(50 + 10 * 0.2)
+    assert result.over_admission["leases"] == 40 * 9
+    assert result.over_admission["regions"] == pytest.approx(10 * 1.07)
+
+
+def test_regions_default_to_each_at_the_full_limit(capsys: pytest.CaptureFixture[str]) -> None:
+    """--regions 3 at 60/minute with a 1 s sync: 3 x 1/s x 1 s = 3 requests."""
+    code = main(["plan", "--rps", "100", "--limit", "60/minute", "--regions", "3",
+                 "--sync-interval-ms", "1000"])  # fmt: skip
+    assert code == 0
+    assert re.search(r"regions +3 requests", capsys.readouterr().out)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"rps": 0}, "rps 0 must be a finite number above 0"),
+        ({"local_reject": 1.0}, "local_reject 1.0 must be a share from 0 to below 1"),
+        ({"global_share": 1.5}, "global_share 1.5 must be a share"),
+        ({"descriptors": float("nan")}, "descriptors nan"),
+        ({"algorithm": "moving_window"}, "unknown algorithm"),
+        ({"keys": 0}, "keys 0 must be a whole number >= 1"),
+        ({"instances": 4}, "leases need both"),
+        ({"regions": (Region("eu", 1.0),)}, "regions need sync_interval_ms"),
+    ],
+)
+def test_bad_inputs_are_configuration_errors(kwargs: dict[str, object], message: str) -> None:
+    """Each input is checked on construction and named in the error."""
+    arguments: dict[str, object] = {"rps": 100}
+    arguments.update(kwargs)
+    with pytest.raises(ConfigurationError, match=message):
+        PlanInput(**arguments)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "the following arguments are required: --rps"),
+        (["--rps", "many"], "--rps 'many' is not a number"),
+        (["--rps", "10", "--local-reject", "110%"], "must be from 0 to 1"),
+        (["--rps", "10", "--limit", "5/fortnight"], "--limit '5/fortnight'"),
+        (["--rps", "10", "--lease", "5"], "leases need both"),
+        (["--rps", "10", "--regions", "2", "--region-rate", "eu=1/s"], "not allowed with"),
+        (["--rps", "10", "--region-rate", "eu"], "must look like eu=600/minute"),
+        (["--rps", "10", "--key-bytes", "9", "--measure", "redis://x"], "not both"),
+        (["--rps", "10", "--measure", "nosuch://host"], "ratewarden plan: error:"),
+    ],
+)
+def test_bad_arguments_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    """Bad input exits 2 with the flag and value in one line."""
+    try:
+        code = main(["plan", *argv])
+    except SystemExit as exc:
+        code = exc.code  # type: ignore[assignment]
+    assert code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.redis
+def test_measure_reads_memory_usage_and_leaves_nothing(redis_client: redis.Redis) -> None:
+    """GCRA's key is small, a full sliding log is about limit entries larger; no key is left."""
+    url = f"redis://127.0.0.1:{redis_client.connection_pool.connection_kwargs['port']}/0"
+    redis_client.set("unrelated", "x")
+    gcra = measure(url, "gcra", Rate.parse("100/minute"), key_length=32, calls=300)
+    log = measure(url, "sliding_log", Rate.parse("100/minute"), key_length=32, calls=300)
+    assert 32 < gcra.key_bytes < 400
+    assert log.key_bytes > gcra.key_bytes + 100 * 8
+    assert gcra.usec_per_call is not None and gcra.usec_per_call > 0
+    assert redis_client.keys("*") == [b"unrelated"]
+
+
+@pytest.mark.redis
+def test_measure_refuses_to_touch_an_existing_key(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A test key that already exists stops the measurement; the existing key stays as it was."""
+    from ratewarden.plan import _measure
+    from ratewarden.storage import _plan
+
+    url = f"redis://127.0.0.1:{redis_client.connection_pool.connection_kwargs['port']}/0"
+    rate = Rate.parse("100/minute")
+    monkeypatch.setattr(_measure, "_keys", lambda length, count: ["taken"])
+    name = _plan.build("gcra", "rw", "taken", rate, 0).keys[0]
+    redis_client.set(name, "someone's state")
+    with pytest.raises(ConfigurationError, match="already exists"):
+        measure(url, "gcra", rate, key_length=5, calls=10)
+    assert redis_client.get(name) == b"someone's state"
+
+
+def test_measure_on_a_closed_port_is_a_storage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing listening: StorageUnavailableError naming the server, exit 1 on the CLI."""
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    with pytest.raises(StorageUnavailableError, match=r"127\.0\.0\.1"):
+        measure(url, "gcra", Rate.parse("100/minute"), calls=5)
+    assert main(["plan", "--rps", "10", "--measure", url]) == 1
+    assert "--measure failed" in capsys.readouterr().err
+
+
+@pytest.mark.redis
+def test_the_command_uses_the_measured_bytes(
+    redis_server: RedisServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--measure prints what it measured and sizes memory with it."""
+    code = main(["plan", "--rps", "1000", "--keys", "1000000", "--measure", redis_server.url])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "MEMORY USAGE of one key" in out
+    assert "1,000,000 keys x" in out
