@@ -6,6 +6,7 @@
                      [--workers N] [...]            the Envoy rate limit service
     ratewarden config check PATH...                  validate rule files, print every error
     ratewarden simulate [--bursts | --accuracy] [...]  traffic through algorithms, in simulated time
+    ratewarden plan --rps N [...]                    capacity planning: memory, calls/s, bounds
 
 Exit codes: 0 success; 1 the rule files are invalid, the server could not start
 (a busy port) or a worker died; 2 bad command-line input (a flag or environment
@@ -64,6 +65,9 @@ def _parser() -> argparse.ArgumentParser:
     from ratewarden.simulate import command as simulate
 
     simulate.add_parser(commands)
+    from ratewarden.plan import _command as plan
+
+    plan.add_parser(commands)
     config = commands.add_parser("config", help="work with rule files")
     config_commands = config.add_subparsers(dest="config_command", required=True, metavar="COMMAND")
     check = config_commands.add_parser(
@@ -136,6 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ratewarden.simulate import command as simulate
 
         return simulate.main(args)
+    if args.command == "plan":
+        from ratewarden.plan import _command as plan
+
+        return plan.main(args)
     return _config_check(args.paths)
 
 
