@@ -29,6 +29,7 @@ import math
 import random as _random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal
 
 from ratewarden.decision import Decision
@@ -135,6 +136,7 @@ def window(rate: Rate) -> tuple[int, int]:
     return rate.limit * w * 1_000_000 // rate.period_us, w
 
 
+@lru_cache(maxsize=1024)
 def sf_string(text: str) -> str:
     """``text`` as an RFC 8941 String: quoted, ``\\`` and ``"`` escaped, non-printables as ``?``."""
     printable = "".join(ch if " " <= ch <= "~" else "?" for ch in text)
@@ -145,6 +147,7 @@ def _sf_bytes(data: bytes) -> str:
     return ":" + base64.b64encode(data).decode("ascii") + ":"
 
 
+@lru_cache(maxsize=1024)
 def policy_item(name: str, quota: int, window_s: int | None, partition: bytes | None = None) -> str:
     """One ``RateLimit-Policy`` list member: ``"name";q=100;w=60[;pk=:...:]``."""
     item = f"{sf_string(name)};q={max(0, quota)}"

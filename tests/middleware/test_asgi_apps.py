@@ -194,3 +194,20 @@ def test_middleware_refuses_bad_arguments() -> None:
         RateLimitMiddleware(home, limiter=AsyncLimiter(), rules=[Rule("a", "1/s")])  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="hit"):
         RateLimitMiddleware(home, limiter=object(), rules=RuleSet([]))  # type: ignore[arg-type]
+
+
+async def test_routes_added_after_the_first_request_are_still_resolved() -> None:
+    """The 'no decorated route' shortcut is re-checked when the routing table grows."""
+    clock = ManualClock()
+    app = Starlette(routes=[Route("/", home)])
+    app.add_middleware(
+        RateLimitMiddleware,
+        limiter=AsyncLimiter(AsyncMemoryStore(clock=clock)),
+        rules=RuleSet([Rule("per-ip", "1/hour")], clock=clock),
+    )
+    async with _client(app) as client:
+        assert (await client.get("/")).status_code == 200
+        app.router.routes.append(Route("/health", health))
+        for _ in range(3):
+            assert (await client.get("/health")).status_code == 200
+        assert (await client.get("/")).status_code == 429

@@ -263,10 +263,13 @@ class RuleSet:
     def _outcome(self, enforced: list[tuple[Rule, str, Decision]]) -> Outcome:
         if not enforced:
             return PASS
-        rule, key, decision = min(enforced, key=_restrictiveness)
-        partition = hashlib.sha256(key.encode("utf-8", "surrogateescape")).digest()[:12]
+        rule, key, decision = enforced[0] if len(enforced) == 1 else min(enforced, key=_order)
+        partition = None
+        if self.headers.partition_key:
+            partition = hashlib.sha256(key.encode("utf-8", "surrogateescape")).digest()[:12]
+        now = self.clock.now() if self.headers.reset == "epoch" else 0.0
         found = rl_headers.rate_limit_headers(
-            rule.name, decision, self.headers, now=self.clock.now(), partition=partition
+            rule.name, decision, self.headers, now=now, partition=partition
         )
         if decision.allowed:
             return Outcome(False, tuple(found))
@@ -275,6 +278,6 @@ class RuleSet:
         return Outcome(True, (*found, *rl_headers.denied_headers(retry, body)), body)
 
 
-def _restrictiveness(entry: tuple[Rule, str, Decision]) -> tuple[bool, int, float]:
+def _order(entry: tuple[Rule, str, Decision]) -> tuple[bool, int, float]:
     decision = entry[2]
     return (decision.allowed, decision.remaining, -decision.reset_after)

@@ -20,6 +20,7 @@ until it is called.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -157,7 +158,7 @@ def override(
     return decorate
 
 
-def _starlette_match(routes: Sequence[Any], scope: dict[str, Any]) -> object | None:
+def _starlette_match(routes: Sequence[Any], scope: Mapping[str, Any]) -> object | None:
     from starlette.routing import Match
 
     for route in routes:
@@ -174,12 +175,42 @@ def _starlette_match(routes: Sequence[Any], scope: dict[str, Any]) -> object | N
     return None
 
 
+def _has_metadata(routes: Sequence[Any]) -> bool:
+    for route in routes:
+        if route_limits(getattr(route, "endpoint", None)) is not None:
+            return True
+        if _has_metadata(getattr(route, "routes", None) or ()):
+            return True
+    return False
+
+
+# Per app: (number of routes, whether any endpoint is decorated). Most apps have
+# few decorated routes or none, and then no request needs the walk.
+_decorated: weakref.WeakKeyDictionary[Any, tuple[int, bool]] = weakref.WeakKeyDictionary()
+
+
+def _any_decorated(app: Any, routes: Sequence[Any]) -> bool:
+    try:
+        known = _decorated.get(app)
+    except TypeError:  # not weakly referenceable: no caching
+        return _has_metadata(routes)
+    if known is None or known[0] != len(routes):
+        known = (len(routes), _has_metadata(routes))
+        _decorated[app] = known
+    return known[1]
+
+
 def starlette_endpoint(request: RequestInfo) -> object | None:
-    """The Starlette/FastAPI endpoint for the request, from ``scope["app"].routes``."""
-    routes = getattr(request.raw.get("app"), "routes", None)
-    if not routes:
+    """The Starlette/FastAPI endpoint for the request, from ``scope["app"].routes``.
+
+    Returns None at once when no route of the app carries ratewarden metadata
+    (checked once per app, again when its number of routes changes).
+    """
+    app = request.raw.get("app")
+    routes = getattr(app, "routes", None)
+    if not routes or not _any_decorated(app, routes):
         return None
-    return _starlette_match(routes, dict(request.raw))
+    return _starlette_match(routes, request.raw)
 
 
 def flask_endpoint(app: Any) -> Resolver:
