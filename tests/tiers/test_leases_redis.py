@@ -7,6 +7,7 @@ one window. Store round trips are counted by Redis itself (INFO commandstats).
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
 from collections.abc import Iterator
@@ -17,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ratewarden import Rate
-from ratewarden.storage.redis import RedisStore
+from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
-from ratewarden.tiers import TwoTier
+from ratewarden.tiers import AsyncTwoTier, TwoTier
 from tests._servers import RedisCluster, RedisServer
 
 pytestmark = pytest.mark.redis
@@ -151,5 +152,52 @@ def test_round_trips_counted_by_redis(redis_client: redis.Redis, redis_server: R
             assert not denied.hit("denied", rate).allowed
         assert evalsha_calls(redis_client) == 0
         assert denied.counts.negative_hits == 500
+    finally:
+        store.close()
+
+
+async def test_a_burst_of_tasks_on_one_key_neither_overbuys_nor_strands_units(url: str) -> None:
+    """300 concurrent tasks on one AsyncTwoTier (leases of 10, 100/hour) over AsyncRedisStore:
+    one lease is bought at a time, the rest of the burst asks for itself; exactly 100 admitted
+    and no leased unit wasted."""
+    clock = ManualClock()
+    store = AsyncRedisStore.from_url(url, clock=clock, timeout=1.0)
+    tiers = AsyncTwoTier(store, lease=10)
+    rate, key = Rate.parse("100/hour"), uuid.uuid4().hex
+    try:
+        burst = await asyncio.gather(*(tiers.hit(key, rate) for _ in range(300)))
+        admitted = sum(d.allowed for d in burst)
+        while (await tiers.hit(key, rate)).allowed:
+            admitted += 1
+        assert admitted == 100
+        assert tiers.leases is not None and tiers.leases.wasted == 0
+    finally:
+        await store.aclose()
+
+
+def test_threads_sharing_one_limiter_admit_the_limit_and_waste_nothing(url: str) -> None:
+    """8 threads share one TwoTier (one process) with leases of 10 on 300/hour: exactly 300
+    admitted, and every charged unit was spent (none dropped above the k - 1 cap)."""
+    clock = ManualClock()
+    store = RedisStore.from_url(url, clock=clock, timeout=1.0)
+    tiers = TwoTier(store, lease=10)
+    rate, key = Rate(300, 3600), uuid.uuid4().hex
+    counts = [0] * 8
+    start = threading.Barrier(8)
+
+    def worker(index: int) -> None:
+        start.wait(10)
+        for _ in range(100):
+            if tiers.hit(key, rate).allowed:
+                counts[index] += 1
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    try:
+        assert sum(counts) == 300
+        assert tiers.leases is not None and tiers.leases.wasted == 0
     finally:
         store.close()

@@ -206,6 +206,17 @@ class _TwoTierBase:
         if held is not None:
             self.counts.add("lease_hits")
             return self._from_lease(held, cost, now)
+        if not book.start_buying(ident):
+            # Another request is buying this key's lease: ask for this request alone.
+            return (yield from self._global(ident[0], ident[1], cost, mode, local, now))
+        try:
+            return (yield from self._buy(ident, cost, mode, local, now))
+        finally:
+            book.stop_buying(ident)
+
+    def _buy(self, ident: _Ident, cost: int, mode: str, local: Decision | None, now: int) -> Flow:
+        book = self.leases
+        assert book is not None
         short = book.shortfall(ident, cost, now)
         buy = max(book.units, short)
         reply = yield from self._ask(buy)

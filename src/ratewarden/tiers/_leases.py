@@ -7,8 +7,9 @@ What leases cost is timing: units bought before an interval may be spent in
 it, so in any interval the fleet may admit up to the balances outstanding when
 it began on top of what the store allows in it. A balance is capped at
 ``k - 1`` units (what one buyer leaves after spending), so that bound is at most
-``processes * (k - 1)`` per key even when several threads or tasks buy at once;
-units above the cap are dropped, which under-admits and never over-admits.
+``processes * (k - 1)`` per key. Only one request per key buys at a time; others
+that find the balance short meanwhile ask the store for their own cost, so a
+burst of concurrent requests neither buys many leases nor strands their units.
 
 A balance expires ``ttl`` after its last top-up. Unused units are not given
 back to the store: they are already counted there and age out with the window
@@ -51,7 +52,7 @@ class LeaseBook:
     ``wasted`` counts units that lapsed unspent (expiry, eviction, reset, cap).
     """
 
-    __slots__ = ("_balances", "_lock", "cap", "max_keys", "units", "wasted")
+    __slots__ = ("_balances", "_buying", "_lock", "cap", "max_keys", "units", "wasted")
 
     def __init__(self, units: int, *, max_keys: int = DEFAULT_LEASE_KEYS) -> None:
         if isinstance(units, bool) or not isinstance(units, int) or units < 1:
@@ -63,7 +64,26 @@ class LeaseBook:
         self.max_keys = max_keys
         self.wasted = 0
         self._balances: OrderedDict[Hashable, Balance] = OrderedDict()
+        self._buying: set[Hashable] = set()
         self._lock = threading.Lock()
+
+    def start_buying(self, key: Hashable) -> bool:
+        """Become ``key``'s one buyer; False while another request is buying its lease.
+
+        One buyer per key at a time keeps every balance under ``k`` units however
+        many threads or tasks find it empty at once; the others ask the store for
+        their own cost only. The buyer must call ``stop_buying`` when done.
+        """
+        with self._lock:
+            if key in self._buying:
+                return False
+            self._buying.add(key)
+            return True
+
+    def stop_buying(self, key: Hashable) -> None:
+        """The buyer of ``key``'s lease is done (granted, denied, failed or cancelled)."""
+        with self._lock:
+            self._buying.discard(key)
 
     def spend(self, key: Hashable, cost: int, now_us: int) -> Balance | None:
         """Take ``cost`` units from ``key``'s live balance; a snapshot of what is left, or None."""
