@@ -1,0 +1,240 @@
+"""HTTP middleware benchmark: requests/s of a minimal Starlette app behind uvicorn, on vs off.
+
+``python -m benchmarks --http [--redis-url URL] [--quick]`` (``scripts/bench --http``).
+
+Each variant is its own uvicorn process on a free loopback port, serving the
+same one-route Starlette app:
+
+- ``off``: no middleware (the baseline);
+- ``memory``: ``RateLimitMiddleware`` over ``AsyncLimiter(AsyncMemoryStore())``;
+- ``redis``: over ``AsyncLimiter(AsyncRedisStore)`` (needs ``--redis-url``);
+- ``two-tier``: over ``AsyncTwoTier(AsyncRedisStore, local=0.5, lease=10)`` (needs ``--redis-url``).
+
+One rule, keyed by API key, generous enough that every request is allowed (the
+cost measured is the allowed path, with the default RateLimit headers on).
+The load comes from a separate process: a small asyncio HTTP/1.1 client with
+``CONNECTIONS`` keep-alive connections, cycling over ``KEYS`` API keys. Rounds
+of the variants are interleaved in a rotating order, and each variant's
+figure is the median of its rounds; the ratio is that median over the
+``off`` median. On a shared 2-CPU machine the load generator and the server
+compete for the CPUs, so read the ratios as rough.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+VARIANTS = ("off", "memory", "redis", "two-tier")
+CONNECTIONS = 32
+KEYS = 1000
+HOST = "127.0.0.1"
+START_TIMEOUT_S = 15.0
+
+
+def build_app(variant: str, redis_url: str | None) -> Any:
+    """The benchmark app for ``variant``; imports stay inside (this runs in the server process)."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse, Response
+    from starlette.routing import Route
+
+    from ratewarden import AsyncLimiter, AsyncMemoryStore
+    from ratewarden.middleware import RateLimitMiddleware, Rule, RuleSet, by_api_key
+
+    async def hello(request: Request) -> Response:
+        return PlainTextResponse("hello")
+
+    app = Starlette(routes=[Route("/", hello)])
+    if variant == "off":
+        return app
+    limiter: Any
+    if variant == "memory":
+        limiter = AsyncLimiter(AsyncMemoryStore())
+    else:
+        from ratewarden.storage.redis import AsyncRedisStore
+
+        store = AsyncRedisStore.from_url(str(redis_url), timeout=1.0)
+        if variant == "redis":
+            limiter = AsyncLimiter(store)
+        else:
+            from ratewarden.tiers import AsyncTwoTier
+
+            limiter = AsyncTwoTier(store, local=0.5, lease=10)
+    rules = RuleSet([Rule("contract", "1000000/minute", key=by_api_key())])
+    app.add_middleware(RateLimitMiddleware, limiter=limiter, rules=rules)
+    return app
+
+
+def serve(variant: str, port: int, redis_url: str | None) -> None:
+    """Run the variant's app under uvicorn until terminated."""
+    import uvicorn
+
+    uvicorn.run(
+        build_app(variant, redis_url),
+        host=HOST,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+    )
+
+
+async def _worker(port: int, first: int, deadline: float, counts: Counter[int]) -> None:
+    reader, writer = await asyncio.open_connection(HOST, port)
+    i = first
+    try:
+        while time.perf_counter() < deadline:
+            key = f"key-{i % KEYS}".encode()
+            i += CONNECTIONS
+            writer.write(b"GET / HTTP/1.1\r\nHost: bench\r\nX-Api-Key: " + key + b"\r\n\r\n")
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.lower().split(b"\r\n"):
+                if line.startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            await reader.readexactly(length)
+            counts[int(head[9:12])] += 1
+    finally:
+        writer.close()
+
+
+async def _load(port: int, seconds: float) -> dict[str, Any]:
+    counts: Counter[int] = Counter()
+    start = time.perf_counter()
+    deadline = start + seconds
+    await asyncio.gather(*(_worker(port, n, deadline, counts) for n in range(CONNECTIONS)))
+    elapsed = time.perf_counter() - start
+    return {"requests": sum(counts.values()), "seconds": elapsed, "statuses": dict(counts)}
+
+
+def load(port: int, seconds: float) -> None:
+    """Load generator process: print one JSON line of counts."""
+    print(json.dumps(asyncio.run(_load(port, seconds))))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server on port {port} exited with {process.returncode}")
+        try:
+            with socket.create_connection((HOST, port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"server on port {port} did not start in {START_TIMEOUT_S} s")
+
+
+def _round(port: int, seconds: float) -> dict[str, Any]:
+    command = [sys.executable, "-m", "benchmarks._http", "load", str(port), str(seconds)]
+    out = subprocess.run(command, check=True, capture_output=True, timeout=seconds + 30)
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+@dataclass
+class HttpRow:
+    """One variant's rounds."""
+
+    variant: str
+    rates: list[float]
+    statuses: Counter[int]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.rates)
+
+
+def run(redis_url: str | None, seconds: float, rounds: int, warmup: float) -> list[HttpRow]:
+    """Start every variant's server, warm each, interleave ``rounds`` timed rounds; stop all."""
+    variants = [v for v in VARIANTS if redis_url is not None or v in ("off", "memory")]
+    servers: dict[str, tuple[int, subprocess.Popen[bytes]]] = {}
+    rows = {v: HttpRow(v, [], Counter()) for v in variants}
+    try:
+        for variant in variants:
+            port = _free_port()
+            command = [sys.executable, "-m", "benchmarks._http", "serve", variant, str(port)]
+            command += [redis_url] if redis_url else []
+            servers[variant] = (port, subprocess.Popen(command))
+        for variant in variants:
+            _wait_listening(servers[variant][0], servers[variant][1])
+            _round(servers[variant][0], warmup)
+        for r in range(rounds):
+            for i in range(len(variants)):
+                variant = variants[(r + i) % len(variants)]
+                result = _round(servers[variant][0], seconds)
+                rows[variant].rates.append(result["requests"] / result["seconds"])
+                rows[variant].statuses.update({int(k): v for k, v in result["statuses"].items()})
+                print(
+                    f"  {variant:<9} round {r + 1}: {rows[variant].rates[-1]:,.0f} req/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    finally:
+        for _port, process in servers.values():
+            process.terminate()
+        for _port, process in servers.values():
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+    return [rows[v] for v in variants]
+
+
+def table(rows: list[HttpRow]) -> str:
+    """A markdown table: median req/s, rounds min-max, the ratio to ``off``, statuses seen."""
+    base = next(r.median for r in rows if r.variant == "off")
+    lines = [
+        "| variant | req/s (median) | rounds min-max | vs off | cost | statuses |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for row in rows:
+        ratio = row.median / base
+        statuses = ", ".join(f"{k}: {v:,}" for k, v in sorted(row.statuses.items()))
+        lines.append(
+            f"| {row.variant} | {row.median:,.0f} | {min(row.rates):,.0f}-{max(row.rates):,.0f} "
+            f"| {ratio:.2f} | {1 - ratio:+.0%} | {statuses} |"
+        )
+    return "\n".join(lines)
+
+
+def main(redis_url: str | None, quick: bool) -> int:
+    """Run the HTTP benchmark and print its table and the targets of issue 4."""
+    seconds, rounds, warmup = (1.0, 2, 0.3) if quick else (3.0, 3, 1.0)
+    print(
+        f"HTTP benchmark: {CONNECTIONS} connections, {rounds} rounds of {seconds:g} s per "
+        f"variant after {warmup:g} s warm-up",
+        file=sys.stderr,
+        flush=True,
+    )
+    rows = run(redis_url, seconds, rounds, warmup)
+    print(table(rows))
+    print(
+        "\nTargets (a report, not a test): memory middleware costs <= 10% of throughput; "
+        "two-tier Redis <= 25%."
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "serve":
+        serve(sys.argv[2], int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else None)
+    elif sys.argv[1] == "load":
+        load(int(sys.argv[2]), float(sys.argv[3]))
+    else:
+        raise SystemExit("usage: python -m benchmarks --http [--redis-url URL] [--quick]")
