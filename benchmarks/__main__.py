@@ -116,11 +116,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="time exactly N decisions per case, no warm-up (smoke tests)")
     parser.add_argument("--pinning", help="how processes were pinned to CPUs (recorded)")
     parser.add_argument("--command", help="the command line to record (scripts/bench sets it)")
+    parser.add_argument("--http", action="store_true",
+                        help="run the HTTP middleware benchmark (benchmarks/_http.py) instead")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.http:
+        from benchmarks import _http
+
+        return _http.main(args.redis_url, args.quick)
     budget = QUICK if args.quick else DEFAULT
     if args.max_calls is not None:
         if args.max_calls < 1:
