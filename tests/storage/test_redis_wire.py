@@ -1,0 +1,136 @@
+"""The Redis stores' own wire path: request templates, derived commands, and the lean link.
+
+The templates pack a decision's EVALSHA without hiredis; these tests hold them
+to hiredis's own packing, byte for byte. The link drives a non-blocking socket
+itself; these tests push requests and replies through it that take many
+system calls each way, on a real redis-server.
+"""
+
+from __future__ import annotations
+
+import hiredis
+import pytest
+import redis
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ratewarden import Rate
+from ratewarden.algorithms import ALGORITHMS
+from ratewarden.storage import _plan
+from ratewarden.storage._keys import escape
+from ratewarden.storage._redis_link import LinkPool
+from ratewarden.storage._redis_protocol import (
+    Template,
+    as_eval,
+    eval_command,
+    evalsha_command,
+    unpack,
+)
+from ratewarden.storage._scripts import script
+from tests._servers import RedisServer
+
+rates = st.lists(
+    st.builds(
+        Rate,
+        limit=st.integers(1, 10_000),
+        period=st.integers(1, 86_400),
+        burst=st.none() | st.integers(1, 1_000),
+    ),
+    min_size=1,
+    max_size=4,
+    unique=True,
+)
+# Any key a caller may pass, braces, percent signs and non-ASCII included.
+keys = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=40)
+nows = st.none() | st.integers(0, 2**53)
+
+
+def _template(algorithm: str, prefix: str, found: list[Rate], cost: int) -> Template:
+    shape = _plan.shape(algorithm, found, cost)
+    args = [cost, *(value for layer in shape.params for value in layer)]
+    return Template(script(algorithm), prefix, shape.suffixes, args)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    algorithm=st.sampled_from(["gcra", "token_bucket", "leaky_bucket"]),
+    prefix=st.sampled_from(["rw", "app:limits", "é"]),
+    found=rates,
+    key=keys,
+    cost=st.integers(0, 10**6),
+    now_us=nows,
+)
+def test_a_template_packs_what_hiredis_packs(
+    algorithm: str, prefix: str, found: list[Rate], key: str, cost: int, now_us: int | None
+) -> None:
+    """For any call, the template's request is hiredis's packing of the planned EVALSHA."""
+    plan = _plan.build(algorithm, prefix, key, found, cost)
+    expected = evalsha_command(script(algorithm), plan.keys, _plan.argv(plan, now_us))
+    packed = _template(algorithm, prefix, found, cost).pack(escape(key), now_us)
+    assert packed == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(found=rates, key=keys, now_us=nows)
+def test_eval_and_parts_are_derived_from_the_packed_evalsha(
+    found: list[Rate], key: str, now_us: int | None
+) -> None:
+    """NOSCRIPT's EVAL and a redirection's parts come from the EVALSHA bytes, unchanged."""
+    plan = _plan.build("gcra", "rw", key, found, 1)
+    args = _plan.argv(plan, now_us)
+    packed = evalsha_command(script("gcra"), plan.keys, args)
+    assert as_eval(script("gcra"), packed) == eval_command(script("gcra"), plan.keys, args)
+    parts = unpack(packed)
+    assert parts[:3] == [b"EVALSHA", script("gcra").sha.encode(), str(len(plan.keys)).encode()]
+    assert parts[3 : 3 + len(plan.keys)] == [k.encode() for k in plan.keys]
+    assert parts[3 + len(plan.keys) :] == [str(a).encode() for a in args]
+
+
+def test_every_algorithm_has_a_template_that_runs(redis_client: redis.Redis) -> None:
+    """Each algorithm's templated request runs its script and answers per layer."""
+    pool = LinkPool.for_pool(redis_client.connection_pool, 1.0)
+    link = pool.take()
+    try:
+        for name in sorted(ALGORITHMS):
+            found = [Rate(10, 1), Rate(100, 60)]
+            # EVAL: the script need not be cached on this server yet.
+            request = as_eval(script(name), _template(name, "rw", found, 1).pack("user:1", None))
+            reply = link.request(request)
+            assert isinstance(reply, list), (name, reply)
+            assert len(reply) == 2 + _plan.REPLY_WIDTH * len(found)
+    finally:
+        pool.give(link)
+        pool.close()
+
+
+@pytest.mark.parametrize("size", [1, 300_000, 4_000_000])
+def test_a_link_carries_requests_and_replies_larger_than_a_socket_buffer(
+    redis_server: RedisServer, size: int
+) -> None:
+    """A request the socket cannot take at once, and a reply read in many pieces, arrive whole."""
+    client = redis_server.client()
+    pool = LinkPool.for_pool(client.connection_pool, 1.0)
+    link = pool.take()
+    value = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    try:
+        assert link.request(hiredis.pack_command(("SET", "rw-wire", value))) == b"OK"
+        assert link.request(hiredis.pack_command(("GET", "rw-wire"))) == value
+        assert link.request(hiredis.pack_command(("PING",))) == b"PONG"
+    finally:
+        pool.give(link)
+        pool.close()
+        client.delete("rw-wire")
+        client.close()
+
+
+def test_a_link_reports_error_replies_as_values(redis_client: redis.Redis) -> None:
+    """An error reply comes back as a value, and the link stays usable."""
+    pool = LinkPool.for_pool(redis_client.connection_pool, 1.0)
+    link = pool.take()
+    try:
+        reply = link.request(hiredis.pack_command(("NOSUCHCOMMAND",)))
+        assert isinstance(reply, hiredis.ReplyError)
+        assert link.request(hiredis.pack_command(("PING",))) == b"PONG"
+    finally:
+        pool.give(link)
+        pool.close()
