@@ -217,6 +217,10 @@ class _TwoTierBase:
     def _buy(self, ident: _Ident, cost: int, mode: str, local: Decision | None, now: int) -> Flow:
         book = self.leases
         assert book is not None
+        held = book.spend(ident, cost, now)  # a buyer may have topped it up just before
+        if held is not None:
+            self.counts.add("lease_hits")
+            return self._from_lease(held, cost, now)
         short = book.shortfall(ident, cost, now)
         buy = max(book.units, short)
         reply = yield from self._ask(buy)
