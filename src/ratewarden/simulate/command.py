@@ -112,7 +112,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="append",
         metavar="FILE",
         help="write a .png or .svg figure (repeatable); with several patterns "
-        "or rates, one file per pair, named FILE-PATTERN-RATE.png",
+        "or rates, one file each: FILE-PATTERN.png, FILE-RATE.png or FILE-PATTERN-RATE.png",
     )
     parser.add_argument(
         "--model",
@@ -197,11 +197,13 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-")
 
 
-def _plot_paths(base: str, pattern: str, rate: Rate, several: bool) -> Path:
+def _plot_path(base: str, pattern: str | None, rate: Rate | None) -> Path:
+    """``base`` itself, or with the pattern and/or rate that tell several figures apart."""
     path = Path(base)
-    if not several:
+    parts = [_slug(text) for text in (pattern, None if rate is None else str(rate)) if text]
+    if not parts:
         return path
-    return path.with_name(f"{path.stem}-{_slug(pattern)}-{_slug(str(rate))}{path.suffix}")
+    return path.with_name(f"{path.stem}-{'-'.join(parts)}{path.suffix}")
 
 
 def _traffic(args: argparse.Namespace) -> int:
@@ -214,13 +216,18 @@ def _traffic(args: argparse.Namespace) -> int:
             plots.check_path(Path(base))
         plots.require_matplotlib()
     summaries: list[runner.Summary] = []
-    several = len(chosen) * len(rates) > 1
+    several_patterns, several_rates = len(chosen) > 1, len(rates) > 1
     for pattern in chosen:
         for rate in rates:
             runs = [runner.run(pattern, name, rate, args.duration or 600.0) for name in names]
             summaries.extend(one.summary() for one in runs)
             for base in args.plot or ():
-                written = plots.plot_runs(runs, _plot_paths(base, runs[0].pattern, rate, several))
+                path = _plot_path(
+                    base,
+                    runs[0].pattern if several_patterns else None,
+                    rate if several_rates else None,
+                )
+                written = plots.plot_runs(runs, path)
                 print(f"wrote {written}", file=sys.stderr)
     print(runner.format_table(summaries), end="")
     return EXIT_OK
