@@ -91,23 +91,44 @@ def _aged(decision: Decision, elapsed_us: int, cost: int, extra: int = 0) -> Dec
     return one(decision, layers)
 
 
-def _assumed(rates: tuple[Rate, ...], cost: int, allowed: bool, wait: float) -> Decision:
+def _assumed(rates: tuple[Rate, ...], cost: int, mode: str, wait: float) -> Decision:
     """A decision the store did not make: open (allowed, nothing counted) or closed (denied)."""
+    allowed = mode == "open"
 
     def one(rate: Rate, layers: tuple[Decision, ...]) -> Decision:
-        return Decision(
-            allowed=allowed,
-            limit=rate.limit,
-            remaining=rate.limit if allowed else 0,
-            reset_after=0.0 if allowed else wait,
-            retry_after=0.0 if allowed else wait,
-            rate=rate,
-            cost=cost,
-            layers=layers,
+        return make_decision(
+            allowed,
+            rate.limit,
+            rate.limit if allowed else 0,
+            0.0 if allowed else wait,
+            0.0 if allowed else wait,
+            0.0,
+            rate,
+            cost,
+            layers,
+            degraded=mode,
         )
 
     binding = min(rates, key=lambda rate: rate.limit / rate.period_us)
     return one(binding, tuple(one(rate, ()) for rate in rates))
+
+
+def _marked(decision: Decision, mode: str) -> Decision:
+    """``decision`` with ``degraded=mode`` (``make_decision``: no dataclasses.replace)."""
+    d = decision
+    return make_decision(
+        d.allowed,
+        d.limit,
+        d.remaining,
+        d.reset_after,
+        d.retry_after,
+        d.delay,
+        d.rate,
+        d.cost,
+        d.layers,
+        shadowed=d.shadowed,
+        degraded=mode,
+    )
 
 
 class _TwoTierBase:
@@ -283,11 +304,9 @@ class _TwoTierBase:
         if mode == "local":
             if local is None:
                 local = self.local.hit(LOCAL_ALGORITHM, key, rates, cost)
-            decision = local
-        else:
-            wait = self.breaker.retry_in() or self.breaker.cooldown
-            decision = _assumed(rates, cost, mode == "open", wait)
-        return replace(decision, degraded=mode)
+            return _marked(local, mode)
+        wait = self.breaker.retry_in() or self.breaker.cooldown
+        return _assumed(rates, cost, mode, wait)
 
     def _finish(self, decision: Decision, shadow: bool) -> Decision:
         if shadow and not decision.allowed:
