@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,16 +71,7 @@ class _Second:
 
 def _bucket(seconds: float) -> int:
     """The index of the first bound >= seconds (len(bounds) for slower)."""
-    if seconds <= LATENCY_BOUNDS[0]:
-        return 0
-    index = math.ceil(8 * math.log10(seconds)) + 40
-    index = max(0, min(index, len(LATENCY_BOUNDS)))
-    # Floating point may land one bucket off at an exact bound.
-    if index < len(LATENCY_BOUNDS) and seconds > LATENCY_BOUNDS[index]:
-        index += 1
-    elif index > 0 and seconds <= LATENCY_BOUNDS[index - 1]:
-        index -= 1
-    return index
+    return bisect_left(LATENCY_BOUNDS, seconds)
 
 
 class LiveStats:
