@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 
 from ratewarden.server import config
 from ratewarden.server.dashboard import shared
-from ratewarden.server.dashboard.live import MAX_KEY_CHARS, LiveStats, key_text
+from ratewarden.server.dashboard.live import (
+    LATENCY_BOUNDS,
+    MAX_KEY_CHARS,
+    LiveStats,
+    _bucket,
+    key_text,
+)
 from ratewarden.server.dashboard.topk import SpaceSaving, merge
 from ratewarden.server.dashboard.view import TOP_SHOWN, render
 from ratewarden.testing import ManualClock
@@ -216,3 +222,12 @@ def test_key_text_joins_entries_and_cuts_long_values() -> None:
     assert key_text((("remote_address", ""),)) == "remote_address"
     long = key_text((("k", "v" * 1000),))
     assert len(long) == MAX_KEY_CHARS and long.endswith("\u2026")
+
+
+def test_each_latency_bound_falls_in_its_own_bucket() -> None:
+    """A call of exactly a bound's length counts in that bound's bucket, a hair more in the next:
+    percentiles are upper bounds, never below the true value."""
+    for index, bound in enumerate(LATENCY_BOUNDS):
+        assert _bucket(bound) == index
+        assert _bucket(bound * (1 + 1e-9)) == index + 1
+    assert _bucket(0.0) == 0

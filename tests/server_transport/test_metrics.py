@@ -188,3 +188,27 @@ async def test_openmetrics_is_served_when_the_scraper_asks_for_it(
     assert reply.body.endswith(b"# EOF\n")
     plain = await http(server.http_port, "GET", "/metrics")
     assert plain.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+
+
+@pytest.mark.redis
+def test_workers_get_a_temporary_metrics_directory_removed_at_exit(
+    rules: Path, redis_server: RedisServer
+) -> None:
+    """Without PROMETHEUS_MULTIPROC_DIR, serve makes one for its workers (named in the
+    "workers" log line), sums through it, and removes it when the workers have stopped."""
+    redis_server.client().flushall()
+    server = ServeProcess(rules, "--workers", "2", "--store", redis_server.url)
+    try:
+        server.wait_serving()
+        wait_for(lambda: serving_workers(server) == {0, 1}, timeout=20)
+        [started] = [e for e in server.logs() if e.get("event") == "workers"]
+        directory = Path(started["metrics_dir"])
+        assert directory.is_dir()
+        assert [call(server.grpc_target, f"t{i}") for i in range(6)] == [OK] * 6
+        for _ in range(4):
+            samples = scrape(server.http_port)
+            assert get(samples, P + "total_requests_total", grpc_method="ShouldRateLimit") == 6
+        assert server.signal() == 0
+        assert not directory.exists()
+    finally:
+        server.stop()

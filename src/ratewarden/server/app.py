@@ -332,7 +332,14 @@ def _run_workers(settings: Settings) -> int:
     signal.signal(signal.SIGINT, forward)
     for child in children:
         child.start()
-    log.info("workers started", extra={"event": "workers", "pids": [c.pid for c in children]})
+    log.info(
+        "workers started",
+        extra={
+            "event": "workers",
+            "pids": [c.pid for c in children],
+            "metrics_dir": multiprocess_dir(),
+        },
+    )
     code = 0
     pending = list(children)
     while pending:
