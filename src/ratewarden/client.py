@@ -70,6 +70,9 @@ IDEMPOTENCY_KEY = "Idempotency-Key"
 
 # Up to 15 digits (an sf-integer), an optional fraction: bounded, so never a huge int parse.
 _NUMBER = re.compile(r"\d{1,15}(?:\.\d{1,9})?")
+# Transport failures worth another attempt; not UnsupportedProtocol or LocalProtocolError,
+# which are mistakes in the request that a retry would only repeat.
+_HTTPX_RETRYABLE = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
 # Legacy reset values at or above this are epoch seconds (2001-09-09), below it deltas.
 _EPOCH_THRESHOLD = 1_000_000_000
 
@@ -363,7 +366,7 @@ class RetryTransport(httpx.BaseTransport):
         while True:
             try:
                 response = self._transport.handle_request(request)
-            except httpx.TransportError as exc:
+            except _HTTPX_RETRYABLE as exc:
                 delay = run.after_error(exc)
                 if delay is None:
                     raise
@@ -405,7 +408,7 @@ class AsyncRetryTransport(httpx.AsyncBaseTransport):
         while True:
             try:
                 response = await self._transport.handle_async_request(request)
-            except httpx.TransportError as exc:
+            except _HTTPX_RETRYABLE as exc:
                 delay = run.after_error(exc)
                 if delay is None:
                     raise

@@ -202,6 +202,17 @@ def test_connection_errors_can_be_left_alone() -> None:
     assert clock.slept == []
 
 
+def test_a_malformed_request_is_not_retried() -> None:
+    """An unsupported scheme is a mistake in the request: raised at once, nothing slept."""
+    clock = RecordingClock()
+    with (
+        httpx.Client(transport=RetryTransport(clock=clock)) as client,
+        pytest.raises(httpx.UnsupportedProtocol),
+    ):
+        client.get("ftp://127.0.0.1/")
+    assert clock.slept == []
+
+
 async def test_async_transport_honours_retry_after(
     throttle_server: LiveASGI, throttle_state: ThrottleState, fresh_name: Callable[[], str]
 ) -> None:

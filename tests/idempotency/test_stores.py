@@ -105,6 +105,14 @@ def test_memory_store_is_bounded_by_entries_and_bytes() -> None:
     assert small.begin("x", "fp", "t2", 10).state == "acquired"
 
 
+def test_memory_store_refuses_a_response_larger_than_its_byte_bound() -> None:
+    """complete says False when the response alone exceeds max_bytes: nothing is replayed."""
+    store = MemoryIdempotencyStore(clock=ManualClock(), max_bytes=1000)
+    store.begin("k", "fp", "t", 10)
+    assert store.complete("k", "t", StoredResponse(200, (), b"." * 5000), 60) is False
+    assert store.begin("k", "fp", "t2", 10).state == "acquired"
+
+
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True])
 def test_memory_store_bounds_must_be_positive_whole_numbers(bad: object) -> None:
     """A bad bound is a ConfigurationError naming it."""

@@ -155,7 +155,7 @@ class _MemoryRecords:
             if record is None or record.response is not None or record.token != token:
                 return False
             self._put(key, _Record(now + _us(ttl), "", record.fingerprint, response))
-            return True
+            return key in self._records  # a response larger than max_bytes is not kept
 
     def release(self, key: str, token: str) -> None:
         with self._lock:
