@@ -59,7 +59,8 @@ class Target:
 
 
 def redact(url: str) -> str:
-    """The URL with its password replaced by ``***``, for messages."""
+    """The URL with its passwords (user part, ``*password=`` options) replaced by ``***``."""
+    url = re.sub(r"([?&][^=&#]*password[^=&#]*=)[^&#]*", r"\1***", url, flags=re.IGNORECASE)
     return re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1***@", url)
 
 
