@@ -9,6 +9,7 @@ each overflow to ``ServiceHooks.on_value_overflow``. Time is a ManualClock.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,8 +21,9 @@ from ratewarden.server import config
 from ratewarden.server._values import overflow_key
 from ratewarden.server.config import Rule
 from ratewarden.server.service import RateLimitService, ServiceHooks
-from ratewarden.storage.memory import MemoryStore
+from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
 from ratewarden.testing import ManualClock
+from tests.fuzz._grpc import background_server
 
 RULES = """\
 domain: cap
@@ -182,3 +184,15 @@ def test_a_bad_cap_is_a_configuration_error(cap: Any) -> None:
     """The cap is a whole number of at least 1, or None."""
     with pytest.raises(ConfigurationError, match="max_values_per_rule"):
         make(cap)
+
+
+@pytest.mark.parametrize(("given", "cap"), [(None, 100_000), (7, 7), (0, None)])
+def test_serve_caps_values_per_rule_by_default(
+    tmp_path: Path, given: int | None, cap: int | None
+) -> None:
+    """ratewarden serve: 100,000 values per rule unless --max-values-per-rule says otherwise
+    (0 turns the cap off)."""
+    options = {} if given is None else {"max_values_per_rule": given}
+    store = AsyncMemoryStore(clock=ManualClock())
+    with background_server(tmp_path, RULES, store, **options) as server:
+        assert server.server.service.values.limit == cap
