@@ -139,6 +139,7 @@ class ServiceStats(ServiceHooks):
         self.requests = counter(
             "total_requests", "ShouldRateLimit calls, gRPC and HTTP.", ("grpc_method",)
         )
+        self._calls = self.requests.labels("ShouldRateLimit")
         self.response_time = Histogram(
             f"{_PREFIX}_response_time_seconds",
             "Time to answer one ShouldRateLimit call.",
@@ -205,7 +206,7 @@ class ServiceStats(ServiceHooks):
 
     def request(self, seconds: float, *, failed: bool = False) -> None:
         """One ShouldRateLimit call answered in ``seconds``; ``failed``: by the fallback."""
-        self.requests.labels("ShouldRateLimit").inc()
+        self._calls.inc()
         self.response_time.observe(seconds)
         if failed:
             self.errors.labels("service_error").inc()
