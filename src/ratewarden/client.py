@@ -100,10 +100,17 @@ def _positive(name: str, value: object, *, zero_ok: bool = False) -> float:
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """How often, how long and what to retry. Values in seconds.
+    """How often, how long and what to retry. Durations in seconds.
 
-    ``max_attempts`` counts the first try. ``statuses`` are retried (429 and 503
-    by default); ``methods`` are retried without a key.
+    - ``max_attempts``: attempts in all, the first one included.
+    - ``backoff_base`` / ``backoff_cap``: the full-jitter backoff without a hint.
+    - ``max_wait``: the most one request sleeps, summed over its retries.
+    - ``hint_jitter``: the window of uniform jitter added above a server hint.
+    - ``statuses``: responses that are retried (429 and 503).
+    - ``methods``: methods retried without a key (the idempotent ones).
+    - ``idempotency_keys``: also retry POST and PATCH, each with one Idempotency-Key.
+    - ``retry_transport_errors``: retry timeouts and connection failures too.
+    - ``raise_on_give_up``: raise ``RetriesExhaustedError`` rather than return the last response.
     """
 
     max_attempts: int = 5
@@ -133,7 +140,7 @@ class RetryPolicy:
 
     def delay(self, retry: int, hint: float | None, u: float) -> float:
         """Seconds before retry number ``retry`` (0 = first retry) given a hint and U in [0, 1)."""
-        u = min(max(u, 0.0), 1.0)
+        u = u if 0.0 <= u <= 1.0 else (1.0 if u > 1.0 else 0.0)  # NaN counts as 0
         if hint is None:
             return backoff_delay(retry, self.backoff_base, self.backoff_cap, u)
         return hint + u * self.hint_jitter

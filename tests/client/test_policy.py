@@ -47,6 +47,8 @@ def test_random_outside_unit_interval_is_clamped() -> None:
     policy = RetryPolicy(hint_jitter=1.0)
     assert policy.delay(0, 2.0, -5.0) == 2.0
     assert policy.delay(0, 2.0, 7.0) == 3.0
+    assert policy.delay(0, 2.0, float("nan")) == 2.0
+    assert policy.delay(2, None, float("nan")) == 0.0
 
 
 @pytest.mark.parametrize(
