@@ -7,7 +7,9 @@ memory store and with Redis. The same flow without the middleware runs twice.
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -124,6 +126,31 @@ def test_concurrent_duplicate_gets_409_then_the_replay(
     assert first[0].status_code == 201
     replay = httpx.post(url, headers=headers)
     assert (replay.status_code, replay.headers["idempotent-replayed"]) == (201, "true")
+    assert orders.executed[name] == 1
+
+
+DUPLICATES = 30
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+async def test_a_burst_of_duplicates_runs_exactly_once(
+    servers: dict[str, LiveASGI], orders: Orders, name: str, kind: str
+) -> None:
+    """30 concurrent requests with one key: one runs, the other 29 get 409 while it is held."""
+    orders.in_handler.clear()
+    orders.release.clear()
+    url, headers = f"{servers[kind].url}/orders/{name}?mode=slow", {"Idempotency-Key": "burst"}
+    async with httpx.AsyncClient(timeout=10) as client:
+        tasks = [asyncio.create_task(client.post(url, headers=headers)) for _ in range(DUPLICATES)]
+        try:
+            assert await asyncio.to_thread(orders.in_handler.wait, 5)
+            async with asyncio.timeout(10):
+                while sum(t.done() for t in tasks) < DUPLICATES - 1:
+                    await asyncio.sleep(0.01)
+        finally:
+            orders.release.set()
+        statuses = Counter(r.status_code for r in await asyncio.gather(*tasks))
+    assert statuses == {201: 1, 409: DUPLICATES - 1}
     assert orders.executed[name] == 1
 
 
