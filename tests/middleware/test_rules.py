@@ -240,3 +240,29 @@ def test_bad_rules_are_configuration_errors(build: object, message: str) -> None
     """Bad rule settings fail at construction with the offending value in the message."""
     with pytest.raises(ConfigurationError, match=re.escape(message)):
         build()  # type: ignore[operator]
+
+
+def test_rates_override_is_a_separate_budget_cost_override_shares() -> None:
+    """@override(rates=...) counts apart from the rule elsewhere; @override(cost=...) does not."""
+
+    @override("per-ip", rates="2/minute")
+    def search() -> None: ...
+
+    @override("per-ip", cost=2)
+    def heavy() -> None: ...
+
+    views = {"/search": search, "/heavy": heavy}
+    clock = ManualClock()
+    ruleset = RuleSet(
+        [Rule("per-ip", "3/minute")], clock=clock, resolver=lambda r: views.get(r.path)
+    )
+    limiter = Limiter(MemoryStore(clock=clock))
+    assert [_run(ruleset, limiter, _request(path="/search")).blocked for _ in range(3)] == [
+        False,
+        False,
+        True,
+    ]
+    # The global budget of 3 is untouched by /search: one GET, then a heavy call of 2.
+    assert not _run(ruleset, limiter, _request(path="/")).blocked
+    assert not _run(ruleset, limiter, _request(path="/heavy")).blocked
+    assert _run(ruleset, limiter, _request(path="/")).blocked

@@ -217,10 +217,11 @@ class RuleSet:
 
     # --- evaluation --------------------------------------------------------
 
-    def _applicable(self, request: RequestInfo) -> list[Rule]:
+    def _applicable(self, request: RequestInfo, resolver: Resolver | None) -> list[Rule]:
         meta: RouteLimits | None = None
-        if self.resolver is not None:
-            meta = route_limits(self.resolver(request))
+        resolver = self.resolver or resolver
+        if resolver is not None:
+            meta = route_limits(resolver(request))
         if meta is None:
             return [r for r in self.rules if r.matches(request)]
         if meta.exempt_all:
@@ -240,11 +241,15 @@ class RuleSet:
         found.extend(meta.rules)
         return found
 
-    def evaluate(self, request: RequestInfo) -> Evaluation:
-        """Yield a ``Hit`` per applicable rule, receive its Decision, return the ``Outcome``."""
+    def evaluate(self, request: RequestInfo, resolver: Resolver | None = None) -> Evaluation:
+        """Yield a ``Hit`` per applicable rule, receive its Decision, return the ``Outcome``.
+
+        ``resolver`` is the middleware's default for finding the endpoint; the
+        rule set's own ``resolver``, when given, wins.
+        """
         disabled = self._disabled
         enforced: list[tuple[Rule, str, Decision]] = []
-        for rule in self._applicable(request):
+        for rule in self._applicable(request, resolver):
             if rule.name in disabled:
                 continue
             identity = (rule.key or self.default_key)(request) or rule.fallback

@@ -6,7 +6,7 @@ identity extractors and route lookups are written once for both.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,11 +39,46 @@ def _join(headers: dict[str, str], name: str, value: str) -> None:
         headers[name] = value
 
 
+class ASGIHeaders(Mapping[str, str]):
+    """The scope's header list as a read-only mapping, decoded only as far as it is read.
+
+    A rule usually reads one or two headers; decoding all of them for every
+    request would cost more than the lookup. Names are matched case-blind.
+    """
+
+    __slots__ = ("_decoded", "_raw")
+
+    def __init__(self, raw: Iterable[tuple[bytes, bytes]]) -> None:
+        self._raw = raw
+        self._decoded: dict[str, str] | None = None
+
+    def __getitem__(self, name: str) -> str:
+        if self._decoded is not None:
+            return self._decoded[name]
+        wanted = name.lower().encode("latin-1")
+        found = [value for key, value in self._raw if key.lower() == wanted]
+        if not found:
+            raise KeyError(name)
+        return b", ".join(found).decode("latin-1")
+
+    def _all(self) -> dict[str, str]:
+        if self._decoded is None:
+            decoded: dict[str, str] = {}
+            for raw_name, raw_value in self._raw:
+                _join(decoded, raw_name.decode("latin-1").lower(), raw_value.decode("latin-1"))
+            self._decoded = decoded
+        return self._decoded
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
 def from_asgi(scope: Mapping[str, Any]) -> RequestInfo:
     """Read an ASGI ``http`` scope (header bytes are decoded as Latin-1, as HTTP defines)."""
-    headers: dict[str, str] = {}
-    for raw_name, raw_value in scope.get("headers", ()):
-        _join(headers, raw_name.decode("latin-1").lower(), raw_value.decode("latin-1"))
+    headers = ASGIHeaders(scope.get("headers", ()))
     client = scope.get("client")
     peer = str(client[0]) if client else None
     return RequestInfo(

@@ -42,8 +42,8 @@ class RateLimitMiddleware:
 
     ``limiter`` is anything with ``async hit(key, rates, cost, *, shadow) -> Decision``:
     an ``AsyncLimiter``, or a two-tier limiter. Decisions marked ``degraded``
-    are used as they come, headers included. A ``RuleSet`` without a resolver
-    gets ``starlette_endpoint``.
+    are used as they come, headers included. Endpoints are found with the rule
+    set's resolver, or else ``starlette_endpoint``.
     """
 
     def __init__(self, app: ASGIApp, *, limiter: AsyncHitter, rules: RuleSet) -> None:
@@ -51,8 +51,6 @@ class RateLimitMiddleware:
             raise ConfigurationError(f"rules {rules!r} must be a RuleSet")
         if not callable(getattr(limiter, "hit", None)):
             raise ConfigurationError(f"limiter {limiter!r} has no hit(key, rates, cost) method")
-        if rules.resolver is None:
-            rules.resolver = starlette_endpoint
         self.app = app
         self.limiter = limiter
         self.rules = rules
@@ -61,7 +59,8 @@ class RateLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        outcome = await drive_async(self.rules.evaluate(from_asgi(scope)), self.limiter)
+        evaluation = self.rules.evaluate(from_asgi(scope), starlette_endpoint)
+        outcome = await drive_async(evaluation, self.limiter)
         if outcome.blocked:
             await self._deny(send, outcome)
             return
