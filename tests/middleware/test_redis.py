@@ -192,3 +192,32 @@ async def test_4000_concurrent_requests_on_one_asyncio_app(redis_server: RedisSe
         await store.aclose()
     assert peak == total
     assert Counter(statuses) == {200: keys * per_key, 429: total - keys * per_key}
+
+
+async def test_negatively_cached_key_costs_no_store_call_and_keeps_its_headers(
+    redis_client: redis.Redis, redis_server: RedisServer
+) -> None:
+    """Behind AsyncTwoTier, a key known to be over its limit is refused without Redis."""
+    from ratewarden.tiers import AsyncTwoTier
+
+    clock = ManualClock()
+    store = AsyncRedisStore.from_url(redis_server.url, clock=clock, timeout=2.0)
+    tiers = AsyncTwoTier(store, clock=clock)
+    app = Starlette(routes=[Route("/", ok)])
+    ruleset = RuleSet([Rule("per-ip", "3/minute")], clock=clock, headers=ALL_HEADERS)
+    app.add_middleware(RateLimitMiddleware, limiter=tiers, rules=ruleset)
+    try:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://t"
+        ) as client:
+            codes = [(await client.get("/")).status_code for _ in range(4)]
+            redis_client.config_resetstat()
+            cached = [await client.get("/") for _ in range(20)]
+            calls = command_calls(redis_client)
+    finally:
+        await store.aclose()
+    assert codes == [200, 200, 200, 429]
+    assert {r.status_code for r in cached} == {429}
+    assert calls["cmdstat_evalsha"] == 0
+    assert all(int(r.headers["retry-after"]) >= 20 for r in cached)
+    assert all("ratelimit" in r.headers for r in cached)
