@@ -12,7 +12,7 @@ from ratewarden.cli import main
 from ratewarden.errors import ConfigurationError, StorageUnavailableError
 from ratewarden.plan import PlanInput, Region, format_plan, measure, plan
 from ratewarden.rate import Rate
-from tests._servers import RedisServer, free_port
+from tests._servers import RedisCluster, RedisServer, free_port
 
 WORKED = ["plan", "--rps", "30000", "--local-reject", "10%", "--global-share", "60%",
           "--descriptors", "1.5", "--keys", "5000000", "--key-bytes", "100",
@@ -185,3 +185,17 @@ def test_the_command_uses_the_measured_bytes(
     out = capsys.readouterr().out
     assert "MEMORY USAGE of one key" in out
     assert "1,000,000 keys x" in out
+
+
+@pytest.mark.redis
+@pytest.mark.cluster
+def test_measure_on_a_cluster_reads_memory_only(redis_cluster: RedisCluster) -> None:
+    """On a Cluster the key's node answers MEMORY USAGE; script time is not read (None)."""
+    found = measure(redis_cluster.url, "gcra", Rate.parse("100/minute"), calls=50)
+    assert 32 < found.key_bytes < 400
+    assert found.usec_per_call is None
+    client = redis_cluster.client()
+    try:
+        assert client.dbsize() == 0
+    finally:
+        client.close()
