@@ -69,10 +69,10 @@ async def test_settle_is_idempotent_by_id_and_reserve_replays(
     assert after.replayed  # the settled id is still known until its record expires
 
 
-async def test_refund_is_only_the_part_of_the_charge_still_ahead(
+async def test_a_refund_stops_at_now_and_nothing_is_refunded_after_a_rest(
     stores: Callable[..., Harness],
 ) -> None:
-    """A charge that time has already paid back is not refunded again (no over-admission)."""
+    """Time already paid part of the charge back: only the rest is refunded, never below now."""
     h = stores()
     budget = h.budget(TOKENS, max_output_tokens=3000)
     reservation = await settle(budget.reserve("k", input_tokens=1000))  # 4000 = 24 s of rate

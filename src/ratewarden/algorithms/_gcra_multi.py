@@ -9,22 +9,34 @@ differential test compares them directly.
 Two operations:
 
 - ``reserve``: check every axis with its own cost and charge all or nothing.
-  With a reservation record key it also writes ``("r", charges)`` there for
-  ``ttl_us``, where each charge is the axis cost and the end of that charge on
-  the axis' timeline (its TAT just after, rounded up to a microsecond). A
-  reserve whose record already exists charges nothing again (a retried call).
+  With a reservation record key it also writes ``("r", charges, expires)``
+  there for ``ttl_us``, each charge being the axis cost and the busy period it
+  was charged in. A reserve whose record already exists charges nothing again
+  (a retried call).
 - ``settle``: move each axis back by ``(charged - actual)`` emission intervals,
-  but only by the part of that excess still ahead of now (``end - now``), and
-  never below now. A charge whose end has passed has already been given back
-  by time; refunding it again would admit more than the budget. Actual usage
-  above the charge is charged too, up to an empty budget (never further into
-  debt). The record becomes ``("s",)`` with its expiry unchanged, so a second
-  settle refunds nothing.
+  but only while the axis is still in the busy period the reservation was
+  charged in, and never below now. Actual usage above the charge is charged too,
+  up to an empty budget (never further into debt). The record becomes
+  ``("s", expires)``, so a second settle refunds nothing.
+
+Why the busy period: an axis' state is ``(tat_us, frac, since_us)``, where
+``since_us`` is when the axis last left rest (its TAT was at or behind now and
+a charge moved it ahead). While it stays busy, the TAT is ``since`` plus the
+charges made since then, minus the refunds: it exceeds the TAT of an exact
+ledger of actual usage by exactly the unused part of the reservations still
+open, so taking one reservation's unused part off never goes below that
+ledger (and is clamped at now). Once the axis has rested, the ledger rested
+too and every excess still open was absorbed by the rest; refunding it again
+would admit more than the budget, so a record whose ``since`` no longer
+matches refunds nothing.
 
 ARGV (0-based here, ``ARGV[i + 1]`` in Lua)::
 
     [0] now_us or ""   [1] "reserve" | "settle"   [2] m axes   [3] record ttl_us
     [4 + 4i ...]       axis i: n, d, capacity, amount (reserve: cost, settle: actual)
+
+Axis state: ``(tat_us, frac, since_us)``; record: ``("r", charges, expires_us)``
+with a ``(cost, since_us)`` per axis, or ``("s", expires_us)``.
 
 KEYS: the m axis state keys, then the record key (optional for reserve).
 
@@ -66,11 +78,22 @@ def _axes(args: Sequence[int | str]) -> list[tuple[tuple[int, int, int], int]]:
     return found
 
 
-def _ahead(state: gcra.State | None, now: int, n: int) -> int:
+def _ahead(state: tuple[int, int, int] | None, now: int, n: int) -> int:
     """Distance of the TAT ahead of now, in units of 1/n microsecond (0 when rested)."""
     if state is None or state[0] < now:
         return 0
     return (state[0] - now) * n + state[1]
+
+
+def _gcra(state: tuple[int, int, int] | None) -> gcra.State | None:
+    return None if state is None else (state[0], state[1])
+
+
+def _busy_since(state: tuple[int, int, int] | None, now: int) -> int:
+    """When the axis left rest: kept while busy, ``now`` when a charge starts from rest."""
+    if state is None or _ahead(state, now, 1) == 0:
+        return now
+    return state[2]
 
 
 def _numbers(outcome: Outcome) -> list[int]:
@@ -78,7 +101,7 @@ def _numbers(outcome: Outcome) -> list[int]:
 
 
 def _outcome_numbers(params: tuple[int, int, int], state: Any, now: int, cost: int) -> list[int]:
-    return _numbers(gcra.check(params, state, now, cost)[0])
+    return _numbers(gcra.check(params, _gcra(state), now, cost)[0])
 
 
 def _reserve(
@@ -92,7 +115,7 @@ def _reserve(
         for i, (params, _) in enumerate(axes):
             reply.extend(_outcome_numbers(params, states[i], now, 0))
         return reply, []
-    steps = [gcra.check(p, states[i], now, cost) for i, (p, cost) in enumerate(axes)]
+    steps = [gcra.check(p, _gcra(states[i]), now, cost) for i, (p, cost) in enumerate(axes)]
     allowed = all(step[0].allowed for step in steps)
     reply = [now, int(allowed), int(allowed)]
     writes: list[Write] = []
@@ -101,14 +124,13 @@ def _reserve(
         outcome = step[0]
         if not allowed and outcome.allowed:
             # Nothing is charged: show the state actually kept.
-            outcome = gcra.check(params, states[i], now, 0)[0]
+            outcome = gcra.check(params, _gcra(states[i]), now, 0)[0]
         reply.extend(_numbers(outcome))
         if allowed:
+            since = _busy_since(states[i], now)
             if cost > 0:
-                writes.append((i, step[1], now + step[2]))
-                charges.append((cost, step[1][0] + (1 if step[1][1] else 0)))
-            else:
-                charges.append((0, now))
+                writes.append((i, (*step[1], since), now + step[2]))
+            charges.append((cost, since))
     if allowed and has_record:
         expires = now + int(args[3])
         writes.append((m, ("r", tuple(charges), expires), expires))
@@ -120,12 +142,13 @@ def _settle_axis(
 ) -> tuple[int, Any, int]:
     """``(refunded units, new state, ttl_us)`` of one axis."""
     n, d, capacity = params
-    cost, end_us = charge
+    cost, charged_since = charge
     ahead = _ahead(state, now, n)
+    since = _busy_since(state, now)
     if actual <= cost:
-        excess = (cost - actual) * d
-        still_ahead = max(0, (end_us - now) * n)
-        back = min(excess, still_ahead, ahead)
+        back = 0
+        if ahead > 0 and since == charged_since:
+            back = min((cost - actual) * d, ahead)
         ahead -= back
         refunded = back // d
     else:
@@ -135,7 +158,7 @@ def _settle_axis(
         refunded = -ceil_div(extra, d)
     if ahead == 0:
         return refunded, None, 0
-    return refunded, (now + ahead // n, ahead % n), ceil_div(ahead, n)
+    return refunded, (now + ahead // n, ahead % n, since), ceil_div(ahead, n)
 
 
 def _settle(

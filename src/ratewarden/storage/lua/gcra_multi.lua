@@ -1,9 +1,10 @@
 -- gcra_multi.lua: GCRA on several axes of one key, a cost per axis, all or nothing;
 -- and the refund of a reservation (settle), once per reservation id.
 -- Mirrors ratewarden.algorithms._gcra_multi.run (same ARGV, same reply).
--- KEYS[1..m]  "tat_us frac" per axis (all with the budget key's hash tag)
--- KEYS[m+1]   the reservation record (optional for reserve): "r expires_us c1 e1 c2 e2 ..."
---             while reserved (cost and charge end per axis), "s expires_us" once settled.
+-- KEYS[1..m]  "tat_us frac since_us" per axis (all with the budget key's hash tag); since_us
+--             is when the axis last left rest (see _gcra_multi.py: why refunds need it)
+-- KEYS[m+1]   the reservation record (optional for reserve): "r expires_us c1 s1 c2 s2 ..."
+--             while reserved (cost and busy period per axis), "s expires_us" once settled.
 --             Its expiry is kept in the value too, so that a test clock (ARGV[1]) sees it
 --             expire; PX removes it on Redis time.
 -- ARGV[1]     now in microseconds, or "" to read Redis TIME
@@ -25,16 +26,28 @@ local function read(key)
   if not raw then
     return nil
   end
-  local sep = string.find(raw, ' ', 1, true)
-  return {tonumber(string.sub(raw, 1, sep - 1)), tonumber(string.sub(raw, sep + 1))}
+  local state = {}
+  for word in string.gmatch(raw, '%S+') do
+    state[#state + 1] = tonumber(word)
+  end
+  return state
 end
 
-local function write(key, state, ttl_us)
+local function write(key, state, since, ttl_us)
   if state then
-    redis.call('SET', key, fmt(state[1]) .. ' ' .. fmt(state[2]), 'PX', ttl_ms(ttl_us))
+    local value = fmt(state[1]) .. ' ' .. fmt(state[2]) .. ' ' .. fmt(since)
+    redis.call('SET', key, value, 'PX', ttl_ms(ttl_us))
   else
     redis.call('DEL', key)
   end
+end
+
+-- When the axis left rest: kept while busy, now when a charge starts from rest.
+local function busy_since(state)
+  if not state or state[1] < now or (state[1] == now and state[2] == 0) then
+    return now
+  end
+  return state[3]
 end
 
 -- gcra.lua's check, unchanged
@@ -124,16 +137,11 @@ if op == 'reserve' then
     end
     append(reply, outcomes[i])
     if all then
+      local since = busy_since(states[i])
       if amounts[i] > 0 then
-        write(KEYS[i], news[i], ttls[i])
-        local ends = news[i][1]
-        if news[i][2] > 0 then
-          ends = ends + 1
-        end
-        charges[#charges + 1] = fmt(amounts[i]) .. ' ' .. fmt(ends)
-      else
-        charges[#charges + 1] = '0 ' .. fmt(now)
+        write(KEYS[i], news[i], since, ttls[i])
       end
+      charges[#charges + 1] = fmt(amounts[i]) .. ' ' .. fmt(since)
     end
   end
   if all and record_key then
@@ -169,24 +177,21 @@ local reply = {now, 1}
 local news = {}
 for i = 1, m do
   local n, d, capacity = params[i][1], params[i][2], params[i][3]
-  local cost, ends, actual = charges[2 * i - 1], charges[2 * i], amounts[i]
+  local cost, charged_since, actual = charges[2 * i - 1], charges[2 * i], amounts[i]
   local state = states[i]
   local ahead = 0
   if state and state[1] >= now then
     ahead = (state[1] - now) * n + state[2]
   end
+  local since = busy_since(state)
   local refunded
   if actual <= cost then
-    local back = (cost - actual) * d
-    local still = (ends - now) * n
-    if still < back then
-      back = still
-    end
-    if ahead < back then
-      back = ahead
-    end
-    if back < 0 then
-      back = 0
+    local back = 0
+    if ahead > 0 and since == charged_since then
+      back = (cost - actual) * d
+      if ahead < back then
+        back = ahead
+      end
     end
     ahead = ahead - back
     refunded = idiv(back, d)
@@ -208,7 +213,7 @@ for i = 1, m do
     news[i] = {now + idiv(ahead, n), ahead % n}
   end
   if refunded ~= 0 then
-    write(KEYS[i], news[i], ceil_div(ahead, n))
+    write(KEYS[i], news[i], since, ceil_div(ahead, n))
   end
   reply[#reply + 1] = refunded
 end
