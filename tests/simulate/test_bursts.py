@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ratewarden import algorithms
 from ratewarden.rate import Rate
@@ -66,3 +68,18 @@ def test_format_bursts_shows_the_ratio_and_overshoot() -> None:
     assert "200 (2.00x)" in lines[1]
     assert "+100" in lines[1]
     assert "119 (1.19x)" in lines[2]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    limit=st.integers(1, 60),
+    period_s=st.sampled_from([1, 7, 60, 3600]),
+    burst=st.integers(1, 120),
+    name=st.sampled_from(sorted(algorithms.ALGORITHMS)),
+)
+def test_the_closed_forms_hold_for_any_rate(
+    limit: int, period_s: int, burst: int, name: str
+) -> None:
+    """Not just the rates above: the greedy attack reproduces the closed forms for random rates."""
+    rate = Rate(limit, period_s, burst)
+    assert bursts.measure(name, rate) == bursts.analytic(name, rate)
