@@ -114,28 +114,34 @@ class Template:
 
     ``pack(escape(key), now_us)`` gives the same command as
     ``evalsha_command(script, keys, [now or "", cost, *params])`` with the
-    keys ``<prefix>:{<escaped key>}<suffix>``, for a few string joins.
+    keys ``<prefix>:{<escaped key>}<suffix>``: per key, one length and a join.
     """
 
-    __slots__ = ("_head", "_prefix", "_suffixes", "_tail")
+    __slots__ = ("_head", "_keys", "_prefix", "_tail", "script")
 
     def __init__(
         self, script: Script, prefix: str, suffixes: Sequence[str], args: Sequence[Sendable]
     ) -> None:
         # args: cost, then every layer's params (``now`` goes before them).
+        self.script = script
         count = 3 + len(suffixes) + 1 + len(args)
         self._head = _evalsha_head(script, count) + _bulk(len(suffixes))
-        self._prefix = f"{prefix}:{{"
-        self._suffixes = tuple("}" + suffix for suffix in suffixes)
+        self._prefix = f"{prefix}:{{".encode()
+        # Per key: (its length without the tag, what follows the tag up to the next part).
+        self._keys = tuple(
+            (len(self._prefix) + len(ending), ending + b"\r\n")
+            for ending in (("}" + suffix).encode() for suffix in suffixes)
+        )
         self._tail = b"".join(_bulk(arg) for arg in args)
 
     def pack(self, tag: str, now_us: int | None) -> bytes:
         """The request for the user key escaped as ``tag`` at ``now_us`` (None: Redis TIME)."""
-        head = self._prefix + tag
+        data = tag.encode()
+        size = len(data)
+        prefix = self._prefix
         parts = [self._head]
-        for suffix in self._suffixes:
-            data = (head + suffix).encode()
-            parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+        for length, ending in self._keys:
+            parts += (b"$%d\r\n" % (length + size), prefix, data, ending)
         parts.append(_NO_NOW if now_us is None else _bulk(now_us))
         parts.append(self._tail)
         return b"".join(parts)

@@ -52,7 +52,7 @@ from ratewarden.storage._redis_clients import async_client, sync_client
 from ratewarden.storage._redis_errors import REDIS_ERRORS, raise_storage_error
 from ratewarden.storage._redis_protocol import Sendable, Template, evalsha_command
 from ratewarden.storage._redis_sync import Cluster, Router, Standalone
-from ratewarden.storage._scripts import script
+from ratewarden.storage._scripts import Script, script
 
 __all__ = ["DEFAULT_TIMEOUT", "AsyncRedisStore", "RedisStore"]
 
@@ -93,8 +93,8 @@ class _RedisBase:
 
     def _request(
         self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int
-    ) -> tuple[_plan.Shape, str, bytes]:
-        """Validate a call; its shape, a key that routes like its keys, and its packed EVALSHA.
+    ) -> tuple[_plan.Shape, Script, str, bytes]:
+        """Validate a call: its shape, script, a key routed like its keys, and its EVALSHA.
 
         Raises ``ConfigurationError`` on bad input, before anything is sent.
         """
@@ -104,10 +104,11 @@ class _RedisBase:
         found = self._templates.get(id(shape))
         if found is None or found[0] is not shape:
             found = self._template(shape)
+        template = found[1]
         tag = escape(key)
         now_us = self._now_us
-        packed = found[1].pack(tag, None if now_us is None else now_us())
-        return shape, "{" + tag + "}", packed
+        packed = template.pack(tag, None if now_us is None else now_us())
+        return shape, template.script, "{" + tag + "}", packed
 
     def _template(self, shape: _plan.Shape) -> tuple[_plan.Shape, Template]:
         args = [shape.cost, *(value for layer in shape.params for value in layer)]
@@ -201,9 +202,9 @@ class RedisStore(_RedisBase):
 
         Raises ``StorageUnavailableError`` when Redis does not answer in time.
         """
-        shape, route_key, packed = self._request(algorithm, key, rates, cost)
+        shape, found, route_key, packed = self._request(algorithm, key, rates, cost)
         try:
-            reply = self._router.eval(script(shape.name), route_key, packed)
+            reply = self._router.eval(found, route_key, packed)
         except REDIS_ERRORS as exc:
             raise_storage_error(exc, self._router.where, self.timeout)
         return _plan.decode(shape.rates, shape.cost, reply)
@@ -317,9 +318,9 @@ class AsyncRedisStore(_RedisBase):
         self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
     ) -> Decision:
         """See ``RedisStore.hit``."""
-        shape, route_key, packed = self._request(algorithm, key, rates, cost)
+        shape, found, route_key, packed = self._request(algorithm, key, rates, cost)
         try:
-            reply = await self._router.eval(script(shape.name), route_key, packed)
+            reply = await self._router.eval(found, route_key, packed)
         except REDIS_ERRORS as exc:
             raise_storage_error(exc, self._router.where, self.timeout)
         return _plan.decode(shape.rates, shape.cost, reply)
