@@ -161,3 +161,41 @@ def test_n_processes_with_leases_never_admit_more_than_the_limit(
     held = sum(t.leases.outstanding(clock.now_us()) for t in fleet if t.leases is not None)
     assert held == 0
     assert admitted == store.charged == limit
+
+
+def test_leases_on_layered_rates_respect_every_layer() -> None:
+    """A lease is charged to every layer at once. 3 processes with k=4 on (10/second burst 3,
+    25/hour): 3 admitted at one instant (the burst; a whole lease of 4 never fits, so 3 are
+    bought); over the next hour, one request per second each, never more charged than the hourly
+    layer allows (25 + one per 144 s) and all of it in the end, every charged unit admitted,
+    held, or counted wasted."""
+    clock = ManualClock()
+    store = CountingStore(clock=clock)
+    rates = (Rate.parse("10/second", burst=3), Rate.parse("25/hour"))
+    fleet = [TwoTier(store, lease=4) for _ in range(3)]
+    admitted = sum(t.hit("k", rates).allowed for _ in range(5) for t in fleet)
+    assert admitted == 3
+    for second in range(1, 3601):
+        clock.advance(1.0)
+        admitted += sum(t.hit("k", rates).allowed for t in fleet)
+        assert store.charged <= 25 + second // 144
+    now = clock.now_us()
+    books = [t.leases for t in fleet if t.leases is not None]
+    held = sum(book.outstanding(now) for book in books)
+    wasted = sum(book.wasted for book in books)
+    assert admitted + held + wasted == store.charged
+    # The hourly layer's whole allowance (25 at once, then one per 144 s) was bought: a partial
+    # lease near the limit buys what every layer has left, not what the binding layer reports.
+    assert store.charged == 25 + 3600 // 144
+
+
+def test_a_local_bucket_in_front_of_leases_stops_requests_before_they_spend() -> None:
+    """local=0.5 of 10/minute with k=5: one lease bought, five admitted, the sixth stopped by the
+    bucket without touching the lease or the store."""
+    clock = ManualClock()
+    store = CountingStore(clock=clock)
+    tiers = TwoTier(store, local=0.5, lease=5)
+    rate = Rate.parse("10/minute")
+    assert [tiers.hit("k", rate).allowed for _ in range(6)] == [True] * 5 + [False]
+    assert store.calls == 1 and store.charged == 5
+    assert tiers.counts.local_denials == 1

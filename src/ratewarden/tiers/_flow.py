@@ -246,8 +246,10 @@ class _TwoTierBase:
         buy = max(book.units, short)
         reply = yield from self._ask(buy)
         if isinstance(reply, Decision) and not reply.allowed and buy > short:
-            # Near the limit a whole lease may not fit: buy what is left, at least the shortfall.
-            buy = max(short, min(buy, reply.remaining))
+            # Near the limit a whole lease may not fit: buy what is left (on every layer), at
+            # least the shortfall.
+            left = min((layer.remaining for layer in reply.layers), default=reply.remaining)
+            buy = max(short, min(buy, left))
             reply = yield from self._ask(buy)
         if isinstance(reply, str):
             return self._degrade(ident[0], ident[1], cost, mode, local, reply)
@@ -256,7 +258,7 @@ class _TwoTierBase:
                 self.negative.remember(ident, replace(reply, cost=short), now)
             return replace(reply, cost=cost)
         self.counts.add("leases_bought")
-        ttl = self._lease_ttl_us or min(rate.period_us for rate in ident[1])
+        ttl = self._lease_ttl_us or max(rate.period_us for rate in ident[1])
         return self._from_lease(book.credit(ident, reply, cost, now, ttl), cost, now)
 
     @staticmethod
@@ -329,7 +331,7 @@ class _TwoTierBase:
 
 
 def _lease_ttl(ttl: float | None) -> int:
-    """Whole microseconds, or 0 for "the shortest period of the rates"."""
+    """Whole microseconds, or 0 for "the longest period of the rates"."""
     if ttl is None:
         return 0
     if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < math.inf:

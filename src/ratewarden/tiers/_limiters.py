@@ -30,7 +30,7 @@ class TwoTier(_TwoTierBase):
       (default 10,000; None turns it off).
     - ``lease``: buy ``k`` units per store call and spend them here (None: every
       request asks the store). ``lease_ttl``: seconds a balance lives (default:
-      the shortest period of the key's rates).
+      the longest period of the key's rates).
     - ``failure``: ``"open"``, ``"closed"`` or ``"local"``, what answers when the
       store is unavailable or the breaker is open (default ``"open"``, Envoy's).
     - ``breaker``: a ``CircuitBreaker`` (share one per store); one is made if absent.
