@@ -100,3 +100,28 @@ def test_eight_processes_reserving_never_over_commit(redis_server: RedisServer) 
     # 480 attempts averaging 225 tokens ask for ~10x the budget: it must be (nearly) used up.
     assert sum(totals) >= 10_000 - 400
     assert sum(1 for total in totals if total > 0) >= 2
+
+
+def test_fair_share_lua_twin_answers_exactly_as_the_memory_store(
+    redis_server: RedisServer,
+) -> None:
+    """300 random fair-share hits from 4 tenants (odd weights, idle gaps): equal answers."""
+    from ratewarden.budgets import FairShare
+
+    clock = ManualClock(1_700_000_000.5)
+    client = redis_server.client()
+    client.flushall()
+    weights = {"a": 5, "b": 2, "c": 1}
+    memory = FairShare(MemoryStore(clock=clock), Rate(7, 1, burst=20), weights, active_window=3)
+    remote = FairShare(
+        RedisStore(client, clock=clock, timeout=1.0), Rate(7, 1, burst=20), weights, active_window=3
+    )
+    rng = random.Random(11)
+    for step in range(300):
+        if rng.random() < 0.8:
+            tenant = rng.choice(["a", "b", "c", "d"])
+            cost = rng.choice([0, 1, 1, 2, 5])
+            assert memory.hit("pool", tenant, cost) == remote.hit("pool", tenant, cost), step
+        else:
+            clock.advance_us(rng.choice([1, 70_000, 400_000, 3_500_000]))
+    client.close()
