@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import httpx
 
 from ratewarden.client import AsyncRetryTransport, RetryPolicy, RetryTransport
+from ratewarden.clock import SystemClock
 from tests.client._app import ThrottleState
 from tests.client._live import LiveASGI
 
@@ -46,12 +47,23 @@ class SendTimes(httpx.AsyncBaseTransport):
         await self.inner.aclose()
 
 
+class WaitLog(SystemClock):
+    """The real clock, noting each wait the client asks for before it really waits."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    async def asleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        await super().asleep(seconds)
+
+
 @dataclass
 class Retries:
-    """When each client sent its retry, and how long after its own 429 it waited."""
+    """When each client sent its retry, and the wait it chose after its 429."""
 
     at: list[float]
-    waited: list[float]
+    chosen: list[float]
 
 
 def busiest_slot(times: list[float], width: float = SLOT_S) -> int:
@@ -79,8 +91,9 @@ async def retry_times(server: LiveASGI, group: str, jitter: float) -> Retries:
     """Release CLIENTS throttled clients together; note when and after what wait each retried."""
 
     async def one(index: int) -> tuple[float, float]:
-        recorder = SendTimes()
-        transport = AsyncRetryTransport(recorder, policy=RetryPolicy(hint_jitter=jitter))
+        recorder, clock = SendTimes(), WaitLog()
+        policy = RetryPolicy(hint_jitter=jitter)
+        transport = AsyncRetryTransport(recorder, policy=policy, clock=clock)
         async with httpx.AsyncClient(transport=transport, timeout=40) as client:
             response = await client.get(
                 f"{server.url}/gate/{group}",
@@ -89,25 +102,25 @@ async def retry_times(server: LiveASGI, group: str, jitter: float) -> Retries:
             )
         assert response.status_code == 200
         assert len(recorder.sent) == 2
-        return recorder.sent[1], recorder.sent[1] - recorder.answered[0]
+        assert recorder.sent[1] - recorder.answered[0] >= clock.waits[0] >= 1.0
+        return recorder.sent[1], clock.waits[0]
 
     pairs = await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(CLIENTS))), 60)
-    return Retries([at for at, _ in pairs], [waited for _, waited in pairs])
+    return Retries([at for at, _ in pairs], [chosen for _, chosen in pairs])
 
 
 async def test_fifty_throttled_clients_spread_their_retries(
     throttle_server: LiveASGI, throttle_state: ThrottleState, fresh_name: Callable[[], str]
 ) -> None:
     """Released at one instant with Retry-After: 1, no 100 ms holds more than 40% of the
-    retries, whether counted as the server sees them (wall time) or as the clients chose
-    them (each wait after its own 429), and none comes back before the server's second."""
+    retries, counted as the server sees them (wall time) and as the clients chose them
+    (the waits they asked for), and none comes back before the server's second is up."""
     group = fresh_name()
     retries = await retry_times(throttle_server, group, jitter=1.0)
     released = throttle_state.released_at[group]
     assert min(retries.at) >= released + 1.0
-    assert min(retries.waited) >= 1.0
     assert max(retries.at) < released + 1.0 + 1.0 + 3.0  # hint + window + slack on a busy machine
-    busiest, chosen = busiest_slot(retries.at), busiest_slot(retries.waited)
+    busiest, chosen = busiest_slot(retries.at), busiest_slot(retries.chosen)
     print(f"busiest 100 ms with jitter: {busiest} (wall), {chosen} (chosen) of {CLIENTS}")
     assert busiest <= MAX_SHARE_PER_SLOT * CLIENTS
     assert chosen <= MAX_SHARE_PER_SLOT * CLIENTS
@@ -118,9 +131,10 @@ async def test_without_jitter_the_same_clients_return_together(
 ) -> None:
     """The control: with hint_jitter=0 every client chooses the same wait, so the chosen
     retries all fall in one 100 ms, which the spread test above would catch. (In wall time
-    they are as spread as the 429s' arrival, which a busy machine stretches.)"""
+    they are as spread as the 429s' arrival and the loop's wake-ups, which a busy machine
+    stretches, so that count is printed, not asserted.)"""
     group = fresh_name()
     retries = await retry_times(throttle_server, group, jitter=0.0)
-    busiest, chosen = busiest_slot(retries.at), busiest_slot(retries.waited)
+    busiest, chosen = busiest_slot(retries.at), busiest_slot(retries.chosen)
     print(f"busiest 100 ms without jitter: {busiest} (wall), {chosen} (chosen) of {CLIENTS}")
-    assert chosen >= 0.8 * CLIENTS
+    assert chosen == CLIENTS
