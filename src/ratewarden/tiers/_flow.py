@@ -183,24 +183,37 @@ class _TwoTierBase:
         if cost == 0:
             return (yield from self._global(key, found, 0, mode, None, now))
         ident = (key, found)
-        leases = self.leases
-        if self.negative is not None and not (
-            leases is not None and leases.covers(ident, cost, now)
-        ):
-            short = cost if leases is None else leases.shortfall(ident, cost, now)
-            denial = self.negative.lookup(ident, short, now)
-            if denial is not None:
-                self.counts.add("negative_hits")
-                return _aged(denial.decision, now - denial.at_us, cost)
+        cached = self._cached_denial(ident, cost, now)
+        if cached is not None:
+            return cached
         local = None
         if self._local_for is not None:
             local = self.local.hit(LOCAL_ALGORITHM, key, self._local_for(found), cost)
             if not local.allowed:
                 self.counts.add("local_denials")
                 return local
-        if leases is not None:
+        if self.leases is not None:
             return (yield from self._leased(ident, cost, mode, local, now))
         return (yield from self._global(key, found, cost, mode, local, now))
+
+    def _cached_denial(self, ident: _Ident, cost: int, now: int) -> Decision | None:
+        """The store's recent denial of ``ident``, still holding for this cost, aged to ``now``.
+
+        Skipped when a lease balance covers the cost: units already bought may be spent.
+        """
+        negative, leases = self.negative, self.leases
+        if negative is None:
+            return None
+        short = cost
+        if leases is not None:
+            short = leases.shortfall(ident, cost, now)
+            if short == 0:
+                return None
+        denial = negative.lookup(ident, short, now)
+        if denial is None:
+            return None
+        self.counts.add("negative_hits")
+        return _aged(denial.decision, now - denial.at_us, cost)
 
     def _global(
         self,

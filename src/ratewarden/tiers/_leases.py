@@ -94,12 +94,6 @@ class LeaseBook:
             entry.units -= cost
             return Balance(entry.units, entry.expires_us, entry.grant, entry.granted_us)
 
-    def covers(self, key: Hashable, cost: int, now_us: int) -> bool:
-        """Whether ``key``'s live balance holds ``cost`` units right now."""
-        with self._lock:
-            entry = self._live(key, now_us)
-            return entry is not None and entry.units >= cost
-
     def shortfall(self, key: Hashable, cost: int, now_us: int) -> int:
         """Units missing for ``cost``: what must be bought at the least."""
         with self._lock:
