@@ -33,7 +33,7 @@ async def orders(request: Request) -> Response:
 
 
 def _app(ruleset: RuleSet, clock: ManualClock) -> Starlette:
-    app = Starlette(routes=[Route("/orders", orders, methods=["GET", "POST"])])
+    app = Starlette(routes=[Route("/orders", orders, methods=["GET", "HEAD", "POST"])])
     limiter = AsyncLimiter(AsyncMemoryStore(clock=clock))
     app.add_middleware(RateLimitMiddleware, limiter=limiter, rules=ruleset)
     return app
@@ -127,3 +127,14 @@ def test_forged_x_forwarded_for_from_an_untrusted_peer_is_limited_by_the_peer(
             for i in range(6)
         ]
     assert codes == expected
+
+
+def test_head_request_over_the_limit_gets_429_headers_without_a_body(clock: ManualClock) -> None:
+    """A HEAD answered 429 carries Retry-After and the RateLimit headers, and no body."""
+    ruleset = RuleSet([Rule("per-client", "1/minute")], clock=clock)
+    with serving(_app(ruleset, clock)) as url, httpx.Client(base_url=url, timeout=5) as client:
+        assert client.get("/orders").status_code == 200
+        head = client.head("/orders")
+    assert head.status_code == 429
+    assert head.headers["retry-after"] == "60"
+    assert head.content == b""

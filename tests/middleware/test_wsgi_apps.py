@@ -116,6 +116,9 @@ def test_flask_costs_layering_headers_and_429() -> None:
     assert denied.headers["Cache-Control"] == "no-store"
     assert denied.content_type == "application/problem+json"
     assert json.loads(denied.data)["policy"] == "contract"
+    head = client.head("/items", headers=key)
+    assert head.status_code == 429 and head.data == b""
+    assert head.headers["Content-Length"] == denied.headers["Content-Length"]
 
 
 def test_flask_route_decorators() -> None:

@@ -62,7 +62,7 @@ class RateLimitMiddleware:
         evaluation = self.rules.evaluate(from_asgi(scope), starlette_endpoint)
         outcome = await drive_async(evaluation, self.limiter)
         if outcome.blocked:
-            await self._deny(send, outcome)
+            await self._deny(send, outcome, head=scope.get("method") == "HEAD")
             return
         if not outcome.headers:
             await self.app(scope, receive, send)
@@ -77,8 +77,9 @@ class RateLimitMiddleware:
         await self.app(scope, receive, send_with_headers)
 
     @staticmethod
-    async def _deny(send: Send, outcome: Outcome) -> None:
+    async def _deny(send: Send, outcome: Outcome, *, head: bool) -> None:
+        """The 429; a HEAD gets the headers (Content-Length included) and no body."""
         await send(
             {"type": "http.response.start", "status": 429, "headers": _encoded(outcome.headers)}
         )
-        await send({"type": "http.response.body", "body": outcome.body})
+        await send({"type": "http.response.body", "body": b"" if head else outcome.body})

@@ -47,7 +47,8 @@ class WSGIRateLimitMiddleware:
         outcome = drive(self.rules.evaluate(from_wsgi(environ)), self.limiter)
         if outcome.blocked:
             start_response("429 Too Many Requests", list(outcome.headers))
-            return [outcome.body]
+            # A HEAD gets the headers (Content-Length included) and no body.
+            return [b""] if environ.get("REQUEST_METHOD") == "HEAD" else [outcome.body]
         if not outcome.headers:
             return self.app(environ, start_response)
         extra = list(outcome.headers)
