@@ -94,7 +94,9 @@ def test_replay_reads_relative_times_costs_and_comments(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("1.0\nabc\n", ":2: timestamp 'abc' is not a number"),
+        ("1.0\nabc\n", ":2: timestamp 'abc' is neither seconds nor an ISO 8601 time"),
+        ("inf\n", ":1: timestamp 'inf' is not finite"),
+        ("1e300\n", ":1: timestamp '1e300' is out of range"),
         ("1.0 x\n", ":1: cost 'x' must be a whole number"),
         ("1.0 \u00b2\n", ":1: cost '\u00b2' must be a whole number"),
         ("1 2 3\n", ":1: expected 'SECONDS [COST]'"),
@@ -110,6 +112,21 @@ def test_replay_names_the_file_and_line_of_a_bad_entry(
     log.write_text(content, encoding="utf-8")
     with pytest.raises(ConfigurationError, match=message.replace("[", r"\[").replace("]", r"\]")):
         patterns.parse(f"replay:file={log}").arrivals(horizon())
+
+
+def test_replay_reads_iso_8601_times_and_exact_microseconds(tmp_path: Path) -> None:
+    """ISO 8601 times (naive ones as UTC) and epoch seconds to the microsecond, without rounding."""
+    iso = tmp_path / "iso.log"
+    iso.write_text("2026-12-03T07:42:30.5Z\n2026-12-03T07:42:30\n2026-12-03T08:42:31+01:00 3\n")
+    assert patterns.parse(f"replay:file={iso}").arrivals(horizon()) == [
+        (START, 0, 1),
+        (START + 500_000, 0, 1),
+        (START + 1_000_000, 0, 3),
+    ]
+    epoch = tmp_path / "epoch.log"
+    epoch.write_text("1700000000.000001\n1700000000.000002\n1700000000.000004\n")
+    times = [t for t, _, _ in patterns.parse(f"replay:file={epoch}").arrivals(horizon())]
+    assert [t - START for t in times] == [0, 1, 3]
 
 
 def test_replay_of_a_missing_file_says_so(tmp_path: Path) -> None:

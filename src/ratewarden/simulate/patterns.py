@@ -21,8 +21,9 @@ Patterns, by name, as NAME[:KEY=VALUE,...] (defaults in brackets):
                most cap): the whole wait (jitter=no) or a uniform random part of it
                (jitter=yes, "full jitter"). [clients=50, load=1.5, jitter=no, base=1,
                cap=30, seed=1]
-  replay       the requests in a log file: one per line, "SECONDS [COST]" (absolute
-               or relative; the earliest starts the run), # starts a comment.
+  replay       the requests in a log file: one per line, "TIME [COST]", TIME in
+               seconds (absolute or relative) or ISO 8601 (2026-12-03T07:42:30.5Z;
+               UTC when no offset); the earliest starts the run; # starts a comment.
                [file=PATH, required]
 
 Example: onoff:load=6,on=5,off=25
@@ -34,6 +35,8 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from ratewarden.errors import ConfigurationError
@@ -59,6 +62,9 @@ _SECOND_US = 1_000_000
 
 #: The most arrivals one run may generate: a run is a picture, not a load test.
 MAX_ARRIVALS = 5_000_000
+
+#: Replay timestamps beyond this many seconds from the epoch are refused (year 5138).
+_MAX_SECONDS = 10**11
 
 #: The most clients a retry storm may have (each keeps a little state).
 MAX_CLIENTS = 100_000
@@ -295,7 +301,7 @@ class _Storm(Stream):
 
 @dataclass(frozen=True, slots=True)
 class Replay(Pattern):
-    """The requests of a timestamped log: ``SECONDS [COST]`` per line."""
+    """The requests of a timestamped log: ``SECONDS [COST]`` or ``ISO-8601 [COST]`` per line."""
 
     file: str = ""
     name = "replay"
@@ -309,7 +315,7 @@ class Replay(Pattern):
             lines = Path(self.file).read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigurationError(f"pattern replay: cannot read {self.file}: {exc}") from exc
-        stamps: list[tuple[float, int]] = []
+        stamps: list[tuple[int, int]] = []
         for number, line in enumerate(lines, 1):
             text = line.split("#", 1)[0].split()
             if not text:
@@ -319,22 +325,18 @@ class Replay(Pattern):
             raise ConfigurationError(f"pattern replay: {self.file} has no timestamps")
         horizon.check_volume(self.name, len(stamps))
         first = min(stamp for stamp, _ in stamps)
-        out = [
-            (horizon.start_us + round((stamp - first) * _SECOND_US), 0, cost)
-            for stamp, cost in stamps
-        ]
+        out = [(horizon.start_us + stamp - first, 0, cost) for stamp, cost in stamps]
         return sorted(a for a in out if a[0] < horizon.end_us)
 
     @staticmethod
-    def _parse_line(text: list[str], where: str) -> tuple[float, int]:
+    def _parse_line(text: list[str], where: str) -> tuple[int, int]:
+        """``(time_us, cost)`` of one line: ``SECONDS [COST]`` or ``ISO-8601 [COST]``."""
         if len(text) > 2:
-            raise ConfigurationError(f"{where}: expected 'SECONDS [COST]', got {' '.join(text)!r}")
-        try:
-            stamp = float(text[0])
-        except ValueError:
-            raise ConfigurationError(f"{where}: timestamp {text[0]!r} is not a number") from None
-        if not math.isfinite(stamp):
-            raise ConfigurationError(f"{where}: timestamp {text[0]!r} is not finite")
+            raise ConfigurationError(
+                f"{where}: expected 'SECONDS [COST]' or 'ISO-8601-TIME [COST]', "
+                f"got {' '.join(text)!r}"
+            )
+        stamp = _stamp_us(text[0], where)
         cost = 1
         if len(text) == 2:
             if not _is_whole(text[1]):
@@ -344,6 +346,32 @@ class Replay(Pattern):
 
     def describe(self) -> str:
         return f"replay {Path(self.file).name}"
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _stamp_us(raw: str, where: str) -> int:
+    """Whole microseconds of ``SECONDS`` (exact decimal) or an ISO 8601 time (naive is UTC)."""
+    try:
+        seconds = Decimal(raw)
+    except InvalidOperation:
+        seconds = None
+    if seconds is not None:
+        if not seconds.is_finite():
+            raise ConfigurationError(f"{where}: timestamp {raw!r} is not finite")
+        if abs(seconds) > _MAX_SECONDS:
+            raise ConfigurationError(f"{where}: timestamp {raw!r} is out of range")
+        return int((seconds * _SECOND_US).to_integral_value())
+    try:
+        moment = datetime.fromisoformat(raw)
+    except ValueError:
+        raise ConfigurationError(
+            f"{where}: timestamp {raw!r} is neither seconds nor an ISO 8601 time"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return (moment - _EPOCH) // timedelta(microseconds=1)
 
 
 def _number(name: str, key: str, raw: str) -> float:
