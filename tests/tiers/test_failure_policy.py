@@ -7,10 +7,11 @@ test_outage_redis.py.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import pytest
 
-from ratewarden import Rate
+from ratewarden import Decision, Rate
 from ratewarden.errors import ConfigurationError, StorageUnavailableError
 from ratewarden.testing import ManualClock
 from ratewarden.tiers import FAILURE_MODES, CircuitBreaker, TwoTier
@@ -176,3 +177,36 @@ def test_failure_modes_are_the_servers() -> None:
     from ratewarden.server.config import FAILURE_MODES as SERVER_MODES
 
     assert FAILURE_MODES == SERVER_MODES
+
+
+class BrokenStore(SwitchableStore):
+    """Raises a bug (not a storage failure) while ``broken``."""
+
+    broken = False
+
+    def hit(
+        self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
+    ) -> Decision:
+        if self.broken:
+            raise RuntimeError("a bug in the store")
+        return super().hit(algorithm, key, rates, cost)
+
+
+def test_a_bug_in_the_store_is_raised_not_hidden_and_leaves_no_trace() -> None:
+    """A non-storage exception propagates; the breaker's probe place and the lease buyer's
+    place are given back, so the next call works normally."""
+    clock = ManualClock()
+    store = BrokenStore(clock=clock)
+    breaker = CircuitBreaker(failures=1, cooldown=1.0, clock=clock)
+    tiers = TwoTier(store, lease=3, breaker=breaker)
+    store.down = True
+    tiers.hit("k", RATE)  # one failure opens the breaker
+    store.down, store.broken = False, True
+    clock.advance(1.0)
+    with pytest.raises(RuntimeError, match="a bug in the store"):
+        tiers.hit("k", RATE)  # the probe meets the bug
+    assert breaker.state == "half_open"
+    store.broken = False
+    decision = tiers.hit("k", RATE)
+    assert decision.allowed and decision.degraded == ""
+    assert breaker.state == "closed"
