@@ -19,7 +19,7 @@ HOST = "127.0.0.1"
 START_TIMEOUT_S = 10.0
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((HOST, 0))
         return int(sock.getsockname()[1])
@@ -29,7 +29,7 @@ class LiveASGI:
     """An ASGI app served by uvicorn on loopback, in a daemon thread."""
 
     def __init__(self, app: Any) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         config = uvicorn.Config(
             app, host=HOST, port=self.port, log_level="warning", lifespan="off", backlog=256
         )

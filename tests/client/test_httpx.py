@@ -20,7 +20,7 @@ from ratewarden.client import (
 )
 from tests.client._app import ThrottleState
 from tests.client._fakes import RecordingClock
-from tests.client._live import LiveASGI, _free_port
+from tests.client._live import LiveASGI, free_port
 
 
 def make_client(
@@ -188,7 +188,7 @@ def test_connection_errors_are_retried_with_backoff_then_raised() -> None:
     clock = RecordingClock()
     transport = RetryTransport(clock=clock, random=lambda: 0.5)
     with httpx.Client(transport=transport) as client, pytest.raises(httpx.ConnectError):
-        client.get(f"http://127.0.0.1:{_free_port()}/")
+        client.get(f"http://127.0.0.1:{free_port()}/")
     assert clock.slept == [0.25, 0.5, 1.0, 2.0]
 
 
@@ -198,7 +198,7 @@ def test_connection_errors_can_be_left_alone() -> None:
     policy = RetryPolicy(retry_transport_errors=False)
     transport = RetryTransport(policy=policy, clock=clock)
     with httpx.Client(transport=transport) as client, pytest.raises(httpx.ConnectError):
-        client.get(f"http://127.0.0.1:{_free_port()}/")
+        client.get(f"http://127.0.0.1:{free_port()}/")
     assert clock.slept == []
 
 

@@ -10,7 +10,7 @@ import requests
 from ratewarden.client import RetriesExhaustedError, RetryPolicy, retry_adapter, retry_session
 from tests.client._app import ThrottleState
 from tests.client._fakes import RecordingClock
-from tests.client._live import LiveASGI, _free_port
+from tests.client._live import LiveASGI, free_port
 
 
 def test_session_honours_retry_after(
@@ -93,5 +93,5 @@ def test_session_retries_connection_errors_then_raises() -> None:
         retry_session(clock=clock, random=lambda: 0.5) as session,
         pytest.raises(requests.ConnectionError),
     ):
-        session.get(f"http://127.0.0.1:{_free_port()}/")
+        session.get(f"http://127.0.0.1:{free_port()}/")
     assert clock.slept == [0.25, 0.5, 1.0, 2.0]

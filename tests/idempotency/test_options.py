@@ -21,7 +21,7 @@ from ratewarden.middleware.idempotency import (
     WSGIIdempotencyMiddleware,
 )
 from ratewarden.testing import ManualClock
-from tests.client._live import _free_port
+from tests.client._live import free_port
 from tests.idempotency._apps import Orders, flask_orders, starlette_orders
 
 KEY = {"Idempotency-Key": "k"}
@@ -84,7 +84,7 @@ async def test_a_lock_past_its_ttl_blocks_no_longer(caplog: pytest.LogCaptureFix
 
 def unreachable_store() -> AsyncRedisIdempotencyStore:
     client = aredis.Redis(
-        port=_free_port(), socket_connect_timeout=0.2, retry=AsyncRetry(NoBackoff(), 0)
+        port=free_port(), socket_connect_timeout=0.2, retry=AsyncRetry(NoBackoff(), 0)
     )
     return AsyncRedisIdempotencyStore(client)
 

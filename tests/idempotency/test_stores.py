@@ -18,7 +18,7 @@ from ratewarden.middleware.idempotency import (
     StoredResponse,
 )
 from ratewarden.testing import ManualClock
-from tests.client._live import _free_port
+from tests.client._live import free_port
 from tests.idempotency.conftest import Awaiting, unique_prefix
 
 RESPONSE = StoredResponse(
@@ -140,7 +140,7 @@ def test_redis_foreign_value_is_a_storage_error(sync_redis: redis.Redis) -> None
 
 def test_redis_unreachable_is_storage_unavailable() -> None:
     """A closed port raises StorageUnavailableError, which the middleware acts on."""
-    client = redis.Redis(port=_free_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
+    client = redis.Redis(port=free_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
     store = RedisIdempotencyStore(client)
     with pytest.raises(StorageUnavailableError):
         store.begin("k", "fp", "a", 5)
@@ -149,7 +149,7 @@ def test_redis_unreachable_is_storage_unavailable() -> None:
 async def test_async_redis_unreachable_is_storage_unavailable() -> None:
     """The asyncio store maps the same failure the same way."""
     client = aredis.Redis(
-        port=_free_port(), socket_connect_timeout=0.2, retry=AsyncRetry(NoBackoff(), 0)
+        port=free_port(), socket_connect_timeout=0.2, retry=AsyncRetry(NoBackoff(), 0)
     )
     with pytest.raises(StorageUnavailableError):
         await AsyncRedisIdempotencyStore(client).begin("k", "fp", "a", 5)
