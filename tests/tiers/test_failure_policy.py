@@ -210,3 +210,4 @@ def test_a_bug_in_the_store_is_raised_not_hidden_and_leaves_no_trace() -> None:
     decision = tiers.hit("k", RATE)
     assert decision.allowed and decision.degraded == ""
     assert breaker.state == "closed"
+    assert tiers.counts.leases_bought == 1  # it could buy: the failed buyer gave its place back
