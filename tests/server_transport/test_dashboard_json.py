@@ -84,6 +84,7 @@ async def test_rules_rates_top_keys_degraded_and_latency_follow_the_calls(
         {"rule": "transport.payments", "key": "payments=p1", "hits": 1, "error": 0},
     ]
     assert rows["transport.tenant"]["degraded_modes"] == {"open": 2}
+    assert rows["transport.tenant"]["status"] == "degraded"  # allowed, but nobody counted
     assert rows["transport.payments"]["degraded_modes"] == {"closed": 1}
     assert rows["transport.payments"]["totals"]["over"] == 1
     assert view["store_latency"]["calls"] == 8  # 5 answered, 3 failed: all timed

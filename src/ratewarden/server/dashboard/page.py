@@ -15,7 +15,8 @@ __all__ = ["PAGE", "PAGE_CSP"]
 
 _STYLE = """
 :root { --bg:#0f1419; --panel:#182029; --line:#2a3441; --text:#d8dee6; --dim:#8a96a3;
-  --ok:#3fb950; --near:#d29922; --over:#f85149; --shadow:#a371f7; --idle:#56606b; }
+  --ok:#3fb950; --near:#d29922; --over:#f85149; --shadow:#a371f7; --idle:#56606b;
+  --degraded:#db6d28; }
 * { box-sizing: border-box; }
 body { margin:0; font:14px/1.4 system-ui, sans-serif; background:var(--bg); color:var(--text); }
 header { display:flex; gap:16px; align-items:baseline; padding:12px 20px;
@@ -42,6 +43,7 @@ td.key { white-space:normal; word-break:break-all; font-family:ui-monospace, mon
 .badge[data-status=near] { background:var(--near); }
 .badge[data-status=over] { background:var(--over); }
 .badge[data-status=shadow] { background:var(--shadow); }
+.badge[data-status=degraded] { background:var(--degraded); }
 .empty { color:var(--dim); font-style:italic; }
 svg.spark { display:block; }
 svg.spark .all { fill:none; stroke:var(--ok); stroke-width:1.5; }
@@ -141,7 +143,7 @@ function renderShadow(data) {
 }
 function renderDegraded(data) {
   const rules = data.rules.filter(r => r.totals.degraded);
-  fill("degraded", [["rule"], ["failure mode"], ["decisions", "num"], ["per second", "num"]],
+  fill("degraded", [["rule"], ["failure mode"], ["total", "num"], ["/s", "num"]],
     rules.map(r => ({ data: { rule: r.path }, cells: [el("td", r.path),
       el("td", Object.entries(r.degraded_modes).map(([m, n]) => m + ": " + n).join(", ")),
       num(r.totals.degraded), num(rate(r.rate.degraded))] })),

@@ -15,6 +15,7 @@ from ratewarden.server.config import Rule
 from ratewarden.server.dashboard.live import (
     CATEGORIES,
     DECISIONS,
+    DEGRADED,
     FIELDS,
     LATENCY_BOUNDS,
     NEAR,
@@ -93,6 +94,8 @@ def _rule_row(
     rates = {name: recent[field] / window_s for field, name in enumerate(FIELDS)}
     if recent[OVER]:
         status = "over"
+    elif recent[DEGRADED]:
+        status = "degraded"
     elif recent[SHADOWED]:
         status = "shadow"
     elif recent[NEAR]:
