@@ -1,0 +1,19 @@
+"""benchmarks/_http.py still runs: servers start, load is served, every request allowed."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import _http
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_http_benchmark_runs_without_redis_and_reports_both_variants() -> None:
+    """A tiny run (memory and off only): figures are positive and every answer is 200."""
+    rows = _http.run(None, seconds=0.3, rounds=1, warmup=0.1)
+    assert [row.variant for row in rows] == ["off", "memory"]
+    for row in rows:
+        assert row.median > 0 and row.cpu_median > 0
+        assert set(row.statuses) == {200}
+    assert "| memory |" in _http.table(rows)
