@@ -24,6 +24,8 @@ MAX_FILE_BYTES = 8 * 1024 * 1024
 #: At most this many other workers' files are read.
 MAX_WORKERS = 256
 _PATTERN = "live-*.json"
+# What view.render reads; a file without all of it (another version's) is skipped.
+_REQUIRED = frozenset(("pid", "seconds", "totals", "modes", "top", "history_s", "top_capacity"))
 
 
 def _path(directory: str, pid: int) -> Path:
@@ -51,6 +53,6 @@ def gather(directory: str, own: dict[str, Any]) -> list[dict[str, Any]]:
             state = json.loads(path.read_text())
         except (OSError, ValueError):
             continue  # removed or replaced while we looked: its next version will do
-        if isinstance(state, dict) and "seconds" in state:
+        if isinstance(state, dict) and state.keys() >= _REQUIRED:
             states.append(state)
     return states
