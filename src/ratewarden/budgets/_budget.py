@@ -37,6 +37,9 @@ BUILTIN_AXES = ("requests", "tokens", "input_tokens", "output_tokens")
 #: At most this many axes per budget (each is one key in the one store step).
 MAX_AXES = 16
 
+#: Budget keys whose axis keys a budget remembers before it starts again from empty.
+_KEY_CACHE_SIZE = 4096
+
 _AXIS_KIND = "budget"
 _RECORD_KIND = "budget-reservation"
 
@@ -235,6 +238,8 @@ class _BudgetBase:
         self._ttl_us = _seconds_us("reservation_ttl", reservation_ttl)
         self._params = tuple(gcra.params(rate) for _, rate in self.axes)
         self._prefix = prefix
+        # Axis keys of recent budget keys (escaping and formatting cost more than the check).
+        self._axis_keys: dict[str, tuple[str, ...]] = {}
 
     # --- planning ------------------------------------------------------------------------
 
@@ -261,7 +266,14 @@ class _BudgetBase:
         return tuple(usage.amount(name) for name, _ in self.axes)
 
     def _keys(self, key: str, record: str | None) -> tuple[str, ...]:
-        keys = tuple(axis_key(self._prefix, key, _AXIS_KIND, n, r) for n, r in self.axes)
+        if type(key) is not str or not key:
+            raise ConfigurationError(f"key {key!r} must be a non-empty string")
+        keys = self._axis_keys.get(key)
+        if keys is None:
+            keys = tuple(axis_key(self._prefix, key, _AXIS_KIND, n, r) for n, r in self.axes)
+            if len(self._axis_keys) >= _KEY_CACHE_SIZE:
+                self._axis_keys.clear()
+            self._axis_keys[key] = keys
         if record is None:
             return keys
         return (*keys, record_key(self._prefix, key, _RECORD_KIND, record))

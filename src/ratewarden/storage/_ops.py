@@ -82,7 +82,9 @@ def _reply(raw: Any) -> list[int]:
     return [int(value) for value in raw]
 
 
+@functools.cache
 def _memory_core() -> type:
+    # Imported on first use: memory.py imports the storage package this module is part of.
     from ratewarden.storage.memory import _MemoryCore
 
     return _MemoryCore
