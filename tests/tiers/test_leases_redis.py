@@ -8,9 +8,12 @@ one window. Store round trips are counted by Redis itself (INFO commandstats).
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -201,3 +204,54 @@ def test_threads_sharing_one_limiter_admit_the_limit_and_waste_nothing(url: str)
         assert tiers.leases is not None and tiers.leases.wasted == 0
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(("processes", "k", "limit"), [(4, 10, 300), (3, 7, 100)])
+def test_real_processes_with_leases_never_admit_more_than_the_limit(
+    url: str, processes: int, k: int, limit: int
+) -> None:
+    """N real Python processes (Redis TIME as the clock, a per-day rate so nothing refills
+    during the test) race on one key with leases of k: the units admitted, plus those still
+    held or dropped, are exactly the limit; admitted alone never exceeds it."""
+    key = uuid.uuid4().hex
+    attempts = limit  # each process alone could take it all
+    workers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.tiers._lease_worker",
+                url,
+                key,
+                str(limit),
+                str(k),
+                str(attempts),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).parents[2],
+        )
+        for _ in range(processes)
+    ]
+    try:
+        for worker in workers:
+            assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
+        for worker in workers:
+            assert worker.stdin is not None
+            worker.stdin.write("go\n")
+            worker.stdin.flush()
+        results = []
+        for worker in workers:
+            out, _ = worker.communicate(timeout=60)
+            results.append([int(n) for n in out.split()])
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait(5)
+    admitted = sum(r[0] for r in results)
+    held_or_dropped = sum(r[1] + r[2] for r in results)
+    assert admitted <= limit
+    assert admitted + held_or_dropped == limit
+    assert held_or_dropped <= processes * (k - 1)

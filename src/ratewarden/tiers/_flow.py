@@ -267,8 +267,10 @@ class _TwoTierBase:
         if isinstance(reply, str):
             return self._degrade(ident[0], ident[1], cost, mode, local, reply)
         if not reply.allowed:
+            # Remembered for shortfalls of at least what was refused (``reply.cost``, the
+            # shortfall itself unless another process took units between the two asks).
             if self.negative is not None:
-                self.negative.remember(ident, replace(reply, cost=short), now)
+                self.negative.remember(ident, reply, now)
             return replace(reply, cost=cost)
         self.counts.add("leases_bought")
         ttl = self._lease_ttl_us or max(rate.period_us for rate in ident[1])
