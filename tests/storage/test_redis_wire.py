@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from ratewarden import Rate
 from ratewarden.algorithms import ALGORITHMS
 from ratewarden.storage import _plan
-from ratewarden.storage._keys import escape
+from ratewarden.storage._keys import _ESCAPES, escape
 from ratewarden.storage._redis_link import LinkPool
 from ratewarden.storage._redis_protocol import (
     Template,
@@ -27,7 +27,11 @@ from ratewarden.storage._redis_protocol import (
     unpack,
 )
 from ratewarden.storage._scripts import script
-from tests._servers import RedisServer
+from ratewarden.storage.redis import AsyncRedisStore, RedisStore
+from ratewarden.testing import ManualClock
+from tests._servers import RedisCluster, RedisServer
+
+pytestmark = pytest.mark.redis
 
 rates = st.lists(
     st.builds(
@@ -43,6 +47,12 @@ rates = st.lists(
 # Any key a caller may pass, braces, percent signs and non-ASCII included.
 keys = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=40)
 nows = st.none() | st.integers(0, 2**53)
+
+
+@given(key=keys)
+def test_escape_is_the_translation_for_every_key(key: str) -> None:
+    """The shortcut for keys with nothing to escape never changes what escape() returns."""
+    assert escape(key) == key.translate(_ESCAPES)
 
 
 def _template(algorithm: str, prefix: str, found: list[Rate], cost: int) -> Template:
@@ -134,3 +144,43 @@ def test_a_link_reports_error_replies_as_values(redis_client: redis.Redis) -> No
     finally:
         pool.give(link)
         pool.close()
+
+
+# Keys whose raw text hashes to another slot than their escaped hash tag.
+AWKWARD_KEYS = ["a{b}c:%", "{x}", "}{", "%7B", "user{1}", "é{"]
+
+
+def _moved_replies(client: redis.RedisCluster) -> int:
+    stats = [client.info("errorstats", target_nodes=n) for n in client.get_primaries()]
+    return sum(int(s.get("errorstat_MOVED", {}).get("count", 0)) for s in stats)
+
+
+@pytest.mark.cluster
+def test_decisions_go_straight_to_their_slot_even_for_keys_with_braces(
+    cluster_client: redis.RedisCluster,
+) -> None:
+    """Every decision lands on its slot's primary first time: no MOVED reply on any node."""
+    cluster_client.config_resetstat(target_nodes=redis.RedisCluster.PRIMARIES)
+    # A generous timeout: this is about routing, on a machine that may be busy.
+    store = RedisStore(cluster_client, clock=ManualClock(), timeout=1.0)
+    for key in AWKWARD_KEYS:
+        assert store.hit("gcra", key, [Rate(5, 1), Rate(50, 60)]).remaining == 4
+        assert store.acquire_slot(key, 2, "lease", 1, 1_000_000).allowed
+    assert _moved_replies(cluster_client) == 0
+
+
+@pytest.mark.cluster
+async def test_async_decisions_go_straight_to_their_slot(redis_cluster: RedisCluster) -> None:
+    """The asyncio store routes the same way: no MOVED reply on any node."""
+    admin = redis_cluster.client()
+    admin.flushall(target_nodes=redis.RedisCluster.PRIMARIES)
+    admin.config_resetstat(target_nodes=redis.RedisCluster.PRIMARIES)
+    url = f"redis+cluster://127.0.0.1:{redis_cluster.nodes[0].port}"
+    store = AsyncRedisStore.from_url(url, timeout=1.0)
+    try:
+        for key in AWKWARD_KEYS:
+            assert (await store.hit("gcra", key, Rate(5, 1))).remaining == 4
+    finally:
+        await store.aclose()
+    assert _moved_replies(admin) == 0
+    admin.close()
