@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ratewarden import MemoryStore, Rate
-from ratewarden.budgets import TokenBudget
+from ratewarden.budgets import TokenBudget, Usage
 from ratewarden.storage.redis import RedisStore
 from ratewarden.testing import ManualClock
 from tests._servers import RedisServer
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_lua_twin_answers_exactly_as_the_memory_store(redis_server: RedisServer) -> None:
-    """400 random reserves, settles (under, over, twice), peeks and clock steps: equal answers."""
+    """400 random reserves, settles (under, over, twice), charges, peeks, clock steps: equal."""
     limits = {
         "requests": Rate(7, 1),
         "tokens": Rate(10_000, 60, burst=12_000),
@@ -53,8 +53,11 @@ def test_lua_twin_answers_exactly_as_the_memory_store(redis_server: RedisServer)
             assert memory.settle(reservation, output_tokens=used) == remote.settle(
                 reservation, output_tokens=used
             ), step
-        elif action < 0.85:
+        elif action < 0.8:
             assert memory.peek(key) == remote.peek(key), step
+        elif action < 0.85:
+            usage = Usage.of(rng.randint(0, 500), rng.randint(0, 500), rng.randint(0, 2))
+            assert memory.charge(key, usage) == remote.charge(key, usage), step
         else:
             clock.advance_us(rng.choice([1, 999, 142_857, 2_000_000, 30_000_000]))
     client.close()

@@ -171,3 +171,18 @@ async def test_bad_input_is_a_configuration_error_and_changes_nothing(
     state = await settle(budget.peek("k"))
     assert [axis.remaining for axis in state.axes] == [100, 5]
     assert Usage.of(1, 2).amount("tokens") == 3
+
+
+async def test_charge_records_usage_without_a_reservation_up_to_empty(
+    stores: Callable[..., Harness],
+) -> None:
+    """Usage learnt afterwards is charged on every axis, never past an empty budget."""
+    h = stores()
+    budget = h.budget({"requests": "10/minute", "tokens": "1000/minute"}, max_output_tokens=0)
+    first = await settle(budget.charge("k", Usage.of(0, 600, requests=1)))
+    assert first.charged == {"requests": 1, "tokens": 600}
+    assert first.decision.axis("tokens").remaining == 400
+    second = await settle(budget.charge("k", Usage.of(0, 600, requests=0)))
+    assert second.charged == {"requests": 0, "tokens": 400}
+    assert second.decision.axis("tokens").remaining == 0
+    assert not await settle(budget.reserve("k", input_tokens=1))

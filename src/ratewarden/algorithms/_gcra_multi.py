@@ -6,7 +6,7 @@ cost. ``run`` takes exactly the ARGV the Lua script takes and returns exactly
 its reply, so the memory store and Redis give identical answers and a
 differential test compares them directly.
 
-Two operations:
+Three operations:
 
 - ``reserve``: check every axis with its own cost and charge all or nothing.
   With a reservation record key it also writes ``("r", charges, expires)``
@@ -18,6 +18,9 @@ Two operations:
   charged in, and never below now. Actual usage above the charge is charged too,
   up to an empty budget (never further into debt). The record becomes
   ``("s", expires)``, so a second settle refunds nothing.
+
+- ``charge``: record usage that already happened, with no reservation (Envoy's
+  charge on stream done): each axis takes its amount, up to an empty budget.
 
 Why the busy period: an axis' state is ``(tat_us, frac, since_us)``, where
 ``since_us`` is when the axis last left rest (its TAT was at or behind now and
@@ -32,8 +35,8 @@ matches refunds nothing.
 
 ARGV (0-based here, ``ARGV[i + 1]`` in Lua)::
 
-    [0] now_us or ""   [1] "reserve" | "settle"   [2] m axes   [3] record ttl_us
-    [4 + 4i ...]       axis i: n, d, capacity, amount (reserve: cost, settle: actual)
+    [0] now_us or ""   [1] "reserve" | "settle" | "charge"   [2] m axes   [3] record ttl_us
+    [4 + 4i ...]       axis i: n, d, capacity, amount (cost, actual usage, or usage)
 
 Axis state: ``(tat_us, frac, since_us)``; record: ``("r", charges, expires_us)``
 with a ``(cost, since_us)`` per axis, or ``("s", expires_us)``.
@@ -47,6 +50,7 @@ Replies::
     settle   {now, status, per axis: refunded units (negative for an overrun charged),
               then per axis the five numbers of a cost-0 check}
              status 0 no such reservation (expired or never made), 1 settled, 2 already settled
+    charge   {now, 1, per axis: units charged, then per axis the five numbers of a cost-0 check}
 """
 
 from __future__ import annotations
@@ -189,8 +193,26 @@ def _settle(
     return reply, writes
 
 
+def _charge(
+    args: Sequence[int | str], states: Sequence[Any], now: int
+) -> tuple[_Reply, list[Write]]:
+    axes = _axes(args)
+    charged: list[int] = []
+    writes: list[Write] = []
+    outcomes: list[int] = []
+    for i, (params, amount) in enumerate(axes):
+        refunded, state, ttl_us = _settle_axis(params, states[i], now, (0, 0), amount)
+        charged.append(-refunded)
+        if refunded != 0:
+            writes.append((i, state, now + ttl_us))
+        outcomes.extend(_outcome_numbers(params, state if refunded else states[i], now, 0))
+    return [now, 1, *charged, *outcomes], writes
+
+
 def run(args: Sequence[int | str], states: Sequence[Any], now: int) -> tuple[_Reply, list[Write]]:
     """The reply of ``gcra_multi.lua`` for these ARGV and key states, and the writes it makes."""
     if args[1] == "reserve":
         return _reserve(args, states, now)
+    if args[1] == "charge":
+        return _charge(args, states, now)
     return _settle(args, states, now)

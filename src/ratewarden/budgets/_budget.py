@@ -25,6 +25,7 @@ __all__ = [
     "AsyncTokenBudget",
     "AxisState",
     "BudgetDecision",
+    "Charge",
     "Reservation",
     "Settlement",
     "TokenBudget",
@@ -196,6 +197,14 @@ class Settlement:
         return self.status == "settled"
 
 
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """The result of ``charge``: units charged per axis (up to an empty budget) and the state."""
+
+    charged: Mapping[str, int]
+    decision: BudgetDecision
+
+
 def _check_reservation(reservation: object) -> None:
     if not isinstance(reservation, Reservation):
         raise ConfigurationError(
@@ -299,6 +308,16 @@ class _BudgetBase:
         _check_reservation(reservation)
         keys = self._keys(reservation.key, reservation.reservation_id)
         return self._op("settle", reservation.key, keys, self._costs(actual))
+
+    def _charge_op(self, key: str, usage: Usage) -> Op:
+        if not isinstance(usage, Usage):
+            raise ConfigurationError(f"charge needs a Usage, not {usage!r}")
+        return self._op("charge", key, self._keys(key, None), self._costs(usage))
+
+    def _charged(self, reply: list[int]) -> Charge:
+        m = len(self.axes)
+        charged = {name: reply[2 + i] for i, (name, _) in enumerate(self.axes)}
+        return Charge(charged, self._decision(reply, 2 + m, (0,) * m))
 
     def _peek_op(self, key: str) -> Op:
         return self._op("reserve", key, self._keys(key, None), (0,) * len(self.axes))
@@ -427,6 +446,13 @@ class TokenBudget(_BudgetBase):
             reservation, Usage(0, 0, 0, tuple((n, 0) for n, _ in reservation.estimate.units))
         )
 
+    def charge(self, key: str, usage: Usage) -> Charge:
+        """Record usage that already happened, with no reservation, up to an empty budget.
+
+        For callers that learn the cost only afterwards (Envoy's charge on stream done).
+        """
+        return self._charged(run(self.store, self._charge_op(key, usage)))
+
     def peek(self, key: str) -> BudgetDecision:
         """Every axis of ``key`` now, charging nothing."""
         reply = run(self.store, self._peek_op(key))
@@ -497,6 +523,10 @@ class AsyncTokenBudget(_BudgetBase):
         return await self.settle_usage(
             reservation, Usage(0, 0, 0, tuple((n, 0) for n, _ in reservation.estimate.units))
         )
+
+    async def charge(self, key: str, usage: Usage) -> Charge:
+        """See ``TokenBudget.charge``."""
+        return self._charged(await arun(self.store, self._charge_op(key, usage)))
 
     async def peek(self, key: str) -> BudgetDecision:
         """See ``TokenBudget.peek``."""

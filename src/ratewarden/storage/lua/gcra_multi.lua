@@ -8,7 +8,7 @@
 --             Its expiry is kept in the value too, so that a test clock (ARGV[1]) sees it
 --             expire; PX removes it on Redis time.
 -- ARGV[1]     now in microseconds, or "" to read Redis TIME
--- ARGV[2]     "reserve" | "settle"
+-- ARGV[2]     "reserve" | "settle" | "charge" (usage that already happened, no record)
 -- ARGV[3]     m, the number of axes
 -- ARGV[4]     record ttl_us (reserve)
 -- ARGV[5..]   per axis: n, d, capacity, amount (reserve: cost; settle: actual usage)
@@ -16,6 +16,7 @@
 --               status 0 denied, 1 charged, 2 already reserved under this id
 --             settle: {now, status, per axis refunded units, per axis 5 numbers}
 --               status 0 no such reservation, 1 settled, 2 already settled
+--             charge: {now, 1, per axis units charged, per axis 5 numbers}
 
 local now = now_us()
 local op = ARGV[2]
@@ -150,34 +151,11 @@ if op == 'reserve' then
   return reply
 end
 
--- settle
-local words = record()
-local charges = {}
-if words and words[1] == 'r' then
-  for i = 3, #words do
-    charges[#charges + 1] = tonumber(words[i])
-  end
-end
-if #charges ~= 2 * m then
-  local status = 0
-  if words and words[1] == 's' then
-    status = 2
-  end
-  local reply = {now, status}
-  for i = 1, m do
-    reply[#reply + 1] = 0
-  end
-  for i = 1, m do
-    append(reply, (check(params[i], states[i], now, 0)))
-  end
-  return reply
-end
-
-local reply = {now, 1}
-local news = {}
-for i = 1, m do
+-- Settle one axis: give back (cost - actual) if still in the busy period it was charged
+-- in, or charge an overrun up to an empty budget; write the state if it changed.
+-- Returns the units refunded (negative: charged) and the new state.
+local function apply(i, cost, charged_since, actual)
   local n, d, capacity = params[i][1], params[i][2], params[i][3]
-  local cost, charged_since, actual = charges[2 * i - 1], charges[2 * i], amounts[i]
   local state = states[i]
   local ahead = 0
   if state and state[1] >= now then
@@ -207,14 +185,56 @@ for i = 1, m do
     ahead = ahead + extra
     refunded = -ceil_div(extra, d)
   end
-  if ahead == 0 then
-    news[i] = nil
-  else
-    news[i] = {now + idiv(ahead, n), ahead % n}
+  local new = nil
+  if ahead > 0 then
+    new = {now + idiv(ahead, n), ahead % n}
   end
   if refunded ~= 0 then
-    write(KEYS[i], news[i], since, ceil_div(ahead, n))
+    write(KEYS[i], new, since, ceil_div(ahead, n))
   end
+  return refunded, new
+end
+
+if op == 'charge' then
+  local reply, news = {now, 1}, {}
+  for i = 1, m do
+    local refunded
+    refunded, news[i] = apply(i, 0, 0, amounts[i])
+    reply[#reply + 1] = -refunded
+  end
+  for i = 1, m do
+    append(reply, (check(params[i], news[i], now, 0)))
+  end
+  return reply
+end
+
+-- settle
+local words = record()
+local charges = {}
+if words and words[1] == 'r' then
+  for i = 3, #words do
+    charges[#charges + 1] = tonumber(words[i])
+  end
+end
+if #charges ~= 2 * m then
+  local status = 0
+  if words and words[1] == 's' then
+    status = 2
+  end
+  local reply = {now, status}
+  for i = 1, m do
+    reply[#reply + 1] = 0
+  end
+  for i = 1, m do
+    append(reply, (check(params[i], states[i], now, 0)))
+  end
+  return reply
+end
+
+local reply, news = {now, 1}, {}
+for i = 1, m do
+  local refunded
+  refunded, news[i] = apply(i, charges[2 * i - 1], charges[2 * i], amounts[i])
   reply[#reply + 1] = refunded
 end
 redis.call('SET', record_key, 's ' .. words[2], 'KEEPTTL')
