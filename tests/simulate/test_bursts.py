@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratewarden import algorithms
+from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.simulate import bursts
 
@@ -83,3 +84,19 @@ def test_the_closed_forms_hold_for_any_rate(
     """Not just the rates above: the greedy attack reproduces the closed forms for random rates."""
     rate = Rate(limit, period_s, burst)
     assert bursts.measure(name, rate) == bursts.analytic(name, rate)
+
+
+@pytest.mark.parametrize(
+    ("rate", "names", "message"),
+    [
+        (Rate.parse("10001/minute"), ["gcra"], "at most 10,000"),
+        (Rate.parse("100/minute", burst=20_000), ["token_bucket"], "at most 10,000"),
+        (Rate.parse("1001/minute"), None, "sliding_log .* at most 1,000"),
+    ],
+)
+def test_a_table_too_large_to_attack_is_refused_up_front(
+    rate: Rate, names: list[str] | None, message: str
+) -> None:
+    """The attack decides one request at a time, so large limits are refused before it starts."""
+    with pytest.raises(ConfigurationError, match=message):
+        bursts.burst_table(rate, names)

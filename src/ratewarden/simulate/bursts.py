@@ -29,10 +29,19 @@ from dataclasses import dataclass
 
 from ratewarden import algorithms
 from ratewarden.algorithms._base import NEVER
+from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.simulate.runner import START_US, effective_rate, worst_window
 
-__all__ = ["BurstRow", "analytic", "burst_table", "format_bursts", "measure"]
+__all__ = [
+    "MAX_LIMIT",
+    "MAX_LOG_LIMIT",
+    "BurstRow",
+    "analytic",
+    "burst_table",
+    "format_bursts",
+    "measure",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +57,7 @@ class BurstRow:
 
     @property
     def over_limit(self) -> int:
+        """How many the worst trailing period holds above the limit."""
         return self.worst_period - self.limit
 
 
@@ -95,9 +105,26 @@ def _burst(admitted: Sequence[tuple[int, int]], span_us: int) -> int:
     return worst
 
 
+#: The largest limit or burst the attack takes: it makes every decision one by one.
+MAX_LIMIT = 10_000
+
+#: The sliding log's reference implementation copies its log per decision (quadratic).
+MAX_LOG_LIMIT = 1_000
+
+
+def _check_size(algorithm: str, rate: Rate) -> None:
+    ceiling = MAX_LOG_LIMIT if algorithm == "sliding_log" else MAX_LIMIT
+    if max(rate.limit, rate.capacity) > ceiling:
+        raise ConfigurationError(
+            f"burst table for {algorithm} at {rate}: limit and burst must be at most "
+            f"{ceiling:,} (the attack makes every decision); the closed forms scale with them"
+        )
+
+
 def measure(algorithm: str, rate: Rate) -> BurstRow:
     """Attack ``algorithm`` at ``rate`` from several phases and keep the worst of each measure."""
     rate = effective_rate(algorithm, rate)
+    _check_size(algorithms.get(algorithm).NAME, rate)
     period = rate.period_us
     edge = (START_US // period + 1) * period
     span = max(1, period // rate.limit)
@@ -129,10 +156,13 @@ def analytic(algorithm: str, rate: Rate) -> BurstRow:
 def burst_table(rate: Rate, names: Sequence[str] | None = None) -> list[BurstRow]:
     """``measure`` for every algorithm (or those named), in a stable order."""
     chosen = names or sorted(algorithms.ALGORITHMS)
+    for name in chosen:  # refuse before the first (long) attack, not after
+        _check_size(algorithms.get(name).NAME, effective_rate(name, rate))
     return [measure(name, rate) for name in chosen]
 
 
 def format_bursts(rows: Sequence[BurstRow]) -> str:
+    """The rows as an aligned text table, the worst period with its ratio to the limit."""
     header = ("algorithm", "rate", "burst", "worst period", "over limit", "state ints")
     lines = [header]
     lines += [

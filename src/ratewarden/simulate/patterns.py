@@ -84,6 +84,7 @@ class Horizon:
 
     @property
     def end_us(self) -> int:
+        """The first microsecond after the run."""
         return self.start_us + self.duration_us
 
     def gap_us(self, load: float) -> float:
@@ -118,12 +119,15 @@ class Pattern:
     name = "pattern"
 
     def start(self, horizon: Horizon) -> Stream:
+        """Begin one run: its first arrivals, and how clients react to decisions."""
         return Stream(self.arrivals(horizon))
 
     def arrivals(self, horizon: Horizon) -> list[Arrival]:
+        """The arrivals known before any decision, in time order (each pattern defines them)."""
         raise NotImplementedError
 
     def describe(self) -> str:
+        """A short label for tables and plot titles."""
         return self.name
 
 
@@ -261,6 +265,7 @@ class RetryStorm(Pattern):
             _positive(self.name, what, getattr(self, what))
 
     def start(self, horizon: Horizon) -> Stream:
+        """A reactive stream: each client's next arrival depends on its last decision."""
         return _Storm(self, horizon)
 
     def arrivals(self, horizon: Horizon) -> list[Arrival]:

@@ -63,6 +63,7 @@ class Summary:
 
     @property
     def worst_ratio(self) -> float:
+        """The worst trailing period as a multiple of the limit."""
         return self.worst_window / self.limit
 
 
@@ -86,6 +87,7 @@ class Run:
         ]
 
     def summary(self) -> Summary:
+        """Totals, the worst trailing period and (leaky bucket) the nearest-rank p99 wait."""
         admitted = sum(c for c, ok in zip(self.costs, self.allowed, strict=True) if ok)
         offered = sum(self.costs)
         waits = sorted(d for d, ok in zip(self.delays_us, self.allowed, strict=True) if ok)
