@@ -42,7 +42,8 @@ failover, leases and multi-region reconciliation on one key. Each figure is prin
 the formula that made it; a figure whose inputs are missing says which flag to give.
 
 Shares take 0.1 or 10%. --measure redis://HOST:PORT runs real decisions on that server
-(keys under a fresh prefix, deleted afterwards) and uses its MEMORY USAGE per key.
+(random keys under the real key schema, checked not to exist first, deleted afterwards) and
+uses its MEMORY USAGE per key.
 """
 
 _EXAMPLE = """\
@@ -174,7 +175,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--calls-per-primary",
         type=_number("--calls-per-primary"),
         metavar="N",
-        help="script calls per second one primary sustains (from a load test)",
+        help="script calls per second one primary sustains (Redis runs scripts on one core "
+        "per primary; take it from a load test)",
     )
     add(
         "--max-utilization",
