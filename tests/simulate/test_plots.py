@@ -62,3 +62,15 @@ def test_without_matplotlib_the_error_says_what_to_install(
     with pytest.raises(ConfigurationError, match=r"pip install 'ratewarden\[simulate\]'"):
         plots.plot_runs(runs(), tmp_path / "plot.png")
     assert not (tmp_path / "plot.png").exists()
+
+
+def test_a_long_run_is_sampled_so_the_svg_stays_small(tmp_path: Path) -> None:
+    """A million admissions draw a cumulative line of 5,000 steps, not a million vertices."""
+    rate = Rate.parse("100/second")
+    run = runner.run(patterns.parse("steady:load=0.9"), "gcra", rate, 10_000)
+    assert sum(run.allowed) > 800_000
+    times, counts = plots._cumulative(run)
+    assert len(times) == len(counts) == plots._STEPS + 1
+    assert counts[-1] == sum(c for c, ok in zip(run.costs, run.allowed, strict=True) if ok)
+    path = plots.plot_runs([run], tmp_path / "long.svg")
+    assert path.stat().st_size < 2_000_000

@@ -32,6 +32,9 @@ FORMATS = (".png", ".svg")
 #: Bins along the time axis of the left panels.
 _BINS = 200
 
+#: Most points of a cumulative line before it is sampled instead of drawn per admission.
+_STEPS = 5_000
+
 
 def require_matplotlib() -> ModuleType:
     """``matplotlib.figure``, or a ConfigurationError naming the extra to install."""
@@ -82,12 +85,28 @@ def _rate_panel(axes: Any, run: Run, bins: int) -> None:
     axes.legend(loc="upper right", fontsize="x-small")
 
 
-def _cumulative_panel(axes: Any, run: Run) -> None:
+def _cumulative(run: Run) -> tuple[list[float], list[int]]:
+    """Step points of cumulative admitted: every admission, or every 1/_STEPS of the run."""
     admitted = run.admitted_times()
     end = run.duration_us / 1_000_000
+    if len(admitted) > _STEPS:
+        # A point per admission would make an SVG of millions of vertices; sample the
+        # step at _STEPS instants instead (each the total admitted up to that instant).
+        width = run.duration_us / _STEPS
+        totals = [0] * _STEPS
+        for t, cost in admitted:
+            totals[min(int(t // width), _STEPS - 1)] += cost
+        times = [0.0, *((i + 1) * width / 1_000_000 for i in range(_STEPS))]
+        return times, [0, *accumulate(totals)]
     times = [0.0, *(t / 1_000_000 for t, _ in admitted), end]
     counts = [0, *accumulate(cost for _, cost in admitted)]
     counts.append(counts[-1])
+    return times, counts
+
+
+def _cumulative_panel(axes: Any, run: Run) -> None:
+    times, counts = _cumulative(run)
+    end = run.duration_us / 1_000_000
     axes.step(times, counts, where="post", color="tab:blue", linewidth=1.0, label="admitted")
     per_second = run.rate.limit * 1_000_000 / run.rate.period_us
     axes.plot([0, end], [0, per_second * end], color="tab:red", linewidth=0.8,
