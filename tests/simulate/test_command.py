@@ -101,3 +101,18 @@ def test_bad_arguments_exit_2_with_one_clear_line(
     err = capsys.readouterr().err
     assert message in err
     assert "Traceback" not in err
+
+
+def test_accuracy_checks_every_row_before_simulating_any(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bad second load fails at once: the first row's simulation never starts."""
+    from ratewarden.simulate import accuracy
+
+    started: list[str] = []
+    monkeypatch.setattr(accuracy, "compare", lambda *args, **kw: started.append("x"))
+    code = main(["simulate", "--accuracy", "--load", "0.5", "--load", "900",
+                 "--requests", "100000", "--sources", "100"])  # fmt: skip
+    assert code == 2
+    assert started == []
+    assert "periods" in capsys.readouterr().err

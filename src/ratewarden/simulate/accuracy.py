@@ -63,8 +63,9 @@ __all__ = [
     "MIN_PERIODS",
     "MODELS",
     "Accuracy",
-    "estimate_accuracy",
+    "check_arguments",
     "compare",
+    "estimate_accuracy",
     "format_accuracy",
 ]
 
@@ -268,6 +269,30 @@ def estimate_accuracy(
     ``"admitted"`` (as ratewarden's stores do: a denial writes nothing) or
     ``"all"`` (every request, denied or not).
     """
+    arrivals, means, rng, duration_us = _setup(model, rate, requests, sources, load, seed, counting)
+    per_us = rate.limit / rate.period_us
+    streams = (arrivals(1.0 / (mean * per_us), duration_us, rng) for mean in means)
+    periods = duration_us / rate.period_us
+    return compare(model, rate, streams, sources, load, periods, counting)
+
+
+def check_arguments(
+    model: str,
+    rate: Rate,
+    requests: int,
+    sources: int = 5_000,
+    load: float = 0.5,
+    seed: int = 1,
+    counting: str = "admitted",
+) -> None:
+    """Raise the ConfigurationError ``estimate_accuracy`` would, without simulating anything."""
+    _setup(model, rate, requests, sources, load, seed, counting)
+
+
+def _setup(
+    model: str, rate: Rate, requests: int, sources: int, load: float, seed: int, counting: str
+) -> tuple[_Arrivals, list[float], random.Random, int]:
+    """Validate; draw each source's mean load; choose the duration."""
     arrivals = MODELS.get(model)
     if arrivals is None:
         raise ConfigurationError(
@@ -288,18 +313,16 @@ def estimate_accuracy(
             f"rate {rate}: the sliding window has no separate burst; drop burst="
         )
     rng = random.Random(seed)
-    loads = _mean_loads(sources, load, rng)
+    means = _mean_loads(sources, load, rng)
     per_us = rate.limit / rate.period_us  # requests per microsecond at load 1
-    duration_us = max(1, round(requests / (sum(loads) * per_us)))
+    duration_us = max(1, round(requests / (sum(means) * per_us)))
     if duration_us < MIN_PERIODS * rate.period_us:
         raise ConfigurationError(
             f"{requests:,} requests from {sources:,} sources at load {load:g} last only "
             f"{duration_us / rate.period_us:.1f} periods of {rate}; the estimate needs at least "
             f"{MIN_PERIODS}: simulate more requests, fewer sources or a lower load"
         )
-    streams = (arrivals(1.0 / (load * per_us), duration_us, rng) for load in loads)
-    periods = duration_us / rate.period_us
-    return compare(model, rate, streams, sources, load, periods, counting)
+    return arrivals, means, rng, duration_us
 
 
 def compare(

@@ -245,22 +245,17 @@ def _bursts(args: argparse.Namespace) -> int:
 def _accuracy(args: argparse.Namespace) -> int:
     models = list(dict.fromkeys(args.model or accuracy_report.MODELS))
     rates = _rates(args.rate, _ACCURACY_RATE, args.burst)
-    rows = []
-    for rate in rates:
-        for load in args.load or [0.5]:
-            for model in models:
-                rows.append(
-                    accuracy_report.estimate_accuracy(
-                        model,
-                        rate,
-                        args.requests or 4_000_000,
-                        args.sources or 5_000,
-                        load,
-                        args.seed or 1,
-                        args.counting or "admitted",
-                    )
-                )
-    print(accuracy_report.format_accuracy(rows), end="")
+    rows = [
+        (model, rate, args.requests or 4_000_000, args.sources or 5_000, load,
+         args.seed or 1, args.counting or "admitted")
+        for rate in rates
+        for load in args.load or [0.5]
+        for model in models
+    ]  # fmt: skip
+    for row in rows:  # every row's arguments before the first (long) simulation
+        accuracy_report.check_arguments(*row)
+    reports = [accuracy_report.estimate_accuracy(*row) for row in rows]
+    print(accuracy_report.format_accuracy(reports), end="")
     return EXIT_OK
 
 
