@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 
 import pytest
 import redis
@@ -199,3 +200,13 @@ def test_measure_on_a_cluster_reads_memory_only(redis_cluster: RedisCluster) -> 
         assert client.dbsize() == 0
     finally:
         client.close()
+
+
+def test_plan_works_without_redis_and_measure_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only --measure needs redis-py; without it, the other figures still print."""
+    monkeypatch.setitem(sys.modules, "redis", None)
+    assert main(["plan", "--rps", "100"]) == 0
+    assert main(["plan", "--rps", "100", "--measure", "redis://127.0.0.1:1/0"]) == 2
+    assert "pip install 'ratewarden[redis]'" in capsys.readouterr().err

@@ -6,8 +6,6 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import redis
-
 from ratewarden import algorithms
 from ratewarden.errors import ConfigurationError, StorageUnavailableError
 from ratewarden.rate import Rate
@@ -62,6 +60,15 @@ def measure(
     checked not to exist before the first write and are deleted afterwards
     (they have TTLs should the server go away in between).
     """
+    # Imported here: `ratewarden plan` without --measure (and every other command) must work
+    # without the redis extra installed.
+    try:
+        import redis
+    except ImportError as exc:
+        raise ConfigurationError(
+            "measure needs redis-py, which is not installed: pip install 'ratewarden[redis]'"
+        ) from exc
+
     from ratewarden.storage import _plan
     from ratewarden.storage._redis_url import redact
     from ratewarden.storage.redis import RedisStore
@@ -93,6 +100,8 @@ def measure(
 
 
 def _run(store: RedisStore, algorithm: str, limit: Rate, keys: list[str], calls: int) -> Measured:
+    import redis
+
     from ratewarden.storage import _plan
 
     client = store.client
