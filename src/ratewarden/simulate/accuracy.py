@@ -40,9 +40,11 @@ only in how a source spreads its mean over time (seeded: every run is the same):
 what the sliding window's "slightly above the limit" came to on this traffic.
 
 ratewarden's stores count admitted requests only (a denial writes nothing).
-Cloudflare's counters counted every request a source sent; ``counting="all"``
-judges that variant: both counters count every request, so a source that
-stays over the limit stays denied by both, and only the transitions differ.
+A limiter that counts every request a source sends (an edge deciding when to
+start mitigating a source, say) is judged with ``counting="all"``: both
+counters count every request, so a source that stays over the limit stays
+denied by both, and only the transitions differ. The published figures do not
+say which of the two Cloudflare's test counted, so the report offers both.
 """
 
 from __future__ import annotations

@@ -133,7 +133,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--counting",
         choices=accuracy_report.COUNTING,
         help="--accuracy: what both counters count: admitted requests (as ratewarden does) "
-        "or every request (as Cloudflare's did) [default: admitted]",
+        "or every request sent (as a mitigation counter might) [default: admitted]",
     )
     parser.add_argument(
         "--requests",
