@@ -9,6 +9,9 @@
 - ``LoadShedder`` and ``FleetShedder`` / ``AsyncFleetShedder``: traffic classes
   shed lowest first as utilization rises, with a reserve for critical traffic.
 - ``provider_headers``: ``x-ratelimit-*-requests`` / ``-tokens`` and the IETF fields.
+
+``ratewarden.budgets.envoy`` (imported on its own: it needs the ``server`` extra)
+answers Envoy's rate limit protocol for token budgets. See docs/budgets.md.
 """
 
 from __future__ import annotations
