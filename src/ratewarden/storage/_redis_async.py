@@ -129,7 +129,12 @@ class AsyncStandalone:
         return _factory(pool.connection_class, pool.connection_kwargs, self._timeout)
 
     async def eval(self, script: Script, route_key: str, packed: bytes) -> Any:
-        return await run_script(self._pipes.get("", self._make), script, packed)
+        # run_script, inlined: one coroutine less on every decision.
+        pipe = self._pipes.get("", self._make)
+        reply = await pipe.request(packed)
+        if type(reply) is hiredis.ReplyError:
+            reply = await _recover(pipe, reply, script, packed)
+        return reply
 
     async def command(self, route_key: str, *parts: Sendable) -> Any:
         return _check(await self._pipes.get("", self._make).request(pack(parts)))
