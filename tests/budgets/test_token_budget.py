@@ -186,3 +186,20 @@ async def test_charge_records_usage_without_a_reservation_up_to_empty(
     assert second.charged == {"requests": 0, "tokens": 400}
     assert second.decision.axis("tokens").remaining == 0
     assert not await settle(budget.reserve("k", input_tokens=1))
+
+
+async def test_settle_by_id_alone_uses_the_charge_the_store_recorded(
+    stores: Callable[..., Harness],
+) -> None:
+    """Another process knows only the key and the id: the refund comes from the store's record."""
+    h = stores()
+    budget = h.budget(TOKENS, max_output_tokens=3000)
+    await settle(budget.reserve("k", input_tokens=1000, reservation_id="job-7"))
+    other = h.budget(TOKENS, max_output_tokens=3000)  # e.g. a worker after a restart
+    done = await settle(other.settle_id("k", "job-7", Usage.of(1000, 500)))
+    assert done.status == "settled" and done.refunded == {"tokens": 2500}
+    again = await settle(other.settle_id("k", "job-7", Usage.of(1000, 500)))
+    assert again.status == "already-settled"
+    assert (await settle(other.settle_id("k", "job-8", Usage.of(1, 1)))).status == "unknown"
+    with pytest.raises(ConfigurationError):
+        await settle(other.settle_id("k", "bad id", Usage.of(1, 1)))

@@ -306,8 +306,13 @@ class _BudgetBase:
 
     def _settle_op(self, reservation: Reservation, actual: Usage) -> Op:
         _check_reservation(reservation)
-        keys = self._keys(reservation.key, reservation.reservation_id)
-        return self._op("settle", reservation.key, keys, self._costs(actual))
+        return self._settle_id_op(reservation.key, reservation.reservation_id, actual)
+
+    def _settle_id_op(self, key: str, reservation_id: str, actual: Usage) -> Op:
+        if not isinstance(actual, Usage):
+            raise ConfigurationError(f"settle needs the actual Usage, not {actual!r}")
+        keys = self._keys(key, check_id("reservation id", reservation_id))
+        return self._op("settle", key, keys, self._costs(actual))
 
     def _charge_op(self, key: str, usage: Usage) -> Op:
         if not isinstance(usage, Usage):
@@ -440,6 +445,13 @@ class TokenBudget(_BudgetBase):
         """``settle`` with an explicit ``Usage``."""
         return self._settlement(run(self.store, self._settle_op(reservation, actual)))
 
+    def settle_id(self, key: str, reservation_id: str, actual: Usage) -> Settlement:
+        """Settle by key and id alone: from another process, or after a restart.
+
+        The store's record holds what was charged, so nothing else is needed.
+        """
+        return self._settlement(run(self.store, self._settle_id_op(key, reservation_id, actual)))
+
     def cancel(self, reservation: Reservation) -> Settlement:
         """Give the whole reservation back (the request was never sent)."""
         return self.settle_usage(
@@ -517,6 +529,11 @@ class AsyncTokenBudget(_BudgetBase):
     async def settle_usage(self, reservation: Reservation, actual: Usage) -> Settlement:
         """See ``TokenBudget.settle_usage``."""
         return self._settlement(await arun(self.store, self._settle_op(reservation, actual)))
+
+    async def settle_id(self, key: str, reservation_id: str, actual: Usage) -> Settlement:
+        """See ``TokenBudget.settle_id``."""
+        op = self._settle_id_op(key, reservation_id, actual)
+        return self._settlement(await arun(self.store, op))
 
     async def cancel(self, reservation: Reservation) -> Settlement:
         """See ``TokenBudget.cancel``."""
