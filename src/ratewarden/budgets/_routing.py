@@ -78,12 +78,14 @@ def _reserve_call(
 def _route_flow(
     tenant: Account | None, upstreams: Sequence[Account], request: Mapping[str, Any]
 ) -> _Flow:
+    cancel: _Call | None = None
     held: Reservation | None = None
     if tenant is not None:
         held = yield _reserve_call(tenant.budget, tenant.key, request)
         assert held is not None
         if not held.allowed:
             return Route(False, None, held, None, held.decision.retry_after, "tenant")
+        cancel = _Call(tenant.budget, "cancel", (held,), {})
     waits = []
     try:
         for upstream in upstreams:
@@ -91,12 +93,13 @@ def _route_flow(
             if found.allowed:
                 return Route(True, upstream.name, held, found, 0.0)
             waits.append(found.decision.retry_after)
-    except BaseException:
-        if held is not None:
-            yield _Call(tenant.budget, "cancel", (held,), {})  # type: ignore[union-attr]
+    except Exception:
+        # A store failure part-way: give the tenant's reservation back, then report it.
+        if cancel is not None:
+            yield cancel
         raise
-    if held is not None:
-        yield _Call(tenant.budget, "cancel", (held,), {})  # type: ignore[union-attr]
+    if cancel is not None:
+        yield cancel
     return Route(False, None, held, None, min(waits, default=math.inf), "upstreams")
 
 
