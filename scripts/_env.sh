@@ -25,14 +25,21 @@ rw_setup() {
     fi
 }
 
+_RW_APT_UPDATED=0
+rw_apt_install() {
+    # rw_apt_install PACKAGE...: install Debian packages when running as root with apt; 1 otherwise.
+    [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null || return 1
+    echo "==> installing $* (Debian packages)"
+    if [ "$_RW_APT_UPDATED" = 0 ]; then
+        apt-get update -qq
+        _RW_APT_UPDATED=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
 rw_need_redis() {
     command -v redis-server >/dev/null && return 0
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        echo "==> installing redis-server (Debian package)"
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
-        return 0
-    fi
+    rw_apt_install redis-server && return 0
     cat >&2 <<'MSG'
 error: the tests need a redis-server binary on PATH (they start their own servers on loopback ports).
   Debian/Ubuntu: sudo apt-get install redis-server
@@ -40,4 +47,13 @@ error: the tests need a redis-server binary on PATH (they start their own server
   or build one:  https://redis.io/docs/latest/operate/oss_and_stack/install/
 MSG
     exit 1
+}
+
+rw_want_chromium() {
+    # The dashboard's browser test needs headless Chromium; without one it skips, saying so.
+    [ -n "${RATEWARDEN_CHROMIUM:-}" ] && return 0
+    command -v chromium >/dev/null || command -v chromium-browser >/dev/null \
+        || command -v google-chrome >/dev/null && return 0
+    rw_apt_install chromium && return 0
+    echo "note: no Chromium found; the dashboard browser test will be skipped (apt-get install chromium)" >&2
 }
