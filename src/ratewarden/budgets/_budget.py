@@ -287,11 +287,11 @@ class _BudgetBase:
             return keys
         return (*keys, record_key(self._prefix, key, _RECORD_KIND, record))
 
-    def _op(self, op: str, key: str, keys: tuple[str, ...], amounts: tuple[int, ...]) -> Op:
+    def _op(self, op: str, keys: tuple[str, ...], amounts: tuple[int, ...]) -> Op:
         args: list[int | str] = ["", op, len(self.axes), self._ttl_us]
         for params, amount in zip(self._params, amounts, strict=True):
             args.extend((*params, amount))
-        return Op("gcra_multi", key, keys, tuple(args), _gcra_multi.run)
+        return Op("gcra_multi", keys, tuple(args), _gcra_multi.run)
 
     def _reserve_op(
         self, key: str, usage: Usage, reservation_id: str | None
@@ -302,7 +302,7 @@ class _BudgetBase:
             else check_id("reservation id", reservation_id)
         )
         costs = self._costs(usage)
-        return self._op("reserve", key, self._keys(key, rid), costs), rid, costs
+        return self._op("reserve", self._keys(key, rid), costs), rid, costs
 
     def _settle_op(self, reservation: Reservation, actual: Usage) -> Op:
         _check_reservation(reservation)
@@ -312,12 +312,12 @@ class _BudgetBase:
         if not isinstance(actual, Usage):
             raise ConfigurationError(f"settle needs the actual Usage, not {actual!r}")
         keys = self._keys(key, check_id("reservation id", reservation_id))
-        return self._op("settle", key, keys, self._costs(actual))
+        return self._op("settle", keys, self._costs(actual))
 
     def _charge_op(self, key: str, usage: Usage) -> Op:
         if not isinstance(usage, Usage):
             raise ConfigurationError(f"charge needs a Usage, not {usage!r}")
-        return self._op("charge", key, self._keys(key, None), self._costs(usage))
+        return self._op("charge", self._keys(key, None), self._costs(usage))
 
     def _charged(self, reply: list[int]) -> Charge:
         m = len(self.axes)
@@ -325,7 +325,7 @@ class _BudgetBase:
         return Charge(charged, self._decision(reply, 2 + m, (0,) * m))
 
     def _peek_op(self, key: str) -> Op:
-        return self._op("reserve", key, self._keys(key, None), (0,) * len(self.axes))
+        return self._op("reserve", self._keys(key, None), (0,) * len(self.axes))
 
     def _actual(
         self,

@@ -114,7 +114,7 @@ class _FairBase:
         )
         weight = self.weights.get(tenant, self.default_weight)
         args: tuple[int | str, ...] = ("", cost, *self._params, tenant, weight, self._window_us)
-        return Op("fair_share", pool_key, keys, args, _fair_share.run)
+        return Op("fair_share", keys, args, _fair_share.run)
 
     def _decision(self, tenant: str, cost: int, reply: list[int]) -> FairDecision:
         allowed, total, charged = bool(reply[1]), reply[2], reply[3]

@@ -11,7 +11,6 @@ plan an ``Op`` and parse the reply without knowing which store they have.
 from __future__ import annotations
 
 import functools
-import inspect
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,11 +31,10 @@ _ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z")
 
 @dataclass(frozen=True, slots=True)
 class Op:
-    """One atomic step: script stem, the user key every key is tagged with, keys, ARGV
-    (``ARGV[1]``, now, is filled in by ``run``) and the pure twin."""
+    """One atomic step: script stem, keys (one hash tag), ARGV (``ARGV[1]``, now, is filled
+    in by ``run``) and the pure twin."""
 
     script: str
-    tag: str
     keys: tuple[str, ...]
     args: tuple[int | str, ...]
     step: Step
@@ -97,25 +95,12 @@ def _unsupported(store: object) -> ConfigurationError:
     )
 
 
-@functools.cache
-def _takes_tag(kind: Any) -> bool:
-    """Whether ``kind._eval`` is ``(script, key, keys, args)`` rather than ``(script, keys, args)``.
-
-    The Redis stores' private ``_eval`` is gaining the user's key (for Cluster
-    routing by hash tag); both forms are accepted until that change settles.
-    """
-    return len(inspect.signature(kind._eval).parameters) == 5
-
-
 def _eval_args(store: object, op: Op) -> tuple[Any, ...]:
     if getattr(store, "_eval", None) is None:
         raise _unsupported(store)
     args = list(op.args)
     now = store._now()  # type: ignore[attr-defined]
     args[0] = "" if now is None else now
-    kind: Any = type(store)
-    if _takes_tag(kind):
-        return (op.script, op.tag, op.keys, args)
     return (op.script, op.keys, args)
 
 
