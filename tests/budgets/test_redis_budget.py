@@ -14,7 +14,7 @@ from ratewarden import MemoryStore, Rate
 from ratewarden.budgets import TokenBudget, Usage
 from ratewarden.storage.redis import RedisStore
 from ratewarden.testing import ManualClock
-from tests._servers import RedisServer
+from tests._servers import RedisSentinel, RedisServer
 
 pytestmark = pytest.mark.redis
 
@@ -128,3 +128,18 @@ def test_fair_share_lua_twin_answers_exactly_as_the_memory_store(
         else:
             clock.advance_us(rng.choice([1, 70_000, 400_000, 3_500_000]))
     client.close()
+
+
+def test_worked_example_through_a_sentinel_named_primary(redis_sentinel: RedisSentinel) -> None:
+    """The same reserve 4,000 / settle 1,500 -> 8,500, on the primary a Sentinel names."""
+    store = RedisStore.from_url(redis_sentinel.url, clock=ManualClock(), timeout=1.0)
+    with redis_sentinel.primary.client() as primary:
+        primary.flushall()
+    budget = TokenBudget(store, {"tokens": "10000/minute"}, max_output_tokens=3000)
+    reservation = budget.reserve("tenant:s", input_tokens=1000)
+    assert reservation.decision.axis("tokens").remaining == 6000
+    assert budget.settle(reservation, output_tokens=500).refunded == {"tokens": 2500}
+    assert budget.peek("tenant:s").axis("tokens").remaining == 8500
+    with redis_sentinel.primary.client() as primary:
+        assert primary.keys("rw:{tenant:s}:*")  # the state is on the primary
+    store.close()
