@@ -90,7 +90,11 @@ def cases() -> list[Case]:
         Case("ratewarden budgets", _NAME, "memory", "subject", setup=_memory),
         Case("ratewarden budgets", _NAME, "redis", "subject", setup=_redis),
         Case(
-            "ratewarden budgets", _NAME, "redis-async", "subject",
-            setup_async=_redis_async, in_flight=IN_FLIGHT,
+            "ratewarden budgets",
+            _NAME,
+            "redis-async",
+            "subject",
+            setup_async=_redis_async,
+            in_flight=IN_FLIGHT,
         ),
     ]
