@@ -216,3 +216,29 @@ async def test_a_busy_grpc_port_fails_start_with_the_address(start_server: Start
         port = taken.getsockname()[1]
         with pytest.raises(OSError, match=f"cannot listen for gRPC on {HOST}:{port}"):
             await start_server(grpc_port=port)
+
+
+async def test_response_headers_setting_reaches_envoy_over_grpc(start_server: StartServer) -> None:
+    """--response-headers draft-10: RateLimit-Policy and RateLimit come back in the response."""
+    server = await start_server(response_headers="draft-10")
+    async with channel(server.grpc_port) as chan:
+        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+        reply = await stub.ShouldRateLimit(request("transport", {"api_key": "h"}))
+    headers = {h.key.lower(): h.value for h in reply.response_headers_to_add}
+    assert set(headers) == {"ratelimit-policy", "ratelimit"}
+    assert ";q=3;w=60" in headers["ratelimit-policy"]
+    assert ";r=2;" in headers["ratelimit"]
+
+
+async def test_the_server_has_a_circuit_breaker_unless_turned_off(
+    start_server: StartServer,
+) -> None:
+    """--breaker-failures N gives the service a breaker; 0 leaves it without one."""
+    with_breaker = await start_server(breaker_failures=2, breaker_cooldown=0.5)
+    without = await start_server(breaker_failures=0)
+    assert with_breaker.service.breaker is not None
+    assert (with_breaker.service.breaker.failures, with_breaker.service.breaker.cooldown) == (
+        2,
+        0.5,
+    )
+    assert without.service.breaker is None

@@ -42,6 +42,9 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         "RATEWARDEN_TLS_KEY": "server.key",
         "RATEWARDEN_TLS_CLIENT_CA": "clients.pem",
         "RATEWARDEN_MAX_VALUES_PER_RULE": "500",
+        "RATEWARDEN_RESPONSE_HEADERS": "draft-10",
+        "RATEWARDEN_BREAKER_FAILURES": "0",
+        "RATEWARDEN_BREAKER_COOLDOWN": "2.5",
     }
     assert {option.env for option in OPTIONS.values()} == set(environ)
     assert resolve({}, environ) == Settings(
@@ -65,6 +68,9 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         tls_key="server.key",
         tls_client_ca="clients.pem",
         max_values_per_rule=500,
+        response_headers="draft-10",
+        breaker_failures=0,
+        breaker_cooldown=2.5,
     )
 
 

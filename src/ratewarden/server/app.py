@@ -46,6 +46,7 @@ from ratewarden.server.settings import Settings, redacted, store_scheme
 from ratewarden.server.stats import MULTIPROC_ENV, ServiceStats, multiprocess_dir
 from ratewarden.storage import AsyncStore
 from ratewarden.storage.memory import AsyncMemoryStore
+from ratewarden.tiers import CircuitBreaker
 
 __all__ = ["RateLimitServer", "configure_logging", "open_store", "run", "serve"]
 
@@ -82,6 +83,18 @@ def fallback_response(request: Any, *, deny: bool) -> Any:
     )
 
 
+def _breaker(settings: Settings, stats: ServiceStats) -> CircuitBreaker | None:
+    """One breaker for the one store: an outage costs a few timeouts, not one per call."""
+    if settings.breaker_failures == 0:
+        return None
+    return CircuitBreaker(
+        failures=settings.breaker_failures,
+        failure_ratio=None,
+        cooldown=settings.breaker_cooldown,
+        metrics=stats.metrics,
+    )
+
+
 class RateLimitServer:
     """Everything one ``ratewarden serve`` process runs. ``start`` then ``stop``.
 
@@ -102,8 +115,10 @@ class RateLimitServer:
             shadow=settings.shadow,
             charge_denied=settings.charge_denied,
             near_limit_ratio=settings.near_limit_ratio,
+            response_headers=settings.response_headers,
             hooks=self.stats,
             max_values_per_rule=settings.max_values_per_rule or None,
+            breaker=_breaker(settings, self.stats),
         )
         tls = None
         if settings.tls_cert is not None and settings.tls_key is not None:

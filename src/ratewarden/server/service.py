@@ -29,7 +29,10 @@ How one request is decided
    (counters move exactly as they would when enforcing).
 5. When the store fails, the rule's ``failure_mode`` decides: ``open`` allows,
    ``closed`` denies, ``local`` decides on an in-process ``MemoryStore``. No
-   store error escapes.
+   store error escapes. With a ``CircuitBreaker`` (``ratewarden serve`` always
+   has one), an outage costs a few timeouts, not one per descriptor: while the
+   breaker is open, calls go straight to the failure mode without touching the
+   store, and one probe per cool-down checks whether the store is back.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from google.protobuf import struct_pb2  # type: ignore[import-untyped, unused-ig
 
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
-from ratewarden.errors import ConfigurationError, StorageError
+from ratewarden.errors import ConfigurationError, StorageError, StorageUnavailableError
 from ratewarden.metrics import LogRateLimiter
 from ratewarden.rate import Rate
 from ratewarden.server._status import current, duration, override
@@ -56,6 +59,7 @@ from ratewarden.server.config import Match, RateLimitConfig, Rule
 from ratewarden.server.headers import HEADER_MODES, response_headers
 from ratewarden.storage import AsyncStore, Store
 from ratewarden.storage.memory import MemoryStore
+from ratewarden.tiers import CircuitBreaker
 
 __all__ = [
     "UNLIMITED_REMAINING",
@@ -200,6 +204,7 @@ class _ServiceBase:
         response_headers: str,
         hooks: ServiceHooks | None,
         max_values_per_rule: int | None,
+        breaker: CircuitBreaker | None,
     ) -> None:
         if not isinstance(config, RateLimitConfig):
             raise ConfigurationError(f"config {config!r} is not a RateLimitConfig; use config.load")
@@ -223,6 +228,9 @@ class _ServiceBase:
         self._local = MemoryStore(clock=clock, max_keys=_LOCAL_MAX_KEYS)
         self._store_log = LogRateLimiter(60.0, clock=clock)
         self.values = ValueCap(max_values_per_rule, clock)
+        if breaker is not None and not isinstance(breaker, CircuitBreaker):
+            raise ConfigurationError(f"breaker {breaker!r} is not a CircuitBreaker")
+        self.breaker = breaker
 
     @property
     def config(self) -> RateLimitConfig:
@@ -367,6 +375,26 @@ class _ServiceBase:
         allowed = rule.failure_mode == "open"
         return _Result(allowed, None, rule.failure_mode, False)
 
+    def _refused(self) -> StorageUnavailableError | None:
+        """The error standing in for a store call the open breaker does not let through."""
+        if self.breaker is None or self.breaker.allow():
+            return None
+        return StorageUnavailableError(
+            f"circuit breaker open after store failures; next probe in "
+            f"{self.breaker.retry_in():.3f}s"
+        )
+
+    def _verdict(self, reply: Decision | Exception) -> None:
+        """Tell the breaker how a call it let through went."""
+        if self.breaker is None:
+            return
+        if isinstance(reply, Decision):
+            self.breaker.success()
+        elif isinstance(reply, StorageError):
+            self.breaker.failure()
+        else:
+            self.breaker.abandon()  # a bug, not an outage: no verdict on the store
+
     def _timed(self, seconds: float) -> None:
         try:
             self.hooks.on_store_call(seconds)
@@ -483,6 +511,7 @@ class RateLimitService(_ServiceBase):
         response_headers: str = "off",
         hooks: ServiceHooks | None = None,
         max_values_per_rule: int | None = None,
+        breaker: CircuitBreaker | None = None,
     ) -> None:
         super().__init__(
             config,
@@ -493,6 +522,7 @@ class RateLimitService(_ServiceBase):
             response_headers=response_headers,
             hooks=hooks,
             max_values_per_rule=max_values_per_rule,
+            breaker=breaker,
         )
         self.store = store
 
@@ -512,13 +542,18 @@ class RateLimitService(_ServiceBase):
     def _hit(self, call: _Call) -> Decision | Exception:
         rule = call.item.rule
         assert rule is not None
+        refused = self._refused()
+        if refused is not None:
+            return refused
         started = time.perf_counter()
+        reply: Decision | Exception
         try:
-            return self.store.hit(rule.algorithm, call.item.key, rule.rates, call.cost)
+            reply = self.store.hit(rule.algorithm, call.item.key, rule.rates, call.cost)
         except Exception as exc:  # every store failure is a policy decision, never a crash
-            return exc
-        finally:
-            self._timed(time.perf_counter() - started)
+            reply = exc
+        self._timed(time.perf_counter() - started)
+        self._verdict(reply)
+        return reply
 
     def __repr__(self) -> str:
         return (
@@ -545,6 +580,7 @@ class AsyncRateLimitService(_ServiceBase):
         response_headers: str = "off",
         hooks: ServiceHooks | None = None,
         max_values_per_rule: int | None = None,
+        breaker: CircuitBreaker | None = None,
     ) -> None:
         super().__init__(
             config,
@@ -555,6 +591,7 @@ class AsyncRateLimitService(_ServiceBase):
             response_headers=response_headers,
             hooks=hooks,
             max_values_per_rule=max_values_per_rule,
+            breaker=breaker,
         )
         self.store = store
 
@@ -572,13 +609,22 @@ class AsyncRateLimitService(_ServiceBase):
     async def _hit(self, call: _Call) -> Decision | Exception:
         rule = call.item.rule
         assert rule is not None
+        refused = self._refused()
+        if refused is not None:
+            return refused
         started = time.perf_counter()
+        reply: Decision | Exception
         try:
-            return await self.store.hit(rule.algorithm, call.item.key, rule.rates, call.cost)
+            reply = await self.store.hit(rule.algorithm, call.item.key, rule.rates, call.cost)
+        except asyncio.CancelledError:
+            if self.breaker is not None:
+                self.breaker.abandon()
+            raise
         except Exception as exc:  # every store failure is a policy decision, never a crash
-            return exc
-        finally:
-            self._timed(time.perf_counter() - started)
+            reply = exc
+        self._timed(time.perf_counter() - started)
+        self._verdict(reply)
+        return reply
 
     def __repr__(self) -> str:
         return (

@@ -25,6 +25,9 @@ the flag or variable it came from::
     --tls-key PATH         RATEWARDEN_TLS_KEY         its PEM private key
     --tls-client-ca PATH   RATEWARDEN_TLS_CLIENT_CA   PEM CA for client certs (mTLS)
     --max-values-per-rule N RATEWARDEN_MAX_VALUES_PER_RULE 100000 (0 turns the cap off)
+    --response-headers M   RATEWARDEN_RESPONSE_HEADERS off (also: legacy, draft-10)
+    --breaker-failures N   RATEWARDEN_BREAKER_FAILURES 5 (0 turns the circuit breaker off)
+    --breaker-cooldown S   RATEWARDEN_BREAKER_COOLDOWN 1
 
 Secrets stay out of output: ``repr(settings)`` and every error message show the
 store URL with its password replaced by ``***`` (``redacted``).
@@ -48,6 +51,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("json", "text")
 ON_ERROR = ("open", "closed")
 DASHBOARD = ("loopback", "any", "off")
+RESPONSE_HEADERS = ("off", "legacy", "draft-10")
 _TRUE = ("1", "true", "yes", "on")
 _PASSWORD_OPTION = re.compile(r"([?&][^=&#]*password[^=&#]*=)[^&#]*", re.IGNORECASE)
 _FALSE = ("0", "false", "no", "off")
@@ -104,6 +108,9 @@ class Settings:
     tls_key: str | None = None
     tls_client_ca: str | None = None
     max_values_per_rule: int = 100_000
+    response_headers: str = "off"
+    breaker_failures: int = 5
+    breaker_cooldown: float = 1.0
 
     def __repr__(self) -> str:
         shown = []
@@ -357,6 +364,26 @@ OPTIONS: dict[str, Option] = {
         _integer(0, 100_000_000),
         "distinct counters one rule may hold per window before new values share one overflow "
         "counter (100000; 0 turns the cap off)",
+    ),
+    "response_headers": Option(
+        "--response-headers",
+        "RATEWARDEN_RESPONSE_HEADERS",
+        _choice(RESPONSE_HEADERS),
+        "rate limit headers Envoy adds to responses: off (default), legacy "
+        "(RateLimit-Limit/Remaining/Reset) or draft-10 (RateLimit-Policy and RateLimit)",
+    ),
+    "breaker_failures": Option(
+        "--breaker-failures",
+        "RATEWARDEN_BREAKER_FAILURES",
+        _integer(0, 1_000_000),
+        "consecutive store failures that open the circuit breaker, after which failure_mode "
+        "answers without waiting on the store (5; 0 turns the breaker off)",
+    ),
+    "breaker_cooldown": Option(
+        "--breaker-cooldown",
+        "RATEWARDEN_BREAKER_COOLDOWN",
+        _seconds(0.0, allow_low=False),
+        "seconds the open breaker waits before one probe call tries the store again (1)",
     ),
 }
 
