@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ratewarden.budgets import AsyncTokenBudget, TokenBudget
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.decision import Decision
 from ratewarden.errors import (
@@ -18,6 +19,7 @@ from ratewarden.errors import (
 from ratewarden.limiter import AsyncLimiter, Limiter
 from ratewarden.rate import Rate
 from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
+from ratewarden.tiers import AsyncTwoTier, CircuitBreaker, TwoTier
 
 if TYPE_CHECKING:
     from ratewarden.storage.redis import AsyncRedisStore, RedisStore
@@ -26,6 +28,9 @@ __all__ = [
     "AsyncLimiter",
     "AsyncMemoryStore",
     "AsyncRedisStore",
+    "AsyncTokenBudget",
+    "AsyncTwoTier",
+    "CircuitBreaker",
     "Clock",
     "ConfigurationError",
     "Decision",
@@ -37,6 +42,8 @@ __all__ = [
     "StorageError",
     "StorageUnavailableError",
     "SystemClock",
+    "TokenBudget",
+    "TwoTier",
 ]
 
 __version__ = "0.1.0"

@@ -4,8 +4,14 @@
 
     RatewardenError
      ├── ConfigurationError        bad rate, algorithm, cost, key or option; nothing changed
-     └── StorageError
-          └── StorageUnavailableError   the store did not answer in time, or refused the connection
+     │    └── server.config.ConfigError   a rule file is wrong (every message has file:line)
+     ├── StorageError
+     │    └── StorageUnavailableError   the store did not answer in time, or refused the connection
+     └── client.RetriesExhaustedError   the client gave up: the next wait would pass its cap
+
+The two outside this module live next to the only code that raises them (the
+server's config loader, the HTTP client), so importing ``ratewarden`` never
+pulls in YAML or httpx.
 
 Being over a limit is never an exception: ``Limiter.hit`` returns a ``Decision``
 whose ``allowed`` is False. Storage errors are raised at one boundary, where a
