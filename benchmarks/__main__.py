@@ -20,7 +20,7 @@ from benchmarks import _report, _suite
 from benchmarks._case import Env
 from benchmarks._timing import Budget
 
-DEFAULT = Budget(duration_s=2.5, warmup_s=0.5, rounds=5)
+DEFAULT = Budget(duration_s=2.5, warmup_s=0.5, rounds=10)
 QUICK = Budget(duration_s=0.3, warmup_s=0.1, rounds=2, warmup_full_pass=False)
 _PACKAGES = ("ratewarden", "limits", "throttled-py", "pyrate-limiter", "redis", "hiredis")
 

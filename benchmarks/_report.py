@@ -6,6 +6,7 @@ The targets are a report, never an assertion: a MISS changes no exit code.
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,9 @@ class Target:
     ratio: float | None
     goal: float
     missing: str = ""
+    #: ``(median, min, max)`` of the ratios of the two sides' rounds taken side by side
+    #: (round i of each ran in the same rotation, moments apart); None without rounds.
+    paired: tuple[float, float, float] | None = None
 
     @property
     def verdict(self) -> str:
@@ -43,13 +47,20 @@ class Target:
         head = f"{self.name}, {keys}: {self.subject} / {self.baseline}"
         if self.ratio is None:
             return f"{head} = n/a (target >= {self.goal:g}x) n/a: {self.missing}"
-        return f"{head} = {self.ratio:.2f}x (target >= {self.goal:g}x) {self.verdict}"
+        line = f"{head} = {self.ratio:.2f}x (target >= {self.goal:g}x) {self.verdict}"
+        if self.paired is not None:
+            middle, low, high = self.paired
+            line += f"; round by round {middle:.2f}x (median), {low:.2f}-{high:.2f}x"
+        return line
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name, "keys": self.keys, "subject": self.subject,
             "baseline": self.baseline, "ratio": self.ratio, "goal": self.goal,
             "verdict": self.verdict, "missing": self.missing,
+            "paired_round_ratios": None if self.paired is None else dict(
+                zip(("median", "min", "max"), self.paired, strict=True)
+            ),
         }
 
 
@@ -166,7 +177,21 @@ def _ratio(name: str, keys: int, goal: float, rows: Sequence[Row], subject: _Sid
         missing = "; ".join(side for side in (top, bottom) if isinstance(side, str))
         return Target(name, keys, subject.name, baseline.name, None, goal, missing)
     ratio = (top.per_second or 0.0) / (bottom.per_second or 1.0)
-    return Target(name, keys, top_name, bottom_name, ratio, goal)
+    return Target(name, keys, top_name, bottom_name, ratio, goal, paired=_paired(top, bottom))
+
+
+def _paired(top: Row, bottom: Row) -> tuple[float, float, float] | None:
+    """Round-by-round ratios: less moved by load that comes and goes than a ratio of medians."""
+    if top.measurement is None or bottom.measurement is None:
+        return None
+    ratios = [
+        a / b
+        for a, b in zip(top.measurement.round_rates, bottom.measurement.round_rates, strict=False)
+        if b > 0
+    ]
+    if not ratios:
+        return None
+    return statistics.median(ratios), min(ratios), max(ratios)
 
 
 def _on(row: Row) -> str:

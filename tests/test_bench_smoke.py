@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import pytest
 from benchmarks import __main__ as cli
 from benchmarks import _report, _suite
 from benchmarks._case import Case, Env
-from benchmarks._timing import AsyncRunner, Budget, Runner
+from benchmarks._timing import AsyncRunner, Budget, Measurement, Runner
 
 CALLS = 20
 TINY = Budget(duration_s=3_600.0, warmup_s=0.0, warmup_full_pass=False, max_calls=CALLS)
@@ -129,3 +130,24 @@ def test_table_shows_every_row_once() -> None:
     lines = _report.table(rows).splitlines()
     assert len(lines) == 2 + len(rows)
     assert lines[0].startswith("backend")
+
+
+def _row(library: str, role: str, rates: tuple[float, ...]) -> _suite.Row:
+    measurement = Measurement(
+        calls=len(rates), errors=0, denied=0, elapsed_s=1.0, per_second=statistics.median(rates),
+        round_rates=rates, p50_us=1.0, p99_us=2.0, cpu_us=1.0,
+    )
+    return _suite.Row(library, "gcra", "memory", role, 1, 1, "ok", measurement)
+
+
+def test_a_target_reports_the_round_by_round_ratios_beside_the_ratio_of_medians() -> None:
+    """Rounds taken side by side give their own ratios: median and range, next to the verdict."""
+    rows = [
+        _row("ratewarden", "subject", (300.0, 100.0, 400.0)),
+        _row("limits", "peer", (100.0, 100.0, 100.0)),
+    ]
+    (memory,) = [t for t in _report.targets(rows, (1,)) if t.name == "memory"]
+    assert memory.ratio == 3.0
+    assert memory.paired == (3.0, 1.0, 4.0)
+    assert memory.line().endswith("PASS; round by round 3.00x (median), 1.00-4.00x")
+    assert memory.to_json()["paired_round_ratios"] == {"median": 3.0, "min": 1.0, "max": 4.0}
