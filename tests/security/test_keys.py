@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 
 from ratewarden import Rate
 from ratewarden.server._values import overflow_key
-from ratewarden.server.config import Rule
 from ratewarden.server.service import counter_key
 from ratewarden.storage._keys import DEFAULT_PREFIX, state_key
 from ratewarden.storage.memory import MemoryStore
@@ -128,8 +127,7 @@ def test_an_overflow_key_is_never_a_descriptor_key(
     domain: str, path: str, entries: list[tuple[str, str]]
 ) -> None:
     """The per-rule overflow counter cannot be reached by any request descriptor."""
-    rule = Rule(domain=domain, path=path, source="test:1", limits=())
-    overflow = overflow_key(rule)
+    overflow = overflow_key(domain, path)
     assert read_fields(overflow, "rls-overflow/") == [domain, path]
     assert overflow != counter_key(domain, [(key, "=" + value) for key, value in entries])
 

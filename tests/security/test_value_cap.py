@@ -147,7 +147,7 @@ def test_the_overflow_counter_is_a_key_of_its_own_on_the_store() -> None:
         ask(service, "ip", f"v{n}")
     assert len(store) <= 3
     rule = service.config.rules[0]
-    assert overflow_key(rule).startswith("rls-overflow/")
+    assert overflow_key(rule.domain, rule.path).startswith("rls-overflow/")
 
 
 def test_an_overflow_logs_a_warning_at_most_once_a_minute(
@@ -177,6 +177,29 @@ def test_a_failing_hook_does_not_change_the_answer() -> None:
         max_values_per_rule=1,
     )
     assert [ask(service, "ip", v) for v in ("a", "b", "c", "d")] == [OK, OK, OK, OVER]
+
+
+def ask_with_override(service: RateLimitService, value: str) -> int:
+    """A descriptor (ip, value) with Envoy's limit override of 2 a minute."""
+    descriptor = ratelimit_pb2.RateLimitDescriptor(
+        entries=[ratelimit_pb2.RateLimitDescriptor.Entry(key="ip", value=value)]
+    )
+    descriptor.limit.requests_per_unit = 2
+    descriptor.limit.unit = rls_pb2.RateLimitResponse.RateLimit.MINUTE
+    request = rls_pb2.RateLimitRequest(domain="cap", descriptors=[descriptor])
+    code: int = service.should_rate_limit(request).overall_code
+    return code
+
+
+def test_limit_overrides_share_one_cap_per_domain() -> None:
+    """Envoy's limit overrides are rules made per request (their path names the value): they
+    are capped as one group per domain, so new values cannot make a table each."""
+    service, store, hooks = make(2)
+    answers = [ask_with_override(service, f"o{n}") for n in range(10)]
+    assert answers == [OK, OK, OK, OK] + [OVER] * 6  # 2 own counters, then 2 shared
+    assert hooks.calls == [("cap", "cap.ip_o2")] + [("cap", f"cap.ip_o{n}") for n in range(3, 10)]
+    assert len(service.values._seen) == 1
+    assert len(store) == 3
 
 
 @pytest.mark.parametrize("cap", [0, -1, True, 1.5, "10"])

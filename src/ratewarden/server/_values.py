@@ -15,6 +15,11 @@ known keep theirs, and the store holds at most ``limit + 1`` counters per rule
 and window. Denying over-cap values outright was the other choice; it would
 turn a flood of junk values into an outage for every new legitimate client.
 
+Envoy's per-descriptor limit overrides have no rule in the config: each is a
+rule made for the request, named after its values. They share one group per
+domain (``OVERRIDES``), so that they cannot make a table, or an overflow
+counter, per value either.
+
 The memory bound is ``limit`` keys per rule (a few hundred bytes each). The cap
 is per process: with ``--workers`` or several replicas, each counts its own.
 """
@@ -27,16 +32,19 @@ from ratewarden.clock import Clock
 from ratewarden.errors import ConfigurationError
 from ratewarden.server.config import Rule
 
-__all__ = ["ValueCap", "overflow_key"]
+__all__ = ["OVERRIDES", "ValueCap", "overflow_key"]
+
+#: The group of every limit override of a domain (no config rule path looks like it).
+OVERRIDES = "(limit overrides)"
 
 
-def overflow_key(rule: Rule) -> str:
-    """The shared counter of a rule's values past the cap.
+def overflow_key(domain: str, group: str) -> str:
+    """The shared counter of a rule's (or group's) values past the cap.
 
     ``rls-overflow/`` can never begin a descriptor's own key (those begin with
-    ``rls/``), and the domain and rule path are length-prefixed like theirs.
+    ``rls/``), and the domain and group are length-prefixed like theirs.
     """
-    fields = (rule.domain, rule.path)
+    fields = (domain, group)
     return "rls-overflow/" + "/".join(f"{len(text)}:{text}" for text in fields)
 
 
@@ -55,12 +63,17 @@ class ValueCap:
         # (domain, rule path) -> counter key -> last seen (us), oldest first.
         self._seen: dict[tuple[str, str], OrderedDict[str, int]] = {}
 
-    def key(self, rule: Rule, key: str) -> tuple[str, bool]:
-        """The counter key to use for ``key`` under ``rule``, and whether it is the overflow."""
+    def key(self, rule: Rule, key: str, *, override: bool = False) -> tuple[str, bool]:
+        """The counter key to use for ``key`` under ``rule``, and whether it is the overflow.
+
+        ``override``: the rule is an Envoy limit override, counted in its domain's
+        ``OVERRIDES`` group rather than under its own per-request path.
+        """
         if self.limit is None:
             return key, False
         now = self._clock.now_us()
-        seen = self._seen.setdefault((rule.domain, rule.path), OrderedDict())
+        group = OVERRIDES if override else rule.path
+        seen = self._seen.setdefault((rule.domain, group), OrderedDict())
         self._expire(seen, now - _window_us(rule))
         if key in seen:
             seen[key] = now
@@ -69,15 +82,19 @@ class ValueCap:
         if len(seen) < self.limit:
             seen[key] = now
             return key, False
-        return overflow_key(rule), True
+        return overflow_key(rule.domain, group), True
 
     def tracked(self, rule: Rule) -> int:
         """How many distinct keys of ``rule`` are remembered now (for tests and stats)."""
         return len(self._seen.get((rule.domain, rule.path), ()))
 
     def keep_only(self, rules: tuple[Rule, ...]) -> None:
-        """Forget rules no longer configured (called when a new config is swapped in)."""
+        """Forget rules no longer configured (called when a new config is swapped in).
+
+        The override groups are kept while their domain is still configured.
+        """
         live = {(rule.domain, rule.path) for rule in rules}
+        live |= {(rule.domain, OVERRIDES) for rule in rules}
         for ident in [ident for ident in self._seen if ident not in live]:
             del self._seen[ident]
 
