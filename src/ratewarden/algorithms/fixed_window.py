@@ -16,7 +16,7 @@ counts as empty, so it expires (is as if never seen) at the end of its window.
 
 from __future__ import annotations
 
-from ratewarden.algorithms._base import NEVER, Outcome, Step
+from ratewarden.algorithms._base import NEVER, Outcome, Step, new_outcome
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 
@@ -51,4 +51,5 @@ def check(params: tuple[int, ...], state: State | None, now_us: int, cost: int) 
         return outcome, state, 0
     total = count + cost
     reset_after = to_end if total > 0 else 0
-    return Outcome(True, limit - total, reset_after, 0), (window, total), reset_after
+    outcome = new_outcome(Outcome, (True, limit - total, reset_after, 0, 0))
+    return outcome, (window, total), reset_after

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 
-from ratewarden.algorithms._base import NEVER, Outcome, Step
+from ratewarden.algorithms._base import NEVER, Outcome, Step, new_outcome
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 
@@ -96,6 +96,7 @@ def check(params: tuple[int, ...], state: State | None, now_us: int, cost: int) 
     else:
         reset_after = 0
     if allowed:
-        return Outcome(True, remaining, reset_after, 0), (window, prev, total), reset_after
+        outcome = new_outcome(Outcome, (True, remaining, reset_after, 0, 0))
+        return outcome, (window, prev, total), reset_after
     retry_after = NEVER if cost > limit else _retry_after(limit, period, elapsed, prev, cur, cost)
     return Outcome(False, remaining, reset_after, retry_after), state, 0

@@ -25,7 +25,7 @@ nothing until it passes ``last_us`` again, and every reported time counts from
 
 from __future__ import annotations
 
-from ratewarden.algorithms._base import NEVER, Outcome, Step, ceil_div
+from ratewarden.algorithms._base import NEVER, Outcome, Step, ceil_div, new_outcome
 from ratewarden.rate import Rate
 
 __all__ = ["NAME", "State", "check", "params"]
@@ -66,4 +66,5 @@ def check(params: tuple[int, ...], state: State | None, now_us: int, cost: int) 
     level -= need
     # Full again is the same as never seen: the store may forget the key then.
     reset_after_us = lag + ceil_div(room - level, n)
-    return Outcome(True, level // d, reset_after_us, 0), (level, since), reset_after_us
+    outcome = new_outcome(Outcome, (True, level // d, reset_after_us, 0, 0))
+    return outcome, (level, since), reset_after_us
