@@ -88,3 +88,19 @@ def test_a_breaker_must_be_a_circuit_breaker() -> None:
     loaded = config.loads(RULES, "test.yaml")
     with pytest.raises(ConfigurationError, match="not a CircuitBreaker"):
         RateLimitService(loaded, MemoryStore(), breaker="yes")  # type: ignore[arg-type]
+
+
+def test_recovered_closes_an_open_breaker_before_its_cooldown(rls: Make) -> None:
+    """A health ping that answers (``recovered``) closes the breaker: the store decides again."""
+    h = rls(RULES)
+    breaker = _with_breaker(h, failures=1, cooldown=60.0)
+    h.outage.down = True
+    assert h.codes(desc(("closed", "x")))[0] == OVER
+    assert breaker.state == "open"
+    h.outage.down = False
+    assert h.codes(desc(("closed", "x")))[0] == OVER  # still open: no store call
+    breaker.recovered()
+    assert breaker.state == "closed"
+    assert h.codes(desc(("closed", "x")))[0] == OK
+    breaker.recovered()  # closed already: nothing changes
+    assert breaker.state == "closed"

@@ -45,6 +45,7 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         "RATEWARDEN_RESPONSE_HEADERS": "draft-10",
         "RATEWARDEN_BREAKER_FAILURES": "0",
         "RATEWARDEN_BREAKER_COOLDOWN": "2.5",
+        "RATEWARDEN_OVER_LIMIT_CACHE": "0",
     }
     assert {option.env for option in OPTIONS.values()} == set(environ)
     assert resolve({}, environ) == Settings(
@@ -71,6 +72,7 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         response_headers="draft-10",
         breaker_failures=0,
         breaker_cooldown=2.5,
+        over_limit_cache=0,
     )
 
 

@@ -119,6 +119,7 @@ class RateLimitServer:
             hooks=self.stats,
             max_values_per_rule=settings.max_values_per_rule or None,
             breaker=_breaker(settings, self.stats),
+            over_limit_cache=settings.over_limit_cache,
         )
         tls = None
         if settings.tls_cert is not None and settings.tls_key is not None:
@@ -223,7 +224,10 @@ class RateLimitServer:
         log.info("stopped", extra={"event": "stopped"})
 
     async def refresh_health(self) -> bool:
-        """Ping the store and publish the result to both health endpoints."""
+        """Ping the store and publish the result to both health endpoints.
+
+        A ping that answers also closes an open circuit breaker: the store is back.
+        """
         try:
             alive = bool(await asyncio.wait_for(self.store.ping(), PING_TIMEOUT_S))
         except Exception:
@@ -235,6 +239,8 @@ class RateLimitServer:
                 extra={"event": "health", "serving": alive},
             )
         self._serving = alive
+        if alive and self.service.breaker is not None:
+            self.service.breaker.recovered()  # the ping was a probe: no need to wait it out
         await self.grpc.set_serving(alive)
         return alive
 

@@ -33,6 +33,11 @@ How one request is decided
    has one), an outage costs a few timeouts, not one per descriptor: while the
    breaker is open, calls go straight to the failure mode without touching the
    store, and one probe per cool-down checks whether the store is back.
+6. A descriptor the store denied is remembered until its retry time (the
+   over-limit cache, as envoyproxy/ratelimit's local cache): until then the same
+   counter, asked for at least the same hits, is denied in-process without a
+   store call. Only time frees a denied counter (other gateways only use more),
+   so the answer is the one the store would give. A config reload empties it.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ import logging
 import math
 import time
 from collections.abc import Generator, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped, unused-ignore]
@@ -59,7 +64,7 @@ from ratewarden.server.config import Match, RateLimitConfig, Rule
 from ratewarden.server.headers import HEADER_MODES, response_headers
 from ratewarden.storage import AsyncStore, Store
 from ratewarden.storage.memory import MemoryStore
-from ratewarden.tiers import CircuitBreaker
+from ratewarden.tiers import CircuitBreaker, NegativeCache
 
 __all__ = [
     "UNLIMITED_REMAINING",
@@ -111,6 +116,7 @@ class DescriptorOutcome:
     - ``charged``: the hits were consumed.
     - ``decision``: the store's Decision (None for unlimited, a 0 limit, or open/closed).
     - ``entries``: the request descriptor's ``(key, value)`` entries, in order.
+    - ``local_cache``: denied from the over-limit cache, without a store call.
     """
 
     domain: str
@@ -124,6 +130,7 @@ class DescriptorOutcome:
     charged: bool
     decision: Decision | None
     entries: tuple[tuple[str, str], ...] = ()
+    local_cache: bool = False
 
 
 class ServiceHooks:
@@ -153,6 +160,14 @@ class _Result:
     decision: Decision | None
     failure: str | None
     charged: bool
+    cached: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Cached:
+    """A store denial answered again from the over-limit cache."""
+
+    decision: Decision
 
 
 @dataclass(slots=True)
@@ -188,7 +203,8 @@ class _Call:
     cost: int
 
 
-_Replies = list[Decision | Exception]
+_Reply = Decision | _Cached | Exception
+_Replies = list[_Reply]
 _Flow = Generator[list[_Call], _Replies, Any]
 
 
@@ -205,6 +221,7 @@ class _ServiceBase:
         hooks: ServiceHooks | None,
         max_values_per_rule: int | None,
         breaker: CircuitBreaker | None,
+        over_limit_cache: int,
     ) -> None:
         if not isinstance(config, RateLimitConfig):
             raise ConfigurationError(f"config {config!r} is not a RateLimitConfig; use config.load")
@@ -231,6 +248,11 @@ class _ServiceBase:
         if breaker is not None and not isinstance(breaker, CircuitBreaker):
             raise ConfigurationError(f"breaker {breaker!r} is not a CircuitBreaker")
         self.breaker = breaker
+        if isinstance(over_limit_cache, bool) or not isinstance(over_limit_cache, int):
+            raise ConfigurationError(
+                f"over_limit_cache {over_limit_cache!r} must be a whole number of keys (0: off)"
+            )
+        self.over_limit_cache = NegativeCache(over_limit_cache) if over_limit_cache > 0 else None
 
     @property
     def config(self) -> RateLimitConfig:
@@ -242,6 +264,8 @@ class _ServiceBase:
             raise ConfigurationError(f"config {config!r} is not a RateLimitConfig; use config.load")
         self._config = config  # one reference assignment: atomic for every reader
         self.values.keep_only(config.rules)
+        if self.over_limit_cache is not None:  # a limit may have grown: ask the store again
+            self.over_limit_cache = NegativeCache(self.over_limit_cache.max_keys)
 
     # -- the decision, written once
 
@@ -347,7 +371,9 @@ class _ServiceBase:
         except Exception:
             log.exception("hook on_value_overflow failed; the answer is unaffected")
 
-    def _settle(self, item: _Item, reply: Decision | Exception, cost: int) -> _Result:
+    def _settle(self, item: _Item, reply: _Reply, cost: int) -> _Result:
+        if isinstance(reply, _Cached):
+            return _Result(False, reply.decision, None, False, cached=True)
         if isinstance(reply, Decision):
             return _Result(reply.allowed, reply, None, reply.allowed and cost > 0)
         rule = item.rule
@@ -374,6 +400,36 @@ class _ServiceBase:
             return _Result(decision.allowed, decision, "local", decision.allowed and cost > 0)
         allowed = rule.failure_mode == "open"
         return _Result(allowed, None, rule.failure_mode, False)
+
+    def _cached(self, call: _Call) -> _Cached | None:
+        """The remembered denial that still answers this call, if any (no store call then)."""
+        cache = self.over_limit_cache
+        if cache is None:
+            return None
+        rule = call.item.rule
+        assert rule is not None
+        now_us = self.clock.now_us()
+        # A check (cost 0) asks on behalf of the descriptor's own hits.
+        denial = cache.lookup((rule.algorithm, call.item.key, rule.rates), call.item.cost, now_us)
+        if denial is None:
+            return None
+        elapsed = (now_us - denial.at_us) / 1_000_000
+        decision = denial.decision
+        return _Cached(
+            replace(
+                decision,
+                retry_after=max(0.0, decision.retry_after - elapsed),
+                reset_after=max(0.0, decision.reset_after - elapsed),
+            )
+        )
+
+    def _remember(self, call: _Call, reply: Decision | Exception) -> None:
+        cache = self.over_limit_cache
+        if cache is None or not isinstance(reply, Decision) or reply.allowed or call.cost <= 0:
+            return
+        rule = call.item.rule
+        assert rule is not None
+        cache.remember((rule.algorithm, call.item.key, rule.rates), reply, self.clock.now_us())
 
     def _refused(self) -> StorageUnavailableError | None:
         """The error standing in for a store call the open breaker does not let through."""
@@ -484,6 +540,7 @@ class _ServiceBase:
             charged=result is not None and result.charged,
             decision=decision,
             entries=item.entries,
+            local_cache=result is not None and result.cached,
         )
 
     def _near_limit_hits(self, decision: Decision | None, hits: int) -> int:
@@ -512,6 +569,7 @@ class RateLimitService(_ServiceBase):
         hooks: ServiceHooks | None = None,
         max_values_per_rule: int | None = None,
         breaker: CircuitBreaker | None = None,
+        over_limit_cache: int = 0,
     ) -> None:
         super().__init__(
             config,
@@ -523,6 +581,7 @@ class RateLimitService(_ServiceBase):
             hooks=hooks,
             max_values_per_rule=max_values_per_rule,
             breaker=breaker,
+            over_limit_cache=over_limit_cache,
         )
         self.store = store
 
@@ -539,9 +598,12 @@ class RateLimitService(_ServiceBase):
         except StopIteration as done:
             return done.value
 
-    def _hit(self, call: _Call) -> Decision | Exception:
+    def _hit(self, call: _Call) -> _Reply:
         rule = call.item.rule
         assert rule is not None
+        cached = self._cached(call)
+        if cached is not None:
+            return cached
         refused = self._refused()
         if refused is not None:
             return refused
@@ -553,6 +615,7 @@ class RateLimitService(_ServiceBase):
             reply = exc
         self._timed(time.perf_counter() - started)
         self._verdict(reply)
+        self._remember(call, reply)
         return reply
 
     def __repr__(self) -> str:
@@ -581,6 +644,7 @@ class AsyncRateLimitService(_ServiceBase):
         hooks: ServiceHooks | None = None,
         max_values_per_rule: int | None = None,
         breaker: CircuitBreaker | None = None,
+        over_limit_cache: int = 0,
     ) -> None:
         super().__init__(
             config,
@@ -592,6 +656,7 @@ class AsyncRateLimitService(_ServiceBase):
             hooks=hooks,
             max_values_per_rule=max_values_per_rule,
             breaker=breaker,
+            over_limit_cache=over_limit_cache,
         )
         self.store = store
 
@@ -606,9 +671,12 @@ class AsyncRateLimitService(_ServiceBase):
         except StopIteration as done:
             return done.value
 
-    async def _hit(self, call: _Call) -> Decision | Exception:
+    async def _hit(self, call: _Call) -> _Reply:
         rule = call.item.rule
         assert rule is not None
+        cached = self._cached(call)
+        if cached is not None:
+            return cached
         refused = self._refused()
         if refused is not None:
             return refused
@@ -624,6 +692,7 @@ class AsyncRateLimitService(_ServiceBase):
             reply = exc
         self._timed(time.perf_counter() - started)
         self._verdict(reply)
+        self._remember(call, reply)
         return reply
 
     def __repr__(self) -> str:

@@ -28,6 +28,7 @@ the flag or variable it came from::
     --response-headers M   RATEWARDEN_RESPONSE_HEADERS off (also: legacy, draft-10)
     --breaker-failures N   RATEWARDEN_BREAKER_FAILURES 5 (0 turns the circuit breaker off)
     --breaker-cooldown S   RATEWARDEN_BREAKER_COOLDOWN 1
+    --over-limit-cache N   RATEWARDEN_OVER_LIMIT_CACHE 10000 (0 turns it off)
 
 Secrets stay out of output: ``repr(settings)`` and every error message show the
 store URL with its password replaced by ``***`` (``redacted``).
@@ -111,6 +112,7 @@ class Settings:
     response_headers: str = "off"
     breaker_failures: int = 5
     breaker_cooldown: float = 1.0
+    over_limit_cache: int = 10_000
 
     def __repr__(self) -> str:
         shown = []
@@ -384,6 +386,13 @@ OPTIONS: dict[str, Option] = {
         "RATEWARDEN_BREAKER_COOLDOWN",
         _seconds(0.0, allow_low=False),
         "seconds the open breaker waits before one probe call tries the store again (1)",
+    ),
+    "over_limit_cache": Option(
+        "--over-limit-cache",
+        "RATEWARDEN_OVER_LIMIT_CACHE",
+        _integer(0, 10_000_000),
+        "counters denied by the store that are remembered until their retry time and denied "
+        "without a store call (10000; 0 turns the cache off)",
     ),
 }
 

@@ -15,6 +15,9 @@ ratelimit_service_rate_limit_near_limit_total             {domain, key}: hits ab
 ratelimit_service_rate_limit_within_limit_total           {domain, key}: hits under the limit
 ratelimit_service_rate_limit_shadow_mode_total            {domain, key}: over, let through
                                                           by the rule's shadow_mode
+ratelimit_service_rate_limit_over_limit_with_local_cache_total  {domain, key}: hits over the
+                                                          limit answered by the over-limit
+                                                          cache, without a store call
 ratelimit_service_rate_limit_failure_mode_allowed_total   {domain, key, mode}: descriptors a
                                                           failure mode allowed (store down)
 ratelimit_service_rate_limit_failure_mode_denied_total    {domain, key, mode}: ... denied
@@ -121,6 +124,10 @@ class ServiceStats(ServiceHooks):
         self.shadow_mode = counter(
             "rate_limit_shadow_mode", "Hits over the limit, let through by shadow_mode."
         )
+        self.over_limit_local = counter(
+            "rate_limit_over_limit_with_local_cache",
+            "Hits over the limit answered from the over-limit cache, without a store call.",
+        )
         self.failure_allowed = counter(
             "rate_limit_failure_mode_allowed",
             "Descriptors allowed by a failure mode while the store failed.",
@@ -170,6 +177,8 @@ class ServiceStats(ServiceHooks):
         counters.total_hits.inc(hits)
         if outcome.over_limit:
             counters.over_limit.inc(hits)
+            if outcome.local_cache:
+                self.over_limit_local.labels(domain, key).inc(hits)
             if outcome.shadowed:
                 counters.shadow_mode.inc(hits)
         else:

@@ -182,6 +182,20 @@ class CircuitBreaker:
             if self._consecutive >= self.failures or self._ratio_exceeded():
                 self._open()
 
+    def recovered(self) -> None:
+        """An out-of-band check (a health ping) found the store answering: close now.
+
+        Does nothing unless open or half open. Saves callers the rest of the
+        cool-down when something else already probed the store.
+        """
+        with self._lock:
+            if self._state == CLOSED:
+                return
+            self._in_flight = 0
+            self._consecutive = 0
+            self._calls.clear()
+            self._move(CLOSED)
+
     def abandon(self) -> None:
         """The call allowed by ``allow()`` ended without a verdict (cancelled, or a bug)."""
         with self._lock:
