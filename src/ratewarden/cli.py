@@ -42,11 +42,17 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     for name, option in OPTIONS.items():
         help_text = f"{option.help} [env {option.env}]"
         if name == "config_paths":
-            serve.add_argument(option.flag, dest=name, nargs="+", action="extend",
-                               metavar="PATH", help=help_text)
+            serve.add_argument(
+                option.flag, dest=name, nargs="+", action="extend", metavar="PATH", help=help_text
+            )
         elif name in ("shadow", "charge_denied"):
-            serve.add_argument(option.flag, dest=name, action=argparse.BooleanOptionalAction,
-                               default=None, help=help_text)
+            serve.add_argument(
+                option.flag,
+                dest=name,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=help_text,
+            )
         else:
             metavar = option.flag.removeprefix("--").replace("-", "_").upper()
             serve.add_argument(option.flag, dest=name, metavar=metavar, help=help_text)

@@ -242,3 +242,18 @@ def test_the_live_dashboard_stats_see_the_same_decisions() -> None:
     [current, _previous] = state["top"]["over"]
     assert current["entries"] == [["web.api_key\x00api_key=greedy", 3, 0]]
     assert state["totals"]["web.api_key"] == [8, 3, 1, 0, 0]
+
+
+def test_values_past_the_cap_are_counted_per_rule() -> None:
+    """max_values_per_rule 2: the third and fourth distinct api keys overflow, counted twice."""
+    stats = ServiceStats()
+    svc = RateLimitService(
+        config.loads(RULES, "rules.yaml"),
+        MemoryStore(clock=ManualClock(ALIGNED)),
+        hooks=stats,
+        max_values_per_rule=2,
+    )
+    for name in ("a", "b", "c", "d", "a"):
+        assert ask(svc, desc(("api_key", name))).overall_code == OK
+    name = "ratelimit_service_rate_limit_value_overflow_total"
+    assert value(stats, name, domain="web", rule="web.api_key") == 2

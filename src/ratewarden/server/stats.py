@@ -21,8 +21,12 @@ ratelimit_service_rate_limit_over_limit_with_local_cache_total  {domain, key}: h
 ratelimit_service_rate_limit_failure_mode_allowed_total   {domain, key, mode}: descriptors a
                                                           failure mode allowed (store down)
 ratelimit_service_rate_limit_failure_mode_denied_total    {domain, key, mode}: ... denied
+ratelimit_service_rate_limit_value_overflow_total         {domain, rule}: new values past
+                                                          --max-values-per-rule (key explosion)
 ratelimit_service_should_rate_limit_error_total           {err_type}: store_error (one per
-                                                          failed store call), service_error
+                                                          failed store call, and per call the
+                                                          open circuit breaker kept from the
+                                                          store), service_error
 ratelimit_service_total_requests_total                    {grpc_method}: ShouldRateLimit calls
 ratelimit_service_response_time_seconds                   histogram of ShouldRateLimit calls
 ratelimit_service_config_load_success_total               config loads that succeeded
@@ -128,6 +132,11 @@ class ServiceStats(ServiceHooks):
             "rate_limit_over_limit_with_local_cache",
             "Hits over the limit answered from the over-limit cache, without a store call.",
         )
+        self.value_overflow = counter(
+            "rate_limit_value_overflow",
+            "New values past --max-values-per-rule, counted on the rule's shared overflow counter.",
+            ("domain", "rule"),
+        )
         self.failure_allowed = counter(
             "rate_limit_failure_mode_allowed",
             "Descriptors allowed by a failure mode while the store failed.",
@@ -206,6 +215,9 @@ class ServiceStats(ServiceHooks):
     def on_store_error(self, domain: str, rule: Rule, error: Exception) -> None:
         self.errors.labels("store_error").inc()
         self.metrics.degraded(rule=rule.path, mode=rule.failure_mode, reason=type(error).__name__)
+
+    def on_value_overflow(self, domain: str, rule: Rule) -> None:
+        self.value_overflow.labels(domain, rule.path).inc()
 
     def on_store_call(self, seconds: float) -> None:
         self.metrics.store_latency(seconds=seconds)
