@@ -1,0 +1,31 @@
+"""Hot keys: find the keys one process sees above a rate, and keep them off one shard.
+
+::
+
+    detector = HotKeyDetector(threshold=1_000, interval=1.0)      # units/s in this process
+    cells = CellLimiter(store, cells=3)                           # or TwoTier(store, lease=20)
+    limiter = HotKeyLimiter(store, cells, detector=detector, hot_keys=["tenant:big"])
+    decision = limiter.hit("tenant:big", Rate.parse("30000/second"))
+
+``HotKeyDetector`` is a Space-Saving sketch over a sliding interval (bounded
+memory, injected clock). ``CellLimiter`` splits a key into N cells placed on N
+slot bands, each with 1/N of every rate; ``HotKeyLimiter`` sends configured or
+detected hot keys through cells or leases. docs/scaling.md states the bounds.
+"""
+
+from __future__ import annotations
+
+from ratewarden.hotkeys._cells import CellLimiter, cell_keys, key_slot, round_robin, split_rate
+from ratewarden.hotkeys._detector import HotKey, HotKeyDetector
+from ratewarden.hotkeys._limiter import HotKeyLimiter
+
+__all__ = [
+    "CellLimiter",
+    "HotKey",
+    "HotKeyDetector",
+    "HotKeyLimiter",
+    "cell_keys",
+    "key_slot",
+    "round_robin",
+    "split_rate",
+]

@@ -1,0 +1,179 @@
+"""HotKeyDetector: which keys this process sees above a rate, in bounded memory.
+
+A Space-Saving sketch (Metwally, Agrawal and El Abbadi, 2005) per interval:
+``capacity`` counters, each a key, its count and the most it may overcount.
+A key already counted adds its cost; a new key takes a free counter, or else
+replaces the smallest one and inherits its count as its error. Its guarantees,
+for ``n`` units counted in an interval:
+
+- a tracked key's estimate is never below its true count, and at most
+  ``n / capacity`` above it;
+- every key whose true count exceeds ``n / capacity`` is tracked.
+
+So a key whose true rate passes the threshold is never missed once
+``n / capacity`` is below the threshold's count, and a reported key's true rate
+is at least its estimate minus the stated error.
+
+The rate is read over a sliding interval made of two fixed ones: the previous
+interval's count weighted by the share of it still inside the sliding interval,
+plus the current count. Memory is two sketches of ``capacity`` counters, whatever
+the number of keys. Time comes from the injected clock, so tests use ManualClock.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+
+from ratewarden.clock import Clock, SystemClock
+from ratewarden.errors import ConfigurationError
+
+__all__ = ["HotKey", "HotKeyDetector"]
+
+
+@dataclass(frozen=True, slots=True)
+class HotKey:
+    """A key over the threshold: its estimated rate (units per second) and the estimate's error."""
+
+    key: str
+    rate: float
+    error: float
+
+
+def _positive(what: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigurationError(f"hot-key {what} {value!r} must be a positive number")
+    if not 0 < value < math.inf:
+        raise ConfigurationError(f"hot-key {what} {value!r} must be a positive, finite number")
+    return float(value)
+
+
+class _Sketch:
+    """Space-Saving counters for one interval: key -> [count, error]."""
+
+    __slots__ = ("capacity", "counters", "total")
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.counters: dict[str, list[int]] = {}
+        self.total = 0
+
+    def add(self, key: str, cost: int) -> int:
+        """Count ``cost`` for ``key``; its estimated count now."""
+        self.total += cost
+        counter = self.counters.get(key)
+        if counter is not None:
+            counter[0] += cost
+            return counter[0]
+        if len(self.counters) < self.capacity:
+            self.counters[key] = [cost, 0]
+            return cost
+        # A scan of ``capacity`` counters, only when a new key meets a full sketch.
+        smallest = min(self.counters, key=lambda k: self.counters[k][0])
+        floor = self.counters.pop(smallest)[0]
+        self.counters[key] = [floor + cost, floor]
+        return floor + cost
+
+    def get(self, key: str) -> tuple[int, int]:
+        counter = self.counters.get(key)
+        return (0, 0) if counter is None else (counter[0], counter[1])
+
+
+class HotKeyDetector:
+    """Reports keys whose rate in this process exceeds ``threshold`` units per second.
+
+    ``record(key, cost)`` counts a request and says whether the key is hot now;
+    ``hot()`` lists every key over the threshold, hottest first. ``interval`` is
+    the length of the sliding interval in seconds (default 1); ``capacity`` the
+    number of counters per interval (default 64): keys with a rate above
+    ``total rate / capacity`` are never missed. Thread-safe.
+    """
+
+    __slots__ = (
+        "_current",
+        "_lock",
+        "_previous",
+        "_start_us",
+        "capacity",
+        "clock",
+        "interval_us",
+        "threshold",
+    )
+
+    def __init__(
+        self,
+        threshold: float,
+        *,
+        interval: float = 1.0,
+        capacity: int = 64,
+        clock: Clock | None = None,
+    ) -> None:
+        self.threshold = _positive("threshold", threshold)
+        self.interval_us = max(1, round(_positive("interval", interval) * 1_000_000))
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ConfigurationError(
+                f"hot-key capacity {capacity!r} must be a whole number of counters >= 1"
+            )
+        self.capacity = capacity
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self._lock = threading.Lock()
+        self._current = _Sketch(capacity)
+        self._previous = _Sketch(capacity)
+        self._start_us = self._aligned(self.clock.now_us())
+
+    def record(self, key: str, cost: int = 1) -> bool:
+        """Count ``cost`` units of ``key`` now; True when its rate is over the threshold."""
+        if type(key) is not str or not key:
+            raise ConfigurationError(f"hot-key detector: key {key!r} must be a non-empty string")
+        if type(cost) is not int or cost < 0:
+            raise ConfigurationError(f"hot-key detector: cost {cost!r} must be a whole number >= 0")
+        with self._lock:
+            weight = self._roll()
+            count = self._current.add(key, cost) if cost else self._current.get(key)[0]
+            estimate = count + weight * self._previous.get(key)[0]
+        return estimate * 1_000_000 / self.interval_us > self.threshold
+
+    def rate(self, key: str) -> HotKey:
+        """``key``'s estimated rate over the sliding interval, and the most it may overstate it."""
+        with self._lock:
+            return self._estimate(key, self._roll())
+
+    def hot(self) -> list[HotKey]:
+        """Every tracked key whose estimated rate is over the threshold, hottest first."""
+        with self._lock:
+            weight = self._roll()
+            keys = set(self._current.counters) | set(self._previous.counters)
+            found = [self._estimate(key, weight) for key in keys]
+        return sorted((k for k in found if k.rate > self.threshold), key=lambda k: -k.rate)
+
+    def _estimate(self, key: str, weight: float) -> HotKey:
+        count, error = self._current.get(key)
+        old_count, old_error = self._previous.get(key)
+        per_s = 1_000_000 / self.interval_us
+        return HotKey(
+            key,
+            (count + weight * old_count) * per_s,
+            (error + weight * old_error) * per_s,
+        )
+
+    def _aligned(self, now_us: int) -> int:
+        return now_us - now_us % self.interval_us
+
+    def _roll(self) -> float:
+        """Start new intervals as time passes; the weight of the previous one now."""
+        now = self.clock.now_us()
+        if now >= self._start_us + self.interval_us:
+            ended_long_ago = now >= self._start_us + 2 * self.interval_us
+            self._previous = _Sketch(self.capacity) if ended_long_ago else self._current
+            self._current = _Sketch(self.capacity)
+            self._start_us = self._aligned(now)
+        # A clock stepped back counts into the current interval (weight capped at 1).
+        elapsed = min(max(now - self._start_us, 0), self.interval_us)
+        return 1.0 - elapsed / self.interval_us
+
+    def __repr__(self) -> str:
+        return (
+            f"HotKeyDetector(threshold={self.threshold:g}/s, "
+            f"interval={self.interval_us / 1_000_000:g}s, capacity={self.capacity})"
+        )
