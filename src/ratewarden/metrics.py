@@ -67,6 +67,13 @@ class Metrics:
     def store_latency(self, *, seconds: float) -> None:
         """One store round trip took ``seconds``."""
 
+    def region_overshoot(self, *, region: str, requests: int) -> None:
+        """After a sync, ``region`` saw ``requests`` admitted past a global limit (0 when within).
+
+        Reported by ``ratewarden.regions.ReconciledBudget``: the largest overshoot
+        over the keys of that sync round, from the merged counts of every region.
+        """
+
 
 NO_METRICS: Metrics = Metrics()
 
@@ -88,6 +95,8 @@ class PrometheusMetrics(Metrics):
     - ``ratewarden_breaker_state{name, state}``: 1 for the current state, else 0.
     - ``ratewarden_breaker_transitions_total{name, state}``: entries into each state.
     - ``ratewarden_store_latency_seconds``: histogram of store round trips.
+    - ``ratewarden_region_overshoot_requests{region}``: requests admitted past a
+      global limit, as the last multi-region sync of that region saw it.
 
     ``registry`` defaults to prometheus_client's global ``REGISTRY``; pass a
     fresh ``CollectorRegistry`` in tests, or to build two instances in one process.
@@ -100,6 +109,7 @@ class PrometheusMetrics(Metrics):
         "_degraded",
         "_lock",
         "_max_rules",
+        "_region_overshoot",
         "_rules",
         "_store_latency",
         "registry",
@@ -157,6 +167,13 @@ class PrometheusMetrics(Metrics):
             registry=registry,
             buckets=LATENCY_BUCKETS,
         )
+        self._region_overshoot = prometheus_client.Gauge(
+            "region_overshoot_requests",
+            "Requests admitted past a global limit, as the last multi-region sync saw it.",
+            ("region",),
+            namespace=namespace,
+            registry=registry,
+        )
 
     def _rule(self, rule: str) -> str:
         if rule in self._rules:
@@ -182,6 +199,9 @@ class PrometheusMetrics(Metrics):
 
     def store_latency(self, *, seconds: float) -> None:
         self._store_latency.observe(seconds)
+
+    def region_overshoot(self, *, region: str, requests: int) -> None:
+        self._region_overshoot.labels(region).set(float(requests))
 
     def __repr__(self) -> str:
         return f"PrometheusMetrics(registry={self.registry!r})"
