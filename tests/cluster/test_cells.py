@@ -1,0 +1,159 @@
+"""Cells on the 3-primary Cluster: placement, exact shares, the one retry, fragmentation."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import redis
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ratewarden import Rate
+from ratewarden.errors import ConfigurationError
+from ratewarden.hotkeys import CellLimiter, cell_keys, key_slot, split_rate
+from ratewarden.storage._keys import escape
+from ratewarden.storage._plan import build
+from ratewarden.storage.redis import RedisStore
+from ratewarden.testing import ManualClock
+from tests._servers import RedisCluster
+from tests.cluster._nodes import evalsha_calls, keyslot, reset_stats, slot_owner
+
+pytestmark = [pytest.mark.redis, pytest.mark.cluster]
+
+
+def fragmentation_bound(capacity: int, cells: int, cost: int = 1) -> int:
+    """Room a key may still have when a request is denied: N - 2 untried cells full, and the two
+    tried cells each short of ``cost`` by at most ``cost - 1``."""
+    return (cells - 2) * math.ceil(capacity / cells) + 2 * (cost - 1)
+
+
+@pytest.mark.parametrize("key", ["tenant:big", "a{b}c%d", "é" * 40])
+def test_three_cells_land_on_three_primaries(redis_cluster: RedisCluster, key: str) -> None:
+    """CLUSTER KEYSLOT of each cell's real state key equals key_slot, and CLUSTER SLOTS puts the
+    three slots on three different primaries."""
+    rate = Rate.parse("300/second")
+    owners = set()
+    for cell in cell_keys(key, 3):
+        state_key = build("gcra", "rw", cell, rate, 1).keys[0]
+        slot = keyslot(redis_cluster, state_key)
+        assert slot == key_slot(escape(cell))
+        owners.add(slot_owner(redis_cluster, slot))
+    assert len(owners) == 3
+
+
+def test_six_cells_put_two_on_each_primary(redis_cluster: RedisCluster) -> None:
+    """With N a multiple of the primaries, each primary holds N / 3 cells."""
+    owners = [slot_owner(redis_cluster, key_slot(escape(c))) for c in cell_keys("t", 6)]
+    assert sorted(owners.count(port) for port in set(owners)) == [2, 2, 2]
+
+
+def test_explicit_bands_place_cells_where_told() -> None:
+    """``bands`` (say, from CLUSTER SHARDS) put cell i in the middle of bands[i % len]."""
+    bands = [(0, 100), (8000, 8100)]
+    slots = [key_slot(escape(c)) for c in cell_keys("k", 4, bands)]
+    assert [8000 <= s < 8100 for s in slots] == [False, True, False, True]
+    assert all(s < 100 or 8000 <= s < 8100 for s in slots)
+
+
+@given(
+    limit=st.integers(min_value=1, max_value=10_000),
+    burst=st.one_of(st.none(), st.integers(min_value=1, max_value=10_000)),
+    cells=st.integers(min_value=2, max_value=64),
+)
+def test_shares_add_up_to_the_rate_exactly(limit: int, burst: int | None, cells: int) -> None:
+    """Limits and capacities of the cells sum to the key's: no unit is created by rounding."""
+    rate = Rate(limit, 1, burst)
+    if cells > min(limit, rate.capacity):
+        with pytest.raises(ConfigurationError, match="at most"):
+            split_rate(rate, cells)
+        return
+    shares = split_rate(rate, cells)
+    assert sum(s.limit for s in shares) == limit
+    assert sum(s.capacity for s in shares) == rate.capacity
+    assert max(s.capacity for s in shares) - min(s.capacity for s in shares) <= 1
+    assert all(s.period_us == rate.period_us for s in shares)
+
+
+def test_a_denied_cell_retries_the_next_one_before_denying(
+    redis_cluster: RedisCluster, cluster_client: redis.RedisCluster
+) -> None:
+    """Picker stuck on cell 0: cell 0's share, then cell 1's via the retry, then denial while
+    cell 2 still has its whole share (the fragmentation the bound describes). A denial costs
+    two EVALSHA on two primaries."""
+    store = RedisStore(cluster_client, clock=ManualClock(), timeout=1.0)
+    cells = CellLimiter(store, 3, picker=lambda n: 0)
+    rate = Rate.parse("30/minute")
+    reset_stats(redis_cluster)
+    outcomes = [cells.hit("k", rate).allowed for _ in range(21)]
+    assert outcomes == [True] * 20 + [False]
+    # cell 0: 10 allowed + 11 denied first tries; cell 1: 10 allowed + the last retry
+    assert sorted(evalsha_calls(redis_cluster).values()) == [0, 10 + 1, 10 + 11]
+    remaining = store.hit("gcra", cells.keys("k")[2], cells.shares(rate)[2], 0).remaining
+    assert remaining == 10 <= fragmentation_bound(30, 3)
+
+
+@pytest.mark.parametrize("cells", [3, 4, 8])
+def test_fragmentation_stays_within_its_bound(
+    cluster_client: redis.RedisCluster, cells: int
+) -> None:
+    """Frozen time, random picker, 20 seeds: when the first request is denied, the key's unused
+    room never passes (N - 2) * ceil(C / N); never more than C is admitted."""
+    capacity = 48
+    rate = Rate(capacity, 60)
+    worst = 0
+    for seed in range(20):
+        cluster_client.flushall(target_nodes=redis.RedisCluster.PRIMARIES)
+        rng = random.Random(seed)
+        store = RedisStore(cluster_client, clock=ManualClock(), timeout=1.0)
+        limiter = CellLimiter(store, cells, picker=rng.randrange)
+        admitted = 0
+        while limiter.hit("k", rate).allowed:
+            admitted += 1
+        worst = max(worst, capacity - admitted)
+        assert admitted + sum(limiter.hit("k", rate).allowed for _ in range(capacity)) <= capacity
+    print(
+        f"\ncells={cells}: worst room left at the first denial {worst} of {capacity} "
+        f"(bound {fragmentation_bound(capacity, cells)})"
+    )
+    assert worst <= fragmentation_bound(capacity, cells)
+
+
+def test_round_robin_leaves_at_most_one_unit_per_cell(cluster_client: redis.RedisCluster) -> None:
+    """With the cells taken in turn they drain together: at the first denial every cell is
+    empty or holds the one unit its rounding gave it more."""
+    store = RedisStore(cluster_client, clock=ManualClock(), timeout=1.0)
+    limiter = CellLimiter(store, 4)
+    admitted = 0
+    while limiter.hit("rr", Rate(50, 60)).allowed:
+        admitted += 1
+    assert 50 - admitted <= 4 - 2
+
+
+def test_a_picker_out_of_range_is_refused_before_anything_is_consumed(
+    cluster_client: redis.RedisCluster,
+) -> None:
+    """A picker returning 3 of 3 cells raises ConfigurationError; no cell was charged."""
+    store = RedisStore(cluster_client, clock=ManualClock(), timeout=1.0)
+    with pytest.raises(ConfigurationError, match="range"):
+        CellLimiter(store, 3, picker=lambda n: n).hit("k", Rate(30, 60))
+    fresh = CellLimiter(store, 3)
+    assert [fresh.hit("k", Rate(30, 60), 0).remaining for _ in range(3)] == [10, 10, 10]
+
+
+@pytest.mark.parametrize("cells", [0, 1, 257, True, 2.5])
+def test_bad_cell_counts_are_refused(cluster_client: redis.RedisCluster, cells: object) -> None:
+    """Cells outside 2..256 (or not whole numbers) raise ConfigurationError."""
+    store = RedisStore(cluster_client, timeout=1.0)
+    with pytest.raises(ConfigurationError, match="cells"):
+        CellLimiter(store, cells)  # type: ignore[arg-type]
+
+
+def test_more_cells_than_the_limit_is_refused_at_the_first_hit(
+    cluster_client: redis.RedisCluster,
+) -> None:
+    """A 2/minute rate cannot give 3 cells a unit each: ConfigurationError says how many fit."""
+    store = RedisStore(cluster_client, timeout=1.0)
+    with pytest.raises(ConfigurationError, match="at most 2 cells"):
+        CellLimiter(store, 3).hit("k", Rate(2, 60))
