@@ -8,6 +8,8 @@ system calls each way, on a real redis-server.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import hiredis
 import pytest
 import redis
@@ -184,3 +186,23 @@ async def test_async_decisions_go_straight_to_their_slot(redis_cluster: RedisClu
         await store.aclose()
     assert _moved_replies(admin) == 0
     admin.close()
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_a_connection_the_server_closed_right_after_a_hit_is_replaced_before_the_next(
+    make_redis: Callable[..., RedisServer], attempt: int
+) -> None:
+    """CLIENT KILL moments after a hit: the next hit notices the closed link, reconnects, decides.
+
+    The check before every send is what makes this hold however soon the next hit comes.
+    """
+    server = make_redis()
+    client = server.client()
+    store = RedisStore(client, clock=ManualClock(), timeout=1.0)
+    key = f"killed-{attempt}"
+    with server.client() as admin:
+        assert store.hit("gcra", key, Rate(10, 60)).remaining == 9
+        assert admin.client_kill_filter(_type="normal", skipme=True) >= 1
+        assert store.hit("gcra", key, Rate(10, 60)).remaining == 8
+    store.close()
+    client.close()

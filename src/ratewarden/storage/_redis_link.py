@@ -20,7 +20,6 @@ import socket
 import ssl
 import weakref
 from collections.abc import Callable
-from time import monotonic
 from typing import Any
 
 import hiredis
@@ -30,7 +29,7 @@ from redis.connection import ConnectionPool
 from ratewarden.storage._redis_errors import REDIS_ERRORS
 from ratewarden.storage._redis_protocol import ConnectFailed, ConnectionFactory
 
-__all__ = ["IDLE_CHECK_S", "Link", "LinkPool", "connection_kwargs", "describe"]
+__all__ = ["Link", "LinkPool", "connection_kwargs", "describe"]
 
 _READ_SIZE = 65_536
 
@@ -62,14 +61,6 @@ def describe(kwargs: dict[str, Any]) -> str:
     if "path" in kwargs:
         return str(kwargs["path"])
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
-
-
-#: A link unused for longer than this is checked for a close by the server before
-#: it sends (a poll with no wait). Within it the check is skipped: the server
-#: cannot have restarted in so short a gap, and a close just then is the same race
-#: as one right after a check. A request sent on a closed link fails; it is never
-#: retried (nothing proves it did not run).
-IDLE_CHECK_S = 0.001
 
 
 def _stale(sock: socket.socket, timeout: float | None) -> bool:
@@ -109,7 +100,6 @@ class Link:
         "_timeout",
         "_timeout_ms",
         "_tls",
-        "_used_at",
         "where",
     )
 
@@ -123,19 +113,16 @@ class Link:
         self._tls = False
         self._reader = hiredis.Reader()
         self._poll: Callable[[float], list[Any]] = _never_ready
-        self._used_at = 0.0
 
     def request(self, packed: bytes) -> Any:
         """Send one packed command and return its reply (error replies as values)."""
         sock = self._sock
-        now = monotonic()
+        # An idle link that polls readable was closed by the server (a restart, an idle
+        # timeout, CLIENT KILL): replace it before sending rather than fail this request.
         if sock is None or (
-            now - self._used_at > IDLE_CHECK_S
-            and self._poll(0)
-            and _stale(sock, None if not self._tls else self._timeout)
+            self._poll(0) and _stale(sock, None if not self._tls else self._timeout)
         ):
             sock = self._open()
-        self._used_at = now
         try:
             if self._tls:
                 return self._exchange_tls(sock, packed)
