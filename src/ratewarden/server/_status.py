@@ -37,8 +37,8 @@ _UNIT_NAME = {number: name for name, number in UNIT_ENUM.items()}
 def override(
     domain: str, entries: tuple[tuple[str, str], ...], base: Rule | None, limit: Any
 ) -> Rule | None:
-    """A rule for Envoy's per-descriptor ``limit``; it keeps the base rule's algorithm
-    and failure mode.
+    """A rule for Envoy's per-descriptor ``limit``; it keeps the base rule's algorithm,
+    failure mode and kind (a token budget stays a budget, at the given rate).
 
     As envoyproxy/ratelimit does, an override is never in shadow mode and has no
     name or replaces. An override with an unknown unit is ignored (the config applies).
@@ -63,6 +63,7 @@ def override(
         limits=(Limit(limit.requests_per_unit, unit, rate=rate),),
         algorithm=algorithm,
         failure_mode=DEFAULT_FAILURE_MODE if base is None else base.failure_mode,
+        budget=base is not None and base.budget,
     )
 
 
