@@ -21,21 +21,34 @@ The service is transport-agnostic (a ``RateLimitRequest`` in, a
 ``RateLimitResponse`` out, like ``ratewarden.server.service``); run it behind
 ``ratewarden.server.grpc.GrpcServer(answer=service)``. It needs the ``server``
 extra (``xds-protos``).
+
+``ratewarden serve`` answers the same way for a descriptor with a ``budget``
+in its config (``ratewarden.server._budget_config``): its service hands those
+descriptors to ``RuleBudgets`` / ``AsyncRuleBudgets``, which turn the check or
+the charge into the ``Decision`` the rest of the service reports.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped, unused-ignore]
 
-from ratewarden.budgets._budget import AsyncTokenBudget, BudgetDecision, Usage
+from ratewarden.budgets._budget import (
+    AsyncTokenBudget,
+    AxisState,
+    BudgetDecision,
+    Charge,
+    TokenBudget,
+    Usage,
+)
+from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
-from ratewarden.storage import AsyncStore
+from ratewarden.storage import AsyncStore, Store
 
-__all__ = ["BudgetRateLimitService"]
+__all__ = ["AsyncRuleBudgets", "BudgetRateLimitService", "RuleBudgets"]
 
 _Response = rls_pb2.RateLimitResponse
 _UNITS = {
@@ -130,3 +143,124 @@ class BudgetRateLimitService:
             f"BudgetRateLimitService(domain={self.domain!r}, "
             f"descriptor_key={self.descriptor_key!r}, rate={self.rate})"
         )
+
+
+# ---------------------------------------------------------------- budget rules of serve
+
+#: Distinct rates whose budget objects are kept (a config has few; Envoy's limit overrides
+#: can name any rate, so the table is emptied rather than grown past this).
+_MAX_RATES = 1024
+
+
+def _wait_for_one(state: AxisState) -> float:
+    """Seconds until one token is back on an empty axis (GCRA: the state moves one
+    emission interval into the burst), never earlier than exact."""
+    if not math.isfinite(state.reset_after):
+        return math.inf
+    n, d = state.rate.reduced  # the emission interval is d / n microseconds
+    reset_us = round(state.reset_after * 1_000_000)
+    wait_us = -(-(reset_us * n - (state.rate.capacity - 1) * d) // n)
+    return max(wait_us, 1) / 1_000_000
+
+
+def _checked(decision: BudgetDecision, *, charge_follows: bool) -> Decision:
+    """A cost-0 look at the budget as a Decision.
+
+    A check (the descriptor's hits are 0) is over when no token is left. The
+    look before a charge (hits > 0) is never over: a charge records tokens
+    already spent and cannot be refused.
+    """
+    state = decision.axes[0]
+    allowed = charge_follows or state.remaining >= 1
+    return Decision(
+        allowed=allowed,
+        limit=state.limit,
+        remaining=state.remaining,
+        reset_after=state.reset_after,
+        retry_after=0.0 if allowed else _wait_for_one(state),
+        rate=state.rate,
+        cost=0,
+    )
+
+
+def _charged(charge: Charge, cost: int) -> Decision:
+    """A charge as a Decision: always allowed, with what is left after it."""
+    state = charge.decision.axes[0]
+    return Decision(
+        allowed=True,
+        limit=state.limit,
+        remaining=state.remaining,
+        reset_after=state.reset_after,
+        retry_after=0.0,
+        rate=state.rate,
+        cost=cost,
+    )
+
+
+_B = TypeVar("_B", TokenBudget, AsyncTokenBudget)
+
+
+class _RuleBudgetsBase(Generic[_B]):
+    """One single-axis budget (``tokens``) per rate, on one store; no I/O here."""
+
+    def __init__(self) -> None:
+        self._budgets: dict[Rate, _B] = {}
+
+    def _budget(self, rate: Rate) -> _B:
+        budget = self._budgets.get(rate)
+        if budget is None:
+            if len(self._budgets) >= _MAX_RATES:
+                self._budgets.clear()
+            budget = self._budgets[rate] = self._make(rate)
+        return budget
+
+    def _make(self, rate: Rate) -> _B:
+        raise NotImplementedError
+
+
+class RuleBudgets(_RuleBudgetsBase[TokenBudget]):
+    """The budget rules of ``RateLimitService`` on a synchronous store.
+
+    ``hit(rate, key, hits, cost)``: ``hits`` is the descriptor's own hits (0: a
+    check), ``cost`` what this store call consumes (0 while the service looks
+    before charging). A check is over when ``key`` has no token left; a charge
+    records ``cost`` tokens up to an empty budget and is always allowed.
+    """
+
+    def __init__(self, store: Store) -> None:
+        super().__init__()
+        self.store = store
+
+    def _make(self, rate: Rate) -> TokenBudget:
+        return TokenBudget(self.store, {"tokens": rate}, max_output_tokens=0)
+
+    def hit(self, rate: Rate, key: str, hits: int, cost: int) -> Decision:
+        """Check (``cost`` 0) or charge (``cost`` tokens) the budget of ``key`` at ``rate``."""
+        budget = self._budget(rate)
+        if cost > 0:
+            return _charged(budget.charge(key, Usage(0, cost, 0)), cost)
+        return _checked(budget.peek(key), charge_follows=hits > 0)
+
+    def __repr__(self) -> str:
+        return f"RuleBudgets({self.store!r})"
+
+
+class AsyncRuleBudgets(_RuleBudgetsBase[AsyncTokenBudget]):
+    """The asyncio twin of ``RuleBudgets``, for ``AsyncRateLimitService``."""
+
+    def __init__(self, store: AsyncStore) -> None:
+        super().__init__()
+        self.store = store
+
+    def _make(self, rate: Rate) -> AsyncTokenBudget:
+        return AsyncTokenBudget(self.store, {"tokens": rate}, max_output_tokens=0)
+
+    async def hit(self, rate: Rate, key: str, hits: int, cost: int) -> Decision:
+        """See ``RuleBudgets.hit``."""
+        budget = self._budget(rate)
+        if cost > 0:
+            return _charged(await budget.charge(key, Usage(0, cost, 0)), cost)
+        return _checked(await budget.peek(key), charge_follows=hits > 0)
+
+    def __repr__(self) -> str:
+        return f"AsyncRuleBudgets({self.store!r})"

@@ -142,7 +142,9 @@ class Rule:
 
     ``path`` is envoyproxy/ratelimit's key for the rule (``domain.key_value.key``),
     used in metrics and in ``describe()``; ``source`` is ``file:line``.
-    ``limits`` is empty only for an ``unlimited`` rule.
+    ``limits`` is empty only for an ``unlimited`` rule. ``budget`` marks a
+    descriptor's ``budget`` (a token budget, ``server/_budget_config.py``): one
+    GCRA limit whose hits are tokens, checked on hits 0 and charged otherwise.
     """
 
     domain: str
@@ -157,6 +159,7 @@ class Rule:
     shadow_mode: bool = False
     quota_mode: bool = False
     detailed_metric: bool = False
+    budget: bool = False
 
     @property
     def always_over(self) -> bool:
@@ -175,7 +178,11 @@ class Rule:
         return self.limits[0] if self.limits else None
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``rate_limit`` block, normalised (loadable YAML)."""
+        """The ``rate_limit`` (or ``budget``) block, normalised (loadable YAML)."""
+        if self.budget:
+            from ratewarden.server._budget_config import budget_dict  # it imports this module
+
+            return budget_dict(self)
         out: dict[str, Any] = {}
         if self.name:
             out["name"] = self.name
@@ -206,6 +213,7 @@ class Rule:
                 ("shadow_mode", self.shadow_mode),
                 ("quota_mode", self.quota_mode),
                 ("detailed_metric", self.detailed_metric),
+                ("budget", self.budget),
             )
             if on
         ]
@@ -280,7 +288,7 @@ class Node:
         if self.value:
             out["value"] = self.value
         if self.rule is not None:
-            out["rate_limit"] = self.rule.to_dict()
+            out["budget" if self.rule.budget else "rate_limit"] = self.rule.to_dict()
             for flag in ("shadow_mode", "quota_mode", "detailed_metric"):
                 if getattr(self.rule, flag):
                     out[flag] = True
@@ -448,6 +456,7 @@ _DESCRIPTOR_KEYS = (
     "value_to_metric",
     "share_threshold",
     "metadata",
+    "budget",
 )
 _RATE_LIMIT_KEYS = (
     "unit",
@@ -466,6 +475,7 @@ _MISPLACED = {
     "domain": "the top level of the file",
     **{key: "the descriptor (next to rate_limit)" for key in _DESCRIPTOR_KEYS},
     **{key: "rate_limit" for key in _RATE_LIMIT_KEYS},
+    "tokens_per_unit": "budget",
 }
 
 #: Entries of a YAML mapping: key text -> (key node, value node).
@@ -822,6 +832,18 @@ class _FileReader:
         if "rate_limit" in entries:
             rule = self.rate_limit(
                 entries["rate_limit"],
+                domain=domain,
+                path=path,
+                shadow_mode=shadow_mode,
+                quota_mode=quota_mode,
+                detailed_metric=detailed_metric,
+            )
+        if "budget" in entries:
+            from ratewarden.server._budget_config import read_budget  # it imports this module
+
+            rule = read_budget(
+                self,
+                entries,
                 domain=domain,
                 path=path,
                 shadow_mode=shadow_mode,

@@ -13,7 +13,9 @@ How one request is decided
    drops the limits named by any other matched rule of the same request.
 2. Each remaining limited descriptor is one store call on its own counter key
    (domain + entries, length-prefixed: no value can alias another descriptor),
-   with all of its limits in that one call, so they are all-or-nothing.
+   with all of its limits in that one call, so they are all-or-nothing. A
+   ``budget`` rule's call goes to ``self.budgets`` instead: a check on hits 0,
+   a charge of tokens already spent (never refused) otherwise.
 3. Charging: by default a request that is denied consumes nothing. With several
    descriptors the service first checks every counter without consuming (cost
    0); only if no enforcing descriptor would deny does it charge them all. When
@@ -53,6 +55,7 @@ from typing import Any
 from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped, unused-ignore]
 from google.protobuf import struct_pb2  # type: ignore[import-untyped, unused-ignore]
 
+from ratewarden.budgets.envoy import AsyncRuleBudgets, RuleBudgets
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError, StorageError, StorageUnavailableError
@@ -584,6 +587,7 @@ class RateLimitService(_ServiceBase):
             over_limit_cache=over_limit_cache,
         )
         self.store = store
+        self.budgets = RuleBudgets(store)
 
     def should_rate_limit(self, request: Any) -> Any:
         """Decide a ``RateLimitRequest`` into a ``RateLimitResponse``; store failures never raise.
@@ -610,7 +614,10 @@ class RateLimitService(_ServiceBase):
         started = time.perf_counter()
         reply: Decision | Exception
         try:
-            reply = self.store.hit(rule.algorithm, call.item.key, rule.rates, call.cost)
+            if rule.budget:  # a token budget: checked on hits 0, charged otherwise
+                reply = self.budgets.hit(rule.rates[0], call.item.key, call.item.cost, call.cost)
+            else:
+                reply = self.store.hit(rule.algorithm, call.item.key, rule.rates, call.cost)
         except Exception as exc:  # every store failure is a policy decision, never a crash
             reply = exc
         self._timed(time.perf_counter() - started)
@@ -659,6 +666,7 @@ class AsyncRateLimitService(_ServiceBase):
             over_limit_cache=over_limit_cache,
         )
         self.store = store
+        self.budgets = AsyncRuleBudgets(store)
 
     async def should_rate_limit(self, request: Any) -> Any:
         """See ``RateLimitService.should_rate_limit``."""
@@ -683,7 +691,11 @@ class AsyncRateLimitService(_ServiceBase):
         started = time.perf_counter()
         reply: Decision | Exception
         try:
-            reply = await self.store.hit(rule.algorithm, call.item.key, rule.rates, call.cost)
+            if rule.budget:  # a token budget: checked on hits 0, charged otherwise
+                budgets = self.budgets
+                reply = await budgets.hit(rule.rates[0], call.item.key, call.item.cost, call.cost)
+            else:
+                reply = await self.store.hit(rule.algorithm, call.item.key, rule.rates, call.cost)
         except asyncio.CancelledError:
             if self.breaker is not None:
                 self.breaker.abandon()

@@ -1,0 +1,214 @@
+"""ShouldRateLimit for a descriptor with a ``budget``: checked on hits 0, charged on hits N.
+
+Every test runs over memory, a real redis-server and a 3-primary Cluster, on both
+service twins (the ``backend`` and ``twin`` fixtures of tests/server/conftest.py),
+with the stores themselves (no outage wrapper: a budget runs its own store
+script, not ``Store.hit``). Time is a ManualClock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from ratewarden.server import config
+from ratewarden.server.service import AsyncRateLimitService, RateLimitService
+from ratewarden.storage.redis import AsyncRedisStore, RedisStore
+from ratewarden.testing import ManualClock
+from tests._servers import free_port
+from tests.server.conftest import (
+    ALIGNED,
+    OK,
+    OVER,
+    Backend,
+    Cleanup,
+    Harness,
+    Outage,
+    RecordingHooks,
+    desc,
+)
+
+Make = Callable[..., Harness]
+
+#: 1,000 tokens a minute: one token back every 60 ms.
+RULES = """
+domain: d
+descriptors:
+  - key: tenant
+    budget: {unit: minute, tokens_per_unit: 1000}
+  - key: shadow
+    shadow_mode: true
+    budget: {unit: minute, tokens_per_unit: 100}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5}
+"""
+
+
+@pytest.fixture
+def budget_rls(
+    request: pytest.FixtureRequest, backend: Backend, twin: str
+) -> Iterator[Callable[..., Harness]]:
+    """``budget_rls(yaml_text, **options)``: a Harness over the parametrized real store."""
+    loop = asyncio.new_event_loop()
+    cleanup: Cleanup = []
+
+    def make(text: str = RULES, **options: Any) -> Harness:
+        clock = ManualClock(ALIGNED)
+        sync_store, async_store = backend(request, clock, cleanup)
+        hooks = RecordingHooks()
+        loaded = config.loads(text, "test.yaml")
+        if twin == "sync":
+            service: Any = RateLimitService(loaded, sync_store, hooks=hooks, **options)
+            return Harness(service, clock, hooks, Outage(), sync_store)
+        service = AsyncRateLimitService(loaded, async_store, hooks=hooks, **options)
+        return Harness(service, clock, hooks, Outage(), async_store, loop)
+
+    yield make
+    for kind, close in cleanup:
+        if kind == "async":
+            loop.run_until_complete(close())
+        else:
+            close()
+    loop.close()
+
+
+def _status(h: Harness, *descriptors: Any) -> Any:
+    return h.ask(*descriptors).statuses[0]
+
+
+def test_a_check_charges_nothing_and_reports_the_budget(budget_rls: Make) -> None:
+    """hits 0: OK with current_limit = tokens per unit and the tokens left; nothing charged."""
+    h = budget_rls()
+    for _ in range(3):
+        status = _status(h, desc(("tenant", "acme"), hits=0))
+        assert status.code == OK
+        assert status.limit_remaining == 1000
+        assert status.current_limit.requests_per_unit == 1000
+    assert [o.charged for o in h.hooks.outcomes] == [False] * 3
+
+
+def test_hits_are_tokens_charged_up_to_an_empty_budget_and_never_refused(
+    budget_rls: Make,
+) -> None:
+    """600 tokens, then 600 more with 400 left: both OK; the budget is empty, not in debt."""
+    h = budget_rls()
+    assert _status(h, desc(("tenant", "acme"), hits=600)).limit_remaining == 400
+    charged = _status(h, desc(("tenant", "acme"), hits=600))
+    assert charged.code == OK and charged.limit_remaining == 0
+    assert h.hooks.outcomes[-1].charged
+    h.clock.advance(0.06)  # one emission interval: one token back, so the debt was not kept
+    assert _status(h, desc(("tenant", "acme"), hits=0)).limit_remaining == 1
+
+
+def test_a_spent_budget_refuses_the_check_until_a_token_is_back(budget_rls: Make) -> None:
+    """Empty: the check is OVER_LIMIT with duration_until_reset = 60 ms, then OK after it."""
+    h = budget_rls()
+    h.ask(desc(("tenant", "acme"), hits=1000))
+    response = h.ask(desc(("tenant", "acme"), hits=0))
+    assert response.overall_code == OVER
+    wait = response.statuses[0].duration_until_reset
+    assert (wait.seconds, wait.nanos) == (0, 60_000_000)
+    assert h.codes(desc(("tenant", "other"), hits=0)) == [OK, OK]  # another tenant's budget
+    h.clock.advance(0.059)
+    assert h.codes(desc(("tenant", "acme"), hits=0)) == [OVER, OVER]
+    h.clock.advance(0.001)
+    assert h.codes(desc(("tenant", "acme"), hits=0)) == [OK, OK]
+
+
+def test_a_spent_budget_denies_the_request_without_charging_its_other_limits(
+    budget_rls: Make,
+) -> None:
+    """Check + a request limit in one call: the empty budget denies, the request is not counted."""
+    h = budget_rls()
+    h.ask(desc(("tenant", "acme"), hits=1000))
+    codes = h.codes(desc(("tenant", "acme"), hits=0), desc(("user", "u1")))
+    assert codes == [OVER, OVER, OK]
+    assert h.remaining(("user", "u1")) == 5
+    h.clock.advance(0.06)
+    assert h.codes(desc(("tenant", "acme"), hits=0), desc(("user", "u1"))) == [OK, OK, OK]
+    assert h.remaining(("user", "u1")) == 4
+
+
+def test_a_charge_beside_another_descriptor_is_charged_even_past_what_is_left(
+    budget_rls: Make,
+) -> None:
+    """A stream-done call with the tokens and a request limit: both charged, never refused."""
+    h = budget_rls()
+    h.ask(desc(("tenant", "acme"), hits=700))
+    codes = h.codes(desc(("tenant", "acme"), hits=600), desc(("user", "u1")))
+    assert codes == [OK, OK, OK]
+    assert h.remaining(("tenant", "acme")) == 0
+    assert h.remaining(("user", "u1")) == 4
+
+
+def test_shadow_mode_reports_ok_on_a_spent_budget(budget_rls: Make) -> None:
+    """A shadow budget never denies; the outcome still says it was over."""
+    h = budget_rls()
+    h.ask(desc(("shadow", "acme"), hits=100))
+    assert h.codes(desc(("shadow", "acme"), hits=0)) == [OK, OK]
+    assert h.hooks.outcomes[-1].over_limit and h.hooks.outcomes[-1].shadowed
+
+
+def test_envoy_limit_override_keeps_a_budget_a_budget(budget_rls: Make) -> None:
+    """descriptor.limit sets the rate (10/second); a charge still goes past what is left."""
+    h = budget_rls()
+    second = 1  # RateLimitResponse.RateLimit.SECOND
+    status = _status(h, desc(("tenant", "acme"), hits=25, limit=(10, second)))
+    assert status.code == OK and status.limit_remaining == 0
+    assert h.codes(desc(("tenant", "acme"), hits=0, limit=(10, second))) == [OVER, OVER]
+    assert h.remaining(("tenant", "acme")) == 1000  # the configured budget is another counter
+
+
+def test_a_budget_without_per_descriptor_hits_charges_the_request_hits(budget_rls: Make) -> None:
+    """No hits_addend on the descriptor: the request's hits (0 means 1) are tokens to charge."""
+    h = budget_rls()
+    assert h.ask(desc(("tenant", "acme")), hits=0).statuses[0].limit_remaining == 999
+    assert h.ask(desc(("tenant", "acme")), hits=40).statuses[0].limit_remaining == 959
+
+
+@pytest.mark.parametrize(("mode", "code"), [("open", OK), ("closed", OVER)])
+def test_failure_mode_answers_a_budget_check_when_the_store_is_down(mode: str, code: int) -> None:
+    """A redis-server that is not there: open allows the check, closed denies it."""
+    rules = config.loads(
+        f"domain: d\ndescriptors:\n  - key: tenant\n"
+        f"    budget: {{unit: minute, tokens_per_unit: 10, failure_mode: {mode}}}\n"
+    )
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    hooks = RecordingHooks()
+    store = RedisStore.from_url(url, timeout=0.2)
+    try:
+        h = Harness(
+            RateLimitService(rules, store, hooks=hooks), ManualClock(), hooks, Outage(), store
+        )  # type: ignore[arg-type]
+        assert h.codes(desc(("tenant", "acme"), hits=0)) == [code, code]
+        assert h.hooks.outcomes[-1].failure == mode
+        assert len(h.hooks.store_errors) == 1
+    finally:
+        store.close()
+
+
+def test_the_async_service_falls_back_the_same_way() -> None:
+    """AsyncRateLimitService on a dead redis: closed denies the budget check."""
+    rules = config.loads(
+        "domain: d\ndescriptors:\n  - key: tenant\n"
+        "    budget: {unit: minute, tokens_per_unit: 10, failure_mode: closed}\n"
+    )
+    store = AsyncRedisStore.from_url(f"redis://127.0.0.1:{free_port()}/0", timeout=0.2)
+
+    async def ask() -> Any:
+        service = AsyncRateLimitService(rules, store)
+        try:
+            return await service.should_rate_limit(_request("d", desc(("tenant", "acme"), hits=0)))
+        finally:
+            await store.aclose()
+
+    assert asyncio.run(ask()).overall_code == OVER
+
+
+def _request(domain: str, *descriptors: Any) -> Any:
+    from envoy.service.ratelimit.v3 import rls_pb2
+
+    return rls_pb2.RateLimitRequest(domain=domain, descriptors=list(descriptors))
