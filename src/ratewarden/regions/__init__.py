@@ -1,0 +1,52 @@
+"""Multi-region budgets: three strategies behind one ``hit(key, rates, cost)``.
+
+- ``RegionalQuota``: the global limit split into per-region allowances (static
+  shares, or shares rebalanced from traffic through ``DemandExchange``); never
+  over the limit, wasteful when traffic shifts.
+- ``ReconciledBudget``: each region enforces on its own Redis and exchanges
+  grow-only counts (``GCounter``, merged by max) every sync interval; over the
+  limit by at most ``overshoot_bound(...)`` per window, exported through
+  ``Metrics.region_overshoot``. ``SyncThread`` runs the rounds.
+- ``HomeRegion`` / ``AsyncHomeRegion``: a tenant's checks go to its home
+  region's store; exact, but remote checks pay the cross-region round trip.
+
+``python -m ratewarden.regions bound ...`` prints the bound for a configuration.
+See docs/regions.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from ratewarden.decision import Decision
+from ratewarden.rate import Rate
+from ratewarden.regions._bound import overshoot_bound, split_allowances, traffic_weights
+from ratewarden.regions._gcounter import GCounter
+from ratewarden.regions._pinning import AsyncHomeRegion, HomeRegion
+from ratewarden.regions._quotas import DemandExchange, RegionalQuota
+from ratewarden.regions._reconcile import PeerView, ReconciledBudget, SyncReport, SyncThread
+
+__all__ = [
+    "AsyncHomeRegion",
+    "DemandExchange",
+    "GCounter",
+    "HomeRegion",
+    "PeerView",
+    "ReconciledBudget",
+    "RegionStrategy",
+    "RegionalQuota",
+    "SyncReport",
+    "SyncThread",
+    "overshoot_bound",
+    "split_allowances",
+    "traffic_weights",
+]
+
+
+class RegionStrategy(Protocol):
+    """What the three synchronous strategies share: one decision per call."""
+
+    def hit(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Decision:
+        """Admit ``cost`` on ``key`` under ``rates``, or say why not."""
+        ...

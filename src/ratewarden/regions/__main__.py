@@ -1,0 +1,65 @@
+"""``python -m ratewarden.regions bound``: print the over-admission bound of a reconciled budget.
+
+::
+
+    python -m ratewarden.regions bound --region us=100/s --region eu=50/s \\
+        --region ap=20/s --sync-interval 1 --replication-lag 0.1
+
+Each ``--region NAME=RATE`` is a region's rate cap (``Rate.parse`` syntax;
+``NAME=RATE:BURST`` sets its burst). Exits 2 with the reason on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.rate import Rate
+from ratewarden.regions._bound import overshoot_bound
+
+
+def _region(text: str) -> tuple[str, Rate]:
+    name, sep, spec = text.partition("=")
+    if not sep or not name:
+        raise ConfigurationError(f"--region {text!r} must be NAME=RATE, such as us=100/s")
+    rate_text, _, burst = spec.partition(":")
+    if burst and not burst.isdecimal():
+        raise ConfigurationError(f"--region {text!r}: burst {burst!r} must be a whole number")
+    return name, Rate.parse(rate_text, int(burst) if burst else None)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m ratewarden.regions")
+    commands = parser.add_subparsers(dest="command", required=True)
+    bound = commands.add_parser("bound", help="requests a window may go over its global limit")
+    bound.add_argument("--region", action="append", required=True, metavar="NAME=RATE[:BURST]")
+    bound.add_argument("--sync-interval", type=float, required=True, metavar="SECONDS")
+    bound.add_argument("--replication-lag", type=float, default=0.0, metavar="SECONDS")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        pairs = [_region(text) for text in args.region]
+        rates = dict(pairs)
+        if len(rates) != len(pairs):
+            raise ConfigurationError("each --region NAME may be given once")
+        total = overshoot_bound(rates, args.sync_interval, args.replication_lag)
+    except ConfigurationError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    staleness = args.sync_interval + args.replication_lag
+    print(f"staleness = sync interval + replication lag = {staleness:g} s")
+    for name, rate in rates.items():
+        part = overshoot_bound({name: rate}, args.sync_interval, args.replication_lag)
+        print(f"  {name:<12} {rate!s:<24} burst {rate.capacity} + rate x staleness -> {part}")
+    print(f"bound: at most {total} requests over the global limit per window")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""HomeRegion / AsyncHomeRegion: every check of a tenant goes to its home region's store.
+
+One store holds a tenant's state, so the limit is exact (the store's own
+guarantee, no reconciliation and no over-admission from regions). The price
+is latency: a request served outside the tenant's home region makes its
+check across regions, so it pays that link's round trip (70 ms transatlantic)
+on the request path, and a partition between the two regions is a store
+outage there, handled by the failure policy of the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Generic, TypeVar
+
+from ratewarden.decision import Decision
+from ratewarden.errors import ConfigurationError
+from ratewarden.limiter import AsyncLimiter, Limiter
+from ratewarden.rate import Rate
+from ratewarden.regions._gcounter import check_region
+
+__all__ = ["AsyncHomeRegion", "HomeRegion"]
+
+L = TypeVar("L", Limiter, AsyncLimiter)
+
+
+def _tenant_is_key(key: str) -> str:
+    return key
+
+
+class _Pinning(Generic[L]):
+    def __init__(
+        self,
+        limiters: Mapping[str, L],
+        homes: Mapping[str, str],
+        default: str,
+        *,
+        tenant_of: Callable[[str], str] = _tenant_is_key,
+    ) -> None:
+        if not limiters:
+            raise ConfigurationError("limiters must map at least one region to its Limiter")
+        for region in limiters:
+            check_region(region)
+        if default not in limiters:
+            raise ConfigurationError(
+                f"default home {default!r} is not one of the regions {sorted(limiters)}"
+            )
+        for tenant, home in homes.items():
+            if home not in limiters:
+                raise ConfigurationError(
+                    f"tenant {tenant!r} is homed in {home!r}, which is not one of the "
+                    f"regions {sorted(limiters)}"
+                )
+        self.limiters: dict[str, L] = dict(limiters)
+        self.homes = dict(homes)
+        self.default = default
+        self.tenant_of = tenant_of
+
+    def home_of(self, key: str) -> str:
+        """The region whose store decides ``key``: its tenant's home, else the default."""
+        return self.homes.get(self.tenant_of(key), self.default)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(regions={sorted(self.limiters)}, "
+            f"tenants={len(self.homes)}, default={self.default!r})"
+        )
+
+
+class HomeRegion(_Pinning[Limiter]):
+    """Sends each check to the ``Limiter`` of the key's home region.
+
+    ``limiters`` maps region -> Limiter over that region's store (remote ones
+    reached over the cross-region link; give their stores a timeout above the
+    link's round trip). ``homes`` maps tenant -> region; ``tenant_of(key)``
+    finds a key's tenant (the key itself by default).
+    """
+
+    def hit(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Decision:
+        """``Limiter.hit`` on the home region's limiter."""
+        return self.limiters[self.home_of(key)].hit(key, rates, cost)
+
+
+class AsyncHomeRegion(_Pinning[AsyncLimiter]):
+    """The asyncio twin of ``HomeRegion`` over ``AsyncLimiter``s."""
+
+    async def hit(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Decision:
+        """See ``HomeRegion.hit``."""
+        return await self.limiters[self.home_of(key)].hit(key, rates, cost)

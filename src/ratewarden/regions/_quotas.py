@@ -1,0 +1,157 @@
+"""RegionalQuota: a global limit split into per-region allowances, each enforced locally.
+
+Every region holds an allowance of each global rate (``split_allowances``: the
+allowances sum to exactly the limit) and enforces it on its own store with the
+ordinary ``Limiter``. Nothing crosses regions on the request path, and nothing
+is ever over the global limit within one share epoch. The price is waste: a
+region whose traffic is below its share leaves budget that a busier one
+cannot use.
+
+Shares are static (``shares={"us": 60, "eu": 30, "ap": 10}``) or follow traffic:
+every region counts its demand (the cost asked, allowed or not) and publishes
+it; ``rebalance`` recomputes the shares from every region's demand of the last
+interval (``traffic_weights``). ``DemandExchange`` carries those counts
+through each region's Redis.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+
+import redis
+
+from ratewarden.decision import Decision
+from ratewarden.errors import ConfigurationError
+from ratewarden.limiter import Limiter
+from ratewarden.rate import Rate
+from ratewarden.regions._bound import check_weights, split_allowances, traffic_weights
+from ratewarden.regions._gcounter import check_region
+from ratewarden.storage._plan import check_cost, check_key, check_rates
+from ratewarden.storage._redis_errors import REDIS_ERRORS, raise_storage_error
+
+__all__ = ["DemandExchange", "RegionalQuota"]
+
+
+class RegionalQuota:
+    """This region's allowance of each global rate, enforced by ``limiter`` on the local store."""
+
+    def __init__(self, region: str, limiter: Limiter, shares: Mapping[str, int | float]) -> None:
+        self.region = check_region(region)
+        check_weights(shares)
+        if region not in shares:
+            raise ConfigurationError(f"shares name {sorted(shares)} but not this region {region!r}")
+        self.limiter = limiter
+        self._shares: dict[str, int | float] = dict(shares)
+        self._demand = 0
+        self._lock = threading.Lock()
+
+    @property
+    def shares(self) -> dict[str, int | float]:
+        """The weights the allowances are split by, per region."""
+        return dict(self._shares)
+
+    @property
+    def regions(self) -> tuple[str, ...]:
+        """Every region of the split, in the order given."""
+        return tuple(self._shares)
+
+    def allowance(self, rate: Rate) -> int:
+        """This region's part of ``rate.limit`` under the current shares."""
+        return split_allowances(rate.limit, self._shares)[self.region]
+
+    def local_rates(self, rates: Rate | Sequence[Rate]) -> tuple[Rate | None, ...]:
+        """Each global rate scaled to this region's allowance; None where it is 0."""
+        scaled: list[Rate | None] = []
+        for rate in check_rates(rates):
+            allowance = self.allowance(rate)
+            if allowance == 0:
+                scaled.append(None)
+                continue
+            burst = None
+            if rate.burst is not None:
+                burst = max(1, split_allowances(rate.burst, self._shares)[self.region])
+            scaled.append(Rate(allowance, rate.period, burst))
+        return tuple(scaled)
+
+    def hit(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Decision:
+        """Admit ``cost`` if this region's allowance of every rate has room (one local decision)."""
+        check_key(key)
+        check_cost(cost)
+        local = self.local_rates(rates)
+        with self._lock:
+            self._demand += cost
+        for rate, scaled in zip(check_rates(rates), local, strict=True):
+            if scaled is None:
+                # A share of zero: this region may admit nothing of this rate until a rebalance.
+                return Decision(False, 0, 0, 0.0, rate.period_seconds, rate=rate, cost=cost)
+        present = [r for r in local if r is not None]
+        return self.limiter.hit(key, present, cost)
+
+    def take_demand(self) -> int:
+        """The cost asked of this region since the last call (allowed or denied), and reset it."""
+        with self._lock:
+            demand, self._demand = self._demand, 0
+        return demand
+
+    def rebalance(self, demand: Mapping[str, int]) -> dict[str, int]:
+        """Set the shares from each region's demand of the last interval; returns the weights.
+
+        Every region must call this with the same ``demand`` (what
+        ``DemandExchange.collect`` returns once all have published) so that
+        their allowances add up to the limit. Usage already counted under the
+        old allowance is not carried over: see docs/regions.md.
+        """
+        weights = traffic_weights(demand, self.regions)
+        self._shares = dict(weights)
+        return weights
+
+    def __repr__(self) -> str:
+        return f"RegionalQuota(region={self.region!r}, shares={self._shares!r})"
+
+
+class DemandExchange:
+    """Each region's demand per interval, published to its own Redis and read by the others.
+
+    ``publish(interval, demand)`` writes this region's count for interval
+    number ``interval``; ``collect(interval)`` reads every region's count for it
+    (missing ones are 0, and which were missing is returned too).
+    """
+
+    def __init__(
+        self, region: str, clients: Mapping[str, redis.Redis], *, prefix: str = "rw"
+    ) -> None:
+        self.region = check_region(region)
+        if region not in clients:
+            raise ConfigurationError(f"clients must include this region {region!r}")
+        self.clients = dict(clients)
+        self.prefix = prefix
+
+    def _key(self, region: str) -> str:
+        return f"{self.prefix}:regions:demand:{region}"
+
+    def publish(self, interval: int, demand: int) -> None:
+        """Record this region's demand of ``interval`` (kept for a few intervals)."""
+        key = self._key(self.region)
+        try:
+            pipe = self.clients[self.region].pipeline(transaction=False)
+            pipe.hset(key, str(interval), demand)
+            pipe.hdel(key, str(interval - 4))
+            pipe.expire(key, 3600)
+            pipe.execute()
+        except REDIS_ERRORS as exc:
+            raise_storage_error(exc, f"region {self.region}", 0)
+
+    def collect(self, interval: int) -> tuple[dict[str, int], tuple[str, ...]]:
+        """Every region's demand of ``interval`` and the regions that could not be read."""
+        demand: dict[str, int] = {}
+        missing: list[str] = []
+        for region, client in self.clients.items():
+            try:
+                raw = client.hget(self._key(region), str(interval))
+            except REDIS_ERRORS:
+                raw = None
+            if raw is None:
+                missing.append(region)
+            demand[region] = 0 if raw is None else int(raw)
+        return demand, tuple(missing)
