@@ -1,0 +1,247 @@
+"""ReconciledBudget across three real redis-servers, peers reached through latency proxies.
+
+The exchange schedule and the windows follow a ManualClock where the algorithm
+allows (the first tests); the last test runs in bounded real time with sync
+threads. Every run prints the computed bound and the measured overshoot
+(``pytest -s``) and asserts overshoot <= bound.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from ratewarden.clock import SystemClock
+from ratewarden.errors import ConfigurationError
+from ratewarden.rate import Rate
+from ratewarden.regions import ReconciledBudget, SyncThread
+from ratewarden.testing import ManualClock
+from tests.faults._proxy import Fault
+from tests.regions._traffic import build_fleet
+from tests.regions.conftest import Region, set_latency
+
+RATES = {
+    "us": Rate.parse("30/s", burst=1),
+    "eu": Rate.parse("20/s", burst=1),
+    "ap": Rate.parse("10/s", burst=1),
+}
+GLOBAL = Rate.parse("600/minute")
+START = 1_700_000_040.0  # a whole minute: the run starts at a window's start
+
+
+def _report(name: str, bound: int, total: int, limit: int, extra: str = "") -> int:
+    overshoot = max(0, total - limit)
+    print(
+        f"\n[regions] {name}: limit {limit}, admitted {total}, "
+        f"overshoot {overshoot}, bound {bound}{extra}"
+    )
+    return overshoot
+
+
+@pytest.mark.parametrize(("lag", "offered"), [(0.2, ("us", "eu", "ap")), (0.5, ("us", "ap"))])
+def test_staggered_rounds_with_lag_stay_within_the_bound(
+    regions: dict[str, Region], lag: float, offered: tuple[str, ...]
+) -> None:
+    """Rounds staggered across the interval, each applied ``lag`` after its read while
+    traffic flows: the window's total admissions exceed the limit by at most the bound,
+    and after a final quiet round every region's exported overshoot equals the measured one.
+    """
+    set_latency(regions, 0.002)
+    clock = ManualClock(START)
+    fleet = build_fleet(regions, RATES, sync_interval=1.0, replication_lag=lag, clock=clock)
+    budgets = fleet.budgets
+    offsets = {"us": 0.0, "eu": 0.33, "ap": 0.66}
+    pending: dict[str, tuple[float, object]] = {}
+    tick = 0.02
+    # Long enough for the offered regions' caps to run the limit out, and 4 s more.
+    per_second = sum(RATES[name].limit / RATES[name].period_seconds for name in offered)
+    seconds = GLOBAL.limit / per_second + 4
+    for step in range(int(seconds / tick)):
+        now = step * tick
+        for name, budget in budgets.items():
+            if name in pending and now >= pending[name][0]:
+                budget.apply(pending.pop(name)[1])  # type: ignore[arg-type]
+            phase = (now - offsets[name]) % 1.0
+            if name not in pending and (phase < tick / 2 or phase > 1.0 - tick / 2):
+                pending[name] = (now + lag, budget.fetch())
+        for name in offered:
+            if budgets[name].hit("tenant-a", GLOBAL).allowed:
+                fleet.admitted[name] += 1
+        clock.advance(tick)
+    for view_name, (_, view) in pending.items():
+        budgets[view_name].apply(view)  # type: ignore[arg-type]
+    total = sum(fleet.admitted.values())
+    overshoot = _report(
+        f"manual clock, lag {lag} s, traffic in {offered}",
+        fleet.bound,
+        total,
+        GLOBAL.limit,
+        f", per region {fleet.admitted}",
+    )
+    assert overshoot <= fleet.bound
+    assert total >= GLOBAL.limit * 0.9, "the regions should use the budget between them"
+    for budget in budgets.values():
+        assert budget.sync().complete
+    for name in budgets:
+        assert fleet.metrics.reports[name][-1] == overshoot
+
+
+def test_an_idle_regions_share_flows_to_the_busy_one(regions: dict[str, Region]) -> None:
+    """Only us has traffic: after rounds it admits far past its static share (30/60 of 600)."""
+    clock = ManualClock(START)
+    fleet = build_fleet(regions, RATES, sync_interval=1.0, replication_lag=0.1, clock=clock)
+    us = fleet.budgets["us"]
+    static = us.default_cap(GLOBAL)
+    admitted = 0
+    for step in range(40 * 50):  # 40 s at 50 offers a second, capped at 30/s
+        if step % 50 == 0:
+            for budget in fleet.budgets.values():
+                budget.sync()
+        admitted += us.hit("tenant-b", GLOBAL).allowed
+        clock.advance(0.02)
+    print(f"\n[regions] idle peers: us static share {static}, admitted {admitted} of 600")
+    assert static == 300
+    assert admitted > 500
+    assert admitted <= GLOBAL.limit + fleet.bound
+
+
+def test_a_round_with_an_unreachable_peer_does_not_grow_the_budget(
+    regions: dict[str, Region],
+) -> None:
+    """ap's link black-holed: us's round is incomplete, names ap, and its cap stays as it was."""
+    clock = ManualClock(START)
+    fleet = build_fleet(
+        regions, RATES, sync_interval=1.0, replication_lag=5.0, clock=clock, link_timeout=0.2
+    )
+    us = fleet.budgets["us"]
+    for _ in range(10):
+        us.hit("tenant-c", GLOBAL)
+        clock.advance(0.05)
+    regions["ap"].link.set_fault(Fault.BLACKHOLE)
+    key = us._hash_key(f"{GLOBAL.limit}:{GLOBAL.period_us}:tenant-c")
+    before = regions["us"].local().hget(key, "cap")
+    report = us.sync()
+    assert (report.complete, report.failed) == (False, ("ap",))
+    assert regions["us"].local().hget(key, "cap") == before is None
+    regions["ap"].link.set_fault(Fault.NONE)
+    assert us.sync().complete
+
+
+def test_a_view_older_than_the_lag_merges_counts_but_keeps_the_cap(
+    regions: dict[str, Region],
+) -> None:
+    """Applied after more than replication_lag, a round is stale: caps are not recomputed."""
+    clock = ManualClock(START)
+    fleet = build_fleet(regions, RATES, sync_interval=1.0, replication_lag=0.1, clock=clock)
+    eu, us = fleet.budgets["eu"], fleet.budgets["us"]
+    eu.hit("tenant-d", GLOBAL)
+    eu.sync()
+    view = us.fetch()
+    clock.advance(0.2)
+    report = us.apply(view)
+    assert (report.complete, report.stale, report.keys) == (False, True, 1)
+    key = us._hash_key(f"{GLOBAL.limit}:{GLOBAL.period_us}:tenant-d")
+    stored = regions["us"].local().hgetall(key)
+    assert stored[b"c:eu"] == b"1" and b"cap" not in stored
+
+
+def test_windows_follow_redis_time_without_a_clock(regions: dict[str, Region]) -> None:
+    """With no clock the scripts read each region's Redis TIME; a window resets at its end."""
+    fleet = build_fleet(regions, RATES, sync_interval=1.0, replication_lag=0.1, clock=None)
+    us = fleet.budgets["us"]
+    decision = us.hit("tenant-e", Rate.parse("5/s"))
+    assert decision.allowed and 0 < decision.reset_after <= 1.0
+    assert decision.limit == 5 and decision.remaining == us.default_cap(Rate.parse("5/s")) - 1
+
+
+def test_bad_configuration_and_input_are_refused_and_change_nothing(
+    regions: dict[str, Region],
+) -> None:
+    """Missing or extra region rates, several global rates, a bad cost: ConfigurationError."""
+    local = regions["us"].local()
+    peers = {"eu": regions["eu"].remote(), "ap": regions["ap"].remote()}
+    with pytest.raises(ConfigurationError, match="give every region"):
+        ReconciledBudget(
+            "us", local, peers, {"us": RATES["us"]}, sync_interval=1, replication_lag=0
+        )
+    with pytest.raises(ConfigurationError, match="sync_interval"):
+        ReconciledBudget("us", local, peers, RATES, sync_interval=0, replication_lag=0)
+    with pytest.raises(ConfigurationError, match="weights"):
+        ReconciledBudget(
+            "us", local, peers, RATES, sync_interval=1, replication_lag=0, weights={"us": 1}
+        )
+    budget = ReconciledBudget("us", local, peers, RATES, sync_interval=1, replication_lag=0)
+    with pytest.raises(ConfigurationError, match="exactly one global Rate"):
+        budget.hit("k", [GLOBAL, Rate.parse("10/s")])
+    with pytest.raises(ConfigurationError, match="cost"):
+        budget.hit("k", GLOBAL, cost=-1)
+    with pytest.raises(ConfigurationError, match="key"):
+        budget.hit("", GLOBAL)
+    assert local.dbsize() == 0
+
+
+def test_real_time_three_regions_with_sync_threads(regions: dict[str, Region]) -> None:
+    """Real time, 10 ms each way on every cross-region link, rounds every 0.2 s in threads:
+    three regions offer more than their caps for at most 2.5 s; the overshoot stays within
+    the bound computed from the config.
+    """
+    set_latency(regions, 0.010)
+    clock = _AlignedClock(period_s=60.0)  # real time, shifted to start at a window's start
+    rates = {
+        "us": Rate.parse("100/s", burst=1),
+        "eu": Rate.parse("60/s", burst=1),
+        "ap": Rate.parse("40/s", burst=1),
+    }
+    limit = Rate.parse("300/minute")
+    fleet = build_fleet(regions, rates, sync_interval=0.2, replication_lag=0.25, clock=clock)
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def offer(name: str) -> None:
+        budget = fleet.budgets[name]
+        while not stop.is_set():
+            if budget.hit("tenant-f", limit).allowed:
+                with lock:
+                    fleet.admitted[name] += 1
+            time.sleep(0.003)
+
+    syncs = [SyncThread(b).start() for b in fleet.budgets.values()]
+    workers = [threading.Thread(target=offer, args=(n,)) for n in fleet.budgets]
+    for worker in workers:
+        worker.start()
+    time.sleep(2.5)
+    stop.set()
+    for worker in workers:
+        worker.join(5)
+    for sync in syncs:
+        sync.stop()
+    total = sum(fleet.admitted.values())
+    rounds = {s.budget.region: s.rounds for s in syncs}
+    overshoot = _report(
+        "real time, 10 ms links, 0.2 s rounds",
+        fleet.bound,
+        total,
+        limit.limit,
+        f", per region {fleet.admitted}, rounds {rounds}",
+    )
+    assert all(r >= 3 for r in rounds.values()), "the sync threads should have run rounds"
+    assert overshoot <= fleet.bound
+
+
+class _AlignedClock(SystemClock):
+    """The system clock shifted so that the first reading falls at the start of a window."""
+
+    __slots__ = ("_offset_us",)
+
+    def __init__(self, period_s: float) -> None:
+        now = super().now_us()
+        period_us = int(period_s * 1_000_000)
+        self._offset_us = (now // period_us + 1) * period_us - now
+
+    def now_us(self) -> int:
+        return super().now_us() + self._offset_us
+
+    def now(self) -> float:
+        return self.now_us() / 1_000_000
