@@ -1,0 +1,96 @@
+"""RegionalQuota: per-region allowances on three real redis-servers; never over the limit."""
+
+from __future__ import annotations
+
+import pytest
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.limiter import Limiter
+from ratewarden.rate import Rate
+from ratewarden.regions import DemandExchange, RegionalQuota, split_allowances
+from ratewarden.storage.redis import RedisStore
+from ratewarden.testing import ManualClock
+from tests.regions.conftest import Region, set_latency
+
+SHARES = {"us": 60, "eu": 30, "ap": 10}
+GLOBAL = Rate.parse("100/minute")
+
+
+def _quotas(regions: dict[str, Region], clock: ManualClock) -> dict[str, RegionalQuota]:
+    return {
+        name: RegionalQuota(name, Limiter(RedisStore(r.local(), clock=clock)), SHARES)
+        for name, r in regions.items()
+    }
+
+
+def test_static_shares_admit_each_allowance_and_never_the_limit_more(
+    regions: dict[str, Region],
+) -> None:
+    """60/30/10 of 100/minute: each region admits exactly its allowance; 100 in all."""
+    clock = ManualClock(1_700_000_000)
+    quotas = _quotas(regions, clock)
+    admitted = {
+        name: sum(q.hit("tenant", GLOBAL).allowed for _ in range(150)) for name, q in quotas.items()
+    }
+    print(f"\n[regions] static quotas of {GLOBAL.limit}: admitted {admitted}")
+    assert admitted == {"us": 60, "eu": 30, "ap": 10}
+    assert sum(admitted.values()) <= GLOBAL.limit
+
+
+def test_static_shares_waste_budget_when_traffic_shifts(regions: dict[str, Region]) -> None:
+    """All traffic in ap: it gets its 10, and the other 90 of the limit go unused."""
+    clock = ManualClock(1_700_000_000)
+    ap = _quotas(regions, clock)["ap"]
+    assert sum(ap.hit("tenant", GLOBAL).allowed for _ in range(100)) == 10
+
+
+def test_traffic_shares_are_exchanged_across_the_links_and_agree(
+    regions: dict[str, Region],
+) -> None:
+    """Each region publishes its demand; every region reads all three through the 20 ms
+    links, rebalances to the same weights, and the new allowances sum to the limit.
+    """
+    set_latency(regions, 0.010)
+    clock = ManualClock(1_700_000_000)
+    quotas = _quotas(regions, clock)
+    for name, offers in {"us": 5, "eu": 10, "ap": 85}.items():
+        for _ in range(offers):
+            quotas[name].hit("tenant", GLOBAL)
+    for name, quota in quotas.items():
+        DemandExchange(name, {name: regions[name].local()}).publish(7, quota.take_demand())
+    seen = []
+    for name, quota in quotas.items():
+        clients = {peer: (r.local() if peer == name else r.remote()) for peer, r in regions.items()}
+        demand, missing = DemandExchange(name, clients).collect(7)
+        assert missing == ()
+        seen.append(quota.rebalance(demand))
+    assert seen[0] == seen[1] == seen[2] == {"us": 8, "eu": 13, "ap": 88}
+    allowances = {name: q.allowance(GLOBAL) for name, q in quotas.items()}
+    print(f"\n[regions] traffic shares {seen[0]} -> allowances {allowances}")
+    assert allowances == split_allowances(GLOBAL.limit, seen[0])
+    assert sum(allowances.values()) == GLOBAL.limit
+
+
+def test_a_region_missing_from_the_exchange_is_reported(regions: dict[str, Region]) -> None:
+    """A region that published nothing for the interval counts as 0 and is named as missing."""
+    exchange = DemandExchange("us", {n: r.local() for n, r in regions.items()})
+    exchange.publish(3, 12)
+    demand, missing = exchange.collect(3)
+    assert demand == {"us": 12, "eu": 0, "ap": 0}
+    assert missing == ("eu", "ap")
+
+
+def test_a_zero_allowance_denies_without_touching_the_store(regions: dict[str, Region]) -> None:
+    """1/minute split 60/30/10 leaves eu and ap nothing: denied, retry after the period."""
+    clock = ManualClock(1_700_000_000)
+    eu = _quotas(regions, clock)["eu"]
+    decision = eu.hit("tenant", Rate.parse("1/minute"))
+    assert not decision.allowed and decision.retry_after == 60.0
+    assert regions["eu"].local().dbsize() == 0
+
+
+@pytest.mark.parametrize("shares", [{"eu": 1}, {"us": -1}, {"us": 0, "eu": 0}, {}])
+def test_bad_shares_are_refused(regions: dict[str, Region], shares: dict[str, int]) -> None:
+    """Shares without this region, negative, all zero or empty raise ConfigurationError."""
+    with pytest.raises(ConfigurationError):
+        RegionalQuota("us", Limiter(RedisStore(regions["us"].local())), shares)
