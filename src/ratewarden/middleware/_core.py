@@ -24,7 +24,7 @@ import hashlib
 import threading
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ratewarden import headers as rl_headers
 from ratewarden.clock import Clock, SystemClock
@@ -32,14 +32,15 @@ from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.headers import Header, HeaderOptions
 from ratewarden.middleware._identity import KeyFunc, by_client_ip
+from ratewarden.middleware._render import HeaderPlan
 from ratewarden.middleware._request import RequestInfo
 from ratewarden.middleware._routes import (
+    Override,
     Resolver,
-    RouteLimits,
     declared_rule_names,
     route_limits,
 )
-from ratewarden.middleware._rules import Rule, check_name
+from ratewarden.middleware._rules import FixedCost, Rule, check_name
 from ratewarden.middleware._shadow import ShadowLog, ShadowSummary
 from ratewarden.rate import Rate
 
@@ -74,14 +75,52 @@ class AsyncHitter(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class Hit:
-    """One limiter call the core asks for."""
+class Hit(NamedTuple):
+    """One limiter call the core asks for (a tuple: one is made per rule per request)."""
 
     key: str
     rates: tuple[Rate, ...]
     cost: int
     shadow: bool
+
+
+class Compiled:
+    """A rule with everything a request does not change worked out once.
+
+    The store key prefix, the identity extractor (the rule's or the rule set's
+    default), a fixed cost read without a call, and the header plan.
+    """
+
+    __slots__ = (
+        "cost",
+        "fallback",
+        "fixed_cost",
+        "headers",
+        "key",
+        "name",
+        "prefix",
+        "rates",
+        "rule",
+        "shadow",
+        "unfiltered",
+    )
+
+    def __init__(self, rule: Rule, default_key: KeyFunc, options: HeaderOptions) -> None:
+        self.rule = rule
+        self.name = rule.name
+        self.prefix = f"{rule.name}:"
+        self.rates = rule.rates
+        self.key: KeyFunc = rule.key or default_key
+        self.cost = rule.cost
+        self.fixed_cost = rule.cost.value if isinstance(rule.cost, FixedCost) else None
+        self.shadow = rule.shadow
+        self.fallback = rule.fallback
+        self.unfiltered = rule.methods is None and rule.paths is None
+        self.headers = HeaderPlan(rule.name, rule.rates, options)
+
+
+#: Compiled route rules and overrides kept per rule set before the cache starts over.
+_ROUTE_CACHE_SIZE = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +133,19 @@ class Outcome:
 
 
 PASS = Outcome(False)
+
+
+class _Passed:
+    """An allowed ``Outcome`` built without the frozen ``__setattr__`` (one per request)."""
+
+    __slots__ = Outcome.__slots__
+
+    def __init__(self, headers: tuple[Header, ...]) -> None:
+        self.blocked = False
+        self.headers = headers
+        self.body = b""
+        self.__class__ = Outcome  # type: ignore[assignment]
+
 
 Evaluation = Generator[Hit, Decision, Outcome]
 
@@ -172,6 +224,12 @@ class RuleSet:
         self._lock = threading.Lock()
         self._disabled: frozenset[str] = frozenset()
         self._shadow: dict[str, bool] = {}
+        self._compiled = tuple(Compiled(r, self.default_key, self.headers) for r in self.rules)
+        self._unfiltered = all(c.unfiltered for c in self._compiled)
+        self._names = frozenset(r.name for r in self.rules)
+        # Route rules and overrides, compiled on first use: (id of the decorator's object,
+        # rule name) -> (that object, kept alive so the id stays its own; the compiled rule).
+        self._route_rules: dict[tuple[int, str], tuple[object, Compiled]] = {}
 
     # --- runtime switches -------------------------------------------------
 
@@ -217,29 +275,55 @@ class RuleSet:
 
     # --- evaluation --------------------------------------------------------
 
-    def _applicable(self, request: RequestInfo, resolver: Resolver | None) -> list[Rule]:
-        meta: RouteLimits | None = None
+    def applicable(
+        self, request: RequestInfo, resolver: Resolver | None = None
+    ) -> tuple[Compiled, ...]:
+        """The compiled rules that apply to ``request``, in evaluation order (kill switch aside).
+
+        Empty when none does: the middleware then passes the request on untouched.
+        ``resolver`` is the middleware's default; the rule set's own wins.
+        """
         resolver = self.resolver or resolver
-        if resolver is not None:
-            meta = route_limits(resolver(request))
+        endpoint = resolver(request) if resolver is not None else None
+        meta = route_limits(endpoint) if endpoint is not None else None
         if meta is None:
-            return [r for r in self.rules if r.matches(request)]
+            if self._unfiltered:
+                return self._compiled
+            return tuple(c for c in self._compiled if c.rule.matches(request))
         if meta.exempt_all:
-            return []
+            return ()
         found = []
-        for rule in self.rules:
+        for compiled in self._compiled:
+            rule = compiled.rule
             if rule.name in meta.exempt or not rule.matches(request):
                 continue
             change = meta.overrides.get(rule.name)
-            found.append(rule if change is None else rule.with_changes(change.rates, change.cost))
-        names = {r.name for r in self.rules}
+            found.append(compiled if change is None else self._overridden(rule, change))
         for rule in meta.rules:
-            if rule.name in names:
+            if rule.name in self._names:
                 raise ConfigurationError(
                     f"@limit rule {rule.name!r} on {request.path} has the name of a global rule"
                 )
-        found.extend(meta.rules)
-        return found
+            found.append(self._route_rule(rule, rule))
+        return tuple(found)
+
+    def _overridden(self, rule: Rule, change: Override) -> Compiled:
+        found = self._route_rules.get((id(change), rule.name))
+        if found is not None and found[0] is change:
+            return found[1]
+        return self._route_rule(change, rule.with_changes(change.rates, change.cost))
+
+    def _route_rule(self, owner: object, rule: Rule) -> Compiled:
+        """The compiled form of a route's rule, made once per decorator (not per request)."""
+        cache_key = (id(owner), rule.name)
+        entry = self._route_rules.get(cache_key)
+        if entry is not None and entry[0] is owner:
+            return entry[1]
+        compiled = Compiled(rule, self.default_key, self.headers)
+        if len(self._route_rules) >= _ROUTE_CACHE_SIZE:
+            self._route_rules.clear()
+        self._route_rules[cache_key] = (owner, compiled)
+        return compiled
 
     def evaluate(self, request: RequestInfo, resolver: Resolver | None = None) -> Evaluation:
         """Yield a ``Hit`` per applicable rule, receive its Decision, return the ``Outcome``.
@@ -247,25 +331,33 @@ class RuleSet:
         ``resolver`` is the middleware's default for finding the endpoint; the
         rule set's own ``resolver``, when given, wins.
         """
+        return self.run(request, self.applicable(request, resolver))
+
+    def run(self, request: RequestInfo, rules: Sequence[Compiled]) -> Evaluation:
+        """``evaluate`` over rules already found by ``applicable``."""
         disabled = self._disabled
-        enforced: list[tuple[Rule, str, Decision]] = []
-        for rule in self._applicable(request, resolver):
-            if rule.name in disabled:
+        switched = self._shadow
+        enforced: list[tuple[Compiled, str, Decision]] = []
+        for rule in rules:
+            name = rule.name
+            if disabled and name in disabled:
                 continue
-            identity = (rule.key or self.default_key)(request) or rule.fallback
-            key = f"{rule.name}:{identity}"
-            shadow = self._shadow.get(rule.name, rule.shadow)
-            decision = yield Hit(key, rule.rates, rule.cost(request), shadow)
+            key = rule.prefix + (rule.key(request) or rule.fallback)
+            shadow = switched.get(name, rule.shadow) if switched else rule.shadow
+            cost = rule.fixed_cost
+            if cost is None:
+                cost = rule.cost(request)
+            decision = yield Hit(key, rule.rates, cost, shadow)
             if shadow:
                 if decision.shadowed or not decision.allowed:
-                    self._shadow_log.record(rule.name, key, self.clock.now())
+                    self._shadow_log.record(name, key, self.clock.now())
                 continue
             enforced.append((rule, key, decision))
             if not decision.allowed:
                 break
         return self._outcome(enforced)
 
-    def _outcome(self, enforced: list[tuple[Rule, str, Decision]]) -> Outcome:
+    def _outcome(self, enforced: list[tuple[Compiled, str, Decision]]) -> Outcome:
         if not enforced:
             return PASS
         rule, key, decision = enforced[0] if len(enforced) == 1 else min(enforced, key=_order)
@@ -273,16 +365,15 @@ class RuleSet:
         if self.headers.partition_key:
             partition = hashlib.sha256(key.encode("utf-8", "surrogateescape")).digest()[:12]
         now = self.clock.now() if self.headers.reset == "epoch" else 0.0
-        found = rl_headers.rate_limit_headers(
-            rule.name, decision, self.headers, now=now, partition=partition
-        )
+        found = rule.headers.render(decision, now, partition)
         if decision.allowed:
-            return Outcome(False, tuple(found))
+            passed: Outcome = _Passed(tuple(found))  # type: ignore[assignment]
+            return passed
         retry = rl_headers.retry_after_seconds(decision, self.headers)
         body = rl_headers.problem_body(rule.name, retry)
         return Outcome(True, (*found, *rl_headers.denied_headers(retry, body)), body)
 
 
-def _order(entry: tuple[Rule, str, Decision]) -> tuple[bool, int, float]:
+def _order(entry: tuple[Compiled, str, Decision]) -> tuple[bool, int, float]:
     decision = entry[2]
     return (decision.allowed, decision.remaining, -decision.reset_after)

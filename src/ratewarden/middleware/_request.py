@@ -6,6 +6,7 @@ identity extractors and route lookups are written once for both.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,11 @@ def _join(headers: dict[str, str], name: str, value: str) -> None:
         headers[name] = value
 
 
+@functools.lru_cache(maxsize=256)
+def _wanted(name: str) -> bytes:
+    return name.lower().encode("latin-1")
+
+
 class ASGIHeaders(Mapping[str, str]):
     """The scope's header list as a read-only mapping, decoded only as far as it is read.
 
@@ -52,14 +58,27 @@ class ASGIHeaders(Mapping[str, str]):
         self._raw = raw
         self._decoded: dict[str, str] | None = None
 
-    def __getitem__(self, name: str) -> str:
+    def get(self, name: str, default: str | None = None) -> str | None:  # type: ignore[override]
+        """The header's value (repeated lines joined with ``", "``), or ``default``."""
         if self._decoded is not None:
-            return self._decoded[name]
-        wanted = name.lower().encode("latin-1")
-        found = [value for key, value in self._raw if key.lower() == wanted]
+            return self._decoded.get(name, default)
+        wanted = _wanted(name)
+        size = len(wanted)
+        # Servers send lower-case names (ASGI asks for it); the length test skips lower()
+        # for the names that cannot match.
+        found = [v for k, v in self._raw if len(k) == size and (k == wanted or k.lower() == wanted)]
         if not found:
+            return default
+        return (found[0] if len(found) == 1 else b", ".join(found)).decode("latin-1")
+
+    def __getitem__(self, name: str) -> str:
+        found = self.get(name)
+        if found is None:
             raise KeyError(name)
-        return b", ".join(found).decode("latin-1")
+        return found
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
 
     def _all(self) -> dict[str, str]:
         if self._decoded is None:
@@ -76,14 +95,43 @@ class ASGIHeaders(Mapping[str, str]):
         return len(self._all())
 
 
+class _Draft:
+    """``RequestInfo``'s slots without its frozen ``__setattr__``: one is made per request.
+
+    The same trick as ``ratewarden.decision.make_decision``: set plain slots,
+    then become the frozen RequestInfo it equals in every way.
+    """
+
+    __slots__ = RequestInfo.__slots__
+
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        peer: str | None,
+        headers: Mapping[str, str],
+        raw: Mapping[str, Any],
+    ) -> None:
+        self.method = method
+        self.path = path
+        self.peer = peer
+        self.headers = headers
+        self.raw = raw
+        self.__class__ = RequestInfo  # type: ignore[assignment]
+
+
 def from_asgi(scope: Mapping[str, Any]) -> RequestInfo:
     """Read an ASGI ``http`` scope (header bytes are decoded as Latin-1, as HTTP defines)."""
-    headers = ASGIHeaders(scope.get("headers", ()))
     client = scope.get("client")
-    peer = str(client[0]) if client else None
-    return RequestInfo(
-        scope.get("method", "GET").upper(), scope.get("path", "/"), peer, headers, scope
+    method = scope.get("method", "GET")
+    request: RequestInfo = _Draft(  # type: ignore[assignment]
+        method if method.isupper() else method.upper(),
+        scope.get("path", "/"),
+        str(client[0]) if client else None,
+        ASGIHeaders(scope.get("headers", ())),
+        scope,
     )
+    return request
 
 
 def from_wsgi(environ: Mapping[str, Any]) -> RequestInfo:

@@ -189,7 +189,15 @@ def _has_metadata(routes: Sequence[Any]) -> bool:
 _decorated: weakref.WeakKeyDictionary[Any, tuple[int, bool]] = weakref.WeakKeyDictionary()
 
 
+# The last app asked about, by weak reference, and its answer: one process serves one app,
+# and a WeakKeyDictionary lookup makes a new weak reference on every call.
+_last: list[tuple[weakref.ref[Any], int, bool] | None] = [None]
+
+
 def _any_decorated(app: Any, routes: Sequence[Any]) -> bool:
+    last = _last[0]
+    if last is not None and last[0]() is app and last[1] == len(routes):
+        return last[2]
     try:
         known = _decorated.get(app)
     except TypeError:  # not weakly referenceable: no caching
@@ -197,6 +205,7 @@ def _any_decorated(app: Any, routes: Sequence[Any]) -> bool:
     if known is None or known[0] != len(routes):
         known = (len(routes), _has_metadata(routes))
         _decorated[app] = known
+    _last[0] = (weakref.ref(app), known[0], known[1])
     return known[1]
 
 

@@ -22,7 +22,7 @@ from ratewarden.middleware._identity import ANONYMOUS, KeyFunc
 from ratewarden.middleware._request import RequestInfo
 from ratewarden.rate import Rate
 
-__all__ = ["CostFunc", "Rule", "compile_path", "parse_rates"]
+__all__ = ["CostFunc", "FixedCost", "Rule", "compile_path", "parse_rates"]
 
 #: The cost of one request, computed from it.
 CostFunc = Callable[[RequestInfo], int]
@@ -95,8 +95,22 @@ def _cost_func(cost: int | Mapping[str, int] | CostFunc, where: str) -> CostFunc
             return _check_cost(user(request), f"{where} (cost callable)")
 
         return checked
-    fixed = _check_cost(cost, where)
-    return lambda _request: fixed
+    return FixedCost(_check_cost(cost, where))
+
+
+class FixedCost:
+    """A cost that does not depend on the request; the core reads ``value`` without a call."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __call__(self, request: RequestInfo) -> int:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"FixedCost({self.value})"
 
 
 @dataclass(frozen=True, slots=True, init=False)

@@ -16,6 +16,7 @@ Starlette: the route lookup for ``@exempt`` / ``@limit`` / ``@override``
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -33,8 +34,13 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
+@functools.lru_cache(maxsize=64)
+def _name(name: str) -> bytes:
+    return name.lower().encode("latin-1")
+
+
 def _encoded(headers: tuple[tuple[str, str], ...]) -> list[tuple[bytes, bytes]]:
-    return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers]
+    return [(_name(name), value.encode("latin-1")) for name, value in headers]
 
 
 class RateLimitMiddleware:
@@ -59,8 +65,12 @@ class RateLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        evaluation = self.rules.evaluate(from_asgi(scope), starlette_endpoint)
-        outcome = await drive_async(evaluation, self.limiter)
+        request = from_asgi(scope)
+        rules = self.rules.applicable(request, starlette_endpoint)
+        if not rules:
+            await self.app(scope, receive, send)
+            return
+        outcome = await drive_async(self.rules.run(request, rules), self.limiter)
         if outcome.blocked:
             await self._deny(send, outcome, head=scope.get("method") == "HEAD")
             return

@@ -44,7 +44,11 @@ class WSGIRateLimitMiddleware:
         self.rules = rules
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        outcome = drive(self.rules.evaluate(from_wsgi(environ)), self.limiter)
+        request = from_wsgi(environ)
+        rules = self.rules.applicable(request)
+        if not rules:
+            return self.app(environ, start_response)
+        outcome = drive(self.rules.run(request, rules), self.limiter)
         if outcome.blocked:
             start_response("429 Too Many Requests", list(outcome.headers))
             # A HEAD gets the headers (Content-Length included) and no body.

@@ -1,0 +1,119 @@
+"""The RateLimit headers of one rule, with everything that does not depend on a decision done once.
+
+``ratewarden.headers.rate_limit_headers`` works out, on every call, each layer's
+policy name, its quota and window, the quoted names and the whole
+``RateLimit-Policy`` value, none of which change from one request to the next
+for a given rule. ``HeaderPlan`` renders them when the rule is compiled and
+fills in the numbers per request (``r`` and ``t``). The output is the same,
+header for header; a test compares the two over random decisions and every
+option.
+
+Anything this does not precompute goes through ``ratewarden.headers``
+unchanged: a partition key (its bytes differ per key), and a decision whose
+layers are not the rule's rates (a failure policy's answer, say).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ratewarden import headers as rl_headers
+from ratewarden.decision import Decision
+from ratewarden.headers import Header, HeaderOptions, ceil_seconds, policy_item, sf_string
+from ratewarden.rate import Rate
+
+__all__ = ["HeaderPlan"]
+
+
+class HeaderPlan:
+    """``render(decision, now)``: the headers of rule ``name`` with ``rates`` under ``options``."""
+
+    __slots__ = (
+        "_all_policies",
+        "_draft",
+        "_joined_policy",
+        "_legacy",
+        "_name",
+        "_options",
+        "_policies",
+        "_prefixes",
+        "_rates",
+    )
+
+    def __init__(self, name: str, rates: tuple[Rate, ...], options: HeaderOptions) -> None:
+        self._name = name
+        self._rates = rates
+        self._options = options
+        self._draft = options.draft is not None
+        self._all_policies = options.all_policies
+        # The legacy family depends on the decision alone; rendered by headers.py itself.
+        self._legacy = (
+            dataclasses.replace(options, draft=None, partition_key=False)
+            if options.legacy
+            else None
+        )
+        names = [name] if len(rates) == 1 else [f"{name}.{i}" for i in range(1, len(rates) + 1)]
+        self._policies = tuple(
+            policy_item(n, *rl_headers.window(r), None) for n, r in zip(names, rates, strict=True)
+        )
+        self._joined_policy = ", ".join(self._policies)
+        self._prefixes = tuple(f"{sf_string(n)};r=" for n in names)
+
+    def render(self, decision: Decision, now: float, partition: bytes | None) -> list[Header]:
+        """The headers for ``decision`` (``now``: epoch seconds, read only by epoch resets)."""
+        if partition is not None and self._options.partition_key:
+            return self._generic(decision, now, partition)
+        layers = decision.layers or (decision,)
+        rates = self._rates
+        if len(layers) != len(rates):
+            return self._generic(decision, now, partition)
+        found: list[Header] = []
+        if self._draft:
+            draft = self._draft_pair(decision, layers, rates)
+            if draft is None:
+                return self._generic(decision, now, partition)
+            found.extend(draft)
+        if self._legacy is not None:
+            found.extend(rl_headers.rate_limit_headers(self._name, decision, self._legacy, now=now))
+        return found
+
+    def _draft_pair(
+        self, decision: Decision, layers: tuple[Decision, ...], rates: tuple[Rate, ...]
+    ) -> tuple[Header, Header] | None:
+        for layer, rate in zip(layers, rates, strict=True):
+            if layer.rate is not rate and layer.rate != rate:
+                return None
+        allowed = decision.allowed
+        if self._all_policies:
+            states = ", ".join(self._state(i, layer, allowed) for i, layer in enumerate(layers))
+            return ("RateLimit-Policy", self._joined_policy), ("RateLimit", states)
+        if len(layers) == 1:
+            i, layer = 0, layers[0]
+            if layer.rate is not decision.rate and layer.rate != decision.rate:
+                return None
+        else:
+            found = self._binding(decision, layers)
+            if found is None:
+                return None
+            i, layer = found
+        return ("RateLimit-Policy", self._policies[i]), (
+            "RateLimit",
+            self._state(i, layer, allowed),
+        )
+
+    @staticmethod
+    def _binding(decision: Decision, layers: tuple[Decision, ...]) -> tuple[int, Decision] | None:
+        binding = decision.rate
+        for i, layer in enumerate(layers):
+            if layer.rate is binding or (layer.rate is not None and layer.rate == binding):
+                return i, layer
+        return None
+
+    def _state(self, i: int, layer: Decision, allowed: bool) -> str:
+        remaining = layer.remaining if allowed and layer.allowed and layer.remaining > 0 else 0
+        return f"{self._prefixes[i]}{remaining};t={ceil_seconds(layer.reset_after)}"
+
+    def _generic(self, decision: Decision, now: float, partition: bytes | None) -> list[Header]:
+        return rl_headers.rate_limit_headers(
+            self._name, decision, self._options, now=now, partition=partition
+        )
