@@ -144,6 +144,32 @@ def test_a_charge_beside_another_descriptor_is_charged_even_past_what_is_left(
     assert h.remaining(("user", "u1")) == 4
 
 
+def test_two_charges_on_one_budget_in_one_call_are_both_charged(budget_rls: Make) -> None:
+    """200 + 200 tokens on the same tenant with 300 left: both charged, up to an empty budget."""
+    h = budget_rls()
+    h.ask(desc(("tenant", "acme"), hits=700))
+    codes = h.codes(desc(("tenant", "acme"), hits=200), desc(("tenant", "acme"), hits=200))
+    assert codes == [OK, OK, OK]
+    assert h.remaining(("tenant", "acme")) == 0
+
+
+def test_a_rule_can_replace_a_budget_by_its_name(budget_rls: Make) -> None:
+    """replaces names the budget: the budget is neither checked nor charged for that request."""
+    h = budget_rls(
+        """
+domain: d
+descriptors:
+  - key: tenant
+    budget: {unit: minute, tokens_per_unit: 1000, name: tenant_tokens}
+  - key: vip
+    rate_limit: {unit: minute, requests_per_unit: 5, replaces: [{name: tenant_tokens}]}
+"""
+    )
+    h.ask(desc(("tenant", "acme"), hits=1000))
+    assert h.codes(desc(("tenant", "acme"), hits=0), desc(("vip", "yes"))) == [OK, OK, OK]
+    assert h.ask(desc(("tenant", "acme"), hits=0)).overall_code == OVER
+
+
 def test_shadow_mode_reports_ok_on_a_spent_budget(budget_rls: Make) -> None:
     """A shadow budget never denies; the outcome still says it was over."""
     h = budget_rls()

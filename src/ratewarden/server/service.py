@@ -746,8 +746,8 @@ def _short(item: _Item, demand: int) -> bool:
     """Whether a checked (cost 0) counter lacks room for ``demand`` hits."""
     result = item.result
     assert result is not None
-    if result.decision is None:
-        return not result.allowed
+    if result.decision is None or (item.rule is not None and item.rule.budget):
+        return not result.allowed  # a budget charge records tokens already spent: never short
     return not result.allowed or result.decision.remaining < demand
 
 
