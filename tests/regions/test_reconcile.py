@@ -182,12 +182,19 @@ def test_bad_configuration_and_input_are_refused_and_change_nothing(
     assert local.dbsize() == 0
 
 
-def test_real_time_three_regions_with_sync_threads(regions: dict[str, Region]) -> None:
-    """Real time, 10 ms each way on every cross-region link, rounds every 0.2 s in threads:
-    three regions offer more than their caps for at most 2.5 s; the overshoot stays within
-    the bound computed from the config.
+@pytest.mark.parametrize(
+    ("one_way", "interval", "lag"),
+    [(0.010, 0.2, 0.25), (0.035, 0.5, 0.45)],
+    ids=["20ms-rtt", "70ms-rtt-transatlantic"],
+)
+def test_real_time_three_regions_with_sync_threads(
+    regions: dict[str, Region], one_way: float, interval: float, lag: float
+) -> None:
+    """Real time, ``one_way`` seconds each way on every cross-region link, rounds every
+    ``interval`` in threads (a round reads two peers, two round trips each): three regions
+    offer more than their caps for 2.5 s; the overshoot stays within the bound.
     """
-    set_latency(regions, 0.010)
+    set_latency(regions, one_way)
     clock = _AlignedClock(period_s=60.0)  # real time, shifted to start at a window's start
     rates = {
         "us": Rate.parse("100/s", burst=1),
@@ -195,7 +202,7 @@ def test_real_time_three_regions_with_sync_threads(regions: dict[str, Region]) -
         "ap": Rate.parse("40/s", burst=1),
     }
     limit = Rate.parse("300/minute")
-    fleet = build_fleet(regions, rates, sync_interval=0.2, replication_lag=0.25, clock=clock)
+    fleet = build_fleet(regions, rates, sync_interval=interval, replication_lag=lag, clock=clock)
     stop = threading.Event()
     lock = threading.Lock()
 
@@ -219,14 +226,16 @@ def test_real_time_three_regions_with_sync_threads(regions: dict[str, Region]) -
         sync.stop()
     total = sum(fleet.admitted.values())
     rounds = {s.budget.region: s.rounds for s in syncs}
+    complete = {s.budget.region: s.complete_rounds for s in syncs}
     overshoot = _report(
-        "real time, 10 ms links, 0.2 s rounds",
+        f"real time, {one_way * 2000:.0f} ms RTT links, {interval} s rounds, lag {lag} s",
         fleet.bound,
         total,
         limit.limit,
-        f", per region {fleet.admitted}, rounds {rounds}",
+        f", per region {fleet.admitted}, rounds {rounds}, complete {complete}",
     )
     assert all(r >= 3 for r in rounds.values()), "the sync threads should have run rounds"
+    assert all(complete.values()), f"every region should reconcile at least once: {complete}"
     assert overshoot <= fleet.bound
 
 

@@ -362,7 +362,9 @@ class SyncThread:
 
     def __init__(self, budget: ReconciledBudget) -> None:
         self.budget = budget
+        #: Rounds run, and those that recomputed the caps (every peer answered in time).
         self.rounds = 0
+        self.complete_rounds = 0
         self.last: SyncReport | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -386,6 +388,7 @@ class SyncThread:
             started = time.monotonic()
             try:
                 self.last = self.budget.sync()
+                self.complete_rounds += self.last.complete
             except RatewardenError as exc:
                 log.warning("region %s: sync round failed: %s", self.budget.region, exc)
             self.rounds += 1
