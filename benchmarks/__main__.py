@@ -118,6 +118,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--command", help="the command line to record (scripts/bench sets it)")
     parser.add_argument("--http", action="store_true",
                         help="run the HTTP middleware benchmark (benchmarks/_http.py) instead")
+    parser.add_argument("--cluster", action="store_true",
+                        help="start Redis Clusters of 1-3 primaries and run the Cluster "
+                        "benchmark (benchmarks/_cluster.py) instead")
+    parser.add_argument("--cluster-clients", type=int, default=2, metavar="N",
+                        help="client processes for --cluster (default 2)")
     return parser.parse_args(argv)
 
 
@@ -127,6 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import _http
 
         return _http.main(args.redis_url, args.quick)
+    if args.cluster:
+        from benchmarks import _cluster
+
+        return _cluster.main(args.quick, args.cluster_clients, args.results)
     budget = QUICK if args.quick else DEFAULT
     if args.max_calls is not None:
         if args.max_calls < 1:
