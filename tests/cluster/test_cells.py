@@ -157,3 +157,39 @@ def test_more_cells_than_the_limit_is_refused_at_the_first_hit(
     store = RedisStore(cluster_client, timeout=1.0)
     with pytest.raises(ConfigurationError, match="at most 2 cells"):
         CellLimiter(store, 3).hit("k", Rate(2, 60))
+
+
+def test_a_double_denial_is_answered_locally_until_a_cell_can_have_a_unit(
+    redis_cluster: RedisCluster, cluster_client: redis.RedisCluster
+) -> None:
+    """After both tried cells deny, requests before the sooner retry time make no store call;
+    the first one after it asks the store again (and is allowed: a unit has come back)."""
+    clock = ManualClock()
+    store = RedisStore(cluster_client, clock=clock, timeout=1.0)
+    cells = CellLimiter(store, 3, picker=lambda n: 0)
+    rate = Rate(30, 60)  # each cell: 10 per minute, a unit every 6 s
+    for _ in range(20):
+        assert cells.hit("k", rate).allowed
+    denied = cells.hit("k", rate)
+    assert not denied.allowed and denied.retry_after == 6.0
+    reset_stats(redis_cluster)
+    clock.advance(5.0)
+    again = cells.hit("k", rate)
+    assert not again.allowed and again.retry_after == 1.0
+    assert sum(evalsha_calls(redis_cluster).values()) == 0
+    clock.advance(1.0)
+    assert cells.hit("k", rate).allowed
+    assert sum(evalsha_calls(redis_cluster).values()) == 1
+
+
+def test_without_the_negative_cache_every_denial_costs_two_commands(
+    redis_cluster: RedisCluster, cluster_client: redis.RedisCluster
+) -> None:
+    """``negative_cache=None``: ten denials in frozen time are twenty EVALSHA."""
+    store = RedisStore(cluster_client, clock=ManualClock(), timeout=1.0)
+    cells = CellLimiter(store, 3, negative_cache=None)
+    rate = Rate(3, 60)
+    assert sum(cells.hit("k", rate).allowed for _ in range(3)) == 3
+    reset_stats(redis_cluster)
+    assert not any(cells.hit("k", rate).allowed for _ in range(10))
+    assert sum(evalsha_calls(redis_cluster).values()) == 20

@@ -21,9 +21,11 @@ retries are both short, while the other N - 2 cells may still have room
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from ratewarden import algorithms
 from ratewarden.decision import Decision
@@ -32,6 +34,8 @@ from ratewarden.rate import Rate
 from ratewarden.storage import Store
 from ratewarden.storage._keys import escape
 from ratewarden.storage._plan import check_cost, check_key, check_rates
+from ratewarden.tiers import NegativeCache
+from ratewarden.tiers._negative import DEFAULT_NEGATIVE_KEYS
 
 __all__ = ["SLOTS", "CellLimiter", "Picker", "cell_keys", "key_slot", "round_robin", "split_rate"]
 
@@ -138,6 +142,10 @@ def split_rate(rate: Rate, cells: int) -> tuple[Rate, ...]:
     return tuple(shares)
 
 
+def _later(seconds: float, elapsed: float) -> float:
+    return seconds if math.isinf(seconds) else max(0.0, seconds - elapsed)
+
+
 def round_robin() -> Picker:
     """A picker that takes the cells in turn (shared by threads; ``next`` on a count is atomic)."""
     counter = itertools.count()
@@ -152,6 +160,12 @@ class CellLimiter:
     the next cell is tried once before the request is denied. ``bands`` places
     the cells (see ``cell_keys``). The Decision is the deciding cell's: its
     ``limit`` and ``remaining`` are that cell's share.
+
+    A request both cells denied is remembered until the sooner of their retry
+    times (``negative_cache`` keys, least recently used dropped; None turns it
+    off): until then neither cell can have a unit, so the key is denied here
+    without a store call. Far over its limit, this is what keeps a hot key's
+    denials from costing two commands each.
     """
 
     def __init__(
@@ -162,6 +176,7 @@ class CellLimiter:
         *,
         picker: Picker | None = None,
         bands: Sequence[tuple[int, int]] | None = None,
+        negative_cache: int | None = DEFAULT_NEGATIVE_KEYS,
     ) -> None:
         self.store = store
         self.cells = _check_cells(cells)
@@ -170,6 +185,7 @@ class CellLimiter:
             raise ConfigurationError(f"cell picker {picker!r} must be callable: cells -> index")
         self.picker: Picker = picker if picker is not None else round_robin()
         self.bands = None if bands is None else _bands(self.cells, bands)
+        self.negative = None if negative_cache is None else NegativeCache(negative_cache)
         self._lock = threading.Lock()
         self._keys: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         self._shares: OrderedDict[tuple[Rate, ...], tuple[tuple[Rate, ...], ...]] = OrderedDict()
@@ -204,15 +220,41 @@ class CellLimiter:
         """Consume ``cost`` on one cell; a denial retries the next cell once before denying."""
         check_cost(cost)
         keys, shares = self.keys(key), self.shares(rates)
+        ident = (key, shares)
+        negative = self.negative
+        if negative is not None and cost:
+            cached = self._cached(negative, ident, cost)
+            if cached is not None:
+                return cached
         first = self._pick()
         decision = self.store.hit(self.algorithm, keys[first], shares[first], cost)
         if decision.allowed or cost == 0:
             return decision
         second = (first + 1) % self.cells
         retried = self.store.hit(self.algorithm, keys[second], shares[second], cost)
-        if retried.allowed or retried.retry_after <= decision.retry_after:
+        if retried.allowed:
             return retried
-        return decision
+        sooner = retried if retried.retry_after <= decision.retry_after else decision
+        if negative is not None:
+            negative.remember(ident, sooner, self.store.clock.now_us())
+        return sooner
+
+    def _cached(
+        self, negative: NegativeCache, ident: tuple[str, object], cost: int
+    ) -> Decision | None:
+        """A remembered double denial that still holds for ``cost``, its times aged to now."""
+        now = self.store.clock.now_us()
+        denial = negative.lookup(ident, cost, now)
+        if denial is None:
+            return None
+        elapsed = (now - denial.at_us) / 1_000_000
+        d = denial.decision
+        return replace(
+            d,
+            cost=cost,
+            retry_after=_later(d.retry_after, elapsed),
+            reset_after=_later(d.reset_after, elapsed),
+        )
 
     def used(self, key: str, rates: Rate | Sequence[Rate]) -> int:
         """Units in use over all cells, for the layer with the most in use (one peek per cell)."""
