@@ -99,6 +99,10 @@ class ReconciledBudget:
     region's admissions per key and defines the over-admission ``bound``.
     ``clock`` is for tests: without one, windows follow this region's Redis
     ``TIME`` and round ages the process clock.
+
+    Give ``local`` and the peer clients a ``socket_timeout``: the budget
+    scripts and the exchange run on them and wait as long as they do.
+    ``timeout`` bounds only the rate-cap store's calls.
     """
 
     def __init__(
@@ -133,6 +137,10 @@ class ReconciledBudget:
         self.prefix = check_prefix(prefix)
         self.metrics = metrics
         self.local = local
+        # The scripts run on the caller's client, bounded by its own socket timeout.
+        self._local_timeout = float(
+            local.connection_pool.connection_kwargs.get("socket_timeout") or 0
+        )
         self.peers = dict(peers)
         self._clock = clock
         self.clock: Clock = clock if clock is not None else SystemClock()
@@ -201,7 +209,7 @@ class ReconciledBudget:
         try:
             reply = self._hit_script(keys=[self._hash_key(member)], args=args)
         except REDIS_ERRORS as exc:
-            raise_storage_error(exc, f"region {self.region}", DEFAULT_TIMEOUT)
+            raise_storage_error(exc, f"region {self.region}", self._local_timeout)
         self._remember(member, rate)
         allowed, own, cap, reset_us = (int(v) for v in reply)
         reset_after = reset_us / 1_000_000
@@ -281,7 +289,7 @@ class ReconciledBudget:
                 pipe.pexpire(key, max(1, (max(entries.values()) - now_us) // 1_000))
             pipe.execute()
         except REDIS_ERRORS as exc:
-            raise_storage_error(exc, f"region {self.region}", DEFAULT_TIMEOUT)
+            raise_storage_error(exc, f"region {self.region}", self._local_timeout)
 
     def _peer_members(self, client: redis.Redis, peer: str, now_us: int) -> list[str]:
         raw = client.zrangebyscore(
@@ -310,7 +318,7 @@ class ReconciledBudget:
             try:
                 replies = self._merge_all(view, complete)
             except REDIS_ERRORS as exc:
-                raise_storage_error(exc, f"region {self.region}", DEFAULT_TIMEOUT)
+                raise_storage_error(exc, f"region {self.region}", self._local_timeout)
             for (member, _), reply in zip(view.states, replies, strict=True):
                 limit = int(member.split(":", 1)[0])
                 overshoot = max(overshoot, int(reply[1]) - limit)
