@@ -1,7 +1,9 @@
 """HTTP middleware: ASGI and WSGI rate limiting with identity, layered rules and headers.
 
 ``RateLimitMiddleware`` (ASGI) and ``WSGIRateLimitMiddleware`` share one
-sans-I/O core, ``RuleSet``. See docs/middleware.md.
+sans-I/O core, ``RuleSet``. ``ConcurrencyMiddleware`` and
+``WSGIConcurrencyMiddleware`` hold a concurrency slot per identity while a
+response is sent. See docs/middleware.md.
 """
 
 from __future__ import annotations
@@ -29,12 +31,18 @@ from ratewarden.middleware._routes import (
 from ratewarden.middleware._rules import Rule
 from ratewarden.middleware._shadow import ShadowSummary, TopKey
 from ratewarden.middleware.asgi import RateLimitMiddleware
+from ratewarden.middleware.concurrency import (
+    ConcurrencyMiddleware,
+    SlotPolicy,
+    WSGIConcurrencyMiddleware,
+)
 from ratewarden.middleware.wsgi import WSGIRateLimitMiddleware
 
 __all__ = [
     "ANONYMOUS",
     "AsyncHitter",
     "ClientIP",
+    "ConcurrencyMiddleware",
     "Hitter",
     "KeyFunc",
     "Outcome",
@@ -44,7 +52,9 @@ __all__ = [
     "Rule",
     "RuleSet",
     "ShadowSummary",
+    "SlotPolicy",
     "TopKey",
+    "WSGIConcurrencyMiddleware",
     "WSGIRateLimitMiddleware",
     "by_api_key",
     "by_client_ip",

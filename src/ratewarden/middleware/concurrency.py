@@ -1,0 +1,351 @@
+"""Concurrency slots from the middleware: at most ``limit`` requests of one identity in flight.
+
+::
+
+    app.add_middleware(ConcurrencyMiddleware, limiter=AsyncLimiter(store), limit=4,
+                       key=by_api_key(), ttl=30)
+    app.wsgi_app = WSGIConcurrencyMiddleware(app.wsgi_app, limiter=Limiter(store), limit=4)
+
+A request takes one slot of its identity (``Limiter.acquire_slot``) before the
+app runs and gives it back when its response is over: on ASGI, when the last
+body message has been sent (``more_body`` false: a streaming response holds its
+slot until its last chunk), or when the app returns or fails, whichever comes
+first; on WSGI, when the server closes the response iterable. A request that
+finds no slot free gets ``status`` (429 by default, 503 for a server that
+would rather say it is busy) with a ``Retry-After`` and a problem document, and
+never reaches the app.
+
+Every slot carries a TTL, so a worker that dies mid-request loses its slots one
+TTL later. A response that streams for longer than the TTL renews its slot as it
+sends (at most once per third of the TTL, piggybacked on a body chunk); a
+response that sends nothing for a whole TTL can lose its slot (documented in
+docs/middleware.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
+from typing import Any, Protocol
+
+from ratewarden.clock import Clock, SystemClock
+from ratewarden.errors import ConfigurationError, StorageError
+from ratewarden.limiter import Lease
+from ratewarden.middleware._identity import ANONYMOUS, KeyFunc, by_client_ip
+from ratewarden.middleware._request import RequestInfo, from_asgi, from_wsgi
+from ratewarden.middleware._rules import check_name, compile_path
+
+__all__ = [
+    "AsyncSlotLimiter",
+    "ConcurrencyMiddleware",
+    "SlotLimiter",
+    "SlotPolicy",
+    "WSGIConcurrencyMiddleware",
+]
+
+log = logging.getLogger("ratewarden.middleware")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+_TITLES = {429: "Too Many Requests", 503: "Service Unavailable"}
+
+
+class SlotLimiter(Protocol):
+    """Anything with synchronous concurrency slots: ``Limiter``."""
+
+    def acquire_slot(self, key: str, limit: int, *, slots: int = 1, ttl: float = 60.0) -> Lease:
+        """Take a slot of ``limit`` on ``key`` for at most ``ttl`` seconds."""
+        ...
+
+    def release_slot(self, lease: Lease) -> bool:
+        """Give the lease back."""
+        ...
+
+    def renew_slot(self, lease: Lease, ttl: float | None = None) -> bool:
+        """Extend the lease by its ttl from now."""
+        ...
+
+
+class AsyncSlotLimiter(Protocol):
+    """Anything with asyncio concurrency slots: ``AsyncLimiter``."""
+
+    async def acquire_slot(
+        self, key: str, limit: int, *, slots: int = 1, ttl: float = 60.0
+    ) -> Lease:
+        """Take a slot of ``limit`` on ``key`` for at most ``ttl`` seconds."""
+        ...
+
+    async def release_slot(self, lease: Lease) -> bool:
+        """Give the lease back."""
+        ...
+
+    async def renew_slot(self, lease: Lease, ttl: float | None = None) -> bool:
+        """Extend the lease by its ttl from now."""
+        ...
+
+
+def _whole(what: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigurationError(
+            f"concurrency middleware {what}={value!r}: a whole number >= {minimum}"
+        )
+    return value
+
+
+class SlotPolicy:
+    """The shared, I/O-free part: which requests, whose slots, how many, and the refusal."""
+
+    def __init__(
+        self,
+        *,
+        limit: int,
+        name: str = "inflight",
+        key: KeyFunc | None = None,
+        ttl: float = 30.0,
+        status: int = 429,
+        retry_after: int = 1,
+        paths: Iterable[str] | str | None = None,
+        methods: Iterable[str] | str | None = None,
+        fallback: str = ANONYMOUS,
+        clock: Clock | None = None,
+    ) -> None:
+        self.name = check_name(name)
+        self.limit = _whole("limit", limit, 1)
+        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < 86_400 * 365:
+            raise ConfigurationError(f"concurrency middleware ttl={ttl!r}: seconds, more than 0")
+        self.ttl = float(ttl)
+        if status not in _TITLES:
+            raise ConfigurationError(f"concurrency middleware status={status!r}: 429 or 503")
+        self.status = status
+        self.retry_after = _whole("retry_after", retry_after, 0)
+        if key is not None and not callable(key):
+            raise ConfigurationError(f"concurrency middleware key={key!r}: a key extractor")
+        self.key: KeyFunc = key if key is not None else by_client_ip()
+        if not isinstance(fallback, str) or not fallback:
+            raise ConfigurationError(
+                f"concurrency middleware fallback={fallback!r}: a non-empty string"
+            )
+        self.fallback = fallback
+        paths = [paths] if isinstance(paths, str) else paths
+        self.paths = None if paths is None else tuple(compile_path(p) for p in paths)
+        methods = [methods] if isinstance(methods, str) else methods
+        self.methods = None if methods is None else frozenset(m.upper() for m in methods)
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.body = self._problem()
+
+    def matches(self, request: RequestInfo) -> bool:
+        """True when the request takes a slot (its method and path are selected)."""
+        if self.methods is not None and request.method not in self.methods:
+            return False
+        return self.paths is None or any(p.fullmatch(request.path) for p in self.paths)
+
+    def slot_key(self, request: RequestInfo) -> str:
+        """``<name>:<identity>``, the identity falling back to ``fallback``, never unlimited."""
+        return f"{self.name}:{self.key(request) or self.fallback}"
+
+    def _problem(self) -> bytes:
+        detail = f"More than {self.limit} requests in flight for {self.name!r}"
+        detail += f"; retry in {self.retry_after} s." if self.retry_after else "."
+        problem: dict[str, object] = {
+            "type": "about:blank",
+            "title": _TITLES[self.status],
+            "status": self.status,
+            "detail": detail,
+            "policy": self.name,
+            "limit": self.limit,
+        }
+        return json.dumps(problem, separators=(",", ":")).encode()
+
+    def refusal_headers(self) -> list[tuple[str, str]]:
+        """The refusal's headers: Retry-After (unless 0), no caching, the problem's type."""
+        headers = [("Retry-After", str(self.retry_after))] if self.retry_after else []
+        return [
+            *headers,
+            ("Cache-Control", "no-store"),
+            ("Content-Type", "application/problem+json"),
+            ("Content-Length", str(len(self.body))),
+        ]
+
+    def status_line(self) -> str:
+        """``"429 Too Many Requests"`` or ``"503 Service Unavailable"``."""
+        return f"{self.status} {_TITLES[self.status]}"
+
+
+class _Held:
+    """One granted lease: when to renew it, and whether it was given back."""
+
+    __slots__ = ("lease", "policy", "released", "renewed_at")
+
+    def __init__(self, lease: Lease, policy: SlotPolicy) -> None:
+        self.lease = lease
+        self.policy = policy
+        self.released = False
+        self.renewed_at = policy.clock.now()
+
+    def renewal_due(self) -> bool:
+        if self.released:
+            return False
+        now = self.policy.clock.now()
+        if now - self.renewed_at < self.policy.ttl / 3:
+            return False
+        self.renewed_at = now
+        return True
+
+    def take_release(self) -> bool:
+        """True the first time only: the caller releases."""
+        if self.released:
+            return False
+        self.released = True
+        return True
+
+
+def _warn(what: str, held: _Held, exc: StorageError) -> None:
+    log.warning(
+        "concurrency slot %s of %s failed (its TTL frees it): %s", what, held.lease.key, exc
+    )
+
+
+class ConcurrencyMiddleware:
+    """ASGI: hold one of ``limit`` slots per identity while a request's response is sent.
+
+    Keyword arguments are ``SlotPolicy``'s. ``limiter`` is an ``AsyncLimiter``
+    (or anything with its ``acquire_slot`` / ``release_slot`` / ``renew_slot``).
+    """
+
+    def __init__(self, app: ASGIApp, *, limiter: AsyncSlotLimiter, **policy: Any) -> None:
+        if not callable(getattr(limiter, "acquire_slot", None)):
+            raise ConfigurationError(f"limiter {limiter!r} has no acquire_slot(key, limit) method")
+        self.app = app
+        self.limiter = limiter
+        self.policy = SlotPolicy(**policy)
+        self._refusal = [(n.lower().encode(), v.encode()) for n, v in self.policy.refusal_headers()]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = from_asgi(scope)
+        policy = self.policy
+        if not policy.matches(request):
+            await self.app(scope, receive, send)
+            return
+        lease = await self.limiter.acquire_slot(
+            policy.slot_key(request), policy.limit, ttl=policy.ttl
+        )
+        if not lease.allowed:
+            await self._refuse(send, head=request.method == "HEAD")
+            return
+        held = _Held(lease, policy)
+
+        async def send_holding(message: Message) -> None:
+            await send(message)
+            if message["type"] != "http.response.body":
+                return
+            if not message.get("more_body", False):
+                await self._release(held)
+            elif held.renewal_due():
+                await self._renew(held)
+
+        try:
+            await self.app(scope, receive, send_holding)
+        finally:
+            await self._release(held)
+
+    async def _release(self, held: _Held) -> None:
+        if held.take_release():
+            try:
+                await self.limiter.release_slot(held.lease)
+            except StorageError as exc:
+                _warn("release", held, exc)
+
+    async def _renew(self, held: _Held) -> None:
+        try:
+            if not await self.limiter.renew_slot(held.lease):
+                log.warning("concurrency slot of %s lapsed while streaming", held.lease.key)
+        except StorageError as exc:
+            _warn("renewal", held, exc)
+
+    async def _refuse(self, send: Send, *, head: bool) -> None:
+        status = self.policy.status
+        await send({"type": "http.response.start", "status": status, "headers": self._refusal})
+        await send({"type": "http.response.body", "body": b"" if head else self.policy.body})
+
+
+class WSGIConcurrencyMiddleware:
+    """WSGI: hold one of ``limit`` slots per identity until the server closes the response.
+
+    Keyword arguments are ``SlotPolicy``'s. ``limiter`` is a ``Limiter``.
+    """
+
+    def __init__(self, app: WSGIApp, *, limiter: SlotLimiter, **policy: Any) -> None:
+        if not callable(getattr(limiter, "acquire_slot", None)):
+            raise ConfigurationError(f"limiter {limiter!r} has no acquire_slot(key, limit) method")
+        self.app = app
+        self.limiter = limiter
+        self.policy = SlotPolicy(**policy)
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        request = from_wsgi(environ)
+        policy = self.policy
+        if not policy.matches(request):
+            return self.app(environ, start_response)
+        lease = self.limiter.acquire_slot(policy.slot_key(request), policy.limit, ttl=policy.ttl)
+        if not lease.allowed:
+            start_response(policy.status_line(), policy.refusal_headers())
+            return [b""] if request.method == "HEAD" else [policy.body]
+        held = _Held(lease, policy)
+        try:
+            result = self.app(environ, start_response)
+        except BaseException:
+            self._release(held)
+            raise
+        return _HeldResponse(result, held, self)
+
+    def _release(self, held: _Held) -> None:
+        if held.take_release():
+            try:
+                self.limiter.release_slot(held.lease)
+            except StorageError as exc:
+                _warn("release", held, exc)
+
+    def _renew(self, held: _Held) -> None:
+        try:
+            if not self.limiter.renew_slot(held.lease):
+                log.warning("concurrency slot of %s lapsed while streaming", held.lease.key)
+        except StorageError as exc:
+            _warn("renewal", held, exc)
+
+
+class _HeldResponse:
+    """The app's response iterable; the slot goes back when the server closes it."""
+
+    __slots__ = ("_held", "_middleware", "_result")
+
+    def __init__(
+        self, result: Iterable[bytes], held: _Held, middleware: WSGIConcurrencyMiddleware
+    ) -> None:
+        self._result = result
+        self._held = held
+        self._middleware = middleware
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._result:
+            if self._held.renewal_due():
+                self._middleware._renew(self._held)
+            yield chunk
+
+    def close(self) -> None:
+        """Close the app's iterable (as WSGI asks), then give the slot back."""
+        try:
+            close = getattr(self._result, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self._middleware._release(self._held)
