@@ -184,7 +184,7 @@ def test_bad_configuration_and_input_are_refused_and_change_nothing(
 
 @pytest.mark.parametrize(
     ("one_way", "interval", "lag"),
-    [(0.010, 0.2, 0.25), (0.035, 0.5, 0.45)],
+    [(0.010, 0.2, 0.25), (0.035, 0.5, 0.6)],
     ids=["20ms-rtt", "70ms-rtt-transatlantic"],
 )
 def test_real_time_three_regions_with_sync_threads(
