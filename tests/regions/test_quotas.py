@@ -94,3 +94,35 @@ def test_bad_shares_are_refused(regions: dict[str, Region], shares: dict[str, in
     """Shares without this region, negative, all zero or empty raise ConfigurationError."""
     with pytest.raises(ConfigurationError):
         RegionalQuota("us", Limiter(RedisStore(regions["us"].local())), shares)
+
+
+def test_rebalance_rounds_agree_one_interval_late_and_keep_shares_on_a_gap(
+    regions: dict[str, Region],
+) -> None:
+    """Rounds at the start of each interval: shares follow the demand of two intervals back,
+    identical in every region; the first round (nothing published yet) keeps the static shares.
+    """
+    set_latency(regions, 0.005)
+    clock = ManualClock(1_700_000_000)
+    quotas = _quotas(regions, clock)
+    exchanges = {
+        name: DemandExchange(
+            name, {p: (r.local() if p == name else r.remote()) for p, r in regions.items()}
+        )
+        for name in regions
+    }
+    results: list[dict[str, dict[str, int] | None]] = []
+    for interval, offers in ((1, {"us": 0, "eu": 0, "ap": 0}), (2, {"us": 2, "eu": 4, "ap": 40})):
+        for name, count in offers.items():
+            for _ in range(count):
+                quotas[name].hit("tenant", GLOBAL)
+        results.append(
+            {n: q.rebalance_round(exchanges[n], interval + 1) for n, q in quotas.items()}
+        )
+        if interval == 1:
+            assert quotas["us"].shares == SHARES
+    results.append({n: q.rebalance_round(exchanges[n], 4) for n, q in quotas.items()})
+    assert results[0] == {"us": None, "eu": None, "ap": None}
+    assert results[1] == {n: {"us": 1, "eu": 1, "ap": 1} for n in regions}
+    assert results[2] == {n: {"us": 3, "eu": 5, "ap": 41} for n in regions}
+    assert sum(q.allowance(GLOBAL) for q in quotas.values()) == GLOBAL.limit

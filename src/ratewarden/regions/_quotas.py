@@ -106,6 +106,21 @@ class RegionalQuota:
         self._shares = dict(weights)
         return weights
 
+    def rebalance_round(self, exchange: DemandExchange, interval: int) -> dict[str, int] | None:
+        """Run at the start of interval number ``interval`` in every region.
+
+        Publishes this region's demand as that of ``interval - 1``, then
+        rebalances from every region's demand of ``interval - 2``: each region
+        published it a whole interval ago, so all regions read the same counts
+        and reach the same shares. If any region's count is missing, the shares
+        stay as they are and this returns None; otherwise the new weights.
+        """
+        exchange.publish(interval - 1, self.take_demand())
+        demand, missing = exchange.collect(interval - 2)
+        if missing:
+            return None
+        return self.rebalance(demand)
+
     def __repr__(self) -> str:
         return f"RegionalQuota(region={self.region!r}, shares={self._shares!r})"
 
