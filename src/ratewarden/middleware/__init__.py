@@ -3,7 +3,8 @@
 ``RateLimitMiddleware`` (ASGI) and ``WSGIRateLimitMiddleware`` share one
 sans-I/O core, ``RuleSet``. ``ConcurrencyMiddleware`` and
 ``WSGIConcurrencyMiddleware`` hold a concurrency slot per identity while a
-response is sent. See docs/middleware.md.
+response is sent; ``TokenBudgetMiddleware`` reserves on a token budget before
+the app and settles after. See docs/middleware.md.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ratewarden.middleware._routes import (
 from ratewarden.middleware._rules import Rule
 from ratewarden.middleware._shadow import ShadowSummary, TopKey
 from ratewarden.middleware.asgi import RateLimitMiddleware
+from ratewarden.middleware.budget import TokenBudgetMiddleware
 from ratewarden.middleware.concurrency import (
     ConcurrencyMiddleware,
     SlotPolicy,
@@ -53,6 +55,7 @@ __all__ = [
     "RuleSet",
     "ShadowSummary",
     "SlotPolicy",
+    "TokenBudgetMiddleware",
     "TopKey",
     "WSGIConcurrencyMiddleware",
     "WSGIRateLimitMiddleware",
