@@ -21,6 +21,12 @@ compete for the CPUs, and other work shifts requests/s from round to round, so
 the table also gives the server process's own CPU time per request (user +
 system, from ``/proc/<pid>/stat``), which other load moves far less: the work
 the middleware adds, whatever the scheduler did. Redis's CPU is not in it.
+
+A second table drives each variant's app object in this process, without a
+server or a socket: synthetic ``http`` scopes for the same keys, rounds of the
+variants interleaved, CPU time per request (``time.process_time``). The
+difference to ``off`` is the middleware's own cost per request (with the
+store's client side), free of the server's and the scheduler's noise.
 """
 
 from __future__ import annotations
@@ -216,6 +222,70 @@ def run(redis_url: str | None, seconds: float, rounds: int, warmup: float) -> li
     return [rows[v] for v in variants]
 
 
+def _scope(i: int) -> dict[str, Any]:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/",
+        "raw_path": b"/",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"bench"), (b"x-api-key", f"key-{i % KEYS}".encode())],
+        "client": ("127.0.0.1", 40000 + i % CONNECTIONS),
+        "server": (HOST, 8000),
+    }
+
+
+async def _drive(app: Any, scopes: list[dict[str, Any]], count: int) -> None:
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        return None
+
+    for i in range(count):
+        await app(dict(scopes[i % len(scopes)]), receive, send)
+
+
+def in_process(redis_url: str | None, requests: int, rounds: int) -> dict[str, list[float]]:
+    """CPU microseconds per request of each variant's app called directly, per round."""
+    variants = [v for v in VARIANTS if redis_url is not None or v in ("off", "memory")]
+    scopes = [_scope(i) for i in range(KEYS)]
+    loop = asyncio.new_event_loop()
+    try:
+        apps = {v: build_app(v, redis_url) for v in variants}
+        for app in apps.values():
+            loop.run_until_complete(_drive(app, scopes, min(requests, 2000)))
+        cpu: dict[str, list[float]] = {v: [] for v in variants}
+        for _ in range(rounds):
+            for variant in variants:
+                start = time.process_time()
+                loop.run_until_complete(_drive(apps[variant], scopes, requests))
+                cpu[variant].append((time.process_time() - start) / requests * 1e6)
+    finally:
+        loop.close()
+    return cpu
+
+
+def in_process_table(cpu: dict[str, list[float]]) -> str:
+    """Median and range of CPU us/request per variant, and the median's excess over ``off``."""
+    base = statistics.median(cpu["off"])
+    lines = [
+        "| variant (in process) | CPU us/request (median) | rounds min-max | over off |",
+        "|---|---:|---:|---:|",
+    ]
+    for variant, values in cpu.items():
+        median = statistics.median(values)
+        lines.append(
+            f"| {variant} | {median:.1f} | {min(values):.1f}-{max(values):.1f} "
+            f"| {median - base:+.1f} |"
+        )
+    return "\n".join(lines)
+
+
 def table(rows: list[HttpRow]) -> str:
     """A markdown table: median req/s, rounds min-max, the ratio to ``off``, statuses seen."""
     base = next(r for r in rows if r.variant == "off")
@@ -236,7 +306,7 @@ def table(rows: list[HttpRow]) -> str:
 
 def main(redis_url: str | None, quick: bool) -> int:
     """Run the HTTP benchmark and print its table and the targets of issue 4."""
-    seconds, rounds, warmup = (1.0, 2, 0.3) if quick else (3.0, 3, 1.0)
+    seconds, rounds, warmup = (1.0, 2, 0.3) if quick else (2.0, 7, 1.0)
     print(
         f"HTTP benchmark: {CONNECTIONS} connections, {rounds} rounds of {seconds:g} s per "
         f"variant after {warmup:g} s warm-up",
@@ -245,6 +315,9 @@ def main(redis_url: str | None, quick: bool) -> int:
     )
     rows = run(redis_url, seconds, rounds, warmup)
     print(table(rows))
+    requests, in_rounds = (500, 3) if quick else (4000, 15)
+    print(f"\nIn process: {in_rounds} interleaved rounds of {requests:,} requests per variant\n")
+    print(in_process_table(in_process(redis_url, requests, in_rounds)))
     print(
         "\nTargets (a report, not a test): memory middleware costs <= 10% of throughput; "
         "two-tier Redis <= 25%."

@@ -17,3 +17,11 @@ def test_http_benchmark_runs_without_redis_and_reports_both_variants() -> None:
         assert row.median > 0 and row.cpu_median > 0
         assert set(row.statuses) == {200}
     assert "| memory |" in _http.table(rows)
+
+
+def test_the_in_process_measure_drives_each_app_and_reports_its_excess() -> None:
+    """The in-process table has a row per variant and a positive CPU figure in each round."""
+    cpu = _http.in_process(None, requests=200, rounds=2)
+    assert list(cpu) == ["off", "memory"]
+    assert all(len(values) == 2 and min(values) > 0 for values in cpu.values())
+    assert "| memory |" in _http.in_process_table(cpu)
