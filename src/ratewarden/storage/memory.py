@@ -11,6 +11,7 @@ the longest period).
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -53,10 +54,13 @@ class _MemoryCore:
         self.max_keys = max_keys
         self.evictions = 0
         self._lock = threading.Lock()
-        # State key -> (state, expires_at_us); insertion order is write order (oldest
-        # first). A rate's state is under (key, layer suffix), a concurrency key's
-        # under its Redis-style string: the two kinds can never collide.
-        self._states: dict[StateKey, tuple[Any, int]] = {}
+        # State key -> (state, expires_at_us), in write order (oldest first). A rate's
+        # state is under (key, layer suffix), a concurrency key's under its Redis-style
+        # string: the two kinds can never collide. An OrderedDict, not a dict: finding
+        # the oldest entry of a dict walks past every slot its deletions left at the
+        # front (3.9 us per write with 10,000 keys written round-robin, against 0.17 us
+        # here), and the sweep and the eviction look at the oldest entry on every write.
+        self._states: OrderedDict[StateKey, tuple[Any, int]] = OrderedDict()
         self._shapes = _plan.Shapes()
 
     def _read(self, key: StateKey, now: int) -> Any:
@@ -70,8 +74,8 @@ class _MemoryCore:
 
     def _write(self, key: StateKey, state: Any, expires_at: int, now: int) -> None:
         states = self._states
-        states.pop(key, None)
         states[key] = (state, expires_at)
+        states.move_to_end(key)
         # Sweep from the oldest end on every write: amortised O(1) expiry.
         if states[next(iter(states))][1] <= now:
             self._sweep(now)
@@ -82,15 +86,14 @@ class _MemoryCore:
         """Drop up to two expired keys from the oldest end (more than a write adds)."""
         states = self._states
         for _ in range(2):
-            oldest = next(iter(states))
-            if states[oldest][1] > now:
+            if not states or states[next(iter(states))][1] > now:
                 break
-            del states[oldest]
+            states.popitem(last=False)
 
     def _evict(self) -> None:
         states = self._states
         while len(states) > self.max_keys:
-            del states[next(iter(states))]
+            states.popitem(last=False)
             self.evictions += 1
 
     def _hit(
