@@ -10,16 +10,20 @@
 ``HotKeyDetector`` is a Space-Saving sketch over a sliding interval (bounded
 memory, injected clock). ``CellLimiter`` splits a key into N cells placed on N
 slot bands, each with 1/N of every rate; ``HotKeyLimiter`` sends configured or
-detected hot keys through cells or leases. docs/scaling.md states the bounds.
+detected hot keys through cells or leases. ``AsyncCellLimiter`` and
+``AsyncHotKeyLimiter`` are the asyncio twins. docs/scaling.md states the bounds.
 """
 
 from __future__ import annotations
 
-from ratewarden.hotkeys._cells import CellLimiter, cell_keys, key_slot, round_robin, split_rate
+from ratewarden.hotkeys._cells import AsyncCellLimiter, CellLimiter, round_robin
 from ratewarden.hotkeys._detector import HotKey, HotKeyDetector
-from ratewarden.hotkeys._limiter import HotKeyLimiter
+from ratewarden.hotkeys._limiter import AsyncHotKeyLimiter, HotKeyLimiter
+from ratewarden.hotkeys._placement import cell_keys, key_slot, split_rate
 
 __all__ = [
+    "AsyncCellLimiter",
+    "AsyncHotKeyLimiter",
     "CellLimiter",
     "HotKey",
     "HotKeyDetector",

@@ -1,20 +1,20 @@
-"""HotKeyLimiter: ``hit`` on the store for ordinary keys, through a mitigation for hot ones.
+"""HotKeyLimiter / AsyncHotKeyLimiter: ordinary keys on the store, hot ones through a mitigation.
 
 A key is hot when it is configured so (``hot_keys``, the same list in every
 process) or when this process's ``HotKeyDetector`` reports it. A hot key is
 decided by the mitigation, one of:
 
-- a ``CellLimiter``: the key's state lives in N cells on N slot bands. Moving
-  a key onto cells carries its usage over (a peek of the key, then that many
-  units charged across the cells), and moving it back carries the cells' usage
-  to the key, so a switch frees no units in this process. Processes that
+- cells (``CellLimiter``): the key's state lives in N cells on N slot bands.
+  Moving a key onto cells carries its usage over (a peek of the key, then that
+  many units charged across the cells), and moving it back carries the cells'
+  usage to the key, so a switch frees no units in this process. Processes that
   disagree about a key (one on cells, one not) each enforce the whole limit on
   different state: configure cells fleet-wide, or detect automatically only in
   one process (docs/scaling.md).
-- a ``TwoTier`` with leases: the key keeps its one state on the store and this
-  process buys ``k`` units per store call. The state is the same either way, so
-  switching in and out is safe in any number of processes; the bound is the
-  leases' own, ``processes x (k - 1)``.
+- leases (``TwoTier`` with ``lease``): the key keeps its one state on the store
+  and this process buys ``k`` units per store call. The state is the same
+  either way, so switching in and out is safe in any number of processes; the
+  bound is the leases' own, ``processes x (k - 1)``.
 
 A detected key stays hot for ``hold`` seconds after the detector last called it
 hot, so a key near the threshold does not flap between the two.
@@ -31,20 +31,125 @@ from ratewarden import algorithms
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
-from ratewarden.hotkeys._cells import CellLimiter
+from ratewarden.hotkeys._cells import AsyncCellLimiter, CellLimiter, _CellBase
 from ratewarden.hotkeys._detector import HotKeyDetector
+from ratewarden.hotkeys._flows import Flow, adrive, drive
 from ratewarden.rate import Rate
-from ratewarden.storage import Store
+from ratewarden.storage import AsyncStore, Store
 from ratewarden.storage._plan import check_cost, check_key, check_rates
-from ratewarden.tiers import TwoTier
+from ratewarden.tiers import AsyncTwoTier, TwoTier
 
-__all__ = ["HotKeyLimiter"]
+__all__ = ["AsyncHotKeyLimiter", "HotKeyLimiter"]
 
-#: Keys that may be hot by detection at once; past it the longest-cold one returns to the store.
+#: Keys that may be hot by detection at once; past it the longest-held one returns to the store.
 DEFAULT_MAX_HOT = 1_000
 
+#: A detected key's move: into the mitigation (True) or out, with the rates it was moved with.
+_Move = tuple[bool, str, tuple[Rate, ...]]
 
-class HotKeyLimiter:
+
+class _HotBase:
+    """Settings, the hot set, and the flows of moving a key's usage; everything but I/O."""
+
+    def __init__(
+        self,
+        mitigation: _CellBase | TwoTier | AsyncTwoTier,
+        algorithm: str,
+        hot_keys: Iterable[str],
+        detector: HotKeyDetector | None,
+        hold: float | None,
+        max_hot: int,
+        clock: Clock,
+    ) -> None:
+        self.algorithm: str = algorithms.get(algorithm).NAME
+        if mitigation.algorithm != self.algorithm:
+            raise ConfigurationError(
+                f"mitigation runs {mitigation.algorithm!r} but the limiter runs "
+                f"{self.algorithm!r}: a key must keep one algorithm"
+            )
+        if isinstance(mitigation, TwoTier | AsyncTwoTier) and mitigation.leases is None:
+            raise ConfigurationError(
+                "a TwoTier mitigation needs leases (TwoTier(store, lease=k)); without them "
+                "every request of the hot key still goes to its one shard"
+            )
+        self.hot_keys = frozenset(check_key(key) for key in hot_keys)
+        if detector is not None and not isinstance(detector, HotKeyDetector):
+            raise ConfigurationError(f"detector {detector!r} must be a HotKeyDetector")
+        self.detector = detector
+        default_hold = 2 * (detector.interval_us if detector else 1_000_000) / 1_000_000
+        self.hold_us = _hold_us(default_hold if hold is None else hold)
+        if isinstance(max_hot, bool) or not isinstance(max_hot, int) or max_hot < 1:
+            raise ConfigurationError(f"max_hot {max_hot!r} must be a whole number >= 1")
+        self.max_hot = max_hot
+        self.clock = clock
+        self._cells = mitigation if isinstance(mitigation, _CellBase) else None
+        self._lock = threading.Lock()
+        # key -> (rates it was moved with, microseconds until it returns to the store)
+        self._detected: OrderedDict[str, tuple[tuple[Rate, ...], int]] = OrderedDict()
+
+    def is_hot(self, key: str) -> bool:
+        """Whether ``key`` is mitigated now (configured, or detected and held)."""
+        with self._lock:
+            return key in self.hot_keys or key in self._detected
+
+    def _route(
+        self, key: str, rates: Rate | Sequence[Rate], cost: int
+    ) -> tuple[tuple[Rate, ...], bool, list[_Move]]:
+        """Validate; then (the rates, whether ``key`` is hot, the moves to make first)."""
+        found = check_rates(rates)
+        check_cost(cost)
+        check_key(key)
+        if key in self.hot_keys:
+            return found, True, []
+        if self.detector is None:
+            return found, False, []
+        now = self.clock.now_us()
+        hot = self.detector.record(key, cost)
+        with self._lock:
+            moves: list[_Move] = [(False, k, r) for k, r in self._expired(now)]
+            held = self._detected.get(key)
+            if held is not None or hot:
+                if held is None:
+                    moves.append((True, key, found))
+                rates_then = found if held is None else held[0]
+                if hot:  # (a key not held yet is here because it is hot)
+                    self._detected[key] = (rates_then, now + self.hold_us)
+                    self._detected.move_to_end(key)
+                if len(self._detected) > self.max_hot:
+                    gone, (gone_rates, _) = self._detected.popitem(last=False)
+                    moves.append((False, gone, gone_rates))
+                return found, True, moves
+        return found, False, moves
+
+    def _expired(self, now: int) -> list[tuple[str, tuple[Rate, ...]]]:
+        done = [(k, r) for k, (r, until) in self._detected.items() if until <= now]
+        for key, _ in done:
+            del self._detected[key]
+        return done
+
+    def _move_flow(self, move: _Move) -> Flow[None]:
+        """Carry a key's usage between its own state and its cells (nothing to do for leases)."""
+        into, key, rates = move
+        cells = self._cells
+        if cells is None:
+            return
+        if into:
+            peek = yield key, rates, 0
+            layers = peek.layers or (peek,)
+            used = max(layer.rate.capacity - layer.remaining for layer in layers if layer.rate)
+            if used > 0:
+                yield from cells._charge_flow(key, rates, used)
+            return
+        used = yield from cells._used_flow(key, rates)
+        if used <= 0:
+            return
+        room = yield key, rates, 0
+        units = min(used, *(layer.remaining for layer in room.layers or (room,)))
+        if units > 0:
+            yield key, rates, units
+
+
+class HotKeyLimiter(_HotBase):
     """``hit(key, rates, cost)`` like ``Limiter.hit``, with hot keys sent through ``mitigation``.
 
     ``mitigation`` is a ``CellLimiter`` or a ``TwoTier`` (with ``lease``) over the
@@ -66,95 +171,26 @@ class HotKeyLimiter:
         max_hot: int = DEFAULT_MAX_HOT,
         clock: Clock | None = None,
     ) -> None:
-        self.store = store
-        self.algorithm: str = algorithms.get(algorithm).NAME
-        _check_mitigation(mitigation, self.algorithm, store)
-        self.mitigation = mitigation
-        self.hot_keys = frozenset(check_key(key) for key in hot_keys)
-        if detector is not None and not isinstance(detector, HotKeyDetector):
-            raise ConfigurationError(f"detector {detector!r} must be a HotKeyDetector")
-        self.detector = detector
-        default_hold = 2 * (detector.interval_us if detector else 1_000_000) / 1_000_000
-        self.hold_us = _hold_us(default_hold if hold is None else hold)
-        if isinstance(max_hot, bool) or not isinstance(max_hot, int) or max_hot < 1:
-            raise ConfigurationError(f"max_hot {max_hot!r} must be a whole number >= 1")
-        self.max_hot = max_hot
-        self.clock: Clock = clock if clock is not None else store.clock
-        self._lock = threading.Lock()
-        # key -> (rates it was moved with, microseconds until it returns to the store)
-        self._detected: OrderedDict[str, tuple[tuple[Rate, ...], int]] = OrderedDict()
+        if not isinstance(mitigation, CellLimiter | TwoTier):
+            raise ConfigurationError(
+                f"mitigation {mitigation!r} must be a CellLimiter or a TwoTier with leases"
+            )
+        if mitigation.store is not store:
+            raise ConfigurationError("the mitigation must use the same store as the HotKeyLimiter")
+        self.store: Store = store
+        self.mitigation: CellLimiter | TwoTier = mitigation
+        super().__init__(
+            mitigation, algorithm, hot_keys, detector, hold, max_hot, clock or store.clock
+        )
 
     def hit(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Decision:
         """Decide one request: on the store, or through the mitigation when ``key`` is hot."""
-        found = check_rates(rates)
-        check_cost(cost)
-        check_key(key)
-        if key in self.hot_keys:
-            return self.mitigation.hit(key, found, cost)
-        if self.detector is not None and self._hot(key, found, cost):
+        found, hot, moves = self._route(key, rates, cost)
+        for move in moves:
+            drive(self.store, self.algorithm, self._move_flow(move))
+        if hot:
             return self.mitigation.hit(key, found, cost)
         return self.store.hit(self.algorithm, key, found, cost)
-
-    def is_hot(self, key: str) -> bool:
-        """Whether ``key`` is mitigated now (configured, or detected and held)."""
-        with self._lock:
-            return key in self.hot_keys or key in self._detected
-
-    def _hot(self, key: str, rates: tuple[Rate, ...], cost: int) -> bool:
-        assert self.detector is not None
-        now = self.clock.now_us()
-        hot = self.detector.record(key, cost)
-        self._expire(now)
-        with self._lock:
-            held = self._detected.get(key)
-            if hot and held is not None:
-                self._detected[key] = (held[0], now + self.hold_us)
-                self._detected.move_to_end(key)
-        if held is not None:
-            return True
-        if not hot:
-            return False
-        self._move_in(key, rates)
-        with self._lock:
-            self._detected[key] = (rates, now + self.hold_us)
-            evicted = (
-                self._detected.popitem(last=False) if len(self._detected) > self.max_hot else None
-            )
-        if evicted is not None:
-            self._move_out(evicted[0], evicted[1][0])
-        return True
-
-    def _expire(self, now: int) -> None:
-        """Return detected keys whose hold has run out to the store."""
-        with self._lock:
-            done = [(k, r) for k, (r, until) in self._detected.items() if until <= now]
-            for key, _ in done:
-                del self._detected[key]
-        for key, rates in done:
-            self._move_out(key, rates)
-
-    def _move_in(self, key: str, rates: tuple[Rate, ...]) -> None:
-        """The key's usage on the store, charged to its cells (leases share the store's state)."""
-        cells = self.mitigation
-        if isinstance(cells, CellLimiter):
-            peek = self.store.hit(self.algorithm, key, rates, 0)
-            layers = peek.layers or (peek,)
-            used = max(layer.rate.capacity - layer.remaining for layer in layers if layer.rate)
-            if used > 0:
-                cells.charge(key, rates, used)
-
-    def _move_out(self, key: str, rates: tuple[Rate, ...]) -> None:
-        """The cells' usage, charged back to the key on the store."""
-        cells = self.mitigation
-        if not isinstance(cells, CellLimiter):
-            return
-        used = cells.used(key, rates)
-        if used <= 0:
-            return
-        room = self.store.hit(self.algorithm, key, rates, 0)
-        units = min(used, *(layer.remaining for layer in room.layers or (room,)))
-        if units > 0:
-            self.store.hit(self.algorithm, key, rates, units)
 
     def __repr__(self) -> str:
         return (
@@ -163,23 +199,50 @@ class HotKeyLimiter:
         )
 
 
-def _check_mitigation(mitigation: object, algorithm: str, store: Store) -> None:
-    if not isinstance(mitigation, CellLimiter | TwoTier):
-        raise ConfigurationError(
-            f"mitigation {mitigation!r} must be a CellLimiter or a TwoTier with leases"
+class AsyncHotKeyLimiter(_HotBase):
+    """The asyncio twin of ``HotKeyLimiter``, with an ``AsyncCellLimiter`` or ``AsyncTwoTier``."""
+
+    def __init__(
+        self,
+        store: AsyncStore,
+        mitigation: AsyncCellLimiter | AsyncTwoTier,
+        algorithm: str = "gcra",
+        *,
+        hot_keys: Iterable[str] = (),
+        detector: HotKeyDetector | None = None,
+        hold: float | None = None,
+        max_hot: int = DEFAULT_MAX_HOT,
+        clock: Clock | None = None,
+    ) -> None:
+        if not isinstance(mitigation, AsyncCellLimiter | AsyncTwoTier):
+            raise ConfigurationError(
+                f"mitigation {mitigation!r} must be an AsyncCellLimiter or an AsyncTwoTier "
+                "with leases"
+            )
+        if mitigation.store is not store:
+            raise ConfigurationError(
+                "the mitigation must use the same store as the AsyncHotKeyLimiter"
+            )
+        self.store: AsyncStore = store
+        self.mitigation: AsyncCellLimiter | AsyncTwoTier = mitigation
+        super().__init__(
+            mitigation, algorithm, hot_keys, detector, hold, max_hot, clock or store.clock
         )
-    if isinstance(mitigation, TwoTier) and mitigation.leases is None:
-        raise ConfigurationError(
-            "a TwoTier mitigation needs leases (TwoTier(store, lease=k)); without them "
-            "every request of the hot key still goes to its one shard"
+
+    async def hit(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Decision:
+        """See ``HotKeyLimiter.hit``."""
+        found, hot, moves = self._route(key, rates, cost)
+        for move in moves:
+            await adrive(self.store, self.algorithm, self._move_flow(move))
+        if hot:
+            return await self.mitigation.hit(key, found, cost)
+        return await self.store.hit(self.algorithm, key, found, cost)
+
+    def __repr__(self) -> str:
+        return (
+            f"AsyncHotKeyLimiter({self.store!r}, mitigation={self.mitigation!r}, "
+            f"hot_keys={len(self.hot_keys)}, detector={self.detector!r})"
         )
-    if mitigation.algorithm != algorithm:
-        raise ConfigurationError(
-            f"mitigation runs {mitigation.algorithm!r} but the limiter runs {algorithm!r}: "
-            "a key must keep one algorithm"
-        )
-    if mitigation.store is not store:
-        raise ConfigurationError("the mitigation must use the same store as the HotKeyLimiter")
 
 
 def _hold_us(hold: object) -> int:

@@ -1,0 +1,128 @@
+"""Where a key's cells go, and what share of each rate each cell holds.
+
+Placement. Cell ``i`` of key ``k`` is the key ``k~cell:i:s``, where the salt
+``s`` is the smallest number that puts the cell's hash slot in the middle half
+of band ``i`` (by default the slots cut into N equal bands; a Cluster created
+by ``redis-cli --cluster create`` gives each primary one such band when N is a
+multiple of the primary count). The store uses the whole key as its hash tag,
+so the slot is CRC16 of the escaped cell key, computed here exactly as Redis
+does (``CLUSTER KEYSLOT`` agrees; the tests check it). A placement depends
+only on the key, N and the bands: every process finds the same cells.
+
+Shares. Each rate of ``limit`` L and capacity C is split with
+``L // N`` (plus one for the first ``L % N`` cells) and likewise for C, so the
+cells' limits add up to L and their capacities to C exactly: the cells together
+never admit more than the key would have. What splitting costs is the
+fragmentation error: a request is denied when the cell it picked and the one it
+retries are both short, while the other N - 2 cells may still have room
+(docs/scaling.md gives the bound and the measured figures).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.rate import Rate
+from ratewarden.storage._keys import escape
+from ratewarden.storage._plan import check_key
+
+__all__ = ["MAX_CELLS", "SLOTS", "cell_keys", "check_cells", "key_slot", "slot_bands", "split_rate"]
+
+#: Hash slots of a Redis Cluster.
+SLOTS = 16384
+#: The most cells one key may be split into.
+MAX_CELLS = 256
+
+
+def _crc16_table() -> list[int]:
+    table = []
+    for byte in range(256):
+        crc = byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+        table.append(crc & 0xFFFF)
+    return table
+
+
+_CRC16 = _crc16_table()
+
+
+def key_slot(tag: str) -> int:
+    """The Cluster hash slot of a store key whose hash tag is ``tag`` (CRC16/XMODEM mod 16384)."""
+    crc = 0
+    for byte in tag.encode():
+        crc = ((crc << 8) & 0xFFFF) ^ _CRC16[((crc >> 8) ^ byte) & 0xFF]
+    return crc % SLOTS
+
+
+def check_cells(cells: object) -> int:
+    if isinstance(cells, bool) or not isinstance(cells, int) or not 2 <= cells <= MAX_CELLS:
+        raise ConfigurationError(
+            f"cells {cells!r} must be a whole number from 2 to {MAX_CELLS} "
+            "(3 or more spread a key over 3 primaries)"
+        )
+    return cells
+
+
+def slot_bands(cells: int, bands: Sequence[tuple[int, int]] | None) -> list[tuple[int, int]]:
+    if bands is None:
+        return [(i * SLOTS // cells, (i + 1) * SLOTS // cells) for i in range(cells)]
+    found = list(bands)
+    if not found:
+        raise ConfigurationError("cell bands must name at least one slot range (start, end)")
+    for band in found:
+        ok = isinstance(band, tuple) and len(band) == 2
+        if not ok or not all(type(b) is int for b in band) or not 0 <= band[0] < band[1] <= SLOTS:
+            raise ConfigurationError(
+                f"cell band {band!r} must be (start, end) slots with 0 <= start < end <= {SLOTS}"
+            )
+    return [found[i % len(found)] for i in range(cells)]
+
+
+def cell_keys(
+    key: str, cells: int, bands: Sequence[tuple[int, int]] | None = None
+) -> tuple[str, ...]:
+    """The ``cells`` keys that stand for ``key``, cell ``i`` in the middle of slot band ``i``.
+
+    ``bands`` are ``(start, end)`` slot ranges, one per primary for instance
+    (from ``CLUSTER SHARDS``); cell ``i`` goes to ``bands[i % len(bands)]``.
+    By default the 16,384 slots are cut into ``cells`` equal bands.
+    """
+    check_key(key)
+    cells = check_cells(cells)
+    found = []
+    for i, (start, end) in enumerate(slot_bands(cells, bands)):
+        width = end - start
+        low, high = start + width // 4, end - width // 4
+        if high <= low:
+            low, high = start, end
+        for salt in itertools.count():
+            name = f"{key}~cell:{i}:{salt}"
+            if low <= key_slot(escape(name)) < high:
+                found.append(name)
+                break
+    return tuple(found)
+
+
+def split_rate(rate: Rate, cells: int) -> tuple[Rate, ...]:
+    """``rate`` cut into ``cells`` shares whose limits and capacities add up to the rate's exactly.
+
+    Raises ``ConfigurationError`` when a share would be empty (more cells than
+    the limit or the capacity).
+    """
+    cells = check_cells(cells)
+    if cells > rate.limit or cells > rate.capacity:
+        raise ConfigurationError(
+            f"cannot split {rate} into {cells} cells: each cell needs a limit and a burst of "
+            f"at least 1; use at most {min(rate.limit, rate.capacity)} cells for this rate"
+        )
+    shares = []
+    for i in range(cells):
+        limit = rate.limit // cells + (i < rate.limit % cells)
+        burst = None
+        if rate.burst is not None:
+            burst = rate.burst // cells + (i < rate.burst % cells)
+        shares.append(Rate(limit, rate.period, burst))
+    return tuple(shares)
