@@ -23,8 +23,10 @@ system, from ``/proc/<pid>/stat``), which other load moves far less: the work
 the middleware adds, whatever the scheduler did. Redis's CPU is not in it.
 
 A second table drives each variant's app object in this process, without a
-server or a socket: synthetic ``http`` scopes for the same keys, rounds of the
-variants interleaved, CPU time per request (``time.process_time``). The
+server or a socket: synthetic ``http`` scopes for the same keys from
+``CONNECTIONS`` concurrent tasks (so the Redis store pipelines as it does under
+load), rounds of the variants interleaved, CPU time per request
+(``time.process_time``). The
 difference to ``off`` is the middleware's own cost per request (with the
 store's client side), free of the server's and the scheduler's noise.
 """
@@ -240,14 +242,19 @@ def _scope(i: int) -> dict[str, Any]:
 
 
 async def _drive(app: Any, scopes: list[dict[str, Any]], count: int) -> None:
+    """``count`` requests from ``CONNECTIONS`` concurrent tasks, as the load generator sends."""
+
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": b"", "more_body": False}
 
     async def send(message: dict[str, Any]) -> None:
         return None
 
-    for i in range(count):
-        await app(dict(scopes[i % len(scopes)]), receive, send)
+    async def worker(first: int) -> None:
+        for i in range(first, count, CONNECTIONS):
+            await app(dict(scopes[i % len(scopes)]), receive, send)
+
+    await asyncio.gather(*(worker(n) for n in range(CONNECTIONS)))
 
 
 def in_process(redis_url: str | None, requests: int, rounds: int) -> dict[str, list[float]]:

@@ -43,7 +43,7 @@ def test_each_example_runs(index: int) -> None:
 
 def test_starlette_example_limits_and_exempts() -> None:
     """The Starlette example sends headers on /orders and none on the exempt /health."""
-    (block,) = [b for b in BLOCKS if "Starlette(" in b]
+    (block,) = [b for b in BLOCKS if "Starlette(" in b and "RateLimitMiddleware" in b]
     app = _run(block)["app"]
     orders = asyncio.run(_asgi_get(app, "/orders"))
     health = asyncio.run(_asgi_get(app, "/health"))
@@ -53,7 +53,7 @@ def test_starlette_example_limits_and_exempts() -> None:
 
 def test_fastapi_example_login_rule() -> None:
     """The FastAPI example's @limit allows five logins a minute, then 429."""
-    (block,) = [b for b in BLOCKS if "FastAPI()" in b]
+    (block,) = [b for b in BLOCKS if "FastAPI()" in b and "/login" in b]
     app = _run(block)["app"]
 
     async def six_logins() -> list[int]:
@@ -68,3 +68,41 @@ def test_flask_example_limits_and_exempts() -> None:
     client = _run(block)["app"].test_client()
     assert "RateLimit" in client.get("/items").headers
     assert "RateLimit" not in client.get("/health").headers
+
+
+def test_concurrency_example_streams_and_refuses_a_fifth_stream() -> None:
+    """The concurrency example serves its export, and a key with 4 open streams gets a 429."""
+    (block,) = [b for b in BLOCKS if "ConcurrencyMiddleware," in b]
+    app = _run(block)["app"]
+    limiter = app.user_middleware[0].kwargs["limiter"]
+
+    async def scenario() -> tuple[int, int, int]:
+        leases = [await limiter.acquire_slot("inflight:anonymous", 4, ttl=30) for _ in range(4)]
+        refused = (await _asgi_get(app, "/export/orders")).status_code
+        for lease in leases:
+            await limiter.release_slot(lease)
+        served = await _asgi_get(app, "/export/orders")
+        return refused, served.status_code, len(served.text.splitlines())
+
+    assert asyncio.run(scenario()) == (429, 200, 1000)
+
+
+def test_budget_example_settles_what_the_endpoint_reports() -> None:
+    """The token budget example refunds down to the reported use on the response itself."""
+    (block,) = [b for b in BLOCKS if "TokenBudgetMiddleware," in b]
+    app = _run(block)["app"]
+
+    async def chat() -> httpx.Response:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://testserver"
+        ) as client:
+            return await client.post("/v1/chat", json={"prompt": "x" * 400, "max_tokens": 500})
+
+    response = asyncio.run(chat())
+    assert response.status_code == 200
+    # 112 used of 600 reserved; the real clock refills 1,667 tokens a second meanwhile.
+    assert (
+        100_000 - 112
+        <= int(response.headers["x-ratelimit-remaining-tokens"])
+        < 100_000 - 112 + 1_667
+    )

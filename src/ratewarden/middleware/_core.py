@@ -24,7 +24,7 @@ import hashlib
 import threading
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from ratewarden import headers as rl_headers
 from ratewarden.clock import Clock, SystemClock
@@ -75,13 +75,9 @@ class AsyncHitter(Protocol):
         ...
 
 
-class Hit(NamedTuple):
-    """One limiter call the core asks for (a tuple: one is made per rule per request)."""
-
-    key: str
-    rates: tuple[Rate, ...]
-    cost: int
-    shadow: bool
+#: One limiter call the core asks for: ``(key, rates, cost, shadow)``. A plain tuple,
+#: since one is made per rule per request.
+Hit = tuple[str, tuple[Rate, ...], int, bool]
 
 
 class Compiled:
@@ -155,7 +151,8 @@ def drive(evaluation: Evaluation, limiter: Hitter) -> Outcome:
     try:
         hit = next(evaluation)
         while True:
-            hit = evaluation.send(limiter.hit(hit.key, hit.rates, hit.cost, shadow=hit.shadow))
+            key, rates, cost, shadow = hit
+            hit = evaluation.send(limiter.hit(key, rates, cost, shadow=shadow))
     except StopIteration as done:
         outcome: Outcome = done.value
         return outcome
@@ -166,9 +163,8 @@ async def drive_async(evaluation: Evaluation, limiter: AsyncHitter) -> Outcome:
     try:
         hit = next(evaluation)
         while True:
-            hit = evaluation.send(
-                await limiter.hit(hit.key, hit.rates, hit.cost, shadow=hit.shadow)
-            )
+            key, rates, cost, shadow = hit
+            hit = evaluation.send(await limiter.hit(key, rates, cost, shadow=shadow))
     except StopIteration as done:
         outcome: Outcome = done.value
         return outcome
@@ -347,7 +343,7 @@ class RuleSet:
             cost = rule.fixed_cost
             if cost is None:
                 cost = rule.cost(request)
-            decision = yield Hit(key, rule.rates, cost, shadow)
+            decision = yield (key, rule.rates, cost, shadow)
             if shadow:
                 if decision.shadowed or not decision.allowed:
                     self._shadow_log.record(name, key, self.clock.now())

@@ -16,6 +16,7 @@ layers are not the rule's rates (a failure policy's answer, say).
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from ratewarden import headers as rl_headers
 from ratewarden.decision import Decision
@@ -36,8 +37,10 @@ class HeaderPlan:
         "_name",
         "_options",
         "_policies",
+        "_policy_header",
         "_prefixes",
         "_rates",
+        "_simple",
     )
 
     def __init__(self, name: str, rates: tuple[Rate, ...], options: HeaderOptions) -> None:
@@ -58,9 +61,29 @@ class HeaderPlan:
         )
         self._joined_policy = ", ".join(self._policies)
         self._prefixes = tuple(f"{sf_string(n)};r=" for n in names)
+        self._simple = (
+            len(rates) == 1
+            and self._draft
+            and not self._all_policies
+            and self._legacy is None
+            and not options.partition_key
+        )
+        self._policy_header = ("RateLimit-Policy", self._policies[0])
 
     def render(self, decision: Decision, now: float, partition: bytes | None) -> list[Header]:
         """The headers for ``decision`` (``now``: epoch seconds, read only by epoch resets)."""
+        if self._simple:
+            # The default: one rate, the draft fields of the binding layer, nothing else.
+            layers = decision.layers
+            rate = self._rates[0]
+            if len(layers) == 1 and decision.rate is rate and layers[0].rate is rate:
+                layer = layers[0]
+                reset = layer.reset_after
+                t = math.ceil(reset) if reset > 0 else 0
+                remaining = layer.remaining
+                if not (decision.allowed and layer.allowed and remaining > 0):
+                    remaining = 0
+                return [self._policy_header, ("RateLimit", f"{self._prefixes[0]}{remaining};t={t}")]
         if partition is not None and self._options.partition_key:
             return self._generic(decision, now, partition)
         layers = decision.layers or (decision,)
