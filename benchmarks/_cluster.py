@@ -40,7 +40,7 @@ import redis
 
 from ratewarden import Rate
 from ratewarden.decision import Decision
-from ratewarden.hotkeys import CellLimiter
+from ratewarden.hotkeys import CellLimiter, HotKeyDetector
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.tiers import TwoTier
 
@@ -320,6 +320,22 @@ def hot_key(duration: float, clients: int) -> list[dict[str, Any]]:
     return rows
 
 
+def detector_cost(calls: int) -> dict[str, float]:
+    """Nanoseconds per ``HotKeyDetector.record``: one key, and 10,000 keys in turn (64 counters,
+    so nearly every call evicts: the sketch's worst case)."""
+    found = {}
+    for name, keys in (
+        ("one key", ["tenant:hot"]),
+        ("10,000 keys", [f"k{n}" for n in range(KEYS)]),
+    ):
+        detector = HotKeyDetector(1_000_000, capacity=64)
+        started = time.perf_counter()
+        for n in range(calls):
+            detector.record(keys[n % len(keys)])
+        found[name] = (time.perf_counter() - started) / calls * 1e9
+    return found
+
+
 def main(quick: bool = False, clients: int = 2, results: Path | None = None) -> int:
     """Run both scenarios, print them, write ``results/cluster-latest.json``."""
     duration = 0.5 if quick else 5.0
@@ -349,6 +365,10 @@ def main(quick: bool = False, clients: int = 2, results: Path | None = None) -> 
             f"  {row['mitigation']:<14} {row['per_second']:>12,.0f} "
             f"{row['admitted_per_second']:>11,.0f}  {row['evalsha_per_primary']}"
         )
+    sketch = detector_cost(20_000 if quick else 200_000)
+    print("\nHotKeyDetector.record, in this process:")
+    for name, ns in sketch.items():
+        print(f"  {name:<12} {ns:>8,.0f} ns per call")
     load_end = os.getloadavg()
     print(f"\nloadavg at the end {load_end}")
     report = {
@@ -361,6 +381,7 @@ def main(quick: bool = False, clients: int = 2, results: Path | None = None) -> 
         "loadavg_end": load_end,
         "scaling": scale,
         "hot_key": hot,
+        "detector_ns_per_record": sketch,
     }
     target = results or Path(__file__).parent / "results"
     target.mkdir(parents=True, exist_ok=True)

@@ -50,34 +50,37 @@ def _positive(what: str, value: object) -> float:
 
 
 class _Sketch:
-    """Space-Saving counters for one interval: key -> [count, error]."""
+    """Space-Saving counters for one interval: key -> count, and key -> possible overcount."""
 
-    __slots__ = ("capacity", "counters", "total")
+    __slots__ = ("capacity", "counts", "errors", "total")
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.counters: dict[str, list[int]] = {}
+        self.counts: dict[str, int] = {}
+        self.errors: dict[str, int] = {}
         self.total = 0
 
     def add(self, key: str, cost: int) -> int:
         """Count ``cost`` for ``key``; its estimated count now."""
         self.total += cost
-        counter = self.counters.get(key)
-        if counter is not None:
-            counter[0] += cost
-            return counter[0]
-        if len(self.counters) < self.capacity:
-            self.counters[key] = [cost, 0]
+        counts = self.counts
+        count = counts.get(key)
+        if count is not None:
+            counts[key] = count = count + cost
+            return count
+        if len(counts) < self.capacity:
+            counts[key] = cost
             return cost
-        # A scan of ``capacity`` counters, only when a new key meets a full sketch.
-        smallest = min(self.counters, key=lambda k: self.counters[k][0])
-        floor = self.counters.pop(smallest)[0]
-        self.counters[key] = [floor + cost, floor]
+        # A scan of ``capacity`` counters (in C), only when a new key meets a full sketch.
+        smallest = min(counts, key=counts.__getitem__)
+        floor = counts.pop(smallest)
+        self.errors.pop(smallest, None)
+        counts[key] = floor + cost
+        self.errors[key] = floor
         return floor + cost
 
     def get(self, key: str) -> tuple[int, int]:
-        counter = self.counters.get(key)
-        return (0, 0) if counter is None else (counter[0], counter[1])
+        return self.counts.get(key, 0), self.errors.get(key, 0)
 
 
 class HotKeyDetector:
@@ -95,6 +98,7 @@ class HotKeyDetector:
         "_lock",
         "_previous",
         "_start_us",
+        "_threshold_count",
         "capacity",
         "clock",
         "interval_us",
@@ -116,6 +120,8 @@ class HotKeyDetector:
                 f"hot-key capacity {capacity!r} must be a whole number of counters >= 1"
             )
         self.capacity = capacity
+        # The threshold as a count per interval: ``record`` compares counts, no division.
+        self._threshold_count = self.threshold * self.interval_us / 1_000_000
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._lock = threading.Lock()
         self._current = _Sketch(capacity)
@@ -130,9 +136,10 @@ class HotKeyDetector:
             raise ConfigurationError(f"hot-key detector: cost {cost!r} must be a whole number >= 0")
         with self._lock:
             weight = self._roll()
-            count = self._current.add(key, cost) if cost else self._current.get(key)[0]
-            estimate = count + weight * self._previous.get(key)[0]
-        return estimate * 1_000_000 / self.interval_us > self.threshold
+            count = self._current.add(key, cost) if cost else self._current.counts.get(key, 0)
+            old = self._previous.counts.get(key)
+            estimate = count + weight * old if old else count
+        return estimate > self._threshold_count
 
     def rate(self, key: str) -> HotKey:
         """``key``'s estimated rate over the sliding interval, and the most it may overstate it."""
@@ -143,7 +150,7 @@ class HotKeyDetector:
         """Every tracked key whose estimated rate is over the threshold, hottest first."""
         with self._lock:
             weight = self._roll()
-            keys = set(self._current.counters) | set(self._previous.counters)
+            keys = set(self._current.counts) | set(self._previous.counts)
             found = [self._estimate(key, weight) for key in keys]
         return sorted((k for k in found if k.rate > self.threshold), key=lambda k: -k.rate)
 
