@@ -196,3 +196,17 @@ def test_without_the_negative_cache_every_denial_costs_two_commands(
     reset_stats(redis_cluster)
     assert not any(cells.hit("k", rate).allowed for _ in range(10))
     assert sum(evalsha_calls(redis_cluster).values()) == 20
+
+
+def test_a_one_slot_band_is_found_too() -> None:
+    """A band of a single slot still gets its cell (a search of about 16,384 salts)."""
+    (first, second) = cell_keys("k", 2, [(100, 101), (16383, 16384)])
+    assert key_slot(escape(first)) == 100
+    assert key_slot(escape(second)) == 16383
+
+
+@pytest.mark.parametrize("bands", [[], [(5, 5)], [(-1, 10)], [(0, 16385)], [(1, 2, 3)], ["ab"]])
+def test_bad_bands_are_refused(bands: list[object]) -> None:
+    """Empty, reversed, out-of-range or malformed bands raise ConfigurationError."""
+    with pytest.raises(ConfigurationError, match="band"):
+        cell_keys("k", 3, bands)  # type: ignore[arg-type]

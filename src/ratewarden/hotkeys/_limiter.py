@@ -136,7 +136,10 @@ class _HotBase:
         if into:
             peek = yield key, rates, 0
             layers = peek.layers or (peek,)
-            used = max(layer.rate.capacity - layer.remaining for layer in layers if layer.rate)
+            used = max(
+                (layer.rate.capacity - layer.remaining for layer in layers if layer.rate),
+                default=0,
+            )
             if used > 0:
                 yield from cells._charge_flow(key, rates, used)
             return

@@ -20,7 +20,6 @@ retries are both short, while the other N - 2 cells may still have room
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 
 from ratewarden.errors import ConfigurationError
@@ -34,6 +33,8 @@ __all__ = ["MAX_CELLS", "SLOTS", "cell_keys", "check_cells", "key_slot", "slot_b
 SLOTS = 16384
 #: The most cells one key may be split into.
 MAX_CELLS = 256
+#: Salts tried per cell: a one-slot band needs about 16,384 on average.
+_MAX_SALT = 64 * SLOTS
 
 
 def _crc16_table() -> list[int]:
@@ -93,16 +94,19 @@ def cell_keys(
     check_key(key)
     cells = check_cells(cells)
     found = []
-    for i, (start, end) in enumerate(slot_bands(cells, bands)):
+    for i, band in enumerate(slot_bands(cells, bands)):
+        start, end = band
         width = end - start
         low, high = start + width // 4, end - width // 4
         if high <= low:
             low, high = start, end
-        for salt in itertools.count():
+        for salt in range(_MAX_SALT):
             name = f"{key}~cell:{i}:{salt}"
             if low <= key_slot(escape(name)) < high:
                 found.append(name)
                 break
+        else:  # pragma: no cover - CRC16 reaches every slot long before this
+            raise ConfigurationError(f"no salt in {_MAX_SALT} puts a cell of {key!r} in {band}")
     return tuple(found)
 
 
