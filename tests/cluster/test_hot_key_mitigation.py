@@ -206,3 +206,38 @@ def test_bad_mitigations_are_refused(
     store, _ = store_on(cluster_client)
     with pytest.raises(ConfigurationError, match=message):
         HotKeyLimiter(store, build(store))  # type: ignore[arg-type]
+
+
+def test_each_rate_set_of_a_detected_key_carries_its_own_usage(
+    cluster_client: redis.RedisCluster,
+) -> None:
+    """One key under two rules (two rate sets, two states): each moves to cells with its own
+    usage, so neither gets a fresh capacity in frozen time."""
+    store, clock = store_on(cluster_client)
+    detector = HotKeyDetector(20, interval=1.0, clock=clock)
+    limiter = HotKeyLimiter(store, CellLimiter(store, 3), detector=detector)
+    per_minute, per_hour = Rate(60, 60), Rate(90, 3600)
+    admitted = {per_minute: 0, per_hour: 0}
+    for n in range(400):
+        rate = per_minute if n % 2 else per_hour
+        admitted[rate] += limiter.hit(KEY, rate).allowed
+    assert 60 - 23 <= admitted[per_minute] <= 60
+    assert 90 - 33 <= admitted[per_hour] <= 90
+
+
+def test_a_key_pushed_out_by_max_hot_returns_with_its_usage(
+    cluster_client: redis.RedisCluster,
+) -> None:
+    """With room for one detected key, a second hot key pushes the first back to its own
+    state, charged with what its cells used; moved in and out again, it never passes its
+    capacity in frozen time."""
+    store, clock = store_on(cluster_client)
+    detector = HotKeyDetector(5, interval=1.0, clock=clock)
+    limiter = HotKeyLimiter(store, CellLimiter(store, 3), detector=detector, max_hot=1)
+    rate = Rate(30, 60)
+    first = sum(limiter.hit("first", rate).allowed for _ in range(50))
+    for _ in range(10):
+        limiter.hit("second", rate)
+    assert not limiter.is_hot("first") and limiter.is_hot("second")
+    again = sum(limiter.hit("first", rate).allowed for _ in range(5))  # moved back in, too
+    assert first + again <= 30

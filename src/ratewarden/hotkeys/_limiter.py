@@ -84,13 +84,14 @@ class _HotBase:
         self.clock = clock
         self._cells = mitigation if isinstance(mitigation, _CellBase) else None
         self._lock = threading.Lock()
-        # key -> (rates it was moved with, microseconds until it returns to the store)
-        self._detected: OrderedDict[str, tuple[tuple[Rate, ...], int]] = OrderedDict()
+        # (key, rates) -> microseconds until it returns to the store; a key's state is per rate
+        # set, so each rate set of a key moves (and carries its usage) on its own.
+        self._detected: OrderedDict[tuple[str, tuple[Rate, ...]], int] = OrderedDict()
 
     def is_hot(self, key: str) -> bool:
         """Whether ``key`` is mitigated now (configured, or detected and held)."""
         with self._lock:
-            return key in self.hot_keys or key in self._detected
+            return key in self.hot_keys or any(k == key for k, _ in self._detected)
 
     def _route(
         self, key: str, rates: Rate | Sequence[Rate], cost: int
@@ -105,26 +106,33 @@ class _HotBase:
             return found, False, []
         now = self.clock.now_us()
         hot = self.detector.record(key, cost)
+        ident = (key, found)
         with self._lock:
             moves: list[_Move] = [(False, k, r) for k, r in self._expired(now)]
-            held = self._detected.get(key)
-            if held is not None or hot:
-                if held is None:
-                    moves.append((True, key, found))
-                rates_then = found if held is None else held[0]
-                if hot:  # (a key not held yet is here because it is hot)
-                    self._detected[key] = (rates_then, now + self.hold_us)
-                    self._detected.move_to_end(key)
-                if len(self._detected) > self.max_hot:
-                    gone, (gone_rates, _) = self._detected.popitem(last=False)
-                    moves.append((False, gone, gone_rates))
-                return found, True, moves
-        return found, False, moves
+            held = ident in self._detected
+            if not held and not hot:
+                return found, False, moves
+            if not held:
+                moves.append((True, key, found))
+            if hot:
+                self._detected[ident] = now + self.hold_us
+                self._detected.move_to_end(ident)
+            if len(self._detected) > self.max_hot:
+                (gone, gone_rates), _ = self._detected.popitem(last=False)
+                moves.append((False, gone, gone_rates))
+        return found, True, moves
 
     def _expired(self, now: int) -> list[tuple[str, tuple[Rate, ...]]]:
-        done = [(k, r) for k, (r, until) in self._detected.items() if until <= now]
-        for key, _ in done:
-            del self._detected[key]
+        """Pop the keys whose hold ran out. Each refresh moves a key to the end with the
+        latest expiry, so the expired ones are at the front: this costs what it pops."""
+        done = []
+        detected = self._detected
+        while detected:
+            ident, until = next(iter(detected.items()))
+            if until > now:
+                break
+            del detected[ident]
+            done.append(ident)
         return done
 
     def _move_flow(self, move: _Move) -> Flow[None]:
