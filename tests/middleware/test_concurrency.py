@@ -282,3 +282,33 @@ def test_bad_options_are_configuration_errors(option: str, value: object) -> Non
     options: dict[str, object] = {"limit": 2, option: value}
     with pytest.raises(ConfigurationError, match=option if option != "name" else "rule name"):
         WSGIConcurrencyMiddleware(lambda e, s: [b""], limiter=Limiter(), **options)
+
+
+def test_flask_a_long_stream_renews_its_slot_as_it_is_read() -> None:
+    """WSGI: chunks read a third of a TTL apart keep the slot past the TTL; close() frees it."""
+    clock = ManualClock()
+    app = Flask(__name__)
+
+    @app.get("/stream")
+    def stream() -> FlaskResponse:
+        return FlaskResponse(iter([b"a", b"b", b"c", b"d", b"e"]))
+
+    app.wsgi_app = WSGIConcurrencyMiddleware(  # type: ignore[method-assign]
+        app.wsgi_app,
+        limiter=Limiter(MemoryStore(clock=clock)),
+        limit=1,
+        key=by_api_key(),
+        ttl=30,
+        clock=clock,
+    )
+    client = app.test_client()
+    first = client.get("/stream", headers=A, buffered=False)
+    chunks = iter(first.response)
+    codes = []
+    for _ in range(4):
+        next(chunks)
+        clock.advance(12)  # 48 s in all, past the 30 s TTL
+        codes.append(client.get("/stream", headers=A).status_code)
+    first.close()
+    codes.append(client.get("/stream", headers=A).status_code)
+    assert codes == [429, 429, 429, 429, 200]
