@@ -151,3 +151,13 @@ def test_a_target_reports_the_round_by_round_ratios_beside_the_ratio_of_medians(
     assert memory.paired == (3.0, 1.0, 4.0)
     assert memory.line().endswith("PASS; round by round 3.00x (median), 1.00-4.00x")
     assert memory.to_json()["paired_round_ratios"] == {"median": 3.0, "min": 1.0, "max": 4.0}
+
+
+def test_micro_prints_every_memory_figure(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m benchmarks.micro` without Redis prints each in-memory figure, each measured."""
+    from benchmarks import micro
+
+    assert micro.main([]) == 0
+    lines = dict(line.split(" ", 1) for line in capsys.readouterr().out.splitlines())
+    for name in ("memory_1key_us", "memory_10k_us", "memory_10k_live_us", "memory_10k_evicting_us"):
+        assert float(lines[name].replace(",", "")) > 0, name
