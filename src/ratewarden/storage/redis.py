@@ -26,10 +26,12 @@ decides; whether that decision was applied is then unknown, so nothing is
 retried blindly. Clients built by ``from_url`` use the same timeout.
 
 Speed: redis-py sets every connection up (pools of settings, TLS, AUTH,
-Sentinel discovery, the Cluster slot table), and the store then sends one
-pre-packed ``EVALSHA`` per decision and parses the reply with hiredis, skipping
-redis-py's per-command overhead. The asyncio store pipelines automatically:
-decisions made in one event-loop turn share one write.
+Sentinel discovery, the Cluster slot table), and the store then drives the
+socket itself: one ``EVALSHA`` per decision, packed from a template made once per
+call shape (only the key and ``now`` are encoded per call), one ``poll`` for the
+reply, parsed by hiredis, skipping redis-py's per-command overhead. The asyncio
+store pipelines automatically: decisions made in one event-loop turn share one
+write. See docs/performance.md.
 """
 
 from __future__ import annotations
