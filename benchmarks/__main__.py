@@ -123,6 +123,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "benchmark (benchmarks/_cluster.py) instead")
     parser.add_argument("--cluster-clients", type=int, default=2, metavar="N",
                         help="client processes for --cluster (default 2)")
+    parser.add_argument("--serve", action="store_true",
+                        help="run `ratewarden serve` under gRPC load and behind Envoy "
+                        "(benchmarks/_serve.py) instead; starts its own redis-server")
     return parser.parse_args(argv)
 
 
@@ -136,6 +139,11 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import _cluster
 
         return _cluster.main(args.quick, args.cluster_clients, args.results)
+    if args.serve:
+        from benchmarks import _serve
+
+        command = args.command or shlex.join([sys.executable, "-m", "benchmarks", *sys.argv[1:]])
+        return _serve.main(args.quick, args.results, command)
     budget = QUICK if args.quick else DEFAULT
     if args.max_calls is not None:
         if args.max_calls < 1:
