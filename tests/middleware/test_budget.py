@@ -224,3 +224,40 @@ async def test_an_estimate_that_is_not_a_count_names_itself() -> None:
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
         with pytest.raises(ConfigurationError, match="estimate returned 'many'"):
             await client.get("/")
+
+
+async def test_a_client_gone_before_its_body_ends_is_neither_charged_nor_answered(
+    budget: AsyncTokenBudget,
+) -> None:
+    """A disconnect while the body is read: nothing reserved, nothing sent, the app not called."""
+    served = _app(budget)
+    messages = [
+        {"type": "http.request", "body": b'{"prompt_tokens": 10', "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+    sent: list[dict[str, object]] = []
+
+    async def receive() -> dict[str, object]:
+        return messages.pop(0)
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat",
+        "raw_path": b"/v1/chat",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"x-api-key", b"tenant-a")],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 80),
+    }
+    await served.app(scope, receive, send)
+    assert sent == []
+    assert served.calls == []
+    assert await served.tokens_left() == 10000

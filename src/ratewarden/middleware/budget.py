@@ -155,6 +155,8 @@ class TokenBudgetMiddleware:
         body = b""
         if self.read_body:
             read = await _read_body(receive, self.max_body)
+            if isinstance(read, _Gone):  # the client left before its body ended: no one to answer
+                return
             if read is None:
                 await _answer(send, 413, "Content Too Large", [], "The request body is too large.")
                 return
@@ -263,14 +265,18 @@ class _Settling:
         return settlement.decision
 
 
-async def _read_body(receive: Receive, limit: int) -> bytes | None:
-    """The whole request body, or None when it is longer than ``limit`` bytes."""
+class _Gone:
+    """What ``_read_body`` returns when the client disconnected before the end of its body."""
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | _Gone | None:
+    """The whole request body; None when longer than ``limit`` bytes; ``_GONE`` on disconnect."""
     chunks: list[bytes] = []
     size = 0
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            break
+            return _Gone()
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
