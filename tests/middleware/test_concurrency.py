@@ -275,7 +275,15 @@ def test_flask_a_failing_view_gives_its_slot_back(sync_limiter: Limiter) -> None
 
 @pytest.mark.parametrize(
     ("option", "value"),
-    [("limit", 0), ("ttl", 0), ("status", 500), ("retry_after", -1), ("name", "a b"), ("key", 3)],
+    [
+        ("limit", 0),
+        ("ttl", 0),
+        ("status", 500),
+        ("retry_after", -1),
+        ("name", "a b"),
+        ("key", 3),
+        ("limt", 2),
+    ],
 )
 def test_bad_options_are_configuration_errors(option: str, value: object) -> None:
     """Each bad option is refused when the middleware is built, naming the option."""
@@ -312,3 +320,12 @@ def test_flask_a_long_stream_renews_its_slot_as_it_is_read() -> None:
     first.close()
     codes.append(client.get("/stream", headers=A).status_code)
     assert codes == [429, 429, 429, 429, 200]
+
+
+def test_the_middlewares_know_every_option_of_slot_policy() -> None:
+    """The option check and SlotPolicy's signature name the same options."""
+    import inspect
+
+    from ratewarden.middleware import concurrency
+
+    assert set(inspect.signature(concurrency.SlotPolicy).parameters) == concurrency._OPTIONS

@@ -178,6 +178,31 @@ class SlotPolicy:
         return f"{self.status} {_TITLES[self.status]}"
 
 
+def _policy(options: dict[str, Any]) -> SlotPolicy:
+    unknown = sorted(set(options) - _OPTIONS)
+    if unknown:
+        raise ConfigurationError(
+            f"concurrency middleware: unknown option(s) {unknown}; known: {sorted(_OPTIONS)}"
+        )
+    return SlotPolicy(**options)
+
+
+_OPTIONS = frozenset(
+    (
+        "limit",
+        "name",
+        "key",
+        "ttl",
+        "status",
+        "retry_after",
+        "paths",
+        "methods",
+        "fallback",
+        "clock",
+    )
+)
+
+
 class _Held:
     """One granted lease: when to renew it, and whether it was given back."""
 
@@ -224,7 +249,7 @@ class ConcurrencyMiddleware:
             raise ConfigurationError(f"limiter {limiter!r} has no acquire_slot(key, limit) method")
         self.app = app
         self.limiter = limiter
-        self.policy = SlotPolicy(**policy)
+        self.policy = _policy(policy)
         self._refusal = [(n.lower().encode(), v.encode()) for n, v in self.policy.refusal_headers()]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -289,7 +314,7 @@ class WSGIConcurrencyMiddleware:
             raise ConfigurationError(f"limiter {limiter!r} has no acquire_slot(key, limit) method")
         self.app = app
         self.limiter = limiter
-        self.policy = SlotPolicy(**policy)
+        self.policy = _policy(policy)
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         request = from_wsgi(environ)
