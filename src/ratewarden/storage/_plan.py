@@ -82,6 +82,15 @@ def check_key(key: object) -> str:
         raise ConfigurationError(f"key {key!r} must be a string")
     if not key:
         raise ConfigurationError("key must not be empty: pass the identity being limited")
+    if not key.isascii():  # O(1) in CPython: only non-ASCII keys pay for the encode below
+        try:
+            key.encode()
+        except UnicodeEncodeError as exc:
+            raise ConfigurationError(
+                f"key {key!r} is not valid text: {exc.reason} at index {exc.start} (a lone "
+                "surrogate cannot be encoded as UTF-8 for any store); decode the bytes it came "
+                "from with errors='replace' or 'backslashreplace'"
+            ) from None
     return key
 
 
@@ -190,7 +199,7 @@ class Shapes:
     ) -> Plan:
         """``build``, with the key-independent part from the cache."""
         found = self.get(algorithm, rates, cost)
-        if type(key) is not str or not key:
+        if type(key) is not str or not key or not key.isascii():
             check_key(key)
         return Plan(found.algorithm, found.rates, found.keys(prefix, key), found.params, found.cost)
 

@@ -101,7 +101,7 @@ class _MemoryCore:
     ) -> Decision:
         """Consume ``cost`` from every rate on ``key`` if all allow; see ``Limiter.hit``."""
         shape = self._shapes.get(algorithm, rates, cost)
-        if type(key) is not str or not key:
+        if type(key) is not str or not key or not key.isascii():
             _plan.check_key(key)
         now = self.clock.now_us()
         cost = shape.cost

@@ -101,7 +101,7 @@ class _RedisBase:
         Raises ``ConfigurationError`` on bad input, before anything is sent.
         """
         shape = self._shapes.get(algorithm, rates, cost)
-        if type(key) is not str or not key:
+        if type(key) is not str or not key or not key.isascii():
             _plan.check_key(key)
         found = self._templates.get(id(shape))
         if found is None or found[0] is not shape:
