@@ -52,6 +52,7 @@ from benchmarks._serve_stack import (
     Loaders,
     Serve,
     envoy,
+    floor,
     redis_server,
     serve,
     tree_cpu_s,
@@ -106,6 +107,7 @@ class Plan:
     descriptors: tuple[int, ...] = DESCRIPTORS
     in_flight: tuple[int, ...] = IN_FLIGHT
     deny: bool = True
+    floor: bool = True
     loaders: int = LOADERS
 
 
@@ -123,6 +125,8 @@ class Case:
     def label(self) -> str:
         if self.envoy:
             return f"envoy filter {self.envoy}"
+        if self.server == "floor":
+            return f"grpc floor {self.descriptors} desc"
         return f"{self.server} {self.descriptors} desc{' deny' if self.deny else ''}"
 
 
@@ -193,6 +197,8 @@ def cases(plan: Plan) -> list[Case]:
     ]
     if plan.deny:
         found += [Case(server, 3, max(plan.in_flight), deny=True) for server in servers[:2]]
+    if plan.floor:
+        found += [Case("floor", 3, in_flight) for in_flight in plan.in_flight]
     if plan.envoy:
         found += [
             Case("envoy", 3, ENVOY_IN_FLIGHT, envoy=variant)
@@ -221,22 +227,27 @@ def _command(case: Case, running: _Running) -> dict[str, Any]:
         "channels": CHANNELS,
         "descriptors": case.descriptors,
         "deny": case.deny,
+        "statuses": 0 if case.server == "floor" else case.descriptors,
     }
 
 
-def _cpu_groups(case: Case, running: _Running) -> dict[str, int]:
-    """The processes whose CPU a case's rows report: the serve tree, redis-server, Envoy."""
-    groups: dict[str, int] = {}
+def _cpu_groups(case: Case, running: _Running) -> dict[str, list[int]]:
+    """The processes whose CPU a row reports: the serve tree, redis-server, Envoy, the load."""
+    groups: dict[str, list[int]] = {"load": [proc.pid for proc in running.loaders.procs]}
     server = case.envoy if case.envoy else case.server
     if server in ("memory", "redis"):
         server = f"{server}-w1"
     if server in running.serves:
-        groups["serve"] = running.serves[server].pid
+        groups["serve"] = [running.serves[server].pid]
     if running.redis_pid is not None and server.startswith("redis"):
-        groups["redis"] = running.redis_pid
+        groups["redis"] = [running.redis_pid]
     if case.envoy and running.envoy is not None:
-        groups["envoy"] = running.envoy.pid
+        groups["envoy"] = [running.envoy.pid]
     return groups
+
+
+def _cpu(pids: list[int]) -> float:
+    return sum(tree_cpu_s(pid) for pid in pids)
 
 
 def _round(row: Row, running: _Running, plan: Plan) -> None:
@@ -248,10 +259,10 @@ def _round(row: Row, running: _Running, plan: Plan) -> None:
     # sleeps meanwhile), so the warm-up is not in them.
     _sleep_until(start_at)
     before_stats = running.envoy.ratelimit_stats(case.envoy) if running.envoy and case.envoy else {}
-    before = {name: tree_cpu_s(pid) for name, pid in groups.items()}
+    before = {name: _cpu(pids) for name, pids in groups.items()}
     _sleep_until(start_at + plan.seconds)
-    for name, pid in groups.items():
-        row.cpu_s[name] = row.cpu_s.get(name, 0.0) + tree_cpu_s(pid) - before[name]
+    for name, pids in groups.items():
+        row.cpu_s[name] = row.cpu_s.get(name, 0.0) + _cpu(pids) - before[name]
     if case.envoy and running.envoy is not None:
         after = running.envoy.ratelimit_stats(case.envoy)
         for name, value in after.items():
@@ -283,6 +294,8 @@ def run(plan: Plan, progress: Callable[[int, Row], None] | None = None) -> list[
         for name, text in RULES.items():
             (workdir / "rules" / name).write_text(text)
         serves = {"memory-w1": serve(stack, workdir, "memory-w1", "memory", 1)}
+        if plan.floor:
+            serves["floor"] = floor(stack, workdir)
         redis_pid = None
         if plan.redis:
             url = redis_server(stack, workdir)
@@ -314,6 +327,54 @@ def _pid_on(url: str) -> int:
         return int(client.info("server")["process_id"])
 
 
+def in_process(
+    descriptors: Sequence[int], calls: int, rounds: int, in_flight: int = 16
+) -> dict[int, list[float]]:
+    """CPU microseconds per call of ``RateLimitServer.should_rate_limit`` called directly.
+
+    The composition root of ``ratewarden serve`` with the benchmark rules and the
+    memory store (metrics hooks on), without gRPC: ``in_flight`` tasks, requests
+    decoded up front, rounds of the descriptor counts interleaved. Set against
+    the serve rows' CPU per call, it splits the service's cost from the transport's.
+    """
+    import asyncio
+
+    from envoy.service.ratelimit.v3 import rls_pb2
+
+    from benchmarks._serve_load import rls_requests
+    from ratewarden.server.app import RateLimitServer
+    from ratewarden.server.settings import Settings
+
+    found: dict[int, list[float]] = {n: [] for n in descriptors}
+    with tempfile.TemporaryDirectory(prefix="rw-bench-serve-") as workdir:
+        for name, text in RULES.items():
+            (Path(workdir) / name).write_text(text)
+        server = RateLimitServer(Settings(config_paths=(workdir,), reload_interval=0))
+        requests = {
+            n: [rls_pb2.RateLimitRequest.FromString(b) for b in rls_requests(DOMAIN, n, False)]
+            for n in descriptors
+        }
+
+        async def drive(batch: list[Any], count: int) -> None:
+            async def task(first: int) -> None:
+                for i in range(first, count, in_flight):
+                    await server.should_rate_limit(batch[i % len(batch)])
+
+            await asyncio.gather(*(task(i) for i in range(in_flight)))
+
+        async def main() -> None:
+            for n in descriptors:
+                await drive(requests[n], min(calls, 1_000))  # warm-up: every counter exists
+            for _ in range(rounds):
+                for n in descriptors:
+                    start = time.process_time()
+                    await drive(requests[n], calls)
+                    found[n].append((time.process_time() - start) / calls * 1e6)
+
+        asyncio.run(main())
+    return found
+
+
 # --- the report -------------------------------------------------------------------------
 
 _HEADERS = (
@@ -327,7 +388,8 @@ _HEADERS = (
     "errors",
     "serve CPU us/call",
     "redis CPU us/call",
-    "envoy CPU us/req",
+    "envoy CPU us/call",
+    "load CPU us/call",
 )
 
 
@@ -341,6 +403,7 @@ def _cells(row: Row) -> list[str]:
         row.case.label, str(row.case.in_flight), f"{row.median:,.0f}", rates,
         f"{row.percentile_ms(0.5):.2f}", f"{row.percentile_ms(0.99):.2f}",
         f"{row.denied:,}", f"{row.errors:,}", cpu("serve"), cpu("redis"), cpu("envoy"),
+        cpu("load"),
     ]  # fmt: skip
 
 
@@ -453,6 +516,18 @@ def main(quick: bool, results: Path, command: str) -> int:
     print("\nTarget (a report, not a test):")
     for line in targets(rows):
         print(f"  {line}")
+    calls, rounds = (300, 2) if quick else (3_000, 5)
+    service = in_process(plan.descriptors, calls, rounds)
+    info["in_process_cpu_us_per_call"] = service
+    print(
+        f"\nThe service without gRPC (in process, memory store, {rounds} rounds of {calls:,} "
+        "calls): CPU us/call, median (min-max)"
+    )
+    for n, values in service.items():
+        print(
+            f"  {n:>2} descriptors: {statistics.median(values):,.0f} "
+            f"({min(values):,.0f}-{max(values):,.0f})"
+        )
     print("\nEnvoy's rate limit filter, against no filter:")
     for line in envoy_notes(rows):
         print(f"  {line}")

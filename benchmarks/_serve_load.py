@@ -27,6 +27,8 @@ SO_REUSEPORT, gets connections on both workers.
 
 ``python -m benchmarks._serve_load backend PORT`` is the trivial upstream for
 Envoy: an asyncio protocol answering every request ``200 ok``, keep-alive.
+``python -m benchmarks._serve_load floor PORT`` is ratewarden's gRPC server
+answering every call with a fixed response: the transport's own cost.
 """
 
 from __future__ import annotations
@@ -219,7 +221,8 @@ async def run(command: dict[str, Any], grpc_cache: Grpc) -> dict[str, Any]:
         requests = rls_requests(command["domain"], descriptors, bool(command.get("deny")))
         calls = await grpc_cache.calls(command["target"], int(command["channels"]), requests)
         channel = grpc_cache.channels[(command["target"], int(command["channels"]))][0]
-        check_reply(await channel.unary_unary(METHOD)(requests[0], timeout=10), descriptors)
+        reply = await channel.unary_unary(METHOD)(requests[0], timeout=10)
+        check_reply(reply, int(command.get("statuses", descriptors)))
     else:
         # One connection per call slot: HTTP/1.1 has one request in flight per connection.
         calls, writers = await http_calls(int(command["port"]), in_flight)
@@ -285,10 +288,36 @@ def backend(port: int) -> None:
     asyncio.run(main())
 
 
+def floor(port: int) -> None:
+    """ratewarden's ``GrpcServer`` answering every call with one fixed response, until killed.
+
+    No config, no store, no metrics: what the gRPC transport alone costs per call,
+    the floor under every ``ratewarden serve`` row.
+    """
+    from envoy.service.ratelimit.v3 import rls_pb2
+
+    from ratewarden.server.grpc import GrpcServer
+
+    response = rls_pb2.RateLimitResponse(overall_code=rls_pb2.RateLimitResponse.OK)
+
+    async def answer(request: Any) -> Any:
+        return response
+
+    async def main() -> None:
+        server = GrpcServer(answer)
+        await server.start(HOST, port)
+        await server.set_serving(True)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["load"]:
         load()
     elif sys.argv[1:2] == ["backend"]:
         backend(int(sys.argv[2]))
+    elif sys.argv[1:2] == ["floor"]:
+        floor(int(sys.argv[2]))
     else:
-        raise SystemExit("usage: python -m benchmarks._serve_load load | backend PORT")
+        raise SystemExit("usage: python -m benchmarks._serve_load load | backend PORT | floor PORT")

@@ -132,6 +132,14 @@ def serve(stack: ExitStack, workdir: Path, name: str, store: str, workers: int) 
     return Serve(proc.pid, grpc_port)
 
 
+def floor(stack: ExitStack, workdir: Path) -> Serve:
+    """ratewarden's gRPC server answering a fixed response (``_serve_load.floor``), listening."""
+    port = free_port()
+    args = [sys.executable, "-m", "benchmarks._serve_load", "floor", str(port)]
+    proc = stack.enter_context(process(args, "grpc floor", workdir, lambda: _listening(port)))
+    return Serve(proc.pid, port)
+
+
 def tree_cpu_s(pid: int) -> float:
     """User + system CPU seconds of ``pid`` and its descendants still running (Linux /proc)."""
     total = 0.0
