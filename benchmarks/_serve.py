@@ -64,7 +64,8 @@ CHANNELS = 2
 DESCRIPTORS = (1, 3, 10)
 IN_FLIGHT = (16, 64)
 DOMAIN = "bench"
-ENVOY_IN_FLIGHT = 16
+#: Envoy rows: 1 request in flight (nothing queues: what the filter adds to one request) and 16.
+ENVOY_IN_FLIGHT = (1, 16)
 #: The target of issue 3: Redis, 3 descriptors, at least this many calls/s at p99 <= P99_MS.
 TARGET_CALLS = 5_000
 TARGET_P99_MS = 5.0
@@ -108,6 +109,8 @@ class Plan:
     in_flight: tuple[int, ...] = IN_FLIGHT
     deny: bool = True
     floor: bool = True
+    #: Also Redis with ``--charge-denied`` (3 descriptors): one store round trip per call.
+    charge_denied: bool = True
     loaders: int = LOADERS
 
 
@@ -127,6 +130,8 @@ class Case:
             return f"envoy filter {self.envoy}"
         if self.server == "floor":
             return f"grpc floor {self.descriptors} desc"
+        if self.server == "redis-w1-cd":
+            return f"redis-w1 {self.descriptors} desc --charge-denied"
         return f"{self.server} {self.descriptors} desc{' deny' if self.deny else ''}"
 
 
@@ -199,9 +204,12 @@ def cases(plan: Plan) -> list[Case]:
         found += [Case(server, 3, max(plan.in_flight), deny=True) for server in servers[:2]]
     if plan.floor:
         found += [Case("floor", 3, in_flight) for in_flight in plan.in_flight]
+    if plan.redis and plan.charge_denied:
+        found += [Case("redis-w1-cd", 3, in_flight) for in_flight in plan.in_flight]
     if plan.envoy:
         found += [
-            Case("envoy", 3, ENVOY_IN_FLIGHT, envoy=variant)
+            Case("envoy", 3, in_flight, envoy=variant)
+            for in_flight in ENVOY_IN_FLIGHT
             for variant in ("off", "memory", *(["redis"] if plan.redis else []))
         ]
     return found
@@ -303,6 +311,10 @@ def run(plan: Plan, progress: Callable[[int, Row], None] | None = None) -> list[
             for workers in (1, 2):
                 serves[f"redis-w{workers}"] = serve(
                     stack, workdir, f"redis-w{workers}", url, workers
+                )
+            if plan.charge_denied:
+                serves["redis-w1-cd"] = serve(
+                    stack, workdir, "redis-w1-cd", url, 1, "--charge-denied"
                 )
         envoy_stack = None
         if plan.envoy:
@@ -441,7 +453,7 @@ def targets(rows: Sequence[Row]) -> list[str]:
         p99 = row.percentile_ms(0.99)
         verdict = "PASS" if row.median >= TARGET_CALLS and p99 <= TARGET_P99_MS else "MISS"
         found.append(
-            f"{c.server}, 3 descriptors, {c.in_flight} in flight: {row.median:,.0f} calls/s "
+            f"{c.label}, {c.in_flight} in flight: {row.median:,.0f} calls/s "
             f"at p99 {p99:.2f} ms (target >= {TARGET_CALLS:,}/s at p99 <= {TARGET_P99_MS:g} ms) "
             f"{verdict}"
         )
@@ -449,16 +461,20 @@ def targets(rows: Sequence[Row]) -> list[str]:
 
 
 def envoy_notes(rows: Sequence[Row]) -> list[str]:
-    """Each filter variant's p50/p99 and throughput against ``off``, and Envoy's filter stats."""
-    off = next((r for r in rows if r.case.envoy == "off"), None)
+    """Each filter variant's p50/p99 and throughput against ``off`` at the same requests in
+    flight, and Envoy's filter counters (``error``: the call failed or passed the 20 ms
+    timeout, and the request went on, ``failure_mode_allowed``)."""
+    offs = {r.case.in_flight: r for r in rows if r.case.envoy == "off"}
     notes = []
     for row in rows:
+        off = offs.get(row.case.in_flight)
         if not row.case.envoy or row.case.envoy == "off" or off is None:
             continue
         p50 = row.percentile_ms(0.5) - off.percentile_ms(0.5)
         p99 = row.percentile_ms(0.99) - off.percentile_ms(0.99)
         notes.append(
-            f"filter -> {row.case.envoy}: p50 {p50:+.2f} ms, p99 {p99:+.2f} ms, "
+            f"filter -> {row.case.envoy}, {row.case.in_flight} in flight: "
+            f"p50 {p50:+.2f} ms, p99 {p99:+.2f} ms, "
             f"requests/s x{row.median / off.median:.2f} of off; Envoy's ratelimit counters "
             f"{row.envoy_stats}"
         )

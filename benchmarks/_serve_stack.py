@@ -117,15 +117,18 @@ class Serve:
     grpc_port: int
 
 
-def serve(stack: ExitStack, workdir: Path, name: str, store: str, workers: int) -> Serve:
-    """``ratewarden serve`` with the benchmark rules, ``store`` and ``workers``, healthy."""
+def serve(
+    stack: ExitStack, workdir: Path, name: str, store: str, workers: int, *extra: str
+) -> Serve:
+    """``ratewarden serve`` with the benchmark rules, ``store``, ``workers`` and ``extra``
+    flags, healthy."""
     script = _BESIDE_PYTHON / "ratewarden"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "ratewarden.cli"]
     grpc_port, http_port = free_port(), free_port()
     args = [
         *command, "serve", "--config", str(workdir / "rules"), "--store", store,
         "--workers", str(workers), "--grpc-port", str(grpc_port), "--http-port", str(http_port),
-        "--log-level", "warning", "--dashboard", "off",
+        "--log-level", "warning", "--dashboard", "off", *extra,
     ]  # fmt: skip
     url = f"http://{HOST}:{http_port}/healthcheck"
     proc = stack.enter_context(process(args, f"serve {name}", workdir, lambda: _http_ok(url)))

@@ -20,7 +20,7 @@ from benchmarks._serve_stack import envoy_bootstrap
 
 TINY = _serve.Plan(
     seconds=0.4, warmup=0.2, rounds=2, redis=False, envoy=False, descriptors=(1, 3),
-    in_flight=(4,), deny=True, floor=False, loaders=1,
+    in_flight=(4,), deny=True, floor=False, charge_denied=False, loaders=1,
 )  # fmt: skip
 
 
