@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ratewarden import Limiter, Rate
+from ratewarden.budgets import TokenBudget
 from ratewarden.errors import ConfigurationError
 from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
@@ -136,6 +137,21 @@ def test_reset_and_leases_reject_the_same_keys(redis_client: redis.Redis) -> Non
             store.acquire_slot(key, 2, "lease-1", 1, 1_000_000)
         rejects(key, caught)
     assert redis_client.keys() == []
+
+
+@pytest.mark.redis
+def test_token_budgets_reject_the_same_keys(redis_client: redis.Redis) -> None:
+    """A token budget's keys (built in storage/_ops.py) go through the same check: the
+    memory store used to accept the key and Redis to raise UnicodeEncodeError."""
+    key = "tenant-\ud83d\ude00-x"
+    for store in (MemoryStore(clock=ManualClock()), RedisStore(redis_client, clock=ManualClock())):
+        budget = TokenBudget(store, {"tokens": "100000/minute"}, max_output_tokens=100)
+        with pytest.raises(ConfigurationError) as caught:
+            budget.reserve(key, 10)
+        rejects(key, caught)
+        assert budget.reserve("tenant-é", 10).decision.allowed
+    stored = all_keys(redis_client)
+    assert stored and all("tenant-é".encode() in k for k in stored)
 
 
 @pytest.mark.redis

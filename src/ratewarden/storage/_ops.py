@@ -19,6 +19,7 @@ from typing import Any
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.storage._keys import escape
+from ratewarden.storage._plan import check_key
 
 __all__ = ["Op", "arun", "axis_key", "check_name", "record_key", "run"]
 
@@ -63,6 +64,8 @@ def check_id(what: str, value: object) -> str:
 def _head(prefix: str, key: str) -> str:
     if not isinstance(key, str) or not key:
         raise ConfigurationError(f"key {key!r} must be a non-empty string")
+    if not key.isascii():
+        check_key(key)  # a lone surrogate: the same error as every store's hit
     return f"{prefix}:{{{escape(key)}}}"
 
 
