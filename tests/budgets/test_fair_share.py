@@ -96,7 +96,7 @@ def test_fair_share_configuration_errors() -> None:
         with pytest.raises(ConfigurationError):
             FairShare(store, pool, weights, **options)  # type: ignore[arg-type]
     fair = FairShare(store, POOL, {"a": 1})
-    for tenant, cost in (("", 1), (None, 1), ("a", -1), ("a", 1.5)):
+    for tenant, cost in (("", 1), (None, 1), ("a", -1), ("a", 1.5), ("\ud800", 1)):
         with pytest.raises(ConfigurationError):
             fair.hit("gpu", tenant, cost)  # type: ignore[arg-type]
     assert len(store) == 0

@@ -21,6 +21,7 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.storage import AsyncStore, Store
 from ratewarden.storage._ops import Op, arun, axis_key, run
+from ratewarden.storage._plan import check_key
 
 __all__ = ["AsyncFairShare", "FairDecision", "FairShare"]
 
@@ -100,7 +101,7 @@ class _FairBase:
     def _tenant(tenant: object) -> str:
         if not isinstance(tenant, str) or not tenant:
             raise ConfigurationError(f"tenant {tenant!r} must be a non-empty string")
-        return tenant
+        return check_key(tenant)  # text every store can encode (no lone surrogates)
 
     def _op(self, pool_key: str, tenant: str, cost: int) -> Op:
         tenant = self._tenant(tenant)
