@@ -1,27 +1,33 @@
 """``python -m benchmarks --serve``: ``ratewarden serve`` under gRPC load, and behind Envoy.
 
-What it measures (issue 3, "Benchmark"):
+What it measures (issue 3, "Benchmark"; docs/performance-serve.md has a run):
 
 1. **ShouldRateLimit calls per second and per-call latency p50/p99** with 1, 3
-   and 10 descriptors per call, at a fixed number of calls in flight, against
-   ``ratewarden serve`` processes this module starts: the memory store with
-   ``--workers 1``, and Redis (a redis-server started here on a free loopback
-   port, persistence off) with ``--workers 1`` and ``--workers 2``. Every
-   limit is far out of reach, so every call is allowed; the ``deny`` rows send
-   3 descriptors of which the last is over its limit on every other call.
+   and 10 descriptors per call, at a fixed number of calls in flight (16, 64),
+   against ``ratewarden serve`` processes this module starts: the memory store
+   with ``--workers 1``, and Redis (a redis-server started here on a free
+   loopback port, persistence off) with ``--workers 1`` and ``--workers 2``.
+   Every limit is far out of reach, so every call is allowed; the ``deny`` rows
+   send 3 descriptors of which the last is over its limit on every other call.
+   Beside them: Redis with ``--charge-denied`` (one store pass per call), and
+   the gRPC floor, ratewarden's ``GrpcServer`` answering a fixed response.
 2. **What Envoy's rate limit filter costs per HTTP request**: one Envoy
    (``--concurrency 1``) with three listeners in front of a trivial upstream:
    no rate limit filter (``off``), the filter asking the memory server, and the
    filter asking the Redis server (``--workers 1``); three descriptors per
-   request, Envoy's default 20 ms call timeout, ``failure_mode_deny: false``.
+   request, Envoy's default 20 ms call timeout, ``failure_mode_deny: false``;
+   1 and 16 requests in flight.
+3. **The service without gRPC**: ``RateLimitServer.should_rate_limit`` called
+   in this process (memory store), CPU per call (``in_process``).
 
 The load comes from ``LOADERS`` separate processes (``benchmarks/_serve_load.py``),
 each an asyncio loop with its share of the calls in flight. Rounds of every
 case are interleaved in a rotating order, so load from elsewhere on the
 machine falls on all of them; a row gives the median and range of its rounds'
 rates, and latency percentiles over every call of every round. The CPU time of
-the serve process tree, of redis-server and of Envoy over the rounds, per
-call, says what each call cost whatever the scheduler did meanwhile.
+the serve process tree, of redis-server, of Envoy and of the load generators
+over the timed windows, per call, says what each call cost whatever the
+scheduler did meanwhile.
 
 Everything (load generators, ratewarden, redis-server, Envoy, the upstream)
 shares this machine's CPUs; the machine's CPU count and load average are
