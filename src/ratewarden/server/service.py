@@ -674,8 +674,11 @@ class AsyncRateLimitService(_ServiceBase):
         try:
             calls = next(flow)
             while True:
-                replies = await asyncio.gather(*(self._hit(call) for call in calls))
-                calls = flow.send(list(replies))
+                if len(calls) == 1:  # no Task for a lone call: most requests have one
+                    replies = [await self._hit(calls[0])]
+                else:
+                    replies = list(await asyncio.gather(*(self._hit(call) for call in calls)))
+                calls = flow.send(replies)
         except StopIteration as done:
             return done.value
 
