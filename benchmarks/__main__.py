@@ -100,32 +100,61 @@ def _flusher(url: str | None) -> Any:
 
 def _progress(row: _suite.Row) -> None:
     rate = "-" if row.per_second is None else f"{row.per_second:,.0f}/s"
-    print(f"  {row.backend:<12} {row.keys:>6,}  {row.label:<45} {rate:>14}  {row.status}",
-          file=sys.stderr, flush=True)
+    print(
+        f"  {row.backend:<12} {row.keys:>6,}  {row.label:<45} {rate:>14}  {row.status}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short cases, for a smoke run")
     parser.add_argument("--redis-url", help="a redis-server to use (flushed between cases!)")
-    parser.add_argument("--backend", action="append", choices=["memory", "redis", "redis-async"],
-                        help="run only these backends (repeatable)")
-    parser.add_argument("--results", type=Path, default=Path(__file__).parent / "results",
-                        help="where the JSON goes (default: benchmarks/results)")
-    parser.add_argument("--max-calls", type=int, metavar="N",
-                        help="time exactly N decisions per case, no warm-up (smoke tests)")
+    parser.add_argument(
+        "--backend",
+        action="append",
+        choices=["memory", "redis", "redis-async"],
+        help="run only these backends (repeatable)",
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=Path(__file__).parent / "results",
+        help="where the JSON goes (default: benchmarks/results)",
+    )
+    parser.add_argument(
+        "--max-calls",
+        type=int,
+        metavar="N",
+        help="time exactly N decisions per case, no warm-up (smoke tests)",
+    )
     parser.add_argument("--pinning", help="how processes were pinned to CPUs (recorded)")
     parser.add_argument("--command", help="the command line to record (scripts/bench sets it)")
-    parser.add_argument("--http", action="store_true",
-                        help="run the HTTP middleware benchmark (benchmarks/_http.py) instead")
-    parser.add_argument("--cluster", action="store_true",
-                        help="start Redis Clusters of 1-3 primaries and run the Cluster "
-                        "benchmark (benchmarks/_cluster.py) instead")
-    parser.add_argument("--cluster-clients", type=int, default=2, metavar="N",
-                        help="client processes for --cluster (default 2)")
-    parser.add_argument("--serve", action="store_true",
-                        help="run `ratewarden serve` under gRPC load and behind Envoy "
-                        "(benchmarks/_serve.py) instead; starts its own redis-server")
+    parser.add_argument(
+        "--http",
+        action="store_true",
+        help="run the HTTP middleware benchmark (benchmarks/_http.py) instead",
+    )
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="start Redis Clusters of 1-3 primaries and run the Cluster "
+        "benchmark (benchmarks/_cluster.py) instead",
+    )
+    parser.add_argument(
+        "--cluster-clients",
+        type=int,
+        default=2,
+        metavar="N",
+        help="client processes for --cluster (default 2)",
+    )
+    parser.add_argument(
+        "--serve",
+        action="store_true",
+        help="run `ratewarden serve` under gRPC load and behind Envoy "
+        "(benchmarks/_serve.py) instead; starts its own redis-server",
+    )
     return parser.parse_args(argv)
 
 
@@ -148,15 +177,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_calls is not None:
         if args.max_calls < 1:
             raise SystemExit("--max-calls must be at least 1")
-        budget = Budget(duration_s=3_600.0, warmup_s=0.0, rounds=1, warmup_full_pass=False,
-                        max_calls=args.max_calls)
+        budget = Budget(
+            duration_s=3_600.0,
+            warmup_s=0.0,
+            rounds=1,
+            warmup_full_pass=False,
+            max_calls=args.max_calls,
+        )
     cases = [c for c in _suite.all_cases() if not args.backend or c.backend in args.backend]
     info = meta(args, budget)
-    print(f"benchmarking {len(cases)} cases x {len(_suite.KEY_SETS)} key sets "
-          f"({budget.duration_s:g} s each after {budget.warmup_s:g} s warm-up)",
-          file=sys.stderr, flush=True)
-    rows = _suite.run(cases, Env(args.redis_url), budget,
-                      before_group=_flusher(args.redis_url), progress=_progress)
+    print(
+        f"benchmarking {len(cases)} cases x {len(_suite.KEY_SETS)} key sets "
+        f"({budget.duration_s:g} s each after {budget.warmup_s:g} s warm-up)",
+        file=sys.stderr,
+        flush=True,
+    )
+    rows = _suite.run(
+        cases,
+        Env(args.redis_url),
+        budget,
+        before_group=_flusher(args.redis_url),
+        progress=_progress,
+    )
     info["loadavg_end"] = list(os.getloadavg())
     found = _report.targets(rows, _suite.KEY_SETS)
 

@@ -70,9 +70,7 @@ def _throttled(backend: str, env: Env) -> Subject:
     if backend == "memory":
         store = throttled.MemoryStore(options={"MAX_SIZE": _MAX_KEYS})
     else:
-        store = throttled.RedisStore(
-            server=need_redis(env), options={"SOCKET_TIMEOUT": TIMEOUT_S}
-        )
+        store = throttled.RedisStore(server=need_redis(env), options={"SOCKET_TIMEOUT": TIMEOUT_S})
     limiter = throttled.Throttled(using="gcra", quota=quota, store=store, timeout=-1)
     limit = limiter.limit
 
@@ -142,12 +140,27 @@ def cases() -> list[Case]:
     rows = []
     for backend in ("memory", "redis"):
         rows += [
-            Case("limits", "sliding-window-counter", backend, "peer",
-                 setup=partial(_limits, "sliding-window-counter", backend)),
-            Case("limits", "fixed-window", backend, "peer",
-                 setup=partial(_limits, "fixed-window", backend)),
+            Case(
+                "limits",
+                "sliding-window-counter",
+                backend,
+                "peer",
+                setup=partial(_limits, "sliding-window-counter", backend),
+            ),
+            Case(
+                "limits",
+                "fixed-window",
+                backend,
+                "peer",
+                setup=partial(_limits, "fixed-window", backend),
+            ),
             Case("throttled-py", "gcra", backend, "peer", setup=partial(_throttled, backend)),
-            Case("pyrate-limiter", "gcra StateBucket", backend, "peer",
-                 setup=partial(_pyrate, backend)),
+            Case(
+                "pyrate-limiter",
+                "gcra StateBucket",
+                backend,
+                "peer",
+                setup=partial(_pyrate, backend),
+            ),
         ]
     return rows

@@ -161,11 +161,19 @@ def cases() -> list[Case]:
         *redis_sync,
         Case("redis-py script loop", "gcra.lua", "redis", "ceiling", setup=_ceiling),
         Case(
-            "ratewarden", "gcra", "redis-async", "subject",
-            setup_async=partial(_redis_async, "gcra"), in_flight=IN_FLIGHT,
+            "ratewarden",
+            "gcra",
+            "redis-async",
+            "subject",
+            setup_async=partial(_redis_async, "gcra"),
+            in_flight=IN_FLIGHT,
         ),
         Case(
-            "redis-py asyncio script loop", "gcra.lua", "redis-async", "ceiling",
-            setup_async=_ceiling_async, in_flight=IN_FLIGHT,
+            "redis-py asyncio script loop",
+            "gcra.lua",
+            "redis-async",
+            "ceiling",
+            setup_async=_ceiling_async,
+            in_flight=IN_FLIGHT,
         ),
     ]

@@ -16,8 +16,19 @@ from benchmarks._suite import Row
 
 __all__ = ["Target", "cpu_notes", "markdown", "markdown_run", "table", "targets", "write_json"]
 
-_HEADERS = ("backend", "keys", "library [algorithm]", "decisions/s", "rounds min-max",
-            "p50 us", "p99 us", "CPU us/dec", "errors", "denied", "note")
+_HEADERS = (
+    "backend",
+    "keys",
+    "library [algorithm]",
+    "decisions/s",
+    "rounds min-max",
+    "p50 us",
+    "p99 us",
+    "CPU us/dec",
+    "errors",
+    "denied",
+    "note",
+)
 _NUMERIC = frozenset({1, 3, 4, 5, 6, 7, 8, 9})
 
 
@@ -55,12 +66,17 @@ class Target:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "name": self.name, "keys": self.keys, "subject": self.subject,
-            "baseline": self.baseline, "ratio": self.ratio, "goal": self.goal,
-            "verdict": self.verdict, "missing": self.missing,
-            "paired_round_ratios": None if self.paired is None else dict(
-                zip(("median", "min", "max"), self.paired, strict=True)
-            ),
+            "name": self.name,
+            "keys": self.keys,
+            "subject": self.subject,
+            "baseline": self.baseline,
+            "ratio": self.ratio,
+            "goal": self.goal,
+            "verdict": self.verdict,
+            "missing": self.missing,
+            "paired_round_ratios": None
+            if self.paired is None
+            else dict(zip(("median", "min", "max"), self.paired, strict=True)),
         }
 
 
@@ -75,9 +91,17 @@ def _cells(row: Row) -> tuple[str, ...]:
     note = "" if m.first_error is None else f"first error: {m.first_error}"[:80]
     spread = f"{min(m.round_rates):,.0f}-{max(m.round_rates):,.0f}" if m.round_rates else "-"
     return (
-        _backend(row), f"{row.keys:,}", row.label, f"{m.per_second:,.0f}", spread,
-        f"{m.p50_us:.1f}", f"{m.p99_us:.1f}", f"{m.cpu_us:.1f}", f"{m.errors:,}",
-        f"{m.denied:,}", note,
+        _backend(row),
+        f"{row.keys:,}",
+        row.label,
+        f"{m.per_second:,.0f}",
+        spread,
+        f"{m.p50_us:.1f}",
+        f"{m.p99_us:.1f}",
+        f"{m.cpu_us:.1f}",
+        f"{m.errors:,}",
+        f"{m.denied:,}",
+        note,
     )
 
 
@@ -100,9 +124,10 @@ def table(rows: Sequence[Row]) -> str:
 
 def markdown(rows: Sequence[Row]) -> str:
     """The same table as Markdown."""
-    lines = ["| " + " | ".join(_HEADERS) + " |", "|" + "|".join(
-        "---:" if i in _NUMERIC else "---" for i in range(len(_HEADERS))
-    ) + "|"]
+    lines = [
+        "| " + " | ".join(_HEADERS) + " |",
+        "|" + "|".join("---:" if i in _NUMERIC else "---" for i in range(len(_HEADERS))) + "|",
+    ]
     for row in rows:
         lines.append("| " + " | ".join(c.replace("|", "/") for c in _cells(row)) + " |")
     return "\n".join(lines)
@@ -133,7 +158,8 @@ def markdown_run(meta: dict[str, Any], rows: Sequence[Row], found: Sequence[Targ
         f"- each case: {_budget_text(budget)}",
         "- load average (1, 5, 15 min) at start: "
         + ", ".join(f"{x:.2f}" for x in meta["loadavg_start"])
-        + "; at end: " + ", ".join(f"{x:.2f}" for x in meta.get("loadavg_end", [])),
+        + "; at end: "
+        + ", ".join(f"{x:.2f}" for x in meta.get("loadavg_end", [])),
         "",
         markdown(rows),
         "",
@@ -166,8 +192,9 @@ def _pick(rows: Sequence[Row], keys: int, side: _Side) -> Row | str:
     return max(measured, key=lambda r: r.per_second or 0.0) if side.fastest else measured[0]
 
 
-def _ratio(name: str, keys: int, goal: float, rows: Sequence[Row], subject: _Side,
-           baseline: _Side) -> Target:
+def _ratio(
+    name: str, keys: int, goal: float, rows: Sequence[Row], subject: _Side, baseline: _Side
+) -> Target:
     top, bottom = _pick(rows, keys, subject), _pick(rows, keys, baseline)
     top_name = top if isinstance(top, str) else _on(top)
     bottom_name = bottom if isinstance(bottom, str) else _on(bottom)

@@ -57,9 +57,7 @@ class Row:
 
 def all_cases() -> list[Case]:
     found = _ratewarden.cases() + _budgets.cases() + _peers.cases()
-    return sorted(
-        found, key=lambda c: (_BACKENDS.index(c.backend), _ROLES.index(c.role))
-    )
+    return sorted(found, key=lambda c: (_BACKENDS.index(c.backend), _ROLES.index(c.role)))
 
 
 def keys_for(count: int) -> list[str]:
@@ -67,8 +65,16 @@ def keys_for(count: int) -> list[str]:
 
 
 def _row(case: Case, keys: int, status: str, measurement: Measurement | None = None) -> Row:
-    return Row(case.library, case.algorithm, case.backend, case.role, keys, case.in_flight,
-               status, measurement)
+    return Row(
+        case.library,
+        case.algorithm,
+        case.backend,
+        case.role,
+        keys,
+        case.in_flight,
+        status,
+        measurement,
+    )
 
 
 def _failure(exc: Exception) -> str:
@@ -99,9 +105,7 @@ async def _run_group(
                 if case.setup_async is not None:
                     subject = await case.setup_async(env)
                     closers[i] = subject.close
-                    runner: Runner | AsyncRunner = AsyncRunner(
-                        subject.decide, keys, case.in_flight
-                    )
+                    runner: Runner | AsyncRunner = AsyncRunner(subject.decide, keys, case.in_flight)
                 elif case.setup is not None:
                     sync_subject = case.setup(env)
                     closers[i] = sync_subject.close
@@ -124,7 +128,8 @@ async def _run_group(
             except Exception as exc:
                 _warn(cases[i], exc)
     return [
-        _row(case, len(keys), "ok", runners[i].result()) if i in runners
+        _row(case, len(keys), "ok", runners[i].result())
+        if i in runners
         else _row(case, len(keys), failed[i])
         for i, case in enumerate(cases)
     ]

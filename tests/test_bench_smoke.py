@@ -134,8 +134,15 @@ def test_table_shows_every_row_once() -> None:
 
 def _row(library: str, role: str, rates: tuple[float, ...]) -> _suite.Row:
     measurement = Measurement(
-        calls=len(rates), errors=0, denied=0, elapsed_s=1.0, per_second=statistics.median(rates),
-        round_rates=rates, p50_us=1.0, p99_us=2.0, cpu_us=1.0,
+        calls=len(rates),
+        errors=0,
+        denied=0,
+        elapsed_s=1.0,
+        per_second=statistics.median(rates),
+        round_rates=rates,
+        p50_us=1.0,
+        p99_us=2.0,
+        cpu_us=1.0,
     )
     return _suite.Row(library, "gcra", "memory", role, 1, 1, "ok", measurement)
 
