@@ -51,33 +51,7 @@ local function busy_since(state)
   return state[3]
 end
 
--- gcra.lua's check, unchanged
-local function check(p, state, now, cost)
-  local n, d, capacity = p[1], p[2], p[3]
-  local tat, frac = now, 0
-  if state then
-    tat, frac = state[1], state[2]
-  end
-  if tat < now then
-    tat, frac = now, 0
-  end
-  local ahead = (tat - now) * n + frac
-  local room = capacity * d
-  local left = room - ahead
-  if left < 0 then
-    left = 0
-  end
-  if cost > capacity then
-    return {0, idiv(left, d), ceil_div(ahead, n), NEVER, 0}, state, 0
-  end
-  local after = ahead + cost * d
-  if after > room then
-    return {0, idiv(left, d), ceil_div(ahead, n), ceil_div(after - room, n), 0}, state, 0
-  end
-  local total = frac + cost * d
-  local reset = ceil_div(after, n)
-  return {1, idiv(room - after, d), reset, 0, 0}, {tat + idiv(total, n), total % n}, reset
-end
+local check = gcra_check -- the prelude's GCRA step
 
 local params, amounts, states = {}, {}, {}
 for i = 1, m do
