@@ -13,11 +13,10 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from string import Template
 from typing import Any
-from urllib.parse import parse_qs, urlparse
 
 import pytest
 
@@ -25,6 +24,7 @@ from ratewarden import AsyncMemoryStore
 from ratewarden.budgets.envoy import BudgetRateLimitService
 from ratewarden.testing import ManualClock
 from tests._servers import HOST
+from tests.budgets._model import TokenModel
 from tests.e2e._envoy import ENVOY, SKIP_REASON, Envoy, free_ports
 
 pytestmark = [
@@ -34,25 +34,6 @@ pytestmark = [
 
 #: Envoy -> model, with the rate limit filter asking the budget service; ``$names`` to fill.
 BOOTSTRAP = Template((Path(__file__).parent / "envoy_budget.yaml.template").read_text())
-
-
-class _Model(BaseHTTPRequestHandler):
-    """A stand-in LLM upstream: answers 200 and reports ``?tokens=N`` as its usage."""
-
-    calls = 0
-
-    def do_GET(self) -> None:
-        type(self).calls += 1
-        tokens = parse_qs(urlparse(self.path).query).get("tokens", ["0"])[0]
-        body = b"generated\n"
-        self.send_response(200)
-        self.send_header("x-tokens-used", tokens)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
 
 
 class _Service:
@@ -100,7 +81,7 @@ class _Service:
 @pytest.fixture
 def stack() -> Iterator[tuple[Envoy, _Service, ManualClock]]:
     clock = ManualClock()
-    model = ThreadingHTTPServer((HOST, 0), _Model)
+    model = ThreadingHTTPServer((HOST, 0), TokenModel)
     threading.Thread(target=model.serve_forever, daemon=True).start()
     service = _Service(clock)
     envoy = None
@@ -142,10 +123,10 @@ def test_envoy_checks_on_request_and_charges_actual_tokens_on_stream_done(
     assert _wait_for(lambda: service.remaining("acme") == 400)
     assert envoy.get("/?tokens=600", tenant)[0] == 200  # 400 left: admitted, then overruns
     assert _wait_for(lambda: service.remaining("acme") == 0)
-    calls = _Model.calls
+    calls = TokenModel.calls
     status, headers = envoy.get("/?tokens=5", tenant)
     assert status == 429 and headers.get("x-envoy-ratelimited") == "true"
-    assert _Model.calls == calls  # refused before the model was called
+    assert TokenModel.calls == calls  # refused before the model was called
     assert envoy.get("/?tokens=5", {"x-tenant": "other"})[0] == 200  # another tenant's budget
     clock.advance(30)  # half a minute gives 500 tokens back
     assert service.remaining("acme") == 500

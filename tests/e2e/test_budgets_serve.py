@@ -22,14 +22,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from string import Template
-from urllib.parse import parse_qs, urlparse
 
 import pytest
 
 from tests._servers import HOST, RedisServer
+from tests.budgets._model import TokenModel
 from tests.e2e._envoy import Envoy, free_ports
 from tests.server_transport._process import ServeProcess
 
@@ -50,25 +50,6 @@ descriptors:
 
 #: Seconds for one token to come back (60 s / 30 tokens).
 EMISSION_S = 2.0
-
-
-class _Model(BaseHTTPRequestHandler):
-    """A stand-in LLM upstream: 200, reporting ``?tokens=N`` in ``x-tokens-used``."""
-
-    calls = 0
-
-    def do_GET(self) -> None:
-        type(self).calls += 1
-        tokens = parse_qs(urlparse(self.path).query).get("tokens", ["0"])[0]
-        body = b"generated\n"
-        self.send_response(200)
-        self.send_header("x-tokens-used", tokens)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
 
 
 @dataclass
@@ -121,7 +102,7 @@ def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[_Stack]:
         server: RedisServer = request.getfixturevalue("redis_server")
         server.client().flushall()
         args = ("--store", server.url)
-    model = ThreadingHTTPServer((HOST, 0), _Model)
+    model = ThreadingHTTPServer((HOST, 0), TokenModel)
     threading.Thread(target=model.serve_forever, daemon=True).start()
     serve = ServeProcess(rules, *args)
     envoy = None
@@ -164,10 +145,10 @@ def test_serve_checks_the_budget_on_request_and_charges_reported_tokens_on_strea
     assert _wait_for(lambda: stack.remaining("acme") in (10, 11), 5)
     assert stack.get("acme", 20)[0] == 200  # tokens left: admitted, and it overruns
     assert _wait_for(lambda: stack.remaining("acme") == 0, EMISSION_S)
-    calls = _Model.calls
+    calls = TokenModel.calls
     status, headers = stack.get("acme", 5)
     assert status == 429 and headers.get("x-envoy-ratelimited") == "true"
-    assert _Model.calls == calls  # refused before the model was called
+    assert TokenModel.calls == calls  # refused before the model was called
     assert stack.get("other", 5)[0] == 200  # another tenant has its own budget
     # Time gives a token back (one per 2 s); the wait is real and bounded.
     started = time.monotonic()
