@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from ratewarden.storage.memory import AsyncMemoryStore
 from ratewarden.storage.redis import AsyncRedisStore
 from ratewarden.testing import ManualClock
-from tests._servers import RedisServer
+from tests._servers import STORE_TIMEOUT, RedisServer
 from tests.fuzz._grpc import HOST, METHOD, BackgroundServer, background_server
 
 LIMIT = 5
@@ -338,7 +338,7 @@ def redis_channel(
     warnings = Warnings()
     logger = logging.getLogger("ratewarden")
     logger.addHandler(warnings)
-    store = AsyncRedisStore.from_url(redis_server.url, prefix="fuzz")
+    store = AsyncRedisStore.from_url(redis_server.url, prefix="fuzz", timeout=STORE_TIMEOUT)
     try:
         with (
             background_server(tmp_path_factory.mktemp("grpc-fuzz-redis"), RULES, store) as started,

@@ -18,7 +18,7 @@ from ratewarden.limiter import AsyncLimiter, Limiter
 from ratewarden.rate import Rate
 from ratewarden.regions import AsyncHomeRegion, HomeRegion
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
-from tests._servers import HOST
+from tests._servers import HOST, STORE_TIMEOUT
 from tests.regions.conftest import Region, set_latency
 
 HOMES = {"acme": "eu", "globex": "ap"}
@@ -77,7 +77,7 @@ def test_remote_checks_pay_the_cross_region_round_trip(regions: dict[str, Region
 
 def test_homes_outside_the_regions_are_refused(regions: dict[str, Region]) -> None:
     """A home or default naming no configured region raises ConfigurationError."""
-    limiters = {"us": Limiter(RedisStore(regions["us"].local()))}
+    limiters = {"us": Limiter(RedisStore(regions["us"].local(), timeout=STORE_TIMEOUT))}
     with pytest.raises(ConfigurationError, match="acme"):
         HomeRegion(limiters, {"acme": "eu"}, "us")
     with pytest.raises(ConfigurationError, match="default"):

@@ -10,6 +10,7 @@ from ratewarden.rate import Rate
 from ratewarden.regions import DemandExchange, RegionalQuota, split_allowances
 from ratewarden.storage.redis import RedisStore
 from ratewarden.testing import ManualClock
+from tests._servers import STORE_TIMEOUT
 from tests.regions.conftest import Region, set_latency
 
 SHARES = {"us": 60, "eu": 30, "ap": 10}
@@ -18,7 +19,9 @@ GLOBAL = Rate.parse("100/minute")
 
 def _quotas(regions: dict[str, Region], clock: ManualClock) -> dict[str, RegionalQuota]:
     return {
-        name: RegionalQuota(name, Limiter(RedisStore(r.local(), clock=clock)), SHARES)
+        name: RegionalQuota(
+            name, Limiter(RedisStore(r.local(), clock=clock, timeout=STORE_TIMEOUT)), SHARES
+        )
         for name, r in regions.items()
     }
 
@@ -93,7 +96,9 @@ def test_a_zero_allowance_denies_without_touching_the_store(regions: dict[str, R
 def test_bad_shares_are_refused(regions: dict[str, Region], shares: dict[str, int]) -> None:
     """Shares without this region, negative, all zero or empty raise ConfigurationError."""
     with pytest.raises(ConfigurationError):
-        RegionalQuota("us", Limiter(RedisStore(regions["us"].local())), shares)
+        RegionalQuota(
+            "us", Limiter(RedisStore(regions["us"].local(), timeout=STORE_TIMEOUT)), shares
+        )
 
 
 def test_rebalance_rounds_agree_one_interval_late_and_keep_shares_on_a_gap(

@@ -36,6 +36,7 @@ from ratewarden.server.service import (
 )
 from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
 from ratewarden.testing import ManualClock
+from tests._servers import STORE_TIMEOUT
 
 #: A whole minute, hour and day since the epoch: windows of every unit start here.
 ALIGNED = 1_700_006_400.0
@@ -167,8 +168,8 @@ def _redis(request: pytest.FixtureRequest, clock: ManualClock, cleanup: Cleanup)
     client = server.client()
     client.flushall()
     store, astore = (
-        RedisStore(client, clock=clock),
-        AsyncRedisStore.from_url(server.url, clock=clock),
+        RedisStore(client, clock=clock, timeout=STORE_TIMEOUT),
+        AsyncRedisStore.from_url(server.url, clock=clock, timeout=STORE_TIMEOUT),
     )
     cleanup.extend([("sync", client.close), ("async", astore.aclose)])
     return store, astore
@@ -185,8 +186,8 @@ def _cluster(
     client = cluster.client()
     client.flushall(target_nodes=redis.RedisCluster.PRIMARIES)
     store, astore = (
-        RedisStore(client, clock=clock),
-        AsyncRedisStore.from_url(cluster.url, clock=clock),
+        RedisStore(client, clock=clock, timeout=STORE_TIMEOUT),
+        AsyncRedisStore.from_url(cluster.url, clock=clock, timeout=STORE_TIMEOUT),
     )
     cleanup.extend([("sync", client.close), ("async", astore.aclose)])
     return store, astore

@@ -24,7 +24,7 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
-from tests._servers import HOST
+from tests._servers import HOST, STORE_TIMEOUT
 from tests.storage.conftest import AsyncClient, Client, all_keys
 
 RATE = Rate.parse("10/minute")
@@ -97,7 +97,7 @@ def test_the_redis_store_rejects_a_key_that_is_not_text_before_sending(
     client: Client, key: str
 ) -> None:
     """RedisStore (standalone and Cluster): ConfigurationError, and not one command sent."""
-    store = RedisStore(client, clock=ManualClock())
+    store = RedisStore(client, clock=ManualClock(), timeout=STORE_TIMEOUT)
     store.hit("gcra", "warm", RATE)  # the connection and script are ready: a send would count
     before = commands_served(client)
     with pytest.raises(ConfigurationError) as caught:
@@ -114,7 +114,7 @@ async def test_the_async_redis_store_rejects_a_key_that_is_not_text_before_sendi
     async_client: AsyncClient, key: str
 ) -> None:
     """AsyncRedisStore (standalone and Cluster): the same error, nothing sent, still decides."""
-    store = AsyncRedisStore(async_client, clock=ManualClock())
+    store = AsyncRedisStore(async_client, clock=ManualClock(), timeout=STORE_TIMEOUT)
     await store.hit("gcra", "warm", RATE)
     before = commands_served(async_client)
     with pytest.raises(ConfigurationError) as caught:
@@ -129,7 +129,10 @@ async def test_the_async_redis_store_rejects_a_key_that_is_not_text_before_sendi
 def test_reset_and_leases_reject_the_same_keys(redis_client: redis.Redis) -> None:
     """The other keyed operations go through the same check on both stores."""
     key = "user:\udc80"
-    for store in (MemoryStore(clock=ManualClock()), RedisStore(redis_client, clock=ManualClock())):
+    for store in (
+        MemoryStore(clock=ManualClock()),
+        RedisStore(redis_client, clock=ManualClock(), timeout=STORE_TIMEOUT),
+    ):
         with pytest.raises(ConfigurationError) as caught:
             store.reset("gcra", key, RATE)
         rejects(key, caught)
@@ -144,7 +147,10 @@ def test_token_budgets_reject_the_same_keys(redis_client: redis.Redis) -> None:
     """A token budget's keys (built in storage/_ops.py) go through the same check: the
     memory store used to accept the key and Redis to raise UnicodeEncodeError."""
     key = "tenant-\ud83d\ude00-x"
-    for store in (MemoryStore(clock=ManualClock()), RedisStore(redis_client, clock=ManualClock())):
+    for store in (
+        MemoryStore(clock=ManualClock()),
+        RedisStore(redis_client, clock=ManualClock(), timeout=STORE_TIMEOUT),
+    ):
         budget = TokenBudget(store, {"tokens": "100000/minute"}, max_output_tokens=100)
         with pytest.raises(ConfigurationError) as caught:
             budget.reserve(key, 10)
@@ -157,7 +163,7 @@ def test_token_budgets_reject_the_same_keys(redis_client: redis.Redis) -> None:
 @pytest.mark.redis
 def test_the_limiter_passes_the_error_on(redis_client: redis.Redis) -> None:
     """``Limiter.hit`` with such a key raises the store's ConfigurationError: no silent allow."""
-    limiter = Limiter(RedisStore(redis_client, clock=ManualClock()))
+    limiter = Limiter(RedisStore(redis_client, clock=ManualClock(), timeout=STORE_TIMEOUT))
     with pytest.raises(ConfigurationError) as caught:
         limiter.hit("\ud800", RATE)
     rejects("\ud800", caught)
@@ -167,7 +173,7 @@ def test_the_limiter_passes_the_error_on(redis_client: redis.Redis) -> None:
 def test_valid_non_ascii_keys_are_decided_on_their_own_counters(client: Client) -> None:
     """Accents, CJK, emoji, NUL and U+FFFF are text: decided, one counter each, on both stores."""
     clock = ManualClock()
-    stores = (MemoryStore(clock=clock), RedisStore(client, clock=clock))
+    stores = (MemoryStore(clock=clock), RedisStore(client, clock=clock, timeout=STORE_TIMEOUT))
     for store in stores:
         for key in TEXT:
             assert store.hit("gcra", key, RATE).remaining == 9
@@ -186,7 +192,10 @@ def test_both_stores_reject_exactly_the_keys_utf8_cannot_encode(
     """Over any text, surrogates included: memory and Redis reject the same keys (those
     UTF-8 cannot encode) and decide the others identically."""
     clock = ManualClock()
-    memory, shared = MemoryStore(clock=clock), RedisStore(redis_client, clock=clock)
+    memory, shared = (
+        MemoryStore(clock=clock),
+        RedisStore(redis_client, clock=clock, timeout=STORE_TIMEOUT),
+    )
     try:
         key.encode()
         encodable = True

@@ -16,6 +16,7 @@ from ratewarden.errors import ConfigurationError, StorageError, StorageUnavailab
 from ratewarden.storage._plan import build
 from ratewarden.storage.redis import RedisStore
 from ratewarden.testing import ManualClock
+from tests._servers import STORE_TIMEOUT
 from tests.storage.conftest import Client, all_keys, flush_scripts
 
 pytestmark = pytest.mark.redis
@@ -26,7 +27,7 @@ WORKED = Rate.parse("100/minute", burst=20)
 def test_worked_gcra_example_with_an_injected_clock(client: Client) -> None:
     """100/minute burst 20: 20 pass, the 21st waits exactly 0.6 s, then one more passes."""
     clock = ManualClock()
-    limiter = Limiter(RedisStore(client, clock=clock))
+    limiter = Limiter(RedisStore(client, clock=clock, timeout=STORE_TIMEOUT))
     decisions = [limiter.hit("user:1", WORKED) for _ in range(21)]
     assert [d.allowed for d in decisions] == [True] * 20 + [False]
     assert decisions[19].remaining == 0
@@ -39,7 +40,7 @@ def test_worked_gcra_example_with_an_injected_clock(client: Client) -> None:
 
 def test_worked_example_on_redis_time(client: Client) -> None:
     """Without a clock the script reads Redis TIME: 20 pass back to back, the 21st is denied."""
-    limiter = Limiter(RedisStore(client))
+    limiter = Limiter(RedisStore(client, timeout=STORE_TIMEOUT))
     decisions = [limiter.hit("user:1", WORKED) for _ in range(21)]
     assert [d.allowed for d in decisions] == [True] * 20 + [False]
     # Real time passed between the calls, so the wait is a little under 0.6 s.
@@ -49,7 +50,7 @@ def test_worked_example_on_redis_time(client: Client) -> None:
 def test_a_denying_layer_consumes_nothing_from_the_others(client: Client) -> None:
     """Layered limits are all or nothing: a layer's denial leaves the other layers untouched."""
     clock = ManualClock()
-    limiter = Limiter(RedisStore(client, clock=clock))
+    limiter = Limiter(RedisStore(client, clock=clock, timeout=STORE_TIMEOUT))
     per_second, per_minute = Rate.parse("2/second"), Rate.parse("5/minute")
     layers = [per_second, per_minute]
     assert limiter.hit("k", layers).allowed
@@ -87,7 +88,7 @@ def test_every_key_a_decision_writes_has_the_ttl_its_algorithm_gives(
 ) -> None:
     """Each written key has a PTTL above 0 and at most the pure algorithm's time to live."""
     clock = ManualClock()
-    store = RedisStore(client, clock=clock)
+    store = RedisStore(client, clock=clock, timeout=STORE_TIMEOUT)
     for _ in range(3):
         assert store.hit(algorithm, "ttl-key", TTL_RATES).allowed
     expected = reference_ttls_ms(algorithm, TTL_RATES, 3, clock.now_us())
@@ -98,7 +99,7 @@ def test_every_key_a_decision_writes_has_the_ttl_its_algorithm_gives(
 
 def test_gcra_keys_live_no_longer_than_the_longest_period(client: Client) -> None:
     """GCRA state expires when the key is full again: within the longest period (ms)."""
-    store = RedisStore(client, clock=ManualClock())
+    store = RedisStore(client, clock=ManualClock(), timeout=STORE_TIMEOUT)
     for _ in range(3):
         store.hit("gcra", "ttl-key", TTL_RATES)
     longest_ms = math.ceil(max(r.period_us for r in TTL_RATES) / 1000)
@@ -110,7 +111,7 @@ def test_gcra_keys_live_no_longer_than_the_longest_period(client: Client) -> Non
 
 def test_keys_of_a_short_real_rate_are_gone_after_it_passes(client: Client) -> None:
     """5 per 200 ms on Redis TIME: once the period has passed no ratewarden key remains."""
-    store = RedisStore(client)
+    store = RedisStore(client, timeout=STORE_TIMEOUT)
     rate = Rate.parse("5/200ms")
     for key in ("a", "b", "c"):
         for _ in range(6):
@@ -125,7 +126,7 @@ def test_keys_of_a_short_real_rate_are_gone_after_it_passes(client: Client) -> N
 
 def test_a_flushed_script_cache_is_reloaded_on_the_next_hit(client: Client) -> None:
     """After SCRIPT FLUSH (as after a restart or failover) the next hit reloads and decides."""
-    store = RedisStore(client, clock=ManualClock())
+    store = RedisStore(client, clock=ManualClock(), timeout=STORE_TIMEOUT)
     assert store.hit("gcra", "k", WORKED).remaining == 19
     flush_scripts(client)
     assert store.hit("gcra", "k", WORKED).remaining == 18
@@ -134,7 +135,7 @@ def test_a_flushed_script_cache_is_reloaded_on_the_next_hit(client: Client) -> N
 
 def test_reset_forgets_the_usage_of_every_layer(client: Client) -> None:
     """reset deletes the state of each rate, so the key starts full again."""
-    store = RedisStore(client, clock=ManualClock())
+    store = RedisStore(client, clock=ManualClock(), timeout=STORE_TIMEOUT)
     rates = [Rate.parse("2/second"), Rate.parse("5/minute")]
     store.hit("gcra", "k", rates, cost=2)
     assert not store.hit("gcra", "k", rates).allowed
@@ -145,12 +146,12 @@ def test_reset_forgets_the_usage_of_every_layer(client: Client) -> None:
 
 def test_ping_answers_true_when_every_server_answers(client: Client) -> None:
     """ping is True against a live server or Cluster."""
-    assert RedisStore(client).ping() is True
+    assert RedisStore(client, timeout=STORE_TIMEOUT).ping() is True
 
 
 def test_generic_script_entry_point_returns_the_raw_reply(client: Client) -> None:
     """_eval runs a named script on the keys' server with NOSCRIPT handling, for other scripts."""
-    store = RedisStore(client, clock=ManualClock())
+    store = RedisStore(client, clock=ManualClock(), timeout=STORE_TIMEOUT)
     plan = build("gcra", "rw", "k", WORKED, 1)
     args = ["1700000000000000", 1, *plan.params[0]]
     first = store._eval("gcra", plan.keys, args)
@@ -162,7 +163,7 @@ def test_generic_script_entry_point_returns_the_raw_reply(client: Client) -> Non
 
 def test_a_script_error_is_a_storage_error_not_an_outage(client: Client) -> None:
     """A key of the wrong type makes the script fail: StorageError, not StorageUnavailableError."""
-    store = RedisStore(client, clock=ManualClock())
+    store = RedisStore(client, clock=ManualClock(), timeout=STORE_TIMEOUT)
     key = build("gcra", "rw", "k", WORKED, 1).keys[0]
     client.hset(key, "not", "a timestamp")
     with pytest.raises(StorageError) as caught:
@@ -184,7 +185,7 @@ def test_bad_settings_are_configuration_errors(redis_client: redis.Redis) -> Non
 
 def test_the_store_leaves_a_given_client_open(redis_client: redis.Redis) -> None:
     """close releases the store's connections; the caller's client keeps working."""
-    store = RedisStore(redis_client)
+    store = RedisStore(redis_client, timeout=STORE_TIMEOUT)
     store.hit("gcra", "k", WORKED)
     store.close()
     assert redis_client.ping()

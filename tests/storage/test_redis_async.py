@@ -12,7 +12,7 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.storage._plan import build
 from ratewarden.storage.redis import AsyncRedisStore
 from ratewarden.testing import ManualClock
-from tests._servers import HOST, RedisServer
+from tests._servers import HOST, STORE_TIMEOUT, RedisServer
 from tests.storage.conftest import AsyncClient
 
 pytestmark = pytest.mark.redis
@@ -31,7 +31,7 @@ async def flush_scripts(client: AsyncClient) -> None:
 async def test_worked_gcra_example_with_an_injected_clock(async_client: AsyncClient) -> None:
     """100/minute burst 20: 20 pass, the 21st waits exactly 0.6 s, then one more passes."""
     clock = ManualClock()
-    store = AsyncRedisStore(async_client, clock=clock)
+    store = AsyncRedisStore(async_client, clock=clock, timeout=STORE_TIMEOUT)
     limiter = AsyncLimiter(store)
     decisions = [await limiter.hit("user:1", WORKED) for _ in range(21)]
     assert [d.allowed for d in decisions] == [True] * 20 + [False]
@@ -44,7 +44,7 @@ async def test_worked_gcra_example_with_an_injected_clock(async_client: AsyncCli
 
 async def test_worked_example_on_redis_time(async_client: AsyncClient) -> None:
     """On Redis TIME, 20 concurrent hits pass and the 21st is denied."""
-    store = AsyncRedisStore(async_client)
+    store = AsyncRedisStore(async_client, timeout=STORE_TIMEOUT)
     first = await asyncio.gather(*(store.hit("gcra", "user:1", WORKED) for _ in range(20)))
     assert all(d.allowed for d in first)
     assert not (await store.hit("gcra", "user:1", WORKED)).allowed
@@ -54,7 +54,7 @@ async def test_worked_example_on_redis_time(async_client: AsyncClient) -> None:
 async def test_a_denying_layer_consumes_nothing_from_the_others(async_client: AsyncClient) -> None:
     """All or nothing across layers, as for the blocking store."""
     clock = ManualClock()
-    store = AsyncRedisStore(async_client, clock=clock)
+    store = AsyncRedisStore(async_client, clock=clock, timeout=STORE_TIMEOUT)
     per_second, per_minute = Rate.parse("2/second"), Rate.parse("5/minute")
     layers = [per_second, per_minute]
     assert [(await store.hit("gcra", "k", layers)).allowed for _ in range(3)] == [
@@ -70,7 +70,7 @@ async def test_sixty_four_concurrent_hits_on_a_limit_of_ten_admit_exactly_ten(
     async_client: AsyncClient,
 ) -> None:
     """64 hits in flight at once on one key with limit 10: exactly 10 allowed."""
-    store = AsyncRedisStore(async_client, clock=ManualClock())
+    store = AsyncRedisStore(async_client, clock=ManualClock(), timeout=STORE_TIMEOUT)
     rate = Rate.parse("10/minute")
     decisions = await asyncio.gather(*(store.hit("gcra", "hot", rate) for _ in range(64)))
     assert sum(d.allowed for d in decisions) == 10
@@ -82,7 +82,7 @@ async def test_concurrent_hits_on_many_keys_each_get_their_own_answer(
     async_client: AsyncClient,
 ) -> None:
     """Pipelined replies go back to the right callers: each key sees its own countdown."""
-    store = AsyncRedisStore(async_client, clock=ManualClock())
+    store = AsyncRedisStore(async_client, clock=ManualClock(), timeout=STORE_TIMEOUT)
     rate = Rate.parse("100/minute")
     keys = [f"user:{i}" for i in range(40)]
     decisions = await asyncio.gather(
@@ -96,7 +96,7 @@ async def test_a_flushed_script_cache_is_reloaded_for_every_waiter(
     async_client: AsyncClient,
 ) -> None:
     """After SCRIPT FLUSH, a burst of concurrent hits all get NOSCRIPT, reload and decide."""
-    store = AsyncRedisStore(async_client, clock=ManualClock())
+    store = AsyncRedisStore(async_client, clock=ManualClock(), timeout=STORE_TIMEOUT)
     assert (await store.hit("gcra", "k", WORKED)).remaining == 19
     await flush_scripts(async_client)
     decisions = await asyncio.gather(*(store.hit("gcra", "k", WORKED) for _ in range(8)))
@@ -106,7 +106,7 @@ async def test_a_flushed_script_cache_is_reloaded_for_every_waiter(
 
 async def test_reset_and_ping(async_client: AsyncClient) -> None:
     """reset empties the key's state; ping is True against a live server."""
-    store = AsyncRedisStore(async_client, clock=ManualClock())
+    store = AsyncRedisStore(async_client, clock=ManualClock(), timeout=STORE_TIMEOUT)
     await store.hit("gcra", "k", WORKED, cost=20)
     assert not (await store.hit("gcra", "k", WORKED)).allowed
     await store.reset("gcra", "k", WORKED)
@@ -117,7 +117,7 @@ async def test_reset_and_ping(async_client: AsyncClient) -> None:
 
 async def test_generic_script_entry_point(async_client: AsyncClient) -> None:
     """The async _eval runs a named script and returns its raw reply, reloading it if needed."""
-    store = AsyncRedisStore(async_client, clock=ManualClock())
+    store = AsyncRedisStore(async_client, clock=ManualClock(), timeout=STORE_TIMEOUT)
     plan = build("gcra", "rw", "k", WORKED, 1)
     args = ["1700000000000000", 1, *plan.params[0]]
     await flush_scripts(async_client)

@@ -11,7 +11,7 @@ from ratewarden import Rate
 from ratewarden.storage._plan import build
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
-from tests._servers import HOST, RedisCluster, free_port
+from tests._servers import HOST, STORE_TIMEOUT, RedisCluster, free_port
 
 pytestmark = [pytest.mark.redis, pytest.mark.cluster]
 
@@ -34,7 +34,7 @@ def test_a_stale_slot_table_is_corrected_by_the_moved_reply(
     cluster_client: redis.RedisCluster,
 ) -> None:
     """The table points the slot at the wrong primary: MOVED is followed and the table fixed."""
-    store = RedisStore(cluster_client, clock=ManualClock())
+    store = RedisStore(cluster_client, clock=ManualClock(), timeout=STORE_TIMEOUT)
     slots = cluster_client.nodes_manager.slots_cache
     slot = slot_of(KEY)
     owner = slots[slot][0]
@@ -49,7 +49,7 @@ def test_an_unreachable_node_in_the_table_is_replaced_by_a_refresh(
 ) -> None:
     """The table names a node that is gone: nothing was sent, so the table is re-read and the
     decision goes to the slot's real primary."""
-    store = RedisStore(cluster_client, clock=ManualClock())
+    store = RedisStore(cluster_client, clock=ManualClock(), timeout=STORE_TIMEOUT)
     slot = slot_of(KEY)
     gone = redis.cluster.ClusterNode(HOST, free_port(), "primary")
     gone.redis_connection = redis.Redis(host=HOST, port=gone.port)
@@ -65,7 +65,7 @@ async def test_async_stale_slot_table_is_corrected_by_the_moved_reply(
     client = aredis.RedisCluster(host=HOST, port=redis_cluster.nodes[0].port)
     await client.initialize()
     await client.flushall(target_nodes=aredis.RedisCluster.PRIMARIES)
-    store = AsyncRedisStore(client, clock=ManualClock())
+    store = AsyncRedisStore(client, clock=ManualClock(), timeout=STORE_TIMEOUT)
     slots = client.nodes_manager.slots_cache
     slot = slot_of(KEY)
     owner = slots[slot][0]

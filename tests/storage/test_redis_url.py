@@ -13,7 +13,7 @@ from ratewarden import Rate
 from ratewarden.errors import ConfigurationError, StorageUnavailableError
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
-from tests._servers import HOST, RedisCluster, RedisServer
+from tests._servers import HOST, STORE_TIMEOUT, RedisCluster, RedisServer
 
 pytestmark = pytest.mark.redis
 
@@ -54,14 +54,16 @@ def test_timeouts_in_the_url_or_options_win(redis_server: RedisServer) -> None:
 def test_valkey_scheme_is_the_same_as_redis(redis_client: redis.Redis) -> None:
     """valkey:// names the same thing as redis://."""
     port = redis_client.connection_pool.connection_kwargs["port"]
-    assert decides(RedisStore.from_url(f"valkey://{HOST}:{port}", clock=ManualClock()))
+    assert decides(
+        RedisStore.from_url(f"valkey://{HOST}:{port}", clock=ManualClock(), timeout=STORE_TIMEOUT)
+    )
 
 
 def test_unix_socket_url(make_redis: Callable[..., RedisServer], tmp_path: Path) -> None:
     """unix:///path/to/redis.sock talks over the Unix socket."""
     socket_path = tmp_path / "redis.sock"
     make_redis([f"unixsocket {socket_path}", "unixsocketperm 700"])
-    store = RedisStore.from_url(f"unix://{socket_path}", clock=ManualClock())
+    store = RedisStore.from_url(f"unix://{socket_path}", clock=ManualClock(), timeout=STORE_TIMEOUT)
     assert str(socket_path) in repr(store)
     assert decides(store)
 
@@ -71,7 +73,9 @@ def test_password_in_the_url(make_redis: Callable[..., RedisServer]) -> None:
     server = make_redis()
     with server.client() as admin:
         admin.config_set("requirepass", "s3cret")
-    assert decides(RedisStore.from_url(f"redis://:s3cret@{HOST}:{server.port}/0"))
+    assert decides(
+        RedisStore.from_url(f"redis://:s3cret@{HOST}:{server.port}/0", timeout=STORE_TIMEOUT)
+    )
     wrong = RedisStore.from_url(f"redis://:nope@{HOST}:{server.port}/0")
     with pytest.raises(StorageUnavailableError):
         wrong.hit("gcra", "url-key", RATE)
