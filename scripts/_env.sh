@@ -16,9 +16,11 @@ rw_setup() {
         echo "==> creating $VENV"
         "$base" -m venv "$VENV"
     fi
-    # Reinstall only when pyproject.toml changed since the last install of these extras.
+    # Reinstall only when pyproject.toml, setup.py or the C twin (src/ratewarden/_speedups.c,
+    # built in place when a C compiler is there) changed since the last install of these extras.
     local stamp="$VENV/.ratewarden-$extras.stamp"
-    if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] \
+        || [ src/ratewarden/_speedups.c -nt "$stamp" ]; then
         echo "==> installing ratewarden[$extras] into $VENV"
         "$PY" -m pip install -q --disable-pip-version-check -e ".[$extras]"
         touch "$stamp"

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, replace
+from types import MethodType
 
 from ratewarden import algorithms
 from ratewarden.decision import Decision
@@ -19,7 +20,7 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.storage import AsyncStore, Store
 from ratewarden.storage._plan import check_cost
-from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
+from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore, fast_limiter_hit
 
 __all__ = ["AsyncLimiter", "DecisionHook", "Lease", "Limiter"]
 
@@ -95,6 +96,17 @@ class Limiter(_LimiterBase):
         if store is None:
             store = MemoryStore()
         self.store: Store = store
+        if type(self) is Limiter and on_decision is None:
+            fast = fast_limiter_hit(store, self.algorithm, MethodType(Limiter.hit, self))
+            if fast is not None:
+                # The C twin of ``hit`` below (see ``MemoryStore``); dropped if the
+                # store is ever replaced.
+                self.__dict__["hit"] = fast
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "store":
+            self.__dict__.pop("hit", None)
+        super().__setattr__(name, value)
 
     def hit(
         self, key: str, rates: Rate | Sequence[Rate], cost: int = 1, *, shadow: bool = False

@@ -1,0 +1,18 @@
+"""The optional C twin of the memory store's GCRA decision (src/ratewarden/_speedups.c).
+
+Everything else is in pyproject.toml. Without a C compiler (or Python headers) the
+extension is skipped and ratewarden runs its pure Python path, with the same answers.
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "ratewarden._speedups",
+            ["src/ratewarden/_speedups.c"],
+            optional=True,
+            extra_compile_args=["-O2"],
+        )
+    ]
+)

@@ -1,0 +1,923 @@
+/*
+ * ratewarden._speedups: the memory store's most common decision in C.
+ *
+ * One rate, algorithm "gcra", a plain ASCII key, a whole cost: MemoryStore.hit
+ * for that case, with the same state, the same writes to the same OrderedDict
+ * under the same lock, and the same Decision. It is a twin of the pure Python
+ * path (storage/memory.py and algorithms/gcra.py), not a replacement: every
+ * other call, every unusual argument and every number outside the range where
+ * 64-bit integers are exact goes to the Python method, which stays the
+ * reference. tests/storage/test_speedups.py feeds both the same random
+ * sequences and demands identical Decisions and identical stored state.
+ *
+ * Built when a C compiler is there (setup.py marks the extension optional);
+ * RATEWARDEN_PURE=1 in the environment keeps it unused.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <time.h>
+
+#define NEVER (-1)
+#define N_FIELDS 11
+
+/* Decision's slots, in the order the fields are set below. */
+static const char *FIELD_NAMES[N_FIELDS] = {
+    "allowed", "limit", "remaining", "reset_after", "retry_after", "delay",
+    "rate", "cost", "layers", "shadowed", "degraded",
+};
+
+enum { F_ALLOWED, F_LIMIT, F_REMAINING, F_RESET, F_RETRY, F_DELAY, F_RATE, F_COST,
+       F_LAYERS, F_SHADOWED, F_DEGRADED };
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *store;        /* the MemoryStore (for _sweep, _evict, max_keys) */
+    PyObject *states;       /* store._states, an OrderedDict */
+    PyObject *move_to_end;  /* states.move_to_end */
+    PyObject *acquire;      /* store._lock.acquire */
+    PyObject *release;      /* store._lock.release */
+    PyObject *locked;       /* store._lock.locked */
+    PyObject *system_clock; /* ratewarden.clock.SystemClock: its time is read here */
+    PyObject *clock;        /* store.clock, as of the last reload() */
+    int clock_is_system;
+    Py_ssize_t max_keys;    /* store.max_keys, as of the last reload() */
+    PyObject *shapes_get;   /* store._shapes.get */
+    PyObject *fallback;     /* the pure Python hit, bound to the store */
+    PyObject *gcra;         /* "gcra" */
+    PyObject *rate_type;    /* ratewarden.rate.Rate */
+    PyTypeObject *decision_type;
+    Py_ssize_t offsets[N_FIELDS];
+    PyObject *empty_str;
+    PyObject *empty_tuple;
+    PyObject *zero_float;
+    /* The last shape, found by the identity of the rates argument. */
+    PyObject *c_rates;
+    PyObject *c_algorithm;
+    long long c_cost;
+    PyObject *c_cost_obj;   /* shape.cost */
+    PyObject *c_suffix;     /* shape.suffixes[0] */
+    PyObject *c_rate;       /* shape.rates[0] */
+    PyObject *c_limit;      /* rate.limit */
+    long long c_n, c_d, c_capacity;
+    vectorcallfunc vectorcall;
+} MemoryGcra;
+
+static PyObject *S_evict, *S_max_keys, *S_single, *S_suffixes, *S_params,
+    *S_rates, *S_cost, *S_limit, *S_now_us, *S_clock;
+
+static int
+as_i64(PyObject *value, long long *out)
+{
+    /* 1 and the value for an exact int that fits in 64 bits; 0 otherwise (no error set). */
+    if (!PyLong_CheckExact(value)) {
+        return 0;
+    }
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+/* (first, second), stealing both; NULL (and both released) if either is NULL. */
+static PyObject *
+pair(PyObject *first, PyObject *second)
+{
+    PyObject *made = first != NULL && second != NULL ? PyTuple_New(2) : NULL;
+    if (made == NULL) {
+        Py_XDECREF(first);
+        Py_XDECREF(second);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(made, 0, first);
+    PyTuple_SET_ITEM(made, 1, second);
+    return made;
+}
+
+static long long
+ceil_div(long long a, long long b)
+{
+    /* ceil(a / b) for a >= 0, b > 0. */
+    return a / b + (a % b != 0);
+}
+
+/* Forget the cached shape. */
+static void
+clear_shape(MemoryGcra *self)
+{
+    Py_CLEAR(self->c_rates);
+    Py_CLEAR(self->c_algorithm);
+    Py_CLEAR(self->c_cost_obj);
+    Py_CLEAR(self->c_suffix);
+    Py_CLEAR(self->c_rate);
+    Py_CLEAR(self->c_limit);
+}
+
+/* Look the shape up in the store's Shapes (Python) and keep what the fast path needs.
+ * Returns 1 when the fast path applies, 0 when it does not, -1 on error (the same error
+ * the Python path raises: Shapes.get validates the rates and the cost). */
+static int
+load_shape(MemoryGcra *self, PyObject *algorithm, PyObject *rates, PyObject *cost,
+           long long cost_v)
+{
+    PyObject *args[3] = {algorithm, rates, cost};
+    PyObject *shape = PyObject_Vectorcall(self->shapes_get, args, 3, NULL);
+    if (shape == NULL) {
+        return -1;
+    }
+    int result = 0;
+    PyObject *single = NULL, *suffixes = NULL, *params = NULL, *shape_rates = NULL,
+             *shape_cost = NULL, *limit = NULL;
+    long long n, d, capacity, shape_cost_v;
+    single = PyObject_GetAttr(shape, S_single);
+    if (single == NULL) goto error;
+    if (single != Py_True) goto done;
+    suffixes = PyObject_GetAttr(shape, S_suffixes);
+    params = PyObject_GetAttr(shape, S_params);
+    shape_rates = PyObject_GetAttr(shape, S_rates);
+    shape_cost = PyObject_GetAttr(shape, S_cost);
+    if (suffixes == NULL || params == NULL || shape_rates == NULL || shape_cost == NULL) {
+        goto error;
+    }
+    if (!PyTuple_CheckExact(suffixes) || PyTuple_GET_SIZE(suffixes) != 1
+        || !PyTuple_CheckExact(params) || PyTuple_GET_SIZE(params) != 1
+        || !PyTuple_CheckExact(shape_rates) || PyTuple_GET_SIZE(shape_rates) != 1) {
+        goto done;
+    }
+    PyObject *p = PyTuple_GET_ITEM(params, 0);
+    if (!PyTuple_CheckExact(p) || PyTuple_GET_SIZE(p) != 3
+        || !as_i64(PyTuple_GET_ITEM(p, 0), &n) || !as_i64(PyTuple_GET_ITEM(p, 1), &d)
+        || !as_i64(PyTuple_GET_ITEM(p, 2), &capacity)
+        || !as_i64(shape_cost, &shape_cost_v) || shape_cost_v != cost_v) {
+        goto done;
+    }
+    /* Keep every product below 2**62: (capacity + cost) * d and the TAT's distance
+     * times n are then exact in 64 bits (the Python twin says below 2**53). */
+    if (n <= 0 || d <= 0 || capacity < 0 || n > (1LL << 40) || d > (1LL << 52)
+        || capacity > (1LL << 40) || cost_v > (1LL << 40)
+        || (capacity + cost_v + 1) > (1LL << 62) / d) {
+        goto done;
+    }
+    PyObject *rate = PyTuple_GET_ITEM(shape_rates, 0);
+    limit = PyObject_GetAttr(rate, S_limit);
+    if (limit == NULL) goto error;
+    clear_shape(self);
+    /* A list of rates is looked up by value each time (it may change): never cached. */
+    if (Py_IS_TYPE(rates, (PyTypeObject *)self->rate_type) || PyTuple_CheckExact(rates)) {
+        self->c_rates = Py_NewRef(rates);
+    }
+    self->c_algorithm = Py_NewRef(algorithm);
+    self->c_cost = cost_v;
+    self->c_cost_obj = Py_NewRef(shape_cost);
+    self->c_suffix = Py_NewRef(PyTuple_GET_ITEM(suffixes, 0));
+    self->c_rate = Py_NewRef(rate);
+    self->c_limit = Py_NewRef(limit);
+    self->c_n = n;
+    self->c_d = d;
+    self->c_capacity = capacity;
+    result = 1;
+    goto done;
+error:
+    result = -1;
+done:
+    Py_XDECREF(single);
+    Py_XDECREF(suffixes);
+    Py_XDECREF(params);
+    Py_XDECREF(shape_rates);
+    Py_XDECREF(shape_cost);
+    Py_XDECREF(limit);
+    Py_DECREF(shape);
+    return result;
+}
+
+static int
+now_us(MemoryGcra *self, long long *out)
+{
+    if (self->clock_is_system) {
+        struct timespec ts;
+        if (clock_gettime(CLOCK_REALTIME, &ts) != 0) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        /* time.time_ns() // 1000, as SystemClock.now_us. */
+        *out = (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+        return 0;
+    }
+    PyObject *value = PyObject_CallMethodNoArgs(self->clock, S_now_us);
+    if (value == NULL) {
+        return -1;
+    }
+    int ok = as_i64(value, out);
+    Py_DECREF(value);
+    if (!ok) {
+        PyErr_SetString(PyExc_TypeError, "clock.now_us() must return an int");
+        return -1;
+    }
+    return 0;
+}
+
+/* A Decision with every slot set; steals nothing, returns a new reference. */
+static PyObject *
+make_decision(MemoryGcra *self, PyObject *values[N_FIELDS])
+{
+    PyTypeObject *type = self->decision_type;
+    PyObject *obj = type->tp_alloc(type, 0);
+    if (obj == NULL) {
+        return NULL;
+    }
+    for (int i = 0; i < N_FIELDS; i++) {
+        PyObject **slot = (PyObject **)((char *)obj + self->offsets[i]);
+        Py_XSETREF(*slot, Py_NewRef(values[i]));
+    }
+    return obj;
+}
+
+static PyObject *
+seconds(long long us)
+{
+    if (us == NEVER) {
+        return PyFloat_FromDouble(Py_HUGE_VAL);
+    }
+    /* Exact below 2**53, then one correctly rounded division: the same float as us / 1_000_000. */
+    return PyFloat_FromDouble((double)us / 1e6);
+}
+
+static PyObject *
+decision(MemoryGcra *self, int allowed, long long remaining, long long reset_us,
+         long long retry_us)
+{
+    PyObject *rem = PyLong_FromLongLong(remaining);
+    PyObject *reset = seconds(reset_us);
+    PyObject *retry = seconds(retry_us);
+    PyObject *layer = NULL, *layers = NULL, *top = NULL;
+    if (rem == NULL || reset == NULL || retry == NULL) goto done;
+    PyObject *values[N_FIELDS] = {
+        allowed ? Py_True : Py_False, self->c_limit, rem, reset, retry, self->zero_float,
+        self->c_rate, self->c_cost_obj, self->empty_tuple, Py_False, self->empty_str,
+    };
+    layer = make_decision(self, values);
+    if (layer == NULL) goto done;
+    layers = PyTuple_Pack(1, layer);
+    if (layers == NULL) goto done;
+    values[F_LAYERS] = layers;
+    top = make_decision(self, values);
+done:
+    Py_XDECREF(rem);
+    Py_XDECREF(reset);
+    Py_XDECREF(retry);
+    Py_XDECREF(layer);
+    Py_XDECREF(layers);
+    return top;
+}
+
+/* The store's _write after states[key] = value: move to the end, sweep, evict. */
+static int
+after_write(MemoryGcra *self, PyObject *state_key, long long now)
+{
+    PyObject *moved = PyObject_CallOneArg(self->move_to_end, state_key);
+    if (moved == NULL) return -1;
+    Py_DECREF(moved);
+    /* The store's _sweep: drop up to two expired keys from the oldest end (the Python
+     * method checks the oldest key first and then sweeps; the same keys go). */
+    for (int i = 0; i < 2; i++) {
+        PyObject *iter = PyObject_GetIter(self->states);
+        if (iter == NULL) return -1;
+        PyObject *oldest = PyIter_Next(iter);
+        Py_DECREF(iter);
+        if (oldest == NULL) {
+            if (PyErr_Occurred()) return -1;
+            break;
+        }
+        PyObject *entry = PyDict_GetItemWithError(self->states, oldest);
+        long long expires;
+        int expired = entry != NULL && PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 2
+                      && as_i64(PyTuple_GET_ITEM(entry, 1), &expires) && expires <= now;
+        if (entry == NULL && PyErr_Occurred()) {
+            Py_DECREF(oldest);
+            return -1;
+        }
+        int failed = expired && PyObject_DelItem(self->states, oldest) < 0;
+        Py_DECREF(oldest);
+        if (failed) return -1;
+        if (!expired) break;
+    }
+    Py_ssize_t size = PyObject_Length(self->states);
+    if (size < 0) return -1;
+    if (size > self->max_keys) {
+        PyObject *r = PyObject_CallMethodNoArgs(self->store, S_evict);
+        if (r == NULL) return -1;
+        Py_DECREF(r);
+    }
+    return 0;
+}
+
+/* Store (tat, frac) expiring at expires for state_key, as the store's _write does.
+ *
+ * ``entry`` is the live entry read for this key (a new reference) or NULL. When
+ * nothing but the store holds that entry and its state tuple (the usual case: the
+ * Python path never keeps them), their numbers are replaced in place, which spares
+ * two tuples and a dict store; otherwise new tuples go in, as in Python. */
+static int
+write_state(MemoryGcra *self, PyObject *state_key, PyObject *entry, long long tat,
+            long long frac, long long expires, long long now)
+{
+    PyObject *t_new = PyLong_FromLongLong(tat);
+    PyObject *f_new = PyLong_FromLongLong(frac);
+    PyObject *e_new = PyLong_FromLongLong(expires);
+    if (t_new == NULL || f_new == NULL || e_new == NULL) {
+        Py_XDECREF(t_new);
+        Py_XDECREF(f_new);
+        Py_XDECREF(e_new);
+        return -1;
+    }
+    PyObject *state = entry != NULL ? PyTuple_GET_ITEM(entry, 0) : NULL;
+    /* 2: the dict's reference and the caller's. */
+    if (entry != NULL && Py_REFCNT(entry) == 2 && Py_REFCNT(state) == 1) {
+        PyObject *old_t = PyTuple_GET_ITEM(state, 0), *old_f = PyTuple_GET_ITEM(state, 1);
+        PyObject *old_e = PyTuple_GET_ITEM(entry, 1);
+        PyTuple_SET_ITEM(state, 0, t_new);
+        PyTuple_SET_ITEM(state, 1, f_new);
+        PyTuple_SET_ITEM(entry, 1, e_new);
+        Py_DECREF(old_t);
+        Py_DECREF(old_f);
+        Py_DECREF(old_e);
+    }
+    else {
+        PyObject *made = pair(pair(t_new, f_new), e_new);
+        if (made == NULL) {
+            return -1;
+        }
+        int stored = PyObject_SetItem(self->states, state_key, made);
+        Py_DECREF(made);
+        if (stored < 0) {
+            return -1;
+        }
+    }
+    return after_write(self, state_key, now);
+}
+
+/* The lock.
+ *
+ * The store's state is guarded by store._lock, which the Python path holds from
+ * reading a state to writing the next one. With the GIL, this code needs no lock
+ * of its own between reading the state and writing the new one: it runs no
+ * Python code there, and the garbage collector is off meanwhile (a collection
+ * could run a finalizer, which could let another thread in), so no other thread
+ * can run in between. It only has to keep out of a Python-path section in progress:
+ * when the lock is held, the call goes to the Python path, which waits for it.
+ * A build without the GIL takes the lock. lock() returns 0 to go on, -1 with an
+ * error set, or -1 without one to hand the call to the Python path. */
+static int
+lock(MemoryGcra *self)
+{
+#ifdef Py_GIL_DISABLED
+    PyObject *r = PyObject_CallNoArgs(self->acquire);
+#else
+    PyObject *r = PyObject_CallNoArgs(self->locked);
+#endif
+    if (r == NULL) {
+        return -1;
+    }
+    int held = r == Py_True;
+    Py_DECREF(r);
+#ifdef Py_GIL_DISABLED
+    return 0;
+#else
+    return held ? -1 : 0;
+#endif
+}
+
+static int
+unlock(MemoryGcra *self)
+{
+#ifdef Py_GIL_DISABLED
+    PyObject *r = PyObject_CallNoArgs(self->release);
+    if (r == NULL) {
+        return -1;
+    }
+    Py_DECREF(r);
+#endif
+    return 0;
+}
+
+/* The fast path. Returns a new Decision; NULL with an error set; or NULL without an
+ * error when the call is not one it takes (the caller then runs the Python path). */
+static PyObject *
+fast_hit(MemoryGcra *self, PyObject *algorithm, PyObject *key, PyObject *rates,
+         PyObject *cost)
+{
+    long long cost_v;
+    if (!PyUnicode_CheckExact(key) || PyUnicode_GET_LENGTH(key) == 0 || !PyUnicode_IS_ASCII(key)
+        || !as_i64(cost, &cost_v) || cost_v < 0) {
+        return NULL;
+    }
+    if (algorithm != self->gcra
+        && !(PyUnicode_CheckExact(algorithm) && PyUnicode_Compare(algorithm, self->gcra) == 0)) {
+        return NULL;
+    }
+    if (rates != self->c_rates || rates == NULL || self->c_cost != cost_v
+        || algorithm != self->c_algorithm) {
+        int found = load_shape(self, algorithm, rates, cost, cost_v);
+        if (found <= 0) {
+            return NULL;  /* error set (-1) or not ours (0) */
+        }
+    }
+    long long now;
+    if (now_us(self, &now) < 0) {
+        return NULL;
+    }
+    const long long n = self->c_n, d = self->c_d, capacity = self->c_capacity;
+    PyObject *state_key = PyUnicode_Concat(key, self->c_suffix);
+    if (state_key == NULL) {
+        return NULL;
+    }
+    int failed = 0;
+    if (lock(self) < 0) {
+        Py_DECREF(state_key);
+        return NULL;  /* an error, or the lock is held: the Python path */
+    }
+    /* No collection, so no finalizer, runs until the state is written: see "The lock". */
+    const int collecting = PyGC_Disable();
+    PyObject *entry = PyDict_GetItemWithError(self->states, state_key);
+    long long tat = now, frac = 0, expires = 0;
+    int stale = 0;
+    if (entry == NULL && PyErr_Occurred()) {
+        failed = 1;
+        goto unlock;
+    }
+    Py_XINCREF(entry);
+    if (entry != NULL) {
+        PyObject *state;
+        long long t, f;
+        if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2
+            || !as_i64(PyTuple_GET_ITEM(entry, 1), &expires)) {
+            goto decline;
+        }
+        if (expires <= now) {
+            /* Expired: as if never seen. The Python path deletes it here; this one
+             * deletes it below unless it writes the key, which then reuses the entry
+             * (the key ends up last either way). */
+            stale = 1;
+        }
+        else {
+            state = PyTuple_GET_ITEM(entry, 0);
+            if (!PyTuple_CheckExact(state) || PyTuple_GET_SIZE(state) != 2
+                || !as_i64(PyTuple_GET_ITEM(state, 0), &t)
+                || !as_i64(PyTuple_GET_ITEM(state, 1), &f) || f < 0 || f >= n) {
+                goto decline;
+            }
+            if (t >= now) {
+                if (t - now > ((1LL << 62) / n) - 1) {
+                    goto decline;  /* far beyond any TAT this rate can build */
+                }
+                tat = t;
+                frac = f;
+            }
+        }
+    }
+    {
+        const long long ahead = (tat - now) * n + frac;
+        const long long room = capacity * d;
+        long long remaining, reset_us, retry_us;
+        int allowed;
+        if (cost_v > capacity) {
+            allowed = 0;
+            remaining = (room > ahead ? room - ahead : 0) / d;
+            reset_us = ceil_div(ahead, n);
+            retry_us = NEVER;
+        }
+        else {
+            const long long after = ahead + cost_v * d;
+            if (after > room) {
+                allowed = 0;
+                remaining = (room > ahead ? room - ahead : 0) / d;
+                reset_us = ceil_div(ahead, n);
+                retry_us = ceil_div(after - room, n);
+            }
+            else {
+                allowed = 1;
+                const long long total = frac + cost_v * d;
+                reset_us = ceil_div(after, n);
+                remaining = (room - after) / d;
+                retry_us = 0;
+                /* ttl = reset_us > 0 when cost_v > 0 (cost_v * d > 0): always a write. */
+                if (cost_v > 0) {
+                    if (write_state(self, state_key, entry, tat + total / n, total % n,
+                                    now + reset_us, now) < 0) {
+                        failed = 1;
+                        goto unlock;
+                    }
+                    stale = 0;
+                }
+            }
+        }
+        if (stale && PyObject_DelItem(self->states, state_key) < 0) {
+            failed = 1;
+            goto unlock;
+        }
+        Py_XDECREF(entry);
+        Py_DECREF(state_key);
+        if (collecting) {
+            PyGC_Enable();
+        }
+        if (unlock(self) < 0) {
+            return NULL;
+        }
+        return decision(self, allowed, remaining, reset_us, retry_us);
+    }
+decline:
+unlock:
+    Py_XDECREF(entry);
+    Py_DECREF(state_key);
+    if (collecting) {
+        PyGC_Enable();
+    }
+    {
+        /* Release whatever happened above, keeping its error. */
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        if (unlock(self) < 0) {
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(traceback);
+            return NULL;
+        }
+        PyErr_Restore(type, value, traceback);
+    }
+    if (failed && !PyErr_Occurred()) {
+        PyErr_SetString(PyExc_SystemError, "ratewarden._speedups: failed without an error");
+    }
+    return NULL;
+}
+
+static PyObject *
+MemoryGcra_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
+                      PyObject *kwnames)
+{
+    MemoryGcra *self = (MemoryGcra *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames == NULL && (nargs == 3 || nargs == 4)) {
+        PyObject *cost = nargs == 4 ? args[3] : NULL;
+        PyObject *one = NULL;
+        if (cost == NULL) {
+            one = PyLong_FromLong(1);
+            if (one == NULL) return NULL;
+            cost = one;
+        }
+        PyObject *result = fast_hit(self, args[0], args[1], args[2], cost);
+        Py_XDECREF(one);
+        if (result != NULL || PyErr_Occurred()) {
+            return result;
+        }
+    }
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static int
+MemoryGcra_traverse(MemoryGcra *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->store);
+    Py_VISIT(self->states);
+    Py_VISIT(self->move_to_end);
+    Py_VISIT(self->acquire);
+    Py_VISIT(self->release);
+    Py_VISIT(self->locked);
+    Py_VISIT(self->system_clock);
+    Py_VISIT(self->clock);
+    Py_VISIT(self->shapes_get);
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->rate_type);
+    Py_VISIT(self->decision_type);
+    Py_VISIT(self->c_rates);
+    Py_VISIT(self->c_algorithm);
+    Py_VISIT(self->c_cost_obj);
+    Py_VISIT(self->c_suffix);
+    Py_VISIT(self->c_rate);
+    Py_VISIT(self->c_limit);
+    return 0;
+}
+
+static int
+MemoryGcra_clear(MemoryGcra *self)
+{
+    Py_CLEAR(self->store);
+    Py_CLEAR(self->states);
+    Py_CLEAR(self->move_to_end);
+    Py_CLEAR(self->acquire);
+    Py_CLEAR(self->release);
+    Py_CLEAR(self->locked);
+    Py_CLEAR(self->system_clock);
+    Py_CLEAR(self->clock);
+    Py_CLEAR(self->shapes_get);
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->gcra);
+    Py_CLEAR(self->rate_type);
+    Py_CLEAR(self->decision_type);
+    Py_CLEAR(self->empty_str);
+    Py_CLEAR(self->empty_tuple);
+    Py_CLEAR(self->zero_float);
+    clear_shape(self);
+    return 0;
+}
+
+static void
+MemoryGcra_dealloc(MemoryGcra *self)
+{
+    PyObject_GC_UnTrack(self);
+    MemoryGcra_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *MemoryGcra_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
+
+/* Read store.clock and store.max_keys again (the store calls this when either is set). */
+static PyObject *
+MemoryGcra_reload(MemoryGcra *self, PyObject *unused)
+{
+    PyObject *clock = PyObject_GetAttr(self->store, S_clock);
+    if (clock == NULL) {
+        return NULL;
+    }
+    PyObject *max_keys = PyObject_GetAttr(self->store, S_max_keys);
+    if (max_keys == NULL) {
+        Py_DECREF(clock);
+        return NULL;
+    }
+    Py_ssize_t limit = PyLong_AsSsize_t(max_keys);
+    Py_DECREF(max_keys);
+    if (limit == -1 && PyErr_Occurred()) {
+        Py_DECREF(clock);
+        return NULL;
+    }
+    self->clock_is_system = Py_IS_TYPE(clock, (PyTypeObject *)self->system_clock);
+    Py_XSETREF(self->clock, clock);
+    self->max_keys = limit;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef MemoryGcra_methods[] = {
+    {"reload", (PyCFunction)MemoryGcra_reload, METH_NOARGS,
+     PyDoc_STR("reload(): read store.clock and store.max_keys again.")},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject MemoryGcraType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ratewarden._speedups.MemoryGcra",
+    .tp_doc = PyDoc_STR(
+        "MemoryGcra(store, fallback, system_clock_type, rate_type, decision_type): "
+        "store.hit for one GCRA rate, in C; anything else goes to fallback."),
+    .tp_basicsize = sizeof(MemoryGcra),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = MemoryGcra_new,
+    .tp_dealloc = (destructor)MemoryGcra_dealloc,
+    .tp_traverse = (traverseproc)MemoryGcra_traverse,
+    .tp_clear = (inquiry)MemoryGcra_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(MemoryGcra, vectorcall),
+    .tp_methods = MemoryGcra_methods,
+};
+
+static PyObject *
+MemoryGcra_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *store, *fallback, *system_clock, *rate_type, *decision_type;
+    static char *kwlist[] = {"store", "fallback", "system_clock_type", "rate_type",
+                             "decision_type", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO:MemoryGcra", kwlist, &store, &fallback,
+                                     &system_clock, &rate_type, &decision_type)) {
+        return NULL;
+    }
+    if (!PyType_Check(decision_type) || !PyType_Check(rate_type) || !PyType_Check(system_clock)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "system_clock_type, rate_type and decision_type must be classes");
+        return NULL;
+    }
+    MemoryGcra *self = (MemoryGcra *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->vectorcall = MemoryGcra_vectorcall;
+    self->store = Py_NewRef(store);
+    self->fallback = Py_NewRef(fallback);
+    self->system_clock = Py_NewRef(system_clock);
+    self->rate_type = Py_NewRef(rate_type);
+    self->decision_type = (PyTypeObject *)Py_NewRef(decision_type);
+    self->states = PyObject_GetAttrString(store, "_states");
+    PyObject *lock = PyObject_GetAttrString(store, "_lock");
+    PyObject *shapes = PyObject_GetAttrString(store, "_shapes");
+    if (self->states == NULL || lock == NULL || shapes == NULL) {
+        goto error;
+    }
+    self->move_to_end = PyObject_GetAttrString(self->states, "move_to_end");
+    self->acquire = PyObject_GetAttrString(lock, "acquire");
+    self->release = PyObject_GetAttrString(lock, "release");
+    self->locked = PyObject_GetAttrString(lock, "locked");
+    self->shapes_get = PyObject_GetAttrString(shapes, "get");
+    self->gcra = PyUnicode_InternFromString("gcra");
+    self->empty_str = PyUnicode_FromString("");
+    self->empty_tuple = PyTuple_New(0);
+    self->zero_float = PyFloat_FromDouble(0.0);
+    if (self->move_to_end == NULL || self->acquire == NULL || self->release == NULL
+        || self->locked == NULL
+        || self->shapes_get == NULL || self->gcra == NULL || self->empty_str == NULL
+        || self->empty_tuple == NULL || self->zero_float == NULL) {
+        goto error;
+    }
+    for (int i = 0; i < N_FIELDS; i++) {
+        PyObject *descr = PyDict_GetItemString(self->decision_type->tp_dict, FIELD_NAMES[i]);
+        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)
+            || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+            PyErr_Format(PyExc_TypeError, "decision_type has no object slot %s", FIELD_NAMES[i]);
+            goto error;
+        }
+        self->offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+    }
+    Py_DECREF(lock);
+    Py_DECREF(shapes);
+    PyObject *loaded = MemoryGcra_reload(self, NULL);
+    if (loaded == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    Py_DECREF(loaded);
+    return (PyObject *)self;
+error:
+    Py_XDECREF(lock);
+    Py_XDECREF(shapes);
+    Py_DECREF(self);
+    return NULL;
+}
+
+/* LimiterHit: Limiter.hit(key, rates, cost=1, *, shadow=False) over a MemoryGcra, for a
+ * Limiter with no decision hook: the same as calling store.hit(algorithm, ...), which is
+ * all Limiter.hit does then. Shadow calls and anything unusual go to the Python method. */
+typedef struct {
+    PyObject_HEAD
+    MemoryGcra *core;
+    PyObject *algorithm;
+    PyObject *fallback;  /* Limiter.hit bound to the limiter */
+    vectorcallfunc vectorcall;
+} LimiterHit;
+
+static PyObject *S_key, *S_shadow;
+
+static int
+is_name(PyObject *name, PyObject *wanted)
+{
+    return name == wanted || PyUnicode_Compare(name, wanted) == 0;
+}
+
+static PyObject *
+LimiterHit_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
+                      PyObject *kwnames)
+{
+    LimiterHit *self = (LimiterHit *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *given[3] = {NULL, NULL, NULL};  /* key, rates, cost */
+    int usable = nargs <= 3;
+    for (Py_ssize_t i = 0; usable && i < nargs; i++) {
+        given[i] = args[i];
+    }
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t i = 0; usable && i < nkw; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        PyObject *value = args[nargs + i];
+        int slot = is_name(name, S_rates) ? 1 : is_name(name, S_cost) ? 2
+                 : is_name(name, S_key) ? 0 : is_name(name, S_shadow) ? 3 : -1;
+        if (slot == 3) {
+            usable = value == Py_False;  /* shadow=True: the Python method */
+        }
+        else if (slot < 0 || given[slot] != NULL) {
+            usable = 0;  /* the Python method raises the TypeError */
+        }
+        else {
+            given[slot] = value;
+        }
+    }
+    if (usable && given[0] != NULL && given[1] != NULL) {
+        PyObject *one = NULL;
+        if (given[2] == NULL) {
+            one = PyLong_FromLong(1);
+            if (one == NULL) return NULL;
+            given[2] = one;
+        }
+        PyObject *result = fast_hit(self->core, self->algorithm, given[0], given[1], given[2]);
+        Py_XDECREF(one);
+        if (result != NULL || PyErr_Occurred()) {
+            return result;
+        }
+    }
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static int
+LimiterHit_traverse(LimiterHit *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->core);
+    Py_VISIT(self->algorithm);
+    Py_VISIT(self->fallback);
+    return 0;
+}
+
+static int
+LimiterHit_clear(LimiterHit *self)
+{
+    Py_CLEAR(self->core);
+    Py_CLEAR(self->algorithm);
+    Py_CLEAR(self->fallback);
+    return 0;
+}
+
+static void
+LimiterHit_dealloc(LimiterHit *self)
+{
+    PyObject_GC_UnTrack(self);
+    LimiterHit_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *LimiterHit_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
+
+static PyTypeObject LimiterHitType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ratewarden._speedups.LimiterHit",
+    .tp_doc = PyDoc_STR(
+        "LimiterHit(core, algorithm, fallback): Limiter.hit over a MemoryGcra core; "
+        "shadow calls and anything else go to fallback."),
+    .tp_basicsize = sizeof(LimiterHit),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = LimiterHit_new,
+    .tp_dealloc = (destructor)LimiterHit_dealloc,
+    .tp_traverse = (traverseproc)LimiterHit_traverse,
+    .tp_clear = (inquiry)LimiterHit_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(LimiterHit, vectorcall),
+};
+
+static PyObject *
+LimiterHit_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *core, *algorithm, *fallback;
+    static char *kwlist[] = {"core", "algorithm", "fallback", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!UO:LimiterHit", kwlist, &MemoryGcraType,
+                                     &core, &algorithm, &fallback)) {
+        return NULL;
+    }
+    LimiterHit *self = (LimiterHit *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->vectorcall = LimiterHit_vectorcall;
+    self->core = (MemoryGcra *)Py_NewRef(core);
+    self->algorithm = Py_NewRef(algorithm);
+    self->fallback = Py_NewRef(fallback);
+    return (PyObject *)self;
+}
+
+static struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "ratewarden._speedups",
+    .m_doc = "The memory store's one-rate GCRA decision in C; see storage/memory.py.",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    S_evict = PyUnicode_InternFromString("_evict");
+    S_max_keys = PyUnicode_InternFromString("max_keys");
+    S_single = PyUnicode_InternFromString("single");
+    S_suffixes = PyUnicode_InternFromString("suffixes");
+    S_params = PyUnicode_InternFromString("params");
+    S_rates = PyUnicode_InternFromString("rates");
+    S_cost = PyUnicode_InternFromString("cost");
+    S_limit = PyUnicode_InternFromString("limit");
+    S_now_us = PyUnicode_InternFromString("now_us");
+    S_clock = PyUnicode_InternFromString("clock");
+    if (!S_clock || !S_evict || !S_max_keys || !S_single || !S_suffixes || !S_params
+        || !S_rates || !S_cost || !S_limit || !S_now_us) {
+        return NULL;
+    }
+    S_key = PyUnicode_InternFromString("key");
+    S_shadow = PyUnicode_InternFromString("shadow");
+    if (!S_key || !S_shadow || PyType_Ready(&MemoryGcraType) < 0
+        || PyType_Ready(&LimiterHitType) < 0) {
+        return NULL;
+    }
+    PyObject *module = PyModule_Create(&speedups_module);
+    if (module == NULL) {
+        return NULL;
+    }
+    if (PyModule_AddObjectRef(module, "MemoryGcra", (PyObject *)&MemoryGcraType) < 0
+        || PyModule_AddObjectRef(module, "LimiterHit", (PyObject *)&LimiterHitType) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}
