@@ -293,3 +293,20 @@ def test_a_state_someone_holds_is_never_changed_under_them() -> None:
     values = (tuple(entry_before[0]), entry_before[1])
     store.hit("gcra", "k", rate)
     assert (tuple(entry_before[0]), entry_before[1]) == values
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_state_keys_of_different_kinds_never_collide(fast: bool) -> None:
+    """A rate's state key is the string key + suffix; slots and budget operations keep theirs
+    under (kind, key) tuples, so a crafted key equal to a rate's state key touches nothing."""
+    clock = ManualClock()
+    store = MemoryStore(clock=clock) if fast else pure(MemoryStore(clock=clock))
+    rate = Rate.parse("2/minute")
+    suffix = store._shapes.get("gcra", rate, 1).suffixes[0]
+    assert [store.hit("gcra", "u", rate).allowed for _ in range(3)] == [True, True, False]
+    written = store._transact(["u" + suffix], lambda states, now: (states[0], [(0, 7, now + 10)]))
+    assert written is None  # the operation saw no state of its own under that name
+    assert not store.hit("gcra", "u", rate).allowed  # and the rate's state is untouched
+    store.acquire_slot("u" + suffix, 1, "lease", 1, 1_000_000)
+    assert not store.hit("gcra", "u", rate).allowed
+    assert len(store) == 3

@@ -47,8 +47,8 @@ _speedups = _load_speedups()
 #: built when a C compiler was there at install; ``RATEWARDEN_PURE=1`` turns it off).
 SPEEDUPS = _speedups is not None
 
-#: ``key + layer suffix`` for a rate's state, the slot key string for concurrency.
-StateKey = str
+#: ``key + layer suffix`` for a rate's state; ``(kind, Redis-style key)`` for the rest.
+StateKey = str | tuple[str, str]
 
 #: ``(index into keys, state, absolute expiry in us)``, written by ``_transact``.
 Write = tuple[int, Any, int]
@@ -74,14 +74,15 @@ class _MemoryCore:
         self.evictions = 0
         self._lock = threading.Lock()
         # State key -> (state, expires_at_us), in write order (oldest first). A rate's
-        # state is under key + layer suffix, a concurrency key's under its Redis-style
-        # string. None can collide: a suffix is always ":<algorithm>:<limit>:<period
-        # us>:<capacity>" (four fields, the last three numbers), so the last four
-        # ':'-fields of a rate's state key are its suffix and the rest its key; a slot
-        # key ends in ":concurrency", never a number. A string rather than a (key,
-        # suffix) tuple: its hash is computed once and kept, where a tuple's is
-        # recomputed on every lookup, and a decision looks it up three times or more.
-        # An OrderedDict, not a dict: finding
+        # state is under the string key + layer suffix; everything else (concurrency
+        # slots, the operations of budgets and fair shares) under a (kind, Redis-style
+        # key) tuple, which no string equals. Rate keys cannot collide with each other:
+        # a suffix is always ":<algorithm>:<limit>:<period us>:<capacity>" (four
+        # fields, no more colons), so the last four ':'-fields of a rate's state key are
+        # its suffix and the rest its key. A string rather than a (key, suffix) tuple
+        # for the hot path: its hash is computed once and kept, where a tuple's is
+        # recomputed on every lookup, and a decision looks its key up three times or
+        # more. An OrderedDict, not a dict: finding
         # the oldest entry of a dict walks past every slot its deletions left at the
         # front (3.9 us per write with 10,000 keys written round-robin, against 0.17 us
         # here), and the sweep and the eviction look at the oldest entry on every write.
@@ -174,7 +175,7 @@ class _MemoryCore:
         self, key: str, limit: int, lease_id: str, slots: int, ttl_us: int
     ) -> Decision:
         _plan.check_slot_request(limit, slots, ttl_us, lease_id)
-        state_key = _plan.slot_key(self.prefix, key)
+        state_key = ("slot", _plan.slot_key(self.prefix, key))
         now = self.clock.now_us()
         with self._lock:
             outcome, state, ttl = concurrency.acquire(
@@ -184,7 +185,7 @@ class _MemoryCore:
         return _plan.slot_decision(limit, slots, outcome)
 
     def _release_slot(self, key: str, lease_id: str) -> bool:
-        state_key = _plan.slot_key(self.prefix, key)
+        state_key = ("slot", _plan.slot_key(self.prefix, key))
         lease_id = _plan.check_lease_id(lease_id)
         now = self.clock.now_us()
         with self._lock:
@@ -193,7 +194,7 @@ class _MemoryCore:
         return held
 
     def _renew_slot(self, key: str, lease_id: str, ttl_us: int) -> bool:
-        state_key = _plan.slot_key(self.prefix, key)
+        state_key = ("slot", _plan.slot_key(self.prefix, key))
         _plan.check_slot_request(1, 1, ttl_us, lease_id)
         now = self.clock.now_us()
         with self._lock:
@@ -212,13 +213,14 @@ class _MemoryCore:
         pass their pure twin here and the same ARGV they send to Redis.
         """
         now = self.clock.now_us()
+        state_keys = [("op", key) for key in keys]
         with self._lock:
-            result, writes = step([self._read(key, now) for key in keys], now)
+            result, writes = step([self._read(key, now) for key in state_keys], now)
             for index, state, expires_at in writes:
                 if expires_at > now:
-                    self._write(keys[index], state, expires_at, now)
+                    self._write(state_keys[index], state, expires_at, now)
                 else:
-                    self._states.pop(keys[index], None)
+                    self._states.pop(state_keys[index], None)
         return result
 
     def _keep(self, state_key: StateKey, state: Any, ttl_us: int, now: int) -> None:
