@@ -64,6 +64,14 @@ typedef struct {
     vectorcallfunc vectorcall;
 } MemoryGcra;
 
+/* One call's shape, copied out of the cache with references of its own: another
+ * thread may replace the cache whenever this one runs Python code (a Python clock,
+ * a collection, an eviction), so a call never reads the cache after its start. */
+typedef struct {
+    PyObject *suffix, *rate, *limit, *cost;
+    long long n, d, capacity;
+} Shape;
+
 static PyObject *S_evict, *S_max_keys, *S_single, *S_suffixes, *S_params,
     *S_rates, *S_cost, *S_limit, *S_now_us, *S_clock;
 
@@ -208,7 +216,10 @@ now_us(MemoryGcra *self, long long *out)
         *out = (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
         return 0;
     }
-    PyObject *value = PyObject_CallMethodNoArgs(self->clock, S_now_us);
+    /* A reference of its own: a new store.clock (reload) may drop the old one meanwhile. */
+    PyObject *clock = Py_NewRef(self->clock);
+    PyObject *value = PyObject_CallMethodNoArgs(clock, S_now_us);
+    Py_DECREF(clock);
     if (value == NULL) {
         return -1;
     }
@@ -248,8 +259,8 @@ seconds(long long us)
 }
 
 static PyObject *
-decision(MemoryGcra *self, int allowed, long long remaining, long long reset_us,
-         long long retry_us)
+decision(MemoryGcra *self, const Shape *shape, int allowed, long long remaining,
+         long long reset_us, long long retry_us)
 {
     PyObject *rem = PyLong_FromLongLong(remaining);
     PyObject *reset = seconds(reset_us);
@@ -257,8 +268,8 @@ decision(MemoryGcra *self, int allowed, long long remaining, long long reset_us,
     PyObject *layer = NULL, *layers = NULL, *top = NULL;
     if (rem == NULL || reset == NULL || retry == NULL) goto done;
     PyObject *values[N_FIELDS] = {
-        allowed ? Py_True : Py_False, self->c_limit, rem, reset, retry, self->zero_float,
-        self->c_rate, self->c_cost_obj, self->empty_tuple, Py_False, self->empty_str,
+        allowed ? Py_True : Py_False, shape->limit, rem, reset, retry, self->zero_float,
+        shape->rate, shape->cost, self->empty_tuple, Py_False, self->empty_str,
     };
     layer = make_decision(self, values);
     if (layer == NULL) goto done;
@@ -337,7 +348,8 @@ write_state(MemoryGcra *self, PyObject *state_key, PyObject *entry, long long ta
     }
     PyObject *state = entry != NULL ? PyTuple_GET_ITEM(entry, 0) : NULL;
     /* 2: the dict's reference and the caller's. */
-    if (entry != NULL && Py_REFCNT(entry) == 2 && Py_REFCNT(state) == 1) {
+    if (entry != NULL && Py_REFCNT(entry) == 2 && PyTuple_CheckExact(state)
+        && PyTuple_GET_SIZE(state) == 2 && Py_REFCNT(state) == 1) {
         PyObject *old_t = PyTuple_GET_ITEM(state, 0), *old_f = PyTuple_GET_ITEM(state, 1);
         PyObject *old_e = PyTuple_GET_ITEM(entry, 1);
         PyTuple_SET_ITEM(state, 0, t_new);
@@ -405,6 +417,8 @@ unlock(MemoryGcra *self)
     return 0;
 }
 
+static PyObject *decide(MemoryGcra *self, const Shape *shape, PyObject *key, long long cost_v);
+
 /* The fast path. Returns a new Decision; NULL with an error set; or NULL without an
  * error when the call is not one it takes (the caller then runs the Python path). */
 static PyObject *
@@ -427,12 +441,29 @@ fast_hit(MemoryGcra *self, PyObject *algorithm, PyObject *key, PyObject *rates,
             return NULL;  /* error set (-1) or not ours (0) */
         }
     }
+    /* No Python code has run since the cache was read or filled: copy it out now. */
+    Shape shape = {
+        Py_NewRef(self->c_suffix), Py_NewRef(self->c_rate), Py_NewRef(self->c_limit),
+        Py_NewRef(self->c_cost_obj), self->c_n, self->c_d, self->c_capacity,
+    };
+    PyObject *result = decide(self, &shape, key, cost_v);
+    Py_DECREF(shape.suffix);
+    Py_DECREF(shape.rate);
+    Py_DECREF(shape.limit);
+    Py_DECREF(shape.cost);
+    return result;
+}
+
+/* fast_hit once the call's shape is known; the same three kinds of return. */
+static PyObject *
+decide(MemoryGcra *self, const Shape *shape, PyObject *key, long long cost_v)
+{
     long long now;
     if (now_us(self, &now) < 0) {
         return NULL;
     }
-    const long long n = self->c_n, d = self->c_d, capacity = self->c_capacity;
-    PyObject *state_key = PyUnicode_Concat(key, self->c_suffix);
+    const long long n = shape->n, d = shape->d, capacity = shape->capacity;
+    PyObject *state_key = PyUnicode_Concat(key, shape->suffix);
     if (state_key == NULL) {
         return NULL;
     }
@@ -528,7 +559,7 @@ fast_hit(MemoryGcra *self, PyObject *algorithm, PyObject *key, PyObject *rates,
         if (unlock(self) < 0) {
             return NULL;
         }
-        return decision(self, allowed, remaining, reset_us, retry_us);
+        return decision(self, shape, allowed, remaining, reset_us, retry_us);
     }
 decline:
 unlock:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import sys
 import sysconfig
 import threading
 from datetime import timedelta
@@ -310,3 +311,38 @@ def test_state_keys_of_different_kinds_never_collide(fast: bool) -> None:
     store.acquire_slot("u" + suffix, 1, "lease", 1, 1_000_000)
     assert not store.hit("gcra", "u", rate).allowed
     assert len(store) == 3
+
+
+@speedups
+def test_threads_with_different_rates_each_get_their_own_rate() -> None:
+    """The twin keeps the last call shape; a thread switch mid-call (a Python clock, a
+    collection) must not hand one thread another thread's rate, limit or key suffix."""
+    clock = ManualClock()
+    store = MemoryStore(clock=clock)
+    limiter = Limiter(store)
+    rates = [Rate(limit, timedelta(hours=1)) for limit in (50, 70, 90, 110)]
+    problems: list[str] = []
+    start = threading.Barrier(len(rates))
+
+    def worker(rate: Rate) -> None:
+        start.wait()
+        allowed = 0
+        for _ in range(3 * rate.limit):
+            decision = limiter.hit(f"key-{rate.limit}", rate)
+            allowed += decision.allowed
+            if decision.rate is not rate or decision.limit != rate.limit:
+                problems.append(f"{rate.limit}: got {decision.limit}")
+        if allowed != rate.limit:
+            problems.append(f"{rate.limit}: {allowed} allowed")
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        threads = [threading.Thread(target=worker, args=(rate,)) for rate in rates]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert problems == []
