@@ -1,0 +1,234 @@
+"""One descriptor's ``rate_limit``: its limits, algorithm, failure mode, name and replaces.
+
+``read_rate_limit`` checks a ``rate_limit`` block with the plumbing of a
+``_FileReader`` (``server/_config_reader.py``, which walks the descriptors and
+calls it) and returns its ``Rule``, or None with every problem recorded on the
+reader, as ``server/_budget_config.py`` does for a descriptor's ``budget``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from ratewarden import algorithms
+from ratewarden.errors import ConfigurationError
+from ratewarden.rate import Rate
+from ratewarden.server._config_model import (
+    ALGORITHM_NAMES,
+    DEFAULT_ALGORITHM,
+    DEFAULT_FAILURE_MODE,
+    FAILURE_MODES,
+    UNIT_NAMES,
+    Limit,
+    Rule,
+)
+
+if TYPE_CHECKING:
+    from ratewarden.server._config_reader import _Entries, _FileReader
+
+__all__ = ["read_rate_limit"]
+
+_RATE_LIMIT_KEYS = (
+    "unit",
+    "requests_per_unit",
+    "unlimited",
+    "name",
+    "replaces",
+    "algorithm",
+    "burst",
+    "unit_multiplier",
+    "failure_mode",
+    "limits",
+)
+_LIMIT_KEYS = ("unit", "requests_per_unit", "unit_multiplier", "burst")
+
+_UINT32_MAX = 2**32 - 1
+
+
+def read_rate_limit(
+    reader: _FileReader,
+    pair: tuple[Any, Any],
+    *,
+    domain: str,
+    path: str,
+    shadow_mode: bool,
+    quota_mode: bool,
+    detailed_metric: bool,
+) -> Rule | None:
+    """The descriptor's ``rate_limit`` as a Rule, or None with its problems recorded on reader."""
+    key_node, node = pair
+    entries = reader.mapping(node, "rate_limit", _RATE_LIMIT_KEYS)
+    if entries is None:
+        return None
+    before = len(reader.problems)
+    name_found = reader.text(entries, "name")
+    name = "" if name_found is None else name_found[1]
+    replaces = _replaces(reader, entries, name)
+    unlimited = reader.flag(entries, "unlimited")
+    algorithm = _choice(reader, entries, "algorithm", ALGORITHM_NAMES, DEFAULT_ALGORITHM)
+    failure_mode = _choice(reader, entries, "failure_mode", FAILURE_MODES, DEFAULT_FAILURE_MODE)
+    limits: tuple[Limit, ...] = ()
+    if unlimited:
+        _check_unlimited(reader, entries)
+    elif "limits" in entries:
+        for key in _LIMIT_KEYS:
+            if key in entries:
+                reader.problem(
+                    entries[key][0],
+                    key,
+                    "goes inside each item of limits when limits is given, not beside it",
+                )
+        items = reader.sequence(entries["limits"][1], "limits")
+        if not items:
+            reader.problem(entries["limits"][0], "limits", "is empty; give at least one limit")
+        built = [_limit(reader, item, algorithm) for item in items]
+        limits = tuple(limit for limit in built if limit is not None)
+        _check_distinct(reader, entries["limits"][0], limits)
+    else:
+        single = _limit_fields(reader, entries, node, algorithm)
+        limits = () if single is None else (single,)
+    if len(reader.problems) != before:
+        return None
+    rule = Rule(
+        domain=domain,
+        path=path,
+        source=reader.where(key_node),
+        limits=limits,
+        unlimited=unlimited,
+        name=name,
+        replaces=replaces,
+        algorithm=algorithm,
+        failure_mode=failure_mode,
+        shadow_mode=shadow_mode,
+        quota_mode=quota_mode,
+        detailed_metric=detailed_metric,
+    )
+    reader.rules.append(rule)
+    return rule
+
+
+def _check_unlimited(reader: _FileReader, entries: _Entries) -> None:
+    unit = reader.text(entries, "unit")
+    if unit is not None and unit[1]:
+        reader.problem(
+            entries["unit"][0],
+            "unit",
+            "must not be given with unlimited: true; drop the unit (or unlimited)",
+        )
+    for key in ("limits", "burst", "unit_multiplier", "algorithm", "failure_mode"):
+        if key in entries:
+            reader.problem(entries[key][0], key, "has no meaning with unlimited: true; drop it")
+
+
+def _limit(reader: _FileReader, item: Any, algorithm: str) -> Limit | None:
+    entries = reader.mapping(item, "a limits item", _LIMIT_KEYS)
+    return None if entries is None else _limit_fields(reader, entries, item, algorithm)
+
+
+def _limit_fields(
+    reader: _FileReader, entries: _Entries, node: Any, algorithm: str
+) -> Limit | None:
+    before = len(reader.problems)
+    unit_found = reader.text(entries, "unit")
+    unit = None
+    if unit_found is None:
+        reader.problem(node, "unit", f"is missing; use one of {', '.join(UNIT_NAMES)}")
+    elif unit_found[1].lower() not in UNIT_NAMES:
+        reader.problem(
+            unit_found[0],
+            "unit",
+            f"invalid rate limit unit {unit_found[1]!r}; use one of {', '.join(UNIT_NAMES)}",
+        )
+    else:
+        unit = unit_found[1].lower()
+    counted = len(reader.problems)
+    rpu = reader.integer(entries, "requests_per_unit", 0, _UINT32_MAX)
+    if rpu is None and len(reader.problems) == counted:
+        reader.problem(
+            node,
+            "requests_per_unit",
+            "is missing; give a whole number (0 blocks every request)",
+        )
+    multiplier = reader.integer(entries, "unit_multiplier", 1, 1_000_000)
+    burst = reader.integer(entries, "burst", 1, _UINT32_MAX)
+    if unit is None or rpu is None or len(reader.problems) != before:
+        return None
+    limit = Limit(
+        requests_per_unit=rpu[1],
+        unit=unit,
+        unit_multiplier=1 if multiplier is None else multiplier[1],
+        burst=None if burst is None else burst[1],
+    )
+    rate = None
+    if limit.requests_per_unit > 0:
+        try:
+            rate = Rate(
+                limit.requests_per_unit, timedelta(microseconds=limit.period_us), limit.burst
+            )
+            module = algorithms.ALGORITHMS.get(algorithm)
+            if module is not None:
+                # The algorithm's own checks: window algorithms refuse a burst.
+                module.params(rate)
+        except ConfigurationError as exc:
+            blame = "burst" if burst is not None else "requests_per_unit"
+            reader.problem((burst or rpu)[0], blame, str(exc))
+            return None
+    elif burst is not None:
+        reader.problem(burst[0], "burst", "has no meaning with requests_per_unit: 0")
+        return None
+    return Limit(limit.requests_per_unit, unit, limit.unit_multiplier, limit.burst, rate)
+
+
+def _check_distinct(reader: _FileReader, node: Any, limits: tuple[Limit, ...]) -> None:
+    periods: dict[int, Limit] = {}
+    for limit in limits:
+        if limit.period_us in periods:
+            reader.problem(
+                node,
+                "limits",
+                f"{periods[limit.period_us]} and {limit} count over the same period; "
+                "keep the stricter one",
+            )
+        periods[limit.period_us] = limit
+
+
+def _choice(
+    reader: _FileReader, entries: _Entries, key: str, choices: Sequence[str], default: str
+) -> str:
+    found = reader.text(entries, key)
+    if found is None:
+        return default
+    node, value = found
+    if value not in choices:
+        reader.problem(node, key, f"unknown {key} {value!r}; use one of {', '.join(choices)}")
+        return default
+    if key == "algorithm" and value not in algorithms.ALGORITHMS:
+        built = ", ".join(sorted(algorithms.ALGORITHMS))
+        reader.problem(node, key, f"{value!r} is not available in this build; use one of {built}")
+    return value
+
+
+def _replaces(reader: _FileReader, entries: _Entries, name: str) -> tuple[str, ...]:
+    if "replaces" not in entries:
+        return ()
+    names: list[str] = []
+    for item in reader.sequence(entries["replaces"][1], "replaces"):
+        fields = reader.mapping(item, "a replaces item", ("name",))
+        if fields is None:
+            continue
+        found = reader.text(fields, "name")
+        if found is None or not found[1]:
+            reader.problem(
+                item, "replaces", "has an empty entry; give the name of the rule to replace"
+            )
+        elif found[1] == name:
+            reader.problem(
+                found[0],
+                "replaces",
+                f"names its own rule {name!r}; a rule cannot replace itself",
+            )
+        else:
+            names.append(found[1])
+    return tuple(names)
