@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from ratewarden.algorithms import gcra
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
-from ratewarden.server.config import (
+from ratewarden.server._config_model import (
     DEFAULT_FAILURE_MODE,
     UNIT_NAMES,
     ConfigProblem,
@@ -42,7 +42,7 @@ from ratewarden.server.config import (
 )
 
 if TYPE_CHECKING:
-    from ratewarden.server.config import _Entries, _FileReader
+    from ratewarden.server._config_reader import _Entries, _FileReader
 
 __all__ = ["BUDGET_FAILURE_MODES", "BUDGET_KEYS", "budget_dict", "read_budget"]
 

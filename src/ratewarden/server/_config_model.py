@@ -170,7 +170,7 @@ class Rule:
     def to_dict(self) -> dict[str, Any]:
         """The ``rate_limit`` (or ``budget``) block, normalised (loadable YAML)."""
         if self.budget:
-            from ratewarden.server._budget_config import budget_dict  # a cycle: it imports config
+            from ratewarden.server._budget_config import budget_dict  # a cycle: it imports this
 
             return budget_dict(self)
         out: dict[str, Any] = {}

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml  # type: ignore[import-untyped, unused-ignore]
 
+from ratewarden.server._budget_config import read_budget
 from ratewarden.server._config_model import (
     ConfigProblem,
     DomainConfig,
@@ -412,8 +413,6 @@ class _FileReader:
                 detailed_metric=detailed_metric,
             )
         if "budget" in entries:
-            from ratewarden.server._budget_config import read_budget  # a cycle: it imports config
-
             rule = read_budget(
                 self,
                 entries,

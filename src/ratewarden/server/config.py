@@ -38,12 +38,10 @@ from ratewarden.server._config_model import (
     Rule,
 )
 
-# Re-exported beside __all__, as they were here before the split: tests read
-# config.MAX_ALIAS_COPIES (and config.ConfigurationError, imported above), and
-# server/_budget_config.py imports _Entries and _FileReader from this module.
+# Re-exported beside __all__, as it was here before the split: tests read
+# config.MAX_ALIAS_COPIES (and config.ConfigurationError, imported above).
 from ratewarden.server._config_reader import MAX_ALIAS_COPIES as MAX_ALIAS_COPIES  # noqa: PLC0414
-from ratewarden.server._config_reader import _Entries as _Entries  # noqa: PLC0414
-from ratewarden.server._config_reader import _FileReader as _FileReader  # noqa: PLC0414
+from ratewarden.server._config_reader import _FileReader
 
 __all__ = [
     "ALGORITHM_NAMES",
