@@ -286,13 +286,16 @@ done:
     return top;
 }
 
-/* The store's _write after states[key] = value: move to the end, sweep, evict. */
+/* The store's _write after states[key] = value: move to the end (a key that was not
+ * there is already last: an OrderedDict appends it), sweep, evict. */
 static int
-after_write(MemoryGcra *self, PyObject *state_key, long long now)
+after_write(MemoryGcra *self, PyObject *state_key, int was_there, long long now)
 {
-    PyObject *moved = PyObject_CallOneArg(self->move_to_end, state_key);
-    if (moved == NULL) return -1;
-    Py_DECREF(moved);
+    if (was_there) {
+        PyObject *moved = PyObject_CallOneArg(self->move_to_end, state_key);
+        if (moved == NULL) return -1;
+        Py_DECREF(moved);
+    }
     /* The store's _sweep: drop up to two expired keys from the oldest end (the Python
      * method checks the oldest key first and then sweeps; the same keys go). */
     for (int i = 0; i < 2; i++) {
@@ -370,7 +373,7 @@ write_state(MemoryGcra *self, PyObject *state_key, PyObject *entry, long long ta
             return -1;
         }
     }
-    return after_write(self, state_key, now);
+    return after_write(self, state_key, entry != NULL, now);
 }
 
 /* The lock.
