@@ -685,8 +685,12 @@ MemoryGcra_reload(MemoryGcra *self, PyObject *unused)
     Py_ssize_t limit = PyLong_AsSsize_t(max_keys);
     Py_DECREF(max_keys);
     if (limit == -1 && PyErr_Occurred()) {
-        Py_DECREF(clock);
-        return NULL;
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            Py_DECREF(clock);
+            return NULL;
+        }
+        PyErr_Clear();  /* more keys than memory can hold: no bound in practice */
+        limit = PY_SSIZE_T_MAX;
     }
     self->clock_is_system = Py_IS_TYPE(clock, (PyTypeObject *)self->system_clock);
     Py_XSETREF(self->clock, clock);

@@ -346,3 +346,11 @@ def test_threads_with_different_rates_each_get_their_own_rate() -> None:
     finally:
         sys.setswitchinterval(interval)
     assert problems == []
+
+
+def test_a_max_keys_beyond_a_machine_word_is_accepted_as_on_the_python_path() -> None:
+    """max_keys is any whole number >= 1; one too large for C is no bound, not an error."""
+    store = MemoryStore(clock=ManualClock(), max_keys=10**30)
+    assert store.hit("gcra", "k", Rate.parse("1/hour")).allowed
+    store.max_keys = 10**40
+    assert not store.hit("gcra", "k", Rate.parse("1/hour")).allowed
