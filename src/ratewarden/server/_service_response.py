@@ -1,0 +1,172 @@
+"""The ``RateLimitResponse`` of a decided request, and what it tells ``ServiceHooks``.
+
+``respond`` fills one ``DescriptorStatus`` per descriptor (code, current limit,
+remaining, wait), the overall code, the response headers and the matched rules'
+dynamic metadata, then gives each descriptor with a rule to ``on_decision`` as a
+``DescriptorOutcome``. It takes the service as its first argument; ``service``
+imports this module, never the other way round (but for type checking).
+Nothing here touches a store.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped, unused-ignore]
+from google.protobuf import struct_pb2  # type: ignore[import-untyped, unused-ignore]
+
+from ratewarden.decision import Decision
+from ratewarden.server._service_items import Item, denied
+from ratewarden.server._status import current, duration
+from ratewarden.server.config import Rule
+from ratewarden.server.headers import response_headers
+
+if TYPE_CHECKING:
+    from ratewarden.server.service import _ServiceBase
+
+__all__ = ["UNLIMITED_REMAINING", "DescriptorOutcome", "respond"]
+
+# The service's logger: records keep the name operators filter on.
+log = logging.getLogger("ratewarden.server.service")
+
+_Response = rls_pb2.RateLimitResponse
+_OK = _Response.OK
+_OVER_LIMIT = _Response.OVER_LIMIT
+#: ``limit_remaining`` of an ``unlimited`` rule, as envoyproxy/ratelimit reports it.
+UNLIMITED_REMAINING = 2**32 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class DescriptorOutcome:
+    """What happened to one request descriptor that had a rule; given to ``ServiceHooks``.
+
+    - ``metric_key``: envoyproxy/ratelimit's stats key (``domain.key_value.key``),
+      with request values where ``detailed_metric`` or ``value_to_metric`` ask.
+    - ``hits``: the descriptor's hits_addend (0 for a check).
+    - ``over_limit``: the limit said no (before shadow mode).
+    - ``shadowed``: over the limit, but reported OK because of ``shadow_mode``.
+    - ``near_limit_hits``: hits that landed above ``near_limit_ratio`` of the limit.
+    - ``failure``: the failure mode that decided because the store failed, else None.
+    - ``charged``: the hits were consumed.
+    - ``decision``: the store's Decision (None for unlimited, a 0 limit, or open/closed).
+    - ``entries``: the request descriptor's ``(key, value)`` entries, in order.
+    - ``local_cache``: denied from the over-limit cache, without a store call.
+    """
+
+    domain: str
+    metric_key: str
+    rule: Rule
+    hits: int
+    over_limit: bool
+    shadowed: bool
+    near_limit_hits: int
+    failure: str | None
+    charged: bool
+    decision: Decision | None
+    entries: tuple[tuple[str, str], ...] = ()
+    local_cache: bool = False
+
+
+def respond(service: _ServiceBase, domain: str, items: list[Item]) -> Any:
+    """The response for the decided ``items``; then ``on_decision`` for each one with a rule."""
+    response = _Response()
+    metadata: dict[str, Any] = {}
+    windows: list[int | None] = []
+    for item in items:
+        status = response.statuses.add()
+        passing, window = _status(service, item, status)
+        windows.append(window)
+        if passing and item.match is not None and item.match.node.metadata:
+            metadata.update(item.match.node.metadata_dict())
+    over = denied(items)
+    response.overall_code = _OK if service.shadow or not over else _OVER_LIMIT
+    for name, value in response_headers(service.response_headers, response.statuses, windows):
+        response.response_headers_to_add.add(key=name, value=value)
+    if metadata:
+        struct = struct_pb2.Struct()
+        struct.update(metadata)
+        response.dynamic_metadata.CopyFrom(struct)
+    for item in items:
+        if item.rule is None:
+            continue
+        try:
+            service.hooks.on_decision(domain, item.rule, _outcome(service, domain, item))
+        except Exception:
+            log.exception("hook on_decision failed; the answer is unaffected")
+    return response
+
+
+def _status(service: _ServiceBase, item: Item, status: Any) -> tuple[bool, int | None]:
+    """Fill one DescriptorStatus: (it reports OK, its window in seconds for headers).
+
+    The window is None when there is no limit to report in headers: no rule,
+    ``unlimited``, or a failure mode that answered without a decision.
+    """
+    rule = item.rule
+    if rule is None:
+        status.code = _OK
+        return True, None
+    if rule.unlimited:
+        status.code = _OK
+        status.limit_remaining = UNLIMITED_REMAINING
+        return True, None
+    ok = not item.over or rule.shadow_mode
+    status.code = _OK if ok else _OVER_LIMIT
+    if rule.always_over:
+        zero = next(limit for limit in rule.limits if limit.rate is None)
+        current(status, zero, rule.name)
+        period = zero.period_us
+        duration(status, period - service.clock.now_us() % period)
+        return ok, _seconds(period)
+    result = item.result
+    assert result is not None
+    decision = result.decision
+    limit = rule.limit_for(None if decision is None else decision.rate)
+    current(status, limit, rule.name)
+    if decision is None or limit is None:
+        return ok, None
+    status.limit_remaining = min(max(decision.remaining, 0), UNLIMITED_REMAINING)
+    wait = decision.reset_after
+    if not decision.allowed and math.isfinite(decision.retry_after):
+        wait = decision.retry_after
+    duration(status, round(wait * 1_000_000) if math.isfinite(wait) else 0)
+    return ok, _seconds(limit.period_us)
+
+
+def _outcome(service: _ServiceBase, domain: str, item: Item) -> DescriptorOutcome:
+    rule = item.rule
+    assert rule is not None
+    result = item.result
+    decision = None if result is None else result.decision
+    over = item.over
+    return DescriptorOutcome(
+        domain=domain,
+        metric_key=item.metric_key,
+        rule=rule,
+        hits=item.cost,
+        over_limit=over,
+        shadowed=over and rule.shadow_mode,
+        near_limit_hits=0 if over else _near_limit_hits(service, decision, item.cost),
+        failure=None if result is None else result.failure,
+        charged=result is not None and result.charged,
+        decision=decision,
+        entries=item.entries,
+        local_cache=result is not None and result.cached,
+    )
+
+
+def _near_limit_hits(service: _ServiceBase, decision: Decision | None, hits: int) -> int:
+    if decision is None or decision.rate is None or not decision.allowed:
+        return 0
+    capacity = decision.rate.capacity
+    threshold = math.floor(capacity * service.near_limit_ratio)
+    used_after = capacity - decision.remaining
+    used_before = used_after - hits
+    return max(0, used_after - max(threshold, used_before))
+
+
+def _seconds(microseconds: int) -> int:
+    return -(-microseconds // 1_000_000)
