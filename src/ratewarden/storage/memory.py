@@ -88,6 +88,14 @@ class _MemoryCore:
         # here), and the sweep and the eviction look at the oldest entry on every write.
         self._states: OrderedDict[StateKey, tuple[Any, int]] = OrderedDict()
         self._shapes = _plan.Shapes()
+        # The C twin of one-rate GCRA calls (see MemoryStore), or the Python method. A
+        # class whose ``hit`` is the Python method itself (MemoryStore) gets the twin as
+        # ``hit`` on the instance; the asyncio store awaits it, and a subclass with its own
+        # ``hit`` keeps that.
+        fast = _fast_hit(self)
+        self._decide: Callable[..., Decision] = fast or self._hit
+        if fast is not None and getattr(type(self), "hit", None) is _MemoryCore._hit:
+            self.__dict__["hit"] = fast
 
     def __setattr__(self, name: str, value: object) -> None:
         super().__setattr__(name, value)
@@ -272,19 +280,7 @@ class MemoryStore(_MemoryCore):
     Python method below (a subclass that overrides ``hit`` keeps its own).
     """
 
-    def __init__(
-        self,
-        *,
-        clock: Clock | None = None,
-        max_keys: int = DEFAULT_MAX_KEYS,
-        prefix: str = DEFAULT_PREFIX,
-    ) -> None:
-        super().__init__(clock=clock, max_keys=max_keys, prefix=prefix)
-        fast = _fast_hit(self) if type(self).hit is MemoryStore.hit else None
-        if fast is not None:
-            self.__dict__["hit"] = fast
-
-    # The hot path, without a forwarding call.
+    # The hot path, without a forwarding call (and the C twin on the instance: see above).
     hit = _MemoryCore._hit
 
     def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
@@ -314,16 +310,6 @@ class MemoryStore(_MemoryCore):
 class AsyncMemoryStore(_MemoryCore):
     """The asyncio twin of ``MemoryStore``; the same state machine, awaited (and the same
     C twin of one-rate GCRA calls with ``SPEEDUPS``)."""
-
-    def __init__(
-        self,
-        *,
-        clock: Clock | None = None,
-        max_keys: int = DEFAULT_MAX_KEYS,
-        prefix: str = DEFAULT_PREFIX,
-    ) -> None:
-        super().__init__(clock=clock, max_keys=max_keys, prefix=prefix)
-        self._decide = _fast_hit(self) or self._hit
 
     async def hit(
         self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
