@@ -50,9 +50,9 @@ local function ttl_ms(ttl_us)
   return ms
 end
 
--- GCRA's state "tat_us frac" and its step, shared by gcra.lua, gcra_multi.lua and
--- fair_share.lua. check mirrors ratewarden.algorithms.gcra.check.
-local function gcra_read(key)
+-- A state of two whole numbers stored as "a b" (GCRA's "tat_us frac", the buckets'
+-- "level last_us", the fixed window's "window count"): read it, or nil; write it with a TTL.
+local function pair_read(key)
   local raw = redis.call('GET', key)
   if not raw then
     return nil
@@ -61,10 +61,12 @@ local function gcra_read(key)
   return {tonumber(string.sub(raw, 1, sep - 1)), tonumber(string.sub(raw, sep + 1))}
 end
 
-local function gcra_write(key, state, ttl_us)
+local function pair_write(key, state, ttl_us)
   redis.call('SET', key, fmt(state[1]) .. ' ' .. fmt(state[2]), 'PX', ttl_ms(ttl_us))
 end
 
+-- GCRA's step, shared by gcra.lua, gcra_multi.lua and fair_share.lua; it mirrors
+-- ratewarden.algorithms.gcra.check.
 local function gcra_check(p, state, now, cost)
   local n, d, capacity = p[1], p[2], p[3]
   local tat, frac = now, 0

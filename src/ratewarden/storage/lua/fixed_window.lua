@@ -4,19 +4,6 @@
 -- ARGV[3..] per layer: limit, period_us
 -- Reply     see _prelude.lua
 
-local function read(key)
-  local raw = redis.call('GET', key)
-  if not raw then
-    return nil
-  end
-  local sep = string.find(raw, ' ', 1, true)
-  return {tonumber(string.sub(raw, 1, sep - 1)), tonumber(string.sub(raw, sep + 1))}
-end
-
-local function write(key, state, ttl_us)
-  redis.call('SET', key, fmt(state[1]) .. ' ' .. fmt(state[2]), 'PX', ttl_ms(ttl_us))
-end
-
 local function check(p, state, now, cost)
   local limit, period = p[1], p[2]
   local window = idiv(now, period)
@@ -44,4 +31,4 @@ local function check(p, state, now, cost)
   return {1, limit - total, reset, 0, 0}, {window, total}, reset
 end
 
-return layered(read, check, write, 2)
+return layered(pair_read, check, pair_write, 2)

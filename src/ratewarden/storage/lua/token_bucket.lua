@@ -4,19 +4,6 @@
 -- ARGV[3..] per layer: n, d, capacity (refill n units per microsecond, a token is d units)
 -- Reply     see _prelude.lua
 
-local function read(key)
-  local raw = redis.call('GET', key)
-  if not raw then
-    return nil
-  end
-  local sep = string.find(raw, ' ', 1, true)
-  return {tonumber(string.sub(raw, 1, sep - 1)), tonumber(string.sub(raw, sep + 1))}
-end
-
-local function write(key, state, ttl_us)
-  redis.call('SET', key, fmt(state[1]) .. ' ' .. fmt(state[2]), 'PX', ttl_ms(ttl_us))
-end
-
 local function check(p, state, now, cost)
   local n, d, capacity = p[1], p[2], p[3]
   local room = capacity * d
@@ -50,4 +37,4 @@ local function check(p, state, now, cost)
   return {1, idiv(level, d), reset, 0, 0}, {level, since}, reset
 end
 
-return layered(read, check, write, 3)
+return layered(pair_read, check, pair_write, 3)
