@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
-__all__ = ["NEVER", "Algorithm", "Outcome", "Step", "layered", "new_outcome"]
+__all__ = ["NEVER", "Algorithm", "Outcome", "Step", "layered", "layered_each", "new_outcome"]
 
 #: ``retry_after_us`` of a request that can never be admitted (cost above capacity).
 NEVER = -1
@@ -71,11 +71,33 @@ def layered(
     ``(state, ttl_us)`` pairs to write. When any layer denies, the layers that
     would have allowed are re-evaluated with cost 0, so their outcomes show the
     state that was actually kept (nothing was consumed). Each Lua script
-    implements exactly this loop.
+    implements exactly this loop (``layered_each``, every layer at one cost).
     """
-    steps = [check(p, s, now_us, cost) for p, s in zip(params, states, strict=True)]
+    outcomes, writes = layered_each(check, params, states, now_us, [cost] * len(params))
+    if writes is None or cost == 0:
+        return outcomes, None
+    return outcomes, [write for write in writes if write is not None]  # all of them: cost > 0
+
+
+def layered_each(
+    check: Callable[[tuple[int, ...], Any, int, int], Step],
+    params: Sequence[tuple[int, ...]],
+    states: Sequence[Any],
+    now_us: int,
+    costs: Sequence[int],
+) -> tuple[list[Outcome], list[tuple[Any, int] | None] | None]:
+    """``layered`` with a cost per layer: several decisions of one algorithm decided together.
+
+    Returns the outcomes and, when every layer allowed, per layer the
+    ``(state, ttl_us)`` to write, or None for a layer of cost 0 (a check writes
+    nothing). When any layer denies, nothing is written and the layers that
+    would have allowed are re-evaluated with cost 0.
+    """
+    steps = [check(p, s, now_us, c) for p, s, c in zip(params, states, costs, strict=True)]
     if all(step[0].allowed for step in steps):
-        writes = [(step[1], step[2]) for step in steps] if cost > 0 else None
+        writes = [
+            (step[1], step[2]) if c > 0 else None for step, c in zip(steps, costs, strict=True)
+        ]
         return [step[0] for step in steps], writes
     outcomes = [
         step[0] if not step[0].allowed else check(p, s, now_us, 0)[0]

@@ -21,14 +21,20 @@ from ratewarden.rate import Rate
 from ratewarden.storage._keys import escape
 
 __all__ = [
+    "Batch",
+    "BatchCall",
     "Plan",
     "Shape",
     "Shapes",
     "argv",
+    "batch",
+    "batch_argv",
+    "batch_decisions",
     "build",
     "check_cost",
     "check_key",
     "decode",
+    "decode_batch",
     "parse",
     "single",
     "to_decision",
@@ -208,6 +214,82 @@ class Shapes:
         if len(cache) >= SHAPE_CACHE_SIZE:
             cache.clear()
         cache[cache_key] = found
+
+
+# --- several decisions at once (hit_all) ------------------------------------------------------
+
+#: One decision of ``hit_all``: ``(key, rates, cost)``.
+BatchCall = tuple[str, Rate | Sequence[Rate], int]
+
+#: A validated ``hit_all``: each call's checked key and shape, in call order.
+Batch = list[tuple[str, Shape]]
+
+
+def batch(shapes: Shapes, algorithm: str, calls: object) -> Batch:
+    """Validate the calls of one ``hit_all``; raises ``ConfigurationError`` on bad input.
+
+    Two calls may not name the same state (same key and rate): each would be
+    checked against the state as it was before either, so their sum could pass a
+    limit that neither may pass with the other. Give such a call its summed cost.
+    """
+    if not isinstance(calls, list | tuple):
+        raise ConfigurationError(
+            f"calls {calls!r} must be a list of (key, rates, cost) tuples, one per decision"
+        )
+    found: Batch = []
+    seen: dict[tuple[str, str], int] = {}
+    for index, call in enumerate(calls):
+        if not isinstance(call, tuple) or len(call) != 3:
+            raise ConfigurationError(f"call {index} {call!r} must be a (key, rates, cost) tuple")
+        key, rates, cost = call
+        shape = shapes.get(algorithm, rates, cost)
+        key = check_key(key)
+        for suffix, rate in zip(shape.suffixes, shape.rates, strict=True):
+            earlier = seen.setdefault((key, suffix), index)
+            if earlier != index:
+                raise ConfigurationError(
+                    f"calls {earlier} and {index} both count key {key!r} on rate {rate}: "
+                    "they would each be checked against the state before the other; "
+                    "make them one call with the sum of their costs"
+                )
+        found.append((key, shape))
+    return found
+
+
+def batch_argv(found: Batch, now_us: int | None) -> list[int | str]:
+    """Script arguments of a ``hit_all``: now, "all", the count, then per call cost, layers, params."""
+    args: list[int | str] = ["" if now_us is None else now_us, "all", len(found)]
+    for _, shape in found:
+        args += (shape.cost, len(shape.params))
+        for layer in shape.params:
+            args.extend(layer)
+    return args
+
+
+def batch_decisions(found: Batch, outcomes: Sequence[Outcome], admitted: bool) -> list[Decision]:
+    """One Decision per call from every layer's outcome, in call order.
+
+    When the batch was not admitted, nothing was consumed: a call that would
+    have passed on its own is reported as the check it became (allowed, cost 0).
+    """
+    decisions = []
+    at = 0
+    for _, shape in found:
+        mine = outcomes[at : at + len(shape.rates)]
+        at += len(shape.rates)
+        charged = admitted or not all(outcome.allowed for outcome in mine)
+        decisions.append(to_decision(shape.rates, mine, shape.cost if charged else 0))
+    return decisions
+
+
+def decode_batch(found: Batch, reply: Sequence[int]) -> list[Decision]:
+    """``batch_decisions`` from a script's reply ``{now_us, admitted, per layer: 5 numbers}``."""
+    values = [int(value) for value in reply]
+    outcomes = [
+        Outcome(bool(values[i]), values[i + 1], values[i + 2], values[i + 3], values[i + 4])
+        for i in range(2, len(values), REPLY_WIDTH)
+    ]
+    return batch_decisions(found, outcomes, values[1] == 1)
 
 
 def build(algorithm: str, prefix: str, key: str, rates: Rate | Sequence[Rate], cost: int) -> Plan:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from ratewarden.algorithms import concurrency
-from ratewarden.algorithms._base import layered
+from ratewarden.algorithms._base import layered, layered_each
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
@@ -172,6 +172,29 @@ class _MemoryCore:
                     self._keep(state_key, state, ttl_us, now)
         return _plan.to_decision(shape.rates, outcomes, cost)
 
+    def _hit_all(self, algorithm: str, calls: Sequence[_plan.BatchCall]) -> list[Decision]:
+        """Several decisions of one algorithm, all or nothing; see ``MemoryStore.hit_all``."""
+        found = _plan.batch(self._shapes, algorithm, calls)
+        if not found:
+            return []
+        state_keys: list[str] = []
+        params: list[tuple[int, ...]] = []
+        costs: list[int] = []
+        for key, shape in found:
+            state_keys += (key + suffix for suffix in shape.suffixes)
+            params += shape.params
+            costs += [shape.cost] * len(shape.params)
+        check = found[0][1].check
+        now = self.clock.now_us()
+        with self._lock:
+            states = [self._read(state_key, now) for state_key in state_keys]
+            outcomes, writes = layered_each(check, params, states, now, costs)
+            if writes is not None:
+                for state_key, write in zip(state_keys, writes, strict=True):
+                    if write is not None:
+                        self._keep(state_key, write[0], write[1], now)
+        return _plan.batch_decisions(found, outcomes, writes is not None)
+
     def _reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
         shape = self._shapes.get(algorithm, rates, 0)
         key = _plan.check_key(key)
@@ -283,6 +306,17 @@ class MemoryStore(_MemoryCore):
     # The hot path, without a forwarding call (and the C twin on the instance: see above).
     hit = _MemoryCore._hit
 
+    def hit_all(self, algorithm: str, calls: Sequence[_plan.BatchCall]) -> list[Decision]:
+        """Decide several ``(key, rates, cost)`` calls of ``algorithm`` in one atomic step.
+
+        All or nothing: when every call is allowed, each consumes its cost;
+        otherwise none consumes anything, a denied call says why (its
+        ``retry_after``), and a call that would have passed on its own is reported
+        allowed with cost 0 (the check it became). Two calls may not count the
+        same key on the same rate. Never None here (see ``RedisStore.hit_all``).
+        """
+        return self._hit_all(algorithm, calls)
+
     def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
         self._reset(algorithm, key, rates)
 
@@ -315,6 +349,10 @@ class AsyncMemoryStore(_MemoryCore):
         self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
     ) -> Decision:
         return self._decide(algorithm, key, rates, cost)
+
+    async def hit_all(self, algorithm: str, calls: Sequence[_plan.BatchCall]) -> list[Decision]:
+        """See ``MemoryStore.hit_all``."""
+        return self._hit_all(algorithm, calls)
 
     async def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
         self._reset(algorithm, key, rates)

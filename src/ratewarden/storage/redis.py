@@ -42,6 +42,7 @@ from typing import Any
 
 import redis
 import redis.asyncio as aredis
+from redis.crc import key_slot
 
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.decision import Decision
@@ -112,6 +113,19 @@ class _RedisBase:
         packed = template.pack(tag, None if now_us is None else now_us())
         return shape, template.script, "{" + tag + "}", packed
 
+    def _batch(self, found: _plan.Batch) -> tuple[Script, str, bytes] | None:
+        """The script, route key and EVALSHA of a validated ``hit_all``; None if split.
+
+        On a Cluster, calls whose keys hash to different slots cannot share one
+        script: None then, and nothing is sent.
+        """
+        if self._clustered and len({key_slot(escape(key).encode()) for key, _ in found}) > 1:
+            return None
+        keys = [state for key, shape in found for state in shape.keys(self.prefix, key)]
+        found_script = script(found[0][1].name)
+        packed = evalsha_command(found_script, keys, _plan.batch_argv(found, self._now()))
+        return found_script, "{" + escape(found[0][0]) + "}", packed
+
     def _template(self, shape: _plan.Shape) -> tuple[_plan.Shape, Template]:
         args = [shape.cost, *(value for layer in shape.params for value in layer)]
         found = (shape, Template(script(shape.name), self.prefix, shape.suffixes, args))
@@ -168,6 +182,7 @@ class RedisStore(_RedisBase):
     ) -> None:
         super().__init__(clock=clock, prefix=prefix, timeout=timeout)
         self._router: Router
+        self._clustered = isinstance(client, redis.RedisCluster)
         if isinstance(client, redis.RedisCluster):
             self._router = Cluster(client, self.timeout)
         elif isinstance(client, redis.Redis):
@@ -210,6 +225,26 @@ class RedisStore(_RedisBase):
         except REDIS_ERRORS as exc:
             raise_storage_error(exc, self._router.where, self.timeout)
         return _plan.decode(shape.rates, shape.cost, reply)
+
+    def hit_all(
+        self, algorithm: str, calls: Sequence[_plan.BatchCall]
+    ) -> list[Decision] | None:
+        """Decide several ``(key, rates, cost)`` calls in one atomic script; see
+        ``MemoryStore.hit_all``.
+
+        None when they cannot share one script: on a Cluster, keys that hash to
+        different slots (nothing is sent then; decide them another way).
+        """
+        found = _plan.batch(self._shapes, algorithm, calls)
+        request = self._batch(found) if found else None
+        if request is None:
+            return None if found else []
+        found_script, route_key, packed = request
+        try:
+            reply = self._router.eval(found_script, route_key, packed)
+        except REDIS_ERRORS as exc:
+            raise_storage_error(exc, self._router.where, self.timeout)
+        return _plan.decode_batch(found, reply)
 
     def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
         """Delete the state of ``key`` under these rates."""
@@ -287,6 +322,7 @@ class AsyncRedisStore(_RedisBase):
     ) -> None:
         super().__init__(clock=clock, prefix=prefix, timeout=timeout)
         self._router: AsyncRouter
+        self._clustered = isinstance(client, aredis.RedisCluster)
         if isinstance(client, aredis.RedisCluster):
             self._router = AsyncCluster(client, self.timeout)
         elif isinstance(client, aredis.Redis):
@@ -326,6 +362,21 @@ class AsyncRedisStore(_RedisBase):
         except REDIS_ERRORS as exc:
             raise_storage_error(exc, self._router.where, self.timeout)
         return _plan.decode(shape.rates, shape.cost, reply)
+
+    async def hit_all(
+        self, algorithm: str, calls: Sequence[_plan.BatchCall]
+    ) -> list[Decision] | None:
+        """See ``RedisStore.hit_all``."""
+        found = _plan.batch(self._shapes, algorithm, calls)
+        request = self._batch(found) if found else None
+        if request is None:
+            return None if found else []
+        found_script, route_key, packed = request
+        try:
+            reply = await self._router.eval(found_script, route_key, packed)
+        except REDIS_ERRORS as exc:
+            raise_storage_error(exc, self._router.where, self.timeout)
+        return _plan.decode_batch(found, reply)
 
     async def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
         """See ``RedisStore.reset``."""

@@ -6,6 +6,7 @@
 --   ARGV[1]   now in whole microseconds, or "" to read Redis TIME
 --   ARGV[2]   cost (a whole number >= 0; 0 checks without consuming)
 --   ARGV[3..] the algorithm's params for layer 1, then layer 2, ...
+-- (or, with ARGV[2] = "all", several decisions at once: see layered below)
 -- and replies
 --   {now_us, allowed, then per layer: allowed, remaining, reset_after_us, retry_after_us, delay_us}
 -- with retry_after_us = -1 when the cost can never be admitted.
@@ -94,33 +95,60 @@ local function gcra_check(p, state, now, cost)
   return {1, idiv(room - after, d), reset, 0, 0}, {tat + idiv(total, n), total % n}, reset
 end
 
--- The layering loop of ratewarden.algorithms._base.layered: check every layer,
+-- The layering loop of ratewarden.algorithms._base.layered_each: check every layer,
 -- commit all or nothing; when any denies, re-check the allowing layers with
 -- cost 0 so their reply shows the state actually kept.
 --   read(key) -> state or nil
 --   check(p, state, now, cost) -> outcome {allowed, remaining, reset, retry, delay}, new_state, ttl_us
 --   write(key, state, ttl_us)
+-- ARGV[2] is the cost of every layer (one decision), or "all" for several decisions
+-- of this algorithm decided together (``hit_all``): then ARGV[3] is their number and
+-- each brings its cost, its number of layers and their params; KEYS hold every
+-- decision's layers in the same order, and the reply lists them the same way.
 local function layered(read, check, write, width)
   local now = now_us()
-  local cost = tonumber(ARGV[2])
   local n = #KEYS
-  local params, states, outcomes, news, ttls = {}, {}, {}, {}, {}
+  local params, costs = {}, {}
+  if ARGV[2] == 'all' then
+    local at, layer = 4, 0
+    for _ = 1, tonumber(ARGV[3]) do
+      local cost, count = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+      at = at + 2
+      for _ = 1, count do
+        layer = layer + 1
+        local p = {}
+        for j = 1, width do
+          p[j] = tonumber(ARGV[at + j - 1])
+        end
+        at = at + width
+        params[layer], costs[layer] = p, cost
+      end
+    end
+    if layer ~= n or at ~= #ARGV + 1 then
+      return redis.error_reply('ERR ratewarden: ' .. layer .. ' layers in ARGV for ' .. n .. ' KEYS')
+    end
+  else
+    local cost = tonumber(ARGV[2])
+    for i = 1, n do
+      local p = {}
+      for j = 1, width do
+        p[j] = tonumber(ARGV[2 + (i - 1) * width + j])
+      end
+      params[i], costs[i] = p, cost
+    end
+  end
+  local states, outcomes, news, ttls = {}, {}, {}, {}
   local all = true
   for i = 1, n do
-    local p = {}
-    for j = 1, width do
-      p[j] = tonumber(ARGV[2 + (i - 1) * width + j])
-    end
-    params[i] = p
     states[i] = read(KEYS[i])
-    outcomes[i], news[i], ttls[i] = check(p, states[i], now, cost)
+    outcomes[i], news[i], ttls[i] = check(params[i], states[i], now, costs[i])
     if outcomes[i][1] == 0 then
       all = false
     end
   end
   if all then
-    if cost > 0 then
-      for i = 1, n do
+    for i = 1, n do
+      if costs[i] > 0 then
         write(KEYS[i], news[i], ttls[i])
       end
     end
