@@ -89,27 +89,57 @@ class Outage:
 
 
 class FlakyStore:
-    """A real store behind an outage switch (the service only sees ``hit`` raise)."""
+    """A real store behind an outage switch (the service only sees ``hit`` and ``hit_all``
+    raise). ``calls`` lists every ``(key, cost)`` asked for, ``steps`` every store call:
+    ``("hit", [(key, cost)])`` or ``("hit_all", [(key, cost), ...])``; a ``hit_all`` the
+    store declined (None: keys on several Cluster slots) is not a step."""
 
     def __init__(self, inner: MemoryStore | Any, outage: Outage) -> None:
         self.inner = inner
         self.outage = outage
         self.clock = inner.clock
         self.calls: list[tuple[str, int]] = []
+        self.steps: list[tuple[str, list[tuple[str, int]]]] = []
+
+    def _record(self, kind: str, calls: list[tuple[str, int]]) -> None:
+        self.calls.extend(calls)
+        self.steps.append((kind, calls))
+        self.outage.check()
 
     def hit(self, algorithm: str, key: str, rates: Rate | Any, cost: int = 1) -> Decision:
-        self.calls.append((key, cost))
-        self.outage.check()
+        self._record("hit", [(key, cost)])
         decision: Decision = self.inner.hit(algorithm, key, rates, cost)
         return decision
+
+    def hit_all(self, algorithm: str, calls: list[Any]) -> list[Decision] | None:
+        if _together(self.inner, calls):
+            self._record("hit_all", [(key, cost) for key, _, cost in calls])
+        found: list[Decision] | None = self.inner.hit_all(algorithm, calls)
+        return found
 
 
 class AsyncFlakyStore(FlakyStore):
     async def hit(self, algorithm: str, key: str, rates: Rate | Any, cost: int = 1) -> Decision:  # type: ignore[override]
-        self.calls.append((key, cost))
-        self.outage.check()
+        self._record("hit", [(key, cost)])
         decision: Decision = await self.inner.hit(algorithm, key, rates, cost)
         return decision
+
+    async def hit_all(self, algorithm: str, calls: list[Any]) -> list[Decision] | None:  # type: ignore[override]
+        if _together(self.inner, calls):
+            self._record("hit_all", [(key, cost) for key, _, cost in calls])
+        found: list[Decision] | None = await self.inner.hit_all(algorithm, calls)
+        return found
+
+
+def _together(store: Any, calls: list[Any]) -> bool:
+    """Whether ``store`` decides ``calls`` in one step (a Cluster only keys of one slot)."""
+    if not getattr(store, "_clustered", False):
+        return True
+    from redis.crc import key_slot
+
+    from ratewarden.storage._keys import escape
+
+    return len({key_slot(escape(key).encode()) for key, _, _ in calls}) == 1
 
 
 @dataclass

@@ -241,7 +241,9 @@ def batches(rates: list[Rate]) -> st.SearchStrategy[list[tuple[int, list[Any]]]]
 
 
 @pytest.mark.redis
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(algorithm=st.sampled_from(sorted(ALGORITHMS)), data=st.data())
 def test_lua_and_memory_agree_on_random_batches(
     client: Client, algorithm: str, data: st.DataObject

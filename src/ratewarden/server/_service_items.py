@@ -30,6 +30,7 @@ __all__ = [
     "Call",
     "Item",
     "Result",
+    "Together",
     "counter_id",
     "counter_key",
     "denied",
@@ -104,6 +105,19 @@ class Item:
 class Call:
     item: Item
     cost: int
+
+
+@dataclass(frozen=True, slots=True)
+class Together:
+    """Items of one algorithm decided in one atomic store step (``hit_all``), each at
+    its own cost: every one charged, or none."""
+
+    algorithm: str
+    items: tuple[Item, ...]
+
+    def calls(self) -> list[tuple[str, tuple[Rate, ...], int]]:
+        """The ``(key, rates, cost)`` of each item, for the store's ``hit_all``."""
+        return [(item.key, item.rule.rates if item.rule else (), item.cost) for item in self.items]
 
 
 def prepare(service: _ServiceBase, request: Any) -> list[Item]:

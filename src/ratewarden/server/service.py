@@ -52,7 +52,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -70,6 +70,7 @@ from ratewarden.server._service_items import (
     Call,
     Item,
     Result,
+    Together,
     counter_id,
     counter_key,
     denied,
@@ -99,6 +100,12 @@ log = logging.getLogger(__name__)
 _LOCAL_MAX_KEYS = 100_000
 
 
+def _rule(item: Item) -> Rule:
+    """The rule of an item the store decides (every such item has one)."""
+    assert item.rule is not None
+    return item.rule
+
+
 class ServiceHooks:
     """Instrumentation callbacks; subclass and override what you count.
 
@@ -122,7 +129,12 @@ class ServiceHooks:
 
 _Reply = Decision | Cached | Exception
 _Replies = list[_Reply]
-_Flow = Generator[list[Call], _Replies, Any]
+# A step is a list of calls (one store call each, run side by side) or one Together
+# (one atomic store call); the reply to a Together is None when the store could not
+# take it (a Cluster's keys on several slots), or one reply per item.
+_Flow = Generator[list[Call] | Together, _Replies | None, Any]
+#: A store's ``hit_all``, sync or async (see ``MemoryStore.hit_all``).
+HitAll = Callable[[str, Sequence[tuple[str, tuple[Rate, ...], int]]], Any]
 
 
 class _ServiceBase:
@@ -170,6 +182,8 @@ class _ServiceBase:
                 f"over_limit_cache {over_limit_cache!r} must be a whole number of keys (0: off)"
             )
         self.over_limit_cache = NegativeCache(over_limit_cache) if over_limit_cache > 0 else None
+        # The store's hit_all (one atomic step for several descriptors), if it has one.
+        self._store_hit_all: HitAll | None = None
 
     @property
     def config(self) -> RateLimitConfig:
@@ -196,15 +210,94 @@ class _ServiceBase:
             elif self.charge_denied or len(stored) == 1:
                 yield from self._run([(item, item.cost) for item in stored])
             else:
-                yield from self._check_then_charge(items, stored)
+                together = self._together(stored)
+                replies = None if together is None else (yield together)
+                if replies is None:
+                    yield from self._check_then_charge(items, stored)
+                else:
+                    self._settle_together(stored, replies)
         return respond(self, request.domain, items)
 
     def _run(self, calls: list[tuple[Item, int]]) -> _Flow:
         if not calls:
             return
         replies = yield [Call(item, cost) for item, cost in calls]
+        assert replies is not None
         for (item, cost), reply in zip(calls, replies, strict=True):
             item.result = self._settle(item, reply, cost)
+
+    def _together(self, stored: list[Item]) -> Together | None:
+        """The one atomic store step deciding every descriptor, when the request allows one.
+
+        That is when every stored descriptor is an enforcing regular rule (no
+        shadow_mode, quota_mode or budget) of one algorithm, no two count the same
+        key on the same rate, none is in the over-limit cache, and the store has
+        ``hit_all``. Otherwise the request is checked, then charged.
+        """
+        if self._store_hit_all is None:
+            return None
+        algorithm = ""
+        counted: set[tuple[str, Rate]] = set()
+        for item in stored:
+            rule = _rule(item)
+            if rule.shadow_mode or rule.quota_mode or rule.budget:
+                return None
+            if algorithm and rule.algorithm != algorithm:
+                return None
+            algorithm = rule.algorithm
+            for rate in rule.rates:
+                if (item.key, rate) in counted:
+                    return None
+                counted.add((item.key, rate))
+            if self._cached(Call(item, item.cost)) is not None:
+                return None
+        return Together(algorithm, tuple(stored))
+
+    def _settle_together(self, stored: list[Item], replies: _Replies) -> None:
+        first = replies[0]
+        if isinstance(first, Exception):
+            self._degrade_together(stored, first)
+            return
+        for item, reply in zip(stored, replies, strict=True):
+            assert isinstance(reply, Decision)
+            item.result = Result(reply.allowed, reply, None, reply.allowed and reply.cost > 0)
+
+    def _degrade_together(self, stored: list[Item], error: Exception) -> None:
+        """The store failed a Together: each rule's failure_mode, still all or nothing.
+
+        ``closed`` rules deny, so then the ``local`` ones are only checked; else the
+        ``local`` ones are decided together on the in-process store.
+        """
+        for item in stored:
+            self._report(item, error)
+        closed = any(_rule(item).failure_mode == "closed" for item in stored)
+        local = [item for item in stored if _rule(item).failure_mode == "local"]
+        decisions: dict[int, Decision] = {}
+        if local:
+            found = self._local.hit_all(
+                _rule(local[0]).algorithm,
+                [(item.key, _rule(item).rates, 0 if closed else item.cost) for item in local],
+            )
+            decisions = {id(item): decision for item, decision in zip(local, found, strict=True)}
+        for item in stored:
+            decision = decisions.get(id(item))
+            if decision is not None:
+                charged = decision.allowed and decision.cost > 0
+                item.result = Result(decision.allowed, decision, "local", charged)
+            else:
+                mode = _rule(item).failure_mode
+                item.result = Result(mode == "open", None, mode, False)
+
+    def _together_replies(self, together: Together, found: Any) -> _Replies:
+        """A Together's replies from what ``hit_all`` returned (or raised), with its accounting."""
+        if isinstance(found, Exception):
+            self._verdict(found)
+            return [found] * len(together.items)
+        decisions: list[Decision] = list(found)
+        self._verdict(decisions[0])
+        for item, decision in zip(together.items, decisions, strict=True):
+            self._remember(Call(item, item.cost), decision)
+        return list(decisions)
 
     def _check_then_charge(self, items: list[Item], stored: list[Item]) -> _Flow:
         yield from self._run([(item, 0) for item in stored])
@@ -244,28 +337,34 @@ class _ServiceBase:
             return Result(reply.allowed, reply, None, reply.allowed and cost > 0)
         rule = item.rule
         assert rule is not None
-        if isinstance(reply, StorageError):
-            # An outage fails every call: one line per error kind per minute, with a count.
-            self._store_log.log(
-                log,
-                logging.WARNING,
-                type(reply).__name__,
-                "store failed (%s); failure_mode %s answers for %s",
-                reply,
-                rule.failure_mode,
-                rule.path,
-            )
-        else:
-            log.warning("store call for %s raised unexpectedly", rule.path, exc_info=reply)
-        try:
-            self.hooks.on_store_error(rule.domain, rule, reply)
-        except Exception:
-            log.exception("hook on_store_error failed; the answer is unaffected")
+        self._report(item, reply)
         if rule.failure_mode == "local":
             decision = self._local.hit(rule.algorithm, item.key, rule.rates, cost)
             return Result(decision.allowed, decision, "local", decision.allowed and cost > 0)
         allowed = rule.failure_mode == "open"
         return Result(allowed, None, rule.failure_mode, False)
+
+    def _report(self, item: Item, error: Exception) -> None:
+        """Log (rate-bounded) and count a store failure for ``item``'s rule."""
+        rule = item.rule
+        assert rule is not None
+        if isinstance(error, StorageError):
+            # An outage fails every call: one line per error kind per minute, with a count.
+            self._store_log.log(
+                log,
+                logging.WARNING,
+                type(error).__name__,
+                "store failed (%s); failure_mode %s answers for %s",
+                error,
+                rule.failure_mode,
+                rule.path,
+            )
+        else:
+            log.warning("store call for %s raised unexpectedly", rule.path, exc_info=error)
+        try:
+            self.hooks.on_store_error(rule.domain, rule, error)
+        except Exception:
+            log.exception("hook on_store_error failed; the answer is unaffected")
 
     def _cached(self, call: Call) -> Cached | None:
         """The remembered denial that still answers this call, if any (no store call then)."""
@@ -356,6 +455,7 @@ class RateLimitService(_ServiceBase):
         )
         self.store = store
         self.budgets = RuleBudgets(store)
+        self._store_hit_all = getattr(store, "hit_all", None)
 
     def should_rate_limit(self, request: Any) -> Any:
         """Decide a ``RateLimitRequest`` into a ``RateLimitResponse``; store failures never raise.
@@ -364,11 +464,33 @@ class RateLimitService(_ServiceBase):
         """
         flow = self._flow(request)
         try:
-            calls = next(flow)
+            step = next(flow)
             while True:
-                calls = flow.send([self._hit(call) for call in calls])
+                if isinstance(step, Together):
+                    step = flow.send(self._hit_together(step))
+                else:
+                    step = flow.send([self._hit(call) for call in step])
         except StopIteration as done:
             return done.value
+
+    def _hit_together(self, together: Together) -> _Replies | None:
+        refused = self._refused()
+        if refused is not None:
+            return [refused] * len(together.items)
+        hit_all = self._store_hit_all
+        assert hit_all is not None
+        started = time.perf_counter()
+        found: Any
+        try:
+            found = hit_all(together.algorithm, together.calls())
+        except Exception as exc:  # every store failure is a policy decision, never a crash
+            found = exc
+        if found is None:  # the store cannot take these keys together; nothing was sent
+            if self.breaker is not None:
+                self.breaker.abandon()
+            return None
+        self._timed(time.perf_counter() - started)
+        return self._together_replies(together, found)
 
     def _hit(self, call: Call) -> _Reply:
         rule = call.item.rule
@@ -435,20 +557,48 @@ class AsyncRateLimitService(_ServiceBase):
         )
         self.store = store
         self.budgets = AsyncRuleBudgets(store)
+        self._store_hit_all = getattr(store, "hit_all", None)
 
     async def should_rate_limit(self, request: Any) -> Any:
         """See ``RateLimitService.should_rate_limit``."""
         flow = self._flow(request)
         try:
-            calls = next(flow)
+            step = next(flow)
             while True:
-                if len(calls) == 1:  # no Task for a lone call: most requests have one
-                    replies = [await self._hit(calls[0])]
+                replies: _Replies | None
+                if isinstance(step, Together):
+                    replies = await self._hit_together(step)
+                elif len(step) == 1:  # no Task for a lone call: most requests have one
+                    replies = [await self._hit(step[0])]
                 else:
-                    replies = list(await asyncio.gather(*(self._hit(call) for call in calls)))
-                calls = flow.send(replies)
+                    replies = list(await asyncio.gather(*(self._hit(call) for call in step)))
+                step = flow.send(replies)
         except StopIteration as done:
             return done.value
+
+    async def _hit_together(self, together: Together) -> _Replies | None:
+        """See ``RateLimitService._hit_together``."""
+        refused = self._refused()
+        if refused is not None:
+            return [refused] * len(together.items)
+        hit_all = self._store_hit_all
+        assert hit_all is not None
+        started = time.perf_counter()
+        found: Any
+        try:
+            found = await hit_all(together.algorithm, together.calls())
+        except asyncio.CancelledError:
+            if self.breaker is not None:
+                self.breaker.abandon()
+            raise
+        except Exception as exc:  # every store failure is a policy decision, never a crash
+            found = exc
+        if found is None:  # the store cannot take these keys together; nothing was sent
+            if self.breaker is not None:
+                self.breaker.abandon()
+            return None
+        self._timed(time.perf_counter() - started)
+        return self._together_replies(together, found)
 
     async def _hit(self, call: Call) -> _Reply:
         rule = call.item.rule

@@ -257,7 +257,7 @@ def batch(shapes: Shapes, algorithm: str, calls: object) -> Batch:
 
 
 def batch_argv(found: Batch, now_us: int | None) -> list[int | str]:
-    """Script arguments of a ``hit_all``: now, "all", the count, then per call cost, layers, params."""
+    """Script arguments of a ``hit_all``: now, "all", the count, then each call."""
     args: list[int | str] = ["" if now_us is None else now_us, "all", len(found)]
     for _, shape in found:
         args += (shape.cost, len(shape.params))

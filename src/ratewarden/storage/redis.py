@@ -90,6 +90,7 @@ class _RedisBase:
         self.prefix = check_prefix(prefix)
         self.timeout = _check_timeout(timeout)
         self._owns_client = False
+        self._clustered = False  # a Cluster client: a hit_all needs its keys on one slot
         self._shapes = _plan.Shapes()
         # id(shape) -> (shape, its template); the shape is kept so that its id stays its own.
         self._templates: dict[int, tuple[_plan.Shape, Template]] = {}
@@ -226,9 +227,7 @@ class RedisStore(_RedisBase):
             raise_storage_error(exc, self._router.where, self.timeout)
         return _plan.decode(shape.rates, shape.cost, reply)
 
-    def hit_all(
-        self, algorithm: str, calls: Sequence[_plan.BatchCall]
-    ) -> list[Decision] | None:
+    def hit_all(self, algorithm: str, calls: Sequence[_plan.BatchCall]) -> list[Decision] | None:
         """Decide several ``(key, rates, cost)`` calls in one atomic script; see
         ``MemoryStore.hit_all``.
 
