@@ -105,6 +105,7 @@ class PrometheusMetrics(Metrics):
     __slots__ = (
         "_breaker_state",
         "_breaker_transitions",
+        "_decision_children",
         "_decisions",
         "_degraded",
         "_lock",
@@ -132,6 +133,9 @@ class PrometheusMetrics(Metrics):
         self._max_rules = max_rules
         self._rules: set[str] = set()
         self._lock = threading.Lock()
+        # (rule, algorithm, outcome) -> the counter's child: labels() validates and locks on
+        # every call. Bounded: rules by max_rules (then "other"), algorithms and outcomes fixed.
+        self._decision_children: dict[tuple[str, str, str], Any] = {}
         self._decisions = prometheus_client.Counter(
             "decisions",
             "Rate limit decisions, by rule, algorithm and outcome.",
@@ -185,7 +189,11 @@ class PrometheusMetrics(Metrics):
         return rule
 
     def decision(self, *, rule: str, algorithm: str, decision: Decision) -> None:
-        self._decisions.labels(self._rule(rule), algorithm, _outcome(decision)).inc()
+        labels = (self._rule(rule), algorithm, _outcome(decision))
+        child = self._decision_children.get(labels)
+        if child is None:
+            child = self._decision_children[labels] = self._decisions.labels(*labels)
+        child.inc()
 
     def degraded(self, *, rule: str, mode: str, reason: str) -> None:
         self._degraded.labels(self._rule(rule), mode, reason).inc()

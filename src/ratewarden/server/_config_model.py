@@ -150,15 +150,15 @@ class Rule:
     quota_mode: bool = False
     detailed_metric: bool = False
     budget: bool = False
+    #: A limit of 0 requests: every request is over, without asking a store.
+    always_over: bool = field(init=False, repr=False, compare=False)
+    #: The rates a store counts, made once: stores cache a call's plan by this tuple's identity.
+    rates: tuple[Rate, ...] = field(init=False, repr=False, compare=False)
 
-    @property
-    def always_over(self) -> bool:
-        """A limit of 0 requests: every request is over, without asking a store."""
-        return any(limit.rate is None for limit in self.limits)
-
-    @property
-    def rates(self) -> tuple[Rate, ...]:
-        return tuple(limit.rate for limit in self.limits if limit.rate is not None)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "always_over", any(lim.rate is None for lim in self.limits))
+        rates = tuple(limit.rate for limit in self.limits if limit.rate is not None)
+        object.__setattr__(self, "rates", rates)
 
     def limit_for(self, rate: Rate | None) -> Limit | None:
         """The configured ``Limit`` whose rate is ``rate`` (the binding one of a decision)."""
@@ -316,6 +316,10 @@ class DomainConfig:
     source: str
     root: Level
     rules: tuple[Rule, ...]
+    #: Recent descriptors' entries -> what the service derives from their match (its keys):
+    #: filled by ``server/_service_items.py``, emptied when full. The config never changes,
+    #: so an answer stays right for as long as this domain is the one served.
+    memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def match(self, entries: Sequence[tuple[str, str]]) -> Match | None:
         """The nodes a request descriptor's ``(key, value)`` entries reach, or None."""

@@ -20,7 +20,7 @@ from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.server._status import override
-from ratewarden.server.config import Match, Rule
+from ratewarden.server.config import DomainConfig, Match, Rule
 
 if TYPE_CHECKING:
     from ratewarden.server.service import _ServiceBase
@@ -132,24 +132,55 @@ def prepare(service: _ServiceBase, request: Any) -> list[Item]:
     domain = config.domains.get(request.domain)
     request_hits = request.hits_addend or 1
     items: list[Item] = []
+    replaces = False
     for descriptor in request.descriptors:
         entries = tuple((entry.key, entry.value) for entry in descriptor.entries)
         cost = descriptor.hits_addend.value if descriptor.HasField("hits_addend") else request_hits
-        match = domain.match(entries) if domain is not None else None
-        item = Item(entries, cost, match, None if match is None else match.rule)
-        if domain is not None and descriptor.HasField("limit"):
+        if domain is None:
+            items.append(Item(entries, cost, None, None))
+            continue
+        match, key, metric_key = _resolve(domain, entries)
+        item = Item(
+            entries, cost, match, None if match is None else match.rule, False, key, metric_key
+        )
+        if descriptor.HasField("limit"):
             given = override(request.domain, entries, item.rule, descriptor.limit)
             if given is not None:
                 item.rule, item.override = given, True
+                item.key, item.metric_key = _keys(request.domain, item)
+        replaces = replaces or bool(item.rule and item.rule.replaces)
         items.append(item)
     replaced = {name for item in items if item.rule for name in item.rule.replaces}
     for item in items:
-        if item.rule is not None and item.rule.name and item.rule.name in replaced:
+        if replaces and item.rule is not None and item.rule.name and item.rule.name in replaced:
             item.rule = None  # replaced for this request: not checked, not consumed
         if item.rule is not None:
-            item.key, item.metric_key = _keys(request.domain, item)
             _cap(service, item)
     return items
+
+
+#: Descriptors a domain remembers the match and keys of (``DomainConfig.memo``).
+_MEMO_SIZE = 16_384
+
+
+def _resolve(domain: DomainConfig, entries: tuple[tuple[str, str], ...]) -> tuple[Any, str, str]:
+    """``(match or None, counter key, metric key)`` of a descriptor's entries in ``domain``.
+
+    The keys are empty when the match has no rule. Remembered per domain object, so a
+    reload (a new config) starts afresh.
+    """
+    memo = domain.memo
+    found: tuple[Any, str, str] | None = memo.get(entries)
+    if found is None:
+        match = domain.match(entries)
+        if match is None or match.rule is None:
+            found = (match, "", "")
+        else:
+            found = (match, *_keys(domain.name, Item(entries, 0, match, match.rule)))
+        if len(memo) >= _MEMO_SIZE:
+            memo.clear()
+        memo[entries] = found
+    return found
 
 
 def _cap(service: _ServiceBase, item: Item) -> None:
