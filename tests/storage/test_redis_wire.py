@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 
 from ratewarden import Rate
 from ratewarden.algorithms import ALGORITHMS
+from ratewarden.errors import ConfigurationError
 from ratewarden.storage import _plan
 from ratewarden.storage._keys import _ESCAPES, escape
-from ratewarden.storage._redis_link import LinkPool
+from ratewarden.storage._redis_link import SPIN_BACKOFF, LinkPool
 from ratewarden.storage._redis_protocol import (
     Template,
     as_eval,
@@ -206,3 +207,66 @@ def test_a_connection_the_server_closed_right_after_a_hit_is_replaced_before_the
         assert store.hit("gcra", key, Rate(10, 60)).remaining == 8
     store.close()
     client.close()
+
+
+# A script that keeps the server busy for ``ARGV[1]`` microseconds before it answers.
+_SLOW = """
+local t = redis.call('TIME')
+local start = t[1] * 1000000 + t[2]
+repeat
+  t = redis.call('TIME')
+until t[1] * 1000000 + t[2] - start >= tonumber(ARGV[1])
+return 1
+"""
+
+
+def test_a_reply_slower_than_the_spin_stops_the_spinning_for_a_while(
+    redis_client: redis.Redis,
+) -> None:
+    """A link spins for fast replies; after a slow one it sleeps at once for SPIN_BACKOFF
+    requests, then spins again. Every reply arrives whole either way."""
+    pool = LinkPool.for_pool(redis_client.connection_pool, 1.0, spin=0.0005)
+    link = pool.take()
+    slow = hiredis.pack_command(("EVAL", _SLOW, "0", "20000"))  # 20 ms: past any spin
+    ping = hiredis.pack_command(("PING",))
+    try:
+        assert link.request(ping) == b"PONG"
+        assert link._skip == 0
+        assert link.request(slow) == 1
+        assert link._skip == SPIN_BACKOFF
+        for left in range(SPIN_BACKOFF - 1, -1, -1):
+            assert link.request(ping) == b"PONG"
+            assert link._skip == left
+        assert link.request(slow) == 1  # spinning again: and missing again
+        assert link._skip == SPIN_BACKOFF
+    finally:
+        pool.give(link)
+        pool.close()
+
+
+def test_a_link_that_never_spins_sleeps_for_every_reply(redis_client: redis.Redis) -> None:
+    pool = LinkPool.for_pool(redis_client.connection_pool, 1.0, spin=0)
+    link = pool.take()
+    try:
+        assert link.request(hiredis.pack_command(("EVAL", _SLOW, "0", "2000"))) == 1
+        assert link.request(hiredis.pack_command(("PING",))) == b"PONG"
+        assert link._skip == 0
+    finally:
+        pool.give(link)
+        pool.close()
+
+
+@pytest.mark.parametrize("spin", [-0.001, 0.02, 1.0, float("nan"), True, "0.0001"])
+def test_a_spin_outside_zero_to_the_timeout_is_refused(
+    redis_client: redis.Redis, spin: object
+) -> None:
+    with pytest.raises(ConfigurationError, match="spin"):
+        RedisStore(redis_client, timeout=0.02, spin=spin)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="spin"):
+        RedisStore.from_url("redis://127.0.0.1:1/0", timeout=0.02, spin=spin)  # type: ignore[arg-type]
+
+
+def test_a_store_without_spin_decides_the_same(redis_client: redis.Redis) -> None:
+    store = RedisStore(redis_client, clock=ManualClock(), timeout=1.0, spin=0)
+    rate = Rate.parse("2/minute")
+    assert [store.hit("gcra", "k", rate).allowed for _ in range(3)] == [True, True, False]

@@ -85,8 +85,8 @@ class Router(Protocol):
 class Standalone:
     """One server: a plain Redis, or the primary a Sentinel names."""
 
-    def __init__(self, client: redis.Redis, timeout: float) -> None:
-        self._links = LinkPool.for_pool(client.connection_pool, timeout)
+    def __init__(self, client: redis.Redis, timeout: float, spin: float) -> None:
+        self._links = LinkPool.for_pool(client.connection_pool, timeout, spin)
         self.where = self._links.where
 
     def eval(self, script: Script, route_key: str, packed: bytes) -> Any:
@@ -124,10 +124,11 @@ class Cluster:
     not idempotent.
     """
 
-    def __init__(self, client: redis.RedisCluster, timeout: float) -> None:
+    def __init__(self, client: redis.RedisCluster, timeout: float, spin: float) -> None:
         cluster: Any = client  # redis-py's cluster API is untyped
         self._client = cluster
         self._timeout = timeout
+        self._spin = spin
         self._pools: dict[str, LinkPool] = {}
         self.where = "Redis Cluster " + ",".join(
             f"{node.host}:{node.port}" for node in cluster.get_nodes()[:3]
@@ -137,7 +138,9 @@ class Cluster:
         links = self._pools.get(node.name)
         if links is None:
             pool = node.redis_connection.connection_pool
-            links = self._pools.setdefault(node.name, LinkPool.for_pool(pool, self._timeout))
+            links = self._pools.setdefault(
+                node.name, LinkPool.for_pool(pool, self._timeout, self._spin)
+            )
         return links
 
     def _node(self, route_key: str) -> Any:

@@ -53,6 +53,7 @@ from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix, escape
 from ratewarden.storage._redis_async import AsyncCluster, AsyncRouter, AsyncStandalone
 from ratewarden.storage._redis_clients import async_client, sync_client
 from ratewarden.storage._redis_errors import REDIS_ERRORS, raise_storage_error
+from ratewarden.storage._redis_link import DEFAULT_SPIN
 from ratewarden.storage._redis_protocol import Sendable, Template, evalsha_command
 from ratewarden.storage._redis_sync import Cluster, Router, Standalone
 from ratewarden.storage._scripts import Script, script
@@ -166,11 +167,29 @@ class _RedisBase:
         return f"{name}({where!r}, prefix={self.prefix!r}, timeout={self.timeout}{clock})"
 
 
+def _check_spin(spin: object, timeout: float) -> float:
+    if (
+        isinstance(spin, bool)
+        or not isinstance(spin, int | float)
+        or not math.isfinite(spin)
+        or not 0 <= spin < timeout
+    ):
+        raise ConfigurationError(
+            f"Redis store spin {spin!r} must be a number of seconds from 0 (never spin) up to "
+            f"less than the timeout {timeout}; the default is {DEFAULT_SPIN} (100 us)"
+        )
+    return float(spin)
+
+
 class RedisStore(_RedisBase):
     """Thread- and fork-safe synchronous store over a ``redis.Redis`` or ``redis.RedisCluster``.
 
     The client stays the caller's (``close`` leaves it open) unless the store
-    built it in ``from_url``.
+    built it in ``from_url``. ``spin`` (seconds, default 100 us, 0 = off) is how
+    long a thread polls for a reply before it sleeps until the reply arrives: a
+    Redis on the same host usually answers within it, and the thread then skips
+    the kernel's wake-up; a slower reply makes the connection stop spinning for
+    a while (see ``_redis_link.Link``).
     """
 
     def __init__(
@@ -180,14 +199,16 @@ class RedisStore(_RedisBase):
         clock: Clock | None = None,
         prefix: str = DEFAULT_PREFIX,
         timeout: float = DEFAULT_TIMEOUT,
+        spin: float = DEFAULT_SPIN,
     ) -> None:
         super().__init__(clock=clock, prefix=prefix, timeout=timeout)
+        self.spin = _check_spin(spin, self.timeout)
         self._router: Router
         self._clustered = isinstance(client, redis.RedisCluster)
         if isinstance(client, redis.RedisCluster):
-            self._router = Cluster(client, self.timeout)
+            self._router = Cluster(client, self.timeout, self.spin)
         elif isinstance(client, redis.Redis):
-            self._router = Standalone(client, self.timeout)
+            self._router = Standalone(client, self.timeout, self.spin)
         else:
             raise ConfigurationError(
                 f"RedisStore needs a redis.Redis or redis.RedisCluster client, not "
@@ -203,13 +224,15 @@ class RedisStore(_RedisBase):
         clock: Clock | None = None,
         prefix: str = DEFAULT_PREFIX,
         timeout: float = DEFAULT_TIMEOUT,
+        spin: float = DEFAULT_SPIN,
         **options: Any,
     ) -> RedisStore:
         """A store on the Redis ``url`` names; ``options`` go to the redis-py client."""
         timeout = _check_timeout(timeout)
         check_prefix(prefix)  # before the client exists: nothing to clean up on a bad one
+        _check_spin(spin, timeout)
         client = sync_client(url, timeout, options)
-        store = cls(client, clock=clock, prefix=prefix, timeout=timeout)
+        store = cls(client, clock=clock, prefix=prefix, timeout=timeout, spin=spin)
         store._owns_client = True
         return store
 
