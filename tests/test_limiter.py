@@ -129,15 +129,40 @@ def test_acquire_gives_up_at_timeout_or_when_never_possible() -> None:
 
 
 def test_memory_store_forgets_keys_after_their_ttl() -> None:
-    """A key is dropped once its state is back to full capacity, so idle keys cost nothing."""
+    """A key's state expires once it is back to full capacity (a read sees nothing there);
+    a second later the sweeps that new keys make drop it, so idle keys cost nothing."""
     limiter, clock = make()
     rate = Rate.parse("10/minute")
     limiter.hit("a", rate)
     assert len(limiter.store) == 1  # type: ignore[arg-type]
     clock.advance(6.0)  # one emission interval: GCRA is full again
     limiter.hit("b", rate)
+    assert len(limiter.store) == 2  # type: ignore[arg-type]  # "a": expired, kept a second
+    clock.advance(1.0)
     limiter.hit("c", rate)
-    assert len(limiter.store) == 2  # type: ignore[arg-type]
+    limiter.hit("d", rate)
+    assert sorted(k.split(":")[0] for k in limiter.store._states) == ["b", "c", "d"]  # type: ignore[attr-defined]
+    assert limiter.peek("a", rate).remaining == 10
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["as-built", "pure-python"])
+def test_memory_store_stays_small_under_a_stream_of_new_keys(pure: bool) -> None:
+    """100 new keys a second for 100 s beside one key hit all along (it never expires and
+    keeps coming back to the oldest end): the store holds at most twice the keys written
+    in the last TTL + 1 s (2 x 100/s x 7 s, see docs/storage.md), never the 10,000 seen."""
+    clock = ManualClock()
+    store = MemoryStore(clock=clock)
+    hit = store._hit if pure else store.hit
+    rate = Rate.parse("10/minute")  # one hit lives 6 s
+    hot = Rate.parse("1000/second")
+    sizes = []
+    for i in range(10_000):
+        clock.advance(0.01)
+        hit("gcra", "hot", hot, 1)
+        hit("gcra", f"user:{i}", rate, 1)
+        sizes.append(len(store))
+    assert max(sizes) <= 2 * 700 + 1
+    assert sizes[-1] >= 600
 
 
 def test_memory_store_is_bounded() -> None:

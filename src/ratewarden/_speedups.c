@@ -20,6 +20,8 @@
 #include <time.h>
 
 #define NEVER (-1)
+/* How long an expired state stays before the sweep drops it: the store's _KEEP_EXPIRED_US. */
+#define KEEP_EXPIRED_US 1000000LL
 #define N_FIELDS 11
 
 /* Decision's slots, in the order the fields are set below. */
@@ -35,7 +37,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *store;        /* the MemoryStore (for _sweep, _evict, max_keys) */
     PyObject *states;       /* store._states, an OrderedDict */
-    PyObject *move_to_end;  /* states.move_to_end */
+    PyObject *popitem;      /* states.popitem */
     PyObject *acquire;      /* store._lock.acquire */
     PyObject *release;      /* store._lock.release */
     PyObject *locked;       /* store._lock.locked */
@@ -286,39 +288,33 @@ done:
     return top;
 }
 
-/* The store's _write after states[key] = value: move to the end (a key that was not
- * there is already last: an OrderedDict appends it), sweep, evict. */
+/* The store's _write after states[key] = value: a key that was there keeps its place
+ * and nothing else happens; a new key (an OrderedDict appends it) makes the store sweep
+ * its oldest end and, past max_keys, evict. */
 static int
-after_write(MemoryGcra *self, PyObject *state_key, int was_there, long long now)
+after_write(MemoryGcra *self, int was_there, long long now)
 {
     if (was_there) {
-        PyObject *moved = PyObject_CallOneArg(self->move_to_end, state_key);
-        if (moved == NULL) return -1;
-        Py_DECREF(moved);
+        return 0;
     }
-    /* The store's _sweep: drop up to two expired keys from the oldest end (the Python
-     * method checks the oldest key first and then sweeps; the same keys go). */
+    /* The store's _sweep: take the two oldest keys out, one after the other; one expired
+     * for KEEP_EXPIRED_US or longer stays out, any other goes back in at the end. */
     for (int i = 0; i < 2; i++) {
-        PyObject *iter = PyObject_GetIter(self->states);
-        if (iter == NULL) return -1;
-        PyObject *oldest = PyIter_Next(iter);
-        Py_DECREF(iter);
-        if (oldest == NULL) {
-            if (PyErr_Occurred()) return -1;
-            break;
-        }
-        PyObject *entry = PyDict_GetItemWithError(self->states, oldest);
+        PyObject *item = PyObject_CallOneArg(self->popitem, Py_False);
+        if (item == NULL) return -1;
+        PyObject *entry = PyTuple_GET_ITEM(item, 1);
         long long expires;
-        int expired = entry != NULL && PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 2
-                      && as_i64(PyTuple_GET_ITEM(entry, 1), &expires) && expires <= now;
-        if (entry == NULL && PyErr_Occurred()) {
-            Py_DECREF(oldest);
-            return -1;
+        if (!(PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 2
+              && as_i64(PyTuple_GET_ITEM(entry, 1), &expires))) {
+            expires = now + 1;  /* not ours to judge: keep it, as live */
         }
-        int failed = expired && PyObject_DelItem(self->states, oldest) < 0;
-        Py_DECREF(oldest);
+        if (expires + KEEP_EXPIRED_US <= now) {
+            Py_DECREF(item);
+            continue;
+        }
+        int failed = PyObject_SetItem(self->states, PyTuple_GET_ITEM(item, 0), entry) < 0;
+        Py_DECREF(item);
         if (failed) return -1;
-        if (!expired) break;
     }
     Py_ssize_t size = PyObject_Length(self->states);
     if (size < 0) return -1;
@@ -373,7 +369,7 @@ write_state(MemoryGcra *self, PyObject *state_key, PyObject *entry, long long ta
             return -1;
         }
     }
-    return after_write(self, state_key, entry != NULL, now);
+    return after_write(self, entry != NULL, now);
 }
 
 /* The lock.
@@ -493,9 +489,8 @@ decide(MemoryGcra *self, const Shape *shape, PyObject *key, long long cost_v)
             goto decline;
         }
         if (expires <= now) {
-            /* Expired: as if never seen. The Python path deletes it here; this one
-             * deletes it below unless it writes the key, which then reuses the entry
-             * (the key ends up last either way). */
+            /* Expired: as if never seen. Deleted below unless the key is written, which
+             * then reuses the entry where it stands, as the Python path does. */
             stale = 1;
         }
         else {
@@ -617,7 +612,7 @@ MemoryGcra_traverse(MemoryGcra *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->store);
     Py_VISIT(self->states);
-    Py_VISIT(self->move_to_end);
+    Py_VISIT(self->popitem);
     Py_VISIT(self->acquire);
     Py_VISIT(self->release);
     Py_VISIT(self->locked);
@@ -641,7 +636,7 @@ MemoryGcra_clear(MemoryGcra *self)
 {
     Py_CLEAR(self->store);
     Py_CLEAR(self->states);
-    Py_CLEAR(self->move_to_end);
+    Py_CLEAR(self->popitem);
     Py_CLEAR(self->acquire);
     Py_CLEAR(self->release);
     Py_CLEAR(self->locked);
@@ -752,7 +747,7 @@ MemoryGcra_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (self->states == NULL || lock == NULL || shapes == NULL) {
         goto error;
     }
-    self->move_to_end = PyObject_GetAttrString(self->states, "move_to_end");
+    self->popitem = PyObject_GetAttrString(self->states, "popitem");
     self->acquire = PyObject_GetAttrString(lock, "acquire");
     self->release = PyObject_GetAttrString(lock, "release");
     self->locked = PyObject_GetAttrString(lock, "locked");
@@ -761,7 +756,7 @@ MemoryGcra_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->empty_str = PyUnicode_FromString("");
     self->empty_tuple = PyTuple_New(0);
     self->zero_float = PyFloat_FromDouble(0.0);
-    if (self->move_to_end == NULL || self->acquire == NULL || self->release == NULL
+    if (self->popitem == NULL || self->acquire == NULL || self->release == NULL
         || self->locked == NULL
         || self->shapes_get == NULL || self->gcra == NULL || self->empty_str == NULL
         || self->empty_tuple == NULL || self->zero_float == NULL) {

@@ -1,11 +1,21 @@
 """The embedded store: state in this process, updated under one lock.
 
 ``MemoryStore`` runs the pure algorithms directly, so it is the reference
-behaviour the Redis scripts are tested against. Keys expire when their state
-is back to "as if never seen" (the algorithm's TTL) and the number of keys is
-bounded: past ``max_keys`` the least recently written key is dropped (which
-forgets its usage, so size ``max_keys`` above the number of keys active within
-the longest period).
+behaviour the Redis scripts are tested against.
+
+Keys and memory
+---------------
+A state expires when it is back to "as if never seen" (the algorithm's TTL):
+a read then finds nothing. States live in an ``OrderedDict``. A key already
+there is updated in place and keeps its position; a new key goes to the end
+and sweeps the oldest end: it takes the two oldest entries out, one after the
+other, and puts back at the end any that did not expire ``_KEEP_EXPIRED_US``
+(a second) ago or more. The expired entry kept for that second lets a key that
+comes back soon be written over in place. Every entry is looked at again within
+half a pass over the store, so it holds at most about twice the keys written
+within the last TTL + 1 s. Past ``max_keys`` the entry at the oldest end is
+dropped (which forgets its usage, so size ``max_keys`` above the number of keys
+active within the longest period).
 """
 
 from __future__ import annotations
@@ -28,6 +38,10 @@ from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix
 __all__ = ["SPEEDUPS", "AsyncMemoryStore", "MemoryStore"]
 
 DEFAULT_MAX_KEYS = 1_000_000
+
+#: Microseconds an expired state stays (unseen: a read treats it as absent) before a sweep
+#: drops it, so that a key coming back soon is written over in place (the C twin has its twin).
+_KEEP_EXPIRED_US = 1_000_000
 
 
 def _load_speedups() -> Any:
@@ -114,22 +128,27 @@ class _MemoryCore:
         return entry[0]
 
     def _write(self, key: StateKey, state: Any, expires_at: int, now: int) -> None:
+        """Store ``state`` under ``key`` until ``expires_at``; see "Keys and memory" above.
+
+        A key already held is updated where it stands. A new key goes to the end,
+        then the oldest end is swept and, past ``max_keys``, evicted.
+        """
         states = self._states
+        size = len(states)
         states[key] = (state, expires_at)
-        states.move_to_end(key)
-        # Sweep from the oldest end on every write: amortised O(1) expiry.
-        if states[next(iter(states))][1] <= now:
+        if len(states) != size:
             self._sweep(now)
-        if len(states) > self.max_keys:
-            self._evict()
+            if len(states) > self.max_keys:
+                self._evict()
 
     def _sweep(self, now: int) -> None:
-        """Drop up to two expired keys from the oldest end (more than a write adds)."""
+        """Take the two oldest keys out, one after the other: one expired for
+        ``_KEEP_EXPIRED_US`` or longer stays out, any other goes back in at the end."""
         states = self._states
         for _ in range(2):
-            if not states or states[next(iter(states))][1] > now:
-                break
-            states.popitem(last=False)
+            key, entry = states.popitem(last=False)  # never empty: a key was just added
+            if entry[1] + _KEEP_EXPIRED_US > now:
+                states[key] = entry
 
     def _evict(self) -> None:
         states = self._states
@@ -151,17 +170,15 @@ class _MemoryCore:
             state_key = key + shape.suffixes[0]
             with self._lock:
                 entry = self._states.get(state_key)
-                if entry is not None and entry[1] <= now:
-                    del self._states[state_key]
-                    entry = None
+                live = entry is not None and entry[1] > now
                 outcome, state, ttl_us = shape.check(
-                    shape.params[0], None if entry is None else entry[0], now, cost
+                    shape.params[0], entry[0] if entry is not None and live else None, now, cost
                 )
-                if outcome[0] and cost > 0:
-                    if ttl_us > 0:
-                        self._write(state_key, state, now + ttl_us, now)
-                    elif entry is not None:
-                        del self._states[state_key]
+                if outcome[0] and cost > 0 and ttl_us > 0:
+                    # An expired entry is as if never seen, and is written over in place.
+                    self._write(state_key, state, now + ttl_us, now)
+                elif entry is not None and (not live or (outcome[0] and cost > 0)):
+                    del self._states[state_key]  # expired and not written, or back to empty
             return _plan.single(shape.rates[0], outcome, cost)
         state_keys = [key + suffix for suffix in shape.suffixes]
         with self._lock:
