@@ -127,6 +127,9 @@ class Rate:
     period_us: int
     burst: int | None = None
     _gcd: int = field(default=1, repr=False, compare=False)
+    # Made once: rates key dicts on hot paths (two-tier leases, caches), and the generated
+    # __hash__ hashed a new tuple of the fields on every lookup.
+    _hash: int = field(default=0, repr=False, compare=False)
 
     def __init__(
         self, limit: int, period: timedelta | float | int, burst: int | None = None
@@ -146,6 +149,10 @@ class Rate:
         object.__setattr__(self, "period_us", period_us)
         object.__setattr__(self, "burst", burst)
         object.__setattr__(self, "_gcd", gcd)
+        object.__setattr__(self, "_hash", hash((limit, period_us, burst)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @classmethod
     def parse(cls, text: str, burst: int | None = None) -> Rate:

@@ -44,6 +44,8 @@ FAILURE_MODES = ("open", "closed", "local")
 LOCAL_ALGORITHM = "gcra"
 #: Keys the in-process bucket remembers (it only sees this process's traffic).
 DEFAULT_LOCAL_KEYS = 100_000
+#: Rates tuples a limiter remembers as checked before it starts again from empty.
+_CHECKED_SIZE = 1024
 
 #: A store reply as the flow receives it.
 Reply = Decision | StorageError
@@ -169,11 +171,17 @@ class _TwoTierBase:
         self.negative = None if negative_cache is None else NegativeCache(negative_cache)
         self.counts = TierCounts()
         self._log = LogRateLimiter(60.0, clock=clock)
+        # id(rates tuple) -> (the tuple, its checked rates); kept so that its id stays its own.
+        self._checked: dict[int, tuple[object, tuple[Rate, ...]]] = {}
 
     # -- the decision, written once
 
     def _flow(self, key: str, rates: Rate | Sequence[Rate], cost: int, failure: str | None) -> Flow:
-        found = (rates,) if type(rates) is Rate else check_rates(rates)
+        if type(rates) is Rate:
+            found: tuple[Rate, ...] = (rates,)
+        else:
+            known = self._checked.get(id(rates))
+            found = known[1] if known is not None and known[0] is rates else self._check(rates)
         if type(cost) is not int or cost < 0:
             check_cost(cost)
         if type(key) is not str or not key:
@@ -195,6 +203,15 @@ class _TwoTierBase:
         if self.leases is not None:
             return (yield from self._leased(ident, cost, mode, local, now))
         return (yield from self._global(key, found, cost, mode, local, now))
+
+    def _check(self, rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]:
+        """Validate ``rates``; a tuple (immutable) is remembered by identity, as stores do."""
+        found = check_rates(rates)
+        if type(rates) is tuple:
+            if len(self._checked) >= _CHECKED_SIZE:
+                self._checked.clear()
+            self._checked[id(rates)] = (rates, found)
+        return found
 
     def _cached_denial(self, ident: _Ident, cost: int, now: int) -> Decision | None:
         """The store's recent denial of ``ident``, still holding for this cost, aged to ``now``.
