@@ -22,12 +22,16 @@ How one request is decided
    ``budget`` rule's call goes to ``self.budgets`` instead: a check on hits 0,
    a charge of tokens already spent (never refused) otherwise.
 3. Charging: by default a request that is denied consumes nothing. With several
-   descriptors the service first checks every counter without consuming (cost
-   0); only if no enforcing descriptor would deny does it charge them all. When
-   one would deny, only the predicted denials are re-run at full cost, for their
-   exact retry times (a denial writes nothing). Between the check and the charge
-   another request may slip in; then a charge can still deny after others were
-   charged. One descriptor is always decided in one atomic call.
+   descriptors the service decides them in one atomic store step when it can
+   (``_together``: the store's ``hit_all``, all charged or none; every stored
+   descriptor an enforcing regular rule of one algorithm, no counter twice, no
+   cached denial, and keys the store can take together, which on a Redis Cluster
+   means one slot). Otherwise it first checks every counter without consuming
+   (cost 0); only if no enforcing descriptor would deny does it charge them all.
+   When one would deny, only the predicted denials are re-run at full cost, for
+   their exact retry times (a denial writes nothing). Between that check and the
+   charge another request may slip in; then a charge can still deny after others
+   were charged. One descriptor is always decided in one atomic call.
    ``charge_denied=True`` is envoyproxy/ratelimit's old behaviour: every
    descriptor is charged on its own, whatever the others decide.
 4. The overall code is OVER_LIMIT when any regular descriptor is over, or when
