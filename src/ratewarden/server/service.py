@@ -292,8 +292,16 @@ class _ServiceBase:
                 mode = _rule(item).failure_mode
                 item.result = Result(mode == "open", None, mode, False)
 
-    def _together_replies(self, together: Together, found: Any) -> _Replies:
-        """A Together's replies from what ``hit_all`` returned (or raised), with its accounting."""
+    def _together_replies(self, together: Together, found: Any, started: float) -> _Replies | None:
+        """A Together's replies from what ``hit_all`` returned (or raised), with its accounting.
+
+        None when the store could not take these keys together (nothing was sent).
+        """
+        if found is None:
+            if self.breaker is not None:
+                self.breaker.abandon()
+            return None
+        self._timed(time.perf_counter() - started)
         if isinstance(found, Exception):
             self._verdict(found)
             return [found] * len(together.items)
@@ -489,12 +497,7 @@ class RateLimitService(_ServiceBase):
             found = hit_all(together.algorithm, together.calls())
         except Exception as exc:  # every store failure is a policy decision, never a crash
             found = exc
-        if found is None:  # the store cannot take these keys together; nothing was sent
-            if self.breaker is not None:
-                self.breaker.abandon()
-            return None
-        self._timed(time.perf_counter() - started)
-        return self._together_replies(together, found)
+        return self._together_replies(together, found, started)
 
     def _hit(self, call: Call) -> _Reply:
         rule = call.item.rule
@@ -597,12 +600,7 @@ class AsyncRateLimitService(_ServiceBase):
             raise
         except Exception as exc:  # every store failure is a policy decision, never a crash
             found = exc
-        if found is None:  # the store cannot take these keys together; nothing was sent
-            if self.breaker is not None:
-                self.breaker.abandon()
-            return None
-        self._timed(time.perf_counter() - started)
-        return self._together_replies(together, found)
+        return self._together_replies(together, found, started)
 
     async def _hit(self, call: Call) -> _Reply:
         rule = call.item.rule
