@@ -91,6 +91,27 @@ def test_the_serving_log_line_is_structured(served: ServeProcess) -> None:
     assert line["level"] == "info" and line["logger"] == "ratewarden.server"
 
 
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_both_event_loops_serve(rules: Path, loop: str) -> None:
+    """--loop asyncio and --loop uvloop each answer calls and say which loop runs."""
+    if loop == "uvloop":
+        pytest.importorskip("uvloop")
+    server = ServeProcess(rules, "--loop", loop)
+    try:
+        server.wait_serving()
+        with grpc.insecure_channel(server.grpc_target) as chan:
+            stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+            codes = [
+                stub.ShouldRateLimit(request("transport", {"api_key": "loop"})).overall_code
+                for _ in range(4)
+            ]
+        assert codes == [OK, OK, OK, OVER_LIMIT]  # 3 a minute
+        [line] = [entry for entry in server.logs() if entry.get("event") == "serving"]
+        assert line["loop"] == loop
+    finally:
+        server.stop()
+
+
 def test_the_example_config_serves(tmp_path: Path) -> None:
     """examples/ratelimit.yaml, the README's command, loads and serves on the memory store."""
     server = ServeProcess(EXAMPLE)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import pytest
@@ -46,6 +47,7 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         "RATEWARDEN_BREAKER_FAILURES": "0",
         "RATEWARDEN_BREAKER_COOLDOWN": "2.5",
         "RATEWARDEN_OVER_LIMIT_CACHE": "0",
+        "RATEWARDEN_LOOP": "asyncio",
     }
     assert {option.env for option in OPTIONS.values()} == set(environ)
     assert resolve({}, environ) == Settings(
@@ -73,6 +75,7 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         breaker_failures=0,
         breaker_cooldown=2.5,
         over_limit_cache=0,
+        loop="asyncio",
     )
 
 
@@ -96,6 +99,7 @@ def test_a_flag_wins_over_its_environment_variable() -> None:
         ({"on_error": "sometimes"}, {}, "--on-error 'sometimes'"),
         ({"log_level": "loud"}, {}, "--log-level 'loud'"),
         ({"store_url": "  "}, {}, "--store '  '"),
+        ({"loop": "trio"}, {}, "--loop 'trio'"),
     ],
 )
 def test_a_bad_value_names_the_flag_or_variable_it_came_from(
@@ -136,3 +140,28 @@ def test_a_store_url_without_a_scheme_is_refused() -> None:
         Settings(config_paths=("x",), store_url="localhost")
     assert store_scheme("memory://") == "memory"
     assert store_scheme("rediss://h:6380/0") == "rediss"
+
+
+def test_loop_uvloop_without_uvloop_installed_says_how_to_get_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ratewarden.server import settings as settings_module
+
+    monkeypatch.setattr(settings_module, "uvloop_installed", lambda: False)
+    with pytest.raises(ConfigurationError, match="pip install uvloop"):
+        resolve({"config_paths": ["rules.yaml"], "loop": "uvloop"}, {})
+    assert resolve({"config_paths": ["rules.yaml"], "loop": "auto"}, {}).loop == "auto"
+
+
+def test_the_loop_factory_follows_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """auto takes uvloop when it is installed, asyncio's loop otherwise."""
+    from ratewarden.server import app
+
+    assert app.loop_factory("asyncio") is None
+    if importlib.util.find_spec("uvloop") is not None:
+        import uvloop
+
+        assert app.loop_factory("auto") is uvloop.new_event_loop
+        assert app.loop_factory("uvloop") is uvloop.new_event_loop
+    monkeypatch.setattr(app, "uvloop_installed", lambda: False)
+    assert app.loop_factory("auto") is None

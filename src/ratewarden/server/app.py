@@ -28,6 +28,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from multiprocessing.connection import wait as wait_for_sentinels
 from typing import Any
 
@@ -42,7 +43,7 @@ from ratewarden.server.grpc import GrpcServer, GrpcTls
 from ratewarden.server.http import HttpServer
 from ratewarden.server.reload import ConfigWatcher
 from ratewarden.server.service import AsyncRateLimitService
-from ratewarden.server.settings import Settings, redacted, store_scheme
+from ratewarden.server.settings import Settings, redacted, store_scheme, uvloop_installed
 from ratewarden.server.stats import MULTIPROC_ENV, ServiceStats, multiprocess_dir
 from ratewarden.storage import AsyncStore
 from ratewarden.storage.memory import AsyncMemoryStore
@@ -206,6 +207,7 @@ class RateLimitServer:
                 "http": f"{s.host}:{self.http_port}",
                 "store": redacted(s.store_url),
                 "config": list(s.config_paths),
+                "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
             },
         )
 
@@ -287,8 +289,23 @@ async def _serve(settings: Settings) -> None:
 
 def serve(settings: Settings) -> int:
     """Run one server process until SIGTERM or SIGINT; the exit code."""
-    asyncio.run(_serve(settings))
+    with asyncio.Runner(loop_factory=loop_factory(settings.loop)) as runner:
+        runner.run(_serve(settings))
     return 0
+
+
+def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop ``--loop`` names: uvloop's, or None for asyncio's own.
+
+    ``auto`` takes uvloop when it is installed: under load it cost about 13% less
+    CPU per call and answered 15-20% more calls per second (docs/performance-serve.md).
+    """
+    if name == "asyncio" or (name == "auto" and not uvloop_installed()):
+        return None
+    import uvloop
+
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
 
 
 def _worker(settings: Settings, index: int) -> None:

@@ -29,6 +29,7 @@ the flag or variable it came from::
     --breaker-failures N   RATEWARDEN_BREAKER_FAILURES 5 (0 turns the circuit breaker off)
     --breaker-cooldown S   RATEWARDEN_BREAKER_COOLDOWN 1
     --over-limit-cache N   RATEWARDEN_OVER_LIMIT_CACHE 10000 (0 turns it off)
+    --loop L               RATEWARDEN_LOOP            auto (uvloop if installed), asyncio, uvloop
 
 Secrets stay out of output: ``repr(settings)`` and every error message show the
 store URL with its password replaced by ``***`` (``redacted``).
@@ -36,6 +37,7 @@ store URL with its password replaced by ``***`` (``redacted``).
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import re
@@ -53,9 +55,15 @@ LOG_FORMATS = ("json", "text")
 ON_ERROR = ("open", "closed")
 DASHBOARD = ("loopback", "any", "off")
 RESPONSE_HEADERS = ("off", "legacy", "draft-10")
+LOOPS = ("auto", "asyncio", "uvloop")
 _TRUE = ("1", "true", "yes", "on")
 _PASSWORD_OPTION = re.compile(r"([?&][^=&#]*password[^=&#]*=)[^&#]*", re.IGNORECASE)
 _FALSE = ("0", "false", "no", "off")
+
+
+def uvloop_installed() -> bool:
+    """Whether the ``uvloop`` package can be imported here (``--loop auto`` then uses it)."""
+    return importlib.util.find_spec("uvloop") is not None
 
 
 def redacted(url: str) -> str:
@@ -113,6 +121,7 @@ class Settings:
     breaker_failures: int = 5
     breaker_cooldown: float = 1.0
     over_limit_cache: int = 10_000
+    loop: str = "auto"
 
     def __repr__(self) -> str:
         shown = []
@@ -148,6 +157,11 @@ class Settings:
         if self.grpc_port == self.http_port != 0:
             raise ConfigurationError(
                 f"--grpc-port and --http-port are both {self.grpc_port}; give them different ports"
+            )
+        if self.loop == "uvloop" and not uvloop_installed():
+            raise ConfigurationError(
+                "--loop uvloop: the uvloop package is not installed; pip install uvloop "
+                "('ratewarden[server]' brings it on Linux and macOS) or use --loop asyncio"
             )
 
     def _check_tls(self) -> None:
@@ -386,6 +400,12 @@ OPTIONS: dict[str, Option] = {
         "RATEWARDEN_BREAKER_COOLDOWN",
         _seconds(0.0, allow_low=False),
         "seconds the open breaker waits before one probe call tries the store again (1)",
+    ),
+    "loop": Option(
+        "--loop",
+        "RATEWARDEN_LOOP",
+        _choice(LOOPS),
+        "event loop: auto (uvloop when it is installed, else asyncio's; default), asyncio, uvloop",
     ),
     "over_limit_cache": Option(
         "--over-limit-cache",
