@@ -97,6 +97,10 @@ def serve(variant: str, port: int, redis_url: str | None) -> None:
         log_level="warning",
         access_log=False,
         lifespan="off",
+        # Pinned, so runs compare: uvloop is installed with ratewarden[server] and uvicorn
+        # would take it (and httptools, when present) on its own; see docs/middleware.md.
+        loop="asyncio",
+        http="h11",
     )
 
 
