@@ -212,6 +212,46 @@ async def test_async_limiter_is_the_same_state_machine() -> None:
     assert (await limiter.acquire_slot("gpu", 1)).allowed
 
 
+@pytest.mark.parametrize("algorithm", ALL)
+@pytest.mark.parametrize("hooked", [False, True])
+async def test_async_hit_now_is_hit_without_the_await(algorithm: str, hooked: bool) -> None:
+    """``hit_now`` (the asyncio middleware's path over an in-process store) gives ``hit``'s
+    decisions call for call, shadow calls and the decision hook included."""
+    sides = []
+    for _ in range(2):
+        clock = ManualClock()
+        recorder = DecisionRecorder()
+        limiter = AsyncLimiter(
+            AsyncMemoryStore(clock=clock), algorithm, on_decision=recorder if hooked else None
+        )
+        sides.append((limiter, clock, recorder))
+    now = sides[0][0].hit_now
+    assert now is not None
+    rates = [Rate.parse("3/second"), (Rate.parse("2/second"), Rate.parse("5/minute"))]
+    for step in range(40):
+        key, rate, cost, shadow = f"k{step % 3}", rates[step % 2], 1 + step % 2, step % 5 == 0
+        expected = await sides[1][0].hit(key, rate, cost, shadow=shadow)
+        assert now(key, rate, cost, shadow=shadow) == expected
+        for _, clock, _ in sides:
+            clock.advance(0.05 * (step % 4))
+    assert sides[0][2].records == sides[1][2].records
+
+
+def test_hit_now_only_where_the_store_is_in_process() -> None:
+    """A store doing I/O (or any store subclass) has no ``hit_now``; replacing the store
+    sets it again."""
+
+    class Elsewhere(AsyncMemoryStore):
+        pass
+
+    limiter = AsyncLimiter(Elsewhere())
+    assert limiter.hit_now is None
+    limiter.store = AsyncMemoryStore()
+    assert limiter.hit_now is not None
+    limiter.store = Elsewhere()
+    assert limiter.hit_now is None
+
+
 def test_decision_recorder_counts_allowed_denied_and_shadowed() -> None:
     """The testing hook sees every decision with its key and algorithm."""
     recorder = DecisionRecorder()

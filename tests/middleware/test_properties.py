@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import math
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ratewarden import AsyncLimiter, AsyncMemoryStore
 from ratewarden.decision import Decision
 from ratewarden.headers import HeaderOptions, retry_after_seconds
-from ratewarden.middleware import RequestInfo, by_client_ip
+from ratewarden.middleware import RequestInfo, Rule, RuleSet, by_client_ip
+from ratewarden.middleware._core import drive_async
+from ratewarden.testing import ManualClock
 
 TRUSTED = ["10.0.0.0/8", "fd00::/8"]
 _NETWORKS = [ipaddress.ip_network(n) for n in TRUSTED]
@@ -66,3 +70,63 @@ def test_retry_after_is_never_early_and_jitter_is_bounded(
     assert seconds is not None
     assert seconds >= retry
     assert math.ceil(retry) <= seconds <= math.ceil(retry + jitter)
+
+
+_RULES = st.lists(
+    st.tuples(
+        st.sampled_from(["2/second", "3/minute", "1/second"]),
+        st.booleans(),  # shadow
+        st.integers(1, 3),  # cost
+    ),
+    min_size=1,
+    max_size=3,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    specs=_RULES,
+    steps=st.lists(
+        st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 700_000), st.integers(0, 3)),
+        min_size=1,
+        max_size=25,
+    ),
+)
+def test_the_plain_and_the_awaited_evaluation_agree(
+    specs: list[tuple[str, bool, int]], steps: list[tuple[str, int, int]]
+) -> None:
+    """``RuleSet.decide`` over ``AsyncLimiter.hit_now`` (what the asyncio middleware runs when
+    the store is in process) gives the outcome, headers and shadow report of the generator
+    driven by ``await AsyncLimiter.hit``, step for step; the last field of a step switches a
+    rule off (the kill switch) or into shadow mode at runtime."""
+    rules = [
+        Rule(f"r{i}", rate, shadow=shadow, cost=cost)
+        for i, (rate, shadow, cost) in enumerate(specs)
+    ]
+    sides = []
+    for _ in range(2):
+        clock = ManualClock()
+        sides.append((RuleSet(rules, clock=clock), AsyncLimiter(AsyncMemoryStore(clock=clock)), clock))
+    assert sides[0][1].hit_now is not None
+
+    async def run() -> None:
+        for peer, advance_us, switch in steps:
+            outcomes = []
+            for i, (ruleset, limiter, clock) in enumerate(sides):
+                clock.advance(advance_us / 1e6)
+                if switch == 1:
+                    ruleset.disable("r0")
+                elif switch == 2:
+                    ruleset.enable("r0")
+                elif switch == 3:
+                    ruleset.set_shadow("r0", not ruleset.rules[0].shadow)
+                request = RequestInfo("GET", "/", peer, {}, {})
+                applicable = ruleset.applicable(request)
+                if i == 0:
+                    outcomes.append(ruleset.decide(request, applicable, limiter.hit_now))
+                else:
+                    outcomes.append(await drive_async(ruleset.run(request, applicable), limiter))
+            assert outcomes[0] == outcomes[1]
+        assert sides[0][0].shadow_report() == sides[1][0].shadow_report()
+
+    asyncio.run(run())

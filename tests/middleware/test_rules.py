@@ -8,7 +8,7 @@ import pytest
 
 from ratewarden import ConfigurationError, Limiter, MemoryStore
 from ratewarden.middleware import RequestInfo, Rule, RuleSet, by_api_key, exempt, limit, override
-from ratewarden.middleware._core import Outcome, drive
+from ratewarden.middleware._core import Outcome
 from ratewarden.middleware._rules import compile_path
 from ratewarden.testing import DecisionRecorder, ManualClock
 
@@ -25,7 +25,7 @@ def _setup(rules: RuleSet | list[Rule], **kwargs: object) -> tuple[RuleSet, Limi
 
 
 def _run(ruleset: RuleSet, limiter: Limiter, request: RequestInfo) -> Outcome:
-    return drive(ruleset.evaluate(request), limiter)
+    return ruleset.decide(request, ruleset.applicable(request), limiter.hit)
 
 
 def _header(outcome: Outcome, name: str) -> str | None:

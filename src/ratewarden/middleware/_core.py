@@ -2,8 +2,10 @@
 
 ``RuleSet.evaluate(request)`` is a generator: it yields one ``Hit`` per rule
 that applies, receives that hit's ``Decision``, and returns an ``Outcome``
-(pass with headers, or a 429 with headers and body). ``drive`` and
-``drive_async`` run it against a limiter; that is the only place the two
+(pass with headers, or a 429 with headers and body). ``drive_async`` runs it
+against an asyncio limiter; ``RuleSet.decide`` takes the same steps, without a
+generator, over a limiter that answers at once (a synchronous one, or an asyncio
+one whose store is in this process). That is the only place the two
 middlewares differ.
 
 Order and layering: the global rules in the order given, then the route's own
@@ -49,8 +51,8 @@ __all__ = [
     "Hit",
     "Hitter",
     "Outcome",
+    "HitNow",
     "RuleSet",
-    "drive",
     "drive_async",
 ]
 
@@ -69,6 +71,16 @@ class AsyncHitter(Protocol):
     """Anything with an asyncio ``hit``: ``AsyncLimiter``, or a two-tier limiter."""
 
     async def hit(
+        self, key: str, rates: Sequence[Rate], cost: int = 1, *, shadow: bool = False
+    ) -> Decision:
+        """Consume ``cost`` on every rate of ``key`` if all allow (never block when ``shadow``)."""
+        ...
+
+
+class HitNow(Protocol):
+    """A limiter's ``hit`` that answers at once: ``Limiter.hit``, ``AsyncLimiter.hit_now``."""
+
+    def __call__(
         self, key: str, rates: Sequence[Rate], cost: int = 1, *, shadow: bool = False
     ) -> Decision:
         """Consume ``cost`` on every rate of ``key`` if all allow (never block when ``shadow``)."""
@@ -144,18 +156,6 @@ class _Passed:
 
 
 Evaluation = Generator[Hit, Decision, Outcome]
-
-
-def drive(evaluation: Evaluation, limiter: Hitter) -> Outcome:
-    """Run ``evaluation`` against a synchronous limiter."""
-    try:
-        hit = next(evaluation)
-        while True:
-            key, rates, cost, shadow = hit
-            hit = evaluation.send(limiter.hit(key, rates, cost, shadow=shadow))
-    except StopIteration as done:
-        outcome: Outcome = done.value
-        return outcome
 
 
 async def drive_async(evaluation: Evaluation, limiter: AsyncHitter) -> Outcome:
@@ -335,23 +335,55 @@ class RuleSet:
         switched = self._shadow
         enforced: list[tuple[Compiled, str, Decision]] = []
         for rule in rules:
-            name = rule.name
-            if disabled and name in disabled:
+            if disabled and rule.name in disabled:
                 continue
-            key = rule.prefix + (rule.key(request) or rule.fallback)
-            shadow = switched.get(name, rule.shadow) if switched else rule.shadow
-            cost = rule.fixed_cost
-            if cost is None:
-                cost = rule.cost(request)
-            decision = yield (key, rule.rates, cost, shadow)
-            if shadow:
-                if decision.shadowed or not decision.allowed:
-                    self._shadow_log.record(name, key, self.clock.now())
-                continue
-            enforced.append((rule, key, decision))
-            if not decision.allowed:
+            hit = self._hit(rule, request, switched)
+            decision = yield hit
+            if self._settle(rule, hit, decision, enforced):
                 break
         return self._outcome(enforced)
+
+    def decide(self, request: RequestInfo, rules: Sequence[Compiled], limit: HitNow) -> Outcome:
+        """``run`` over a limiter that answers at once (``limit(key, rates, cost, shadow=)``).
+
+        The same steps without a generator: for the synchronous middleware, and
+        the asyncio one when its limiter decides in this process (``hit_now``).
+        """
+        disabled = self._disabled
+        switched = self._shadow
+        enforced: list[tuple[Compiled, str, Decision]] = []
+        for rule in rules:
+            if disabled and rule.name in disabled:
+                continue
+            hit = self._hit(rule, request, switched)
+            decision = limit(hit[0], hit[1], hit[2], shadow=hit[3])
+            if self._settle(rule, hit, decision, enforced):
+                break
+        return self._outcome(enforced)
+
+    @staticmethod
+    def _hit(rule: Compiled, request: RequestInfo, switched: dict[str, bool]) -> Hit:
+        key = rule.prefix + (rule.key(request) or rule.fallback)
+        shadow = switched.get(rule.name, rule.shadow) if switched else rule.shadow
+        cost = rule.fixed_cost
+        if cost is None:
+            cost = rule.cost(request)
+        return key, rule.rates, cost, shadow
+
+    def _settle(
+        self,
+        rule: Compiled,
+        hit: Hit,
+        decision: Decision,
+        enforced: list[tuple[Compiled, str, Decision]],
+    ) -> bool:
+        """Note ``rule``'s decision; True when it denied and evaluation stops there."""
+        if hit[3]:
+            if decision.shadowed or not decision.allowed:
+                self._shadow_log.record(rule.name, hit[0], self.clock.now())
+            return False
+        enforced.append((rule, hit[0], decision))
+        return not decision.allowed
 
     def _outcome(self, enforced: list[tuple[Compiled, str, Decision]]) -> Outcome:
         if not enforced:

@@ -70,7 +70,11 @@ class RateLimitMiddleware:
         if not rules:
             await self.app(scope, receive, send)
             return
-        outcome = await drive_async(self.rules.run(request, rules), self.limiter)
+        now = getattr(self.limiter, "hit_now", None)
+        if now is not None:
+            outcome = self.rules.decide(request, rules, now)
+        else:
+            outcome = await drive_async(self.rules.run(request, rules), self.limiter)
         if outcome.blocked:
             await self._deny(send, outcome, head=scope.get("method") == "HEAD")
             return

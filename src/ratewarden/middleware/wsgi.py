@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ratewarden.errors import ConfigurationError
-from ratewarden.middleware._core import Hitter, RuleSet, drive
+from ratewarden.middleware._core import Hitter, RuleSet
 from ratewarden.middleware._request import from_wsgi
 
 __all__ = ["WSGIRateLimitMiddleware"]
@@ -48,7 +48,7 @@ class WSGIRateLimitMiddleware:
         rules = self.rules.applicable(request)
         if not rules:
             return self.app(environ, start_response)
-        outcome = drive(self.rules.run(request, rules), self.limiter)
+        outcome = self.rules.decide(request, rules, self.limiter.hit)
         if outcome.blocked:
             start_response("429 Too Many Requests", list(outcome.headers))
             # A HEAD gets the headers (Content-Length included) and no body.

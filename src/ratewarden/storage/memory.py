@@ -305,10 +305,22 @@ def fast_limiter_hit(
     ``fallback`` (the Python ``Limiter.hit``, bound) answers shadow calls and
     whatever the twin does not take.
     """
-    fast = getattr(store, "__dict__", {}).get("hit")
-    if _speedups is None or not isinstance(fast, _speedups.MemoryGcra):
+    return _limiter_twin(getattr(store, "__dict__", {}).get("hit"), algorithm, fallback)
+
+
+def fast_async_limiter_hit(
+    store: AsyncMemoryStore, algorithm: str, fallback: Callable[..., Decision]
+) -> Callable[..., Decision] | None:
+    """``AsyncLimiter.hit_now`` in C over an ``AsyncMemoryStore``'s C twin; None otherwise."""
+    return _limiter_twin(store._decide, algorithm, fallback)
+
+
+def _limiter_twin(
+    core: object, algorithm: str, fallback: Callable[..., Decision]
+) -> Callable[..., Decision] | None:
+    if _speedups is None or not isinstance(core, _speedups.MemoryGcra):
         return None
-    made: Callable[..., Decision] = _speedups.LimiterHit(fast, algorithm, fallback)
+    made: Callable[..., Decision] = _speedups.LimiterHit(core, algorithm, fallback)
     return made
 
 
