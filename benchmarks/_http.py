@@ -21,11 +21,12 @@ of the variants are interleaved in a rotating order (round r runs every
 variant once, back to back), and each variant's figure is the median of its
 rounds. Its ratio to ``off`` is the median over rounds of the round's own ratio
 (the variant's rate over ``off``'s in the same round), which cancels the slow
-drifts of a shared machine; the ratio of the medians is given beside it. On a shared 2-CPU machine the load generator and the server
-compete for the CPUs, and other work shifts requests/s from round to round, so
-the table also gives the server process's own CPU time per request (user +
-system, from ``/proc/<pid>/stat``), which other load moves far less: the work
-the middleware adds, whatever the scheduler did. Redis's CPU is not in it.
+drifts of a shared machine; the ratio of the medians is given beside it. On a
+shared 2-CPU machine the load generator and the server compete for the CPUs,
+and other work shifts requests/s from round to round, so the table also gives
+the server process's own CPU time per request (user + system, from
+``/proc/<pid>/stat``), which other load moves far less: the work the
+middleware adds, whatever the scheduler did. Redis's CPU is not in it.
 
 A second table drives each variant's app object in this process, without a
 server or a socket: synthetic ``http`` scopes for the same keys from

@@ -106,7 +106,8 @@ def test_the_plain_and_the_awaited_evaluation_agree(
     sides = []
     for _ in range(2):
         clock = ManualClock()
-        sides.append((RuleSet(rules, clock=clock), AsyncLimiter(AsyncMemoryStore(clock=clock)), clock))
+        limiter = AsyncLimiter(AsyncMemoryStore(clock=clock))
+        sides.append((RuleSet(rules, clock=clock), limiter, clock))
     assert sides[0][1].hit_now is not None
 
     async def run() -> None:
