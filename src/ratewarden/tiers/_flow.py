@@ -75,22 +75,50 @@ def _aged(decision: Decision, elapsed_us: int, cost: int, extra: int = 0) -> Dec
     Built with ``make_decision`` (no frozen-dataclass ``replace``): this is the
     whole cost of a request answered by a lease or the negative cache.
     """
+    layers = decision.layers
+    if len(layers) == 1:
+        layer = layers[0]
+        aged = _aged_one(layer, elapsed_us, cost, extra, ())
+        if (
+            layer.remaining == decision.remaining
+            and layer.reset_after == decision.reset_after
+            and layer.retry_after == decision.retry_after
+            and layer.allowed is decision.allowed
+            and layer.rate is decision.rate
+            and layer.limit == decision.limit
+            and layer.delay == decision.delay
+        ):
+            # One rate: the decision is its layer (the usual case); age the numbers once.
+            return make_decision(
+                aged.allowed,
+                aged.limit,
+                aged.remaining,
+                aged.reset_after,
+                aged.retry_after,
+                aged.delay,
+                aged.rate,
+                cost,
+                (aged,),
+            )
+        return _aged_one(decision, elapsed_us, cost, extra, (aged,))
+    aged_layers = tuple([_aged_one(layer, elapsed_us, cost, extra, ()) for layer in layers])
+    return _aged_one(decision, elapsed_us, cost, extra, aged_layers)
 
-    def one(d: Decision, layers: tuple[Decision, ...]) -> Decision:
-        return make_decision(
-            d.allowed,
-            d.limit,
-            d.remaining + extra,
-            _shifted(d.reset_after, elapsed_us),
-            _shifted(d.retry_after, elapsed_us),
-            d.delay,
-            d.rate,
-            cost,
-            layers,
-        )
 
-    layers = tuple(one(layer, ()) for layer in decision.layers)
-    return one(decision, layers)
+def _aged_one(
+    d: Decision, elapsed_us: int, cost: int, extra: int, layers: tuple[Decision, ...]
+) -> Decision:
+    return make_decision(
+        d.allowed,
+        d.limit,
+        d.remaining + extra,
+        _shifted(d.reset_after, elapsed_us),
+        _shifted(d.retry_after, elapsed_us),
+        d.delay,
+        d.rate,
+        cost,
+        layers,
+    )
 
 
 def _assumed(rates: tuple[Rate, ...], cost: int, mode: str, wait: float) -> Decision:
@@ -200,7 +228,13 @@ class _TwoTierBase:
             if not local.allowed:
                 self.counts.add("local_denials")
                 return local
-        if self.leases is not None:
+        leases = self.leases
+        if leases is not None:
+            held = leases.spend(ident, cost, now)
+            if held is not None:
+                # The usual answer with leases on, without a nested generator.
+                self.counts.add("lease_hits")
+                return self._from_lease(held, cost, now)
             return (yield from self._leased(ident, cost, mode, local, now))
         return (yield from self._global(key, found, cost, mode, local, now))
 
@@ -219,7 +253,7 @@ class _TwoTierBase:
         Skipped when a lease balance covers the cost: units already bought may be spent.
         """
         negative, leases = self.negative, self.leases
-        if negative is None:
+        if negative is None or ident not in negative:  # the common case: nothing cached
             return None
         short = cost
         if leases is not None:
@@ -251,12 +285,9 @@ class _TwoTierBase:
     def _leased(
         self, ident: _Ident, cost: int, mode: str, local: Decision | None, now: int
     ) -> Flow:
+        """No balance covered ``cost`` (``_flow`` tried): buy a lease, or ask for this request."""
         book = self.leases
         assert book is not None
-        held = book.spend(ident, cost, now)
-        if held is not None:
-            self.counts.add("lease_hits")
-            return self._from_lease(held, cost, now)
         if not book.start_buying(ident):
             # Another request is buying this key's lease: ask for this request alone.
             return (yield from self._global(ident[0], ident[1], cost, mode, local, now))

@@ -162,8 +162,13 @@ class AsyncTwoTier(_TwoTierBase):
         failure: str | None = None,
     ) -> Decision:
         """See ``TwoTier.hit``."""
-        decision = await self._drive(self._flow(key, rates, cost, failure), key, rates)
-        return self._finish(decision, shadow)
+        flow = self._flow(key, rates, cost, failure)
+        try:
+            ask = next(flow)
+        except StopIteration as done:
+            # Answered in this process (lease, local bucket, cached denial): no await at all.
+            return self._finish(done.value, shadow)
+        return self._finish(await self._resume(flow, ask, key, rates), shadow)
 
     async def peek(
         self, key: str, rates: Rate | Sequence[Rate], *, failure: str | None = None
@@ -177,9 +182,19 @@ class AsyncTwoTier(_TwoTierBase):
         await self.store.reset(self.algorithm, key, rates)
 
     async def _drive(self, flow: Flow, key: str, rates: Rate | Sequence[Rate]) -> Decision:
+        try:
+            ask = next(flow)
+        except StopIteration as done:
+            result: Decision = done.value
+            return result
+        return await self._resume(flow, ask, key, rates)
+
+    async def _resume(
+        self, flow: Flow, cost: int, key: str, rates: Rate | Sequence[Rate]
+    ) -> Decision:
+        """Drive ``flow`` on from its first store call (``cost`` units)."""
         store, algorithm = self.store, self.algorithm
         try:
-            cost = next(flow)
             while True:
                 reply: Decision | StorageError
                 try:

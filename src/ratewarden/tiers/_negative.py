@@ -85,6 +85,10 @@ class NegativeCache:
             self.hits += 1
             return entry
 
+    def __contains__(self, key: object) -> bool:
+        """Whether a denial of ``key`` is held, live or not yet swept (no lock: a hint)."""
+        return key in self._entries
+
     def forget(self, key: Hashable) -> None:
         """Drop ``key``'s denial (after a reset, say)."""
         with self._lock:
