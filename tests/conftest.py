@@ -1,4 +1,4 @@
-"""Shared fixtures: real redis-server processes on loopback, started by the tests."""
+"""Shared fixtures: real redis-server and valkey-server processes on loopback, started by tests."""
 
 from __future__ import annotations
 
@@ -7,7 +7,15 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
-from tests._servers import RedisCluster, RedisSentinel, RedisServer, SilentServer
+from tests._servers import (
+    NO_VALKEY,
+    VALKEY_CLI,
+    VALKEY_SERVER,
+    RedisCluster,
+    RedisSentinel,
+    RedisServer,
+    SilentServer,
+)
 
 
 @pytest.fixture(scope="session")
@@ -39,6 +47,44 @@ def redis_cluster() -> Iterator[RedisCluster]:
 def cluster_client(redis_cluster: RedisCluster) -> Iterator[redis.RedisCluster]:
     """A cluster client on emptied primaries."""
     client = redis_cluster.client()
+    client.flushall(target_nodes=redis.RedisCluster.PRIMARIES)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def valkey_server() -> Iterator[RedisServer]:
+    """One standalone valkey-server for the whole session (fails, not skips, without one)."""
+    if VALKEY_SERVER is None:
+        pytest.fail(NO_VALKEY, pytrace=False)
+    server = RedisServer(binary=VALKEY_SERVER)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def valkey_client(valkey_server: RedisServer) -> Iterator[redis.Redis]:
+    """A redis-py client on an emptied standalone Valkey server."""
+    client = valkey_server.client()
+    client.flushall()
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def valkey_cluster() -> Iterator[RedisCluster]:
+    """A 3-primary Valkey Cluster for the whole session (fails, not skips, without Valkey)."""
+    if VALKEY_SERVER is None:
+        pytest.fail(NO_VALKEY, pytrace=False)
+    cluster = RedisCluster(primaries=3, binary=VALKEY_SERVER, cli=VALKEY_CLI)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def valkey_cluster_client(valkey_cluster: RedisCluster) -> Iterator[redis.RedisCluster]:
+    """A redis-py cluster client on emptied Valkey primaries."""
+    client = valkey_cluster.client()
     client.flushall(target_nodes=redis.RedisCluster.PRIMARIES)
     yield client
     client.close()

@@ -1,4 +1,5 @@
-"""Fixtures for the store tests: the same test on a standalone server and on a Cluster."""
+"""Fixtures for the store tests: the same test on a standalone server and a Cluster, of each of
+Redis and Valkey (redis-py clients both: Valkey speaks the same protocol)."""
 
 from __future__ import annotations
 
@@ -15,28 +16,38 @@ from tests._servers import RedisCluster, RedisServer, free_port, self_signed_cer
 Client = redis.Redis | redis.RedisCluster
 AsyncClient = aredis.Redis | aredis.RedisCluster
 
-TOPOLOGIES = ["standalone", pytest.param("cluster", marks=pytest.mark.cluster)]
+TOPOLOGIES = [
+    "standalone",
+    pytest.param("cluster", marks=pytest.mark.cluster),
+    "valkey",
+    pytest.param("valkey-cluster", marks=pytest.mark.cluster),
+]
+# topology: (session fixture with the server or Cluster, fixture with an emptied blocking client)
+FIXTURES = {
+    "standalone": ("redis_server", "redis_client"),
+    "cluster": ("redis_cluster", "cluster_client"),
+    "valkey": ("valkey_server", "valkey_client"),
+    "valkey-cluster": ("valkey_cluster", "valkey_cluster_client"),
+}
 
 
 @pytest.fixture(params=TOPOLOGIES)
 def client(request: pytest.FixtureRequest) -> Client:
-    """An emptied blocking client: standalone, then 3-primary Cluster."""
-    name = "redis_client" if request.param == "standalone" else "cluster_client"
-    found: Client = request.getfixturevalue(name)
+    """An emptied blocking client: standalone, then 3-primary Cluster; Redis, then Valkey."""
+    found: Client = request.getfixturevalue(FIXTURES[request.param][1])
     return found
 
 
 @pytest.fixture(params=TOPOLOGIES)
 async def async_client(request: pytest.FixtureRequest) -> AsyncIterator[AsyncClient]:
-    """An emptied asyncio client: standalone, then 3-primary Cluster."""
+    """An emptied asyncio client: standalone, then 3-primary Cluster; Redis, then Valkey."""
+    setup: RedisServer | RedisCluster = request.getfixturevalue(FIXTURES[request.param][0])
     made: AsyncClient
-    if request.param == "standalone":
-        server: RedisServer = request.getfixturevalue("redis_server")
-        made = aredis.Redis(host="127.0.0.1", port=server.port)
+    if isinstance(setup, RedisServer):
+        made = aredis.Redis(host="127.0.0.1", port=setup.port)
         await made.flushall()
     else:
-        cluster: RedisCluster = request.getfixturevalue("redis_cluster")
-        made = aredis.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+        made = aredis.RedisCluster(host="127.0.0.1", port=setup.nodes[0].port)
         await made.flushall(target_nodes=aredis.RedisCluster.PRIMARIES)
     yield made
     await made.aclose()
