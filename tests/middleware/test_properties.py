@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import math
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,7 +15,7 @@ from ratewarden.decision import Decision
 from ratewarden.headers import HeaderOptions, retry_after_seconds
 from ratewarden.middleware import RequestInfo, Rule, RuleSet, by_client_ip
 from ratewarden.middleware._core import drive_async
-from ratewarden.testing import ManualClock
+from ratewarden.testing import DecisionRecorder, ManualClock
 
 TRUSTED = ["10.0.0.0/8", "fd00::/8"]
 _NETWORKS = [ipaddress.ip_network(n) for n in TRUSTED]
@@ -131,3 +132,114 @@ def test_the_plain_and_the_awaited_evaluation_agree(
         assert sides[0][0].shadow_report() == sides[1][0].shadow_report()
 
     asyncio.run(run())
+
+
+_HEADER_LISTS = st.lists(
+    st.tuples(
+        st.sampled_from([b"x-api-key", b"X-Api-Key", b"x-forwarded-for", b"host"]),
+        st.sampled_from([b"k1", b"k2", b"", b" k1 ", b"k\xe9", b"203.0.113.9, 10.0.0.3"]),
+    ),
+    max_size=4,
+)
+_CLIENTS = st.one_of(
+    st.none(), st.sampled_from([("198.51.100.7", 4000), ("2001:db8::1", 4000), ("10.0.0.2", 1)])
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    layout=st.sampled_from(["key", "key+ip", "ip-trusted", "raw-key", "default", "none"]),
+    requests=st.lists(
+        st.tuples(_HEADER_LISTS, _CLIENTS, st.integers(0, 400_000)), min_size=1, max_size=20
+    ),
+)
+def test_the_scope_path_answers_as_the_request_path(
+    layout: str, requests: list[tuple[list[tuple[bytes, bytes]], object, int]]
+) -> None:
+    """``RuleSet.decide_asgi`` (identity read from the scope, no ``RequestInfo``) sends what
+    the general path sends, message for message: statuses, headers, bodies; over API keys
+    present, empty, repeated or in another case, peers v4, v6 or missing, trusted proxies."""
+    from ratewarden.middleware import RateLimitMiddleware, by_api_key, by_client_ip
+
+    rules = {
+        "key": [Rule("c", "3/second", key=by_api_key())],
+        "key+ip": [
+            Rule("ip", "5/second", key=by_client_ip()),
+            Rule("c", "2/second", key=by_api_key(), cost=2, fallback="nokey"),
+        ],
+        "ip-trusted": [Rule("ip", "2/second", key=by_client_ip(["10.0.0.0/8"]))],
+        "raw-key": [Rule("c", "2/second", key=by_api_key(hashed=False))],
+        "default": [Rule("d", "2/second")],
+        "none": [],
+    }[layout]
+    sides = []
+    for plain in (True, False):
+        clock = ManualClock()
+        ruleset = RuleSet(rules, clock=clock)
+        assert ruleset.plain_asgi
+        ruleset.plain_asgi = plain
+
+        async def app(scope: object, receive: object, send: Any) -> None:
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+
+        recorder = DecisionRecorder()
+        limiter = AsyncLimiter(AsyncMemoryStore(clock=clock), on_decision=recorder)
+        middleware = RateLimitMiddleware(app, limiter=limiter, rules=ruleset)
+        sides.append((middleware, clock, recorder))
+
+    async def run() -> None:
+        for headers, client, advance_us in requests:
+            sent: list[list[object]] = [[], []]
+            for i, (middleware, clock, _) in enumerate(sides):
+                clock.advance(advance_us / 1e6)
+                scope = {"type": "http", "method": "GET", "path": "/", "headers": headers}
+                if client is not None:
+                    scope["client"] = client
+
+                async def send(message: object, into: list[object] = sent[i]) -> None:
+                    into.append(message)
+
+                await middleware(scope, None, send)
+            assert sent[0] == sent[1]
+        # The same identities were charged, in the same order.
+        assert sides[0][2].keys() == sides[1][2].keys()
+
+    asyncio.run(run())
+
+
+@given(
+    headers=st.lists(
+        st.tuples(
+            st.sampled_from([b"x-api-key", b"X-API-KEY", b"x-forwarded-for", b"forwarded"]),
+            st.sampled_from(
+                [b"k1", b"", b" k1 ", b"203.0.113.9, 10.0.0.3", b"for=203.0.113.9", b"unknown"]
+            ),
+        ),
+        max_size=4,
+    ),
+    client=st.one_of(
+        st.none(),
+        st.sampled_from([("10.0.0.2", 1), ("198.51.100.7", 2), ("2001:db8::1", 3), ("", 4)]),
+    ),
+)
+def test_each_extractor_reads_the_scope_as_it_reads_the_request(
+    headers: list[tuple[bytes, bytes]], client: object
+) -> None:
+    """The ``asgi`` twin of every built-in extractor equals the extractor over ``from_asgi``."""
+    from ratewarden.middleware import by_api_key, by_client_ip
+    from ratewarden.middleware._request import from_asgi
+
+    scope: dict[str, object] = {"type": "http", "headers": headers}
+    if client is not None:
+        scope["client"] = client
+    extractors = [
+        by_api_key(),
+        by_api_key("X-Api-Key", hashed=False),
+        by_client_ip(),
+        by_client_ip(["10.0.0.0/8"]),
+        by_client_ip(["10.0.0.0/8"], header="forwarded"),
+        by_client_ip(ipv6_prefix=128),
+    ]
+    for extract in extractors:
+        assert extract.asgi(scope) == extract(from_asgi(scope)), extract  # type: ignore[attr-defined]

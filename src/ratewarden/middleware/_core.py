@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ratewarden import headers as rl_headers
 from ratewarden.clock import Clock, SystemClock
@@ -100,6 +100,7 @@ class Compiled:
     """
 
     __slots__ = (
+        "asgi_key",
         "cost",
         "fallback",
         "fixed_cost",
@@ -119,6 +120,10 @@ class Compiled:
         self.prefix = f"{rule.name}:"
         self.rates = rule.rates
         self.key: KeyFunc = rule.key or default_key
+        # The built-in extractors' twin reading the ASGI scope itself (see RuleSet.decide_asgi).
+        self.asgi_key: Callable[[Mapping[str, Any]], str | None] | None = getattr(
+            self.key, "asgi", None
+        )
         self.cost = rule.cost
         self.fixed_cost = rule.cost.value if isinstance(rule.cost, FixedCost) else None
         self.shadow = rule.shadow
@@ -222,6 +227,12 @@ class RuleSet:
         self._shadow: dict[str, bool] = {}
         self._compiled = tuple(Compiled(r, self.default_key, self.headers) for r in self.rules)
         self._unfiltered = all(c.unfiltered for c in self._compiled)
+        # Every rule applies to every request, reads its identity from the scope alone, costs
+        # a fixed amount and enforces: decide_asgi may answer for evaluate.
+        self.plain_asgi = resolver is None and all(
+            c.unfiltered and c.asgi_key is not None and c.fixed_cost is not None and not c.shadow
+            for c in self._compiled
+        )
         self._names = frozenset(r.name for r in self.rules)
         # Route rules and overrides, compiled on first use: (id of the decorator's object,
         # rule name) -> (that object, kept alive so the id stays its own; the compiled rule).
@@ -358,6 +369,24 @@ class RuleSet:
             hit = self._hit(rule, request, switched)
             decision = limit(hit[0], hit[1], hit[2], shadow=hit[3])
             if self._settle(rule, hit, decision, enforced):
+                break
+        return self._outcome(enforced)
+
+    def decide_asgi(self, scope: Mapping[str, Any], limit: HitNow) -> Outcome | None:
+        """``decide`` straight from an ASGI scope, or None when it cannot answer for it.
+
+        It answers when the rule set is ``plain_asgi`` and no rule is switched off or
+        into shadow mode at runtime; the caller checks the route (no decorated
+        endpoint). No ``RequestInfo`` is made: the rules' extractors read the scope.
+        """
+        if self._disabled or self._shadow:
+            return None
+        enforced: list[tuple[Compiled, str, Decision]] = []
+        for rule in self._compiled:
+            key = rule.prefix + (rule.asgi_key(scope) or rule.fallback)  # type: ignore[misc]
+            decision = limit(key, rule.rates, rule.fixed_cost)  # type: ignore[arg-type]
+            enforced.append((rule, key, decision))
+            if not decision.allowed:
                 break
         return self._outcome(enforced)
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import ipaddress
-from collections.abc import Callable, Iterable
-from typing import Literal
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal
 
 from ratewarden.errors import ConfigurationError
-from ratewarden.middleware._request import RequestInfo
+from ratewarden.middleware._request import RequestInfo, from_asgi, header_value
 
 __all__ = [
     "ANONYMOUS",
@@ -52,16 +52,35 @@ def by_api_key(header: str = "x-api-key", *, hashed: bool = True) -> KeyFunc:
     """
     if not isinstance(header, str) or not header.strip():
         raise ConfigurationError(f"by_api_key header {header!r} must be a header name")
-    name = header.strip().lower()
-    identity = _hashed_key if hashed else _raw_key
+    return _HeaderKey(header.strip().lower(), _hashed_key if hashed else _raw_key)
 
-    def extract(request: RequestInfo) -> str | None:
-        value = request.headers.get(name)
+
+class _HeaderKey:
+    """``by_api_key``'s extractor; ``asgi`` is the same function of an ASGI scope."""
+
+    __slots__ = ("_identity", "_name", "_wanted")
+
+    def __init__(self, name: str, identity: Callable[[str], str | None]) -> None:
+        self._name = name
+        self._wanted = name.encode("latin-1")
+        self._identity = identity
+
+    def __call__(self, request: RequestInfo) -> str | None:
+        value = request.headers.get(self._name)
         if not value:
             return None
-        return identity(value)
+        return self._identity(value)
 
-    return extract
+    def asgi(self, scope: Mapping[str, Any]) -> str | None:
+        """The identity read from the scope's header list, with no ``RequestInfo`` made."""
+        value = header_value(scope.get("headers", ()), self._wanted)
+        if not value:
+            return None
+        return self._identity(value)
+
+    def __repr__(self) -> str:
+        hashed = "" if self._identity is _hashed_key else ", hashed=False"
+        return f"by_api_key({self._name!r}{hashed})"
 
 
 # A client sends the same key again and again: remember the last few thousand
@@ -237,6 +256,14 @@ class ClientIP:
             # No proxies to trust: the identity is a function of the peer text alone.
             return _peer_identity(request.peer, self._ipv6_prefix)
         return _identity(self.address(request), self._ipv6_prefix)
+
+    def asgi(self, scope: Mapping[str, Any]) -> str | None:
+        """``self(from_asgi(scope))``; without trusted proxies, from the peer alone."""
+        if not self._trusted:
+            client = scope.get("client")
+            if client:
+                return _peer_identity(str(client[0]), self._ipv6_prefix)
+        return self(from_asgi(scope))
 
     def __repr__(self) -> str:
         trusted = [str(n) for n in self._trusted]

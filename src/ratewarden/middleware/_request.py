@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RequestInfo", "from_asgi", "from_wsgi"]
+__all__ = ["RequestInfo", "from_asgi", "from_wsgi", "header_value"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +45,17 @@ def _wanted(name: str) -> bytes:
     return name.lower().encode("latin-1")
 
 
+def header_value(raw: Iterable[tuple[bytes, bytes]], wanted: bytes) -> str | None:
+    """Header ``wanted`` (lower-case bytes) of an ASGI header list, repeated lines joined."""
+    size = len(wanted)
+    # Servers send lower-case names (ASGI asks for it); the length test skips lower()
+    # for the names that cannot match.
+    found = [v for k, v in raw if len(k) == size and (k == wanted or k.lower() == wanted)]
+    if not found:
+        return None
+    return (found[0] if len(found) == 1 else b", ".join(found)).decode("latin-1")
+
+
 class ASGIHeaders(Mapping[str, str]):
     """The scope's header list as a read-only mapping, decoded only as far as it is read.
 
@@ -62,14 +73,8 @@ class ASGIHeaders(Mapping[str, str]):
         """The header's value (repeated lines joined with ``", "``), or ``default``."""
         if self._decoded is not None:
             return self._decoded.get(name, default)
-        wanted = _wanted(name)
-        size = len(wanted)
-        # Servers send lower-case names (ASGI asks for it); the length test skips lower()
-        # for the names that cannot match.
-        found = [v for k, v in self._raw if len(k) == size and (k == wanted or k.lower() == wanted)]
-        if not found:
-            return default
-        return (found[0] if len(found) == 1 else b", ".join(found)).decode("latin-1")
+        found = header_value(self._raw, _wanted(name))
+        return default if found is None else found
 
     def __getitem__(self, name: str) -> str:
         found = self.get(name)

@@ -42,6 +42,7 @@ __all__ = [
     "override",
     "route_limits",
     "starlette_endpoint",
+    "undecorated",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -220,6 +221,14 @@ def starlette_endpoint(request: RequestInfo) -> object | None:
     if not routes or not _any_decorated(app, routes):
         return None
     return _starlette_match(routes, request.raw)
+
+
+def undecorated(scope: Mapping[str, Any]) -> bool:
+    """True when ``starlette_endpoint`` finds no ratewarden metadata for any request of the
+    scope's app (no route of it is decorated), so that no route changes the rules."""
+    app = scope.get("app")
+    routes = getattr(app, "routes", None)
+    return not routes or not _any_decorated(app, routes)
 
 
 def flask_endpoint(app: Any) -> Resolver:

@@ -23,7 +23,7 @@ from typing import Any
 from ratewarden.errors import ConfigurationError
 from ratewarden.middleware._core import AsyncHitter, Outcome, RuleSet, drive_async
 from ratewarden.middleware._request import from_asgi
-from ratewarden.middleware._routes import starlette_endpoint
+from ratewarden.middleware._routes import starlette_endpoint, undecorated
 
 __all__ = ["RateLimitMiddleware"]
 
@@ -65,16 +65,21 @@ class RateLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request = from_asgi(scope)
-        rules = self.rules.applicable(request, starlette_endpoint)
-        if not rules:
-            await self.app(scope, receive, send)
-            return
         now = getattr(self.limiter, "hit_now", None)
-        if now is not None:
-            outcome = self.rules.decide(request, rules, now)
-        else:
-            outcome = await drive_async(self.rules.run(request, rules), self.limiter)
+        outcome = None
+        if now is not None and self.rules.plain_asgi and undecorated(scope):
+            # The limiter answers at once and every rule reads the scope alone.
+            outcome = self.rules.decide_asgi(scope, now)
+        if outcome is None:
+            request = from_asgi(scope)
+            rules = self.rules.applicable(request, starlette_endpoint)
+            if not rules:
+                await self.app(scope, receive, send)
+                return
+            if now is not None:
+                outcome = self.rules.decide(request, rules, now)
+            else:
+                outcome = await drive_async(self.rules.run(request, rules), self.limiter)
         if outcome.blocked:
             await self._deny(send, outcome, head=scope.get("method") == "HEAD")
             return
