@@ -134,6 +134,10 @@ def test_the_plain_and_the_awaited_evaluation_agree(
     asyncio.run(run())
 
 
+class _AwaitedStore(AsyncMemoryStore):
+    """The memory store as a limiter sees a network store: no ``hit_now``, awaited."""
+
+
 _HEADER_LISTS = st.lists(
     st.tuples(
         st.sampled_from([b"x-api-key", b"X-Api-Key", b"x-forwarded-for", b"host"]),
@@ -152,13 +156,15 @@ _CLIENTS = st.one_of(
     requests=st.lists(
         st.tuples(_HEADER_LISTS, _CLIENTS, st.integers(0, 400_000)), min_size=1, max_size=20
     ),
+    awaited=st.booleans(),
 )
 def test_the_scope_path_answers_as_the_request_path(
-    layout: str, requests: list[tuple[list[tuple[bytes, bytes]], object, int]]
+    layout: str, requests: list[tuple[list[tuple[bytes, bytes]], object, int]], awaited: bool
 ) -> None:
     """``RuleSet.decide_asgi`` (identity read from the scope, no ``RequestInfo``) sends what
     the general path sends, message for message: statuses, headers, bodies; over API keys
-    present, empty, repeated or in another case, peers v4, v6 or missing, trusted proxies."""
+    present, empty, repeated or in another case, peers v4, v6 or missing, trusted proxies.
+    ``awaited``: a store the limiter awaits (``decide_asgi_async``, no ``hit_now``)."""
     from ratewarden.middleware import RateLimitMiddleware, by_api_key, by_client_ip
 
     rules = {
@@ -184,7 +190,9 @@ def test_the_scope_path_answers_as_the_request_path(
             await send({"type": "http.response.body", "body": b"ok"})
 
         recorder = DecisionRecorder()
-        limiter = AsyncLimiter(AsyncMemoryStore(clock=clock), on_decision=recorder)
+        store = (_AwaitedStore if awaited else AsyncMemoryStore)(clock=clock)
+        limiter = AsyncLimiter(store, on_decision=recorder)
+        assert (limiter.hit_now is None) is awaited
         middleware = RateLimitMiddleware(app, limiter=limiter, rules=ruleset)
         sides.append((middleware, clock, recorder))
 

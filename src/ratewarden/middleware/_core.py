@@ -383,10 +383,22 @@ class RuleSet:
             return None
         enforced: list[tuple[Compiled, str, Decision]] = []
         for rule in self._compiled:
-            key = rule.prefix + (rule.asgi_key(scope) or rule.fallback)  # type: ignore[misc]
-            decision = limit(key, rule.rates, rule.fixed_cost)  # type: ignore[arg-type]
-            enforced.append((rule, key, decision))
-            if not decision.allowed:
+            key = _scope_key(rule, scope)
+            if _enforced(rule, key, limit(key, rule.rates, rule.fixed_cost), enforced):  # type: ignore[arg-type]
+                break
+        return self._outcome(enforced)
+
+    async def decide_asgi_async(
+        self, scope: Mapping[str, Any], limiter: AsyncHitter
+    ) -> Outcome | None:
+        """``decide_asgi`` over a limiter that is awaited (a store over the network)."""
+        if self._disabled or self._shadow:
+            return None
+        enforced: list[tuple[Compiled, str, Decision]] = []
+        for rule in self._compiled:
+            key = _scope_key(rule, scope)
+            decision = await limiter.hit(key, rule.rates, rule.fixed_cost)  # type: ignore[arg-type]
+            if _enforced(rule, key, decision, enforced):
                 break
         return self._outcome(enforced)
 
@@ -429,6 +441,19 @@ class RuleSet:
         retry = rl_headers.retry_after_seconds(decision, self.headers)
         body = rl_headers.problem_body(rule.name, retry)
         return Outcome(True, (*found, *rl_headers.denied_headers(retry, body)), body)
+
+
+def _scope_key(rule: Compiled, scope: Mapping[str, Any]) -> str:
+    """``rule``'s store key for an ASGI scope (a ``plain_asgi`` rule set's rule)."""
+    return rule.prefix + (rule.asgi_key(scope) or rule.fallback)  # type: ignore[misc]
+
+
+def _enforced(
+    rule: Compiled, key: str, decision: Decision, enforced: list[tuple[Compiled, str, Decision]]
+) -> bool:
+    """Note an enforcing rule's decision; True when it denied and evaluation stops."""
+    enforced.append((rule, key, decision))
+    return not decision.allowed
 
 
 def _order(entry: tuple[Compiled, str, Decision]) -> tuple[bool, int, float]:

@@ -67,9 +67,12 @@ class RateLimitMiddleware:
             return
         now = getattr(self.limiter, "hit_now", None)
         outcome = None
-        if now is not None and self.rules.plain_asgi and undecorated(scope):
-            # The limiter answers at once and every rule reads the scope alone.
-            outcome = self.rules.decide_asgi(scope, now)
+        if self.rules.plain_asgi and undecorated(scope):
+            # Every rule reads the scope alone (see RuleSet.plain_asgi).
+            if now is not None:
+                outcome = self.rules.decide_asgi(scope, now)
+            else:
+                outcome = await self.rules.decide_asgi_async(scope, self.limiter)
         if outcome is None:
             request = from_asgi(scope)
             rules = self.rules.applicable(request, starlette_endpoint)
