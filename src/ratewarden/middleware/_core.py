@@ -49,9 +49,9 @@ from ratewarden.rate import Rate
 __all__ = [
     "AsyncHitter",
     "Hit",
+    "HitNow",
     "Hitter",
     "Outcome",
-    "HitNow",
     "RuleSet",
     "drive_async",
 ]
