@@ -71,3 +71,20 @@ def test_a_rest_between_reserve_and_settle_absorbs_the_excess() -> None:
     budget.reserve("k", input_tokens=500)
     assert budget.settle(second, input_tokens=0, output_tokens=0).refunded["tokens"] == 0
     assert budget.peek("k").axis("tokens").remaining == 500
+
+
+def test_a_ledger_that_rested_while_the_axis_held_the_excess_refunds_only_what_is_ahead() -> None:
+    """The case hypothesis found: 667 reserved at 0 s (67 used), 40 s later 600 more reserved,
+    the first settled. An exact ledger of actual usage rested before 40 s (67 tokens come back
+    in 4 s), so only what the axis still held beyond the ledger may come back: a third 600 at
+    40 s must be refused (the ledger has 400 left), where the full 600 used to be refunded."""
+    clock = ManualClock()
+    budget = TokenBudget(MemoryStore(clock=clock), {"tokens": "1000/minute"}, max_output_tokens=600)
+    first = budget.reserve("k", input_tokens=67)
+    assert first
+    clock.advance(40)
+    assert budget.reserve("k", input_tokens=0)
+    refund = budget.settle(first, output_tokens=0).refunded["tokens"]
+    assert refund <= 1  # 0.02 s of the first reservation was still ahead of the ledger
+    assert not budget.reserve("k", input_tokens=0)
+    assert budget.peek("k").axis("tokens").remaining <= 401

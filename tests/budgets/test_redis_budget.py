@@ -143,3 +143,44 @@ def test_worked_example_through_a_sentinel_named_primary(redis_sentinel: RedisSe
     with redis_sentinel.primary.client() as primary:
         assert primary.keys("rw:{tenant:s}:*")  # the state is on the primary
     store.close()
+
+
+def test_lua_twin_bounds_refunds_as_the_memory_store(redis_server: RedisServer) -> None:
+    """A small budget and long waits, where the refund bound (never below now plus what was
+    charged after the reservation) decides: 600 random steps, the pinned case first; every
+    reply equal, and the pinned case refuses the third 600 on Redis too."""
+    limits = {"tokens": Rate(1000, 60)}
+    clock = ManualClock()
+    client = redis_server.client()
+    client.flushall()
+    memory = TokenBudget(MemoryStore(clock=clock), limits, max_output_tokens=600)
+    remote = TokenBudget(
+        RedisStore(client, clock=clock, timeout=1.0), limits, max_output_tokens=600
+    )
+    first = remote.reserve("pinned", input_tokens=67)
+    clock.advance(40)
+    assert remote.reserve("pinned", input_tokens=0)
+    assert remote.settle(first, output_tokens=0).refunded["tokens"] <= 1
+    assert not remote.reserve("pinned", input_tokens=0)
+    rng = random.Random(11)
+    held: list[tuple[object, object]] = []
+    for step in range(600):
+        action = rng.random()
+        if action < 0.45:
+            rid = f"r{step}"
+            tokens = rng.choice([0, 67, 300, 400])
+            pair = (
+                memory.reserve("k", tokens, reservation_id=rid),
+                remote.reserve("k", tokens, reservation_id=rid),
+            )
+            assert pair[0] == pair[1], step
+            held.append(pair)
+        elif action < 0.8 and held:
+            mine, theirs = held.pop(rng.randrange(len(held)))
+            used = rng.choice([0, 0, 150, 600])
+            assert memory.settle(mine, output_tokens=used) == remote.settle(
+                theirs, output_tokens=used
+            ), step
+        else:
+            clock.advance_us(rng.choice([1, 6_000, 2_000_000, 15_000_000, 40_000_000]))
+    assert memory.peek("k") == remote.peek("k")

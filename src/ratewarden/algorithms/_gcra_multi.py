@@ -22,24 +22,31 @@ Three operations:
 - ``charge``: record usage that already happened, with no reservation (Envoy's
   charge on stream done): each axis takes its amount, up to an empty budget.
 
-Why the busy period: an axis' state is ``(tat_us, frac, since_us)``, where
-``since_us`` is when the axis last left rest (its TAT was at or behind now and
-a charge moved it ahead). While it stays busy, the TAT is ``since`` plus the
-charges made since then, minus the refunds: it exceeds the TAT of an exact
-ledger of actual usage by exactly the unused part of the reservations still
-open, so taking one reservation's unused part off never goes below that
-ledger (and is clamped at now). Once the axis has rested, the ledger rested
-too and every excess still open was absorbed by the rest; refunding it again
-would admit more than the budget, so a record whose ``since`` no longer
-matches refunds nothing.
+Why refunds are bounded: an axis' state is ``(tat_us, frac, since_us, used)``,
+where ``since_us`` is when the axis last left rest (its TAT was at or behind
+now and a charge moved it ahead) and ``used`` the units charged since then
+(reservations, overruns, charges; refunds do not lower it). The axis must never
+be behind an exact ledger that charges each reservation its actual usage at the
+time it was admitted. Settling reservation R by ``x`` unused units moves that
+ledger's TAT to ``max(TAT - x, M)``, where M is the TAT that the charges made
+after R alone would give; M is at most ``now`` plus those charges, and they are
+``used - used_R`` (``used_R``: ``used`` just after R was charged, kept in the
+record). So a settle moves the TAT back by at most ``(cost - actual)`` units and
+never below ``now + (used - used_R)`` units. Once the axis has rested, a record
+whose ``since`` no longer matches refunds nothing: the rest gave its excess back
+already. (Without the ``used`` bound a reservation's own unused units came back
+in full even when the ledger had rested while the axis, holding them, had not:
+1,000 tokens/min, 667 reserved at 0 s and 67 used, 600 reserved at 40 s, the first
+settled, then 600 more admitted at 40 s: 1,200 in one instant.)
 
 ARGV (0-based here, ``ARGV[i + 1]`` in Lua)::
 
     [0] now_us or ""   [1] "reserve" | "settle" | "charge"   [2] m axes   [3] record ttl_us
     [4 + 4i ...]       axis i: n, d, capacity, amount (cost, actual usage, or usage)
 
-Axis state: ``(tat_us, frac, since_us)``; record: ``("r", charges, expires_us)``
-with a ``(cost, since_us)`` per axis, or ``("s", expires_us)``.
+Axis state: ``(tat_us, frac, since_us, used)``; record: ``("r", charges, expires_us)``
+with a ``(cost, since_us, used)`` per axis, or ``("s", expires_us)``. A state or record
+written before ``used`` existed reads as ``used`` 0 (the bound is then not applied).
 
 KEYS: the m axis state keys, then the record key (optional for reserve).
 
@@ -82,22 +89,29 @@ def _axes(args: Sequence[int | str]) -> list[tuple[tuple[int, int, int], int]]:
     return found
 
 
-def _ahead(state: tuple[int, int, int] | None, now: int, n: int) -> int:
+def _ahead(state: tuple[int, ...] | None, now: int, n: int) -> int:
     """Distance of the TAT ahead of now, in units of 1/n microsecond (0 when rested)."""
     if state is None or state[0] < now:
         return 0
     return (state[0] - now) * n + state[1]
 
 
-def _gcra(state: tuple[int, int, int] | None) -> gcra.State | None:
+def _gcra(state: tuple[int, ...] | None) -> gcra.State | None:
     return None if state is None else (state[0], state[1])
 
 
-def _busy_since(state: tuple[int, int, int] | None, now: int) -> int:
+def _busy_since(state: tuple[int, ...] | None, now: int) -> int:
     """When the axis left rest: kept while busy, ``now`` when a charge starts from rest."""
     if state is None or _ahead(state, now, 1) == 0:
         return now
     return state[2]
+
+
+def _used(state: tuple[int, ...] | None, now: int) -> int:
+    """Units charged in the axis' current busy period (0 at rest, or in an older state)."""
+    if state is None or len(state) < 4 or _ahead(state, now, 1) == 0:
+        return 0
+    return state[3]
 
 
 def _numbers(outcome: Outcome) -> list[int]:
@@ -123,7 +137,7 @@ def _reserve(
     allowed = all(step[0].allowed for step in steps)
     reply = [now, int(allowed), int(allowed)]
     writes: list[Write] = []
-    charges: list[tuple[int, int]] = []
+    charges: list[tuple[int, int, int]] = []
     for i, ((params, cost), step) in enumerate(zip(axes, steps, strict=True)):
         outcome = step[0]
         if not allowed and outcome.allowed:
@@ -132,9 +146,11 @@ def _reserve(
         reply.extend(_numbers(outcome))
         if allowed:
             since = _busy_since(states[i], now)
+            used = _used(states[i], now)
             if cost > 0:
-                writes.append((i, (*step[1], since), now + step[2]))
-            charges.append((cost, since))
+                used += cost
+                writes.append((i, (*step[1], since, used), now + step[2]))
+            charges.append((cost, since, used))
     if allowed and has_record:
         expires = now + int(args[3])
         writes.append((m, ("r", tuple(charges), expires), expires))
@@ -142,17 +158,24 @@ def _reserve(
 
 
 def _settle_axis(
-    params: tuple[int, int, int], state: Any, now: int, charge: tuple[int, int], actual: int
+    params: tuple[int, int, int], state: Any, now: int, charge: tuple[int, ...], actual: int
 ) -> tuple[int, Any, int]:
-    """``(refunded units, new state, ttl_us)`` of one axis."""
+    """``(refunded units, new state, ttl_us)`` of one axis.
+
+    ``charge`` is the record's ``(cost, since_us, used)`` for this axis (``used``
+    absent in a record written before it existed).
+    """
     n, d, capacity = params
-    cost, charged_since = charge
+    cost, charged_since = charge[0], charge[1]
     ahead = _ahead(state, now, n)
     since = _busy_since(state, now)
+    used = _used(state, now)
     if actual <= cost:
         back = 0
         if ahead > 0 and since == charged_since:
-            back = min((cost - actual) * d, ahead)
+            # Never below now plus what was charged after this reservation (see above).
+            later = max(0, used - charge[2]) if len(charge) > 2 else 0
+            back = min((cost - actual) * d, max(0, ahead - later * d))
         ahead -= back
         refunded = back // d
     else:
@@ -160,9 +183,10 @@ def _settle_axis(
         extra = min((actual - cost) * d, max(0, room - ahead))
         ahead += extra
         refunded = -ceil_div(extra, d)
+        used += -refunded
     if ahead == 0:
         return refunded, None, 0
-    return refunded, (now + ahead // n, ahead % n, since), ceil_div(ahead, n)
+    return refunded, (now + ahead // n, ahead % n, since, used), ceil_div(ahead, n)
 
 
 def _settle(
@@ -201,7 +225,7 @@ def _charge(
     writes: list[Write] = []
     outcomes: list[int] = []
     for i, (params, amount) in enumerate(axes):
-        refunded, state, ttl_us = _settle_axis(params, states[i], now, (0, 0), amount)
+        refunded, state, ttl_us = _settle_axis(params, states[i], now, (0, 0, 0), amount)
         charged.append(-refunded)
         if refunded != 0:
             writes.append((i, state, now + ttl_us))

@@ -1,10 +1,12 @@
 -- gcra_multi.lua: GCRA on several axes of one key, a cost per axis, all or nothing;
 -- and the refund of a reservation (settle), once per reservation id.
 -- Mirrors ratewarden.algorithms._gcra_multi.run (same ARGV, same reply).
--- KEYS[1..m]  "tat_us frac since_us" per axis (all with the budget key's hash tag); since_us
---             is when the axis last left rest (see _gcra_multi.py: why refunds need it)
--- KEYS[m+1]   the reservation record (optional for reserve): "r expires_us c1 s1 c2 s2 ..."
---             while reserved (cost and busy period per axis), "s expires_us" once settled.
+-- KEYS[1..m]  "tat_us frac since_us used" per axis (all with the budget key's hash tag);
+--             since_us is when the axis last left rest, used the units charged since then
+--             (see _gcra_multi.py: why refunds need both; a state without used reads as 0)
+-- KEYS[m+1]   the reservation record (optional for reserve): "r expires_us c1 s1 u1 c2 s2 u2 ..."
+--             while reserved (cost, busy period and used after it per axis; an older record
+--             has no u), "s expires_us" once settled.
 --             Its expiry is kept in the value too, so that a test clock (ARGV[1]) sees it
 --             expire; PX removes it on Redis time.
 -- ARGV[1]     now in microseconds, or "" to read Redis TIME
@@ -34,21 +36,33 @@ local function read(key)
   return state
 end
 
-local function write(key, state, since, ttl_us)
+local function write(key, state, since, used, ttl_us)
   if state then
-    local value = fmt(state[1]) .. ' ' .. fmt(state[2]) .. ' ' .. fmt(since)
+    local value = fmt(state[1]) .. ' ' .. fmt(state[2]) .. ' ' .. fmt(since) .. ' ' .. fmt(used)
     redis.call('SET', key, value, 'PX', ttl_ms(ttl_us))
   else
     redis.call('DEL', key)
   end
 end
 
+local function rested(state)
+  return not state or state[1] < now or (state[1] == now and state[2] == 0)
+end
+
 -- When the axis left rest: kept while busy, now when a charge starts from rest.
 local function busy_since(state)
-  if not state or state[1] < now or (state[1] == now and state[2] == 0) then
+  if rested(state) then
     return now
   end
   return state[3]
+end
+
+-- Units charged in the current busy period (0 at rest, or in an older state).
+local function used_of(state)
+  if rested(state) or not state[4] then
+    return 0
+  end
+  return state[4]
 end
 
 local check = gcra_check -- the prelude's GCRA step
@@ -113,10 +127,12 @@ if op == 'reserve' then
     append(reply, outcomes[i])
     if all then
       local since = busy_since(states[i])
+      local used = used_of(states[i])
       if amounts[i] > 0 then
-        write(KEYS[i], news[i], since, ttls[i])
+        used = used + amounts[i]
+        write(KEYS[i], news[i], since, used, ttls[i])
       end
-      charges[#charges + 1] = fmt(amounts[i]) .. ' ' .. fmt(since)
+      charges[#charges + 1] = fmt(amounts[i]) .. ' ' .. fmt(since) .. ' ' .. fmt(used)
     end
   end
   if all and record_key then
@@ -126,9 +142,10 @@ if op == 'reserve' then
 end
 
 -- Settle one axis: give back (cost - actual) if still in the busy period it was charged
--- in, or charge an overrun up to an empty budget; write the state if it changed.
--- Returns the units refunded (negative: charged) and the new state.
-local function apply(i, cost, charged_since, actual)
+-- in, never below now plus what was charged after it (charged_used: used just after it,
+-- nil in an older record), or charge an overrun up to an empty budget; write the state if
+-- it changed. Returns the units refunded (negative: charged) and the new state.
+local function apply(i, cost, charged_since, charged_used, actual)
   local n, d, capacity = params[i][1], params[i][2], params[i][3]
   local state = states[i]
   local ahead = 0
@@ -136,13 +153,22 @@ local function apply(i, cost, charged_since, actual)
     ahead = (state[1] - now) * n + state[2]
   end
   local since = busy_since(state)
+  local used = used_of(state)
   local refunded
   if actual <= cost then
     local back = 0
     if ahead > 0 and since == charged_since then
+      local later = 0
+      if charged_used and used > charged_used then
+        later = used - charged_used
+      end
+      local room = ahead - later * d
+      if room < 0 then
+        room = 0
+      end
       back = (cost - actual) * d
-      if ahead < back then
-        back = ahead
+      if room < back then
+        back = room
       end
     end
     ahead = ahead - back
@@ -158,13 +184,14 @@ local function apply(i, cost, charged_since, actual)
     end
     ahead = ahead + extra
     refunded = -ceil_div(extra, d)
+    used = used - refunded
   end
   local new = nil
   if ahead > 0 then
     new = {now + idiv(ahead, n), ahead % n}
   end
   if refunded ~= 0 then
-    write(KEYS[i], new, since, ceil_div(ahead, n))
+    write(KEYS[i], new, since, used, ceil_div(ahead, n))
   end
   return refunded, new
 end
@@ -173,7 +200,7 @@ if op == 'charge' then
   local reply, news = {now, 1}, {}
   for i = 1, m do
     local refunded
-    refunded, news[i] = apply(i, 0, 0, amounts[i])
+    refunded, news[i] = apply(i, 0, 0, 0, amounts[i])
     reply[#reply + 1] = -refunded
   end
   for i = 1, m do
@@ -190,7 +217,11 @@ if words and words[1] == 'r' then
     charges[#charges + 1] = tonumber(words[i])
   end
 end
-if #charges ~= 2 * m then
+local width = 3 -- cost, since, used per axis; 2 in a record from before used existed
+if #charges == 2 * m then
+  width = 2
+end
+if #charges ~= width * m then
   local status = 0
   if words and words[1] == 's' then
     status = 2
@@ -208,7 +239,12 @@ end
 local reply, news = {now, 1}, {}
 for i = 1, m do
   local refunded
-  refunded, news[i] = apply(i, charges[2 * i - 1], charges[2 * i], amounts[i])
+  local at = width * (i - 1)
+  local charged_used = nil
+  if width == 3 then
+    charged_used = charges[at + 3]
+  end
+  refunded, news[i] = apply(i, charges[at + 1], charges[at + 2], charged_used, amounts[i])
   reply[#reply + 1] = refunded
 end
 redis.call('SET', record_key, 's ' .. words[2], 'KEEPTTL')
