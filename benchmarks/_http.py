@@ -16,17 +16,21 @@ same one-route Starlette app:
 One rule, keyed by API key, generous enough that every request is allowed (the
 cost measured is the allowed path, with the default RateLimit headers on).
 The load comes from a separate process: a small asyncio HTTP/1.1 client with
-``CONNECTIONS`` keep-alive connections, cycling over ``KEYS`` API keys. Rounds
-of the variants are interleaved in a rotating order (round r runs every
-variant once, back to back), and each variant's figure is the median of its
-rounds. Its ratio to ``off`` is the median over rounds of the round's own ratio
-(the variant's rate over ``off``'s in the same round), which cancels the slow
-drifts of a shared machine; the ratio of the medians is given beside it. On a
-shared 2-CPU machine the load generator and the server compete for the CPUs,
-and other work shifts requests/s from round to round, so the table also gives
-the server process's own CPU time per request (user + system, from
-``/proc/<pid>/stat``), which other load moves far less: the work the
-middleware adds, whatever the scheduler did. Redis's CPU is not in it.
+``CONNECTIONS`` keep-alive connections, cycling over ``KEYS`` API keys, pinned
+to the CPU(s) the benchmark itself may not use (``scripts/bench`` keeps the last
+CPU for redis-server and the load generator, the others for the servers): a load
+generator that shares the server's CPU adds its own time to every request and
+evicts the server's caches between requests, which made the middleware's cost
+look twice what it is (measured, docs/middleware.md). Each variant runs in
+``PROCESSES`` server processes, since two processes of the same code differ by
+up to 15% here. A round runs every server once, back to back, in an order that
+rotates from round to round; a variant's rate in a round is the mean over its
+processes. Its ratio to ``off`` is the median over rounds of the round's own
+ratio, which cancels the slow drifts of a shared machine; the ratio of the
+medians is given beside it, and each process's median. The table also gives the
+server processes' own CPU time per request (user + system, from
+``/proc/<pid>/stat``), which other load moves less: the work the middleware adds,
+whatever the scheduler did. Redis's CPU is not in it.
 
 A second table drives each variant's app object in this process, without a
 server or a socket: synthetic ``http`` scopes for the same keys from
@@ -54,6 +58,8 @@ from typing import Any
 VARIANTS = ("off", "headers-only", "memory", "redis", "two-tier")
 LOCAL_VARIANTS = ("off", "headers-only", "memory")
 CONNECTIONS = 32
+#: Server processes per variant in a full run (see ``run``).
+PROCESSES = 3
 KEYS = 1000
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 15.0
@@ -193,8 +199,10 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _round(port: int, seconds: float) -> dict[str, Any]:
+def _round(port: int, seconds: float, cpus: set[int] | None = None) -> dict[str, Any]:
     command = [sys.executable, "-m", "benchmarks._http", "load", str(port), str(seconds)]
+    if cpus is not None:
+        command[4:4] = ["--cpus", ",".join(map(str, sorted(cpus)))]
     out = subprocess.run(command, check=True, capture_output=True, timeout=seconds + 30)
     result: dict[str, Any] = json.loads(out.stdout)
     return result
@@ -202,12 +210,14 @@ def _round(port: int, seconds: float) -> dict[str, Any]:
 
 @dataclass
 class HttpRow:
-    """One variant's rounds."""
+    """One variant's rounds: ``rates[r]`` is the mean over its server processes in round r."""
 
     variant: str
     rates: list[float]
     statuses: Counter[int]
     cpu_us: list[float]
+    #: Each server process's median requests/s over the rounds.
+    processes: list[float]
 
     @property
     def median(self) -> float:
@@ -222,39 +232,76 @@ class HttpRow:
         return statistics.median(a / b for a, b in zip(self.rates, base.rates, strict=True))
 
 
-def run(redis_url: str | None, seconds: float, rounds: int, warmup: float) -> list[HttpRow]:
-    """Start every variant's server, warm each, interleave ``rounds`` timed rounds; stop all."""
+def load_cpus() -> set[int] | None:
+    """The CPUs for the load generator: those this process may not use, when there are any.
+
+    ``scripts/bench`` pins the benchmark (and so every server it starts) to all CPUs
+    but the last, and redis-server to the last: the load generator goes there too,
+    so that it never takes the server's CPU or evicts its caches between requests.
+    None (no pinning) when this process may use every CPU.
+    """
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    mine = os.sched_getaffinity(0)
+    others = set(range(os.cpu_count() or 1)) - mine
+    return others or None
+
+
+def run(
+    redis_url: str | None, seconds: float, rounds: int, warmup: float, processes: int = 1
+) -> list[HttpRow]:
+    """Start ``processes`` servers per variant, warm each, interleave ``rounds``; stop all.
+
+    A round runs every server once, in an order that rotates from round to round. A
+    variant's rate in a round is the mean over its servers: two processes of the same
+    code differ by up to 15% on this kind of machine (memory layout, the host), which
+    one process per variant would count as the middleware's doing.
+    """
     variants = [v for v in VARIANTS if redis_url is not None or v in LOCAL_VARIANTS]
-    servers: dict[str, tuple[int, subprocess.Popen[bytes]]] = {}
-    rows = {v: HttpRow(v, [], Counter(), []) for v in variants}
+    servers: list[tuple[str, int, subprocess.Popen[bytes]]] = []
+    rows = {v: HttpRow(v, [], Counter(), [], []) for v in variants}
+    cpus = load_cpus()
     try:
-        for variant in variants:
-            port = _free_port()
-            command = [sys.executable, "-m", "benchmarks._http", "serve", variant, str(port)]
-            command += [redis_url] if redis_url else []
-            servers[variant] = (port, subprocess.Popen(command))
-        for variant in variants:
-            _wait_listening(servers[variant][0], servers[variant][1])
-            _round(servers[variant][0], warmup)
+        for _ in range(processes):
+            for variant in variants:
+                port = _free_port()
+                command = [sys.executable, "-m", "benchmarks._http", "serve", variant, str(port)]
+                command += [redis_url] if redis_url else []
+                servers.append((variant, port, subprocess.Popen(command)))
+        for _variant, port, process in servers:
+            _wait_listening(port, process)
+            _round(port, warmup, cpus)
+        per_process: list[list[float]] = [[] for _ in servers]
         for r in range(rounds):
-            for i in range(len(variants)):
-                variant = variants[(r + i) % len(variants)]
-                port, process = servers[variant]
+            in_round: dict[str, list[float]] = {v: [] for v in variants}
+            cpu_round: dict[str, list[float]] = {v: [] for v in variants}
+            for i in range(len(servers)):
+                n = (r + i) % len(servers)
+                variant, port, process = servers[n]
                 cpu_before = _cpu_seconds(process.pid)
-                result = _round(port, seconds)
+                result = _round(port, seconds, cpus)
                 cpu = _cpu_seconds(process.pid) - cpu_before
-                rows[variant].cpu_us.append(cpu / max(1, result["requests"]) * 1e6)
-                rows[variant].rates.append(result["requests"] / result["seconds"])
+                rate = result["requests"] / result["seconds"]
+                per_process[n].append(rate)
+                in_round[variant].append(rate)
+                cpu_round[variant].append(cpu / max(1, result["requests"]) * 1e6)
                 rows[variant].statuses.update({int(k): v for k, v in result["statuses"].items()})
-                print(
-                    f"  {variant:<9} round {r + 1}: {rows[variant].rates[-1]:,.0f} req/s",
-                    file=sys.stderr,
-                    flush=True,
-                )
+            for variant in variants:
+                rows[variant].rates.append(statistics.mean(in_round[variant]))
+                rows[variant].cpu_us.append(statistics.mean(cpu_round[variant]))
+            print(
+                f"  round {r + 1}: "
+                + ", ".join(f"{v} {rows[v].rates[-1]:,.0f}" for v in variants)
+                + " req/s",
+                file=sys.stderr,
+                flush=True,
+            )
+        for (variant, _port, _process), rates in zip(servers, per_process, strict=True):
+            rows[variant].processes.append(statistics.median(rates))
     finally:
-        for _port, process in servers.values():
+        for _variant, _port, process in servers:
             process.terminate()
-        for _port, process in servers.values():
+        for _variant, _port, process in servers:
             try:
                 process.wait(10)
             except subprocess.TimeoutExpired:
@@ -335,16 +382,17 @@ def table(rows: list[HttpRow]) -> str:
     """A markdown table: median req/s, rounds min-max, the ratios to ``off``, statuses seen."""
     base = next(r for r in rows if r.variant == "off")
     lines = [
-        "| variant | req/s (median) | rounds min-max | vs off (paired) | ratio of medians "
-        "| server CPU us/req | CPU vs off | statuses |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| variant | req/s (median) | rounds min-max | per process | vs off (paired) "
+        "| ratio of medians | server CPU us/req | CPU vs off | statuses |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for row in rows:
         statuses = ", ".join(f"{k}: {v:,}" for k, v in sorted(row.statuses.items()))
+        each = " / ".join(f"{rate:,.0f}" for rate in row.processes)
         lines.append(
             f"| {row.variant} | {row.median:,.0f} | {min(row.rates):,.0f}-{max(row.rates):,.0f} "
-            f"| {row.paired(base):.2f} | {row.median / base.median:.2f} | {row.cpu_median:,.0f} "
-            f"| {row.cpu_median / base.cpu_median:.2f} | {statuses} |"
+            f"| {each} | {row.paired(base):.2f} | {row.median / base.median:.2f} "
+            f"| {row.cpu_median:,.0f} | {row.cpu_median / base.cpu_median:.2f} | {statuses} |"
         )
     return "\n".join(lines)
 
@@ -375,14 +423,17 @@ def verdicts(rows: list[HttpRow]) -> str:
 
 def main(redis_url: str | None, quick: bool) -> int:
     """Run the HTTP benchmark and print its table and the targets of issue 4."""
-    seconds, rounds, warmup = (1.0, 2, 0.3) if quick else (1.5, 11, 1.0)
+    seconds, rounds, warmup, processes = (1.0, 2, 0.3, 1) if quick else (1.0, 9, 1.0, PROCESSES)
+    cpus = load_cpus()
     print(
-        f"HTTP benchmark: {CONNECTIONS} connections, {rounds} rounds of {seconds:g} s per "
-        f"variant after {warmup:g} s warm-up",
+        f"HTTP benchmark: {processes} server process(es) per variant, {CONNECTIONS} "
+        f"connections, {rounds} rounds of {seconds:g} s per server after {warmup:g} s "
+        f"warm-up; load generator on CPU(s) "
+        f"{','.join(map(str, sorted(cpus))) if cpus else 'any (not pinned)'}",
         file=sys.stderr,
         flush=True,
     )
-    rows = run(redis_url, seconds, rounds, warmup)
+    rows = run(redis_url, seconds, rounds, warmup, processes)
     print(table(rows))
     print()
     print(verdicts(rows))
@@ -400,6 +451,9 @@ if __name__ == "__main__":
     if sys.argv[1] == "serve":
         serve(sys.argv[2], int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else None)
     elif sys.argv[1] == "load":
+        if sys.argv[2] == "--cpus":
+            os.sched_setaffinity(0, {int(c) for c in sys.argv[3].split(",")})
+            del sys.argv[2:4]
         load(int(sys.argv[2]), float(sys.argv[3]))
     else:
         raise SystemExit("usage: python -m benchmarks --http [--redis-url URL] [--quick]")

@@ -17,6 +17,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #define NEVER (-1)
@@ -913,6 +916,352 @@ LimiterHit_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     return (PyObject *)self;
 }
 
+/* ------------------------------------------------------------------------------------------
+ * ScopeRule: the ASGI middleware's one-rule scope path (middleware/_core.py, RuleSet.decide_asgi).
+ *
+ * A twin of three Python steps, for a rule set of one plain rule with the default header plan:
+ * the store key read from the scope (by_api_key's asgi twin, or any asgi extractor called as
+ * it is), and the allowed decision's two RateLimit headers as ASGI byte pairs (HeaderPlan.asgi).
+ * Whatever it does not handle exactly (a scope that is not a dict, a header list that is not
+ * byte pairs, a repeated header, a decision it cannot render) goes back to the Python code,
+ * which stays the reference; tests/middleware/test_scope_rule.py compares the two.
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *header;    /* bytes: the lower-case header read, or Py_None (call extract) */
+    PyObject *identity;  /* the header's value (str) -> identity or None */
+    PyObject *extract;   /* the rule's asgi extractor: scope -> identity or None */
+    PyObject *prefix;    /* "<rule name>:" */
+    PyObject *fallback;  /* the identity of a request without one */
+    PyObject *rates;     /* the rule's rates (a tuple of one Rate) */
+    PyObject *cost;      /* the rule's fixed cost */
+    PyObject *rate;      /* rates[0] */
+    PyObject *policy;    /* (b"ratelimit-policy", value) */
+    PyObject *state;     /* b'"<name>";r=': the RateLimit value up to the number */
+    vectorcallfunc vectorcall;
+} ScopeRule;
+
+static PyObject *S_headers, *S_allowed, *S_layers, *S_rate, *S_remaining, *S_reset_after,
+    *B_ratelimit;
+
+/* The one value of header self->header in scope["headers"]: 1 found (*value borrowed),
+ * 0 absent, -2 when the Python twin must answer (repeated, or not a list of byte pairs). */
+static int
+header_in(ScopeRule *self, PyObject *scope, PyObject **value)
+{
+    PyObject *headers = PyDict_GetItemWithError(scope, S_headers);
+    *value = NULL;
+    if (headers == NULL) {
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    if (!PyList_CheckExact(headers) && !PyTuple_CheckExact(headers)) {
+        return -2;
+    }
+    Py_ssize_t size = PyBytes_GET_SIZE(self->header);
+    const char *wanted = PyBytes_AS_STRING(self->header);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(headers);
+    PyObject **items = PySequence_Fast_ITEMS(headers);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = items[i];
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2) {
+            return -2;
+        }
+        PyObject *name = PyTuple_GET_ITEM(item, 0);
+        PyObject *found = PyTuple_GET_ITEM(item, 1);
+        if (!PyBytes_CheckExact(name) || !PyBytes_CheckExact(found)) {
+            return -2;
+        }
+        if (PyBytes_GET_SIZE(name) != size) {
+            continue;
+        }
+        const char *text = PyBytes_AS_STRING(name);
+        int same = 1;
+        for (Py_ssize_t j = 0; same && j < size; j++) {
+            char c = text[j];
+            /* bytes.lower(): ASCII letters only */
+            same = (c >= 'A' && c <= 'Z' ? (char)(c + 32) : c) == wanted[j];
+        }
+        if (!same) {
+            continue;
+        }
+        if (*value != NULL) {
+            return -2;  /* repeated: the Python twin joins them */
+        }
+        *value = found;
+    }
+    return *value != NULL;
+}
+
+/* The rule's store key for scope: prefix + (identity or fallback). */
+static PyObject *
+scope_key(ScopeRule *self, PyObject *scope)
+{
+    PyObject *identity = NULL;
+    if (self->header != Py_None && PyDict_CheckExact(scope)) {
+        PyObject *raw;
+        int found = header_in(self, scope, &raw);
+        if (found == -1) {
+            return NULL;
+        }
+        if (found == 0 || (found == 1 && PyBytes_GET_SIZE(raw) == 0)) {
+            identity = Py_NewRef(Py_None);
+        }
+        else if (found == 1) {
+            PyObject *text = PyUnicode_DecodeLatin1(PyBytes_AS_STRING(raw),
+                                                    PyBytes_GET_SIZE(raw), NULL);
+            if (text == NULL) {
+                return NULL;
+            }
+            identity = PyObject_CallOneArg(self->identity, text);
+            Py_DECREF(text);
+            if (identity == NULL) {
+                return NULL;
+            }
+        }
+    }
+    if (identity == NULL) {
+        identity = PyObject_CallOneArg(self->extract, scope);
+        if (identity == NULL) {
+            return NULL;
+        }
+    }
+    int truth = PyObject_IsTrue(identity);
+    PyObject *key = truth < 0 ? NULL
+                  : PyUnicode_Concat(self->prefix, truth ? identity : self->fallback);
+    Py_DECREF(identity);
+    return key;
+}
+
+/* The allowed decision's headers as ASGI pairs, or None when the Python twin must render. */
+static PyObject *
+scope_headers(ScopeRule *self, PyObject *decision)
+{
+    PyObject *value = NULL, *layers = NULL, *layer = NULL, *field = NULL, *result = NULL;
+    long long remaining = 0, t = 0;
+    int ok = 0;
+    value = PyObject_GetAttr(decision, S_allowed);
+    if (value == NULL) goto done;
+    int allowed = PyObject_IsTrue(value);
+    Py_CLEAR(value);
+    if (allowed < 0) goto done;
+    if (!allowed) goto skip;
+    layers = PyObject_GetAttr(decision, S_layers);
+    if (layers == NULL) goto done;
+    if (!PyTuple_CheckExact(layers) || PyTuple_GET_SIZE(layers) != 1) goto skip;
+    layer = Py_NewRef(PyTuple_GET_ITEM(layers, 0));
+    value = PyObject_GetAttr(decision, S_rate);
+    if (value == NULL) goto done;
+    if (value != self->rate) goto skip;
+    Py_CLEAR(value);
+    value = PyObject_GetAttr(layer, S_rate);
+    if (value == NULL) goto done;
+    if (value != self->rate) goto skip;
+    Py_CLEAR(value);
+    value = PyObject_GetAttr(layer, S_reset_after);
+    if (value == NULL) goto done;
+    if (!PyFloat_CheckExact(value)) goto skip;
+    double reset = PyFloat_AS_DOUBLE(value);
+    if (reset > 0) {
+        if (!(reset < 9.0e15)) goto skip;  /* math.ceil's range checks stay in Python */
+        t = (long long)ceil(reset);
+    }
+    Py_CLEAR(value);
+    value = PyObject_GetAttr(layer, S_remaining);
+    if (value == NULL) goto done;
+    if (!PyLong_CheckExact(value)) goto skip;
+    int overflow = 0;
+    remaining = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (remaining == -1 && PyErr_Occurred()) goto done;
+    if (overflow) goto skip;
+    Py_CLEAR(value);
+    value = PyObject_GetAttr(layer, S_allowed);
+    if (value == NULL) goto done;
+    int layer_allowed = PyObject_IsTrue(value);
+    if (layer_allowed < 0) goto done;
+    if (!layer_allowed || remaining < 0) {
+        remaining = 0;
+    }
+    char numbers[64];
+    int length = snprintf(numbers, sizeof numbers, "%lld;t=%lld", remaining, t);
+    Py_ssize_t head = PyBytes_GET_SIZE(self->state);
+    field = PyBytes_FromStringAndSize(NULL, head + length);
+    if (field == NULL) goto done;
+    memcpy(PyBytes_AS_STRING(field), PyBytes_AS_STRING(self->state), head);
+    memcpy(PyBytes_AS_STRING(field) + head, numbers, length);
+    PyObject *pair = PyTuple_Pack(2, B_ratelimit, field);
+    if (pair == NULL) goto done;
+    result = PyList_New(2);
+    if (result == NULL) {
+        Py_DECREF(pair);
+        goto done;
+    }
+    PyList_SET_ITEM(result, 0, Py_NewRef(self->policy));
+    PyList_SET_ITEM(result, 1, pair);
+    goto done;
+skip:
+    ok = 1;
+done:
+    Py_XDECREF(value);
+    Py_XDECREF(layers);
+    Py_XDECREF(layer);
+    Py_XDECREF(field);
+    if (result == NULL && ok) {
+        return Py_NewRef(Py_None);
+    }
+    return result;
+}
+
+static PyObject *
+ScopeRule_key(ScopeRule *self, PyObject *scope)
+{
+    return scope_key(self, scope);
+}
+
+static PyObject *
+ScopeRule_headers(ScopeRule *self, PyObject *decision)
+{
+    return scope_headers(self, decision);
+}
+
+/* rule(scope, hit): hit the rule's key; the allowed headers, or (key, decision) for Python. */
+static PyObject *
+ScopeRule_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
+                     PyObject *kwnames)
+{
+    ScopeRule *self = (ScopeRule *)callable;
+    if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "ScopeRule(scope, hit) takes two positional arguments");
+        return NULL;
+    }
+    PyObject *key = scope_key(self, args[0]);
+    if (key == NULL) {
+        return NULL;
+    }
+    PyObject *call[3] = {key, self->rates, self->cost};
+    PyObject *decision = PyObject_Vectorcall(args[1], call, 3, NULL);
+    if (decision == NULL) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    PyObject *found = scope_headers(self, decision);
+    if (found == Py_None) {
+        Py_DECREF(found);
+        found = PyTuple_Pack(2, key, decision);
+    }
+    Py_DECREF(key);
+    Py_DECREF(decision);
+    return found;
+}
+
+static int
+ScopeRule_traverse(ScopeRule *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->header);
+    Py_VISIT(self->identity);
+    Py_VISIT(self->extract);
+    Py_VISIT(self->prefix);
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->rates);
+    Py_VISIT(self->cost);
+    Py_VISIT(self->rate);
+    Py_VISIT(self->policy);
+    Py_VISIT(self->state);
+    return 0;
+}
+
+static int
+ScopeRule_clear(ScopeRule *self)
+{
+    Py_CLEAR(self->header);
+    Py_CLEAR(self->identity);
+    Py_CLEAR(self->extract);
+    Py_CLEAR(self->prefix);
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->rates);
+    Py_CLEAR(self->cost);
+    Py_CLEAR(self->rate);
+    Py_CLEAR(self->policy);
+    Py_CLEAR(self->state);
+    return 0;
+}
+
+static void
+ScopeRule_dealloc(ScopeRule *self)
+{
+    PyObject_GC_UnTrack(self);
+    ScopeRule_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *ScopeRule_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
+
+static PyMethodDef ScopeRule_methods[] = {
+    {"key", (PyCFunction)ScopeRule_key, METH_O, "The rule's store key for an ASGI scope."},
+    {"headers", (PyCFunction)ScopeRule_headers, METH_O,
+     "An allowed decision's RateLimit headers as ASGI byte pairs, or None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ScopeRuleType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ratewarden._speedups.ScopeRule",
+    .tp_doc = PyDoc_STR(
+        "ScopeRule(header, identity, extract, prefix, fallback, rates, cost, policy, state): "
+        "one plain rule's scope path; see middleware/_core.py."),
+    .tp_basicsize = sizeof(ScopeRule),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = ScopeRule_new,
+    .tp_dealloc = (destructor)ScopeRule_dealloc,
+    .tp_traverse = (traverseproc)ScopeRule_traverse,
+    .tp_clear = (inquiry)ScopeRule_clear,
+    .tp_methods = ScopeRule_methods,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(ScopeRule, vectorcall),
+};
+
+static PyObject *
+ScopeRule_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *header, *identity, *extract, *prefix, *fallback, *rates, *cost, *policy, *state;
+    static char *kwlist[] = {"header", "identity", "extract", "prefix", "fallback", "rates",
+                             "cost", "policy", "state", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOUUO!O!O!S:ScopeRule", kwlist, &header,
+                                     &identity, &extract, &prefix, &fallback, &PyTuple_Type,
+                                     &rates, &PyLong_Type, &cost, &PyTuple_Type, &policy,
+                                     &state)) {
+        return NULL;
+    }
+    if (header != Py_None && !PyBytes_CheckExact(header)) {
+        PyErr_SetString(PyExc_TypeError, "ScopeRule header must be bytes or None");
+        return NULL;
+    }
+    if (!PyCallable_Check(identity) || !PyCallable_Check(extract)) {
+        PyErr_SetString(PyExc_TypeError, "ScopeRule identity and extract must be callable");
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(rates) != 1 || PyTuple_GET_SIZE(policy) != 2) {
+        PyErr_SetString(PyExc_ValueError, "ScopeRule takes one rate and one policy pair");
+        return NULL;
+    }
+    ScopeRule *self = (ScopeRule *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->vectorcall = ScopeRule_vectorcall;
+    self->header = Py_NewRef(header);
+    self->identity = Py_NewRef(identity);
+    self->extract = Py_NewRef(extract);
+    self->prefix = Py_NewRef(prefix);
+    self->fallback = Py_NewRef(fallback);
+    self->rates = Py_NewRef(rates);
+    self->cost = Py_NewRef(cost);
+    self->rate = Py_NewRef(PyTuple_GET_ITEM(rates, 0));
+    self->policy = Py_NewRef(policy);
+    self->state = Py_NewRef(state);
+    return (PyObject *)self;
+}
+
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "ratewarden._speedups",
@@ -943,12 +1292,24 @@ PyInit__speedups(void)
         || PyType_Ready(&LimiterHitType) < 0) {
         return NULL;
     }
+    S_headers = PyUnicode_InternFromString("headers");
+    S_allowed = PyUnicode_InternFromString("allowed");
+    S_layers = PyUnicode_InternFromString("layers");
+    S_rate = PyUnicode_InternFromString("rate");
+    S_remaining = PyUnicode_InternFromString("remaining");
+    S_reset_after = PyUnicode_InternFromString("reset_after");
+    B_ratelimit = PyBytes_FromString("ratelimit");
+    if (!S_headers || !S_allowed || !S_layers || !S_rate || !S_remaining || !S_reset_after
+        || !B_ratelimit || PyType_Ready(&ScopeRuleType) < 0) {
+        return NULL;
+    }
     PyObject *module = PyModule_Create(&speedups_module);
     if (module == NULL) {
         return NULL;
     }
     if (PyModule_AddObjectRef(module, "MemoryGcra", (PyObject *)&MemoryGcraType) < 0
-        || PyModule_AddObjectRef(module, "LimiterHit", (PyObject *)&LimiterHitType) < 0) {
+        || PyModule_AddObjectRef(module, "LimiterHit", (PyObject *)&LimiterHitType) < 0
+        || PyModule_AddObjectRef(module, "ScopeRule", (PyObject *)&ScopeRuleType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

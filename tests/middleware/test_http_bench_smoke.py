@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from benchmarks import _http
@@ -11,10 +15,11 @@ pytestmark = pytest.mark.timeout(120)
 
 def test_http_benchmark_runs_without_redis_and_reports_both_variants() -> None:
     """A tiny run (no Redis variants): figures are positive and every answer is 200."""
-    rows = _http.run(None, seconds=0.3, rounds=1, warmup=0.1)
+    rows = _http.run(None, seconds=0.3, rounds=2, warmup=0.1, processes=2)
     assert [row.variant for row in rows] == ["off", "headers-only", "memory"]
     for row in rows:
         assert row.median > 0 and row.cpu_median > 0
+        assert len(row.rates) == 2 and len(row.processes) == 2
         assert set(row.statuses) == {200}
     assert "| memory |" in _http.table(rows)
     verdicts = _http.verdicts(rows).splitlines()
@@ -28,3 +33,18 @@ def test_the_in_process_measure_drives_each_app_and_reports_its_excess() -> None
     assert list(cpu) == ["off", "headers-only", "memory"]
     assert all(len(values) == 2 and min(values) > 0 for values in cpu.values())
     assert "| memory |" in _http.in_process_table(cpu)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity here")
+def test_a_pinned_load_generator_runs_on_the_cpus_it_is_given() -> None:
+    """``_round(..., cpus)`` starts the load generator with ``--cpus``; it loads the server."""
+    cpu = min(os.sched_getaffinity(0))
+    port = _http._free_port()
+    server = subprocess.Popen([sys.executable, "-m", "benchmarks._http", "serve", "off", str(port)])
+    try:
+        _http._wait_listening(port, server)
+        result = _http._round(port, 0.2, {cpu})
+    finally:
+        server.terminate()
+        server.wait(10)
+    assert result["requests"] > 0 and set(result["statuses"]) == {"200"}

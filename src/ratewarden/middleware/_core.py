@@ -28,12 +28,13 @@ from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ratewarden import _native as native
 from ratewarden import headers as rl_headers
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.headers import Header, HeaderOptions
-from ratewarden.middleware._identity import KeyFunc, by_client_ip
+from ratewarden.middleware._identity import KeyFunc, _HeaderKey, by_client_ip
 from ratewarden.middleware._render import HeaderPlan
 from ratewarden.middleware._request import RequestInfo
 from ratewarden.middleware._routes import (
@@ -47,6 +48,7 @@ from ratewarden.middleware._shadow import ShadowLog, ShadowSummary
 from ratewarden.rate import Rate
 
 __all__ = [
+    "AsgiAnswer",
     "AsyncHitter",
     "Hit",
     "HitNow",
@@ -162,6 +164,10 @@ class _Passed:
 
 Evaluation = Generator[Hit, Decision, Outcome]
 
+#: What ``decide_asgi`` answers: None (it cannot; take the general path), an allowed
+#: request's headers encoded for ASGI, or the ``Outcome``.
+AsgiAnswer = list[tuple[bytes, bytes]] | Outcome | None
+
 
 async def drive_async(evaluation: Evaluation, limiter: AsyncHitter) -> Outcome:
     """Run ``evaluation`` against an asyncio limiter."""
@@ -233,6 +239,9 @@ class RuleSet:
             c.unfiltered and c.asgi_key is not None and c.fixed_cost is not None and not c.shadow
             for c in self._compiled
         )
+        # decide_asgi's shortcut: the one rule of a plain_asgi rule set, and its C twin.
+        self._single = self._compiled[0] if self.plain_asgi and len(self._compiled) == 1 else None
+        self._fast = _scope_rule(self._single) if self._single is not None else None
         self._names = frozenset(r.name for r in self.rules)
         # Route rules and overrides, compiled on first use: (id of the decorator's object,
         # rule name) -> (that object, kept alive so the id stays its own; the compiled rule).
@@ -372,15 +381,25 @@ class RuleSet:
                 break
         return self._outcome(enforced)
 
-    def decide_asgi(self, scope: Mapping[str, Any], limit: HitNow) -> Outcome | None:
+    def decide_asgi(self, scope: Mapping[str, Any], limit: HitNow) -> AsgiAnswer:
         """``decide`` straight from an ASGI scope, or None when it cannot answer for it.
 
         It answers when the rule set is ``plain_asgi`` and no rule is switched off or
         into shadow mode at runtime; the caller checks the route (no decorated
         endpoint). No ``RequestInfo`` is made: the rules' extractors read the scope.
+        A request the only rule allows under the default header plan gets its headers
+        already encoded for ASGI (a list of byte pairs) rather than an ``Outcome``.
         """
         if self._disabled or self._shadow:
             return None
+        single = self._single
+        if single is not None:
+            fast = self._fast
+            if fast is not None:
+                found = fast(scope, limit)
+                return found if type(found) is list else self._answer(single, *found)
+            key = single.prefix + (single.asgi_key(scope) or single.fallback)  # type: ignore[misc]
+            return self._answer(single, key, limit(key, single.rates, single.fixed_cost))  # type: ignore[arg-type]
         enforced: list[tuple[Compiled, str, Decision]] = []
         for rule in self._compiled:
             key = _scope_key(rule, scope)
@@ -388,12 +407,21 @@ class RuleSet:
                 break
         return self._outcome(enforced)
 
-    async def decide_asgi_async(
-        self, scope: Mapping[str, Any], limiter: AsyncHitter
-    ) -> Outcome | None:
+    async def decide_asgi_async(self, scope: Mapping[str, Any], limiter: AsyncHitter) -> AsgiAnswer:
         """``decide_asgi`` over a limiter that is awaited (a store over the network)."""
         if self._disabled or self._shadow:
             return None
+        single = self._single
+        if single is not None:
+            fast = self._fast
+            if fast is not None:
+                key = fast.key(scope)
+                decision = await limiter.hit(key, single.rates, single.fixed_cost)  # type: ignore[arg-type]
+                headers = fast.headers(decision)
+                return headers if headers is not None else self._answer(single, key, decision)
+            key = single.prefix + (single.asgi_key(scope) or single.fallback)  # type: ignore[misc]
+            decision = await limiter.hit(key, single.rates, single.fixed_cost)  # type: ignore[arg-type]
+            return self._answer(single, key, decision)
         enforced: list[tuple[Compiled, str, Decision]] = []
         for rule in self._compiled:
             key = _scope_key(rule, scope)
@@ -401,6 +429,14 @@ class RuleSet:
             if _enforced(rule, key, decision, enforced):
                 break
         return self._outcome(enforced)
+
+    def _answer(self, rule: Compiled, key: str, decision: Decision) -> AsgiAnswer:
+        """The one rule's decision: its ASGI headers when allowed under the default plan."""
+        if decision.allowed:
+            found = rule.headers.asgi(decision)
+            if found is not None:
+                return found
+        return self._outcome([(rule, key, decision)])
 
     @staticmethod
     def _hit(rule: Compiled, request: RequestInfo, switched: dict[str, bool]) -> Hit:
@@ -441,6 +477,31 @@ class RuleSet:
         retry = rl_headers.retry_after_seconds(decision, self.headers)
         body = rl_headers.problem_body(rule.name, retry)
         return Outcome(True, (*found, *rl_headers.denied_headers(retry, body)), body)
+
+
+def _scope_rule(rule: Compiled) -> Any:
+    """The C twin of ``rule``'s scope path (``_speedups.ScopeRule``), or None.
+
+    None without the extension, or when the rule's headers are not the default plan.
+    ``by_api_key`` rules read their header in C; any other extractor is called as is.
+    """
+    parts = rule.headers.asgi_parts()
+    if native.speedups is None or parts is None or rule.asgi_key is None:
+        return None
+    header: bytes | None = None
+    identity: Callable[..., Any] = rule.asgi_key
+    if isinstance(rule.key, _HeaderKey):
+        header, identity = rule.key.scope_header
+    return native.speedups.ScopeRule(
+        header,
+        identity,
+        rule.asgi_key,
+        rule.prefix,
+        rule.fallback,
+        rule.rates,
+        rule.fixed_cost,
+        *parts,
+    )
 
 
 def _scope_key(rule: Compiled, scope: Mapping[str, Any]) -> str:

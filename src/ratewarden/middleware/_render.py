@@ -31,6 +31,8 @@ class HeaderPlan:
 
     __slots__ = (
         "_all_policies",
+        "_asgi_policy",
+        "_asgi_prefix",
         "_draft",
         "_joined_policy",
         "_legacy",
@@ -69,6 +71,15 @@ class HeaderPlan:
             and not options.partition_key
         )
         self._policy_header = ("RateLimit-Policy", self._policies[0])
+        # The same two headers as ASGI wants them (lower-case names, latin-1 bytes), for asgi().
+        self._asgi_policy: tuple[bytes, bytes] | None = None
+        self._asgi_prefix = b""
+        if self._simple:
+            try:
+                self._asgi_policy = (b"ratelimit-policy", self._policies[0].encode("latin-1"))
+                self._asgi_prefix = self._prefixes[0].encode("latin-1")
+            except UnicodeEncodeError:  # render() and the middleware's encoding decide then
+                self._asgi_policy = None
 
     def render(self, decision: Decision, now: float, partition: bytes | None) -> list[Header]:
         """The headers for ``decision`` (``now``: epoch seconds, read only by epoch resets)."""
@@ -99,6 +110,31 @@ class HeaderPlan:
         if self._legacy is not None:
             found.extend(rl_headers.rate_limit_headers(self._name, decision, self._legacy, now=now))
         return found
+
+    def asgi_parts(self) -> tuple[tuple[bytes, bytes], bytes] | None:
+        """What ``asgi`` renders from: the policy pair and the RateLimit value up to ``r``'s
+        number; None when ``asgi`` always answers None (not the default plan)."""
+        if self._asgi_policy is None:
+            return None
+        return self._asgi_policy, self._asgi_prefix
+
+    def asgi(self, decision: Decision) -> list[tuple[bytes, bytes]] | None:
+        """``render``'s headers encoded for an ASGI response, or None unless the default plan
+        (one rate, the draft fields) applies to ``decision``: the middleware's allowed path."""
+        policy = self._asgi_policy
+        if policy is None:
+            return None
+        layers = decision.layers
+        rate = self._rates[0]
+        if len(layers) != 1 or decision.rate is not rate or layers[0].rate is not rate:
+            return None
+        layer = layers[0]
+        reset = layer.reset_after
+        t = math.ceil(reset) if reset > 0 else 0
+        remaining = layer.remaining
+        if not (decision.allowed and layer.allowed and remaining > 0):
+            remaining = 0
+        return [policy, (b"ratelimit", b"%s%d;t=%d" % (self._asgi_prefix, remaining, t))]
 
     def _draft_pair(
         self, decision: Decision, layers: tuple[Decision, ...], rates: tuple[Rate, ...]

@@ -50,10 +50,11 @@ def header_value(raw: Iterable[tuple[bytes, bytes]], wanted: bytes) -> str | Non
     size = len(wanted)
     # Servers send lower-case names (ASGI asks for it); the length test skips lower()
     # for the names that cannot match.
-    found = [v for k, v in raw if len(k) == size and (k == wanted or k.lower() == wanted)]
-    if not found:
-        return None
-    return (found[0] if len(found) == 1 else b", ".join(found)).decode("latin-1")
+    found = None
+    for name, value in raw:
+        if len(name) == size and (name == wanted or name.lower() == wanted):
+            found = value if found is None else found + b", " + value
+    return None if found is None else found.decode("latin-1")
 
 
 class ASGIHeaders(Mapping[str, str]):

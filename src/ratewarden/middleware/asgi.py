@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from ratewarden.errors import ConfigurationError
-from ratewarden.middleware._core import AsyncHitter, Outcome, RuleSet, drive_async
+from ratewarden.middleware._core import AsgiAnswer, AsyncHitter, Outcome, RuleSet, drive_async
 from ratewarden.middleware._request import from_asgi
 from ratewarden.middleware._routes import starlette_endpoint, undecorated
 
@@ -41,6 +41,21 @@ def _name(name: str) -> bytes:
 
 def _encoded(headers: tuple[tuple[str, str], ...]) -> list[tuple[bytes, bytes]]:
     return [(_name(name), value.encode("latin-1")) for name, value in headers]
+
+
+def _adding(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
+    """``send`` with ``extra`` appended to the response start's headers.
+
+    A plain function handing back ``send``'s own awaitable: no coroutine of its
+    own per message (``await`` accepts any awaitable the callable returns).
+    """
+
+    def send_with_headers(message: Message) -> Awaitable[None]:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), *extra]}
+        return send(message)
+
+    return send_with_headers
 
 
 class RateLimitMiddleware:
@@ -66,14 +81,20 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         now = getattr(self.limiter, "hit_now", None)
-        outcome = None
+        found: AsgiAnswer = None
         if self.rules.plain_asgi and undecorated(scope):
             # Every rule reads the scope alone (see RuleSet.plain_asgi).
             if now is not None:
-                outcome = self.rules.decide_asgi(scope, now)
+                found = self.rules.decide_asgi(scope, now)
             else:
-                outcome = await self.rules.decide_asgi_async(scope, self.limiter)
-        if outcome is None:
+                found = await self.rules.decide_asgi_async(scope, self.limiter)
+            if type(found) is list:  # allowed; the headers come encoded
+                await self.app(scope, receive, _adding(send, found))
+                return
+        outcome: Outcome
+        if found is not None:
+            outcome = found  # type: ignore[assignment]
+        else:
             request = from_asgi(scope)
             rules = self.rules.applicable(request, starlette_endpoint)
             if not rules:
@@ -89,14 +110,7 @@ class RateLimitMiddleware:
         if not outcome.headers:
             await self.app(scope, receive, send)
             return
-        extra = _encoded(outcome.headers)
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", ()), *extra]}
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
+        await self.app(scope, receive, _adding(send, _encoded(outcome.headers)))
 
     @staticmethod
     async def _deny(send: Send, outcome: Outcome, *, head: bool) -> None:

@@ -20,12 +20,12 @@ active within the longest period).
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from ratewarden import _native as native
 from ratewarden.algorithms import concurrency
 from ratewarden.algorithms._base import layered, layered_each
 from ratewarden.clock import Clock, SystemClock
@@ -44,18 +44,7 @@ DEFAULT_MAX_KEYS = 1_000_000
 _KEEP_EXPIRED_US = 1_000_000
 
 
-def _load_speedups() -> Any:
-    """The C twin of the one-rate GCRA decision, or None (not built, or RATEWARDEN_PURE=1)."""
-    if os.environ.get("RATEWARDEN_PURE", "") not in ("", "0"):
-        return None
-    try:
-        from ratewarden import _speedups
-    except ImportError:
-        return None
-    return _speedups
-
-
-_speedups = _load_speedups()
+_speedups = native.speedups
 
 #: Whether ``MemoryStore`` decides one-rate GCRA calls in C (``ratewarden._speedups``,
 #: built when a C compiler was there at install; ``RATEWARDEN_PURE=1`` turns it off).

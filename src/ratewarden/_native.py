@@ -1,0 +1,28 @@
+"""The optional C extension, ``ratewarden._speedups``, or None.
+
+Built from ``_speedups.c`` at install when a C compiler is there. Every type in it
+is a twin of a Python path that stays the reference (the memory store's one-rate
+GCRA decision, the ASGI middleware's one-rule scope path); ``RATEWARDEN_PURE=1``
+in the environment keeps it unused.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["speedups"]
+
+
+def _load() -> Any:
+    if os.environ.get("RATEWARDEN_PURE", "") not in ("", "0"):
+        return None
+    try:
+        from ratewarden import _speedups
+    except ImportError:
+        return None
+    return _speedups
+
+
+#: ``ratewarden._speedups``, or None (not built, or ``RATEWARDEN_PURE=1``).
+speedups: Any = _load()
