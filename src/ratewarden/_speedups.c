@@ -1,14 +1,16 @@
 /*
- * ratewarden._speedups: the memory store's most common decision in C.
+ * ratewarden._speedups: the two hottest paths in C, each a twin of Python code that stays the
+ * reference (ratewarden/_native.py loads it).
  *
- * One rate, algorithm "gcra", a plain ASCII key, a whole cost: MemoryStore.hit
- * for that case, with the same state, the same writes to the same OrderedDict
- * under the same lock, and the same Decision. It is a twin of the pure Python
- * path (storage/memory.py and algorithms/gcra.py), not a replacement: every
- * other call, every unusual argument and every number outside the range where
- * 64-bit integers are exact goes to the Python method, which stays the
- * reference. tests/storage/test_speedups.py feeds both the same random
+ * MemoryGcra / LimiterHit: the memory store's most common decision. One rate, algorithm "gcra",
+ * a plain ASCII key, a whole cost: MemoryStore.hit for that case, with the same state, the same
+ * writes to the same OrderedDict under the same lock, and the same Decision. Every other call,
+ * every unusual argument and every number outside the range where 64-bit integers are exact
+ * goes to the Python method. tests/storage/test_speedups.py feeds both the same random
  * sequences and demands identical Decisions and identical stored state.
+ *
+ * ScopeRule / AddHeaders: the ASGI middleware's path for a rule set of one plain rule (see
+ * below); tests/middleware/test_scope_rule.py compares them with their Python code.
  *
  * Built when a C compiler is there (setup.py marks the extension optional);
  * RATEWARDEN_PURE=1 in the environment keeps it unused.
@@ -939,8 +941,12 @@ typedef struct {
     PyObject *rate;      /* rates[0] */
     PyObject *policy;    /* (b"ratelimit-policy", value) */
     PyObject *state;     /* b'"<name>";r=': the RateLimit value up to the number */
+    PyObject *keys;      /* header value (bytes) -> store key: identity is a pure function */
     vectorcallfunc vectorcall;
 } ScopeRule;
+
+/* Header values whose store key is kept; past it the cache starts over. */
+#define SCOPE_KEYS_MAX 4096
 
 static PyObject *S_headers, *S_allowed, *S_layers, *S_rate, *S_remaining, *S_reset_after,
     *B_ratelimit;
@@ -993,6 +999,17 @@ header_in(ScopeRule *self, PyObject *scope, PyObject **value)
     return *value != NULL;
 }
 
+/* prefix + (identity or fallback); steals identity. */
+static PyObject *
+keyed(ScopeRule *self, PyObject *identity)
+{
+    int truth = PyObject_IsTrue(identity);
+    PyObject *key = truth < 0 ? NULL
+                  : PyUnicode_Concat(self->prefix, truth ? identity : self->fallback);
+    Py_DECREF(identity);
+    return key;
+}
+
 /* The rule's store key for scope: prefix + (identity or fallback). */
 static PyObject *
 scope_key(ScopeRule *self, PyObject *scope)
@@ -1008,6 +1025,15 @@ scope_key(ScopeRule *self, PyObject *scope)
             identity = Py_NewRef(Py_None);
         }
         else if (found == 1) {
+            /* The same client sends the same key again and again: its store key is kept,
+             * and handing the store the same str object makes its lookup an identity test. */
+            PyObject *known = PyDict_GetItemWithError(self->keys, raw);
+            if (known != NULL) {
+                return Py_NewRef(known);
+            }
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
             PyObject *text = PyUnicode_DecodeLatin1(PyBytes_AS_STRING(raw),
                                                     PyBytes_GET_SIZE(raw), NULL);
             if (text == NULL) {
@@ -1018,6 +1044,18 @@ scope_key(ScopeRule *self, PyObject *scope)
             if (identity == NULL) {
                 return NULL;
             }
+            PyObject *key = keyed(self, identity);
+            if (key == NULL) {
+                return NULL;
+            }
+            if (PyDict_GET_SIZE(self->keys) >= SCOPE_KEYS_MAX) {
+                PyDict_Clear(self->keys);
+            }
+            if (PyDict_SetItem(self->keys, raw, key) < 0) {
+                Py_DECREF(key);
+                return NULL;
+            }
+            return key;
         }
     }
     if (identity == NULL) {
@@ -1026,11 +1064,7 @@ scope_key(ScopeRule *self, PyObject *scope)
             return NULL;
         }
     }
-    int truth = PyObject_IsTrue(identity);
-    PyObject *key = truth < 0 ? NULL
-                  : PyUnicode_Concat(self->prefix, truth ? identity : self->fallback);
-    Py_DECREF(identity);
-    return key;
+    return keyed(self, identity);
 }
 
 /* The allowed decision's headers as ASGI pairs, or None when the Python twin must render. */
@@ -1167,6 +1201,7 @@ ScopeRule_traverse(ScopeRule *self, visitproc visit, void *arg)
     Py_VISIT(self->rate);
     Py_VISIT(self->policy);
     Py_VISIT(self->state);
+    Py_VISIT(self->keys);
     return 0;
 }
 
@@ -1183,6 +1218,7 @@ ScopeRule_clear(ScopeRule *self)
     Py_CLEAR(self->rate);
     Py_CLEAR(self->policy);
     Py_CLEAR(self->state);
+    Py_CLEAR(self->keys);
     return 0;
 }
 
@@ -1259,13 +1295,161 @@ ScopeRule_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->rate = Py_NewRef(PyTuple_GET_ITEM(rates, 0));
     self->policy = Py_NewRef(policy);
     self->state = Py_NewRef(state);
+    self->keys = PyDict_New();
+    if (self->keys == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * AddHeaders(send, extra): the ASGI middleware's send wrapper (middleware/asgi.py, _adding).
+ *
+ * Called with a message: a response start goes on as a new dict whose "headers" are the
+ * message's followed by extra; any other message goes on as it is. It returns what send
+ * returns (the awaitable), making no coroutine of its own. A twin of _adding's closure;
+ * tests/middleware/test_scope_rule.py compares the two.
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *send;
+    PyObject *extra;  /* a list of (bytes, bytes) */
+    vectorcallfunc vectorcall;
+} AddHeaders;
+
+static PyObject *S_type, *S_start, *S_get, *EMPTY_TUPLE;
+
+static PyObject *
+started(AddHeaders *self, PyObject *message)
+{
+    PyObject *copy = PyDict_New();
+    if (copy == NULL) {
+        return NULL;
+    }
+    PyObject *headers = NULL, *joined = NULL;
+    if (PyDict_Merge(copy, message, 1) < 0) goto fail;
+    if (PyDict_CheckExact(message)) {
+        headers = PyDict_GetItemWithError(message, S_headers);
+        if (headers == NULL && PyErr_Occurred()) goto fail;
+        headers = Py_NewRef(headers != NULL ? headers : EMPTY_TUPLE);
+    }
+    else {
+        headers = PyObject_CallMethodObjArgs(message, S_get, S_headers, EMPTY_TUPLE, NULL);
+        if (headers == NULL) goto fail;
+    }
+    joined = PySequence_List(headers);
+    if (joined == NULL) goto fail;
+    Py_ssize_t end = PyList_GET_SIZE(joined);
+    if (PyList_SetSlice(joined, end, end, self->extra) < 0) goto fail;
+    if (PyDict_SetItem(copy, S_headers, joined) < 0) goto fail;
+    Py_DECREF(headers);
+    Py_DECREF(joined);
+    return copy;
+fail:
+    Py_XDECREF(headers);
+    Py_XDECREF(joined);
+    Py_DECREF(copy);
+    return NULL;
+}
+
+static PyObject *
+AddHeaders_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
+                      PyObject *kwnames)
+{
+    AddHeaders *self = (AddHeaders *)callable;
+    if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "send(message) takes one positional argument");
+        return NULL;
+    }
+    PyObject *message = args[0];
+    PyObject *type = PyObject_GetItem(message, S_type);
+    if (type == NULL) {
+        return NULL;
+    }
+    int start = PyObject_RichCompareBool(type, S_start, Py_EQ);
+    Py_DECREF(type);
+    if (start < 0) {
+        return NULL;
+    }
+    if (!start) {
+        return PyObject_CallOneArg(self->send, message);
+    }
+    PyObject *copy = started(self, message);
+    if (copy == NULL) {
+        return NULL;
+    }
+    PyObject *result = PyObject_CallOneArg(self->send, copy);
+    Py_DECREF(copy);
+    return result;
+}
+
+static int
+AddHeaders_traverse(AddHeaders *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->send);
+    Py_VISIT(self->extra);
+    return 0;
+}
+
+static int
+AddHeaders_clear(AddHeaders *self)
+{
+    Py_CLEAR(self->send);
+    Py_CLEAR(self->extra);
+    return 0;
+}
+
+static void
+AddHeaders_dealloc(AddHeaders *self)
+{
+    PyObject_GC_UnTrack(self);
+    AddHeaders_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *AddHeaders_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
+
+static PyTypeObject AddHeadersType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ratewarden._speedups.AddHeaders",
+    .tp_doc = PyDoc_STR(
+        "AddHeaders(send, extra): send, with extra appended to a response start's headers."),
+    .tp_basicsize = sizeof(AddHeaders),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = AddHeaders_new,
+    .tp_dealloc = (destructor)AddHeaders_dealloc,
+    .tp_traverse = (traverseproc)AddHeaders_traverse,
+    .tp_clear = (inquiry)AddHeaders_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(AddHeaders, vectorcall),
+};
+
+static PyObject *
+AddHeaders_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *send, *extra;
+    static char *kwlist[] = {"send", "extra", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!:AddHeaders", kwlist, &send,
+                                     &PyList_Type, &extra)) {
+        return NULL;
+    }
+    AddHeaders *self = (AddHeaders *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->vectorcall = AddHeaders_vectorcall;
+    self->send = Py_NewRef(send);
+    self->extra = Py_NewRef(extra);
     return (PyObject *)self;
 }
 
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "ratewarden._speedups",
-    .m_doc = "The memory store's one-rate GCRA decision in C; see storage/memory.py.",
+    .m_doc = "C twins of the memory store's one-rate GCRA decision (storage/memory.py) and of "
+             "the ASGI middleware's one-rule path (middleware/_core.py, middleware/asgi.py).",
     .m_size = -1,
 };
 
@@ -1303,13 +1487,21 @@ PyInit__speedups(void)
         || !B_ratelimit || PyType_Ready(&ScopeRuleType) < 0) {
         return NULL;
     }
+    S_type = PyUnicode_InternFromString("type");
+    S_start = PyUnicode_InternFromString("http.response.start");
+    S_get = PyUnicode_InternFromString("get");
+    EMPTY_TUPLE = PyTuple_New(0);
+    if (!S_type || !S_start || !S_get || !EMPTY_TUPLE || PyType_Ready(&AddHeadersType) < 0) {
+        return NULL;
+    }
     PyObject *module = PyModule_Create(&speedups_module);
     if (module == NULL) {
         return NULL;
     }
     if (PyModule_AddObjectRef(module, "MemoryGcra", (PyObject *)&MemoryGcraType) < 0
         || PyModule_AddObjectRef(module, "LimiterHit", (PyObject *)&LimiterHitType) < 0
-        || PyModule_AddObjectRef(module, "ScopeRule", (PyObject *)&ScopeRuleType) < 0) {
+        || PyModule_AddObjectRef(module, "ScopeRule", (PyObject *)&ScopeRuleType) < 0
+        || PyModule_AddObjectRef(module, "AddHeaders", (PyObject *)&AddHeadersType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

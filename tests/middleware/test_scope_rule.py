@@ -213,3 +213,78 @@ def test_bad_arguments_are_type_errors() -> None:
         fast({"type": "http"}, print, extra=1)
     with pytest.raises(TypeError):
         _native.speedups.ScopeRule("x-api-key", str, str, "c:", "a", (1,), 1, (b"", b""), b"")
+
+
+def test_store_keys_are_kept_per_header_value_and_the_cache_starts_over_when_full() -> None:
+    """The same value gives the same key object; 5,000 values (past the 4,096 kept) stay right."""
+    _rules, single, fast = _rule("api-key")
+
+    def scope(value: bytes) -> dict[str, Any]:
+        return {"type": "http", "headers": [(b"x-api-key", value)]}
+
+    first = fast.key(scope(b"k-0"))
+    assert fast.key(scope(b"k-0")) is first
+    for i in range(5000):
+        assert fast.key(scope(b"k-%d" % i)) == _python_key(single, scope(b"k-%d" % i))
+    assert fast.key(scope(b"k-0")) == first
+
+
+class _Message(Mapping[str, Any]):
+    def __init__(self, data: dict[str, Any]) -> None:
+        self._data = data
+
+    def __getitem__(self, name: str) -> Any:
+        return self._data[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+_HEADER_PAIRS = st.lists(
+    st.tuples(st.sampled_from([b"a", b"b"]), st.binary(max_size=3)), max_size=3
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    kind=st.sampled_from(["http.response.start", "http.response.body", "other", None]),
+    headers=st.one_of(st.none(), _HEADER_PAIRS, _HEADER_PAIRS.map(tuple)),
+    extra=_HEADER_PAIRS,
+    mapping=st.booleans(),
+    more=st.dictionaries(
+        st.sampled_from(["status", "body", "trailers"]), st.integers(), max_size=2
+    ),
+)
+def test_the_send_wrapper_sends_what_the_python_one_sends(
+    kind: str | None, headers: Any, extra: list[Any], mapping: bool, more: dict[str, Any]
+) -> None:
+    """``AddHeaders`` against ``_adding``: the same message (a new one for a response start,
+    the original object otherwise), the same return value, the same error for no type."""
+    from ratewarden.middleware.asgi import _adding
+
+    data: dict[str, Any] = dict(more)
+    if kind is not None:
+        data["type"] = kind
+    if headers is not None:
+        data["headers"] = headers
+    sides = []
+    for make in (_native.speedups.AddHeaders, _adding):
+        sent: list[Any] = []
+
+        def send(message: Any, into: list[Any] = sent) -> str:
+            into.append(message)
+            return "awaitable"
+
+        message: Any = _Message(dict(data)) if mapping else dict(data)
+        try:
+            returned: object = make(send, list(extra))(message)
+        except KeyError as error:
+            sides.append(("KeyError", str(error)))
+            continue
+        assert returned == "awaitable" and len(sent) == 1
+        out = sent[0]
+        sides.append((dict(out), list(out.keys()), out is message))
+    assert sides[0] == sides[1]

@@ -20,6 +20,7 @@ import functools
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from ratewarden import _native as native
 from ratewarden.errors import ConfigurationError
 from ratewarden.middleware._core import AsgiAnswer, AsyncHitter, Outcome, RuleSet, drive_async
 from ratewarden.middleware._request import from_asgi
@@ -58,6 +59,12 @@ def _adding(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
     return send_with_headers
 
 
+#: ``_adding``, or its C twin (``_speedups.AddHeaders``) when the extension is built.
+_add_headers: Callable[[Send, list[tuple[bytes, bytes]]], Send] = (
+    native.speedups.AddHeaders if native.speedups is not None else _adding
+)
+
+
 class RateLimitMiddleware:
     """Limit HTTP requests to ``app`` by the ``rules``, deciding with ``limiter``.
 
@@ -89,7 +96,7 @@ class RateLimitMiddleware:
             else:
                 found = await self.rules.decide_asgi_async(scope, self.limiter)
             if type(found) is list:  # allowed; the headers come encoded
-                await self.app(scope, receive, _adding(send, found))
+                await self.app(scope, receive, _add_headers(send, found))
                 return
         outcome: Outcome
         if found is not None:
@@ -110,7 +117,7 @@ class RateLimitMiddleware:
         if not outcome.headers:
             await self.app(scope, receive, send)
             return
-        await self.app(scope, receive, _adding(send, _encoded(outcome.headers)))
+        await self.app(scope, receive, _add_headers(send, _encoded(outcome.headers)))
 
     @staticmethod
     async def _deny(send: Send, outcome: Outcome, *, head: bool) -> None:
