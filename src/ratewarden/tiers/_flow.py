@@ -19,6 +19,7 @@ import logging
 import math
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import replace
+from typing import NamedTuple
 
 from ratewarden import algorithms
 from ratewarden.clock import Clock
@@ -51,6 +52,18 @@ _CHECKED_SIZE = 1024
 Reply = Decision | StorageError
 #: Yields units to charge on the store, receives its reply, returns the Decision.
 Flow = Generator[int, Reply, Decision]
+
+
+class _Pending(NamedTuple):
+    """``_start``'s hand-over to ``_rest``: the checked call, its local decision, the time."""
+
+    key: str
+    rates: tuple[Rate, ...]
+    cost: int
+    mode: str
+    local: Decision | None
+    now: int
+    leased: bool
 _Ask = Generator[int, Reply, Decision | str]
 _Ident = tuple[str, tuple[Rate, ...]]
 
@@ -61,6 +74,9 @@ def _check_mode(mode: object) -> str:
             f"failure policy {mode!r} must be one of {', '.join(FAILURE_MODES)}"
         )
     return str(mode)
+
+
+_INF = math.inf
 
 
 def _shifted(us: float, elapsed_us: int) -> float:
@@ -78,7 +94,22 @@ def _aged(decision: Decision, elapsed_us: int, cost: int, extra: int = 0) -> Dec
     layers = decision.layers
     if len(layers) == 1:
         layer = layers[0]
-        aged = _aged_one(layer, elapsed_us, cost, extra, ())
+        reset, retry = layer.reset_after, layer.retry_after
+        # _shifted, inline: the lease hit's whole cost is here.
+        if reset != _INF and reset != -_INF:
+            reset = max(0, round(reset * 1_000_000) - elapsed_us) / 1_000_000
+        if retry != _INF and retry != -_INF:
+            retry = max(0, round(retry * 1_000_000) - elapsed_us) / 1_000_000
+        aged = make_decision(
+            layer.allowed,
+            layer.limit,
+            layer.remaining + extra,
+            reset,
+            retry,
+            layer.delay,
+            layer.rate,
+            cost,
+        )
         if (
             layer.remaining == decision.remaining
             and layer.reset_after == decision.reset_after
@@ -205,6 +236,20 @@ class _TwoTierBase:
     # -- the decision, written once
 
     def _flow(self, key: str, rates: Rate | Sequence[Rate], cost: int, failure: str | None) -> Flow:
+        started = self._start(key, rates, cost, failure)
+        if type(started) is _Pending:
+            return (yield from self._rest(started))
+        return started  # type: ignore[return-value]
+
+    def _start(
+        self, key: str, rates: Rate | Sequence[Rate], cost: int, failure: str | None
+    ) -> Decision | _Pending:
+        """The part of ``_flow`` that never asks the store, as a plain call.
+
+        A Decision when this process answers (a cached denial, the local bucket's
+        denial, a lease); otherwise what ``_rest`` needs to go on. Lease hits, the
+        usual answer with leases on, so make no generator at all.
+        """
         if type(rates) is Rate:
             found: tuple[Rate, ...] = (rates,)
         else:
@@ -217,7 +262,7 @@ class _TwoTierBase:
         mode = self.failure if failure is None else _check_mode(failure)
         now = self.clock.now_us()
         if cost == 0:
-            return (yield from self._global(key, found, 0, mode, None, now))
+            return _Pending(key, found, 0, mode, None, now, False)
         ident = (key, found)
         cached = self._cached_denial(ident, cost, now)
         if cached is not None:
@@ -232,11 +277,17 @@ class _TwoTierBase:
         if leases is not None:
             held = leases.spend(ident, cost, now)
             if held is not None:
-                # The usual answer with leases on, without a nested generator.
                 self.counts.add("lease_hits")
                 return self._from_lease(held, cost, now)
-            return (yield from self._leased(ident, cost, mode, local, now))
-        return (yield from self._global(key, found, cost, mode, local, now))
+            return _Pending(key, found, cost, mode, local, now, True)
+        return _Pending(key, found, cost, mode, local, now, False)
+
+    def _rest(self, pending: _Pending) -> Flow:
+        """The rest of ``_flow`` after ``_start``: buy a lease, or ask the store."""
+        key, rates, cost, mode, local, now, leased = pending
+        if leased:
+            return (yield from self._leased((key, rates), cost, mode, local, now))
+        return (yield from self._global(key, rates, cost, mode, local, now))
 
     def _check(self, rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]:
         """Validate ``rates``; a tuple (immutable) is remembered by identity, as stores do."""
@@ -376,7 +427,9 @@ class _TwoTierBase:
     def _finish(self, decision: Decision, shadow: bool) -> Decision:
         if shadow and not decision.allowed:
             decision = replace(decision, allowed=True, shadowed=True)
-        self.metrics.decision(rule=self.name, algorithm=self.algorithm, decision=decision)
+        metrics = self.metrics
+        if metrics is not NO_METRICS:
+            metrics.decision(rule=self.name, algorithm=self.algorithm, decision=decision)
         return decision
 
     def _forget(self, key: str, rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]:

@@ -12,7 +12,7 @@ from ratewarden.rate import Rate
 from ratewarden.storage import AsyncStore, Store
 from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
 from ratewarden.tiers._breaker import CircuitBreaker
-from ratewarden.tiers._flow import Flow, _TwoTierBase
+from ratewarden.tiers._flow import Flow, _Pending, _TwoTierBase
 from ratewarden.tiers._local import LocalRates
 from ratewarden.tiers._negative import DEFAULT_NEGATIVE_KEYS
 
@@ -82,7 +82,10 @@ class TwoTier(_TwoTierBase):
         own policy). ``shadow=True`` reports a denial as allowed and shadowed.
         Raises ``ConfigurationError`` on bad input, before anything is consumed.
         """
-        return self._finish(self._drive(self._flow(key, rates, cost, failure), key, rates), shadow)
+        started = self._start(key, rates, cost, failure)
+        if type(started) is _Pending:
+            started = self._drive(self._rest(started), key, rates)
+        return self._finish(started, shadow)
 
     def peek(
         self, key: str, rates: Rate | Sequence[Rate], *, failure: str | None = None
@@ -162,11 +165,14 @@ class AsyncTwoTier(_TwoTierBase):
         failure: str | None = None,
     ) -> Decision:
         """See ``TwoTier.hit``."""
-        flow = self._flow(key, rates, cost, failure)
+        started = self._start(key, rates, cost, failure)
+        if type(started) is not _Pending:
+            # Answered in this process (lease, local bucket, cached denial): no await at all.
+            return self._finish(started, shadow)
+        flow = self._rest(started)
         try:
             ask = next(flow)
         except StopIteration as done:
-            # Answered in this process (lease, local bucket, cached denial): no await at all.
             return self._finish(done.value, shadow)
         return self._finish(await self._resume(flow, ask, key, rates), shadow)
 
