@@ -96,9 +96,9 @@ def _aged(decision: Decision, elapsed_us: int, cost: int, extra: int = 0) -> Dec
         layer = layers[0]
         reset, retry = layer.reset_after, layer.retry_after
         # _shifted, inline: the lease hit's whole cost is here.
-        if reset != _INF and reset != -_INF:
+        if abs(reset) != _INF:
             reset = max(0, round(reset * 1_000_000) - elapsed_us) / 1_000_000
-        if retry != _INF and retry != -_INF:
+        if abs(retry) != _INF:
             retry = max(0, round(retry * 1_000_000) - elapsed_us) / 1_000_000
         aged = make_decision(
             layer.allowed,
