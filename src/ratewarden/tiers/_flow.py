@@ -64,6 +64,8 @@ class _Pending(NamedTuple):
     local: Decision | None
     now: int
     leased: bool
+
+
 _Ask = Generator[int, Reply, Decision | str]
 _Ident = tuple[str, tuple[Rate, ...]]
 
