@@ -239,9 +239,9 @@ class _TwoTierBase:
 
     def _flow(self, key: str, rates: Rate | Sequence[Rate], cost: int, failure: str | None) -> Flow:
         started = self._start(key, rates, cost, failure)
-        if type(started) is _Pending:
+        if isinstance(started, _Pending):
             return (yield from self._rest(started))
-        return started  # type: ignore[return-value]
+        return started
 
     def _start(
         self, key: str, rates: Rate | Sequence[Rate], cost: int, failure: str | None

@@ -83,8 +83,8 @@ class TwoTier(_TwoTierBase):
         Raises ``ConfigurationError`` on bad input, before anything is consumed.
         """
         started = self._start(key, rates, cost, failure)
-        if type(started) is _Pending:
-            started = self._drive(self._rest(started), key, rates)
+        if isinstance(started, _Pending):
+            return self._finish(self._drive(self._rest(started), key, rates), shadow)
         return self._finish(started, shadow)
 
     def peek(
@@ -166,7 +166,7 @@ class AsyncTwoTier(_TwoTierBase):
     ) -> Decision:
         """See ``TwoTier.hit``."""
         started = self._start(key, rates, cost, failure)
-        if type(started) is not _Pending:
+        if not isinstance(started, _Pending):
             # Answered in this process (lease, local bucket, cached denial): no await at all.
             return self._finish(started, shadow)
         flow = self._rest(started)
