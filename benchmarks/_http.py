@@ -2,8 +2,8 @@
 
 ``python -m benchmarks --http [--redis-url URL] [--quick]`` (``scripts/bench --http``).
 
-Each variant is its own uvicorn process on a free loopback port, serving the
-same one-route Starlette app:
+Each variant runs in its own uvicorn processes (``PROCESSES`` of them; one with
+``--quick``), each on a free loopback port, serving the same one-route Starlette app:
 
 - ``off``: no middleware (the baseline);
 - ``headers-only``: a five-line ASGI middleware that adds the two RateLimit headers
