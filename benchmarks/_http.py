@@ -21,7 +21,9 @@ to the CPU(s) the benchmark itself may not use (``scripts/bench`` keeps the last
 CPU for redis-server and the load generator, the others for the servers): a load
 generator that shares the server's CPU adds its own time to every request and
 evicts the server's caches between requests, which made the middleware's cost
-look twice what it is (measured, docs/middleware.md). Each variant runs in
+look twice what it is (measured, docs/middleware.md). There it polls its sockets
+without sleeping, at idle priority (see ``load``): a client that sleeps between
+replies must be woken by each response, at the server's expense. Each variant runs in
 ``PROCESSES`` server processes, since two processes of the same code differ by
 up to 15% here. A round runs every server once, back to back, in an order that
 rotates from round to round; a variant's rate in a round is the mean over its
@@ -159,8 +161,16 @@ async def _worker(port: int, first: int, deadline: float, counts: Counter[int]) 
         writer.close()
 
 
-async def _load(port: int, seconds: float) -> dict[str, Any]:
+async def _load(port: int, seconds: float, spin: bool = False) -> dict[str, Any]:
     counts: Counter[int] = Counter()
+    if spin:
+        # Keep a callback always ready: the loop polls its sockets without ever sleeping.
+        loop = asyncio.get_running_loop()
+
+        def again() -> None:
+            loop.call_soon(again)
+
+        loop.call_soon(again)
     start = time.perf_counter()
     deadline = start + seconds
     await asyncio.gather(*(_worker(port, n, deadline, counts) for n in range(CONNECTIONS)))
@@ -168,9 +178,20 @@ async def _load(port: int, seconds: float) -> dict[str, Any]:
     return {"requests": sum(counts.values()), "seconds": elapsed, "statuses": dict(counts)}
 
 
-def load(port: int, seconds: float) -> None:
-    """Load generator process: print one JSON line of counts."""
-    print(json.dumps(asyncio.run(_load(port, seconds))))
+def load(port: int, seconds: float, spin: bool = False) -> None:
+    """Load generator process: print one JSON line of counts.
+
+    ``spin``: poll without sleeping, at idle priority (``SCHED_IDLE``, so that a
+    redis-server on the same CPU runs whenever it has work). A client asleep in
+    ``epoll_wait`` must be woken by each response the server writes, and on
+    loopback the server pays for that wake-up (on a VM, an interrupt to the other
+    CPU): the slower the server, the more often its client sleeps, so every
+    microsecond of server work came back amplified (measured, docs/middleware.md).
+    Only for a load generator with a CPU of its own (``--cpus``).
+    """
+    if spin and hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    print(json.dumps(asyncio.run(_load(port, seconds, spin))))
 
 
 def _free_port() -> int:
@@ -202,7 +223,8 @@ def _cpu_seconds(pid: int) -> float:
 def _round(port: int, seconds: float, cpus: set[int] | None = None) -> dict[str, Any]:
     command = [sys.executable, "-m", "benchmarks._http", "load", str(port), str(seconds)]
     if cpus is not None:
-        command[4:4] = ["--cpus", ",".join(map(str, sorted(cpus)))]
+        # A CPU apart from the servers: poll there without sleeping (see ``load``).
+        command[4:4] = ["--cpus", ",".join(map(str, sorted(cpus))), "--spin"]
     out = subprocess.run(command, check=True, capture_output=True, timeout=seconds + 30)
     result: dict[str, Any] = json.loads(out.stdout)
     return result
@@ -428,8 +450,12 @@ def main(redis_url: str | None, quick: bool) -> int:
     print(
         f"HTTP benchmark: {processes} server process(es) per variant, {CONNECTIONS} "
         f"connections, {rounds} rounds of {seconds:g} s per server after {warmup:g} s "
-        f"warm-up; load generator on CPU(s) "
-        f"{','.join(map(str, sorted(cpus))) if cpus else 'any (not pinned)'}",
+        f"warm-up; load generator "
+        + (
+            f"on CPU(s) {','.join(map(str, sorted(cpus)))}, polling at idle priority"
+            if cpus
+            else "not pinned, sleeping in epoll between replies"
+        ),
         file=sys.stderr,
         flush=True,
     )
@@ -451,9 +477,13 @@ if __name__ == "__main__":
     if sys.argv[1] == "serve":
         serve(sys.argv[2], int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else None)
     elif sys.argv[1] == "load":
+        spin = False
         if sys.argv[2] == "--cpus":
             os.sched_setaffinity(0, {int(c) for c in sys.argv[3].split(",")})
             del sys.argv[2:4]
-        load(int(sys.argv[2]), float(sys.argv[3]))
+        if sys.argv[2] == "--spin":
+            spin = True
+            del sys.argv[2]
+        load(int(sys.argv[2]), float(sys.argv[3]), spin)
     else:
         raise SystemExit("usage: python -m benchmarks --http [--redis-url URL] [--quick]")
