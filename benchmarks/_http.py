@@ -2,8 +2,9 @@
 
 ``python -m benchmarks --http [--redis-url URL] [--quick]`` (``scripts/bench --http``).
 
-Each variant runs in its own uvicorn processes (``PROCESSES`` of them; one with
-``--quick``), each on a free loopback port, serving the same one-route Starlette app:
+Each server process (``PROCESSES`` of them; one with ``--quick``) serves every
+variant, each on its own uvicorn server and free loopback port, with the same
+one-route Starlette app:
 
 - ``off``: no middleware (the baseline);
 - ``headers-only``: a five-line ASGI middleware that adds the two RateLimit headers
@@ -23,13 +24,14 @@ generator that shares the server's CPU adds its own time to every request and
 evicts the server's caches between requests, which made the middleware's cost
 look twice what it is (measured, docs/middleware.md). There it polls its sockets
 without sleeping, at idle priority (see ``load``): a client that sleeps between
-replies must be woken by each response, at the server's expense. Each variant runs in
-``PROCESSES`` server processes, since two processes of the same code differ by
-up to 15% here. A round runs every server once, back to back, in an order that
-rotates from round to round; a variant's rate in a round is the mean over its
-processes. Its ratio to ``off`` is the median over rounds of the round's own
-ratio, which cancels the slow drifts of a shared machine; the ratio of the
-medians is given beside it, and each process's median. The table also gives the
+replies must be woken by each response, at the server's expense. Two processes
+of the same code differ by up to 20% here, so every process serves every variant
+and a variant is compared with ``off`` in the same process. A round loads each
+process's variants one after the other, in orders that rotate from round to
+round. A variant's ratio to ``off`` is the median over (round, process) of its
+rate over ``off``'s in the same process and round, which cancels both the
+process's luck and the slow drifts of a shared machine; the ratio of the medians
+is given beside it, and each process's median. The table also gives the
 server processes' own CPU time per request (user + system, from
 ``/proc/<pid>/stat``), which other load moves less: the work the middleware adds,
 whatever the scheduler did. Redis's CPU is not in it.
@@ -124,22 +126,37 @@ class _HeadersOnly:
         await self.app(scope, receive, send_with_headers)
 
 
-def serve(variant: str, port: int, redis_url: str | None) -> None:
-    """Run the variant's app under uvicorn until terminated."""
+def serve(variants: list[str], ports: list[int], redis_url: str | None) -> None:
+    """Serve each variant's app on its port, all in this process, until killed.
+
+    One uvicorn server per variant, on one event loop: a request to a port meets
+    that variant's app alone, and every variant shares this process's luck (its
+    memory layout, where the host placed it), which the ratios then cancel.
+    """
     import uvicorn
 
-    uvicorn.run(
-        build_app(variant, redis_url),
-        host=HOST,
-        port=port,
-        log_level="warning",
-        access_log=False,
-        lifespan="off",
-        # Pinned, so runs compare: uvloop is installed with ratewarden[server] and uvicorn
-        # would take it (and httptools, when present) on its own; see docs/middleware.md.
-        loop="asyncio",
-        http="h11",
-    )
+    async def main() -> None:
+        servers = [
+            uvicorn.Server(
+                uvicorn.Config(
+                    build_app(variant, redis_url),
+                    host=HOST,
+                    port=port,
+                    log_level="warning",
+                    access_log=False,
+                    lifespan="off",
+                    # Pinned, so runs compare: uvloop is installed with ratewarden[server]
+                    # and uvicorn would take it (and httptools) on its own; see
+                    # docs/middleware.md.
+                    loop="asyncio",
+                    http="h11",
+                )
+            )
+            for variant, port in zip(variants, ports, strict=True)
+        ]
+        await asyncio.gather(*(server.serve() for server in servers))
+
+    asyncio.run(main())
 
 
 async def _worker(port: int, first: int, deadline: float, counts: Counter[int]) -> None:
@@ -232,7 +249,12 @@ def _round(port: int, seconds: float, cpus: set[int] | None = None) -> dict[str,
 
 @dataclass
 class HttpRow:
-    """One variant's rounds: ``rates[r]`` is the mean over its server processes in round r."""
+    """One variant's rounds.
+
+    ``rates[r]`` is the mean over the server processes in round r; ``each[i]`` the
+    rate of one process in one round, in the same (round, process) order for every
+    variant, so that ``paired`` divides figures from the same process minutes apart.
+    """
 
     variant: str
     rates: list[float]
@@ -240,6 +262,7 @@ class HttpRow:
     cpu_us: list[float]
     #: Each server process's median requests/s over the rounds.
     processes: list[float]
+    each: list[float]
 
     @property
     def median(self) -> float:
@@ -250,8 +273,8 @@ class HttpRow:
         return statistics.median(self.cpu_us)
 
     def paired(self, base: HttpRow) -> float:
-        """Median over rounds of this variant's rate over ``base``'s in the same round."""
-        return statistics.median(a / b for a, b in zip(self.rates, base.rates, strict=True))
+        """Median over (round, process) of this variant's rate over ``base``'s there."""
+        return statistics.median(a / b for a, b in zip(self.each, base.each, strict=True))
 
 
 def load_cpus() -> set[int] | None:
@@ -272,42 +295,56 @@ def load_cpus() -> set[int] | None:
 def run(
     redis_url: str | None, seconds: float, rounds: int, warmup: float, processes: int = 1
 ) -> list[HttpRow]:
-    """Start ``processes`` servers per variant, warm each, interleave ``rounds``; stop all.
+    """Start ``processes`` server processes, each serving every variant; interleave ``rounds``.
 
-    A round runs every server once, in an order that rotates from round to round. A
-    variant's rate in a round is the mean over its servers: two processes of the same
-    code differ by up to 15% on this kind of machine (memory layout, the host), which
-    one process per variant would count as the middleware's doing.
+    Each process serves every variant on a port of its own (see ``serve``). A round
+    loads each process's variants one after the other for ``seconds`` each, the
+    processes and the variants in orders that rotate from round to round. Two
+    processes of the same code differ by up to 20% on this kind of machine (the
+    host, where memory landed; not address randomisation, which was ruled out), as
+    much as the middleware's whole cost: a variant compared with ``off`` in another
+    process counted that as the middleware's doing, and in the same process it
+    cancels.
     """
     variants = [v for v in VARIANTS if redis_url is not None or v in LOCAL_VARIANTS]
-    servers: list[tuple[str, int, subprocess.Popen[bytes]]] = []
-    rows = {v: HttpRow(v, [], Counter(), [], []) for v in variants}
+    rows = {v: HttpRow(v, [], Counter(), [], [], []) for v in variants}
     cpus = load_cpus()
+    started: list[tuple[dict[str, int], subprocess.Popen[bytes]]] = []
     try:
         for _ in range(processes):
-            for variant in variants:
-                port = _free_port()
-                command = [sys.executable, "-m", "benchmarks._http", "serve", variant, str(port)]
-                command += [redis_url] if redis_url else []
-                servers.append((variant, port, subprocess.Popen(command)))
-        for _variant, port, process in servers:
-            _wait_listening(port, process)
-            _round(port, warmup, cpus)
-        per_process: list[list[float]] = [[] for _ in servers]
+            ports = {variant: _free_port() for variant in variants}
+            command = [
+                sys.executable,
+                "-m",
+                "benchmarks._http",
+                "serve",
+                ",".join(variants),
+                ",".join(str(ports[v]) for v in variants),
+            ]
+            command += [redis_url] if redis_url else []
+            started.append((ports, subprocess.Popen(command)))
+        for ports, process in started:
+            for port in ports.values():
+                _wait_listening(port, process)
+                _round(port, warmup, cpus)
+        per_process: dict[str, list[list[float]]] = {v: [[] for _ in started] for v in variants}
         for r in range(rounds):
             in_round: dict[str, list[float]] = {v: [] for v in variants}
             cpu_round: dict[str, list[float]] = {v: [] for v in variants}
-            for i in range(len(servers)):
-                n = (r + i) % len(servers)
-                variant, port, process = servers[n]
-                cpu_before = _cpu_seconds(process.pid)
-                result = _round(port, seconds, cpus)
-                cpu = _cpu_seconds(process.pid) - cpu_before
-                rate = result["requests"] / result["seconds"]
-                per_process[n].append(rate)
-                in_round[variant].append(rate)
-                cpu_round[variant].append(cpu / max(1, result["requests"]) * 1e6)
-                rows[variant].statuses.update({int(k): v for k, v in result["statuses"].items()})
+            for j in range(len(started)):
+                k = (r + j) % len(started)
+                ports, process = started[k]
+                for i in range(len(variants)):
+                    variant = variants[(r + i) % len(variants)]
+                    cpu_before = _cpu_seconds(process.pid)
+                    result = _round(ports[variant], seconds, cpus)
+                    cpu = _cpu_seconds(process.pid) - cpu_before
+                    rate = result["requests"] / result["seconds"]
+                    per_process[variant][k].append(rate)
+                    in_round[variant].append(rate)
+                    cpu_round[variant].append(cpu / max(1, result["requests"]) * 1e6)
+                    statuses = {int(code): n for code, n in result["statuses"].items()}
+                    rows[variant].statuses.update(statuses)
             for variant in variants:
                 rows[variant].rates.append(statistics.mean(in_round[variant]))
                 rows[variant].cpu_us.append(statistics.mean(cpu_round[variant]))
@@ -318,16 +355,18 @@ def run(
                 file=sys.stderr,
                 flush=True,
             )
-        for (variant, _port, _process), rates in zip(servers, per_process, strict=True):
-            rows[variant].processes.append(statistics.median(rates))
+        for variant in variants:
+            for k in range(len(started)):
+                rows[variant].processes.append(statistics.median(per_process[variant][k]))
+            # The same (round, process) order for every variant: paired() divides like by like.
+            rows[variant].each = [
+                per_process[variant][k][r] for r in range(rounds) for k in range(len(started))
+            ]
     finally:
-        for _variant, _port, process in servers:
-            process.terminate()
-        for _variant, _port, process in servers:
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        for _ports, process in started:
+            process.kill()  # nothing to flush; uvicorn's own handlers stop one server of several
+        for _ports, process in started:
+            process.wait(10)
     return [rows[v] for v in variants]
 
 
@@ -475,7 +514,11 @@ def main(redis_url: str | None, quick: bool) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
-        serve(sys.argv[2], int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else None)
+        serve(
+            sys.argv[2].split(","),
+            [int(port) for port in sys.argv[3].split(",")],
+            sys.argv[4] if len(sys.argv) > 4 else None,
+        )
     elif sys.argv[1] == "load":
         spin = False
         if sys.argv[2] == "--cpus":

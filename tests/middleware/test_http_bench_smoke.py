@@ -19,7 +19,7 @@ def test_http_benchmark_runs_without_redis_and_reports_both_variants() -> None:
     assert [row.variant for row in rows] == ["off", "headers-only", "memory"]
     for row in rows:
         assert row.median > 0 and row.cpu_median > 0
-        assert len(row.rates) == 2 and len(row.processes) == 2
+        assert len(row.rates) == 2 and len(row.processes) == 2 and len(row.each) == 4
         assert set(row.statuses) == {200}
     assert "| memory |" in _http.table(rows)
     verdicts = _http.verdicts(rows).splitlines()
