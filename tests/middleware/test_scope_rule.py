@@ -49,8 +49,8 @@ def _python_key(single: Compiled, scope: Mapping[str, Any]) -> str:
     return single.prefix + (single.asgi_key(scope) or single.fallback)  # type: ignore[misc]
 
 
-class _Scope(Mapping[str, Any]):
-    """A scope that is a Mapping but not a dict: the C code leaves it to the extractor."""
+class _Mapping(Mapping[str, Any]):
+    """A scope or message that is a Mapping but not a dict: the C code's other path."""
 
     def __init__(self, data: dict[str, Any]) -> None:
         self._data = data
@@ -97,7 +97,7 @@ def test_the_key_is_the_python_extractors(
         scope["headers"] = tuple(items) if container == "tuple" else items
     if client is not None:
         scope["client"] = client
-    given_scope: Mapping[str, Any] = _Scope(scope) if container == "mapping" else scope
+    given_scope: Mapping[str, Any] = _Mapping(scope) if container == "mapping" else scope
     try:
         expected: object = _python_key(single, given_scope)
     except Exception as error:
@@ -229,20 +229,6 @@ def test_store_keys_are_kept_per_header_value_and_the_cache_starts_over_when_ful
     assert fast.key(scope(b"k-0")) == first
 
 
-class _Message(Mapping[str, Any]):
-    def __init__(self, data: dict[str, Any]) -> None:
-        self._data = data
-
-    def __getitem__(self, name: str) -> Any:
-        return self._data[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-
 _HEADER_PAIRS = st.lists(
     st.tuples(st.sampled_from([b"a", b"b"]), st.binary(max_size=3)), max_size=3
 )
@@ -278,7 +264,7 @@ def test_the_send_wrapper_sends_what_the_python_one_sends(
             into.append(message)
             return "awaitable"
 
-        message: Any = _Message(dict(data)) if mapping else dict(data)
+        message: Any = _Mapping(dict(data)) if mapping else dict(data)
         try:
             returned: object = make(send, list(extra))(message)
         except KeyError as error:

@@ -85,15 +85,9 @@ class HeaderPlan:
         """The headers for ``decision`` (``now``: epoch seconds, read only by epoch resets)."""
         if self._simple:
             # The default: one rate, the draft fields of the binding layer, nothing else.
-            layers = decision.layers
-            rate = self._rates[0]
-            if len(layers) == 1 and decision.rate is rate and layers[0].rate is rate:
-                layer = layers[0]
-                reset = layer.reset_after
-                t = math.ceil(reset) if reset > 0 else 0
-                remaining = layer.remaining
-                if not (decision.allowed and layer.allowed and remaining > 0):
-                    remaining = 0
+            numbers = self._simple_numbers(decision)
+            if numbers is not None:
+                remaining, t = numbers
                 return [self._policy_header, ("RateLimit", f"{self._prefixes[0]}{remaining};t={t}")]
         if partition is not None and self._options.partition_key:
             return self._generic(decision, now, partition)
@@ -124,6 +118,14 @@ class HeaderPlan:
         policy = self._asgi_policy
         if policy is None:
             return None
+        numbers = self._simple_numbers(decision)
+        if numbers is None:
+            return None
+        return [policy, (b"ratelimit", b"%s%d;t=%d" % (self._asgi_prefix, *numbers))]
+
+    def _simple_numbers(self, decision: Decision) -> tuple[int, int] | None:
+        """The default plan's ``r`` and ``t`` for ``decision``: None unless its one layer is
+        the rule's one rate (a failure policy's answer, say, takes the generic path)."""
         layers = decision.layers
         rate = self._rates[0]
         if len(layers) != 1 or decision.rate is not rate or layers[0].rate is not rate:
@@ -134,7 +136,7 @@ class HeaderPlan:
         remaining = layer.remaining
         if not (decision.allowed and layer.allowed and remaining > 0):
             remaining = 0
-        return [policy, (b"ratelimit", b"%s%d;t=%d" % (self._asgi_prefix, remaining, t))]
+        return remaining, t
 
     def _draft_pair(
         self, decision: Decision, layers: tuple[Decision, ...], rates: tuple[Rate, ...]
