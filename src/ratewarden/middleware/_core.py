@@ -398,7 +398,7 @@ class RuleSet:
             if fast is not None:
                 found = fast(scope, limit)
                 return found if type(found) is list else self._answer(single, *found)
-            key = single.prefix + (single.asgi_key(scope) or single.fallback)  # type: ignore[misc]
+            key = _scope_key(single, scope)
             return self._answer(single, key, limit(key, single.rates, single.fixed_cost))  # type: ignore[arg-type]
         enforced: list[tuple[Compiled, str, Decision]] = []
         for rule in self._compiled:
@@ -419,7 +419,7 @@ class RuleSet:
                 decision = await limiter.hit(key, single.rates, single.fixed_cost)  # type: ignore[arg-type]
                 headers = fast.headers(decision)
                 return headers if headers is not None else self._answer(single, key, decision)
-            key = single.prefix + (single.asgi_key(scope) or single.fallback)  # type: ignore[misc]
+            key = _scope_key(single, scope)
             decision = await limiter.hit(key, single.rates, single.fixed_cost)  # type: ignore[arg-type]
             return self._answer(single, key, decision)
         enforced: list[tuple[Compiled, str, Decision]] = []
