@@ -254,3 +254,24 @@ class _AlignedClock(SystemClock):
 
     def now(self) -> float:
         return self.now_us() / 1_000_000
+
+
+def test_with_an_injected_clock_every_key_outlives_real_time(
+    regions: dict[str, Region],
+) -> None:
+    """Redis counts TTLs in its own real time, which may run ahead of a test clock: a day at least.
+
+    With Redis TIME the same keys live about two windows (the window hash) or two
+    periods (the active set), as before.
+    """
+    clock = ManualClock(START)
+    fleet = build_fleet(regions, RATES, sync_interval=1.0, replication_lag=0.0, clock=clock)
+    us = fleet.budgets["us"]
+    assert us.hit("tenant-a", GLOBAL).allowed
+    us.fetch()
+    local = regions["us"].local()
+    keys = local.keys("*")
+    # The rate cap's GCRA key, the window hash, the active set.
+    assert len(keys) == 3, keys
+    for key in keys:
+        assert local.pttl(key) > 86_400_000 - 10_000, key

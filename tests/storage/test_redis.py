@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
 
 import pytest
 import redis
 
-from ratewarden import Limiter, Rate
+from ratewarden import Limiter, MemoryStore, Rate
 from ratewarden.algorithms import ALGORITHMS
-from ratewarden.algorithms._base import layered
 from ratewarden.errors import ConfigurationError, StorageError, StorageUnavailableError
 from ratewarden.storage._plan import build
 from ratewarden.storage.redis import RedisStore
@@ -68,38 +66,24 @@ def test_a_denying_layer_consumes_nothing_from_the_others(client: Client) -> Non
 TTL_RATES = [Rate.parse("3/second"), Rate.parse("10/7s"), Rate.parse("50/minute")]
 
 
-def reference_ttls_ms(algorithm: str, rates: list[Rate], hits: int, now_us: int) -> dict[str, int]:
-    """What the pure algorithm says each key should live after ``hits`` hits at ``now_us``."""
-    states: dict[str, Any] = {}
-    ttls: dict[str, int] = {}
-    plan = build(algorithm, "rw", "ttl-key", rates, 1)
-    for _ in range(hits):
-        current = [states.get(k) for k in plan.keys]
-        _outcomes, writes = layered(plan.algorithm.check, plan.params, current, now_us, 1)
-        assert writes is not None
-        for key, (state, ttl_us) in zip(plan.keys, writes, strict=True):
-            states[key], ttls[key] = state, math.ceil(ttl_us / 1000)
-    return ttls
-
-
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
-def test_every_key_a_decision_writes_has_the_ttl_its_algorithm_gives(
+def test_on_redis_time_every_key_lives_no_longer_than_its_layer_says(
     client: Client, algorithm: str
 ) -> None:
-    """Each written key has a PTTL above 0 and at most the pure algorithm's time to live."""
-    clock = ManualClock()
-    store = RedisStore(client, clock=clock, timeout=STORE_TIMEOUT)
+    """On Redis TIME each written key's PTTL is above 0 and at most its layer's reset_after."""
+    store = RedisStore(client, timeout=STORE_TIMEOUT)
     for _ in range(3):
-        assert store.hit(algorithm, "ttl-key", TTL_RATES).allowed
-    expected = reference_ttls_ms(algorithm, TTL_RATES, 3, clock.now_us())
-    assert sorted(all_keys(client)) == sorted(k.encode() for k in expected)
-    for key, ttl_ms in expected.items():
-        assert 0 < client.pttl(key) <= ttl_ms
+        decision = store.hit(algorithm, "ttl-key", TTL_RATES)
+        assert decision.allowed
+    keys = build(algorithm, "rw", "ttl-key", TTL_RATES, 1).keys
+    assert sorted(all_keys(client)) == sorted(k.encode() for k in keys)
+    for key, layer in zip(keys, decision.layers, strict=True):
+        assert 0 < client.pttl(key) <= math.ceil(layer.reset_after * 1000)
 
 
-def test_gcra_keys_live_no_longer_than_the_longest_period(client: Client) -> None:
+def test_on_redis_time_gcra_keys_live_no_longer_than_the_longest_period(client: Client) -> None:
     """GCRA state expires when the key is full again: within the longest period (ms)."""
-    store = RedisStore(client, clock=ManualClock(), timeout=STORE_TIMEOUT)
+    store = RedisStore(client, timeout=STORE_TIMEOUT)
     for _ in range(3):
         store.hit("gcra", "ttl-key", TTL_RATES)
     longest_ms = math.ceil(max(r.period_us for r in TTL_RATES) / 1000)
@@ -107,6 +91,55 @@ def test_gcra_keys_live_no_longer_than_the_longest_period(client: Client) -> Non
     assert len(keys) == len(TTL_RATES)
     for key in keys:
         assert 0 < client.pttl(key) <= longest_ms
+
+
+#: The least time to live of a key written with an injected clock (storage/lua/_prelude.lua).
+INJECTED_TTL_FLOOR_MS = 86_400_000
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_with_an_injected_clock_every_key_lives_at_least_a_day(
+    client: Client, algorithm: str
+) -> None:
+    """Redis counts TTLs in real time, which may run ahead of a test clock: a day at least."""
+    store = RedisStore(client, clock=ManualClock(), timeout=STORE_TIMEOUT)
+    for _ in range(3):
+        assert store.hit(algorithm, "ttl-key", TTL_RATES).allowed
+    keys = build(algorithm, "rw", "ttl-key", TTL_RATES, 1).keys
+    assert sorted(all_keys(client)) == sorted(k.encode() for k in keys)
+    for key in keys:
+        # A few milliseconds may pass between the write and the read.
+        assert INJECTED_TTL_FLOOR_MS - 10_000 < client.pttl(key) <= INJECTED_TTL_FLOOR_MS
+
+
+BURSTY = ("gcra", "token_bucket", "leaky_bucket")
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_a_test_clock_slower_than_real_time_admits_what_memory_does(
+    client: Client, algorithm: str
+) -> None:
+    """10,000/s offered at 20,000/s of a test clock: Redis agrees with memory call for call.
+
+    Each call takes longer in real time than the 50 us the test clock advances, so
+    a key whose TTL Redis counted in real time used to expire before the test clock
+    said it could, and the next call saw a rested key (GCRA admitted 10,055-10,138
+    of a second's 20,000 instead of 10,010).
+    """
+    # The windows' keys live a window: 100 per 10 ms is the same rate with short TTLs.
+    rate = Rate.parse("10000/second", burst=10) if algorithm in BURSTY else Rate.parse("100/10ms")
+    clock = ManualClock(1767225659.0)
+    on_redis = Limiter(RedisStore(client, clock=clock, timeout=STORE_TIMEOUT), algorithm=algorithm)
+    in_memory = Limiter(MemoryStore(clock=clock), algorithm=algorithm)
+    redis_answers, memory_answers = [], []
+    for _ in range(3_000):
+        redis_answers.append(on_redis.hit("k", rate).allowed)
+        memory_answers.append(in_memory.hit("k", rate).allowed)
+        clock.advance(0.00005)
+    assert redis_answers == memory_answers
+    if algorithm == "gcra":
+        # The burst of 10 at once, then one per 100 us until the last call at 149.95 ms.
+        assert sum(redis_answers) == 10 + 1_499
 
 
 def test_keys_of_a_short_real_rate_are_gone_after_it_passes(client: Client) -> None:

@@ -19,11 +19,15 @@ __all__ = ["HIT", "MERGE"]
 
 _WINDOW = """
 local now = ARGV[1]
+-- With an injected now, Redis's real-time TTL may run ahead of it: keep the hash a day
+-- at least (the window number in it says what counts; the TTL only collects garbage).
+local floor_ms = 0
 if now == "" then
   local t = redis.call("TIME")
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 else
   now = tonumber(now)
+  floor_ms = 86400000
 end
 local period = tonumber(ARGV[2])
 local window = math.floor(now / period)
@@ -33,7 +37,7 @@ if stored ~= window then
   -- so that peers still read the final counts.
   redis.call("DEL", KEYS[1])
   redis.call("HSET", KEYS[1], "w", string.format("%d", window))
-  redis.call("PEXPIRE", KEYS[1], math.ceil(((window + 2) * period - now) / 1000))
+  redis.call("PEXPIRE", KEYS[1], math.max(floor_ms, math.ceil(((window + 2) * period - now) / 1000)))
 end
 """
 

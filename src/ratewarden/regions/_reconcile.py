@@ -53,6 +53,8 @@ log = logging.getLogger("ratewarden.regions")
 _MAX_LIMIT = 10**12  # counts are written by Lua as %d of a double: exact far below 2**53
 _MIN_PERIOD_US = 1_000
 _EXACT = 2**53
+#: With an injected clock every TTL is at least a day of Redis time (as in storage/lua/_prelude.lua).
+_INJECTED_TTL_FLOOR_MS = 86_400_000
 
 
 def _one_rate(rates: Rate | Sequence[Rate]) -> Rate:
@@ -286,7 +288,12 @@ class ReconciledBudget:
             pipe.zremrangebyscore(key, "-inf", now_us)
             if entries:
                 pipe.zadd(key, entries)
-                pipe.pexpire(key, max(1, (max(entries.values()) - now_us) // 1_000))
+                ttl_ms = max(1, (max(entries.values()) - now_us) // 1_000)
+                if self._clock is not None:
+                    # Redis counts the TTL in real time, which may run ahead of an
+                    # injected clock; the scores say what is live (as in the scripts).
+                    ttl_ms = max(ttl_ms, _INJECTED_TTL_FLOOR_MS)
+                pipe.pexpire(key, ttl_ms)
             pipe.execute()
         except REDIS_ERRORS as exc:
             raise_storage_error(exc, f"region {self.region}", self._local_timeout)

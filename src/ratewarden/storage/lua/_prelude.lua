@@ -42,11 +42,22 @@ local function fmt(x)
   return string.format('%.0f', x)
 end
 
--- milliseconds for PEXPIRE / SET PX: rounded up, at least 1
+-- With ARGV[1] set (an injected clock: tests, simulation) every TTL is at least this
+-- long. Redis counts a TTL in its own real time, which may run ahead of the injected
+-- clock, and a key that expired early would be read as rested. The state itself says
+-- when it stops counting (each script judges it against now), so the TTL is only
+-- garbage collection and a long one changes no answer.
+local INJECTED_TTL_FLOOR_MS = 86400000
+
+-- milliseconds for PEXPIRE / SET PX: rounded up, at least 1 (at least a day with an
+-- injected clock)
 local function ttl_ms(ttl_us)
   local ms = ceil_div(ttl_us, 1000)
   if ms < 1 then
     ms = 1
+  end
+  if ARGV[1] ~= '' and ms < INJECTED_TTL_FLOOR_MS then
+    ms = INJECTED_TTL_FLOOR_MS
   end
   return ms
 end
