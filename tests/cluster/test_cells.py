@@ -7,12 +7,12 @@ import random
 
 import pytest
 import redis
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratewarden import Rate
 from ratewarden.errors import ConfigurationError
-from ratewarden.hotkeys import CellLimiter, cell_keys, key_slot, split_rate
+from ratewarden.hotkeys import CellLimiter, cell_keys, key_slot, split_rate, store_slot
 from ratewarden.storage._keys import escape
 from ratewarden.storage._plan import build
 from ratewarden.storage.redis import RedisStore
@@ -38,9 +38,36 @@ def test_three_cells_land_on_three_primaries(redis_cluster: RedisCluster, key: s
     for cell in cell_keys(key, 3):
         state_key = build("gcra", "rw", cell, rate, 1).keys[0]
         slot = keyslot(redis_cluster, state_key)
-        assert slot == key_slot(escape(cell))
+        assert slot == key_slot(state_key) == store_slot(cell) == key_slot(escape(cell))
         owners.add(slot_owner(redis_cluster, slot))
     assert len(owners) == 3
+
+
+NAMES = st.text(alphabet=st.sampled_from("ab{}%é~:x"), max_size=12) | st.text(max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=NAMES)
+def test_key_slot_is_cluster_keyslot_for_every_name(redis_cluster: RedisCluster, name: str) -> None:
+    """key_slot(name) equals CLUSTER KEYSLOT name: braces make a hash tag as Redis reads them."""
+    assert key_slot(name) == keyslot(redis_cluster, name)
+
+
+@settings(max_examples=100, deadline=None)
+@given(key=NAMES.filter(bool))
+def test_store_slot_is_where_the_store_puts_a_key(redis_cluster: RedisCluster, key: str) -> None:
+    """store_slot(key) equals CLUSTER KEYSLOT of the store's state key for ``key``."""
+    state_key = build("gcra", "rw", key, Rate.parse("3/second"), 1).keys[0]
+    assert store_slot(key) == keyslot(redis_cluster, state_key)
+
+
+def test_a_cell_name_with_braces_has_its_store_slot_not_its_own() -> None:
+    """A cell of a key holding braces: the name's own slot follows its hash tag, its state's
+    slot the escaped whole name, and the placement is by the latter."""
+    cell = cell_keys("a{b}c", 3)[0]
+    assert key_slot(cell) == key_slot("b")
+    assert store_slot(cell) == key_slot(escape(cell))
+    assert 0 <= store_slot(cell) < 16384 // 3
 
 
 def test_six_cells_put_two_on_each_primary(redis_cluster: RedisCluster) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -130,3 +131,35 @@ def test_the_console_script_prints_no_traceback_on_bad_input() -> None:
     assert done.stderr.strip() == (
         "ratewarden serve: error: --grpc-port '99999': must be a whole number from 0 to 65535"
     )
+
+
+def test_python_dash_m_ratewarden_runs_the_same_command(tmp_path: Path) -> None:
+    """`python -m ratewarden` (no script on PATH, a venv not activated) is the `ratewarden` CLI."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    by_module = subprocess.run(
+        [sys.executable, "-m", "ratewarden", "config", "check", str(rules)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    by_command = subprocess.run(
+        [*RATEWARDEN, "config", "check", str(rules)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert by_module.returncode == by_command.returncode == 0
+    assert by_module.stdout == by_command.stdout
+    assert by_module.stdout.startswith("ok: 1 file, 1 domain, 1 rule")
+    bad = subprocess.run(
+        [sys.executable, "-m", "ratewarden", "serve", "--grpc-port", "99999", "--config", "x"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2
+    assert "--grpc-port '99999'" in bad.stderr

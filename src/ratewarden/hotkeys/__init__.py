@@ -19,7 +19,7 @@ from __future__ import annotations
 from ratewarden.hotkeys._cells import AsyncCellLimiter, CellLimiter, round_robin
 from ratewarden.hotkeys._detector import HotKey, HotKeyDetector
 from ratewarden.hotkeys._limiter import AsyncHotKeyLimiter, HotKeyLimiter
-from ratewarden.hotkeys._placement import cell_keys, key_slot, split_rate
+from ratewarden.hotkeys._placement import cell_keys, key_slot, split_rate, store_slot
 
 __all__ = [
     "AsyncCellLimiter",
@@ -32,4 +32,5 @@ __all__ = [
     "key_slot",
     "round_robin",
     "split_rate",
+    "store_slot",
 ]

@@ -5,8 +5,9 @@ Placement. Cell ``i`` of key ``k`` is the key ``k~cell:i:s``, where the salt
 of band ``i`` (by default the slots cut into N equal bands; a Cluster created
 by ``redis-cli --cluster create`` gives each primary one such band when N is a
 multiple of the primary count). The store uses the whole key as its hash tag,
-so the slot is CRC16 of the escaped cell key, computed here exactly as Redis
-does (``CLUSTER KEYSLOT`` agrees; the tests check it). A placement depends
+so the slot is CRC16 of the escaped cell key (``store_slot``), computed here
+exactly as Redis does (``CLUSTER KEYSLOT`` of the state key agrees; the tests
+check it). A placement depends
 only on the key, N and the bands: every process finds the same cells.
 
 Shares. Each rate of ``limit`` L and capacity C is split with
@@ -27,7 +28,16 @@ from ratewarden.rate import Rate
 from ratewarden.storage._keys import escape
 from ratewarden.storage._plan import check_key
 
-__all__ = ["MAX_CELLS", "SLOTS", "cell_keys", "check_cells", "key_slot", "slot_bands", "split_rate"]
+__all__ = [
+    "MAX_CELLS",
+    "SLOTS",
+    "cell_keys",
+    "check_cells",
+    "key_slot",
+    "slot_bands",
+    "split_rate",
+    "store_slot",
+]
 
 #: Hash slots of a Redis Cluster.
 SLOTS = 16384
@@ -50,12 +60,36 @@ def _crc16_table() -> list[int]:
 _CRC16 = _crc16_table()
 
 
-def key_slot(tag: str) -> int:
-    """The Cluster hash slot of a store key whose hash tag is ``tag`` (CRC16/XMODEM mod 16384)."""
+def _crc16_slot(data: bytes) -> int:
     crc = 0
-    for byte in tag.encode():
+    for byte in data:
         crc = ((crc << 8) & 0xFFFF) ^ _CRC16[((crc >> 8) ^ byte) & 0xFF]
     return crc % SLOTS
+
+
+def key_slot(name: str) -> int:
+    """The Cluster hash slot of the Redis key ``name``, as ``CLUSTER KEYSLOT name`` gives it.
+
+    CRC16/XMODEM mod 16384 of the UTF-8 bytes, of only the hash tag when there is one:
+    the bytes between the first ``{`` and the first ``}`` after it, if any lie between.
+    """
+    data = name.encode()
+    start = data.find(b"{")
+    if start >= 0:
+        end = data.find(b"}", start + 1)
+        if end > start + 1:
+            data = data[start + 1 : end]
+    return _crc16_slot(data)
+
+
+def store_slot(key: str) -> int:
+    """The slot a store puts every state of ``key`` in (a cell name from ``cell_keys`` too).
+
+    The store's keys use the escaped ``key`` as their hash tag (``{``, ``}`` and ``%``
+    percent-escaped), so this is ``key_slot`` of any of them, not of ``key`` itself
+    when ``key`` holds a brace.
+    """
+    return _crc16_slot(escape(key).encode())
 
 
 def check_cells(cells: object) -> int:
@@ -102,7 +136,7 @@ def cell_keys(
             low, high = start, end
         for salt in range(_MAX_SALT):
             name = f"{key}~cell:{i}:{salt}"
-            if low <= key_slot(escape(name)) < high:
+            if low <= store_slot(name) < high:
                 found.append(name)
                 break
         else:  # pragma: no cover - CRC16 reaches every slot long before this
