@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from ratewarden.server import config
 from ratewarden.server.config import ConfigError, RateLimitConfig
+from ratewarden.server.config.reader import MAX_ALIAS_COPIES
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NAME = "fuzz.yaml"
@@ -182,7 +183,7 @@ def test_mutations_of_a_valid_config_load_or_fail_with_file_and_line(data: st.Da
     check("\n".join(lines) + "\n")
 
 
-# -- escapes the fuzzers found, now fixed (src/ratewarden/server/config.py) ---------------
+# -- escapes the fuzzers found, now fixed (src/ratewarden/server/config/) ---------------------
 
 RULE_WITH = (
     "domain: x\ndescriptors:\n- key: a\n  rate_limit: {{unit: second, requests_per_unit: {}}}\n"
@@ -265,7 +266,7 @@ def test_a_small_alias_chain_still_expands_like_yaml_v2() -> None:
 
 def test_an_exponential_alias_chain_is_refused_quickly() -> None:
     """30 links would be 2**30 descriptors: refused past MAX_ALIAS_COPIES, not expanded."""
-    with pytest.raises(ConfigError, match=f"more than {config.MAX_ALIAS_COPIES} descriptors"):
+    with pytest.raises(ConfigError, match=f"more than {MAX_ALIAS_COPIES} descriptors"):
         config.loads(chained_aliases(30), NAME)
 
 

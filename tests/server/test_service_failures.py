@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
+from ratewarden.errors import ConfigurationError
 from ratewarden.server import config
 from ratewarden.server.service import DescriptorOutcome, ServiceHooks
 from tests.server.conftest import OK, OVER, Harness, desc
@@ -153,7 +154,7 @@ def test_near_limit_ratio_is_configurable_and_validated(rls: Make) -> None:
     h.ask(desc(("k", "a")), hits=6)
     assert h.hooks.outcomes[-1].near_limit_hits == 1
     for bad in (0, 1.5, True):
-        with pytest.raises(config.ConfigurationError):
+        with pytest.raises(ConfigurationError):
             rls(METRICS, near_limit_ratio=bad)
 
 

@@ -23,7 +23,7 @@ The service is transport-agnostic (a ``RateLimitRequest`` in, a
 extra (``xds-protos``).
 
 ``ratewarden serve`` answers the same way for a descriptor with a ``budget``
-in its config (``ratewarden.server._budget_config``): its service hands those
+in its config (``ratewarden.server.config.budget``): its service hands those
 descriptors to ``RuleBudgets`` / ``AsyncRuleBudgets``, which turn the check or
 the charge into the ``Decision`` the rest of the service reports.
 """

@@ -1,21 +1,22 @@
-"""One descriptor's ``rate_limit``: its limits, algorithm, failure mode, name and replaces.
+"""Reading one descriptor's ``rate_limit``: its limits, algorithm, failure mode, name, replaces.
 
-``read_rate_limit`` checks a ``rate_limit`` block with the plumbing of a
-``_FileReader`` (``server/_config_reader.py``, which walks the descriptors and
-calls it) and returns its ``Rule``, or None with every problem recorded on the
-reader, as ``server/_budget_config.py`` does for a descriptor's ``budget``.
+``read_rate_limit`` checks a ``rate_limit`` block with a ``FieldReader``
+(``fields.py``) and returns its ``Rule``, or None with every problem recorded on
+the reader, as ``budget.py`` does for a descriptor's ``budget``. ``reader.py``
+walks the descriptors and calls it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ratewarden import algorithms
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
-from ratewarden.server._config_model import (
+from ratewarden.server.config.fields import Entries, FieldReader
+from ratewarden.server.config.model import (
     ALGORITHM_NAMES,
     DEFAULT_ALGORITHM,
     DEFAULT_FAILURE_MODE,
@@ -25,12 +26,10 @@ from ratewarden.server._config_model import (
     Rule,
 )
 
-if TYPE_CHECKING:
-    from ratewarden.server._config_reader import _Entries, _FileReader
+__all__ = ["RATE_LIMIT_KEYS", "read_rate_limit"]
 
-__all__ = ["read_rate_limit"]
-
-_RATE_LIMIT_KEYS = (
+#: The keys of a ``rate_limit`` block.
+RATE_LIMIT_KEYS = (
     "unit",
     "requests_per_unit",
     "unlimited",
@@ -48,7 +47,7 @@ _UINT32_MAX = 2**32 - 1
 
 
 def read_rate_limit(
-    reader: _FileReader,
+    reader: FieldReader,
     pair: tuple[Any, Any],
     *,
     domain: str,
@@ -59,7 +58,7 @@ def read_rate_limit(
 ) -> Rule | None:
     """The descriptor's ``rate_limit`` as a Rule, or None with its problems recorded on reader."""
     key_node, node = pair
-    entries = reader.mapping(node, "rate_limit", _RATE_LIMIT_KEYS)
+    entries = reader.mapping(node, "rate_limit", RATE_LIMIT_KEYS)
     if entries is None:
         return None
     before = len(reader.problems)
@@ -105,11 +104,10 @@ def read_rate_limit(
         quota_mode=quota_mode,
         detailed_metric=detailed_metric,
     )
-    reader.rules.append(rule)
     return rule
 
 
-def _check_unlimited(reader: _FileReader, entries: _Entries) -> None:
+def _check_unlimited(reader: FieldReader, entries: Entries) -> None:
     unit = reader.text(entries, "unit")
     if unit is not None and unit[1]:
         reader.problem(
@@ -122,14 +120,12 @@ def _check_unlimited(reader: _FileReader, entries: _Entries) -> None:
             reader.problem(entries[key][0], key, "has no meaning with unlimited: true; drop it")
 
 
-def _limit(reader: _FileReader, item: Any, algorithm: str) -> Limit | None:
+def _limit(reader: FieldReader, item: Any, algorithm: str) -> Limit | None:
     entries = reader.mapping(item, "a limits item", _LIMIT_KEYS)
     return None if entries is None else _limit_fields(reader, entries, item, algorithm)
 
 
-def _limit_fields(
-    reader: _FileReader, entries: _Entries, node: Any, algorithm: str
-) -> Limit | None:
+def _limit_fields(reader: FieldReader, entries: Entries, node: Any, algorithm: str) -> Limit | None:
     before = len(reader.problems)
     unit_found = reader.text(entries, "unit")
     unit = None
@@ -181,7 +177,7 @@ def _limit_fields(
     return Limit(limit.requests_per_unit, unit, limit.unit_multiplier, limit.burst, rate)
 
 
-def _check_distinct(reader: _FileReader, node: Any, limits: tuple[Limit, ...]) -> None:
+def _check_distinct(reader: FieldReader, node: Any, limits: tuple[Limit, ...]) -> None:
     periods: dict[int, Limit] = {}
     for limit in limits:
         if limit.period_us in periods:
@@ -195,7 +191,7 @@ def _check_distinct(reader: _FileReader, node: Any, limits: tuple[Limit, ...]) -
 
 
 def _choice(
-    reader: _FileReader, entries: _Entries, key: str, choices: Sequence[str], default: str
+    reader: FieldReader, entries: Entries, key: str, choices: Sequence[str], default: str
 ) -> str:
     found = reader.text(entries, key)
     if found is None:
@@ -210,7 +206,7 @@ def _choice(
     return value
 
 
-def _replaces(reader: _FileReader, entries: _Entries, name: str) -> tuple[str, ...]:
+def _replaces(reader: FieldReader, entries: Entries, name: str) -> tuple[str, ...]:
     if "replaces" not in entries:
         return ()
     names: list[str] = []

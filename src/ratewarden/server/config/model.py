@@ -1,10 +1,11 @@
-"""The rule model of the rate limit config: what a loaded config is made of.
+"""The rule model: what a loaded rate limit config is made of, and how it writes itself out.
 
 The names a rule may use (units, algorithms, failure modes), the error types a
 load raises (``ConfigProblem``, ``ConfigError``) and the frozen rules and
 descriptor tree: ``Limit``, ``Rule``, ``Level``, ``Node``, ``Match``,
-``DomainConfig`` and ``RateLimitConfig``. ``ratewarden.server.config`` reads
-YAML into them and re-exports them.
+``DomainConfig`` and ``RateLimitConfig``, each with ``to_dict`` (normalised,
+loadable YAML). The other modules of ``ratewarden.server.config`` read YAML into
+them; the package re-exports them.
 
 Matching (``DomainConfig.match``) follows envoyproxy/ratelimit: at each level the
 node with the exact key and value, else the first wildcard value of that key in
@@ -133,7 +134,7 @@ class Rule:
     ``path`` is envoyproxy/ratelimit's key for the rule (``domain.key_value.key``),
     used in metrics and in ``describe()``; ``source`` is ``file:line``.
     ``limits`` is empty only for an ``unlimited`` rule. ``budget`` marks a
-    descriptor's ``budget`` (a token budget, ``server/_budget_config.py``): one
+    descriptor's ``budget`` (a token budget, read by ``server/config/budget.py``): one
     GCRA limit whose hits are tokens, checked on hits 0 and charged otherwise.
     """
 
@@ -170,9 +171,7 @@ class Rule:
     def to_dict(self) -> dict[str, Any]:
         """The ``rate_limit`` (or ``budget``) block, normalised (loadable YAML)."""
         if self.budget:
-            from ratewarden.server._budget_config import budget_dict  # a cycle: it imports this
-
-            return budget_dict(self)
+            return self._budget_dict()
         out: dict[str, Any] = {}
         if self.name:
             out["name"] = self.name
@@ -189,6 +188,21 @@ class Rule:
             out.update(self.limits[0].to_dict())
         else:
             out["limits"] = [limit.to_dict() for limit in self.limits]
+        return out
+
+    def _budget_dict(self) -> dict[str, Any]:
+        # Written here, beside rate_limit's block, so that the model needs no reader to
+        # write itself out; server/config/budget.py reads the same keys back.
+        limit = self.limits[0]
+        out: dict[str, Any] = {"unit": limit.unit, "tokens_per_unit": limit.requests_per_unit}
+        if limit.unit_multiplier != 1:
+            out["unit_multiplier"] = limit.unit_multiplier
+        if limit.burst is not None:
+            out["burst"] = limit.burst
+        if self.failure_mode != DEFAULT_FAILURE_MODE:
+            out["failure_mode"] = self.failure_mode
+        if self.name:
+            out["name"] = self.name
         return out
 
     def describe(self) -> str:
@@ -366,14 +380,6 @@ class RateLimitConfig:
     def to_dict(self) -> dict[str, Any]:
         """``{"domains": [...]}``; each domain entry is itself a loadable config file."""
         return {"domains": [domain.to_dict() for domain in self.domains.values()]}
-
-
-def _freeze(value: Any) -> Any:
-    if isinstance(value, dict):
-        return MappingProxyType({key: _freeze(item) for key, item in value.items()})
-    if isinstance(value, list):
-        return tuple(_freeze(item) for item in value)
-    return value
 
 
 def _thaw(value: Any) -> Any:

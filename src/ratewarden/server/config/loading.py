@@ -1,17 +1,9 @@
-"""Rate limit rules: envoyproxy/ratelimit YAML, unchanged, plus ratewarden's extensions.
+"""Loading rule files and directories into one frozen ``RateLimitConfig``: ``load``, ``loads``.
 
-``load(["rules/"])`` reads files and directories (the ``*.yaml`` and ``*.yml``
-files of a directory, in name order, hidden names skipped) and returns a frozen
-``RateLimitConfig``, or raises ``ConfigError`` listing every problem it found as
-``file:line: key: what is wrong and what to do``. docs/config.md documents every
-key.
-
-The module is the public face of three parts: the rule model and the error types
-(``server/_config_model.py``, where matching is described), the YAML reader of one
-file (``server/_config_reader.py``, with a descriptor's ``rate_limit`` in
-``server/_config_rate_limit.py``) and, here, loading files and directories.
-
-This module is pure: no I/O beyond reading the given files, no clock, no store.
+Each file is read by a ``FileReader`` (``reader.py``); here the files of a
+directory are found, read from disk, and their domains put together, a domain
+defined twice being a problem like any other. The problems of every file are
+raised together, as one ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -20,47 +12,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import MappingProxyType
 
-from ratewarden.errors import ConfigurationError as ConfigurationError  # noqa: PLC0414
-from ratewarden.server._config_model import (
-    ALGORITHM_NAMES,
-    DEFAULT_ALGORITHM,
-    DEFAULT_FAILURE_MODE,
-    FAILURE_MODES,
-    UNIT_NAMES,
-    ConfigError,
-    ConfigProblem,
-    DomainConfig,
-    Level,
-    Limit,
-    Match,
-    Node,
-    RateLimitConfig,
-    Rule,
-)
+from ratewarden.server.config.model import ConfigError, ConfigProblem, DomainConfig, RateLimitConfig
+from ratewarden.server.config.reader import FileReader
 
-# Re-exported beside __all__, as it was here before the split: tests read
-# config.MAX_ALIAS_COPIES (and config.ConfigurationError, imported above).
-from ratewarden.server._config_reader import MAX_ALIAS_COPIES as MAX_ALIAS_COPIES  # noqa: PLC0414
-from ratewarden.server._config_reader import _FileReader
-
-__all__ = [
-    "ALGORITHM_NAMES",
-    "DEFAULT_ALGORITHM",
-    "DEFAULT_FAILURE_MODE",
-    "FAILURE_MODES",
-    "ConfigError",
-    "ConfigProblem",
-    "DomainConfig",
-    "Level",
-    "Limit",
-    "Match",
-    "Node",
-    "RateLimitConfig",
-    "Rule",
-    "UNIT_NAMES",
-    "load",
-    "loads",
-]
+__all__ = ["load", "loads"]
 
 _YAML_SUFFIXES = (".yaml", ".yml")
 
@@ -111,7 +66,7 @@ def _build(files: Sequence[tuple[str, str]], problems: list[ConfigProblem]) -> R
     domains: dict[str, DomainConfig] = {}
     for name, text in files:
         first = len(problems)
-        domain = _FileReader(name, problems).read(text)
+        domain = FileReader(name, problems).read(text)
         previous = None if domain is None else domains.get(domain.name)
         if domain is not None and previous is not None:
             line = int(domain.source.rsplit(":", 1)[1])

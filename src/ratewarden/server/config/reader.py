@@ -1,34 +1,29 @@
-"""Reads one rule file's YAML into a ``DomainConfig``, recording every problem as it goes.
+"""Reads one rule file's YAML into a ``DomainConfig``: the file's schema, descriptor by descriptor.
 
-``_FileReader`` composes the YAML node tree (yaml.v2's merges included, alias
-copies capped), checks every mapping against the keys it allows and walks the
-descriptors into ``Level``/``Node`` trees. A descriptor's ``rate_limit`` is read
-by ``server/_config_rate_limit.py``, its ``budget`` by ``server/_budget_config.py``;
-both use this reader's plumbing (``problem``, ``mapping``, ``text``, ``integer``...).
-Each problem is ``file:line: key: what is wrong and what to do``.
+``FileReader`` composes the YAML node tree (yaml.v2's merges included, alias
+copies capped at ``MAX_ALIAS_COPIES``), checks the top level and every descriptor
+against the keys they allow and walks the descriptors into ``Level``/``Node``
+trees. Its plumbing (``problem``, ``mapping``, ``text``, ``integer``...) is
+``FieldReader``'s (``fields.py``); a descriptor's ``rate_limit`` is read by
+``rate_limit.py``, its ``budget`` by ``budget.py``, with the same plumbing. Each
+problem is ``file:line: key: what is wrong and what to do``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
 import yaml  # type: ignore[import-untyped, unused-ignore]
 
-from ratewarden.server._budget_config import read_budget
-from ratewarden.server._config_model import (
-    ConfigProblem,
-    DomainConfig,
-    Level,
-    Node,
-    Rule,
-    _freeze,
-)
-from ratewarden.server._config_rate_limit import _RATE_LIMIT_KEYS, read_rate_limit
+from ratewarden.server.config.budget import read_budget
+from ratewarden.server.config.fields import CONSTRUCT_ERRORS, FieldReader
+from ratewarden.server.config.model import ConfigProblem, DomainConfig, Level, Node, Rule
+from ratewarden.server.config.rate_limit import RATE_LIMIT_KEYS, read_rate_limit
 
-__all__ = ["MAX_ALIAS_COPIES"]
+__all__ = ["MAX_ALIAS_COPIES", "FileReader"]
 
 _ROOT_KEYS = ("domain", "descriptors")
 _DESCRIPTOR_KEYS = (
@@ -47,203 +42,27 @@ _DESCRIPTOR_KEYS = (
 _MISPLACED = {
     "domain": "the top level of the file",
     **{key: "the descriptor (next to rate_limit)" for key in _DESCRIPTOR_KEYS},
-    **{key: "rate_limit" for key in _RATE_LIMIT_KEYS},
+    **{key: "rate_limit" for key in RATE_LIMIT_KEYS},
     "tokens_per_unit": "budget",
 }
-
-#: Entries of a YAML mapping: key text -> (key node, value node).
-_Entries = dict[str, tuple[Any, Any]]
 
 #: Descriptors a file may add by repeating an alias (``descriptors: *shared``). Each
 #: alias copies its whole subtree, so a few lines that alias each other in a chain
 #: expand exponentially; past this many copies the file is refused, not expanded.
 MAX_ALIAS_COPIES = 10_000
 
-# What SafeConstructor raises, besides MarkedYAMLError, for a tagged scalar whose
-# text does not fit its tag: `!!int abc`, `!!bool maybe`, `!!timestamp 2020-13-45`,
-# and an int longer than Python converts (4,300 digits).
-_CONSTRUCT_ERRORS = (yaml.MarkedYAMLError, ValueError, KeyError, TypeError, OverflowError)
 
-
-def _first_of_each_key(pairs: list[Any]) -> list[Any]:
-    """The pairs whose key has not appeared before (a merge's first source wins)."""
-    seen: set[object] = set()
-    kept = []
-    for key_node, value_node in pairs:
-        key = (
-            (key_node.tag, key_node.value)
-            if isinstance(key_node, yaml.ScalarNode)
-            else id(key_node)
-        )
-        if key not in seen:
-            seen.add(key)
-            kept.append((key_node, value_node))
-    return kept
-
-
-def _shorten(text: str, most: int = 40) -> str:
-    return repr(text) if len(text) <= most else f"{text[:most]!r}... ({len(text)} characters)"
-
-
-class _FileReader:
+class FileReader(FieldReader):
     """Turns one file's YAML node tree into a DomainConfig, recording every problem."""
 
     def __init__(self, name: str, problems: list[ConfigProblem]) -> None:
-        self.name = name
-        self.problems = problems
-        self.constructor = yaml.constructor.SafeConstructor()
+        super().__init__(name, problems, _MISPLACED)
         self.rules: list[Rule] = []
         # Descriptor lists being read (an alias back to one is a cycle) and descriptor
         # nodes already read once (a second visit is an alias copy, see MAX_ALIAS_COPIES).
         self.open_lists: set[int] = set()
-        self.merges: dict[int, tuple[list[Any], list[Any]]] = {}
         self.seen_items: set[int] = set()
         self.copies = 0
-
-    # -- plumbing
-
-    def problem(self, node: Any, key: str, message: str) -> None:
-        line = node.start_mark.line + 1 if node is not None else 0
-        self.problems.append(ConfigProblem(self.name, line, key, message))
-
-    def where(self, node: Any) -> str:
-        return f"{self.name}:{node.start_mark.line + 1}"
-
-    def mapping(self, node: Any, what: str, allowed: Sequence[str]) -> _Entries | None:
-        if not isinstance(node, yaml.MappingNode):
-            self.problem(node, what, f"must be a mapping of keys ({', '.join(allowed)})")
-            return None
-        own, merged = self.merge(node, what)
-        entries: _Entries = {}
-        for key_node, value_node in own:
-            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != "tag:yaml.org,2002:str":
-                self.problem(key_node, str(getattr(key_node, "value", "?")), "keys must be strings")
-                continue
-            key = key_node.value
-            if key in entries:
-                first = entries[key][0].start_mark.line + 1
-                self.problem(key_node, key, f"appears twice in one mapping (first on line {first})")
-            elif key not in allowed:
-                self.problem(key_node, key, self._unknown(key, what, allowed))
-            else:
-                entries[key] = (key_node, value_node)
-        for key_node, value_node in merged:
-            key = str(getattr(key_node, "value", ""))
-            if key not in allowed:
-                self.problem(key_node, key, self._unknown(key, what, allowed) + " (merged with <<)")
-            elif key not in entries:
-                entries[key] = (key_node, value_node)
-        return entries
-
-    def merge(
-        self, node: Any, what: str, within: frozenset[int] = frozenset()
-    ) -> tuple[list[Any], list[Any]]:
-        """Split a mapping into its own pairs and those merged in with ``<<`` (yaml.v2 does
-        merges too). Own keys win over merged ones; the first merged mapping wins among them.
-        ``within`` holds the mappings whose merges are being followed: meeting one again is
-        a cycle (``<<: *self`` inside its own anchor), refused rather than followed.
-        Each mapping is split once and only the first pair of each merged key is kept, so
-        chains of aliases merging aliases stay linear instead of doubling at each link."""
-        done = self.merges.get(id(node))
-        if done is not None:
-            return done
-        within = within | {id(node)}
-        own: list[Any] = []
-        merged: list[Any] = []
-        for key_node, value_node in node.value:
-            if key_node.tag != "tag:yaml.org,2002:merge":
-                own.append((key_node, value_node))
-                continue
-            sources = (
-                value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
-            )
-            for source in sources:
-                if not isinstance(source, yaml.MappingNode):
-                    self.problem(
-                        source, "<<", f"in {what} must merge a mapping (an alias like *name)"
-                    )
-                    continue
-                if id(source) in within:
-                    self.problem(
-                        source, "<<", f"in {what} merges a mapping into itself (a cycle of aliases)"
-                    )
-                    continue
-                source_own, source_merged = self.merge(source, what, within)
-                merged.extend(source_own + source_merged)
-        self.merges[id(node)] = own, _first_of_each_key(merged)
-        return self.merges[id(node)]
-
-    @staticmethod
-    def _unknown(key: str, what: str, allowed: Sequence[str]) -> str:
-        home = _MISPLACED.get(key)
-        if home is not None:
-            return f"unknown key in {what}; {key!r} belongs in {home}"
-        return f"unknown key in {what}; allowed here: {', '.join(allowed)}"
-
-    def scalar(self, entries: _Entries, key: str) -> tuple[Any, Any] | None:
-        """``(node, python value)`` of a scalar entry, or None when absent or null."""
-        if key not in entries:
-            return None
-        node = entries[key][1]
-        if not isinstance(node, yaml.ScalarNode):
-            self.problem(node, key, "must be a single value, not a list or mapping")
-            return None
-        try:
-            value = self.constructor.construct_object(node)
-        except _CONSTRUCT_ERRORS as exc:
-            self.problem(node, key, self._unreadable(node, exc))
-            return None
-        return None if value is None else (node, value)
-
-    @staticmethod
-    def _unreadable(node: Any, exc: Exception) -> str:
-        if isinstance(exc, yaml.MarkedYAMLError):
-            return f"cannot be read: {exc.problem}"
-        tag = str(node.tag).replace("tag:yaml.org,2002:", "!!")
-        reason = str(exc)
-        detail = f" ({reason})" if len(reason) <= 80 else ""
-        return f"cannot be read: {_shorten(str(node.value))} is not a valid {tag}{detail}"
-
-    def text(self, entries: _Entries, key: str) -> tuple[Any, str] | None:
-        found = self.scalar(entries, key)
-        if found is None:
-            return None
-        node, _ = found
-        # The source text, as yaml.v2 reads it into a string field: `value: 007` stays "007".
-        return node, str(node.value)
-
-    def flag(self, entries: _Entries, key: str) -> bool:
-        found = self.scalar(entries, key)
-        if found is None:
-            return False
-        node, value = found
-        if not isinstance(value, bool):
-            self.problem(node, key, f"must be true or false, not {node.value!r}")
-            return False
-        return value
-
-    def integer(self, entries: _Entries, key: str, low: int, high: int) -> tuple[Any, int] | None:
-        found = self.scalar(entries, key)
-        if found is None:
-            return None
-        node, value = found
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.problem(node, key, f"must be a whole number, not {node.value!r}")
-            return None
-        if not low <= value <= high:
-            self.problem(node, key, f"{value} is out of range; use {low} to {high}")
-            return None
-        return node, value
-
-    def sequence(self, node: Any, key: str) -> list[Any]:
-        if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null":
-            return []
-        if not isinstance(node, yaml.SequenceNode):
-            self.problem(node, key, "must be a list (each item starting with '- ')")
-            return []
-        return list(node.value)
-
-    # -- the schema
 
     def read(self, text: str) -> DomainConfig | None:
         """The file's DomainConfig, or None with its problems recorded."""
@@ -412,6 +231,8 @@ class _FileReader:
                 quota_mode=quota_mode,
                 detailed_metric=detailed_metric,
             )
+            if rule is not None:
+                self.rules.append(rule)
         if "budget" in entries:
             rule = read_budget(
                 self,
@@ -422,6 +243,8 @@ class _FileReader:
                 quota_mode=quota_mode,
                 detailed_metric=detailed_metric,
             )
+            if rule is not None:
+                self.rules.append(rule)
         share_threshold = self.flag(entries, "share_threshold")
         value_to_metric = self.flag(entries, "value_to_metric")
         metadata: Mapping[str, Any] = MappingProxyType({})
@@ -449,7 +272,7 @@ class _FileReader:
             return MappingProxyType({})
         try:
             value = self.constructor.construct_object(node, deep=True)
-        except _CONSTRUCT_ERRORS as exc:
+        except CONSTRUCT_ERRORS as exc:
             self.problem(node, "metadata", f"cannot be read: {getattr(exc, 'problem', exc)}")
             return MappingProxyType({})
         bad = _json_problem(value)
@@ -459,6 +282,14 @@ class _FileReader:
         frozen = _freeze(value)
         assert isinstance(frozen, Mapping)
         return frozen
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, dict):
+        return MappingProxyType({key: _freeze(item) for key, item in value.items()})
+    if isinstance(value, list):
+        return tuple(_freeze(item) for item in value)
+    return value
 
 
 def _path_part(key: str, value: str) -> str:

@@ -1,4 +1,4 @@
-"""A descriptor's ``budget``: a token budget that Envoy checks on the request and charges after.
+"""Reading a descriptor's ``budget``: a token budget Envoy checks on the request, charges after.
 
 ratewarden's extension to the envoyproxy/ratelimit YAML, in place of a
 descriptor's ``rate_limit`` (a descriptor has one or the other)::
@@ -12,8 +12,10 @@ descriptor's ``rate_limit`` (a descriptor has one or the other)::
         failure_mode: closed   # open (default) or closed
         name: tenant_tokens    # optional, reported as current_limit.name
 
-It loads as a ``Rule`` with ``budget=True`` and one GCRA ``Limit`` counting
-tokens. The service answers such a descriptor by its hits
+``read_budget`` checks the block with a ``FieldReader`` (``fields.py``), as
+``rate_limit.py`` does for ``rate_limit``, and returns a ``Rule`` with
+``budget=True`` and one GCRA ``Limit`` counting tokens (``Rule.to_dict`` in
+``model.py`` writes the block back out). The service answers such a descriptor by its hits
 (``ratewarden.budgets.envoy.RuleBudgets``): hits 0 is a check, over the limit
 when no token is left; hits N > 0 are N tokens already spent (Envoy's
 ``apply_on_stream_done``), charged up to an empty budget and never refused.
@@ -28,12 +30,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ratewarden.algorithms import gcra
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
-from ratewarden.server._config_model import (
+from ratewarden.server.config.fields import Entries, FieldReader
+from ratewarden.server.config.model import (
     DEFAULT_FAILURE_MODE,
     UNIT_NAMES,
     ConfigProblem,
@@ -41,10 +44,7 @@ from ratewarden.server._config_model import (
     Rule,
 )
 
-if TYPE_CHECKING:
-    from ratewarden.server._config_reader import _Entries, _FileReader
-
-__all__ = ["BUDGET_FAILURE_MODES", "BUDGET_KEYS", "budget_dict", "read_budget"]
+__all__ = ["BUDGET_FAILURE_MODES", "BUDGET_KEYS", "read_budget"]
 
 #: The keys of a ``budget`` block.
 BUDGET_KEYS = ("unit", "tokens_per_unit", "unit_multiplier", "burst", "failure_mode", "name")
@@ -57,8 +57,8 @@ _ALGORITHM = gcra.NAME
 
 
 def read_budget(
-    reader: _FileReader,
-    entries: _Entries,
+    reader: FieldReader,
+    entries: Entries,
     *,
     domain: str,
     path: str,
@@ -98,23 +98,7 @@ def read_budget(
         detailed_metric=detailed_metric,
         budget=True,
     )
-    reader.rules.append(rule)
     return rule
-
-
-def budget_dict(rule: Rule) -> dict[str, Any]:
-    """The ``budget`` block of a budget rule, normalised (loadable YAML)."""
-    limit = rule.limits[0]
-    out: dict[str, Any] = {"unit": limit.unit, "tokens_per_unit": limit.requests_per_unit}
-    if limit.unit_multiplier != 1:
-        out["unit_multiplier"] = limit.unit_multiplier
-    if limit.burst is not None:
-        out["burst"] = limit.burst
-    if rule.failure_mode != DEFAULT_FAILURE_MODE:
-        out["failure_mode"] = rule.failure_mode
-    if rule.name:
-        out["name"] = rule.name
-    return out
 
 
 #: Keys of rate_limit that the loader would send back to rate_limit, and what a budget says.
@@ -135,7 +119,7 @@ def _say_tokens(problems: list[ConfigProblem], start: int) -> None:
             problems[index] = replace(problems[index], message=message)
 
 
-def _failure_mode(reader: _FileReader, fields: _Entries) -> str:
+def _failure_mode(reader: FieldReader, fields: Entries) -> str:
     found = reader.text(fields, "failure_mode")
     if found is None:
         return DEFAULT_FAILURE_MODE
@@ -156,7 +140,7 @@ def _failure_mode(reader: _FileReader, fields: _Entries) -> str:
     return value
 
 
-def _unit(reader: _FileReader, fields: _Entries, node: Any) -> str | None:
+def _unit(reader: FieldReader, fields: Entries, node: Any) -> str | None:
     found = reader.text(fields, "unit")
     if found is None:
         reader.problem(node, "unit", f"is missing; use one of {', '.join(UNIT_NAMES)}")
@@ -171,7 +155,7 @@ def _unit(reader: _FileReader, fields: _Entries, node: Any) -> str | None:
     return found[1].lower()
 
 
-def _limit(reader: _FileReader, fields: _Entries, node: Any) -> Limit | None:
+def _limit(reader: FieldReader, fields: Entries, node: Any) -> Limit | None:
     before = len(reader.problems)
     unit = _unit(reader, fields, node)
     counted = len(reader.problems)

@@ -1,0 +1,81 @@
+"""Rate limit rules: envoyproxy/ratelimit YAML, unchanged, plus ratewarden's extensions.
+
+``load(["rules/"])`` reads files and directories (the ``*.yaml`` and ``*.yml``
+files of a directory, in name order, hidden names skipped) and returns a frozen
+``RateLimitConfig``, or raises ``ConfigError`` listing every problem it found as
+``file:line: key: what is wrong and what to do``. docs/config.md documents every
+key.
+
+The package, one concept a module, each importing only those above it:
+
+- ``model``: the rule model (``Rule``, ``Limit``, the descriptor tree and its
+  matching, ``RateLimitConfig``), the names a rule may use, and the errors;
+- ``fields``: reading values out of a file's YAML nodes, recording each problem;
+- ``rate_limit`` and ``budget``: reading a descriptor's ``rate_limit`` and ``budget``;
+- ``reader``: one file's YAML, walked into a ``DomainConfig``;
+- ``loading``: files and directories into a ``RateLimitConfig`` (``load``, ``loads``).
+
+It is pure: no I/O beyond reading the given files, no clock, no store.
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import Any
+
+from ratewarden.server.config.loading import load, loads
+from ratewarden.server.config.model import (
+    ALGORITHM_NAMES,
+    DEFAULT_ALGORITHM,
+    DEFAULT_FAILURE_MODE,
+    FAILURE_MODES,
+    UNIT_NAMES,
+    ConfigError,
+    ConfigProblem,
+    DomainConfig,
+    Level,
+    Limit,
+    Match,
+    Node,
+    RateLimitConfig,
+    Rule,
+)
+
+__all__ = [
+    "ALGORITHM_NAMES",
+    "DEFAULT_ALGORITHM",
+    "DEFAULT_FAILURE_MODE",
+    "FAILURE_MODES",
+    "ConfigError",
+    "ConfigProblem",
+    "DomainConfig",
+    "Level",
+    "Limit",
+    "Match",
+    "Node",
+    "RateLimitConfig",
+    "Rule",
+    "UNIT_NAMES",
+    "load",
+    "loads",
+]
+
+# Names this module used to hold beside __all__, and where they live now: they still
+# resolve, with a DeprecationWarning, for one release (docs/reference.md says so).
+_MOVED = {
+    "ConfigurationError": "ratewarden",
+    "MAX_ALIAS_COPIES": "ratewarden.server.config.reader",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _MOVED.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"ratewarden.server.config.{name} is deprecated; import {name} from {home}",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(home), name)
