@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
+from collections.abc import Callable
 
 import pytest
 import redis.asyncio as aredis
@@ -10,7 +12,7 @@ import redis.asyncio as aredis
 from ratewarden import AsyncLimiter, Rate
 from ratewarden.errors import ConfigurationError
 from ratewarden.storage._plan import build
-from ratewarden.storage.redis import AsyncRedisStore
+from ratewarden.storage.redis import DEFAULT_TIMEOUT, AsyncRedisStore
 from ratewarden.testing import ManualClock
 from tests._servers import HOST, STORE_TIMEOUT, RedisServer
 from tests.storage.conftest import AsyncClient
@@ -124,6 +126,56 @@ async def test_generic_script_entry_point(async_client: AsyncClient) -> None:
     reply = await store._eval("gcra", plan.keys, args)
     assert (reply[1], reply[3]) == (1, 19)
     await store.aclose()
+
+
+async def test_a_burst_of_noscript_replies_sends_the_script_source_once(
+    make_redis: Callable[..., RedisServer],
+) -> None:
+    """200 hits in flight on an empty script cache: one EVAL loads the script, the rest EVALSHA.
+
+    Each EVAL carries the whole source (about 7 KB); one per waiter made a cold burst
+    of 4,000 send 28 MB, enough to keep Redis silent past the 20 ms timeout.
+    """
+    server = make_redis()
+    client = aredis.Redis(host=HOST, port=server.port)
+    store = AsyncRedisStore(client, clock=ManualClock(), timeout=STORE_TIMEOUT)
+    decisions = await asyncio.gather(*(store.hit("gcra", f"k{i}", WORKED) for i in range(200)))
+    assert all(d.remaining == 19 for d in decisions)
+    stats = await client.info("commandstats")
+    assert stats["cmdstat_eval"]["calls"] == 1
+    # 200 NOSCRIPT replies, then 199 EVALSHAs that find the script loaded.
+    assert stats["cmdstat_evalsha"]["calls"] == 399
+    await store.aclose()
+    await client.aclose()
+
+
+async def test_4000_concurrent_hits_within_the_default_timeout_are_all_answered(
+    redis_server: RedisServer,
+) -> None:
+    """4,000 hits started at once on one loop, 20 ms default timeout: every one decides, exactly.
+
+    Packing 4,000 requests keeps the loop busy longer than the timeout while the
+    first replies already wait in the socket; that backlog is this process's own,
+    not an outage. The first burst also connects and loads the script (NOSCRIPT for
+    every waiter); the second runs on the warm connection. 40 keys of 100 hits on a
+    limit of 50 each: exactly 50 allowed per key, so no reply went to the wrong caller.
+    """
+    client = aredis.Redis(host=HOST, port=redis_server.port)
+    await client.script_flush()
+    store = AsyncRedisStore(client, clock=ManualClock(), prefix="burst")
+    assert store.timeout == DEFAULT_TIMEOUT == 0.02
+    rate = Rate.parse("50/minute")
+    for burst in ("cold", "warm"):
+        keys = [f"{burst}:{i % 40}" for i in range(4000)]
+        results = await asyncio.gather(
+            *(store.hit("gcra", key, rate) for key in keys), return_exceptions=True
+        )
+        failed = [r for r in results if isinstance(r, BaseException)]
+        assert failed == [], f"{burst}: {len(failed)} of 4000 failed, first: {failed[:1]}"
+        allowed = Counter(key for key, d in zip(keys, results, strict=True) if d.allowed)  # type: ignore[union-attr]
+        assert allowed == dict.fromkeys(set(keys), 50)
+    await store.aclose()
+    await client.aclose()
 
 
 def test_one_store_serves_successive_event_loops(redis_server: RedisServer) -> None:

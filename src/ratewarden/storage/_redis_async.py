@@ -47,10 +47,17 @@ async def run_script(pipe: Pipe, script: Script, packed: bytes) -> Any:
 
 async def _recover(pipe: Pipe, reply: hiredis.ReplyError, script: Script, packed: bytes) -> Any:
     evalsha = packed
-    for _ in range(MAX_ATTEMPTS - 1):
+    for attempt in range(MAX_ATTEMPTS - 1):
         action = recovery(reply)
         if action is Recovery.LOAD:
-            packed = as_eval(script, evalsha)
+            # Redis runs one connection's requests in order, so an EVALSHA written after
+            # another waiter's EVAL of the script finds it loaded: a burst of NOSCRIPTs
+            # sends the source (7 KB) once, not once per waiter (28 MB for 4,000 waiters,
+            # which kept Redis busy past the timeout). A second NOSCRIPT sends the EVAL.
+            if attempt == 0 and pipe.loading(script.sha):
+                packed = evalsha
+            else:
+                packed = as_eval(script, evalsha)
         elif action is Recovery.RECONNECT:
             pipe.reconnect()
             packed = evalsha

@@ -12,14 +12,23 @@ redis-py makes the connection (TCP, Unix socket or TLS, AUTH, SELECT, Sentinel
 asking for the primary); then the transport's protocol is swapped for this one,
 so replies are parsed by hiredis straight from ``data_received``.
 
-Each request has its own deadline, ``timeout`` after it was made. One timer per
-pipe watches the oldest deadline (all requests share one timeout, so deadlines
-come in request order): a per-request timer would cost more than the rest of
-the request. An expired request fails with a timeout. If nothing at all has
-arrived on the connection for that long, the server or the path to it is
-stuck: the connection is dropped (requests on it fail) and the next request
-makes a fresh one. While replies keep arriving, a late one only means this
-process is busy, and the connection stays.
+Each request's deadline runs from its reply's turn: ``timeout`` after it was
+written, or after the reply before it arrived, whichever is later (Redis answers
+in order, so no reply can come before the one ahead of it). Counting from when a
+request was made instead charged Redis with this process's own backlog: packing
+4,000 requests in one loop turn took the loop ~30-90 ms, during which no reply
+could be read, so at the default 20 ms every request had expired before its
+reply, already waiting in the socket, was looked at. A request whose turn has
+lasted ``timeout`` with no byte from the server means the server, or the path
+to it, is stuck: the connection is dropped (every request on it fails) and the
+next request makes a fresh one. A silent server is so found within ``timeout``
+of the first reply it owes. Before it judges, the watchdog lets the loop read
+whatever already waits in the socket: those replies came in time.
+
+One timer per pipe watches the oldest unanswered request: a per-request timer
+would cost more than the rest of the request. Requests waiting for the
+connection are bounded by the connect itself (redis-py's connect and handshake
+use the same timeout).
 """
 
 from __future__ import annotations
@@ -69,9 +78,13 @@ class Pipe(asyncio.Protocol):
         # Requests waiting for the connection to be made.
         self._queued: list[tuple[bytes, asyncio.Future[Any]]] = []
         self._connecting: asyncio.Task[None] | None = None
-        # (deadline, future) of every request not yet known to be settled, oldest first.
-        self._deadlines: deque[tuple[float, asyncio.Future[Any]]] = deque()
+        # Requests written on this connection, and per write (requests written up to and
+        # including it, loop.time() of the write), oldest first: when each request went out.
+        self._sent = 0
+        self._writes: deque[tuple[int, float]] = deque()
         self._watchdog: asyncio.TimerHandle | None = None
+        # SHA1s of the scripts an EVAL was sent for on this connection (see ``loading``).
+        self._loads: set[str] = set()
         # loop.time() of the last bytes received (or of connecting).
         self._heard_at = 0.0
         # Whether the idle socket has bytes (or EOF) the loop has not read yet.
@@ -85,10 +98,6 @@ class Pipe(asyncio.Protocol):
         """Send one packed command; await the result for its reply (error replies as values)."""
         loop = self._loop
         fut: asyncio.Future[Any] = loop.create_future()
-        deadline = loop.time() + self._timeout
-        self._deadlines.append((deadline, fut))
-        if self._watchdog is None:
-            self._watchdog = loop.call_at(deadline, self._expire)
         if self._transport is not None and not self._inflight and self._pending_input():
             # Idle, yet something arrived: the server closed the connection (a
             # restart, an idle timeout) and the loop has not noticed yet. Sending
@@ -108,6 +117,17 @@ class Pipe(asyncio.Protocol):
                 self._connecting = loop.create_task(self._connect())
         return fut
 
+    def loading(self, sha: str) -> bool:
+        """Whether an EVAL of script ``sha`` went out on this connection; if not, the caller's will.
+
+        The caller must then send its request before it awaits anything, so that it
+        follows that EVAL (True) or is that EVAL (False) on the same connection.
+        """
+        if sha in self._loads:
+            return True
+        self._loads.add(sha)
+        return False
+
     def reconnect(self) -> None:
         """Drop the connection (requests on it fail); the next request makes a new one."""
         self._abort(rx.ConnectionError(f"{self.where} stopped being the primary"))
@@ -122,21 +142,42 @@ class Pipe(asyncio.Protocol):
         if transport is not None and outgoing:
             self._outgoing = []
             transport.write(b"".join(outgoing))
+            self._sent += len(outgoing)
+            now = self._loop.time()
+            self._writes.append((self._sent, now))
+            if self._watchdog is None:
+                self._watchdog = self._loop.call_at(now + self._timeout, self._expire)
 
     def _expire(self) -> None:
+        """Drop the connection if the oldest unanswered request's turn has lasted ``timeout``."""
         self._watchdog = None
-        now = self._loop.time()
-        deadlines = self._deadlines
-        expired = False
-        while deadlines and (deadlines[0][0] <= now or deadlines[0][1].done()):
-            _, fut = deadlines.popleft()
-            if not fut.done():
-                expired = True
-                fut.set_exception(rx.TimeoutError("no reply in time"))
-        if expired and self._transport is not None and now - self._heard_at >= self._timeout:
-            self._abort(rx.TimeoutError(f"{self.where} sent nothing for {self._timeout:g} s"))
-        if deadlines:
-            self._watchdog = self._loop.call_at(deadlines[0][0], self._expire)
+        loop = self._loop
+        # Written and not answered yet (``_inflight`` also holds what is still to be written).
+        owed = len(self._inflight) - len(self._outgoing)
+        if self._transport is None or owed <= 0:
+            return  # nothing is owed; the next write arms the watchdog again
+        now = loop.time()
+        if self._pending_input():
+            # Bytes wait in the socket: the loop was busy, and replies that arrived are
+            # not late. A timer due now runs after the next turn's reads (asyncio runs
+            # I/O callbacks before timers), so the verdict waits for them.
+            self._watchdog = loop.call_at(now, self._expire)
+            return
+        writes = self._writes
+        answered = self._sent - owed
+        while writes[0][0] <= answered:
+            writes.popleft()
+        # The oldest unanswered request's turn began when it was written, or when the
+        # reply before it came (any byte counts: a long reply arrives in pieces).
+        due = max(writes[0][1], self._heard_at) + self._timeout
+        if now < due:
+            self._watchdog = loop.call_at(due, self._expire)
+            return
+        self._abort(
+            rx.TimeoutError(
+                f"{self.where} sent nothing for {self._timeout:g} s while a reply was due"
+            )
+        )
 
     async def _connect(self) -> None:
         conn: Any = self._make()
@@ -166,6 +207,8 @@ class Pipe(asyncio.Protocol):
         self._transport = transport
         self._reader = hiredis.Reader()
         self._heard_at = self._loop.time()
+        self._sent = 0
+        self._writes.clear()
         sock = transport.get_extra_info("socket")
         if sock is not None and hasattr(select, "poll"):
             poller = select.poll()
@@ -180,6 +223,7 @@ class Pipe(asyncio.Protocol):
 
     def _fail_queued(self, exc: Exception) -> None:
         queued, self._queued = self._queued, []
+        self._loads.clear()
         for _, fut in queued:
             if not fut.done():
                 # One instance per waiter: each raise writes its own traceback.
@@ -199,10 +243,6 @@ class Pipe(asyncio.Protocol):
                 if not fut.done():
                     fut.set_result(reply)
                 reply = reader.gets()
-            # Forget the deadlines of answered requests, oldest first.
-            deadlines = self._deadlines
-            while deadlines and deadlines[0][1].done():
-                deadlines.popleft()
         except (hiredis.ProtocolError, IndexError) as exc:
             self._abort(rx.ConnectionError(f"{self.where} sent an unreadable reply: {exc!r}"))
 
@@ -228,6 +268,9 @@ class Pipe(asyncio.Protocol):
         self._conn = None
         self._pending_input = list
         self._outgoing = []
+        self._sent = 0
+        self._writes.clear()
+        self._loads.clear()
         inflight, self._inflight = self._inflight, deque()
         for fut in inflight:
             if not fut.done():
@@ -250,6 +293,5 @@ class Pipe(asyncio.Protocol):
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
-        self._deadlines.clear()
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)

@@ -18,9 +18,10 @@ and ``redis+cluster://h1:6379[,h2:6379]`` (``rediss+...`` for TLS).
 
 Bounded in time: ``timeout`` (seconds, default 0.02) bounds each connect and
 each reply on the store's own connections, whatever the client's socket
-timeouts. A hit normally needs one round trip; after a script cache flush, a
-Sentinel failover or a Cluster redirection it needs two or three, each bounded
-the same way. When Redis cannot answer in time, ``hit`` raises
+timeouts (on the pipelined asyncio store, counted from the reply's turn: see
+``_redis_pipe``). A hit normally needs one round trip; after a script cache
+flush, a Sentinel failover or a Cluster redirection it needs two or three, each
+bounded the same way. When Redis cannot answer in time, ``hit`` raises
 ``StorageUnavailableError`` (never a silent allow) and the failure policy
 decides; whether that decision was applied is then unknown, so nothing is
 retried blindly. Clients built by ``from_url`` use the same timeout.
