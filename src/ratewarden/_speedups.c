@@ -27,16 +27,16 @@
 #define NEVER (-1)
 /* How long an expired state stays before the sweep drops it: the store's _KEEP_EXPIRED_US. */
 #define KEEP_EXPIRED_US 1000000LL
-#define N_FIELDS 11
+#define N_FIELDS 12
 
 /* Decision's slots, in the order the fields are set below. */
 static const char *FIELD_NAMES[N_FIELDS] = {
     "allowed", "limit", "remaining", "reset_after", "retry_after", "delay",
-    "rate", "cost", "layers", "shadowed", "degraded",
+    "rate", "cost", "layers", "shadowed", "degraded", "refill_after",
 };
 
 enum { F_ALLOWED, F_LIMIT, F_REMAINING, F_RESET, F_RETRY, F_DELAY, F_RATE, F_COST,
-       F_LAYERS, F_SHADOWED, F_DEGRADED };
+       F_LAYERS, F_SHADOWED, F_DEGRADED, F_REFILL };
 
 typedef struct {
     PyObject_HEAD
@@ -267,16 +267,17 @@ seconds(long long us)
 
 static PyObject *
 decision(MemoryGcra *self, const Shape *shape, int allowed, long long remaining,
-         long long reset_us, long long retry_us)
+         long long reset_us, long long retry_us, long long refill_us)
 {
     PyObject *rem = PyLong_FromLongLong(remaining);
     PyObject *reset = seconds(reset_us);
     PyObject *retry = seconds(retry_us);
+    PyObject *refill = seconds(refill_us);
     PyObject *layer = NULL, *layers = NULL, *top = NULL;
-    if (rem == NULL || reset == NULL || retry == NULL) goto done;
+    if (rem == NULL || reset == NULL || retry == NULL || refill == NULL) goto done;
     PyObject *values[N_FIELDS] = {
         allowed ? Py_True : Py_False, shape->limit, rem, reset, retry, self->zero_float,
-        shape->rate, shape->cost, self->empty_tuple, Py_False, self->empty_str,
+        shape->rate, shape->cost, self->empty_tuple, Py_False, self->empty_str, refill,
     };
     layer = make_decision(self, values);
     if (layer == NULL) goto done;
@@ -288,6 +289,7 @@ done:
     Py_XDECREF(rem);
     Py_XDECREF(reset);
     Py_XDECREF(retry);
+    Py_XDECREF(refill);
     Py_XDECREF(layer);
     Py_XDECREF(layers);
     return top;
@@ -517,13 +519,16 @@ decide(MemoryGcra *self, const Shape *shape, PyObject *key, long long cost_v)
     {
         const long long ahead = (tat - now) * n + frac;
         const long long room = capacity * d;
-        long long remaining, reset_us, retry_us;
+        long long remaining, reset_us, retry_us, refill_us;
         int allowed;
         if (cost_v > capacity) {
             allowed = 0;
             remaining = (room > ahead ? room - ahead : 0) / d;
             reset_us = ceil_div(ahead, n);
             retry_us = NEVER;
+            /* gcra.check: the next unit fits once the TAT, moved by the remaining units, is
+             * one T from full. Below 2**63: ahead < 2**62 and the rest at most (capacity+1)*d. */
+            refill_us = ceil_div(ahead + (remaining + 1) * d - room, n);
         }
         else {
             const long long after = ahead + cost_v * d;
@@ -532,6 +537,7 @@ decide(MemoryGcra *self, const Shape *shape, PyObject *key, long long cost_v)
                 remaining = (room > ahead ? room - ahead : 0) / d;
                 reset_us = ceil_div(ahead, n);
                 retry_us = ceil_div(after - room, n);
+                refill_us = ceil_div(ahead + (remaining + 1) * d - room, n);
             }
             else {
                 allowed = 1;
@@ -539,6 +545,7 @@ decide(MemoryGcra *self, const Shape *shape, PyObject *key, long long cost_v)
                 reset_us = ceil_div(after, n);
                 remaining = (room - after) / d;
                 retry_us = 0;
+                refill_us = ceil_div(d - (room - after) % d, n);
                 /* ttl = reset_us > 0 when cost_v > 0 (cost_v * d > 0): always a write. */
                 if (cost_v > 0) {
                     if (write_state(self, state_key, entry, tat + total / n, total % n,
@@ -562,7 +569,7 @@ decide(MemoryGcra *self, const Shape *shape, PyObject *key, long long cost_v)
         if (unlock(self) < 0) {
             return NULL;
         }
-        return decision(self, shape, allowed, remaining, reset_us, retry_us);
+        return decision(self, shape, allowed, remaining, reset_us, retry_us, refill_us);
     }
 decline:
 unlock:

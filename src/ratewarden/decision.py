@@ -27,6 +27,14 @@ class Decision:
     - ``reset_after``: how long until the key is back to full capacity.
     - ``delay``: for the leaky-bucket shaper, how long the caller should wait
       before proceeding with an allowed request; 0 for every other algorithm.
+    - ``refill_after``: the effective window, as the IETF RateLimit field's ``t``
+      (draft-11) means it: how long the key can give no more than ``remaining``.
+      If the caller used all of ``remaining`` now, one more unit could be used
+      after exactly this long. GCRA and the buckets: when the next unit drips
+      back; fixed window: the window's end; sliding log: when the oldest entry
+      ages out; sliding window: when the estimate first admits one more;
+      concurrency: when the soonest lease expires. 0 when not known (a decision
+      the store did not make, such as the ``open`` failure policy's).
 
     ``degraded`` is empty for a decision the store made. When the store was
     unavailable and a failure policy answered instead, it names that policy:
@@ -45,6 +53,8 @@ class Decision:
     shadowed: bool = False
     layers: tuple[Decision, ...] = ()
     degraded: str = ""
+    # Last, so that positional construction written before it existed still works.
+    refill_after: float = 0.0
 
     def __bool__(self) -> bool:
         return self.allowed
@@ -68,6 +78,7 @@ class _Draft:
         layers: tuple[Decision, ...] = (),
         shadowed: bool = False,
         degraded: str = "",
+        refill_after: float = 0.0,
     ) -> None:
         self.allowed = allowed
         self.limit = limit
@@ -80,6 +91,7 @@ class _Draft:
         self.shadowed = shadowed
         self.layers = layers
         self.degraded = degraded
+        self.refill_after = refill_after
         # Identical slot layout, so Python allows the switch; from here on the
         # object is an ordinary frozen Decision.
         self.__class__ = Decision  # type: ignore[assignment]
@@ -99,11 +111,12 @@ class _MakeDecision(Protocol):
         layers: tuple[Decision, ...] = (),
         shadowed: bool = False,
         degraded: str = "",
+        refill_after: float = 0.0,
     ) -> Decision: ...
 
 
 #: ``Decision(...)`` for the stores' hot path, about 4x cheaper to build, with the
-#: fields in the same order (``layers`` before ``shadowed`` and ``degraded``).
+#: fields in the same order (``layers`` before ``shadowed``, ``degraded`` and ``refill_after``).
 #:
 #: A frozen dataclass sets each field through ``object.__setattr__``, which costs
 #: more than the rest of an in-memory decision. The draft sets plain slots and

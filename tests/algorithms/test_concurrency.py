@@ -102,6 +102,22 @@ def test_bad_slot_requests_raise_configuration_error(limit: Any, slots: Any, ttl
 
 # --- the Lua twin ---------------------------------------------------------------------------------
 
+
+def test_refill_after_is_when_the_soonest_lease_lapses() -> None:
+    """Limit 3: a 30 s lease at 0 s (then 2 left, taken under 30 s leases too: 30 s), a 60 s lease
+    at 5 s (the last slot taken now lapses at 65 s, the first lease at 30 s: 25 s). Nothing
+    held: the acquire's own TTL. Three held against a limit lowered to 1: all must lapse."""
+    first, state, _ = concurrency.acquire(None, 0, 3, "a", 1, 30 * SECOND)
+    assert (first.remaining, first.refill_after_us) == (2, 30 * SECOND)
+    second, state, _ = concurrency.acquire(state, 5 * SECOND, 3, "b", 1, 60 * SECOND)
+    assert (second.remaining, second.refill_after_us) == (1, 25 * SECOND)
+    never, _, _ = concurrency.acquire(None, 0, 3, "c", 4, 10 * SECOND)
+    assert not never.allowed and never.refill_after_us == 10 * SECOND
+    _, state, _ = concurrency.acquire(state, 6 * SECOND, 3, "c", 1, 40 * SECOND)
+    lowered, _, _ = concurrency.acquire(state, 6 * SECOND, 1, "d", 1, 5 * SECOND)
+    assert not lowered.allowed and lowered.refill_after_us == 59 * SECOND  # b's, at 65 s
+
+
 OPS = st.lists(
     st.tuples(
         st.sampled_from([0, 1, 250_000, SECOND, 5 * SECOND]),
@@ -109,22 +125,26 @@ OPS = st.lists(
         st.integers(0, 4),  # lease index
         st.integers(1, 4),  # slots
         st.sampled_from([SECOND, 3 * SECOND, 10 * SECOND]),  # ttl
+        # An acquire under a lowered limit: more slots may then be held than it allows.
+        st.sampled_from([0, 0, 0, 1, 2]),
     ),
     min_size=1,
     max_size=30,
 )
+Ops = list[tuple[int, str, int, int, int, int]]
 
 
-def run_python(limit: int, ops: list[tuple[int, str, int, int, int]]) -> list[object]:
+def run_python(limit: int, ops: Ops) -> list[object]:
     state: Any = None
     now = START_US
     results: list[object] = []
-    for dt, op, index, slots, ttl in ops:
+    for dt, op, index, slots, ttl, lowered in ops:
         now += dt
         lease_id = f"lease-{index}"
         if op == "acquire":
-            outcome, state, _ = concurrency.acquire(state, now, limit, lease_id, slots, ttl)
-            results.append(_plan.slot_decision(limit, slots, outcome))
+            at = max(1, limit - lowered)
+            outcome, state, _ = concurrency.acquire(state, now, at, lease_id, slots, ttl)
+            results.append(_plan.slot_decision(at, slots, outcome))
         elif op == "release":
             held, state, _ = concurrency.release(state, now, lease_id)
             results.append(held)
@@ -138,19 +158,18 @@ def run_lua(
     client: redis.Redis | redis.RedisCluster,
     key: str,
     limit: int,
-    ops: list[tuple[int, str, int, int, int]],
+    ops: Ops,
 ) -> list[object]:
     source = script("concurrency").source
     state_key = _plan.slot_key("rw", key)
     now = START_US
     results: list[object] = []
-    for dt, op, index, slots, ttl in ops:
+    for dt, op, index, slots, ttl, lowered in ops:
         now += dt
-        argv = _plan.slot_argv(now, op, f"lease-{index}", limit, slots, ttl)
+        at = max(1, limit - lowered)
+        argv = _plan.slot_argv(now, op, f"lease-{index}", at, slots, ttl)
         reply = client.eval(source, 1, state_key, *argv)
-        results.append(
-            _plan.parse_acquire(limit, slots, reply) if op == "acquire" else bool(reply[1])
-        )
+        results.append(_plan.parse_acquire(at, slots, reply) if op == "acquire" else bool(reply[1]))
     return results
 
 
@@ -159,10 +178,9 @@ def run_lua(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(limit=st.integers(1, 5), ops=OPS)
-def test_lua_twin_matches_python_on_redis(
-    redis_client: redis.Redis, limit: int, ops: list[tuple[int, str, int, int, int]]
-) -> None:
-    """Any sequence of acquire/release/renew gives the same answers in Lua and Python."""
+def test_lua_twin_matches_python_on_redis(redis_client: redis.Redis, limit: int, ops: Ops) -> None:
+    """Any sequence of acquire/release/renew gives the same answers in Lua and Python, an
+    acquire's effective window included, also under a limit lowered below what is held."""
     redis_client.flushall()
     assert run_lua(redis_client, "tenant:1", limit, ops) == run_python(limit, ops)
 
@@ -174,7 +192,7 @@ def test_lua_twin_matches_python_on_redis(
 )
 @given(limit=st.integers(1, 5), ops=OPS)
 def test_lua_twin_matches_python_on_cluster(
-    cluster_client: redis.RedisCluster, limit: int, ops: list[tuple[int, str, int, int, int]]
+    cluster_client: redis.RedisCluster, limit: int, ops: Ops
 ) -> None:
     """Same on a 3-primary Cluster."""
     cluster_client.flushall(target_nodes=redis.RedisCluster.PRIMARIES)

@@ -112,6 +112,17 @@ def test_ttl_is_exactly_when_the_state_is_as_if_never_seen(
 # Redis expires keys in real time, and a key that lapsed while the simulated
 # clock stood still would part the twins. One last probe at any microsecond
 # reads that state and writes nothing that is read again.
+def test_refill_after_is_the_windows_end_even_on_a_fresh_key() -> None:
+    """At 12:00:15, 100/minute: a peek on an unseen key has nothing to reset (reset_after 0),
+    yet no more than its 100 can be used until the minute ends, 45 s away; so for hits."""
+    limiter, _ = make_limiter(NOON + 15)
+    peek = limiter.peek("k", PER_MINUTE)
+    assert (peek.remaining, peek.reset_after, peek.refill_after) == (100, 0.0, 45.0)
+    assert limiter.hit("k", PER_MINUTE, cost=100).refill_after == 45.0
+    denied = limiter.hit("k", PER_MINUTE)
+    assert not denied.allowed and denied.retry_after == denied.refill_after == 45.0
+
+
 COARSE_DT = st.sampled_from(
     [0, 0, 100 * MS, 300 * MS, 900 * MS, SECOND, 1_700 * MS, 6_300 * MS, 59_900 * MS, 61 * SECOND]
 )

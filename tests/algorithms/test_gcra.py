@@ -91,6 +91,32 @@ def test_no_drift_under_steady_overload(text: str) -> None:
     assert admitted == (last * n) // d + 2
 
 
+def test_refill_after_is_the_time_to_the_next_unit_not_to_full() -> None:
+    """3/minute (issue #15): after 1, 2 and 3 requests the next unit is 20 s away while full is
+    20, 40 and 60 s away; the 4th is denied with retry_after and refill_after both 20 s."""
+    limiter, clock = make_limiter()
+    rate = Rate.parse("3/minute")
+    first, second, third, fourth = (limiter.hit("k", rate) for _ in range(4))
+    assert (first.remaining, first.refill_after, first.reset_after) == (2, 20.0, 20.0)
+    assert (second.remaining, second.refill_after, second.reset_after) == (1, 20.0, 40.0)
+    assert (third.remaining, third.refill_after, third.reset_after) == (0, 20.0, 60.0)
+    assert not fourth.allowed and fourth.retry_after == fourth.refill_after == 20.0
+    clock.advance(20)
+    assert limiter.hit("k", rate).allowed
+
+
+def test_refill_after_counts_the_part_of_a_unit_already_back() -> None:
+    """100/minute, burst 20: a rested key's window is one interval, 0.6 s. One request, then
+    0.25 s: 19 whole units of room and 0.25 s of the next, which is whole 0.35 s later."""
+    limiter, clock = make_limiter()
+    rate = Rate.parse("100/minute", burst=20)
+    assert limiter.peek("k", rate).refill_after == 0.6
+    limiter.hit("k", rate)
+    clock.advance(0.25)
+    peek = limiter.peek("k", rate)
+    assert (peek.remaining, peek.refill_after, peek.reset_after) == (19, 0.35, 0.35)
+
+
 STEPS = st.lists(
     st.tuples(
         st.sampled_from([0, 1, 999, 333_333, 600_000, 1_500_000, 61 * SECOND]),

@@ -125,6 +125,22 @@ def test_clock_stepping_back_drains_nothing() -> None:
     assert ttl == SECOND + 3 * INTERVAL_US
 
 
+def test_refill_after_is_when_room_for_one_more_has_drained() -> None:
+    """Holding 20, draining one every 0.6 s: an empty bucket's window is 0.6 s. One request
+    in, 0.25 s later: room for 19 and 0.25 s of the next, which has drained 0.35 s later.
+    The shaper's delay is the queue's, apart from it."""
+    limiter, clock = make_limiter()
+    assert limiter.peek("k", BUCKET).refill_after == 0.6
+    limiter.hit("k", BUCKET)
+    clock.advance(0.25)
+    peek = limiter.peek("k", BUCKET)
+    assert (peek.remaining, peek.refill_after) == (19, 0.35)
+    queued = limiter.hit("k", BUCKET, cost=19)
+    assert queued.refill_after == 0.35 and queued.delay == 0.35
+    denied = limiter.hit("k", BUCKET)
+    assert not denied.allowed and denied.retry_after == denied.refill_after == 0.35
+
+
 ARRIVALS = st.lists(
     st.tuples(st.integers(0, 3 * SECOND), st.integers(1, 25)), min_size=1, max_size=60
 )

@@ -90,6 +90,23 @@ def test_a_burst_other_than_the_limit_is_rejected() -> None:
         sliding_log.params(Rate.parse("100/minute", burst=5))
 
 
+def test_refill_after_is_when_the_oldest_entry_ages_out() -> None:
+    """3/minute, requests at 12:00:00 and 12:00:10; at 12:00:25 one is left, and once it is used
+    the entry of 12:00:00 is the first to age out, 35 s later. An empty log: one period."""
+    rate = Rate.parse("3/minute")
+    limiter, clock = make_limiter()
+    assert limiter.peek("k", rate).refill_after == 60.0
+    limiter.hit("k", rate)
+    clock.advance(10)
+    limiter.hit("k", rate)
+    clock.advance(15)
+    peek = limiter.peek("k", rate)
+    assert (peek.remaining, peek.refill_after, peek.reset_after) == (1, 35.0, 45.0)
+    assert limiter.hit("k", rate).refill_after == 35.0
+    denied = limiter.hit("k", rate)
+    assert not denied.allowed and denied.retry_after == denied.refill_after == 35.0
+
+
 ARRIVALS = st.lists(
     st.tuples(st.integers(0, 2 * SECOND), st.integers(0, 9)), min_size=1, max_size=250
 )

@@ -87,6 +87,23 @@ def test_a_burst_other_than_the_limit_is_rejected() -> None:
         sliding_window.params(Rate.parse("50/minute", burst=10))
 
 
+def test_refill_after_is_when_the_estimate_admits_one_more() -> None:
+    """10/minute. Previous minute 6, then 3 at 12:01:15: estimate 6 * 45/60 + 3 = 7.5, so 2 left.
+    Counting those 2 (5 this minute), one more needs 6 * (60 - e)/60 + 6 <= 10, e >= 20 s: 5 s.
+    10 at 12:02:30 on a rested key: only next minute, when 10 * (60 - e)/60 + 1 <= 10, e >= 6:
+    36 s."""
+    rate = Rate.parse("10/minute")
+    limiter, clock = make_limiter(NOON + 30)
+    for _ in range(6):
+        assert limiter.hit("k", rate).allowed
+    clock.advance(45)  # 12:01:15
+    third = [limiter.hit("k", rate) for _ in range(3)][-1]
+    assert (third.remaining, third.refill_after) == (2, 5.0)
+    clock.advance(75)  # 12:02:30
+    full = [limiter.hit("rested", rate) for _ in range(10)][-1]
+    assert (full.remaining, full.refill_after) == (0, 36.0)
+
+
 TIMED = st.lists(st.tuples(st.integers(0, 4 * SECOND), st.integers(0, 9)), min_size=1, max_size=40)
 
 

@@ -111,6 +111,20 @@ def test_twenty_plus_one_hundred_fit_in_one_minute() -> None:
     assert admitted == 120
 
 
+def test_refill_after_is_when_the_next_token_is_whole() -> None:
+    """Capacity 20 refilling 100/minute: a full bucket's window is one token, 0.6 s. One token
+    spent, 0.25 s later: 19 whole tokens and 0.25 s worth of the next, whole 0.35 s later."""
+    limiter, clock = make_limiter()
+    assert limiter.peek("k", BUCKET).refill_after == 0.6
+    limiter.hit("k", BUCKET)
+    clock.advance(0.25)
+    peek = limiter.peek("k", BUCKET)
+    assert (peek.remaining, peek.refill_after) == (19, 0.35)
+    assert limiter.hit("k", BUCKET, cost=19).refill_after == 0.35
+    denied = limiter.hit("k", BUCKET)
+    assert not denied.allowed and denied.retry_after == denied.refill_after == 0.35
+
+
 ARRIVALS = st.lists(
     st.tuples(st.integers(0, 3 * SECOND), st.integers(1, 25)), min_size=1, max_size=60
 )

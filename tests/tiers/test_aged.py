@@ -39,6 +39,7 @@ def _reference(d: Decision, elapsed_us: int, cost: int, extra: int) -> Decision:
             cost,
             False,
             layers,
+            refill_after=shifted(x.refill_after),
         )
 
     return one(d, tuple(one(layer, ()) for layer in d.layers))

@@ -23,6 +23,12 @@ NEVER = -1
 class Outcome(NamedTuple):
     """One layer's verdict, in whole microseconds (rounded up, never early).
 
+    ``refill_after_us`` is the effective window of the IETF RateLimit field's
+    ``t``: how long the key can give no more than ``remaining``. If the caller
+    used all of ``remaining`` now, one more unit could be used after exactly this
+    long (and not a microsecond sooner). Each algorithm module says what that
+    is for it; it is at least 1 whenever it is known.
+
     A named tuple rather than a frozen dataclass: one is built per layer per
     decision, and a tuple costs a fraction to build.
     """
@@ -32,11 +38,13 @@ class Outcome(NamedTuple):
     reset_after_us: int
     retry_after_us: int
     delay_us: int = 0
+    refill_after_us: int = 0
 
 
-#: ``new_outcome(Outcome, (allowed, remaining, reset_after_us, retry_after_us, delay_us))``
-#: builds an Outcome in half the time of ``Outcome(...)``: the named tuple's own
-#: ``__new__`` is a Python function that makes the same call. For hot paths only.
+#: ``new_outcome(Outcome, (allowed, remaining, reset_after_us, retry_after_us, delay_us,
+#: refill_after_us))`` builds an Outcome in half the time of ``Outcome(...)``: the named
+#: tuple's own ``__new__`` is a Python function that makes the same call. For hot paths
+#: only, and with all six values: the defaults do not apply.
 new_outcome = tuple.__new__
 
 #: ``(outcome, state to store if every layer allows, time to live of that state in us)``.

@@ -18,7 +18,8 @@ admitted or not, so a denied tenant keeps its share.
 ARGV (0-based): ``[0] now_us or ""  [1] cost  [2] n  [3] d  [4] capacity
 [5] tenant  [6] weight  [7] window_us``; KEYS: pool state, tenant state, the
 activity map (tenant -> ``(last_seen_us, weight)``).
-Reply: ``{now, allowed, active_weight, charged, pool: 5 numbers, tenant: 5 numbers}``.
+Reply: ``{now, allowed, active_weight, charged, pool: 6 numbers, tenant: 6 numbers}``
+(each GCRA outcome as ``storage/lua/_prelude.lua`` lists it).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ Write = tuple[int, Any, int]
 
 
 def _numbers(outcome: Outcome) -> list[int]:
-    return [int(outcome[0]), outcome[1], outcome[2], outcome[3], outcome[4]]
+    return [int(outcome[0]), outcome[1], outcome[2], outcome[3], outcome[4], outcome[5]]
 
 
 def run(

@@ -52,12 +52,13 @@ KEYS: the m axis state keys, then the record key (optional for reserve).
 
 Replies::
 
-    reserve  {now, allowed, status, per axis: allowed, remaining, reset_us, retry_us, delay_us}
+    reserve  {now, allowed, status, per axis: allowed, remaining, reset_us, retry_us, delay_us,
+              refill_us}
              status 0 denied, 1 charged, 2 already reserved under this id (nothing charged)
     settle   {now, status, per axis: refunded units (negative for an overrun charged),
-              then per axis the five numbers of a cost-0 check}
+              then per axis the six numbers of a cost-0 check}
              status 0 no such reservation (expired or never made), 1 settled, 2 already settled
-    charge   {now, 1, per axis: units charged, then per axis the five numbers of a cost-0 check}
+    charge   {now, 1, per axis: units charged, then per axis the six numbers of a cost-0 check}
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ def _used(state: tuple[int, ...] | None, now: int) -> int:
 
 
 def _numbers(outcome: Outcome) -> list[int]:
-    return [int(outcome[0]), outcome[1], outcome[2], outcome[3], outcome[4]]
+    return [int(outcome[0]), outcome[1], outcome[2], outcome[3], outcome[4], outcome[5]]
 
 
 def _outcome_numbers(params: tuple[int, int, int], state: Any, now: int, cost: int) -> list[int]:

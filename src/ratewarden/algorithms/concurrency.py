@@ -9,6 +9,13 @@ The state is a tuple of leases ``(lease_id, slots, expires_us)``. Acquiring with
 a lease id that is already held renews it and changes its slot count, so a
 retried acquire never takes two slots. Nothing here reads a clock; the Lua twin
 is ``storage/lua/concurrency.lua`` (a hash of lease id -> "expires_us slots").
+
+Effective window (``refill_after_us``): if no holder releases early, the time
+until a slot frees once ``remaining`` more are taken now (under leases of this
+acquire's TTL): when the soonest-expiring lease lapses, that of the slots just
+taken when no lease is held. (With more slots held than the limit, as after the
+limit was lowered, enough leases must lapse to bring them below it.) A release
+frees a slot sooner: the time is the longest wait, as ``retry_after`` is.
 """
 
 from __future__ import annotations
@@ -29,9 +36,23 @@ def active(state: State | None, now_us: int) -> State:
     return tuple(lease for lease in state or () if lease[2] > now_us)
 
 
-def _outcome(allowed: bool, leases: State, now_us: int, limit: int, slots: int) -> Outcome:
+def _lapsed(held: list[tuple[int, int]], needed: int, now_us: int) -> int:
+    """Microseconds until ``needed`` of the ``(slots, expires_us)`` have lapsed, soonest first."""
+    wait = 0
+    for slots, expires in sorted(held, key=lambda pair: pair[1]):
+        needed -= slots
+        wait = expires - now_us
+        if needed <= 0:
+            break
+    return wait
+
+
+def _outcome(
+    allowed: bool, leases: State, now_us: int, limit: int, slots: int, ttl_us: int
+) -> Outcome:
     in_use = sum(lease[1] for lease in leases)
     reset_after = max((lease[2] for lease in leases), default=now_us) - now_us
+    held = [(lease[1], lease[2]) for lease in leases]
     if allowed:
         retry_after = 0
     elif slots > limit:
@@ -39,14 +60,13 @@ def _outcome(allowed: bool, leases: State, now_us: int, limit: int, slots: int) 
     else:
         # The longest this request must wait if no holder releases early: until
         # enough leases, soonest-expiring first, have lapsed.
-        needed = in_use + slots - limit
-        retry_after = 0
-        for _, held, expires in sorted(leases, key=lambda lease: lease[2]):
-            needed -= held
-            retry_after = expires - now_us
-            if needed <= 0:
-                break
-    return Outcome(allowed, max(limit - in_use, 0), reset_after, retry_after)
+        retry_after = _lapsed(held, in_use + slots - limit, now_us)
+    remaining = max(limit - in_use, 0)
+    if remaining > 0:
+        held.append((remaining, now_us + ttl_us))
+    # With in_use + remaining slots held (at least the limit), one more needs this many back.
+    refill_after = _lapsed(held, in_use + remaining + 1 - limit, now_us)
+    return Outcome(allowed, remaining, reset_after, retry_after, 0, refill_after)
 
 
 def acquire(
@@ -57,9 +77,10 @@ def acquire(
     others = tuple(lease for lease in leases if lease[0] != lease_id)
     in_use = sum(lease[1] for lease in others)
     if slots > limit or in_use + slots > limit:
-        return _outcome(False, leases, now_us, limit, slots), leases, _ttl(leases, now_us)
+        outcome = _outcome(False, leases, now_us, limit, slots, ttl_us)
+        return outcome, leases, _ttl(leases, now_us)
     kept = (*others, (lease_id, slots, now_us + ttl_us))
-    return _outcome(True, kept, now_us, limit, slots), kept, _ttl(kept, now_us)
+    return _outcome(True, kept, now_us, limit, slots, ttl_us), kept, _ttl(kept, now_us)
 
 
 def release(state: State | None, now_us: int, lease_id: str) -> tuple[bool, State, int]:

@@ -12,6 +12,9 @@ next are all allowed, so a trailing period can hold ``2 * limit``. Use
 
 State: two integers, ``(window_index, count)``. A state from any other window
 counts as empty, so it expires (is as if never seen) at the end of its window.
+
+Effective window (``refill_after_us``): the window's end. Nothing more than
+``remaining`` can be used before it, and the next window starts from 0.
 """
 
 from __future__ import annotations
@@ -47,9 +50,9 @@ def check(params: tuple[int, ...], state: State | None, now_us: int, cost: int) 
     if count + cost > limit:
         # The next window starts from 0, where any cost up to the limit fits.
         retry_after = NEVER if cost > limit else to_end
-        outcome = Outcome(False, limit - count, to_end if count > 0 else 0, retry_after)
+        outcome = Outcome(False, limit - count, to_end if count > 0 else 0, retry_after, 0, to_end)
         return outcome, state, 0
     total = count + cost
     reset_after = to_end if total > 0 else 0
-    outcome = new_outcome(Outcome, (True, limit - total, reset_after, 0, 0))
+    outcome = new_outcome(Outcome, (True, limit - total, reset_after, 0, 0, to_end))
     return outcome, (window, total), reset_after

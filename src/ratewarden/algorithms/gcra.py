@@ -13,6 +13,11 @@ stays below 2**53, where the Lua twin's doubles are exact too.
 
 Burst: ``B`` requests back to back from rest (``tau / T + 1`` in the classic
 notation, with ``tau = (B - 1) * T``), then one every ``T``.
+
+Effective window (``refill_after_us``): once ``remaining`` more are used, the
+TAT stands less than one ``T`` short of ``now + B*T``, and the next unit fits
+when it has drifted that last part: at most one emission interval (exactly
+one for a full bucket), however far the key is from full.
 """
 
 from __future__ import annotations
@@ -43,17 +48,21 @@ def check(params: tuple[int, ...], state: State | None, now_us: int, cost: int) 
     # Distances from now, in units of 1/n microsecond.
     ahead = (tat_us - now_us) * n + frac
     room = capacity * d
-    if cost > capacity:
-        outcome = new_outcome(Outcome, (False, max(room - ahead, 0) // d, -(-ahead // n), NEVER, 0))
-        return outcome, state, 0
     after = ahead + cost * d
-    if after > room:
+    if cost > capacity or after > room:
         remaining = max(room - ahead, 0) // d
-        retry_after_us = -(-(after - room) // n)
-        outcome = new_outcome(Outcome, (False, remaining, -(-ahead // n), retry_after_us, 0))
+        retry_after_us = NEVER if cost > capacity else -(-(after - room) // n)
+        # The next unit fits once the TAT, moved by the remaining units, is one T from full.
+        refill_us = -(-(ahead + (remaining + 1) * d - room) // n)
+        outcome = new_outcome(
+            Outcome, (False, remaining, -(-ahead // n), retry_after_us, 0, refill_us)
+        )
         return outcome, state, 0
     total = frac + cost * d
     # ceil(after / n), inlined (as below): this runs on every decision.
     reset_after_us = -(-after // n)
-    outcome = new_outcome(Outcome, (True, (room - after) // d, reset_after_us, 0, 0))
+    left = room - after
+    # As above, with the TAT at after: (after + (remaining + 1) * d - room) is d - left % d.
+    refill_us = -(-(d - left % d) // n)
+    outcome = new_outcome(Outcome, (True, left // d, reset_after_us, 0, 0, refill_us))
     return outcome, (tat_us + total // n, total % n), reset_after_us

@@ -31,6 +31,13 @@ and clamped at empty before any multiplication, so every number stays below
 2**53, where the Lua twin's doubles are exact too. A clock that steps back
 (``now < last_us``) drains nothing until it passes ``last_us`` again, and every
 reported time counts from ``now``.
+
+Effective window (``refill_after_us``): once ``remaining`` more requests are
+poured in, less than one request's room is free, and one more fits when the
+rest of that room has drained: at most one emission interval (exactly one from
+an empty bucket). For the shaper it counts admissions into the queue, as
+``remaining`` does, not departures: the admitted requests leave over their
+``delay``.
 """
 
 from __future__ import annotations
@@ -66,18 +73,20 @@ def check(params: tuple[int, ...], state: State | None, now_us: int, cost: int) 
     else:
         level -= elapsed * n
     free = room - level
-    if cost > capacity:
-        outcome = Outcome(False, free // d, lag + ceil_div(level, n), NEVER)
-        return outcome, state, 0
     need = cost * d
-    if need > free:
+    if cost > capacity or need > free:
         reset_after_us = lag + ceil_div(level, n)
-        outcome = Outcome(False, free // d, reset_after_us, lag + ceil_div(need - free, n))
+        retry_after_us = NEVER if cost > capacity else lag + ceil_div(need - free, n)
+        # Pouring in the whole requests that fit leaves free % d; one more fits d - free % d later.
+        refill_us = lag + ceil_div(d - free % d, n)
+        outcome = Outcome(False, free // d, reset_after_us, retry_after_us, 0, refill_us)
         return outcome, state, 0
     # The new request leaves once everything ahead of it has drained.
     delay_us = lag + ceil_div(level, n)
     level += need
+    free = room - level
     # Empty again is the same as never seen: the store may forget the key then.
     reset_after_us = lag + ceil_div(level, n)
-    outcome = Outcome(True, (room - level) // d, reset_after_us, 0, delay_us)
+    refill_us = lag + ceil_div(d - free % d, n)
+    outcome = Outcome(True, free // d, reset_after_us, 0, delay_us, refill_us)
     return outcome, (level, since), reset_after_us

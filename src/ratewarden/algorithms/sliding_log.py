@@ -17,6 +17,11 @@ will have aged out for it.
 State: one entry per admitted request in the trailing period, up to ``limit``
 entries (about 20 bytes each in Redis). Prefer ``sliding_window`` (three
 integers) when the limit is large and a small overshoot is acceptable.
+
+Effective window (``refill_after_us``): when the oldest live entry ages out.
+Once ``remaining`` more are used the log holds exactly ``limit``, and the
+oldest entry (at least one unit) is the first to go; with an empty log, the
+units used now are that entry, so one period.
 """
 
 from __future__ import annotations
@@ -69,7 +74,8 @@ def check(params: tuple[int, ...], state: State | None, now_us: int, cost: int) 
         used += cost
     # The log is as if never seen once its newest entry ages out.
     reset_after = live[-1][0] + period - now_us if live else 0
+    refill_after = live[0][0] + period - now_us if live else period
     if allowed:
-        return Outcome(True, limit - used, reset_after, 0), live, reset_after
+        return Outcome(True, limit - used, reset_after, 0, 0, refill_after), live, reset_after
     retry_after = _retry_after(live, limit, period, now_us, used, cost)
-    return Outcome(False, limit - used, reset_after, retry_after), state, 0
+    return Outcome(False, limit - used, reset_after, retry_after, 0, refill_after), state, 0

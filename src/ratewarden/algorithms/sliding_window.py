@@ -20,6 +20,14 @@ and far less in practice). ``sliding_log`` is exact.
 
 State: three integers, ``(window_index, prev_count, cur_count)``. It is as if
 never seen two windows after its own started (its counts no longer weigh).
+
+Effective window (``refill_after_us``): when the estimate first admits one
+more unit once ``remaining`` more are counted in this window (the estimate is
+then full): ``_retry_after`` for a cost of 1 from that count, the same doubles
+in the same order as the retry time's, so exact below 2**53 and identical in
+the Lua twin above it. Within this window that is when the previous window's
+weight has fallen by enough; when this window alone holds the limit, it is in
+the next window, once this window's count weighs little enough.
 """
 
 from __future__ import annotations
@@ -77,6 +85,20 @@ def _retry_after(limit: int, period: int, elapsed: int, prev: int, cur: int, cos
     return max(wait, 1)
 
 
+def _refill_after(limit: int, period: int, elapsed: int, prev: int, used: int) -> int:
+    """Microseconds until one more unit fits once ``used`` are counted in this window.
+
+    ``used`` fills the estimate (``remaining`` was counted in): one more fits
+    only after a wait, which ``_retry_after`` gives for a cost of 1. With
+    nothing weighted from the previous window the estimate is ``used`` itself
+    and cannot be full below the limit, so a count below it is the doubles'
+    rounding above 2**53: the earliest answer, 1, as ``_retry_after`` floors it.
+    """
+    if used < limit and prev == 0:
+        return 1
+    return _retry_after(limit, period, elapsed, prev, used, 1)
+
+
 def check(params: tuple[int, ...], state: State | None, now_us: int, cost: int) -> Step:
     limit, period = params
     window = now_us // period
@@ -95,8 +117,9 @@ def check(params: tuple[int, ...], state: State | None, now_us: int, cost: int) 
         reset_after = period - elapsed
     else:
         reset_after = 0
+    refill_after = _refill_after(limit, period, elapsed, prev, total + max(remaining, 0))
     if allowed:
-        outcome = new_outcome(Outcome, (True, remaining, reset_after, 0, 0))
+        outcome = new_outcome(Outcome, (True, remaining, reset_after, 0, 0, refill_after))
         return outcome, (window, prev, total), reset_after
     retry_after = NEVER if cost > limit else _retry_after(limit, period, elapsed, prev, cur, cost)
-    return Outcome(False, remaining, reset_after, retry_after), state, 0
+    return Outcome(False, remaining, reset_after, retry_after, 0, refill_after), state, 0

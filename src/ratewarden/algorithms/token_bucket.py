@@ -21,6 +21,11 @@ multiplication, so a long idle time never overflows 2**53, where the Lua twin's
 doubles are exact too. A clock that steps back (``now < last_us``) refills
 nothing until it passes ``last_us`` again, and every reported time counts from
 ``now``.
+
+Effective window (``refill_after_us``): once ``remaining`` whole tokens are
+spent, less than one token is left, and one more can be spent when the rest of
+it has flowed in: at most one emission interval (exactly one from a full
+bucket).
 """
 
 from __future__ import annotations
@@ -55,16 +60,17 @@ def check(params: tuple[int, ...], state: State | None, now_us: int, cost: int) 
         level = room
     else:
         level += elapsed * n
-    if cost > capacity:
-        outcome = Outcome(False, level // d, lag + ceil_div(room - level, n), NEVER)
-        return outcome, state, 0
     need = cost * d
-    if level < need:
+    if cost > capacity or level < need:
         reset_after_us = lag + ceil_div(room - level, n)
-        outcome = Outcome(False, level // d, reset_after_us, lag + ceil_div(need - level, n))
+        retry_after_us = NEVER if cost > capacity else lag + ceil_div(need - level, n)
+        # Spending the whole tokens leaves level % d; one token is there d - level % d later.
+        refill_us = lag + ceil_div(d - level % d, n)
+        outcome = Outcome(False, level // d, reset_after_us, retry_after_us, 0, refill_us)
         return outcome, state, 0
     level -= need
     # Full again is the same as never seen: the store may forget the key then.
     reset_after_us = lag + ceil_div(room - level, n)
-    outcome = new_outcome(Outcome, (True, level // d, reset_after_us, 0, 0))
+    refill_us = lag + ceil_div(d - level % d, n)
+    outcome = new_outcome(Outcome, (True, level // d, reset_after_us, 0, 0, refill_us))
     return outcome, (level, since), reset_after_us

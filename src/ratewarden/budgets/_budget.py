@@ -118,7 +118,11 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class AxisState:
-    """One axis after a decision: its limit, what is left, and times in seconds."""
+    """One axis after a decision: its limit, what is left, and times in seconds.
+
+    ``refill_after`` is the axis' effective window (``Decision.refill_after``):
+    were all of ``remaining`` used now, one more unit fits after that long.
+    """
 
     name: str
     rate: Rate
@@ -126,6 +130,7 @@ class AxisState:
     reset_after: float
     retry_after: float
     cost: int
+    refill_after: float = 0.0
 
     @property
     def limit(self) -> int:
@@ -345,9 +350,11 @@ class _BudgetBase:
     def _decision(self, reply: list[int], start: int, costs: tuple[int, ...]) -> BudgetDecision:
         states = []
         for i, ((name, rate), cost) in enumerate(zip(self.axes, costs, strict=True)):
-            allowed, remaining, reset_us, retry_us, _ = reply[start + 5 * i : start + 5 * i + 5]
+            at = start + 6 * i
+            allowed, remaining, reset_us, retry_us, _, refill_us = reply[at : at + 6]
             retry = 0.0 if allowed else _us_to_s(retry_us)
-            states.append(AxisState(name, rate, remaining, _us_to_s(reset_us), retry, cost))
+            reset, refill = _us_to_s(reset_us), _us_to_s(refill_us)
+            states.append(AxisState(name, rate, remaining, reset, retry, cost, refill))
         retry_after = max((s.retry_after for s in states), default=0.0)
         return BudgetDecision(all(s.retry_after == 0 for s in states), retry_after, tuple(states))
 

@@ -119,7 +119,7 @@ class _FairBase:
 
     def _decision(self, tenant: str, cost: int, reply: list[int]) -> FairDecision:
         allowed, total, charged = bool(reply[1]), reply[2], reply[3]
-        pool, mine = reply[4:9], reply[9:14]
+        pool, mine = reply[4:10], reply[10:16]
         retry = 0.0 if allowed else max(_seconds(pool[3]), _seconds(mine[3]))
         if not allowed and (pool[3] == NEVER or mine[3] == NEVER):
             retry = math.inf

@@ -180,6 +180,7 @@ def _checked(decision: BudgetDecision, *, charge_follows: bool) -> Decision:
         retry_after=0.0 if allowed else _wait_for_one(state),
         rate=state.rate,
         cost=0,
+        refill_after=state.refill_after,
     )
 
 
@@ -194,6 +195,7 @@ def _charged(charge: Charge, cost: int) -> Decision:
         retry_after=0.0,
         rate=state.rate,
         cost=cost,
+        refill_after=state.refill_after,
     )
 
 

@@ -166,6 +166,7 @@ class _CellBase:
             cost=cost,
             retry_after=_later(d.retry_after, elapsed),
             reset_after=_later(d.reset_after, elapsed),
+            refill_after=_later(d.refill_after, elapsed),
         )
 
     def _pick(self) -> int:

@@ -84,7 +84,8 @@ class RegionalQuota:
         for rate, scaled in zip(check_rates(rates), local, strict=True):
             if scaled is None:
                 # A share of zero: this region may admit nothing of this rate until a rebalance.
-                return Decision(False, 0, 0, 0.0, rate.period_seconds, rate=rate, cost=cost)
+                wait = rate.period_seconds
+                return Decision(False, 0, 0, 0.0, wait, rate=rate, cost=cost, refill_after=wait)
         present = [r for r in local if r is not None]
         return self.limiter.hit(key, present, cost)
 

@@ -224,6 +224,9 @@ class ReconciledBudget:
             retry_after=retry_after,
             rate=rate,
             cost=cost,
+            # A window's budget: nothing more than remaining before it ends (a sync may
+            # raise the cap sooner, but nothing here can promise that).
+            refill_after=reset_after,
         )
 
     def _now_arg(self) -> int | str:

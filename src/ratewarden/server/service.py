@@ -397,6 +397,7 @@ class _ServiceBase:
                 decision,
                 retry_after=max(0.0, decision.retry_after - elapsed),
                 reset_after=max(0.0, decision.reset_after - elapsed),
+                refill_after=max(0.0, decision.refill_after - elapsed),
             )
         )
 

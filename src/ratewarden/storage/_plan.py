@@ -40,8 +40,9 @@ __all__ = [
     "to_decision",
 ]
 
-#: Values per layer in a script reply: allowed, remaining, reset_after_us, retry_after_us, delay_us.
-REPLY_WIDTH = 5
+#: Values per layer in a script reply: allowed, remaining, reset_after_us, retry_after_us, delay_us,
+#: refill_after_us.
+REPLY_WIDTH = 6
 
 #: Shapes a ``Shapes`` cache keeps before it starts again from empty (a miss costs one ``shape``).
 SHAPE_CACHE_SIZE = 1024
@@ -283,12 +284,9 @@ def batch_decisions(found: Batch, outcomes: Sequence[Outcome], admitted: bool) -
 
 
 def decode_batch(found: Batch, reply: Sequence[int]) -> list[Decision]:
-    """``batch_decisions`` from a script's reply ``{now_us, admitted, per layer: 5 numbers}``."""
+    """``batch_decisions`` from a script's reply ``{now_us, admitted, per layer: 6 numbers}``."""
     values = [int(value) for value in reply]
-    outcomes = [
-        Outcome(bool(values[i]), values[i + 1], values[i + 2], values[i + 3], values[i + 4])
-        for i in range(2, len(values), REPLY_WIDTH)
-    ]
+    outcomes = [_outcome(values, i) for i in range(2, len(values), REPLY_WIDTH)]
     return batch_decisions(found, outcomes, values[1] == 1)
 
 
@@ -307,7 +305,7 @@ def argv(plan: Plan, now_us: int | None) -> list[int | str]:
 
 
 def parse(plan: Plan, reply: Sequence[int]) -> Decision:
-    """Turn ``{now_us, allowed, per layer: 5 numbers}`` into a Decision."""
+    """Turn ``{now_us, allowed, per layer: 6 numbers}`` into a Decision."""
     return decode(plan.rates, plan.cost, reply)
 
 
@@ -315,14 +313,16 @@ def decode(rates: Sequence[Rate], cost: int, reply: Sequence[int]) -> Decision:
     """``parse`` for the rates and cost of a call (a ``Plan``'s or a ``Shape``'s)."""
     if len(rates) == 1:
         # The script's numbers are integers already (hiredis makes them ints).
-        outcome = (reply[2] != 0, reply[3], reply[4], reply[5], reply[6])
+        outcome = (reply[2] != 0, reply[3], reply[4], reply[5], reply[6], reply[7])
         return single(rates[0], outcome, cost)
     values = [int(v) for v in reply]
-    outcomes = [
-        Outcome(bool(values[i]), values[i + 1], values[i + 2], values[i + 3], values[i + 4])
-        for i in range(2, 2 + REPLY_WIDTH * len(rates), REPLY_WIDTH)
-    ]
+    outcomes = [_outcome(values, i) for i in range(2, 2 + REPLY_WIDTH * len(rates), REPLY_WIDTH)]
     return to_decision(rates, outcomes, cost)
+
+
+def _outcome(values: list[int], i: int) -> Outcome:
+    """The layer whose six numbers start at ``values[i]``."""
+    return Outcome(bool(values[i]), *values[i + 1 : i + REPLY_WIDTH])
 
 
 def _seconds(us: int) -> float:
@@ -330,7 +330,7 @@ def _seconds(us: int) -> float:
 
 
 def _layer(rate: Rate, outcome: Outcome, cost: int) -> Decision:
-    allowed, remaining, reset_after_us, retry_after_us, delay_us = outcome
+    allowed, remaining, reset_after_us, retry_after_us, delay_us, refill_after_us = outcome
     return make_decision(
         allowed,
         rate.limit,
@@ -340,19 +340,48 @@ def _layer(rate: Rate, outcome: Outcome, cost: int) -> Decision:
         _seconds(delay_us),
         rate,
         cost,
+        (),
+        False,
+        "",
+        refill_after_us / 1_000_000,
     )
 
 
-def single(rate: Rate, outcome: tuple[bool, int, int, int, int], cost: int) -> Decision:
+def single(rate: Rate, outcome: tuple[bool, int, int, int, int, int], cost: int) -> Decision:
     """The decision of a one-rate call: its only layer binds, and lists itself in ``layers``."""
-    allowed, remaining, reset_after_us, retry_after_us, delay_us = outcome
+    allowed, remaining, reset_after_us, retry_after_us, delay_us, refill_after_us = outcome
     reset_after = math.inf if reset_after_us == NEVER else reset_after_us / 1_000_000
     retry_after = math.inf if retry_after_us == NEVER else retry_after_us / 1_000_000
     delay = 0.0 if not delay_us else math.inf if delay_us == NEVER else delay_us / 1_000_000
+    refill_after = refill_after_us / 1_000_000
     limit = rate.limit
-    layer = make_decision(allowed, limit, remaining, reset_after, retry_after, delay, rate, cost)
+    layer = make_decision(
+        allowed,
+        limit,
+        remaining,
+        reset_after,
+        retry_after,
+        delay,
+        rate,
+        cost,
+        (),
+        False,
+        "",
+        refill_after,
+    )
     return make_decision(
-        allowed, limit, remaining, reset_after, retry_after, delay, rate, cost, (layer,)
+        allowed,
+        limit,
+        remaining,
+        reset_after,
+        retry_after,
+        delay,
+        rate,
+        cost,
+        (layer,),
+        False,
+        "",
+        refill_after,
     )
 
 
@@ -376,6 +405,10 @@ def to_decision(rates: Sequence[Rate], outcomes: Sequence[Outcome], cost: int) -
         binding.rate,
         cost,
         layers,
+        False,
+        "",
+        # The binding layer's window: the one its remaining (reported above) belongs to.
+        binding.refill_after,
     )
 
 
@@ -415,10 +448,13 @@ def slot_decision(limit: int, slots: int, outcome: Outcome) -> Decision:
         reset_after=_seconds(outcome.reset_after_us),
         retry_after=_seconds(outcome.retry_after_us),
         cost=slots,
+        refill_after=_seconds(outcome.refill_after_us),
     )
 
 
 def parse_acquire(limit: int, slots: int, reply: Sequence[int]) -> Decision:
-    """``{now_us, allowed, remaining, reset_after_us, retry_after_us}`` -> Decision."""
+    """``{now_us, allowed, remaining, reset_after_us, retry_after_us, refill_after_us}`` ->
+    Decision."""
     values = [int(v) for v in reply]
-    return slot_decision(limit, slots, Outcome(bool(values[1]), values[2], values[3], values[4]))
+    outcome = Outcome(bool(values[1]), values[2], values[3], values[4], 0, values[5])
+    return slot_decision(limit, slots, outcome)

@@ -96,12 +96,14 @@ def _aged(decision: Decision, elapsed_us: int, cost: int, extra: int = 0) -> Dec
     layers = decision.layers
     if len(layers) == 1:
         layer = layers[0]
-        reset, retry = layer.reset_after, layer.retry_after
+        reset, retry, refill = layer.reset_after, layer.retry_after, layer.refill_after
         # _shifted, inline: the lease hit's whole cost is here.
         if abs(reset) != _INF:
             reset = max(0, round(reset * 1_000_000) - elapsed_us) / 1_000_000
         if abs(retry) != _INF:
             retry = max(0, round(retry * 1_000_000) - elapsed_us) / 1_000_000
+        if refill:
+            refill = max(0, round(refill * 1_000_000) - elapsed_us) / 1_000_000
         aged = make_decision(
             layer.allowed,
             layer.limit,
@@ -111,11 +113,16 @@ def _aged(decision: Decision, elapsed_us: int, cost: int, extra: int = 0) -> Dec
             layer.delay,
             layer.rate,
             cost,
+            (),
+            False,
+            "",
+            refill,
         )
         if (
             layer.remaining == decision.remaining
             and layer.reset_after == decision.reset_after
             and layer.retry_after == decision.retry_after
+            and layer.refill_after == decision.refill_after
             and layer.allowed is decision.allowed
             and layer.rate is decision.rate
             and layer.limit == decision.limit
@@ -132,6 +139,9 @@ def _aged(decision: Decision, elapsed_us: int, cost: int, extra: int = 0) -> Dec
                 aged.rate,
                 cost,
                 (aged,),
+                False,
+                "",
+                aged.refill_after,
             )
         return _aged_one(decision, elapsed_us, cost, extra, (aged,))
     aged_layers = tuple([_aged_one(layer, elapsed_us, cost, extra, ()) for layer in layers])
@@ -151,11 +161,18 @@ def _aged_one(
         d.rate,
         cost,
         layers,
+        False,
+        "",
+        _shifted(d.refill_after, elapsed_us),
     )
 
 
 def _assumed(rates: tuple[Rate, ...], cost: int, mode: str, wait: float) -> Decision:
-    """A decision the store did not make: open (allowed, nothing counted) or closed (denied)."""
+    """A decision the store did not make: open (allowed, nothing counted) or closed (denied).
+
+    Closed waits ``wait`` for everything (the store is asked again then), its
+    effective window included; open knows no window (0).
+    """
     allowed = mode == "open"
 
     def one(rate: Rate, layers: tuple[Decision, ...]) -> Decision:
@@ -170,6 +187,7 @@ def _assumed(rates: tuple[Rate, ...], cost: int, mode: str, wait: float) -> Deci
             cost,
             layers,
             degraded=mode,
+            refill_after=0.0 if allowed else wait,
         )
 
     binding = min(rates, key=lambda rate: rate.limit / rate.period_us)
@@ -191,6 +209,7 @@ def _marked(decision: Decision, mode: str) -> Decision:
         d.layers,
         shadowed=d.shadowed,
         degraded=mode,
+        refill_after=d.refill_after,
     )
 
 

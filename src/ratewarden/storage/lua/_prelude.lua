@@ -8,8 +8,11 @@
 --   ARGV[3..] the algorithm's params for layer 1, then layer 2, ...
 -- (or, with ARGV[2] = "all", several decisions at once: see layered below)
 -- and replies
---   {now_us, allowed, then per layer: allowed, remaining, reset_after_us, retry_after_us, delay_us}
--- with retry_after_us = -1 when the cost can never be admitted.
+--   {now_us, allowed, then per layer: allowed, remaining, reset_after_us, retry_after_us, delay_us,
+--    refill_after_us}
+-- with retry_after_us = -1 when the cost can never be admitted, and refill_after_us the
+-- effective window: were all of remaining used now, one more unit fits after exactly that
+-- long (Outcome.refill_after_us in ratewarden.algorithms._base).
 --
 -- Numbers are Lua doubles; every value stays below 2^53, where they are exact
 -- integers, so the results equal the Python reference bit for bit.
@@ -94,23 +97,29 @@ local function gcra_check(p, state, now, cost)
   if left < 0 then
     left = 0
   end
+  local remaining = idiv(left, d)
+  -- the next unit fits once the TAT, moved by the remaining units, is one T from full
+  local refill = ceil_div(ahead + (remaining + 1) * d - room, n)
   if cost > capacity then
-    return {0, idiv(left, d), ceil_div(ahead, n), NEVER, 0}, state, 0
+    return {0, remaining, ceil_div(ahead, n), NEVER, 0, refill}, state, 0
   end
   local after = ahead + cost * d
   if after > room then
-    return {0, idiv(left, d), ceil_div(ahead, n), ceil_div(after - room, n), 0}, state, 0
+    return {0, remaining, ceil_div(ahead, n), ceil_div(after - room, n), 0, refill}, state, 0
   end
   local total = frac + cost * d
   local reset = ceil_div(after, n)
-  return {1, idiv(room - after, d), reset, 0, 0}, {tat + idiv(total, n), total % n}, reset
+  left = room - after
+  refill = ceil_div(d - left % d, n)
+  return {1, idiv(left, d), reset, 0, 0, refill}, {tat + idiv(total, n), total % n}, reset
 end
 
 -- The layering loop of ratewarden.algorithms._base.layered_each: check every layer,
 -- commit all or nothing; when any denies, re-check the allowing layers with
 -- cost 0 so their reply shows the state actually kept.
 --   read(key) -> state or nil
---   check(p, state, now, cost) -> outcome {allowed, remaining, reset, retry, delay}, new_state, ttl_us
+--   check(p, state, now, cost) -> outcome {allowed, remaining, reset, retry, delay, refill},
+--                                 new_state, ttl_us
 --   write(key, state, ttl_us)
 -- ARGV[2] is the cost of every layer (one decision), or "all" for several decisions
 -- of this algorithm decided together (``hit_all``): then ARGV[3] is their number and
@@ -172,7 +181,7 @@ local function layered(read, check, write, width)
   end
   local reply = {now, all and 1 or 0}
   for i = 1, n do
-    for j = 1, 5 do
+    for j = 1, 6 do
       reply[#reply + 1] = outcomes[i][j]
     end
   end

@@ -7,8 +7,10 @@
 -- ARGV[4]   limit (acquire)
 -- ARGV[5]   slots (acquire)
 -- ARGV[6]   ttl_us (acquire, renew)
--- Reply     acquire: {now_us, allowed, remaining, reset_after_us, retry_after_us}
+-- Reply     acquire: {now_us, allowed, remaining, reset_after_us, retry_after_us, refill_after_us}
 --           release, renew: {now_us, 1 if the lease was held else 0}
+-- refill_after_us: were the remaining slots taken now (under leases of this TTL), when a
+-- slot would free if no holder released early (see ratewarden.algorithms.concurrency).
 
 local now = now_us()
 local op, lease_id = ARGV[2], ARGV[3]
@@ -79,6 +81,34 @@ end
 
 -- acquire
 local limit, slots = tonumber(ARGV[4]), tonumber(ARGV[5])
+
+-- Microseconds until needed slots of the {slots, expires} pairs have lapsed, soonest first
+-- (sorts held in place).
+local function lapsed(held, needed)
+  table.sort(held, function(a, b) return a[2] < b[2] end)
+  local wait = 0
+  for _, pair in ipairs(held) do
+    needed = needed - pair[1]
+    wait = pair[2] - now
+    if needed <= 0 then
+      break
+    end
+  end
+  return wait
+end
+
+-- The effective window of the leases list: take the remaining slots now, then one more.
+local function refill_after(list, in_use, remaining)
+  local held = {}
+  for _, lease in ipairs(list) do
+    held[#held + 1] = {lease[2], lease[3]}
+  end
+  if remaining > 0 then
+    held[#held + 1] = {remaining, now + ttl}
+  end
+  return lapsed(held, in_use + remaining + 1 - limit)
+end
+
 local others_in_use, in_use, latest = 0, 0, now
 for _, lease in ipairs(leases) do
   in_use = in_use + lease[2]
@@ -110,7 +140,7 @@ if slots > limit or others_in_use + slots > limit then
   if remaining < 0 then
     remaining = 0
   end
-  return {now, 0, remaining, latest - now, retry}
+  return {now, 0, remaining, latest - now, retry, refill_after(leases, in_use, remaining)}
 end
 
 local expires = now + ttl
@@ -129,4 +159,4 @@ for _, lease in ipairs(kept) do
   end
 end
 local remaining = limit - (others_in_use + slots)
-return {now, 1, remaining, latest - now, 0}
+return {now, 1, remaining, latest - now, 0, refill_after(kept, others_in_use + slots, remaining)}

@@ -7,7 +7,8 @@
 -- ARGV[2]   cost
 -- ARGV[3..5] n, d, capacity of the pool rate
 -- ARGV[6]   tenant   ARGV[7] its weight   ARGV[8] activity window in microseconds
--- Reply     {now, allowed, active_weight, charged, pool: 5 numbers, tenant: 5 numbers}
+-- Reply     {now, allowed, active_weight, charged, pool: 6 numbers, tenant: 6 numbers}
+--           (each GCRA outcome as _prelude.lua lists it)
 
 local now = now_us()
 local cost = tonumber(ARGV[2])
@@ -48,10 +49,10 @@ if not allowed and mine[1] == 1 then
   mine = check(params, mine_state, now, 0)
 end
 local reply = {now, allowed and 1 or 0, total, charged}
-for j = 1, 5 do
+for j = 1, 6 do
   reply[#reply + 1] = pool[j]
 end
-for j = 1, 5 do
+for j = 1, 6 do
   reply[#reply + 1] = mine[j]
 end
 return reply

@@ -21,14 +21,15 @@ local function check(p, state, now, cost)
     if count > 0 then
       reset = to_end
     end
-    return {0, limit - count, reset, retry, 0}, state, 0
+    return {0, limit - count, reset, retry, 0, to_end}, state, 0
   end
   local total = count + cost
   local reset = 0
   if total > 0 then
     reset = to_end
   end
-  return {1, limit - total, reset, 0, 0}, {window, total}, reset
+  -- the effective window is the window's end: the next one starts from 0
+  return {1, limit - total, reset, 0, 0, to_end}, {window, total}, reset
 end
 
 return layered(pair_read, check, pair_write, 2)

@@ -14,11 +14,11 @@
 -- ARGV[3]     m, the number of axes
 -- ARGV[4]     record ttl_us (reserve)
 -- ARGV[5..]   per axis: n, d, capacity, amount (reserve: cost; settle: actual usage)
--- Reply       reserve: {now, allowed, status, per axis 5 numbers (see _prelude.lua)}
+-- Reply       reserve: {now, allowed, status, per axis 6 numbers (see _prelude.lua)}
 --               status 0 denied, 1 charged, 2 already reserved under this id
---             settle: {now, status, per axis refunded units, per axis 5 numbers}
+--             settle: {now, status, per axis refunded units, per axis 6 numbers}
 --               status 0 no such reservation, 1 settled, 2 already settled
---             charge: {now, 1, per axis units charged, per axis 5 numbers}
+--             charge: {now, 1, per axis units charged, per axis 6 numbers}
 
 local now = now_us()
 local op = ARGV[2]
@@ -96,7 +96,7 @@ local function record()
 end
 
 local function append(reply, outcome)
-  for j = 1, 5 do
+  for j = 1, 6 do
     reply[#reply + 1] = outcome[j]
   end
 end

@@ -25,19 +25,23 @@ local function check(p, state, now, cost)
     level = level - elapsed * n
   end
   local free = room - level
+  -- pouring in the whole requests that fit leaves free % d; one more fits d - free % d later
+  local refill = lag + ceil_div(d - free % d, n)
   if cost > capacity then
-    return {0, idiv(free, d), lag + ceil_div(level, n), NEVER, 0}, state, 0
+    return {0, idiv(free, d), lag + ceil_div(level, n), NEVER, 0, refill}, state, 0
   end
   local need = cost * d
   if need > free then
     local reset = lag + ceil_div(level, n)
-    return {0, idiv(free, d), reset, lag + ceil_div(need - free, n), 0}, state, 0
+    return {0, idiv(free, d), reset, lag + ceil_div(need - free, n), 0, refill}, state, 0
   end
   -- the new request leaves once everything ahead of it has drained
   local delay = lag + ceil_div(level, n)
   level = level + need
+  free = room - level
   local reset = lag + ceil_div(level, n)
-  return {1, idiv(room - level, d), reset, 0, delay}, {level, since}, reset
+  refill = lag + ceil_div(d - free % d, n)
+  return {1, idiv(free, d), reset, 0, delay, refill}, {level, since}, reset
 end
 
 return layered(pair_read, check, pair_write, 3)

@@ -65,10 +65,18 @@ local function check(p, entries, now, cost)
   if newest then
     reset = newest + period - now
   end
-  if allowed then
-    return {1, limit - used, reset, 0, 0}, new, reset
+  -- the oldest live entry ages out first; with none, the units used now are the oldest
+  local refill = period
+  if #entries > start then
+    refill = entries[start + 1][1] + period - now
+  elseif new then
+    refill = new[2] + period - now
   end
-  return {0, limit - used, reset, retry_after(entries, start, limit, period, now, used, cost), 0}, entries, 0
+  if allowed then
+    return {1, limit - used, reset, 0, 0, refill}, new, reset
+  end
+  local retry = retry_after(entries, start, limit, period, now, used, cost)
+  return {0, limit - used, reset, retry, 0, refill}, entries, 0
 end
 
 return layered(read, check, write, 2)

@@ -54,6 +54,14 @@ local function retry_after(limit, period, elapsed, prev, cur, cost)
   return wait
 end
 
+-- mirrors sliding_window._refill_after: one more unit once used are counted in this window
+local function refill_after(limit, period, elapsed, prev, used)
+  if used < limit and prev == 0 then
+    return 1
+  end
+  return retry_after(limit, period, elapsed, prev, used, 1)
+end
+
 local function check(p, state, now, cost)
   local limit, period = p[1], p[2]
   local window = idiv(now, period)
@@ -73,14 +81,19 @@ local function check(p, state, now, cost)
   elseif prev > 0 then
     reset = period - elapsed
   end
+  local used = total
+  if remaining > 0 then
+    used = total + remaining
+  end
+  local refill = refill_after(limit, period, elapsed, prev, used)
   if allowed then
-    return {1, remaining, reset, 0, 0}, {window, prev, total}, reset
+    return {1, remaining, reset, 0, 0, refill}, {window, prev, total}, reset
   end
   local retry = NEVER
   if cost <= limit then
     retry = retry_after(limit, period, elapsed, prev, cur, cost)
   end
-  return {0, remaining, reset, retry, 0}, state, 0
+  return {0, remaining, reset, retry, 0, refill}, state, 0
 end
 
 return layered(read, check, write, 2)

@@ -24,17 +24,20 @@ local function check(p, state, now, cost)
   else
     level = level + elapsed * n
   end
+  -- spending the whole tokens leaves level % d; one token is there d - level % d later
+  local refill = lag + ceil_div(d - level % d, n)
   if cost > capacity then
-    return {0, idiv(level, d), lag + ceil_div(room - level, n), NEVER, 0}, state, 0
+    return {0, idiv(level, d), lag + ceil_div(room - level, n), NEVER, 0, refill}, state, 0
   end
   local need = cost * d
   if level < need then
     local reset = lag + ceil_div(room - level, n)
-    return {0, idiv(level, d), reset, lag + ceil_div(need - level, n), 0}, state, 0
+    return {0, idiv(level, d), reset, lag + ceil_div(need - level, n), 0, refill}, state, 0
   end
   level = level - need
   local reset = lag + ceil_div(room - level, n)
-  return {1, idiv(level, d), reset, 0, 0}, {level, since}, reset
+  refill = lag + ceil_div(d - level % d, n)
+  return {1, idiv(level, d), reset, 0, 0, refill}, {level, since}, reset
 end
 
 return layered(pair_read, check, pair_write, 3)
