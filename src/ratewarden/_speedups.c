@@ -948,6 +948,8 @@ typedef struct {
     PyObject *rate;      /* rates[0] */
     PyObject *policy;    /* (b"ratelimit-policy", value) */
     PyObject *state;     /* b'"<name>";r=': the RateLimit value up to the number */
+    PyObject *window;    /* the layer attribute t is read from: "refill_after" (draft-11) or
+                            "reset_after" (draft-10), as HeaderPlan reads it */
     PyObject *keys;      /* header value (bytes) -> store key: identity is a pure function */
     vectorcallfunc vectorcall;
 } ScopeRule;
@@ -955,8 +957,7 @@ typedef struct {
 /* Header values whose store key is kept; past it the cache starts over. */
 #define SCOPE_KEYS_MAX 4096
 
-static PyObject *S_headers, *S_allowed, *S_layers, *S_rate, *S_remaining, *S_reset_after,
-    *B_ratelimit;
+static PyObject *S_headers, *S_allowed, *S_layers, *S_rate, *S_remaining, *B_ratelimit;
 
 /* The one value of header self->header in scope["headers"]: 1 found (*value borrowed),
  * 0 absent, -2 when the Python twin must answer (repeated, or not a list of byte pairs). */
@@ -1099,13 +1100,13 @@ scope_headers(ScopeRule *self, PyObject *decision)
     if (value == NULL) goto done;
     if (value != self->rate) goto skip;
     Py_CLEAR(value);
-    value = PyObject_GetAttr(layer, S_reset_after);
+    value = PyObject_GetAttr(layer, self->window);
     if (value == NULL) goto done;
     if (!PyFloat_CheckExact(value)) goto skip;
-    double reset = PyFloat_AS_DOUBLE(value);
-    if (reset > 0) {
-        if (!(reset < 9.0e15)) goto skip;  /* math.ceil's range checks stay in Python */
-        t = (long long)ceil(reset);
+    double window = PyFloat_AS_DOUBLE(value);
+    if (window > 0) {
+        if (!(window < 9.0e15)) goto skip;  /* math.ceil's range checks stay in Python */
+        t = (long long)ceil(window);
     }
     Py_CLEAR(value);
     value = PyObject_GetAttr(layer, S_remaining);
@@ -1208,6 +1209,7 @@ ScopeRule_traverse(ScopeRule *self, visitproc visit, void *arg)
     Py_VISIT(self->rate);
     Py_VISIT(self->policy);
     Py_VISIT(self->state);
+    Py_VISIT(self->window);
     Py_VISIT(self->keys);
     return 0;
 }
@@ -1225,6 +1227,7 @@ ScopeRule_clear(ScopeRule *self)
     Py_CLEAR(self->rate);
     Py_CLEAR(self->policy);
     Py_CLEAR(self->state);
+    Py_CLEAR(self->window);
     Py_CLEAR(self->keys);
     return 0;
 }
@@ -1250,8 +1253,8 @@ static PyTypeObject ScopeRuleType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "ratewarden._speedups.ScopeRule",
     .tp_doc = PyDoc_STR(
-        "ScopeRule(header, identity, extract, prefix, fallback, rates, cost, policy, state): "
-        "one plain rule's scope path; see middleware/_core.py."),
+        "ScopeRule(header, identity, extract, prefix, fallback, rates, cost, policy, state, "
+        "window): one plain rule's scope path; see middleware/_core.py."),
     .tp_basicsize = sizeof(ScopeRule),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_new = ScopeRule_new,
@@ -1266,13 +1269,14 @@ static PyTypeObject ScopeRuleType = {
 static PyObject *
 ScopeRule_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    PyObject *header, *identity, *extract, *prefix, *fallback, *rates, *cost, *policy, *state;
+    PyObject *header, *identity, *extract, *prefix, *fallback, *rates, *cost, *policy, *state,
+        *window;
     static char *kwlist[] = {"header", "identity", "extract", "prefix", "fallback", "rates",
-                             "cost", "policy", "state", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOUUO!O!O!S:ScopeRule", kwlist, &header,
+                             "cost", "policy", "state", "window", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOUUO!O!O!SU:ScopeRule", kwlist, &header,
                                      &identity, &extract, &prefix, &fallback, &PyTuple_Type,
                                      &rates, &PyLong_Type, &cost, &PyTuple_Type, &policy,
-                                     &state)) {
+                                     &state, &window)) {
         return NULL;
     }
     if (header != Py_None && !PyBytes_CheckExact(header)) {
@@ -1302,6 +1306,7 @@ ScopeRule_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->rate = Py_NewRef(PyTuple_GET_ITEM(rates, 0));
     self->policy = Py_NewRef(policy);
     self->state = Py_NewRef(state);
+    self->window = Py_NewRef(window);
     self->keys = PyDict_New();
     if (self->keys == NULL) {
         Py_DECREF(self);
@@ -1488,10 +1493,9 @@ PyInit__speedups(void)
     S_layers = PyUnicode_InternFromString("layers");
     S_rate = PyUnicode_InternFromString("rate");
     S_remaining = PyUnicode_InternFromString("remaining");
-    S_reset_after = PyUnicode_InternFromString("reset_after");
     B_ratelimit = PyBytes_FromString("ratelimit");
-    if (!S_headers || !S_allowed || !S_layers || !S_rate || !S_remaining || !S_reset_after
-        || !B_ratelimit || PyType_Ready(&ScopeRuleType) < 0) {
+    if (!S_headers || !S_allowed || !S_layers || !S_rate || !S_remaining || !B_ratelimit
+        || PyType_Ready(&ScopeRuleType) < 0) {
         return NULL;
     }
     S_type = PyUnicode_InternFromString("type");

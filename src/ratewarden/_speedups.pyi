@@ -35,6 +35,7 @@ class ScopeRule:
         cost: int,
         policy: tuple[bytes, bytes],
         state: bytes,
+        window: str,
     ) -> None: ...
     def __call__(
         self, scope: Any, hit: Callable[..., Decision]

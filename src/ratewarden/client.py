@@ -6,7 +6,8 @@ politely:
 
 - a server hint wins: ``Retry-After`` (delay-seconds or an HTTP-date), then the
   IETF ``RateLimit`` field (``"name";r=0;t=5``: the longest ``t`` among the
-  exhausted policies), then the legacy ``X-RateLimit-Reset`` /
+  exhausted policies; under draft-11 ``t`` is the effective window, so each of
+  them has a unit back after exactly its ``t``), then the legacy ``X-RateLimit-Reset`` /
   ``RateLimit-Reset`` when the matching ``Remaining`` is 0 or absent;
 - a hinted retry waits ``hint + U * hint_jitter`` (``U`` uniform in [0, 1)):
   never earlier than the server said, spread over a bounded window;

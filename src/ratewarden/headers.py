@@ -4,17 +4,24 @@ Three families, each optional:
 
 - ``RateLimit-Policy`` / ``RateLimit`` per the IETF httpapi ratelimit-headers
   draft, as structured fields (RFC 8941 Lists of Strings with parameters):
-  ``"contract";q=100;w=60`` and ``"contract";r=72;t=25``, with ``pk`` (a Byte
+  ``"contract";q=100;w=60`` and ``"contract";r=72;t=1``, with ``pk`` (a Byte
   Sequence) when a partition key is given. The draft may still change, so the
   syntax sits behind a version switch (``draft=``): ``"draft-11"`` (the default)
-  and ``"draft-10"`` render the same fields; ``None`` turns the family off.
+  and ``"draft-10"`` render the same fields, ``t`` with each draft's meaning;
+  ``None`` turns the family off. Under draft-11 ``t`` is the effective window:
+  the seconds within which the client can use no more than ``r``
+  (``Decision.refill_after``: the next unit of a bucket or GCRA, a fixed
+  window's end). Under draft-10 it is the time until the quota is whole again
+  (``Decision.reset_after``).
 - The legacy ``X-RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (``Reset`` as a
   delta in seconds or as Unix epoch seconds), plus GitHub's ``X-RateLimit-Used``
   and ``X-RateLimit-Resource``.
 - On a denial: ``Retry-After`` in delay-seconds, rounded up so it is never
   earlier than the real retry time, with optional bounded jitter from an
-  injectable random source; ``Cache-Control: no-store``; and a small
-  ``application/problem+json`` body (RFC 9457).
+  injectable random source, and under draft-11 never earlier than the ``t`` of
+  an exhausted (``r=0``) policy in ``RateLimit``, as that draft asks;
+  ``Cache-Control: no-store``; and a small ``application/problem+json`` body
+  (RFC 9457).
 
 Every time value is rounded up to whole seconds: a client that waits what it
 is told is never early. ``now`` (epoch seconds) is passed in by the caller, who
@@ -48,6 +55,7 @@ __all__ = [
     "retry_after_seconds",
     "sf_string",
     "window",
+    "window_t",
 ]
 
 #: Draft revisions whose ``RateLimit-Policy`` / ``RateLimit`` syntax this module renders.
@@ -159,7 +167,7 @@ def policy_item(name: str, quota: int, window_s: int | None, partition: bytes | 
 
 
 def limit_item(name: str, remaining: int, reset_s: int, partition: bytes | None = None) -> str:
-    """One ``RateLimit`` list member: ``"name";r=72;t=25[;pk=:...:]``."""
+    """One ``RateLimit`` list member: ``"name";r=72;t=25[;pk=:...:]`` (``t`` as given)."""
     item = f"{sf_string(name)};r={max(0, remaining)};t={reset_s}"
     if partition is not None:
         item += f";pk={_sf_bytes(partition)}"
@@ -187,19 +195,47 @@ def _remaining(decision: Decision) -> int:
     return decision.remaining if decision.allowed else 0
 
 
+def window_t(layer: Decision, draft: str) -> int:
+    """The ``t`` of ``layer`` in the ``RateLimit`` field of ``draft``, whole seconds rounded up.
+
+    draft-11: the effective window, the seconds within which no more than ``r``
+    can be used (``refill_after``). draft-10: the seconds until the quota is
+    whole again (``reset_after``), that draft's meaning.
+    """
+    return ceil_seconds(layer.reset_after if draft == "draft-10" else layer.refill_after)
+
+
+def _draft_items(
+    name: str, decision: Decision, options: HeaderOptions
+) -> list[tuple[str, Decision, int]]:
+    """The policies the draft fields list, each as ``(name, layer, r)``.
+
+    A denial reports ``r=0`` for the policy it names. With ``all_policies`` a
+    layer that did not deny (nothing was taken from it) shows what it has left,
+    so that ``r=0`` marks exactly the policies that are exhausted.
+    """
+    allowed = decision.allowed
+    if options.all_policies:
+        return [
+            (layer_name, layer, _remaining(layer))
+            for layer_name, layer in layer_names(name, decision)
+        ]
+    layer_name, layer = _binding(name, decision)
+    return [(layer_name, layer, _remaining(layer) if allowed else 0)]
+
+
 def _draft_headers(
     name: str, decision: Decision, options: HeaderOptions, partition: bytes | None
 ) -> list[Header]:
-    chosen = layer_names(name, decision) if options.all_policies else [_binding(name, decision)]
+    draft = options.draft or "draft-11"
     policies, states = [], []
-    for layer_name, layer in chosen:
+    for layer_name, layer, remaining in _draft_items(name, decision, options):
         if layer.rate is not None:
             quota, window_s = window(layer.rate)
         else:
             quota, window_s = layer.limit, None
         policies.append(policy_item(layer_name, quota, window_s, partition))
-        remaining = _remaining(layer) if decision.allowed else min(_remaining(layer), 0)
-        states.append(limit_item(layer_name, remaining, ceil_seconds(layer.reset_after), partition))
+        states.append(limit_item(layer_name, remaining, window_t(layer, draft), partition))
     return [("RateLimit-Policy", ", ".join(policies)), ("RateLimit", ", ".join(states))]
 
 
@@ -248,7 +284,12 @@ def retry_after_seconds(decision: Decision, options: HeaderOptions) -> int | Non
     """``Retry-After`` for a denial: seconds rounded up, plus bounded jitter; None if never.
 
     None when the request can never be allowed (its cost is above the
-    capacity): no wait would help, so no hint is given.
+    capacity): no wait would help, so no hint is given. Under draft-11 it is
+    never earlier than the ``t`` of a policy the ``RateLimit`` field reports
+    exhausted (``r=0``): the draft says Retry-After should not point before the
+    end of the effective window. For a cost of 1 the two are the same time; a
+    larger cost waits longer than one unit anyway, so the floor only guards
+    against rounding.
     """
     if math.isinf(decision.retry_after):
         return None
@@ -260,7 +301,12 @@ def retry_after_seconds(decision: Decision, options: HeaderOptions) -> int | Non
                 f"HeaderOptions random() returned {draw!r}; it must return floats in [0, 1)"
             )
         extra = draw * options.retry_jitter
-    return ceil_seconds(decision.retry_after + extra)
+    wait = ceil_seconds(decision.retry_after + extra)
+    if options.draft == "draft-11":
+        for _, layer, remaining in _draft_items("", decision, options):
+            if remaining <= 0:
+                wait = max(wait, window_t(layer, "draft-11"))
+    return wait
 
 
 def problem_body(name: str, retry_after: int | None) -> bytes:

@@ -27,7 +27,9 @@ def test_headers_of_an_allowed_reservation() -> None:
         '"requests";q=500;w=60;qu="requests", "tokens";q=100000;w=60;qu="tokens", '
         '"images";q=10;w=3600;qu="images"'
     )
-    assert headers["RateLimit"] == '"requests";r=499;t=1, "tokens";r=95800;t=3, "images";r=9;t=360'
+    # t is the effective window, the next unit of each axis: 0.12 s, 0.6 ms and 360 s (the
+    # resets above are the times until full instead).
+    assert headers["RateLimit"] == '"requests";r=499;t=1, "tokens";r=95800;t=1, "images";r=9;t=360'
     assert "Retry-After" not in headers
 
 

@@ -46,8 +46,12 @@ def test_draft_fields_parse_as_structured_lists_with_q_w_r_t() -> None:
     assert policy.value == "burst" and policy.params == {"q": 100, "w": 60}
     assert state.value == "burst"
     assert state.params["r"] == 72
-    # GCRA: 28 requests at one instant put the key 28 * 0.6 s = 16.8 s from full.
-    assert state.params["t"] == 17
+    # draft-11's t is the effective window: once the 72 are used, the next unit of
+    # 100/minute comes back one emission interval (0.6 s) later.
+    assert state.params["t"] == 1
+    # draft-10's t: 28 requests at one instant put the key 28 * 0.6 s = 16.8 s from full.
+    older = dict(rate_limit_headers("burst", decision, HeaderOptions(draft="draft-10"), now=NOW))
+    assert parse_list(older["RateLimit"])[0].params == {"r": 72, "t": 17}
 
 
 def test_partition_key_is_a_byte_sequence_on_both_fields() -> None:
@@ -74,6 +78,23 @@ def test_all_policies_lists_every_layer_and_default_lists_the_binding_one() -> N
     assert names == ["api.1", "api.2"]
     assert [i.params["q"] for i in parse_list(both["RateLimit-Policy"])] == [10, 9]
     assert [i.params["r"] for i in parse_list(both["RateLimit"])] == [2, 1]
+
+
+def test_all_policies_denial_marks_only_the_exhausted_rate_with_r_0() -> None:
+    """2/second and 100/hour (GCRA), the third request of an instant: the per-second rate denies
+    (r=0, its next unit in 0.5 s) and the hour keeps its 98 (nothing was taken from it; its next
+    unit is 36 s after they are used). Retry-After is the 1 s the denial needs, not the hour's t."""
+    limiter, _ = _limiter()
+    rates = [Rate.parse("2/second"), Rate.parse("100/hour")]
+    denied = _exhaust(limiter, "k", rates, 3)
+    assert not denied.allowed
+    options = HeaderOptions(all_policies=True)
+    found = dict(rate_limit_headers("api", denied, options, now=NOW))
+    assert [(i.value, i.params) for i in parse_list(found["RateLimit"])] == [
+        ("api.1", {"r": 0, "t": 1}),
+        ("api.2", {"r": 98, "t": 36}),
+    ]
+    assert retry_after_seconds(denied, options) == 1
 
 
 def test_denied_decision_reports_zero_remaining() -> None:

@@ -38,8 +38,13 @@ _EXTRACTORS = {
 }
 
 
-def _rule(extractor: str, fallback: str = "anonymous") -> tuple[RuleSet, Compiled, Any]:
-    rules = RuleSet([Rule("c", "5/second", key=_EXTRACTORS[extractor](), fallback=fallback)])
+def _rule(
+    extractor: str, fallback: str = "anonymous", draft: str = "draft-11"
+) -> tuple[RuleSet, Compiled, Any]:
+    rules = RuleSet(
+        [Rule("c", "5/second", key=_EXTRACTORS[extractor](), fallback=fallback)],
+        headers=HeaderOptions(draft=draft),
+    )
     single, fast = rules._single, rules._fast
     assert single is not None and fast is not None
     return rules, single, fast
@@ -119,8 +124,10 @@ def _decisions(single: Compiled) -> list[Decision]:
     return found
 
 
-def test_real_decisions_render_as_the_header_plan() -> None:
-    _rules, single, fast = _rule("api-key")
+@pytest.mark.parametrize("draft", ["draft-11", "draft-10"])
+def test_real_decisions_render_as_the_header_plan(draft: str) -> None:
+    """Allowed decisions render as HeaderPlan.asgi, t with the draft's meaning; denials go back."""
+    _rules, single, fast = _rule("api-key", draft=draft)
     decisions = _decisions(single)
     assert any(d.allowed for d in decisions) and not all(d.allowed for d in decisions)
     for decision in decisions:
@@ -142,15 +149,25 @@ def test_real_decisions_render_as_the_header_plan() -> None:
     remaining=st.one_of(st.integers(-(2**70), 2**70), st.integers(-3, 10)),
     layer_allowed=st.booleans(),
     same_rate=st.booleans(),
+    draft=st.sampled_from(["draft-11", "draft-10"]),
 )
 def test_odd_decisions_render_the_same_or_go_back_to_python(
-    reset: Any, remaining: int, layer_allowed: bool, same_rate: bool
+    reset: Any, remaining: int, layer_allowed: bool, same_rate: bool, draft: str
 ) -> None:
-    """C renders exactly what ``HeaderPlan.asgi`` renders, or answers None (Python renders)."""
-    _rules, single, fast = _rule("api-key")
+    """C renders exactly what ``HeaderPlan.asgi`` renders, or answers None (Python renders).
+
+    ``reset`` goes into the field the draft's ``t`` is read from (draft-11:
+    ``refill_after``, draft-10: ``reset_after``); the other field holds 1234.5,
+    which would show if the wrong one were read.
+    """
+    _rules, single, fast = _rule("api-key", draft=draft)
     base = next(d for d in _decisions(single) if d.allowed)
+    read, other = ("refill_after", "reset_after")[:: 1 if draft == "draft-11" else -1]
     layer = dataclasses.replace(
-        base.layers[0], reset_after=reset, remaining=remaining, allowed=layer_allowed
+        base.layers[0],
+        remaining=remaining,
+        allowed=layer_allowed,
+        **{read: reset, other: 1234.5},
     )
     if not same_rate:
         layer = dataclasses.replace(layer, rate=RuleSet([Rule("c", "6/second")]).rules[0].rates[0])

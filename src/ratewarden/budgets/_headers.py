@@ -12,8 +12,11 @@ pattern with ``_`` written ``-`` (``x-ratelimit-remaining-input-tokens``).
 
 Beside them, the IETF httpapi draft fields describe every axis with its quota
 unit in ``qu``: ``RateLimit-Policy: "tokens";q=100000;w=60;qu="tokens"`` and
-``RateLimit: "tokens";r=95800;t=3``. A denied decision adds ``Retry-After`` in
-whole seconds, rounded up.
+``RateLimit: "tokens";r=95800;t=1``. ``t`` is draft-11's effective window: the
+seconds within which no more than ``r`` can be used (the time until the next
+unit of the axis comes back, rounded up), not the ``reset`` above. A denied
+decision adds ``Retry-After`` in whole seconds, rounded up, and never earlier
+than the ``t`` of an axis with ``r=0``.
 """
 
 from __future__ import annotations
@@ -54,8 +57,10 @@ def _window_s(state: AxisState) -> int:
     return math.ceil(state.rate.period_us / 1_000_000)
 
 
-def _reset_s(state: AxisState) -> int:
-    return 0 if state.reset_after <= 0 else math.ceil(state.reset_after)
+def _window_t(state: AxisState) -> int:
+    """The axis' ``t``: its effective window in whole seconds, rounded up."""
+    refill = state.refill_after
+    return math.ceil(refill) if 0 < refill < math.inf else 0
 
 
 def provider_headers(decision: BudgetDecision, *, ietf: bool = True) -> list[Header]:
@@ -71,9 +76,13 @@ def provider_headers(decision: BudgetDecision, *, ietf: bool = True) -> list[Hea
         policy = ", ".join(
             f'"{s.name}";q={s.limit};w={_window_s(s)};qu="{_unit(s.name)}"' for s in decision.axes
         )
-        current = ", ".join(f'"{s.name}";r={s.remaining};t={_reset_s(s)}' for s in decision.axes)
+        current = ", ".join(f'"{s.name}";r={s.remaining};t={_window_t(s)}' for s in decision.axes)
         headers.append(("RateLimit-Policy", policy))
         headers.append(("RateLimit", current))
     if not decision.allowed and math.isfinite(decision.retry_after):
-        headers.append(("Retry-After", str(max(1, math.ceil(decision.retry_after)))))
+        wait = max(1, math.ceil(decision.retry_after))
+        if ietf:
+            # The draft: Retry-After never points before the end of an exhausted axis' window.
+            wait = max([wait, *(_window_t(s) for s in decision.axes if s.remaining <= 0)])
+        headers.append(("Retry-After", str(wait)))
     return headers

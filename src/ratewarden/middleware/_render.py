@@ -42,6 +42,7 @@ class HeaderPlan:
         "_policy_header",
         "_prefixes",
         "_rates",
+        "_refill",
         "_simple",
     )
 
@@ -50,6 +51,8 @@ class HeaderPlan:
         self._rates = rates
         self._options = options
         self._draft = options.draft is not None
+        # t: draft-11's effective window (refill_after), else draft-10's time to whole again.
+        self._refill = options.draft == "draft-11"
         self._all_policies = options.all_policies
         # The legacy family depends on the decision alone; rendered by headers.py itself.
         self._legacy = (
@@ -105,12 +108,18 @@ class HeaderPlan:
             found.extend(rl_headers.rate_limit_headers(self._name, decision, self._legacy, now=now))
         return found
 
-    def asgi_parts(self) -> tuple[tuple[bytes, bytes], bytes] | None:
-        """What ``asgi`` renders from: the policy pair and the RateLimit value up to ``r``'s
-        number; None when ``asgi`` always answers None (not the default plan)."""
+    def asgi_parts(self) -> tuple[tuple[bytes, bytes], bytes, str] | None:
+        """What ``asgi`` renders from: the policy pair, the RateLimit value up to ``r``'s
+        number, and the Decision field ``t`` is read from (``refill_after`` for draft-11,
+        ``reset_after`` for draft-10); None when ``asgi`` always answers None (not the
+        default plan)."""
         if self._asgi_policy is None:
             return None
-        return self._asgi_policy, self._asgi_prefix
+        return (
+            self._asgi_policy,
+            self._asgi_prefix,
+            "refill_after" if self._refill else "reset_after",
+        )
 
     def asgi(self, decision: Decision) -> list[tuple[bytes, bytes]] | None:
         """``render``'s headers encoded for an ASGI response, or None unless the default plan
@@ -131,8 +140,8 @@ class HeaderPlan:
         if len(layers) != 1 or decision.rate is not rate or layers[0].rate is not rate:
             return None
         layer = layers[0]
-        reset = layer.reset_after
-        t = math.ceil(reset) if reset > 0 else 0
+        window = layer.refill_after if self._refill else layer.reset_after
+        t = math.ceil(window) if window > 0 else 0
         remaining = layer.remaining
         if not (decision.allowed and layer.allowed and remaining > 0):
             remaining = 0
@@ -146,7 +155,8 @@ class HeaderPlan:
                 return None
         allowed = decision.allowed
         if self._all_policies:
-            states = ", ".join(self._state(i, layer, allowed) for i, layer in enumerate(layers))
+            # Every layer shows what it has left: in a denial, those that did not deny too.
+            states = ", ".join(self._state(i, layer, True) for i, layer in enumerate(layers))
             return ("RateLimit-Policy", self._joined_policy), ("RateLimit", states)
         if len(layers) == 1:
             i, layer = 0, layers[0]
@@ -170,9 +180,10 @@ class HeaderPlan:
                 return i, layer
         return None
 
-    def _state(self, i: int, layer: Decision, allowed: bool) -> str:
-        remaining = layer.remaining if allowed and layer.allowed and layer.remaining > 0 else 0
-        return f"{self._prefixes[i]}{remaining};t={ceil_seconds(layer.reset_after)}"
+    def _state(self, i: int, layer: Decision, shown: bool) -> str:
+        remaining = layer.remaining if shown and layer.allowed and layer.remaining > 0 else 0
+        t = ceil_seconds(layer.refill_after if self._refill else layer.reset_after)
+        return f"{self._prefixes[i]}{remaining};t={t}"
 
     def _generic(self, decision: Decision, now: float, partition: bytes | None) -> list[Header]:
         return rl_headers.rate_limit_headers(
