@@ -53,7 +53,7 @@ log = logging.getLogger("ratewarden.regions")
 _MAX_LIMIT = 10**12  # counts are written by Lua as %d of a double: exact far below 2**53
 _MIN_PERIOD_US = 1_000
 _EXACT = 2**53
-#: With an injected clock every TTL is at least a day of Redis time (as in storage/lua/_prelude.lua).
+#: With an injected clock every TTL is at least a day of Redis time (storage/lua/_prelude.lua).
 _INJECTED_TTL_FLOOR_MS = 86_400_000
 
 
