@@ -341,6 +341,13 @@ class RuleSet:
         self._route_rules[cache_key] = (owner, compiled)
         return compiled
 
+    def enforces(self, rules: Sequence[Compiled]) -> bool:
+        """Whether any of ``rules`` is enforced now (neither switched off nor in shadow mode)."""
+        disabled, switched = self._disabled, self._shadow
+        return any(
+            rule.name not in disabled and not switched.get(rule.name, rule.shadow) for rule in rules
+        )
+
     def evaluate(self, request: RequestInfo, resolver: Resolver | None = None) -> Evaluation:
         """Yield a ``Hit`` per applicable rule, receive its Decision, return the ``Outcome``.
 
