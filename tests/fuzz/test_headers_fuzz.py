@@ -30,7 +30,8 @@ from ratewarden.client import retry_hint
 from ratewarden.limiter import AsyncLimiter
 from ratewarden.middleware import ClientIP, RateLimitMiddleware, RequestInfo, Rule, RuleSet
 from ratewarden.middleware._identity import parse_ip
-from ratewarden.middleware.idempotency import AsyncMemoryIdempotencyStore, IdempotencyMiddleware
+from ratewarden.middleware.idempotency import IdempotencyMiddleware
+from ratewarden.storage.idempotency import AsyncMemoryIdempotencyStore
 from ratewarden.storage.memory import AsyncMemoryStore
 from ratewarden.testing import ManualClock
 

@@ -11,7 +11,7 @@ import pytest
 import redis
 import redis.asyncio as aredis
 
-from ratewarden.middleware.idempotency import (
+from ratewarden.storage.idempotency import (
     AsyncMemoryIdempotencyStore,
     AsyncRedisIdempotencyStore,
     MemoryIdempotencyStore,

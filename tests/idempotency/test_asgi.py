@@ -18,11 +18,8 @@ import pytest
 import redis.asyncio as aredis
 
 from ratewarden.client import RetryPolicy, RetryTransport
-from ratewarden.middleware.idempotency import (
-    AsyncMemoryIdempotencyStore,
-    AsyncRedisIdempotencyStore,
-    IdempotencyMiddleware,
-)
+from ratewarden.middleware.idempotency import IdempotencyMiddleware
+from ratewarden.storage.idempotency import AsyncMemoryIdempotencyStore, AsyncRedisIdempotencyStore
 from tests._servers import RedisServer
 from tests.client._fakes import RecordingClock
 from tests.client._live import LiveASGI

@@ -25,7 +25,8 @@ from django.test.utils import override_settings
 from django.urls import path
 from werkzeug.test import Client
 
-from ratewarden.middleware.idempotency import MemoryIdempotencyStore, WSGIIdempotencyMiddleware
+from ratewarden.middleware.idempotency import WSGIIdempotencyMiddleware
+from ratewarden.storage.idempotency import MemoryIdempotencyStore
 
 executed: list[bytes] = []
 

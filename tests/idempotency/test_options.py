@@ -13,12 +13,11 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 
 from ratewarden.errors import ConfigurationError
-from ratewarden.middleware.idempotency import (
+from ratewarden.middleware.idempotency import IdempotencyMiddleware, WSGIIdempotencyMiddleware
+from ratewarden.storage.idempotency import (
     AsyncMemoryIdempotencyStore,
     AsyncRedisIdempotencyStore,
-    IdempotencyMiddleware,
     MemoryIdempotencyStore,
-    WSGIIdempotencyMiddleware,
 )
 from ratewarden.testing import ManualClock
 from tests.client._live import free_port

@@ -10,12 +10,11 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ratewarden.errors import ConfigurationError, StorageError, StorageUnavailableError
-from ratewarden.middleware.idempotency import (
+from ratewarden.idempotency import Claim, StoredResponse
+from ratewarden.storage.idempotency import (
     AsyncRedisIdempotencyStore,
-    Claim,
     MemoryIdempotencyStore,
     RedisIdempotencyStore,
-    StoredResponse,
 )
 from ratewarden.testing import ManualClock
 from tests.client._live import free_port

@@ -11,11 +11,8 @@ import pytest
 import requests
 
 from ratewarden.client import RetryPolicy, retry_session
-from ratewarden.middleware.idempotency import (
-    MemoryIdempotencyStore,
-    RedisIdempotencyStore,
-    WSGIIdempotencyMiddleware,
-)
+from ratewarden.middleware.idempotency import WSGIIdempotencyMiddleware
+from ratewarden.storage.idempotency import MemoryIdempotencyStore, RedisIdempotencyStore
 from tests._servers import RedisServer
 from tests.client._fakes import RecordingClock
 from tests.client._live import LiveWSGI

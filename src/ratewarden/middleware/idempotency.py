@@ -6,7 +6,10 @@ retry safe: the first request with a key runs and its complete response (status,
 headers, body) is stored; a later request with the same key gets that response
 again, marked ``Idempotent-Replayed: true``, without running the app.
 
-::
+The stores live in ``ratewarden.storage.idempotency``; the middleware only needs
+what ``ratewarden.idempotency`` defines (the records and the store protocols)::
+
+    from ratewarden.storage.idempotency import AsyncRedisIdempotencyStore, MemoryIdempotencyStore
 
     app = IdempotencyMiddleware(app, AsyncRedisIdempotencyStore(redis.asyncio.Redis()))
     app.wsgi_app = WSGIIdempotencyMiddleware(app.wsgi_app, MemoryIdempotencyStore())
@@ -30,12 +33,14 @@ again, marked ``Idempotent-Replayed: true``, without running the app.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import inspect
 import json
 import logging
 import math
 import re
 import uuid
+import warnings
 from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
 from dataclasses import replace
 from http import HTTPStatus
@@ -43,30 +48,40 @@ from io import BytesIO
 from typing import Any
 
 from ratewarden.errors import ConfigurationError, StorageError
-from ratewarden.middleware._idempotency_stores import (
-    AsyncIdempotencyStore,
-    AsyncMemoryIdempotencyStore,
-    AsyncRedisIdempotencyStore,
-    Claim,
-    IdempotencyStore,
-    MemoryIdempotencyStore,
-    RedisIdempotencyStore,
-    StoredResponse,
-)
+from ratewarden.idempotency import AsyncIdempotencyStore, Claim, IdempotencyStore, StoredResponse
 
 __all__ = [
     "AsyncIdempotencyStore",
-    "AsyncMemoryIdempotencyStore",
-    "AsyncRedisIdempotencyStore",
     "Claim",
     "IdempotencyMiddleware",
     "IdempotencyStore",
-    "MemoryIdempotencyStore",
-    "RedisIdempotencyStore",
     "StoredResponse",
     "WSGIIdempotencyMiddleware",
     "default_store_response",
 ]
+
+# The store classes this module used to hold, and where they live now: a store is storage,
+# and the middleware only takes one. They still resolve here, with a DeprecationWarning,
+# for one release (docs/reference.md says so).
+_MOVED = {
+    "AsyncMemoryIdempotencyStore": "ratewarden.storage.idempotency",
+    "AsyncRedisIdempotencyStore": "ratewarden.storage.idempotency",
+    "MemoryIdempotencyStore": "ratewarden.storage.idempotency",
+    "RedisIdempotencyStore": "ratewarden.storage.idempotency",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _MOVED.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"ratewarden.middleware.idempotency.{name} is deprecated; import {name} from {home}",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(home), name)
+
 
 log = logging.getLogger("ratewarden.idempotency")
 

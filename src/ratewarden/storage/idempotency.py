@@ -1,108 +1,41 @@
 """Where Idempotency-Key records live: in this process or in Redis.
 
-A record is a lock while its request runs (``begin`` takes it with the caller's
-token, for ``lock_ttl`` seconds) and the stored response once it is done
-(``complete`` swaps the lock for the response, for ``ttl`` seconds, only if the
-caller still holds it). ``release`` drops a lock without storing anything, so a
-retry runs again. Used by ``ratewarden.middleware.idempotency``.
+The stores that ``ratewarden.middleware.idempotency`` takes. What a record is,
+and the protocols these classes satisfy, are in ``ratewarden.idempotency``::
+
+    from ratewarden.storage.idempotency import AsyncRedisIdempotencyStore, MemoryIdempotencyStore
+
+Each sync store and its asyncio twin share one base holding everything but the
+I/O call; the memory twins never wait, so only their ``async`` faces differ.
+redis-py is imported when a Redis store is made, so the memory stores work
+without the ``[redis]`` extra.
 """
 
 from __future__ import annotations
 
-import base64
-import json
 import math
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any
 
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.errors import ConfigurationError, StorageError, StorageUnavailableError
+from ratewarden.idempotency import Claim, StoredResponse
 
 __all__ = [
     "DEFAULT_PREFIX",
-    "AsyncIdempotencyStore",
     "AsyncMemoryIdempotencyStore",
     "AsyncRedisIdempotencyStore",
-    "Claim",
-    "IdempotencyStore",
     "MemoryIdempotencyStore",
     "RedisIdempotencyStore",
-    "StoredResponse",
 ]
 
 DEFAULT_PREFIX = "ratewarden:idem:"
 # What a record costs besides its response (key, token, fingerprint, objects).
 _RECORD_OVERHEAD = 256
-
-
-@dataclass(frozen=True, slots=True)
-class StoredResponse:
-    """A complete response, as stored for replay. Header names are lower-case bytes."""
-
-    status: int
-    headers: tuple[tuple[bytes, bytes], ...]
-    body: bytes
-
-    def encode(self) -> bytes:
-        """ASCII JSON (headers as latin-1 text, the body in base64), for Redis."""
-        doc = {
-            "s": self.status,
-            "h": [[n.decode("latin-1"), v.decode("latin-1")] for n, v in self.headers],
-            "b": base64.b64encode(self.body).decode(),
-        }
-        return json.dumps(doc, separators=(",", ":")).encode()
-
-    @classmethod
-    def decode(cls, data: bytes) -> StoredResponse:
-        """The inverse of ``encode``."""
-        doc = json.loads(data)
-        headers = tuple((n.encode("latin-1"), v.encode("latin-1")) for n, v in doc["h"])
-        return cls(int(doc["s"]), headers, base64.b64decode(doc["b"]))
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """What ``begin`` found under a key: ``acquired`` (the caller runs the request and
-    holds the lock), ``in_flight`` (another request holds it) or ``done`` (with its response).
-    ``fingerprint`` is the stored request's (empty when acquired)."""
-
-    state: Literal["acquired", "in_flight", "done"]
-    fingerprint: str = ""
-    response: StoredResponse | None = None
-
-
-class IdempotencyStore(Protocol):
-    """Where keys live, for the WSGI middleware. Durations in seconds."""
-
-    def begin(self, key: str, fingerprint: str, token: str, lock_ttl: float) -> Claim:
-        """Take the lock for ``key`` if nothing is stored, else say what is there."""
-        ...
-
-    def complete(self, key: str, token: str, response: StoredResponse, ttl: float) -> bool:
-        """Replace the lock held by ``token`` with ``response``; False if it was lost."""
-        ...
-
-    def release(self, key: str, token: str) -> None:
-        """Drop the lock held by ``token`` (nothing stored: a retry runs again)."""
-        ...
-
-
-class AsyncIdempotencyStore(Protocol):
-    """The asyncio twin of ``IdempotencyStore``, for the ASGI middleware."""
-
-    async def begin(self, key: str, fingerprint: str, token: str, lock_ttl: float) -> Claim:
-        """Take the lock for ``key`` if nothing is stored, else say what is there."""
-        ...
-
-    async def complete(self, key: str, token: str, response: StoredResponse, ttl: float) -> bool:
-        """Replace the lock held by ``token`` with ``response``; False if it was lost."""
-        ...
-
-    async def release(self, key: str, token: str) -> None:
-        """Drop the lock held by ``token``."""
-        ...
 
 
 # ---------------------------------------------------------------- memory
@@ -125,9 +58,15 @@ class _Record:
 
 
 class _MemoryRecords:
-    """Records under a lock, expired lazily, evicted oldest first past the bounds."""
+    """Records under a lock, expired lazily, evicted oldest first past the bounds.
 
-    def __init__(self, clock: Clock | None, max_entries: int, max_bytes: int) -> None:
+    Everything the memory store and its asyncio twin do; they differ only in
+    whether ``begin``, ``complete`` and ``release`` are awaited.
+    """
+
+    def __init__(
+        self, *, clock: Clock | None = None, max_entries: int = 10_000, max_bytes: int = 64 << 20
+    ) -> None:
         for name, value in (("max_entries", max_entries), ("max_bytes", max_bytes)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigurationError(f"memory idempotency store {name}={value!r}: must be >= 1")
@@ -137,7 +76,7 @@ class _MemoryRecords:
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def begin(self, key: str, fingerprint: str, token: str, lock_ttl: float) -> Claim:
+    def _begin(self, key: str, fingerprint: str, token: str, lock_ttl: float) -> Claim:
         with self._lock:
             now = self._clock.now_us()
             record = self._live(key, now)
@@ -148,7 +87,7 @@ class _MemoryRecords:
                 return Claim("in_flight", record.fingerprint)
             return Claim("done", record.fingerprint, record.response)
 
-    def complete(self, key: str, token: str, response: StoredResponse, ttl: float) -> bool:
+    def _complete(self, key: str, token: str, response: StoredResponse, ttl: float) -> bool:
         with self._lock:
             now = self._clock.now_us()
             record = self._live(key, now)
@@ -157,7 +96,7 @@ class _MemoryRecords:
             self._put(key, _Record(now + _us(ttl), "", record.fingerprint, response))
             return key in self._records  # a response larger than max_bytes is not kept
 
-    def release(self, key: str, token: str) -> None:
+    def _release(self, key: str, token: str) -> None:
         with self._lock:
             record = self._live(key, self._clock.now_us())
             if record is not None and record.response is None and record.token == token:
@@ -185,53 +124,37 @@ class _MemoryRecords:
         self._bytes -= self._records.pop(key).size
 
 
-class MemoryIdempotencyStore:
+class MemoryIdempotencyStore(_MemoryRecords):
     """Keys in this process only (one worker, or tests). Bounded by entries and bytes:
     past either bound the oldest records go first, which forgets their keys early."""
 
-    def __init__(
-        self, *, clock: Clock | None = None, max_entries: int = 10_000, max_bytes: int = 64 << 20
-    ) -> None:
-        self._records = _MemoryRecords(clock, max_entries, max_bytes)
-
     def begin(self, key: str, fingerprint: str, token: str, lock_ttl: float) -> Claim:
         """See ``IdempotencyStore.begin``."""
-        return self._records.begin(key, fingerprint, token, lock_ttl)
+        return self._begin(key, fingerprint, token, lock_ttl)
 
     def complete(self, key: str, token: str, response: StoredResponse, ttl: float) -> bool:
         """See ``IdempotencyStore.complete``."""
-        return self._records.complete(key, token, response, ttl)
+        return self._complete(key, token, response, ttl)
 
     def release(self, key: str, token: str) -> None:
         """See ``IdempotencyStore.release``."""
-        self._records.release(key, token)
-
-    def __len__(self) -> int:
-        return len(self._records)
+        self._release(key, token)
 
 
-class AsyncMemoryIdempotencyStore:
-    """The asyncio shell of ``MemoryIdempotencyStore`` (no I/O: it never waits)."""
-
-    def __init__(
-        self, *, clock: Clock | None = None, max_entries: int = 10_000, max_bytes: int = 64 << 20
-    ) -> None:
-        self._records = _MemoryRecords(clock, max_entries, max_bytes)
+class AsyncMemoryIdempotencyStore(_MemoryRecords):
+    """The asyncio face of ``MemoryIdempotencyStore`` (no I/O: it never waits)."""
 
     async def begin(self, key: str, fingerprint: str, token: str, lock_ttl: float) -> Claim:
         """See ``IdempotencyStore.begin``."""
-        return self._records.begin(key, fingerprint, token, lock_ttl)
+        return self._begin(key, fingerprint, token, lock_ttl)
 
     async def complete(self, key: str, token: str, response: StoredResponse, ttl: float) -> bool:
         """See ``IdempotencyStore.complete``."""
-        return self._records.complete(key, token, response, ttl)
+        return self._complete(key, token, response, ttl)
 
     async def release(self, key: str, token: str) -> None:
         """See ``IdempotencyStore.release``."""
-        self._records.release(key, token)
-
-    def __len__(self) -> int:
-        return len(self._records)
+        self._release(key, token)
 
 
 def _us(seconds: float) -> int:
@@ -262,10 +185,6 @@ return 0
 """
 
 
-def _lock_value(token: str, fingerprint: str) -> bytes:
-    return f"I {token} {fingerprint}".encode()
-
-
 def _lock_prefix(token: str) -> bytes:
     return f"I {token} ".encode()
 
@@ -284,12 +203,6 @@ def _claim_of(key: str, value: bytes | str) -> Claim:
     raise StorageError(f"idempotency record {key!r} is not ratewarden's; check the store prefix")
 
 
-def _redis_errors() -> tuple[type[BaseException], ...]:
-    from redis import exceptions as rx
-
-    return (rx.RedisError, OSError)
-
-
 def _storage_error(exc: BaseException) -> StorageError:
     from redis import exceptions as rx
 
@@ -298,85 +211,95 @@ def _storage_error(exc: BaseException) -> StorageError:
     return StorageError(f"Redis idempotency store rejected a command: {exc!r}")
 
 
-class _RedisShape:
-    """Key naming and arguments shared by the sync and async Redis stores."""
+class _RedisRecords:
+    """Everything the Redis store and its asyncio twin do but the I/O call: key names,
+    the lock's value, the scripts' arguments, and reading a reply into a ``Claim``."""
 
-    def __init__(self, client: Any, prefix: str) -> None:
+    def __init__(self, client: Any, *, prefix: str = DEFAULT_PREFIX) -> None:
         if not isinstance(prefix, str) or not prefix:
             raise ConfigurationError(f"idempotency store prefix={prefix!r}: a non-empty string")
-        self.prefix = prefix
-        self.errors = _redis_errors()
-        self.complete_script = client.register_script(_COMPLETE)
-        self.release_script = client.register_script(_RELEASE)
+        from redis import exceptions as rx
+
+        self._client = client
+        self._prefix = prefix
+        self._errors: tuple[type[BaseException], ...] = (rx.RedisError, OSError)
+        self._complete_script = client.register_script(_COMPLETE)
+        self._release_script = client.register_script(_RELEASE)
+
+    def _set_args(
+        self, key: str, fingerprint: str, token: str, lock_ttl: float
+    ) -> tuple[str, bytes, dict[str, Any]]:
+        """``SET name value NX PX lock_ttl GET``: takes the lock, or reads what is there."""
+        value = f"I {token} {fingerprint}".encode()
+        return self._prefix + key, value, {"nx": True, "px": _ms(lock_ttl), "get": True}
+
+    @staticmethod
+    def _claim(name: str, old: bytes | str | None) -> Claim:
+        return Claim("acquired") if old is None else _claim_of(name, old)
+
+    def _complete_args(
+        self, key: str, token: str, response: StoredResponse, ttl: float
+    ) -> tuple[list[str], list[bytes | int]]:
+        return [self._prefix + key], [_lock_prefix(token), response.encode(), _ms(ttl)]
+
+    def _release_args(self, key: str, token: str) -> tuple[list[str], list[bytes]]:
+        return [self._prefix + key], [_lock_prefix(token)]
+
+    @contextmanager
+    def _mapped_errors(self) -> Iterator[None]:
+        """redis-py's errors (and socket errors) as ``StorageUnavailableError`` / ``StorageError``;
+        a plain context manager, so it wraps an ``await`` as well as a call."""
+        try:
+            yield
+        except self._errors as exc:
+            raise _storage_error(exc) from exc
 
 
-class RedisIdempotencyStore:
+class RedisIdempotencyStore(_RedisRecords):
     """Keys in Redis (standalone, Sentinel or Cluster client from redis-py); needs Redis >= 7.0
     for ``SET NX PX GET``. Errors become ``StorageUnavailableError`` / ``StorageError``."""
 
-    def __init__(self, client: Any, *, prefix: str = DEFAULT_PREFIX) -> None:
-        self._client = client
-        self._shape = _RedisShape(client, prefix)
-
     def begin(self, key: str, fingerprint: str, token: str, lock_ttl: float) -> Claim:
         """See ``IdempotencyStore.begin``: one ``SET NX PX GET``."""
-        name = self._shape.prefix + key
-        try:
-            old = self._client.set(
-                name, _lock_value(token, fingerprint), nx=True, px=_ms(lock_ttl), get=True
-            )
-        except self._shape.errors as exc:
-            raise _storage_error(exc) from exc
-        return Claim("acquired") if old is None else _claim_of(name, old)
+        name, value, options = self._set_args(key, fingerprint, token, lock_ttl)
+        with self._mapped_errors():
+            old = self._client.set(name, value, **options)
+        return self._claim(name, old)
 
     def complete(self, key: str, token: str, response: StoredResponse, ttl: float) -> bool:
         """See ``IdempotencyStore.complete``: one compare-and-set script."""
-        args = [_lock_prefix(token), response.encode(), _ms(ttl)]
-        try:
-            return bool(self._shape.complete_script([self._shape.prefix + key], args))
-        except self._shape.errors as exc:
-            raise _storage_error(exc) from exc
+        keys, args = self._complete_args(key, token, response, ttl)
+        with self._mapped_errors():
+            return bool(self._complete_script(keys, args))
 
     def release(self, key: str, token: str) -> None:
         """See ``IdempotencyStore.release``: a compare-and-delete script."""
-        try:
-            self._shape.release_script([self._shape.prefix + key], [_lock_prefix(token)])
-        except self._shape.errors as exc:
-            raise _storage_error(exc) from exc
+        keys, args = self._release_args(key, token)
+        with self._mapped_errors():
+            self._release_script(keys, args)
 
 
-class AsyncRedisIdempotencyStore:
+class AsyncRedisIdempotencyStore(_RedisRecords):
     """The asyncio twin of ``RedisIdempotencyStore`` over a ``redis.asyncio`` client."""
-
-    def __init__(self, client: Any, *, prefix: str = DEFAULT_PREFIX) -> None:
-        self._client = client
-        self._shape = _RedisShape(client, prefix)
 
     async def begin(self, key: str, fingerprint: str, token: str, lock_ttl: float) -> Claim:
         """See ``IdempotencyStore.begin``: one ``SET NX PX GET``."""
-        name = self._shape.prefix + key
-        try:
-            old = await self._client.set(
-                name, _lock_value(token, fingerprint), nx=True, px=_ms(lock_ttl), get=True
-            )
-        except self._shape.errors as exc:
-            raise _storage_error(exc) from exc
-        return Claim("acquired") if old is None else _claim_of(name, old)
+        name, value, options = self._set_args(key, fingerprint, token, lock_ttl)
+        with self._mapped_errors():
+            old = await self._client.set(name, value, **options)
+        return self._claim(name, old)
 
     async def complete(self, key: str, token: str, response: StoredResponse, ttl: float) -> bool:
         """See ``IdempotencyStore.complete``: one compare-and-set script."""
-        args = [_lock_prefix(token), response.encode(), _ms(ttl)]
-        try:
-            return bool(await self._shape.complete_script([self._shape.prefix + key], args))
-        except self._shape.errors as exc:
-            raise _storage_error(exc) from exc
+        keys, args = self._complete_args(key, token, response, ttl)
+        with self._mapped_errors():
+            return bool(await self._complete_script(keys, args))
 
     async def release(self, key: str, token: str) -> None:
         """See ``IdempotencyStore.release``: a compare-and-delete script."""
-        try:
-            await self._shape.release_script([self._shape.prefix + key], [_lock_prefix(token)])
-        except self._shape.errors as exc:
-            raise _storage_error(exc) from exc
+        keys, args = self._release_args(key, token)
+        with self._mapped_errors():
+            await self._release_script(keys, args)
 
 
 def _ms(seconds: float) -> int:
