@@ -7,6 +7,7 @@
      │    └── server.config.ConfigError   a rule file is wrong (every message has file:line)
      ├── StorageError
      │    └── StorageUnavailableError   the store did not answer in time, or refused the connection
+     │         └── CircuitOpenError       the circuit breaker is open: the store was not asked
      └── client.RetriesExhaustedError   the client gave up: the next wait would pass its cap
 
 The two outside this module live next to the only code that raises them (the
@@ -22,6 +23,7 @@ failure policies catch exactly one type.
 from __future__ import annotations
 
 __all__ = [
+    "CircuitOpenError",
     "ConfigurationError",
     "RatewardenError",
     "StorageError",
@@ -46,4 +48,12 @@ class StorageUnavailableError(StorageError):
 
     Nothing is known about whether the decision was applied; failure policies
     (open, closed, local) act on this error.
+    """
+
+
+class CircuitOpenError(StorageUnavailableError):
+    """The circuit breaker is open after store failures: the store was not asked.
+
+    Raised (or handed to the failure policy) instead of paying the store's
+    timeout on every call during an outage; one probe per cool-down asks again.
     """

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from ratewarden import MemoryStore, Rate
 from ratewarden.decision import Decision
+from ratewarden.limiter._aged import aged as _aged
 from ratewarden.testing import ManualClock
-from ratewarden.tiers._flow import _aged
 
 RATES = [
     (Rate.parse("5/second"),),

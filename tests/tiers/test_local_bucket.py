@@ -8,9 +8,9 @@ import pytest
 
 from ratewarden import Rate
 from ratewarden.errors import ConfigurationError
+from ratewarden.limiter import local_rates, scaled
 from ratewarden.testing import ManualClock
 from ratewarden.tiers import TwoTier
-from ratewarden.tiers._local import local_rates, scaled
 from tests.tiers._helpers import CountingStore
 
 

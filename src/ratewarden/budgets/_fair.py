@@ -21,7 +21,7 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.storage import AsyncStore, Store
 from ratewarden.storage._ops import Op, arun, axis_key, run
-from ratewarden.storage._plan import check_key
+from ratewarden.checks import check_key
 
 __all__ = ["AsyncFairShare", "FairDecision", "FairShare"]
 

@@ -24,9 +24,8 @@ from ratewarden.hotkeys._flows import Flow, adrive, drive
 from ratewarden.hotkeys._placement import cell_keys, check_cells, slot_bands, split_rate
 from ratewarden.rate import Rate
 from ratewarden.storage import AsyncStore, Store
-from ratewarden.storage._plan import check_cost, check_rates
-from ratewarden.tiers import NegativeCache
-from ratewarden.tiers._negative import DEFAULT_NEGATIVE_KEYS
+from ratewarden.checks import check_cost, check_rates
+from ratewarden.limiter import DEFAULT_NEGATIVE_KEYS, NegativeCache
 
 __all__ = ["AsyncCellLimiter", "CellLimiter", "Picker", "round_robin"]
 

@@ -36,7 +36,7 @@ from ratewarden.hotkeys._detector import HotKeyDetector
 from ratewarden.hotkeys._flows import Flow, adrive, drive
 from ratewarden.rate import Rate
 from ratewarden.storage import AsyncStore, Store
-from ratewarden.storage._plan import check_cost, check_key, check_rates
+from ratewarden.checks import check_cost, check_key, check_rates
 from ratewarden.tiers import AsyncTwoTier, TwoTier
 
 __all__ = ["AsyncHotKeyLimiter", "HotKeyLimiter"]

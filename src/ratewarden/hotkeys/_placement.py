@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.storage._keys import escape
-from ratewarden.storage._plan import check_key
+from ratewarden.checks import check_key
 
 __all__ = [
     "MAX_CELLS",

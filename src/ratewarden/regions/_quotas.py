@@ -27,7 +27,7 @@ from ratewarden.limiter import Limiter
 from ratewarden.rate import Rate
 from ratewarden.regions._bound import check_weights, split_allowances, traffic_weights
 from ratewarden.regions._gcounter import check_region
-from ratewarden.storage._plan import check_cost, check_key, check_rates
+from ratewarden.checks import check_cost, check_key, check_rates
 from ratewarden.storage._redis_errors import REDIS_ERRORS, raise_storage_error
 
 __all__ = ["DemandExchange", "RegionalQuota"]

@@ -42,7 +42,7 @@ from ratewarden.regions import _lua
 from ratewarden.regions._bound import _seconds_us, check_weights, overshoot_bound
 from ratewarden.regions._gcounter import check_region
 from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix, escape
-from ratewarden.storage._plan import check_cost, check_key
+from ratewarden.checks import check_cost, check_key
 from ratewarden.storage._redis_errors import REDIS_ERRORS, raise_storage_error
 from ratewarden.storage.redis import DEFAULT_TIMEOUT, RedisStore
 

@@ -2,24 +2,23 @@
 
 Token budgets (``gcra_multi``) and fair shares (``fair_share``) each have one
 Lua script and one pure Python twin taking the same ARGV and returning the
-same reply. An ``Op`` carries both; ``run`` / ``arun`` hand the pure twin to
-the memory store's ``_transact`` (under its lock) or the script to a Redis
-store's ``_eval`` (one atomic EVALSHA; all keys share one hash tag). Callers
-plan an ``Op`` and parse the reply without knowing which store they have.
+same reply. An ``Op`` carries both; every store's ``apply(op)`` runs it: the
+memory store its pure twin under its lock, a Redis store its script (one atomic
+EVALSHA; all keys share one hash tag). Callers plan an ``Op`` and parse the
+reply without knowing which store they have.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ratewarden.checks import check_key
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.storage._keys import escape
-from ratewarden.storage._plan import check_key
 
 __all__ = ["Op", "arun", "axis_key", "check_name", "record_key", "run"]
 
@@ -79,51 +78,13 @@ def record_key(prefix: str, key: str, kind: str, record_id: str) -> str:
     return f"{_head(prefix, key)}:{kind}:{record_id}"
 
 
-def _reply(raw: Any) -> list[int]:
-    return [int(value) for value in raw]
+def run(store: Any, op: Op) -> list[int]:
+    """Apply ``op`` atomically on a synchronous store (``store.apply``)."""
+    result: list[int] = store.apply(op)
+    return result
 
 
-@functools.cache
-def _memory_core() -> type:
-    # Imported on first use: memory.py imports the storage package this module is part of.
-    from ratewarden.storage.memory import _MemoryCore
-
-    return _MemoryCore
-
-
-def _unsupported(store: object) -> ConfigurationError:
-    return ConfigurationError(
-        f"{type(store).__name__} cannot run token budgets or fair shares: "
-        "use MemoryStore / RedisStore (or their async twins)"
-    )
-
-
-def _eval_args(store: object, op: Op) -> tuple[Any, ...]:
-    if getattr(store, "_eval", None) is None:
-        raise _unsupported(store)
-    args = list(op.args)
-    now = store._now()  # type: ignore[attr-defined]
-    args[0] = "" if now is None else now
-    return (op.script, op.keys, args)
-
-
-def _in_memory(store: object, op: Op) -> list[int] | None:
-    if not isinstance(store, _memory_core()):
-        return None
-    return store._transact(op.keys, lambda states, now: op.step(op.args, states, now))  # type: ignore[attr-defined, no-any-return]
-
-
-def run(store: object, op: Op) -> list[int]:
-    """Apply ``op`` atomically on a synchronous store; the script's reply as integers."""
-    found = _in_memory(store, op)
-    if found is not None:
-        return found
-    return _reply(store._eval(*_eval_args(store, op)))  # type: ignore[attr-defined]
-
-
-async def arun(store: object, op: Op) -> list[int]:
+async def arun(store: Any, op: Op) -> list[int]:
     """The asyncio twin of ``run``."""
-    found = _in_memory(store, op)
-    if found is not None:
-        return found
-    return _reply(await store._eval(*_eval_args(store, op)))  # type: ignore[attr-defined]
+    result: list[int] = await store.apply(op)
+    return result

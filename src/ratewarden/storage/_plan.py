@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 from ratewarden import algorithms
 from ratewarden.algorithms._base import NEVER, Outcome, Step
+from ratewarden.checks import check_cost, check_key, check_rates
 from ratewarden.decision import Decision, make_decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
@@ -82,50 +83,6 @@ class Shape:
         """The Redis keys of ``key``'s layers (``key`` already checked)."""
         head = f"{prefix}:{{{escape(key)}}}"
         return tuple(head + suffix for suffix in self.suffixes)
-
-
-def check_key(key: object) -> str:
-    if not isinstance(key, str):
-        raise ConfigurationError(f"key {key!r} must be a string")
-    if not key:
-        raise ConfigurationError("key must not be empty: pass the identity being limited")
-    if not key.isascii():  # O(1) in CPython: only non-ASCII keys pay for the encode below
-        try:
-            key.encode()
-        except UnicodeEncodeError as exc:
-            raise ConfigurationError(
-                f"key {key!r} is not valid text: {exc.reason} at index {exc.start} (a lone "
-                "surrogate cannot be encoded as UTF-8 for any store); decode the bytes it came "
-                "from with errors='replace' or 'backslashreplace'"
-            ) from None
-    return key
-
-
-def check_cost(cost: object) -> int:
-    if isinstance(cost, bool) or not isinstance(cost, int):
-        raise ConfigurationError(
-            f"cost {cost!r} must be a whole number (0 checks without consuming)"
-        )
-    if cost < 0:
-        raise ConfigurationError(f"cost {cost!r} must not be negative")
-    return cost
-
-
-def check_rates(rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]:
-    if isinstance(rates, Rate):
-        found: tuple[Rate, ...] = (rates,)
-    elif isinstance(rates, list | tuple):
-        found = tuple(rates)
-    else:
-        raise ConfigurationError(f"rates {rates!r} must be a Rate or a list of Rates")
-    if not found:
-        raise ConfigurationError("no rate given: pass a Rate or a list of Rates")
-    for rate in found:
-        if not isinstance(rate, Rate):
-            raise ConfigurationError(f"{rate!r} is not a Rate; use Rate.parse('100/minute')")
-    if len(set(found)) != len(found):
-        raise ConfigurationError(f"rates {[str(r) for r in found]} list the same rate twice")
-    return found
 
 
 def shape(algorithm: str, rates: Rate | Sequence[Rate], cost: int) -> Shape:
@@ -418,19 +375,6 @@ def to_decision(rates: Sequence[Rate], outcomes: Sequence[Outcome], cost: int) -
 def slot_key(prefix: str, key: str) -> str:
     """State key of the in-flight slots of ``key`` (independent of the limit, which may change)."""
     return f"{prefix}:{{{escape(check_key(key))}}}:concurrency"
-
-
-def check_slot_request(limit: object, slots: object, ttl_us: object, lease_id: object) -> None:
-    for name, value in (("limit", limit), ("slots", slots), ("ttl", ttl_us)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigurationError(f"concurrency {name} {value!r} must be a whole number >= 1")
-    check_lease_id(lease_id)
-
-
-def check_lease_id(lease_id: object) -> str:
-    if not isinstance(lease_id, str) or not lease_id:
-        raise ConfigurationError(f"lease id {lease_id!r} must be a non-empty string")
-    return lease_id
 
 
 def slot_argv(

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from ratewarden import _native as native
+from ratewarden import checks
 from ratewarden.algorithms import concurrency
 from ratewarden.algorithms._base import layered, layered_each
 from ratewarden.clock import Clock, SystemClock
@@ -34,6 +35,7 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.storage import _plan
 from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix
+from ratewarden.storage._ops import Op
 
 __all__ = ["SPEEDUPS", "AsyncMemoryStore", "MemoryStore"]
 
@@ -151,7 +153,7 @@ class _MemoryCore:
         """Consume ``cost`` from every rate on ``key`` if all allow; see ``Limiter.hit``."""
         shape = self._shapes.get(algorithm, rates, cost)
         if type(key) is not str or not key or not key.isascii():
-            _plan.check_key(key)
+            checks.check_key(key)
         now = self.clock.now_us()
         cost = shape.cost
         if shape.single:
@@ -203,7 +205,7 @@ class _MemoryCore:
 
     def _reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
         shape = self._shapes.get(algorithm, rates, 0)
-        key = _plan.check_key(key)
+        key = checks.check_key(key)
         with self._lock:
             for suffix in shape.suffixes:
                 self._states.pop(key + suffix, None)
@@ -211,7 +213,7 @@ class _MemoryCore:
     def _acquire_slot(
         self, key: str, limit: int, lease_id: str, slots: int, ttl_us: int
     ) -> Decision:
-        _plan.check_slot_request(limit, slots, ttl_us, lease_id)
+        checks.check_slot_request(limit, slots, ttl_us, lease_id)
         state_key = ("slot", _plan.slot_key(self.prefix, key))
         now = self.clock.now_us()
         with self._lock:
@@ -223,7 +225,7 @@ class _MemoryCore:
 
     def _release_slot(self, key: str, lease_id: str) -> bool:
         state_key = ("slot", _plan.slot_key(self.prefix, key))
-        lease_id = _plan.check_lease_id(lease_id)
+        lease_id = checks.check_lease_id(lease_id)
         now = self.clock.now_us()
         with self._lock:
             held, state, ttl = concurrency.release(self._read(state_key, now), now, lease_id)
@@ -232,7 +234,7 @@ class _MemoryCore:
 
     def _renew_slot(self, key: str, lease_id: str, ttl_us: int) -> bool:
         state_key = ("slot", _plan.slot_key(self.prefix, key))
-        _plan.check_slot_request(1, 1, ttl_us, lease_id)
+        checks.check_slot_request(1, 1, ttl_us, lease_id)
         now = self.clock.now_us()
         with self._lock:
             held, state, ttl = concurrency.renew(self._read(state_key, now), now, lease_id, ttl_us)
@@ -260,6 +262,13 @@ class _MemoryCore:
                     self._states.pop(state_keys[index], None)
         return result
 
+    def _apply(self, op: Op) -> list[int]:
+        """Run ``op``'s pure twin under the lock, as the script would run on Redis."""
+        reply: list[int] = self._transact(
+            op.keys, lambda states, now: op.step(op.args, states, now)
+        )
+        return reply
+
     def _keep(self, state_key: StateKey, state: Any, ttl_us: int, now: int) -> None:
         if ttl_us > 0:
             self._write(state_key, state, now + ttl_us, now)
@@ -284,33 +293,6 @@ def _fast_hit(store: _MemoryCore) -> Callable[..., Decision] | None:
     )
     store.__dict__["_fast"] = fast
     return fast
-
-
-def fast_limiter_hit(
-    store: object, algorithm: str, fallback: Callable[..., Decision]
-) -> Callable[..., Decision] | None:
-    """``Limiter.hit`` in C over a ``MemoryStore`` using its C twin; None otherwise.
-
-    ``fallback`` (the Python ``Limiter.hit``, bound) answers shadow calls and
-    whatever the twin does not take.
-    """
-    return _limiter_twin(getattr(store, "__dict__", {}).get("hit"), algorithm, fallback)
-
-
-def fast_async_limiter_hit(
-    store: AsyncMemoryStore, algorithm: str, fallback: Callable[..., Decision]
-) -> Callable[..., Decision] | None:
-    """``AsyncLimiter.hit_now`` in C over an ``AsyncMemoryStore``'s C twin; None otherwise."""
-    return _limiter_twin(store._decide, algorithm, fallback)
-
-
-def _limiter_twin(
-    core: object, algorithm: str, fallback: Callable[..., Decision]
-) -> Callable[..., Decision] | None:
-    if _speedups is None or not isinstance(core, _speedups.MemoryGcra):
-        return None
-    made: Callable[..., Decision] = _speedups.LimiterHit(core, algorithm, fallback)
-    return made
 
 
 class MemoryStore(_MemoryCore):
@@ -349,6 +331,10 @@ class MemoryStore(_MemoryCore):
     def renew_slot(self, key: str, lease_id: str, ttl_us: int) -> bool:
         return self._renew_slot(key, lease_id, ttl_us)
 
+    def apply(self, op: Op) -> list[int]:
+        """Run ``op`` (token budgets, fair shares: ``ratewarden.storage.Op``) atomically."""
+        return self._apply(op)
+
     def ping(self) -> bool:
         return True
 
@@ -386,6 +372,22 @@ class AsyncMemoryStore(_MemoryCore):
     async def renew_slot(self, key: str, lease_id: str, ttl_us: int) -> bool:
         return self._renew_slot(key, lease_id, ttl_us)
 
+    async def apply(self, op: Op) -> list[int]:
+        """See ``MemoryStore.apply``."""
+        return self._apply(op)
+
+    @property
+    def immediate(self) -> _BlockingView | None:
+        """This store's state called without ``await``: it never waits on I/O.
+
+        ``AsyncLimiter.hit_now`` runs its flows on it, so that an in-process
+        decision costs no coroutine. None for a subclass, which may override
+        what the view would bypass.
+        """
+        if type(self) is not AsyncMemoryStore:
+            return None
+        return _BlockingView(self)
+
     async def ping(self) -> bool:
         return True
 
@@ -394,3 +396,37 @@ class AsyncMemoryStore(_MemoryCore):
 
     def __repr__(self) -> str:
         return f"AsyncMemoryStore(clock={self.clock!r}, max_keys={self.max_keys})"
+
+
+class _BlockingView:
+    """An ``AsyncMemoryStore`` called without ``await`` (the same state, the same lock)."""
+
+    __slots__ = ("_store", "hit")
+
+    def __init__(self, store: AsyncMemoryStore) -> None:
+        self._store = store
+        self.hit: Callable[..., Decision] = store._decide
+
+    @property
+    def clock(self) -> Clock:
+        return self._store.clock
+
+    def hit_all(self, algorithm: str, calls: Sequence[_plan.BatchCall]) -> list[Decision]:
+        return self._store._hit_all(algorithm, calls)
+
+    def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
+        self._store._reset(algorithm, key, rates)
+
+    def acquire_slot(
+        self, key: str, limit: int, lease_id: str, slots: int, ttl_us: int
+    ) -> Decision:
+        return self._store._acquire_slot(key, limit, lease_id, slots, ttl_us)
+
+    def release_slot(self, key: str, lease_id: str) -> bool:
+        return self._store._release_slot(key, lease_id)
+
+    def renew_slot(self, key: str, lease_id: str, ttl_us: int) -> bool:
+        return self._store._renew_slot(key, lease_id, ttl_us)
+
+    def apply(self, op: Op) -> list[int]:
+        return self._store._apply(op)

@@ -45,12 +45,14 @@ import redis
 import redis.asyncio as aredis
 from redis.crc import key_slot
 
+from ratewarden import checks
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.storage import _plan
 from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix, escape
+from ratewarden.storage._ops import Op
 from ratewarden.storage._redis_async import AsyncCluster, AsyncRouter, AsyncStandalone
 from ratewarden.storage._redis_clients import async_client, sync_client
 from ratewarden.storage._redis_errors import REDIS_ERRORS, raise_storage_error
@@ -106,7 +108,7 @@ class _RedisBase:
         """
         shape = self._shapes.get(algorithm, rates, cost)
         if type(key) is not str or not key or not key.isascii():
-            _plan.check_key(key)
+            checks.check_key(key)
         found = self._templates.get(id(shape))
         if found is None or found[0] is not shape:
             found = self._template(shape)
@@ -144,21 +146,28 @@ class _RedisBase:
 
     # Concurrency slots: one hash per key, updated by the concurrency script.
 
+    def _op_args(self, op: Op) -> list[Sendable]:
+        """An op's ARGV with ``ARGV[1]`` filled in: the clock's now, or "" for Redis TIME."""
+        args: list[Sendable] = list(op.args)
+        now = self._now()
+        args[0] = "" if now is None else now
+        return args
+
     def _acquire_call(
         self, key: str, limit: int, lease_id: str, slots: int, ttl_us: int
     ) -> tuple[list[str], list[int | str]]:
-        _plan.check_slot_request(limit, slots, ttl_us, lease_id)
+        checks.check_slot_request(limit, slots, ttl_us, lease_id)
         args = _plan.slot_argv(self._now(), "acquire", lease_id, limit, slots, ttl_us)
         return [_plan.slot_key(self.prefix, key)], args
 
     def _release_call(self, key: str, lease_id: str) -> tuple[list[str], list[int | str]]:
-        lease_id = _plan.check_lease_id(lease_id)
+        lease_id = checks.check_lease_id(lease_id)
         return [_plan.slot_key(self.prefix, key)], _plan.slot_argv(self._now(), "release", lease_id)
 
     def _renew_call(
         self, key: str, lease_id: str, ttl_us: int
     ) -> tuple[list[str], list[int | str]]:
-        _plan.check_slot_request(1, 1, ttl_us, lease_id)
+        checks.check_slot_request(1, 1, ttl_us, lease_id)
         args = _plan.slot_argv(self._now(), "renew", lease_id, ttl_us=ttl_us)
         return [_plan.slot_key(self.prefix, key)], args
 
@@ -305,6 +314,10 @@ class RedisStore(_RedisBase):
         if self._owns_client:
             self.client.close()
 
+    def apply(self, op: Op) -> list[int]:
+        """Run ``op`` (token budgets, fair shares: ``ratewarden.storage.Op``) as one script."""
+        return [int(value) for value in self._eval(op.script, op.keys, self._op_args(op))]
+
     def _eval(self, script_name: str, keys: Sequence[str], args: Sequence[Sendable]) -> Any:
         """Run script ``script_name`` atomically on the keys' server; its raw reply.
 
@@ -436,6 +449,10 @@ class AsyncRedisStore(_RedisBase):
         await self._router.aclose()
         if self._owns_client:
             await self.client.aclose()
+
+    async def apply(self, op: Op) -> list[int]:
+        """See ``RedisStore.apply``."""
+        return [int(value) for value in await self._eval(op.script, op.keys, self._op_args(op))]
 
     async def _eval(self, script_name: str, keys: Sequence[str], args: Sequence[Sendable]) -> Any:
         """See ``RedisStore._eval``."""

@@ -11,16 +11,24 @@ a lease (units bought from the store in advance), and only then the store. When
 the store is unavailable, or the circuit breaker is open, the failure policy
 (``open``, ``closed`` or ``local``) answers and ``Decision.degraded`` names it.
 docs/two-tiers.md states how far each mode may admit over the limit.
+
+Every part lives in the decision core (``ratewarden.limiter``); ``TwoTier`` is a
+``Limiter`` with them on by default, and the parts are re-exported here.
 """
 
 from __future__ import annotations
 
-from ratewarden.tiers._breaker import CircuitBreaker
-from ratewarden.tiers._counts import TierCounts
-from ratewarden.tiers._flow import FAILURE_MODES
-from ratewarden.tiers._leases import LeaseBook
+from ratewarden.limiter import (
+    FAILURE_POLICIES,
+    CircuitBreaker,
+    LeaseBook,
+    NegativeCache,
+    TierCounts,
+)
 from ratewarden.tiers._limiters import AsyncTwoTier, TwoTier
-from ratewarden.tiers._negative import NegativeCache
+
+#: The failure policies' names (the same tuple as ``ratewarden.limiter.FAILURE_POLICIES``).
+FAILURE_MODES = FAILURE_POLICIES
 
 __all__ = [
     "FAILURE_MODES",

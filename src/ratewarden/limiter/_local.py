@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from fractions import Fraction
 
+from ratewarden.checks import check_rates
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
-from ratewarden.storage._plan import check_rates
 
 __all__ = ["LocalRates", "local_rates", "scaled"]
 

@@ -1,0 +1,60 @@
+"""The decision core: ``Limiter`` and ``AsyncLimiter``, and the parts they are made of.
+
+Every decision in ratewarden is made by a limiter's flows (``DecisionCore``):
+validation, layered limits and cost, the local tier (negative cache, local
+bucket, leases), the circuit breaker and failure policy, shadow, the decision
+hook and metrics live there once. ``Limiter`` drives a flow with a blocking
+loop, ``AsyncLimiter`` with an awaiting one. Adapters (two tiers, hot keys,
+regions, budgets, the Envoy service, the middleware, simulate, plan) configure a
+limiter, or compose its flows with ``yield from`` and run them with
+``limiter.run(flow)``.
+"""
+
+from __future__ import annotations
+
+from ratewarden.limiter._breaker import CircuitBreaker
+from ratewarden.limiter._core import (
+    FAILURE_POLICIES,
+    LOCAL_ALGORITHM,
+    DecisionCore,
+    DecisionHook,
+    FailureHook,
+    check_failure,
+)
+from ratewarden.limiter._counts import TierCounts
+from ratewarden.limiter._flows import Ask, Flow, Gather, Wait, adrive, drive
+from ratewarden.limiter._leases import DEFAULT_LEASE_KEYS, Balance, LeaseBook
+from ratewarden.limiter._limiters import AsyncLimiter, Limiter
+from ratewarden.limiter._local import LocalRates, local_rates, scaled
+from ratewarden.limiter._negative import DEFAULT_NEGATIVE_KEYS, Denial, NegativeCache
+from ratewarden.limiter._slots import Lease, lease_ttl_us
+
+__all__ = [
+    "DEFAULT_LEASE_KEYS",
+    "DEFAULT_NEGATIVE_KEYS",
+    "FAILURE_POLICIES",
+    "LOCAL_ALGORITHM",
+    "Ask",
+    "AsyncLimiter",
+    "Balance",
+    "CircuitBreaker",
+    "DecisionCore",
+    "DecisionHook",
+    "Denial",
+    "FailureHook",
+    "Flow",
+    "Gather",
+    "Lease",
+    "LeaseBook",
+    "Limiter",
+    "LocalRates",
+    "NegativeCache",
+    "TierCounts",
+    "Wait",
+    "adrive",
+    "check_failure",
+    "drive",
+    "lease_ttl_us",
+    "local_rates",
+    "scaled",
+]
