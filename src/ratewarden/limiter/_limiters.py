@@ -51,7 +51,9 @@ class Limiter(DecisionCore):
       (the default) raises ``StorageUnavailableError`` instead.
     - ``breaker``: a ``CircuitBreaker`` in front of the store (share one per store).
     - ``metrics``: ``ratewarden.metrics.Metrics`` hooks; ``name`` is the rule label.
-    - ``clock``: time for the in-process parts (default: the store's clock).
+    - ``clock``: time for the in-process parts (default: the store's clock); without a
+      store, the in-process ``MemoryStore`` made for the limiter runs on it too
+      (``Limiter(clock=ManualClock())`` for tests and simulations).
 
     ``TwoTier`` is a Limiter with the two-tier defaults (a negative cache, a
     breaker, fail open).
@@ -73,7 +75,7 @@ class Limiter(DecisionCore):
         name: str = "default",
         clock: Clock | None = None,
     ) -> None:
-        found: Store = store if store is not None else MemoryStore()
+        found: Store = store if store is not None else MemoryStore(clock=clock)
         super().__init__(
             found,
             algorithm,
@@ -188,7 +190,7 @@ class AsyncLimiter(DecisionCore):
         name: str = "default",
         clock: Clock | None = None,
     ) -> None:
-        found: AsyncStore = store if store is not None else AsyncMemoryStore()
+        found: AsyncStore = store if store is not None else AsyncMemoryStore(clock=clock)
         super().__init__(
             found,
             algorithm,
