@@ -20,8 +20,13 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ratewarden.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from ratewarden.rate import Rate
+    from ratewarden.storage.measure import Measured
 
 __all__ = ["main"]
 
@@ -137,6 +142,28 @@ def _serve(args: argparse.Namespace) -> int:
         return EXIT_FAILED
 
 
+def _measure(url: str, algorithm: str, limit: Rate, key_length: int) -> tuple[str, Measured]:
+    """``ratewarden plan --measure URL``: this is the composition root that opens the store the
+    measurement runs on (and closes it); the plan command only asks for the numbers."""
+    # Imported here: `ratewarden plan` without --measure (and every other command) must work
+    # without the redis extra installed.
+    try:
+        from ratewarden.storage.redis import RedisStore
+    except ImportError as exc:
+        raise ConfigurationError(
+            "measure needs redis-py, which is not installed: pip install 'ratewarden[redis]'"
+        ) from exc
+    from ratewarden.server.settings import redacted
+    from ratewarden.storage.measure import measure
+
+    # A measurement is not a hot path: a slow answer is still an answer.
+    store = RedisStore.from_url(url, timeout=2.0)
+    try:
+        return redacted(url), measure(store, algorithm, limit, key_length=key_length)
+    finally:
+        store.close()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command in ``argv`` (``sys.argv[1:]`` by default) and return its exit code."""
     args = _parser().parse_args(argv)
@@ -149,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "plan":
         from ratewarden.plan import _command as plan
 
-        return plan.main(args)
+        return plan.main(args, _measure)
     return _config_check(args.paths)
 
 

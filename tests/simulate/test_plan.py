@@ -5,14 +5,20 @@ from __future__ import annotations
 import math
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 import redis
 
+import ratewarden.plan
 from ratewarden.cli import main
 from ratewarden.errors import ConfigurationError, StorageUnavailableError
-from ratewarden.plan import PlanInput, Region, format_plan, measure, plan
+from ratewarden.plan import PlanInput, Region, format_plan, plan
 from ratewarden.rate import Rate
+from ratewarden.storage import measure as measuring
+from ratewarden.storage.measure import Measured, measure, state_keys
+from ratewarden.storage.redis import RedisStore
 from tests._servers import RedisCluster, RedisServer, free_port
 
 WORKED = ["plan", "--rps", "30000", "--local-reject", "10%", "--global-share", "60%",
@@ -136,13 +142,24 @@ def test_bad_arguments_exit_2(
     assert "Traceback" not in err
 
 
+@contextmanager
+def opened(url: str) -> Iterator[RedisStore]:
+    """The store ``ratewarden plan --measure`` opens on ``url``, closed afterwards."""
+    store = RedisStore.from_url(url, timeout=2.0)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
 @pytest.mark.redis
 def test_measure_reads_memory_usage_and_leaves_nothing(redis_client: redis.Redis) -> None:
     """GCRA's key is small, a full sliding log is about limit entries larger; no key is left."""
     url = f"redis://127.0.0.1:{redis_client.connection_pool.connection_kwargs['port']}/0"
     redis_client.set("unrelated", "x")
-    gcra = measure(url, "gcra", Rate.parse("100/minute"), key_length=32, calls=300)
-    log = measure(url, "sliding_log", Rate.parse("100/minute"), key_length=32, calls=300)
+    with opened(url) as store:
+        gcra = measure(store, "gcra", Rate.parse("100/minute"), key_length=32, calls=300)
+        log = measure(store, "sliding_log", Rate.parse("100/minute"), key_length=32, calls=300)
     assert 32 < gcra.key_bytes < 400
     assert log.key_bytes > gcra.key_bytes + 100 * 8
     assert gcra.usec_per_call is not None and gcra.usec_per_call > 0
@@ -150,28 +167,44 @@ def test_measure_reads_memory_usage_and_leaves_nothing(redis_client: redis.Redis
 
 
 @pytest.mark.redis
+def test_state_keys_are_the_keys_a_redis_store_writes(redis_client: redis.Redis) -> None:
+    """state_keys names exactly the Redis keys a hit on (key, rates) creates, one per rate."""
+    rates = [Rate.parse("10/second"), Rate.parse("100/minute")]
+    store = RedisStore(redis_client, prefix="p")
+    store.hit("sliding_window", "user:{7}", rates)
+    names = state_keys("sliding_window", "p", "user:{7}", rates)
+    assert len(names) == 2
+    assert sorted(redis_client.keys("*")) == sorted(name.encode() for name in names)
+
+
+def test_state_keys_checks_its_input_like_a_hit() -> None:
+    """An unknown algorithm or an empty key is a ConfigurationError naming it."""
+    with pytest.raises(ConfigurationError, match="moving_window"):
+        state_keys("moving_window", "rw", "k", Rate.parse("1/s"))
+    with pytest.raises(ConfigurationError, match="key must not be empty"):
+        state_keys("gcra", "rw", "", Rate.parse("1/s"))
+
+
+@pytest.mark.redis
 def test_measure_refuses_to_touch_an_existing_key(
     redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A test key that already exists stops the measurement; the existing key stays as it was."""
-    from ratewarden.plan import _measure
-    from ratewarden.storage import _plan
-
     url = f"redis://127.0.0.1:{redis_client.connection_pool.connection_kwargs['port']}/0"
     rate = Rate.parse("100/minute")
-    monkeypatch.setattr(_measure, "_keys", lambda length, count: ["taken"])
-    name = _plan.build("gcra", "rw", "taken", rate, 0).keys[0]
+    monkeypatch.setattr(measuring, "_keys", lambda length, count: ["taken"])
+    name = state_keys("gcra", "rw", "taken", rate)[0]
     redis_client.set(name, "someone's state")
-    with pytest.raises(ConfigurationError, match="already exists"):
-        measure(url, "gcra", rate, key_length=5, calls=10)
+    with opened(url) as store, pytest.raises(ConfigurationError, match="already exists"):
+        measure(store, "gcra", rate, key_length=5, calls=10)
     assert redis_client.get(name) == b"someone's state"
 
 
 def test_measure_on_a_closed_port_is_a_storage_error(capsys: pytest.CaptureFixture[str]) -> None:
     """Nothing listening: StorageUnavailableError naming the server, exit 1 on the CLI."""
     url = f"redis://127.0.0.1:{free_port()}/0"
-    with pytest.raises(StorageUnavailableError, match=r"127\.0\.0\.1"):
-        measure(url, "gcra", Rate.parse("100/minute"), calls=5)
+    with opened(url) as store, pytest.raises(StorageUnavailableError, match=r"127\.0\.0\.1"):
+        measure(store, "gcra", Rate.parse("100/minute"), calls=5)
     assert main(["plan", "--rps", "10", "--measure", url]) == 1
     assert "--measure failed" in capsys.readouterr().err
 
@@ -180,10 +213,11 @@ def test_measure_on_a_closed_port_is_a_storage_error(capsys: pytest.CaptureFixtu
 def test_the_command_uses_the_measured_bytes(
     redis_server: RedisServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """--measure prints what it measured and sizes memory with it."""
+    """--measure prints what it measured, on which server, and sizes memory with it."""
     code = main(["plan", "--rps", "1000", "--keys", "1000000", "--measure", redis_server.url])
     assert code == 0
     out = capsys.readouterr().out
+    assert f"measured on {redis_server.url} (2,000 decisions, gcra)" in out
     assert "MEMORY USAGE of one key" in out
     assert "1,000,000 keys x" in out
 
@@ -196,7 +230,8 @@ def test_measure_on_a_cluster_reads_memory_only(redis_cluster: RedisCluster) -> 
     client = redis_cluster.client()
     try:
         client.flushall(target_nodes=client.PRIMARIES)  # other tests' keys may still live
-        found = measure(redis_cluster.url, "gcra", Rate.parse("100/minute"), calls=50)
+        with opened(redis_cluster.url) as store:
+            found = measure(store, "gcra", Rate.parse("100/minute"), calls=50)
         assert 32 < found.key_bytes < 400
         assert found.usec_per_call is None
         assert client.dbsize() == 0
@@ -209,6 +244,22 @@ def test_plan_works_without_redis_and_measure_says_what_to_install(
 ) -> None:
     """Only --measure needs redis-py; without it, the other figures still print."""
     monkeypatch.setitem(sys.modules, "redis", None)
+    # As if never imported: the store module must now fail to import, as without the extra.
+    monkeypatch.delitem(sys.modules, "ratewarden.storage.redis", raising=False)
     assert main(["plan", "--rps", "100"]) == 0
     assert main(["plan", "--rps", "100", "--measure", "redis://127.0.0.1:1/0"]) == 2
     assert "pip install 'ratewarden[redis]'" in capsys.readouterr().err
+
+
+def test_the_old_plan_names_warn_and_still_work(capsys: pytest.CaptureFixture[str]) -> None:
+    """ratewarden.plan.Measured is storage's class and ratewarden.plan.measure(url, ...) still
+    opens the store and measures, each with a DeprecationWarning naming the new import."""
+    with pytest.warns(DeprecationWarning, match="import Measured from ratewarden.storage.measure"):
+        assert ratewarden.plan.Measured is Measured
+    with pytest.warns(DeprecationWarning, match=r"ratewarden\.storage\.measure\.measure\(store"):
+        old = ratewarden.plan.measure
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    with pytest.raises(StorageUnavailableError, match=r"127\.0\.0\.1"):
+        old(url, "gcra", Rate.parse("100/minute"), calls=5)
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        ratewarden.plan.nope  # noqa: B018

@@ -6,7 +6,9 @@
                     --keys 5000000 --key-bytes 100 --primaries 4
 
 Bad input exits 2 with one line naming the flag; a Redis that ``--measure``
-cannot reach exits 1.
+cannot reach exits 1. ``--measure`` runs through the ``measure`` that
+``ratewarden.cli`` passes to ``main``: the command line is the composition root
+that opens the store, so this package never talks to Redis itself.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ import argparse
 import math
 import re
 import sys
+from typing import TYPE_CHECKING, Protocol
 
 from ratewarden import algorithms
 from ratewarden.errors import ConfigurationError, StorageError
-from ratewarden.plan._measure import Measured, measure
 from ratewarden.plan._model import (
     DEFAULT_BYTES_PER_CALL,
     DEFAULT_MAX_UTILIZATION,
@@ -29,7 +31,10 @@ from ratewarden.plan._model import (
 )
 from ratewarden.rate import Rate
 
-__all__ = ["add_parser", "main"]
+if TYPE_CHECKING:
+    from ratewarden.storage.measure import Measured
+
+__all__ = ["Measure", "add_parser", "main"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -51,6 +56,18 @@ example (the worked example of docs/capacity.md):
   ratewarden plan --rps 30000 --local-reject 10% --global-share 60% --descriptors 1.5 \\
                   --keys 5000000 --key-bytes 100 --primaries 4
 """
+
+
+class Measure(Protocol):
+    """How ``--measure URL`` runs, given by the composition root (``ratewarden.cli``)."""
+
+    def __call__(
+        self, url: str, algorithm: str, limit: Rate, key_length: int
+    ) -> tuple[str, Measured]:
+        """Measure ``algorithm`` at ``limit`` on the store at ``url``: the server's name as it
+        may be printed (passwords hidden) and what was measured. Raises
+        ``ConfigurationError`` (bad input, exit 2) or ``StorageError`` (exit 1)."""
+        ...
 
 
 def _number(flag: str, zero_ok: bool = False) -> argparse._ActionType:
@@ -288,10 +305,8 @@ def _inputs(args: argparse.Namespace, measured: Measured | None) -> PlanInput:
     )
 
 
-def _measured_lines(found: Measured, url: str) -> str:
-    from ratewarden.storage._redis_url import redact
-
-    lines = [f"measured on {redact(url)} ({found.calls:,} decisions, {found.algorithm})",
+def _measured_lines(server: str, found: Measured) -> str:
+    lines = [f"measured on {server} ({found.calls:,} decisions, {found.algorithm})",
              f"  MEMORY USAGE of one key  {found.key_bytes} B"]  # fmt: skip
     if found.usec_per_call is not None:
         ceiling = 1_000_000 / found.usec_per_call
@@ -303,8 +318,9 @@ def _measured_lines(found: Measured, url: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(args: argparse.Namespace) -> int:
-    """Run ``ratewarden plan`` with parsed ``args``; returns the exit code."""
+def main(args: argparse.Namespace, measure: Measure) -> int:
+    """Run ``ratewarden plan`` with parsed ``args``; returns the exit code. ``measure`` runs
+    ``--measure`` (the store is the caller's to open)."""
     try:
         if args.measure and args.key_bytes is not None:
             raise ConfigurationError("give --key-bytes or --measure, not both")
@@ -313,7 +329,7 @@ def main(args: argparse.Namespace) -> int:
         measured = None
         if args.measure:
             measured = measure(args.measure, args.algorithm, limit, args.key_length)
-        result = plan(_inputs(args, measured))
+        result = plan(_inputs(args, measured[1] if measured else None))
     except ConfigurationError as exc:
         print(f"ratewarden plan: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -321,6 +337,6 @@ def main(args: argparse.Namespace) -> int:
         print(f"ratewarden plan: --measure failed: {exc}", file=sys.stderr)
         return EXIT_FAILED
     if measured is not None:
-        print(_measured_lines(measured, args.measure))
+        print(_measured_lines(*measured))
     print(format_plan(result), end="")
     return EXIT_OK

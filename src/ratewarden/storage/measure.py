@@ -1,0 +1,135 @@
+"""Measure a real Redis server: bytes per key (MEMORY USAGE) and server time per script call.
+
+``ratewarden plan --measure URL`` runs this on a store the command line opens;
+from code, open the store yourself::
+
+    store = RedisStore.from_url("redis://localhost:6379/0", timeout=2.0)
+    try:
+        found = measure(store, "gcra", Rate.parse("100/minute"))
+    finally:
+        store.close()
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ratewarden import algorithms
+from ratewarden.errors import ConfigurationError, StorageUnavailableError
+from ratewarden.rate import Rate
+
+if TYPE_CHECKING:
+    from ratewarden.storage.redis import RedisStore
+
+__all__ = ["Measured", "measure", "state_keys"]
+
+_SCRIPT_COMMANDS = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_evalsha_ro", "cmdstat_eval_ro")
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """What one Redis server said about one algorithm's state and script cost."""
+
+    algorithm: str
+    key_bytes: int
+    usec_per_call: float | None
+    calls: int
+
+
+def state_keys(
+    algorithm: str, prefix: str, key: str, rates: Rate | Sequence[Rate]
+) -> tuple[str, ...]:
+    """The Redis keys that hold ``key``'s state under ``algorithm`` and ``rates`` (one per
+    rate), as a ``RedisStore`` with this ``prefix`` names them. Bad input raises
+    ``ConfigurationError``, as ``hit`` would."""
+    from ratewarden.storage import _plan
+
+    return _plan.build(algorithm, prefix, key, rates, 0).keys
+
+
+def measure(
+    store: RedisStore,
+    algorithm: str,
+    limit: Rate,
+    *,
+    key_length: int = 32,
+    calls: int = 2_000,
+) -> Measured:
+    """Decide ``calls`` times on keys of ``key_length`` characters in ``store``; read the cost.
+
+    The state of one key is filled as far as the limit lets it (a full sliding
+    log holds ``limit`` entries) and measured with ``MEMORY USAGE``, under the
+    store's real key schema and prefix. The server time per call is the change
+    in ``INFO commandstats`` for the script commands (standalone and Sentinel;
+    on a Cluster, memory only). Keys carry a random token, are checked not to
+    exist before the first write and are deleted afterwards (they have TTLs
+    should the server go away in between). The store stays open: it is the
+    caller's.
+    """
+    import redis
+
+    algorithms.get(algorithm)
+    if not 1 <= key_length <= 1024 or not 1 <= calls <= 1_000_000:
+        raise ConfigurationError(
+            f"measure: key_length {key_length!r} must be 1..1024 and calls {calls!r} 1..1,000,000"
+        )
+    keys = _keys(key_length, min(calls, 100))
+    names = [n for key in keys for n in state_keys(algorithm, store.prefix, key, limit)]
+    where = _where(store)
+    client = store.client
+    try:
+        if sum(int(client.exists(name)) for name in names):
+            raise ConfigurationError(
+                f"measure: a {key_length}-character test key already exists on {where}; "
+                "use a longer --key-length"
+            )
+        try:
+            return _run(store, algorithm, limit, keys, calls)
+        finally:
+            for name in names:
+                client.delete(name)
+    except redis.RedisError as exc:
+        raise StorageUnavailableError(f"measure on {where}: {exc}") from exc
+
+
+def _where(store: RedisStore) -> str:
+    """The server as the store names it in its errors (host and port, never a password)."""
+    return store._router.where
+
+
+def _keys(key_length: int, count: int) -> list[str]:
+    """``count`` distinct-as-possible keys of ``key_length`` characters with a random token."""
+    token = uuid.uuid4().hex
+    made = [(f"{i:x}-" + token).ljust(key_length, "_")[:key_length] for i in range(count)]
+    return list(dict.fromkeys(made))
+
+
+def _script_usec(stats: dict[str, dict[str, float]]) -> tuple[float, int]:
+    usec = calls = 0.0
+    for name in _SCRIPT_COMMANDS:
+        usec += stats.get(name, {}).get("usec", 0)
+        calls += stats.get(name, {}).get("calls", 0)
+    return usec, int(calls)
+
+
+def _run(store: RedisStore, algorithm: str, limit: Rate, keys: list[str], calls: int) -> Measured:
+    import redis
+
+    client = store.client
+    standalone = not isinstance(client, redis.RedisCluster)
+    before = _script_usec(client.info("commandstats")) if standalone else (0.0, 0)
+    fill, others = keys[0], keys[1:] or keys
+    filling = min(limit.capacity, calls)
+    for _ in range(filling):
+        store.hit(algorithm, fill, limit)
+    for i in range(calls - filling):
+        store.hit(algorithm, others[i % len(others)], limit)
+    after = _script_usec(client.info("commandstats")) if standalone else (0.0, 0)
+    state = state_keys(algorithm, store.prefix, fill, limit)
+    size = sum(int(client.memory_usage(name, samples=0) or 0) for name in state)
+    counted = after[1] - before[1]
+    usec = (after[0] - before[0]) / counted if counted > 0 else None
+    return Measured(algorithm, size, usec, calls)
