@@ -50,6 +50,19 @@ def _windowless(algorithm: str, rate: Rate) -> Rate:
     return rate
 
 
+def replay(
+    algorithm: str, which: int, history: list[tuple[int, int]]
+) -> tuple[MemoryStore, ManualClock, Rate]:
+    """A memory store after ``history`` (clock steps and costs) on key "k" at ``RATES[which]``."""
+    rate = _windowless(algorithm, RATES[which])
+    clock = ManualClock()
+    store = MemoryStore(clock=clock)
+    for step_us, cost in history:
+        clock.advance_us(step_us)
+        store.hit(algorithm, "k", rate, cost)
+    return store, clock, rate
+
+
 def check_definition(
     decision: Decision, use: Callable[[int], Decision], advance_us: Callable[[int], None]
 ) -> None:
@@ -76,12 +89,7 @@ def test_one_more_unit_is_refused_before_t_and_admitted_at_t(
     algorithm: str, which: int, history: list[tuple[int, int]]
 ) -> None:
     """Every algorithm, after any history of hits and peeks: the decision's own definition."""
-    rate = _windowless(algorithm, RATES[which])
-    clock = ManualClock()
-    store = MemoryStore(clock=clock)
-    for step_us, cost in history:
-        clock.advance_us(step_us)
-        store.hit(algorithm, "k", rate, cost)
+    store, clock, rate = replay(algorithm, which, history)
     check_definition(
         store.hit(algorithm, "k", rate, 0),
         use=lambda units: store.hit(algorithm, "k", rate, units),
@@ -100,12 +108,7 @@ def test_every_decision_carries_the_window_of_the_state_it_leaves(
     algorithm: str, which: int, history: list[tuple[int, int]], cost: int
 ) -> None:
     """The window a hit reports (allowed or denied, any cost) is the one a peek then reports."""
-    rate = _windowless(algorithm, RATES[which])
-    clock = ManualClock()
-    store = MemoryStore(clock=clock)
-    for step_us, step_cost in history:
-        clock.advance_us(step_us)
-        store.hit(algorithm, "k", rate, step_cost)
+    store, clock, rate = replay(algorithm, which, history)
     decision = store.hit(algorithm, "k", rate, cost)
     peek = store.hit(algorithm, "k", rate, 0)
     assert (decision.refill_after, decision.remaining) == (peek.refill_after, peek.remaining)

@@ -1,32 +1,27 @@
-"""Sliding window: the weighted estimate, exact retry times, expiry, and its Lua twin."""
+"""Sliding window: the weighted estimate, exact retry times, and its twin past 2**53.
+
+The properties it has in common with every algorithm are checked in test_properties.py.
+"""
 
 from __future__ import annotations
 
-import math
-from datetime import UTC, datetime
 from fractions import Fraction
+from functools import partial
 
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratewarden import ConfigurationError, Limiter, MemoryStore, Rate
+from ratewarden import Rate
 from ratewarden.algorithms import sliding_window
-from ratewarden.testing import ManualClock
 from tests._differential import run_lua, run_python
+from tests.algorithms._limiter import NOON, SECOND, limiter_at
+from tests.algorithms._runs import FIXTURES
 
-SECOND = 1_000_000
-MS = 1_000
-# Hypothesis may reuse a function-scoped Redis client: each example empties it first.
-FIXTURES = [HealthCheck.function_scoped_fixture]
-NOON = datetime(2024, 3, 1, 12, 0, tzinfo=UTC).timestamp()
 FIFTY = Rate.parse("50/minute")
 
-
-def make_limiter(start: float = NOON) -> tuple[Limiter, ManualClock]:
-    clock = ManualClock(start)
-    return Limiter(MemoryStore(clock=clock), algorithm="sliding_window"), clock
+make_limiter = partial(limiter_at, "sliding_window")
 
 
 def test_previous_minute_weighs_by_the_part_still_in_the_trailing_minute() -> None:
@@ -70,21 +65,6 @@ def test_reset_after_runs_until_both_counts_are_gone() -> None:
     assert limiter.peek("k", FIFTY).reset_after == 40.0  # only the previous minute is left
     clock.set(NOON + 120)
     assert limiter.peek("k", FIFTY).remaining == 50
-
-
-def test_cost_above_limit_is_never_allowed_and_consumes_nothing() -> None:
-    """A cost above the limit is denied with retry_after = inf; the counts are untouched."""
-    limiter, _ = make_limiter()
-    decision = limiter.hit("k", FIFTY, cost=51)
-    assert not decision.allowed
-    assert math.isinf(decision.retry_after)
-    assert limiter.peek("k", FIFTY).remaining == 50
-
-
-def test_a_burst_other_than_the_limit_is_rejected() -> None:
-    """Windows count limit per period: a different burst names the rate and algorithm."""
-    with pytest.raises(ConfigurationError, match=r"50/minute \(burst 10\).*sliding_window"):
-        sliding_window.params(Rate.parse("50/minute", burst=10))
 
 
 def test_refill_after_is_when_the_estimate_admits_one_more() -> None:
@@ -136,46 +116,6 @@ def test_decisions_match_the_exact_rational_estimate(
             assert wait > 0 and admits(now + wait, cost) and not admits(now + wait - 1, cost)
 
 
-@settings(max_examples=60)
-@given(
-    first=st.integers(1, 10),
-    steps=st.lists(st.tuples(st.integers(0, 4 * SECOND), st.integers(0, 12)), max_size=20),
-)
-def test_ttl_is_exactly_when_the_state_is_as_if_never_seen(
-    first: int, steps: list[tuple[int, int]]
-) -> None:
-    """At write + ttl a peek equals a fresh key's; one microsecond earlier it does not."""
-    p = sliding_window.params(Rate.parse("10/3s"))
-    now = 1_700_000_000 * SECOND
-    _, state, ttl = sliding_window.check(p, None, now, first)
-    written = now
-    for dt, cost in steps:
-        now += dt
-        outcome, new_state, new_ttl = sliding_window.check(p, state, now, cost)
-        if outcome.allowed and cost > 0:
-            state, ttl, written = new_state, new_ttl, now
-    fresh = sliding_window.check(p, None, written + ttl, 0)[0]
-    assert sliding_window.check(p, state, written + ttl, 0)[0] == fresh
-    assert sliding_window.check(p, state, written + ttl - 1, 0)[0].remaining < 10
-
-
-# Every write sets a TTL above one period (2P - elapsed), at least a second here,
-# so Redis, which expires keys in real time, never drops a key the simulated
-# clock still needs: steps may be any number of microseconds.
-DT = st.one_of(
-    st.sampled_from([0, 1, 999, 333_333, 714_286, 999_999, 15 * SECOND, 59_999_999, 61 * SECOND]),
-    st.integers(0, 3 * SECOND),
-)
-COSTS = st.sampled_from([0, 1, 1, 1, 2, 3, 7, 11])
-STEPS = st.lists(st.tuples(DT, COSTS), min_size=1, max_size=40)
-RATES = st.sampled_from(
-    [
-        [Rate.parse("10/second")],
-        [Rate.parse("7/3s")],
-        [Rate.parse("10/second"), Rate.parse("100/minute")],
-        [Rate.parse("5/2s"), Rate.parse("13/7s"), Rate.parse("40/minute")],
-    ]
-)
 # Above 2**53: limit x period is 8.64e16 for 10**6/day; large costs and odd
 # offsets make the products inexact, where only identical rounding keeps the
 # twins equal.
@@ -191,19 +131,6 @@ HUGE_RATES = st.sampled_from(
 
 
 @pytest.mark.redis
-@settings(max_examples=60, deadline=None, suppress_health_check=FIXTURES)
-@given(rates=RATES, steps=STEPS)
-def test_lua_twin_matches_python_on_redis(
-    redis_client: redis.Redis, rates: list[Rate], steps: list[tuple[int, int]]
-) -> None:
-    """The Lua script and the Python reference return identical Decisions on any sequence."""
-    redis_client.flushall()
-    assert run_lua(redis_client, "sliding_window", "user:1", rates, steps) == run_python(
-        "sliding_window", "user:1", rates, steps
-    )
-
-
-@pytest.mark.redis
 @settings(max_examples=40, deadline=None, suppress_health_check=FIXTURES)
 @given(rates=HUGE_RATES, steps=HUGE_STEPS)
 def test_lua_twin_matches_python_when_products_pass_2_53(
@@ -213,18 +140,4 @@ def test_lua_twin_matches_python_when_products_pass_2_53(
     redis_client.flushall()
     assert run_lua(redis_client, "sliding_window", "user:1", rates, steps) == run_python(
         "sliding_window", "user:1", rates, steps
-    )
-
-
-@pytest.mark.redis
-@pytest.mark.cluster
-@settings(max_examples=25, deadline=None, suppress_health_check=FIXTURES)
-@given(rates=RATES, steps=STEPS, key=st.text(min_size=1, max_size=12))
-def test_lua_twin_matches_python_on_cluster(
-    cluster_client: redis.RedisCluster, rates: list[Rate], steps: list[tuple[int, int]], key: str
-) -> None:
-    """Same on a 3-primary Cluster, with arbitrary keys (every layer shares one slot)."""
-    cluster_client.flushall(target_nodes=redis.RedisCluster.PRIMARIES)
-    assert run_lua(cluster_client, "sliding_window", key, rates, steps) == run_python(
-        "sliding_window", key, rates, steps
     )
