@@ -76,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     from ratewarden.simulate import command as simulate
 
     simulate.add_parser(commands)
-    from ratewarden.plan import _command as plan
+    from ratewarden.plan import command as plan
 
     plan.add_parser(commands)
     config = commands.add_parser("config", help="work with rule files")
@@ -174,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return simulate.main(args)
     if args.command == "plan":
-        from ratewarden.plan import _command as plan
+        from ratewarden.plan import command as plan
 
         return plan.main(args, _measure)
     return _config_check(args.paths)
