@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from ratewarden.algorithms import _fair_share as fair_share
+from ratewarden.algorithms import _gcra_multi as gcra_multi
 from ratewarden.algorithms import (
     fixed_window,
     gcra,
@@ -17,9 +19,33 @@ from ratewarden.algorithms import (
     sliding_window,
     token_bucket,
 )
+from ratewarden.algorithms._base import (
+    NEVER,
+    Algorithm,
+    Outcome,
+    Step,
+    layered,
+    layered_each,
+    new_outcome,
+)
 from ratewarden.errors import ConfigurationError
 
-__all__ = ["ALGORITHMS", "get"]
+# The rate algorithms, the two operations beyond them (``gcra_multi``: several axes of
+# one budget; ``fair_share``: weighted shares of a pool), and the shared vocabulary
+# every store and adapter uses (``Outcome``, ``NEVER``, the layering loops).
+__all__ = [
+    "ALGORITHMS",
+    "NEVER",
+    "Algorithm",
+    "Outcome",
+    "Step",
+    "fair_share",
+    "gcra_multi",
+    "get",
+    "layered",
+    "layered_each",
+    "new_outcome",
+]
 
 #: Rate algorithms by name (the ``algorithm=`` value everywhere).
 ALGORITHMS: dict[str, ModuleType] = {

@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ratewarden import algorithms
-from ratewarden.algorithms._base import NEVER
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.simulate.runner import START_US, effective_rate, worst_window
@@ -87,7 +86,7 @@ def _greedy(algorithm: str, rate: Rate, start_us: int) -> tuple[list[tuple[int, 
             state = new_state
             largest = max(largest, _size(state))
             admitted.append((now - start_us, 1))
-        elif outcome.retry_after_us == NEVER:
+        elif outcome.retry_after_us == algorithms.NEVER:
             break
         else:
             now += outcome.retry_after_us

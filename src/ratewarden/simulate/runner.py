@@ -1,10 +1,10 @@
 """Run a traffic pattern through one algorithm and rate, in simulated time.
 
-The runner drives the pure algorithm function (``ratewarden.algorithms``) with
-a ``ManualClock`` that jumps from one arrival to the next: no sleeps, and an
-hour of traffic takes a fraction of a second. Every arrival is one decision on
-one key (the clients of a retry storm share it, as the callers of one API key
-do). A denial stores nothing, exactly as the stores do.
+The runner decides every arrival with a ``Limiter`` on the in-process store,
+whose ``ManualClock`` jumps from one arrival to the next: no sleeps, and an hour
+of traffic takes a fraction of a second. Every arrival is one decision on one
+key (the clients of a retry storm share it, as the callers of one API key do),
+made by the same decision core as every other in ratewarden.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ratewarden import algorithms
 from ratewarden.errors import ConfigurationError
+from ratewarden.limiter import Limiter
 from ratewarden.rate import Rate
 from ratewarden.simulate.patterns import MAX_ARRIVALS, Horizon, Pattern
 from ratewarden.testing import ManualClock
@@ -124,16 +125,15 @@ def run(pattern: Pattern, algorithm: str, rate: Rate, duration_s: float) -> Run:
     """Offer ``pattern`` for ``duration_s`` seconds to ``algorithm`` at ``rate``; one key."""
     module = algorithms.get(algorithm)
     rate = effective_rate(algorithm, rate)
-    params = module.params(rate)
-    check = module.check
+    module.params(rate)  # a rate the algorithm cannot take is refused before anything runs
     clock = ManualClock(START_US / 1_000_000)
+    limiter = Limiter(algorithm=module.NAME, clock=clock)
     duration_us = _duration_us(duration_s)
     horizon = Horizon(START_US, duration_us, rate.limit, rate.period_us)
     stream = pattern.start(horizon)
     queue = [(t, seq, client, cost) for seq, (t, client, cost) in enumerate(stream.arrivals)]
     heapq.heapify(queue)
     seq = len(queue)
-    state = None
     times: list[int] = []
     costs: list[int] = []
     allowed: list[bool] = []
@@ -146,14 +146,12 @@ def run(pattern: Pattern, algorithm: str, rate: Rate, duration_s: float) -> Run:
             )
         t, _, client, cost = heapq.heappop(queue)
         clock.advance_us(t - clock.now_us())
-        outcome, new_state, _ttl = check(params, state, clock.now_us(), cost)
-        if outcome.allowed:
-            state = new_state
+        decision = limiter.hit(_KEY, rate, cost)
         times.append(t - START_US)
         costs.append(cost)
-        allowed.append(outcome.allowed)
-        delays.append(outcome.delay_us)
-        following = stream.after((t, client, cost), outcome.allowed, outcome.retry_after_us)
+        allowed.append(decision.allowed)
+        delays.append(_us(decision.delay))
+        following = stream.after((t, client, cost), decision.allowed, _us(decision.retry_after))
         if following is not None:
             heapq.heappush(queue, (following[0], seq, following[1], following[2]))
             seq += 1
@@ -167,6 +165,15 @@ def run(pattern: Pattern, algorithm: str, rate: Rate, duration_s: float) -> Run:
         allowed=tuple(allowed),
         delays_us=tuple(delays),
     )
+
+
+#: The one key every arrival is decided on.
+_KEY = "simulated"
+
+
+def _us(seconds: float) -> int:
+    """A Decision's seconds as the whole microseconds they came from (``NEVER`` for never)."""
+    return algorithms.NEVER if math.isinf(seconds) else round(seconds * 1_000_000)
 
 
 def _duration_us(duration_s: float) -> int:

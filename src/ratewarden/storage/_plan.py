@@ -14,7 +14,7 @@ from types import ModuleType
 from typing import Any, NamedTuple
 
 from ratewarden import algorithms
-from ratewarden.algorithms._base import NEVER, Outcome, Step
+from ratewarden.algorithms import NEVER, Outcome, Step
 from ratewarden.checks import check_cost, check_key, check_rates
 from ratewarden.decision import Decision, make_decision
 from ratewarden.errors import ConfigurationError

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from ratewarden import _native as native
 from ratewarden import checks
 from ratewarden.algorithms import concurrency
-from ratewarden.algorithms._base import layered, layered_each
+from ratewarden.algorithms import layered, layered_each
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
