@@ -9,6 +9,8 @@ breaker of its own, and fail open (Envoy's default).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ratewarden.clock import Clock
 from ratewarden.limiter import (
     DEFAULT_NEGATIVE_KEYS,
@@ -20,7 +22,9 @@ from ratewarden.limiter import (
     check_failure,
 )
 from ratewarden.metrics import NO_METRICS, Metrics
-from ratewarden.storage import AsyncStore, Store
+
+if TYPE_CHECKING:
+    from ratewarden.storage import AsyncStore, Store
 
 __all__ = ["AsyncTwoTier", "TwoTier"]
 
