@@ -157,20 +157,16 @@ _CLIENTS = st.one_of(
         st.tuples(_HEADER_LISTS, _CLIENTS, st.integers(0, 400_000)), min_size=1, max_size=20
     ),
     awaited=st.booleans(),
-    native=st.booleans(),
 )
 def test_the_scope_path_answers_as_the_request_path(
     layout: str,
     requests: list[tuple[list[tuple[bytes, bytes]], object, int]],
     awaited: bool,
-    native: bool,
 ) -> None:
     """``RuleSet.decide_asgi`` (identity read from the scope, no ``RequestInfo``) sends what
     the general path sends, message for message: statuses, headers, bodies; over API keys
     present, empty, repeated or in another case, peers v4, v6 or missing, trusted proxies.
-    ``awaited``: a store the limiter awaits (``decide_asgi_async``, no ``hit_now``);
-    ``native``: a one-rule set's C twin (``_speedups.ScopeRule``) when built, else its
-    Python code."""
+    ``awaited``: a store the limiter awaits (``decide_asgi_async``, no ``hit_now``)."""
     from ratewarden.middleware import RateLimitMiddleware, by_api_key, by_client_ip
 
     rules = {
@@ -190,8 +186,6 @@ def test_the_scope_path_answers_as_the_request_path(
         ruleset = RuleSet(rules, clock=clock)
         assert ruleset.plain_asgi
         ruleset.plain_asgi = plain
-        if not native:
-            ruleset._fast = None
 
         async def app(scope: object, receive: object, send: Any) -> None:
             await send({"type": "http.response.start", "status": 200, "headers": []})

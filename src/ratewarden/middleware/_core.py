@@ -28,13 +28,12 @@ from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ratewarden import _native as native
 from ratewarden import headers as rl_headers
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.headers import Header, HeaderOptions
-from ratewarden.middleware._identity import KeyFunc, _HeaderKey, by_client_ip
+from ratewarden.middleware._identity import KeyFunc, by_client_ip
 from ratewarden.middleware._render import HeaderPlan
 from ratewarden.middleware._request import RequestInfo
 from ratewarden.middleware._routes import (
@@ -239,9 +238,8 @@ class RuleSet:
             c.unfiltered and c.asgi_key is not None and c.fixed_cost is not None and not c.shadow
             for c in self._compiled
         )
-        # decide_asgi's shortcut: the one rule of a plain_asgi rule set, and its C twin.
+        # decide_asgi's shortcut: the one rule of a plain_asgi rule set.
         self._single = self._compiled[0] if self.plain_asgi and len(self._compiled) == 1 else None
-        self._fast = _scope_rule(self._single) if self._single is not None else None
         self._names = frozenset(r.name for r in self.rules)
         # Route rules and overrides, compiled on first use: (id of the decorator's object,
         # rule name) -> (that object, kept alive so the id stays its own; the compiled rule).
@@ -401,10 +399,6 @@ class RuleSet:
             return None
         single = self._single
         if single is not None:
-            fast = self._fast
-            if fast is not None:
-                found = fast(scope, limit)
-                return found if type(found) is list else self._answer(single, *found)
             key = _scope_key(single, scope)
             return self._answer(single, key, limit(key, single.rates, single.fixed_cost))  # type: ignore[arg-type]
         enforced: list[tuple[Compiled, str, Decision]] = []
@@ -420,12 +414,6 @@ class RuleSet:
             return None
         single = self._single
         if single is not None:
-            fast = self._fast
-            if fast is not None:
-                key = fast.key(scope)
-                decision = await limiter.hit(key, single.rates, single.fixed_cost)  # type: ignore[arg-type]
-                headers = fast.headers(decision)
-                return headers if headers is not None else self._answer(single, key, decision)
             key = _scope_key(single, scope)
             decision = await limiter.hit(key, single.rates, single.fixed_cost)  # type: ignore[arg-type]
             return self._answer(single, key, decision)
@@ -484,31 +472,6 @@ class RuleSet:
         retry = rl_headers.retry_after_seconds(decision, self.headers)
         body = rl_headers.problem_body(rule.name, retry)
         return Outcome(True, (*found, *rl_headers.denied_headers(retry, body)), body)
-
-
-def _scope_rule(rule: Compiled) -> Any:
-    """The C twin of ``rule``'s scope path (``_speedups.ScopeRule``), or None.
-
-    None without the extension, or when the rule's headers are not the default plan.
-    ``by_api_key`` rules read their header in C; any other extractor is called as is.
-    """
-    parts = rule.headers.asgi_parts()
-    if native.speedups is None or parts is None or rule.asgi_key is None:
-        return None
-    header: bytes | None = None
-    identity: Callable[..., Any] = rule.asgi_key
-    if isinstance(rule.key, _HeaderKey):
-        header, identity = rule.key.scope_header
-    return native.speedups.ScopeRule(
-        header,
-        identity,
-        rule.asgi_key,
-        rule.prefix,
-        rule.fallback,
-        rule.rates,
-        rule.fixed_cost,
-        *parts,
-    )
 
 
 def _scope_key(rule: Compiled, scope: Mapping[str, Any]) -> str:

@@ -78,11 +78,6 @@ class _HeaderKey:
             return None
         return self._identity(value)
 
-    @property
-    def scope_header(self) -> tuple[bytes, Callable[[str], str | None]]:
-        """The header read (lower-case bytes) and the identity made of its value."""
-        return self._wanted, self._identity
-
     def __repr__(self) -> str:
         hashed = "" if self._identity is _hashed_key else ", hashed=False"
         return f"by_api_key({self._name!r}{hashed})"

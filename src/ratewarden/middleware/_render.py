@@ -108,19 +108,6 @@ class HeaderPlan:
             found.extend(rl_headers.rate_limit_headers(self._name, decision, self._legacy, now=now))
         return found
 
-    def asgi_parts(self) -> tuple[tuple[bytes, bytes], bytes, str] | None:
-        """What ``asgi`` renders from: the policy pair, the RateLimit value up to ``r``'s
-        number, and the Decision field ``t`` is read from (``refill_after`` for draft-11,
-        ``reset_after`` for draft-10); None when ``asgi`` always answers None (not the
-        default plan)."""
-        if self._asgi_policy is None:
-            return None
-        return (
-            self._asgi_policy,
-            self._asgi_prefix,
-            "refill_after" if self._refill else "reset_after",
-        )
-
     def asgi(self, decision: Decision) -> list[tuple[bytes, bytes]] | None:
         """``render``'s headers encoded for an ASGI response, or None unless the default plan
         (one rate, the draft fields) applies to ``decision``: the middleware's allowed path."""

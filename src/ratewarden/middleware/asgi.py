@@ -22,7 +22,6 @@ import functools
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from ratewarden import _native as native
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.metrics import Metrics
 from ratewarden.middleware._core import AsgiAnswer, AsyncHitter, Outcome, RuleSet, drive_async
@@ -62,12 +61,6 @@ def _adding(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
         return send(message)
 
     return send_with_headers
-
-
-#: ``_adding``, or its C twin (``_speedups.AddHeaders``) when the extension is built.
-_add_headers: Callable[[Send, list[tuple[bytes, bytes]]], Send] = (
-    native.speedups.AddHeaders if native.speedups is not None else _adding
-)
 
 
 class RateLimitMiddleware:
@@ -125,7 +118,7 @@ class RateLimitMiddleware:
             except StorageError as exc:
                 found = self.failure_policy.answer(exc)
             if type(found) is list:  # allowed; the headers come encoded
-                await self.app(scope, receive, _add_headers(send, found))
+                await self.app(scope, receive, _adding(send, found))
                 return
         outcome: Outcome
         if found is not None:
@@ -149,7 +142,7 @@ class RateLimitMiddleware:
         if not outcome.headers:
             await self.app(scope, receive, send)
             return
-        await self.app(scope, receive, _add_headers(send, _encoded(outcome.headers)))
+        await self.app(scope, receive, _adding(send, _encoded(outcome.headers)))
 
     @staticmethod
     async def _deny(send: Send, outcome: Outcome, *, head: bool) -> None:
