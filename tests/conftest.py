@@ -18,76 +18,85 @@ from tests._servers import (
 )
 
 
+def _running(server: RedisServer) -> Iterator[RedisServer]:
+    """``server`` until the end of the session, then stopped."""
+    yield server
+    server.stop()
+
+
+def _running_cluster(cluster: RedisCluster) -> Iterator[RedisCluster]:
+    """``cluster`` until the end of the session, then stopped."""
+    yield cluster
+    cluster.stop()
+
+
+def _emptied(client: redis.Redis) -> Iterator[redis.Redis]:
+    """``client`` on an emptied server, closed after the test."""
+    client.flushall()
+    yield client
+    client.close()
+
+
+def _emptied_cluster(client: redis.RedisCluster) -> Iterator[redis.RedisCluster]:
+    """``client`` on emptied primaries, closed after the test."""
+    client.flushall(target_nodes=redis.RedisCluster.PRIMARIES)
+    yield client
+    client.close()
+
+
+def _valkey() -> str:
+    """The valkey-server binary; without one the test fails (it is not skipped)."""
+    if VALKEY_SERVER is None:
+        pytest.fail(NO_VALKEY, pytrace=False)
+    return VALKEY_SERVER
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     """One standalone redis-server for the whole session."""
-    server = RedisServer()
-    yield server
-    server.stop()
+    yield from _running(RedisServer())
 
 
 @pytest.fixture
 def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
     """A client on an emptied standalone server."""
-    client = redis_server.client()
-    client.flushall()
-    yield client
-    client.close()
+    yield from _emptied(redis_server.client())
 
 
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[RedisCluster]:
     """A 3-primary Redis Cluster for the whole session."""
-    cluster = RedisCluster(primaries=3)
-    yield cluster
-    cluster.stop()
+    yield from _running_cluster(RedisCluster(primaries=3))
 
 
 @pytest.fixture
 def cluster_client(redis_cluster: RedisCluster) -> Iterator[redis.RedisCluster]:
     """A cluster client on emptied primaries."""
-    client = redis_cluster.client()
-    client.flushall(target_nodes=redis.RedisCluster.PRIMARIES)
-    yield client
-    client.close()
+    yield from _emptied_cluster(redis_cluster.client())
 
 
 @pytest.fixture(scope="session")
 def valkey_server() -> Iterator[RedisServer]:
     """One standalone valkey-server for the whole session (fails, not skips, without one)."""
-    if VALKEY_SERVER is None:
-        pytest.fail(NO_VALKEY, pytrace=False)
-    server = RedisServer(binary=VALKEY_SERVER)
-    yield server
-    server.stop()
+    yield from _running(RedisServer(binary=_valkey()))
 
 
 @pytest.fixture
 def valkey_client(valkey_server: RedisServer) -> Iterator[redis.Redis]:
     """A redis-py client on an emptied standalone Valkey server."""
-    client = valkey_server.client()
-    client.flushall()
-    yield client
-    client.close()
+    yield from _emptied(valkey_server.client())
 
 
 @pytest.fixture(scope="session")
 def valkey_cluster() -> Iterator[RedisCluster]:
     """A 3-primary Valkey Cluster for the whole session (fails, not skips, without Valkey)."""
-    if VALKEY_SERVER is None:
-        pytest.fail(NO_VALKEY, pytrace=False)
-    cluster = RedisCluster(primaries=3, binary=VALKEY_SERVER, cli=VALKEY_CLI)
-    yield cluster
-    cluster.stop()
+    yield from _running_cluster(RedisCluster(primaries=3, binary=_valkey(), cli=VALKEY_CLI))
 
 
 @pytest.fixture
 def valkey_cluster_client(valkey_cluster: RedisCluster) -> Iterator[redis.RedisCluster]:
     """A redis-py cluster client on emptied Valkey primaries."""
-    client = valkey_cluster.client()
-    client.flushall(target_nodes=redis.RedisCluster.PRIMARIES)
-    yield client
-    client.close()
+    yield from _emptied_cluster(valkey_cluster.client())
 
 
 @pytest.fixture(scope="session")

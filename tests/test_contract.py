@@ -13,20 +13,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import redis
-import redis.asyncio
 
 from ratewarden import (
     AsyncLimiter,
-    AsyncMemoryStore,
     Decision,
     Limiter,
-    MemoryStore,
     Rate,
 )
 from ratewarden.limiter import Lease
 from ratewarden.testing import ManualClock
-from tests._servers import RedisCluster, RedisServer
+from tests._stores import STORES, Closers, close_all, make_store
 
 #: 2023-11-14 22:13:00 UTC, a whole minute, so fixed windows line up with the examples.
 MINUTE_START = 1_699_999_980
@@ -58,57 +54,32 @@ class Harness:
     async def many(self, key: str, rates: Rate | Sequence[Rate], n: int) -> list[Decision]:
         return [await self.hit(key, rates) for _ in range(n)]
 
+    async def all_allowed(self, key: str, rates: Rate | Sequence[Rate], n: int) -> bool:
+        """Whether ``n`` hits in a row are all allowed."""
+        return all(d.allowed for d in await self.many(key, rates, n))
 
-STORES = [
-    "memory-sync",
-    "memory-async",
-    pytest.param("redis-sync", marks=pytest.mark.redis),
-    pytest.param("redis-async", marks=pytest.mark.redis),
-    pytest.param("cluster-sync", marks=[pytest.mark.redis, pytest.mark.cluster]),
-    pytest.param("cluster-async", marks=[pytest.mark.redis, pytest.mark.cluster]),
-]
+    async def denied_after(self, key: str, rates: Rate | Sequence[Rate], n: int) -> Decision:
+        """The hit after ``n`` allowed ones, checked to be denied."""
+        assert await self.all_allowed(key, rates, n)
+        denied = await self.hit(key, rates)
+        assert not denied.allowed
+        return denied
 
 
 @pytest.fixture(params=STORES)
 async def make(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
     """A factory: ``make(algorithm, start=...)`` -> Harness on the parametrized store."""
-    kind, flavour = request.param.split("-")
-    closers: list[Any] = []
+    flavour = request.param.split("-")[1]
+    closers: Closers = []
 
     def factory(algorithm: str, start: float = MINUTE_START) -> Harness:
         clock = ManualClock(start)
-        if kind == "memory":
-            store: Any = (
-                MemoryStore(clock=clock) if flavour == "sync" else AsyncMemoryStore(clock=clock)
-            )
-        else:
-            from ratewarden.storage.redis import AsyncRedisStore, RedisStore
-
-            if kind == "redis":
-                server: RedisServer = request.getfixturevalue("redis_server")
-                sync_client: Any = redis.Redis(host="127.0.0.1", port=server.port)
-                async_client: Any = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
-                sync_client.flushall()
-            else:
-                cluster: RedisCluster = request.getfixturevalue("redis_cluster")
-                port = cluster.nodes[0].port
-                sync_client = redis.RedisCluster(host="127.0.0.1", port=port)
-                async_client = redis.asyncio.RedisCluster(host="127.0.0.1", port=port)
-                sync_client.flushall(target_nodes=redis.RedisCluster.PRIMARIES)
-            closers.append(sync_client.close)
-            closers.append(async_client.aclose)
-            if flavour == "sync":
-                store = RedisStore(sync_client, clock=clock, timeout=1.0)
-            else:
-                store = AsyncRedisStore(async_client, clock=clock, timeout=1.0)
+        store = make_store(request, request.param, clock, closers)
         limiter = Limiter(store, algorithm) if flavour == "sync" else AsyncLimiter(store, algorithm)
         return Harness(limiter, clock)
 
     yield factory
-    for close in closers:
-        result = close()
-        if result is not None:
-            await result
+    await close_all(closers)
 
 
 async def test_gcra_burst_then_one_per_emission_interval(make: Any) -> None:
@@ -151,33 +122,27 @@ async def test_fixed_window_allows_twice_the_limit_across_a_boundary(make: Any) 
     """100/minute: 100 at 12:00:59 and 100 at 12:01:00 all pass; the 101st of a minute does not."""
     h = make("fixed_window", start=MINUTE_START + 59)
     rate = Rate.parse("100/minute")
-    assert all(d.allowed for d in await h.many("k", rate, 100))
-    late = await h.hit("k", rate)
-    assert not late.allowed and late.retry_after == pytest.approx(1.0)
+    assert (await h.denied_after("k", rate, 100)).retry_after == pytest.approx(1.0)
     h.clock.advance(1.0)
-    assert all(d.allowed for d in await h.many("k", rate, 100))
-    assert not (await h.hit("k", rate)).allowed
+    await h.denied_after("k", rate, 100)
 
 
 async def test_sliding_window_cloudflare_example(make: Any) -> None:
     """50/minute, 42 last minute, 15 s in: 18 more pass (estimate 49.5), the next is denied."""
     h = make("sliding_window")
     rate = Rate.parse("50/minute")
-    assert all(d.allowed for d in await h.many("k", rate, 42))
+    assert await h.all_allowed("k", rate, 42)
     h.clock.advance(60 + 15)
-    assert all(d.allowed for d in await h.many("k", rate, 18))
-    assert not (await h.hit("k", rate)).allowed
+    await h.denied_after("k", rate, 18)
 
 
 async def test_sliding_log_never_exceeds_the_limit_in_any_trailing_window(make: Any) -> None:
     """100/minute: the 101st inside 60 s is denied until the oldest request is 60 s old."""
     h = make("sliding_log")
     rate = Rate.parse("100/minute")
-    assert all(d.allowed for d in await h.many("k", rate, 50))
+    assert await h.all_allowed("k", rate, 50)
     h.clock.advance(30)
-    assert all(d.allowed for d in await h.many("k", rate, 50))
-    denied = await h.hit("k", rate)
-    assert not denied.allowed and denied.retry_after == pytest.approx(30.0)
+    assert (await h.denied_after("k", rate, 50)).retry_after == pytest.approx(30.0)
     h.clock.advance(30)
     assert sum(d.allowed for d in await h.many("k", rate, 60)) == 50
 

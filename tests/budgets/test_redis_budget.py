@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -15,10 +12,9 @@ from ratewarden.budgets import TokenBudget, Usage
 from ratewarden.storage.redis import RedisStore
 from ratewarden.testing import ManualClock
 from tests._servers import RedisSentinel, RedisServer
+from tests._workers import race
 
 pytestmark = pytest.mark.redis
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_lua_twin_answers_exactly_as_the_memory_store(redis_server: RedisServer) -> None:
@@ -67,36 +63,8 @@ def test_eight_processes_reserving_never_over_commit(redis_server: RedisServer) 
     """8 processes race to reserve from 10,000 tokens/hour: the admitted total fits the budget."""
     redis_server.client().flushall()
     began = time.time()
-    workers = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.budgets._worker",
-                "reserve",
-                redis_server.url,
-                "tenant:race",
-                "60",
-                str(seed),
-            ],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for seed in range(8)
-    ]
-    for worker in workers:
-        assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
-    for worker in workers:  # all connected: start them as close together as we can
-        assert worker.stdin is not None
-        worker.stdin.write("go\n")
-        worker.stdin.flush()
-    totals = []
-    for worker in workers:
-        out, _ = worker.communicate(timeout=60)
-        assert worker.returncode == 0
-        totals.append(int(out.strip()))
+    command = ["tests.budgets._worker", "reserve", redis_server.url, "tenant:race", "60"]
+    totals = [int(out.strip()) for out in race([[*command, str(seed)] for seed in range(8)])]
     elapsed = time.time() - began
     refill = 10_000 * elapsed / 3600
     assert sum(totals) <= 10_000 + refill

@@ -30,13 +30,21 @@ def make_client(
     return httpx.Client(base_url=server.url, transport=transport, timeout=5)
 
 
+def throttled(
+    server: LiveASGI, name: str, params: dict[str, Any], policy: RetryPolicy | None = None
+) -> tuple[httpx.Response, RecordingClock]:
+    """GET /throttle/<name> with ``params`` through a retrying client: the final response,
+    and the clock that recorded every sleep."""
+    clock = RecordingClock()
+    with make_client(server, clock, policy) as client:
+        return client.get(f"/throttle/{name}", params=params), clock
+
+
 def test_retry_after_is_honoured_with_bounded_jitter_above_it(
     throttle_server: LiveASGI, throttle_state: ThrottleState, fresh_name: Callable[[], str]
 ) -> None:
     """Two 429s with Retry-After: 2, then 200: two waits of 2 + 0.5 * 1 s, three attempts."""
-    clock, name = RecordingClock(), fresh_name()
-    with make_client(throttle_server, clock) as client:
-        response = client.get(f"/throttle/{name}", params={"n": 2, "h": "Retry-After:2"})
+    response, clock = throttled(throttle_server, fresh_name(), {"n": 2, "h": "Retry-After:2"})
     assert response.status_code == 200
     assert response.json() == {"attempts": 3}
     assert clock.slept == [2.5, 2.5]
@@ -46,9 +54,9 @@ def test_ratelimit_field_is_a_hint_when_retry_after_is_absent(
     throttle_server: LiveASGI, fresh_name: Callable[[], str]
 ) -> None:
     """RateLimit "q";r=0;t=3 makes the client wait 3 s plus jitter."""
-    clock, name = RecordingClock(), fresh_name()
-    with make_client(throttle_server, clock) as client:
-        response = client.get(f"/throttle/{name}", params={"n": 1, "h": 'RateLimit:"q";r=0;t=3'})
+    response, clock = throttled(
+        throttle_server, fresh_name(), {"n": 1, "h": 'RateLimit:"q";r=0;t=3'}
+    )
     assert response.status_code == 200
     assert clock.slept == [3.5]
 
@@ -57,9 +65,7 @@ def test_without_a_hint_the_backoff_is_exponential_with_full_jitter(
     throttle_server: LiveASGI, fresh_name: Callable[[], str]
 ) -> None:
     """503 without hints: U * min(cap, 0.5 * 2**n) = 0.25, 0.5, 1.0 for U = 0.5."""
-    clock, name = RecordingClock(), fresh_name()
-    with make_client(throttle_server, clock) as client:
-        response = client.get(f"/throttle/{name}", params={"n": 3, "status": 503})
+    response, clock = throttled(throttle_server, fresh_name(), {"n": 3, "status": 503})
     assert response.status_code == 200
     assert clock.slept == [0.25, 0.5, 1.0]
 
@@ -68,9 +74,7 @@ def test_malformed_hint_falls_back_to_the_backoff(
     throttle_server: LiveASGI, fresh_name: Callable[[], str]
 ) -> None:
     """Retry-After: soon is ignored; the first backoff (0.25 s) applies."""
-    clock, name = RecordingClock(), fresh_name()
-    with make_client(throttle_server, clock) as client:
-        response = client.get(f"/throttle/{name}", params={"n": 1, "h": "Retry-After:soon"})
+    response, clock = throttled(throttle_server, fresh_name(), {"n": 1, "h": "Retry-After:soon"})
     assert response.status_code == 200
     assert clock.slept == [0.25]
 
@@ -79,9 +83,10 @@ def test_gives_up_with_the_last_response_when_the_wait_cap_would_pass(
     throttle_server: LiveASGI, throttle_state: ThrottleState, fresh_name: Callable[[], str]
 ) -> None:
     """Retry-After: 10 with max_wait=5: no sleep at all, the 429 comes back."""
-    clock, name = RecordingClock(), fresh_name()
-    with make_client(throttle_server, clock, RetryPolicy(max_wait=5)) as client:
-        response = client.get(f"/throttle/{name}", params={"n": 1, "h": "Retry-After:10"})
+    name = fresh_name()
+    response, clock = throttled(
+        throttle_server, name, {"n": 1, "h": "Retry-After:10"}, RetryPolicy(max_wait=5)
+    )
     assert response.status_code == 429
     assert response.text == "slow down"
     assert clock.slept == []
@@ -92,9 +97,9 @@ def test_wait_cap_counts_every_sleep_of_the_request(
     throttle_server: LiveASGI, fresh_name: Callable[[], str]
 ) -> None:
     """Retry-After: 2 (+0.5) three times against max_wait=6: two sleeps fit, the third not."""
-    clock, name = RecordingClock(), fresh_name()
-    with make_client(throttle_server, clock, RetryPolicy(max_wait=6)) as client:
-        response = client.get(f"/throttle/{name}", params={"n": 5, "h": "Retry-After:2"})
+    response, clock = throttled(
+        throttle_server, fresh_name(), {"n": 5, "h": "Retry-After:2"}, RetryPolicy(max_wait=6)
+    )
     assert response.status_code == 429
     assert clock.slept == [2.5, 2.5]
 
@@ -119,9 +124,8 @@ def test_other_statuses_are_not_retried(
     throttle_server: LiveASGI, throttle_state: ThrottleState, fresh_name: Callable[[], str]
 ) -> None:
     """A 500 is the answer, not a reason to retry (only 429 and 503 by default)."""
-    clock, name = RecordingClock(), fresh_name()
-    with make_client(throttle_server, clock) as client:
-        response = client.get(f"/throttle/{name}", params={"n": 1, "status": 500})
+    name = fresh_name()
+    response, _ = throttled(throttle_server, name, {"n": 1, "status": 500})
     assert response.status_code == 500
     assert len(throttle_state.attempts[name]) == 1
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 import redis
@@ -43,6 +43,30 @@ async def afails_within_bound(hit: Callable[[], object]) -> StorageUnavailableEr
     return caught.value
 
 
+@pytest.fixture
+def used(make_redis: Callable[..., RedisServer]) -> Iterator[tuple[RedisServer, RedisStore]]:
+    """A dedicated redis-server and a store on it that has decided one hit (19 left)."""
+    server = make_redis()
+    store = RedisStore(server.client(), clock=ManualClock(), timeout=TIMEOUT)
+    assert store.hit("gcra", "k", RATE).remaining == 19
+    yield server, store
+    store.close()
+
+
+@pytest.fixture
+async def aused(
+    make_redis: Callable[..., RedisServer],
+) -> AsyncIterator[tuple[RedisServer, AsyncRedisStore]]:
+    """The same with an asyncio store."""
+    server = make_redis()
+    client = aredis.Redis(host=HOST, port=server.port)
+    store = AsyncRedisStore(client, clock=ManualClock(), timeout=TIMEOUT)
+    assert (await store.hit("gcra", "k", RATE)).remaining == 19
+    yield server, store
+    await store.aclose()
+    await client.aclose()
+
+
 def test_a_closed_port_raises_unavailable_at_once() -> None:
     """Nothing listens: the hit fails with StorageUnavailableError naming the address."""
     port = free_port()
@@ -63,12 +87,10 @@ def test_a_server_that_never_answers_fails_within_the_store_timeout(
 
 
 def test_a_paused_server_fails_the_hit_then_serves_again(
-    make_redis: Callable[..., RedisServer],
+    used: tuple[RedisServer, RedisStore],
 ) -> None:
     """CLIENT PAUSE holds replies past the timeout: unavailable; after it, decisions resume."""
-    server = make_redis()
-    store = RedisStore(server.client(), clock=ManualClock(), timeout=TIMEOUT)
-    assert store.hit("gcra", "k", RATE).remaining == 19
+    server, store = used
     with server.client() as admin:
         admin.execute_command("CLIENT", "PAUSE", 300, "ALL")
         error = fails_within_bound(lambda: store.hit("gcra", "k", RATE))
@@ -79,12 +101,10 @@ def test_a_paused_server_fails_the_hit_then_serves_again(
 
 
 def test_an_idle_connection_to_a_restarted_server_is_replaced_before_use(
-    make_redis: Callable[..., RedisServer],
+    used: tuple[RedisServer, RedisStore], make_redis: Callable[..., RedisServer]
 ) -> None:
     """The server restarted between two hits: the stale connection is noticed and replaced."""
-    server = make_redis()
-    store = RedisStore(server.client(), clock=ManualClock(), timeout=TIMEOUT)
-    assert store.hit("gcra", "k", RATE).remaining == 19
+    server, store = used
     port = server.port
     server.stop()
     restarted = make_redis(port=port)
@@ -131,13 +151,10 @@ async def test_async_server_that_never_answers_fails_every_waiter_in_time(
 
 
 async def test_async_paused_server_fails_waiters_then_serves_again(
-    make_redis: Callable[..., RedisServer],
+    aused: tuple[RedisServer, AsyncRedisStore],
 ) -> None:
     """Replies held by CLIENT PAUSE: every waiting hit fails in time; afterwards hits decide."""
-    server = make_redis()
-    client = aredis.Redis(host=HOST, port=server.port)
-    store = AsyncRedisStore(client, clock=ManualClock(), timeout=TIMEOUT)
-    assert (await store.hit("gcra", "k", RATE)).remaining == 19
+    server, store = aused
     with server.client() as admin:
         admin.execute_command("CLIENT", "PAUSE", 300, "ALL")
         started = time.monotonic()
@@ -148,22 +165,15 @@ async def test_async_paused_server_fails_waiters_then_serves_again(
         assert all(isinstance(r, StorageUnavailableError) for r in results)
         admin.ping()
     assert (await store.hit("gcra", "k", RATE)).allowed
-    await store.aclose()
-    await client.aclose()
 
 
 async def test_async_idle_connection_to_a_restarted_server_is_replaced(
-    make_redis: Callable[..., RedisServer],
+    aused: tuple[RedisServer, AsyncRedisStore], make_redis: Callable[..., RedisServer]
 ) -> None:
     """The asyncio store notices the closed connection and reconnects for the next hit."""
-    server = make_redis()
-    client = aredis.Redis(host=HOST, port=server.port)
-    store = AsyncRedisStore(client, clock=ManualClock(), timeout=TIMEOUT)
-    assert (await store.hit("gcra", "k", RATE)).remaining == 19
+    server, store = aused
     port = server.port
     server.stop()
     make_redis(port=port)
     # The loop has not run since the server went away, so only the socket knows.
     assert (await store.hit("gcra", "k", RATE)).remaining == 19
-    await store.aclose()
-    await client.aclose()

@@ -34,6 +34,16 @@ def fail(breaker: CircuitBreaker, times: int) -> None:
         breaker.failure()
 
 
+def probing() -> tuple[CircuitBreaker, Transitions, ManualClock]:
+    """A breaker opened by one failure, its 1 s cool-down over, whose probe was let through."""
+    clock = ManualClock()
+    breaker, metrics = make(clock, failures=1, cooldown=1.0)
+    fail(breaker, 1)
+    clock.advance(1.0)
+    assert breaker.allow()
+    return breaker, metrics, clock
+
+
 def test_opens_after_n_consecutive_failures_and_then_refuses_calls() -> None:
     """Five failures in a row open it; from then on allow() is False without any call."""
     breaker, metrics = make(ManualClock(), failures=5, failure_ratio=None)
@@ -87,11 +97,7 @@ def test_half_open_after_the_cooldown_lets_exactly_one_probe_through() -> None:
 
 def test_a_successful_probe_closes_it() -> None:
     """The probe's answer closes the breaker and calls flow again."""
-    clock = ManualClock()
-    breaker, metrics = make(clock, failures=1, cooldown=1.0)
-    fail(breaker, 1)
-    clock.advance(1.0)
-    assert breaker.allow()
+    breaker, metrics, _ = probing()
     breaker.success()
     assert breaker.state == "closed"
     assert all(breaker.allow() for _ in range(10))
@@ -100,11 +106,7 @@ def test_a_successful_probe_closes_it() -> None:
 
 def test_a_failed_probe_opens_it_again_for_a_whole_cooldown() -> None:
     """A probe that fails restarts the cool-down from the failure."""
-    clock = ManualClock()
-    breaker, metrics = make(clock, failures=1, cooldown=1.0)
-    fail(breaker, 1)
-    clock.advance(1.0)
-    assert breaker.allow()
+    breaker, metrics, clock = probing()
     clock.advance(0.5)
     breaker.failure()
     assert breaker.state == "open"
@@ -117,11 +119,7 @@ def test_a_failed_probe_opens_it_again_for_a_whole_cooldown() -> None:
 
 def test_an_abandoned_probe_gives_its_place_back() -> None:
     """A probe cancelled before it reports lets the next caller probe instead."""
-    clock = ManualClock()
-    breaker, _ = make(clock, failures=1, cooldown=1.0)
-    fail(breaker, 1)
-    clock.advance(1.0)
-    assert breaker.allow()
+    breaker, _, _ = probing()
     assert not breaker.allow()
     breaker.abandon()
     assert breaker.allow()

@@ -8,12 +8,9 @@ one window. Store round trips are counted by Redis itself (INFO commandstats).
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
@@ -25,6 +22,7 @@ from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
 from ratewarden.tiers import AsyncTwoTier, TwoTier
 from tests._servers import RedisCluster, RedisServer
+from tests._workers import race
 
 pytestmark = pytest.mark.redis
 
@@ -215,41 +213,8 @@ def test_real_processes_with_leases_never_admit_more_than_the_limit(
     held or dropped, are exactly the limit; admitted alone never exceeds it."""
     key = uuid.uuid4().hex
     attempts = limit  # each process alone could take it all
-    workers = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.tiers._lease_worker",
-                url,
-                key,
-                str(limit),
-                str(k),
-                str(attempts),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=Path(__file__).parents[2],
-        )
-        for _ in range(processes)
-    ]
-    try:
-        for worker in workers:
-            assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
-        for worker in workers:
-            assert worker.stdin is not None
-            worker.stdin.write("go\n")
-            worker.stdin.flush()
-        results = []
-        for worker in workers:
-            out, _ = worker.communicate(timeout=60)
-            results.append([int(n) for n in out.split()])
-    finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.kill()
-                worker.wait(5)
+    command = ["tests.tiers._lease_worker", url, key, str(limit), str(k), str(attempts)]
+    results = [[int(n) for n in out.split()] for out in race([command] * processes)]
     admitted = sum(r[0] for r in results)
     held_or_dropped = sum(r[1] + r[2] for r in results)
     assert admitted <= limit
