@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ratewarden.decision import Decision
@@ -69,16 +70,31 @@ def _phase(test: str, name: str) -> Phase:
     return phase
 
 
+@contextmanager
+def _timed(phase: Phase) -> Iterator[list[Decision]]:
+    """Time one call and record its outcome in ``phase``: the Decision the block appends, or
+    the exception it raised (recorded; anything unexpected then fails the test)."""
+    started = time.monotonic()
+    decided: list[Decision] = []
+    try:
+        yield decided
+    except Exception as exc:
+        phase.record(started, exc)
+    else:
+        phase.record(started, decided[0])
+
+
+async def _atimed(phase: Phase, call: Callable[[], Awaitable[Decision]]) -> None:
+    with _timed(phase) as decided:
+        decided.append(await call())
+
+
 def run(test: str, name: str, call: Callable[[], Decision], count: int) -> Phase:
     """``count`` calls one after another."""
     phase = _phase(test, name)
     for _ in range(count):
-        started = time.monotonic()
-        try:
-            outcome: Decision | BaseException = call()
-        except Exception as exc:  # recorded; anything unexpected fails the test
-            outcome = exc
-        phase.record(started, outcome)
+        with _timed(phase) as decided:
+            decided.append(call())
     return phase
 
 
@@ -87,17 +103,9 @@ async def arun(
 ) -> Phase:
     """``count`` calls, ``concurrency`` of them in flight at a time."""
     phase = _phase(test, name)
-
-    async def one() -> None:
-        started = time.monotonic()
-        try:
-            outcome: Decision | BaseException = await call()
-        except Exception as exc:  # recorded; anything unexpected fails the test
-            outcome = exc
-        phase.record(started, outcome)
-
     for first in range(0, count, concurrency):
-        await asyncio.gather(*(one() for _ in range(min(concurrency, count - first))))
+        batch = min(concurrency, count - first)
+        await asyncio.gather(*(_atimed(phase, call) for _ in range(batch)))
     return phase
 
 
@@ -113,12 +121,8 @@ def run_while(
     phase = _phase(test, name)
     while going(phase):
         assert phase.calls < most, f"{test}/{name}: still going after {most} calls"
-        started = time.monotonic()
-        try:
-            outcome: Decision | BaseException = call()
-        except Exception as exc:  # recorded; anything unexpected fails the test
-            outcome = exc
-        phase.record(started, outcome)
+        with _timed(phase) as decided:
+            decided.append(call())
         time.sleep(pause)
     return phase
 
@@ -134,17 +138,8 @@ async def arun_while(
 ) -> Phase:
     """Batches of ``concurrency`` calls while ``going(phase)``, ``pause`` s apart."""
     phase = _phase(test, name)
-
-    async def one() -> None:
-        started = time.monotonic()
-        try:
-            outcome: Decision | BaseException = await call()
-        except Exception as exc:  # recorded; anything unexpected fails the test
-            outcome = exc
-        phase.record(started, outcome)
-
     while going(phase):
         assert phase.calls < most, f"{test}/{name}: still going after {most} calls"
-        await asyncio.gather(*(one() for _ in range(concurrency)))
+        await asyncio.gather(*(_atimed(phase, call) for _ in range(concurrency)))
         await asyncio.sleep(pause)
     return phase

@@ -30,9 +30,8 @@ import asyncio
 import re
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,14 +41,13 @@ from envoy.service.ratelimit.v3 import rls_pb2_grpc
 from ratewarden.server.app import RateLimitServer
 from ratewarden.server.config import Rule
 from ratewarden.server.service import DescriptorOutcome, ServiceHooks, counter_key
-from ratewarden.server.settings import Settings
 from ratewarden.storage._keys import escape
 from ratewarden.storage.redis import DEFAULT_TIMEOUT, AsyncRedisStore
 from tests._servers import HOST, RedisCluster, RedisSentinel, RedisServer
 from tests.faults._load import REPORT, Phase
 from tests.faults.test_cluster_faults import node_of, replicated, wait_for_replicas
 from tests.faults.test_sentinel_faults import wait_until_the_sentinel_trusts_the_replica
-from tests.server_transport.conftest import OK, OVER_LIMIT, channel, request
+from tests.server_transport.conftest import OK, OVER_LIMIT, StartServer, channel, request
 
 pytestmark = [pytest.mark.faults, pytest.mark.redis]
 
@@ -271,32 +269,18 @@ Start = Callable[[str], Awaitable[RateLimitServer]]
 
 
 @pytest.fixture
-async def serve_url(tmp_path: Path) -> AsyncIterator[Start]:
+def serve_url(start_server: StartServer) -> Start:
     """``await serve_url(store_url)``: a started server whose store the URL names (no store
     passed in: ``open_store`` builds it, as ``ratewarden serve --store URL`` does)."""
-    servers: list[RateLimitServer] = []
 
     async def start(store_url: str) -> RateLimitServer:
-        path = tmp_path / "rules.yaml"
-        path.write_text(RULES)
-        settings = Settings(
-            config_paths=(str(path),),
-            store_url=store_url,
-            grpc_port=0,
-            http_port=0,
-            reload_interval=0,
-        )
-        server = RateLimitServer(settings)
+        server = await start_server(RULES, store_url=store_url)
         # The store serve itself built from the URL, with its default timeout.
         assert isinstance(server.store, AsyncRedisStore)
         assert server.store.timeout == DEFAULT_TIMEOUT
-        await server.start()
-        servers.append(server)
         return server
 
-    yield start
-    for server in servers:
-        await server.stop(0)
+    return start
 
 
 async def until_serving(load: Load) -> float:
@@ -310,15 +294,45 @@ async def until_serving(load: Load) -> float:
     return back - load.promoted_at
 
 
-def report(test: str, load: Load, to_promotion: float, to_redis: float, healthy: float) -> None:
+@dataclass
+class Failover:
+    """What the load saw from the kill on: the gap, the seconds from the kill to the
+    promotion and from it to every rule on Redis, the steady rounds after, and the seconds
+    from the promotion until health was SERVING again."""
+
+    gap: dict[str, Phase]
+    to_promotion: float
+    to_redis: float
+    after: dict[str, Phase]
+    healthy: float
+
+
+async def through_the_failover(load: Load, promoted: Callable[[], bool]) -> Failover:
+    """Load from the kill through the promotion, then steady rounds, then health back."""
+    gap, to_promotion, to_redis = await load.through_the_gap(promoted)
+    after = await load.steady("after")
+    return Failover(gap, to_promotion, to_redis, after, await until_serving(load))
+
+
+def assert_recovered(
+    server: RateLimitServer, load: Load, before: dict[str, Phase], failover: Failover
+) -> None:
+    """Steady before and after, every degraded answer counted, no call failed otherwise."""
+    assert_steady(before)
+    assert_steady(failover.after)
+    assert_counted(server, load)
+    assert server.errors == 0, "a call failed outside the failure policy"
+
+
+def report(test: str, load: Load, failover: Failover) -> None:
     health = (
-        f"health SERVING again {healthy:.2f} s after the promotion"
+        f"health SERVING again {failover.healthy:.2f} s after the promotion"
         if load.went_unhealthy
         else "health never turned NOT_SERVING"
     )
     print(
-        f"\n{test}: promoted {to_promotion:.2f} s after the kill; every rule decided on Redis "
-        f"{to_redis:.2f} s after that; {health}; degraded answers counted "
+        f"\n{test}: promoted {failover.to_promotion:.2f} s after the kill; every rule decided on "
+        f"Redis {failover.to_redis:.2f} s after that; {health}; degraded answers counted "
         f"{dict(sorted(load.degraded.items()))}; store errors {dict(load.hooks.reasons)}"
     )
 
@@ -352,18 +366,13 @@ async def test_serve_on_a_sentinel_url_answers_by_failure_mode_through_a_failove
                     )
                 return address is not None and int(address[1]) != old_port
 
-            gap, to_promotion, to_redis = await load.through_the_gap(promoted)
-            after = await load.steady("after")
-            healthy = await until_serving(load)
+            failover = await through_the_failover(load, promoted)
     finally:
         setup.stop()
-    report(test, load, to_promotion, to_redis, healthy)
+    report(test, load, failover)
     for mode in MODES:
-        assert gap[mode].unavailable >= 1, f"{mode}: the kill was never seen"
-    assert_steady(before)
-    assert_steady(after)
-    assert_counted(server, load)
-    assert server.errors == 0, "a call failed outside the failure policy"
+        assert failover.gap[mode].unavailable >= 1, f"{mode}: the kill was never seen"
+    assert_recovered(server, load, before, failover)
 
 
 def targets_on(cluster: RedisCluster) -> tuple[tuple[Target, ...], RedisServer]:
@@ -418,18 +427,17 @@ async def test_serve_on_a_cluster_url_answers_by_failure_mode_when_a_primary_die
                 with redis.Redis(host=HOST, port=heir.port, socket_timeout=0.5) as client:
                     return client.info("replication")["role"] == "master"
 
-            gap, to_promotion, to_redis = await load.through_the_gap(promoted)
-            after = await load.steady("after")
-            healthy = await until_serving(load)
+            failover = await through_the_failover(load, promoted)
     finally:
         cluster.stop()
-    report(test, load, to_promotion, to_redis, healthy)
-    survivors_degraded = sum(gap[t.name].unavailable for t in targets if t.side == "survivor")
+    report(test, load, failover)
+    survivors_degraded = sum(
+        failover.gap[t.name].unavailable for t in targets if t.side == "survivor"
+    )
     print(f"{test}: survivor answers degraded during the gap: {survivors_degraded}")
     for target in targets:
         if target.side == "victim":
-            assert gap[target.name].unavailable >= 1, f"{target.name}: the kill was never seen"
-    assert_steady(before)
-    assert_steady(after)
-    assert_counted(server, load)
-    assert server.errors == 0, "a call failed outside the failure policy"
+            assert failover.gap[target.name].unavailable >= 1, (
+                f"{target.name}: the kill was never seen"
+            )
+    assert_recovered(server, load, before, failover)

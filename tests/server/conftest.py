@@ -247,21 +247,23 @@ def twin(request: pytest.FixtureRequest) -> str:
 def rls(
     request: pytest.FixtureRequest, backend: Backend, twin: str
 ) -> Iterator[Callable[..., Harness]]:
-    """``rls(yaml_text, **options)``: a Harness for that config; options go to the service."""
+    """``rls(yaml_text, **options)``: a Harness for that config; options go to the service.
+
+    ``flaky=False`` hands the service the store itself, without the outage switch."""
     loop = asyncio.new_event_loop()
     cleanup: Cleanup = []
 
-    def make(text: str, *, start: float = ALIGNED, **options: Any) -> Harness:
+    def make(text: str, *, start: float = ALIGNED, flaky: bool = True, **options: Any) -> Harness:
         clock = ManualClock(start)
         sync_store, async_store = backend(request, clock, cleanup)
         outage = Outage()
         hooks = RecordingHooks()
         loaded = config.loads(text, "test.yaml")
         if twin == "sync":
-            store = FlakyStore(sync_store, outage)
+            store = FlakyStore(sync_store, outage) if flaky else sync_store
             service: Any = RateLimitService(loaded, store, hooks=hooks, **options)
             return Harness(service, clock, hooks, outage, store)
-        astore = AsyncFlakyStore(async_store, outage)
+        astore = AsyncFlakyStore(async_store, outage) if flaky else async_store
         service = AsyncRateLimitService(loaded, astore, hooks=hooks, **options)
         return Harness(service, clock, hooks, outage, astore, loop)
 

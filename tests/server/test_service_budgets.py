@@ -9,7 +9,7 @@ script, not ``Store.hit``). Time is a ManualClock.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,11 +20,8 @@ from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
 from tests._servers import free_port
 from tests.server.conftest import (
-    ALIGNED,
     OK,
     OVER,
-    Backend,
-    Cleanup,
     Harness,
     Outage,
     RecordingHooks,
@@ -48,31 +45,14 @@ descriptors:
 
 
 @pytest.fixture
-def budget_rls(
-    request: pytest.FixtureRequest, backend: Backend, twin: str
-) -> Iterator[Callable[..., Harness]]:
-    """``budget_rls(yaml_text, **options)``: a Harness over the parametrized real store."""
-    loop = asyncio.new_event_loop()
-    cleanup: Cleanup = []
+def budget_rls(rls: Make) -> Make:
+    """``budget_rls(yaml_text=RULES, **options)``: a Harness over the parametrized store itself
+    (no outage wrapper: a budget runs its own store script)."""
 
     def make(text: str = RULES, **options: Any) -> Harness:
-        clock = ManualClock(ALIGNED)
-        sync_store, async_store = backend(request, clock, cleanup)
-        hooks = RecordingHooks()
-        loaded = config.loads(text, "test.yaml")
-        if twin == "sync":
-            service: Any = RateLimitService(loaded, sync_store, hooks=hooks, **options)
-            return Harness(service, clock, hooks, Outage(), sync_store)
-        service = AsyncRateLimitService(loaded, async_store, hooks=hooks, **options)
-        return Harness(service, clock, hooks, Outage(), async_store, loop)
+        return rls(text, flaky=False, **options)
 
-    yield make
-    for kind, close in cleanup:
-        if kind == "async":
-            loop.run_until_complete(close())
-        else:
-            close()
-    loop.close()
+    return make
 
 
 def _status(h: Harness, *descriptors: Any) -> Any:

@@ -43,12 +43,17 @@ descriptors:
 # ---------------------------------------------------------------- charging
 
 
+def denied_beside_a(h: Harness, other: str) -> int:
+    """Exhaust a, then ask for ``other`` and a together: denied by a alone (``other`` has room).
+    What ``other`` has left afterwards."""
+    h.ask(desc(("a", "x")), hits=2)
+    assert h.codes(desc((other, "y")), desc(("a", "x"))) == [OVER, OK, OVER]
+    return h.remaining((other, "y"))
+
+
 def test_a_denied_request_charges_none_of_its_descriptors(rls: Make) -> None:
     """a is exhausted: a request with a and b is denied and b keeps all 5."""
-    h = rls(RULES)
-    h.ask(desc(("a", "x")), hits=2)
-    assert h.codes(desc(("b", "y")), desc(("a", "x"))) == [OVER, OK, OVER]
-    assert h.remaining(("b", "y")) == 5
+    assert denied_beside_a(rls(RULES), "b") == 5
 
 
 def test_an_allowed_request_charges_every_descriptor(rls: Make) -> None:
@@ -60,10 +65,7 @@ def test_an_allowed_request_charges_every_descriptor(rls: Make) -> None:
 
 def test_charge_denied_restores_the_old_per_descriptor_charging(rls: Make) -> None:
     """charge_denied=True: b is charged although a denied the request."""
-    h = rls(RULES, charge_denied=True)
-    h.ask(desc(("a", "x")), hits=2)
-    assert h.codes(desc(("b", "y")), desc(("a", "x"))) == [OVER, OK, OVER]
-    assert h.remaining(("b", "y")) == 4
+    assert denied_beside_a(rls(RULES, charge_denied=True), "b") == 4
 
 
 def test_a_denied_descriptor_reports_its_own_wait_and_the_others_their_room(rls: Make) -> None:
@@ -172,10 +174,7 @@ def test_quota_mode_denies_only_when_every_quota_descriptor_is_over(rls: Make) -
 
 def test_a_regular_descriptor_over_denies_whatever_the_quota(rls: Make) -> None:
     """A quota descriptor with room does not save a request a regular rule denies."""
-    h = rls(RULES)
-    h.ask(desc(("a", "x")), hits=2)
-    assert h.codes(desc(("q1", "x")), desc(("a", "x"))) == [OVER, OK, OVER]
-    assert h.remaining(("q1", "x")) == 1
+    assert denied_beside_a(rls(RULES), "q1") == 1
 
 
 def test_a_lone_quota_descriptor_over_denies(rls: Make) -> None:

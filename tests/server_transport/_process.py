@@ -11,6 +11,8 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +101,16 @@ class ServeProcess:
             if line.startswith("{"):
                 entries.append(json.loads(line))
         return entries
+
+
+@contextmanager
+def serving(
+    config: Path | str, *args: str, env: dict[str, str] | None = None
+) -> Iterator[ServeProcess]:
+    """A ``ServeProcess`` that answers /healthcheck for the block, stopped after it."""
+    server = ServeProcess(config, *args, env=env)
+    try:
+        server.wait_serving()
+        yield server
+    finally:
+        server.stop()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from ratewarden.server.settings import Settings
 from ratewarden.storage import AsyncStore
 from ratewarden.storage.memory import AsyncMemoryStore
 from ratewarden.testing import ManualClock
+from tests.server_transport._process import ServeProcess, serving
 
 HOST = "127.0.0.1"
 
@@ -56,6 +57,37 @@ def channel(port: int) -> grpc.aio.Channel:
     return grpc.aio.insecure_channel(f"{HOST}:{port}")
 
 
+def rules_file(directory: Path, text: str = RULES) -> Path:
+    """``text`` written to ``directory``/rules.yaml, for ``ratewarden serve --config``."""
+    path = directory / "rules.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def rules(tmp_path: Path) -> Path:
+    """``RULES`` in a file."""
+    return rules_file(tmp_path)
+
+
+@pytest.fixture
+def served(rules: Path) -> Iterator[ServeProcess]:
+    """``ratewarden serve --config rules`` as a process, serving; stopped after the test."""
+    with serving(rules) as server:
+        yield server
+
+
+class PingStore(AsyncMemoryStore):
+    """A memory store whose ping answers what the test says (a store that went away)."""
+
+    def __init__(self) -> None:
+        super().__init__(clock=ManualClock())
+        self.alive = False
+
+    async def ping(self) -> bool:
+        return self.alive
+
+
 StartServer = Callable[..., Awaitable[RateLimitServer]]
 
 
@@ -65,7 +97,8 @@ async def start_server(tmp_path: Path) -> AsyncIterator[StartServer]:
 
     Ports are 0 (the kernel picks free ones), hot reload polling is off (tests call
     ``server.watcher.check_once()``), and the store is a memory store on a
-    ManualClock unless the test passes one.
+    ManualClock unless the test passes one, or a ``store_url`` the server opens
+    itself as ``ratewarden serve --store`` does.
     """
     servers: list[RateLimitServer] = []
 
@@ -76,9 +109,9 @@ async def start_server(tmp_path: Path) -> AsyncIterator[StartServer]:
         path.write_text(rules)
         options = {"grpc_port": 0, "http_port": 0, "reload_interval": 0, **options}
         settings = Settings(config_paths=(str(path),), **options)
-        server = RateLimitServer(
-            settings, store=store if store is not None else AsyncMemoryStore(clock=ManualClock())
-        )
+        if store is None and "store_url" not in options:
+            store = AsyncMemoryStore(clock=ManualClock())
+        server = RateLimitServer(settings, store=store)
         await server.start()
         servers.append(server)
         return server

@@ -26,8 +26,8 @@ from envoy.service.ratelimit.v3 import rls_pb2_grpc
 
 from tests._servers import HOST
 from tests.server_transport._cdp import Browser, Page, find_chromium
-from tests.server_transport._process import ServeProcess
-from tests.server_transport.conftest import OK, OVER_LIMIT, request
+from tests.server_transport._process import ServeProcess, serving
+from tests.server_transport.conftest import OK, OVER_LIMIT, request, rules_file
 
 RULES = """\
 domain: transport
@@ -50,15 +50,9 @@ needs_chromium = pytest.mark.skipif(
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[ServeProcess]:
-    rules = tmp_path / "rules.yaml"
-    rules.write_text(RULES)
-    server = ServeProcess(rules)
-    try:
-        server.wait_serving()
-        yield server
-    finally:
-        server.stop()
+def rules(tmp_path: Path) -> Path:
+    """This module's RULES (a shadow rule beside api_key), served by the conftest's ``served``."""
+    return rules_file(tmp_path, RULES)
 
 
 @pytest.fixture
@@ -153,16 +147,10 @@ def test_the_dashboard_json_and_page_headers(served: ServeProcess) -> None:
 
 def test_dashboard_off_removes_the_routes(tmp_path: Path) -> None:
     """--dashboard off: both routes answer 404; /metrics stays."""
-    rules = tmp_path / "rules.yaml"
-    rules.write_text(RULES)
-    server = ServeProcess(rules, "--dashboard", "off")
-    try:
-        server.wait_serving()
+    with serving(rules_file(tmp_path, RULES), "--dashboard", "off") as server:
         for path in ("/dashboard", "/dashboard.json"):
             with pytest.raises(urllib.error.HTTPError) as caught:
                 urllib.request.urlopen(f"http://{HOST}:{server.http_port}{path}")
             assert caught.value.code == 404
         with urllib.request.urlopen(f"http://{HOST}:{server.http_port}/metrics") as reply:
             assert reply.status == 200
-    finally:
-        server.stop()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import grpc
@@ -15,12 +16,14 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ratewarden.decision import Decision
 from ratewarden.rate import Rate
+from ratewarden.server.app import RateLimitServer
 from ratewarden.storage.memory import AsyncMemoryStore
 from ratewarden.testing import ManualClock
 from tests.server_transport.conftest import (
     HOST,
     OK,
     OVER_LIMIT,
+    PingStore,
     StartServer,
     channel,
     request,
@@ -49,17 +52,6 @@ async def refused_soon(stub: Any) -> grpc.StatusCode:
 
 
 ONE_KEY = request("transport", {"api_key": "a"})
-
-
-class PingStore(AsyncMemoryStore):
-    """A memory store whose ping answers what the test says (a store that went away)."""
-
-    def __init__(self) -> None:
-        super().__init__(clock=ManualClock())
-        self.alive = False
-
-    async def ping(self) -> bool:
-        return self.alive
 
 
 class GateStore(AsyncMemoryStore):
@@ -172,16 +164,26 @@ async def test_a_malformed_request_is_invalid_argument(start_server: StartServer
     assert "domain is empty" in (raised.value.details() or "")
 
 
-async def test_stop_lets_a_call_in_flight_finish_and_refuses_new_calls(
+@asynccontextmanager
+async def held_call(
     start_server: StartServer,
-) -> None:
-    """While stopping: NOT_SERVING, new calls refused, and the call held in flight succeeds."""
+) -> AsyncIterator[tuple[RateLimitServer, GateStore, asyncio.Future[Any], Any]]:
+    """A server with one ShouldRateLimit held in flight by its store until ``store.gate``
+    opens: (server, store, the call in flight, a stub on the channel it went out on)."""
     store = GateStore()
     server = await start_server(store=store)
     async with channel(server.grpc_port) as chan:
         stub = rls_pb2_grpc.RateLimitServiceStub(chan)
         in_flight = asyncio.ensure_future(stub.ShouldRateLimit(ONE_KEY))
         await store.entered.wait()
+        yield server, store, in_flight, stub
+
+
+async def test_stop_lets_a_call_in_flight_finish_and_refuses_new_calls(
+    start_server: StartServer,
+) -> None:
+    """While stopping: NOT_SERVING, new calls refused, and the call held in flight succeeds."""
+    async with held_call(start_server) as (server, store, in_flight, stub):
         stopping = asyncio.create_task(server.stop(grace=30))
         # UNAVAILABLE on a new connection, CANCELLED for a stream racing the GOAWAY.
         refused = await refused_soon(stub)
@@ -196,12 +198,7 @@ async def test_stop_lets_a_call_in_flight_finish_and_refuses_new_calls(
 
 async def test_stop_gives_up_on_a_stuck_call_after_the_grace(start_server: StartServer) -> None:
     """A call that never finishes is cancelled when the grace runs out; stop returns."""
-    store = GateStore()
-    server = await start_server(store=store)
-    async with channel(server.grpc_port) as chan:
-        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
-        in_flight = asyncio.ensure_future(stub.ShouldRateLimit(ONE_KEY))
-        await store.entered.wait()
+    async with held_call(start_server) as (server, _, in_flight, _):
         await asyncio.wait_for(server.stop(grace=0.2), 5)
         with pytest.raises(grpc.aio.AioRpcError) as cut:
             await in_flight

@@ -7,11 +7,10 @@ import json
 
 from envoy.service.ratelimit.v3 import rls_pb2_grpc
 
-from ratewarden.storage.memory import AsyncMemoryStore
-from ratewarden.testing import ManualClock
 from tests.server_transport.conftest import (
     HOST,
     OVER_LIMIT,
+    PingStore,
     StartServer,
     channel,
     http,
@@ -22,17 +21,6 @@ from tests.server_transport.conftest import (
 ONE_KEY = json.dumps(
     {"domain": "transport", "descriptors": [{"entries": [{"key": "api_key", "value": "a"}]}]}
 ).encode()
-
-
-class PingStore(AsyncMemoryStore):
-    """A memory store whose ping answers what the test says."""
-
-    def __init__(self) -> None:
-        super().__init__(clock=ManualClock())
-        self.alive = False
-
-    async def ping(self) -> bool:
-        return self.alive
 
 
 async def test_json_answers_200_until_the_limit_then_429(start_server: StartServer) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -18,8 +17,8 @@ from envoy.service.ratelimit.v3 import rls_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests._servers import HOST, RedisServer
-from tests.server_transport._process import ServeProcess
-from tests.server_transport.conftest import OK, OVER_LIMIT, RULES, StartServer, http, request
+from tests.server_transport._process import ServeProcess, serving
+from tests.server_transport.conftest import OK, OVER_LIMIT, StartServer, http, request
 from tests.server_transport.test_serve_process import serving_workers, wait_for
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -53,23 +52,6 @@ def call(target: str, value: str) -> int:
         stub = rls_pb2_grpc.RateLimitServiceStub(chan)
         reply = stub.ShouldRateLimit(request("transport", {"api_key": value}), timeout=10)
         return int(reply.overall_code)
-
-
-@pytest.fixture
-def rules(tmp_path: Path) -> Path:
-    path = tmp_path / "rules.yaml"
-    path.write_text(RULES)
-    return path
-
-
-@pytest.fixture
-def served(rules: Path) -> Iterator[ServeProcess]:
-    server = ServeProcess(rules)
-    try:
-        server.wait_serving()
-        yield server
-    finally:
-        server.stop()
 
 
 def test_counters_match_the_grpc_calls_exactly(served: ServeProcess) -> None:
@@ -142,16 +124,14 @@ def test_two_workers_report_the_sum_of_both_on_every_scrape(
     redis_server.client().flushall()
     shared = tmp_path / "metrics"
     shared.mkdir()
-    server = ServeProcess(
+    with serving(
         rules,
         "--workers",
         "2",
         "--store",
         redis_server.url,
         env={"PROMETHEUS_MULTIPROC_DIR": str(shared)},
-    )
-    try:
-        server.wait_serving()
+    ) as server:
         wait_for(lambda: serving_workers(server) == {0, 1}, timeout=20)
         codes = [call(server.grpc_target, f"k{i % 20}") for i in range(40)]
         assert codes == [OK] * 40
@@ -174,8 +154,6 @@ def test_two_workers_report_the_sum_of_both_on_every_scrape(
         assert view["workers"] == 2
         [row] = [r for r in view["rules"] if r["path"] == "transport.api_key"]
         assert row["totals"]["decisions"] == 40
-    finally:
-        server.stop()
 
 
 async def test_openmetrics_is_served_when_the_scraper_asks_for_it(
@@ -199,9 +177,7 @@ def test_workers_get_a_temporary_metrics_directory_removed_at_exit(
     """Without PROMETHEUS_MULTIPROC_DIR, serve makes one for its workers (named in the
     "workers" log line), sums through it, and removes it when the workers have stopped."""
     redis_server.client().flushall()
-    server = ServeProcess(rules, "--workers", "2", "--store", redis_server.url)
-    try:
-        server.wait_serving()
+    with serving(rules, "--workers", "2", "--store", redis_server.url) as server:
         wait_for(lambda: serving_workers(server) == {0, 1}, timeout=20)
         [started] = [e for e in server.logs() if e.get("event") == "workers"]
         directory = Path(started["metrics_dir"])
@@ -212,5 +188,3 @@ def test_workers_get_a_temporary_metrics_directory_removed_at_exit(
             assert get(samples, P + "total_requests_total", grpc_method="ShouldRateLimit") == 6
         assert server.signal() == 0
         assert not directory.exists()
-    finally:
-        server.stop()

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -21,23 +21,6 @@ from tests.server_transport._process import RATEWARDEN, ServeProcess
 from tests.server_transport.conftest import OK, OVER_LIMIT, RULES, request
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ratelimit.yaml"
-
-
-@pytest.fixture
-def rules(tmp_path: Path) -> Path:
-    path = tmp_path / "rules.yaml"
-    path.write_text(RULES)
-    return path
-
-
-@pytest.fixture
-def served(rules: Path) -> Iterator[ServeProcess]:
-    server = ServeProcess(rules)
-    try:
-        server.wait_serving()
-        yield server
-    finally:
-        server.stop()
 
 
 def post_json(port: int, body: dict[str, object]) -> int:
@@ -127,50 +110,38 @@ def test_the_example_config_serves(tmp_path: Path) -> None:
         server.stop()
 
 
-def test_a_busy_port_exits_1_with_the_reason(rules: Path) -> None:
-    """When the gRPC port is taken the process says so in one line and exits 1, no traceback."""
-    with socket.socket() as taken:
-        taken.bind((HOST, 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        done = subprocess.run(
-            [
-                *RATEWARDEN,
-                "serve",
-                "--config",
-                str(rules),
-                "--grpc-port",
-                str(port),
-                "--http-port",
-                "0",
-                "--log-format",
-                "text",
-            ],
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    assert done.returncode == 1
-    assert f"cannot listen for gRPC on {HOST}:{port}" in done.stderr
-    assert "Traceback" not in done.stderr
-
-
-def test_an_invalid_config_exits_1_listing_every_error(tmp_path: Path) -> None:
-    """serve refuses to start on a bad config and prints each error as file:line: key: reason."""
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n")
+def refused(config: Path, *args: str) -> str:
+    """``ratewarden serve --config config --http-port 0 [args]``, which must exit 1 without a
+    traceback: what it wrote to stderr."""
     done = subprocess.run(
-        [*RATEWARDEN, "serve", "--config", str(bad), "--grpc-port", "0", "--http-port", "0"],
+        [*RATEWARDEN, "serve", "--config", str(config), "--http-port", "0", *args],
         check=False,
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode == 1
-    assert f"{bad}:4: unit: invalid rate limit unit 'fortnight'" in done.stderr
-    assert f"{bad}:4: requests_per_unit: is missing" in done.stderr
     assert "Traceback" not in done.stderr
+    return done.stderr
+
+
+def test_a_busy_port_exits_1_with_the_reason(rules: Path) -> None:
+    """When the gRPC port is taken the process says so in one line and exits 1, no traceback."""
+    with socket.socket() as taken:
+        taken.bind((HOST, 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        stderr = refused(rules, "--grpc-port", str(port), "--log-format", "text")
+    assert f"cannot listen for gRPC on {HOST}:{port}" in stderr
+
+
+def test_an_invalid_config_exits_1_listing_every_error(tmp_path: Path) -> None:
+    """serve refuses to start on a bad config and prints each error as file:line: key: reason."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n")
+    stderr = refused(bad, "--grpc-port", "0")
+    assert f"{bad}:4: unit: invalid rate limit unit 'fortnight'" in stderr
+    assert f"{bad}:4: requests_per_unit: is missing" in stderr
 
 
 @pytest.mark.redis
