@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from http.server import BaseHTTPRequestHandler
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
+
+from tests._servers import HOST
 
 
 class TokenModel(BaseHTTPRequestHandler):
@@ -23,3 +28,15 @@ class TokenModel(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:
         pass
+
+
+@contextmanager
+def token_model() -> Iterator[int]:
+    """``TokenModel`` served on loopback for the block: its port."""
+    model = ThreadingHTTPServer((HOST, 0), TokenModel)
+    threading.Thread(target=model.serve_forever, daemon=True).start()
+    try:
+        yield int(model.server_address[1])
+    finally:
+        model.shutdown()
+        model.server_close()

@@ -13,7 +13,6 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from string import Template
 from typing import Any
@@ -24,8 +23,8 @@ from ratewarden import AsyncMemoryStore
 from ratewarden.budgets.envoy import BudgetRateLimitService
 from ratewarden.testing import ManualClock
 from tests._servers import HOST
-from tests.budgets._model import TokenModel
-from tests.e2e._envoy import ENVOY, SKIP_REASON, Envoy, free_ports
+from tests.budgets._model import TokenModel, token_model
+from tests.e2e._envoy import ENVOY, SKIP_REASON, Envoy, envoy_on
 
 pytestmark = [
     pytest.mark.envoy,
@@ -81,26 +80,15 @@ class _Service:
 @pytest.fixture
 def stack() -> Iterator[tuple[Envoy, _Service, ManualClock]]:
     clock = ManualClock()
-    model = ThreadingHTTPServer((HOST, 0), TokenModel)
-    threading.Thread(target=model.serve_forever, daemon=True).start()
     service = _Service(clock)
-    envoy = None
     try:
-        listener, admin = free_ports(2)
-        ports = {
-            "listener": listener,
-            "admin": admin,
-            "backend": int(model.server_address[1]),
-            "ratelimit": service.port,
-        }
-        envoy = Envoy(BOOTSTRAP.substitute(ports), port=listener, admin=admin)
-        yield envoy, service, clock
+        with (
+            token_model() as model,
+            envoy_on(BOOTSTRAP, backend=model, ratelimit=service.port) as envoy,
+        ):
+            yield envoy, service, clock
     finally:
-        if envoy is not None:
-            envoy.stop()
         service.stop()
-        model.shutdown()
-        model.server_close()
 
 
 def _wait_for(check: Any, timeout: float = 5.0) -> bool:

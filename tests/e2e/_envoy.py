@@ -16,6 +16,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from string import Template
@@ -135,6 +137,19 @@ class Envoy:
                 self.process.wait(5)
         self.log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextmanager
+def envoy_on(bootstrap: Template, **names: object) -> Iterator[Envoy]:
+    """Envoy from ``bootstrap`` filled with ``names`` and free ``listener`` and ``admin``
+    ports, ready for the block and stopped after it."""
+    listener, admin = free_ports(2)
+    filled = bootstrap.substitute(listener=listener, admin=admin, **names)
+    envoy = Envoy(filled, port=listener, admin=admin)
+    try:
+        yield envoy
+    finally:
+        envoy.stop()
 
 
 def request(

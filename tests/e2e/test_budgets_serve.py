@@ -16,22 +16,20 @@ real and bounded.
 from __future__ import annotations
 
 import json
-import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from string import Template
 
 import pytest
 
 from tests._servers import HOST, RedisServer
-from tests.budgets._model import TokenModel
-from tests.e2e._envoy import Envoy, free_ports
-from tests.server_transport._process import ServeProcess
+from tests.budgets._model import TokenModel, token_model
+from tests.e2e._envoy import Envoy, envoy_on
+from tests.server_transport._process import ServeProcess, serving
 
 #: Envoy -> model, checking then charging the tenant's budget: shared with tests/budgets.
 BOOTSTRAP = Template(
@@ -102,27 +100,12 @@ def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[_Stack]:
         server: RedisServer = request.getfixturevalue("redis_server")
         server.client().flushall()
         args = ("--store", server.url)
-    model = ThreadingHTTPServer((HOST, 0), TokenModel)
-    threading.Thread(target=model.serve_forever, daemon=True).start()
-    serve = ServeProcess(rules, *args)
-    envoy = None
-    try:
-        serve.wait_serving()
-        listener, admin = free_ports(2)
-        ports = {
-            "listener": listener,
-            "admin": admin,
-            "backend": int(model.server_address[1]),
-            "ratelimit": serve.grpc_port,
-        }
-        envoy = Envoy(BOOTSTRAP.substitute(ports), port=listener, admin=admin)
+    with (
+        serving(rules, *args) as serve,
+        token_model() as model,
+        envoy_on(BOOTSTRAP, backend=model, ratelimit=serve.grpc_port) as envoy,
+    ):
         yield _Stack(envoy, serve)
-    finally:
-        if envoy is not None:
-            envoy.stop()
-        serve.stop()
-        model.shutdown()
-        model.server_close()
 
 
 def _wait_for(check: Callable[[], bool], timeout: float) -> bool:
