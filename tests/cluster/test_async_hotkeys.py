@@ -70,9 +70,7 @@ async def test_async_detected_key_moves_to_cells_on_three_primaries(
     limiter = AsyncHotKeyLimiter(store, AsyncCellLimiter(store, 3), detector=detector)
     rate = Rate(60, 60)
     reset_stats(redis_cluster)
-    allowed = 0
-    for _ in range(200):
-        allowed += (await limiter.hit("tenant:hot", rate)).allowed
+    allowed = sum([(await limiter.hit("tenant:hot", rate)).allowed for _ in range(200)])
     assert limiter.is_hot("tenant:hot")
     assert 60 - (1 * 20 + 3) <= allowed <= 60
     assert len([c for c in evalsha_calls(redis_cluster).values() if c > 0]) == 3

@@ -149,9 +149,7 @@ def test_a_detected_key_moves_to_cells_without_a_fresh_allowance(
     limiter = HotKeyLimiter(store, CellLimiter(store, 3), detector=detector)
     rate = Rate(60, 60)
     reset_stats(redis_cluster)
-    allowed = 0
-    for _ in range(200):
-        allowed += limiter.hit(KEY, rate).allowed
+    allowed = sum(limiter.hit(KEY, rate).allowed for _ in range(200))
     print(f"\ndetected, then cells: admitted {allowed} of capacity 60")
     assert limiter.is_hot(KEY)
     assert 60 - (1 * 20 + 3) <= allowed <= 60

@@ -60,6 +60,12 @@ class Phase:
         assert elapsed < BOUND_S, f"{self.test}/{self.name}: a call took {elapsed:.3f} s"
 
 
+#: A call of the load, and the same on an asyncio store.
+Call = Callable[[], Decision]
+AsyncCall = Callable[[], Awaitable[Decision]]
+#: Whether a phase goes on, given what it has seen so far.
+Going = Callable[[Phase], bool]
+
 #: Every phase run in this session, in order.
 REPORT: list[Phase] = []
 
@@ -84,12 +90,12 @@ def _timed(phase: Phase) -> Iterator[list[Decision]]:
         phase.record(started, decided[0])
 
 
-async def _atimed(phase: Phase, call: Callable[[], Awaitable[Decision]]) -> None:
+async def _atimed(phase: Phase, call: AsyncCall) -> None:
     with _timed(phase) as decided:
         decided.append(await call())
 
 
-def run(test: str, name: str, call: Callable[[], Decision], count: int) -> Phase:
+def run(test: str, name: str, call: Call, count: int) -> Phase:
     """``count`` calls one after another."""
     phase = _phase(test, name)
     for _ in range(count):
@@ -98,9 +104,7 @@ def run(test: str, name: str, call: Callable[[], Decision], count: int) -> Phase
     return phase
 
 
-async def arun(
-    test: str, name: str, call: Callable[[], Awaitable[Decision]], count: int, concurrency: int
-) -> Phase:
+async def arun(test: str, name: str, call: AsyncCall, count: int, concurrency: int) -> Phase:
     """``count`` calls, ``concurrency`` of them in flight at a time."""
     phase = _phase(test, name)
     for first in range(0, count, concurrency):
@@ -110,12 +114,7 @@ async def arun(
 
 
 def run_while(
-    test: str,
-    name: str,
-    call: Callable[[], Decision],
-    going: Callable[[Phase], bool],
-    most: int,
-    pause: float = 0.002,
+    test: str, name: str, call: Call, going: Going, most: int, pause: float = 0.002
 ) -> Phase:
     """Calls one after another while ``going(phase)``, ``pause`` s apart, at most ``most``."""
     phase = _phase(test, name)
@@ -130,8 +129,8 @@ def run_while(
 async def arun_while(
     test: str,
     name: str,
-    call: Callable[[], Awaitable[Decision]],
-    going: Callable[[Phase], bool],
+    call: AsyncCall,
+    going: Going,
     most: int,
     concurrency: int,
     pause: float = 0.002,

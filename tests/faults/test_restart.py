@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
@@ -45,82 +44,67 @@ def check(before: Phase, down: Phase, recovery: Phase, after: Phase, remaining: 
     assert remaining == LIMIT - after.allowed - (recovery.allowed)
 
 
-def test_sync_store_rides_out_a_killed_and_restarted_redis(
-    make_redis: Callable[..., RedisServer],
+#: Per twin: the store, its limiter, how many hits are in flight at once, how many must be
+#: decided before the kill, and how many the load makes after the restart.
+TWINS = {
+    "sync": (RedisStore, Limiter, 1, 20, 30),
+    "async": (AsyncRedisStore, AsyncLimiter, 8, 40, 80),
+}
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+async def test_store_rides_out_a_killed_and_restarted_redis(
+    make_redis: Callable[..., RedisServer], twin: str
 ) -> None:
-    """RedisStore: fast failures while Redis is dead, decisions again once it is back."""
-    test = "RedisStore kill -9 + restart"
+    """RedisStore (load on its own thread) and AsyncRedisStore (8 hits in flight, without
+    blocking the event loop): fast failures while Redis is dead, decisions again once back."""
+    store_class, limiter_class, in_flight, healthy, after_calls = TWINS[twin]
+    test = f"{store_class.__name__} kill -9 + restart"
     server = make_redis()
-    clock = ManualClock()
-    store = RedisStore.from_url(server.url, clock=clock, timeout=TIMEOUT)
-    limiter = Limiter(store)
-    killed, restarting = threading.Event(), threading.Event()
-    started = threading.Event()
+    store: Any = store_class.from_url(server.url, clock=ManualClock(), timeout=TIMEOUT)
+    limiter: Any = limiter_class(store)
+    # Flags the load reads between calls, from its thread or its task alike.
+    started, killed, restarting = threading.Event(), threading.Event(), threading.Event()
 
-    def hit() -> object:
-        return limiter.hit("steady", RATE)
-
-    def load() -> tuple[Phase, ...]:
-        def until_killed(phase: Phase) -> bool:
-            if phase.decided >= 20:
-                started.set()
-            return not killed.is_set()
-
-        before = run_while(test, "before", hit, until_killed, 5000)  # type: ignore[arg-type]
-        down = run_while(test, "down", hit, lambda _: not restarting.is_set(), 5000)  # type: ignore[arg-type]
-        recovery = run_while(test, "recovery", hit, lambda p: p.decided == 0, 5000)  # type: ignore[arg-type]
-        after = run(test, "after", hit, 30)  # type: ignore[arg-type]
-        return before, down, recovery, after
-
-    with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(load)
-        assert started.wait(10)
-        kill(server)
-        killed.set()
-        time.sleep(DOWN_S)  # the load keeps hitting a dead port meanwhile
-        restarting.set()
-        make_redis(port=server.port)
-        phases = future.result(30)
-    store.close()
-    remaining = limiter.peek("steady", RATE).remaining
-    check(*phases, remaining=remaining)
-
-
-async def test_async_store_rides_out_a_killed_and_restarted_redis(
-    make_redis: Callable[..., RedisServer],
-) -> None:
-    """AsyncRedisStore, 8 hits in flight: the same, without blocking the event loop."""
-    test = "AsyncRedisStore kill -9 + restart"
-    server = make_redis()
-    clock = ManualClock()
-    store = AsyncRedisStore.from_url(server.url, clock=clock, timeout=TIMEOUT)
-    limiter = AsyncLimiter(store)
-    killed, restarting = asyncio.Event(), asyncio.Event()
-    healthy = asyncio.Event()
-
-    def hit() -> object:
+    def hit() -> Any:
         return limiter.hit("steady", RATE)
 
     def until_killed(phase: Phase) -> bool:
-        if phase.decided >= 40:
-            healthy.set()
+        if phase.decided >= healthy:
+            started.set()
         return not killed.is_set()
 
+    def kill_then_flag() -> None:
+        # Flagged on the killing thread, so the load leaves "before" as soon as it can.
+        kill(server)
+        killed.set()
+
+    async def phase_while(name: str, going: Callable[[Phase], bool]) -> Phase:
+        if twin == "sync":
+            return await asyncio.to_thread(run_while, test, name, hit, going, 5000)
+        return await arun_while(test, name, hit, going, 5000, in_flight)
+
     async def load() -> tuple[Phase, ...]:
-        before = await arun_while(test, "before", hit, until_killed, 5000, 8)  # type: ignore[arg-type]
-        down = await arun_while(test, "down", hit, lambda _: not restarting.is_set(), 5000, 8)  # type: ignore[arg-type]
-        recovery = await arun_while(test, "recovery", hit, lambda p: p.decided == 0, 5000, 8)  # type: ignore[arg-type]
-        after = await arun(test, "after", hit, 80, 8)  # type: ignore[arg-type]
+        before = await phase_while("before", until_killed)
+        down = await phase_while("down", lambda _: not restarting.is_set())
+        recovery = await phase_while("recovery", lambda p: p.decided == 0)
+        if twin == "sync":
+            after = await asyncio.to_thread(run, test, "after", hit, after_calls)
+        else:
+            after = await arun(test, "after", hit, after_calls, in_flight)
         return before, down, recovery, after
 
     task = asyncio.create_task(load())
-    await asyncio.wait_for(healthy.wait(), 10)
-    await asyncio.to_thread(kill, server)
-    killed.set()
+    assert await asyncio.to_thread(started.wait, 10)
+    await asyncio.to_thread(kill_then_flag)
     await asyncio.sleep(DOWN_S)  # the load keeps hitting a dead port meanwhile
     restarting.set()
     await asyncio.to_thread(make_redis, port=server.port)
     phases = await asyncio.wait_for(task, 30)
-    remaining = (await limiter.peek("steady", RATE)).remaining
-    await store.aclose()
+    if twin == "sync":
+        remaining = limiter.peek("steady", RATE).remaining
+        store.close()
+    else:
+        remaining = (await limiter.peek("steady", RATE)).remaining
+        await store.aclose()
     check(*phases, remaining=remaining)

@@ -10,6 +10,8 @@ difference (hits Redis applied while the caller got an error) is measured.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from ratewarden import AsyncLimiter, Limiter, Rate
@@ -68,59 +70,55 @@ def measure_lost(
     during.charged_unanswered = lost
 
 
+#: Per twin: the store, its limiter, how many calls each phase makes (before, during,
+#: recovery, after) and how many of them are in flight at once. ``recovery`` is one call,
+#: or one batch in flight: what may still ride on a connection begun during the fault.
+TWINS = {
+    "sync": (RedisStore, Limiter, (40, 30, 1, 39), 1),
+    "async": (AsyncRedisStore, AsyncLimiter, (80, 64, 8, 72), 8),
+}
+
+
 @pytest.mark.parametrize(("fault", "latency", "decides"), FAULTS)
-def test_sync_store_under_a_fault_is_bounded_and_recovers_by_itself(
+@pytest.mark.parametrize("twin", ["sync", "async"])
+async def test_store_under_a_fault_is_bounded_and_recovers_by_itself(
     proxied_redis: tuple[RedisServer, FaultProxy],
     fault: Fault,
     latency: float,
     decides: bool,
+    twin: str,
     request: pytest.FixtureRequest,
 ) -> None:
-    """RedisStore through the proxy: bounded calls, no Decision without Redis, then normal."""
+    """RedisStore (one call at a time) and AsyncRedisStore (8 hits in flight) through the
+    proxy: bounded calls, no Decision without Redis, then normal service by itself."""
     server, proxy = proxied_redis
-    name = f"RedisStore {request.node.callspec.id}"
+    store_class, limiter_class, counts, in_flight = TWINS[twin]
+    # The fault's own id (the twin's comes first): "RedisStore latency-5ms" in the figures.
+    name = f"{store_class.__name__} {request.node.callspec.id.removeprefix(twin + '-')}"
     clock = ManualClock()
-    store = RedisStore.from_url(proxy.url, clock=clock, timeout=TIMEOUT)
-    limiter = Limiter(store)
+    store: Any = store_class.from_url(proxy.url, clock=clock, timeout=TIMEOUT)
+    limiter: Any = limiter_class(store)
 
-    def hit() -> object:
+    def hit() -> Any:
         return limiter.hit("steady", RATE)
 
-    before = run(name, "before", hit, 40)  # type: ignore[arg-type]
+    async def load(phase: str, calls: int) -> Phase:
+        # The blocking store's calls run one after another on this thread, as in a program
+        # without an event loop: nothing else is scheduled while one waits.
+        if twin == "sync":
+            return run(name, phase, hit, calls)
+        return await arun(name, phase, hit, calls, in_flight)
+
+    before_n, during_n, recovery_n, after_n = counts
+    before = await load("before", before_n)
     proxy.set_fault(fault, latency)
-    during = run(name, "during", hit, 30)  # type: ignore[arg-type]
+    during = await load("during", during_n)
     proxy.set_fault(Fault.NONE)
-    recovery = run(name, "recovery", hit, 1)  # type: ignore[arg-type]
-    after = run(name, "after", hit, 39)  # type: ignore[arg-type]
-    store.close()
-    check_phases(before, during, recovery, after, decides)
-    measure_lost(server, clock, [before, during, recovery, after], during)
-
-
-@pytest.mark.parametrize(("fault", "latency", "decides"), FAULTS)
-async def test_async_store_under_a_fault_is_bounded_and_recovers_by_itself(
-    proxied_redis: tuple[RedisServer, FaultProxy],
-    fault: Fault,
-    latency: float,
-    decides: bool,
-    request: pytest.FixtureRequest,
-) -> None:
-    """AsyncRedisStore through the proxy, 8 hits in flight: the same guarantees."""
-    server, proxy = proxied_redis
-    name = f"AsyncRedisStore {request.node.callspec.id}"
-    clock = ManualClock()
-    store = AsyncRedisStore.from_url(proxy.url, clock=clock, timeout=TIMEOUT)
-    limiter = AsyncLimiter(store)
-
-    def hit() -> object:
-        return limiter.hit("steady", RATE)
-
-    before = await arun(name, "before", hit, 80, 8)  # type: ignore[arg-type]
-    proxy.set_fault(fault, latency)
-    during = await arun(name, "during", hit, 64, 8)  # type: ignore[arg-type]
-    proxy.set_fault(Fault.NONE)
-    recovery = await arun(name, "recovery", hit, 8, 8)  # type: ignore[arg-type]
-    after = await arun(name, "after", hit, 72, 8)  # type: ignore[arg-type]
-    await store.aclose()
+    recovery = await load("recovery", recovery_n)
+    after = await load("after", after_n)
+    if twin == "sync":
+        store.close()
+    else:
+        await store.aclose()
     check_phases(before, during, recovery, after, decides)
     measure_lost(server, clock, [before, during, recovery, after], during)
