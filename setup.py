@@ -1,4 +1,4 @@
-"""The optional C twin of the memory store's GCRA decision (src/ratewarden/_speedups.c).
+"""The optional C kernel of the memory store's GCRA decision (src/ratewarden/_speedups.c).
 
 Everything else is in pyproject.toml. Without a C compiler (or Python headers) the
 extension is skipped and ratewarden runs its pure Python path, with the same answers.

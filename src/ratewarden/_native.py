@@ -1,9 +1,10 @@
 """The optional C extension, ``ratewarden._speedups``, or None.
 
-Built from ``_speedups.c`` at install when a C compiler is there. Every type in it
-is a twin of a Python path that stays the reference (the memory store's one-rate
-GCRA decision, the ASGI middleware's one-rule scope path); ``RATEWARDEN_PURE=1``
-in the environment keeps it unused.
+Built from ``_speedups.c`` at install when a C compiler is there. It holds one
+type, ``MemoryKernel``: the memory store's base class, deciding one-rate GCRA calls
+over the state table it is handed, with the Python path in ``storage/memory.py``
+as the reference and the fallback; ``RATEWARDEN_PURE=1`` in the environment keeps
+it unused.
 """
 
 from __future__ import annotations

@@ -1,16 +1,30 @@
 /*
- * ratewarden._speedups: the two hottest paths in C, each a twin of Python code that stays the
- * reference (ratewarden/_native.py loads it).
+ * ratewarden._speedups: the memory store's kernel in C (ratewarden/_native.py loads it).
  *
- * MemoryGcra / LimiterHit: the memory store's most common decision. One rate, algorithm "gcra",
- * a plain ASCII key, a whole cost: MemoryStore.hit for that case, with the same state, the same
- * writes to the same OrderedDict under the same lock, and the same Decision. Every other call,
- * every unusual argument and every number outside the range where 64-bit integers are exact
- * goes to the Python method. tests/storage/test_speedups.py feeds both the same random
+ * MemoryKernel is the base type of the memory store (storage/memory.py, _MemoryCore). It holds
+ * the GCRA step for one rate, a whole cost and an ASCII str key, and the state-table operations
+ * that step needs (read, write in place, sweep, and evict through the store's Python method),
+ * and nothing else: no Limiter, no middleware. Its method decide(algorithm, key, rates, cost=1)
+ * is MemoryStore.hit (assigned at class level, so a call reaches C with no Python frame between)
+ * and what AsyncMemoryStore.hit calls. Every call it does not take (another algorithm, layered
+ * rates, keywords, another key or cost, numbers beyond the range where 64-bit integers are exact)
+ * goes to the Python path it was handed, which stays the reference; the same when the store's
+ * lock is held by the Python path. tests/storage/test_speedups.py feeds both the same random
  * sequences and demands identical Decisions and identical stored state.
  *
- * ScopeRule / AddHeaders: the ASGI middleware's path for a rule set of one plain rule (see
- * below); tests/middleware/test_scope_rule.py compares them with their Python code.
+ * Its interface, and all it knows of the store:
+ *   - __init__(*, states, lock, shapes, fallback, evict, decision_type, rate_type,
+ *     system_clock_type) hands it every object it works on, once: the store's OrderedDict of
+ *     state key -> (state, expires_at_us), its threading.Lock (acquire, release, locked), its
+ *     shape cache (shapes.get(algorithm, rates, cost) and the returned shape's public fields),
+ *     the Python path fallback(store, algorithm, key, rates, cost=1) and evict(store) (drop the
+ *     oldest entries past max_keys, counting them), and the classes it builds or recognises.
+ *     It reads no attribute of the store by name, private or public.
+ *   - clock and max_keys are its own attributes (get/set descriptors here): the store's public
+ *     store.clock and store.max_keys are these, so a new value is used from the next call.
+ *   - Decision's public fields are set through the offsets of the dataclass's slot member
+ *     descriptors (read once, at __init__, from decision_type's __dict__); the result is an
+ *     ordinary Decision, as decision.make_decision builds it in Python.
  *
  * Built when a C compiler is there (setup.py marks the extension optional);
  * RATEWARDEN_PURE=1 in the environment keeps it unused.
@@ -19,8 +33,6 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
-#include <math.h>
-#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -28,6 +40,8 @@
 /* How long an expired state stays before the sweep drops it: the store's _KEEP_EXPIRED_US. */
 #define KEEP_EXPIRED_US 1000000LL
 #define N_FIELDS 12
+/* Arguments a fallback call passes on the stack (the store, then up to this many - 1). */
+#define STACK_ARGS 8
 
 /* Decision's slots, in the order the fields are set below. */
 static const char *FIELD_NAMES[N_FIELDS] = {
@@ -40,25 +54,24 @@ enum { F_ALLOWED, F_LIMIT, F_REMAINING, F_RESET, F_RETRY, F_DELAY, F_RATE, F_COS
 
 typedef struct {
     PyObject_HEAD
-    PyObject *store;        /* the MemoryStore (for _sweep, _evict, max_keys) */
-    PyObject *states;       /* store._states, an OrderedDict */
+    /* Handed by __init__. */
+    PyObject *states;       /* the store's OrderedDict */
     PyObject *popitem;      /* states.popitem */
-    PyObject *acquire;      /* store._lock.acquire */
-    PyObject *release;      /* store._lock.release */
-    PyObject *locked;       /* store._lock.locked */
+    PyObject *acquire;      /* lock.acquire */
+    PyObject *release;      /* lock.release */
+    PyObject *locked;       /* lock.locked */
+    PyObject *shapes_get;   /* shapes.get */
+    PyObject *fallback;     /* the Python path: fallback(store, algorithm, key, rates, cost=1) */
+    PyObject *evict;        /* evict(store) */
     PyObject *system_clock; /* ratewarden.clock.SystemClock: its time is read here */
-    PyObject *clock;        /* store.clock, as of the last reload() */
-    int clock_is_system;
-    Py_ssize_t max_keys;    /* store.max_keys, as of the last reload() */
-    PyObject *shapes_get;   /* store._shapes.get */
-    PyObject *fallback;     /* the pure Python hit, bound to the store */
-    PyObject *gcra;         /* "gcra" */
     PyObject *rate_type;    /* ratewarden.rate.Rate */
     PyTypeObject *decision_type;
     Py_ssize_t offsets[N_FIELDS];
-    PyObject *empty_str;
-    PyObject *empty_tuple;
-    PyObject *zero_float;
+    /* Its own attributes, the store's clock and max_keys. */
+    PyObject *clock;
+    int clock_is_system;
+    PyObject *max_keys;     /* as set (any object: the Python path compares it) */
+    Py_ssize_t max_keys_c;  /* the same as a C number; -1 when it is not an int (ask evict) */
     /* The last shape, found by the identity of the rates argument. */
     PyObject *c_rates;
     PyObject *c_algorithm;
@@ -68,8 +81,7 @@ typedef struct {
     PyObject *c_rate;       /* shape.rates[0] */
     PyObject *c_limit;      /* rate.limit */
     long long c_n, c_d, c_capacity;
-    vectorcallfunc vectorcall;
-} MemoryGcra;
+} MemoryKernel;
 
 /* One call's shape, copied out of the cache with references of its own: another
  * thread may replace the cache whenever this one runs Python code (a Python clock,
@@ -79,8 +91,8 @@ typedef struct {
     long long n, d, capacity;
 } Shape;
 
-static PyObject *S_evict, *S_max_keys, *S_single, *S_suffixes, *S_params,
-    *S_rates, *S_cost, *S_limit, *S_now_us, *S_clock;
+static PyObject *S_single, *S_suffixes, *S_params, *S_rates, *S_cost, *S_limit, *S_now_us,
+    *S_gcra, *EMPTY_STR, *EMPTY_TUPLE, *ZERO_FLOAT, *ONE;
 
 static int
 as_i64(PyObject *value, long long *out)
@@ -123,7 +135,7 @@ ceil_div(long long a, long long b)
 
 /* Forget the cached shape. */
 static void
-clear_shape(MemoryGcra *self)
+clear_shape(MemoryKernel *self)
 {
     Py_CLEAR(self->c_rates);
     Py_CLEAR(self->c_algorithm);
@@ -133,11 +145,11 @@ clear_shape(MemoryGcra *self)
     Py_CLEAR(self->c_limit);
 }
 
-/* Look the shape up in the store's Shapes (Python) and keep what the fast path needs.
+/* Look the shape up in the store's shape cache (Python) and keep what the fast path needs.
  * Returns 1 when the fast path applies, 0 when it does not, -1 on error (the same error
- * the Python path raises: Shapes.get validates the rates and the cost). */
+ * the Python path raises: shapes.get validates the rates and the cost). */
 static int
-load_shape(MemoryGcra *self, PyObject *algorithm, PyObject *rates, PyObject *cost,
+load_shape(MemoryKernel *self, PyObject *algorithm, PyObject *rates, PyObject *cost,
            long long cost_v)
 {
     PyObject *args[3] = {algorithm, rates, cost};
@@ -160,6 +172,7 @@ load_shape(MemoryGcra *self, PyObject *algorithm, PyObject *rates, PyObject *cos
         goto error;
     }
     if (!PyTuple_CheckExact(suffixes) || PyTuple_GET_SIZE(suffixes) != 1
+        || !PyUnicode_CheckExact(PyTuple_GET_ITEM(suffixes, 0))
         || !PyTuple_CheckExact(params) || PyTuple_GET_SIZE(params) != 1
         || !PyTuple_CheckExact(shape_rates) || PyTuple_GET_SIZE(shape_rates) != 1) {
         goto done;
@@ -211,7 +224,7 @@ done:
 }
 
 static int
-now_us(MemoryGcra *self, long long *out)
+now_us(MemoryKernel *self, long long *out)
 {
     if (self->clock_is_system) {
         struct timespec ts;
@@ -223,7 +236,7 @@ now_us(MemoryGcra *self, long long *out)
         *out = (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
         return 0;
     }
-    /* A reference of its own: a new store.clock (reload) may drop the old one meanwhile. */
+    /* A reference of its own: a new store.clock may drop the old one meanwhile. */
     PyObject *clock = Py_NewRef(self->clock);
     PyObject *value = PyObject_CallMethodNoArgs(clock, S_now_us);
     Py_DECREF(clock);
@@ -241,7 +254,7 @@ now_us(MemoryGcra *self, long long *out)
 
 /* A Decision with every slot set; steals nothing, returns a new reference. */
 static PyObject *
-make_decision(MemoryGcra *self, PyObject *values[N_FIELDS])
+make_decision(MemoryKernel *self, PyObject *values[N_FIELDS])
 {
     PyTypeObject *type = self->decision_type;
     PyObject *obj = type->tp_alloc(type, 0);
@@ -266,7 +279,7 @@ seconds(long long us)
 }
 
 static PyObject *
-decision(MemoryGcra *self, const Shape *shape, int allowed, long long remaining,
+decision(MemoryKernel *self, const Shape *shape, int allowed, long long remaining,
          long long reset_us, long long retry_us, long long refill_us)
 {
     PyObject *rem = PyLong_FromLongLong(remaining);
@@ -276,8 +289,8 @@ decision(MemoryGcra *self, const Shape *shape, int allowed, long long remaining,
     PyObject *layer = NULL, *layers = NULL, *top = NULL;
     if (rem == NULL || reset == NULL || retry == NULL || refill == NULL) goto done;
     PyObject *values[N_FIELDS] = {
-        allowed ? Py_True : Py_False, shape->limit, rem, reset, retry, self->zero_float,
-        shape->rate, shape->cost, self->empty_tuple, Py_False, self->empty_str, refill,
+        allowed ? Py_True : Py_False, shape->limit, rem, reset, retry, ZERO_FLOAT,
+        shape->rate, shape->cost, EMPTY_TUPLE, Py_False, EMPTY_STR, refill,
     };
     layer = make_decision(self, values);
     if (layer == NULL) goto done;
@@ -299,7 +312,7 @@ done:
  * and nothing else happens; a new key (an OrderedDict appends it) makes the store sweep
  * its oldest end and, past max_keys, evict. */
 static int
-after_write(MemoryGcra *self, int was_there, long long now)
+after_write(MemoryKernel *self, int was_there, long long now)
 {
     if (was_there) {
         return 0;
@@ -323,10 +336,10 @@ after_write(MemoryGcra *self, int was_there, long long now)
         Py_DECREF(item);
         if (failed) return -1;
     }
-    Py_ssize_t size = PyObject_Length(self->states);
-    if (size < 0) return -1;
-    if (size > self->max_keys) {
-        PyObject *r = PyObject_CallMethodNoArgs(self->store, S_evict);
+    /* Past max_keys (or a max_keys that is no C number: the Python method compares it and
+     * raises what the Python path raises), the store's own method evicts and counts. */
+    if (self->max_keys_c < 0 || PyDict_GET_SIZE(self->states) > self->max_keys_c) {
+        PyObject *r = PyObject_CallOneArg(self->evict, (PyObject *)self);
         if (r == NULL) return -1;
         Py_DECREF(r);
     }
@@ -340,7 +353,7 @@ after_write(MemoryGcra *self, int was_there, long long now)
  * Python path never keeps them), their numbers are replaced in place, which spares
  * two tuples and a dict store; otherwise new tuples go in, as in Python. */
 static int
-write_state(MemoryGcra *self, PyObject *state_key, PyObject *entry, long long tat,
+write_state(MemoryKernel *self, PyObject *state_key, PyObject *entry, long long tat,
             long long frac, long long expires, long long now)
 {
     PyObject *t_new = PyLong_FromLongLong(tat);
@@ -381,17 +394,16 @@ write_state(MemoryGcra *self, PyObject *state_key, PyObject *entry, long long ta
 
 /* The lock.
  *
- * The store's state is guarded by store._lock, which the Python path holds from
- * reading a state to writing the next one. With the GIL, this code needs no lock
- * of its own between reading the state and writing the new one: it runs no
- * Python code there, and the garbage collector is off meanwhile (a collection
- * could run a finalizer, which could let another thread in), so no other thread
- * can run in between. It only has to keep out of a Python-path section in progress:
- * when the lock is held, the call goes to the Python path, which waits for it.
- * A build without the GIL takes the lock. lock() returns 0 to go on, -1 with an
- * error set, or -1 without one to hand the call to the Python path. */
+ * The store's state is guarded by its lock, which the Python path holds from reading a
+ * state to writing the next one. With the GIL, this code needs no lock of its own between
+ * reading the state and writing the new one: it runs no Python code there, and the garbage
+ * collector is off meanwhile (a collection could run a finalizer, which could let another
+ * thread in), so no other thread can run in between. It only has to keep out of a
+ * Python-path section in progress: when the lock is held, the call goes to the Python path,
+ * which waits for it. A build without the GIL takes the lock. lock() returns 0 to go on,
+ * -1 with an error set, or -1 without one to hand the call to the Python path. */
 static int
-lock(MemoryGcra *self)
+lock(MemoryKernel *self)
 {
 #ifdef Py_GIL_DISABLED
     PyObject *r = PyObject_CallNoArgs(self->acquire);
@@ -404,6 +416,7 @@ lock(MemoryGcra *self)
     int held = r == Py_True;
     Py_DECREF(r);
 #ifdef Py_GIL_DISABLED
+    (void)held;
     return 0;
 #else
     return held ? -1 : 0;
@@ -411,7 +424,7 @@ lock(MemoryGcra *self)
 }
 
 static int
-unlock(MemoryGcra *self)
+unlock(MemoryKernel *self)
 {
 #ifdef Py_GIL_DISABLED
     PyObject *r = PyObject_CallNoArgs(self->release);
@@ -419,16 +432,18 @@ unlock(MemoryGcra *self)
         return -1;
     }
     Py_DECREF(r);
+#else
+    (void)self;
 #endif
     return 0;
 }
 
-static PyObject *decide(MemoryGcra *self, const Shape *shape, PyObject *key, long long cost_v);
+static PyObject *decide(MemoryKernel *self, const Shape *shape, PyObject *key, long long cost_v);
 
 /* The fast path. Returns a new Decision; NULL with an error set; or NULL without an
  * error when the call is not one it takes (the caller then runs the Python path). */
 static PyObject *
-fast_hit(MemoryGcra *self, PyObject *algorithm, PyObject *key, PyObject *rates,
+fast_hit(MemoryKernel *self, PyObject *algorithm, PyObject *key, PyObject *rates,
          PyObject *cost)
 {
     long long cost_v;
@@ -436,8 +451,8 @@ fast_hit(MemoryGcra *self, PyObject *algorithm, PyObject *key, PyObject *rates,
         || !as_i64(cost, &cost_v) || cost_v < 0) {
         return NULL;
     }
-    if (algorithm != self->gcra
-        && !(PyUnicode_CheckExact(algorithm) && PyUnicode_Compare(algorithm, self->gcra) == 0)) {
+    if (algorithm != S_gcra
+        && !(PyUnicode_CheckExact(algorithm) && PyUnicode_Compare(algorithm, S_gcra) == 0)) {
         return NULL;
     }
     if (rates != self->c_rates || rates == NULL || self->c_cost != cost_v
@@ -462,7 +477,7 @@ fast_hit(MemoryGcra *self, PyObject *algorithm, PyObject *key, PyObject *rates,
 
 /* fast_hit once the call's shape is known; the same three kinds of return. */
 static PyObject *
-decide(MemoryGcra *self, const Shape *shape, PyObject *key, long long cost_v)
+decide(MemoryKernel *self, const Shape *shape, PyObject *key, long long cost_v)
 {
     long long now;
     if (now_us(self, &now) < 0) {
@@ -596,44 +611,136 @@ unlock:
     return NULL;
 }
 
+/* fallback(store, *args, **kwargs): the Python path, for a call the kernel does not take. */
 static PyObject *
-MemoryGcra_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
-                      PyObject *kwnames)
+call_fallback(MemoryKernel *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    MemoryGcra *self = (MemoryGcra *)callable;
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t total = 1 + nargs + (kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0);
+    PyObject *stack[STACK_ARGS];
+    PyObject **given = total <= STACK_ARGS ? stack : PyMem_New(PyObject *, total);
+    if (given == NULL) {
+        return PyErr_NoMemory();
+    }
+    given[0] = (PyObject *)self;
+    memcpy(given + 1, args, (size_t)(total - 1) * sizeof(PyObject *));
+    PyObject *result = PyObject_Vectorcall(self->fallback, given, 1 + nargs, kwnames);
+    if (given != stack) {
+        PyMem_Free(given);
+    }
+    return result;
+}
+
+/* decide(algorithm, key, rates, cost=1): the store's hit; see the top of this file. */
+static PyObject *
+MemoryKernel_decide(MemoryKernel *self, PyObject *const *args, Py_ssize_t nargs,
+                    PyObject *kwnames)
+{
+    if (self->fallback == NULL || self->clock == NULL || self->max_keys == NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "the memory store is not set up: MemoryKernel.__init__ and its clock "
+                        "and max_keys come first");
+        return NULL;
+    }
     if (kwnames == NULL && (nargs == 3 || nargs == 4)) {
-        PyObject *cost = nargs == 4 ? args[3] : NULL;
-        PyObject *one = NULL;
-        if (cost == NULL) {
-            one = PyLong_FromLong(1);
-            if (one == NULL) return NULL;
-            cost = one;
-        }
-        PyObject *result = fast_hit(self, args[0], args[1], args[2], cost);
-        Py_XDECREF(one);
+        PyObject *result = fast_hit(self, args[0], args[1], args[2], nargs == 4 ? args[3] : ONE);
         if (result != NULL || PyErr_Occurred()) {
             return result;
         }
     }
-    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    return call_fallback(self, args, nargs, kwnames);
+}
+
+/* ---- the attributes it owns: the store's clock and max_keys ---- */
+
+static PyObject *
+MemoryKernel_get_clock(MemoryKernel *self, void *unused)
+{
+    if (self->clock == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "the store has no clock yet");
+        return NULL;
+    }
+    return Py_NewRef(self->clock);
 }
 
 static int
-MemoryGcra_traverse(MemoryGcra *self, visitproc visit, void *arg)
+MemoryKernel_set_clock(MemoryKernel *self, PyObject *value, void *unused)
 {
-    Py_VISIT(self->store);
+    if (value == NULL) {
+        PyErr_SetString(PyExc_TypeError, "the store's clock cannot be deleted; set another");
+        return -1;
+    }
+    self->clock_is_system =
+        self->system_clock != NULL && Py_IS_TYPE(value, (PyTypeObject *)self->system_clock);
+    Py_XSETREF(self->clock, Py_NewRef(value));
+    return 0;
+}
+
+static PyObject *
+MemoryKernel_get_max_keys(MemoryKernel *self, void *unused)
+{
+    if (self->max_keys == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "the store has no max_keys yet");
+        return NULL;
+    }
+    return Py_NewRef(self->max_keys);
+}
+
+static int
+MemoryKernel_set_max_keys(MemoryKernel *self, PyObject *value, void *unused)
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_TypeError, "the store's max_keys cannot be deleted; set another");
+        return -1;
+    }
+    Py_ssize_t limit = -1;
+    if (PyLong_Check(value)) {
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (v == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (overflow > 0 || v > PY_SSIZE_T_MAX) {
+            limit = PY_SSIZE_T_MAX;  /* more keys than memory can hold: no bound in practice */
+        }
+        else if (overflow == 0 && v >= 0) {
+            limit = (Py_ssize_t)v;
+        }
+        /* below 0: -1, so every new key asks the store's evict, as the Python path does */
+    }
+    Py_XSETREF(self->max_keys, Py_NewRef(value));
+    self->max_keys_c = limit;
+    return 0;
+}
+
+static PyGetSetDef MemoryKernel_getset[] = {
+    {"clock", (getter)MemoryKernel_get_clock, (setter)MemoryKernel_set_clock,
+     PyDoc_STR("The store's clock; SystemClock's time is read in C, any other is called."),
+     NULL},
+    {"max_keys", (getter)MemoryKernel_get_max_keys, (setter)MemoryKernel_set_max_keys,
+     PyDoc_STR("The store's bound on keys held; past it evict(store) drops the oldest."), NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+/* ---- construction ---- */
+
+static int
+MemoryKernel_traverse(MemoryKernel *self, visitproc visit, void *arg)
+{
+    /* The store class itself (a heap type) is visited, and released at dealloc, by the
+     * subclass's own slots, which then call these. */
     Py_VISIT(self->states);
     Py_VISIT(self->popitem);
     Py_VISIT(self->acquire);
     Py_VISIT(self->release);
     Py_VISIT(self->locked);
-    Py_VISIT(self->system_clock);
-    Py_VISIT(self->clock);
     Py_VISIT(self->shapes_get);
     Py_VISIT(self->fallback);
+    Py_VISIT(self->evict);
+    Py_VISIT(self->system_clock);
     Py_VISIT(self->rate_type);
     Py_VISIT(self->decision_type);
+    Py_VISIT(self->clock);
+    Py_VISIT(self->max_keys);
     Py_VISIT(self->c_rates);
     Py_VISIT(self->c_algorithm);
     Py_VISIT(self->c_cost_obj);
@@ -644,832 +751,172 @@ MemoryGcra_traverse(MemoryGcra *self, visitproc visit, void *arg)
 }
 
 static int
-MemoryGcra_clear(MemoryGcra *self)
+MemoryKernel_clear(MemoryKernel *self)
 {
-    Py_CLEAR(self->store);
     Py_CLEAR(self->states);
     Py_CLEAR(self->popitem);
     Py_CLEAR(self->acquire);
     Py_CLEAR(self->release);
     Py_CLEAR(self->locked);
-    Py_CLEAR(self->system_clock);
-    Py_CLEAR(self->clock);
     Py_CLEAR(self->shapes_get);
     Py_CLEAR(self->fallback);
-    Py_CLEAR(self->gcra);
+    Py_CLEAR(self->evict);
+    Py_CLEAR(self->system_clock);
     Py_CLEAR(self->rate_type);
     Py_CLEAR(self->decision_type);
-    Py_CLEAR(self->empty_str);
-    Py_CLEAR(self->empty_tuple);
-    Py_CLEAR(self->zero_float);
+    Py_CLEAR(self->clock);
+    Py_CLEAR(self->max_keys);
     clear_shape(self);
     return 0;
 }
 
 static void
-MemoryGcra_dealloc(MemoryGcra *self)
+MemoryKernel_dealloc(MemoryKernel *self)
 {
     PyObject_GC_UnTrack(self);
-    MemoryGcra_clear(self);
+    MemoryKernel_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *MemoryGcra_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
-
-/* Read store.clock and store.max_keys again (the store calls this when either is set). */
+/* obj.name (a public method or attribute of a handed object), or NULL with an error that says
+ * which argument lacks it. */
 static PyObject *
-MemoryGcra_reload(MemoryGcra *self, PyObject *unused)
+handed_attr(PyObject *obj, const char *name, const char *argument)
 {
-    PyObject *clock = PyObject_GetAttr(self->store, S_clock);
-    if (clock == NULL) {
-        return NULL;
+    PyObject *found = PyObject_GetAttrString(obj, name);
+    if (found == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Format(PyExc_TypeError, "MemoryKernel(%s=...): %R has no %s", argument, obj, name);
     }
-    PyObject *max_keys = PyObject_GetAttr(self->store, S_max_keys);
-    if (max_keys == NULL) {
-        Py_DECREF(clock);
-        return NULL;
-    }
-    Py_ssize_t limit = PyLong_AsSsize_t(max_keys);
-    Py_DECREF(max_keys);
-    if (limit == -1 && PyErr_Occurred()) {
-        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
-            Py_DECREF(clock);
-            return NULL;
-        }
-        PyErr_Clear();  /* more keys than memory can hold: no bound in practice */
-        limit = PY_SSIZE_T_MAX;
-    }
-    self->clock_is_system = Py_IS_TYPE(clock, (PyTypeObject *)self->system_clock);
-    Py_XSETREF(self->clock, clock);
-    self->max_keys = limit;
-    Py_RETURN_NONE;
-}
-
-static PyMethodDef MemoryGcra_methods[] = {
-    {"reload", (PyCFunction)MemoryGcra_reload, METH_NOARGS,
-     PyDoc_STR("reload(): read store.clock and store.max_keys again.")},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyTypeObject MemoryGcraType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "ratewarden._speedups.MemoryGcra",
-    .tp_doc = PyDoc_STR(
-        "MemoryGcra(store, fallback, system_clock_type, rate_type, decision_type): "
-        "store.hit for one GCRA rate, in C; anything else goes to fallback."),
-    .tp_basicsize = sizeof(MemoryGcra),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_new = MemoryGcra_new,
-    .tp_dealloc = (destructor)MemoryGcra_dealloc,
-    .tp_traverse = (traverseproc)MemoryGcra_traverse,
-    .tp_clear = (inquiry)MemoryGcra_clear,
-    .tp_call = PyVectorcall_Call,
-    .tp_vectorcall_offset = offsetof(MemoryGcra, vectorcall),
-    .tp_methods = MemoryGcra_methods,
-};
-
-static PyObject *
-MemoryGcra_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
-{
-    PyObject *store, *fallback, *system_clock, *rate_type, *decision_type;
-    static char *kwlist[] = {"store", "fallback", "system_clock_type", "rate_type",
-                             "decision_type", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO:MemoryGcra", kwlist, &store, &fallback,
-                                     &system_clock, &rate_type, &decision_type)) {
-        return NULL;
-    }
-    if (!PyType_Check(decision_type) || !PyType_Check(rate_type) || !PyType_Check(system_clock)) {
-        PyErr_SetString(PyExc_TypeError,
-                        "system_clock_type, rate_type and decision_type must be classes");
-        return NULL;
-    }
-    MemoryGcra *self = (MemoryGcra *)type->tp_alloc(type, 0);
-    if (self == NULL) {
-        return NULL;
-    }
-    self->vectorcall = MemoryGcra_vectorcall;
-    self->store = Py_NewRef(store);
-    self->fallback = Py_NewRef(fallback);
-    self->system_clock = Py_NewRef(system_clock);
-    self->rate_type = Py_NewRef(rate_type);
-    self->decision_type = (PyTypeObject *)Py_NewRef(decision_type);
-    self->states = PyObject_GetAttrString(store, "_states");
-    PyObject *lock = PyObject_GetAttrString(store, "_lock");
-    PyObject *shapes = PyObject_GetAttrString(store, "_shapes");
-    if (self->states == NULL || lock == NULL || shapes == NULL) {
-        goto error;
-    }
-    self->popitem = PyObject_GetAttrString(self->states, "popitem");
-    self->acquire = PyObject_GetAttrString(lock, "acquire");
-    self->release = PyObject_GetAttrString(lock, "release");
-    self->locked = PyObject_GetAttrString(lock, "locked");
-    self->shapes_get = PyObject_GetAttrString(shapes, "get");
-    self->gcra = PyUnicode_InternFromString("gcra");
-    self->empty_str = PyUnicode_FromString("");
-    self->empty_tuple = PyTuple_New(0);
-    self->zero_float = PyFloat_FromDouble(0.0);
-    if (self->popitem == NULL || self->acquire == NULL || self->release == NULL
-        || self->locked == NULL
-        || self->shapes_get == NULL || self->gcra == NULL || self->empty_str == NULL
-        || self->empty_tuple == NULL || self->zero_float == NULL) {
-        goto error;
-    }
-    for (int i = 0; i < N_FIELDS; i++) {
-        PyObject *descr = PyDict_GetItemString(self->decision_type->tp_dict, FIELD_NAMES[i]);
-        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)
-            || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
-            PyErr_Format(PyExc_TypeError, "decision_type has no object slot %s", FIELD_NAMES[i]);
-            goto error;
-        }
-        self->offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
-    }
-    Py_DECREF(lock);
-    Py_DECREF(shapes);
-    PyObject *loaded = MemoryGcra_reload(self, NULL);
-    if (loaded == NULL) {
-        Py_DECREF(self);
-        return NULL;
-    }
-    Py_DECREF(loaded);
-    return (PyObject *)self;
-error:
-    Py_XDECREF(lock);
-    Py_XDECREF(shapes);
-    Py_DECREF(self);
-    return NULL;
-}
-
-/* LimiterHit: Limiter.hit(key, rates, cost=1, *, shadow=False) over a MemoryGcra, for a
- * Limiter with no decision hook: the same as calling store.hit(algorithm, ...), which is
- * all Limiter.hit does then. Shadow calls and anything unusual go to the Python method. */
-typedef struct {
-    PyObject_HEAD
-    MemoryGcra *core;
-    PyObject *algorithm;
-    PyObject *fallback;  /* Limiter.hit bound to the limiter */
-    vectorcallfunc vectorcall;
-} LimiterHit;
-
-static PyObject *S_key, *S_shadow;
-
-static int
-is_name(PyObject *name, PyObject *wanted)
-{
-    return name == wanted || PyUnicode_Compare(name, wanted) == 0;
-}
-
-static PyObject *
-LimiterHit_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
-                      PyObject *kwnames)
-{
-    LimiterHit *self = (LimiterHit *)callable;
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *given[3] = {NULL, NULL, NULL};  /* key, rates, cost */
-    int usable = nargs <= 3;
-    for (Py_ssize_t i = 0; usable && i < nargs; i++) {
-        given[i] = args[i];
-    }
-    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
-    for (Py_ssize_t i = 0; usable && i < nkw; i++) {
-        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
-        PyObject *value = args[nargs + i];
-        int slot = is_name(name, S_rates) ? 1 : is_name(name, S_cost) ? 2
-                 : is_name(name, S_key) ? 0 : is_name(name, S_shadow) ? 3 : -1;
-        if (slot == 3) {
-            usable = value == Py_False;  /* shadow=True: the Python method */
-        }
-        else if (slot < 0 || given[slot] != NULL) {
-            usable = 0;  /* the Python method raises the TypeError */
-        }
-        else {
-            given[slot] = value;
-        }
-    }
-    if (usable && given[0] != NULL && given[1] != NULL) {
-        PyObject *one = NULL;
-        if (given[2] == NULL) {
-            one = PyLong_FromLong(1);
-            if (one == NULL) return NULL;
-            given[2] = one;
-        }
-        PyObject *result = fast_hit(self->core, self->algorithm, given[0], given[1], given[2]);
-        Py_XDECREF(one);
-        if (result != NULL || PyErr_Occurred()) {
-            return result;
-        }
-    }
-    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
-}
-
-static int
-LimiterHit_traverse(LimiterHit *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->core);
-    Py_VISIT(self->algorithm);
-    Py_VISIT(self->fallback);
-    return 0;
-}
-
-static int
-LimiterHit_clear(LimiterHit *self)
-{
-    Py_CLEAR(self->core);
-    Py_CLEAR(self->algorithm);
-    Py_CLEAR(self->fallback);
-    return 0;
-}
-
-static void
-LimiterHit_dealloc(LimiterHit *self)
-{
-    PyObject_GC_UnTrack(self);
-    LimiterHit_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyObject *LimiterHit_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
-
-static PyTypeObject LimiterHitType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "ratewarden._speedups.LimiterHit",
-    .tp_doc = PyDoc_STR(
-        "LimiterHit(core, algorithm, fallback): Limiter.hit over a MemoryGcra core; "
-        "shadow calls and anything else go to fallback."),
-    .tp_basicsize = sizeof(LimiterHit),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_new = LimiterHit_new,
-    .tp_dealloc = (destructor)LimiterHit_dealloc,
-    .tp_traverse = (traverseproc)LimiterHit_traverse,
-    .tp_clear = (inquiry)LimiterHit_clear,
-    .tp_call = PyVectorcall_Call,
-    .tp_vectorcall_offset = offsetof(LimiterHit, vectorcall),
-};
-
-static PyObject *
-LimiterHit_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
-{
-    PyObject *core, *algorithm, *fallback;
-    static char *kwlist[] = {"core", "algorithm", "fallback", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!UO:LimiterHit", kwlist, &MemoryGcraType,
-                                     &core, &algorithm, &fallback)) {
-        return NULL;
-    }
-    LimiterHit *self = (LimiterHit *)type->tp_alloc(type, 0);
-    if (self == NULL) {
-        return NULL;
-    }
-    self->vectorcall = LimiterHit_vectorcall;
-    self->core = (MemoryGcra *)Py_NewRef(core);
-    self->algorithm = Py_NewRef(algorithm);
-    self->fallback = Py_NewRef(fallback);
-    return (PyObject *)self;
-}
-
-/* ------------------------------------------------------------------------------------------
- * ScopeRule: the ASGI middleware's one-rule scope path (middleware/_core.py, RuleSet.decide_asgi).
- *
- * A twin of three Python steps, for a rule set of one plain rule with the default header plan:
- * the store key read from the scope (by_api_key's asgi twin, or any asgi extractor called as
- * it is), and the allowed decision's two RateLimit headers as ASGI byte pairs (HeaderPlan.asgi).
- * Whatever it does not handle exactly (a scope that is not a dict, a header list that is not
- * byte pairs, a repeated header, a decision it cannot render) goes back to the Python code,
- * which stays the reference; tests/middleware/test_scope_rule.py compares the two.
- * ------------------------------------------------------------------------------------------ */
-
-typedef struct {
-    PyObject_HEAD
-    PyObject *header;    /* bytes: the lower-case header read, or Py_None (call extract) */
-    PyObject *identity;  /* the header's value (str) -> identity or None */
-    PyObject *extract;   /* the rule's asgi extractor: scope -> identity or None */
-    PyObject *prefix;    /* "<rule name>:" */
-    PyObject *fallback;  /* the identity of a request without one */
-    PyObject *rates;     /* the rule's rates (a tuple of one Rate) */
-    PyObject *cost;      /* the rule's fixed cost */
-    PyObject *rate;      /* rates[0] */
-    PyObject *policy;    /* (b"ratelimit-policy", value) */
-    PyObject *state;     /* b'"<name>";r=': the RateLimit value up to the number */
-    PyObject *window;    /* the layer attribute t is read from: "refill_after" (draft-11) or
-                            "reset_after" (draft-10), as HeaderPlan reads it */
-    PyObject *keys;      /* header value (bytes) -> store key: identity is a pure function */
-    vectorcallfunc vectorcall;
-} ScopeRule;
-
-/* Header values whose store key is kept; past it the cache starts over. */
-#define SCOPE_KEYS_MAX 4096
-
-static PyObject *S_headers, *S_allowed, *S_layers, *S_rate, *S_remaining, *B_ratelimit;
-
-/* The one value of header self->header in scope["headers"]: 1 found (*value borrowed),
- * 0 absent, -2 when the Python twin must answer (repeated, or not a list of byte pairs). */
-static int
-header_in(ScopeRule *self, PyObject *scope, PyObject **value)
-{
-    PyObject *headers = PyDict_GetItemWithError(scope, S_headers);
-    *value = NULL;
-    if (headers == NULL) {
-        return PyErr_Occurred() ? -1 : 0;
-    }
-    if (!PyList_CheckExact(headers) && !PyTuple_CheckExact(headers)) {
-        return -2;
-    }
-    Py_ssize_t size = PyBytes_GET_SIZE(self->header);
-    const char *wanted = PyBytes_AS_STRING(self->header);
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(headers);
-    PyObject **items = PySequence_Fast_ITEMS(headers);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = items[i];
-        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2) {
-            return -2;
-        }
-        PyObject *name = PyTuple_GET_ITEM(item, 0);
-        PyObject *found = PyTuple_GET_ITEM(item, 1);
-        if (!PyBytes_CheckExact(name) || !PyBytes_CheckExact(found)) {
-            return -2;
-        }
-        if (PyBytes_GET_SIZE(name) != size) {
-            continue;
-        }
-        const char *text = PyBytes_AS_STRING(name);
-        int same = 1;
-        for (Py_ssize_t j = 0; same && j < size; j++) {
-            char c = text[j];
-            /* bytes.lower(): ASCII letters only */
-            same = (c >= 'A' && c <= 'Z' ? (char)(c + 32) : c) == wanted[j];
-        }
-        if (!same) {
-            continue;
-        }
-        if (*value != NULL) {
-            return -2;  /* repeated: the Python twin joins them */
-        }
-        *value = found;
-    }
-    return *value != NULL;
-}
-
-/* prefix + (identity or fallback); steals identity. */
-static PyObject *
-keyed(ScopeRule *self, PyObject *identity)
-{
-    int truth = PyObject_IsTrue(identity);
-    PyObject *key = truth < 0 ? NULL
-                  : PyUnicode_Concat(self->prefix, truth ? identity : self->fallback);
-    Py_DECREF(identity);
-    return key;
-}
-
-/* The rule's store key for scope: prefix + (identity or fallback). */
-static PyObject *
-scope_key(ScopeRule *self, PyObject *scope)
-{
-    PyObject *identity = NULL;
-    if (self->header != Py_None && PyDict_CheckExact(scope)) {
-        PyObject *raw;
-        int found = header_in(self, scope, &raw);
-        if (found == -1) {
-            return NULL;
-        }
-        if (found == 0 || (found == 1 && PyBytes_GET_SIZE(raw) == 0)) {
-            identity = Py_NewRef(Py_None);
-        }
-        else if (found == 1) {
-            /* The same client sends the same key again and again: its store key is kept,
-             * and handing the store the same str object makes its lookup an identity test. */
-            PyObject *known = PyDict_GetItemWithError(self->keys, raw);
-            if (known != NULL) {
-                return Py_NewRef(known);
-            }
-            if (PyErr_Occurred()) {
-                return NULL;
-            }
-            PyObject *text = PyUnicode_DecodeLatin1(PyBytes_AS_STRING(raw),
-                                                    PyBytes_GET_SIZE(raw), NULL);
-            if (text == NULL) {
-                return NULL;
-            }
-            identity = PyObject_CallOneArg(self->identity, text);
-            Py_DECREF(text);
-            if (identity == NULL) {
-                return NULL;
-            }
-            PyObject *key = keyed(self, identity);
-            if (key == NULL) {
-                return NULL;
-            }
-            if (PyDict_GET_SIZE(self->keys) >= SCOPE_KEYS_MAX) {
-                PyDict_Clear(self->keys);
-            }
-            if (PyDict_SetItem(self->keys, raw, key) < 0) {
-                Py_DECREF(key);
-                return NULL;
-            }
-            return key;
-        }
-    }
-    if (identity == NULL) {
-        identity = PyObject_CallOneArg(self->extract, scope);
-        if (identity == NULL) {
-            return NULL;
-        }
-    }
-    return keyed(self, identity);
-}
-
-/* The allowed decision's headers as ASGI pairs, or None when the Python twin must render. */
-static PyObject *
-scope_headers(ScopeRule *self, PyObject *decision)
-{
-    PyObject *value = NULL, *layers = NULL, *layer = NULL, *field = NULL, *result = NULL;
-    long long remaining = 0, t = 0;
-    int ok = 0;
-    value = PyObject_GetAttr(decision, S_allowed);
-    if (value == NULL) goto done;
-    int allowed = PyObject_IsTrue(value);
-    Py_CLEAR(value);
-    if (allowed < 0) goto done;
-    if (!allowed) goto skip;
-    layers = PyObject_GetAttr(decision, S_layers);
-    if (layers == NULL) goto done;
-    if (!PyTuple_CheckExact(layers) || PyTuple_GET_SIZE(layers) != 1) goto skip;
-    layer = Py_NewRef(PyTuple_GET_ITEM(layers, 0));
-    value = PyObject_GetAttr(decision, S_rate);
-    if (value == NULL) goto done;
-    if (value != self->rate) goto skip;
-    Py_CLEAR(value);
-    value = PyObject_GetAttr(layer, S_rate);
-    if (value == NULL) goto done;
-    if (value != self->rate) goto skip;
-    Py_CLEAR(value);
-    value = PyObject_GetAttr(layer, self->window);
-    if (value == NULL) goto done;
-    if (!PyFloat_CheckExact(value)) goto skip;
-    double window = PyFloat_AS_DOUBLE(value);
-    if (window > 0) {
-        if (!(window < 9.0e15)) goto skip;  /* math.ceil's range checks stay in Python */
-        t = (long long)ceil(window);
-    }
-    Py_CLEAR(value);
-    value = PyObject_GetAttr(layer, S_remaining);
-    if (value == NULL) goto done;
-    if (!PyLong_CheckExact(value)) goto skip;
-    int overflow = 0;
-    remaining = PyLong_AsLongLongAndOverflow(value, &overflow);
-    if (remaining == -1 && PyErr_Occurred()) goto done;
-    if (overflow) goto skip;
-    Py_CLEAR(value);
-    value = PyObject_GetAttr(layer, S_allowed);
-    if (value == NULL) goto done;
-    int layer_allowed = PyObject_IsTrue(value);
-    if (layer_allowed < 0) goto done;
-    if (!layer_allowed || remaining < 0) {
-        remaining = 0;
-    }
-    char numbers[64];
-    int length = snprintf(numbers, sizeof numbers, "%lld;t=%lld", remaining, t);
-    Py_ssize_t head = PyBytes_GET_SIZE(self->state);
-    field = PyBytes_FromStringAndSize(NULL, head + length);
-    if (field == NULL) goto done;
-    memcpy(PyBytes_AS_STRING(field), PyBytes_AS_STRING(self->state), head);
-    memcpy(PyBytes_AS_STRING(field) + head, numbers, length);
-    PyObject *pair = PyTuple_Pack(2, B_ratelimit, field);
-    if (pair == NULL) goto done;
-    result = PyList_New(2);
-    if (result == NULL) {
-        Py_DECREF(pair);
-        goto done;
-    }
-    PyList_SET_ITEM(result, 0, Py_NewRef(self->policy));
-    PyList_SET_ITEM(result, 1, pair);
-    goto done;
-skip:
-    ok = 1;
-done:
-    Py_XDECREF(value);
-    Py_XDECREF(layers);
-    Py_XDECREF(layer);
-    Py_XDECREF(field);
-    if (result == NULL && ok) {
-        return Py_NewRef(Py_None);
-    }
-    return result;
-}
-
-static PyObject *
-ScopeRule_key(ScopeRule *self, PyObject *scope)
-{
-    return scope_key(self, scope);
-}
-
-static PyObject *
-ScopeRule_headers(ScopeRule *self, PyObject *decision)
-{
-    return scope_headers(self, decision);
-}
-
-/* rule(scope, hit): hit the rule's key; the allowed headers, or (key, decision) for Python. */
-static PyObject *
-ScopeRule_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
-                     PyObject *kwnames)
-{
-    ScopeRule *self = (ScopeRule *)callable;
-    if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
-        PyErr_SetString(PyExc_TypeError, "ScopeRule(scope, hit) takes two positional arguments");
-        return NULL;
-    }
-    PyObject *key = scope_key(self, args[0]);
-    if (key == NULL) {
-        return NULL;
-    }
-    PyObject *call[3] = {key, self->rates, self->cost};
-    PyObject *decision = PyObject_Vectorcall(args[1], call, 3, NULL);
-    if (decision == NULL) {
-        Py_DECREF(key);
-        return NULL;
-    }
-    PyObject *found = scope_headers(self, decision);
-    if (found == Py_None) {
-        Py_DECREF(found);
-        found = PyTuple_Pack(2, key, decision);
-    }
-    Py_DECREF(key);
-    Py_DECREF(decision);
     return found;
 }
 
 static int
-ScopeRule_traverse(ScopeRule *self, visitproc visit, void *arg)
+MemoryKernel_init(MemoryKernel *self, PyObject *args, PyObject *kwds)
 {
-    Py_VISIT(self->header);
-    Py_VISIT(self->identity);
-    Py_VISIT(self->extract);
-    Py_VISIT(self->prefix);
-    Py_VISIT(self->fallback);
-    Py_VISIT(self->rates);
-    Py_VISIT(self->cost);
-    Py_VISIT(self->rate);
-    Py_VISIT(self->policy);
-    Py_VISIT(self->state);
-    Py_VISIT(self->window);
-    Py_VISIT(self->keys);
+    PyObject *states, *lock, *shapes, *fallback, *evict, *decision_type, *rate_type,
+        *system_clock;
+    static char *kwlist[] = {"states", "lock", "shapes", "fallback", "evict", "decision_type",
+                             "rate_type", "system_clock_type", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$OOOOOOOO:MemoryKernel", kwlist, &states,
+                                     &lock, &shapes, &fallback, &evict, &decision_type,
+                                     &rate_type, &system_clock)) {
+        return -1;
+    }
+    if (PyTuple_GET_SIZE(args) != 0 || kwds == NULL || PyDict_GET_SIZE(kwds) != 8) {
+        PyErr_SetString(PyExc_TypeError,
+                        "MemoryKernel takes exactly these keyword arguments: states, lock, "
+                        "shapes, fallback, evict, decision_type, rate_type, system_clock_type");
+        return -1;
+    }
+    if (!PyODict_CheckExact(states)) {
+        PyErr_Format(PyExc_TypeError, "MemoryKernel(states=...) must be an OrderedDict, not %s",
+                     Py_TYPE(states)->tp_name);
+        return -1;
+    }
+    if (!PyCallable_Check(fallback) || !PyCallable_Check(evict)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "MemoryKernel(fallback=..., evict=...) must both be callable");
+        return -1;
+    }
+    if (!PyType_Check(decision_type) || !PyType_Check(rate_type) || !PyType_Check(system_clock)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "MemoryKernel(decision_type=..., rate_type=..., system_clock_type=...) "
+                        "must be classes");
+        return -1;
+    }
+    Py_ssize_t offsets[N_FIELDS];
+    PyObject *type_dict = ((PyTypeObject *)decision_type)->tp_dict;
+    for (int i = 0; i < N_FIELDS; i++) {
+        /* The slot's member descriptor, which holds its offset (a public field, not a name). */
+        PyObject *descr = PyDict_GetItemString(type_dict, FIELD_NAMES[i]);
+        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)
+            || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+            PyErr_Format(PyExc_TypeError,
+                         "MemoryKernel(decision_type=...): %R has no object slot %s",
+                         decision_type, FIELD_NAMES[i]);
+            return -1;
+        }
+        offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+    }
+    PyObject *popitem = handed_attr(states, "popitem", "states");
+    PyObject *acquire = popitem ? handed_attr(lock, "acquire", "lock") : NULL;
+    PyObject *release = acquire ? handed_attr(lock, "release", "lock") : NULL;
+    PyObject *locked = release ? handed_attr(lock, "locked", "lock") : NULL;
+    PyObject *shapes_get = locked ? handed_attr(shapes, "get", "shapes") : NULL;
+    if (shapes_get == NULL) {
+        Py_XDECREF(popitem);
+        Py_XDECREF(acquire);
+        Py_XDECREF(release);
+        Py_XDECREF(locked);
+        return -1;
+    }
+    Py_XSETREF(self->states, Py_NewRef(states));
+    Py_XSETREF(self->popitem, popitem);
+    Py_XSETREF(self->acquire, acquire);
+    Py_XSETREF(self->release, release);
+    Py_XSETREF(self->locked, locked);
+    Py_XSETREF(self->shapes_get, shapes_get);
+    Py_XSETREF(self->fallback, Py_NewRef(fallback));
+    Py_XSETREF(self->evict, Py_NewRef(evict));
+    Py_XSETREF(self->system_clock, Py_NewRef(system_clock));
+    Py_XSETREF(self->rate_type, Py_NewRef(rate_type));
+    Py_XSETREF(self->decision_type, (PyTypeObject *)Py_NewRef(decision_type));
+    memcpy(self->offsets, offsets, sizeof offsets);
+    clear_shape(self);  /* shapes of another cache, or another Decision class, are not these */
+    if (self->clock != NULL) {
+        self->clock_is_system = Py_IS_TYPE(self->clock, (PyTypeObject *)system_clock);
+    }
     return 0;
 }
 
-static int
-ScopeRule_clear(ScopeRule *self)
+static PyObject *
+MemoryKernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    Py_CLEAR(self->header);
-    Py_CLEAR(self->identity);
-    Py_CLEAR(self->extract);
-    Py_CLEAR(self->prefix);
-    Py_CLEAR(self->fallback);
-    Py_CLEAR(self->rates);
-    Py_CLEAR(self->cost);
-    Py_CLEAR(self->rate);
-    Py_CLEAR(self->policy);
-    Py_CLEAR(self->state);
-    Py_CLEAR(self->window);
-    Py_CLEAR(self->keys);
-    return 0;
+    /* The store's own __init__ takes the store's options; __init__ above takes the kernel's. */
+    MemoryKernel *self = (MemoryKernel *)type->tp_alloc(type, 0);
+    if (self != NULL) {
+        self->max_keys_c = PY_SSIZE_T_MAX;
+    }
+    return (PyObject *)self;
 }
 
-static void
-ScopeRule_dealloc(ScopeRule *self)
-{
-    PyObject_GC_UnTrack(self);
-    ScopeRule_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyObject *ScopeRule_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
-
-static PyMethodDef ScopeRule_methods[] = {
-    {"key", (PyCFunction)ScopeRule_key, METH_O, "The rule's store key for an ASGI scope."},
-    {"headers", (PyCFunction)ScopeRule_headers, METH_O,
-     "An allowed decision's RateLimit headers as ASGI byte pairs, or None."},
+static PyMethodDef MemoryKernel_methods[] = {
+    {"decide", (PyCFunction)(void (*)(void))MemoryKernel_decide, METH_FASTCALL | METH_KEYWORDS,
+     PyDoc_STR("decide(algorithm, key, rates, cost=1): the store's hit. One GCRA rate, an "
+               "ASCII str key and a whole cost are decided here; every other call by the "
+               "fallback it was handed.")},
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject ScopeRuleType = {
+static PyTypeObject MemoryKernelType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "ratewarden._speedups.ScopeRule",
+    .tp_name = "ratewarden._speedups.MemoryKernel",
     .tp_doc = PyDoc_STR(
-        "ScopeRule(header, identity, extract, prefix, fallback, rates, cost, policy, state, "
-        "window): one plain rule's scope path; see middleware/_core.py."),
-    .tp_basicsize = sizeof(ScopeRule),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_new = ScopeRule_new,
-    .tp_dealloc = (destructor)ScopeRule_dealloc,
-    .tp_traverse = (traverseproc)ScopeRule_traverse,
-    .tp_clear = (inquiry)ScopeRule_clear,
-    .tp_methods = ScopeRule_methods,
-    .tp_call = PyVectorcall_Call,
-    .tp_vectorcall_offset = offsetof(ScopeRule, vectorcall),
+        "MemoryKernel(*, states, lock, shapes, fallback, evict, decision_type, rate_type, "
+        "system_clock_type): the memory store's base in C, its one-rate GCRA step over the "
+        "state table it is handed."),
+    .tp_basicsize = sizeof(MemoryKernel),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = MemoryKernel_new,
+    .tp_init = (initproc)MemoryKernel_init,
+    .tp_dealloc = (destructor)MemoryKernel_dealloc,
+    .tp_traverse = (traverseproc)MemoryKernel_traverse,
+    .tp_clear = (inquiry)MemoryKernel_clear,
+    .tp_methods = MemoryKernel_methods,
+    .tp_getset = MemoryKernel_getset,
 };
-
-static PyObject *
-ScopeRule_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
-{
-    PyObject *header, *identity, *extract, *prefix, *fallback, *rates, *cost, *policy, *state,
-        *window;
-    static char *kwlist[] = {"header", "identity", "extract", "prefix", "fallback", "rates",
-                             "cost", "policy", "state", "window", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOUUO!O!O!SU:ScopeRule", kwlist, &header,
-                                     &identity, &extract, &prefix, &fallback, &PyTuple_Type,
-                                     &rates, &PyLong_Type, &cost, &PyTuple_Type, &policy,
-                                     &state, &window)) {
-        return NULL;
-    }
-    if (header != Py_None && !PyBytes_CheckExact(header)) {
-        PyErr_SetString(PyExc_TypeError, "ScopeRule header must be bytes or None");
-        return NULL;
-    }
-    if (!PyCallable_Check(identity) || !PyCallable_Check(extract)) {
-        PyErr_SetString(PyExc_TypeError, "ScopeRule identity and extract must be callable");
-        return NULL;
-    }
-    if (PyTuple_GET_SIZE(rates) != 1 || PyTuple_GET_SIZE(policy) != 2) {
-        PyErr_SetString(PyExc_ValueError, "ScopeRule takes one rate and one policy pair");
-        return NULL;
-    }
-    ScopeRule *self = (ScopeRule *)type->tp_alloc(type, 0);
-    if (self == NULL) {
-        return NULL;
-    }
-    self->vectorcall = ScopeRule_vectorcall;
-    self->header = Py_NewRef(header);
-    self->identity = Py_NewRef(identity);
-    self->extract = Py_NewRef(extract);
-    self->prefix = Py_NewRef(prefix);
-    self->fallback = Py_NewRef(fallback);
-    self->rates = Py_NewRef(rates);
-    self->cost = Py_NewRef(cost);
-    self->rate = Py_NewRef(PyTuple_GET_ITEM(rates, 0));
-    self->policy = Py_NewRef(policy);
-    self->state = Py_NewRef(state);
-    self->window = Py_NewRef(window);
-    self->keys = PyDict_New();
-    if (self->keys == NULL) {
-        Py_DECREF(self);
-        return NULL;
-    }
-    return (PyObject *)self;
-}
-
-/* ------------------------------------------------------------------------------------------
- * AddHeaders(send, extra): the ASGI middleware's send wrapper (middleware/asgi.py, _adding).
- *
- * Called with a message: a response start goes on as a new dict whose "headers" are the
- * message's followed by extra; any other message goes on as it is. It returns what send
- * returns (the awaitable), making no coroutine of its own. A twin of _adding's closure;
- * tests/middleware/test_scope_rule.py compares the two.
- * ------------------------------------------------------------------------------------------ */
-
-typedef struct {
-    PyObject_HEAD
-    PyObject *send;
-    PyObject *extra;  /* a list of (bytes, bytes) */
-    vectorcallfunc vectorcall;
-} AddHeaders;
-
-static PyObject *S_type, *S_start, *S_get, *EMPTY_TUPLE;
-
-static PyObject *
-started(AddHeaders *self, PyObject *message)
-{
-    PyObject *copy = PyDict_New();
-    if (copy == NULL) {
-        return NULL;
-    }
-    PyObject *headers = NULL, *joined = NULL;
-    if (PyDict_Merge(copy, message, 1) < 0) goto fail;
-    if (PyDict_CheckExact(message)) {
-        headers = PyDict_GetItemWithError(message, S_headers);
-        if (headers == NULL && PyErr_Occurred()) goto fail;
-        headers = Py_NewRef(headers != NULL ? headers : EMPTY_TUPLE);
-    }
-    else {
-        headers = PyObject_CallMethodObjArgs(message, S_get, S_headers, EMPTY_TUPLE, NULL);
-        if (headers == NULL) goto fail;
-    }
-    joined = PySequence_List(headers);
-    if (joined == NULL) goto fail;
-    Py_ssize_t end = PyList_GET_SIZE(joined);
-    if (PyList_SetSlice(joined, end, end, self->extra) < 0) goto fail;
-    if (PyDict_SetItem(copy, S_headers, joined) < 0) goto fail;
-    Py_DECREF(headers);
-    Py_DECREF(joined);
-    return copy;
-fail:
-    Py_XDECREF(headers);
-    Py_XDECREF(joined);
-    Py_DECREF(copy);
-    return NULL;
-}
-
-static PyObject *
-AddHeaders_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
-                      PyObject *kwnames)
-{
-    AddHeaders *self = (AddHeaders *)callable;
-    if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
-        PyErr_SetString(PyExc_TypeError, "send(message) takes one positional argument");
-        return NULL;
-    }
-    PyObject *message = args[0];
-    PyObject *type = PyObject_GetItem(message, S_type);
-    if (type == NULL) {
-        return NULL;
-    }
-    int start = PyObject_RichCompareBool(type, S_start, Py_EQ);
-    Py_DECREF(type);
-    if (start < 0) {
-        return NULL;
-    }
-    if (!start) {
-        return PyObject_CallOneArg(self->send, message);
-    }
-    PyObject *copy = started(self, message);
-    if (copy == NULL) {
-        return NULL;
-    }
-    PyObject *result = PyObject_CallOneArg(self->send, copy);
-    Py_DECREF(copy);
-    return result;
-}
-
-static int
-AddHeaders_traverse(AddHeaders *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->send);
-    Py_VISIT(self->extra);
-    return 0;
-}
-
-static int
-AddHeaders_clear(AddHeaders *self)
-{
-    Py_CLEAR(self->send);
-    Py_CLEAR(self->extra);
-    return 0;
-}
-
-static void
-AddHeaders_dealloc(AddHeaders *self)
-{
-    PyObject_GC_UnTrack(self);
-    AddHeaders_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyObject *AddHeaders_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
-
-static PyTypeObject AddHeadersType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "ratewarden._speedups.AddHeaders",
-    .tp_doc = PyDoc_STR(
-        "AddHeaders(send, extra): send, with extra appended to a response start's headers."),
-    .tp_basicsize = sizeof(AddHeaders),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_new = AddHeaders_new,
-    .tp_dealloc = (destructor)AddHeaders_dealloc,
-    .tp_traverse = (traverseproc)AddHeaders_traverse,
-    .tp_clear = (inquiry)AddHeaders_clear,
-    .tp_call = PyVectorcall_Call,
-    .tp_vectorcall_offset = offsetof(AddHeaders, vectorcall),
-};
-
-static PyObject *
-AddHeaders_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
-{
-    PyObject *send, *extra;
-    static char *kwlist[] = {"send", "extra", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!:AddHeaders", kwlist, &send,
-                                     &PyList_Type, &extra)) {
-        return NULL;
-    }
-    AddHeaders *self = (AddHeaders *)type->tp_alloc(type, 0);
-    if (self == NULL) {
-        return NULL;
-    }
-    self->vectorcall = AddHeaders_vectorcall;
-    self->send = Py_NewRef(send);
-    self->extra = Py_NewRef(extra);
-    return (PyObject *)self;
-}
 
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "ratewarden._speedups",
-    .m_doc = "C twins of the memory store's one-rate GCRA decision (storage/memory.py) and of "
-             "the ASGI middleware's one-rule path (middleware/_core.py, middleware/asgi.py).",
+    .m_doc = "The memory store's kernel in C: its one-rate GCRA step over the state table it is "
+             "handed (storage/memory.py).",
     .m_size = -1,
 };
 
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
-    S_evict = PyUnicode_InternFromString("_evict");
-    S_max_keys = PyUnicode_InternFromString("max_keys");
     S_single = PyUnicode_InternFromString("single");
     S_suffixes = PyUnicode_InternFromString("suffixes");
     S_params = PyUnicode_InternFromString("params");
@@ -1477,42 +924,21 @@ PyInit__speedups(void)
     S_cost = PyUnicode_InternFromString("cost");
     S_limit = PyUnicode_InternFromString("limit");
     S_now_us = PyUnicode_InternFromString("now_us");
-    S_clock = PyUnicode_InternFromString("clock");
-    if (!S_clock || !S_evict || !S_max_keys || !S_single || !S_suffixes || !S_params
-        || !S_rates || !S_cost || !S_limit || !S_now_us) {
-        return NULL;
-    }
-    S_key = PyUnicode_InternFromString("key");
-    S_shadow = PyUnicode_InternFromString("shadow");
-    if (!S_key || !S_shadow || PyType_Ready(&MemoryGcraType) < 0
-        || PyType_Ready(&LimiterHitType) < 0) {
-        return NULL;
-    }
-    S_headers = PyUnicode_InternFromString("headers");
-    S_allowed = PyUnicode_InternFromString("allowed");
-    S_layers = PyUnicode_InternFromString("layers");
-    S_rate = PyUnicode_InternFromString("rate");
-    S_remaining = PyUnicode_InternFromString("remaining");
-    B_ratelimit = PyBytes_FromString("ratelimit");
-    if (!S_headers || !S_allowed || !S_layers || !S_rate || !S_remaining || !B_ratelimit
-        || PyType_Ready(&ScopeRuleType) < 0) {
-        return NULL;
-    }
-    S_type = PyUnicode_InternFromString("type");
-    S_start = PyUnicode_InternFromString("http.response.start");
-    S_get = PyUnicode_InternFromString("get");
+    S_gcra = PyUnicode_InternFromString("gcra");
+    EMPTY_STR = PyUnicode_FromString("");
     EMPTY_TUPLE = PyTuple_New(0);
-    if (!S_type || !S_start || !S_get || !EMPTY_TUPLE || PyType_Ready(&AddHeadersType) < 0) {
+    ZERO_FLOAT = PyFloat_FromDouble(0.0);
+    ONE = PyLong_FromLong(1);
+    if (!S_single || !S_suffixes || !S_params || !S_rates || !S_cost || !S_limit || !S_now_us
+        || !S_gcra || !EMPTY_STR || !EMPTY_TUPLE || !ZERO_FLOAT || !ONE
+        || PyType_Ready(&MemoryKernelType) < 0) {
         return NULL;
     }
     PyObject *module = PyModule_Create(&speedups_module);
     if (module == NULL) {
         return NULL;
     }
-    if (PyModule_AddObjectRef(module, "MemoryGcra", (PyObject *)&MemoryGcraType) < 0
-        || PyModule_AddObjectRef(module, "LimiterHit", (PyObject *)&LimiterHitType) < 0
-        || PyModule_AddObjectRef(module, "ScopeRule", (PyObject *)&ScopeRuleType) < 0
-        || PyModule_AddObjectRef(module, "AddHeaders", (PyObject *)&AddHeadersType) < 0) {
+    if (PyModule_AddObjectRef(module, "MemoryKernel", (PyObject *)&MemoryKernelType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

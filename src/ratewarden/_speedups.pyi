@@ -1,48 +1,31 @@
 """Types of the optional C extension built from _speedups.c (see ratewarden/_native.py)."""
 
-from collections.abc import Callable
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from ratewarden.clock import Clock
 from ratewarden.decision import Decision
+from ratewarden.rate import Rate
 
-class MemoryGcra:
+class MemoryKernel:
+    """The memory store's base in C: its one-rate GCRA step over the state it is handed."""
+
+    clock: Clock
+    max_keys: int
     def __init__(
         self,
-        store: Any,
+        *,
+        states: OrderedDict[Any, tuple[Any, int]],
+        lock: threading.Lock,
+        shapes: Any,  # the store's shape cache: shapes.get(algorithm, rates, cost) -> a shape
         fallback: Callable[..., Decision],
-        system_clock_type: type,
-        rate_type: type,
-        decision_type: type,
+        evict: Callable[[Any], None],
+        decision_type: type[Decision],
+        rate_type: type[Rate],
+        system_clock_type: type[Clock],
     ) -> None: ...
-    def __call__(self, *args: Any, **kwargs: Any) -> Decision: ...
-    def reload(self) -> None: ...
-
-class LimiterHit:
-    def __init__(
-        self, core: MemoryGcra, algorithm: str, fallback: Callable[..., Decision]
-    ) -> None: ...
-    def __call__(self, *args: Any, **kwargs: Any) -> Decision: ...
-
-class ScopeRule:
-    def __init__(
-        self,
-        header: bytes | None,
-        identity: Callable[[str], str | None],
-        extract: Callable[[Any], str | None],
-        prefix: str,
-        fallback: str,
-        rates: tuple[Any, ...],
-        cost: int,
-        policy: tuple[bytes, bytes],
-        state: bytes,
-        window: str,
-    ) -> None: ...
-    def __call__(
-        self, scope: Any, hit: Callable[..., Decision]
-    ) -> list[tuple[bytes, bytes]] | tuple[str, Decision]: ...
-    def key(self, scope: Any) -> str: ...
-    def headers(self, decision: Decision) -> list[tuple[bytes, bytes]] | None: ...
-
-class AddHeaders:
-    def __init__(self, send: Callable[[Any], Any], extra: list[tuple[bytes, bytes]]) -> None: ...
-    def __call__(self, message: Any) -> Any: ...
+    def decide(
+        self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
+    ) -> Decision: ...

@@ -1,19 +1,26 @@
-"""The C twin of the memory store's one-rate GCRA decision (``ratewarden._speedups``).
+"""The memory store's C kernel (``ratewarden._speedups.MemoryKernel``).
 
 The Python path in ``storage/memory.py`` is the reference. These tests feed the
-same calls to a store deciding in C and to one forced onto the Python path and
+same calls to a store deciding in C and to one on the Python path only and
 demand identical Decisions and identical stored state (keys, order, expiries,
-evictions), and check every way a call can leave the fast path.
+evictions), check every way a call can leave the kernel, that the kernel sits
+behind the store's interface (a base class, no instance patching, no
+``__setattr__`` hook, no private name read), and that it leaks nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
+import re
 import shutil
 import sys
 import sysconfig
 import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,7 +29,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratewarden import AsyncLimiter, Limiter, Rate
+from ratewarden import AsyncLimiter, Limiter, Rate, _native
 from ratewarden.clock import SystemClock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
@@ -32,30 +39,57 @@ from ratewarden.testing import ManualClock
 
 speedups = pytest.mark.skipif(not memory.SPEEDUPS, reason="ratewarden._speedups is not built")
 
+SOURCE = Path(__file__).parents[2] / "src" / "ratewarden" / "_speedups.c"
 
-def pure(store: Any) -> Any:
+
+class PureStore(MemoryStore):
     """The same store on the Python path only (what a build without a compiler runs)."""
-    store.__dict__.pop("hit", None)
-    store.__dict__.pop("_fast", None)
-    if isinstance(store, AsyncMemoryStore):
-        store._decide = store._hit
-    return store
+
+    hit = MemoryStore._hit
 
 
-def test_the_twin_is_built_wherever_a_compiler_is() -> None:
+class PureAsyncStore(AsyncMemoryStore):
+    """The asyncio store on the Python path only."""
+
+    _decide = AsyncMemoryStore._hit
+
+
+def test_the_kernel_is_built_wherever_a_compiler_is() -> None:
     """Where scripts/test ran (a C compiler and Python's headers present) the extension
-    exists and is used, so the tests below ran against it and did not skip."""
+    exists and is the stores' base, so the tests below ran against it and did not skip."""
     headers = Path(sysconfig.get_paths()["include"], "Python.h")
     if shutil.which("cc") is None or not headers.exists():
         pytest.skip("no C compiler or Python.h here: the pure path is all there is")
     if os.environ.get("RATEWARDEN_PURE", "") not in ("", "0"):
         pytest.skip("RATEWARDEN_PURE is set")
     assert memory.SPEEDUPS
-    store = MemoryStore()
-    assert type(store.hit).__name__ == "MemoryGcra"
-    # A plain Limiter's hit is one call of the store's: the twin decides it.
-    limiter = Limiter(store)
-    assert limiter.plain and limiter.store.hit is store.hit
+    kernel = _native.speedups.MemoryKernel
+    assert isinstance(MemoryStore(), kernel) and isinstance(AsyncMemoryStore(), kernel)
+
+
+@speedups
+def test_the_kernel_is_the_stores_hit_at_class_level_with_nothing_patched() -> None:
+    """MemoryStore.hit is the kernel's method on the class: no instance gets a ``hit`` of its
+    own, and no ``__setattr__`` hook watches the store (clock and max_keys are the kernel's)."""
+    kernel = _native.speedups.MemoryKernel
+    assert MemoryStore.hit is kernel.decide
+    assert AsyncMemoryStore._decide is kernel.decide
+    for store in (MemoryStore(), AsyncMemoryStore()):
+        assert "hit" not in vars(store) and "_decide" not in vars(store)
+        assert type(store).__setattr__ is object.__setattr__
+        assert "clock" not in vars(store) and "max_keys" not in vars(store)
+    limiter = Limiter(MemoryStore())
+    assert limiter.plain and type(limiter.store).hit is kernel.decide
+
+
+def test_the_kernel_reads_no_private_name() -> None:
+    """The C source names no underscore attribute: the kernel is handed what it works on
+    (``MemoryKernel.__init__``), and reads only public fields of what it was handed."""
+    if not SOURCE.exists():
+        pytest.skip("no source tree here")
+    source = SOURCE.read_text(encoding="utf-8")
+    assert re.findall(r'"_[A-Za-z]', source) == []
+    assert "MemoryKernel" in source and "LimiterHit" not in source
 
 
 RATES = [
@@ -84,7 +118,7 @@ def test_c_and_python_paths_decide_and_store_the_same(
     """Random calls, time steps and costs: equal Decisions after every call, equal state."""
     fast_clock, pure_clock = ManualClock(), ManualClock()
     fast = MemoryStore(clock=fast_clock, max_keys=max_keys)
-    slow = pure(MemoryStore(clock=pure_clock, max_keys=max_keys))
+    slow = PureStore(clock=pure_clock, max_keys=max_keys)
     for key_index, rate_index, cost, advance_us in steps:
         fast_clock.advance_us(advance_us)
         pure_clock.advance_us(advance_us)
@@ -117,7 +151,7 @@ def test_every_call_form_of_limiter_hit_gives_the_python_answer() -> None:
     rate = Rate.parse("2/minute")
     fast_clock, pure_clock = ManualClock(), ManualClock()
     fast = Limiter(MemoryStore(clock=fast_clock))
-    slow = Limiter(pure(MemoryStore(clock=pure_clock)))
+    slow = Limiter(PureStore(clock=pure_clock))
     calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
         (("a", rate), {}),
         (("a",), {"rates": rate}),
@@ -154,8 +188,8 @@ def test_every_call_form_of_limiter_hit_gives_the_python_answer() -> None:
 def test_bad_calls_raise_what_the_python_path_raises_and_change_nothing(
     args: tuple[Any, ...], kwargs: dict[str, Any], error: type[Exception]
 ) -> None:
-    """The C twin hands anything it does not take to the Python method, which refuses it."""
-    for store in (MemoryStore(clock=ManualClock()), pure(MemoryStore(clock=ManualClock()))):
+    """The kernel hands anything it does not take to the Python path, which refuses it."""
+    for store in (MemoryStore(clock=ManualClock()), PureStore(clock=ManualClock())):
         limiter = Limiter(store)
         with pytest.raises(error) as raised:
             limiter.hit(*args, **kwargs)
@@ -169,7 +203,7 @@ def test_bad_calls_raise_what_the_python_path_raises_and_change_nothing(
 def test_store_hit_keyword_and_other_algorithms_take_the_python_path() -> None:
     """store.hit with keywords, or for another algorithm, answers as the Python method."""
     rate = Rate.parse("5/minute")
-    fast, slow = MemoryStore(clock=ManualClock()), pure(MemoryStore(clock=ManualClock()))
+    fast, slow = MemoryStore(clock=ManualClock()), PureStore(clock=ManualClock())
     for store in (fast, slow):
         store.hit("token_bucket", "k", rate)
         store.hit(algorithm="gcra", key="k", rates=rate, cost=2)
@@ -179,7 +213,7 @@ def test_store_hit_keyword_and_other_algorithms_take_the_python_path() -> None:
 
 @speedups
 def test_a_new_clock_or_max_keys_is_used_from_the_next_call() -> None:
-    """Setting store.clock or store.max_keys reaches the C twin (and a Limiter over it)."""
+    """Setting store.clock or store.max_keys reaches the kernel (and a Limiter over it)."""
     store = MemoryStore()
     limiter = Limiter(store)
     rate = Rate.parse("1/hour")
@@ -193,6 +227,23 @@ def test_a_new_clock_or_max_keys_is_used_from_the_next_call() -> None:
     for key in ("a", "b", "c"):
         limiter.hit(key, rate)
     assert len(store) == 2 and store.evictions == 2
+    assert store.clock is clock and store.max_keys == 2
+
+
+def test_a_max_keys_that_is_no_number_fails_alike_on_both_paths() -> None:
+    """A max_keys set to something that is not a number raises the Python path's error on the
+    next new key, from the kernel too (it hands the comparison to the store's evict)."""
+    rate = Rate.parse("1/hour")
+    errors = []
+    for store in (MemoryStore(clock=ManualClock()), PureStore(clock=ManualClock())):
+        store.hit("gcra", "a", rate)
+        store.max_keys = "many"  # type: ignore[assignment]
+        assert store.hit("gcra", "a", rate).allowed is False  # no new key: nothing compared
+        with pytest.raises(TypeError) as raised:
+            store.hit("gcra", "b", rate)
+        errors.append(str(raised.value))
+        assert store.max_keys == "many"
+    assert errors[0] == errors[1] and "'>'" in errors[0]
 
 
 @speedups
@@ -210,8 +261,9 @@ def test_the_system_clock_is_read_in_c_as_python_reads_it() -> None:
 
 
 @speedups
-def test_a_replaced_store_or_a_hook_or_a_subclass_keeps_the_python_method() -> None:
-    """The C Limiter.hit is dropped when the store changes; hooks and subclasses keep theirs."""
+def test_a_replaced_store_or_a_hook_or_a_subclass_keeps_its_own_hit() -> None:
+    """A Limiter follows a replaced store; a hook is called; a subclass's own hit runs and
+    reaches the kernel through super()."""
     rate = Rate.parse("1/hour")
     limiter = Limiter(MemoryStore(clock=ManualClock()))
     other = MemoryStore(clock=ManualClock())
@@ -229,13 +281,15 @@ def test_a_replaced_store_or_a_hook_or_a_subclass_keeps_the_python_method() -> N
             Counting.calls += 1
             return super().hit(*args, **kwargs)
 
-    Limiter(Counting()).hit("k", rate)
+    counting = Counting(clock=ManualClock())
+    Limiter(counting).hit("k", rate)
     assert Counting.calls == 1
+    assert Counting.hit is not MemoryStore.hit and MemoryStore.hit is MemoryStore._decide
 
 
 @speedups
 def test_threads_on_one_key_with_the_python_path_interleaved_admit_exactly_the_limit() -> None:
-    """8 threads on one key, half through the C twin and half through the Python method,
+    """8 threads on one key, half through the kernel and half through the Python path,
     time frozen: exactly the limit is admitted."""
     clock = ManualClock()
     store = MemoryStore(clock=clock)
@@ -258,27 +312,34 @@ def test_threads_on_one_key_with_the_python_path_interleaved_admit_exactly_the_l
 
 @speedups
 def test_the_asyncio_store_decides_in_c_too() -> None:
-    """AsyncMemoryStore and AsyncLimiter: the same Decisions as the Python path."""
+    """AsyncMemoryStore and AsyncLimiter (awaited, and hit_now on the blocking view): the
+    same Decisions as the Python path."""
     rate = Rate.parse("3/second")
 
-    async def run(store: AsyncMemoryStore, clock: ManualClock) -> list[Decision]:
+    async def run(
+        store: AsyncMemoryStore, clock: ManualClock, now: Callable[..., Decision]
+    ) -> list[Decision]:
         limiter = AsyncLimiter(store)
         out = []
         for i in range(20):
             clock.advance_us(100_000 * (i % 3))
             out.append(await limiter.hit(f"k{i % 2}", rate, cost=1 + i % 2))
+            out.append(now("gcra", "k2", rate, 1))
         return out
 
     fast_clock, pure_clock = ManualClock(), ManualClock()
     fast = AsyncMemoryStore(clock=fast_clock)
-    assert type(fast._decide).__name__ == "MemoryGcra"
-    slow = pure(AsyncMemoryStore(clock=pure_clock))
-    assert asyncio.run(run(fast, fast_clock)) == asyncio.run(run(slow, pure_clock))
+    view = fast.immediate
+    assert view is not None and view.hit.__name__ == "decide" and view.hit.__self__ is fast
+    slow = PureAsyncStore(clock=pure_clock)
+    assert asyncio.run(run(fast, fast_clock, view.hit)) == asyncio.run(
+        run(slow, pure_clock, slow._hit)
+    )
 
 
 @speedups
 def test_a_state_someone_holds_is_never_changed_under_them() -> None:
-    """The twin updates an entry in place only when the store alone holds it: entries read
+    """The kernel updates an entry in place only when the store alone holds it: entries read
     out of the store (a snapshot, a debugger) keep the values they had."""
     clock = ManualClock()
     store = MemoryStore(clock=clock)
@@ -303,7 +364,7 @@ def test_state_keys_of_different_kinds_never_collide(fast: bool) -> None:
     """A rate's state key is the string key + suffix; slots and budget operations keep theirs
     under (kind, key) tuples, so a crafted key equal to a rate's state key touches nothing."""
     clock = ManualClock()
-    store = MemoryStore(clock=clock) if fast else pure(MemoryStore(clock=clock))
+    store = MemoryStore(clock=clock) if fast else PureStore(clock=clock)
     rate = Rate.parse("2/minute")
     suffix = store._shapes.get("gcra", rate, 1).suffixes[0]
     assert [store.hit("gcra", "u", rate).allowed for _ in range(3)] == [True, True, False]
@@ -317,7 +378,7 @@ def test_state_keys_of_different_kinds_never_collide(fast: bool) -> None:
 
 @speedups
 def test_threads_with_different_rates_each_get_their_own_rate() -> None:
-    """The twin keeps the last call shape; a thread switch mid-call (a Python clock, a
+    """The kernel keeps the last call shape; a thread switch mid-call (a Python clock, a
     collection) must not hand one thread another thread's rate, limit or key suffix."""
     clock = ManualClock()
     store = MemoryStore(clock=clock)
@@ -356,3 +417,87 @@ def test_a_max_keys_beyond_a_machine_word_is_accepted_as_on_the_python_path() ->
     assert store.hit("gcra", "k", Rate.parse("1/hour")).allowed
     store.max_keys = 10**40
     assert not store.hit("gcra", "k", Rate.parse("1/hour")).allowed
+
+
+@speedups
+def test_the_kernel_leaks_nothing_on_any_path() -> None:
+    """20,000 rounds of every kind of call (allowed and denied in C, in-place updates, new keys
+    with sweeps and evictions, each way of handing a call to the Python path, errors): the
+    number of allocated blocks stays where it was; a leak of one object per call would add
+    20,000 or more."""
+    clock = ManualClock()
+    store = MemoryStore(clock=clock, max_keys=3)
+    limiter = Limiter(store)
+    rate, small, layered = Rate.parse("5/second"), Rate.parse("1/hour"), Rate.parse("2/minute")
+    both = (rate, layered)
+    keys = [f"user:{i}" for i in range(5)]
+
+    def round_of_calls(i: int) -> None:
+        clock.advance_us(50_000)
+        store.hit("gcra", keys[i % 5], rate)  # a new key, a sweep, an eviction (max_keys=3)
+        store.hit("gcra", keys[i % 5], rate, 2)  # in place
+        store.hit("gcra", keys[i % 5], small, 9)  # over capacity: denied in C
+        limiter.hit(keys[i % 5], rate, 0)  # a peek
+        store.hit("gcra", "k\u00e9y", rate)  # not ASCII: the Python path
+        store.hit(algorithm="gcra", key="kw", rates=rate)  # keywords: the Python path
+        store.hit("gcra", "layered", both)  # two rates: the Python path
+        store.hit("token_bucket", "tb", rate)  # another algorithm: the Python path
+        with pytest.raises(ConfigurationError):
+            store.hit("gcra", "bad", rate, -1)  # refused by the Python path
+        with pytest.raises(TypeError):
+            store.hit("gcra", "k", rate, 1, 2)  # too many arguments, said by the Python path
+
+    for i in range(2_000):
+        round_of_calls(i)
+    gc.collect()
+    before = sys.getallocatedblocks()
+    for i in range(20_000):
+        round_of_calls(i)
+    gc.collect()
+    assert sys.getallocatedblocks() - before < 2_000
+
+
+@speedups
+def test_a_dropped_store_is_freed() -> None:
+    """The kernel holds what it was handed (the store's dict, lock, shape cache, methods), and
+    the collector still frees a store nothing else holds, with a cycle through it or not."""
+    store = MemoryStore(clock=ManualClock())
+    store.hit("gcra", "k", Rate.parse("1/hour"))
+    gone = weakref.ref(store)
+    del store
+    gc.collect()
+    assert gone() is None
+    cyclic = AsyncMemoryStore(clock=ManualClock())
+    cyclic.itself = cyclic  # type: ignore[attr-defined]
+    gone = weakref.ref(cyclic)
+    del cyclic
+    gc.collect()
+    assert gone() is None
+
+
+@speedups
+def test_the_kernel_says_what_is_wrong_with_what_it_is_handed() -> None:
+    """MemoryKernel's constructor takes every object by keyword and names a bad one; a kernel
+    never set up refuses to decide rather than crash."""
+    kernel = _native.speedups.MemoryKernel
+    handed: dict[str, Any] = {
+        "states": OrderedDict(),
+        "lock": threading.Lock(),
+        "shapes": memory._plan.Shapes(),
+        "fallback": MemoryStore._hit,
+        "evict": MemoryStore._evict,
+        "decision_type": Decision,
+        "rate_type": Rate,
+        "system_clock_type": SystemClock,
+    }
+    kernel(**handed)
+    with pytest.raises(TypeError, match="exactly these keyword arguments"):
+        kernel(**{name: value for name, value in handed.items() if name != "lock"})
+    with pytest.raises(TypeError, match=r"states=\.\.\.\) must be an OrderedDict, not dict"):
+        kernel(**{**handed, "states": {}})
+    with pytest.raises(TypeError, match=r"lock=\.\.\.\): <object object at \w+> has no acquire"):
+        kernel(**{**handed, "lock": object()})
+    with pytest.raises(TypeError, match="has no object slot allowed"):
+        kernel(**{**handed, "decision_type": Rate})
+    with pytest.raises(RuntimeError, match="not set up"):
+        kernel.__new__(kernel).decide("gcra", "k", Rate.parse("1/hour"))

@@ -1,7 +1,10 @@
 """The embedded store: state in this process, updated under one lock.
 
 ``MemoryStore`` runs the pure algorithms directly, so it is the reference
-behaviour the Redis scripts are tested against.
+behaviour the Redis scripts are tested against. With ``SPEEDUPS`` its base class
+is the C kernel (``ratewarden._speedups.MemoryKernel``): handed the state table,
+the lock and the shape cache below at construction, it decides one-rate GCRA
+calls itself and hands every other call to the Python path here.
 
 Keys and memory
 ---------------
@@ -23,12 +26,11 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ratewarden import _native as native
 from ratewarden import checks
-from ratewarden.algorithms import concurrency
-from ratewarden.algorithms import layered, layered_each
+from ratewarden.algorithms import concurrency, layered, layered_each
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
@@ -42,7 +44,7 @@ __all__ = ["SPEEDUPS", "AsyncMemoryStore", "MemoryStore"]
 DEFAULT_MAX_KEYS = 1_000_000
 
 #: Microseconds an expired state stays (unseen: a read treats it as absent) before a sweep
-#: drops it, so that a key coming back soon is written over in place (the C twin has its twin).
+#: drops it, so that a key coming back soon is written over in place (the C kernel has its copy).
 _KEEP_EXPIRED_US = 1_000_000
 
 
@@ -51,6 +53,16 @@ _speedups = native.speedups
 #: Whether ``MemoryStore`` decides one-rate GCRA calls in C (``ratewarden._speedups``,
 #: built when a C compiler was there at install; ``RATEWARDEN_PURE=1`` turns it off).
 SPEEDUPS = _speedups is not None
+
+# The store's base: the C kernel when it is built (it owns the store's ``clock`` and
+# ``max_keys`` and decides one-rate GCRA calls over the state it is handed in ``__init__``),
+# else nothing, and both are plain attributes.
+if TYPE_CHECKING:
+    from ratewarden._speedups import MemoryKernel as _Base
+elif _speedups is not None:
+    _Base = _speedups.MemoryKernel
+else:
+    _Base = object
 
 #: ``key + layer suffix`` for a rate's state; ``(kind, Redis-style key)`` for the rest.
 StateKey = str | tuple[str, str]
@@ -61,7 +73,7 @@ Write = tuple[int, Any, int]
 R = TypeVar("R")
 
 
-class _MemoryCore:
+class _MemoryCore(_Base):
     """Everything but the calling convention; shared by the sync and async stores."""
 
     def __init__(
@@ -73,9 +85,7 @@ class _MemoryCore:
     ) -> None:
         if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
             raise ConfigurationError(f"max_keys {max_keys!r} must be a whole number >= 1")
-        self.clock: Clock = clock if clock is not None else SystemClock()
         self.prefix = check_prefix(prefix)
-        self.max_keys = max_keys
         self.evictions = 0
         self._lock = threading.Lock()
         # State key -> (state, expires_at_us), in write order (oldest first). A rate's
@@ -93,21 +103,22 @@ class _MemoryCore:
         # here), and the sweep and the eviction look at the oldest entry on every write.
         self._states: OrderedDict[StateKey, tuple[Any, int]] = OrderedDict()
         self._shapes = _plan.Shapes()
-        # The C twin of one-rate GCRA calls (see MemoryStore), or the Python method. A
-        # class whose ``hit`` is the Python method itself (MemoryStore) gets the twin as
-        # ``hit`` on the instance; the asyncio store awaits it, and a subclass with its own
-        # ``hit`` keeps that.
-        fast = _fast_hit(self)
-        self._decide: Callable[..., Decision] = fast or self._hit
-        if fast is not None and getattr(type(self), "hit", None) is _MemoryCore._hit:
-            self.__dict__["hit"] = fast
-
-    def __setattr__(self, name: str, value: object) -> None:
-        super().__setattr__(name, value)
-        if name in ("clock", "max_keys"):
-            fast = self.__dict__.get("_fast")
-            if fast is not None:
-                fast.reload()  # the C twin keeps both
+        if SPEEDUPS:
+            # The kernel is handed everything it works on, once: it reads no attribute of
+            # the store, and hands every call it does not take to the Python path.
+            super().__init__(
+                states=self._states,
+                lock=self._lock,
+                shapes=self._shapes,
+                fallback=type(self)._hit,
+                evict=type(self)._evict,
+                decision_type=Decision,
+                rate_type=Rate,
+                system_clock_type=SystemClock,
+            )
+        # The kernel's own attributes when it is built, so that a new value reaches it.
+        self.clock = clock if clock is not None else SystemClock()
+        self.max_keys = max_keys
 
     def _read(self, key: StateKey, now: int) -> Any:
         entry = self._states.get(key)
@@ -142,6 +153,7 @@ class _MemoryCore:
                 states[key] = entry
 
     def _evict(self) -> None:
+        """Drop the oldest entries past ``max_keys``, counting them (the kernel calls it too)."""
         states = self._states
         while len(states) > self.max_keys:
             states.popitem(last=False)
@@ -179,6 +191,10 @@ class _MemoryCore:
                 for state_key, (state, ttl_us) in zip(state_keys, writes, strict=True):
                     self._keep(state_key, state, ttl_us, now)
         return _plan.to_decision(shape.rates, outcomes, cost)
+
+    #: The store's hit, with no Python frame in front of C: the kernel's ``decide`` when it is
+    #: built (one-rate GCRA calls in C, every other call handed to ``_hit``), else ``_hit``.
+    _decide = _hit if _speedups is None else _Base.decide
 
     def _hit_all(self, algorithm: str, calls: Sequence[_plan.BatchCall]) -> list[Decision]:
         """Several decisions of one algorithm, all or nothing; see ``MemoryStore.hit_all``."""
@@ -284,27 +300,15 @@ class _MemoryCore:
             self._states.clear()
 
 
-def _fast_hit(store: _MemoryCore) -> Callable[..., Decision] | None:
-    """The C twin of ``store._hit`` (see ``MemoryStore``), or None without speedups."""
-    if _speedups is None:
-        return None
-    fast: Callable[..., Decision] = _speedups.MemoryGcra(
-        store, store._hit, SystemClock, Rate, Decision
-    )
-    store.__dict__["_fast"] = fast
-    return fast
-
-
 class MemoryStore(_MemoryCore):
     """Thread-safe in-process store. ``MemoryStore(clock=ManualClock())`` in tests.
 
-    With ``SPEEDUPS``, ``hit`` on an instance is the C twin: it decides calls with
-    one GCRA rate, an ASCII key and a whole cost, and hands every other call to the
-    Python method below (a subclass that overrides ``hit`` keeps its own).
+    With ``SPEEDUPS``, ``hit`` is the C kernel's ``decide``: it decides calls with one
+    GCRA rate, an ASCII key and a whole cost, and hands every other call to the Python
+    path (``_hit``), which stays the reference.
     """
 
-    # The hot path, without a forwarding call (and the C twin on the instance: see above).
-    hit = _MemoryCore._hit
+    hit = _MemoryCore._decide
 
     def hit_all(self, algorithm: str, calls: Sequence[_plan.BatchCall]) -> list[Decision]:
         """Decide several ``(key, rates, cost)`` calls of ``algorithm`` in one atomic step.
@@ -347,7 +351,7 @@ class MemoryStore(_MemoryCore):
 
 class AsyncMemoryStore(_MemoryCore):
     """The asyncio twin of ``MemoryStore``; the same state machine, awaited (and the same
-    C twin of one-rate GCRA calls with ``SPEEDUPS``)."""
+    C kernel for one-rate GCRA calls with ``SPEEDUPS``)."""
 
     async def hit(
         self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
