@@ -13,10 +13,6 @@ from ratewarden import algorithms
 FORBIDDEN = ("time", "asyncio", "redis", "ratewarden.storage", "socket", "threading", "random")
 PACKAGE = Path(ratewarden.__file__).parent
 
-#: Modules outside storage/ that still import redis, moved by the regions change; empty this
-#: list as they move (the test below fails on an entry that no longer imports redis).
-REDIS_OUTSIDE_STORAGE = {"regions/_quotas.py", "regions/_reconcile.py"}
-
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
@@ -24,16 +20,24 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
+def _is_deprecation_shim(function: ast.FunctionDef) -> bool:
+    return function.name == "__getattr__" or any(
+        isinstance(node, ast.Name) and node.id == "DeprecationWarning"
+        for node in ast.walk(function)
+    )
+
+
 def _runtime_imports(node: ast.AST) -> Iterator[str]:
     """The modules ``node`` imports when it runs, deferred imports in functions included;
-    not those under ``if TYPE_CHECKING:`` (types only) nor inside a module ``__getattr__``
-    (the shims that resolve a moved name, with a DeprecationWarning, only when asked)."""
+    not those under ``if TYPE_CHECKING:`` (types only), nor inside a module ``__getattr__``
+    or another function that warns with a DeprecationWarning (the shims that resolve a moved
+    name, or wrap an argument of the old form, only when asked)."""
     for child in ast.iter_child_nodes(node):
         if isinstance(child, ast.If) and _is_type_checking(child.test):
             for other in child.orelse:
                 yield from _runtime_imports(ast.Module(body=[other], type_ignores=[]))
             continue
-        if isinstance(child, ast.FunctionDef) and child.name == "__getattr__":
+        if isinstance(child, ast.FunctionDef) and _is_deprecation_shim(child):
             continue
         if isinstance(child, ast.Import):
             yield from (alias.name for alias in child.names)
@@ -98,12 +102,16 @@ def test_all_is_sorted_and_complete() -> None:
 
 def test_only_storage_imports_redis() -> None:
     """No module outside ratewarden/storage/ imports redis at run time (types under
-    ``if TYPE_CHECKING:`` and deprecation ``__getattr__`` shims aside), but the named regions
-    modules that have yet to move."""
-    importers = _importers("redis", outside="storage")
-    assert importers - REDIS_OUTSIDE_STORAGE == set()
-    moved = REDIS_OUTSIDE_STORAGE - importers
-    assert moved == set(), f"no longer import redis: remove {sorted(moved)} from the list"
+    ``if TYPE_CHECKING:`` and deprecation shims aside)."""
+    assert _importers("redis", outside="storage") == set()
+
+
+def test_regions_talk_to_no_store() -> None:
+    """regions/ takes its stores (RegionStore, or a Limiter's) from its caller: it imports
+    neither ratewarden.storage nor redis at run time, but in the shim that wraps the clients
+    of the deprecated form."""
+    importers = _importers("ratewarden.storage", "redis", outside="storage")
+    assert {name for name in importers if name.startswith("regions/")} == set()
 
 
 def test_middleware_and_plan_talk_to_no_store() -> None:

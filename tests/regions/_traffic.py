@@ -9,6 +9,7 @@ from ratewarden.clock import Clock
 from ratewarden.metrics import Metrics
 from ratewarden.rate import Rate
 from ratewarden.regions import ReconciledBudget
+from ratewarden.storage.regions import RegionStore
 from tests.regions.conftest import Region
 
 
@@ -46,19 +47,21 @@ def build_fleet(
     clock: Clock | None,
     link_timeout: float = 1.0,
 ) -> Fleet:
-    """One ReconciledBudget per region: local client direct, peers through their proxies."""
+    """One ReconciledBudget per region: local store direct, peers' through their proxies."""
     metrics = OvershootRecorder()
     budgets = {
         name: ReconciledBudget(
             name,
-            region.local(),
-            {peer: other.remote(link_timeout) for peer, other in regions.items() if peer != name},
+            RegionStore(region.local(), clock=clock, timeout=0.5),
+            {
+                peer: RegionStore(other.remote(link_timeout))
+                for peer, other in regions.items()
+                if peer != name
+            },
             region_rates,
             sync_interval=sync_interval,
             replication_lag=replication_lag,
-            clock=clock,
             metrics=metrics,
-            timeout=0.5,
         )
         for name, region in regions.items()
     }

@@ -9,6 +9,7 @@ from ratewarden.limiter import Limiter
 from ratewarden.rate import Rate
 from ratewarden.regions import DemandExchange, RegionalQuota, split_allowances
 from ratewarden.storage.redis import RedisStore
+from ratewarden.storage.regions import RegionStore
 from ratewarden.testing import ManualClock
 from tests._servers import STORE_TIMEOUT
 from tests.regions.conftest import Region, set_latency
@@ -60,11 +61,15 @@ def test_traffic_shares_are_exchanged_across_the_links_and_agree(
         for _ in range(offers):
             quotas[name].hit("tenant", GLOBAL)
     for name, quota in quotas.items():
-        DemandExchange(name, {name: regions[name].local()}).publish(7, quota.take_demand())
+        local = RegionStore(regions[name].local())
+        DemandExchange(name, {name: local}).publish(7, quota.take_demand())
     seen = []
     for name, quota in quotas.items():
-        clients = {peer: (r.local() if peer == name else r.remote()) for peer, r in regions.items()}
-        demand, missing = DemandExchange(name, clients).collect(7)
+        stores = {
+            peer: RegionStore(r.local() if peer == name else r.remote())
+            for peer, r in regions.items()
+        }
+        demand, missing = DemandExchange(name, stores).collect(7)
         assert missing == ()
         seen.append(quota.rebalance(demand))
     assert seen[0] == seen[1] == seen[2] == {"us": 8, "eu": 13, "ap": 88}
@@ -76,7 +81,7 @@ def test_traffic_shares_are_exchanged_across_the_links_and_agree(
 
 def test_a_region_missing_from_the_exchange_is_reported(regions: dict[str, Region]) -> None:
     """A region that published nothing for the interval counts as 0 and is named as missing."""
-    exchange = DemandExchange("us", {n: r.local() for n, r in regions.items()})
+    exchange = DemandExchange("us", {n: RegionStore(r.local()) for n, r in regions.items()})
     exchange.publish(3, 12)
     demand, missing = exchange.collect(3)
     assert demand == {"us": 12, "eu": 0, "ap": 0}
@@ -112,7 +117,8 @@ def test_rebalance_rounds_agree_one_interval_late_and_keep_shares_on_a_gap(
     quotas = _quotas(regions, clock)
     exchanges = {
         name: DemandExchange(
-            name, {p: (r.local() if p == name else r.remote()) for p, r in regions.items()}
+            name,
+            {p: RegionStore(r.local() if p == name else r.remote()) for p, r in regions.items()},
         )
         for name in regions
     }
@@ -131,3 +137,24 @@ def test_rebalance_rounds_agree_one_interval_late_and_keep_shares_on_a_gap(
     assert results[1] == {n: {"us": 1, "eu": 1, "ap": 1} for n in regions}
     assert results[2] == {n: {"us": 3, "eu": 5, "ap": 41} for n in regions}
     assert sum(q.allowance(GLOBAL) for q in quotas.values()) == GLOBAL.limit
+
+
+def test_the_deprecated_client_form_of_the_exchange_still_works_with_a_warning(
+    regions: dict[str, Region],
+) -> None:
+    """Redis clients (positionally, or as clients=) with prefix= still make a working
+    DemandExchange for one release, with a DeprecationWarning naming RegionStore; it reads
+    what the store form wrote under the same prefix."""
+    with pytest.warns(DeprecationWarning, match="RegionStore"):
+        old = DemandExchange("us", {n: r.local() for n, r in regions.items()}, prefix="old")
+    with pytest.warns(DeprecationWarning, match="RegionStore"):
+        keyword = DemandExchange("eu", clients={n: r.local() for n, r in regions.items()})
+    old.publish(5, 7)
+    keyword.publish(5, 3)
+    new = DemandExchange(
+        "ap", {n: RegionStore(r.local(), prefix="old") for n, r in regions.items()}
+    )
+    assert new.collect(5) == ({"us": 7, "eu": 0, "ap": 0}, ("eu", "ap"))
+    assert keyword.collect(5) == ({"us": 0, "eu": 3, "ap": 0}, ("us", "ap"))
+    with pytest.raises(ConfigurationError, match="prefix belongs to the stores"):
+        DemandExchange("ap", {n: RegionStore(r.local()) for n, r in regions.items()}, prefix="x")

@@ -12,12 +12,19 @@ import threading
 import time
 
 import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from ratewarden.clock import SystemClock
-from ratewarden.errors import ConfigurationError
+from ratewarden.errors import ConfigurationError, StorageUnavailableError
+from ratewarden.limiter import Limiter
 from ratewarden.rate import Rate
 from ratewarden.regions import ReconciledBudget, SyncThread
+from ratewarden.storage.memory import MemoryStore
+from ratewarden.storage.regions import RegionStore
 from ratewarden.testing import ManualClock
+from tests._servers import HOST, free_port
 from tests.faults._proxy import Fault
 from tests.regions._traffic import build_fleet
 from tests.regions.conftest import Region, set_latency
@@ -29,6 +36,7 @@ RATES = {
 }
 GLOBAL = Rate.parse("600/minute")
 START = 1_700_000_040.0  # a whole minute: the run starts at a window's start
+NO_RETRY = Retry(NoBackoff(), 0)  # a refused connection fails at once
 
 
 def _report(name: str, bound: int, total: int, limit: int, extra: str = "") -> int:
@@ -160,8 +168,8 @@ def test_bad_configuration_and_input_are_refused_and_change_nothing(
     regions: dict[str, Region],
 ) -> None:
     """Missing or extra region rates, several global rates, a bad cost: ConfigurationError."""
-    local = regions["us"].local()
-    peers = {"eu": regions["eu"].remote(), "ap": regions["ap"].remote()}
+    local = RegionStore(regions["us"].local())
+    peers = {"eu": RegionStore(regions["eu"].remote()), "ap": RegionStore(regions["ap"].remote())}
     with pytest.raises(ConfigurationError, match="give every region"):
         ReconciledBudget(
             "us", local, peers, {"us": RATES["us"]}, sync_interval=1, replication_lag=0
@@ -179,7 +187,7 @@ def test_bad_configuration_and_input_are_refused_and_change_nothing(
         budget.hit("k", GLOBAL, cost=-1)
     with pytest.raises(ConfigurationError, match="key"):
         budget.hit("", GLOBAL)
-    assert local.dbsize() == 0
+    assert regions["us"].local().dbsize() == 0
 
 
 @pytest.mark.parametrize(
@@ -275,3 +283,92 @@ def test_with_an_injected_clock_every_key_outlives_real_time(
     assert len(keys) == 3, keys
     for key in keys:
         assert local.pttl(key) > 86_400_000 - 10_000, key
+
+
+def test_the_deprecated_client_form_builds_the_same_budget_with_a_warning(
+    regions: dict[str, Region],
+) -> None:
+    """Redis clients with clock, prefix and timeout (the form before RegionStore) still make a
+    working budget for one release: a DeprecationWarning names RegionStore, and the keys it
+    writes are those of the old form (the rate cap under <prefix>:region-rate)."""
+    clock = ManualClock(START)
+    peers = {"eu": regions["eu"].remote(), "ap": regions["ap"].remote()}
+    with pytest.warns(DeprecationWarning, match=r"RegionStore\(client, clock="):
+        budget = ReconciledBudget(
+            "us",
+            regions["us"].local(),
+            peers,
+            RATES,
+            sync_interval=1.0,
+            replication_lag=1.0,
+            clock=clock,
+            prefix="old",
+            timeout=0.5,
+        )
+    assert budget.hit("tenant-g", GLOBAL).allowed
+    assert budget.sync().complete
+    assert sorted(regions["us"].local().keys("*")) == [
+        b"old:region-rate:{tenant-g}:gcra:30:1000000:1",
+        b"old:regions:active:us",
+        b"old:{tenant-g}:region:600:60000000",
+    ]
+
+
+def test_a_budget_runs_on_region_stores_only(regions: dict[str, Region]) -> None:
+    """Anything but a RegionStore per region, stores with different prefixes, store options
+    given to the budget, or the budget's script on a MemoryStore: a ConfigurationError saying
+    what to pass instead."""
+    local = RegionStore(regions["us"].local())
+    peers = {"eu": RegionStore(regions["eu"].remote()), "ap": RegionStore(regions["ap"].remote())}
+    options = {"sync_interval": 1.0, "replication_lag": 0.0}
+    with pytest.raises(ConfigurationError, match="MemoryStore; it must be a RegionStore"):
+        ReconciledBudget("us", MemoryStore(), peers, RATES, **options)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="run on Redis only"):
+        ReconciledBudget("us", local, {**peers, "ap": MemoryStore()}, RATES, **options)  # type: ignore[dict-item]
+    with pytest.raises(ConfigurationError, match="every region must use the same"):
+        other = RegionStore(regions["eu"].remote(), prefix="other")
+        ReconciledBudget("us", local, {**peers, "eu": other}, RATES, **options)
+    with pytest.raises(ConfigurationError, match="belong to the stores"):
+        ReconciledBudget("us", local, peers, RATES, clock=ManualClock(START), **options)
+    with pytest.raises(ConfigurationError, match="Redis Cluster per region is not built"):
+        RegionStore.from_url("redis+cluster://127.0.0.1:7000")
+    memory = Limiter(MemoryStore())
+    op = local.budget_hit(f"{GLOBAL.limit}:{GLOBAL.period_us}:k", "us", 1, 10)
+    with pytest.raises(ConfigurationError, match="runs on Redis only"):
+        memory.run(memory.apply_flow(op))
+
+
+def test_a_region_store_maps_every_redis_failure_at_its_boundary() -> None:
+    """Nothing listening: the budget's script and each exchange call raise
+    StorageUnavailableError naming the server, never a redis-py error."""
+    port = free_port()
+    client = redis.Redis(
+        host=HOST, port=port, socket_timeout=0.2, socket_connect_timeout=0.2, retry=NO_RETRY
+    )
+    store = RegionStore(client, timeout=0.2)
+    member = f"{GLOBAL.limit}:{GLOBAL.period_us}:tenant-h"
+    calls = {
+        "apply": lambda: store.apply(store.budget_hit(member, "us", 1, 10)),
+        "apply_all": lambda: store.apply_all([store.budget_hit(member, "us", 1, 10)]),
+        "publish_active": lambda: store.publish_active("us", {member: 1}, 0),
+        "active": lambda: store.active("us", 0, 10),
+        "read_counts": lambda: store.read_counts([member]),
+        "publish_demand": lambda: store.publish_demand("us", 1, 1),
+        "demand": lambda: store.demand("us", 1),
+        "hit": lambda: store.hit("gcra", "tenant-h", RATES["us"]),
+    }
+    for name, call in calls.items():
+        with pytest.raises(StorageUnavailableError, match=f"{HOST}:{port}"):
+            call()
+            pytest.fail(f"{name} did not raise")
+
+
+def test_a_region_store_from_a_url_talks_to_that_server(regions: dict[str, Region]) -> None:
+    """RegionStore.from_url builds its own client on the URL's server: what it publishes is
+    there, under its prefix."""
+    url = f"redis://{HOST}:{regions['us'].server.port}/0"
+    store = RegionStore.from_url(url, prefix="url", timeout=0.5)
+    assert store.ping()
+    store.publish_demand("us", 1, 9)
+    assert regions["us"].local().hget("url:regions:demand:us", "1") == b"9"
+    store.close()

@@ -10,6 +10,9 @@
 - ``HomeRegion`` / ``AsyncHomeRegion``: a tenant's checks go to its home
   region's store; exact, but remote checks pay the cross-region round trip.
 
+Nothing here opens a connection: each strategy decides through a ``Limiter``
+and talks to Redis only through the stores its caller gives it (a
+``ratewarden.storage.regions.RegionStore`` per region for the exchanges).
 ``python -m ratewarden.regions bound ...`` prints the bound for a configuration.
 See docs/regions.md.
 """

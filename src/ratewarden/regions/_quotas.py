@@ -11,24 +11,28 @@ Shares are static (``shares={"us": 60, "eu": 30, "ap": 10}``) or follow traffic:
 every region counts its demand (the cost asked, allowed or not) and publishes
 it; ``rebalance`` recomputes the shares from every region's demand of the last
 interval (``traffic_weights``). ``DemandExchange`` carries those counts
-through each region's Redis.
+through each region's Redis, by the ``RegionStore``s it is given.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-import redis
-
+from ratewarden.checks import check_cost, check_key, check_rates
 from ratewarden.decision import Decision
-from ratewarden.errors import ConfigurationError
+from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.limiter import Limiter
 from ratewarden.rate import Rate
 from ratewarden.regions._bound import check_weights, split_allowances, traffic_weights
 from ratewarden.regions._gcounter import check_region
-from ratewarden.checks import check_cost, check_key, check_rates
-from ratewarden.storage._redis_errors import REDIS_ERRORS, raise_storage_error
+from ratewarden.regions._stores import check_stores, deprecated_clients, is_client
+
+if TYPE_CHECKING:
+    import redis
+
+    from ratewarden.storage.regions import RegionStore
 
 __all__ = ["DemandExchange", "RegionalQuota"]
 
@@ -129,45 +133,55 @@ class RegionalQuota:
 class DemandExchange:
     """Each region's demand per interval, published to its own Redis and read by the others.
 
-    ``publish(interval, demand)`` writes this region's count for interval
-    number ``interval``; ``collect(interval)`` reads every region's count for it
+    ``stores`` maps every region, this one included, to a ``RegionStore`` on its
+    Redis (``ratewarden.storage.regions``, all with one key prefix).
+    ``publish(interval, demand)`` writes this region's count for interval number
+    ``interval``; ``collect(interval)`` reads every region's count for it
     (missing ones are 0, and which were missing is returned too).
+
+    Deprecated, for one release: redis clients instead of stores (positionally,
+    or as ``clients=``), with ``prefix`` for the stores made from them (a
+    ``DeprecationWarning``).
     """
 
     def __init__(
-        self, region: str, clients: Mapping[str, redis.Redis], *, prefix: str = "rw"
+        self,
+        region: str,
+        stores: Mapping[str, RegionStore] | Mapping[str, redis.Redis] | None = None,
+        *,
+        prefix: str | None = None,
+        clients: Mapping[str, redis.Redis] | None = None,
     ) -> None:
         self.region = check_region(region)
-        if region not in clients:
-            raise ConfigurationError(f"clients must include this region {region!r}")
-        self.clients = dict(clients)
-        self.prefix = prefix
-
-    def _key(self, region: str) -> str:
-        return f"{self.prefix}:regions:demand:{region}"
+        given = clients if stores is None else stores
+        if given is None or (stores is not None and clients is not None):
+            raise ConfigurationError("DemandExchange takes one mapping of region -> RegionStore")
+        if region not in given:
+            raise ConfigurationError(f"stores must include this region {region!r}")
+        if clients is not None or any(is_client(value) for value in given.values()):
+            self.stores = deprecated_clients("DemandExchange", given, prefix=prefix)
+        elif prefix is not None:
+            raise ConfigurationError(
+                "DemandExchange: the prefix belongs to the stores (RegionStore(client, prefix=...))"
+            )
+        else:
+            self.stores = check_stores("DemandExchange", given)
+        self.prefix = self.stores[region].prefix
 
     def publish(self, interval: int, demand: int) -> None:
         """Record this region's demand of ``interval`` (kept for a few intervals)."""
-        key = self._key(self.region)
-        try:
-            pipe = self.clients[self.region].pipeline(transaction=False)
-            pipe.hset(key, str(interval), demand)
-            pipe.hdel(key, str(interval - 4))
-            pipe.expire(key, 3600)
-            pipe.execute()
-        except REDIS_ERRORS as exc:
-            raise_storage_error(exc, f"region {self.region}", 0)
+        self.stores[self.region].publish_demand(self.region, interval, demand)
 
     def collect(self, interval: int) -> tuple[dict[str, int], tuple[str, ...]]:
         """Every region's demand of ``interval`` and the regions that could not be read."""
         demand: dict[str, int] = {}
         missing: list[str] = []
-        for region, client in self.clients.items():
+        for region, store in self.stores.items():
             try:
-                raw = client.hget(self._key(region), str(interval))
-            except REDIS_ERRORS:
-                raw = None
-            if raw is None:
+                count = store.demand(region, interval)
+            except StorageError:
+                count = None
+            if count is None:
                 missing.append(region)
-            demand[region] = 0 if raw is None else int(raw)
+            demand[region] = 0 if count is None else count
         return demand, tuple(missing)

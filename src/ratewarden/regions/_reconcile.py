@@ -16,6 +16,10 @@ at most the limit; the limit is overshot only by what other regions admitted
 after the counts were read, which ``overshoot_bound`` caps. A region's own
 rate is capped by a GCRA limit (``region_rates[region]``) checked before the
 budget: the bound needs the rate to be enforced, not assumed.
+
+Both checks are decisions of a ``Limiter`` over this region's ``RegionStore``
+(the cap its ``hit``, the budget its script through ``apply_flow``); the rounds
+call the stores' exchange methods. Every Redis call is the stores'.
 """
 
 from __future__ import annotations
@@ -28,23 +32,23 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import redis
-
-from ratewarden.clock import Clock, SystemClock
+from ratewarden.checks import check_cost, check_key
+from ratewarden.clock import Clock
 from ratewarden.decision import Decision
-from ratewarden.errors import ConfigurationError, RatewardenError
+from ratewarden.errors import ConfigurationError, RatewardenError, StorageError
 from ratewarden.limiter import Limiter
 from ratewarden.metrics import NO_METRICS, Metrics
 from ratewarden.rate import Rate
-from ratewarden.regions import _lua
 from ratewarden.regions._bound import _seconds_us, check_weights, overshoot_bound
 from ratewarden.regions._gcounter import check_region
-from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix, escape
-from ratewarden.checks import check_cost, check_key
-from ratewarden.storage._redis_errors import REDIS_ERRORS, raise_storage_error
-from ratewarden.storage.redis import DEFAULT_TIMEOUT, RedisStore
+from ratewarden.regions._stores import check_stores, deprecated_clients, is_client
+
+if TYPE_CHECKING:
+    import redis
+
+    from ratewarden.storage.regions import RegionStore
 
 __all__ = ["PeerView", "ReconciledBudget", "SyncReport", "SyncThread"]
 
@@ -53,8 +57,6 @@ log = logging.getLogger("ratewarden.regions")
 _MAX_LIMIT = 10**12  # counts are written by Lua as %d of a double: exact far below 2**53
 _MIN_PERIOD_US = 1_000
 _EXACT = 2**53
-#: With an injected clock every TTL is at least a day of Redis time (storage/lua/_prelude.lua).
-_INJECTED_TTL_FLOOR_MS = 86_400_000
 
 
 def _one_rate(rates: Rate | Sequence[Rate]) -> Rate:
@@ -96,35 +98,52 @@ class SyncReport:
 class ReconciledBudget:
     """A global limit enforced per region on the region's own Redis, reconciled every interval.
 
-    ``local`` is this region's Redis; ``peers`` maps every other region to a
-    client for its Redis (the cross-region link); ``region_rates`` caps each
-    region's admissions per key and defines the over-admission ``bound``.
-    ``clock`` is for tests: without one, windows follow this region's Redis
-    ``TIME`` and round ages the process clock.
+    ``local`` is this region's ``RegionStore``; ``peers`` maps every other region
+    to a ``RegionStore`` on its Redis (reached over the cross-region link); both
+    come from ``ratewarden.storage.regions``, all with one key prefix.
+    ``region_rates`` caps each region's admissions per key and defines the
+    over-admission ``bound``. Windows and a round's age follow ``local.clock``
+    (give the store a clock in tests; without one, windows follow this region's
+    Redis ``TIME``).
 
-    Give ``local`` and the peer clients a ``socket_timeout``: the budget
-    scripts and the exchange run on them and wait as long as they do.
-    ``timeout`` bounds only the rate-cap store's calls.
+    Give the stores' clients a ``socket_timeout``: the budget script and the
+    exchange run on them and wait as long as they do. ``local``'s ``timeout``
+    bounds only the rate cap's calls.
+
+    Deprecated, for one release: redis clients for ``local`` and ``peers``, with
+    ``clock``, ``prefix`` and ``timeout`` for the stores made from them (a
+    ``DeprecationWarning``). With stores, those three are the stores' own.
     """
 
     def __init__(
         self,
         region: str,
-        local: redis.Redis,
-        peers: Mapping[str, redis.Redis],
+        local: RegionStore | redis.Redis,
+        peers: Mapping[str, RegionStore] | Mapping[str, redis.Redis],
         region_rates: Mapping[str, Rate],
         *,
         sync_interval: float,
         replication_lag: float,
         weights: Mapping[str, int | float] | None = None,
-        clock: Clock | None = None,
-        prefix: str = DEFAULT_PREFIX,
         metrics: Metrics = NO_METRICS,
         max_keys: int = 10_000,
-        timeout: float = DEFAULT_TIMEOUT,
+        clock: Clock | None = None,
+        prefix: str | None = None,
+        timeout: float | None = None,
     ) -> None:
         self.region = check_region(region)
         self._check_regions(peers, region_rates)
+        if is_client(local):
+            clients = {region: local, **peers}
+            options = {"clock": clock, "prefix": prefix, "timeout": timeout}
+            stores = deprecated_clients("ReconciledBudget", clients, **options)
+        elif clock is not None or prefix is not None or timeout is not None:
+            raise ConfigurationError(
+                "ReconciledBudget: clock, prefix and timeout belong to the stores "
+                "(RegionStore(client, clock=..., prefix=..., timeout=...)), not to the budget"
+            )
+        else:
+            stores = check_stores("ReconciledBudget", {region: local, **peers})
         self.region_rates = dict(region_rates)
         self.region_rate = region_rates[region]
         self.sync_interval = float(sync_interval)
@@ -136,20 +155,14 @@ class ReconciledBudget:
         if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
             raise ConfigurationError(f"max_keys {max_keys!r} must be a whole number >= 1")
         self.max_keys = max_keys
-        self.prefix = check_prefix(prefix)
         self.metrics = metrics
-        self.local = local
-        # The scripts run on the caller's client, bounded by its own socket timeout.
-        self._local_timeout = float(
-            local.connection_pool.connection_kwargs.get("socket_timeout") or 0
-        )
-        self.peers = dict(peers)
-        self._clock = clock
-        self.clock: Clock = clock if clock is not None else SystemClock()
-        store = RedisStore(local, clock=clock, prefix=f"{prefix}:region-rate", timeout=timeout)
-        self._rate_cap = Limiter(store)
-        self._hit_script = local.register_script(_lua.HIT)
-        self._merge_script = local.register_script(_lua.MERGE)
+        self.local = stores.pop(region)
+        self.peers = stores
+        self.prefix = self.local.prefix
+        self.clock: Clock = self.local.clock
+        # Every decision goes through the limiter: the rate cap (GCRA on the store's
+        # ``hit``), then the budget (the store's script, through ``apply_flow``).
+        self._limiter = Limiter(self.local)
         # member ("<limit>:<period_us>:<key>") -> the time until which peers should sync it
         self._active: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
@@ -203,17 +216,15 @@ class ReconciledBudget:
         rate = _one_rate(rates)
         check_key(key)
         check_cost(cost)
-        capped = self._rate_cap.hit(key, self.region_rate, cost)
+        limiter = self._limiter
+        # The limiter's own fast path for the rate cap: a plain limiter's hit is one store call.
+        capped = limiter.hit(key, self.region_rate, cost)
         if not capped.allowed:
             return capped
         member = f"{rate.limit}:{rate.period_us}:{key}"
-        args = [self._now_arg(), rate.period_us, self.region, cost, self.default_cap(rate)]
-        try:
-            reply = self._hit_script(keys=[self._hash_key(member)], args=args)
-        except REDIS_ERRORS as exc:
-            raise_storage_error(exc, f"region {self.region}", self._local_timeout)
+        op = self.local.budget_hit(member, self.region, cost, self.default_cap(rate))
+        allowed, own, cap, reset_us = limiter.run(limiter.apply_flow(op))
         self._remember(member, rate)
-        allowed, own, cap, reset_us = (int(v) for v in reply)
         reset_after = reset_us / 1_000_000
         retry_after = 0.0 if allowed else (math.inf if cost > rate.limit else reset_after)
         return Decision(
@@ -229,15 +240,8 @@ class ReconciledBudget:
             refill_after=reset_after,
         )
 
-    def _now_arg(self) -> int | str:
-        return "" if self._clock is None else self._clock.now_us()
-
     def _hash_key(self, member: str) -> str:
-        limit, period_us, key = member.split(":", 2)
-        return f"{self.prefix}:{{{escape(key)}}}:region:{limit}:{period_us}"
-
-    def _active_key(self, region: str) -> str:
-        return f"{self.prefix}:regions:active:{region}"
+        return self.local.budget_key(member)
 
     def _remember(self, member: str, rate: Rate) -> None:
         until = self.clock.now_us() + 2 * rate.period_us
@@ -257,67 +261,35 @@ class ReconciledBudget:
     def fetch(self) -> PeerView:
         """Publish this region's keys, then read every peer's keys and counts."""
         started = self.clock.now_us()
-        self._publish(started)
+        with self._lock:
+            for member in [m for m, until in self._active.items() if until <= started]:
+                del self._active[member]
+            entries = dict(self._active)
+        self.local.publish_active(self.region, entries, started)
         with self._lock:
             members = set(self._active)
         failed: list[str] = []
-        for peer, client in self.peers.items():
+        for peer, store in self.peers.items():
             try:
-                members.update(self._peer_members(client, peer, started))
-            except REDIS_ERRORS as exc:
+                members.update(store.active(peer, started, self.max_keys))
+            except StorageError as exc:
                 log.warning("region %s: peer %s did not list its keys: %r", self.region, peer, exc)
                 failed.append(peer)
         ordered = sorted(members)
         states: dict[str, list[tuple[int, str, int]]] = {m: [] for m in ordered}
-        for peer, client in self.peers.items():
+        for peer, store in self.peers.items():
             if peer in failed:
                 continue
             try:
-                self._read_counts(client, ordered, states)
-            except REDIS_ERRORS as exc:
+                counts = store.read_counts(ordered)
+            except StorageError as exc:
                 log.warning("region %s: peer %s did not send counts: %r", self.region, peer, exc)
                 failed.append(peer)
+                continue
+            for member, found in zip(ordered, counts, strict=True):
+                states[member].extend(found)
         frozen = tuple((m, tuple(states[m])) for m in ordered)
         return PeerView(started, frozen, tuple(failed))
-
-    def _publish(self, now_us: int) -> None:
-        with self._lock:
-            for member in [m for m, until in self._active.items() if until <= now_us]:
-                del self._active[member]
-            entries = dict(self._active)
-        key = self._active_key(self.region)
-        try:
-            pipe = self.local.pipeline(transaction=False)
-            pipe.zremrangebyscore(key, "-inf", now_us)
-            if entries:
-                pipe.zadd(key, entries)
-                ttl_ms = max(1, (max(entries.values()) - now_us) // 1_000)
-                if self._clock is not None:
-                    # Redis counts the TTL in real time, which may run ahead of an
-                    # injected clock; the scores say what is live (as in the scripts).
-                    ttl_ms = max(ttl_ms, _INJECTED_TTL_FLOOR_MS)
-                pipe.pexpire(key, ttl_ms)
-            pipe.execute()
-        except REDIS_ERRORS as exc:
-            raise_storage_error(exc, f"region {self.region}", self._local_timeout)
-
-    def _peer_members(self, client: redis.Redis, peer: str, now_us: int) -> list[str]:
-        raw = client.zrangebyscore(
-            self._active_key(peer), now_us, "+inf", start=0, num=self.max_keys
-        )
-        return [m.decode() if isinstance(m, bytes) else str(m) for m in raw]
-
-    def _read_counts(
-        self,
-        client: redis.Redis,
-        members: list[str],
-        states: dict[str, list[tuple[int, str, int]]],
-    ) -> None:
-        pipe = client.pipeline(transaction=False)
-        for member in members:
-            pipe.hgetall(self._hash_key(member))
-        for member, fields in zip(members, pipe.execute(), strict=True):
-            states[member].extend(_triples(fields))
 
     def apply(self, view: PeerView) -> SyncReport:
         """Merge ``view`` into the local hashes; recompute caps if it is complete and fresh."""
@@ -325,34 +297,17 @@ class ReconciledBudget:
         complete = not view.failed and not stale
         overshoot = 0
         if view.states:
-            try:
-                replies = self._merge_all(view, complete)
-            except REDIS_ERRORS as exc:
-                raise_storage_error(exc, f"region {self.region}", self._local_timeout)
+            share = (self._share.numerator, self._share.denominator)
+            ops = [
+                self.local.budget_merge(member, self.region, share, complete, entries)
+                for member, entries in view.states
+            ]
+            replies = self.local.apply_all(ops)
             for (member, _), reply in zip(view.states, replies, strict=True):
                 limit = int(member.split(":", 1)[0])
-                overshoot = max(overshoot, int(reply[1]) - limit)
+                overshoot = max(overshoot, reply[1] - limit)
         self.metrics.region_overshoot(region=self.region, requests=overshoot)
         return SyncReport(len(view.states), complete, stale, view.failed, overshoot)
-
-    def _merge_all(self, view: PeerView, complete: bool) -> list[Any]:
-        pipe = self.local.pipeline(transaction=False)
-        share = self._share
-        for member, triples in view.states:
-            limit, period_us, _ = member.split(":", 2)
-            args: list[int | str] = [
-                self._now_arg(),
-                int(period_us),
-                self.region,
-                int(limit),
-                share.numerator,
-                share.denominator,
-                "1" if complete else "0",
-            ]
-            for window, region, count in triples:
-                args.extend((window, region, count))
-            self._merge_script(keys=[self._hash_key(member)], args=args, client=pipe)
-        return list(pipe.execute())
 
     def __repr__(self) -> str:
         return (
@@ -360,15 +315,6 @@ class ReconciledBudget:
             f"sync_interval={self.sync_interval}, replication_lag={self.replication_lag}, "
             f"bound={self.bound})"
         )
-
-
-def _triples(fields: Mapping[Any, Any]) -> list[tuple[int, str, int]]:
-    """A peer's hash as (window, region, count) entries; an empty hash has none."""
-    decoded = {(k.decode() if isinstance(k, bytes) else str(k)): int(v) for k, v in fields.items()}
-    window = decoded.get("w")
-    if window is None:
-        return []
-    return [(window, name[2:], count) for name, count in decoded.items() if name.startswith("c:")]
 
 
 class SyncThread:

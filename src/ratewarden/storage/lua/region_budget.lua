@@ -1,0 +1,82 @@
+-- region_budget.lua: a ReconciledBudget's window hash on its region's own Redis: admit
+-- against the region's budget (hit), or merge the peers' counts and recompute it (merge).
+-- Mirrors ratewarden.regions.ReconciledBudget (hit: admit iff own + cost <= cap; merge:
+-- GCounter.merge of the entries of one window, max per region, then the cap). There is no
+-- in-process twin: a reconciled budget runs on Redis only (ratewarden.storage.regions).
+-- KEYS[1]     the hash of one (key, global rate):
+--               w           the window number (now // period) the counts belong to
+--               c:<region>  that region's admitted count in the window (a G-counter entry)
+--               cap         this region's budget for the window; absent until the first
+--                           complete sync round, when the default cap (its share) applies
+--             A hash of an earlier window is emptied before use, so counts only grow within
+--             a window; it lives until one period past its window's end, so that peers
+--             still read the final counts (a day at least with an injected now).
+-- ARGV[1]     now in microseconds, or "" to read Redis TIME (the region's clock)
+-- ARGV[2]     "hit" | "merge"
+-- ARGV[3]     period_us of the global rate
+-- ARGV[4]     this region's name
+-- hit:   ARGV[5] cost, ARGV[6] the default cap
+--        Reply {allowed 0|1, own count after, cap, microseconds until the window ends};
+--        a denial writes nothing but the roll-over to a new window.
+-- merge: ARGV[5] the global limit, ARGV[6] share numerator, ARGV[7] share denominator,
+--        ARGV[8] "1" to recompute the cap (a complete, fresh round) or "0",
+--        ARGV[9..] the peers' entries as triples (window, region, count)
+--        Reply {window, merged total, own count, cap or -1 when not recomputed};
+--        cap = own + floor(max(0, limit - total) * numerator / denominator)
+
+local now = now_us()
+local period = tonumber(ARGV[3])
+local window = math.floor(now / period)
+local own_field = 'c:' .. ARGV[4]
+if tonumber(redis.call('HGET', KEYS[1], 'w') or '-1') ~= window then
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 'w', fmt(window))
+  redis.call('PEXPIRE', KEYS[1], ttl_ms((window + 2) * period - now))
+end
+
+if ARGV[2] == 'hit' then
+  local cost = tonumber(ARGV[5])
+  local own = tonumber(redis.call('HGET', KEYS[1], own_field) or '0')
+  local cap = tonumber(redis.call('HGET', KEYS[1], 'cap') or ARGV[6])
+  local reset = (window + 1) * period - now
+  if own + cost <= cap then
+    if cost > 0 then
+      own = redis.call('HINCRBY', KEYS[1], own_field, cost)
+    end
+    return {1, own, cap, reset}
+  end
+  return {0, own, cap, reset}
+end
+if ARGV[2] ~= 'merge' then
+  return redis.error_reply('ERR ratewarden: region_budget has no operation ' .. ARGV[2])
+end
+
+for i = 9, #ARGV, 3 do
+  if tonumber(ARGV[i]) == window and ARGV[i + 1] ~= ARGV[4] then
+    local field = 'c:' .. ARGV[i + 1]
+    local seen = tonumber(ARGV[i + 2])
+    if seen > tonumber(redis.call('HGET', KEYS[1], field) or '0') then
+      redis.call('HSET', KEYS[1], field, fmt(seen))
+    end
+  end
+end
+local total = 0
+local flat = redis.call('HGETALL', KEYS[1])
+for i = 1, #flat, 2 do
+  if string.sub(flat[i], 1, 2) == 'c:' then
+    total = total + tonumber(flat[i + 1])
+  end
+end
+local own = tonumber(redis.call('HGET', KEYS[1], own_field) or '0')
+local cap = -1
+if ARGV[8] == '1' then
+  local left = tonumber(ARGV[5]) - total
+  if left < 0 then
+    left = 0
+  end
+  local numerator = tonumber(ARGV[6])
+  local denominator = tonumber(ARGV[7])
+  cap = own + (left * numerator - (left * numerator) % denominator) / denominator
+  redis.call('HSET', KEYS[1], 'cap', fmt(cap))
+end
+return {window, total, own, cap}
