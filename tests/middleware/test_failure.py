@@ -199,24 +199,43 @@ async def test_closed_policy_answers_503_with_retry_after_and_no_quota(
     assert metrics.degraded_calls == [("middleware", "closed", "StorageUnavailableError")]
 
 
-async def test_an_open_breaker_answers_without_calling_the_store() -> None:
-    """breaker=: two failures open it; then requests take the policy with no store call.
+class CountingStore(AsyncRedisStore):
+    """An AsyncRedisStore that counts its ``hit`` calls (the store calls a request makes)."""
+
+    calls = 0
+
+    async def hit(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        return await super().hit(*args, **kwargs)
+
+
+@pytest.mark.parametrize("where", ["limiter", "middleware"])
+async def test_an_open_breaker_answers_without_calling_the_store(where: str) -> None:
+    """The limiter's breaker: two failures open it; then requests take the middleware's
+    policy with no store call. ``breaker=`` on the middleware (deprecated) puts it there.
 
     The refusal's Retry-After is the time until the breaker's probe, rounded up.
     """
-    store = AsyncRedisStore.from_url(f"redis://{HOST}:{free_port()}/0", timeout=STORE_TIMEOUT)
-    calls = 0
-
-    class Counting(AsyncLimiter):
-        async def hit(self, *args: Any, **kwargs: Any) -> Any:
-            nonlocal calls
-            calls += 1
-            return await super().hit(*args, **kwargs)
-
+    url = f"redis://{HOST}:{free_port()}/0"
+    store = CountingStore.from_url(url, timeout=STORE_TIMEOUT)
     clock, metrics = ManualClock(), Recorded()
     breaker = CircuitBreaker(failures=2, failure_ratio=None, cooldown=2.5, clock=clock)
     rules = RuleSet([Rule("per-ip", "5/minute")], clock=clock)
-    app = starlette_app(Counting(store), rules, failure="closed", breaker=breaker, metrics=metrics)
+    app: Any
+    if where == "limiter":
+        limiter = AsyncLimiter(store, breaker=breaker)
+        app = starlette_app(limiter, rules, failure="closed", metrics=metrics)
+    else:
+        inner = Starlette(routes=[Route("/", ok)])
+        with pytest.warns(DeprecationWarning, match="give the limiter its breaker"):
+            app = RateLimitMiddleware(
+                inner,
+                limiter=AsyncLimiter(store),
+                rules=rules,
+                failure="closed",
+                breaker=breaker,
+                metrics=metrics,
+            )
     try:
         async with client_for(app) as client:
             first = [await client.get("/") for _ in range(2)]
@@ -225,7 +244,7 @@ async def test_an_open_breaker_answers_without_calling_the_store() -> None:
             later = [await client.get("/") for _ in range(3)]
     finally:
         await store.aclose()
-    assert calls == 2
+    assert store.calls == 2
     assert [r.status_code for r in first + later] == [503] * 5
     assert [r.headers["retry-after"] for r in later] == ["2"] * 3
     assert [reason for _, _, reason in metrics.degraded_calls] == [

@@ -27,6 +27,7 @@ from ratewarden.limiter._leases import DEFAULT_LEASE_KEYS, Balance, LeaseBook
 from ratewarden.limiter._limiters import AsyncLimiter, Limiter
 from ratewarden.limiter._local import LocalRates, local_rates, scaled
 from ratewarden.limiter._negative import DEFAULT_NEGATIVE_KEYS, Denial, NegativeCache
+from ratewarden.limiter._report import FailureReport, failure_reason
 from ratewarden.limiter._slots import Lease, lease_ttl_us
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "DecisionHook",
     "Denial",
     "FailureHook",
+    "FailureReport",
     "Flow",
     "Gather",
     "Lease",
@@ -54,6 +56,7 @@ __all__ = [
     "adrive",
     "check_failure",
     "drive",
+    "failure_reason",
     "lease_ttl_us",
     "local_rates",
     "scaled",

@@ -49,6 +49,7 @@ from ratewarden.limiter._flows import Ask, Flow, Wait
 from ratewarden.limiter._leases import Balance, LeaseBook
 from ratewarden.limiter._local import LocalRates, local_rates
 from ratewarden.limiter._negative import NegativeCache
+from ratewarden.limiter._report import failure_reason
 from ratewarden.limiter._slots import Lease, lease_ttl_us
 from ratewarden.metrics import NO_METRICS, LogRateLimiter, Metrics
 from ratewarden.rate import Rate
@@ -496,9 +497,7 @@ class DecisionCore:
     def _degrade(self, p: _Pending, error: Exception) -> Decision:
         policy = p.policy
         assert policy is not None
-        reason = type(error).__name__
-        if isinstance(error, CircuitOpenError):
-            reason = "breaker_open"
+        reason = failure_reason(error)
         self.counts.add("degraded")
         self.metrics.degraded(rule=self.name, mode=policy, reason=reason)
         self._log.log(

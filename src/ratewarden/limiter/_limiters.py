@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.limiter._breaker import CircuitBreaker
-from ratewarden.limiter._core import DecisionCore, DecisionHook
+from ratewarden.limiter._core import FAILURE_POLICIES, DecisionCore, DecisionHook, FailureHook
 from ratewarden.limiter._flows import Flow, adrive, drive
 from ratewarden.limiter._local import LocalRates
 from ratewarden.limiter._negative import NegativeCache
@@ -105,16 +105,26 @@ class Limiter(DecisionCore):
         *,
         shadow: bool = False,
         failure: str | None = None,
+        on_failure: FailureHook | None = None,
     ) -> Decision:
         """Consume ``cost`` from every rate on ``key`` if all allow; never raises when over.
 
         With ``shadow=True`` a denial is reported as ``allowed=True, shadowed=True``
         (evaluated and counted, never enforced; nothing is consumed). ``failure``
-        overrides the failure policy for this call.
+        overrides the failure policy for this call; ``on_failure`` reports the
+        failures it answers (see ``hit_flow``).
         """
-        if self.plain and not shadow and failure is None:
-            return self.store.hit(self.algorithm, key, rates, cost)
-        return drive(self.store, self.hit_flow(key, rates, cost, shadow=shadow, failure=failure))
+        if self.plain and not shadow and (failure is None or failure in FAILURE_POLICIES):
+            try:
+                return self.store.hit(self.algorithm, key, rates, cost)
+            except Exception as error:
+                if failure is None:
+                    raise
+                return _failed(self, error, key, rates, cost, failure, on_failure)
+        flow = self.hit_flow(
+            key, rates, cost, shadow=shadow, failure=failure, on_failure=on_failure
+        )
+        return drive(self.store, flow)
 
     def peek(self, key: str, rates: Rates, *, failure: str | None = None) -> Decision:
         """The current state, consuming nothing (a hit of cost 0)."""
@@ -232,13 +242,20 @@ class AsyncLimiter(DecisionCore):
         *,
         shadow: bool = False,
         failure: str | None = None,
+        on_failure: FailureHook | None = None,
     ) -> Decision:
         """See ``Limiter.hit``."""
-        if self.plain and not shadow and failure is None:
-            return await self.store.hit(self.algorithm, key, rates, cost)
-        return await adrive(
-            self.store, self.hit_flow(key, rates, cost, shadow=shadow, failure=failure)
+        if self.plain and not shadow and (failure is None or failure in FAILURE_POLICIES):
+            try:
+                return await self.store.hit(self.algorithm, key, rates, cost)
+            except Exception as error:
+                if failure is None:
+                    raise
+                return _failed(self, error, key, rates, cost, failure, on_failure)
+        flow = self.hit_flow(
+            key, rates, cost, shadow=shadow, failure=failure, on_failure=on_failure
         )
+        return await adrive(self.store, flow)
 
     async def peek(self, key: str, rates: Rates, *, failure: str | None = None) -> Decision:
         """See ``Limiter.peek``."""
@@ -314,9 +331,48 @@ class _Immediate:
         *,
         shadow: bool = False,
         failure: str | None = None,
+        on_failure: FailureHook | None = None,
     ) -> Decision:
         limiter = self._limiter
-        if limiter.plain and not shadow and failure is None:
-            return self._store.hit(limiter.algorithm, key, rates, cost)
-        flow = limiter.hit_flow(key, rates, cost, shadow=shadow, failure=failure)
+        if limiter.plain and not shadow and (failure is None or failure in FAILURE_POLICIES):
+            try:
+                return self._store.hit(limiter.algorithm, key, rates, cost)
+            except Exception as error:
+                if failure is None:
+                    raise
+                return _failed(limiter, error, key, rates, cost, failure, on_failure)
+        flow = limiter.hit_flow(
+            key, rates, cost, shadow=shadow, failure=failure, on_failure=on_failure
+        )
         return drive(self._store, flow, self._store.clock)
+
+
+class _Failing:
+    """A store whose every method raises ``error``: what a plain hit's one call did."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def __getattr__(self, name: str) -> Any:
+        raise self.error
+
+
+def _failed(
+    limiter: DecisionCore,
+    error: Exception,
+    key: str,
+    rates: Rates,
+    cost: int,
+    failure: str,
+    on_failure: FailureHook | None,
+) -> Decision:
+    """A plain limiter's hit whose one store call raised ``error``, under a per-call policy.
+
+    A plain hit skips the flow (one store call and its Decision as is); when that
+    call fails, the flow runs on a store raising the same error, so the policy
+    answers (or the error is raised) exactly as the flow would have.
+    """
+    flow = limiter.hit_flow(key, rates, cost, failure=failure, on_failure=on_failure)
+    return drive(_Failing(error), flow, limiter.clock)

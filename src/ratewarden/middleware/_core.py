@@ -1,12 +1,12 @@
-"""The sans-I/O core shared by the ASGI and WSGI middleware.
+"""The sans-I/O core shared by the ASGI and WSGI middleware: ``RuleSet``.
 
-``RuleSet.evaluate(request)`` is a generator: it yields one ``Hit`` per rule
+``RuleSet.run(request, rules)`` is a generator: it yields one ``Hit`` per rule
 that applies, receives that hit's ``Decision``, and returns an ``Outcome``
-(pass with headers, or a 429 with headers and body). ``drive_async`` runs it
-against an asyncio limiter; ``RuleSet.decide`` takes the same steps, without a
-generator, over a limiter that answers at once (a synchronous one, or an asyncio
-one whose store is in this process). That is the only place the two
-middlewares differ.
+(pass with headers, or a 429 with headers and body). ``decide`` drives it over
+a limiter that answers at once (a synchronous one, or an asyncio one whose
+store is in this process), ``drive_async`` over an awaited one: the only place
+the two middlewares differ. ``decide_asgi`` answers from the ASGI scope alone
+when every rule allows it (see ``plain_asgi``).
 
 Order and layering: the global rules in the order given, then the route's own
 ``@limit`` rules. Each enforced rule must allow; evaluation stops at the
@@ -17,24 +17,38 @@ atomic step. The headers describe the binding rule: the one that denied, or
 else the one with the fewest requests remaining.
 
 Shadow rules are evaluated and counted but never block and never show in the
-headers. A disabled rule (the kill switch) is not evaluated at all.
+headers. A disabled rule (the kill switch) is not evaluated at all. With a
+middleware's failure policy (``failure``), the first decision that policy made
+(the store failed) ends the evaluation, and the request gets the policy's answer.
 """
 
 from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ratewarden import headers as rl_headers
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
-from ratewarden.headers import Header, HeaderOptions
+from ratewarden.headers import HeaderOptions
+from ratewarden.middleware._compiled import (
+    AsgiAnswer,
+    AsyncHitter,
+    Compiled,
+    Evaluation,
+    Hit,
+    HitNow,
+    Hitter,
+    binding,
+    check_rules,
+    drive,
+    drive_async,
+)
 from ratewarden.middleware._identity import KeyFunc, by_client_ip
-from ratewarden.middleware._render import HeaderPlan
+from ratewarden.middleware._outcome import PASS, Outcome, Passed
 from ratewarden.middleware._request import RequestInfo
 from ratewarden.middleware._routes import (
     Override,
@@ -42,9 +56,11 @@ from ratewarden.middleware._routes import (
     declared_rule_names,
     route_limits,
 )
-from ratewarden.middleware._rules import FixedCost, Rule, check_name
+from ratewarden.middleware._rules import Rule, check_name
 from ratewarden.middleware._shadow import ShadowLog, ShadowSummary
-from ratewarden.rate import Rate
+
+if TYPE_CHECKING:
+    from ratewarden.middleware._failure import FailurePolicy
 
 __all__ = [
     "AsgiAnswer",
@@ -57,139 +73,8 @@ __all__ = [
     "drive_async",
 ]
 
-
-class Hitter(Protocol):
-    """Anything with a synchronous ``hit``: ``Limiter``, or a two-tier limiter."""
-
-    def hit(
-        self, key: str, rates: Sequence[Rate], cost: int = 1, *, shadow: bool = False
-    ) -> Decision:
-        """Consume ``cost`` on every rate of ``key`` if all allow (never block when ``shadow``)."""
-        ...
-
-
-class AsyncHitter(Protocol):
-    """Anything with an asyncio ``hit``: ``AsyncLimiter``, or a two-tier limiter."""
-
-    async def hit(
-        self, key: str, rates: Sequence[Rate], cost: int = 1, *, shadow: bool = False
-    ) -> Decision:
-        """Consume ``cost`` on every rate of ``key`` if all allow (never block when ``shadow``)."""
-        ...
-
-
-class HitNow(Protocol):
-    """A limiter's ``hit`` that answers at once: ``Limiter.hit``, ``AsyncLimiter.hit_now``."""
-
-    def __call__(
-        self, key: str, rates: Sequence[Rate], cost: int = 1, *, shadow: bool = False
-    ) -> Decision:
-        """Consume ``cost`` on every rate of ``key`` if all allow (never block when ``shadow``)."""
-        ...
-
-
-#: One limiter call the core asks for: ``(key, rates, cost, shadow)``. A plain tuple,
-#: since one is made per rule per request.
-Hit = tuple[str, tuple[Rate, ...], int, bool]
-
-
-class Compiled:
-    """A rule with everything a request does not change worked out once.
-
-    The store key prefix, the identity extractor (the rule's or the rule set's
-    default), a fixed cost read without a call, and the header plan.
-    """
-
-    __slots__ = (
-        "asgi_key",
-        "cost",
-        "fallback",
-        "fixed_cost",
-        "headers",
-        "key",
-        "name",
-        "prefix",
-        "rates",
-        "rule",
-        "shadow",
-        "unfiltered",
-    )
-
-    def __init__(self, rule: Rule, default_key: KeyFunc, options: HeaderOptions) -> None:
-        self.rule = rule
-        self.name = rule.name
-        self.prefix = f"{rule.name}:"
-        self.rates = rule.rates
-        self.key: KeyFunc = rule.key or default_key
-        # The built-in extractors' twin reading the ASGI scope itself (see RuleSet.decide_asgi).
-        self.asgi_key: Callable[[Mapping[str, Any]], str | None] | None = getattr(
-            self.key, "asgi", None
-        )
-        self.cost = rule.cost
-        self.fixed_cost = rule.cost.value if isinstance(rule.cost, FixedCost) else None
-        self.shadow = rule.shadow
-        self.fallback = rule.fallback
-        self.unfiltered = rule.methods is None and rule.paths is None
-        self.headers = HeaderPlan(rule.name, rule.rates, options)
-
-
 #: Compiled route rules and overrides kept per rule set before the cache starts over.
 _ROUTE_CACHE_SIZE = 4096
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What to do with the request: pass it on with ``headers``, or answer 429 with ``body``."""
-
-    blocked: bool
-    headers: tuple[Header, ...] = ()
-    body: bytes = b""
-
-
-PASS = Outcome(False)
-
-
-class _Passed:
-    """An allowed ``Outcome`` built without the frozen ``__setattr__`` (one per request)."""
-
-    __slots__ = Outcome.__slots__
-
-    def __init__(self, headers: tuple[Header, ...]) -> None:
-        self.blocked = False
-        self.headers = headers
-        self.body = b""
-        self.__class__ = Outcome  # type: ignore[assignment]
-
-
-Evaluation = Generator[Hit, Decision, Outcome]
-
-#: What ``decide_asgi`` answers: None (it cannot; take the general path), an allowed
-#: request's headers encoded for ASGI, or the ``Outcome``.
-AsgiAnswer = list[tuple[bytes, bytes]] | Outcome | None
-
-
-async def drive_async(evaluation: Evaluation, limiter: AsyncHitter) -> Outcome:
-    """Run ``evaluation`` against an asyncio limiter."""
-    try:
-        hit = next(evaluation)
-        while True:
-            key, rates, cost, shadow = hit
-            hit = evaluation.send(await limiter.hit(key, rates, cost, shadow=shadow))
-    except StopIteration as done:
-        outcome: Outcome = done.value
-        return outcome
-
-
-def _check_rules(rules: Iterable[Rule]) -> tuple[Rule, ...]:
-    checked = tuple(rules)
-    seen: set[str] = set()
-    for rule in checked:
-        if not isinstance(rule, Rule):
-            raise ConfigurationError(f"RuleSet rules must be Rule objects; got {rule!r}")
-        if rule.name in seen:
-            raise ConfigurationError(f"RuleSet: two rules are named {rule.name!r}")
-        seen.add(rule.name)
-    return checked
 
 
 class RuleSet:
@@ -215,7 +100,7 @@ class RuleSet:
         clock: Clock | None = None,
         report_size: int = 100,
     ) -> None:
-        self.rules = _check_rules(rules)
+        self.rules = check_rules(rules)
         if default_key is not None and not callable(default_key):
             raise ConfigurationError(f"default_key {default_key!r} must be a key extractor")
         if resolver is not None and not callable(resolver):
@@ -234,10 +119,7 @@ class RuleSet:
         self._unfiltered = all(c.unfiltered for c in self._compiled)
         # Every rule applies to every request, reads its identity from the scope alone, costs
         # a fixed amount and enforces: decide_asgi may answer for evaluate.
-        self.plain_asgi = resolver is None and all(
-            c.unfiltered and c.asgi_key is not None and c.fixed_cost is not None and not c.shadow
-            for c in self._compiled
-        )
+        self.plain_asgi = resolver is None and all(c.plain for c in self._compiled)
         # decide_asgi's shortcut: the one rule of a plain_asgi rule set.
         self._single = self._compiled[0] if self.plain_asgi and len(self._compiled) == 1 else None
         self._names = frozenset(r.name for r in self.rules)
@@ -354,8 +236,17 @@ class RuleSet:
         """
         return self.run(request, self.applicable(request, resolver))
 
-    def run(self, request: RequestInfo, rules: Sequence[Compiled]) -> Evaluation:
-        """``evaluate`` over rules already found by ``applicable``."""
+    def run(
+        self,
+        request: RequestInfo,
+        rules: Sequence[Compiled],
+        failure: FailurePolicy | None = None,
+    ) -> Evaluation:
+        """``evaluate`` over rules already found by ``applicable``.
+
+        ``failure``: the middleware's failure policy, when the limiter takes it with
+        each hit; a decision it made (``degraded``) ends the evaluation with its answer.
+        """
         disabled = self._disabled
         switched = self._shadow
         enforced: list[tuple[Compiled, str, Decision]] = []
@@ -364,29 +255,27 @@ class RuleSet:
                 continue
             hit = self._hit(rule, request, switched)
             decision = yield hit
+            if failure is not None and decision.degraded:
+                return failure.answer(decision, self.enforces(rules))
             if self._settle(rule, hit, decision, enforced):
                 break
         return self._outcome(enforced)
 
-    def decide(self, request: RequestInfo, rules: Sequence[Compiled], limit: HitNow) -> Outcome:
-        """``run`` over a limiter that answers at once (``limit(key, rates, cost, shadow=)``).
+    def decide(
+        self,
+        request: RequestInfo,
+        rules: Sequence[Compiled],
+        limit: HitNow,
+        failure: FailurePolicy | None = None,
+    ) -> Outcome:
+        """``run`` over a limiter that answers at once (``limit(key, rates, cost, shadow=)``):
+        the synchronous middleware's, and the asyncio one's when its limiter decides in
+        this process (``hit_now``). Each hit carries ``failure`` when given."""
+        return drive(self.run(request, rules, failure), limit, failure)
 
-        The same steps without a generator: for the synchronous middleware, and
-        the asyncio one when its limiter decides in this process (``hit_now``).
-        """
-        disabled = self._disabled
-        switched = self._shadow
-        enforced: list[tuple[Compiled, str, Decision]] = []
-        for rule in rules:
-            if disabled and rule.name in disabled:
-                continue
-            hit = self._hit(rule, request, switched)
-            decision = limit(hit[0], hit[1], hit[2], shadow=hit[3])
-            if self._settle(rule, hit, decision, enforced):
-                break
-        return self._outcome(enforced)
-
-    def decide_asgi(self, scope: Mapping[str, Any], limit: HitNow) -> AsgiAnswer:
+    def decide_asgi(
+        self, scope: Mapping[str, Any], limit: HitNow, failure: FailurePolicy | None = None
+    ) -> AsgiAnswer:
         """``decide`` straight from an ASGI scope, or None when it cannot answer for it.
 
         It answers when the rule set is ``plain_asgi`` and no rule is switched off or
@@ -395,38 +284,82 @@ class RuleSet:
         A request the only rule allows under the default header plan gets its headers
         already encoded for ASGI (a list of byte pairs) rather than an ``Outcome``.
         """
-        if self._disabled or self._shadow:
-            return None
-        single = self._single
-        if single is not None:
-            key = _scope_key(single, scope)
-            return self._answer(single, key, limit(key, single.rates, single.fixed_cost))  # type: ignore[arg-type]
-        enforced: list[tuple[Compiled, str, Decision]] = []
-        for rule in self._compiled:
-            key = _scope_key(rule, scope)
-            if _enforced(rule, key, limit(key, rule.rates, rule.fixed_cost), enforced):  # type: ignore[arg-type]
-                break
-        return self._outcome(enforced)
+        return self.scope_decider(limit, failure)(scope)
 
-    async def decide_asgi_async(self, scope: Mapping[str, Any], limiter: AsyncHitter) -> AsgiAnswer:
+    def scope_decider(
+        self, limit: HitNow, failure: FailurePolicy | None = None
+    ) -> Callable[[Mapping[str, Any]], AsgiAnswer]:
+        """``decide_asgi`` with ``limit`` and ``failure`` bound once, for a middleware to
+        call per request: a one-rule set's whole scope path is this one function."""
+        single = self._single
+        if single is None:
+
+            def decide_all(scope: Mapping[str, Any]) -> AsgiAnswer:
+                if self._disabled or self._shadow:
+                    return None
+                return drive(self._scope_run(scope, failure), limit, failure)
+
+            return decide_all
+        scope_key: Any = single.scope_key
+        rates, cost, asgi = single.rates, single.fixed_cost, single.headers.asgi
+        hit: Any = limit
+        mode, report = (None, None) if failure is None else (failure.mode, failure.report)
+
+        def decide_one(scope: Mapping[str, Any]) -> AsgiAnswer:
+            if self._disabled or self._shadow:
+                return None
+            key = scope_key(scope)
+            if failure is None:
+                decision = hit(key, rates, cost)
+            else:
+                decision = hit(key, rates, cost, failure=mode, on_failure=report)
+                if decision.degraded:
+                    return failure.answer(decision)
+            if decision.allowed:
+                found = asgi(decision)
+                if found is not None:
+                    return found
+            return self._outcome([(single, key, decision)])
+
+        return decide_one
+
+    async def decide_asgi_async(
+        self,
+        scope: Mapping[str, Any],
+        limiter: AsyncHitter,
+        failure: FailurePolicy | None = None,
+    ) -> AsgiAnswer:
         """``decide_asgi`` over a limiter that is awaited (a store over the network)."""
         if self._disabled or self._shadow:
             return None
         single = self._single
-        if single is not None:
-            key = _scope_key(single, scope)
-            decision = await limiter.hit(key, single.rates, single.fixed_cost)  # type: ignore[arg-type]
-            return self._answer(single, key, decision)
+        if single is None:
+            return await drive_async(self._scope_run(scope, failure), limiter, failure)
+        key = single.scope_key(scope)  # type: ignore[misc]
+        hit: Any = limiter.hit
+        policy = failure.kwargs if failure is not None else {}
+        decision = await hit(key, single.rates, single.fixed_cost, **policy)
+        return self._answer(single, key, decision, failure)
+
+    def _scope_run(self, scope: Mapping[str, Any], failure: FailurePolicy | None) -> Evaluation:
+        """``run`` for a ``plain_asgi`` rule set, every key read from the scope."""
         enforced: list[tuple[Compiled, str, Decision]] = []
         for rule in self._compiled:
-            key = _scope_key(rule, scope)
-            decision = await limiter.hit(key, rule.rates, rule.fixed_cost)  # type: ignore[arg-type]
-            if _enforced(rule, key, decision, enforced):
+            key = rule.scope_key(scope)  # type: ignore[misc]
+            decision = yield key, rule.rates, rule.fixed_cost, False  # type: ignore[misc]
+            if failure is not None and decision.degraded:
+                return failure.answer(decision)
+            enforced.append((rule, key, decision))
+            if not decision.allowed:
                 break
         return self._outcome(enforced)
 
-    def _answer(self, rule: Compiled, key: str, decision: Decision) -> AsgiAnswer:
+    def _answer(
+        self, rule: Compiled, key: str, decision: Decision, failure: FailurePolicy | None
+    ) -> AsgiAnswer:
         """The one rule's decision: its ASGI headers when allowed under the default plan."""
+        if failure is not None and decision.degraded:
+            return failure.answer(decision)
         if decision.allowed:
             found = rule.headers.asgi(decision)
             if found is not None:
@@ -460,33 +393,15 @@ class RuleSet:
     def _outcome(self, enforced: list[tuple[Compiled, str, Decision]]) -> Outcome:
         if not enforced:
             return PASS
-        rule, key, decision = enforced[0] if len(enforced) == 1 else min(enforced, key=_order)
+        rule, key, decision = enforced[0] if len(enforced) == 1 else min(enforced, key=binding)
         partition = None
         if self.headers.partition_key:
             partition = hashlib.sha256(key.encode("utf-8", "surrogateescape")).digest()[:12]
         now = self.clock.now() if self.headers.reset == "epoch" else 0.0
         found = rule.headers.render(decision, now, partition)
         if decision.allowed:
-            passed: Outcome = _Passed(tuple(found))  # type: ignore[assignment]
+            passed: Outcome = Passed(tuple(found))  # type: ignore[assignment]
             return passed
         retry = rl_headers.retry_after_seconds(decision, self.headers)
         body = rl_headers.problem_body(rule.name, retry)
         return Outcome(True, (*found, *rl_headers.denied_headers(retry, body)), body)
-
-
-def _scope_key(rule: Compiled, scope: Mapping[str, Any]) -> str:
-    """``rule``'s store key for an ASGI scope (a ``plain_asgi`` rule set's rule)."""
-    return rule.prefix + (rule.asgi_key(scope) or rule.fallback)  # type: ignore[misc]
-
-
-def _enforced(
-    rule: Compiled, key: str, decision: Decision, enforced: list[tuple[Compiled, str, Decision]]
-) -> bool:
-    """Note an enforcing rule's decision; True when it denied and evaluation stops."""
-    enforced.append((rule, key, decision))
-    return not decision.allowed
-
-
-def _order(entry: tuple[Compiled, str, Decision]) -> tuple[bool, int, float]:
-    decision = entry[2]
-    return (decision.allowed, decision.remaining, -decision.reset_after)

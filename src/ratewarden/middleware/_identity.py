@@ -78,9 +78,46 @@ class _HeaderKey:
             return None
         return self._identity(value)
 
+    def scope_keys(self, prefix: str, fallback: str) -> Callable[[Mapping[str, Any]], str]:
+        """``prefix + (self.asgi(scope) or fallback)`` as one call, remembered per header value.
+
+        A client sends the same key again and again: the store key of each value
+        seen is kept (``SCOPE_KEYS`` of them, then the table starts over), so a
+        request costs a walk of its header list and one lookup.
+        """
+        wanted, size, identity = self._wanted, len(self._wanted), self._identity
+        known: dict[object, str] = {}
+
+        def scope_key(scope: Mapping[str, Any]) -> str:
+            value = None
+            for name, raw in scope.get("headers", ()):
+                if len(name) == size and (name == wanted or name.lower() == wanted):
+                    value = raw if value is None else value + b", " + raw
+            try:
+                return known[value]
+            except KeyError:
+                found = identity(value.decode("latin-1")) if value else None
+                return _remember(known, value, prefix + (found or fallback))
+            except TypeError:  # an unhashable value (a bytearray): not remembered
+                text = bytes(value).decode("latin-1") if value else ""
+                return prefix + ((identity(text) if text else None) or fallback)
+
+        return scope_key
+
     def __repr__(self) -> str:
         hashed = "" if self._identity is _hashed_key else ", hashed=False"
         return f"by_api_key({self._name!r}{hashed})"
+
+
+#: Store keys a rule's scope path remembers per header value or peer before it starts over.
+SCOPE_KEYS = 4096
+
+
+def _remember(known: dict[object, str], raw: object, key: str) -> str:
+    if len(known) >= SCOPE_KEYS:
+        known.clear()
+    known[raw] = key
+    return key
 
 
 # A client sends the same key again and again: remember the last few thousand
@@ -264,6 +301,28 @@ class ClientIP:
             if client:
                 return _peer_identity(str(client[0]), self._ipv6_prefix)
         return self(from_asgi(scope))
+
+    def scope_keys(self, prefix: str, fallback: str) -> Callable[[Mapping[str, Any]], str]:
+        """``prefix + (self.asgi(scope) or fallback)`` as one call; without trusted proxies,
+        remembered per peer address (see ``_HeaderKey.scope_keys``)."""
+        if self._trusted:
+            asgi = self.asgi
+            return lambda scope: prefix + (asgi(scope) or fallback)
+        ipv6_prefix = self._ipv6_prefix
+        known: dict[object, str] = {}
+
+        def scope_key(scope: Mapping[str, Any]) -> str:
+            client = scope.get("client")
+            peer = client[0] if client else None
+            try:
+                return known[peer]
+            except KeyError:
+                found = None if peer is None else _peer_identity(str(peer), ipv6_prefix)
+                return _remember(known, peer, prefix + (found or fallback))
+            except TypeError:  # an unhashable peer: not remembered
+                return prefix + (_peer_identity(str(peer), ipv6_prefix) or fallback)
+
+        return scope_key
 
     def __repr__(self) -> str:
         trusted = [str(n) for n in self._trusted]

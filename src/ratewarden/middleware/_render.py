@@ -41,6 +41,7 @@ class HeaderPlan:
         "_policies",
         "_policy_header",
         "_prefixes",
+        "_rate",
         "_rates",
         "_refill",
         "_simple",
@@ -49,6 +50,7 @@ class HeaderPlan:
     def __init__(self, name: str, rates: tuple[Rate, ...], options: HeaderOptions) -> None:
         self._name = name
         self._rates = rates
+        self._rate = rates[0]
         self._options = options
         self._draft = options.draft is not None
         # t: draft-11's effective window (refill_after), else draft-10's time to whole again.
@@ -110,20 +112,32 @@ class HeaderPlan:
 
     def asgi(self, decision: Decision) -> list[tuple[bytes, bytes]] | None:
         """``render``'s headers encoded for an ASGI response, or None unless the default plan
-        (one rate, the draft fields) applies to ``decision``: the middleware's allowed path."""
+        (one rate, the draft fields) applies to ``decision``: the middleware's allowed path.
+
+        ``_simple_numbers`` inline: this is the whole rendering cost of an allowed request.
+        """
         policy = self._asgi_policy
         if policy is None:
             return None
-        numbers = self._simple_numbers(decision)
-        if numbers is None:
+        layers = decision.layers
+        rate = self._rate
+        if len(layers) != 1 or decision.rate is not rate:
             return None
-        return [policy, (b"ratelimit", b"%s%d;t=%d" % (self._asgi_prefix, *numbers))]
+        layer = layers[0]
+        if layer.rate is not rate:
+            return None
+        window = layer.refill_after if self._refill else layer.reset_after
+        remaining = layer.remaining
+        if not (decision.allowed and layer.allowed and remaining > 0):
+            remaining = 0
+        t = math.ceil(window) if window > 0 else 0
+        return [policy, (b"ratelimit", b"%s%d;t=%d" % (self._asgi_prefix, remaining, t))]
 
     def _simple_numbers(self, decision: Decision) -> tuple[int, int] | None:
         """The default plan's ``r`` and ``t`` for ``decision``: None unless its one layer is
         the rule's one rate (a failure policy's answer, say, takes the generic path)."""
         layers = decision.layers
-        rate = self._rates[0]
+        rate = self._rate
         if len(layers) != 1 or decision.rate is not rate or layers[0].rate is not rate:
             return None
         layer = layers[0]

@@ -18,11 +18,21 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ratewarden.errors import ConfigurationError
-from ratewarden.middleware._identity import ANONYMOUS, KeyFunc
+from ratewarden.middleware._identity import ANONYMOUS, KeyFunc, by_client_ip
 from ratewarden.middleware._request import RequestInfo
 from ratewarden.rate import Rate
 
-__all__ = ["CostFunc", "FixedCost", "Rule", "compile_path", "parse_rates"]
+__all__ = [
+    "CostFunc",
+    "FixedCost",
+    "Rule",
+    "Selection",
+    "compile_path",
+    "compile_paths",
+    "method_set",
+    "parse_rates",
+    "selects",
+]
 
 #: The cost of one request, computed from it.
 CostFunc = Callable[[RequestInfo], int]
@@ -67,6 +77,71 @@ def compile_path(pattern: str | re.Pattern[str]) -> re.Pattern[str]:
         last = token.end()
     parts.append(re.escape(pattern[last:]))
     return re.compile("".join(parts))
+
+
+def compile_paths(
+    paths: Iterable[str | re.Pattern[str]] | str | re.Pattern[str] | None,
+) -> tuple[re.Pattern[str], ...] | None:
+    """Path patterns (one, or several) compiled; None selects every path."""
+    if paths is None:
+        return None
+    if isinstance(paths, str | re.Pattern):
+        paths = [paths]
+    return tuple(compile_path(p) for p in paths)
+
+
+def method_set(methods: Iterable[str] | str | None) -> frozenset[str] | None:
+    """Method names (one, or several), upper-case; None selects every method."""
+    if methods is None:
+        return None
+    if isinstance(methods, str):
+        methods = [methods]
+    return frozenset(m.upper() for m in methods)
+
+
+def selects(
+    paths: tuple[re.Pattern[str], ...] | None,
+    methods: frozenset[str] | None,
+    request: RequestInfo,
+) -> bool:
+    """True when ``request``'s method and path are among ``methods`` and ``paths`` (None: any)."""
+    if methods is not None and request.method not in methods:
+        return False
+    return paths is None or any(p.fullmatch(request.path) for p in paths)
+
+
+class Selection:
+    """Which requests a middleware takes and whose they are: the part of a ``Rule`` the
+    concurrency and token budget middlewares share (``paths``, ``methods``, ``key``,
+    ``fallback``), checked with ``who`` naming the middleware in errors."""
+
+    __slots__ = ("fallback", "key", "methods", "paths")
+
+    def __init__(
+        self,
+        who: str,
+        *,
+        key: KeyFunc | None,
+        fallback: str,
+        paths: Iterable[str | re.Pattern[str]] | str | None,
+        methods: Iterable[str] | str | None,
+    ) -> None:
+        if key is not None and not callable(key):
+            raise ConfigurationError(f"{who} key={key!r}: a key extractor")
+        if not isinstance(fallback, str) or not fallback:
+            raise ConfigurationError(f"{who} fallback={fallback!r}: a non-empty string")
+        self.key: KeyFunc = key if key is not None else by_client_ip()
+        self.fallback = fallback
+        self.paths = compile_paths(paths)
+        self.methods = method_set(methods)
+
+    def matches(self, request: RequestInfo) -> bool:
+        """True when the request's method and path are selected."""
+        return selects(self.paths, self.methods, request)
+
+    def identity(self, request: RequestInfo) -> str:
+        """The request's identity, ``fallback`` when it has none (never "unlimited")."""
+        return self.key(request) or self.fallback
 
 
 def _method_costs(costs: Mapping[str, int], where: str) -> CostFunc:
@@ -153,30 +228,20 @@ class Rule:
         where = f"rule {name!r}"
         if key is not None and not callable(key):
             raise ConfigurationError(f"{where}: key {key!r} must be a key extractor (callable)")
-        if isinstance(paths, str):
-            paths = [paths]
-        if isinstance(methods, str):
-            methods = [methods]
         if not isinstance(fallback, str) or not fallback:
             raise ConfigurationError(f"{where}: fallback {fallback!r} must be a non-empty string")
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "rates", parse_rates(rates, where))
         object.__setattr__(self, "key", key)
-        object.__setattr__(
-            self, "paths", None if paths is None else tuple(compile_path(p) for p in paths)
-        )
-        object.__setattr__(
-            self, "methods", None if methods is None else frozenset(m.upper() for m in methods)
-        )
+        object.__setattr__(self, "paths", compile_paths(paths))
+        object.__setattr__(self, "methods", method_set(methods))
         object.__setattr__(self, "cost", _cost_func(cost, where))
         object.__setattr__(self, "shadow", bool(shadow))
         object.__setattr__(self, "fallback", fallback)
 
     def matches(self, request: RequestInfo) -> bool:
         """True when the request's method and path are selected by this rule."""
-        if self.methods is not None and request.method not in self.methods:
-            return False
-        return self.paths is None or any(p.fullmatch(request.path) for p in self.paths)
+        return selects(self.paths, self.methods, request)
 
     def with_changes(
         self,

@@ -18,17 +18,18 @@ Starlette: the route lookup for ``@exempt`` / ``@limit`` / ``@override``
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from ratewarden.errors import ConfigurationError, StorageError
+from ratewarden.errors import StorageError
+from ratewarden.limiter import CircuitBreaker
 from ratewarden.metrics import Metrics
-from ratewarden.middleware._core import AsgiAnswer, AsyncHitter, Outcome, RuleSet, drive_async
-from ratewarden.middleware._failure import FailurePolicy, Unavailable
+from ratewarden.middleware._base import RateLimitBase
+from ratewarden.middleware._compiled import AsgiAnswer, AsyncHitter, drive_async
+from ratewarden.middleware._core import RuleSet
+from ratewarden.middleware._outcome import PASS, Outcome, encoded, send_asgi
 from ratewarden.middleware._request import from_asgi
 from ratewarden.middleware._routes import starlette_endpoint, undecorated
-from ratewarden.tiers import CircuitBreaker
 
 __all__ = ["RateLimitMiddleware"]
 
@@ -37,15 +38,6 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-@functools.lru_cache(maxsize=64)
-def _name(name: str) -> bytes:
-    return name.lower().encode("latin-1")
-
-
-def _encoded(headers: tuple[tuple[str, str], ...]) -> list[tuple[bytes, bytes]]:
-    return [(_name(name), value.encode("latin-1")) for name, value in headers]
 
 
 def _adding(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
@@ -63,21 +55,25 @@ def _adding(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
     return send_with_headers
 
 
-class RateLimitMiddleware:
+class RateLimitMiddleware(RateLimitBase):
     """Limit HTTP requests to ``app`` by the ``rules``, deciding with ``limiter``.
 
     ``limiter`` is anything with ``async hit(key, rates, cost, *, shadow) -> Decision``:
-    an ``AsyncLimiter``, or a two-tier limiter. Decisions marked ``degraded``
-    are used as they come, headers included. Endpoints are found with the rule
+    an ``AsyncLimiter``, or a two-tier limiter. Endpoints are found with the rule
     set's resolver, or else ``starlette_endpoint``.
 
-    When the limiter raises ``StorageError`` (its store is down or too slow),
-    ``failure`` answers: ``"open"`` (default) passes the request on without
-    RateLimit headers, ``"closed"`` answers 503 with ``Retry-After``. An optional
-    ``breaker`` (``CircuitBreaker``) skips the store while it is open. Each such
-    request is counted as ``metrics.degraded(rule=name, ...)`` and logged at most
-    once a minute per reason.
+    ``failure`` is what a request gets when the limiter's store is down or too
+    slow: ``"open"`` (default) passes it on without RateLimit headers,
+    ``"closed"`` answers 503 with ``Retry-After``. A ratewarden limiter without a
+    failure policy of its own takes this one with every hit (its breaker, if it
+    has one, skips the store while open); one with its own (``AsyncTwoTier``)
+    answers with it, and its degraded decisions are used as they come, headers
+    included. Each request the middleware's policy answers is counted as
+    ``metrics.degraded(rule=name, ...)`` and logged at most once a minute per
+    reason. ``breaker`` is deprecated: give the limiter its breaker.
     """
+
+    app: ASGIApp
 
     def __init__(
         self,
@@ -90,33 +86,30 @@ class RateLimitMiddleware:
         metrics: Metrics | None = None,
         name: str = "middleware",
     ) -> None:
-        if not isinstance(rules, RuleSet):
-            raise ConfigurationError(f"rules {rules!r} must be a RuleSet")
-        if not callable(getattr(limiter, "hit", None)):
-            raise ConfigurationError(f"limiter {limiter!r} has no hit(key, rates, cost) method")
-        self.app = app
-        self.limiter = limiter
-        self.rules = rules
-        self.failure_policy = FailurePolicy(failure, breaker, metrics, name, rules.clock)
-        # What decides: the limiter, behind the breaker when there is one.
-        self._limiter = self.failure_policy.guard_async(limiter)
+        super().__init__(app, limiter, rules, failure, breaker, metrics, name)
+        # The limiter's hit without an await when it decides in this process (hit_now),
+        # and then the rule set's scope path bound to it (see RuleSet.scope_decider).
+        self._now: Any = getattr(limiter, "hit_now", None)
+        self._scope_path = (
+            None if self._now is None else rules.scope_decider(self._now, self.own_policy)
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limiter = self._limiter
-        now = getattr(limiter, "hit_now", None)
+        rules = self.rules
         found: AsgiAnswer = None
-        if self.rules.plain_asgi and undecorated(scope):
+        if rules.plain_asgi and undecorated(scope):
             # Every rule reads the scope alone (see RuleSet.plain_asgi).
+            decide = self._scope_path
             try:
-                if now is not None:
-                    found = self.rules.decide_asgi(scope, now)
+                if decide is not None:
+                    found = decide(scope)
                 else:
-                    found = await self.rules.decide_asgi_async(scope, limiter)
+                    found = await rules.decide_asgi_async(scope, self.limiter, self.own_policy)
             except StorageError as exc:
-                found = self.failure_policy.answer(exc)
+                found = self.failed(exc)
             if type(found) is list:  # allowed; the headers come encoded
                 await self.app(scope, receive, _adding(send, found))
                 return
@@ -124,31 +117,25 @@ class RateLimitMiddleware:
         if found is not None:
             outcome = found  # type: ignore[assignment]
         else:
-            request = from_asgi(scope)
-            rules = self.rules.applicable(request, starlette_endpoint)
-            if not rules:
-                await self.app(scope, receive, send)
-                return
-            try:
-                if now is not None:
-                    outcome = self.rules.decide(request, rules, now)
-                else:
-                    outcome = await drive_async(self.rules.run(request, rules), limiter)
-            except StorageError as exc:
-                outcome = self.failure_policy.answer(exc, self.rules.enforces(rules))
+            outcome = await self._decide(scope)
         if outcome.blocked:
-            await self._deny(send, outcome, head=scope.get("method") == "HEAD")
+            await send_asgi(send, outcome, head=scope.get("method") == "HEAD")
             return
         if not outcome.headers:
             await self.app(scope, receive, send)
             return
-        await self.app(scope, receive, _adding(send, _encoded(outcome.headers)))
+        await self.app(scope, receive, _adding(send, encoded(outcome.headers)))
 
-    @staticmethod
-    async def _deny(send: Send, outcome: Outcome, *, head: bool) -> None:
-        """The 429 (the failure policy's 503); a HEAD gets the headers and no body."""
-        status = 503 if isinstance(outcome, Unavailable) else 429
-        await send(
-            {"type": "http.response.start", "status": status, "headers": _encoded(outcome.headers)}
-        )
-        await send({"type": "http.response.body", "body": b"" if head else outcome.body})
+    async def _decide(self, scope: Scope) -> Outcome:
+        """The general path: the request view, its route's rules, each rule's hit."""
+        request = from_asgi(scope)
+        rules = self.rules.applicable(request, starlette_endpoint)
+        if not rules:
+            return PASS
+        own, now = self.own_policy, self._now
+        try:
+            if now is not None:
+                return self.rules.decide(request, rules, now, own)
+            return await drive_async(self.rules.run(request, rules, own), self.limiter, own)
+        except StorageError as exc:
+            return self.failed(exc, rules)

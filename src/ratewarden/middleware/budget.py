@@ -25,11 +25,15 @@ runs, and the reservation is settled with what the request actually used:
 
 The response carries the provider-style headers of the budget after the
 settlement when the usage was known at the start, else after the reservation.
+
+When the budget's store cannot be asked at the reservation (down, too slow),
+the failure policy answers (``failure``, as the rate limit middleware's):
+``open`` (the default) runs the app with nothing reserved and no budget
+headers, ``closed`` answers 503 with ``Retry-After``; never a 500.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
@@ -37,10 +41,14 @@ from typing import Any
 
 from ratewarden.budgets import AsyncTokenBudget, BudgetDecision, Reservation, Usage
 from ratewarden.budgets import provider_headers as budget_headers
+from ratewarden.clock import Clock, SystemClock
 from ratewarden.errors import ConfigurationError, StorageError
-from ratewarden.middleware._identity import ANONYMOUS, KeyFunc, by_client_ip
+from ratewarden.metrics import Metrics
+from ratewarden.middleware._failure import FailurePolicy
+from ratewarden.middleware._identity import ANONYMOUS, KeyFunc
+from ratewarden.middleware._outcome import refusal, send_asgi
 from ratewarden.middleware._request import RequestInfo, from_asgi
-from ratewarden.middleware._rules import check_name, compile_path
+from ratewarden.middleware._rules import Selection, check_name
 
 __all__ = ["ActualFunc", "EstimateFunc", "TokenBudgetMiddleware"]
 
@@ -78,6 +86,9 @@ class TokenBudgetMiddleware:
       to ``estimate``; the app still receives it.
     - ``paths`` / ``methods``: which requests are budgeted (all by default).
     - ``ietf``: add the IETF ``RateLimit-Policy`` / ``RateLimit`` fields with ``qu``.
+    - ``failure``: ``"open"`` or ``"closed"``, when the store fails at the reservation;
+      ``metrics`` counts those requests (``degraded``, rule ``name``), logged on the
+      ``clock`` at most once a minute per reason.
     """
 
     def __init__(
@@ -96,38 +107,36 @@ class TokenBudgetMiddleware:
         methods: Iterable[str] | str | None = None,
         fallback: str = ANONYMOUS,
         ietf: bool = True,
+        failure: str = "open",
+        metrics: Metrics | None = None,
+        clock: Clock | None = None,
     ) -> None:
         if not isinstance(budget, AsyncTokenBudget):
             raise ConfigurationError(f"budget {budget!r} must be an AsyncTokenBudget")
-        for what, func in (("estimate", estimate), ("actual", actual), ("key", key)):
+        for what, func in (("estimate", estimate), ("actual", actual)):
             if func is not None and not callable(func):
                 raise ConfigurationError(f"token budget middleware {what}={func!r}: a callable")
         if not isinstance(usage_header, str) or not usage_header.strip():
             raise ConfigurationError(f"usage_header {usage_header!r} must be a header name")
         if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 0:
             raise ConfigurationError(f"max_body {max_body!r} must be a byte count >= 0")
-        if not isinstance(fallback, str) or not fallback:
-            raise ConfigurationError(f"fallback {fallback!r} must be a non-empty string")
+        self.selection = Selection(
+            "token budget middleware", key=key, fallback=fallback, paths=paths, methods=methods
+        )
         self.app = app
         self.budget = budget
         self.estimate = estimate
-        self.key: KeyFunc = key if key is not None else by_client_ip()
+        self.key = self.selection.key
         self.name = check_name(name)
+        self.failure = FailurePolicy(
+            failure, metrics, self.name, clock if clock is not None else SystemClock()
+        )
         self.actual = actual
         self.usage_header = usage_header.strip().lower().encode("latin-1")
         self.read_body = bool(read_body)
         self.max_body = max_body
-        paths = [paths] if isinstance(paths, str) else paths
-        self.paths = None if paths is None else tuple(compile_path(p) for p in paths)
-        methods = [methods] if isinstance(methods, str) else methods
-        self.methods = None if methods is None else frozenset(m.upper() for m in methods)
         self.fallback = fallback
         self.ietf = bool(ietf)
-
-    def _selected(self, request: RequestInfo) -> bool:
-        if self.methods is not None and request.method not in self.methods:
-            return False
-        return self.paths is None or any(p.fullmatch(request.path) for p in self.paths)
 
     def _usage(self, value: object, where: str, estimate: Usage | None = None) -> Usage:
         """A ``Usage`` from what a callable returned: a Usage, or a whole number of tokens."""
@@ -149,7 +158,7 @@ class TokenBudgetMiddleware:
             await self.app(scope, receive, send)
             return
         request = from_asgi(scope)
-        if not self._selected(request):
+        if not self.selection.matches(request):
             await self.app(scope, receive, send)
             return
         body = b""
@@ -158,13 +167,22 @@ class TokenBudgetMiddleware:
             if isinstance(read, _Gone):  # the client left before its body ended: no one to answer
                 return
             if read is None:
-                await _answer(send, 413, "Content Too Large", [], "The request body is too large.")
+                too_large = refusal(413, "The request body is too large.")
+                await send_asgi(send, too_large, head=False)
                 return
             body = read
             receive = _replay(body, receive)
         estimate = self._usage(self.estimate(request, body), "estimate")
-        identity = self.key(request) or self.fallback
-        reservation = await self.budget.reserve_usage(f"{self.name}:{identity}", estimate)
+        key = f"{self.name}:{self.selection.identity(request)}"
+        try:
+            reservation = await self.budget.reserve_usage(key, estimate)
+        except StorageError as exc:
+            outcome = self.failure.caught(exc)
+            if outcome.blocked:
+                await send_asgi(send, outcome, head=request.method == "HEAD")
+            else:  # open: the app runs with nothing reserved, so nothing to settle
+                await self.app(scope, receive, send)
+            return
         if not reservation.allowed:
             await self._refuse(send, reservation.decision, head=request.method == "HEAD")
             return
@@ -176,8 +194,8 @@ class TokenBudgetMiddleware:
             detail += f"; retry in {max(1, math.ceil(decision.retry_after))} s."
         else:
             detail += ": this request needs more than the budget can ever allow."
-        headers = budget_headers(decision, ietf=self.ietf)
-        await _answer(send, 429, "Too Many Requests", headers, detail, head=head)
+        headers = tuple(budget_headers(decision, ietf=self.ietf))
+        await send_asgi(send, refusal(429, detail, headers=headers), head=head)
 
     def headers_of(self, decision: BudgetDecision) -> list[tuple[bytes, bytes]]:
         """The provider-style headers of ``decision``, as ASGI byte pairs."""
@@ -297,24 +315,3 @@ def _replay(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return replay
-
-
-async def _answer(
-    send: Send,
-    status: int,
-    title: str,
-    headers: list[tuple[str, str]],
-    detail: str,
-    *,
-    head: bool = False,
-) -> None:
-    problem = {"type": "about:blank", "title": title, "status": status, "detail": detail}
-    body = json.dumps(problem, separators=(",", ":")).encode()
-    raw = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers]
-    raw += [
-        (b"cache-control", b"no-store"),
-        (b"content-type", b"application/problem+json"),
-        (b"content-length", str(len(body)).encode()),
-    ]
-    await send({"type": "http.response.start", "status": status, "headers": raw})
-    await send({"type": "http.response.body", "body": b"" if head else body})

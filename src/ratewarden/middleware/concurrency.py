@@ -13,7 +13,10 @@ slot until its last chunk), or when the app returns or fails, whichever comes
 first; on WSGI, when the server closes the response iterable. A request that
 finds no slot free gets ``status`` (429 by default, 503 for a server that
 would rather say it is busy) with a ``Retry-After`` and a problem document, and
-never reaches the app.
+never reaches the app. When the store cannot be asked (down, too slow, the
+limiter's breaker open), the failure policy answers (``failure``, as the rate
+limit middleware's): ``open`` (the default) runs the app without a slot,
+``closed`` answers 503; never a 500.
 
 Every slot carries a TTL, so a worker that dies mid-request loses its slots one
 TTL later. A response that streams for longer than the TTL renews its slot as it
@@ -24,17 +27,20 @@ docs/middleware.md).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.limiter import Lease
-from ratewarden.middleware._identity import ANONYMOUS, KeyFunc, by_client_ip
+from ratewarden.metrics import Metrics
+from ratewarden.middleware._failure import FailurePolicy
+from ratewarden.middleware._identity import ANONYMOUS, KeyFunc
+from ratewarden.middleware._outcome import Outcome, refusal, send_asgi, send_wsgi
 from ratewarden.middleware._request import RequestInfo, from_asgi, from_wsgi
-from ratewarden.middleware._rules import check_name, compile_path
+from ratewarden.middleware._rules import Selection, check_name
 
 __all__ = [
     "AsyncSlotLimiter",
@@ -53,8 +59,6 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
-
-_TITLES = {429: "Too Many Requests", 503: "Service Unavailable"}
 
 
 class SlotLimiter(Protocol):
@@ -100,7 +104,8 @@ def _whole(what: str, value: object, minimum: int) -> int:
 
 
 class SlotPolicy:
-    """The shared, I/O-free part: which requests, whose slots, how many, and the refusal."""
+    """The shared, I/O-free part: which requests, whose slots, how many, the refusal, and
+    the failure policy (``failure``, ``metrics``: see the rate limit middleware's)."""
 
     def __init__(
         self,
@@ -115,67 +120,58 @@ class SlotPolicy:
         methods: Iterable[str] | str | None = None,
         fallback: str = ANONYMOUS,
         clock: Clock | None = None,
+        failure: str = "open",
+        metrics: Metrics | None = None,
     ) -> None:
         self.name = check_name(name)
         self.limit = _whole("limit", limit, 1)
         if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < 86_400 * 365:
             raise ConfigurationError(f"concurrency middleware ttl={ttl!r}: seconds, more than 0")
         self.ttl = float(ttl)
-        if status not in _TITLES:
+        if status not in (429, 503):
             raise ConfigurationError(f"concurrency middleware status={status!r}: 429 or 503")
         self.status = status
         self.retry_after = _whole("retry_after", retry_after, 0)
-        if key is not None and not callable(key):
-            raise ConfigurationError(f"concurrency middleware key={key!r}: a key extractor")
-        self.key: KeyFunc = key if key is not None else by_client_ip()
-        if not isinstance(fallback, str) or not fallback:
-            raise ConfigurationError(
-                f"concurrency middleware fallback={fallback!r}: a non-empty string"
-            )
+        self.selection = Selection(
+            "concurrency middleware", key=key, fallback=fallback, paths=paths, methods=methods
+        )
+        self.key = self.selection.key
         self.fallback = fallback
-        paths = [paths] if isinstance(paths, str) else paths
-        self.paths = None if paths is None else tuple(compile_path(p) for p in paths)
-        methods = [methods] if isinstance(methods, str) else methods
-        self.methods = None if methods is None else frozenset(m.upper() for m in methods)
         self.clock: Clock = clock if clock is not None else SystemClock()
-        self.body = self._problem()
+        self.failure = FailurePolicy(failure, metrics, self.name, self.clock)
+        detail = f"More than {self.limit} requests in flight for {self.name!r}"
+        detail += f"; retry in {self.retry_after} s." if self.retry_after else "."
+        self.refusal = refusal(
+            status,
+            detail,
+            retry_after=self.retry_after or None,
+            extra={"policy": self.name, "limit": self.limit},
+        )
+        self.body = self.refusal.body
 
     def matches(self, request: RequestInfo) -> bool:
         """True when the request takes a slot (its method and path are selected)."""
-        if self.methods is not None and request.method not in self.methods:
-            return False
-        return self.paths is None or any(p.fullmatch(request.path) for p in self.paths)
+        return self.selection.matches(request)
 
     def slot_key(self, request: RequestInfo) -> str:
         """``<name>:<identity>``, the identity falling back to ``fallback``, never unlimited."""
-        return f"{self.name}:{self.key(request) or self.fallback}"
-
-    def _problem(self) -> bytes:
-        detail = f"More than {self.limit} requests in flight for {self.name!r}"
-        detail += f"; retry in {self.retry_after} s." if self.retry_after else "."
-        problem: dict[str, object] = {
-            "type": "about:blank",
-            "title": _TITLES[self.status],
-            "status": self.status,
-            "detail": detail,
-            "policy": self.name,
-            "limit": self.limit,
-        }
-        return json.dumps(problem, separators=(",", ":")).encode()
+        return f"{self.name}:{self.selection.identity(request)}"
 
     def refusal_headers(self) -> list[tuple[str, str]]:
         """The refusal's headers: Retry-After (unless 0), no caching, the problem's type."""
-        headers = [("Retry-After", str(self.retry_after))] if self.retry_after else []
-        return [
-            *headers,
-            ("Cache-Control", "no-store"),
-            ("Content-Type", "application/problem+json"),
-            ("Content-Length", str(len(self.body))),
-        ]
+        return list(self.refusal.headers)
 
     def status_line(self) -> str:
         """``"429 Too Many Requests"`` or ``"503 Service Unavailable"``."""
-        return f"{self.status} {_TITLES[self.status]}"
+        return "429 Too Many Requests" if self.status == 429 else "503 Service Unavailable"
+
+    def admit(self, found: Lease | StorageError, limiter: object) -> Outcome | None:
+        """What ``acquire_slot`` gave (a Lease, or the StorageError it raised) means: None
+        when the slot is held (run the app, then release it), else the Outcome to send (a
+        refusal, or the failure policy's: open runs the app without a slot)."""
+        if isinstance(found, StorageError):
+            return self.failure.caught(found, limiter)
+        return None if found.allowed else self.refusal
 
 
 def _policy(options: dict[str, Any]) -> SlotPolicy:
@@ -199,6 +195,8 @@ _OPTIONS = frozenset(
         "methods",
         "fallback",
         "clock",
+        "failure",
+        "metrics",
     )
 )
 
@@ -231,10 +229,20 @@ class _Held:
         return True
 
 
-def _warn(what: str, held: _Held, exc: StorageError) -> None:
-    log.warning(
-        "concurrency slot %s of %s failed (its TTL frees it): %s", what, held.lease.key, exc
-    )
+@contextmanager
+def _tolerated(what: str, held: _Held) -> Iterator[None]:
+    """A failed release or renewal is logged, not raised: the slot's TTL frees it."""
+    try:
+        yield
+    except StorageError as exc:
+        log.warning(
+            "concurrency slot %s of %s failed (its TTL frees it): %s", what, held.lease.key, exc
+        )
+
+
+def _lapsed(held: _Held, renewed: bool) -> None:
+    if not renewed:
+        log.warning("concurrency slot of %s lapsed while streaming", held.lease.key)
 
 
 class ConcurrencyMiddleware:
@@ -250,7 +258,6 @@ class ConcurrencyMiddleware:
         self.app = app
         self.limiter = limiter
         self.policy = _policy(policy)
-        self._refusal = [(n.lower().encode(), v.encode()) for n, v in self.policy.refusal_headers()]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -261,13 +268,20 @@ class ConcurrencyMiddleware:
         if not policy.matches(request):
             await self.app(scope, receive, send)
             return
-        lease = await self.limiter.acquire_slot(
-            policy.slot_key(request), policy.limit, ttl=policy.ttl
-        )
-        if not lease.allowed:
-            await self._refuse(send, head=request.method == "HEAD")
+        found: Lease | StorageError
+        try:
+            key = policy.slot_key(request)
+            found = await self.limiter.acquire_slot(key, policy.limit, ttl=policy.ttl)
+        except StorageError as exc:
+            found = exc
+        outcome = policy.admit(found, self.limiter)
+        if outcome is not None:
+            if outcome.blocked:
+                await send_asgi(send, outcome, head=request.method == "HEAD")
+            else:
+                await self.app(scope, receive, send)
             return
-        held = _Held(lease, policy)
+        held = _Held(found, policy)  # type: ignore[arg-type]
 
         async def send_holding(message: Message) -> None:
             await send(message)
@@ -276,7 +290,8 @@ class ConcurrencyMiddleware:
             if not message.get("more_body", False):
                 await self._release(held)
             elif held.renewal_due():
-                await self._renew(held)
+                with _tolerated("renewal", held):
+                    _lapsed(held, await self.limiter.renew_slot(held.lease))
 
         try:
             await self.app(scope, receive, send_holding)
@@ -285,22 +300,8 @@ class ConcurrencyMiddleware:
 
     async def _release(self, held: _Held) -> None:
         if held.take_release():
-            try:
+            with _tolerated("release", held):
                 await self.limiter.release_slot(held.lease)
-            except StorageError as exc:
-                _warn("release", held, exc)
-
-    async def _renew(self, held: _Held) -> None:
-        try:
-            if not await self.limiter.renew_slot(held.lease):
-                log.warning("concurrency slot of %s lapsed while streaming", held.lease.key)
-        except StorageError as exc:
-            _warn("renewal", held, exc)
-
-    async def _refuse(self, send: Send, *, head: bool) -> None:
-        status = self.policy.status
-        await send({"type": "http.response.start", "status": status, "headers": self._refusal})
-        await send({"type": "http.response.body", "body": b"" if head else self.policy.body})
 
 
 class WSGIConcurrencyMiddleware:
@@ -321,11 +322,19 @@ class WSGIConcurrencyMiddleware:
         policy = self.policy
         if not policy.matches(request):
             return self.app(environ, start_response)
-        lease = self.limiter.acquire_slot(policy.slot_key(request), policy.limit, ttl=policy.ttl)
-        if not lease.allowed:
-            start_response(policy.status_line(), policy.refusal_headers())
-            return [b""] if request.method == "HEAD" else [policy.body]
-        held = _Held(lease, policy)
+        found: Lease | StorageError
+        try:
+            found = self.limiter.acquire_slot(
+                policy.slot_key(request), policy.limit, ttl=policy.ttl
+            )
+        except StorageError as exc:
+            found = exc
+        outcome = policy.admit(found, self.limiter)
+        if outcome is not None:
+            if outcome.blocked:
+                return send_wsgi(start_response, outcome, head=request.method == "HEAD")
+            return self.app(environ, start_response)
+        held = _Held(found, policy)  # type: ignore[arg-type]
         try:
             result = self.app(environ, start_response)
         except BaseException:
@@ -335,17 +344,12 @@ class WSGIConcurrencyMiddleware:
 
     def _release(self, held: _Held) -> None:
         if held.take_release():
-            try:
+            with _tolerated("release", held):
                 self.limiter.release_slot(held.lease)
-            except StorageError as exc:
-                _warn("release", held, exc)
 
     def _renew(self, held: _Held) -> None:
-        try:
-            if not self.limiter.renew_slot(held.lease):
-                log.warning("concurrency slot of %s lapsed while streaming", held.lease.key)
-        except StorageError as exc:
-            _warn("renewal", held, exc)
+        with _tolerated("renewal", held):
+            _lapsed(held, self.limiter.renew_slot(held.lease))
 
 
 class _HeldResponse:

@@ -18,12 +18,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ratewarden.errors import ConfigurationError, StorageError
+from ratewarden.errors import StorageError
+from ratewarden.limiter import CircuitBreaker
 from ratewarden.metrics import Metrics
-from ratewarden.middleware._core import Hitter, Outcome, RuleSet
-from ratewarden.middleware._failure import FailurePolicy, Unavailable
+from ratewarden.middleware._base import RateLimitBase
+from ratewarden.middleware._compiled import Hitter
+from ratewarden.middleware._core import RuleSet
+from ratewarden.middleware._outcome import Outcome, send_wsgi
 from ratewarden.middleware._request import from_wsgi
-from ratewarden.tiers import CircuitBreaker
 
 __all__ = ["WSGIRateLimitMiddleware"]
 
@@ -31,13 +33,15 @@ StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
-class WSGIRateLimitMiddleware:
+class WSGIRateLimitMiddleware(RateLimitBase):
     """Limit requests to a WSGI ``app`` by the ``rules``, deciding with ``limiter``.
 
     ``limiter`` is anything with ``hit(key, rates, cost, *, shadow) -> Decision``: a
-    ``Limiter``, or a two-tier limiter. ``failure``, ``breaker``, ``metrics`` and
-    ``name``: the failure policy, as ``RateLimitMiddleware``'s.
+    ``Limiter``, or a two-tier limiter. ``failure``, ``breaker`` (deprecated),
+    ``metrics`` and ``name``: the failure policy, as ``RateLimitMiddleware``'s.
     """
+
+    app: WSGIApp
 
     def __init__(
         self,
@@ -50,16 +54,7 @@ class WSGIRateLimitMiddleware:
         metrics: Metrics | None = None,
         name: str = "middleware",
     ) -> None:
-        if not isinstance(rules, RuleSet):
-            raise ConfigurationError(f"rules {rules!r} must be a RuleSet")
-        if not callable(getattr(limiter, "hit", None)):
-            raise ConfigurationError(f"limiter {limiter!r} has no hit(key, rates, cost) method")
-        self.app = app
-        self.limiter = limiter
-        self.rules = rules
-        self.failure_policy = FailurePolicy(failure, breaker, metrics, name, rules.clock)
-        # What decides: the limiter, behind the breaker when there is one.
-        self._limiter = self.failure_policy.guard(limiter)
+        super().__init__(app, limiter, rules, failure, breaker, metrics, name)
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         request = from_wsgi(environ)
@@ -68,18 +63,11 @@ class WSGIRateLimitMiddleware:
             return self.app(environ, start_response)
         outcome: Outcome
         try:
-            outcome = self.rules.decide(request, rules, self._limiter.hit)
+            outcome = self.rules.decide(request, rules, self.limiter.hit, self.own_policy)
         except StorageError as exc:
-            outcome = self.failure_policy.answer(exc, self.rules.enforces(rules))
+            outcome = self.failed(exc, rules)
         if outcome.blocked:
-            status = (
-                "503 Service Unavailable"
-                if isinstance(outcome, Unavailable)
-                else "429 Too Many Requests"
-            )
-            start_response(status, list(outcome.headers))
-            # A HEAD gets the headers (Content-Length included) and no body.
-            return [b""] if environ.get("REQUEST_METHOD") == "HEAD" else [outcome.body]
+            return send_wsgi(start_response, outcome, head=environ.get("REQUEST_METHOD") == "HEAD")
         if not outcome.headers:
             return self.app(environ, start_response)
         extra = list(outcome.headers)

@@ -1,0 +1,78 @@
+"""How a failure policy's answers are reported: counted, and logged at a bounded rate.
+
+A limiter reports the requests its own failure policy answered under its own
+name. An adapter that hands the limiter a policy per call and reports under
+its own name (the HTTP middleware: ``metrics=``, ``name=``, its logger, its
+clock) passes a ``FailureReport`` as the call's ``on_failure`` hook: the same
+counting and the same bounded log line, in one place.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ratewarden.clock import Clock
+from ratewarden.errors import CircuitOpenError, ConfigurationError
+from ratewarden.metrics import NO_METRICS, LogRateLimiter, Metrics
+
+__all__ = ["LOG_INTERVAL", "FailureReport", "failure_reason"]
+
+#: Seconds between two warnings for the same reason (the lines in between are counted).
+LOG_INTERVAL = 60.0
+
+
+def failure_reason(error: BaseException) -> str:
+    """The ``reason`` of a failure: ``breaker_open`` when the breaker refused the call,
+    else the exception's class name (``StorageUnavailableError``)."""
+    if isinstance(error, CircuitOpenError):
+        return "breaker_open"
+    return type(error).__name__
+
+
+class FailureReport:
+    """Count and log each request the failure policy ``mode`` answered for ``name``.
+
+    Calling it with the store's exception (it is an ``on_failure`` hook) calls
+    ``metrics.degraded(rule=name, mode=mode, reason=...)`` and writes a warning
+    to ``logger``, at most one per reason per ``interval`` seconds of ``clock``;
+    the next one says how many similar lines were held back.
+    """
+
+    __slots__ = ("_lines", "logger", "metrics", "mode", "name")
+
+    def __init__(
+        self,
+        mode: str,
+        *,
+        name: str,
+        clock: Clock,
+        metrics: Metrics | None = None,
+        logger: logging.Logger | str = "ratewarden.limiter",
+        interval: float = LOG_INTERVAL,
+    ) -> None:
+        if metrics is not None and not isinstance(metrics, Metrics):
+            raise ConfigurationError(f"metrics {metrics!r} must be a Metrics")
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(f"name {name!r} must be a non-empty string")
+        self.mode = mode
+        self.name = name
+        self.metrics: Metrics = metrics if metrics is not None else NO_METRICS
+        self.logger = logging.getLogger(logger) if isinstance(logger, str) else logger
+        self._lines = LogRateLimiter(interval, clock=clock)
+
+    def __call__(self, error: Exception) -> None:
+        reason = failure_reason(error)
+        self.metrics.degraded(rule=self.name, mode=self.mode, reason=reason)
+        self._lines.log(
+            self.logger,
+            logging.WARNING,
+            reason,
+            "ratewarden %r: store unavailable (%s: %s); failure policy %r answers",
+            self.name,
+            reason,
+            error,
+            self.mode,
+        )
+
+    def __repr__(self) -> str:
+        return f"FailureReport({self.mode!r}, name={self.name!r})"

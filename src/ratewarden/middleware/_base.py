@@ -1,0 +1,50 @@
+"""What the ASGI and WSGI rate limit middlewares share, everything but the I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.middleware._compiled import Compiled
+from ratewarden.middleware._core import RuleSet
+from ratewarden.middleware._failure import FailurePolicy, adopt_breaker
+from ratewarden.middleware._outcome import Outcome
+
+__all__ = ["RateLimitBase"]
+
+
+class RateLimitBase:
+    """The checked settings, the failure policy and the answer to a store failure.
+
+    ``failure_policy`` is the middleware's; ``own_policy`` is that same policy when
+    the limiter takes it with each hit (a ratewarden limiter without a policy of
+    its own), else None.
+    """
+
+    def __init__(
+        self,
+        app: Any,
+        limiter: Any,
+        rules: RuleSet,
+        failure: str,
+        breaker: object,
+        metrics: object,
+        name: str,
+    ) -> None:
+        if not isinstance(rules, RuleSet):
+            raise ConfigurationError(f"rules {rules!r} must be a RuleSet")
+        if not callable(getattr(limiter, "hit", None)):
+            raise ConfigurationError(f"limiter {limiter!r} has no hit(key, rates, cost) method")
+        self.failure_policy = FailurePolicy(failure, metrics, name, rules.clock)
+        adopt_breaker(limiter, breaker, type(self).__name__)
+        self.app = app
+        self.limiter = limiter
+        self.rules = rules
+        self.own_policy = self.failure_policy.for_limiter(limiter)
+
+    def failed(self, error: Exception, rules: Sequence[Compiled] = ()) -> Outcome:
+        """A ``StorageError`` the limiter raised (a limiter that takes no policy): the
+        policy's answer; ``rules`` applied (a shadow-only request is let through)."""
+        enforcing = self.rules.enforces(rules) if rules else True
+        return self.failure_policy.caught(error, self.limiter, enforcing)

@@ -1,0 +1,190 @@
+"""A rule compiled for requests, the limiter calls it makes, and the loops that make them.
+
+A rule set evaluates a request as a generator (see ``RuleSet.run``): it yields
+one ``Hit`` per rule, receives that hit's Decision and returns an ``Outcome``.
+``drive`` runs it over a limiter that answers at once (``Limiter.hit``,
+``AsyncLimiter.hit_now``), ``drive_async`` over one that is awaited; they are
+the only code the blocking and the asyncio middlewares do not share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ratewarden.decision import Decision
+from ratewarden.errors import ConfigurationError
+from ratewarden.headers import HeaderOptions
+from ratewarden.middleware._identity import KeyFunc
+from ratewarden.middleware._outcome import Outcome
+from ratewarden.middleware._render import HeaderPlan
+from ratewarden.middleware._rules import FixedCost, Rule
+from ratewarden.rate import Rate
+
+if TYPE_CHECKING:
+    from ratewarden.middleware._failure import FailurePolicy
+
+__all__ = [
+    "AsgiAnswer",
+    "AsyncHitter",
+    "Compiled",
+    "Evaluation",
+    "Hit",
+    "HitNow",
+    "Hitter",
+    "check_rules",
+    "drive",
+    "drive_async",
+]
+
+
+class Hitter(Protocol):
+    """Anything with a synchronous ``hit``: ``Limiter``, or a two-tier limiter."""
+
+    def hit(
+        self, key: str, rates: Sequence[Rate], cost: int = 1, *, shadow: bool = False
+    ) -> Decision:
+        """Consume ``cost`` on every rate of ``key`` if all allow (never block when ``shadow``)."""
+        ...
+
+
+class AsyncHitter(Protocol):
+    """Anything with an asyncio ``hit``: ``AsyncLimiter``, or a two-tier limiter."""
+
+    async def hit(
+        self, key: str, rates: Sequence[Rate], cost: int = 1, *, shadow: bool = False
+    ) -> Decision:
+        """Consume ``cost`` on every rate of ``key`` if all allow (never block when ``shadow``)."""
+        ...
+
+
+class HitNow(Protocol):
+    """A limiter's ``hit`` that answers at once: ``Limiter.hit``, ``AsyncLimiter.hit_now``."""
+
+    def __call__(
+        self, key: str, rates: Sequence[Rate], cost: int = 1, *, shadow: bool = False
+    ) -> Decision:
+        """Consume ``cost`` on every rate of ``key`` if all allow (never block when ``shadow``)."""
+        ...
+
+
+#: One limiter call the core asks for: ``(key, rates, cost, shadow)``. A plain tuple,
+#: since one is made per rule per request.
+Hit = tuple[str, tuple[Rate, ...], int, bool]
+
+Evaluation = Generator[Hit, Decision, Outcome]
+
+#: What ``decide_asgi`` answers: None (it cannot; take the general path), an allowed
+#: request's headers encoded for ASGI, or the ``Outcome``.
+AsgiAnswer = list[tuple[bytes, bytes]] | Outcome | None
+
+_NO_POLICY: dict[str, Any] = {}
+
+
+def drive(evaluation: Evaluation, limit: Any, failure: FailurePolicy | None = None) -> Outcome:
+    """Run ``evaluation`` over ``limit(key, rates, cost, shadow=...)``, answered at once;
+    each hit carries ``failure`` (the middleware's policy) when given."""
+    policy = failure.kwargs if failure is not None else _NO_POLICY
+    try:
+        hit = next(evaluation)
+        while True:
+            hit = evaluation.send(limit(hit[0], hit[1], hit[2], shadow=hit[3], **policy))
+    except StopIteration as done:
+        outcome: Outcome = done.value
+        return outcome
+
+
+async def drive_async(
+    evaluation: Evaluation, limiter: AsyncHitter, failure: FailurePolicy | None = None
+) -> Outcome:
+    """Run ``evaluation`` against an asyncio limiter (``await limiter.hit(...)``)."""
+    policy = failure.kwargs if failure is not None else _NO_POLICY
+    hit_async: Any = limiter.hit
+    try:
+        hit = next(evaluation)
+        while True:
+            hit = evaluation.send(await hit_async(hit[0], hit[1], hit[2], shadow=hit[3], **policy))
+    except StopIteration as done:
+        outcome: Outcome = done.value
+        return outcome
+
+
+class Compiled:
+    """A rule with everything a request does not change worked out once.
+
+    The store key prefix, the identity extractor (the rule's or the rule set's
+    default), a fixed cost read without a call, and the header plan; for the
+    built-in extractors, ``scope_key``: the store key read from an ASGI scope.
+    """
+
+    __slots__ = (
+        "asgi_key",
+        "cost",
+        "fallback",
+        "fixed_cost",
+        "headers",
+        "key",
+        "name",
+        "prefix",
+        "rates",
+        "rule",
+        "scope_key",
+        "shadow",
+        "unfiltered",
+    )
+
+    def __init__(self, rule: Rule, default_key: KeyFunc, options: HeaderOptions) -> None:
+        self.rule = rule
+        self.name = rule.name
+        self.prefix = f"{rule.name}:"
+        self.rates = rule.rates
+        self.key: KeyFunc = rule.key or default_key
+        # The built-in extractors' twin reading the ASGI scope itself (see RuleSet.decide_asgi).
+        self.asgi_key: Callable[[Mapping[str, Any]], str | None] | None = getattr(
+            self.key, "asgi", None
+        )
+        self.cost = rule.cost
+        self.fixed_cost = rule.cost.value if isinstance(rule.cost, FixedCost) else None
+        self.shadow = rule.shadow
+        self.fallback = rule.fallback
+        self.unfiltered = rule.methods is None and rule.paths is None
+        self.headers = HeaderPlan(rule.name, rule.rates, options)
+        #: The store key of an ASGI scope: ``prefix + (asgi_key(scope) or fallback)``.
+        self.scope_key: Callable[[Mapping[str, Any]], str] | None = None
+        scope_keys = getattr(self.key, "scope_keys", None)
+        if scope_keys is not None:
+            self.scope_key = scope_keys(self.prefix, self.fallback)
+        elif self.asgi_key is not None:
+            asgi, prefix, fallback = self.asgi_key, self.prefix, self.fallback
+            self.scope_key = lambda scope: prefix + (asgi(scope) or fallback)
+
+    @property
+    def plain(self) -> bool:
+        """Applies to every request, reads its key from the scope, costs a fixed amount and
+        enforces: ``RuleSet.decide_asgi`` can decide it from the ASGI scope alone."""
+        return (
+            self.unfiltered
+            and self.scope_key is not None
+            and self.fixed_cost is not None
+            and not self.shadow
+        )
+
+
+def check_rules(rules: Iterable[Rule]) -> tuple[Rule, ...]:
+    """The rules as a tuple: Rule objects with distinct names."""
+    checked = tuple(rules)
+    seen: set[str] = set()
+    for rule in checked:
+        if not isinstance(rule, Rule):
+            raise ConfigurationError(f"RuleSet rules must be Rule objects; got {rule!r}")
+        if rule.name in seen:
+            raise ConfigurationError(f"RuleSet: two rules are named {rule.name!r}")
+        seen.add(rule.name)
+    return checked
+
+
+def binding(entry: tuple[Compiled, str, Decision]) -> tuple[bool, int, float]:
+    """Sort key of the rule whose decision the headers describe: a denial first, else the
+    fewest remaining, then the longest reset."""
+    decision = entry[2]
+    return (decision.allowed, decision.remaining, -decision.reset_after)

@@ -1,0 +1,116 @@
+"""A failure policy handed to a limiter per call, reported by the caller's ``FailureReport``.
+
+Against a real redis-server that is not listening (a free port) or stopped: a
+plain limiter (every part off: one store call per hit) given ``failure=`` and
+``on_failure=`` answers a failed store call with the policy's degraded Decision
+and reports it through the hook, in both drivers; without a policy the store's
+error is raised as before, and a bad policy name is refused even when the store
+is healthy.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from ratewarden import AsyncLimiter, AsyncMemoryStore, Limiter, Rate
+from ratewarden.errors import CircuitOpenError, ConfigurationError, StorageUnavailableError
+from ratewarden.limiter import FailureReport, failure_reason
+from ratewarden.metrics import Metrics
+from ratewarden.storage.redis import AsyncRedisStore, RedisStore
+from ratewarden.testing import ManualClock
+from tests._servers import HOST, STORE_TIMEOUT, free_port
+
+pytestmark = pytest.mark.timeout(30)
+
+RATE = Rate.parse("5/minute")
+
+
+class Recorded(Metrics):
+    """Keeps every ``degraded`` call as (rule, mode, reason)."""
+
+    def __init__(self) -> None:
+        self.degraded_calls: list[tuple[str, str, str]] = []
+
+    def degraded(self, *, rule: str, mode: str, reason: str) -> None:
+        self.degraded_calls.append((rule, mode, reason))
+
+
+def _dead_url() -> str:
+    return f"redis://{HOST}:{free_port()}/0"
+
+
+@pytest.mark.parametrize(("failure", "allowed"), [("open", True), ("closed", False)])
+def test_a_plain_limiter_answers_a_dead_store_by_the_calls_policy(
+    failure: str, allowed: bool
+) -> None:
+    """``hit(..., failure=, on_failure=)``: the policy's Decision, the hook told the error."""
+    store = RedisStore.from_url(_dead_url(), timeout=STORE_TIMEOUT)
+    limiter = Limiter(store)
+    assert limiter.plain
+    told: list[Exception] = []
+    try:
+        decision = limiter.hit("k", RATE, failure=failure, on_failure=told.append)
+        with pytest.raises(StorageUnavailableError):
+            limiter.hit("k", RATE)  # no policy: raised, as ever
+    finally:
+        store.close()
+    assert (decision.allowed, decision.degraded) == (allowed, failure)
+    assert [type(error) for error in told] == [StorageUnavailableError]
+
+
+async def test_the_asyncio_limiter_answers_the_same_way() -> None:
+    """``AsyncLimiter.hit`` with a per-call policy over a dead store: the same answer."""
+    store = AsyncRedisStore.from_url(_dead_url(), timeout=STORE_TIMEOUT)
+    told: list[Exception] = []
+    try:
+        decision = await AsyncLimiter(store).hit(
+            "k", RATE, 2, failure="closed", on_failure=told.append
+        )
+    finally:
+        await store.aclose()
+    assert (decision.allowed, decision.degraded, decision.cost) == (False, "closed", 2)
+    assert len(told) == 1
+
+
+def test_a_bad_policy_name_is_refused_even_when_the_store_answers() -> None:
+    """The plain shortcut still checks the policy: a typo never passes silently."""
+    limiter = Limiter(clock=ManualClock())
+    with pytest.raises(ConfigurationError, match="failure policy 'opne'"):
+        limiter.hit("k", RATE, failure="opne")
+    hit_now = AsyncLimiter(AsyncMemoryStore(clock=ManualClock())).hit_now
+    with pytest.raises(ConfigurationError, match="failure policy 'opne'"):
+        hit_now("k", RATE, failure="opne")
+    assert limiter.hit("k", RATE, failure="open").degraded == ""  # healthy: the store decides
+
+
+def test_a_failure_report_counts_and_logs_once_per_reason_per_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """500 failures: 500 counted; one line, then one more an interval later saying how many
+    were held back; the breaker's refusal is its own reason (``breaker_open``)."""
+    clock, metrics = ManualClock(), Recorded()
+    report = FailureReport("open", name="api", clock=clock, metrics=metrics, logger="rw.test")
+    with caplog.at_level(logging.WARNING, logger="rw.test"):
+        for _ in range(500):
+            report(StorageUnavailableError("down"))
+        report(CircuitOpenError("open"))
+        clock.advance(60)
+        report(StorageUnavailableError("down"))
+    lines = [r.getMessage() for r in caplog.records if r.name == "rw.test"]
+    assert len(lines) == 3
+    assert "'api'" in lines[0] and "failure policy 'open'" in lines[0] and "down" in lines[0]
+    assert "breaker_open" in lines[1]
+    assert "(499 similar lines suppressed)" in lines[2]
+    assert metrics.degraded_calls[0] == ("api", "open", "StorageUnavailableError")
+    assert len(metrics.degraded_calls) == 502
+    assert failure_reason(CircuitOpenError("x")) == "breaker_open"
+
+
+def test_a_failure_report_checks_its_settings() -> None:
+    """A metrics object that is not a Metrics, or an empty name: refused, naming it."""
+    with pytest.raises(ConfigurationError, match="must be a Metrics"):
+        FailureReport("open", name="api", clock=ManualClock(), metrics=object())  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="non-empty string"):
+        FailureReport("open", name="", clock=ManualClock())
