@@ -212,6 +212,30 @@ def test_a_double_denial_is_answered_locally_until_a_cell_can_have_a_unit(
     assert sum(evalsha_calls(redis_cluster).values()) == 1
 
 
+def test_a_remembered_double_denial_is_aged_on_every_layer(
+    redis_cluster: RedisCluster, cluster_client: redis.RedisCluster
+) -> None:
+    """With two rates, the in-process answer to a double denial 2 s later has every layer's
+    times 2 s shorter (the limiter's aging), not only the binding layer's; no store call."""
+    clock = ManualClock()
+    store = RedisStore(cluster_client, clock=clock, timeout=1.0)
+    cells = CellLimiter(store, 3, picker=lambda n: 0)
+    rates = [Rate(30, 60), Rate(300, 3600)]  # each cell: 10 per minute and 100 per hour
+    denied = cells.hit("k", rates)
+    while denied.allowed:
+        denied = cells.hit("k", rates)
+    reset_stats(redis_cluster)
+    clock.advance(2.0)
+    again = cells.hit("k", rates)
+    assert sum(evalsha_calls(redis_cluster).values()) == 0
+    assert not again.allowed and again.retry_after == pytest.approx(denied.retry_after - 2.0)
+    assert len(again.layers) == len(denied.layers) == 2
+    for old, new in zip(denied.layers, again.layers, strict=True):
+        assert new.reset_after == pytest.approx(max(0.0, old.reset_after - 2.0))
+        assert new.retry_after == pytest.approx(max(0.0, old.retry_after - 2.0))
+    assert denied.layers[1].reset_after > 2.0  # the hourly layer was not binding, and aged too
+
+
 def test_without_the_negative_cache_every_denial_costs_two_commands(
     redis_cluster: RedisCluster, cluster_client: redis.RedisCluster
 ) -> None:

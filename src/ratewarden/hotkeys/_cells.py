@@ -3,29 +3,36 @@
 Placement and shares are in ``_placement``. A request goes to the cell the
 picker chooses; a denial there retries the next cell once; a denial by both is
 remembered until the sooner of their retry times and answered in the process
-until then. The decision is written once (``_CellBase._hit_flow``) and driven by
-the twin shells.
+until then. Each cell's decision is the limiter's (``hit_flow`` on the cell's
+key and share); the cell logic is written once as flows composed from it
+(``_CellBase``) and run by the twin shells with ``limiter.run``.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from ratewarden import algorithms
-from ratewarden.clock import Clock
+from ratewarden.checks import check_cost, check_rates
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
-from ratewarden.hotkeys._flows import Flow, adrive, drive
 from ratewarden.hotkeys._placement import cell_keys, check_cells, slot_bands, split_rate
+from ratewarden.limiter import (
+    DEFAULT_NEGATIVE_KEYS,
+    AsyncLimiter,
+    DecisionCore,
+    Flow,
+    Limiter,
+    NegativeCache,
+    aged,
+)
 from ratewarden.rate import Rate
-from ratewarden.storage import AsyncStore, Store
-from ratewarden.checks import check_cost, check_rates
-from ratewarden.limiter import DEFAULT_NEGATIVE_KEYS, NegativeCache
+
+if TYPE_CHECKING:
+    from ratewarden.storage import AsyncStore, Store
 
 __all__ = ["AsyncCellLimiter", "CellLimiter", "Picker", "round_robin"]
 
@@ -43,30 +50,30 @@ def round_robin() -> Picker:
     return lambda cells: next(counter) % cells
 
 
-def _later(seconds: float, elapsed: float) -> float:
-    return seconds if math.isinf(seconds) else max(0.0, seconds - elapsed)
-
-
 class _CellBase:
-    """Settings, placement and shares, the negative cache, and the flows; everything but I/O."""
+    """Placement and shares, the cache of double denials, and the flows; everything but I/O.
+
+    ``limiter`` (a plain ``Limiter`` or ``AsyncLimiter`` the shell builds over the
+    store) decides each cell; the flows here compose its ``hit_flow`` and ``peek_flow``.
+    """
 
     def __init__(
         self,
-        clock: Clock,
+        limiter: DecisionCore,
         cells: int,
-        algorithm: str,
         picker: Picker | None,
         bands: Sequence[tuple[int, int]] | None,
         negative_cache: int | None,
     ) -> None:
-        self.clock = clock
+        self.clock = limiter.clock
         self.cells = check_cells(cells)
-        self.algorithm: str = algorithms.get(algorithm).NAME
+        self.algorithm: str = limiter.algorithm
         if picker is not None and not callable(picker):
             raise ConfigurationError(f"cell picker {picker!r} must be callable: cells -> index")
         self.picker: Picker = picker if picker is not None else round_robin()
         self.bands = None if bands is None else slot_bands(self.cells, bands)
         self.negative = None if negative_cache is None else NegativeCache(negative_cache)
+        self._core = limiter
         self._lock = threading.Lock()
         self._keys: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         self._shares: OrderedDict[tuple[Rate, ...], _Shares] = OrderedDict()
@@ -97,7 +104,7 @@ class _CellBase:
                     self._shares.popitem(last=False)
         return found
 
-    # -- the flows: each yields (key, rates, cost) per store call
+    # -- the flows, composed from the limiter's
 
     def _hit_flow(self, key: str, rates: Rate | Sequence[Rate], cost: int) -> Flow[Decision]:
         check_cost(cost)
@@ -105,15 +112,19 @@ class _CellBase:
         ident = (key, shares)
         negative = self.negative
         if negative is not None and cost:
-            cached = self._cached(negative, ident, cost)
-            if cached is not None:
-                return cached
+            now = self.clock.now_us()
+            denial = negative.lookup(ident, cost, now)
+            if denial is not None:
+                # Neither cell can have a unit before then: the core's aging, as for its own
+                # negative cache.
+                return aged(denial.decision, now - denial.at_us, cost)
+        core = self._core
         first = self._pick()
-        decision = yield keys[first], shares[first], cost
+        decision = yield from core.hit_flow(keys[first], shares[first], cost)
         if decision.allowed or cost == 0:
             return decision
         second = (first + 1) % self.cells
-        retried = yield keys[second], shares[second], cost
+        retried = yield from core.hit_flow(keys[second], shares[second], cost)
         if retried.allowed:
             return retried
         sooner = retried if retried.retry_after <= decision.retry_after else decision
@@ -126,7 +137,7 @@ class _CellBase:
         keys, shares = self.keys(key), self.shares(rates)
         per_layer: list[int] = []
         for cell_key, share in zip(keys, shares, strict=True):
-            peek = yield cell_key, share, 0
+            peek = yield from self._core.peek_flow(cell_key, share)
             layers = peek.layers or (peek,)
             used = [layer.rate.capacity - layer.remaining for layer in layers if layer.rate]
             per_layer = (
@@ -138,35 +149,18 @@ class _CellBase:
         """``units`` spread over the cells by capacity, rounded up; a full cell takes what fits."""
         check_cost(units)
         keys, shares = self.keys(key), self.shares(rates)
+        core = self._core
         total = min(sum(rate.capacity for rate in share) for share in zip(*shares, strict=True))
         for cell_key, share in zip(keys, shares, strict=True):
             capacity = min(rate.capacity for rate in share)
             part = min(capacity, -(-units * capacity // total))
             if part == 0:
                 continue
-            charged = yield cell_key, share, part
+            charged = yield from core.hit_flow(cell_key, share, part)
             if not charged.allowed:
-                room = (yield cell_key, share, 0).remaining
+                room = (yield from core.peek_flow(cell_key, share)).remaining
                 if room > 0:
-                    yield cell_key, share, min(room, part)
-
-    def _cached(
-        self, negative: NegativeCache, ident: tuple[str, _Shares], cost: int
-    ) -> Decision | None:
-        """A remembered double denial that still holds for ``cost``, its times aged to now."""
-        now = self.clock.now_us()
-        denial = negative.lookup(ident, cost, now)
-        if denial is None:
-            return None
-        elapsed = (now - denial.at_us) / 1_000_000
-        d = denial.decision
-        return replace(
-            d,
-            cost=cost,
-            retry_after=_later(d.retry_after, elapsed),
-            reset_after=_later(d.reset_after, elapsed),
-            refill_after=_later(d.refill_after, elapsed),
-        )
+                    yield from core.hit_flow(cell_key, share, min(room, part))
 
     def _pick(self) -> int:
         index = self.picker(self.cells)
@@ -175,6 +169,14 @@ class _CellBase:
                 f"cell picker returned {index!r}; it must return an index in range({self.cells})"
             )
         return index
+
+    def _describe(self) -> str:
+        name = type(self).__name__
+        store = self._core.store
+        return f"{name}({store!r}, cells={self.cells}, algorithm={self.algorithm!r})"
+
+    def __repr__(self) -> str:
+        return self._describe()
 
 
 class CellLimiter(_CellBase):
@@ -191,6 +193,8 @@ class CellLimiter(_CellBase):
     off): until then neither cell can have a unit, so the key is denied here
     without a store call. Far over its limit, this is what keeps a hot key's
     denials from costing two commands each.
+
+    The cells are decided by ``limiter``, a ``Limiter(store, algorithm)`` made here.
     """
 
     def __init__(
@@ -203,16 +207,17 @@ class CellLimiter(_CellBase):
         bands: Sequence[tuple[int, int]] | None = None,
         negative_cache: int | None = DEFAULT_NEGATIVE_KEYS,
     ) -> None:
+        self.limiter = Limiter(store, algorithm)
         self.store: Store = store
-        super().__init__(store.clock, cells, algorithm, picker, bands, negative_cache)
+        super().__init__(self.limiter, cells, picker, bands, negative_cache)
 
     def hit(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Decision:
         """Consume ``cost`` on one cell; a denial retries the next cell once before denying."""
-        return drive(self.store, self.algorithm, self._hit_flow(key, rates, cost))
+        return self.limiter.run(self._hit_flow(key, rates, cost))
 
     def used(self, key: str, rates: Rate | Sequence[Rate]) -> int:
         """Units in use over all cells, for the layer with the most in use (one peek per cell)."""
-        return drive(self.store, self.algorithm, self._used_flow(key, rates))
+        return self.limiter.run(self._used_flow(key, rates))
 
     def charge(self, key: str, rates: Rate | Sequence[Rate], units: int) -> None:
         """Mark ``units`` as used, spread over the cells by capacity (rounded up: never fewer).
@@ -220,10 +225,7 @@ class CellLimiter(_CellBase):
         A cell that cannot take its part is charged what it has room for: it
         is that much closer to its limit already.
         """
-        drive(self.store, self.algorithm, self._charge_flow(key, rates, units))
-
-    def __repr__(self) -> str:
-        return f"CellLimiter({self.store!r}, cells={self.cells}, algorithm={self.algorithm!r})"
+        self.limiter.run(self._charge_flow(key, rates, units))
 
 
 class AsyncCellLimiter(_CellBase):
@@ -239,20 +241,18 @@ class AsyncCellLimiter(_CellBase):
         bands: Sequence[tuple[int, int]] | None = None,
         negative_cache: int | None = DEFAULT_NEGATIVE_KEYS,
     ) -> None:
+        self.limiter = AsyncLimiter(store, algorithm)
         self.store: AsyncStore = store
-        super().__init__(store.clock, cells, algorithm, picker, bands, negative_cache)
+        super().__init__(self.limiter, cells, picker, bands, negative_cache)
 
     async def hit(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Decision:
         """See ``CellLimiter.hit``."""
-        return await adrive(self.store, self.algorithm, self._hit_flow(key, rates, cost))
+        return await self.limiter.run(self._hit_flow(key, rates, cost))
 
     async def used(self, key: str, rates: Rate | Sequence[Rate]) -> int:
         """See ``CellLimiter.used``."""
-        return await adrive(self.store, self.algorithm, self._used_flow(key, rates))
+        return await self.limiter.run(self._used_flow(key, rates))
 
     async def charge(self, key: str, rates: Rate | Sequence[Rate], units: int) -> None:
         """See ``CellLimiter.charge``."""
-        await adrive(self.store, self.algorithm, self._charge_flow(key, rates, units))
-
-    def __repr__(self) -> str:
-        return f"AsyncCellLimiter({self.store!r}, cells={self.cells}, algorithm={self.algorithm!r})"
+        await self.limiter.run(self._charge_flow(key, rates, units))

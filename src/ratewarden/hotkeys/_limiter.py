@@ -26,18 +26,20 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
-from ratewarden import algorithms
+from ratewarden.checks import check_cost, check_key, check_rates
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.hotkeys._cells import AsyncCellLimiter, CellLimiter, _CellBase
 from ratewarden.hotkeys._detector import HotKeyDetector
-from ratewarden.hotkeys._flows import Flow, adrive, drive
+from ratewarden.limiter import AsyncLimiter, DecisionCore, Flow, Limiter
 from ratewarden.rate import Rate
-from ratewarden.storage import AsyncStore, Store
-from ratewarden.checks import check_cost, check_key, check_rates
 from ratewarden.tiers import AsyncTwoTier, TwoTier
+
+if TYPE_CHECKING:
+    from ratewarden.storage import AsyncStore, Store
 
 __all__ = ["AsyncHotKeyLimiter", "HotKeyLimiter"]
 
@@ -49,25 +51,30 @@ _Move = tuple[bool, str, tuple[Rate, ...]]
 
 
 class _HotBase:
-    """Settings, the hot set, and the flows of moving a key's usage; everything but I/O."""
+    """Settings, the hot set, and the flows of a decision and of moving a key's usage.
+
+    ``limiter`` (a plain ``Limiter`` or ``AsyncLimiter`` the shell builds over the
+    store) decides ordinary keys and carries usage; ``mitigation``'s flows decide
+    hot ones. Everything but I/O: the shells run ``_hit_flow`` with ``limiter.run``.
+    """
 
     def __init__(
         self,
-        mitigation: _CellBase | TwoTier | AsyncTwoTier,
-        algorithm: str,
+        limiter: DecisionCore,
+        mitigation: _CellBase | DecisionCore,
         hot_keys: Iterable[str],
         detector: HotKeyDetector | None,
         hold: float | None,
         max_hot: int,
-        clock: Clock,
+        clock: Clock | None,
     ) -> None:
-        self.algorithm: str = algorithms.get(algorithm).NAME
+        self.algorithm: str = limiter.algorithm
         if mitigation.algorithm != self.algorithm:
             raise ConfigurationError(
                 f"mitigation runs {mitigation.algorithm!r} but the limiter runs "
                 f"{self.algorithm!r}: a key must keep one algorithm"
             )
-        if isinstance(mitigation, TwoTier | AsyncTwoTier) and mitigation.leases is None:
+        if isinstance(mitigation, DecisionCore) and mitigation.leases is None:
             raise ConfigurationError(
                 "a TwoTier mitigation needs leases (TwoTier(store, lease=k)); without them "
                 "every request of the hot key still goes to its one shard"
@@ -81,8 +88,10 @@ class _HotBase:
         if isinstance(max_hot, bool) or not isinstance(max_hot, int) or max_hot < 1:
             raise ConfigurationError(f"max_hot {max_hot!r} must be a whole number >= 1")
         self.max_hot = max_hot
-        self.clock = clock
+        self.clock = clock if clock is not None else limiter.clock
+        self._core = limiter
         self._cells = mitigation if isinstance(mitigation, _CellBase) else None
+        self._tier = mitigation if isinstance(mitigation, DecisionCore) else None
         self._lock = threading.Lock()
         # (key, rates) -> microseconds until it returns to the store; a key's state is per rate
         # set, so each rate set of a key moves (and carries its usage) on its own.
@@ -93,17 +102,30 @@ class _HotBase:
         with self._lock:
             return key in self.hot_keys or any(k == key for k, _ in self._detected)
 
+    def _hit_flow(self, key: str, rates: Rate | Sequence[Rate], cost: int) -> Flow[Decision]:
+        """One request: its moves first, then the store's decision, or the mitigation's."""
+        hot, moves = self._route(key, rates, cost)
+        for move in moves:
+            yield from self._move_flow(move)
+        # The rates as given: stores (and the core) know a rate set they saw by its identity.
+        if not hot:
+            return (yield from self._core.hit_flow(key, rates, cost))
+        if self._cells is not None:
+            return (yield from self._cells._hit_flow(key, rates, cost))
+        assert self._tier is not None
+        return (yield from self._tier.hit_flow(key, rates, cost))
+
     def _route(
         self, key: str, rates: Rate | Sequence[Rate], cost: int
-    ) -> tuple[tuple[Rate, ...], bool, list[_Move]]:
-        """Validate; then (the rates, whether ``key`` is hot, the moves to make first)."""
+    ) -> tuple[bool, list[_Move]]:
+        """Validate; then (whether ``key`` is hot, the moves to make first)."""
         found = check_rates(rates)
         check_cost(cost)
         check_key(key)
         if key in self.hot_keys:
-            return found, True, []
+            return True, []
         if self.detector is None:
-            return found, False, []
+            return False, []
         now = self.clock.now_us()
         hot = self.detector.record(key, cost)
         ident = (key, found)
@@ -111,7 +133,7 @@ class _HotBase:
             moves: list[_Move] = [(False, k, r) for k, r in self._expired(now)]
             held = ident in self._detected
             if not held and not hot:
-                return found, False, moves
+                return False, moves
             if not held:
                 moves.append((True, key, found))
             if hot:
@@ -120,7 +142,7 @@ class _HotBase:
             if len(self._detected) > self.max_hot:
                 (gone, gone_rates), _ = self._detected.popitem(last=False)
                 moves.append((False, gone, gone_rates))
-        return found, True, moves
+        return True, moves
 
     def _expired(self, now: int) -> list[tuple[str, tuple[Rate, ...]]]:
         """Pop the keys whose hold ran out. Each refresh moves a key to the end with the
@@ -138,11 +160,11 @@ class _HotBase:
     def _move_flow(self, move: _Move) -> Flow[None]:
         """Carry a key's usage between its own state and its cells (nothing to do for leases)."""
         into, key, rates = move
-        cells = self._cells
+        cells, core = self._cells, self._core
         if cells is None:
             return
         if into:
-            peek = yield key, rates, 0
+            peek = yield from core.peek_flow(key, rates)
             layers = peek.layers or (peek,)
             used = max(
                 (layer.rate.capacity - layer.remaining for layer in layers if layer.rate),
@@ -154,10 +176,19 @@ class _HotBase:
         used = yield from cells._used_flow(key, rates)
         if used <= 0:
             return
-        room = yield key, rates, 0
+        room = yield from core.peek_flow(key, rates)
         units = min(used, *(layer.remaining for layer in room.layers or (room,)))
         if units > 0:
-            yield key, rates, units
+            yield from core.hit_flow(key, rates, units)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self._core.store!r}, mitigation={self._mitigation()!r}, "
+            f"hot_keys={len(self.hot_keys)}, detector={self.detector!r})"
+        )
+
+    def _mitigation(self) -> object:
+        return self._cells if self._cells is not None else self._tier
 
 
 class HotKeyLimiter(_HotBase):
@@ -167,7 +198,8 @@ class HotKeyLimiter(_HotBase):
     same store and algorithm. ``hot_keys`` are always mitigated; ``detector``
     (optional) adds keys as they turn hot. ``hold`` is how long (seconds) a
     detected key stays mitigated after it was last seen hot (default 2 x the
-    detector's interval); ``max_hot`` bounds the detected set.
+    detector's interval); ``max_hot`` bounds the detected set. Ordinary keys are
+    decided by ``limiter``, a ``Limiter(store, algorithm)`` made here.
     """
 
     def __init__(
@@ -186,28 +218,15 @@ class HotKeyLimiter(_HotBase):
             raise ConfigurationError(
                 f"mitigation {mitigation!r} must be a CellLimiter or a TwoTier with leases"
             )
-        if mitigation.store is not store:
-            raise ConfigurationError("the mitigation must use the same store as the HotKeyLimiter")
+        _check_store(mitigation.store, store, "HotKeyLimiter")
         self.store: Store = store
         self.mitigation: CellLimiter | TwoTier = mitigation
-        super().__init__(
-            mitigation, algorithm, hot_keys, detector, hold, max_hot, clock or store.clock
-        )
+        self.limiter = Limiter(store, algorithm)
+        super().__init__(self.limiter, mitigation, hot_keys, detector, hold, max_hot, clock)
 
     def hit(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Decision:
         """Decide one request: on the store, or through the mitigation when ``key`` is hot."""
-        found, hot, moves = self._route(key, rates, cost)
-        for move in moves:
-            drive(self.store, self.algorithm, self._move_flow(move))
-        if hot:
-            return self.mitigation.hit(key, found, cost)
-        return self.store.hit(self.algorithm, key, found, cost)
-
-    def __repr__(self) -> str:
-        return (
-            f"HotKeyLimiter({self.store!r}, mitigation={self.mitigation!r}, "
-            f"hot_keys={len(self.hot_keys)}, detector={self.detector!r})"
-        )
+        return self.limiter.run(self._hit_flow(key, rates, cost))
 
 
 class AsyncHotKeyLimiter(_HotBase):
@@ -230,30 +249,20 @@ class AsyncHotKeyLimiter(_HotBase):
                 f"mitigation {mitigation!r} must be an AsyncCellLimiter or an AsyncTwoTier "
                 "with leases"
             )
-        if mitigation.store is not store:
-            raise ConfigurationError(
-                "the mitigation must use the same store as the AsyncHotKeyLimiter"
-            )
+        _check_store(mitigation.store, store, "AsyncHotKeyLimiter")
         self.store: AsyncStore = store
         self.mitigation: AsyncCellLimiter | AsyncTwoTier = mitigation
-        super().__init__(
-            mitigation, algorithm, hot_keys, detector, hold, max_hot, clock or store.clock
-        )
+        self.limiter = AsyncLimiter(store, algorithm)
+        super().__init__(self.limiter, mitigation, hot_keys, detector, hold, max_hot, clock)
 
     async def hit(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Decision:
         """See ``HotKeyLimiter.hit``."""
-        found, hot, moves = self._route(key, rates, cost)
-        for move in moves:
-            await adrive(self.store, self.algorithm, self._move_flow(move))
-        if hot:
-            return await self.mitigation.hit(key, found, cost)
-        return await self.store.hit(self.algorithm, key, found, cost)
+        return await self.limiter.run(self._hit_flow(key, rates, cost))
 
-    def __repr__(self) -> str:
-        return (
-            f"AsyncHotKeyLimiter({self.store!r}, mitigation={self.mitigation!r}, "
-            f"hot_keys={len(self.hot_keys)}, detector={self.detector!r})"
-        )
+
+def _check_store(theirs: object, ours: object, owner: str) -> None:
+    if theirs is not ours:
+        raise ConfigurationError(f"the mitigation must use the same store as the {owner}")
 
 
 def _hold_us(hold: object) -> int:

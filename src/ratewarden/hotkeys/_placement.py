@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ratewarden.errors import ConfigurationError
-from ratewarden.rate import Rate
-from ratewarden.storage._keys import escape
 from ratewarden.checks import check_key
+from ratewarden.errors import ConfigurationError
+from ratewarden.limiter import hash_tag
+from ratewarden.rate import Rate
 
 __all__ = [
     "MAX_CELLS",
@@ -89,7 +89,7 @@ def store_slot(key: str) -> int:
     percent-escaped), so this is ``key_slot`` of any of them, not of ``key`` itself
     when ``key`` holds a brace.
     """
-    return _crc16_slot(escape(key).encode())
+    return _crc16_slot(hash_tag(key).encode())
 
 
 def check_cells(cells: object) -> int:

@@ -8,10 +8,18 @@ loop, ``AsyncLimiter`` with an awaiting one. Adapters (two tiers, hot keys,
 regions, budgets, the Envoy service, the middleware, simulate, plan) configure a
 limiter, or compose its flows with ``yield from`` and run them with
 ``limiter.run(flow)``.
+
+What an adapter needs beyond the flows is exported here too, so that adapters
+import no store: ``aged`` (a remembered Decision as seen later: the one aging of
+the negative cache and of leases), and the store operation vocabulary of
+``apply_flow`` (``Op``, with ``axis_key`` and ``record_key`` for its keys) and
+``hash_tag`` (what picks the Cluster slot of a key's state): the same objects as
+``ratewarden.storage``'s.
 """
 
 from __future__ import annotations
 
+from ratewarden.limiter._aged import aged
 from ratewarden.limiter._breaker import CircuitBreaker
 from ratewarden.limiter._core import (
     FAILURE_POLICIES,
@@ -29,6 +37,7 @@ from ratewarden.limiter._local import LocalRates, local_rates, scaled
 from ratewarden.limiter._negative import DEFAULT_NEGATIVE_KEYS, Denial, NegativeCache
 from ratewarden.limiter._report import FailureReport, failure_reason
 from ratewarden.limiter._slots import Lease, lease_ttl_us
+from ratewarden.storage import Op, axis_key, hash_tag, record_key
 
 __all__ = [
     "DEFAULT_LEASE_KEYS",
@@ -51,13 +60,18 @@ __all__ = [
     "Limiter",
     "LocalRates",
     "NegativeCache",
+    "Op",
     "TierCounts",
     "Wait",
     "adrive",
+    "aged",
+    "axis_key",
     "check_failure",
     "drive",
     "failure_reason",
+    "hash_tag",
     "lease_ttl_us",
     "local_rates",
+    "record_key",
     "scaled",
 ]

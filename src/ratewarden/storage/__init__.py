@@ -2,7 +2,10 @@
 
 Stores know nothing about algorithms beyond running them: ``MemoryStore`` calls
 the pure functions under a lock, ``RedisStore`` runs their Lua twins. Both share
-the sans-I/O plan in ``_plan``.
+the sans-I/O plan in ``_plan``. An ``Op`` (keys from ``axis_key`` and
+``record_key``) is one atomic step beyond the rate algorithms (token budgets,
+fair shares) that every store's ``apply`` runs; ``hash_tag`` is the part of a
+key's state keys that picks its Cluster slot.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ from typing import Protocol
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.rate import Rate
+from ratewarden.storage._keys import hash_tag
+from ratewarden.storage._ops import Op, axis_key, record_key
 
-__all__ = ["AsyncStore", "Store"]
+__all__ = ["AsyncStore", "Op", "Store", "axis_key", "hash_tag", "record_key"]
 
 
 class Store(Protocol):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 
-__all__ = ["DEFAULT_PREFIX", "check_prefix", "escape", "state_key"]
+__all__ = ["DEFAULT_PREFIX", "check_prefix", "escape", "hash_tag", "state_key"]
 
 DEFAULT_PREFIX = "rw"
 
@@ -28,6 +28,13 @@ def escape(key: str) -> str:
     if "%" not in key and "{" not in key and "}" not in key:
         return key
     return key.translate(_ESCAPES)
+
+
+def hash_tag(key: str) -> str:
+    """What a store puts between the braces of every state key of ``key``: its Cluster hash
+    tag, so ``CLUSTER KEYSLOT`` of the tag is the slot of the key's state (hot keys place
+    their cells by it)."""
+    return escape(key)
 
 
 def check_prefix(prefix: str) -> str:
