@@ -1,4 +1,4 @@
-"""Input checks shared by every layer: keys, costs, rates, slot requests.
+"""Input checks shared by every layer: keys, costs, rates, slot requests, names and ids.
 
 Each raises ``ConfigurationError`` naming the offending value and what to do,
 before anything is consumed, and returns the value checked (the rates as a tuple).
@@ -7,12 +7,24 @@ A leaf: it imports only ``rate`` and ``errors``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 
-__all__ = ["check_cost", "check_key", "check_lease_id", "check_rates", "check_slot_request"]
+__all__ = [
+    "check_cost",
+    "check_id",
+    "check_key",
+    "check_lease_id",
+    "check_name",
+    "check_rates",
+    "check_slot_request",
+]
+
+_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
+_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z")
 
 
 def check_key(key: object) -> str:
@@ -70,3 +82,23 @@ def check_lease_id(lease_id: object) -> str:
     if not isinstance(lease_id, str) or not lease_id:
         raise ConfigurationError(f"lease id {lease_id!r} must be a non-empty string")
     return lease_id
+
+
+def check_name(what: str, name: object) -> str:
+    """An axis (or similar) name: lowercase letters, digits and ``_``, starting with a letter."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigurationError(
+            f"{what} name {name!r} must be 1-32 lowercase letters, digits or '_', "
+            "starting with a letter (e.g. 'tokens', 'input_tokens')"
+        )
+    return name
+
+
+def check_id(what: str, value: object) -> str:
+    """A reservation (or similar) id: 1-128 of ``A-Z a-z 0-9 _ . : -``."""
+    if not isinstance(value, str) or not _ID.match(value):
+        raise ConfigurationError(
+            f"{what} {value!r} must be 1-128 characters from A-Z a-z 0-9 _ . : - "
+            "(leave it out to get a random one)"
+        )
+    return value

@@ -1,12 +1,14 @@
 """FairShare / AsyncFairShare: weighted tenants sharing one pooled budget.
 
-The algorithm (``ratewarden.algorithms._fair_share``): the pool is a GCRA at
+The algorithm (``ratewarden.algorithms.fair_share``): the pool is a GCRA at
 rate ``P`` (the hard cap); each tenant also has its own GCRA at rate ``P``,
 charged ``cost * W / w`` where ``W`` is the total weight of the tenants active
 within ``active_window``. Busy tenants split ``P`` by weight; a tenant that
 goes quiet leaves ``W`` after ``active_window`` and its share goes to the
-others. One store step per decision; every key of a pool shares the pool's
-hash tag, so on a Redis Cluster a pool is one slot.
+others. One store step per decision (an ``Op`` run by the limiter's
+``apply_flow``); every key of a pool shares the pool's hash tag, so on a Redis
+Cluster a pool is one slot. The decision is a flow written once (``_FairBase``);
+``FairShare`` and ``AsyncFairShare`` run it with ``limiter.run``.
 """
 
 from __future__ import annotations
@@ -14,14 +16,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ratewarden.algorithms import _fair_share, gcra
-from ratewarden.algorithms._base import NEVER
-from ratewarden.errors import ConfigurationError
-from ratewarden.rate import Rate
-from ratewarden.storage import AsyncStore, Store
-from ratewarden.storage._ops import Op, arun, axis_key, run
+from ratewarden.algorithms import NEVER, fair_share, gcra
+from ratewarden.budgets._values import us_to_s
 from ratewarden.checks import check_key
+from ratewarden.errors import ConfigurationError
+from ratewarden.limiter import AsyncLimiter, DecisionCore, Flow, Limiter, Op, axis_key
+from ratewarden.rate import Rate
+
+if TYPE_CHECKING:
+    from ratewarden.storage import AsyncStore, Store
 
 __all__ = ["AsyncFairShare", "FairDecision", "FairShare"]
 
@@ -60,19 +65,17 @@ def _weight(what: str, value: object) -> int:
     return value
 
 
-def _seconds(us: int) -> float:
-    return math.inf if us == NEVER else us / 1_000_000
-
-
 class _FairBase:
+    """The pool, the weights, the planning of the one store step and its flow; no I/O."""
+
     def __init__(
         self,
+        limiter: DecisionCore,
         pool: Rate | str,
         weights: Mapping[str, int],
         *,
         default_weight: int,
         active_window: float,
-        prefix: str,
     ) -> None:
         rate = Rate.parse(pool) if isinstance(pool, str) else pool
         if not isinstance(rate, Rate):
@@ -95,7 +98,8 @@ class _FairBase:
         self.active_window = float(active_window)
         self._window_us = max(1, math.ceil(active_window * 1_000_000))
         self._params = gcra.params(rate)
-        self._prefix = prefix
+        self._core = limiter
+        self._prefix: str = getattr(limiter.store, "prefix", "rw")
 
     @staticmethod
     def _tenant(tenant: object) -> str:
@@ -115,16 +119,20 @@ class _FairBase:
         )
         weight = self.weights.get(tenant, self.default_weight)
         args: tuple[int | str, ...] = ("", cost, *self._params, tenant, weight, self._window_us)
-        return Op("fair_share", keys, args, _fair_share.run)
+        return Op("fair_share", keys, args, fair_share.run)
 
-    def _decision(self, tenant: str, cost: int, reply: list[int]) -> FairDecision:
+    def _hit_flow(self, pool_key: str, tenant: str, cost: int) -> Flow[FairDecision]:
+        reply = yield from self._core.apply_flow(self._op(pool_key, tenant, cost))
         allowed, total, charged = bool(reply[1]), reply[2], reply[3]
         pool, mine = reply[4:10], reply[10:16]
-        retry = 0.0 if allowed else max(_seconds(pool[3]), _seconds(mine[3]))
+        retry = 0.0 if allowed else max(us_to_s(pool[3]), us_to_s(mine[3]))
         if not allowed and (pool[3] == NEVER or mine[3] == NEVER):
             retry = math.inf
         weight = self.weights.get(tenant, self.default_weight)
         return FairDecision(allowed, tenant, cost, charged, weight / total, total, pool[1], retry)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._core.store!r}, {self.pool}, {self.weights!r})"
 
 
 class FairShare(_FairBase):
@@ -135,6 +143,8 @@ class FairShare(_FairBase):
         fair = FairShare(store, "60000/minute", {"interactive": 3, "batch": 1})
         if fair.hit("gpu-pool", "batch", cost=1200):
             ...
+
+    The store step goes through ``limiter``, a ``Limiter(store)`` made here.
     """
 
     def __init__(
@@ -146,21 +156,15 @@ class FairShare(_FairBase):
         default_weight: int = 1,
         active_window: float = 10.0,
     ) -> None:
+        self.limiter = Limiter(store)
+        self.store: Store = store
         super().__init__(
-            pool,
-            weights,
-            default_weight=default_weight,
-            active_window=active_window,
-            prefix=getattr(store, "prefix", "rw"),
+            self.limiter, pool, weights, default_weight=default_weight, active_window=active_window
         )
-        self.store = store
 
     def hit(self, pool_key: str, tenant: str, cost: int = 1) -> FairDecision:
         """Admit ``cost`` units for ``tenant`` from the pool ``pool_key`` if its share allows."""
-        return self._decision(tenant, cost, run(self.store, self._op(pool_key, tenant, cost)))
-
-    def __repr__(self) -> str:
-        return f"FairShare({self.store!r}, {self.pool}, {self.weights!r})"
+        return self.limiter.run(self._hit_flow(pool_key, tenant, cost))
 
 
 class AsyncFairShare(_FairBase):
@@ -175,19 +179,12 @@ class AsyncFairShare(_FairBase):
         default_weight: int = 1,
         active_window: float = 10.0,
     ) -> None:
+        self.limiter = AsyncLimiter(store)
+        self.store: AsyncStore = store
         super().__init__(
-            pool,
-            weights,
-            default_weight=default_weight,
-            active_window=active_window,
-            prefix=getattr(store, "prefix", "rw"),
+            self.limiter, pool, weights, default_weight=default_weight, active_window=active_window
         )
-        self.store = store
 
     async def hit(self, pool_key: str, tenant: str, cost: int = 1) -> FairDecision:
         """See ``FairShare.hit``."""
-        op = self._op(pool_key, tenant, cost)
-        return self._decision(tenant, cost, await arun(self.store, op))
-
-    def __repr__(self) -> str:
-        return f"AsyncFairShare({self.store!r}, {self.pool}, {self.weights!r})"
+        return await self.limiter.run(self._hit_flow(pool_key, tenant, cost))

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ratewarden.budgets._budget import AsyncTokenBudget, Reservation, Settlement, TokenBudget
+from ratewarden.checks import check_id
 from ratewarden.errors import ConfigurationError
-from ratewarden.storage._ops import check_id
 
 __all__ = ["AsyncBudgetRouter", "BudgetRouter", "Route", "Account"]
 

@@ -21,7 +21,8 @@ Two shedders use it:
   in-flight count on one concurrency key (memory or Redis). A request of
   class ``c`` takes a slot with limit ``floor(ceiling(c) * capacity)``, in the
   store's one atomic step: batch gets a slot only while fewer than 60 % of
-  the slots are in use, and critical can always use the last 20 %.
+  the slots are in use, and critical can always use the last 20 %. The slot is
+  the limiter's (``acquire_slot_flow``); the twins run the one flow.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
 from ratewarden.errors import ConfigurationError
-from ratewarden.limiter import AsyncLimiter, Lease, Limiter
+from ratewarden.limiter import AsyncLimiter, DecisionCore, Flow, Lease, Limiter
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -139,11 +140,16 @@ class LoadShedder:
 
 
 class _FleetBase:
-    def __init__(self, key: str, capacity: int, policy: ShedPolicy, ttl: float) -> None:
+    """The policy's slot limits and the flow of one acquire; ``limiter`` does the I/O."""
+
+    def __init__(
+        self, limiter: DecisionCore, key: str, capacity: int, policy: ShedPolicy, ttl: float
+    ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ConfigurationError(f"capacity {capacity!r} must be a whole number >= 1")
         if not isinstance(policy, ShedPolicy):
             raise ConfigurationError(f"policy {policy!r} must be a ShedPolicy")
+        self._core = limiter
         self.key = key
         self.capacity = capacity
         self.policy = policy
@@ -158,17 +164,14 @@ class _FleetBase:
     def _limit(self, ceiling: float) -> int:
         return math.floor(ceiling * self.capacity + 1e-9)
 
-    def _decision(self, traffic_class: str, lease: Lease) -> ShedDecision:
+    def _acquire_flow(self, traffic_class: str) -> Flow[tuple[ShedDecision, Lease]]:
+        ceiling = self.policy.ceiling(traffic_class)  # unknown classes are errors
+        limit = self.limits[traffic_class]
+        lease = yield from self._core.acquire_slot_flow(self.key, limit, 1, self.ttl)
         # In use as the class's limit sees it: exact when granted, and at least
         # the class's limit when denied (the store reports no room below zero).
         utilization = (lease.limit - lease.decision.remaining) / self.capacity
-        return ShedDecision(
-            lease.allowed, traffic_class, utilization, self.policy.ceiling(traffic_class)
-        )
-
-    def _class_limit(self, traffic_class: str) -> int:
-        self.policy.ceiling(traffic_class)  # unknown classes are errors
-        return self.limits[traffic_class]
+        return ShedDecision(lease.allowed, traffic_class, utilization, ceiling), lease
 
 
 class FleetShedder(_FleetBase):
@@ -192,13 +195,12 @@ class FleetShedder(_FleetBase):
         policy: ShedPolicy = DEFAULT_POLICY,
         ttl: float = 60.0,
     ) -> None:
-        super().__init__(key, capacity, policy, ttl)
+        super().__init__(limiter, key, capacity, policy, ttl)
         self.limiter = limiter
 
     def acquire(self, traffic_class: str) -> tuple[ShedDecision, Lease]:
         """Take one in-flight slot if ``traffic_class`` is under its ceiling; release it later."""
-        lease = self.limiter.acquire_slot(self.key, self._class_limit(traffic_class), ttl=self.ttl)
-        return self._decision(traffic_class, lease), lease
+        return self.limiter.run(self._acquire_flow(traffic_class))
 
     def release(self, lease: Lease) -> bool:
         """Give a slot back (False if it had lapsed or was never granted)."""
@@ -226,14 +228,12 @@ class AsyncFleetShedder(_FleetBase):
         policy: ShedPolicy = DEFAULT_POLICY,
         ttl: float = 60.0,
     ) -> None:
-        super().__init__(key, capacity, policy, ttl)
+        super().__init__(limiter, key, capacity, policy, ttl)
         self.limiter = limiter
 
     async def acquire(self, traffic_class: str) -> tuple[ShedDecision, Lease]:
         """See ``FleetShedder.acquire``."""
-        limit = self._class_limit(traffic_class)
-        lease = await self.limiter.acquire_slot(self.key, limit, ttl=self.ttl)
-        return self._decision(traffic_class, lease), lease
+        return await self.limiter.run(self._acquire_flow(traffic_class))
 
     async def release(self, lease: Lease) -> bool:
         """See ``FleetShedder.release``."""

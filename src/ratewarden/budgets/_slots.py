@@ -9,7 +9,8 @@ a live holder keeps its slot and a killed one loses it one TTL later.
 Renewal runs on real time (a thread, or an asyncio task): it protects real
 streams. If a renewal finds the lease gone (it lapsed, say after a long pause
 of this process), ``HeldSlot.lost`` is set and renewal stops; the block should
-stop its stream.
+stop its stream. One renewal is a flow written once (``_renewal``) over the
+limiter's ``renew_slot_flow``; the thread and the task each run it on their tick.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
 from ratewarden.errors import ConfigurationError, StorageError
-from ratewarden.limiter import AsyncLimiter, Lease, Limiter
+from ratewarden.limiter import AsyncLimiter, DecisionCore, Flow, Lease, Limiter
 
 __all__ = ["HeldSlot", "aheld_slot", "held_slot"]
 
@@ -93,15 +94,20 @@ def held_slot(
         limiter.release_slot(held.lease)
 
 
+def _renewal(limiter: DecisionCore, held: HeldSlot) -> Flow[bool]:
+    """Renew ``held``'s lease once: False (and ``held.lost`` set) when it was found gone."""
+    if not (yield from limiter.renew_slot_flow(held.lease)):
+        held.lost.set()
+        return False
+    held.renewals += 1
+    return True
+
+
 def _renew_loop(limiter: Limiter, held: HeldSlot, stop: threading.Event, every: float) -> None:
     while not stop.wait(every):
-        try:
-            if not limiter.renew_slot(held.lease):
-                held.lost.set()
+        with contextlib.suppress(StorageError):  # a store error: retried at the next tick
+            if not limiter.run(_renewal(limiter, held)):
                 return
-            held.renewals += 1
-        except StorageError:
-            continue
 
 
 @contextlib.asynccontextmanager
@@ -131,10 +137,6 @@ async def aheld_slot(
 async def _arenew_loop(limiter: AsyncLimiter, held: HeldSlot, every: float) -> None:
     while True:
         await asyncio.sleep(every)
-        try:
-            if not await limiter.renew_slot(held.lease):
-                held.lost.set()
+        with contextlib.suppress(StorageError):  # a store error: retried at the next tick
+            if not await limiter.run(_renewal(limiter, held)):
                 return
-            held.renewals += 1
-        except StorageError:
-            continue

@@ -1,0 +1,209 @@
+"""What a token budget asks of its store, and what it makes of the reply; no I/O.
+
+``_BudgetBase`` holds a budget's axes and plans each operation as one store
+step (an ``Op`` of the ``gcra_multi`` script and its pure twin, every key under
+the budget key's hash tag), run by the limiter's ``apply_flow``. Each operation
+is a flow written once here; ``TokenBudget`` and ``AsyncTokenBudget`` run it
+with ``limiter.run``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+
+from ratewarden.algorithms import gcra, gcra_multi
+from ratewarden.budgets._values import (
+    MAX_AXES,
+    AxisState,
+    BudgetDecision,
+    Charge,
+    Reservation,
+    Settlement,
+    Usage,
+    check_count,
+    check_reservation,
+    check_seconds_us,
+    us_to_s,
+)
+from ratewarden.checks import check_id, check_name
+from ratewarden.errors import ConfigurationError
+from ratewarden.limiter import DecisionCore, Flow, Op, axis_key, record_key
+from ratewarden.rate import Rate
+
+__all__ = ["_BudgetBase"]
+
+#: Budget keys whose axis keys a budget remembers before it starts again from empty.
+_KEY_CACHE_SIZE = 4096
+
+_AXIS_KIND = "budget"
+_RECORD_KIND = "budget-reservation"
+_SETTLED = {0: "unknown", 1: "settled", 2: "already-settled"}
+
+
+class _BudgetBase:
+    """Configuration, the planning of ops, the parsing of replies, and the flows."""
+
+    def __init__(
+        self,
+        limiter: DecisionCore,
+        limits: Mapping[str, Rate | str],
+        *,
+        max_output_tokens: int,
+        reservation_ttl: float = 600.0,
+    ) -> None:
+        if not isinstance(limits, Mapping) or not limits:
+            raise ConfigurationError(
+                f"limits {limits!r} must map axis names to rates, e.g. "
+                "{'requests': '500/minute', 'tokens': '100000/minute'}"
+            )
+        if len(limits) > MAX_AXES:
+            raise ConfigurationError(f"a budget has at most {MAX_AXES} axes, not {len(limits)}")
+        axes: list[tuple[str, Rate]] = []
+        for name, given in limits.items():
+            check_name("axis", name)
+            rate = Rate.parse(given) if isinstance(given, str) else given
+            if not isinstance(rate, Rate):
+                raise ConfigurationError(f"axis {name!r}: {rate!r} is not a Rate or '100/minute'")
+            axes.append((name, rate))
+        self.axes: tuple[tuple[str, Rate], ...] = tuple(axes)
+        self.max_output_tokens = check_count("max_output_tokens", max_output_tokens)
+        self.reservation_ttl = reservation_ttl
+        self._ttl_us = check_seconds_us("reservation_ttl", reservation_ttl)
+        self._params = tuple(gcra.params(rate) for _, rate in self.axes)
+        self._core = limiter
+        # The keys name the store's prefix: budgets of one store share nothing with another's.
+        self._prefix: str = getattr(limiter.store, "prefix", "rw")
+        # Axis keys of recent budget keys (escaping and formatting cost more than the check).
+        self._axis_keys: dict[str, tuple[str, ...]] = {}
+
+    def estimate(
+        self,
+        input_tokens: int,
+        max_output_tokens: int | None = None,
+        units: Mapping[str, int] | None = None,
+    ) -> Usage:
+        """Input tokens plus the requested output, capped at the budget's ``max_output_tokens``."""
+        cap = self.max_output_tokens
+        wanted = (
+            cap
+            if max_output_tokens is None
+            else check_count("max_output_tokens", max_output_tokens)
+        )
+        return Usage.of(input_tokens, min(wanted, cap), 1, units)
+
+    # --- the flows ----------------------------------------------------------------------
+
+    def _reserve_flow(
+        self, key: str, usage: Usage, reservation_id: str | None
+    ) -> Flow[Reservation]:
+        rid = (
+            uuid.uuid4().hex
+            if reservation_id is None
+            else check_id("reservation id", reservation_id)
+        )
+        costs = self._costs(usage)
+        reply = yield from self._core.apply_flow(self._op("reserve", self._keys(key, rid), costs))
+        decision = self._decision(reply, 3, costs)
+        if not reply[1]:
+            decision = BudgetDecision(False, decision.retry_after, decision.axes)
+        return Reservation(key, rid, usage, costs, decision, replayed=reply[2] == 2)
+
+    def _settle_flow(self, reservation: Reservation, actual: Usage) -> Flow[Settlement]:
+        check_reservation(reservation)
+        return (
+            yield from self._settle_id_flow(reservation.key, reservation.reservation_id, actual)
+        )
+
+    def _settle_id_flow(self, key: str, reservation_id: str, actual: Usage) -> Flow[Settlement]:
+        if not isinstance(actual, Usage):
+            raise ConfigurationError(f"settle needs the actual Usage, not {actual!r}")
+        keys = self._keys(key, check_id("reservation id", reservation_id))
+        reply = yield from self._core.apply_flow(self._op("settle", keys, self._costs(actual)))
+        m = len(self.axes)
+        refunded = {name: reply[2 + i] for i, (name, _) in enumerate(self.axes)}
+        return Settlement(_SETTLED[reply[1]], refunded, self._decision(reply, 2 + m, (0,) * m))
+
+    def _charge_flow(self, key: str, usage: Usage) -> Flow[Charge]:
+        if not isinstance(usage, Usage):
+            raise ConfigurationError(f"charge needs a Usage, not {usage!r}")
+        op = self._op("charge", self._keys(key, None), self._costs(usage))
+        reply = yield from self._core.apply_flow(op)
+        m = len(self.axes)
+        charged = {name: reply[2 + i] for i, (name, _) in enumerate(self.axes)}
+        return Charge(charged, self._decision(reply, 2 + m, (0,) * m))
+
+    def _peek_flow(self, key: str) -> Flow[BudgetDecision]:
+        nothing = (0,) * len(self.axes)
+        reply = yield from self._core.apply_flow(
+            self._op("reserve", self._keys(key, None), nothing)
+        )
+        return self._decision(reply, 3, nothing)
+
+    # --- planning -----------------------------------------------------------------------
+
+    def _actual(
+        self,
+        reservation: Reservation,
+        input_tokens: int | None,
+        output_tokens: int,
+        units: Mapping[str, int] | None,
+    ) -> Usage:
+        """What ``settle``'s arguments say was used; input and units default to the estimate's."""
+        check_reservation(reservation)
+        used_input = reservation.estimate.input_tokens if input_tokens is None else input_tokens
+        if units is None:
+            units = dict(reservation.estimate.units)
+        return Usage.of(used_input, output_tokens, 1, units)
+
+    @staticmethod
+    def _nothing(reservation: Reservation) -> Usage:
+        """The usage of a request never sent: ``cancel`` settles with it."""
+        return Usage(0, 0, 0, tuple((n, 0) for n, _ in reservation.estimate.units))
+
+    def _costs(self, usage: Usage) -> tuple[int, ...]:
+        known = {name for name, _ in self.axes}
+        for name, _ in usage.units:
+            if name not in known:
+                raise ConfigurationError(
+                    f"units names {name!r}, which is not an axis of this budget ({sorted(known)})"
+                )
+        return tuple(usage.amount(name) for name, _ in self.axes)
+
+    def _keys(self, key: str, record: str | None) -> tuple[str, ...]:
+        if type(key) is not str or not key:
+            raise ConfigurationError(f"key {key!r} must be a non-empty string")
+        keys = self._axis_keys.get(key)
+        if keys is None:
+            keys = tuple(axis_key(self._prefix, key, _AXIS_KIND, n, r) for n, r in self.axes)
+            if len(self._axis_keys) >= _KEY_CACHE_SIZE:
+                self._axis_keys.clear()
+            self._axis_keys[key] = keys
+        if record is None:
+            return keys
+        return (*keys, record_key(self._prefix, key, _RECORD_KIND, record))
+
+    def _op(self, op: str, keys: tuple[str, ...], amounts: tuple[int, ...]) -> Op:
+        args: list[int | str] = ["", op, len(self.axes), self._ttl_us]
+        for params, amount in zip(self._params, amounts, strict=True):
+            args.extend((*params, amount))
+        return Op("gcra_multi", keys, tuple(args), gcra_multi.run)
+
+    # --- parsing ------------------------------------------------------------------------
+
+    def _decision(self, reply: list[int], start: int, costs: tuple[int, ...]) -> BudgetDecision:
+        states = []
+        for i, ((name, rate), cost) in enumerate(zip(self.axes, costs, strict=True)):
+            at = start + 6 * i
+            allowed, remaining, reset_us, retry_us, _, refill_us = reply[at : at + 6]
+            retry = 0.0 if allowed else us_to_s(retry_us)
+            reset, refill = us_to_s(reset_us), us_to_s(refill_us)
+            states.append(AxisState(name, rate, remaining, reset, retry, cost, refill))
+        retry_after = max((s.retry_after for s in states), default=0.0)
+        return BudgetDecision(all(s.retry_after == 0 for s in states), retry_after, tuple(states))
+
+    def __repr__(self) -> str:
+        limits = ", ".join(f"{name}={rate}" for name, rate in self.axes)
+        name = type(self).__name__
+        store = self._core.store
+        return f"{name}({store!r}, {limits}, max_output_tokens={self.max_output_tokens})"
