@@ -9,6 +9,9 @@ module is imported, so the core has no hard dependency on it.
 Label values are rule names, algorithm names, failure modes and breaker states:
 never raw keys. A rule label past ``max_rules`` distinct values is recorded as
 ``"other"`` so that a misconfigured caller cannot grow the registry without bound.
+Every label value is also cut to ``MAX_LABEL_CHARS`` (128) characters, a longer
+one ending in ``…`` and a hash of the whole (``ratewarden._labels.bounded``): a
+rule named after a request value cannot make the series long either.
 
 ``LogRateLimiter`` keeps a storm of identical failures (a Redis outage seen by
 every request) to one log line per key per interval, and counts what it held back.
@@ -21,6 +24,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+from ratewarden._labels import bounded
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.decision import Decision
 
@@ -182,25 +186,30 @@ class PrometheusMetrics(Metrics):
     def _rule(self, rule: str) -> str:
         if rule in self._rules:
             return rule
+        rule = bounded(rule)  # the set holds bounded names: a long rule is hashed per call
         with self._lock:
-            if len(self._rules) >= self._max_rules:
-                return "other"
-            self._rules.add(rule)
+            if rule not in self._rules:
+                if len(self._rules) >= self._max_rules:
+                    return "other"
+                self._rules.add(rule)
         return rule
 
     def decision(self, *, rule: str, algorithm: str, decision: Decision) -> None:
         labels = (self._rule(rule), algorithm, _outcome(decision))
         child = self._decision_children.get(labels)
         if child is None:
-            child = self._decision_children[labels] = self._decisions.labels(*labels)
+            child = self._decision_children[labels] = self._decisions.labels(
+                labels[0], bounded(algorithm), labels[2]
+            )
         child.inc()
 
     def degraded(self, *, rule: str, mode: str, reason: str) -> None:
-        self._degraded.labels(self._rule(rule), mode, reason).inc()
+        self._degraded.labels(self._rule(rule), bounded(mode), bounded(reason)).inc()
 
     def breaker(self, *, name: str, state: str) -> None:
         if state not in _BREAKER_STATES:
             raise ValueError(f"breaker state must be one of {_BREAKER_STATES}, got {state!r}")
+        name = bounded(name)
         for known in _BREAKER_STATES:
             self._breaker_state.labels(name, known).set(1.0 if known == state else 0.0)
         self._breaker_transitions.labels(name, state).inc()
@@ -209,7 +218,7 @@ class PrometheusMetrics(Metrics):
         self._store_latency.observe(seconds)
 
     def region_overshoot(self, *, region: str, requests: int) -> None:
-        self._region_overshoot.labels(region).set(float(requests))
+        self._region_overshoot.labels(bounded(region)).set(float(requests))
 
     def __repr__(self) -> str:
         return f"PrometheusMetrics(registry={self.registry!r})"

@@ -219,11 +219,13 @@ def test_memory_stays_bounded_under_many_keys_and_rules() -> None:
 
 
 def test_key_text_joins_entries_and_cuts_long_values() -> None:
-    """Entries read as key=value; a key-only entry as its key; long text ends with an ellipsis."""
+    """Entries read as key=value; a key-only entry as its key; long text is cut to MAX_KEY_CHARS
+    with an ellipsis and a hash of the whole, so values differing only past the cut stay apart."""
     assert key_text((("api_key", "a"), ("path", "/x"))) == "api_key=a, path=/x"
     assert key_text((("remote_address", ""),)) == "remote_address"
     long = key_text((("k", "v" * 1000),))
-    assert len(long) == MAX_KEY_CHARS and long.endswith("\u2026")
+    assert len(long) == MAX_KEY_CHARS and long[-17] == "\u2026"
+    assert key_text((("k", "v" * 1000 + "2"),)) != long
 
 
 def test_each_latency_bound_falls_in_its_own_bucket() -> None:

@@ -257,3 +257,25 @@ def test_values_past_the_cap_are_counted_per_rule() -> None:
         assert ask(svc, desc(("api_key", name))).overall_code == OK
     name = "ratelimit_service_rate_limit_value_overflow_total"
     assert value(stats, name, domain="web", rule="web.api_key") == 2
+
+
+def test_overflowing_overrides_get_few_short_rule_labels() -> None:
+    """An override's rule is named after its values: 10 distinct 10 KB values past a cap of 2
+    values make 8 overflows, counted under at most max_keys (3) rule labels plus "other", each
+    label at most 128 characters."""
+    stats = ServiceStats(max_keys=3)
+    svc = RateLimitService(
+        config.loads(RULES, "rules.yaml"),
+        MemoryStore(clock=ManualClock(ALIGNED)),
+        hooks=stats,
+        max_values_per_rule=2,
+    )
+    minute = 2  # RateLimitResponse.RateLimit.MINUTE
+    for i in range(10):
+        ask(svc, desc(("api_key", "v" * 10_000 + str(i)), limit=(100, minute)))
+    name = "ratelimit_service_rate_limit_value_overflow_total"
+    rules = {
+        dict(labels)["rule"]: n for (sample, labels), n in samples(stats).items() if sample == name
+    }
+    assert len(rules) == 4 and sum(rules.values()) == 8 and rules[OTHER] == 5
+    assert max(len(rule) for rule in rules) == 128

@@ -51,7 +51,11 @@ config path (``api_key`` or ``path_/login``), bounded by the config. Request
 values appear only where the config asks (``detailed_metric``,
 ``value_to_metric``) or for Envoy's per-descriptor limit overrides. As a guard,
 at most ``max_keys`` distinct ``(domain, key)`` pairs are kept; later ones are
-counted under ``key="other"``.
+counted under ``key="other"``; the ``rule`` label of ``value_overflow`` (an
+override's rule is named after its values) is capped the same way. Every label
+value is at most ``MAX_LABEL_CHARS`` (128) characters: a longer one keeps its
+start and ends in ``…`` and a hash of the whole (``ratewarden._labels.bounded``),
+so a 60 KiB header value makes a series of the same size as a short one.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from ratewarden._labels import bounded
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.metrics import LATENCY_BUCKETS, PrometheusMetrics
 from ratewarden.server.config import Rule
@@ -111,6 +116,7 @@ class ServiceStats(ServiceHooks):
         self.live = LiveStats(self.clock)
         self._max_keys = max_keys
         self._keys: set[tuple[str, str]] = set()
+        self._overflow_rules: set[tuple[str, str]] = set()
         # Bound children of the per-key counters: at most max_keys, plus "other" per domain.
         self._counters: dict[tuple[str, str], _KeyCounters] = {}
         self._lock = threading.Lock()
@@ -179,6 +185,8 @@ class ServiceStats(ServiceHooks):
 
     def on_decision(self, domain: str, rule: Rule, outcome: DescriptorOutcome) -> None:
         key = self._key(domain, outcome.metric_key)
+        domain = bounded(domain)
+        path = bounded(rule.path)  # once here: LiveStats and PrometheusMetrics keep it as is
         counters = self._counters.get((domain, key))
         if counters is None:
             counters = self._counters[(domain, key)] = self._bind(domain, key)
@@ -198,7 +206,7 @@ class ServiceStats(ServiceHooks):
             counter = self.failure_denied if outcome.over_limit else self.failure_allowed
             counter.labels(domain, key, outcome.failure).inc()
         self.live.decision(
-            rule.path,
+            path,
             outcome.entries,
             hits=hits,
             over=outcome.over_limit,
@@ -210,14 +218,16 @@ class ServiceStats(ServiceHooks):
         if decision is not None:
             if outcome.shadowed and not decision.shadowed:
                 decision = replace(decision, shadowed=True)
-            self.metrics.decision(rule=rule.path, algorithm=rule.algorithm, decision=decision)
+            self.metrics.decision(rule=path, algorithm=rule.algorithm, decision=decision)
 
     def on_store_error(self, domain: str, rule: Rule, error: Exception) -> None:
         self.errors.labels("store_error").inc()
         self.metrics.degraded(rule=rule.path, mode=rule.failure_mode, reason=type(error).__name__)
 
     def on_value_overflow(self, domain: str, rule: Rule) -> None:
-        self.value_overflow.labels(domain, rule.path).inc()
+        domain = bounded(domain)
+        path = self._capped(self._overflow_rules, domain, bounded(rule.path))
+        self.value_overflow.labels(domain, path).inc()
 
     def on_store_call(self, seconds: float) -> None:
         self.metrics.store_latency(seconds=seconds)
@@ -273,14 +283,20 @@ class ServiceStats(ServiceHooks):
         )
 
     def _key(self, domain: str, metric_key: str) -> str:
-        key = metric_key.removeprefix(domain + ".")
-        if (domain, key) in self._keys:
-            return key
+        """The ``key`` label: the metric key without its domain, bounded, capped by count."""
+        key = bounded(metric_key.removeprefix(domain + "."))
+        return self._capped(self._keys, bounded(domain), key)
+
+    def _capped(self, seen: set[tuple[str, str]], domain: str, label: str) -> str:
+        """``label``, or ``OTHER`` once ``seen`` holds ``max_keys`` other pairs."""
+        if (domain, label) in seen:
+            return label
         with self._lock:
-            if len(self._keys) >= self._max_keys:
-                return OTHER
-            self._keys.add((domain, key))
-        return key
+            if (domain, label) not in seen:
+                if len(seen) >= self._max_keys:
+                    return OTHER
+                seen.add((domain, label))
+        return label
 
     def __repr__(self) -> str:
         return f"ServiceStats(registry={self.registry!r})"

@@ -14,7 +14,11 @@ merge with their error bounds.
 
 Memory is bounded whatever the traffic: ``history_s`` seconds x ``max_rules``
 rules x 5 integers, 3 x 2 sketches of ``top_capacity`` keys of at most
-``MAX_KEY_CHARS`` characters, and one histogram per second.
+``MAX_KEY_CHARS`` characters, and one histogram per second. Rule names are cut
+to ``MAX_LABEL_CHARS`` (128) characters, as the metrics' ``rule`` label is, and
+key text to ``MAX_KEY_CHARS``: a longer text keeps its start, then ``…`` and a
+hash of the whole (``ratewarden._labels.bounded``), so long values that share
+their start stay apart.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ratewarden._labels import bounded
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.server.dashboard.topk import SpaceSaving
 
@@ -55,9 +60,9 @@ _SEP = "\x00"
 
 
 def key_text(entries: Sequence[tuple[str, str]]) -> str:
-    """A descriptor's entries as one line: ``key=value, key=value`` (cut to MAX_KEY_CHARS)."""
+    """A descriptor's entries as one line: ``key=value, key=value`` (bounded to MAX_KEY_CHARS)."""
     text = ", ".join(f"{key}={value}" if value else key for key, value in entries)
-    return text if len(text) <= MAX_KEY_CHARS else text[: MAX_KEY_CHARS - 1] + "\u2026"
+    return bounded(text, MAX_KEY_CHARS)
 
 
 @dataclass(slots=True)
@@ -136,6 +141,7 @@ class LiveStats:
                 bumps.append((NEAR, 1))
             if degraded is not None:
                 bumps.append((DEGRADED, 1))
+                degraded = bounded(degraded)
                 modes = self._modes.setdefault(rule, {})
                 modes[degraded] = modes.get(degraded, 0) + 1
             for index, amount in bumps:
@@ -209,6 +215,7 @@ class LiveStats:
     # --- internals ----------------------------------------------------------------
 
     def _rule(self, rule: str) -> str:
+        rule = bounded(rule)
         if rule not in self._totals:
             if len(self._totals) >= self.max_rules:
                 rule = OTHER

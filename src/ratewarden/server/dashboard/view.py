@@ -4,6 +4,14 @@
 back from other worker processes), the rules loaded, and the time. Rates are
 per second over the last ``window_s`` seconds; histories are one number a
 second, oldest first, for the last ``history_s`` seconds.
+
+Every string is bounded (``ratewarden._labels.bounded``): rule paths, domains,
+limits, sources and modes to ``MAX_LABEL_CHARS`` (128) characters, key text to
+``MAX_KEY_CHARS`` (200). ``LiveStats`` records rule names and keys bounded
+already; the config's strings are bounded here with the same function, so a
+long configured path still finds its figures. Rows are keyed by the bounded
+names of the config and of the totals, so whatever another worker's file holds,
+no longer string reaches the answer.
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ratewarden._labels import bounded
 from ratewarden.server.config import Rule
 from ratewarden.server.dashboard.live import (
     CATEGORIES,
@@ -18,6 +27,7 @@ from ratewarden.server.dashboard.live import (
     DEGRADED,
     FIELDS,
     LATENCY_BOUNDS,
+    MAX_KEY_CHARS,
     NEAR,
     OVER,
     SHADOWED,
@@ -61,7 +71,7 @@ def render(
             slowest = max(slowest, float(second["max"]))
     totals = _sum_maps(state["totals"] for state in states)
     modes = _modes(states)
-    loaded = {rule.path: rule for rule in rules}
+    loaded = {bounded(rule.path): rule for rule in rules}
     paths = list(loaded) + sorted(set(totals) - set(loaded))
     window = range(history_s - window_s, history_s)
     rows = [
@@ -116,14 +126,15 @@ def _rule_row(
         },
     }
     if rule is not None:
+        limits = "unlimited" if rule.unlimited else ", ".join(str(x) for x in rule.limits)
         row.update(
-            domain=rule.domain,
-            limits="unlimited" if rule.unlimited else ", ".join(str(x) for x in rule.limits),
-            algorithm=rule.algorithm,
-            failure_mode=rule.failure_mode,
+            domain=bounded(rule.domain),
+            limits=bounded(limits),
+            algorithm=bounded(rule.algorithm),
+            failure_mode=bounded(rule.failure_mode),
             shadow_mode=rule.shadow_mode,
             quota_mode=rule.quota_mode,
-            source=rule.source,
+            source=bounded(rule.source),
         )
     return row
 
@@ -132,7 +143,7 @@ def _sum_maps(maps: Iterable[dict[str, list[int]]]) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for counts_by_rule in maps:
         for rule, counts in counts_by_rule.items():
-            into = out.setdefault(rule, [0] * len(FIELDS))
+            into = out.setdefault(bounded(rule), [0] * len(FIELDS))
             for field, amount in enumerate(counts):
                 into[field] += amount
     return out
@@ -142,9 +153,10 @@ def _modes(states: Sequence[dict[str, Any]]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for state in states:
         for rule, modes in state["modes"].items():
-            into = out.setdefault(rule, {})
+            into = out.setdefault(bounded(rule), {})
             for mode, amount in modes.items():
-                into[mode] = into.get(mode, 0) + amount
+                name = bounded(mode)
+                into[name] = into.get(name, 0) + amount
     return out
 
 
@@ -159,7 +171,14 @@ def _top(states: Sequence[dict[str, Any]], category: str) -> list[dict[str, Any]
     out = []
     for heavy in heavies:
         rule, _, key = heavy.key.partition("\x00")
-        out.append({"rule": rule, "key": key, "hits": heavy.count, "error": heavy.error})
+        out.append(
+            {
+                "rule": bounded(rule),
+                "key": bounded(key, MAX_KEY_CHARS),
+                "hits": heavy.count,
+                "error": heavy.error,
+            }
+        )
     return out
 
 
