@@ -18,6 +18,8 @@ from ratewarden.headers import HeaderOptions
 from ratewarden.middleware._identity import KeyFunc
 from ratewarden.middleware._outcome import Outcome
 from ratewarden.middleware._render import HeaderPlan
+from ratewarden.middleware._request import RequestInfo
+from ratewarden.middleware._routes import Override, RouteLimits
 from ratewarden.middleware._rules import FixedCost, Rule
 from ratewarden.rate import Rate
 
@@ -32,6 +34,7 @@ __all__ = [
     "Hit",
     "HitNow",
     "Hitter",
+    "RouteRules",
     "check_rules",
     "drive",
     "drive_async",
@@ -168,6 +171,62 @@ class Compiled:
             and self.fixed_cost is not None
             and not self.shadow
         )
+
+
+#: Compiled route rules and overrides kept per rule set before the cache starts over.
+_ROUTE_CACHE_SIZE = 4096
+
+
+class RouteRules:
+    """The rules of decorated routes (``@limit``, ``@override``, ``@exempt``), compiled
+    once per decorator, not per request."""
+
+    def __init__(
+        self, compiled: tuple[Compiled, ...], default_key: KeyFunc, options: HeaderOptions
+    ) -> None:
+        self._compiled = compiled
+        self._names = frozenset(c.name for c in compiled)
+        self._default_key = default_key
+        self._options = options
+        # (id of the decorator's object, rule name) -> (that object, kept alive so the id
+        # stays its own; the compiled rule).
+        self._cache: dict[tuple[int, str], tuple[object, Compiled]] = {}
+
+    def resolve(self, meta: RouteLimits, request: RequestInfo) -> tuple[Compiled, ...]:
+        """The rules for ``request`` on a route with ratewarden metadata ``meta``."""
+        if meta.exempt_all:
+            return ()
+        found = []
+        for compiled in self._compiled:
+            rule = compiled.rule
+            if rule.name in meta.exempt or not rule.matches(request):
+                continue
+            change = meta.overrides.get(rule.name)
+            found.append(compiled if change is None else self._overridden(rule, change))
+        for rule in meta.rules:
+            if rule.name in self._names:
+                raise ConfigurationError(
+                    f"@limit rule {rule.name!r} on {request.path} has the name of a global rule"
+                )
+            found.append(self._compile(rule, rule))
+        return tuple(found)
+
+    def _overridden(self, rule: Rule, change: Override) -> Compiled:
+        found = self._cache.get((id(change), rule.name))
+        if found is not None and found[0] is change:
+            return found[1]
+        return self._compile(change, rule.with_changes(change.rates, change.cost))
+
+    def _compile(self, owner: object, rule: Rule) -> Compiled:
+        cache_key = (id(owner), rule.name)
+        entry = self._cache.get(cache_key)
+        if entry is not None and entry[0] is owner:
+            return entry[1]
+        compiled = Compiled(rule, self._default_key, self._options)
+        if len(self._cache) >= _ROUTE_CACHE_SIZE:
+            self._cache.clear()
+        self._cache[cache_key] = (owner, compiled)
+        return compiled
 
 
 def check_rules(rules: Iterable[Rule]) -> tuple[Rule, ...]:

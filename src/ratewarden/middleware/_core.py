@@ -42,6 +42,7 @@ from ratewarden.middleware._compiled import (
     Hit,
     HitNow,
     Hitter,
+    RouteRules,
     binding,
     check_rules,
     drive,
@@ -50,12 +51,7 @@ from ratewarden.middleware._compiled import (
 from ratewarden.middleware._identity import KeyFunc, by_client_ip
 from ratewarden.middleware._outcome import PASS, Outcome, Passed
 from ratewarden.middleware._request import RequestInfo
-from ratewarden.middleware._routes import (
-    Override,
-    Resolver,
-    declared_rule_names,
-    route_limits,
-)
+from ratewarden.middleware._routes import Resolver, declared_rule_names, route_limits
 from ratewarden.middleware._rules import Rule, check_name
 from ratewarden.middleware._shadow import ShadowLog, ShadowSummary
 
@@ -72,9 +68,6 @@ __all__ = [
     "RuleSet",
     "drive_async",
 ]
-
-#: Compiled route rules and overrides kept per rule set before the cache starts over.
-_ROUTE_CACHE_SIZE = 4096
 
 
 class RuleSet:
@@ -122,10 +115,7 @@ class RuleSet:
         self.plain_asgi = resolver is None and all(c.plain for c in self._compiled)
         # decide_asgi's shortcut: the one rule of a plain_asgi rule set.
         self._single = self._compiled[0] if self.plain_asgi and len(self._compiled) == 1 else None
-        self._names = frozenset(r.name for r in self.rules)
-        # Route rules and overrides, compiled on first use: (id of the decorator's object,
-        # rule name) -> (that object, kept alive so the id stays its own; the compiled rule).
-        self._route_rules: dict[tuple[int, str], tuple[object, Compiled]] = {}
+        self._routes = RouteRules(self._compiled, self.default_key, self.headers)
 
     # --- runtime switches -------------------------------------------------
 
@@ -186,40 +176,7 @@ class RuleSet:
             if self._unfiltered:
                 return self._compiled
             return tuple(c for c in self._compiled if c.rule.matches(request))
-        if meta.exempt_all:
-            return ()
-        found = []
-        for compiled in self._compiled:
-            rule = compiled.rule
-            if rule.name in meta.exempt or not rule.matches(request):
-                continue
-            change = meta.overrides.get(rule.name)
-            found.append(compiled if change is None else self._overridden(rule, change))
-        for rule in meta.rules:
-            if rule.name in self._names:
-                raise ConfigurationError(
-                    f"@limit rule {rule.name!r} on {request.path} has the name of a global rule"
-                )
-            found.append(self._route_rule(rule, rule))
-        return tuple(found)
-
-    def _overridden(self, rule: Rule, change: Override) -> Compiled:
-        found = self._route_rules.get((id(change), rule.name))
-        if found is not None and found[0] is change:
-            return found[1]
-        return self._route_rule(change, rule.with_changes(change.rates, change.cost))
-
-    def _route_rule(self, owner: object, rule: Rule) -> Compiled:
-        """The compiled form of a route's rule, made once per decorator (not per request)."""
-        cache_key = (id(owner), rule.name)
-        entry = self._route_rules.get(cache_key)
-        if entry is not None and entry[0] is owner:
-            return entry[1]
-        compiled = Compiled(rule, self.default_key, self.headers)
-        if len(self._route_rules) >= _ROUTE_CACHE_SIZE:
-            self._route_rules.clear()
-        self._route_rules[cache_key] = (owner, compiled)
-        return compiled
+        return self._routes.resolve(meta, request)
 
     def enforces(self, rules: Sequence[Compiled]) -> bool:
         """Whether any of ``rules`` is enforced now (neither switched off nor in shadow mode)."""
@@ -337,8 +294,10 @@ class RuleSet:
             return await drive_async(self._scope_run(scope, failure), limiter, failure)
         key = single.scope_key(scope)  # type: ignore[misc]
         hit: Any = limiter.hit
-        policy = failure.kwargs if failure is not None else {}
-        decision = await hit(key, single.rates, single.fixed_cost, **policy)
+        if failure is None:
+            decision = await hit(key, single.rates, single.fixed_cost)
+        else:
+            decision = await hit(key, single.rates, single.fixed_cost, **failure.kwargs)
         return self._answer(single, key, decision, failure)
 
     def _scope_run(self, scope: Mapping[str, Any], failure: FailurePolicy | None) -> Evaluation:

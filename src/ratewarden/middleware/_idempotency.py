@@ -1,0 +1,258 @@
+"""The Idempotency-Key middlewares' logic, with no I/O: what both the ASGI and WSGI one do.
+
+A request goes through these steps; the drivers (``idempotency``) do the I/O
+between them: read the body, call the store, run the app, send a response.
+
+1. ``key_of``: is the request handled (method, header), and is its key valid (400)?
+2. ``pending``: the store record, the request's fingerprint and this run's token.
+3. ``begun``: what the store's ``begin`` found (or the ``StorageError`` it raised)
+   means: run the app, let it run without the guarantee (``fail_open``), or send
+   a response (a replay, 409, 422, 503).
+4. ``to_store``: what the captured response leaves in the store for retries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import logging
+import math
+import re
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from http import HTTPStatus
+from typing import Literal, NamedTuple
+
+from ratewarden.errors import ConfigurationError, StorageError
+from ratewarden.idempotency import Claim, StoredResponse
+
+__all__ = [
+    "DEFAULT_METHODS",
+    "RUN",
+    "UNGUARDED",
+    "Capture",
+    "IdempotencyPolicy",
+    "Pending",
+    "check_store",
+    "default_store_response",
+    "lost",
+    "problem",
+    "tolerated",
+]
+
+log = logging.getLogger("ratewarden.idempotency")
+
+REPLAYED = (b"idempotent-replayed", b"true")
+DEFAULT_METHODS = frozenset({"PATCH", "POST"})
+# Visible ASCII but '"' and ',' (so a joined header can't pass as one key), 1-255 chars.
+_KEY = re.compile(r'"([!#-+\--~]{1,255})"|([!#-+\--~]{1,255})')
+_NOT_STORED = frozenset({408, 409, 425, 429})
+
+#: ``begun``'s answers besides a response to send: run the app holding the lock, or run it
+#: without the guarantee (the store failed and ``fail_open`` is on).
+RUN: Literal["run"] = "run"
+UNGUARDED: Literal["unguarded"] = "unguarded"
+
+
+def default_store_response(status: int) -> bool:
+    """Keep answers a retry should see again; not 5xx or 408/409/425/429, which invite a retry."""
+    return status < 500 and status not in _NOT_STORED
+
+
+def problem(status: int, detail: str, *, retry_after: int | None = None) -> StoredResponse:
+    """A problem document (RFC 9457) response, as the store keeps responses."""
+    title = HTTPStatus(status).phrase
+    body = json.dumps({"type": "about:blank", "title": title, "status": status, "detail": detail})
+    headers = [
+        (b"content-type", b"application/problem+json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"cache-control", b"no-store"),
+    ]
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
+    return StoredResponse(status, tuple(headers), body.encode())
+
+
+def _check_seconds(name: str, value: object) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ConfigurationError(f"idempotency middleware {name}={value!r}: seconds, more than 0")
+    return float(value)
+
+
+def _check_bytes(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(f"idempotency middleware {name}={value!r}: a byte count >= 0")
+    return value
+
+
+def _length_prefixed(*parts: str | bytes) -> bytes:
+    data = [p.encode("utf-8", "surrogateescape") if isinstance(p, str) else p for p in parts]
+    return b"".join(b"%d:%s" % (len(p), p) for p in data)
+
+
+class Capture:
+    """The response as it goes out, kept while it fits in ``limit`` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.status = 0
+        self.headers: tuple[tuple[bytes, bytes], ...] = ()
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.overflow = False
+
+    def start(self, status: int, headers: Iterable[tuple[bytes, bytes]]) -> None:
+        self.status = status
+        self.headers = tuple((bytes(n).lower(), bytes(v)) for n, v in headers)
+
+    def add(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.size > self.limit:
+            self.overflow = True
+            self.chunks.clear()
+        elif not self.overflow and chunk:
+            self.chunks.append(bytes(chunk))
+
+    def response(self) -> StoredResponse | None:
+        if self.overflow or not self.status:
+            return None
+        return StoredResponse(self.status, self.headers, b"".join(self.chunks))
+
+
+class Pending(NamedTuple):
+    """A handled request before the store is asked: its record, fingerprint and token."""
+
+    record: str
+    fingerprint: str
+    token: str
+
+
+class IdempotencyPolicy:
+    """The checked settings and every step of a request that is not I/O."""
+
+    def __init__(
+        self,
+        *,
+        methods: Iterable[str],
+        lock_ttl: float,
+        ttl: float,
+        max_body_bytes: int,
+        max_response_bytes: int,
+        store_response: Callable[[int], bool],
+        fail_open: bool,
+    ) -> None:
+        if isinstance(methods, str) or not all(isinstance(m, str) for m in methods):
+            raise ConfigurationError(f"idempotency methods={methods!r}: a set of method names")
+        if not callable(store_response):
+            raise ConfigurationError(f"store_response={store_response!r}: a function of a status")
+        self.methods = frozenset(m.upper() for m in methods)
+        self.lock_ttl = _check_seconds("lock_ttl", lock_ttl)
+        self.ttl = _check_seconds("ttl", ttl)
+        self.max_body = _check_bytes("max_body_bytes", max_body_bytes)
+        self.max_response = _check_bytes("max_response_bytes", max_response_bytes)
+        self.store_response = store_response
+        self.fail_open = bool(fail_open)
+
+    def key_of(self, method: str, values: list[str]) -> str | StoredResponse | None:
+        """The request's key; None when the middleware does not handle the request (another
+        method, no header); the 400 that says what is wrong with a bad key."""
+        if method not in self.methods or not values:
+            return None
+        if len(values) != 1:
+            return problem(400, "send exactly one Idempotency-Key header")
+        match = _KEY.fullmatch(values[0].strip())
+        if match is None:
+            return problem(
+                400,
+                "Idempotency-Key must be 1-255 visible ASCII characters without '\"' or ','"
+                " (a UUID is a good key)",
+            )
+        return match.group(1) or match.group(2)
+
+    @staticmethod
+    def too_large() -> StoredResponse:
+        """The answer to a body over ``max_body_bytes``: it cannot be fingerprinted."""
+        return problem(413, "request body too large to fingerprint")
+
+    @staticmethod
+    def pending(
+        method: str, path: str, identity: str | None, key: str, query: bytes, body: bytes
+    ) -> Pending:
+        """The store record of (method, path, identity, key), a fixed-length key whose parts
+        cannot alias; the fingerprint a retry must match (query and body); a fresh token."""
+        record = hashlib.sha256(_length_prefixed(method, path, identity or "", key)).hexdigest()
+        fingerprint = hashlib.sha256(_length_prefixed(query, body)).hexdigest()
+        return Pending(record, fingerprint, uuid.uuid4().hex)
+
+    def begun(
+        self, found: Claim | StorageError, fingerprint: str
+    ) -> StoredResponse | Literal["run", "unguarded"]:
+        """What the store's ``begin`` gave means: ``RUN`` the app (the lock is ours),
+        ``UNGUARDED`` (the store failed, ``fail_open``), else the response to send."""
+        if isinstance(found, StorageError):
+            log.warning("idempotency store failed at begin: %s", found)
+            if self.fail_open:
+                return UNGUARDED
+            return problem(503, "the idempotency store is unavailable; retry later", retry_after=1)
+        if found.state == "acquired":
+            return RUN
+        if found.fingerprint != fingerprint:
+            return problem(
+                422,
+                "this Idempotency-Key was used with another request body or query; "
+                "use a new key for a new request",
+            )
+        if found.state == "in_flight" or found.response is None:
+            return problem(
+                409, "a request with this Idempotency-Key is still in progress", retry_after=1
+            )
+        return replace(found.response, headers=(*found.response.headers, REPLAYED))
+
+    def to_store(self, capture: Capture | None) -> StoredResponse | None:
+        """The captured response if it should be replayed to retries (None: release the
+        lock so that a retry runs again); ``capture`` None: the response never finished."""
+        if capture is None:
+            return None
+        response = capture.response()
+        if response is None:
+            if capture.overflow:
+                log.warning(
+                    "idempotent response of %d bytes exceeds max_response_bytes=%d; not stored",
+                    capture.size,
+                    self.max_response,
+                )
+            return None
+        return response if self.store_response(response.status) else None
+
+
+@contextmanager
+def tolerated() -> Iterator[None]:
+    """The store failing after the response is logged: the lock's TTL frees the key."""
+    try:
+        yield
+    except StorageError as exc:
+        log.warning("idempotency store failed after the response: %s", exc)
+
+
+def lost(completed: bool) -> None:
+    """Log a response the store did not keep because the lock expired first."""
+    if not completed:
+        log.warning("idempotency lock expired before the response; not stored")
+
+
+def check_store(store: object, want_async: bool, who: str) -> None:
+    """``store`` has ``begin`` of the kind the middleware awaits (or calls)."""
+    begin = getattr(store, "begin", None)
+    if begin is None or inspect.iscoroutinefunction(begin) != want_async:
+        kind = "an async store (AsyncMemoryIdempotencyStore, AsyncRedisIdempotencyStore)"
+        if not want_async:
+            kind = "a sync store (MemoryIdempotencyStore, RedisIdempotencyStore)"
+        raise ConfigurationError(f"{who} needs {kind}, got {store!r}")
