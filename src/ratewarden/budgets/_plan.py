@@ -71,6 +71,7 @@ class _BudgetBase:
         self.reservation_ttl = reservation_ttl
         self._ttl_us = check_seconds_us("reservation_ttl", reservation_ttl)
         self._params = tuple(gcra.params(rate) for _, rate in self.axes)
+        self._names = frozenset(name for name, _ in self.axes)
         self._core = limiter
         # The keys name the store's prefix: budgets of one store share nothing with another's.
         self._prefix: str = getattr(limiter.store, "prefix", "rw")
@@ -162,13 +163,13 @@ class _BudgetBase:
         return Usage(0, 0, 0, tuple((n, 0) for n, _ in reservation.estimate.units))
 
     def _costs(self, usage: Usage) -> tuple[int, ...]:
-        known = {name for name, _ in self.axes}
+        known = self._names
         for name, _ in usage.units:
             if name not in known:
                 raise ConfigurationError(
                     f"units names {name!r}, which is not an axis of this budget ({sorted(known)})"
                 )
-        return tuple(usage.amount(name) for name, _ in self.axes)
+        return tuple([usage.amount(name) for name, _ in self.axes])
 
     def _keys(self, key: str, record: str | None) -> tuple[str, ...]:
         if type(key) is not str or not key:
@@ -192,15 +193,19 @@ class _BudgetBase:
     # --- parsing ------------------------------------------------------------------------
 
     def _decision(self, reply: list[int], start: int, costs: tuple[int, ...]) -> BudgetDecision:
+        """Each axis' six numbers from ``start`` on; the longest wait of a denying axis."""
         states = []
-        for i, ((name, rate), cost) in enumerate(zip(self.axes, costs, strict=True)):
-            at = start + 6 * i
+        longest = 0.0
+        at = start
+        for (name, rate), cost in zip(self.axes, costs, strict=True):
             allowed, remaining, reset_us, retry_us, _, refill_us = reply[at : at + 6]
+            at += 6
             retry = 0.0 if allowed else us_to_s(retry_us)
+            longest = max(longest, retry)
             reset, refill = us_to_s(reset_us), us_to_s(refill_us)
             states.append(AxisState(name, rate, remaining, reset, retry, cost, refill))
-        retry_after = max((s.retry_after for s in states), default=0.0)
-        return BudgetDecision(all(s.retry_after == 0 for s in states), retry_after, tuple(states))
+        # Allowed when no axis waits: the longest wait is 0 exactly then (waits are >= 0).
+        return BudgetDecision(longest == 0, longest, tuple(states))
 
     def __repr__(self) -> str:
         limits = ", ".join(f"{name}={rate}" for name, rate in self.axes)
