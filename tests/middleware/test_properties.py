@@ -253,3 +253,63 @@ def test_each_extractor_reads_the_scope_as_it_reads_the_request(
     ]
     for extract in extractors:
         assert extract.asgi(scope) == extract(from_asgi(scope)), extract  # type: ignore[attr-defined]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    headers=st.lists(
+        st.tuples(
+            st.sampled_from([b"x-api-key", b"X-API-KEY", b"x-forwarded-for", b"host"]),
+            st.one_of(
+                st.sampled_from([b"k1", b"", b" k1 ", b"k\xe9", b"203.0.113.9, 10.0.0.3"]),
+                st.sampled_from([b"k1", b"k2"]).map(bytearray),  # unhashable: not remembered
+            ),
+        ),
+        max_size=4,
+    ),
+    client=st.one_of(
+        st.none(),
+        st.sampled_from([("10.0.0.2", 1), ("198.51.100.7", 2), ("2001:db8::1", 3), ("", 4)]),
+    ),
+    fallback=st.sampled_from(["anonymous", "nokey"]),
+)
+def test_each_extractors_scope_key_is_prefix_and_its_asgi_identity(
+    headers: list[tuple[bytes, bytes]], client: object, fallback: str
+) -> None:
+    """``scope_keys(prefix, fallback)``, the one-rule scope path's store key (remembered per
+    header value or peer), is ``prefix + (extractor.asgi(scope) or fallback)``, the first
+    time and from memory alike."""
+    from ratewarden.middleware import by_api_key, by_client_ip
+
+    scope: dict[str, object] = {"type": "http", "headers": headers}
+    if client is not None:
+        scope["client"] = client
+    extractors = [
+        by_api_key(),
+        by_api_key("X-Api-Key", hashed=False),
+        by_client_ip(),
+        by_client_ip(["10.0.0.0/8"]),
+        by_client_ip(ipv6_prefix=128),
+    ]
+    for extract in extractors:
+        scope_key = extract.scope_keys("r:", fallback)
+        expected = "r:" + (extract.asgi(scope) or fallback)
+        assert scope_key(scope) == expected, extract
+        assert scope_key(scope) == expected, extract  # now remembered
+
+
+def test_a_scope_keys_memory_starts_over_when_full_and_stays_right() -> None:
+    """5,000 distinct API keys through one rule's scope key (4,096 remembered, then the table
+    starts over): every key is the extractor's, before and after."""
+    from ratewarden.middleware import by_api_key
+
+    extract = by_api_key()
+    scope_key = extract.scope_keys("c:", "anonymous")
+
+    def scope(value: bytes) -> dict[str, object]:
+        return {"type": "http", "headers": [(b"x-api-key", value)]}
+
+    first = scope_key(scope(b"k-0"))
+    for i in range(5000):
+        assert scope_key(scope(b"k-%d" % i)) == "c:" + str(extract.asgi(scope(b"k-%d" % i)))
+    assert scope_key(scope(b"k-0")) == first

@@ -297,7 +297,13 @@ class RuleSet:
         if failure is None:
             decision = await hit(key, single.rates, single.fixed_cost)
         else:
-            decision = await hit(key, single.rates, single.fixed_cost, **failure.kwargs)
+            decision = await hit(
+                key,
+                single.rates,
+                single.fixed_cost,
+                failure=failure.mode,
+                on_failure=failure.report,
+            )
         return self._answer(single, key, decision, failure)
 
     def _scope_run(self, scope: Mapping[str, Any], failure: FailurePolicy | None) -> Evaluation:

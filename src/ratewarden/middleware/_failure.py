@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
 
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
@@ -49,7 +48,7 @@ DEFAULT_RETRY_AFTER = 1
 class FailurePolicy:
     """A middleware's checked policy: its report (count and log) and its HTTP answers."""
 
-    __slots__ = ("kwargs", "mode", "report")
+    __slots__ = ("mode", "report")
 
     def __init__(self, failure: object, metrics: object, name: object, clock: Clock) -> None:
         if failure == "local":
@@ -70,8 +69,6 @@ class FailurePolicy:
         self.report = FailureReport(
             self.mode, name=name, clock=clock, metrics=metrics, logger="ratewarden.middleware"
         )
-        #: What a hit carries to the limiter: this policy, and how to report what it answers.
-        self.kwargs: dict[str, Any] = {"failure": self.mode, "on_failure": self.report}
 
     @property
     def name(self) -> str:
