@@ -7,11 +7,22 @@ identity extractors and route lookups are written once for both.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RequestInfo", "from_asgi", "from_wsgi", "header_value"]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+
+__all__ = [
+    "ClientGoneError",
+    "RequestInfo",
+    "from_asgi",
+    "from_wsgi",
+    "header_value",
+    "read_body",
+    "replay",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,3 +163,39 @@ def from_wsgi(environ: Mapping[str, Any]) -> RequestInfo:
     peer = environ.get("REMOTE_ADDR") or None
     method = str(environ.get("REQUEST_METHOD", "GET")).upper()
     return RequestInfo(method, str(environ.get("PATH_INFO", "") or "/"), peer, headers, environ)
+
+
+class ClientGoneError(Exception):
+    """The client disconnected before its request body ended: there is nobody to answer."""
+
+
+async def read_body(receive: Receive, limit: int) -> bytes | None:
+    """An ASGI request's whole body, or None once it passes ``limit`` bytes (the rest unread).
+
+    Raises ``ClientGoneError`` when the client disconnects first.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise ClientGoneError
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that hands the app the body already read, then the real channel."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replaying() -> Message:
+        if pending:
+            return pending.pop()
+        return await receive()
+
+    return replaying

@@ -47,7 +47,13 @@ from ratewarden.metrics import Metrics
 from ratewarden.middleware._failure import FailurePolicy
 from ratewarden.middleware._identity import ANONYMOUS, KeyFunc
 from ratewarden.middleware._outcome import refusal, send_asgi
-from ratewarden.middleware._request import RequestInfo, from_asgi
+from ratewarden.middleware._request import (
+    ClientGoneError,
+    RequestInfo,
+    from_asgi,
+    read_body,
+    replay,
+)
 from ratewarden.middleware._rules import Selection, check_name
 
 __all__ = ["ActualFunc", "EstimateFunc", "TokenBudgetMiddleware"]
@@ -163,15 +169,16 @@ class TokenBudgetMiddleware:
             return
         body = b""
         if self.read_body:
-            read = await _read_body(receive, self.max_body)
-            if isinstance(read, _Gone):  # the client left before its body ended: no one to answer
+            try:
+                read = await read_body(receive, self.max_body)
+            except ClientGoneError:  # the client left before its body ended: no one to answer
                 return
             if read is None:
                 too_large = refusal(413, "The request body is too large.")
                 await send_asgi(send, too_large, head=False)
                 return
             body = read
-            receive = _replay(body, receive)
+            receive = replay(body, receive)
         estimate = self._usage(self.estimate(request, body), "estimate")
         key = f"{self.name}:{self.selection.identity(request)}"
         try:
@@ -281,37 +288,3 @@ class _Settling:
             log.warning("token budget settle failed (the reservation keeps its charge): %s", exc)
             return None
         return settlement.decision
-
-
-class _Gone:
-    """What ``_read_body`` returns when the client disconnected before the end of its body."""
-
-
-async def _read_body(receive: Receive, limit: int) -> bytes | _Gone | None:
-    """The whole request body; None when longer than ``limit`` bytes; ``_GONE`` on disconnect."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return _Gone()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A ``receive`` that hands the app the body already read, then the real channel."""
-    pending = [{"type": "http.request", "body": body, "more_body": False}]
-
-    async def replay() -> Message:
-        if pending:
-            return pending.pop()
-        return await receive()
-
-    return replay

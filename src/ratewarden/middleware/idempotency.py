@@ -51,6 +51,7 @@ from ratewarden.middleware._idempotency import (
     lost,
     tolerated,
 )
+from ratewarden.middleware._request import ClientGoneError, read_body, replay
 
 __all__ = [
     "AsyncIdempotencyStore",
@@ -94,19 +95,19 @@ StartResponse = Callable[..., Callable[[bytes], object]]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
-class IdempotencyMiddleware:
-    """ASGI: run each (method, path, identity, Idempotency-Key) once; replay its response.
+class _Idempotency:
+    """The settings both middlewares take: ``store`` (an async one for ASGI, a blocking one
+    for WSGI), ``identity`` (a callable of the scope or environ naming the caller) and the
+    ``IdempotencyPolicy`` options."""
 
-    ``identity(scope)`` names the caller (user id, API key) so keys are scoped per
-    caller; without it, keys are shared by everyone on the same method and path.
-    """
+    _ASYNC: bool
 
     def __init__(
         self,
-        app: ASGIApp,
-        store: AsyncIdempotencyStore,
+        app: Any,
+        store: Any,
         *,
-        identity: Callable[[Scope], str | None] | None = None,
+        identity: Callable[[Any], str | None] | None = None,
         methods: Iterable[str] = DEFAULT_METHODS,
         lock_ttl: float = 60.0,
         ttl: float = 86_400.0,
@@ -115,7 +116,7 @@ class IdempotencyMiddleware:
         store_response: Callable[[int], bool] = default_store_response,
         fail_open: bool = False,
     ) -> None:
-        check_store(store, True, "IdempotencyMiddleware")
+        check_store(store, self._ASYNC, type(self).__name__)
         self.app, self.store, self.identity = app, store, identity
         self.policy = IdempotencyPolicy(
             methods=methods,
@@ -126,6 +127,18 @@ class IdempotencyMiddleware:
             store_response=store_response,
             fail_open=fail_open,
         )
+
+
+class IdempotencyMiddleware(_Idempotency):
+    """ASGI: run each (method, path, identity, Idempotency-Key) once; replay its response.
+
+    ``identity(scope)`` names the caller (user id, API key) so keys are scoped per
+    caller; without it, keys are shared by everyone on the same method and path.
+    """
+
+    _ASYNC = True
+    app: ASGIApp
+    store: AsyncIdempotencyStore
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Handle one ASGI connection."""
@@ -141,12 +154,12 @@ class IdempotencyMiddleware:
         if isinstance(key, StoredResponse):
             return await _asgi_send(send, key)
         try:
-            body = await _asgi_body(receive, policy.max_body)
-        except _ClientGoneError:
+            body = await read_body(receive, policy.max_body)
+        except ClientGoneError:  # nobody to answer
             return None
         if body is None:
             return await _asgi_send(send, policy.too_large())
-        replay = _asgi_replay(body, receive)
+        replaying = replay(body, receive)
         identity = self.identity(scope) if self.identity else None
         query = scope.get("query_string", b"")
         pending = policy.pending(scope["method"], scope["path"], identity, key, query, body)
@@ -161,8 +174,8 @@ class IdempotencyMiddleware:
         if isinstance(answer, StoredResponse):
             return await _asgi_send(send, answer)
         if answer != RUN:
-            return await self.app(scope, replay, send)
-        await self._run(scope, replay, send, pending.record, pending.token)
+            return await self.app(scope, replaying, send)
+        await self._run(scope, replaying, send, pending.record, pending.token)
 
     async def _run(
         self, scope: Scope, receive: Receive, send: Send, record: str, token: str
@@ -190,41 +203,6 @@ class IdempotencyMiddleware:
                     await self.store.release(record, token)
 
 
-class _ClientGoneError(Exception):
-    """The client disconnected before its request body arrived: nobody to answer."""
-
-
-async def _asgi_body(receive: Receive, limit: int) -> bytes | None:
-    """The whole request body, or None past ``limit`` bytes."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            raise _ClientGoneError
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
-
-
-def _asgi_replay(body: bytes, receive: Receive) -> Receive:
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if sent:
-            return await receive()
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return replay
-
-
 async def _asgi_send(send: Send, response: StoredResponse) -> None:
     await send(
         {"type": "http.response.start", "status": response.status, "headers": response.headers}
@@ -232,38 +210,16 @@ async def _asgi_send(send: Send, response: StoredResponse) -> None:
     await send({"type": "http.response.body", "body": response.body})
 
 
-class WSGIIdempotencyMiddleware:
+class WSGIIdempotencyMiddleware(_Idempotency):
     """WSGI (Flask, Django): the same behaviour as ``IdempotencyMiddleware``.
 
     ``identity(environ)`` names the caller. The request body is read (up to
     ``max_body_bytes``) and handed to the app again from memory.
     """
 
-    def __init__(
-        self,
-        app: WSGIApp,
-        store: IdempotencyStore,
-        *,
-        identity: Callable[[dict[str, Any]], str | None] | None = None,
-        methods: Iterable[str] = DEFAULT_METHODS,
-        lock_ttl: float = 60.0,
-        ttl: float = 86_400.0,
-        max_body_bytes: int = 1 << 20,
-        max_response_bytes: int = 1 << 20,
-        store_response: Callable[[int], bool] = default_store_response,
-        fail_open: bool = False,
-    ) -> None:
-        check_store(store, False, "WSGIIdempotencyMiddleware")
-        self.app, self.store, self.identity = app, store, identity
-        self.policy = IdempotencyPolicy(
-            methods=methods,
-            lock_ttl=lock_ttl,
-            ttl=ttl,
-            max_body_bytes=max_body_bytes,
-            max_response_bytes=max_response_bytes,
-            store_response=store_response,
-            fail_open=fail_open,
-        )
+    _ASYNC = False
+    app: WSGIApp
+    store: IdempotencyStore
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         """Handle one WSGI request."""
