@@ -98,9 +98,15 @@ class _Pending(NamedTuple):
     now: int
     leased: bool
     on_failure: FailureHook | None
+    via: Callable[..., Any] | None = None
 
 
 _Ident = tuple[str, str, tuple[Rate, ...]]
+#: ``tuple.__new__``: a ``_Pending`` or ``Ask`` made on every hit without the NamedTuple's
+#: Python-level ``__new__`` (as ``_aged`` builds Decisions with ``make_decision``).
+_tuple = tuple.__new__
+#: ``Metrics.decision``, a no-op: a metrics object that keeps it is not called per decision.
+_NO_DECISION = Metrics.decision
 
 
 class DecisionCore:
@@ -150,6 +156,9 @@ class DecisionCore:
         else:
             self.negative = NegativeCache(negative_cache)
         self.counts = TierCounts()
+        #: The exceptions a failure policy answers; any other is raised. An adapter that
+        #: must never raise (the Envoy service: no store error escapes) widens it to Exception.
+        self.failure_errors: type[Exception] | tuple[type[Exception], ...] = StorageError
         self._log = LogRateLimiter(60.0, clock=clock)
         # id(rates tuple) -> (the tuple, its checked rates); kept so that its id stays its own.
         self._checked: dict[int, tuple[object, tuple[Rate, ...]]] = {}
@@ -176,15 +185,21 @@ class DecisionCore:
         failure: str | None = None,
         algorithm: str | None = None,
         on_failure: FailureHook | None = None,
+        via: Callable[..., Any] | None = None,
     ) -> Flow[Decision]:
         """``hit`` as a flow: consume ``cost`` from every rate on ``key`` if all allow.
 
         ``failure`` overrides the limiter's failure policy for this call (a rule's
         own), ``algorithm`` its algorithm; ``on_failure`` is told the exception
-        when a store call fails and the policy answers.
+        when a store call fails and the policy answers, and reports it: the
+        limiter logs nothing of its own for that call. ``via`` decides in place
+        of the store's ``hit``: a callable taking the same arguments
+        ``(algorithm, key, rates, cost)`` and returning a Decision (a coroutine
+        function under ``AsyncLimiter``), asked through the same breaker, policy,
+        timing and negative cache (a token budget's check or charge, say).
         """
-        name = self.algorithm if algorithm is None else algorithms.get(algorithm).NAME
-        started = self._start(name, key, rates, cost, failure, on_failure)
+        name = self.algorithm if algorithm is None else _algorithm_name(algorithm)
+        started = self._start(name, key, rates, cost, failure, on_failure, via)
         if type(started) is not _Pending:
             return self._finish(name, key, started, shadow)  # type: ignore[arg-type]
         if started.leased:
@@ -264,15 +279,24 @@ class DecisionCore:
         ``StorageUnavailableError`` (the breaker is told); no failure policy
         answers for a batch, since its parts may have different policies.
         """
-        name = self.algorithm if algorithm is None else algorithms.get(algorithm).NAME
+        name = self.algorithm if algorithm is None else _algorithm_name(algorithm)
         refused = self._refused()
         if refused is not None:
             raise refused
-        reply = yield Ask("hit_all", (name, calls))
+        timed = self.metrics is not NO_METRICS
+        started = time.perf_counter() if timed else 0.0
+        try:
+            reply = yield Ask("hit_all", (name, calls))
+        except BaseException:
+            if self.breaker is not None:
+                self.breaker.abandon()
+            raise
         if reply is None:
             if self.breaker is not None:
                 self.breaker.abandon()
             return None
+        if timed:  # a declined batch (None) sent nothing: no round trip to time
+            self.metrics.store_latency(seconds=time.perf_counter() - started)
         self._verdict(reply)
         if isinstance(reply, Exception):
             raise reply
@@ -284,6 +308,46 @@ class DecisionCore:
                 if cost > 0 and not decision.allowed:
                     negative.remember((name, key, check_rates(rates)), decision, now)
         return decisions
+
+    def cached_denial(
+        self, key: str, rates: Rate | Sequence[Rate], cost: int = 1, *, algorithm: str | None = None
+    ) -> Decision | None:
+        """The store's remembered denial that answers a hit of ``cost`` on ``key`` now (aged
+        to now), or None: the store must be asked. No store call; None without a negative cache.
+
+        ``hit_flow`` consults it by itself; this is for an adapter that must know first,
+        e.g. to answer a check (cost 0) made ahead of a charge of ``cost``.
+        """
+        negative = self.negative
+        if negative is None:
+            return None
+        name = self.algorithm if algorithm is None else algorithms.get(algorithm).NAME
+        if type(rates) is Rate:
+            found: tuple[Rate, ...] = (rates,)
+        else:
+            known = self._checked.get(id(rates))
+            found = known[1] if known is not None and known[0] is rates else self._check(rates)
+        ident = (name, key, found)
+        if ident not in negative:  # the common case: nothing remembered
+            return None
+        return self._cached_denial(ident, cost, self.clock.now_us())
+
+    def local_all(
+        self,
+        calls: Sequence[tuple[str, Rate | Sequence[Rate], int]],
+        *,
+        algorithm: str | None = None,
+    ) -> list[Decision]:
+        """The ``local`` policy's answer for a batch the store failed: ``calls`` decided
+        together on the in-process store (all or nothing), each marked ``degraded="local"``.
+
+        ``hit_all_flow`` raises on a failure, since a batch's parts may have different
+        policies; its caller answers each part, the ``local`` ones with this.
+        """
+        name = self.algorithm if algorithm is None else algorithms.get(algorithm).NAME
+        decisions = self.local.hit_all(name, calls)
+        assert decisions is not None  # the in-process store takes any keys together
+        return [marked(decision, "local") for decision in decisions]
 
     def reset_flow(self, key: str, rates: Rate | Sequence[Rate]) -> Flow[None]:
         """Forget ``key``'s usage: the store's, and this process's (bucket, lease, denial)."""
@@ -327,6 +391,7 @@ class DecisionCore:
         cost: int,
         failure: str | None,
         on_failure: FailureHook | None,
+        via: Callable[..., Any] | None = None,
     ) -> Decision | _Pending:
         """The part of a hit that never asks the store, as a plain call.
 
@@ -342,10 +407,16 @@ class DecisionCore:
             check_cost(cost)
         if type(key) is not str or not key:
             check_key(key)
-        policy = self.failure if failure is None else check_failure(failure)
+        policy = failure
+        if failure is None:
+            policy = self.failure
+        elif failure not in FAILURE_POLICIES:  # the usual names are taken without a call
+            check_failure(failure)
         now = self.clock.now_us()
         if cost == 0:
-            return _Pending(name, key, found, rates, 0, policy, None, now, False, on_failure)
+            return _tuple(
+                _Pending, (name, key, found, rates, 0, policy, None, now, False, on_failure, via)
+            )
         ident = (name, key, found)
         cached = self._cached_denial(ident, cost, now)
         if cached is not None:
@@ -362,8 +433,12 @@ class DecisionCore:
             if held is not None:
                 self.counts.add("lease_hits")
                 return _from_lease(held, cost, now)
-            return _Pending(name, key, found, rates, cost, policy, local, now, True, on_failure)
-        return _Pending(name, key, found, rates, cost, policy, local, now, False, on_failure)
+            return _tuple(
+                _Pending, (name, key, found, rates, cost, policy, local, now, True, on_failure, via)
+            )
+        return _tuple(
+            _Pending, (name, key, found, rates, cost, policy, local, now, False, on_failure, via)
+        )
 
     def _check(self, rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]:
         """Validate ``rates``; a tuple (immutable) is remembered by identity, as stores do."""
@@ -458,7 +533,8 @@ class DecisionCore:
         started = time.perf_counter() if timed else 0.0
         try:
             # The rates as given: a store finds its cached shape by the argument's identity.
-            reply = yield Ask("hit", (p.algorithm, p.key, p.given, units))
+            method = "hit" if p.via is None else p.via
+            reply = yield _tuple(Ask, (method, (p.algorithm, p.key, p.given, units)))
         except BaseException:
             if self.breaker is not None:
                 self.breaker.abandon()
@@ -467,7 +543,7 @@ class DecisionCore:
             self.metrics.store_latency(seconds=time.perf_counter() - started)
         self._verdict(reply)
         if isinstance(reply, Exception) and (
-            p.policy is None or not isinstance(reply, StorageError)
+            p.policy is None or not isinstance(reply, self.failure_errors)
         ):
             raise reply
         found: Decision | Exception = reply
@@ -500,20 +576,21 @@ class DecisionCore:
         reason = failure_reason(error)
         self.counts.add("degraded")
         self.metrics.degraded(rule=self.name, mode=policy, reason=reason)
-        self._log.log(
-            log,
-            logging.WARNING,
-            f"{self.name}/{reason}",
-            "ratewarden %s: store unavailable (%s); failure policy %r answers",
-            self.name,
-            reason,
-            policy,
-        )
-        if p.on_failure is not None:
+        if p.on_failure is not None:  # the caller reports the failure, in its own words
             try:
                 p.on_failure(error)
             except Exception:
                 log.exception("on_failure hook failed; the answer is unaffected")
+        else:
+            self._log.log(
+                log,
+                logging.WARNING,
+                f"{self.name}/{reason}",
+                "ratewarden %s: store unavailable (%s); failure policy %r answers",
+                self.name,
+                reason,
+                policy,
+            )
         if policy == "local":
             local = p.local
             if local is None:
@@ -530,7 +607,7 @@ class DecisionCore:
         if self._on_decision is not None:
             self._on_decision(algorithm, key, decision)
         metrics = self.metrics
-        if metrics is not NO_METRICS:
+        if metrics is not NO_METRICS and type(metrics).decision is not _NO_DECISION:
             metrics.decision(rule=self.name, algorithm=algorithm, decision=decision)
         return decision
 
@@ -560,6 +637,15 @@ class DecisionCore:
         if self._local_for is not None:
             self.local.reset(LOCAL_ALGORITHM, key, self._local_for(found))
         return found
+
+
+def _algorithm_name(algorithm: str) -> str:
+    """The algorithm ``algorithm`` names (a name is its own, the usual case: no lookup),
+    or a ConfigurationError listing the choices."""
+    if type(algorithm) is str and algorithm in algorithms.ALGORITHMS:
+        return algorithm
+    name: str = algorithms.get(algorithm).NAME
+    return name
 
 
 def _from_lease(held: Balance, cost: int, now: int) -> Decision:

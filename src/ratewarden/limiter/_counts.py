@@ -41,7 +41,10 @@ class TierCounts:
     def add(self, name: str) -> None:
         """Count one more ``name``."""
         with self._lock:
-            if name == "lease_hits":  # once per request with leases on: no getattr/setattr
+            # Once per request (a store call, or a lease paid): no getattr/setattr.
+            if name == "store_calls":
+                self.store_calls += 1
+            elif name == "lease_hits":
                 self.lease_hits += 1
             else:
                 setattr(self, name, getattr(self, name) + 1)

@@ -4,9 +4,11 @@ Every decision is written once, as a generator (a *flow*). It yields what it
 needs from the store and receives the answer:
 
 - ``Ask(method, args)``: one call of a store method (``hit``, ``hit_all``,
-  ``reset``, ``apply``, ``acquire_slot`` ...). The flow receives what the method
-  returned, or the ``Exception`` it raised (as a value: the flow decides what a
-  failure means).
+  ``reset``, ``apply``, ``acquire_slot`` ...), or of ``method`` itself when it is
+  a callable rather than a name (an adapter's I/O through another object's public
+  API, e.g. a token budget's: a plain function for ``drive``, a coroutine
+  function for ``adrive``). The flow receives what the method returned, or the
+  ``Exception`` it raised (as a value: the flow decides what a failure means).
 - ``Gather(flows)``: several flows at once. The flow receives their results in
   order; a blocking driver runs them one after the other, an asyncio driver side
   by side.
@@ -21,7 +23,7 @@ The flow's return value is the result. ``drive`` runs a flow on a blocking store
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any, NamedTuple, TypeVar
 
 from ratewarden.clock import Clock
@@ -32,9 +34,9 @@ T = TypeVar("T")
 
 
 class Ask(NamedTuple):
-    """One store call: the method's name and its positional arguments."""
+    """One store call: the method's name (or a callable) and its positional arguments."""
 
-    method: str
+    method: str | Callable[..., Any]
     args: tuple[Any, ...]
 
 
@@ -62,12 +64,15 @@ def drive(store: Any, flow: Flow[T], clock: Clock | None = None) -> T:
             answer: Any = None
             kind = type(step)
             if kind is Ask:
+                method: Any = step.method  # type: ignore[union-attr]
                 try:
-                    answer = getattr(store, step.method)(*step.args)  # type: ignore[union-attr]
+                    if type(method) is str:
+                        method = getattr(store, method)
+                    answer = method(*step.args)  # type: ignore[union-attr]
                 except Exception as exc:  # the flow decides what a failure means
                     answer = exc
             elif kind is Gather:
-                answer = [drive(store, sub, clock) for sub in step.flows]  # type: ignore[union-attr]
+                answer = drive(store, _one_by_one(step.flows), clock)  # type: ignore[union-attr]
             else:
                 _clock(clock).sleep(step.seconds)  # type: ignore[union-attr]
             step = flow.send(answer)
@@ -87,8 +92,11 @@ async def adrive(store: Any, flow: Flow[T], clock: Clock | None = None) -> T:
             answer: Any = None
             kind = type(step)
             if kind is Ask:
+                method: Any = step.method  # type: ignore[union-attr]
                 try:
-                    answer = await getattr(store, step.method)(*step.args)  # type: ignore[union-attr]
+                    if type(method) is str:
+                        method = getattr(store, method)
+                    answer = await method(*step.args)  # type: ignore[union-attr]
                 except Exception as exc:  # the flow decides what a failure means
                     answer = exc
             elif kind is Gather:
@@ -105,6 +113,15 @@ async def adrive(store: Any, flow: Flow[T], clock: Clock | None = None) -> T:
         return result
     finally:
         flow.close()
+
+
+def _one_by_one(flows: tuple[Flow[Any], ...]) -> Flow[list[Any]]:
+    """A Gather's flows one after the other, as one flow: a blocking driver runs them so
+    with one loop (not one per flow)."""
+    results = []
+    for flow in flows:
+        results.append((yield from flow))
+    return results
 
 
 def _clock(clock: Clock | None) -> Clock:
