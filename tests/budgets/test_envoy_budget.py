@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from ratewarden import AsyncMemoryStore
-from ratewarden.budgets.envoy import BudgetRateLimitService
+from ratewarden.server.budget_service import BudgetRateLimitService
 from ratewarden.testing import ManualClock
 from tests._servers import HOST
 from tests.budgets._model import TokenModel, token_model

@@ -6,7 +6,7 @@ import pytest
 from envoy.service.ratelimit.v3 import rls_pb2
 
 from ratewarden import AsyncMemoryStore, ConfigurationError
-from ratewarden.budgets.envoy import BudgetRateLimitService
+from ratewarden.server.budget_service import BudgetRateLimitService
 from ratewarden.testing import ManualClock
 
 Response = rls_pb2.RateLimitResponse
@@ -60,3 +60,18 @@ async def test_configuration_errors() -> None:
     ):
         with pytest.raises(ConfigurationError):
             BudgetRateLimitService(store, **options)  # type: ignore[arg-type]
+
+
+def test_the_old_module_path_still_imports_with_a_deprecation_warning() -> None:
+    """ratewarden.budgets.envoy (moved to ratewarden.server.budget_service) resolves each of
+    its names to the new home's object, warning that the old name is going; others raise."""
+    from ratewarden.budgets import envoy
+    from ratewarden.server import budget_service
+
+    for name in ("BudgetRateLimitService", "RuleBudgets", "AsyncRuleBudgets"):
+        with pytest.warns(
+            DeprecationWarning, match=f"import {name} from {budget_service.__name__}"
+        ):
+            assert getattr(envoy, name) is getattr(budget_service, name)
+    with pytest.raises(AttributeError, match="no attribute 'Elsewhere'"):
+        envoy.Elsewhere  # noqa: B018

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratewarden import Rate
-from ratewarden.server._values import overflow_key
 from ratewarden.server.service import counter_key
+from ratewarden.server.value_cap import overflow_key
 from ratewarden.storage._keys import DEFAULT_PREFIX, state_key
 from ratewarden.storage.memory import MemoryStore
 from ratewarden.testing import ManualClock

@@ -18,9 +18,9 @@ from envoy.service.ratelimit.v3 import rls_pb2
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.server import config
-from ratewarden.server._values import overflow_key
 from ratewarden.server.config import Rule
 from ratewarden.server.service import RateLimitService, ServiceHooks
+from ratewarden.server.value_cap import overflow_key
 from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
 from ratewarden.testing import ManualClock
 from tests.fuzz._grpc import background_server

@@ -10,8 +10,9 @@
   shed lowest first as utilization rises, with a reserve for critical traffic.
 - ``provider_headers``: ``x-ratelimit-*-requests`` / ``-tokens`` and the IETF fields.
 
-``ratewarden.budgets.envoy`` (imported on its own: it needs the ``server`` extra)
-answers Envoy's rate limit protocol for token budgets. See docs/budgets.md.
+``ratewarden.server.budget_service`` (it needs the ``server`` extra) answers Envoy's
+rate limit protocol for token budgets; ``ratewarden.budgets.envoy``, its old name,
+still resolves with a DeprecationWarning for one release. See docs/budgets.md.
 """
 
 from __future__ import annotations

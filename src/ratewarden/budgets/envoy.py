@@ -1,268 +1,34 @@
-"""Token budgets through Envoy's standard rate limit protocol, without a custom RPC.
+"""Moved: the Envoy adapter for token budgets is ``ratewarden.server.budget_service``.
 
-Envoy's HTTP rate limit filter can ask twice per request with the same
-descriptor: on the request path with ``hits_addend: {number: 0}`` (check only)
-and, with ``apply_on_stream_done: true``, once the response is complete, with
-``hits_addend`` taken from the response (``%RESP(x-tokens-used)%``: the token
-count the upstream reports). ``BudgetRateLimitService`` answers both:
-
-- **hits 0**: OVER_LIMIT when the tenant's budget has no token left, else OK.
-  Nothing is charged.
-- **hits N > 0**: the N tokens already happened; they are charged up to an
-  empty budget (``TokenBudget.charge``) and the answer, which Envoy ignores on
-  this path, is OK.
-
-So a tenant may overrun its budget by at most one response (the request that
-was admitted with tokens left), and is then refused until GCRA has given
-capacity back. That is weaker than reserve/settle, which holds the estimate
-up front; it is what the protocol allows without a custom RPC.
-
-The service is transport-agnostic (a ``RateLimitRequest`` in, a
-``RateLimitResponse`` out, like ``ratewarden.server.service``); run it behind
-``ratewarden.server.grpc.GrpcServer(answer=service)``. It needs the ``server``
-extra (``xds-protos``).
-
-``ratewarden serve`` answers the same way for a descriptor with a ``budget``
-in its config (``ratewarden.server.config.budget``): its service hands those
-descriptors to ``RuleBudgets`` / ``AsyncRuleBudgets``, which turn the check or
-the charge into the ``Decision`` the rest of the service reports.
+``BudgetRateLimitService``, ``RuleBudgets`` and ``AsyncRuleBudgets`` still
+resolve here, with a ``DeprecationWarning``, for one release (docs/reference.md
+says so). They are looked up only when asked (a module ``__getattr__``):
+``budgets`` sits below ``server`` and imports nothing from it otherwise.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any, Generic, TypeVar
+import importlib
+import warnings
+from typing import Any
 
-from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped, unused-ignore]
+__all__: list[str] = []
 
-from ratewarden.budgets._budget import (
-    AsyncTokenBudget,
-    AxisState,
-    BudgetDecision,
-    Charge,
-    TokenBudget,
-    Usage,
-)
-from ratewarden.decision import Decision
-from ratewarden.errors import ConfigurationError
-from ratewarden.rate import Rate
-from ratewarden.storage import AsyncStore, Store
-
-__all__ = ["AsyncRuleBudgets", "BudgetRateLimitService", "RuleBudgets"]
-
-_Response = rls_pb2.RateLimitResponse
-_UNITS = {
-    1_000_000: _Response.RateLimit.SECOND,
-    60_000_000: _Response.RateLimit.MINUTE,
-    3_600_000_000: _Response.RateLimit.HOUR,
-    86_400_000_000: _Response.RateLimit.DAY,
+# The names this module used to hold, and where they live now.
+_MOVED = {
+    "AsyncRuleBudgets": "ratewarden.server.budget_service",
+    "BudgetRateLimitService": "ratewarden.server.budget_service",
+    "RuleBudgets": "ratewarden.server.budget_service",
 }
 
 
-class BudgetRateLimitService:
-    """``ShouldRateLimit`` for one token budget per value of ``descriptor_key`` in ``domain``.
-
-    ::
-
-        service = BudgetRateLimitService(store, domain="llm", descriptor_key="tenant",
-                                         rate="100000/minute")
-        server = GrpcServer(service)  # ratewarden.server.grpc
-
-    Descriptors without ``descriptor_key`` are answered OK with no limit.
-    """
-
-    def __init__(
-        self, store: AsyncStore, *, domain: str, descriptor_key: str, rate: Rate | str
-    ) -> None:
-        for what, value in (("domain", domain), ("descriptor_key", descriptor_key)):
-            if not isinstance(value, str) or not value:
-                raise ConfigurationError(f"{what} {value!r} must be a non-empty string")
-        self.domain = domain
-        self.descriptor_key = descriptor_key
-        self.budget = AsyncTokenBudget(store, {"tokens": rate}, max_output_tokens=0)
-        found = self.budget.axes[0][1]
-        unit = _UNITS.get(found.period_us)
-        if unit is None:
-            raise ConfigurationError(
-                f"rate {found} must be per second, minute, hour or day: Envoy's RateLimit "
-                "has no other unit to report it in"
-            )
-        self._unit = unit
-        self.rate = found
-
-    async def __call__(self, request: Any) -> Any:
-        """Answer one ``RateLimitRequest`` (check on hits 0, charge on hits > 0)."""
-        if request.domain != self.domain:
-            raise ConfigurationError(
-                f"domain {request.domain!r} is not this budget service's {self.domain!r}"
-            )
-        default_hits = request.hits_addend or 1
-        statuses = []
-        for descriptor in request.descriptors:
-            key = self._budget_key(descriptor)
-            if key is None:
-                statuses.append(_Response.DescriptorStatus(code=_Response.OK))
-                continue
-            hits = (
-                descriptor.hits_addend.value if descriptor.HasField("hits_addend") else default_hits
-            )
-            statuses.append(await self._status(key, hits))
-        over = any(status.code == _Response.OVER_LIMIT for status in statuses)
-        return _Response(
-            overall_code=_Response.OVER_LIMIT if over else _Response.OK, statuses=statuses
-        )
-
-    def _budget_key(self, descriptor: Any) -> str | None:
-        for entry in descriptor.entries:
-            if entry.key == self.descriptor_key:
-                return f"{self.descriptor_key}={entry.value}"
-        return None
-
-    async def _status(self, key: str, hits: int) -> Any:
-        if hits == 0:
-            decision = await self.budget.peek(key)
-            over = decision.axes[0].remaining < 1
-        else:
-            decision = (await self.budget.charge(key, Usage(0, hits, 0))).decision
-            over = False
-        return self._describe(decision, over)
-
-    def _describe(self, decision: BudgetDecision, over: bool) -> Any:
-        state = decision.axes[0]
-        status = _Response.DescriptorStatus(
-            code=_Response.OVER_LIMIT if over else _Response.OK,
-            current_limit=_Response.RateLimit(requests_per_unit=state.limit, unit=self._unit),
-            limit_remaining=state.remaining,
-        )
-        reset = state.reset_after
-        status.duration_until_reset.seconds = 0 if math.isinf(reset) else math.ceil(reset)
-        return status
-
-    def __repr__(self) -> str:
-        return (
-            f"BudgetRateLimitService(domain={self.domain!r}, "
-            f"descriptor_key={self.descriptor_key!r}, rate={self.rate})"
-        )
-
-
-# ---------------------------------------------------------------- budget rules of serve
-
-#: Distinct rates whose budget objects are kept (a config has few; Envoy's limit overrides
-#: can name any rate, so the table is emptied rather than grown past this).
-_MAX_RATES = 1024
-
-
-def _wait_for_one(state: AxisState) -> float:
-    """Seconds until one token is back on an empty axis (GCRA: the state moves one
-    emission interval into the burst), never earlier than exact."""
-    if not math.isfinite(state.reset_after):
-        return math.inf
-    n, d = state.rate.reduced  # the emission interval is d / n microseconds
-    reset_us = round(state.reset_after * 1_000_000)
-    wait_us = -(-(reset_us * n - (state.rate.capacity - 1) * d) // n)
-    return max(wait_us, 1) / 1_000_000
-
-
-def _checked(decision: BudgetDecision, *, charge_follows: bool) -> Decision:
-    """A cost-0 look at the budget as a Decision.
-
-    A check (the descriptor's hits are 0) is over when no token is left. The
-    look before a charge (hits > 0) is never over: a charge records tokens
-    already spent and cannot be refused.
-    """
-    state = decision.axes[0]
-    allowed = charge_follows or state.remaining >= 1
-    return Decision(
-        allowed=allowed,
-        limit=state.limit,
-        remaining=state.remaining,
-        reset_after=state.reset_after,
-        retry_after=0.0 if allowed else _wait_for_one(state),
-        rate=state.rate,
-        cost=0,
-        refill_after=state.refill_after,
+def __getattr__(name: str) -> Any:
+    home = _MOVED.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"ratewarden.budgets.envoy.{name} is deprecated; import {name} from {home}",
+        DeprecationWarning,
+        stacklevel=2,
     )
-
-
-def _charged(charge: Charge, cost: int) -> Decision:
-    """A charge as a Decision: always allowed, with what is left after it."""
-    state = charge.decision.axes[0]
-    return Decision(
-        allowed=True,
-        limit=state.limit,
-        remaining=state.remaining,
-        reset_after=state.reset_after,
-        retry_after=0.0,
-        rate=state.rate,
-        cost=cost,
-        refill_after=state.refill_after,
-    )
-
-
-_B = TypeVar("_B", TokenBudget, AsyncTokenBudget)
-
-
-class _RuleBudgetsBase(Generic[_B]):
-    """One single-axis budget (``tokens``) per rate, on one store; no I/O here."""
-
-    def __init__(self) -> None:
-        self._budgets: dict[Rate, _B] = {}
-
-    def _budget(self, rate: Rate) -> _B:
-        budget = self._budgets.get(rate)
-        if budget is None:
-            if len(self._budgets) >= _MAX_RATES:
-                self._budgets.clear()
-            budget = self._budgets[rate] = self._make(rate)
-        return budget
-
-    def _make(self, rate: Rate) -> _B:
-        raise NotImplementedError
-
-
-class RuleBudgets(_RuleBudgetsBase[TokenBudget]):
-    """The budget rules of ``RateLimitService`` on a synchronous store.
-
-    ``hit(rate, key, hits, cost)``: ``hits`` is the descriptor's own hits (0: a
-    check), ``cost`` what this store call consumes (0 while the service looks
-    before charging). A check is over when ``key`` has no token left; a charge
-    records ``cost`` tokens up to an empty budget and is always allowed.
-    """
-
-    def __init__(self, store: Store) -> None:
-        super().__init__()
-        self.store = store
-
-    def _make(self, rate: Rate) -> TokenBudget:
-        return TokenBudget(self.store, {"tokens": rate}, max_output_tokens=0)
-
-    def hit(self, rate: Rate, key: str, hits: int, cost: int) -> Decision:
-        """Check (``cost`` 0) or charge (``cost`` tokens) the budget of ``key`` at ``rate``."""
-        budget = self._budget(rate)
-        if cost > 0:
-            return _charged(budget.charge(key, Usage(0, cost, 0)), cost)
-        return _checked(budget.peek(key), charge_follows=hits > 0)
-
-    def __repr__(self) -> str:
-        return f"RuleBudgets({self.store!r})"
-
-
-class AsyncRuleBudgets(_RuleBudgetsBase[AsyncTokenBudget]):
-    """The asyncio twin of ``RuleBudgets``, for ``AsyncRateLimitService``."""
-
-    def __init__(self, store: AsyncStore) -> None:
-        super().__init__()
-        self.store = store
-
-    def _make(self, rate: Rate) -> AsyncTokenBudget:
-        return AsyncTokenBudget(self.store, {"tokens": rate}, max_output_tokens=0)
-
-    async def hit(self, rate: Rate, key: str, hits: int, cost: int) -> Decision:
-        """See ``RuleBudgets.hit``."""
-        budget = self._budget(rate)
-        if cost > 0:
-            return _charged(await budget.charge(key, Usage(0, cost, 0)), cost)
-        return _checked(await budget.peek(key), charge_follows=hits > 0)
-
-    def __repr__(self) -> str:
-        return f"AsyncRuleBudgets({self.store!r})"
+    return getattr(importlib.import_module(home), name)

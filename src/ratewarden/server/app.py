@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import multiprocessing
 import os
@@ -41,6 +40,9 @@ from ratewarden.server.dashboard import shared
 from ratewarden.server.dashboard.view import render
 from ratewarden.server.grpc import GrpcServer, GrpcTls
 from ratewarden.server.http import HttpServer
+
+# configure_logging lives beside the log format; re-exported here, where callers import it.
+from ratewarden.server.logs import configure_logging
 from ratewarden.server.reload import ConfigWatcher
 from ratewarden.server.service import AsyncRateLimitService
 from ratewarden.server.settings import Settings, redacted, store_scheme, uvloop_installed
@@ -392,48 +394,3 @@ def _run_workers(settings: Settings) -> int:
                 code = 1
                 forward(signal.SIGTERM, None)
     return 1 if code or any(child.exitcode for child in children) else 0
-
-
-_STANDARD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message"}
-
-
-class _StructuredFormatter(logging.Formatter):
-    """A line with the record's ``extra`` fields: a JSON object, or text then key=value pairs."""
-
-    def __init__(self, fmt: str, worker: int | None) -> None:
-        super().__init__()
-        self._json = fmt == "json"
-        self._worker = worker
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        if self._worker is not None:
-            entry["worker"] = self._worker
-        for key, value in vars(record).items():
-            if key not in _STANDARD_FIELDS and not key.startswith("_"):
-                entry[key] = value
-        if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
-        if self._json:
-            return json.dumps(entry, default=str)
-        head = f"{entry.pop('ts')} {entry.pop('level').upper()} {entry.pop('logger')}: "
-        head += str(entry.pop("msg"))
-        trace = entry.pop("exc", None)
-        pairs = " ".join(f"{key}={json.dumps(value, default=str)}" for key, value in entry.items())
-        return head + (f" {pairs}" if pairs else "") + (f"\n{trace}" if trace else "")
-
-
-def configure_logging(level: str, fmt: str, *, worker: int | None = None) -> None:
-    """Send ratewarden's logs to stderr: JSON lines (``fmt="json"``) or text with key=value."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_StructuredFormatter(fmt, worker))
-    root = logging.getLogger("ratewarden")
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    root.propagate = False

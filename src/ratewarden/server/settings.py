@@ -1,9 +1,10 @@
 """Settings of ``ratewarden serve``: a flag wins over its environment variable, then the default.
 
 Every option has one flag and one ``RATEWARDEN_*`` variable (the table is
-``OPTIONS``). Flags and variables arrive as text and go through the same parser,
-so a bad value reads the same whichever way it was given, and the message names
-the flag or variable it came from::
+``OPTIONS``, in ``server/options.py`` with the parsers). Flags and variables
+arrive as text and go through the same parser, so a bad value reads the same
+whichever way it was given, and the message names the flag or variable it came
+from::
 
     --config PATH...       RATEWARDEN_CONFIG          (several paths: separate with ":")
     --store URL            RATEWARDEN_STORE           memory (default), redis://, rediss://, ...
@@ -32,65 +33,31 @@ the flag or variable it came from::
     --loop L               RATEWARDEN_LOOP            auto (uvloop if installed), asyncio, uvloop
 
 Secrets stay out of output: ``repr(settings)`` and every error message show the
-store URL with its password replaced by ``***`` (``redacted``).
+store URL with its password replaced by ``***`` (``redacted``, in
+``server/store_url.py``). Here: ``Settings``, the values and their checks, and
+``resolve``, which builds them.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import math
-import os
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from ratewarden.errors import ConfigurationError
 
-__all__ = ["OPTIONS", "Option", "Settings", "redacted", "resolve", "store_scheme"]
+# OPTIONS, Option, redacted and store_scheme live beside what they serve and are
+# re-exported here, where callers have always imported them from (__all__).
+from ratewarden.server.options import OPTIONS, Option, read
+from ratewarden.server.store_url import redacted, store_scheme
 
-LOG_LEVELS = ("debug", "info", "warning", "error")
-LOG_FORMATS = ("json", "text")
-ON_ERROR = ("open", "closed")
-DASHBOARD = ("loopback", "any", "off")
-RESPONSE_HEADERS = ("off", "legacy", "draft-10")
-LOOPS = ("auto", "asyncio", "uvloop")
-_TRUE = ("1", "true", "yes", "on")
-_PASSWORD_OPTION = re.compile(r"([?&][^=&#]*password[^=&#]*=)[^&#]*", re.IGNORECASE)
-_FALSE = ("0", "false", "no", "off")
+__all__ = ["OPTIONS", "Option", "Settings", "redacted", "resolve", "store_scheme"]
 
 
 def uvloop_installed() -> bool:
     """Whether the ``uvloop`` package can be imported here (``--loop auto`` then uses it)."""
     return importlib.util.find_spec("uvloop") is not None
-
-
-def redacted(url: str) -> str:
-    """``url`` with every password replaced by ``***``, for logs and messages.
-
-    That is the password of its ``user:password@`` part (a URL without a user,
-    ``redis://:secret@host``, keeps its empty user) and the value of any query
-    option named like ``password`` (``?sentinel_password=...``).
-    """
-    url = _PASSWORD_OPTION.sub(r"\1***", url)
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return "***@" + url.rpartition("@")[2] if "@" in url else url
-    authority, slash, path = rest.partition("/")
-    if "@" not in authority:
-        return url
-    credentials, _, host = authority.rpartition("@")
-    user, colon, _ = credentials.partition(":")
-    shown = f"{user}:***" if colon else "***"
-    return f"{scheme}://{shown}@{host}{slash}{path}"
-
-
-def store_scheme(url: str) -> str:
-    """``memory`` for the embedded store (``memory`` or ``memory://``), else the URL's scheme."""
-    if url in ("memory", "memory://"):
-        return "memory"
-    return urlsplit(url).scheme.lower()
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,250 +160,9 @@ class Settings:
         return self.workers > 1
 
 
-@dataclass(frozen=True, slots=True)
-class Option:
-    """One setting: its flag, its environment variable and how to read its text."""
-
-    flag: str
-    env: str
-    parse: Callable[[Any], Any]
-    help: str
-
-
-def _text(value: Any) -> str:
-    text = str(value).strip()
-    if not text:
-        raise ConfigurationError("must not be empty")
-    return text
-
-
-def _paths(value: Any) -> tuple[str, ...]:
-    items = value if isinstance(value, list | tuple) else str(value).split(os.pathsep)
-    paths = tuple(str(item).strip() for item in items if str(item).strip())
-    if not paths:
-        raise ConfigurationError("must name at least one config file or directory")
-    return paths
-
-
-def _integer(low: int, high: int) -> Callable[[Any], int]:
-    def parse(value: Any) -> int:
-        try:
-            number = int(str(value).strip(), 10)
-        except ValueError:
-            raise ConfigurationError(f"must be a whole number from {low} to {high}") from None
-        if not low <= number <= high:
-            raise ConfigurationError(f"must be a whole number from {low} to {high}")
-        return number
-
-    return parse
-
-
-def _seconds(low: float, *, allow_low: bool) -> Callable[[Any], float]:
-    bound = f">= {low:g}" if allow_low else f"> {low:g}"
-
-    def parse(value: Any) -> float:
-        try:
-            number = float(str(value).strip())
-        except ValueError:
-            raise ConfigurationError(f"must be a number of seconds {bound}") from None
-        if not math.isfinite(number) or number < low or (number == low and not allow_low):
-            raise ConfigurationError(f"must be a number of seconds {bound}")
-        return number
-
-    return parse
-
-
-def _ratio(value: Any) -> float:
-    try:
-        number = float(str(value).strip())
-    except ValueError:
-        raise ConfigurationError("must be a number between 0 and 1") from None
-    if not 0.0 < number <= 1.0:
-        raise ConfigurationError("must be a number above 0 and at most 1")
-    return number
-
-
-def _boolean(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ConfigurationError(f"must be one of {', '.join(_TRUE + _FALSE)}")
-
-
-def _choice(choices: Sequence[str]) -> Callable[[Any], str]:
-    def parse(value: Any) -> str:
-        text = str(value).strip().lower()
-        if text not in choices:
-            raise ConfigurationError(f"must be one of: {', '.join(choices)}")
-        return text
-
-    return parse
-
-
-#: Every setting by its ``Settings`` field name.
-OPTIONS: dict[str, Option] = {
-    "config_paths": Option(
-        "--config",
-        "RATEWARDEN_CONFIG",
-        _paths,
-        "rule files or directories (envoyproxy/ratelimit YAML); repeat or list several",
-    ),
-    "store_url": Option(
-        "--store",
-        "RATEWARDEN_STORE",
-        _text,
-        "memory (default), redis://, rediss://, or a Sentinel or Cluster URL",
-    ),
-    "host": Option("--host", "RATEWARDEN_HOST", _text, "address both servers bind (127.0.0.1)"),
-    "grpc_port": Option(
-        "--grpc-port", "RATEWARDEN_GRPC_PORT", _integer(0, 65535), "gRPC port (8081)"
-    ),
-    "http_port": Option(
-        "--http-port", "RATEWARDEN_HTTP_PORT", _integer(0, 65535), "HTTP port (8080)"
-    ),
-    "workers": Option(
-        "--workers",
-        "RATEWARDEN_WORKERS",
-        _integer(1, 256),
-        "processes sharing the ports (1); more than one needs a shared store",
-    ),
-    "reload_interval": Option(
-        "--reload-interval",
-        "RATEWARDEN_RELOAD_INTERVAL",
-        _seconds(0.0, allow_low=True),
-        "seconds between checks of the config files for changes (5; 0 turns reload off)",
-    ),
-    "health_interval": Option(
-        "--health-interval",
-        "RATEWARDEN_HEALTH_INTERVAL",
-        _seconds(0.0, allow_low=False),
-        "seconds between pings of the store for the health status (2)",
-    ),
-    "grace": Option(
-        "--grace",
-        "RATEWARDEN_GRACE",
-        _seconds(0.0, allow_low=True),
-        "seconds in-flight calls get to finish on SIGTERM (10)",
-    ),
-    "shadow": Option(
-        "--shadow",
-        "RATEWARDEN_SHADOW",
-        _boolean,
-        "global shadow mode: count and report, but the overall answer is always OK",
-    ),
-    "charge_denied": Option(
-        "--charge-denied",
-        "RATEWARDEN_CHARGE_DENIED",
-        _boolean,
-        "charge every descriptor of a denied request (envoyproxy/ratelimit's old behaviour)",
-    ),
-    "near_limit_ratio": Option(
-        "--near-limit-ratio",
-        "RATEWARDEN_NEAR_LIMIT_RATIO",
-        _ratio,
-        "share of a limit above which a hit counts as near the limit (0.8)",
-    ),
-    "on_error": Option(
-        "--on-error",
-        "RATEWARDEN_ON_ERROR",
-        _choice(ON_ERROR),
-        "answer when a call fails unexpectedly: open allows (default), closed denies",
-    ),
-    "log_level": Option(
-        "--log-level", "RATEWARDEN_LOG_LEVEL", _choice(LOG_LEVELS), "debug, info, warning, error"
-    ),
-    "log_format": Option(
-        "--log-format",
-        "RATEWARDEN_LOG_FORMAT",
-        _choice(LOG_FORMATS),
-        "json (one object a line, default) or text",
-    ),
-    "dashboard": Option(
-        "--dashboard",
-        "RATEWARDEN_DASHBOARD",
-        _choice(DASHBOARD),
-        "who may open /dashboard on the HTTP port: loopback clients (default), any, or off",
-    ),
-    "tls_cert": Option(
-        "--tls-cert",
-        "RATEWARDEN_TLS_CERT",
-        _text,
-        "PEM certificate chain: serve gRPC over TLS (with --tls-key)",
-    ),
-    "tls_key": Option("--tls-key", "RATEWARDEN_TLS_KEY", _text, "PEM private key of --tls-cert"),
-    "tls_client_ca": Option(
-        "--tls-client-ca",
-        "RATEWARDEN_TLS_CLIENT_CA",
-        _text,
-        "PEM CA certificates: require client certificates they signed (mutual TLS)",
-    ),
-    "max_values_per_rule": Option(
-        "--max-values-per-rule",
-        "RATEWARDEN_MAX_VALUES_PER_RULE",
-        _integer(0, 100_000_000),
-        "distinct counters one rule may hold per window before new values share one overflow "
-        "counter (100000; 0 turns the cap off)",
-    ),
-    "response_headers": Option(
-        "--response-headers",
-        "RATEWARDEN_RESPONSE_HEADERS",
-        _choice(RESPONSE_HEADERS),
-        "rate limit headers Envoy adds to responses: off (default), legacy "
-        "(RateLimit-Limit/Remaining/Reset) or draft-10 (RateLimit-Policy and RateLimit)",
-    ),
-    "breaker_failures": Option(
-        "--breaker-failures",
-        "RATEWARDEN_BREAKER_FAILURES",
-        _integer(0, 1_000_000),
-        "consecutive store failures that open the circuit breaker, after which failure_mode "
-        "answers without waiting on the store (5; 0 turns the breaker off)",
-    ),
-    "breaker_cooldown": Option(
-        "--breaker-cooldown",
-        "RATEWARDEN_BREAKER_COOLDOWN",
-        _seconds(0.0, allow_low=False),
-        "seconds the open breaker waits before one probe call tries the store again (1)",
-    ),
-    "loop": Option(
-        "--loop",
-        "RATEWARDEN_LOOP",
-        _choice(LOOPS),
-        "event loop: auto (uvloop when it is installed, else asyncio's; default), asyncio, uvloop",
-    ),
-    "over_limit_cache": Option(
-        "--over-limit-cache",
-        "RATEWARDEN_OVER_LIMIT_CACHE",
-        _integer(0, 10_000_000),
-        "counters denied by the store that are remembered until their retry time and denied "
-        "without a store call (10000; 0 turns the cache off)",
-    ),
-}
-
-
 def resolve(flags: Mapping[str, Any], environ: Mapping[str, str]) -> Settings:
     """Build ``Settings`` from parsed flags (``None`` = not given) over ``environ``.
 
     Raises ``ConfigurationError`` naming the flag or variable whose value is wrong.
     """
-    values: dict[str, Any] = {}
-    for name, option in OPTIONS.items():
-        raw = flags.get(name)
-        source = option.flag
-        if raw is None:
-            raw = environ.get(option.env)
-            source = option.env
-        if raw is None:
-            continue
-        try:
-            values[name] = option.parse(raw)
-        except ConfigurationError as exc:
-            shown = " ".join(raw) if isinstance(raw, list) else raw
-            if name == "store_url":
-                shown = redacted(str(shown))
-            raise ConfigurationError(f"{source} {shown!r}: {exc}") from None
-    values.setdefault("config_paths", ())
-    return Settings(**values)
+    return Settings(**read(flags, environ))

@@ -16,7 +16,7 @@ descriptor's ``rate_limit`` (a descriptor has one or the other)::
 ``rate_limit.py`` does for ``rate_limit``, and returns a ``Rule`` with
 ``budget=True`` and one GCRA ``Limit`` counting tokens (``Rule.to_dict`` in
 ``model.py`` writes the block back out). The service answers such a descriptor by its hits
-(``ratewarden.budgets.envoy.RuleBudgets``): hits 0 is a check, over the limit
+(``ratewarden.server.budget_service.RuleBudgets``): hits 0 is a check, over the limit
 when no token is left; hits N > 0 are N tokens already spent (Envoy's
 ``apply_on_stream_done``), charged up to an empty budget and never refused.
 

@@ -331,7 +331,7 @@ class DomainConfig:
     root: Level
     rules: tuple[Rule, ...]
     #: Recent descriptors' entries -> what the service derives from their match (its keys):
-    #: filled by ``server/_service_items.py``, emptied when full. The config never changes,
+    #: filled by ``server/descriptors.py``, emptied when full. The config never changes,
     #: so an answer stays right for as long as this domain is the one served.
     memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 

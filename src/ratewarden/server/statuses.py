@@ -1,7 +1,6 @@
-"""Filling a ``DescriptorStatus``, and Envoy's per-descriptor limit override.
-
-Split out of ``service`` so that the decision flow reads on its own; nothing
-here touches a store.
+"""Envoy's ``RateLimit`` units both ways: a ``DescriptorStatus``'s current limit and
+duration, and a descriptor's limit override read into a rule. Nothing here touches
+a store.
 """
 
 from __future__ import annotations

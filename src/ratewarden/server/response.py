@@ -3,29 +3,27 @@
 ``respond`` fills one ``DescriptorStatus`` per descriptor (code, current limit,
 remaining, wait), the overall code, the response headers and the matched rules'
 dynamic metadata, then gives each descriptor with a rule to ``on_decision`` as a
-``DescriptorOutcome``. It takes the service as its first argument; ``service``
-imports this module, never the other way round (but for type checking).
-Nothing here touches a store.
+``DescriptorOutcome``. It takes values (the service's settings, its clock, the
+hook), not the service; nothing here touches a store.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped, unused-ignore]
 from google.protobuf import struct_pb2  # type: ignore[import-untyped, unused-ignore]
 
+from ratewarden.clock import Clock
 from ratewarden.decision import Decision
-from ratewarden.server._service_items import Item, denied
-from ratewarden.server._status import current, duration
 from ratewarden.server.config import Rule
+from ratewarden.server.descriptors import Item, denied
 from ratewarden.server.headers import response_headers
-
-if TYPE_CHECKING:
-    from ratewarden.server.service import _ServiceBase
+from ratewarden.server.statuses import current, duration
 
 __all__ = ["UNLIMITED_REMAINING", "DescriptorOutcome", "respond"]
 
@@ -70,20 +68,38 @@ class DescriptorOutcome:
     local_cache: bool = False
 
 
-def respond(service: _ServiceBase, domain: str, items: list[Item]) -> Any:
-    """The response for the decided ``items``; then ``on_decision`` for each one with a rule."""
+#: ``ServiceHooks.on_decision``: (domain, rule, outcome).
+OnDecision = Callable[[str, Rule, "DescriptorOutcome"], None]
+
+
+def respond(
+    domain: str,
+    items: list[Item],
+    *,
+    shadow: bool,
+    header_mode: str,
+    near_limit_ratio: float,
+    clock: Clock,
+    on_decision: OnDecision,
+) -> Any:
+    """The response for the decided ``items``; then ``on_decision`` for each one with a rule.
+
+    ``shadow``: the overall code is OK whatever the descriptors say; ``header_mode``:
+    the response headers (``server.headers``); ``near_limit_ratio``: where a hit counts
+    as near the limit; ``clock``: the time of a 0-limit rule's window.
+    """
     response = _Response()
     metadata: dict[str, Any] = {}
     windows: list[int | None] = []
     for item in items:
         status = response.statuses.add()
-        passing, window = _status(service, item, status)
+        passing, window = _status(clock, item, status)
         windows.append(window)
         if passing and item.match is not None and item.match.node.metadata:
             metadata.update(item.match.node.metadata_dict())
     over = denied(items)
-    response.overall_code = _OK if service.shadow or not over else _OVER_LIMIT
-    for name, value in response_headers(service.response_headers, response.statuses, windows):
+    response.overall_code = _OK if shadow or not over else _OVER_LIMIT
+    for name, value in response_headers(header_mode, response.statuses, windows):
         response.response_headers_to_add.add(key=name, value=value)
     if metadata:
         struct = struct_pb2.Struct()
@@ -93,13 +109,13 @@ def respond(service: _ServiceBase, domain: str, items: list[Item]) -> Any:
         if item.rule is None:
             continue
         try:
-            service.hooks.on_decision(domain, item.rule, _outcome(service, domain, item))
+            on_decision(domain, item.rule, _outcome(near_limit_ratio, domain, item))
         except Exception:
             log.exception("hook on_decision failed; the answer is unaffected")
     return response
 
 
-def _status(service: _ServiceBase, item: Item, status: Any) -> tuple[bool, int | None]:
+def _status(clock: Clock, item: Item, status: Any) -> tuple[bool, int | None]:
     """Fill one DescriptorStatus: (it reports OK, its window in seconds for headers).
 
     The window is None when there is no limit to report in headers: no rule,
@@ -119,7 +135,7 @@ def _status(service: _ServiceBase, item: Item, status: Any) -> tuple[bool, int |
         zero = next(limit for limit in rule.limits if limit.rate is None)
         current(status, zero, rule.name)
         period = zero.period_us
-        duration(status, period - service.clock.now_us() % period)
+        duration(status, period - clock.now_us() % period)
         return ok, _seconds(period)
     result = item.result
     assert result is not None
@@ -136,7 +152,7 @@ def _status(service: _ServiceBase, item: Item, status: Any) -> tuple[bool, int |
     return ok, _seconds(limit.period_us)
 
 
-def _outcome(service: _ServiceBase, domain: str, item: Item) -> DescriptorOutcome:
+def _outcome(near_limit_ratio: float, domain: str, item: Item) -> DescriptorOutcome:
     rule = item.rule
     assert rule is not None
     result = item.result
@@ -149,7 +165,7 @@ def _outcome(service: _ServiceBase, domain: str, item: Item) -> DescriptorOutcom
         hits=item.cost,
         over_limit=over,
         shadowed=over and rule.shadow_mode,
-        near_limit_hits=0 if over else _near_limit_hits(service, decision, item.cost),
+        near_limit_hits=0 if over else _near_limit_hits(near_limit_ratio, decision, item.cost),
         failure=None if result is None else result.failure,
         charged=result is not None and result.charged,
         decision=decision,
@@ -158,11 +174,11 @@ def _outcome(service: _ServiceBase, domain: str, item: Item) -> DescriptorOutcom
     )
 
 
-def _near_limit_hits(service: _ServiceBase, decision: Decision | None, hits: int) -> int:
+def _near_limit_hits(ratio: float, decision: Decision | None, hits: int) -> int:
     if decision is None or decision.rate is None or not decision.allowed:
         return 0
     capacity = decision.rate.capacity
-    threshold = math.floor(capacity * service.near_limit_ratio)
+    threshold = math.floor(capacity * ratio)
     used_after = capacity - decision.remaining
     used_before = used_after - hits
     return max(0, used_after - max(threshold, used_before))

@@ -1,45 +1,38 @@
-"""One request descriptor while its request is decided: its data, its keys, its value cap.
+"""A request's descriptors while it is decided: matched rules, counter keys, results.
 
 ``prepare`` turns a ``RateLimitRequest`` into ``Item``s: each descriptor matched
 against the config, Envoy's per-descriptor ``limit`` override, ``replaces``, the
-counter and metric keys (``counter_key``) and the ``max_values_per_rule`` cap.
-``denied``, ``counter_id`` and ``is_short`` read items for the decision flow.
-``prepare`` takes the service as its first argument; ``service`` imports this
-module, never the other way round (but for type checking). Nothing here touches
-a store.
+counter and metric keys (``counter_key``) and the ``max_values_per_rule`` cap
+(``ValueCap``). ``denied``, ``counter_id`` and ``is_short`` read items for the
+decision flow (``service``). It takes values, not the service; nothing here
+touches a store.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import Any
 
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
-from ratewarden.server._status import override
-from ratewarden.server.config import DomainConfig, Match, Rule
-
-if TYPE_CHECKING:
-    from ratewarden.server.service import _ServiceBase
+from ratewarden.server.config import DomainConfig, Match, RateLimitConfig, Rule
+from ratewarden.server.statuses import override
+from ratewarden.server.value_cap import ValueCap
 
 __all__ = [
-    "Cached",
-    "Call",
     "Item",
     "Result",
-    "Together",
     "counter_id",
     "counter_key",
     "denied",
     "is_short",
+    "joint_algorithm",
     "prepare",
+    "settled",
+    "shortfalls",
 ]
-
-# The service's logger: records keep the name operators filter on.
-log = logging.getLogger("ratewarden.server.service")
 
 
 def counter_key(domain: str, parts: Iterable[tuple[str, str]]) -> str:
@@ -60,18 +53,15 @@ def counter_key(domain: str, parts: Iterable[tuple[str, str]]) -> str:
 
 @dataclass(slots=True)
 class Result:
+    """How one descriptor's call went: allowed, the Decision behind it (None when the
+    ``open`` or ``closed`` failure mode answered), that mode, whether hits were consumed,
+    and whether the over-limit cache answered."""
+
     allowed: bool
     decision: Decision | None
     failure: str | None
     charged: bool
     cached: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Cached:
-    """A store denial answered again from the over-limit cache."""
-
-    decision: Decision
 
 
 @dataclass(slots=True)
@@ -101,34 +91,23 @@ class Item:
         return self.result is not None and not self.result.allowed
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
-    item: Item
-    cost: int
+def prepare(
+    request: Any,
+    config: RateLimitConfig,
+    cap: ValueCap,
+    on_overflow: Callable[[Rule], None],
+) -> list[Item]:
+    """The request's descriptors as items, with rules, keys and caps; raises if malformed.
 
-
-@dataclass(frozen=True, slots=True)
-class Together:
-    """Items of one algorithm decided in one atomic store step (``hit_all``), each at
-    its own cost: every one charged, or none."""
-
-    algorithm: str
-    items: tuple[Item, ...]
-
-    def calls(self) -> list[tuple[str, tuple[Rate, ...], int]]:
-        """The ``(key, rates, cost)`` of each item, for the store's ``hit_all``."""
-        return [(item.key, item.rule.rates if item.rule else (), item.cost) for item in self.items]
-
-
-def prepare(service: _ServiceBase, request: Any) -> list[Item]:
-    """The request's descriptors as items, with rules, keys and caps; raises if malformed."""
+    ``config`` is the one snapshot the whole request is decided on; ``on_overflow``
+    is told each rule whose new value went to its overflow counter (``cap``).
+    """
     if not request.domain:
         raise ConfigurationError(
             "RateLimitRequest.domain is empty; Envoy sets it from the filter's domain"
         )
     if not request.descriptors:
         raise ConfigurationError("RateLimitRequest has no descriptors; send at least one")
-    config = service.config  # one snapshot for the whole request
     domain = config.domains.get(request.domain)
     request_hits = request.hits_addend or 1
     items: list[Item] = []
@@ -155,7 +134,7 @@ def prepare(service: _ServiceBase, request: Any) -> list[Item]:
         if replaces and item.rule is not None and item.rule.name and item.rule.name in replaced:
             item.rule = None  # replaced for this request: not checked, not consumed
         if item.rule is not None:
-            _cap(service, item)
+            _cap(cap, item, on_overflow)
     return items
 
 
@@ -183,26 +162,14 @@ def _resolve(domain: DomainConfig, entries: tuple[tuple[str, str], ...]) -> tupl
     return found
 
 
-def _cap(service: _ServiceBase, item: Item) -> None:
+def _cap(cap: ValueCap, item: Item, on_overflow: Callable[[Rule], None]) -> None:
     """Past ``max_values_per_rule``, a new value shares the rule's overflow counter."""
     rule = item.rule
     if rule is None or not item.needs_store:
         return
-    item.key, overflowed = service.values.key(rule, item.key, override=item.override)
-    if not overflowed:
-        return
-    service._store_log.log(
-        log,
-        logging.WARNING,
-        "overflow " + rule.path,
-        "rule %s holds %d distinct values; new ones share one overflow counter",
-        rule.path,
-        service.values.limit,
-    )
-    try:
-        service.hooks.on_value_overflow(rule.domain, rule)
-    except Exception:
-        log.exception("hook on_value_overflow failed; the answer is unaffected")
+    item.key, overflowed = cap.key(rule, item.key, override=item.override)
+    if overflowed:
+        on_overflow(rule)
 
 
 def _keys(domain: str, item: Item) -> tuple[str, str]:
@@ -258,3 +225,56 @@ def is_short(item: Item, demand: int) -> bool:
     if result.decision is None or (item.rule is not None and item.rule.budget):
         return not result.allowed  # a budget charge records tokens already spent: never short
     return not result.allowed or result.decision.remaining < demand
+
+
+def shortfalls(stored: list[Item]) -> set[int]:
+    """The ids of the checked (cost 0) items that charge hits and whose counter lacks
+    room for them: several descriptors may share a counter, and each needs room for
+    all of them."""
+    demand: dict[tuple[str, str, tuple[Rate, ...]], int] = {}
+    for item in stored:
+        ident = counter_id(item)
+        demand[ident] = demand.get(ident, 0) + item.cost
+    return {
+        id(item) for item in stored if item.cost > 0 and is_short(item, demand[counter_id(item)])
+    }
+
+
+def joint_algorithm(stored: list[Item]) -> str | None:
+    """The algorithm of one atomic step that may decide every item, or None.
+
+    That is when every item is an enforcing regular rule (no shadow_mode,
+    quota_mode or budget) of one algorithm and no two count the same key on
+    the same rate.
+    """
+    algorithm = ""
+    counted: set[tuple[str, Rate]] = set()
+    for item in stored:
+        rule = item.rule
+        if rule is None or rule.shadow_mode or rule.quota_mode or rule.budget:
+            return None
+        if algorithm and rule.algorithm != algorithm:
+            return None
+        algorithm = rule.algorithm
+        for rate in rule.rates:
+            if (item.key, rate) in counted:
+                return None
+            counted.add((item.key, rate))
+    return algorithm or None
+
+
+def settled(decision: Decision, cost: int) -> Result:
+    """The limiter's Decision as the service reports it.
+
+    The limiter answers a failure with a Decision naming its policy
+    (``degraded``); the service reports ``open`` and ``closed`` with no decision
+    at all (no remaining count or reset time to show), and ``local`` with the
+    in-process decision as it is, the policy in ``Result.failure`` only.
+    """
+    mode = decision.degraded
+    if not mode:
+        return Result(decision.allowed, decision, None, decision.allowed and cost > 0)
+    if mode == "local":
+        decision = replace(decision, degraded="")
+        return Result(decision.allowed, decision, mode, decision.allowed and cost > 0)
+    return Result(mode == "open", None, mode, False)

@@ -1,0 +1,107 @@
+"""What the rate limit service tells its hooks and its log besides the decisions.
+
+``ServiceHooks`` is the instrumentation interface (``ratewarden serve`` installs
+``ServiceStats``). ``Reports`` holds the service's current hooks and writes what
+happens beside a decision: a store failure (a bounded log line and
+``on_store_error``), a value past ``max_values_per_rule`` (a line and
+``on_value_overflow``), and each store call's duration: it is the metrics object
+of the service's limiter, whose ``store_latency`` it passes on to
+``on_store_call``. A hook that raises is logged and swallowed: metrics never
+change an answer.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ratewarden.clock import Clock
+from ratewarden.errors import CircuitOpenError, StorageError, StorageUnavailableError
+from ratewarden.metrics import LogRateLimiter, Metrics
+from ratewarden.server.config import Rule
+from ratewarden.server.response import DescriptorOutcome
+
+__all__ = ["Reports", "ServiceHooks"]
+
+# The service's logger: records keep the name operators filter on.
+log = logging.getLogger("ratewarden.server.service")
+
+
+class ServiceHooks:
+    """Instrumentation callbacks; subclass and override what you count.
+
+    Called synchronously on the request path, after the response is built.
+    An exception raised by a hook is logged and swallowed: metrics never change
+    an answer.
+    """
+
+    def on_decision(self, domain: str, rule: Rule, outcome: DescriptorOutcome) -> None:
+        """Once per request descriptor that had a rule (after replaces and overrides)."""
+
+    def on_store_error(self, domain: str, rule: Rule, error: Exception) -> None:
+        """The store failed for this rule; ``rule.failure_mode`` decides instead."""
+
+    def on_store_call(self, seconds: float) -> None:
+        """One store call (one descriptor's hit, or one joint step) took ``seconds``,
+        failed or not."""
+
+    def on_value_overflow(self, domain: str, rule: Rule) -> None:
+        """A new value past ``max_values_per_rule`` was counted on the rule's overflow counter."""
+
+
+class Reports(Metrics):
+    """The service's reports to ``hooks`` (swap them at any time) and to its log.
+
+    As the limiter's ``Metrics`` only ``store_latency`` counts; the limiter's
+    decisions are reported by the service itself, per descriptor.
+    """
+
+    __slots__ = ("_lines", "hooks")
+
+    def __init__(self, hooks: ServiceHooks, clock: Clock) -> None:
+        self.hooks = hooks
+        # An outage fails every call: one line per kind per minute, with a count.
+        self._lines = LogRateLimiter(60.0, clock=clock)
+
+    def store_latency(self, *, seconds: float) -> None:
+        try:
+            self.hooks.on_store_call(seconds)
+        except Exception:
+            log.exception("hook on_store_call failed; the answer is unaffected")
+
+    def store_error(self, rule: Rule, error: Exception) -> None:
+        """The store failed for ``rule`` (or the open breaker refused the call)."""
+        if isinstance(error, CircuitOpenError):
+            # The open breaker has always been reported as the store being unavailable
+            # (the name is the reason label of the degraded metric).
+            error = StorageUnavailableError(str(error))
+        if isinstance(error, StorageError):
+            self._lines.log(
+                log,
+                logging.WARNING,
+                type(error).__name__,
+                "store failed (%s); failure_mode %s answers for %s",
+                error,
+                rule.failure_mode,
+                rule.path,
+            )
+        else:
+            log.warning("store call for %s raised unexpectedly", rule.path, exc_info=error)
+        try:
+            self.hooks.on_store_error(rule.domain, rule, error)
+        except Exception:
+            log.exception("hook on_store_error failed; the answer is unaffected")
+
+    def overflow(self, rule: Rule, limit: int | None) -> None:
+        """A new value of ``rule`` went to its overflow counter (``limit`` values held)."""
+        self._lines.log(
+            log,
+            logging.WARNING,
+            "overflow " + rule.path,
+            "rule %s holds %d distinct values; new ones share one overflow counter",
+            rule.path,
+            limit,
+        )
+        try:
+            self.hooks.on_value_overflow(rule.domain, rule)
+        except Exception:
+            log.exception("hook on_value_overflow failed; the answer is unaffected")

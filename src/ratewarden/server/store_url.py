@@ -1,0 +1,41 @@
+"""A store URL as ``ratewarden serve`` shows and reads it: secrets hidden, the scheme named.
+
+``redacted`` is what every log line, message and ``repr`` prints instead of the
+URL itself; ``store_scheme`` tells the embedded memory store from Redis.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+__all__ = ["redacted", "store_scheme"]
+
+_PASSWORD_OPTION = re.compile(r"([?&][^=&#]*password[^=&#]*=)[^&#]*", re.IGNORECASE)
+
+
+def redacted(url: str) -> str:
+    """``url`` with every password replaced by ``***``, for logs and messages.
+
+    That is the password of its ``user:password@`` part (a URL without a user,
+    ``redis://:secret@host``, keeps its empty user) and the value of any query
+    option named like ``password`` (``?sentinel_password=...``).
+    """
+    url = _PASSWORD_OPTION.sub(r"\1***", url)
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "***@" + url.rpartition("@")[2] if "@" in url else url
+    authority, slash, path = rest.partition("/")
+    if "@" not in authority:
+        return url
+    credentials, _, host = authority.rpartition("@")
+    user, colon, _ = credentials.partition(":")
+    shown = f"{user}:***" if colon else "***"
+    return f"{scheme}://{shown}@{host}{slash}{path}"
+
+
+def store_scheme(url: str) -> str:
+    """``memory`` for the embedded store (``memory`` or ``memory://``), else the URL's scheme."""
+    if url in ("memory", "memory://"):
+        return "memory"
+    return urlsplit(url).scheme.lower()
