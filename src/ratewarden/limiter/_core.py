@@ -199,6 +199,15 @@ class DecisionCore:
         timing and negative cache (a token budget's check or charge, say).
         """
         name = self.algorithm if algorithm is None else _algorithm_name(algorithm)
+        if self.plain and not shadow and failure is None and via is None:
+            # Every part off: one store call and its Decision as is, as ``Limiter.hit`` gives
+            # it (the store checks the input). Adapters composing this flow pay no more.
+            self.counts.add("store_calls")
+            reply = yield _tuple(Ask, ("hit", (name, key, rates, cost)))
+            if isinstance(reply, Exception):
+                raise reply
+            plain: Decision = reply
+            return plain
         started = self._start(name, key, rates, cost, failure, on_failure, via)
         if type(started) is not _Pending:
             return self._finish(name, key, started, shadow)  # type: ignore[arg-type]
