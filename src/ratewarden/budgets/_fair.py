@@ -34,6 +34,8 @@ __all__ = ["AsyncFairShare", "FairDecision", "FairShare"]
 MAX_WEIGHT = 1_000_000
 
 _KIND = "fair"
+#: Pools whose keys a FairShare remembers before it starts again from empty.
+_KEY_CACHE_SIZE = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,9 @@ class _FairBase:
         self._params = gcra.params(rate)
         self._core = limiter
         self._prefix: str = getattr(limiter.store, "prefix", "rw")
+        # Keys of recent pools: (pool, tenant key without the tenant, active); escaping and
+        # formatting them cost more than the store step's Python twin does.
+        self._pool_keys: dict[str, tuple[str, str, str]] = {}
 
     @staticmethod
     def _tenant(tenant: object) -> str:
@@ -111,15 +116,25 @@ class _FairBase:
         tenant = self._tenant(tenant)
         if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
             raise ConfigurationError(f"cost {cost!r} must be a whole number >= 0")
-        base = axis_key(self._prefix, pool_key, _KIND, "pool", self.pool)
-        keys = (
-            base,
-            axis_key(self._prefix, pool_key, _KIND, "tenant", self.pool) + ":" + tenant,
-            axis_key(self._prefix, pool_key, _KIND, "active", self.pool),
-        )
+        pool, tenants, active = self._keys(pool_key)
+        keys = (pool, tenants + tenant, active)
         weight = self.weights.get(tenant, self.default_weight)
         args: tuple[int | str, ...] = ("", cost, *self._params, tenant, weight, self._window_us)
         return Op("fair_share", keys, args, fair_share.run)
+
+    def _keys(self, pool_key: str) -> tuple[str, str, str]:
+        found = self._pool_keys.get(pool_key) if type(pool_key) is str else None
+        if found is None:
+            prefix, rate = self._prefix, self.pool
+            found = (
+                axis_key(prefix, pool_key, _KIND, "pool", rate),
+                axis_key(prefix, pool_key, _KIND, "tenant", rate) + ":",
+                axis_key(prefix, pool_key, _KIND, "active", rate),
+            )
+            if len(self._pool_keys) >= _KEY_CACHE_SIZE:
+                self._pool_keys.clear()
+            self._pool_keys[pool_key] = found
+        return found
 
     def _hit_flow(self, pool_key: str, tenant: str, cost: int) -> Flow[FairDecision]:
         reply = yield from self._core.apply_flow(self._op(pool_key, tenant, cost))
