@@ -119,3 +119,30 @@ def test_middleware_and_plan_talk_to_no_store() -> None:
     command line: neither imports ratewarden.storage (nor redis) at run time."""
     importers = _importers("ratewarden.storage", "redis", outside="storage")
     assert {name for name in importers if name.startswith(("middleware/", "plan/"))} == set()
+
+
+def _private_imports(package: str) -> set[str]:
+    """``file: module[.name]`` for each private module or name that a module of ``package``
+    imports from another package (its own privates are its business)."""
+    found = set()
+    for path in (PACKAGE / package).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or node.module is None:
+                continue
+            if node.module.startswith(f"ratewarden.{package}"):
+                continue
+            parts = node.module.split(".")
+            names = [alias.name for alias in node.names]
+            if any(part.startswith("_") for part in parts[1:]):
+                found.add(f"{path.name}: {node.module}")
+            found.update(f"{path.name}: {node.module}.{n}" for n in names if n.startswith("_"))
+    return found
+
+
+def test_hotkeys_and_budgets_decide_through_a_limiter() -> None:
+    """hotkeys/ and budgets/ decide through a Limiter built over the store they are given:
+    neither imports ratewarden.storage (nor redis) at run time, nor a private module or name
+    of another package (the core, the algorithms and the checks export what they use)."""
+    importers = _importers("ratewarden.storage", "redis", outside="storage")
+    assert {name for name in importers if name.startswith(("hotkeys/", "budgets/"))} == set()
+    assert _private_imports("hotkeys") | _private_imports("budgets") == set()

@@ -7,21 +7,26 @@ undoes the steps that must not stand: when no upstream has room (or the store
 fails part-way), the tenant's reservation is cancelled by id, which refunds it
 exactly. Upstreams that deny charge nothing (a denial writes nothing).
 
-The flow is written once, as a generator of store calls, and driven by a sync
-and an async loop (the httpx pattern).
+The route is written once, as a flow (``_RouterBase``) whose every step is one
+call of a budget's own method: each budget runs it on its own limiter (the
+tenant's and the upstreams' budgets may live on different stores), and a
+failure is raised in the flow at that step. ``BudgetRouter`` and
+``AsyncBudgetRouter`` drive it with the core's blocking and asyncio drivers.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import uuid
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ratewarden.budgets._budget import AsyncTokenBudget, Reservation, Settlement, TokenBudget
 from ratewarden.checks import check_id
 from ratewarden.errors import ConfigurationError
+from ratewarden.limiter import Ask, Flow, adrive, drive
 
 __all__ = ["AsyncBudgetRouter", "BudgetRouter", "Route", "Account"]
 
@@ -56,51 +61,16 @@ class Route:
         return self.allowed
 
 
-@dataclass(frozen=True, slots=True)
-class _Call:
-    """One store call the flow asks its driver to make."""
-
-    budget: TokenBudget | AsyncTokenBudget
-    method: str
-    args: tuple[Any, ...]
-    kwargs: Mapping[str, Any]
+_Settled = tuple[Settlement | None, Settlement | None]
 
 
-_Flow = Generator[_Call, Any, Route]
-
-
-def _reserve_call(
-    budget: TokenBudget | AsyncTokenBudget, key: str, request: Mapping[str, Any]
-) -> _Call:
-    return _Call(budget, "reserve", (key,), request)
-
-
-def _route_flow(
-    tenant: Account | None, upstreams: Sequence[Account], request: Mapping[str, Any]
-) -> _Flow:
-    cancel: _Call | None = None
-    held: Reservation | None = None
-    if tenant is not None:
-        held = yield _reserve_call(tenant.budget, tenant.key, request)
-        assert held is not None
-        if not held.allowed:
-            return Route(False, None, held, None, held.decision.retry_after, "tenant")
-        cancel = _Call(tenant.budget, "cancel", (held,), {})
-    waits = []
-    try:
-        for upstream in upstreams:
-            found: Reservation = yield _reserve_call(upstream.budget, upstream.key, request)
-            if found.allowed:
-                return Route(True, upstream.name, held, found, 0.0)
-            waits.append(found.decision.retry_after)
-    except Exception:
-        # A store failure part-way: give the tenant's reservation back, then report it.
-        if cancel is not None:
-            yield cancel
-        raise
-    if cancel is not None:
-        yield cancel
-    return Route(False, None, held, None, min(waits, default=math.inf), "upstreams")
+def _call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Flow[Any]:
+    """One call of a budget's method, run by the driver (its coroutine awaited by the
+    asyncio one) on the budget's own limiter; what it raises is raised here."""
+    reply = yield Ask(functools.partial(method, *args, **kwargs), ())
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
 
 
 class _RouterBase:
@@ -129,24 +99,69 @@ class _RouterBase:
             )
         return tuple(by_name[name] for name in prefer)
 
-    def _flow(
-        self,
-        tenant_key: str | None,
-        request: dict[str, Any],
-        prefer: Sequence[str] | None,
-    ) -> _Flow:
+    def _reserve_flow(
+        self, tenant_key: str | None, request: dict[str, Any], prefer: Sequence[str] | None
+    ) -> Flow[Route]:
+        """Tenant first, then each upstream in order; the tenant is refunded when none fits."""
         tenant = self.tenant
         if tenant is not None and tenant_key is not None:
             tenant = Account(tenant.name, tenant.budget, tenant_key)
         rid = request.get("reservation_id")
         request["reservation_id"] = uuid.uuid4().hex if rid is None else check_id("id", rid)
-        return _route_flow(tenant, self._order(prefer), request)
+        upstreams = self._order(prefer)
+        held: Reservation | None = None
+        if tenant is not None:
+            held = yield from _call(tenant.budget.reserve, tenant.key, **request)
+            assert held is not None
+            if not held.allowed:
+                return Route(False, None, held, None, held.decision.retry_after, "tenant")
+        waits = []
+        try:
+            for upstream in upstreams:
+                found = yield from _call(upstream.budget.reserve, upstream.key, **request)
+                if found.allowed:
+                    return Route(True, upstream.name, held, found, 0.0)
+                waits.append(found.decision.retry_after)
+        except Exception:
+            # A store failure part-way: give the tenant's reservation back, then report it.
+            if tenant is not None:
+                yield from _call(tenant.budget.cancel, held)
+            raise
+        if tenant is not None:
+            yield from _call(tenant.budget.cancel, held)
+        return Route(False, None, held, None, min(waits, default=math.inf), "upstreams")
+
+    def _settle_flow(self, route: Route, usage: dict[str, Any]) -> Flow[_Settled]:
+        """The tenant's and the upstream's reservations settled with the same actual usage."""
+        done: list[Settlement | None] = []
+        tenant_budget = None if self.tenant is None else self.tenant.budget
+        for budget, held in ((tenant_budget, route.tenant), (None, route.reservation)):
+            if held is None or not held.allowed:
+                done.append(None)
+                continue
+            target = budget if budget is not None else self._budget_of(route)
+            done.append((yield from _call(target.settle, held, **usage)))
+        return done[0], done[1]
 
     def _budget_of(self, route: Route) -> TokenBudget | AsyncTokenBudget:
         for upstream in self.upstreams:
             if upstream.name == route.upstream:
                 return upstream.budget
         raise ConfigurationError(f"route {route!r} was not made by this router")
+
+
+def _request(
+    input_tokens: int,
+    max_output_tokens: int | None,
+    units: Mapping[str, int] | None,
+    reservation_id: str | None,
+) -> dict[str, Any]:
+    return {
+        "input_tokens": input_tokens,
+        "max_output_tokens": max_output_tokens,
+        "units": units,
+        "reservation_id": reservation_id,
+    }
 
 
 class BudgetRouter(_RouterBase):
@@ -175,42 +190,15 @@ class BudgetRouter(_RouterBase):
         prefer: Sequence[str] | None = None,
     ) -> Route:
         """Tenant first, then each upstream in order (``prefer`` reorders them for this call)."""
-        request = {
-            "input_tokens": input_tokens,
-            "max_output_tokens": max_output_tokens,
-            "units": units,
-            "reservation_id": reservation_id,
-        }
-        flow = self._flow(tenant_key, request, prefer)
-        result: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                call = flow.send(result) if error is None else flow.throw(error)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            try:
-                result, error = getattr(call.budget, call.method)(*call.args, **call.kwargs), None
-            except Exception as exc:
-                result, error = None, exc
+        request = _request(input_tokens, max_output_tokens, units, reservation_id)
+        return drive(None, self._reserve_flow(tenant_key, request, prefer))
 
     def settle(
         self, route: Route, *, output_tokens: int, input_tokens: int | None = None, **kw: Any
     ) -> tuple[Settlement | None, Settlement | None]:
         """Settle the tenant's and the upstream's reservations with the same actual usage."""
-        done: list[Settlement | None] = []
-        for budget, held in ((self._tenant_budget(), route.tenant), (None, route.reservation)):
-            if held is None or not held.allowed:
-                done.append(None)
-                continue
-            target: Any = budget if budget is not None else self._budget_of(route)
-            done.append(
-                target.settle(held, output_tokens=output_tokens, input_tokens=input_tokens, **kw)
-            )
-        return done[0], done[1]
-
-    def _tenant_budget(self) -> TokenBudget | AsyncTokenBudget | None:
-        return None if self.tenant is None else self.tenant.budget
+        usage = dict(kw, output_tokens=output_tokens, input_tokens=input_tokens)
+        return drive(None, self._settle_flow(route, usage))
 
 
 class AsyncBudgetRouter(_RouterBase):
@@ -227,40 +215,12 @@ class AsyncBudgetRouter(_RouterBase):
         prefer: Sequence[str] | None = None,
     ) -> Route:
         """See ``BudgetRouter.reserve``."""
-        request = {
-            "input_tokens": input_tokens,
-            "max_output_tokens": max_output_tokens,
-            "units": units,
-            "reservation_id": reservation_id,
-        }
-        flow = self._flow(tenant_key, request, prefer)
-        result: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                call = flow.send(result) if error is None else flow.throw(error)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            try:
-                method = getattr(call.budget, call.method)
-                result, error = await method(*call.args, **call.kwargs), None
-            except Exception as exc:
-                result, error = None, exc
+        request = _request(input_tokens, max_output_tokens, units, reservation_id)
+        return await adrive(None, self._reserve_flow(tenant_key, request, prefer))
 
     async def settle(
         self, route: Route, *, output_tokens: int, input_tokens: int | None = None, **kw: Any
     ) -> tuple[Settlement | None, Settlement | None]:
         """See ``BudgetRouter.settle``."""
-        done: list[Settlement | None] = []
-        tenant_budget = None if self.tenant is None else self.tenant.budget
-        for budget, held in ((tenant_budget, route.tenant), (None, route.reservation)):
-            if held is None or not held.allowed:
-                done.append(None)
-                continue
-            target: Any = budget if budget is not None else self._budget_of(route)
-            done.append(
-                await target.settle(
-                    held, output_tokens=output_tokens, input_tokens=input_tokens, **kw
-                )
-            )
-        return done[0], done[1]
+        usage = dict(kw, output_tokens=output_tokens, input_tokens=input_tokens)
+        return await adrive(None, self._settle_flow(route, usage))
