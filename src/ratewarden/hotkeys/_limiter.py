@@ -115,9 +115,7 @@ class _HotBase:
         assert self._tier is not None
         return (yield from self._tier.hit_flow(key, rates, cost))
 
-    def _route(
-        self, key: str, rates: Rate | Sequence[Rate], cost: int
-    ) -> tuple[bool, list[_Move]]:
+    def _route(self, key: str, rates: Rate | Sequence[Rate], cost: int) -> tuple[bool, list[_Move]]:
         """Validate; then (whether ``key`` is hot, the moves to make first)."""
         found = check_rates(rates)
         check_cost(cost)
