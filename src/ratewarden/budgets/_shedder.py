@@ -167,7 +167,7 @@ class _FleetBase:
     def _acquire_flow(self, traffic_class: str) -> Flow[tuple[ShedDecision, Lease]]:
         ceiling = self.policy.ceiling(traffic_class)  # unknown classes are errors
         limit = self.limits[traffic_class]
-        lease = yield from self._core.acquire_slot_flow(self.key, limit, 1, self.ttl)
+        lease = yield from self._core.acquire_slot_flow(self.key, limit, slots=1, ttl=self.ttl)
         # In use as the class's limit sees it: exact when granted, and at least
         # the class's limit when denied (the store reports no room below zero).
         utilization = (lease.limit - lease.decision.remaining) / self.capacity

@@ -1,35 +1,73 @@
-"""Limiter / AsyncLimiter: the two drivers of the decision core, a line or two per method.
+"""Limiter / AsyncLimiter: the two drivers of the decision core.
 
-Every method builds its flow in ``DecisionCore`` and runs it: ``Limiter`` with a
-blocking loop, ``AsyncLimiter`` with an awaiting one. A plain limiter (every
-in-process part off) answers a hit with one store call, the flow's own answer
-in that case, without building the flow.
+Every operation is a flow of ``DecisionCore``; ``Limiter`` runs it with a
+blocking loop, ``AsyncLimiter`` with an awaiting one. The methods are made from
+the flows once (``blocking`` / ``awaiting``: the flow's signature and docstring,
+the driver's loop), so a flow is written, documented and typed in one place.
+``hit`` is written out in both: a plain limiter (every in-process part off)
+answers it with the store's own call, without building the flow, and that
+shortcut is the hot path of every in-process decision.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, TypeVar
+from types import MethodType
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from ratewarden.clock import Clock
 from ratewarden.decision import Decision
-from ratewarden.limiter._breaker import CircuitBreaker
-from ratewarden.limiter._core import FAILURE_POLICIES, DecisionCore, DecisionHook, FailureHook
+from ratewarden.limiter._core import DecisionCore
 from ratewarden.limiter._flows import Flow, adrive, drive
-from ratewarden.limiter._local import LocalRates
-from ratewarden.limiter._negative import NegativeCache
+from ratewarden.limiter._settings import FAILURE_POLICIES, FailureHook
 from ratewarden.limiter._slots import Lease
-from ratewarden.metrics import Metrics
 from ratewarden.rate import Rate
 from ratewarden.storage import AsyncStore, Store
 from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
 
-__all__ = ["AsyncLimiter", "Limiter"]
+__all__ = ["AsyncLimiter", "Limiter", "awaiting", "blocking"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 Rates = Rate | Sequence[Rate]
-Calls = Sequence[tuple[str, Rates, int]]
+
+
+def blocking(flow: Callable[Concatenate[Any, P], Flow[T]]) -> Callable[Concatenate[Any, P], T]:
+    """A flow method as a blocking method: the same arguments, run with ``self.run``."""
+
+    def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        result: T = self.run(flow(self, *args, **kwargs))
+        return result
+
+    _named(method, flow)
+    return method
+
+
+def awaiting(
+    flow: Callable[Concatenate[Any, P], Flow[T]],
+) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, T]]:
+    """A flow method as a coroutine method: the same arguments, run with ``await self.run``."""
+
+    async def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        result: T = await self.run(flow(self, *args, **kwargs))
+        return result
+
+    _named(method, flow)
+    return method
+
+
+def _named(method: Any, flow: Callable[..., Any]) -> None:
+    """Give ``method`` the flow's name (without ``_flow``) and docstring."""
+    name = flow.__name__.removesuffix("_flow")
+    method.__name__ = name
+    method.__qualname__ = name
+    method.__doc__ = flow.__doc__
+    method.__wrapped__ = flow
+
+
+def _direct(core: DecisionCore, shadow: bool, failure: str | None) -> bool:
+    """Whether a hit is the store's own call: a plain limiter, no shadow, a known policy."""
+    return core.plain and not shadow and (failure is None or failure in FAILURE_POLICIES)
 
 
 class Limiter(DecisionCore):
@@ -59,38 +97,8 @@ class Limiter(DecisionCore):
     breaker, fail open).
     """
 
-    def __init__(
-        self,
-        store: Store | None = None,
-        algorithm: str = "gcra",
-        *,
-        on_decision: DecisionHook | None = None,
-        local: LocalRates = None,
-        negative_cache: int | NegativeCache | None = None,
-        lease: int | None = None,
-        lease_ttl: float | None = None,
-        failure: str | None = None,
-        breaker: CircuitBreaker | None = None,
-        metrics: Metrics | None = None,
-        name: str = "default",
-        clock: Clock | None = None,
-    ) -> None:
-        found: Store = store if store is not None else MemoryStore(clock=clock)
-        super().__init__(
-            found,
-            algorithm,
-            clock=clock if clock is not None else found.clock,
-            on_decision=on_decision,
-            local=local,
-            negative_cache=negative_cache,
-            lease=lease,
-            lease_ttl=lease_ttl,
-            failure=failure,
-            breaker=breaker,
-            metrics=metrics,
-            name=name,
-        )
-        self.store: Store = found
+    memory_store = MemoryStore
+    store: Store
 
     def run(self, flow: Flow[T]) -> T:
         """Drive ``flow`` (one of this limiter's ``*_flow`` methods, or a composition of
@@ -114,57 +122,23 @@ class Limiter(DecisionCore):
         overrides the failure policy for this call; ``on_failure`` reports the
         failures it answers (see ``hit_flow``).
         """
-        if self.plain and not shadow and (failure is None or failure in FAILURE_POLICIES):
+        if _direct(self, shadow, failure):
             try:
                 return self.store.hit(self.algorithm, key, rates, cost)
             except Exception as error:
-                if failure is None:
-                    raise
                 return _failed(self, error, key, rates, cost, failure, on_failure)
         flow = self.hit_flow(
             key, rates, cost, shadow=shadow, failure=failure, on_failure=on_failure
         )
         return drive(self.store, flow)
 
-    def peek(self, key: str, rates: Rates, *, failure: str | None = None) -> Decision:
-        """The current state, consuming nothing (a hit of cost 0)."""
-        return self.run(self.peek_flow(key, rates, failure=failure))
-
-    def hit_all(self, calls: Calls) -> list[Decision] | None:
-        """Several ``(key, rates, cost)`` decisions in one atomic step; see ``hit_all_flow``."""
-        return self.run(self.hit_all_flow(calls))
-
-    def reset(self, key: str, rates: Rates) -> None:
-        """Forget the usage of ``key`` under these rates, here and in the store."""
-        self.run(self.reset_flow(key, rates))
-
-    def acquire(
-        self, key: str, rates: Rates, cost: int = 1, *, timeout: float | None = None
-    ) -> Decision:
-        """Wait (on the store's clock) until allowed; see ``acquire_flow``."""
-        return self.run(self.acquire_flow(key, rates, cost, timeout=timeout))
-
-    wait = acquire
-
-    def acquire_slot(
-        self,
-        key: str,
-        limit: int,
-        *,
-        slots: int = 1,
-        ttl: float = 60.0,
-        lease_id: str | None = None,
-    ) -> Lease:
-        """Take ``slots`` of ``limit`` concurrent slots on ``key``; see ``acquire_slot_flow``."""
-        return self.run(self.acquire_slot_flow(key, limit, slots, ttl, lease_id))
-
-    def release_slot(self, lease: Lease) -> bool:
-        """Give the lease's slots back; False if it had lapsed or was never granted."""
-        return self.run(self.release_slot_flow(lease))
-
-    def renew_slot(self, lease: Lease, ttl: float | None = None) -> bool:
-        """Extend a held lease by ``ttl`` (default: its own ttl) from now."""
-        return self.run(self.renew_slot_flow(lease, ttl))
+    peek = blocking(DecisionCore.peek_flow)
+    hit_all = blocking(DecisionCore.hit_all_flow)
+    reset = blocking(DecisionCore.reset_flow)
+    acquire = wait = blocking(DecisionCore.acquire_flow)
+    acquire_slot = blocking(DecisionCore.acquire_slot_flow)
+    release_slot = blocking(DecisionCore.release_slot_flow)
+    renew_slot = blocking(DecisionCore.renew_slot_flow)
 
     @contextmanager
     def slot(self, key: str, limit: int, *, slots: int = 1, ttl: float = 60.0) -> Iterator[Lease]:
@@ -175,66 +149,30 @@ class Limiter(DecisionCore):
         finally:
             self.release_slot(lease)
 
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}({self.store!r}, algorithm={self.algorithm!r}{self._options()})"
-        )
-
 
 class AsyncLimiter(DecisionCore):
     """The asyncio twin of ``Limiter`` over an ``AsyncStore``; the same options."""
 
-    def __init__(
-        self,
-        store: AsyncStore | None = None,
-        algorithm: str = "gcra",
-        *,
-        on_decision: DecisionHook | None = None,
-        local: LocalRates = None,
-        negative_cache: int | NegativeCache | None = None,
-        lease: int | None = None,
-        lease_ttl: float | None = None,
-        failure: str | None = None,
-        breaker: CircuitBreaker | None = None,
-        metrics: Metrics | None = None,
-        name: str = "default",
-        clock: Clock | None = None,
-    ) -> None:
-        found: AsyncStore = store if store is not None else AsyncMemoryStore(clock=clock)
-        super().__init__(
-            found,
-            algorithm,
-            clock=clock if clock is not None else found.clock,
-            on_decision=on_decision,
-            local=local,
-            negative_cache=negative_cache,
-            lease=lease,
-            lease_ttl=lease_ttl,
-            failure=failure,
-            breaker=breaker,
-            metrics=metrics,
-            name=name,
-        )
-        self.store: AsyncStore = found
+    memory_store = AsyncMemoryStore
+    store: AsyncStore
 
     async def run(self, flow: Flow[T]) -> T:
         """Drive ``flow`` on the store, awaiting each call; see ``Limiter.run``."""
         return await adrive(self.store, flow, self.store.clock)
 
     @property
-    def hit_now(self) -> Any:
+    def hit_now(self) -> Callable[..., Decision] | None:
         """``hit`` without an await when the store decides in this process, else None.
 
         An ``AsyncMemoryStore`` has a blocking view of the same state
-        (``store.immediate``): the flow then runs on it at once. Middleware calls
-        this to skip two coroutines per request.
+        (``store.immediate``): ``Limiter.hit`` then runs on it at once. Middleware
+        calls this to skip two coroutines per request.
         """
         immediate = getattr(self.store, "immediate", None)
         if immediate is None:
             return None
-        # A bound method, not an instance with __call__: a call with keywords then makes no
-        # dict of them (about 0.4 us a call on the middleware's path).
-        return _Immediate(self, immediate).hit
+        # A bound method: a call with keywords makes no dict of them.
+        return MethodType(Limiter.hit, _Blocking(self, immediate))
 
     async def hit(
         self,
@@ -247,57 +185,23 @@ class AsyncLimiter(DecisionCore):
         on_failure: FailureHook | None = None,
     ) -> Decision:
         """See ``Limiter.hit``."""
-        if self.plain and not shadow and (failure is None or failure in FAILURE_POLICIES):
+        if _direct(self, shadow, failure):
             try:
                 return await self.store.hit(self.algorithm, key, rates, cost)
             except Exception as error:
-                if failure is None:
-                    raise
                 return _failed(self, error, key, rates, cost, failure, on_failure)
         flow = self.hit_flow(
             key, rates, cost, shadow=shadow, failure=failure, on_failure=on_failure
         )
         return await adrive(self.store, flow)
 
-    async def peek(self, key: str, rates: Rates, *, failure: str | None = None) -> Decision:
-        """See ``Limiter.peek``."""
-        return await self.run(self.peek_flow(key, rates, failure=failure))
-
-    async def hit_all(self, calls: Calls) -> list[Decision] | None:
-        """See ``Limiter.hit_all``."""
-        return await self.run(self.hit_all_flow(calls))
-
-    async def reset(self, key: str, rates: Rates) -> None:
-        """See ``Limiter.reset``."""
-        await self.run(self.reset_flow(key, rates))
-
-    async def acquire(
-        self, key: str, rates: Rates, cost: int = 1, *, timeout: float | None = None
-    ) -> Decision:
-        """See ``Limiter.acquire``."""
-        return await self.run(self.acquire_flow(key, rates, cost, timeout=timeout))
-
-    wait = acquire
-
-    async def acquire_slot(
-        self,
-        key: str,
-        limit: int,
-        *,
-        slots: int = 1,
-        ttl: float = 60.0,
-        lease_id: str | None = None,
-    ) -> Lease:
-        """See ``Limiter.acquire_slot``."""
-        return await self.run(self.acquire_slot_flow(key, limit, slots, ttl, lease_id))
-
-    async def release_slot(self, lease: Lease) -> bool:
-        """See ``Limiter.release_slot``."""
-        return await self.run(self.release_slot_flow(lease))
-
-    async def renew_slot(self, lease: Lease, ttl: float | None = None) -> bool:
-        """See ``Limiter.renew_slot``."""
-        return await self.run(self.renew_slot_flow(lease, ttl))
+    peek = awaiting(DecisionCore.peek_flow)
+    hit_all = awaiting(DecisionCore.hit_all_flow)
+    reset = awaiting(DecisionCore.reset_flow)
+    acquire = wait = awaiting(DecisionCore.acquire_flow)
+    acquire_slot = awaiting(DecisionCore.acquire_slot_flow)
+    release_slot = awaiting(DecisionCore.release_slot_flow)
+    renew_slot = awaiting(DecisionCore.renew_slot_flow)
 
     @asynccontextmanager
     async def slot(
@@ -310,43 +214,18 @@ class AsyncLimiter(DecisionCore):
         finally:
             await self.release_slot(lease)
 
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}({self.store!r}, algorithm={self.algorithm!r}{self._options()})"
-        )
 
+class _Blocking:
+    """An ``AsyncLimiter`` as ``Limiter.hit`` sees it, over its store's blocking view."""
 
-class _Immediate:
-    """``AsyncLimiter.hit_now`` is ``hit``: the limiter's flow run on the store's blocking view."""
-
-    __slots__ = ("_limiter", "_store")
+    __slots__ = ("_limiter", "store")
 
     def __init__(self, limiter: AsyncLimiter, store: Store) -> None:
         self._limiter = limiter
-        self._store = store
+        self.store = store
 
-    def hit(
-        self,
-        key: str,
-        rates: Rates,
-        cost: int = 1,
-        *,
-        shadow: bool = False,
-        failure: str | None = None,
-        on_failure: FailureHook | None = None,
-    ) -> Decision:
-        limiter = self._limiter
-        if limiter.plain and not shadow and (failure is None or failure in FAILURE_POLICIES):
-            try:
-                return self._store.hit(limiter.algorithm, key, rates, cost)
-            except Exception as error:
-                if failure is None:
-                    raise
-                return _failed(limiter, error, key, rates, cost, failure, on_failure)
-        flow = limiter.hit_flow(
-            key, rates, cost, shadow=shadow, failure=failure, on_failure=on_failure
-        )
-        return drive(self._store, flow, self._store.clock)
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._limiter, name)
 
 
 class _Failing:
@@ -367,14 +246,16 @@ def _failed(
     key: str,
     rates: Rates,
     cost: int,
-    failure: str,
+    failure: str | None,
     on_failure: FailureHook | None,
 ) -> Decision:
-    """A plain limiter's hit whose one store call raised ``error``, under a per-call policy.
+    """A plain limiter's hit whose one store call raised ``error``.
 
-    A plain hit skips the flow (one store call and its Decision as is); when that
-    call fails, the flow runs on a store raising the same error, so the policy
-    answers (or the error is raised) exactly as the flow would have.
+    Without a per-call policy the error is raised, as the store raised it. With
+    one, the flow runs on a store raising the same error, so the policy answers
+    (or the error is raised) exactly as the flow would have.
     """
+    if failure is None:
+        raise error
     flow = limiter.hit_flow(key, rates, cost, failure=failure, on_failure=on_failure)
     return drive(_Failing(error), flow, limiter.clock)

@@ -1,0 +1,234 @@
+"""The operations beyond a hit, each a flow: waiting, slots, batches, resets, store ops.
+
+``Operations`` is half of ``DecisionCore`` (see ``_core``): it holds no state of
+its own and uses the settings and parts ``DecisionCore.__init__`` makes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ratewarden.checks import check_cost, check_key, check_rates
+from ratewarden.clock import Clock
+from ratewarden.decision import Decision
+from ratewarden.errors import CircuitOpenError
+from ratewarden.limiter._aged import marked
+from ratewarden.limiter._breaker import CircuitBreaker
+from ratewarden.limiter._flows import Ask, Flow, Wait
+from ratewarden.limiter._leases import LeaseBook
+from ratewarden.limiter._negative import NegativeCache
+from ratewarden.limiter._settings import LOCAL_ALGORITHM, algorithm_name, check_timeout
+from ratewarden.limiter._slots import Lease, lease_ttl_us
+from ratewarden.metrics import NO_METRICS, Metrics
+from ratewarden.rate import Rate
+
+if TYPE_CHECKING:
+    from ratewarden.storage.memory import MemoryStore
+
+__all__ = ["Operations"]
+
+Calls = Sequence[tuple[str, Rate | Sequence[Rate], int]]
+
+
+class Operations:
+    """Every flow but the hit's; mixed into ``DecisionCore``."""
+
+    # Made by DecisionCore.__init__; declared here for the type checker.
+    algorithm: str
+    clock: Clock
+    failure: str | None
+    metrics: Metrics
+    breaker: CircuitBreaker | None
+    local: MemoryStore
+    leases: LeaseBook | None
+    negative: NegativeCache | None
+    _local_for: Callable[[tuple[Rate, ...]], tuple[Rate, ...]] | None
+
+    if TYPE_CHECKING:  # DecisionCore's own
+
+        def hit_flow(
+            self, key: str, rates: Rate | Sequence[Rate], cost: int = 1
+        ) -> Flow[Decision]: ...
+
+        def _refused(self) -> CircuitOpenError | None: ...
+
+        def _verdict(self, reply: object) -> None: ...
+
+    def acquire_flow(
+        self, key: str, rates: Rate | Sequence[Rate], cost: int = 1, *, timeout: float | None = None
+    ) -> Flow[Decision]:
+        """Wait (on the store's clock) until allowed, then return the allowing Decision.
+
+        Gives up and returns the denied Decision when the wait would pass
+        ``timeout`` seconds or can never succeed. For the leaky-bucket shaper it
+        also sleeps the allowed request's ``delay``.
+        """
+        limit = check_timeout(timeout)
+        check_cost(cost)
+        waited = 0.0
+        while True:
+            decision = yield from self.hit_flow(key, rates, cost)
+            if decision.allowed:
+                yield Wait(decision.delay)
+                return decision
+            wait = decision.retry_after
+            if math.isinf(wait) or (limit is not None and waited + wait > limit):
+                return decision
+            yield Wait(wait)
+            waited += wait
+
+    def acquire_slot_flow(
+        self,
+        key: str,
+        limit: int,
+        *,
+        slots: int = 1,
+        ttl: float = 60.0,
+        lease_id: str | None = None,
+    ) -> Flow[Lease]:
+        """Take ``slots`` of ``limit`` concurrent slots on ``key`` for at most ``ttl`` seconds.
+
+        Returns a Lease whether or not it was granted (check ``lease.allowed``).
+        A holder that crashes loses its slots after ``ttl``; long work renews.
+        Acquiring again with the same ``lease_id`` renews it.
+        """
+        lease_id = lease_id or uuid.uuid4().hex
+        ttl_us = lease_ttl_us(ttl)
+        decision = yield from self.slot_flow("acquire_slot", key, limit, lease_id, slots, ttl_us)
+        return Lease(key, lease_id, limit, slots, ttl, decision)
+
+    def release_slot_flow(self, lease: Lease) -> Flow[bool]:
+        """Give the lease's slots back; False if it had lapsed or was never granted."""
+        if not lease.allowed:
+            return False
+        return bool((yield from self.slot_flow("release_slot", lease.key, lease.lease_id)))
+
+    def renew_slot_flow(self, lease: Lease, ttl: float | None = None) -> Flow[bool]:
+        """Extend a held lease by ``ttl`` (default: its own ttl) from now."""
+        ttl_us = lease_ttl_us(lease.ttl if ttl is None else ttl)
+        if not lease.allowed:
+            return False
+        return bool((yield from self.slot_flow("renew_slot", lease.key, lease.lease_id, ttl_us)))
+
+    def hit_all_flow(
+        self,
+        calls: Sequence[tuple[str, Rate | Sequence[Rate], int]],
+        *,
+        algorithm: str | None = None,
+    ) -> Flow[list[Decision] | None]:
+        """Several ``(key, rates, cost)`` decisions in one atomic store step, all or nothing.
+
+        None when the store cannot take these keys together (a Cluster's keys on
+        several slots): nothing was sent. A store failure raises
+        ``StorageUnavailableError`` (the breaker is told); no failure policy
+        answers for a batch, since its parts may have different policies.
+        """
+        name = self.algorithm if algorithm is None else algorithm_name(algorithm)
+        refused = self._refused()
+        if refused is not None:
+            raise refused
+        timed = self.metrics is not NO_METRICS
+        started = time.perf_counter() if timed else 0.0
+        try:
+            reply = yield Ask("hit_all", (name, calls))
+        except BaseException:
+            if self.breaker is not None:
+                self.breaker.abandon()
+            raise
+        if reply is None:
+            if self.breaker is not None:
+                self.breaker.abandon()
+            return None
+        if timed:  # a declined batch (None) sent nothing: no round trip to time
+            self.metrics.store_latency(seconds=time.perf_counter() - started)
+        self._verdict(reply)
+        if isinstance(reply, Exception):
+            raise reply
+        decisions: list[Decision] = list(reply)
+        negative = self.negative
+        if negative is not None:
+            now = self.clock.now_us()
+            for (key, rates, cost), decision in zip(calls, decisions, strict=True):
+                if cost > 0 and not decision.allowed:
+                    negative.remember((name, key, check_rates(rates)), decision, now)
+        return decisions
+
+    def local_all(
+        self,
+        calls: Sequence[tuple[str, Rate | Sequence[Rate], int]],
+        *,
+        algorithm: str | None = None,
+    ) -> list[Decision]:
+        """The ``local`` policy's answer for a batch the store failed: ``calls`` decided
+        together on the in-process store (all or nothing), each marked ``degraded="local"``.
+
+        ``hit_all_flow`` raises on a failure, since a batch's parts may have different
+        policies; its caller answers each part, the ``local`` ones with this.
+        """
+        name = self.algorithm if algorithm is None else algorithm_name(algorithm)
+        decisions = self.local.hit_all(name, calls)
+        assert decisions is not None  # the in-process store takes any keys together
+        return [marked(decision, "local") for decision in decisions]
+
+    def reset_flow(self, key: str, rates: Rate | Sequence[Rate]) -> Flow[None]:
+        """Forget ``key``'s usage: the store's, and this process's (bucket, lease, denial)."""
+        self._forget(key, rates)
+        reply = yield Ask("reset", (self.algorithm, key, rates))
+        if isinstance(reply, Exception):
+            raise reply
+
+    def apply_flow(self, op: Any) -> Flow[list[int]]:
+        """Run one store operation (``ratewarden.storage.Op``: token budgets, fair shares).
+
+        Through the breaker; a failure raises ``StorageUnavailableError``.
+        """
+        refused = self._refused()
+        if refused is not None:
+            raise refused
+        reply = yield Ask("apply", (op,))
+        self._verdict(reply)
+        if isinstance(reply, Exception):
+            raise reply
+        return list(reply)
+
+    def slot_flow(self, method: str, *args: Any) -> Flow[Any]:
+        """A concurrency-slot call (``acquire_slot``, ``release_slot``, ``renew_slot``)."""
+        refused = self._refused()
+        if refused is not None:
+            raise refused
+        reply = yield Ask(method, args)
+        self._verdict(reply)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    def _options(self) -> str:
+        """The options that are on, for ``repr``."""
+        parts = []
+        if self.failure is not None:
+            parts.append(f"failure={self.failure!r}")
+        if self.leases is not None:
+            parts.append(f"lease={self.leases.units}")
+        if self._local_for is not None:
+            parts.append("local=...")
+        if self.negative is not None:
+            parts.append(f"negative_cache={self.negative.max_keys}")
+        return "".join(", " + part for part in parts)
+
+    def _forget(self, key: str, rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]:
+        """Drop what this process holds for ``key``: cached denial, lease, local bucket."""
+        found = check_rates(rates)
+        check_key(key)
+        ident = (self.algorithm, key, found)
+        if self.negative is not None:
+            self.negative.forget(ident)
+        if self.leases is not None:
+            self.leases.forget(ident)
+        self.local.reset(LOCAL_ALGORITHM, key, found)
+        if self._local_for is not None:
+            self.local.reset(LOCAL_ALGORITHM, key, self._local_for(found))
+        return found

@@ -1,0 +1,96 @@
+"""A limiter's vocabulary: failure policies, hooks, and the small checks every flow uses."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+from ratewarden import algorithms
+from ratewarden.decision import Decision
+from ratewarden.errors import ConfigurationError
+from ratewarden.limiter._aged import aged
+from ratewarden.limiter._leases import Balance
+from ratewarden.rate import Rate
+
+__all__ = [
+    "FAILURE_POLICIES",
+    "LOCAL_ALGORITHM",
+    "DecisionHook",
+    "FailureHook",
+    "Pending",
+    "algorithm_name",
+    "check_failure",
+    "check_timeout",
+    "from_lease",
+    "balance_ttl_us",
+]
+
+#: What a limiter does when its store is unavailable: allow, deny, or decide in this process.
+FAILURE_POLICIES = ("open", "closed", "local")
+#: The in-process bucket's algorithm, whatever the global one is.
+LOCAL_ALGORITHM = "gcra"
+
+#: Called after every decision with ``(algorithm, key, decision)``; see ``ratewarden.metrics``.
+DecisionHook = Callable[[str, str, Decision], None]
+#: Called with the exception when a store call fails and a failure policy answers instead.
+FailureHook = Callable[[Exception], None]
+
+
+def check_failure(policy: object, *, none_ok: bool = False) -> str | None:
+    """A failure policy name (``open``, ``closed``, ``local``), or None where allowed."""
+    if policy is None and none_ok:
+        return None
+    if policy not in FAILURE_POLICIES:
+        raise ConfigurationError(
+            f"failure policy {policy!r} must be one of {', '.join(FAILURE_POLICIES)}"
+        )
+    return str(policy)
+
+
+class Pending(NamedTuple):
+    """What a hit hands from its in-process part to its store part: the checked call,
+    the local bucket's decision, the time."""
+
+    algorithm: str
+    key: str
+    rates: tuple[Rate, ...]
+    given: Rate | Sequence[Rate]
+    cost: int
+    policy: str | None
+    local: Decision | None
+    now: int
+    leased: bool
+    on_failure: FailureHook | None
+    via: Callable[..., Any] | None = None
+
+
+def algorithm_name(algorithm: str) -> str:
+    """The algorithm ``algorithm`` names (a name is its own, the usual case: no lookup),
+    or a ConfigurationError listing the choices."""
+    if type(algorithm) is str and algorithm in algorithms.ALGORITHMS:
+        return algorithm
+    name: str = algorithms.get(algorithm).NAME
+    return name
+
+
+def from_lease(held: Balance, cost: int, now: int) -> Decision:
+    """An allowed Decision paid from a lease: the grant, aged, with the units still held."""
+    return aged(held.grant, now - held.granted_us, cost, held.units)
+
+
+def balance_ttl_us(ttl: float | None) -> int:
+    """Whole microseconds, or 0 for "the longest period of the rates"."""
+    if ttl is None:
+        return 0
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < math.inf:
+        raise ConfigurationError(f"lease_ttl {ttl!r} must be a positive number of seconds")
+    return max(1, math.ceil(ttl * 1_000_000))
+
+
+def check_timeout(timeout: float | None) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
+        raise ConfigurationError(f"timeout {timeout!r} must be seconds >= 0, or None to wait")
+    return float(timeout)
