@@ -9,6 +9,10 @@ regions, budgets, the Envoy service, the middleware, simulate, plan) configure a
 limiter, or compose its flows with ``yield from`` and run them with
 ``limiter.run(flow)``.
 
+``blocking`` / ``awaiting`` turn a flow method into a blocking or a coroutine
+method with the same signature and docstring: an adapter's sync and async twins
+are made from its flows the way ``Limiter`` and ``AsyncLimiter`` are.
+
 What an adapter needs beyond the flows is exported here too, so that adapters
 import no store: ``aged`` (a remembered Decision as seen later: the one aging of
 the negative cache and of leases), and the store operation vocabulary of
@@ -32,7 +36,7 @@ from ratewarden.limiter._core import (
 from ratewarden.limiter._counts import TierCounts
 from ratewarden.limiter._flows import Ask, Flow, Gather, Wait, adrive, drive
 from ratewarden.limiter._leases import DEFAULT_LEASE_KEYS, Balance, LeaseBook
-from ratewarden.limiter._limiters import AsyncLimiter, Limiter
+from ratewarden.limiter._limiters import AsyncLimiter, Limiter, awaiting, blocking
 from ratewarden.limiter._local import LocalRates, local_rates, scaled
 from ratewarden.limiter._negative import DEFAULT_NEGATIVE_KEYS, Denial, NegativeCache
 from ratewarden.limiter._report import FailureReport, failure_reason
@@ -65,7 +69,9 @@ __all__ = [
     "Wait",
     "adrive",
     "aged",
+    "awaiting",
     "axis_key",
+    "blocking",
     "check_failure",
     "drive",
     "failure_reason",
