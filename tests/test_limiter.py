@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import threading
 from typing import Any
@@ -263,3 +264,17 @@ def test_decision_recorder_counts_allowed_denied_and_shadowed() -> None:
     assert (recorder.allowed, recorder.denied, recorder.shadowed) == (2, 1, 1)
     assert recorder.keys() == ["a"] * 4
     assert {r.algorithm for r in recorder.records} == {"token_bucket"}
+
+
+@pytest.mark.parametrize("cls", [Limiter, AsyncLimiter])
+@pytest.mark.parametrize(
+    "name", ["peek", "hit_all", "reset", "acquire", "acquire_slot", "release_slot", "renew_slot"]
+)
+def test_each_driver_method_is_its_flow_with_the_same_parameters_and_docstring(
+    cls: type, name: str
+) -> None:
+    """Limiter.peek and AsyncLimiter.peek are made from peek_flow: one signature, one docstring."""
+    method, flow = getattr(cls, name), getattr(cls, f"{name}_flow")
+    assert method.__doc__ == flow.__doc__ and method.__doc__
+    assert inspect.signature(method).parameters == inspect.signature(flow).parameters
+    assert inspect.iscoroutinefunction(method) is (cls is AsyncLimiter)

@@ -11,6 +11,7 @@ shortcut is the hot path of every in-process decision.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from types import MethodType
@@ -52,17 +53,24 @@ def awaiting(
         result: T = await self.run(flow(self, *args, **kwargs))
         return result
 
-    _named(method, flow)
+    _named(method, flow, coroutine=True)
     return method
 
 
-def _named(method: Any, flow: Callable[..., Any]) -> None:
-    """Give ``method`` the flow's name (without ``_flow``) and docstring."""
+def _named(method: Any, flow: Callable[..., Any], *, coroutine: bool = False) -> None:
+    """Give ``method`` the flow's name (without ``_flow``), docstring and signature, with the
+    flow's result as what it returns (``help`` and ``inspect`` show the method as written)."""
     name = flow.__name__.removesuffix("_flow")
     method.__name__ = name
     method.__qualname__ = name
     method.__doc__ = flow.__doc__
-    method.__wrapped__ = flow
+    signature = inspect.signature(flow)
+    returns = str(signature.return_annotation)
+    if returns.startswith("Flow[") and returns.endswith("]"):
+        returns = returns[len("Flow[") : -1]
+    if coroutine:
+        returns = f"Coroutine[Any, Any, {returns}]"
+    method.__signature__ = signature.replace(return_annotation=returns)
 
 
 def _direct(core: DecisionCore, shadow: bool, failure: str | None) -> bool:
