@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ratewarden._labels import HASH_CHARS, MARKER, MAX_LABEL_CHARS, MIN_LIMIT, bounded
+from ratewarden.labels import HASH_CHARS, MARKER, MAX_LABEL_CHARS, MIN_LIMIT, bounded
 
 limits = st.integers(min_value=MIN_LIMIT, max_value=300)
 

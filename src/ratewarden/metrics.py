@@ -10,7 +10,7 @@ Label values are rule names, algorithm names, failure modes and breaker states:
 never raw keys. A rule label past ``max_rules`` distinct values is recorded as
 ``"other"`` so that a misconfigured caller cannot grow the registry without bound.
 Every label value is also cut to ``MAX_LABEL_CHARS`` (128) characters, a longer
-one ending in ``…`` and a hash of the whole (``ratewarden._labels.bounded``): a
+one ending in ``…`` and a hash of the whole (``ratewarden.labels.bounded``): a
 rule named after a request value cannot make the series long either.
 
 ``LogRateLimiter`` keeps a storm of identical failures (a Redis outage seen by
@@ -24,9 +24,9 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from ratewarden._labels import bounded
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.decision import Decision
+from ratewarden.labels import bounded
 
 __all__ = ["NO_METRICS", "LogRateLimiter", "Metrics", "PrometheusMetrics"]
 

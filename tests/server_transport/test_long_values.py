@@ -19,7 +19,7 @@ from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from ratewarden._labels import MAX_LABEL_CHARS
+from ratewarden.labels import MAX_LABEL_CHARS
 from ratewarden.server.dashboard.live import MAX_KEY_CHARS
 from tests._servers import HOST
 from tests.server_transport._process import ServeProcess

@@ -54,7 +54,7 @@ at most ``max_keys`` distinct ``(domain, key)`` pairs are kept; later ones are
 counted under ``key="other"``; the ``rule`` label of ``value_overflow`` (an
 override's rule is named after its values) is capped the same way. Every label
 value is at most ``MAX_LABEL_CHARS`` (128) characters: a longer one keeps its
-start and ends in ``…`` and a hash of the whole (``ratewarden._labels.bounded``),
+start and ends in ``…`` and a hash of the whole (``ratewarden.labels.bounded``),
 so a 60 KiB header value makes a series of the same size as a short one.
 """
 
@@ -69,8 +69,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from ratewarden._labels import bounded
 from ratewarden.clock import Clock, SystemClock
+from ratewarden.labels import bounded
 from ratewarden.metrics import LATENCY_BUCKETS, PrometheusMetrics
 from ratewarden.server.config import Rule
 from ratewarden.server.dashboard.live import LiveStats

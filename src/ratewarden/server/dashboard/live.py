@@ -17,7 +17,7 @@ rules x 5 integers, 3 x 2 sketches of ``top_capacity`` keys of at most
 ``MAX_KEY_CHARS`` characters, and one histogram per second. Rule names are cut
 to ``MAX_LABEL_CHARS`` (128) characters, as the metrics' ``rule`` label is, and
 key text to ``MAX_KEY_CHARS``: a longer text keeps its start, then ``…`` and a
-hash of the whole (``ratewarden._labels.bounded``), so long values that share
+hash of the whole (``ratewarden.labels.bounded``), so long values that share
 their start stay apart.
 """
 
@@ -31,8 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ratewarden._labels import bounded
 from ratewarden.clock import Clock, SystemClock
+from ratewarden.labels import bounded
 from ratewarden.server.dashboard.topk import SpaceSaving
 
 __all__ = [

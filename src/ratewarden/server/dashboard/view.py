@@ -5,7 +5,7 @@ back from other worker processes), the rules loaded, and the time. Rates are
 per second over the last ``window_s`` seconds; histories are one number a
 second, oldest first, for the last ``history_s`` seconds.
 
-Every string is bounded (``ratewarden._labels.bounded``): rule paths, domains,
+Every string is bounded (``ratewarden.labels.bounded``): rule paths, domains,
 limits, sources and modes to ``MAX_LABEL_CHARS`` (128) characters, key text to
 ``MAX_KEY_CHARS`` (200). ``LiveStats`` records rule names and keys bounded
 already; the config's strings are bounded here with the same function, so a
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ratewarden._labels import bounded
+from ratewarden.labels import bounded
 from ratewarden.server.config import Rule
 from ratewarden.server.dashboard.live import (
     CATEGORIES,

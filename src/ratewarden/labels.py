@@ -11,6 +11,9 @@ keeps its start, then ``…`` and 16 hex digits of a BLAKE2b hash of the whole
 text, ``limit`` characters in all. The hash keeps distinct long values distinct
 (two collide with probability 2**-64), and it is the same in every process and
 run, so worker processes and restarts agree on a label.
+
+A leaf (it imports nothing of ratewarden): the metrics, the server's stats and
+its dashboard bound their strings with it, and so can a custom ``Metrics``.
 """
 
 from __future__ import annotations
