@@ -17,16 +17,7 @@ still resolves with a DeprecationWarning for one release. See docs/budgets.md.
 
 from __future__ import annotations
 
-from ratewarden.budgets._budget import (
-    AsyncTokenBudget,
-    AxisState,
-    BudgetDecision,
-    Charge,
-    Reservation,
-    Settlement,
-    TokenBudget,
-    Usage,
-)
+from ratewarden.budgets._budget import AsyncTokenBudget, TokenBudget
 from ratewarden.budgets._fair import AsyncFairShare, FairDecision, FairShare
 from ratewarden.budgets._headers import format_duration, provider_headers
 from ratewarden.budgets._routing import Account, AsyncBudgetRouter, BudgetRouter, Route
@@ -39,6 +30,14 @@ from ratewarden.budgets._shedder import (
     ShedPolicy,
 )
 from ratewarden.budgets._slots import HeldSlot, aheld_slot, held_slot
+from ratewarden.budgets._values import (
+    AxisState,
+    BudgetDecision,
+    Charge,
+    Reservation,
+    Settlement,
+    Usage,
+)
 
 __all__ = [
     "DEFAULT_POLICY",

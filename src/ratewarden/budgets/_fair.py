@@ -7,8 +7,9 @@ within ``active_window``. Busy tenants split ``P`` by weight; a tenant that
 goes quiet leaves ``W`` after ``active_window`` and its share goes to the
 others. One store step per decision (an ``Op`` run by the limiter's
 ``apply_flow``); every key of a pool shares the pool's hash tag, so on a Redis
-Cluster a pool is one slot. The decision is a flow written once (``_FairBase``);
-``FairShare`` and ``AsyncFairShare`` run it with ``limiter.run``.
+Cluster a pool is one slot. The decision is a flow written once
+(``_FairBase.hit_flow``); ``FairShare`` and ``AsyncFairShare`` are made of it
+(``blocking`` / ``awaiting``).
 """
 
 from __future__ import annotations
@@ -19,14 +20,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ratewarden.algorithms import NEVER, fair_share, gcra
+from ratewarden.budgets._twins import L, OverStore, S
 from ratewarden.budgets._values import us_to_s
 from ratewarden.checks import check_key
 from ratewarden.errors import ConfigurationError
-from ratewarden.limiter import AsyncLimiter, DecisionCore, Flow, Limiter, Op, axis_key
+from ratewarden.limiter import AsyncLimiter, Flow, Limiter, Op, awaiting, axis_key, blocking
 from ratewarden.rate import Rate
 
 if TYPE_CHECKING:
-    from ratewarden.storage import AsyncStore, Store
+    # Named as strings in the shells' bases (types only: budgets import no store).
+    from ratewarden.storage import AsyncStore, Store  # noqa: F401
 
 __all__ = ["AsyncFairShare", "FairDecision", "FairShare"]
 
@@ -67,18 +70,19 @@ def _weight(what: str, value: object) -> int:
     return value
 
 
-class _FairBase:
+class _FairBase(OverStore[S, L]):
     """The pool, the weights, the planning of the one store step and its flow; no I/O."""
 
     def __init__(
         self,
-        limiter: DecisionCore,
+        store: S,
         pool: Rate | str,
         weights: Mapping[str, int],
         *,
-        default_weight: int,
-        active_window: float,
+        default_weight: int = 1,
+        active_window: float = 10.0,
     ) -> None:
+        super().__init__(store)
         rate = Rate.parse(pool) if isinstance(pool, str) else pool
         if not isinstance(rate, Rate):
             raise ConfigurationError(
@@ -100,8 +104,7 @@ class _FairBase:
         self.active_window = float(active_window)
         self._window_us = max(1, math.ceil(active_window * 1_000_000))
         self._params = gcra.params(rate)
-        self._core = limiter
-        self._prefix: str = getattr(limiter.store, "prefix", "rw")
+        self._prefix: str = getattr(store, "prefix", "rw")
         # Keys of recent pools: (pool, tenant key without the tenant, active); escaping and
         # formatting them cost more than the store step's Python twin does.
         self._pool_keys: dict[str, tuple[str, str, str]] = {}
@@ -136,8 +139,9 @@ class _FairBase:
             self._pool_keys[pool_key] = found
         return found
 
-    def _hit_flow(self, pool_key: str, tenant: str, cost: int) -> Flow[FairDecision]:
-        reply = yield from self._core.apply_flow(self._op(pool_key, tenant, cost))
+    def hit_flow(self, pool_key: str, tenant: str, cost: int = 1) -> Flow[FairDecision]:
+        """Admit ``cost`` units for ``tenant`` from the pool ``pool_key`` if its share allows."""
+        reply = yield from self.limiter.apply_flow(self._op(pool_key, tenant, cost))
         allowed, total, charged = bool(reply[1]), reply[2], reply[3]
         pool, mine = reply[4:10], reply[10:16]
         retry = 0.0 if allowed else max(us_to_s(pool[3]), us_to_s(mine[3]))
@@ -147,10 +151,10 @@ class _FairBase:
         return FairDecision(allowed, tenant, cost, charged, weight / total, total, pool[1], retry)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._core.store!r}, {self.pool}, {self.weights!r})"
+        return f"{type(self).__name__}({self.store!r}, {self.pool}, {self.weights!r})"
 
 
-class FairShare(_FairBase):
+class FairShare(_FairBase["Store", Limiter]):
     """Weighted fair shares of a pool on a synchronous store.
 
     ::
@@ -162,44 +166,12 @@ class FairShare(_FairBase):
     The store step goes through ``limiter``, a ``Limiter(store)`` made here.
     """
 
-    def __init__(
-        self,
-        store: Store,
-        pool: Rate | str,
-        weights: Mapping[str, int],
-        *,
-        default_weight: int = 1,
-        active_window: float = 10.0,
-    ) -> None:
-        self.limiter = Limiter(store)
-        self.store: Store = store
-        super().__init__(
-            self.limiter, pool, weights, default_weight=default_weight, active_window=active_window
-        )
-
-    def hit(self, pool_key: str, tenant: str, cost: int = 1) -> FairDecision:
-        """Admit ``cost`` units for ``tenant`` from the pool ``pool_key`` if its share allows."""
-        return self.limiter.run(self._hit_flow(pool_key, tenant, cost))
+    driver = Limiter
+    hit = blocking(_FairBase.hit_flow)
 
 
-class AsyncFairShare(_FairBase):
+class AsyncFairShare(_FairBase["AsyncStore", AsyncLimiter]):
     """The asyncio twin of ``FairShare``."""
 
-    def __init__(
-        self,
-        store: AsyncStore,
-        pool: Rate | str,
-        weights: Mapping[str, int],
-        *,
-        default_weight: int = 1,
-        active_window: float = 10.0,
-    ) -> None:
-        self.limiter = AsyncLimiter(store)
-        self.store: AsyncStore = store
-        super().__init__(
-            self.limiter, pool, weights, default_weight=default_weight, active_window=active_window
-        )
-
-    async def hit(self, pool_key: str, tenant: str, cost: int = 1) -> FairDecision:
-        """See ``FairShare.hit``."""
-        return await self.limiter.run(self._hit_flow(pool_key, tenant, cost))
+    driver = AsyncLimiter
+    hit = awaiting(_FairBase.hit_flow)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from ratewarden.budgets._budget import AxisState, BudgetDecision
+from ratewarden.budgets._values import AxisState, BudgetDecision
 
 __all__ = ["format_duration", "provider_headers"]
 

@@ -3,8 +3,9 @@
 ``_BudgetBase`` holds a budget's axes and plans each operation as one store
 step (an ``Op`` of the ``gcra_multi`` script and its pure twin, every key under
 the budget key's hash tag), run by the limiter's ``apply_flow``. Each operation
-is a flow written once here; ``TokenBudget`` and ``AsyncTokenBudget`` run it
-with ``limiter.run``.
+is a flow written once here (``reserve_flow``, ``settle_flow``, ...);
+``TokenBudget`` and ``AsyncTokenBudget`` are made of them (``blocking`` /
+``awaiting``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import uuid
 from collections.abc import Mapping
 
 from ratewarden.algorithms import gcra, gcra_multi
+from ratewarden.budgets._twins import L, OverStore, S
 from ratewarden.budgets._values import (
     MAX_AXES,
     AxisState,
@@ -28,7 +30,7 @@ from ratewarden.budgets._values import (
 )
 from ratewarden.checks import check_id, check_name
 from ratewarden.errors import ConfigurationError
-from ratewarden.limiter import DecisionCore, Flow, Op, axis_key, record_key
+from ratewarden.limiter import Flow, Op, axis_key, record_key
 from ratewarden.rate import Rate
 
 __all__ = ["_BudgetBase"]
@@ -41,17 +43,18 @@ _RECORD_KIND = "budget-reservation"
 _SETTLED = {0: "unknown", 1: "settled", 2: "already-settled"}
 
 
-class _BudgetBase:
+class _BudgetBase(OverStore[S, L]):
     """Configuration, the planning of ops, the parsing of replies, and the flows."""
 
     def __init__(
         self,
-        limiter: DecisionCore,
+        store: S,
         limits: Mapping[str, Rate | str],
         *,
         max_output_tokens: int,
         reservation_ttl: float = 600.0,
     ) -> None:
+        super().__init__(store)
         if not isinstance(limits, Mapping) or not limits:
             raise ConfigurationError(
                 f"limits {limits!r} must map axis names to rates, e.g. "
@@ -72,9 +75,8 @@ class _BudgetBase:
         self._ttl_us = check_seconds_us("reservation_ttl", reservation_ttl)
         self._params = tuple(gcra.params(rate) for _, rate in self.axes)
         self._names = frozenset(name for name, _ in self.axes)
-        self._core = limiter
         # The keys name the store's prefix: budgets of one store share nothing with another's.
-        self._prefix: str = getattr(limiter.store, "prefix", "rw")
+        self._prefix: str = getattr(store, "prefix", "rw")
         # Axis keys of recent budget keys (escaping and formatting cost more than the check).
         self._axis_keys: dict[str, tuple[str, ...]] = {}
 
@@ -95,48 +97,94 @@ class _BudgetBase:
 
     # --- the flows ----------------------------------------------------------------------
 
-    def _reserve_flow(
-        self, key: str, usage: Usage, reservation_id: str | None
+    def reserve_flow(
+        self,
+        key: str,
+        input_tokens: int,
+        max_output_tokens: int | None = None,
+        *,
+        units: Mapping[str, int] | None = None,
+        reservation_id: str | None = None,
     ) -> Flow[Reservation]:
+        """Charge the estimate (input + capped output, one request) on every axis, or nothing.
+
+        Reserving again under the same ``reservation_id`` charges nothing
+        (``replayed``). Raises ``StorageUnavailableError`` when the store fails.
+        """
+        usage = self.estimate(input_tokens, max_output_tokens, units)
+        return (yield from self.reserve_usage_flow(key, usage, reservation_id=reservation_id))
+
+    def reserve_usage_flow(
+        self, key: str, usage: Usage, *, reservation_id: str | None = None
+    ) -> Flow[Reservation]:
+        """``reserve`` with an explicit ``Usage`` (no output cap applied)."""
         rid = (
             uuid.uuid4().hex
             if reservation_id is None
             else check_id("reservation id", reservation_id)
         )
         costs = self._costs(usage)
-        reply = yield from self._core.apply_flow(self._op("reserve", self._keys(key, rid), costs))
+        reply = yield from self.limiter.apply_flow(self._op("reserve", self._keys(key, rid), costs))
         decision = self._decision(reply, 3, costs)
         if not reply[1]:
             decision = BudgetDecision(False, decision.retry_after, decision.axes)
         return Reservation(key, rid, usage, costs, decision, replayed=reply[2] == 2)
 
-    def _settle_flow(self, reservation: Reservation, actual: Usage) -> Flow[Settlement]:
-        check_reservation(reservation)
-        return (
-            yield from self._settle_id_flow(reservation.key, reservation.reservation_id, actual)
-        )
+    def settle_flow(
+        self,
+        reservation: Reservation,
+        *,
+        output_tokens: int,
+        input_tokens: int | None = None,
+        units: Mapping[str, int] | None = None,
+    ) -> Flow[Settlement]:
+        """Apply the actual usage: refund what was reserved and not used, once per id.
 
-    def _settle_id_flow(self, key: str, reservation_id: str, actual: Usage) -> Flow[Settlement]:
+        ``input_tokens`` defaults to the estimate's. A denied reservation has
+        nothing to settle (``"unknown"``).
+        """
+        actual = self._actual(reservation, input_tokens, output_tokens, units)
+        return (yield from self.settle_usage_flow(reservation, actual))
+
+    def settle_usage_flow(self, reservation: Reservation, actual: Usage) -> Flow[Settlement]:
+        """``settle`` with an explicit ``Usage``."""
+        check_reservation(reservation)
+        return (yield from self.settle_id_flow(reservation.key, reservation.reservation_id, actual))
+
+    def cancel_flow(self, reservation: Reservation) -> Flow[Settlement]:
+        """Give the whole reservation back (the request was never sent)."""
+        return (yield from self.settle_usage_flow(reservation, self._nothing(reservation)))
+
+    def settle_id_flow(self, key: str, reservation_id: str, actual: Usage) -> Flow[Settlement]:
+        """Settle by key and id alone: from another process, or after a restart.
+
+        The store's record holds what was charged, so nothing else is needed.
+        """
         if not isinstance(actual, Usage):
             raise ConfigurationError(f"settle needs the actual Usage, not {actual!r}")
         keys = self._keys(key, check_id("reservation id", reservation_id))
-        reply = yield from self._core.apply_flow(self._op("settle", keys, self._costs(actual)))
+        reply = yield from self.limiter.apply_flow(self._op("settle", keys, self._costs(actual)))
         m = len(self.axes)
         refunded = {name: reply[2 + i] for i, (name, _) in enumerate(self.axes)}
         return Settlement(_SETTLED[reply[1]], refunded, self._decision(reply, 2 + m, (0,) * m))
 
-    def _charge_flow(self, key: str, usage: Usage) -> Flow[Charge]:
+    def charge_flow(self, key: str, usage: Usage) -> Flow[Charge]:
+        """Record usage that already happened, with no reservation, up to an empty budget.
+
+        For callers that learn the cost only afterwards (Envoy's charge on stream done).
+        """
         if not isinstance(usage, Usage):
             raise ConfigurationError(f"charge needs a Usage, not {usage!r}")
         op = self._op("charge", self._keys(key, None), self._costs(usage))
-        reply = yield from self._core.apply_flow(op)
+        reply = yield from self.limiter.apply_flow(op)
         m = len(self.axes)
         charged = {name: reply[2 + i] for i, (name, _) in enumerate(self.axes)}
         return Charge(charged, self._decision(reply, 2 + m, (0,) * m))
 
-    def _peek_flow(self, key: str) -> Flow[BudgetDecision]:
+    def peek_flow(self, key: str) -> Flow[BudgetDecision]:
+        """Every axis of ``key`` now, charging nothing."""
         nothing = (0,) * len(self.axes)
-        reply = yield from self._core.apply_flow(
+        reply = yield from self.limiter.apply_flow(
             self._op("reserve", self._keys(key, None), nothing)
         )
         return self._decision(reply, 3, nothing)
@@ -210,5 +258,5 @@ class _BudgetBase:
     def __repr__(self) -> str:
         limits = ", ".join(f"{name}={rate}" for name, rate in self.axes)
         name = type(self).__name__
-        store = self._core.store
+        store = self.store
         return f"{name}({store!r}, {limits}, max_output_tokens={self.max_output_tokens})"

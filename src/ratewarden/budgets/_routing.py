@@ -11,7 +11,8 @@ The route is written once, as a flow (``_RouterBase``) whose every step is one
 call of a budget's own method: each budget runs it on its own limiter (the
 tenant's and the upstreams' budgets may live on different stores), and a
 failure is raised in the flow at that step. ``BudgetRouter`` and
-``AsyncBudgetRouter`` drive it with the core's blocking and asyncio drivers.
+``AsyncBudgetRouter`` are made of the flows (``blocking`` / ``awaiting``) and
+drive them with the core's blocking and asyncio drivers.
 """
 
 from __future__ import annotations
@@ -21,14 +22,17 @@ import math
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from ratewarden.budgets._budget import AsyncTokenBudget, Reservation, Settlement, TokenBudget
+from ratewarden.budgets._budget import AsyncTokenBudget, TokenBudget
+from ratewarden.budgets._values import Reservation, Settlement
 from ratewarden.checks import check_id
 from ratewarden.errors import ConfigurationError
-from ratewarden.limiter import Ask, Flow, adrive, drive
+from ratewarden.limiter import Ask, Flow, adrive, awaiting, blocking, drive
 
 __all__ = ["AsyncBudgetRouter", "BudgetRouter", "Route", "Account"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,15 +103,29 @@ class _RouterBase:
             )
         return tuple(by_name[name] for name in prefer)
 
-    def _reserve_flow(
-        self, tenant_key: str | None, request: dict[str, Any], prefer: Sequence[str] | None
+    def reserve_flow(
+        self,
+        input_tokens: int,
+        max_output_tokens: int | None = None,
+        *,
+        tenant_key: str | None = None,
+        units: Mapping[str, int] | None = None,
+        reservation_id: str | None = None,
+        prefer: Sequence[str] | None = None,
     ) -> Flow[Route]:
-        """Tenant first, then each upstream in order; the tenant is refunded when none fits."""
+        """Tenant first, then each upstream in order (``prefer`` reorders them for this call);
+        the tenant is refunded when none fits."""
         tenant = self.tenant
         if tenant is not None and tenant_key is not None:
             tenant = Account(tenant.name, tenant.budget, tenant_key)
-        rid = request.get("reservation_id")
-        request["reservation_id"] = uuid.uuid4().hex if rid is None else check_id("id", rid)
+        # One id for the tenant's reservation and the upstream's.
+        rid = uuid.uuid4().hex if reservation_id is None else check_id("id", reservation_id)
+        request = {
+            "input_tokens": input_tokens,
+            "max_output_tokens": max_output_tokens,
+            "units": units,
+            "reservation_id": rid,
+        }
         upstreams = self._order(prefer)
         held: Reservation | None = None
         if tenant is not None:
@@ -131,8 +149,11 @@ class _RouterBase:
             yield from _call(tenant.budget.cancel, held)
         return Route(False, None, held, None, min(waits, default=math.inf), "upstreams")
 
-    def _settle_flow(self, route: Route, usage: dict[str, Any]) -> Flow[_Settled]:
-        """The tenant's and the upstream's reservations settled with the same actual usage."""
+    def settle_flow(
+        self, /, route: Route, *, output_tokens: int, input_tokens: int | None = None, **kw: Any
+    ) -> Flow[_Settled]:
+        """Settle the tenant's and the upstream's reservations with the same actual usage."""
+        usage = dict(kw, output_tokens=output_tokens, input_tokens=input_tokens)
         done: list[Settlement | None] = []
         tenant_budget = None if self.tenant is None else self.tenant.budget
         for budget, held in ((tenant_budget, route.tenant), (None, route.reservation)):
@@ -150,20 +171,6 @@ class _RouterBase:
         raise ConfigurationError(f"route {route!r} was not made by this router")
 
 
-def _request(
-    input_tokens: int,
-    max_output_tokens: int | None,
-    units: Mapping[str, int] | None,
-    reservation_id: str | None,
-) -> dict[str, Any]:
-    return {
-        "input_tokens": input_tokens,
-        "max_output_tokens": max_output_tokens,
-        "units": units,
-        "reservation_id": reservation_id,
-    }
-
-
 class BudgetRouter(_RouterBase):
     """Reserve on the tenant's budget and on the first upstream with room, in order.
 
@@ -179,48 +186,20 @@ class BudgetRouter(_RouterBase):
             router.settle(route, output_tokens=350)
     """
 
-    def reserve(
-        self,
-        input_tokens: int,
-        max_output_tokens: int | None = None,
-        *,
-        tenant_key: str | None = None,
-        units: Mapping[str, int] | None = None,
-        reservation_id: str | None = None,
-        prefer: Sequence[str] | None = None,
-    ) -> Route:
-        """Tenant first, then each upstream in order (``prefer`` reorders them for this call)."""
-        request = _request(input_tokens, max_output_tokens, units, reservation_id)
-        return drive(None, self._reserve_flow(tenant_key, request, prefer))
+    reserve = blocking(_RouterBase.reserve_flow)
+    settle = blocking(_RouterBase.settle_flow)
 
-    def settle(
-        self, route: Route, *, output_tokens: int, input_tokens: int | None = None, **kw: Any
-    ) -> tuple[Settlement | None, Settlement | None]:
-        """Settle the tenant's and the upstream's reservations with the same actual usage."""
-        usage = dict(kw, output_tokens=output_tokens, input_tokens=input_tokens)
-        return drive(None, self._settle_flow(route, usage))
+    def run(self, flow: Flow[T]) -> T:
+        """Drive ``flow``: each step one call of a budget's own method, blocking."""
+        return drive(None, flow)
 
 
 class AsyncBudgetRouter(_RouterBase):
     """The asyncio twin of ``BudgetRouter`` over ``AsyncTokenBudget`` upstreams."""
 
-    async def reserve(
-        self,
-        input_tokens: int,
-        max_output_tokens: int | None = None,
-        *,
-        tenant_key: str | None = None,
-        units: Mapping[str, int] | None = None,
-        reservation_id: str | None = None,
-        prefer: Sequence[str] | None = None,
-    ) -> Route:
-        """See ``BudgetRouter.reserve``."""
-        request = _request(input_tokens, max_output_tokens, units, reservation_id)
-        return await adrive(None, self._reserve_flow(tenant_key, request, prefer))
+    reserve = awaiting(_RouterBase.reserve_flow)
+    settle = awaiting(_RouterBase.settle_flow)
 
-    async def settle(
-        self, route: Route, *, output_tokens: int, input_tokens: int | None = None, **kw: Any
-    ) -> tuple[Settlement | None, Settlement | None]:
-        """See ``BudgetRouter.settle``."""
-        usage = dict(kw, output_tokens=output_tokens, input_tokens=input_tokens)
-        return await adrive(None, self._settle_flow(route, usage))
+    async def run(self, flow: Flow[T]) -> T:
+        """Drive ``flow``, each budget's call awaited."""
+        return await adrive(None, flow)

@@ -22,7 +22,7 @@ Two shedders use it:
   class ``c`` takes a slot with limit ``floor(ceiling(c) * capacity)``, in the
   store's one atomic step: batch gets a slot only while fewer than 60 % of
   the slots are in use, and critical can always use the last 20 %. The slot is
-  the limiter's (``acquire_slot_flow``); the twins run the one flow.
+  the limiter's (``acquire_slot_flow``); the twins are made of the flows.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ import math
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
+from ratewarden.budgets._twins import Driven, L
 from ratewarden.errors import ConfigurationError
-from ratewarden.limiter import AsyncLimiter, DecisionCore, Flow, Lease, Limiter
+from ratewarden.limiter import AsyncLimiter, Flow, Lease, Limiter, awaiting, blocking
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -139,17 +140,24 @@ class LoadShedder:
         return ShedDecision(now < ceiling, traffic_class, now, ceiling)
 
 
-class _FleetBase:
-    """The policy's slot limits and the flow of one acquire; ``limiter`` does the I/O."""
+class _FleetBase(Driven[L]):
+    """The policy's slot limits and the flows of one acquire and release; ``limiter`` does
+    the I/O."""
 
     def __init__(
-        self, limiter: DecisionCore, key: str, capacity: int, policy: ShedPolicy, ttl: float
+        self,
+        limiter: L,
+        key: str,
+        capacity: int,
+        *,
+        policy: ShedPolicy = DEFAULT_POLICY,
+        ttl: float = 60.0,
     ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ConfigurationError(f"capacity {capacity!r} must be a whole number >= 1")
         if not isinstance(policy, ShedPolicy):
             raise ConfigurationError(f"policy {policy!r} must be a ShedPolicy")
-        self._core = limiter
+        self.limiter = limiter
         self.key = key
         self.capacity = capacity
         self.policy = policy
@@ -164,17 +172,22 @@ class _FleetBase:
     def _limit(self, ceiling: float) -> int:
         return math.floor(ceiling * self.capacity + 1e-9)
 
-    def _acquire_flow(self, traffic_class: str) -> Flow[tuple[ShedDecision, Lease]]:
+    def acquire_flow(self, traffic_class: str) -> Flow[tuple[ShedDecision, Lease]]:
+        """Take one in-flight slot if ``traffic_class`` is under its ceiling; release it later."""
         ceiling = self.policy.ceiling(traffic_class)  # unknown classes are errors
         limit = self.limits[traffic_class]
-        lease = yield from self._core.acquire_slot_flow(self.key, limit, slots=1, ttl=self.ttl)
+        lease = yield from self.limiter.acquire_slot_flow(self.key, limit, slots=1, ttl=self.ttl)
         # In use as the class's limit sees it: exact when granted, and at least
         # the class's limit when denied (the store reports no room below zero).
         utilization = (lease.limit - lease.decision.remaining) / self.capacity
         return ShedDecision(lease.allowed, traffic_class, utilization, ceiling), lease
 
+    def release_flow(self, lease: Lease) -> Flow[bool]:
+        """Give a slot back (False if it had lapsed or was never granted)."""
+        return (yield from self.limiter.release_slot_flow(lease))
 
-class FleetShedder(_FleetBase):
+
+class FleetShedder(_FleetBase[Limiter]):
     """Shed by fleet-wide in-flight requests on one concurrency key of ``limiter``'s store.
 
     ::
@@ -186,25 +199,8 @@ class FleetShedder(_FleetBase):
             ...
     """
 
-    def __init__(
-        self,
-        limiter: Limiter,
-        key: str,
-        capacity: int,
-        *,
-        policy: ShedPolicy = DEFAULT_POLICY,
-        ttl: float = 60.0,
-    ) -> None:
-        super().__init__(limiter, key, capacity, policy, ttl)
-        self.limiter = limiter
-
-    def acquire(self, traffic_class: str) -> tuple[ShedDecision, Lease]:
-        """Take one in-flight slot if ``traffic_class`` is under its ceiling; release it later."""
-        return self.limiter.run(self._acquire_flow(traffic_class))
-
-    def release(self, lease: Lease) -> bool:
-        """Give a slot back (False if it had lapsed or was never granted)."""
-        return self.limiter.release_slot(lease)
+    acquire = blocking(_FleetBase.acquire_flow)
+    release = blocking(_FleetBase.release_flow)
 
     @contextlib.contextmanager
     def slot(self, traffic_class: str) -> Iterator[ShedDecision]:
@@ -216,28 +212,11 @@ class FleetShedder(_FleetBase):
             self.release(lease)
 
 
-class AsyncFleetShedder(_FleetBase):
+class AsyncFleetShedder(_FleetBase[AsyncLimiter]):
     """The asyncio twin of ``FleetShedder`` over an ``AsyncLimiter``."""
 
-    def __init__(
-        self,
-        limiter: AsyncLimiter,
-        key: str,
-        capacity: int,
-        *,
-        policy: ShedPolicy = DEFAULT_POLICY,
-        ttl: float = 60.0,
-    ) -> None:
-        super().__init__(limiter, key, capacity, policy, ttl)
-        self.limiter = limiter
-
-    async def acquire(self, traffic_class: str) -> tuple[ShedDecision, Lease]:
-        """See ``FleetShedder.acquire``."""
-        return await self.limiter.run(self._acquire_flow(traffic_class))
-
-    async def release(self, lease: Lease) -> bool:
-        """See ``FleetShedder.release``."""
-        return await self.limiter.release_slot(lease)
+    acquire = awaiting(_FleetBase.acquire_flow)
+    release = awaiting(_FleetBase.release_flow)
 
     @contextlib.asynccontextmanager
     async def slot(self, traffic_class: str) -> AsyncIterator[ShedDecision]:
