@@ -5,7 +5,8 @@ picker chooses; a denial there retries the next cell once; a denial by both is
 remembered until the sooner of their retry times and answered in the process
 until then. Each cell's decision is the limiter's (``hit_flow`` on the cell's
 key and share); the cell logic is written once as flows composed from it
-(``_CellBase``) and run by the twin shells with ``limiter.run``.
+(``_CellBase``), and the twin shells' methods are made of them (``blocking`` /
+``awaiting``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import itertools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from ratewarden.checks import check_cost, check_rates
 from ratewarden.decision import Decision
@@ -23,16 +24,18 @@ from ratewarden.hotkeys._placement import cell_keys, check_cells, slot_bands, sp
 from ratewarden.limiter import (
     DEFAULT_NEGATIVE_KEYS,
     AsyncLimiter,
-    DecisionCore,
     Flow,
     Limiter,
     NegativeCache,
     aged,
+    awaiting,
+    blocking,
 )
 from ratewarden.rate import Rate
 
 if TYPE_CHECKING:
-    from ratewarden.storage import AsyncStore, Store
+    # Named as strings in the shells' bases (types only: hotkeys import no store).
+    from ratewarden.storage import AsyncStore, Store  # noqa: F401
 
 __all__ = ["AsyncCellLimiter", "CellLimiter", "Picker", "round_robin"]
 
@@ -43,6 +46,11 @@ _CACHE_SIZE = 1024
 
 _Shares = tuple[tuple[Rate, ...], ...]
 
+#: The store a shell takes (``Store`` or ``AsyncStore``) and the limiter it builds over it.
+S = TypeVar("S")
+L = TypeVar("L", bound=Limiter | AsyncLimiter)
+T = TypeVar("T")
+
 
 def round_robin() -> Picker:
     """A picker that takes the cells in turn (shared by threads; ``next`` on a count is atomic)."""
@@ -50,21 +58,29 @@ def round_robin() -> Picker:
     return lambda cells: next(counter) % cells
 
 
-class _CellBase:
+class _CellBase(Generic[S, L]):
     """Placement and shares, the cache of double denials, and the flows; everything but I/O.
 
-    ``limiter`` (a plain ``Limiter`` or ``AsyncLimiter`` the shell builds over the
-    store) decides each cell; the flows here compose its ``hit_flow`` and ``peek_flow``.
+    ``limiter`` (a plain ``driver(store, algorithm)``: ``Limiter`` or ``AsyncLimiter``)
+    decides each cell; the flows here compose its ``hit_flow`` and ``peek_flow``.
     """
+
+    #: ``Limiter`` or ``AsyncLimiter``: what the shell builds over its store.
+    driver: ClassVar[Callable[..., Any]]
 
     def __init__(
         self,
-        limiter: DecisionCore,
-        cells: int,
-        picker: Picker | None,
-        bands: Sequence[tuple[int, int]] | None,
-        negative_cache: int | None,
+        store: S,
+        cells: int = 3,
+        algorithm: str = "gcra",
+        *,
+        picker: Picker | None = None,
+        bands: Sequence[tuple[int, int]] | None = None,
+        negative_cache: int | None = DEFAULT_NEGATIVE_KEYS,
     ) -> None:
+        self.store: S = store
+        self.limiter: L = type(self).driver(store, algorithm)
+        limiter = self.limiter
         self.clock = limiter.clock
         self.cells = check_cells(cells)
         self.algorithm: str = limiter.algorithm
@@ -73,7 +89,6 @@ class _CellBase:
         self.picker: Picker = picker if picker is not None else round_robin()
         self.bands = None if bands is None else slot_bands(self.cells, bands)
         self.negative = None if negative_cache is None else NegativeCache(negative_cache)
-        self._core = limiter
         self._lock = threading.Lock()
         self._keys: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         self._shares: OrderedDict[tuple[Rate, ...], _Shares] = OrderedDict()
@@ -104,9 +119,15 @@ class _CellBase:
                     self._shares.popitem(last=False)
         return found
 
+    def run(self, flow: Flow[T]) -> Any:
+        """Drive ``flow`` (one of the ``*_flow`` methods, or a composition of them) on
+        ``limiter``: ``limiter.run(flow)``, to be awaited on the asyncio twin."""
+        return self.limiter.run(flow)
+
     # -- the flows, composed from the limiter's
 
-    def _hit_flow(self, key: str, rates: Rate | Sequence[Rate], cost: int) -> Flow[Decision]:
+    def hit_flow(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Flow[Decision]:
+        """Consume ``cost`` on one cell; a denial retries the next cell once before denying."""
         check_cost(cost)
         keys, shares = self.keys(key), self.shares(rates)
         ident = (key, shares)
@@ -118,7 +139,7 @@ class _CellBase:
                 # Neither cell can have a unit before then: the core's aging, as for its own
                 # negative cache.
                 return aged(denial.decision, now - denial.at_us, cost)
-        core = self._core
+        core = self.limiter
         first = self._pick()
         decision = yield from core.hit_flow(keys[first], shares[first], cost)
         if decision.allowed or cost == 0:
@@ -132,12 +153,12 @@ class _CellBase:
             negative.remember(ident, sooner, self.clock.now_us())
         return sooner
 
-    def _used_flow(self, key: str, rates: Rate | Sequence[Rate]) -> Flow[int]:
-        """Units in use over all cells, for the layer with the most in use (a peek per cell)."""
+    def used_flow(self, key: str, rates: Rate | Sequence[Rate]) -> Flow[int]:
+        """Units in use over all cells, for the layer with the most in use (one peek per cell)."""
         keys, shares = self.keys(key), self.shares(rates)
         per_layer: list[int] = []
         for cell_key, share in zip(keys, shares, strict=True):
-            peek = yield from self._core.peek_flow(cell_key, share)
+            peek = yield from self.limiter.peek_flow(cell_key, share)
             layers = peek.layers or (peek,)
             used = [layer.rate.capacity - layer.remaining for layer in layers if layer.rate]
             per_layer = (
@@ -145,11 +166,15 @@ class _CellBase:
             )
         return max(per_layer, default=0)
 
-    def _charge_flow(self, key: str, rates: Rate | Sequence[Rate], units: int) -> Flow[None]:
-        """``units`` spread over the cells by capacity, rounded up; a full cell takes what fits."""
+    def charge_flow(self, key: str, rates: Rate | Sequence[Rate], units: int) -> Flow[None]:
+        """Mark ``units`` as used, spread over the cells by capacity (rounded up: never fewer).
+
+        A cell that cannot take its part is charged what it has room for: it
+        is that much closer to its limit already.
+        """
         check_cost(units)
         keys, shares = self.keys(key), self.shares(rates)
-        core = self._core
+        core = self.limiter
         total = min(sum(rate.capacity for rate in share) for share in zip(*shares, strict=True))
         for cell_key, share in zip(keys, shares, strict=True):
             capacity = min(rate.capacity for rate in share)
@@ -172,14 +197,14 @@ class _CellBase:
 
     def _describe(self) -> str:
         name = type(self).__name__
-        store = self._core.store
+        store = self.store
         return f"{name}({store!r}, cells={self.cells}, algorithm={self.algorithm!r})"
 
     def __repr__(self) -> str:
         return self._describe()
 
 
-class CellLimiter(_CellBase):
+class CellLimiter(_CellBase["Store", Limiter]):
     """``hit(key, rates, cost)`` on a key split into ``cells`` cells over a ``Store``.
 
     Each request goes to the cell ``picker`` chooses (round-robin by default;
@@ -197,62 +222,16 @@ class CellLimiter(_CellBase):
     The cells are decided by ``limiter``, a ``Limiter(store, algorithm)`` made here.
     """
 
-    def __init__(
-        self,
-        store: Store,
-        cells: int = 3,
-        algorithm: str = "gcra",
-        *,
-        picker: Picker | None = None,
-        bands: Sequence[tuple[int, int]] | None = None,
-        negative_cache: int | None = DEFAULT_NEGATIVE_KEYS,
-    ) -> None:
-        self.limiter = Limiter(store, algorithm)
-        self.store: Store = store
-        super().__init__(self.limiter, cells, picker, bands, negative_cache)
-
-    def hit(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Decision:
-        """Consume ``cost`` on one cell; a denial retries the next cell once before denying."""
-        return self.limiter.run(self._hit_flow(key, rates, cost))
-
-    def used(self, key: str, rates: Rate | Sequence[Rate]) -> int:
-        """Units in use over all cells, for the layer with the most in use (one peek per cell)."""
-        return self.limiter.run(self._used_flow(key, rates))
-
-    def charge(self, key: str, rates: Rate | Sequence[Rate], units: int) -> None:
-        """Mark ``units`` as used, spread over the cells by capacity (rounded up: never fewer).
-
-        A cell that cannot take its part is charged what it has room for: it
-        is that much closer to its limit already.
-        """
-        self.limiter.run(self._charge_flow(key, rates, units))
+    driver = Limiter
+    hit = blocking(_CellBase.hit_flow)
+    used = blocking(_CellBase.used_flow)
+    charge = blocking(_CellBase.charge_flow)
 
 
-class AsyncCellLimiter(_CellBase):
+class AsyncCellLimiter(_CellBase["AsyncStore", AsyncLimiter]):
     """The asyncio twin of ``CellLimiter`` over an ``AsyncStore``; the same options."""
 
-    def __init__(
-        self,
-        store: AsyncStore,
-        cells: int = 3,
-        algorithm: str = "gcra",
-        *,
-        picker: Picker | None = None,
-        bands: Sequence[tuple[int, int]] | None = None,
-        negative_cache: int | None = DEFAULT_NEGATIVE_KEYS,
-    ) -> None:
-        self.limiter = AsyncLimiter(store, algorithm)
-        self.store: AsyncStore = store
-        super().__init__(self.limiter, cells, picker, bands, negative_cache)
-
-    async def hit(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Decision:
-        """See ``CellLimiter.hit``."""
-        return await self.limiter.run(self._hit_flow(key, rates, cost))
-
-    async def used(self, key: str, rates: Rate | Sequence[Rate]) -> int:
-        """See ``CellLimiter.used``."""
-        return await self.limiter.run(self._used_flow(key, rates))
-
-    async def charge(self, key: str, rates: Rate | Sequence[Rate], units: int) -> None:
-        """See ``CellLimiter.charge``."""
-        await self.limiter.run(self._charge_flow(key, rates, units))
+    driver = AsyncLimiter
+    hit = awaiting(_CellBase.hit_flow)
+    used = awaiting(_CellBase.used_flow)
+    charge = awaiting(_CellBase.charge_flow)

@@ -25,21 +25,22 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from ratewarden.checks import check_cost, check_key, check_rates
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
-from ratewarden.hotkeys._cells import AsyncCellLimiter, CellLimiter, _CellBase
+from ratewarden.hotkeys._cells import AsyncCellLimiter, CellLimiter, L, S, T, _CellBase
 from ratewarden.hotkeys._detector import HotKeyDetector
-from ratewarden.limiter import AsyncLimiter, DecisionCore, Flow, Limiter
+from ratewarden.limiter import AsyncLimiter, DecisionCore, Flow, Limiter, awaiting, blocking
 from ratewarden.rate import Rate
 from ratewarden.tiers import AsyncTwoTier, TwoTier
 
 if TYPE_CHECKING:
-    from ratewarden.storage import AsyncStore, Store
+    # Named as strings in the shells' bases (types only: hotkeys import no store).
+    from ratewarden.storage import AsyncStore, Store  # noqa: F401
 
 __all__ = ["AsyncHotKeyLimiter", "HotKeyLimiter"]
 
@@ -49,25 +50,48 @@ DEFAULT_MAX_HOT = 1_000
 #: A detected key's move: into the mitigation (True) or out, with the rates it was moved with.
 _Move = tuple[bool, str, tuple[Rate, ...]]
 
+#: The mitigation a shell takes: cells or a two-tier limiter of its own kind.
+M = TypeVar("M", bound="CellLimiter | TwoTier | AsyncCellLimiter | AsyncTwoTier")
 
-class _HotBase:
+
+class _HotBase(Generic[S, L, M]):
     """Settings, the hot set, and the flows of a decision and of moving a key's usage.
 
-    ``limiter`` (a plain ``Limiter`` or ``AsyncLimiter`` the shell builds over the
-    store) decides ordinary keys and carries usage; ``mitigation``'s flows decide
-    hot ones. Everything but I/O: the shells run ``_hit_flow`` with ``limiter.run``.
+    ``limiter`` (a plain ``driver(store, algorithm)``: ``Limiter`` or ``AsyncLimiter``)
+    decides ordinary keys and carries usage; ``mitigation``'s flows decide hot ones.
+    Everything but I/O: the shells' ``hit`` is made of ``hit_flow``.
     """
+
+    #: ``Limiter`` or ``AsyncLimiter``: what the shell builds over its store.
+    driver: ClassVar[Callable[..., Any]]
+    #: The classes a mitigation may be: the shell's cells and two-tier limiter.
+    mitigations: ClassVar[tuple[type, type]]
 
     def __init__(
         self,
-        limiter: DecisionCore,
-        mitigation: _CellBase | DecisionCore,
-        hot_keys: Iterable[str],
-        detector: HotKeyDetector | None,
-        hold: float | None,
-        max_hot: int,
-        clock: Clock | None,
+        store: S,
+        mitigation: M,
+        algorithm: str = "gcra",
+        *,
+        hot_keys: Iterable[str] = (),
+        detector: HotKeyDetector | None = None,
+        hold: float | None = None,
+        max_hot: int = DEFAULT_MAX_HOT,
+        clock: Clock | None = None,
     ) -> None:
+        if not isinstance(mitigation, self.mitigations):
+            cells, tier = (_a(kind.__name__) for kind in self.mitigations)
+            raise ConfigurationError(
+                f"mitigation {mitigation!r} must be {cells} or {tier} with leases"
+            )
+        if mitigation.store is not store:
+            raise ConfigurationError(
+                f"the mitigation must use the same store as the {type(self).__name__}"
+            )
+        self.store: S = store
+        self.mitigation: M = mitigation
+        self.limiter: L = type(self).driver(store, algorithm)
+        limiter = self.limiter
         self.algorithm: str = limiter.algorithm
         if mitigation.algorithm != self.algorithm:
             raise ConfigurationError(
@@ -89,7 +113,6 @@ class _HotBase:
             raise ConfigurationError(f"max_hot {max_hot!r} must be a whole number >= 1")
         self.max_hot = max_hot
         self.clock = clock if clock is not None else limiter.clock
-        self._core = limiter
         self._cells = mitigation if isinstance(mitigation, _CellBase) else None
         self._tier = mitigation if isinstance(mitigation, DecisionCore) else None
         self._lock = threading.Lock()
@@ -102,16 +125,24 @@ class _HotBase:
         with self._lock:
             return key in self.hot_keys or any(k == key for k, _ in self._detected)
 
-    def _hit_flow(self, key: str, rates: Rate | Sequence[Rate], cost: int) -> Flow[Decision]:
-        """One request: its moves first, then the store's decision, or the mitigation's."""
+    def run(self, flow: Flow[T]) -> Any:
+        """Drive ``flow`` (``hit_flow``, or a composition with it) on ``limiter``:
+        ``limiter.run(flow)``, to be awaited on the asyncio twin."""
+        return self.limiter.run(flow)
+
+    def hit_flow(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Flow[Decision]:
+        """Decide one request: on the store, or through the mitigation when ``key`` is hot.
+
+        A detected key's moves (its usage carried onto the cells or back) come first.
+        """
         hot, moves = self._route(key, rates, cost)
         for move in moves:
             yield from self._move_flow(move)
         # The rates as given: stores (and the core) know a rate set they saw by its identity.
         if not hot:
-            return (yield from self._core.hit_flow(key, rates, cost))
+            return (yield from self.limiter.hit_flow(key, rates, cost))
         if self._cells is not None:
-            return (yield from self._cells._hit_flow(key, rates, cost))
+            return (yield from self._cells.hit_flow(key, rates, cost))
         assert self._tier is not None
         return (yield from self._tier.hit_flow(key, rates, cost))
 
@@ -158,7 +189,7 @@ class _HotBase:
     def _move_flow(self, move: _Move) -> Flow[None]:
         """Carry a key's usage between its own state and its cells (nothing to do for leases)."""
         into, key, rates = move
-        cells, core = self._cells, self._core
+        cells, core = self._cells, self.limiter
         if cells is None:
             return
         if into:
@@ -169,9 +200,9 @@ class _HotBase:
                 default=0,
             )
             if used > 0:
-                yield from cells._charge_flow(key, rates, used)
+                yield from cells.charge_flow(key, rates, used)
             return
-        used = yield from cells._used_flow(key, rates)
+        used = yield from cells.used_flow(key, rates)
         if used <= 0:
             return
         room = yield from core.peek_flow(key, rates)
@@ -181,7 +212,7 @@ class _HotBase:
 
     def __repr__(self) -> str:
         return (
-            f"{type(self).__name__}({self._core.store!r}, mitigation={self._mitigation()!r}, "
+            f"{type(self).__name__}({self.store!r}, mitigation={self._mitigation()!r}, "
             f"hot_keys={len(self.hot_keys)}, detector={self.detector!r})"
         )
 
@@ -189,7 +220,7 @@ class _HotBase:
         return self._cells if self._cells is not None else self._tier
 
 
-class HotKeyLimiter(_HotBase):
+class HotKeyLimiter(_HotBase["Store", Limiter, "CellLimiter | TwoTier"]):
     """``hit(key, rates, cost)`` like ``Limiter.hit``, with hot keys sent through ``mitigation``.
 
     ``mitigation`` is a ``CellLimiter`` or a ``TwoTier`` (with ``lease``) over the
@@ -200,67 +231,22 @@ class HotKeyLimiter(_HotBase):
     decided by ``limiter``, a ``Limiter(store, algorithm)`` made here.
     """
 
-    def __init__(
-        self,
-        store: Store,
-        mitigation: CellLimiter | TwoTier,
-        algorithm: str = "gcra",
-        *,
-        hot_keys: Iterable[str] = (),
-        detector: HotKeyDetector | None = None,
-        hold: float | None = None,
-        max_hot: int = DEFAULT_MAX_HOT,
-        clock: Clock | None = None,
-    ) -> None:
-        if not isinstance(mitigation, CellLimiter | TwoTier):
-            raise ConfigurationError(
-                f"mitigation {mitigation!r} must be a CellLimiter or a TwoTier with leases"
-            )
-        _check_store(mitigation.store, store, "HotKeyLimiter")
-        self.store: Store = store
-        self.mitigation: CellLimiter | TwoTier = mitigation
-        self.limiter = Limiter(store, algorithm)
-        super().__init__(self.limiter, mitigation, hot_keys, detector, hold, max_hot, clock)
-
-    def hit(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Decision:
-        """Decide one request: on the store, or through the mitigation when ``key`` is hot."""
-        return self.limiter.run(self._hit_flow(key, rates, cost))
+    driver = Limiter
+    mitigations = (CellLimiter, TwoTier)
+    hit = blocking(_HotBase.hit_flow)
 
 
-class AsyncHotKeyLimiter(_HotBase):
+class AsyncHotKeyLimiter(_HotBase["AsyncStore", AsyncLimiter, "AsyncCellLimiter | AsyncTwoTier"]):
     """The asyncio twin of ``HotKeyLimiter``, with an ``AsyncCellLimiter`` or ``AsyncTwoTier``."""
 
-    def __init__(
-        self,
-        store: AsyncStore,
-        mitigation: AsyncCellLimiter | AsyncTwoTier,
-        algorithm: str = "gcra",
-        *,
-        hot_keys: Iterable[str] = (),
-        detector: HotKeyDetector | None = None,
-        hold: float | None = None,
-        max_hot: int = DEFAULT_MAX_HOT,
-        clock: Clock | None = None,
-    ) -> None:
-        if not isinstance(mitigation, AsyncCellLimiter | AsyncTwoTier):
-            raise ConfigurationError(
-                f"mitigation {mitigation!r} must be an AsyncCellLimiter or an AsyncTwoTier "
-                "with leases"
-            )
-        _check_store(mitigation.store, store, "AsyncHotKeyLimiter")
-        self.store: AsyncStore = store
-        self.mitigation: AsyncCellLimiter | AsyncTwoTier = mitigation
-        self.limiter = AsyncLimiter(store, algorithm)
-        super().__init__(self.limiter, mitigation, hot_keys, detector, hold, max_hot, clock)
-
-    async def hit(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Decision:
-        """See ``HotKeyLimiter.hit``."""
-        return await self.limiter.run(self._hit_flow(key, rates, cost))
+    driver = AsyncLimiter
+    mitigations = (AsyncCellLimiter, AsyncTwoTier)
+    hit = awaiting(_HotBase.hit_flow)
 
 
-def _check_store(theirs: object, ours: object, owner: str) -> None:
-    if theirs is not ours:
-        raise ConfigurationError(f"the mitigation must use the same store as the {owner}")
+def _a(name: str) -> str:
+    """``name`` with its article: a CellLimiter, an AsyncCellLimiter."""
+    return f"an {name}" if name[0] in "AEIOU" else f"a {name}"
 
 
 def _hold_us(hold: object) -> int:
