@@ -9,13 +9,14 @@ breaker of its own, and fail open (Envoy's default).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from ratewarden.clock import Clock
 from ratewarden.limiter import (
     DEFAULT_NEGATIVE_KEYS,
     AsyncLimiter,
     CircuitBreaker,
+    DecisionCore,
     Limiter,
     LocalRates,
     NegativeCache,
@@ -24,22 +25,54 @@ from ratewarden.limiter import (
 from ratewarden.metrics import NO_METRICS, Metrics
 
 if TYPE_CHECKING:
-    from ratewarden.storage import AsyncStore, Store
+    # Named as strings in the twins' bases (types only: tiers import no store).
+    from ratewarden.storage import AsyncStore, Store  # noqa: F401
 
 __all__ = ["AsyncTwoTier", "TwoTier"]
 
-
-def _breaker(
-    breaker: CircuitBreaker | None, clock: Clock, metrics: Metrics | None, name: str
-) -> CircuitBreaker:
-    if breaker is not None:
-        return breaker
-    return CircuitBreaker(
-        clock=clock, metrics=metrics if metrics is not None else NO_METRICS, name=name
-    )
+#: The store a twin takes: ``Store`` or ``AsyncStore``.
+S = TypeVar("S")
 
 
-class TwoTier(Limiter):
+class _TwoTierDefaults(DecisionCore, Generic[S]):
+    """The options of a limiter with the two-tier defaults, written once for both twins."""
+
+    def __init__(
+        self,
+        store: S | None = None,
+        algorithm: str = "gcra",
+        *,
+        local: LocalRates = None,
+        negative_cache: int | NegativeCache | None = DEFAULT_NEGATIVE_KEYS,
+        lease: int | None = None,
+        lease_ttl: float | None = None,
+        failure: str = "open",
+        breaker: CircuitBreaker | None = None,
+        metrics: Metrics | None = None,
+        name: str = "default",
+        clock: Clock | None = None,
+    ) -> None:
+        super().__init__(
+            store,
+            algorithm,
+            local=local,
+            negative_cache=negative_cache,
+            lease=lease,
+            lease_ttl=lease_ttl,
+            failure=check_failure(failure),
+            breaker=breaker,
+            metrics=metrics,
+            name=name,
+            clock=clock,
+        )
+        if self.breaker is None:
+            self.breaker = CircuitBreaker(
+                clock=self.clock, metrics=metrics if metrics is not None else NO_METRICS, name=name
+            )
+        self.plain = False
+
+
+class TwoTier(_TwoTierDefaults["Store"], Limiter):
     """A local tier in this process in front of a global ``Store``; ``hit`` like ``Limiter.hit``.
 
     The options are ``Limiter``'s, with other defaults: ``negative_cache`` 10,000
@@ -49,68 +82,6 @@ class TwoTier(Limiter):
     failure policy answers and ``Decision.degraded`` names it.
     """
 
-    def __init__(
-        self,
-        store: Store | None = None,
-        algorithm: str = "gcra",
-        *,
-        local: LocalRates = None,
-        negative_cache: int | NegativeCache | None = DEFAULT_NEGATIVE_KEYS,
-        lease: int | None = None,
-        lease_ttl: float | None = None,
-        failure: str = "open",
-        breaker: CircuitBreaker | None = None,
-        metrics: Metrics | None = None,
-        name: str = "default",
-        clock: Clock | None = None,
-    ) -> None:
-        super().__init__(
-            store,
-            algorithm,
-            local=local,
-            negative_cache=negative_cache,
-            lease=lease,
-            lease_ttl=lease_ttl,
-            failure=check_failure(failure),
-            breaker=breaker,
-            metrics=metrics,
-            name=name,
-            clock=clock,
-        )
-        self.breaker = _breaker(self.breaker, self.clock, metrics, name)
-        self.plain = False
 
-
-class AsyncTwoTier(AsyncLimiter):
+class AsyncTwoTier(_TwoTierDefaults["AsyncStore"], AsyncLimiter):
     """The asyncio twin of ``TwoTier`` over an ``AsyncStore``; the same options."""
-
-    def __init__(
-        self,
-        store: AsyncStore | None = None,
-        algorithm: str = "gcra",
-        *,
-        local: LocalRates = None,
-        negative_cache: int | NegativeCache | None = DEFAULT_NEGATIVE_KEYS,
-        lease: int | None = None,
-        lease_ttl: float | None = None,
-        failure: str = "open",
-        breaker: CircuitBreaker | None = None,
-        metrics: Metrics | None = None,
-        name: str = "default",
-        clock: Clock | None = None,
-    ) -> None:
-        super().__init__(
-            store,
-            algorithm,
-            local=local,
-            negative_cache=negative_cache,
-            lease=lease,
-            lease_ttl=lease_ttl,
-            failure=check_failure(failure),
-            breaker=breaker,
-            metrics=metrics,
-            name=name,
-            clock=clock,
-        )
-        self.breaker = _breaker(self.breaker, self.clock, metrics, name)
-        self.plain = False
