@@ -32,13 +32,12 @@ what ``ratewarden.idempotency`` defines (the records and the store protocols)::
 
 from __future__ import annotations
 
-import importlib
-import warnings
 from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
 from http import HTTPStatus
 from io import BytesIO
 from typing import Any
 
+from ratewarden.deprecation import moved
 from ratewarden.errors import StorageError
 from ratewarden.idempotency import AsyncIdempotencyStore, Claim, IdempotencyStore, StoredResponse
 from ratewarden.middleware._idempotency import (
@@ -66,24 +65,18 @@ __all__ = [
 # The store classes this module used to hold, and where they live now: a store is storage,
 # and the middleware only takes one. They still resolve here, with a DeprecationWarning,
 # for one release (docs/reference.md says so).
-_MOVED = {
-    "AsyncMemoryIdempotencyStore": "ratewarden.storage.idempotency",
-    "AsyncRedisIdempotencyStore": "ratewarden.storage.idempotency",
-    "MemoryIdempotencyStore": "ratewarden.storage.idempotency",
-    "RedisIdempotencyStore": "ratewarden.storage.idempotency",
-}
-
-
-def __getattr__(name: str) -> Any:
-    home = _MOVED.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(
-        f"ratewarden.middleware.idempotency.{name} is deprecated; import {name} from {home}",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return getattr(importlib.import_module(home), name)
+__getattr__ = moved(
+    __name__,
+    dict.fromkeys(
+        (
+            "AsyncMemoryIdempotencyStore",
+            "AsyncRedisIdempotencyStore",
+            "MemoryIdempotencyStore",
+            "RedisIdempotencyStore",
+        ),
+        "ratewarden.storage.idempotency",
+    ),
+)
 
 
 Scope = MutableMapping[str, Any]

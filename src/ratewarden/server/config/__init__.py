@@ -20,10 +20,7 @@ It is pure: no I/O beyond reading the given files, no clock, no store.
 
 from __future__ import annotations
 
-import importlib
-import warnings
-from typing import Any
-
+from ratewarden.deprecation import moved
 from ratewarden.server.config.loading import load, loads
 from ratewarden.server.config.model import (
     ALGORITHM_NAMES,
@@ -63,19 +60,7 @@ __all__ = [
 
 # Names this module used to hold beside __all__, and where they live now: they still
 # resolve, with a DeprecationWarning, for one release (docs/reference.md says so).
-_MOVED = {
-    "ConfigurationError": "ratewarden",
-    "MAX_ALIAS_COPIES": "ratewarden.server.config.reader",
-}
-
-
-def __getattr__(name: str) -> Any:
-    home = _MOVED.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(
-        f"ratewarden.server.config.{name} is deprecated; import {name} from {home}",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return getattr(importlib.import_module(home), name)
+__getattr__ = moved(
+    __name__,
+    {"ConfigurationError": "ratewarden", "MAX_ALIAS_COPIES": "ratewarden.server.config.reader"},
+)

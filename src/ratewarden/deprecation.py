@@ -1,0 +1,58 @@
+"""Names that moved: the old import keeps working, with a ``DeprecationWarning``, for one release.
+
+A module that gave up some names makes its ``__getattr__`` with ``moved``::
+
+    __getattr__ = moved(__name__, {"RuleBudgets": "ratewarden.server.budget_service"})
+
+``ratewarden.budgets.envoy.RuleBudgets`` (or ``from ratewarden.budgets.envoy
+import RuleBudgets``) then warns ``ratewarden.budgets.envoy.RuleBudgets is
+deprecated; import RuleBudgets from ratewarden.server.budget_service`` and
+returns the name from its new home. The new home is imported only when an old
+name is asked for, so a module below its names' new home (``budgets`` below
+``server``) imports nothing from it otherwise.
+
+A leaf: it imports nothing of ratewarden beyond the exception tree.
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ratewarden.errors import ConfigurationError
+
+__all__ = ["moved"]
+
+
+def moved(module: str, homes: Mapping[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` resolving each name of ``homes`` from the module named there.
+
+    ``module`` is the old module's name (its ``__name__``); each access to a moved
+    name warns with a ``DeprecationWarning`` that names the new import. Any other
+    name raises ``AttributeError``, as a module without ``__getattr__`` does.
+    """
+    if not isinstance(module, str) or not module:
+        raise ConfigurationError(f"moved: module {module!r} must be the module's __name__")
+    if not isinstance(homes, Mapping) or not all(
+        isinstance(name, str) and isinstance(home, str) and home for name, home in homes.items()
+    ):
+        raise ConfigurationError(
+            f"moved: homes {homes!r} must map each moved name to the module it lives in now"
+        )
+    table = dict(homes)
+
+    def resolve(name: str) -> Any:
+        home = table.get(name)
+        if home is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        # stacklevel 2: the warning names the line that asked for the old name.
+        warnings.warn(
+            f"{module}.{name} is deprecated; import {name} from {home}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(home), name)
+
+    return resolve
