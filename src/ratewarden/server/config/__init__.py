@@ -11,6 +11,7 @@ The package, one concept a module, each importing only those above it:
 - ``model``: the rule model (``Rule``, ``Limit``, the descriptor tree and its
   matching, ``RateLimitConfig``), the names a rule may use, and the errors;
 - ``fields``: reading values out of a file's YAML nodes, recording each problem;
+- ``limits``: reading one limit's fields, written alike in both blocks;
 - ``rate_limit`` and ``budget``: reading a descriptor's ``rate_limit`` and ``budget``;
 - ``reader``: one file's YAML, walked into a ``DomainConfig``;
 - ``loading``: files and directories into a ``RateLimitConfig`` (``load``, ``loads``).
@@ -21,42 +22,14 @@ It is pure: no I/O beyond reading the given files, no clock, no store.
 from __future__ import annotations
 
 from ratewarden.deprecation import moved
+from ratewarden.server.config import model
 from ratewarden.server.config.loading import load, loads
-from ratewarden.server.config.model import (
-    ALGORITHM_NAMES,
-    DEFAULT_ALGORITHM,
-    DEFAULT_FAILURE_MODE,
-    FAILURE_MODES,
-    UNIT_NAMES,
-    ConfigError,
-    ConfigProblem,
-    DomainConfig,
-    Level,
-    Limit,
-    Match,
-    Node,
-    RateLimitConfig,
-    Rule,
-)
+from ratewarden.server.config.model import *  # noqa: F403
 
-__all__ = [
-    "ALGORITHM_NAMES",
-    "DEFAULT_ALGORITHM",
-    "DEFAULT_FAILURE_MODE",
-    "FAILURE_MODES",
-    "ConfigError",
-    "ConfigProblem",
-    "DomainConfig",
-    "Level",
-    "Limit",
-    "Match",
-    "Node",
-    "RateLimitConfig",
-    "Rule",
-    "UNIT_NAMES",
-    "load",
-    "loads",
-]
+# The loaders and every name of the rule model: the list is model's own __all__ (as asyncio
+# re-exports its parts), so a name added to the model is exported here too.
+__all__ = ["load", "loads"]
+__all__ += model.__all__
 
 # Names this module used to hold beside __all__, and where they live now: they still
 # resolve, with a DeprecationWarning, for one release (docs/reference.md says so).

@@ -1,27 +1,26 @@
 """Reading one descriptor's ``rate_limit``: its limits, algorithm, failure mode, name, replaces.
 
 ``read_rate_limit`` checks a ``rate_limit`` block with a ``FieldReader``
-(``fields.py``) and returns its ``Rule``, or None with every problem recorded on
-the reader, as ``budget.py`` does for a descriptor's ``budget``. ``reader.py``
+(``fields.py``; each limit with ``limits.py``) and returns its ``Rule``, or None
+with every problem recorded on the reader, as ``budget.py`` does for a
+descriptor's ``budget``. ``reader.py``
 walks the descriptors and calls it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from dataclasses import replace
 from typing import Any
 
 from ratewarden import algorithms
-from ratewarden.errors import ConfigurationError
-from ratewarden.rate import Rate
 from ratewarden.server.config.fields import Entries, FieldReader
+from ratewarden.server.config.limits import read_limit
 from ratewarden.server.config.model import (
     ALGORITHM_NAMES,
     DEFAULT_ALGORITHM,
     DEFAULT_FAILURE_MODE,
     FAILURE_MODES,
-    UNIT_NAMES,
     Limit,
     Rule,
 )
@@ -43,21 +42,14 @@ RATE_LIMIT_KEYS = (
 )
 _LIMIT_KEYS = ("unit", "requests_per_unit", "unit_multiplier", "burst")
 
-_UINT32_MAX = 2**32 - 1
 
+def read_rate_limit(reader: FieldReader, outer: Entries, descriptor: Rule) -> Rule | None:
+    """The descriptor's ``rate_limit`` as a Rule, or None with its problems recorded on reader.
 
-def read_rate_limit(
-    reader: FieldReader,
-    pair: tuple[Any, Any],
-    *,
-    domain: str,
-    path: str,
-    shadow_mode: bool,
-    quota_mode: bool,
-    detailed_metric: bool,
-) -> Rule | None:
-    """The descriptor's ``rate_limit`` as a Rule, or None with its problems recorded on reader."""
-    key_node, node = pair
+    ``outer`` is the descriptor's entries; ``descriptor`` is the rule's domain, path
+    and the descriptor's flags (a Rule without limits); the block fills in the rest.
+    """
+    key_node, node = outer["rate_limit"]
     entries = reader.mapping(node, "rate_limit", RATE_LIMIT_KEYS)
     if entries is None:
         return None
@@ -90,9 +82,8 @@ def read_rate_limit(
         limits = () if single is None else (single,)
     if len(reader.problems) != before:
         return None
-    rule = Rule(
-        domain=domain,
-        path=path,
+    return replace(
+        descriptor,
         source=reader.where(key_node),
         limits=limits,
         unlimited=unlimited,
@@ -100,11 +91,7 @@ def read_rate_limit(
         replaces=replaces,
         algorithm=algorithm,
         failure_mode=failure_mode,
-        shadow_mode=shadow_mode,
-        quota_mode=quota_mode,
-        detailed_metric=detailed_metric,
     )
-    return rule
 
 
 def _check_unlimited(reader: FieldReader, entries: Entries) -> None:
@@ -126,55 +113,16 @@ def _limit(reader: FieldReader, item: Any, algorithm: str) -> Limit | None:
 
 
 def _limit_fields(reader: FieldReader, entries: Entries, node: Any, algorithm: str) -> Limit | None:
-    before = len(reader.problems)
-    unit_found = reader.text(entries, "unit")
-    unit = None
-    if unit_found is None:
-        reader.problem(node, "unit", f"is missing; use one of {', '.join(UNIT_NAMES)}")
-    elif unit_found[1].lower() not in UNIT_NAMES:
-        reader.problem(
-            unit_found[0],
-            "unit",
-            f"invalid rate limit unit {unit_found[1]!r}; use one of {', '.join(UNIT_NAMES)}",
-        )
-    else:
-        unit = unit_found[1].lower()
-    counted = len(reader.problems)
-    rpu = reader.integer(entries, "requests_per_unit", 0, _UINT32_MAX)
-    if rpu is None and len(reader.problems) == counted:
-        reader.problem(
-            node,
-            "requests_per_unit",
-            "is missing; give a whole number (0 blocks every request)",
-        )
-    multiplier = reader.integer(entries, "unit_multiplier", 1, 1_000_000)
-    burst = reader.integer(entries, "burst", 1, _UINT32_MAX)
-    if unit is None or rpu is None or len(reader.problems) != before:
-        return None
-    limit = Limit(
-        requests_per_unit=rpu[1],
-        unit=unit,
-        unit_multiplier=1 if multiplier is None else multiplier[1],
-        burst=None if burst is None else burst[1],
+    return read_limit(
+        reader,
+        entries,
+        node,
+        block="rate limit",
+        count="requests_per_unit",
+        minimum=0,
+        missing="is missing; give a whole number (0 blocks every request)",
+        algorithm=algorithm,
     )
-    rate = None
-    if limit.requests_per_unit > 0:
-        try:
-            rate = Rate(
-                limit.requests_per_unit, timedelta(microseconds=limit.period_us), limit.burst
-            )
-            module = algorithms.ALGORITHMS.get(algorithm)
-            if module is not None:
-                # The algorithm's own checks: window algorithms refuse a burst.
-                module.params(rate)
-        except ConfigurationError as exc:
-            blame = "burst" if burst is not None else "requests_per_unit"
-            reader.problem((burst or rpu)[0], blame, str(exc))
-            return None
-    elif burst is not None:
-        reader.problem(burst[0], "burst", "has no meaning with requests_per_unit: 0")
-        return None
-    return Limit(limit.requests_per_unit, unit, limit.unit_multiplier, limit.burst, rate)
 
 
 def _check_distinct(reader: FieldReader, node: Any, limits: tuple[Limit, ...]) -> None:

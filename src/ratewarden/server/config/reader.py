@@ -218,33 +218,21 @@ class FileReader(FieldReader):
         value = "" if found_value is None else found_value[1]
         path = f"{parent}.{_path_part(key, value)}"
         rule = None
-        shadow_mode = self.flag(entries, "shadow_mode")
-        quota_mode = self.flag(entries, "quota_mode")
-        detailed_metric = self.flag(entries, "detailed_metric")
-        if "rate_limit" in entries:
-            rule = read_rate_limit(
-                self,
-                entries["rate_limit"],
-                domain=domain,
-                path=path,
-                shadow_mode=shadow_mode,
-                quota_mode=quota_mode,
-                detailed_metric=detailed_metric,
-            )
-            if rule is not None:
-                self.rules.append(rule)
-        if "budget" in entries:
-            rule = read_budget(
-                self,
-                entries,
-                domain=domain,
-                path=path,
-                shadow_mode=shadow_mode,
-                quota_mode=quota_mode,
-                detailed_metric=detailed_metric,
-            )
-            if rule is not None:
-                self.rules.append(rule)
+        # What every rule of this descriptor carries; its block adds the rest.
+        descriptor = Rule(
+            domain=domain,
+            path=path,
+            source="",
+            limits=(),
+            shadow_mode=self.flag(entries, "shadow_mode"),
+            quota_mode=self.flag(entries, "quota_mode"),
+            detailed_metric=self.flag(entries, "detailed_metric"),
+        )
+        for block, read in (("rate_limit", read_rate_limit), ("budget", read_budget)):
+            if block in entries:
+                rule = read(self, entries, descriptor)
+                if rule is not None:
+                    self.rules.append(rule)
         share_threshold = self.flag(entries, "share_threshold")
         value_to_metric = self.flag(entries, "value_to_metric")
         metadata: Mapping[str, Any] = MappingProxyType({})

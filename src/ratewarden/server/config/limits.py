@@ -1,0 +1,95 @@
+"""Reading one limit's fields, written alike in a ``rate_limit`` and in a ``budget``.
+
+A limit is a ``unit``, a count per unit (``requests_per_unit`` in a
+``rate_limit``, ``tokens_per_unit`` in a ``budget``), an optional
+``unit_multiplier`` and an optional ``burst``. ``read_limit`` checks them with a
+``FieldReader`` (``fields.py``), builds the ``Rate`` and lets the algorithm
+check it (window algorithms refuse a burst), and returns the ``Limit``, or
+None with every problem recorded on the reader. ``rate_limit.py`` and
+``budget.py`` call it with their count's name and bounds.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from ratewarden import algorithms
+from ratewarden.errors import ConfigurationError
+from ratewarden.rate import Rate
+from ratewarden.server.config.fields import Entries, FieldReader
+from ratewarden.server.config.model import UNIT_NAMES, Limit
+
+__all__ = ["UINT32_MAX", "read_limit"]
+
+#: The largest count or burst: envoyproxy/ratelimit's ``uint32``.
+UINT32_MAX = 2**32 - 1
+
+
+def read_limit(
+    reader: FieldReader,
+    entries: Entries,
+    node: Any,
+    *,
+    block: str,
+    count: str,
+    minimum: int,
+    missing: str,
+    algorithm: str,
+) -> Limit | None:
+    """The limit in ``entries`` (the mapping at ``node``), or None with its problems recorded.
+
+    ``block`` names the block in the unit's message (``rate limit``, ``budget``);
+    ``count`` is the count's key, from ``minimum`` to ``UINT32_MAX``, and ``missing``
+    what to say when it is absent. A count of 0 is a limit without a rate (every
+    request over), which takes no burst.
+    """
+    before = len(reader.problems)
+    unit = _unit(reader, entries, node, block)
+    counted = len(reader.problems)
+    per_unit = reader.integer(entries, count, minimum, UINT32_MAX)
+    if per_unit is None and len(reader.problems) == counted:
+        reader.problem(node, count, missing)
+    multiplier = reader.integer(entries, "unit_multiplier", 1, 1_000_000)
+    burst = reader.integer(entries, "burst", 1, UINT32_MAX)
+    if unit is None or per_unit is None or len(reader.problems) != before:
+        return None
+    limit = Limit(
+        requests_per_unit=per_unit[1],
+        unit=unit,
+        unit_multiplier=1 if multiplier is None else multiplier[1],
+        burst=None if burst is None else burst[1],
+    )
+    rate = None
+    if limit.requests_per_unit > 0:
+        try:
+            rate = Rate(
+                limit.requests_per_unit, timedelta(microseconds=limit.period_us), limit.burst
+            )
+            module = algorithms.ALGORITHMS.get(algorithm)
+            if module is not None:
+                # The algorithm's own checks: window algorithms refuse a burst.
+                module.params(rate)
+        except ConfigurationError as exc:
+            blame = "burst" if burst is not None else count
+            reader.problem((burst or per_unit)[0], blame, str(exc))
+            return None
+    elif burst is not None:
+        reader.problem(burst[0], "burst", f"has no meaning with {count}: 0")
+        return None
+    return Limit(limit.requests_per_unit, unit, limit.unit_multiplier, limit.burst, rate)
+
+
+def _unit(reader: FieldReader, entries: Entries, node: Any, block: str) -> str | None:
+    found = reader.text(entries, "unit")
+    if found is None:
+        reader.problem(node, "unit", f"is missing; use one of {', '.join(UNIT_NAMES)}")
+        return None
+    if found[1].lower() not in UNIT_NAMES:
+        reader.problem(
+            found[0],
+            "unit",
+            f"invalid {block} unit {found[1]!r}; use one of {', '.join(UNIT_NAMES)}",
+        )
+        return None
+    return found[1].lower()
