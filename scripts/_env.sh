@@ -16,11 +16,12 @@ rw_setup() {
         echo "==> creating $VENV"
         "$base" -m venv "$VENV"
     fi
-    # Reinstall only when pyproject.toml, setup.py or the C twin (src/ratewarden/_speedups.c,
-    # built in place when a C compiler is there) changed since the last install of these extras.
+    # Reinstall only when pyproject.toml, setup.py or the C twin of the memory store
+    # (src/ratewarden/storage/_speedups.c, built in place when a C compiler is there) changed
+    # since the last install of these extras.
     local stamp="$VENV/.ratewarden-$extras.stamp"
     if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] \
-        || [ src/ratewarden/_speedups.c -nt "$stamp" ]; then
+        || [ src/ratewarden/storage/_speedups.c -nt "$stamp" ]; then
         echo "==> installing ratewarden[$extras] into $VENV"
         "$PY" -m pip install -q --disable-pip-version-check -e ".[$extras]"
         touch "$stamp"

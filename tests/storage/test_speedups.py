@@ -1,4 +1,4 @@
-"""The memory store's C kernel (``ratewarden._speedups.MemoryKernel``).
+"""The memory store's C kernel (``ratewarden.storage._speedups.MemoryKernel``).
 
 The Python path in ``storage/memory.py`` is the reference. These tests feed the
 same calls to a store deciding in C and to one on the Python path only and
@@ -29,17 +29,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratewarden import AsyncLimiter, Limiter, Rate, _native
+from ratewarden import AsyncLimiter, Limiter, Rate
 from ratewarden.clock import SystemClock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
-from ratewarden.storage import memory
+from ratewarden.storage import _kernel, memory
 from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
 from ratewarden.testing import ManualClock
 
-speedups = pytest.mark.skipif(not memory.SPEEDUPS, reason="ratewarden._speedups is not built")
+speedups = pytest.mark.skipif(
+    not memory.SPEEDUPS, reason="ratewarden.storage._speedups is not built"
+)
 
-SOURCE = Path(__file__).parents[2] / "src" / "ratewarden" / "_speedups.c"
+SOURCE = Path(__file__).parents[2] / "src" / "ratewarden" / "storage" / "_speedups.c"
 
 
 class PureStore(MemoryStore):
@@ -63,7 +65,7 @@ def test_the_kernel_is_built_wherever_a_compiler_is() -> None:
     if os.environ.get("RATEWARDEN_PURE", "") not in ("", "0"):
         pytest.skip("RATEWARDEN_PURE is set")
     assert memory.SPEEDUPS
-    kernel = _native.speedups.MemoryKernel
+    kernel = _kernel.speedups.MemoryKernel
     assert isinstance(MemoryStore(), kernel) and isinstance(AsyncMemoryStore(), kernel)
 
 
@@ -71,7 +73,7 @@ def test_the_kernel_is_built_wherever_a_compiler_is() -> None:
 def test_the_kernel_is_the_stores_hit_at_class_level_with_nothing_patched() -> None:
     """MemoryStore.hit is the kernel's method on the class: no instance gets a ``hit`` of its
     own, and no ``__setattr__`` hook watches the store (clock and max_keys are the kernel's)."""
-    kernel = _native.speedups.MemoryKernel
+    kernel = _kernel.speedups.MemoryKernel
     assert MemoryStore.hit is kernel.decide
     assert AsyncMemoryStore._decide is kernel.decide
     for store in (MemoryStore(), AsyncMemoryStore()):
@@ -479,7 +481,7 @@ def test_a_dropped_store_is_freed() -> None:
 def test_the_kernel_says_what_is_wrong_with_what_it_is_handed() -> None:
     """MemoryKernel's constructor takes every object by keyword and names a bad one; a kernel
     never set up refuses to decide rather than crash."""
-    kernel = _native.speedups.MemoryKernel
+    kernel = _kernel.speedups.MemoryKernel
     handed: dict[str, Any] = {
         "states": OrderedDict(),
         "lock": threading.Lock(),

@@ -2,7 +2,7 @@
 
 ``MemoryStore`` runs the pure algorithms directly, so it is the reference
 behaviour the Redis scripts are tested against. With ``SPEEDUPS`` its base class
-is the C kernel (``ratewarden._speedups.MemoryKernel``): handed the state table,
+is the C kernel (``ratewarden.storage._speedups.MemoryKernel``): handed the state table,
 the lock and the shape cache below at construction, it decides one-rate GCRA
 calls itself and hands every other call to the Python path here.
 
@@ -28,14 +28,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ratewarden import _native as native
 from ratewarden import checks
 from ratewarden.algorithms import concurrency, layered, layered_each
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
-from ratewarden.storage import _plan
+from ratewarden.storage import _kernel, _plan
 from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix
 from ratewarden.storage._ops import Op
 
@@ -48,9 +47,9 @@ DEFAULT_MAX_KEYS = 1_000_000
 _KEEP_EXPIRED_US = 1_000_000
 
 
-_speedups = native.speedups
+_speedups = _kernel.speedups
 
-#: Whether ``MemoryStore`` decides one-rate GCRA calls in C (``ratewarden._speedups``,
+#: Whether ``MemoryStore`` decides one-rate GCRA calls in C (``ratewarden.storage._speedups``,
 #: built when a C compiler was there at install; ``RATEWARDEN_PURE=1`` turns it off).
 SPEEDUPS = _speedups is not None
 
@@ -58,7 +57,7 @@ SPEEDUPS = _speedups is not None
 # ``max_keys`` and decides one-rate GCRA calls over the state it is handed in ``__init__``),
 # else nothing, and both are plain attributes.
 if TYPE_CHECKING:
-    from ratewarden._speedups import MemoryKernel as _Base
+    from ratewarden.storage._speedups import MemoryKernel as _Base
 elif _speedups is not None:
     _Base = _speedups.MemoryKernel
 else:

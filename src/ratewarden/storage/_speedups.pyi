@@ -1,4 +1,4 @@
-"""Types of the optional C extension built from _speedups.c (see ratewarden/_native.py)."""
+"""Types of the optional C extension built from _speedups.c (loaded by storage/_kernel.py)."""
 
 import threading
 from collections import OrderedDict

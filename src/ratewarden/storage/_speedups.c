@@ -1,5 +1,5 @@
 /*
- * ratewarden._speedups: the memory store's kernel in C (ratewarden/_native.py loads it).
+ * ratewarden.storage._speedups: the memory store's kernel in C (storage/_kernel.py loads it).
  *
  * MemoryKernel is the base type of the memory store (storage/memory.py, _MemoryCore). It holds
  * the GCRA step for one rate, a whole cost and an ASCII str key, and the state-table operations
@@ -606,7 +606,7 @@ unlock:
         PyErr_Restore(type, value, traceback);
     }
     if (failed && !PyErr_Occurred()) {
-        PyErr_SetString(PyExc_SystemError, "ratewarden._speedups: failed without an error");
+        PyErr_SetString(PyExc_SystemError, "ratewarden.storage._speedups: failed without an error");
     }
     return NULL;
 }
@@ -890,7 +890,7 @@ static PyMethodDef MemoryKernel_methods[] = {
 
 static PyTypeObject MemoryKernelType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "ratewarden._speedups.MemoryKernel",
+    .tp_name = "ratewarden.storage._speedups.MemoryKernel",
     .tp_doc = PyDoc_STR(
         "MemoryKernel(*, states, lock, shapes, fallback, evict, decision_type, rate_type, "
         "system_clock_type): the memory store's base in C, its one-rate GCRA step over the "
@@ -908,7 +908,7 @@ static PyTypeObject MemoryKernelType = {
 
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "ratewarden._speedups",
+    .m_name = "ratewarden.storage._speedups",
     .m_doc = "The memory store's kernel in C: its one-rate GCRA step over the state table it is "
              "handed (storage/memory.py).",
     .m_size = -1,

@@ -1,0 +1,30 @@
+"""The memory store's optional C kernel, ``ratewarden.storage._speedups``, or None.
+
+Built from ``storage/_speedups.c`` at install when a C compiler is there. It holds
+one type, ``MemoryKernel``: the memory store's base class, deciding one-rate GCRA
+calls over the state table it is handed, with the Python path in
+``storage/memory.py`` as the reference and the fallback; ``RATEWARDEN_PURE=1`` in
+the environment keeps it unused. Private to the storage package: only the memory
+store loads it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["speedups"]
+
+
+def _load() -> Any:
+    if os.environ.get("RATEWARDEN_PURE", "") not in ("", "0"):
+        return None
+    try:
+        from ratewarden.storage import _speedups
+    except ImportError:
+        return None
+    return _speedups
+
+
+#: ``ratewarden.storage._speedups``, or None (not built, or ``RATEWARDEN_PURE=1``).
+speedups: Any = _load()
