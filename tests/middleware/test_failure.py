@@ -326,3 +326,15 @@ def test_a_bad_failure_setting_is_a_configuration_error(
         RateLimitMiddleware(ok, limiter=AsyncLimiter(), rules=rules, **options)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match=message):
         WSGIRateLimitMiddleware(lambda e, s: [], limiter=Limiter(), rules=rules, **options)
+
+
+def test_the_breaker_deprecation_points_at_the_line_that_built_the_middleware() -> None:
+    """``breaker=`` warns once per middleware, and the warning names the caller's file (the
+    line that passed it), for the ASGI and the WSGI middleware alike."""
+    rules = RuleSet([Rule("per-ip", "5/minute")])
+    with pytest.warns(DeprecationWarning, match="give the limiter its breaker") as caught:
+        RateLimitMiddleware(ok, limiter=AsyncLimiter(), rules=rules, breaker=CircuitBreaker())
+        WSGIRateLimitMiddleware(
+            lambda e, s: [], limiter=Limiter(), rules=rules, breaker=CircuitBreaker()
+        )
+    assert [warning.filename for warning in caught] == [__file__, __file__]

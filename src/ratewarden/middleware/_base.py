@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Generic, TypeVar
 
 from ratewarden.errors import ConfigurationError
+from ratewarden.limiter import CircuitBreaker
+from ratewarden.metrics import Metrics
 from ratewarden.middleware._compiled import Compiled
 from ratewarden.middleware._core import RuleSet
 from ratewarden.middleware._failure import FailurePolicy, adopt_breaker
@@ -13,9 +15,15 @@ from ratewarden.middleware._outcome import Outcome
 
 __all__ = ["RateLimitBase"]
 
+#: The app a middleware wraps: an ASGI or a WSGI callable.
+A = TypeVar("A")
+#: The limiter it decides with: a ``Hitter`` (WSGI) or an ``AsyncHitter`` (ASGI).
+H = TypeVar("H")
 
-class RateLimitBase:
-    """The checked settings, the failure policy and the answer to a store failure.
+
+class RateLimitBase(Generic[A, H]):
+    """The constructor of both middlewares: the checked settings, the failure policy and the
+    answer to a store failure.
 
     ``failure_policy`` is the middleware's; ``own_policy`` is that same policy when
     the limiter takes it with each hit (a ratewarden limiter without a policy of
@@ -24,13 +32,14 @@ class RateLimitBase:
 
     def __init__(
         self,
-        app: Any,
-        limiter: Any,
+        app: A,
+        *,
+        limiter: H,
         rules: RuleSet,
-        failure: str,
-        breaker: object,
-        metrics: object,
-        name: str,
+        failure: str = "open",
+        breaker: CircuitBreaker | None = None,
+        metrics: Metrics | None = None,
+        name: str = "middleware",
     ) -> None:
         if not isinstance(rules, RuleSet):
             raise ConfigurationError(f"rules {rules!r} must be a RuleSet")
@@ -42,6 +51,10 @@ class RateLimitBase:
         self.limiter = limiter
         self.rules = rules
         self.own_policy = self.failure_policy.for_limiter(limiter)
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """What a middleware derives from its settings once, at the end of ``__init__``."""
 
     def failed(self, error: Exception, rules: Sequence[Compiled] = ()) -> Outcome:
         """A ``StorageError`` the limiter raised (a limiter that takes no policy): the

@@ -124,7 +124,7 @@ def adopt_breaker(limiter: object, breaker: object, who: str) -> None:
         f"{who}(breaker=...) is deprecated: give the limiter its breaker, "
         "e.g. AsyncLimiter(store, breaker=CircuitBreaker(...))",
         DeprecationWarning,
-        stacklevel=4,  # the middleware's caller (through the shared __init__)
+        stacklevel=3,  # the middleware's caller (adopt_breaker <- the shared __init__ <- it)
     )
     if not isinstance(limiter, DecisionCore):
         raise ConfigurationError(

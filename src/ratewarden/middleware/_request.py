@@ -7,12 +7,11 @@ identity extractors and route lookups are written once for both.
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
+from ratewarden.middleware._types import Message, Receive
 
 __all__ = [
     "ClientGoneError",

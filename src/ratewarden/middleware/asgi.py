@@ -18,26 +18,18 @@ Starlette: the route lookup for ``@exempt`` / ``@limit`` / ``@override``
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable
 from typing import Any
 
 from ratewarden.errors import StorageError
-from ratewarden.limiter import CircuitBreaker
-from ratewarden.metrics import Metrics
 from ratewarden.middleware._base import RateLimitBase
 from ratewarden.middleware._compiled import AsgiAnswer, AsyncHitter, drive_async
-from ratewarden.middleware._core import RuleSet
 from ratewarden.middleware._outcome import PASS, Outcome, encoded, send_asgi
 from ratewarden.middleware._request import from_asgi
 from ratewarden.middleware._routes import starlette_endpoint, undecorated
+from ratewarden.middleware._types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = ["RateLimitMiddleware"]
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def _adding(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
@@ -55,7 +47,7 @@ def _adding(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
     return send_with_headers
 
 
-class RateLimitMiddleware(RateLimitBase):
+class RateLimitMiddleware(RateLimitBase[ASGIApp, AsyncHitter]):
     """Limit HTTP requests to ``app`` by the ``rules``, deciding with ``limiter``.
 
     ``limiter`` is anything with ``async hit(key, rates, cost, *, shadow) -> Decision``:
@@ -73,25 +65,12 @@ class RateLimitMiddleware(RateLimitBase):
     reason. ``breaker`` is deprecated: give the limiter its breaker.
     """
 
-    app: ASGIApp
-
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        limiter: AsyncHitter,
-        rules: RuleSet,
-        failure: str = "open",
-        breaker: CircuitBreaker | None = None,
-        metrics: Metrics | None = None,
-        name: str = "middleware",
-    ) -> None:
-        super().__init__(app, limiter, rules, failure, breaker, metrics, name)
+    def _prepare(self) -> None:
         # The limiter's hit without an await when it decides in this process (hit_now),
         # and then the rule set's scope path bound to it (see RuleSet.scope_decider).
-        self._now: Any = getattr(limiter, "hit_now", None)
+        self._now: Any = getattr(self.limiter, "hit_now", None)
         self._scope_path = (
-            None if self._now is None else rules.scope_decider(self._now, self.own_policy)
+            None if self._now is None else self.rules.scope_decider(self._now, self.own_policy)
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -36,8 +36,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
 from ratewarden.budgets import AsyncTokenBudget, BudgetDecision, Reservation, Usage
 from ratewarden.budgets import provider_headers as budget_headers
@@ -55,16 +54,12 @@ from ratewarden.middleware._request import (
     replay,
 )
 from ratewarden.middleware._rules import Selection, check_name
+from ratewarden.middleware._types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = ["ActualFunc", "EstimateFunc", "TokenBudgetMiddleware"]
 
 log = logging.getLogger("ratewarden.middleware")
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 RawHeaders = Sequence[tuple[bytes, bytes]]
 
 #: What a request is expected to use: a ``Usage``, or its input tokens (the output part is

@@ -28,9 +28,9 @@ docs/middleware.md).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.errors import ConfigurationError, StorageError
@@ -41,6 +41,15 @@ from ratewarden.middleware._identity import ANONYMOUS, KeyFunc
 from ratewarden.middleware._outcome import Outcome, refusal, send_asgi, send_wsgi
 from ratewarden.middleware._request import RequestInfo, from_asgi, from_wsgi
 from ratewarden.middleware._rules import Selection, check_name
+from ratewarden.middleware._types import (
+    ASGIApp,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    StartResponse,
+    WSGIApp,
+)
 
 __all__ = [
     "AsyncSlotLimiter",
@@ -51,14 +60,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("ratewarden.middleware")
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-StartResponse = Callable[..., Any]
-WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
 class SlotLimiter(Protocol):
@@ -245,19 +246,28 @@ def _lapsed(held: _Held, renewed: bool) -> None:
         log.warning("concurrency slot of %s lapsed while streaming", held.lease.key)
 
 
-class ConcurrencyMiddleware:
-    """ASGI: hold one of ``limit`` slots per identity while a request's response is sent.
+#: The app a middleware wraps (ASGI or WSGI) and the limiter whose slots it takes.
+A = TypeVar("A")
+L = TypeVar("L", bound="SlotLimiter | AsyncSlotLimiter")
 
-    Keyword arguments are ``SlotPolicy``'s. ``limiter`` is an ``AsyncLimiter``
-    (or anything with its ``acquire_slot`` / ``release_slot`` / ``renew_slot``).
-    """
 
-    def __init__(self, app: ASGIApp, *, limiter: AsyncSlotLimiter, **policy: Any) -> None:
+class _SlotMiddleware(Generic[A, L]):
+    """The constructor both middlewares share: the app, the limiter, the ``SlotPolicy``."""
+
+    def __init__(self, app: A, *, limiter: L, **policy: Any) -> None:
         if not callable(getattr(limiter, "acquire_slot", None)):
             raise ConfigurationError(f"limiter {limiter!r} has no acquire_slot(key, limit) method")
         self.app = app
         self.limiter = limiter
         self.policy = _policy(policy)
+
+
+class ConcurrencyMiddleware(_SlotMiddleware[ASGIApp, AsyncSlotLimiter]):
+    """ASGI: hold one of ``limit`` slots per identity while a request's response is sent.
+
+    Keyword arguments are ``SlotPolicy``'s. ``limiter`` is an ``AsyncLimiter``
+    (or anything with its ``acquire_slot`` / ``release_slot`` / ``renew_slot``).
+    """
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -304,18 +314,11 @@ class ConcurrencyMiddleware:
                 await self.limiter.release_slot(held.lease)
 
 
-class WSGIConcurrencyMiddleware:
+class WSGIConcurrencyMiddleware(_SlotMiddleware[WSGIApp, SlotLimiter]):
     """WSGI: hold one of ``limit`` slots per identity until the server closes the response.
 
     Keyword arguments are ``SlotPolicy``'s. ``limiter`` is a ``Limiter``.
     """
-
-    def __init__(self, app: WSGIApp, *, limiter: SlotLimiter, **policy: Any) -> None:
-        if not callable(getattr(limiter, "acquire_slot", None)):
-            raise ConfigurationError(f"limiter {limiter!r} has no acquire_slot(key, limit) method")
-        self.app = app
-        self.limiter = limiter
-        self.policy = _policy(policy)
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         request = from_wsgi(environ)

@@ -32,7 +32,7 @@ what ``ratewarden.idempotency`` defines (the records and the store protocols)::
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator
 from http import HTTPStatus
 from io import BytesIO
 from typing import Any
@@ -51,6 +51,15 @@ from ratewarden.middleware._idempotency import (
     tolerated,
 )
 from ratewarden.middleware._request import ClientGoneError, read_body, replay
+from ratewarden.middleware._types import (
+    ASGIApp,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    StartResponse,
+    WSGIApp,
+)
 
 __all__ = [
     "AsyncIdempotencyStore",
@@ -77,15 +86,6 @@ __getattr__ = moved(
         "ratewarden.storage.idempotency",
     ),
 )
-
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-StartResponse = Callable[..., Callable[[bytes], object]]
-WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
 class _Idempotency:

@@ -15,46 +15,26 @@ the failure policy when the limiter's store fails (``_failure``): never a 500.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from ratewarden.errors import StorageError
-from ratewarden.limiter import CircuitBreaker
-from ratewarden.metrics import Metrics
 from ratewarden.middleware._base import RateLimitBase
 from ratewarden.middleware._compiled import Hitter
-from ratewarden.middleware._core import RuleSet
 from ratewarden.middleware._outcome import Outcome, send_wsgi
 from ratewarden.middleware._request import from_wsgi
+from ratewarden.middleware._types import StartResponse, WSGIApp
 
 __all__ = ["WSGIRateLimitMiddleware"]
 
-StartResponse = Callable[..., Any]
-WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
-
-class WSGIRateLimitMiddleware(RateLimitBase):
+class WSGIRateLimitMiddleware(RateLimitBase[WSGIApp, Hitter]):
     """Limit requests to a WSGI ``app`` by the ``rules``, deciding with ``limiter``.
 
     ``limiter`` is anything with ``hit(key, rates, cost, *, shadow) -> Decision``: a
     ``Limiter``, or a two-tier limiter. ``failure``, ``breaker`` (deprecated),
     ``metrics`` and ``name``: the failure policy, as ``RateLimitMiddleware``'s.
     """
-
-    app: WSGIApp
-
-    def __init__(
-        self,
-        app: WSGIApp,
-        *,
-        limiter: Hitter,
-        rules: RuleSet,
-        failure: str = "open",
-        breaker: CircuitBreaker | None = None,
-        metrics: Metrics | None = None,
-        name: str = "middleware",
-    ) -> None:
-        super().__init__(app, limiter, rules, failure, breaker, metrics, name)
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         request = from_wsgi(environ)
