@@ -140,47 +140,47 @@ class PrometheusMetrics(Metrics):
         # (rule, algorithm, outcome) -> the counter's child: labels() validates and locks on
         # every call. Bounded: rules by max_rules (then "other"), algorithms and outcomes fixed.
         self._decision_children: dict[tuple[str, str, str], Any] = {}
-        self._decisions = prometheus_client.Counter(
+        counter, gauge = prometheus_client.Counter, prometheus_client.Gauge
+
+        def made(kind: Any, name: str, doc: str, labels: tuple[str, ...] = (), **extra: Any) -> Any:
+            """One metric of this instance: its namespace, its registry."""
+            return kind(name, doc, labels, namespace=namespace, registry=registry, **extra)
+
+        self._decisions = made(
+            counter,
             "decisions",
             "Rate limit decisions, by rule, algorithm and outcome.",
             ("rule", "algorithm", "outcome"),
-            namespace=namespace,
-            registry=registry,
         )
-        self._degraded = prometheus_client.Counter(
+        self._degraded = made(
+            counter,
             "degraded",
             "Decisions answered by a failure policy because the store was unavailable.",
             ("rule", "mode", "reason"),
-            namespace=namespace,
-            registry=registry,
         )
-        self._breaker_state = prometheus_client.Gauge(
+        self._breaker_state = made(
+            gauge,
             "breaker_state",
             "1 for the circuit breaker's current state, 0 for the others.",
             ("name", "state"),
-            namespace=namespace,
-            registry=registry,
         )
-        self._breaker_transitions = prometheus_client.Counter(
+        self._breaker_transitions = made(
+            counter,
             "breaker_transitions",
             "Circuit breaker entries into each state.",
             ("name", "state"),
-            namespace=namespace,
-            registry=registry,
         )
-        self._store_latency = prometheus_client.Histogram(
+        self._store_latency = made(
+            prometheus_client.Histogram,
             "store_latency_seconds",
             "Store round trip time.",
-            namespace=namespace,
-            registry=registry,
             buckets=LATENCY_BUCKETS,
         )
-        self._region_overshoot = prometheus_client.Gauge(
+        self._region_overshoot = made(
+            gauge,
             "region_overshoot_requests",
             "Requests admitted past a global limit, as the last multi-region sync saw it.",
             ("region",),
-            namespace=namespace,
-            registry=registry,
         )
 
     def _rule(self, rule: str) -> str:
