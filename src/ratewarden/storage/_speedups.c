@@ -1,16 +1,16 @@
 /*
  * ratewarden.storage._speedups: the memory store's kernel in C (storage/_kernel.py loads it).
  *
- * MemoryKernel is the base type of the memory store (storage/memory.py, _MemoryCore). It holds
- * the GCRA step for one rate, a whole cost and an ASCII str key, and the state-table operations
- * that step needs (read, write in place, sweep, and evict through the store's Python method),
- * and nothing else: no Limiter, no middleware. Its method decide(algorithm, key, rates, cost=1)
- * is MemoryStore.hit (assigned at class level, so a call reaches C with no Python frame between)
- * and what AsyncMemoryStore.hit calls. Every call it does not take (another algorithm, layered
- * rates, keywords, another key or cost, numbers beyond the range where 64-bit integers are exact)
- * goes to the Python path it was handed, which stays the reference; the same when the store's
- * lock is held by the Python path. tests/storage/test_speedups.py feeds both the same random
- * sequences and demands identical Decisions and identical stored state.
+ * MemoryKernel is the base type of the memory store (storage/_memory_table.py, MemoryTable). It
+ * holds the GCRA step for one rate, a whole cost and an ASCII str key, and the state-table
+ * operations that step needs (read, write in place, sweep, and evict through the store's Python
+ * method), and nothing else: no Limiter, no middleware. Its method decide(algorithm, key, rates,
+ * cost=1) is MemoryStore.hit (assigned at class level, so a call reaches C with no Python frame
+ * between) and what AsyncMemoryStore.hit calls. Every call it does not take (another algorithm,
+ * layered rates, keywords, another key or cost, numbers beyond the range where 64-bit integers are
+ * exact) goes to the Python path it was handed, which stays the reference; the same when the
+ * store's lock is held by the Python path. tests/storage/test_speedups.py feeds both the same
+ * random sequences and demands identical Decisions and identical stored state.
  *
  * Its interface, and all it knows of the store:
  *   - __init__(*, states, lock, shapes, fallback, evict, decision_type, rate_type,
@@ -910,7 +910,7 @@ static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "ratewarden.storage._speedups",
     .m_doc = "The memory store's kernel in C: its one-rate GCRA step over the state table it is "
-             "handed (storage/memory.py).",
+             "handed (storage/_memory_table.py).",
     .m_size = -1,
 };
 

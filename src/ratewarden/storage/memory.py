@@ -1,202 +1,56 @@
 """The embedded store: state in this process, updated under one lock.
 
 ``MemoryStore`` runs the pure algorithms directly, so it is the reference
-behaviour the Redis scripts are tested against. With ``SPEEDUPS`` its base class
-is the C kernel (``ratewarden.storage._speedups.MemoryKernel``): handed the state table,
-the lock and the shape cache below at construction, it decides one-rate GCRA
-calls itself and hands every other call to the Python path here.
-
-Keys and memory
----------------
-A state expires when it is back to "as if never seen" (the algorithm's TTL):
-a read then finds nothing. States live in an ``OrderedDict``. A key already
-there is updated in place and keeps its position; a new key goes to the end
-and sweeps the oldest end: it takes the two oldest entries out, one after the
-other, and puts back at the end any that did not expire ``_KEEP_EXPIRED_US``
-(a second) ago or more. The expired entry kept for that second lets a key that
-comes back soon be written over in place. Every entry is looked at again within
-half a pass over the store, so it holds at most about twice the keys written
-within the last TTL + 1 s. Past ``max_keys`` the entry at the oldest end is
-dropped (which forgets its usage, so size ``max_keys`` above the number of keys
-active within the longest period).
+behaviour the Redis scripts are tested against; ``AsyncMemoryStore`` is its
+asyncio face (its methods, awaited), with a blocking view for
+``AsyncLimiter.hit_now``. Both are a ``MemoryTable`` (``_memory_table``: the
+state, its expiry and eviction, the Python path of ``hit`` and, with
+``SPEEDUPS``, the C kernel that decides one-rate GCRA calls).
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Coroutine, Sequence
+from types import MethodType
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ratewarden import checks
-from ratewarden.algorithms import concurrency, layered, layered_each
-from ratewarden.clock import Clock, SystemClock
+from ratewarden.algorithms import concurrency, layered_each
+from ratewarden.clock import Clock
 from ratewarden.decision import Decision
-from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
-from ratewarden.storage import _kernel, _plan
-from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix
+from ratewarden.storage import _plan
+from ratewarden.storage._memory_table import SPEEDUPS, MemoryTable
 from ratewarden.storage._ops import Op
 
 __all__ = ["SPEEDUPS", "AsyncMemoryStore", "MemoryStore"]
 
-DEFAULT_MAX_KEYS = 1_000_000
-
-#: Microseconds an expired state stays (unseen: a read treats it as absent) before a sweep
-#: drops it, so that a key coming back soon is written over in place (the C kernel has its copy).
-_KEEP_EXPIRED_US = 1_000_000
+T = TypeVar("T")
+P = ParamSpec("P")
 
 
-_speedups = _kernel.speedups
+class MemoryStore(MemoryTable):
+    """Thread-safe in-process store. ``MemoryStore(clock=ManualClock())`` in tests.
 
-#: Whether ``MemoryStore`` decides one-rate GCRA calls in C (``ratewarden.storage._speedups``,
-#: built when a C compiler was there at install; ``RATEWARDEN_PURE=1`` turns it off).
-SPEEDUPS = _speedups is not None
+    With ``SPEEDUPS``, ``hit`` is the C kernel's ``decide``: it decides calls with one
+    GCRA rate, an ASCII key and a whole cost, and hands every other call to the Python
+    path (``_hit``), which stays the reference.
 
-# The store's base: the C kernel when it is built (it owns the store's ``clock`` and
-# ``max_keys`` and decides one-rate GCRA calls over the state it is handed in ``__init__``),
-# else nothing, and both are plain attributes.
-if TYPE_CHECKING:
-    from ratewarden.storage._speedups import MemoryKernel as _Base
-elif _speedups is not None:
-    _Base = _speedups.MemoryKernel
-else:
-    _Base = object
+    Its methods use only the state ``MemoryTable`` holds: ``AsyncMemoryStore`` awaits
+    them and its blocking view calls them, each on its own state.
+    """
 
-#: ``key + layer suffix`` for a rate's state; ``(kind, Redis-style key)`` for the rest.
-StateKey = str | tuple[str, str]
+    hit = MemoryTable._decide
 
-#: ``(index into keys, state, absolute expiry in us)``, written by ``_transact``.
-Write = tuple[int, Any, int]
+    def hit_all(self, algorithm: str, calls: Sequence[_plan.BatchCall]) -> list[Decision]:
+        """Decide several ``(key, rates, cost)`` calls of ``algorithm`` in one atomic step.
 
-R = TypeVar("R")
-
-
-class _MemoryCore(_Base):
-    """Everything but the calling convention; shared by the sync and async stores."""
-
-    def __init__(
-        self,
-        *,
-        clock: Clock | None = None,
-        max_keys: int = DEFAULT_MAX_KEYS,
-        prefix: str = DEFAULT_PREFIX,
-    ) -> None:
-        if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
-            raise ConfigurationError(f"max_keys {max_keys!r} must be a whole number >= 1")
-        self.prefix = check_prefix(prefix)
-        self.evictions = 0
-        self._lock = threading.Lock()
-        # State key -> (state, expires_at_us), in write order (oldest first). A rate's
-        # state is under the string key + layer suffix; everything else (concurrency
-        # slots, the operations of budgets and fair shares) under a (kind, Redis-style
-        # key) tuple, which no string equals. Rate keys cannot collide with each other:
-        # a suffix is always ":<algorithm>:<limit>:<period us>:<capacity>" (four
-        # fields, no more colons), so the last four ':'-fields of a rate's state key are
-        # its suffix and the rest its key. A string rather than a (key, suffix) tuple
-        # for the hot path: its hash is computed once and kept, where a tuple's is
-        # recomputed on every lookup, and a decision looks its key up three times or
-        # more. An OrderedDict, not a dict: finding
-        # the oldest entry of a dict walks past every slot its deletions left at the
-        # front (3.9 us per write with 10,000 keys written round-robin, against 0.17 us
-        # here), and the sweep and the eviction look at the oldest entry on every write.
-        self._states: OrderedDict[StateKey, tuple[Any, int]] = OrderedDict()
-        self._shapes = _plan.Shapes()
-        if SPEEDUPS:
-            # The kernel is handed everything it works on, once: it reads no attribute of
-            # the store, and hands every call it does not take to the Python path.
-            super().__init__(
-                states=self._states,
-                lock=self._lock,
-                shapes=self._shapes,
-                fallback=type(self)._hit,
-                evict=type(self)._evict,
-                decision_type=Decision,
-                rate_type=Rate,
-                system_clock_type=SystemClock,
-            )
-        # The kernel's own attributes when it is built, so that a new value reaches it.
-        self.clock = clock if clock is not None else SystemClock()
-        self.max_keys = max_keys
-
-    def _read(self, key: StateKey, now: int) -> Any:
-        entry = self._states.get(key)
-        if entry is None:
-            return None
-        if entry[1] <= now:
-            del self._states[key]
-            return None
-        return entry[0]
-
-    def _write(self, key: StateKey, state: Any, expires_at: int, now: int) -> None:
-        """Store ``state`` under ``key`` until ``expires_at``; see "Keys and memory" above.
-
-        A key already held is updated where it stands. A new key goes to the end,
-        then the oldest end is swept and, past ``max_keys``, evicted.
+        All or nothing: when every call is allowed, each consumes its cost;
+        otherwise none consumes anything, a denied call says why (its
+        ``retry_after``), and a call that would have passed on its own is reported
+        allowed with cost 0 (the check it became). Two calls may not count the
+        same key on the same rate. Never None here (see ``RedisStore.hit_all``).
         """
-        states = self._states
-        size = len(states)
-        states[key] = (state, expires_at)
-        if len(states) != size:
-            self._sweep(now)
-            if len(states) > self.max_keys:
-                self._evict()
-
-    def _sweep(self, now: int) -> None:
-        """Take the two oldest keys out, one after the other: one expired for
-        ``_KEEP_EXPIRED_US`` or longer stays out, any other goes back in at the end."""
-        states = self._states
-        for _ in range(2):
-            key, entry = states.popitem(last=False)  # never empty: a key was just added
-            if entry[1] + _KEEP_EXPIRED_US > now:
-                states[key] = entry
-
-    def _evict(self) -> None:
-        """Drop the oldest entries past ``max_keys``, counting them (the kernel calls it too)."""
-        states = self._states
-        while len(states) > self.max_keys:
-            states.popitem(last=False)
-            self.evictions += 1
-
-    def _hit(
-        self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
-    ) -> Decision:
-        """Consume ``cost`` from every rate on ``key`` if all allow; see ``Limiter.hit``."""
-        shape = self._shapes.get(algorithm, rates, cost)
-        if type(key) is not str or not key or not key.isascii():
-            checks.check_key(key)
-        now = self.clock.now_us()
-        cost = shape.cost
-        if shape.single:
-            # One rate (the common case): no layering, one state, one outcome.
-            state_key = key + shape.suffixes[0]
-            with self._lock:
-                entry = self._states.get(state_key)
-                live = entry is not None and entry[1] > now
-                outcome, state, ttl_us = shape.check(
-                    shape.params[0], entry[0] if entry is not None and live else None, now, cost
-                )
-                if outcome[0] and cost > 0 and ttl_us > 0:
-                    # An expired entry is as if never seen, and is written over in place.
-                    self._write(state_key, state, now + ttl_us, now)
-                elif entry is not None and (not live or (outcome[0] and cost > 0)):
-                    del self._states[state_key]  # expired and not written, or back to empty
-            return _plan.single(shape.rates[0], outcome, cost)
-        state_keys = [key + suffix for suffix in shape.suffixes]
-        with self._lock:
-            states = [self._read(k, now) for k in state_keys]
-            outcomes, writes = layered(shape.check, shape.params, states, now, cost)
-            if writes is not None:
-                for state_key, (state, ttl_us) in zip(state_keys, writes, strict=True):
-                    self._keep(state_key, state, ttl_us, now)
-        return _plan.to_decision(shape.rates, outcomes, cost)
-
-    #: The store's hit, with no Python frame in front of C: the kernel's ``decide`` when it is
-    #: built (one-rate GCRA calls in C, every other call handed to ``_hit``), else ``_hit``.
-    _decide = _hit if _speedups is None else _Base.decide
-
-    def _hit_all(self, algorithm: str, calls: Sequence[_plan.BatchCall]) -> list[Decision]:
-        """Several decisions of one algorithm, all or nothing; see ``MemoryStore.hit_all``."""
         found = _plan.batch(self._shapes, algorithm, calls)
         if not found:
             return []
@@ -218,16 +72,18 @@ class _MemoryCore(_Base):
                         self._keep(state_key, write[0], write[1], now)
         return _plan.batch_decisions(found, outcomes, writes is not None)
 
-    def _reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
+    def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
+        """Forget the state of ``key`` under these rates."""
         shape = self._shapes.get(algorithm, rates, 0)
         key = checks.check_key(key)
         with self._lock:
             for suffix in shape.suffixes:
                 self._states.pop(key + suffix, None)
 
-    def _acquire_slot(
+    def acquire_slot(
         self, key: str, limit: int, lease_id: str, slots: int, ttl_us: int
     ) -> Decision:
+        """Hold ``slots`` of ``limit`` concurrent slots on ``key`` for ``ttl_us`` (a lease)."""
         checks.check_slot_request(limit, slots, ttl_us, lease_id)
         state_key = ("slot", _plan.slot_key(self.prefix, key))
         now = self.clock.now_us()
@@ -238,7 +94,8 @@ class _MemoryCore(_Base):
             self._keep(state_key, state, ttl, now)
         return _plan.slot_decision(limit, slots, outcome)
 
-    def _release_slot(self, key: str, lease_id: str) -> bool:
+    def release_slot(self, key: str, lease_id: str) -> bool:
+        """Give the lease's slots back; False if it was not held (expired or never granted)."""
         state_key = ("slot", _plan.slot_key(self.prefix, key))
         lease_id = checks.check_lease_id(lease_id)
         now = self.clock.now_us()
@@ -247,7 +104,8 @@ class _MemoryCore(_Base):
             self._keep(state_key, state, ttl, now)
         return held
 
-    def _renew_slot(self, key: str, lease_id: str, ttl_us: int) -> bool:
+    def renew_slot(self, key: str, lease_id: str, ttl_us: int) -> bool:
+        """Extend a held lease to ``ttl_us`` from now; False if it was not held."""
         state_key = ("slot", _plan.slot_key(self.prefix, key))
         checks.check_slot_request(1, 1, ttl_us, lease_id)
         now = self.clock.now_us()
@@ -256,89 +114,16 @@ class _MemoryCore(_Base):
             self._keep(state_key, state, ttl, now)
         return held
 
-    def _transact(
-        self, keys: Sequence[str], step: Callable[[list[Any], int], tuple[R, Sequence[Write]]]
-    ) -> R:
-        """Run ``step(states, now)`` over string keys under the lock: the twin of one Lua script.
-
-        ``step`` returns its result and the writes ``(index into keys, state,
-        absolute expiry in us)``; an expiry at or before now deletes the key.
-        Operations beyond the rate algorithms (token budgets, fair shares)
-        pass their pure twin here and the same ARGV they send to Redis.
-        """
-        now = self.clock.now_us()
-        state_keys = [("op", key) for key in keys]
-        with self._lock:
-            result, writes = step([self._read(key, now) for key in state_keys], now)
-            for index, state, expires_at in writes:
-                if expires_at > now:
-                    self._write(state_keys[index], state, expires_at, now)
-                else:
-                    self._states.pop(state_keys[index], None)
-        return result
-
-    def _apply(self, op: Op) -> list[int]:
-        """Run ``op``'s pure twin under the lock, as the script would run on Redis."""
+    def apply(self, op: Op) -> list[int]:
+        """Run ``op`` (token budgets, fair shares: ``ratewarden.storage.Op``) atomically: its
+        pure twin under the lock, as the script would run on Redis."""
         reply: list[int] = self._transact(
             op.keys, lambda states, now: op.step(op.args, states, now)
         )
         return reply
 
-    def _keep(self, state_key: StateKey, state: Any, ttl_us: int, now: int) -> None:
-        if ttl_us > 0:
-            self._write(state_key, state, now + ttl_us, now)
-        else:
-            self._states.pop(state_key, None)
-
-    def __len__(self) -> int:
-        """Keys held now, expired ones included until they are swept."""
-        return len(self._states)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._states.clear()
-
-
-class MemoryStore(_MemoryCore):
-    """Thread-safe in-process store. ``MemoryStore(clock=ManualClock())`` in tests.
-
-    With ``SPEEDUPS``, ``hit`` is the C kernel's ``decide``: it decides calls with one
-    GCRA rate, an ASCII key and a whole cost, and hands every other call to the Python
-    path (``_hit``), which stays the reference.
-    """
-
-    hit = _MemoryCore._decide
-
-    def hit_all(self, algorithm: str, calls: Sequence[_plan.BatchCall]) -> list[Decision]:
-        """Decide several ``(key, rates, cost)`` calls of ``algorithm`` in one atomic step.
-
-        All or nothing: when every call is allowed, each consumes its cost;
-        otherwise none consumes anything, a denied call says why (its
-        ``retry_after``), and a call that would have passed on its own is reported
-        allowed with cost 0 (the check it became). Two calls may not count the
-        same key on the same rate. Never None here (see ``RedisStore.hit_all``).
-        """
-        return self._hit_all(algorithm, calls)
-
-    def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
-        self._reset(algorithm, key, rates)
-
-    def acquire_slot(
-        self, key: str, limit: int, lease_id: str, slots: int, ttl_us: int
-    ) -> Decision:
-        return self._acquire_slot(key, limit, lease_id, slots, ttl_us)
-
-    def release_slot(self, key: str, lease_id: str) -> bool:
-        return self._release_slot(key, lease_id)
-
-    def renew_slot(self, key: str, lease_id: str, ttl_us: int) -> bool:
-        return self._renew_slot(key, lease_id, ttl_us)
-
-    def apply(self, op: Op) -> list[int]:
-        """Run ``op`` (token budgets, fair shares: ``ratewarden.storage.Op``) atomically."""
-        return self._apply(op)
-
     def ping(self) -> bool:
+        """Always True: the state is in this process."""
         return True
 
     def close(self) -> None:
@@ -348,36 +133,44 @@ class MemoryStore(_MemoryCore):
         return f"MemoryStore(clock={self.clock!r}, max_keys={self.max_keys})"
 
 
-class AsyncMemoryStore(_MemoryCore):
-    """The asyncio twin of ``MemoryStore``; the same state machine, awaited (and the same
-    C kernel for one-rate GCRA calls with ``SPEEDUPS``)."""
+def _awaited(
+    method: Callable[Concatenate[Any, P], T],
+) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, T]]:
+    """``MemoryStore``'s ``method`` as a coroutine method of ``AsyncMemoryStore`` (the same
+    arguments and docstring): it runs at once, on the async store's own state."""
+
+    async def call(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return method(self, *args, **kwargs)
+
+    call.__name__ = method.__name__
+    call.__qualname__ = f"AsyncMemoryStore.{method.__name__}"
+    call.__doc__ = method.__doc__
+    call.__wrapped__ = method  # type: ignore[attr-defined]  # inspect.signature shows its arguments
+    return call
+
+
+class AsyncMemoryStore(MemoryTable):
+    """The asyncio face of ``MemoryStore``: its methods, awaited, over a state of its own (and
+    the same C kernel for one-rate GCRA calls with ``SPEEDUPS``). Nothing in it waits."""
 
     async def hit(
         self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
     ) -> Decision:
+        """See ``MemoryStore.hit``."""
+        # Written out, not made by _awaited: the hot path, with its arguments positional, as
+        # the kernel takes them.
         return self._decide(algorithm, key, rates, cost)
 
-    async def hit_all(self, algorithm: str, calls: Sequence[_plan.BatchCall]) -> list[Decision]:
-        """See ``MemoryStore.hit_all``."""
-        return self._hit_all(algorithm, calls)
+    hit_all = _awaited(MemoryStore.hit_all)
+    reset = _awaited(MemoryStore.reset)
+    acquire_slot = _awaited(MemoryStore.acquire_slot)
+    release_slot = _awaited(MemoryStore.release_slot)
+    renew_slot = _awaited(MemoryStore.renew_slot)
+    apply = _awaited(MemoryStore.apply)
+    ping = _awaited(MemoryStore.ping)
 
-    async def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
-        self._reset(algorithm, key, rates)
-
-    async def acquire_slot(
-        self, key: str, limit: int, lease_id: str, slots: int, ttl_us: int
-    ) -> Decision:
-        return self._acquire_slot(key, limit, lease_id, slots, ttl_us)
-
-    async def release_slot(self, key: str, lease_id: str) -> bool:
-        return self._release_slot(key, lease_id)
-
-    async def renew_slot(self, key: str, lease_id: str, ttl_us: int) -> bool:
-        return self._renew_slot(key, lease_id, ttl_us)
-
-    async def apply(self, op: Op) -> list[int]:
-        """See ``MemoryStore.apply``."""
-        return self._apply(op)
+    async def aclose(self) -> None:
+        """Nothing to release; present so every async store closes the same way."""
 
     @property
     def immediate(self) -> _BlockingView | None:
@@ -391,18 +184,13 @@ class AsyncMemoryStore(_MemoryCore):
             return None
         return _BlockingView(self)
 
-    async def ping(self) -> bool:
-        return True
-
-    async def aclose(self) -> None:
-        """Nothing to release; present so every async store closes the same way."""
-
     def __repr__(self) -> str:
         return f"AsyncMemoryStore(clock={self.clock!r}, max_keys={self.max_keys})"
 
 
 class _BlockingView:
-    """An ``AsyncMemoryStore`` called without ``await`` (the same state, the same lock)."""
+    """An ``AsyncMemoryStore`` called through ``MemoryStore``'s methods, without ``await``
+    (the same state, the same lock)."""
 
     __slots__ = ("_store", "hit")
 
@@ -414,22 +202,8 @@ class _BlockingView:
     def clock(self) -> Clock:
         return self._store.clock
 
-    def hit_all(self, algorithm: str, calls: Sequence[_plan.BatchCall]) -> list[Decision]:
-        return self._store._hit_all(algorithm, calls)
-
-    def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
-        self._store._reset(algorithm, key, rates)
-
-    def acquire_slot(
-        self, key: str, limit: int, lease_id: str, slots: int, ttl_us: int
-    ) -> Decision:
-        return self._store._acquire_slot(key, limit, lease_id, slots, ttl_us)
-
-    def release_slot(self, key: str, lease_id: str) -> bool:
-        return self._store._release_slot(key, lease_id)
-
-    def renew_slot(self, key: str, lease_id: str, ttl_us: int) -> bool:
-        return self._store._renew_slot(key, lease_id, ttl_us)
-
-    def apply(self, op: Op) -> list[int]:
-        return self._store._apply(op)
+    def __getattr__(self, name: str) -> Any:
+        method = None if name.startswith("_") else getattr(MemoryStore, name, None)
+        if not callable(method):
+            raise AttributeError(f"the blocking view of an AsyncMemoryStore has no {name!r}")
+        return MethodType(method, self._store)
