@@ -25,6 +25,14 @@ __all__ = [
 
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
 _ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z")
+_NAME_RULE = (
+    "{what} name {value!r} must be 1-32 lowercase letters, digits or '_', "
+    "starting with a letter (e.g. 'tokens', 'input_tokens')"
+)
+_ID_RULE = (
+    "{what} {value!r} must be 1-128 characters from A-Z a-z 0-9 _ . : - "
+    "(leave it out to get a random one)"
+)
 
 
 def check_key(key: object) -> str:
@@ -86,19 +94,17 @@ def check_lease_id(lease_id: object) -> str:
 
 def check_name(what: str, name: object) -> str:
     """An axis (or similar) name: lowercase letters, digits and ``_``, starting with a letter."""
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise ConfigurationError(
-            f"{what} name {name!r} must be 1-32 lowercase letters, digits or '_', "
-            "starting with a letter (e.g. 'tokens', 'input_tokens')"
-        )
-    return name
+    return _matched(_NAME, name, what, _NAME_RULE)
 
 
 def check_id(what: str, value: object) -> str:
     """A reservation (or similar) id: 1-128 of ``A-Z a-z 0-9 _ . : -``."""
-    if not isinstance(value, str) or not _ID.match(value):
-        raise ConfigurationError(
-            f"{what} {value!r} must be 1-128 characters from A-Z a-z 0-9 _ . : - "
-            "(leave it out to get a random one)"
-        )
+    return _matched(_ID, value, what, _ID_RULE)
+
+
+def _matched(pattern: re.Pattern[str], value: object, what: str, message: str) -> str:
+    """``value`` when it is a string ``pattern`` matches, else ``message`` (formatted with
+    ``what`` and ``value`` only then) as a ConfigurationError."""
+    if not isinstance(value, str) or not pattern.match(value):
+        raise ConfigurationError(message.format(what=what, value=value))
     return value
