@@ -54,6 +54,7 @@ __all__ = [
     "rate_limit_headers",
     "retry_after_seconds",
     "sf_string",
+    "split_outside_quotes",
     "window",
     "window_t",
 ]
@@ -149,6 +150,32 @@ def sf_string(text: str) -> str:
     """``text`` as an RFC 8941 String: quoted, ``\\`` and ``"`` escaped, non-printables as ``?``."""
     printable = "".join(ch if " " <= ch <= "~" else "?" for ch in text)
     return '"' + printable.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def split_outside_quotes(text: str, separator: str) -> list[str]:
+    """``text`` cut at each ``separator`` outside a quoted string (``\\`` escapes inside one).
+
+    How a header list is read into members (``,``) and a member into parameters
+    (``;``): ``RateLimit`` by the retrying client, ``Forwarded`` by the middleware.
+    Quotes and escapes are kept in the parts; a part is never stripped.
+    """
+    parts: list[str] = []
+    current: list[str] = []
+    quoted = escaped = False
+    for char in text:
+        if escaped:
+            escaped = False
+        elif quoted and char == "\\":
+            escaped = True
+        elif char == '"':
+            quoted = not quoted
+        elif char == separator and not quoted:
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    parts.append("".join(current))
+    return parts
 
 
 def _sf_bytes(data: bytes) -> str:

@@ -16,6 +16,7 @@ from ratewarden.headers import (
     rate_limit_headers,
     retry_after_seconds,
     sf_string,
+    split_outside_quotes,
     window,
 )
 from ratewarden.testing import ManualClock
@@ -236,3 +237,22 @@ def test_bad_options_are_configuration_errors(kwargs: dict[str, object], message
     """Each bad option names itself in a ConfigurationError."""
     with pytest.raises(ConfigurationError, match=message):
         HeaderOptions(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("text", "separator", "parts"),
+    [
+        ('"a";r=0;t=5, "b";r=1', ",", ['"a";r=0;t=5', ' "b";r=1']),
+        ('"a,b";r=0, "c"', ",", ['"a,b";r=0', ' "c"']),
+        (r'"a\"b;c";t=1', ";", [r'"a\"b;c"', "t=1"]),
+        ('for="[::1]:80";by=x', ";", ['for="[::1]:80"', "by=x"]),
+        ("", ",", [""]),
+        ('"open, never closed', ",", ['"open, never closed']),
+    ],
+)
+def test_split_outside_quotes_cuts_only_between_quoted_strings(
+    text: str, separator: str, parts: list[str]
+) -> None:
+    """A separator inside a quoted string (escaped quotes included) does not cut; quotes and
+    blanks are kept; an unclosed quote runs to the end."""
+    assert split_outside_quotes(text, separator) == parts

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 from ratewarden.errors import ConfigurationError
+from ratewarden.headers import split_outside_quotes
 from ratewarden.middleware._request import RequestInfo, from_asgi, header_value
 
 __all__ = [
@@ -193,32 +194,12 @@ def parse_ip(text: str) -> IPAddress | None:
     return address
 
 
-def _split_outside_quotes(text: str, separator: str) -> list[str]:
-    parts: list[str] = []
-    current: list[str] = []
-    quoted = escaped = False
-    for ch in text:
-        if escaped:
-            escaped = False
-        elif ch == "\\" and quoted:
-            escaped = True
-        elif ch == '"':
-            quoted = not quoted
-        elif ch == separator and not quoted:
-            parts.append("".join(current))
-            current = []
-            continue
-        current.append(ch)
-    parts.append("".join(current))
-    return parts
-
-
 def forwarded_for(value: str) -> list[str]:
     """The ``for=`` values of a ``Forwarded`` header (RFC 7239), in order; "" for a hop without."""
     hops = []
-    for element in _split_outside_quotes(value, ","):
+    for element in split_outside_quotes(value, ","):
         found = ""
-        for pair in _split_outside_quotes(element, ";"):
+        for pair in split_outside_quotes(element, ";"):
             name, _, raw = pair.partition("=")
             if name.strip().lower() == "for":
                 found = raw.strip()
