@@ -243,3 +243,28 @@ async def test_async_keyed_post_keeps_its_key(
     assert response.status_code == 200
     keys = [a.idempotency_key for a in throttle_state.attempts[name]]
     assert len(keys) == 3 and len(set(keys)) == 1 and keys[0] is not None
+
+
+async def test_async_give_up_raises_with_the_read_response(
+    throttle_server: LiveASGI, fresh_name: Callable[[], str]
+) -> None:
+    """The asyncio twin gives up as the blocking one does: the error carries the 429, read."""
+    clock, name = RecordingClock(), fresh_name()
+    policy = RetryPolicy(max_attempts=2, raise_on_give_up=True)
+    transport = AsyncRetryTransport(policy=policy, clock=clock, random=lambda: 0.5)
+    async with httpx.AsyncClient(base_url=throttle_server.url, transport=transport) as client:
+        with pytest.raises(RetriesExhaustedError, match="after 2 attempts") as info:
+            await client.get(f"/throttle/{name}", params={"n": 5, "h": "Retry-After:1"})
+    assert info.value.response.status_code == 429
+    assert info.value.response.content == b"slow down"
+    assert clock.slept == [1.5]
+
+
+async def test_async_connection_errors_are_retried_with_backoff_then_raised() -> None:
+    """The asyncio twin on a closed port: the same four backoffs, then the ConnectError."""
+    clock = RecordingClock()
+    transport = AsyncRetryTransport(clock=clock, random=lambda: 0.5)
+    async with httpx.AsyncClient(transport=transport) as client:
+        with pytest.raises(httpx.ConnectError):
+            await client.get(f"http://127.0.0.1:{free_port()}/")
+    assert clock.slept == [0.25, 0.5, 1.0, 2.0]

@@ -95,3 +95,20 @@ def test_session_retries_connection_errors_then_raises() -> None:
     ):
         session.get(f"http://127.0.0.1:{free_port()}/")
     assert clock.slept == [0.25, 0.5, 1.0, 2.0]
+
+
+def test_session_sends_a_generator_body_once(
+    throttle_server: LiveASGI, throttle_state: ThrottleState, fresh_name: Callable[[], str]
+) -> None:
+    """A generator body cannot be sent twice: a keyed POST with one is sent once, key and all."""
+    clock, name = RecordingClock(), fresh_name()
+    policy = RetryPolicy(idempotency_keys=True)
+    with retry_session(policy, clock=clock, key_factory=lambda: "k-9") as session:
+        response = session.post(
+            f"{throttle_server.url}/throttle/{name}",
+            params={"n": 1, "h": "Retry-After:0"},
+            data=(chunk for chunk in [b"part1-", b"part2"]),
+        )
+    assert response.status_code == 429
+    assert [a.idempotency_key for a in throttle_state.attempts[name]] == ["k-9"]
+    assert clock.slept == []

@@ -1,0 +1,90 @@
+"""How long the server asked a client to wait: ``Retry-After``, ``RateLimit``, legacy resets.
+
+Malformed values are ignored (the caller then backs off on its own); parsing never raises.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import re
+from collections.abc import Mapping
+from datetime import UTC
+
+from ratewarden.headers import split_outside_quotes
+
+__all__ = ["retry_hint"]
+
+# Up to 15 digits (an sf-integer), an optional fraction: bounded, so never a huge int parse.
+_NUMBER = re.compile(r"\d{1,15}(?:\.\d{1,9})?")
+# Legacy reset values at or above this are epoch seconds (2001-09-09), below it deltas.
+_EPOCH_THRESHOLD = 1_000_000_000
+
+
+def _seconds(text: str) -> float | None:
+    text = text.strip()
+    return float(text) if _NUMBER.fullmatch(text) else None
+
+
+def _retry_after(value: str, now: float) -> float | None:
+    seconds = _seconds(value)
+    if seconds is not None:
+        return seconds
+    try:
+        when = email.utils.parsedate_to_datetime(value.strip())
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    try:
+        return max(when.timestamp() - now, 0.0)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _ratelimit_field(value: str) -> float | None:
+    """The wait the ``RateLimit`` field asks for: the longest ``t`` among items with ``r=0``.
+
+    Items whose ``r`` or ``t`` is not a plain number are skipped.
+    """
+    waits = []
+    for item in split_outside_quotes(value, ","):
+        params = {}
+        for param in split_outside_quotes(item, ";")[1:]:
+            name, _, text = param.partition("=")
+            params[name.strip().lower()] = _seconds(text)
+        remaining, reset = params.get("r"), params.get("t")
+        if remaining == 0 and reset is not None:
+            waits.append(reset)
+    return max(waits, default=None)
+
+
+def _legacy_reset(headers: Mapping[str, str], prefix: str, now: float) -> float | None:
+    reset = headers.get(f"{prefix}reset")
+    if reset is None:
+        return None
+    remaining = headers.get(f"{prefix}remaining")
+    if remaining is not None and _seconds(remaining) != 0:
+        return None
+    seconds = _seconds(reset)
+    if seconds is None:
+        return None
+    return max(seconds - now, 0.0) if seconds >= _EPOCH_THRESHOLD else seconds
+
+
+def retry_hint(headers: Mapping[str, str], now: float) -> float | None:
+    """Seconds the server asked the client to wait, or None when it gave no usable hint.
+
+    ``headers`` is any mapping of response headers; ``now`` is epoch seconds (for
+    HTTP-dates and epoch resets). Never raises on malformed values.
+    """
+    lowered = {str(name).lower(): str(value) for name, value in headers.items()}
+    for seconds in (
+        _retry_after(lowered["retry-after"], now) if "retry-after" in lowered else None,
+        _ratelimit_field(lowered["ratelimit"]) if "ratelimit" in lowered else None,
+        _legacy_reset(lowered, "x-ratelimit-", now),
+        _legacy_reset(lowered, "ratelimit-", now),
+    ):
+        if seconds is not None and math.isfinite(seconds):
+            return seconds
+    return None

@@ -1,0 +1,156 @@
+"""One request's retries, written once as a flow that every transport drives.
+
+The flow is a generator: it yields *steps*, each a call without arguments (send
+the request once, make its body replayable, close or read a response, sleep on
+the clock), and receives what the call returned; an error the call raised is
+thrown into it at that step. It decides everything else (whether the method is
+retried, the Idempotency-Key, the server's hint, the backoff, the caps). A
+blocking transport's steps return their results (``drive``); an asyncio
+transport's return awaitables (``adrive``). One loop runs both.
+"""
+
+from __future__ import annotations
+
+import functools
+import random as _random
+import uuid
+from collections.abc import Callable, Coroutine, Generator, MutableMapping
+from typing import Any, NamedTuple
+
+from ratewarden.client._hints import retry_hint
+from ratewarden.client._policy import (
+    IDEMPOTENCY_KEY,
+    KEYED_METHODS,
+    RetriesExhaustedError,
+    RetryPolicy,
+)
+from ratewarden.clock import Clock, SystemClock
+from ratewarden.errors import ConfigurationError
+
+__all__ = ["Io", "Retrier", "RetryFlow", "adrive", "drive"]
+
+#: A call without arguments: its result, or (asyncio) an awaitable of it.
+Step = Callable[[], Any]
+#: Yields steps, receives each step's result, returns the response kept.
+RetryFlow = Generator[Step, Any, Any]
+
+
+class Io(NamedTuple):
+    """A transport's I/O as the flow names it: the errors its send raises that are worth
+    another attempt, and the methods that close or read a response (``read``: None when
+    there is nothing to read) and sleep on the clock, blocking or coroutine methods."""
+
+    errors: tuple[type[Exception], ...]
+    close: str
+    read: str | None
+    sleep: str
+
+
+def _new_key() -> str:
+    return str(uuid.uuid4())
+
+
+class Retrier:
+    """Everything but the I/O: the policy, the clock, the jitter and key sources, the flow."""
+
+    __slots__ = ("clock", "io", "key_factory", "policy", "random")
+
+    def __init__(
+        self,
+        policy: RetryPolicy | None,
+        clock: Clock | None,
+        random: Callable[[], float] | None,
+        key_factory: Callable[[], str] | None,
+        io: Io,
+    ) -> None:
+        if policy is not None and not isinstance(policy, RetryPolicy):
+            raise ConfigurationError(f"policy={policy!r}: pass a RetryPolicy")
+        self.policy = policy or RetryPolicy()
+        self.clock: Clock = clock or SystemClock()
+        self.random = random or _random.random
+        self.key_factory = key_factory or _new_key
+        self.io = io
+
+    def flow(
+        self, method: str, headers: MutableMapping[str, str], send: Step, replay: Step | None
+    ) -> RetryFlow:
+        """Send a request (``send``), and again while the policy allows; return the response.
+
+        ``replay`` makes the request's body readable twice (None: it cannot be, so the
+        request is sent once). A retried POST or PATCH gets its Idempotency-Key here.
+        """
+        policy, io = self.policy, self.io
+        method = method.upper()
+        keyed = policy.idempotency_keys and method in KEYED_METHODS
+        if keyed and IDEMPOTENCY_KEY not in headers:
+            headers[IDEMPOTENCY_KEY] = self.key_factory()
+        if not (keyed or method in policy.methods) or replay is None:
+            return (yield send)
+        yield replay
+        attempts, waited = 1, 0.0
+        while True:
+            try:
+                response = yield send
+            except io.errors as exc:
+                if not policy.retry_transport_errors:
+                    raise
+                delay = self._next(attempts, waited, None, f"{type(exc).__name__}: {exc}")
+                if isinstance(delay, str):
+                    raise
+            else:
+                status = response.status_code
+                if status not in policy.statuses:
+                    return response
+                hint = retry_hint(response.headers, self.clock.now())
+                delay = self._next(attempts, waited, hint, f"HTTP {status}")
+                if isinstance(delay, str):
+                    if not policy.raise_on_give_up:
+                        return response
+                    if io.read is not None:
+                        yield getattr(response, io.read)
+                    raise RetriesExhaustedError(f"gave up retrying: {delay}", response)
+                yield getattr(response, io.close)
+            attempts, waited = attempts + 1, waited + delay
+            yield functools.partial(getattr(self.clock, io.sleep), delay)
+
+    def _next(self, attempts: int, waited: float, hint: float | None, what: str) -> float | str:
+        """Seconds before attempt ``attempts + 1``, or (a str) why there is none."""
+        policy = self.policy
+        if attempts >= policy.max_attempts:
+            return f"{what} after {attempts} attempts (max_attempts)"
+        delay = policy.delay(attempts - 1, hint, self.random())
+        if waited + delay > policy.max_wait:
+            return (
+                f"{what}; waiting {delay:.3f} s more would pass max_wait={policy.max_wait:g} s "
+                f"(already waited {waited:.3f} s over {attempts} attempts)"
+            )
+        return delay
+
+
+async def adrive(flow: RetryFlow, *, blocking: bool = False) -> Any:
+    """Run ``flow``: each step awaited, or called (``blocking``: then nothing is awaited)."""
+    try:
+        step = next(flow)
+        while True:
+            try:
+                answer = step() if blocking else await step()
+            except Exception as exc:  # the flow decides which errors are worth a retry
+                step = flow.throw(exc)
+            else:
+                step = flow.send(answer)
+    except StopIteration as done:
+        return done.value
+    finally:
+        flow.close()
+
+
+def drive(flow: RetryFlow) -> Any:
+    """Run ``flow`` with blocking steps: ``adrive`` awaits nothing then, so its coroutine
+    ends at the first resumption, with no event loop."""
+    coroutine: Coroutine[Any, Any, Any] = adrive(flow, blocking=True)
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    coroutine.close()
+    raise RuntimeError("a blocking retry flow awaited something")

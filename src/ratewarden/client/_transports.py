@@ -1,0 +1,154 @@
+"""The retrying transports: httpx (blocking and asyncio) and a requests adapter.
+
+Each drives the one retry flow (``_retry.Retrier.flow``); all a transport says is
+how it sends a request once and what its I/O is called.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import httpx
+
+from ratewarden.client._policy import RetryPolicy
+from ratewarden.client._retry import Io, Retrier, adrive, drive
+from ratewarden.clock import Clock
+from ratewarden.errors import ConfigurationError
+
+__all__ = ["AsyncRetryTransport", "RetryTransport", "retry_adapter", "retry_session"]
+
+# Transport failures worth another attempt; not UnsupportedProtocol or LocalProtocolError,
+# which are mistakes in the request that a retry would only repeat.
+_HTTPX_RETRYABLE = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+
+T = TypeVar("T")
+
+
+class _Retrying(Generic[T]):
+    """What both httpx transports hold: the inner transport and the retrier over its I/O."""
+
+    _IO: Io
+
+    def __init__(
+        self,
+        transport: T | None = None,
+        *,
+        policy: RetryPolicy | None = None,
+        clock: Clock | None = None,
+        random: Callable[[], float] | None = None,
+        key_factory: Callable[[], str] | None = None,
+    ) -> None:
+        self._transport: T = transport or self._default_transport()
+        self._retrier = Retrier(policy, clock, random, key_factory, self._IO)
+
+    def _default_transport(self) -> T:
+        raise NotImplementedError
+
+
+class RetryTransport(_Retrying[httpx.BaseTransport], httpx.BaseTransport):
+    """An httpx transport that retries through ``transport`` (a new HTTPTransport by default)."""
+
+    _IO = Io(_HTTPX_RETRYABLE, close="close", read="read", sleep="sleep")
+
+    def _default_transport(self) -> httpx.BaseTransport:
+        return httpx.HTTPTransport()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request``, waiting and sending again while the policy allows."""
+        send = functools.partial(self._transport.handle_request, request)
+        # request.read: a streamed body must be replayable
+        flow = self._retrier.flow(request.method, request.headers, send, request.read)
+        response: httpx.Response = drive(flow)
+        return response
+
+    def close(self) -> None:
+        self._transport.close()
+
+
+class AsyncRetryTransport(_Retrying[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport):
+    """The asyncio twin of ``RetryTransport``."""
+
+    _IO = Io(_HTTPX_RETRYABLE, close="aclose", read="aread", sleep="asleep")
+
+    def _default_transport(self) -> httpx.AsyncBaseTransport:
+        return httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request``, waiting and sending again while the policy allows."""
+        send = functools.partial(self._transport.handle_async_request, request)
+        flow = self._retrier.flow(request.method, request.headers, send, request.aread)
+        response: httpx.Response = await adrive(flow)
+        return response
+
+    async def aclose(self) -> None:
+        await self._transport.aclose()
+
+
+def _nothing() -> None:
+    """The replay step of a body that is already bytes: nothing to do."""
+
+
+@functools.cache
+def _adapter_class() -> type[Any]:
+    adapters = importlib.import_module("requests.adapters")
+    exceptions = importlib.import_module("requests.exceptions")
+
+    class RetryAdapter(adapters.HTTPAdapter):  # type: ignore[misc, name-defined]
+        """A requests adapter that retries like ``RetryTransport``."""
+
+        # requests reads the body after the adapter returns: nothing to read on giving up.
+        IO = Io((exceptions.ConnectionError, exceptions.Timeout), "close", None, "sleep")
+
+        def __init__(self, retrier: Retrier, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.retrier = retrier
+
+        def send(self, request: Any, **kwargs: Any) -> Any:
+            send = functools.partial(super().send, request, **kwargs)
+            # A generator or file body cannot be sent twice.
+            replay = _nothing if isinstance(request.body, bytes | str | None) else None
+            return drive(self.retrier.flow(request.method or "GET", request.headers, send, replay))
+
+    return RetryAdapter
+
+
+def retry_adapter(
+    policy: RetryPolicy | None = None,
+    *,
+    clock: Clock | None = None,
+    random: Callable[[], float] | None = None,
+    key_factory: Callable[[], str] | None = None,
+    **adapter_kwargs: Any,
+) -> Any:
+    """A ``requests`` HTTPAdapter that retries; mount it on a Session. Needs ``requests``.
+
+    ``adapter_kwargs`` go to ``HTTPAdapter`` (``pool_maxsize`` ...). Leave its own
+    ``max_retries`` alone: it retries failed connections without any backoff.
+    """
+    try:
+        cls = _adapter_class()
+    except ImportError as exc:
+        raise ConfigurationError(
+            "retry_adapter needs the requests package: pip install requests"
+        ) from exc
+    return cls(Retrier(policy, clock, random, key_factory, cls.IO), **adapter_kwargs)
+
+
+def retry_session(
+    policy: RetryPolicy | None = None,
+    *,
+    session: Any = None,
+    clock: Clock | None = None,
+    random: Callable[[], float] | None = None,
+    key_factory: Callable[[], str] | None = None,
+) -> Any:
+    """A ``requests.Session`` (new, or ``session``) with a retrying adapter on http and https."""
+    adapter = retry_adapter(policy, clock=clock, random=random, key_factory=key_factory)
+    if session is None:
+        session = importlib.import_module("requests").Session()
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
