@@ -57,6 +57,7 @@ from dataclasses import dataclass
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
+from ratewarden.simulate._table import aligned
 
 __all__ = [
     "CLOUDFLARE",
@@ -174,7 +175,7 @@ class Accuracy:
 
 @dataclass(slots=True)
 class _Tally:
-    """Running totals of one model's report."""
+    """Running totals of one model's report: the ``Accuracy`` fields of the same names."""
 
     requests: int = 0
     wrongly_allowed: int = 0
@@ -341,6 +342,7 @@ def compare(
     count_all = counting == "all"
     for times in streams:
         _source(times, rate.limit, rate.period_us, count_all, tally)
+    totals = {name: getattr(tally, name) for name in _Tally.__dataclass_fields__}
     return Accuracy(
         model=model,
         rate=str(rate),
@@ -348,16 +350,8 @@ def compare(
         limit=rate.limit,
         load=load,
         sources=sources,
-        requests=tally.requests,
-        wrongly_allowed=tally.wrongly_allowed,
-        wrongly_limited=tally.wrongly_limited,
-        difference_sum=tally.difference_sum,
-        difference_count=tally.difference_count,
-        absolute_sum=tally.absolute_sum,
-        near_sum=tally.near_sum,
-        near_count=tally.near_count,
-        worst=tally.worst,
         periods=periods,
+        **totals,
     )
 
 
@@ -388,12 +382,4 @@ def format_accuracy(rows: Sequence[Accuracy]) -> str:
     lines.append(("cloudflare", "(reported)", "?", "?", "270,000", "400,000,000", "", "",
                   f"{CLOUDFLARE['wrong_share']:.4%}", f"{CLOUDFLARE['mean_difference']:.2%}",
                   "", "", ""))  # fmt: skip
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    text = [
-        "  ".join(
-            cell.ljust(width) if i < 4 else cell.rjust(width)
-            for i, (cell, width) in enumerate(zip(line, widths, strict=True))
-        ).rstrip()
-        for line in lines
-    ]
-    return "\n".join(text) + "\n"
+    return aligned(lines, left=4)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from ratewarden import algorithms
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
+from ratewarden.simulate._table import aligned
 from ratewarden.simulate.runner import START_US, effective_rate, worst_window
 
 __all__ = [
@@ -175,12 +176,4 @@ def format_bursts(rows: Sequence[BurstRow]) -> str:
         )
         for row in rows
     ]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    out = [
-        "  ".join(
-            cell.ljust(width) if i < 2 else cell.rjust(width)
-            for i, (cell, width) in enumerate(zip(line, widths, strict=True))
-        ).rstrip()
-        for line in lines
-    ]
-    return "\n".join(out) + "\n"
+    return aligned(lines, left=2)

@@ -35,11 +35,18 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from decimal import Decimal, InvalidOperation
-from pathlib import Path
 
 from ratewarden.errors import ConfigurationError
+from ratewarden.simulate._pattern import (
+    MAX_ARRIVALS,
+    SECOND_US,
+    Arrival,
+    Horizon,
+    Pattern,
+    Stream,
+    is_whole,
+)
+from ratewarden.simulate._replay import Replay
 
 __all__ = [
     "MAX_ARRIVALS",
@@ -58,83 +65,8 @@ __all__ = [
     "pattern_help",
 ]
 
-_SECOND_US = 1_000_000
-
-#: The most arrivals one run may generate: a run is a picture, not a load test.
-MAX_ARRIVALS = 5_000_000
-
-#: Replay timestamps beyond this many seconds from the epoch are refused (year 5138).
-_MAX_SECONDS = 10**11
-
 #: The most clients a retry storm may have (each keeps a little state).
 MAX_CLIENTS = 100_000
-
-#: ``(time_us, client, cost)``
-Arrival = tuple[int, int, int]
-
-
-@dataclass(frozen=True, slots=True)
-class Horizon:
-    """What a pattern is generated for: ``[start_us, start_us + duration_us)`` against a rate."""
-
-    start_us: int
-    duration_us: int
-    limit: int
-    period_us: int
-
-    @property
-    def end_us(self) -> int:
-        """The first microsecond after the run."""
-        return self.start_us + self.duration_us
-
-    def gap_us(self, load: float) -> float:
-        """Microseconds between requests offered at ``load`` x the rate."""
-        return self.period_us / (self.limit * load)
-
-    def check_volume(self, pattern: str, expected: float) -> None:
-        """Refuse a run that would generate more than ``MAX_ARRIVALS`` arrivals."""
-        if expected > MAX_ARRIVALS:
-            raise ConfigurationError(
-                f"pattern {pattern}: about {expected:,.0f} requests in "
-                f"{self.duration_us / _SECOND_US:g} s is more than {MAX_ARRIVALS:,}; "
-                "shorten the duration or lower the load"
-            )
-
-
-class Stream:
-    """One run of a pattern: its first arrivals, and (when reactive) the clients' next ones."""
-
-    def __init__(self, arrivals: list[Arrival]) -> None:
-        self.arrivals = arrivals
-
-    def after(self, arrival: Arrival, allowed: bool, retry_after_us: int) -> Arrival | None:
-        """The client's next arrival once ``arrival`` was decided; open-loop traffic has none."""
-        return None
-
-
-class Pattern:
-    """A traffic shape; ``start(horizon)`` begins one run of it."""
-
-    __slots__ = ()
-    name = "pattern"
-
-    def start(self, horizon: Horizon) -> Stream:
-        """Begin one run: its first arrivals, and how clients react to decisions."""
-        return Stream(self.arrivals(horizon))
-
-    def arrivals(self, horizon: Horizon) -> list[Arrival]:
-        """The arrivals known before any decision, in time order (each pattern defines them)."""
-        raise NotImplementedError
-
-    def describe(self) -> str:
-        """A short label for tables and plot titles."""
-        return self.name
-
-
-def _positive(name: str, what: str, value: float) -> float:
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigurationError(f"pattern {name}: {what}={value!r} must be a number above 0")
-    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,9 +75,7 @@ class Steady(Pattern):
 
     load: float = 1.0
     name = "steady"
-
-    def __post_init__(self) -> None:
-        _positive(self.name, "load", self.load)
+    positive = ("load",)
 
     def arrivals(self, horizon: Horizon) -> list[Arrival]:
         gap = horizon.gap_us(self.load)
@@ -165,9 +95,7 @@ class Poisson(Pattern):
     load: float = 1.0
     seed: int = 1
     name = "poisson"
-
-    def __post_init__(self) -> None:
-        _positive(self.name, "load", self.load)
+    positive = ("load",)
 
     def arrivals(self, horizon: Horizon) -> list[Arrival]:
         rng = random.Random(self.seed)
@@ -193,14 +121,11 @@ class OnOff(Pattern):
     on: float = 5.0
     off: float = 25.0
     name = "onoff"
-
-    def __post_init__(self) -> None:
-        for what in ("load", "on", "off"):
-            _positive(self.name, what, getattr(self, what))
+    positive = ("load", "on", "off")
 
     def arrivals(self, horizon: Horizon) -> list[Arrival]:
         gap = horizon.gap_us(self.load)
-        on_us, cycle_us = self.on * _SECOND_US, (self.on + self.off) * _SECOND_US
+        on_us, cycle_us = self.on * SECOND_US, (self.on + self.off) * SECOND_US
         cycles = math.ceil(horizon.duration_us / cycle_us)
         horizon.check_volume(self.name, cycles * math.ceil(on_us / gap))
         out: list[Arrival] = []
@@ -255,14 +180,14 @@ class RetryStorm(Pattern):
     cap: float = 30.0
     seed: int = 1
     name = "retry-storm"
+    positive = ("load", "base", "cap")
 
     def __post_init__(self) -> None:
         if not 1 <= self.clients <= MAX_CLIENTS:
             raise ConfigurationError(
                 f"pattern retry-storm: clients={self.clients!r} must be from 1 to {MAX_CLIENTS:,}"
             )
-        for what in ("load", "base", "cap"):
-            _positive(self.name, what, getattr(self, what))
+        Pattern.__post_init__(self)  # zero-argument super() fails in a slots dataclass
 
     def start(self, horizon: Horizon) -> Stream:
         """A reactive stream: each client's next arrival depends on its last decision."""
@@ -297,86 +222,11 @@ class _Storm(Stream):
         else:
             attempt = self.attempts[client]
             self.attempts[client] = attempt + 1
-            wait_us = min(storm.base * 2**attempt, storm.cap) * _SECOND_US
+            wait_us = min(storm.base * 2**attempt, storm.cap) * SECOND_US
             if storm.jitter:
                 wait_us = self.rng.uniform(0, wait_us)
         next_us = time_us + max(int(wait_us), 1)
         return (next_us, client, cost) if next_us < self.horizon.end_us else None
-
-
-@dataclass(frozen=True, slots=True)
-class Replay(Pattern):
-    """The requests of a timestamped log: ``SECONDS [COST]`` or ``ISO-8601 [COST]`` per line."""
-
-    file: str = ""
-    name = "replay"
-
-    def __post_init__(self) -> None:
-        if not self.file:
-            raise ConfigurationError("pattern replay needs file=PATH")
-
-    def arrivals(self, horizon: Horizon) -> list[Arrival]:
-        try:
-            lines = Path(self.file).read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigurationError(f"pattern replay: cannot read {self.file}: {exc}") from exc
-        stamps: list[tuple[int, int]] = []
-        for number, line in enumerate(lines, 1):
-            text = line.split("#", 1)[0].split()
-            if not text:
-                continue
-            stamps.append(self._parse_line(text, f"{self.file}:{number}"))
-        if not stamps:
-            raise ConfigurationError(f"pattern replay: {self.file} has no timestamps")
-        horizon.check_volume(self.name, len(stamps))
-        first = min(stamp for stamp, _ in stamps)
-        out = [(horizon.start_us + stamp - first, 0, cost) for stamp, cost in stamps]
-        return sorted(a for a in out if a[0] < horizon.end_us)
-
-    @staticmethod
-    def _parse_line(text: list[str], where: str) -> tuple[int, int]:
-        """``(time_us, cost)`` of one line: ``SECONDS [COST]`` or ``ISO-8601 [COST]``."""
-        if len(text) > 2:
-            raise ConfigurationError(
-                f"{where}: expected 'SECONDS [COST]' or 'ISO-8601-TIME [COST]', "
-                f"got {' '.join(text)!r}"
-            )
-        stamp = _stamp_us(text[0], where)
-        cost = 1
-        if len(text) == 2:
-            if not _is_whole(text[1]):
-                raise ConfigurationError(f"{where}: cost {text[1]!r} must be a whole number")
-            cost = int(text[1])
-        return stamp, cost
-
-    def describe(self) -> str:
-        return f"replay {Path(self.file).name}"
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _stamp_us(raw: str, where: str) -> int:
-    """Whole microseconds of ``SECONDS`` (exact decimal) or an ISO 8601 time (naive is UTC)."""
-    try:
-        seconds = Decimal(raw)
-    except InvalidOperation:
-        seconds = None
-    if seconds is not None:
-        if not seconds.is_finite():
-            raise ConfigurationError(f"{where}: timestamp {raw!r} is not finite")
-        if abs(seconds) > _MAX_SECONDS:
-            raise ConfigurationError(f"{where}: timestamp {raw!r} is out of range")
-        return int((seconds * _SECOND_US).to_integral_value())
-    try:
-        moment = datetime.fromisoformat(raw)
-    except ValueError:
-        raise ConfigurationError(
-            f"{where}: timestamp {raw!r} is neither seconds nor an ISO 8601 time"
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return (moment - _EPOCH) // timedelta(microseconds=1)
 
 
 def _number(name: str, key: str, raw: str) -> float:
@@ -386,13 +236,8 @@ def _number(name: str, key: str, raw: str) -> float:
         raise ConfigurationError(f"pattern {name}: {key}={raw!r} is not a number") from None
 
 
-def _is_whole(raw: str) -> bool:
-    """ASCII digits only: ``str.isdigit`` also accepts "²", which ``int`` refuses."""
-    return raw.isascii() and raw.isdigit()
-
-
 def _whole(name: str, key: str, raw: str) -> int:
-    if not _is_whole(raw):
+    if not is_whole(raw):
         raise ConfigurationError(f"pattern {name}: {key}={raw!r} must be a whole number")
     return int(raw)
 

@@ -18,6 +18,7 @@ from ratewarden import algorithms
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import Limiter
 from ratewarden.rate import Rate
+from ratewarden.simulate._table import aligned
 from ratewarden.simulate.patterns import MAX_ARRIVALS, Horizon, Pattern
 from ratewarden.testing import ManualClock
 
@@ -207,12 +208,4 @@ def format_table(rows: Sequence[Summary]) -> str:
                 wait,
             )
         )
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    text = []
-    for line in lines:
-        cells = [
-            cell.ljust(width) if i < 3 else cell.rjust(width)
-            for i, (cell, width) in enumerate(zip(line, widths, strict=True))
-        ]
-        text.append("  ".join(cells).rstrip())
-    return "\n".join(text) + "\n"
+    return aligned(lines, left=3)
