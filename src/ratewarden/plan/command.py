@@ -14,6 +14,8 @@ that opens the store, so this package never talks to Redis itself.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import math
 import re
 import sys
@@ -32,7 +34,12 @@ from ratewarden.plan._model import (
 from ratewarden.rate import Rate
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ratewarden.storage.measure import Measured
+
+    #: Makes the converter of the flag it is given (argparse's ``type=``).
+    _Kind = Callable[[str], argparse._ActionType]
 
 __all__ = ["Measure", "add_parser", "main"]
 
@@ -108,11 +115,63 @@ def _share(flag: str) -> argparse._ActionType:
     return convert
 
 
-def _region(raw: str) -> tuple[str, str]:
-    name, eq, rate = raw.partition("=")
-    if not eq or not name.strip() or not rate.strip():
-        raise argparse.ArgumentTypeError(f"--region-rate {raw!r} must look like eu=600/minute")
-    return name.strip(), rate.strip()
+def _named(flag: str) -> argparse._ActionType:
+    def convert(raw: str) -> tuple[str, str]:
+        name, eq, rate = raw.partition("=")
+        if not eq or not name.strip() or not rate.strip():
+            raise argparse.ArgumentTypeError(f"{flag} {raw!r} must look like eu=600/minute")
+        return name.strip(), rate.strip()
+
+    return convert
+
+
+_ZERO_OK = functools.partial(_number, zero_ok=True)
+
+#: The plan's flags in --help order: flag -> (the converter made for it, or None for text;
+#: default; metavar; help). A flag is the PlanInput field of the same name where there is one.
+_FLAGS: dict[str, tuple[_Kind | None, object, str, str]] = {
+    "--rps": (_number, None, "N", "peak requests per second reaching the gateways"),
+    "--local-reject": (_share, 0.0, "SHARE",
+                       "share the local tier rejects before any global check [default: 0]"),
+    "--global-share": (_share, 1.0, "SHARE",
+                       "share of the rest that needs a global check [default: 1]"),
+    "--descriptors": (_number, 1.0, "X", "script calls per global check (descriptors on "
+                      "different keys) [default: 1]"),
+    "--keys": (_whole, None, "N", "active keys at peak"),
+    "--algorithm": (None, "gcra", "NAME",
+                    f"{', '.join(sorted(algorithms.ALGORITHMS))} [default: gcra]"),
+    "--limit": (None, "100/minute", "RATE", "a typical key's limit, for --measure and the "
+                "over-admission bounds [default: 100/minute]"),
+    "--burst": (_whole, None, "N", "that limit's burst (bucket algorithms)"),
+    "--key-bytes": (_number, None, "B",
+                    "Redis memory per key, key name and overhead included (see --measure)"),
+    "--measure": (None, None, "URL", "measure --key-bytes on this Redis (redis://...)"),
+    "--key-length": (_whole, 32, "N", "--measure: characters in a key [default: 32]"),
+    "--primaries": (_whole, None, "N", "Redis primaries (shards)"),
+    "--calls-per-primary": (_number, None, "N", "script calls per second one primary sustains "
+                            "(Redis runs scripts on one core per primary; take it from a load "
+                            "test)"),
+    "--max-utilization": (_share, DEFAULT_MAX_UTILIZATION, "SHARE",
+                          "fill primaries to at most this share [default: 50%%]"),
+    "--bytes-per-call": (_number, DEFAULT_BYTES_PER_CALL, "B",
+                         "request + reply bytes of one call [default: 300]"),
+    "--rtt-ms": (_ZERO_OK, None, "MS", "round trip from a gateway to Redis"),
+    "--timeout-ms": (_number, None, "MS", "the limiter's timeout, for the latency headroom"),
+    "--replicas": (functools.partial(_whole, minimum=0), 0, "N",
+                   "replicas per primary [default: 0]"),
+    "--replication-lag-ms": (_ZERO_OK, None, "MS", "replication lag: what a failover may rewind"),
+    "--instances": (_whole, None, "N", "gateways holding leases"),
+    "--lease": (_whole, None, "K", "units per lease"),
+    "--regions": (_whole, None, "N",
+                  "regions reconciling asynchronously, each at up to the full limit"),
+    "--region-rate": (_named, None, "NAME=RATE",
+                      "one region's peak rate on the key (repeatable), e.g. eu=600/minute"),
+    "--sync-interval-ms": (_number, None, "MS", "how often regions exchange counts"),
+    "--region-lag-ms": (_ZERO_OK, 0.0, "MS",
+                        "delay before a region sees another's counts [default: 0]"),
+}  # fmt: skip
+#: Give one or the other: a number of regions at the full limit, or each region's rate.
+_EITHER = ("--regions", "--region-rate")
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -124,140 +183,17 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog=_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add = parser.add_argument
-    add(
-        "--rps",
-        type=_number("--rps"),
-        required=True,
-        metavar="N",
-        help="peak requests per second reaching the gateways",
-    )
-    add(
-        "--local-reject",
-        type=_share("--local-reject"),
-        default=0.0,
-        metavar="SHARE",
-        help="share the local tier rejects before any global check [default: 0]",
-    )
-    add(
-        "--global-share",
-        type=_share("--global-share"),
-        default=1.0,
-        metavar="SHARE",
-        help="share of the rest that needs a global check [default: 1]",
-    )
-    add(
-        "--descriptors",
-        type=_number("--descriptors"),
-        default=1.0,
-        metavar="X",
-        help="script calls per global check (descriptors on different keys) [default: 1]",
-    )
-    add("--keys", type=_whole("--keys"), metavar="N", help="active keys at peak")
-    add(
-        "--algorithm",
-        default="gcra",
-        metavar="NAME",
-        help=f"{', '.join(sorted(algorithms.ALGORITHMS))} [default: gcra]",
-    )
-    add(
-        "--limit",
-        default="100/minute",
-        metavar="RATE",
-        help="a typical key's limit, for --measure and the over-admission bounds "
-        "[default: 100/minute]",
-    )
-    add(
-        "--burst",
-        type=_whole("--burst"),
-        metavar="N",
-        help="that limit's burst (bucket algorithms)",
-    )
-    add(
-        "--key-bytes",
-        type=_number("--key-bytes"),
-        metavar="B",
-        help="Redis memory per key, key name and overhead included (see --measure)",
-    )
-    add("--measure", metavar="URL", help="measure --key-bytes on this Redis (redis://...)")
-    add(
-        "--key-length",
-        type=_whole("--key-length"),
-        default=32,
-        metavar="N",
-        help="--measure: characters in a key [default: 32]",
-    )
-    add("--primaries", type=_whole("--primaries"), metavar="N", help="Redis primaries (shards)")
-    add(
-        "--calls-per-primary",
-        type=_number("--calls-per-primary"),
-        metavar="N",
-        help="script calls per second one primary sustains (Redis runs scripts on one core "
-        "per primary; take it from a load test)",
-    )
-    add(
-        "--max-utilization",
-        type=_share("--max-utilization"),
-        default=DEFAULT_MAX_UTILIZATION,
-        metavar="SHARE",
-        help="fill primaries to at most this share [default: 50%%]",
-    )
-    add(
-        "--bytes-per-call",
-        type=_number("--bytes-per-call"),
-        default=DEFAULT_BYTES_PER_CALL,
-        metavar="B",
-        help="request + reply bytes of one call [default: 300]",
-    )
-    add(
-        "--rtt-ms",
-        type=_number("--rtt-ms", zero_ok=True),
-        metavar="MS",
-        help="round trip from a gateway to Redis",
-    )
-    add(
-        "--timeout-ms",
-        type=_number("--timeout-ms"),
-        metavar="MS",
-        help="the limiter's timeout, for the latency headroom",
-    )
-    add(
-        "--replicas",
-        type=_whole("--replicas", 0),
-        default=0,
-        metavar="N",
-        help="replicas per primary [default: 0]",
-    )
-    add(
-        "--replication-lag-ms",
-        type=_number("--replication-lag-ms", zero_ok=True),
-        metavar="MS",
-        help="replication lag: what a failover may rewind",
-    )
-    add("--instances", type=_whole("--instances"), metavar="N", help="gateways holding leases")
-    add("--lease", type=_whole("--lease"), metavar="K", help="units per lease")
-    regions = parser.add_mutually_exclusive_group()
-    regions.add_argument(
-        "--regions",
-        type=_whole("--regions"),
-        metavar="N",
-        help="regions reconciling asynchronously, each at up to the full limit",
-    )
-    regions.add_argument(
-        "--region-rate",
-        type=_region,
-        action="append",
-        metavar="NAME=RATE",
-        help="one region's peak rate on the key (repeatable), e.g. eu=600/minute",
-    )
-    add(
-        "--sync-interval-ms",
-        type=_number("--sync-interval-ms"),
-        metavar="MS",
-        help="how often regions exchange counts",
-    )
-    add("--region-lag-ms", type=_number("--region-lag-ms", zero_ok=True), default=0.0,
-        metavar="MS", help="delay before a region sees another's counts [default: 0]")  # fmt: skip
+    either = parser.add_mutually_exclusive_group()
+    for flag, (kind, default, metavar, text) in _FLAGS.items():
+        (either if flag in _EITHER else parser).add_argument(
+            flag,
+            type=str if kind is None else kind(flag),
+            default=default,
+            metavar=metavar,
+            help=text,
+            required=flag == "--rps",
+            action="append" if flag == "--region-rate" else "store",
+        )
 
 
 def _rate(flag: str, text: str, burst: int | None = None) -> Rate:
@@ -265,6 +201,11 @@ def _rate(flag: str, text: str, burst: int | None = None) -> Rate:
         return Rate.parse(text, burst=burst)
     except ConfigurationError as exc:
         raise ConfigurationError(f"{flag} {text!r}: {exc}") from None
+
+
+#: PlanInput's fields: each is given by the flag of the same name (limit, key_bytes and regions
+#: are made from theirs).
+_PLAN_FIELDS = frozenset(field.name for field in dataclasses.fields(PlanInput))
 
 
 def _regions(args: argparse.Namespace, limit: Rate) -> tuple[Region, ...]:
@@ -280,28 +221,14 @@ def _regions(args: argparse.Namespace, limit: Rate) -> tuple[Region, ...]:
 
 def _inputs(args: argparse.Namespace, measured: Measured | None) -> PlanInput:
     limit = _rate("--limit", args.limit, args.burst)
+    flags = {name: value for name, value in vars(args).items() if name in _PLAN_FIELDS}
     return PlanInput(
-        rps=args.rps,
-        local_reject=args.local_reject,
-        global_share=args.global_share,
-        descriptors=args.descriptors,
-        keys=args.keys,
-        algorithm=args.algorithm,
-        limit=limit,
-        key_bytes=measured.key_bytes if measured else args.key_bytes,
-        primaries=args.primaries,
-        calls_per_primary=args.calls_per_primary,
-        max_utilization=args.max_utilization,
-        bytes_per_call=args.bytes_per_call,
-        rtt_ms=args.rtt_ms,
-        timeout_ms=args.timeout_ms,
-        replicas=args.replicas,
-        replication_lag_ms=args.replication_lag_ms,
-        instances=args.instances,
-        lease=args.lease,
-        regions=_regions(args, limit),
-        sync_interval_ms=args.sync_interval_ms,
-        region_lag_ms=args.region_lag_ms,
+        **{
+            **flags,
+            "limit": limit,
+            "key_bytes": measured.key_bytes if measured else args.key_bytes,
+            "regions": _regions(args, limit),
+        }
     )
 
 
