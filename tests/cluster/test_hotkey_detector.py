@@ -52,8 +52,8 @@ def test_memory_is_bounded_by_the_capacity_whatever_the_number_of_keys() -> None
     clock.advance(1.0)
     for n in range(10_000):
         found.record(f"j{n}")
-    assert len(found._current.counts) <= 16
-    assert len(found._previous.counts) <= 16
+    assert len(found._current) <= 16
+    assert len(found._previous) <= 16
 
 
 @settings(max_examples=200, deadline=None)
@@ -74,8 +74,8 @@ def test_space_saving_never_misses_a_key_above_n_over_capacity(
     for key, count in truth.items():
         estimate = found.rate(key)
         if count > slack:
-            assert key in found._current.counts
-        if key in found._current.counts:
+            assert key in found._current
+        if key in found._current:
             assert count <= estimate.rate <= count + slack
             assert estimate.rate - estimate.error <= count
 

@@ -21,9 +21,9 @@ from ratewarden.server.dashboard.live import (
     _bucket,
     key_text,
 )
-from ratewarden.server.dashboard.topk import SpaceSaving, merge
 from ratewarden.server.dashboard.view import TOP_SHOWN, render
 from ratewarden.testing import ManualClock
+from ratewarden.topk import SpaceSaving, merge
 
 T0 = 1_700_006_400.0
 

@@ -1,6 +1,6 @@
 """HotKeyDetector: which keys this process sees above a rate, in bounded memory.
 
-A Space-Saving sketch (Metwally, Agrawal and El Abbadi, 2005) per interval:
+A Space-Saving sketch (Metwally, Agrawal and El Abbadi, 2005; ``ratewarden.topk``) per interval:
 ``capacity`` counters, each a key, its count and the most it may overcount.
 A key already counted adds its cost; a new key takes a free counter, or else
 replaces the smallest one and inherits its count as its error. Its guarantees,
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.errors import ConfigurationError
+from ratewarden.topk import SpaceSaving
 
 __all__ = ["HotKey", "HotKeyDetector"]
 
@@ -47,40 +48,6 @@ def _positive(what: str, value: object) -> float:
     if not 0 < value < math.inf:
         raise ConfigurationError(f"hot-key {what} {value!r} must be a positive, finite number")
     return float(value)
-
-
-class _Sketch:
-    """Space-Saving counters for one interval: key -> count, and key -> possible overcount."""
-
-    __slots__ = ("capacity", "counts", "errors", "total")
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.counts: dict[str, int] = {}
-        self.errors: dict[str, int] = {}
-        self.total = 0
-
-    def add(self, key: str, cost: int) -> int:
-        """Count ``cost`` for ``key``; its estimated count now."""
-        self.total += cost
-        counts = self.counts
-        count = counts.get(key)
-        if count is not None:
-            counts[key] = count = count + cost
-            return count
-        if len(counts) < self.capacity:
-            counts[key] = cost
-            return cost
-        # A scan of ``capacity`` counters (in C), only when a new key meets a full sketch.
-        smallest = min(counts, key=counts.__getitem__)
-        floor = counts.pop(smallest)
-        self.errors.pop(smallest, None)
-        counts[key] = floor + cost
-        self.errors[key] = floor
-        return floor + cost
-
-    def get(self, key: str) -> tuple[int, int]:
-        return self.counts.get(key, 0), self.errors.get(key, 0)
 
 
 class HotKeyDetector:
@@ -124,8 +91,8 @@ class HotKeyDetector:
         self._threshold_count = self.threshold * self.interval_us / 1_000_000
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._lock = threading.Lock()
-        self._current = _Sketch(capacity)
-        self._previous = _Sketch(capacity)
+        self._current = SpaceSaving(capacity)
+        self._previous = SpaceSaving(capacity)
         self._start_us = self._aligned(self.clock.now_us())
 
     def record(self, key: str, cost: int = 1) -> bool:
@@ -136,8 +103,8 @@ class HotKeyDetector:
             raise ConfigurationError(f"hot-key detector: cost {cost!r} must be a whole number >= 0")
         with self._lock:
             weight = self._roll()
-            count = self._current.add(key, cost) if cost else self._current.counts.get(key, 0)
-            old = self._previous.counts.get(key)
+            count = self._current.add(key, cost)  # a cost of 0 only reads the count
+            old = self._previous.count(key)
             estimate = count + weight * old if old else count
         return estimate > self._threshold_count
 
@@ -150,7 +117,7 @@ class HotKeyDetector:
         """Every tracked key whose estimated rate is over the threshold, hottest first."""
         with self._lock:
             weight = self._roll()
-            keys = set(self._current.counts) | set(self._previous.counts)
+            keys = self._current.keys() | self._previous.keys()
             found = [self._estimate(key, weight) for key in keys]
         return sorted((k for k in found if k.rate > self.threshold), key=lambda k: -k.rate)
 
@@ -172,8 +139,8 @@ class HotKeyDetector:
         now = self.clock.now_us()
         if now >= self._start_us + self.interval_us:
             ended_long_ago = now >= self._start_us + 2 * self.interval_us
-            self._previous = _Sketch(self.capacity) if ended_long_ago else self._current
-            self._current = _Sketch(self.capacity)
+            self._previous = SpaceSaving(self.capacity) if ended_long_ago else self._current
+            self._current = SpaceSaving(self.capacity)
             self._start_us = self._aligned(now)
         # A clock stepped back counts into the current interval (weight capped at 1).
         elapsed = min(max(now - self._start_us, 0), self.interval_us)

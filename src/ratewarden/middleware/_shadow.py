@@ -1,10 +1,10 @@
 """What shadow rules would have blocked: counts, first and last time, top keys, in bounded memory.
 
-Top keys are counted with the Space-Saving algorithm (Metwally et al., 2005):
-at most ``capacity`` keys are tracked; a new key evicts the smallest count and
-inherits it. Every key whose true count exceeds ``total / capacity`` is
-tracked, and a tracked key's count over-states its true count by at most
-its ``error`` (reported with it), so the top of the list is right.
+Top keys are counted with the Space-Saving algorithm (Metwally et al., 2005;
+``ratewarden.topk``): at most ``capacity`` keys are tracked; a new key evicts
+the smallest count and inherits it. Every key whose true count exceeds
+``total / capacity`` is tracked, and a tracked key's count over-states its true
+count by at most its ``error`` (reported with it), so the top of the list is right.
 """
 
 from __future__ import annotations
@@ -13,17 +13,14 @@ import threading
 from dataclasses import dataclass
 
 from ratewarden.errors import ConfigurationError
+from ratewarden.topk import Heavy, SpaceSaving
 
 __all__ = ["ShadowLog", "ShadowSummary", "TopKey"]
 
 
 @dataclass(frozen=True, slots=True)
-class TopKey:
+class TopKey(Heavy):
     """A key and how many requests of it would have been blocked (``count - error`` at least)."""
-
-    key: str
-    count: int
-    error: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,30 +35,16 @@ class ShadowSummary:
 
 
 class _RuleLog:
-    __slots__ = ("counts", "errors", "first_at", "last_at", "total")
+    __slots__ = ("first_at", "keys", "last_at")
 
-    def __init__(self, now: float) -> None:
-        self.total = 0
+    def __init__(self, now: float, capacity: int) -> None:
         self.first_at = now
         self.last_at = now
-        self.counts: dict[str, int] = {}
-        self.errors: dict[str, int] = {}
+        self.keys = SpaceSaving(capacity)
 
-    def add(self, key: str, now: float, capacity: int) -> None:
-        self.total += 1
+    def add(self, key: str, now: float) -> None:
         self.last_at = now
-        if key in self.counts:
-            self.counts[key] += 1
-            return
-        if len(self.counts) < capacity:
-            self.counts[key] = 1
-            self.errors[key] = 0
-            return
-        smallest = min(self.counts, key=self.counts.__getitem__)
-        floor = self.counts.pop(smallest)
-        del self.errors[smallest]
-        self.counts[key] = floor + 1
-        self.errors[key] = floor
+        self.keys.add(key)
 
 
 class ShadowLog:
@@ -79,8 +62,8 @@ class ShadowLog:
         with self._lock:
             log = self._rules.get(rule)
             if log is None:
-                log = self._rules[rule] = _RuleLog(now)
-            log.add(key, now, self._capacity)
+                log = self._rules[rule] = _RuleLog(now, self._capacity)
+            log.add(key, now)
 
     def report(self, top: int = 10) -> dict[str, ShadowSummary]:
         """A snapshot per rule that would have blocked something; ``top`` keys, largest first."""
@@ -94,6 +77,5 @@ class ShadowLog:
 
     @staticmethod
     def _summary(name: str, log: _RuleLog, top: int) -> ShadowSummary:
-        ranked = sorted(log.counts.items(), key=lambda item: (-item[1], item[0]))[:top]
-        keys = tuple(TopKey(key, count, log.errors[key]) for key, count in ranked)
-        return ShadowSummary(name, log.total, log.first_at, log.last_at, keys)
+        keys = tuple(TopKey(h.key, h.count, h.error) for h in log.keys.top(top))
+        return ShadowSummary(name, log.keys.total, log.first_at, log.last_at, keys)

@@ -33,7 +33,7 @@ from typing import Any
 
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.labels import bounded
-from ratewarden.server.dashboard.topk import SpaceSaving
+from ratewarden.topk import SpaceSaving
 
 __all__ = [
     "CATEGORIES",

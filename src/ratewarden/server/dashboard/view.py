@@ -32,7 +32,7 @@ from ratewarden.server.dashboard.live import (
     OVER,
     SHADOWED,
 )
-from ratewarden.server.dashboard.topk import Heavy, merge
+from ratewarden.topk import Heavy, merge
 
 __all__ = ["TOP_SHOWN", "WINDOW_S", "render"]
 

@@ -10,6 +10,10 @@ any key heavier than ``total / capacity`` is guaranteed to be tracked.
 server) keeping the same guarantee: a key missing from a full sketch may have
 weighed up to that sketch's smallest count there, which is added to both its
 count and its error.
+
+The one Space-Saving of ratewarden, a leaf: the hot-key detector counts each
+interval with it, the middleware's shadow report the keys a shadow rule would
+have blocked, and the server's dashboard its top keys.
 """
 
 from __future__ import annotations
@@ -42,24 +46,41 @@ class SpaceSaving:
         self._counts: dict[str, int] = {}
         self._errors: dict[str, int] = {}
 
-    def add(self, key: str, weight: int = 1) -> None:
-        """Count ``weight`` (>= 1) more for ``key``."""
-        if weight < 1:
-            return
-        self.total += weight
+    def add(self, key: str, weight: int = 1) -> int:
+        """Count ``weight`` (>= 1) more for ``key``; its count now (0 when untracked).
+
+        A weight below 1 counts nothing and only reads the count.
+        """
         counts = self._counts
-        if key in counts:
-            counts[key] += weight
-            return
+        count = counts.get(key)
+        if weight < 1:
+            return 0 if count is None else count
+        self.total += weight
+        if count is not None:
+            counts[key] = count = count + weight
+            return count
         if len(counts) < self.capacity:
             counts[key] = weight
             self._errors[key] = 0
-            return
+            return weight
         smallest = min(counts, key=counts.__getitem__)
         floor = counts.pop(smallest)
         del self._errors[smallest]
-        counts[key] = floor + weight
+        counts[key] = count = floor + weight
         self._errors[key] = floor
+        return count
+
+    def count(self, key: str) -> int:
+        """``key``'s count; 0 when it is not tracked."""
+        return self._counts.get(key, 0)
+
+    def get(self, key: str) -> tuple[int, int]:
+        """``key``'s ``(count, error)``; ``(0, 0)`` when it is not tracked."""
+        return self._counts.get(key, 0), self._errors.get(key, 0)
+
+    def keys(self) -> set[str]:
+        """The tracked keys."""
+        return set(self._counts)
 
     @property
     def full(self) -> bool:
@@ -80,6 +101,9 @@ class SpaceSaving:
 
     def __len__(self) -> int:
         return len(self._counts)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._counts
 
     def __repr__(self) -> str:
         return f"SpaceSaving(capacity={self.capacity}, tracked={len(self)}, total={self.total})"
