@@ -235,3 +235,12 @@ def test_each_latency_bound_falls_in_its_own_bucket() -> None:
         assert _bucket(bound) == index
         assert _bucket(bound * (1 + 1e-9)) == index + 1
     assert _bucket(0.0) == 0
+
+
+def test_the_sketch_moved_to_ratewarden_topk_and_the_old_import_warns() -> None:
+    """``ratewarden.server.dashboard.topk.SpaceSaving`` is ``ratewarden.topk.SpaceSaving``, with
+    a DeprecationWarning naming the new import."""
+    import ratewarden.server.dashboard.topk as old
+
+    with pytest.warns(DeprecationWarning, match="import SpaceSaving from ratewarden.topk"):
+        assert old.SpaceSaving is SpaceSaving
