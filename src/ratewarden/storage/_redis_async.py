@@ -17,24 +17,19 @@ import redis.asyncio as aredis
 from redis import exceptions as rx
 from redis.crc import key_slot
 
+from ratewarden.storage import _redis_protocol as protocol
 from ratewarden.storage._redis_link import connection_kwargs, describe
 from ratewarden.storage._redis_pipe import Pipe
 from ratewarden.storage._redis_protocol import (
-    MAX_ATTEMPTS,
     ConnectFailed,
     ConnectionFactory,
     Recovery,
     Sendable,
-    as_eval,
-    pack,
-    recovery,
-    unpack,
+    checked,
 )
 from ratewarden.storage._scripts import Script
 
 __all__ = ["AsyncCluster", "AsyncRouter", "AsyncStandalone", "run_script"]
-
-_PING = pack(("PING",))
 
 
 async def run_script(pipe: Pipe, script: Script, packed: bytes) -> Any:
@@ -47,32 +42,19 @@ async def run_script(pipe: Pipe, script: Script, packed: bytes) -> Any:
 
 async def _recover(pipe: Pipe, reply: hiredis.ReplyError, script: Script, packed: bytes) -> Any:
     evalsha = packed
-    for attempt in range(MAX_ATTEMPTS - 1):
-        action = recovery(reply)
-        if action is Recovery.LOAD:
-            # Redis runs one connection's requests in order, so an EVALSHA written after
-            # another waiter's EVAL of the script finds it loaded: a burst of NOSCRIPTs
-            # sends the source (7 KB) once, not once per waiter (28 MB for 4,000 waiters,
-            # which kept Redis busy past the timeout). A second NOSCRIPT sends the EVAL.
-            if attempt == 0 and pipe.loading(script.sha):
-                packed = evalsha
-            else:
-                packed = as_eval(script, evalsha)
-        elif action is Recovery.RECONNECT:
+    for attempt in range(protocol.MAX_ATTEMPTS - 1):
+        # Redis runs one connection's requests in order, so an EVALSHA written after
+        # another waiter's EVAL of the script finds it loaded: a burst of NOSCRIPTs
+        # sends the source (7 KB) once, not once per waiter (28 MB for 4,000 waiters,
+        # which kept Redis busy past the timeout). A second NOSCRIPT sends the EVAL.
+        loading = pipe.loading if attempt == 0 else None
+        reconnect, packed = protocol.retry(reply, script, evalsha, loading)
+        if reconnect:
             pipe.reconnect()
-            packed = evalsha
-        else:
-            raise reply
         reply = await pipe.request(packed)
         if type(reply) is not hiredis.ReplyError:
             return reply
     raise reply
-
-
-def _check(reply: Any) -> Any:
-    if type(reply) is hiredis.ReplyError:
-        raise reply
-    return reply
 
 
 def _factory(
@@ -144,10 +126,10 @@ class AsyncStandalone:
         return reply
 
     async def command(self, route_key: str, *parts: Sendable) -> Any:
-        return _check(await self._pipes.get("", self._make).request(pack(parts)))
+        return checked(await self._pipes.get("", self._make).request(protocol.pack(parts)))
 
     async def ping(self) -> None:
-        _check(await self._pipes.get("", self._make).request(_PING))
+        checked(await self._pipes.get("", self._make).request(protocol.PING))
 
     async def aclose(self) -> None:
         await self._pipes.aclose()
@@ -161,9 +143,7 @@ class AsyncCluster:
         self._client = cluster
         self._timeout = timeout
         self._pipes = _Pipes(timeout)
-        self.where = "Redis Cluster " + ",".join(
-            f"{node.host}:{node.port}" for node in cluster.startup_nodes[:3]
-        )
+        self.where = protocol.cluster_where(cluster.startup_nodes)
 
     def _pipe(self, node: Any) -> Pipe:
         timeout = self._timeout
@@ -185,38 +165,34 @@ class AsyncCluster:
             except ConnectFailed:
                 node = await self._moved_after_failure(node, route_key)
             except hiredis.ReplyError as reply:
-                if recovery(reply) is not Recovery.REDIRECT:
+                if protocol.recovery(reply) is not Recovery.REDIRECT:
                     raise
                 return await self._redirected_eval(script, packed)
         raise ConnectFailed(f"cannot connect to the primary of {route_key!r}")
 
     async def _moved_after_failure(self, node: Any, route_key: str) -> Any:
         await self._client.nodes_manager.initialize()
-        now = await self._node(route_key)
-        if now.name == node.name:
-            raise ConnectFailed(f"cannot connect to {node.name}, still the primary of its slot")
-        return now
+        return protocol.moved(node, await self._node(route_key))
 
     async def _redirected_eval(self, script: Script, packed: bytes) -> Any:
-        client = self._client
-        parts = unpack(packed)
+        evalsha, then_eval = protocol.redirection(script, packed)
         try:
-            return await client.execute_command("EVALSHA", *parts[1:])
+            return await self._client.execute_command(*evalsha)
         except rx.NoScriptError:
-            return await client.execute_command("EVAL", script.source, *parts[2:])
+            return await self._client.execute_command(*then_eval)
 
     async def command(self, route_key: str, *parts: Sendable) -> Any:
-        reply = await self._pipe(await self._node(route_key)).request(pack(parts))
-        if type(reply) is hiredis.ReplyError and recovery(reply) is Recovery.REDIRECT:
+        reply = await self._pipe(await self._node(route_key)).request(protocol.pack(parts))
+        if type(reply) is hiredis.ReplyError and protocol.recovery(reply) is Recovery.REDIRECT:
             return await self._client.execute_command(*parts)
-        return _check(reply)
+        return checked(reply)
 
     async def ping(self) -> None:
         client = self._client
         if client._initialize:
             await client.initialize()
         for node in client.get_primaries():
-            _check(await self._pipe(node).request(_PING))
+            checked(await self._pipe(node).request(protocol.PING))
 
     async def aclose(self) -> None:
         await self._pipes.aclose()

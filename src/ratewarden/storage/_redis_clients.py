@@ -8,6 +8,7 @@ only what provably did not run.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -62,28 +63,45 @@ def _check_connection_options(target: Target, pool: Any) -> None:
         raise _bad_option(target, exc) from exc
 
 
-def sync_client(
-    url: str, timeout: float, options: dict[str, Any]
-) -> redis.Redis | redis.RedisCluster:
-    """The client for ``url``; a Cluster client reads the slot table now."""
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    """One flavour of redis-py (blocking or asyncio): the classes a URL's client is made of."""
+
+    redis: Any
+    sentinel: Any
+    cluster: Any
+    node: Any
+    retry: Any
+    #: Whether a Cluster client reads the slot table when made (so its Redis errors are ours).
+    connects: bool
+
+
+_SYNC = _Kind(redis.Redis, Sentinel, redis.RedisCluster, ClusterNode, Retry, True)
+_ASYNC = _Kind(
+    aredis.Redis, AsyncSentinel, aredis.RedisCluster, AsyncClusterNode, AsyncRetry, False
+)
+
+
+def _client(url: str, timeout: float, options: dict[str, Any], kind: _Kind) -> Any:
+    """The client of ``kind`` for ``url``: a server, a Sentinel's primary or a Cluster."""
     target = parse(url)
     try:
         if target.kind == "redis":
-            client = redis.Redis.from_url(target.url, **client_options(timeout, options))
+            client = kind.redis.from_url(target.url, **client_options(timeout, options))
             _check_connection_options(target, client.connection_pool)
             return client
         merged = _node_options(target, timeout, options)
         if target.kind == "sentinel":
-            sentinel: Any = Sentinel(  # type: ignore[no-untyped-call]
+            sentinel = kind.sentinel(
                 list(target.hosts), sentinel_kwargs=_sentinel_options(target, timeout), **merged
             )
-            primary: redis.Redis = sentinel.master_for(target.service, db=target.db)
-            return primary
-        merged.setdefault("retry", Retry(NoBackoff(), 0))
-        node: Any = ClusterNode
-        nodes = [node(host, port) for host, port in target.hosts]
+            return sentinel.master_for(target.service, db=target.db)
+        merged.setdefault("retry", kind.retry(NoBackoff(), 0))
+        nodes = [kind.node(host, port) for host, port in target.hosts]
+        if not kind.connects:
+            return kind.cluster(startup_nodes=nodes, **merged)
         try:
-            return redis.RedisCluster(startup_nodes=nodes, **merged)
+            return kind.cluster(startup_nodes=nodes, **merged)
         except REDIS_ERRORS as exc:
             raise_storage_error(exc, f"Redis Cluster {redact(url)}", timeout)
     except (TypeError, ValueError) as exc:
@@ -92,27 +110,17 @@ def sync_client(
         raise _bad_option(target, exc) from exc
 
 
+def sync_client(
+    url: str, timeout: float, options: dict[str, Any]
+) -> redis.Redis | redis.RedisCluster:
+    """The client for ``url``; a Cluster client reads the slot table now."""
+    client: redis.Redis | redis.RedisCluster = _client(url, timeout, options, _SYNC)
+    return client
+
+
 def async_client(
     url: str, timeout: float, options: dict[str, Any]
 ) -> aredis.Redis | aredis.RedisCluster:
     """The asyncio client for ``url``; it connects on first use."""
-    target = parse(url)
-    try:
-        if target.kind == "redis":
-            client = aredis.Redis.from_url(target.url, **client_options(timeout, options))
-            _check_connection_options(target, client.connection_pool)
-            return client
-        merged = _node_options(target, timeout, options)
-        if target.kind == "sentinel":
-            sentinel: Any = AsyncSentinel(  # type: ignore[no-untyped-call]
-                list(target.hosts), sentinel_kwargs=_sentinel_options(target, timeout), **merged
-            )
-            primary: aredis.Redis = sentinel.master_for(target.service, db=target.db)
-            return primary
-        merged.setdefault("retry", AsyncRetry(NoBackoff(), 0))
-        nodes = [AsyncClusterNode(host, port) for host, port in target.hosts]
-        return aredis.RedisCluster(startup_nodes=nodes, **merged)
-    except (TypeError, ValueError) as exc:
-        if isinstance(exc, ConfigurationError):
-            raise
-        raise _bad_option(target, exc) from exc
+    client: aredis.Redis | aredis.RedisCluster = _client(url, timeout, options, _ASYNC)
+    return client

@@ -26,16 +26,22 @@ from ratewarden.storage._scripts import Script
 
 __all__ = [
     "MAX_ATTEMPTS",
+    "PING",
     "ConnectFailed",
     "ConnectionFactory",
     "Recovery",
     "Sendable",
     "Template",
     "as_eval",
+    "checked",
+    "cluster_where",
     "eval_command",
     "evalsha_command",
+    "moved",
     "pack",
     "recovery",
+    "redirection",
+    "retry",
     "unpack",
 ]
 
@@ -85,6 +91,60 @@ _CODES = {
 def recovery(reply: hiredis.ReplyError) -> Recovery:
     code = str(reply).split(" ", 1)[0]
     return _CODES.get(code, Recovery.FAIL)
+
+
+def retry(
+    reply: hiredis.ReplyError,
+    script: Script,
+    evalsha: bytes,
+    loading: Callable[[str], bool] | None = None,
+) -> tuple[bool, bytes]:
+    """What to send after the error ``reply`` to the EVALSHA ``evalsha`` of ``script``:
+    ``(reconnect first, request)``; raises ``reply`` when nothing may be sent again.
+
+    After NOSCRIPT the request is the EVAL, unless ``loading(script.sha)`` says an EVAL
+    of it already went out on the same connection (the asyncio pipe's first retry),
+    after which the EVALSHA finds it loaded. Both stores drive this in their loop.
+    """
+    action = recovery(reply)
+    if action is Recovery.LOAD:
+        if loading is not None and loading(script.sha):
+            return False, evalsha
+        return False, as_eval(script, evalsha)
+    if action is Recovery.RECONNECT:
+        return True, evalsha
+    raise reply
+
+
+def checked(reply: Any) -> Any:
+    """``reply``, or raised when it is an error reply."""
+    if type(reply) is hiredis.ReplyError:
+        raise reply
+    return reply
+
+
+#: A packed PING, sent to every server a store uses by its ``ping``.
+PING = pack(("PING",))
+
+
+def cluster_where(nodes: Sequence[Any]) -> str:
+    """How a store names a Redis Cluster in errors and ``repr``: up to three of its nodes."""
+    return "Redis Cluster " + ",".join(f"{node.host}:{node.port}" for node in nodes[:3])
+
+
+def moved(before: Any, now: Any) -> Any:
+    """The slot's primary ``now`` after a failed connect to ``before`` and a refreshed slot
+    table; ``ConnectFailed`` when it is still the node that failed (nothing was sent)."""
+    if now.name == before.name:
+        raise ConnectFailed(f"cannot connect to {before.name}, still the primary of its slot")
+    return now
+
+
+def redirection(script: Script, packed: bytes) -> tuple[list[Any], list[Any]]:
+    """The EVALSHA ``packed`` of ``script`` as redis-py's Cluster client takes it after a
+    MOVED / ASK / TRYAGAIN: its arguments, and those of the EVAL to send on NOSCRIPT."""
+    parts = unpack(packed)
+    return ["EVALSHA", *parts[1:]], ["EVAL", script.source, *parts[2:]]
 
 
 def evalsha_command(script: Script, keys: Sequence[str], args: Sequence[Sendable]) -> bytes:

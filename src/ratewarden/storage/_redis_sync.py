@@ -13,22 +13,12 @@ import redis
 from redis import exceptions as rx
 from redis.crc import key_slot
 
+from ratewarden.storage import _redis_protocol as protocol
 from ratewarden.storage._redis_link import Link, LinkPool
-from ratewarden.storage._redis_protocol import (
-    MAX_ATTEMPTS,
-    ConnectFailed,
-    Recovery,
-    Sendable,
-    as_eval,
-    pack,
-    recovery,
-    unpack,
-)
+from ratewarden.storage._redis_protocol import ConnectFailed, Recovery, Sendable, checked
 from ratewarden.storage._scripts import Script
 
 __all__ = ["Cluster", "Router", "Standalone", "run_script"]
-
-_PING = pack(("PING",))
 
 
 def run_script(link: Link, script: Script, packed: bytes) -> Any:
@@ -42,25 +32,14 @@ def run_script(link: Link, script: Script, packed: bytes) -> Any:
 
 def _recover(link: Link, reply: hiredis.ReplyError, script: Script, packed: bytes) -> Any:
     evalsha = packed
-    for _ in range(MAX_ATTEMPTS - 1):
-        action = recovery(reply)
-        if action is Recovery.LOAD:
-            packed = as_eval(script, evalsha)
-        elif action is Recovery.RECONNECT:
+    for _ in range(protocol.MAX_ATTEMPTS - 1):
+        reconnect, packed = protocol.retry(reply, script, evalsha)
+        if reconnect:
             link.close()
-            packed = evalsha
-        else:
-            raise reply
         reply = link.request(packed)
         if type(reply) is not hiredis.ReplyError:
             return reply
     raise reply
-
-
-def _check(reply: Any) -> Any:
-    if type(reply) is hiredis.ReplyError:
-        raise reply
-    return reply
 
 
 class Router(Protocol):
@@ -101,7 +80,7 @@ class Standalone:
         links = self._links
         link = links.take()
         try:
-            return _check(link.request(pack(parts)))
+            return checked(link.request(protocol.pack(parts)))
         finally:
             links.give(link)
 
@@ -130,9 +109,7 @@ class Cluster:
         self._timeout = timeout
         self._spin = spin
         self._pools: dict[str, LinkPool] = {}
-        self.where = "Redis Cluster " + ",".join(
-            f"{node.host}:{node.port}" for node in cluster.get_nodes()[:3]
-        )
+        self.where = protocol.cluster_where(cluster.get_nodes())
 
     def _links(self, node: Any) -> LinkPool:
         links = self._pools.get(node.name)
@@ -156,7 +133,7 @@ class Cluster:
             except ConnectFailed:
                 node = self._moved_after_failure(node, route_key)
             except hiredis.ReplyError as reply:
-                if recovery(reply) is not Recovery.REDIRECT:
+                if protocol.recovery(reply) is not Recovery.REDIRECT:
                     raise
                 return self._redirected_eval(script, packed)
             finally:
@@ -166,36 +143,32 @@ class Cluster:
     def _moved_after_failure(self, node: Any, route_key: str) -> Any:
         """Refresh the slot table; return the slot's new primary, or re-raise if unchanged."""
         self._client.nodes_manager.initialize()
-        now = self._node(route_key)
-        if now.name == node.name:
-            raise ConnectFailed(f"cannot connect to {node.name}, still the primary of its slot")
-        return now
+        return protocol.moved(node, self._node(route_key))
 
     def _redirected_eval(self, script: Script, packed: bytes) -> Any:
-        client = self._client
-        parts = unpack(packed)
+        evalsha, then_eval = protocol.redirection(script, packed)
         try:
-            return client.execute_command("EVALSHA", *parts[1:])
+            return self._client.execute_command(*evalsha)
         except rx.NoScriptError:
-            return client.execute_command("EVAL", script.source, *parts[2:])
+            return self._client.execute_command(*then_eval)
 
     def command(self, route_key: str, *parts: Sendable) -> Any:
         links = self._links(self._node(route_key))
         link = links.take()
         try:
-            reply = link.request(pack(parts))
+            reply = link.request(protocol.pack(parts))
         finally:
             links.give(link)
-        if type(reply) is hiredis.ReplyError and recovery(reply) is Recovery.REDIRECT:
+        if type(reply) is hiredis.ReplyError and protocol.recovery(reply) is Recovery.REDIRECT:
             return self._client.execute_command(*parts)
-        return _check(reply)
+        return checked(reply)
 
     def ping(self) -> None:
         for node in self._client.get_primaries():
             links = self._links(node)
             link = links.take()
             try:
-                _check(link.request(_PING))
+                checked(link.request(protocol.PING))
             finally:
                 links.give(link)
 
