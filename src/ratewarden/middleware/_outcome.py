@@ -15,7 +15,17 @@ from typing import Any
 
 from ratewarden.headers import Header
 
-__all__ = ["PASS", "Outcome", "Passed", "encoded", "problem", "refusal", "send_asgi", "send_wsgi"]
+__all__ = [
+    "PASS",
+    "Outcome",
+    "Passed",
+    "close_wsgi",
+    "encoded",
+    "problem",
+    "refusal",
+    "send_asgi",
+    "send_wsgi",
+]
 
 _TITLES = {
     409: "Conflict",
@@ -124,3 +134,11 @@ def send_wsgi(start_response: Callable[..., Any], outcome: Outcome, *, head: boo
     included) and no body."""
     start_response(f"{outcome.status} {_TITLES[outcome.status]}", list(outcome.headers))
     return [b""] if head else [outcome.body]
+
+
+def close_wsgi(result: Iterable[bytes]) -> None:
+    """Close an app's WSGI response iterable (``close()`` when it has one), as WSGI asks of
+    whoever wraps it."""
+    close = getattr(result, "close", None)
+    if close is not None:
+        close()

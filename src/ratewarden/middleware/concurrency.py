@@ -38,7 +38,7 @@ from ratewarden.limiter import Lease
 from ratewarden.metrics import Metrics
 from ratewarden.middleware._failure import FailurePolicy
 from ratewarden.middleware._identity import ANONYMOUS, KeyFunc
-from ratewarden.middleware._outcome import Outcome, refusal, send_asgi, send_wsgi
+from ratewarden.middleware._outcome import Outcome, close_wsgi, refusal, send_asgi, send_wsgi
 from ratewarden.middleware._request import RequestInfo, from_asgi, from_wsgi
 from ratewarden.middleware._rules import Selection, check_name
 from ratewarden.middleware._types import (
@@ -376,8 +376,6 @@ class _HeldResponse:
     def close(self) -> None:
         """Close the app's iterable (as WSGI asks), then give the slot back."""
         try:
-            close = getattr(self._result, "close", None)
-            if close is not None:
-                close()
+            close_wsgi(self._result)
         finally:
             self._middleware._release(self._held)

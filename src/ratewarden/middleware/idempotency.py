@@ -50,6 +50,7 @@ from ratewarden.middleware._idempotency import (
     lost,
     tolerated,
 )
+from ratewarden.middleware._outcome import close_wsgi
 from ratewarden.middleware._request import ClientGoneError, read_body, replay
 from ratewarden.middleware._types import (
     ASGIApp,
@@ -289,9 +290,7 @@ class _Recorded:
     def close(self) -> None:
         """Close the app's iterable (WSGI requires it) and release an unsettled key."""
         try:
-            close = getattr(self._result, "close", None)
-            if close is not None:
-                close()
+            close_wsgi(self._result)
         finally:
             self._settle(None)
 
