@@ -39,7 +39,7 @@ class TokenBudget(_BudgetBase["Store", Limiter]):
     Each method is also a flow (``reserve_flow``, ...) to compose with ``yield from``.
     """
 
-    driver = Limiter
+    _driver = Limiter
     reserve = blocking(_BudgetBase.reserve_flow)
     reserve_usage = blocking(_BudgetBase.reserve_usage_flow)
     settle = blocking(_BudgetBase.settle_flow)
@@ -53,7 +53,7 @@ class TokenBudget(_BudgetBase["Store", Limiter]):
 class AsyncTokenBudget(_BudgetBase["AsyncStore", AsyncLimiter]):
     """The asyncio twin of ``TokenBudget`` over ``AsyncMemoryStore`` or ``AsyncRedisStore``."""
 
-    driver = AsyncLimiter
+    _driver = AsyncLimiter
     reserve = awaiting(_BudgetBase.reserve_flow)
     reserve_usage = awaiting(_BudgetBase.reserve_usage_flow)
     settle = awaiting(_BudgetBase.settle_flow)

@@ -166,12 +166,12 @@ class FairShare(_FairBase["Store", Limiter]):
     The store step goes through ``limiter``, a ``Limiter(store)`` made here.
     """
 
-    driver = Limiter
+    _driver = Limiter
     hit = blocking(_FairBase.hit_flow)
 
 
 class AsyncFairShare(_FairBase["AsyncStore", AsyncLimiter]):
     """The asyncio twin of ``FairShare``."""
 
-    driver = AsyncLimiter
+    _driver = AsyncLimiter
     hit = awaiting(_FairBase.hit_flow)

@@ -6,7 +6,7 @@ whose methods are made from the flows with ``blocking`` / ``awaiting``, which
 call ``run``. ``Driven`` is that ``run``: the limiter's own, so a shell over a
 ``Limiter`` blocks and one over an ``AsyncLimiter`` gives an awaitable.
 ``OverStore`` is a twin that takes a store and builds its limiter over it
-(``driver``: ``Limiter`` or ``AsyncLimiter``, named once per shell).
+(``_driver``: ``Limiter`` or ``AsyncLimiter``, named once per shell).
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ class Driven(Generic[L]):
 
 
 class OverStore(Driven[L], Generic[S, L]):
-    """A twin over the store it is given: ``limiter`` is a plain ``driver(store)``."""
+    """A twin over the store it is given: ``limiter`` is a plain ``_driver(store)``."""
 
     #: ``Limiter`` or ``AsyncLimiter``: what the shell builds over its store.
-    driver: ClassVar[Callable[[Any], Any]]
+    _driver: ClassVar[Callable[[Any], Any]]
 
     def __init__(self, store: S) -> None:
         self.store: S = store
-        self.limiter = type(self).driver(store)
+        self.limiter = type(self)._driver(store)

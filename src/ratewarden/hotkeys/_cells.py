@@ -61,12 +61,12 @@ def round_robin() -> Picker:
 class _CellBase(Generic[S, L]):
     """Placement and shares, the cache of double denials, and the flows; everything but I/O.
 
-    ``limiter`` (a plain ``driver(store, algorithm)``: ``Limiter`` or ``AsyncLimiter``)
+    ``limiter`` (a plain ``_driver(store, algorithm)``: ``Limiter`` or ``AsyncLimiter``)
     decides each cell; the flows here compose its ``hit_flow`` and ``peek_flow``.
     """
 
     #: ``Limiter`` or ``AsyncLimiter``: what the shell builds over its store.
-    driver: ClassVar[Callable[..., Any]]
+    _driver: ClassVar[Callable[..., Any]]
 
     def __init__(
         self,
@@ -79,7 +79,7 @@ class _CellBase(Generic[S, L]):
         negative_cache: int | None = DEFAULT_NEGATIVE_KEYS,
     ) -> None:
         self.store: S = store
-        self.limiter: L = type(self).driver(store, algorithm)
+        self.limiter: L = type(self)._driver(store, algorithm)
         limiter = self.limiter
         self.clock = limiter.clock
         self.cells = check_cells(cells)
@@ -222,7 +222,7 @@ class CellLimiter(_CellBase["Store", Limiter]):
     The cells are decided by ``limiter``, a ``Limiter(store, algorithm)`` made here.
     """
 
-    driver = Limiter
+    _driver = Limiter
     hit = blocking(_CellBase.hit_flow)
     used = blocking(_CellBase.used_flow)
     charge = blocking(_CellBase.charge_flow)
@@ -231,7 +231,7 @@ class CellLimiter(_CellBase["Store", Limiter]):
 class AsyncCellLimiter(_CellBase["AsyncStore", AsyncLimiter]):
     """The asyncio twin of ``CellLimiter`` over an ``AsyncStore``; the same options."""
 
-    driver = AsyncLimiter
+    _driver = AsyncLimiter
     hit = awaiting(_CellBase.hit_flow)
     used = awaiting(_CellBase.used_flow)
     charge = awaiting(_CellBase.charge_flow)

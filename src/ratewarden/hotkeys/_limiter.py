@@ -57,15 +57,15 @@ M = TypeVar("M", bound="CellLimiter | TwoTier | AsyncCellLimiter | AsyncTwoTier"
 class _HotBase(Generic[S, L, M]):
     """Settings, the hot set, and the flows of a decision and of moving a key's usage.
 
-    ``limiter`` (a plain ``driver(store, algorithm)``: ``Limiter`` or ``AsyncLimiter``)
+    ``limiter`` (a plain ``_driver(store, algorithm)``: ``Limiter`` or ``AsyncLimiter``)
     decides ordinary keys and carries usage; ``mitigation``'s flows decide hot ones.
     Everything but I/O: the shells' ``hit`` is made of ``hit_flow``.
     """
 
     #: ``Limiter`` or ``AsyncLimiter``: what the shell builds over its store.
-    driver: ClassVar[Callable[..., Any]]
+    _driver: ClassVar[Callable[..., Any]]
     #: The classes a mitigation may be: the shell's cells and two-tier limiter.
-    mitigations: ClassVar[tuple[type, type]]
+    _mitigations: ClassVar[tuple[type, type]]
 
     def __init__(
         self,
@@ -79,8 +79,8 @@ class _HotBase(Generic[S, L, M]):
         max_hot: int = DEFAULT_MAX_HOT,
         clock: Clock | None = None,
     ) -> None:
-        if not isinstance(mitigation, self.mitigations):
-            cells, tier = (_a(kind.__name__) for kind in self.mitigations)
+        if not isinstance(mitigation, self._mitigations):
+            cells, tier = (_a(kind.__name__) for kind in self._mitigations)
             raise ConfigurationError(
                 f"mitigation {mitigation!r} must be {cells} or {tier} with leases"
             )
@@ -90,7 +90,7 @@ class _HotBase(Generic[S, L, M]):
             )
         self.store: S = store
         self.mitigation: M = mitigation
-        self.limiter: L = type(self).driver(store, algorithm)
+        self.limiter: L = type(self)._driver(store, algorithm)
         limiter = self.limiter
         self.algorithm: str = limiter.algorithm
         if mitigation.algorithm != self.algorithm:
@@ -231,16 +231,16 @@ class HotKeyLimiter(_HotBase["Store", Limiter, "CellLimiter | TwoTier"]):
     decided by ``limiter``, a ``Limiter(store, algorithm)`` made here.
     """
 
-    driver = Limiter
-    mitigations = (CellLimiter, TwoTier)
+    _driver = Limiter
+    _mitigations = (CellLimiter, TwoTier)
     hit = blocking(_HotBase.hit_flow)
 
 
 class AsyncHotKeyLimiter(_HotBase["AsyncStore", AsyncLimiter, "AsyncCellLimiter | AsyncTwoTier"]):
     """The asyncio twin of ``HotKeyLimiter``, with an ``AsyncCellLimiter`` or ``AsyncTwoTier``."""
 
-    driver = AsyncLimiter
-    mitigations = (AsyncCellLimiter, AsyncTwoTier)
+    _driver = AsyncLimiter
+    _mitigations = (AsyncCellLimiter, AsyncTwoTier)
     hit = awaiting(_HotBase.hit_flow)
 
 
