@@ -183,13 +183,14 @@ def test_ping_answers_true_when_every_server_answers(client: Client) -> None:
 
 
 def test_generic_script_entry_point_returns_the_raw_reply(client: Client) -> None:
-    """_eval runs a named script on the keys' server with NOSCRIPT handling, for other scripts."""
+    """A script call (``_script_call``, run by ``_run``) runs a named script on the keys'
+    server with NOSCRIPT handling, for other scripts than the rate algorithms'."""
     store = RedisStore(client, clock=ManualClock(), timeout=STORE_TIMEOUT)
     plan = build("gcra", "rw", "k", WORKED, 1)
     args = ["1700000000000000", 1, *plan.params[0]]
-    first = store._eval("gcra", plan.keys, args)
+    first = store._run(store._script_call("gcra", plan.keys, args, list))
     flush_scripts(client)
-    second = store._eval("gcra", plan.keys, args)
+    second = store._run(store._script_call("gcra", plan.keys, args, list))
     assert first[1] == second[1] == 1
     assert (first[3], second[3]) == (19, 18)
 

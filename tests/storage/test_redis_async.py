@@ -118,12 +118,13 @@ async def test_reset_and_ping(async_client: AsyncClient) -> None:
 
 
 async def test_generic_script_entry_point(async_client: AsyncClient) -> None:
-    """The async _eval runs a named script and returns its raw reply, reloading it if needed."""
+    """The async store runs a script call (``_script_call``) and returns its raw reply,
+    reloading the script if needed."""
     store = AsyncRedisStore(async_client, clock=ManualClock(), timeout=STORE_TIMEOUT)
     plan = build("gcra", "rw", "k", WORKED, 1)
     args = ["1700000000000000", 1, *plan.params[0]]
     await flush_scripts(async_client)
-    reply = await store._eval("gcra", plan.keys, args)
+    reply = await store._run(store._script_call("gcra", plan.keys, args, list))
     assert (reply[1], reply[3]) == (1, 19)
     await store.aclose()
 

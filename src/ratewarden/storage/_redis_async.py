@@ -68,6 +68,7 @@ class AsyncRouter(Protocol):
     """See ``_redis_sync.Router``."""
 
     where: str
+    clustered: bool
 
     async def eval(self, script: Script, route_key: str, packed: bytes) -> Any: ...
 
@@ -107,6 +108,8 @@ class _Pipes:
 class AsyncStandalone:
     """One server: a plain Redis, or the primary a Sentinel names."""
 
+    clustered = False
+
     def __init__(self, client: aredis.Redis, timeout: float) -> None:
         self._pool = client.connection_pool
         self._timeout = timeout
@@ -137,6 +140,8 @@ class AsyncStandalone:
 
 class AsyncCluster:
     """See ``_redis_sync.Cluster``: the same routing, over one pipe per primary."""
+
+    clustered = True
 
     def __init__(self, client: aredis.RedisCluster, timeout: float) -> None:
         cluster: Any = client  # redis-py's cluster API is untyped

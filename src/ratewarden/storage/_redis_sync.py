@@ -46,6 +46,8 @@ class Router(Protocol):
     """What the store asks of a router; errors come out raw, for the store to map."""
 
     where: str
+    #: A Redis Cluster: one script's keys must hash to one slot.
+    clustered: bool
 
     def eval(self, script: Script, route_key: str, packed: bytes) -> Any:
         """Run the EVALSHA ``packed`` of ``script`` on the server of ``route_key``.
@@ -63,6 +65,8 @@ class Router(Protocol):
 
 class Standalone:
     """One server: a plain Redis, or the primary a Sentinel names."""
+
+    clustered = False
 
     def __init__(self, client: redis.Redis, timeout: float, spin: float) -> None:
         self._links = LinkPool.for_pool(client.connection_pool, timeout, spin)
@@ -102,6 +106,8 @@ class Cluster:
     Errors after a command may have run are never retried here: a decision is
     not idempotent.
     """
+
+    clustered = True
 
     def __init__(self, client: redis.RedisCluster, timeout: float, spin: float) -> None:
         cluster: Any = client  # redis-py's cluster API is untyped

@@ -37,161 +37,37 @@ write. See docs/performance.md.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 import redis
 import redis.asyncio as aredis
-from redis.crc import key_slot
 
-from ratewarden import checks
-from ratewarden.clock import Clock, SystemClock
+from ratewarden.clock import Clock
 from ratewarden.decision import Decision
-from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.storage import _plan
-from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix, escape
+from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix
 from ratewarden.storage._ops import Op
 from ratewarden.storage._redis_async import AsyncCluster, AsyncRouter, AsyncStandalone
 from ratewarden.storage._redis_clients import async_client, sync_client
 from ratewarden.storage._redis_errors import REDIS_ERRORS, raise_storage_error
 from ratewarden.storage._redis_link import DEFAULT_SPIN
-from ratewarden.storage._redis_protocol import Sendable, Template, evalsha_command
+from ratewarden.storage._redis_store import (
+    DEFAULT_TIMEOUT,
+    Call,
+    RedisBase,
+    check_spin,
+    check_timeout,
+)
 from ratewarden.storage._redis_sync import Cluster, Router, Standalone
-from ratewarden.storage._scripts import Script, script
 
 __all__ = ["DEFAULT_TIMEOUT", "AsyncRedisStore", "RedisStore"]
 
-#: Seconds a store waits for Redis per connect or reply before giving up.
-DEFAULT_TIMEOUT = 0.02
-
-#: Request templates a store keeps (one per call shape) before it starts again from empty.
-_TEMPLATE_CACHE_SIZE = 1024
+T = TypeVar("T")
 
 
-def _check_timeout(timeout: object) -> float:
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or not math.isfinite(timeout)
-        or timeout <= 0
-    ):
-        raise ConfigurationError(
-            f"Redis store timeout {timeout!r} must be a positive number of seconds "
-            "(0.02 is 20 ms); a store never waits without a bound"
-        )
-    return float(timeout)
-
-
-class _RedisBase:
-    """Everything but the I/O: settings, the clock, planning."""
-
-    def __init__(self, *, clock: Clock | None, prefix: str, timeout: float) -> None:
-        self.clock: Clock = clock if clock is not None else SystemClock()
-        # Without a clock, ARGV[1] is "" and the script reads Redis TIME.
-        self._now_us: Callable[[], int] | None = None if clock is None else clock.now_us
-        self.prefix = check_prefix(prefix)
-        self.timeout = _check_timeout(timeout)
-        self._owns_client = False
-        self._clustered = False  # a Cluster client: a hit_all needs its keys on one slot
-        self._shapes = _plan.Shapes()
-        # id(shape) -> (shape, its template); the shape is kept so that its id stays its own.
-        self._templates: dict[int, tuple[_plan.Shape, Template]] = {}
-
-    def _request(
-        self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int
-    ) -> tuple[_plan.Shape, Script, str, bytes]:
-        """Validate a call: its shape, script, a key routed like its keys, and its EVALSHA.
-
-        Raises ``ConfigurationError`` on bad input, before anything is sent.
-        """
-        shape = self._shapes.get(algorithm, rates, cost)
-        if type(key) is not str or not key or not key.isascii():
-            checks.check_key(key)
-        found = self._templates.get(id(shape))
-        if found is None or found[0] is not shape:
-            found = self._template(shape)
-        template = found[1]
-        tag = escape(key)
-        now_us = self._now_us
-        packed = template.pack(tag, None if now_us is None else now_us())
-        return shape, template.script, "{" + tag + "}", packed
-
-    def _batch(self, found: _plan.Batch) -> tuple[Script, str, bytes] | None:
-        """The script, route key and EVALSHA of a validated ``hit_all``; None if split.
-
-        On a Cluster, calls whose keys hash to different slots cannot share one
-        script: None then, and nothing is sent.
-        """
-        if self._clustered and len({key_slot(escape(key).encode()) for key, _ in found}) > 1:
-            return None
-        keys = [state for key, shape in found for state in shape.keys(self.prefix, key)]
-        found_script = script(found[0][1].name)
-        packed = evalsha_command(found_script, keys, _plan.batch_argv(found, self._now()))
-        return found_script, "{" + escape(found[0][0]) + "}", packed
-
-    def _template(self, shape: _plan.Shape) -> tuple[_plan.Shape, Template]:
-        args = [shape.cost, *(value for layer in shape.params for value in layer)]
-        found = (shape, Template(script(shape.name), self.prefix, shape.suffixes, args))
-        if len(self._templates) >= _TEMPLATE_CACHE_SIZE:
-            self._templates.clear()
-        self._templates[id(shape)] = found
-        return found
-
-    def _now(self) -> int | None:
-        """ARGV[1] for a script: the clock's now, or None for "read Redis TIME"."""
-        now_us = self._now_us
-        return None if now_us is None else now_us()
-
-    # Concurrency slots: one hash per key, updated by the concurrency script.
-
-    def _op_args(self, op: Op) -> list[Sendable]:
-        """An op's ARGV with ``ARGV[1]`` filled in: the clock's now, or "" for Redis TIME."""
-        args: list[Sendable] = list(op.args)
-        now = self._now()
-        args[0] = "" if now is None else now
-        return args
-
-    def _acquire_call(
-        self, key: str, limit: int, lease_id: str, slots: int, ttl_us: int
-    ) -> tuple[list[str], list[int | str]]:
-        checks.check_slot_request(limit, slots, ttl_us, lease_id)
-        args = _plan.slot_argv(self._now(), "acquire", lease_id, limit, slots, ttl_us)
-        return [_plan.slot_key(self.prefix, key)], args
-
-    def _release_call(self, key: str, lease_id: str) -> tuple[list[str], list[int | str]]:
-        lease_id = checks.check_lease_id(lease_id)
-        return [_plan.slot_key(self.prefix, key)], _plan.slot_argv(self._now(), "release", lease_id)
-
-    def _renew_call(
-        self, key: str, lease_id: str, ttl_us: int
-    ) -> tuple[list[str], list[int | str]]:
-        checks.check_slot_request(1, 1, ttl_us, lease_id)
-        args = _plan.slot_argv(self._now(), "renew", lease_id, ttl_us=ttl_us)
-        return [_plan.slot_key(self.prefix, key)], args
-
-    def _describe(self, where: str) -> str:
-        clock = "" if self._now_us is None else f", clock={self.clock!r}"
-        name = type(self).__name__
-        return f"{name}({where!r}, prefix={self.prefix!r}, timeout={self.timeout}{clock})"
-
-
-def _check_spin(spin: object, timeout: float) -> float:
-    if (
-        isinstance(spin, bool)
-        or not isinstance(spin, int | float)
-        or not math.isfinite(spin)
-        or not 0 <= spin < timeout
-    ):
-        raise ConfigurationError(
-            f"Redis store spin {spin!r} must be a number of seconds from 0 (never spin) up to "
-            f"less than the timeout {timeout}; the default is {DEFAULT_SPIN} (100 us)"
-        )
-    return float(spin)
-
-
-class RedisStore(_RedisBase):
+class RedisStore(RedisBase):
     """Thread- and fork-safe synchronous store over a ``redis.Redis`` or ``redis.RedisCluster``.
 
     The client stays the caller's (``close`` leaves it open) unless the store
@@ -202,6 +78,16 @@ class RedisStore(_RedisBase):
     a while (see ``_redis_link.Link``).
     """
 
+    _ROUTERS = ((redis.RedisCluster, Cluster), (redis.Redis, Standalone))
+    _WRONG_CLIENT = (
+        "RedisStore needs a redis.Redis or redis.RedisCluster client, not {}; "
+        "asyncio clients go to AsyncRedisStore"
+    )
+    _OWN_OPTIONS = ("spin",)
+    _connect = staticmethod(sync_client)
+    _router: Router
+    client: redis.Redis | redis.RedisCluster
+
     def __init__(
         self,
         client: redis.Redis | redis.RedisCluster,
@@ -211,40 +97,28 @@ class RedisStore(_RedisBase):
         timeout: float = DEFAULT_TIMEOUT,
         spin: float = DEFAULT_SPIN,
     ) -> None:
-        super().__init__(clock=clock, prefix=prefix, timeout=timeout)
-        self.spin = _check_spin(spin, self.timeout)
-        self._router: Router
-        self._clustered = isinstance(client, redis.RedisCluster)
-        if isinstance(client, redis.RedisCluster):
-            self._router = Cluster(client, self.timeout, self.spin)
-        elif isinstance(client, redis.Redis):
-            self._router = Standalone(client, self.timeout, self.spin)
-        else:
-            raise ConfigurationError(
-                f"RedisStore needs a redis.Redis or redis.RedisCluster client, not "
-                f"{type(client).__name__}; asyncio clients go to AsyncRedisStore"
-            )
-        self.client = client
+        # Checked in the order the base checks the rest, before the router needs it.
+        check_prefix(prefix)
+        self.spin = check_spin(spin, check_timeout(timeout))
+        super().__init__(client, clock=clock, prefix=prefix, timeout=timeout)
 
     @classmethod
-    def from_url(
-        cls,
-        url: str,
-        *,
-        clock: Clock | None = None,
-        prefix: str = DEFAULT_PREFIX,
-        timeout: float = DEFAULT_TIMEOUT,
-        spin: float = DEFAULT_SPIN,
-        **options: Any,
-    ) -> RedisStore:
-        """A store on the Redis ``url`` names; ``options`` go to the redis-py client."""
-        timeout = _check_timeout(timeout)
-        check_prefix(prefix)  # before the client exists: nothing to clean up on a bad one
-        _check_spin(spin, timeout)
-        client = sync_client(url, timeout, options)
-        store = cls(client, clock=clock, prefix=prefix, timeout=timeout, spin=spin)
-        store._owns_client = True
-        return store
+    def _check_own(cls, timeout: float, own: dict[str, Any]) -> None:
+        check_spin(own.get("spin", DEFAULT_SPIN), timeout)
+
+    def _router_options(self) -> tuple[Any, ...]:
+        return (self.spin,)
+
+    def _run(self, call: Call[T]) -> T:
+        """Make ``call`` on the keys' server: NOSCRIPT, failover and redirection are handled
+        on the way, and Redis errors come out as ``StorageError`` subclasses."""
+        if not call.method:
+            return call.read(None)
+        try:
+            reply = getattr(self._router, call.method)(*call.args)
+        except REDIS_ERRORS as exc:
+            raise_storage_error(exc, self._router.where, self.timeout)
+        return call.read(reply)
 
     def hit(
         self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
@@ -253,6 +127,7 @@ class RedisStore(_RedisBase):
 
         Raises ``StorageUnavailableError`` when Redis does not answer in time.
         """
+        # Not a Call: the hot path, with its request packed from the shape's template.
         shape, found, route_key, packed = self._request(algorithm, key, rates, cost)
         try:
             reply = self._router.eval(found, route_key, packed)
@@ -267,38 +142,29 @@ class RedisStore(_RedisBase):
         None when they cannot share one script: on a Cluster, keys that hash to
         different slots (nothing is sent then; decide them another way).
         """
-        found = _plan.batch(self._shapes, algorithm, calls)
-        request = self._batch(found) if found else None
-        if request is None:
-            return None if found else []
-        found_script, route_key, packed = request
-        try:
-            reply = self._router.eval(found_script, route_key, packed)
-        except REDIS_ERRORS as exc:
-            raise_storage_error(exc, self._router.where, self.timeout)
-        return _plan.decode_batch(found, reply)
+        return self._run(self._hit_all_call(algorithm, calls))
 
     def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
         """Delete the state of ``key`` under these rates."""
-        plan = _plan.build(algorithm, self.prefix, key, rates, 0)
-        self._command(plan.keys[0], "DEL", *plan.keys)
+        self._run(self._reset_call(algorithm, key, rates))
 
     def acquire_slot(
         self, key: str, limit: int, lease_id: str, slots: int, ttl_us: int
     ) -> Decision:
         """Hold ``slots`` of ``limit`` concurrent slots on ``key`` for ``ttl_us`` (a lease)."""
-        keys, args = self._acquire_call(key, limit, lease_id, slots, ttl_us)
-        return _plan.parse_acquire(limit, slots, self._eval("concurrency", keys, args))
+        return self._run(self._acquire_call(key, limit, lease_id, slots, ttl_us))
 
     def release_slot(self, key: str, lease_id: str) -> bool:
         """Give the lease's slots back; False if it was not held (expired or never granted)."""
-        keys, args = self._release_call(key, lease_id)
-        return bool(self._eval("concurrency", keys, args)[1])
+        return self._run(self._release_call(key, lease_id))
 
     def renew_slot(self, key: str, lease_id: str, ttl_us: int) -> bool:
         """Extend a held lease to ``ttl_us`` from now; False if it was not held."""
-        keys, args = self._renew_call(key, lease_id, ttl_us)
-        return bool(self._eval("concurrency", keys, args)[1])
+        return self._run(self._renew_call(key, lease_id, ttl_us))
+
+    def apply(self, op: Op) -> list[int]:
+        """Run ``op`` (token budgets, fair shares: ``ratewarden.storage.Op``) as one script."""
+        return self._run(self._apply_call(op))
 
     def ping(self) -> bool:
         """True when the server (every Cluster primary) answers within the timeout."""
@@ -314,79 +180,31 @@ class RedisStore(_RedisBase):
         if self._owns_client:
             self.client.close()
 
-    def apply(self, op: Op) -> list[int]:
-        """Run ``op`` (token budgets, fair shares: ``ratewarden.storage.Op``) as one script."""
-        return [int(value) for value in self._eval(op.script, op.keys, self._op_args(op))]
 
-    def _eval(self, script_name: str, keys: Sequence[str], args: Sequence[Sendable]) -> Any:
-        """Run script ``script_name`` atomically on the keys' server; its raw reply.
-
-        For scripts other than the rate algorithms (concurrency leases, token
-        budgets): all ``keys`` must share one hash tag. NOSCRIPT, failover and
-        redirection are handled here, and errors come out as ``StorageError``
-        subclasses.
-        """
-        try:
-            packed = evalsha_command(script(script_name), keys, args)
-            return self._router.eval(script(script_name), keys[0], packed)
-        except REDIS_ERRORS as exc:
-            raise_storage_error(exc, self._router.where, self.timeout)
-
-    def _command(self, route_key: str, *parts: Sendable) -> Any:
-        try:
-            return self._router.command(route_key, *parts)
-        except REDIS_ERRORS as exc:
-            raise_storage_error(exc, self._router.where, self.timeout)
-
-    def __repr__(self) -> str:
-        return self._describe(self._router.where)
-
-
-class AsyncRedisStore(_RedisBase):
+class AsyncRedisStore(RedisBase):
     """The asyncio twin of ``RedisStore``, over ``redis.asyncio.Redis`` or ``RedisCluster``.
 
     Concurrent decisions share pipelined writes on one connection per server.
     """
 
-    def __init__(
-        self,
-        client: aredis.Redis | aredis.RedisCluster,
-        *,
-        clock: Clock | None = None,
-        prefix: str = DEFAULT_PREFIX,
-        timeout: float = DEFAULT_TIMEOUT,
-    ) -> None:
-        super().__init__(clock=clock, prefix=prefix, timeout=timeout)
-        self._router: AsyncRouter
-        self._clustered = isinstance(client, aredis.RedisCluster)
-        if isinstance(client, aredis.RedisCluster):
-            self._router = AsyncCluster(client, self.timeout)
-        elif isinstance(client, aredis.Redis):
-            self._router = AsyncStandalone(client, self.timeout)
-        else:
-            raise ConfigurationError(
-                f"AsyncRedisStore needs a redis.asyncio.Redis or redis.asyncio.RedisCluster "
-                f"client, not {type(client).__name__}; blocking clients go to RedisStore"
-            )
-        self.client = client
+    _ROUTERS = ((aredis.RedisCluster, AsyncCluster), (aredis.Redis, AsyncStandalone))
+    _WRONG_CLIENT = (
+        "AsyncRedisStore needs a redis.asyncio.Redis or redis.asyncio.RedisCluster "
+        "client, not {}; blocking clients go to RedisStore"
+    )
+    _connect = staticmethod(async_client)
+    _router: AsyncRouter
+    client: aredis.Redis | aredis.RedisCluster
 
-    @classmethod
-    def from_url(
-        cls,
-        url: str,
-        *,
-        clock: Clock | None = None,
-        prefix: str = DEFAULT_PREFIX,
-        timeout: float = DEFAULT_TIMEOUT,
-        **options: Any,
-    ) -> AsyncRedisStore:
-        """See ``RedisStore.from_url``; the client connects on first use."""
-        timeout = _check_timeout(timeout)
-        check_prefix(prefix)
-        client = async_client(url, timeout, options)
-        store = cls(client, clock=clock, prefix=prefix, timeout=timeout)
-        store._owns_client = True
-        return store
+    async def _run(self, call: Call[T]) -> T:
+        """See ``RedisStore._run``."""
+        if not call.method:
+            return call.read(None)
+        try:
+            reply = await getattr(self._router, call.method)(*call.args)
+        except REDIS_ERRORS as exc:
+            raise_storage_error(exc, self._router.where, self.timeout)
+        return call.read(reply)
 
     async def hit(
         self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
@@ -403,38 +221,29 @@ class AsyncRedisStore(_RedisBase):
         self, algorithm: str, calls: Sequence[_plan.BatchCall]
     ) -> list[Decision] | None:
         """See ``RedisStore.hit_all``."""
-        found = _plan.batch(self._shapes, algorithm, calls)
-        request = self._batch(found) if found else None
-        if request is None:
-            return None if found else []
-        found_script, route_key, packed = request
-        try:
-            reply = await self._router.eval(found_script, route_key, packed)
-        except REDIS_ERRORS as exc:
-            raise_storage_error(exc, self._router.where, self.timeout)
-        return _plan.decode_batch(found, reply)
+        return await self._run(self._hit_all_call(algorithm, calls))
 
     async def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
         """See ``RedisStore.reset``."""
-        plan = _plan.build(algorithm, self.prefix, key, rates, 0)
-        await self._command(plan.keys[0], "DEL", *plan.keys)
+        await self._run(self._reset_call(algorithm, key, rates))
 
     async def acquire_slot(
         self, key: str, limit: int, lease_id: str, slots: int, ttl_us: int
     ) -> Decision:
         """See ``RedisStore.acquire_slot``."""
-        keys, args = self._acquire_call(key, limit, lease_id, slots, ttl_us)
-        return _plan.parse_acquire(limit, slots, await self._eval("concurrency", keys, args))
+        return await self._run(self._acquire_call(key, limit, lease_id, slots, ttl_us))
 
     async def release_slot(self, key: str, lease_id: str) -> bool:
         """See ``RedisStore.release_slot``."""
-        keys, args = self._release_call(key, lease_id)
-        return bool((await self._eval("concurrency", keys, args))[1])
+        return await self._run(self._release_call(key, lease_id))
 
     async def renew_slot(self, key: str, lease_id: str, ttl_us: int) -> bool:
         """See ``RedisStore.renew_slot``."""
-        keys, args = self._renew_call(key, lease_id, ttl_us)
-        return bool((await self._eval("concurrency", keys, args))[1])
+        return await self._run(self._renew_call(key, lease_id, ttl_us))
+
+    async def apply(self, op: Op) -> list[int]:
+        """See ``RedisStore.apply``."""
+        return await self._run(self._apply_call(op))
 
     async def ping(self) -> bool:
         """See ``RedisStore.ping``."""
@@ -449,24 +258,3 @@ class AsyncRedisStore(_RedisBase):
         await self._router.aclose()
         if self._owns_client:
             await self.client.aclose()
-
-    async def apply(self, op: Op) -> list[int]:
-        """See ``RedisStore.apply``."""
-        return [int(value) for value in await self._eval(op.script, op.keys, self._op_args(op))]
-
-    async def _eval(self, script_name: str, keys: Sequence[str], args: Sequence[Sendable]) -> Any:
-        """See ``RedisStore._eval``."""
-        try:
-            packed = evalsha_command(script(script_name), keys, args)
-            return await self._router.eval(script(script_name), keys[0], packed)
-        except REDIS_ERRORS as exc:
-            raise_storage_error(exc, self._router.where, self.timeout)
-
-    async def _command(self, route_key: str, *parts: Sendable) -> Any:
-        try:
-            return await self._router.command(route_key, *parts)
-        except REDIS_ERRORS as exc:
-            raise_storage_error(exc, self._router.where, self.timeout)
-
-    def __repr__(self) -> str:
-        return self._describe(self._router.where)

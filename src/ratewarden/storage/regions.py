@@ -38,7 +38,8 @@ A *member*, ``<limit>:<period_us>:<key>``, names one (global rate, key) in the e
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import redis
@@ -52,9 +53,10 @@ from ratewarden.storage._ops import Op
 from ratewarden.storage._redis_clients import sync_client
 from ratewarden.storage._redis_errors import REDIS_ERRORS, raise_storage_error
 from ratewarden.storage._redis_link import describe
+from ratewarden.storage._redis_store import DEFAULT_TIMEOUT, FromUrl
 from ratewarden.storage._redis_url import parse
 from ratewarden.storage._scripts import script
-from ratewarden.storage.redis import DEFAULT_TIMEOUT, RedisStore
+from ratewarden.storage.redis import RedisStore
 
 __all__ = ["RegionStore"]
 
@@ -77,6 +79,18 @@ def _redis_only(args: Sequence[int | str], states: list[Any], now_us: int) -> An
     )
 
 
+def _region_client(url: str, timeout: float, options: dict[str, Any]) -> redis.Redis:
+    """The client of one region: a server or a Sentinel's primary, never a Cluster."""
+    if parse(url).kind == "cluster":
+        raise ConfigurationError(
+            "RegionStore needs one server or a Sentinel primary per region; "
+            "a Redis Cluster per region is not built"
+        )
+    client = sync_client(url, timeout, options)
+    assert isinstance(client, redis.Redis)  # not a cluster URL, checked above
+    return client
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -90,14 +104,18 @@ def _entries(fields: Mapping[Any, Any]) -> list[Entry]:
     return [(window, name[2:], count) for name, count in decoded.items() if name.startswith("c:")]
 
 
-class RegionStore:
+class RegionStore(FromUrl):
     """A region's Redis for ``ReconciledBudget`` and ``DemandExchange``: see the module.
 
     ``clock`` is for tests: without one, windows follow this Redis's ``TIME``.
     ``timeout`` bounds the rate caps' calls; the client's ``socket_timeout``
     bounds the budget script and the exchange. The client stays the caller's
-    (``close`` leaves it open) unless ``from_url`` made it.
+    (``close`` leaves it open) unless ``from_url`` made it: from a ``redis://``,
+    ``rediss://``, ``unix://`` or ``redis+sentinel://`` URL, with ``timeout`` as its
+    socket timeout too.
     """
+
+    _connect = staticmethod(_region_client)
 
     def __init__(
         self,
@@ -127,30 +145,6 @@ class RegionStore:
         # script name -> redis-py's Script, which reloads it after a SCRIPT FLUSH
         self._scripts: dict[str, Any] = {}
         self._owns_client = False
-
-    @classmethod
-    def from_url(
-        cls,
-        url: str,
-        *,
-        clock: Clock | None = None,
-        prefix: str = DEFAULT_PREFIX,
-        timeout: float = DEFAULT_TIMEOUT,
-        **options: Any,
-    ) -> RegionStore:
-        """A store on the Redis ``url`` names (``redis://``, ``rediss://``, ``unix://`` or
-        ``redis+sentinel://``); ``timeout`` is its client's socket timeout too."""
-        if parse(url).kind == "cluster":
-            raise ConfigurationError(
-                "RegionStore needs one server or a Sentinel primary per region; "
-                "a Redis Cluster per region is not built"
-            )
-        check_prefix(prefix)
-        client = sync_client(url, timeout, options)
-        assert isinstance(client, redis.Redis)  # not a cluster URL, checked above
-        store = cls(client, clock=clock, prefix=prefix, timeout=timeout)
-        store._owns_client = True
-        return store
 
     # -- a Store, for the limiter of the rate caps ----------------------------------------
 
@@ -222,21 +216,17 @@ class RegionStore:
 
     def apply(self, op: Op) -> list[int]:
         """Run ``op`` as one script on the client (``ARGV[1]``: the clock's now, or "")."""
-        try:
+        with self._boundary():
             reply = self._registered(op)(keys=list(op.keys), args=self._args(op))
-        except REDIS_ERRORS as exc:
-            raise_storage_error(exc, self.where, self._socket_timeout)
         return [int(value) for value in reply]
 
     def apply_all(self, ops: Sequence[Op]) -> list[list[int]]:
         """Run every op in one pipelined round trip: each atomic, not all together."""
-        try:
+        with self._boundary():
             pipe = self.client.pipeline(transaction=False)
             for op in ops:
                 self._registered(op)(keys=list(op.keys), args=self._args(op), client=pipe)
             replies = pipe.execute()
-        except REDIS_ERRORS as exc:
-            raise_storage_error(exc, self.where, self._socket_timeout)
         return [[int(value) for value in reply] for reply in replies]
 
     def _registered(self, op: Op) -> Any:
@@ -256,7 +246,7 @@ class RegionStore:
         """Add ``members`` (member -> until, us) to ``region``'s active set, and drop the
         members whose time has passed at ``now_us``."""
         key = self._active_key(region)
-        try:
+        with self._boundary():
             pipe = self.client.pipeline(transaction=False)
             pipe.zremrangebyscore(key, "-inf", now_us)
             if members:
@@ -268,49 +258,48 @@ class RegionStore:
                     ttl_ms = max(ttl_ms, _INJECTED_TTL_FLOOR_MS)
                 pipe.pexpire(key, ttl_ms)
             pipe.execute()
-        except REDIS_ERRORS as exc:
-            raise_storage_error(exc, self.where, self._socket_timeout)
 
     def active(self, region: str, now_us: int, limit: int) -> list[str]:
         """The members of ``region``'s active set still live at ``now_us``, at most ``limit``."""
-        try:
+        with self._boundary():
             raw: list[Any] = self.client.zrangebyscore(
                 self._active_key(region), now_us, "+inf", start=0, num=limit
             )
-        except REDIS_ERRORS as exc:
-            raise_storage_error(exc, self.where, self._socket_timeout)
         return [_text(member) for member in raw]
 
     def read_counts(self, members: Sequence[str]) -> list[list[Entry]]:
         """Each member's window hash as (window, region, count) entries, in one round trip."""
-        try:
+        with self._boundary():
             pipe = self.client.pipeline(transaction=False)
             for member in members:
                 pipe.hgetall(self.budget_key(member))
             replies = pipe.execute()
-        except REDIS_ERRORS as exc:
-            raise_storage_error(exc, self.where, self._socket_timeout)
         return [_entries(fields) for fields in replies]
 
     def publish_demand(self, region: str, interval: int, demand: int) -> None:
         """Record ``region``'s demand of interval number ``interval`` (kept a few intervals)."""
         key = self._demand_key(region)
-        try:
+        with self._boundary():
             pipe = self.client.pipeline(transaction=False)
             pipe.hset(key, str(interval), demand)
             pipe.hdel(key, str(interval - _DEMAND_INTERVALS))
             pipe.expire(key, _DEMAND_TTL_S)
             pipe.execute()
-        except REDIS_ERRORS as exc:
-            raise_storage_error(exc, self.where, self._socket_timeout)
 
     def demand(self, region: str, interval: int) -> int | None:
         """``region``'s demand of interval number ``interval``; None if it published none."""
-        try:
+        with self._boundary():
             raw = self.client.hget(self._demand_key(region), str(interval))
+        return None if raw is None else int(raw)
+
+    @contextmanager
+    def _boundary(self) -> Iterator[None]:
+        """The one error boundary of the script and the exchange: a Redis error met inside
+        comes out as ``StorageUnavailableError`` (or ``StorageError``)."""
+        try:
+            yield
         except REDIS_ERRORS as exc:
             raise_storage_error(exc, self.where, self._socket_timeout)
-        return None if raw is None else int(raw)
 
     def _active_key(self, region: str) -> str:
         return f"{self.prefix}:regions:active:{region}"
