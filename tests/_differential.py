@@ -15,7 +15,7 @@ import redis
 from ratewarden.algorithms._base import layered
 from ratewarden.decision import Decision
 from ratewarden.rate import Rate
-from ratewarden.storage import _plan
+from ratewarden.storage import _decisions, _plan
 from ratewarden.storage._scripts import script
 
 #: A step of a run: (microseconds to move the clock forward, cost).
@@ -38,7 +38,7 @@ def run_python(
         if writes is not None:
             for k, (state, _ttl) in zip(plan.keys, writes, strict=True):
                 states[k] = state
-        decisions.append(_plan.to_decision(plan.rates, outcomes, cost))
+        decisions.append(_decisions.to_decision(plan.rates, outcomes, cost))
     return decisions
 
 

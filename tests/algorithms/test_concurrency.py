@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from ratewarden import Limiter, MemoryStore
 from ratewarden.algorithms import concurrency
 from ratewarden.errors import ConfigurationError
-from ratewarden.storage import _plan
+from ratewarden.storage import _decisions, _plan
 from ratewarden.storage._scripts import script
 from ratewarden.testing import ManualClock
 from tests._differential import START_US
@@ -144,7 +144,7 @@ def run_python(limit: int, ops: Ops) -> list[object]:
         if op == "acquire":
             at = max(1, limit - lowered)
             outcome, state, _ = concurrency.acquire(state, now, at, lease_id, slots, ttl)
-            results.append(_plan.slot_decision(at, slots, outcome))
+            results.append(_decisions.slot_decision(at, slots, outcome))
         elif op == "release":
             held, state, _ = concurrency.release(state, now, lease_id)
             results.append(held)
@@ -169,7 +169,9 @@ def run_lua(
         at = max(1, limit - lowered)
         argv = _plan.slot_argv(now, op, f"lease-{index}", at, slots, ttl)
         reply = client.eval(source, 1, state_key, *argv)
-        results.append(_plan.parse_acquire(at, slots, reply) if op == "acquire" else bool(reply[1]))
+        results.append(
+            _decisions.parse_acquire(at, slots, reply) if op == "acquire" else bool(reply[1])
+        )
     return results
 
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from ratewarden import Rate
 from ratewarden.algorithms import ALGORITHMS
 from ratewarden.errors import ConfigurationError
-from ratewarden.storage import _plan
+from ratewarden.storage import _decisions, _plan
 from ratewarden.storage._keys import _ESCAPES, escape
 from ratewarden.storage._redis_link import SPIN_BACKOFF, LinkPool
 from ratewarden.storage._redis_protocol import (
@@ -110,7 +110,7 @@ def test_every_algorithm_has_a_template_that_runs(redis_client: redis.Redis) -> 
             request = as_eval(script(name), _template(name, "rw", found, 1).pack("user:1", None))
             reply = link.request(request)
             assert isinstance(reply, list), (name, reply)
-            assert len(reply) == 2 + _plan.REPLY_WIDTH * len(found)
+            assert len(reply) == 2 + _decisions.REPLY_WIDTH * len(found)
     finally:
         pool.give(link)
         pool.close()

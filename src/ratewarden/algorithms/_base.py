@@ -6,13 +6,18 @@ decision commits, and that state's time to live. It never reads a clock and
 never does I/O. Its Lua twin in ``storage/lua/`` computes the same numbers.
 
 ``params`` are whole numbers derived once from a ``Rate`` (``params(rate)``),
-so that the Python function and the Lua script receive identical inputs.
+so that the Python function and the Lua script receive identical inputs: the
+bucket algorithms' from ``_bucket.params``, the counting ones' (windows, log)
+from ``counted_params``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.rate import Rate
 
 __all__ = ["NEVER", "Algorithm", "Outcome", "Step", "layered", "layered_each", "new_outcome"]
 
@@ -59,6 +64,17 @@ class Algorithm(Protocol):
     def params(self, rate: Any) -> tuple[int, ...]: ...
 
     def check(self, params: tuple[int, ...], state: Any, now_us: int, cost: int) -> Step: ...
+
+
+def counted_params(name: str, rate: Rate, per: str) -> tuple[int, ...]:
+    """``(limit, period_us)`` of algorithm ``name``, which counts ``limit`` per ``per`` (its
+    window, or period) and so has no separate burst: a rate with one is refused."""
+    if rate.burst is not None and rate.burst != rate.limit:
+        raise ConfigurationError(
+            f"rate {rate}: the {name} algorithm counts {rate.limit} per {per} and has no "
+            "separate burst; drop burst= or use a bucket algorithm (gcra, token_bucket)"
+        )
+    return (rate.limit, rate.period_us)
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -23,7 +23,7 @@ one for a full bucket), however far the key is from full.
 from __future__ import annotations
 
 from ratewarden.algorithms._base import NEVER, Outcome, Step, new_outcome
-from ratewarden.rate import Rate
+from ratewarden.algorithms._bucket import params
 
 __all__ = ["NAME", "State", "check", "params"]
 
@@ -31,12 +31,6 @@ NAME = "gcra"
 
 #: ``(tat_us, frac)``: the TAT is ``tat_us + frac / n`` microseconds, ``0 <= frac < n``.
 State = tuple[int, int]
-
-
-def params(rate: Rate) -> tuple[int, ...]:
-    """``(n, d, capacity)`` where ``d / n`` is the emission interval in microseconds."""
-    n, d = rate.reduced
-    return (n, d, rate.capacity)
 
 
 def check(params: tuple[int, ...], state: State | None, now_us: int, cost: int) -> Step:

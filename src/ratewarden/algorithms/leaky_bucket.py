@@ -42,8 +42,9 @@ an empty bucket). For the shaper it counts admissions into the queue, as
 
 from __future__ import annotations
 
-from ratewarden.algorithms._base import NEVER, Outcome, Step, ceil_div
-from ratewarden.rate import Rate
+from ratewarden.algorithms import _bucket
+from ratewarden.algorithms._base import Step
+from ratewarden.algorithms._bucket import params
 
 __all__ = ["NAME", "State", "check", "params"]
 
@@ -53,40 +54,9 @@ NAME = "leaky_bucket"
 State = tuple[int, int]
 
 
-def params(rate: Rate) -> tuple[int, ...]:
-    """``(n, d, capacity)``: drain ``n`` units per microsecond; a request is ``d`` units."""
-    n, d = rate.reduced
-    return (n, d, rate.capacity)
-
-
 def check(params: tuple[int, ...], state: State | None, now_us: int, cost: int) -> Step:
-    n, d, capacity = params
-    room = capacity * d
     level, last_us = (0, now_us) if state is None else state
-    # A clock behind last_us is held at last_us: nothing drains twice.
-    lag = max(last_us - now_us, 0)
-    since = now_us + lag
-    elapsed = since - last_us
-    # Compare with the time to empty before multiplying: elapsed * n stays below level.
-    if elapsed >= ceil_div(level, n):
-        level = 0
-    else:
-        level -= elapsed * n
-    free = room - level
-    need = cost * d
-    if cost > capacity or need > free:
-        reset_after_us = lag + ceil_div(level, n)
-        retry_after_us = NEVER if cost > capacity else lag + ceil_div(need - free, n)
-        # Pouring in the whole requests that fit leaves free % d; one more fits d - free % d later.
-        refill_us = lag + ceil_div(d - free % d, n)
-        outcome = Outcome(False, free // d, reset_after_us, retry_after_us, 0, refill_us)
+    outcome, used, since, ttl_us = _bucket.step(params, level, last_us, now_us, cost, True)
+    if not outcome[0]:
         return outcome, state, 0
-    # The new request leaves once everything ahead of it has drained.
-    delay_us = lag + ceil_div(level, n)
-    level += need
-    free = room - level
-    # Empty again is the same as never seen: the store may forget the key then.
-    reset_after_us = lag + ceil_div(level, n)
-    refill_us = lag + ceil_div(d - free % d, n)
-    outcome = Outcome(True, free // d, reset_after_us, 0, delay_us, refill_us)
-    return outcome, (level, since), reset_after_us
+    return outcome, (used, since), ttl_us

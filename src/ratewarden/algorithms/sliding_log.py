@@ -26,8 +26,7 @@ units used now are that entry, so one period.
 
 from __future__ import annotations
 
-from ratewarden.algorithms._base import NEVER, Outcome, Step
-from ratewarden.errors import ConfigurationError
+from ratewarden.algorithms._base import NEVER, Outcome, Step, counted_params
 from ratewarden.rate import Rate
 
 __all__ = ["NAME", "State", "check", "params"]
@@ -40,12 +39,7 @@ State = tuple[tuple[int, int], ...]
 
 def params(rate: Rate) -> tuple[int, ...]:
     """``(limit, period_us)``; the log counts ``limit`` per period and has no separate burst."""
-    if rate.burst is not None and rate.burst != rate.limit:
-        raise ConfigurationError(
-            f"rate {rate}: the {NAME} algorithm counts {rate.limit} per period and has no "
-            "separate burst; drop burst= or use a bucket algorithm (gcra, token_bucket)"
-        )
-    return (rate.limit, rate.period_us)
+    return counted_params(NAME, rate, "period")
 
 
 def _retry_after(live: State, limit: int, period: int, now_us: int, used: int, cost: int) -> int:

@@ -34,8 +34,7 @@ from __future__ import annotations
 
 import math
 
-from ratewarden.algorithms._base import NEVER, Outcome, Step, new_outcome
-from ratewarden.errors import ConfigurationError
+from ratewarden.algorithms._base import NEVER, Outcome, Step, counted_params, new_outcome
 from ratewarden.rate import Rate
 
 __all__ = ["NAME", "State", "check", "params"]
@@ -48,12 +47,7 @@ State = tuple[int, int, int]
 
 def params(rate: Rate) -> tuple[int, ...]:
     """``(limit, period_us)``; a window counts ``limit`` and has no separate burst."""
-    if rate.burst is not None and rate.burst != rate.limit:
-        raise ConfigurationError(
-            f"rate {rate}: the {NAME} algorithm counts {rate.limit} per window and has no "
-            "separate burst; drop burst= or use a bucket algorithm (gcra, token_bucket)"
-        )
-    return (rate.limit, rate.period_us)
+    return counted_params(NAME, rate, "window")
 
 
 def _counts(state: State | None, window: int) -> tuple[int, int]:

@@ -30,8 +30,9 @@ bucket).
 
 from __future__ import annotations
 
-from ratewarden.algorithms._base import NEVER, Outcome, Step, ceil_div, new_outcome
-from ratewarden.rate import Rate
+from ratewarden.algorithms import _bucket
+from ratewarden.algorithms._base import Step
+from ratewarden.algorithms._bucket import params
 
 __all__ = ["NAME", "State", "check", "params"]
 
@@ -41,36 +42,14 @@ NAME = "token_bucket"
 State = tuple[int, int]
 
 
-def params(rate: Rate) -> tuple[int, ...]:
-    """``(n, d, capacity)``: refill ``n`` units per microsecond; a token is ``d`` units."""
-    n, d = rate.reduced
-    return (n, d, rate.capacity)
-
-
 def check(params: tuple[int, ...], state: State | None, now_us: int, cost: int) -> Step:
-    n, d, capacity = params
-    room = capacity * d
-    level, last_us = (room, now_us) if state is None else state
-    # A clock behind last_us is held at last_us: nothing refills twice.
-    lag = max(last_us - now_us, 0)
-    since = now_us + lag
-    elapsed = since - last_us
-    # Compare with the time to fill before multiplying: elapsed * n stays below room.
-    if elapsed >= ceil_div(room - level, n):
-        level = room
+    room = params[2] * params[1]
+    # The bucket's used units are the tokens missing: a full bucket (or a new key) has none.
+    if state is None:
+        missing, last_us = 0, now_us
     else:
-        level += elapsed * n
-    need = cost * d
-    if cost > capacity or level < need:
-        reset_after_us = lag + ceil_div(room - level, n)
-        retry_after_us = NEVER if cost > capacity else lag + ceil_div(need - level, n)
-        # Spending the whole tokens leaves level % d; one token is there d - level % d later.
-        refill_us = lag + ceil_div(d - level % d, n)
-        outcome = Outcome(False, level // d, reset_after_us, retry_after_us, 0, refill_us)
+        missing, last_us = room - state[0], state[1]
+    outcome, used, since, ttl_us = _bucket.step(params, missing, last_us, now_us, cost, False)
+    if not outcome[0]:
         return outcome, state, 0
-    level -= need
-    # Full again is the same as never seen: the store may forget the key then.
-    reset_after_us = lag + ceil_div(room - level, n)
-    refill_us = lag + ceil_div(d - level % d, n)
-    outcome = new_outcome(Outcome, (True, level // d, reset_after_us, 0, 0, refill_us))
-    return outcome, (level, since), reset_after_us
+    return outcome, (room - used, since), ttl_us

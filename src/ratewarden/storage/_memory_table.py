@@ -34,7 +34,7 @@ from ratewarden.clock import Clock, SystemClock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
-from ratewarden.storage import _kernel, _plan
+from ratewarden.storage import _decisions, _kernel, _plan
 from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix
 
 __all__ = ["DEFAULT_MAX_KEYS", "SPEEDUPS", "MemoryTable", "StateKey"]
@@ -181,7 +181,7 @@ class MemoryTable(_Base):
                     self._write(state_key, state, now + ttl_us, now)
                 elif entry is not None and (not live or (outcome[0] and cost > 0)):
                     del self._states[state_key]  # expired and not written, or back to empty
-            return _plan.single(shape.rates[0], outcome, cost)
+            return _decisions.single(shape.rates[0], outcome, cost)
         state_keys = [key + suffix for suffix in shape.suffixes]
         with self._lock:
             states = [self._read(k, now) for k in state_keys]
@@ -189,7 +189,7 @@ class MemoryTable(_Base):
             if writes is not None:
                 for state_key, (state, ttl_us) in zip(state_keys, writes, strict=True):
                     self._keep(state_key, state, ttl_us, now)
-        return _plan.to_decision(shape.rates, outcomes, cost)
+        return _decisions.to_decision(shape.rates, outcomes, cost)
 
     #: The store's hit, with no Python frame in front of C: the kernel's ``decide`` when it is
     #: built (one-rate GCRA calls in C, every other call handed to ``_hit``), else ``_hit``.

@@ -1,24 +1,24 @@
 """Sans-I/O planning shared by every store, sync and async.
 
 ``build`` validates a call and names its state keys; ``argv`` and ``parse`` turn
-a plan into a Lua call and its reply into a ``Decision``; ``to_decision``
-combines per-layer outcomes the same way for the memory store and for Redis.
+a plan into a Lua call and its reply into a ``Decision`` (``_decisions`` says
+how outcomes and replies become Decisions, the same way for every store).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, NamedTuple
 
 from ratewarden import algorithms
-from ratewarden.algorithms import NEVER, Outcome, Step
+from ratewarden.algorithms import Step
 from ratewarden.checks import check_cost, check_key, check_rates
-from ratewarden.decision import Decision, make_decision
+from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
+from ratewarden.storage._decisions import decode
 from ratewarden.storage._keys import escape
 
 __all__ = [
@@ -30,20 +30,13 @@ __all__ = [
     "argv",
     "batch",
     "batch_argv",
-    "batch_decisions",
     "build",
     "check_cost",
     "check_key",
-    "decode",
-    "decode_batch",
     "parse",
-    "single",
-    "to_decision",
+    "slot_argv",
+    "slot_key",
 ]
-
-#: Values per layer in a script reply: allowed, remaining, reset_after_us, retry_after_us, delay_us,
-#: refill_after_us.
-REPLY_WIDTH = 6
 
 #: Shapes a ``Shapes`` cache keeps before it starts again from empty (a miss costs one ``shape``).
 SHAPE_CACHE_SIZE = 1024
@@ -224,29 +217,6 @@ def batch_argv(found: Batch, now_us: int | None) -> list[int | str]:
     return args
 
 
-def batch_decisions(found: Batch, outcomes: Sequence[Outcome], admitted: bool) -> list[Decision]:
-    """One Decision per call from every layer's outcome, in call order.
-
-    When the batch was not admitted, nothing was consumed: a call that would
-    have passed on its own is reported as the check it became (allowed, cost 0).
-    """
-    decisions = []
-    at = 0
-    for _, shape in found:
-        mine = outcomes[at : at + len(shape.rates)]
-        at += len(shape.rates)
-        charged = admitted or not all(outcome.allowed for outcome in mine)
-        decisions.append(to_decision(shape.rates, mine, shape.cost if charged else 0))
-    return decisions
-
-
-def decode_batch(found: Batch, reply: Sequence[int]) -> list[Decision]:
-    """``batch_decisions`` from a script's reply ``{now_us, admitted, per layer: 6 numbers}``."""
-    values = [int(value) for value in reply]
-    outcomes = [_outcome(values, i) for i in range(2, len(values), REPLY_WIDTH)]
-    return batch_decisions(found, outcomes, values[1] == 1)
-
-
 def build(algorithm: str, prefix: str, key: str, rates: Rate | Sequence[Rate], cost: int) -> Plan:
     found = shape(algorithm, rates, cost)
     key = check_key(key)
@@ -266,109 +236,6 @@ def parse(plan: Plan, reply: Sequence[int]) -> Decision:
     return decode(plan.rates, plan.cost, reply)
 
 
-def decode(rates: Sequence[Rate], cost: int, reply: Sequence[int]) -> Decision:
-    """``parse`` for the rates and cost of a call (a ``Plan``'s or a ``Shape``'s)."""
-    if len(rates) == 1:
-        # The script's numbers are integers already (hiredis makes them ints).
-        outcome = (reply[2] != 0, reply[3], reply[4], reply[5], reply[6], reply[7])
-        return single(rates[0], outcome, cost)
-    values = [int(v) for v in reply]
-    outcomes = [_outcome(values, i) for i in range(2, 2 + REPLY_WIDTH * len(rates), REPLY_WIDTH)]
-    return to_decision(rates, outcomes, cost)
-
-
-def _outcome(values: list[int], i: int) -> Outcome:
-    """The layer whose six numbers start at ``values[i]``."""
-    return Outcome(bool(values[i]), *values[i + 1 : i + REPLY_WIDTH])
-
-
-def _seconds(us: int) -> float:
-    return math.inf if us == NEVER else us / 1_000_000
-
-
-def _layer(rate: Rate, outcome: Outcome, cost: int) -> Decision:
-    allowed, remaining, reset_after_us, retry_after_us, delay_us, refill_after_us = outcome
-    return make_decision(
-        allowed,
-        rate.limit,
-        remaining,
-        _seconds(reset_after_us),
-        _seconds(retry_after_us),
-        _seconds(delay_us),
-        rate,
-        cost,
-        (),
-        False,
-        "",
-        refill_after_us / 1_000_000,
-    )
-
-
-def single(rate: Rate, outcome: tuple[bool, int, int, int, int, int], cost: int) -> Decision:
-    """The decision of a one-rate call: its only layer binds, and lists itself in ``layers``."""
-    allowed, remaining, reset_after_us, retry_after_us, delay_us, refill_after_us = outcome
-    reset_after = math.inf if reset_after_us == NEVER else reset_after_us / 1_000_000
-    retry_after = math.inf if retry_after_us == NEVER else retry_after_us / 1_000_000
-    delay = 0.0 if not delay_us else math.inf if delay_us == NEVER else delay_us / 1_000_000
-    refill_after = refill_after_us / 1_000_000
-    limit = rate.limit
-    layer = make_decision(
-        allowed,
-        limit,
-        remaining,
-        reset_after,
-        retry_after,
-        delay,
-        rate,
-        cost,
-        (),
-        False,
-        "",
-        refill_after,
-    )
-    return make_decision(
-        allowed,
-        limit,
-        remaining,
-        reset_after,
-        retry_after,
-        delay,
-        rate,
-        cost,
-        (layer,),
-        False,
-        "",
-        refill_after,
-    )
-
-
-def to_decision(rates: Sequence[Rate], outcomes: Sequence[Outcome], cost: int) -> Decision:
-    """Combine layers: the binding layer speaks for the decision (see ``Decision``)."""
-    if len(rates) == 1:
-        return single(rates[0], outcomes[0], cost)
-    layers = tuple(_layer(r, o, cost) for r, o in zip(rates, outcomes, strict=True))
-    denied = [layer for layer in layers if not layer.allowed]
-    if denied:
-        binding = max(denied, key=lambda layer: layer.retry_after)
-    else:
-        binding = min(layers, key=lambda layer: layer.remaining)
-    return make_decision(
-        not denied,
-        binding.limit,
-        binding.remaining,
-        max(layer.reset_after for layer in layers),
-        binding.retry_after,
-        max(layer.delay for layer in layers),
-        binding.rate,
-        cost,
-        layers,
-        False,
-        "",
-        # The binding layer's window: the one its remaining (reported above) belongs to.
-        binding.refill_after,
-    )
-
-
 # --- concurrency slots -------------------------------------------------------------------------
 
 
@@ -381,24 +248,3 @@ def slot_argv(
     now_us: int | None, op: str, lease_id: str, limit: int = 0, slots: int = 0, ttl_us: int = 0
 ) -> list[int | str]:
     return ["" if now_us is None else now_us, op, lease_id, limit, slots, ttl_us]
-
-
-def slot_decision(limit: int, slots: int, outcome: Outcome) -> Decision:
-    """A Decision for a slot acquisition (no Rate: concurrency has no period)."""
-    return Decision(
-        allowed=outcome.allowed,
-        limit=limit,
-        remaining=outcome.remaining,
-        reset_after=_seconds(outcome.reset_after_us),
-        retry_after=_seconds(outcome.retry_after_us),
-        cost=slots,
-        refill_after=_seconds(outcome.refill_after_us),
-    )
-
-
-def parse_acquire(limit: int, slots: int, reply: Sequence[int]) -> Decision:
-    """``{now_us, allowed, remaining, reset_after_us, retry_after_us, refill_after_us}`` ->
-    Decision."""
-    values = [int(v) for v in reply]
-    outcome = Outcome(bool(values[1]), values[2], values[3], values[4], 0, values[5])
-    return slot_decision(limit, slots, outcome)

@@ -23,7 +23,7 @@ from ratewarden.clock import Clock, SystemClock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
-from ratewarden.storage import _plan
+from ratewarden.storage import _decisions, _plan
 from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix, escape
 from ratewarden.storage._ops import Op
 from ratewarden.storage._redis_link import DEFAULT_SPIN
@@ -232,7 +232,9 @@ class RedisBase(FromUrl):
         found_script = script(found[0][1].name)
         packed = evalsha_command(found_script, keys, _plan.batch_argv(found, self._now()))
         route_key = "{" + escape(found[0][0]) + "}"
-        return Call("eval", (found_script, route_key, packed), partial(_plan.decode_batch, found))
+        return Call(
+            "eval", (found_script, route_key, packed), partial(_decisions.decode_batch, found)
+        )
 
     def _reset_call(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> Call[None]:
         plan = _plan.build(algorithm, self.prefix, key, rates, 0)
@@ -253,7 +255,7 @@ class RedisBase(FromUrl):
     ) -> Call[Decision]:
         checks.check_slot_request(limit, slots, ttl_us, lease_id)
         args = _plan.slot_argv(self._now(), "acquire", lease_id, limit, slots, ttl_us)
-        read = partial(_plan.parse_acquire, limit, slots)
+        read = partial(_decisions.parse_acquire, limit, slots)
         return self._script_call("concurrency", [_plan.slot_key(self.prefix, key)], args, read)
 
     def _release_call(self, key: str, lease_id: str) -> Call[bool]:

@@ -19,7 +19,7 @@ from ratewarden.algorithms import concurrency, layered_each
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.rate import Rate
-from ratewarden.storage import _plan
+from ratewarden.storage import _decisions, _plan
 from ratewarden.storage._memory_table import SPEEDUPS, MemoryTable
 from ratewarden.storage._ops import Op
 
@@ -70,7 +70,7 @@ class MemoryStore(MemoryTable):
                 for state_key, write in zip(state_keys, writes, strict=True):
                     if write is not None:
                         self._keep(state_key, write[0], write[1], now)
-        return _plan.batch_decisions(found, outcomes, writes is not None)
+        return _decisions.batch_decisions(found, outcomes, writes is not None)
 
     def reset(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> None:
         """Forget the state of ``key`` under these rates."""
@@ -92,7 +92,7 @@ class MemoryStore(MemoryTable):
                 self._read(state_key, now), now, limit, lease_id, slots, ttl_us
             )
             self._keep(state_key, state, ttl, now)
-        return _plan.slot_decision(limit, slots, outcome)
+        return _decisions.slot_decision(limit, slots, outcome)
 
     def release_slot(self, key: str, lease_id: str) -> bool:
         """Give the lease's slots back; False if it was not held (expired or never granted)."""

@@ -22,7 +22,7 @@ timeouts (on the pipelined asyncio store, counted from the reply's turn: see
 ``_redis_pipe``). A hit normally needs one round trip; after a script cache
 flush, a Sentinel failover or a Cluster redirection it needs two or three, each
 bounded the same way. When Redis cannot answer in time, ``hit`` raises
-``StorageUnavailableError`` (never a silent allow) and the failure policy
+``StorageUnavailableError`` (never a silent allow) and the failure mode
 decides; whether that decision was applied is then unknown, so nothing is
 retried blindly. Clients built by ``from_url`` use the same timeout.
 
@@ -46,7 +46,7 @@ import redis.asyncio as aredis
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.rate import Rate
-from ratewarden.storage import _plan
+from ratewarden.storage import _decisions, _plan
 from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix
 from ratewarden.storage._ops import Op
 from ratewarden.storage._redis_async import AsyncCluster, AsyncRouter, AsyncStandalone
@@ -133,7 +133,7 @@ class RedisStore(RedisBase):
             reply = self._router.eval(found, route_key, packed)
         except REDIS_ERRORS as exc:
             raise_storage_error(exc, self._router.where, self.timeout)
-        return _plan.decode(shape.rates, shape.cost, reply)
+        return _decisions.decode(shape.rates, shape.cost, reply)
 
     def hit_all(self, algorithm: str, calls: Sequence[_plan.BatchCall]) -> list[Decision] | None:
         """Decide several ``(key, rates, cost)`` calls in one atomic script; see
@@ -215,7 +215,7 @@ class AsyncRedisStore(RedisBase):
             reply = await self._router.eval(found, route_key, packed)
         except REDIS_ERRORS as exc:
             raise_storage_error(exc, self._router.where, self.timeout)
-        return _plan.decode(shape.rates, shape.cost, reply)
+        return _decisions.decode(shape.rates, shape.cost, reply)
 
     async def hit_all(
         self, algorithm: str, calls: Sequence[_plan.BatchCall]

@@ -114,6 +114,51 @@ local function gcra_check(p, state, now, cost)
   return {1, idiv(left, d), reset, 0, 0, refill}, {tat + idiv(total, n), total % n}, reset
 end
 
+-- The bucket of token_bucket.lua and leaky_bucket.lua: used units of capacity * d, draining
+-- n units per microsecond since last (T = d/n microseconds, a request is d units). It mirrors
+-- ratewarden.algorithms._bucket.step: returns the outcome, the units used after the request,
+-- the time they count from, and their TTL (0 when denied: nothing to write). With shaper, an
+-- admitted request's delay is its wait behind what is already in the bucket.
+local function bucket_step(p, used, last, now, cost, shaper)
+  local n, d, capacity = p[1], p[2], p[3]
+  local room = capacity * d
+  -- a clock behind last is held at last: nothing drains twice
+  local lag = last - now
+  if lag < 0 then
+    lag = 0
+  end
+  local since = now + lag
+  local elapsed = since - last
+  -- compare with the time to empty before multiplying: elapsed * n stays below used
+  if elapsed >= ceil_div(used, n) then
+    used = 0
+  else
+    used = used - elapsed * n
+  end
+  local free = room - used
+  -- taking the whole requests that fit leaves free % d; one more fits d - free % d later
+  local refill = lag + ceil_div(d - free % d, n)
+  local reset = lag + ceil_div(used, n)
+  if cost > capacity then
+    return {0, idiv(free, d), reset, NEVER, 0, refill}, used, since, 0
+  end
+  local need = cost * d
+  if need > free then
+    return {0, idiv(free, d), reset, lag + ceil_div(need - free, n), 0, refill}, used, since, 0
+  end
+  local delay = 0
+  if shaper then
+    -- the new request leaves once everything ahead of it has drained
+    delay = reset
+  end
+  used = used + need
+  free = room - used
+  -- back to empty is the same as never seen: the store may forget the key then
+  reset = lag + ceil_div(used, n)
+  refill = lag + ceil_div(d - free % d, n)
+  return {1, idiv(free, d), reset, 0, delay, refill}, used, since, reset
+end
+
 -- The layering loop of ratewarden.algorithms._base.layered_each: check every layer,
 -- commit all or nothing; when any denies, re-check the allowing layers with
 -- cost 0 so their reply shows the state actually kept.

@@ -30,15 +30,33 @@ for i = 1, #raw, 2 do
   end
 end
 
-local function keep(list)
-  local latest = now
+-- The latest expiry of the leases in list, or now when there are none.
+local function latest(list)
+  local found = now
   for _, lease in ipairs(list) do
-    if lease[3] > latest then
-      latest = lease[3]
+    if lease[3] > found then
+      found = lease[3]
     end
   end
-  if latest > now then
-    redis.call('PEXPIRE', key, ttl_ms(latest - now))
+  return found
+end
+
+-- The leases in list but lease_id's.
+local function others(list)
+  local kept = {}
+  for _, lease in ipairs(list) do
+    if lease[1] ~= lease_id then
+      kept[#kept + 1] = lease
+    end
+  end
+  return kept
+end
+
+-- The key lives as long as its latest lease, and goes with the last one.
+local function keep(list)
+  local until_us = latest(list)
+  if until_us > now then
+    redis.call('PEXPIRE', key, ttl_ms(until_us - now))
   else
     redis.call('DEL', key)
   end
@@ -54,13 +72,7 @@ end
 if op == 'release' then
   if held then
     redis.call('HDEL', key, lease_id)
-    local kept = {}
-    for _, lease in ipairs(leases) do
-      if lease[1] ~= lease_id then
-        kept[#kept + 1] = lease
-      end
-    end
-    keep(kept)
+    keep(others(leases))
   end
   return {now, held and 1 or 0}
 end
@@ -83,11 +95,11 @@ end
 local limit, slots = tonumber(ARGV[4]), tonumber(ARGV[5])
 
 -- Microseconds until needed slots of the {slots, expires} pairs have lapsed, soonest first
--- (sorts held in place).
-local function lapsed(held, needed)
-  table.sort(held, function(a, b) return a[2] < b[2] end)
+-- (sorts holding in place).
+local function lapsed(holding, needed)
+  table.sort(holding, function(a, b) return a[2] < b[2] end)
   local wait = 0
-  for _, pair in ipairs(held) do
+  for _, pair in ipairs(holding) do
     needed = needed - pair[1]
     wait = pair[2] - now
     if needed <= 0 then
@@ -97,66 +109,46 @@ local function lapsed(held, needed)
   return wait
 end
 
--- The effective window of the leases list: take the remaining slots now, then one more.
-local function refill_after(list, in_use, remaining)
-  local held = {}
+-- The reply of an acquire, allowed or not, over the leases in list (those kept, or those
+-- found when denied): the twin of _outcome in ratewarden.algorithms.concurrency.
+local function reply(allowed, list)
+  local in_use, holding = 0, {}
   for _, lease in ipairs(list) do
-    held[#held + 1] = {lease[2], lease[3]}
+    in_use = in_use + lease[2]
+    holding[#holding + 1] = {lease[2], lease[3]}
   end
-  if remaining > 0 then
-    held[#held + 1] = {remaining, now + ttl}
-  end
-  return lapsed(held, in_use + remaining + 1 - limit)
-end
-
-local others_in_use, in_use, latest = 0, 0, now
-for _, lease in ipairs(leases) do
-  in_use = in_use + lease[2]
-  if lease[1] ~= lease_id then
-    others_in_use = others_in_use + lease[2]
-  end
-end
-
-if slots > limit or others_in_use + slots > limit then
-  local retry = NEVER
-  if slots <= limit then
-    table.sort(leases, function(a, b) return a[3] < b[3] end)
-    local needed = in_use + slots - limit
-    retry = 0
-    for _, lease in ipairs(leases) do
-      needed = needed - lease[2]
-      retry = lease[3] - now
-      if needed <= 0 then
-        break
-      end
-    end
-  end
-  for _, lease in ipairs(leases) do
-    if lease[3] > latest then
-      latest = lease[3]
+  local retry = 0
+  if not allowed then
+    retry = NEVER
+    if slots <= limit then
+      -- the longest this request must wait if no holder releases early: until enough
+      -- leases, soonest-expiring first, have lapsed
+      retry = lapsed(holding, in_use + slots - limit)
     end
   end
   local remaining = limit - in_use
   if remaining < 0 then
     remaining = 0
   end
-  return {now, 0, remaining, latest - now, retry, refill_after(leases, in_use, remaining)}
+  if remaining > 0 then
+    holding[#holding + 1] = {remaining, now + ttl}
+  end
+  -- with in_use + remaining slots held (at least the limit), one more needs this many back
+  local refill = lapsed(holding, in_use + remaining + 1 - limit)
+  return {now, allowed and 1 or 0, remaining, latest(list) - now, retry, refill}
+end
+
+local kept = others(leases)
+local others_in_use = 0
+for _, lease in ipairs(kept) do
+  others_in_use = others_in_use + lease[2]
+end
+if slots > limit or others_in_use + slots > limit then
+  return reply(false, leases)
 end
 
 local expires = now + ttl
 redis.call('HSET', key, lease_id, fmt(expires) .. ' ' .. fmt(slots))
-local kept = {}
-for _, lease in ipairs(leases) do
-  if lease[1] ~= lease_id then
-    kept[#kept + 1] = lease
-  end
-end
 kept[#kept + 1] = {lease_id, slots, expires}
 keep(kept)
-for _, lease in ipairs(kept) do
-  if lease[3] > latest then
-    latest = lease[3]
-  end
-end
-local remaining = limit - (others_in_use + slots)
-return {now, 1, remaining, latest - now, 0, refill_after(kept, others_in_use + slots, remaining)}
+return reply(true, kept)
