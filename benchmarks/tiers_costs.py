@@ -77,7 +77,7 @@ def healthy(url: str) -> None:
 def outage(port: int) -> None:
     proxy = FaultProxy(port)
     store = RedisStore.from_url(proxy.url)  # the default timeout, 20 ms
-    tiers = TwoTier(store, failure="open", breaker=CircuitBreaker(failures=5, cooldown=3600.0))
+    tiers = TwoTier(store, failure_mode="open", breaker=CircuitBreaker(failures=5, cooldown=3600.0))
     try:
         tiers.hit("x", BIG)
         proxy.set_fault(Fault.BLACKHOLE)

@@ -79,7 +79,7 @@ def test_prometheus_metrics_bounds_every_label_it_writes() -> None:
     allowed = Decision(allowed=True, limit=1, remaining=0, reset_after=1.0, retry_after=0.0)
     for i in range(3):
         metrics.decision(rule=f"{long}{i}", algorithm=long, decision=allowed)
-        metrics.degraded(rule=f"{long}{i}", mode=long, reason=long)
+        metrics.degraded(rule=f"{long}{i}", failure_mode=long, reason=long)
     metrics.breaker(name=long, state="open")
     metrics.region_overshoot(region=long, requests=1)
     samples = [

@@ -83,7 +83,7 @@ def test_a_failing_via_goes_through_the_breaker_and_the_policy() -> None:
         raise StorageUnavailableError("budget store down")
 
     for _ in range(3):
-        flow = limiter.hit_flow("k", RATE, failure="closed", via=down)
+        flow = limiter.hit_flow("k", RATE, failure_mode="closed", via=down)
         assert limiter.run(flow).degraded == "closed"
     assert breaker.state == "open"
     assert calls == ["k", "k"]  # the third was refused by the breaker, without a call
@@ -104,9 +104,9 @@ def test_only_storage_failures_are_answered_unless_widened() -> None:
     breaker = CircuitBreaker(failures=1, failure_ratio=None, clock=clock)
     limiter = Limiter(_broken_store(clock, RuntimeError("a bug")), breaker=breaker)
     with pytest.raises(RuntimeError, match="a bug"):
-        limiter.run(limiter.hit_flow("k", RATE, failure="open"))
+        limiter.run(limiter.hit_flow("k", RATE, failure_mode="open"))
     limiter.failure_errors = Exception
-    decision = limiter.run(limiter.hit_flow("k", RATE, failure="open"))
+    decision = limiter.run(limiter.hit_flow("k", RATE, failure_mode="open"))
     assert decision.allowed and decision.degraded == "open"
     assert breaker.state == "closed"
 
@@ -121,10 +121,10 @@ def test_on_failure_reports_instead_of_the_limiters_own_line(
     limiter = Limiter(_broken_store(clock, error))
     told: list[Exception] = []
     with caplog.at_level(logging.WARNING, logger="ratewarden"):
-        limiter.run(limiter.hit_flow("k", RATE, failure="open", on_failure=told.append))
+        limiter.run(limiter.hit_flow("k", RATE, failure_mode="open", on_failure=told.append))
         assert told == [error]
         assert caplog.records == []
-        limiter.run(limiter.hit_flow("k", RATE, failure="open"))
+        limiter.run(limiter.hit_flow("k", RATE, failure_mode="open"))
     assert ["store unavailable" in r.getMessage() for r in caplog.records] == [True]
 
 

@@ -1,11 +1,11 @@
-"""A failure policy handed to a limiter per call, reported by the caller's ``FailureReport``.
+"""A failure mode handed to a limiter per call, reported by the caller's ``FailureReport``.
 
 Against a real redis-server that is not listening (a free port) or stopped: a
-plain limiter (every part off: one store call per hit) given ``failure=`` and
-``on_failure=`` answers a failed store call with the policy's degraded Decision
-and reports it through the hook, in both drivers; without a policy the store's
-error is raised as before, and a bad policy name is refused even when the store
-is healthy.
+plain limiter (every part off: one store call per hit) given ``failure_mode=``
+and ``on_failure=`` answers a failed store call with the failure mode's degraded
+Decision and reports it through the hook, in both drivers; without a failure
+mode the store's error is raised as before, and a bad failure mode is refused
+even when the store is healthy.
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ RATE = Rate.parse("5/minute")
 
 
 class Recorded(Metrics):
-    """Keeps every ``degraded`` call as (rule, mode, reason)."""
+    """Keeps every ``degraded`` call as (rule, failure_mode, reason)."""
 
     def __init__(self) -> None:
         self.degraded_calls: list[tuple[str, str, str]] = []
 
-    def degraded(self, *, rule: str, mode: str, reason: str) -> None:
-        self.degraded_calls.append((rule, mode, reason))
+    def degraded(self, *, rule: str, failure_mode: str, reason: str) -> None:
+        self.degraded_calls.append((rule, failure_mode, reason))
 
 
 def _dead_url() -> str:
@@ -42,18 +42,18 @@ def _dead_url() -> str:
 
 
 @pytest.mark.parametrize(("failure", "allowed"), [("open", True), ("closed", False)])
-def test_a_plain_limiter_answers_a_dead_store_by_the_calls_policy(
+def test_a_plain_limiter_answers_a_dead_store_by_the_calls_failure_mode(
     failure: str, allowed: bool
 ) -> None:
-    """``hit(..., failure=, on_failure=)``: the policy's Decision, the hook told the error."""
+    """``hit(..., failure_mode=, on_failure=)``: its Decision, the hook told the error."""
     store = RedisStore.from_url(_dead_url(), timeout=STORE_TIMEOUT)
     limiter = Limiter(store)
     assert limiter.plain
     told: list[Exception] = []
     try:
-        decision = limiter.hit("k", RATE, failure=failure, on_failure=told.append)
+        decision = limiter.hit("k", RATE, failure_mode=failure, on_failure=told.append)
         with pytest.raises(StorageUnavailableError):
-            limiter.hit("k", RATE)  # no policy: raised, as ever
+            limiter.hit("k", RATE)  # no failure mode: raised, as ever
     finally:
         store.close()
     assert (decision.allowed, decision.degraded) == (allowed, failure)
@@ -61,12 +61,12 @@ def test_a_plain_limiter_answers_a_dead_store_by_the_calls_policy(
 
 
 async def test_the_asyncio_limiter_answers_the_same_way() -> None:
-    """``AsyncLimiter.hit`` with a per-call policy over a dead store: the same answer."""
+    """``AsyncLimiter.hit`` with a per-call failure mode over a dead store: the same answer."""
     store = AsyncRedisStore.from_url(_dead_url(), timeout=STORE_TIMEOUT)
     told: list[Exception] = []
     try:
         decision = await AsyncLimiter(store).hit(
-            "k", RATE, 2, failure="closed", on_failure=told.append
+            "k", RATE, 2, failure_mode="closed", on_failure=told.append
         )
     finally:
         await store.aclose()
@@ -74,15 +74,15 @@ async def test_the_asyncio_limiter_answers_the_same_way() -> None:
     assert len(told) == 1
 
 
-def test_a_bad_policy_name_is_refused_even_when_the_store_answers() -> None:
-    """The plain shortcut still checks the policy: a typo never passes silently."""
+def test_a_bad_failure_mode_is_refused_even_when_the_store_answers() -> None:
+    """The plain shortcut still checks the failure mode: a typo never passes silently."""
     limiter = Limiter(clock=ManualClock())
-    with pytest.raises(ConfigurationError, match="failure policy 'opne'"):
-        limiter.hit("k", RATE, failure="opne")
+    with pytest.raises(ConfigurationError, match="failure_mode 'opne' must be one of"):
+        limiter.hit("k", RATE, failure_mode="opne")
     hit_now = AsyncLimiter(AsyncMemoryStore(clock=ManualClock())).hit_now
-    with pytest.raises(ConfigurationError, match="failure policy 'opne'"):
-        hit_now("k", RATE, failure="opne")
-    assert limiter.hit("k", RATE, failure="open").degraded == ""  # healthy: the store decides
+    with pytest.raises(ConfigurationError, match="failure_mode 'opne' must be one of"):
+        hit_now("k", RATE, failure_mode="opne")
+    assert limiter.hit("k", RATE, failure_mode="open").degraded == ""  # healthy: the store decides
 
 
 def test_a_failure_report_counts_and_logs_once_per_reason_per_interval(
@@ -100,7 +100,7 @@ def test_a_failure_report_counts_and_logs_once_per_reason_per_interval(
         report(StorageUnavailableError("down"))
     lines = [r.getMessage() for r in caplog.records if r.name == "rw.test"]
     assert len(lines) == 3
-    assert "'api'" in lines[0] and "failure policy 'open'" in lines[0] and "down" in lines[0]
+    assert "'api'" in lines[0] and "failure mode 'open'" in lines[0] and "down" in lines[0]
     assert "breaker_open" in lines[1]
     assert "(499 similar lines suppressed)" in lines[2]
     assert metrics.degraded_calls[0] == ("api", "open", "StorageUnavailableError")

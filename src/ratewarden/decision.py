@@ -37,10 +37,10 @@ class Decision:
       back; fixed window: the window's end; sliding log: when the oldest entry
       ages out; sliding window: when the estimate first admits one more;
       concurrency: when the soonest lease expires. 0 when not known (a decision
-      the store did not make, such as the ``open`` failure policy's).
+      the store did not make, such as the ``open`` failure mode's).
 
     ``degraded`` is empty for a decision the store made. When the store was
-    unavailable and a failure policy answered instead, it names that policy:
+    unavailable and a failure mode answered instead, it names that failure mode:
     ``"open"`` (allowed without counting), ``"closed"`` (denied) or ``"local"``
     (decided by the in-process bucket).
     """

@@ -11,6 +11,15 @@ returns the name from its new home. The new home is imported only when an old
 name is asked for, so a module below its names' new home (``budgets`` below
 ``server``) imports nothing from it otherwise.
 
+A keyword that was renamed keeps its old name as a parameter defaulting to
+``UNSET``, and the function takes its value with ``renamed``::
+
+    def __init__(self, *, failure_mode: str = "open", failure: str = UNSET) -> None:
+        failure_mode = renamed("TwoTier", "failure", "failure_mode", failure, failure_mode, "open")
+
+``TwoTier(failure="closed")`` then warns ``TwoTier(failure=...) is deprecated;
+use failure_mode=`` and means ``TwoTier(failure_mode="closed")``.
+
 A leaf: it imports nothing of ratewarden beyond the exception tree.
 """
 
@@ -19,11 +28,26 @@ from __future__ import annotations
 import importlib
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from ratewarden.errors import ConfigurationError
 
-__all__ = ["moved"]
+__all__ = ["UNSET", "moved", "renamed"]
+
+T = TypeVar("T")
+
+
+class _Unset:
+    """The type of ``UNSET``: one value, told apart from every value a caller may give."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+#: The default of a renamed keyword's old name: "not given", told apart from None and any value.
+UNSET: Any = _Unset()
 
 
 def moved(module: str, homes: Mapping[str, str]) -> Callable[[str], Any]:
@@ -56,3 +80,29 @@ def moved(module: str, homes: Mapping[str, str]) -> Callable[[str], Any]:
         return getattr(importlib.import_module(home), name)
 
     return resolve
+
+
+def renamed(
+    what: str, old: str, new: str, old_value: Any, value: T, default: T, *, stacklevel: int = 3
+) -> T:
+    """The value of keyword ``new`` of ``what``, or of its old name ``old`` when that was given.
+
+    ``old_value`` is ``UNSET`` when the old keyword was not given: ``value`` (the
+    new keyword's) is returned as is, at the cost of one comparison. Otherwise
+    a ``DeprecationWarning`` says ``<what>(<old>=...) is deprecated; use <new>=``
+    and ``old_value`` is returned; both given (``value`` is not ``default``) is a
+    ``ConfigurationError``. ``stacklevel`` is ``warnings.warn``'s from here: 3,
+    the default, names the line that called the function calling ``renamed``.
+    """
+    if old_value is UNSET:
+        return value
+    if value is not default and value != default:
+        raise ConfigurationError(
+            f"{what}: {old}= is the deprecated name of {new}=; give {new}= only "
+            f"(got {old}={old_value!r} and {new}={value!r})"
+        )
+    warnings.warn(
+        f"{what}({old}=...) is deprecated; use {new}=", DeprecationWarning, stacklevel=stacklevel
+    )
+    found: T = old_value
+    return found

@@ -17,7 +17,7 @@ pulls in YAML or httpx.
 Being over a limit is never an exception: ``Limiter.hit`` returns a ``Decision``
 whose ``allowed`` is False. Storage errors are raised at one boundary, where a
 client library's exception becomes ours (``raise ... from exc``), so callers and
-failure policies catch exactly one type.
+failure modes catch exactly one type.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class StorageError(RatewardenError):
 class StorageUnavailableError(StorageError):
     """The store could not be reached or did not answer within its timeout.
 
-    Nothing is known about whether the decision was applied; failure policies
+    Nothing is known about whether the decision was applied; failure modes
     (open, closed, local) act on this error.
     """
 
@@ -54,6 +54,6 @@ class StorageUnavailableError(StorageError):
 class CircuitOpenError(StorageUnavailableError):
     """The circuit breaker is open after store failures: the store was not asked.
 
-    Raised (or handed to the failure policy) instead of paying the store's
+    Raised (or handed to the failure mode) instead of paying the store's
     timeout on every call during an outage; one probe per cool-down asks again.
     """

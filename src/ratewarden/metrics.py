@@ -19,9 +19,13 @@ every request) to one log line per key per interval, and counts what it held bac
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import threading
+import warnings
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from ratewarden.clock import Clock, SystemClock
@@ -51,15 +55,33 @@ _BREAKER_STATES = ("closed", "open", "half_open")
 
 
 class Metrics:
-    """Instrumentation hooks; every method is a no-op here. Subclass, or use PrometheusMetrics."""
+    """Instrumentation hooks; every method is a no-op here. Subclass, or use PrometheusMetrics.
+
+    ``degraded`` took ``mode=`` before it took ``failure_mode=``: a subclass
+    whose ``degraded`` still takes ``mode`` (and no ``failure_mode``) is adapted
+    when the class is made, with a ``DeprecationWarning``, and goes on being
+    called with ``mode=`` for one release.
+    """
 
     __slots__ = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("degraded")
+        if own is not None and _takes_mode_only(own):
+            warnings.warn(
+                f"{cls.__qualname__}.degraded(*, rule, mode, reason) is deprecated: its keyword "
+                "is failure_mode now (degraded(*, rule, failure_mode, reason))",
+                DeprecationWarning,
+                stacklevel=2,  # the class statement
+            )
+            cls.degraded = _mode_keyword(own)  # type: ignore[method-assign]
 
     def decision(self, *, rule: str, algorithm: str, decision: Decision) -> None:
         """One decision was made for ``rule`` by ``algorithm`` (e.g. ``"gcra"``)."""
 
-    def degraded(self, *, rule: str, mode: str, reason: str) -> None:
-        """A failure policy answered for ``rule``: ``mode`` is open, closed or local.
+    def degraded(self, *, rule: str, failure_mode: str, reason: str) -> None:
+        """A failure mode answered for ``rule``: ``failure_mode`` is open, closed or local.
 
         ``reason`` should come from a small set (an exception class name), never a
         message with addresses or keys in it.
@@ -82,6 +104,31 @@ class Metrics:
 NO_METRICS: Metrics = Metrics()
 
 
+def _takes_mode_only(method: Callable[..., Any]) -> bool:
+    """Whether ``degraded`` is written the old way: a ``mode`` keyword, no ``failure_mode``
+    (nor ``**kwargs``, which takes either)."""
+    try:
+        parameters = inspect.signature(method).parameters
+    except (TypeError, ValueError):  # not introspectable: called the new way
+        return False
+    return (
+        "mode" in parameters
+        and "failure_mode" not in parameters
+        and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    )
+
+
+def _mode_keyword(method: Callable[..., None]) -> Callable[..., None]:
+    """An old ``degraded(*, rule, mode, reason)`` called as ``degraded(*, rule, failure_mode,
+    reason)``, as every caller now calls it."""
+
+    @functools.wraps(method)
+    def degraded(self: Metrics, *, rule: str, failure_mode: str, reason: str) -> None:
+        method(self, rule=rule, mode=failure_mode, reason=reason)
+
+    return degraded
+
+
 def _outcome(decision: Decision) -> str:
     if decision.shadowed:
         return "shadowed"
@@ -95,7 +142,8 @@ class PrometheusMetrics(Metrics):
 
     - ``ratewarden_decisions_total{rule, algorithm, outcome}``: outcome is
       ``allowed``, ``denied`` or ``shadowed`` (denied, but let through by shadow mode).
-    - ``ratewarden_degraded_total{rule, mode, reason}``: a failure policy answered.
+    - ``ratewarden_degraded_total{rule, failure_mode, reason}``: a failure mode answered
+      (the label was ``mode`` before).
     - ``ratewarden_breaker_state{name, state}``: 1 for the current state, else 0.
     - ``ratewarden_breaker_transitions_total{name, state}``: entries into each state.
     - ``ratewarden_store_latency_seconds``: histogram of store round trips.
@@ -155,8 +203,8 @@ class PrometheusMetrics(Metrics):
         self._degraded = made(
             counter,
             "degraded",
-            "Decisions answered by a failure policy because the store was unavailable.",
-            ("rule", "mode", "reason"),
+            "Decisions answered by a failure mode because the store was unavailable.",
+            ("rule", "failure_mode", "reason"),
         )
         self._breaker_state = made(
             gauge,
@@ -203,8 +251,8 @@ class PrometheusMetrics(Metrics):
             )
         child.inc()
 
-    def degraded(self, *, rule: str, mode: str, reason: str) -> None:
-        self._degraded.labels(self._rule(rule), bounded(mode), bounded(reason)).inc()
+    def degraded(self, *, rule: str, failure_mode: str, reason: str) -> None:
+        self._degraded.labels(self._rule(rule), bounded(failure_mode), bounded(reason)).inc()
 
     def breaker(self, *, name: str, state: str) -> None:
         if state not in _BREAKER_STATES:

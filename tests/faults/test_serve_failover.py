@@ -242,7 +242,7 @@ def failure_mode_counts(server: RateLimitServer) -> dict[tuple[str, str, str], f
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2)))
         if labels.get("domain") == DOMAIN:
-            key = (match.group(1), labels["key"], labels["mode"])
+            key = (match.group(1), labels["key"], labels["failure_mode"])
             found[key] = found.get(key, 0.0) + float(match.group(3))
     return found
 
@@ -321,7 +321,7 @@ def assert_recovered(
     assert_steady(before)
     assert_steady(failover.after)
     assert_counted(server, load)
-    assert server.errors == 0, "a call failed outside the failure policy"
+    assert server.errors == 0, "a call failed outside the failure mode"
 
 
 def report(test: str, load: Load, failover: Failover) -> None:

@@ -127,14 +127,14 @@ async def test_the_service_answers_by_failure_mode_during_a_fault_and_recovers(
     print(f"\n{test}: every rule decided on Redis again {took:.2f} s after the fault ended")
     for mode in MODES:
         assert before[mode].decided == before[mode].calls == before[mode].allowed == 20
-        # Every answer during the fault came from the failure policy, and was counted.
+        # Every answer during the fault came from the failure mode, and was counted.
         assert during[mode].unavailable == during[mode].calls == 15
         expected_ok = 15 if DEGRADED_CODE[mode] == OK else 0
         assert during[mode].allowed == expected_ok
         assert recovery[mode].decided >= 1
         # Back on Redis: decided there, and allowed (1000/hour is far away).
         assert after[mode].decided == after[mode].allowed == 20
-    assert server.errors == 0, "a call failed outside the failure policy"
+    assert server.errors == 0, "a call failed outside the failure mode"
 
 
 async def test_a_malformed_request_under_a_fault_is_still_invalid_argument(

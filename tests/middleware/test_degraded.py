@@ -1,4 +1,4 @@
-"""Decisions a failure policy made (``degraded``) pass through the middleware, headers and all."""
+"""Decisions a failure mode made (``degraded``) pass through the middleware, headers and all."""
 
 from __future__ import annotations
 
@@ -26,13 +26,13 @@ async def ok(request: Request) -> Response:
 @pytest.mark.parametrize(
     ("failure", "status", "remaining"), [("open", 200, 5), ("closed", 429, 0), ("local", 200, 4)]
 )
-async def test_store_down_each_failure_policy_answers_through_the_middleware(
+async def test_store_down_each_failure_mode_answers_through_the_middleware(
     failure: str, status: int, remaining: int
 ) -> None:
     """With nothing listening on the store's port, the two-tier policy decides; headers stay."""
     store = AsyncRedisStore.from_url(f"redis://{HOST}:{free_port()}/0", timeout=0.05)
     recorder = DecisionRecorder()
-    tiers = AsyncTwoTier(store, failure=failure, clock=ManualClock())
+    tiers = AsyncTwoTier(store, failure_mode=failure, clock=ManualClock())
     app = Starlette(routes=[Route("/", ok)])
     ruleset = RuleSet([Rule("per-ip", "5/minute")], clock=ManualClock())
     app.add_middleware(RateLimitMiddleware, limiter=_Recording(tiers, recorder), rules=ruleset)

@@ -1,4 +1,4 @@
-"""The middlewares' failure policy: a slow or dead store never turns into a 500.
+"""The middlewares' failure mode: a slow or dead store never turns into a 500.
 
 Against real redis-servers: thousands of concurrent requests through Starlette at
 the store's default timeout are all decided by Redis; with the store stopped or
@@ -47,13 +47,13 @@ LOGGER = "ratewarden.middleware"
 
 
 class Recorded(Metrics):
-    """Keeps every ``degraded`` call as (rule, mode, reason)."""
+    """Keeps every ``degraded`` call as (rule, failure_mode, reason)."""
 
     def __init__(self) -> None:
         self.degraded_calls: list[tuple[str, str, str]] = []
 
-    def degraded(self, *, rule: str, mode: str, reason: str) -> None:
-        self.degraded_calls.append((rule, mode, reason))
+    def degraded(self, *, rule: str, failure_mode: str, reason: str) -> None:
+        self.degraded_calls.append((rule, failure_mode, reason))
 
 
 async def ok(request: Request) -> Response:
@@ -152,7 +152,7 @@ async def test_a_black_holed_store_fails_open_counted_and_logged_once_per_interv
                 assert all(rate_limit_headers(r) == [] for r in responses)
                 assert metrics.degraded_calls == [("api", "open", "StorageUnavailableError")] * 500
                 [line] = warnings(caplog)
-                assert "'api'" in line and "failure policy 'open'" in line
+                assert "'api'" in line and "failure mode 'open'" in line
                 clock.advance(60)
                 assert (await client.get("/")).status_code == 200
                 later = warnings(caplog)[1:]
@@ -169,7 +169,7 @@ async def test_a_black_holed_store_fails_open_counted_and_logged_once_per_interv
 async def test_closed_policy_answers_503_with_retry_after_and_no_quota(
     make_redis: Callable[..., RedisServer], method: str
 ) -> None:
-    """failure="closed" with Redis stopped: 503, Retry-After 1, a problem document, no RateLimit.
+    """failure_mode="closed", Redis stopped: 503, Retry-After 1, a problem document, no RateLimit.
 
     A HEAD gets the same headers and no body.
     """
@@ -177,7 +177,7 @@ async def test_closed_policy_answers_503_with_retry_after_and_no_quota(
     store = AsyncRedisStore.from_url(server.url, clock=ManualClock(), timeout=STORE_TIMEOUT)
     metrics = Recorded()
     rules = RuleSet([Rule("per-ip", "5/minute")], clock=ManualClock())
-    app = starlette_app(AsyncLimiter(store), rules, failure="closed", metrics=metrics)
+    app = starlette_app(AsyncLimiter(store), rules, failure_mode="closed", metrics=metrics)
     try:
         async with client_for(app) as client:
             assert (await client.request(method, "/")).status_code == 200
@@ -224,7 +224,7 @@ async def test_an_open_breaker_answers_without_calling_the_store(where: str) -> 
     app: Any
     if where == "limiter":
         limiter = AsyncLimiter(store, breaker=breaker)
-        app = starlette_app(limiter, rules, failure="closed", metrics=metrics)
+        app = starlette_app(limiter, rules, failure_mode="closed", metrics=metrics)
     else:
         inner = Starlette(routes=[Route("/", ok)])
         with pytest.warns(DeprecationWarning, match="give the limiter its breaker"):
@@ -232,7 +232,7 @@ async def test_an_open_breaker_answers_without_calling_the_store(where: str) -> 
                 inner,
                 limiter=AsyncLimiter(store),
                 rules=rules,
-                failure="closed",
+                failure_mode="closed",
                 breaker=breaker,
                 metrics=metrics,
             )
@@ -257,7 +257,7 @@ async def test_shadow_rules_never_block_even_under_the_closed_policy() -> None:
     store = AsyncRedisStore.from_url(f"redis://{HOST}:{free_port()}/0", timeout=STORE_TIMEOUT)
     metrics = Recorded()
     rules = RuleSet([Rule("dark", "5/minute", shadow=True)], clock=ManualClock())
-    app = starlette_app(AsyncLimiter(store), rules, failure="closed", metrics=metrics)
+    app = starlette_app(AsyncLimiter(store), rules, failure_mode="closed", metrics=metrics)
     try:
         async with client_for(app) as client:
             response = await client.get("/")
@@ -291,7 +291,7 @@ def test_wsgi_flask_with_redis_stopped_answers_by_the_policy(
         flask.wsgi_app,
         limiter=Limiter(stopped_redis),
         rules=rules,
-        failure=failure,
+        failure_mode=failure,
         metrics=metrics,
     )
     response = flask.test_client().get("/")
@@ -310,8 +310,8 @@ def test_wsgi_flask_with_redis_stopped_answers_by_the_policy(
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"failure": "local"}, "TwoTier"),
-        ({"failure": "allow"}, "one of open, closed"),
+        ({"failure_mode": "local"}, "TwoTier"),
+        ({"failure_mode": "allow"}, "one of open, closed"),
         ({"breaker": "yes"}, "must be a CircuitBreaker"),
         ({"metrics": object()}, "must be a Metrics"),
         ({"name": ""}, "non-empty string"),

@@ -1,7 +1,7 @@
-"""The concurrency and token budget middlewares' failure policy: a dead store is never a 500.
+"""The concurrency and token budget middlewares' failure mode: a dead store is never a 500.
 
 Against real redis-servers, stopped or black-holed behind the fault proxy: with
-``failure="open"`` (the default) the app runs without a slot or a reservation,
+``failure_mode="open"`` (the default) the app runs without a slot or a reservation,
 with ``"closed"`` the middleware answers 503 with ``Retry-After``; either way the
 request is counted in ``metrics.degraded`` under the middleware's name. When the
 store is back, slots and budgets are enforced again.
@@ -41,13 +41,13 @@ LIMITS = {"requests": "100/minute", "tokens": "10000/minute"}
 
 
 class Recorded(Metrics):
-    """Keeps every ``degraded`` call as (rule, mode, reason)."""
+    """Keeps every ``degraded`` call as (rule, failure_mode, reason)."""
 
     def __init__(self) -> None:
         self.degraded_calls: list[tuple[str, str, str]] = []
 
-    def degraded(self, *, rule: str, mode: str, reason: str) -> None:
-        self.degraded_calls.append((rule, mode, reason))
+    def degraded(self, *, rule: str, failure_mode: str, reason: str) -> None:
+        self.degraded_calls.append((rule, failure_mode, reason))
 
 
 async def ok(request: Request) -> Response:
@@ -106,7 +106,7 @@ async def test_concurrency_with_redis_stopped_answers_by_the_policy(
     metrics = Recorded()
     options: dict[str, Any] = {"metrics": metrics}
     if failure == "closed":
-        options["failure"] = "closed"
+        options["failure_mode"] = "closed"
     try:
         async with client_for(slots_app(AsyncLimiter(store), **options)) as client:
             response = await client.get("/", headers=KEY)
@@ -155,7 +155,7 @@ async def test_concurrency_closed_with_the_limiters_breaker_open_waits_for_its_p
     clock = ManualClock()
     breaker = CircuitBreaker(failures=2, failure_ratio=None, cooldown=4.5, clock=clock)
     metrics = Recorded()
-    app = slots_app(AsyncLimiter(store, breaker=breaker), failure="closed", metrics=metrics)
+    app = slots_app(AsyncLimiter(store, breaker=breaker), failure_mode="closed", metrics=metrics)
     try:
         async with client_for(app) as client:
             _ = [await client.get("/", headers=KEY) for _ in range(2)]
@@ -177,7 +177,7 @@ def test_wsgi_concurrency_with_redis_stopped_answers_by_the_policy(
     flask.add_url_rule("/", "home", lambda: "home")
     metrics = Recorded()
     flask.wsgi_app = WSGIConcurrencyMiddleware(  # type: ignore[method-assign]
-        flask.wsgi_app, limiter=Limiter(store), limit=1, failure=failure, metrics=metrics
+        flask.wsgi_app, limiter=Limiter(store), limit=1, failure_mode=failure, metrics=metrics
     )
     try:
         response = flask.test_client().get("/")
@@ -200,7 +200,7 @@ async def test_token_budget_with_redis_stopped_answers_by_the_policy(
     store = AsyncRedisStore.from_url(stopped, timeout=STORE_TIMEOUT)
     budget = AsyncTokenBudget(store, LIMITS, max_output_tokens=100)
     metrics = Recorded()
-    app = budget_app(budget, failure=failure, metrics=metrics, name="llm")
+    app = budget_app(budget, failure_mode=failure, metrics=metrics, name="llm")
     try:
         async with client_for(app) as client:
             response = await client.get("/", headers=KEY)

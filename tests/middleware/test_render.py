@@ -64,7 +64,7 @@ def test_the_plan_renders_what_headers_renders(
 
 
 def test_a_decision_from_other_rates_is_rendered_by_headers_itself() -> None:
-    """A decision whose layers are not the rule's rates (a failure policy's) is still right."""
+    """A decision whose layers are not the rule's rates (a failure mode's) is still right."""
     options = HeaderOptions(legacy=True)
     plan = HeaderPlan("c", (Rate(10, 60),), options)
     degraded = Decision(False, 0, 0, 0.0, 1.0, degraded="closed")

@@ -3,7 +3,7 @@
 The server (``secure_redis``) demands ``requirepass``, has an ACL user limited to
 ``rw*`` keys and the commands the store's scripts call, and listens for TLS
 with a certificate from a throwaway CA. Every failure must be an error the
-failure policy understands, never a silent success, and never echo the secret.
+failure mode understands, never a silent success, and never echo the secret.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def test_a_password_in_the_url_authenticates(secure_redis: SecureRedis) -> None:
 def test_missing_or_wrong_credentials_fail_every_call(
     secure_redis: SecureRedis, credentials: str, error: type[Exception]
 ) -> None:
-    """No password, or a wrong one: every hit raises a StorageError (the failure policy's
+    """No password, or a wrong one: every hit raises a StorageError (the failure mode's
     input), never an allow; and the message does not carry the password tried."""
     store = RedisStore.from_url(f"redis://{credentials}{HOST}:{secure_redis.port}/0", timeout=1)
     try:

@@ -138,16 +138,28 @@ def test_store_failures_count_failure_mode_decisions_and_store_errors() -> None:
     assert ask(svc, desc(("lenient", "l"))).overall_code == OK
     assert ask(svc, desc(("lenient", "l"))).overall_code == OK
     assert (
-        value(stats, P + "failure_mode_denied_total", domain="web", key="fragile", mode="closed")
+        value(
+            stats,
+            P + "failure_mode_denied_total",
+            domain="web",
+            key="fragile",
+            failure_mode="closed",
+        )
         == 1
     )
     assert (
-        value(stats, P + "failure_mode_allowed_total", domain="web", key="lenient", mode="open")
+        value(
+            stats,
+            P + "failure_mode_allowed_total",
+            domain="web",
+            key="lenient",
+            failure_mode="open",
+        )
         == 2
     )
     errors = "ratelimit_service_should_rate_limit_error_total"
     assert value(stats, errors, err_type="store_error") == 3
-    degraded = {"rule": "web.lenient", "mode": "open", "reason": "StorageUnavailableError"}
+    degraded = {"rule": "web.lenient", "failure_mode": "open", "reason": "StorageUnavailableError"}
     assert value(stats, "ratewarden_degraded_total", **degraded) == 2
     latency = "ratewarden_store_latency_seconds_count"
     assert value(stats, latency) == 3  # failed calls are timed too

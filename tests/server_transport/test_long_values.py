@@ -43,7 +43,7 @@ descriptors:
 VALUE_CHARS = 60 * 1024
 VALUES = 40
 #: docs/operations.md: a /metrics line with plain ASCII labels, newline included.
-LINE_BYTES = 370
+LINE_BYTES = 378
 #: Lines per (domain, key) pair (24), per value_overflow pair (2), per rule label
 #: (6 algorithms x 3 outcomes x 2 on ratewarden_decisions), and the rest, in bytes.
 PAIR_BYTES = 24 * LINE_BYTES

@@ -39,8 +39,8 @@ class Recorder(Metrics):
         self.breakers: list[tuple[str, str]] = []
         self.decisions: list[Decision] = []
 
-    def degraded(self, *, rule: str, mode: str, reason: str) -> None:
-        self.degraded_calls.append((rule, mode, reason))
+    def degraded(self, *, rule: str, failure_mode: str, reason: str) -> None:
+        self.degraded_calls.append((rule, failure_mode, reason))
 
     def breaker(self, *, name: str, state: str) -> None:
         self.breakers.append((name, state))

@@ -68,7 +68,7 @@ def test_the_local_policy_admits_up_to_processes_times_the_local_rate() -> None:
         store = SwitchableStore(clock=clock)
         store.down = True
         rate = Rate.parse("100/minute")
-        fleet = [TwoTier(store, local=fraction, failure="local") for _ in range(4)]
+        fleet = [TwoTier(store, local=fraction, failure_mode="local") for _ in range(4)]
         admitted = sum(tier.hit("k", rate).allowed for _ in range(200) for tier in fleet)
         assert admitted == expected
 

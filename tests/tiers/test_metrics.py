@@ -19,7 +19,7 @@ def test_an_outage_shows_up_in_prometheus() -> None:
     clock = ManualClock()
     store = SwitchableStore(clock=clock)
     breaker = CircuitBreaker(failures=3, cooldown=1.0, clock=clock, metrics=metrics, name="redis")
-    tiers = TwoTier(store, failure="local", breaker=breaker, metrics=metrics, name="search")
+    tiers = TwoTier(store, failure_mode="local", breaker=breaker, metrics=metrics, name="search")
     rate = Rate.parse("100/minute")
     store.down = True
     for _ in range(20):
@@ -30,8 +30,10 @@ def test_an_outage_shows_up_in_prometheus() -> None:
         return 0.0 if found is None else found
 
     degraded = "ratewarden_degraded_total"
-    assert value(degraded, rule="search", mode="local", reason="StorageUnavailableError") == 3
-    assert value(degraded, rule="search", mode="local", reason="breaker_open") == 17
+    assert (
+        value(degraded, rule="search", failure_mode="local", reason="StorageUnavailableError") == 3
+    )
+    assert value(degraded, rule="search", failure_mode="local", reason="breaker_open") == 17
     assert value("ratewarden_breaker_state", name="redis", state="open") == 1
     assert value("ratewarden_breaker_transitions_total", name="redis", state="open") == 1
     store.down = False

@@ -61,10 +61,10 @@ def build(
     breaker = CircuitBreaker(failures=3, cooldown=COOLDOWN, clock=clock, metrics=metrics)
     if sync:
         store = Counted(RedisStore.from_url(url, clock=clock, timeout=TIMEOUT))
-        tiers: Any = TwoTier(store, failure=mode, breaker=breaker, metrics=metrics, name=mode)
+        tiers: Any = TwoTier(store, failure_mode=mode, breaker=breaker, metrics=metrics, name=mode)
     else:
         store = Counted(AsyncRedisStore.from_url(url, clock=clock, timeout=TIMEOUT))
-        tiers = AsyncTwoTier(store, failure=mode, breaker=breaker, metrics=metrics, name=mode)
+        tiers = AsyncTwoTier(store, failure_mode=mode, breaker=breaker, metrics=metrics, name=mode)
     return tiers, store, metrics
 
 

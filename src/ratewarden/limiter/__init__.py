@@ -2,7 +2,7 @@
 
 Every decision in ratewarden is made by a limiter's flows (``DecisionCore``):
 validation, layered limits and cost, the local tier (negative cache, local
-bucket, leases), the circuit breaker and failure policy, shadow, the decision
+bucket, leases), the circuit breaker and failure mode, shadow, the decision
 hook and metrics live there once. ``Limiter`` drives a flow with a blocking
 loop, ``AsyncLimiter`` with an awaiting one. Adapters (two tiers, hot keys,
 regions, budgets, the Envoy service, the middleware, simulate, plan) configure a
@@ -26,12 +26,12 @@ from __future__ import annotations
 from ratewarden.limiter._aged import aged
 from ratewarden.limiter._breaker import CircuitBreaker
 from ratewarden.limiter._core import (
-    FAILURE_POLICIES,
+    FAILURE_MODES,
     LOCAL_ALGORITHM,
     DecisionCore,
     DecisionHook,
     FailureHook,
-    check_failure,
+    check_failure_mode,
 )
 from ratewarden.limiter._counts import TierCounts
 from ratewarden.limiter._flows import Ask, Flow, Gather, Wait, adrive, drive
@@ -46,7 +46,7 @@ from ratewarden.storage import Op, axis_key, hash_tag, record_key
 __all__ = [
     "DEFAULT_LEASE_KEYS",
     "DEFAULT_NEGATIVE_KEYS",
-    "FAILURE_POLICIES",
+    "FAILURE_MODES",
     "LOCAL_ALGORITHM",
     "Ask",
     "AsyncLimiter",
@@ -72,7 +72,7 @@ __all__ = [
     "awaiting",
     "axis_key",
     "blocking",
-    "check_failure",
+    "check_failure_mode",
     "drive",
     "failure_reason",
     "hash_tag",

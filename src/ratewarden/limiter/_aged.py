@@ -1,4 +1,4 @@
-"""Decisions this process makes without the store: aged, assumed by a policy, or marked.
+"""Decisions this process makes without the store: aged, assumed by a failure mode, or marked.
 
 Built with ``make_decision`` (no frozen-dataclass ``replace``): a request answered
 by a lease or by the negative cache costs little more than this.

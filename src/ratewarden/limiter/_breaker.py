@@ -6,7 +6,7 @@ Three states, with time from an injected clock::
     open ──(cool-down elapsed; the next caller becomes the probe)──► half_open
     half_open ──(probe succeeds)──► closed        half_open ──(probe fails)──► open
 
-While open, ``allow()`` answers False at once: callers take their failure policy
+While open, ``allow()`` answers False at once: callers take their failure mode
 without a store call. After ``cooldown`` seconds one caller (``probes`` callers
 at most) is let through as a probe; everyone else is still refused until the
 probe reports back. A probe that never reports (cancelled, or an error that is
@@ -138,7 +138,7 @@ class CircuitBreaker:
         return self._state
 
     def allow(self) -> bool:
-        """May a store call go ahead now? False means: answer by the failure policy."""
+        """May a store call go ahead now? False means: answer by the failure mode."""
         with self._lock:
             if self._state == CLOSED:
                 return True

@@ -19,9 +19,9 @@ A request meets, in order (each part off unless configured):
 4. a lease: units bought from the store in advance pay with no store call;
 5. the store, through the circuit breaker (buying a lease of ``k`` units when
    leases are on); a denial is remembered until its retry time;
-6. the failure policy, when the store fails or the breaker is open: ``open``
+6. the failure mode, when the store fails or the breaker is open: ``open``
    (allow, count nothing), ``closed`` (deny) or ``local`` (decide in this
-   process); ``Decision.degraded`` names it. Without a policy the store's
+   process); ``Decision.degraded`` names it. Without one the store's
    ``StorageUnavailableError`` is raised;
 7. shadow (a denial reported as allowed and shadowed), then the decision hook
    and the metrics.
@@ -38,6 +38,7 @@ from typing import Any, ClassVar
 from ratewarden.checks import check_cost, check_key, check_rates
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
+from ratewarden.deprecation import UNSET, renamed
 from ratewarden.errors import CircuitOpenError, ConfigurationError, StorageError
 from ratewarden.limiter._aged import assumed, marked
 from ratewarden.limiter._breaker import CircuitBreaker
@@ -50,14 +51,14 @@ from ratewarden.limiter._negative import NegativeCache
 from ratewarden.limiter._operations import Operations
 from ratewarden.limiter._report import failure_reason
 from ratewarden.limiter._settings import (
-    FAILURE_POLICIES,
+    FAILURE_MODES,
     LOCAL_ALGORITHM,
     DecisionHook,
     FailureHook,
     Pending,
     algorithm_name,
     balance_ttl_us,
-    check_failure,
+    check_failure_mode,
     from_lease,
 )
 from ratewarden.metrics import NO_METRICS, LogRateLimiter, Metrics
@@ -65,12 +66,12 @@ from ratewarden.rate import Rate
 from ratewarden.storage.memory import MemoryStore
 
 __all__ = [
-    "FAILURE_POLICIES",
+    "FAILURE_MODES",
     "LOCAL_ALGORITHM",
     "DecisionCore",
     "DecisionHook",
     "FailureHook",
-    "check_failure",
+    "check_failure_mode",
 ]
 
 log = logging.getLogger("ratewarden.limiter")
@@ -110,12 +111,17 @@ class DecisionCore(Leasing, Operations):
         negative_cache: int | NegativeCache | None = None,
         lease: int | None = None,
         lease_ttl: float | None = None,
-        failure: str | None = None,
+        failure_mode: str | None = None,
         breaker: CircuitBreaker | None = None,
         metrics: Metrics | None = None,
         name: str = "default",
         clock: Clock | None = None,
+        failure: str | None = UNSET,
     ) -> None:
+        # ``failure`` is the deprecated name of ``failure_mode`` (one release).
+        failure_mode = renamed(
+            type(self).__name__, "failure", "failure_mode", failure, failure_mode, None
+        )
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"limiter name {name!r} must be a non-empty string")
         if on_decision is not None and not callable(on_decision):
@@ -128,12 +134,12 @@ class DecisionCore(Leasing, Operations):
         self.algorithm = algorithm_name(algorithm)
         self.clock: Clock = clock if clock is not None else found.clock
         self.name = name
-        self.failure = check_failure(failure, none_ok=True)
+        self.failure_mode = check_failure_mode(failure_mode, none_ok=True)
         self.metrics = metrics if metrics is not None else NO_METRICS
         self.breaker = breaker
         self._on_decision = on_decision
         self._local_for = local_rates(local)
-        #: The in-process store of the local bucket and of the ``local`` failure policy.
+        #: The in-process store of the local bucket and of the ``local`` failure mode.
         self.local = MemoryStore(clock=self.clock, max_keys=DEFAULT_LOCAL_KEYS)
         self.leases = None if lease is None else LeaseBook(lease)
         self._lease_ttl_us = balance_ttl_us(lease_ttl)
@@ -142,7 +148,7 @@ class DecisionCore(Leasing, Operations):
         else:
             self.negative = NegativeCache(negative_cache)
         self.counts = TierCounts()
-        #: The exceptions a failure policy answers; any other is raised. An adapter that
+        #: The exceptions a failure mode answers; any other is raised. An adapter that
         #: must never raise (the Envoy service: no store error escapes) widens it to Exception.
         self.failure_errors: type[Exception] | tuple[type[Exception], ...] = StorageError
         self._log = LogRateLimiter(60.0, clock=self.clock)
@@ -154,7 +160,7 @@ class DecisionCore(Leasing, Operations):
             and self._local_for is None
             and self.leases is None
             and self.negative is None
-            and self.failure is None
+            and self.failure_mode is None
             and breaker is None
             and self.metrics is NO_METRICS
         )
@@ -168,24 +174,25 @@ class DecisionCore(Leasing, Operations):
         cost: int = 1,
         *,
         shadow: bool = False,
-        failure: str | None = None,
+        failure_mode: str | None = None,
         algorithm: str | None = None,
         on_failure: FailureHook | None = None,
         via: Callable[..., Any] | None = None,
     ) -> Flow[Decision]:
         """``hit`` as a flow: consume ``cost`` from every rate on ``key`` if all allow.
 
-        ``failure`` overrides the limiter's failure policy for this call (a rule's
-        own), ``algorithm`` its algorithm; ``on_failure`` is told the exception
-        when a store call fails and the policy answers, and reports it: the
-        limiter logs nothing of its own for that call. ``via`` decides in place
-        of the store's ``hit``: a callable taking the same arguments
-        ``(algorithm, key, rates, cost)`` and returning a Decision (a coroutine
-        function under ``AsyncLimiter``), asked through the same breaker, policy,
-        timing and negative cache (a token budget's check or charge, say).
+        ``failure_mode`` overrides the limiter's failure mode for this call (a
+        rule's own), ``algorithm`` its algorithm; ``on_failure`` is told the
+        exception when a store call fails and the failure mode answers, and
+        reports it: the limiter logs nothing of its own for that call. ``via``
+        decides in place of the store's ``hit``: a callable taking the same
+        arguments ``(algorithm, key, rates, cost)`` and returning a Decision (a
+        coroutine function under ``AsyncLimiter``), asked through the same
+        breaker, failure mode, timing and negative cache (a token budget's check
+        or charge, say).
         """
         name = self.algorithm if algorithm is None else algorithm_name(algorithm)
-        if self.plain and not shadow and failure is None and via is None:
+        if self.plain and not shadow and failure_mode is None and via is None:
             # Every part off: one store call and its Decision as is, as ``Limiter.hit`` gives
             # it (the store checks the input). Adapters composing this flow pay no more.
             self.counts.add("store_calls")
@@ -194,7 +201,7 @@ class DecisionCore(Leasing, Operations):
                 raise reply
             plain: Decision = reply
             return plain
-        started = self._start(name, key, rates, cost, failure, on_failure, via)
+        started = self._start(name, key, rates, cost, failure_mode, on_failure, via)
         if type(started) is not Pending:
             return self._finish(name, key, started, shadow)  # type: ignore[arg-type]
         if started.leased:
@@ -202,14 +209,6 @@ class DecisionCore(Leasing, Operations):
         else:
             decision = yield from self._global(started, started.cost)
         return self._finish(name, key, decision, shadow)
-
-    def peek_flow(
-        self, key: str, rates: Rate | Sequence[Rate], *, failure: str | None = None
-    ) -> Flow[Decision]:
-        """The state of ``key``, consuming nothing (a hit of cost 0, not reported to hooks)."""
-        started = self._start(self.algorithm, key, rates, 0, failure, None)
-        assert type(started) is Pending  # a check is never answered in this process
-        return (yield from self._global(started, 0))
 
     # -- the parts of a hit ----------------------------------------------------------------
 
@@ -219,7 +218,7 @@ class DecisionCore(Leasing, Operations):
         key: str,
         rates: Rate | Sequence[Rate],
         cost: int,
-        failure: str | None,
+        failure_mode: str | None,
         on_failure: FailureHook | None,
         via: Callable[..., Any] | None = None,
     ) -> Decision | Pending:
@@ -237,15 +236,15 @@ class DecisionCore(Leasing, Operations):
             check_cost(cost)
         if type(key) is not str or not key:
             check_key(key)
-        policy = failure
-        if failure is None:
-            policy = self.failure
-        elif failure not in FAILURE_POLICIES:  # the usual names are taken without a call
-            check_failure(failure)
+        mode = failure_mode
+        if failure_mode is None:
+            mode = self.failure_mode
+        elif failure_mode not in FAILURE_MODES:  # the usual names are taken without a call
+            check_failure_mode(failure_mode)
         now = self.clock.now_us()
         if cost == 0:
             return _tuple(
-                Pending, (name, key, found, rates, 0, policy, None, now, False, on_failure, via)
+                Pending, (name, key, found, rates, 0, mode, None, now, False, on_failure, via)
             )
         ident = (name, key, found)
         cached = self._cached_denial(ident, cost, now)
@@ -264,10 +263,10 @@ class DecisionCore(Leasing, Operations):
                 self.counts.add("lease_hits")
                 return from_lease(held, cost, now)
             return _tuple(
-                Pending, (name, key, found, rates, cost, policy, local, now, True, on_failure, via)
+                Pending, (name, key, found, rates, cost, mode, local, now, True, on_failure, via)
             )
         return _tuple(
-            Pending, (name, key, found, rates, cost, policy, local, now, False, on_failure, via)
+            Pending, (name, key, found, rates, cost, mode, local, now, False, on_failure, via)
         )
 
     def _check(self, rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]:
@@ -280,7 +279,7 @@ class DecisionCore(Leasing, Operations):
         return found
 
     def _global(self, p: Pending, units: int) -> Flow[Decision]:
-        """Ask the store for ``units`` on the call's key; the policy answers a failure."""
+        """Ask the store for ``units`` on the call's key; the failure mode answers a failure."""
         reply = yield from self._ask(p, units)
         if isinstance(reply, Exception):
             return self._degrade(p, reply)
@@ -291,12 +290,12 @@ class DecisionCore(Leasing, Operations):
     def _ask(self, p: Pending, units: int) -> Flow[Decision | Exception]:
         """One store hit through the breaker: its Decision, or the exception standing for it.
 
-        A failure the policy cannot answer (no policy, or an error that is not a
-        storage failure) is raised.
+        A failure the failure mode cannot answer (none set, or an error that is
+        not a storage failure) is raised.
         """
         refused = self._refused()
         if refused is not None:
-            if p.policy is None:
+            if p.failure_mode is None:
                 raise refused
             return refused
         self.counts.add("store_calls")
@@ -314,7 +313,7 @@ class DecisionCore(Leasing, Operations):
             self.metrics.store_latency(seconds=time.perf_counter() - started)
         self._verdict(reply)
         if isinstance(reply, Exception) and (
-            p.policy is None or not isinstance(reply, self.failure_errors)
+            p.failure_mode is None or not isinstance(reply, self.failure_errors)
         ):
             raise reply
         found: Decision | Exception = reply
@@ -342,11 +341,11 @@ class DecisionCore(Leasing, Operations):
             breaker.abandon()  # a bug, not an outage: no verdict on the store
 
     def _degrade(self, p: Pending, error: Exception) -> Decision:
-        policy = p.policy
-        assert policy is not None
+        mode = p.failure_mode
+        assert mode is not None
         reason = failure_reason(error)
         self.counts.add("degraded")
-        self.metrics.degraded(rule=self.name, mode=policy, reason=reason)
+        self.metrics.degraded(rule=self.name, failure_mode=mode, reason=reason)
         if p.on_failure is not None:  # the caller reports the failure, in its own words
             try:
                 p.on_failure(error)
@@ -357,20 +356,20 @@ class DecisionCore(Leasing, Operations):
                 log,
                 logging.WARNING,
                 f"{self.name}/{reason}",
-                "ratewarden %s: store unavailable (%s); failure policy %r answers",
+                "ratewarden %s: store unavailable (%s); failure mode %r answers",
                 self.name,
                 reason,
-                policy,
+                mode,
             )
-        if policy == "local":
+        if mode == "local":
             local = p.local
             if local is None:
                 local = self.local.hit(p.algorithm, p.key, p.rates, p.cost)
-            return marked(local, policy)
+            return marked(local, mode)
         wait = self.breaker.retry_in() if self.breaker is not None else 0.0
         if not wait and self.breaker is not None:
             wait = self.breaker.cooldown
-        return assumed(p.rates, p.cost, policy, wait)
+        return assumed(p.rates, p.cost, mode, wait)
 
     def _finish(self, algorithm: str, key: str, decision: Decision, shadow: bool) -> Decision:
         if shadow and not decision.allowed:

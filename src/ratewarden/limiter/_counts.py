@@ -24,7 +24,7 @@ class TierCounts:
     - ``local_denials``: denials by the local bucket.
     - ``lease_hits``: requests paid from a lease, with no store call.
     - ``leases_bought``: leases granted by the store.
-    - ``degraded``: decisions made by the failure policy.
+    - ``degraded``: decisions made by the failure mode.
     """
 
     __slots__ = ("_lock", *_FIELDS)

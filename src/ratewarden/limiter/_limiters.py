@@ -18,9 +18,10 @@ from types import MethodType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ratewarden.decision import Decision
+from ratewarden.deprecation import renamed
 from ratewarden.limiter._core import DecisionCore
 from ratewarden.limiter._flows import Flow, adrive, drive
-from ratewarden.limiter._settings import FAILURE_POLICIES, FailureHook
+from ratewarden.limiter._settings import FAILURE_MODES, FailureHook
 from ratewarden.limiter._slots import Lease
 from ratewarden.rate import Rate
 from ratewarden.storage import AsyncStore, Store
@@ -73,9 +74,15 @@ def _named(method: Any, flow: Callable[..., Any], *, coroutine: bool = False) ->
     method.__signature__ = signature.replace(return_annotation=returns)
 
 
-def _direct(core: DecisionCore, shadow: bool, failure: str | None) -> bool:
-    """Whether a hit is the store's own call: a plain limiter, no shadow, a known policy."""
-    return core.plain and not shadow and (failure is None or failure in FAILURE_POLICIES)
+def _direct(core: DecisionCore, shadow: bool, failure_mode: str | None) -> bool:
+    """Whether a hit is the store's own call: a plain limiter, no shadow, a known failure mode."""
+    return core.plain and not shadow and (failure_mode is None or failure_mode in FAILURE_MODES)
+
+
+def _renamed(failure: str, failure_mode: str | None) -> str | None:
+    """``hit(failure=...)``, the deprecated name of ``failure_mode=``: its value, with a
+    DeprecationWarning naming the caller of ``hit``."""
+    return renamed("hit", "failure", "failure_mode", failure, failure_mode, None, stacklevel=4)
 
 
 class Limiter(DecisionCore):
@@ -92,9 +99,9 @@ class Limiter(DecisionCore):
       number of keys, or a ``NegativeCache`` to share).
     - ``lease``: buy ``k`` units per store call and spend them here;
       ``lease_ttl``: seconds a balance lives (default: the longest period).
-    - ``failure``: the failure policy, ``"open"``, ``"closed"`` or ``"local"``,
-      answering when the store is unavailable or the breaker is open. None
-      (the default) raises ``StorageUnavailableError`` instead.
+    - ``failure_mode``: ``"open"``, ``"closed"`` or ``"local"``, answering when
+      the store is unavailable or the breaker is open. None (the default) raises
+      ``StorageUnavailableError`` instead. ``failure`` is its deprecated name.
     - ``breaker``: a ``CircuitBreaker`` in front of the store (share one per store).
     - ``metrics``: ``ratewarden.metrics.Metrics`` hooks; ``name`` is the rule label.
     - ``clock``: time for the in-process parts (default: the store's clock); without a
@@ -120,23 +127,27 @@ class Limiter(DecisionCore):
         cost: int = 1,
         *,
         shadow: bool = False,
-        failure: str | None = None,
+        failure_mode: str | None = None,
         on_failure: FailureHook | None = None,
+        failure: str | None = None,
     ) -> Decision:
         """Consume ``cost`` from every rate on ``key`` if all allow; never raises when over.
 
         With ``shadow=True`` a denial is reported as ``allowed=True, shadowed=True``
-        (evaluated and counted, never enforced; nothing is consumed). ``failure``
-        overrides the failure policy for this call; ``on_failure`` reports the
-        failures it answers (see ``hit_flow``).
+        (evaluated and counted, never enforced; nothing is consumed). ``failure_mode``
+        overrides the limiter's failure mode for this call; ``on_failure`` reports
+        the failures it answers (see ``hit_flow``). ``failure`` is the deprecated
+        name of ``failure_mode``.
         """
-        if _direct(self, shadow, failure):
+        if failure is not None:  # the deprecated name: one test on the hot path, no more
+            failure_mode = _renamed(failure, failure_mode)
+        if _direct(self, shadow, failure_mode):
             try:
                 return self.store.hit(self.algorithm, key, rates, cost)
             except Exception as error:
-                return _failed(self, error, key, rates, cost, failure, on_failure)
+                return _failed(self, error, key, rates, cost, failure_mode, on_failure)
         flow = self.hit_flow(
-            key, rates, cost, shadow=shadow, failure=failure, on_failure=on_failure
+            key, rates, cost, shadow=shadow, failure_mode=failure_mode, on_failure=on_failure
         )
         return drive(self.store, flow)
 
@@ -189,17 +200,20 @@ class AsyncLimiter(DecisionCore):
         cost: int = 1,
         *,
         shadow: bool = False,
-        failure: str | None = None,
+        failure_mode: str | None = None,
         on_failure: FailureHook | None = None,
+        failure: str | None = None,
     ) -> Decision:
         """See ``Limiter.hit``."""
-        if _direct(self, shadow, failure):
+        if failure is not None:  # the deprecated name
+            failure_mode = _renamed(failure, failure_mode)
+        if _direct(self, shadow, failure_mode):
             try:
                 return await self.store.hit(self.algorithm, key, rates, cost)
             except Exception as error:
-                return _failed(self, error, key, rates, cost, failure, on_failure)
+                return _failed(self, error, key, rates, cost, failure_mode, on_failure)
         flow = self.hit_flow(
-            key, rates, cost, shadow=shadow, failure=failure, on_failure=on_failure
+            key, rates, cost, shadow=shadow, failure_mode=failure_mode, on_failure=on_failure
         )
         return await adrive(self.store, flow)
 
@@ -254,16 +268,16 @@ def _failed(
     key: str,
     rates: Rates,
     cost: int,
-    failure: str | None,
+    failure_mode: str | None,
     on_failure: FailureHook | None,
 ) -> Decision:
     """A plain limiter's hit whose one store call raised ``error``.
 
-    Without a per-call policy the error is raised, as the store raised it. With
-    one, the flow runs on a store raising the same error, so the policy answers
-    (or the error is raised) exactly as the flow would have.
+    Without a per-call failure mode the error is raised, as the store raised it.
+    With one, the flow runs on a store raising the same error, so the failure
+    mode answers (or the error is raised) exactly as the flow would have.
     """
-    if failure is None:
+    if failure_mode is None:
         raise error
-    flow = limiter.hit_flow(key, rates, cost, failure=failure, on_failure=on_failure)
+    flow = limiter.hit_flow(key, rates, cost, failure_mode=failure_mode, on_failure=on_failure)
     return drive(_Failing(error), flow, limiter.clock)

@@ -9,19 +9,27 @@ from __future__ import annotations
 import math
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ratewarden.checks import check_cost, check_key, check_rates
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
+from ratewarden.deprecation import renamed
 from ratewarden.errors import CircuitOpenError
 from ratewarden.limiter._aged import marked
 from ratewarden.limiter._breaker import CircuitBreaker
 from ratewarden.limiter._flows import Ask, Flow, Wait
 from ratewarden.limiter._leases import LeaseBook
 from ratewarden.limiter._negative import NegativeCache
-from ratewarden.limiter._settings import LOCAL_ALGORITHM, algorithm_name, check_timeout
+from ratewarden.limiter._settings import (
+    LOCAL_ALGORITHM,
+    FailureHook,
+    Pending,
+    algorithm_name,
+    check_timeout,
+)
 from ratewarden.limiter._slots import Lease, lease_ttl_us
 from ratewarden.metrics import NO_METRICS, Metrics
 from ratewarden.rate import Rate
@@ -40,7 +48,7 @@ class Operations:
     # Made by DecisionCore.__init__; declared here for the type checker.
     algorithm: str
     clock: Clock
-    failure: str | None
+    failure_mode: str | None
     metrics: Metrics
     breaker: CircuitBreaker | None
     local: MemoryStore
@@ -54,9 +62,47 @@ class Operations:
             self, key: str, rates: Rate | Sequence[Rate], cost: int = 1
         ) -> Flow[Decision]: ...
 
+        def _start(
+            self,
+            name: str,
+            key: str,
+            rates: Rate | Sequence[Rate],
+            cost: int,
+            failure_mode: str | None,
+            on_failure: FailureHook | None,
+        ) -> Decision | Pending: ...
+
+        def _global(self, p: Pending, units: int) -> Flow[Decision]: ...
+
         def _refused(self) -> CircuitOpenError | None: ...
 
         def _verdict(self, reply: object) -> None: ...
+
+    def peek_flow(
+        self,
+        key: str,
+        rates: Rate | Sequence[Rate],
+        *,
+        failure_mode: str | None = None,
+        failure: str | None = None,
+    ) -> Flow[Decision]:
+        """The state of ``key``, consuming nothing (a hit of cost 0, not reported to hooks).
+
+        ``failure_mode`` overrides the limiter's for this call (``failure`` is its
+        deprecated name).
+        """
+        if failure is not None:  # stacklevel 4: the caller of ``peek``
+            failure_mode = renamed(
+                "peek", "failure", "failure_mode", failure, failure_mode, None, stacklevel=4
+            )
+        return self._peek(key, rates, failure_mode)
+
+    def _peek(
+        self, key: str, rates: Rate | Sequence[Rate], failure_mode: str | None
+    ) -> Flow[Decision]:
+        started = self._start(self.algorithm, key, rates, 0, failure_mode, None)
+        assert type(started) is Pending  # a check is never answered in this process
+        return (yield from self._global(started, 0))
 
     def acquire_flow(
         self, key: str, rates: Rate | Sequence[Rate], cost: int = 1, *, timeout: float | None = None
@@ -124,8 +170,8 @@ class Operations:
 
         None when the store cannot take these keys together (a Cluster's keys on
         several slots): nothing was sent. A store failure raises
-        ``StorageUnavailableError`` (the breaker is told); no failure policy
-        answers for a batch, since its parts may have different policies.
+        ``StorageUnavailableError`` (the breaker is told); no failure mode
+        answers for a batch, since its parts may have different failure modes.
         """
         name = self.algorithm if algorithm is None else algorithm_name(algorithm)
         refused = self._refused()
@@ -163,11 +209,11 @@ class Operations:
         *,
         algorithm: str | None = None,
     ) -> list[Decision]:
-        """The ``local`` policy's answer for a batch the store failed: ``calls`` decided
+        """The ``local`` failure mode's answer for a batch the store failed: ``calls`` decided
         together on the in-process store (all or nothing), each marked ``degraded="local"``.
 
         ``hit_all_flow`` raises on a failure, since a batch's parts may have different
-        policies; its caller answers each part, the ``local`` ones with this.
+        failure modes; its caller answers each part, the ``local`` ones with this.
         """
         name = self.algorithm if algorithm is None else algorithm_name(algorithm)
         decisions = self.local.hit_all(name, calls)
@@ -206,11 +252,21 @@ class Operations:
             raise reply
         return reply
 
+    @property
+    def failure(self) -> str | None:
+        """Deprecated (one release): ``failure_mode``, with a ``DeprecationWarning``."""
+        warnings.warn(
+            "limiter.failure is deprecated; read limiter.failure_mode",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.failure_mode
+
     def _options(self) -> str:
         """The options that are on, for ``repr``."""
         parts = []
-        if self.failure is not None:
-            parts.append(f"failure={self.failure!r}")
+        if self.failure_mode is not None:
+            parts.append(f"failure_mode={self.failure_mode!r}")
         if self.leases is not None:
             parts.append(f"lease={self.leases.units}")
         if self._local_for is not None:

@@ -1,7 +1,7 @@
-"""How a failure policy's answers are reported: counted, and logged at a bounded rate.
+"""How a failure mode's answers are reported: counted, and logged at a bounded rate.
 
-A limiter reports the requests its own failure policy answered under its own
-name. An adapter that hands the limiter a policy per call and reports under
+A limiter reports the requests its own failure mode answered under its own
+name. An adapter that hands the limiter a failure mode per call and reports under
 its own name (the HTTP middleware: ``metrics=``, ``name=``, its logger, its
 clock) passes a ``FailureReport`` as the call's ``on_failure`` hook: the same
 counting and the same bounded log line, in one place.
@@ -10,8 +10,10 @@ counting and the same bounded log line, in one place.
 from __future__ import annotations
 
 import logging
+import warnings
 
 from ratewarden.clock import Clock
+from ratewarden.deprecation import UNSET, renamed
 from ratewarden.errors import CircuitOpenError, ConfigurationError
 from ratewarden.metrics import NO_METRICS, LogRateLimiter, Metrics
 
@@ -30,31 +32,36 @@ def failure_reason(error: BaseException) -> str:
 
 
 class FailureReport:
-    """Count and log each request the failure policy ``mode`` answered for ``name``.
+    """Count and log each request the failure mode ``failure_mode`` answered for ``name``.
 
     Calling it with the store's exception (it is an ``on_failure`` hook) calls
-    ``metrics.degraded(rule=name, mode=mode, reason=...)`` and writes a warning
-    to ``logger``, at most one per reason per ``interval`` seconds of ``clock``;
-    the next one says how many similar lines were held back.
+    ``metrics.degraded(rule=name, failure_mode=failure_mode, reason=...)`` and
+    writes a warning to ``logger``, at most one per reason per ``interval``
+    seconds of ``clock``; the next one says how many similar lines were held
+    back. ``mode`` is the deprecated keyword name of ``failure_mode``.
     """
 
-    __slots__ = ("_lines", "logger", "metrics", "mode", "name")
+    __slots__ = ("_lines", "failure_mode", "logger", "metrics", "name")
 
     def __init__(
         self,
-        mode: str,
+        failure_mode: str = UNSET,
         *,
         name: str,
         clock: Clock,
         metrics: Metrics | None = None,
         logger: logging.Logger | str = "ratewarden.limiter",
         interval: float = LOG_INTERVAL,
+        mode: str = UNSET,
     ) -> None:
+        failure_mode = renamed("FailureReport", "mode", "failure_mode", mode, failure_mode, UNSET)
+        if failure_mode is UNSET:
+            raise ConfigurationError("FailureReport needs a failure_mode (open, closed or local)")
         if metrics is not None and not isinstance(metrics, Metrics):
             raise ConfigurationError(f"metrics {metrics!r} must be a Metrics")
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"name {name!r} must be a non-empty string")
-        self.mode = mode
+        self.failure_mode = failure_mode
         self.name = name
         self.metrics: Metrics = metrics if metrics is not None else NO_METRICS
         self.logger = logging.getLogger(logger) if isinstance(logger, str) else logger
@@ -62,17 +69,25 @@ class FailureReport:
 
     def __call__(self, error: Exception) -> None:
         reason = failure_reason(error)
-        self.metrics.degraded(rule=self.name, mode=self.mode, reason=reason)
+        self.metrics.degraded(rule=self.name, failure_mode=self.failure_mode, reason=reason)
         self._lines.log(
             self.logger,
             logging.WARNING,
             reason,
-            "ratewarden %r: store unavailable (%s: %s); failure policy %r answers",
+            "ratewarden %r: store unavailable (%s: %s); failure mode %r answers",
             self.name,
             reason,
             error,
-            self.mode,
+            self.failure_mode,
         )
 
+    @property
+    def mode(self) -> str:
+        """Deprecated (one release): ``failure_mode``, with a ``DeprecationWarning``."""
+        warnings.warn(
+            "FailureReport.mode is deprecated; read failure_mode", DeprecationWarning, stacklevel=2
+        )
+        return self.failure_mode
+
     def __repr__(self) -> str:
-        return f"FailureReport({self.mode!r}, name={self.name!r})"
+        return f"FailureReport({self.failure_mode!r}, name={self.name!r})"

@@ -1,4 +1,4 @@
-"""A limiter's vocabulary: failure policies, hooks, and the small checks every flow uses."""
+"""A limiter's vocabulary: failure modes, hooks, and the small checks every flow uses."""
 
 from __future__ import annotations
 
@@ -14,38 +14,39 @@ from ratewarden.limiter._leases import Balance
 from ratewarden.rate import Rate
 
 __all__ = [
-    "FAILURE_POLICIES",
+    "FAILURE_MODES",
     "LOCAL_ALGORITHM",
     "DecisionHook",
     "FailureHook",
     "Pending",
     "algorithm_name",
-    "check_failure",
+    "check_failure_mode",
     "check_timeout",
     "from_lease",
     "balance_ttl_us",
 ]
 
-#: What a limiter does when its store is unavailable: allow, deny, or decide in this process.
-FAILURE_POLICIES = ("open", "closed", "local")
+#: The failure modes: what answers when the store is unavailable (allow, deny, or decide in
+#: this process). The one tuple: the rule files, the tiers and the middleware take theirs from it.
+FAILURE_MODES = ("open", "closed", "local")
 #: The in-process bucket's algorithm, whatever the global one is.
 LOCAL_ALGORITHM = "gcra"
 
 #: Called after every decision with ``(algorithm, key, decision)``; see ``ratewarden.metrics``.
 DecisionHook = Callable[[str, str, Decision], None]
-#: Called with the exception when a store call fails and a failure policy answers instead.
+#: Called with the exception when a store call fails and the failure mode answers instead.
 FailureHook = Callable[[Exception], None]
 
 
-def check_failure(policy: object, *, none_ok: bool = False) -> str | None:
-    """A failure policy name (``open``, ``closed``, ``local``), or None where allowed."""
-    if policy is None and none_ok:
+def check_failure_mode(failure_mode: object, *, none_ok: bool = False) -> str | None:
+    """A failure mode (``open``, ``closed``, ``local``), or None where allowed."""
+    if failure_mode is None and none_ok:
         return None
-    if policy not in FAILURE_POLICIES:
+    if failure_mode not in FAILURE_MODES:
         raise ConfigurationError(
-            f"failure policy {policy!r} must be one of {', '.join(FAILURE_POLICIES)}"
+            f"failure_mode {failure_mode!r} must be one of {', '.join(FAILURE_MODES)}"
         )
-    return str(policy)
+    return str(failure_mode)
 
 
 class Pending(NamedTuple):
@@ -57,7 +58,7 @@ class Pending(NamedTuple):
     rates: tuple[Rate, ...]
     given: Rate | Sequence[Rate]
     cost: int
-    policy: str | None
+    failure_mode: str | None
     local: Decision | None
     now: int
     leased: bool

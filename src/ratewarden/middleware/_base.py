@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Generic, TypeVar
 
+from ratewarden.deprecation import UNSET, renamed
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import CircuitBreaker
 from ratewarden.metrics import Metrics
 from ratewarden.middleware._compiled import Compiled
 from ratewarden.middleware._core import RuleSet
-from ratewarden.middleware._failure import FailurePolicy, adopt_breaker
+from ratewarden.middleware._failure import FailureAnswer, adopt_breaker
 from ratewarden.middleware._outcome import Outcome
 
 __all__ = ["RateLimitBase"]
@@ -22,12 +23,13 @@ H = TypeVar("H")
 
 
 class RateLimitBase(Generic[A, H]):
-    """The constructor of both middlewares: the checked settings, the failure policy and the
+    """The constructor of both middlewares: the checked settings, the failure mode and the
     answer to a store failure.
 
-    ``failure_policy`` is the middleware's; ``own_policy`` is that same policy when
-    the limiter takes it with each hit (a ratewarden limiter without a policy of
-    its own), else None.
+    ``failure_answer`` is the middleware's (its ``failure_mode``, report and HTTP
+    answers); ``own_answer`` is that same answer when the limiter takes the
+    failure mode with each hit (a ratewarden limiter without one of its own),
+    else None.
     """
 
     def __init__(
@@ -36,28 +38,32 @@ class RateLimitBase(Generic[A, H]):
         *,
         limiter: H,
         rules: RuleSet,
-        failure: str = "open",
+        failure_mode: str = "open",
         breaker: CircuitBreaker | None = None,
         metrics: Metrics | None = None,
         name: str = "middleware",
+        failure: str = UNSET,
     ) -> None:
+        # ``failure`` is the deprecated name of ``failure_mode`` (one release).
+        what = type(self).__name__
+        failure_mode = renamed(what, "failure", "failure_mode", failure, failure_mode, "open")
         if not isinstance(rules, RuleSet):
             raise ConfigurationError(f"rules {rules!r} must be a RuleSet")
         if not callable(getattr(limiter, "hit", None)):
             raise ConfigurationError(f"limiter {limiter!r} has no hit(key, rates, cost) method")
-        self.failure_policy = FailurePolicy(failure, metrics, name, rules.clock)
+        self.failure_answer = FailureAnswer(failure_mode, metrics, name, rules.clock)
         adopt_breaker(limiter, breaker, type(self).__name__)
         self.app = app
         self.limiter = limiter
         self.rules = rules
-        self.own_policy = self.failure_policy.for_limiter(limiter)
+        self.own_answer = self.failure_answer.for_limiter(limiter)
         self._prepare()
 
     def _prepare(self) -> None:
         """What a middleware derives from its settings once, at the end of ``__init__``."""
 
     def failed(self, error: Exception, rules: Sequence[Compiled] = ()) -> Outcome:
-        """A ``StorageError`` the limiter raised (a limiter that takes no policy): the
-        policy's answer; ``rules`` applied (a shadow-only request is let through)."""
+        """A ``StorageError`` the limiter raised (a limiter that takes no failure mode): the
+        failure mode's answer; ``rules`` applied (a shadow-only request is let through)."""
         enforcing = self.rules.enforces(rules) if rules else True
-        return self.failure_policy.caught(error, self.limiter, enforcing)
+        return self.failure_answer.caught(error, self.limiter, enforcing)

@@ -24,7 +24,7 @@ from ratewarden.middleware._rules import FixedCost, Rule
 from ratewarden.rate import Rate
 
 if TYPE_CHECKING:
-    from ratewarden.middleware._failure import FailurePolicy
+    from ratewarden.middleware._failure import FailureAnswer
 
 __all__ = [
     "AsgiAnswer",
@@ -82,20 +82,22 @@ Evaluation = Generator[Hit, Decision, Outcome]
 AsgiAnswer = list[tuple[bytes, bytes]] | Outcome | None
 
 
-def drive(evaluation: Evaluation, limit: Any, failure: FailurePolicy | None = None) -> Outcome:
+def drive(evaluation: Evaluation, limit: Any, failure: FailureAnswer | None = None) -> Outcome:
     """Run ``evaluation`` over ``limit(key, rates, cost, shadow=...)``, answered at once;
-    each hit carries ``failure`` (the middleware's policy) when given.
+    each hit carries ``failure`` (the middleware's failure mode and report) when given.
 
-    The policy goes as two keywords written out, not ``**kwargs``: unpacking a dict
+    They go as two keywords written out, not ``**kwargs``: unpacking a dict
     per call cost the WSGI middleware 6,000 instructions a request (callgrind)."""
     try:
         hit = next(evaluation)
         if failure is None:
             while True:
                 hit = evaluation.send(limit(hit[0], hit[1], hit[2], shadow=hit[3]))
-        mode, report = failure.mode, failure.report
+        mode, report = failure.failure_mode, failure.report
         while True:
-            decision = limit(hit[0], hit[1], hit[2], shadow=hit[3], failure=mode, on_failure=report)
+            decision = limit(
+                hit[0], hit[1], hit[2], shadow=hit[3], failure_mode=mode, on_failure=report
+            )
             hit = evaluation.send(decision)
     except StopIteration as done:
         outcome: Outcome = done.value
@@ -103,7 +105,7 @@ def drive(evaluation: Evaluation, limit: Any, failure: FailurePolicy | None = No
 
 
 async def drive_async(
-    evaluation: Evaluation, limiter: AsyncHitter, failure: FailurePolicy | None = None
+    evaluation: Evaluation, limiter: AsyncHitter, failure: FailureAnswer | None = None
 ) -> Outcome:
     """Run ``evaluation`` against an asyncio limiter (``await limiter.hit(...)``)."""
     ask: Any = limiter.hit
@@ -112,10 +114,10 @@ async def drive_async(
         if failure is None:
             while True:
                 hit = evaluation.send(await ask(hit[0], hit[1], hit[2], shadow=hit[3]))
-        mode, report = failure.mode, failure.report
+        mode, report = failure.failure_mode, failure.report
         while True:
             decision = await ask(
-                hit[0], hit[1], hit[2], shadow=hit[3], failure=mode, on_failure=report
+                hit[0], hit[1], hit[2], shadow=hit[3], failure_mode=mode, on_failure=report
             )
             hit = evaluation.send(decision)
     except StopIteration as done:

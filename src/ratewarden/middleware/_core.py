@@ -18,8 +18,9 @@ else the one with the fewest requests remaining.
 
 Shadow rules are evaluated and counted but never block and never show in the
 headers. A disabled rule (the kill switch) is not evaluated at all. With a
-middleware's failure policy (``failure``), the first decision that policy made
-(the store failed) ends the evaluation, and the request gets the policy's answer.
+middleware's failure mode (``failure``: its answer), the first decision that
+failure mode made (the store failed) ends the evaluation, and the request gets
+its answer.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from ratewarden.middleware._rules import Rule, check_name
 from ratewarden.middleware._shadow import ShadowLog, ShadowSummary
 
 if TYPE_CHECKING:
-    from ratewarden.middleware._failure import FailurePolicy
+    from ratewarden.middleware._failure import FailureAnswer
 
 __all__ = [
     "AsgiAnswer",
@@ -197,12 +198,13 @@ class RuleSet:
         self,
         request: RequestInfo,
         rules: Sequence[Compiled],
-        failure: FailurePolicy | None = None,
+        failure: FailureAnswer | None = None,
     ) -> Evaluation:
         """``evaluate`` over rules already found by ``applicable``.
 
-        ``failure``: the middleware's failure policy, when the limiter takes it with
-        each hit; a decision it made (``degraded``) ends the evaluation with its answer.
+        ``failure``: the middleware's failure mode (its ``FailureAnswer``), when the
+        limiter takes it with each hit; a decision it made (``degraded``) ends the
+        evaluation with its answer.
         """
         disabled = self._disabled
         switched = self._shadow
@@ -223,7 +225,7 @@ class RuleSet:
         request: RequestInfo,
         rules: Sequence[Compiled],
         limit: HitNow,
-        failure: FailurePolicy | None = None,
+        failure: FailureAnswer | None = None,
     ) -> Outcome:
         """``run`` over a limiter that answers at once (``limit(key, rates, cost, shadow=)``):
         the synchronous middleware's, and the asyncio one's when its limiter decides in
@@ -231,7 +233,7 @@ class RuleSet:
         return drive(self.run(request, rules, failure), limit, failure)
 
     def decide_asgi(
-        self, scope: Mapping[str, Any], limit: HitNow, failure: FailurePolicy | None = None
+        self, scope: Mapping[str, Any], limit: HitNow, failure: FailureAnswer | None = None
     ) -> AsgiAnswer:
         """``decide`` straight from an ASGI scope, or None when it cannot answer for it.
 
@@ -244,7 +246,7 @@ class RuleSet:
         return self.scope_decider(limit, failure)(scope)
 
     def scope_decider(
-        self, limit: HitNow, failure: FailurePolicy | None = None
+        self, limit: HitNow, failure: FailureAnswer | None = None
     ) -> Callable[[Mapping[str, Any]], AsgiAnswer]:
         """``decide_asgi`` with ``limit`` and ``failure`` bound once, for a middleware to
         call per request: a one-rule set's whole scope path is this one function."""
@@ -260,7 +262,7 @@ class RuleSet:
         scope_key: Any = single.scope_key
         rates, cost, asgi = single.rates, single.fixed_cost, single.headers.asgi
         hit: Any = limit
-        mode, report = (None, None) if failure is None else (failure.mode, failure.report)
+        mode, report = (None, None) if failure is None else (failure.failure_mode, failure.report)
 
         def decide_one(scope: Mapping[str, Any]) -> AsgiAnswer:
             if self._disabled or self._shadow:
@@ -269,7 +271,7 @@ class RuleSet:
             if failure is None:
                 decision = hit(key, rates, cost)
             else:
-                decision = hit(key, rates, cost, failure=mode, on_failure=report)
+                decision = hit(key, rates, cost, failure_mode=mode, on_failure=report)
                 if decision.degraded:
                     return failure.answer(decision)
             if decision.allowed:
@@ -284,7 +286,7 @@ class RuleSet:
         self,
         scope: Mapping[str, Any],
         limiter: AsyncHitter,
-        failure: FailurePolicy | None = None,
+        failure: FailureAnswer | None = None,
     ) -> AsgiAnswer:
         """``decide_asgi`` over a limiter that is awaited (a store over the network)."""
         if self._disabled or self._shadow:
@@ -301,12 +303,12 @@ class RuleSet:
                 key,
                 single.rates,
                 single.fixed_cost,
-                failure=failure.mode,
+                failure_mode=failure.failure_mode,
                 on_failure=failure.report,
             )
         return self._answer(single, key, decision, failure)
 
-    def _scope_run(self, scope: Mapping[str, Any], failure: FailurePolicy | None) -> Evaluation:
+    def _scope_run(self, scope: Mapping[str, Any], failure: FailureAnswer | None) -> Evaluation:
         """``run`` for a ``plain_asgi`` rule set, every key read from the scope."""
         enforced: list[tuple[Compiled, str, Decision]] = []
         for rule in self._compiled:
@@ -320,7 +322,7 @@ class RuleSet:
         return self._outcome(enforced)
 
     def _answer(
-        self, rule: Compiled, key: str, decision: Decision, failure: FailurePolicy | None
+        self, rule: Compiled, key: str, decision: Decision, failure: FailureAnswer | None
     ) -> AsgiAnswer:
         """The one rule's decision: its ASGI headers when allowed under the default plan."""
         if failure is not None and decision.degraded:

@@ -10,7 +10,7 @@ option.
 
 Anything this does not precompute goes through ``ratewarden.headers``
 unchanged: a partition key (its bytes differ per key), and a decision whose
-layers are not the rule's rates (a failure policy's answer, say).
+layers are not the rule's rates (a failure mode's answer, say).
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ class HeaderPlan:
 
     def _simple_numbers(self, decision: Decision) -> tuple[int, int] | None:
         """The default plan's ``r`` and ``t`` for ``decision``: None unless its one layer is
-        the rule's one rate (a failure policy's answer, say, takes the generic path)."""
+        the rule's one rate (a failure mode's answer, say, takes the generic path)."""
         layers = decision.layers
         rate = self._rate
         if len(layers) != 1 or decision.rate is not rate or layers[0].rate is not rate:

@@ -9,7 +9,7 @@
 Non-HTTP scopes (``websocket``, ``lifespan``) pass through untouched. An
 allowed request goes on to the app, and the RateLimit headers are added to its
 response start; a denied one is answered here with 429. When the limiter's
-store fails, the failure policy answers (``_failure``): by default the request
+store fails, the failure mode answers (``_failure``): by default the request
 goes on unchecked; never a 500. Nothing imports
 Starlette: the route lookup for ``@exempt`` / ``@limit`` / ``@override``
 (``starlette_endpoint``, the default resolver) runs only when the scope's
@@ -54,15 +54,16 @@ class RateLimitMiddleware(RateLimitBase[ASGIApp, AsyncHitter]):
     an ``AsyncLimiter``, or a two-tier limiter. Endpoints are found with the rule
     set's resolver, or else ``starlette_endpoint``.
 
-    ``failure`` is what a request gets when the limiter's store is down or too
-    slow: ``"open"`` (default) passes it on without RateLimit headers,
+    ``failure_mode`` is what a request gets when the limiter's store is down or
+    too slow: ``"open"`` (default) passes it on without RateLimit headers,
     ``"closed"`` answers 503 with ``Retry-After``. A ratewarden limiter without a
-    failure policy of its own takes this one with every hit (its breaker, if it
+    failure mode of its own takes this one with every hit (its breaker, if it
     has one, skips the store while open); one with its own (``AsyncTwoTier``)
     answers with it, and its degraded decisions are used as they come, headers
-    included. Each request the middleware's policy answers is counted as
+    included. Each request the middleware's failure mode answers is counted as
     ``metrics.degraded(rule=name, ...)`` and logged at most once a minute per
-    reason. ``breaker`` is deprecated: give the limiter its breaker.
+    reason. ``failure`` is the deprecated name of ``failure_mode``, and
+    ``breaker`` is deprecated: give the limiter its breaker.
     """
 
     def _prepare(self) -> None:
@@ -70,7 +71,7 @@ class RateLimitMiddleware(RateLimitBase[ASGIApp, AsyncHitter]):
         # and then the rule set's scope path bound to it (see RuleSet.scope_decider).
         self._now: Any = getattr(self.limiter, "hit_now", None)
         self._scope_path = (
-            None if self._now is None else self.rules.scope_decider(self._now, self.own_policy)
+            None if self._now is None else self.rules.scope_decider(self._now, self.own_answer)
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -86,7 +87,7 @@ class RateLimitMiddleware(RateLimitBase[ASGIApp, AsyncHitter]):
                 if decide is not None:
                     found = decide(scope)
                 else:
-                    found = await rules.decide_asgi_async(scope, self.limiter, self.own_policy)
+                    found = await rules.decide_asgi_async(scope, self.limiter, self.own_answer)
             except StorageError as exc:
                 found = self.failed(exc)
             if type(found) is list:  # allowed; the headers come encoded
@@ -111,7 +112,7 @@ class RateLimitMiddleware(RateLimitBase[ASGIApp, AsyncHitter]):
         rules = self.rules.applicable(request, starlette_endpoint)
         if not rules:
             return PASS
-        own, now = self.own_policy, self._now
+        own, now = self.own_answer, self._now
         try:
             if now is not None:
                 return self.rules.decide(request, rules, now, own)

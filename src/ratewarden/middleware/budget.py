@@ -27,7 +27,7 @@ The response carries the provider-style headers of the budget after the
 settlement when the usage was known at the start, else after the reservation.
 
 When the budget's store cannot be asked at the reservation (down, too slow),
-the failure policy answers (``failure``, as the rate limit middleware's):
+the failure mode answers (``failure_mode``, as the rate limit middleware's):
 ``open`` (the default) runs the app with nothing reserved and no budget
 headers, ``closed`` answers 503 with ``Retry-After``; never a 500.
 """
@@ -41,9 +41,10 @@ from collections.abc import Callable, Iterable, Sequence
 from ratewarden.budgets import AsyncTokenBudget, BudgetDecision, Reservation, Usage
 from ratewarden.budgets import provider_headers as budget_headers
 from ratewarden.clock import Clock, SystemClock
+from ratewarden.deprecation import UNSET, renamed
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.metrics import Metrics
-from ratewarden.middleware._failure import FailurePolicy
+from ratewarden.middleware._failure import FailureAnswer
 from ratewarden.middleware._identity import ANONYMOUS, KeyFunc
 from ratewarden.middleware._outcome import refusal, send_asgi
 from ratewarden.middleware._request import (
@@ -87,9 +88,10 @@ class TokenBudgetMiddleware:
       to ``estimate``; the app still receives it.
     - ``paths`` / ``methods``: which requests are budgeted (all by default).
     - ``ietf``: add the IETF ``RateLimit-Policy`` / ``RateLimit`` fields with ``qu``.
-    - ``failure``: ``"open"`` or ``"closed"``, when the store fails at the reservation;
-      ``metrics`` counts those requests (``degraded``, rule ``name``), logged on the
-      ``clock`` at most once a minute per reason.
+    - ``failure_mode``: ``"open"`` or ``"closed"``, when the store fails at the
+      reservation (``failure`` is its deprecated name); ``metrics`` counts those requests
+      (``degraded``, rule ``name``), logged on the ``clock`` at most once a minute per
+      reason.
     """
 
     def __init__(
@@ -108,10 +110,14 @@ class TokenBudgetMiddleware:
         methods: Iterable[str] | str | None = None,
         fallback: str = ANONYMOUS,
         ietf: bool = True,
-        failure: str = "open",
+        failure_mode: str = "open",
         metrics: Metrics | None = None,
         clock: Clock | None = None,
+        failure: str = UNSET,
     ) -> None:
+        # ``failure`` is the deprecated name of ``failure_mode`` (one release).
+        what = type(self).__name__
+        failure_mode = renamed(what, "failure", "failure_mode", failure, failure_mode, "open")
         if not isinstance(budget, AsyncTokenBudget):
             raise ConfigurationError(f"budget {budget!r} must be an AsyncTokenBudget")
         for what, func in (("estimate", estimate), ("actual", actual)):
@@ -129,8 +135,8 @@ class TokenBudgetMiddleware:
         self.estimate = estimate
         self.key = self.selection.key
         self.name = check_name(name)
-        self.failure = FailurePolicy(
-            failure, metrics, self.name, clock if clock is not None else SystemClock()
+        self.failure_answer = FailureAnswer(
+            failure_mode, metrics, self.name, clock if clock is not None else SystemClock()
         )
         self.actual = actual
         self.usage_header = usage_header.strip().lower().encode("latin-1")
@@ -179,7 +185,7 @@ class TokenBudgetMiddleware:
         try:
             reservation = await self.budget.reserve_usage(key, estimate)
         except StorageError as exc:
-            outcome = self.failure.caught(exc)
+            outcome = self.failure_answer.caught(exc)
             if outcome.blocked:
                 await send_asgi(send, outcome, head=request.method == "HEAD")
             else:  # open: the app runs with nothing reserved, so nothing to settle

@@ -14,7 +14,7 @@ first; on WSGI, when the server closes the response iterable. A request that
 finds no slot free gets ``status`` (429 by default, 503 for a server that
 would rather say it is busy) with a ``Retry-After`` and a problem document, and
 never reaches the app. When the store cannot be asked (down, too slow, the
-limiter's breaker open), the failure policy answers (``failure``, as the rate
+limiter's breaker open), the failure mode answers (``failure_mode``, as the rate
 limit middleware's): ``open`` (the default) runs the app without a slot,
 ``closed`` answers 503; never a 500.
 
@@ -33,10 +33,11 @@ from contextlib import contextmanager
 from typing import Any, Generic, Protocol, TypeVar
 
 from ratewarden.clock import Clock, SystemClock
+from ratewarden.deprecation import UNSET, renamed
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.limiter import Lease
 from ratewarden.metrics import Metrics
-from ratewarden.middleware._failure import FailurePolicy
+from ratewarden.middleware._failure import FailureAnswer
 from ratewarden.middleware._identity import ANONYMOUS, KeyFunc
 from ratewarden.middleware._outcome import Outcome, close_wsgi, refusal, send_asgi, send_wsgi
 from ratewarden.middleware._request import RequestInfo, from_asgi, from_wsgi
@@ -106,7 +107,8 @@ def _whole(what: str, value: object, minimum: int) -> int:
 
 class SlotPolicy:
     """The shared, I/O-free part: which requests, whose slots, how many, the refusal, and
-    the failure policy (``failure``, ``metrics``: see the rate limit middleware's)."""
+    the failure mode (``failure_mode``, ``metrics``: see the rate limit middleware's;
+    ``failure`` is the deprecated name of ``failure_mode``)."""
 
     def __init__(
         self,
@@ -121,9 +123,13 @@ class SlotPolicy:
         methods: Iterable[str] | str | None = None,
         fallback: str = ANONYMOUS,
         clock: Clock | None = None,
-        failure: str = "open",
+        failure_mode: str = "open",
         metrics: Metrics | None = None,
+        failure: str = UNSET,
     ) -> None:
+        failure_mode = renamed(
+            "SlotPolicy", "failure", "failure_mode", failure, failure_mode, "open"
+        )
         self.name = check_name(name)
         self.limit = _whole("limit", limit, 1)
         if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < 86_400 * 365:
@@ -139,7 +145,7 @@ class SlotPolicy:
         self.key = self.selection.key
         self.fallback = fallback
         self.clock: Clock = clock if clock is not None else SystemClock()
-        self.failure = FailurePolicy(failure, metrics, self.name, self.clock)
+        self.failure_answer = FailureAnswer(failure_mode, metrics, self.name, self.clock)
         detail = f"More than {self.limit} requests in flight for {self.name!r}"
         detail += f"; retry in {self.retry_after} s." if self.retry_after else "."
         self.refusal = refusal(
@@ -169,17 +175,27 @@ class SlotPolicy:
     def admit(self, found: Lease | StorageError, limiter: object) -> Outcome | None:
         """What ``acquire_slot`` gave (a Lease, or the StorageError it raised) means: None
         when the slot is held (run the app, then release it), else the Outcome to send (a
-        refusal, or the failure policy's: open runs the app without a slot)."""
+        refusal, or the failure mode's: open runs the app without a slot)."""
         if isinstance(found, StorageError):
-            return self.failure.caught(found, limiter)
+            return self.failure_answer.caught(found, limiter)
         return None if found.allowed else self.refusal
 
 
-def _policy(options: dict[str, Any]) -> SlotPolicy:
+def _policy(options: dict[str, Any], who: str) -> SlotPolicy:
     unknown = sorted(set(options) - _OPTIONS)
     if unknown:
         raise ConfigurationError(
             f"concurrency middleware: unknown option(s) {unknown}; known: {sorted(_OPTIONS)}"
+        )
+    if "failure" in options:  # the deprecated name; stacklevel 4: the middleware's caller
+        options["failure_mode"] = renamed(
+            who,
+            "failure",
+            "failure_mode",
+            options.pop("failure"),
+            options.get("failure_mode", "open"),
+            "open",
+            stacklevel=4,
         )
     return SlotPolicy(**options)
 
@@ -196,6 +212,7 @@ _OPTIONS = frozenset(
         "methods",
         "fallback",
         "clock",
+        "failure_mode",
         "failure",
         "metrics",
     )
@@ -259,7 +276,7 @@ class _SlotMiddleware(Generic[A, L]):
             raise ConfigurationError(f"limiter {limiter!r} has no acquire_slot(key, limit) method")
         self.app = app
         self.limiter = limiter
-        self.policy = _policy(policy)
+        self.policy = _policy(policy, type(self).__name__)
 
 
 class ConcurrencyMiddleware(_SlotMiddleware[ASGIApp, AsyncSlotLimiter]):

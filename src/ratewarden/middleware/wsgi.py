@@ -10,7 +10,7 @@
 Everything but the I/O is the shared core: the same rules, identity, headers,
 shadow report and kill switch. Route metadata needs the framework's resolver
 (WSGI has no standard way to find a view), passed in the ``RuleSet``. So is
-the failure policy when the limiter's store fails (``_failure``): never a 500.
+the failure mode when the limiter's store fails (``_failure``): never a 500.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ class WSGIRateLimitMiddleware(RateLimitBase[WSGIApp, Hitter]):
     """Limit requests to a WSGI ``app`` by the ``rules``, deciding with ``limiter``.
 
     ``limiter`` is anything with ``hit(key, rates, cost, *, shadow) -> Decision``: a
-    ``Limiter``, or a two-tier limiter. ``failure``, ``breaker`` (deprecated),
-    ``metrics`` and ``name``: the failure policy, as ``RateLimitMiddleware``'s.
+    ``Limiter``, or a two-tier limiter. ``failure_mode``, ``metrics`` and ``name``
+    (``failure`` and ``breaker`` deprecated): as ``RateLimitMiddleware``'s.
     """
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
@@ -43,7 +43,7 @@ class WSGIRateLimitMiddleware(RateLimitBase[WSGIApp, Hitter]):
             return self.app(environ, start_response)
         outcome: Outcome
         try:
-            outcome = self.rules.decide(request, rules, self.limiter.hit, self.own_policy)
+            outcome = self.rules.decide(request, rules, self.limiter.hit, self.own_answer)
         except StorageError as exc:
             outcome = self.failed(exc, rules)
         if outcome.blocked:

@@ -5,7 +5,7 @@ guarantee, no reconciliation and no over-admission from regions). The price
 is latency: a request served outside the tenant's home region makes its
 check across regions, so it pays that link's round trip (70 ms transatlantic)
 on the request path, and a partition between the two regions is a store
-outage there, handled by the failure policy of the caller.
+outage there, handled by the failure mode of the caller.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The one composition root of ``ratewarden serve``: settings in, a running server out.
 
 ``RateLimitServer`` builds the store, loads the rules, wraps the service in the
-failure policy and hands it to both transports (gRPC and HTTP), then keeps two
+failure mode and hands it to both transports (gRPC and HTTP), then keeps two
 background loops: the config watcher (hot reload) and the health loop (serving
 only while a config is loaded and the store answers a ping). Its ``stats``
 (``ServiceStats``) count every decision, call and config load for ``/metrics``

@@ -266,10 +266,10 @@ def joint_algorithm(stored: list[Item]) -> str | None:
 def settled(decision: Decision, cost: int) -> Result:
     """The limiter's Decision as the service reports it.
 
-    The limiter answers a failure with a Decision naming its policy
+    The limiter answers a failure with a Decision naming its failure mode
     (``degraded``); the service reports ``open`` and ``closed`` with no decision
     at all (no remaining count or reset time to show), and ``local`` with the
-    in-process decision as it is, the policy in ``Result.failure`` only.
+    in-process decision as it is, the failure mode in ``Result.failure`` only.
     """
     mode = decision.degraded
     if not mode:

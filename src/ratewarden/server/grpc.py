@@ -2,7 +2,7 @@
 
 ``RateLimitServicer`` answers ``envoy.service.ratelimit.v3.RateLimitService/
 ShouldRateLimit`` through a callable the composition root hands it (the
-service, wrapped in the failure policy), so no exception ever reaches grpc and
+service, wrapped in the failure mode), so no exception ever reaches grpc and
 becomes ``UNKNOWN``: a request the service rejects as malformed is answered
 ``INVALID_ARGUMENT``; everything else has already been turned into an answer.
 

@@ -260,7 +260,7 @@ class _ServiceBase:
             item.key,
             rule.rates,
             cost,
-            failure=rule.failure_mode,
+            failure_mode=rule.failure_mode,
             algorithm=rule.algorithm,
             on_failure=lambda error: self._reports.store_error(rule, error),
             via=via,
@@ -293,7 +293,7 @@ class _ServiceBase:
         calls = [(item.key, _rule(item).rates, item.cost) for item in stored]
         try:
             decisions = yield from self.limiter.hit_all_flow(calls, algorithm=algorithm)
-        except Exception as error:  # every store failure is a policy decision, never a crash
+        except Exception as error:  # every store failure is the failure modes', never a crash
             self._degrade_together(stored, error)
             return True
         if decisions is None:

@@ -18,9 +18,11 @@ ratelimit_service_rate_limit_shadow_mode_total            {domain, key}: over, l
 ratelimit_service_rate_limit_over_limit_with_local_cache_total  {domain, key}: hits over the
                                                           limit answered by the over-limit
                                                           cache, without a store call
-ratelimit_service_rate_limit_failure_mode_allowed_total   {domain, key, mode}: descriptors a
-                                                          failure mode allowed (store down)
-ratelimit_service_rate_limit_failure_mode_denied_total    {domain, key, mode}: ... denied
+ratelimit_service_rate_limit_failure_mode_allowed_total   {domain, key, failure_mode}:
+                                                          descriptors a failure mode allowed
+                                                          (store down)
+ratelimit_service_rate_limit_failure_mode_denied_total    {domain, key, failure_mode}: ...
+                                                          denied
 ratelimit_service_rate_limit_value_overflow_total         {domain, rule}: new values past
                                                           --max-values-per-rule (key explosion)
 ratelimit_service_should_rate_limit_error_total           {err_type}: store_error (one per
@@ -36,7 +38,7 @@ ratelimit_service_config_last_load_success_timestamp_seconds  when the config in
 
 and, through ``ratewarden.metrics.PrometheusMetrics`` on the same registry,
 ``ratewarden_decisions_total{rule, algorithm, outcome}``,
-``ratewarden_degraded_total{rule, mode, reason}`` and
+``ratewarden_degraded_total{rule, failure_mode, reason}`` and
 ``ratewarden_store_latency_seconds``.
 
 With ``--workers N`` the processes share one view: ``ratewarden serve`` sets
@@ -146,12 +148,12 @@ class ServiceStats(ServiceHooks):
         self.failure_allowed = counter(
             "rate_limit_failure_mode_allowed",
             "Descriptors allowed by a failure mode while the store failed.",
-            (*per_key, "mode"),
+            (*per_key, "failure_mode"),
         )
         self.failure_denied = counter(
             "rate_limit_failure_mode_denied",
             "Descriptors denied by a failure mode while the store failed.",
-            (*per_key, "mode"),
+            (*per_key, "failure_mode"),
         )
         self.errors = counter(
             "should_rate_limit_error",
@@ -222,7 +224,9 @@ class ServiceStats(ServiceHooks):
 
     def on_store_error(self, domain: str, rule: Rule, error: Exception) -> None:
         self.errors.labels("store_error").inc()
-        self.metrics.degraded(rule=rule.path, mode=rule.failure_mode, reason=type(error).__name__)
+        self.metrics.degraded(
+            rule=rule.path, failure_mode=rule.failure_mode, reason=type(error).__name__
+        )
 
     def on_value_overflow(self, domain: str, rule: Rule) -> None:
         domain = bounded(domain)

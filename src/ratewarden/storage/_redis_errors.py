@@ -2,7 +2,7 @@
 
 Every Redis store method that talks to the server catches ``REDIS_ERRORS`` and
 hands the exception to ``raise_storage_error``. Nothing else in ratewarden
-raises from a redis-py or hiredis exception, so failure policies catch exactly
+raises from a redis-py or hiredis exception, so failure modes catch exactly
 ``StorageUnavailableError`` (the store could not decide now: unreachable, too
 slow, failing over, loading, out of memory) or ``StorageError`` (the store
 answered with an error that retrying will not fix, such as a script bug).
@@ -68,7 +68,7 @@ def raise_storage_error(exc: BaseException, where: str, timeout: float) -> NoRet
     if isinstance(exc, TimeoutError | rx.TimeoutError):
         raise StorageUnavailableError(
             f"Redis at {where} did not answer within {timeout:g} s ({exc}); the decision "
-            "may or may not have been applied: the failure policy decides what to do"
+            "may or may not have been applied: the failure mode decides what to do"
         ) from exc
     if _unavailable(exc):
         raise StorageUnavailableError(

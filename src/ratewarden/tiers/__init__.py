@@ -2,13 +2,13 @@
 
 ::
 
-    tiers = TwoTier(RedisStore.from_url(url), local=0.5, lease=10, failure="local")
+    tiers = TwoTier(RedisStore.from_url(url), local=0.5, lease=10, failure_mode="local")
     decision = tiers.hit("api-key:abc", Rate.parse("600/minute"))
 
 A request meets, in order: the negative cache (a key the store denied until T
 is denied here until T), the local bucket (a per-process share of the rate),
 a lease (units bought from the store in advance), and only then the store. When
-the store is unavailable, or the circuit breaker is open, the failure policy
+the store is unavailable, or the circuit breaker is open, the failure mode
 (``open``, ``closed`` or ``local``) answers and ``Decision.degraded`` names it.
 docs/two-tiers.md states how far each mode may admit over the limit.
 
@@ -19,16 +19,13 @@ Every part lives in the decision core (``ratewarden.limiter``); ``TwoTier`` is a
 from __future__ import annotations
 
 from ratewarden.limiter import (
-    FAILURE_POLICIES,
+    FAILURE_MODES,
     CircuitBreaker,
     LeaseBook,
     NegativeCache,
     TierCounts,
 )
 from ratewarden.tiers._limiters import AsyncTwoTier, TwoTier
-
-#: The failure policies' names (the same tuple as ``ratewarden.limiter.FAILURE_POLICIES``).
-FAILURE_MODES = FAILURE_POLICIES
 
 __all__ = [
     "FAILURE_MODES",

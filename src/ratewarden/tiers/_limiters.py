@@ -2,7 +2,7 @@
 
 The two tiers are the decision core's own parts (``ratewarden.limiter``): a
 negative cache, an optional local bucket and leases in front of the global
-store, a circuit breaker and a failure policy behind it. ``TwoTier`` is a
+store, a circuit breaker and a failure mode behind it. ``TwoTier`` is a
 ``Limiter`` that turns them on by default: a negative cache of 10,000 keys, a
 breaker of its own, and fail open (Envoy's default).
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from ratewarden.clock import Clock
+from ratewarden.deprecation import UNSET, renamed
 from ratewarden.limiter import (
     DEFAULT_NEGATIVE_KEYS,
     AsyncLimiter,
@@ -20,7 +21,7 @@ from ratewarden.limiter import (
     Limiter,
     LocalRates,
     NegativeCache,
-    check_failure,
+    check_failure_mode,
 )
 from ratewarden.metrics import NO_METRICS, Metrics
 
@@ -46,12 +47,16 @@ class _TwoTierDefaults(DecisionCore, Generic[S]):
         negative_cache: int | NegativeCache | None = DEFAULT_NEGATIVE_KEYS,
         lease: int | None = None,
         lease_ttl: float | None = None,
-        failure: str = "open",
+        failure_mode: str = "open",
         breaker: CircuitBreaker | None = None,
         metrics: Metrics | None = None,
         name: str = "default",
         clock: Clock | None = None,
+        failure: str = UNSET,
     ) -> None:
+        # ``failure`` is the deprecated name of ``failure_mode`` (one release).
+        what = type(self).__name__
+        failure_mode = renamed(what, "failure", "failure_mode", failure, failure_mode, "open")
         super().__init__(
             store,
             algorithm,
@@ -59,7 +64,7 @@ class _TwoTierDefaults(DecisionCore, Generic[S]):
             negative_cache=negative_cache,
             lease=lease,
             lease_ttl=lease_ttl,
-            failure=check_failure(failure),
+            failure_mode=check_failure_mode(failure_mode),
             breaker=breaker,
             metrics=metrics,
             name=name,
@@ -76,10 +81,10 @@ class TwoTier(_TwoTierDefaults["Store"], Limiter):
     """A local tier in this process in front of a global ``Store``; ``hit`` like ``Limiter.hit``.
 
     The options are ``Limiter``'s, with other defaults: ``negative_cache`` 10,000
-    keys, ``failure="open"`` (a policy is required: a two-tier limiter never
+    keys, ``failure_mode="open"`` (one is required: a two-tier limiter never
     raises for an outage), and a ``CircuitBreaker`` made for it when none is
     given (share one per store). ``hit`` never raises for a store outage: the
-    failure policy answers and ``Decision.degraded`` names it.
+    failure mode answers and ``Decision.degraded`` names it.
     """
 
 

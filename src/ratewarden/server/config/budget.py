@@ -35,14 +35,21 @@ from typing import Any
 from ratewarden.algorithms import gcra
 from ratewarden.server.config.fields import Entries, FieldReader
 from ratewarden.server.config.limits import read_limit
-from ratewarden.server.config.model import DEFAULT_FAILURE_MODE, ConfigProblem, Limit, Rule
+from ratewarden.server.config.model import (
+    DEFAULT_FAILURE_MODE,
+    FAILURE_MODES,
+    ConfigProblem,
+    Limit,
+    Rule,
+)
 
 __all__ = ["BUDGET_FAILURE_MODES", "BUDGET_KEYS", "read_budget"]
 
 #: The keys of a ``budget`` block.
 BUDGET_KEYS = ("unit", "tokens_per_unit", "unit_multiplier", "burst", "failure_mode", "name")
-#: What a budget does when the store is down: allow, or deny.
-BUDGET_FAILURE_MODES = ("open", "closed")
+#: What a budget does when the store is down: allow, or deny. Not ``local``: the in-process
+#: fallback counts requests, not tokens.
+BUDGET_FAILURE_MODES = tuple(mode for mode in FAILURE_MODES if mode != "local")
 
 #: The budget's algorithm: charging up to an empty budget is a GCRA operation.
 _ALGORITHM = gcra.NAME

@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ratewarden.errors import ConfigurationError
+from ratewarden.limiter import FAILURE_MODES  # re-exported: the core's one tuple
 from ratewarden.rate import UNITS, Rate
 
 __all__ = [
@@ -55,8 +56,6 @@ ALGORITHM_NAMES = (
     "sliding_window",
     "token_bucket",
 )
-#: What a rule does when the store is down: allow, deny, or decide in this process.
-FAILURE_MODES = ("open", "closed", "local")
 #: envoyproxy/ratelimit's only algorithm, so that existing configs behave as before.
 DEFAULT_ALGORITHM = "fixed_window"
 #: Envoy's own default (``failure_mode_deny: false``) lets requests through.

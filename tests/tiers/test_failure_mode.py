@@ -1,4 +1,4 @@
-"""Failure policy and breaker inside the flow, over a store switched off by the test (pure logic).
+"""Failure mode and breaker inside the flow, over a store switched off by the test (pure logic).
 
 The same behaviour against a real redis-server that is stopped mid-test is in
 test_outage_redis.py.
@@ -27,7 +27,7 @@ def setup(mode: str, **options: object) -> tuple[TwoTier, SwitchableStore, Manua
     breaker = CircuitBreaker(failures=3, cooldown=10.0, clock=clock, metrics=metrics)
     tiers = TwoTier(
         store,
-        failure=mode,
+        failure_mode=mode,
         breaker=breaker,
         metrics=metrics,
         name="rule-a",
@@ -80,11 +80,11 @@ def test_local_with_a_local_tier_decides_on_that_bucket() -> None:
     assert [d.degraded for d in decisions] == ["local", "local", "", ""]  # the bucket itself denies
 
 
-def test_a_rule_may_override_the_policy_per_call() -> None:
-    """failure="closed" on the call wins over the limiter's "open"."""
+def test_a_rule_may_override_the_failure_mode_per_call() -> None:
+    """failure_mode="closed" on the call wins over the limiter's "open"."""
     tiers, store, _, _ = setup("open")
     store.down = True
-    assert tiers.hit("login", RATE, failure="closed").degraded == "closed"
+    assert tiers.hit("login", RATE, failure_mode="closed").degraded == "closed"
     assert tiers.hit("search", RATE).degraded == "open"
 
 
@@ -142,8 +142,8 @@ def test_a_negatively_cached_key_stays_denied_through_an_outage() -> None:
     assert store.calls == calls
 
 
-def test_peek_in_an_outage_follows_the_policy() -> None:
-    """peek() asks the store; when it cannot, the policy answers."""
+def test_peek_in_an_outage_follows_the_failure_mode() -> None:
+    """peek() asks the store; when it cannot, the failure mode answers."""
     tiers, store, _, _ = setup("closed")
     store.down = True
     assert tiers.peek("k", RATE).degraded == "closed"
@@ -162,21 +162,29 @@ def test_reset_in_an_outage_raises_but_forgets_the_local_state() -> None:
 
 
 @pytest.mark.parametrize("bad", ["fail-open", "", None, 1])
-def test_an_unknown_policy_is_a_configuration_error(bad: object) -> None:
-    """Only open, closed and local exist; the message lists them."""
-    with pytest.raises(ConfigurationError, match="open, closed, local"):
-        TwoTier(SwitchableStore(), failure=bad)  # type: ignore[arg-type]
+def test_an_unknown_failure_mode_is_a_configuration_error(bad: object) -> None:
+    """Only open, closed and local exist; the message names the keyword and lists them."""
+    with pytest.raises(
+        ConfigurationError, match=r"failure_mode .* must be one of open, closed, local"
+    ):
+        TwoTier(SwitchableStore(), failure_mode=bad)  # type: ignore[arg-type]
     tiers = TwoTier(SwitchableStore())
     if bad is not None:
         with pytest.raises(ConfigurationError, match="open, closed, local"):
-            tiers.hit("k", RATE, failure=bad)  # type: ignore[arg-type]
+            tiers.hit("k", RATE, failure_mode=bad)  # type: ignore[arg-type]
 
 
-def test_failure_modes_are_the_servers() -> None:
-    """The same three names as the server's failure_mode."""
+def test_failure_modes_are_one_tuple_everywhere() -> None:
+    """The tiers, the rule files and the core name the same tuple, the core's; the budget
+    rules and the middleware take its open/closed part."""
+    from ratewarden import limiter
+    from ratewarden.middleware._failure import MIDDLEWARE_FAILURE_MODES
     from ratewarden.server.config import FAILURE_MODES as SERVER_MODES
+    from ratewarden.server.config.budget import BUDGET_FAILURE_MODES
 
-    assert FAILURE_MODES == SERVER_MODES
+    assert FAILURE_MODES is SERVER_MODES is limiter.FAILURE_MODES
+    assert FAILURE_MODES == ("open", "closed", "local")
+    assert BUDGET_FAILURE_MODES == MIDDLEWARE_FAILURE_MODES == ("open", "closed")
 
 
 class BrokenStore(SwitchableStore):
