@@ -22,7 +22,7 @@ from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.server.config import Rule
 from ratewarden.server.descriptors import Item, denied
-from ratewarden.server.headers import response_headers
+from ratewarden.server.response_headers import response_headers
 from ratewarden.server.statuses import current, duration
 
 __all__ = ["UNLIMITED_REMAINING", "DescriptorOutcome", "respond"]
@@ -85,7 +85,7 @@ def respond(
     """The response for the decided ``items``; then ``on_decision`` for each one with a rule.
 
     ``shadow``: the overall code is OK whatever the descriptors say; ``header_mode``:
-    the response headers (``server.headers``); ``near_limit_ratio``: where a hit counts
+    the response headers (``server.response_headers``); ``near_limit_ratio``: where a hit counts
     as near the limit; ``clock``: the time of a 0-limit rule's window.
     """
     response = _Response()

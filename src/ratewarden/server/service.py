@@ -77,9 +77,9 @@ from ratewarden.server.descriptors import (
     settled,
     shortfalls,
 )
-from ratewarden.server.headers import HEADER_MODES
 from ratewarden.server.hooks import Reports, ServiceHooks
 from ratewarden.server.response import UNLIMITED_REMAINING, DescriptorOutcome, respond
+from ratewarden.server.response_headers import HEADER_MODES
 from ratewarden.server.value_cap import ValueCap
 
 if TYPE_CHECKING:
