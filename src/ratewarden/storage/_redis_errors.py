@@ -73,7 +73,7 @@ def raise_storage_error(exc: BaseException, where: str, timeout: float) -> NoRet
     if _unavailable(exc):
         raise StorageUnavailableError(
             f"Redis at {where} is unavailable: {type(exc).__name__}: {exc}; the failure "
-            "policy decides what to do"
+            "mode decides what to do"
         ) from exc
     raise StorageError(
         f"Redis at {where} rejected a ratewarden command: {type(exc).__name__}: {exc}; "
