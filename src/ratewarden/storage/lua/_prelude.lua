@@ -65,19 +65,33 @@ local function ttl_ms(ttl_us)
   return ms
 end
 
--- A state of two whole numbers stored as "a b" (GCRA's "tat_us frac", the buckets'
--- "level last_us", the fixed window's "window count"): read it, or nil; write it with a TTL.
-local function pair_read(key)
+-- A state of whole numbers stored as "a b ..." (GCRA's "tat_us frac", the buckets'
+-- "level last_us", the fixed window's "window count", the sliding window's three):
+-- read it as a list, or nil; write it with a TTL.
+local function state_read(key)
   local raw = redis.call('GET', key)
   if not raw then
     return nil
   end
-  local sep = string.find(raw, ' ', 1, true)
-  return {tonumber(string.sub(raw, 1, sep - 1)), tonumber(string.sub(raw, sep + 1))}
+  -- string.find, not string.gmatch: as fast as the two-number reader it replaced
+  local state, at = {}, 1
+  while true do
+    local sep = string.find(raw, ' ', at, true)
+    if not sep then
+      state[#state + 1] = tonumber(string.sub(raw, at))
+      return state
+    end
+    state[#state + 1] = tonumber(string.sub(raw, at, sep - 1))
+    at = sep + 1
+  end
 end
 
-local function pair_write(key, state, ttl_us)
-  redis.call('SET', key, fmt(state[1]) .. ' ' .. fmt(state[2]), 'PX', ttl_ms(ttl_us))
+local function state_write(key, state, ttl_us)
+  local value = fmt(state[1])
+  for i = 2, #state do
+    value = value .. ' ' .. fmt(state[i])
+  end
+  redis.call('SET', key, value, 'PX', ttl_ms(ttl_us))
 end
 
 -- GCRA's step, shared by gcra.lua, gcra_multi.lua and fair_share.lua; it mirrors

@@ -15,7 +15,7 @@ local cost = tonumber(ARGV[2])
 local params = {tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])}
 local tenant, weight, window = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
 
-local read, write, check = pair_read, pair_write, gcra_check -- the prelude's GCRA
+local read, write, check = state_read, state_write, gcra_check -- the prelude's GCRA
 
 local total = weight
 local raw = redis.call('HGETALL', KEYS[3])

@@ -32,4 +32,4 @@ local function check(p, state, now, cost)
   return {1, limit - total, reset, 0, 0, to_end}, {window, total}, reset
 end
 
-return layered(pair_read, check, pair_write, 2)
+return layered(state_read, check, state_write, 2)

@@ -24,22 +24,11 @@ local now = now_us()
 local op = ARGV[2]
 local m = tonumber(ARGV[3])
 
-local function read(key)
-  local raw = redis.call('GET', key)
-  if not raw then
-    return nil
-  end
-  local state = {}
-  for word in string.gmatch(raw, '%S+') do
-    state[#state + 1] = tonumber(word)
-  end
-  return state
-end
+local read = state_read -- the prelude's
 
 local function write(key, state, since, used, ttl_us)
   if state then
-    local value = fmt(state[1]) .. ' ' .. fmt(state[2]) .. ' ' .. fmt(since) .. ' ' .. fmt(used)
-    redis.call('SET', key, value, 'PX', ttl_ms(ttl_us))
+    state_write(key, {state[1], state[2], since, used}, ttl_us)
   else
     redis.call('DEL', key)
   end

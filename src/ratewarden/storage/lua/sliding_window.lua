@@ -7,25 +7,6 @@
 -- The products below can pass 2^53 (10^6/day); they are computed in the same
 -- order as the Python reference, whose float() arithmetic rounds identically.
 
-local function read(key)
-  local raw = redis.call('GET', key)
-  if not raw then
-    return nil
-  end
-  local a = string.find(raw, ' ', 1, true)
-  local b = string.find(raw, ' ', a + 1, true)
-  return {
-    tonumber(string.sub(raw, 1, a - 1)),
-    tonumber(string.sub(raw, a + 1, b - 1)),
-    tonumber(string.sub(raw, b + 1)),
-  }
-end
-
-local function write(key, state, ttl_us)
-  local value = fmt(state[1]) .. ' ' .. fmt(state[2]) .. ' ' .. fmt(state[3])
-  redis.call('SET', key, value, 'PX', ttl_ms(ttl_us))
-end
-
 local function counts(state, window)
   if not state then
     return 0, 0
@@ -96,4 +77,4 @@ local function check(p, state, now, cost)
   return {0, remaining, reset, retry, 0, refill}, state, 0
 end
 
-return layered(read, check, write, 2)
+return layered(state_read, check, state_write, 2)

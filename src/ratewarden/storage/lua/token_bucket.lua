@@ -18,4 +18,4 @@ local function check(p, state, now, cost)
   return outcome, {room - used, since}, ttl
 end
 
-return layered(pair_read, check, pair_write, 3)
+return layered(state_read, check, state_write, 3)
