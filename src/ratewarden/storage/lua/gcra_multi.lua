@@ -90,13 +90,17 @@ local function append(reply, outcome)
   end
 end
 
+-- reply, then each axis's 6 numbers as it is left in kept (a check of cost 0)
+local function as_left(reply, kept)
+  for i = 1, m do
+    append(reply, (check(params[i], kept[i], now, 0)))
+  end
+  return reply
+end
+
 if op == 'reserve' then
   if record() then
-    local reply = {now, 1, 2}
-    for i = 1, m do
-      append(reply, (check(params[i], states[i], now, 0)))
-    end
-    return reply
+    return as_left({now, 1, 2}, states)
   end
   local outcomes, news, ttls = {}, {}, {}
   local all = true
@@ -192,10 +196,7 @@ if op == 'charge' then
     refunded, news[i] = apply(i, 0, 0, 0, amounts[i])
     reply[#reply + 1] = -refunded
   end
-  for i = 1, m do
-    append(reply, (check(params[i], news[i], now, 0)))
-  end
-  return reply
+  return as_left(reply, news)
 end
 
 -- settle
@@ -219,10 +220,7 @@ if #charges ~= width * m then
   for i = 1, m do
     reply[#reply + 1] = 0
   end
-  for i = 1, m do
-    append(reply, (check(params[i], states[i], now, 0)))
-  end
-  return reply
+  return as_left(reply, states)
 end
 
 local reply, news = {now, 1}, {}
@@ -237,7 +235,4 @@ for i = 1, m do
   reply[#reply + 1] = refunded
 end
 redis.call('SET', record_key, 's ' .. words[2], 'KEEPTTL')
-for i = 1, m do
-  append(reply, (check(params[i], news[i], now, 0)))
-end
-return reply
+return as_left(reply, news)
