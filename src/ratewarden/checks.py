@@ -7,8 +7,10 @@ A leaf: it imports only ``rate`` and ``errors``.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
+from typing import TypeGuard
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
@@ -21,6 +23,7 @@ __all__ = [
     "check_name",
     "check_rates",
     "check_slot_request",
+    "is_number",
 ]
 
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
@@ -33,6 +36,18 @@ _ID_RULE = (
     "{what} {value!r} must be 1-128 characters from A-Z a-z 0-9 _ . : - "
     "(leave it out to get a random one)"
 )
+
+
+def is_number(value: object, low: float = 0.0, *, low_ok: bool = True) -> TypeGuard[int | float]:
+    """Whether ``value`` is a finite ``int`` or ``float`` (a bool is not a number here) of at
+    least ``low``, or above it with ``low_ok=False``: the test behind every "a number of
+    seconds" option; each caller raises its own error, naming its option."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and (value >= low if low_ok else value > low)
+    )
 
 
 def check_key(key: object) -> str:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Literal
 
+from ratewarden.checks import is_number
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
@@ -69,12 +70,7 @@ PROBLEM_CONTENT_TYPE = "application/problem+json"
 
 
 def _check_number(what: str, value: object, *, minimum: float = 0.0) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < minimum
-    ):
+    if not is_number(value, minimum):
         raise ConfigurationError(f"HeaderOptions {what}={value!r} must be a finite number >= 0")
     return float(value)
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ratewarden.checks import is_number
 from ratewarden.errors import ConfigurationError, RatewardenError
 
 __all__ = [
@@ -34,16 +34,10 @@ class RetriesExhaustedError(RatewardenError):
 
 
 def _positive(name: str, value: object, *, zero_ok: bool = False) -> float:
-    ok = (
-        not isinstance(value, bool)
-        and isinstance(value, int | float)
-        and math.isfinite(value)
-        and (value >= 0 if zero_ok else value > 0)
-    )
-    if not ok:
+    if not is_number(value, low_ok=zero_ok):
         bound = "zero or more" if zero_ok else "more than zero"
         raise ConfigurationError(f"RetryPolicy.{name}={value!r}: must be a finite number {bound}")
-    return float(value)  # type: ignore[arg-type]
+    return float(value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ import math
 import threading
 from collections import deque
 
+from ratewarden.checks import is_number
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.errors import ConfigurationError
 from ratewarden.metrics import NO_METRICS, Metrics
@@ -39,12 +40,7 @@ def _whole(name: str, value: object, least: int) -> int:
 
 
 def _seconds(name: str, value: object) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
+    if not is_number(value, low_ok=False):
         raise ConfigurationError(
             f"CircuitBreaker {name} {value!r} must be a positive number of seconds"
         )

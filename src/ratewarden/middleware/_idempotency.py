@@ -17,7 +17,6 @@ import hashlib
 import inspect
 import json
 import logging
-import math
 import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -26,6 +25,7 @@ from dataclasses import replace
 from http import HTTPStatus
 from typing import Literal, NamedTuple
 
+from ratewarden.checks import is_number
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.idempotency import Claim, StoredResponse
 
@@ -77,12 +77,7 @@ def problem(status: int, detail: str, *, retry_after: int | None = None) -> Stor
 
 
 def _check_seconds(name: str, value: object) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
+    if not is_number(value, low_ok=False):
         raise ConfigurationError(f"idempotency middleware {name}={value!r}: seconds, more than 0")
     return float(value)
 

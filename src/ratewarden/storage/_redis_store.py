@@ -10,7 +10,6 @@ settings checked, client made, store built and made its owner.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -42,12 +41,7 @@ T = TypeVar("T")
 
 
 def check_timeout(timeout: object) -> float:
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or not math.isfinite(timeout)
-        or timeout <= 0
-    ):
+    if not checks.is_number(timeout, low_ok=False):
         raise ConfigurationError(
             f"Redis store timeout {timeout!r} must be a positive number of seconds "
             "(0.02 is 20 ms); a store never waits without a bound"
@@ -56,12 +50,7 @@ def check_timeout(timeout: object) -> float:
 
 
 def check_spin(spin: object, timeout: float) -> float:
-    if (
-        isinstance(spin, bool)
-        or not isinstance(spin, int | float)
-        or not math.isfinite(spin)
-        or not 0 <= spin < timeout
-    ):
+    if not checks.is_number(spin) or spin >= timeout:
         raise ConfigurationError(
             f"Redis store spin {spin!r} must be a number of seconds from 0 (never spin) up to "
             f"less than the timeout {timeout}; the default is {DEFAULT_SPIN} (100 us)"
