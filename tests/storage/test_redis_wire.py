@@ -224,10 +224,11 @@ def test_a_reply_slower_than_the_spin_stops_the_spinning_for_a_while(
     redis_client: redis.Redis,
 ) -> None:
     """A link spins for fast replies; after a slow one it sleeps at once for SPIN_BACKOFF
-    requests, then spins again. Every reply arrives whole either way."""
-    pool = LinkPool.for_pool(redis_client.connection_pool, 1.0, spin=0.0005)
+    requests, then spins again. Every reply arrives whole either way. The spin (100 ms) is far
+    above a PING's round trip on a busy machine, and the slow reply (250 ms) far above it."""
+    pool = LinkPool.for_pool(redis_client.connection_pool, 1.0, spin=0.1)
     link = pool.take()
-    slow = hiredis.pack_command(("EVAL", _SLOW, "0", "20000"))  # 20 ms: past any spin
+    slow = hiredis.pack_command(("EVAL", _SLOW, "0", "250000"))  # 250 ms: past the spin
     ping = hiredis.pack_command(("PING",))
     try:
         assert link.request(ping) == b"PONG"
