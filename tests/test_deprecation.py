@@ -46,3 +46,16 @@ def test_bad_arguments_are_named(module: str, homes: object) -> None:
     """An empty module name or a table that is not name -> module raises ConfigurationError."""
     with pytest.raises(ConfigurationError, match="moved: "):
         moved(module, homes)  # type: ignore[arg-type]
+
+
+def test_the_servers_rule_is_descriptor_rule_and_the_old_name_warns() -> None:
+    """ratewarden.server.config.Rule was renamed DescriptorRule (Rule is the middleware's):
+    the old name is the same class, with a warning naming the new one."""
+    from ratewarden.server import config
+
+    with pytest.warns(
+        DeprecationWarning, match=r"config\.Rule is deprecated; it is .*DescriptorRule"
+    ):
+        old = config.Rule
+    assert old is config.DescriptorRule
+    assert "Rule" not in config.__all__ and "DescriptorRule" in config.__all__

@@ -39,7 +39,7 @@ import redis
 from envoy.service.ratelimit.v3 import rls_pb2_grpc
 
 from ratewarden.server.app import RateLimitServer
-from ratewarden.server.config import Rule
+from ratewarden.server.config import DescriptorRule
 from ratewarden.server.service import DescriptorOutcome, ServiceHooks, counter_key
 from ratewarden.storage._keys import escape
 from ratewarden.storage.redis import DEFAULT_TIMEOUT, AsyncRedisStore
@@ -115,11 +115,11 @@ class Observed(ServiceHooks):
         #: Why the store failed, by the start of the error's message (for the report).
         self.reasons: Counter[str] = Counter()
 
-    def on_decision(self, domain: str, rule: Rule, outcome: DescriptorOutcome) -> None:
+    def on_decision(self, domain: str, rule: DescriptorRule, outcome: DescriptorOutcome) -> None:
         self.stats.on_decision(domain, rule, outcome)
         self.seen.append(outcome)
 
-    def on_store_error(self, domain: str, rule: Rule, error: Exception) -> None:
+    def on_store_error(self, domain: str, rule: DescriptorRule, error: Exception) -> None:
         self.stats.on_store_error(domain, rule, error)
         reason = re.sub(r"[\d.]+", "N", str(error).partition(";")[0])
         self.reasons[f"{type(error).__name__}: {reason}"] += 1
@@ -127,7 +127,7 @@ class Observed(ServiceHooks):
     def on_store_call(self, seconds: float) -> None:
         self.stats.on_store_call(seconds)
 
-    def on_value_overflow(self, domain: str, rule: Rule) -> None:
+    def on_value_overflow(self, domain: str, rule: DescriptorRule) -> None:
         self.stats.on_value_overflow(domain, rule)
 
 

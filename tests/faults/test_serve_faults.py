@@ -18,7 +18,7 @@ import grpc
 import pytest
 from envoy.service.ratelimit.v3 import rls_pb2_grpc
 
-from ratewarden.server.config import Rule
+from ratewarden.server.config import DescriptorRule
 from ratewarden.server.service import DescriptorOutcome, ServiceHooks
 from ratewarden.storage.redis import AsyncRedisStore
 from ratewarden.testing import ManualClock
@@ -54,7 +54,7 @@ class Outcomes(ServiceHooks):
     def __init__(self) -> None:
         self.seen: list[DescriptorOutcome] = []
 
-    def on_decision(self, domain: str, rule: Rule, outcome: DescriptorOutcome) -> None:
+    def on_decision(self, domain: str, rule: DescriptorRule, outcome: DescriptorOutcome) -> None:
         self.seen.append(outcome)
 
 

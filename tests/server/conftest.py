@@ -69,10 +69,12 @@ class RecordingHooks(ServiceHooks):
         self.outcomes: list[DescriptorOutcome] = []
         self.store_errors: list[tuple[str, str, Exception]] = []
 
-    def on_decision(self, domain: str, rule: config.Rule, outcome: DescriptorOutcome) -> None:
+    def on_decision(
+        self, domain: str, rule: config.DescriptorRule, outcome: DescriptorOutcome
+    ) -> None:
         self.outcomes.append(outcome)
 
-    def on_store_error(self, domain: str, rule: config.Rule, error: Exception) -> None:
+    def on_store_error(self, domain: str, rule: config.DescriptorRule, error: Exception) -> None:
         self.store_errors.append((domain, rule.path, error))
 
 

@@ -162,10 +162,14 @@ def test_a_failing_hook_never_changes_the_answer(rls: Make) -> None:
     """An exception in a hook is logged and the response is still returned."""
 
     class Broken(ServiceHooks):
-        def on_decision(self, domain: str, rule: config.Rule, outcome: DescriptorOutcome) -> None:
+        def on_decision(
+            self, domain: str, rule: config.DescriptorRule, outcome: DescriptorOutcome
+        ) -> None:
             raise RuntimeError("metrics backend down")
 
-        def on_store_error(self, domain: str, rule: config.Rule, error: Exception) -> None:
+        def on_store_error(
+            self, domain: str, rule: config.DescriptorRule, error: Exception
+        ) -> None:
             raise RuntimeError("metrics backend down")
 
     h = rls(FAILURE)

@@ -17,7 +17,7 @@ from typing import Any
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
-from ratewarden.server.config import DomainConfig, Match, RateLimitConfig, Rule
+from ratewarden.server.config import DescriptorRule, DomainConfig, Match, RateLimitConfig
 from ratewarden.server.statuses import override
 from ratewarden.server.value_cap import ValueCap
 
@@ -71,7 +71,7 @@ class Item:
     entries: tuple[tuple[str, str], ...]
     cost: int
     match: Match | None
-    rule: Rule | None
+    rule: DescriptorRule | None
     override: bool = False
     key: str = ""
     metric_key: str = ""
@@ -95,7 +95,7 @@ def prepare(
     request: Any,
     config: RateLimitConfig,
     cap: ValueCap,
-    on_overflow: Callable[[Rule], None],
+    on_overflow: Callable[[DescriptorRule], None],
 ) -> list[Item]:
     """The request's descriptors as items, with rules, keys and caps; raises if malformed.
 
@@ -162,7 +162,7 @@ def _resolve(domain: DomainConfig, entries: tuple[tuple[str, str], ...]) -> tupl
     return found
 
 
-def _cap(cap: ValueCap, item: Item, on_overflow: Callable[[Rule], None]) -> None:
+def _cap(cap: ValueCap, item: Item, on_overflow: Callable[[DescriptorRule], None]) -> None:
     """Past ``max_values_per_rule``, a new value shares the rule's overflow counter."""
     rule = item.rule
     if rule is None or not item.needs_store:

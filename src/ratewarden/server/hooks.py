@@ -17,7 +17,7 @@ import logging
 from ratewarden.clock import Clock
 from ratewarden.errors import CircuitOpenError, StorageError, StorageUnavailableError
 from ratewarden.metrics import LogRateLimiter, Metrics
-from ratewarden.server.config import Rule
+from ratewarden.server.config import DescriptorRule
 from ratewarden.server.response import DescriptorOutcome
 
 __all__ = ["Reports", "ServiceHooks"]
@@ -34,17 +34,17 @@ class ServiceHooks:
     an answer.
     """
 
-    def on_decision(self, domain: str, rule: Rule, outcome: DescriptorOutcome) -> None:
+    def on_decision(self, domain: str, rule: DescriptorRule, outcome: DescriptorOutcome) -> None:
         """Once per request descriptor that had a rule (after replaces and overrides)."""
 
-    def on_store_error(self, domain: str, rule: Rule, error: Exception) -> None:
+    def on_store_error(self, domain: str, rule: DescriptorRule, error: Exception) -> None:
         """The store failed for this rule; ``rule.failure_mode`` decides instead."""
 
     def on_store_call(self, seconds: float) -> None:
         """One store call (one descriptor's hit, or one joint step) took ``seconds``,
         failed or not."""
 
-    def on_value_overflow(self, domain: str, rule: Rule) -> None:
+    def on_value_overflow(self, domain: str, rule: DescriptorRule) -> None:
         """A new value past ``max_values_per_rule`` was counted on the rule's overflow counter."""
 
 
@@ -68,7 +68,7 @@ class Reports(Metrics):
         except Exception:
             log.exception("hook on_store_call failed; the answer is unaffected")
 
-    def store_error(self, rule: Rule, error: Exception) -> None:
+    def store_error(self, rule: DescriptorRule, error: Exception) -> None:
         """The store failed for ``rule`` (or the open breaker refused the call)."""
         if isinstance(error, CircuitOpenError):
             # The open breaker has always been reported as the store being unavailable
@@ -91,7 +91,7 @@ class Reports(Metrics):
         except Exception:
             log.exception("hook on_store_error failed; the answer is unaffected")
 
-    def overflow(self, rule: Rule, limit: int | None) -> None:
+    def overflow(self, rule: DescriptorRule, limit: int | None) -> None:
         """A new value of ``rule`` went to its overflow counter (``limit`` values held)."""
         self._lines.log(
             log,

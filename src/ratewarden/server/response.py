@@ -20,7 +20,7 @@ from google.protobuf import struct_pb2  # type: ignore[import-untyped, unused-ig
 
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
-from ratewarden.server.config import Rule
+from ratewarden.server.config import DescriptorRule
 from ratewarden.server.descriptors import Item, denied
 from ratewarden.server.response_headers import response_headers
 from ratewarden.server.statuses import current, duration
@@ -56,7 +56,7 @@ class DescriptorOutcome:
 
     domain: str
     metric_key: str
-    rule: Rule
+    rule: DescriptorRule
     hits: int
     over_limit: bool
     shadowed: bool
@@ -69,7 +69,7 @@ class DescriptorOutcome:
 
 
 #: ``ServiceHooks.on_decision``: (domain, rule, outcome).
-OnDecision = Callable[[str, Rule, "DescriptorOutcome"], None]
+OnDecision = Callable[[str, DescriptorRule, "DescriptorOutcome"], None]
 
 
 def respond(

@@ -61,7 +61,7 @@ from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import AsyncLimiter, CircuitBreaker, Flow, Gather, Limiter, NegativeCache
 from ratewarden.server.budget_service import AsyncRuleBudgets, RuleBudgets
-from ratewarden.server.config import RateLimitConfig, Rule
+from ratewarden.server.config import DescriptorRule, RateLimitConfig
 
 # counter_key, DescriptorOutcome, UNLIMITED_REMAINING and ServiceHooks are defined
 # beside what builds or uses them and re-exported here, the public place to import
@@ -95,7 +95,7 @@ __all__ = [
 ]
 
 
-def _rule(item: Item) -> Rule:
+def _rule(item: Item) -> DescriptorRule:
     assert item.rule is not None  # every item the store decides has a rule
     return item.rule
 
@@ -350,7 +350,7 @@ class _ServiceBase:
         if not denied(items):
             yield from self._run([(item, item.cost) for item in charge if id(item) not in short])
 
-    def _overflowed(self, rule: Rule) -> None:  # prepare's on_overflow
+    def _overflowed(self, rule: DescriptorRule) -> None:  # prepare's on_overflow
         self._reports.overflow(rule, self.values.limit)
 
     def __repr__(self) -> str:

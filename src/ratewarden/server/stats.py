@@ -74,7 +74,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.labels import bounded
 from ratewarden.metrics import LATENCY_BUCKETS, PrometheusMetrics
-from ratewarden.server.config import Rule
+from ratewarden.server.config import DescriptorRule
 from ratewarden.server.dashboard.live import LiveStats
 from ratewarden.server.service import DescriptorOutcome, ServiceHooks
 
@@ -185,7 +185,7 @@ class ServiceStats(ServiceHooks):
 
     # --- ServiceHooks -----------------------------------------------------------------
 
-    def on_decision(self, domain: str, rule: Rule, outcome: DescriptorOutcome) -> None:
+    def on_decision(self, domain: str, rule: DescriptorRule, outcome: DescriptorOutcome) -> None:
         key = self._key(domain, outcome.metric_key)
         domain = bounded(domain)
         path = bounded(rule.path)  # once here: LiveStats and PrometheusMetrics keep it as is
@@ -222,13 +222,13 @@ class ServiceStats(ServiceHooks):
                 decision = replace(decision, shadowed=True)
             self.metrics.decision(rule=path, algorithm=rule.algorithm, decision=decision)
 
-    def on_store_error(self, domain: str, rule: Rule, error: Exception) -> None:
+    def on_store_error(self, domain: str, rule: DescriptorRule, error: Exception) -> None:
         self.errors.labels("store_error").inc()
         self.metrics.degraded(
             rule=rule.path, failure_mode=rule.failure_mode, reason=type(error).__name__
         )
 
-    def on_value_overflow(self, domain: str, rule: Rule) -> None:
+    def on_value_overflow(self, domain: str, rule: DescriptorRule) -> None:
         domain = bounded(domain)
         path = self._capped(self._overflow_rules, domain, bounded(rule.path))
         self.value_overflow.labels(domain, path).inc()

@@ -14,7 +14,7 @@ from google.protobuf import duration_pb2  # type: ignore[import-untyped, unused-
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import UNITS, Rate
-from ratewarden.server.config import DEFAULT_ALGORITHM, DEFAULT_FAILURE_MODE, Limit, Rule
+from ratewarden.server.config import DEFAULT_ALGORITHM, DEFAULT_FAILURE_MODE, DescriptorRule, Limit
 
 __all__ = ["UNIT_ENUM", "current", "duration", "override"]
 
@@ -34,8 +34,8 @@ _UNIT_NAME = {number: name for name, number in UNIT_ENUM.items()}
 
 
 def override(
-    domain: str, entries: tuple[tuple[str, str], ...], base: Rule | None, limit: Any
-) -> Rule | None:
+    domain: str, entries: tuple[tuple[str, str], ...], base: DescriptorRule | None, limit: Any
+) -> DescriptorRule | None:
     """A rule for Envoy's per-descriptor ``limit``; it keeps the base rule's algorithm,
     failure mode and kind (a token budget stays a budget, at the given rate).
 
@@ -55,7 +55,7 @@ def override(
             log.warning("ignoring a limit override in domain %r: %s", domain, exc)
             return None
     path = domain + "." + ".".join(f"{k}_{v}" if v else k for k, v in entries)
-    return Rule(
+    return DescriptorRule(
         domain=domain,
         path=path,
         source="the request's limit override",

@@ -30,7 +30,7 @@ from collections import OrderedDict
 
 from ratewarden.clock import Clock
 from ratewarden.errors import ConfigurationError
-from ratewarden.server.config import Rule
+from ratewarden.server.config import DescriptorRule
 
 __all__ = ["OVERRIDES", "ValueCap", "overflow_key"]
 
@@ -63,7 +63,7 @@ class ValueCap:
         # (domain, rule path) -> counter key -> last seen (us), oldest first.
         self._seen: dict[tuple[str, str], OrderedDict[str, int]] = {}
 
-    def key(self, rule: Rule, key: str, *, override: bool = False) -> tuple[str, bool]:
+    def key(self, rule: DescriptorRule, key: str, *, override: bool = False) -> tuple[str, bool]:
         """The counter key to use for ``key`` under ``rule``, and whether it is the overflow.
 
         ``override``: the rule is an Envoy limit override, counted in its domain's
@@ -84,11 +84,11 @@ class ValueCap:
             return key, False
         return overflow_key(rule.domain, group), True
 
-    def tracked(self, rule: Rule) -> int:
+    def tracked(self, rule: DescriptorRule) -> int:
         """How many distinct keys of ``rule`` are remembered now (for tests and stats)."""
         return len(self._seen.get((rule.domain, rule.path), ()))
 
-    def keep_only(self, rules: tuple[Rule, ...]) -> None:
+    def keep_only(self, rules: tuple[DescriptorRule, ...]) -> None:
         """Forget rules no longer configured (called when a new config is swapped in).
 
         The override groups are kept while their domain is still configured.
@@ -107,6 +107,6 @@ class ValueCap:
             del seen[oldest]
 
 
-def _window_us(rule: Rule) -> int:
+def _window_us(rule: DescriptorRule) -> int:
     """How long a counter of ``rule`` can live: its longest period."""
     return max((rate.period_us for rate in rule.rates), default=0)

@@ -8,7 +8,7 @@ key.
 
 The package, one concept a module, each importing only those above it:
 
-- ``model``: the rule model (``Rule``, ``Limit``, the descriptor tree and its
+- ``model``: the rule model (``DescriptorRule``, ``Limit``, the descriptor tree and its
   matching, ``RateLimitConfig``), the names a rule may use, and the errors;
 - ``fields``: reading values out of a file's YAML nodes, recording each problem;
 - ``limits``: reading one limit's fields, written alike in both blocks;
@@ -20,6 +20,9 @@ It is pure: no I/O beyond reading the given files, no clock, no store.
 """
 
 from __future__ import annotations
+
+import warnings
+from typing import Any
 
 from ratewarden.deprecation import moved
 from ratewarden.server.config import model
@@ -33,7 +36,21 @@ __all__ += model.__all__
 
 # Names this module used to hold beside __all__, and where they live now: they still
 # resolve, with a DeprecationWarning, for one release (docs/reference.md says so).
-__getattr__ = moved(
+_moved = moved(
     __name__,
     {"ConfigurationError": "ratewarden", "MAX_ALIAS_COPIES": "ratewarden.server.config.reader"},
 )
+
+
+def __getattr__(name: str) -> Any:
+    """The names that moved, and ``Rule``: ``DescriptorRule`` now, so that ``Rule`` is only
+    the middleware's HTTP rule (``ratewarden.middleware.Rule``)."""
+    if name == "Rule":
+        warnings.warn(
+            f"{__name__}.Rule is deprecated; it is {__name__}.DescriptorRule "
+            "(ratewarden.middleware.Rule is the HTTP middleware's rule)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return model.DescriptorRule
+    return _moved(name)

@@ -14,8 +14,8 @@ descriptor's ``rate_limit`` (a descriptor has one or the other)::
 
 ``read_budget`` checks the block with a ``FieldReader`` (``fields.py``; its
 limit with ``limits.py``, as ``rate_limit.py`` does), and returns the
-descriptor's ``Rule`` with ``budget=True`` and one GCRA ``Limit`` counting
-tokens (``Rule.to_dict`` in ``model.py`` writes the block back out). The
+descriptor's ``DescriptorRule`` with ``budget=True`` and one GCRA ``Limit`` counting
+tokens (``DescriptorRule.to_dict`` in ``model.py`` writes the block back out). The
 service answers such a descriptor by its hits
 (``ratewarden.server.budget_service.RuleBudgets``): hits 0 is a check, over the limit
 when no token is left; hits N > 0 are N tokens already spent (Envoy's
@@ -39,8 +39,8 @@ from ratewarden.server.config.model import (
     DEFAULT_FAILURE_MODE,
     FAILURE_MODES,
     ConfigProblem,
+    DescriptorRule,
     Limit,
-    Rule,
 )
 
 __all__ = ["BUDGET_FAILURE_MODES", "BUDGET_KEYS", "read_budget"]
@@ -55,11 +55,14 @@ BUDGET_FAILURE_MODES = tuple(mode for mode in FAILURE_MODES if mode != "local")
 _ALGORITHM = gcra.NAME
 
 
-def read_budget(reader: FieldReader, entries: Entries, descriptor: Rule) -> Rule | None:
-    """The descriptor's ``budget`` as a Rule, or None with its problems recorded on ``reader``.
+def read_budget(
+    reader: FieldReader, entries: Entries, descriptor: DescriptorRule
+) -> DescriptorRule | None:
+    """The descriptor's ``budget`` as a DescriptorRule, or None with its problems recorded
+    on ``reader``.
 
     ``entries`` is the descriptor's; ``descriptor`` is the rule's domain, path and
-    the descriptor's flags (a Rule without limits); the block fills in the rest.
+    the descriptor's flags (a DescriptorRule without limits); the block fills in the rest.
     """
     key_node, node = entries["budget"]
     before = len(reader.problems)

@@ -2,7 +2,7 @@
 
 The names a rule may use (units, algorithms, failure modes), the error types a
 load raises (``ConfigProblem``, ``ConfigError``) and the frozen rules and
-descriptor tree: ``Limit``, ``Rule``, ``Level``, ``Node``, ``Match``,
+descriptor tree: ``Limit``, ``DescriptorRule``, ``Level``, ``Node``, ``Match``,
 ``DomainConfig`` and ``RateLimitConfig``, each with ``to_dict`` (normalised,
 loadable YAML). The other modules of ``ratewarden.server.config`` read YAML into
 them; the package re-exports them.
@@ -41,7 +41,7 @@ __all__ = [
     "Match",
     "Node",
     "RateLimitConfig",
-    "Rule",
+    "DescriptorRule",
     "UNIT_NAMES",
 ]
 
@@ -127,8 +127,9 @@ class Limit:
 
 
 @dataclass(frozen=True, slots=True)
-class Rule:
-    """The ``rate_limit`` of one descriptor node, with its node's flags.
+class DescriptorRule:
+    """The ``rate_limit`` of one descriptor node, with its node's flags (was ``Rule``: the
+    name is the HTTP middleware's, ``ratewarden.middleware.Rule``).
 
     ``path`` is envoyproxy/ratelimit's key for the rule (``domain.key_value.key``),
     used in metrics and in ``describe()``; ``source`` is ``file:line``.
@@ -267,7 +268,7 @@ class Node:
 
     key: str
     value: str
-    rule: Rule | None
+    rule: DescriptorRule | None
     children: Level = field(repr=False)
     source: str = ""
     pattern: re.Pattern[str] | None = field(default=None, repr=False, compare=False)
@@ -317,7 +318,7 @@ class Match:
         return self.nodes[-1]
 
     @property
-    def rule(self) -> Rule | None:
+    def rule(self) -> DescriptorRule | None:
         return self.nodes[-1].rule
 
 
@@ -328,7 +329,7 @@ class DomainConfig:
     name: str
     source: str
     root: Level
-    rules: tuple[Rule, ...]
+    rules: tuple[DescriptorRule, ...]
     #: Recent descriptors' entries -> what the service derives from their match (its keys):
     #: filled by ``server/descriptors.py``, emptied when full. The config never changes,
     #: so an answer stays right for as long as this domain is the one served.
@@ -368,7 +369,7 @@ class RateLimitConfig:
         return None if found is None else found.match(entries)
 
     @property
-    def rules(self) -> tuple[Rule, ...]:
+    def rules(self) -> tuple[DescriptorRule, ...]:
         return tuple(rule for domain in self.domains.values() for rule in domain.rules)
 
     def describe(self) -> str:

@@ -1,7 +1,7 @@
 """Reading one descriptor's ``rate_limit``: its limits, algorithm, failure mode, name, replaces.
 
 ``read_rate_limit`` checks a ``rate_limit`` block with a ``FieldReader``
-(``fields.py``; each limit with ``limits.py``) and returns its ``Rule``, or None
+(``fields.py``; each limit with ``limits.py``) and returns its ``DescriptorRule``, or None
 with every problem recorded on the reader, as ``budget.py`` does for a
 descriptor's ``budget``. ``reader.py``
 walks the descriptors and calls it.
@@ -21,8 +21,8 @@ from ratewarden.server.config.model import (
     DEFAULT_ALGORITHM,
     DEFAULT_FAILURE_MODE,
     FAILURE_MODES,
+    DescriptorRule,
     Limit,
-    Rule,
 )
 
 __all__ = ["RATE_LIMIT_KEYS", "read_rate_limit"]
@@ -43,11 +43,14 @@ RATE_LIMIT_KEYS = (
 _LIMIT_KEYS = ("unit", "requests_per_unit", "unit_multiplier", "burst")
 
 
-def read_rate_limit(reader: FieldReader, outer: Entries, descriptor: Rule) -> Rule | None:
-    """The descriptor's ``rate_limit`` as a Rule, or None with its problems recorded on reader.
+def read_rate_limit(
+    reader: FieldReader, outer: Entries, descriptor: DescriptorRule
+) -> DescriptorRule | None:
+    """The descriptor's ``rate_limit`` as a DescriptorRule, or None with its problems
+    recorded on reader.
 
     ``outer`` is the descriptor's entries; ``descriptor`` is the rule's domain, path
-    and the descriptor's flags (a Rule without limits); the block fills in the rest.
+    and the descriptor's flags (a DescriptorRule without limits); the block fills in the rest.
     """
     key_node, node = outer["rate_limit"]
     entries = reader.mapping(node, "rate_limit", RATE_LIMIT_KEYS)

@@ -20,7 +20,7 @@ import yaml  # type: ignore[import-untyped, unused-ignore]
 
 from ratewarden.server.config.budget import read_budget
 from ratewarden.server.config.fields import CONSTRUCT_ERRORS, FieldReader
-from ratewarden.server.config.model import ConfigProblem, DomainConfig, Level, Node, Rule
+from ratewarden.server.config.model import ConfigProblem, DescriptorRule, DomainConfig, Level, Node
 from ratewarden.server.config.rate_limit import RATE_LIMIT_KEYS, read_rate_limit
 
 __all__ = ["MAX_ALIAS_COPIES", "FileReader"]
@@ -57,7 +57,7 @@ class FileReader(FieldReader):
 
     def __init__(self, name: str, problems: list[ConfigProblem]) -> None:
         super().__init__(name, problems, _MISPLACED)
-        self.rules: list[Rule] = []
+        self.rules: list[DescriptorRule] = []
         # Descriptor lists being read (an alias back to one is a cycle) and descriptor
         # nodes already read once (a second visit is an alias copy, see MAX_ALIAS_COPIES).
         self.open_lists: set[int] = set()
@@ -219,7 +219,7 @@ class FileReader(FieldReader):
         path = f"{parent}.{_path_part(key, value)}"
         rule = None
         # What every rule of this descriptor carries; its block adds the rest.
-        descriptor = Rule(
+        descriptor = DescriptorRule(
             domain=domain,
             path=path,
             source="",

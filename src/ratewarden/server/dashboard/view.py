@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ratewarden.labels import bounded
-from ratewarden.server.config import Rule
+from ratewarden.server.config import DescriptorRule
 from ratewarden.server.dashboard.live import (
     CATEGORIES,
     DECISIONS,
@@ -44,7 +44,7 @@ TOP_SHOWN = 10
 
 def render(
     states: Sequence[dict[str, Any]],
-    rules: Iterable[Rule],
+    rules: Iterable[DescriptorRule],
     now: float,
     *,
     window_s: int = WINDOW_S,
@@ -93,7 +93,7 @@ def render(
 
 def _rule_row(
     path: str,
-    rule: Rule | None,
+    rule: DescriptorRule | None,
     series: list[list[int]] | None,
     totals: list[int] | None,
     window: range,
