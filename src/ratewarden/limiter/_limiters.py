@@ -139,7 +139,14 @@ class Limiter(DecisionCore):
         the failures it answers (see ``hit_flow``). ``failure`` is the deprecated
         name of ``failure_mode``.
         """
-        if failure is not None:  # the deprecated name: one test on the hot path, no more
+        # The common call first, its tests inlined (a helper's frame costs a tenth of a
+        # kernel-decided hit): a plain limiter, no per-call option.
+        if self.plain and failure_mode is None and not shadow and failure is None:
+            try:
+                return self.store.hit(self.algorithm, key, rates, cost)
+            except Exception as error:
+                return _failed(self, error, key, rates, cost, None, on_failure)
+        if failure is not None:  # the deprecated name
             failure_mode = _renamed(failure, failure_mode)
         if _direct(self, shadow, failure_mode):
             try:
