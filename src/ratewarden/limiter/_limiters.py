@@ -253,6 +253,16 @@ class _Blocking:
         self._limiter = limiter
         self.store = store
 
+    # What Limiter.hit reads on every call, as properties: a miss that falls through to
+    # __getattr__ costs a raised AttributeError first.
+    @property
+    def plain(self) -> bool:
+        return self._limiter.plain
+
+    @property
+    def algorithm(self) -> str:
+        return self._limiter.algorithm
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._limiter, name)
 
