@@ -18,7 +18,7 @@ from envoy.service.ratelimit.v3 import rls_pb2
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.server import config
-from ratewarden.server.config import Rule
+from ratewarden.server.config import DescriptorRule
 from ratewarden.server.service import RateLimitService, ServiceHooks
 from ratewarden.server.value_cap import overflow_key
 from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
@@ -42,7 +42,7 @@ class Overflows(ServiceHooks):
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
-    def on_value_overflow(self, domain: str, rule: Rule) -> None:
+    def on_value_overflow(self, domain: str, rule: DescriptorRule) -> None:
         self.calls.append((domain, rule.path))
 
 
@@ -167,7 +167,7 @@ def test_a_failing_hook_does_not_change_the_answer() -> None:
     """on_value_overflow raising is logged and ignored."""
 
     class Broken(ServiceHooks):
-        def on_value_overflow(self, domain: str, rule: Rule) -> None:
+        def on_value_overflow(self, domain: str, rule: DescriptorRule) -> None:
             raise RuntimeError("metrics backend down")
 
     service = RateLimitService(

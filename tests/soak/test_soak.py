@@ -38,7 +38,7 @@ import pytest
 from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from envoy.service.ratelimit.v3 import rls_pb2
 
-from ratewarden.server.config import Rule
+from ratewarden.server.config import DescriptorRule
 from ratewarden.server.reload import ReloadOutcome
 from ratewarden.server.service import ServiceHooks
 from ratewarden.storage.redis import AsyncRedisStore
@@ -95,17 +95,17 @@ class CountingHooks(ServiceHooks):
         self.inner = inner
         self.store_errors = 0
 
-    def on_decision(self, domain: str, rule: Rule, outcome: Any) -> None:
+    def on_decision(self, domain: str, rule: DescriptorRule, outcome: Any) -> None:
         self.inner.on_decision(domain, rule, outcome)
 
-    def on_store_error(self, domain: str, rule: Rule, error: Exception) -> None:
+    def on_store_error(self, domain: str, rule: DescriptorRule, error: Exception) -> None:
         self.store_errors += 1
         self.inner.on_store_error(domain, rule, error)
 
     def on_store_call(self, seconds: float) -> None:
         self.inner.on_store_call(seconds)
 
-    def on_value_overflow(self, domain: str, rule: Rule) -> None:
+    def on_value_overflow(self, domain: str, rule: DescriptorRule) -> None:
         self.inner.on_value_overflow(domain, rule)
 
 
