@@ -41,13 +41,15 @@ _ID_RULE = (
 def is_number(value: object, low: float = 0.0, *, low_ok: bool = True) -> TypeGuard[int | float]:
     """Whether ``value`` is a finite ``int`` or ``float`` (a bool is not a number here) of at
     least ``low``, or above it with ``low_ok=False``: the test behind every "a number of
-    seconds" option; each caller raises its own error, naming its option."""
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and (value >= low if low_ok else value > low)
-    )
+    seconds" option; each caller raises its own error, naming its option. An int too large
+    for a float is not a number here either: every caller goes on to ``float(value)``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        number = float(value)
+    except OverflowError:
+        return False
+    return math.isfinite(number) and (number >= low if low_ok else number > low)
 
 
 def check_key(key: object) -> str:
