@@ -1,4 +1,7 @@
-"""The gRPC transport over real loopback sockets: ShouldRateLimit, health, errors, graceful stop."""
+"""The gRPC port over real loopback sockets: ShouldRateLimit, health, errors, graceful stop.
+
+Every test runs on each transport (``--transport grpcio`` and ``native``).
+"""
 
 from __future__ import annotations
 
@@ -29,6 +32,26 @@ from tests.server_transport.conftest import (
     request,
 )
 
+TRANSPORTS = ["grpcio", "native"]
+
+
+@pytest.fixture(params=TRANSPORTS)
+def transport(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
+@pytest.fixture
+def start_server(start_server: StartServer, transport: str) -> StartServer:
+    """The package's ``start_server`` on this test's transport."""
+
+    async def start(*args: Any, **options: Any) -> RateLimitServer:
+        options.setdefault("transport", transport)
+        return await start_server(*args, **options)
+
+    return start
+
+
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -41,12 +64,17 @@ async def health_of(port: int, service: str = "") -> int:
 
 
 async def refused_soon(stub: Any) -> grpc.StatusCode:
-    """The status of the first new call the stopping server refuses (polls for up to 5 s)."""
-    for _ in range(500):
+    """The status of the first new call the stopping server refuses (polls for up to 5 s).
+
+    A call that reached the server before it stopped accepting is held by the test's
+    store until its deadline (not refused): polling goes on.
+    """
+    for _ in range(100):
         try:
-            await stub.ShouldRateLimit(request("transport", {"open": "x"}), timeout=5)
+            await stub.ShouldRateLimit(request("transport", {"open": "x"}), timeout=0.5)
         except grpc.aio.AioRpcError as exc:
-            return exc.code()
+            if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                return exc.code()
         await asyncio.sleep(0.01)
     raise AssertionError("the server kept accepting new calls while stopping")
 
@@ -61,12 +89,17 @@ class GateStore(AsyncMemoryStore):
         super().__init__(clock=ManualClock())
         self.entered = asyncio.Event()
         self.gate = asyncio.Event()
+        self.cancelled = asyncio.Event()
 
     async def hit(
         self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
     ) -> Decision:
         self.entered.set()
-        await self.gate.wait()
+        try:
+            await self.gate.wait()
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
         return await super().hit(algorithm, key, rates, cost)
 
 
@@ -239,3 +272,127 @@ async def test_the_server_has_a_circuit_breaker_unless_turned_off(
         0.5,
     )
     assert without.service.breaker is None
+
+
+async def test_the_transport_asked_for_serves_the_port(
+    start_server: StartServer, transport: str
+) -> None:
+    """--transport grpcio / native: the server says which one it runs, and answers on it."""
+    server = await start_server()
+    assert server.transport == transport
+    expected = "NativeGrpcServer" if transport == "native" else "GrpcServer"
+    assert type(server.grpc).__name__ == expected
+    assert await health_of(server.grpc_port) == SERVING
+
+
+async def test_an_unknown_health_name_is_not_found(start_server: StartServer) -> None:
+    """Check on a name the server does not report is NOT_FOUND, as grpcio's health servicer."""
+    server = await start_server()
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await health_of(server.grpc_port, "no.such.Service")
+    assert raised.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_health_watch_streams_every_change(start_server: StartServer) -> None:
+    """Watch sends the current status, then each change; an unknown name is SERVICE_UNKNOWN."""
+    store = PingStore()
+    server = await start_server(store=store)
+    async with channel(server.grpc_port) as chan:
+        stub = health_pb2_grpc.HealthStub(chan)
+        watch = stub.Watch(health_pb2.HealthCheckRequest(service="ratelimit"))
+        unknown = stub.Watch(health_pb2.HealthCheckRequest(service="no.such.Service"))
+        assert (await asyncio.wait_for(watch.read(), 5)).status == NOT_SERVING
+        store.alive = True
+        assert await server.refresh_health()
+        assert (await asyncio.wait_for(watch.read(), 5)).status == SERVING
+        store.alive = False
+        assert not await server.refresh_health()
+        assert (await asyncio.wait_for(watch.read(), 5)).status == NOT_SERVING
+        first = await asyncio.wait_for(unknown.read(), 5)
+        assert first.status == health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+        watch.cancel()
+        unknown.cancel()
+
+
+async def test_an_unknown_method_is_unimplemented(start_server: StartServer) -> None:
+    """A call to a method the server does not serve is UNIMPLEMENTED."""
+    server = await start_server()
+    async with channel(server.grpc_port) as chan:
+        call = chan.unary_unary("/envoy.service.ratelimit.v3.RateLimitService/NoSuchMethod")
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await call(b"")
+    assert raised.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+async def test_bytes_that_are_not_a_request_are_invalid_argument(
+    start_server: StartServer,
+) -> None:
+    """Undecodable bytes are INVALID_ARGUMENT naming the reason, on every transport."""
+    server = await start_server()
+    async with channel(server.grpc_port) as chan:
+        call = chan.unary_unary("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await call(b"\xff\xff\xff")
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "not a valid RateLimitRequest" in (raised.value.details() or "")
+
+
+async def test_a_call_past_its_deadline_is_deadline_exceeded_and_its_work_cancelled(
+    start_server: StartServer,
+) -> None:
+    """The client's deadline ends the call (DEADLINE_EXCEEDED) and cancels its decision."""
+    store = GateStore()
+    server = await start_server(store=store)
+    async with channel(server.grpc_port) as chan:
+        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await stub.ShouldRateLimit(ONE_KEY, timeout=0.3)
+        assert raised.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        # The held decision is cancelled, not left waiting: the counter never moves.
+        await asyncio.wait_for(store.cancelled.wait(), 5)
+        store.gate.set()
+        reply = await stub.ShouldRateLimit(ONE_KEY, timeout=5)
+    assert reply.statuses[0].limit_remaining == 2
+
+
+async def test_a_cancelled_call_cancels_its_decision(start_server: StartServer) -> None:
+    """A client that cancels its call frees the server's work on it (nothing is charged)."""
+    store = GateStore()
+    server = await start_server(store=store)
+    async with channel(server.grpc_port) as chan:
+        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+        call = stub.ShouldRateLimit(ONE_KEY)
+        await asyncio.wait_for(store.entered.wait(), 5)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await asyncio.wait_for(store.cancelled.wait(), 5)
+        store.gate.set()
+        reply = await stub.ShouldRateLimit(ONE_KEY, timeout=5)
+    assert reply.statuses[0].limit_remaining == 2
+
+
+async def test_a_large_request_is_answered_whole(start_server: StartServer) -> None:
+    """5,000 descriptors (~150 KB each way, many HTTP/2 frames): 5,000 statuses, in order."""
+    server = await start_server()
+    many = request("transport", *({"open": f"value-{i:06d}"} for i in range(5_000)))
+    async with channel(server.grpc_port) as chan:
+        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+        reply = await stub.ShouldRateLimit(many, timeout=30)
+    assert len(reply.statuses) == 5_000
+    assert reply.overall_code == OK
+
+
+async def test_calls_that_arrive_together_are_each_answered_as_alone(
+    start_server: StartServer,
+) -> None:
+    """200 calls at once on one key of 3/minute: exactly 3 OK, with remaining 2, 1, 0."""
+    server = await start_server()
+    async with channel(server.grpc_port) as chan:
+        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+        replies = await asyncio.gather(
+            *(stub.ShouldRateLimit(request("transport", {"api_key": "burst"})) for _ in range(200))
+        )
+    allowed = [r.statuses[0].limit_remaining for r in replies if r.overall_code == OK]
+    assert sorted(allowed) == [0, 1, 2]
+    assert sum(r.overall_code == OVER_LIMIT for r in replies) == 197

@@ -48,6 +48,7 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         "RATEWARDEN_BREAKER_COOLDOWN": "2.5",
         "RATEWARDEN_OVER_LIMIT_CACHE": "0",
         "RATEWARDEN_LOOP": "asyncio",
+        "RATEWARDEN_TRANSPORT": "grpcio",
     }
     assert {option.env for option in OPTIONS.values()} == set(environ)
     assert resolve({}, environ) == Settings(
@@ -76,6 +77,7 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         breaker_cooldown=2.5,
         over_limit_cache=0,
         loop="asyncio",
+        transport="grpcio",
     )
 
 
@@ -100,6 +102,7 @@ def test_a_flag_wins_over_its_environment_variable() -> None:
         ({"log_level": "loud"}, {}, "--log-level 'loud'"),
         ({"store_url": "  "}, {}, "--store '  '"),
         ({"loop": "trio"}, {}, "--loop 'trio'"),
+        ({}, {"RATEWARDEN_TRANSPORT": "h3"}, "RATEWARDEN_TRANSPORT 'h3'"),
     ],
 )
 def test_a_bad_value_names_the_flag_or_variable_it_came_from(
@@ -165,3 +168,41 @@ def test_the_loop_factory_follows_the_setting(monkeypatch: pytest.MonkeyPatch) -
         assert app.loop_factory("uvloop") is uvloop.new_event_loop
     monkeypatch.setattr(app, "uvloop_installed", lambda: False)
     assert app.loop_factory("auto") is None
+
+
+def test_transport_auto_takes_native_when_installed_and_tls_is_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """auto: native when pygrpc-native is installed and TLS is off; grpcio otherwise."""
+    from ratewarden.server import settings as settings_module
+
+    monkeypatch.setattr(settings_module, "native_installed", lambda: True)
+    assert Settings(config_paths=("r",)).grpc_transport == "native"
+    tls = Settings(config_paths=("r",), tls_cert="c.pem", tls_key="k.pem")
+    assert tls.grpc_transport == "grpcio"
+    assert Settings(config_paths=("r",), transport="grpcio").grpc_transport == "grpcio"
+    monkeypatch.setattr(settings_module, "native_installed", lambda: False)
+    assert Settings(config_paths=("r",)).grpc_transport == "grpcio"
+
+
+def test_transport_native_without_the_package_says_how_to_get_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ratewarden.server import settings as settings_module
+
+    monkeypatch.setattr(settings_module, "native_installed", lambda: False)
+    with pytest.raises(ConfigurationError, match=r"pip install 'ratewarden\[native\]'"):
+        resolve({"config_paths": ["rules.yaml"], "transport": "native"}, {})
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("pygrpc_native") is None, reason="pygrpc-native is not installed"
+)
+def test_transport_native_with_tls_is_refused_at_start_naming_the_way_out() -> None:
+    """TLS is never dropped silently: native + --tls-cert stops the start and names grpcio."""
+    with pytest.raises(ConfigurationError, match="--transport native cannot serve TLS") as raised:
+        resolve(
+            {"config_paths": ["r.yaml"], "transport": "native"},
+            {"RATEWARDEN_TLS_CERT": "c.pem", "RATEWARDEN_TLS_KEY": "k.pem"},
+        )
+    assert "--transport grpcio" in str(raised.value)

@@ -39,6 +39,7 @@ from ratewarden.server import config as rules
 from ratewarden.server.dashboard import shared
 from ratewarden.server.dashboard.view import render
 from ratewarden.server.grpc import GrpcServer, GrpcTls
+from ratewarden.server.grpc_native import NativeGrpcServer
 from ratewarden.server.http import HttpServer
 
 # configure_logging lives beside the log format; re-exported here, where callers import it.
@@ -127,7 +128,12 @@ class RateLimitServer:
         tls = None
         if settings.tls_cert is not None and settings.tls_key is not None:
             tls = GrpcTls.load(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
-        self.grpc = GrpcServer(self.should_rate_limit, tls=tls)
+        self.transport = settings.grpc_transport
+        self.grpc: GrpcServer | NativeGrpcServer
+        if self.transport == "native":
+            self.grpc = NativeGrpcServer(self.should_rate_limit, tls=tls)
+        else:
+            self.grpc = GrpcServer(self.should_rate_limit, tls=tls)
         self.http = HttpServer(self, dashboard=settings.dashboard)
         self.grpc_port = 0
         self.http_port = 0
@@ -206,6 +212,7 @@ class RateLimitServer:
             extra={
                 "event": "serving",
                 "grpc": f"{s.host}:{self.grpc_port}",
+                "transport": self.transport,
                 "http": f"{s.host}:{self.http_port}",
                 "store": redacted(s.store_url),
                 "config": list(s.config_paths),

@@ -26,6 +26,7 @@ ON_ERROR = ("open", "closed")
 DASHBOARD = ("loopback", "any", "off")
 RESPONSE_HEADERS = ("off", "legacy", "draft-10")
 LOOPS = ("auto", "asyncio", "uvloop")
+TRANSPORTS = ("auto", "grpcio", "native")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
@@ -243,6 +244,13 @@ OPTIONS: dict[str, Option] = {
         "RATEWARDEN_LOOP",
         _choice(LOOPS),
         "event loop: auto (uvloop when it is installed, else asyncio's; default), asyncio, uvloop",
+    ),
+    "transport": Option(
+        "--transport",
+        "RATEWARDEN_TRANSPORT",
+        _choice(TRANSPORTS),
+        "what serves the gRPC port: auto (native when pygrpc-native is installed and TLS is "
+        "off, else grpcio; default), grpcio, native (pip install 'ratewarden[native]')",
     ),
     "over_limit_cache": Option(
         "--over-limit-cache",

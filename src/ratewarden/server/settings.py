@@ -31,6 +31,7 @@ from::
     --breaker-cooldown S   RATEWARDEN_BREAKER_COOLDOWN 1
     --over-limit-cache N   RATEWARDEN_OVER_LIMIT_CACHE 10000 (0 turns it off)
     --loop L               RATEWARDEN_LOOP            auto (uvloop if installed), asyncio, uvloop
+    --transport T          RATEWARDEN_TRANSPORT       auto (native when installed), grpcio, native
 
 Secrets stay out of output: ``repr(settings)`` and every error message show the
 store URL with its password replaced by ``***`` (``redacted``, in
@@ -53,6 +54,11 @@ from ratewarden.server.options import OPTIONS, Option, read
 from ratewarden.server.store_url import redacted, store_scheme
 
 __all__ = ["OPTIONS", "Option", "Settings", "redacted", "resolve", "store_scheme"]
+
+
+def native_installed() -> bool:
+    """Whether ``pygrpc_native`` can be imported here (``--transport auto`` then uses it)."""
+    return importlib.util.find_spec("pygrpc_native") is not None
 
 
 def uvloop_installed() -> bool:
@@ -89,6 +95,7 @@ class Settings:
     breaker_cooldown: float = 1.0
     over_limit_cache: int = 10_000
     loop: str = "auto"
+    transport: str = "auto"
 
     def __repr__(self) -> str:
         shown = []
@@ -125,6 +132,7 @@ class Settings:
             raise ConfigurationError(
                 f"--grpc-port and --http-port are both {self.grpc_port}; give them different ports"
             )
+        self._check_transport()
         if self.loop == "uvloop" and not uvloop_installed():
             raise ConfigurationError(
                 "--loop uvloop: the uvloop package is not installed; pip install uvloop "
@@ -144,6 +152,27 @@ class Settings:
                 "--tls-client-ca is set without --tls-cert/--tls-key; mutual TLS needs the "
                 "server's own certificate too"
             )
+
+    def _check_transport(self) -> None:
+        if self.transport != "native":
+            return
+        if not native_installed():
+            raise ConfigurationError(
+                "--transport native: the pygrpc-native package is not installed; "
+                "pip install 'ratewarden[native]' or use --transport grpcio"
+            )
+        if self.tls_cert is not None:
+            raise ConfigurationError(
+                "--transport native cannot serve TLS (--tls-cert): pygrpc-native has no TLS "
+                "yet; use --transport grpcio, or auto, which picks grpcio when TLS is on"
+            )
+
+    @property
+    def grpc_transport(self) -> str:
+        """What serves the gRPC port: ``native`` or ``grpcio`` (``auto`` resolved)."""
+        if self.transport != "auto":
+            return self.transport
+        return "native" if native_installed() and self.tls_cert is None else "grpcio"
 
     @property
     def tls(self) -> bool:

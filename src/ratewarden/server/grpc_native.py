@@ -1,0 +1,268 @@
+"""The gRPC port on pygrpc-native: HTTP/2 and gRPC framing in Rust, the decisions in Python.
+
+``NativeGrpcServer`` is ``GrpcServer``'s twin for ``--transport native``: the
+same constructor, ``start``/``set_serving``/``stop`` and the same answers, over
+``pygrpc_native.NativeGrpcFront``. The front runs HTTP/2 (framing, flow control,
+keep-alive, deadlines, cancellation) on its own threads outside the GIL and hands
+the calls to Python in batches: one thread here waits for a batch, and the event
+loop then decodes every call of it and starts one task a call, in arrival order,
+in one turn of the loop. So the calls of a batch reach the store together: the
+Redis store writes the requests made in one turn as one pipelined batch (each
+request keeping its own deadline), and the memory store decides them one after
+the other. Each call's answer is what deciding it alone, in arrival order, gives.
+
+What it serves, as ``GrpcServer`` does:
+
+- ``envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit``: bytes that
+  are not a ``RateLimitRequest`` (or a request the service refuses) are
+  ``INVALID_ARGUMENT``; an unexpected failure is ``UNKNOWN`` with no detail
+  (the composition root's answer has already turned every store failure into
+  an answer, so this is a bug's path only).
+- ``grpc.health.v1.Health`` ``Check`` and ``Watch`` for the names in
+  ``HEALTH_SERVICES``; an unknown name is ``NOT_FOUND`` (``Check``) or
+  ``SERVICE_UNKNOWN`` (``Watch``), as grpcio's health servicer answers.
+- A call's deadline or its client's cancellation cancels its task; the front
+  has already answered the client (``DEADLINE_EXCEEDED`` / reset stream).
+
+What it cannot do is refused when the server is built, never dropped: TLS
+(the front has none yet: ``--transport grpcio`` serves TLS and mutual TLS).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import threading
+from typing import Any
+
+import grpc
+from envoy.service.ratelimit.v3 import rls_pb2
+from google.protobuf.message import DecodeError
+from grpc_health.v1 import health_pb2
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.server.grpc import HEALTH_SERVICES, RATE_LIMIT_SERVICE, Answer, GrpcTls
+
+__all__ = ["NATIVE_TRANSPORT_PACKAGE", "NativeGrpcServer"]
+
+log = logging.getLogger("ratewarden.server.grpc")
+
+#: The distribution ``--transport native`` runs on.
+NATIVE_TRANSPORT_PACKAGE = "pygrpc-native"
+
+_SHOULD_RATE_LIMIT = f"/{RATE_LIMIT_SERVICE}/ShouldRateLimit"
+_HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+_HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
+#: Method ids, in the order the front is given the paths.
+_RLS, _CHECK, _WATCH = 0, 1, 2
+#: Calls handed over per batch at most (the front's own queue holds the rest).
+BATCH = 64
+
+_SERVING = health_pb2.HealthCheckResponse.SERVING
+_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+_UNKNOWN_SERVICE = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+_INVALID_ARGUMENT = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+_NOT_FOUND = grpc.StatusCode.NOT_FOUND.value[0]
+_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
+_UNKNOWN = grpc.StatusCode.UNKNOWN.value[0]
+
+
+def _status_bytes(status: int) -> bytes:
+    data: bytes = health_pb2.HealthCheckResponse(status=status).SerializeToString()
+    return data
+
+
+class NativeGrpcServer:
+    """The rate limit and health services on pygrpc-native. ``start`` binds, ``stop`` drains."""
+
+    def __init__(self, answer: Answer, *, tls: GrpcTls | None = None) -> None:
+        if tls is not None:
+            raise ConfigurationError(
+                f"--transport native cannot serve {tls.source}: {NATIVE_TRANSPORT_PACKAGE} has "
+                "no TLS yet; use --transport grpcio (or auto, which picks grpcio when TLS is on)"
+            )
+        self._answer = answer
+        self._front: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._status = dict.fromkeys(HEALTH_SERVICES, _NOT_SERVING)
+        #: Watch calls open per service name (call ids), sent every change of status.
+        self._watchers: dict[str, set[int]] = {}
+        self._watching: dict[int, str] = {}
+        self._cancel = -1
+        self._stopping = False
+        self._shut_down = False
+
+    async def start(self, host: str, port: int, *, reuse_port: bool = False) -> int:
+        """Listen on ``host:port`` and return the port bound (useful with port 0).
+
+        Raises ``OSError`` (EADDRINUSE) when the address cannot be bound.
+        """
+        from pygrpc_native import EVENT_CANCEL, NativeGrpcFront
+
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        methods = [(_SHOULD_RATE_LIMIT, False), (_HEALTH_CHECK, False), (_HEALTH_WATCH, True)]
+        try:
+            # call_details: the front then tracks deadlines and reports cancellations
+            # (without it no EVENT_CANCEL comes). Keep-alive as grpc-core servers do:
+            # ping only connections with calls.
+            front = NativeGrpcFront(
+                address,
+                methods,
+                call_details=True,
+                reuse_port=reuse_port,
+                keepalive_permit_without_calls=False,
+            )
+        except OSError as exc:
+            raise OSError(
+                errno.EADDRINUSE,
+                f"cannot listen for gRPC on {address}: the address is in use or not available "
+                f"({exc.strerror or exc})",
+            ) from None
+        self._front = front
+        self._cancel = EVENT_CANCEL
+        self._loop = asyncio.get_running_loop()
+        front.start()
+        self._thread = threading.Thread(
+            target=self._receive, name="ratewarden-grpc-native", daemon=True
+        )
+        self._thread.start()
+        return int(front.bound_port)
+
+    async def set_serving(self, serving: bool) -> None:
+        if self._shut_down:
+            return
+        status = _SERVING if serving else _NOT_SERVING
+        for name in HEALTH_SERVICES:
+            self._set_status(name, status)
+
+    async def stop(self, grace: float) -> None:
+        """Report NOT_SERVING for good, refuse new calls, give calls in flight ``grace`` seconds."""
+        for name in HEALTH_SERVICES:
+            self._set_status(name, _NOT_SERVING)
+        self._shut_down = True
+        self._stopping = True
+        tasks = list(self._tasks.values())
+        if grace and tasks:
+            await asyncio.wait(tasks, timeout=grace)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        front, self._front = self._front, None
+        if front is not None:
+            for call_id in list(self._watching):
+                front.stream_end(call_id)
+            await asyncio.get_running_loop().run_in_executor(None, front.close)
+        if self._thread is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 5.0)
+
+    # --- the front's thread ---------------------------------------------------------
+
+    def _receive(self) -> None:
+        """Wait for batches of calls (without the GIL) and hand each to the event loop."""
+        front, loop = self._front, self._loop
+        assert front is not None and loop is not None
+        while (events := front.recv_batch_details(BATCH)) is not None:
+            try:
+                loop.call_soon_threadsafe(self._on_events, events)
+            except RuntimeError:  # the loop is closed: nobody is left to answer
+                front.close()
+                return
+
+    # --- the event loop ---------------------------------------------------------------
+
+    def _on_events(self, events: list[tuple[Any, ...]]) -> None:
+        front = self._front
+        if front is None:
+            return
+        create_task = asyncio.get_running_loop().create_task
+        for kind, call_id, method_id, payload, _client, _details in events:
+            if kind == self._cancel:  # the client went away or the deadline passed
+                self._cancelled(call_id)
+            elif self._stopping:
+                front.fail(call_id, _UNAVAILABLE, "the server is shutting down")
+            elif method_id == _RLS:
+                try:
+                    request = rls_pb2.RateLimitRequest.FromString(payload)
+                except DecodeError as exc:
+                    front.fail(
+                        call_id,
+                        _INVALID_ARGUMENT,
+                        f"the request is not a valid RateLimitRequest: {exc}",
+                    )
+                    continue
+                task = create_task(self._decide(front, call_id, request))
+                self._tasks[call_id] = task
+            elif method_id == _CHECK:
+                self._check(front, call_id, payload)
+            else:
+                self._watch(front, call_id, payload)
+
+    async def _decide(self, front: Any, call_id: int, request: Any) -> None:
+        try:
+            response = await self._answer(request)
+        except ConfigurationError as exc:
+            front.fail(call_id, _INVALID_ARGUMENT, str(exc))
+        except asyncio.CancelledError:
+            pass  # the front has answered the client already (deadline, reset, shutdown)
+        except Exception:
+            log.exception(
+                "ShouldRateLimit raised past the failure mode", extra={"event": "call_failed"}
+            )
+            front.fail(call_id, _UNKNOWN, "")
+        else:
+            front.respond(call_id, response.SerializeToString())
+        finally:
+            self._tasks.pop(call_id, None)
+
+    def _cancelled(self, call_id: int) -> None:
+        task = self._tasks.pop(call_id, None)
+        if task is not None:
+            task.cancel()
+        name = self._watching.pop(call_id, None)
+        if name is not None:
+            self._watchers.get(name, set()).discard(call_id)
+
+    def _check(self, front: Any, call_id: int, payload: bytes) -> None:
+        name = self._health_name(front, call_id, payload)
+        if name is None:
+            return
+        status = self._status.get(name)
+        if status is None:
+            front.fail(call_id, _NOT_FOUND, "unknown service")
+        else:
+            front.respond(call_id, _status_bytes(status))
+
+    def _watch(self, front: Any, call_id: int, payload: bytes) -> None:
+        name = self._health_name(front, call_id, payload)
+        if name is None:
+            return
+        self._watchers.setdefault(name, set()).add(call_id)
+        self._watching[call_id] = name
+        front.stream_try_send(call_id, _status_bytes(self._status.get(name, _UNKNOWN_SERVICE)))
+
+    @staticmethod
+    def _health_name(front: Any, call_id: int, payload: bytes) -> str | None:
+        try:
+            name: str = health_pb2.HealthCheckRequest.FromString(payload).service
+        except DecodeError as exc:
+            front.fail(call_id, _INVALID_ARGUMENT, f"not a HealthCheckRequest: {exc}")
+            return None
+        return name
+
+    def _set_status(self, name: str, status: int) -> None:
+        if self._status.get(name) == status:
+            return
+        self._status[name] = status
+        front = self._front
+        if front is None:
+            return
+        data = _status_bytes(status)
+        for call_id in list(self._watchers.get(name, ())):
+            # A watcher too far behind to take the update misses it, as with grpcio's
+            # servicer, which keeps only the newest status for a slow watcher.
+            with contextlib.suppress(Exception):
+                front.stream_try_send(call_id, data)
