@@ -396,3 +396,18 @@ async def test_calls_that_arrive_together_are_each_answered_as_alone(
     allowed = [r.statuses[0].limit_remaining for r in replies if r.overall_code == OK]
     assert sorted(allowed) == [0, 1, 2]
     assert sum(r.overall_code == OVER_LIMIT for r in replies) == 197
+
+
+async def test_a_request_over_four_mebibytes_is_resource_exhausted(
+    start_server: StartServer,
+) -> None:
+    """Both transports refuse a request over grpcio's default 4 MiB, and go on serving."""
+    server = await start_server()
+    huge = request("transport", {"open": "x" * (4 * 1024 * 1024 + 1)})
+    async with channel(server.grpc_port) as chan:
+        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await stub.ShouldRateLimit(huge, timeout=30)
+        assert raised.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        reply = await stub.ShouldRateLimit(ONE_KEY, timeout=5)
+    assert reply.overall_code == OK

@@ -115,12 +115,14 @@ async def test_head_metrics_has_no_body(start_server: StartServer) -> None:
 
 
 @pytest.mark.redis
+@pytest.mark.parametrize("transport", ["grpcio", "native"])
 def test_two_workers_report_the_sum_of_both_on_every_scrape(
-    rules: Path, redis_server: RedisServer, tmp_path: Path
+    rules: Path, redis_server: RedisServer, tmp_path: Path, transport: str
 ) -> None:
-    """--workers 2 on Redis with PROMETHEUS_MULTIPROC_DIR: 40 calls on new connections reach
-    both workers (each publishes its own share), and every one of 8 scrapes, whichever worker
-    answers, counts all 40; the dashboard JSON adds up the same way."""
+    """--workers 2 on Redis with PROMETHEUS_MULTIPROC_DIR, on each transport: 40 calls on new
+    connections reach both workers sharing the port (each publishes its own share), and every
+    one of 8 scrapes, whichever worker answers, counts all 40; the dashboard JSON adds up the
+    same way."""
     redis_server.client().flushall()
     shared = tmp_path / "metrics"
     shared.mkdir()
@@ -130,6 +132,8 @@ def test_two_workers_report_the_sum_of_both_on_every_scrape(
         "2",
         "--store",
         redis_server.url,
+        "--transport",
+        transport,
         env={"PROMETHEUS_MULTIPROC_DIR": str(shared)},
     ) as server:
         wait_for(lambda: serving_workers(server) == {0, 1}, timeout=20)

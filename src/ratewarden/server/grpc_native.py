@@ -23,6 +23,7 @@ What it serves, as ``GrpcServer`` does:
   ``SERVICE_UNKNOWN`` (``Watch``), as grpcio's health servicer answers.
 - A call's deadline or its client's cancellation cancels its task; the front
   has already answered the client (``DEADLINE_EXCEEDED`` / reset stream).
+- A request over 4 MiB is ``RESOURCE_EXHAUSTED``, as grpcio's default limit.
 
 What it cannot do is refused when the server is built, never dropped: TLS
 (the front has none yet: ``--transport grpcio`` serves TLS and mutual TLS).
@@ -59,6 +60,8 @@ _HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
 _RLS, _CHECK, _WATCH = 0, 1, 2
 #: Calls handed over per batch at most (the front's own queue holds the rest).
 BATCH = 64
+#: The largest request accepted, as grpcio's default (``grpc.max_receive_message_length``).
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
 
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -67,6 +70,7 @@ _INVALID_ARGUMENT = grpc.StatusCode.INVALID_ARGUMENT.value[0]
 _NOT_FOUND = grpc.StatusCode.NOT_FOUND.value[0]
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
 _UNKNOWN = grpc.StatusCode.UNKNOWN.value[0]
+_RESOURCE_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
 
 
 def _status_bytes(status: int) -> bytes:
@@ -184,6 +188,12 @@ class NativeGrpcServer:
                 self._cancelled(call_id)
             elif self._stopping:
                 front.fail(call_id, _UNAVAILABLE, "the server is shutting down")
+            elif len(payload) > MAX_REQUEST_BYTES:
+                front.fail(
+                    call_id,
+                    _RESOURCE_EXHAUSTED,
+                    f"the request is {len(payload)} bytes, over the {MAX_REQUEST_BYTES} accepted",
+                )
             elif method_id == _RLS:
                 try:
                     request = rls_pb2.RateLimitRequest.FromString(payload)
