@@ -1,19 +1,21 @@
 """Who may open the dashboard: loopback clients by default, anyone with "any", nobody with "off".
 
 The peer address is decided by the kernel, and tests stay on loopback, so a
-remote client is simulated by handing ``HttpServer`` a request whose peer is a
-documentation address (192.0.2.1, RFC 5737); the routing code is the real one.
+remote client is simulated by calling the HTTP port's ASGI app in process with a
+scope whose ``client`` is a documentation address (192.0.2.1, RFC 5737); the
+routing code is the real one.
 """
 
 from __future__ import annotations
 
-from http import HTTPStatus
 from typing import Any
 
+import httpx
 import pytest
 
 from ratewarden.errors import ConfigurationError
-from ratewarden.server.http import HttpServer, _is_loopback, _Request
+from ratewarden.server.http import HttpServer
+from ratewarden.server.http_app import HttpApp, _is_loopback
 
 
 class Backend:
@@ -38,8 +40,11 @@ class Backend:
         return {"rules": []}
 
 
-def get(path: str, peer: str) -> _Request:
-    return _Request("GET", path, {}, b"", False, peer)
+async def get(app: HttpApp, path: str, peer: str) -> httpx.Response:
+    """``GET path`` from a client at ``peer``."""
+    transport = httpx.ASGITransport(app=app, client=(peer, 50000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://ratewarden") as client:
+        return await client.get(path)
 
 
 @pytest.mark.parametrize(
@@ -64,28 +69,35 @@ def test_loopback_addresses_are_recognised(peer: str, loopback: bool) -> None:
 @pytest.mark.parametrize("path", ["/dashboard", "/dashboard.json"])
 async def test_by_default_a_remote_client_gets_403_and_the_way_to_open_it(path: str) -> None:
     """Request values show on the dashboard, so a non-loopback peer is refused by default."""
-    server = HttpServer(Backend())
-    refused = await server._respond(get(path, "192.0.2.1"))
-    assert refused.status == HTTPStatus.FORBIDDEN
-    assert b"--dashboard any" in refused.body
-    allowed = await server._respond(get(path, "127.0.0.1"))
-    assert allowed.status == HTTPStatus.OK
+    app = HttpApp(Backend())
+    refused = await get(app, path, "192.0.2.1")
+    assert refused.status_code == 403
+    assert "--dashboard any" in refused.text
+    for loopback in ("127.0.0.1", "::1"):
+        assert (await get(app, path, loopback)).status_code == 200
 
 
 async def test_any_opens_the_dashboard_to_remote_clients() -> None:
     """--dashboard any: a remote peer gets the page and the JSON."""
-    server = HttpServer(Backend(), dashboard="any")
+    app = HttpApp(Backend(), dashboard="any")
     for path in ("/dashboard", "/dashboard.json"):
-        assert (await server._respond(get(path, "192.0.2.1"))).status == HTTPStatus.OK
+        assert (await get(app, path, "192.0.2.1")).status_code == 200
+
+
+async def test_off_removes_the_dashboard_routes() -> None:
+    """--dashboard off: the two paths do not exist, even for loopback clients."""
+    app = HttpApp(Backend(), dashboard="off")
+    for path in ("/dashboard", "/dashboard.json"):
+        assert (await get(app, path, "127.0.0.1")).status_code == 404
 
 
 async def test_metrics_stay_open_to_remote_scrapers() -> None:
     """/metrics holds no request values: Prometheus scrapes it from elsewhere."""
-    server = HttpServer(Backend())
-    assert (await server._respond(get("/metrics", "192.0.2.1"))).status == HTTPStatus.OK
+    assert (await get(HttpApp(Backend()), "/metrics", "192.0.2.1")).status_code == 200
 
 
 def test_an_unknown_access_setting_is_refused() -> None:
-    """A typo must not silently open (or close) the dashboard."""
-    with pytest.raises(ConfigurationError, match="dashboard 'public'"):
-        HttpServer(Backend(), dashboard="public")
+    """A typo must not silently open (or close) the dashboard, whichever class is built."""
+    for build in (HttpServer, HttpApp):
+        with pytest.raises(ConfigurationError, match="dashboard 'public'"):
+            build(Backend(), dashboard="public")

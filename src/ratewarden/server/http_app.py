@@ -1,0 +1,264 @@
+"""The HTTP endpoints of ``ratewarden serve`` as an ASGI app: routing and answers, no sockets.
+
+``HttpApp`` answers one request at a time from its backend (``RateLimitServer``);
+``server/http.py`` serves it. The endpoints follow envoyproxy/ratelimit:
+
+- ``POST /json``: a ``RateLimitRequest`` in protobuf's JSON mapping
+  (``{"domain": "d", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}``)
+  answered by the same service as gRPC, as JSON: 200 when OK, 429 when over
+  the limit, 400 for a body that is not a valid request, 413 for a body over
+  1 MiB (refused from its ``Content-Length``, or as soon as a chunked body passes
+  the limit: no more than 1 MiB of it is ever held).
+- ``GET /healthcheck``: 200 ``OK`` while serving (a config is loaded and the
+  store answers), 500 otherwise.
+- ``GET /rlconfig``: the loaded rules as text; ``/rlconfig?format=json`` as JSON.
+- ``GET /metrics``: Prometheus metrics, in the format the ``Accept`` header asks for.
+
+and ratewarden's live dashboard (docs/operations.md), read-only:
+
+- ``GET /dashboard``: one self-contained HTML page (no external resources) that
+  polls ``/dashboard.json`` and redraws.
+- ``GET /dashboard.json``: loaded rules, their recent rates, top keys, degraded
+  decisions and store latency.
+
+Every ``GET`` route answers ``HEAD`` too; another path is 404, another method 405
+with ``Allow``. The dashboard shows request values (the top keys), so by default
+(``dashboard="loopback"``) it answers only clients on a loopback address (the
+scope's ``client``, the TCP peer), 403 to others; ``"any"`` opens it to every
+client of the HTTP port and ``"off"`` removes both routes. ``/metrics`` carries
+no request values and is open.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any, Protocol
+from urllib.parse import parse_qs
+
+from envoy.service.ratelimit.v3 import rls_pb2
+from google.protobuf import json_format
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.server.dashboard.page import PAGE, PAGE_CSP
+
+__all__ = ["DASHBOARD_ACCESS", "MAX_BODY_BYTES", "HttpApp", "HttpBackend"]
+
+log = logging.getLogger("ratewarden.server.http")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+MAX_BODY_BYTES = 1024 * 1024
+#: ``dashboard=`` values: who may open the dashboard.
+DASHBOARD_ACCESS = ("loopback", "any", "off")
+_TEXT = "text/plain; charset=utf-8"
+_NO_STORE = (("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff"))
+
+
+class HttpBackend(Protocol):
+    """What the HTTP endpoints need from the server that owns them."""
+
+    def serving(self) -> bool: ...
+
+    def rules_text(self) -> str: ...
+
+    def rules_dict(self) -> dict[str, Any]: ...
+
+    async def should_rate_limit(self, request: Any) -> Any: ...
+
+    def metrics(self, accept: str) -> tuple[bytes, str]: ...
+
+    def dashboard(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    method: str
+    query: str
+    headers: dict[str, str]
+    body: bytes
+    peer: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Response:
+    status: HTTPStatus
+    body: bytes
+    content_type: str = _TEXT
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+_Handler = Callable[[_Request], Awaitable[_Response]]
+
+
+class _ClientGoneError(Exception):
+    """The client disconnected before its request body arrived: nobody to answer."""
+
+
+def _text(status: HTTPStatus, text: str | None = None) -> _Response:
+    return _Response(status, ((text if text is not None else status.phrase) + "\n").encode())
+
+
+def _is_loopback(peer: str) -> bool:
+    try:
+        address = ipaddress.ip_address(peer)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool((mapped or address).is_loopback)
+
+
+async def _read_body(receive: Receive, declared: str | None) -> bytes | None:
+    """The request body, or None as soon as it is known to be over ``MAX_BODY_BYTES``."""
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        return None
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientGoneError
+        chunk = message.get("body", b"")
+        if len(body) + len(chunk) > MAX_BODY_BYTES:
+            return None
+        body += chunk
+        if not message.get("more_body", False):
+            return bytes(body)
+
+
+class HttpApp:
+    """The ASGI app of the HTTP port; ``dashboard`` is one of ``DASHBOARD_ACCESS``."""
+
+    def __init__(self, backend: HttpBackend, *, dashboard: str = "loopback") -> None:
+        if dashboard not in DASHBOARD_ACCESS:
+            raise ConfigurationError(
+                f"dashboard {dashboard!r} must be one of {', '.join(DASHBOARD_ACCESS)}"
+            )
+        self._backend = backend
+        self._dashboard = dashboard
+        self._routes: dict[str, tuple[tuple[str, ...], _Handler]] = {
+            "/json": (("POST",), self._json),
+            "/healthcheck": (("GET", "HEAD"), self._healthcheck),
+            "/rlconfig": (("GET", "HEAD"), self._rlconfig),
+            "/metrics": (("GET", "HEAD"), self._metrics),
+        }
+        if dashboard != "off":
+            self._routes["/dashboard"] = (("GET", "HEAD"), self._dashboard_page)
+            self._routes["/dashboard.json"] = (("GET", "HEAD"), self._dashboard_json)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            # The server runs with lifespan and websockets off; ASGI says to refuse the rest.
+            raise ValueError(f"the HTTP port serves http scopes only, not {scope['type']!r}")
+        try:
+            response = await self._respond(scope, receive)
+        except _ClientGoneError:
+            return
+        headers = [
+            (b"content-type", response.content_type.encode("latin-1")),
+            (b"content-length", str(len(response.body)).encode("latin-1")),
+            *(
+                (name.lower().encode("latin-1"), value.encode("latin-1"))
+                for name, value in response.headers
+            ),
+        ]
+        await send(
+            {"type": "http.response.start", "status": int(response.status), "headers": headers}
+        )
+        await send({"type": "http.response.body", "body": response.body})
+
+    async def _respond(self, scope: Scope, receive: Receive) -> _Response:
+        path: str = scope["path"]
+        method: str = scope["method"]
+        route = self._routes.get(path)
+        if route is None:
+            return _text(HTTPStatus.NOT_FOUND)
+        methods, handler = route
+        if method not in methods:
+            allow = (("Allow", ", ".join(methods)),)
+            return _Response(HTTPStatus.METHOD_NOT_ALLOWED, b"Method Not Allowed\n", headers=allow)
+        headers = {
+            name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]
+        }
+        body = b""
+        if method == "POST":
+            read = await _read_body(receive, headers.get("content-length"))
+            if read is None:
+                # Closing stops the rest of the body from being read at all.
+                return _Response(
+                    HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                    b"request body over 1 MiB\n",
+                    headers=(("Connection", "close"),),
+                )
+            body = read
+        client = scope.get("client")
+        peer = str(client[0]) if client else ""
+        query = scope.get("query_string", b"").decode("latin-1")
+        try:
+            return await handler(_Request(method, query, headers, body, peer))
+        except Exception:
+            log.exception("HTTP %s %s failed", method, path, extra={"event": "http_error"})
+            return _text(HTTPStatus.INTERNAL_SERVER_ERROR)
+
+    async def _json(self, request: _Request) -> _Response:
+        try:
+            message = json_format.Parse(request.body or b"{}", rls_pb2.RateLimitRequest())
+        except (json_format.ParseError, UnicodeDecodeError) as exc:
+            return _text(HTTPStatus.BAD_REQUEST, f"not a RateLimitRequest: {exc}")
+        try:
+            answer = await self._backend.should_rate_limit(message)
+        except ConfigurationError as exc:
+            return _text(HTTPStatus.BAD_REQUEST, str(exc))
+        code = answer.overall_code
+        if code == rls_pb2.RateLimitResponse.OVER_LIMIT:
+            status = HTTPStatus.TOO_MANY_REQUESTS
+        elif code == rls_pb2.RateLimitResponse.OK:
+            status = HTTPStatus.OK
+        else:
+            status = HTTPStatus.INTERNAL_SERVER_ERROR
+        body = json_format.MessageToJson(answer, indent=None).encode()
+        return _Response(status, body, "application/json")
+
+    async def _healthcheck(self, request: _Request) -> _Response:
+        if self._backend.serving():
+            return _text(HTTPStatus.OK, "OK")
+        return _text(HTTPStatus.INTERNAL_SERVER_ERROR, "NOT SERVING")
+
+    async def _rlconfig(self, request: _Request) -> _Response:
+        if parse_qs(request.query).get("format") == ["json"]:
+            body = json.dumps(self._backend.rules_dict(), indent=2, sort_keys=True) + "\n"
+            return _Response(HTTPStatus.OK, body.encode(), "application/json")
+        return _Response(HTTPStatus.OK, self._backend.rules_text().encode())
+
+    async def _metrics(self, request: _Request) -> _Response:
+        body, content_type = self._backend.metrics(request.headers.get("accept", ""))
+        return _Response(HTTPStatus.OK, body, content_type)
+
+    def _dashboard_refused(self, request: _Request) -> _Response | None:
+        if self._dashboard == "loopback" and not _is_loopback(request.peer):
+            return _text(
+                HTTPStatus.FORBIDDEN,
+                "the dashboard answers loopback clients only; "
+                "start the server with --dashboard any to open it to others",
+            )
+        return None
+
+    async def _dashboard_page(self, request: _Request) -> _Response:
+        refused = self._dashboard_refused(request)
+        if refused is not None:
+            return refused
+        headers = (*_NO_STORE, ("Content-Security-Policy", PAGE_CSP))
+        return _Response(HTTPStatus.OK, PAGE, "text/html; charset=utf-8", headers=headers)
+
+    async def _dashboard_json(self, request: _Request) -> _Response:
+        refused = self._dashboard_refused(request)
+        if refused is not None:
+            return refused
+        body = json.dumps(self._backend.dashboard(), separators=(",", ":"), allow_nan=False)
+        return _Response(HTTPStatus.OK, body.encode(), "application/json", headers=_NO_STORE)
