@@ -20,6 +20,7 @@ from envoy.service.ratelimit.v3 import rls_pb2
 from ratewarden.cli import main
 from ratewarden.errors import ConfigurationError
 from ratewarden.server.app import configure_logging
+from ratewarden.server.logs import LOGGERS
 from ratewarden.server.settings import Settings, redacted, resolve
 from ratewarden.storage.memory import AsyncMemoryStore
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
@@ -124,10 +125,11 @@ def test_the_json_log_lines_hide_the_password(
         with background_server(tmp_path, RULES, store, store_url=url):
             pass
     finally:
-        logger = logging.getLogger("ratewarden")
-        logger.handlers.clear()
-        logger.propagate = True
-        logger.setLevel(logging.NOTSET)
+        for name in LOGGERS:
+            logger = logging.getLogger(name)
+            logger.handlers.clear()
+            logger.propagate = True
+        logging.getLogger("ratewarden").setLevel(logging.NOTSET)
     err = capfd.readouterr().err
     assert f":***@{HOST}" in err
     assert PASSWORD not in err

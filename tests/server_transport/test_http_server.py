@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -20,6 +21,7 @@ from envoy.service.ratelimit.v3 import rls_pb2
 
 from ratewarden.server.http import MAX_HEAD_BYTES, HttpServer
 from ratewarden.server.http_app import MAX_BODY_BYTES
+from ratewarden.server.logs import LOGGERS, configure_logging
 from tests.server_transport.conftest import HOST, http, parse_reply
 
 ONE_KEY = json.dumps({"domain": "d", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]})
@@ -172,6 +174,31 @@ async def test_stop_is_bounded_by_grace_when_a_request_hangs(start: Start) -> No
         await server.stop(0.2)
         reply = await call
     assert reply.status == 500
+
+
+async def test_uvicorns_error_lines_are_ratewarden_json_log_lines(
+    start: Start, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """With serve's logging, a request cut off at the end of grace is told in JSON lines (from
+    uvicorn's error logger), not in plain text among them; a bad request writes no line."""
+    backend = Backend()
+    backend.release.clear()
+    configure_logging("info", "json")
+    try:
+        server, port = await start(backend)
+        await asyncio.to_thread(exchange, port, b"HELLO\r\n\r\n")
+        call = asyncio.create_task(http(port, "POST", "/json", ONE_KEY.encode()))
+        await backend.entered.wait()
+        await server.stop(0)
+        await call
+    finally:
+        for name in LOGGERS:
+            logging.getLogger(name).handlers.clear()
+            logging.getLogger(name).propagate = True
+        logging.getLogger("ratewarden").setLevel(logging.NOTSET)
+    lines = capfd.readouterr().err.splitlines()
+    entries = [json.loads(line) for line in lines]  # every line is JSON
+    assert entries and {(e["logger"], e["level"]) for e in entries} == {("uvicorn.error", "error")}
 
 
 async def test_what_is_not_http_is_400_and_closed(start: Start) -> None:

@@ -3,7 +3,9 @@
 ``configure_logging(level, fmt)`` sends the ``ratewarden`` loggers' records to
 stderr with their ``extra`` fields: a JSON object a line (``fmt="json"``), or
 the message then ``key=value`` pairs (``"text"``); with ``--workers`` each line
-names its worker.
+names its worker. uvicorn's error logger (the HTTP port's server, which
+``server/http.py`` keeps at ERROR) writes through the same handler, so its rare
+lines are in the same format.
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["configure_logging"]
+__all__ = ["LOGGERS", "configure_logging"]
 
+
+#: The loggers ``ratewarden serve`` writes: its own, and uvicorn's errors.
+LOGGERS = ("ratewarden", "uvicorn.error")
 
 _STANDARD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message"}
 
@@ -56,7 +61,8 @@ def configure_logging(level: str, fmt: str, *, worker: int | None = None) -> Non
     """Send ratewarden's logs to stderr: JSON lines (``fmt="json"``) or text with key=value."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_StructuredFormatter(fmt, worker))
-    root = logging.getLogger("ratewarden")
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    root.propagate = False
+    for name in LOGGERS:
+        logger = logging.getLogger(name)
+        logger.handlers[:] = [handler]
+        logger.propagate = False
+    logging.getLogger("ratewarden").setLevel(level.upper())
