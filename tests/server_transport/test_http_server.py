@@ -209,8 +209,8 @@ async def test_what_is_not_http_is_400_and_closed(start: Start) -> None:
     assert (await http(port, "GET", "/healthcheck")).status == 200
 
 
-async def test_a_head_over_64_kib_is_refused_with_a_4xx(start: Start) -> None:
-    """A head one byte over 64 KiB, not yet ended: a 4xx and a closed connection, never a 5xx.
+async def test_a_head_unfinished_after_64_kib_is_refused_with_a_4xx(start: Start) -> None:
+    """A head one byte over 64 KiB and not yet ended: a 4xx and a closed connection, no 5xx.
     (Exactly one byte over: the server reads all of it before it answers, so it closes without
     unread bytes, and the kernel sends our client the answer rather than a reset.)"""
     _, port = await start(Backend())

@@ -5,14 +5,16 @@ IPv6 addresses too) and runs uvicorn's server over that socket on the running
 event loop, asyncio's or uvloop's. What it asks of uvicorn:
 
 - HTTP/1.1 through h11: keep-alive, ``Content-Length`` and chunked bodies. A
-  request that is not HTTP, or whose head is over 64 KiB, is answered 400 and
-  its connection closed. A keep-alive connection idle 30 s between requests is
-  closed. (A request still arriving has no deadline of its own.)
+  request that is not HTTP, or whose head is still unfinished after 64 KiB, is
+  answered 400 and its connection closed. A keep-alive connection idle 30 s
+  between requests is closed; uvicorn sets no deadline for a request to arrive
+  (nor for a new connection to send its first byte).
 - No signal handlers: ``ratewarden serve`` handles SIGTERM and SIGINT itself and
   calls ``stop``.
 - No access log, and uvicorn's own logger (``uvicorn.error``) at ERROR: its
   start and stop lines and a warning per malformed request would only repeat
-  ratewarden's log lines or let any client write to them.
+  ratewarden's log lines or let any client write to them. ``configure_logging``
+  writes its errors as ratewarden's lines (``server/logs.py``).
 - The peer is the TCP peer (no ``X-Forwarded-For``): the dashboard's loopback
   check depends on it.
 """
@@ -88,7 +90,7 @@ class HttpServer:
         sockets = _listen(host, port, reuse_port=reuse_port)
         config = uvicorn.Config(
             self.app,
-            http="h11",
+            http="h11",  # even when httptools is installed: the head limit below is h11's
             ws="none",
             lifespan="off",
             log_config=None,  # ratewarden's logging stays as configure_logging set it
