@@ -152,7 +152,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--serve",
         action="store_true",
-        help="run `ratewarden serve` under gRPC load and behind Envoy "
+        help="run `ratewarden serve` on every gRPC transport under h2load, and behind Envoy "
         "(benchmarks/_serve.py) instead; starts its own redis-server",
     )
     return parser.parse_args(argv)

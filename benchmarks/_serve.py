@@ -1,61 +1,72 @@
-"""``python -m benchmarks --serve``: ``ratewarden serve`` under gRPC load, and behind Envoy.
+"""``python -m benchmarks --serve``: ``ratewarden serve`` on every gRPC transport under
+h2load, and behind Envoy.
 
-What it measures (issue 3, "Benchmark"; docs/performance-serve.md has a run):
+What it measures (issue 17, "Benchmark targets"; docs/performance-serve.md has a run):
 
 1. **ShouldRateLimit calls per second and per-call latency p50/p99** with 1, 3
-   and 10 descriptors per call, at a fixed number of calls in flight (16, 64),
-   against ``ratewarden serve`` processes this module starts: the memory store
-   with ``--workers 1``, and Redis (a redis-server started here on a free
-   loopback port, persistence off) with ``--workers 1`` and ``--workers 2``.
-   Every limit is far out of reach, so every call is allowed; the ``deny`` rows
-   send 3 descriptors of which the last is over its limit on every other call.
-   Beside them: Redis with ``--charge-denied`` (one store pass per call), and
-   the gRPC floor, ratewarden's ``GrpcServer`` answering a fixed response.
+   and 10 descriptors per call, at 16 and 64 calls in flight, against
+   ``ratewarden serve`` processes this module starts, one set per transport
+   (``--transport grpcio`` and ``--transport native``): the memory store with
+   ``--workers 1``, and Redis (a redis-server started here on a free loopback
+   port, persistence off) with ``--workers 1`` and ``--workers 2`` (the workers
+   share the port; more than one needs Redis). Every limit is far out of reach,
+   so every call is allowed; the ``deny`` rows send 3 descriptors of which the
+   last is over its limit, so every call is denied (the over-limit cache
+   answers). Beside them, the gRPC floor: ratewarden's gRPC server on each
+   transport answering a fixed response.
 2. **What Envoy's rate limit filter costs per HTTP request**: one Envoy
-   (``--concurrency 1``) with three listeners in front of a trivial upstream:
-   no rate limit filter (``off``), the filter asking the memory server, and the
-   filter asking the Redis server (``--workers 1``); three descriptors per
-   request, Envoy's default 20 ms call timeout, ``failure_mode_deny: false``;
-   1 and 16 requests in flight.
+   (``--concurrency 1``) in front of a trivial upstream, a listener without the
+   filter (``off``) and one per store and transport whose filter asks that
+   ``--workers 1`` service; three descriptors per request, Envoy's default
+   20 ms call timeout, ``failure_mode_deny: false``; 1 and 16 requests in flight.
 3. **The service without gRPC**: ``RateLimitServer.should_rate_limit`` called
    in this process (memory store), CPU per call (``in_process``).
 
-The load comes from ``LOADERS`` separate processes (``benchmarks/_serve_load.py``),
-each an asyncio loop with its share of the calls in flight. Rounds of every
-case are interleaved in a rotating order, so load from elsewhere on the
-machine falls on all of them; a row gives the median and range of its rounds'
-rates, and latency percentiles over every call of every round. The CPU time of
-the serve process tree, of redis-server, of Envoy and of the load generators
-over the timed windows, per call, says what each call cost whatever the
-scheduler did meanwhile.
+The load is h2load (``benchmarks/_h2load.py``), a C client, started for each
+round: ``GRPC_CONNECTIONS`` HTTP/2 connections (so ``--workers 2`` gets calls
+on both workers) carrying the row's calls in flight, every call with the same
+request body; Envoy's rows over HTTP/1.1, a connection per request in flight.
+A round is a warm-up run, one real call checked (the gRPC reply decoded, or
+through Envoy the filter's counter), the timed run, and the check again. A
+round whose check fails is recorded as failed, without figures; one whose
+replies carried too few bytes to all be replies counts the missing ones as
+errors. Rounds of every case are interleaved in a rotating order, a case's
+transports beside each other, so load from elsewhere on the machine falls on
+all of them; a row gives the median and range of its rounds. The CPU time of
+the serve process tree, redis-server, Envoy, its upstream and h2load over each
+timed run, per call, says what each call cost whatever the scheduler did
+meanwhile.
 
-Everything (load generators, ratewarden, redis-server, Envoy, the upstream)
-shares this machine's CPUs; the machine's CPU count and load average are
-recorded with the results.
+Everything (h2load, ratewarden, redis-server, Envoy, the upstream) shares this
+machine's CPUs; the machine's CPU count and load average are recorded with the
+results. The report (``_serve_report.py``) prints the table, each native row's
+ratio to its grpcio twin in the same rounds, and which issue-17 targets the run
+met.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
+import math
 import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-from array import array
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from benchmarks import _h2load, _serve_report
+from benchmarks._serve_load import Checker, grpc_frame, rls_requests
 from benchmarks._serve_stack import (
     ENVOY_DOMAIN,
+    ENVOY_HEADERS,
     HOST,
     EnvoyStack,
-    Loaders,
     Serve,
     envoy,
     floor,
@@ -64,17 +75,17 @@ from benchmarks._serve_stack import (
     tree_cpu_s,
 )
 
-LOADERS = 2
-#: gRPC connections per load generator (distinct subchannels): spread over serve workers.
-CHANNELS = 2
+TRANSPORTS = ("grpcio", "native")
 DESCRIPTORS = (1, 3, 10)
 IN_FLIGHT = (16, 64)
+#: HTTP/2 connections per gRPC round; the calls in flight are spread over them.
+GRPC_CONNECTIONS = 4
 DOMAIN = "bench"
 #: Envoy rows: 1 request in flight (nothing queues: what the filter adds to one request) and 16.
 ENVOY_IN_FLIGHT = (1, 16)
-#: The target of issue 3: Redis, 3 descriptors, at least this many calls/s at p99 <= P99_MS.
-TARGET_CALLS = 5_000
-TARGET_P99_MS = 5.0
+#: A round whose replies carried fewer DATA bytes per call than this share of the checked
+#: reply's frame had calls answered with a gRPC error (``_h2load.Run.replies``).
+MIN_REPLY_SHARE = 0.75
 _HIGH = "{unit: second, requests_per_unit: 1000000000}"
 
 #: The rule files, one per domain: no limit here is ever reached except ``tight``'s ``hot-*``
@@ -104,27 +115,27 @@ RULES = {
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """What to run: which servers, cases and Envoy variants, how long, how many rounds."""
+    """What to run: which transports, servers, cases and Envoy variants, how long, how often."""
 
     seconds: float = 2.0
     warmup: float = 0.5
     rounds: int = 5
+    transports: tuple[str, ...] = TRANSPORTS
     redis: bool = True
     envoy: bool = True
     descriptors: tuple[int, ...] = DESCRIPTORS
     in_flight: tuple[int, ...] = IN_FLIGHT
     deny: bool = True
     floor: bool = True
-    #: Also Redis with ``--charge-denied`` (3 descriptors): one store round trip per call.
-    charge_denied: bool = True
-    loaders: int = LOADERS
 
 
 @dataclass(frozen=True, slots=True)
 class Case:
-    """One row: a server (``memory-w1``, ``redis-w1``, ``redis-w2``) or an Envoy listener."""
+    """One row: a server (``memory-w1``, ``redis-w1``, ``redis-w2``, ``floor``) on a transport,
+    or an Envoy listener (``off``, or the store whose ``-w1`` service its filter asks)."""
 
     server: str
+    transport: str  # "grpcio" or "native"; "" for Envoy without the filter
     descriptors: int
     in_flight: int
     deny: bool = False
@@ -133,91 +144,120 @@ class Case:
     @property
     def label(self) -> str:
         if self.envoy:
-            return f"envoy filter {self.envoy}"
+            return "envoy, no filter" if self.envoy == "off" else f"envoy filter -> {self.envoy}"
         if self.server == "floor":
             return f"grpc floor {self.descriptors} desc"
-        if self.server == "redis-w1-cd":
-            return f"redis-w1 {self.descriptors} desc --charge-denied"
         return f"{self.server} {self.descriptors} desc{' deny' if self.deny else ''}"
+
+    @property
+    def twin(self) -> Case:
+        """The same case on the grpcio transport: what the ratios divide by."""
+        return replace(self, transport="grpcio")
+
+    @property
+    def service(self) -> str:
+        """The key of the process that answers the calls (``Running.serves``); "" for none."""
+        if self.envoy:
+            return f"{self.envoy}-w1/{self.transport}" if self.transport else ""
+        return f"{self.server}/{self.transport}"
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """One timed run of a case."""
+
+    rate: float
+    p50_ms: float
+    p99_ms: float
+    calls: int
+    errors: int
+    #: CPU microseconds per call of each process group (serve, redis, envoy, upstream, h2load).
+    cpu_us: dict[str, float]
+    #: Envoy's ``ratelimit.*`` counters over the run (Envoy rows with the filter).
+    envoy_stats: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
 class Row:
-    """A case's rounds, pooled."""
+    """A case's rounds."""
 
     case: Case
-    rates: list[float] = field(default_factory=list)
-    latencies: array[int] = field(default_factory=lambda: array("q"))
-    calls: int = 0
-    errors: int = 0
-    denied: int = 0
+    rounds: list[Round] = field(default_factory=list)
     first_error: str | None = None
-    cpu_s: dict[str, float] = field(default_factory=dict)
-    envoy_stats: dict[str, int] = field(default_factory=dict)
 
-    def percentile_ms(self, fraction: float) -> float:
-        """Nearest-rank percentile over every timed call, in milliseconds."""
-        ordered = sorted(self.latencies)
-        if not ordered:
-            return float("nan")
-        rank = max(1, -(-len(ordered) * fraction // 1))
-        return ordered[int(rank) - 1] / 1e6
+    def _median(self, values: Sequence[float]) -> float:
+        present = [v for v in values if not math.isnan(v)]
+        return statistics.median(present) if present else float("nan")
 
-    def cpu_us(self, name: str) -> float | None:
-        """CPU microseconds of process group ``name`` per call, over every round."""
-        if name not in self.cpu_s or self.calls == 0:
-            return None
-        return self.cpu_s[name] / self.calls * 1e6
+    @property
+    def rates(self) -> list[float]:
+        return [r.rate for r in self.rounds]
 
     @property
     def median(self) -> float:
-        return statistics.median(self.rates) if self.rates else 0.0
+        """Median calls/s over the rounds."""
+        return self._median(self.rates)
 
-    def to_json(self) -> dict[str, Any]:
-        c = self.case
-        return {
-            "label": c.label,
-            "server": c.server,
-            "descriptors": c.descriptors,
-            "in_flight": c.in_flight,
-            "deny": c.deny,
-            "envoy": c.envoy or None,
-            "per_second_median": self.median,
-            "per_second_rounds": self.rates,
-            "calls": self.calls,
-            "p50_ms": self.percentile_ms(0.50),
-            "p99_ms": self.percentile_ms(0.99),
-            "errors": self.errors,
-            "denied": self.denied,
-            "first_error": self.first_error,
-            "cpu_us_per_call": {name: self.cpu_us(name) for name in self.cpu_s},
-            "envoy_ratelimit_stats": self.envoy_stats or None,
-        }
+    def p(self, which: str) -> list[float]:
+        """Each round's ``p50`` or ``p99``, in ms."""
+        return [getattr(r, f"{which}_ms") for r in self.rounds]
+
+    def p_median(self, which: str) -> float:
+        return self._median(self.p(which))
+
+    def cpu_us(self, name: str) -> list[float]:
+        """Each round's CPU microseconds per call of process group ``name``."""
+        return [r.cpu_us[name] for r in self.rounds if name in r.cpu_us]
+
+    def cpu_median(self, name: str) -> float | None:
+        values = self.cpu_us(name)
+        return statistics.median(values) if values else None
+
+    @property
+    def calls(self) -> int:
+        return sum(r.calls for r in self.rounds)
+
+    @property
+    def errors(self) -> int:
+        return sum(r.errors for r in self.rounds)
+
+    @property
+    def envoy_stats(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for r in self.rounds:
+            for name, value in r.envoy_stats.items():
+                total[name] = total.get(name, 0) + value
+        return total
 
 
 # --- the run ----------------------------------------------------------------------------
 
 
 def cases(plan: Plan) -> list[Case]:
+    """Every row of ``plan``, each case's transports side by side."""
     servers = ["memory-w1", *(["redis-w1", "redis-w2"] if plan.redis else [])]
-    found = [
-        Case(server, n, in_flight)
-        for server in servers
-        for n in plan.descriptors
-        for in_flight in plan.in_flight
-    ]
+    found = []
+    for server in servers:
+        for n in plan.descriptors:
+            for in_flight in plan.in_flight:
+                found += [Case(server, t, n, in_flight) for t in plan.transports]
     if plan.deny:
-        found += [Case(server, 3, max(plan.in_flight), deny=True) for server in servers[:2]]
-    if plan.floor:
-        found += [Case("floor", 3, in_flight) for in_flight in plan.in_flight]
-    if plan.redis and plan.charge_denied:
-        found += [Case("redis-w1-cd", 3, in_flight) for in_flight in plan.in_flight]
-    if plan.envoy:
         found += [
-            Case("envoy", 3, in_flight, envoy=variant)
-            for in_flight in ENVOY_IN_FLIGHT
-            for variant in ("off", "memory", *(["redis"] if plan.redis else []))
+            Case(server, t, 3, max(plan.in_flight), deny=True)
+            for server in servers[:2]
+            for t in plan.transports
         ]
+    if plan.floor:
+        found += [Case("floor", t, 3, n) for n in plan.in_flight for t in plan.transports]
+    if plan.envoy:
+        stores = ["memory", *(["redis"] if plan.redis else [])]
+        for in_flight in ENVOY_IN_FLIGHT:
+            found.append(Case("envoy", "", 3, in_flight, envoy="off"))
+            found += [
+                Case("envoy", t, 3, in_flight, envoy=store)
+                for store in stores
+                for t in plan.transports
+            ]
     return found
 
 
@@ -226,80 +266,124 @@ class _Running:
     serves: dict[str, Serve]
     redis_pid: int | None
     envoy: EnvoyStack | None
-    loaders: Loaders
+    workdir: Path
+    checker: Checker
+    #: Per (descriptors, deny): the serialized request and the file of its gRPC frame.
+    bodies: dict[tuple[int, bool], tuple[bytes, Path]] = field(default_factory=dict)
+
+    def body(self, descriptors: int, deny: bool) -> tuple[bytes, Path]:
+        key = (descriptors, deny)
+        if key not in self.bodies:
+            message = rls_requests(DOMAIN, descriptors, deny, values=1)[0]
+            path = self.workdir / f"request-{descriptors}{'-deny' if deny else ''}.bin"
+            path.write_bytes(grpc_frame(message))
+            self.bodies[key] = (message, path)
+        return self.bodies[key]
 
 
-def _command(case: Case, running: _Running) -> dict[str, Any]:
+def _load(case: Case, running: _Running) -> _h2load.Load:
     if case.envoy:
         assert running.envoy is not None
-        return {"kind": "http", "port": running.envoy.listeners[case.envoy]}
-    target = f"{HOST}:{running.serves[case.server].grpc_port}"
-    return {
-        "kind": "grpc",
-        "target": target,
-        "domain": DOMAIN,
-        "channels": CHANNELS,
-        "descriptors": case.descriptors,
-        "deny": case.deny,
-        "statuses": 0 if case.server == "floor" else case.descriptors,
-    }
+        port = running.envoy.listeners[_listener(case.envoy, case.transport)]
+        return _h2load.Load(f"http://{HOST}:{port}/", case.in_flight, 1, headers=ENVOY_HEADERS)
+    connections = math.gcd(case.in_flight, GRPC_CONNECTIONS)
+    port = running.serves[case.service].grpc_port
+    url = f"http://{HOST}:{port}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+    _, body = running.body(case.descriptors, case.deny)
+    return _h2load.Load(url, connections, case.in_flight // connections, body=body)
 
 
-def _cpu_groups(case: Case, running: _Running) -> dict[str, list[int]]:
-    """The processes whose CPU a row reports: the serve tree, redis-server, Envoy, the load."""
-    groups: dict[str, list[int]] = {"load": [proc.pid for proc in running.loaders.procs]}
-    server = case.envoy if case.envoy else case.server
-    if server in ("memory", "redis"):
-        server = f"{server}-w1"
-    if server in running.serves:
-        groups["serve"] = [running.serves[server].pid]
-    if running.redis_pid is not None and server.startswith("redis"):
-        groups["redis"] = [running.redis_pid]
+def _listener(store: str, transport: str) -> str:
+    return store if store == "off" else f"{store}-{transport}"
+
+
+def _check(case: Case, running: _Running) -> int:
+    """One real call, checked (``RuntimeError`` if wrong); a gRPC reply frame's size."""
+    if case.envoy:
+        assert running.envoy is not None
+        running.envoy.check(_listener(case.envoy, case.transport))
+        return 0
+    message, _ = running.body(case.descriptors, case.deny)
+    port = running.serves[case.service].grpc_port
+    statuses = 0 if case.server == "floor" else case.descriptors
+    return running.checker.call(port, message, statuses, over_limit=case.deny)
+
+
+def _cpu_groups(case: Case, running: _Running) -> dict[str, int]:
+    """The processes whose CPU a row reports (h2load's comes from its own rusage)."""
+    groups: dict[str, int] = {}
+    if case.service:
+        groups["serve"] = running.serves[case.service].pid
+    if running.redis_pid is not None and case.service.startswith("redis"):
+        groups["redis"] = running.redis_pid
     if case.envoy and running.envoy is not None:
-        groups["envoy"] = [running.envoy.pid]
+        groups["envoy"] = running.envoy.pid
+        groups["upstream"] = running.envoy.upstream_pid
     return groups
 
 
-def _cpu(pids: list[int]) -> float:
-    return sum(tree_cpu_s(pid) for pid in pids)
+def _failed(row: Row, error: str) -> None:
+    """A server that answered wrongly: its round counts as failed, no figures."""
+    row.first_error = row.first_error or error[:300]
+    row.rounds.append(Round(0.0, math.nan, math.nan, 0, 1, {}))
 
 
 def _round(row: Row, running: _Running, plan: Plan) -> None:
     case = row.case
+    load = _load(case, running)
+    output = running.workdir / "h2load.out"
+    log = running.workdir / "h2load.log"
+    if plan.warmup > 0:
+        _h2load.finish(_h2load.start(load, plan.warmup, None, output), plan.warmup, None, output)
+    try:
+        frame = _check(case, running)
+    except RuntimeError as exc:
+        _failed(row, f"before the round: {exc}")
+        return
     groups = _cpu_groups(case, running)
-    start_at = time.time() + plan.warmup
-    running.loaders.send(_command(case, running), case.in_flight, plan.seconds, start_at)
-    # CPU and Envoy's counters are read at the edges of the timed window (this process
-    # sleeps meanwhile), so the warm-up is not in them.
-    _sleep_until(start_at)
-    before_stats = running.envoy.ratelimit_stats(case.envoy) if running.envoy and case.envoy else {}
-    before = {name: _cpu(pids) for name, pids in groups.items()}
-    _sleep_until(start_at + plan.seconds)
-    for name, pids in groups.items():
-        row.cpu_s[name] = row.cpu_s.get(name, 0.0) + _cpu(pids) - before[name]
-    if case.envoy and running.envoy is not None:
-        after = running.envoy.ratelimit_stats(case.envoy)
-        for name, value in after.items():
-            row.envoy_stats[name] = row.envoy_stats.get(name, 0) + value - before_stats.get(name, 0)
-    replies = running.loaders.collect()
-    rate = 0.0
-    for reply in replies:
-        row.latencies.extend(reply["latencies"])
-        row.calls += reply["calls"]
-        row.errors += reply["errors"]
-        row.denied += reply["denied"]
-        row.first_error = row.first_error or reply["first_error"]
-        if reply["elapsed_s"] > 0:
-            rate += reply["calls"] / reply["elapsed_s"]
-    row.rates.append(rate)
-
-
-def _sleep_until(moment: float) -> None:
-    time.sleep(max(0.0, moment - time.time()))
+    variant = _listener(case.envoy, case.transport) if case.envoy else ""
+    before_stats = running.envoy.ratelimit_stats(variant) if running.envoy and variant else {}
+    before = {name: tree_cpu_s(pid) for name, pid in groups.items()}
+    proc = _h2load.start(load, plan.seconds, log, output)
+    run = _h2load.finish(proc, plan.seconds, log, output)
+    cpu = {name: tree_cpu_s(pid) - before[name] for name, pid in groups.items()}
+    cpu["h2load"] = run.cpu_s
+    stats: dict[str, int] = {}
+    if running.envoy is not None and variant:
+        after = running.envoy.ratelimit_stats(variant)
+        stats = {name: value - before_stats.get(name, 0) for name, value in after.items()}
+    try:
+        _check(case, running)
+    except RuntimeError as exc:
+        _failed(row, f"after the round: {exc}")
+        return
+    errors = run.failed + stats.get("error", 0)
+    if frame and run.calls and run.replies(frame) < MIN_REPLY_SHARE:
+        # Calls answered 200 with no reply message: gRPC errors in the trailers.
+        short = run.calls - round(run.data_bytes / frame)
+        errors += short
+        row.first_error = row.first_error or (
+            f"about {short:,} of {run.calls:,} calls carried no reply (a gRPC error in the "
+            f"trailers): {run.data_bytes:,} bytes of DATA, a reply is {frame}"
+        )
+    if run.failed and row.first_error is None:
+        row.first_error = f"h2load: {run.failed:,} requests failed:\n{run.output[-600:]}"
+    row.rounds.append(
+        Round(
+            rate=run.rate,
+            p50_ms=run.percentile_ms(0.50),
+            p99_ms=run.percentile_ms(0.99),
+            calls=run.calls,
+            errors=errors,
+            cpu_us={name: s / run.calls * 1e6 for name, s in cpu.items()} if run.calls else {},
+            envoy_stats=stats,
+        )
+    )
 
 
 def run(plan: Plan, progress: Callable[[int, Row], None] | None = None) -> list[Row]:
     """Start everything the plan needs, interleave its rounds, stop everything; the rows."""
+    _h2load.binary()  # fail before starting anything when there is no h2load
     rows = [Row(case) for case in cases(plan)]
     with ExitStack() as stack:
         workdir = Path(tempfile.mkdtemp(prefix="rw-bench-serve-"))
@@ -307,28 +391,32 @@ def run(plan: Plan, progress: Callable[[int, Row], None] | None = None) -> list[
         (workdir / "rules").mkdir()
         for name, text in RULES.items():
             (workdir / "rules" / name).write_text(text)
-        serves = {"memory-w1": serve(stack, workdir, "memory-w1", "memory", 1)}
-        if plan.floor:
-            serves["floor"] = floor(stack, workdir)
+        serves: dict[str, Serve] = {}
         redis_pid = None
+        url = None
         if plan.redis:
             url = redis_server(stack, workdir)
             redis_pid = _pid_on(url)
-            for workers in (1, 2):
-                serves[f"redis-w{workers}"] = serve(
-                    stack, workdir, f"redis-w{workers}", url, workers
-                )
-            if plan.charge_denied:
-                serves["redis-w1-cd"] = serve(
-                    stack, workdir, "redis-w1-cd", url, 1, "--charge-denied"
-                )
+        for t in plan.transports:
+            serves[f"memory-w1/{t}"] = serve(stack, workdir, f"memory-w1 {t}", "memory", 1, t)
+            if url is not None:
+                for workers in (1, 2):
+                    name = f"redis-w{workers}"
+                    serves[f"{name}/{t}"] = serve(stack, workdir, f"{name} {t}", url, workers, t)
+            if plan.floor:
+                serves[f"floor/{t}"] = floor(stack, workdir, t)
         envoy_stack = None
         if plan.envoy:
-            services = {"memory": serves["memory-w1"].grpc_port}
-            if plan.redis:
-                services["redis"] = serves["redis-w1"].grpc_port
+            services = {
+                _listener(store, t): serves[f"{store}-w1/{t}"].grpc_port
+                for store in ("memory", "redis")
+                for t in plan.transports
+                if f"{store}-w1/{t}" in serves
+            }
             envoy_stack = envoy(stack, workdir, services)
-        running = _Running(serves, redis_pid, envoy_stack, Loaders(stack, plan.loaders, workdir))
+        checker = Checker()
+        stack.callback(checker.close)
+        running = _Running(serves, redis_pid, envoy_stack, workdir, checker)
         for r in range(plan.rounds):
             for i in range(len(rows)):
                 row = rows[(r + i) % len(rows)]
@@ -359,7 +447,6 @@ def in_process(
 
     from envoy.service.ratelimit.v3 import rls_pb2
 
-    from benchmarks._serve_load import rls_requests
     from ratewarden.server.app import RateLimitServer
     from ratewarden.server.settings import Settings
 
@@ -393,151 +480,48 @@ def in_process(
     return found
 
 
-# --- the report -------------------------------------------------------------------------
-
-_HEADERS = (
-    "case",
-    "in flight",
-    "calls/s (median)",
-    "rounds min-max",
-    "p50 ms",
-    "p99 ms",
-    "denied",
-    "errors",
-    "serve CPU us/call",
-    "redis CPU us/call",
-    "envoy CPU us/call",
-    "load CPU us/call",
-)
-
-
-def _cells(row: Row) -> list[str]:
-    def cpu(name: str) -> str:
-        value = row.cpu_us(name)
-        return "-" if value is None else f"{value:,.0f}"
-
-    rates = f"{min(row.rates):,.0f}-{max(row.rates):,.0f}" if row.rates else "-"
-    return [
-        row.case.label, str(row.case.in_flight), f"{row.median:,.0f}", rates,
-        f"{row.percentile_ms(0.5):.2f}", f"{row.percentile_ms(0.99):.2f}",
-        f"{row.denied:,}", f"{row.errors:,}", cpu("serve"), cpu("redis"), cpu("envoy"),
-        cpu("load"),
-    ]  # fmt: skip
-
-
-def markdown(rows: Sequence[Row]) -> str:
-    """The table as Markdown."""
-    lines = ["| " + " | ".join(_HEADERS) + " |", "|---|" + "---:|" * (len(_HEADERS) - 1)]
-    lines += ["| " + " | ".join(_cells(row)) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def table(rows: Sequence[Row]) -> str:
-    """The table as plain text."""
-    cells = [list(_HEADERS), *(_cells(row) for row in rows)]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(_HEADERS))]
-    out = []
-    for n, line in enumerate(cells):
-        out.append(
-            "  ".join(
-                c.ljust(w) if i == 0 else c.rjust(w)
-                for i, (c, w) in enumerate(zip(line, widths, strict=True))
-            ).rstrip()
-        )
-        if n == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return "\n".join(out)
-
-
-def targets(rows: Sequence[Row]) -> list[str]:
-    """Issue 3's target, per Redis row with 3 descriptors (a report, not a test)."""
-    found = []
-    for row in rows:
-        c = row.case
-        if c.envoy or c.deny or not c.server.startswith("redis") or c.descriptors != 3:
-            continue
-        p99 = row.percentile_ms(0.99)
-        verdict = "PASS" if row.median >= TARGET_CALLS and p99 <= TARGET_P99_MS else "MISS"
-        found.append(
-            f"{c.label}, {c.in_flight} in flight: {row.median:,.0f} calls/s "
-            f"at p99 {p99:.2f} ms (target >= {TARGET_CALLS:,}/s at p99 <= {TARGET_P99_MS:g} ms) "
-            f"{verdict}"
-        )
-    return found
-
-
-def envoy_notes(rows: Sequence[Row]) -> list[str]:
-    """Each filter variant's p50/p99 and throughput against ``off`` at the same requests in
-    flight, and Envoy's filter counters (``error``: the call failed or passed the 20 ms
-    timeout, and the request went on, ``failure_mode_allowed``)."""
-    offs = {r.case.in_flight: r for r in rows if r.case.envoy == "off"}
-    notes = []
-    for row in rows:
-        off = offs.get(row.case.in_flight)
-        if not row.case.envoy or row.case.envoy == "off" or off is None:
-            continue
-        p50 = row.percentile_ms(0.5) - off.percentile_ms(0.5)
-        p99 = row.percentile_ms(0.99) - off.percentile_ms(0.99)
-        notes.append(
-            f"filter -> {row.case.envoy}, {row.case.in_flight} in flight: "
-            f"p50 {p50:+.2f} ms, p99 {p99:+.2f} ms, "
-            f"requests/s x{row.median / off.median:.2f} of off; Envoy's ratelimit counters "
-            f"{row.envoy_stats}"
-        )
-    return notes
-
-
-def write_json(path: Path, meta: dict[str, Any], rows: Sequence[Row]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "meta": meta,
-        "rows": [row.to_json() for row in rows],
-        "targets": targets(rows),
-        "envoy": envoy_notes(rows),
-    }
-    path.write_text(json.dumps(payload, indent=2) + "\n")
-
-
-def meta(plan: Plan, command: str) -> dict[str, Any]:
-    return {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": command,
-        "nproc": os.cpu_count(),
-        "python": sys.version.split()[0],
-        "plan": {
-            "seconds": plan.seconds, "warmup": plan.warmup, "rounds": plan.rounds,
-            "loaders": plan.loaders, "channels_per_loader": CHANNELS,
-        },
-        "loadavg_start": list(os.getloadavg()),
-    }  # fmt: skip
-
-
 def _progress(r: int, row: Row) -> None:
+    last = row.rounds[-1]
     print(
-        f"  round {r + 1}: {row.case.label:<28} x{row.case.in_flight:<3} {row.rates[-1]:>9,.0f}/s",
+        f"  round {r + 1}: {row.case.label:<24} {row.case.transport or '-':<7} "
+        f"x{row.case.in_flight:<3} {last.rate:>9,.0f}/s  p99 {last.p99_ms:6.2f} ms"
+        f"{f'  errors {last.errors:,}' if last.errors else ''}",
         file=sys.stderr,
         flush=True,
     )
 
 
 def main(quick: bool, results: Path, command: str) -> int:
-    """Run the serve benchmark; print the table, the target and Envoy's cost; write JSON."""
-    plan = Plan(seconds=0.5, warmup=0.3, rounds=1) if quick else Plan()
-    info = meta(plan, command)
+    """Run the serve benchmark; print the table, the targets and Envoy's cost; write JSON."""
+    from ratewarden.server.settings import native_installed
+
+    transports = TRANSPORTS if native_installed() else ("grpcio",)
+    plan = (
+        Plan(seconds=0.5, warmup=0.2, rounds=1, transports=transports)
+        if quick
+        else Plan(transports=transports)
+    )
+    info = _serve_report.meta(plan, command, GRPC_CONNECTIONS)
     print(
-        f"serve benchmark: {len(cases(plan))} cases, {plan.rounds} rounds of {plan.seconds:g} s "
-        f"each after {plan.warmup:g} s warm-up, {plan.loaders} load generator processes; "
-        f"{os.cpu_count()} CPUs shared by all; loadavg {info['loadavg_start']}",
+        f"serve benchmark: {len(cases(plan))} cases on {', '.join(transports)}, {plan.rounds} "
+        f"rounds of {plan.seconds:g} s each after {plan.warmup:g} s of warm-up load, h2load "
+        f"as the load; {os.cpu_count()} CPUs shared by all; loadavg {info['loadavg_start']}",
         file=sys.stderr,
         flush=True,
     )
+    if transports != TRANSPORTS:
+        print(
+            "note: the native transport is not installed (pip install 'ratewarden[native]'): "
+            "grpcio only, and no target can be met",
+            file=sys.stderr,
+        )
     rows = run(plan, _progress)
     info["loadavg_end"] = list(os.getloadavg())
     print()
-    print(table(rows))
-    print("\nTarget (a report, not a test):")
-    for line in targets(rows):
-        print(f"  {line}")
+    print(_serve_report.table(rows))
+    print("\nIssue 17's targets (a report, not a test):")
+    for target in _serve_report.targets(rows):
+        print(target.text())
     calls, rounds = (300, 2) if quick else (3_000, 5)
     service = in_process(plan.descriptors, calls, rounds)
     info["in_process_cpu_us_per_call"] = service
@@ -551,11 +535,11 @@ def main(quick: bool, results: Path, command: str) -> int:
             f"({min(values):,.0f}-{max(values):,.0f})"
         )
     print("\nEnvoy's rate limit filter, against no filter:")
-    for line in envoy_notes(rows):
+    for line in _serve_report.envoy_notes(rows):
         print(f"  {line}")
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     for name in (f"serve-{stamp}.json", "serve-latest.json"):
-        write_json(results / name, info, rows)
-    (results / "serve-latest.md").write_text(markdown(rows) + "\n")
+        _serve_report.write_json(results / name, info, rows)
+    (results / "serve-latest.md").write_text(_serve_report.markdown(rows) + "\n")
     print(f"\nwrote {results / f'serve-{stamp}.json'}, serve-latest.json and serve-latest.md")
     return 0

