@@ -509,6 +509,13 @@ def main(quick: bool, results: Path, command: str) -> int:
         file=sys.stderr,
         flush=True,
     )
+    code = info["code"]
+    if code["src_changed"]:
+        print(
+            f"note: measuring {code['commit']} with uncommitted changes in src/: "
+            f"{', '.join(code['src_changed'])}",
+            file=sys.stderr,
+        )
     if transports != TRANSPORTS:
         print(
             "note: the native transport is not installed (pip install 'ratewarden[native]'): "

@@ -284,7 +284,24 @@ def meta(plan: Plan, command: str, connections: int) -> dict[str, Any]:
             "load": "h2load",
         },
         "loadavg_start": list(os.getloadavg()),
+        "code": _code(),
     }  # fmt: skip
+
+
+def _code() -> dict[str, Any]:
+    """The commit measured, and the files of ``src/`` that differed from it (other work in
+    the checkout is measured too)."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], capture_output=True, text=True, check=False)
+        return done.stdout
+
+    changed = git("status", "--porcelain", "--", "src")
+    return {
+        "commit": git("rev-parse", "--short", "HEAD").strip() or None,
+        "src_changed": [line[3:] for line in changed.splitlines()],
+    }
 
 
 def _versions() -> dict[str, str]:
