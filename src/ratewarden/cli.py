@@ -50,7 +50,7 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
             serve.add_argument(
                 option.flag, dest=name, nargs="+", action="extend", metavar="PATH", help=help_text
             )
-        elif name in ("shadow", "charge_denied"):
+        elif name in ("shadow", "charge_denied", "merge_domains"):
             serve.add_argument(
                 option.flag,
                 dest=name,
@@ -125,11 +125,11 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigurationError as exc:
         print(f"ratewarden serve: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    from ratewarden.server import app, config
+    from ratewarden.server import app, config, process
 
     app.configure_logging(chosen.log_level, chosen.log_format)
     try:
-        return app.run(chosen)
+        return process.run(chosen)
     except config.ConfigError as exc:
         for line in _errors(exc):
             print(f"ratewarden serve: {line}", file=sys.stderr)

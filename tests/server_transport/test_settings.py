@@ -49,6 +49,12 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         "RATEWARDEN_OVER_LIMIT_CACHE": "0",
         "RATEWARDEN_LOOP": "asyncio",
         "RATEWARDEN_TRANSPORT": "grpcio",
+        "RATEWARDEN_GRPC_HOST": "127.0.0.2",
+        "RATEWARDEN_DEBUG_PORT": "9070",
+        "RATEWARDEN_DEBUG_HOST": "127.0.0.3",
+        "RATEWARDEN_MERGE_DOMAINS": "true",
+        "RATEWARDEN_KEY_PREFIX": "edge",
+        "RATEWARDEN_STORE_TIMEOUT": "0.25",
     }
     assert {option.env for option in OPTIONS.values()} == set(environ)
     assert resolve({}, environ) == Settings(
@@ -78,6 +84,12 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         over_limit_cache=0,
         loop="asyncio",
         transport="grpcio",
+        grpc_host="127.0.0.2",
+        debug_port=9070,
+        debug_host="127.0.0.3",
+        merge_domains=True,
+        key_prefix="edge",
+        store_timeout=0.25,
     )
 
 
@@ -158,16 +170,16 @@ def test_loop_uvloop_without_uvloop_installed_says_how_to_get_it(
 
 def test_the_loop_factory_follows_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     """auto takes uvloop when it is installed, asyncio's loop otherwise."""
-    from ratewarden.server import app
+    from ratewarden.server import process
 
-    assert app.loop_factory("asyncio") is None
+    assert process.loop_factory("asyncio") is None
     if importlib.util.find_spec("uvloop") is not None:
         import uvloop
 
-        assert app.loop_factory("auto") is uvloop.new_event_loop
-        assert app.loop_factory("uvloop") is uvloop.new_event_loop
-    monkeypatch.setattr(app, "uvloop_installed", lambda: False)
-    assert app.loop_factory("auto") is None
+        assert process.loop_factory("auto") is uvloop.new_event_loop
+        assert process.loop_factory("uvloop") is uvloop.new_event_loop
+    monkeypatch.setattr(process, "uvloop_installed", lambda: False)
+    assert process.loop_factory("auto") is None
 
 
 def test_transport_auto_takes_native_when_installed_and_tls_is_off(

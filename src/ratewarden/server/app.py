@@ -6,9 +6,8 @@ background loops: the config watcher (hot reload) and the health loop (serving
 only while a config is loaded and the store answers a ping). Its ``stats``
 (``ServiceStats``) count every decision, call and config load for ``/metrics``
 and the dashboard; with ``--workers`` each worker also publishes its dashboard
-figures for the others once a second. ``serve`` runs one
-process until SIGTERM or SIGINT; ``run`` starts ``--workers`` such processes
-sharing the ports and forwards the signals to them.
+figures for the others once a second. ``server/process.py`` runs it: ``serve``
+one process until SIGTERM or SIGINT, ``run`` ``--workers`` such processes.
 
 Shutdown is graceful and bounded: health turns NOT_SERVING, the listeners stop
 accepting, calls in flight get ``--grace`` seconds to finish, then the store
@@ -19,22 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-import multiprocessing
-import os
-import shutil
-import signal
-import sys
-import tempfile
 import time
-from collections.abc import Callable
-from multiprocessing.connection import wait as wait_for_sentinels
 from typing import Any
 
 from envoy.service.ratelimit.v3 import rls_pb2
 
 from ratewarden.clock import SystemClock
-from ratewarden.errors import ConfigurationError, RatewardenError
+from ratewarden.errors import ConfigurationError
 from ratewarden.server import config as rules
 from ratewarden.server.dashboard import shared
 from ratewarden.server.dashboard.view import render
@@ -46,13 +38,13 @@ from ratewarden.server.http import HttpServer
 from ratewarden.server.logs import configure_logging
 from ratewarden.server.reload import ConfigWatcher
 from ratewarden.server.service import AsyncRateLimitService
-from ratewarden.server.settings import Settings, redacted, store_scheme, uvloop_installed
-from ratewarden.server.stats import MULTIPROC_ENV, ServiceStats, multiprocess_dir
+from ratewarden.server.settings import Settings, redacted, store_scheme
+from ratewarden.server.stats import ServiceStats, multiprocess_dir
 from ratewarden.storage import AsyncStore
 from ratewarden.storage.memory import AsyncMemoryStore
 from ratewarden.tiers import CircuitBreaker
 
-__all__ = ["RateLimitServer", "configure_logging", "open_store", "run", "serve"]
+__all__ = ["RateLimitServer", "configure_logging", "open_store", "settings_store"]
 
 log = logging.getLogger("ratewarden.server")
 
@@ -62,8 +54,9 @@ PING_TIMEOUT_S = 1.0
 PUBLISH_INTERVAL_S = 1.0
 
 
-def open_store(url: str) -> AsyncStore:
-    """The store ``url`` names: ``memory`` (embedded) or a Redis URL (``ratewarden[redis]``)."""
+def open_store(url: str, *, prefix: str = "rw", timeout: float = 0.02) -> AsyncStore:
+    """The store ``url`` names: ``memory`` (embedded) or a Redis URL (``ratewarden[redis]``),
+    its keys starting with ``prefix``, each Redis call waiting ``timeout`` seconds at most."""
     if store_scheme(url) == "memory":
         return AsyncMemoryStore()
     try:
@@ -72,8 +65,15 @@ def open_store(url: str) -> AsyncStore:
         raise ConfigurationError(
             f"store {url!r} needs the Redis client: pip install 'ratewarden[redis]' ({exc})"
         ) from exc
-    store: AsyncStore = AsyncRedisStore.from_url(url)
+    store: AsyncStore = AsyncRedisStore.from_url(url, prefix=prefix, timeout=timeout)
     return store
+
+
+def settings_store(settings: Settings) -> AsyncStore:
+    """The store ``settings`` name, with their key prefix and timeout."""
+    return open_store(
+        settings.store_url, prefix=settings.key_prefix, timeout=settings.store_timeout
+    )
 
 
 def fallback_response(request: Any, *, deny: bool) -> Any:
@@ -109,10 +109,13 @@ class RateLimitServer:
         self.settings = settings
         self.stats = ServiceStats(clock=SystemClock())
         self.watcher: ConfigWatcher[rules.RateLimitConfig] = ConfigWatcher(
-            settings.config_paths, rules.load, self._apply, on_load=self.stats.config_load
+            settings.config_paths,
+            functools.partial(rules.load, merge_domains=settings.merge_domains),
+            self._apply,
+            on_load=self.stats.config_load,
         )
         self.config = self.watcher.load_initial()
-        self.store: AsyncStore = store if store is not None else open_store(settings.store_url)
+        self.store: AsyncStore = store if store is not None else settings_store(settings)
         self.service = AsyncRateLimitService(
             self.config,
             self.store,
@@ -135,8 +138,13 @@ class RateLimitServer:
         else:
             self.grpc = GrpcServer(self.should_rate_limit, tls=tls)
         self.http = HttpServer(self, dashboard=settings.dashboard)
+        #: The debug port (``--debug-port``, upstream's ``DEBUG_PORT``): the same endpoints.
+        self.debug = (
+            None if settings.debug_port is None else HttpServer(self, dashboard=settings.dashboard)
+        )
         self.grpc_port = 0
         self.http_port = 0
+        self.debug_port = 0
         self.errors = 0
         self._serving = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -192,7 +200,8 @@ class RateLimitServer:
     async def start(self) -> None:
         """Bind both ports, then start the health and reload loops; OSError on a busy port."""
         s = self.settings
-        self.grpc_port = await self.grpc.start(s.host, s.grpc_port, reuse_port=s.reuse_port)
+        grpc_host = s.grpc_host or s.host
+        self.grpc_port = await self.grpc.start(grpc_host, s.grpc_port, reuse_port=s.reuse_port)
         try:
             self.http_port = await self.http.start(s.host, s.http_port, reuse_port=s.reuse_port)
         except OSError as exc:
@@ -201,6 +210,7 @@ class RateLimitServer:
                 exc.errno,
                 f"cannot listen for HTTP on {s.host}:{s.http_port}: {exc.strerror or exc}",
             ) from exc
+        await self._start_debug()
         await self.refresh_health()
         self._tasks.append(asyncio.create_task(self._health_loop()))
         if s.reload_interval > 0:
@@ -211,14 +221,31 @@ class RateLimitServer:
             "serving",
             extra={
                 "event": "serving",
-                "grpc": f"{s.host}:{self.grpc_port}",
+                "grpc": f"{grpc_host}:{self.grpc_port}",
                 "transport": self.transport,
                 "http": f"{s.host}:{self.http_port}",
+                "debug": None
+                if self.debug is None
+                else f"{s.debug_host or s.host}:{self.debug_port}",
                 "store": redacted(s.store_url),
                 "config": list(s.config_paths),
                 "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
             },
         )
+
+    async def _start_debug(self) -> None:
+        s = self.settings
+        if self.debug is None or s.debug_port is None:
+            return
+        host = s.debug_host or s.host
+        try:
+            self.debug_port = await self.debug.start(host, s.debug_port, reuse_port=s.reuse_port)
+        except OSError as exc:
+            await asyncio.gather(self.grpc.stop(0), self.http.stop(0))
+            raise OSError(
+                exc.errno,
+                f"cannot listen for the debug port on {host}:{s.debug_port}: {exc.strerror or exc}",
+            ) from exc
 
     async def stop(self, grace: float | None = None) -> None:
         """Turn NOT_SERVING, refuse new calls, let calls in flight finish, close the store."""
@@ -230,7 +257,10 @@ class RateLimitServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
-        await asyncio.gather(self.grpc.stop(grace), self.http.stop(grace))
+        stopping = [self.grpc.stop(grace), self.http.stop(grace)]
+        if self.debug is not None:
+            stopping.append(self.debug.stop(grace))
+        await asyncio.gather(*stopping)
         await self.store.aclose()
         log.info("stopped", extra={"event": "stopped"})
 
@@ -278,126 +308,3 @@ class RateLimitServer:
     def _apply(self, config: rules.RateLimitConfig) -> None:
         self.service.swap_config(config)
         self.config = config
-
-
-async def _serve(settings: Settings) -> None:
-    server = RateLimitServer(settings)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    try:
-        await server.start()
-    except BaseException:
-        await server.store.aclose()
-        raise
-    await stop.wait()
-    log.info("shutting down", extra={"event": "shutting_down", "grace_s": settings.grace})
-    await server.stop()
-
-
-def serve(settings: Settings) -> int:
-    """Run one server process until SIGTERM or SIGINT; the exit code."""
-    with asyncio.Runner(loop_factory=loop_factory(settings.loop)) as runner:
-        runner.run(_serve(settings))
-    return 0
-
-
-def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """The event loop ``--loop`` names: uvloop's, or None for asyncio's own.
-
-    ``auto`` takes uvloop when it is installed: under load it cost about 13% less
-    CPU per call and answered 15-20% more calls per second (docs/performance-serve.md).
-    """
-    if name == "asyncio" or (name == "auto" and not uvloop_installed()):
-        return None
-    import uvloop
-
-    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
-    return factory
-
-
-def _worker(settings: Settings, index: int) -> None:
-    configure_logging(settings.log_level, settings.log_format, worker=index)
-    with contextlib.suppress(KeyboardInterrupt):
-        try:
-            serve(settings)
-        except (OSError, RatewardenError) as exc:
-            log.error(str(exc), extra={"event": "worker_failed"})
-            sys.exit(1)
-
-
-def run(settings: Settings) -> int:
-    """Serve with ``settings.workers`` processes; the exit code.
-
-    One worker runs in this process. Several run as spawned children sharing the
-    ports through SO_REUSEPORT (the kernel spreads connections); this process
-    forwards SIGTERM/SIGINT to them and waits. If a child dies on its own, the
-    others are stopped too and the exit code is 1, so a supervisor restarts the
-    whole set rather than running short-handed.
-
-    The workers count into one set of metrics: unless ``PROMETHEUS_MULTIPROC_DIR``
-    names a directory already, a fresh temporary one is made for them (and
-    removed when they are done) before they start, so prometheus_client runs in
-    multiprocess mode in each.
-    """
-    if settings.workers == 1:
-        return serve(settings)
-    # Fail here, once, rather than in every worker: a bad config, then a bad store URL
-    # (building a store checks its URL without connecting).
-    rules.load(settings.config_paths)
-    asyncio.run(open_store(settings.store_url).aclose())
-    created = None
-    if multiprocess_dir() is None:
-        created = tempfile.mkdtemp(prefix="ratewarden-metrics-")
-        os.environ[MULTIPROC_ENV] = created
-    try:
-        return _run_workers(settings)
-    finally:
-        if created is not None:
-            os.environ.pop(MULTIPROC_ENV, None)
-            shutil.rmtree(created, ignore_errors=True)
-
-
-def _run_workers(settings: Settings) -> int:
-    context = multiprocessing.get_context("spawn")
-    children = [
-        context.Process(target=_worker, args=(settings, index), name=f"ratewarden-worker-{index}")
-        for index in range(settings.workers)
-    ]
-    stopping = False
-
-    def forward(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-        for child in children:
-            if child.pid is not None and child.exitcode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    child.terminate()
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    for child in children:
-        child.start()
-    log.info(
-        "workers started",
-        extra={
-            "event": "workers",
-            "pids": [c.pid for c in children],
-            "metrics_dir": multiprocess_dir(),
-        },
-    )
-    code = 0
-    pending = list(children)
-    while pending:
-        wait_for_sentinels([child.sentinel for child in pending])
-        for child in [c for c in pending if c.exitcode is not None]:
-            pending.remove(child)
-            if not stopping:
-                log.error(
-                    "worker exited; stopping the others",
-                    extra={"event": "worker_exited", "pid": child.pid, "exitcode": child.exitcode},
-                )
-                code = 1
-                forward(signal.SIGTERM, None)
-    return 1 if code or any(child.exitcode for child in children) else 0

@@ -129,12 +129,43 @@ OPTIONS: dict[str, Option] = {
         _text,
         "memory (default), redis://, rediss://, or a Sentinel or Cluster URL",
     ),
+    "store_timeout": Option(
+        "--store-timeout",
+        "RATEWARDEN_STORE_TIMEOUT",
+        _seconds(0.0, allow_low=False),
+        "seconds a Redis connect or reply may take before the call counts as failed (0.02)",
+    ),
+    "key_prefix": Option(
+        "--key-prefix",
+        "RATEWARDEN_KEY_PREFIX",
+        _text,
+        "what every Redis key of the store starts with (rw)",
+    ),
+    "merge_domains": Option(
+        "--merge-domains",
+        "RATEWARDEN_MERGE_DOMAINS",
+        _boolean,
+        "a domain several config files name is one domain with all their descriptors "
+        "(otherwise an error)",
+    ),
     "host": Option("--host", "RATEWARDEN_HOST", _text, "address both servers bind (127.0.0.1)"),
+    "grpc_host": Option(
+        "--grpc-host", "RATEWARDEN_GRPC_HOST", _text, "address the gRPC server binds (--host)"
+    ),
     "grpc_port": Option(
         "--grpc-port", "RATEWARDEN_GRPC_PORT", _integer(0, 65535), "gRPC port (8081)"
     ),
     "http_port": Option(
         "--http-port", "RATEWARDEN_HTTP_PORT", _integer(0, 65535), "HTTP port (8080)"
+    ),
+    "debug_port": Option(
+        "--debug-port",
+        "RATEWARDEN_DEBUG_PORT",
+        _integer(0, 65535),
+        "a second HTTP port with the same endpoints, for operators (off)",
+    ),
+    "debug_host": Option(
+        "--debug-host", "RATEWARDEN_DEBUG_HOST", _text, "address --debug-port binds (--host)"
     ),
     "workers": Option(
         "--workers",
@@ -283,5 +314,4 @@ def read(flags: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]
             if name == "store_url":
                 shown = redacted(str(shown))
             raise ConfigurationError(f"{source} {shown!r}: {exc}") from None
-    values.setdefault("config_paths", ())
     return values

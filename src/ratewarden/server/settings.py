@@ -32,6 +32,12 @@ from::
     --over-limit-cache N   RATEWARDEN_OVER_LIMIT_CACHE 10000 (0 turns it off)
     --loop L               RATEWARDEN_LOOP            auto (uvloop if installed), asyncio, uvloop
     --transport T          RATEWARDEN_TRANSPORT       auto (native when installed), grpcio, native
+    --grpc-host H          RATEWARDEN_GRPC_HOST       --host
+    --debug-port N         RATEWARDEN_DEBUG_PORT      off (the HTTP endpoints on a second port)
+    --debug-host H         RATEWARDEN_DEBUG_HOST      --host
+    --[no-]merge-domains   RATEWARDEN_MERGE_DOMAINS   false
+    --key-prefix P         RATEWARDEN_KEY_PREFIX      rw
+    --store-timeout S      RATEWARDEN_STORE_TIMEOUT   0.02
 
 Secrets stay out of output: ``repr(settings)`` and every error message show the
 store URL with its password replaced by ``***`` (``redacted``, in
@@ -96,6 +102,12 @@ class Settings:
     over_limit_cache: int = 10_000
     loop: str = "auto"
     transport: str = "auto"
+    grpc_host: str | None = None
+    debug_port: int | None = None
+    debug_host: str | None = None
+    merge_domains: bool = False
+    key_prefix: str = "rw"
+    store_timeout: float = 0.02
 
     def __repr__(self) -> str:
         shown = []
@@ -128,15 +140,33 @@ class Settings:
                 f"{self.workers} workers need fixed ports to share; port 0 picks a different "
                 "port in every process"
             )
-        if self.grpc_port == self.http_port != 0:
+        self._check_ports()
+        if "{" in self.key_prefix or "}" in self.key_prefix:
             raise ConfigurationError(
-                f"--grpc-port and --http-port are both {self.grpc_port}; give them different ports"
+                f"--key-prefix {self.key_prefix!r} must not hold '{{' or '}}': every key's "
+                "own part goes between braces (its Redis Cluster hash tag)"
             )
         self._check_transport()
         if self.loop == "uvloop" and not uvloop_installed():
             raise ConfigurationError(
                 "--loop uvloop: the uvloop package is not installed; pip install uvloop "
                 "('ratewarden[server]' brings it on Linux and macOS) or use --loop asyncio"
+            )
+
+    def _check_ports(self) -> None:
+        ports = [("--grpc-port", self.grpc_port), ("--http-port", self.http_port)]
+        if self.debug_port is not None:
+            ports.append(("--debug-port", self.debug_port))
+        for index, (flag, port) in enumerate(ports):
+            for other, other_port in ports[index + 1 :]:
+                if port == other_port != 0:
+                    raise ConfigurationError(
+                        f"{flag} and {other} are both {port}; give them different ports"
+                    )
+        if self.workers > 1 and self.debug_port == 0:
+            raise ConfigurationError(
+                f"{self.workers} workers need a fixed --debug-port to share; port 0 picks a "
+                "different port in every process"
             )
 
     def _check_tls(self) -> None:
@@ -194,4 +224,6 @@ def resolve(flags: Mapping[str, Any], environ: Mapping[str, str]) -> Settings:
 
     Raises ``ConfigurationError`` naming the flag or variable whose value is wrong.
     """
-    return Settings(**read(flags, environ))
+    values = read(flags, environ)
+    values.setdefault("config_paths", ())
+    return Settings(**values)

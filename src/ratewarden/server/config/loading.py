@@ -2,8 +2,11 @@
 
 Each file is read by a ``FileReader`` (``reader.py``); here the files of a
 directory are found, read from disk, and their domains put together, a domain
-defined twice being a problem like any other. The problems of every file are
-raised together, as one ``ConfigError``.
+defined twice being a problem like any other, unless ``merge_domains`` is set
+(envoyproxy/ratelimit's ``MERGE_DOMAIN_CONFIG``): then the later file's
+descriptors join the domain's top level, in file order, and a descriptor both
+files define is the problem. The problems of every file are raised together, as
+one ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -12,7 +15,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import MappingProxyType
 
-from ratewarden.server.config.model import ConfigError, ConfigProblem, DomainConfig, RateLimitConfig
+from ratewarden.server.config.model import (
+    ConfigError,
+    ConfigProblem,
+    DomainConfig,
+    Level,
+    Node,
+    RateLimitConfig,
+)
 from ratewarden.server.config.reader import FileReader
 
 __all__ = ["load", "loads"]
@@ -20,8 +30,14 @@ __all__ = ["load", "loads"]
 _YAML_SUFFIXES = (".yaml", ".yml")
 
 
-def load(paths: Sequence[str | Path] | str | Path) -> RateLimitConfig:
-    """Load config files and directories; raise ``ConfigError`` with every problem."""
+def load(
+    paths: Sequence[str | Path] | str | Path, *, merge_domains: bool = False
+) -> RateLimitConfig:
+    """Load config files and directories; raise ``ConfigError`` with every problem.
+
+    ``merge_domains``: a domain several files name is one domain with the
+    descriptors of all of them (otherwise the second file is a problem).
+    """
     if isinstance(paths, str | Path):
         paths = [paths]
     problems: list[ConfigProblem] = []
@@ -36,7 +52,7 @@ def load(paths: Sequence[str | Path] | str | Path) -> RateLimitConfig:
                 files.append((str(file), file.read_text(encoding="utf-8")))
             except (OSError, UnicodeDecodeError) as exc:
                 problems.append(ConfigProblem(str(file), 0, "file", f"cannot read it: {exc}"))
-    return _build(files, problems)
+    return _build(files, problems, merge_domains)
 
 
 def loads(text: str, name: str = "<string>") -> RateLimitConfig:
@@ -62,13 +78,17 @@ def _files(path: Path, problems: list[ConfigProblem]) -> list[Path]:
     return [path]
 
 
-def _build(files: Sequence[tuple[str, str]], problems: list[ConfigProblem]) -> RateLimitConfig:
+def _build(
+    files: Sequence[tuple[str, str]], problems: list[ConfigProblem], merge_domains: bool = False
+) -> RateLimitConfig:
     domains: dict[str, DomainConfig] = {}
     for name, text in files:
         first = len(problems)
         domain = FileReader(name, problems).read(text)
         previous = None if domain is None else domains.get(domain.name)
-        if domain is not None and previous is not None:
+        if domain is not None and previous is not None and merge_domains:
+            domains[domain.name] = _merged(previous, domain, name, problems)
+        elif domain is not None and previous is not None:
             line = int(domain.source.rsplit(":", 1)[1])
             problems.append(
                 ConfigProblem(
@@ -85,3 +105,48 @@ def _build(files: Sequence[tuple[str, str]], problems: list[ConfigProblem]) -> R
     if problems:
         raise ConfigError(problems)
     return RateLimitConfig(MappingProxyType(domains), tuple(name for name, _ in files))
+
+
+def _merged(
+    first: DomainConfig, second: DomainConfig, name: str, problems: list[ConfigProblem]
+) -> DomainConfig:
+    """``first`` with ``second``'s top-level descriptors after its own (MERGE_DOMAIN_CONFIG).
+
+    A descriptor (key and value) both define is a problem, as it is within one file.
+    """
+    exact = dict(first.root.exact)
+    wildcards = {key: list(nodes) for key, nodes in first.root.wildcards.items()}
+    keys = dict(first.root.keys)
+    seen = {(node.key, node.value): node.source for node in first.root.nodes}
+    nodes: list[Node] = list(first.root.nodes)
+    for node in second.root.nodes:
+        ident = (node.key, node.value)
+        if ident in seen:
+            line = int(node.source.rsplit(":", 1)[1]) if ":" in node.source else 0
+            shown = f"{node.key}_{node.value}" if node.value else node.key
+            problems.append(
+                ConfigProblem(
+                    name,
+                    line,
+                    "key",
+                    f"duplicate descriptor '{second.name}.{shown}' in the merged domain "
+                    f"(first at {seen[ident]}); keep it in one file",
+                )
+            )
+            continue
+        seen[ident] = node.source
+        nodes.append(node)
+        if node.pattern is not None:
+            wildcards.setdefault(node.key, []).append(node)
+        elif node.value:
+            exact[ident] = node
+        else:
+            keys[node.key] = node
+    root = Level(
+        MappingProxyType(exact),
+        MappingProxyType({key: tuple(found) for key, found in wildcards.items()}),
+        MappingProxyType(keys),
+        tuple(nodes),
+    )
+    # With a duplicate the whole load fails, so what the tree keeps then does not matter.
+    return DomainConfig(first.name, first.source, root, first.rules + second.rules)
