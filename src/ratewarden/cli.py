@@ -17,6 +17,7 @@ line each, never a traceback.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -125,9 +126,15 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigurationError as exc:
         print(f"ratewarden serve: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    from ratewarden.server import app, config, process
+    from ratewarden.server import app, config, process, upstream_env
 
     app.configure_logging(chosen.log_level, chosen.log_format)
+    unused = upstream_env.no_effect(os.environ)
+    if unused:
+        logging.getLogger("ratewarden.server").info(
+            "envoyproxy/ratelimit settings that change nothing here (docs/envoy.md says why)",
+            extra={"event": "upstream_settings_without_effect", "settings": list(unused)},
+        )
     try:
         return process.run(chosen)
     except config.ConfigError as exc:

@@ -1,4 +1,5 @@
-"""Settings of ``ratewarden serve``: a flag wins over its environment variable, then the default.
+"""Settings of ``ratewarden serve``: a flag, else its variable, else envoyproxy/ratelimit's, else
+the default.
 
 Every option has one flag and one ``RATEWARDEN_*`` variable (the table is
 ``OPTIONS``, in ``server/options.py`` with the parsers). Flags and variables
@@ -39,6 +40,9 @@ from::
     --key-prefix P         RATEWARDEN_KEY_PREFIX      rw
     --store-timeout S      RATEWARDEN_STORE_TIMEOUT   0.02
 
+Under the ``RATEWARDEN_*`` variables come envoyproxy/ratelimit's own (``PORT``,
+``REDIS_URL``, ``RUNTIME_ROOT``...): ``server/upstream_env.py`` reads them.
+
 Secrets stay out of output: ``repr(settings)`` and every error message show the
 store URL with its password replaced by ``***`` (``redacted``, in
 ``server/store_url.py``). Here: ``Settings``, the values and their checks, and
@@ -56,6 +60,7 @@ from ratewarden.errors import ConfigurationError
 
 # OPTIONS, Option, redacted and store_scheme live beside what they serve and are
 # re-exported here, where callers have always imported them from (__all__).
+from ratewarden.server import upstream_env
 from ratewarden.server.options import OPTIONS, Option, read
 from ratewarden.server.store_url import redacted, store_scheme
 
@@ -121,7 +126,8 @@ class Settings:
         self._check_tls()
         if not self.config_paths:
             raise ConfigurationError(
-                "no config given: pass --config PATH (a file or directory) or set RATEWARDEN_CONFIG"
+                "no config given: pass --config PATH (a file or directory), or set "
+                "RATEWARDEN_CONFIG or envoyproxy/ratelimit's RUNTIME_ROOT"
             )
         if not store_scheme(self.store_url):
             raise ConfigurationError(
@@ -222,8 +228,11 @@ class Settings:
 def resolve(flags: Mapping[str, Any], environ: Mapping[str, str]) -> Settings:
     """Build ``Settings`` from parsed flags (``None`` = not given) over ``environ``.
 
-    Raises ``ConfigurationError`` naming the flag or variable whose value is wrong.
+    A flag wins over its ``RATEWARDEN_*`` variable, which wins over the
+    envoyproxy/ratelimit variable of the same setting (``upstream_env``), which
+    wins over the default. Raises ``ConfigurationError`` naming the flag or
+    variable whose value is wrong.
     """
-    values = read(flags, environ)
+    values = {**upstream_env.read(environ), **read(flags, environ)}
     values.setdefault("config_paths", ())
     return Settings(**values)

@@ -1,0 +1,167 @@
+"""envoyproxy/ratelimit's environment settings, read as ``ratewarden serve`` settings.
+
+A platform replacing the upstream container keeps its environment: ``PORT``,
+``REDIS_URL``, ``RUNTIME_ROOT`` and the rest. ``read(environ)`` turns the
+upstream variables that are set into values of ``Settings`` fields, with the
+upstream meaning; ``settings.resolve`` puts them under ratewarden's own flags and
+``RATEWARDEN_*`` variables, so those win where both are given. An upstream
+variable that is not set leaves ratewarden's default (docs/envoy.md lists where
+the two differ), except where a set variable needs an unset sibling's upstream
+default to mean what it means upstream (``RUNTIME_SUBDIRECTORY`` under the default
+``RUNTIME_ROOT``, ``REDIS_URL`` over the default ``REDIS_SOCKET_TYPE``).
+
+Every upstream setting is in ``UPSTREAM`` (``upstream_settings``) with its
+default and its role: ``mapped`` (turned into a ratewarden setting here, the
+Redis ones by ``upstream_redis``), ``no_effect`` (checked, and logged at start)
+or ``refused`` (the start stops with a message naming it and what to use instead).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.server import upstream_redis
+from ratewarden.server.upstream_settings import UPSTREAM, Upstream, given, no_effect, value_of
+
+__all__ = ["BYTES_PER_CACHED_COUNTER", "UPSTREAM", "Upstream", "no_effect", "read"]
+
+
+def read(environ: Mapping[str, str]) -> dict[str, Any]:
+    """``Settings`` field values from the upstream variables set in ``environ``.
+
+    Raises ``ConfigurationError`` naming the variable and its value when a value
+    is bad or cannot be honoured.
+    """
+    values = given(environ)
+    out: dict[str, Any] = {}
+    for reader in (_listening, _logging, _runtime, _switches, _tls):
+        out.update(reader(values))
+    resolved = {name: value_of(values, name) for name in upstream_redis.REDIS_SETTINGS}
+    out.update(upstream_redis.store(values, resolved))
+    return out
+
+
+def _port(values: Mapping[str, Any], name: str) -> int:
+    port = int(value_of(values, name))
+    if not 0 <= port <= 65535:
+        raise ConfigurationError(f"{name}={port!r}: must be a port number from 0 to 65535")
+    return port
+
+
+def _listening(values: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, field in (("HOST", "host"), ("GRPC_HOST", "grpc_host")):
+        if name in values:
+            out[field] = values[name].strip()
+    for name, field in (("PORT", "http_port"), ("GRPC_PORT", "grpc_port")):
+        if name in values:
+            out[field] = _port(values, name)
+    if "DEBUG_PORT" in values or "DEBUG_HOST" in values:
+        out["debug_port"] = _port(values, "DEBUG_PORT")
+    if "DEBUG_HOST" in values:
+        out["debug_host"] = values["DEBUG_HOST"].strip()
+    return out
+
+
+#: logrus's levels and the nearest of ratewarden's.
+_LOG_LEVELS = {
+    "trace": "debug",
+    "debug": "debug",
+    "info": "info",
+    "warn": "warning",
+    "warning": "warning",
+    "error": "error",
+    "fatal": "error",
+    "panic": "error",
+}
+
+
+def _logging(values: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if "LOG_LEVEL" in values:
+        level = _LOG_LEVELS.get(values["LOG_LEVEL"])
+        if level is None:
+            raise ConfigurationError(
+                f"LOG_LEVEL={values['LOG_LEVEL']!r}: must be one of {', '.join(_LOG_LEVELS)}"
+            )
+        out["log_level"] = level
+    if "LOG_FORMAT" in values:
+        if values["LOG_FORMAT"] not in ("json", "text"):
+            raise ConfigurationError(f"LOG_FORMAT={values['LOG_FORMAT']!r}: must be json or text")
+        out["log_format"] = values["LOG_FORMAT"]
+    return out
+
+
+def _runtime(values: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    layout = ("RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY")
+    if any(name in values for name in layout):
+        parts = [str(value_of(values, name)).strip() for name in layout]
+        out["config_paths"] = (os.path.join(*parts),)
+    if "MERGE_DOMAIN_CONFIG" in values:
+        out["merge_domains"] = values["MERGE_DOMAIN_CONFIG"]
+    return out
+
+
+#: Bytes one remembered counter of the over-limit cache takes (measured with tracemalloc, a
+#: 60-character key: about 170 for the entry, 130 for the key, 100 for the denial), so that
+#: LOCAL_CACHE_SIZE_IN_BYTES keeps its meaning, a memory budget.
+BYTES_PER_CACHED_COUNTER = 400
+_MAX_CACHED_COUNTERS = 10_000_000
+
+
+def _switches(values: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if "LOCAL_CACHE_SIZE_IN_BYTES" in values:
+        size = values["LOCAL_CACHE_SIZE_IN_BYTES"]
+        if size < 0:
+            raise ConfigurationError(f"LOCAL_CACHE_SIZE_IN_BYTES={size!r}: must be 0 or more")
+        entries = -(-size // BYTES_PER_CACHED_COUNTER)  # any size above 0 keeps one at least
+        out["over_limit_cache"] = min(entries, _MAX_CACHED_COUNTERS)
+    if "NEAR_LIMIT_RATIO" in values:
+        ratio = values["NEAR_LIMIT_RATIO"]
+        if not 0.0 < ratio <= 1.0:
+            raise ConfigurationError(
+                f"NEAR_LIMIT_RATIO={ratio!r}: must be a number above 0 and at most 1"
+            )
+        out["near_limit_ratio"] = ratio
+    if "CACHE_KEY_PREFIX" in values:
+        prefix = values["CACHE_KEY_PREFIX"].strip()
+        if "{" in prefix or "}" in prefix:
+            raise ConfigurationError(
+                f"CACHE_KEY_PREFIX={prefix!r}: must not hold '{{' or '}}' (ratewarden puts "
+                "each key between braces for Redis Cluster)"
+            )
+        out["key_prefix"] = prefix
+    if "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT" in values:
+        out["charge_denied"] = not values["STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"]
+    if "SHADOW_MODE" in values:
+        out["shadow"] = values["SHADOW_MODE"]
+    if "LIMIT_RESPONSE_HEADERS_ENABLED" in values:
+        out["response_headers"] = "legacy" if values["LIMIT_RESPONSE_HEADERS_ENABLED"] else "off"
+    return out
+
+
+def _tls(values: Mapping[str, Any]) -> dict[str, Any]:
+    files = ("GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT")
+    if not value_of(values, "GRPC_SERVER_USE_TLS"):
+        for name in files:
+            if name in values:
+                raise ConfigurationError(
+                    f"{name} is set but GRPC_SERVER_USE_TLS is not true; set "
+                    "GRPC_SERVER_USE_TLS=true to serve gRPC over TLS, or unset it"
+                )
+        return {}
+    for name in files[:2]:
+        if name not in values:
+            raise ConfigurationError(
+                f"GRPC_SERVER_USE_TLS is true but {name} is not set; TLS needs the "
+                "certificate (GRPC_SERVER_TLS_CERT) and its key (GRPC_SERVER_TLS_KEY)"
+            )
+    out = {"tls_cert": values["GRPC_SERVER_TLS_CERT"], "tls_key": values["GRPC_SERVER_TLS_KEY"]}
+    if "GRPC_CLIENT_TLS_CACERT" in values:
+        out["tls_client_ca"] = values["GRPC_CLIENT_TLS_CACERT"]
+    return out

@@ -1,0 +1,345 @@
+"""envoyproxy/ratelimit's settings, as its src/settings/settings.go lists them: ``UPSTREAM``.
+
+Each variable has upstream's default, the parser upstream's type needs (Go
+booleans, integers, durations) and one of three roles: ``mapped`` to a ratewarden
+setting (by ``upstream_env``), ``no_effect`` (a tuning knob of upstream's
+internals: checked, and named in the start's log line by ``no_effect``) or
+``refused`` (any value but ``allowed`` stops the start: ``given`` raises a
+``ConfigurationError`` naming the variable, its value and what to use instead).
+An empty value counts as not set.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ratewarden.errors import ConfigurationError
+
+__all__ = ["UPSTREAM", "Upstream", "given", "no_effect", "value_of"]
+
+
+def go_bool(text: str) -> bool:
+    """``strconv.ParseBool``: 1, t, true / 0, f, false, any case."""
+    lowered = text.strip().lower()
+    if lowered in ("1", "t", "true"):
+        return True
+    if lowered in ("0", "f", "false"):
+        return False
+    raise ConfigurationError("must be true or false (or 1, t, 0, f)")
+
+
+def go_int(text: str) -> int:
+    try:
+        return int(text.strip(), 10)
+    except ValueError:
+        raise ConfigurationError("must be a whole number") from None
+
+
+def go_float(text: str) -> float:
+    try:
+        return float(text.strip())
+    except ValueError:
+        raise ConfigurationError("must be a number") from None
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def go_duration(text: str) -> float:
+    """``time.ParseDuration`` in seconds: ``10s``, ``500ms``, ``1h30m``, ``0``."""
+    body = text.strip()
+    if body == "0":
+        return 0.0
+    parts = list(_DURATION_PART.finditer(body))
+    if not parts or "".join(part.group(0) for part in parts) != body:
+        raise ConfigurationError("must be a duration such as 10s, 500ms or 1m30s")
+    return sum(float(part.group(1)) * _UNIT_S[part.group(2)] for part in parts)
+
+
+def go_text(text: str) -> str:
+    return text
+
+
+def lowered(text: str) -> str:
+    return text.strip().lower()
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """One upstream variable: its default, how to read it, and what ratewarden does with it.
+
+    ``allowed``: for a ``refused`` setting, the values that are accepted (read
+    with ``parse``); ``advice`` says why it is refused or has no effect, and what
+    to use instead.
+    """
+
+    default: str
+    parse: Callable[[str], Any]
+    role: str  # "mapped", "no_effect" or "refused"
+    advice: str = ""
+    allowed: tuple[Any, ...] = ()
+
+
+def _mapped(default: str, parse: Callable[[str], Any] = go_text) -> Upstream:
+    return Upstream(default, parse, "mapped")
+
+
+def _no_effect(default: str, parse: Callable[[str], Any], advice: str) -> Upstream:
+    return Upstream(default, parse, "no_effect", advice)
+
+
+def _refused(default: str, parse: Callable[[str], Any], advice: str, *allowed: Any) -> Upstream:
+    return Upstream(default, parse, "refused", advice, allowed or (parse(default),))
+
+
+_STATSD = "StatsD output is not built; ratewarden's metrics are served at /metrics (Prometheus)"
+_PROMETHEUS = (
+    "ratewarden serves Prometheus metrics at /metrics on PORT (and on DEBUG_PORT); "
+    "point the scraper there"
+)
+_XDS = "ratewarden reads rules from files only; put them under RUNTIME_ROOT"
+_MEMCACHE = "ratewarden stores counters in memory or Redis only; use REDIS_URL or --store"
+_PERSECOND = (
+    "ratewarden keeps every limit, per-second ones too, in one store; unset it and let "
+    "REDIS_URL (or --store) hold them all"
+)
+_TRACING = "ratewarden does not export traces; unset it"
+_POOL = "ratewarden's Redis client opens connections as calls need them"
+_PIPELINE = "ratewarden already sends the decisions of calls in flight together"
+
+#: Every setting of envoyproxy/ratelimit's src/settings/settings.go, by variable.
+UPSTREAM: dict[str, Upstream] = {
+    # listening
+    "HOST": _mapped("0.0.0.0"),
+    "PORT": _mapped("8080", go_int),
+    "GRPC_HOST": _mapped("0.0.0.0"),
+    "GRPC_PORT": _mapped("8081", go_int),
+    "DEBUG_HOST": _mapped("0.0.0.0"),
+    "DEBUG_PORT": _mapped("6070", go_int),
+    "GRPC_UDS": _refused(
+        "",
+        go_text,
+        "neither gRPC transport of ratewarden listens on a Unix socket; unset it and "
+        "point Envoy at GRPC_HOST:GRPC_PORT",
+    ),
+    "GRPC_MAX_CONNECTION_AGE": _refused(
+        "24h", go_duration, "ratewarden's gRPC server closes no connection by its age"
+    ),
+    "GRPC_MAX_CONNECTION_AGE_GRACE": _refused(
+        "1h", go_duration, "ratewarden's gRPC server closes no connection by its age"
+    ),
+    # TLS of the gRPC port
+    "GRPC_SERVER_USE_TLS": _mapped("false", go_bool),
+    "GRPC_SERVER_TLS_CERT": _mapped(""),
+    "GRPC_SERVER_TLS_KEY": _mapped(""),
+    "GRPC_CLIENT_TLS_CACERT": _mapped(""),
+    "GRPC_CLIENT_TLS_SAN": _refused(
+        "",
+        go_text,
+        "ratewarden checks that a client certificate was signed by GRPC_CLIENT_TLS_CACERT "
+        "but cannot require a subject alternative name; issue the clients' certificates "
+        "from a CA of their own",
+    ),
+    # logging
+    "LOG_LEVEL": _mapped("WARN", lowered),
+    "LOG_FORMAT": _mapped("text", lowered),
+    # where the rules come from
+    "CONFIG_TYPE": _refused("FILE", str.upper, _XDS),
+    "FORCE_START_WITHOUT_INITIAL_CONFIG": _refused(
+        "false", go_bool, "ratewarden starts only with rules loaded; give it a rule file"
+    ),
+    **{
+        name: _refused(default, parse, _XDS)
+        for name, default, parse in (
+            ("CONFIG_GRPC_XDS_NODE_ID", "default", go_text),
+            ("CONFIG_GRPC_XDS_NODE_METADATA", "", go_text),
+            ("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000", go_text),
+            ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "3s", go_duration),
+            ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "", go_text),
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "false", go_bool),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "", go_text),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "", go_text),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "", go_text),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "", go_text),
+            ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "10s", go_duration),
+            ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "60s", go_duration),
+            ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.5", go_float),
+            ("XDS_CLIENT_BACKOFF_JITTER", "true", go_bool),
+            ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "0", go_int),
+        )
+    },
+    # stats
+    "USE_STATSD": _refused("true", go_bool, _STATSD, False),
+    "USE_DOG_STATSD": _refused("false", go_bool, _STATSD),
+    "USE_DOG_STATSD_MOGRIFIERS": _refused("", go_text, _STATSD),
+    "STATSD_HOST": _refused("localhost", go_text, _STATSD),
+    "STATSD_PORT": _refused("8125", go_int, _STATSD),
+    "EXTRA_TAGS": _refused("", go_text, _STATSD),
+    "STATS_FLUSH_INTERVAL": _refused("10s", go_duration, _STATSD),
+    "DISABLE_STATS": _no_effect(
+        "false", go_bool, "ratewarden sends stats nowhere; /metrics answers when scraped"
+    ),
+    "USE_PROMETHEUS": _refused("false", go_bool, _PROMETHEUS),
+    "PROMETHEUS_ADDR": _refused(":9090", go_text, _PROMETHEUS),
+    "PROMETHEUS_PATH": _refused("/metrics", go_text, _PROMETHEUS),
+    "PROMETHEUS_MAPPER_YAML": _refused("", go_text, _PROMETHEUS),
+    "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": _refused("false", go_bool, _PROMETHEUS),
+    # the runtime directory
+    "RUNTIME_ROOT": _mapped("/srv/runtime_data/current"),
+    "RUNTIME_SUBDIRECTORY": _mapped(""),
+    "RUNTIME_APPDIRECTORY": _mapped("config"),
+    "RUNTIME_IGNOREDOTFILES": _no_effect(
+        "false", go_bool, "ratewarden always skips hidden files (names starting with a dot)"
+    ),
+    "RUNTIME_WATCH_ROOT": _no_effect(
+        "true",
+        go_bool,
+        "ratewarden polls the rule directory through any symlink, so both a swapped "
+        "RUNTIME_ROOT link and files changed in place are reloaded",
+    ),
+    "MERGE_DOMAIN_CONFIG": _mapped("false", go_bool),
+    # the cache and charging switches
+    "EXPIRATION_JITTER_MAX_SECONDS": _no_effect(
+        "300", go_int, "ratewarden's counters expire when their window ends, unjittered"
+    ),
+    "LOCAL_CACHE_SIZE_IN_BYTES": _mapped("0", go_int),
+    "NEAR_LIMIT_RATIO": _mapped("0.8", go_float),
+    "CACHE_KEY_PREFIX": _mapped(""),
+    "BACKEND_TYPE": _mapped("redis", lowered),
+    "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": _mapped("false", go_bool),
+    "LIMIT_RESPONSE_HEADERS_ENABLED": _mapped("false", go_bool),
+    "LIMIT_LIMIT_HEADER": _refused(
+        "RateLimit-Limit", go_text, "ratewarden writes the header as RateLimit-Limit"
+    ),
+    "LIMIT_REMAINING_HEADER": _refused(
+        "RateLimit-Remaining", go_text, "ratewarden writes the header as RateLimit-Remaining"
+    ),
+    "LIMIT_RESET_HEADER": _refused(
+        "RateLimit-Reset", go_text, "ratewarden writes the header as RateLimit-Reset"
+    ),
+    "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": _no_effect(
+        "false",
+        go_bool,
+        "ratewarden never serves without rules: it starts only once a config is loaded",
+    ),
+    "SHADOW_MODE": _mapped("false", go_bool),
+    "QUOTA_MODE": _refused(
+        "false", go_bool, "global quota mode is not built; mark rules quota_mode: true"
+    ),
+    "RESPONSE_DYNAMIC_METADATA": _refused(
+        "false", go_bool, "ratewarden sends no dynamic metadata with its answers"
+    ),
+    # Redis (turned into a store URL by upstream_redis)
+    "REDIS_SOCKET_TYPE": _mapped("unix", lowered),
+    "REDIS_TYPE": _mapped("SINGLE", lowered),
+    "REDIS_URL": _mapped("/var/run/nutcracker/ratelimit.sock"),
+    "REDIS_AUTH": _mapped(""),
+    "REDIS_SENTINEL_AUTH": _mapped(""),
+    "REDIS_TLS": _mapped("false", go_bool),
+    "REDIS_TLS_CLIENT_CERT": _mapped(""),
+    "REDIS_TLS_CLIENT_KEY": _mapped(""),
+    "REDIS_TLS_CACERT": _mapped(""),
+    "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": _mapped("false", go_bool),
+    "REDIS_TIMEOUT": _mapped("10s", go_duration),
+    "REDIS_POOL_SIZE": _no_effect("10", go_int, _POOL),
+    "REDIS_POOL_ON_EMPTY_BEHAVIOR": _refused(
+        "WAIT", str.upper, "upstream itself supports only WAIT; remove the setting"
+    ),
+    "REDIS_PIPELINE_WINDOW": _no_effect("0", go_duration, _PIPELINE),
+    "REDIS_PIPELINE_LIMIT": _no_effect("0", go_int, _PIPELINE),
+    "REDIS_CLUSTER_PIPELINE_PARALLELISM": _no_effect("1", go_int, _PIPELINE),
+    "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": _no_effect(
+        "false", go_bool, "ratewarden's health pings the store every --health-interval seconds"
+    ),
+    "REDIS_STARTUP_INITIAL_INTERVAL": _no_effect(
+        "1s", go_duration, "ratewarden starts without waiting for Redis and reports health"
+    ),
+    "REDIS_STARTUP_MAX_INTERVAL": _no_effect(
+        "30s", go_duration, "ratewarden starts without waiting for Redis and reports health"
+    ),
+    "REDIS_STARTUP_MAX_ELAPSED_TIME": _no_effect(
+        "0", go_duration, "ratewarden starts without waiting for Redis and reports health"
+    ),
+    **{
+        name: _refused(default, parse, _PERSECOND)
+        for name, default, parse in (
+            ("REDIS_PERSECOND", "false", go_bool),
+            ("REDIS_PERSECOND_SOCKET_TYPE", "unix", lowered),
+            ("REDIS_PERSECOND_TYPE", "SINGLE", str.upper),
+            ("REDIS_PERSECOND_URL", "/var/run/nutcracker/ratelimitpersecond.sock", go_text),
+            ("REDIS_PERSECOND_POOL_SIZE", "10", go_int),
+            ("REDIS_PERSECOND_AUTH", "", go_text),
+            ("REDIS_PERSECOND_TLS", "false", go_bool),
+            ("REDIS_PERSECOND_SENTINEL_AUTH", "", go_text),
+            ("REDIS_PERSECOND_PIPELINE_WINDOW", "0", go_duration),
+            ("REDIS_PERSECOND_PIPELINE_LIMIT", "0", go_int),
+            ("REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "1", go_int),
+            ("REDIS_PERSECOND_TIMEOUT", "10s", go_duration),
+            ("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "WAIT", str.upper),
+        )
+    },
+    # memcache
+    **{
+        name: _refused(default, parse, _MEMCACHE)
+        for name, default, parse in (
+            ("MEMCACHE_HOST_PORT", "", go_text),
+            ("MEMCACHE_MAX_IDLE_CONNS", "2", go_int),
+            ("MEMCACHE_SRV", "", go_text),
+            ("MEMCACHE_SRV_REFRESH", "0", go_duration),
+            ("MEMCACHE_TLS", "false", go_bool),
+            ("MEMCACHE_TLS_CLIENT_CERT", "", go_text),
+            ("MEMCACHE_TLS_CLIENT_KEY", "", go_text),
+            ("MEMCACHE_TLS_CACERT", "", go_text),
+            ("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", "false", go_bool),
+        )
+    },
+    # tracing
+    "TRACING_ENABLED": _refused("false", go_bool, _TRACING),
+    **{
+        name: _refused(default, parse, _TRACING)
+        for name, default, parse in (
+            ("TRACING_SERVICE_NAME", "RateLimit", go_text),
+            ("TRACING_SERVICE_NAMESPACE", "", go_text),
+            ("TRACING_SERVICE_INSTANCE_ID", "", go_text),
+            ("TRACING_EXPORTER_PROTOCOL", "http", go_text),
+            ("TRACING_SAMPLING_RATE", "1", go_float),
+        )
+    },
+}
+
+
+def given(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The upstream variables set in ``environ`` (not empty), read; refusals raised."""
+    values: dict[str, Any] = {}
+    for name, setting in UPSTREAM.items():
+        raw = environ.get(name, "")
+        if not raw.strip():
+            continue
+        try:
+            value = setting.parse(raw)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{name}={raw!r}: {exc}") from None
+        if setting.role == "refused" and value not in setting.allowed:
+            raise ConfigurationError(f"{name}={raw!r} cannot be honoured: {setting.advice}")
+        values[name] = value
+    return values
+
+
+def no_effect(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The ``no_effect`` upstream variables set in ``environ``, for the start's log line."""
+    return tuple(
+        name
+        for name, setting in UPSTREAM.items()
+        if setting.role == "no_effect" and environ.get(name, "").strip()
+    )
+
+
+def value_of(values: Mapping[str, Any], name: str) -> Any:
+    """``name``'s value as given, else upstream's default for it."""
+    if name in values:
+        return values[name]
+    return UPSTREAM[name].parse(UPSTREAM[name].default)

@@ -1,0 +1,305 @@
+"""envoyproxy/ratelimit's environment settings configure `ratewarden serve` (issue 19, item 1)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.server import upstream_env
+from ratewarden.server.settings import Settings, resolve
+
+CONFIG = {"config_paths": ["rules.yaml"]}
+
+
+def settings(**environ: str) -> Settings:
+    return resolve(CONFIG, environ)
+
+
+def test_upstream_docker_compose_environment_names_ports_store_rules_and_logging() -> None:
+    """The upstream docker-compose environment alone, no RATEWARDEN_* setting: every part read."""
+    environ = {
+        "USE_STATSD": "false",
+        "LOG_LEVEL": "debug",
+        "REDIS_SOCKET_TYPE": "tcp",
+        "REDIS_URL": "redis:6379",
+        "RUNTIME_ROOT": "/data",
+        "RUNTIME_SUBDIRECTORY": "ratelimit",
+        "PORT": "8080",
+        "GRPC_PORT": "8081",
+        "DEBUG_PORT": "6070",
+    }
+    chosen = resolve({}, environ)
+    assert chosen.config_paths == (os.path.join("/data", "ratelimit", "config"),)
+    assert chosen.store_url == "redis://redis:6379/0"
+    assert (chosen.http_port, chosen.grpc_port, chosen.debug_port) == (8080, 8081, 6070)
+    assert chosen.log_level == "debug"
+
+
+def test_nothing_upstream_set_leaves_ratewarden_defaults() -> None:
+    """Without upstream variables the settings are ratewarden's own defaults."""
+    assert settings() == Settings(config_paths=("rules.yaml",))
+
+
+def test_flags_win_over_ratewarden_variables_which_win_over_upstream_ones() -> None:
+    """flag > RATEWARDEN_* > upstream variable > default, setting by setting."""
+    environ = {"PORT": "7000", "GRPC_PORT": "7001", "RATEWARDEN_GRPC_PORT": "9001"}
+    chosen = resolve({**CONFIG, "http_port": "9000"}, environ)
+    assert (chosen.http_port, chosen.grpc_port) == (9000, 9001)
+    assert resolve(CONFIG, {"PORT": "7000"}).http_port == 7000
+
+
+def test_ratewarden_config_wins_over_the_runtime_layout() -> None:
+    """--config (or RATEWARDEN_CONFIG) replaces RUNTIME_ROOT's directory."""
+    environ = {"RUNTIME_ROOT": "/data", "RATEWARDEN_CONFIG": "mine.yaml"}
+    assert resolve({}, environ).config_paths == ("mine.yaml",)
+    assert resolve({"config_paths": ["flag.yaml"]}, environ).config_paths == ("flag.yaml",)
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({"RUNTIME_ROOT": "/srv/rt"}, "/srv/rt/config"),
+        ({"RUNTIME_SUBDIRECTORY": "ratelimit"}, "/srv/runtime_data/current/ratelimit/config"),
+        ({"RUNTIME_ROOT": "/d", "RUNTIME_APPDIRECTORY": "rules"}, "/d/rules"),
+        (
+            {"RUNTIME_ROOT": "/d", "RUNTIME_SUBDIRECTORY": "s", "RUNTIME_APPDIRECTORY": "a"},
+            "/d/s/a",
+        ),
+    ],
+)
+def test_runtime_layout_is_root_subdirectory_appdirectory_with_upstream_defaults(
+    environ: dict[str, str], expected: str
+) -> None:
+    """Rules are read from RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, as upstream."""
+    assert resolve({}, environ).config_paths == (expected,)
+
+
+def test_listening_hosts_ports_and_the_debug_port() -> None:
+    """HOST binds HTTP, GRPC_HOST gRPC, DEBUG_HOST:DEBUG_PORT the debug port."""
+    chosen = settings(HOST="0.0.0.0", GRPC_HOST="::1", DEBUG_HOST="127.0.0.2", DEBUG_PORT="6071")
+    assert (chosen.host, chosen.grpc_host) == ("0.0.0.0", "::1")
+    assert (chosen.debug_host, chosen.debug_port) == ("127.0.0.2", 6071)
+    assert settings(DEBUG_HOST="127.0.0.2").debug_port == 6070  # upstream's default port
+    assert settings().debug_port is None
+
+
+@pytest.mark.parametrize(
+    ("level", "expected"),
+    [
+        ("trace", "debug"),
+        ("DEBUG", "debug"),
+        ("info", "info"),
+        ("WARN", "warning"),
+        ("warning", "warning"),
+        ("error", "error"),
+        ("fatal", "error"),
+        ("panic", "error"),
+    ],
+)
+def test_log_level_takes_logrus_levels(level: str, expected: str) -> None:
+    """Every logrus level upstream accepts maps to the nearest of ratewarden's."""
+    assert settings(LOG_LEVEL=level).log_level == expected
+
+
+def test_log_format_json_or_text() -> None:
+    """LOG_FORMAT json or text, any case."""
+    assert settings(LOG_FORMAT="JSON").log_format == "json"
+    assert settings(LOG_FORMAT="text").log_format == "text"
+
+
+@pytest.mark.parametrize(
+    ("environ", "url"),
+    [
+        ({"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379"}, "redis://redis:6379/0"),
+        ({"REDIS_URL": "/run/redis.sock"}, "unix:///run/redis.sock"),
+        ({"BACKEND_TYPE": "redis"}, "unix:///var/run/nutcracker/ratelimit.sock"),
+        (
+            {"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "REDIS_AUTH": "p@ss"},
+            "redis://:p%40ss@r:6379/0",
+        ),
+        (
+            {"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "REDIS_AUTH": "user:pw"},
+            "redis://user:pw@r:6379/0",
+        ),
+        (
+            {
+                "REDIS_SOCKET_TYPE": "tcp",
+                "REDIS_URL": "r:6380",
+                "REDIS_TLS": "true",
+                "REDIS_TLS_CACERT": "/ca.pem",
+                "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true",
+            },
+            "rediss://r:6380/0?ssl_ca_certs=%2Fca.pem&ssl_check_hostname=false",
+        ),
+        (
+            {"REDIS_TYPE": "cluster", "REDIS_URL": "a:7000,b:7001", "REDIS_AUTH": "pw"},
+            "redis+cluster://:pw@a:7000,b:7001",
+        ),
+        (
+            {
+                "REDIS_TYPE": "SENTINEL",
+                "REDIS_URL": "mymaster,s1:26379,s2:26379",
+                "REDIS_SENTINEL_AUTH": "sentinelpw",
+                "REDIS_TLS": "1",
+            },
+            "rediss+sentinel://s1:26379,s2:26379/mymaster?sentinel_password=sentinelpw",
+        ),
+    ],
+)
+def test_redis_settings_become_the_store_url(environ: dict[str, str], url: str) -> None:
+    """REDIS_TYPE, REDIS_SOCKET_TYPE, REDIS_URL, REDIS_AUTH and REDIS_TLS* make one store URL."""
+    assert settings(**environ).store_url == url
+
+
+def test_redis_timeout_and_cache_key_prefix_reach_the_store() -> None:
+    """REDIS_TIMEOUT (a Go duration) is the store's timeout; CACHE_KEY_PREFIX its key prefix."""
+    chosen = settings(REDIS_TIMEOUT="250ms", CACHE_KEY_PREFIX="edge_")
+    assert (chosen.store_timeout, chosen.key_prefix) == (0.25, "edge_")
+    assert chosen.store_url.startswith("unix://")  # REDIS_TIMEOUT alone means upstream's Redis
+
+
+def test_cache_and_charging_switches() -> None:
+    """NEAR_LIMIT_RATIO, SHADOW_MODE, STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, the headers."""
+    chosen = settings(
+        NEAR_LIMIT_RATIO="0.9",
+        SHADOW_MODE="true",
+        LIMIT_RESPONSE_HEADERS_ENABLED="true",
+        MERGE_DOMAIN_CONFIG="true",
+    )
+    assert chosen.near_limit_ratio == pytest.approx(0.9)
+    assert chosen.shadow and chosen.merge_domains
+    assert chosen.response_headers == "legacy"
+    # Upstream charges every descriptor unless told to stop: the opposite switch here.
+    assert settings(STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT="false").charge_denied
+    assert not settings(STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT="true").charge_denied
+
+
+@pytest.mark.parametrize(
+    ("size", "entries"), [("0", 0), ("1", 1), ("400", 1), ("401", 2), ("1048576", 2622)]
+)
+def test_local_cache_bytes_become_over_limit_cache_entries(size: str, entries: int) -> None:
+    """LOCAL_CACHE_SIZE_IN_BYTES / 400 bytes per counter, rounded up; 0 turns the cache off."""
+    assert upstream_env.BYTES_PER_CACHED_COUNTER == 400
+    assert settings(LOCAL_CACHE_SIZE_IN_BYTES=size).over_limit_cache == entries
+
+
+def test_grpc_server_tls_settings() -> None:
+    """GRPC_SERVER_USE_TLS with its certificate, key and the client CA (mutual TLS)."""
+    chosen = settings(
+        GRPC_SERVER_USE_TLS="true",
+        GRPC_SERVER_TLS_CERT="/c.pem",
+        GRPC_SERVER_TLS_KEY="/k.pem",
+        GRPC_CLIENT_TLS_CACERT="/ca.pem",
+        RATEWARDEN_TRANSPORT="grpcio",
+    )
+    assert (chosen.tls_cert, chosen.tls_key, chosen.tls_client_ca) == (
+        "/c.pem",
+        "/k.pem",
+        "/ca.pem",
+    )
+    with pytest.raises(ConfigurationError, match="GRPC_SERVER_TLS_KEY is not set"):
+        settings(GRPC_SERVER_USE_TLS="true", GRPC_SERVER_TLS_CERT="/c.pem")
+    with pytest.raises(ConfigurationError, match="GRPC_SERVER_USE_TLS is not true"):
+        settings(GRPC_SERVER_TLS_CERT="/c.pem")
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("PORT", "http", r"PORT='http': must be a whole number"),
+        ("GRPC_PORT", "70000", "GRPC_PORT=70000: must be a port number"),
+        ("LOG_LEVEL", "verbose", "LOG_LEVEL='verbose': must be one of"),
+        ("LOG_FORMAT", "xml", "LOG_FORMAT='xml': must be json or text"),
+        ("SHADOW_MODE", "maybe", "SHADOW_MODE='maybe': must be true or false"),
+        ("REDIS_TIMEOUT", "10", "REDIS_TIMEOUT='10': must be a duration"),
+        ("REDIS_TIMEOUT", "0", "never waits on Redis without a bound"),
+        ("NEAR_LIMIT_RATIO", "1.5", "NEAR_LIMIT_RATIO=1.5: must be a number above 0"),
+        ("LOCAL_CACHE_SIZE_IN_BYTES", "-1", "must be 0 or more"),
+        ("CACHE_KEY_PREFIX", "a{b}", "must not hold"),
+        ("REDIS_TYPE", "ring", "REDIS_TYPE='ring': must be single, sentinel or cluster"),
+        ("REDIS_SOCKET_TYPE", "udp", "REDIS_SOCKET_TYPE='udp': must be tcp or unix"),
+        ("REDIS_URL", "redis:6379", "not a socket path, and REDIS_SOCKET_TYPE is unix"),
+        ("BACKEND_TYPE", "etcd", "BACKEND_TYPE='etcd': must be redis"),
+    ],
+)
+def test_bad_values_name_the_variable(name: str, value: str, message: str) -> None:
+    """A bad upstream value is refused with the variable, its value and what is wrong."""
+    with pytest.raises(ConfigurationError, match=message):
+        settings(**{name: value})
+
+
+def test_redis_url_forms_are_checked_per_type() -> None:
+    """A sentinel URL needs MASTER,HOST:PORT...; tcp and cluster need HOST:PORT each."""
+    with pytest.raises(ConfigurationError, match="master's name, then the sentinels"):
+        settings(REDIS_TYPE="sentinel", REDIS_URL="s1:26379")
+    with pytest.raises(ConfigurationError, match="is not HOST:PORT"):
+        settings(REDIS_TYPE="cluster", REDIS_URL="a:7000,b")
+    with pytest.raises(ConfigurationError, match="set REDIS_TYPE=cluster or sentinel"):
+        settings(REDIS_SOCKET_TYPE="tcp", REDIS_URL="a:1,b:2")
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "names"),
+    [
+        ("USE_STATSD", "true", "/metrics"),
+        ("BACKEND_TYPE", "memcache", "REDIS_URL"),
+        ("MEMCACHE_HOST_PORT", "m:11211", "REDIS_URL"),
+        ("REDIS_PERSECOND", "true", "REDIS_URL"),
+        ("REDIS_PERSECOND_URL", "r2:6379", "REDIS_URL"),
+        ("GRPC_UDS", "/run/rl.sock", "GRPC_HOST:GRPC_PORT"),
+        ("GRPC_CLIENT_TLS_SAN", "envoy", "GRPC_CLIENT_TLS_CACERT"),
+        ("CONFIG_TYPE", "GRPC_XDS", "RUNTIME_ROOT"),
+        ("USE_PROMETHEUS", "true", "/metrics"),
+        ("LIMIT_LIMIT_HEADER", "X-RateLimit-Limit", "RateLimit-Limit"),
+        ("TRACING_ENABLED", "true", "traces"),
+        ("REDIS_POOL_ON_EMPTY_BEHAVIOR", "CREATE", "WAIT"),
+        ("QUOTA_MODE", "true", "quota_mode"),
+    ],
+)
+def test_settings_that_cannot_be_honoured_stop_the_start(name: str, value: str, names: str) -> None:
+    """A setting ratewarden cannot honour is refused, naming it and what to use instead."""
+    with pytest.raises(ConfigurationError) as caught:
+        settings(**{name: value})
+    assert str(caught.value).startswith(f"{name}=") or str(caught.value).startswith(name)
+    assert names in str(caught.value)
+
+
+def test_upstream_defaults_of_refused_settings_are_accepted() -> None:
+    """USE_STATSD=false (docker-compose's) and other refused settings at their defaults pass."""
+    chosen = settings(USE_STATSD="false", CONFIG_TYPE="file", GRPC_UDS="", QUOTA_MODE="false")
+    assert chosen == Settings(config_paths=("rules.yaml",))
+
+
+def test_settings_without_effect_are_checked_and_named_for_the_log() -> None:
+    """Tuning knobs of upstream's internals are accepted, checked, and listed for the start log."""
+    environ = {"REDIS_POOL_SIZE": "20", "RUNTIME_WATCH_ROOT": "false", "PORT": "1"}
+    assert upstream_env.no_effect(environ) == ("RUNTIME_WATCH_ROOT", "REDIS_POOL_SIZE")
+    with pytest.raises(ConfigurationError, match="REDIS_POOL_SIZE='many'"):
+        settings(REDIS_POOL_SIZE="many")
+
+
+def test_every_upstream_setting_has_a_role() -> None:
+    """The table covers upstream's settings.go: its 114 variables, each mapped, without effect or
+    refused, and every default reads with its own parser."""
+    assert len(upstream_env.UPSTREAM) == 114
+    for name, setting in upstream_env.UPSTREAM.items():
+        assert setting.role in ("mapped", "no_effect", "refused"), name
+        setting.parse(setting.default)
+        assert setting.role == "mapped" or setting.advice, name
+
+
+def test_every_upstream_setting_is_in_the_migration_table() -> None:
+    """docs/envoy.md's migration table names each setting, or its family (``MEMCACHE_*``)."""
+    page = (Path(__file__).parents[2] / "docs" / "envoy.md").read_text(encoding="utf-8")
+    table = page[page.index("## From envoyproxy/ratelimit") :]
+    families = ("CONFIG_GRPC_XDS_", "XDS_CLIENT_", "MEMCACHE_", "REDIS_PERSECOND_", "TRACING_")
+    missing = [
+        name
+        for name in upstream_env.UPSTREAM
+        if f"`{name}`" not in table
+        and not any(name.startswith(family) and f"`{family}*`" in table for family in families)
+    ]
+    assert missing == []
