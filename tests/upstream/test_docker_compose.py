@@ -17,10 +17,13 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
+from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 
 from tests._servers import HOST, RedisServer, free_port
 from tests.server_transport._process import RATEWARDEN
+from tests.server_transport.conftest import request
 
 RULES = """\
 domain: compose
@@ -107,6 +110,20 @@ def test_it_decides_from_the_runtime_directory_and_counts_in_redis_url(
         assert [key for key in client.scan_iter(match=f"*{value}*")]
     finally:
         client.close()
+
+
+def test_grpc_port_answers_envoy_calls_on_the_same_counters(compose: dict[str, int]) -> None:
+    """GRPC_PORT serves ShouldRateLimit over the same rules and Redis counters as /json."""
+    value = f"g{time.time_ns()}"
+    assert _post_json(compose["http"], value) == 200
+    with grpc.insecure_channel(f"{HOST}:{compose['grpc']}") as channel:
+        stub = rls_pb2_grpc.RateLimitServiceStub(channel)
+        codes = [
+            stub.ShouldRateLimit(request("compose", {"api_key": value}), timeout=5).overall_code
+            for _ in range(3)
+        ]
+    ok, over = rls_pb2.RateLimitResponse.OK, rls_pb2.RateLimitResponse.OVER_LIMIT
+    assert codes == [ok, ok, over]
 
 
 def test_the_debug_port_serves_the_rules_and_the_metrics(compose: dict[str, int]) -> None:

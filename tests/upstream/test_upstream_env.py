@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 from pathlib import Path
 
 import pytest
 
+from ratewarden import cli
 from ratewarden.errors import ConfigurationError
-from ratewarden.server import upstream_env
+from ratewarden.server import process, upstream_env
+from ratewarden.server.logs import LOGGERS
 from ratewarden.server.settings import Settings, resolve
 
 CONFIG = {"config_paths": ["rules.yaml"]}
@@ -303,3 +307,28 @@ def test_every_upstream_setting_is_in_the_migration_table() -> None:
         and not any(name.startswith(family) and f"`{family}*`" in table for family in families)
     ]
     assert missing == []
+
+
+def test_serve_logs_the_upstream_settings_without_effect(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ratewarden serve` names the no-effect upstream settings it was given in one log line."""
+    (tmp_path / "rules.yaml").write_text("domain: d\n")
+    for name in os.environ:
+        if name in upstream_env.UPSTREAM or name.startswith("RATEWARDEN_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("REDIS_POOL_SIZE", "20")
+    monkeypatch.setenv("REDIS_PIPELINE_WINDOW", "150us")
+    monkeypatch.setattr(process, "run", lambda settings: 0)
+    loggers = [logging.getLogger(name) for name in LOGGERS]
+    kept = [(logger.handlers[:], logger.propagate, logger.level) for logger in loggers]
+    try:
+        assert cli.main(["serve", "--config", str(tmp_path / "rules.yaml")]) == 0
+    finally:
+        for logger, (handlers, propagate, level) in zip(loggers, kept, strict=True):
+            logger.handlers[:] = handlers
+            logger.propagate = propagate
+            logger.setLevel(level)
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    [line] = [line for line in lines if line.get("event") == "upstream_settings_without_effect"]
+    assert line["settings"] == ["REDIS_POOL_SIZE", "REDIS_PIPELINE_WINDOW"]
