@@ -21,6 +21,7 @@ import contextlib
 import functools
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from envoy.service.ratelimit.v3 import rls_pb2
@@ -38,13 +39,13 @@ from ratewarden.server.http import HttpServer
 from ratewarden.server.logs import configure_logging
 from ratewarden.server.reload import ConfigWatcher
 from ratewarden.server.service import AsyncRateLimitService
-from ratewarden.server.settings import Settings, redacted, store_scheme
+from ratewarden.server.settings import Settings, redacted, store_scheme, uvloop_installed
 from ratewarden.server.stats import ServiceStats, multiprocess_dir
 from ratewarden.storage import AsyncStore
 from ratewarden.storage.memory import AsyncMemoryStore
 from ratewarden.tiers import CircuitBreaker
 
-__all__ = ["RateLimitServer", "configure_logging", "open_store", "settings_store"]
+__all__ = ["RateLimitServer", "configure_logging", "loop_factory", "open_store", "settings_store"]
 
 log = logging.getLogger("ratewarden.server")
 
@@ -308,3 +309,17 @@ class RateLimitServer:
     def _apply(self, config: rules.RateLimitConfig) -> None:
         self.service.swap_config(config)
         self.config = config
+
+
+def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop ``--loop`` names: uvloop's, or None for asyncio's own.
+
+    ``auto`` takes uvloop when it is installed: under load it cost about 13% less
+    CPU per call and answered 15-20% more calls per second (docs/performance-serve.md).
+    """
+    if name == "asyncio" or (name == "auto" and not uvloop_installed()):
+        return None
+    import uvloop
+
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
