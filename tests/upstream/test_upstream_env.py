@@ -243,6 +243,12 @@ def test_redis_url_forms_are_checked_per_type() -> None:
         settings(REDIS_TYPE="cluster", REDIS_URL="a:7000,b")
     with pytest.raises(ConfigurationError, match="set REDIS_TYPE=cluster or sentinel"):
         settings(REDIS_SOCKET_TYPE="tcp", REDIS_URL="a:1,b:2")
+    with pytest.raises(ConfigurationError, match="REDIS_TLS_CACERT cannot be honoured with"):
+        settings(REDIS_TYPE="cluster", REDIS_URL="a:1", REDIS_TLS="true", REDIS_TLS_CACERT="/ca")
+    cluster = settings(
+        REDIS_TYPE="cluster", REDIS_URL="a:1", REDIS_TLS_SKIP_HOSTNAME_VERIFICATION="false"
+    )
+    assert cluster.store_url == "redis+cluster://a:1"
 
 
 @pytest.mark.parametrize(

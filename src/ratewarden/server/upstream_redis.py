@@ -75,7 +75,7 @@ def store(values: Mapping[str, Any], resolved: Mapping[str, Any]) -> dict[str, A
         url = _single(values, resolved, address, auth, tls)
     else:
         for name in (*_TLS_FILES, "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"):
-            if name in values:
+            if values.get(name):  # set, and not to false
                 raise ConfigurationError(
                     f"{name} cannot be honoured with REDIS_TYPE={kind}: ratewarden's "
                     f"{kind} store takes no TLS files; use the system's CA store or a "
