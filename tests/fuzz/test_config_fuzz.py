@@ -83,11 +83,15 @@ SCALAR_TOKENS = [
 ]  # fmt: skip
 
 
+YAML_LINE_BREAK = re.compile("\r\n|[\n\r\x85\u2028\u2029]")
+
+
 def check(text: str) -> None:
     try:
         loaded = config.loads(text, NAME)
     except ConfigError as exc:
-        lines = text.count("\n") + 1
+        # Lines as YAML counts them: PyYAML also breaks lines at \r, NEL, LS and PS.
+        lines = len(YAML_LINE_BREAK.split(text))
         assert exc.errors, "a ConfigError lists at least one problem"
         for problem in exc.errors:
             assert problem.file == NAME
