@@ -126,9 +126,15 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigurationError as exc:
         print(f"ratewarden serve: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    from ratewarden.server import app, config, process, upstream_env
+    from ratewarden.server import app, config, process, upstream_env, upstream_settings
 
     app.configure_logging(chosen.log_level, chosen.log_format)
+    used = upstream_settings.applied(os.environ)
+    if used:
+        logging.getLogger("ratewarden.server").info(
+            "envoyproxy/ratelimit settings in use (a flag or RATEWARDEN_* variable wins)",
+            extra={"event": "upstream_settings_applied", "settings": list(used)},
+        )
     unused = upstream_env.no_effect(os.environ)
     if unused:
         logging.getLogger("ratewarden.server").info(

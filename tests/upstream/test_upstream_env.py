@@ -338,3 +338,34 @@ def test_serve_logs_the_upstream_settings_without_effect(
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
     [line] = [line for line in lines if line.get("event") == "upstream_settings_without_effect"]
     assert line["settings"] == ["REDIS_POOL_SIZE", "REDIS_PIPELINE_WINDOW"]
+    assert not [line for line in lines if line.get("event") == "upstream_settings_applied"]
+
+
+def test_serve_names_the_upstream_settings_it_applies_but_not_their_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A PORT or REDIS_AUTH set for the upstream (or for something else) is named at start,
+    never silent; a value (a password, say) is not logged."""
+    (tmp_path / "rules.yaml").write_text("domain: d\n")
+    for name in os.environ:
+        if name in upstream_env.UPSTREAM or name.startswith("RATEWARDEN_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("PORT", "18080")
+    monkeypatch.setenv("REDIS_SOCKET_TYPE", "tcp")
+    monkeypatch.setenv("REDIS_URL", "127.0.0.1:6379")
+    monkeypatch.setenv("REDIS_AUTH", "s3cret-password")
+    monkeypatch.setattr(process, "run", lambda settings: 0)
+    loggers = [logging.getLogger(name) for name in LOGGERS]
+    kept = [(logger.handlers[:], logger.propagate, logger.level) for logger in loggers]
+    try:
+        assert cli.main(["serve", "--config", str(tmp_path / "rules.yaml")]) == 0
+    finally:
+        for logger, (handlers, propagate, level) in zip(loggers, kept, strict=True):
+            logger.handlers[:] = handlers
+            logger.propagate = propagate
+            logger.setLevel(level)
+    err = capsys.readouterr().err
+    lines = [json.loads(line) for line in err.splitlines()]
+    [line] = [line for line in lines if line.get("event") == "upstream_settings_applied"]
+    assert sorted(line["settings"]) == ["PORT", "REDIS_AUTH", "REDIS_SOCKET_TYPE", "REDIS_URL"]
+    assert "s3cret-password" not in err

@@ -18,7 +18,7 @@ from typing import Any
 
 from ratewarden.errors import ConfigurationError
 
-__all__ = ["UPSTREAM", "Upstream", "given", "no_effect", "value_of"]
+__all__ = ["UPSTREAM", "Upstream", "applied", "given", "no_effect", "value_of"]
 
 
 def go_bool(text: str) -> bool:
@@ -331,10 +331,23 @@ def given(environ: Mapping[str, str]) -> dict[str, Any]:
 
 def no_effect(environ: Mapping[str, str]) -> tuple[str, ...]:
     """The ``no_effect`` upstream variables set in ``environ``, for the start's log line."""
+    return _set(environ, "no_effect")
+
+
+def applied(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The upstream variables set in ``environ`` that configure this process (``mapped``).
+
+    Named in a start log line, so that a variable set for something else (``PORT``
+    on a platform that sets it, say) is never a silent change of address.
+    """
+    return _set(environ, "mapped")
+
+
+def _set(environ: Mapping[str, str], role: str) -> tuple[str, ...]:
     return tuple(
         name
         for name, setting in UPSTREAM.items()
-        if setting.role == "no_effect" and environ.get(name, "").strip()
+        if setting.role == role and environ.get(name, "").strip()
     )
 
 
