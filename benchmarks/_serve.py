@@ -495,6 +495,11 @@ def main(quick: bool, results: Path, command: str) -> int:
     """Run the serve benchmark; print the table, the targets and Envoy's cost; write JSON."""
     from ratewarden.server.settings import native_installed
 
+    try:
+        _h2load.binary()
+    except RuntimeError as exc:
+        print(f"python -m benchmarks --serve: {exc}", file=sys.stderr)
+        return 1
     transports = TRANSPORTS if native_installed() else ("grpcio",)
     plan = (
         Plan(seconds=0.5, warmup=0.2, rounds=1, transports=transports)

@@ -294,7 +294,10 @@ def _code() -> dict[str, Any]:
     import subprocess
 
     def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], capture_output=True, text=True, check=False)
+        try:
+            done = subprocess.run(["git", *args], capture_output=True, text=True, check=False)
+        except OSError:  # no git here: the record says nothing of the code
+            return ""
         return done.stdout
 
     changed = git("status", "--porcelain", "--", "src")
