@@ -10,6 +10,7 @@ import logging
 import socket
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -411,3 +412,18 @@ async def test_a_request_over_four_mebibytes_is_resource_exhausted(
         assert raised.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         reply = await stub.ShouldRateLimit(ONE_KEY, timeout=5)
     assert reply.overall_code == OK
+
+
+async def test_grpc_on_a_unix_socket(start_server: StartServer, tmp_path: Path) -> None:
+    """--grpc-uds PATH: ShouldRateLimit and health answer on the socket, on every transport."""
+    path = tmp_path / "rls.sock"
+    server = await start_server(grpc_uds=str(path))
+    assert server.grpc_port == 0
+    async with grpc.aio.insecure_channel(f"unix:{path}") as chan:
+        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+        reply = await stub.ShouldRateLimit(ONE_KEY, timeout=5)
+        health = await health_pb2_grpc.HealthStub(chan).Check(
+            health_pb2.HealthCheckRequest(service="ratelimit"), timeout=5
+        )
+    assert reply.overall_code == OK and reply.statuses[0].limit_remaining == 2
+    assert health.status == SERVING

@@ -56,7 +56,10 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         "RATEWARDEN_KEY_PREFIX": "edge",
         "RATEWARDEN_STORE_TIMEOUT": "0.25",
     }
-    assert {option.env for option in OPTIONS.values()} == set(environ)
+    # RATEWARDEN_GRPC_UDS does not go with 2 workers: read on its own below.
+    assert {option.env for option in OPTIONS.values()} == {*environ, "RATEWARDEN_GRPC_UDS"}
+    uds = resolve({}, {"RATEWARDEN_CONFIG": "a.yaml", "RATEWARDEN_GRPC_UDS": "/run/rl.sock"})
+    assert uds.grpc_uds == "/run/rl.sock"
     assert resolve({}, environ) == Settings(
         config_paths=("a.yaml", "rules/"),
         store_url="redis://10.0.0.5:6379/0",
@@ -218,3 +221,11 @@ def test_transport_native_with_tls_is_refused_at_start_naming_the_way_out() -> N
             {"RATEWARDEN_TLS_CERT": "c.pem", "RATEWARDEN_TLS_KEY": "k.pem"},
         )
     assert "--transport grpcio" in str(raised.value)
+
+
+def test_several_workers_cannot_share_a_unix_socket() -> None:
+    """--grpc-uds has one listener: more than one worker is refused, naming both."""
+    with pytest.raises(ConfigurationError, match="2 workers cannot share --grpc-uds"):
+        Settings(
+            config_paths=("r",), store_url="redis://127.0.0.1:6379/0", workers=2, grpc_uds="/tmp/s"
+        )

@@ -259,7 +259,6 @@ def test_redis_url_forms_are_checked_per_type() -> None:
         ("MEMCACHE_HOST_PORT", "m:11211", "REDIS_URL"),
         ("REDIS_PERSECOND", "true", "REDIS_URL"),
         ("REDIS_PERSECOND_URL", "r2:6379", "REDIS_URL"),
-        ("GRPC_UDS", "/run/rl.sock", "GRPC_HOST:GRPC_PORT"),
         ("GRPC_CLIENT_TLS_SAN", "envoy", "GRPC_CLIENT_TLS_CACERT"),
         ("CONFIG_TYPE", "GRPC_XDS", "RUNTIME_ROOT"),
         ("USE_PROMETHEUS", "true", "/metrics"),
@@ -275,6 +274,13 @@ def test_settings_that_cannot_be_honoured_stop_the_start(name: str, value: str, 
         settings(**{name: value})
     assert str(caught.value).startswith(f"{name}=") or str(caught.value).startswith(name)
     assert names in str(caught.value)
+
+
+def test_grpc_uds_serves_grpc_on_a_unix_socket_as_upstream() -> None:
+    """GRPC_UDS replaces GRPC_HOST:GRPC_PORT (upstream's meaning); --grpc-uds wins over it."""
+    assert settings(GRPC_UDS="/run/rl.sock").grpc_uds == "/run/rl.sock"
+    environ = {"GRPC_UDS": "/run/rl.sock", "RATEWARDEN_CONFIG": "rules.yaml"}
+    assert resolve({"grpc_uds": "/tmp/mine.sock"}, environ).grpc_uds == "/tmp/mine.sock"
 
 
 def test_upstream_defaults_of_refused_settings_are_accepted() -> None:

@@ -31,7 +31,7 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.server import config as rules
 from ratewarden.server.dashboard import shared
 from ratewarden.server.dashboard.view import render
-from ratewarden.server.grpc import GrpcServer, GrpcTls
+from ratewarden.server.grpc import GrpcServer, GrpcTls, grpc_address
 from ratewarden.server.grpc_native import NativeGrpcServer
 from ratewarden.server.http import HttpServer
 
@@ -202,7 +202,9 @@ class RateLimitServer:
         """Bind both ports, then start the health and reload loops; OSError on a busy port."""
         s = self.settings
         grpc_host = s.grpc_host or s.host
-        self.grpc_port = await self.grpc.start(grpc_host, s.grpc_port, reuse_port=s.reuse_port)
+        self.grpc_port = await self.grpc.start(
+            grpc_host, s.grpc_port, reuse_port=s.reuse_port, uds=s.grpc_uds
+        )
         try:
             self.http_port = await self.http.start(s.host, s.http_port, reuse_port=s.reuse_port)
         except OSError as exc:
@@ -222,7 +224,7 @@ class RateLimitServer:
             "serving",
             extra={
                 "event": "serving",
-                "grpc": f"{grpc_host}:{self.grpc_port}",
+                "grpc": grpc_address(grpc_host, self.grpc_port, s.grpc_uds),
                 "transport": self.transport,
                 "http": f"{s.host}:{self.http_port}",
                 "debug": None

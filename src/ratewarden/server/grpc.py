@@ -37,7 +37,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from ratewarden.errors import ConfigurationError
 
-__all__ = ["HEALTH_SERVICES", "GrpcServer", "GrpcTls", "RateLimitServicer"]
+__all__ = ["HEALTH_SERVICES", "GrpcServer", "GrpcTls", "RateLimitServicer", "grpc_address"]
 
 log = logging.getLogger("ratewarden.server.grpc")
 
@@ -79,6 +79,13 @@ class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[
             response_serializer=rls_pb2.RateLimitResponse.SerializeToString,
         )
         return grpc.method_handlers_generic_handler(RATE_LIMIT_SERVICE, {"ShouldRateLimit": method})
+
+
+def grpc_address(host: str, port: int, uds: str | None = None) -> str:
+    """The gRPC listening address: ``unix:PATH``, ``[v6]:port`` or ``host:port``."""
+    if uds is not None:
+        return f"unix:{uds}"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +143,11 @@ class GrpcServer:
         self._servicer = RateLimitServicer(answer)
         self._server: Any = None
 
-    async def start(self, host: str, port: int, *, reuse_port: bool = False) -> int:
-        """Listen on ``host:port`` and return the port bound (useful with port 0).
+    async def start(
+        self, host: str, port: int, *, reuse_port: bool = False, uds: str | None = None
+    ) -> int:
+        """Listen on ``host:port`` (or the Unix socket ``uds``); return the port bound (useful
+        with port 0; 0 on a Unix socket).
 
         Raises ``OSError`` (EADDRINUSE) when the address cannot be bound.
         """
@@ -146,7 +156,7 @@ class GrpcServer:
         self._server = grpc.aio.server(options=[("grpc.so_reuseport", int(reuse_port))])
         self._server.add_generic_rpc_handlers((self._servicer.handler(),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
-        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        address = grpc_address(host, port, uds)
         try:
             if self.tls is None:
                 bound = int(self._server.add_insecure_port(address))
@@ -162,7 +172,7 @@ class GrpcServer:
         for name in HEALTH_SERVICES:
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         await self._server.start()
-        return bound
+        return 0 if uds is not None else bound
 
     async def set_serving(self, serving: bool) -> None:
         status = (

@@ -44,7 +44,13 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2
 
 from ratewarden.errors import ConfigurationError
-from ratewarden.server.grpc import HEALTH_SERVICES, RATE_LIMIT_SERVICE, Answer, GrpcTls
+from ratewarden.server.grpc import (
+    HEALTH_SERVICES,
+    RATE_LIMIT_SERVICE,
+    Answer,
+    GrpcTls,
+    grpc_address,
+)
 
 __all__ = ["NATIVE_TRANSPORT_PACKAGE", "NativeGrpcServer"]
 
@@ -100,14 +106,17 @@ class NativeGrpcServer:
         self._stopping = False
         self._shut_down = False
 
-    async def start(self, host: str, port: int, *, reuse_port: bool = False) -> int:
-        """Listen on ``host:port`` and return the port bound (useful with port 0).
+    async def start(
+        self, host: str, port: int, *, reuse_port: bool = False, uds: str | None = None
+    ) -> int:
+        """Listen on ``host:port`` (or the Unix socket ``uds``); return the port bound (useful
+        with port 0; 0 on a Unix socket).
 
         Raises ``OSError`` (EADDRINUSE) when the address cannot be bound.
         """
         from pygrpc_native import EVENT_CANCEL, NativeGrpcFront
 
-        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        address = grpc_address(host, port, uds)
         methods = [(_SHOULD_RATE_LIMIT, False), (_HEALTH_CHECK, False), (_HEALTH_WATCH, True)]
         try:
             # call_details: the front then tracks deadlines and reports cancellations
@@ -134,7 +143,7 @@ class NativeGrpcServer:
             target=self._receive, name="ratewarden-grpc-native", daemon=True
         )
         self._thread.start()
-        return int(front.bound_port)
+        return 0 if uds is not None else int(front.bound_port)
 
     async def set_serving(self, serving: bool) -> None:
         if self._shut_down:

@@ -155,6 +155,12 @@ OPTIONS: dict[str, Option] = {
     "grpc_port": Option(
         "--grpc-port", "RATEWARDEN_GRPC_PORT", _integer(0, 65535), "gRPC port (8081)"
     ),
+    "grpc_uds": Option(
+        "--grpc-uds",
+        "RATEWARDEN_GRPC_UDS",
+        _text,
+        "serve gRPC on this Unix socket path instead of --grpc-host:--grpc-port",
+    ),
     "http_port": Option(
         "--http-port", "RATEWARDEN_HTTP_PORT", _integer(0, 65535), "HTTP port (8080)"
     ),

@@ -34,6 +34,7 @@ from::
     --loop L               RATEWARDEN_LOOP            auto (uvloop if installed), asyncio, uvloop
     --transport T          RATEWARDEN_TRANSPORT       auto (native when installed), grpcio, native
     --grpc-host H          RATEWARDEN_GRPC_HOST       --host
+    --grpc-uds PATH        RATEWARDEN_GRPC_UDS        off (gRPC on a Unix socket, not TCP)
     --debug-port N         RATEWARDEN_DEBUG_PORT      off (the HTTP endpoints on a second port)
     --debug-host H         RATEWARDEN_DEBUG_HOST      --host
     --[no-]merge-domains   RATEWARDEN_MERGE_DOMAINS   false
@@ -108,6 +109,7 @@ class Settings:
     loop: str = "auto"
     transport: str = "auto"
     grpc_host: str | None = None
+    grpc_uds: str | None = None
     debug_port: int | None = None
     debug_host: str | None = None
     merge_domains: bool = False
@@ -169,6 +171,11 @@ class Settings:
                     raise ConfigurationError(
                         f"{flag} and {other} are both {port}; give them different ports"
                     )
+        if self.workers > 1 and self.grpc_uds is not None:
+            raise ConfigurationError(
+                f"{self.workers} workers cannot share --grpc-uds {self.grpc_uds!r}: a Unix "
+                "socket has one listener; use one worker, or --grpc-port for several"
+            )
         if self.workers > 1 and self.debug_port == 0:
             raise ConfigurationError(
                 f"{self.workers} workers need a fixed --debug-port to share; port 0 picks a "

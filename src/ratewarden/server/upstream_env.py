@@ -63,6 +63,8 @@ def _listening(values: Mapping[str, Any]) -> dict[str, Any]:
         out["debug_port"] = _port(values, "DEBUG_PORT")
     if "DEBUG_HOST" in values:
         out["debug_host"] = values["DEBUG_HOST"].strip()
+    if "GRPC_UDS" in values:
+        out["grpc_uds"] = values["GRPC_UDS"].strip()
     return out
 
 

@@ -120,12 +120,7 @@ UPSTREAM: dict[str, Upstream] = {
     "GRPC_PORT": _mapped("8081", go_int),
     "DEBUG_HOST": _mapped("0.0.0.0"),
     "DEBUG_PORT": _mapped("6070", go_int),
-    "GRPC_UDS": _refused(
-        "",
-        go_text,
-        "neither gRPC transport of ratewarden listens on a Unix socket; unset it and "
-        "point Envoy at GRPC_HOST:GRPC_PORT",
-    ),
+    "GRPC_UDS": _mapped("", go_text),
     "GRPC_MAX_CONNECTION_AGE": _refused(
         "24h", go_duration, "ratewarden's gRPC server closes no connection by its age"
     ),
