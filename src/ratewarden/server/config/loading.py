@@ -114,9 +114,6 @@ def _merged(
 
     A descriptor (key and value) both define is a problem, as it is within one file.
     """
-    exact = dict(first.root.exact)
-    wildcards = {key: list(nodes) for key, nodes in first.root.wildcards.items()}
-    keys = dict(first.root.keys)
     seen = {(node.key, node.value): node.source for node in first.root.nodes}
     nodes: list[Node] = list(first.root.nodes)
     for node in second.root.nodes:
@@ -136,17 +133,6 @@ def _merged(
             continue
         seen[ident] = node.source
         nodes.append(node)
-        if node.pattern is not None:
-            wildcards.setdefault(node.key, []).append(node)
-        elif node.value:
-            exact[ident] = node
-        else:
-            keys[node.key] = node
-    root = Level(
-        MappingProxyType(exact),
-        MappingProxyType({key: tuple(found) for key, found in wildcards.items()}),
-        MappingProxyType(keys),
-        tuple(nodes),
-    )
+    root = Level.of(nodes)
     # With a duplicate the whole load fails, so what the tree keeps then does not matter.
     return DomainConfig(first.name, first.source, root, first.rules + second.rules)

@@ -238,6 +238,26 @@ class Level:
     keys: Mapping[str, Node] = field(default_factory=lambda: MappingProxyType({}))
     nodes: tuple[Node, ...] = ()
 
+    @classmethod
+    def of(cls, nodes: Sequence[Node]) -> Level:
+        """``nodes`` (no two with the same key and value) indexed for ``match``, in order."""
+        exact: dict[tuple[str, str], Node] = {}
+        wildcards: dict[str, list[Node]] = {}
+        keys: dict[str, Node] = {}
+        for node in nodes:
+            if node.pattern is not None:
+                wildcards.setdefault(node.key, []).append(node)
+            elif node.value:
+                exact[(node.key, node.value)] = node
+            else:
+                keys[node.key] = node
+        return cls(
+            MappingProxyType(exact),
+            MappingProxyType({key: tuple(found) for key, found in wildcards.items()}),
+            MappingProxyType(keys),
+            tuple(nodes),
+        )
+
     def match(self, key: str, value: str) -> Node | None:
         """Exact key+value, else the first matching wildcard of ``key``, else key-only."""
         node = self.exact.get((key, value))

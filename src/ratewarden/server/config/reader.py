@@ -158,9 +158,6 @@ class FileReader(FieldReader):
             self.open_lists.discard(id(node))
 
     def level_of(self, node: Any, domain: str, parent: str) -> Level:
-        exact: dict[tuple[str, str], Node] = {}
-        wildcards: dict[str, list[Node]] = {}
-        keys: dict[str, Node] = {}
         seen: dict[tuple[str, str], str] = {}
         nodes: list[Node] = []
         for item in self.sequence(node, "descriptors"):
@@ -179,18 +176,7 @@ class FileReader(FieldReader):
                 continue
             seen[ident] = built.source
             nodes.append(built)
-            if built.pattern is not None:
-                wildcards.setdefault(built.key, []).append(built)
-            elif built.value:
-                exact[ident] = built
-            else:
-                keys[built.key] = built
-        return Level(
-            MappingProxyType(exact),
-            MappingProxyType({key: tuple(found) for key, found in wildcards.items()}),
-            MappingProxyType(keys),
-            tuple(nodes),
-        )
+        return Level.of(nodes)
 
     def descriptor(self, item: Any, domain: str, parent: str) -> Node | None:
         if id(item) in self.seen_items:
