@@ -6,6 +6,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -321,45 +322,20 @@ def test_every_upstream_setting_is_in_the_migration_table() -> None:
     assert missing == []
 
 
-def test_serve_logs_the_upstream_settings_without_effect(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """`ratewarden serve` names the no-effect upstream settings it was given in one log line."""
+def serve_start_log(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    environ: dict[str, str],
+) -> tuple[str, list[dict[str, Any]]]:
+    """``ratewarden serve`` up to its start (the process run stubbed out) with only ``environ``
+    of the upstream and RATEWARDEN_* variables: (its stderr, the JSON log lines)."""
     (tmp_path / "rules.yaml").write_text("domain: d\n")
     for name in os.environ:
         if name in upstream_env.UPSTREAM or name.startswith("RATEWARDEN_"):
             monkeypatch.delenv(name)
-    monkeypatch.setenv("REDIS_POOL_SIZE", "20")
-    monkeypatch.setenv("REDIS_PIPELINE_WINDOW", "150us")
-    monkeypatch.setattr(process, "run", lambda settings: 0)
-    loggers = [logging.getLogger(name) for name in LOGGERS]
-    kept = [(logger.handlers[:], logger.propagate, logger.level) for logger in loggers]
-    try:
-        assert cli.main(["serve", "--config", str(tmp_path / "rules.yaml")]) == 0
-    finally:
-        for logger, (handlers, propagate, level) in zip(loggers, kept, strict=True):
-            logger.handlers[:] = handlers
-            logger.propagate = propagate
-            logger.setLevel(level)
-    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
-    [line] = [line for line in lines if line.get("event") == "upstream_settings_without_effect"]
-    assert line["settings"] == ["REDIS_POOL_SIZE", "REDIS_PIPELINE_WINDOW"]
-    assert not [line for line in lines if line.get("event") == "upstream_settings_applied"]
-
-
-def test_serve_names_the_upstream_settings_it_applies_but_not_their_values(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A PORT or REDIS_AUTH set for the upstream (or for something else) is named at start,
-    never silent; a value (a password, say) is not logged."""
-    (tmp_path / "rules.yaml").write_text("domain: d\n")
-    for name in os.environ:
-        if name in upstream_env.UPSTREAM or name.startswith("RATEWARDEN_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("PORT", "18080")
-    monkeypatch.setenv("REDIS_SOCKET_TYPE", "tcp")
-    monkeypatch.setenv("REDIS_URL", "127.0.0.1:6379")
-    monkeypatch.setenv("REDIS_AUTH", "s3cret-password")
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setattr(process, "run", lambda settings: 0)
     loggers = [logging.getLogger(name) for name in LOGGERS]
     kept = [(logger.handlers[:], logger.propagate, logger.level) for logger in loggers]
@@ -371,7 +347,32 @@ def test_serve_names_the_upstream_settings_it_applies_but_not_their_values(
             logger.propagate = propagate
             logger.setLevel(level)
     err = capsys.readouterr().err
-    lines = [json.loads(line) for line in err.splitlines()]
+    return err, [json.loads(line) for line in err.splitlines()]
+
+
+def test_serve_logs_the_upstream_settings_without_effect(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ratewarden serve` names the no-effect upstream settings it was given in one log line."""
+    environ = {"REDIS_POOL_SIZE": "20", "REDIS_PIPELINE_WINDOW": "150us"}
+    _, lines = serve_start_log(tmp_path, monkeypatch, capsys, environ)
+    [line] = [line for line in lines if line.get("event") == "upstream_settings_without_effect"]
+    assert line["settings"] == ["REDIS_POOL_SIZE", "REDIS_PIPELINE_WINDOW"]
+    assert not [line for line in lines if line.get("event") == "upstream_settings_applied"]
+
+
+def test_serve_names_the_upstream_settings_it_applies_but_not_their_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A PORT or REDIS_AUTH set for the upstream (or for something else) is named at start,
+    never silent; a value (a password, say) is not logged."""
+    environ = {
+        "PORT": "18080",
+        "REDIS_SOCKET_TYPE": "tcp",
+        "REDIS_URL": "127.0.0.1:6379",
+        "REDIS_AUTH": "s3cret-password",
+    }
+    err, lines = serve_start_log(tmp_path, monkeypatch, capsys, environ)
     [line] = [line for line in lines if line.get("event") == "upstream_settings_applied"]
     assert sorted(line["settings"]) == ["PORT", "REDIS_AUTH", "REDIS_SOCKET_TYPE", "REDIS_URL"]
     assert "s3cret-password" not in err
