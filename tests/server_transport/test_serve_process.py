@@ -9,7 +9,7 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import grpc
@@ -23,7 +23,7 @@ from tests.server_transport.conftest import OK, OVER_LIMIT, RULES, request
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ratelimit.yaml"
 
 
-def post_json(port: int, body: dict[str, object]) -> int:
+def post_json(port: int, body: Mapping[str, object]) -> int:
     req = urllib.request.Request(
         f"http://{HOST}:{port}/json", data=json.dumps(body).encode(), method="POST"
     )

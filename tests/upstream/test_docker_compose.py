@@ -7,7 +7,6 @@ decide from the runtime directory's rules and count in the Redis that REDIS_URL 
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import tempfile
@@ -24,6 +23,7 @@ from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from tests._servers import HOST, RedisServer, free_port
 from tests.server_transport._process import RATEWARDEN
 from tests.server_transport.conftest import request
+from tests.server_transport.test_serve_process import post_json
 
 RULES = """\
 domain: compose
@@ -45,15 +45,10 @@ def _get(port: int, path: str) -> tuple[int, str]:
 
 
 def _post_json(port: int, value: str) -> int:
-    body = {"domain": "compose", "descriptors": [{"entries": [{"key": "api_key", "value": value}]}]}
-    request = urllib.request.Request(
-        f"http://{HOST}:{port}/json", data=json.dumps(body).encode(), method="POST"
+    return post_json(
+        port,
+        {"domain": "compose", "descriptors": [{"entries": [{"key": "api_key", "value": value}]}]},
     )
-    try:
-        with urllib.request.urlopen(request, timeout=5) as reply:
-            return int(reply.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
 
 
 @pytest.fixture
