@@ -56,12 +56,20 @@ START_TIMEOUT_S = 10.0
 STORE_TIMEOUT = 1.0
 
 
+#: Ports free_port handed out: the kernel may offer a closed port again at once, and two
+#: ports picked for one server (gRPC and HTTP, say) must differ.
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now (nor on port + 10000)."""
+    """A TCP port on loopback that nothing listens on right now (nor on port + 10000),
+    and that this process has not been given before."""
     while True:
         with socket.socket() as sock:
             sock.bind((HOST, 0))
             port = int(sock.getsockname()[1])
+        if port in _HANDED_OUT:
+            continue
         # Cluster nodes also listen on port + 10000 (the bus): keep both free.
         if port + 10000 < 65536:
             with socket.socket() as bus:
@@ -69,6 +77,9 @@ def free_port() -> int:
                     bus.bind((HOST, port + 10000))
                 except OSError:
                     continue
+            if len(_HANDED_OUT) >= 10_000:  # a long session: forget the oldest picks
+                _HANDED_OUT.clear()
+            _HANDED_OUT.add(port)
             return port
 
 

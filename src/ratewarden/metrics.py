@@ -129,6 +129,9 @@ def _mode_keyword(method: Callable[..., None]) -> Callable[..., None]:
     return degraded
 
 
+_OUTCOMES = ("allowed", "denied", "shadowed")
+
+
 def _outcome(decision: Decision) -> str:
     if decision.shadowed:
         return "shadowed"
@@ -243,13 +246,20 @@ class PrometheusMetrics(Metrics):
         return rule
 
     def decision(self, *, rule: str, algorithm: str, decision: Decision) -> None:
-        labels = (self._rule(rule), algorithm, _outcome(decision))
+        self.count(rule=rule, algorithm=algorithm, outcome=_outcome(decision))
+
+    def count(self, *, rule: str, algorithm: str, outcome: str, by: int = 1) -> None:
+        """``by`` decisions of ``outcome`` (``allowed``, ``denied``, ``shadowed``) at once:
+        what a caller that tallies its decisions first reports when it flushes."""
+        labels = (self._rule(rule), algorithm, outcome)
         child = self._decision_children.get(labels)
         if child is None:
+            if outcome not in _OUTCOMES:
+                raise ValueError(f"outcome must be one of {_OUTCOMES}, got {outcome!r}")
             child = self._decision_children[labels] = self._decisions.labels(
-                labels[0], bounded(algorithm), labels[2]
+                labels[0], bounded(algorithm), outcome
             )
-        child.inc()
+        child.inc(by)
 
     def degraded(self, *, rule: str, failure_mode: str, reason: str) -> None:
         self._degraded.labels(self._rule(rule), bounded(failure_mode), bounded(reason)).inc()

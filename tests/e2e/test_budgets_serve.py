@@ -84,7 +84,10 @@ class _Stack:
         url = f"http://{HOST}:{self.serve.http_port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as reply:
             text = reply.read().decode()
-        prefix = 'ratelimit_service_rate_limit_total_hits_total{domain="llm",key="tenant"}'
+        prefix = (
+            "ratelimit_service_rate_limit_total_hits_total"
+            '{domain="llm",key="tenant",key1="tenant",key2=""}'
+        )
         for line in text.splitlines():
             if line.startswith(prefix):
                 return float(line.split()[-1])

@@ -47,8 +47,12 @@ def samples(stats: ServiceStats) -> dict[tuple[str, tuple[tuple[str, str], ...]]
 
 
 def value(stats: ServiceStats, name: str, **labels: str) -> float:
-    """One sample's value; 0 when the series does not exist (yet)."""
-    return samples(stats).get((name, tuple(sorted(labels.items()))), 0.0)
+    """The value of the one series of ``name`` with these labels (others aside: the per-key
+    counters' ``key1`` and ``key2`` follow from ``key``); 0 when there is none (yet)."""
+    wanted = set(labels.items())
+    found = [v for (n, got), v in samples(stats).items() if n == name and wanted <= set(got)]
+    assert len(found) <= 1, f"{name} {labels} matches {len(found)} series"
+    return found[0] if found else 0.0
 
 
 class FailingStore(MemoryStore):

@@ -42,8 +42,9 @@ descriptors:
 #: Envoy forwards header values up to 60 KiB.
 VALUE_CHARS = 60 * 1024
 VALUES = 40
-#: docs/operations.md: a /metrics line with plain ASCII labels, newline included.
-LINE_BYTES = 378
+#: docs/operations.md: a /metrics line with plain ASCII labels, newline included (a per-key
+#: counter's, with domain, key, key1 and key2).
+LINE_BYTES = 506
 #: Lines per (domain, key) pair (24), per value_overflow pair (2), per rule label
 #: (6 algorithms x 3 outcomes x 2 on ratewarden_decisions), and the rest, in bytes.
 PAIR_BYTES = 24 * LINE_BYTES

@@ -5,9 +5,11 @@ failure mode and hands it to both transports (gRPC and HTTP), then keeps two
 background loops: the config watcher (hot reload) and the health loop (serving
 only while a config is loaded and the store answers a ping). Its ``stats``
 (``ServiceStats``) count every decision, call and config load for ``/metrics``
-and the dashboard; with ``--workers`` each worker also publishes its dashboard
-figures for the others once a second. ``server/process.py`` runs it: ``serve``
-one process until SIGTERM or SIGINT, ``run`` ``--workers`` such processes.
+and the dashboard, tallied on the request path and flushed once a second (and
+to StatsD every ``--statsd-interval``, with ``--statsd``); with ``--workers`` each
+worker also publishes its dashboard figures for the others once a second.
+``server/process.py`` runs it: ``serve`` one process until SIGTERM or SIGINT,
+``run`` ``--workers`` such processes.
 
 Shutdown is graceful and bounded: health turns NOT_SERVING, the listeners stop
 accepting, calls in flight get ``--grace`` seconds to finish, then the store
@@ -41,6 +43,7 @@ from ratewarden.server.reload import ConfigWatcher
 from ratewarden.server.service import AsyncRateLimitService
 from ratewarden.server.settings import Settings, redacted, store_scheme, uvloop_installed
 from ratewarden.server.stats import ServiceStats, multiprocess_dir
+from ratewarden.server.statsd import StatsdSink, parse_address
 from ratewarden.storage import AsyncStore
 from ratewarden.storage.memory import AsyncMemoryStore
 from ratewarden.tiers import CircuitBreaker
@@ -53,6 +56,8 @@ log = logging.getLogger("ratewarden.server")
 PING_TIMEOUT_S = 1.0
 #: Seconds between two publications of a worker's dashboard figures (``--workers``).
 PUBLISH_INTERVAL_S = 1.0
+#: Seconds between moves of the stats' tally into the registry (ServiceStats.flush).
+FLUSH_INTERVAL_S = 1.0
 
 
 def open_store(url: str, *, prefix: str = "rw", timeout: float = 0.02) -> AsyncStore:
@@ -109,6 +114,12 @@ class RateLimitServer:
     def __init__(self, settings: Settings, *, store: AsyncStore | None = None) -> None:
         self.settings = settings
         self.stats = ServiceStats(clock=SystemClock())
+        #: envoyproxy/ratelimit's stats over StatsD (``--statsd``), or None.
+        self.statsd: StatsdSink | None = None
+        if settings.statsd is not None:
+            protocol, host, port = parse_address(settings.statsd)
+            self.statsd = StatsdSink(protocol, host, port, tags=settings.statsd_tags)
+            self.stats.sinks.append(self.statsd)
         self.watcher: ConfigWatcher[rules.RateLimitConfig] = ConfigWatcher(
             settings.config_paths,
             functools.partial(rules.load, merge_domains=settings.merge_domains),
@@ -216,6 +227,7 @@ class RateLimitServer:
         await self._start_debug()
         await self.refresh_health()
         self._tasks.append(asyncio.create_task(self._health_loop()))
+        self._tasks.append(asyncio.create_task(self._flush_loop()))
         if s.reload_interval > 0:
             self._tasks.append(asyncio.create_task(self.watcher.run(s.reload_interval)))
         if multiprocess_dir() is not None and s.dashboard != "off":
@@ -231,6 +243,7 @@ class RateLimitServer:
                 if self.debug is None
                 else f"{s.debug_host or s.host}:{self.debug_port}",
                 "store": redacted(s.store_url),
+                "statsd": s.statsd,
                 "config": list(s.config_paths),
                 "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
             },
@@ -264,6 +277,9 @@ class RateLimitServer:
         if self.debug is not None:
             stopping.append(self.debug.stop(grace))
         await asyncio.gather(*stopping)
+        self.stats.flush()
+        if self.statsd is not None:
+            await self.statsd.close()
         await self.store.aclose()
         log.info("stopped", extra={"event": "stopped"})
 
@@ -302,6 +318,17 @@ class RateLimitServer:
                     extra={"event": "publish_failed"},
                 )
             await asyncio.sleep(PUBLISH_INTERVAL_S)
+
+    async def _flush_loop(self) -> None:
+        """The stats' tally into the registry every second; to StatsD every interval."""
+        interval = self.settings.statsd_interval
+        sent = time.monotonic()
+        while True:
+            await asyncio.sleep(min(FLUSH_INTERVAL_S, interval))
+            self.stats.flush()
+            if self.statsd is not None and time.monotonic() - sent >= interval:
+                sent = time.monotonic()
+                await self.statsd.send()
 
     async def _health_loop(self) -> None:
         while True:

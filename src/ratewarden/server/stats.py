@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import replace
 from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -77,6 +76,7 @@ from ratewarden.metrics import LATENCY_BUCKETS, PrometheusMetrics
 from ratewarden.server.config import DescriptorRule
 from ratewarden.server.dashboard.live import LiveStats
 from ratewarden.server.service import DescriptorOutcome, ServiceHooks
+from ratewarden.server.statsd import SERVICE, SHOULD_RATE_LIMIT, stats_name
 
 __all__ = ["MULTIPROC_ENV", "OTHER", "ServiceStats", "multiprocess_dir"]
 
@@ -85,6 +85,15 @@ OTHER = "other"
 #: prometheus_client's switch to multiprocess mode (read when it is first imported).
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _PREFIX = "ratelimit_service"
+_METHOD = "ShouldRateLimit"
+
+
+def upstream_keys(key: str) -> tuple[str, str]:
+    """``key1`` and ``key2``: the first two parts of a ``key`` label, split where
+    envoyproxy/ratelimit's statsd mapping splits its stat names (``.``), after the
+    same cleaning (``stats_name``); ``key2`` is empty for a one-part key."""
+    parts = stats_name(key).split(".", 2)
+    return parts[0], parts[1] if len(parts) > 1 else ""
 
 
 def multiprocess_dir() -> str | None:
@@ -98,10 +107,46 @@ class _KeyCounters(NamedTuple):
     near_limit: Any
     within_limit: Any
     shadow_mode: Any
+    over_limit_local: Any
+
+
+# A tally's counts since the last flush, per (domain, metric key, rule path, algorithm):
+# the five per-key counters and the local-cache one (in hits), ratewarden_decisions_total's
+# three outcomes, and the dashboard's per-rule decision counts (in decisions).
+(
+    TOTAL,
+    OVER,
+    NEAR,
+    WITHIN,
+    SHADOW,
+    LOCAL,
+    ALLOWED,
+    DENIED,
+    SHADOWED,
+    LIVE_DECISIONS,
+    LIVE_OVER,
+    LIVE_NEAR,
+    LIVE_SHADOWED,
+    LIVE_DEGRADED,
+) = range(14)
+_SLOT = 14
+#: Entries a tally holds before it is flushed on the spot (memory stays bounded between
+#: the periodic flushes, whatever the traffic).
+MAX_PENDING = 8192
+_OUTCOMES = ((ALLOWED, "allowed"), (DENIED, "denied"), (SHADOWED, "shadowed"))
 
 
 class ServiceStats(ServiceHooks):
-    """Counts what the service decides into ``registry`` (a fresh one unless given)."""
+    """Counts what the service decides into ``registry`` (a fresh one unless given).
+
+    The hooks add plain integers to a tally, under one lock; ``flush()`` moves the
+    tally into the Prometheus counters, the dashboard's ``LiveStats`` and every sink
+    in ``sinks`` (StatsD). ``exposition()`` and ``live`` flush first, so what they show
+    is exact; ``ratewarden serve`` also flushes every second, so each worker's values
+    reach the shared multiprocess files (and the dashboard's history) within a second.
+    Counting a decision costs a dict lookup and a few additions instead of a dozen
+    locked counter increments: the hooks run on every request's path.
+    """
 
     def __init__(
         self,
@@ -115,14 +160,23 @@ class ServiceStats(ServiceHooks):
         self.registry = registry if registry is not None else CollectorRegistry()
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.metrics = PrometheusMetrics(self.registry)
-        self.live = LiveStats(self.clock)
+        self._live = LiveStats(self.clock)
+        #: Where each flush's per-key counts also go (``StatsdSink``): ``add(stats_key,
+        #: counts)`` with the tally's indices, and ``calls(count, seconds)``.
+        self.sinks: list[Any] = []
         self._max_keys = max_keys
         self._keys: set[tuple[str, str]] = set()
         self._overflow_rules: set[tuple[str, str]] = set()
         # Bound children of the per-key counters: at most max_keys, plus "other" per domain.
         self._counters: dict[tuple[str, str], _KeyCounters] = {}
         self._lock = threading.Lock()
-        per_key = ("domain", "key")
+        # The tally: per-descriptor counts, top-key candidates, store and call times.
+        self._pending: dict[tuple[str, str, str, str], list[int]] = {}
+        self._top: list[tuple[str, str, tuple[tuple[str, str], ...], int]] = []
+        self._store_times: list[float] = []
+        self._call_times: list[float] = []
+        self._failed_calls = 0
+        per_key = ("domain", "key", "key1", "key2")
 
         def counter(name: str, doc: str, labels: tuple[str, ...] = per_key) -> Counter:
             return Counter(f"{_PREFIX}_{name}", doc, labels, registry=self.registry)
@@ -148,12 +202,12 @@ class ServiceStats(ServiceHooks):
         self.failure_allowed = counter(
             "rate_limit_failure_mode_allowed",
             "Descriptors allowed by a failure mode while the store failed.",
-            (*per_key, "failure_mode"),
+            ("domain", "key", "failure_mode"),
         )
         self.failure_denied = counter(
             "rate_limit_failure_mode_denied",
             "Descriptors denied by a failure mode while the store failed.",
-            (*per_key, "failure_mode"),
+            ("domain", "key", "failure_mode"),
         )
         self.errors = counter(
             "should_rate_limit_error",
@@ -163,13 +217,15 @@ class ServiceStats(ServiceHooks):
         self.requests = counter(
             "total_requests", "ShouldRateLimit calls, gRPC and HTTP.", ("grpc_method",)
         )
-        self._calls = self.requests.labels("ShouldRateLimit")
+        self._calls = self.requests.labels(_METHOD)
         self.response_time = Histogram(
             f"{_PREFIX}_response_time_seconds",
             "Time to answer one ShouldRateLimit call.",
+            ("grpc_method",),
             registry=self.registry,
             buckets=LATENCY_BUCKETS,
         )
+        self._response_time = self.response_time.labels(_METHOD)
         self.config_success = counter(
             "config_load_success", "Config loads that succeeded (the first and each reload).", ()
         )
@@ -186,44 +242,57 @@ class ServiceStats(ServiceHooks):
     # --- ServiceHooks -----------------------------------------------------------------
 
     def on_decision(self, domain: str, rule: DescriptorRule, outcome: DescriptorOutcome) -> None:
-        key = self._key(domain, outcome.metric_key)
-        domain = bounded(domain)
-        path = bounded(rule.path)  # once here: LiveStats and PrometheusMetrics keep it as is
-        counters = self._counters.get((domain, key))
-        if counters is None:
-            counters = self._counters[(domain, key)] = self._bind(domain, key)
         hits = outcome.hits
-        counters.total_hits.inc(hits)
-        if outcome.over_limit:
-            counters.over_limit.inc(hits)
-            if outcome.local_cache:
-                self.over_limit_local.labels(domain, key).inc(hits)
-            if outcome.shadowed:
-                counters.shadow_mode.inc(hits)
-        else:
-            counters.within_limit.inc(hits)
-            if outcome.near_limit_hits:
-                counters.near_limit.inc(outcome.near_limit_hits)
-        if outcome.failure is not None:
-            counter = self.failure_denied if outcome.over_limit else self.failure_allowed
-            counter.labels(domain, key, outcome.failure).inc()
-        self.live.decision(
-            path,
-            outcome.entries,
-            hits=hits,
-            over=outcome.over_limit,
-            shadowed=outcome.shadowed,
-            near_hits=outcome.near_limit_hits,
-            degraded=outcome.failure,
-        )
+        over = outcome.over_limit
+        shadowed = outcome.shadowed
+        near = outcome.near_limit_hits
+        failure = outcome.failure
         decision = outcome.decision
-        if decision is not None:
-            if outcome.shadowed and not decision.shadowed:
-                decision = replace(decision, shadowed=True)
-            self.metrics.decision(rule=path, algorithm=rule.algorithm, decision=decision)
+        slot = (domain, outcome.metric_key, rule.path, rule.algorithm)
+        with self._lock:
+            counts = self._pending.get(slot)
+            if counts is None:
+                counts = self._pending[slot] = [0] * _SLOT
+            counts[TOTAL] += hits
+            counts[LIVE_DECISIONS] += 1
+            if over:
+                counts[OVER] += hits
+                if outcome.local_cache:
+                    counts[LOCAL] += hits
+                if shadowed:
+                    counts[SHADOW] += hits
+                    counts[LIVE_SHADOWED] += 1
+                else:
+                    counts[LIVE_OVER] += 1
+            else:
+                counts[WITHIN] += hits
+                if near:
+                    counts[NEAR] += near
+                    counts[LIVE_NEAR] += 1
+            if decision is not None:
+                if shadowed or decision.shadowed:
+                    counts[SHADOWED] += 1
+                else:
+                    counts[ALLOWED if decision.allowed else DENIED] += 1
+            if over or near:
+                category = "shadow" if shadowed else "over" if over else "near"
+                weight = near if category == "near" else max(hits, 1)
+                self._top.append((category, rule.path, outcome.entries, weight))
+            if failure is not None:
+                counts[LIVE_DEGRADED] += 1
+            full = len(self._pending) >= MAX_PENDING or len(self._top) >= MAX_PENDING
+        if failure is not None:  # rare (the store failed): the labelled counts on the spot
+            key = self._key(domain, outcome.metric_key)
+            counter = self.failure_denied if over else self.failure_allowed
+            counter.labels(bounded(domain), key, failure).inc()
+            self._live.degraded(rule.path, failure)
+        if full:
+            self.flush()
 
     def on_store_error(self, domain: str, rule: DescriptorRule, error: Exception) -> None:
         self.errors.labels("store_error").inc()
+        for sink in self.sinks:
+            sink.count(SHOULD_RATE_LIMIT + "redis_error")
         self.metrics.degraded(
             rule=rule.path, failure_mode=rule.failure_mode, reason=type(error).__name__
         )
@@ -234,17 +303,22 @@ class ServiceStats(ServiceHooks):
         self.value_overflow.labels(domain, path).inc()
 
     def on_store_call(self, seconds: float) -> None:
-        self.metrics.store_latency(seconds=seconds)
-        self.live.store_call(seconds)
+        with self._lock:
+            self._store_times.append(seconds)
+            full = len(self._store_times) >= MAX_PENDING
+        if full:
+            self.flush()
 
     # --- the server's own events ------------------------------------------------------
 
     def request(self, seconds: float, *, failed: bool = False) -> None:
         """One ShouldRateLimit call answered in ``seconds``; ``failed``: by the fallback."""
-        self._calls.inc()
-        self.response_time.observe(seconds)
-        if failed:
-            self.errors.labels("service_error").inc()
+        with self._lock:
+            self._call_times.append(seconds)
+            self._failed_calls += failed
+            full = len(self._call_times) >= MAX_PENDING
+        if full:
+            self.flush()
 
     def config_load(self, ok: bool) -> None:
         """A config load finished: ``ok`` if it is now the config in use."""
@@ -253,6 +327,57 @@ class ServiceStats(ServiceHooks):
             self.config_loaded_at.set(self.clock.now())
         else:
             self.config_error.inc()
+        for sink in self.sinks:
+            sink.count(SERVICE + ("config_load_success" if ok else "config_load_error"))
+
+    # --- reading ----------------------------------------------------------------------
+
+    @property
+    def live(self) -> LiveStats:
+        """The dashboard's figures (``LiveStats``), with everything counted so far."""
+        self.flush()
+        return self._live
+
+    def flush(self) -> None:
+        """Move the tally into the registry, the dashboard's figures and the sinks."""
+        with self._lock:
+            pending, self._pending = self._pending, {}
+            top, self._top = self._top, []
+            store_times, self._store_times = self._store_times, []
+            call_times, self._call_times = self._call_times, []
+            failed, self._failed_calls = self._failed_calls, 0
+        for (domain, metric_key, path, algorithm), counts in pending.items():
+            key = self._key(domain, metric_key)
+            label = bounded(domain)
+            counters = self._counters.get((label, key))
+            if counters is None:
+                counters = self._counters[(label, key)] = self._bind(label, key)
+            for index, counter in enumerate(counters):
+                if counts[index]:
+                    counter.inc(counts[index])
+            for index, outcome in _OUTCOMES:
+                if counts[index]:
+                    self.metrics.count(
+                        rule=path, algorithm=algorithm, outcome=outcome, by=counts[index]
+                    )
+            self._live.add(path, counts[LIVE_DECISIONS:])
+            for sink in self.sinks:
+                sink.add(f"{label}.{key}", counts)
+        for category, path, entries, weight in top:
+            self._live.top(category, path, entries, weight)
+        for seconds in store_times:
+            self.metrics.store_latency(seconds=seconds)
+            self._live.store_call(seconds)
+        if call_times:
+            self._calls.inc(len(call_times))
+            for seconds in call_times:
+                self._response_time.observe(seconds)
+            if failed:
+                self.errors.labels("service_error").inc(failed)
+            for sink in self.sinks:
+                sink.calls(call_times)
+                if failed:
+                    sink.count(SHOULD_RATE_LIMIT + "service_error", failed)
 
     def exposition(self, accept: str = "") -> tuple[bytes, str]:
         """The registry in the format the ``Accept`` header asks for, and its content type.
@@ -260,8 +385,10 @@ class ServiceStats(ServiceHooks):
         The Prometheus text format (0.0.4) unless ``accept`` asks for OpenMetrics
         or a newer text format (prometheus_client's ``choose_encoder``). In
         multiprocess mode (``PROMETHEUS_MULTIPROC_DIR`` set), every worker's
-        values summed (the timestamp gauge: the latest).
+        values summed (the timestamp gauge: the latest): this worker's exact, the
+        others' as of their last flush (at most a second ago).
         """
+        self.flush()
         registry = self.registry
         shared = multiprocess_dir()
         if shared is not None:
@@ -272,16 +399,18 @@ class ServiceStats(ServiceHooks):
         return body, content_type
 
     def _bind(self, domain: str, key: str) -> _KeyCounters:
-        """The five per-key counters bound to their labels once (``labels()`` is costly)."""
+        """The six per-key counters bound to their labels once (``labels()`` is costly)."""
+        key1, key2 = upstream_keys(key)
         return _KeyCounters(
             *(
-                counter.labels(domain, key)
+                counter.labels(domain, key, key1, key2)
                 for counter in (
                     self.total_hits,
                     self.over_limit,
                     self.near_limit,
                     self.within_limit,
                     self.shadow_mode,
+                    self.over_limit_local,
                 )
             )
         )

@@ -127,37 +127,52 @@ class LiveStats:
         degraded: str | None,
     ) -> None:
         """One descriptor decided by ``rule``: what the service reported for it."""
+        counts = [0] * len(FIELDS)
+        counts[DECISIONS] = 1
+        counts[OVER] = int(over and not shadowed)
+        counts[SHADOWED] = int(shadowed)
+        counts[NEAR] = int(bool(near_hits))
+        counts[DEGRADED] = int(degraded is not None)
+        self.add(rule, counts)
+        if degraded is not None:
+            self.degraded(rule, degraded)
+        if over or near_hits:
+            category = "shadow" if shadowed else "over" if over else "near"
+            self.top(category, rule, entries, max(hits, 1) if over else near_hits)
+
+    def add(self, rule: str, counts: Sequence[int]) -> None:
+        """Several decisions of ``rule`` at once, counted now: ``counts`` starts with
+        decisions, over (enforced), near, shadowed and degraded, in that order (a
+        tallying caller's flush; ``degraded(rule, mode)`` gives the modes)."""
         now = self.clock.now()
         with self._lock:
             rule = self._rule(rule)
-            counts = self._second(now).rules.setdefault(rule, [0] * len(FIELDS))
+            second = self._second(now).rules.setdefault(rule, [0] * len(FIELDS))
             totals = self._totals[rule]
-            bumps = [(DECISIONS, 1)]
-            if over and not shadowed:
-                bumps.append((OVER, 1))
-            if shadowed:
-                bumps.append((SHADOWED, 1))
-            if near_hits:
-                bumps.append((NEAR, 1))
-            if degraded is not None:
-                bumps.append((DEGRADED, 1))
-                degraded = bounded(degraded)
-                modes = self._modes.setdefault(rule, {})
-                modes[degraded] = modes.get(degraded, 0) + 1
-            for index, amount in bumps:
-                counts[index] += amount
-                totals[index] += amount
-            if not (over or near_hits):
-                return
+            for index in range(len(FIELDS)):
+                amount = counts[index]
+                if amount:
+                    second[index] += amount
+                    totals[index] += amount
+
+    def degraded(self, rule: str, mode: str) -> None:
+        """A failure ``mode`` answered for ``rule`` (its count is in ``add``'s degraded)."""
+        with self._lock:
+            rule = self._rule(rule)
+            modes = self._modes.setdefault(rule, {})
+            mode = bounded(mode)
+            modes[mode] = modes.get(mode, 0) + 1
+
+    def top(
+        self, category: str, rule: str, entries: Sequence[tuple[str, str]], weight: int
+    ) -> None:
+        """A descriptor of ``rule`` over the limit (``over``, or ``shadow`` for a shadow
+        rule) or ``near`` it, weighing ``weight`` hits, for the top-key sketches."""
+        now = self.clock.now()
+        with self._lock:
+            rule = self._rule(rule)
             self._rotate(now)
-            sketch_key = rule + _SEP + key_text(entries)
-            weight = max(hits, 1)
-            if shadowed:
-                self._top["shadow"].add(sketch_key, weight)
-            elif over:
-                self._top["over"].add(sketch_key, weight)
-            else:
-                self._top["near"].add(sketch_key, near_hits)
+            self._top[category].add(rule + _SEP + key_text(entries), weight)
 
     def store_call(self, seconds: float) -> None:
         """One store call took ``seconds``."""
