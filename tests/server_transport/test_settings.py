@@ -55,6 +55,9 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         "RATEWARDEN_MERGE_DOMAINS": "true",
         "RATEWARDEN_KEY_PREFIX": "edge",
         "RATEWARDEN_STORE_TIMEOUT": "0.25",
+        "RATEWARDEN_STATSD": "statsd.internal:9125",
+        "RATEWARDEN_STATSD_TAGS": "region:eu.west, cell : 7 ,",
+        "RATEWARDEN_STATSD_INTERVAL": "2.5",
     }
     # RATEWARDEN_GRPC_UDS does not go with 2 workers: read on its own below.
     assert {option.env for option in OPTIONS.values()} == {*environ, "RATEWARDEN_GRPC_UDS"}
@@ -93,6 +96,9 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         merge_domains=True,
         key_prefix="edge",
         store_timeout=0.25,
+        statsd="tcp://statsd.internal:9125",
+        statsd_tags=(("cell", "7"), ("region", "eu.west")),
+        statsd_interval=2.5,
     )
 
 

@@ -130,12 +130,15 @@ def test_the_debug_port_serves_the_rules_and_the_metrics(compose: dict[str, int]
 
 
 def test_a_setting_that_cannot_be_honoured_stops_the_start(tmp_path: Path) -> None:
-    """USE_STATSD=true (StatsD is not built): exit 2 and one line naming it and the way out."""
+    """USE_DOG_STATSD=true (DogStatsD is not built): exit 2 and one line naming it and the way
+    out."""
     environ = {key: value for key, value in os.environ.items() if not key.startswith("RATEWARDEN_")}
-    environ.update(USE_STATSD="true", RUNTIME_ROOT=str(tmp_path))
+    environ.update(USE_DOG_STATSD="true", RUNTIME_ROOT=str(tmp_path))
     done = subprocess.run(
         [*RATEWARDEN, "serve"], check=False, env=environ, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2
-    assert done.stderr.startswith("ratewarden serve: error: USE_STATSD='true' cannot be honoured")
-    assert "/metrics" in done.stderr
+    assert done.stderr.startswith(
+        "ratewarden serve: error: USE_DOG_STATSD='true' cannot be honoured"
+    )
+    assert "USE_STATSD" in done.stderr

@@ -255,7 +255,8 @@ def test_redis_url_forms_are_checked_per_type() -> None:
 @pytest.mark.parametrize(
     ("name", "value", "names"),
     [
-        ("USE_STATSD", "true", "/metrics"),
+        ("USE_DOG_STATSD", "true", "USE_STATSD"),
+        ("USE_DOG_STATSD_MOGRIFIERS", "A", "USE_STATSD"),
         ("BACKEND_TYPE", "memcache", "REDIS_URL"),
         ("MEMCACHE_HOST_PORT", "m:11211", "REDIS_URL"),
         ("REDIS_PERSECOND", "true", "REDIS_URL"),
@@ -376,3 +377,32 @@ def test_serve_names_the_upstream_settings_it_applies_but_not_their_values(
     [line] = [line for line in lines if line.get("event") == "upstream_settings_applied"]
     assert sorted(line["settings"]) == ["PORT", "REDIS_AUTH", "REDIS_SOCKET_TYPE", "REDIS_URL"]
     assert "s3cret-password" not in err
+
+
+def test_statsd_settings_turn_statsd_on_with_upstreams_meaning() -> None:
+    """USE_STATSD=true sends to STATSD_HOST:STATSD_PORT over TCP (upstream's sink), with
+    EXTRA_TAGS and STATS_FLUSH_INTERVAL; unset, it is on when a StatsD setting is given
+    (upstream's default is true), off otherwise; DISABLE_STATS wins; flags win over all."""
+    on = settings(USE_STATSD="true")
+    assert (on.statsd, on.statsd_tags, on.statsd_interval) == ("tcp://localhost:8125", (), 10.0)
+    given = settings(
+        STATSD_HOST="stats.internal",
+        STATSD_PORT="9125",
+        EXTRA_TAGS="env:prod,cell:a.b",
+        STATS_FLUSH_INTERVAL="1500ms",
+    )
+    assert given.statsd == "tcp://stats.internal:9125"
+    assert given.statsd_tags == (("cell", "a.b"), ("env", "prod"))
+    assert given.statsd_interval == 1.5
+    assert settings(STATSD_HOST="::1", USE_STATSD="1").statsd == "tcp://[::1]:8125"
+    assert settings(USE_STATSD="false", STATSD_HOST="stats").statsd is None
+    assert settings(DISABLE_STATS="true", USE_STATSD="true").statsd is None
+    assert settings(PORT="8080").statsd is None
+    environ = {"USE_STATSD": "true", "RATEWARDEN_CONFIG": "rules.yaml"}
+    assert resolve({"statsd": "udp://127.0.0.1:8125"}, environ).statsd == "udp://127.0.0.1:8125"
+    with pytest.raises(ConfigurationError, match=r"STATS_FLUSH_INTERVAL=0\.0: must be a duration"):
+        settings(USE_STATSD="true", STATS_FLUSH_INTERVAL="0s")
+    with pytest.raises(ConfigurationError, match=r"EXTRA_TAGS='env'.*NAME:VALUE"):
+        settings(EXTRA_TAGS="env")
+    with pytest.raises(ConfigurationError, match="STATSD_PORT=70000"):
+        settings(STATSD_PORT="70000")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ratewarden.errors import ConfigurationError
+from ratewarden.server.statsd import parse_address, parse_tags
 from ratewarden.server.store_url import redacted
 
 __all__ = ["OPTIONS", "Option", "read"]
@@ -113,6 +114,15 @@ def _choice(choices: Sequence[str]) -> Callable[[Any], str]:
         return text
 
     return parse
+
+
+def _statsd(value: Any) -> str:
+    protocol, host, port = parse_address(str(value))
+    return f"{protocol}://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def _tags(value: Any) -> tuple[tuple[str, str], ...]:
+    return value if isinstance(value, tuple) else parse_tags(str(value))
 
 
 #: Every setting by its ``Settings`` field name.
@@ -295,6 +305,25 @@ OPTIONS: dict[str, Option] = {
         _integer(0, 10_000_000),
         "counters denied by the store that are remembered until their retry time and denied "
         "without a store call (10000; 0 turns the cache off)",
+    ),
+    "statsd": Option(
+        "--statsd",
+        "RATEWARDEN_STATSD",
+        _statsd,
+        "send envoyproxy/ratelimit's stats to this StatsD server: tcp://HOST:PORT (HOST:PORT "
+        "alone is TCP, as upstream) or udp://HOST:PORT (off)",
+    ),
+    "statsd_tags": Option(
+        "--statsd-tags",
+        "RATEWARDEN_STATSD_TAGS",
+        _tags,
+        "tags on every StatsD stat, NAME:VALUE,NAME:VALUE (none)",
+    ),
+    "statsd_interval": Option(
+        "--statsd-interval",
+        "RATEWARDEN_STATSD_INTERVAL",
+        _seconds(0.0, allow_low=False),
+        "seconds between sends to --statsd (10)",
     ),
 }
 

@@ -40,6 +40,9 @@ from::
     --[no-]merge-domains   RATEWARDEN_MERGE_DOMAINS   false
     --key-prefix P         RATEWARDEN_KEY_PREFIX      rw
     --store-timeout S      RATEWARDEN_STORE_TIMEOUT   0.02
+    --statsd URL           RATEWARDEN_STATSD          off (tcp://HOST:PORT or udp://HOST:PORT)
+    --statsd-tags T        RATEWARDEN_STATSD_TAGS     none (NAME:VALUE,NAME:VALUE)
+    --statsd-interval S    RATEWARDEN_STATSD_INTERVAL 10
 
 Under the ``RATEWARDEN_*`` variables come envoyproxy/ratelimit's own (``PORT``,
 ``REDIS_URL``, ``RUNTIME_ROOT``...): ``server/upstream_env.py`` reads them.
@@ -115,6 +118,9 @@ class Settings:
     merge_domains: bool = False
     key_prefix: str = "rw"
     store_timeout: float = 0.02
+    statsd: str | None = None
+    statsd_tags: tuple[tuple[str, str], ...] = ()
+    statsd_interval: float = 10.0
 
     def __repr__(self) -> str:
         shown = []

@@ -24,6 +24,7 @@ from typing import Any
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.server import upstream_redis
+from ratewarden.server.statsd import parse_tags
 from ratewarden.server.upstream_settings import UPSTREAM, Upstream, given, no_effect, value_of
 
 __all__ = ["BYTES_PER_CACHED_COUNTER", "UPSTREAM", "Upstream", "no_effect", "read"]
@@ -37,7 +38,7 @@ def read(environ: Mapping[str, str]) -> dict[str, Any]:
     """
     values = given(environ)
     out: dict[str, Any] = {}
-    for reader in (_listening, _logging, _runtime, _switches, _tls):
+    for reader in (_listening, _logging, _runtime, _switches, _tls, _stats):
         out.update(reader(values))
     resolved = {name: value_of(values, name) for name in upstream_redis.REDIS_SETTINGS}
     out.update(upstream_redis.store(values, resolved))
@@ -166,4 +167,42 @@ def _tls(values: Mapping[str, Any]) -> dict[str, Any]:
     out = {"tls_cert": values["GRPC_SERVER_TLS_CERT"], "tls_key": values["GRPC_SERVER_TLS_KEY"]}
     if "GRPC_CLIENT_TLS_CACERT" in values:
         out["tls_client_ca"] = values["GRPC_CLIENT_TLS_CACERT"]
+    return out
+
+
+#: The settings of upstream's StatsD sink; any of them set means the operator uses it.
+_STATSD = ("STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS", "STATS_FLUSH_INTERVAL")
+
+
+def _stats(values: Mapping[str, Any]) -> dict[str, Any]:
+    """StatsD as upstream sends it: on when ``USE_STATSD`` is true, or when it is unset
+    (upstream's default is true) and a StatsD setting is given; ``DISABLE_STATS`` wins.
+
+    Nothing set leaves StatsD off (ratewarden's default), so a container that only
+    sets ``PORT`` does not start sending to localhost:8125.
+    """
+    if values.get("DISABLE_STATS"):
+        return {}
+    use = values.get("USE_STATSD")
+    if use is None:
+        use = any(name in values for name in _STATSD)
+    if not use:
+        return {}
+    port = _port(values, "STATSD_PORT")
+    host = str(value_of(values, "STATSD_HOST")).strip()
+    if ":" in host:
+        host = f"[{host}]"
+    out: dict[str, Any] = {"statsd": f"tcp://{host}:{port}"}
+    if "EXTRA_TAGS" in values:
+        try:
+            out["statsd_tags"] = parse_tags(values["EXTRA_TAGS"])
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"EXTRA_TAGS={values['EXTRA_TAGS']!r}: {exc}") from None
+    if "STATS_FLUSH_INTERVAL" in values:
+        interval = values["STATS_FLUSH_INTERVAL"]
+        if not interval > 0:
+            raise ConfigurationError(
+                f"STATS_FLUSH_INTERVAL={interval!r}: must be a duration above 0, such as 10s"
+            )
+        out["statsd_interval"] = interval
     return out

@@ -96,7 +96,10 @@ def _refused(default: str, parse: Callable[[str], Any], advice: str, *allowed: A
     return Upstream(default, parse, "refused", advice, allowed or (parse(default),))
 
 
-_STATSD = "StatsD output is not built; ratewarden's metrics are served at /metrics (Prometheus)"
+_DOGSTATSD = (
+    "DogStatsD output is not built; use USE_STATSD (upstream's stat names, EXTRA_TAGS in "
+    "the names) or Prometheus at /metrics"
+)
 _PROMETHEUS = (
     "ratewarden serves Prometheus metrics at /metrics on PORT (and on DEBUG_PORT); "
     "point the scraper there"
@@ -168,16 +171,14 @@ UPSTREAM: dict[str, Upstream] = {
         )
     },
     # stats
-    "USE_STATSD": _refused("true", go_bool, _STATSD, False),
-    "USE_DOG_STATSD": _refused("false", go_bool, _STATSD),
-    "USE_DOG_STATSD_MOGRIFIERS": _refused("", go_text, _STATSD),
-    "STATSD_HOST": _refused("localhost", go_text, _STATSD),
-    "STATSD_PORT": _refused("8125", go_int, _STATSD),
-    "EXTRA_TAGS": _refused("", go_text, _STATSD),
-    "STATS_FLUSH_INTERVAL": _refused("10s", go_duration, _STATSD),
-    "DISABLE_STATS": _no_effect(
-        "false", go_bool, "ratewarden sends stats nowhere; /metrics answers when scraped"
-    ),
+    "USE_STATSD": _mapped("true", go_bool),
+    "USE_DOG_STATSD": _refused("false", go_bool, _DOGSTATSD),
+    "USE_DOG_STATSD_MOGRIFIERS": _refused("", go_text, _DOGSTATSD),
+    "STATSD_HOST": _mapped("localhost"),
+    "STATSD_PORT": _mapped("8125", go_int),
+    "EXTRA_TAGS": _mapped(""),
+    "STATS_FLUSH_INTERVAL": _mapped("10s", go_duration),
+    "DISABLE_STATS": _mapped("false", go_bool),
     "USE_PROMETHEUS": _refused("false", go_bool, _PROMETHEUS),
     "PROMETHEUS_ADDR": _refused(":9090", go_text, _PROMETHEUS),
     "PROMETHEUS_PATH": _refused("/metrics", go_text, _PROMETHEUS),

@@ -1,0 +1,262 @@
+"""envoyproxy/ratelimit's stats over StatsD: the same names, tags, units and flush interval.
+
+``StatsdSink`` is one of ``ServiceStats.sinks``: every flush of the stats' tally
+hands it the per-key counts, and it sends them every ``--statsd-interval``
+seconds (upstream's ``STATS_FLUSH_INTERVAL``, 10 s) as StatsD lines, over TCP
+(upstream's default sink) or UDP (``--statsd udp://host:port``). The names are
+upstream's, so its StatsD mappings and dashboards keep working::
+
+    ratelimit.service.rate_limit.<domain>.<key>.total_hits         |c  hits asked for
+    ratelimit.service.rate_limit.<domain>.<key>.over_limit         |c  hits over the limit
+    ratelimit.service.rate_limit.<domain>.<key>.near_limit         |c  hits near it
+    ratelimit.service.rate_limit.<domain>.<key>.within_limit       |c  hits under it
+    ratelimit.service.rate_limit.<domain>.<key>.shadow_mode        |c  over, let through
+    ratelimit.service.rate_limit.<domain>.<key>.over_limit_with_local_cache |c
+    ratelimit.service.call.should_rate_limit.redis_error           |c  failed store calls
+    ratelimit.service.call.should_rate_limit.service_error         |c  failed calls
+    ratelimit.service.config_load_success / config_load_error      |c
+    ratelimit_server.ShouldRateLimit.total_requests                |c
+    ratelimit_server.ShouldRateLimit.response_time                 |ms one line per call
+
+``<domain>.<key>`` is the stats key (``domain.key_value.subkey``), cleaned as
+upstream cleans it (``stats_name``: ``:`` and ``|`` become ``_``, so do the dots
+of an IPv4 address) and bounded as the Prometheus ``key`` label is. A counter
+is sent only when it moved (upstream's store skips zeros). ``--statsd-tags``
+(upstream's ``EXTRA_TAGS``, ``k1:v1,k2:v2``) is appended to every name as
+upstream's statsd library writes tags: ``.__k1=v1.__k2=v2``, sorted by tag name,
+``.``, ``:`` and ``|`` in a value replaced by ``_``.
+
+Sending never blocks a decision: it runs on the event loop every interval,
+with a bounded wait; a StatsD server that is down costs one warning line a
+minute and the lines of that interval (counters are deltas: later ones are
+unaffected). What one interval holds is bounded by the tally's flushes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import socket
+from collections.abc import Iterable, Mapping, Sequence
+from urllib.parse import urlsplit
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.metrics import LogRateLimiter
+
+__all__ = ["StatsdSink", "parse_address", "parse_tags", "stats_name"]
+
+log = logging.getLogger("ratewarden.server.statsd")
+
+#: Per-key counter names, in the order of ``ServiceStats``' tally indices 0-5.
+KEY_COUNTERS = (
+    "total_hits",
+    "over_limit",
+    "near_limit",
+    "within_limit",
+    "shadow_mode",
+    "over_limit_with_local_cache",
+)
+RATE_LIMIT = "ratelimit.service.rate_limit."
+SHOULD_RATE_LIMIT = "ratelimit.service.call.should_rate_limit."
+SERVICE = "ratelimit.service."
+SERVER = "ratelimit_server.ShouldRateLimit."
+#: Largest datagram sent over UDP: lines are never split, and 1,432 bytes keep a
+#: datagram in one Ethernet frame (what upstream's statsd library uses).
+UDP_PAYLOAD = 1432
+#: Seconds a TCP connect or write may take before the interval's lines are dropped.
+SEND_TIMEOUT_S = 1.0
+_IPV4 = re.compile(r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}")
+_TAG_VALUE = str.maketrans(".:|", "___")
+_NAME = str.maketrans(":|", "__")
+
+
+def stats_name(text: str) -> str:
+    """``text`` cleaned for a StatsD name as upstream cleans its stats keys."""
+    return _IPV4.sub(lambda found: found.group().replace(".", "_"), text.translate(_NAME))
+
+
+def parse_address(value: str) -> tuple[str, str, int]:
+    """``(protocol, host, port)`` of ``tcp://host:port``, ``udp://host:port`` or
+    ``host:port`` (TCP, as upstream's sink); raises ``ConfigurationError``."""
+    text = value.strip()
+    if "://" not in text:
+        text = "tcp://" + text
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigurationError(f"is not tcp://HOST:PORT or udp://HOST:PORT ({exc})") from None
+    if parts.scheme not in ("tcp", "udp"):
+        raise ConfigurationError(f"scheme {parts.scheme!r} is not tcp or udp")
+    if not parts.hostname or port is None or parts.path not in ("", "/"):
+        raise ConfigurationError("must be tcp://HOST:PORT or udp://HOST:PORT (or HOST:PORT)")
+    return parts.scheme, parts.hostname, port
+
+
+def parse_tags(value: str) -> tuple[tuple[str, str], ...]:
+    """``k1:v1,k2:v2`` as sorted ``(name, value)`` pairs; raises ``ConfigurationError``.
+
+    Empty names or values are left out, as upstream leaves them out.
+    """
+    tags: dict[str, str] = {}
+    for item in value.split(","):
+        if not item.strip():
+            continue
+        name, colon, tag = item.partition(":")
+        if not colon:
+            raise ConfigurationError(f"tag {item.strip()!r} is not NAME:VALUE")
+        name, tag = name.strip(), tag.strip()
+        if name and tag:
+            tags[name] = tag
+    return tuple(sorted(tags.items()))
+
+
+class StatsdSink:
+    """Counts from ``ServiceStats`` flushes, sent as StatsD lines every interval."""
+
+    def __init__(
+        self,
+        protocol: str,
+        host: str,
+        port: int,
+        *,
+        tags: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        if protocol not in ("tcp", "udp"):
+            raise ConfigurationError(f"statsd protocol {protocol!r} is not tcp or udp")
+        self.protocol = protocol
+        self.host = host
+        self.port = port
+        self.suffix = "".join(
+            f".__{name}={tag.translate(_TAG_VALUE)}" for name, tag in sorted(tags)
+        )
+        self._counters: dict[str, int] = {}
+        self._timers: list[int] = []
+        self._names: dict[str, str] = {}  # stats key -> its cleaned name prefix
+        self._writer: asyncio.StreamWriter | None = None
+        self._udp: socket.socket | None = None
+        self._lines = LogRateLimiter(60.0)
+        self.sent = 0
+        self.dropped = 0
+
+    # --- what ServiceStats hands over -------------------------------------------------
+
+    def add(self, stats_key: str, counts: Sequence[int]) -> None:
+        """One key's counts since the last flush (indices as ``KEY_COUNTERS``)."""
+        prefix = self._names.get(stats_key)
+        if prefix is None:
+            if len(self._names) >= 65_536:  # keys are bounded upstream of here; names too
+                self._names.clear()
+            prefix = self._names[stats_key] = RATE_LIMIT + stats_name(stats_key) + "."
+        for index, counter in enumerate(KEY_COUNTERS):
+            if counts[index]:
+                self.count(prefix + counter, counts[index])
+
+    def calls(self, seconds: Sequence[float]) -> None:
+        """ShouldRateLimit calls answered in ``seconds`` each (a timer line per call, in
+        whole milliseconds, as upstream sends them)."""
+        self.count(SERVER + "total_requests", len(seconds))
+        self._timers.extend(int(s * 1000) for s in seconds)
+        if len(self._timers) > 100_000:  # a sink that cannot send keeps the newest
+            del self._timers[:-100_000]
+
+    def count(self, name: str, by: int = 1) -> None:
+        """Add ``by`` to the counter ``name`` (a full stat name without the tags)."""
+        self._counters[name] = self._counters.get(name, 0) + by
+
+    # --- sending ----------------------------------------------------------------------
+
+    def lines(self) -> list[bytes]:
+        """Everything counted since the last call, as StatsD lines (and forget it)."""
+        counters, self._counters = self._counters, {}
+        timers, self._timers = self._timers, []
+        suffix = self.suffix
+        out = [f"{name}{suffix}:{value}|c\n".encode() for name, value in counters.items()]
+        timer = f"{SERVER}response_time{suffix}:"
+        out.extend(f"{timer}{ms}|ms\n".encode() for ms in timers)
+        return out
+
+    async def send(self) -> None:
+        """Send the lines counted since the last send; a failure drops them with a
+        warning (at most one line a minute)."""
+        lines = self.lines()
+        if not lines:
+            return
+        try:
+            if self.protocol == "udp":
+                self._send_udp(lines)
+            else:
+                await asyncio.wait_for(self._send_tcp(lines), SEND_TIMEOUT_S)
+        except (TimeoutError, OSError) as exc:
+            self.dropped += len(lines)
+            await self._close_tcp()
+            self._lines.log(
+                log,
+                logging.WARNING,
+                "statsd",
+                "cannot send stats to statsd at %s:%d (%s): %d lines dropped",
+                self.host,
+                self.port,
+                exc or type(exc).__name__,
+                len(lines),
+            )
+        else:
+            self.sent += len(lines)
+
+    def _send_udp(self, lines: list[bytes]) -> None:
+        if self._udp is None:
+            family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+            self._udp = socket.socket(family, socket.SOCK_DGRAM)
+            self._udp.setblocking(False)
+        for datagram in _datagrams(lines):
+            self._udp.sendto(datagram, (self.host, self.port))
+
+    async def _send_tcp(self, lines: list[bytes]) -> None:
+        if self._writer is None or self._writer.is_closing():
+            _, self._writer = await asyncio.open_connection(self.host, self.port)
+        self._writer.write(b"".join(lines))
+        await self._writer.drain()
+
+    async def _close_tcp(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+            with contextlib.suppress(TimeoutError, OSError):
+                await asyncio.wait_for(writer.wait_closed(), SEND_TIMEOUT_S)
+
+    async def close(self) -> None:
+        """Send what is left, then close the connection or socket."""
+        await self.send()
+        await self._close_tcp()
+        if self._udp is not None:
+            self._udp.close()
+            self._udp = None
+
+    def __repr__(self) -> str:
+        return f"StatsdSink({self.protocol}://{self.host}:{self.port})"
+
+
+def _datagrams(lines: list[bytes]) -> list[bytes]:
+    """``lines`` packed into datagrams of at most ``UDP_PAYLOAD`` bytes (a longer line
+    goes alone)."""
+    out: list[bytes] = []
+    current: list[bytes] = []
+    size = 0
+    for line in lines:
+        if current and size + len(line) > UDP_PAYLOAD:
+            out.append(b"".join(current))
+            current, size = [], 0
+        current.append(line)
+        size += len(line)
+    if current:
+        out.append(b"".join(current))
+    return out
+
+
+def describe(sink: StatsdSink | None) -> Mapping[str, object] | None:
+    """The sink as the start log line shows it."""
+    if sink is None:
+        return None
+    return {"address": f"{sink.protocol}://{sink.host}:{sink.port}", "tags": sink.suffix}
