@@ -10,7 +10,6 @@ from datetime import timedelta
 from typing import Any
 
 from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped, unused-ignore]
-from google.protobuf import duration_pb2  # type: ignore[import-untyped, unused-ignore]
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import UNITS, Rate
@@ -66,17 +65,29 @@ def override(
     )
 
 
+#: ``RateLimit`` messages by (requests per unit, unit, name): copied into each status in one
+#: call, rather than three field writes through the nested message. Bounded (overrides
+#: make limits per request): cleared when full.
+_LIMITS: dict[tuple[int, str, str], Any] = {}
+_MAX_LIMITS = 4096
+
+
 def current(status: Any, limit: Limit | None, name: str) -> None:
     if limit is None:
         return
-    status.current_limit.requests_per_unit = limit.requests_per_unit
-    status.current_limit.unit = UNIT_ENUM[limit.unit]
-    if name:
-        status.current_limit.name = name
+    ident = (limit.requests_per_unit, limit.unit, name)
+    message = _LIMITS.get(ident)
+    if message is None:
+        if len(_LIMITS) >= _MAX_LIMITS:
+            _LIMITS.clear()
+        message = _LIMITS[ident] = _Response.RateLimit(
+            requests_per_unit=limit.requests_per_unit, unit=UNIT_ENUM[limit.unit], name=name
+        )
+    status.current_limit.CopyFrom(message)
 
 
 def duration(status: Any, microseconds: int) -> None:
     seconds, micros = divmod(max(microseconds, 0), 1_000_000)
-    status.duration_until_reset.CopyFrom(
-        duration_pb2.Duration(seconds=seconds, nanos=micros * 1000)
-    )
+    until = status.duration_until_reset
+    until.seconds = seconds
+    until.nanos = micros * 1000
