@@ -19,7 +19,7 @@ from typing import Any
 import yaml  # type: ignore[import-untyped, unused-ignore]
 
 from ratewarden.server.config.budget import read_budget
-from ratewarden.server.config.fields import CONSTRUCT_ERRORS, FieldReader
+from ratewarden.server.config.fields import CONSTRUCT_ERRORS, FieldReader, _shorten
 from ratewarden.server.config.model import ConfigProblem, DescriptorRule, DomainConfig, Level, Node
 from ratewarden.server.config.rate_limit import RATE_LIMIT_KEYS, read_rate_limit
 
@@ -220,6 +220,14 @@ class FileReader(FieldReader):
                 if rule is not None:
                     self.rules.append(rule)
         share_threshold = self.flag(entries, "share_threshold")
+        if share_threshold and value and "*" not in value:
+            self.problem(
+                entries["share_threshold"][0],
+                "share_threshold",
+                f"has no meaning on the exact value {_shorten(value)}: only the values a "
+                "wildcard (with *) or a key-only descriptor matches can share one counter; "
+                "remove it or make the value a wildcard",
+            )
         value_to_metric = self.flag(entries, "value_to_metric")
         metadata: Mapping[str, Any] = MappingProxyType({})
         if "metadata" in entries:
