@@ -96,3 +96,8 @@ class Probe:
 
     def count(self, stat: str, stats_key: str) -> int:
         return int(self.counts(stat).get(stats_key, 0))
+
+    def domain_not_found(self, domain: str) -> int:
+        """upstream's ``<domain>.domain_not_found``: descriptors asked of an unknown domain."""
+        name = "ratelimit_service_rate_limit_domain_not_found_total"
+        return int(self.stats.registry.get_sample_value(name, {"domain": domain}) or 0)

@@ -93,7 +93,8 @@ def test_an_unlimited_rule_answers_ok_and_is_counted_within_limit() -> None:
 
 
 def test_an_unknown_domain_or_an_empty_descriptor_has_no_rule() -> None:
-    """An unknown domain, and a descriptor without entries, match nothing: OK, no stats."""
+    """An unknown domain, and a descriptor without entries, match nothing: OK, no rule
+    stats; only the unknown domain counts domain_not_found."""
     service = probe("basic.yaml")
     for domain, entries in (
         ("elsewhere", (("tenant", "acme"), ("route", "x"))),
@@ -101,6 +102,8 @@ def test_an_unknown_domain_or_an_empty_descriptor_has_no_rule() -> None:
     ):
         seen = service.ask(domain, *entries)
         assert (seen.code, seen.limit, seen.stats_key) == (OK, None, None)
+    assert service.domain_not_found("elsewhere") == 1
+    assert service.domain_not_found("storefront") == 0
 
 
 # ---------------------------------------------------------------- TestConfigLimitOverride
