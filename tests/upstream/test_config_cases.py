@@ -13,6 +13,7 @@ the invalid files are in ``test_config_case_errors.py``.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -697,3 +698,22 @@ def test_metadata_is_kept_on_the_matched_node_of_the_loaded_config() -> None:
     found = loaded.match("storefront", [("client", "anyone")])
     assert found is not None and found.node.metadata_dict() == {"billing": {"account": "acct_2"}}
     assert loaded.match("storefront", []) is None
+
+
+# ---------------------------------------------------------------- the table in docs/config.md
+
+
+def test_the_docs_table_names_every_case_test_and_only_tests_that_exist() -> None:
+    """docs/config.md's compatibility table and these modules name the same tests."""
+    docs = (Path(__file__).parents[2] / "docs" / "config.md").read_text(encoding="utf-8")
+    table = docs.split("## Compatibility with envoyproxy/ratelimit's config tests", 1)[1]
+    named = set(re.findall(r"`(test_\w+)`", table))
+    here = Path(__file__).parent
+    defined = {
+        name
+        for module in ("test_config_cases.py", "test_config_case_errors.py")
+        for name in re.findall(r"^def (test_\w+)", (here / module).read_text(), re.M)
+    }
+    defined.discard("test_the_docs_table_names_every_case_test_and_only_tests_that_exist")
+    defined.discard("test_every_invalid_case_file_is_in_the_table")
+    assert named == defined
