@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 import pytest
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
+from google.protobuf import json_format
 
 from tests._servers import HOST, RedisServer, free_port
 from tests.server_transport._process import RATEWARDEN
@@ -176,6 +177,22 @@ def test_the_example_rules_keep_their_meaning(compose: Compose) -> None:
     account = {"category": "account"}
     assert compose.codes("shop", other, account) == [OK, OK, OK]
     assert compose.codes("shop", other, account) == [OK, OK, OK]
+
+
+def test_quota_mode_denies_only_when_every_quota_is_over(compose: Compose) -> None:
+    """Two quota_mode descriptors (1 and 2 per hour): OK while either has room, OVER when
+    both are out; each answer carries the metadata of the descriptors that passed."""
+    client = f"c{time.time_ns()}"
+    first = {"client": client, "service": "service_a"}
+    second = {"client": client, "service": "service_b"}
+    answers = [
+        compose.stub.ShouldRateLimit(request("shop", first, second), timeout=5) for _ in range(3)
+    ]
+    codes = [[a.overall_code, *(s.code for s in a.statuses)] for a in answers]
+    assert codes == [[OK, OK, OK], [OK, OVER, OK], [OVER, OVER, OVER]]
+    passed = [json_format.MessageToDict(a.dynamic_metadata) for a in answers]
+    both = {"quota_a": {"name": "service_a"}, "quota_b": {"name": "service_b"}}
+    assert passed == [both, {"quota_b": {"name": "service_b"}}, {}]
 
 
 def test_the_http_port_answers_on_the_same_counters(compose: Compose) -> None:
