@@ -217,12 +217,12 @@ def test_wildcards_match_as_upstream_and_count_under_the_pattern(
 def test_values_a_wildcard_or_a_key_alone_matches_have_counters_of_their_own() -> None:
     """Without share_threshold each value is limited on its own, as upstream's cache keys."""
     service = probe("wildcard.yaml")
-    assert [service.ask("storefront", ("sku", v)).remaining for v in ("tee1", "tee2", "tee1")] == [
-        19,
-        19,
-        18,
-    ]
-    assert [service.ask("storefront", ("size", v)).remaining for v in ("s1", "s2")] == [19, 19]
+
+    def remaining(key: str, *values: str) -> list[int]:
+        return [service.ask("storefront", (key, value)).remaining for value in values]
+
+    assert remaining("sku", "tee1", "tee2", "tee1") == [19, 19, 18]
+    assert remaining("size", "s1", "s2") == [19, 19]
 
 
 # ---------------------------------------------------------------- TestShareThreshold
