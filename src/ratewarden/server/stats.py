@@ -249,12 +249,10 @@ class ServiceStats(ServiceHooks):
         label = bounded(domain)
         if label not in self._unknown_domains:
             with self._lock:
-                if label in self._unknown_domains:
-                    pass
-                elif len(self._unknown_domains) >= MAX_UNKNOWN_DOMAINS:
-                    label = OTHER
-                else:
+                if len(self._unknown_domains) < MAX_UNKNOWN_DOMAINS:
                     self._unknown_domains.add(label)
+                elif label not in self._unknown_domains:
+                    label = OTHER
         self.domain_not_found.labels(label).inc(descriptors)
 
     def on_store_call(self, seconds: float) -> None:
