@@ -26,6 +26,12 @@ INVALID: dict[str, tuple[str, int, str, str]] = {
         "key",
         "duplicate descriptor 'storefront.tenant_acme'",
     ),
+    "invalid_same_stats_key.yaml": (
+        "TestDuplicateKey (a key_value spelled twice)",
+        6,
+        "key",
+        "spells the same stats key",
+    ),
     "invalid_bad_unit.yaml": ("TestBadLimitUnit", 6, "unit", "invalid rate limit unit 'fortnight'"),
     "invalid_replaces_self.yaml": ("TestReplacesSelf", 10, "replaces", "cannot replace itself"),
     "invalid_replaces_empty.yaml": ("TestReplacesEmpty", 10, "replaces", "empty entry"),
@@ -99,3 +105,13 @@ def test_merging_a_file_with_itself_is_a_duplicate_descriptor() -> None:
     (problem,) = caught.value.errors
     assert (problem.file, problem.line, problem.key) == (str(path), 4, "key")
     assert "duplicate descriptor 'storefront.tenant_acme' in the merged domain" in problem.message
+
+
+def test_merged_files_whose_descriptors_spell_one_stats_key_are_refused() -> None:
+    """key tenant_acme in one file, key tenant value acme in the other: one composite key."""
+    second = CASES / "merge_same_stats_key.yaml"
+    with pytest.raises(ConfigError) as caught:
+        load([CASES / "merge_first.yaml", second], merge_domains=True)
+    (problem,) = caught.value.errors
+    assert (problem.file, problem.line, problem.key) == (str(second), 4, "key")
+    assert "the same stats key as 'storefront.tenant_acme'" in problem.message

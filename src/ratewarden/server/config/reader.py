@@ -158,23 +158,34 @@ class FileReader(FieldReader):
             self.open_lists.discard(id(node))
 
     def level_of(self, node: Any, domain: str, parent: str) -> Level:
-        seen: dict[tuple[str, str], str] = {}
+        # By the stats key each descriptor writes (key_value): two that spell the same one
+        # (key a_b, value c and key a, value b_c) would share their metrics, and upstream
+        # refuses them as duplicates too.
+        seen: dict[str, Node] = {}
         nodes: list[Node] = []
         for item in self.sequence(node, "descriptors"):
             built = self.descriptor(item, domain, parent)
             if built is None:
                 continue
-            ident = (built.key, built.value)
-            if ident in seen:
-                composite = f"{parent}.{_path_part(built.key, built.value)}"
+            composite = f"{parent}.{_path_part(built.key, built.value)}"
+            first = seen.get(composite)
+            if first is not None and (first.key, first.value) == (built.key, built.value):
                 self.problem(
                     item,
                     "key",
-                    f"duplicate descriptor {composite!r} at this level (first at {seen[ident]}); "
+                    f"duplicate descriptor {composite!r} at this level (first at {first.source}); "
                     "merge the two entries",
                 )
                 continue
-            seen[ident] = built.source
+            if first is not None:
+                self.problem(
+                    item,
+                    "key",
+                    f"descriptor {composite!r} (key {built.key!r}) spells the same stats key as "
+                    f"the one at {first.source} (key {first.key!r}); rename one of the keys",
+                )
+                continue
+            seen[composite] = built
             nodes.append(built)
         return Level.of(nodes)
 
