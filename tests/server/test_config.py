@@ -58,6 +58,8 @@ ERRORS: dict[str, tuple[int, str, str]] = {
     "error_rate_limit_empty.yaml": (4, "rate_limit", "must be a mapping"),
     "error_two_documents.yaml": (2, "yaml", "another document"),
     "error_unknown_tag.yaml": (4, "value", "cannot be read"),
+    "error_share_threshold_on_exact_value.yaml": (5, "share_threshold", "exact value"),
+    "error_same_stats_key.yaml": (6, "key", "spells the same stats key"),
 }
 
 

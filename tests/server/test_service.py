@@ -224,7 +224,6 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1}
   - key: path
     value: /b/exact
-    share_threshold: true
     rate_limit: {unit: minute, requests_per_unit: 1}
 """
 
@@ -249,7 +248,7 @@ def test_share_threshold_makes_matching_values_share_one_counter(rls: Make) -> N
 
 
 def test_share_threshold_does_not_merge_an_exact_value(rls: Make) -> None:
-    """An exact node keeps its own counter, whatever share_threshold says."""
+    """An exact node keeps its own counter beside a shared wildcard matching its value."""
     h = rls(SHARING)
     assert h.codes(desc(("path", "/b/1"))) == [OK, OK]
     assert h.codes(desc(("path", "/b/exact"))) == [OK, OK]

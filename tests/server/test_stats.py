@@ -15,7 +15,7 @@ from ratewarden.errors import StorageUnavailableError
 from ratewarden.server import config
 from ratewarden.server.reload import ConfigWatcher
 from ratewarden.server.service import RateLimitService
-from ratewarden.server.stats import OTHER, ServiceStats
+from ratewarden.server.stats import MAX_UNKNOWN_DOMAINS, OTHER, ServiceStats
 from ratewarden.storage.memory import MemoryStore
 from ratewarden.testing import ManualClock
 from tests.server.conftest import ALIGNED, OK, OVER, desc
@@ -75,11 +75,11 @@ def service(stats: ServiceStats, store: MemoryStore | None = None) -> RateLimitS
     )
 
 
-def ask(svc: RateLimitService, *descriptors: Any, hits: int = 0) -> Any:
+def ask(svc: RateLimitService, *descriptors: Any, hits: int = 0, domain: str = "web") -> Any:
     from envoy.service.ratelimit.v3 import rls_pb2
 
     return svc.should_rate_limit(
-        rls_pb2.RateLimitRequest(domain="web", descriptors=descriptors, hits_addend=hits)
+        rls_pb2.RateLimitRequest(domain=domain, descriptors=descriptors, hits_addend=hits)
     )
 
 
@@ -295,3 +295,32 @@ def test_overflowing_overrides_get_few_short_rule_labels() -> None:
     }
     assert len(rules) == 4 and sum(rules.values()) == 8 and rules[OTHER] == 5
     assert max(len(rule) for rule in rules) == 128
+
+
+def test_descriptors_of_an_unknown_domain_are_counted_as_domain_not_found() -> None:
+    """envoyproxy/ratelimit's <domain>.domain_not_found: one per descriptor, the answer OK;
+    a known domain never counts, whatever its descriptors match."""
+    stats = ServiceStats()
+    svc = service(stats)
+    response = ask(svc, desc(("api_key", "k")), desc(("x", "y")), domain="webb")
+    assert [response.overall_code, *(s.code for s in response.statuses)] == [OK, OK, OK]
+    ask(svc, desc(("nothing", "matches")))
+    name = P + "domain_not_found_total"
+    assert value(stats, name, domain="webb") == 2
+    assert value(stats, name, domain="web") == 0
+
+
+def test_unknown_domains_past_the_cap_are_counted_as_other() -> None:
+    """Any caller can name any domain: past MAX_UNKNOWN_DOMAINS names, one "other" series."""
+    stats = ServiceStats()
+    svc = service(stats)
+    for index in range(MAX_UNKNOWN_DOMAINS + 3):
+        ask(svc, desc(("api_key", "k")), domain=f"d{index}")
+    ask(svc, desc(("api_key", "k")), domain="d0")
+    counted = {
+        dict(labels)["domain"]: n
+        for (sample, labels), n in samples(stats).items()
+        if sample == P + "domain_not_found_total"
+    }
+    assert len(counted) == MAX_UNKNOWN_DOMAINS + 1
+    assert (counted["d0"], counted[OTHER]) == (2, 3)

@@ -1,8 +1,11 @@
 """`ratewarden serve` started the way upstream's docker-compose starts envoyproxy/ratelimit.
 
-Issue 19, item 4: upstream's environment (addresses and paths adapted to loopback and a
-temporary directory), no RATEWARDEN_* setting and no flag but the command; the service must
-decide from the runtime directory's rules and count in the Redis that REDIS_URL names.
+Issue 19, item 4: upstream's docker-compose.yml environment (its redis and memcached
+addresses, and the ports and hosts, adapted to loopback; its ``./examples:/data``
+volume as ``RUNTIME_ROOT`` pointing at ``tests/upstream/compose``, our version of
+those example rules), no RATEWARDEN_* setting and no flag but the command. The
+service must decide from the runtime directory's rules and count in the Redis that
+REDIS_URL names: the tests read and change the counters there with redis-py.
 """
 
 from __future__ import annotations
@@ -14,24 +17,24 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
+from google.protobuf import json_format
 
 from tests._servers import HOST, RedisServer, free_port
 from tests.server_transport._process import RATEWARDEN
 from tests.server_transport.conftest import request
 from tests.server_transport.test_serve_process import post_json
 
-RULES = """\
-domain: compose
-descriptors:
-  - key: api_key
-    rate_limit: {unit: minute, requests_per_unit: 3}
-"""
+#: What docker-compose mounts at /data: RUNTIME_ROOT, with ratelimit/config/*.yaml below.
+DATA = Path(__file__).parent / "compose"
 START_TIMEOUT_S = 30.0
+OK, OVER = rls_pb2.RateLimitResponse.OK, rls_pb2.RateLimitResponse.OVER_LIMIT
 
 
 def _get(port: int, path: str) -> tuple[int, str]:
@@ -44,33 +47,51 @@ def _get(port: int, path: str) -> tuple[int, str]:
         return 0, ""
 
 
-def _post_json(port: int, value: str) -> int:
-    return post_json(
-        port,
-        {"domain": "compose", "descriptors": [{"entries": [{"key": "api_key", "value": value}]}]},
-    )
-
-
-@pytest.fixture
-def compose(redis_server: RedisServer, tmp_path: Path) -> Iterator[dict[str, int]]:
-    """The service on upstream's docker-compose environment; its ports."""
-    config = tmp_path / "data" / "ratelimit" / "config"
-    config.mkdir(parents=True)
-    (config / "compose.yaml").write_text(RULES)
-    ports = {"http": free_port(), "grpc": free_port(), "debug": free_port()}
+def compose_environment(redis_port: int, ports: dict[str, int]) -> dict[str, str]:
+    """upstream's docker-compose.yml ``environment:``, addresses on loopback, no RATEWARDEN_*."""
     environ = {key: value for key, value in os.environ.items() if not key.startswith("RATEWARDEN_")}
     environ.update(
+        # docker-compose.yml's list, as written there but for the addresses and the path
         USE_STATSD="false",
         LOG_LEVEL="debug",
         REDIS_SOCKET_TYPE="tcp",
-        REDIS_URL=f"{HOST}:{redis_server.port}",
-        RUNTIME_ROOT=str(tmp_path / "data"),
+        REDIS_URL=f"{HOST}:{redis_port}",
+        RUNTIME_ROOT=str(DATA),
         RUNTIME_SUBDIRECTORY="ratelimit",
+        MEMCACHE_HOST_PORT=f"{HOST}:{free_port()}",  # read only by the memcache backend
+        # its published ports 8080, 8081, 6070, on free loopback ports instead
+        HOST=HOST,
         PORT=str(ports["http"]),
+        GRPC_HOST=HOST,
         GRPC_PORT=str(ports["grpc"]),
+        DEBUG_HOST=HOST,
         DEBUG_PORT=str(ports["debug"]),
-        REDIS_TIMEOUT="1s",  # a cold connection on a busy CI machine; not what is tested
+        # upstream's own setting (default 10s; ratewarden's 20 ms when unset): a cold
+        # connection on a busy CI machine must not fail open; not what is tested
+        REDIS_TIMEOUT="1s",
     )
+    return environ
+
+
+@dataclass
+class Compose:
+    """The running service: its ports, and a gRPC stub on GRPC_PORT."""
+
+    ports: dict[str, int]
+    stub: Any
+
+    def codes(self, domain: str, *descriptors: dict[str, str]) -> list[int]:
+        """``[overall, status 1, ...]`` of one ShouldRateLimit call."""
+        response = self.stub.ShouldRateLimit(request(domain, *descriptors), timeout=5)
+        return [response.overall_code, *(status.code for status in response.statuses)]
+
+
+@pytest.fixture
+def compose(redis_server: RedisServer) -> Iterator[Compose]:
+    """The service on upstream's docker-compose environment."""
+    ports = {"http": free_port(), "grpc": free_port(), "debug": free_port()}
+    environ = compose_environment(redis_server.port, ports)
+    assert not [key for key in environ if key.startswith("RATEWARDEN_")]
     log_path = Path(tempfile.mkstemp(prefix="ratewarden-compose-", suffix=".log")[1])
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
@@ -82,7 +103,8 @@ def compose(redis_server: RedisServer, tmp_path: Path) -> Iterator[dict[str, int
             if process.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"serve did not start:\n{log_path.read_text()}")
             time.sleep(0.05)
-        yield ports
+        with grpc.insecure_channel(f"{HOST}:{ports['grpc']}") as channel:
+            yield Compose(ports, rls_pb2_grpc.RateLimitServiceStub(channel))
     finally:
         process.terminate()
         try:
@@ -93,40 +115,109 @@ def compose(redis_server: RedisServer, tmp_path: Path) -> Iterator[dict[str, int
             log_path.unlink(missing_ok=True)
 
 
-def test_it_decides_from_the_runtime_directory_and_counts_in_redis_url(
-    compose: dict[str, int], redis_server: RedisServer
-) -> None:
-    """3 per minute from RUNTIME_ROOT/ratelimit/config: the fourth call is denied, and the
-    counter lives in the Redis REDIS_URL names."""
-    value = f"k{time.time_ns()}"
-    assert [_post_json(compose["http"], value) for _ in range(4)] == [200, 200, 200, 429]
+def _counters(redis_server: RedisServer, value: str) -> dict[str, int]:
+    """The fixed-window counters in the REDIS_URL server whose key holds ``value``:
+    ``{key: hits counted}`` (a counter is ``"<window> <count>"``)."""
     client = redis_server.client()
     try:
-        assert [key for key in client.scan_iter(match=f"*{value}*")]
+        found = {}
+        for key in client.scan_iter(match=f"*{value}*"):
+            raw = client.get(key)
+            assert raw is not None
+            found[key.decode()] = int(raw.split()[-1])
+        return found
     finally:
         client.close()
 
 
-def test_grpc_port_answers_envoy_calls_on_the_same_counters(compose: dict[str, int]) -> None:
-    """GRPC_PORT serves ShouldRateLimit over the same rules and Redis counters as /json."""
-    value = f"g{time.time_ns()}"
-    assert _post_json(compose["http"], value) == 200
-    with grpc.insecure_channel(f"{HOST}:{compose['grpc']}") as channel:
-        stub = rls_pb2_grpc.RateLimitServiceStub(channel)
-        codes = [
-            stub.ShouldRateLimit(request("compose", {"api_key": value}), timeout=5).overall_code
-            for _ in range(3)
-        ]
-    ok, over = rls_pb2.RateLimitResponse.OK, rls_pb2.RateLimitResponse.OVER_LIMIT
-    assert codes == [ok, ok, over]
+def test_it_decides_from_the_runtime_directory_and_counts_in_redis_url(
+    compose: Compose, redis_server: RedisServer
+) -> None:
+    """buyer: 2 per hour, a rule of RUNTIME_ROOT/ratelimit/config/example.yaml. Each hit is
+    counted in the Redis REDIS_URL names, and the decisions read the count there: with the
+    counter deleted in that Redis after one hit, the buyer gets two more."""
+    buyer = f"b{time.time_ns()}"
+    assert compose.codes("shop", {"buyer": buyer})[0] == OK
+    counters = _counters(redis_server, buyer)
+    assert list(counters.values()) == [1]
+    client = redis_server.client()
+    try:
+        client.delete(*counters)
+    finally:
+        client.close()
+    codes = [compose.codes("shop", {"buyer": buyer})[0] for _ in range(3)]
+    assert codes == [OK, OK, OVER]
+    assert _counters(redis_server, buyer) == {next(iter(counters)): 2}
 
 
-def test_the_debug_port_serves_the_rules_and_the_metrics(compose: dict[str, int]) -> None:
-    """DEBUG_PORT answers /rlconfig (upstream's debug endpoint) and /metrics."""
-    status, text = _get(compose["debug"], "/rlconfig")
-    assert status == 200 and "compose.api_key" in text
-    status, text = _get(compose["debug"], "/metrics")
-    assert status == 200 and "ratelimit_service" in text
+def test_every_file_of_the_runtime_directory_is_a_domain(
+    compose: Compose, redis_server: RedisServer
+) -> None:
+    """config.yaml's domain decides too, and a descriptor no rule matches is not counted."""
+    assert compose.codes("warehouse", {"database": "orders"}) == [OK, OK]
+    assert _counters(redis_server, "orders")
+    ghost = f"g{time.time_ns()}"
+    assert compose.codes("warehouse", {"database": ghost}) == [OK, OK]
+    assert compose.codes("nowhere", {"database": ghost}) == [OK, OK]
+    assert _counters(redis_server, ghost) == {}
+
+
+def test_the_example_rules_keep_their_meaning(compose: Compose) -> None:
+    """A 0 limit blocks, shadow_mode never denies, unlimited never counts, replaces drops
+    the named rule from the request, a value beats the key alone."""
+    buyer = f"b{time.time_ns()}"
+    assert compose.codes("shop", {"buyer": buyer, "item": "banned"}) == [OVER, OVER]
+    shady = [compose.codes("shop", {"buyer": buyer, "promo": "shady"}) for _ in range(4)]
+    assert shady == [[OK, OK]] * 4
+    gifts = [compose.codes("shop", {"buyer": buyer, "gift": "card"}) for _ in range(5)]
+    assert gifts == [[OK, OK]] * 5
+    limited = {"buyer": buyer, "item": "limited"}
+    assert [compose.codes("shop", limited)[0] for _ in range(2)] == [OK, OVER]
+    other = {"buyer": f"{buyer}x", "item": "limited"}
+    account = {"category": "account"}
+    assert compose.codes("shop", other, account) == [OK, OK, OK]
+    assert compose.codes("shop", other, account) == [OK, OK, OK]
+
+
+def test_quota_mode_denies_only_when_every_quota_is_over(compose: Compose) -> None:
+    """Two quota_mode descriptors (1 and 2 per hour): OK while either has room, OVER when
+    both are out; each answer carries the metadata of the descriptors that passed."""
+    client = f"c{time.time_ns()}"
+    first = {"client": client, "service": "service_a"}
+    second = {"client": client, "service": "service_b"}
+    answers = [
+        compose.stub.ShouldRateLimit(request("shop", first, second), timeout=5) for _ in range(3)
+    ]
+    codes = [[a.overall_code, *(s.code for s in a.statuses)] for a in answers]
+    assert codes == [[OK, OK, OK], [OK, OVER, OK], [OVER, OVER, OVER]]
+    passed = [json_format.MessageToDict(a.dynamic_metadata) for a in answers]
+    both = {"quota_a": {"name": "service_a"}, "quota_b": {"name": "service_b"}}
+    assert passed == [both, {"quota_b": {"name": "service_b"}}, {}]
+
+
+def test_the_http_port_answers_on_the_same_counters(compose: Compose) -> None:
+    """PORT serves /json over the same rules and Redis counters as GRPC_PORT."""
+    buyer = f"h{time.time_ns()}"
+    assert compose.codes("shop", {"buyer": buyer})[0] == OK
+    body = {"domain": "shop", "descriptors": [{"entries": [{"key": "buyer", "value": buyer}]}]}
+    assert [post_json(compose.ports["http"], body) for _ in range(2)] == [200, 429]
+
+
+def test_the_debug_port_serves_the_rules_and_the_metrics(compose: Compose) -> None:
+    """DEBUG_PORT answers /rlconfig (upstream's debug endpoint) with both files' rules, and
+    /metrics with upstream's stats keys (detailed_metric: the request's value)."""
+    value = f"u{time.time_ns()}"
+    assert compose.codes("shop", {"unspec": value})[0] == OK
+    status, text = _get(compose.ports["debug"], "/rlconfig")
+    assert (
+        status == 200 and "shop.buyer.promo_shady" in text and "warehouse.database_orders" in text
+    )
+    status, text = _get(compose.ports["debug"], "/metrics")
+    assert status == 200
+    assert (
+        f'ratelimit_service_rate_limit_total_hits_total{{domain="shop",key="unspec_{value}"}} 1.0'
+        in text
+    )
 
 
 def test_a_setting_that_cannot_be_honoured_stops_the_start(tmp_path: Path) -> None:

@@ -258,7 +258,6 @@ def test_redis_url_forms_are_checked_per_type() -> None:
         ("USE_DOG_STATSD", "true", "USE_STATSD"),
         ("USE_DOG_STATSD_MOGRIFIERS", "A", "USE_STATSD"),
         ("BACKEND_TYPE", "memcache", "REDIS_URL"),
-        ("MEMCACHE_HOST_PORT", "m:11211", "REDIS_URL"),
         ("REDIS_PERSECOND", "true", "REDIS_URL"),
         ("REDIS_PERSECOND_URL", "r2:6379", "REDIS_URL"),
         ("GRPC_CLIENT_TLS_SAN", "envoy", "GRPC_CLIENT_TLS_CACERT"),
@@ -295,6 +294,9 @@ def test_settings_without_effect_are_checked_and_named_for_the_log() -> None:
     """Tuning knobs of upstream's internals are accepted, checked, and listed for the start log."""
     environ = {"REDIS_POOL_SIZE": "20", "RUNTIME_WATCH_ROOT": "false", "PORT": "1"}
     assert upstream_env.no_effect(environ) == ("RUNTIME_WATCH_ROOT", "REDIS_POOL_SIZE")
+    compose = {"MEMCACHE_HOST_PORT": "m:11211", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379"}
+    assert upstream_env.no_effect(compose) == ("MEMCACHE_HOST_PORT",)
+    assert settings(**compose).store_url == "redis://r:6379/0"
     with pytest.raises(ConfigurationError, match="REDIS_POOL_SIZE='many'"):
         settings(REDIS_POOL_SIZE="many")
 

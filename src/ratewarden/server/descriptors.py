@@ -177,23 +177,31 @@ def _keys(domain: str, item: Item) -> tuple[str, str]:
     rule = item.rule
     assert rule is not None
     match = item.match
-    request_key = ".".join(f"{key}_{value}" if value else key for key, value in item.entries)
     if match is None or item.override:  # Envoy's limit override: counted per exact descriptor
+        request_key = ".".join(f"{key}_{value}" if value else key for key, value in item.entries)
         return counter_key(
             domain, ((k, "=" + v) for k, v in item.entries)
         ), f"{domain}.{request_key}"
     parts: list[tuple[str, str]] = []
     metric = [domain]
+    detailed = [domain]
     for (key, value), node in zip(item.entries, match.nodes, strict=True):
-        shared = node.share_threshold and not node.exact
-        parts.append((key, ("*" + node.value) if shared else ("=" + value)))
+        given = f"{key}_{value}" if value else key
+        if node.share_threshold and not node.exact:
+            # Every value shares one counter, so the metric names the pattern, never the
+            # value, whatever value_to_metric or detailed_metric say (as upstream).
+            parts.append((key, "*" + node.value))
+            shared = f"{key}_{node.value}" if node.value else key
+            metric.append(shared)
+            detailed.append(shared)
+            continue
+        parts.append((key, "=" + value))
+        detailed.append(given)
         if node.value_to_metric and not node.exact:
-            metric.append(f"{key}_{value}" if value else key)
+            metric.append(given)
         else:
             metric.append(f"{node.key}_{node.value}" if node.value else node.key)
-    if rule.detailed_metric:
-        return counter_key(domain, parts), f"{domain}.{request_key}"
-    return counter_key(domain, parts), ".".join(metric)
+    return counter_key(domain, parts), ".".join(detailed if rule.detailed_metric else metric)
 
 
 def denied(items: list[Item], predicted: Callable[[Item], bool] | None = None) -> bool:

@@ -4,7 +4,8 @@
 ``ServiceStats``). ``Reports`` holds the service's current hooks and writes what
 happens beside a decision: a store failure (a bounded log line and
 ``on_store_error``), a value past ``max_values_per_rule`` (a line and
-``on_value_overflow``), and each store call's duration: it is the metrics object
+``on_value_overflow``), a request to a domain the config does not know
+(``on_domain_not_found``), and each store call's duration: it is the metrics object
 of the service's limiter, whose ``store_latency`` it passes on to
 ``on_store_call``. A hook that raises is logged and swallowed: metrics never
 change an answer.
@@ -46,6 +47,10 @@ class ServiceHooks:
 
     def on_value_overflow(self, domain: str, rule: DescriptorRule) -> None:
         """A new value past ``max_values_per_rule`` was counted on the rule's overflow counter."""
+
+    def on_domain_not_found(self, domain: str, descriptors: int) -> None:
+        """A request named a ``domain`` the config does not know: its ``descriptors`` were
+        allowed without a rule (envoyproxy/ratelimit's ``<domain>.domain_not_found``)."""
 
 
 class Reports(Metrics):
@@ -105,3 +110,10 @@ class Reports(Metrics):
             self.hooks.on_value_overflow(rule.domain, rule)
         except Exception:
             log.exception("hook on_value_overflow failed; the answer is unaffected")
+
+    def domain_not_found(self, domain: str, descriptors: int) -> None:
+        """A request to an unknown ``domain``, with ``descriptors`` descriptors."""
+        try:
+            self.hooks.on_domain_not_found(domain, descriptors)
+        except Exception:
+            log.exception("hook on_domain_not_found failed; the answer is unaffected")

@@ -204,7 +204,8 @@ class _ServiceBase:
     # -- the decision, written once
 
     def _flow(self, request: Any) -> Flow[Any]:
-        items = prepare(request, self._config, self.values, self._overflowed)
+        config = self._config  # one snapshot for the whole request
+        items = prepare(request, config, self.values, self._overflowed)
         stored = [item for item in items if item.needs_store]
         if stored:
             if denied(items):
@@ -218,7 +219,7 @@ class _ServiceBase:
                 algorithm = self._together(stored)
                 if algorithm is None or not (yield from self._together_flow(stored, algorithm)):
                     yield from self._check_then_charge(items, stored)
-        return respond(
+        response = respond(
             request.domain,
             items,
             shadow=self.shadow,
@@ -227,6 +228,9 @@ class _ServiceBase:
             clock=self.clock,
             on_decision=self._reports.hooks.on_decision,
         )
+        if request.domain not in config.domains:
+            self._reports.domain_not_found(request.domain, len(items))
+        return response
 
     def _run(self, calls: list[tuple[Item, int]]) -> Flow[None]:
         """Decide each ``(item, cost)``, side by side; each item gets its ``result``."""

@@ -25,6 +25,8 @@ ratelimit_service_rate_limit_failure_mode_denied_total    {domain, key, failure_
                                                           denied
 ratelimit_service_rate_limit_value_overflow_total         {domain, rule}: new values past
                                                           --max-values-per-rule (key explosion)
+ratelimit_service_rate_limit_domain_not_found_total       {domain}: descriptors of requests
+                                                          to a domain the config does not know
 ratelimit_service_should_rate_limit_error_total           {err_type}: store_error (one per
                                                           failed store call, and per call the
                                                           open circuit breaker kept from the
@@ -54,7 +56,9 @@ values appear only where the config asks (``detailed_metric``,
 ``value_to_metric``) or for Envoy's per-descriptor limit overrides. As a guard,
 at most ``max_keys`` distinct ``(domain, key)`` pairs are kept; later ones are
 counted under ``key="other"``; the ``rule`` label of ``value_overflow`` (an
-override's rule is named after its values) is capped the same way. Every label
+override's rule is named after its values) is capped the same way, and the
+``domain`` label of ``domain_not_found`` (any name a caller sends) at
+``MAX_UNKNOWN_DOMAINS`` names. Every label
 value is at most ``MAX_LABEL_CHARS`` (128) characters: a longer one keeps its
 start and ends in ``…`` and a hash of the whole (``ratewarden.labels.bounded``),
 so a 60 KiB header value makes a series of the same size as a short one.
@@ -78,10 +82,12 @@ from ratewarden.server.dashboard.live import LiveStats
 from ratewarden.server.service import DescriptorOutcome, ServiceHooks
 from ratewarden.server.statsd import SERVICE, SHOULD_RATE_LIMIT, stats_name
 
-__all__ = ["MULTIPROC_ENV", "OTHER", "ServiceStats", "multiprocess_dir"]
+__all__ = ["MAX_UNKNOWN_DOMAINS", "MULTIPROC_ENV", "OTHER", "ServiceStats", "multiprocess_dir"]
 
 #: The ``key`` label of descriptors past ``max_keys``.
 OTHER = "other"
+#: Unknown domains counted by name in ``domain_not_found``; later ones are ``OTHER``.
+MAX_UNKNOWN_DOMAINS = 1_000
 #: prometheus_client's switch to multiprocess mode (read when it is first imported).
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _PREFIX = "ratelimit_service"
@@ -167,6 +173,7 @@ class ServiceStats(ServiceHooks):
         self._max_keys = max_keys
         self._keys: set[tuple[str, str]] = set()
         self._overflow_rules: set[tuple[str, str]] = set()
+        self._unknown_domains: set[str] = set()
         # Bound children of the per-key counters: at most max_keys, plus "other" per domain.
         self._counters: dict[tuple[str, str], _KeyCounters] = {}
         self._lock = threading.Lock()
@@ -198,6 +205,11 @@ class ServiceStats(ServiceHooks):
             "rate_limit_value_overflow",
             "New values past --max-values-per-rule, counted on the rule's shared overflow counter.",
             ("domain", "rule"),
+        )
+        self.domain_not_found = counter(
+            "rate_limit_domain_not_found",
+            "Descriptors of requests to a domain the config does not know (allowed).",
+            ("domain",),
         )
         self.failure_allowed = counter(
             "rate_limit_failure_mode_allowed",
@@ -301,6 +313,16 @@ class ServiceStats(ServiceHooks):
         domain = bounded(domain)
         path = self._capped(self._overflow_rules, domain, bounded(rule.path))
         self.value_overflow.labels(domain, path).inc()
+
+    def on_domain_not_found(self, domain: str, descriptors: int) -> None:
+        label = bounded(domain)
+        if label not in self._unknown_domains:
+            with self._lock:
+                if len(self._unknown_domains) < MAX_UNKNOWN_DOMAINS:
+                    self._unknown_domains.add(label)
+                elif label not in self._unknown_domains:
+                    label = OTHER
+        self.domain_not_found.labels(label).inc(descriptors)
 
     def on_store_call(self, seconds: float) -> None:
         with self._lock:

@@ -105,7 +105,10 @@ _PROMETHEUS = (
     "point the scraper there"
 )
 _XDS = "ratewarden reads rules from files only; put them under RUNTIME_ROOT"
-_MEMCACHE = "ratewarden stores counters in memory or Redis only; use REDIS_URL or --store"
+_MEMCACHE = (
+    "read only by BACKEND_TYPE=memcache, which is refused (upstream's own docker-compose "
+    "sets MEMCACHE_HOST_PORT beside the redis backend, which ignores it as here)"
+)
 _PERSECOND = (
     "ratewarden keeps every limit, per-second ones too, in one store; unset it and let "
     "REDIS_URL (or --store) hold them all"
@@ -227,7 +230,11 @@ UPSTREAM: dict[str, Upstream] = {
         "false", go_bool, "global quota mode is not built; mark rules quota_mode: true"
     ),
     "RESPONSE_DYNAMIC_METADATA": _refused(
-        "false", go_bool, "ratewarden sends no dynamic metadata with its answers"
+        "false",
+        go_bool,
+        "upstream's {domain, descriptors, hitsAddend, metadata} dynamic metadata is not built; "
+        "ratewarden always answers with the passing descriptors' metadata merged at the top "
+        "of dynamic_metadata (docs/config.md)",
     ),
     # Redis (turned into a store URL by upstream_redis)
     "REDIS_SOCKET_TYPE": _mapped("unix", lowered),
@@ -280,7 +287,7 @@ UPSTREAM: dict[str, Upstream] = {
     },
     # memcache
     **{
-        name: _refused(default, parse, _MEMCACHE)
+        name: _no_effect(default, parse, _MEMCACHE)
         for name, default, parse in (
             ("MEMCACHE_HOST_PORT", "", go_text),
             ("MEMCACHE_MAX_IDLE_CONNS", "2", go_int),

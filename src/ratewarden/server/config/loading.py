@@ -112,27 +112,39 @@ def _merged(
 ) -> DomainConfig:
     """``first`` with ``second``'s top-level descriptors after its own (MERGE_DOMAIN_CONFIG).
 
-    A descriptor (key and value) both define is a problem, as it is within one file.
+    A descriptor (key and value) both define is a problem, as it is within one file, and
+    so are two that spell the same stats key (``key_value``).
     """
-    seen = {(node.key, node.value): node.source for node in first.root.nodes}
+    seen = {_shown(node): node for node in first.root.nodes}
     nodes: list[Node] = list(first.root.nodes)
     for node in second.root.nodes:
-        ident = (node.key, node.value)
-        if ident in seen:
+        shown = _shown(node)
+        before = seen.get(shown)
+        if before is not None:
             line = int(node.source.rsplit(":", 1)[1]) if ":" in node.source else 0
-            shown = f"{node.key}_{node.value}" if node.value else node.key
+            if (before.key, before.value) == (node.key, node.value):
+                what = "duplicate descriptor"
+                advice = "keep it in one file"
+            else:
+                what = "a descriptor with the same stats key as"
+                advice = "rename one of the keys"
             problems.append(
                 ConfigProblem(
                     name,
                     line,
                     "key",
-                    f"duplicate descriptor '{second.name}.{shown}' in the merged domain "
-                    f"(first at {seen[ident]}); keep it in one file",
+                    f"{what} '{second.name}.{shown}' in the merged domain "
+                    f"(first at {before.source}); {advice}",
                 )
             )
             continue
-        seen[ident] = node.source
+        seen[shown] = node
         nodes.append(node)
     root = Level.of(nodes)
     # With a duplicate the whole load fails, so what the tree keeps then does not matter.
     return DomainConfig(first.name, first.source, root, first.rules + second.rules)
+
+
+def _shown(node: Node) -> str:
+    """The node's part of a stats key: ``key_value``, or ``key`` alone."""
+    return f"{node.key}_{node.value}" if node.value else node.key

@@ -19,7 +19,7 @@ from typing import Any
 import yaml  # type: ignore[import-untyped, unused-ignore]
 
 from ratewarden.server.config.budget import read_budget
-from ratewarden.server.config.fields import CONSTRUCT_ERRORS, FieldReader
+from ratewarden.server.config.fields import CONSTRUCT_ERRORS, FieldReader, _shorten
 from ratewarden.server.config.model import ConfigProblem, DescriptorRule, DomainConfig, Level, Node
 from ratewarden.server.config.rate_limit import RATE_LIMIT_KEYS, read_rate_limit
 
@@ -158,23 +158,34 @@ class FileReader(FieldReader):
             self.open_lists.discard(id(node))
 
     def level_of(self, node: Any, domain: str, parent: str) -> Level:
-        seen: dict[tuple[str, str], str] = {}
+        # By the stats key each descriptor writes (key_value): two that spell the same one
+        # (key a_b, value c and key a, value b_c) would share their metrics, and upstream
+        # refuses them as duplicates too.
+        seen: dict[str, Node] = {}
         nodes: list[Node] = []
         for item in self.sequence(node, "descriptors"):
             built = self.descriptor(item, domain, parent)
             if built is None:
                 continue
-            ident = (built.key, built.value)
-            if ident in seen:
-                composite = f"{parent}.{_path_part(built.key, built.value)}"
+            composite = f"{parent}.{_path_part(built.key, built.value)}"
+            first = seen.get(composite)
+            if first is not None and (first.key, first.value) == (built.key, built.value):
                 self.problem(
                     item,
                     "key",
-                    f"duplicate descriptor {composite!r} at this level (first at {seen[ident]}); "
+                    f"duplicate descriptor {composite!r} at this level (first at {first.source}); "
                     "merge the two entries",
                 )
                 continue
-            seen[ident] = built.source
+            if first is not None:
+                self.problem(
+                    item,
+                    "key",
+                    f"descriptor {composite!r} (key {built.key!r}) spells the same stats key as "
+                    f"the one at {first.source} (key {first.key!r}); rename one of the keys",
+                )
+                continue
+            seen[composite] = built
             nodes.append(built)
         return Level.of(nodes)
 
@@ -220,6 +231,14 @@ class FileReader(FieldReader):
                 if rule is not None:
                     self.rules.append(rule)
         share_threshold = self.flag(entries, "share_threshold")
+        if share_threshold and value and "*" not in value:
+            self.problem(
+                entries["share_threshold"][0],
+                "share_threshold",
+                f"has no meaning on the exact value {_shorten(value)}: only the values a "
+                "wildcard (with *) or a key-only descriptor matches can share one counter; "
+                "remove it or make the value a wildcard",
+            )
         value_to_metric = self.flag(entries, "value_to_metric")
         metadata: Mapping[str, Any] = MappingProxyType({})
         if "metadata" in entries:
