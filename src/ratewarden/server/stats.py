@@ -80,7 +80,7 @@ from ratewarden.metrics import LATENCY_BUCKETS, PrometheusMetrics
 from ratewarden.server.config import DescriptorRule
 from ratewarden.server.dashboard.live import LiveStats
 from ratewarden.server.service import DescriptorOutcome, ServiceHooks
-from ratewarden.server.statsd import SERVICE, SHOULD_RATE_LIMIT, stats_name
+from ratewarden.server.statsd import RATE_LIMIT, SERVICE, SHOULD_RATE_LIMIT, stats_name
 
 __all__ = ["MAX_UNKNOWN_DOMAINS", "MULTIPROC_ENV", "OTHER", "ServiceStats", "multiprocess_dir"]
 
@@ -142,13 +142,27 @@ MAX_PENDING = 8192
 _OUTCOMES = ((ALLOWED, "allowed"), (DENIED, "denied"), (SHADOWED, "shadowed"))
 
 
+class _Flushing:
+    """A collector with no metrics of its own: reading the registry flushes the tally."""
+
+    def __init__(self, stats: ServiceStats) -> None:
+        self._stats = stats
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> list[Any]:
+        self._stats.flush()
+        return []
+
+
 class ServiceStats(ServiceHooks):
     """Counts what the service decides into ``registry`` (a fresh one unless given).
 
     The hooks add plain integers to a tally, under one lock; ``flush()`` moves the
     tally into the Prometheus counters, the dashboard's ``LiveStats`` and every sink
-    in ``sinks`` (StatsD). ``exposition()`` and ``live`` flush first, so what they show
-    is exact; ``ratewarden serve`` also flushes every second, so each worker's values
+    in ``sinks`` (StatsD). Reading the registry (``exposition()``, or any
+    ``registry.collect()``) and ``live`` flush first, so what they show is exact; ``ratewarden serve`` also flushes every second, so each worker's values
     reach the shared multiprocess files (and the dashboard's history) within a second.
     Counting a decision costs a dict lookup and a few additions instead of a dozen
     locked counter increments: the hooks run on every request's path.
@@ -183,6 +197,9 @@ class ServiceStats(ServiceHooks):
         self._store_times: list[float] = []
         self._call_times: list[float] = []
         self._failed_calls = 0
+        # First in the registry: whoever reads it (exposition, or a caller's own
+        # collect()) reads the tally flushed.
+        self.registry.register(_Flushing(self))
         per_key = ("domain", "key", "key1", "key2")
 
         def counter(name: str, doc: str, labels: tuple[str, ...] = per_key) -> Counter:
@@ -323,6 +340,8 @@ class ServiceStats(ServiceHooks):
                 elif label not in self._unknown_domains:
                     label = OTHER
         self.domain_not_found.labels(label).inc(descriptors)
+        for sink in self.sinks:
+            sink.count(f"{RATE_LIMIT}{stats_name(label)}.domain_not_found", descriptors)
 
     def on_store_call(self, seconds: float) -> None:
         with self._lock:
