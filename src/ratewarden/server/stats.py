@@ -162,8 +162,9 @@ class ServiceStats(ServiceHooks):
     The hooks add plain integers to a tally, under one lock; ``flush()`` moves the
     tally into the Prometheus counters, the dashboard's ``LiveStats`` and every sink
     in ``sinks`` (StatsD). Reading the registry (``exposition()``, or any
-    ``registry.collect()``) and ``live`` flush first, so what they show is exact; ``ratewarden serve`` also flushes every second, so each worker's values
-    reach the shared multiprocess files (and the dashboard's history) within a second.
+    ``registry.collect()``) and ``live`` flush first, so what they show is exact;
+    ``ratewarden serve`` also flushes every second, so each worker's values reach
+    the shared multiprocess files (and the dashboard's history) within a second.
     Counting a decision costs a dict lookup and a few additions instead of a dozen
     locked counter increments: the hooks run on every request's path.
     """
