@@ -60,8 +60,8 @@ class ValueCap:
             )
         self.limit = limit
         self._clock = clock
-        # (domain, rule path) -> counter key -> last seen (us), oldest first.
-        self._seen: dict[tuple[str, str], OrderedDict[str, int]] = {}
+        # (domain, group) -> (counter key -> last seen (us), oldest first; the group's window).
+        self._seen: dict[tuple[str, str], tuple[OrderedDict[str, int], int]] = {}
 
     def key(self, rule: DescriptorRule, key: str, *, override: bool = False) -> tuple[str, bool]:
         """The counter key to use for ``key`` under ``rule``, and whether it is the overflow.
@@ -72,9 +72,14 @@ class ValueCap:
         if self.limit is None:
             return key, False
         now = self._clock.now_us()
-        group = OVERRIDES if override else rule.path
-        seen = self._seen.setdefault((rule.domain, group), OrderedDict())
-        self._expire(seen, now - _window_us(rule))
+        group = (rule.domain, OVERRIDES if override else rule.path)
+        found = self._seen.get(group)
+        if found is None:
+            found = self._seen[group] = (OrderedDict(), _window_us(rule))
+        seen, window = found
+        if override:  # each override is a rule of its own: its own period
+            window = _window_us(rule)
+        self._expire(seen, now - window)
         if key in seen:
             seen[key] = now
             seen.move_to_end(key)
@@ -82,11 +87,12 @@ class ValueCap:
         if len(seen) < self.limit:
             seen[key] = now
             return key, False
-        return overflow_key(rule.domain, group), True
+        return overflow_key(rule.domain, group[1]), True
 
     def tracked(self, rule: DescriptorRule) -> int:
         """How many distinct keys of ``rule`` are remembered now (for tests and stats)."""
-        return len(self._seen.get((rule.domain, rule.path), ()))
+        found = self._seen.get((rule.domain, rule.path))
+        return 0 if found is None else len(found[0])
 
     def keep_only(self, rules: tuple[DescriptorRule, ...]) -> None:
         """Forget rules no longer configured (called when a new config is swapped in).
