@@ -12,8 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped, unused-ignore]
 from google.protobuf import struct_pb2  # type: ignore[import-untyped, unused-ignore]
@@ -37,9 +36,11 @@ _OVER_LIMIT = _Response.OVER_LIMIT
 UNLIMITED_REMAINING = 2**32 - 1
 
 
-@dataclass(frozen=True, slots=True)
-class DescriptorOutcome:
+class DescriptorOutcome(NamedTuple):
     """What happened to one request descriptor that had a rule; given to ``ServiceHooks``.
+
+    Immutable, and a named tuple rather than a frozen dataclass: one is built per
+    descriptor on every call, and a named tuple is built in half the time.
 
     - ``metric_key``: envoyproxy/ratelimit's stats key (``domain.key_value.key``),
       with request values where ``detailed_metric`` or ``value_to_metric`` ask.
