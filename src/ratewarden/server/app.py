@@ -3,7 +3,9 @@
 ``RateLimitServer`` builds the store, loads the rules, wraps the service in the
 failure mode and hands it to both transports (gRPC and HTTP), then keeps two
 background loops: the config watcher (hot reload) and the health loop (serving
-only while a config is loaded and the store answers a ping). Its ``stats``
+only while a config is loaded and the store answers a ping). With rules from an
+xDS server (``--config-xds``) the watcher is the xDS subscription instead, and
+``start`` opens the ports once its first good rules are applied. Its ``stats``
 (``ServiceStats``) count every decision, call and config load for ``/metrics``
 and the dashboard, tallied on the request path and flushed once a second (and
 to StatsD every ``--statsd-interval``, with ``--statsd``); with ``--workers`` each
@@ -24,6 +26,8 @@ import functools
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from envoy.service.ratelimit.v3 import rls_pb2
@@ -44,11 +48,19 @@ from ratewarden.server.service import AsyncRateLimitService
 from ratewarden.server.settings import Settings, redacted, store_scheme, uvloop_installed
 from ratewarden.server.stats import ServiceStats, multiprocess_dir
 from ratewarden.server.statsd import StatsdSink, parse_address
+from ratewarden.server.xds import XdsSource, XdsSubscription, XdsTls, load_resources
 from ratewarden.storage import AsyncStore
 from ratewarden.storage.memory import AsyncMemoryStore
 from ratewarden.tiers import CircuitBreaker
 
-__all__ = ["RateLimitServer", "configure_logging", "loop_factory", "open_store", "settings_store"]
+__all__ = [
+    "RateLimitServer",
+    "configure_logging",
+    "loop_factory",
+    "open_store",
+    "settings_store",
+    "xds_source",
+]
 
 log = logging.getLogger("ratewarden.server")
 
@@ -79,6 +91,42 @@ def settings_store(settings: Settings) -> AsyncStore:
     """The store ``settings`` name, with their key prefix and timeout."""
     return open_store(
         settings.store_url, prefix=settings.key_prefix, timeout=settings.store_timeout
+    )
+
+
+def xds_source(settings: Settings) -> XdsSource:
+    """The xDS server ``settings`` name and how to ask it; its TLS files read now.
+
+    Raises ``ConfigurationError`` naming the option of a file that cannot be read.
+    """
+    assert settings.config_xds is not None
+    tls = None
+    if settings.xds_tls:
+        files = {}
+        for name in ("xds_tls_ca", "xds_tls_cert", "xds_tls_key"):
+            path = getattr(settings, name)
+            try:
+                files[name] = None if path is None else Path(path).read_bytes()
+            except OSError as exc:
+                flag = "--" + name.replace("_", "-")
+                raise ConfigurationError(
+                    f"{flag} {path!r}: cannot read it: {exc.strerror or exc}"
+                ) from None
+        tls = XdsTls(
+            ca=files["xds_tls_ca"],
+            cert=files["xds_tls_cert"],
+            key=files["xds_tls_key"],
+            server_name=settings.xds_tls_server_name,
+        )
+    return XdsSource(
+        address=settings.config_xds,
+        node_id=settings.xds_node_id,
+        node_metadata=settings.xds_node_metadata,
+        headers=settings.xds_headers,
+        retry_interval=settings.xds_retry_interval,
+        retry_max=settings.xds_retry_max,
+        tls=tls,
+        max_message_bytes=settings.xds_max_message_bytes,
     )
 
 
@@ -120,13 +168,25 @@ class RateLimitServer:
             protocol, host, port = parse_address(settings.statsd)
             self.statsd = StatsdSink(protocol, host, port, tags=settings.statsd_tags)
             self.stats.sinks.append(self.statsd)
-        self.watcher: ConfigWatcher[rules.RateLimitConfig] = ConfigWatcher(
-            settings.config_paths,
-            functools.partial(rules.load, merge_domains=settings.merge_domains),
-            self._apply,
-            on_load=self.stats.config_load,
-        )
-        self.config = self.watcher.load_initial()
+        self.watcher: ConfigWatcher[rules.RateLimitConfig] | None = None
+        self.xds: XdsSubscription[rules.RateLimitConfig] | None = None
+        if settings.config_xds is None:
+            self.watcher = ConfigWatcher(
+                settings.config_paths,
+                functools.partial(rules.load, merge_domains=settings.merge_domains),
+                self._apply,
+                on_load=self.stats.config_load,
+            )
+            self.config = self.watcher.load_initial()
+        else:
+            self.xds = XdsSubscription(
+                xds_source(settings),
+                functools.partial(load_resources, merge_domains=settings.merge_domains),
+                self._apply,
+                on_load=self.stats.config_load,
+            )
+            # No rule until the first update is applied, and no port open before it either.
+            self.config = rules.RateLimitConfig(MappingProxyType({}))
         self.store: AsyncStore = store if store is not None else settings_store(settings)
         self.service = AsyncRateLimitService(
             self.config,
@@ -210,8 +270,13 @@ class RateLimitServer:
     # --- lifecycle ------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Bind both ports, then start the health and reload loops; OSError on a busy port."""
+        """Bind both ports, then start the health and reload loops; OSError on a busy port.
+
+        With rules from xDS, the subscription starts first and the ports are bound once
+        its first good rules are applied (as long as that takes; cancel to give up).
+        """
         s = self.settings
+        await self._first_rules_from_xds()
         grpc_host = s.grpc_host or s.host
         self.grpc_port = await self.grpc.start(
             grpc_host, s.grpc_port, reuse_port=s.reuse_port, uds=s.grpc_uds
@@ -228,7 +293,7 @@ class RateLimitServer:
         await self.refresh_health()
         self._tasks.append(asyncio.create_task(self._health_loop()))
         self._tasks.append(asyncio.create_task(self._flush_loop()))
-        if s.reload_interval > 0:
+        if s.reload_interval > 0 and self.watcher is not None:
             self._tasks.append(asyncio.create_task(self.watcher.run(s.reload_interval)))
         if multiprocess_dir() is not None and s.dashboard != "off":
             self._tasks.append(asyncio.create_task(self._publish_loop()))
@@ -245,9 +310,32 @@ class RateLimitServer:
                 "store": redacted(s.store_url),
                 "statsd": s.statsd,
                 "config": list(s.config_paths),
+                "xds": s.config_xds,
                 "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
             },
         )
+
+    async def _first_rules_from_xds(self) -> None:
+        if self.xds is None:
+            return
+        task = asyncio.create_task(self.xds.run())
+        self._tasks.append(task)
+        log.info(
+            "waiting for the first rules from the xDS server before serving",
+            extra={
+                "event": "xds_waiting",
+                "server": self.xds.source.address,
+                "node": self.xds.source.node_id,
+            },
+        )
+        try:
+            await self.xds.ready.wait()
+        except BaseException:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            self._tasks.remove(task)
+            raise
 
     async def _start_debug(self) -> None:
         s = self.settings

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +56,51 @@ def _paths(value: Any) -> tuple[str, ...]:
     if not paths:
         raise ConfigurationError("must name at least one config file or directory")
     return paths
+
+
+_GRPC_SCHEMES = ("dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:", "vsock:")
+_HEADER_NAME = re.compile(r"[0-9a-z_.-]+")
+
+
+def _target(value: Any) -> str:
+    """A gRPC target: ``HOST:PORT`` (``[::1]:PORT`` for IPv6), or a URI such as ``dns:///...``."""
+    text = _text(value)
+    if text.startswith(_GRPC_SCHEMES):
+        return text
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise ConfigurationError(
+            "must be HOST:PORT (such as xds-server:18000) or a gRPC target URI (dns:///..., "
+            "unix:PATH)"
+        )
+    return text
+
+
+def _pairs(value: Any) -> tuple[tuple[str, str], ...]:
+    """``KEY=VALUE,KEY=VALUE``: pairs in order; empty text is none."""
+    pairs = []
+    for item in str(value).split(","):
+        if not item.strip():
+            continue
+        key, equals, text = item.partition("=")
+        if not equals or not key.strip():
+            raise ConfigurationError(f"{item.strip()!r} is not KEY=VALUE; separate pairs with ','")
+        pairs.append((key.strip(), text.strip()))
+    return tuple(pairs)
+
+
+def _headers(value: Any) -> tuple[tuple[str, str], ...]:
+    """``_pairs`` as gRPC metadata: lowercase names of letters, digits, '-', '_' and '.'."""
+    pairs = tuple((key.lower(), text) for key, text in _pairs(value))
+    for key, text in pairs:
+        if not _HEADER_NAME.fullmatch(key) or key.startswith("grpc-") or key.endswith("-bin"):
+            raise ConfigurationError(
+                f"header name {key!r} cannot be sent: use letters, digits, '-', '_' and '.', "
+                "not starting with 'grpc-' nor ending with '-bin'"
+            )
+        if not text.isprintable() or not text.isascii():
+            raise ConfigurationError(f"header {key!r}: its value must be printable ASCII")
+    return pairs
 
 
 def _integer(low: int, high: int) -> Callable[[Any], int]:
@@ -132,6 +178,76 @@ OPTIONS: dict[str, Option] = {
         "RATEWARDEN_CONFIG",
         _paths,
         "rule files or directories (envoyproxy/ratelimit YAML); repeat or list several",
+    ),
+    "config_xds": Option(
+        "--config-xds",
+        "RATEWARDEN_CONFIG_XDS",
+        _target,
+        "take the rules from this xDS server (HOST:PORT) over ADS instead of files (docs/xds.md)",
+    ),
+    "xds_node_id": Option(
+        "--xds-node-id",
+        "RATEWARDEN_XDS_NODE_ID",
+        _text,
+        "node id this service gives the xDS server (default)",
+    ),
+    "xds_node_metadata": Option(
+        "--xds-node-metadata",
+        "RATEWARDEN_XDS_NODE_METADATA",
+        _pairs,
+        "KEY=VALUE,... sent as the node's metadata to the xDS server",
+    ),
+    "xds_headers": Option(
+        "--xds-headers",
+        "RATEWARDEN_XDS_HEADERS",
+        _headers,
+        "KEY=VALUE,... sent as gRPC metadata on the xDS stream",
+    ),
+    "xds_retry_interval": Option(
+        "--xds-retry-interval",
+        "RATEWARDEN_XDS_RETRY_INTERVAL",
+        _seconds(0.0, allow_low=False),
+        "seconds before connecting to the xDS server again, doubled per failure in a row, "
+        "jittered (3)",
+    ),
+    "xds_retry_max": Option(
+        "--xds-retry-max",
+        "RATEWARDEN_XDS_RETRY_MAX",
+        _seconds(0.0, allow_low=False),
+        "the longest wait between two connections to the xDS server (60)",
+    ),
+    "xds_max_message_bytes": Option(
+        "--xds-max-message-bytes",
+        "RATEWARDEN_XDS_MAX_MESSAGE_BYTES",
+        _integer(0, 2**31 - 1),
+        "largest xDS response accepted, in bytes (0: gRPC's 4 MiB)",
+    ),
+    "xds_tls": Option(
+        "--xds-tls",
+        "RATEWARDEN_XDS_TLS",
+        _boolean,
+        "connect to the xDS server over TLS",
+    ),
+    "xds_tls_ca": Option(
+        "--xds-tls-ca",
+        "RATEWARDEN_XDS_TLS_CA",
+        _text,
+        "PEM CA certificates that signed the xDS server's certificate (the system's if unset)",
+    ),
+    "xds_tls_cert": Option(
+        "--xds-tls-cert",
+        "RATEWARDEN_XDS_TLS_CERT",
+        _text,
+        "PEM client certificate for the xDS server (mutual TLS, with --xds-tls-key)",
+    ),
+    "xds_tls_key": Option(
+        "--xds-tls-key", "RATEWARDEN_XDS_TLS_KEY", _text, "PEM private key of --xds-tls-cert"
+    ),
+    "xds_tls_server_name": Option(
+        "--xds-tls-server-name",
+        "RATEWARDEN_XDS_TLS_SERVER_NAME",
+        _text,
+        "name the xDS server's certificate must carry, if not its address's host",
     ),
     "store_url": Option(
         "--store",
