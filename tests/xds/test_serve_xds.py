@@ -221,9 +221,26 @@ async def test_serve_waits_for_a_control_plane_that_is_down_at_start() -> None:
 async def test_an_update_without_resources_leaves_no_rule(
     plane: ControlPlane, start_server: Start
 ) -> None:
-    """The control plane removes every rule: applied (ACKed), and nothing is limited."""
+    """The control plane removes every rule: applied (ACKed), nothing is limited, and health
+    stays SERVING (upstream's default)."""
     plane.publish("v1", resource("r", "shop", limit("api_key", 1)))
-    server = await start_server(plane)
+    server = await start_server(plane, health_interval=0.02)
     plane.publish("v2")
     assert (await plane.answer(plane.sent[-1])).is_ack
     assert [await decide(server, "shop", "api_key", "k") for _ in range(3)] == [OK, OK, OK]
+    assert await server.refresh_health()
+
+
+async def test_with_health_needs_rules_no_domain_means_not_serving(
+    plane: ControlPlane, start_server: Start
+) -> None:
+    """--health-needs-rules (upstream's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true): an
+    update that leaves no domain turns health NOT_SERVING; rules back, SERVING again."""
+    plane.publish("v1", resource("r", "shop", limit("api_key", 1)))
+    server = await start_server(plane, health_needs_rules=True, health_interval=0.02)
+    assert server.serving()
+    plane.publish("v2")
+    await until(lambda: not server.serving(), "NOT_SERVING")
+    assert (await http(server.http_port, "GET", "/healthcheck")).status == 500
+    plane.publish("v3", resource("r", "shop", limit("api_key", 1)))
+    await until(server.serving, "SERVING again")

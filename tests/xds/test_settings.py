@@ -9,8 +9,8 @@ import pytest
 from ratewarden import cli
 from ratewarden.errors import ConfigurationError
 from ratewarden.server import upstream_env
-from ratewarden.server.app import xds_source
 from ratewarden.server.settings import OPTIONS, XDS_OPTIONS, Settings, resolve
+from ratewarden.server.xds import source_of
 
 
 def test_every_xds_option_is_read_from_its_environment_variable() -> None:
@@ -74,6 +74,7 @@ def test_upstreams_xds_settings_map_with_upstreams_meaning_and_defaults() -> Non
             "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "c.key",
             "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "xds.internal",
             "MERGE_DOMAIN_CONFIG": "true",
+            "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true",
         },
     )
     assert chosen == Settings(
@@ -91,6 +92,7 @@ def test_upstreams_xds_settings_map_with_upstreams_meaning_and_defaults() -> Non
         xds_tls_key="c.key",
         xds_tls_server_name="xds.internal",
         merge_domains=True,
+        health_needs_rules=True,
     )
 
 
@@ -176,13 +178,13 @@ def test_unreadable_tls_files_are_named_when_serve_builds_the_client(tmp_path: P
     ca = tmp_path / "ca.pem"
     ca.write_bytes(b"-----BEGIN CERTIFICATE-----\n")
     settings = Settings(config_paths=(), config_xds="cp:1", xds_tls=True, xds_tls_ca=str(ca))
-    source = xds_source(settings)
+    source = source_of(settings)
     assert source.tls is not None and source.tls.ca == ca.read_bytes()
     missing = Settings(
         config_paths=(), config_xds="cp:1", xds_tls=True, xds_tls_ca=str(tmp_path / "no.pem")
     )
     with pytest.raises(ConfigurationError, match=r"--xds-tls-ca '.*no\.pem': cannot read it"):
-        xds_source(missing)
+        source_of(missing)
 
 
 def test_the_flags_are_on_the_serve_command(capsys: pytest.CaptureFixture[str]) -> None:
@@ -192,3 +194,23 @@ def test_the_flags_are_on_the_serve_command(capsys: pytest.CaptureFixture[str]) 
     for name in ("config_xds", *XDS_OPTIONS):
         assert OPTIONS[name].flag in text
     assert "--no-xds-tls" in text
+
+
+def test_header_values_never_show_in_errors_or_the_settings_repr() -> None:
+    """A header may carry a token: errors and ``repr(settings)`` show its name, not its value."""
+    for flags, environ in (
+        ({"config_xds": "cp:1", "xds_headers": "authorization=s3cret,grpc-x=1"}, {}),
+        (
+            {},
+            {
+                "CONFIG_TYPE": "GRPC_XDS_SOTW",
+                "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "a:s3cret,b",
+            },
+        ),
+    ):
+        with pytest.raises(ConfigurationError) as caught:
+            resolve(flags, environ)
+        assert "s3cret" not in str(caught.value)
+    chosen = resolve({"config_xds": "cp:1", "xds_headers": "authorization=s3cret"}, {})
+    assert "s3cret" not in repr(chosen) and "authorization" in repr(chosen)
+    assert "s3cret" not in repr(source_of(chosen))

@@ -26,7 +26,6 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -48,7 +47,7 @@ from ratewarden.server.service import AsyncRateLimitService
 from ratewarden.server.settings import Settings, redacted, store_scheme, uvloop_installed
 from ratewarden.server.stats import ServiceStats, multiprocess_dir
 from ratewarden.server.statsd import StatsdSink, parse_address
-from ratewarden.server.xds import XdsSource, XdsSubscription, XdsTls, load_resources
+from ratewarden.server.xds import XdsSubscription, load_resources, source_of
 from ratewarden.storage import AsyncStore
 from ratewarden.storage.memory import AsyncMemoryStore
 from ratewarden.tiers import CircuitBreaker
@@ -59,7 +58,6 @@ __all__ = [
     "loop_factory",
     "open_store",
     "settings_store",
-    "xds_source",
 ]
 
 log = logging.getLogger("ratewarden.server")
@@ -91,42 +89,6 @@ def settings_store(settings: Settings) -> AsyncStore:
     """The store ``settings`` name, with their key prefix and timeout."""
     return open_store(
         settings.store_url, prefix=settings.key_prefix, timeout=settings.store_timeout
-    )
-
-
-def xds_source(settings: Settings) -> XdsSource:
-    """The xDS server ``settings`` name and how to ask it; its TLS files read now.
-
-    Raises ``ConfigurationError`` naming the option of a file that cannot be read.
-    """
-    assert settings.config_xds is not None
-    tls = None
-    if settings.xds_tls:
-        files = {}
-        for name in ("xds_tls_ca", "xds_tls_cert", "xds_tls_key"):
-            path = getattr(settings, name)
-            try:
-                files[name] = None if path is None else Path(path).read_bytes()
-            except OSError as exc:
-                flag = "--" + name.replace("_", "-")
-                raise ConfigurationError(
-                    f"{flag} {path!r}: cannot read it: {exc.strerror or exc}"
-                ) from None
-        tls = XdsTls(
-            ca=files["xds_tls_ca"],
-            cert=files["xds_tls_cert"],
-            key=files["xds_tls_key"],
-            server_name=settings.xds_tls_server_name,
-        )
-    return XdsSource(
-        address=settings.config_xds,
-        node_id=settings.xds_node_id,
-        node_metadata=settings.xds_node_metadata,
-        headers=settings.xds_headers,
-        retry_interval=settings.xds_retry_interval,
-        retry_max=settings.xds_retry_max,
-        tls=tls,
-        max_message_bytes=settings.xds_max_message_bytes,
     )
 
 
@@ -180,7 +142,7 @@ class RateLimitServer:
             self.config = self.watcher.load_initial()
         else:
             self.xds = XdsSubscription(
-                xds_source(settings),
+                source_of(settings),
                 functools.partial(load_resources, merge_domains=settings.merge_domains),
                 self._apply,
                 on_load=self.stats.config_load,
@@ -372,7 +334,8 @@ class RateLimitServer:
         log.info("stopped", extra={"event": "stopped"})
 
     async def refresh_health(self) -> bool:
-        """Ping the store and publish the result to both health endpoints.
+        """Ping the store and publish the result to both health endpoints (NOT_SERVING also
+        while no domain is loaded, with ``--health-needs-rules``).
 
         A ping that answers also closes an open circuit breaker: the store is back.
         """
@@ -380,17 +343,26 @@ class RateLimitServer:
             alive = bool(await asyncio.wait_for(self.store.ping(), PING_TIMEOUT_S))
         except Exception:
             alive = False
-        if alive != self._serving:
+        # --health-needs-rules (upstream's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED): an xDS
+        # update can leave no domain; files always hold one.
+        ruled = bool(self.config.domains) or not self.settings.health_needs_rules
+        serving = alive and ruled
+        if serving != self._serving:
+            message = "store answers: serving"
+            if not alive:
+                message = "store does not answer: not serving"
+            elif not ruled:
+                message = "no domain loaded (--health-needs-rules): not serving"
             log.log(
-                logging.INFO if alive else logging.WARNING,
-                "store answers: serving" if alive else "store does not answer: not serving",
-                extra={"event": "health", "serving": alive},
+                logging.INFO if serving else logging.WARNING,
+                message,
+                extra={"event": "health", "serving": serving},
             )
-        self._serving = alive
+        self._serving = serving
         if alive and self.service.breaker is not None:
             self.service.breaker.recovered()  # the ping was a probe: no need to wait it out
-        await self.grpc.set_serving(alive)
-        return alive
+        await self.grpc.set_serving(serving)
+        return serving
 
     async def _publish_loop(self) -> None:
         directory = multiprocess_dir()

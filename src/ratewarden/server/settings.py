@@ -25,6 +25,7 @@ from::
     --workers N            RATEWARDEN_WORKERS         1
     --reload-interval S    RATEWARDEN_RELOAD_INTERVAL 5 (0 turns hot reload off)
     --health-interval S    RATEWARDEN_HEALTH_INTERVAL 2
+    --[no-]health-needs-rules RATEWARDEN_HEALTH_NEEDS_RULES false
     --grace S              RATEWARDEN_GRACE           10
     --[no-]shadow          RATEWARDEN_SHADOW          false
     --[no-]charge-denied   RATEWARDEN_CHARGE_DENIED   false
@@ -59,8 +60,8 @@ Under the ``RATEWARDEN_*`` variables come envoyproxy/ratelimit's own (``PORT``,
 
 Secrets stay out of output: ``repr(settings)`` and every error message show the
 store URL with its password replaced by ``***`` (``redacted``, in
-``server/store_url.py``). Here: ``Settings``, the values and their checks, and
-``resolve``, which builds them.
+``server/store_url.py``), and the xDS headers' values as ``***`` (``parsers.hidden``).
+Here: ``Settings``, the values and their checks, and ``resolve``, which builds them.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ from ratewarden.errors import ConfigurationError
 # re-exported here, where callers have always imported them from (__all__).
 from ratewarden.server import upstream_env
 from ratewarden.server.options import OPTIONS, Option, read
+from ratewarden.server.parsers import hidden
 from ratewarden.server.store_url import redacted, store_scheme
 
 __all__ = ["OPTIONS", "XDS_OPTIONS", "Option", "Settings", "redacted", "resolve", "store_scheme"]
@@ -130,6 +132,7 @@ class Settings:
     workers: int = 1
     reload_interval: float = 5.0
     health_interval: float = 2.0
+    health_needs_rules: bool = False
     grace: float = 10.0
     shadow: bool = False
     charge_denied: bool = False
@@ -164,6 +167,8 @@ class Settings:
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
             text = repr(redacted(value)) if name == "store_url" else repr(value)
+            if name == "xds_headers":  # an authorization token, say
+                text = repr(hidden(value))
             shown.append(f"{name}={text}")
         return f"Settings({', '.join(shown)})"
 

@@ -25,6 +25,7 @@ from typing import Any
 from ratewarden.errors import ConfigurationError
 from ratewarden.server import upstream_redis
 from ratewarden.server.options import OPTIONS
+from ratewarden.server.parsers import hidden
 from ratewarden.server.statsd import parse_tags
 from ratewarden.server.upstream_settings import UPSTREAM, Upstream, given, no_effect, value_of
 
@@ -169,7 +170,10 @@ def _option(values: Mapping[str, Any], name: str, field: str, text: Any = None) 
     try:
         return OPTIONS[field].parse(raw)
     except ConfigurationError as exc:
-        raise ConfigurationError(f"{name}={value_of(values, name)!r}: {exc}") from None
+        shown = value_of(values, name)
+        if field == "xds_headers":
+            shown = hidden(shown, ":")
+        raise ConfigurationError(f"{name}={shown!r}: {exc}") from None
 
 
 def _go_map(name: str, text: str) -> str:
@@ -179,7 +183,8 @@ def _go_map(name: str, text: str) -> str:
         key, colon, value = item.partition(":")
         if not colon or not key.strip():
             raise ConfigurationError(
-                f"{name}={text!r}: {item!r} is not KEY:VALUE; separate pairs with ','"
+                f"{name}={hidden(text, ':')!r}: {hidden(item, ':')!r} is not KEY:VALUE; "
+                "separate pairs with ','"
             )
         pairs.append(f"{key.strip()}={value.strip()}")
     return ",".join(pairs)
@@ -219,6 +224,8 @@ def _switches(values: Mapping[str, Any]) -> dict[str, Any]:
         out["charge_denied"] = not values["STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"]
     if "SHADOW_MODE" in values:
         out["shadow"] = values["SHADOW_MODE"]
+    if "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED" in values:
+        out["health_needs_rules"] = values["HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"]
     if "LIMIT_RESPONSE_HEADERS_ENABLED" in values:
         out["response_headers"] = "legacy" if values["LIMIT_RESPONSE_HEADERS_ENABLED"] else "off"
     return out

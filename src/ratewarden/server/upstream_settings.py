@@ -233,11 +233,7 @@ UPSTREAM: dict[str, Upstream] = {
     "LIMIT_RESET_HEADER": _refused(
         "RateLimit-Reset", go_text, "ratewarden writes the header as RateLimit-Reset"
     ),
-    "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": _no_effect(
-        "false",
-        go_bool,
-        "ratewarden never serves without rules: it starts only once a config is loaded",
-    ),
+    "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": _mapped("false", go_bool),
     "SHADOW_MODE": _mapped("false", go_bool),
     "QUOTA_MODE": _refused(
         "false", go_bool, "global quota mode is not built; mark rules quota_mode: true"

@@ -31,7 +31,6 @@ import contextlib
 import logging
 import random
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import grpc
@@ -42,8 +41,9 @@ from google.rpc import status_pb2
 
 from ratewarden.server.xds import rules
 from ratewarden.server.xds.messages import TYPE_URL
+from ratewarden.server.xds.source import XdsSource
 
-__all__ = ["XdsSource", "XdsSubscription", "XdsTls", "backoff"]
+__all__ = ["XdsSubscription", "backoff"]
 
 log = logging.getLogger("ratewarden.server.xds")
 
@@ -51,31 +51,6 @@ C = TypeVar("C")
 
 #: The most problems one NACK's error_detail lists (the log line has them all).
 MAX_DETAIL_CHARS = 4096
-
-
-@dataclass(frozen=True, slots=True)
-class XdsTls:
-    """TLS to the xDS server: the CA that signed its certificate (None: the system's), the
-    client certificate and key for mutual TLS, and the name its certificate must carry."""
-
-    ca: bytes | None = None
-    cert: bytes | None = None
-    key: bytes | None = None
-    server_name: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class XdsSource:
-    """Where the rules come from and how to ask: ``serve``'s ``--config-xds`` and ``--xds-*``."""
-
-    address: str
-    node_id: str = "default"
-    node_metadata: tuple[tuple[str, str], ...] = ()
-    headers: tuple[tuple[str, str], ...] = ()
-    retry_interval: float = 3.0
-    retry_max: float = 60.0
-    tls: XdsTls | None = None
-    max_message_bytes: int = 0
 
 
 def backoff(failures: int, interval: float, ceiling: float, draw: float) -> float:
