@@ -6,7 +6,7 @@ classes of ``ratewarden.server.xds.messages``) to every open stream, sends the
 current ones to each new subscription, and records every request it receives:
 the subscriptions, the ACKs and the NACKs with their ``error_detail``, and the
 call's metadata. ``stop`` drops every stream (a control plane going down);
-``start`` on the same port brings it back.
+``start`` on the same port brings it back. With ``credentials`` it speaks TLS.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ def pack(*resources: Any) -> list[Any]:
 class ControlPlane(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore[misc]
     """``await ControlPlane.started()``; ``publish(version, *resources)``; ``await stop()``."""
 
-    def __init__(self) -> None:
+    def __init__(self, credentials: grpc.ServerCredentials | None = None) -> None:
+        self.credentials = credentials  # TLS, when given
         self.port = 0
         self.received: list[Received] = []
         self.version = ""
@@ -71,8 +72,10 @@ class ControlPlane(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ig
         self.sent: list[Any] = []
 
     @classmethod
-    async def started(cls, port: int = 0) -> ControlPlane:
-        plane = cls()
+    async def started(
+        cls, port: int = 0, credentials: grpc.ServerCredentials | None = None
+    ) -> ControlPlane:
+        plane = cls(credentials)
         await plane.start(port)
         return plane
 
@@ -80,7 +83,11 @@ class ControlPlane(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ig
         """Listen on ``port`` (the last one when None: a restart)."""
         self._server = grpc.aio.server()
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(self, self._server)
-        self.port = self._server.add_insecure_port(f"{HOST}:{self.port if port is None else port}")
+        address = f"{HOST}:{self.port if port is None else port}"
+        if self.credentials is None:
+            self.port = self._server.add_insecure_port(address)
+        else:
+            self.port = self._server.add_secure_port(address, self.credentials)
         await self._server.start()
 
     async def stop(self) -> None:

@@ -14,6 +14,7 @@ def test_the_wait_doubles_per_failure_in_a_row_up_to_the_cap() -> None:
 
 
 def test_the_jitter_spreads_a_wait_between_half_and_one_and_a_half_steps() -> None:
+    """The draw (uniform in [0, 1)) spreads a wait from half a step to under 1.5 steps."""
     assert backoff(1, 2.0, 60.0, 0.0) == 1.0
     assert backoff(1, 2.0, 60.0, 0.999) < 3.0
 
@@ -27,5 +28,6 @@ def test_the_jitter_spreads_a_wait_between_half_and_one_and_a_half_steps() -> No
 def test_a_wait_is_never_above_the_cap_nor_zero(
     failures: int, interval: float, ceiling: float, draw: float
 ) -> None:
+    """Whatever the failures, interval, cap and draw: a wait is above 0 and at most the cap."""
     wait = backoff(failures, interval, max(ceiling, interval), draw)
     assert 0 < wait <= max(ceiling, interval)

@@ -95,6 +95,7 @@ def test_bytes_written_by_hand_to_upstreams_numbering_decode() -> None:
 
 
 def test_the_type_url_is_the_one_upstream_subscribes_to() -> None:
+    """The type URL upstream's rls_conf.proto names for the ADS requests."""
     assert messages.TYPE_URL == (
         "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
     )

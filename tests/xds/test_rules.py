@@ -91,6 +91,7 @@ def test_a_problem_names_the_resource_and_its_line() -> None:
 
 
 def test_unlimited_with_a_unit_is_refused_as_in_a_file() -> None:
+    """unlimited with a unit: the file's own message, named by the resource."""
     bad = resource(
         "r",
         "d",
@@ -130,6 +131,7 @@ def test_no_resource_is_no_rule() -> None:
 
 
 def test_a_resource_of_another_type_or_undecodable_is_named_by_its_index() -> None:
+    """An Any of another type, or bytes that do not decode, are problems named by position."""
     other = any_pb2.Any(type_url="type.googleapis.com/envoy.config.cluster.v3.Cluster")
     garbage = any_pb2.Any(type_url=messages.TYPE_URL, value=b"\x0a\xff\xff")
     with pytest.raises(rules.ConfigError) as caught:

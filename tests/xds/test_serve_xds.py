@@ -158,6 +158,7 @@ async def test_a_bad_update_is_nacked_and_the_last_good_rules_keep_deciding(
 async def test_a_resource_of_another_type_is_nacked(
     plane: ControlPlane, start_server: Start
 ) -> None:
+    """A response of another type than the one subscribed to is NACKed, naming that type."""
     plane.publish("v1", resource("r", "shop", limit("api_key", 1)))
     await start_server(plane)
     plane.publish("v2", resource("r", "shop"), type_url="type.googleapis.com/other.Thing")

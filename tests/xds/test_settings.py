@@ -14,6 +14,7 @@ from ratewarden.server.xds import source_of
 
 
 def test_every_xds_option_is_read_from_its_environment_variable() -> None:
+    """Each RATEWARDEN_*XDS* variable sets its option (the table of every option is complete)."""
     environ = {
         "RATEWARDEN_CONFIG_XDS": "control-plane:18000",
         "RATEWARDEN_XDS_NODE_ID": "rl-1",
@@ -156,6 +157,7 @@ def test_ratewarden_settings_win_over_upstreams_rules_source() -> None:
 def test_contradictory_or_bad_xds_settings_are_refused_clearly(
     flags: dict[str, object], environ: dict[str, str], says: str
 ) -> None:
+    """Each contradiction or bad value stops the start with a message that says what and where."""
     with pytest.raises(ConfigurationError) as caught:
         resolve(flags, environ)
     assert says in str(caught.value)
@@ -175,6 +177,7 @@ def test_upstream_backoff_knobs_without_a_counterpart_are_named_in_the_start_log
 
 
 def test_unreadable_tls_files_are_named_when_serve_builds_the_client(tmp_path: Path) -> None:
+    """The TLS files are read when the client is built; one that cannot be is named by its flag."""
     ca = tmp_path / "ca.pem"
     ca.write_bytes(b"-----BEGIN CERTIFICATE-----\n")
     settings = Settings(config_paths=(), config_xds="cp:1", xds_tls=True, xds_tls_ca=str(ca))
@@ -188,6 +191,7 @@ def test_unreadable_tls_files_are_named_when_serve_builds_the_client(tmp_path: P
 
 
 def test_the_flags_are_on_the_serve_command(capsys: pytest.CaptureFixture[str]) -> None:
+    """`ratewarden serve --help` lists every xDS flag, --xds-tls with its --no- form."""
     with pytest.raises(SystemExit):
         cli.main(["serve", "--help"])
     text = capsys.readouterr().out

@@ -113,6 +113,8 @@ class XdsSubscription(Generic[C]):
                 reason = "the server closed the stream"
             except grpc.aio.AioRpcError as exc:
                 reason = f"{exc.code().name}: {exc.details()}"
+            except Exception as exc:  # whatever broke the stream, the loop must go on
+                reason = f"{type(exc).__name__}: {exc}"
             self.failures = 1 if received else self.failures + 1
             delay = backoff(
                 self.failures, self.source.retry_interval, self.source.retry_max, self._draw()
