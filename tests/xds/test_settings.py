@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from ratewarden import cli
 from ratewarden.errors import ConfigurationError
 from ratewarden.server import upstream_env
+from ratewarden.server.logs import LOGGERS
 from ratewarden.server.settings import OPTIONS, XDS_OPTIONS, Settings, resolve
 from ratewarden.server.xds import source_of
 
@@ -218,3 +220,25 @@ def test_header_values_never_show_in_errors_or_the_settings_repr() -> None:
     chosen = resolve({"config_xds": "cp:1", "xds_headers": "authorization=s3cret"}, {})
     assert "s3cret" not in repr(chosen) and "authorization" in repr(chosen)
     assert "s3cret" not in repr(source_of(chosen))
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_stops_at_an_unreadable_tls_file_with_one_line(
+    workers: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 2 and one line naming the file's flag, before any port or worker is started."""
+    args = ["serve", "--config-xds", "127.0.0.1:1", "--xds-tls", "--xds-tls-ca"]
+    args += [str(tmp_path / "missing.pem"), "--workers", workers, "--log-level", "error"]
+    args += ["--store", "redis://127.0.0.1:1/0"] if workers == "2" else []
+    loggers = [logging.getLogger(name) for name in LOGGERS]
+    kept = [(logger.handlers[:], logger.propagate, logger.level) for logger in loggers]
+    try:
+        assert cli.main(args) == 2
+    finally:  # serve configured the loggers: leave them as the other tests expect them
+        for logger, (handlers, propagate, level) in zip(loggers, kept, strict=True):
+            logger.handlers[:] = handlers
+            logger.propagate = propagate
+            logger.setLevel(level)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("ratewarden serve: error: --xds-tls-ca ")
+    assert err[-1].endswith("missing.pem': cannot read it: No such file or directory")

@@ -29,6 +29,7 @@ from ratewarden.server.app import (
 )
 from ratewarden.server.settings import Settings
 from ratewarden.server.stats import MULTIPROC_ENV, multiprocess_dir
+from ratewarden.server.xds import source_of
 
 __all__ = ["run", "serve"]
 
@@ -102,6 +103,8 @@ def run(settings: Settings) -> int:
     # subscribes on its own, as upstream's replicas each do.
     if settings.config_xds is None:
         rules.load(settings.config_paths, merge_domains=settings.merge_domains)
+    else:
+        source_of(settings)  # its TLS files, read once here rather than failing in each worker
     asyncio.run(settings_store(settings).aclose())
     created = None
     if multiprocess_dir() is None:
