@@ -141,14 +141,11 @@ class RateLimitServer:
             )
             self.config = self.watcher.load_initial()
         else:
+            load = functools.partial(load_resources, merge_domains=settings.merge_domains)
             self.xds = XdsSubscription(
-                source_of(settings),
-                functools.partial(load_resources, merge_domains=settings.merge_domains),
-                self._apply,
-                on_load=self.stats.config_load,
+                source_of(settings), load, self._apply, self.stats.config_load
             )
-            # No rule until the first update is applied, and no port open before it either.
-            self.config = rules.RateLimitConfig(MappingProxyType({}))
+            self.config = rules.RateLimitConfig(MappingProxyType({}))  # none till the first update
         self.store: AsyncStore = store if store is not None else settings_store(settings)
         self.service = AsyncRateLimitService(
             self.config,
@@ -238,7 +235,8 @@ class RateLimitServer:
         its first good rules are applied (as long as that takes; cancel to give up).
         """
         s = self.settings
-        await self._first_rules_from_xds()
+        if self.xds is not None:
+            self._tasks.append(await self.xds.start())
         grpc_host = s.grpc_host or s.host
         self.grpc_port = await self.grpc.start(
             grpc_host, s.grpc_port, reuse_port=s.reuse_port, uds=s.grpc_uds
@@ -277,28 +275,6 @@ class RateLimitServer:
             },
         )
 
-    async def _first_rules_from_xds(self) -> None:
-        if self.xds is None:
-            return
-        task = asyncio.create_task(self.xds.run())
-        self._tasks.append(task)
-        log.info(
-            "waiting for the first rules from the xDS server before serving",
-            extra={
-                "event": "xds_waiting",
-                "server": self.xds.source.address,
-                "node": self.xds.source.node_id,
-            },
-        )
-        try:
-            await self.xds.ready.wait()
-        except BaseException:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            self._tasks.remove(task)
-            raise
-
     async def _start_debug(self) -> None:
         s = self.settings
         if self.debug is None or s.debug_port is None:
@@ -312,6 +288,12 @@ class RateLimitServer:
                 exc.errno,
                 f"cannot listen for the debug port on {host}:{s.debug_port}: {exc.strerror or exc}",
             ) from exc
+
+    async def close(self) -> None:
+        """What a server whose ``start`` never finished holds: the StatsD socket, the store."""
+        if self.statsd is not None:
+            await self.statsd.close()
+        await self.store.aclose()
 
     async def stop(self, grace: float | None = None) -> None:
         """Turn NOT_SERVING, refuse new calls, let calls in flight finish, close the store."""

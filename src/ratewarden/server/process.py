@@ -52,13 +52,13 @@ async def _serve(settings: Settings) -> None:
             starting.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await starting
-            await server.store.aclose()
+            await server.close()
             log.info("stopped before serving", extra={"event": "stopped"})
             return
         starting.result()
     except BaseException:
         stopping.cancel()
-        await server.store.aclose()
+        await server.close()
         raise
     await stopping
     log.info("shutting down", extra={"event": "shutting_down", "grace_s": settings.grace})

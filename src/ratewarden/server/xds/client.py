@@ -21,7 +21,7 @@ in a row, capped at ``retry_max``, jittered between half and one and a half time
 (and never above the cap); a stream that delivered a response starts the count
 again. Each new stream subscribes afresh (empty ``version_info``), so the server
 sends its current rules, applied like any update. ``ready`` is set once the first
-rules are applied: ``serve`` opens its ports only then.
+rules are applied (``start`` returns then): ``serve`` opens its ports only after it.
 """
 
 from __future__ import annotations
@@ -102,6 +102,27 @@ class XdsSubscription(Generic[C]):
                 }
             ),
         )
+
+    async def start(self) -> asyncio.Task[None]:
+        """``run`` as a task, returned once the first good rules are applied (as long as that
+        takes; cancelled, the task is cancelled too)."""
+        task = asyncio.create_task(self.run())
+        log.info(
+            "waiting for the first rules from the xDS server before serving",
+            extra={
+                "event": "xds_waiting",
+                "server": self.source.address,
+                "node": self.source.node_id,
+            },
+        )
+        try:
+            await self.ready.wait()
+        except BaseException:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            raise
+        return task
 
     async def run(self) -> None:
         """Keep a stream open, reconnecting with ``backoff``, until cancelled."""
