@@ -8,7 +8,7 @@ import os
 import pytest
 
 from ratewarden.errors import ConfigurationError
-from ratewarden.server.settings import OPTIONS, Settings, resolve, store_scheme
+from ratewarden.server.settings import OPTIONS, XDS_OPTIONS, Settings, resolve, store_scheme
 
 
 def test_defaults_bind_loopback_on_8081_and_8080_with_the_memory_store() -> None:
@@ -31,6 +31,7 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         "RATEWARDEN_WORKERS": "2",
         "RATEWARDEN_RELOAD_INTERVAL": "0",
         "RATEWARDEN_HEALTH_INTERVAL": "0.5",
+        "RATEWARDEN_HEALTH_NEEDS_RULES": "true",
         "RATEWARDEN_GRACE": "3",
         "RATEWARDEN_SHADOW": "yes",
         "RATEWARDEN_CHARGE_DENIED": "1",
@@ -59,8 +60,10 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         "RATEWARDEN_STATSD_TAGS": "region:eu.west, cell : 7 ,",
         "RATEWARDEN_STATSD_INTERVAL": "2.5",
     }
-    # RATEWARDEN_GRPC_UDS does not go with 2 workers: read on its own below.
-    assert {option.env for option in OPTIONS.values()} == {*environ, "RATEWARDEN_GRPC_UDS"}
+    # RATEWARDEN_GRPC_UDS does not go with 2 workers: read on its own below. The xDS ones do
+    # not go with RATEWARDEN_CONFIG: tests/xds/test_settings.py reads them.
+    xds = {OPTIONS[name].env for name in ("config_xds", *XDS_OPTIONS)}
+    assert {option.env for option in OPTIONS.values()} == {*environ, "RATEWARDEN_GRPC_UDS", *xds}
     uds = resolve({}, {"RATEWARDEN_CONFIG": "a.yaml", "RATEWARDEN_GRPC_UDS": "/run/rl.sock"})
     assert uds.grpc_uds == "/run/rl.sock"
     assert resolve({}, environ) == Settings(
@@ -72,6 +75,7 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         workers=2,
         reload_interval=0.0,
         health_interval=0.5,
+        health_needs_rules=True,
         grace=3.0,
         shadow=True,
         charge_denied=True,

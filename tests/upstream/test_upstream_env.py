@@ -261,7 +261,7 @@ def test_redis_url_forms_are_checked_per_type() -> None:
         ("REDIS_PERSECOND", "true", "REDIS_URL"),
         ("REDIS_PERSECOND_URL", "r2:6379", "REDIS_URL"),
         ("GRPC_CLIENT_TLS_SAN", "envoy", "GRPC_CLIENT_TLS_CACERT"),
-        ("CONFIG_TYPE", "GRPC_XDS", "RUNTIME_ROOT"),
+        ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true", "first good update"),
         ("USE_PROMETHEUS", "true", "/metrics"),
         ("LIMIT_LIMIT_HEADER", "X-RateLimit-Limit", "RateLimit-Limit"),
         ("TRACING_ENABLED", "true", "traces"),

@@ -3,7 +3,9 @@
 ``RateLimitServer`` builds the store, loads the rules, wraps the service in the
 failure mode and hands it to both transports (gRPC and HTTP), then keeps two
 background loops: the config watcher (hot reload) and the health loop (serving
-only while a config is loaded and the store answers a ping). Its ``stats``
+only while a config is loaded and the store answers a ping). With rules from an
+xDS server (``--config-xds``) the watcher is the xDS subscription instead, and
+``start`` opens the ports once its first good rules are applied. Its ``stats``
 (``ServiceStats``) count every decision, call and config load for ``/metrics``
 and the dashboard, tallied on the request path and flushed once a second (and
 to StatsD every ``--statsd-interval``, with ``--statsd``); with ``--workers`` each
@@ -24,6 +26,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import Any
 
 from envoy.service.ratelimit.v3 import rls_pb2
@@ -44,11 +47,18 @@ from ratewarden.server.service import AsyncRateLimitService
 from ratewarden.server.settings import Settings, redacted, store_scheme, uvloop_installed
 from ratewarden.server.stats import ServiceStats, multiprocess_dir
 from ratewarden.server.statsd import StatsdSink, parse_address
+from ratewarden.server.xds import XdsSubscription, load_resources, source_of
 from ratewarden.storage import AsyncStore
 from ratewarden.storage.memory import AsyncMemoryStore
 from ratewarden.tiers import CircuitBreaker
 
-__all__ = ["RateLimitServer", "configure_logging", "loop_factory", "open_store", "settings_store"]
+__all__ = [
+    "RateLimitServer",
+    "configure_logging",
+    "loop_factory",
+    "open_store",
+    "settings_store",
+]
 
 log = logging.getLogger("ratewarden.server")
 
@@ -120,13 +130,22 @@ class RateLimitServer:
             protocol, host, port = parse_address(settings.statsd)
             self.statsd = StatsdSink(protocol, host, port, tags=settings.statsd_tags)
             self.stats.sinks.append(self.statsd)
-        self.watcher: ConfigWatcher[rules.RateLimitConfig] = ConfigWatcher(
-            settings.config_paths,
-            functools.partial(rules.load, merge_domains=settings.merge_domains),
-            self._apply,
-            on_load=self.stats.config_load,
-        )
-        self.config = self.watcher.load_initial()
+        self.watcher: ConfigWatcher[rules.RateLimitConfig] | None = None
+        self.xds: XdsSubscription[rules.RateLimitConfig] | None = None
+        if settings.config_xds is None:
+            self.watcher = ConfigWatcher(
+                settings.config_paths,
+                functools.partial(rules.load, merge_domains=settings.merge_domains),
+                self._apply,
+                on_load=self.stats.config_load,
+            )
+            self.config = self.watcher.load_initial()
+        else:
+            load = functools.partial(load_resources, merge_domains=settings.merge_domains)
+            self.xds = XdsSubscription(
+                source_of(settings), load, self._apply, self.stats.config_load
+            )
+            self.config = rules.RateLimitConfig(MappingProxyType({}))  # none till the first update
         self.store: AsyncStore = store if store is not None else settings_store(settings)
         self.service = AsyncRateLimitService(
             self.config,
@@ -210,8 +229,14 @@ class RateLimitServer:
     # --- lifecycle ------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Bind both ports, then start the health and reload loops; OSError on a busy port."""
+        """Bind both ports, then start the health and reload loops; OSError on a busy port.
+
+        With rules from xDS, the subscription starts first and the ports are bound once
+        its first good rules are applied (as long as that takes; cancel to give up).
+        """
         s = self.settings
+        if self.xds is not None:
+            self._tasks.append(await self.xds.start())
         grpc_host = s.grpc_host or s.host
         self.grpc_port = await self.grpc.start(
             grpc_host, s.grpc_port, reuse_port=s.reuse_port, uds=s.grpc_uds
@@ -228,7 +253,7 @@ class RateLimitServer:
         await self.refresh_health()
         self._tasks.append(asyncio.create_task(self._health_loop()))
         self._tasks.append(asyncio.create_task(self._flush_loop()))
-        if s.reload_interval > 0:
+        if s.reload_interval > 0 and self.watcher is not None:
             self._tasks.append(asyncio.create_task(self.watcher.run(s.reload_interval)))
         if multiprocess_dir() is not None and s.dashboard != "off":
             self._tasks.append(asyncio.create_task(self._publish_loop()))
@@ -245,6 +270,7 @@ class RateLimitServer:
                 "store": redacted(s.store_url),
                 "statsd": s.statsd,
                 "config": list(s.config_paths),
+                "xds": s.config_xds,
                 "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
             },
         )
@@ -262,6 +288,12 @@ class RateLimitServer:
                 exc.errno,
                 f"cannot listen for the debug port on {host}:{s.debug_port}: {exc.strerror or exc}",
             ) from exc
+
+    async def close(self) -> None:
+        """What a server whose ``start`` never finished holds: the StatsD socket, the store."""
+        if self.statsd is not None:
+            await self.statsd.close()
+        await self.store.aclose()
 
     async def stop(self, grace: float | None = None) -> None:
         """Turn NOT_SERVING, refuse new calls, let calls in flight finish, close the store."""
@@ -284,7 +316,8 @@ class RateLimitServer:
         log.info("stopped", extra={"event": "stopped"})
 
     async def refresh_health(self) -> bool:
-        """Ping the store and publish the result to both health endpoints.
+        """Ping the store and publish the result to both health endpoints (NOT_SERVING also
+        while no domain is loaded, with ``--health-needs-rules``).
 
         A ping that answers also closes an open circuit breaker: the store is back.
         """
@@ -292,17 +325,26 @@ class RateLimitServer:
             alive = bool(await asyncio.wait_for(self.store.ping(), PING_TIMEOUT_S))
         except Exception:
             alive = False
-        if alive != self._serving:
+        # --health-needs-rules (upstream's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED): an xDS
+        # update can leave no domain; files always hold one.
+        ruled = bool(self.config.domains) or not self.settings.health_needs_rules
+        serving = alive and ruled
+        if serving != self._serving:
+            message = "store answers: serving"
+            if not alive:
+                message = "store does not answer: not serving"
+            elif not ruled:
+                message = "no domain loaded (--health-needs-rules): not serving"
             log.log(
-                logging.INFO if alive else logging.WARNING,
-                "store answers: serving" if alive else "store does not answer: not serving",
-                extra={"event": "health", "serving": alive},
+                logging.INFO if serving else logging.WARNING,
+                message,
+                extra={"event": "health", "serving": serving},
             )
-        self._serving = alive
+        self._serving = serving
         if alive and self.service.breaker is not None:
             self.service.breaker.recovered()  # the ping was a probe: no need to wait it out
-        await self.grpc.set_serving(alive)
-        return alive
+        await self.grpc.set_serving(serving)
+        return serving
 
     async def _publish_loop(self) -> None:
         directory = multiprocess_dir()

@@ -4,18 +4,30 @@
 parser, help). Flags and variables arrive as text and go through the same
 parser, so a bad value reads the same whichever way it was given; ``read``
 takes the flags over the environment and names the flag or variable whose
-value is wrong. ``settings.resolve`` builds ``Settings`` from what it reads.
+value is wrong. ``settings.resolve`` builds ``Settings`` from what it reads. The
+parsers are in ``parsers.py``.
 """
 
 from __future__ import annotations
 
-import math
-import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ratewarden.errors import ConfigurationError
+from ratewarden.server.parsers import (
+    boolean,
+    choice,
+    headers,
+    hidden,
+    integer,
+    pairs,
+    paths,
+    ratio,
+    seconds,
+    target,
+    text,
+)
 from ratewarden.server.statsd import parse_address, parse_tags
 from ratewarden.server.store_url import redacted
 
@@ -28,8 +40,6 @@ DASHBOARD = ("loopback", "any", "off")
 RESPONSE_HEADERS = ("off", "legacy", "draft-10")
 LOOPS = ("auto", "asyncio", "uvloop")
 TRANSPORTS = ("auto", "grpcio", "native")
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,80 +50,6 @@ class Option:
     env: str
     parse: Callable[[Any], Any]
     help: str
-
-
-def _text(value: Any) -> str:
-    text = str(value).strip()
-    if not text:
-        raise ConfigurationError("must not be empty")
-    return text
-
-
-def _paths(value: Any) -> tuple[str, ...]:
-    items = value if isinstance(value, list | tuple) else str(value).split(os.pathsep)
-    paths = tuple(str(item).strip() for item in items if str(item).strip())
-    if not paths:
-        raise ConfigurationError("must name at least one config file or directory")
-    return paths
-
-
-def _integer(low: int, high: int) -> Callable[[Any], int]:
-    def parse(value: Any) -> int:
-        try:
-            number = int(str(value).strip(), 10)
-        except ValueError:
-            raise ConfigurationError(f"must be a whole number from {low} to {high}") from None
-        if not low <= number <= high:
-            raise ConfigurationError(f"must be a whole number from {low} to {high}")
-        return number
-
-    return parse
-
-
-def _seconds(low: float, *, allow_low: bool) -> Callable[[Any], float]:
-    bound = f">= {low:g}" if allow_low else f"> {low:g}"
-
-    def parse(value: Any) -> float:
-        try:
-            number = float(str(value).strip())
-        except ValueError:
-            raise ConfigurationError(f"must be a number of seconds {bound}") from None
-        if not math.isfinite(number) or number < low or (number == low and not allow_low):
-            raise ConfigurationError(f"must be a number of seconds {bound}")
-        return number
-
-    return parse
-
-
-def _ratio(value: Any) -> float:
-    try:
-        number = float(str(value).strip())
-    except ValueError:
-        raise ConfigurationError("must be a number between 0 and 1") from None
-    if not 0.0 < number <= 1.0:
-        raise ConfigurationError("must be a number above 0 and at most 1")
-    return number
-
-
-def _boolean(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ConfigurationError(f"must be one of {', '.join(_TRUE + _FALSE)}")
-
-
-def _choice(choices: Sequence[str]) -> Callable[[Any], str]:
-    def parse(value: Any) -> str:
-        text = str(value).strip().lower()
-        if text not in choices:
-            raise ConfigurationError(f"must be one of: {', '.join(choices)}")
-        return text
-
-    return parse
 
 
 def _statsd(value: Any) -> str:
@@ -130,179 +66,255 @@ OPTIONS: dict[str, Option] = {
     "config_paths": Option(
         "--config",
         "RATEWARDEN_CONFIG",
-        _paths,
+        paths,
         "rule files or directories (envoyproxy/ratelimit YAML); repeat or list several",
+    ),
+    "config_xds": Option(
+        "--config-xds",
+        "RATEWARDEN_CONFIG_XDS",
+        target,
+        "take the rules from this xDS server (HOST:PORT) over ADS instead of files (docs/xds.md)",
+    ),
+    "xds_node_id": Option(
+        "--xds-node-id",
+        "RATEWARDEN_XDS_NODE_ID",
+        text,
+        "node id this service gives the xDS server (default)",
+    ),
+    "xds_node_metadata": Option(
+        "--xds-node-metadata",
+        "RATEWARDEN_XDS_NODE_METADATA",
+        pairs,
+        "KEY=VALUE,... sent as the node's metadata to the xDS server",
+    ),
+    "xds_headers": Option(
+        "--xds-headers",
+        "RATEWARDEN_XDS_HEADERS",
+        headers,
+        "KEY=VALUE,... sent as gRPC metadata on the xDS stream",
+    ),
+    "xds_retry_interval": Option(
+        "--xds-retry-interval",
+        "RATEWARDEN_XDS_RETRY_INTERVAL",
+        seconds(0.0, allow_low=False),
+        "seconds before connecting to the xDS server again, doubled per failure in a row, "
+        "jittered (3)",
+    ),
+    "xds_retry_max": Option(
+        "--xds-retry-max",
+        "RATEWARDEN_XDS_RETRY_MAX",
+        seconds(0.0, allow_low=False),
+        "the longest wait between two connections to the xDS server (60)",
+    ),
+    "xds_max_message_bytes": Option(
+        "--xds-max-message-bytes",
+        "RATEWARDEN_XDS_MAX_MESSAGE_BYTES",
+        integer(0, 2**31 - 1),
+        "largest xDS response accepted, in bytes (0: gRPC's 4 MiB)",
+    ),
+    "xds_tls": Option(
+        "--xds-tls",
+        "RATEWARDEN_XDS_TLS",
+        boolean,
+        "connect to the xDS server over TLS",
+    ),
+    "xds_tls_ca": Option(
+        "--xds-tls-ca",
+        "RATEWARDEN_XDS_TLS_CA",
+        text,
+        "PEM CA certificates that signed the xDS server's certificate (the system's if unset)",
+    ),
+    "xds_tls_cert": Option(
+        "--xds-tls-cert",
+        "RATEWARDEN_XDS_TLS_CERT",
+        text,
+        "PEM client certificate for the xDS server (mutual TLS, with --xds-tls-key)",
+    ),
+    "xds_tls_key": Option(
+        "--xds-tls-key", "RATEWARDEN_XDS_TLS_KEY", text, "PEM private key of --xds-tls-cert"
+    ),
+    "xds_tls_server_name": Option(
+        "--xds-tls-server-name",
+        "RATEWARDEN_XDS_TLS_SERVER_NAME",
+        text,
+        "name the xDS server's certificate must carry, if not its address's host",
     ),
     "store_url": Option(
         "--store",
         "RATEWARDEN_STORE",
-        _text,
+        text,
         "memory (default), redis://, rediss://, or a Sentinel or Cluster URL",
     ),
     "store_timeout": Option(
         "--store-timeout",
         "RATEWARDEN_STORE_TIMEOUT",
-        _seconds(0.0, allow_low=False),
+        seconds(0.0, allow_low=False),
         "seconds a Redis connect or reply may take before the call counts as failed (0.02)",
     ),
     "key_prefix": Option(
         "--key-prefix",
         "RATEWARDEN_KEY_PREFIX",
-        _text,
+        text,
         "what every Redis key of the store starts with (rw)",
     ),
     "merge_domains": Option(
         "--merge-domains",
         "RATEWARDEN_MERGE_DOMAINS",
-        _boolean,
+        boolean,
         "a domain several config files name is one domain with all their descriptors "
         "(otherwise an error)",
     ),
-    "host": Option("--host", "RATEWARDEN_HOST", _text, "address both servers bind (127.0.0.1)"),
+    "host": Option("--host", "RATEWARDEN_HOST", text, "address both servers bind (127.0.0.1)"),
     "grpc_host": Option(
-        "--grpc-host", "RATEWARDEN_GRPC_HOST", _text, "address the gRPC server binds (--host)"
+        "--grpc-host", "RATEWARDEN_GRPC_HOST", text, "address the gRPC server binds (--host)"
     ),
     "grpc_port": Option(
-        "--grpc-port", "RATEWARDEN_GRPC_PORT", _integer(0, 65535), "gRPC port (8081)"
+        "--grpc-port", "RATEWARDEN_GRPC_PORT", integer(0, 65535), "gRPC port (8081)"
     ),
     "grpc_uds": Option(
         "--grpc-uds",
         "RATEWARDEN_GRPC_UDS",
-        _text,
+        text,
         "serve gRPC on this Unix socket path instead of --grpc-host:--grpc-port",
     ),
     "http_port": Option(
-        "--http-port", "RATEWARDEN_HTTP_PORT", _integer(0, 65535), "HTTP port (8080)"
+        "--http-port", "RATEWARDEN_HTTP_PORT", integer(0, 65535), "HTTP port (8080)"
     ),
     "debug_port": Option(
         "--debug-port",
         "RATEWARDEN_DEBUG_PORT",
-        _integer(0, 65535),
+        integer(0, 65535),
         "a second HTTP port with the same endpoints, for operators (off)",
     ),
     "debug_host": Option(
-        "--debug-host", "RATEWARDEN_DEBUG_HOST", _text, "address --debug-port binds (--host)"
+        "--debug-host", "RATEWARDEN_DEBUG_HOST", text, "address --debug-port binds (--host)"
     ),
     "workers": Option(
         "--workers",
         "RATEWARDEN_WORKERS",
-        _integer(1, 256),
+        integer(1, 256),
         "processes sharing the ports (1); more than one needs a shared store",
     ),
     "reload_interval": Option(
         "--reload-interval",
         "RATEWARDEN_RELOAD_INTERVAL",
-        _seconds(0.0, allow_low=True),
+        seconds(0.0, allow_low=True),
         "seconds between checks of the config files for changes (5; 0 turns reload off)",
     ),
     "health_interval": Option(
         "--health-interval",
         "RATEWARDEN_HEALTH_INTERVAL",
-        _seconds(0.0, allow_low=False),
+        seconds(0.0, allow_low=False),
         "seconds between pings of the store for the health status (2)",
+    ),
+    "health_needs_rules": Option(
+        "--health-needs-rules",
+        "RATEWARDEN_HEALTH_NEEDS_RULES",
+        boolean,
+        "health is NOT_SERVING while no domain is loaded (an xDS update without resources)",
     ),
     "grace": Option(
         "--grace",
         "RATEWARDEN_GRACE",
-        _seconds(0.0, allow_low=True),
+        seconds(0.0, allow_low=True),
         "seconds in-flight calls get to finish on SIGTERM (10)",
     ),
     "shadow": Option(
         "--shadow",
         "RATEWARDEN_SHADOW",
-        _boolean,
+        boolean,
         "global shadow mode: count and report, but the overall answer is always OK",
     ),
     "charge_denied": Option(
         "--charge-denied",
         "RATEWARDEN_CHARGE_DENIED",
-        _boolean,
+        boolean,
         "charge every descriptor of a denied request (envoyproxy/ratelimit's old behaviour)",
     ),
     "near_limit_ratio": Option(
         "--near-limit-ratio",
         "RATEWARDEN_NEAR_LIMIT_RATIO",
-        _ratio,
+        ratio,
         "share of a limit above which a hit counts as near the limit (0.8)",
     ),
     "on_error": Option(
         "--on-error",
         "RATEWARDEN_ON_ERROR",
-        _choice(ON_ERROR),
+        choice(ON_ERROR),
         "answer when a call fails unexpectedly: open allows (default), closed denies",
     ),
     "log_level": Option(
-        "--log-level", "RATEWARDEN_LOG_LEVEL", _choice(LOG_LEVELS), "debug, info, warning, error"
+        "--log-level", "RATEWARDEN_LOG_LEVEL", choice(LOG_LEVELS), "debug, info, warning, error"
     ),
     "log_format": Option(
         "--log-format",
         "RATEWARDEN_LOG_FORMAT",
-        _choice(LOG_FORMATS),
+        choice(LOG_FORMATS),
         "json (one object a line, default) or text",
     ),
     "dashboard": Option(
         "--dashboard",
         "RATEWARDEN_DASHBOARD",
-        _choice(DASHBOARD),
+        choice(DASHBOARD),
         "who may open /dashboard on the HTTP port: loopback clients (default), any, or off",
     ),
     "tls_cert": Option(
         "--tls-cert",
         "RATEWARDEN_TLS_CERT",
-        _text,
+        text,
         "PEM certificate chain: serve gRPC over TLS (with --tls-key)",
     ),
-    "tls_key": Option("--tls-key", "RATEWARDEN_TLS_KEY", _text, "PEM private key of --tls-cert"),
+    "tls_key": Option("--tls-key", "RATEWARDEN_TLS_KEY", text, "PEM private key of --tls-cert"),
     "tls_client_ca": Option(
         "--tls-client-ca",
         "RATEWARDEN_TLS_CLIENT_CA",
-        _text,
+        text,
         "PEM CA certificates: require client certificates they signed (mutual TLS)",
     ),
     "max_values_per_rule": Option(
         "--max-values-per-rule",
         "RATEWARDEN_MAX_VALUES_PER_RULE",
-        _integer(0, 100_000_000),
+        integer(0, 100_000_000),
         "distinct counters one rule may hold per window before new values share one overflow "
         "counter (100000; 0 turns the cap off)",
     ),
     "response_headers": Option(
         "--response-headers",
         "RATEWARDEN_RESPONSE_HEADERS",
-        _choice(RESPONSE_HEADERS),
+        choice(RESPONSE_HEADERS),
         "rate limit headers Envoy adds to responses: off (default), legacy "
         "(RateLimit-Limit/Remaining/Reset) or draft-10 (RateLimit-Policy and RateLimit)",
     ),
     "breaker_failures": Option(
         "--breaker-failures",
         "RATEWARDEN_BREAKER_FAILURES",
-        _integer(0, 1_000_000),
+        integer(0, 1_000_000),
         "consecutive store failures that open the circuit breaker, after which failure_mode "
         "answers without waiting on the store (5; 0 turns the breaker off)",
     ),
     "breaker_cooldown": Option(
         "--breaker-cooldown",
         "RATEWARDEN_BREAKER_COOLDOWN",
-        _seconds(0.0, allow_low=False),
+        seconds(0.0, allow_low=False),
         "seconds the open breaker waits before one probe call tries the store again (1)",
     ),
     "loop": Option(
         "--loop",
         "RATEWARDEN_LOOP",
-        _choice(LOOPS),
+        choice(LOOPS),
         "event loop: auto (uvloop when it is installed, else asyncio's; default), asyncio, uvloop",
     ),
     "transport": Option(
         "--transport",
         "RATEWARDEN_TRANSPORT",
-        _choice(TRANSPORTS),
+        choice(TRANSPORTS),
         "what serves the gRPC port: auto (native when pygrpc-native is installed and TLS is "
         "off, else grpcio; default), grpcio, native (pip install 'ratewarden[native]')",
     ),
     "over_limit_cache": Option(
         "--over-limit-cache",
         "RATEWARDEN_OVER_LIMIT_CACHE",
-        _integer(0, 10_000_000),
+        integer(0, 10_000_000),
         "counters denied by the store that are remembered until their retry time and denied "
         "without a store call (10000; 0 turns the cache off)",
     ),
@@ -322,7 +334,7 @@ OPTIONS: dict[str, Option] = {
     "statsd_interval": Option(
         "--statsd-interval",
         "RATEWARDEN_STATSD_INTERVAL",
-        _seconds(0.0, allow_low=False),
+        seconds(0.0, allow_low=False),
         "seconds between sends to --statsd (10)",
     ),
 }
@@ -348,5 +360,7 @@ def read(flags: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]
             shown = " ".join(raw) if isinstance(raw, list) else raw
             if name == "store_url":
                 shown = redacted(str(shown))
+            if name == "xds_headers":
+                shown = hidden(shown)
             raise ConfigurationError(f"{source} {shown!r}: {exc}") from None
     return values

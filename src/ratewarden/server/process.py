@@ -29,6 +29,7 @@ from ratewarden.server.app import (
 )
 from ratewarden.server.settings import Settings
 from ratewarden.server.stats import MULTIPROC_ENV, multiprocess_dir
+from ratewarden.server.xds import source_of
 
 __all__ = ["run", "serve"]
 
@@ -41,12 +42,25 @@ async def _serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    # Racing the start against the signals: with rules from xDS, the start waits for them,
+    # and SIGTERM must end that wait as it ends serving.
+    starting = asyncio.ensure_future(server.start())
+    stopping = asyncio.ensure_future(stop.wait())
     try:
-        await server.start()
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
+            await server.close()
+            log.info("stopped before serving", extra={"event": "stopped"})
+            return
+        starting.result()
     except BaseException:
-        await server.store.aclose()
+        stopping.cancel()
+        await server.close()
         raise
-    await stop.wait()
+    await stopping
     log.info("shutting down", extra={"event": "shutting_down", "grace_s": settings.grace})
     await server.stop()
 
@@ -85,8 +99,12 @@ def run(settings: Settings) -> int:
     if settings.workers == 1:
         return serve(settings)
     # Fail here, once, rather than in every worker: a bad config, then a bad store URL
-    # (building a store checks its URL without connecting).
-    rules.load(settings.config_paths, merge_domains=settings.merge_domains)
+    # (building a store checks its URL without connecting). Rules from xDS: each worker
+    # subscribes on its own, as upstream's replicas each do.
+    if settings.config_xds is None:
+        rules.load(settings.config_paths, merge_domains=settings.merge_domains)
+    else:
+        source_of(settings)  # its TLS files, read once here rather than failing in each worker
     asyncio.run(settings_store(settings).aclose())
     created = None
     if multiprocess_dir() is None:

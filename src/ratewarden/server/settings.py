@@ -8,6 +8,16 @@ whichever way it was given, and the message names the flag or variable it came
 from::
 
     --config PATH...       RATEWARDEN_CONFIG          (several paths: separate with ":")
+    --config-xds HOST:PORT RATEWARDEN_CONFIG_XDS      rules from an xDS server instead (and the
+                                                      --xds-* options below it; docs/xds.md)
+    --xds-node-id ID       RATEWARDEN_XDS_NODE_ID     default
+    --xds-node-metadata KV RATEWARDEN_XDS_NODE_METADATA (KEY=VALUE,...)
+    --xds-headers KV       RATEWARDEN_XDS_HEADERS     (KEY=VALUE,...: the stream's gRPC metadata)
+    --xds-retry-interval S RATEWARDEN_XDS_RETRY_INTERVAL 3 (doubled per failure, jittered)
+    --xds-retry-max S      RATEWARDEN_XDS_RETRY_MAX   60
+    --xds-max-message-bytes N RATEWARDEN_XDS_MAX_MESSAGE_BYTES 0 (gRPC's 4 MiB)
+    --[no-]xds-tls         RATEWARDEN_XDS_TLS         false (and --xds-tls-ca, --xds-tls-cert,
+                                                      --xds-tls-key, --xds-tls-server-name)
     --store URL            RATEWARDEN_STORE           memory (default), redis://, rediss://, ...
     --host H               RATEWARDEN_HOST            127.0.0.1
     --grpc-port N          RATEWARDEN_GRPC_PORT       8081
@@ -15,6 +25,7 @@ from::
     --workers N            RATEWARDEN_WORKERS         1
     --reload-interval S    RATEWARDEN_RELOAD_INTERVAL 5 (0 turns hot reload off)
     --health-interval S    RATEWARDEN_HEALTH_INTERVAL 2
+    --[no-]health-needs-rules RATEWARDEN_HEALTH_NEEDS_RULES false
     --grace S              RATEWARDEN_GRACE           10
     --[no-]shadow          RATEWARDEN_SHADOW          false
     --[no-]charge-denied   RATEWARDEN_CHARGE_DENIED   false
@@ -49,8 +60,8 @@ Under the ``RATEWARDEN_*`` variables come envoyproxy/ratelimit's own (``PORT``,
 
 Secrets stay out of output: ``repr(settings)`` and every error message show the
 store URL with its password replaced by ``***`` (``redacted``, in
-``server/store_url.py``). Here: ``Settings``, the values and their checks, and
-``resolve``, which builds them.
+``server/store_url.py``), and the xDS headers' values as ``***`` (``parsers.hidden``).
+Here: ``Settings``, the values and their checks, and ``resolve``, which builds them.
 """
 
 from __future__ import annotations
@@ -66,9 +77,25 @@ from ratewarden.errors import ConfigurationError
 # re-exported here, where callers have always imported them from (__all__).
 from ratewarden.server import upstream_env
 from ratewarden.server.options import OPTIONS, Option, read
+from ratewarden.server.parsers import hidden
 from ratewarden.server.store_url import redacted, store_scheme
 
-__all__ = ["OPTIONS", "Option", "Settings", "redacted", "resolve", "store_scheme"]
+__all__ = ["OPTIONS", "XDS_OPTIONS", "Option", "Settings", "redacted", "resolve", "store_scheme"]
+
+#: The settings of the xDS client, which mean something only with ``config_xds``.
+XDS_OPTIONS = (
+    "xds_node_id",
+    "xds_node_metadata",
+    "xds_headers",
+    "xds_retry_interval",
+    "xds_retry_max",
+    "xds_max_message_bytes",
+    "xds_tls",
+    "xds_tls_ca",
+    "xds_tls_cert",
+    "xds_tls_key",
+    "xds_tls_server_name",
+)
 
 
 def native_installed() -> bool:
@@ -86,6 +113,18 @@ class Settings:
     """What one ``ratewarden serve`` runs with; validated when built."""
 
     config_paths: tuple[str, ...]
+    config_xds: str | None = None
+    xds_node_id: str = "default"
+    xds_node_metadata: tuple[tuple[str, str], ...] = ()
+    xds_headers: tuple[tuple[str, str], ...] = ()
+    xds_retry_interval: float = 3.0
+    xds_retry_max: float = 60.0
+    xds_max_message_bytes: int = 0
+    xds_tls: bool = False
+    xds_tls_ca: str | None = None
+    xds_tls_cert: str | None = None
+    xds_tls_key: str | None = None
+    xds_tls_server_name: str | None = None
     store_url: str = "memory"
     host: str = "127.0.0.1"
     grpc_port: int = 8081
@@ -93,6 +132,7 @@ class Settings:
     workers: int = 1
     reload_interval: float = 5.0
     health_interval: float = 2.0
+    health_needs_rules: bool = False
     grace: float = 10.0
     shadow: bool = False
     charge_denied: bool = False
@@ -127,16 +167,14 @@ class Settings:
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
             text = repr(redacted(value)) if name == "store_url" else repr(value)
+            if name == "xds_headers":  # an authorization token, say
+                text = repr(hidden(value))
             shown.append(f"{name}={text}")
         return f"Settings({', '.join(shown)})"
 
     def __post_init__(self) -> None:
         self._check_tls()
-        if not self.config_paths:
-            raise ConfigurationError(
-                "no config given: pass --config PATH (a file or directory), or set "
-                "RATEWARDEN_CONFIG or envoyproxy/ratelimit's RUNTIME_ROOT"
-            )
+        self._check_rules_source()
         if not store_scheme(self.store_url):
             raise ConfigurationError(
                 f"store URL {redacted(self.store_url)!r} has no scheme; use memory, "
@@ -165,6 +203,57 @@ class Settings:
             raise ConfigurationError(
                 "--loop uvloop: the uvloop package is not installed; pip install uvloop "
                 "('ratewarden[server]' brings it on Linux and macOS) or use --loop asyncio"
+            )
+
+    def _check_rules_source(self) -> None:
+        if self.config_paths and self.config_xds is not None:
+            raise ConfigurationError(
+                f"rules from files ({', '.join(self.config_paths)}) and from the xDS server "
+                f"{self.config_xds!r} both asked for; give --config (RATEWARDEN_CONFIG) or "
+                "--config-xds (RATEWARDEN_CONFIG_XDS, upstream's CONFIG_TYPE=GRPC_XDS_SOTW), "
+                "not both"
+            )
+        if not self.config_paths and self.config_xds is None:
+            raise ConfigurationError(
+                "no config given: pass --config PATH (a file or directory) or --config-xds "
+                "HOST:PORT (an xDS server), or set RATEWARDEN_CONFIG, RATEWARDEN_CONFIG_XDS, "
+                "or envoyproxy/ratelimit's RUNTIME_ROOT or CONFIG_TYPE=GRPC_XDS_SOTW"
+            )
+        if self.config_xds is None:
+            given = [
+                OPTIONS[name].flag
+                for name in XDS_OPTIONS
+                if getattr(self, name) != Settings.__dataclass_fields__[name].default
+            ]
+            if given:
+                raise ConfigurationError(
+                    f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} only to "
+                    "rules from an xDS server; add "
+                    "--config-xds HOST:PORT (or CONFIG_TYPE=GRPC_XDS_SOTW), or drop them"
+                )
+            return
+        if self.xds_retry_max < self.xds_retry_interval:
+            raise ConfigurationError(
+                f"--xds-retry-max {self.xds_retry_max:g} is below --xds-retry-interval "
+                f"{self.xds_retry_interval:g}; the longest wait must be at least the first"
+            )
+        tls_files = ("xds_tls_ca", "xds_tls_cert", "xds_tls_key", "xds_tls_server_name")
+        if not self.xds_tls:
+            for name in tls_files:
+                if getattr(self, name) is not None:
+                    raise ConfigurationError(
+                        f"{OPTIONS[name].flag} is set but --xds-tls is not; add --xds-tls "
+                        "(CONFIG_GRPC_XDS_SERVER_USE_TLS=true) to reach the xDS server over "
+                        "TLS, or drop it"
+                    )
+        if (self.xds_tls_cert is None) != (self.xds_tls_key is None):
+            given_flag, missing = (
+                ("--xds-tls-cert", "--xds-tls-key")
+                if self.xds_tls_key is None
+                else ("--xds-tls-key", "--xds-tls-cert")
+            )
+            raise ConfigurationError(
+                f"{given_flag} is set but {missing} is not; a client certificate needs its key"
             )
 
     def _check_ports(self) -> None:
@@ -246,6 +335,15 @@ def resolve(flags: Mapping[str, Any], environ: Mapping[str, str]) -> Settings:
     wins over the default. Raises ``ConfigurationError`` naming the flag or
     variable whose value is wrong.
     """
-    values = {**upstream_env.read(environ), **read(flags, environ)}
+    upstream = upstream_env.read(environ)
+    own = read(flags, environ)
+    # Where the rules come from is one setting given two ways: ratewarden's, if it names
+    # either source, wins over upstream's (CONFIG_TYPE, RUNTIME_*) with everything it brought.
+    if "config_paths" in own:
+        for name in ("config_xds", *XDS_OPTIONS):
+            upstream.pop(name, None)
+    elif "config_xds" in own:
+        upstream.pop("config_paths", None)
+    values = {**upstream, **own}
     values.setdefault("config_paths", ())
     return Settings(**values)

@@ -24,10 +24,20 @@ from typing import Any
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.server import upstream_redis
+from ratewarden.server.options import OPTIONS
+from ratewarden.server.parsers import hidden
 from ratewarden.server.statsd import parse_tags
 from ratewarden.server.upstream_settings import UPSTREAM, Upstream, given, no_effect, value_of
 
-__all__ = ["BYTES_PER_CACHED_COUNTER", "UPSTREAM", "Upstream", "no_effect", "read"]
+__all__ = [
+    "BYTES_PER_CACHED_COUNTER",
+    "UPSTREAM",
+    "XDS_VARIABLES",
+    "Upstream",
+    "no_effect",
+    "read",
+    "xds_chosen",
+]
 
 
 def read(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -38,7 +48,7 @@ def read(environ: Mapping[str, str]) -> dict[str, Any]:
     """
     values = given(environ)
     out: dict[str, Any] = {}
-    for reader in (_listening, _logging, _runtime, _switches, _tls, _stats):
+    for reader in (_listening, _logging, _runtime, _xds, _switches, _tls, _stats):
         out.update(reader(values))
     resolved = {name: value_of(values, name) for name in upstream_redis.REDIS_SETTINGS}
     out.update(upstream_redis.store(values, resolved))
@@ -98,15 +108,86 @@ def _logging(values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def xds_chosen(values: Mapping[str, Any]) -> bool:
+    """Whether CONFIG_TYPE asks for the rules from xDS (upstream then reads no RUNTIME_*)."""
+    return bool(values.get("CONFIG_TYPE", "FILE") != "FILE")
+
+
 def _runtime(values: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     layout = ("RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY")
-    if any(name in values for name in layout):
+    if any(name in values for name in layout) and not xds_chosen(values):
         parts = [str(value_of(values, name)).strip() for name in layout]
         out["config_paths"] = (os.path.join(*parts),)
     if "MERGE_DOMAIN_CONFIG" in values:
         out["merge_domains"] = values["MERGE_DOMAIN_CONFIG"]
     return out
+
+
+#: The xDS client's upstream variables and the settings they map to (CONFIG_TYPE aside).
+XDS_VARIABLES = {
+    "CONFIG_GRPC_XDS_NODE_ID": "xds_node_id",
+    "CONFIG_GRPC_XDS_NODE_METADATA": "xds_node_metadata",
+    "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "xds_headers",
+    "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "xds_retry_interval",
+    "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "xds_retry_max",
+    "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "xds_max_message_bytes",
+    "CONFIG_GRPC_XDS_SERVER_USE_TLS": "xds_tls",
+    "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "xds_tls_ca",
+    "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "xds_tls_cert",
+    "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "xds_tls_key",
+    "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "xds_tls_server_name",
+}
+
+
+def _xds(values: Mapping[str, Any]) -> dict[str, Any]:
+    """CONFIG_TYPE=GRPC_XDS_SOTW: ``config_xds`` from CONFIG_GRPC_XDS_SERVER_URL (or its
+    default), and each xDS variable set. Set without it, they are refused: upstream would
+    not use them, and neither can ratewarden."""
+    given = [name for name in ("CONFIG_GRPC_XDS_SERVER_URL", *XDS_VARIABLES) if name in values]
+    if not xds_chosen(values):
+        if given:
+            raise ConfigurationError(
+                f"{', '.join(given)} set but CONFIG_TYPE is not GRPC_XDS_SOTW; set "
+                "CONFIG_TYPE=GRPC_XDS_SOTW to take the rules from an xDS server, or unset "
+                f"{'them' if len(given) > 1 else 'it'}"
+            )
+        return {}
+    out: dict[str, Any] = {
+        "config_xds": _option(values, "CONFIG_GRPC_XDS_SERVER_URL", "config_xds")
+    }
+    for name, field in XDS_VARIABLES.items():
+        if name == "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS" and name in values:
+            out[field] = _option(values, name, field, _go_map(name, values[name]))
+        elif name in values:
+            out[field] = _option(values, name, field)
+    return out
+
+
+def _option(values: Mapping[str, Any], name: str, field: str, text: Any = None) -> Any:
+    """``name``'s value (or ``text``) read by ``field``'s own parser; errors name ``name``."""
+    raw = value_of(values, name) if text is None else text
+    try:
+        return OPTIONS[field].parse(raw)
+    except ConfigurationError as exc:
+        shown = value_of(values, name)
+        if field == "xds_headers":
+            shown = hidden(shown, ":")
+        raise ConfigurationError(f"{name}={shown!r}: {exc}") from None
+
+
+def _go_map(name: str, text: str) -> str:
+    """envconfig's ``map[string]string`` (``KEY:VALUE,KEY:VALUE``) as ``KEY=VALUE,...``."""
+    pairs = []
+    for item in text.split(","):
+        key, colon, value = item.partition(":")
+        if not colon or not key.strip():
+            raise ConfigurationError(
+                f"{name}={hidden(text, ':')!r}: {hidden(item, ':')!r} is not KEY:VALUE; "
+                "separate pairs with ','"
+            )
+        pairs.append(f"{key.strip()}={value.strip()}")
+    return ",".join(pairs)
 
 
 #: Bytes one remembered counter of the over-limit cache takes (measured with tracemalloc, a
@@ -143,6 +224,8 @@ def _switches(values: Mapping[str, Any]) -> dict[str, Any]:
         out["charge_denied"] = not values["STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"]
     if "SHADOW_MODE" in values:
         out["shadow"] = values["SHADOW_MODE"]
+    if "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED" in values:
+        out["health_needs_rules"] = values["HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"]
     if "LIMIT_RESPONSE_HEADERS_ENABLED" in values:
         out["response_headers"] = "legacy" if values["LIMIT_RESPONSE_HEADERS_ENABLED"] else "off"
     return out

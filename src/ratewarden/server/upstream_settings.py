@@ -60,6 +60,17 @@ def go_duration(text: str) -> float:
     return sum(float(part.group(1)) * _UNIT_S[part.group(2)] for part in parts)
 
 
+#: CONFIG_TYPE's values: upstream's two, and GRPC_XDS, read as GRPC_XDS_SOTW.
+CONFIG_TYPES = ("FILE", "GRPC_XDS_SOTW", "GRPC_XDS")
+
+
+def config_type(text: str) -> str:
+    value = text.strip().upper()
+    if value not in CONFIG_TYPES:
+        raise ConfigurationError(f"must be one of {', '.join(CONFIG_TYPES)}")
+    return value
+
+
 def go_text(text: str) -> str:
     return text
 
@@ -104,7 +115,11 @@ _PROMETHEUS = (
     "ratewarden serves Prometheus metrics at /metrics on PORT (and on DEBUG_PORT); "
     "point the scraper there"
 )
-_XDS = "ratewarden reads rules from files only; put them under RUNTIME_ROOT"
+_XDS_BACKOFF = (
+    "ratewarden has one backoff for a connection that fails and a stream that breaks: it "
+    "waits CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL, doubled per failure in a row up to "
+    "XDS_CLIENT_BACKOFF_MAX_INTERVAL, each wait jittered between half and 1.5 times"
+)
 _MEMCACHE = (
     "read only by BACKEND_TYPE=memcache, which is refused (upstream's own docker-compose "
     "sets MEMCACHE_HOST_PORT beside the redis backend, which ignores it as here)"
@@ -149,30 +164,28 @@ UPSTREAM: dict[str, Upstream] = {
     "LOG_LEVEL": _mapped("WARN", lowered),
     "LOG_FORMAT": _mapped("text", lowered),
     # where the rules come from
-    "CONFIG_TYPE": _refused("FILE", str.upper, _XDS),
+    "CONFIG_TYPE": _mapped("FILE", config_type),
     "FORCE_START_WITHOUT_INITIAL_CONFIG": _refused(
-        "false", go_bool, "ratewarden starts only with rules loaded; give it a rule file"
+        "false",
+        go_bool,
+        "ratewarden serves only once rules are loaded: from the files, or the first good "
+        "update from the xDS server (its ports open then)",
     ),
-    **{
-        name: _refused(default, parse, _XDS)
-        for name, default, parse in (
-            ("CONFIG_GRPC_XDS_NODE_ID", "default", go_text),
-            ("CONFIG_GRPC_XDS_NODE_METADATA", "", go_text),
-            ("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000", go_text),
-            ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "3s", go_duration),
-            ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "", go_text),
-            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "false", go_bool),
-            ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "", go_text),
-            ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "", go_text),
-            ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "", go_text),
-            ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "", go_text),
-            ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "10s", go_duration),
-            ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "60s", go_duration),
-            ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.5", go_float),
-            ("XDS_CLIENT_BACKOFF_JITTER", "true", go_bool),
-            ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "0", go_int),
-        )
-    },
+    "CONFIG_GRPC_XDS_NODE_ID": _mapped("default"),
+    "CONFIG_GRPC_XDS_NODE_METADATA": _mapped(""),
+    "CONFIG_GRPC_XDS_SERVER_URL": _mapped("localhost:18000"),
+    "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": _mapped("3s", go_duration),
+    "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": _mapped(""),
+    "CONFIG_GRPC_XDS_SERVER_USE_TLS": _mapped("false", go_bool),
+    "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": _mapped(""),
+    "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": _mapped(""),
+    "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": _mapped(""),
+    "CONFIG_GRPC_XDS_SERVER_TLS_SAN": _mapped(""),
+    "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": _no_effect("10s", go_duration, _XDS_BACKOFF),
+    "XDS_CLIENT_BACKOFF_MAX_INTERVAL": _mapped("60s", go_duration),
+    "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": _no_effect("0.5", go_float, _XDS_BACKOFF),
+    "XDS_CLIENT_BACKOFF_JITTER": _no_effect("true", go_bool, _XDS_BACKOFF),
+    "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": _mapped("0", go_int),
     # stats
     "USE_STATSD": _mapped("true", go_bool),
     "USE_DOG_STATSD": _refused("false", go_bool, _DOGSTATSD),
@@ -220,11 +233,7 @@ UPSTREAM: dict[str, Upstream] = {
     "LIMIT_RESET_HEADER": _refused(
         "RateLimit-Reset", go_text, "ratewarden writes the header as RateLimit-Reset"
     ),
-    "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": _no_effect(
-        "false",
-        go_bool,
-        "ratewarden never serves without rules: it starts only once a config is loaded",
-    ),
+    "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": _mapped("false", go_bool),
     "SHADOW_MODE": _mapped("false", go_bool),
     "QUOTA_MODE": _refused(
         "false", go_bool, "global quota mode is not built; mark rules quota_mode: true"

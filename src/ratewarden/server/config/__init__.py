@@ -26,12 +26,12 @@ from typing import Any
 
 from ratewarden.deprecation import moved
 from ratewarden.server.config import model
-from ratewarden.server.config.loading import load, loads
+from ratewarden.server.config.loading import load, load_documents, loads
 from ratewarden.server.config.model import *  # noqa: F403
 
 # The loaders and every name of the rule model: the list is model's own __all__ (as asyncio
 # re-exports its parts), so a name added to the model is exported here too.
-__all__ = ["load", "loads"]
+__all__ = ["load", "load_documents", "loads"]
 __all__ += model.__all__
 
 # Names this module used to hold beside __all__, and where they live now: they still

@@ -25,7 +25,7 @@ from ratewarden.server.config.model import (
 )
 from ratewarden.server.config.reader import FileReader
 
-__all__ = ["load", "loads"]
+__all__ = ["load", "load_documents", "loads"]
 
 _YAML_SUFFIXES = (".yaml", ".yml")
 
@@ -58,6 +58,14 @@ def load(
 def loads(text: str, name: str = "<string>") -> RateLimitConfig:
     """Load one config document from a string (``name`` appears in errors)."""
     return _build([(name, text)], [])
+
+
+def load_documents(
+    documents: Sequence[tuple[str, str]], *, merge_domains: bool = False
+) -> RateLimitConfig:
+    """Load ``(name, text)`` documents as the files of one directory, in order: what ``load``
+    does after reading the files (rules from xDS come this way, named ``xds:<resource>``)."""
+    return _build(documents, [], merge_domains)
 
 
 def _files(path: Path, problems: list[ConfigProblem]) -> list[Path]:

@@ -1,0 +1,161 @@
+"""How an option's text is read: one parser per kind of value, each raising
+``ConfigurationError`` with what a good value looks like (``options.read`` adds the
+flag or variable it came from).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ratewarden.errors import ConfigurationError
+
+__all__ = [
+    "boolean",
+    "choice",
+    "headers",
+    "hidden",
+    "integer",
+    "pairs",
+    "paths",
+    "ratio",
+    "seconds",
+    "target",
+    "text",
+]
+
+TRUE = ("1", "true", "yes", "on")
+FALSE = ("0", "false", "no", "off")
+
+
+def text(value: Any) -> str:
+    stripped = str(value).strip()
+    if not stripped:
+        raise ConfigurationError("must not be empty")
+    return stripped
+
+
+def paths(value: Any) -> tuple[str, ...]:
+    items = value if isinstance(value, list | tuple) else str(value).split(os.pathsep)
+    paths = tuple(str(item).strip() for item in items if str(item).strip())
+    if not paths:
+        raise ConfigurationError("must name at least one config file or directory")
+    return paths
+
+
+GRPC_SCHEMES = ("dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:", "vsock:")
+HEADER_NAME = re.compile(r"[0-9a-z_.-]+")
+
+
+def target(value: Any) -> str:
+    """A gRPC target: ``HOST:PORT`` (``[::1]:PORT`` for IPv6), or a URI such as ``dns:///...``."""
+    given = text(value)
+    if given.startswith(GRPC_SCHEMES):
+        return given
+    host, _, port = given.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise ConfigurationError(
+            "must be HOST:PORT (such as xds-server:18000) or a gRPC target URI (dns:///..., "
+            "unix:PATH)"
+        )
+    return given
+
+
+def pairs(value: Any) -> tuple[tuple[str, str], ...]:
+    """``KEY=VALUE,KEY=VALUE``: pairs in order; empty text is none."""
+    found = []
+    for item in str(value).split(","):
+        if not item.strip():
+            continue
+        key, equals, rest = item.partition("=")
+        if not equals or not key.strip():
+            raise ConfigurationError(f"{item.strip()!r} is not KEY=VALUE; separate pairs with ','")
+        found.append((key.strip(), rest.strip()))
+    return tuple(found)
+
+
+def headers(value: Any) -> tuple[tuple[str, str], ...]:
+    """``pairs`` as gRPC metadata: lowercase names of letters, digits, '-', '_' and '.'."""
+    found = tuple((key.lower(), item) for key, item in pairs(value))
+    for key, item in found:
+        if not HEADER_NAME.fullmatch(key) or key.startswith("grpc-") or key.endswith("-bin"):
+            raise ConfigurationError(
+                f"header name {key!r} cannot be sent: use letters, digits, '-', '_' and '.', "
+                "not starting with 'grpc-' nor ending with '-bin'"
+            )
+        if not item.isprintable() or not item.isascii():
+            raise ConfigurationError(f"header {key!r}: its value must be printable ASCII")
+    return found
+
+
+def hidden(value: Any, separator: str = "=") -> Any:
+    """``value`` (headers, as pairs or as ``KEY=VALUE,...`` text) with every value ``***``:
+    a header may carry a token, which no log line or error message shows."""
+    if isinstance(value, tuple):
+        return tuple((key, "***") for key, _ in value)
+    return ",".join(
+        item.partition(separator)[0] + (f"{separator}***" if separator in item else "")
+        for item in str(value).split(",")
+    )
+
+
+def integer(low: int, high: int) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        try:
+            number = int(str(value).strip(), 10)
+        except ValueError:
+            raise ConfigurationError(f"must be a whole number from {low} to {high}") from None
+        if not low <= number <= high:
+            raise ConfigurationError(f"must be a whole number from {low} to {high}")
+        return number
+
+    return parse
+
+
+def seconds(low: float, *, allow_low: bool) -> Callable[[Any], float]:
+    bound = f">= {low:g}" if allow_low else f"> {low:g}"
+
+    def parse(value: Any) -> float:
+        try:
+            number = float(str(value).strip())
+        except ValueError:
+            raise ConfigurationError(f"must be a number of seconds {bound}") from None
+        if not math.isfinite(number) or number < low or (number == low and not allow_low):
+            raise ConfigurationError(f"must be a number of seconds {bound}")
+        return number
+
+    return parse
+
+
+def ratio(value: Any) -> float:
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        raise ConfigurationError("must be a number between 0 and 1") from None
+    if not 0.0 < number <= 1.0:
+        raise ConfigurationError("must be a number above 0 and at most 1")
+    return number
+
+
+def boolean(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    lowered = str(value).strip().lower()
+    if lowered in TRUE:
+        return True
+    if lowered in FALSE:
+        return False
+    raise ConfigurationError(f"must be one of {', '.join(TRUE + FALSE)}")
+
+
+def choice(choices: Sequence[str]) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        lowered = str(value).strip().lower()
+        if lowered not in choices:
+            raise ConfigurationError(f"must be one of: {', '.join(choices)}")
+        return lowered
+
+    return parse
