@@ -56,6 +56,7 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         "RATEWARDEN_MERGE_DOMAINS": "true",
         "RATEWARDEN_KEY_PREFIX": "edge",
         "RATEWARDEN_STORE_TIMEOUT": "0.25",
+        "RATEWARDEN_STORE_PER_SECOND": "redis://10.0.0.6:6379/0",
         "RATEWARDEN_STATSD": "statsd.internal:9125",
         "RATEWARDEN_STATSD_TAGS": "region:eu.west, cell : 7 ,",
         "RATEWARDEN_STATSD_INTERVAL": "2.5",
@@ -100,6 +101,7 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         merge_domains=True,
         key_prefix="edge",
         store_timeout=0.25,
+        store_per_second="redis://10.0.0.6:6379/0",
         statsd="tcp://statsd.internal:9125",
         statsd_tags=(("cell", "7"), ("region", "eu.west")),
         statsd_interval=2.5,
@@ -239,3 +241,21 @@ def test_several_workers_cannot_share_a_unix_socket() -> None:
         Settings(
             config_paths=("r",), store_url="redis://127.0.0.1:6379/0", workers=2, grpc_uds="/tmp/s"
         )
+
+
+def test_store_per_second_needs_a_scheme_and_shared_counters_with_workers() -> None:
+    """--store-per-second: a URL with a scheme, not memory with several workers; its
+    password never shows."""
+    with pytest.raises(
+        ConfigurationError, match=r"--store-per-second 'fast\.internal' has no scheme"
+    ):
+        Settings(config_paths=("r",), store_per_second="fast.internal")
+    with pytest.raises(ConfigurationError, match="--store-per-second memory with 2 workers"):
+        Settings(
+            config_paths=("r",),
+            store_url="redis://main:6379/0",
+            store_per_second="memory",
+            workers=2,
+        )
+    shown = repr(Settings(config_paths=("r",), store_per_second="redis://:pw@fast:6379/0"))
+    assert "pw" not in shown

@@ -12,7 +12,7 @@ import pytest
 
 from ratewarden import cli
 from ratewarden.errors import ConfigurationError
-from ratewarden.server import process, upstream_env
+from ratewarden.server import process, upstream_env, upstream_settings
 from ratewarden.server.logs import LOGGERS
 from ratewarden.server.settings import Settings, resolve
 
@@ -258,8 +258,7 @@ def test_redis_url_forms_are_checked_per_type() -> None:
         ("USE_DOG_STATSD", "true", "USE_STATSD"),
         ("USE_DOG_STATSD_MOGRIFIERS", "A", "USE_STATSD"),
         ("BACKEND_TYPE", "memcache", "REDIS_URL"),
-        ("REDIS_PERSECOND", "true", "REDIS_URL"),
-        ("REDIS_PERSECOND_URL", "r2:6379", "REDIS_URL"),
+        ("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "CREATE", "WAIT"),
         ("GRPC_CLIENT_TLS_SAN", "envoy", "GRPC_CLIENT_TLS_CACERT"),
         ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true", "first good update"),
         ("USE_PROMETHEUS", "true", "/metrics"),
@@ -408,3 +407,52 @@ def test_statsd_settings_turn_statsd_on_with_upstreams_meaning() -> None:
         settings(EXTRA_TAGS="env")
     with pytest.raises(ConfigurationError, match="STATSD_PORT=70000"):
         settings(STATSD_PORT="70000")
+
+
+def test_per_second_limits_go_to_the_redis_that_redis_persecond_names() -> None:
+    """REDIS_PERSECOND=true puts per-second limits on their own Redis, described by the
+    REDIS_PERSECOND_* variables with upstream's defaults (a unix socket), sharing the main
+    one's TLS files; without it they have no effect and are named so; a per-second timeout
+    other than the main one's is refused, since one timeout serves both stores."""
+    chosen = settings(
+        REDIS_SOCKET_TYPE="tcp",
+        REDIS_URL="main:6379",
+        REDIS_PERSECOND="true",
+        REDIS_PERSECOND_SOCKET_TYPE="tcp",
+        REDIS_PERSECOND_URL="fast:6380",
+        REDIS_PERSECOND_AUTH="s3cret",
+    )
+    assert (chosen.store_url, chosen.store_per_second) == (
+        "redis://main:6379/0",
+        "redis://:s3cret@fast:6380/0",
+    )
+    assert "s3cret" not in repr(chosen)
+    assert settings(REDIS_PERSECOND="1").store_per_second == (
+        "unix:///var/run/nutcracker/ratelimitpersecond.sock"
+    )
+    cluster = settings(
+        REDIS_PERSECOND="true", REDIS_PERSECOND_TYPE="CLUSTER", REDIS_PERSECOND_URL="a:1,b:2"
+    )
+    assert cluster.store_per_second == "redis+cluster://a:1,b:2"
+    idle = {"REDIS_PERSECOND": "false", "REDIS_PERSECOND_URL": "fast:6380"}
+    assert settings(**idle).store_per_second is None
+    assert "REDIS_PERSECOND_URL" in upstream_env.no_effect(idle)
+    assert "REDIS_PERSECOND_URL" not in upstream_settings.applied(idle)
+    assert "REDIS_PERSECOND_URL" in upstream_settings.applied({**idle, "REDIS_PERSECOND": "t"})
+    same = settings(
+        REDIS_PERSECOND="true",
+        REDIS_PERSECOND_SOCKET_TYPE="tcp",
+        REDIS_PERSECOND_URL="fast:6380",
+        REDIS_TIMEOUT="50ms",
+        REDIS_PERSECOND_TIMEOUT="50ms",
+    )
+    assert same.store_timeout == 0.05
+    with pytest.raises(ConfigurationError, match="REDIS_PERSECOND_TIMEOUT=1s cannot be honoured"):
+        settings(REDIS_PERSECOND="true", REDIS_PERSECOND_TIMEOUT="1s")
+    with pytest.raises(ConfigurationError, match="REDIS_PERSECOND_URL='fast:6380' is not a socket"):
+        settings(REDIS_PERSECOND="true", REDIS_PERSECOND_URL="fast:6380")
+    with pytest.raises(ConfigurationError, match="REDIS_PERSECOND_TYPE='ring'"):
+        settings(REDIS_PERSECOND="true", REDIS_PERSECOND_TYPE="ring")
+    given = {"store_per_second": "redis://mine:6379/0"}
+    environ = {"REDIS_PERSECOND": "true", "RATEWARDEN_CONFIG": "rules.yaml"}
+    assert resolve(given, environ).store_per_second == "redis://mine:6379/0"

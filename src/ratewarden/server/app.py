@@ -29,8 +29,6 @@ from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any
 
-from envoy.service.ratelimit.v3 import rls_pb2
-
 from ratewarden.clock import SystemClock
 from ratewarden.errors import ConfigurationError
 from ratewarden.server import config as rules
@@ -43,6 +41,7 @@ from ratewarden.server.http import HttpServer
 # configure_logging lives beside the log format; re-exported here, where callers import it.
 from ratewarden.server.logs import configure_logging
 from ratewarden.server.reload import ConfigWatcher
+from ratewarden.server.response import fallback_response
 from ratewarden.server.service import AsyncRateLimitService
 from ratewarden.server.settings import Settings, redacted, store_scheme, uvloop_installed
 from ratewarden.server.stats import ServiceStats, multiprocess_dir
@@ -50,6 +49,7 @@ from ratewarden.server.statsd import StatsdSink, parse_address
 from ratewarden.server.xds import XdsSubscription, load_resources, source_of
 from ratewarden.storage import AsyncStore
 from ratewarden.storage.memory import AsyncMemoryStore
+from ratewarden.storage.split import AsyncSplitStore
 from ratewarden.tiers import CircuitBreaker
 
 __all__ = [
@@ -86,21 +86,16 @@ def open_store(url: str, *, prefix: str = "rw", timeout: float = 0.02) -> AsyncS
 
 
 def settings_store(settings: Settings) -> AsyncStore:
-    """The store ``settings`` name, with their key prefix and timeout."""
-    return open_store(
-        settings.store_url, prefix=settings.key_prefix, timeout=settings.store_timeout
-    )
+    """The store ``settings`` name, with their key prefix and timeout (and per-second
+    limits on a store of their own with ``--store-per-second``)."""
 
+    def opened(url: str) -> AsyncStore:
+        return open_store(url, prefix=settings.key_prefix, timeout=settings.store_timeout)
 
-def fallback_response(request: Any, *, deny: bool) -> Any:
-    """The answer when the service failed: every descriptor OK (open) or OVER_LIMIT (closed)."""
-    code = rls_pb2.RateLimitResponse.OVER_LIMIT if deny else rls_pb2.RateLimitResponse.OK
-    return rls_pb2.RateLimitResponse(
-        overall_code=code,
-        statuses=[
-            rls_pb2.RateLimitResponse.DescriptorStatus(code=code) for _ in request.descriptors
-        ],
-    )
+    store = opened(settings.store_url)
+    if settings.store_per_second is None:
+        return store
+    return AsyncSplitStore(store, opened(settings.store_per_second))
 
 
 def _breaker(settings: Settings, stats: ServiceStats) -> CircuitBreaker | None:

@@ -145,6 +145,13 @@ OPTIONS: dict[str, Option] = {
         text,
         "memory (default), redis://, rediss://, or a Sentinel or Cluster URL",
     ),
+    "store_per_second": Option(
+        "--store-per-second",
+        "RATEWARDEN_STORE_PER_SECOND",
+        text,
+        "a store of their own for the counters of per-second limits (a second Redis, as "
+        "envoyproxy/ratelimit's REDIS_PERSECOND); off: --store holds every counter",
+    ),
     "store_timeout": Option(
         "--store-timeout",
         "RATEWARDEN_STORE_TIMEOUT",
@@ -358,7 +365,7 @@ def read(flags: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]
             values[name] = option.parse(raw)
         except ConfigurationError as exc:
             shown = " ".join(raw) if isinstance(raw, list) else raw
-            if name == "store_url":
+            if name in ("store_url", "store_per_second"):
                 shown = redacted(str(shown))
             if name == "xds_headers":
                 shown = hidden(shown)

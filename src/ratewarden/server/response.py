@@ -24,7 +24,7 @@ from ratewarden.server.descriptors import Item, denied
 from ratewarden.server.response_headers import response_headers
 from ratewarden.server.statuses import current, duration
 
-__all__ = ["UNLIMITED_REMAINING", "DescriptorOutcome", "respond"]
+__all__ = ["UNLIMITED_REMAINING", "DescriptorOutcome", "fallback_response", "respond"]
 
 # The service's logger: records keep the name operators filter on.
 log = logging.getLogger("ratewarden.server.service")
@@ -187,3 +187,12 @@ def _near_limit_hits(ratio: float, decision: Decision | None, hits: int) -> int:
 
 def _seconds(microseconds: int) -> int:
     return -(-microseconds // 1_000_000)
+
+
+def fallback_response(request: Any, *, deny: bool) -> Any:
+    """The answer when the service failed: every descriptor OK (open) or OVER_LIMIT (closed)."""
+    code = _OVER_LIMIT if deny else _OK
+    return _Response(
+        overall_code=code,
+        statuses=[_Response.DescriptorStatus(code=code) for _ in request.descriptors],
+    )

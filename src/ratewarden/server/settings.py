@@ -50,6 +50,7 @@ from::
     --debug-host H         RATEWARDEN_DEBUG_HOST      --host
     --[no-]merge-domains   RATEWARDEN_MERGE_DOMAINS   false
     --key-prefix P         RATEWARDEN_KEY_PREFIX      rw
+    --store-per-second URL RATEWARDEN_STORE_PER_SECOND off (per-second limits on their own store)
     --store-timeout S      RATEWARDEN_STORE_TIMEOUT   0.02
     --statsd URL           RATEWARDEN_STATSD          off (tcp://HOST:PORT or udp://HOST:PORT)
     --statsd-tags T        RATEWARDEN_STATSD_TAGS     none (NAME:VALUE,NAME:VALUE)
@@ -126,6 +127,7 @@ class Settings:
     xds_tls_key: str | None = None
     xds_tls_server_name: str | None = None
     store_url: str = "memory"
+    store_per_second: str | None = None
     host: str = "127.0.0.1"
     grpc_port: int = 8081
     http_port: int = 8080
@@ -166,7 +168,8 @@ class Settings:
         shown = []
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
-            text = repr(redacted(value)) if name == "store_url" else repr(value)
+            secret = name in ("store_url", "store_per_second") and value is not None
+            text = repr(redacted(value)) if secret else repr(value)
             if name == "xds_headers":  # an authorization token, say
                 text = repr(hidden(value))
             shown.append(f"{name}={text}")
@@ -181,6 +184,7 @@ class Settings:
                 "redis://host:6379/0, "
                 "rediss://..., or a Sentinel or Cluster URL"
             )
+        self._check_per_second()
         if self.workers > 1 and store_scheme(self.store_url) == "memory":
             raise ConfigurationError(
                 f"{self.workers} workers on the memory store would each keep their own counters, "
@@ -254,6 +258,21 @@ class Settings:
             )
             raise ConfigurationError(
                 f"{given_flag} is set but {missing} is not; a client certificate needs its key"
+            )
+
+    def _check_per_second(self) -> None:
+        url = self.store_per_second
+        if url is None:
+            return
+        if not store_scheme(url):
+            raise ConfigurationError(
+                f"--store-per-second {redacted(url)!r} has no scheme; use a Redis URL such as "
+                "redis://host:6379/0"
+            )
+        if self.workers > 1 and store_scheme(url) == "memory":
+            raise ConfigurationError(
+                f"--store-per-second memory with {self.workers} workers would keep each "
+                "worker's per-second counters apart; use a Redis URL, or one worker"
             )
 
     def _check_ports(self) -> None:

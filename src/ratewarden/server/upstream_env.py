@@ -50,8 +50,12 @@ def read(environ: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for reader in (_listening, _logging, _runtime, _xds, _switches, _tls, _stats):
         out.update(reader(values))
-    resolved = {name: value_of(values, name) for name in upstream_redis.REDIS_SETTINGS}
+    resolved = {
+        name: value_of(values, name)
+        for name in (*upstream_redis.REDIS_SETTINGS, *upstream_redis.PER_SECOND_SETTINGS)
+    }
     out.update(upstream_redis.store(values, resolved))
+    out.update(upstream_redis.per_second_store(values, resolved))
     return out
 
 

@@ -19,12 +19,13 @@ store's timeout and ``CACHE_KEY_PREFIX`` (read in ``upstream_env``) its key pref
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from ratewarden.errors import ConfigurationError
 
-__all__ = ["REDIS_SETTINGS", "store"]
+__all__ = ["PER_SECOND_SETTINGS", "REDIS_SETTINGS", "per_second_store", "store"]
 
 #: The upstream variables that make the store a Redis one when any is set.
 REDIS_SETTINGS = (
@@ -49,6 +50,41 @@ _TLS_FILES = {
 }
 
 
+@dataclass(frozen=True)
+class _Names:
+    """The variables of one Redis: upstream's main one, or its per-second one."""
+
+    socket_type: str
+    type: str
+    url: str
+    auth: str
+    sentinel_auth: str
+    tls: str
+    timeout: str
+
+
+_MAIN = _Names(
+    "REDIS_SOCKET_TYPE",
+    "REDIS_TYPE",
+    "REDIS_URL",
+    "REDIS_AUTH",
+    "REDIS_SENTINEL_AUTH",
+    "REDIS_TLS",
+    "REDIS_TIMEOUT",
+)
+_PER_SECOND = _Names(
+    "REDIS_PERSECOND_SOCKET_TYPE",
+    "REDIS_PERSECOND_TYPE",
+    "REDIS_PERSECOND_URL",
+    "REDIS_PERSECOND_AUTH",
+    "REDIS_PERSECOND_SENTINEL_AUTH",
+    "REDIS_PERSECOND_TLS",
+    "REDIS_PERSECOND_TIMEOUT",
+)
+#: The per-second Redis's variables (it shares the TLS files of the main one, as upstream).
+PER_SECOND_SETTINGS = ("REDIS_PERSECOND", *vars(_PER_SECOND).values())
+
+
 def store(values: Mapping[str, Any], resolved: Mapping[str, Any]) -> dict[str, Any]:
     """``store_url`` (and ``store_timeout``) from the upstream Redis settings that are set.
 
@@ -65,36 +101,64 @@ def store(values: Mapping[str, Any], resolved: Mapping[str, Any]) -> dict[str, A
         )
     if backend != "redis":
         raise ConfigurationError(f"BACKEND_TYPE={backend!r}: must be redis (or memcache)")
-    kind = resolved["REDIS_TYPE"]
-    if kind not in ("single", "sentinel", "cluster"):
-        raise ConfigurationError(f"REDIS_TYPE={kind!r}: must be single, sentinel or cluster")
-    tls = bool(resolved["REDIS_TLS"])
-    auth = _credentials(str(resolved["REDIS_AUTH"]))
-    address = str(resolved["REDIS_URL"]).strip()
-    if kind == "single":
-        url = _single(values, resolved, address, auth, tls)
-    else:
-        for name in (*_TLS_FILES, "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"):
-            if values.get(name):  # set, and not to false
-                raise ConfigurationError(
-                    f"{name} cannot be honoured with REDIS_TYPE={kind}: ratewarden's "
-                    f"{kind} store takes no TLS files; use the system's CA store or a "
-                    "single server"
-                )
-        if kind == "cluster":
-            url = f"{_scheme(tls)}+cluster://{auth}{_hosts(address)}"
-        else:
-            url = _sentinel(resolved, address, auth, tls)
-    out: dict[str, Any] = {"store_url": url}
+    out: dict[str, Any] = {"store_url": _url(values, resolved, _MAIN)}
     if "REDIS_TIMEOUT" in values:
-        timeout = values["REDIS_TIMEOUT"]
-        if timeout <= 0:
-            raise ConfigurationError(
-                f"REDIS_TIMEOUT={timeout!r}: ratewarden never waits on Redis without a bound; "
-                "give a duration above 0 (such as 50ms)"
-            )
-        out["store_timeout"] = timeout
+        out["store_timeout"] = _timeout(values, "REDIS_TIMEOUT")
     return out
+
+
+def per_second_store(values: Mapping[str, Any], resolved: Mapping[str, Any]) -> dict[str, Any]:
+    """``store_per_second`` from the per-second Redis's settings, when ``REDIS_PERSECOND``
+    is true (``resolved``: every one of ``PER_SECOND_SETTINGS`` and of the TLS files).
+
+    ratewarden has one timeout for both stores: ``REDIS_PERSECOND_TIMEOUT`` different
+    from the main store's is refused, naming both.
+    """
+    if not resolved["REDIS_PERSECOND"]:
+        return {}
+    out: dict[str, Any] = {"store_per_second": _url(values, resolved, _PER_SECOND)}
+    if "REDIS_PERSECOND_TIMEOUT" in values:
+        timeout = _timeout(values, "REDIS_PERSECOND_TIMEOUT")
+        main = values.get("REDIS_TIMEOUT")
+        if timeout != main:
+            shown = "not set (ratewarden's 20ms)" if main is None else f"{main:g}s"
+            raise ConfigurationError(
+                f"REDIS_PERSECOND_TIMEOUT={timeout:g}s cannot be honoured: ratewarden waits on "
+                f"both stores for one timeout, REDIS_TIMEOUT, which is {shown}; set both to "
+                "the same duration, or unset REDIS_PERSECOND_TIMEOUT"
+            )
+    return out
+
+
+def _timeout(values: Mapping[str, Any], name: str) -> float:
+    timeout: float = values[name]
+    if timeout <= 0:
+        raise ConfigurationError(
+            f"{name}={timeout!r}: ratewarden never waits on Redis without a bound; "
+            "give a duration above 0 (such as 50ms)"
+        )
+    return timeout
+
+
+def _url(values: Mapping[str, Any], resolved: Mapping[str, Any], n: _Names) -> str:
+    kind = resolved[n.type]
+    if kind not in ("single", "sentinel", "cluster"):
+        raise ConfigurationError(f"{n.type}={kind!r}: must be single, sentinel or cluster")
+    tls = bool(resolved[n.tls])
+    auth = _credentials(str(resolved[n.auth]))
+    address = str(resolved[n.url]).strip()
+    if kind == "single":
+        return _single(values, resolved, address, auth, tls, n)
+    for name in (*_TLS_FILES, "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"):
+        if values.get(name):  # set, and not to false
+            raise ConfigurationError(
+                f"{name} cannot be honoured with {n.type}={kind}: ratewarden's "
+                f"{kind} store takes no TLS files; use the system's CA store or a "
+                "single server"
+            )
+    if kind == "cluster":
+        return f"{_scheme(tls)}+cluster://{auth}{_hosts(address, n.url)}"
+    return _sentinel(resolved, address, auth, tls, n)
 
 
 def _scheme(tls: bool) -> str:
@@ -111,64 +175,69 @@ def _credentials(auth: str) -> str:
     return f"{quote(user, safe='')}:{quote(password, safe='')}@"
 
 
-def _hosts(address: str, name: str = "REDIS_URL") -> str:
+def _hosts(address: str, name: str) -> str:
     hosts = [part.strip() for part in address.split(",")]
     for host in hosts:
         head, colon, port = host.rpartition(":")
         if not colon or not head or not port.isdigit():
             raise ConfigurationError(
-                f"{name}={address!r}: {host!r} is not HOST:PORT (REDIS_SOCKET_TYPE=tcp, and "
-                "every REDIS_TYPE but single with a unix socket, names servers as HOST:PORT)"
+                f"{name}={address!r}: {host!r} is not HOST:PORT (a tcp socket type, and "
+                "every Redis type but single with a unix socket, names servers as HOST:PORT)"
             )
     return ",".join(hosts)
 
 
 def _single(
-    values: Mapping[str, Any], resolved: Mapping[str, Any], address: str, auth: str, tls: bool
+    values: Mapping[str, Any],
+    resolved: Mapping[str, Any],
+    address: str,
+    auth: str,
+    tls: bool,
+    n: _Names,
 ) -> str:
-    socket_type = resolved["REDIS_SOCKET_TYPE"]
+    socket_type = resolved[n.socket_type]
     if socket_type not in ("tcp", "unix"):
-        raise ConfigurationError(f"REDIS_SOCKET_TYPE={socket_type!r}: must be tcp or unix")
+        raise ConfigurationError(f"{n.socket_type}={socket_type!r}: must be tcp or unix")
     if socket_type == "unix":
         if not address.startswith("/"):
             raise ConfigurationError(
-                f"REDIS_URL={address!r} is not a socket path, and REDIS_SOCKET_TYPE is unix "
-                "(upstream's default); set REDIS_SOCKET_TYPE=tcp for HOST:PORT"
+                f"{n.url}={address!r} is not a socket path, and {n.socket_type} is unix "
+                f"(upstream's default); set {n.socket_type}=tcp for HOST:PORT"
             )
         if tls:
             raise ConfigurationError(
-                "REDIS_TLS=true cannot be honoured over a unix socket; set REDIS_SOCKET_TYPE=tcp"
+                f"{n.tls}=true cannot be honoured over a unix socket; set {n.socket_type}=tcp"
             )
         return f"unix://{auth}{quote(address)}"
     if "," in address:
         raise ConfigurationError(
-            f"REDIS_URL={address!r} names several servers, and REDIS_TYPE is single; "
-            "set REDIS_TYPE=cluster or sentinel"
+            f"{n.url}={address!r} names several servers, and {n.type} is single; "
+            f"set {n.type}=cluster or sentinel"
         )
     options = {option: values[name] for name, option in _TLS_FILES.items() if name in values}
     if resolved["REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"]:
         options["ssl_check_hostname"] = "false"
     if options and not tls:
         named = ", ".join(name for name in (*_TLS_FILES, "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"))
-        raise ConfigurationError(f"{named} need REDIS_TLS=true; set it, or unset them")
+        raise ConfigurationError(f"{named} need {n.tls}=true; set it, or unset them")
     query = f"?{urlencode(options)}" if options else ""
-    return f"{_scheme(tls)}://{auth}{_hosts(address)}/0{query}"
+    return f"{_scheme(tls)}://{auth}{_hosts(address, n.url)}/0{query}"
 
 
-def _sentinel(resolved: Mapping[str, Any], address: str, auth: str, tls: bool) -> str:
+def _sentinel(resolved: Mapping[str, Any], address: str, auth: str, tls: bool, n: _Names) -> str:
     master, comma, sentinels = address.partition(",")
     if not comma or not master.strip() or not sentinels.strip():
         raise ConfigurationError(
-            f"REDIS_URL={address!r}: with REDIS_TYPE=sentinel it is the master's name, then "
+            f"{n.url}={address!r}: with {n.type}=sentinel it is the master's name, then "
             "the sentinels: MASTER,HOST:PORT[,HOST:PORT...]"
         )
     query = ""
-    sentinel_auth = str(resolved["REDIS_SENTINEL_AUTH"])
+    sentinel_auth = str(resolved[n.sentinel_auth])
     if sentinel_auth:
         user, colon, password = sentinel_auth.partition(":")
         options = {"sentinel_password": password} if colon else {"sentinel_password": user}
         if colon:
             options = {"sentinel_username": user, **options}
         query = f"?{urlencode(options)}"
-    hosts = _hosts(sentinels)
+    hosts = _hosts(sentinels, n.url)
     return f"{_scheme(tls)}+sentinel://{auth}{hosts}/{quote(master.strip(), safe='')}{query}"

@@ -124,10 +124,6 @@ _MEMCACHE = (
     "read only by BACKEND_TYPE=memcache, which is refused (upstream's own docker-compose "
     "sets MEMCACHE_HOST_PORT beside the redis backend, which ignores it as here)"
 )
-_PERSECOND = (
-    "ratewarden keeps every limit, per-second ones too, in one store; unset it and let "
-    "REDIS_URL (or --store) hold them all"
-)
 _TRACING = "ratewarden does not export traces; unset it"
 _POOL = "ratewarden's Redis client opens connections as calls need them"
 _PIPELINE = "ratewarden already sends the decisions of calls in flight together"
@@ -276,24 +272,23 @@ UPSTREAM: dict[str, Upstream] = {
     "REDIS_STARTUP_MAX_ELAPSED_TIME": _no_effect(
         "0", go_duration, "ratewarden starts without waiting for Redis and reports health"
     ),
-    **{
-        name: _refused(default, parse, _PERSECOND)
-        for name, default, parse in (
-            ("REDIS_PERSECOND", "false", go_bool),
-            ("REDIS_PERSECOND_SOCKET_TYPE", "unix", lowered),
-            ("REDIS_PERSECOND_TYPE", "SINGLE", str.upper),
-            ("REDIS_PERSECOND_URL", "/var/run/nutcracker/ratelimitpersecond.sock", go_text),
-            ("REDIS_PERSECOND_POOL_SIZE", "10", go_int),
-            ("REDIS_PERSECOND_AUTH", "", go_text),
-            ("REDIS_PERSECOND_TLS", "false", go_bool),
-            ("REDIS_PERSECOND_SENTINEL_AUTH", "", go_text),
-            ("REDIS_PERSECOND_PIPELINE_WINDOW", "0", go_duration),
-            ("REDIS_PERSECOND_PIPELINE_LIMIT", "0", go_int),
-            ("REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "1", go_int),
-            ("REDIS_PERSECOND_TIMEOUT", "10s", go_duration),
-            ("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "WAIT", str.upper),
-        )
-    },
+    # per-second limits on a Redis of their own (upstream_redis); with REDIS_PERSECOND
+    # not true, upstream ignores the others: named without effect then (``no_effect``)
+    "REDIS_PERSECOND": _mapped("false", go_bool),
+    "REDIS_PERSECOND_SOCKET_TYPE": _mapped("unix", lowered),
+    "REDIS_PERSECOND_TYPE": _mapped("SINGLE", lowered),
+    "REDIS_PERSECOND_URL": _mapped("/var/run/nutcracker/ratelimitpersecond.sock"),
+    "REDIS_PERSECOND_AUTH": _mapped(""),
+    "REDIS_PERSECOND_TLS": _mapped("false", go_bool),
+    "REDIS_PERSECOND_SENTINEL_AUTH": _mapped(""),
+    "REDIS_PERSECOND_TIMEOUT": _mapped("10s", go_duration),
+    "REDIS_PERSECOND_POOL_SIZE": _no_effect("10", go_int, _POOL),
+    "REDIS_PERSECOND_PIPELINE_WINDOW": _no_effect("0", go_duration, _PIPELINE),
+    "REDIS_PERSECOND_PIPELINE_LIMIT": _no_effect("0", go_int, _PIPELINE),
+    "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM": _no_effect("1", go_int, _PIPELINE),
+    "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR": _refused(
+        "WAIT", str.upper, "upstream itself supports only WAIT; remove the setting"
+    ),
     # memcache
     **{
         name: _no_effect(default, parse, _MEMCACHE)
@@ -342,8 +337,12 @@ def given(environ: Mapping[str, str]) -> dict[str, Any]:
 
 
 def no_effect(environ: Mapping[str, str]) -> tuple[str, ...]:
-    """The ``no_effect`` upstream variables set in ``environ``, for the start's log line."""
-    return _set(environ, "no_effect")
+    """The ``no_effect`` upstream variables set in ``environ``, for the start's log line,
+    and the per-second Redis ones while ``REDIS_PERSECOND`` is not true (upstream
+    ignores them then)."""
+    return _set(environ, "no_effect") + tuple(
+        name for name in _set(environ, "mapped") if _idle_per_second(environ, name)
+    )
 
 
 def applied(environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -352,7 +351,17 @@ def applied(environ: Mapping[str, str]) -> tuple[str, ...]:
     Named in a start log line, so that a variable set for something else (``PORT``
     on a platform that sets it, say) is never a silent change of address.
     """
-    return _set(environ, "mapped")
+    return tuple(name for name in _set(environ, "mapped") if not _idle_per_second(environ, name))
+
+
+def _idle_per_second(environ: Mapping[str, str], name: str) -> bool:
+    """``name`` is a per-second Redis setting and ``REDIS_PERSECOND`` is not true."""
+    if not name.startswith("REDIS_PERSECOND_"):
+        return False
+    try:
+        return not go_bool(environ.get("REDIS_PERSECOND", "") or "false")
+    except ConfigurationError:
+        return False  # the bad value stops the start: given() names it
 
 
 def _set(environ: Mapping[str, str], role: str) -> tuple[str, ...]:
