@@ -261,6 +261,23 @@ async def test_response_headers_setting_reaches_envoy_over_grpc(start_server: St
     assert ";r=2;" in headers["ratelimit"]
 
 
+async def test_legacy_response_headers_take_the_names_given(start_server: StartServer) -> None:
+    """--response-headers legacy: envoyproxy/ratelimit's three headers, under
+    RateLimit-Limit/-Remaining/-Reset or the names --legacy-header-names gives."""
+    for names in (
+        ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"),
+        ("X-L", "X-R", "X-T"),
+    ):
+        server = await start_server(response_headers="legacy", legacy_header_names=names)
+        async with channel(server.grpc_port) as chan:
+            stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+            reply = await stub.ShouldRateLimit(request("transport", {"api_key": "legacy"}))
+        headers = {h.key: h.value for h in reply.response_headers_to_add}
+        assert list(headers) == list(names)
+        assert headers[names[0]] == "3" and headers[names[1]] == "2"
+        assert 0 < int(headers[names[2]]) <= 60
+
+
 async def test_the_server_has_a_circuit_breaker_unless_turned_off(
     start_server: StartServer,
 ) -> None:

@@ -57,6 +57,7 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         "RATEWARDEN_KEY_PREFIX": "edge",
         "RATEWARDEN_STORE_TIMEOUT": "0.25",
         "RATEWARDEN_STORE_PER_SECOND": "redis://10.0.0.6:6379/0",
+        "RATEWARDEN_LEGACY_HEADER_NAMES": "X-RL-Limit, X-RL-Remaining ,X-RL-Reset",
         "RATEWARDEN_STATSD": "statsd.internal:9125",
         "RATEWARDEN_STATSD_TAGS": "region:eu.west, cell : 7 ,",
         "RATEWARDEN_STATSD_INTERVAL": "2.5",
@@ -102,6 +103,7 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         key_prefix="edge",
         store_timeout=0.25,
         store_per_second="redis://10.0.0.6:6379/0",
+        legacy_header_names=("X-RL-Limit", "X-RL-Remaining", "X-RL-Reset"),
         statsd="tcp://statsd.internal:9125",
         statsd_tags=(("cell", "7"), ("region", "eu.west")),
         statsd_interval=2.5,
@@ -259,3 +261,15 @@ def test_store_per_second_needs_a_scheme_and_shared_counters_with_workers() -> N
         )
     shown = repr(Settings(config_paths=("r",), store_per_second="redis://:pw@fast:6379/0"))
     assert "pw" not in shown
+
+
+def test_legacy_header_names_are_three_distinct_field_names() -> None:
+    """--legacy-header-names: three HTTP field names, distinct; anything else is refused,
+    naming the flag and the name at fault."""
+    for bad, said in (
+        ("A,B", "three header names"),
+        ("A,B C,D", "'B C' is not an HTTP header name"),
+        ("A,a,B", "must differ"),
+    ):
+        with pytest.raises(ConfigurationError, match=f"--legacy-header-names .*{said}"):
+            resolve({"legacy_header_names": bad}, {"RATEWARDEN_CONFIG": "r"})

@@ -262,7 +262,6 @@ def test_redis_url_forms_are_checked_per_type() -> None:
         ("GRPC_CLIENT_TLS_SAN", "envoy", "GRPC_CLIENT_TLS_CACERT"),
         ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true", "first good update"),
         ("USE_PROMETHEUS", "true", "/metrics"),
-        ("LIMIT_LIMIT_HEADER", "X-RateLimit-Limit", "RateLimit-Limit"),
         ("TRACING_ENABLED", "true", "traces"),
         ("REDIS_POOL_ON_EMPTY_BEHAVIOR", "CREATE", "WAIT"),
         ("QUOTA_MODE", "true", "quota_mode"),
@@ -456,3 +455,13 @@ def test_per_second_limits_go_to_the_redis_that_redis_persecond_names() -> None:
     given = {"store_per_second": "redis://mine:6379/0"}
     environ = {"REDIS_PERSECOND": "true", "RATEWARDEN_CONFIG": "rules.yaml"}
     assert resolve(given, environ).store_per_second == "redis://mine:6379/0"
+
+
+def test_limit_header_names_rename_the_legacy_headers() -> None:
+    """LIMIT_*_HEADER name the legacy headers (an unset one keeps upstream's default name);
+    a name that is not an HTTP field name is refused, naming the variables."""
+    chosen = settings(LIMIT_RESPONSE_HEADERS_ENABLED="true", LIMIT_LIMIT_HEADER="X-Limit")
+    assert chosen.response_headers == "legacy"
+    assert chosen.legacy_header_names == ("X-Limit", "RateLimit-Remaining", "RateLimit-Reset")
+    with pytest.raises(ConfigurationError, match="LIMIT_RESET_HEADER: 'a b' is not an HTTP"):
+        settings(LIMIT_RESET_HEADER="a b")

@@ -149,6 +149,7 @@ class RateLimitServer:
             charge_denied=settings.charge_denied,
             near_limit_ratio=settings.near_limit_ratio,
             response_headers=settings.response_headers,
+            legacy_header_names=settings.legacy_header_names,
             hooks=self.stats,
             max_values_per_rule=settings.max_values_per_rule or None,
             breaker=_breaker(settings, self.stats),

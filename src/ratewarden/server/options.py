@@ -28,6 +28,7 @@ from ratewarden.server.parsers import (
     target,
     text,
 )
+from ratewarden.server.response_headers import check_header_names
 from ratewarden.server.statsd import parse_address, parse_tags
 from ratewarden.server.store_url import redacted
 
@@ -59,6 +60,14 @@ def _statsd(value: Any) -> str:
 
 def _tags(value: Any) -> tuple[tuple[str, str], ...]:
     return value if isinstance(value, tuple) else parse_tags(str(value))
+
+
+def _header_names(value: Any) -> tuple[str, str, str]:
+    names = value if isinstance(value, tuple) else [n.strip() for n in str(value).split(",")]
+    try:
+        return check_header_names(names)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
 
 
 #: Every setting by its ``Settings`` field name.
@@ -291,6 +300,13 @@ OPTIONS: dict[str, Option] = {
         choice(RESPONSE_HEADERS),
         "rate limit headers Envoy adds to responses: off (default), legacy "
         "(RateLimit-Limit/Remaining/Reset) or draft-10 (RateLimit-Policy and RateLimit)",
+    ),
+    "legacy_header_names": Option(
+        "--legacy-header-names",
+        "RATEWARDEN_LEGACY_HEADER_NAMES",
+        _header_names,
+        "names of the legacy headers: LIMIT,REMAINING,RESET "
+        "(RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset)",
     ),
     "breaker_failures": Option(
         "--breaker-failures",

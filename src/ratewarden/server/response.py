@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped, unused-ignore]
@@ -21,7 +21,7 @@ from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.server.config import DescriptorRule
 from ratewarden.server.descriptors import Item, denied
-from ratewarden.server.response_headers import response_headers
+from ratewarden.server.response_headers import LEGACY_NAMES, response_headers
 from ratewarden.server.statuses import current, duration
 
 __all__ = ["UNLIMITED_REMAINING", "DescriptorOutcome", "fallback_response", "respond"]
@@ -79,6 +79,7 @@ def respond(
     *,
     shadow: bool,
     header_mode: str,
+    header_names: Sequence[str] = LEGACY_NAMES,
     near_limit_ratio: float,
     clock: Clock,
     on_decision: OnDecision,
@@ -86,8 +87,9 @@ def respond(
     """The response for the decided ``items``; then ``on_decision`` for each one with a rule.
 
     ``shadow``: the overall code is OK whatever the descriptors say; ``header_mode``:
-    the response headers (``server.response_headers``); ``near_limit_ratio``: where a hit counts
-    as near the limit; ``clock``: the time of a 0-limit rule's window.
+    the response headers (``server.response_headers``) and ``header_names`` the legacy
+    ones' names; ``near_limit_ratio``: where a hit counts as near the limit; ``clock``:
+    the time of a 0-limit rule's window.
     """
     response = _Response()
     metadata: dict[str, Any] = {}
@@ -100,7 +102,7 @@ def respond(
             metadata.update(item.match.node.metadata_dict())
     over = denied(items)
     response.overall_code = _OK if shadow or not over else _OVER_LIMIT
-    for name, value in response_headers(header_mode, response.statuses, windows):
+    for name, value in response_headers(header_mode, response.statuses, windows, header_names):
         response.response_headers_to_add.add(key=name, value=value)
     if metadata:
         struct = struct_pb2.Struct()

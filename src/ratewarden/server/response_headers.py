@@ -9,7 +9,8 @@ the set:
 
 - ``off`` (the default): none.
 - ``legacy``: ``RateLimit-Limit``, ``RateLimit-Remaining``, ``RateLimit-Reset``,
-  as envoyproxy/ratelimit writes them when ``LIMIT_RESPONSE_HEADERS_ENABLED`` is on.
+  as envoyproxy/ratelimit writes them when ``LIMIT_RESPONSE_HEADERS_ENABLED`` is on
+  (other names with ``--legacy-header-names``, upstream's ``LIMIT_*_HEADER``).
 - ``draft-10``: ``RateLimit-Policy`` and ``RateLimit`` as structured fields, per
   draft-ietf-httpapi-ratelimit-headers-10 (``"name";q=100;w=60`` and
   ``"name";r=42;t=17``).
@@ -25,6 +26,7 @@ algorithms the time until the bucket is full again.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,17 +34,39 @@ from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped, u
 
 from ratewarden.headers import limit_item, policy_item
 
-__all__ = ["HEADER_MODES", "response_headers"]
+__all__ = ["HEADER_MODES", "LEGACY_NAMES", "check_header_names", "response_headers"]
 
 HEADER_MODES = ("off", "legacy", "draft-10")
+#: The ``legacy`` headers' names: the limit, the remaining count, the reset.
+LEGACY_NAMES = ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset")
+#: An HTTP field name (RFC 9110's token).
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+def check_header_names(names: Sequence[str]) -> tuple[str, str, str]:
+    """Three distinct HTTP field names (limit, remaining, reset); ``ValueError`` naming the
+    one that is not a field name."""
+    if len(names) != 3:
+        raise ValueError(f"give three header names (limit, remaining, reset), not {len(names)}")
+    for name in names:
+        if not _TOKEN.fullmatch(name):
+            raise ValueError(f"{name!r} is not an HTTP header name")
+    if len({name.lower() for name in names}) != 3:
+        raise ValueError(f"the three header names must differ: {', '.join(names)}")
+    return names[0], names[1], names[2]
+
 
 _OVER_LIMIT = rls_pb2.RateLimitResponse.OVER_LIMIT
 
 
 def response_headers(
-    mode: str, statuses: Sequence[Any], windows: Sequence[int | None]
+    mode: str,
+    statuses: Sequence[Any],
+    windows: Sequence[int | None],
+    names: Sequence[str] = LEGACY_NAMES,
 ) -> list[tuple[str, str]]:
-    """The ``(name, value)`` headers for ``mode``; ``windows[i]`` is status i's window in seconds.
+    """The ``(name, value)`` headers for ``mode``; ``windows[i]`` is status i's window in seconds;
+    ``names``: the ``legacy`` headers' names.
 
     A status whose window is None has no limit to report (no rule, or unlimited).
     """
@@ -66,11 +90,7 @@ def response_headers(
     remaining = 0 if status.code == _OVER_LIMIT else status.limit_remaining
     reset = _ceil_seconds(status.duration_until_reset)
     if mode == "legacy":
-        return [
-            ("RateLimit-Limit", str(limit)),
-            ("RateLimit-Remaining", str(remaining)),
-            ("RateLimit-Reset", str(reset)),
-        ]
+        return [(names[0], str(limit)), (names[1], str(remaining)), (names[2], str(reset))]
     name = status.current_limit.name or "default"
     return [
         ("RateLimit-Policy", policy_item(name, limit, window)),

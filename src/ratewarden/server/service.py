@@ -54,6 +54,7 @@ How one request is decided
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ratewarden.clock import Clock
@@ -79,7 +80,7 @@ from ratewarden.server.descriptors import (
 )
 from ratewarden.server.hooks import Reports, ServiceHooks
 from ratewarden.server.response import UNLIMITED_REMAINING, DescriptorOutcome, respond
-from ratewarden.server.response_headers import HEADER_MODES
+from ratewarden.server.response_headers import HEADER_MODES, LEGACY_NAMES, check_header_names
 from ratewarden.server.value_cap import ValueCap
 
 if TYPE_CHECKING:
@@ -118,6 +119,7 @@ class _ServiceBase:
         charge_denied: bool = False,
         near_limit_ratio: float = 0.8,
         response_headers: str = "off",
+        legacy_header_names: Sequence[str] = LEGACY_NAMES,
         hooks: ServiceHooks | None = None,
         max_values_per_rule: int | None = None,
         breaker: CircuitBreaker | None = None,
@@ -147,6 +149,10 @@ class _ServiceBase:
         self.charge_denied = bool(charge_denied)
         self.near_limit_ratio = float(near_limit_ratio)
         self.response_headers = response_headers
+        try:
+            self.legacy_header_names = check_header_names(tuple(legacy_header_names))
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"legacy_header_names: {exc}") from None
         self._reports = Reports(hooks if hooks is not None else ServiceHooks(), self.clock)
         self.values = ValueCap(max_values_per_rule, self.clock)
         self.store = store
@@ -224,6 +230,7 @@ class _ServiceBase:
             items,
             shadow=self.shadow,
             header_mode=self.response_headers,
+            header_names=self.legacy_header_names,
             near_limit_ratio=self.near_limit_ratio,
             clock=self.clock,
             on_decision=self._reports.hooks.on_decision,
@@ -368,7 +375,7 @@ class RateLimitService(_ServiceBase):
     """ShouldRateLimit over a synchronous ``Store`` (``MemoryStore``, ``RedisStore``).
 
     ``RateLimitService(config, store, *, clock, shadow, charge_denied,
-    near_limit_ratio, response_headers, hooks, max_values_per_rule, breaker,
+    near_limit_ratio, response_headers, legacy_header_names, hooks, max_values_per_rule, breaker,
     over_limit_cache)``; every option off (or 0.8, ``"off"``) by default.
     """
 

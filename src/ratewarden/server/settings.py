@@ -39,6 +39,7 @@ from::
     --tls-client-ca PATH   RATEWARDEN_TLS_CLIENT_CA   PEM CA for client certs (mTLS)
     --max-values-per-rule N RATEWARDEN_MAX_VALUES_PER_RULE 100000 (0 turns the cap off)
     --response-headers M   RATEWARDEN_RESPONSE_HEADERS off (also: legacy, draft-10)
+    --legacy-header-names N RATEWARDEN_LEGACY_HEADER_NAMES RateLimit-Limit,-Remaining,-Reset
     --breaker-failures N   RATEWARDEN_BREAKER_FAILURES 5 (0 turns the circuit breaker off)
     --breaker-cooldown S   RATEWARDEN_BREAKER_COOLDOWN 1
     --over-limit-cache N   RATEWARDEN_OVER_LIMIT_CACHE 10000 (0 turns it off)
@@ -79,6 +80,7 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.server import upstream_env
 from ratewarden.server.options import OPTIONS, Option, read
 from ratewarden.server.parsers import hidden
+from ratewarden.server.response_headers import LEGACY_NAMES
 from ratewarden.server.store_url import redacted, store_scheme
 
 __all__ = ["OPTIONS", "XDS_OPTIONS", "Option", "Settings", "redacted", "resolve", "store_scheme"]
@@ -148,6 +150,7 @@ class Settings:
     tls_client_ca: str | None = None
     max_values_per_rule: int = 100_000
     response_headers: str = "off"
+    legacy_header_names: tuple[str, str, str] = LEGACY_NAMES
     breaker_failures: int = 5
     breaker_cooldown: float = 1.0
     over_limit_cache: int = 10_000

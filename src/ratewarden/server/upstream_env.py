@@ -26,6 +26,7 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.server import upstream_redis
 from ratewarden.server.options import OPTIONS
 from ratewarden.server.parsers import hidden
+from ratewarden.server.response_headers import check_header_names
 from ratewarden.server.statsd import parse_tags
 from ratewarden.server.upstream_settings import UPSTREAM, Upstream, given, no_effect, value_of
 
@@ -232,6 +233,13 @@ def _switches(values: Mapping[str, Any]) -> dict[str, Any]:
         out["health_needs_rules"] = values["HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"]
     if "LIMIT_RESPONSE_HEADERS_ENABLED" in values:
         out["response_headers"] = "legacy" if values["LIMIT_RESPONSE_HEADERS_ENABLED"] else "off"
+    named = ("LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER")
+    if any(name in values for name in named):
+        names = [str(value_of(values, name)).strip() for name in named]
+        try:
+            out["legacy_header_names"] = check_header_names(names)
+        except ValueError as exc:
+            raise ConfigurationError(f"{', '.join(named)}: {exc}") from None
     return out
 
 

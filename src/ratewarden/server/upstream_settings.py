@@ -220,15 +220,9 @@ UPSTREAM: dict[str, Upstream] = {
     "BACKEND_TYPE": _mapped("redis", lowered),
     "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": _mapped("false", go_bool),
     "LIMIT_RESPONSE_HEADERS_ENABLED": _mapped("false", go_bool),
-    "LIMIT_LIMIT_HEADER": _refused(
-        "RateLimit-Limit", go_text, "ratewarden writes the header as RateLimit-Limit"
-    ),
-    "LIMIT_REMAINING_HEADER": _refused(
-        "RateLimit-Remaining", go_text, "ratewarden writes the header as RateLimit-Remaining"
-    ),
-    "LIMIT_RESET_HEADER": _refused(
-        "RateLimit-Reset", go_text, "ratewarden writes the header as RateLimit-Reset"
-    ),
+    "LIMIT_LIMIT_HEADER": _mapped("RateLimit-Limit"),
+    "LIMIT_REMAINING_HEADER": _mapped("RateLimit-Remaining"),
+    "LIMIT_RESET_HEADER": _mapped("RateLimit-Reset"),
     "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": _mapped("false", go_bool),
     "SHADOW_MODE": _mapped("false", go_bool),
     "QUOTA_MODE": _refused(
