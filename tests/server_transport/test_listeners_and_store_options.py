@@ -17,7 +17,7 @@ from ratewarden.server.app import RateLimitServer
 from ratewarden.server.reload import ReloadOutcome
 from ratewarden.server.settings import Settings
 from ratewarden.storage.redis import AsyncRedisStore
-from tests._servers import RedisServer
+from tests._servers import HOST, RedisServer
 from tests.server_transport.conftest import (
     OK,
     OVER_LIMIT,
@@ -52,10 +52,27 @@ async def test_the_debug_port_serves_the_http_endpoints(start_server: StartServe
     assert (await http(server.debug_port, "GET", "/healthcheck")).status == 200
 
 
+async def test_the_metrics_port_serves_the_metrics_alone(start_server: StartServer) -> None:
+    """--metrics-port (upstream's USE_PROMETHEUS) serves the metrics at --metrics-path, the same
+    counts as /metrics on the HTTP port, and nothing else: other paths are 404."""
+    server = await start_server(debug_port=0, metrics_port=0, metrics_path="/stats/prometheus")
+    assert server.metrics_port not in (0, server.http_port, server.debug_port)
+    async with grpc.aio.insecure_channel(f"{HOST}:{server.grpc_port}") as chan:
+        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+        await stub.ShouldRateLimit(request("transport", {"api_key": "m"}))
+    metrics = await http(server.metrics_port, "GET", "/stats/prometheus")
+    line = b'ratelimit_service_rate_limit_total_hits_total{domain="transport",key="api_key"'
+    assert metrics.status == 200 and line in metrics.body
+    for path in ("/metrics", "/rlconfig", "/healthcheck"):
+        assert (await http(server.metrics_port, "GET", path)).status == 404
+    assert (await http(server.metrics_port, "POST", "/json")).status == 404
+
+
 async def test_without_debug_port_no_third_listener(start_server: StartServer) -> None:
     """By default there is no debug port."""
     server = await start_server()
     assert server.debug is None and server.debug_port == 0
+    assert server.prometheus is None and server.metrics_port == 0
 
 
 async def test_key_prefix_and_store_timeout_reach_the_redis_store(

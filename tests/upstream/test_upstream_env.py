@@ -261,7 +261,8 @@ def test_redis_url_forms_are_checked_per_type() -> None:
         ("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "CREATE", "WAIT"),
         ("GRPC_CLIENT_TLS_SAN", "envoy", "GRPC_CLIENT_TLS_CACERT"),
         ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true", "first good update"),
-        ("USE_PROMETHEUS", "true", "/metrics"),
+        ("PROMETHEUS_MAPPER_YAML", "/etc/mapper.yaml", "default mapping"),
+        ("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "true", "seconds"),
         ("TRACING_ENABLED", "true", "traces"),
         ("REDIS_POOL_ON_EMPTY_BEHAVIOR", "CREATE", "WAIT"),
         ("QUOTA_MODE", "true", "quota_mode"),
@@ -465,3 +466,23 @@ def test_limit_header_names_rename_the_legacy_headers() -> None:
     assert chosen.legacy_header_names == ("X-Limit", "RateLimit-Remaining", "RateLimit-Reset")
     with pytest.raises(ConfigurationError, match="LIMIT_RESET_HEADER: 'a b' is not an HTTP"):
         settings(LIMIT_RESET_HEADER="a b")
+
+
+def test_use_prometheus_serves_the_metrics_where_upstream_would() -> None:
+    """USE_PROMETHEUS=true: the metrics alone on PROMETHEUS_ADDR's port (its host when it
+    names one, else ratewarden's bind address) at PROMETHEUS_PATH; not set or false: none."""
+    chosen = settings(USE_PROMETHEUS="true")
+    assert (chosen.metrics_host, chosen.metrics_port, chosen.metrics_path) == (
+        None,
+        9090,
+        "/metrics",
+    )
+    named = settings(USE_PROMETHEUS="1", PROMETHEUS_ADDR="127.0.0.5:9191", PROMETHEUS_PATH="/m")
+    assert (named.metrics_host, named.metrics_port, named.metrics_path) == ("127.0.0.5", 9191, "/m")
+    assert settings(PROMETHEUS_ADDR=":9191").metrics_port is None
+    with pytest.raises(ConfigurationError, match="PROMETHEUS_ADDR='9090': must be HOST:PORT"):
+        settings(USE_PROMETHEUS="true", PROMETHEUS_ADDR="9090")
+    with pytest.raises(ConfigurationError, match="PROMETHEUS_PATH='metrics': must start with /"):
+        settings(USE_PROMETHEUS="true", PROMETHEUS_PATH="metrics")
+    with pytest.raises(ConfigurationError, match="--metrics-port are both 9090"):
+        settings(USE_PROMETHEUS="true", PORT="9090")

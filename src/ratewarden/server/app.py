@@ -165,10 +165,15 @@ class RateLimitServer:
         else:
             self.grpc = GrpcServer(self.should_rate_limit, tls=tls)
         self.http = HttpServer(self, dashboard=settings.dashboard)
-        #: The debug port (``--debug-port``, upstream's ``DEBUG_PORT``): the same endpoints.
+        #: The debug port (``--debug-port``, upstream's ``DEBUG_PORT``): the same endpoints;
+        #: the metrics port (``--metrics-port``, upstream's ``PROMETHEUS_ADDR``): the metrics.
         self.debug = (
             None if settings.debug_port is None else HttpServer(self, dashboard=settings.dashboard)
         )
+        self.prometheus = None
+        if settings.metrics_port is not None:
+            self.prometheus = HttpServer(self, metrics_path=settings.metrics_path)
+        self.metrics_port = 0
         self.grpc_port = 0
         self.http_port = 0
         self.debug_port = 0
@@ -245,7 +250,12 @@ class RateLimitServer:
                 exc.errno,
                 f"cannot listen for HTTP on {s.host}:{s.http_port}: {exc.strerror or exc}",
             ) from exc
-        await self._start_debug()
+        if self.debug is not None:
+            self.debug_port = await self._start_extra(self.debug, s.debug_host, s.debug_port)
+        if self.prometheus is not None:
+            self.metrics_port = await self._start_extra(
+                self.prometheus, s.metrics_host, s.metrics_port
+            )
         await self.refresh_health()
         self._tasks.append(asyncio.create_task(self._health_loop()))
         self._tasks.append(asyncio.create_task(self._flush_loop()))
@@ -260,9 +270,8 @@ class RateLimitServer:
                 "grpc": grpc_address(grpc_host, self.grpc_port, s.grpc_uds),
                 "transport": self.transport,
                 "http": f"{s.host}:{self.http_port}",
-                "debug": None
-                if self.debug is None
-                else f"{s.debug_host or s.host}:{self.debug_port}",
+                "debug": self.debug and f"{s.debug_host or s.host}:{self.debug_port}",
+                "metrics": self.prometheus and f"{s.metrics_host or s.host}:{self.metrics_port}",
                 "store": redacted(s.store_url),
                 "statsd": s.statsd,
                 "config": list(s.config_paths),
@@ -271,18 +280,18 @@ class RateLimitServer:
             },
         )
 
-    async def _start_debug(self) -> None:
+    async def _start_extra(self, server: HttpServer, host: str | None, port: int | None) -> int:
+        """Start a second HTTP port (debug, metrics); on failure stop what is listening."""
         s = self.settings
-        if self.debug is None or s.debug_port is None:
-            return
-        host = s.debug_host or s.host
+        host, port = host or s.host, port or 0
         try:
-            self.debug_port = await self.debug.start(host, s.debug_port, reuse_port=s.reuse_port)
+            return await server.start(host, port, reuse_port=s.reuse_port)
         except OSError as exc:
-            await asyncio.gather(self.grpc.stop(0), self.http.stop(0))
+            extra = [x.stop(0) for x in (self.debug, self.prometheus) if x not in (None, server)]
+            await asyncio.gather(self.grpc.stop(0), self.http.stop(0), *extra)
+            what = "the debug port" if server is self.debug else "metrics"
             raise OSError(
-                exc.errno,
-                f"cannot listen for the debug port on {host}:{s.debug_port}: {exc.strerror or exc}",
+                exc.errno, f"cannot listen for {what} on {host}:{port}: {exc.strerror or exc}"
             ) from exc
 
     async def close(self) -> None:
@@ -302,8 +311,7 @@ class RateLimitServer:
                 await task
         self._tasks.clear()
         stopping = [self.grpc.stop(grace), self.http.stop(grace)]
-        if self.debug is not None:
-            stopping.append(self.debug.stop(grace))
+        stopping += [x.stop(grace) for x in (self.debug, self.prometheus) if x is not None]
         await asyncio.gather(*stopping)
         self.stats.flush()
         if self.statsd is not None:

@@ -74,11 +74,14 @@ def _listen(host: str, port: int, *, reuse_port: bool) -> list[socket.socket]:
 class HttpServer:
     """Serves ``backend`` over HTTP; ``start`` binds, ``stop`` drains in-flight requests.
 
-    ``dashboard`` is one of ``http_app.DASHBOARD_ACCESS`` (who may open the dashboard).
+    ``dashboard`` is one of ``http_app.DASHBOARD_ACCESS`` (who may open the dashboard);
+    ``metrics_path``: the metrics there, and nothing else.
     """
 
-    def __init__(self, backend: HttpBackend, *, dashboard: str = "loopback") -> None:
-        self.app = HttpApp(backend, dashboard=dashboard)
+    def __init__(
+        self, backend: HttpBackend, *, dashboard: str = "loopback", metrics_path: str | None = None
+    ) -> None:
+        self.app = HttpApp(backend, dashboard=dashboard, metrics_path=metrics_path)
         self._server: _EmbeddedServer | None = None
         self._serving: asyncio.Task[None] | None = None
 

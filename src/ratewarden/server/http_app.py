@@ -133,16 +133,25 @@ async def _read_body(receive: Receive, declared: str | None) -> bytes | None:
 
 
 class HttpApp:
-    """The ASGI app of the HTTP port; ``dashboard`` is one of ``DASHBOARD_ACCESS``."""
+    """The ASGI app of the HTTP port; ``dashboard`` is one of ``DASHBOARD_ACCESS``.
 
-    def __init__(self, backend: HttpBackend, *, dashboard: str = "loopback") -> None:
+    ``metrics_path``: serve the metrics there and nothing else (``--metrics-port``).
+    """
+
+    def __init__(
+        self, backend: HttpBackend, *, dashboard: str = "loopback", metrics_path: str | None = None
+    ) -> None:
         if dashboard not in DASHBOARD_ACCESS:
             raise ConfigurationError(
                 f"dashboard {dashboard!r} must be one of {', '.join(DASHBOARD_ACCESS)}"
             )
         self._backend = backend
         self._dashboard = dashboard
-        self._routes: dict[str, tuple[tuple[str, ...], _Handler]] = {
+        self._routes: dict[str, tuple[tuple[str, ...], _Handler]]
+        if metrics_path is not None:
+            self._routes = {metrics_path: (("GET", "HEAD"), self._metrics)}
+            return
+        self._routes = {
             "/json": (("POST",), self._json),
             "/healthcheck": (("GET", "HEAD"), self._healthcheck),
             "/rlconfig": (("GET", "HEAD"), self._rlconfig),

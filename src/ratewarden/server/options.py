@@ -70,6 +70,13 @@ def _header_names(value: Any) -> tuple[str, str, str]:
         raise ConfigurationError(str(exc)) from None
 
 
+def _metrics_path(value: Any) -> str:
+    path = text(value)
+    if not path.startswith("/") or any(c.isspace() or c in "?#" for c in path):
+        raise ConfigurationError("must be a path starting with /, such as /metrics")
+    return path
+
+
 #: Every setting by its ``Settings`` field name.
 OPTIONS: dict[str, Option] = {
     "config_paths": Option(
@@ -204,6 +211,21 @@ OPTIONS: dict[str, Option] = {
     ),
     "debug_host": Option(
         "--debug-host", "RATEWARDEN_DEBUG_HOST", text, "address --debug-port binds (--host)"
+    ),
+    "metrics_port": Option(
+        "--metrics-port",
+        "RATEWARDEN_METRICS_PORT",
+        integer(0, 65535),
+        "a port that serves the Prometheus metrics alone, at --metrics-path (off)",
+    ),
+    "metrics_host": Option(
+        "--metrics-host", "RATEWARDEN_METRICS_HOST", text, "address --metrics-port binds (--host)"
+    ),
+    "metrics_path": Option(
+        "--metrics-path",
+        "RATEWARDEN_METRICS_PATH",
+        _metrics_path,
+        "where --metrics-port serves the metrics (/metrics)",
     ),
     "workers": Option(
         "--workers",

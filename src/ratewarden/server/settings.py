@@ -49,6 +49,9 @@ from::
     --grpc-uds PATH        RATEWARDEN_GRPC_UDS        off (gRPC on a Unix socket, not TCP)
     --debug-port N         RATEWARDEN_DEBUG_PORT      off (the HTTP endpoints on a second port)
     --debug-host H         RATEWARDEN_DEBUG_HOST      --host
+    --metrics-port N       RATEWARDEN_METRICS_PORT    off (the metrics alone on a port of their own)
+    --metrics-host H       RATEWARDEN_METRICS_HOST    --host
+    --metrics-path P       RATEWARDEN_METRICS_PATH    /metrics
     --[no-]merge-domains   RATEWARDEN_MERGE_DOMAINS   false
     --key-prefix P         RATEWARDEN_KEY_PREFIX      rw
     --store-per-second URL RATEWARDEN_STORE_PER_SECOND off (per-second limits on their own store)
@@ -160,6 +163,9 @@ class Settings:
     grpc_uds: str | None = None
     debug_port: int | None = None
     debug_host: str | None = None
+    metrics_port: int | None = None
+    metrics_host: str | None = None
+    metrics_path: str = "/metrics"
     merge_domains: bool = False
     key_prefix: str = "rw"
     store_timeout: float = 0.02
@@ -280,8 +286,17 @@ class Settings:
 
     def _check_ports(self) -> None:
         ports = [("--grpc-port", self.grpc_port), ("--http-port", self.http_port)]
-        if self.debug_port is not None:
-            ports.append(("--debug-port", self.debug_port))
+        for flag, extra in (
+            ("--debug-port", self.debug_port),
+            ("--metrics-port", self.metrics_port),
+        ):
+            if extra is not None:
+                ports.append((flag, extra))
+                if self.workers > 1 and extra == 0:
+                    raise ConfigurationError(
+                        f"{self.workers} workers need a fixed {flag} to share; port 0 picks a "
+                        "different port in every process"
+                    )
         for index, (flag, port) in enumerate(ports):
             for other, other_port in ports[index + 1 :]:
                 if port == other_port != 0:
@@ -292,11 +307,6 @@ class Settings:
             raise ConfigurationError(
                 f"{self.workers} workers cannot share --grpc-uds {self.grpc_uds!r}: a Unix "
                 "socket has one listener; use one worker, or --grpc-port for several"
-            )
-        if self.workers > 1 and self.debug_port == 0:
-            raise ConfigurationError(
-                f"{self.workers} workers need a fixed --debug-port to share; port 0 picks a "
-                "different port in every process"
             )
 
     def _check_tls(self) -> None:

@@ -49,7 +49,7 @@ def read(environ: Mapping[str, str]) -> dict[str, Any]:
     """
     values = given(environ)
     out: dict[str, Any] = {}
-    for reader in (_listening, _logging, _runtime, _xds, _switches, _tls, _stats):
+    for reader in (_listening, _logging, _runtime, _xds, _switches, _tls, _stats, _prometheus):
         out.update(reader(values))
     resolved = {
         name: value_of(values, name)
@@ -300,4 +300,23 @@ def _stats(values: Mapping[str, Any]) -> dict[str, Any]:
                 f"STATS_FLUSH_INTERVAL={interval!r}: must be a duration above 0, such as 10s"
             )
         out["statsd_interval"] = interval
+    return out
+
+
+def _prometheus(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``USE_PROMETHEUS=true``: the metrics alone at ``PROMETHEUS_ADDR`` (``HOST:PORT``, or
+    ``:PORT`` for ratewarden's bind address), path ``PROMETHEUS_PATH``, as upstream."""
+    if not values.get("USE_PROMETHEUS"):
+        return {}
+    address = str(value_of(values, "PROMETHEUS_ADDR")).strip()
+    host, colon, port = address.rpartition(":")
+    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigurationError(f"PROMETHEUS_ADDR={address!r}: must be HOST:PORT or :PORT")
+    out: dict[str, Any] = {"metrics_port": int(port)}
+    if host.strip("[]"):
+        out["metrics_host"] = host.strip("[]")
+    path = str(value_of(values, "PROMETHEUS_PATH")).strip()
+    if not path.startswith("/"):
+        raise ConfigurationError(f"PROMETHEUS_PATH={path!r}: must start with /")
+    out["metrics_path"] = path
     return out

@@ -112,8 +112,8 @@ _DOGSTATSD = (
     "the names) or Prometheus at /metrics"
 )
 _PROMETHEUS = (
-    "ratewarden serves Prometheus metrics at /metrics on PORT (and on DEBUG_PORT); "
-    "point the scraper there"
+    "ratewarden's metric names and labels are the ones upstream's default mapping gives "
+    "(docs/operations.md); a mapping of your own is not applied: unset it"
 )
 _XDS_BACKOFF = (
     "ratewarden has one backoff for a connection that fails and a stream that breaks: it "
@@ -191,11 +191,16 @@ UPSTREAM: dict[str, Upstream] = {
     "EXTRA_TAGS": _mapped(""),
     "STATS_FLUSH_INTERVAL": _mapped("10s", go_duration),
     "DISABLE_STATS": _mapped("false", go_bool),
-    "USE_PROMETHEUS": _refused("false", go_bool, _PROMETHEUS),
-    "PROMETHEUS_ADDR": _refused(":9090", go_text, _PROMETHEUS),
-    "PROMETHEUS_PATH": _refused("/metrics", go_text, _PROMETHEUS),
+    "USE_PROMETHEUS": _mapped("false", go_bool),
+    "PROMETHEUS_ADDR": _mapped(":9090"),
+    "PROMETHEUS_PATH": _mapped("/metrics"),
     "PROMETHEUS_MAPPER_YAML": _refused("", go_text, _PROMETHEUS),
-    "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": _refused("false", go_bool, _PROMETHEUS),
+    "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": _refused(
+        "false",
+        go_bool,
+        "ratewarden's response_time histogram is in seconds, as upstream's default mapping "
+        "makes it; unset it",
+    ),
     # the runtime directory
     "RUNTIME_ROOT": _mapped("/srv/runtime_data/current"),
     "RUNTIME_SUBDIRECTORY": _mapped(""),
