@@ -1,0 +1,369 @@
+"""The quota service's state: streams, buckets and rounds. Sans-I/O, on an injected clock.
+
+``QuotaService`` is what the gRPC stream handler (``rlqs/grpc.py``) drives: ``open``
+a stream, ``report`` its usage reports, ``tick`` on a timer, ``close`` it, and
+``swap_config`` on reload. Each call returns the ``Action``s to send (an assignment
+or an abandon, for a stream and a bucket); none of them does I/O.
+
+A **bucket** is one ``BucketId`` of one domain. Its rule (``buckets.bucket_rule``)
+fixes its answer: no rule, an ``unlimited`` rule, a ``shadow_mode`` rule or the
+global ``shadow`` switch answer ALLOW_ALL; a limit of 0 answers DENY_ALL; any other
+rule's limit is split between the streams reporting the bucket (``shares``).
+
+A **round** (at most one per ``interval`` per bucket, and at once for a new bucket)
+moves each member's reported counts into its recent history (``history`` rounds),
+recomputes the shares from that demand and sends every member its assignment with
+``ttl_s``. An unchanged share is sent unchanged, which Envoy takes as "extend": it
+keeps its token bucket rather than starting a full new one. A stream that joins a
+bucket between rounds waits for the next round (Envoy's ``no_assignment_behavior``
+meanwhile), so no tokens are created outside rounds. A stream that closes keeps its
+share reserved until its last assignment's time to live (plus one interval) is over:
+its Envoy may still be enforcing it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from ratewarden.clock import Clock
+from ratewarden.errors import ConfigurationError
+from ratewarden.server.config import DescriptorRule, RateLimitConfig
+from ratewarden.server.rlqs.buckets import bucket_rule
+from ratewarden.server.rlqs.shares import Budget, Share, split
+
+__all__ = [
+    "ALLOW_ALL",
+    "DENY_ALL",
+    "Action",
+    "BucketKey",
+    "QuotaService",
+    "QuotaStats",
+    "ReportError",
+    "Usage",
+    "bucket_key",
+    "rule_budget",
+]
+
+log = logging.getLogger("ratewarden.server.rlqs")
+
+BucketKey = tuple[tuple[str, str], ...]
+ALLOW_ALL = "allow_all"
+DENY_ALL = "deny_all"
+#: Algorithms with a bucket capacity (the rule's ``burst``); the others are windows.
+BUCKET_ALGORITHMS = ("gcra", "token_bucket", "leaky_bucket")
+#: Most requests one report may count for one bucket: more is not a real Envoy's count.
+MAX_COUNT = 10**12
+#: Most buckets the service tracks at once (every stream together).
+MAX_BUCKETS = 100_000
+
+
+class ReportError(ConfigurationError):
+    """A usage report the service refuses; nothing of it was applied."""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """One bucket's counts in one report."""
+
+    bucket: BucketKey
+    allowed: int
+    denied: int
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """Send ``stream`` an assignment for ``bucket`` (a ``Share`` refilled every ``fill_s``
+    seconds, ``ALLOW_ALL`` or ``DENY_ALL``; for ``ttl_s`` seconds) or, when ``assignment``
+    is None, an abandon."""
+
+    stream: int
+    bucket: BucketKey
+    assignment: Share | str | None
+    ttl_s: int = 0
+    fill_s: int = 0
+
+
+@dataclass(slots=True)
+class QuotaStats:
+    """Counts since start, for logs and tests."""
+
+    reports: int = 0
+    rounds: int = 0
+    unknown_buckets: int = 0
+    abandoned: int = 0
+    #: Requests shadow buckets' Envoys admitted beyond what their shares would have (estimate).
+    would_deny: int = 0
+
+
+def rule_budget(rule: DescriptorRule, interval_s: float) -> Budget:
+    """The fleet budget of a rule with limits: its tightest limit's tokens per period."""
+    limit = min(rule.limits, key=lambda lim: Fraction(lim.requests_per_unit, lim.period_us))
+    burst = None
+    if rule.algorithm in BUCKET_ALGORITHMS:
+        burst = limit.burst if limit.burst is not None else limit.requests_per_unit
+    return Budget.of(limit.requests_per_unit, limit.period_us // 1_000_000, burst, interval_s)
+
+
+@dataclass(slots=True)
+class _Member:
+    pending: int = 0
+    recent: deque[int] = field(default_factory=deque)
+    share: Share | str | None = None
+    sent_at: float = 0.0
+
+
+@dataclass(slots=True)
+class _Bucket:
+    domain: str
+    key: BucketKey
+    rule: DescriptorRule | None
+    members: dict[int, _Member] = field(default_factory=dict)
+    reserved: list[tuple[float, Share]] = field(default_factory=list)
+    last_round: float | None = None
+    round_times: deque[float] = field(default_factory=deque)
+
+
+class QuotaService:
+    """Every stream and bucket of one process. See the module docstring."""
+
+    def __init__(
+        self,
+        config: RateLimitConfig,
+        *,
+        clock: Clock,
+        interval: float = 1.0,
+        ttl_s: int = 5,
+        history: int = 3,
+        shadow: bool = False,
+    ) -> None:
+        if interval <= 0 or ttl_s < 1 or ttl_s <= interval or history < 1:
+            raise ValueError(
+                f"interval {interval} > 0, ttl_s {ttl_s} >= 1 and above interval, history >= 1"
+            )
+        self.config = config
+        self.clock = clock
+        self.interval = interval
+        self.ttl_s = ttl_s
+        self.history = history
+        self.shadow = shadow
+        self.stats = QuotaStats()
+        self._streams: dict[int, str] = {}
+        self._buckets: dict[tuple[str, BucketKey], _Bucket] = {}
+        self._next = 0
+
+    # --- what the stream handler calls ---------------------------------------------
+
+    @property
+    def streams(self) -> int:
+        return len(self._streams)
+
+    @property
+    def buckets(self) -> int:
+        return len(self._buckets)
+
+    def open(self) -> int:
+        """A new stream's id; its domain comes with its first report."""
+        self._next += 1
+        self._streams[self._next] = ""
+        return self._next
+
+    def report(self, stream: int, domain: str, usages: Sequence[Usage]) -> list[Action]:
+        """Take one ``RateLimitQuotaUsageReports``; raises ``ReportError`` (changing nothing)
+        when it is malformed."""
+        domain = self._check(stream, domain, usages)
+        self._streams[stream] = domain
+        self.stats.reports += 1
+        now = self.clock.now()
+        actions: list[Action] = []
+        for usage in usages:
+            bucket = self._bucket(domain, usage.bucket)
+            member = bucket.members.get(stream)
+            if member is None:
+                member = bucket.members[stream] = _Member(recent=deque(maxlen=self.history))
+                if bucket.last_round is None:
+                    member.pending += usage.allowed + usage.denied
+                    actions += self._round(bucket, now)
+                    continue
+                fixed = self._fixed(bucket)
+                if fixed is not None:
+                    member.share, member.sent_at = fixed, now
+                    actions.append(Action(stream, bucket.key, fixed, self.ttl_s))
+            member.pending += usage.allowed + usage.denied
+        return actions
+
+    def tick(self) -> list[Action]:
+        """Run every round that is due; forget buckets nobody holds."""
+        now = self.clock.now()
+        actions: list[Action] = []
+        for name, bucket in list(self._buckets.items()):
+            bucket.reserved = [(until, share) for until, share in bucket.reserved if until > now]
+            if not bucket.members and not bucket.reserved:
+                del self._buckets[name]
+            elif bucket.last_round is not None and now - bucket.last_round >= self.interval:
+                actions += self._round(bucket, now)
+        return actions
+
+    def close(self, stream: int) -> None:
+        """The stream ended: its shares stay reserved while its Envoy may still use them."""
+        self._streams.pop(stream, None)
+        for bucket in self._buckets.values():
+            member = bucket.members.pop(stream, None)
+            if isinstance(member, _Member) and isinstance(member.share, Share):
+                until = member.sent_at + self.ttl_s + self.interval
+                bucket.reserved.append((until, member.share))
+
+    def swap_config(self, config: RateLimitConfig) -> list[Action]:
+        """A reload: buckets whose rule is gone are abandoned; the others take their new rule
+        at their next round."""
+        self.config = config
+        actions: list[Action] = []
+        for name, bucket in list(self._buckets.items()):
+            domain = config.domains.get(bucket.domain)
+            rule = None if domain is None else bucket_rule(domain, dict(bucket.key))
+            if bucket.rule is not None and rule is None:
+                actions += [Action(stream, bucket.key, None) for stream in bucket.members]
+                self.stats.abandoned += len(bucket.members)
+                log.info(
+                    "quota bucket's rule removed: abandoned",
+                    extra={"event": "rlqs_abandon", "domain": bucket.domain,
+                           "bucket": dict(bucket.key), "streams": len(bucket.members)},
+                )  # fmt: skip
+                del self._buckets[name]
+            else:
+                bucket.rule = rule
+        return actions
+
+    def assignments(self) -> list[dict[str, object]]:
+        """What every stream holds, per bucket (for introspection and tests)."""
+        out: list[dict[str, object]] = []
+        for bucket in self._buckets.values():
+            for stream, member in bucket.members.items():
+                held = member.share
+                out.append(
+                    {
+                        "domain": bucket.domain,
+                        "bucket": dict(bucket.key),
+                        "rule": None if bucket.rule is None else bucket.rule.path,
+                        "stream": stream,
+                        "assignment": held if not isinstance(held, Share) else {
+                            "tokens_per_fill": held.tokens_per_fill,
+                            "max_tokens": held.max_tokens,
+                        },
+                    }
+                )  # fmt: skip
+        return out
+
+    # --- inside --------------------------------------------------------------------
+
+    def _check(self, stream: int, domain: str, usages: Iterable[Usage]) -> str:
+        if stream not in self._streams:
+            raise ReportError(f"stream {stream} is not open")
+        known = self._streams[stream]
+        if not domain and not known:
+            raise ReportError(
+                "RateLimitQuotaUsageReports.domain is empty in the stream's first report; "
+                "Envoy sets it from the rate_limit_quota filter's domain"
+            )
+        if domain and known and domain != known:
+            raise ReportError(
+                f"RateLimitQuotaUsageReports.domain {domain!r} differs from the stream's "
+                f"{known!r}; open a new stream for another domain"
+            )
+        domain = domain or known
+        fresh = 0
+        for usage in usages:
+            if not usage.bucket:
+                raise ReportError("a bucket_quota_usages entry has an empty bucket_id")
+            if any(not key or not value for key, value in usage.bucket):
+                raise ReportError(f"bucket_id {dict(usage.bucket)!r} has an empty key or value")
+            if usage.allowed + usage.denied > MAX_COUNT:
+                raise ReportError(
+                    f"bucket_id {dict(usage.bucket)!r} reports "
+                    f"{usage.allowed + usage.denied} requests in one report (most: {MAX_COUNT})"
+                )
+            fresh += (domain, usage.bucket) not in self._buckets
+        if len(self._buckets) + fresh > MAX_BUCKETS:
+            raise ReportError(f"more than {MAX_BUCKETS} quota buckets at once; refused")
+        return domain
+
+    def _bucket(self, domain: str, key: BucketKey) -> _Bucket:
+        bucket = self._buckets.get((domain, key))
+        if bucket is None:
+            found = self.config.domains.get(domain)
+            rule = None if found is None else bucket_rule(found, dict(key))
+            bucket = self._buckets[(domain, key)] = _Bucket(
+                domain, key, rule, round_times=deque(maxlen=self.history + 1)
+            )
+            if rule is None:
+                self.stats.unknown_buckets += 1
+                log.info(
+                    "quota bucket matches no rule: allowed",
+                    extra={"event": "rlqs_unknown_bucket", "domain": domain,
+                           "bucket": dict(key), "domain_known": found is not None},
+                )  # fmt: skip
+        return bucket
+
+    def _fixed(self, bucket: _Bucket) -> str | None:
+        """The bucket's answer when it is not split: ALLOW_ALL or DENY_ALL, else None."""
+        rule = bucket.rule
+        if rule is None or rule.unlimited or rule.shadow_mode or self.shadow:
+            return ALLOW_ALL
+        if rule.always_over:
+            return DENY_ALL
+        return None
+
+    def _round(self, bucket: _Bucket, now: float) -> list[Action]:
+        self.stats.rounds += 1
+        elapsed = self.interval if bucket.last_round is None else now - bucket.last_round
+        bucket.last_round = now
+        bucket.round_times.append(now)
+        bucket.reserved = [(until, share) for until, share in bucket.reserved if until > now]
+        counts = {stream: member.pending for stream, member in bucket.members.items()}
+        for member in bucket.members.values():
+            member.recent.append(member.pending)
+            member.pending = 0
+        fixed = self._fixed(bucket)
+        rule = bucket.rule
+        # Split when enforcing, and for a shadow rule too: what it would have assigned.
+        budget = None if rule is None or rule.unlimited else rule_budget(rule, self.interval)
+        shares = {} if budget is None else self._shares(bucket, budget, now)
+        actions = []
+        for stream, member in bucket.members.items():
+            held: Share | str | None = fixed
+            if fixed is None:
+                share = shares[stream]
+                held = DENY_ALL if share.empty else share
+            elif budget is not None:  # shadow: what the share would have admitted
+                refill = shares[stream].tokens_per_fill * elapsed / budget.fill_s
+                room = shares[stream].max_tokens + refill
+                self.stats.would_deny += max(0, counts[stream] - int(room))
+            member.share, member.sent_at = held, now
+            fill_s = budget.fill_s if budget is not None else 0
+            actions.append(Action(stream, bucket.key, held, self.ttl_s, fill_s))
+        return actions
+
+    def _shares(self, bucket: _Bucket, budget: Budget, now: float) -> dict[int, Share]:
+        held = [share for _, share in bucket.reserved]
+        pool = Budget(
+            max(0, budget.tokens - sum(share.tokens_per_fill for share in held)),
+            budget.fill_s,
+            max(0, budget.burst - sum(share.max_tokens for share in held)),
+        )
+        window = Fraction(max(self.interval, now - bucket.round_times[0])).limit_denominator(
+            1_000_000
+        )
+        streams = list(bucket.members)
+        demands = [
+            Fraction(sum(bucket.members[stream].recent) * budget.fill_s) / window
+            for stream in streams
+        ]
+        return dict(zip(streams, split(pool, demands), strict=True))
+
+
+def bucket_key(bucket: Mapping[str, str]) -> BucketKey:
+    """The service's key of a ``BucketId`` map: its items in key order (the map has none)."""
+    return tuple(sorted(bucket.items()))
