@@ -1,0 +1,155 @@
+"""RLQS end to end: real Envoys with the rate_limit_quota filter, `ratewarden serve --rlqs`.
+
+Envoy enforces the assignments itself: after the first report it holds a token bucket
+from ratewarden and answers 429 on its own. No test sleeps for a window: each polls with
+a deadline of a few seconds, and the request counts are bounded. Envoy reports every
+second (reporting_interval 1s) and ratewarden's rounds are a second apart.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import pytest
+
+from tests.e2e._envoy import RLQS_BOOTSTRAP, Backend, Envoy, envoy_on, free_ports
+from tests.server_transport._process import ServeProcess
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES = """\
+domain: edge
+descriptors:
+  - key: tenant
+    value: solo
+    rate_limit: {algorithm: token_bucket, unit: minute, requests_per_unit: 3}
+  - key: tenant
+    value: shared
+    rate_limit: {algorithm: token_bucket, unit: minute, requests_per_unit: 6}
+"""
+#: Seconds a test polls for a change before it fails; requests are 20 ms apart at most.
+DEADLINE = 6.0
+
+
+@pytest.fixture(scope="module")
+def backend() -> Iterator[Backend]:
+    server = Backend()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def ratewarden(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+    rules = tmp_path_factory.mktemp("rlqs") / "rules.yaml"
+    rules.write_text(RULES)
+    server = ServeProcess(rules, "--rlqs", "--rlqs-interval", "1", "--rlqs-ttl", "5")
+    try:
+        server.wait_serving()
+        yield server
+    finally:
+        server.stop()
+
+
+def rlqs_envoy(backend: Backend, ratewarden: ServeProcess) -> AbstractContextManager[Envoy]:
+    """An Envoy whose buckets (by x-tenant) deny until their first assignment."""
+    return envoy_on(
+        RLQS_BOOTSTRAP,
+        backend=backend.port,
+        ratewarden=ratewarden.grpc_port,
+        domain="edge",
+        no_assignment="DENY_ALL",
+    )
+
+
+def first_200(proxy: Envoy, tenant: str) -> int:
+    """Poll until Envoy admits one request for ``tenant`` (its assignment arrived); the
+    number of 429s before it."""
+    deadline = time.monotonic() + DEADLINE
+    denied = 0
+    while time.monotonic() < deadline:
+        status, _ = proxy.get("/", {"x-tenant": tenant})
+        if status == 200:
+            return denied
+        assert status == 429
+        denied += 1
+        time.sleep(0.02)
+    raise AssertionError(f"Envoy admitted nothing for {tenant!r} within {DEADLINE} s")
+
+
+def test_envoy_enforces_the_assigned_token_bucket_and_keeps_it_across_rounds(
+    backend: Backend, ratewarden: ServeProcess
+) -> None:
+    """3 a minute: 429 until the assignment (no_assignment DENY_ALL), then exactly 3 x 200,
+    then 429 for the next 1.5 s: the rounds re-send the same bucket, which Envoy keeps
+    rather than starting a full new one."""
+    with rlqs_envoy(backend, ratewarden) as proxy:
+        first_200(proxy, "solo")
+        statuses = [proxy.get("/", {"x-tenant": "solo"})[0] for _ in range(5)]
+        assert statuses == [200, 200, 429, 429, 429]
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            assert proxy.get("/", {"x-tenant": "solo"})[0] == 429
+            time.sleep(0.05)
+        assert proxy.get("/")[0] == 200  # no x-tenant: no bucket, not limited
+
+
+def test_two_envoys_share_one_limit_within_the_stated_bound(
+    backend: Backend, ratewarden: ServeProcess
+) -> None:
+    """6 a minute between two Envoys: the second gets a share at the next round, and what
+    both admit stays within r*W + M*(floor(W/I) + 2) (docs/rlqs.md), M = max(6, 2)."""
+    with rlqs_envoy(backend, ratewarden) as first, rlqs_envoy(backend, ratewarden) as second:
+        started = time.monotonic()
+        admitted = 0
+        first_200(first, "shared")
+        admitted += 1
+        admitted += sum(first.get("/", {"x-tenant": "shared"})[0] == 200 for _ in range(10))
+        first_200(second, "shared")  # a share moved to the newcomer
+        admitted += 1
+        for _ in range(10):
+            admitted += first.get("/", {"x-tenant": "shared"})[0] == 200
+            admitted += second.get("/", {"x-tenant": "shared"})[0] == 200
+        width = time.monotonic() - started
+        assert admitted <= 6 / 60 * width + 6 * (math.floor(width) + 2)
+        assert first.get("/", {"x-tenant": "shared"})[0] == 429
+        assert second.get("/", {"x-tenant": "shared"})[0] == 429
+
+
+def test_the_example_runs_as_written_with_the_example_rules(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """examples/envoy-rlqs.yaml (ports changed) over `ratewarden serve --rlqs --config
+    examples/ratelimit.yaml`: an API key of 100 a minute is held to a couple at once."""
+    bootstrap = (ROOT / "examples" / "envoy-rlqs.yaml").read_text()
+    ports = {"10000": "listener", "8000": "backend", "8081": "ratewarden", "9901": "admin"}
+    assert sorted(re.findall(r"port_value: (\d+)", bootstrap)) == sorted(ports)
+    server = ServeProcess(ROOT / "examples" / "ratelimit.yaml", "--rlqs")
+    try:
+        server.wait_serving()
+        listener, admin = free_ports(2)
+        actual = {"listener": listener, "backend": backend.port}
+        actual |= {"ratewarden": server.grpc_port, "admin": admin}
+        for port, name in ports.items():
+            bootstrap = bootstrap.replace(f"port_value: {port}", f"port_value: {actual[name]}")
+        proxy = Envoy(bootstrap, port=listener, admin=admin)
+        try:
+            statuses = []
+            deadline = time.monotonic() + DEADLINE
+            while 429 not in statuses and time.monotonic() < deadline:
+                statuses.append(proxy.get("/", {"x-api-key": "abc"})[0])
+            assert 429 in statuses, statuses  # allowed until the assignment, then 2 tokens
+            # then 100 a minute refill: at most one more 200 in the next half second
+            end = time.monotonic() + 0.5
+            after = []
+            while time.monotonic() < end:
+                after.append(proxy.get("/", {"x-api-key": "abc"})[0])
+                time.sleep(0.02)
+            assert after.count(200) <= 1, after
+        finally:
+            proxy.stop()
+    finally:
+        server.stop()
