@@ -8,7 +8,7 @@ tested on its own in tests/rlqs; here: the wire, the settings, reload and bad re
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -19,7 +19,7 @@ from envoy.type.v3 import ratelimit_strategy_pb2
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.server.settings import Settings
-from tests.server_transport.conftest import OK, StartServer, channel, request
+from tests.server_transport.conftest import OK, StartServer, channel, http, request
 
 RULES = """\
 domain: edge
@@ -75,6 +75,14 @@ async def streams() -> AsyncIterator[list[Stream]]:
     yield opened
     for stream in opened:
         await stream.close()
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Poll ``condition`` every 10 ms until it holds; fail after ``WAIT`` seconds."""
+    deadline = asyncio.get_running_loop().time() + WAIT
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition never held"
+        await asyncio.sleep(0.01)
 
 
 def assignment(response: Any) -> dict[str, Any]:
@@ -145,6 +153,31 @@ async def test_two_envoys_share_the_limit_after_the_next_round(
     assert one["token_bucket"][0] + two["token_bucket"][0] == 4
 
 
+async def test_rlqs_json_shows_streams_and_assignments_and_is_404_when_off(
+    start_server: StartServer, streams: list[Stream]
+) -> None:
+    server = await start_server(RULES, rlqs=True)
+    stream = Stream(server.grpc_port)
+    streams.append(stream)
+    stream.send(report("edge", ({"tenant": "a"}, 2, 1)))
+    await stream.next()
+    state = (await http(server.http_port, "GET", "/rlqs.json")).json()
+    assert state["streams"] == 1 and state["buckets"] == 1
+    assert state["stats"]["reports"] == 1
+    assert state["assignments"] == [
+        {
+            "domain": "edge",
+            "bucket": {"tenant": "a"},
+            "rule": "edge.tenant",
+            "stream": 1,
+            "assignment": {"tokens_per_fill": 6, "max_tokens": 4},
+        }
+    ]
+    off = await start_server(RULES)
+    reply = await http(off.http_port, "GET", "/rlqs.json")
+    assert reply.status == 404 and b"--rlqs" in reply.body
+
+
 @pytest.mark.parametrize(
     ("message", "reason"),
     [
@@ -167,7 +200,10 @@ async def test_a_bad_report_ends_its_stream_with_invalid_argument_and_changes_no
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert reason in (raised.value.details() or "")
     assert server.quota is not None
-    assert server.quota.quota.buckets == 0 and server.quota.quota.streams == 0
+    quota = server.quota.quota
+    assert quota.buckets == 0
+    # the client may see the status before the handler's cleanup has run: wait for it
+    await until(lambda: quota.streams == 0)
 
 
 async def test_bytes_that_are_not_a_report_end_the_stream_with_invalid_argument(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
@@ -240,6 +241,20 @@ class RateLimitServer:
         directory = multiprocess_dir()
         states = shared.gather(directory, state) if directory is not None else [state]
         return render(states, self.config.rules, self.stats.clock.now())
+
+    def rlqs(self) -> dict[str, Any] | None:
+        """``/rlqs.json``: the quota service's streams, counts and assignments (None when off)."""
+        if self.quota is None:
+            return None
+        quota = self.quota.quota
+        return {
+            "streams": quota.streams,
+            "buckets": quota.buckets,
+            "interval_s": quota.interval,
+            "ttl_s": quota.ttl_s,
+            "stats": dataclasses.asdict(quota.stats),
+            "assignments": quota.assignments(),
+        }
 
     # --- lifecycle ------------------------------------------------------------------
 
