@@ -270,7 +270,7 @@ def test_an_idle_envoys_share_goes_to_the_busy_ones_within_history_plus_two_roun
     quota, clock = service(rules(f"{{unit: minute, requests_per_unit: {limit}}}"))
     streams = [quota.open() for _ in range(envoys)]
     latest: dict[int, object] = {}
-    for second in range(idle_at + quota.history + 3):
+    for second in range(idle_at + quota.history + 2):  # history + 2 rounds of idleness
         for index, stream in enumerate(streams):
             busy = index > 0 or second < idle_at
             # each busy Envoy asks for the whole limit every second: contention
