@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import logging
 import time
@@ -161,17 +160,10 @@ class RateLimitServer:
         if settings.tls_cert is not None and settings.tls_key is not None:
             tls = GrpcTls.load(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
         #: Envoy's quota service (``--rlqs``): its shares live in this process (docs/rlqs.md).
-        self.quota: RateLimitQuotaServicer | None = None
-        if settings.rlqs:
-            self.quota = RateLimitQuotaServicer(
-                QuotaService(
-                    self.config,
-                    clock=SystemClock(),
-                    interval=settings.rlqs_interval,
-                    ttl_s=settings.rlqs_ttl,
-                    shadow=settings.shadow,
-                )
-            )
+        self.quota = None if not settings.rlqs else RateLimitQuotaServicer(
+            QuotaService(self.config, clock=SystemClock(), interval=settings.rlqs_interval,
+                         ttl_s=settings.rlqs_ttl, shadow=settings.shadow)
+        )  # fmt: skip
         self.transport = settings.grpc_transport
         self.grpc: GrpcServer | NativeGrpcServer
         if self.transport == "native":
@@ -244,17 +236,7 @@ class RateLimitServer:
 
     def rlqs(self) -> dict[str, Any] | None:
         """``/rlqs.json``: the quota service's streams, counts and assignments (None when off)."""
-        if self.quota is None:
-            return None
-        quota = self.quota.quota
-        return {
-            "streams": quota.streams,
-            "buckets": quota.buckets,
-            "interval_s": quota.interval,
-            "ttl_s": quota.ttl_s,
-            "stats": dataclasses.asdict(quota.stats),
-            "assignments": quota.assignments(),
-        }
+        return None if self.quota is None else self.quota.state()
 
     # --- lifecycle ------------------------------------------------------------------
 

@@ -359,21 +359,21 @@ OPTIONS: dict[str, Option] = {
     "rlqs": Option(
         "--rlqs",
         "RATEWARDEN_RLQS",
-        _boolean,
+        boolean,
         "also serve Envoy's Rate Limit Quota Service (StreamRateLimitQuotas) on the gRPC port "
         "from the same rules; needs --transport grpcio (auto picks it) and one worker",
     ),
     "rlqs_interval": Option(
         "--rlqs-interval",
         "RATEWARDEN_RLQS_INTERVAL",
-        _seconds(0.0, allow_low=False),
+        seconds(0.0, allow_low=False),
         "seconds between two share rounds of a quota bucket; set it to Envoy's "
         "reporting_interval (1)",
     ),
     "rlqs_ttl": Option(
         "--rlqs-ttl",
         "RATEWARDEN_RLQS_TTL",
-        _integer(1, 86_400),
+        integer(1, 86_400),
         "whole seconds an RLQS assignment lives in Envoy unless renewed; above --rlqs-interval (5)",
     ),
     "over_limit_cache": Option(

@@ -12,6 +12,7 @@ The native transport (pygrpc-native) serves unary calls only, so this is grpcio'
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
@@ -154,6 +155,18 @@ class RateLimitQuotaServicer:
             queue = self._queues.get(stream)
             if queue is not None:
                 queue.put_nowait(response(mine))
+
+    def state(self) -> dict[str, Any]:
+        """What ``/rlqs.json`` shows: streams, buckets, counts and every assignment."""
+        quota = self.quota
+        return {
+            "streams": quota.streams,
+            "buckets": quota.buckets,
+            "interval_s": quota.interval,
+            "ttl_s": quota.ttl_s,
+            "stats": dataclasses.asdict(quota.stats),
+            "assignments": quota.assignments(),
+        }
 
     def end_streams(self) -> None:
         """End every open stream (shutdown): Envoy keeps its assignments until their TTL."""
