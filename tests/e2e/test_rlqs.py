@@ -119,6 +119,59 @@ def test_two_envoys_share_one_limit_within_the_stated_bound(
         assert second.get("/", {"x-tenant": "shared"})[0] == 429
 
 
+def poll(proxy: Envoy, tenant: str, wanted: int) -> list[int]:
+    """Requests for ``tenant`` 20 ms apart until one answers ``wanted``; the statuses seen."""
+    deadline = time.monotonic() + DEADLINE
+    seen: list[int] = []
+    while time.monotonic() < deadline:
+        seen.append(proxy.get("/", {"x-tenant": tenant})[0])
+        if seen[-1] == wanted:
+            return seen
+        time.sleep(0.02)
+    raise AssertionError(f"no {wanted} for {tenant!r} within {DEADLINE} s: {seen}")
+
+
+def test_ratewarden_stopped_and_restarted_mid_run_gives_the_documented_behaviour(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """docs/rlqs.md: while ratewarden is gone Envoy keeps its assignment until --rlqs-ttl
+    (still 429), then falls back to no_assignment_behavior (ALLOW_ALL here: 200); restarted on
+    the same port, it takes Envoy's next report as a new subscription and Envoy enforces again.
+
+    The last renewal reached Envoy at most 1.25 s (a round and a tick) before the stop, so the
+    3 s TTL cannot run out before 1.75 s after it, and must have by 3 s after it."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    options = ("--rlqs", "--rlqs-interval", "1", "--rlqs-ttl", "3")
+    first = ServeProcess(rules, *options)
+    port = {"RATEWARDEN_GRPC_PORT": str(first.grpc_port)}
+    try:
+        first.wait_serving()
+        with envoy_on(
+            RLQS_BOOTSTRAP,
+            backend=backend.port,
+            ratewarden=first.grpc_port,
+            domain="edge",
+            no_assignment="ALLOW_ALL",
+        ) as proxy:
+            poll(proxy, "solo", 429)  # allowed until the assignment, then its 3 tokens spent
+            stopping = time.monotonic()
+            first.stop()
+            held = [proxy.get("/", {"x-tenant": "solo"})[0] for _ in range(3)]
+            assert time.monotonic() - stopping < 1.75, "the stop took too long to tell"
+            assert held == [429, 429, 429]  # ratewarden is gone; the assignment holds
+            seen = poll(proxy, "solo", 200)  # the TTL ran out: no assignment, ALLOW_ALL
+            assert time.monotonic() - stopping >= 1.75, seen
+            again = ServeProcess(rules, *options, env=port)
+            try:
+                again.wait_serving()
+                poll(proxy, "solo", 429)  # Envoy resubscribed and enforces a new bucket
+            finally:
+                again.stop()
+    finally:
+        first.stop()
+
+
 def test_the_example_runs_as_written_with_the_example_rules(
     backend: Backend, tmp_path: Path
 ) -> None:
