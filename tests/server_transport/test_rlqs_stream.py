@@ -178,6 +178,32 @@ async def test_rlqs_json_shows_streams_and_assignments_and_is_404_when_off(
     assert reply.status == 404 and b"--rlqs" in reply.body
 
 
+async def test_metrics_count_reports_by_rule_and_show_what_is_assigned(
+    start_server: StartServer, streams: list[Stream]
+) -> None:
+    """/metrics: reported requests by rule and outcome, streams and tokens assigned per rule;
+    a bucket without a rule is counted under rule="none", never under its values."""
+    server = await start_server(RULES, rlqs=True)
+    stream = Stream(server.grpc_port)
+    streams.append(stream)
+    stream.send(report("edge", ({"tenant": "a"}, 2, 1), ({"who": "secret-value"}, 5, 0)))
+    await stream.next()
+    text = (await http(server.http_port, "GET", "/metrics")).body.decode()
+    expected = [
+        'ratewarden_rlqs_reported_requests_total{outcome="allowed",rule="edge.tenant"} 2.0',
+        'ratewarden_rlqs_reported_requests_total{outcome="denied",rule="edge.tenant"} 1.0',
+        'ratewarden_rlqs_reported_requests_total{outcome="allowed",rule="none"} 5.0',
+        'ratewarden_rlqs_assigned_streams{rule="edge.tenant"} 1.0',
+        'ratewarden_rlqs_assigned_tokens_per_fill{rule="edge.tenant"} 6.0',
+        "ratewarden_rlqs_streams 1.0",
+        "ratewarden_rlqs_buckets 2.0",
+        "ratewarden_rlqs_reports_total 1.0",
+        "ratewarden_rlqs_unknown_buckets_total 1.0",
+    ]
+    assert [line for line in expected if line not in text.splitlines()] == []
+    assert "secret-value" not in text
+
+
 @pytest.mark.parametrize(
     ("message", "reason"),
     [

@@ -42,7 +42,7 @@ from ratewarden.server.http import HttpServer
 from ratewarden.server.logs import configure_logging
 from ratewarden.server.reload import ConfigWatcher
 from ratewarden.server.response import fallback_response
-from ratewarden.server.rlqs import QuotaService, RateLimitQuotaServicer
+from ratewarden.server.rlqs import QuotaCollector, QuotaService, RateLimitQuotaServicer
 from ratewarden.server.service import AsyncRateLimitService
 from ratewarden.server.settings import Settings, redacted, store_scheme, uvloop_installed
 from ratewarden.server.stats import ServiceStats, multiprocess_dir
@@ -164,6 +164,8 @@ class RateLimitServer:
             QuotaService(self.config, clock=SystemClock(), interval=settings.rlqs_interval,
                          ttl_s=settings.rlqs_ttl, shadow=settings.shadow)
         )  # fmt: skip
+        if self.quota is not None:
+            self.stats.registry.register(QuotaCollector(self.quota.quota))
         self.transport = settings.grpc_transport
         self.grpc: GrpcServer | NativeGrpcServer
         if self.transport == "native":

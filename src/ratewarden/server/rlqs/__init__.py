@@ -8,13 +8,15 @@ config, what is not built yet). The part, one concept a module:
 - ``shares``: the share arithmetic, pure: a rule's limit split between Envoys;
 - ``buckets``: a ``BucketId`` matched against a domain's descriptors;
 - ``quota``: ``QuotaService``, streams, buckets and rounds, sans-I/O on a clock;
-- ``grpc``: ``RateLimitQuotaServicer``, the stream over grpcio.
+- ``grpc``: ``RateLimitQuotaServicer``, the stream over grpcio;
+- ``metrics``: ``QuotaCollector``, its Prometheus metrics.
 """
 
 from __future__ import annotations
 
 from ratewarden.server.rlqs.buckets import bucket_entries, bucket_rule
 from ratewarden.server.rlqs.grpc import RATE_LIMIT_QUOTA_SERVICE, RateLimitQuotaServicer
+from ratewarden.server.rlqs.metrics import QuotaCollector
 from ratewarden.server.rlqs.quota import (
     ALLOW_ALL,
     DENY_ALL,
@@ -34,6 +36,7 @@ __all__ = [
     "RATE_LIMIT_QUOTA_SERVICE",
     "Action",
     "Budget",
+    "QuotaCollector",
     "QuotaService",
     "QuotaStats",
     "RateLimitQuotaServicer",

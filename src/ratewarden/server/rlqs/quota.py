@@ -151,6 +151,8 @@ class QuotaService:
         self.history = history
         self.shadow = shadow
         self.stats = QuotaStats()
+        #: Requests Envoys reported, by (rule path or "none", "allowed" or "denied").
+        self.reported: dict[tuple[str, str], int] = {}
         self._streams: dict[int, str] = {}
         self._buckets: dict[tuple[str, BucketKey], _Bucket] = {}
         self._next = 0
@@ -193,6 +195,11 @@ class QuotaService:
                     member.share, member.sent_at = fixed, now
                     actions.append(Action(stream, bucket.key, fixed, self.ttl_s))
             member.pending += usage.allowed + usage.denied
+        for usage in usages:
+            rule = self._buckets[(domain, usage.bucket)].rule
+            path = "none" if rule is None else rule.path
+            for outcome, count in (("allowed", usage.allowed), ("denied", usage.denied)):
+                self.reported[(path, outcome)] = self.reported.get((path, outcome), 0) + count
         return actions
 
     def tick(self) -> list[Action]:
@@ -236,6 +243,20 @@ class QuotaService:
             else:
                 bucket.rule = rule
         return actions
+
+    def held(self) -> dict[str, tuple[int, int]]:
+        """Per rule path: the streams holding a token bucket of it, and their tokens per fill."""
+        out: dict[str, tuple[int, int]] = {}
+        for bucket in self._buckets.values():
+            if bucket.rule is None:
+                continue
+            shares = [m.share for m in bucket.members.values() if isinstance(m.share, Share)]
+            streams, tokens = out.get(bucket.rule.path, (0, 0))
+            out[bucket.rule.path] = (
+                streams + len(shares),
+                tokens + sum(share.tokens_per_fill for share in shares),
+            )
+        return out
 
     def assignments(self) -> list[dict[str, object]]:
         """What every stream holds, per bucket (for introspection and tests)."""
