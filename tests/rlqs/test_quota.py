@@ -29,6 +29,7 @@ from ratewarden.server.rlqs import (
     Usage,
     bucket_key,
 )
+from ratewarden.server.rlqs.quota import IDLE_ROUNDS
 from ratewarden.testing import ManualClock
 
 TENANT = bucket_key({"tenant": "a"})
@@ -134,6 +135,27 @@ def test_reload_abandons_buckets_whose_rule_is_gone_and_others_take_the_new_limi
     assert actions == [Action(one, gone, None)]
     clock.advance(1)
     assert held(quota.tick()) == {one: Share(6, 1)}
+
+
+def test_a_stream_idle_for_idle_rounds_is_told_to_abandon_the_bucket() -> None:
+    """The protocol's inactive bucket: after IDLE_ROUNDS rounds with no request reported, the
+    idle Envoy is sent an abandon and the busy one holds the whole limit."""
+    quota, clock = service()
+    busy, idle = quota.open(), quota.open()
+    quota.report(busy, "edge", [Usage(TENANT, 1, 0)])
+    quota.report(idle, "edge", [Usage(TENANT, 0, 0)])
+    seen: list[Action] = []
+    rounds = 0
+    while Action(idle, TENANT, None) not in seen:
+        assert rounds <= IDLE_ROUNDS, "no abandon after IDLE_ROUNDS rounds"
+        clock.advance(1)
+        quota.report(busy, "edge", [Usage(TENANT, 100, 0)])
+        quota.report(idle, "edge", [Usage(TENANT, 0, 0)])
+        seen = quota.tick()
+        rounds += 1
+    assert rounds >= IDLE_ROUNDS - 1  # not before (its joining round counted as idle too)
+    assert held(seen) == {busy: Share(60, 1), idle: None}
+    assert quota.stats.abandoned == 1
 
 
 # ---------------------------------------------------------------- the bound, simulated

@@ -11,7 +11,7 @@ ratewarden_rlqs_buckets                         buckets tracked (every domain)
 ratewarden_rlqs_reports_total                   usage reports taken
 ratewarden_rlqs_rounds_total                    share rounds run
 ratewarden_rlqs_unknown_buckets_total           buckets that matched no rule (ALLOW_ALL)
-ratewarden_rlqs_abandoned_total                 abandon_actions sent (rules removed)
+ratewarden_rlqs_abandoned_total                 abandon_actions sent (rule removed, idle)
 ratewarden_rlqs_would_deny_total                requests shadow rules' Envoys admitted
                                                 beyond their shares (estimate)
 ratewarden_rlqs_reported_requests_total         {rule, outcome}: requests Envoys reported

@@ -18,7 +18,8 @@ keeps its token bucket rather than starting a full new one. A stream that joins 
 bucket between rounds waits for the next round (Envoy's ``no_assignment_behavior``
 meanwhile), so no tokens are created outside rounds. A stream that closes keeps its
 share reserved until its last assignment's time to live (plus one interval) is over:
-its Envoy may still be enforcing it.
+its Envoy may still be enforcing it. A stream that reports no request for a bucket for
+``IDLE_ROUNDS`` rounds in a row is sent an abandon (the protocol's inactive bucket).
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ BUCKET_ALGORITHMS = ("gcra", "token_bucket", "leaky_bucket")
 MAX_COUNT = 10**12
 #: Most buckets the service tracks at once (every stream together).
 MAX_BUCKETS = 100_000
+#: Rounds in a row a stream reports no request for a bucket before it is told to abandon it.
+IDLE_ROUNDS = 60
 
 
 class ReportError(ConfigurationError):
@@ -112,6 +115,7 @@ def rule_budget(rule: DescriptorRule, interval_s: float) -> Budget:
 class _Member:
     pending: int = 0
     recent: deque[int] = field(default_factory=deque)
+    idle: int = 0
     share: Share | str | None = None
     sent_at: float = 0.0
 
@@ -344,15 +348,21 @@ class QuotaService:
         bucket.round_times.append(now)
         bucket.reserved = [(until, share) for until, share in bucket.reserved if until > now]
         counts = {stream: member.pending for stream, member in bucket.members.items()}
-        for member in bucket.members.values():
+        actions = []
+        for stream, member in list(bucket.members.items()):
             member.recent.append(member.pending)
+            member.idle = member.idle + 1 if member.pending == 0 else 0
             member.pending = 0
+            if member.idle >= IDLE_ROUNDS:
+                # Envoy erases an abandoned bucket at once: nothing left to reserve.
+                del bucket.members[stream]
+                actions.append(Action(stream, bucket.key, None))
+                self.stats.abandoned += 1
         fixed = self._fixed(bucket)
         rule = bucket.rule
         # Split when enforcing, and for a shadow rule too: what it would have assigned.
         budget = None if rule is None or rule.unlimited else rule_budget(rule, self.interval)
         shares = {} if budget is None else self._shares(bucket, budget, now)
-        actions = []
         for stream, member in bucket.members.items():
             held: Share | str | None = fixed
             if fixed is None:
