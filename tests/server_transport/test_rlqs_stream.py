@@ -232,6 +232,35 @@ async def test_a_bad_report_ends_its_stream_with_invalid_argument_and_changes_no
     await until(lambda: quota.streams == 0)
 
 
+async def test_a_failure_inside_the_service_ends_the_stream_with_internal_and_no_trace(
+    start_server: StartServer, streams: list[Stream], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug while taking a report (injected here) is logged; Envoy gets INTERNAL and a short
+    message, not the exception; other streams keep working."""
+    server = await start_server(RULES, rlqs=True)
+    assert server.quota is not None
+    quota = server.quota.quota
+    healthy = Stream(server.grpc_port)
+    streams.append(healthy)
+    healthy.send(report("edge", ({"tenant": "a"}, 1, 0)))
+    await healthy.next()
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("secret internals")
+
+    monkeypatch.setattr(quota, "report", broken)
+    stream = Stream(server.grpc_port)
+    streams.append(stream)
+    stream.send(report("edge", ({"tenant": "b"}, 1, 0)))
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await stream.next()
+    assert raised.value.code() == grpc.StatusCode.INTERNAL
+    assert raised.value.details() == "the quota service failed; see its log"
+    monkeypatch.undo()
+    healthy.send(report("edge", ({"tenant": "c"}, 1, 0)))
+    assert assignment(await healthy.next())["bucket"] == {"tenant": "c"}
+
+
 async def test_bytes_that_are_not_a_report_end_the_stream_with_invalid_argument(
     start_server: StartServer,
 ) -> None:

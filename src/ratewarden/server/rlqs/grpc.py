@@ -40,6 +40,8 @@ RATE_LIMIT_QUOTA_SERVICE = "envoy.service.rate_limit_quota.v3.RateLimitQuotaServ
 _Strategy = ratelimit_strategy_pb2.RateLimitStrategy
 _Action = rlqs_pb2.RateLimitQuotaResponse.BucketAction
 _END = object()
+#: What a stream is ended with when the service failed on one of its reports (a bug).
+_FAILED = object()
 
 
 def usages(reports: Any) -> list[Usage]:
@@ -119,6 +121,10 @@ class RateLimitQuotaServicer:
                         extra={"event": "rlqs_bad_report", "stream": stream},
                     )
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(item))
+                if item is _FAILED:
+                    await context.abort(
+                        grpc.StatusCode.INTERNAL, "the quota service failed; see its log"
+                    )
                 yield item
         finally:
             reader.cancel()
@@ -144,6 +150,10 @@ class RateLimitQuotaServicer:
                 self.send(actions)
         except grpc.RpcError:
             pass  # the client went away: the handler's finally closes the stream
+        except Exception:
+            log.exception("quota report failed", extra={"event": "rlqs_report_failed"})
+            queue.put_nowait(_FAILED)
+            return
         queue.put_nowait(_END)
 
     def send(self, actions: Iterable[Action]) -> None:
