@@ -2,15 +2,17 @@
 
 Envoy enforces the assignments itself: after the first report it holds a token bucket
 from ratewarden and answers 429 on its own. No test sleeps for a window: each polls with
-a deadline of a few seconds, and the request counts are bounded. Envoy reports every
-second (reporting_interval 1s) and ratewarden's rounds are a second apart.
+a deadline of a few seconds, and the request counts are bounded. Envoy 1.40 reports every
+5 s whatever its reporting_interval says; ratewarden's rounds are a second apart.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -29,6 +31,9 @@ descriptors:
     rate_limit: {algorithm: token_bucket, unit: minute, requests_per_unit: 3}
   - key: tenant
     value: shared
+    rate_limit: {algorithm: token_bucket, unit: minute, requests_per_unit: 6}
+  - key: tenant
+    value: moving
     rate_limit: {algorithm: token_bucket, unit: minute, requests_per_unit: 6}
 """
 #: Seconds a test polls for a change before it fails; requests are 20 ms apart at most.
@@ -117,6 +122,45 @@ def test_two_envoys_share_one_limit_within_the_stated_bound(
         assert admitted <= 6 / 60 * width + 6 * (math.floor(width) + 2)
         assert first.get("/", {"x-tenant": "shared"})[0] == 429
         assert second.get("/", {"x-tenant": "shared"})[0] == 429
+
+
+def held(server: ServeProcess, tenant: str) -> list[object]:
+    """What each stream holds for the bucket ``{tenant: ...}``, from ``/rlqs.json``."""
+    url = f"http://127.0.0.1:{server.http_port}/rlqs.json"
+    with urllib.request.urlopen(url, timeout=2) as reply:
+        state = json.load(reply)
+    return [
+        entry["assignment"]
+        for entry in state["assignments"]
+        if entry["bucket"] == {"tenant": tenant}
+    ]
+
+
+def test_when_one_envoy_goes_quiet_its_share_moves_to_the_busy_one(
+    backend: Backend, ratewarden: ServeProcess
+) -> None:
+    """Both Envoys ask: both hold a part of the 6 a minute. Then only one asks (about 10 a
+    second, far over the limit): once the quiet one's last 2 reports count nothing (Envoy 1.40
+    reports every 5 s: within 3 reports, 15 s, and a round) it holds DENY_ALL and the busy one
+    all 6 (docs/rlqs.md, how fast shares move)."""
+    with rlqs_envoy(backend, ratewarden) as quiet, rlqs_envoy(backend, ratewarden) as busy:
+        first_200(quiet, "moving")
+        first_200(busy, "moving")
+        deadline = time.monotonic() + DEADLINE
+        while len(held(ratewarden, "moving")) < 2:  # the newcomer's round
+            assert time.monotonic() < deadline, held(ratewarden, "moving")
+            quiet.get("/", {"x-tenant": "moving"})
+            busy.get("/", {"x-tenant": "moving"})
+            time.sleep(0.04)
+        both = held(ratewarden, "moving")
+        assert all(isinstance(share, dict) for share in both), both
+        assert sum(share["tokens_per_fill"] for share in both) == 6  # type: ignore[index]
+        deadline = time.monotonic() + 3 * 5 + 1.25 + 3  # 3 s of slack on a shared machine
+        moved = sorted(json.dumps(x) for x in ["deny_all", {"max_tokens": 6, "tokens_per_fill": 6}])
+        while sorted(json.dumps(x, sort_keys=True) for x in held(ratewarden, "moving")) != moved:
+            assert time.monotonic() < deadline, held(ratewarden, "moving")
+            busy.get("/", {"x-tenant": "moving"})
+            time.sleep(0.1)
 
 
 def poll(proxy: Envoy, tenant: str, wanted: int) -> list[int]:

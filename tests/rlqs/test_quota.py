@@ -29,7 +29,7 @@ from ratewarden.server.rlqs import (
     Usage,
     bucket_key,
 )
-from ratewarden.server.rlqs.quota import IDLE_ROUNDS
+from ratewarden.server.rlqs.quota import IDLE_S
 from ratewarden.testing import ManualClock
 
 TENANT = bucket_key({"tenant": "a"})
@@ -137,8 +137,8 @@ def test_reload_abandons_buckets_whose_rule_is_gone_and_others_take_the_new_limi
     assert held(quota.tick()) == {one: Share(6, 1)}
 
 
-def test_a_stream_idle_for_idle_rounds_is_told_to_abandon_the_bucket() -> None:
-    """The protocol's inactive bucket: after IDLE_ROUNDS rounds with no request reported, the
+def test_a_stream_that_reports_no_request_for_idle_s_is_told_to_abandon_the_bucket() -> None:
+    """The protocol's inactive bucket: IDLE_S seconds after its last reported request, the
     idle Envoy is sent an abandon and the busy one holds the whole limit."""
     quota, clock = service()
     busy, idle = quota.open(), quota.open()
@@ -147,13 +147,13 @@ def test_a_stream_idle_for_idle_rounds_is_told_to_abandon_the_bucket() -> None:
     seen: list[Action] = []
     rounds = 0
     while Action(idle, TENANT, None) not in seen:
-        assert rounds <= IDLE_ROUNDS, "no abandon after IDLE_ROUNDS rounds"
+        assert rounds <= IDLE_S, "no abandon IDLE_S seconds after its last request"
         clock.advance(1)
         quota.report(busy, "edge", [Usage(TENANT, 100, 0)])
         quota.report(idle, "edge", [Usage(TENANT, 0, 0)])
         seen = quota.tick()
         rounds += 1
-    assert rounds >= IDLE_ROUNDS - 1  # not before (its joining round counted as idle too)
+    assert rounds == IDLE_S  # it joined (asking nothing) at 0: not a second before
     assert held(seen) == {busy: Share(60, 1), idle: None}
     assert quota.stats.abandoned == 1
 
@@ -218,7 +218,7 @@ STEP = 0.25
 def test_the_fleet_never_admits_more_than_the_stated_bound_in_any_window(
     data: st.DataObject, envoys: int, limit: int, period: int, burst: int | None
 ) -> None:
-    """Random demand, joins and leaves: every window's admissions stay within
+    """Random demand, report gaps, joins and leaves: every window's admissions stay within
     r*W + M*(floor(W/I) + 2), and the shares held never sum above the limit."""
     unit = {1: "second", 10: "second", 60: "minute"}[period]
     multiplier = 10 if period == 10 else 1
@@ -241,6 +241,8 @@ def test_the_fleet_never_admits_more_than_the_stated_bound_in_any_window(
             max_size=steps,
         )
     )
+    # Envoy reports on its own timer (5 s in Envoy 1.40), not in step with the rounds.
+    gaps = data.draw(st.lists(st.sampled_from([1.0, 2.0, 5.0]), min_size=envoys, max_size=envoys))
     sims = [SimEnvoy() for _ in range(envoys)]
     by_stream: dict[int, SimEnvoy] = {}
     per_step: list[int] = []
@@ -257,7 +259,7 @@ def test_the_fleet_never_admits_more_than_the_stated_bound_in_any_window(
             if step == joins[index]:
                 sim.stream = quota.open()
                 by_stream[sim.stream] = sim
-            elif not open_stream or now - sim.last_report < 1.0:
+            elif not open_stream or now - sim.last_report < gaps[index]:
                 continue
             if open_stream:
                 usage = Usage(TENANT, sim.counted, 0)
@@ -284,15 +286,15 @@ def test_the_fleet_never_admits_more_than_the_stated_bound_in_any_window(
 
 @settings(max_examples=40, deadline=None)
 @given(envoys=st.integers(2, 4), limit=st.integers(1, 200), idle_at=st.integers(2, 6))
-def test_an_idle_envoys_share_goes_to_the_busy_ones_within_history_plus_two_rounds(
+def test_an_idle_envoys_share_goes_to_the_busy_ones_within_history_reports(
     envoys: int, limit: int, idle_at: int
 ) -> None:
-    """Under contention, an Envoy that stops asking holds no token history + 2 rounds later,
-    and the busy Envoys hold the whole limit between them."""
+    """Under contention, an Envoy whose last ``history`` reports count no request holds no
+    token after the next round, and the busy Envoys hold the whole limit between them."""
     quota, clock = service(rules(f"{{unit: minute, requests_per_unit: {limit}}}"))
     streams = [quota.open() for _ in range(envoys)]
     latest: dict[int, object] = {}
-    for second in range(idle_at + quota.history + 2):  # history + 2 rounds of idleness
+    for second in range(idle_at + quota.history):  # history reports of idleness
         for index, stream in enumerate(streams):
             busy = index > 0 or second < idle_at
             # each busy Envoy asks for the whole limit every second: contention

@@ -367,8 +367,7 @@ OPTIONS: dict[str, Option] = {
         "--rlqs-interval",
         "RATEWARDEN_RLQS_INTERVAL",
         seconds(0.0, allow_low=False),
-        "seconds between two share rounds of a quota bucket; set it to Envoy's "
-        "reporting_interval (1)",
+        "seconds between two share rounds of a quota bucket: renewals, newcomers, new shares (1)",
     ),
     "rlqs_ttl": Option(
         "--rlqs-ttl",

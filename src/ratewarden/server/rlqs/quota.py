@@ -10,16 +10,20 @@ fixes its answer: no rule, an ``unlimited`` rule, a ``shadow_mode`` rule or the
 global ``shadow`` switch answer ALLOW_ALL; a limit of 0 answers DENY_ALL; any other
 rule's limit is split between the streams reporting the bucket (``shares``).
 
+A member's **demand** is its rate over its last ``history`` reports (the requests
+they count over the time since the report before them, by arrival on this clock):
+Envoy reports on its own timer (every 5 s in Envoy 1.40, whatever its
+``reporting_interval`` says), so demand is measured per report, not per round.
+
 A **round** (at most one per ``interval`` per bucket, and at once for a new bucket)
-moves each member's reported counts into its recent history (``history`` rounds),
-recomputes the shares from that demand and sends every member its assignment with
-``ttl_s``. An unchanged share is sent unchanged, which Envoy takes as "extend": it
+recomputes the shares from the members' demands and sends every member its assignment
+with ``ttl_s``. An unchanged share is sent unchanged, which Envoy takes as "extend": it
 keeps its token bucket rather than starting a full new one. A stream that joins a
 bucket between rounds waits for the next round (Envoy's ``no_assignment_behavior``
 meanwhile), so no tokens are created outside rounds. A stream that closes keeps its
 share reserved until its last assignment's time to live (plus one interval) is over:
 its Envoy may still be enforcing it. A stream that reports no request for a bucket for
-``IDLE_ROUNDS`` rounds in a row is sent an abandon (the protocol's inactive bucket).
+``IDLE_S`` seconds is sent an abandon (the protocol's inactive bucket).
 """
 
 from __future__ import annotations
@@ -60,8 +64,8 @@ BUCKET_ALGORITHMS = ("gcra", "token_bucket", "leaky_bucket")
 MAX_COUNT = 10**12
 #: Most buckets the service tracks at once (every stream together).
 MAX_BUCKETS = 100_000
-#: Rounds in a row a stream reports no request for a bucket before it is told to abandon it.
-IDLE_ROUNDS = 60
+#: Seconds a stream reports no request for a bucket before it is told to abandon it.
+IDLE_S = 60.0
 
 
 class ReportError(ConfigurationError):
@@ -113,11 +117,26 @@ def rule_budget(rule: DescriptorRule, interval_s: float) -> Budget:
 
 @dataclass(slots=True)
 class _Member:
+    #: When it last reported a request for the bucket (when it joined, at first).
+    asked_at: float
+    #: Its last reports for the bucket: (arrival, requests counted), the oldest first.
+    reports: deque[tuple[float, int]]
+    #: Requests reported since the last round (for the shadow estimate).
     pending: int = 0
-    recent: deque[int] = field(default_factory=deque)
-    idle: int = 0
     share: Share | str | None = None
     sent_at: float = 0.0
+
+    def demand(self, fill_s: int, interval: float) -> Fraction:
+        """Its rate in requests per ``fill_s`` seconds over its reports (the first report's
+        count over one ``interval`` while it has only that one)."""
+        first, last = self.reports[0][0], self.reports[-1][0]
+        if len(self.reports) > 1 and last > first:
+            counted = sum(count for _, count in list(self.reports)[1:])
+            span = Fraction(last - first).limit_denominator(1_000_000)
+        else:
+            counted = sum(count for _, count in self.reports)
+            span = Fraction(interval).limit_denominator(1_000_000)
+        return Fraction(counted * fill_s) / span
 
 
 @dataclass(slots=True)
@@ -128,7 +147,6 @@ class _Bucket:
     members: dict[int, _Member] = field(default_factory=dict)
     reserved: list[tuple[float, Share]] = field(default_factory=list)
     last_round: float | None = None
-    round_times: deque[float] = field(default_factory=deque)
 
 
 class QuotaService:
@@ -141,7 +159,7 @@ class QuotaService:
         clock: Clock,
         interval: float = 1.0,
         ttl_s: int = 5,
-        history: int = 3,
+        history: int = 2,
         shadow: bool = False,
     ) -> None:
         if interval <= 0 or ttl_s < 1 or ttl_s <= interval or history < 1:
@@ -187,18 +205,24 @@ class QuotaService:
         actions: list[Action] = []
         for usage in usages:
             bucket = self._bucket(domain, usage.bucket)
+            count = usage.allowed + usage.denied
             member = bucket.members.get(stream)
             if member is None:
-                member = bucket.members[stream] = _Member(recent=deque(maxlen=self.history))
+                member = bucket.members[stream] = _Member(
+                    now, deque([(now, count)], maxlen=self.history + 1), count
+                )
                 if bucket.last_round is None:
-                    member.pending += usage.allowed + usage.denied
                     actions += self._round(bucket, now)
                     continue
                 fixed = self._fixed(bucket)
                 if fixed is not None:
                     member.share, member.sent_at = fixed, now
                     actions.append(Action(stream, bucket.key, fixed, self.ttl_s))
-            member.pending += usage.allowed + usage.denied
+                continue
+            member.reports.append((now, count))
+            member.pending += count
+            if count:
+                member.asked_at = now
         for usage in usages:
             rule = self._buckets[(domain, usage.bucket)].rule
             path = "none" if rule is None else rule.path
@@ -320,9 +344,7 @@ class QuotaService:
         if bucket is None:
             found = self.config.domains.get(domain)
             rule = None if found is None else bucket_rule(found, dict(key))
-            bucket = self._buckets[(domain, key)] = _Bucket(
-                domain, key, rule, round_times=deque(maxlen=self.history + 1)
-            )
+            bucket = self._buckets[(domain, key)] = _Bucket(domain, key, rule)
             if rule is None:
                 self.stats.unknown_buckets += 1
                 log.info(
@@ -345,15 +367,12 @@ class QuotaService:
         self.stats.rounds += 1
         elapsed = self.interval if bucket.last_round is None else now - bucket.last_round
         bucket.last_round = now
-        bucket.round_times.append(now)
         bucket.reserved = [(until, share) for until, share in bucket.reserved if until > now]
         counts = {stream: member.pending for stream, member in bucket.members.items()}
         actions = []
         for stream, member in list(bucket.members.items()):
-            member.recent.append(member.pending)
-            member.idle = member.idle + 1 if member.pending == 0 else 0
             member.pending = 0
-            if member.idle >= IDLE_ROUNDS:
+            if now - member.asked_at >= IDLE_S:
                 # Envoy erases an abandoned bucket at once: nothing left to reserve.
                 del bucket.members[stream]
                 actions.append(Action(stream, bucket.key, None))
@@ -362,7 +381,7 @@ class QuotaService:
         rule = bucket.rule
         # Split when enforcing, and for a shadow rule too: what it would have assigned.
         budget = None if rule is None or rule.unlimited else rule_budget(rule, self.interval)
-        shares = {} if budget is None else self._shares(bucket, budget, now)
+        shares = {} if budget is None else self._shares(bucket, budget)
         for stream, member in bucket.members.items():
             held: Share | str | None = fixed
             if fixed is None:
@@ -377,20 +396,16 @@ class QuotaService:
             actions.append(Action(stream, bucket.key, held, self.ttl_s, fill_s))
         return actions
 
-    def _shares(self, bucket: _Bucket, budget: Budget, now: float) -> dict[int, Share]:
+    def _shares(self, bucket: _Bucket, budget: Budget) -> dict[int, Share]:
         held = [share for _, share in bucket.reserved]
         pool = Budget(
             max(0, budget.tokens - sum(share.tokens_per_fill for share in held)),
             budget.fill_s,
             max(0, budget.burst - sum(share.max_tokens for share in held)),
         )
-        window = Fraction(max(self.interval, now - bucket.round_times[0])).limit_denominator(
-            1_000_000
-        )
         streams = list(bucket.members)
         demands = [
-            Fraction(sum(bucket.members[stream].recent) * budget.fill_s) / window
-            for stream in streams
+            bucket.members[stream].demand(budget.fill_s, self.interval) for stream in streams
         ]
         return dict(zip(streams, split(pool, demands), strict=True))
 
