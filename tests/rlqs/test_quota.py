@@ -158,6 +158,17 @@ def test_a_stream_that_reports_no_request_for_idle_s_is_told_to_abandon_the_buck
     assert quota.stats.abandoned == 1
 
 
+def test_a_rule_added_on_reload_limits_its_bucket_from_the_next_round() -> None:
+    """A bucket that matched nothing (ALLOW_ALL; rules still on their way over xDS, say) gets
+    its token bucket at the first round after the rule arrives."""
+    quota, clock = service("domain: edge\ndescriptors:\n  - key: other\n")
+    one = quota.open()
+    assert held(quota.report(one, "edge", [Usage(TENANT, 1, 0)])) == {one: ALLOW_ALL}
+    assert quota.swap_config(loads(rules())) == []
+    clock.advance(1)
+    assert held(quota.tick()) == {one: Share(60, 1)}
+
+
 # ---------------------------------------------------------------- the bound, simulated
 
 
