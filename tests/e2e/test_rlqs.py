@@ -35,6 +35,10 @@ descriptors:
   - key: tenant
     value: moving
     rate_limit: {algorithm: token_bucket, unit: minute, requests_per_unit: 6}
+  - key: tenant
+    value: watched
+    rate_limit: {algorithm: token_bucket, unit: minute, requests_per_unit: 3}
+    shadow_mode: true
 """
 #: Seconds a test polls for a change before it fails; requests are 20 ms apart at most.
 DEADLINE = 6.0
@@ -161,6 +165,29 @@ def test_when_one_envoy_goes_quiet_its_share_moves_to_the_busy_one(
             assert time.monotonic() < deadline, held(ratewarden, "moving")
             busy.get("/", {"x-tenant": "moving"})
             time.sleep(0.1)
+
+
+def test_a_shadow_rule_allows_all_and_counts_what_it_would_have_denied(
+    backend: Backend, ratewarden: ServeProcess
+) -> None:
+    """shadow_mode: Envoy is assigned ALLOW_ALL (20 x 200 for a rule of 3 a minute); at its next
+    report (5 s in Envoy 1.40) ratewarden counts the requests beyond the would-be share."""
+    url = f"http://127.0.0.1:{ratewarden.http_port}/rlqs.json"
+
+    def would_deny() -> int:
+        with urllib.request.urlopen(url, timeout=2) as reply:
+            return int(json.load(reply)["stats"]["would_deny"])
+
+    before = would_deny()
+    with rlqs_envoy(backend, ratewarden) as proxy:
+        first_200(proxy, "watched")
+        assert held(ratewarden, "watched") == ["allow_all"]
+        statuses = [proxy.get("/", {"x-tenant": "watched"})[0] for _ in range(20)]
+        assert statuses == [200] * 20
+        deadline = time.monotonic() + 5 + 1.25 + 3
+        while would_deny() - before < 20 - 3 - 1:  # 3 tokens, at most 1 refilled in 6 s
+            assert time.monotonic() < deadline, would_deny() - before
+            time.sleep(0.2)
 
 
 def poll(proxy: Envoy, tenant: str, wanted: int) -> list[int]:

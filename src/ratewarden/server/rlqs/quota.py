@@ -102,7 +102,8 @@ class QuotaStats:
     rounds: int = 0
     unknown_buckets: int = 0
     abandoned: int = 0
-    #: Requests shadow buckets' Envoys admitted beyond what their shares would have (estimate).
+    #: Requests shadow buckets' Envoys reported beyond what their would-be shares admit between
+    #: two reports (an estimate: the bucket taken as full at each report).
     would_deny: int = 0
 
 
@@ -121,10 +122,10 @@ class _Member:
     asked_at: float
     #: Its last reports for the bucket: (arrival, requests counted), the oldest first.
     reports: deque[tuple[float, int]]
-    #: Requests reported since the last round (for the shadow estimate).
-    pending: int = 0
     share: Share | str | None = None
     sent_at: float = 0.0
+    #: Under a shadow rule: the share it would hold, and its fill interval in seconds.
+    would: tuple[Share, int] | None = None
 
     def demand(self, fill_s: int, interval: float) -> Fraction:
         """Its rate in requests per ``fill_s`` seconds over its reports (the first report's
@@ -209,7 +210,7 @@ class QuotaService:
             member = bucket.members.get(stream)
             if member is None:
                 member = bucket.members[stream] = _Member(
-                    now, deque([(now, count)], maxlen=self.history + 1), count
+                    now, deque([(now, count)], maxlen=self.history + 1)
                 )
                 if bucket.last_round is None:
                     actions += self._round(bucket, now)
@@ -219,8 +220,11 @@ class QuotaService:
                     member.share, member.sent_at = fixed, now
                     actions.append(Action(stream, bucket.key, fixed, self.ttl_s))
                 continue
+            if member.would is not None:  # shadow: beyond what its share would have admitted
+                (share, fill_s), since = member.would, now - member.reports[-1][0]
+                room = share.max_tokens + share.tokens_per_fill * since / fill_s
+                self.stats.would_deny += max(0, count - int(room))
             member.reports.append((now, count))
-            member.pending += count
             if count:
                 member.asked_at = now
         for usage in usages:
@@ -365,13 +369,10 @@ class QuotaService:
 
     def _round(self, bucket: _Bucket, now: float) -> list[Action]:
         self.stats.rounds += 1
-        elapsed = self.interval if bucket.last_round is None else now - bucket.last_round
         bucket.last_round = now
         bucket.reserved = [(until, share) for until, share in bucket.reserved if until > now]
-        counts = {stream: member.pending for stream, member in bucket.members.items()}
         actions = []
         for stream, member in list(bucket.members.items()):
-            member.pending = 0
             if now - member.asked_at >= IDLE_S:
                 # Envoy erases an abandoned bucket at once: nothing left to reserve.
                 del bucket.members[stream]
@@ -384,13 +385,12 @@ class QuotaService:
         shares = {} if budget is None else self._shares(bucket, budget)
         for stream, member in bucket.members.items():
             held: Share | str | None = fixed
+            member.would = None
             if fixed is None:
                 share = shares[stream]
                 held = DENY_ALL if share.empty else share
-            elif budget is not None:  # shadow: what the share would have admitted
-                refill = shares[stream].tokens_per_fill * elapsed / budget.fill_s
-                room = shares[stream].max_tokens + refill
-                self.stats.would_deny += max(0, counts[stream] - int(room))
+            elif budget is not None:  # shadow: what it would hold, for its next reports
+                member.would = (shares[stream], budget.fill_s)
             member.share, member.sent_at = held, now
             fill_s = budget.fill_s if budget is not None else 0
             actions.append(Action(stream, bucket.key, held, self.ttl_s, fill_s))
