@@ -51,7 +51,14 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
             serve.add_argument(
                 option.flag, dest=name, nargs="+", action="extend", metavar="PATH", help=help_text
             )
-        elif name in ("shadow", "charge_denied", "merge_domains", "xds_tls", "health_needs_rules"):
+        elif name in (
+            "shadow",
+            "charge_denied",
+            "merge_domains",
+            "xds_tls",
+            "health_needs_rules",
+            "rlqs",
+        ):
             serve.add_argument(
                 option.flag,
                 dest=name,

@@ -33,6 +33,8 @@ SKIP_REASON = (
 
 #: Envoy → backend with the global rate limit filter asking ratewarden; ``$names`` to fill.
 BOOTSTRAP = Template((Path(__file__).parent / "bootstrap.yaml.template").read_text())
+#: Envoy → backend with the rate_limit_quota filter, buckets by x-tenant, assigned by ratewarden.
+RLQS_BOOTSTRAP = Template((Path(__file__).parent / "rlqs-bootstrap.yaml.template").read_text())
 
 
 class Backend:

@@ -42,6 +42,7 @@ from ratewarden.server.http import HttpServer
 from ratewarden.server.logs import configure_logging
 from ratewarden.server.reload import ConfigWatcher
 from ratewarden.server.response import fallback_response
+from ratewarden.server.rlqs import QuotaCollector, QuotaService, RateLimitQuotaServicer
 from ratewarden.server.service import AsyncRateLimitService
 from ratewarden.server.settings import Settings, redacted, store_scheme, uvloop_installed
 from ratewarden.server.stats import ServiceStats, multiprocess_dir
@@ -158,12 +159,20 @@ class RateLimitServer:
         tls = None
         if settings.tls_cert is not None and settings.tls_key is not None:
             tls = GrpcTls.load(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+        #: Envoy's quota service (``--rlqs``): its shares live in this process (docs/rlqs.md).
+        self.quota = None if not settings.rlqs else RateLimitQuotaServicer(
+            QuotaService(self.config, clock=SystemClock(), interval=settings.rlqs_interval,
+                         ttl_s=settings.rlqs_ttl, shadow=settings.shadow)
+        )  # fmt: skip
+        if self.quota is not None:
+            self.stats.registry.register(QuotaCollector(self.quota.quota))
         self.transport = settings.grpc_transport
         self.grpc: GrpcServer | NativeGrpcServer
         if self.transport == "native":
             self.grpc = NativeGrpcServer(self.should_rate_limit, tls=tls)
         else:
-            self.grpc = GrpcServer(self.should_rate_limit, tls=tls)
+            services = () if self.quota is None else (self.quota.handler(),)
+            self.grpc = GrpcServer(self.should_rate_limit, tls=tls, services=services)
         self.http = HttpServer(self, dashboard=settings.dashboard)
         #: The debug port (``--debug-port``, upstream's ``DEBUG_PORT``): the same endpoints;
         #: the metrics port (``--metrics-port``, upstream's ``PROMETHEUS_ADDR``): the metrics.
@@ -227,6 +236,10 @@ class RateLimitServer:
         states = shared.gather(directory, state) if directory is not None else [state]
         return render(states, self.config.rules, self.stats.clock.now())
 
+    def rlqs(self) -> dict[str, Any] | None:
+        """``/rlqs.json``: the quota service's streams, counts and assignments (None when off)."""
+        return None if self.quota is None else self.quota.state()
+
     # --- lifecycle ------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -263,12 +276,15 @@ class RateLimitServer:
             self._tasks.append(asyncio.create_task(self.watcher.run(s.reload_interval)))
         if multiprocess_dir() is not None and s.dashboard != "off":
             self._tasks.append(asyncio.create_task(self._publish_loop()))
+        if self.quota is not None:
+            self._tasks.append(asyncio.create_task(self.quota.run()))
         log.info(
             "serving",
             extra={
                 "event": "serving",
                 "grpc": grpc_address(grpc_host, self.grpc_port, s.grpc_uds),
                 "transport": self.transport,
+                "rlqs": s.rlqs,
                 "http": f"{s.host}:{self.http_port}",
                 "debug": self.debug and f"{s.debug_host or s.host}:{self.debug_port}",
                 "metrics": self.prometheus and f"{s.metrics_host or s.host}:{self.metrics_port}",
@@ -310,6 +326,8 @@ class RateLimitServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        if self.quota is not None:
+            self.quota.end_streams()  # an open stream would hold the grace period to its end
         stopping = [self.grpc.stop(grace), self.http.stop(grace)]
         stopping += [x.stop(grace) for x in (self.debug, self.prometheus) if x is not None]
         await asyncio.gather(*stopping)
@@ -383,6 +401,8 @@ class RateLimitServer:
 
     def _apply(self, config: rules.RateLimitConfig) -> None:
         self.service.swap_config(config)
+        if self.quota is not None:
+            self.quota.send(self.quota.quota.swap_config(config))
         self.config = config
 
 

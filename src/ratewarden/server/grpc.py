@@ -25,7 +25,7 @@ from __future__ import annotations
 import errno
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,12 +135,20 @@ class GrpcTls:
 
 
 class GrpcServer:
-    """A grpc.aio server: the rate limit and health services. ``start`` binds, ``stop`` drains."""
+    """A grpc.aio server: the rate limit and health services, and any ``services`` more (the
+    quota service's stream). ``start`` binds, ``stop`` drains."""
 
-    def __init__(self, answer: Answer, *, tls: GrpcTls | None = None) -> None:
+    def __init__(
+        self,
+        answer: Answer,
+        *,
+        tls: GrpcTls | None = None,
+        services: Sequence[grpc.GenericRpcHandler] = (),
+    ) -> None:
         self.health = health.aio.HealthServicer()
         self.tls = tls
         self._servicer = RateLimitServicer(answer)
+        self._services = tuple(services)
         self._server: Any = None
 
     async def start(
@@ -154,7 +162,7 @@ class GrpcServer:
         # grpc turns SO_REUSEPORT on by default; keep it off unless workers share the
         # port, so that a second server on a busy port fails instead of splitting traffic.
         self._server = grpc.aio.server(options=[("grpc.so_reuseport", int(reuse_port))])
-        self._server.add_generic_rpc_handlers((self._servicer.handler(),))
+        self._server.add_generic_rpc_handlers((self._servicer.handler(), *self._services))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         address = grpc_address(host, port, uds)
         try:

@@ -20,12 +20,15 @@ and ratewarden's live dashboard (docs/operations.md), read-only:
   polls ``/dashboard.json`` and redraws.
 - ``GET /dashboard.json``: loaded rules, their recent rates, top keys, degraded
   decisions and store latency.
+- ``GET /rlqs.json``: with ``--rlqs``, the quota service's streams, counts and every
+  stream's assignment per bucket (docs/rlqs.md); 404 when RLQS is off.
 
 Every ``GET`` route answers ``HEAD`` too; another path is 404, another method 405
 with ``Allow``. The dashboard shows request values (the top keys), so by default
 (``dashboard="loopback"``) it answers only clients on a loopback address (the
 scope's ``client``, the TCP peer), 403 to others; ``"any"`` opens it to every
-client of the HTTP port and ``"off"`` removes both routes. ``/metrics`` carries
+client of the HTTP port and ``"off"`` removes both routes. ``/rlqs.json`` shows
+bucket ids, request values too, so it follows the same setting. ``/metrics`` carries
 no request values and is open.
 """
 
@@ -76,6 +79,8 @@ class HttpBackend(Protocol):
     def metrics(self, accept: str) -> tuple[bytes, str]: ...
 
     def dashboard(self) -> dict[str, Any]: ...
+
+    def rlqs(self) -> dict[str, Any] | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +165,7 @@ class HttpApp:
         if dashboard != "off":
             self._routes["/dashboard"] = (("GET", "HEAD"), self._dashboard_page)
             self._routes["/dashboard.json"] = (("GET", "HEAD"), self._dashboard_json)
+            self._routes["/rlqs.json"] = (("GET", "HEAD"), self._rlqs_json)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -270,4 +276,14 @@ class HttpApp:
         if refused is not None:
             return refused
         body = json.dumps(self._backend.dashboard(), separators=(",", ":"), allow_nan=False)
+        return _Response(HTTPStatus.OK, body.encode(), "application/json", headers=_NO_STORE)
+
+    async def _rlqs_json(self, request: _Request) -> _Response:
+        refused = self._dashboard_refused(request)
+        if refused is not None:
+            return refused
+        state = self._backend.rlqs()
+        if state is None:
+            return _text(HTTPStatus.NOT_FOUND, "RLQS is off; start the server with --rlqs")
+        body = json.dumps(state, separators=(",", ":"), sort_keys=True)
         return _Response(HTTPStatus.OK, body.encode(), "application/json", headers=_NO_STORE)

@@ -356,6 +356,25 @@ OPTIONS: dict[str, Option] = {
         "what serves the gRPC port: auto (native when pygrpc-native is installed and TLS is "
         "off, else grpcio; default), grpcio, native (pip install 'ratewarden[native]')",
     ),
+    "rlqs": Option(
+        "--rlqs",
+        "RATEWARDEN_RLQS",
+        boolean,
+        "also serve Envoy's Rate Limit Quota Service (StreamRateLimitQuotas) on the gRPC port "
+        "from the same rules; needs --transport grpcio (auto picks it) and one worker",
+    ),
+    "rlqs_interval": Option(
+        "--rlqs-interval",
+        "RATEWARDEN_RLQS_INTERVAL",
+        seconds(0.0, allow_low=False),
+        "seconds between two share rounds of a quota bucket: renewals, newcomers, new shares (1)",
+    ),
+    "rlqs_ttl": Option(
+        "--rlqs-ttl",
+        "RATEWARDEN_RLQS_TTL",
+        integer(1, 86_400),
+        "whole seconds an RLQS assignment lives in Envoy unless renewed; above --rlqs-interval (5)",
+    ),
     "over_limit_cache": Option(
         "--over-limit-cache",
         "RATEWARDEN_OVER_LIMIT_CACHE",

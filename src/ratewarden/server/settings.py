@@ -59,6 +59,9 @@ from::
     --statsd URL           RATEWARDEN_STATSD          off (tcp://HOST:PORT or udp://HOST:PORT)
     --statsd-tags T        RATEWARDEN_STATSD_TAGS     none (NAME:VALUE,NAME:VALUE)
     --statsd-interval S    RATEWARDEN_STATSD_INTERVAL 10
+    --[no-]rlqs            RATEWARDEN_RLQS            false (Envoy's quota service, docs/rlqs.md)
+    --rlqs-interval S      RATEWARDEN_RLQS_INTERVAL   1
+    --rlqs-ttl S           RATEWARDEN_RLQS_TTL        5 (whole seconds)
 
 Under the ``RATEWARDEN_*`` variables come envoyproxy/ratelimit's own (``PORT``,
 ``REDIS_URL``, ``RUNTIME_ROOT``...): ``server/upstream_env.py`` reads them.
@@ -172,6 +175,9 @@ class Settings:
     statsd: str | None = None
     statsd_tags: tuple[tuple[str, str], ...] = ()
     statsd_interval: float = 10.0
+    rlqs: bool = False
+    rlqs_interval: float = 1.0
+    rlqs_ttl: int = 5
 
     def __repr__(self) -> str:
         shown = []
@@ -212,6 +218,7 @@ class Settings:
                 "own part goes between braces (its Redis Cluster hash tag)"
             )
         self._check_transport()
+        self._check_rlqs()
         if self.loop == "uvloop" and not uvloop_installed():
             raise ConfigurationError(
                 "--loop uvloop: the uvloop package is not installed; pip install uvloop "
@@ -337,12 +344,34 @@ class Settings:
                 "yet; use --transport grpcio, or auto, which picks grpcio when TLS is on"
             )
 
+    def _check_rlqs(self) -> None:
+        if not self.rlqs:
+            return
+        if self.transport == "native":
+            raise ConfigurationError(
+                "--rlqs with --transport native: the native transport serves unary calls only "
+                "and RLQS is a bidirectional stream; use --transport grpcio, or auto, which "
+                "picks grpcio when --rlqs is on"
+            )
+        if self.workers > 1:
+            raise ConfigurationError(
+                f"--rlqs with {self.workers} workers: RLQS shares are kept in one process, so "
+                "each worker would hand out the whole limit again; use one worker"
+            )
+        if self.rlqs_ttl <= self.rlqs_interval:
+            raise ConfigurationError(
+                f"--rlqs-ttl {self.rlqs_ttl} must be above --rlqs-interval {self.rlqs_interval:g}: "
+                "an assignment must outlive the round that renews it"
+            )
+
     @property
     def grpc_transport(self) -> str:
-        """What serves the gRPC port: ``native`` or ``grpcio`` (``auto`` resolved)."""
+        """What serves the gRPC port: ``native`` or ``grpcio`` (``auto`` resolved; RLQS and TLS
+        need grpcio)."""
         if self.transport != "auto":
             return self.transport
-        return "native" if native_installed() and self.tls_cert is None else "grpcio"
+        native = native_installed() and self.tls_cert is None and not self.rlqs
+        return "native" if native else "grpcio"
 
     @property
     def tls(self) -> bool:

@@ -1,0 +1,52 @@
+"""Envoy's Rate Limit Quota Service (RLQS): global limits that Envoy enforces locally.
+
+Each Envoy keeps one stream open, reports per bucket what it allowed and denied,
+and receives token-bucket assignments it enforces until their time to live runs
+out. docs/rlqs.md is the guide (the bound on what the fleet admits, the Envoy
+config, what is not built yet). The part, one concept a module:
+
+- ``shares``: the share arithmetic, pure: a rule's limit split between Envoys;
+- ``buckets``: a ``BucketId`` matched against a domain's descriptors;
+- ``quota``: ``QuotaService``, streams, buckets and rounds, sans-I/O on a clock;
+- ``grpc``: ``RateLimitQuotaServicer``, the stream over grpcio;
+- ``metrics``: ``QuotaCollector``, its Prometheus metrics.
+"""
+
+from __future__ import annotations
+
+from ratewarden.server.rlqs.buckets import bucket_entries, bucket_rule
+from ratewarden.server.rlqs.grpc import RATE_LIMIT_QUOTA_SERVICE, RateLimitQuotaServicer
+from ratewarden.server.rlqs.metrics import QuotaCollector
+from ratewarden.server.rlqs.quota import (
+    ALLOW_ALL,
+    DENY_ALL,
+    Action,
+    QuotaService,
+    QuotaStats,
+    ReportError,
+    Usage,
+    bucket_key,
+    rule_budget,
+)
+from ratewarden.server.rlqs.shares import Budget, Share, apportion, split
+
+__all__ = [
+    "ALLOW_ALL",
+    "DENY_ALL",
+    "RATE_LIMIT_QUOTA_SERVICE",
+    "Action",
+    "Budget",
+    "QuotaCollector",
+    "QuotaService",
+    "QuotaStats",
+    "RateLimitQuotaServicer",
+    "ReportError",
+    "Share",
+    "Usage",
+    "apportion",
+    "bucket_entries",
+    "bucket_key",
+    "bucket_rule",
+    "rule_budget",
+    "split",
+]

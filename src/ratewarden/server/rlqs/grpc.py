@@ -1,0 +1,193 @@
+"""``StreamRateLimitQuotas`` over grpcio: usage reports in, assignments out.
+
+``RateLimitQuotaServicer`` drives a ``QuotaService`` (``rlqs/quota.py``): each
+stream's reports are decoded here (bytes that are not a
+``RateLimitQuotaUsageReports``, or a report the service refuses, end the stream
+with ``INVALID_ARGUMENT`` naming the reason, and change nothing), the actions the
+service returns are grouped into one ``RateLimitQuotaResponse`` per stream and put
+on that stream's queue, and ``run`` ticks the service's rounds on the running loop.
+The native transport (pygrpc-native) serves unary calls only, so this is grpcio's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import grpc
+from envoy.service.rate_limit_quota.v3 import rlqs_pb2
+from envoy.type.v3 import ratelimit_strategy_pb2
+from google.protobuf.message import DecodeError
+
+from ratewarden.server.rlqs.quota import (
+    ALLOW_ALL,
+    Action,
+    QuotaService,
+    ReportError,
+    Usage,
+    bucket_key,
+)
+from ratewarden.server.rlqs.shares import Share
+
+__all__ = ["RATE_LIMIT_QUOTA_SERVICE", "RateLimitQuotaServicer", "response", "usages"]
+
+log = logging.getLogger("ratewarden.server.rlqs")
+
+RATE_LIMIT_QUOTA_SERVICE = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"
+_Strategy = ratelimit_strategy_pb2.RateLimitStrategy
+_Action = rlqs_pb2.RateLimitQuotaResponse.BucketAction
+_END = object()
+#: What a stream is ended with when the service failed on one of its reports (a bug).
+_FAILED = object()
+
+
+def usages(reports: Any) -> list[Usage]:
+    """A ``RateLimitQuotaUsageReports``' bucket usages as the service's values."""
+    return [
+        Usage(
+            bucket_key(usage.bucket_id.bucket),
+            usage.num_requests_allowed,
+            usage.num_requests_denied,
+        )
+        for usage in reports.bucket_quota_usages
+    ]
+
+
+def response(actions: Iterable[Action]) -> Any:
+    """One ``RateLimitQuotaResponse`` holding ``actions`` (all for one stream).
+
+    Durations are whole seconds: Envoy reads a token bucket's ``fill_interval`` and an
+    assignment's time to live in whole seconds.
+    """
+    out = rlqs_pb2.RateLimitQuotaResponse()
+    for action in actions:
+        entry = out.bucket_action.add()
+        entry.bucket_id.bucket.update(dict(action.bucket))
+        if action.assignment is None:
+            entry.abandon_action.SetInParent()
+            continue
+        assignment = entry.quota_assignment_action
+        assignment.assignment_time_to_live.seconds = action.ttl_s
+        strategy = assignment.rate_limit_strategy
+        if isinstance(action.assignment, Share):
+            bucket = strategy.token_bucket
+            bucket.max_tokens = action.assignment.max_tokens
+            bucket.tokens_per_fill.value = action.assignment.tokens_per_fill
+            bucket.fill_interval.seconds = action.fill_s
+        elif action.assignment == ALLOW_ALL:
+            strategy.blanket_rule = _Strategy.ALLOW_ALL
+        else:
+            strategy.blanket_rule = _Strategy.DENY_ALL
+    return out
+
+
+class RateLimitQuotaServicer:
+    """The RLQS stream handler over one ``QuotaService``; ``run`` is its round timer."""
+
+    def __init__(self, quota: QuotaService) -> None:
+        self.quota = quota
+        self._queues: dict[int, asyncio.Queue[Any]] = {}
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        """The service for ``server.add_generic_rpc_handlers``, taking reports as raw bytes."""
+        method = grpc.stream_stream_rpc_method_handler(
+            self.StreamRateLimitQuotas,
+            request_deserializer=None,
+            response_serializer=rlqs_pb2.RateLimitQuotaResponse.SerializeToString,
+        )
+        return grpc.method_handlers_generic_handler(
+            RATE_LIMIT_QUOTA_SERVICE, {"StreamRateLimitQuotas": method}
+        )
+
+    async def StreamRateLimitQuotas(  # noqa: N802 - grpc's name
+        self, requests: AsyncIterator[bytes], context: Any
+    ) -> AsyncIterator[Any]:
+        stream = self.quota.open()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._queues[stream] = queue
+        reader = asyncio.create_task(self._read(stream, requests, queue))
+        try:
+            while True:
+                item = await queue.get()
+                if item is _END:
+                    return
+                if isinstance(item, ReportError):
+                    log.warning(
+                        "quota report refused: %s",
+                        item,
+                        extra={"event": "rlqs_bad_report", "stream": stream},
+                    )
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(item))
+                if item is _FAILED:
+                    await context.abort(
+                        grpc.StatusCode.INTERNAL, "the quota service failed; see its log"
+                    )
+                yield item
+        finally:
+            reader.cancel()
+            del self._queues[stream]
+            self.quota.close(stream)
+
+    async def _read(
+        self, stream: int, requests: AsyncIterator[bytes], queue: asyncio.Queue[Any]
+    ) -> None:
+        try:
+            async for raw in requests:
+                try:
+                    reports = rlqs_pb2.RateLimitQuotaUsageReports.FromString(raw)
+                    actions = self.quota.report(stream, reports.domain, usages(reports))
+                except DecodeError as exc:
+                    queue.put_nowait(
+                        ReportError(f"the message is not a RateLimitQuotaUsageReports: {exc}")
+                    )
+                    return
+                except ReportError as exc:
+                    queue.put_nowait(exc)
+                    return
+                self.send(actions)
+        except grpc.RpcError:
+            pass  # the client went away: the handler's finally closes the stream
+        except Exception:
+            log.exception("quota report failed", extra={"event": "rlqs_report_failed"})
+            queue.put_nowait(_FAILED)
+            return
+        queue.put_nowait(_END)
+
+    def send(self, actions: Iterable[Action]) -> None:
+        """Queue ``actions`` on their streams, one response per stream (closed ones skipped)."""
+        by_stream: dict[int, list[Action]] = {}
+        for action in actions:
+            by_stream.setdefault(action.stream, []).append(action)
+        for stream, mine in by_stream.items():
+            queue = self._queues.get(stream)
+            if queue is not None:
+                queue.put_nowait(response(mine))
+
+    def state(self) -> dict[str, Any]:
+        """What ``/rlqs.json`` shows: streams, buckets, counts and every assignment."""
+        quota = self.quota
+        return {
+            "streams": quota.streams,
+            "buckets": quota.buckets,
+            "interval_s": quota.interval,
+            "ttl_s": quota.ttl_s,
+            "stats": dataclasses.asdict(quota.stats),
+            "assignments": quota.assignments(),
+        }
+
+    def end_streams(self) -> None:
+        """End every open stream (shutdown): Envoy keeps its assignments until their TTL."""
+        for queue in self._queues.values():
+            queue.put_nowait(_END)
+
+    async def run(self) -> None:
+        """Tick the service's rounds, four times an interval, until cancelled."""
+        while True:
+            await asyncio.sleep(self.quota.interval / 4)
+            try:
+                self.send(self.quota.tick())
+            except Exception:
+                log.exception("quota round failed", extra={"event": "rlqs_round_failed"})

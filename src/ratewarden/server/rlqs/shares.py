@@ -1,0 +1,125 @@
+"""The share arithmetic of the quota service: one rule's limit split between Envoys.
+
+Pure: no clock, no I/O, no protobuf. ``quota.py`` calls it once a round per bucket.
+
+A rule of ``L`` requests per ``P`` seconds becomes a ``Budget``: ``L`` tokens every
+``P`` seconds for the whole fleet, and ``burst`` tokens the fleet may hold at once.
+Each Envoy gets a ``Share``: an Envoy token bucket refilled with ``tokens_per_fill``
+tokens every ``P`` seconds, holding at most ``max_tokens``. The shares of one round
+add up: their ``tokens_per_fill`` sum to at most ``L`` (exactly ``L`` when anyone
+asks), their ``max_tokens`` to at most ``max(burst, n)`` (``n`` the Envoys holding
+a non-zero share, each of which needs at least one token to admit anything).
+
+Split by demand, work-conserving (``weights``): when the Envoys together ask for no
+more than the limit, each gets what it asked and the rest is split evenly (an Envoy
+that wakes up has headroom); when they ask for more, the limit is split in
+proportion to what each asked, so an Envoy that asked for nothing gets nothing.
+Integers throughout (Hamilton's largest remainder, ties to the earlier Envoy): what
+Envoy enforces is whole tokens, and the sums must hold exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+__all__ = ["Budget", "Share", "apportion", "split", "weights"]
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """What the whole fleet may admit for one bucket: ``tokens`` every ``fill_s`` seconds,
+    ``burst`` of them at once."""
+
+    tokens: int
+    fill_s: int
+    burst: int
+
+    def __post_init__(self) -> None:
+        if self.tokens < 0 or self.fill_s < 1 or self.burst < 0:
+            raise ValueError(f"{self!r}: tokens and burst must be >= 0, fill_s >= 1")
+
+    @classmethod
+    def of(cls, tokens: int, period_s: int, burst: int | None, interval_s: float) -> Budget:
+        """The budget of ``tokens`` per ``period_s`` seconds.
+
+        ``burst`` is the rule's bucket capacity when it has one (the bucket algorithms);
+        a window algorithm has none, and then the fleet holds one round's worth of the
+        rate, ``ceil(tokens * interval_s / period_s)``, at least 1: every new assignment
+        starts full in Envoy, so the burst is paid again at each change (docs/rlqs.md).
+        """
+        if burst is None:
+            burst = max(1, math.ceil(Fraction(tokens) * Fraction(interval_s) / period_s))
+        return cls(tokens, period_s, burst if tokens else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """One Envoy's part of a budget; ``tokens_per_fill`` 0 means it may admit nothing."""
+
+    tokens_per_fill: int
+    max_tokens: int
+
+    @property
+    def empty(self) -> bool:
+        return self.tokens_per_fill == 0
+
+
+NOTHING = Share(0, 0)
+
+
+def apportion(total: int, weights: Sequence[Fraction]) -> list[int]:
+    """``total`` whole units split in proportion to ``weights`` (largest remainder).
+
+    The parts sum to ``total`` exactly unless every weight is 0, when they are all 0.
+    """
+    whole = sum(weights, Fraction(0))
+    if total <= 0 or whole <= 0:
+        return [0] * len(weights)
+    quotas = [Fraction(total) * weight / whole for weight in weights]
+    parts = [math.floor(quota) for quota in quotas]
+    left = total - sum(parts)
+    order = sorted(range(len(quotas)), key=lambda i: (-(quotas[i] - parts[i]), i))
+    for index in order[:left]:
+        parts[index] += 1
+    return parts
+
+
+def weights(budget: Budget, demands: Sequence[Fraction]) -> list[Fraction]:
+    """Each Envoy's weight from its demand, in tokens per fill interval.
+
+    Under the limit: its demand plus an even part of the spare. Over it: its demand.
+    Nobody asking: equal weights (a new bucket's first round).
+    """
+    if not demands:
+        return []
+    asked = sum(demands, Fraction(0))
+    if asked == 0:
+        return [Fraction(1)] * len(demands)
+    if asked <= budget.tokens:
+        spare = (budget.tokens - asked) / len(demands)
+        return [demand + spare for demand in demands]
+    return list(demands)
+
+
+def split(budget: Budget, demands: Sequence[Fraction]) -> list[Share]:
+    """The shares of one round: ``demands[i]`` is Envoy ``i``'s recent demand in requests
+    per ``budget.fill_s`` seconds (allowed plus denied, as reported)."""
+    given = weights(budget, demands)
+    tokens = apportion(budget.tokens, given)
+    holders = [i for i, part in enumerate(tokens) if part > 0]
+    burst = apportion(budget.burst, [given[i] for i in holders])
+    # Every holder needs one token of capacity to admit anything: take it from the
+    # largest, so the sum stays at budget.burst while there are tokens to move.
+    for slot, part in enumerate(burst):
+        if part == 0:
+            largest = max(range(len(burst)), key=lambda i: (burst[i], -i))
+            if burst[largest] > 1:
+                burst[largest] -= 1
+            burst[slot] = 1
+    shares = [NOTHING] * len(demands)
+    for slot, index in enumerate(holders):
+        shares[index] = Share(tokens[index], burst[slot])
+    return shares
