@@ -10,12 +10,8 @@ REDIS_URL names: the tests read and change the counters there with redis-py.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,27 +26,16 @@ from tests._servers import HOST, RedisServer, free_port
 from tests.server_transport._process import RATEWARDEN
 from tests.server_transport.conftest import request
 from tests.server_transport.test_serve_process import post_json
+from tests.upstream._serve import get, upstream_serve, without_ratewarden
 
 #: What docker-compose mounts at /data: RUNTIME_ROOT, with ratelimit/config/*.yaml below.
 DATA = Path(__file__).parent / "compose"
-START_TIMEOUT_S = 30.0
 OK, OVER = rls_pb2.RateLimitResponse.OK, rls_pb2.RateLimitResponse.OVER_LIMIT
-
-
-def _get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://{HOST}:{port}{path}", timeout=2) as reply:
-            return int(reply.status), reply.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, ""
-    except OSError:
-        return 0, ""
 
 
 def compose_environment(redis_port: int, ports: dict[str, int]) -> dict[str, str]:
     """upstream's docker-compose.yml ``environment:``, addresses on loopback, no RATEWARDEN_*."""
-    environ = {key: value for key, value in os.environ.items() if not key.startswith("RATEWARDEN_")}
-    environ.update(
+    return dict(
         # docker-compose.yml's list, as written there but for the addresses and the path
         USE_STATSD="false",
         LOG_LEVEL="debug",
@@ -70,7 +55,6 @@ def compose_environment(redis_port: int, ports: dict[str, int]) -> dict[str, str
         # connection on a busy CI machine must not fail open; not what is tested
         REDIS_TIMEOUT="1s",
     )
-    return environ
 
 
 @dataclass
@@ -91,28 +75,11 @@ def compose(redis_server: RedisServer) -> Iterator[Compose]:
     """The service on upstream's docker-compose environment."""
     ports = {"http": free_port(), "grpc": free_port(), "debug": free_port()}
     environ = compose_environment(redis_server.port, ports)
-    assert not [key for key in environ if key.startswith("RATEWARDEN_")]
-    log_path = Path(tempfile.mkstemp(prefix="ratewarden-compose-", suffix=".log")[1])
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [*RATEWARDEN, "serve"], stdout=log, stderr=subprocess.STDOUT, env=environ
-        )
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while _get(ports["http"], "/healthcheck")[0] != 200:
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"serve did not start:\n{log_path.read_text()}")
-            time.sleep(0.05)
-        with grpc.insecure_channel(f"{HOST}:{ports['grpc']}") as channel:
-            yield Compose(ports, rls_pb2_grpc.RateLimitServiceStub(channel))
-    finally:
-        process.terminate()
-        try:
-            assert process.wait(20) == 0, log_path.read_text()
-        finally:
-            if process.poll() is None:
-                process.kill()
-            log_path.unlink(missing_ok=True)
+    with (
+        upstream_serve(environ, ports["http"]),
+        grpc.insecure_channel(f"{HOST}:{ports['grpc']}") as channel,
+    ):
+        yield Compose(ports, rls_pb2_grpc.RateLimitServiceStub(channel))
 
 
 def _counters(redis_server: RedisServer, value: str) -> dict[str, int]:
@@ -208,11 +175,11 @@ def test_the_debug_port_serves_the_rules_and_the_metrics(compose: Compose) -> No
     /metrics with upstream's stats keys (detailed_metric: the request's value)."""
     value = f"u{time.time_ns()}"
     assert compose.codes("shop", {"unspec": value})[0] == OK
-    status, text = _get(compose.ports["debug"], "/rlconfig")
+    status, text = get(compose.ports["debug"], "/rlconfig")
     assert (
         status == 200 and "shop.buyer.promo_shady" in text and "warehouse.database_orders" in text
     )
-    status, text = _get(compose.ports["debug"], "/metrics")
+    status, text = get(compose.ports["debug"], "/metrics")
     assert status == 200
     labels = f'domain="shop",key="unspec_{value}",key1="unspec_{value}",key2=""'
     assert f"ratelimit_service_rate_limit_total_hits_total{{{labels}}} 1.0" in text
@@ -221,8 +188,7 @@ def test_the_debug_port_serves_the_rules_and_the_metrics(compose: Compose) -> No
 def test_a_setting_that_cannot_be_honoured_stops_the_start(tmp_path: Path) -> None:
     """USE_DOG_STATSD=true (DogStatsD is not built): exit 2 and one line naming it and the way
     out."""
-    environ = {key: value for key, value in os.environ.items() if not key.startswith("RATEWARDEN_")}
-    environ.update(USE_DOG_STATSD="true", RUNTIME_ROOT=str(tmp_path))
+    environ = without_ratewarden({"USE_DOG_STATSD": "true", "RUNTIME_ROOT": str(tmp_path)})
     done = subprocess.run(
         [*RATEWARDEN, "serve"], check=False, env=environ, capture_output=True, text=True, timeout=60
     )

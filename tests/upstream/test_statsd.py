@@ -10,10 +10,7 @@ over TCP, upstream's default sink.
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
-import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,8 +27,8 @@ from ratewarden.storage.memory import MemoryStore
 from ratewarden.testing import ManualClock
 from tests._servers import HOST, free_port
 from tests.server.conftest import ALIGNED, desc
-from tests.server_transport._process import RATEWARDEN
 from tests.server_transport.test_serve_process import post_json
+from tests.upstream._serve import upstream_serve
 
 RULES = """\
 domain: web
@@ -267,8 +264,7 @@ def test_serve_with_upstreams_statsd_settings_sends_upstreams_stats(
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "web.yaml").write_text(RULES)
     http = free_port()
-    environ = {key: value for key, value in os.environ.items() if not key.startswith("RATEWARDEN_")}
-    environ.update(
+    environ = dict(
         RUNTIME_ROOT=str(tmp_path),
         PORT=str(http),
         GRPC_PORT=str(free_port()),
@@ -278,22 +274,9 @@ def test_serve_with_upstreams_statsd_settings_sends_upstreams_stats(
         EXTRA_TAGS="env:test",
         STATS_FLUSH_INTERVAL="200ms",
     )
-    log_path = Path(tempfile.mkstemp(prefix="ratewarden-statsd-", suffix=".log")[1])
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [*RATEWARDEN, "serve"], stdout=log, stderr=subprocess.STDOUT, env=environ
-        )
-    try:
+    with upstream_serve(environ, http) as log_path:
         body = {"domain": "web", "descriptors": [{"entries": [{"key": "api_key", "value": "s"}]}]}
-        deadline = time.monotonic() + 30
-        while True:  # the first answer: serve is up
-            try:
-                status = post_json(http, body)
-                break
-            except OSError:
-                assert process.poll() is None and time.monotonic() < deadline, log_path.read_text()
-                time.sleep(0.05)
-        statuses = [status] + [post_json(http, body) for _ in range(5)]
+        statuses = [post_json(http, body) for _ in range(6)]
         assert statuses == [200] * 5 + [429]
         name = f"{P}web.api_key.total_hits.__env=test"
         deadline = time.monotonic() + 10
@@ -304,11 +287,3 @@ def test_serve_with_upstreams_statsd_settings_sends_upstreams_stats(
         assert got[name] == 6
         assert got[f"{P}web.api_key.over_limit.__env=test"] == 1
         assert got["ratelimit.service.config_load_success.__env=test"] == 1
-    finally:
-        process.terminate()
-        try:
-            assert process.wait(20) == 0, log_path.read_text()
-        finally:
-            if process.poll() is None:
-                process.kill()
-            log_path.unlink(missing_ok=True)
