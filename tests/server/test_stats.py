@@ -324,3 +324,26 @@ def test_unknown_domains_past_the_cap_are_counted_as_other() -> None:
     }
     assert len(counted) == MAX_UNKNOWN_DOMAINS + 1
     assert (counted["d0"], counted[OTHER]) == (2, 3)
+
+
+def test_the_tally_asks_to_be_flushed_when_full_and_take_empties_it() -> None:
+    """A tally holds at most MAX_PENDING keys before it says it is full; take() hands over
+    everything and starts afresh, so memory stays bounded between flushes."""
+    from ratewarden.server.response import DescriptorOutcome
+    from ratewarden.server.tally import MAX_PENDING, TOTAL, Tally
+
+    rule = config.loads(RULES, "rules.yaml").domains["web"].match((("api_key", "a"),)).rule
+    assert rule is not None
+    tally = Tally()
+
+    def outcome(key: str) -> DescriptorOutcome:
+        return DescriptorOutcome(
+            "web", key, rule, 2, False, False, 0, None, True, None, (("api_key", key),)
+        )
+
+    fulls = [tally.decision("web", rule, outcome(f"web.api_key_{i}")) for i in range(MAX_PENDING)]
+    assert fulls == [False] * (MAX_PENDING - 1) + [True]
+    taken = tally.take()
+    assert len(taken.slots) == MAX_PENDING
+    assert {counts[TOTAL] for counts in taken.slots.values()} == {2}
+    assert tally.take().slots == {}

@@ -81,6 +81,7 @@ from ratewarden.server.config import DescriptorRule
 from ratewarden.server.dashboard.live import LiveStats
 from ratewarden.server.service import DescriptorOutcome, ServiceHooks
 from ratewarden.server.statsd import RATE_LIMIT, SERVICE, SHOULD_RATE_LIMIT, stats_name
+from ratewarden.server.tally import LIVE_DECISIONS, OUTCOMES, Tally
 
 __all__ = ["MAX_UNKNOWN_DOMAINS", "MULTIPROC_ENV", "OTHER", "ServiceStats", "multiprocess_dir"]
 
@@ -114,32 +115,6 @@ class _KeyCounters(NamedTuple):
     within_limit: Any
     shadow_mode: Any
     over_limit_local: Any
-
-
-# A tally's counts since the last flush, per (domain, metric key, rule path, algorithm):
-# the five per-key counters and the local-cache one (in hits), ratewarden_decisions_total's
-# three outcomes, and the dashboard's per-rule decision counts (in decisions).
-(
-    TOTAL,
-    OVER,
-    NEAR,
-    WITHIN,
-    SHADOW,
-    LOCAL,
-    ALLOWED,
-    DENIED,
-    SHADOWED,
-    LIVE_DECISIONS,
-    LIVE_OVER,
-    LIVE_NEAR,
-    LIVE_SHADOWED,
-    LIVE_DEGRADED,
-) = range(14)
-_SLOT = 14
-#: Entries a tally holds before it is flushed on the spot (memory stays bounded between
-#: the periodic flushes, whatever the traffic).
-MAX_PENDING = 8192
-_OUTCOMES = ((ALLOWED, "allowed"), (DENIED, "denied"), (SHADOWED, "shadowed"))
 
 
 class _Flushing:
@@ -192,12 +167,7 @@ class ServiceStats(ServiceHooks):
         # Bound children of the per-key counters: at most max_keys, plus "other" per domain.
         self._counters: dict[tuple[str, str], _KeyCounters] = {}
         self._lock = threading.Lock()
-        # The tally: per-descriptor counts, top-key candidates, store and call times.
-        self._pending: dict[tuple[str, str, str, str], list[int]] = {}
-        self._top: list[tuple[str, str, tuple[tuple[str, str], ...], int]] = []
-        self._store_times: list[float] = []
-        self._call_times: list[float] = []
-        self._failed_calls = 0
+        self._tally = Tally()
         # First in the registry: whoever reads it (exposition, or a caller's own
         # collect()) reads the tally flushed.
         self.registry.register(_Flushing(self))
@@ -272,48 +242,11 @@ class ServiceStats(ServiceHooks):
     # --- ServiceHooks -----------------------------------------------------------------
 
     def on_decision(self, domain: str, rule: DescriptorRule, outcome: DescriptorOutcome) -> None:
-        hits = outcome.hits
-        over = outcome.over_limit
-        shadowed = outcome.shadowed
-        near = outcome.near_limit_hits
+        full = self._tally.decision(domain, rule, outcome)
         failure = outcome.failure
-        decision = outcome.decision
-        slot = (domain, outcome.metric_key, rule.path, rule.algorithm)
-        with self._lock:
-            counts = self._pending.get(slot)
-            if counts is None:
-                counts = self._pending[slot] = [0] * _SLOT
-            counts[TOTAL] += hits
-            counts[LIVE_DECISIONS] += 1
-            if over:
-                counts[OVER] += hits
-                if outcome.local_cache:
-                    counts[LOCAL] += hits
-                if shadowed:
-                    counts[SHADOW] += hits
-                    counts[LIVE_SHADOWED] += 1
-                else:
-                    counts[LIVE_OVER] += 1
-            else:
-                counts[WITHIN] += hits
-                if near:
-                    counts[NEAR] += near
-                    counts[LIVE_NEAR] += 1
-            if decision is not None:
-                if shadowed or decision.shadowed:
-                    counts[SHADOWED] += 1
-                else:
-                    counts[ALLOWED if decision.allowed else DENIED] += 1
-            if over or near:
-                category = "shadow" if shadowed else "over" if over else "near"
-                weight = near if category == "near" else max(hits, 1)
-                self._top.append((category, rule.path, outcome.entries, weight))
-            if failure is not None:
-                counts[LIVE_DEGRADED] += 1
-            full = len(self._pending) >= MAX_PENDING or len(self._top) >= MAX_PENDING
         if failure is not None:  # rare (the store failed): the labelled counts on the spot
             key = self._key(domain, outcome.metric_key)
-            counter = self.failure_denied if over else self.failure_allowed
+            counter = self.failure_denied if outcome.over_limit else self.failure_allowed
             counter.labels(bounded(domain), key, failure).inc()
             self._live.degraded(rule.path, failure)
         if full:
@@ -345,21 +278,14 @@ class ServiceStats(ServiceHooks):
             sink.count(f"{RATE_LIMIT}{stats_name(label)}.domain_not_found", descriptors)
 
     def on_store_call(self, seconds: float) -> None:
-        with self._lock:
-            self._store_times.append(seconds)
-            full = len(self._store_times) >= MAX_PENDING
-        if full:
+        if self._tally.store_call(seconds):
             self.flush()
 
     # --- the server's own events ------------------------------------------------------
 
     def request(self, seconds: float, *, failed: bool = False) -> None:
         """One ShouldRateLimit call answered in ``seconds``; ``failed``: by the fallback."""
-        with self._lock:
-            self._call_times.append(seconds)
-            self._failed_calls += failed
-            full = len(self._call_times) >= MAX_PENDING
-        if full:
+        if self._tally.call(seconds, failed):
             self.flush()
 
     def config_load(self, ok: bool) -> None:
@@ -382,13 +308,8 @@ class ServiceStats(ServiceHooks):
 
     def flush(self) -> None:
         """Move the tally into the registry, the dashboard's figures and the sinks."""
-        with self._lock:
-            pending, self._pending = self._pending, {}
-            top, self._top = self._top, []
-            store_times, self._store_times = self._store_times, []
-            call_times, self._call_times = self._call_times, []
-            failed, self._failed_calls = self._failed_calls, 0
-        for (domain, metric_key, path, algorithm), counts in pending.items():
+        taken = self._tally.take()
+        for (domain, metric_key, path, algorithm), counts in taken.slots.items():
             key = self._key(domain, metric_key)
             label = bounded(domain)
             counters = self._counters.get((label, key))
@@ -397,7 +318,7 @@ class ServiceStats(ServiceHooks):
             for index, counter in enumerate(counters):
                 if counts[index]:
                     counter.inc(counts[index])
-            for index, outcome in _OUTCOMES:
+            for index, outcome in OUTCOMES:
                 if counts[index]:
                     self.metrics.count(
                         rule=path, algorithm=algorithm, outcome=outcome, by=counts[index]
@@ -405,19 +326,20 @@ class ServiceStats(ServiceHooks):
             self._live.add(path, counts[LIVE_DECISIONS:])
             for sink in self.sinks:
                 sink.add(f"{label}.{key}", counts)
-        for category, path, entries, weight in top:
+        for category, path, entries, weight in taken.top:
             self._live.top(category, path, entries, weight)
-        for seconds in store_times:
+        for seconds in taken.store_times:
             self.metrics.store_latency(seconds=seconds)
             self._live.store_call(seconds)
-        if call_times:
-            self._calls.inc(len(call_times))
-            for seconds in call_times:
+        calls, failed = taken.call_times, taken.failed_calls
+        if calls:
+            self._calls.inc(len(calls))
+            for seconds in calls:
                 self._response_time.observe(seconds)
             if failed:
                 self.errors.labels("service_error").inc(failed)
             for sink in self.sinks:
-                sink.calls(call_times)
+                sink.calls(calls)
                 if failed:
                     sink.count(SHOULD_RATE_LIMIT + "service_error", failed)
 

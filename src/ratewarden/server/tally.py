@@ -1,0 +1,134 @@
+"""What the service decided since the last flush, in plain integers: ``Tally``.
+
+``ServiceStats`` counts every descriptor of every call. Counting straight into
+Prometheus counters and the dashboard's figures costs a dozen locked increments
+a descriptor; the tally costs a dict lookup and a few additions under one lock,
+and ``take()`` hands everything over at once, for ``ServiceStats.flush`` to move
+into the registry, the dashboard and StatsD. Nothing here knows those.
+
+Per ``(domain, metric key, rule path, algorithm)`` a slot of counts, indexed by
+the constants below: the five per-key counters of envoyproxy/ratelimit and the
+over-limit cache's (in hits), ``ratewarden_decisions_total``'s three outcomes,
+and the dashboard's per-rule counts (in decisions: decisions, over, near,
+shadowed, degraded, in ``LiveStats.FIELDS``' order). Beside them, the top-key
+candidates (over, near, shadow), each store call's and each call's duration, and
+the calls answered by the fallback. ``full`` says when it holds ``MAX_PENDING``
+entries of a kind: flush then, so that memory stays bounded between flushes
+whatever the traffic.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from ratewarden.server.config import DescriptorRule
+from ratewarden.server.response import DescriptorOutcome
+
+__all__ = ["MAX_PENDING", "Tally", "Taken"]
+
+(
+    TOTAL,
+    OVER,
+    NEAR,
+    WITHIN,
+    SHADOW,
+    LOCAL,
+    ALLOWED,
+    DENIED,
+    SHADOWED,
+    LIVE_DECISIONS,
+    LIVE_OVER,
+    LIVE_NEAR,
+    LIVE_SHADOWED,
+    LIVE_DEGRADED,
+) = range(14)
+SLOT = 14
+#: Entries of one kind a tally holds before it asks to be flushed.
+MAX_PENDING = 8192
+#: ``(slot index, outcome label)`` of ``ratewarden_decisions_total``.
+OUTCOMES = ((ALLOWED, "allowed"), (DENIED, "denied"), (SHADOWED, "shadowed"))
+
+Slot = tuple[str, str, str, str]
+Top = tuple[str, str, tuple[tuple[str, str], ...], int]
+
+
+@dataclass(slots=True)
+class Taken:
+    """Everything a tally held: its slots, top-key candidates, durations, failed calls."""
+
+    slots: dict[Slot, list[int]] = field(default_factory=dict)
+    top: list[Top] = field(default_factory=list)
+    store_times: list[float] = field(default_factory=list)
+    call_times: list[float] = field(default_factory=list)
+    failed_calls: int = 0
+
+
+class Tally:
+    """Counts since the last ``take()``; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._now = Taken()
+
+    def decision(self, domain: str, rule: DescriptorRule, outcome: DescriptorOutcome) -> bool:
+        """Count one descriptor's outcome; True when the tally is full (flush it)."""
+        hits = outcome.hits
+        over = outcome.over_limit
+        shadowed = outcome.shadowed
+        near = outcome.near_limit_hits
+        decision = outcome.decision
+        slot = (domain, outcome.metric_key, rule.path, rule.algorithm)
+        with self._lock:
+            now = self._now
+            counts = now.slots.get(slot)
+            if counts is None:
+                counts = now.slots[slot] = [0] * SLOT
+            counts[TOTAL] += hits
+            counts[LIVE_DECISIONS] += 1
+            if over:
+                counts[OVER] += hits
+                if outcome.local_cache:
+                    counts[LOCAL] += hits
+                if shadowed:
+                    counts[SHADOW] += hits
+                    counts[LIVE_SHADOWED] += 1
+                else:
+                    counts[LIVE_OVER] += 1
+            else:
+                counts[WITHIN] += hits
+                if near:
+                    counts[NEAR] += near
+                    counts[LIVE_NEAR] += 1
+            if decision is not None:
+                if shadowed or decision.shadowed:
+                    counts[SHADOWED] += 1
+                else:
+                    counts[ALLOWED if decision.allowed else DENIED] += 1
+            if over or near:
+                category = "shadow" if shadowed else "over" if over else "near"
+                weight = near if category == "near" else max(hits, 1)
+                now.top.append((category, rule.path, outcome.entries, weight))
+            if outcome.failure is not None:
+                counts[LIVE_DEGRADED] += 1
+            return len(now.slots) >= MAX_PENDING or len(now.top) >= MAX_PENDING
+
+    def store_call(self, seconds: float) -> bool:
+        """One store call took ``seconds``; True when the tally is full."""
+        with self._lock:
+            self._now.store_times.append(seconds)
+            return len(self._now.store_times) >= MAX_PENDING
+
+    def call(self, seconds: float, failed: bool) -> bool:
+        """One call answered in ``seconds`` (``failed``: by the fallback); True when full."""
+        with self._lock:
+            now = self._now
+            now.call_times.append(seconds)
+            now.failed_calls += failed
+            return len(now.call_times) >= MAX_PENDING
+
+    def take(self) -> Taken:
+        """Everything counted since the last ``take``, and start afresh."""
+        with self._lock:
+            taken, self._now = self._now, Taken()
+        return taken
