@@ -39,7 +39,7 @@ import contextlib
 import logging
 import re
 import socket
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from urllib.parse import urlsplit
 
 from ratewarden.errors import ConfigurationError
@@ -253,10 +253,3 @@ def _datagrams(lines: list[bytes]) -> list[bytes]:
     if current:
         out.append(b"".join(current))
     return out
-
-
-def describe(sink: StatsdSink | None) -> Mapping[str, object] | None:
-    """The sink as the start log line shows it."""
-    if sink is None:
-        return None
-    return {"address": f"{sink.protocol}://{sink.host}:{sink.port}", "tags": sink.suffix}
