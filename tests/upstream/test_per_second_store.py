@@ -26,7 +26,7 @@ RULES = """\
 domain: split
 descriptors:
   - key: burst
-    rate_limit: {unit: second, requests_per_unit: 2}
+    rate_limit: {unit: second, unit_multiplier: 30, requests_per_unit: 2}
   - key: steady
     rate_limit: {unit: minute, requests_per_unit: 100}
   - key: ten_seconds
@@ -76,9 +76,9 @@ def second_redis() -> Iterator[RedisServer]:
 def test_each_counter_lives_in_the_redis_upstream_would_use(
     tmp_path: Path, redis_server: RedisServer, second_redis: RedisServer
 ) -> None:
-    """burst (2 per second) and ten_seconds count in the per-second Redis, steady (per
-    minute) in the main one; the third call of a request on burst and steady is denied and
-    charges neither."""
+    """burst (2 per 30 seconds: no refill between the calls, however slow the machine) and
+    ten_seconds count in the per-second Redis, steady (per minute) in the main one; the third
+    call of a request on burst and steady is denied and charges neither."""
     (tmp_path / "split.yaml").write_text(RULES)
     main, fast = redis_server.client(), second_redis.client()
     main.flushall()

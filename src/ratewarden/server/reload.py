@@ -27,13 +27,29 @@ import stat
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-__all__ = ["ConfigWatcher", "ReloadOutcome", "fingerprint"]
+__all__ = ["ConfigWatcher", "ReloadOutcome", "fingerprint", "problems", "report_load"]
 
 log = logging.getLogger("ratewarden.server.reload")
 
 C = TypeVar("C")
 
 Fingerprint = tuple[tuple[object, ...], ...]
+
+
+def problems(exc: Exception) -> list[str]:
+    """A failed load's problems as lines: each of a ``ConfigError``'s, else the error."""
+    return [str(error) for error in getattr(exc, "errors", None) or [exc]]
+
+
+def report_load(on_load: Callable[[bool], None] | None, ok: bool) -> None:
+    """Tell ``on_load`` how a load went; it is instrumentation: if it raises, the failure is
+    logged and the load stands."""
+    if on_load is None:
+        return
+    try:
+        on_load(ok)
+    except Exception:
+        log.exception("on_load callback failed; the load itself is unaffected")
 
 
 class ReloadOutcome(enum.Enum):
@@ -146,7 +162,7 @@ class ConfigWatcher(Generic[C]):
         except Exception as exc:
             self.failures += 1
             self.last_error = str(exc)
-            errors = [str(error) for error in getattr(exc, "errors", None) or [exc]]
+            errors = problems(exc)
             log.error(
                 "config reload failed; keeping the last good config",
                 extra={
@@ -182,9 +198,4 @@ class ConfigWatcher(Generic[C]):
         return outcome
 
     def _report(self, ok: bool) -> None:
-        if self._on_load is None:
-            return
-        try:
-            self._on_load(ok)
-        except Exception:
-            log.exception("on_load callback failed; the reload itself is unaffected")
+        report_load(self._on_load, ok)

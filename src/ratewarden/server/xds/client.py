@@ -39,6 +39,7 @@ from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.protobuf import struct_pb2
 from google.rpc import status_pb2
 
+from ratewarden.server.reload import problems, report_load
 from ratewarden.server.xds import rules
 from ratewarden.server.xds.messages import TYPE_URL
 from ratewarden.server.xds.source import XdsSource
@@ -221,7 +222,7 @@ class XdsSubscription(Generic[C]):
     def _reject(self, response: Any, exc: Exception) -> Any:
         self.nacks += 1
         self.last_error = str(exc)
-        errors = [str(error) for error in getattr(exc, "errors", None) or [exc]]
+        errors = problems(exc)
         log.error(
             "rules from the xDS server rejected; keeping the rules in use",
             extra={
@@ -246,12 +247,7 @@ class XdsSubscription(Generic[C]):
         )
 
     def _report(self, ok: bool) -> None:
-        if self._on_load is None:
-            return
-        try:
-            self._on_load(ok)
-        except Exception:
-            log.exception("on_load callback failed; the update itself is unaffected")
+        report_load(self._on_load, ok)
 
 
 def _documents(response: Any, errors: Sequence[str]) -> dict[str, str]:
