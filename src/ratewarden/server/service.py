@@ -8,7 +8,8 @@ from the limiter's flows (``_ServiceBase._flow``), and each class runs it with
 ``limiter.run``: that one line is all that differs between the two.
 
 The request's descriptors, prepared into items with their counter keys, are in
-``server/descriptors.py``; building the response, in ``server/response.py``;
+``server/descriptors.py``; several descriptors decided in one atomic store step,
+in ``server/joint_step.py``; building the response, in ``server/response.py``;
 token-budget rules, in ``server/budget_service.py``; the hooks and the log
 lines, in ``server/hooks.py``; here, the decision flow and the mapping of the
 limiter's answers onto what the service reports.
@@ -58,7 +59,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ratewarden.clock import Clock
-from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import AsyncLimiter, CircuitBreaker, Flow, Gather, Limiter, NegativeCache
 from ratewarden.server.budget_service import AsyncRuleBudgets, RuleBudgets
@@ -73,12 +73,12 @@ from ratewarden.server.descriptors import (
     counter_key,
     denied,
     is_short,
-    joint_algorithm,
     prepare,
     settled,
     shortfalls,
 )
 from ratewarden.server.hooks import Reports, ServiceHooks
+from ratewarden.server.joint_step import joint_step, joint_step_algorithm
 from ratewarden.server.response import UNLIMITED_REMAINING, DescriptorOutcome, respond
 from ratewarden.server.response_headers import HEADER_MODES, LEGACY_NAMES, check_header_names
 from ratewarden.server.value_cap import ValueCap
@@ -94,11 +94,6 @@ __all__ = [
     "ServiceHooks",
     "counter_key",
 ]
-
-
-def _rule(item: Item) -> DescriptorRule:
-    assert item.rule is not None  # every item the store decides has a rule
-    return item.rule
 
 
 class _ServiceBase:
@@ -222,8 +217,10 @@ class _ServiceBase:
             elif self.charge_denied:
                 yield from self._run([(item, item.cost) for item in stored])
             else:
-                algorithm = self._together(stored)
-                if algorithm is None or not (yield from self._together_flow(stored, algorithm)):
+                algorithm = joint_step_algorithm(stored, self.limiter) if self._joint else None
+                if algorithm is None or not (
+                    yield from joint_step(stored, algorithm, self.limiter, self._reports)
+                ):
                     yield from self._check_then_charge(items, stored)
         response = respond(
             request.domain,
@@ -284,60 +281,6 @@ class _ServiceBase:
             return Result(False, decision, None, False, cached=True)
         allowed = decision.allowed
         return Result(allowed, decision, None, allowed and cost > 0)
-
-    def _together(self, stored: list[Item]) -> str | None:
-        """The algorithm of one atomic store step deciding every descriptor, or None (then
-        the request is checked, then charged): when the store has ``hit_all``, the items may
-        go together (``joint_algorithm``) and none is in the over-limit cache."""
-        algorithm = joint_algorithm(stored) if self._joint else None
-        limiter = self.limiter
-        if algorithm is None or limiter.negative is None:
-            return algorithm
-        for item in stored:
-            rates = _rule(item).rates
-            if limiter.cached_denial(item.key, rates, item.cost, algorithm=algorithm) is not None:
-                return None
-        return algorithm
-
-    def _together_flow(self, stored: list[Item], algorithm: str) -> Flow[bool]:
-        """The one atomic step; False when the store cannot take these keys together."""
-        calls = [(item.key, _rule(item).rates, item.cost) for item in stored]
-        try:
-            decisions = yield from self.limiter.hit_all_flow(calls, algorithm=algorithm)
-        except Exception as error:  # every store failure is the failure modes', never a crash
-            self._degrade_together(stored, error)
-            return True
-        if decisions is None:
-            return False
-        for item, decision in zip(stored, decisions, strict=True):
-            allowed = decision.allowed
-            item.result = Result(allowed, decision, None, allowed and decision.cost > 0)
-        return True
-
-    def _degrade_together(self, stored: list[Item], error: Exception) -> None:
-        """The store failed the joint step: each rule's failure_mode, still all or nothing.
-
-        ``closed`` rules deny, so then the ``local`` ones are only checked; else the
-        ``local`` ones are decided together by the limiter in this process.
-        """
-        for item in stored:
-            self._reports.store_error(_rule(item), error)
-        closed = any(_rule(item).failure_mode == "closed" for item in stored)
-        local = [item for item in stored if _rule(item).failure_mode == "local"]
-        decisions: dict[int, Decision] = {}
-        if local:
-            found = self.limiter.local_all(
-                [(item.key, _rule(item).rates, 0 if closed else item.cost) for item in local],
-                algorithm=_rule(local[0]).algorithm,
-            )
-            decisions = {id(item): decision for item, decision in zip(local, found, strict=True)}
-        for item in stored:
-            decision = decisions.get(id(item))
-            if decision is not None:
-                item.result = settled(decision, decision.cost)
-            else:
-                mode = _rule(item).failure_mode
-                item.result = Result(mode == "open", None, mode, False)
 
     def _check_then_charge(self, items: list[Item], stored: list[Item]) -> Flow[None]:
         yield from self._run([(item, 0) for item in stored])
