@@ -16,6 +16,7 @@ PACKAGE = "ratewarden.server.config"
 #: Each module may import only modules of a lower layer (model is the bottom).
 LAYERS = {
     "model": 0,
+    "tree": 1,
     "fields": 1,
     "limits": 2,
     "rate_limit": 3,
@@ -45,8 +46,8 @@ def _imports_within_package(path: Path) -> set[str]:
 
 
 def test_the_config_modules_import_one_way_without_a_cycle() -> None:
-    """model <- fields <- limits <- rate_limit/budget <- reader <- loading <- __init__: never
-    back up."""
+    """model <- tree/fields <- limits <- rate_limit/budget <- reader <- loading <- __init__:
+    never back up."""
     folder = Path(config.__file__).parent
     assert {path.stem for path in folder.glob("*.py")} == set(LAYERS)
     upward = [
@@ -79,3 +80,14 @@ def test_an_unknown_name_is_an_attribute_error_naming_it() -> None:
     message = r"module 'ratewarden\.server\.config' has no attribute 'nope'"
     with pytest.raises(AttributeError, match=message):
         config.nope  # noqa: B018
+
+
+@pytest.mark.parametrize("name", ["DomainConfig", "Level", "Match", "Node", "RateLimitConfig"])
+def test_the_tree_names_still_resolve_from_model_with_a_deprecation_warning(name: str) -> None:
+    """The descriptor tree moved from config.model to config.tree: the old import warns,
+    naming the new one, and gives the same class."""
+    from ratewarden.server.config import model, tree
+
+    message = re.escape(f"config.model.{name} is deprecated; import {name} from {tree.__name__}")
+    with pytest.warns(DeprecationWarning, match=message):
+        assert getattr(model, name) is getattr(tree, name)

@@ -8,8 +8,10 @@ key.
 
 The package, one concept a module, each importing only those above it:
 
-- ``model``: the rule model (``DescriptorRule``, ``Limit``, the descriptor tree and its
-  matching, ``RateLimitConfig``), the names a rule may use, and the errors;
+- ``model``: the rule model (``DescriptorRule``, ``Limit``), the names a rule may use,
+  and the errors;
+- ``tree``: the descriptor tree the rules hang in and its matching (``Level``, ``Node``,
+  ``DomainConfig``, ``RateLimitConfig``);
 - ``fields``: reading values out of a file's YAML nodes, recording each problem;
 - ``limits``: reading one limit's fields, written alike in both blocks;
 - ``rate_limit`` and ``budget``: reading a descriptor's ``rate_limit`` and ``budget``;
@@ -25,14 +27,16 @@ import warnings
 from typing import Any
 
 from ratewarden.deprecation import moved
-from ratewarden.server.config import model
+from ratewarden.server.config import model, tree
 from ratewarden.server.config.loading import load, load_documents, loads
 from ratewarden.server.config.model import *  # noqa: F403
+from ratewarden.server.config.tree import *  # noqa: F403
 
-# The loaders and every name of the rule model: the list is model's own __all__ (as asyncio
-# re-exports its parts), so a name added to the model is exported here too.
+# The loaders and every name of the rule model and its tree: the lists are the modules' own
+# __all__ (as asyncio re-exports its parts), so a name added to either is exported here too.
 __all__ = ["load", "load_documents", "loads"]
 __all__ += model.__all__
+__all__ += tree.__all__
 
 # Names this module used to hold beside __all__, and where they live now: they still
 # resolve, with a DeprecationWarning, for one release (docs/reference.md says so).

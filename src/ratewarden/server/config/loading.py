@@ -15,15 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import MappingProxyType
 
-from ratewarden.server.config.model import (
-    ConfigError,
-    ConfigProblem,
-    DomainConfig,
-    Level,
-    Node,
-    RateLimitConfig,
-)
+from ratewarden.server.config.model import ConfigError, ConfigProblem
 from ratewarden.server.config.reader import FileReader
+from ratewarden.server.config.tree import DomainConfig, Level, Node, RateLimitConfig
 
 __all__ = ["load", "load_documents", "loads"]
 

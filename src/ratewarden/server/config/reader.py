@@ -20,8 +20,9 @@ import yaml  # type: ignore[import-untyped, unused-ignore]
 
 from ratewarden.server.config.budget import read_budget
 from ratewarden.server.config.fields import CONSTRUCT_ERRORS, FieldReader, _shorten
-from ratewarden.server.config.model import ConfigProblem, DescriptorRule, DomainConfig, Level, Node
+from ratewarden.server.config.model import ConfigProblem, DescriptorRule
 from ratewarden.server.config.rate_limit import RATE_LIMIT_KEYS, read_rate_limit
+from ratewarden.server.config.tree import DomainConfig, Level, Node
 
 __all__ = ["MAX_ALIAS_COPIES", "FileReader"]
 
