@@ -1,11 +1,13 @@
 """Every option of ``ratewarden serve`` as a flag and an environment variable, and reading them.
 
-``OPTIONS`` is the table (``Settings`` field name -> ``Option``: flag, variable,
-parser, help). Flags and variables arrive as text and go through the same
-parser, so a bad value reads the same whichever way it was given; ``read``
-takes the flags over the environment and names the flag or variable whose
-value is wrong. ``settings.resolve`` builds ``Settings`` from what it reads. The
-parsers are in ``parsers.py``.
+``OPTIONS`` is the table (``Settings`` field name -> ``Option``: flag, parser,
+help; the variable is ``RATEWARDEN_`` and the flag's name, ``--grpc-port``
+``RATEWARDEN_GRPC_PORT``). Flags and variables arrive as text and go through the
+same parser, so a bad value reads the same whichever way it was given; ``read``
+takes the flags over the environment and names the flag or variable whose value
+is wrong. ``settings.resolve`` builds ``Settings`` from what it reads. The
+parsers are in ``parsers.py``; ``masked`` shows a setting's value with its
+secrets hidden.
 """
 
 from __future__ import annotations
@@ -18,21 +20,23 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.server.parsers import (
     boolean,
     choice,
+    header_names,
     headers,
     hidden,
     integer,
+    metrics_path,
     pairs,
     paths,
     ratio,
     seconds,
+    statsd_address,
+    statsd_tags,
     target,
     text,
 )
-from ratewarden.server.response_headers import check_header_names
-from ratewarden.server.statsd import parse_address, parse_tags
 from ratewarden.server.store_url import redacted
 
-__all__ = ["OPTIONS", "Option", "read"]
+__all__ = ["OPTIONS", "Option", "masked", "read"]
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("json", "text")
@@ -45,363 +49,266 @@ TRANSPORTS = ("auto", "grpcio", "native")
 
 @dataclass(frozen=True, slots=True)
 class Option:
-    """One setting: its flag, its environment variable and how to read its text."""
+    """One setting: its flag, how to read its text, its help, and its environment variable."""
 
     flag: str
-    env: str
     parse: Callable[[Any], Any]
     help: str
 
-
-def _statsd(value: Any) -> str:
-    protocol, host, port = parse_address(str(value))
-    return f"{protocol}://{f'[{host}]' if ':' in host else host}:{port}"
-
-
-def _tags(value: Any) -> tuple[tuple[str, str], ...]:
-    return value if isinstance(value, tuple) else parse_tags(str(value))
-
-
-def _header_names(value: Any) -> tuple[str, str, str]:
-    names = value if isinstance(value, tuple) else [n.strip() for n in str(value).split(",")]
-    try:
-        return check_header_names(names)
-    except ValueError as exc:
-        raise ConfigurationError(str(exc)) from None
-
-
-def _metrics_path(value: Any) -> str:
-    path = text(value)
-    if not path.startswith("/") or any(c.isspace() or c in "?#" for c in path):
-        raise ConfigurationError("must be a path starting with /, such as /metrics")
-    return path
+    @property
+    def env(self) -> str:
+        """``RATEWARDEN_`` and the flag's name: ``--grpc-port``, ``RATEWARDEN_GRPC_PORT``."""
+        return "RATEWARDEN_" + self.flag.removeprefix("--").replace("-", "_").upper()
 
 
 #: Every setting by its ``Settings`` field name.
 OPTIONS: dict[str, Option] = {
     "config_paths": Option(
         "--config",
-        "RATEWARDEN_CONFIG",
         paths,
         "rule files or directories (envoyproxy/ratelimit YAML); repeat or list several",
     ),
     "config_xds": Option(
         "--config-xds",
-        "RATEWARDEN_CONFIG_XDS",
         target,
         "take the rules from this xDS server (HOST:PORT) over ADS instead of files (docs/xds.md)",
     ),
     "xds_node_id": Option(
-        "--xds-node-id",
-        "RATEWARDEN_XDS_NODE_ID",
-        text,
-        "node id this service gives the xDS server (default)",
+        "--xds-node-id", text, "node id this service gives the xDS server (default)"
     ),
     "xds_node_metadata": Option(
-        "--xds-node-metadata",
-        "RATEWARDEN_XDS_NODE_METADATA",
-        pairs,
-        "KEY=VALUE,... sent as the node's metadata to the xDS server",
+        "--xds-node-metadata", pairs, "KEY=VALUE,... sent as the node's metadata to the xDS server"
     ),
     "xds_headers": Option(
-        "--xds-headers",
-        "RATEWARDEN_XDS_HEADERS",
-        headers,
-        "KEY=VALUE,... sent as gRPC metadata on the xDS stream",
+        "--xds-headers", headers, "KEY=VALUE,... sent as gRPC metadata on the xDS stream"
     ),
     "xds_retry_interval": Option(
         "--xds-retry-interval",
-        "RATEWARDEN_XDS_RETRY_INTERVAL",
         seconds(0.0, allow_low=False),
         "seconds before connecting to the xDS server again, doubled per failure in a row, "
         "jittered (3)",
     ),
     "xds_retry_max": Option(
         "--xds-retry-max",
-        "RATEWARDEN_XDS_RETRY_MAX",
         seconds(0.0, allow_low=False),
         "the longest wait between two connections to the xDS server (60)",
     ),
     "xds_max_message_bytes": Option(
         "--xds-max-message-bytes",
-        "RATEWARDEN_XDS_MAX_MESSAGE_BYTES",
         integer(0, 2**31 - 1),
         "largest xDS response accepted, in bytes (0: gRPC's 4 MiB)",
     ),
-    "xds_tls": Option(
-        "--xds-tls",
-        "RATEWARDEN_XDS_TLS",
-        boolean,
-        "connect to the xDS server over TLS",
-    ),
+    "xds_tls": Option("--xds-tls", boolean, "connect to the xDS server over TLS"),
     "xds_tls_ca": Option(
         "--xds-tls-ca",
-        "RATEWARDEN_XDS_TLS_CA",
         text,
         "PEM CA certificates that signed the xDS server's certificate (the system's if unset)",
     ),
     "xds_tls_cert": Option(
         "--xds-tls-cert",
-        "RATEWARDEN_XDS_TLS_CERT",
         text,
         "PEM client certificate for the xDS server (mutual TLS, with --xds-tls-key)",
     ),
-    "xds_tls_key": Option(
-        "--xds-tls-key", "RATEWARDEN_XDS_TLS_KEY", text, "PEM private key of --xds-tls-cert"
-    ),
+    "xds_tls_key": Option("--xds-tls-key", text, "PEM private key of --xds-tls-cert"),
     "xds_tls_server_name": Option(
         "--xds-tls-server-name",
-        "RATEWARDEN_XDS_TLS_SERVER_NAME",
         text,
         "name the xDS server's certificate must carry, if not its address's host",
     ),
     "store_url": Option(
-        "--store",
-        "RATEWARDEN_STORE",
-        text,
-        "memory (default), redis://, rediss://, or a Sentinel or Cluster URL",
+        "--store", text, "memory (default), redis://, rediss://, or a Sentinel or Cluster URL"
     ),
     "store_per_second": Option(
         "--store-per-second",
-        "RATEWARDEN_STORE_PER_SECOND",
         text,
         "a store of their own for the counters of per-second limits (a second Redis, as "
         "envoyproxy/ratelimit's REDIS_PERSECOND); off: --store holds every counter",
     ),
     "store_timeout": Option(
         "--store-timeout",
-        "RATEWARDEN_STORE_TIMEOUT",
         seconds(0.0, allow_low=False),
         "seconds a Redis connect or reply may take before the call counts as failed (0.02)",
     ),
     "key_prefix": Option(
-        "--key-prefix",
-        "RATEWARDEN_KEY_PREFIX",
-        text,
-        "what every Redis key of the store starts with (rw)",
+        "--key-prefix", text, "what every Redis key of the store starts with (rw)"
     ),
     "merge_domains": Option(
         "--merge-domains",
-        "RATEWARDEN_MERGE_DOMAINS",
         boolean,
         "a domain several config files name is one domain with all their descriptors "
         "(otherwise an error)",
     ),
-    "host": Option("--host", "RATEWARDEN_HOST", text, "address both servers bind (127.0.0.1)"),
-    "grpc_host": Option(
-        "--grpc-host", "RATEWARDEN_GRPC_HOST", text, "address the gRPC server binds (--host)"
-    ),
-    "grpc_port": Option(
-        "--grpc-port", "RATEWARDEN_GRPC_PORT", integer(0, 65535), "gRPC port (8081)"
-    ),
+    "host": Option("--host", text, "address both servers bind (127.0.0.1)"),
+    "grpc_host": Option("--grpc-host", text, "address the gRPC server binds (--host)"),
+    "grpc_port": Option("--grpc-port", integer(0, 65535), "gRPC port (8081)"),
     "grpc_uds": Option(
-        "--grpc-uds",
-        "RATEWARDEN_GRPC_UDS",
-        text,
-        "serve gRPC on this Unix socket path instead of --grpc-host:--grpc-port",
+        "--grpc-uds", text, "serve gRPC on this Unix socket path instead of --grpc-host:--grpc-port"
     ),
-    "http_port": Option(
-        "--http-port", "RATEWARDEN_HTTP_PORT", integer(0, 65535), "HTTP port (8080)"
-    ),
+    "http_port": Option("--http-port", integer(0, 65535), "HTTP port (8080)"),
     "debug_port": Option(
         "--debug-port",
-        "RATEWARDEN_DEBUG_PORT",
         integer(0, 65535),
         "a second HTTP port with the same endpoints, for operators (off)",
     ),
-    "debug_host": Option(
-        "--debug-host", "RATEWARDEN_DEBUG_HOST", text, "address --debug-port binds (--host)"
-    ),
+    "debug_host": Option("--debug-host", text, "address --debug-port binds (--host)"),
     "metrics_port": Option(
         "--metrics-port",
-        "RATEWARDEN_METRICS_PORT",
         integer(0, 65535),
         "a port that serves the Prometheus metrics alone, at --metrics-path (off)",
     ),
-    "metrics_host": Option(
-        "--metrics-host", "RATEWARDEN_METRICS_HOST", text, "address --metrics-port binds (--host)"
-    ),
+    "metrics_host": Option("--metrics-host", text, "address --metrics-port binds (--host)"),
     "metrics_path": Option(
-        "--metrics-path",
-        "RATEWARDEN_METRICS_PATH",
-        _metrics_path,
-        "where --metrics-port serves the metrics (/metrics)",
+        "--metrics-path", metrics_path, "where --metrics-port serves the metrics (/metrics)"
     ),
     "workers": Option(
         "--workers",
-        "RATEWARDEN_WORKERS",
         integer(1, 256),
         "processes sharing the ports (1); more than one needs a shared store",
     ),
     "reload_interval": Option(
         "--reload-interval",
-        "RATEWARDEN_RELOAD_INTERVAL",
         seconds(0.0, allow_low=True),
         "seconds between checks of the config files for changes (5; 0 turns reload off)",
     ),
     "health_interval": Option(
         "--health-interval",
-        "RATEWARDEN_HEALTH_INTERVAL",
         seconds(0.0, allow_low=False),
         "seconds between pings of the store for the health status (2)",
     ),
     "health_needs_rules": Option(
         "--health-needs-rules",
-        "RATEWARDEN_HEALTH_NEEDS_RULES",
         boolean,
         "health is NOT_SERVING while no domain is loaded (an xDS update without resources)",
     ),
     "grace": Option(
         "--grace",
-        "RATEWARDEN_GRACE",
         seconds(0.0, allow_low=True),
         "seconds in-flight calls get to finish on SIGTERM (10)",
     ),
     "shadow": Option(
         "--shadow",
-        "RATEWARDEN_SHADOW",
         boolean,
         "global shadow mode: count and report, but the overall answer is always OK",
     ),
     "charge_denied": Option(
         "--charge-denied",
-        "RATEWARDEN_CHARGE_DENIED",
         boolean,
         "charge every descriptor of a denied request (envoyproxy/ratelimit's old behaviour)",
     ),
     "near_limit_ratio": Option(
         "--near-limit-ratio",
-        "RATEWARDEN_NEAR_LIMIT_RATIO",
         ratio,
         "share of a limit above which a hit counts as near the limit (0.8)",
     ),
     "on_error": Option(
         "--on-error",
-        "RATEWARDEN_ON_ERROR",
         choice(ON_ERROR),
         "answer when a call fails unexpectedly: open allows (default), closed denies",
     ),
-    "log_level": Option(
-        "--log-level", "RATEWARDEN_LOG_LEVEL", choice(LOG_LEVELS), "debug, info, warning, error"
-    ),
+    "log_level": Option("--log-level", choice(LOG_LEVELS), "debug, info, warning, error"),
     "log_format": Option(
-        "--log-format",
-        "RATEWARDEN_LOG_FORMAT",
-        choice(LOG_FORMATS),
-        "json (one object a line, default) or text",
+        "--log-format", choice(LOG_FORMATS), "json (one object a line, default) or text"
     ),
     "dashboard": Option(
         "--dashboard",
-        "RATEWARDEN_DASHBOARD",
         choice(DASHBOARD),
         "who may open /dashboard on the HTTP port: loopback clients (default), any, or off",
     ),
     "tls_cert": Option(
-        "--tls-cert",
-        "RATEWARDEN_TLS_CERT",
-        text,
-        "PEM certificate chain: serve gRPC over TLS (with --tls-key)",
+        "--tls-cert", text, "PEM certificate chain: serve gRPC over TLS (with --tls-key)"
     ),
-    "tls_key": Option("--tls-key", "RATEWARDEN_TLS_KEY", text, "PEM private key of --tls-cert"),
+    "tls_key": Option("--tls-key", text, "PEM private key of --tls-cert"),
     "tls_client_ca": Option(
         "--tls-client-ca",
-        "RATEWARDEN_TLS_CLIENT_CA",
         text,
         "PEM CA certificates: require client certificates they signed (mutual TLS)",
     ),
     "max_values_per_rule": Option(
         "--max-values-per-rule",
-        "RATEWARDEN_MAX_VALUES_PER_RULE",
         integer(0, 100_000_000),
         "distinct counters one rule may hold per window before new values share one overflow "
         "counter (100000; 0 turns the cap off)",
     ),
     "response_headers": Option(
         "--response-headers",
-        "RATEWARDEN_RESPONSE_HEADERS",
         choice(RESPONSE_HEADERS),
         "rate limit headers Envoy adds to responses: off (default), legacy "
         "(RateLimit-Limit/Remaining/Reset) or draft-10 (RateLimit-Policy and RateLimit)",
     ),
     "legacy_header_names": Option(
         "--legacy-header-names",
-        "RATEWARDEN_LEGACY_HEADER_NAMES",
-        _header_names,
+        header_names,
         "names of the legacy headers: LIMIT,REMAINING,RESET "
         "(RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset)",
     ),
     "breaker_failures": Option(
         "--breaker-failures",
-        "RATEWARDEN_BREAKER_FAILURES",
         integer(0, 1_000_000),
         "consecutive store failures that open the circuit breaker, after which failure_mode "
         "answers without waiting on the store (5; 0 turns the breaker off)",
     ),
     "breaker_cooldown": Option(
         "--breaker-cooldown",
-        "RATEWARDEN_BREAKER_COOLDOWN",
         seconds(0.0, allow_low=False),
         "seconds the open breaker waits before one probe call tries the store again (1)",
     ),
     "loop": Option(
         "--loop",
-        "RATEWARDEN_LOOP",
         choice(LOOPS),
         "event loop: auto (uvloop when it is installed, else asyncio's; default), asyncio, uvloop",
     ),
     "transport": Option(
         "--transport",
-        "RATEWARDEN_TRANSPORT",
         choice(TRANSPORTS),
         "what serves the gRPC port: auto (native when pygrpc-native is installed and TLS is "
         "off, else grpcio; default), grpcio, native (pip install 'ratewarden[native]')",
     ),
     "rlqs": Option(
         "--rlqs",
-        "RATEWARDEN_RLQS",
         boolean,
         "also serve Envoy's Rate Limit Quota Service (StreamRateLimitQuotas) on the gRPC port "
         "from the same rules; needs --transport grpcio (auto picks it) and one worker",
     ),
     "rlqs_interval": Option(
         "--rlqs-interval",
-        "RATEWARDEN_RLQS_INTERVAL",
         seconds(0.0, allow_low=False),
         "seconds between two share rounds of a quota bucket: renewals, newcomers, new shares (1)",
     ),
     "rlqs_ttl": Option(
         "--rlqs-ttl",
-        "RATEWARDEN_RLQS_TTL",
         integer(1, 86_400),
         "whole seconds an RLQS assignment lives in Envoy unless renewed; above --rlqs-interval (5)",
     ),
     "over_limit_cache": Option(
         "--over-limit-cache",
-        "RATEWARDEN_OVER_LIMIT_CACHE",
         integer(0, 10_000_000),
         "counters denied by the store that are remembered until their retry time and denied "
         "without a store call (10000; 0 turns the cache off)",
     ),
     "statsd": Option(
         "--statsd",
-        "RATEWARDEN_STATSD",
-        _statsd,
+        statsd_address,
         "send envoyproxy/ratelimit's stats to this StatsD server: tcp://HOST:PORT (HOST:PORT "
         "alone is TCP, as upstream) or udp://HOST:PORT (off)",
     ),
     "statsd_tags": Option(
-        "--statsd-tags",
-        "RATEWARDEN_STATSD_TAGS",
-        _tags,
-        "tags on every StatsD stat, NAME:VALUE,NAME:VALUE (none)",
+        "--statsd-tags", statsd_tags, "tags on every StatsD stat, NAME:VALUE,NAME:VALUE (none)"
     ),
     "statsd_interval": Option(
-        "--statsd-interval",
-        "RATEWARDEN_STATSD_INTERVAL",
-        seconds(0.0, allow_low=False),
-        "seconds between sends to --statsd (10)",
+        "--statsd-interval", seconds(0.0, allow_low=False), "seconds between sends to --statsd (10)"
     ),
 }
+
+
+def masked(name: str, value: Any) -> Any:
+    """Setting ``name``'s ``value`` as a log line, an error or a repr may show it: a store
+    URL with its password ``***`` (``redacted``), the xDS headers' values ``***`` (a header
+    may carry a token)."""
+    if name in ("store_url", "store_per_second") and value is not None:
+        return redacted(str(value))
+    if name == "xds_headers":
+        return hidden(value)
+    return value
 
 
 def read(flags: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
@@ -421,10 +328,6 @@ def read(flags: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]
         try:
             values[name] = option.parse(raw)
         except ConfigurationError as exc:
-            shown = " ".join(raw) if isinstance(raw, list) else raw
-            if name in ("store_url", "store_per_second"):
-                shown = redacted(str(shown))
-            if name == "xds_headers":
-                shown = hidden(shown)
+            shown = masked(name, " ".join(raw) if isinstance(raw, list) else raw)
             raise ConfigurationError(f"{source} {shown!r}: {exc}") from None
     return values

@@ -12,17 +12,23 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ratewarden.errors import ConfigurationError
+from ratewarden.server.response_headers import check_header_names
+from ratewarden.server.statsd import parse_address, parse_tags
 
 __all__ = [
     "boolean",
     "choice",
+    "header_names",
     "headers",
     "hidden",
     "integer",
+    "metrics_path",
     "pairs",
     "paths",
     "ratio",
     "seconds",
+    "statsd_address",
+    "statsd_tags",
     "target",
     "text",
 ]
@@ -159,3 +165,31 @@ def choice(choices: Sequence[str]) -> Callable[[Any], str]:
         return lowered
 
     return parse
+
+
+def statsd_address(value: Any) -> str:
+    """A StatsD server as ``tcp://HOST:PORT`` or ``udp://HOST:PORT`` (``HOST:PORT``: TCP)."""
+    protocol, host, port = parse_address(str(value))
+    return f"{protocol}://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def statsd_tags(value: Any) -> tuple[tuple[str, str], ...]:
+    """``NAME:VALUE,NAME:VALUE`` as pairs (pairs already read pass through)."""
+    return value if isinstance(value, tuple) else parse_tags(str(value))
+
+
+def header_names(value: Any) -> tuple[str, str, str]:
+    """The three legacy header names, ``LIMIT,REMAINING,RESET``."""
+    names = value if isinstance(value, tuple) else [n.strip() for n in str(value).split(",")]
+    try:
+        return check_header_names(names)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+
+
+def metrics_path(value: Any) -> str:
+    """A URL path such as ``/metrics``: no query, no fragment, no space."""
+    path = text(value)
+    if not path.startswith("/") or any(c.isspace() or c in "?#" for c in path):
+        raise ConfigurationError("must be a path starting with /, such as /metrics")
+    return path
