@@ -68,8 +68,10 @@ Under the ``RATEWARDEN_*`` variables come envoyproxy/ratelimit's own (``PORT``,
 
 Secrets stay out of output: ``repr(settings)`` and every error message show the
 store URL with its password replaced by ``***`` (``redacted``, in
-``server/store_url.py``), and the xDS headers' values as ``***`` (``parsers.hidden``).
-Here: ``Settings``, the values and their checks, and ``resolve``, which builds them.
+``server/store_url.py``), and the xDS headers' values as ``***`` (``parsers.hidden``;
+both by ``options.masked``). Here: ``Settings``, the values and their checks, and
+``resolve``, which builds them; which source of rules the settings name, and the checks
+of the ``--xds-*`` options, are in ``server/rules_source.py``.
 """
 
 from __future__ import annotations
@@ -81,30 +83,15 @@ from typing import Any
 
 from ratewarden.errors import ConfigurationError
 
-# OPTIONS, Option, redacted and store_scheme live beside what they serve and are
-# re-exported here, where callers have always imported them from (__all__).
+# OPTIONS, Option, XDS_OPTIONS, redacted and store_scheme live beside what they serve
+# and are re-exported here, where callers have always imported them from (__all__).
 from ratewarden.server import upstream_env
-from ratewarden.server.options import OPTIONS, Option, read
-from ratewarden.server.parsers import hidden
+from ratewarden.server.options import OPTIONS, Option, masked, read
 from ratewarden.server.response_headers import LEGACY_NAMES
+from ratewarden.server.rules_source import XDS_OPTIONS, check_rules_source, own_source_wins
 from ratewarden.server.store_url import redacted, store_scheme
 
 __all__ = ["OPTIONS", "XDS_OPTIONS", "Option", "Settings", "redacted", "resolve", "store_scheme"]
-
-#: The settings of the xDS client, which mean something only with ``config_xds``.
-XDS_OPTIONS = (
-    "xds_node_id",
-    "xds_node_metadata",
-    "xds_headers",
-    "xds_retry_interval",
-    "xds_retry_max",
-    "xds_max_message_bytes",
-    "xds_tls",
-    "xds_tls_ca",
-    "xds_tls_cert",
-    "xds_tls_key",
-    "xds_tls_server_name",
-)
 
 
 def native_installed() -> bool:
@@ -180,19 +167,14 @@ class Settings:
     rlqs_ttl: int = 5
 
     def __repr__(self) -> str:
-        shown = []
-        for name in self.__dataclass_fields__:
-            value = getattr(self, name)
-            secret = name in ("store_url", "store_per_second") and value is not None
-            text = repr(redacted(value)) if secret else repr(value)
-            if name == "xds_headers":  # an authorization token, say
-                text = repr(hidden(value))
-            shown.append(f"{name}={text}")
+        shown = (
+            f"{name}={masked(name, getattr(self, name))!r}" for name in self.__dataclass_fields__
+        )
         return f"Settings({', '.join(shown)})"
 
     def __post_init__(self) -> None:
         self._check_tls()
-        self._check_rules_source()
+        check_rules_source(self)
         if not store_scheme(self.store_url):
             raise ConfigurationError(
                 f"store URL {redacted(self.store_url)!r} has no scheme; use memory, "
@@ -223,57 +205,6 @@ class Settings:
             raise ConfigurationError(
                 "--loop uvloop: the uvloop package is not installed; pip install uvloop "
                 "('ratewarden[server]' brings it on Linux and macOS) or use --loop asyncio"
-            )
-
-    def _check_rules_source(self) -> None:
-        if self.config_paths and self.config_xds is not None:
-            raise ConfigurationError(
-                f"rules from files ({', '.join(self.config_paths)}) and from the xDS server "
-                f"{self.config_xds!r} both asked for; give --config (RATEWARDEN_CONFIG) or "
-                "--config-xds (RATEWARDEN_CONFIG_XDS, upstream's CONFIG_TYPE=GRPC_XDS_SOTW), "
-                "not both"
-            )
-        if not self.config_paths and self.config_xds is None:
-            raise ConfigurationError(
-                "no config given: pass --config PATH (a file or directory) or --config-xds "
-                "HOST:PORT (an xDS server), or set RATEWARDEN_CONFIG, RATEWARDEN_CONFIG_XDS, "
-                "or envoyproxy/ratelimit's RUNTIME_ROOT or CONFIG_TYPE=GRPC_XDS_SOTW"
-            )
-        if self.config_xds is None:
-            given = [
-                OPTIONS[name].flag
-                for name in XDS_OPTIONS
-                if getattr(self, name) != Settings.__dataclass_fields__[name].default
-            ]
-            if given:
-                raise ConfigurationError(
-                    f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} only to "
-                    "rules from an xDS server; add "
-                    "--config-xds HOST:PORT (or CONFIG_TYPE=GRPC_XDS_SOTW), or drop them"
-                )
-            return
-        if self.xds_retry_max < self.xds_retry_interval:
-            raise ConfigurationError(
-                f"--xds-retry-max {self.xds_retry_max:g} is below --xds-retry-interval "
-                f"{self.xds_retry_interval:g}; the longest wait must be at least the first"
-            )
-        tls_files = ("xds_tls_ca", "xds_tls_cert", "xds_tls_key", "xds_tls_server_name")
-        if not self.xds_tls:
-            for name in tls_files:
-                if getattr(self, name) is not None:
-                    raise ConfigurationError(
-                        f"{OPTIONS[name].flag} is set but --xds-tls is not; add --xds-tls "
-                        "(CONFIG_GRPC_XDS_SERVER_USE_TLS=true) to reach the xDS server over "
-                        "TLS, or drop it"
-                    )
-        if (self.xds_tls_cert is None) != (self.xds_tls_key is None):
-            given_flag, missing = (
-                ("--xds-tls-cert", "--xds-tls-key")
-                if self.xds_tls_key is None
-                else ("--xds-tls-key", "--xds-tls-cert")
-            )
-            raise ConfigurationError(
-                f"{given_flag} is set but {missing} is not; a client certificate needs its key"
             )
 
     def _check_per_second(self) -> None:
@@ -398,13 +329,7 @@ def resolve(flags: Mapping[str, Any], environ: Mapping[str, str]) -> Settings:
     """
     upstream = upstream_env.read(environ)
     own = read(flags, environ)
-    # Where the rules come from is one setting given two ways: ratewarden's, if it names
-    # either source, wins over upstream's (CONFIG_TYPE, RUNTIME_*) with everything it brought.
-    if "config_paths" in own:
-        for name in ("config_xds", *XDS_OPTIONS):
-            upstream.pop(name, None)
-    elif "config_xds" in own:
-        upstream.pop("config_paths", None)
+    own_source_wins(own, upstream)
     values = {**upstream, **own}
     values.setdefault("config_paths", ())
     return Settings(**values)
