@@ -1,7 +1,8 @@
 """The one composition root of ``ratewarden serve``: settings in, a running server out.
 
 ``RateLimitServer`` builds the store, loads the rules, wraps the service in the
-failure mode and hands it to both transports (gRPC and HTTP), then keeps two
+failure mode and hands it to both transports (gRPC and HTTP, whose listeners
+``server/listeners.py`` builds, binds and stops), then keeps two
 background loops: the config watcher (hot reload) and the health loop (serving
 only while a config is loaded and the store answers a ping). With rules from an
 xDS server (``--config-xds``) the watcher is the xDS subscription instead, and
@@ -34,9 +35,13 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.server import config as rules
 from ratewarden.server.dashboard import shared
 from ratewarden.server.dashboard.view import render
-from ratewarden.server.grpc import GrpcServer, GrpcTls, grpc_address
-from ratewarden.server.grpc_native import NativeGrpcServer
-from ratewarden.server.http import HttpServer
+from ratewarden.server.grpc import grpc_address
+from ratewarden.server.listeners import (
+    grpc_listener,
+    http_listeners,
+    start_listeners,
+    stop_listeners,
+)
 
 # configure_logging lives beside the log format; re-exported here, where callers import it.
 from ratewarden.server.logs import configure_logging
@@ -156,9 +161,6 @@ class RateLimitServer:
             breaker=_breaker(settings, self.stats),
             over_limit_cache=settings.over_limit_cache,
         )
-        tls = None
-        if settings.tls_cert is not None and settings.tls_key is not None:
-            tls = GrpcTls.load(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
         #: Envoy's quota service (``--rlqs``): its shares live in this process (docs/rlqs.md).
         self.quota = None if not settings.rlqs else RateLimitQuotaServicer(
             QuotaService(self.config, clock=SystemClock(), interval=settings.rlqs_interval,
@@ -166,22 +168,11 @@ class RateLimitServer:
         )  # fmt: skip
         if self.quota is not None:
             self.stats.registry.register(QuotaCollector(self.quota.quota))
+        #: The listeners (server/listeners.py): gRPC, HTTP, and the debug and metrics ports.
         self.transport = settings.grpc_transport
-        self.grpc: GrpcServer | NativeGrpcServer
-        if self.transport == "native":
-            self.grpc = NativeGrpcServer(self.should_rate_limit, tls=tls)
-        else:
-            services = () if self.quota is None else (self.quota.handler(),)
-            self.grpc = GrpcServer(self.should_rate_limit, tls=tls, services=services)
-        self.http = HttpServer(self, dashboard=settings.dashboard)
-        #: The debug port (``--debug-port``, upstream's ``DEBUG_PORT``): the same endpoints;
-        #: the metrics port (``--metrics-port``, upstream's ``PROMETHEUS_ADDR``): the metrics.
-        self.debug = (
-            None if settings.debug_port is None else HttpServer(self, dashboard=settings.dashboard)
-        )
-        self.prometheus = None
-        if settings.metrics_port is not None:
-            self.prometheus = HttpServer(self, metrics_path=settings.metrics_path)
+        services = () if self.quota is None else (self.quota.handler(),)
+        self.grpc = grpc_listener(settings, self.should_rate_limit, services)
+        self.http, self.debug, self.prometheus = http_listeners(settings, self)
         self.metrics_port = 0
         self.grpc_port = 0
         self.http_port = 0
@@ -251,24 +242,8 @@ class RateLimitServer:
         s = self.settings
         if self.xds is not None:
             self._tasks.append(await self.xds.start())
-        grpc_host = s.grpc_host or s.host
-        self.grpc_port = await self.grpc.start(
-            grpc_host, s.grpc_port, reuse_port=s.reuse_port, uds=s.grpc_uds
-        )
-        try:
-            self.http_port = await self.http.start(s.host, s.http_port, reuse_port=s.reuse_port)
-        except OSError as exc:
-            await self.grpc.stop(0)
-            raise OSError(
-                exc.errno,
-                f"cannot listen for HTTP on {s.host}:{s.http_port}: {exc.strerror or exc}",
-            ) from exc
-        if self.debug is not None:
-            self.debug_port = await self._start_extra(self.debug, s.debug_host, s.debug_port)
-        if self.prometheus is not None:
-            self.metrics_port = await self._start_extra(
-                self.prometheus, s.metrics_host, s.metrics_port
-            )
+        ports = await start_listeners(s, self.grpc, self.http, self.debug, self.prometheus)
+        self.grpc_port, self.http_port, self.debug_port, self.metrics_port = ports
         await self.refresh_health()
         self._tasks.append(asyncio.create_task(self._health_loop()))
         self._tasks.append(asyncio.create_task(self._flush_loop()))
@@ -282,7 +257,7 @@ class RateLimitServer:
             "serving",
             extra={
                 "event": "serving",
-                "grpc": grpc_address(grpc_host, self.grpc_port, s.grpc_uds),
+                "grpc": grpc_address(s.grpc_host or s.host, self.grpc_port, s.grpc_uds),
                 "transport": self.transport,
                 "rlqs": s.rlqs,
                 "http": f"{s.host}:{self.http_port}",
@@ -295,20 +270,6 @@ class RateLimitServer:
                 "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
             },
         )
-
-    async def _start_extra(self, server: HttpServer, host: str | None, port: int | None) -> int:
-        """Start a second HTTP port (debug, metrics); on failure stop what is listening."""
-        s = self.settings
-        host, port = host or s.host, port or 0
-        try:
-            return await server.start(host, port, reuse_port=s.reuse_port)
-        except OSError as exc:
-            extra = [x.stop(0) for x in (self.debug, self.prometheus) if x not in (None, server)]
-            await asyncio.gather(self.grpc.stop(0), self.http.stop(0), *extra)
-            what = "the debug port" if server is self.debug else "metrics"
-            raise OSError(
-                exc.errno, f"cannot listen for {what} on {host}:{port}: {exc.strerror or exc}"
-            ) from exc
 
     async def close(self) -> None:
         """What a server whose ``start`` never finished holds: the StatsD socket, the store."""
@@ -328,9 +289,7 @@ class RateLimitServer:
         self._tasks.clear()
         if self.quota is not None:
             self.quota.end_streams()  # an open stream would hold the grace period to its end
-        stopping = [self.grpc.stop(grace), self.http.stop(grace)]
-        stopping += [x.stop(grace) for x in (self.debug, self.prometheus) if x is not None]
-        await asyncio.gather(*stopping)
+        await stop_listeners(grace, self.grpc, self.http, self.debug, self.prometheus)
         self.stats.flush()
         if self.statsd is not None:
             await self.statsd.close()

@@ -1,0 +1,113 @@
+"""The ports one ``ratewarden serve`` process listens on: gRPC (grpcio or pygrpc-native, over
+TLS with ``--tls-cert``), HTTP, and the debug and metrics ports when asked for.
+
+The composition root (``server/app.py``) builds them with ``grpc_listener`` and
+``http_listeners``, starts them with ``start_listeners`` (all or none: a port that
+cannot be bound stops those already listening, and the ``OSError`` names it) and
+stops them with ``stop_listeners``, which lets calls in flight finish. Each takes the
+settings and servers it needs, not the composition root.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from ratewarden.server.grpc import Answer, GrpcServer, GrpcTls
+from ratewarden.server.grpc_native import NativeGrpcServer
+from ratewarden.server.http import HttpBackend, HttpServer
+from ratewarden.server.settings import Settings
+
+__all__ = ["grpc_listener", "http_listeners", "start_listeners", "stop_listeners"]
+
+
+def grpc_listener(
+    settings: Settings, answer: Answer, services: Sequence[Any] = ()
+) -> GrpcServer | NativeGrpcServer:
+    """The gRPC server ``--transport`` names (``settings.grpc_transport``), answering with
+    ``answer``; grpcio's also serves ``services`` (the quota service's stream)."""
+    tls = None
+    if settings.tls_cert is not None and settings.tls_key is not None:
+        tls = GrpcTls.load(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+    if settings.grpc_transport == "native":
+        return NativeGrpcServer(answer, tls=tls)
+    return GrpcServer(answer, tls=tls, services=services)
+
+
+def http_listeners(
+    settings: Settings, backend: HttpBackend
+) -> tuple[HttpServer, HttpServer | None, HttpServer | None]:
+    """The HTTP port's server over ``backend``; the debug port's (``--debug-port``,
+    upstream's ``DEBUG_PORT``: the same endpoints) and the metrics port's
+    (``--metrics-port``, upstream's ``PROMETHEUS_ADDR``: the metrics), or None."""
+    http = HttpServer(backend, dashboard=settings.dashboard)
+    debug = None
+    if settings.debug_port is not None:
+        debug = HttpServer(backend, dashboard=settings.dashboard)
+    prometheus = None
+    if settings.metrics_port is not None:
+        prometheus = HttpServer(backend, metrics_path=settings.metrics_path)
+    return http, debug, prometheus
+
+
+async def start_listeners(
+    settings: Settings,
+    grpc: GrpcServer | NativeGrpcServer,
+    http: HttpServer,
+    debug: HttpServer | None,
+    prometheus: HttpServer | None,
+) -> tuple[int, int, int, int]:
+    """Bind the gRPC port, then the HTTP ones; the ports bound: gRPC, HTTP, debug and
+    metrics (0 for a server that is None). OSError on a port that cannot be bound, once
+    the ports already bound are stopped."""
+    s = settings
+    grpc_port = await grpc.start(
+        s.grpc_host or s.host, s.grpc_port, reuse_port=s.reuse_port, uds=s.grpc_uds
+    )
+    try:
+        http_port = await http.start(s.host, s.http_port, reuse_port=s.reuse_port)
+    except OSError as exc:
+        await grpc.stop(0)
+        raise OSError(
+            exc.errno,
+            f"cannot listen for HTTP on {s.host}:{s.http_port}: {exc.strerror or exc}",
+        ) from exc
+    debug_port = metrics_port = 0
+    if debug is not None:
+        others = (grpc, http, prometheus)
+        debug_port = await _start_extra(
+            s, debug, "the debug port", s.debug_host, s.debug_port, others
+        )
+    if prometheus is not None:
+        others = (grpc, http, debug)
+        metrics_port = await _start_extra(
+            s, prometheus, "metrics", s.metrics_host, s.metrics_port, others
+        )
+    return grpc_port, http_port, debug_port, metrics_port
+
+
+async def _start_extra(
+    settings: Settings,
+    server: HttpServer,
+    what: str,
+    host: str | None,
+    port: int | None,
+    others: tuple[GrpcServer | NativeGrpcServer | HttpServer | None, ...],
+) -> int:
+    """Start a second HTTP port (debug, metrics); on failure stop the ``others``."""
+    host, port = host or settings.host, port or 0
+    try:
+        return await server.start(host, port, reuse_port=settings.reuse_port)
+    except OSError as exc:
+        await stop_listeners(0, *others)
+        raise OSError(
+            exc.errno, f"cannot listen for {what} on {host}:{port}: {exc.strerror or exc}"
+        ) from exc
+
+
+async def stop_listeners(
+    grace: float, *listeners: GrpcServer | NativeGrpcServer | HttpServer | None
+) -> None:
+    """Stop each listener (None: none there), giving calls in flight ``grace`` seconds."""
+    await asyncio.gather(*[server.stop(grace) for server in listeners if server is not None])
