@@ -27,21 +27,6 @@ from ratewarden.errors import ConfigurationError
 
 __all__ = ["PER_SECOND_SETTINGS", "REDIS_SETTINGS", "per_second_store", "store"]
 
-#: The upstream variables that make the store a Redis one when any is set.
-REDIS_SETTINGS = (
-    "BACKEND_TYPE",
-    "REDIS_SOCKET_TYPE",
-    "REDIS_TYPE",
-    "REDIS_URL",
-    "REDIS_AUTH",
-    "REDIS_SENTINEL_AUTH",
-    "REDIS_TLS",
-    "REDIS_TLS_CLIENT_CERT",
-    "REDIS_TLS_CLIENT_KEY",
-    "REDIS_TLS_CACERT",
-    "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
-    "REDIS_TIMEOUT",
-)
 #: The TLS settings a single server's URL carries as redis-py options.
 _TLS_FILES = {
     "REDIS_TLS_CACERT": "ssl_ca_certs",
@@ -80,6 +65,14 @@ _PER_SECOND = _Names(
     "REDIS_PERSECOND_SENTINEL_AUTH",
     "REDIS_PERSECOND_TLS",
     "REDIS_PERSECOND_TIMEOUT",
+)
+#: The upstream variables that make the store a Redis one when any is set: the main
+#: Redis's, its TLS files and ``BACKEND_TYPE``.
+REDIS_SETTINGS = (
+    "BACKEND_TYPE",
+    *vars(_MAIN).values(),
+    *_TLS_FILES,
+    "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
 )
 #: The per-second Redis's variables (it shares the TLS files of the main one, as upstream).
 PER_SECOND_SETTINGS = ("REDIS_PERSECOND", *vars(_PER_SECOND).values())
