@@ -7,14 +7,16 @@
   transport-agnostic ``ShouldRateLimit``: a request message in, a response
   message out, decided through a ``Limiter`` / ``AsyncLimiter`` over any store.
   Its parts: ``descriptors`` (a request's descriptors, keys and results),
+  ``joint_step`` (several descriptors in one atomic store step),
   ``response`` (the response and the outcomes given to hooks), ``statuses``
   (Envoy's units both ways), ``value_cap`` (``max_values_per_rule``), ``hooks``
   (``ServiceHooks`` and the service's log lines), ``headers`` (response headers)
   and ``budget_service`` (token budgets over Envoy's protocol).
 - ``ratewarden serve``: ``app`` (the composition root: settings in, a running
   server out; the only module here that builds a store), ``settings`` /
-  ``options`` / ``store_url`` (its settings, flags and environment), ``logs``,
-  ``grpc`` and ``http`` (the transports), ``reload``, ``stats`` and ``dashboard``.
+  ``options`` / ``store_url`` / ``rules_source`` (its settings, flags and environment),
+  ``logs``, ``grpc`` and ``http`` (the transports), ``listeners`` (their ports),
+  ``reload``, ``stats`` and ``dashboard``.
 
 Importing this package imports neither gRPC nor protobuf.
 """
