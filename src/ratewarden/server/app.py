@@ -168,7 +168,7 @@ class RateLimitServer:
         )  # fmt: skip
         if self.quota is not None:
             self.stats.registry.register(QuotaCollector(self.quota.quota))
-        #: The listeners (server/listeners.py): gRPC, HTTP, and the debug and metrics ports.
+        # The listeners (server/listeners.py): gRPC, HTTP, and the debug and metrics ports.
         self.transport = settings.grpc_transport
         services = () if self.quota is None else (self.quota.handler(),)
         self.grpc = grpc_listener(settings, self.should_rate_limit, services)
