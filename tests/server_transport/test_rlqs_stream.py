@@ -248,7 +248,7 @@ async def test_a_failure_inside_the_service_ends_the_stream_with_internal_and_no
     def broken(*args: object) -> None:
         raise RuntimeError("secret internals")
 
-    monkeypatch.setattr(quota, "report", broken)
+    monkeypatch.setattr(quota, "report_flow", broken)
     stream = Stream(server.grpc_port)
     streams.append(stream)
     stream.send(report("edge", ({"tenant": "b"}, 1, 0)))

@@ -138,7 +138,7 @@ class RateLimitQuotaServicer:
             async for raw in requests:
                 try:
                     reports = rlqs_pb2.RateLimitQuotaUsageReports.FromString(raw)
-                    actions = self.quota.report(stream, reports.domain, usages(reports))
+                    actions = await self.quota.areport(stream, reports.domain, usages(reports))
                 except DecodeError as exc:
                     queue.put_nowait(
                         ReportError(f"the message is not a RateLimitQuotaUsageReports: {exc}")
@@ -188,6 +188,6 @@ class RateLimitQuotaServicer:
         while True:
             await asyncio.sleep(self.quota.interval / 4)
             try:
-                self.send(self.quota.tick())
+                self.send(await self.quota.atick())
             except Exception:
                 log.exception("quota round failed", extra={"event": "rlqs_round_failed"})
