@@ -30,13 +30,21 @@ T = TypeVar("T")
 
 
 class Fleet:
-    """The store a replica's ``QuotaService`` keeps its buckets' shares in, and the replica's
-    name there (``replica``: text without spaces, unique in the fleet)."""
+    """The store a replica's ``QuotaService`` keeps its buckets' shares in (the limiter's),
+    and the replica's name there (``replica``: ASCII without spaces, unique in the fleet;
+    random unless given)."""
 
-    def __init__(self, limiter: Limiter | AsyncLimiter, *, replica: str | None = None) -> None:
+    def __init__(
+        self,
+        limiter: Limiter | AsyncLimiter,
+        *,
+        replica: str | None = None,
+        prefix: str | None = None,
+    ) -> None:
         self.limiter = limiter
         self.replica = replica or uuid.uuid4().hex[:12]
-        self.prefix: str = getattr(limiter.store, "prefix", "rw")
+        #: The store's key prefix (the store's own unless given).
+        self.prefix: str = prefix or str(getattr(limiter.store, "prefix", "rw"))
         #: The last round's reply per bucket (members fleet-wide, tokens the others hold).
         self.rounds: dict[tuple[str, BucketKey], FleetRound] = {}
 
