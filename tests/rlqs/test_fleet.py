@@ -25,7 +25,15 @@ from hypothesis import strategies as st
 from ratewarden import Limiter, MemoryStore
 from ratewarden.limiter import quota_shares_op
 from ratewarden.server.config import loads
-from ratewarden.server.rlqs import DENY_ALL, Fleet, QuotaService, Share, Usage, bucket_key
+from ratewarden.server.rlqs import (
+    ALLOW_ALL,
+    DENY_ALL,
+    Fleet,
+    QuotaService,
+    Share,
+    Usage,
+    bucket_key,
+)
 from ratewarden.storage.redis import RedisStore
 from ratewarden.testing import ManualClock
 from tests._servers import RedisCluster, RedisServer
@@ -261,3 +269,36 @@ def test_the_fleet_of_replicas_never_admits_more_than_the_stated_bound_in_any_wi
             total += per_step[b]
             width = Fraction(b - a) * Fraction(STEP)
             assert total <= rate * width + most * (count * (math.floor(width) + 1) + 1), (a, b)
+
+
+@pytest.mark.redis
+def test_a_round_the_store_does_not_answer_sends_nothing_split_and_the_next_one_retries(
+    make_redis: Callable[..., RedisServer],
+) -> None:
+    """With the store gone, a split bucket's round sends nothing (Envoy keeps its assignment
+    until the TTL) and is counted; an unlimited bucket is still answered; the store back,
+    the next round assigns again."""
+    text = rules() + "  - key: open\n    rate_limit: {unlimited: true}\n"
+    server = make_redis()
+    clock = ManualClock()
+    client = redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=0.5)
+    try:
+        [quota] = replicas(RedisStore(client, clock=clock, timeout=0.5), clock, 1, text)
+        one = quota.open()
+        [first] = quota.report(one, "edge", [Usage(TENANT, 1, 0)])
+        assert first.assignment == Share(60, 60)
+        port = server.port
+        server.stop()
+        clock.advance(1)
+        assert quota.tick() == []
+        assert quota.stats.store_failures == 1
+        [opened] = quota.report(one, "edge", [Usage(bucket_key({"open": "x"}), 1, 0)])
+        assert opened.assignment == ALLOW_ALL
+        make_redis(port=port)
+        clock.advance(1)
+        assert {action.bucket: action.assignment for action in quota.tick()} == {
+            TENANT: Share(60, 60),
+            bucket_key({"open": "x"}): ALLOW_ALL,
+        }
+    finally:
+        client.close()

@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ratewarden.clock import Clock
+from ratewarden.errors import StorageError
 from ratewarden.limiter import Flow, drive
 from ratewarden.server.config import RateLimitConfig
 from ratewarden.server.rlqs.buckets import bucket_rule, rule_budget
@@ -92,6 +93,8 @@ class QuotaStats:
     #: Requests shadow buckets' Envoys reported beyond what their would-be shares admit between
     #: two reports (an estimate: the bucket taken as full at each report).
     would_deny: int = 0
+    #: Rounds the fleet's store did not answer (nothing split was sent; the next one retries).
+    store_failures: int = 0
 
 
 class QuotaService:
@@ -320,7 +323,8 @@ class QuotaService:
         actions = []
         for stream, member in list(bucket.members.items()):
             if now - member.asked_at >= IDLE_S:
-                # Envoy erases an abandoned bucket at once: nothing left to reserve.
+                # Envoy erases an abandoned bucket at once: nothing left to reserve (a
+                # fleet's store keeps its share until it expires, on the safe side).
                 del bucket.members[stream]
                 if self.fleet is not None:
                     bucket.departed.append(stream)
@@ -330,7 +334,19 @@ class QuotaService:
         rule = bucket.rule
         # Split when enforcing, and for a shadow rule too: what it would have assigned.
         budget = None if rule is None or rule.unlimited else rule_budget(rule, self.interval)
-        shares = {} if budget is None else (yield from self._shares(bucket, budget))
+        try:
+            shares = {} if budget is None else (yield from self._shares(bucket, budget))
+        except StorageError as exc:
+            # Nothing split is sent: Envoys keep what they hold until its TTL, a newcomer
+            # follows its no_assignment_behavior, and the bucket's next round retries.
+            self.stats.store_failures += 1
+            log.warning(
+                "quota round: the store did not answer: %s", exc,
+                extra={"event": "rlqs_store_failed", "domain": bucket.domain},
+            )  # fmt: skip
+            if fixed is None:
+                return actions
+            shares, budget = {}, None
         for stream, member in list(bucket.members.items()):
             held: Share | str | None = fixed
             member.would = None
@@ -352,11 +368,15 @@ class QuotaService:
                 for stream, member in bucket.members.items()
             }
             hold = self.ttl_s + self.interval
-            return (
-                yield from self.fleet.shares_flow(
-                    bucket.domain, bucket.key, budget, hold, asked, departed
+            try:
+                return (
+                    yield from self.fleet.shares_flow(
+                        bucket.domain, bucket.key, budget, hold, asked, departed
+                    )
                 )
-            )
+            except StorageError:
+                bucket.departed[:0] = departed  # for the next round
+                raise
         held = [share for _, share in bucket.reserved]
         pool = Budget(
             max(0, budget.tokens - sum(share.tokens_per_fill for share in held)),
