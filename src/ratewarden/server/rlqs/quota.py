@@ -178,6 +178,9 @@ class QuotaService:
         actions: list[Action] = []
         for usage in usages:
             bucket = self._bucket(domain, usage.bucket)
+            path = "none" if bucket.rule is None else bucket.rule.path
+            for outcome, counted in (("allowed", usage.allowed), ("denied", usage.denied)):
+                self.reported[(path, outcome)] = self.reported.get((path, outcome), 0) + counted
             count = usage.allowed + usage.denied
             member = bucket.members.get(stream)
             if member is None:
@@ -199,11 +202,6 @@ class QuotaService:
             member.reports.append((now, count))
             if count:
                 member.asked_at = now
-        for usage in usages:
-            rule = self._buckets[(domain, usage.bucket)].rule
-            path = "none" if rule is None else rule.path
-            for outcome, count in (("allowed", usage.allowed), ("denied", usage.denied)):
-                self.reported[(path, outcome)] = self.reported.get((path, outcome), 0) + count
         return actions
 
     def tick_flow(self) -> Flow[list[Action]]:
