@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ratewarden import Limiter, MemoryStore
+from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import quota_shares_op
 from ratewarden.server.config import loads
 from ratewarden.server.rlqs import (
@@ -119,7 +120,6 @@ def test_a_replica_alone_hands_out_the_limit_and_a_second_one_gets_room_as_the_f
     assert shrunk.assignment == Share(30, 30)
     [grown] = b.tick()
     assert grown.assignment == Share(30, 30)
-    assert b.fleet is not None and b.fleet.rounds[("edge", TENANT)].members == 2
 
 
 def test_a_closed_streams_share_stays_held_in_the_store_until_its_ttl_and_an_interval(
@@ -269,6 +269,25 @@ def test_the_fleet_of_replicas_never_admits_more_than_the_stated_bound_in_any_wi
             total += per_step[b]
             width = Fraction(b - a) * Fraction(STEP)
             assert total <= rate * width + most * (count * (math.floor(width) + 1) + 1), (a, b)
+
+
+def test_bucket_values_with_braces_and_quotes_are_one_hash_in_one_slot(
+    make_store: MakeStore,
+) -> None:
+    """Bucket values are request values: braces, quotes and spaces in them stay inside the
+    key's hash tag (one Cluster slot), and two replicas still meet in one hash."""
+    clock = ManualClock()
+    a, b = replicas(make_store(clock), clock, 2)
+    odd = bucket_key({"tenant": 'a}{b "c" %7D'})
+    one, two = a.open(), b.open()
+    assert [x.assignment for x in a.report(one, "edge", [Usage(odd, 1, 0)])] == [Share(60, 60)]
+    assert [x.assignment for x in b.report(two, "edge", [Usage(odd, 1, 0)])] == [DENY_ALL]
+
+
+def test_a_replica_name_must_be_ascii_without_spaces() -> None:
+    """The replica's name is part of every member's name in the store."""
+    with pytest.raises(ConfigurationError, match="without spaces"):
+        Fleet(Limiter(MemoryStore()), replica="my host")
 
 
 @pytest.mark.redis

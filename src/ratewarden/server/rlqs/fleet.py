@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any, TypeVar
 
+from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import AsyncLimiter, FleetRound, Flow, Limiter, quota_shares_op
 from ratewarden.server.rlqs.reports import BucketKey
 from ratewarden.server.rlqs.shares import Budget, Share
@@ -41,12 +42,12 @@ class Fleet:
         replica: str | None = None,
         prefix: str | None = None,
     ) -> None:
+        if replica is not None and (not replica or " " in replica or not replica.isascii()):
+            raise ConfigurationError(f"replica {replica!r} must be non-empty ASCII without spaces")
         self.limiter = limiter
         self.replica = replica or uuid.uuid4().hex[:12]
         #: The store's key prefix (the store's own unless given).
         self.prefix: str = prefix or str(getattr(limiter.store, "prefix", "rw"))
-        #: The last round's reply per bucket (members fleet-wide, tokens the others hold).
-        self.rounds: dict[tuple[str, BucketKey], FleetRound] = {}
 
     def member(self, stream: int) -> str:
         """The store's name of this replica's ``stream``."""
@@ -78,7 +79,6 @@ class Fleet:
             [self.member(stream) for stream in departed],
         )
         found = FleetRound.of((yield from self.limiter.apply_flow(op)))
-        self.rounds[(domain, key)] = found
         return {stream: Share(*pair) for stream, pair in zip(demands, found.shares, strict=True)}
 
     def run(self, flow: Flow[T]) -> T:
