@@ -19,10 +19,11 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ratewarden import Limiter, MemoryStore
+from ratewarden import AsyncLimiter, Limiter, MemoryStore
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import quota_shares_op
 from ratewarden.server.config import loads
@@ -35,7 +36,7 @@ from ratewarden.server.rlqs import (
     Usage,
     bucket_key,
 )
-from ratewarden.storage.redis import RedisStore
+from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
 from tests._servers import RedisCluster, RedisServer
 from tests.rlqs._envoy import SimEnvoy
@@ -321,3 +322,30 @@ def test_a_round_the_store_does_not_answer_sends_nothing_split_and_the_next_one_
         }
     finally:
         client.close()
+
+
+@pytest.mark.redis
+async def test_an_asyncio_replica_runs_a_ticks_rounds_side_by_side_over_redis(
+    redis_server: RedisServer,
+) -> None:
+    """areport / atick on an AsyncLimiter over a real redis-server: each of three buckets gets
+    its first round at its report, and one tick later all three rounds come back together."""
+    clock = ManualClock()
+    client = redis.asyncio.Redis(host="127.0.0.1", port=redis_server.port)
+    await client.flushall()
+    try:
+        limiter = AsyncLimiter(AsyncRedisStore(client, clock=clock, timeout=1.0))
+        quota = QuotaService(
+            loads(rules()), clock=clock, interval=1.0, ttl_s=3, fleet=Fleet(limiter)
+        )
+        stream = quota.open()
+        tenants = [bucket_key({"tenant": name}) for name in "abc"]
+        first = await quota.areport(stream, "edge", [Usage(key, 1, 0) for key in tenants])
+        assert [action.assignment for action in first] == [Share(60, 60)] * 3
+        clock.advance(1)
+        again = await quota.atick()
+        assert {action.bucket: action.assignment for action in again} == {
+            key: Share(60, 60) for key in tenants
+        }
+    finally:
+        await client.aclose()

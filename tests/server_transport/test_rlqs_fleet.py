@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from tests._servers import RedisServer
-from tests.server_transport.conftest import StartServer
+from tests.server_transport.conftest import StartServer, http
 from tests.server_transport.test_rlqs_stream import RULES, Stream, assignment, report
 
 pytestmark = pytest.mark.redis
@@ -63,4 +63,8 @@ async def test_two_replicas_split_one_limit_and_never_hand_out_more_than_it(
             break
     assert held == {"first": (2, 3, 60), "second": (2, 3, 60)}
     fields = redis_client.hgetall("rw:{" + '["edge", [["tenant", "a"]]]' + "}:rlqs:shares")
-    assert len(fields) == 2
+    names = [
+        (await http(server.http_port, "GET", "/rlqs.json")).json()["replica"]
+        for server in (one, two)
+    ]
+    assert sorted(name.decode() for name in fields) == sorted(f"{name}:1" for name in names)

@@ -174,6 +174,7 @@ class RateLimitQuotaServicer:
             "buckets": quota.buckets,
             "interval_s": quota.interval,
             "ttl_s": quota.ttl_s,
+            "replica": None if quota.fleet is None else quota.fleet.replica,
             "stats": dataclasses.asdict(quota.stats),
             "assignments": quota.assignments(),
         }

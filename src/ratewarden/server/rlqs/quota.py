@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from ratewarden.clock import Clock
 from ratewarden.errors import StorageError
-from ratewarden.limiter import Flow, drive
+from ratewarden.limiter import Flow, Gather, drive
 from ratewarden.server.config import RateLimitConfig
 from ratewarden.server.rlqs.buckets import bucket_rule, rule_budget
 from ratewarden.server.rlqs.fleet import Fleet
@@ -205,16 +205,20 @@ class QuotaService:
         return actions
 
     def tick_flow(self) -> Flow[list[Action]]:
-        """``tick`` as a flow."""
+        """``tick`` as a flow: the due rounds side by side (an asyncio driver awaits their
+        store calls together)."""
         now = self.clock.now()
-        actions: list[Action] = []
+        due: list[Flow[list[Action]]] = []
         for name, bucket in list(self._buckets.items()):
             bucket.reserved = [(until, share) for until, share in bucket.reserved if until > now]
             if not bucket.members and not bucket.reserved:
                 del self._buckets[name]
             elif bucket.last_round is not None and now - bucket.last_round >= self.interval:
-                actions += yield from self._round(bucket, now)
-        return actions
+                due.append(self._round(bucket, now))
+        if not due:
+            return []
+        rounds: list[list[Action]] = yield Gather(tuple(due))
+        return [action for actions in rounds for action in actions]
 
     def close(self, stream: int) -> None:
         """The stream ended: its shares stay reserved while its Envoy may still use them."""
