@@ -349,3 +349,11 @@ async def test_an_asyncio_replica_runs_a_ticks_rounds_side_by_side_over_redis(
         }
     finally:
         await client.aclose()
+
+
+def test_the_op_refuses_a_negative_budget_and_a_member_name_with_a_space() -> None:
+    """What the store's hash is keyed and counted by is checked before any store call."""
+    with pytest.raises(ConfigurationError, match="must be >= 0"):
+        quota_shares_op("rw", "bucket", -1, 1, 1_000_000, [("r0:1", 0)])
+    with pytest.raises(ConfigurationError, match="without spaces"):
+        quota_shares_op("rw", "bucket", 1, 1, 1_000_000, [("r0 1", 0)])
