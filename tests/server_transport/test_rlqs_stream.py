@@ -248,7 +248,7 @@ async def test_a_failure_inside_the_service_ends_the_stream_with_internal_and_no
     def broken(*args: object) -> None:
         raise RuntimeError("secret internals")
 
-    monkeypatch.setattr(quota, "report", broken)
+    monkeypatch.setattr(quota, "report_flow", broken)
     stream = Stream(server.grpc_port)
     streams.append(stream)
     stream.send(report("edge", ({"tenant": "b"}, 1, 0)))
@@ -308,9 +308,12 @@ def test_rlqs_with_the_native_transport_is_refused_naming_the_way_out() -> None:
     assert "bidirectional stream" in str(raised.value)
 
 
-def test_rlqs_with_several_workers_or_a_ttl_under_the_interval_is_refused() -> None:
-    with pytest.raises(ConfigurationError, match="RLQS shares are kept in one process"):
-        Settings(config_paths=("r",), rlqs=True, workers=2, store_url="redis://h:6379/0")
+def test_rlqs_with_several_workers_needs_a_shared_store_and_a_ttl_above_the_interval() -> None:
+    """Workers over Redis share the shares through the store; on the memory store each
+    worker would keep its own, and that is refused as for every limit."""
+    Settings(config_paths=("r",), rlqs=True, workers=2, store_url="redis://h:6379/0")
+    with pytest.raises(ConfigurationError, match="memory store would each keep their own"):
+        Settings(config_paths=("r",), rlqs=True, workers=2)
     with pytest.raises(ConfigurationError, match="--rlqs-ttl 2 must be above --rlqs-interval 2"):
         Settings(config_paths=("r",), rlqs=True, rlqs_interval=2, rlqs_ttl=2)
 

@@ -18,7 +18,8 @@ import no store: ``aged`` (a remembered Decision as seen later: the one aging of
 the negative cache and of leases), and the store operation vocabulary of
 ``apply_flow`` (``Op``, with ``axis_key`` and ``record_key`` for its keys) and
 ``hash_tag`` (what picks the Cluster slot of a key's state): the same objects as
-``ratewarden.storage``'s.
+``ratewarden.storage``'s; and ``quota_shares_op`` with its reply ``FleetRound`` (one
+round of an RLQS bucket's shares over every replica's demand, ``storage/quota_shares``).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from ratewarden.limiter._negative import DEFAULT_NEGATIVE_KEYS, Denial, Negative
 from ratewarden.limiter._report import FailureReport, failure_reason
 from ratewarden.limiter._slots import Lease, lease_ttl_us
 from ratewarden.storage import Op, axis_key, hash_tag, record_key
+from ratewarden.storage.quota_shares import FleetRound, quota_shares_op
 
 __all__ = [
     "DEFAULT_LEASE_KEYS",
@@ -57,6 +59,7 @@ __all__ = [
     "Denial",
     "FailureHook",
     "FailureReport",
+    "FleetRound",
     "Flow",
     "Gather",
     "Lease",
@@ -77,6 +80,7 @@ __all__ = [
     "failure_reason",
     "hash_tag",
     "lease_ttl_us",
+    "quota_shares_op",
     "local_rates",
     "record_key",
     "scaled",

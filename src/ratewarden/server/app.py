@@ -47,7 +47,7 @@ from ratewarden.server.listeners import (
 from ratewarden.server.logs import configure_logging
 from ratewarden.server.reload import ConfigWatcher
 from ratewarden.server.response import fallback_response
-from ratewarden.server.rlqs import QuotaCollector, QuotaService, RateLimitQuotaServicer
+from ratewarden.server.rlqs import Fleet, QuotaCollector, QuotaService, RateLimitQuotaServicer
 from ratewarden.server.service import AsyncRateLimitService
 from ratewarden.server.settings import Settings, redacted, store_scheme, uvloop_installed
 from ratewarden.server.stats import ServiceStats, multiprocess_dir
@@ -161,10 +161,15 @@ class RateLimitServer:
             breaker=_breaker(settings, self.stats),
             over_limit_cache=settings.over_limit_cache,
         )
-        #: Envoy's quota service (``--rlqs``): its shares live in this process (docs/rlqs.md).
+        #: Envoy's quota service (``--rlqs``): its shares live in this process on the memory
+        #: store, in the store for several replicas on Redis (docs/rlqs.md).
+        fleet = None
+        if not isinstance(self.store, AsyncMemoryStore):
+            prefix = getattr(self.store, "prefix", settings.key_prefix)
+            fleet = Fleet(self.service.limiter, prefix=prefix)
         self.quota = None if not settings.rlqs else RateLimitQuotaServicer(
             QuotaService(self.config, clock=SystemClock(), interval=settings.rlqs_interval,
-                         ttl_s=settings.rlqs_ttl, shadow=settings.shadow)
+                         ttl_s=settings.rlqs_ttl, shadow=settings.shadow, fleet=fleet)
         )  # fmt: skip
         if self.quota is not None:
             self.stats.registry.register(QuotaCollector(self.quota.quota))

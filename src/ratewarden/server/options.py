@@ -267,7 +267,8 @@ OPTIONS: dict[str, Option] = {
         "--rlqs",
         boolean,
         "also serve Envoy's Rate Limit Quota Service (StreamRateLimitQuotas) on the gRPC port "
-        "from the same rules; needs --transport grpcio (auto picks it) and one worker",
+        "from the same rules; needs --transport grpcio (auto picks it); on Redis, replicas and "
+        "workers share one budget",
     ),
     "rlqs_interval": Option(
         "--rlqs-interval",

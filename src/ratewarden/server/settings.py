@@ -284,11 +284,6 @@ class Settings:
                 "and RLQS is a bidirectional stream; use --transport grpcio, or auto, which "
                 "picks grpcio when --rlqs is on"
             )
-        if self.workers > 1:
-            raise ConfigurationError(
-                f"--rlqs with {self.workers} workers: RLQS shares are kept in one process, so "
-                "each worker would hand out the whole limit again; use one worker"
-            )
         if self.rlqs_ttl <= self.rlqs_interval:
             raise ConfigurationError(
                 f"--rlqs-ttl {self.rlqs_ttl} must be above --rlqs-interval {self.rlqs_interval:g}: "

@@ -6,7 +6,10 @@ out. docs/rlqs.md is the guide (the bound on what the fleet admits, the Envoy
 config, what is not built yet). The part, one concept a module:
 
 - ``shares``: the share arithmetic, pure: a rule's limit split between Envoys;
-- ``buckets``: a ``BucketId`` matched against a domain's descriptors;
+- ``buckets``: a ``BucketId`` matched against a domain's descriptors, a rule's budget;
+- ``reports``: a usage report, checked whole (``Usage``, ``ReportError``);
+- ``members``: a bucket and its members, a member's demand;
+- ``fleet``: ``Fleet``, a bucket's shares through the store, for several replicas;
 - ``quota``: ``QuotaService``, streams, buckets and rounds, sans-I/O on a clock;
 - ``grpc``: ``RateLimitQuotaServicer``, the stream over grpcio;
 - ``metrics``: ``QuotaCollector``, its Prometheus metrics.
@@ -14,7 +17,8 @@ config, what is not built yet). The part, one concept a module:
 
 from __future__ import annotations
 
-from ratewarden.server.rlqs.buckets import bucket_entries, bucket_rule
+from ratewarden.server.rlqs.buckets import bucket_entries, bucket_rule, rule_budget
+from ratewarden.server.rlqs.fleet import Fleet
 from ratewarden.server.rlqs.grpc import RATE_LIMIT_QUOTA_SERVICE, RateLimitQuotaServicer
 from ratewarden.server.rlqs.metrics import QuotaCollector
 from ratewarden.server.rlqs.quota import (
@@ -23,11 +27,8 @@ from ratewarden.server.rlqs.quota import (
     Action,
     QuotaService,
     QuotaStats,
-    ReportError,
-    Usage,
-    bucket_key,
-    rule_budget,
 )
+from ratewarden.server.rlqs.reports import ReportError, Usage, bucket_key
 from ratewarden.server.rlqs.shares import Budget, Share, apportion, split
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "RATE_LIMIT_QUOTA_SERVICE",
     "Action",
     "Budget",
+    "Fleet",
     "QuotaCollector",
     "QuotaService",
     "QuotaStats",

@@ -8,6 +8,8 @@ else the first wildcard, else the key-only node), and the first such walk that u
 every key of the bucket and ends on a node with a rule gives the rule. So the YAML
 that limits the descriptor ``[(tenant, a), (path, /x)]`` limits the bucket
 ``{path: /x, tenant: a}`` alike, and a bucket no walk uses up has no rule.
+``rule_budget`` is what the rule it meets gives the fleet: its tightest limit as a
+token budget (``shares.Budget``).
 
 Pure: no clock, no I/O, no protobuf.
 """
@@ -15,10 +17,15 @@ Pure: no clock, no I/O, no protobuf.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from fractions import Fraction
 
 from ratewarden.server.config import DescriptorRule, DomainConfig, Level
+from ratewarden.server.rlqs.shares import Budget
 
-__all__ = ["bucket_entries", "bucket_rule"]
+__all__ = ["BUCKET_ALGORITHMS", "bucket_entries", "bucket_rule", "rule_budget"]
+
+#: Algorithms with a bucket capacity (the rule's ``burst``); the others are windows.
+BUCKET_ALGORITHMS = ("gcra", "token_bucket", "leaky_bucket")
 
 Entries = tuple[tuple[str, str], ...]
 
@@ -64,3 +71,12 @@ def bucket_rule(domain: DomainConfig, bucket: Mapping[str, str]) -> DescriptorRu
     entries = bucket_entries(domain, bucket)
     match = None if entries is None else domain.match(entries)
     return None if match is None else match.rule
+
+
+def rule_budget(rule: DescriptorRule, interval_s: float) -> Budget:
+    """The fleet budget of a rule with limits: its tightest limit's tokens per period."""
+    limit = min(rule.limits, key=lambda lim: Fraction(lim.requests_per_unit, lim.period_us))
+    burst = None
+    if rule.algorithm in BUCKET_ALGORITHMS:
+        burst = limit.burst if limit.burst is not None else limit.requests_per_unit
+    return Budget.of(limit.requests_per_unit, limit.period_us // 1_000_000, burst, interval_s)

@@ -138,7 +138,7 @@ class RateLimitQuotaServicer:
             async for raw in requests:
                 try:
                     reports = rlqs_pb2.RateLimitQuotaUsageReports.FromString(raw)
-                    actions = self.quota.report(stream, reports.domain, usages(reports))
+                    actions = await self.quota.areport(stream, reports.domain, usages(reports))
                 except DecodeError as exc:
                     queue.put_nowait(
                         ReportError(f"the message is not a RateLimitQuotaUsageReports: {exc}")
@@ -174,6 +174,7 @@ class RateLimitQuotaServicer:
             "buckets": quota.buckets,
             "interval_s": quota.interval,
             "ttl_s": quota.ttl_s,
+            "replica": None if quota.fleet is None else quota.fleet.replica,
             "stats": dataclasses.asdict(quota.stats),
             "assignments": quota.assignments(),
         }
@@ -188,6 +189,6 @@ class RateLimitQuotaServicer:
         while True:
             await asyncio.sleep(self.quota.interval / 4)
             try:
-                self.send(self.quota.tick())
+                self.send(await self.quota.atick())
             except Exception:
                 log.exception("quota round failed", extra={"event": "rlqs_round_failed"})

@@ -24,20 +24,29 @@ meanwhile), so no tokens are created outside rounds. A stream that closes keeps 
 share reserved until its last assignment's time to live (plus one interval) is over:
 its Envoy may still be enforcing it. A stream that reports no request for a bucket for
 ``IDLE_S`` seconds is sent an abandon (the protocol's inactive bucket).
+
+With a ``Fleet`` (``rlqs/fleet.py``), a round's shares come from the store instead, over
+every replica's demand, and a closed stream's share stays held there. The calls are
+flows then (``report_flow``, ``tick_flow``): ``report`` and ``tick`` drive them on a
+blocking limiter, ``areport`` and ``atick`` on an asyncio one, one at a time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from fractions import Fraction
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ratewarden.clock import Clock
-from ratewarden.errors import ConfigurationError
-from ratewarden.server.config import DescriptorRule, RateLimitConfig
-from ratewarden.server.rlqs.buckets import bucket_rule
+from ratewarden.errors import StorageError
+from ratewarden.limiter import Flow, Gather, drive
+from ratewarden.server.config import RateLimitConfig
+from ratewarden.server.rlqs.buckets import bucket_rule, rule_budget
+from ratewarden.server.rlqs.fleet import Fleet
+from ratewarden.server.rlqs.members import Bucket, Member
+from ratewarden.server.rlqs.reports import BucketKey, ReportError, Usage, bucket_key, check_report
 from ratewarden.server.rlqs.shares import Budget, Share, split
 
 __all__ = [
@@ -50,35 +59,14 @@ __all__ = [
     "ReportError",
     "Usage",
     "bucket_key",
-    "rule_budget",
 ]
 
 log = logging.getLogger("ratewarden.server.rlqs")
 
-BucketKey = tuple[tuple[str, str], ...]
 ALLOW_ALL = "allow_all"
 DENY_ALL = "deny_all"
-#: Algorithms with a bucket capacity (the rule's ``burst``); the others are windows.
-BUCKET_ALGORITHMS = ("gcra", "token_bucket", "leaky_bucket")
-#: Most requests one report may count for one bucket: more is not a real Envoy's count.
-MAX_COUNT = 10**12
-#: Most buckets the service tracks at once (every stream together).
-MAX_BUCKETS = 100_000
 #: Seconds a stream reports no request for a bucket before it is told to abandon it.
 IDLE_S = 60.0
-
-
-class ReportError(ConfigurationError):
-    """A usage report the service refuses; nothing of it was applied."""
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """One bucket's counts in one report."""
-
-    bucket: BucketKey
-    allowed: int
-    denied: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,49 +93,8 @@ class QuotaStats:
     #: Requests shadow buckets' Envoys reported beyond what their would-be shares admit between
     #: two reports (an estimate: the bucket taken as full at each report).
     would_deny: int = 0
-
-
-def rule_budget(rule: DescriptorRule, interval_s: float) -> Budget:
-    """The fleet budget of a rule with limits: its tightest limit's tokens per period."""
-    limit = min(rule.limits, key=lambda lim: Fraction(lim.requests_per_unit, lim.period_us))
-    burst = None
-    if rule.algorithm in BUCKET_ALGORITHMS:
-        burst = limit.burst if limit.burst is not None else limit.requests_per_unit
-    return Budget.of(limit.requests_per_unit, limit.period_us // 1_000_000, burst, interval_s)
-
-
-@dataclass(slots=True)
-class _Member:
-    #: When it last reported a request for the bucket (when it joined, at first).
-    asked_at: float
-    #: Its last reports for the bucket: (arrival, requests counted), the oldest first.
-    reports: deque[tuple[float, int]]
-    share: Share | str | None = None
-    sent_at: float = 0.0
-    #: Under a shadow rule: the share it would hold, and its fill interval in seconds.
-    would: tuple[Share, int] | None = None
-
-    def demand(self, fill_s: int, interval: float) -> Fraction:
-        """Its rate in requests per ``fill_s`` seconds over its reports (the first report's
-        count over one ``interval`` while it has only that one)."""
-        first, last = self.reports[0][0], self.reports[-1][0]
-        if len(self.reports) > 1 and last > first:
-            counted = sum(count for _, count in list(self.reports)[1:])
-            span = Fraction(last - first).limit_denominator(1_000_000)
-        else:
-            counted = sum(count for _, count in self.reports)
-            span = Fraction(interval).limit_denominator(1_000_000)
-        return Fraction(counted * fill_s) / span
-
-
-@dataclass(slots=True)
-class _Bucket:
-    domain: str
-    key: BucketKey
-    rule: DescriptorRule | None
-    members: dict[int, _Member] = field(default_factory=dict)
-    reserved: list[tuple[float, Share]] = field(default_factory=list)
-    last_round: float | None = None
+    #: Rounds the fleet's store did not answer (nothing split was sent; the next one retries).
+    store_failures: int = 0
 
 
 class QuotaService:
@@ -162,6 +109,7 @@ class QuotaService:
         ttl_s: int = 5,
         history: int = 2,
         shadow: bool = False,
+        fleet: Fleet | None = None,
     ) -> None:
         if interval <= 0 or ttl_s < 1 or ttl_s <= interval or history < 1:
             raise ValueError(
@@ -173,12 +121,14 @@ class QuotaService:
         self.ttl_s = ttl_s
         self.history = history
         self.shadow = shadow
+        self.fleet = fleet
         self.stats = QuotaStats()
         #: Requests Envoys reported, by (rule path or "none", "allowed" or "denied").
         self.reported: dict[tuple[str, str], int] = {}
         self._streams: dict[int, str] = {}
-        self._buckets: dict[tuple[str, BucketKey], _Bucket] = {}
+        self._buckets: dict[tuple[str, BucketKey], Bucket] = {}
         self._next = 0
+        self._turn = asyncio.Lock()
 
     # --- what the stream handler calls ---------------------------------------------
 
@@ -199,21 +149,46 @@ class QuotaService:
     def report(self, stream: int, domain: str, usages: Sequence[Usage]) -> list[Action]:
         """Take one ``RateLimitQuotaUsageReports``; raises ``ReportError`` (changing nothing)
         when it is malformed."""
-        domain = self._check(stream, domain, usages)
+        return self._drive(self.report_flow(stream, domain, usages))
+
+    def tick(self) -> list[Action]:
+        """Run every round that is due; forget buckets nobody holds."""
+        return self._drive(self.tick_flow())
+
+    async def areport(self, stream: int, domain: str, usages: Sequence[Usage]) -> list[Action]:
+        """``report``, awaiting the fleet's store; one call at a time."""
+        async with self._turn:
+            return await self._adrive(self.report_flow(stream, domain, usages))
+
+    async def atick(self) -> list[Action]:
+        """``tick``, awaiting the fleet's store; one call at a time."""
+        async with self._turn:
+            return await self._adrive(self.tick_flow())
+
+    def report_flow(self, stream: int, domain: str, usages: Sequence[Usage]) -> Flow[list[Action]]:
+        """``report`` as a flow: its rounds ask the fleet's store (without one, none)."""
+        if stream not in self._streams:
+            raise ReportError(f"stream {stream} is not open")
+        domain = check_report(
+            self._streams[stream], domain, usages, self._buckets, len(self._buckets)
+        )
         self._streams[stream] = domain
         self.stats.reports += 1
         now = self.clock.now()
         actions: list[Action] = []
         for usage in usages:
             bucket = self._bucket(domain, usage.bucket)
+            path = "none" if bucket.rule is None else bucket.rule.path
+            for outcome, counted in (("allowed", usage.allowed), ("denied", usage.denied)):
+                self.reported[(path, outcome)] = self.reported.get((path, outcome), 0) + counted
             count = usage.allowed + usage.denied
             member = bucket.members.get(stream)
             if member is None:
-                member = bucket.members[stream] = _Member(
+                member = bucket.members[stream] = Member(
                     now, deque([(now, count)], maxlen=self.history + 1)
                 )
                 if bucket.last_round is None:
-                    actions += self._round(bucket, now)
+                    actions += yield from self._round(bucket, now)
                     continue
                 fixed = self._fixed(bucket)
                 if fixed is not None:
@@ -227,31 +202,32 @@ class QuotaService:
             member.reports.append((now, count))
             if count:
                 member.asked_at = now
-        for usage in usages:
-            rule = self._buckets[(domain, usage.bucket)].rule
-            path = "none" if rule is None else rule.path
-            for outcome, count in (("allowed", usage.allowed), ("denied", usage.denied)):
-                self.reported[(path, outcome)] = self.reported.get((path, outcome), 0) + count
         return actions
 
-    def tick(self) -> list[Action]:
-        """Run every round that is due; forget buckets nobody holds."""
+    def tick_flow(self) -> Flow[list[Action]]:
+        """``tick`` as a flow: the due rounds side by side (an asyncio driver awaits their
+        store calls together)."""
         now = self.clock.now()
-        actions: list[Action] = []
+        due: list[Flow[list[Action]]] = []
         for name, bucket in list(self._buckets.items()):
             bucket.reserved = [(until, share) for until, share in bucket.reserved if until > now]
             if not bucket.members and not bucket.reserved:
                 del self._buckets[name]
             elif bucket.last_round is not None and now - bucket.last_round >= self.interval:
-                actions += self._round(bucket, now)
-        return actions
+                due.append(self._round(bucket, now))
+        if not due:
+            return []
+        rounds: list[list[Action]] = yield Gather(tuple(due))
+        return [action for actions in rounds for action in actions]
 
     def close(self, stream: int) -> None:
         """The stream ended: its shares stay reserved while its Envoy may still use them."""
         self._streams.pop(stream, None)
         for bucket in self._buckets.values():
             member = bucket.members.pop(stream, None)
-            if isinstance(member, _Member) and isinstance(member.share, Share):
+            if member is not None and self.fleet is not None:
+                bucket.departed.append(stream)  # the store holds its share
+            elif isinstance(member, Member) and isinstance(member.share, Share):
                 until = member.sent_at + self.ttl_s + self.interval
                 bucket.reserved.append((until, member.share))
 
@@ -312,43 +288,12 @@ class QuotaService:
 
     # --- inside --------------------------------------------------------------------
 
-    def _check(self, stream: int, domain: str, usages: Iterable[Usage]) -> str:
-        if stream not in self._streams:
-            raise ReportError(f"stream {stream} is not open")
-        known = self._streams[stream]
-        if not domain and not known:
-            raise ReportError(
-                "RateLimitQuotaUsageReports.domain is empty in the stream's first report; "
-                "Envoy sets it from the rate_limit_quota filter's domain"
-            )
-        if domain and known and domain != known:
-            raise ReportError(
-                f"RateLimitQuotaUsageReports.domain {domain!r} differs from the stream's "
-                f"{known!r}; open a new stream for another domain"
-            )
-        domain = domain or known
-        fresh = 0
-        for usage in usages:
-            if not usage.bucket:
-                raise ReportError("a bucket_quota_usages entry has an empty bucket_id")
-            if any(not key or not value for key, value in usage.bucket):
-                raise ReportError(f"bucket_id {dict(usage.bucket)!r} has an empty key or value")
-            if usage.allowed + usage.denied > MAX_COUNT:
-                raise ReportError(
-                    f"bucket_id {dict(usage.bucket)!r} reports "
-                    f"{usage.allowed + usage.denied} requests in one report (most: {MAX_COUNT})"
-                )
-            fresh += (domain, usage.bucket) not in self._buckets
-        if len(self._buckets) + fresh > MAX_BUCKETS:
-            raise ReportError(f"more than {MAX_BUCKETS} quota buckets at once; refused")
-        return domain
-
-    def _bucket(self, domain: str, key: BucketKey) -> _Bucket:
+    def _bucket(self, domain: str, key: BucketKey) -> Bucket:
         bucket = self._buckets.get((domain, key))
         if bucket is None:
             found = self.config.domains.get(domain)
             rule = None if found is None else bucket_rule(found, dict(key))
-            bucket = self._buckets[(domain, key)] = _Bucket(domain, key, rule)
+            bucket = self._buckets[(domain, key)] = Bucket(domain, key, rule)
             if rule is None:
                 self.stats.unknown_buckets += 1
                 log.info(
@@ -358,7 +303,7 @@ class QuotaService:
                 )  # fmt: skip
         return bucket
 
-    def _fixed(self, bucket: _Bucket) -> str | None:
+    def _fixed(self, bucket: Bucket) -> str | None:
         """The bucket's answer when it is not split: ALLOW_ALL or DENY_ALL, else None."""
         rule = bucket.rule
         if rule is None or rule.unlimited or rule.shadow_mode or self.shadow:
@@ -367,23 +312,44 @@ class QuotaService:
             return DENY_ALL
         return None
 
-    def _round(self, bucket: _Bucket, now: float) -> list[Action]:
+    def _drive(self, flow: Flow[list[Action]]) -> list[Action]:
+        return drive(None, flow) if self.fleet is None else self.fleet.run(flow)
+
+    async def _adrive(self, flow: Flow[list[Action]]) -> list[Action]:
+        return drive(None, flow) if self.fleet is None else await self.fleet.arun(flow)
+
+    def _round(self, bucket: Bucket, now: float) -> Flow[list[Action]]:
         self.stats.rounds += 1
         bucket.last_round = now
         bucket.reserved = [(until, share) for until, share in bucket.reserved if until > now]
         actions = []
         for stream, member in list(bucket.members.items()):
             if now - member.asked_at >= IDLE_S:
-                # Envoy erases an abandoned bucket at once: nothing left to reserve.
+                # Envoy erases an abandoned bucket at once: nothing left to reserve (a
+                # fleet's store keeps its share until it expires, on the safe side).
                 del bucket.members[stream]
+                if self.fleet is not None:
+                    bucket.departed.append(stream)
                 actions.append(Action(stream, bucket.key, None))
                 self.stats.abandoned += 1
         fixed = self._fixed(bucket)
         rule = bucket.rule
         # Split when enforcing, and for a shadow rule too: what it would have assigned.
         budget = None if rule is None or rule.unlimited else rule_budget(rule, self.interval)
-        shares = {} if budget is None else self._shares(bucket, budget)
-        for stream, member in bucket.members.items():
+        try:
+            shares = {} if budget is None else (yield from self._shares(bucket, budget))
+        except StorageError as exc:
+            # Nothing split is sent: Envoys keep what they hold until its TTL, a newcomer
+            # follows its no_assignment_behavior, and the bucket's next round retries.
+            self.stats.store_failures += 1
+            log.warning(
+                "quota round: the store did not answer: %s", exc,
+                extra={"event": "rlqs_store_failed", "domain": bucket.domain},
+            )  # fmt: skip
+            if fixed is None:
+                return actions
+            shares, budget = {}, None
+        for stream, member in list(bucket.members.items()):
             held: Share | str | None = fixed
             member.would = None
             if fixed is None:
@@ -396,7 +362,23 @@ class QuotaService:
             actions.append(Action(stream, bucket.key, held, self.ttl_s, fill_s))
         return actions
 
-    def _shares(self, bucket: _Bucket, budget: Budget) -> dict[int, Share]:
+    def _shares(self, bucket: Bucket, budget: Budget) -> Flow[dict[int, Share]]:
+        if self.fleet is not None:
+            departed, bucket.departed = bucket.departed, []
+            asked = {
+                stream: member.demand(budget.fill_s, self.interval)
+                for stream, member in bucket.members.items()
+            }
+            hold = self.ttl_s + self.interval
+            try:
+                return (
+                    yield from self.fleet.shares_flow(
+                        bucket.domain, bucket.key, budget, hold, asked, departed
+                    )
+                )
+            except StorageError:
+                bucket.departed[:0] = departed  # for the next round
+                raise
         held = [share for _, share in bucket.reserved]
         pool = Budget(
             max(0, budget.tokens - sum(share.tokens_per_fill for share in held)),
@@ -408,8 +390,3 @@ class QuotaService:
             bucket.members[stream].demand(budget.fill_s, self.interval) for stream in streams
         ]
         return dict(zip(streams, split(pool, demands), strict=True))
-
-
-def bucket_key(bucket: Mapping[str, str]) -> BucketKey:
-    """The service's key of a ``BucketId`` map: its items in key order (the map has none)."""
-    return tuple(sorted(bucket.items()))

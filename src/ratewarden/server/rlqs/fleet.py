@@ -1,0 +1,98 @@
+"""Several ``ratewarden serve`` replicas, one budget: a bucket's shares through the store.
+
+With ``Fleet``, a ``QuotaService`` does not split a bucket's limit in this process: each
+round of a bucket is one atomic store operation (``quota_shares``, run by the decision
+core's ``apply_flow``) that records the demand of this replica's Envoys, reads every
+replica's, and gives this replica's Envoys their fair part of what the others do not
+hold. A member of the store's bucket is one stream on one replica: this replica's id
+(random unless given) and the stream's number. Each replica keeps its own streams and
+rounds; what they share is the store (Redis or a Redis Cluster for a fleet, Redis
+``TIME`` as the one clock; a memory store serves one process). The bound is stated for
+``R`` replicas in docs/rlqs.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from typing import Any, TypeVar
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.limiter import AsyncLimiter, FleetRound, Flow, Limiter, quota_shares_op
+from ratewarden.server.rlqs.reports import BucketKey
+from ratewarden.server.rlqs.shares import Budget, Share
+
+__all__ = ["Fleet"]
+
+T = TypeVar("T")
+
+
+class Fleet:
+    """The store a replica's ``QuotaService`` keeps its buckets' shares in (the limiter's),
+    and the replica's name there (``replica``: ASCII without spaces, unique in the fleet;
+    random unless given)."""
+
+    def __init__(
+        self,
+        limiter: Limiter | AsyncLimiter,
+        *,
+        replica: str | None = None,
+        prefix: str | None = None,
+    ) -> None:
+        if replica is not None and (not replica or " " in replica or not replica.isascii()):
+            raise ConfigurationError(f"replica {replica!r} must be non-empty ASCII without spaces")
+        self.limiter = limiter
+        self.replica = replica or uuid.uuid4().hex[:12]
+        #: The store's key prefix (the store's own unless given).
+        self.prefix: str = prefix or str(getattr(limiter.store, "prefix", "rw"))
+
+    def member(self, stream: int) -> str:
+        """The store's name of this replica's ``stream``."""
+        return f"{self.replica}:{stream}"
+
+    def shares_flow(
+        self,
+        domain: str,
+        key: BucketKey,
+        budget: Budget,
+        hold_s: float,
+        demands: Mapping[int, Fraction],
+        departed: Sequence[int],
+    ) -> Flow[dict[int, Share]]:
+        """One round of the bucket: each of ``demands``' streams' share (``demands`` in
+        requests per ``budget.fill_s``); ``departed`` streams give up their demand, their
+        shares stay held in the store for ``hold_s`` after they were sent."""
+        members = [
+            (self.member(stream), min(10**15, math.ceil(demand * 1000)))
+            for stream, demand in demands.items()
+        ]
+        op = quota_shares_op(
+            self.prefix,
+            json.dumps([domain, [list(entry) for entry in key]]),
+            budget.tokens,
+            budget.burst,
+            math.ceil(hold_s * 1_000_000),
+            members,
+            [self.member(stream) for stream in departed],
+        )
+        found = FleetRound.of((yield from self.limiter.apply_flow(op)))
+        return {stream: Share(*pair) for stream, pair in zip(demands, found.shares, strict=True)}
+
+    def run(self, flow: Flow[T]) -> T:
+        """Drive ``flow`` on a blocking limiter's store."""
+        if isinstance(self.limiter, AsyncLimiter):
+            raise TypeError("this Fleet's limiter is an AsyncLimiter: use areport / atick")
+        return self.limiter.run(flow)
+
+    async def arun(self, flow: Flow[T]) -> T:
+        """Drive ``flow`` on the limiter's store, awaiting it when the limiter is async."""
+        if isinstance(self.limiter, AsyncLimiter):
+            return await self.limiter.run(flow)
+        return self.limiter.run(flow)
+
+    def __repr__(self) -> str:
+        limiter: Any = self.limiter
+        return f"Fleet(replica={self.replica!r}, store={limiter.store!r})"

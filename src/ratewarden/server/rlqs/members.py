@@ -1,0 +1,59 @@
+"""A quota bucket and its members, as ``QuotaService`` keeps them; a member's demand.
+
+A member is one stream holding one bucket. Its **demand** is its rate over its last
+reports for the bucket (the requests they count over the time since the report before
+them, by arrival): Envoy reports on its own timer, so demand is measured per report,
+not per round. Pure: the times are handed in.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from ratewarden.server.config import DescriptorRule
+from ratewarden.server.rlqs.reports import BucketKey
+from ratewarden.server.rlqs.shares import Share
+
+__all__ = ["Bucket", "Member"]
+
+
+@dataclass(slots=True)
+class Member:
+    """One stream holding one bucket: its recent reports and what it was sent."""
+
+    #: When it last reported a request for the bucket (when it joined, at first).
+    asked_at: float
+    #: Its last reports for the bucket: (arrival, requests counted), the oldest first.
+    reports: deque[tuple[float, int]]
+    share: Share | str | None = None
+    sent_at: float = 0.0
+    #: Under a shadow rule: the share it would hold, and its fill interval in seconds.
+    would: tuple[Share, int] | None = None
+
+    def demand(self, fill_s: int, interval: float) -> Fraction:
+        """Its rate in requests per ``fill_s`` seconds over its reports (the first report's
+        count over one ``interval`` while it has only that one)."""
+        first, last = self.reports[0][0], self.reports[-1][0]
+        if len(self.reports) > 1 and last > first:
+            counted = sum(count for _, count in list(self.reports)[1:])
+            span = Fraction(last - first).limit_denominator(1_000_000)
+        else:
+            counted = sum(count for _, count in self.reports)
+            span = Fraction(interval).limit_denominator(1_000_000)
+        return Fraction(counted * fill_s) / span
+
+
+@dataclass(slots=True)
+class Bucket:
+    """One ``BucketId`` of one domain: its rule, members, reserved shares and rounds."""
+
+    domain: str
+    key: BucketKey
+    rule: DescriptorRule | None
+    members: dict[int, Member] = field(default_factory=dict)
+    reserved: list[tuple[float, Share]] = field(default_factory=list)
+    last_round: float | None = None
+    #: With a fleet: streams gone since the last round, whose demand the store drops.
+    departed: list[int] = field(default_factory=list)

@@ -1,0 +1,185 @@
+"""One round of an RLQS bucket's shares over the fleet's demand: the ``quota_shares`` op.
+
+Several ``ratewarden serve`` replicas serve the Envoys of one bucket. Each keeps its
+own streams; what they share is one hash per bucket in the store: per member (one
+Envoy stream on one replica) its demand, and the share it was last sent with the
+time until which its Envoy may enforce it. A replica's round of the bucket is one
+atomic step (``lua/quota_shares.lua``, or ``run`` under the memory store's lock):
+it records its members' demands, reads every member's, splits the limit fairly over
+all of them, and gives its own members their fair part, never more than the limit
+less what the other members still hold. So the tokens per fill held fleet-wide never
+add up to more than the limit, and their capacity never to more than
+``max(burst, holders)``, whatever the replicas' rounds interleave (docs/rlqs.md, the
+bound for several replicas). With Redis, ``now`` is Redis ``TIME``: one clock for
+every replica.
+
+``quota_shares_op`` plans the op (``apply`` runs it on any store); ``run`` is the pure
+twin of the script (the same ARGV, the same reply, in the same floating point).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.storage._ops import Op, record_key
+
+__all__ = ["FleetRound", "quota_shares_op", "run"]
+
+_SCRIPT = "quota_shares"
+#: Most milli-requests per fill interval a demand counts as (doubles stay exact).
+MAX_DEMAND = 10**12
+
+#: A member's entry: (demand, demand_until_us, tokens, burst, held_until_us).
+Entry = tuple[int, int, int, int, int]
+Write = tuple[int, Any, int]
+
+
+@dataclass(frozen=True, slots=True)
+class FleetRound:
+    """A round's reply: members with a demand fleet-wide, the tokens the other members
+    hold, and each of this replica's members' ``(tokens, burst)``, in the order asked."""
+
+    members: int
+    held_by_others: int
+    shares: tuple[tuple[int, int], ...]
+
+    @classmethod
+    def of(cls, reply: Sequence[int]) -> FleetRound:
+        pairs = tuple((int(reply[i]), int(reply[i + 1])) for i in range(2, len(reply), 2))
+        return cls(int(reply[0]), int(reply[1]), pairs)
+
+
+def quota_shares_op(
+    prefix: str,
+    bucket: str,
+    tokens: int,
+    burst: int,
+    hold_us: int,
+    members: Sequence[tuple[str, int]],
+    departed: Sequence[str] = (),
+) -> Op:
+    """The round of ``bucket`` (one domain's bucket id, as text) for this replica's
+    ``members`` (``(member id, demand)``, demand in milli-requests per fill interval) and
+    its ``departed`` members (closed streams: their demand goes, their share stays held)."""
+    if tokens < 0 or burst < 0 or hold_us < 1:
+        raise ConfigurationError(
+            f"tokens {tokens} and burst {burst} must be >= 0, hold_us {hold_us} >= 1"
+        )
+    args: list[int | str] = ["", tokens, burst, hold_us, len(members)]
+    for member, demand in members:
+        args += [_member(member), max(0, min(MAX_DEMAND, int(demand)))]
+    args += [_member(member) for member in departed]
+    return Op(_SCRIPT, (record_key(prefix, bucket, "rlqs", "shares"),), tuple(args), run)
+
+
+def _member(name: str) -> str:
+    if not name or " " in name or not name.isascii():
+        raise ConfigurationError(f"member {name!r} must be non-empty ASCII without spaces")
+    return name
+
+
+def _apportion(total: float, weights: Sequence[float]) -> list[int]:
+    """``lua/quota_shares.lua``'s ``apportion``: largest remainder, in doubles."""
+    whole = 0.0
+    for weight in weights:
+        whole += weight
+    if total <= 0 or whole <= 0:
+        return [0] * len(weights)
+    parts: list[int] = []
+    rest: list[float] = []
+    used = 0
+    for weight in weights:
+        quota = float(total) * weight / whole
+        part = math.floor(quota)
+        parts.append(part)
+        rest.append(quota - part)
+        used += part
+    order = sorted(range(len(weights)), key=lambda i: (-rest[i], i))
+    for index in order[: min(int(total) - used, len(weights))]:
+        parts[index] += 1
+    return parts
+
+
+def run(
+    args: Sequence[int | str], states: Sequence[Any], now: int
+) -> tuple[list[int], list[Write]]:
+    """The reply of ``quota_shares.lua`` for these ARGV and the bucket's state, and its write."""
+    limit, burst_limit, hold, k = (int(args[i]) for i in range(1, 5))
+    mine = [str(args[5 + 2 * i]) for i in range(k)]
+    demand = [int(args[6 + 2 * i]) for i in range(k)]
+    departed = [str(name) for name in args[5 + 2 * k :]]
+    entries: dict[str, Entry] = dict(states[0] or {})
+    for name in mine:
+        entries.pop(name, None)
+    for name in departed:
+        if name in entries and name not in mine:
+            entries[name] = (entries[name][0], 0, *entries[name][2:])
+    others: list[str] = []
+    held_t = held_b = holders = 0
+    for name, entry in list(entries.items()):
+        if entry[1] <= now and entry[4] <= now:
+            del entries[name]
+            continue
+        if entry[1] > now:
+            others.append(name)
+        if entry[4] > now and entry[2] > 0:
+            held_t += entry[2]
+            held_b += entry[3]
+            holders += 1
+    others.sort()
+
+    asked_by = [float(value) for value in demand] + [float(entries[name][0]) for name in others]
+    n = len(asked_by)
+    asked = 0.0
+    for value in asked_by:
+        asked += value
+    fleet_limit = float(limit * 1000)
+    weights: list[float] = []
+    for value in asked_by:
+        if asked == 0:
+            weights.append(1.0)
+        elif asked <= fleet_limit:
+            weights.append(float(n) * value + (fleet_limit - asked))
+        else:
+            weights.append(value)
+    fair = _apportion(limit, weights)
+    holding = [i for i in range(n) if fair[i] > 0]
+    fair_burst = _apportion(burst_limit, [weights[i] for i in holding])
+    fair_t = sum(fair[:k])
+    fair_b = sum(part for i, part in zip(holding, fair_burst, strict=True) if i < k)
+
+    pool = max(0, min(fair_t, limit - held_t))
+    tokens = _apportion(pool, weights[:k])
+    ranked = sorted((i for i in range(k) if tokens[i] > 0), key=lambda i: (-weights[i], i))
+    keep = len(ranked)
+    while keep > 0 and max(burst_limit, holders + keep) - held_b < keep:
+        keep -= 1
+    for index in ranked[keep:]:
+        tokens[index] = 0
+    kept = [i for i in range(k) if tokens[i] > 0]
+    room = max(keep, min(fair_b, burst_limit - held_b))
+    burst = _apportion(room, [weights[i] for i in kept])
+    for slot, part in enumerate(burst):
+        if part == 0:
+            largest = max(range(len(burst)), key=lambda i: (burst[i], -i))
+            if burst[largest] > 1:
+                burst[largest] -= 1
+            burst[slot] = 1
+    mine_b = [0] * k
+    for slot, index in enumerate(kept):
+        mine_b[index] = burst[slot]
+
+    reply = [n, held_t]
+    last = now
+    for i, name in enumerate(mine):
+        held_until = now + hold if tokens[i] > 0 else 0
+        entries[name] = (demand[i], now + hold, tokens[i], mine_b[i], held_until)
+        last = now + hold
+        reply += [tokens[i], mine_b[i]]
+    for entry in entries.values():
+        last = max(last, entry[1], entry[4])
+    return reply, [(0, entries, last)]

@@ -1,0 +1,95 @@
+"""RLQS end to end with two replicas: two real Envoys, two `ratewarden serve --rlqs` over one
+redis-server, each Envoy's stream on its own replica.
+
+The replicas share the bucket's shares through the store (docs/rlqs.md, several replicas):
+the two Envoys together hold the rule's limit once, not once each. Envoy 1.40 reports every
+5 s; the replicas' rounds are a second apart. No test sleeps for a window: each polls with a
+deadline, and the request counts are bounded.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests._servers import RedisServer
+from tests.e2e._envoy import Backend
+from tests.e2e.test_rlqs import DEADLINE, first_200, held, rlqs_envoy
+from tests.server_transport._process import ServeProcess
+
+pytestmark = pytest.mark.redis
+
+RULES = """\
+domain: edge
+descriptors:
+  - key: tenant
+    value: shared
+    rate_limit: {algorithm: token_bucket, unit: minute, requests_per_unit: 6}
+"""
+
+
+@pytest.fixture
+def backend() -> Iterator[Backend]:
+    server = Backend()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def replicas(
+    tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer
+) -> Iterator[tuple[ServeProcess, ServeProcess]]:
+    """Two `ratewarden serve --rlqs` on one emptied redis-server."""
+    redis_server.client().flushall()
+    rules = tmp_path_factory.mktemp("rlqs-fleet") / "rules.yaml"
+    rules.write_text(RULES)
+    options = ("--rlqs", "--rlqs-interval", "1", "--rlqs-ttl", "5")
+    store = ("--store", f"redis://127.0.0.1:{redis_server.port}/0", "--store-timeout", "1")
+    one = ServeProcess(rules, *store, *options)
+    two = ServeProcess(rules, *store, *options)
+    try:
+        one.wait_serving()
+        two.wait_serving()
+        yield one, two
+    finally:
+        one.stop()
+        two.stop()
+
+
+def tokens(share: object) -> int:
+    return share["tokens_per_fill"] if isinstance(share, dict) else 0
+
+
+def test_two_envoys_on_two_replicas_hold_one_limit_between_them(
+    backend: Backend, replicas: tuple[ServeProcess, ServeProcess]
+) -> None:
+    """6 a minute: the first Envoy holds all 6; the second, on the other replica, gets its
+    part once the first replica's round shrank the first's; together they hold 6, and what
+    both admit stays within r*W + M*(R*(floor(W/I) + 1) + 1), R = 2, M = max(6, 2)."""
+    one, two = replicas
+    with rlqs_envoy(backend, one) as first, rlqs_envoy(backend, two) as second:
+        started = time.monotonic()
+        first_200(first, "shared")
+        admitted = 1 + sum(first.get("/", {"x-tenant": "shared"})[0] == 200 for _ in range(10))
+        deadline = time.monotonic() + 2 * DEADLINE
+        while True:  # the second's share comes from its replica's round after the first's
+            status = second.get("/", {"x-tenant": "shared"})[0]
+            if status == 200:
+                admitted += 1
+                break
+            assert time.monotonic() < deadline, (held(one, "shared"), held(two, "shared"))
+            admitted += first.get("/", {"x-tenant": "shared"})[0] == 200
+            time.sleep(0.05)
+        for _ in range(10):
+            admitted += first.get("/", {"x-tenant": "shared"})[0] == 200
+            admitted += second.get("/", {"x-tenant": "shared"})[0] == 200
+        width = time.monotonic() - started
+        assert admitted <= 6 / 60 * width + 6 * (2 * (math.floor(width) + 1) + 1)
+        shares = held(one, "shared") + held(two, "shared")
+        assert len(shares) == 2
+        assert sum(tokens(share) for share in shares) <= 6, shares
+        assert first.get("/", {"x-tenant": "shared"})[0] == 429
+        assert second.get("/", {"x-tenant": "shared"})[0] == 429

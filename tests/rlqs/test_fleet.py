@@ -1,0 +1,359 @@
+"""Several quota services over one store (``Fleet``): the shares of one budget add up.
+
+Each ``QuotaService`` is a ``ratewarden serve`` replica with its own streams; a bucket's
+round runs the ``quota_shares`` op (``storage/lua/quota_shares.lua`` on Redis, its pure
+twin on the memory store) through the replica's ``Limiter``. The stated bound
+(docs/rlqs.md#several-replicas): at any instant the tokens per fill held fleet-wide add
+up to at most ``L`` and their capacity to at most ``M = max(burst, Envoys)``; over any
+window of ``W`` seconds the Envoys admit at most ``r*W + M*(R*(floor(W/I) + 1) + 1)``
+with ``R`` replicas. Time is a ``ManualClock`` handed to every store (a Redis store then
+sends it as the scripts' now instead of reading ``TIME``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from fractions import Fraction
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ratewarden import AsyncLimiter, Limiter, MemoryStore
+from ratewarden.errors import ConfigurationError
+from ratewarden.limiter import quota_shares_op
+from ratewarden.server.config import loads
+from ratewarden.server.rlqs import (
+    ALLOW_ALL,
+    DENY_ALL,
+    Fleet,
+    QuotaService,
+    Share,
+    Usage,
+    bucket_key,
+)
+from ratewarden.storage.redis import AsyncRedisStore, RedisStore
+from ratewarden.testing import ManualClock
+from tests._servers import RedisCluster, RedisServer
+from tests.rlqs._envoy import SimEnvoy
+
+TENANT = bucket_key({"tenant": "a"})
+STEP = 0.25
+SETTINGS = settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+def rules(limit: str = "{algorithm: token_bucket, unit: minute, requests_per_unit: 60}") -> str:
+    return f"domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {limit}\n"
+
+
+#: A store on ``clock``, emptied: one for the whole fleet.
+MakeStore = Callable[[ManualClock], Any]
+
+
+@pytest.fixture(
+    params=[
+        "memory",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("cluster", marks=[pytest.mark.redis, pytest.mark.cluster]),
+    ]
+)
+def make_store(request: pytest.FixtureRequest) -> Iterator[MakeStore]:
+    """A maker of empty stores of one kind: memory, a real redis-server, a 3-primary Cluster."""
+    if request.param == "memory":
+        yield lambda clock: MemoryStore(clock=clock)
+        return
+    client: Any
+    if request.param == "redis":
+        server: RedisServer = request.getfixturevalue("redis_server")
+        client = redis.Redis(host="127.0.0.1", port=server.port)
+    else:
+        cluster: RedisCluster = request.getfixturevalue("redis_cluster")
+        client = redis.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+
+    def make(clock: ManualClock) -> RedisStore:
+        if request.param == "redis":
+            client.flushall()
+        else:
+            client.flushall(target_nodes=redis.RedisCluster.PRIMARIES)
+        return RedisStore(client, clock=clock, timeout=1.0)
+
+    yield make
+    client.close()
+
+
+def replicas(
+    store: Any, clock: ManualClock, count: int, text: str | None = None
+) -> list[QuotaService]:
+    """``count`` quota services over ``store``, replicas ``r0``, ``r1``, ..."""
+    limiter = Limiter(store)
+    return [
+        QuotaService(
+            loads(text or rules()),
+            clock=clock,
+            interval=1.0,
+            ttl_s=3,
+            fleet=Fleet(limiter, replica=f"r{index}"),
+        )
+        for index in range(count)
+    ]
+
+
+def test_a_replica_alone_hands_out_the_limit_and_a_second_one_gets_room_as_the_first_shrinks(
+    make_store: MakeStore,
+) -> None:
+    """The second replica's Envoy gets nothing while the first holds the whole limit, then
+    each replica's next round moves to the fair split: the shares never add up above L."""
+    clock = ManualClock()
+    a, b = replicas(make_store(clock), clock, 2)
+    one, two = a.open(), b.open()
+    [first] = a.report(one, "edge", [Usage(TENANT, 30, 0)])
+    assert first.assignment == Share(60, 60)
+    [second] = b.report(two, "edge", [Usage(TENANT, 30, 0)])
+    assert second.assignment == DENY_ALL  # the fair half is held by a's Envoy still
+    clock.advance(1)
+    [shrunk] = a.tick()
+    assert shrunk.assignment == Share(30, 30)
+    [grown] = b.tick()
+    assert grown.assignment == Share(30, 30)
+
+
+def test_a_closed_streams_share_stays_held_in_the_store_until_its_ttl_and_an_interval(
+    make_store: MakeStore,
+) -> None:
+    """A stream that closes on one replica keeps its share held fleet-wide for TTL plus an
+    interval after it was sent (its Envoy may still enforce it); then it is free."""
+    clock = ManualClock()
+    a, b = replicas(make_store(clock), clock, 2)
+    one = a.open()
+    a.report(one, "edge", [Usage(TENANT, 5, 0)])
+    a.close(one)
+    two = b.open()
+    [action] = b.report(two, "edge", [Usage(TENANT, 5, 0)])
+    assert action.assignment == DENY_ALL
+    clock.advance(3.5)  # TTL 3 s + interval 1 s after the share was sent: not yet
+    assert [action.assignment for action in b.tick()] == [DENY_ALL]
+    clock.advance(1)
+    assert [action.assignment for action in b.tick()] == [Share(60, 60)]
+
+
+@pytest.mark.redis
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_the_script_and_its_python_twin_answer_alike(
+    redis_server: RedisServer, data: st.DataObject
+) -> None:
+    """Random rounds of random replicas, members, demands and departures: the Lua script on a
+    real redis-server and the memory store's twin give the same replies, round for round."""
+    clock = ManualClock()
+    client = redis.Redis(host="127.0.0.1", port=redis_server.port)
+    client.flushall()
+    try:
+        stores = (MemoryStore(clock=clock), RedisStore(client, clock=clock, timeout=1.0))
+        tokens = data.draw(st.integers(0, 500), label="tokens")
+        burst = data.draw(st.integers(0, 50), label="burst")
+        names = [f"r{replica}:{stream}" for replica in range(3) for stream in range(3)]
+        for _ in range(data.draw(st.integers(1, 12), label="rounds")):
+            replica = data.draw(st.integers(0, 2))
+            own = [name for name in names if name.startswith(f"r{replica}:")]
+            members = data.draw(st.lists(st.sampled_from(own), unique=True, max_size=3))
+            demands = data.draw(
+                st.lists(st.integers(0, 10**9), min_size=len(members), max_size=len(members))
+            )
+            departed = [name for name in own if name not in members and data.draw(st.booleans())]
+            op = quota_shares_op(
+                "rw",
+                "bucket",
+                tokens,
+                burst,
+                4_000_000,
+                list(zip(members, demands, strict=True)),
+                departed,
+            )
+            memory, on_redis = (store.apply(op) for store in stores)
+            assert memory == on_redis
+            clock.advance(data.draw(st.sampled_from([0.0, 0.25, 1.0, 5.0])))
+    finally:
+        client.close()
+
+
+@SETTINGS
+@given(
+    data=st.data(),
+    count=st.integers(1, 3),
+    envoys=st.integers(1, 4),
+    limit=st.integers(1, 120),
+    period=st.sampled_from([1, 10, 60]),
+    burst=st.one_of(st.none(), st.integers(1, 200)),
+)
+def test_the_fleet_of_replicas_never_admits_more_than_the_stated_bound_in_any_window(
+    make_store: MakeStore,
+    data: st.DataObject,
+    count: int,
+    envoys: int,
+    limit: int,
+    period: int,
+    burst: int | None,
+) -> None:
+    """Random demand, report gaps, joins and leaves, Envoys spread over 1-3 replicas of one
+    store: the shares held never add up above L (tokens) nor max(B, N) (capacity), and every
+    window's admissions stay within r*W + M*(R*(floor(W/I) + 1) + 1)."""
+    unit = {1: "second", 10: "second", 60: "minute"}[period]
+    multiplier = 10 if period == 10 else 1
+    algorithm = "fixed_window" if burst is None else "token_bucket"
+    extra = "" if burst is None else f", burst: {burst}"
+    text = rules(
+        f"{{algorithm: {algorithm}, unit: {unit}, unit_multiplier: {multiplier}, "
+        f"requests_per_unit: {limit}{extra}}}"
+    )
+    clock = ManualClock()
+    fleet = replicas(make_store(clock), clock, count, text)
+    steps = data.draw(st.integers(8, 40), label="steps")
+    homes = data.draw(st.lists(st.integers(0, count - 1), min_size=envoys, max_size=envoys))
+    joins = data.draw(st.lists(st.integers(0, steps // 2), min_size=envoys, max_size=envoys))
+    leaves = data.draw(
+        st.lists(st.one_of(st.none(), st.integers(1, steps)), min_size=envoys, max_size=envoys)
+    )
+    demand = data.draw(
+        st.lists(
+            st.lists(st.integers(0, 12), min_size=envoys, max_size=envoys),
+            min_size=steps,
+            max_size=steps,
+        )
+    )
+    gaps = data.draw(st.lists(st.sampled_from([1.0, 2.0, 5.0]), min_size=envoys, max_size=envoys))
+    sims = [SimEnvoy() for _ in range(envoys)]
+    by_stream: dict[tuple[int, int], SimEnvoy] = {}
+    rate = Fraction(limit, period)
+    fleet_burst = max(1, math.ceil(rate)) if burst is None else burst
+    most = max(fleet_burst, envoys)
+    per_step: list[int] = []
+    for step in range(steps):
+        now = clock.now()
+        for turn in range(count):  # the replicas' rounds, in a rotating order
+            home = (step + turn) % count
+            for action in fleet[home].tick():
+                by_stream[(home, action.stream)].apply(action, now)
+        admitted = 0
+        for index, sim in enumerate(sims):
+            if step < joins[index]:
+                continue
+            quota, home = fleet[homes[index]], homes[index]
+            admitted += sum(sim.admit(now) for _ in range(demand[step][index]))
+            open_stream = leaves[index] is None or step < leaves[index]
+            if step == joins[index]:
+                sim.stream = quota.open()
+                by_stream[(home, sim.stream)] = sim
+            elif not open_stream or now - sim.last_report < gaps[index]:
+                continue
+            if open_stream:
+                usage = Usage(TENANT, sim.counted, 0)
+                sim.counted, sim.last_report = 0, now
+                for action in quota.report(sim.stream, "edge", [usage]):
+                    by_stream[(home, action.stream)].apply(action, now)
+            if leaves[index] is not None and step + 1 == leaves[index]:
+                quota.close(sim.stream)
+        per_step.append(admitted)
+        holding = [s.assignment for s in sims if s.expires > now]
+        shares = [a for a in holding if isinstance(a, Share)]
+        assert sum(share.tokens_per_fill for share in shares) <= limit
+        assert sum(share.max_tokens for share in shares) <= most
+        clock.advance(STEP)
+    for a in range(steps):
+        total = 0
+        for b in range(a, steps):
+            total += per_step[b]
+            width = Fraction(b - a) * Fraction(STEP)
+            assert total <= rate * width + most * (count * (math.floor(width) + 1) + 1), (a, b)
+
+
+def test_bucket_values_with_braces_and_quotes_are_one_hash_in_one_slot(
+    make_store: MakeStore,
+) -> None:
+    """Bucket values are request values: braces, quotes and spaces in them stay inside the
+    key's hash tag (one Cluster slot), and two replicas still meet in one hash."""
+    clock = ManualClock()
+    a, b = replicas(make_store(clock), clock, 2)
+    odd = bucket_key({"tenant": 'a}{b "c" %7D'})
+    one, two = a.open(), b.open()
+    assert [x.assignment for x in a.report(one, "edge", [Usage(odd, 1, 0)])] == [Share(60, 60)]
+    assert [x.assignment for x in b.report(two, "edge", [Usage(odd, 1, 0)])] == [DENY_ALL]
+
+
+def test_a_replica_name_must_be_ascii_without_spaces() -> None:
+    """The replica's name is part of every member's name in the store."""
+    with pytest.raises(ConfigurationError, match="without spaces"):
+        Fleet(Limiter(MemoryStore()), replica="my host")
+
+
+@pytest.mark.redis
+def test_a_round_the_store_does_not_answer_sends_nothing_split_and_the_next_one_retries(
+    make_redis: Callable[..., RedisServer],
+) -> None:
+    """With the store gone, a split bucket's round sends nothing (Envoy keeps its assignment
+    until the TTL) and is counted; an unlimited bucket is still answered; the store back,
+    the next round assigns again."""
+    text = rules() + "  - key: open\n    rate_limit: {unlimited: true}\n"
+    server = make_redis()
+    clock = ManualClock()
+    client = redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=0.5)
+    try:
+        [quota] = replicas(RedisStore(client, clock=clock, timeout=0.5), clock, 1, text)
+        one = quota.open()
+        [first] = quota.report(one, "edge", [Usage(TENANT, 1, 0)])
+        assert first.assignment == Share(60, 60)
+        port = server.port
+        server.stop()
+        clock.advance(1)
+        assert quota.tick() == []
+        assert quota.stats.store_failures == 1
+        [opened] = quota.report(one, "edge", [Usage(bucket_key({"open": "x"}), 1, 0)])
+        assert opened.assignment == ALLOW_ALL
+        make_redis(port=port)
+        clock.advance(1)
+        assert {action.bucket: action.assignment for action in quota.tick()} == {
+            TENANT: Share(60, 60),
+            bucket_key({"open": "x"}): ALLOW_ALL,
+        }
+    finally:
+        client.close()
+
+
+@pytest.mark.redis
+async def test_an_asyncio_replica_runs_a_ticks_rounds_side_by_side_over_redis(
+    redis_server: RedisServer,
+) -> None:
+    """areport / atick on an AsyncLimiter over a real redis-server: each of three buckets gets
+    its first round at its report, and one tick later all three rounds come back together."""
+    clock = ManualClock()
+    client = redis.asyncio.Redis(host="127.0.0.1", port=redis_server.port)
+    await client.flushall()
+    try:
+        limiter = AsyncLimiter(AsyncRedisStore(client, clock=clock, timeout=1.0))
+        quota = QuotaService(
+            loads(rules()), clock=clock, interval=1.0, ttl_s=3, fleet=Fleet(limiter)
+        )
+        stream = quota.open()
+        tenants = [bucket_key({"tenant": name}) for name in "abc"]
+        first = await quota.areport(stream, "edge", [Usage(key, 1, 0) for key in tenants])
+        assert [action.assignment for action in first] == [Share(60, 60)] * 3
+        clock.advance(1)
+        again = await quota.atick()
+        assert {action.bucket: action.assignment for action in again} == {
+            key: Share(60, 60) for key in tenants
+        }
+    finally:
+        await client.aclose()
+
+
+def test_the_op_refuses_a_negative_budget_and_a_member_name_with_a_space() -> None:
+    """What the store's hash is keyed and counted by is checked before any store call."""
+    with pytest.raises(ConfigurationError, match="must be >= 0"):
+        quota_shares_op("rw", "bucket", -1, 1, 1_000_000, [("r0:1", 0)])
+    with pytest.raises(ConfigurationError, match="without spaces"):
+        quota_shares_op("rw", "bucket", 1, 1, 1_000_000, [("r0 1", 0)])
