@@ -18,6 +18,7 @@ import asyncio
 import importlib.util
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,6 +41,9 @@ from tests._servers import STORE_TIMEOUT
 
 #: A whole minute, hour and day since the epoch: windows of every unit start here.
 ALIGNED = 1_700_006_400.0
+
+#: The rules most service tests ask about: one descriptor key per kind of rule.
+SERVICE_RULES = (Path(__file__).parent / "fixtures" / "service.yaml").read_text()
 
 Response = rls_pb2.RateLimitResponse
 OK = Response.OK
