@@ -56,6 +56,12 @@ def servers(orders: Orders, redis_server: RedisServer) -> Iterator[dict[str, Liv
         server.stop()
 
 
+@pytest.fixture(params=["memory", "redis"])
+def server(request: pytest.FixtureRequest, servers: dict[str, LiveASGI]) -> LiveASGI:
+    """The orders server with the middleware, on each store in turn."""
+    return servers[request.param]
+
+
 @pytest.fixture
 def memory_url(servers: dict[str, LiveASGI], name: str) -> str:
     """This test's order URL on the server with the memory store."""
@@ -70,12 +76,11 @@ def retrying_client(server: LiveASGI) -> httpx.Client:
     return httpx.Client(base_url=server.url, transport=transport, timeout=10)
 
 
-@pytest.mark.parametrize("kind", ["memory", "redis"])
 def test_retried_post_whose_response_was_lost_runs_once(
-    servers: dict[str, LiveASGI], orders: Orders, name: str, kind: str
+    server: LiveASGI, orders: Orders, name: str
 ) -> None:
     """First attempt runs, its response is lost (503); the retry gets the stored 201, replayed."""
-    with retrying_client(servers[kind]) as client:
+    with retrying_client(server) as client:
         response = client.post(
             f"/orders/{name}", content=b"2 apples", headers={"X-Lose-Response": "1"}
         )
@@ -98,12 +103,11 @@ def test_without_the_middleware_the_same_retry_runs_twice(
     assert orders.executed[name] == 2
 
 
-@pytest.mark.parametrize("kind", ["memory", "redis"])
 def test_concurrent_duplicate_gets_409_then_the_replay(
-    servers: dict[str, LiveASGI], orders: Orders, name: str, kind: str
+    server: LiveASGI, orders: Orders, name: str
 ) -> None:
     """While the first request runs, a duplicate gets 409 and Retry-After; then the replay."""
-    url, headers = f"{servers[kind].url}/orders/{name}?mode=slow", {"Idempotency-Key": "k-1"}
+    url, headers = f"{server.url}/orders/{name}?mode=slow", {"Idempotency-Key": "k-1"}
     first, duplicate = orders.duplicate_while_held(lambda: httpx.post(url, headers=headers))
     assert duplicate.status_code == 409
     assert duplicate.headers["retry-after"] == "1"
@@ -118,14 +122,13 @@ def test_concurrent_duplicate_gets_409_then_the_replay(
 DUPLICATES = 30
 
 
-@pytest.mark.parametrize("kind", ["memory", "redis"])
 async def test_a_burst_of_duplicates_runs_exactly_once(
-    servers: dict[str, LiveASGI], orders: Orders, name: str, kind: str
+    server: LiveASGI, orders: Orders, name: str
 ) -> None:
     """30 concurrent requests with one key: one runs, the other 29 get 409 while it is held."""
     orders.in_handler.clear()
     orders.release.clear()
-    url, headers = f"{servers[kind].url}/orders/{name}?mode=slow", {"Idempotency-Key": "burst"}
+    url, headers = f"{server.url}/orders/{name}?mode=slow", {"Idempotency-Key": "burst"}
     async with httpx.AsyncClient(timeout=10) as client:
         tasks = [asyncio.create_task(client.post(url, headers=headers)) for _ in range(DUPLICATES)]
         try:
@@ -140,12 +143,11 @@ async def test_a_burst_of_duplicates_runs_exactly_once(
     assert orders.executed[name] == 1
 
 
-@pytest.mark.parametrize("kind", ["memory", "redis"])
 def test_same_key_with_another_body_is_422_and_runs_nothing(
-    servers: dict[str, LiveASGI], orders: Orders, name: str, kind: str
+    server: LiveASGI, orders: Orders, name: str
 ) -> None:
     """Reusing a key for a different payload is a client bug, answered 422."""
-    with httpx.Client(base_url=servers[kind].url) as client:
+    with httpx.Client(base_url=server.url) as client:
         headers = {"Idempotency-Key": "k-2"}
         assert client.post(f"/orders/{name}", content=b"a", headers=headers).status_code == 201
         other = client.post(f"/orders/{name}", content=b"b", headers=headers)
