@@ -329,14 +329,20 @@ async def test_health_watch_streams_every_change(start_server: StartServer) -> N
         unknown.cancel()
 
 
+async def refusal_of_raw_call(port: int, method: str, payload: bytes) -> grpc.aio.AioRpcError:
+    """The error a call of the RateLimitService's ``method`` with raw ``payload`` fails with."""
+    async with channel(port) as chan:
+        call = chan.unary_unary(f"/envoy.service.ratelimit.v3.RateLimitService/{method}")
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await call(payload)
+    return raised.value
+
+
 async def test_an_unknown_method_is_unimplemented(start_server: StartServer) -> None:
     """A call to a method the server does not serve is UNIMPLEMENTED."""
     server = await start_server()
-    async with channel(server.grpc_port) as chan:
-        call = chan.unary_unary("/envoy.service.ratelimit.v3.RateLimitService/NoSuchMethod")
-        with pytest.raises(grpc.aio.AioRpcError) as raised:
-            await call(b"")
-    assert raised.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    error = await refusal_of_raw_call(server.grpc_port, "NoSuchMethod", b"")
+    assert error.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
 async def test_bytes_that_are_not_a_request_are_invalid_argument(
@@ -344,12 +350,9 @@ async def test_bytes_that_are_not_a_request_are_invalid_argument(
 ) -> None:
     """Undecodable bytes are INVALID_ARGUMENT naming the reason, on every transport."""
     server = await start_server()
-    async with channel(server.grpc_port) as chan:
-        call = chan.unary_unary("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
-        with pytest.raises(grpc.aio.AioRpcError) as raised:
-            await call(b"\xff\xff\xff")
-    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "not a valid RateLimitRequest" in (raised.value.details() or "")
+    error = await refusal_of_raw_call(server.grpc_port, "ShouldRateLimit", b"\xff\xff\xff")
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "not a valid RateLimitRequest" in (error.details() or "")
 
 
 async def test_a_call_past_its_deadline_is_deadline_exceeded_and_its_work_cancelled(
