@@ -273,19 +273,10 @@ def test_no_metadata_leaves_dynamic_metadata_unset(rls: Make) -> None:
 
 # ---------------------------------------------------------------- the charging invariant
 
-_INVARIANT_RULES = """
-domain: d
-descriptors:
-  - key: a
-    rate_limit: {unit: minute, requests_per_unit: 3}
-  - key: b
-    rate_limit: {unit: minute, requests_per_unit: 5}
-  - key: s
-    shadow_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 2}
-"""
+#: Two enforcing rules (2 and 5 a minute) and a shadow one (1 a minute).
+_INVARIANT_KEYS = ("a", "b", "shadow")
 _request = st.lists(
-    st.tuples(st.sampled_from("abs"), st.sampled_from("xy"), st.integers(0, 3)),
+    st.tuples(st.sampled_from(_INVARIANT_KEYS), st.sampled_from("xy"), st.integers(0, 3)),
     min_size=1,
     max_size=4,
 )
@@ -298,8 +289,8 @@ def test_denied_requests_change_no_counter_and_allowed_ones_charge_exactly(
 ) -> None:
     """Within one window: a denied request leaves every counter as it was; an allowed one
     takes exactly its hits from each of its counters (a shadow rule over its limit: none)."""
-    service = RateLimitService(config.loads(_INVARIANT_RULES), MemoryStore(clock=ManualClock()))
-    counters = [(key, value) for key in "abs" for value in "xy"]
+    service = RateLimitService(config.loads(SERVICE_RULES), MemoryStore(clock=ManualClock()))
+    counters = [(key, value) for key in _INVARIANT_KEYS for value in "xy"]
 
     def remaining() -> dict[tuple[str, str], int]:
         probe = rls_pb2.RateLimitRequest(
@@ -327,5 +318,5 @@ def test_denied_requests_change_no_counter_and_allowed_ones_charge_exactly(
                 if hits <= expected[(key, value)]:
                     expected[(key, value)] -= hits
                 else:
-                    assert key == "s"
+                    assert key == "shadow"
             assert after == expected
