@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,14 @@ SERVICE_RULES = (Path(__file__).parent / "fixtures" / "service.yaml").read_text(
 Response = rls_pb2.RateLimitResponse
 OK = Response.OK
 OVER = Response.OVER_LIMIT
+
+
+def only_problem(paths: Sequence[Path], **options: Any) -> config.ConfigProblem:
+    """The one problem ``config.load(paths, **options)`` fails with."""
+    with pytest.raises(config.ConfigError) as caught:
+        config.load(list(paths), **options)
+    (problem,) = caught.value.errors
+    return problem
 
 
 def desc(
