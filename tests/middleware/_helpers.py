@@ -1,5 +1,5 @@
-"""What the middleware tests share: an ``ok`` endpoint, an in-process client, a recorder of
-degraded calls, and a whole ASGI HTTP scope for driving an app by hand."""
+"""What the middleware tests share: an ``ok`` endpoint, an in-process client, and a whole
+ASGI HTTP scope for driving an app by hand."""
 
 from __future__ import annotations
 
@@ -9,18 +9,6 @@ from typing import Any
 import httpx
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-
-from ratewarden.metrics import Metrics
-
-
-class Recorded(Metrics):
-    """Keeps every ``degraded`` call as (rule, failure_mode, reason)."""
-
-    def __init__(self) -> None:
-        self.degraded_calls: list[tuple[str, str, str]] = []
-
-    def degraded(self, *, rule: str, failure_mode: str, reason: str) -> None:
-        self.degraded_calls.append((rule, failure_mode, reason))
 
 
 async def ok(request: Request) -> Response:

@@ -34,9 +34,10 @@ from ratewarden.middleware import (
 from ratewarden.storage.redis import DEFAULT_TIMEOUT, AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
 from ratewarden.tiers import CircuitBreaker
+from tests._metrics import Recorded
 from tests._servers import HOST, STORE_TIMEOUT, RedisServer, free_port
 from tests.faults._proxy import Fault
-from tests.middleware._helpers import Recorded, client_for, ok
+from tests.middleware._helpers import client_for, ok
 from tests.middleware.conftest import Proxied
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]

@@ -27,9 +27,10 @@ from ratewarden.middleware.budget import TokenBudgetMiddleware
 from ratewarden.middleware.concurrency import ConcurrencyMiddleware, WSGIConcurrencyMiddleware
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
+from tests._metrics import Recorded
 from tests._servers import STORE_TIMEOUT, RedisServer
 from tests.faults._proxy import Fault
-from tests.middleware._helpers import Recorded, client_for, ok
+from tests.middleware._helpers import client_for, ok
 from tests.middleware.conftest import Proxied
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]
