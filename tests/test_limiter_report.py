@@ -17,24 +17,14 @@ import pytest
 from ratewarden import AsyncLimiter, AsyncMemoryStore, Limiter, Rate
 from ratewarden.errors import CircuitOpenError, ConfigurationError, StorageUnavailableError
 from ratewarden.limiter import FailureReport, failure_reason
-from ratewarden.metrics import Metrics
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
+from tests._metrics import Recorded
 from tests._servers import HOST, STORE_TIMEOUT, free_port
 
 pytestmark = pytest.mark.timeout(30)
 
 RATE = Rate.parse("5/minute")
-
-
-class Recorded(Metrics):
-    """Keeps every ``degraded`` call as (rule, failure_mode, reason)."""
-
-    def __init__(self) -> None:
-        self.degraded_calls: list[tuple[str, str, str]] = []
-
-    def degraded(self, *, rule: str, failure_mode: str, reason: str) -> None:
-        self.degraded_calls.append((rule, failure_mode, reason))
 
 
 def _dead_url() -> str:

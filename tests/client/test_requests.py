@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import requests
@@ -11,6 +12,15 @@ from ratewarden.client import RetriesExhaustedError, RetryPolicy, retry_adapter,
 from tests.client._app import ThrottleState
 from tests.client._fakes import RecordingClock
 from tests.client._live import LiveASGI, free_port
+
+
+def keyed_post(
+    url: str, key: str, *, clock: RecordingClock | None = None, **options: Any
+) -> requests.Response:
+    """A POST through ``retry_session`` with Idempotency-Keys on, every generated key ``key``."""
+    policy = RetryPolicy(idempotency_keys=True)
+    with retry_session(policy, clock=clock or RecordingClock(), key_factory=lambda: key) as s:
+        return s.post(url, **options)
 
 
 def test_session_honours_retry_after(
@@ -31,14 +41,13 @@ def test_session_keyed_post_keeps_one_key(
     throttle_server: LiveASGI, throttle_state: ThrottleState, fresh_name: Callable[[], str]
 ) -> None:
     """POST with idempotency_keys: one generated key and the same body on every attempt."""
-    clock, name = RecordingClock(), fresh_name()
-    policy = RetryPolicy(idempotency_keys=True)
-    with retry_session(policy, clock=clock, key_factory=lambda: "k-1") as session:
-        response = session.post(
-            f"{throttle_server.url}/throttle/{name}",
-            params={"n": 1, "status": 503},
-            data=b"order=7",
-        )
+    name = fresh_name()
+    response = keyed_post(
+        f"{throttle_server.url}/throttle/{name}",
+        "k-1",
+        params={"n": 1, "status": 503},
+        data=b"order=7",
+    )
     assert response.status_code == 200
     attempts = throttle_state.attempts[name]
     assert [(a.idempotency_key, a.body) for a in attempts] == [("k-1", b"order=7")] * 2
@@ -102,13 +111,13 @@ def test_session_sends_a_generator_body_once(
 ) -> None:
     """A generator body cannot be sent twice: a keyed POST with one is sent once, key and all."""
     clock, name = RecordingClock(), fresh_name()
-    policy = RetryPolicy(idempotency_keys=True)
-    with retry_session(policy, clock=clock, key_factory=lambda: "k-9") as session:
-        response = session.post(
-            f"{throttle_server.url}/throttle/{name}",
-            params={"n": 1, "h": "Retry-After:0"},
-            data=(chunk for chunk in [b"part1-", b"part2"]),
-        )
+    response = keyed_post(
+        f"{throttle_server.url}/throttle/{name}",
+        "k-9",
+        clock=clock,
+        params={"n": 1, "h": "Retry-After:0"},
+        data=(chunk for chunk in [b"part1-", b"part2"]),
+    )
     assert response.status_code == 429
     assert [a.idempotency_key for a in throttle_state.attempts[name]] == ["k-9"]
     assert clock.slept == []

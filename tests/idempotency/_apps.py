@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from flask import Flask, jsonify
 from flask import request as flask_request
@@ -25,6 +25,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 HOLD_S = 5.0
+
+R = TypeVar("R")
 
 
 @dataclass
@@ -38,6 +40,22 @@ class Orders:
         with self.lock:
             self.executed[name] += 1
             return self.executed[name]
+
+    def duplicate_while_held(self, send: Callable[[], R]) -> tuple[R, R]:
+        """``send()`` a ``mode=slow`` request on a thread and, while its handler is held,
+        once more on this one; then release the handler: (first response, duplicate's)."""
+        self.in_handler.clear()
+        self.release.clear()
+        first: list[R] = []
+        worker = threading.Thread(target=lambda: first.append(send()))
+        worker.start()
+        try:
+            assert self.in_handler.wait(5)
+            duplicate = send()
+        finally:
+            self.release.set()
+            worker.join(10)
+        return first[0], duplicate
 
 
 def starlette_orders(orders: Orders) -> Starlette:

@@ -1,4 +1,5 @@
-"""Idempotency stores for the contract tests: memory and Redis, sync and async."""
+"""Idempotency stores for the contract tests (memory and Redis, sync and async), and an order
+name of each test for the middleware tests."""
 
 from __future__ import annotations
 
@@ -62,6 +63,12 @@ async def any_store(request: pytest.FixtureRequest) -> AsyncIterator[Awaiting]:
             aclient = aredis.Redis(host="127.0.0.1", port=server.port)
             yield Awaiting(AsyncRedisIdempotencyStore(aclient, prefix=unique_prefix()))
             await aclient.aclose()
+
+
+@pytest.fixture
+def name(request: pytest.FixtureRequest) -> str:
+    """An order name of this test alone."""
+    return request.node.name.replace("[", "-").replace("]", "")
 
 
 @pytest.fixture

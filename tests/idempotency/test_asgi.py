@@ -8,7 +8,6 @@ memory store and with Redis. The same flow without the middleware runs twice.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -57,10 +56,16 @@ def servers(orders: Orders, redis_server: RedisServer) -> Iterator[dict[str, Liv
         server.stop()
 
 
+@pytest.fixture(params=["memory", "redis"])
+def server(request: pytest.FixtureRequest, servers: dict[str, LiveASGI]) -> LiveASGI:
+    """The orders server with the middleware, on each store in turn."""
+    return servers[request.param]
+
+
 @pytest.fixture
-def name(request: pytest.FixtureRequest) -> str:
-    """An order name of this test alone."""
-    return request.node.name.replace("[", "-").replace("]", "")
+def memory_url(servers: dict[str, LiveASGI], name: str) -> str:
+    """This test's order URL on the server with the memory store."""
+    return f"{servers['memory'].url}/orders/{name}"
 
 
 def retrying_client(server: LiveASGI) -> httpx.Client:
@@ -71,12 +76,11 @@ def retrying_client(server: LiveASGI) -> httpx.Client:
     return httpx.Client(base_url=server.url, transport=transport, timeout=10)
 
 
-@pytest.mark.parametrize("kind", ["memory", "redis"])
 def test_retried_post_whose_response_was_lost_runs_once(
-    servers: dict[str, LiveASGI], orders: Orders, name: str, kind: str
+    server: LiveASGI, orders: Orders, name: str
 ) -> None:
     """First attempt runs, its response is lost (503); the retry gets the stored 201, replayed."""
-    with retrying_client(servers[kind]) as client:
+    with retrying_client(server) as client:
         response = client.post(
             f"/orders/{name}", content=b"2 apples", headers={"X-Lose-Response": "1"}
         )
@@ -99,28 +103,17 @@ def test_without_the_middleware_the_same_retry_runs_twice(
     assert orders.executed[name] == 2
 
 
-@pytest.mark.parametrize("kind", ["memory", "redis"])
 def test_concurrent_duplicate_gets_409_then_the_replay(
-    servers: dict[str, LiveASGI], orders: Orders, name: str, kind: str
+    server: LiveASGI, orders: Orders, name: str
 ) -> None:
     """While the first request runs, a duplicate gets 409 and Retry-After; then the replay."""
-    orders.in_handler.clear()
-    orders.release.clear()
-    url, headers = f"{servers[kind].url}/orders/{name}?mode=slow", {"Idempotency-Key": "k-1"}
-    first: list[httpx.Response] = []
-    worker = threading.Thread(target=lambda: first.append(httpx.post(url, headers=headers)))
-    worker.start()
-    try:
-        assert orders.in_handler.wait(5)
-        duplicate = httpx.post(url, headers=headers)
-    finally:
-        orders.release.set()
-        worker.join(10)
+    url, headers = f"{server.url}/orders/{name}?mode=slow", {"Idempotency-Key": "k-1"}
+    first, duplicate = orders.duplicate_while_held(lambda: httpx.post(url, headers=headers))
     assert duplicate.status_code == 409
     assert duplicate.headers["retry-after"] == "1"
     assert duplicate.headers["content-type"] == "application/problem+json"
     assert duplicate.json()["status"] == 409
-    assert first[0].status_code == 201
+    assert first.status_code == 201
     replay = httpx.post(url, headers=headers)
     assert (replay.status_code, replay.headers["idempotent-replayed"]) == (201, "true")
     assert orders.executed[name] == 1
@@ -129,14 +122,13 @@ def test_concurrent_duplicate_gets_409_then_the_replay(
 DUPLICATES = 30
 
 
-@pytest.mark.parametrize("kind", ["memory", "redis"])
 async def test_a_burst_of_duplicates_runs_exactly_once(
-    servers: dict[str, LiveASGI], orders: Orders, name: str, kind: str
+    server: LiveASGI, orders: Orders, name: str
 ) -> None:
     """30 concurrent requests with one key: one runs, the other 29 get 409 while it is held."""
     orders.in_handler.clear()
     orders.release.clear()
-    url, headers = f"{servers[kind].url}/orders/{name}?mode=slow", {"Idempotency-Key": "burst"}
+    url, headers = f"{server.url}/orders/{name}?mode=slow", {"Idempotency-Key": "burst"}
     async with httpx.AsyncClient(timeout=10) as client:
         tasks = [asyncio.create_task(client.post(url, headers=headers)) for _ in range(DUPLICATES)]
         try:
@@ -151,12 +143,11 @@ async def test_a_burst_of_duplicates_runs_exactly_once(
     assert orders.executed[name] == 1
 
 
-@pytest.mark.parametrize("kind", ["memory", "redis"])
 def test_same_key_with_another_body_is_422_and_runs_nothing(
-    servers: dict[str, LiveASGI], orders: Orders, name: str, kind: str
+    server: LiveASGI, orders: Orders, name: str
 ) -> None:
     """Reusing a key for a different payload is a client bug, answered 422."""
-    with httpx.Client(base_url=servers[kind].url) as client:
+    with httpx.Client(base_url=server.url) as client:
         headers = {"Idempotency-Key": "k-2"}
         assert client.post(f"/orders/{name}", content=b"a", headers=headers).status_code == 201
         other = client.post(f"/orders/{name}", content=b"b", headers=headers)
@@ -193,34 +184,28 @@ def test_keys_are_scoped_per_identity_method_and_path(
     ],
 )
 def test_malformed_keys_are_400_and_run_nothing(
-    servers: dict[str, LiveASGI], orders: Orders, name: str, headers: list[tuple[str, str]]
+    memory_url: str, orders: Orders, name: str, headers: list[tuple[str, str]]
 ) -> None:
     """A key the middleware cannot trust is refused with a problem+json 400."""
-    response = httpx.post(f"{servers['memory'].url}/orders/{name}", headers=headers)
+    response = httpx.post(memory_url, headers=headers)
     assert response.status_code == 400
     assert response.headers["content-type"] == "application/problem+json"
     assert orders.executed[name] == 0
 
 
-def test_quoted_and_bare_forms_are_one_key(
-    servers: dict[str, LiveASGI], orders: Orders, name: str
-) -> None:
+def test_quoted_and_bare_forms_are_one_key(memory_url: str, orders: Orders, name: str) -> None:
     """The IETF draft sends the key as a quoted sf-string; Stripe-style clients send it bare."""
-    url = f"{servers['memory'].url}/orders/{name}"
-    httpx.post(url, headers={"Idempotency-Key": '"k-3"'})
-    replay = httpx.post(url, headers={"Idempotency-Key": "k-3"})
+    httpx.post(memory_url, headers={"Idempotency-Key": '"k-3"'})
+    replay = httpx.post(memory_url, headers={"Idempotency-Key": "k-3"})
     assert replay.headers["idempotent-replayed"] == "true"
     assert orders.executed[name] == 1
 
 
-def test_reads_and_keyless_writes_pass_through(
-    servers: dict[str, LiveASGI], orders: Orders, name: str
-) -> None:
+def test_reads_and_keyless_writes_pass_through(memory_url: str, orders: Orders, name: str) -> None:
     """GET (even with a key) and POST without a key run every time."""
-    url = f"{servers['memory'].url}/orders/{name}"
     for _ in range(2):
-        httpx.get(url, headers={"Idempotency-Key": "k-4"})
-        httpx.post(url)
+        httpx.get(memory_url, headers={"Idempotency-Key": "k-4"})
+        httpx.post(memory_url)
     assert orders.executed[name] == 4
 
 

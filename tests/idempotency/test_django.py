@@ -4,20 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import django
 from django.conf import settings
 
+from tests._django import configure_django
+
 if not settings.configured:
-    settings.configure(
-        DEBUG=False,
-        SECRET_KEY="test-only",
-        ROOT_URLCONF=__name__,
-        ALLOWED_HOSTS=["*"],
-        MIDDLEWARE=[],
-        INSTALLED_APPS=[],
-        USE_TZ=True,
-    )
-    django.setup()
+    configure_django()
 
 from django.core.handlers.wsgi import WSGIHandler
 from django.http import HttpRequest, JsonResponse

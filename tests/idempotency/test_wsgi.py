@@ -3,7 +3,6 @@ driven by ratewarden's requests client."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,12 +43,6 @@ def servers(orders: Orders, redis_server: RedisServer) -> Iterator[dict[str, Liv
         server.stop()
 
 
-@pytest.fixture
-def name(request: pytest.FixtureRequest) -> str:
-    """An order name of this test alone."""
-    return request.node.name.replace("[", "-").replace("]", "")
-
-
 def post_through_lossy_gateway(server: LiveWSGI, name: str) -> requests.Response:
     """A keyed POST whose first response the gateway loses; the client retries it."""
     policy = RetryPolicy(idempotency_keys=True)
@@ -59,12 +52,17 @@ def post_through_lossy_gateway(server: LiveWSGI, name: str) -> requests.Response
         )
 
 
-@pytest.mark.parametrize("kind", ["memory", "redis"])
+@pytest.fixture(params=["memory", "redis"])
+def server(request: pytest.FixtureRequest, servers: dict[str, LiveWSGI]) -> LiveWSGI:
+    """The orders server with the middleware, on each store in turn."""
+    return servers[request.param]
+
+
 def test_retried_post_whose_response_was_lost_runs_once(
-    servers: dict[str, LiveWSGI], orders: Orders, name: str, kind: str
+    server: LiveWSGI, orders: Orders, name: str
 ) -> None:
     """The retry with the same key gets the first run's 201, replayed; one execution."""
-    response = post_through_lossy_gateway(servers[kind], name)
+    response = post_through_lossy_gateway(server, name)
     assert response.status_code == 201
     assert response.headers["Idempotent-Replayed"] == "true"
     assert response.json() == {"order": 1, "body": "3 pears"}
@@ -79,28 +77,15 @@ def test_without_the_middleware_the_same_retry_runs_twice(
     assert orders.executed[name] == 2
 
 
-@pytest.mark.parametrize("kind", ["memory", "redis"])
-def test_concurrent_duplicate_gets_409(
-    servers: dict[str, LiveWSGI], orders: Orders, name: str, kind: str
-) -> None:
+def test_concurrent_duplicate_gets_409(server: LiveWSGI, orders: Orders, name: str) -> None:
     """On a threaded WSGI server, a duplicate arriving mid-request gets 409, then the replay."""
-    orders.in_handler.clear()
-    orders.release.clear()
-    url, headers = f"{servers[kind].url}/orders/{name}?mode=slow", {"Idempotency-Key": "w-1"}
-    first: list[requests.Response] = []
-    worker = threading.Thread(
-        target=lambda: first.append(requests.post(url, headers=headers, timeout=10))
+    url, headers = f"{server.url}/orders/{name}?mode=slow", {"Idempotency-Key": "w-1"}
+    first, duplicate = orders.duplicate_while_held(
+        lambda: requests.post(url, headers=headers, timeout=10)
     )
-    worker.start()
-    try:
-        assert orders.in_handler.wait(5)
-        duplicate = requests.post(url, headers=headers, timeout=10)
-    finally:
-        orders.release.set()
-        worker.join(10)
     assert duplicate.status_code == 409
     assert duplicate.headers["Retry-After"] == "1"
-    assert first[0].status_code == 201
+    assert first.status_code == 201
     replay = requests.post(url, headers=headers, timeout=10)
     assert replay.headers["Idempotent-Replayed"] == "true"
     assert orders.executed[name] == 1

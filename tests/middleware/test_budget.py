@@ -20,6 +20,7 @@ from ratewarden.middleware.budget import TokenBudgetMiddleware
 from ratewarden.storage.redis import AsyncRedisStore
 from ratewarden.testing import ManualClock
 from tests._servers import RedisServer
+from tests.middleware._helpers import http_scope
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -243,20 +244,10 @@ async def test_a_client_gone_before_its_body_ends_is_neither_charged_nor_answere
     async def send(message: dict[str, object]) -> None:
         sent.append(message)
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/chat",
-        "raw_path": b"/v1/chat",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"x-api-key", b"tenant-a")],
-        "client": ("127.0.0.1", 5000),
-        "server": ("127.0.0.1", 80),
-    }
+    headers = [(b"x-api-key", b"tenant-a")]
+    scope = http_scope(
+        "POST", "/v1/chat", headers, client=("127.0.0.1", 5000), server=("127.0.0.1", 80)
+    )
     await served.app(scope, receive, send)
     assert sent == []
     assert served.calls == []

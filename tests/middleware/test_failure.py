@@ -20,13 +20,10 @@ import httpx
 import pytest
 from flask import Flask
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from ratewarden import AsyncLimiter, Limiter
 from ratewarden.errors import ConfigurationError
-from ratewarden.metrics import Metrics
 from ratewarden.middleware import (
     RateLimitMiddleware,
     Rule,
@@ -37,39 +34,21 @@ from ratewarden.middleware import (
 from ratewarden.storage.redis import DEFAULT_TIMEOUT, AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
 from ratewarden.tiers import CircuitBreaker
+from tests._metrics import Recorded
 from tests._servers import HOST, STORE_TIMEOUT, RedisServer, free_port
-from tests.faults._load import TIMEOUT as FAULT_TIMEOUT
-from tests.faults._proxy import Fault, FaultProxy
+from tests.faults._proxy import Fault
+from tests.middleware._helpers import client_for, ok
+from tests.middleware.conftest import Proxied
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 
 LOGGER = "ratewarden.middleware"
 
 
-class Recorded(Metrics):
-    """Keeps every ``degraded`` call as (rule, failure_mode, reason)."""
-
-    def __init__(self) -> None:
-        self.degraded_calls: list[tuple[str, str, str]] = []
-
-    def degraded(self, *, rule: str, failure_mode: str, reason: str) -> None:
-        self.degraded_calls.append((rule, failure_mode, reason))
-
-
-async def ok(request: Request) -> Response:
-    return PlainTextResponse("ok")
-
-
 def starlette_app(limiter: Any, rules: RuleSet, **policy: Any) -> Starlette:
     app = Starlette(routes=[Route("/", ok, methods=["GET", "HEAD"])])
     app.add_middleware(RateLimitMiddleware, limiter=limiter, rules=rules, **policy)
     return app
-
-
-def client_for(app: Any) -> httpx.AsyncClient:
-    # An exception out of the app becomes the 500 a server would send, as with uvicorn.
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    return httpx.AsyncClient(transport=transport, base_url="http://t")
 
 
 def rate_limit_headers(response: httpx.Response) -> list[str]:
@@ -127,7 +106,7 @@ async def test_3000_concurrent_requests_at_the_default_timeout_are_all_decided_b
 
 
 async def test_a_black_holed_store_fails_open_counted_and_logged_once_per_interval(
-    make_redis: Callable[..., RedisServer], caplog: pytest.LogCaptureFixture
+    proxied_store: Proxied, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Redis behind a black hole: 500 concurrent requests all reach the app, without headers.
 
@@ -135,34 +114,29 @@ async def test_a_black_holed_store_fails_open_counted_and_logged_once_per_interv
     logged, and the next one, an interval later, says how many were held back.
     When the proxy heals, Redis decides again.
     """
-    proxy = FaultProxy(make_redis().port)
     # The fault tests' 100 ms: a cold first call through the proxy can miss 20 ms here.
-    store = AsyncRedisStore.from_url(proxy.url, clock=ManualClock(), timeout=FAULT_TIMEOUT)
+    proxy, store = proxied_store(clock=ManualClock())
     metrics, clock = Recorded(), ManualClock()
     rules = RuleSet([Rule("per-ip", "1000/minute")], clock=clock)
     app = starlette_app(AsyncLimiter(store), rules, metrics=metrics, name="api")
-    try:
-        async with client_for(app) as client:
-            assert "ratelimit" in (await client.get("/")).headers  # healthy, connected
-            proxy.set_fault(Fault.BLACKHOLE)
-            with caplog.at_level(logging.WARNING, logger=LOGGER):
-                responses = await asyncio.gather(*(client.get("/") for _ in range(500)))
-                assert [r.status_code for r in responses] == [200] * 500
-                assert {r.text for r in responses} == {"ok"}
-                assert all(rate_limit_headers(r) == [] for r in responses)
-                assert metrics.degraded_calls == [("api", "open", "StorageUnavailableError")] * 500
-                [line] = warnings(caplog)
-                assert "'api'" in line and "failure mode 'open'" in line
-                clock.advance(60)
-                assert (await client.get("/")).status_code == 200
-                later = warnings(caplog)[1:]
-                assert len(later) == 1 and "(499 similar lines suppressed)" in later[0]
-            proxy.set_fault(Fault.NONE)
-            await client.get("/")  # may still ride on a connection begun during the fault
-            assert "ratelimit" in (await client.get("/")).headers
-    finally:
-        await store.aclose()
-        proxy.close()
+    async with client_for(app) as client:
+        assert "ratelimit" in (await client.get("/")).headers  # healthy, connected
+        proxy.set_fault(Fault.BLACKHOLE)
+        with caplog.at_level(logging.WARNING, logger=LOGGER):
+            responses = await asyncio.gather(*(client.get("/") for _ in range(500)))
+            assert [r.status_code for r in responses] == [200] * 500
+            assert {r.text for r in responses} == {"ok"}
+            assert all(rate_limit_headers(r) == [] for r in responses)
+            assert metrics.degraded_calls == [("api", "open", "StorageUnavailableError")] * 500
+            [line] = warnings(caplog)
+            assert "'api'" in line and "failure mode 'open'" in line
+            clock.advance(60)
+            assert (await client.get("/")).status_code == 200
+            later = warnings(caplog)[1:]
+            assert len(later) == 1 and "(499 similar lines suppressed)" in later[0]
+        proxy.set_fault(Fault.NONE)
+        await client.get("/")  # may still ride on a connection begun during the fault
+        assert "ratelimit" in (await client.get("/")).headers
 
 
 @pytest.mark.parametrize("method", ["GET", "HEAD"])

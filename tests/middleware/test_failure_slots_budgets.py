@@ -10,54 +10,33 @@ store is back, slots and budgets are enforced again.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
 from flask import Flask
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from ratewarden import AsyncLimiter, Limiter
 from ratewarden.budgets import AsyncTokenBudget
 from ratewarden.limiter import CircuitBreaker
-from ratewarden.metrics import Metrics
 from ratewarden.middleware import by_api_key
 from ratewarden.middleware.budget import TokenBudgetMiddleware
 from ratewarden.middleware.concurrency import ConcurrencyMiddleware, WSGIConcurrencyMiddleware
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
+from tests._metrics import Recorded
 from tests._servers import STORE_TIMEOUT, RedisServer
-from tests.faults._load import TIMEOUT as FAULT_TIMEOUT
-from tests.faults._proxy import Fault, FaultProxy
+from tests.faults._proxy import Fault
+from tests.middleware._helpers import client_for, ok
+from tests.middleware.conftest import Proxied
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]
 
 KEY = {"x-api-key": "tenant-a"}
 LIMITS = {"requests": "100/minute", "tokens": "10000/minute"}
-
-
-class Recorded(Metrics):
-    """Keeps every ``degraded`` call as (rule, failure_mode, reason)."""
-
-    def __init__(self) -> None:
-        self.degraded_calls: list[tuple[str, str, str]] = []
-
-    def degraded(self, *, rule: str, failure_mode: str, reason: str) -> None:
-        self.degraded_calls.append((rule, failure_mode, reason))
-
-
-async def ok(request: Request) -> Response:
-    return PlainTextResponse("ok")
-
-
-def client_for(app: Any) -> httpx.AsyncClient:
-    # An exception out of the app becomes the 500 a server would send, as with uvicorn.
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    return httpx.AsyncClient(transport=transport, base_url="http://t")
 
 
 def slots_app(limiter: AsyncLimiter, **options: Any) -> Starlette:
@@ -97,21 +76,30 @@ def stopped(make_redis: Callable[..., RedisServer]) -> Iterator[str]:
     yield server.url
 
 
+@pytest.fixture
+async def stopped_store(stopped: str) -> AsyncIterator[AsyncRedisStore]:
+    """An AsyncRedisStore on the stopped redis-server; closed after the test."""
+    store = AsyncRedisStore.from_url(stopped, timeout=STORE_TIMEOUT)
+    yield store
+    await store.aclose()
+
+
+async def get_once(app: Starlette) -> httpx.Response:
+    """One keyed ``GET /`` through ``app``."""
+    async with client_for(app) as client:
+        return await client.get("/", headers=KEY)
+
+
 @pytest.mark.parametrize(("failure", "status"), [("open", 200), ("closed", 503)])
 async def test_concurrency_with_redis_stopped_answers_by_the_policy(
-    stopped: str, failure: str, status: int
+    stopped_store: AsyncRedisStore, failure: str, status: int
 ) -> None:
     """ASGI slots over a stopped Redis: the app runs (open, the default) or 503 (closed)."""
-    store = AsyncRedisStore.from_url(stopped, timeout=STORE_TIMEOUT)
     metrics = Recorded()
     options: dict[str, Any] = {"metrics": metrics}
     if failure == "closed":
         options["failure_mode"] = "closed"
-    try:
-        async with client_for(slots_app(AsyncLimiter(store), **options)) as client:
-            response = await client.get("/", headers=KEY)
-    finally:
-        await store.aclose()
+    response = await get_once(slots_app(AsyncLimiter(stopped_store), **options))
     assert response.status_code == status
     if failure == "open":
         assert response.text == "ok"
@@ -121,48 +109,39 @@ async def test_concurrency_with_redis_stopped_answers_by_the_policy(
 
 
 async def test_concurrency_black_holed_fails_open_then_enforces_again(
-    make_redis: Callable[..., RedisServer],
+    proxied_store: Proxied,
 ) -> None:
     """Redis black-holed: requests run without a slot; healed, one slot per key again."""
-    proxy = FaultProxy(make_redis().port)
-    store = AsyncRedisStore.from_url(proxy.url, timeout=FAULT_TIMEOUT)
+    proxy, store = proxied_store()
     limiter = AsyncLimiter(store)
     metrics = Recorded()
-    try:
-        async with client_for(slots_app(limiter, metrics=metrics)) as client:
-            assert (await client.get("/", headers=KEY)).status_code == 200  # connected
-            proxy.set_fault(Fault.BLACKHOLE)
-            responses = [await client.get("/", headers=KEY) for _ in range(3)]
-            assert [r.status_code for r in responses] == [200] * 3
-            assert [m for _, m, _ in metrics.degraded_calls] == ["open"] * 3
-            proxy.set_fault(Fault.NONE)
-            await client.get("/", headers=KEY)  # may ride on a connection begun in the fault
-            held = await limiter.acquire_slot("inflight:" + _identity(), 1, ttl=30)
-            assert held.allowed  # the store answers again, and no slot of the outage is held
-            refused = await client.get("/", headers=KEY)
-            assert refused.status_code == 429
-            await limiter.release_slot(held)
-    finally:
-        await store.aclose()
-        proxy.close()
+    async with client_for(slots_app(limiter, metrics=metrics)) as client:
+        assert (await client.get("/", headers=KEY)).status_code == 200  # connected
+        proxy.set_fault(Fault.BLACKHOLE)
+        responses = [await client.get("/", headers=KEY) for _ in range(3)]
+        assert [r.status_code for r in responses] == [200] * 3
+        assert [m for _, m, _ in metrics.degraded_calls] == ["open"] * 3
+        proxy.set_fault(Fault.NONE)
+        await client.get("/", headers=KEY)  # may ride on a connection begun in the fault
+        held = await limiter.acquire_slot("inflight:" + _identity(), 1, ttl=30)
+        assert held.allowed  # the store answers again, and no slot of the outage is held
+        refused = await client.get("/", headers=KEY)
+        assert refused.status_code == 429
+        await limiter.release_slot(held)
 
 
 async def test_concurrency_closed_with_the_limiters_breaker_open_waits_for_its_probe(
-    stopped: str,
+    stopped_store: AsyncRedisStore,
 ) -> None:
     """The limiter's breaker: open after two failures, the 503's Retry-After is its probe."""
-    store = AsyncRedisStore.from_url(stopped, timeout=STORE_TIMEOUT)
     clock = ManualClock()
     breaker = CircuitBreaker(failures=2, failure_ratio=None, cooldown=4.5, clock=clock)
     metrics = Recorded()
-    app = slots_app(AsyncLimiter(store, breaker=breaker), failure_mode="closed", metrics=metrics)
-    try:
-        async with client_for(app) as client:
-            _ = [await client.get("/", headers=KEY) for _ in range(2)]
-            clock.advance(1)
-            response = await client.get("/", headers=KEY)
-    finally:
-        await store.aclose()
+    limiter = AsyncLimiter(stopped_store, breaker=breaker)
+    async with client_for(slots_app(limiter, failure_mode="closed", metrics=metrics)) as client:
+        _ = [await client.get("/", headers=KEY) for _ in range(2)]
+        clock.advance(1)
+        response = await client.get("/", headers=KEY)
     assert_503(response, retry_after="4")
     assert [reason for _, _, reason in metrics.degraded_calls][-1] == "breaker_open"
 
@@ -194,18 +173,12 @@ def test_wsgi_concurrency_with_redis_stopped_answers_by_the_policy(
 
 @pytest.mark.parametrize(("failure", "status"), [("open", 200), ("closed", 503)])
 async def test_token_budget_with_redis_stopped_answers_by_the_policy(
-    stopped: str, failure: str, status: int
+    stopped_store: AsyncRedisStore, failure: str, status: int
 ) -> None:
     """A budget over a stopped Redis: the app runs with no budget headers (open), or 503."""
-    store = AsyncRedisStore.from_url(stopped, timeout=STORE_TIMEOUT)
-    budget = AsyncTokenBudget(store, LIMITS, max_output_tokens=100)
+    budget = AsyncTokenBudget(stopped_store, LIMITS, max_output_tokens=100)
     metrics = Recorded()
-    app = budget_app(budget, failure_mode=failure, metrics=metrics, name="llm")
-    try:
-        async with client_for(app) as client:
-            response = await client.get("/", headers=KEY)
-    finally:
-        await store.aclose()
+    response = await get_once(budget_app(budget, failure_mode=failure, metrics=metrics, name="llm"))
     assert response.status_code == status
     if failure == "open":
         assert response.text == "ok"
@@ -216,27 +189,22 @@ async def test_token_budget_with_redis_stopped_answers_by_the_policy(
 
 
 async def test_token_budget_black_holed_fails_open_then_reserves_again(
-    make_redis: Callable[..., RedisServer],
+    proxied_store: Proxied,
 ) -> None:
     """Redis black-holed: the app runs unbudgeted; healed, requests reserve (headers) again."""
-    proxy = FaultProxy(make_redis().port)
-    store = AsyncRedisStore.from_url(proxy.url, timeout=FAULT_TIMEOUT)
+    proxy, store = proxied_store()
     budget = AsyncTokenBudget(store, LIMITS, max_output_tokens=100)
     metrics = Recorded()
-    try:
-        async with client_for(budget_app(budget, metrics=metrics)) as client:
-            assert "x-ratelimit-remaining-tokens" in (await client.get("/", headers=KEY)).headers
-            proxy.set_fault(Fault.BLACKHOLE)
-            response = await client.get("/", headers=KEY)
-            assert (response.status_code, response.text) == (200, "ok")
-            assert "x-ratelimit-remaining-tokens" not in response.headers
-            assert metrics.degraded_calls == [("budget", "open", "StorageUnavailableError")]
-            proxy.set_fault(Fault.NONE)
-            await client.get("/", headers=KEY)  # may ride on a connection begun in the fault
-            assert "x-ratelimit-remaining-tokens" in (await client.get("/", headers=KEY)).headers
-    finally:
-        await store.aclose()
-        proxy.close()
+    async with client_for(budget_app(budget, metrics=metrics)) as client:
+        assert "x-ratelimit-remaining-tokens" in (await client.get("/", headers=KEY)).headers
+        proxy.set_fault(Fault.BLACKHOLE)
+        response = await client.get("/", headers=KEY)
+        assert (response.status_code, response.text) == (200, "ok")
+        assert "x-ratelimit-remaining-tokens" not in response.headers
+        assert metrics.degraded_calls == [("budget", "open", "StorageUnavailableError")]
+        proxy.set_fault(Fault.NONE)
+        await client.get("/", headers=KEY)  # may ride on a connection begun in the fault
+        assert "x-ratelimit-remaining-tokens" in (await client.get("/", headers=KEY)).headers
 
 
 def _identity() -> str:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from ratewarden import AsyncLimiter, AsyncMemoryStore
 from ratewarden.decision import Decision
 from ratewarden.headers import HeaderOptions, retry_after_seconds
-from ratewarden.middleware import RequestInfo, Rule, RuleSet, by_client_ip
+from ratewarden.middleware import RequestInfo, Rule, RuleSet, by_api_key, by_client_ip
 from ratewarden.middleware._core import drive_async
 from ratewarden.testing import DecisionRecorder, ManualClock
 
@@ -150,6 +150,28 @@ _CLIENTS = st.one_of(
 )
 
 
+def scope_of(
+    headers: list[tuple[bytes, bytes]], client: object, **more: object
+) -> dict[str, object]:
+    """An HTTP scope with these headers and, unless ``client`` is None, this peer."""
+    scope: dict[str, object] = {"type": "http", "headers": headers, **more}
+    if client is not None:
+        scope["client"] = client
+    return scope
+
+
+def builtin_extractors() -> list[Any]:
+    """Every built-in extractor, in each of its shapes."""
+    return [
+        by_api_key(),
+        by_api_key("X-Api-Key", hashed=False),
+        by_client_ip(),
+        by_client_ip(["10.0.0.0/8"]),
+        by_client_ip(["10.0.0.0/8"], header="forwarded"),
+        by_client_ip(ipv6_prefix=128),
+    ]
+
+
 @settings(max_examples=100, deadline=None)
 @given(
     layout=st.sampled_from(["key", "key+ip", "ip-trusted", "raw-key", "default", "none"]),
@@ -167,7 +189,7 @@ def test_the_scope_path_answers_as_the_request_path(
     the general path sends, message for message: statuses, headers, bodies; over API keys
     present, empty, repeated or in another case, peers v4, v6 or missing, trusted proxies.
     ``awaited``: a store the limiter awaits (``decide_asgi_async``, no ``hit_now``)."""
-    from ratewarden.middleware import RateLimitMiddleware, by_api_key, by_client_ip
+    from ratewarden.middleware import RateLimitMiddleware
 
     rules = {
         "key": [Rule("c", "3/second", key=by_api_key())],
@@ -203,9 +225,7 @@ def test_the_scope_path_answers_as_the_request_path(
             sent: list[list[object]] = [[], []]
             for i, (middleware, clock, _) in enumerate(sides):
                 clock.advance(advance_us / 1e6)
-                scope = {"type": "http", "method": "GET", "path": "/", "headers": headers}
-                if client is not None:
-                    scope["client"] = client
+                scope = scope_of(headers, client, method="GET", path="/")
 
                 async def send(message: object, into: list[object] = sent[i]) -> None:
                     into.append(message)
@@ -237,21 +257,10 @@ def test_each_extractor_reads_the_scope_as_it_reads_the_request(
     headers: list[tuple[bytes, bytes]], client: object
 ) -> None:
     """The ``asgi`` twin of every built-in extractor equals the extractor over ``from_asgi``."""
-    from ratewarden.middleware import by_api_key, by_client_ip
     from ratewarden.middleware._request import from_asgi
 
-    scope: dict[str, object] = {"type": "http", "headers": headers}
-    if client is not None:
-        scope["client"] = client
-    extractors = [
-        by_api_key(),
-        by_api_key("X-Api-Key", hashed=False),
-        by_client_ip(),
-        by_client_ip(["10.0.0.0/8"]),
-        by_client_ip(["10.0.0.0/8"], header="forwarded"),
-        by_client_ip(ipv6_prefix=128),
-    ]
-    for extract in extractors:
+    scope = scope_of(headers, client)
+    for extract in builtin_extractors():
         assert extract.asgi(scope) == extract(from_asgi(scope)), extract  # type: ignore[attr-defined]
 
 
@@ -279,19 +288,8 @@ def test_each_extractors_scope_key_is_prefix_and_its_asgi_identity(
     """``scope_keys(prefix, fallback)``, the one-rule scope path's store key (remembered per
     header value or peer), is ``prefix + (extractor.asgi(scope) or fallback)``, the first
     time and from memory alike."""
-    from ratewarden.middleware import by_api_key, by_client_ip
-
-    scope: dict[str, object] = {"type": "http", "headers": headers}
-    if client is not None:
-        scope["client"] = client
-    extractors = [
-        by_api_key(),
-        by_api_key("X-Api-Key", hashed=False),
-        by_client_ip(),
-        by_client_ip(["10.0.0.0/8"]),
-        by_client_ip(ipv6_prefix=128),
-    ]
-    for extract in extractors:
+    scope = scope_of(headers, client)
+    for extract in builtin_extractors():
         scope_key = extract.scope_keys("r:", fallback)
         expected = "r:" + (extract.asgi(scope) or fallback)
         assert scope_key(scope) == expected, extract
@@ -301,8 +299,6 @@ def test_each_extractors_scope_key_is_prefix_and_its_asgi_identity(
 def test_a_scope_keys_memory_starts_over_when_full_and_stays_right() -> None:
     """5,000 distinct API keys through one rule's scope key (4,096 remembered, then the table
     starts over): every key is the extractor's, before and after."""
-    from ratewarden.middleware import by_api_key
-
     extract = by_api_key()
     scope_key = extract.scope_keys("c:", "anonymous")
 

@@ -11,8 +11,6 @@ import pytest
 import redis
 from flask import Flask
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from ratewarden import AsyncLimiter, Limiter, Rate
@@ -27,6 +25,7 @@ from ratewarden.middleware import (
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
 from tests._servers import RedisServer
+from tests.middleware._helpers import http_scope, ok
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 
@@ -44,10 +43,6 @@ def command_calls(client: redis.Redis) -> Counter[str]:
     for own in ("cmdstat_info", "cmdstat_config|resetstat", "cmdstat_config"):
         calls.pop(own, None)
     return calls
-
-
-async def ok(request: Request) -> Response:
-    return PlainTextResponse("ok")
 
 
 def _asgi(store: AsyncRedisStore, rules: list[Rule], clock: ManualClock) -> Starlette:
@@ -167,20 +162,10 @@ async def test_4000_concurrent_requests_on_one_asyncio_app(redis_server: RedisSe
             if message["type"] == "http.response.start":
                 status = message["status"]
 
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "GET",
-            "scheme": "http",
-            "path": "/",
-            "raw_path": b"/",
-            "root_path": "",
-            "query_string": b"",
-            "headers": [(b"host", b"t"), (b"x-api-key", f"tenant-{i % keys}".encode())],
-            "client": ("198.51.100.1", 1000 + i % 50000),
-            "server": ("t", 80),
-        }
+        headers = [(b"host", b"t"), (b"x-api-key", f"tenant-{i % keys}".encode())]
+        scope = http_scope(
+            "GET", "/", headers, client=("198.51.100.1", 1000 + i % 50000), server=("t", 80)
+        )
         await counting(scope, receive, send)
         return status
 

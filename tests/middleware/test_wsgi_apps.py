@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import django
 import pytest
 from django.conf import settings
 from flask import Flask
@@ -25,19 +24,11 @@ from ratewarden.middleware import (
     override,
 )
 from ratewarden.testing import ManualClock
+from tests._django import configure_django
 from tests.middleware._sfv import parse_list
 
 if not settings.configured:
-    settings.configure(
-        DEBUG=False,
-        SECRET_KEY="test-only",
-        ROOT_URLCONF=__name__,
-        ALLOWED_HOSTS=["*"],
-        MIDDLEWARE=[],
-        INSTALLED_APPS=[],
-        USE_TZ=True,
-    )
-    django.setup()
+    configure_django()
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.test.utils import override_settings

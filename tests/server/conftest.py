@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,9 +42,20 @@ from tests._servers import STORE_TIMEOUT
 #: A whole minute, hour and day since the epoch: windows of every unit start here.
 ALIGNED = 1_700_006_400.0
 
+#: The rules most service tests ask about: one descriptor key per kind of rule.
+SERVICE_RULES = (Path(__file__).parent / "fixtures" / "service.yaml").read_text()
+
 Response = rls_pb2.RateLimitResponse
 OK = Response.OK
 OVER = Response.OVER_LIMIT
+
+
+def only_problem(paths: Sequence[Path], **options: Any) -> config.ConfigProblem:
+    """The one problem ``config.load(paths, **options)`` fails with."""
+    with pytest.raises(config.ConfigError) as caught:
+        config.load(list(paths), **options)
+    (problem,) = caught.value.errors
+    return problem
 
 
 def desc(

@@ -11,18 +11,9 @@ from ratewarden.server import config
 from ratewarden.server.service import RateLimitService
 from ratewarden.storage.memory import MemoryStore
 from ratewarden.tiers import CircuitBreaker
-from tests.server.conftest import OK, OVER, Harness, desc
+from tests.server.conftest import OK, OVER, SERVICE_RULES, Harness, desc
 
 Make = Callable[..., Harness]
-
-RULES = """
-domain: d
-descriptors:
-  - key: open
-    rate_limit: {unit: minute, requests_per_unit: 100, failure_mode: open}
-  - key: closed
-    rate_limit: {unit: minute, requests_per_unit: 100, failure_mode: closed}
-"""
 
 
 def _with_breaker(h: Harness, failures: int = 3, cooldown: float = 5.0) -> CircuitBreaker:
@@ -35,7 +26,7 @@ def _with_breaker(h: Harness, failures: int = 3, cooldown: float = 5.0) -> Circu
 
 def test_an_open_breaker_answers_by_failure_mode_without_store_calls(rls: Make) -> None:
     """Three failures open it; the next 20 requests make no store call and follow the policy."""
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     breaker = _with_breaker(h)
     h.outage.down = True
     assert [h.codes(desc(("closed", "x")))[0] for _ in range(3)] == [OVER] * 3
@@ -51,7 +42,7 @@ def test_an_open_breaker_answers_by_failure_mode_without_store_calls(rls: Make) 
 
 def test_one_probe_after_the_cooldown_closes_the_breaker_when_the_store_is_back(rls: Make) -> None:
     """Still down at the first probe: open again; back at the next: closed, counters decide."""
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     breaker = _with_breaker(h, failures=2, cooldown=5.0)
     h.outage.down = True
     h.codes(desc(("closed", "x")))
@@ -74,7 +65,7 @@ def test_one_probe_after_the_cooldown_closes_the_breaker_when_the_store_is_back(
 
 def test_a_bug_in_the_store_does_not_open_the_breaker(rls: Make) -> None:
     """Only storage failures count against the store; an unexpected exception is no verdict."""
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     breaker = _with_breaker(h, failures=1)
     h.outage.down = True
     h.outage.error = RuntimeError("a bug in a client library")
@@ -85,14 +76,14 @@ def test_a_bug_in_the_store_does_not_open_the_breaker(rls: Make) -> None:
 
 
 def test_a_breaker_must_be_a_circuit_breaker() -> None:
-    loaded = config.loads(RULES, "test.yaml")
+    loaded = config.loads(SERVICE_RULES, "test.yaml")
     with pytest.raises(ConfigurationError, match="not a CircuitBreaker"):
         RateLimitService(loaded, MemoryStore(), breaker="yes")  # type: ignore[arg-type]
 
 
 def test_recovered_closes_an_open_breaker_before_its_cooldown(rls: Make) -> None:
     """A health ping that answers (``recovered``) closes the breaker: the store decides again."""
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     breaker = _with_breaker(h, failures=1, cooldown=60.0)
     h.outage.down = True
     assert h.codes(desc(("closed", "x")))[0] == OVER

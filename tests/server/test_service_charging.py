@@ -13,31 +13,11 @@ from ratewarden.server import config
 from ratewarden.server.service import RateLimitService
 from ratewarden.storage.memory import MemoryStore
 from ratewarden.testing import ManualClock
-from tests.server.conftest import OK, OVER, Harness, Response, desc
+from tests.server.conftest import OK, OVER, SERVICE_RULES, Harness, Response, desc
 
 Make = Callable[..., Harness]
 MINUTE = Response.RateLimit.MINUTE
 HOUR = Response.RateLimit.HOUR
-
-RULES = """
-domain: d
-descriptors:
-  - key: a
-    rate_limit: {unit: minute, requests_per_unit: 2}
-  - key: b
-    rate_limit: {unit: minute, requests_per_unit: 5}
-  - key: shadow
-    shadow_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: q1
-    quota_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: q2
-    quota_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: zero
-    rate_limit: {unit: minute, requests_per_unit: 0}
-"""
 
 
 # ---------------------------------------------------------------- charging
@@ -53,24 +33,24 @@ def denied_beside_a(h: Harness, other: str) -> int:
 
 def test_a_denied_request_charges_none_of_its_descriptors(rls: Make) -> None:
     """a is exhausted: a request with a and b is denied and b keeps all 5."""
-    assert denied_beside_a(rls(RULES), "b") == 5
+    assert denied_beside_a(rls(SERVICE_RULES), "b") == 5
 
 
 def test_an_allowed_request_charges_every_descriptor(rls: Make) -> None:
     """When nothing denies, every descriptor is charged its hits."""
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     assert h.codes(desc(("a", "x")), desc(("b", "y"))) == [OK, OK, OK]
     assert (h.remaining(("a", "x")), h.remaining(("b", "y"))) == (1, 4)
 
 
 def test_charge_denied_restores_the_old_per_descriptor_charging(rls: Make) -> None:
     """charge_denied=True: b is charged although a denied the request."""
-    assert denied_beside_a(rls(RULES, charge_denied=True), "b") == 4
+    assert denied_beside_a(rls(SERVICE_RULES, charge_denied=True), "b") == 4
 
 
 def test_a_denied_descriptor_reports_its_own_wait_and_the_others_their_room(rls: Make) -> None:
     """In a denied request the over descriptor says when to retry; b shows its untouched room."""
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     h.clock.advance(20)
     h.ask(desc(("a", "x")), hits=2)
     response = h.ask(desc(("a", "x")), desc(("b", "y")))
@@ -81,14 +61,14 @@ def test_a_denied_descriptor_reports_its_own_wait_and_the_others_their_room(rls:
 
 def test_a_zero_limit_denies_without_charging_the_others(rls: Make) -> None:
     """requests_per_unit: 0 next to b: denied, and b is only looked at."""
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     assert h.codes(desc(("zero", "z")), desc(("b", "y"))) == [OVER, OVER, OK]
     assert h.remaining(("b", "y")) == 5
 
 
 def test_two_descriptors_on_one_counter_need_room_for_both(rls: Make) -> None:
     """Twice (a, x) with one hit left: denied as a whole and nothing is charged."""
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     h.ask(desc(("a", "x")))
     assert h.codes(desc(("a", "x")), desc(("a", "x")), desc(("b", "y")))[0] == OVER
     assert (h.remaining(("a", "x")), h.remaining(("b", "y"))) == (1, 5)
@@ -100,21 +80,21 @@ def test_two_descriptors_on_one_counter_need_room_for_both(rls: Make) -> None:
 
 def test_request_hits_addend_zero_means_one(rls: Make) -> None:
     """hits_addend 0 on the request counts one hit; 2 counts two."""
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     assert h.ask(desc(("b", "y")), hits=0).statuses[0].limit_remaining == 4
     assert h.ask(desc(("b", "y")), hits=2).statuses[0].limit_remaining == 2
 
 
 def test_descriptor_hits_addend_overrides_the_request(rls: Make) -> None:
     """A descriptor's own hits_addend wins over the request's."""
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     response = h.ask(desc(("b", "y"), hits=3), desc(("b", "z")), hits=2)
     assert [s.limit_remaining for s in response.statuses] == [2, 3]
 
 
 def test_descriptor_hits_addend_zero_checks_without_consuming(rls: Make) -> None:
     """hits_addend 0 on a descriptor reports the state and consumes nothing."""
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     h.ask(desc(("a", "x")), hits=2)
     check = h.ask(desc(("a", "x"), hits=0))
     assert check.overall_code == OK
@@ -124,7 +104,7 @@ def test_descriptor_hits_addend_zero_checks_without_consuming(rls: Make) -> None
 
 def test_hits_above_the_limit_are_denied_and_consume_nothing(rls: Make) -> None:
     """A request asking for more hits than the limit is over, and the counter stays as it was."""
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     assert h.codes(desc(("b", "y")), hits=6) == [OVER, OVER]
     assert h.remaining(("b", "y")) == 5
 
@@ -134,7 +114,7 @@ def test_hits_above_the_limit_are_denied_and_consume_nothing(rls: Make) -> None:
 
 def test_shadow_mode_reports_ok_while_counting(rls: Make) -> None:
     """A shadow_mode rule over its limit answers OK and is reported as shadowed."""
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     assert h.codes(desc(("shadow", "s"))) == [OK, OK]
     assert h.codes(desc(("shadow", "s"))) == [OK, OK]
     last = h.hooks.outcomes[-1]
@@ -143,7 +123,7 @@ def test_shadow_mode_reports_ok_while_counting(rls: Make) -> None:
 
 def test_a_shadow_denial_does_not_stop_the_others_being_charged(rls: Make) -> None:
     """The shadow rule is not enforced, so the request passes and b is charged."""
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     h.ask(desc(("shadow", "s")))
     assert h.codes(desc(("shadow", "s")), desc(("b", "y"))) == [OK, OK, OK]
     assert h.remaining(("b", "y")) == 4
@@ -151,14 +131,14 @@ def test_a_shadow_denial_does_not_stop_the_others_being_charged(rls: Make) -> No
 
 def test_global_shadow_makes_the_overall_code_ok(rls: Make) -> None:
     """shadow=True: overall OK, the descriptor status still says OVER_LIMIT."""
-    h = rls(RULES, shadow=True)
+    h = rls(SERVICE_RULES, shadow=True)
     h.ask(desc(("a", "x")), hits=2)
     assert h.codes(desc(("a", "x"))) == [OK, OVER]
 
 
 def test_global_shadow_counts_exactly_as_enforcing_would(rls: Make) -> None:
     """Under global shadow a request that would be denied charges nothing, as when enforcing."""
-    h = rls(RULES, shadow=True)
+    h = rls(SERVICE_RULES, shadow=True)
     h.ask(desc(("a", "x")), hits=2)
     h.ask(desc(("a", "x")), desc(("b", "y")))
     assert h.remaining(("b", "y")) == 5
@@ -166,7 +146,7 @@ def test_global_shadow_counts_exactly_as_enforcing_would(rls: Make) -> None:
 
 def test_quota_mode_denies_only_when_every_quota_descriptor_is_over(rls: Make) -> None:
     """Two quota descriptors: one over keeps the request OK; both over deny it."""
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     h.ask(desc(("q1", "x")))
     assert h.codes(desc(("q1", "x")), desc(("q2", "x"))) == [OK, OVER, OK]
     assert h.codes(desc(("q1", "x")), desc(("q2", "x"))) == [OVER, OVER, OVER]
@@ -174,12 +154,12 @@ def test_quota_mode_denies_only_when_every_quota_descriptor_is_over(rls: Make) -
 
 def test_a_regular_descriptor_over_denies_whatever_the_quota(rls: Make) -> None:
     """A quota descriptor with room does not save a request a regular rule denies."""
-    assert denied_beside_a(rls(RULES), "q1") == 1
+    assert denied_beside_a(rls(SERVICE_RULES), "q1") == 1
 
 
 def test_a_lone_quota_descriptor_over_denies(rls: Make) -> None:
     """One quota descriptor, over: every quota descriptor is over, so the request is."""
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     h.ask(desc(("q1", "x")))
     assert h.codes(desc(("q1", "x"))) == [OVER, OVER]
 
@@ -225,7 +205,7 @@ def test_a_replaced_limit_is_not_consumed(rls: Make) -> None:
 
 def test_the_request_limit_override_replaces_the_configured_limit(rls: Make) -> None:
     """descriptor.limit = 1/hour beats the config's 5/minute, on its own counter."""
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     override = desc(("b", "y"), limit=(1, HOUR))
     first = h.ask(override).statuses[0]
     assert (first.current_limit.requests_per_unit, first.current_limit.unit) == (1, HOUR)
@@ -235,7 +215,7 @@ def test_the_request_limit_override_replaces_the_configured_limit(rls: Make) -> 
 
 def test_a_limit_override_applies_without_a_matching_rule_in_a_known_domain(rls: Make) -> None:
     """An override on an unconfigured descriptor still limits; in an unknown domain it does not."""
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     assert h.codes(desc(("new", "n"), limit=(1, MINUTE))) == [OK, OK]
     assert h.codes(desc(("new", "n"), limit=(1, MINUTE))) == [OVER, OVER]
     other = h.ask(desc(("new", "n"), limit=(0, MINUTE)), domain="unknown")
@@ -244,13 +224,13 @@ def test_a_limit_override_applies_without_a_matching_rule_in_a_known_domain(rls:
 
 def test_a_limit_override_is_never_in_shadow_mode(rls: Make) -> None:
     """Overriding a shadow rule's limit enforces it, as envoyproxy/ratelimit does."""
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     assert h.codes(desc(("shadow", "s"), limit=(0, MINUTE))) == [OVER, OVER]
 
 
 def test_a_limit_override_with_an_unknown_unit_is_ignored(rls: Make) -> None:
     """unit UNKNOWN cannot be counted: the configured limit applies instead."""
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     status = h.ask(desc(("b", "y"), limit=(1, Response.RateLimit.UNKNOWN))).statuses[0]
     assert (status.current_limit.requests_per_unit, status.limit_remaining) == (5, 4)
 
@@ -293,19 +273,10 @@ def test_no_metadata_leaves_dynamic_metadata_unset(rls: Make) -> None:
 
 # ---------------------------------------------------------------- the charging invariant
 
-_INVARIANT_RULES = """
-domain: d
-descriptors:
-  - key: a
-    rate_limit: {unit: minute, requests_per_unit: 3}
-  - key: b
-    rate_limit: {unit: minute, requests_per_unit: 5}
-  - key: s
-    shadow_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 2}
-"""
+#: Two enforcing rules (2 and 5 a minute) and a shadow one (1 a minute).
+_INVARIANT_KEYS = ("a", "b", "shadow")
 _request = st.lists(
-    st.tuples(st.sampled_from("abs"), st.sampled_from("xy"), st.integers(0, 3)),
+    st.tuples(st.sampled_from(_INVARIANT_KEYS), st.sampled_from("xy"), st.integers(0, 3)),
     min_size=1,
     max_size=4,
 )
@@ -318,8 +289,8 @@ def test_denied_requests_change_no_counter_and_allowed_ones_charge_exactly(
 ) -> None:
     """Within one window: a denied request leaves every counter as it was; an allowed one
     takes exactly its hits from each of its counters (a shadow rule over its limit: none)."""
-    service = RateLimitService(config.loads(_INVARIANT_RULES), MemoryStore(clock=ManualClock()))
-    counters = [(key, value) for key in "abs" for value in "xy"]
+    service = RateLimitService(config.loads(SERVICE_RULES), MemoryStore(clock=ManualClock()))
+    counters = [(key, value) for key in _INVARIANT_KEYS for value in "xy"]
 
     def remaining() -> dict[tuple[str, str], int]:
         probe = rls_pb2.RateLimitRequest(
@@ -347,5 +318,5 @@ def test_denied_requests_change_no_counter_and_allowed_ones_charge_exactly(
                 if hits <= expected[(key, value)]:
                     expected[(key, value)] -= hits
                 else:
-                    assert key == "s"
+                    assert key == "shadow"
             assert after == expected

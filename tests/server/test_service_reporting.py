@@ -16,24 +16,9 @@ import pytest
 
 from ratewarden.errors import StorageUnavailableError
 from ratewarden.limiter import CircuitBreaker
-from tests.server.conftest import OK, OVER, Harness, RecordingHooks, desc
+from tests.server.conftest import OK, OVER, SERVICE_RULES, Harness, RecordingHooks, desc
 
 Make = Callable[..., Harness]
-
-RULES = """
-domain: d
-descriptors:
-  - key: a
-    rate_limit: {unit: minute, requests_per_unit: 2}
-  - key: b
-    rate_limit: {unit: minute, requests_per_unit: 5}
-  - key: c
-    rate_limit: {unit: minute, requests_per_unit: 9}
-  - key: closed
-    rate_limit: {unit: minute, requests_per_unit: 5, failure_mode: closed}
-  - key: local
-    rate_limit: {unit: minute, requests_per_unit: 2, failure_mode: local}
-"""
 
 
 class TimedHooks(RecordingHooks):
@@ -54,7 +39,7 @@ def _clustered(h: Harness) -> bool:
 def test_every_store_call_is_timed_once(rls: Make) -> None:
     """One timing per hit, one per joint step (none for a step a Cluster declined), none for
     an answer from the over-limit cache."""
-    h = rls(RULES, over_limit_cache=100)
+    h = rls(SERVICE_RULES, over_limit_cache=100)
     hooks = h.service.hooks = TimedHooks()
     h.ask(desc(("a", "x")), hits=2)
     assert len(hooks.store_calls) == 1
@@ -71,7 +56,7 @@ def test_every_store_call_is_timed_once(rls: Make) -> None:
 def test_an_open_breaker_is_reported_as_the_store_being_unavailable(rls: Make) -> None:
     """Refused calls reach on_store_error as StorageUnavailableError (the degraded metric's
     reason), saying when the next probe goes."""
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     h.service.breaker = CircuitBreaker(failures=1, failure_ratio=None, clock=h.clock)
     h.outage.down = True
     assert h.codes(desc(("closed", "x"))) == [OVER, OVER]
@@ -86,7 +71,7 @@ def test_an_outage_is_logged_in_the_services_words_only(
     rls: Make, caplog: pytest.LogCaptureFixture
 ) -> None:
     """One rate-bounded 'store failed' line from the service, and no line of the limiter's."""
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     h.outage.down = True
     with caplog.at_level(logging.WARNING, logger="ratewarden"):
         for _ in range(3):
@@ -101,7 +86,7 @@ def test_an_outage_is_logged_in_the_services_words_only(
 
 def test_the_local_failure_mode_shows_its_decision_as_it_is(rls: Make) -> None:
     """The in-process decision reaches on_decision undegraded; the mode is in outcome.failure."""
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     h.outage.down = True
     assert h.codes(desc(("local", "l"))) == [OK, OK]
     outcome = h.hooks.outcomes[-1]
@@ -113,7 +98,7 @@ def test_the_local_failure_mode_shows_its_decision_as_it_is(rls: Make) -> None:
 def test_a_check_made_for_a_remembered_denial_makes_no_store_call(rls: Make) -> None:
     """Checked then charged (a cached denial rules out the joint step): only the other
     descriptor's check reaches the store; the denial answers a's check and its re-run."""
-    h = rls(RULES, over_limit_cache=100)
+    h = rls(SERVICE_RULES, over_limit_cache=100)
     h.ask(desc(("a", "x")), hits=2)
     assert h.codes(desc(("a", "x"))) == [OVER, OVER]  # remembered now
     h.store.calls.clear()

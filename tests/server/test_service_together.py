@@ -21,34 +21,7 @@ from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
 from ratewarden.tiers import CircuitBreaker
 from tests._servers import STORE_TIMEOUT, RedisServer
-from tests.server.conftest import ALIGNED, OK, OVER, Harness, desc
-
-RULES = """
-domain: d
-descriptors:
-  - key: a
-    rate_limit: {unit: minute, requests_per_unit: 2}
-  - key: b
-    rate_limit: {unit: minute, requests_per_unit: 5}
-  - key: c
-    rate_limit: {unit: minute, requests_per_unit: 9}
-  - key: g
-    rate_limit: {unit: minute, requests_per_unit: 9, algorithm: gcra}
-  - key: shadow
-    shadow_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: q
-    quota_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: open
-    rate_limit: {unit: minute, requests_per_unit: 5, failure_mode: open}
-  - key: closed
-    rate_limit: {unit: minute, requests_per_unit: 5, failure_mode: closed}
-  - key: local
-    rate_limit: {unit: minute, requests_per_unit: 2, failure_mode: local}
-  - key: local5
-    rate_limit: {unit: minute, requests_per_unit: 5, failure_mode: local}
-"""
+from tests.server.conftest import ALIGNED, OK, OVER, SERVICE_RULES, Harness, desc
 
 Make = Any
 
@@ -62,7 +35,7 @@ def _kinds(h: Harness) -> list[str]:
 
 
 def test_an_allowed_request_is_one_store_step(rls: Make) -> None:
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     assert h.codes(desc(("a", "x")), desc(("b", "y")), desc(("c", "z")), hits=2) == [OK] * 4
     if _clustered(h):  # three slots: checked, then charged, hit by hit
         assert h.store.calls == [(key, cost) for cost in (0, 2) for key in _keys(h, 3)]
@@ -77,7 +50,7 @@ def _keys(h: Harness, count: int) -> list[str]:
 
 
 def test_a_denied_request_is_one_store_step_and_charges_nothing(rls: Make) -> None:
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     h.ask(desc(("a", "x")), hits=2)
     h.store.steps.clear()
     response = h.ask(desc(("b", "y")), desc(("a", "x")), desc(("c", "z")))
@@ -100,14 +73,14 @@ def test_a_denied_request_is_one_store_step_and_charges_nothing(rls: Make) -> No
     ids=["shadow", "quota", "two-algorithms", "one-counter-twice"],
 )
 def test_requests_that_need_more_are_checked_then_charged(rls: Make, descriptors: Any) -> None:
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     h.ask(*descriptors)
     assert _kinds(h) == ["hit"] * 4
     assert [cost for _, cost in h.store.calls] == [0, 0, 1, 1]
 
 
 def test_a_cached_denial_is_answered_without_a_joint_step(rls: Make) -> None:
-    h = rls(RULES, over_limit_cache=100)
+    h = rls(SERVICE_RULES, over_limit_cache=100)
     h.ask(desc(("a", "x")), hits=2)
     assert h.codes(desc(("a", "x"))) == [OVER, OVER]  # remembered now
     h.store.steps.clear()
@@ -117,7 +90,7 @@ def test_a_cached_denial_is_answered_without_a_joint_step(rls: Make) -> None:
 
 
 def test_charge_denied_stays_one_hit_per_descriptor(rls: Make) -> None:
-    h = rls(RULES, charge_denied=True)
+    h = rls(SERVICE_RULES, charge_denied=True)
     h.ask(desc(("a", "x")), desc(("b", "y")))
     assert _kinds(h) == ["hit", "hit"]
 
@@ -126,7 +99,7 @@ def test_charge_denied_stays_one_hit_per_descriptor(rls: Make) -> None:
 
 
 def test_an_outage_costs_one_joint_call_and_open_rules_allow(rls: Make) -> None:
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     h.outage.down = True
     assert h.codes(desc(("open", "o")), desc(("open", "p"))) == [OK, OK, OK]
     if not _clustered(h):
@@ -136,7 +109,7 @@ def test_an_outage_costs_one_joint_call_and_open_rules_allow(rls: Make) -> None:
 
 def test_local_rules_beside_a_closed_one_are_only_checked(rls: Make) -> None:
     """closed denies the request, so the local counter takes nothing."""
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     h.outage.down = True
     for _ in range(3):
         assert h.codes(desc(("closed", "c")), desc(("local", "l"))) == [OVER, OVER, OK]
@@ -145,7 +118,7 @@ def test_local_rules_beside_a_closed_one_are_only_checked(rls: Make) -> None:
 
 def test_local_rules_are_decided_together_on_the_local_store(rls: Make) -> None:
     """local (2/min) runs out first: the request is denied and local5 keeps its room."""
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     h.outage.down = True
     for _ in range(2):
         assert h.codes(desc(("local", "l")), desc(("local5", "m"))) == [OK, OK, OK]
@@ -155,7 +128,7 @@ def test_local_rules_are_decided_together_on_the_local_store(rls: Make) -> None:
 
 
 def test_an_open_breaker_answers_joint_steps_without_the_store(rls: Make) -> None:
-    h = rls(RULES)
+    h = rls(SERVICE_RULES)
     h.service.breaker = CircuitBreaker(failures=2, failure_ratio=None, cooldown=5.0, clock=h.clock)
     h.outage.down = True
     for _ in range(2):
@@ -187,7 +160,7 @@ def test_redis_runs_one_script_per_request(redis_server: RedisServer) -> None:
     client = redis_server.client()
     client.flushall()
     store = RedisStore(client, clock=ManualClock(ALIGNED), timeout=STORE_TIMEOUT)
-    service = RateLimitService(config.loads(RULES), store)
+    service = RateLimitService(config.loads(SERVICE_RULES), store)
     service.should_rate_limit(_request("a"))  # loads the script
     before = _evalsha_calls(client)
     codes = [service.should_rate_limit(_request("a", "b", "c")).overall_code for _ in range(3)]
@@ -203,7 +176,7 @@ async def test_async_redis_runs_one_script_per_request(redis_server: RedisServer
     store = AsyncRedisStore.from_url(
         redis_server.url, clock=ManualClock(ALIGNED), timeout=STORE_TIMEOUT
     )
-    service = AsyncRateLimitService(config.loads(RULES), store)
+    service = AsyncRateLimitService(config.loads(SERVICE_RULES), store)
     try:
         await service.should_rate_limit(_request("a"))
         before = _evalsha_calls(client)

@@ -57,6 +57,21 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
+@asynccontextmanager
+async def rls_stub(port: int) -> AsyncIterator[Any]:
+    """A RateLimitService stub on a channel to ``port``, closed on exit."""
+    async with channel(port) as chan:
+        yield rls_pb2_grpc.RateLimitServiceStub(chan)
+
+
+@pytest.fixture
+async def stub(start_server: StartServer) -> AsyncIterator[Any]:
+    """A RateLimitService stub on a server started with the package's rules."""
+    server = await start_server()
+    async with rls_stub(server.grpc_port) as opened:
+        yield opened
+
+
 async def health_of(port: int, service: str = "") -> int:
     async with channel(port) as chan:
         stub = health_pb2_grpc.HealthStub(chan)
@@ -111,29 +126,19 @@ class ExplodingService:
         raise RuntimeError("a bug in the service")
 
 
-async def test_calls_are_allowed_until_the_limit_then_over_limit(start_server: StartServer) -> None:
+async def test_calls_are_allowed_until_the_limit_then_over_limit(stub: Any) -> None:
     """3/minute on api_key: three OK answers counting down, then OVER_LIMIT, over real gRPC."""
-    server = await start_server()
-    async with channel(server.grpc_port) as chan:
-        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
-        replies = [
-            await stub.ShouldRateLimit(request("transport", {"api_key": "a"})) for _ in range(4)
-        ]
+    replies = [await stub.ShouldRateLimit(request("transport", {"api_key": "a"})) for _ in range(4)]
     assert [r.overall_code for r in replies] == [OK, OK, OK, OVER_LIMIT]
     assert [r.statuses[0].limit_remaining for r in replies] == [2, 1, 0, 0]
     assert replies[0].statuses[0].current_limit.requests_per_unit == 3
 
 
-async def test_statuses_come_back_one_per_descriptor_in_request_order(
-    start_server: StartServer,
-) -> None:
+async def test_statuses_come_back_one_per_descriptor_in_request_order(stub: Any) -> None:
     """A descriptor without a rule is OK without current_limit; a limited one carries its limit."""
-    server = await start_server()
-    async with channel(server.grpc_port) as chan:
-        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
-        reply = await stub.ShouldRateLimit(
-            request("transport", {"open": "x"}, {"api_key": "b"}, {"unknown": "y"})
-        )
+    reply = await stub.ShouldRateLimit(
+        request("transport", {"open": "x"}, {"api_key": "b"}, {"unknown": "y"})
+    )
     assert [s.code for s in reply.statuses] == [OK, OK, OK]
     assert [s.HasField("current_limit") for s in reply.statuses] == [False, True, False]
 
@@ -165,8 +170,7 @@ async def test_a_failing_service_answers_ok_not_unknown(
     server = await start_server()
     server.service = ExplodingService()  # type: ignore[assignment]
     with caplog.at_level(logging.ERROR, logger="ratewarden.server"):
-        async with channel(server.grpc_port) as chan:
-            stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+        async with rls_stub(server.grpc_port) as stub:
             reply = await stub.ShouldRateLimit(request("transport", {"a": "1"}, {"b": "2"}))
     assert reply.overall_code == OK
     assert [s.code for s in reply.statuses] == [OK, OK]
@@ -180,20 +184,16 @@ async def test_a_failing_service_denies_with_on_error_closed(start_server: Start
     """With --on-error closed the same failure answers OVER_LIMIT for every descriptor."""
     server = await start_server(on_error="closed")
     server.service = ExplodingService()  # type: ignore[assignment]
-    async with channel(server.grpc_port) as chan:
-        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+    async with rls_stub(server.grpc_port) as stub:
         reply = await stub.ShouldRateLimit(request("transport", {"a": "1"}))
     assert reply.overall_code == OVER_LIMIT
     assert [s.code for s in reply.statuses] == [OVER_LIMIT]
 
 
-async def test_a_malformed_request_is_invalid_argument(start_server: StartServer) -> None:
+async def test_a_malformed_request_is_invalid_argument(stub: Any) -> None:
     """A request without a domain is refused with INVALID_ARGUMENT and the reason, not UNKNOWN."""
-    server = await start_server()
-    async with channel(server.grpc_port) as chan:
-        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
-        with pytest.raises(grpc.aio.AioRpcError) as raised:
-            await stub.ShouldRateLimit(request("", {"api_key": "a"}))
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await stub.ShouldRateLimit(request("", {"api_key": "a"}))
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "domain is empty" in (raised.value.details() or "")
 
@@ -206,8 +206,7 @@ async def held_call(
     opens: (server, store, the call in flight, a stub on the channel it went out on)."""
     store = GateStore()
     server = await start_server(store=store)
-    async with channel(server.grpc_port) as chan:
-        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+    async with rls_stub(server.grpc_port) as stub:
         in_flight = asyncio.ensure_future(stub.ShouldRateLimit(ONE_KEY))
         await store.entered.wait()
         yield server, store, in_flight, stub
@@ -252,8 +251,7 @@ async def test_a_busy_grpc_port_fails_start_with_the_address(start_server: Start
 async def test_response_headers_setting_reaches_envoy_over_grpc(start_server: StartServer) -> None:
     """--response-headers draft-10: RateLimit-Policy and RateLimit come back in the response."""
     server = await start_server(response_headers="draft-10")
-    async with channel(server.grpc_port) as chan:
-        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+    async with rls_stub(server.grpc_port) as stub:
         reply = await stub.ShouldRateLimit(request("transport", {"api_key": "h"}))
     headers = {h.key.lower(): h.value for h in reply.response_headers_to_add}
     assert set(headers) == {"ratelimit-policy", "ratelimit"}
@@ -269,8 +267,7 @@ async def test_legacy_response_headers_take_the_names_given(start_server: StartS
         ("X-L", "X-R", "X-T"),
     ):
         server = await start_server(response_headers="legacy", legacy_header_names=names)
-        async with channel(server.grpc_port) as chan:
-            stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+        async with rls_stub(server.grpc_port) as stub:
             reply = await stub.ShouldRateLimit(request("transport", {"api_key": "legacy"}))
         headers = {h.key: h.value for h in reply.response_headers_to_add}
         assert list(headers) == list(names)
@@ -332,14 +329,20 @@ async def test_health_watch_streams_every_change(start_server: StartServer) -> N
         unknown.cancel()
 
 
+async def refusal_of_raw_call(port: int, method: str, payload: bytes) -> grpc.aio.AioRpcError:
+    """The error a call of the RateLimitService's ``method`` with raw ``payload`` fails with."""
+    async with channel(port) as chan:
+        call = chan.unary_unary(f"/envoy.service.ratelimit.v3.RateLimitService/{method}")
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await call(payload)
+    return raised.value
+
+
 async def test_an_unknown_method_is_unimplemented(start_server: StartServer) -> None:
     """A call to a method the server does not serve is UNIMPLEMENTED."""
     server = await start_server()
-    async with channel(server.grpc_port) as chan:
-        call = chan.unary_unary("/envoy.service.ratelimit.v3.RateLimitService/NoSuchMethod")
-        with pytest.raises(grpc.aio.AioRpcError) as raised:
-            await call(b"")
-    assert raised.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    error = await refusal_of_raw_call(server.grpc_port, "NoSuchMethod", b"")
+    assert error.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
 async def test_bytes_that_are_not_a_request_are_invalid_argument(
@@ -347,12 +350,9 @@ async def test_bytes_that_are_not_a_request_are_invalid_argument(
 ) -> None:
     """Undecodable bytes are INVALID_ARGUMENT naming the reason, on every transport."""
     server = await start_server()
-    async with channel(server.grpc_port) as chan:
-        call = chan.unary_unary("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
-        with pytest.raises(grpc.aio.AioRpcError) as raised:
-            await call(b"\xff\xff\xff")
-    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "not a valid RateLimitRequest" in (raised.value.details() or "")
+    error = await refusal_of_raw_call(server.grpc_port, "ShouldRateLimit", b"\xff\xff\xff")
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "not a valid RateLimitRequest" in (error.details() or "")
 
 
 async def test_a_call_past_its_deadline_is_deadline_exceeded_and_its_work_cancelled(
@@ -361,8 +361,7 @@ async def test_a_call_past_its_deadline_is_deadline_exceeded_and_its_work_cancel
     """The client's deadline ends the call (DEADLINE_EXCEEDED) and cancels its decision."""
     store = GateStore()
     server = await start_server(store=store)
-    async with channel(server.grpc_port) as chan:
-        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+    async with rls_stub(server.grpc_port) as stub:
         with pytest.raises(grpc.aio.AioRpcError) as raised:
             await stub.ShouldRateLimit(ONE_KEY, timeout=0.3)
         assert raised.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
@@ -377,8 +376,7 @@ async def test_a_cancelled_call_cancels_its_decision(start_server: StartServer) 
     """A client that cancels its call frees the server's work on it (nothing is charged)."""
     store = GateStore()
     server = await start_server(store=store)
-    async with channel(server.grpc_port) as chan:
-        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
+    async with rls_stub(server.grpc_port) as stub:
         call = stub.ShouldRateLimit(ONE_KEY)
         await asyncio.wait_for(store.entered.wait(), 5)
         call.cancel()
@@ -390,44 +388,31 @@ async def test_a_cancelled_call_cancels_its_decision(start_server: StartServer) 
     assert reply.statuses[0].limit_remaining == 2
 
 
-async def test_a_large_request_is_answered_whole(start_server: StartServer) -> None:
+async def test_a_large_request_is_answered_whole(stub: Any) -> None:
     """5,000 descriptors (~150 KB each way, many HTTP/2 frames): 5,000 statuses, in order."""
-    server = await start_server()
     many = request("transport", *({"open": f"value-{i:06d}"} for i in range(5_000)))
-    async with channel(server.grpc_port) as chan:
-        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
-        reply = await stub.ShouldRateLimit(many, timeout=30)
+    reply = await stub.ShouldRateLimit(many, timeout=30)
     assert len(reply.statuses) == 5_000
     assert reply.overall_code == OK
 
 
-async def test_calls_that_arrive_together_are_each_answered_as_alone(
-    start_server: StartServer,
-) -> None:
+async def test_calls_that_arrive_together_are_each_answered_as_alone(stub: Any) -> None:
     """200 calls at once on one key of 3/minute: exactly 3 OK, with remaining 2, 1, 0."""
-    server = await start_server()
-    async with channel(server.grpc_port) as chan:
-        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
-        replies = await asyncio.gather(
-            *(stub.ShouldRateLimit(request("transport", {"api_key": "burst"})) for _ in range(200))
-        )
+    replies = await asyncio.gather(
+        *(stub.ShouldRateLimit(request("transport", {"api_key": "burst"})) for _ in range(200))
+    )
     allowed = [r.statuses[0].limit_remaining for r in replies if r.overall_code == OK]
     assert sorted(allowed) == [0, 1, 2]
     assert sum(r.overall_code == OVER_LIMIT for r in replies) == 197
 
 
-async def test_a_request_over_four_mebibytes_is_resource_exhausted(
-    start_server: StartServer,
-) -> None:
+async def test_a_request_over_four_mebibytes_is_resource_exhausted(stub: Any) -> None:
     """Both transports refuse a request over grpcio's default 4 MiB, and go on serving."""
-    server = await start_server()
     huge = request("transport", {"open": "x" * (4 * 1024 * 1024 + 1)})
-    async with channel(server.grpc_port) as chan:
-        stub = rls_pb2_grpc.RateLimitServiceStub(chan)
-        with pytest.raises(grpc.aio.AioRpcError) as raised:
-            await stub.ShouldRateLimit(huge, timeout=30)
-        assert raised.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        reply = await stub.ShouldRateLimit(ONE_KEY, timeout=5)
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await stub.ShouldRateLimit(huge, timeout=30)
+    assert raised.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    reply = await stub.ShouldRateLimit(ONE_KEY, timeout=5)
     assert reply.overall_code == OK
 
 

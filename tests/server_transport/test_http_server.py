@@ -22,12 +22,13 @@ from envoy.service.ratelimit.v3 import rls_pb2
 from ratewarden.server.http import MAX_HEAD_BYTES, HttpServer
 from ratewarden.server.http_app import MAX_BODY_BYTES
 from ratewarden.server.logs import LOGGERS, configure_logging
+from tests.server_transport._backend import StaticBackend
 from tests.server_transport.conftest import HOST, http, parse_reply
 
 ONE_KEY = json.dumps({"domain": "d", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]})
 
 
-class Backend:
+class Backend(StaticBackend):
     """An HttpBackend whose service answers OK once ``release`` is set (set from the start
     unless a test clears it); ``entered`` is set when a call is waiting."""
 
@@ -36,25 +37,10 @@ class Backend:
         self.release.set()
         self.entered = asyncio.Event()
 
-    def serving(self) -> bool:
-        return True
-
-    def rules_text(self) -> str:
-        return ""
-
-    def rules_dict(self) -> dict[str, Any]:
-        return {}
-
     async def should_rate_limit(self, request: Any) -> Any:
         self.entered.set()
         await self.release.wait()
         return rls_pb2.RateLimitResponse(overall_code=rls_pb2.RateLimitResponse.OK)
-
-    def metrics(self, accept: str) -> tuple[bytes, str]:
-        return b"", "text/plain"
-
-    def dashboard(self) -> dict[str, Any]:
-        return {"rules": []}
 
 
 Start = Callable[..., Awaitable[tuple[HttpServer, int]]]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ratewarden.server.config import ConfigError, load
+from tests.server.conftest import only_problem
 
 CASES = Path(__file__).parent / "cases"
 
@@ -89,9 +90,7 @@ def test_upstreams_invalid_files_are_refused_with_file_line_and_reason(name: str
 def test_a_second_file_of_a_domain_is_a_duplicate_domain() -> None:
     """TestDuplicateDomain: basic.yaml then a file of the same domain."""
     second = CASES / "invalid_duplicate_domain.yaml"
-    with pytest.raises(ConfigError) as caught:
-        load([CASES / "basic.yaml", second])
-    (problem,) = caught.value.errors
+    problem = only_problem([CASES / "basic.yaml", second])
     assert (problem.file, problem.line, problem.key) == (str(second), 2, "domain")
     assert "duplicate domain 'storefront'" in problem.message
     assert f"{CASES / 'basic.yaml'}:2" in problem.message
@@ -100,9 +99,7 @@ def test_a_second_file_of_a_domain_is_a_duplicate_domain() -> None:
 def test_merging_a_file_with_itself_is_a_duplicate_descriptor() -> None:
     """TestDuplicateKeyDomainMerge: with merging on, one descriptor twice is still refused."""
     path = CASES / "merge_first.yaml"
-    with pytest.raises(ConfigError) as caught:
-        load([path, path], merge_domains=True)
-    (problem,) = caught.value.errors
+    problem = only_problem([path, path], merge_domains=True)
     assert (problem.file, problem.line, problem.key) == (str(path), 4, "key")
     assert "duplicate descriptor 'storefront.tenant_acme' in the merged domain" in problem.message
 
@@ -110,8 +107,6 @@ def test_merging_a_file_with_itself_is_a_duplicate_descriptor() -> None:
 def test_merged_files_whose_descriptors_spell_one_stats_key_are_refused() -> None:
     """key tenant_acme in one file, key tenant value acme in the other: one composite key."""
     second = CASES / "merge_same_stats_key.yaml"
-    with pytest.raises(ConfigError) as caught:
-        load([CASES / "merge_first.yaml", second], merge_domains=True)
-    (problem,) = caught.value.errors
+    problem = only_problem([CASES / "merge_first.yaml", second], merge_domains=True)
     assert (problem.file, problem.line, problem.key) == (str(second), 4, "key")
     assert "the same stats key as 'storefront.tenant_acme'" in problem.message

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from ratewarden.server.config import ConfigError, load, loads
+from ratewarden.server.config import load, loads
+from tests.server.conftest import only_problem
 from tests.upstream._probe import OK, OVER, Probe
 
 CASES = Path(__file__).parent / "cases"
@@ -148,9 +149,7 @@ def test_merged_files_make_one_domain_with_the_rules_of_both() -> None:
 
 def test_without_merging_the_second_file_of_a_domain_is_refused() -> None:
     """The same two files without merging: a duplicate domain, at the second file's line."""
-    with pytest.raises(ConfigError) as caught:
-        load([CASES / "merge_first.yaml", CASES / "merge_second.yaml"])
-    (problem,) = caught.value.errors
+    problem = only_problem([CASES / "merge_first.yaml", CASES / "merge_second.yaml"])
     assert (Path(problem.file).name, problem.line, problem.key) == (
         "merge_second.yaml",
         2,

@@ -1,4 +1,5 @@
-"""A control plane the tests start on loopback, and rule resources built with our messages."""
+"""A control plane the tests start on loopback, rule resources built with our messages, and
+a server that takes its rules from the control plane."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ from typing import Any
 
 import pytest
 
+from ratewarden.server.app import RateLimitServer
+from ratewarden.server.settings import Settings
 from ratewarden.server.xds import messages
+from ratewarden.storage.memory import AsyncMemoryStore
+from ratewarden.testing import ManualClock
 from tests.xds._control_plane import ControlPlane
 
 
@@ -20,6 +25,21 @@ def limit(key: str, per_minute: int, **fields: Any) -> Any:
 def resource(name: str, domain: str, *descriptors: Any) -> Any:
     """A ``RateLimitConfig`` resource."""
     return messages.RateLimitConfig(name=name, domain=domain, descriptors=list(descriptors))
+
+
+def xds_server(plane: ControlPlane, **options: Any) -> RateLimitServer:
+    """A RateLimitServer, not started, on a memory store and loopback ports 0, with rules from
+    ``plane`` alone, retrying every 20-60 ms; ``options`` add or replace settings."""
+    settings: dict[str, Any] = {
+        "config_paths": (),
+        "config_xds": plane.address,
+        "grpc_port": 0,
+        "http_port": 0,
+        "xds_retry_interval": 0.02,
+        "xds_retry_max": 0.06,
+        **options,
+    }
+    return RateLimitServer(Settings(**settings), store=AsyncMemoryStore(clock=ManualClock()))
 
 
 @pytest.fixture

@@ -17,14 +17,11 @@ import pytest
 from envoy.service.ratelimit.v3 import rls_pb2_grpc
 
 from ratewarden.server.app import RateLimitServer
-from ratewarden.server.settings import Settings
 from ratewarden.server.xds import messages
-from ratewarden.storage.memory import AsyncMemoryStore
-from ratewarden.testing import ManualClock
 from tests._servers import free_port
 from tests.server_transport.conftest import OK, OVER_LIMIT, channel, http, request
 from tests.xds._control_plane import ControlPlane, until
-from tests.xds.conftest import limit, resource
+from tests.xds.conftest import limit, resource, xds_server
 
 START_S = 5.0
 Start = Callable[..., Awaitable[RateLimitServer]]
@@ -37,16 +34,7 @@ async def start_server() -> AsyncIterator[Start]:
     servers: list[RateLimitServer] = []
 
     async def start(plane: ControlPlane, **options: Any) -> RateLimitServer:
-        options = {
-            "config_paths": (),
-            "config_xds": plane.address,
-            "grpc_port": 0,
-            "http_port": 0,
-            "xds_retry_interval": 0.02,
-            "xds_retry_max": 0.06,
-            **options,
-        }
-        server = RateLimitServer(Settings(**options), store=AsyncMemoryStore(clock=ManualClock()))
+        server = xds_server(plane, **options)
         servers.append(server)
         await asyncio.wait_for(server.start(), START_S)
         return server
@@ -194,15 +182,7 @@ async def test_serve_waits_for_a_control_plane_that_is_down_at_start() -> None:
     once the control plane comes up and sends rules."""
     plane = ControlPlane()
     plane.port = free_port()
-    settings = Settings(
-        config_paths=(),
-        config_xds=plane.address,
-        grpc_port=0,
-        http_port=0,
-        xds_retry_interval=0.02,
-        xds_retry_max=0.06,
-    )
-    server = RateLimitServer(settings, store=AsyncMemoryStore(clock=ManualClock()))
+    server = xds_server(plane)
     assert server.xds is not None
     starting = asyncio.ensure_future(server.start())
     try:

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 import trustme
 
 from ratewarden.server.app import RateLimitServer
-from ratewarden.server.settings import Settings
-from ratewarden.storage.memory import AsyncMemoryStore
-from ratewarden.testing import ManualClock
 from tests.xds._control_plane import ControlPlane, until
-from tests.xds.conftest import limit, resource
+from tests.xds.conftest import limit, resource, xds_server
 
 NAME = "xds.internal"  # the server certificate's name: not the address connected to
 
@@ -49,22 +47,16 @@ def _credentials(pki: dict[str, Path]) -> grpc.ServerCredentials:
     )
 
 
-def _settings(plane: ControlPlane, pki: dict[str, Path], **options: object) -> Settings:
-    values: dict[str, object] = {
-        "config_paths": (),
-        "config_xds": plane.address,
-        "grpc_port": 0,
-        "http_port": 0,
-        "xds_retry_interval": 0.02,
-        "xds_retry_max": 0.06,
+def _tls_server(plane: ControlPlane, pki: dict[str, Path], **options: Any) -> RateLimitServer:
+    """A server taking rules from ``plane`` over TLS with the client certificate of ``pki``."""
+    tls = {
         "xds_tls": True,
         "xds_tls_ca": str(pki["ca"]),
         "xds_tls_cert": str(pki["client_cert"]),
         "xds_tls_key": str(pki["client_key"]),
         "xds_tls_server_name": NAME,
-        **options,
     }
-    return Settings(**values)  # type: ignore[arg-type]
+    return xds_server(plane, **{**tls, **options})
 
 
 async def test_mutual_tls_with_the_servers_name_takes_the_rules(pki: dict[str, Path]) -> None:
@@ -72,7 +64,7 @@ async def test_mutual_tls_with_the_servers_name_takes_the_rules(pki: dict[str, P
     CONFIG_GRPC_XDS_SERVER_TLS_SAN): the rules arrive and are ACKed."""
     plane = await ControlPlane.started(credentials=_credentials(pki))
     plane.publish("v1", resource("r", "shop", limit("api_key", 1)))
-    server = RateLimitServer(_settings(plane, pki), store=AsyncMemoryStore(clock=ManualClock()))
+    server = _tls_server(plane, pki)
     try:
         await asyncio.wait_for(server.start(), 10)
         assert (await plane.answer(plane.sent[0])).is_ack
@@ -95,9 +87,7 @@ async def test_a_failed_handshake_gets_no_rules_and_is_retried(
     """A handshake that fails is a failed connection: retried with backoff, no rule taken."""
     plane = await ControlPlane.started(credentials=_credentials(pki))
     plane.publish("v1", resource("r", "shop", limit("api_key", 1)))
-    server = RateLimitServer(
-        _settings(plane, pki, **wrong), store=AsyncMemoryStore(clock=ManualClock())
-    )
+    server = _tls_server(plane, pki, **wrong)
     starting = asyncio.ensure_future(server.start())
     try:
         await until(lambda: server.xds is not None and server.xds.failures >= 3, "retries")

@@ -1,0 +1,32 @@
+"""Fixtures of the middleware tests."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from ratewarden.storage.redis import AsyncRedisStore
+from tests._servers import RedisServer
+from tests.faults._load import TIMEOUT as FAULT_TIMEOUT
+from tests.faults._proxy import FaultProxy
+
+Proxied = Callable[..., tuple[FaultProxy, AsyncRedisStore]]
+
+
+@pytest.fixture
+async def proxied_store(make_redis: Callable[..., RedisServer]) -> AsyncIterator[Proxied]:
+    """``proxied_store(**store_options)``: a fresh redis-server behind a fault proxy, and an
+    AsyncRedisStore on the proxy with the fault tests' timeout; closed after the test."""
+    made: list[tuple[FaultProxy, AsyncRedisStore]] = []
+
+    def make(**options: Any) -> tuple[FaultProxy, AsyncRedisStore]:
+        proxy = FaultProxy(make_redis().port)
+        made.append((proxy, AsyncRedisStore.from_url(proxy.url, timeout=FAULT_TIMEOUT, **options)))
+        return made[-1]
+
+    yield make
+    for proxy, store in made:
+        await store.aclose()
+        proxy.close()
