@@ -38,6 +38,7 @@ from ratewarden.clock import Clock
 from ratewarden.errors import ConfigurationError
 from ratewarden.server.config import DescriptorRule, RateLimitConfig
 from ratewarden.server.rlqs.buckets import bucket_rule
+from ratewarden.server.rlqs.figures import BucketFigures
 from ratewarden.server.rlqs.shares import Budget, Share, split
 
 __all__ = [
@@ -148,6 +149,9 @@ class _Bucket:
     members: dict[int, _Member] = field(default_factory=dict)
     reserved: list[tuple[float, Share]] = field(default_factory=list)
     last_round: float | None = None
+    #: Requests its Envoys reported, allowed and denied, since it is tracked.
+    allowed: int = 0
+    denied: int = 0
 
 
 class QuotaService:
@@ -228,7 +232,10 @@ class QuotaService:
             if count:
                 member.asked_at = now
         for usage in usages:
-            rule = self._buckets[(domain, usage.bucket)].rule
+            counted = self._buckets[(domain, usage.bucket)]
+            counted.allowed += usage.allowed
+            counted.denied += usage.denied
+            rule = counted.rule
             path = "none" if rule is None else rule.path
             for outcome, count in (("allowed", usage.allowed), ("denied", usage.denied)):
                 self.reported[(path, outcome)] = self.reported.get((path, outcome), 0) + count
@@ -288,6 +295,16 @@ class QuotaService:
                 streams + len(shares),
                 tokens + sum(share.tokens_per_fill for share in shares),
             )
+        return out
+
+    def figures(self) -> list[BucketFigures]:
+        """Per bucket, read-only: its counts and what its streams ask (requests/s) and hold."""
+        out = []
+        for b in self._buckets.values():
+            fill_s = rule_budget(b.rule, self.interval).fill_s if b.rule and b.rule.limits else 1
+            held = [(m.demand(1, self.interval), m.share) for m in b.members.values()]
+            counts = (b.allowed, b.denied)
+            out.append(BucketFigures.of(b.domain, b.key, b.rule, counts, fill_s, held))
         return out
 
     def assignments(self) -> list[dict[str, object]]:
