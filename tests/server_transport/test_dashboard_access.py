@@ -39,6 +39,9 @@ class Backend:
     def dashboard(self) -> dict[str, Any]:
         return {"rules": []}
 
+    def rlqs_streams(self) -> int | None:
+        return None  # RLQS off: /healthcheck says OK alone
+
 
 async def get(app: HttpApp, path: str, peer: str) -> httpx.Response:
     """``GET path`` from a client at ``peer``."""

@@ -56,6 +56,9 @@ class Backend:
     def dashboard(self) -> dict[str, Any]:
         return {"rules": []}
 
+    def rlqs_streams(self) -> int | None:
+        return None  # RLQS off: /healthcheck says OK alone
+
 
 Start = Callable[..., Awaitable[tuple[HttpServer, int]]]
 
