@@ -6,13 +6,18 @@ figures are what ``/rlqs.json``, the dashboard panel and ``--rlqs-bucket-metrics
 
 from __future__ import annotations
 
+from collections import deque
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
 from ratewarden.labels import MAX_LABEL_CHARS
 from ratewarden.server.config import loads
 from ratewarden.server.rlqs import QuotaCollector, QuotaService, Usage, bucket_key
-from ratewarden.server.rlqs.figures import BucketFigures, introspection, top
+from ratewarden.server.rlqs.figures import BucketFigures, introspection, rate, top
+from ratewarden.server.rlqs.quota import _Member
 from ratewarden.testing import ManualClock
 
 RULES = """\
@@ -138,3 +143,25 @@ def test_the_top_n_buckets_get_series_and_the_gauges_an_other_for_the_rest() -> 
     assert len(cut) == 1 and len(cut[0]) == MAX_LABEL_CHARS
     denied = [line for line in reported if "kkk" in line and 'outcome="denied"' in line]
     assert len(denied) == 1 and denied[0].endswith(" 2.0")
+
+
+@given(
+    st.lists(
+        # Gaps of 0 or at least 1 ms: the exact demand rounds a span to microseconds.
+        st.tuples(st.just(0.0) | st.floats(0.001, 30), st.integers(0, 10**6)),
+        min_size=1,
+        max_size=3,
+    ),
+    st.sampled_from([0.25, 1.0, 2.5]),
+)
+def test_the_shown_demand_is_the_demand_the_shares_are_split_by(
+    steps: list[tuple[float, int]], interval: float
+) -> None:
+    """``rate`` (floats, for display) agrees with the member's demand the shares use
+    (exact fractions), whatever the reports' pace and counts."""
+    reports, now = deque(maxlen=3), 0.0
+    for gap, count in steps:
+        now += gap
+        reports.append((now, count))
+    exact = _Member(0.0, reports).demand(1, interval)
+    assert rate(reports, interval) == pytest.approx(float(exact), rel=1e-5, abs=1e-6)

@@ -38,7 +38,7 @@ from ratewarden.clock import Clock
 from ratewarden.errors import ConfigurationError
 from ratewarden.server.config import DescriptorRule, RateLimitConfig
 from ratewarden.server.rlqs.buckets import bucket_rule
-from ratewarden.server.rlqs.figures import BucketFigures
+from ratewarden.server.rlqs.figures import BucketFigures, rate
 from ratewarden.server.rlqs.shares import Budget, Share, split
 
 __all__ = [
@@ -299,10 +299,15 @@ class QuotaService:
 
     def figures(self) -> list[BucketFigures]:
         """Per bucket, read-only: its counts and what its streams ask (requests/s) and hold."""
-        out = []
+        out: list[BucketFigures] = []
+        fills: dict[str, int] = {}  # by rule path: a budget is costly to make
         for b in self._buckets.values():
-            fill_s = rule_budget(b.rule, self.interval).fill_s if b.rule and b.rule.limits else 1
-            held = [(m.demand(1, self.interval), m.share) for m in b.members.values()]
+            fill_s = 1
+            if b.rule is not None and b.rule.limits:
+                if b.rule.path not in fills:
+                    fills[b.rule.path] = rule_budget(b.rule, self.interval).fill_s
+                fill_s = fills[b.rule.path]
+            held = [(rate(m.reports, self.interval), m.share) for m in b.members.values()]
             counts = (b.allowed, b.denied)
             out.append(BucketFigures.of(b.domain, b.key, b.rule, counts, fill_s, held))
         return out
