@@ -9,6 +9,7 @@ config, what is not built yet). The part, one concept a module:
 - ``buckets``: a ``BucketId`` matched against a domain's descriptors;
 - ``quota``: ``QuotaService``, streams, buckets and rounds, sans-I/O on a clock;
 - ``grpc``: ``RateLimitQuotaServicer``, the stream over grpcio;
+- ``figures``: per-bucket figures and the top buckets by demand, for operators;
 - ``metrics``: ``QuotaCollector``, its Prometheus metrics.
 """
 
