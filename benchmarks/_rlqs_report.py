@@ -137,9 +137,11 @@ def targets(rows: Sequence[Row]) -> list[str]:
         ratios = vs_off(rlqs, rows)
         middle = _median(ratios)
         met = "met" if middle >= THROUGHPUT_SHARE else "NOT met"
+        over = sum(ratio >= THROUGHPUT_SHARE for ratio in ratios)
         out.append(
-            f"throughput: RLQS at >= {THROUGHPUT_SHARE:g} of no filter: {met}: "
-            f"{span(ratios, '.2f')} over the rounds"
+            f"throughput: RLQS at >= {THROUGHPUT_SHARE:g} of no filter (the median): {met}: "
+            f"{span(ratios, '.2f')} over the rounds, {over} of {len(ratios)} rounds at >= "
+            f"{THROUGHPUT_SHARE:g}"
         )
     if rlqs is not None and rls is not None and rlqs.rounds and rls.rounds:
         quota, call = _median(cpu(rlqs, "serve_rlqs")), _median(cpu(rls, "serve_rls"))
