@@ -155,6 +155,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run `ratewarden serve` on every gRPC transport under h2load, and behind Envoy "
         "(benchmarks/_serve.py) instead; starts its own redis-server",
     )
+    parser.add_argument(
+        "--rlqs",
+        action="store_true",
+        help="run no filter, the RLS filter and the RLQS filter through one Envoy over "
+        "`ratewarden serve` (benchmarks/_rlqs.py) instead",
+    )
     return parser.parse_args(argv)
 
 
@@ -173,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
 
         command = args.command or shlex.join([sys.executable, "-m", "benchmarks", *sys.argv[1:]])
         return _serve.main(args.quick, args.results, command)
+    if args.rlqs:
+        from benchmarks import _rlqs
+
+        command = args.command or shlex.join([sys.executable, "-m", "benchmarks", *sys.argv[1:]])
+        return _rlqs.main(args.quick, args.results, command)
     budget = QUICK if args.quick else DEFAULT
     if args.max_calls is not None:
         if args.max_calls < 1:

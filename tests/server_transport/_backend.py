@@ -26,3 +26,6 @@ class StaticBackend:
 
     def dashboard(self) -> dict[str, Any]:
         return {"rules": []}
+
+    def rlqs_streams(self) -> int | None:
+        return None  # RLQS off: /healthcheck says OK alone

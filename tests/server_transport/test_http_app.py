@@ -51,6 +51,9 @@ class Backend:
     def dashboard(self) -> dict[str, Any]:
         return {"rules": []}
 
+    def rlqs_streams(self) -> int | None:
+        return None  # RLQS off: /healthcheck says OK alone
+
 
 @pytest.fixture
 def backend() -> Backend:

@@ -48,6 +48,7 @@ from ratewarden.server.logs import configure_logging
 from ratewarden.server.reload import ConfigWatcher
 from ratewarden.server.response import fallback_response
 from ratewarden.server.rlqs import Fleet, QuotaCollector, QuotaService, RateLimitQuotaServicer
+from ratewarden.server.rlqs.figures import introspection
 from ratewarden.server.service import AsyncRateLimitService
 from ratewarden.server.settings import Settings, redacted, store_scheme, uvloop_installed
 from ratewarden.server.stats import ServiceStats, multiprocess_dir
@@ -172,7 +173,9 @@ class RateLimitServer:
                          ttl_s=settings.rlqs_ttl, shadow=settings.shadow, fleet=fleet)
         )  # fmt: skip
         if self.quota is not None:
-            self.stats.registry.register(QuotaCollector(self.quota.quota))
+            self.stats.registry.register(
+                QuotaCollector(self.quota.quota, buckets=settings.rlqs_bucket_metrics)
+            )
         # The listeners (server/listeners.py): gRPC, HTTP, and the debug and metrics ports.
         self.transport = settings.grpc_transport
         services = () if self.quota is None else (self.quota.handler(),)
@@ -230,11 +233,19 @@ class RateLimitServer:
         state = self.stats.live.state()
         directory = multiprocess_dir()
         states = shared.gather(directory, state) if directory is not None else [state]
-        return render(states, self.config.rules, self.stats.clock.now())
+        view = render(states, self.config.rules, self.stats.clock.now())
+        view["rlqs"] = self.quota is not None  # the page's quota panel reads /rlqs.json
+        return view
 
     def rlqs(self) -> dict[str, Any] | None:
         """``/rlqs.json``: the quota service's streams, counts and assignments (None when off)."""
-        return None if self.quota is None else self.quota.state()
+        if self.quota is None:
+            return None
+        return {**self.quota.state(), **introspection(self.quota.quota.figures())}
+
+    def rlqs_streams(self) -> int | None:
+        """The open quota streams, for ``/healthcheck`` (None when RLQS is off)."""
+        return None if self.quota is None else self.quota.quota.streams
 
     # --- lifecycle ------------------------------------------------------------------
 

@@ -82,6 +82,8 @@ class HttpBackend(Protocol):
 
     def rlqs(self) -> dict[str, Any] | None: ...
 
+    def rlqs_streams(self) -> int | None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class _Request:
@@ -241,9 +243,11 @@ class HttpApp:
         return _Response(status, body, "application/json")
 
     async def _healthcheck(self, request: _Request) -> _Response:
+        streams = self._backend.rlqs_streams()
+        extra = "" if streams is None else f"\nrlqs_streams {streams}"
         if self._backend.serving():
-            return _text(HTTPStatus.OK, "OK")
-        return _text(HTTPStatus.INTERNAL_SERVER_ERROR, "NOT SERVING")
+            return _text(HTTPStatus.OK, "OK" + extra)
+        return _text(HTTPStatus.INTERNAL_SERVER_ERROR, "NOT SERVING" + extra)
 
     async def _rlconfig(self, request: _Request) -> _Response:
         if parse_qs(request.query).get("format") == ["json"]:

@@ -280,6 +280,12 @@ OPTIONS: dict[str, Option] = {
         integer(1, 86_400),
         "whole seconds an RLQS assignment lives in Envoy unless renewed; above --rlqs-interval (5)",
     ),
+    "rlqs_bucket_metrics": Option(
+        "--rlqs-bucket-metrics",
+        integer(0, 1_000),
+        "per-bucket RLQS metrics for the N buckets with the highest demand, the rest summed as "
+        'bucket="other"; bucket ids are request values and /metrics is open (0: none)',
+    ),
     "over_limit_cache": Option(
         "--over-limit-cache",
         integer(0, 10_000_000),

@@ -62,6 +62,7 @@ from::
     --[no-]rlqs            RATEWARDEN_RLQS            false (Envoy's quota service, docs/rlqs.md)
     --rlqs-interval S      RATEWARDEN_RLQS_INTERVAL   1
     --rlqs-ttl S           RATEWARDEN_RLQS_TTL        5 (whole seconds)
+    --rlqs-bucket-metrics N RATEWARDEN_RLQS_BUCKET_METRICS 0 (per-bucket metrics: top N by demand)
 
 Under the ``RATEWARDEN_*`` variables come envoyproxy/ratelimit's own (``PORT``,
 ``REDIS_URL``, ``RUNTIME_ROOT``...): ``server/upstream_env.py`` reads them.
@@ -165,6 +166,7 @@ class Settings:
     rlqs: bool = False
     rlqs_interval: float = 1.0
     rlqs_ttl: int = 5
+    rlqs_bucket_metrics: int = 0
 
     def __repr__(self) -> str:
         shown = (

@@ -1,5 +1,6 @@
 """The dashboard page: one HTML document with its CSS and JavaScript inline, nothing fetched
-but ``dashboard.json`` (same origin).
+but ``dashboard.json`` and, when it says ``"rlqs": true`` (``--rlqs``), ``rlqs.json`` for the
+quota service's panel, hidden otherwise (same origin).
 
 Every value from the server is written with ``textContent`` (request values in
 top keys are untrusted text), and ``PAGE_CSP`` allows exactly this page's inline
@@ -161,6 +162,42 @@ function renderLatency(data) {
   }
   box.replaceChildren(figures, spark(lat.history));
 }
+const RLQS_ROWS = 20;
+let rlqsPolled = 0;
+function renderRlqs(data) {
+  const figures = el("div", null, "figures");
+  for (const [label, value] of [["streams", data.streams], ["buckets", data.buckets],
+      ["reports", data.stats.reports], ["rounds", data.stats.rounds],
+      ["no rule", data.stats.unknown_buckets], ["abandoned", data.stats.abandoned]]) {
+    const fig = el("div", null, "figure");
+    fig.appendChild(el("b", value)); fig.appendChild(el("span", label));
+    fig.dataset.figure = label;
+    figures.appendChild(fig);
+  }
+  document.getElementById("rlqs-figures").replaceChildren(figures);
+  const rows = data.top_buckets.slice(0, RLQS_ROWS).map(b => ({ data: { bucket: b.bucket },
+    cells: [el("td", b.domain), el("td", b.bucket, "key"), el("td", b.rule || "none"),
+      el("td", b.answer), num(b.streams), num(rate(b.demand_per_s)), num(rate(b.assigned_per_s)),
+      num(b.allowed), num(b.denied)] }));
+  const rest = data.other_buckets.buckets + Math.max(0, data.top_buckets.length - RLQS_ROWS);
+  if (rest) {
+    const left = data.top_buckets.slice(RLQS_ROWS), other = data.other_buckets;
+    const sum = key => left.reduce((total, b) => total + b[key], other[key]);
+    rows.push({ data: { bucket: "other" }, cells: [el("td", ""),
+      el("td", "other (" + rest + " buckets)"), el("td", ""), el("td", ""),
+      num(sum("streams")), num(rate(sum("demand_per_s"))), num(rate(sum("assigned_per_s"))),
+      num(sum("allowed")), num(sum("denied"))] });
+  }
+  fill("rlqs", [["domain"], ["bucket"], ["rule"], ["answer"], ["streams", "num"],
+    ["demand/s", "num"], ["assigned/s", "num"], ["allowed", "num"], ["denied", "num"]],
+    rows, "no bucket reported yet");
+}
+async function pollRlqs() {
+  const reply = await fetch("rlqs.json", { cache: "no-store" });
+  if (!reply.ok) throw new Error("rlqs.json: HTTP " + reply.status);
+  document.getElementById("rlqs-panel").hidden = false;
+  renderRlqs(await reply.json());
+}
 function render(data) {
   renderRules(data);
   renderTop("top-over", data.top.over);
@@ -177,6 +214,11 @@ async function poll() {
     if (!reply.ok) throw new Error("HTTP " + reply.status);
     const data = await reply.json();
     render(data);
+    // Envoy reports every 5 s: the quota figures change no faster, and cost a pass over buckets.
+    if (data.rlqs && Date.now() - rlqsPolled >= 5000) {
+      rlqsPolled = Date.now();
+      await pollRlqs();
+    }
     status.dataset.state = "live";
     status.textContent = "live \\u00b7 updated " + new Date().toLocaleTimeString() +
       " \\u00b7 " + data.workers + (data.workers === 1 ? " worker" : " workers") +
@@ -200,6 +242,8 @@ _BODY = """
 <section><h2>Shadow rules: top keys</h2><table id="top-shadow"></table></section>
 <section><h2>Degraded decisions (failure mode)</h2><table id="degraded"></table></section>
 <section><h2>Store latency (last minute)</h2><div id="latency"></div></section>
+<section class="wide" id="rlqs-panel" hidden><h2>Quota service (RLQS): buckets by demand</h2>
+<div id="rlqs-figures"></div><table id="rlqs"></table></section>
 </main>
 """
 

@@ -12,6 +12,7 @@ config, what is not built yet). The part, one concept a module:
 - ``fleet``: ``Fleet``, a bucket's shares through the store, for several replicas;
 - ``quota``: ``QuotaService``, streams, buckets and rounds, sans-I/O on a clock;
 - ``grpc``: ``RateLimitQuotaServicer``, the stream over grpcio;
+- ``figures``: per-bucket figures and the top buckets by demand, for operators;
 - ``metrics``: ``QuotaCollector``, its Prometheus metrics.
 """
 

@@ -16,7 +16,11 @@ from ratewarden.server.config import DescriptorRule
 from ratewarden.server.rlqs.reports import BucketKey
 from ratewarden.server.rlqs.shares import Share
 
-__all__ = ["Bucket", "Member"]
+__all__ = ["DEMAND_SPAN_S", "Bucket", "Member"]
+
+#: Two reports closer than this (a microsecond) measure no span: the demand is read as the
+#: count over one interval, as with a single report (a shorter span rounds to zero).
+DEMAND_SPAN_S = 1e-6
 
 
 @dataclass(slots=True)
@@ -36,7 +40,7 @@ class Member:
         """Its rate in requests per ``fill_s`` seconds over its reports (the first report's
         count over one ``interval`` while it has only that one)."""
         first, last = self.reports[0][0], self.reports[-1][0]
-        if len(self.reports) > 1 and last > first:
+        if len(self.reports) > 1 and last - first >= DEMAND_SPAN_S:
             counted = sum(count for _, count in list(self.reports)[1:])
             span = Fraction(last - first).limit_denominator(1_000_000)
         else:
@@ -57,3 +61,6 @@ class Bucket:
     last_round: float | None = None
     #: With a fleet: streams gone since the last round, whose demand the store drops.
     departed: list[int] = field(default_factory=list)
+    #: Requests its Envoys reported, allowed and denied, since it is tracked.
+    allowed: int = 0
+    denied: int = 0

@@ -3,7 +3,8 @@
 A collector on ``ServiceStats.registry`` (``GET /metrics``), registered by the
 composition root with ``--rlqs``. Labels are bounded by the config: ``rule`` is a
 rule's path (``domain.key_value...``), ``none`` for buckets without a rule; no
-bucket value or domain name a caller sends becomes a label.
+bucket value or domain name a caller sends becomes a label, except in the per-bucket
+families, which are off by default (below).
 
 ==============================================  ========================================
 ratewarden_rlqs_streams                         open StreamRateLimitQuotas streams
@@ -18,7 +19,24 @@ ratewarden_rlqs_reported_requests_total         {rule, outcome}: requests Envoys
                                                 allowed or denied
 ratewarden_rlqs_assigned_streams                {rule}: streams holding a token bucket
 ratewarden_rlqs_assigned_tokens_per_fill        {rule}: their tokens per fill, summed
+ratewarden_rlqs_bucket_demand                   {domain, bucket, rule}: requests a second
+                                                the bucket's Envoys ask, summed
+ratewarden_rlqs_bucket_assigned                 {domain, bucket, rule}: tokens a second
+                                                assigned to them as token buckets
+ratewarden_rlqs_bucket_streams                  {domain, bucket, rule}: streams holding it
+ratewarden_rlqs_bucket_reported_requests_total  {domain, bucket, rule, outcome}: requests
+                                                its Envoys reported since it is tracked
 ==============================================  ========================================
+
+The ``bucket_*`` families are per bucket, and bucket ids are request values (an API
+key, a user id) while ``/metrics`` is open to every client of the HTTP port, so they are
+off unless asked for: ``buckets`` (``--rlqs-bucket-metrics N``) gives series to the
+``N`` buckets with the highest demand at the scrape (``figures.top``), and the gauges
+one more, ``bucket="other"`` (``domain`` and ``rule`` empty), summing the rest. The
+reported counters have no ``other``: a bucket moving in or out of the top would make
+it go down. A bucket's series starts and stops as it enters and leaves the top; the
+per-rule families above count every bucket. Labels are bounded
+(``ratewarden.labels.bounded``).
 """
 
 from __future__ import annotations
@@ -28,6 +46,8 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from ratewarden.labels import bounded
+from ratewarden.server.rlqs.figures import top
 from ratewarden.server.rlqs.quota import QuotaService
 
 __all__ = ["QuotaCollector"]
@@ -38,8 +58,9 @@ _PREFIX = "ratewarden_rlqs"
 class QuotaCollector:
     """Reads ``quota`` when the registry is collected; holds no values of its own."""
 
-    def __init__(self, quota: QuotaService) -> None:
+    def __init__(self, quota: QuotaService, *, buckets: int = 0) -> None:
         self._quota = quota
+        self._buckets = buckets
 
     def describe(self) -> list[Any]:
         return list(self.collect())
@@ -77,3 +98,35 @@ class QuotaCollector:
             tokens.add_metric((rule,), assigned)
         yield streams
         yield tokens
+        if self._buckets > 0:
+            yield from self._per_bucket()
+
+    def _per_bucket(self) -> Iterator[Any]:
+        shown, rest = top(self._quota.figures(), self._buckets)
+        labels = ("domain", "bucket", "rule")
+        demand = GaugeMetricFamily(
+            f"{_PREFIX}_bucket_demand", "requests a second the bucket's Envoys ask", labels=labels
+        )
+        assigned = GaugeMetricFamily(
+            f"{_PREFIX}_bucket_assigned", "tokens a second assigned as token buckets", labels=labels
+        )
+        streams = GaugeMetricFamily(
+            f"{_PREFIX}_bucket_streams", "streams holding the bucket", labels=labels
+        )
+        reported = CounterMetricFamily(
+            f"{_PREFIX}_bucket_reported_requests",
+            "requests the bucket's Envoys reported since it is tracked",
+            labels=(*labels, "outcome"),
+        )
+        for figures in shown:
+            names = (bounded(figures.domain), figures.label, figures.rule or "none")
+            demand.add_metric(names, figures.demand)
+            assigned.add_metric(names, figures.assigned)
+            streams.add_metric(names, figures.streams)
+            reported.add_metric((*names, "allowed"), figures.allowed)
+            reported.add_metric((*names, "denied"), figures.denied)
+        if rest.buckets:
+            demand.add_metric(("", "other", ""), rest.demand)
+            assigned.add_metric(("", "other", ""), rest.assigned)
+            streams.add_metric(("", "other", ""), rest.streams)
+        yield from (demand, assigned, streams, reported)

@@ -44,6 +44,7 @@ from ratewarden.errors import StorageError
 from ratewarden.limiter import Flow, Gather, drive
 from ratewarden.server.config import RateLimitConfig
 from ratewarden.server.rlqs.buckets import bucket_rule, rule_budget
+from ratewarden.server.rlqs.figures import BucketFigures, bucket_figures
 from ratewarden.server.rlqs.fleet import Fleet
 from ratewarden.server.rlqs.members import Bucket, Member
 from ratewarden.server.rlqs.reports import BucketKey, ReportError, Usage, bucket_key, check_report
@@ -178,6 +179,8 @@ class QuotaService:
         actions: list[Action] = []
         for usage in usages:
             bucket = self._bucket(domain, usage.bucket)
+            bucket.allowed += usage.allowed
+            bucket.denied += usage.denied
             path = "none" if bucket.rule is None else bucket.rule.path
             for outcome, counted in (("allowed", usage.allowed), ("denied", usage.denied)):
                 self.reported[(path, outcome)] = self.reported.get((path, outcome), 0) + counted
@@ -265,6 +268,10 @@ class QuotaService:
                 tokens + sum(share.tokens_per_fill for share in shares),
             )
         return out
+
+    def figures(self) -> list[BucketFigures]:
+        """Per bucket, read-only: its counts and what its streams ask (requests/s) and hold."""
+        return bucket_figures(self._buckets.values(), self.interval)
 
     def assignments(self) -> list[dict[str, object]]:
         """What every stream holds, per bucket (for introspection and tests)."""

