@@ -37,7 +37,7 @@ from ratewarden.deprecation import UNSET, renamed
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.limiter import Lease
 from ratewarden.metrics import Metrics
-from ratewarden.middleware._failure import FailureAnswer
+from ratewarden.middleware._failure import FailureAnswer, chosen_failure_mode
 from ratewarden.middleware._identity import ANONYMOUS, KeyFunc
 from ratewarden.middleware._outcome import Outcome, close_wsgi, refusal, send_asgi, send_wsgi
 from ratewarden.middleware._request import RequestInfo, from_asgi, from_wsgi
@@ -127,9 +127,7 @@ class SlotPolicy:
         metrics: Metrics | None = None,
         failure: str = UNSET,
     ) -> None:
-        failure_mode = renamed(
-            "SlotPolicy", "failure", "failure_mode", failure, failure_mode, "open"
-        )
+        failure_mode = chosen_failure_mode("SlotPolicy", failure_mode, failure)
         self.name = check_name(name)
         self.limit = _whole("limit", limit, 1)
         if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < 86_400 * 365:
