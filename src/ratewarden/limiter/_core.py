@@ -269,6 +269,14 @@ class DecisionCore(Leasing, Operations):
             Pending, (name, key, found, rates, cost, mode, local, now, False, on_failure, via)
         )
 
+    def _peek(
+        self, key: str, rates: Rate | Sequence[Rate], failure_mode: str | None
+    ) -> Flow[Decision]:
+        """``peek_flow``'s check: a hit of cost 0 that skips the decision's hooks."""
+        started = self._start(self.algorithm, key, rates, 0, failure_mode, None)
+        assert type(started) is Pending  # a check is never answered in this process
+        return (yield from self._global(started, 0))
+
     def _check(self, rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]:
         """Validate ``rates``; a tuple (immutable) is remembered by identity, as stores do."""
         found = check_rates(rates)

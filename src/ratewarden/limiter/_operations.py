@@ -25,8 +25,6 @@ from ratewarden.limiter._leases import LeaseBook
 from ratewarden.limiter._negative import NegativeCache
 from ratewarden.limiter._settings import (
     LOCAL_ALGORITHM,
-    FailureHook,
-    Pending,
     algorithm_name,
     check_timeout,
 )
@@ -62,17 +60,9 @@ class Operations:
             self, key: str, rates: Rate | Sequence[Rate], cost: int = 1
         ) -> Flow[Decision]: ...
 
-        def _start(
-            self,
-            name: str,
-            key: str,
-            rates: Rate | Sequence[Rate],
-            cost: int,
-            failure_mode: str | None,
-            on_failure: FailureHook | None,
-        ) -> Decision | Pending: ...
-
-        def _global(self, p: Pending, units: int) -> Flow[Decision]: ...
+        def _peek(
+            self, key: str, rates: Rate | Sequence[Rate], failure_mode: str | None
+        ) -> Flow[Decision]: ...
 
         def _refused(self) -> CircuitOpenError | None: ...
 
@@ -96,13 +86,6 @@ class Operations:
                 "peek", "failure", "failure_mode", failure, failure_mode, None, stacklevel=4
             )
         return self._peek(key, rates, failure_mode)
-
-    def _peek(
-        self, key: str, rates: Rate | Sequence[Rate], failure_mode: str | None
-    ) -> Flow[Decision]:
-        started = self._start(self.algorithm, key, rates, 0, failure_mode, None)
-        assert type(started) is Pending  # a check is never answered in this process
-        return (yield from self._global(started, 0))
 
     def acquire_flow(
         self, key: str, rates: Rate | Sequence[Rate], cost: int = 1, *, timeout: float | None = None

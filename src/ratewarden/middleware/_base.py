@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Generic, TypeVar
 
-from ratewarden.deprecation import UNSET, renamed
+from ratewarden.deprecation import UNSET
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import CircuitBreaker
 from ratewarden.metrics import Metrics
 from ratewarden.middleware._compiled import Compiled
 from ratewarden.middleware._core import RuleSet
-from ratewarden.middleware._failure import FailureAnswer, adopt_breaker
+from ratewarden.middleware._failure import FailureAnswer, adopt_breaker, chosen_failure_mode
 from ratewarden.middleware._outcome import Outcome
 
 __all__ = ["RateLimitBase"]
@@ -44,9 +44,7 @@ class RateLimitBase(Generic[A, H]):
         name: str = "middleware",
         failure: str = UNSET,
     ) -> None:
-        # ``failure`` is the deprecated name of ``failure_mode`` (one release).
-        what = type(self).__name__
-        failure_mode = renamed(what, "failure", "failure_mode", failure, failure_mode, "open")
+        failure_mode = chosen_failure_mode(type(self).__name__, failure_mode, failure)
         if not isinstance(rules, RuleSet):
             raise ConfigurationError(f"rules {rules!r} must be a RuleSet")
         if not callable(getattr(limiter, "hit", None)):

@@ -33,18 +33,25 @@ import warnings
 
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
+from ratewarden.deprecation import renamed
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import FAILURE_MODES, CircuitBreaker, DecisionCore, FailureReport
 from ratewarden.metrics import Metrics
 from ratewarden.middleware._outcome import PASS, Outcome, refusal
 
-__all__ = ["MIDDLEWARE_FAILURE_MODES", "FailureAnswer", "adopt_breaker"]
+__all__ = ["MIDDLEWARE_FAILURE_MODES", "FailureAnswer", "adopt_breaker", "chosen_failure_mode"]
 
 #: What a middleware does when the limiter's store fails: let the request through, or refuse it.
 #: Not ``local``: deciding in this process takes a limiter of its own (a ``TwoTier``).
 MIDDLEWARE_FAILURE_MODES = tuple(mode for mode in FAILURE_MODES if mode != "local")
 #: ``Retry-After`` of a refusal when no breaker says when the store will be tried again.
 DEFAULT_RETRY_AFTER = 1
+
+
+def chosen_failure_mode(who: str, failure_mode: str, failure: str) -> str:
+    """A middleware's ``failure_mode``, or the value of ``failure``, its deprecated name (one
+    release), given instead: the DeprecationWarning names ``who`` and the line that made it."""
+    return renamed(who, "failure", "failure_mode", failure, failure_mode, "open", stacklevel=4)
 
 
 class FailureAnswer:

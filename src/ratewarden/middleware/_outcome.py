@@ -2,7 +2,7 @@
 
 An ``Outcome`` is the sans-I/O answer every middleware computes; the ASGI and
 WSGI drivers only send it. Refusals carry a problem document (RFC 9457) and the
-headers that go with it, built by ``problem``.
+headers that go with it, built by ``refusal``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ __all__ = [
     "Passed",
     "close_wsgi",
     "encoded",
-    "problem",
     "refusal",
     "send_asgi",
     "send_wsgi",
@@ -63,16 +62,17 @@ class Passed:
         self.__class__ = Outcome  # type: ignore[assignment]
 
 
-def problem(
+def refusal(
     status: int,
     detail: str,
     *,
     retry_after: int | None = None,
     extra: dict[str, Any] | None = None,
     headers: tuple[Header, ...] = (),
-) -> tuple[tuple[Header, ...], bytes]:
-    """A refusal's headers and body: ``headers``, then ``Retry-After`` (unless None),
-    ``Cache-Control: no-store`` and the problem document's type and length."""
+) -> Outcome:
+    """A request answered here with ``status`` and a problem document (RFC 9457): its
+    headers are ``headers``, then ``Retry-After`` (unless None), ``Cache-Control: no-store``
+    and the document's type and length."""
     document: dict[str, Any] = {
         "type": "about:blank",
         "title": _TITLES[status],
@@ -89,20 +89,7 @@ def problem(
         ("Content-Type", "application/problem+json"),
         ("Content-Length", str(len(body))),
     ]
-    return tuple(found), body
-
-
-def refusal(
-    status: int,
-    detail: str,
-    *,
-    retry_after: int | None = None,
-    extra: dict[str, Any] | None = None,
-    headers: tuple[Header, ...] = (),
-) -> Outcome:
-    """A request answered here with ``status`` and a problem document (see ``problem``)."""
-    found, body = problem(status, detail, retry_after=retry_after, extra=extra, headers=headers)
-    return Outcome(True, found, body, status)
+    return Outcome(True, tuple(found), body, status)
 
 
 @functools.lru_cache(maxsize=64)

@@ -41,10 +41,10 @@ from collections.abc import Callable, Iterable, Sequence
 from ratewarden.budgets import AsyncTokenBudget, BudgetDecision, Reservation, Usage
 from ratewarden.budgets import provider_headers as budget_headers
 from ratewarden.clock import Clock, SystemClock
-from ratewarden.deprecation import UNSET, renamed
+from ratewarden.deprecation import UNSET
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.metrics import Metrics
-from ratewarden.middleware._failure import FailureAnswer
+from ratewarden.middleware._failure import FailureAnswer, chosen_failure_mode
 from ratewarden.middleware._identity import ANONYMOUS, KeyFunc
 from ratewarden.middleware._outcome import refusal, send_asgi
 from ratewarden.middleware._request import (
@@ -115,9 +115,7 @@ class TokenBudgetMiddleware:
         clock: Clock | None = None,
         failure: str = UNSET,
     ) -> None:
-        # ``failure`` is the deprecated name of ``failure_mode`` (one release).
-        what = type(self).__name__
-        failure_mode = renamed(what, "failure", "failure_mode", failure, failure_mode, "open")
+        failure_mode = chosen_failure_mode(type(self).__name__, failure_mode, failure)
         if not isinstance(budget, AsyncTokenBudget):
             raise ConfigurationError(f"budget {budget!r} must be an AsyncTokenBudget")
         for what, func in (("estimate", estimate), ("actual", actual)):

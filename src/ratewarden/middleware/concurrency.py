@@ -37,7 +37,7 @@ from ratewarden.deprecation import UNSET, renamed
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.limiter import Lease
 from ratewarden.metrics import Metrics
-from ratewarden.middleware._failure import FailureAnswer
+from ratewarden.middleware._failure import FailureAnswer, chosen_failure_mode
 from ratewarden.middleware._identity import ANONYMOUS, KeyFunc
 from ratewarden.middleware._outcome import Outcome, close_wsgi, refusal, send_asgi, send_wsgi
 from ratewarden.middleware._request import RequestInfo, from_asgi, from_wsgi
@@ -127,9 +127,7 @@ class SlotPolicy:
         metrics: Metrics | None = None,
         failure: str = UNSET,
     ) -> None:
-        failure_mode = renamed(
-            "SlotPolicy", "failure", "failure_mode", failure, failure_mode, "open"
-        )
+        failure_mode = chosen_failure_mode("SlotPolicy", failure_mode, failure)
         self.name = check_name(name)
         self.limit = _whole("limit", limit, 1)
         if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < 86_400 * 365:
@@ -172,13 +170,13 @@ class SlotPolicy:
         """``"429 Too Many Requests"`` or ``"503 Service Unavailable"``."""
         return "429 Too Many Requests" if self.status == 429 else "503 Service Unavailable"
 
-    def admit(self, found: Lease | StorageError, limiter: object) -> Outcome | None:
-        """What ``acquire_slot`` gave (a Lease, or the StorageError it raised) means: None
-        when the slot is held (run the app, then release it), else the Outcome to send (a
-        refusal, or the failure mode's: open runs the app without a slot)."""
+    def admit(self, found: Lease | StorageError, limiter: object) -> _Held | Outcome:
+        """What ``acquire_slot`` gave (a Lease, or the StorageError it raised) means: the
+        slot, held (run the app, then release it), else the Outcome to send (a refusal, or
+        the failure mode's: open runs the app without a slot)."""
         if isinstance(found, StorageError):
             return self.failure_answer.caught(found, limiter)
-        return None if found.allowed else self.refusal
+        return _Held(found, self) if found.allowed else self.refusal
 
 
 def _policy(options: dict[str, Any], who: str) -> SlotPolicy:
@@ -301,14 +299,13 @@ class ConcurrencyMiddleware(_SlotMiddleware[ASGIApp, AsyncSlotLimiter]):
             found = await self.limiter.acquire_slot(key, policy.limit, ttl=policy.ttl)
         except StorageError as exc:
             found = exc
-        outcome = policy.admit(found, self.limiter)
-        if outcome is not None:
-            if outcome.blocked:
-                await send_asgi(send, outcome, head=request.method == "HEAD")
+        held = policy.admit(found, self.limiter)
+        if isinstance(held, Outcome):
+            if held.blocked:
+                await send_asgi(send, held, head=request.method == "HEAD")
             else:
                 await self.app(scope, receive, send)
             return
-        held = _Held(found, policy)  # type: ignore[arg-type]
 
         async def send_holding(message: Message) -> None:
             await send(message)
@@ -349,12 +346,11 @@ class WSGIConcurrencyMiddleware(_SlotMiddleware[WSGIApp, SlotLimiter]):
             )
         except StorageError as exc:
             found = exc
-        outcome = policy.admit(found, self.limiter)
-        if outcome is not None:
-            if outcome.blocked:
-                return send_wsgi(start_response, outcome, head=request.method == "HEAD")
+        held = policy.admit(found, self.limiter)
+        if isinstance(held, Outcome):
+            if held.blocked:
+                return send_wsgi(start_response, held, head=request.method == "HEAD")
             return self.app(environ, start_response)
-        held = _Held(found, policy)  # type: ignore[arg-type]
         try:
             result = self.app(environ, start_response)
         except BaseException:

@@ -66,10 +66,10 @@ __all__ = [
     "MIN_PERIODS",
     "MODELS",
     "Accuracy",
-    "check_arguments",
     "compare",
     "estimate_accuracy",
     "format_accuracy",
+    "prepare",
 ]
 
 _SECOND_US = 1_000_000
@@ -272,30 +272,17 @@ def estimate_accuracy(
     ``"admitted"`` (as ratewarden's stores do: a denial writes nothing) or
     ``"all"`` (every request, denied or not).
     """
-    arrivals, means, rng, duration_us = _setup(model, rate, requests, sources, load, seed, counting)
-    per_us = rate.limit / rate.period_us
-    streams = (arrivals(1.0 / (mean * per_us), duration_us, rng) for mean in means)
-    periods = duration_us / rate.period_us
-    return compare(model, rate, streams, sources, load, periods, counting)
+    return prepare(model, rate, requests, sources, load, seed, counting)()
 
 
-def check_arguments(
-    model: str,
-    rate: Rate,
-    requests: int,
-    sources: int = 5_000,
-    load: float = 0.5,
-    seed: int = 1,
-    counting: str = "admitted",
-) -> None:
-    """Raise the ConfigurationError ``estimate_accuracy`` would, without simulating anything."""
-    _setup(model, rate, requests, sources, load, seed, counting)
-
-
-def _setup(
+def prepare(
     model: str, rate: Rate, requests: int, sources: int, load: float, seed: int, counting: str
-) -> tuple[_Arrivals, list[float], random.Random, int]:
-    """Validate; draw each source's mean load; choose the duration."""
+) -> Callable[[], Accuracy]:
+    """``estimate_accuracy``'s run, checked and set up now, simulated when called.
+
+    Bad arguments raise here the ConfigurationError ``estimate_accuracy`` would,
+    so that a command checks every run before the first (long) one starts.
+    """
     arrivals = MODELS.get(model)
     if arrivals is None:
         raise ConfigurationError(
@@ -315,8 +302,7 @@ def _setup(
         raise ConfigurationError(
             f"rate {rate}: the sliding window has no separate burst; drop burst="
         )
-    rng = random.Random(seed)
-    means = _mean_loads(sources, load, rng)
+    means = _mean_loads(sources, load, random.Random(seed))
     per_us = rate.limit / rate.period_us  # requests per microsecond at load 1
     duration_us = max(1, round(requests / (sum(means) * per_us)))
     if duration_us < MIN_PERIODS * rate.period_us:
@@ -325,7 +311,16 @@ def _setup(
             f"{duration_us / rate.period_us:.1f} periods of {rate}; the estimate needs at least "
             f"{MIN_PERIODS}: simulate more requests, fewer sources or a lower load"
         )
-    return arrivals, means, rng, duration_us
+
+    def run() -> Accuracy:
+        # The same means again, from the seed: a prepared run keeps no list of its sources.
+        rng = random.Random(seed)
+        means = _mean_loads(sources, load, rng)
+        streams = (arrivals(1.0 / (mean * per_us), duration_us, rng) for mean in means)
+        periods = duration_us / rate.period_us
+        return compare(model, rate, streams, sources, load, periods, counting)
+
+    return run
 
 
 def compare(

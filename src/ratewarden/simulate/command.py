@@ -252,9 +252,8 @@ def _accuracy(args: argparse.Namespace) -> int:
         for load in args.load or [0.5]
         for model in models
     ]  # fmt: skip
-    for row in rows:  # every row's arguments before the first (long) simulation
-        accuracy_report.check_arguments(*row)
-    reports = [accuracy_report.estimate_accuracy(*row) for row in rows]
+    runs = [accuracy_report.prepare(*row) for row in rows]  # every row checked before the first
+    reports = [run() for run in runs]
     print(accuracy_report.format_accuracy(reports), end="")
     return EXIT_OK
 

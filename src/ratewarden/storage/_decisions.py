@@ -77,39 +77,18 @@ def _layer(rate: Rate, outcome: Outcome, cost: int) -> Decision:
 
 def single(rate: Rate, outcome: tuple[bool, int, int, int, int, int], cost: int) -> Decision:
     """The decision of a one-rate call: its only layer binds, and lists itself in ``layers``."""
-    allowed, remaining, reset_after_us, retry_after_us, delay_us, refill_after_us = outcome
-    reset_after = math.inf if reset_after_us == NEVER else reset_after_us / 1_000_000
-    retry_after = math.inf if retry_after_us == NEVER else retry_after_us / 1_000_000
+    allowed, remaining, reset_us, retry_us, delay_us, refill_us = outcome
+    reset = math.inf if reset_us == NEVER else reset_us / 1_000_000
+    retry = math.inf if retry_us == NEVER else retry_us / 1_000_000
     delay = 0.0 if not delay_us else math.inf if delay_us == NEVER else delay_us / 1_000_000
-    refill_after = refill_after_us / 1_000_000
+    refill = refill_us / 1_000_000
     limit = rate.limit
+    # The same fields twice: the layer (no layers of its own), then the call listing it.
     layer = make_decision(
-        allowed,
-        limit,
-        remaining,
-        reset_after,
-        retry_after,
-        delay,
-        rate,
-        cost,
-        (),
-        False,
-        "",
-        refill_after,
+        allowed, limit, remaining, reset, retry, delay, rate, cost, (), False, "", refill
     )
     return make_decision(
-        allowed,
-        limit,
-        remaining,
-        reset_after,
-        retry_after,
-        delay,
-        rate,
-        cost,
-        (layer,),
-        False,
-        "",
-        refill_after,
+        allowed, limit, remaining, reset, retry, delay, rate, cost, (layer,), False, "", refill
     )
 
 
