@@ -59,3 +59,13 @@ def test_the_servers_rule_is_descriptor_rule_and_the_old_name_warns() -> None:
         old = config.Rule
     assert old is config.DescriptorRule
     assert "Rule" not in config.__all__ and "DescriptorRule" in config.__all__
+
+
+def test_a_name_moved_from_the_servers_config_warns_at_the_line_that_asked() -> None:
+    """ratewarden.server.config's own ``__getattr__`` hands moved names to ``moved``: the
+    warning still names this file's line, not the package's."""
+    from ratewarden.server import config
+
+    with pytest.warns(DeprecationWarning, match="import MAX_ALIAS_COPIES from") as caught:
+        config.MAX_ALIAS_COPIES  # noqa: B018
+    assert caught[0].filename == __file__

@@ -50,7 +50,7 @@ class _Unset:
 UNSET: Any = _Unset()
 
 
-def moved(module: str, homes: Mapping[str, str]) -> Callable[[str], Any]:
+def moved(module: str, homes: Mapping[str, str]) -> Callable[..., Any]:
     """A module ``__getattr__`` resolving each name of ``homes`` from the module named there.
 
     ``module`` is the old module's name (its ``__name__``); each access to a moved
@@ -67,15 +67,16 @@ def moved(module: str, homes: Mapping[str, str]) -> Callable[[str], Any]:
         )
     table = dict(homes)
 
-    def resolve(name: str) -> Any:
+    def resolve(name: str, depth: int = 0) -> Any:
         home = table.get(name)
         if home is None:
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        # stacklevel 2: the warning names the line that asked for the old name.
+        # stacklevel 2: the warning names the line that asked for the old name; a module
+        # ``__getattr__`` that calls this one passes ``depth=1`` for its own frame.
         warnings.warn(
             f"{module}.{name} is deprecated; import {name} from {home}",
             DeprecationWarning,
-            stacklevel=2,
+            stacklevel=2 + depth,
         )
         return getattr(importlib.import_module(home), name)
 

@@ -57,4 +57,4 @@ def __getattr__(name: str) -> Any:
             stacklevel=2,
         )
         return model.DescriptorRule
-    return _moved(name)
+    return _moved(name, depth=1)  # the warning names the caller's line, not this one
