@@ -375,6 +375,7 @@ class QuotaService:
         return actions
 
     def _shares(self, bucket: Bucket, budget: Budget) -> Flow[dict[int, Share]]:
+        weights = bucket.weights(self._peers)
         if self.fleet is not None:
             departed, bucket.departed = bucket.departed, []
             asked = {
@@ -385,16 +386,10 @@ class QuotaService:
             try:
                 return (
                     yield from self.fleet.shares_flow(
-                        bucket.domain,
-                        bucket.key,
-                        budget,
-                        hold,
-                        asked,
-                        departed,
-                        bucket.weights(self._peers),
+                        bucket.domain, bucket.key, budget, hold, asked, departed, weights
                     )
                 )
             except StorageError:
                 bucket.departed[:0] = departed  # for the next round
                 raise
-        return bucket.local_shares(budget, self.interval, bucket.weights(self._peers))
+        return bucket.local_shares(budget, self.interval, weights)
