@@ -16,7 +16,7 @@ import pytest
 from envoy.service.rate_limit_quota.v3 import rlqs_pb2_grpc
 
 from ratewarden.server.rlqs.grpc import PEER_HEADER, peer_name
-from tests.server_transport.conftest import StartServer, channel
+from tests.server_transport.conftest import StartServer, channel, http
 from tests.server_transport.test_rlqs_stream import WAIT, Stream, assignment, report, streams
 
 __all__ = ["streams"]  # the fixture, shared with test_rlqs_stream.py
@@ -51,7 +51,7 @@ async def test_two_envoys_naming_themselves_hold_shares_by_their_weights(
 ) -> None:
     """eu alone holds all 60; once us has reported, the next round gives 45 (burst 6) and
     15 (burst 2): 3 to 1, as the rule's rlqs_weights say, where the split by demand would
-    give 30 and 30."""
+    give 30 and 30; /rlqs.json shows each stream's peer name with its share."""
     server = await start_server(RULES, rlqs=True, rlqs_interval=0.2, rlqs_ttl=2)
     eu, us = NamedStream(server.grpc_port, "eu"), NamedStream(server.grpc_port, "us")
     streams += [eu, us]
@@ -60,6 +60,11 @@ async def test_two_envoys_naming_themselves_hold_shares_by_their_weights(
     us.send(report("edge", ({"tenant": "a"}, 500, 0)))
     await us.bucket_until((2, 15, 60))
     await eu.bucket_until((6, 45, 60))
+    state = (await http(server.http_port, "GET", "/rlqs.json")).json()
+    peers = {
+        entry["peer"]: entry["assignment"]["tokens_per_fill"] for entry in state["assignments"]
+    }
+    assert peers == {"eu": 45, "us": 15}
 
 
 class Context:

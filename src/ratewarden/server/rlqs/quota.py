@@ -290,6 +290,7 @@ class QuotaService:
                         "bucket": dict(bucket.key),
                         "rule": None if bucket.rule is None else bucket.rule.path,
                         "stream": stream,
+                        "peer": self._peers.get(stream, ""),
                         "assignment": held if not isinstance(held, Share) else {
                             "tokens_per_fill": held.tokens_per_fill,
                             "max_tokens": held.max_tokens,
