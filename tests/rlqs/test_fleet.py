@@ -88,9 +88,10 @@ def make_store(request: pytest.FixtureRequest) -> Iterator[MakeStore]:
 
 
 def replicas(
-    store: Any, clock: ManualClock, count: int, text: str | None = None
+    store: Any, clock: ManualClock, count: int, text: str | None = None, local: bool = False
 ) -> list[QuotaService]:
-    """``count`` quota services over ``store``, replicas ``r0``, ``r1``, ..."""
+    """``count`` quota services over ``store``, replicas ``r0``, ``r1``, ...; with ``local``,
+    one quota service that keeps its shares in its process (no fleet)."""
     limiter = Limiter(store)
     return [
         QuotaService(
@@ -98,7 +99,7 @@ def replicas(
             clock=clock,
             interval=1.0,
             ttl_s=3,
-            fleet=Fleet(limiter, replica=f"r{index}"),
+            fleet=None if local else Fleet(limiter, replica=f"r{index}"),
         )
         for index in range(count)
     ]
@@ -190,6 +191,8 @@ def test_the_script_and_its_python_twin_answer_alike(
     limit=st.integers(1, 120),
     period=st.sampled_from([1, 10, 60]),
     burst=st.one_of(st.none(), st.integers(1, 200)),
+    weights=st.one_of(st.none(), st.lists(st.integers(1, 10), min_size=3, max_size=3)),
+    local=st.booleans(),
 )
 def test_the_fleet_of_replicas_never_admits_more_than_the_stated_bound_in_any_window(
     make_store: MakeStore,
@@ -199,10 +202,14 @@ def test_the_fleet_of_replicas_never_admits_more_than_the_stated_bound_in_any_wi
     limit: int,
     period: int,
     burst: int | None,
+    weights: list[int] | None,
+    local: bool,
 ) -> None:
     """Random demand, report gaps, joins and leaves, Envoys spread over 1-3 replicas of one
-    store: the shares held never add up above L (tokens) nor max(B, N) (capacity), and every
-    window's admissions stay within r*W + M*(R*(floor(W/I) + 1) + 1)."""
+    store (or one process without a fleet), the rule weighted or not (``rlqs_weights`` for
+    peers p0 and p1 and a default, Envoys naming p0, p1 or nothing): the shares held never
+    add up above L (tokens) nor max(B, N) (capacity), and every window's admissions stay
+    within r*W + M*(R*(floor(W/I) + 1) + 1)."""
     unit = {1: "second", 10: "second", 60: "minute"}[period]
     multiplier = 10 if period == 10 else 1
     algorithm = "fixed_window" if burst is None else "token_bucket"
@@ -211,8 +218,12 @@ def test_the_fleet_of_replicas_never_admits_more_than_the_stated_bound_in_any_wi
         f"{{algorithm: {algorithm}, unit: {unit}, unit_multiplier: {multiplier}, "
         f"requests_per_unit: {limit}{extra}}}"
     )
+    if weights is not None:
+        named = f"{{p0: {weights[0]}, p1: {weights[1]}, default: {weights[2]}}}"
+        text = text.replace("    rate_limit:", f"    rlqs_weights: {named}\n    rate_limit:")
+    local = local and count == 1
     clock = ManualClock()
-    fleet = replicas(make_store(clock), clock, count, text)
+    fleet = replicas(make_store(clock), clock, count, text, local)
     steps = data.draw(st.integers(8, 40), label="steps")
     homes = data.draw(st.lists(st.integers(0, count - 1), min_size=envoys, max_size=envoys))
     joins = data.draw(st.lists(st.integers(0, steps // 2), min_size=envoys, max_size=envoys))
@@ -247,7 +258,7 @@ def test_the_fleet_of_replicas_never_admits_more_than_the_stated_bound_in_any_wi
             admitted += sum(sim.admit(now) for _ in range(demand[step][index]))
             open_stream = leaves[index] is None or step < leaves[index]
             if step == joins[index]:
-                sim.stream = quota.open()
+                sim.stream = quota.open(("p0", "p1", "")[index % 3])
                 by_stream[(home, sim.stream)] = sim
             elif not open_stream or now - sim.last_report < gaps[index]:
                 continue

@@ -7,7 +7,7 @@ from fractions import Fraction
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ratewarden.server.rlqs.shares import Budget, Share, apportion, split, weights
+from ratewarden.server.rlqs.shares import Budget, Share, apportion, by_demand, split
 
 
 def test_apportion_splits_whole_units_by_largest_remainder_ties_to_the_earlier() -> None:
@@ -20,7 +20,7 @@ def test_apportion_splits_whole_units_by_largest_remainder_ties_to_the_earlier()
 def test_under_the_limit_each_envoy_gets_its_demand_and_an_even_part_of_the_spare() -> None:
     """60 a minute, demands 10 and 20: spare 30, so 25 and 35."""
     budget = Budget(60, 60, 10)
-    assert weights(budget, [Fraction(10), Fraction(20)]) == [25, 35]
+    assert by_demand(budget, [Fraction(10), Fraction(20)]) == [25, 35]
     assert [s.tokens_per_fill for s in split(budget, [Fraction(10), Fraction(20)])] == [25, 35]
 
 

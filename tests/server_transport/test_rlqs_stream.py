@@ -170,6 +170,7 @@ async def test_rlqs_json_shows_streams_and_assignments_and_is_404_when_off(
             "bucket": {"tenant": "a"},
             "rule": "edge.tenant",
             "stream": 1,
+            "peer": "",
             "assignment": {"tokens_per_fill": 6, "max_tokens": 4},
         }
     ]

@@ -1,15 +1,16 @@
 """One round of an RLQS bucket's shares over the fleet's demand: the ``quota_shares`` op.
 
-Several ``ratewarden serve`` replicas serve the Envoys of one bucket. Each keeps its
-own streams; what they share is one hash per bucket in the store: per member (one
-Envoy stream on one replica) its demand, and the share it was last sent with the
-time until which its Envoy may enforce it. A replica's round of the bucket is one
-atomic step (``lua/quota_shares.lua``, or ``run`` under the memory store's lock):
-it records its members' demands, reads every member's, splits the limit fairly over
-all of them, and gives its own members their fair part, never more than the limit
-less what the other members still hold. So the tokens per fill held fleet-wide never
-add up to more than the limit, and their capacity never to more than
-``max(burst, holders)``, whatever the replicas' rounds interleave (docs/rlqs.md, the
+Several ``ratewarden serve`` replicas serve the Envoys of one bucket. Each keeps its own
+streams; what they share is one hash per bucket in the store: per member (one Envoy
+stream on one replica) its demand, and the share it was last sent with the time until
+which its Envoy may enforce it. A replica's round of the bucket is one atomic step
+(``lua/quota_shares.lua``, or ``run`` under the memory store's lock): it records its
+members' demands (and weights), reads every member's, splits the limit fairly over all
+of them (by demand, or weighted max-min fair when the rule has weights:
+``shares.split``'s two ways), and gives its own members their fair part, never more than
+the limit less what the other members still hold. So the tokens per fill held fleet-wide
+never add up to more than the limit, and their capacity never to more than ``max(burst,
+holders)``, whatever the replicas' rounds interleave (docs/rlqs.md, the
 bound for several replicas). With Redis, ``now`` is Redis ``TIME``: one clock for
 every replica.
 
@@ -32,9 +33,11 @@ __all__ = ["FleetRound", "quota_shares_op", "run"]
 _SCRIPT = "quota_shares"
 #: Most milli-requests per fill interval a demand counts as (doubles stay exact).
 MAX_DEMAND = 10**12
+#: Largest weight a member may have (the config's ``rlqs_weights`` bound).
+MAX_WEIGHT = 1_000_000
 
-#: A member's entry: (demand, demand_until_us, tokens, burst, held_until_us).
-Entry = tuple[int, int, int, int, int]
+#: A member's entry: (demand, demand_until_us, tokens, burst, held_until_us, weight).
+Entry = tuple[int, int, int, int, int, int]
 Write = tuple[int, Any, int]
 
 
@@ -61,17 +64,26 @@ def quota_shares_op(
     hold_us: int,
     members: Sequence[tuple[str, int]],
     departed: Sequence[str] = (),
+    weights: Sequence[int] | None = None,
 ) -> Op:
     """The round of ``bucket`` (one domain's bucket id, as text) for this replica's
     ``members`` (``(member id, demand)``, demand in milli-requests per fill interval) and
-    its ``departed`` members (closed streams: their demand goes, their share stays held)."""
+    its ``departed`` members (closed streams: their demand goes, their share stays held).
+    ``weights``, one per member (1 to ``MAX_WEIGHT``), make the split weighted max-min
+    fair over every member's weight; None splits by demand."""
     if tokens < 0 or burst < 0 or hold_us < 1:
         raise ConfigurationError(
             f"tokens {tokens} and burst {burst} must be >= 0, hold_us {hold_us} >= 1"
         )
-    args: list[int | str] = ["", tokens, burst, hold_us, len(members)]
-    for member, demand in members:
-        args += [_member(member), max(0, min(MAX_DEMAND, int(demand)))]
+    if weights is not None and (
+        len(weights) != len(members) or not all(1 <= w <= MAX_WEIGHT for w in weights)
+    ):
+        raise ConfigurationError(f"weights {weights!r}: one per member, 1 to {MAX_WEIGHT}")
+    weighted = weights is not None
+    args: list[int | str] = ["", tokens, burst, hold_us, int(weighted), len(members)]
+    for index, (member, demand) in enumerate(members):
+        weight = weights[index] if weights is not None else 1
+        args += [_member(member), max(0, min(MAX_DEMAND, int(demand))), weight]
     args += [_member(member) for member in departed]
     return Op(_SCRIPT, (record_key(prefix, bucket, "rlqs", "shares"),), tuple(args), run)
 
@@ -104,14 +116,59 @@ def _apportion(total: float, weights: Sequence[float]) -> list[int]:
     return parts
 
 
+def _by_demand(fleet_limit: float, asked_by: Sequence[float]) -> list[float]:
+    """``lua/quota_shares.lua``'s split by demand (``shares.by_demand``, scaled by ``n``)."""
+    n = len(asked_by)
+    asked = 0.0
+    for value in asked_by:
+        asked += value
+    weights: list[float] = []
+    for value in asked_by:
+        if asked == 0:
+            weights.append(1.0)
+        elif asked <= fleet_limit:
+            weights.append(float(n) * value + (fleet_limit - asked))
+        else:
+            weights.append(value)
+    return weights
+
+
+def _by_weight(
+    fleet_limit: float, asked_by: Sequence[float], weigh: Sequence[float]
+) -> list[float]:
+    """``lua/quota_shares.lua``'s weighted max-min fair split (``shares.by_weight``)."""
+    n = len(asked_by)
+    asked = whole = 0.0
+    for i in range(n):
+        asked += asked_by[i]
+        whole += weigh[i]
+    if asked == 0:
+        return list(weigh)
+    if asked <= fleet_limit:
+        return [asked_by[i] + (fleet_limit - asked) * weigh[i] / whole for i in range(n)]
+    parts = [0.0] * n
+    left = fleet_limit
+    order = sorted(range(n), key=lambda i: (asked_by[i] / weigh[i], i))
+    for place, index in enumerate(order):
+        if asked_by[index] * whole > left * weigh[index]:
+            for rest in order[place:]:
+                parts[rest] = left * weigh[rest] / whole
+            break
+        parts[index] = asked_by[index]
+        left -= asked_by[index]
+        whole -= weigh[index]
+    return parts
+
+
 def run(
     args: Sequence[int | str], states: Sequence[Any], now: int
 ) -> tuple[list[int], list[Write]]:
     """The reply of ``quota_shares.lua`` for these ARGV and the bucket's state, and its write."""
-    limit, burst_limit, hold, k = (int(args[i]) for i in range(1, 5))
-    mine = [str(args[5 + 2 * i]) for i in range(k)]
-    demand = [int(args[6 + 2 * i]) for i in range(k)]
-    departed = [str(name) for name in args[5 + 2 * k :]]
+    limit, burst_limit, hold, weighted, k = (int(args[i]) for i in range(1, 6))
+    mine = [str(args[6 + 3 * i]) for i in range(k)]
+    demand = [int(args[7 + 3 * i]) for i in range(k)]
+    weight = [int(args[8 + 3 * i]) for i in range(k)]
+    departed = [str(name) for name in args[6 + 3 * k :]]
     entries: dict[str, Entry] = dict(states[0] or {})
     for name in mine:
         entries.pop(name, None)
@@ -133,19 +190,14 @@ def run(
     others.sort()
 
     asked_by = [float(value) for value in demand] + [float(entries[name][0]) for name in others]
+    # An entry written before weights were stored counts as weight 1, as in the script.
+    weigh = [float(value) for value in weight]
+    weigh += [float(entries[name][5] if len(entries[name]) > 5 else 1) for name in others]
     n = len(asked_by)
-    asked = 0.0
-    for value in asked_by:
-        asked += value
-    fleet_limit = float(limit * 1000)
-    weights: list[float] = []
-    for value in asked_by:
-        if asked == 0:
-            weights.append(1.0)
-        elif asked <= fleet_limit:
-            weights.append(float(n) * value + (fleet_limit - asked))
-        else:
-            weights.append(value)
+    if weighted:
+        weights = _by_weight(float(limit * 1000), asked_by, weigh)
+    else:
+        weights = _by_demand(float(limit * 1000), asked_by)
     fair = _apportion(limit, weights)
     holding = [i for i in range(n) if fair[i] > 0]
     fair_burst = _apportion(burst_limit, [weights[i] for i in holding])
@@ -177,7 +229,7 @@ def run(
     last = now
     for i, name in enumerate(mine):
         held_until = now + hold if tokens[i] > 0 else 0
-        entries[name] = (demand[i], now + hold, tokens[i], mine_b[i], held_until)
+        entries[name] = (demand[i], now + hold, tokens[i], mine_b[i], held_until, weight[i])
         last = now + hold
         reply += [tokens[i], mine_b[i]]
     for entry in entries.values():

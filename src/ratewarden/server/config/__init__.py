@@ -15,6 +15,7 @@ The package, one concept a module, each importing only those above it:
 - ``fields``: reading values out of a file's YAML nodes, recording each problem;
 - ``limits``: reading one limit's fields, written alike in both blocks;
 - ``rate_limit`` and ``budget``: reading a descriptor's ``rate_limit`` and ``budget``;
+- ``rlqs_weights``: reading a descriptor's ``rlqs_weights`` (RLQS peers' weights);
 - ``reader``: one file's YAML, walked into a ``DomainConfig``;
 - ``loading``: files and directories into a ``RateLimitConfig`` (``load``, ``loads``).
 

@@ -151,6 +151,9 @@ class DescriptorRule:
     quota_mode: bool = False
     detailed_metric: bool = False
     budget: bool = False
+    #: RLQS only: ``(peer name, weight)`` pairs, sorted, ``default`` among them when given
+    #: (the weight of the peers not named; 1 otherwise). Empty: split by demand.
+    rlqs_weights: tuple[tuple[str, int], ...] = ()
     #: A limit of 0 requests: every request is over, without asking a store.
     always_over: bool = field(init=False, repr=False, compare=False)
     #: The rates a store counts, made once: stores cache a call's plan by this tuple's identity.
@@ -160,6 +163,16 @@ class DescriptorRule:
         object.__setattr__(self, "always_over", any(lim.rate is None for lim in self.limits))
         rates = tuple(limit.rate for limit in self.limits if limit.rate is not None)
         object.__setattr__(self, "rates", rates)
+
+    def rlqs_weight(self, peer: str) -> int:
+        """The weight ``rlqs_weights`` gives the Envoy named ``peer`` ("" for none)."""
+        default = 1
+        for name, weight in self.rlqs_weights:
+            if name == peer:
+                return weight
+            if name == "default":
+                default = weight
+        return default
 
     def limit_for(self, rate: Rate | None) -> Limit | None:
         """The configured ``Limit`` whose rate is ``rate`` (the binding one of a decision)."""
@@ -225,5 +238,7 @@ class DescriptorRule:
             flags.append(f"name={self.name}")
         if self.replaces:
             flags.append("replaces=" + ",".join(self.replaces))
+        if self.rlqs_weights:
+            flags.append("rlqs_weights=" + ",".join(f"{n}:{w}" for n, w in self.rlqs_weights))
         tail = f" [{' '.join(flags)}]" if flags else ""
         return f"{self.path}: {what}{tail}  ({self.source})"

@@ -22,6 +22,7 @@ from ratewarden.server.config.budget import read_budget
 from ratewarden.server.config.fields import CONSTRUCT_ERRORS, FieldReader, _shorten
 from ratewarden.server.config.model import ConfigProblem, DescriptorRule
 from ratewarden.server.config.rate_limit import RATE_LIMIT_KEYS, read_rate_limit
+from ratewarden.server.config.rlqs_weights import check_weighted, read_rlqs_weights
 from ratewarden.server.config.tree import DomainConfig, Level, Node
 
 __all__ = ["MAX_ALIAS_COPIES", "FileReader"]
@@ -39,6 +40,7 @@ _DESCRIPTOR_KEYS = (
     "share_threshold",
     "metadata",
     "budget",
+    "rlqs_weights",
 )
 _MISPLACED = {
     "domain": "the top level of the file",
@@ -225,12 +227,17 @@ class FileReader(FieldReader):
             shadow_mode=self.flag(entries, "shadow_mode"),
             quota_mode=self.flag(entries, "quota_mode"),
             detailed_metric=self.flag(entries, "detailed_metric"),
+            rlqs_weights=read_rlqs_weights(self, entries),
         )
         for block, read in (("rate_limit", read_rate_limit), ("budget", read_budget)):
             if block in entries:
                 rule = read(self, entries, descriptor)
                 if rule is not None:
                     self.rules.append(rule)
+        if not any(block in entries for block in ("rate_limit", "budget")):
+            check_weighted(self, entries, None)
+        elif rule is not None:
+            check_weighted(self, entries, rule)
         share_threshold = self.flag(entries, "share_threshold")
         if share_threshold and value and "*" not in value:
             self.problem(

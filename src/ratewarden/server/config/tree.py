@@ -115,6 +115,8 @@ class Node:
             for flag in ("shadow_mode", "quota_mode", "detailed_metric"):
                 if getattr(self.rule, flag):
                     out[flag] = True
+            if self.rule.rlqs_weights:
+                out["rlqs_weights"] = dict(self.rule.rlqs_weights)
         if self.share_threshold:
             out["share_threshold"] = True
         if self.value_to_metric:

@@ -3,12 +3,12 @@
 With ``Fleet``, a ``QuotaService`` does not split a bucket's limit in this process: each
 round of a bucket is one atomic store operation (``quota_shares``, run by the decision
 core's ``apply_flow``) that records the demand of this replica's Envoys, reads every
-replica's, and gives this replica's Envoys their fair part of what the others do not
-hold. A member of the store's bucket is one stream on one replica: this replica's id
-(random unless given) and the stream's number. Each replica keeps its own streams and
-rounds; what they share is the store (Redis or a Redis Cluster for a fleet, Redis
-``TIME`` as the one clock; a memory store serves one process). The bound is stated for
-``R`` replicas in docs/rlqs.md.
+replica's (and, for a rule with ``rlqs_weights``, their weights), and gives this
+replica's Envoys their fair part of what the others do not hold. A member of the store's
+bucket is one stream on one replica: this replica's id (random unless given) and the
+stream's number. Each replica keeps its own streams and rounds; what they share is the
+store (Redis or a Redis Cluster for a fleet, Redis ``TIME`` as the one clock; a memory
+store serves one process). The bound is stated for ``R`` replicas in docs/rlqs.md.
 """
 
 from __future__ import annotations
@@ -61,10 +61,13 @@ class Fleet:
         hold_s: float,
         demands: Mapping[int, Fraction],
         departed: Sequence[int],
+        weights: Mapping[int, int] | None = None,
     ) -> Flow[dict[int, Share]]:
         """One round of the bucket: each of ``demands``' streams' share (``demands`` in
         requests per ``budget.fill_s``); ``departed`` streams give up their demand, their
-        shares stay held in the store for ``hold_s`` after they were sent."""
+        shares stay held in the store for ``hold_s`` after they were sent. ``weights`` (by
+        stream, when the rule has ``rlqs_weights``) are stored with the demands, and the
+        split is then weighted max-min fair over every replica's members."""
         members = [
             (self.member(stream), min(10**15, math.ceil(demand * 1000)))
             for stream, demand in demands.items()
@@ -77,6 +80,7 @@ class Fleet:
             math.ceil(hold_s * 1_000_000),
             members,
             [self.member(stream) for stream in departed],
+            None if weights is None else [weights[stream] for stream in demands],
         )
         found = FleetRound.of((yield from self.limiter.apply_flow(op)))
         return {stream: Share(*pair) for stream, pair in zip(demands, found.shares, strict=True)}

@@ -22,6 +22,7 @@ from envoy.service.rate_limit_quota.v3 import rlqs_pb2
 from envoy.type.v3 import ratelimit_strategy_pb2
 from google.protobuf.message import DecodeError
 
+from ratewarden.server.config.rlqs_weights import MAX_PEER_NAME, peer_name_problem
 from ratewarden.server.rlqs.quota import (
     ALLOW_ALL,
     Action,
@@ -32,11 +33,14 @@ from ratewarden.server.rlqs.quota import (
 )
 from ratewarden.server.rlqs.shares import Share
 
-__all__ = ["RATE_LIMIT_QUOTA_SERVICE", "RateLimitQuotaServicer", "response", "usages"]
+__all__ = ["PEER_HEADER", "RATE_LIMIT_QUOTA_SERVICE", "RateLimitQuotaServicer", "peer_name",
+           "response", "usages"]  # fmt: skip
 
 log = logging.getLogger("ratewarden.server.rlqs")
 
 RATE_LIMIT_QUOTA_SERVICE = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"
+#: The gRPC metadata an Envoy names itself with on its quota stream (docs/rlqs.md#weights).
+PEER_HEADER = "x-ratewarden-rlqs-peer"
 _Strategy = ratelimit_strategy_pb2.RateLimitStrategy
 _Action = rlqs_pb2.RateLimitQuotaResponse.BucketAction
 _END = object()
@@ -84,6 +88,23 @@ def response(actions: Iterable[Action]) -> Any:
     return out
 
 
+def peer_name(context: Any) -> str:
+    """The name an Envoy gives itself on its stream (``PEER_HEADER``, set through the
+    ``rlqs_server`` grpc_service's ``initial_metadata``; a rule's ``rlqs_weights`` weigh it
+    by that name), or "" when it gives none or one no rule could name (logged)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == PEER_HEADER:
+            name = value.strip() if isinstance(value, str) else ""
+            problem = peer_name_problem(name)
+            if problem is None:
+                return name
+            log.warning(
+                "quota stream's %s %s: weighed as unnamed", PEER_HEADER, problem,
+                extra={"event": "rlqs_bad_peer", "peer": name[:MAX_PEER_NAME]},
+            )  # fmt: skip
+    return ""
+
+
 class RateLimitQuotaServicer:
     """The RLQS stream handler over one ``QuotaService``; ``run`` is its round timer."""
 
@@ -105,7 +126,7 @@ class RateLimitQuotaServicer:
     async def StreamRateLimitQuotas(  # noqa: N802 - grpc's name
         self, requests: AsyncIterator[bytes], context: Any
     ) -> AsyncIterator[Any]:
-        stream = self.quota.open()
+        stream = self.quota.open(peer_name(context))
         queue: asyncio.Queue[Any] = asyncio.Queue()
         self._queues[stream] = queue
         reader = asyncio.create_task(self._read(stream, requests, queue))

@@ -3,18 +3,20 @@
 A member is one stream holding one bucket. Its **demand** is its rate over its last
 reports for the bucket (the requests they count over the time since the report before
 them, by arrival): Envoy reports on its own timer, so demand is measured per report,
-not per round. Pure: the times are handed in.
+not per round. A member's **weight** is its Envoy's under the bucket's rule
+(``rlqs_weights``, by the peer name its stream gave). Pure: the times are handed in.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 from ratewarden.server.config import DescriptorRule
 from ratewarden.server.rlqs.reports import BucketKey
-from ratewarden.server.rlqs.shares import Share
+from ratewarden.server.rlqs.shares import Budget, Share, split
 
 __all__ = ["DEMAND_SPAN_S", "Bucket", "Member"]
 
@@ -64,3 +66,26 @@ class Bucket:
     #: Requests its Envoys reported, allowed and denied, since it is tracked.
     allowed: int = 0
     denied: int = 0
+
+    def weights(self, peers: Mapping[int, str]) -> dict[int, int] | None:
+        """Each member's weight by its stream's peer name in ``peers`` (unnamed: ""), or
+        None when the rule has no ``rlqs_weights`` (split by demand)."""
+        if self.rule is None or not self.rule.rlqs_weights:
+            return None
+        return {stream: self.rule.rlqs_weight(peers.get(stream, "")) for stream in self.members}
+
+    def local_shares(
+        self, budget: Budget, interval: float, weights: Mapping[int, int] | None
+    ) -> dict[int, Share]:
+        """The members' shares of ``budget`` in this process (no fleet), out of what the
+        closed streams' reserved shares leave."""
+        held = [share for _, share in self.reserved]
+        pool = Budget(
+            max(0, budget.tokens - sum(share.tokens_per_fill for share in held)),
+            budget.fill_s,
+            max(0, budget.burst - sum(share.max_tokens for share in held)),
+        )
+        streams = list(self.members)
+        demands = [self.members[stream].demand(budget.fill_s, interval) for stream in streams]
+        given = None if weights is None else [weights[stream] for stream in streams]
+        return dict(zip(streams, split(pool, demands, given), strict=True))

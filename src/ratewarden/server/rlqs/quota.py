@@ -8,7 +8,8 @@ or an abandon, for a stream and a bucket); none of them does I/O.
 A **bucket** is one ``BucketId`` of one domain. Its rule (``buckets.bucket_rule``)
 fixes its answer: no rule, an ``unlimited`` rule, a ``shadow_mode`` rule or the
 global ``shadow`` switch answer ALLOW_ALL; a limit of 0 answers DENY_ALL; any other
-rule's limit is split between the streams reporting the bucket (``shares``).
+rule's limit is split between the streams reporting the bucket (``shares``; weighted
+by the peer name each stream gave to ``open`` when the rule has ``rlqs_weights``).
 
 A member's **demand** is its rate over its last ``history`` reports (the requests
 they count over the time since the report before them, by arrival on this clock):
@@ -48,7 +49,7 @@ from ratewarden.server.rlqs.figures import BucketFigures, bucket_figures
 from ratewarden.server.rlqs.fleet import Fleet
 from ratewarden.server.rlqs.members import Bucket, Member
 from ratewarden.server.rlqs.reports import BucketKey, ReportError, Usage, bucket_key, check_report
-from ratewarden.server.rlqs.shares import Budget, Share, split
+from ratewarden.server.rlqs.shares import Budget, Share
 
 __all__ = [
     "ALLOW_ALL",
@@ -127,6 +128,7 @@ class QuotaService:
         #: Requests Envoys reported, by (rule path or "none", "allowed" or "denied").
         self.reported: dict[tuple[str, str], int] = {}
         self._streams: dict[int, str] = {}
+        self._peers: dict[int, str] = {}
         self._buckets: dict[tuple[str, BucketKey], Bucket] = {}
         self._next = 0
         self._turn = asyncio.Lock()
@@ -141,10 +143,12 @@ class QuotaService:
     def buckets(self) -> int:
         return len(self._buckets)
 
-    def open(self) -> int:
-        """A new stream's id; its domain comes with its first report."""
+    def open(self, peer: str = "") -> int:
+        """A new stream's id; its domain comes with its first report. ``peer`` is the name
+        its Envoy gave (the rules' ``rlqs_weights`` weigh it by that name)."""
         self._next += 1
         self._streams[self._next] = ""
+        self._peers[self._next] = peer
         return self._next
 
     def report(self, stream: int, domain: str, usages: Sequence[Usage]) -> list[Action]:
@@ -226,6 +230,7 @@ class QuotaService:
     def close(self, stream: int) -> None:
         """The stream ended: its shares stay reserved while its Envoy may still use them."""
         self._streams.pop(stream, None)
+        self._peers.pop(stream, None)
         for bucket in self._buckets.values():
             member = bucket.members.pop(stream, None)
             if member is not None and self.fleet is not None:
@@ -285,6 +290,7 @@ class QuotaService:
                         "bucket": dict(bucket.key),
                         "rule": None if bucket.rule is None else bucket.rule.path,
                         "stream": stream,
+                        "peer": self._peers.get(stream, ""),
                         "assignment": held if not isinstance(held, Share) else {
                             "tokens_per_fill": held.tokens_per_fill,
                             "max_tokens": held.max_tokens,
@@ -370,6 +376,7 @@ class QuotaService:
         return actions
 
     def _shares(self, bucket: Bucket, budget: Budget) -> Flow[dict[int, Share]]:
+        weights = bucket.weights(self._peers)
         if self.fleet is not None:
             departed, bucket.departed = bucket.departed, []
             asked = {
@@ -380,20 +387,10 @@ class QuotaService:
             try:
                 return (
                     yield from self.fleet.shares_flow(
-                        bucket.domain, bucket.key, budget, hold, asked, departed
+                        bucket.domain, bucket.key, budget, hold, asked, departed, weights
                     )
                 )
             except StorageError:
                 bucket.departed[:0] = departed  # for the next round
                 raise
-        held = [share for _, share in bucket.reserved]
-        pool = Budget(
-            max(0, budget.tokens - sum(share.tokens_per_fill for share in held)),
-            budget.fill_s,
-            max(0, budget.burst - sum(share.max_tokens for share in held)),
-        )
-        streams = list(bucket.members)
-        demands = [
-            bucket.members[stream].demand(budget.fill_s, self.interval) for stream in streams
-        ]
-        return dict(zip(streams, split(pool, demands), strict=True))
+        return bucket.local_shares(budget, self.interval, weights)

@@ -10,10 +10,19 @@ add up: their ``tokens_per_fill`` sum to at most ``L`` (exactly ``L`` when anyon
 asks), their ``max_tokens`` to at most ``max(burst, n)`` (``n`` the Envoys holding
 a non-zero share, each of which needs at least one token to admit anything).
 
-Split by demand, work-conserving (``weights``): when the Envoys together ask for no
-more than the limit, each gets what it asked and the rest is split evenly (an Envoy
-that wakes up has headroom); when they ask for more, the limit is split in
-proportion to what each asked, so an Envoy that asked for nothing gets nothing.
+Split by demand, work-conserving (``by_demand``, a rule without ``rlqs_weights``): when
+the Envoys together ask for no more than the limit, each gets what it asked and the
+rest is split evenly (an Envoy that wakes up has headroom); when they ask for more,
+the limit is split in proportion to what each asked, so an Envoy that asked for
+nothing gets nothing.
+
+Weighted max-min fair (``by_weight``, a rule with ``rlqs_weights``): under the limit,
+each gets what it asked and the rest is split in proportion to the weights; over it,
+water-filling: an Envoy asking less than its weighted fair part of what is left gets
+what it asks, and the rest is split between the others in proportion to their
+weights, so Envoys that all ask for more hold shares in proportion to their weights.
+Both hand out the whole limit when anyone asks, so the sums below hold either way.
+
 Integers throughout (Hamilton's largest remainder, ties to the earlier Envoy): what
 Envoy enforces is whole tokens, and the sums must hold exactly.
 """
@@ -25,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-__all__ = ["Budget", "Share", "apportion", "split", "weights"]
+__all__ = ["Budget", "Share", "apportion", "by_demand", "by_weight", "split"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +96,8 @@ def apportion(total: int, weights: Sequence[Fraction]) -> list[int]:
     return parts
 
 
-def weights(budget: Budget, demands: Sequence[Fraction]) -> list[Fraction]:
-    """Each Envoy's weight from its demand, in tokens per fill interval.
+def by_demand(budget: Budget, demands: Sequence[Fraction]) -> list[Fraction]:
+    """Each Envoy's part of the limit by its demand, as weights for ``apportion``.
 
     Under the limit: its demand plus an even part of the spare. Over it: its demand.
     Nobody asking: equal weights (a new bucket's first round).
@@ -104,10 +113,48 @@ def weights(budget: Budget, demands: Sequence[Fraction]) -> list[Fraction]:
     return list(demands)
 
 
-def split(budget: Budget, demands: Sequence[Fraction]) -> list[Share]:
+def by_weight(
+    budget: Budget, demands: Sequence[Fraction], weights: Sequence[int]
+) -> list[Fraction]:
+    """Each Envoy's part of the limit, weighted max-min fair, in tokens per fill interval.
+
+    Nobody asking: in proportion to the weights. Under the limit: its demand plus its
+    weight's part of the spare. Over it: water-filling, the Envoys taken from the smallest
+    demand per weight; one asking no more than its weight's part of what is left gets its
+    demand, and once one asks more, it and every one after it get their weight's part.
+    """
+    if len(weights) != len(demands) or any(weight < 1 for weight in weights):
+        raise ValueError(f"weights {weights!r}: one positive weight per demand")
+    asked = sum(demands, Fraction(0))
+    if asked == 0:
+        return [Fraction(weight) for weight in weights]
+    whole = sum(weights)
+    if asked <= budget.tokens:
+        spare = budget.tokens - asked
+        return [
+            demand + spare * weight / whole for demand, weight in zip(demands, weights, strict=True)
+        ]
+    parts = [Fraction(0)] * len(demands)
+    left = Fraction(budget.tokens)
+    order = sorted(range(len(demands)), key=lambda i: (demands[i] / weights[i], i))
+    for place, index in enumerate(order):
+        if demands[index] * whole > left * weights[index]:
+            for rest in order[place:]:
+                parts[rest] = left * weights[rest] / whole
+            break
+        parts[index] = demands[index]
+        left -= demands[index]
+        whole -= weights[index]
+    return parts
+
+
+def split(
+    budget: Budget, demands: Sequence[Fraction], weights: Sequence[int] | None = None
+) -> list[Share]:
     """The shares of one round: ``demands[i]`` is Envoy ``i``'s recent demand in requests
-    per ``budget.fill_s`` seconds (allowed plus denied, as reported)."""
-    given = weights(budget, demands)
+    per ``budget.fill_s`` seconds (allowed plus denied, as reported); ``weights[i]`` its
+    weight when the rule has ``rlqs_weights`` (None: split by demand)."""
+    given = by_demand(budget, demands) if weights is None else by_weight(budget, demands, weights)
     tokens = apportion(budget.tokens, given)
     holders = [i for i, part in enumerate(tokens) if part > 0]
     burst = apportion(budget.burst, [given[i] for i in holders])

@@ -1,22 +1,27 @@
 -- quota_shares.lua: one round of an RLQS bucket's shares on one replica, over the fleet's
 -- demand. Mirrors ratewarden.storage.quota_shares.run (same ARGV, same reply).
--- KEYS[1]   hash of the bucket: member -> "demand demand_until tokens burst held_until"
---           (a member is one Envoy stream on one replica; demand in milli-requests per
---           fill interval; until times in microseconds; a share is held while
---           held_until > now, a demand counts while demand_until > now)
+-- KEYS[1]   hash of the bucket: member -> "demand demand_until tokens burst held_until
+--           weight" (a member is one Envoy stream on one replica; demand in milli-requests
+--           per fill interval; until times in microseconds; a share is held while
+--           held_until > now, a demand counts while demand_until > now; no weight: 1)
 -- ARGV[1]   now in microseconds, or "" to read Redis TIME
 -- ARGV[2]   the budget's tokens per fill L   ARGV[3] its burst B
 -- ARGV[4]   hold_us: how long a share sent now may be enforced (TTL plus an interval);
 --           a demand recorded now counts as long
--- ARGV[5]   k, this replica's members in the round; ARGV[6 .. 5+2k] pairs (member, demand)
--- ARGV[6+2k ..] this replica's departed members: their demand is dropped, their share
+-- ARGV[5]   1: the rule has weights (weighted max-min fair split), 0: split by demand
+-- ARGV[6]   k, this replica's members in the round; ARGV[7 .. 6+3k] triples (member,
+--           demand, weight)
+-- ARGV[7+3k ..] this replica's departed members: their demand is dropped, their share
 --           stays held until its held_until
 -- Reply     {members with a demand fleet-wide, tokens held by the others, then for each
 --           of the k members in order: tokens, burst}
 --
--- The fair split is shares.split's: over every member with a demand (this replica's
--- first, then the others by name), each weighs its demand plus an even part of the spare
--- when the fleet asks for no more than L, its demand when it asks for more. This
+-- The fair split is shares.split's, over every member with a demand (this replica's
+-- first, then the others by name). By demand: each weighs its demand plus an even part of
+-- the spare when the fleet asks for no more than L, its demand when it asks for more.
+-- Weighted: its demand plus its weight's part of the spare under L; over L, water-filling
+-- (from the smallest demand per weight, each gets its demand while that is within its
+-- weight's part of what is left, then the rest get their weight's part). This
 -- replica's members get their fair tokens, but never more than L less what the others
 -- hold, so the shares held fleet-wide never add up to more than L; and their burst is
 -- their fair part, never more than max(B, holders) less what the others hold, with at
@@ -24,7 +29,7 @@
 
 local now = now_us()
 local L, B, hold = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local k = tonumber(ARGV[5])
+local weighted, k = tonumber(ARGV[5]) == 1, tonumber(ARGV[6])
 
 local function apportion(total, w)
   local parts, whole = {}, 0
@@ -72,17 +77,18 @@ for i = 1, #raw, 2 do
   entries[raw[i]] = e
 end
 
-local mine, demand = {}, {}
+local mine, demand, weight = {}, {}, {}
 for i = 1, k do
-  mine[i] = ARGV[4 + 2 * i]
-  demand[i] = tonumber(ARGV[5 + 2 * i])
+  mine[i] = ARGV[4 + 3 * i]
+  demand[i] = tonumber(ARGV[5 + 3 * i])
+  weight[i] = tonumber(ARGV[6 + 3 * i])
 end
 local is_mine = {}
 for i = 1, k do
   is_mine[mine[i]] = true
   entries[mine[i]] = nil
 end
-for i = 6 + 2 * k, #ARGV do
+for i = 7 + 3 * k, #ARGV do
   local e = entries[ARGV[i]]
   if e and not is_mine[ARGV[i]] then
     e[2] = 0
@@ -109,25 +115,63 @@ end
 table.sort(others)
 
 -- The fair split over every member with a demand, this replica's first.
-local d = {}
+local d, wt = {}, {}
 for i = 1, k do
   d[i] = demand[i]
+  wt[i] = weight[i]
 end
 for j = 1, #others do
   d[k + j] = entries[others[j]][1]
+  wt[k + j] = entries[others[j]][6] or 1
 end
-local n, asked, Lm = #d, 0, L * 1000
+local n, asked, whole, Lm = #d, 0, 0, L * 1000
 for i = 1, n do
   asked = asked + d[i]
+  whole = whole + wt[i]
 end
 local w = {}
-for i = 1, n do
-  if asked == 0 then
-    w[i] = 1
-  elseif asked <= Lm then
-    w[i] = n * d[i] + (Lm - asked)
-  else
+if not weighted then
+  for i = 1, n do
+    if asked == 0 then
+      w[i] = 1
+    elseif asked <= Lm then
+      w[i] = n * d[i] + (Lm - asked)
+    else
+      w[i] = d[i]
+    end
+  end
+elseif asked == 0 then
+  for i = 1, n do
+    w[i] = wt[i]
+  end
+elseif asked <= Lm then
+  for i = 1, n do
+    w[i] = d[i] + (Lm - asked) * wt[i] / whole
+  end
+else
+  local order, left = {}, Lm
+  for i = 1, n do
+    order[i] = i
+    w[i] = 0
+  end
+  table.sort(order, function(a, b)
+    local ra, rb = d[a] / wt[a], d[b] / wt[b]
+    if ra ~= rb then
+      return ra < rb
+    end
+    return a < b
+  end)
+  for place = 1, n do
+    local i = order[place]
+    if d[i] * whole > left * wt[i] then
+      for j = place, n do
+        w[order[j]] = left * wt[order[j]] / whole
+      end
+      break
+    end
     w[i] = d[i]
+    left = left - d[i]
+    whole = whole - wt[i]
   end
 end
 local fair = apportion(L, w)
@@ -221,7 +265,7 @@ for i = 1, k do
   end
   redis.call('HSET', KEYS[1], mine[i],
     fmt(demand[i]) .. ' ' .. fmt(now + hold) .. ' ' .. fmt(tokens[i]) .. ' ' .. fmt(my_b[i])
-    .. ' ' .. fmt(until_held))
+    .. ' ' .. fmt(until_held) .. ' ' .. fmt(weight[i]))
   last = now + hold
   reply[#reply + 1] = tokens[i]
   reply[#reply + 1] = my_b[i]
@@ -229,11 +273,11 @@ end
 for name, e in pairs(entries) do
   last = math.max(last, e[2], e[5])
 end
-for i = 6 + 2 * k, #ARGV do
+for i = 7 + 3 * k, #ARGV do
   local e = entries[ARGV[i]]
   if e and not is_mine[ARGV[i]] then
     redis.call('HSET', KEYS[1], ARGV[i], fmt(e[1]) .. ' ' .. fmt(e[2]) .. ' ' .. fmt(e[3])
-      .. ' ' .. fmt(e[4]) .. ' ' .. fmt(e[5]))
+      .. ' ' .. fmt(e[4]) .. ' ' .. fmt(e[5]) .. ' ' .. fmt(e[6] or 1))
   end
 end
 if last > now then
