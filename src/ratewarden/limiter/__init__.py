@@ -43,7 +43,7 @@ from ratewarden.limiter._negative import DEFAULT_NEGATIVE_KEYS, Denial, Negative
 from ratewarden.limiter._report import FailureReport, failure_reason
 from ratewarden.limiter._slots import Lease, lease_ttl_us
 from ratewarden.storage import Op, axis_key, hash_tag, record_key
-from ratewarden.storage.quota_shares import FleetRound, quota_shares_op
+from ratewarden.storage.quota_shares import FleetRound, give_each_a_token, quota_shares_op
 
 __all__ = [
     "DEFAULT_LEASE_KEYS",
@@ -78,6 +78,7 @@ __all__ = [
     "check_failure_mode",
     "drive",
     "failure_reason",
+    "give_each_a_token",
     "hash_tag",
     "lease_ttl_us",
     "quota_shares_op",

@@ -28,7 +28,7 @@ from typing import Any
 from ratewarden.errors import ConfigurationError
 from ratewarden.storage._ops import Op, record_key
 
-__all__ = ["FleetRound", "quota_shares_op", "run"]
+__all__ = ["FleetRound", "give_each_a_token", "quota_shares_op", "run"]
 
 _SCRIPT = "quota_shares"
 #: Most milli-requests per fill interval a demand counts as (doubles stay exact).
@@ -86,6 +86,18 @@ def quota_shares_op(
         args += [_member(member), max(0, min(MAX_DEMAND, int(demand))), weight]
     args += [_member(member) for member in departed]
     return Op(_SCRIPT, (record_key(prefix, bucket, "rlqs", "shares"),), tuple(args), run)
+
+
+def give_each_a_token(burst: list[int]) -> None:
+    """Every holder needs one token of capacity to admit anything: each holder of none
+    takes one from the largest (the first of equals) while it has more than one, so the
+    sum stays put while there are tokens to move (``shares.split`` and this op's twin)."""
+    for slot, part in enumerate(burst):
+        if part == 0:
+            largest = max(range(len(burst)), key=lambda i: (burst[i], -i))
+            if burst[largest] > 1:
+                burst[largest] -= 1
+            burst[slot] = 1
 
 
 def _member(name: str) -> str:
@@ -215,12 +227,7 @@ def run(
     kept = [i for i in range(k) if tokens[i] > 0]
     room = max(keep, min(fair_b, burst_limit - held_b))
     burst = _apportion(room, [weights[i] for i in kept])
-    for slot, part in enumerate(burst):
-        if part == 0:
-            largest = max(range(len(burst)), key=lambda i: (burst[i], -i))
-            if burst[largest] > 1:
-                burst[largest] -= 1
-            burst[slot] = 1
+    give_each_a_token(burst)
     mine_b = [0] * k
     for slot, index in enumerate(kept):
         mine_b[index] = burst[slot]

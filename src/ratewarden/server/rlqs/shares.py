@@ -34,6 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+from ratewarden.limiter import give_each_a_token
+
 __all__ = ["Budget", "Share", "apportion", "by_demand", "by_weight", "split"]
 
 
@@ -158,14 +160,7 @@ def split(
     tokens = apportion(budget.tokens, given)
     holders = [i for i, part in enumerate(tokens) if part > 0]
     burst = apportion(budget.burst, [given[i] for i in holders])
-    # Every holder needs one token of capacity to admit anything: take it from the
-    # largest, so the sum stays at budget.burst while there are tokens to move.
-    for slot, part in enumerate(burst):
-        if part == 0:
-            largest = max(range(len(burst)), key=lambda i: (burst[i], -i))
-            if burst[largest] > 1:
-                burst[largest] -= 1
-            burst[slot] = 1
+    give_each_a_token(burst)  # so the sum stays at budget.burst while tokens can move
     shares = [NOTHING] * len(demands)
     for slot, index in enumerate(holders):
         shares[index] = Share(tokens[index], burst[slot])
