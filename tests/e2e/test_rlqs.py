@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import signal
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -202,18 +203,17 @@ def poll(proxy: Envoy, tenant: str, wanted: int) -> list[int]:
     raise AssertionError(f"no {wanted} for {tenant!r} within {DEADLINE} s: {seen}")
 
 
-def test_ratewarden_stopped_and_restarted_mid_run_gives_the_documented_behaviour(
+def test_ratewarden_stopped_gracefully_hands_over_and_a_restart_enforces_again(
     backend: Backend, tmp_path: Path
 ) -> None:
-    """docs/rlqs.md: while ratewarden is gone Envoy keeps its assignment until --rlqs-ttl
-    (still 429), then falls back to no_assignment_behavior (ALLOW_ALL here: 200); restarted on
-    the same port, it takes Envoy's next report as a new subscription and Envoy enforces again.
-
-    The last renewal reached Envoy at most 1.25 s (a round and a tick) before the stop, so the
-    3 s TTL cannot run out before 1.75 s after it, and must have by 3 s after it."""
+    """docs/rlqs.md, stopping: on SIGTERM ratewarden sends Envoy its assignment again with a
+    TTL of 0, so Envoy falls back at once (no expired_assignment_behavior here: its
+    no_assignment_behavior, ALLOW_ALL: 200), not when the 30 s --rlqs-ttl runs out;
+    restarted on the same port, it takes Envoy's next report (5 s apart in Envoy 1.40) as a
+    new subscription and Envoy enforces again."""
     rules = tmp_path / "rules.yaml"
     rules.write_text(RULES)
-    options = ("--rlqs", "--rlqs-interval", "1", "--rlqs-ttl", "3")
+    options = ("--rlqs", "--rlqs-interval", "1", "--rlqs-ttl", "30")
     first = ServeProcess(rules, *options)
     port = {"RATEWARDEN_GRPC_PORT": str(first.grpc_port)}
     try:
@@ -227,12 +227,10 @@ def test_ratewarden_stopped_and_restarted_mid_run_gives_the_documented_behaviour
         ) as proxy:
             poll(proxy, "solo", 429)  # allowed until the assignment, then its 3 tokens spent
             stopping = time.monotonic()
-            first.stop()
-            held = [proxy.get("/", {"x-tenant": "solo"})[0] for _ in range(3)]
-            assert time.monotonic() - stopping < 1.75, "the stop took too long to tell"
-            assert held == [429, 429, 429]  # ratewarden is gone; the assignment holds
-            seen = poll(proxy, "solo", 200)  # the TTL ran out: no assignment, ALLOW_ALL
-            assert time.monotonic() - stopping >= 1.75, seen
+            assert first.signal(signal.SIGTERM) == 0
+            seen = poll(proxy, "solo", 200)  # expired at once: no assignment, ALLOW_ALL
+            assert time.monotonic() - stopping < DEADLINE < 30, seen
+            assert any(line.get("event") == "rlqs_hand_over" for line in first.logs())
             again = ServeProcess(rules, *options, env=port)
             try:
                 again.wait_serving()
@@ -241,6 +239,38 @@ def test_ratewarden_stopped_and_restarted_mid_run_gives_the_documented_behaviour
                 again.stop()
     finally:
         first.stop()
+
+
+def test_ratewarden_killed_leaves_envoy_on_its_assignment_until_the_ttl(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """A crash (SIGKILL) hands nothing over: Envoy keeps its assignment until --rlqs-ttl
+    (still 429), then falls back to no_assignment_behavior (ALLOW_ALL here: 200).
+
+    The last renewal reached Envoy at most 1.25 s (a round and a tick) before the kill, so the
+    3 s TTL cannot run out before 1.75 s after it, and must have by 3 s after it."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    server = ServeProcess(rules, "--rlqs", "--rlqs-interval", "1", "--rlqs-ttl", "3")
+    try:
+        server.wait_serving()
+        with envoy_on(
+            RLQS_BOOTSTRAP,
+            backend=backend.port,
+            ratewarden=server.grpc_port,
+            domain="edge",
+            no_assignment="ALLOW_ALL",
+        ) as proxy:
+            poll(proxy, "solo", 429)
+            stopping = time.monotonic()
+            server.signal(signal.SIGKILL)
+            held = [proxy.get("/", {"x-tenant": "solo"})[0] for _ in range(3)]
+            assert time.monotonic() - stopping < 1.75, "the kill took too long to tell"
+            assert held == [429, 429, 429]  # ratewarden is gone; the assignment holds
+            seen = poll(proxy, "solo", 200)  # the TTL ran out: no assignment, ALLOW_ALL
+            assert time.monotonic() - stopping >= 1.75, seen
+    finally:
+        server.stop()
 
 
 def test_the_example_runs_as_written_with_the_example_rules(

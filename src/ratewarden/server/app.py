@@ -14,9 +14,10 @@ worker also publishes its dashboard figures for the others once a second.
 ``server/process.py`` runs it: ``serve`` one process until SIGTERM or SIGINT,
 ``run`` ``--workers`` such processes.
 
-Shutdown is graceful and bounded: health turns NOT_SERVING, the listeners stop
-accepting, calls in flight get ``--grace`` seconds to finish, then the store
-closes.
+Shutdown is graceful and bounded: health turns NOT_SERVING, the quota streams are
+handed over (``--rlqs``: their Envoys told to expire their assignments, the shares given
+back in the store), the listeners stop accepting, calls in flight get what is left of
+``--grace`` seconds to finish, then the store closes.
 """
 
 from __future__ import annotations
@@ -304,7 +305,11 @@ class RateLimitServer:
                 await task
         self._tasks.clear()
         if self.quota is not None:
-            self.quota.end_streams()  # an open stream would hold the grace period to its end
+            # Envoys told to expire their assignments now, and their shares given back in the
+            # store (docs/rlqs.md, "Stopping"); an open stream would hold the grace to its end.
+            started = time.monotonic()
+            await self.quota.hand_over(grace)
+            grace = max(0.0, grace - (time.monotonic() - started))
         await stop_listeners(grace, self.grpc, self.http, self.debug, self.prometheus)
         self.stats.flush()
         if self.statsd is not None:

@@ -9,13 +9,15 @@ callers send (up to ``quota.MAX_BUCKETS``), so no per-bucket output lists them a
 reported) and sums the rest into one ``Rest``. The metrics (``metrics.py``), the
 ``top_buckets`` of ``/rlqs.json`` and its dashboard panel show that selection.
 
-Pure values; ``introspection`` is the part of ``/rlqs.json`` built from them.
+Pure values; ``introspection`` is the part of ``/rlqs.json`` built from them, and
+``stream_assignments`` and ``held_by_rule`` the two views of what each stream holds
+(``QuotaService.assignments`` and ``held``).
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +32,10 @@ __all__ = [
     "BucketFigures",
     "Rest",
     "bucket_figures",
+    "held_by_rule",
     "introspection",
     "rate",
+    "stream_assignments",
     "top",
 ]
 
@@ -181,3 +185,43 @@ def introspection(figures: Sequence[BucketFigures], n: int = JSON_BUCKETS) -> di
     """What ``/rlqs.json`` adds to the servicer's state: the top ``n`` buckets, the rest summed."""
     shown, rest = top(figures, n)
     return {"top_buckets": [f.to_dict() for f in shown], "other_buckets": rest.to_dict()}
+
+
+def held_by_rule(buckets: Iterable[Bucket]) -> dict[str, tuple[int, int]]:
+    """Per rule path: the streams holding a token bucket of it, and their tokens per fill."""
+    out: dict[str, tuple[int, int]] = {}
+    for bucket in buckets:
+        if bucket.rule is None:
+            continue
+        shares = [m.share for m in bucket.members.values() if isinstance(m.share, Share)]
+        streams, tokens = out.get(bucket.rule.path, (0, 0))
+        out[bucket.rule.path] = (
+            streams + len(shares),
+            tokens + sum(share.tokens_per_fill for share in shares),
+        )
+    return out
+
+
+def stream_assignments(
+    buckets: Iterable[Bucket], peers: Mapping[int, str]
+) -> list[dict[str, object]]:
+    """What every stream holds, per bucket, and the name its Envoy gave (``peers``, by
+    stream): ``/rlqs.json``'s ``assignments``."""
+    out: list[dict[str, object]] = []
+    for bucket in buckets:
+        for stream, member in bucket.members.items():
+            share = member.share
+            out.append(
+                {
+                    "domain": bucket.domain,
+                    "bucket": dict(bucket.key),
+                    "rule": None if bucket.rule is None else bucket.rule.path,
+                    "stream": stream,
+                    "peer": peers.get(stream, ""),
+                    "assignment": share if not isinstance(share, Share) else {
+                        "tokens_per_fill": share.tokens_per_fill,
+                        "max_tokens": share.max_tokens,
+                    },
+                }
+            )  # fmt: skip
+    return out

@@ -74,7 +74,7 @@ class Fleet:
         ]
         op = quota_shares_op(
             self.prefix,
-            json.dumps([domain, [list(entry) for entry in key]]),
+            _bucket(domain, key),
             budget.tokens,
             budget.burst,
             math.ceil(hold_s * 1_000_000),
@@ -84,6 +84,16 @@ class Fleet:
         )
         found = FleetRound.of((yield from self.limiter.apply_flow(op)))
         return {stream: Share(*pair) for stream, pair in zip(demands, found.shares, strict=True)}
+
+    def release_flow(
+        self, domain: str, key: BucketKey, budget: Budget, streams: Sequence[int]
+    ) -> Flow[None]:
+        """The store forgets ``streams``' shares, their Envoys told to expire them (a graceful
+        stop, ``handover.py``): a round for them with no demand, held the shortest time."""
+        members = [(self.member(stream), 0) for stream in streams]
+        op = quota_shares_op(self.prefix, _bucket(domain, key), budget.tokens, budget.burst, 1,
+                             members)  # fmt: skip
+        yield from self.limiter.apply_flow(op)
 
     def run(self, flow: Flow[T]) -> T:
         """Drive ``flow`` on a blocking limiter's store."""
@@ -100,3 +110,8 @@ class Fleet:
     def __repr__(self) -> str:
         limiter: Any = self.limiter
         return f"Fleet(replica={self.replica!r}, store={limiter.store!r})"
+
+
+def _bucket(domain: str, key: BucketKey) -> str:
+    """The store's name of a bucket: its domain and entries, as JSON."""
+    return json.dumps([domain, [list(entry) for entry in key]])

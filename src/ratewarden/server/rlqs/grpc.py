@@ -6,6 +6,8 @@ stream's reports are decoded here (bytes that are not a
 with ``INVALID_ARGUMENT`` naming the reason, and change nothing), the actions the
 service returns are grouped into one ``RateLimitQuotaResponse`` per stream and put
 on that stream's queue, and ``run`` ticks the service's rounds on the running loop.
+``hand_over`` is the graceful stop: every stream is told to expire what it holds, then
+ends, and the fleet's store forgets those shares (``rlqs/handover.py``).
 The native transport (pygrpc-native) serves unary calls only, so this is grpcio's.
 """
 
@@ -22,6 +24,7 @@ from envoy.service.rate_limit_quota.v3 import rlqs_pb2
 from envoy.type.v3 import ratelimit_strategy_pb2
 from google.protobuf.message import DecodeError
 
+from ratewarden.errors import StorageError
 from ratewarden.server.config.rlqs_weights import MAX_PEER_NAME, peer_name_problem
 from ratewarden.server.rlqs.quota import (
     ALLOW_ALL,
@@ -46,6 +49,9 @@ _Action = rlqs_pb2.RateLimitQuotaResponse.BucketAction
 _END = object()
 #: What a stream is ended with when the service failed on one of its reports (a bug).
 _FAILED = object()
+#: The end of a stream at a graceful stop, queued after the hand-over's assignments: a
+#: handler that reaches it has written them.
+_HANDED = object()
 
 
 def usages(reports: Any) -> list[Usage]:
@@ -111,6 +117,11 @@ class RateLimitQuotaServicer:
     def __init__(self, quota: QuotaService) -> None:
         self.quota = quota
         self._queues: dict[int, asyncio.Queue[Any]] = {}
+        #: Set by ``hand_over``: reports are dropped from then on.
+        self._stopping = False
+        #: Streams that wrote the hand-over and ended, and the event of the last one's end.
+        self._handed: set[int] = set()
+        self._ended = asyncio.Event()
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The service for ``server.add_generic_rpc_handlers``, taking reports as raw bytes."""
@@ -133,6 +144,9 @@ class RateLimitQuotaServicer:
         try:
             while True:
                 item = await queue.get()
+                if item is _HANDED:
+                    self._handed.add(stream)
+                    return
                 if item is _END:
                     return
                 if isinstance(item, ReportError):
@@ -151,12 +165,16 @@ class RateLimitQuotaServicer:
             reader.cancel()
             del self._queues[stream]
             self.quota.close(stream)
+            if not self._queues:
+                self._ended.set()
 
     async def _read(
         self, stream: int, requests: AsyncIterator[bytes], queue: asyncio.Queue[Any]
     ) -> None:
         try:
             async for raw in requests:
+                if self._stopping:
+                    continue  # handed over: what it reports now is dropped, as when stopped
                 try:
                     reports = rlqs_pb2.RateLimitQuotaUsageReports.FromString(raw)
                     actions = await self.quota.areport(stream, reports.domain, usages(reports))
@@ -201,9 +219,49 @@ class RateLimitQuotaServicer:
         }
 
     def end_streams(self) -> None:
-        """End every open stream (shutdown): Envoy keeps its assignments until their TTL."""
+        """End every open stream: Envoy keeps its assignments until their TTL."""
         for queue in self._queues.values():
             queue.put_nowait(_END)
+
+    async def hand_over(self, timeout: float) -> None:
+        """The graceful stop: each stream is sent its assignments again with a time to live
+        of 0 (its Envoy falls back to its ``expired_assignment_behavior`` at once), then ends;
+        the store then forgets the shares of the streams that wrote it, so that the other
+        replicas can hand them out. At most ``timeout`` seconds; a stream that had not ended
+        by then, or a store that does not answer, leaves its shares held until they expire."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        self._stopping = True
+        actions = self.quota.hand_over()
+        self.send(actions)
+        streams = len(self._queues)
+        for queue in self._queues.values():
+            queue.put_nowait(_HANDED)
+        released = 0
+        try:
+            if self._queues:
+                self._ended.clear()
+                await asyncio.wait_for(self._ended.wait(), max(0.0, deadline - loop.time()))
+            handed, self._handed = self._handed, set()
+            if handed:
+                released = await asyncio.wait_for(
+                    self.quota.arelease(handed), max(0.0, deadline - loop.time())
+                )
+        except TimeoutError:
+            log.warning(
+                "quota hand-over: out of time after %g s", timeout,
+                extra={"event": "rlqs_hand_over_late", "ended": len(self._handed)},
+            )  # fmt: skip
+        except StorageError as exc:
+            log.warning(
+                "quota hand-over: the store did not answer: %s", exc,
+                extra={"event": "rlqs_hand_over_store_failed"},
+            )  # fmt: skip
+        log.info(
+            "quota streams handed over",
+            extra={"event": "rlqs_hand_over", "streams": streams, "assignments": len(actions),
+                   "ended": len(self._handed), "released_buckets": released},
+        )  # fmt: skip
 
     async def run(self) -> None:
         """Tick the service's rounds, four times an interval, until cancelled."""

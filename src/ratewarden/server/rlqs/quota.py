@@ -37,15 +37,23 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ratewarden.clock import Clock
 from ratewarden.errors import StorageError
 from ratewarden.limiter import Flow, Gather, drive
 from ratewarden.server.config import RateLimitConfig
+from ratewarden.server.rlqs import handover
+from ratewarden.server.rlqs.actions import ALLOW_ALL, DENY_ALL, Action
 from ratewarden.server.rlqs.buckets import bucket_rule, rule_budget
-from ratewarden.server.rlqs.figures import BucketFigures, bucket_figures
+from ratewarden.server.rlqs.figures import (
+    BucketFigures,
+    bucket_figures,
+    held_by_rule,
+    stream_assignments,
+)
 from ratewarden.server.rlqs.fleet import Fleet
 from ratewarden.server.rlqs.members import Bucket, Member
 from ratewarden.server.rlqs.reports import BucketKey, ReportError, Usage, bucket_key, check_report
@@ -64,24 +72,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("ratewarden.server.rlqs")
+T = TypeVar("T")
 
-ALLOW_ALL = "allow_all"
-DENY_ALL = "deny_all"
 #: Seconds a stream reports no request for a bucket before it is told to abandon it.
 IDLE_S = 60.0
-
-
-@dataclass(frozen=True, slots=True)
-class Action:
-    """Send ``stream`` an assignment for ``bucket`` (a ``Share`` refilled every ``fill_s``
-    seconds, ``ALLOW_ALL`` or ``DENY_ALL``; for ``ttl_s`` seconds) or, when ``assignment``
-    is None, an abandon."""
-
-    stream: int
-    bucket: BucketKey
-    assignment: Share | str | None
-    ttl_s: int = 0
-    fill_s: int = 0
 
 
 @dataclass(slots=True)
@@ -260,19 +254,32 @@ class QuotaService:
                 bucket.rule = rule
         return actions
 
+    def hand_over(self) -> list[Action]:
+        """A graceful stop: every assignment the open streams hold, again with a time to live
+        of 0 (Envoy expires it at once, to its ``expired_assignment_behavior``). With a fleet,
+        ``release_flow`` then gives their shares back to the store (``handover.py``)."""
+        return handover.expire_all(self._buckets.values(), self.interval)
+
+    def release_flow(self, streams: Collection[int]) -> Flow[int]:
+        """After ``hand_over``: the fleet's store forgets the shares of ``streams`` (closed,
+        their Envoys told to expire them); the number of buckets released."""
+        if self.fleet is None:
+            return 0
+        return (yield from handover.release_flow(self.fleet, self._buckets.values(), streams,
+                                                 self.interval))  # fmt: skip
+
+    def release(self, streams: Collection[int]) -> int:
+        """``release_flow`` on a blocking limiter."""
+        return self._drive(self.release_flow(streams))
+
+    async def arelease(self, streams: Collection[int]) -> int:
+        """``release_flow``, awaiting the fleet's store; after any round in progress."""
+        async with self._turn:
+            return await self._adrive(self.release_flow(streams))
+
     def held(self) -> dict[str, tuple[int, int]]:
         """Per rule path: the streams holding a token bucket of it, and their tokens per fill."""
-        out: dict[str, tuple[int, int]] = {}
-        for bucket in self._buckets.values():
-            if bucket.rule is None:
-                continue
-            shares = [m.share for m in bucket.members.values() if isinstance(m.share, Share)]
-            streams, tokens = out.get(bucket.rule.path, (0, 0))
-            out[bucket.rule.path] = (
-                streams + len(shares),
-                tokens + sum(share.tokens_per_fill for share in shares),
-            )
-        return out
+        return held_by_rule(self._buckets.values())
 
     def figures(self) -> list[BucketFigures]:
         """Per bucket, read-only: its counts and what its streams ask (requests/s) and hold."""
@@ -280,24 +287,7 @@ class QuotaService:
 
     def assignments(self) -> list[dict[str, object]]:
         """What every stream holds, per bucket (for introspection and tests)."""
-        out: list[dict[str, object]] = []
-        for bucket in self._buckets.values():
-            for stream, member in bucket.members.items():
-                held = member.share
-                out.append(
-                    {
-                        "domain": bucket.domain,
-                        "bucket": dict(bucket.key),
-                        "rule": None if bucket.rule is None else bucket.rule.path,
-                        "stream": stream,
-                        "peer": self._peers.get(stream, ""),
-                        "assignment": held if not isinstance(held, Share) else {
-                            "tokens_per_fill": held.tokens_per_fill,
-                            "max_tokens": held.max_tokens,
-                        },
-                    }
-                )  # fmt: skip
-        return out
+        return stream_assignments(self._buckets.values(), self._peers)
 
     # --- inside --------------------------------------------------------------------
 
@@ -325,10 +315,10 @@ class QuotaService:
             return DENY_ALL
         return None
 
-    def _drive(self, flow: Flow[list[Action]]) -> list[Action]:
+    def _drive(self, flow: Flow[T]) -> T:
         return drive(None, flow) if self.fleet is None else self.fleet.run(flow)
 
-    async def _adrive(self, flow: Flow[list[Action]]) -> list[Action]:
+    async def _adrive(self, flow: Flow[T]) -> T:
         return drive(None, flow) if self.fleet is None else await self.fleet.arun(flow)
 
     def _round(self, bucket: Bucket, now: float) -> Flow[list[Action]]:
