@@ -171,7 +171,8 @@ class RateLimitServer:
             fleet = Fleet(self.service.limiter, prefix=prefix)
         self.quota = None if not settings.rlqs else RateLimitQuotaServicer(
             QuotaService(self.config, clock=SystemClock(), interval=settings.rlqs_interval,
-                         ttl_s=settings.rlqs_ttl, shadow=settings.shadow, fleet=fleet)
+                         ttl_s=settings.rlqs_ttl, shadow=settings.shadow, fleet=fleet,
+                         idle_s=settings.rlqs_idle, history=settings.rlqs_demand_reports)
         )  # fmt: skip
         if self.quota is not None:
             self.stats.registry.register(

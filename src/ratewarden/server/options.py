@@ -280,6 +280,18 @@ OPTIONS: dict[str, Option] = {
         integer(1, 86_400),
         "whole seconds an RLQS assignment lives in Envoy unless renewed; above --rlqs-interval (5)",
     ),
+    "rlqs_idle": Option(
+        "--rlqs-idle",
+        seconds(0.0, allow_low=False),
+        "seconds an Envoy may report no request for a quota bucket before it is told to "
+        "abandon it; keep it above Envoy's reporting pace, 5 s in Envoy 1.40 (60)",
+    ),
+    "rlqs_demand_reports": Option(
+        "--rlqs-demand-reports",
+        integer(1, 100),
+        "an Envoy's demand for a quota bucket is its rate over its last N reports: more is "
+        "steadier, fewer follows moving demand sooner (2)",
+    ),
     "rlqs_bucket_metrics": Option(
         "--rlqs-bucket-metrics",
         integer(0, 1_000),

@@ -62,6 +62,8 @@ from::
     --[no-]rlqs            RATEWARDEN_RLQS            false (Envoy's quota service, docs/rlqs.md)
     --rlqs-interval S      RATEWARDEN_RLQS_INTERVAL   1
     --rlqs-ttl S           RATEWARDEN_RLQS_TTL        5 (whole seconds)
+    --rlqs-idle S          RATEWARDEN_RLQS_IDLE       60 (no request reported: abandon)
+    --rlqs-demand-reports N RATEWARDEN_RLQS_DEMAND_REPORTS 2 (reports a demand is read over)
     --rlqs-bucket-metrics N RATEWARDEN_RLQS_BUCKET_METRICS 0 (per-bucket metrics: top N by demand)
 
 Under the ``RATEWARDEN_*`` variables come envoyproxy/ratelimit's own (``PORT``,
@@ -166,6 +168,8 @@ class Settings:
     rlqs: bool = False
     rlqs_interval: float = 1.0
     rlqs_ttl: int = 5
+    rlqs_idle: float = 60.0
+    rlqs_demand_reports: int = 2
     rlqs_bucket_metrics: int = 0
 
     def __repr__(self) -> str:
@@ -290,6 +294,17 @@ class Settings:
             raise ConfigurationError(
                 f"--rlqs-ttl {self.rlqs_ttl} must be above --rlqs-interval {self.rlqs_interval:g}: "
                 "an assignment must outlive the round that renews it"
+            )
+        if not self.rlqs_idle > self.rlqs_interval:
+            raise ConfigurationError(
+                f"--rlqs-idle {self.rlqs_idle:g} must be above --rlqs-interval "
+                f"{self.rlqs_interval:g}: a bucket is abandoned at a round, after that long "
+                "without a request reported (keep it above Envoy's 5 s between reports)"
+            )
+        if not 1 <= self.rlqs_demand_reports <= 100:
+            raise ConfigurationError(
+                f"--rlqs-demand-reports {self.rlqs_demand_reports} must be a whole number "
+                "from 1 to 100: the reports an Envoy's demand is measured over"
             )
 
     @property

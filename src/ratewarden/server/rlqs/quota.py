@@ -24,7 +24,7 @@ bucket between rounds waits for the next round (Envoy's ``no_assignment_behavior
 meanwhile), so no tokens are created outside rounds. A stream that closes keeps its
 share reserved until its last assignment's time to live (plus one interval) is over:
 its Envoy may still be enforcing it. A stream that reports no request for a bucket for
-``IDLE_S`` seconds is sent an abandon (the protocol's inactive bucket).
+``idle_s`` seconds is sent an abandon (the protocol's inactive bucket).
 
 With a ``Fleet`` (``rlqs/fleet.py``), a round's shares come from the store instead, over
 every replica's demand, and a closed stream's share stays held there. The calls are
@@ -74,7 +74,8 @@ __all__ = [
 log = logging.getLogger("ratewarden.server.rlqs")
 T = TypeVar("T")
 
-#: Seconds a stream reports no request for a bucket before it is told to abandon it.
+#: Seconds a stream reports no request for a bucket before it is told to abandon it (the
+#: default of ``idle_s``, ``--rlqs-idle``).
 IDLE_S = 60.0
 
 
@@ -106,16 +107,19 @@ class QuotaService:
         history: int = 2,
         shadow: bool = False,
         fleet: Fleet | None = None,
+        idle_s: float = IDLE_S,
     ) -> None:
-        if interval <= 0 or ttl_s < 1 or ttl_s <= interval or history < 1:
+        if interval <= 0 or ttl_s < 1 or ttl_s <= interval or history < 1 or idle_s <= 0:
             raise ValueError(
-                f"interval {interval} > 0, ttl_s {ttl_s} >= 1 and above interval, history >= 1"
+                f"interval {interval} > 0, ttl_s {ttl_s} >= 1 and above interval, "
+                f"history {history} >= 1, idle_s {idle_s} > 0"
             )
         self.config = config
         self.clock = clock
         self.interval = interval
         self.ttl_s = ttl_s
         self.history = history
+        self.idle_s = idle_s
         self.shadow = shadow
         self.fleet = fleet
         self.stats = QuotaStats()
@@ -327,7 +331,7 @@ class QuotaService:
         bucket.reserved = [(until, share) for until, share in bucket.reserved if until > now]
         actions = []
         for stream, member in list(bucket.members.items()):
-            if now - member.asked_at >= IDLE_S:
+            if now - member.asked_at >= self.idle_s:
                 # Envoy erases an abandoned bucket at once: nothing left to reserve (a
                 # fleet's store keeps its share until it expires, on the safe side).
                 del bucket.members[stream]
