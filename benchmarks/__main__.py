@@ -161,6 +161,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run no filter, the RLS filter and the RLQS filter through one Envoy over "
         "`ratewarden serve` (benchmarks/_rlqs.py) instead",
     )
+    parser.add_argument(
+        "--rlqs-fleet",
+        action="store_true",
+        help="run three Envoys sharing one quota limit while their demand moves, over one and "
+        "two `ratewarden serve --rlqs` replicas on one redis-server "
+        "(benchmarks/_rlqs_fleet.py) instead",
+    )
     return parser.parse_args(argv)
 
 
@@ -179,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
 
         command = args.command or shlex.join([sys.executable, "-m", "benchmarks", *sys.argv[1:]])
         return _serve.main(args.quick, args.results, command)
+    if args.rlqs_fleet:
+        from benchmarks import _rlqs_fleet
+
+        command = args.command or shlex.join([sys.executable, "-m", "benchmarks", *sys.argv[1:]])
+        return _rlqs_fleet.main(args.quick, args.results, command)
     if args.rlqs:
         from benchmarks import _rlqs
 

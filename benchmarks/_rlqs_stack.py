@@ -79,13 +79,16 @@ class Service:
         return found
 
 
-def serve(stack: ExitStack, workdir: Path, name: str, *flags: str) -> Service:
-    """``ratewarden serve`` on the memory store with the rules in ``workdir/rules``, healthy."""
+def serve(
+    stack: ExitStack, workdir: Path, name: str, *flags: str, store: str = "memory"
+) -> Service:
+    """``ratewarden serve`` on ``store`` (the memory store unless given) with the rules in
+    ``workdir/rules``, healthy."""
     script = Path(sys.executable).parent / "ratewarden"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "ratewarden.cli"]
     grpc_port, http_port = free_port(), free_port()
     args = [
-        *command, "serve", "--config", str(workdir / "rules"), "--store", "memory",
+        *command, "serve", "--config", str(workdir / "rules"), "--store", store,
         "--grpc-port", str(grpc_port), "--http-port", str(http_port), "--log-level", "warning",
         *flags,
     ]  # fmt: skip
