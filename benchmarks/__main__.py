@@ -168,6 +168,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "two `ratewarden serve --rlqs` replicas on one redis-server "
         "(benchmarks/_rlqs_fleet.py) instead",
     )
+    parser.add_argument(
+        "--rlqs-demand-reports",
+        type=int,
+        default=2,
+        metavar="N",
+        help="the replicas' --rlqs-demand-reports for --rlqs-fleet (default 2)",
+    )
     return parser.parse_args(argv)
 
 
@@ -190,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import _rlqs_fleet
 
         command = args.command or shlex.join([sys.executable, "-m", "benchmarks", *sys.argv[1:]])
-        return _rlqs_fleet.main(args.quick, args.results, command)
+        return _rlqs_fleet.main(args.quick, args.results, command, args.rlqs_demand_reports)
     if args.rlqs:
         from benchmarks import _rlqs
 

@@ -67,10 +67,12 @@ TTL_S = 5
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """How long each phase of demand lasts, and the replica counts to run."""
+    """How long each phase of demand lasts, the replica counts to run, and the replicas'
+    ``--rlqs-demand-reports``."""
 
     phase_s: float = 20.0
     replicas: tuple[int, ...] = (1, 2)
+    demand_reports: int = 2
 
     @property
     def seconds(self) -> float:
@@ -178,7 +180,8 @@ def run_one(plan: Plan, count: int) -> Run:
         (workdir / "rules" / f"{DOMAIN}.yaml").write_text(RULES)
         url = redis_server(stack, workdir)
         flags = ("--rlqs", "--transport", "grpcio", "--rlqs-interval", str(INTERVAL_S),
-                 "--rlqs-ttl", str(TTL_S))  # fmt: skip
+                 "--rlqs-ttl", str(TTL_S),
+                 "--rlqs-demand-reports", str(plan.demand_reports))  # fmt: skip
         replicas = [serve(stack, workdir, f"replica{i}", *flags, store=url) for i in range(count)]
         backend = free_port()
         stack.enter_context(process(
@@ -221,17 +224,18 @@ def run(plan: Plan) -> list[Run]:
     return [run_one(plan, count) for count in plan.replicas]
 
 
-def main(quick: bool, results: Path, command: str) -> int:
+def main(quick: bool, results: Path, command: str, demand_reports: int = 2) -> int:
     """Run the fleet measurement; print the figures; write JSON and markdown."""
     from benchmarks import _rlqs_fleet_report as report
 
     if envoy_binary() is None or shutil.which("redis-server") is None:
         print("python -m benchmarks --rlqs-fleet: needs envoy and redis-server", file=sys.stderr)
         return 1
-    plan = Plan(phase_s=3.0) if quick else Plan()
+    plan = Plan(phase_s=3.0 if quick else 20.0, demand_reports=demand_reports)
     print(
         f"rlqs fleet: {ENVOYS} Envoys, {RATE}/s (burst {BURST}) shared, {len(SCHEDULE)} phases "
-        f"of {plan.phase_s:g} s, replicas {plan.replicas}; {os.cpu_count()} CPUs shared by "
+        f"of {plan.phase_s:g} s, replicas {plan.replicas}, --rlqs-demand-reports "
+        f"{plan.demand_reports}; {os.cpu_count()} CPUs shared by "
         f"all; loadavg {os.getloadavg()}",
         file=sys.stderr,
         flush=True,
@@ -242,6 +246,7 @@ def main(quick: bool, results: Path, command: str) -> int:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     results.mkdir(parents=True, exist_ok=True)
     data = report.data(runs, plan.phase_s, command)
+    data["demand_reports"] = plan.demand_reports
     for name in (f"rlqs-fleet-{stamp}.json", "rlqs-fleet-latest.json"):
         (results / name).write_text(json.dumps(data, indent=1) + "\n")
     (results / "rlqs-fleet-latest.md").write_text(report.markdown(runs, plan.phase_s) + "\n")
