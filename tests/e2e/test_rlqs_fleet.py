@@ -10,8 +10,10 @@ deadline, and the request counts are bounded.
 from __future__ import annotations
 
 import math
+import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -93,3 +95,40 @@ def test_two_envoys_on_two_replicas_hold_one_limit_between_them(
         assert sum(tokens(share) for share in shares) <= 6, shares
         assert first.get("/", {"x-tenant": "shared"})[0] == 429
         assert second.get("/", {"x-tenant": "shared"})[0] == 429
+
+
+def test_a_replica_stopped_gracefully_hands_its_share_to_the_other_replica(
+    backend: Backend, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """--rlqs-ttl 30: both Envoys hold a part of the 6 a minute; on SIGTERM the second replica
+    tells its Envoy to expire its part and releases it in the store, so the first replica's
+    Envoy holds all 6 within seconds, not the 31 s the part would otherwise stay held
+    (docs/rlqs.md, stopping)."""
+    redis_server.client().flushall()
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    options = ("--rlqs", "--rlqs-interval", "1", "--rlqs-ttl", "30")
+    store = ("--store", f"redis://127.0.0.1:{redis_server.port}/0", "--store-timeout", "1")
+    one, two = ServeProcess(rules, *store, *options), ServeProcess(rules, *store, *options)
+    try:
+        one.wait_serving()
+        two.wait_serving()
+        with rlqs_envoy(backend, one) as first, rlqs_envoy(backend, two) as second:
+            first_200(first, "shared")
+            deadline = time.monotonic() + 2 * DEADLINE
+            while second.get("/", {"x-tenant": "shared"})[0] != 200:  # its part arrived
+                assert time.monotonic() < deadline, (held(one, "shared"), held(two, "shared"))
+                first.get("/", {"x-tenant": "shared"})
+                time.sleep(0.05)
+            assert 0 < tokens(held(two, "shared")[0]) < 6
+            assert two.signal(signal.SIGTERM) == 0
+            [entry] = [line for line in two.logs() if line.get("event") == "rlqs_hand_over"]
+            assert (entry["ended"], entry["released_buckets"]) == (1, 1), entry
+            stopped = time.monotonic()
+            while tokens(held(one, "shared")[0]) != 6:
+                assert time.monotonic() - stopped < DEADLINE, held(one, "shared")
+                first.get("/", {"x-tenant": "shared"})
+                time.sleep(0.1)
+    finally:
+        one.stop()
+        two.stop()

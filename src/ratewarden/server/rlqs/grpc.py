@@ -242,10 +242,9 @@ class RateLimitQuotaServicer:
             if self._queues:
                 self._ended.clear()
                 await asyncio.wait_for(self._ended.wait(), max(0.0, deadline - loop.time()))
-            handed, self._handed = self._handed, set()
-            if handed:
+            if self._handed:
                 released = await asyncio.wait_for(
-                    self.quota.arelease(handed), max(0.0, deadline - loop.time())
+                    self.quota.arelease(set(self._handed)), max(0.0, deadline - loop.time())
                 )
         except TimeoutError:
             log.warning(
@@ -262,6 +261,7 @@ class RateLimitQuotaServicer:
             extra={"event": "rlqs_hand_over", "streams": streams, "assignments": len(actions),
                    "ended": len(self._handed), "released_buckets": released},
         )  # fmt: skip
+        self._handed.clear()
 
     async def run(self) -> None:
         """Tick the service's rounds, four times an interval, until cancelled."""
