@@ -10,7 +10,9 @@ config, what is not built yet). The part, one concept a module:
 - ``reports``: a usage report, checked whole (``Usage``, ``ReportError``);
 - ``members``: a bucket and its members, a member's demand;
 - ``fleet``: ``Fleet``, a bucket's shares through the store, for several replicas;
+- ``actions``: ``Action``, what is sent an Envoy (an assignment or an abandon);
 - ``quota``: ``QuotaService``, streams, buckets and rounds, sans-I/O on a clock;
+- ``handover``: the graceful stop, assignments expired at once and shares released;
 - ``grpc``: ``RateLimitQuotaServicer``, the stream over grpcio;
 - ``figures``: per-bucket figures and the top buckets by demand, for operators;
 - ``metrics``: ``QuotaCollector``, its Prometheus metrics.

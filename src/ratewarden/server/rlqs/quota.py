@@ -1,9 +1,10 @@
 """The quota service's state: streams, buckets and rounds. Sans-I/O, on an injected clock.
 
 ``QuotaService`` is what the gRPC stream handler (``rlqs/grpc.py``) drives: ``open``
-a stream, ``report`` its usage reports, ``tick`` on a timer, ``close`` it, and
-``swap_config`` on reload. Each call returns the ``Action``s to send (an assignment
-or an abandon, for a stream and a bucket); none of them does I/O.
+a stream, ``report`` its usage reports, ``tick`` on a timer, ``close`` it,
+``swap_config`` on reload, and ``hand_over`` then ``release`` at a graceful stop. Each
+call returns the ``Action``s to send (an assignment or an abandon, for a stream and a
+bucket); none of them does I/O.
 
 A **bucket** is one ``BucketId`` of one domain. Its rule (``buckets.bucket_rule``)
 fixes its answer: no rule, an ``unlimited`` rule, a ``shadow_mode`` rule or the
