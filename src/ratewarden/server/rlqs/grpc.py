@@ -137,6 +137,8 @@ class RateLimitQuotaServicer:
     async def StreamRateLimitQuotas(  # noqa: N802 - grpc's name
         self, requests: AsyncIterator[bytes], context: Any
     ) -> AsyncIterator[Any]:
+        if self._stopping:
+            return  # opened during the hand-over: nothing to hand, the server is stopping
         stream = self.quota.open(peer_name(context))
         queue: asyncio.Queue[Any] = asyncio.Queue()
         self._queues[stream] = queue
@@ -217,11 +219,6 @@ class RateLimitQuotaServicer:
             "stats": dataclasses.asdict(quota.stats),
             "assignments": quota.assignments(),
         }
-
-    def end_streams(self) -> None:
-        """End every open stream: Envoy keeps its assignments until their TTL."""
-        for queue in self._queues.values():
-            queue.put_nowait(_END)
 
     async def hand_over(self, timeout: float) -> None:
         """The graceful stop: each stream is sent its assignments again with a time to live
