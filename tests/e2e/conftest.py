@@ -97,3 +97,11 @@ def stack_factory() -> Iterator[list[Stack]]:
     yield stacks
     for stack in stacks:
         stop_stack(stack)
+
+
+@pytest.fixture(scope="module")
+def backend() -> Iterator[Backend]:
+    """The trivial upstream behind the tests' Envoys (one a module: it keeps no state)."""
+    server = Backend()
+    yield server
+    server.stop()

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e._envoy import RLQS_BOOTSTRAP, Backend, Envoy, envoy_on, free_ports
+from tests.e2e._rlqs import RLQS_FLAGS, serving
 from tests.server_transport._process import ServeProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,22 +47,9 @@ DEADLINE = 6.0
 
 
 @pytest.fixture(scope="module")
-def backend() -> Iterator[Backend]:
-    server = Backend()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def ratewarden(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    rules = tmp_path_factory.mktemp("rlqs") / "rules.yaml"
-    rules.write_text(RULES)
-    server = ServeProcess(rules, "--rlqs", "--rlqs-interval", "1", "--rlqs-ttl", "5")
-    try:
-        server.wait_serving()
+    with serving(tmp_path_factory.mktemp("rlqs"), RULES, *RLQS_FLAGS) as (server,):
         yield server
-    finally:
-        server.stop()
 
 
 def rlqs_envoy(backend: Backend, ratewarden: ServeProcess) -> AbstractContextManager[Envoy]:

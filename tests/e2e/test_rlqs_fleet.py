@@ -19,6 +19,7 @@ import pytest
 
 from tests._servers import RedisServer
 from tests.e2e._envoy import Backend
+from tests.e2e._rlqs import RLQS_FLAGS, serving
 from tests.e2e.test_rlqs import DEADLINE, first_200, held, rlqs_envoy
 from tests.server_transport._process import ServeProcess
 
@@ -34,31 +35,15 @@ descriptors:
 
 
 @pytest.fixture
-def backend() -> Iterator[Backend]:
-    server = Backend()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
 def replicas(
     tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer
 ) -> Iterator[tuple[ServeProcess, ServeProcess]]:
     """Two `ratewarden serve --rlqs` on one emptied redis-server."""
     redis_server.client().flushall()
-    rules = tmp_path_factory.mktemp("rlqs-fleet") / "rules.yaml"
-    rules.write_text(RULES)
-    options = ("--rlqs", "--rlqs-interval", "1", "--rlqs-ttl", "5")
     store = ("--store", f"redis://127.0.0.1:{redis_server.port}/0", "--store-timeout", "1")
-    one = ServeProcess(rules, *store, *options)
-    two = ServeProcess(rules, *store, *options)
-    try:
-        one.wait_serving()
-        two.wait_serving()
+    directory = tmp_path_factory.mktemp("rlqs-fleet")
+    with serving(directory, RULES, *store, *RLQS_FLAGS, count=2) as (one, two):
         yield one, two
-    finally:
-        one.stop()
-        two.stop()
 
 
 def tokens(share: object) -> int:

@@ -17,6 +17,7 @@ from string import Template
 import pytest
 
 from tests.e2e._envoy import RLQS_BOOTSTRAP, Backend, Envoy, envoy_on
+from tests.e2e._rlqs import RLQS_FLAGS, serving
 from tests.e2e.test_rlqs import DEADLINE, first_200, held
 from tests.server_transport._process import ServeProcess
 
@@ -38,22 +39,9 @@ NAMED = Template(
 
 
 @pytest.fixture
-def backend() -> Iterator[Backend]:
-    server = Backend()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
 def ratewarden(tmp_path: Path) -> Iterator[ServeProcess]:
-    rules = tmp_path / "rules.yaml"
-    rules.write_text(RULES)
-    server = ServeProcess(rules, "--rlqs", "--rlqs-interval", "1", "--rlqs-ttl", "5")
-    try:
-        server.wait_serving()
+    with serving(tmp_path, RULES, *RLQS_FLAGS) as (server,):
         yield server
-    finally:
-        server.stop()
 
 
 def named_envoy(backend: Backend, server: ServeProcess, peer: str) -> AbstractContextManager[Envoy]:

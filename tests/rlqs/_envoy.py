@@ -2,15 +2,26 @@
 
 ``SimEnvoy`` does what Envoy's filter does with an assignment (a new or changed token
 bucket starts full, an unchanged one is kept, an expired one is gone), with no network
-delay; the real Envoy is in tests/e2e/test_rlqs.py.
+delay; the real Envoy is in tests/e2e/test_rlqs.py. ``draw_schedule`` and ``play`` run
+several of them against one quota service or a fleet of replicas, for the property tests
+of the bound (``assert_within_bound``).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from ratewarden.server.rlqs import ALLOW_ALL, Action, Share
+from hypothesis import strategies as st
+
+from ratewarden.server.rlqs import ALLOW_ALL, Action, QuotaService, Share, Usage, bucket_key
+from ratewarden.testing import ManualClock
+
+#: The bucket every simulated Envoy reports, and the seconds between two steps.
+TENANT = bucket_key({"tenant": "a"})
+STEP = 0.25
 
 
 @dataclass
@@ -54,3 +65,101 @@ class SimEnvoy:
             self.tokens -= 1
             return True
         return False
+
+
+def bound_limit(limit: int, period: int, burst: int | None) -> str:
+    """The flow-style ``rate_limit`` of a bound test's rule: ``limit`` per ``period`` seconds
+    (1, 10 or 60), a fixed window without ``burst``, a token bucket with it."""
+    unit = {1: "second", 10: "second", 60: "minute"}[period]
+    multiplier = 10 if period == 10 else 1
+    algorithm = "fixed_window" if burst is None else "token_bucket"
+    extra = "" if burst is None else f", burst: {burst}"
+    return (
+        f"{{algorithm: {algorithm}, unit: {unit}, unit_multiplier: {multiplier}, "
+        f"requests_per_unit: {limit}{extra}}}"
+    )
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What the Envoys of a bound test do, per step of ``STEP`` seconds: Envoy ``i`` opens
+    its stream at step ``joins[i]``, closes it after step ``leaves[i]`` (None: never), asks
+    ``demand[step][i]`` requests, and reports every ``gaps[i]`` seconds (Envoy reports on
+    its own timer, 5 s in Envoy 1.40, not in step with the rounds)."""
+
+    steps: int
+    joins: list[int]
+    leaves: list[int | None]
+    demand: list[list[int]]
+    gaps: list[float]
+
+
+def draw_schedule(data: st.DataObject, envoys: int, most_steps: int) -> Schedule:
+    steps = data.draw(st.integers(8, most_steps), label="steps")
+    each = {"min_size": envoys, "max_size": envoys}
+    joins = data.draw(st.lists(st.integers(0, steps // 2), **each))
+    leaves = data.draw(st.lists(st.one_of(st.none(), st.integers(1, steps)), **each))
+    row = st.lists(st.integers(0, 12), **each)
+    demand = data.draw(st.lists(row, min_size=steps, max_size=steps))
+    gaps = data.draw(st.lists(st.sampled_from([1.0, 2.0, 5.0]), **each))
+    return Schedule(steps, joins, leaves, demand, gaps)
+
+
+def play(
+    schedule: Schedule,
+    fleet: Sequence[QuotaService],
+    clock: ManualClock,
+    homes: Sequence[int],
+    peers: Sequence[str],
+) -> tuple[list[int], list[list[Share]]]:
+    """Run ``schedule``: each step, every replica's round (in a rotating order), then each
+    Envoy (on replica ``homes[i]``, named ``peers[i]``) asks its demand, joins, reports when
+    its gap is over, and leaves. The requests admitted per step, and the shares held after
+    each step."""
+    sims = [SimEnvoy() for _ in homes]
+    by_stream: dict[tuple[int, int], SimEnvoy] = {}
+    admitted_by_step: list[int] = []
+    held_by_step: list[list[Share]] = []
+    for step in range(schedule.steps):
+        now = clock.now()
+        for turn in range(len(fleet)):
+            home = (step + turn) % len(fleet)
+            for action in fleet[home].tick():
+                by_stream[(home, action.stream)].apply(action, now)
+        admitted = 0
+        for index, sim in enumerate(sims):
+            if step < schedule.joins[index]:
+                continue
+            quota, home, leaves = fleet[homes[index]], homes[index], schedule.leaves[index]
+            admitted += sum(sim.admit(now) for _ in range(schedule.demand[step][index]))
+            open_stream = leaves is None or step < leaves
+            if step == schedule.joins[index]:
+                sim.stream = quota.open(peers[index])
+                by_stream[(home, sim.stream)] = sim
+            elif not open_stream or now - sim.last_report < schedule.gaps[index]:
+                continue
+            if open_stream:
+                usage = Usage(TENANT, sim.counted, 0)
+                sim.counted, sim.last_report = 0, now
+                for action in quota.report(sim.stream, "edge", [usage]):
+                    by_stream[(home, action.stream)].apply(action, now)
+            if leaves is not None and step + 1 == leaves:
+                quota.close(sim.stream)
+        admitted_by_step.append(admitted)
+        holding = [sim.assignment for sim in sims if sim.expires > now]
+        held_by_step.append([share for share in holding if isinstance(share, Share)])
+        clock.advance(STEP)
+    return admitted_by_step, held_by_step
+
+
+def assert_within_bound(
+    admitted_by_step: Sequence[int], rate: Fraction, most: int, replicas: int = 1
+) -> None:
+    """Every window of steps admits at most r*W + M*(R*(floor(W/I) + 1) + 1) (I = 1 s)."""
+    for a in range(len(admitted_by_step)):
+        total = 0
+        for b in range(a, len(admitted_by_step)):
+            total += admitted_by_step[b]
+            width = Fraction(b - a) * Fraction(STEP)
+            bound = rate * width + most * (replicas * (math.floor(width) + 1) + 1)
+            assert total <= bound, (a, b)

@@ -39,10 +39,8 @@ from ratewarden.server.rlqs import (
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
 from tests._servers import RedisCluster, RedisServer
-from tests.rlqs._envoy import SimEnvoy
+from tests.rlqs._envoy import TENANT, assert_within_bound, bound_limit, draw_schedule, play
 
-TENANT = bucket_key({"tenant": "a"})
-STEP = 0.25
 SETTINGS = settings(
     max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -143,46 +141,6 @@ def test_a_closed_streams_share_stays_held_in_the_store_until_its_ttl_and_an_int
     assert [action.assignment for action in b.tick()] == [Share(60, 60)]
 
 
-@pytest.mark.redis
-@settings(max_examples=40, deadline=None)
-@given(data=st.data())
-def test_the_script_and_its_python_twin_answer_alike(
-    redis_server: RedisServer, data: st.DataObject
-) -> None:
-    """Random rounds of random replicas, members, demands and departures: the Lua script on a
-    real redis-server and the memory store's twin give the same replies, round for round."""
-    clock = ManualClock()
-    client = redis.Redis(host="127.0.0.1", port=redis_server.port)
-    client.flushall()
-    try:
-        stores = (MemoryStore(clock=clock), RedisStore(client, clock=clock, timeout=1.0))
-        tokens = data.draw(st.integers(0, 500), label="tokens")
-        burst = data.draw(st.integers(0, 50), label="burst")
-        names = [f"r{replica}:{stream}" for replica in range(3) for stream in range(3)]
-        for _ in range(data.draw(st.integers(1, 12), label="rounds")):
-            replica = data.draw(st.integers(0, 2))
-            own = [name for name in names if name.startswith(f"r{replica}:")]
-            members = data.draw(st.lists(st.sampled_from(own), unique=True, max_size=3))
-            demands = data.draw(
-                st.lists(st.integers(0, 10**9), min_size=len(members), max_size=len(members))
-            )
-            departed = [name for name in own if name not in members and data.draw(st.booleans())]
-            op = quota_shares_op(
-                "rw",
-                "bucket",
-                tokens,
-                burst,
-                4_000_000,
-                list(zip(members, demands, strict=True)),
-                departed,
-            )
-            memory, on_redis = (store.apply(op) for store in stores)
-            assert memory == on_redis
-            clock.advance(data.draw(st.sampled_from([0.0, 0.25, 1.0, 5.0])))
-    finally:
-        client.close()
-
-
 @SETTINGS
 @given(
     data=st.data(),
@@ -210,77 +168,24 @@ def test_the_fleet_of_replicas_never_admits_more_than_the_stated_bound_in_any_wi
     peers p0 and p1 and a default, Envoys naming p0, p1 or nothing): the shares held never
     add up above L (tokens) nor max(B, N) (capacity), and every window's admissions stay
     within r*W + M*(R*(floor(W/I) + 1) + 1)."""
-    unit = {1: "second", 10: "second", 60: "minute"}[period]
-    multiplier = 10 if period == 10 else 1
-    algorithm = "fixed_window" if burst is None else "token_bucket"
-    extra = "" if burst is None else f", burst: {burst}"
-    text = rules(
-        f"{{algorithm: {algorithm}, unit: {unit}, unit_multiplier: {multiplier}, "
-        f"requests_per_unit: {limit}{extra}}}"
-    )
+    text = rules(bound_limit(limit, period, burst))
     if weights is not None:
         named = f"{{p0: {weights[0]}, p1: {weights[1]}, default: {weights[2]}}}"
         text = text.replace("    rate_limit:", f"    rlqs_weights: {named}\n    rate_limit:")
     local = local and count == 1
     clock = ManualClock()
     fleet = replicas(make_store(clock), clock, count, text, local)
-    steps = data.draw(st.integers(8, 40), label="steps")
+    schedule = draw_schedule(data, envoys, 40)
     homes = data.draw(st.lists(st.integers(0, count - 1), min_size=envoys, max_size=envoys))
-    joins = data.draw(st.lists(st.integers(0, steps // 2), min_size=envoys, max_size=envoys))
-    leaves = data.draw(
-        st.lists(st.one_of(st.none(), st.integers(1, steps)), min_size=envoys, max_size=envoys)
-    )
-    demand = data.draw(
-        st.lists(
-            st.lists(st.integers(0, 12), min_size=envoys, max_size=envoys),
-            min_size=steps,
-            max_size=steps,
-        )
-    )
-    gaps = data.draw(st.lists(st.sampled_from([1.0, 2.0, 5.0]), min_size=envoys, max_size=envoys))
-    sims = [SimEnvoy() for _ in range(envoys)]
-    by_stream: dict[tuple[int, int], SimEnvoy] = {}
+    peers = [("p0", "p1", "")[index % 3] for index in range(envoys)]
+    admitted, held = play(schedule, fleet, clock, homes, peers)
     rate = Fraction(limit, period)
     fleet_burst = max(1, math.ceil(rate)) if burst is None else burst
     most = max(fleet_burst, envoys)
-    per_step: list[int] = []
-    for step in range(steps):
-        now = clock.now()
-        for turn in range(count):  # the replicas' rounds, in a rotating order
-            home = (step + turn) % count
-            for action in fleet[home].tick():
-                by_stream[(home, action.stream)].apply(action, now)
-        admitted = 0
-        for index, sim in enumerate(sims):
-            if step < joins[index]:
-                continue
-            quota, home = fleet[homes[index]], homes[index]
-            admitted += sum(sim.admit(now) for _ in range(demand[step][index]))
-            open_stream = leaves[index] is None or step < leaves[index]
-            if step == joins[index]:
-                sim.stream = quota.open(("p0", "p1", "")[index % 3])
-                by_stream[(home, sim.stream)] = sim
-            elif not open_stream or now - sim.last_report < gaps[index]:
-                continue
-            if open_stream:
-                usage = Usage(TENANT, sim.counted, 0)
-                sim.counted, sim.last_report = 0, now
-                for action in quota.report(sim.stream, "edge", [usage]):
-                    by_stream[(home, action.stream)].apply(action, now)
-            if leaves[index] is not None and step + 1 == leaves[index]:
-                quota.close(sim.stream)
-        per_step.append(admitted)
-        holding = [s.assignment for s in sims if s.expires > now]
-        shares = [a for a in holding if isinstance(a, Share)]
+    for shares in held:
         assert sum(share.tokens_per_fill for share in shares) <= limit
         assert sum(share.max_tokens for share in shares) <= most
-        clock.advance(STEP)
-    for a in range(steps):
-        total = 0
-        for b in range(a, steps):
-            total += per_step[b]
-            width = Fraction(b - a) * Fraction(STEP)
-            assert total <= rate * width + most * (count * (math.floor(width) + 1) + 1), (a, b)
+    assert_within_bound(admitted, rate, most, replicas=count)
 
 
 def test_bucket_values_with_braces_and_quotes_are_one_hash_in_one_slot(

@@ -30,9 +30,7 @@ from ratewarden.server.rlqs import (
 )
 from ratewarden.server.rlqs.quota import IDLE_S
 from ratewarden.testing import ManualClock
-from tests.rlqs._envoy import SimEnvoy
-
-TENANT = bucket_key({"tenant": "a"})
+from tests.rlqs._envoy import TENANT, assert_within_bound, bound_limit, draw_schedule, play
 
 
 def rules(limit: str = "{unit: minute, requests_per_unit: 60}", **extra: str) -> str:
@@ -172,9 +170,6 @@ def test_a_rule_added_on_reload_limits_its_bucket_from_the_next_round() -> None:
 # ---------------------------------------------------------------- the bound, simulated
 
 
-STEP = 0.25
-
-
 @settings(max_examples=60, deadline=None)
 @given(
     data=st.data(),
@@ -188,68 +183,16 @@ def test_the_fleet_never_admits_more_than_the_stated_bound_in_any_window(
 ) -> None:
     """Random demand, report gaps, joins and leaves: every window's admissions stay within
     r*W + M*(floor(W/I) + 2), and the shares held never sum above the limit."""
-    unit = {1: "second", 10: "second", 60: "minute"}[period]
-    multiplier = 10 if period == 10 else 1
-    algorithm = "fixed_window" if burst is None else "token_bucket"
-    extra = "" if burst is None else f", burst: {burst}"
-    text = rules(
-        f"{{algorithm: {algorithm}, unit: {unit}, unit_multiplier: {multiplier}, "
-        f"requests_per_unit: {limit}{extra}}}"
-    )
+    text = rules(bound_limit(limit, period, burst))
     quota, clock = service(text, interval=1.0, ttl_s=3)
-    steps = data.draw(st.integers(8, 48), label="steps")
-    joins = data.draw(st.lists(st.integers(0, steps // 2), min_size=envoys, max_size=envoys))
-    leaves = data.draw(
-        st.lists(st.one_of(st.none(), st.integers(1, steps)), min_size=envoys, max_size=envoys)
-    )
-    demand = data.draw(
-        st.lists(
-            st.lists(st.integers(0, 12), min_size=envoys, max_size=envoys),
-            min_size=steps,
-            max_size=steps,
-        )
-    )
-    # Envoy reports on its own timer (5 s in Envoy 1.40), not in step with the rounds.
-    gaps = data.draw(st.lists(st.sampled_from([1.0, 2.0, 5.0]), min_size=envoys, max_size=envoys))
-    sims = [SimEnvoy() for _ in range(envoys)]
-    by_stream: dict[int, SimEnvoy] = {}
-    per_step: list[int] = []
-    for step in range(steps):
-        now = clock.now()
-        for action in quota.tick():
-            by_stream[action.stream].apply(action, now)
-        admitted = 0
-        for index, sim in enumerate(sims):
-            if step < joins[index]:
-                continue
-            admitted += sum(sim.admit(now) for _ in range(demand[step][index]))
-            open_stream = leaves[index] is None or step < leaves[index]
-            if step == joins[index]:
-                sim.stream = quota.open()
-                by_stream[sim.stream] = sim
-            elif not open_stream or now - sim.last_report < gaps[index]:
-                continue
-            if open_stream:
-                usage = Usage(TENANT, sim.counted, 0)
-                sim.counted, sim.last_report = 0, now
-                for action in quota.report(sim.stream, "edge", [usage]):
-                    by_stream[action.stream].apply(action, now)
-            if leaves[index] is not None and step + 1 == leaves[index]:
-                quota.close(sim.stream)
-        per_step.append(admitted)
-        holding = [s.assignment for s in sims if s.expires > now]
-        assert sum(a.tokens_per_fill for a in holding if isinstance(a, Share)) <= limit
-        clock.advance(STEP)
+    schedule = draw_schedule(data, envoys, 48)
+    admitted, held = play(schedule, [quota], clock, [0] * envoys, [""] * envoys)
+    for shares in held:
+        assert sum(share.tokens_per_fill for share in shares) <= limit
     rate = Fraction(limit, period)
     # A window rule's fleet burst is one interval (1 s) of its rate; a bucket rule's, its burst.
     fleet_burst = max(1, math.ceil(rate)) if burst is None else burst
-    most = max(fleet_burst, envoys)
-    for a in range(steps):
-        total = 0
-        for b in range(a, steps):
-            total += per_step[b]
-            width = Fraction(b - a) * Fraction(STEP)
-            assert total <= rate * width + most * (math.floor(width) + 2), (a, b)
+    assert_within_bound(admitted, rate, max(fleet_burst, envoys))
 
 
 @settings(max_examples=40, deadline=None)

@@ -7,7 +7,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import pytest
@@ -20,6 +20,9 @@ from ratewarden.storage import AsyncStore
 from ratewarden.storage.memory import AsyncMemoryStore
 from ratewarden.testing import ManualClock
 from tests.server_transport._process import ServeProcess, serving
+
+if TYPE_CHECKING:
+    from tests.server_transport._rlqs import Stream
 
 HOST = "127.0.0.1"
 
@@ -156,3 +159,12 @@ def parse_reply(raw: bytes) -> HttpReply:
         name, _, value = line.partition(":")
         headers[name.strip().lower()] = value.strip()
     return HttpReply(int(lines[0].split(" ")[1]), headers, body)
+
+
+@pytest.fixture
+async def streams() -> AsyncIterator[list[Stream]]:
+    """The RLQS streams a test opens (``tests.server_transport._rlqs.Stream``), closed after it."""
+    opened: list[Stream] = []
+    yield opened
+    for stream in opened:
+        await stream.close()

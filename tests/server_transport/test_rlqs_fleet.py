@@ -8,29 +8,19 @@ and its bound are tested in tests/rlqs/test_fleet.py.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import redis
 
 from tests._servers import RedisServer
+from tests.server_transport._rlqs import RULES, Stream, assignment, report
 from tests.server_transport.conftest import StartServer, http
-from tests.server_transport.test_rlqs_stream import RULES, Stream, assignment, report
 
 pytestmark = pytest.mark.redis
 
 #: Messages a stream may take (one a round, rounds every 0.2 s) before the test fails.
 MOST_MESSAGES = 40
-
-
-@pytest.fixture
-async def streams() -> AsyncIterator[list[Stream]]:
-    """The test's streams, closed after it."""
-    opened: list[Stream] = []
-    yield opened
-    for stream in opened:
-        await stream.close()
 
 
 async def test_two_replicas_split_one_limit_and_never_hand_out_more_than_it(

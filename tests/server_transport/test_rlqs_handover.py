@@ -9,7 +9,6 @@ limit instead of waiting for the share's TTL. The pure part is tests/rlqs/test_h
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -17,20 +16,12 @@ import pytest
 from envoy.service.rate_limit_quota.v3 import rlqs_pb2
 
 from tests._servers import RedisServer
+from tests.server_transport._rlqs import RULES, Stream, assignment, report
 from tests.server_transport.conftest import StartServer
-from tests.server_transport.test_rlqs_stream import RULES, Stream, assignment, report
 
 #: Messages a stream may take (one a round, rounds every 0.2 s) before the test fails:
 #: 8 s, far under the 30 s an unreleased share stays held.
 MOST_MESSAGES = 40
-
-
-@pytest.fixture
-async def streams() -> AsyncIterator[list[Stream]]:
-    opened: list[Stream] = []
-    yield opened
-    for stream in opened:
-        await stream.close()
 
 
 async def test_a_graceful_stop_sends_each_assignment_again_with_a_ttl_of_0_then_ends(

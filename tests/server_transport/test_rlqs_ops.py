@@ -7,7 +7,7 @@ A grpcio client plays Envoy (``Stream`` from test_rlqs_stream); every wait is bo
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,16 +19,8 @@ from ratewarden.server.dashboard.page import PAGE
 from tests._servers import HOST
 from tests.server_transport._cdp import Browser, find_chromium
 from tests.server_transport._process import serving
+from tests.server_transport._rlqs import RULES, Stream, report
 from tests.server_transport.conftest import StartServer, http, rules_file
-from tests.server_transport.test_rlqs_stream import RULES, Stream, report
-
-
-@pytest.fixture
-async def streams() -> AsyncIterator[list[Stream]]:
-    opened: list[Stream] = []
-    yield opened
-    for stream in opened:
-        await stream.close()
 
 
 async def test_healthcheck_gives_the_stream_count_with_rlqs_and_is_unchanged_without(

@@ -16,10 +16,8 @@ import pytest
 from envoy.service.rate_limit_quota.v3 import rlqs_pb2_grpc
 
 from ratewarden.server.rlqs.grpc import PEER_HEADER, peer_name
+from tests.server_transport._rlqs import WAIT, Stream, assignment, report
 from tests.server_transport.conftest import StartServer, channel, http
-from tests.server_transport.test_rlqs_stream import WAIT, Stream, assignment, report, streams
-
-__all__ = ["streams"]  # the fixture, shared with test_rlqs_stream.py
 
 RULES = """\
 domain: edge
