@@ -6,8 +6,10 @@ variant (``_rlqs_stack.VARIANTS``): ``off`` (no filter), ``rls`` (Envoy's rate l
 filter: one ``ShouldRateLimit`` call per request, one descriptor, to a ``ratewarden
 serve`` on its default transport), ``rlqs`` (the ``rate_limit_quota`` filter, its
 assignments from ``ratewarden serve --rlqs``; a limit far out of reach, so nothing is
-denied) and ``rlqs-bound`` (the same filter on a rule of ``BOUND_RATE`` a second that
-the load exceeds: what Envoy admits, set against docs/rlqs.md's bound).
+denied), ``rlqs-fixed`` (the same with a fixed bucket id and no matcher predicate: no
+header read, no regex a request) and ``rlqs-bound`` (the quota filter on a rule of
+``BOUND_RATE`` a second that the load exceeds: what Envoy admits, set against
+docs/rlqs.md's bound).
 
 A round of a variant is a warm-up run of h2load (HTTP/1.1, ``IN_FLIGHT`` connections,
 a request in flight on each), a check (a request through the listener answered as
@@ -41,6 +43,7 @@ from benchmarks import _h2load, _rlqs_report
 from benchmarks._rlqs_stack import (
     BOUND_DOMAIN,
     BOUND_RATE,
+    FIXED_DOMAIN,
     HEADERS,
     HOST,
     RLQS_DOMAIN,
@@ -163,7 +166,8 @@ def check(variant: str, running: _Running) -> None:
     if variant == "rls" and proxy.ratelimit_stats().get("ok", 0) != before + 1:
         raise RuntimeError(f"envoy rls: the filter's call was not OK: {proxy.ratelimit_stats()}")
     if variant.startswith("rlqs"):
-        domain = BOUND_DOMAIN if variant == "rlqs-bound" else RLQS_DOMAIN
+        domains = {"rlqs-bound": BOUND_DOMAIN, "rlqs-fixed": FIXED_DOMAIN}
+        domain = domains.get(variant, RLQS_DOMAIN)
         held = token_bucket(running.rlqs.rlqs(), domain)
         if held is None:
             raise RuntimeError(f"envoy {variant}: no token bucket held for the bucket in {domain}")

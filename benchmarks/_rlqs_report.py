@@ -30,7 +30,13 @@ CPU_SHARE = 0.01
 INTERVAL_S = 1.0
 ENVOYS = 1
 #: Which service answers a variant.
-SERVICE = {"off": "", "rls": "serve_rls", "rlqs": "serve_rlqs", "rlqs-bound": "serve_rlqs"}
+SERVICE = {
+    "off": "",
+    "rls": "serve_rls",
+    "rlqs": "serve_rlqs",
+    "rlqs-fixed": "serve_rlqs",
+    "rlqs-bound": "serve_rlqs",
+}
 
 
 def span(values: Sequence[float], fmt: str) -> str:
@@ -142,6 +148,14 @@ def targets(rows: Sequence[Row]) -> list[str]:
             f"throughput: RLQS at >= {THROUGHPUT_SHARE:g} of no filter (the median): {met}: "
             f"{span(ratios, '.2f')} over the rounds, {over} of {len(ratios)} rounds at >= "
             f"{THROUGHPUT_SHARE:g}"
+        )
+    fixed = _row(rows, "rlqs-fixed")
+    if fixed is not None and fixed.rounds:
+        ratios = vs_off(fixed, rows)
+        out.append(
+            f"  (a fixed bucket id, no header read or regex: {span(ratios, '.2f')} of no filter, "
+            f"{sum(ratio >= THROUGHPUT_SHARE for ratio in ratios)} of {len(ratios)} rounds at >= "
+            f"{THROUGHPUT_SHARE:g})"
         )
     if rlqs is not None and rls is not None and rlqs.rounds and rls.rounds:
         quota, call = _median(cpu(rlqs, "serve_rlqs")), _median(cpu(rls, "serve_rls"))

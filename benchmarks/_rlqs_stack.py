@@ -39,10 +39,12 @@ from benchmarks._serve_stack import (
 )
 
 #: The listeners: no filter, the RLS filter, the quota filter (throughput), the quota
-#: filter on a limit the load exceeds (admission).
-VARIANTS = ("off", "rls", "rlqs", "rlqs-bound")
+#: filter with a fixed bucket id (throughput, without the matcher's header read and regex:
+#: one bucket for the route), the quota filter on a limit the load exceeds (admission).
+VARIANTS = ("off", "rls", "rlqs", "rlqs-fixed", "rlqs-bound")
 RLS_DOMAIN = "rls_bench"
 RLQS_DOMAIN = "rlqs_bench"
+FIXED_DOMAIN = "rlqs_fixed"
 BOUND_DOMAIN = "rlqs_bound"
 #: The bound listener's rule: this many requests a second, a token bucket of as many.
 BOUND_RATE = 500
@@ -52,6 +54,8 @@ RULES = {
     f"{RLS_DOMAIN}.yaml": f"domain: {RLS_DOMAIN}\ndescriptors:\n"
     f"  - key: api_key\n    rate_limit: {_HIGH}\n",
     f"{RLQS_DOMAIN}.yaml": f"domain: {RLQS_DOMAIN}\ndescriptors:\n"
+    f"  - key: api_key\n    rate_limit: {_HIGH}\n",
+    f"{FIXED_DOMAIN}.yaml": f"domain: {FIXED_DOMAIN}\ndescriptors:\n"
     f"  - key: api_key\n    rate_limit: {_HIGH}\n",
     f"{BOUND_DOMAIN}.yaml": f"domain: {BOUND_DOMAIN}\ndescriptors:\n"
     "  - key: api_key\n    rate_limit: {algorithm: token_bucket, unit: second, "
@@ -97,14 +101,19 @@ def serve(
     return Service(proc.pid, grpc_port, http_port)
 
 
-def _quota_filter(domain: str, no_assignment: str) -> dict[str, Any]:
+def _quota_filter(domain: str, no_assignment: str, fixed: bool = False) -> dict[str, Any]:
+    """The quota filter: every request with an ``x-api-key`` header in the bucket
+    ``{api_key: <its value>}``; ``fixed``: every request in ``{api_key: k1}``, with no
+    predicate and no header read (one bucket for the route)."""
     header = {"name": "api_key", "typed_config": {"@type": _HEADER, "header_name": "x-api-key"}}
+    value = {"string_value": "k1"} if fixed else {"custom_value": header}
     settings = {
         "@type": _QUOTA + "RateLimitQuotaBucketSettings",
-        "bucket_id_builder": {"bucket_id_builder": {"api_key": {"custom_value": header}}},
+        "bucket_id_builder": {"bucket_id_builder": {"api_key": value}},
         "reporting_interval": "1s",  # required; Envoy 1.40 reports every 5 s whatever it says
         "no_assignment_behavior": {"fallback_rate_limit": {"blanket_rule": no_assignment}},
     }
+    on_match = {"action": {"name": "rate_limit_quota", "typed_config": settings}}
     matcher = {
         "predicate": {
             "single_predicate": {
@@ -112,15 +121,16 @@ def _quota_filter(domain: str, no_assignment: str) -> dict[str, Any]:
                 "value_match": {"safe_regex": {"google_re2": {}, "regex": ".+"}},
             }
         },
-        "on_match": {"action": {"name": "rate_limit_quota", "typed_config": settings}},
+        "on_match": on_match,
     }
+    matchers = {"on_no_match": on_match} if fixed else {"matcher_list": {"matchers": [matcher]}}
     return {
         "name": "envoy.filters.http.rate_limit_quota",
         "typed_config": {
             "@type": _QUOTA + "RateLimitQuotaFilterConfig",
             "rlqs_server": {"envoy_grpc": {"cluster_name": "ratewarden_rlqs"}},
             "domain": domain,
-            "bucket_matchers": {"matcher_list": {"matchers": [matcher]}},
+            "bucket_matchers": matchers,
         },
     }
 
@@ -145,6 +155,7 @@ def _listener(variant: str, port: int) -> dict[str, Any]:
         "off": [],
         "rls": [_rls_filter()],
         "rlqs": [_quota_filter(RLQS_DOMAIN, "ALLOW_ALL")],
+        "rlqs-fixed": [_quota_filter(FIXED_DOMAIN, "ALLOW_ALL", fixed=True)],
         "rlqs-bound": [_quota_filter(BOUND_DOMAIN, "DENY_ALL")],
     }[variant]
     filters.append({"name": "envoy.filters.http.router", "typed_config": {"@type": _ROUTER}})

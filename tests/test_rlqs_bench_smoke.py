@@ -66,11 +66,18 @@ def test_the_bound_listener_denies_beyond_its_rule_and_stays_within_the_bound(
 
 @needs_tools
 def test_the_report_renders_and_serializes(rows: list[_rlqs.Row], tmp_path: Path) -> None:
-    """A table line per variant, the three targets, JSON with every round."""
+    """A table line per variant, the three targets (the throughput's with its fixed-bucket
+    line), JSON with every round."""
     assert len(_rlqs_report.table(rows).splitlines()) == 2 + len(rows)
     assert _rlqs_report.markdown(rows).count("\n") == 1 + len(rows)
     lines = _rlqs_report.targets(rows)
-    assert [line.split(":")[0] for line in lines] == ["throughput", "service CPU", "admission"]
+    heads = [line.split(":")[0].strip() for line in lines]
+    assert heads == [
+        "throughput",
+        "(a fixed bucket id, no header read or regex",
+        "service CPU",
+        "admission",
+    ]
     path = tmp_path / "rlqs.json"
     _rlqs_report.write_json(path, _rlqs_report.meta(TINY, "test"), rows)
     data = json.loads(path.read_text())
