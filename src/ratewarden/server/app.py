@@ -48,7 +48,8 @@ from ratewarden.server.listeners import (
 from ratewarden.server.logs import configure_logging
 from ratewarden.server.reload import ConfigWatcher
 from ratewarden.server.response import fallback_response
-from ratewarden.server.rlqs import Fleet, QuotaCollector, QuotaService, RateLimitQuotaServicer
+from ratewarden.server.rlqs import RateLimitQuotaServicer
+from ratewarden.server.rlqs.build import servicer
 from ratewarden.server.rlqs.figures import introspection
 from ratewarden.server.service import AsyncRateLimitService
 from ratewarden.server.settings import Settings, redacted, store_scheme, uvloop_installed
@@ -165,19 +166,12 @@ class RateLimitServer:
         )
         #: Envoy's quota service (``--rlqs``): its shares live in this process on the memory
         #: store, in the store for several replicas on Redis (docs/rlqs.md).
-        fleet = None
-        if not isinstance(self.store, AsyncMemoryStore):
-            prefix = getattr(self.store, "prefix", settings.key_prefix)
-            fleet = Fleet(self.service.limiter, prefix=prefix)
-        self.quota = None if not settings.rlqs else RateLimitQuotaServicer(
-            QuotaService(self.config, clock=SystemClock(), interval=settings.rlqs_interval,
-                         ttl_s=settings.rlqs_ttl, shadow=settings.shadow, fleet=fleet,
-                         idle_s=settings.rlqs_idle, history=settings.rlqs_demand_reports)
-        )  # fmt: skip
-        if self.quota is not None:
-            self.stats.registry.register(
-                QuotaCollector(self.quota.quota, buckets=settings.rlqs_bucket_metrics)
-            )
+        self.quota: RateLimitQuotaServicer | None = None
+        if settings.rlqs:
+            shared = not isinstance(self.store, AsyncMemoryStore)
+            prefix = getattr(self.store, "prefix", settings.key_prefix) if shared else None
+            limiter, registry = self.service.limiter, self.stats.registry
+            self.quota = servicer(settings, self.config, limiter, registry, prefix)
         # The listeners (server/listeners.py): gRPC, HTTP, and the debug and metrics ports.
         self.transport = settings.grpc_transport
         services = () if self.quota is None else (self.quota.handler(),)
