@@ -36,7 +36,6 @@ from pathlib import Path
 
 from benchmarks._rlqs_stack import Service, _quota_filter, serve
 from benchmarks._serve_stack import (
-    _ROUTER,
     HOST,
     _address,
     _cluster,
@@ -44,6 +43,7 @@ from benchmarks._serve_stack import (
     _listening,
     envoy_binary,
     free_port,
+    http_listener,
     process,
     redis_server,
 )
@@ -101,26 +101,8 @@ def rate_at(envoy: int, t: float, phase_s: float) -> int:
 
 def bootstrap(port: int, backend: int, replica: int, admin: int) -> str:
     """One listener with the quota filter (bucket ``{api_key: <x-api-key>}``), JSON."""
-    manager = {
-        "@type": "type.googleapis.com/envoy.extensions.filters.network."
-        "http_connection_manager.v3.HttpConnectionManager",
-        "stat_prefix": "fleet",
-        "route_config": {
-            "virtual_hosts": [
-                {
-                    "name": "all",
-                    "domains": ["*"],
-                    "routes": [{"match": {"prefix": "/"}, "route": {"cluster": "backend"}}],
-                }
-            ]
-        },
-        "http_filters": [
-            _quota_filter(DOMAIN, "DENY_ALL"),
-            {"name": "envoy.filters.http.router", "typed_config": {"@type": _ROUTER}},
-        ],
-    }
-    hcm = {"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}
-    listener = {"name": "fleet", "address": _address(port), "filter_chains": [{"filters": [hcm]}]}
+    filters = [_quota_filter(DOMAIN, "DENY_ALL")]
+    listener = http_listener("fleet", port, filters, {"cluster": "backend"})
     clusters = [_cluster("backend", backend, False), _cluster("ratewarden_rlqs", replica, True)]
     static = {"listeners": [listener], "clusters": clusters}
     return json.dumps({"static_resources": static, "admin": {"address": _address(admin)}})

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks._rlqs_stack import BOUND_RATE
+from benchmarks._serve_report import span
 
 if TYPE_CHECKING:
     from benchmarks._rlqs import Plan, Row
@@ -37,15 +38,6 @@ SERVICE = {
     "rlqs-fixed": "serve_rlqs",
     "rlqs-bound": "serve_rlqs",
 }
-
-
-def span(values: Sequence[float], fmt: str) -> str:
-    """``median (min-max)`` of ``values`` (NaNs left out); ``-`` when there are none."""
-    present = [v for v in values if not math.isnan(v)]
-    if not present:
-        return "-"
-    middle = statistics.median(present)
-    return f"{middle:{fmt}} ({min(present):{fmt}}-{max(present):{fmt}})"
 
 
 def _median(values: Sequence[float]) -> float:

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._serve_stack import (
-    _ROUTER,
     HOST,
     _address,
     _cluster,
@@ -35,6 +34,7 @@ from benchmarks._serve_stack import (
     _listening,
     envoy_binary,
     free_port,
+    http_listener,
     process,
 )
 
@@ -61,7 +61,6 @@ RULES = {
     "  - key: api_key\n    rate_limit: {algorithm: token_bucket, unit: second, "
     f"requests_per_unit: {BOUND_RATE}}}\n",
 }
-_HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3."
 _RATELIMIT = "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit"
 _QUOTA = "type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3."
 _HEADER = "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput"
@@ -158,25 +157,9 @@ def _listener(variant: str, port: int) -> dict[str, Any]:
         "rlqs-fixed": [_quota_filter(FIXED_DOMAIN, "ALLOW_ALL", fixed=True)],
         "rlqs-bound": [_quota_filter(BOUND_DOMAIN, "DENY_ALL")],
     }[variant]
-    filters.append({"name": "envoy.filters.http.router", "typed_config": {"@type": _ROUTER}})
     action = {"request_headers": {"header_name": "x-api-key", "descriptor_key": "api_key"}}
     route = {"cluster": f"backend_{variant}", "rate_limits": [{"actions": [action]}]}
-    manager = {
-        "@type": _HCM + "HttpConnectionManager",
-        "stat_prefix": variant,
-        "route_config": {
-            "virtual_hosts": [
-                {
-                    "name": "all",
-                    "domains": ["*"],
-                    "routes": [{"match": {"prefix": "/"}, "route": route}],
-                }
-            ]
-        },
-        "http_filters": filters,
-    }
-    hcm = {"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}
-    return {"name": variant, "address": _address(port), "filter_chains": [{"filters": [hcm]}]}
+    return http_listener(variant, port, filters, route)
 
 
 def bootstrap(listeners: dict[str, int], backend: int, rls: int, rlqs: int, admin: int) -> str:

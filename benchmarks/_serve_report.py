@@ -33,7 +33,8 @@ SERVE_CPU_US = 100.0
 _CPU = ("serve", "redis", "envoy", "upstream", "h2load")
 
 
-def _span(values: Sequence[float], fmt: str) -> str:
+def span(values: Sequence[float], fmt: str) -> str:
+    """``median (min-max)`` of ``values`` (NaNs left out); ``-`` when there are none."""
     present = [v for v in values if not math.isnan(v)]
     if not present:
         return "-"
@@ -78,8 +79,8 @@ def _cells(row: Row, rows: Sequence[Row]) -> list[str]:
             versus += f" ({min(present):.2f}-{max(present):.2f})"
     return [
         row.case.label, row.case.transport or "-", str(row.case.in_flight),
-        _span(row.rates, ",.0f"), versus, f"{row.p_median('p50'):.2f}",
-        _span(row.p("p99"), ".2f"), f"{row.errors:,}", *(cpu(name) for name in _CPU),
+        span(row.rates, ",.0f"), versus, f"{row.p_median('p50'):.2f}",
+        span(row.p("p99"), ".2f"), f"{row.errors:,}", *(cpu(name) for name in _CPU),
     ]  # fmt: skip
 
 
@@ -156,7 +157,7 @@ def targets(rows: Sequence[Row]) -> list[Target]:
         ]
         met |= ok
         lines.append(
-            f"{_name(row)}: {_span(row.rates, ',.0f')} calls/s, p99 {_span(row.p('p99'), '.2f')}"
+            f"{_name(row)}: {span(row.rates, ',.0f')} calls/s, p99 {span(row.p('p99'), '.2f')}"
             f" ms, {times:.2f}x grpcio -> {_verdict(ok)} ({sum(each)} of {len(row.rounds)} "
             "rounds met all three)"
         )
@@ -175,7 +176,7 @@ def targets(rows: Sequence[Row]) -> list[Target]:
             met |= ok
             fast = sum(r.rate >= MEMORY_CALLS for r in row.rounds)
             lines.append(
-                f"{_name(row)}: {_span(row.rates, ',.0f')} calls/s -> {_verdict(ok)} "
+                f"{_name(row)}: {span(row.rates, ',.0f')} calls/s -> {_verdict(ok)} "
                 f"({fast} of {len(row.rounds)} rounds)"
             )
     found.append(Target(f"memory, 3 descriptors: >= {MEMORY_CALLS:,} calls/s", met, tuple(lines)))
@@ -186,8 +187,7 @@ def targets(rows: Sequence[Row]) -> list[Target]:
             ok = cpu <= SERVE_CPU_US
             met |= ok
             lines.append(
-                f"{_name(row)}: serve {_span(row.cpu_us('serve'), ',.0f')} us/call "
-                f"-> {_verdict(ok)}"
+                f"{_name(row)}: serve {span(row.cpu_us('serve'), ',.0f')} us/call -> {_verdict(ok)}"
             )
     found.append(
         Target(

@@ -199,8 +199,15 @@ def _listener(name: str, port: int, rate_limited: bool) -> dict[str, Any]:
                 },
             }
         )
-    filters.append({"name": "envoy.filters.http.router", "typed_config": {"@type": _ROUTER}})
     route = {"cluster": f"backend_{name}", "rate_limits": _ACTIONS}
+    return http_listener(name, port, filters, route)
+
+
+def http_listener(
+    name: str, port: int, filters: list[dict[str, Any]], route: dict[str, Any]
+) -> dict[str, Any]:
+    """A listener on ``port`` whose every request goes through ``filters`` (the router is
+    added last) to ``route``."""
     manager = {
         "@type": _HCM + "HttpConnectionManager",
         "stat_prefix": name,
@@ -213,22 +220,13 @@ def _listener(name: str, port: int, rate_limited: bool) -> dict[str, Any]:
                 }
             ]
         },
-        "http_filters": filters,
-    }
-    return {
-        "name": name,
-        "address": _address(port),
-        "filter_chains": [
-            {
-                "filters": [
-                    {
-                        "name": "envoy.filters.network.http_connection_manager",
-                        "typed_config": manager,
-                    }
-                ]
-            }
+        "http_filters": [
+            *filters,
+            {"name": "envoy.filters.http.router", "typed_config": {"@type": _ROUTER}},
         ],
     }
+    hcm = {"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}
+    return {"name": name, "address": _address(port), "filter_chains": [{"filters": [hcm]}]}
 
 
 def _cluster(name: str, port: int, http2: bool) -> dict[str, Any]:
