@@ -68,6 +68,9 @@ _RLS, _CHECK, _WATCH = 0, 1, 2
 BATCH = 64
 #: The largest request accepted, as grpcio's default (``grpc.max_receive_message_length``).
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
+#: Seconds a graceful stop waits, after the last call's answer, before it closes the front:
+#: the front writes answers on its own threads and drops what it has not written at close.
+FLUSH_S = 0.25
 
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -158,12 +161,19 @@ class NativeGrpcServer:
             self._set_status(name, _NOT_SERVING)
         self._shut_down = True
         self._stopping = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
         tasks = list(self._tasks.values())
         if grace and tasks:
             await asyncio.wait(tasks, timeout=grace)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if grace:
+            # The front writes answers on its own threads, and close() drops any it has not
+            # written yet (its client gets UNAVAILABLE): give the last ones a moment to
+            # leave, within the grace.
+            await asyncio.sleep(min(FLUSH_S, max(0.0, deadline - loop.time())))
         front, self._front = self._front, None
         if front is not None:
             for call_id in list(self._watching):
