@@ -191,6 +191,35 @@ def poll(proxy: Envoy, tenant: str, wanted: int) -> list[int]:
     raise AssertionError(f"no {wanted} for {tenant!r} within {DEADLINE} s: {seen}")
 
 
+def test_a_reload_that_changes_only_a_rules_period_reaches_envoy(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """10 a second, then 10 an hour: the token bucket keeps its max_tokens and
+    tokens_per_fill, and Envoy compares a new bucket with the one it holds by those and its
+    fill_interval's nanos alone. The assignment still differs in what Envoy compares, so
+    Envoy takes the new bucket: within a few rounds of the reload it admits nothing for a
+    whole second (on the old bucket it would keep admitting 10 a second)."""
+    rules = (
+        "domain: edge\ndescriptors:\n  - key: tenant\n    value: period\n"
+        "    rate_limit: {algorithm: token_bucket, unit: second, requests_per_unit: 10}\n"
+    )
+    with serving(tmp_path, rules, *RLQS_FLAGS, "--reload-interval", "0.2") as (server,):
+        with rlqs_envoy(backend, server) as proxy:
+            first_200(proxy, "period")
+            (tmp_path / "rules.yaml").write_text(rules.replace("unit: second", "unit: hour"))
+            deadline = time.monotonic() + DEADLINE
+            while not any(line.get("event") == "config_reloaded" for line in server.logs()):
+                assert time.monotonic() < deadline, "the rules were not reloaded"
+                time.sleep(0.05)
+            deadline = time.monotonic() + DEADLINE
+            last_200 = time.monotonic()
+            while time.monotonic() - last_200 < 1.0:
+                assert time.monotonic() < deadline, "Envoy kept the bucket of 10 a second"
+                if proxy.get("/", {"x-tenant": "period"})[0] == 200:
+                    last_200 = time.monotonic()
+                time.sleep(0.02)
+
+
 def test_ratewarden_stopped_gracefully_hands_over_and_a_restart_enforces_again(
     backend: Backend, tmp_path: Path
 ) -> None:

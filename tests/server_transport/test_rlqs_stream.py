@@ -204,6 +204,44 @@ async def test_a_rule_removed_on_reload_abandons_its_buckets(
     assert assignment(await stream.next()) == {"bucket": {"tenant": "a"}, "abandon": True}
 
 
+async def test_a_period_changed_on_reload_changes_what_envoy_compares(
+    start_server: StartServer, streams: list[Stream]
+) -> None:
+    """Envoy keeps the bucket it holds when the new one has the same max_tokens,
+    tokens_per_fill and fill_interval nanoseconds (it does not compare the seconds): 6 a
+    minute become 6 an hour, and the bucket sent differs in those fields too, while Envoy's
+    whole-second reading of the interval is the new period exactly."""
+    server = await start_server(RULES, rlqs=True, rlqs_interval=0.2, rlqs_ttl=2)
+    stream = Stream(server.grpc_port)
+    streams.append(stream)
+
+    def compared(response: Any) -> tuple[int, int, int, int]:
+        bucket = response.bucket_action[0].quota_assignment_action.rate_limit_strategy
+        tb = bucket.token_bucket
+        return (
+            tb.max_tokens,
+            tb.tokens_per_fill.value,
+            tb.fill_interval.nanos,
+            tb.fill_interval.seconds,
+        )
+
+    stream.send(report("edge", ({"tenant": "a"}, 1, 0)))
+    before = compared(await stream.next())
+    assert before[::3] == (4, 60)
+    path = server.settings.config_paths[0]
+    with open(path) as rules:
+        text = rules.read()
+    with open(path, "w") as rules:
+        rules.write(text.replace("unit: minute", "unit: hour"))
+    assert server.watcher.check_once()
+    after = before
+    while after[3] != 3600:
+        stream.send(report("edge", ({"tenant": "a"}, 1, 0)))
+        after = compared(await stream.next())
+    assert after[:2] == before[:2]
+    assert after[:3] != before[:3]
+
+
 async def test_the_rate_limit_service_answers_beside_the_quota_service(
     start_server: StartServer,
 ) -> None:

@@ -66,11 +66,24 @@ def usages(reports: Any) -> list[Usage]:
     ]
 
 
+def fill_marker(fill_s: int) -> int:
+    """The nanoseconds a token bucket's ``fill_interval`` carries beside its ``fill_s``
+    seconds: ``fill_s`` again (below 10**9), so that Envoy, which compares the nanoseconds of
+    two intervals and not their seconds, sees a change of period. Envoy reads the interval
+    in whole seconds, so the rate it enforces is unchanged; a client that reads the
+    nanoseconds too is off by one part in a billion."""
+    return fill_s % 1_000_000_000
+
+
 def response(actions: Iterable[Action]) -> Any:
     """One ``RateLimitQuotaResponse`` holding ``actions`` (all for one stream).
 
     Durations are whole seconds: Envoy reads a token bucket's ``fill_interval`` and an
-    assignment's time to live in whole seconds.
+    assignment's time to live in whole seconds. A bucket's ``fill_interval`` also carries
+    its seconds again as nanoseconds (``fill_marker``), because Envoy tells a new bucket from
+    the one it holds by ``max_tokens``, ``tokens_per_fill`` and the interval's nanoseconds
+    alone: without the marker, a reload that changes only a rule's period (10 a second to
+    10 an hour) would leave Envoy on the old bucket.
     """
     out = rlqs_pb2.RateLimitQuotaResponse()
     for action in actions:
@@ -87,6 +100,7 @@ def response(actions: Iterable[Action]) -> Any:
             bucket.max_tokens = action.assignment.max_tokens
             bucket.tokens_per_fill.value = action.assignment.tokens_per_fill
             bucket.fill_interval.seconds = action.fill_s
+            bucket.fill_interval.nanos = fill_marker(action.fill_s)
         elif action.assignment == ALLOW_ALL:
             strategy.blanket_rule = _Strategy.ALLOW_ALL
         else:
