@@ -203,21 +203,24 @@ def test_a_reload_that_changes_only_a_rules_period_reaches_envoy(
         "domain: edge\ndescriptors:\n  - key: tenant\n    value: period\n"
         "    rate_limit: {algorithm: token_bucket, unit: second, requests_per_unit: 10}\n"
     )
-    with serving(tmp_path, rules, *RLQS_FLAGS, "--reload-interval", "0.2") as (server,):
-        with rlqs_envoy(backend, server) as proxy:
-            first_200(proxy, "period")
-            (tmp_path / "rules.yaml").write_text(rules.replace("unit: second", "unit: hour"))
-            deadline = time.monotonic() + DEADLINE
-            while not any(line.get("event") == "config_reloaded" for line in server.logs()):
-                assert time.monotonic() < deadline, "the rules were not reloaded"
-                time.sleep(0.05)
-            deadline = time.monotonic() + DEADLINE
-            last_200 = time.monotonic()
-            while time.monotonic() - last_200 < 1.0:
-                assert time.monotonic() < deadline, "Envoy kept the bucket of 10 a second"
-                if proxy.get("/", {"x-tenant": "period"})[0] == 200:
-                    last_200 = time.monotonic()
-                time.sleep(0.02)
+    flags = (*RLQS_FLAGS, "--reload-interval", "0.2")
+    with (
+        serving(tmp_path, rules, *flags) as (server,),
+        rlqs_envoy(backend, server) as proxy,
+    ):
+        first_200(proxy, "period")
+        (tmp_path / "rules.yaml").write_text(rules.replace("unit: second", "unit: hour"))
+        deadline = time.monotonic() + DEADLINE
+        while not any(line.get("event") == "config_reloaded" for line in server.logs()):
+            assert time.monotonic() < deadline, "the rules were not reloaded"
+            time.sleep(0.05)
+        deadline = time.monotonic() + DEADLINE
+        last_200 = time.monotonic()
+        while time.monotonic() - last_200 < 1.0:
+            assert time.monotonic() < deadline, "Envoy kept the bucket of 10 a second"
+            if proxy.get("/", {"x-tenant": "period"})[0] == 200:
+                last_200 = time.monotonic()
+            time.sleep(0.02)
 
 
 def test_ratewarden_stopped_gracefully_hands_over_and_a_restart_enforces_again(
