@@ -10,6 +10,9 @@ in one turn of the loop. So the calls of a batch reach the store together: the
 Redis store writes the requests made in one turn as one pipelined batch (each
 request keeping its own deadline), and the memory store decides them one after
 the other. Each call's answer is what deciding it alone, in arrival order, gives.
+The answers made in one turn of the loop are handed to the front together at the
+start of the next (``_flush_answers``): the front's threads then wake once for
+them, not once per answer (measured: their CPU per call fell by a quarter to a third).
 
 What it serves, as ``GrpcServer`` does:
 
@@ -106,6 +109,9 @@ class NativeGrpcServer:
         self._watchers: dict[str, set[int]] = {}
         self._watching: dict[int, str] = {}
         self._cancel = -1
+        #: Answers made in this turn of the loop, handed to the front at the next.
+        self._answers: list[tuple[int, bytes]] = []
+        self._flush: asyncio.Handle | None = None
         self._stopping = False
         self._shut_down = False
 
@@ -169,6 +175,7 @@ class NativeGrpcServer:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        self._flush_answers()
         if grace:
             # The front writes answers on its own threads, and close() drops any it has not
             # written yet (its client gets UNAVAILABLE): give the last ones a moment to
@@ -243,9 +250,24 @@ class NativeGrpcServer:
             )
             front.fail(call_id, _UNKNOWN, "")
         else:
-            front.respond(call_id, response.SerializeToString())
+            self._answers.append((call_id, response.SerializeToString()))
+            if self._flush is None:
+                self._flush = asyncio.get_running_loop().call_soon(self._flush_answers)
         finally:
             self._tasks.pop(call_id, None)
+
+    def _flush_answers(self) -> None:
+        """Hand the answers made in the last turn to the front (a call gone meanwhile, by its
+        deadline or its client, is skipped by the front)."""
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
+        answers, self._answers = self._answers, []
+        front = self._front
+        if front is not None:
+            respond = front.respond
+            for call_id, data in answers:
+                respond(call_id, data)
 
     def _cancelled(self, call_id: int) -> None:
         task = self._tasks.pop(call_id, None)
