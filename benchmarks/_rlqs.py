@@ -2,19 +2,22 @@
 filter (RLQS) over ``ratewarden serve``, side by side (issue 18, "Benchmark").
 
 One Envoy (``--concurrency 1``) in front of the trivial upstream has a listener per
-variant (``_rlqs_stack.VARIANTS``): ``off`` (no filter), ``rls`` (Envoy's rate limit
-filter: one ``ShouldRateLimit`` call per request, one descriptor, to a ``ratewarden
+variant (``_rlqs_stack.VARIANTS``): ``off`` (no filter), ``filter`` (one trivial filter,
+header_mutation appending a request header: what any extra filter costs), ``rls`` (Envoy's
+rate limit filter: one ``ShouldRateLimit`` call per request, one descriptor, to a ``ratewarden
 serve`` on its default transport), ``rlqs`` (the ``rate_limit_quota`` filter, its
 assignments from ``ratewarden serve --rlqs``; a limit far out of reach, so nothing is
 denied), ``rlqs-fixed`` (the same with a fixed bucket id and no matcher predicate: no
-header read, no regex a request) and ``rlqs-bound`` (the quota filter on a rule of
+header read, no regex a request), ``rlqs-allow`` (that fixed bucket on an ``unlimited`` rule:
+a blanket ALLOW_ALL assignment, no token bucket, the quota filter's floor) and
+``rlqs-bound`` (the quota filter on a rule of
 ``BOUND_RATE`` a second that the load exceeds: what Envoy admits, set against
 docs/rlqs.md's bound).
 
 A round of a variant is a warm-up run of h2load (HTTP/1.1, ``IN_FLIGHT`` connections,
 a request in flight on each), a check (a request through the listener answered as
 expected; for the RLS, Envoy's ``ratelimit.ok`` up by one; for the quota listeners, the
-bucket's token bucket in ``/rlqs.json``), the timed run, the check again. Rounds of the
+bucket's assignment in ``/rlqs.json``), the timed run, the check again. Rounds of the
 variants rotate, so load from elsewhere falls on all of them. Around each timed run the
 CPU time of both ``ratewarden serve`` processes, Envoy and the upstream is read from
 ``/proc/<pid>/task/*/schedstat`` (nanoseconds, every thread; ``/proc/<pid>/stat`` counts
@@ -41,6 +44,7 @@ from typing import Any
 
 from benchmarks import _h2load, _rlqs_report
 from benchmarks._rlqs_stack import (
+    ALLOW_DOMAIN,
     BOUND_DOMAIN,
     BOUND_RATE,
     FIXED_DOMAIN,
@@ -147,13 +151,20 @@ class _Running:
         }
 
 
-def token_bucket(state: dict[str, Any], domain: str) -> dict[str, Any] | None:
-    """The token bucket ``/rlqs.json`` shows held for ``{api_key: k1}`` in ``domain``."""
+def assignment(state: dict[str, Any], domain: str) -> dict[str, Any] | str | None:
+    """What ``/rlqs.json`` shows held for ``{api_key: k1}`` in ``domain``: a token bucket
+    (a dict), ``"allow_all"`` or ``"deny_all"``; None when nothing is held."""
     for held in state["assignments"]:
         if held["domain"] == domain and held["bucket"] == {"api_key": "k1"}:
-            found = held["assignment"]
-            return found if isinstance(found, dict) else None
+            found: dict[str, Any] | str = held["assignment"]
+            return found
     return None
+
+
+def token_bucket(state: dict[str, Any], domain: str) -> dict[str, Any] | None:
+    """The token bucket ``/rlqs.json`` shows held for ``{api_key: k1}`` in ``domain``."""
+    found = assignment(state, domain)
+    return found if isinstance(found, dict) else None
 
 
 def check(variant: str, running: _Running) -> None:
@@ -167,6 +178,11 @@ def check(variant: str, running: _Running) -> None:
         raise RuntimeError(f"envoy rls: the filter's call was not OK: {proxy.ratelimit_stats()}")
     if variant.startswith("rlqs"):
         domains = {"rlqs-bound": BOUND_DOMAIN, "rlqs-fixed": FIXED_DOMAIN}
+        if variant == "rlqs-allow":
+            found = assignment(running.rlqs.rlqs(), ALLOW_DOMAIN)
+            if found != "allow_all":
+                raise RuntimeError(f"envoy {variant}: expected allow_all held, got {found!r}")
+            return
         domain = domains.get(variant, RLQS_DOMAIN)
         held = token_bucket(running.rlqs.rlqs(), domain)
         if held is None:

@@ -9,9 +9,10 @@
 
 Every request carries ``x-api-key: k1``. The RLS listener asks one descriptor,
 ``(api_key, k1)``; the quota listeners make it the bucket ``{api_key: k1}``, each in a
-domain of its own (``rlqs_bench``: a limit far out of reach; ``rlqs_bound``: ``BOUND_RATE``
-a second, which the load exceeds, Envoy's ``no_assignment_behavior`` DENY_ALL, so the
-admission can be set against docs/rlqs.md's bound). The processes come from
+domain of its own (``rlqs_bench`` and ``rlqs_fixed``: a limit far out of reach;
+``rlqs_allow``: ``unlimited``, assigned ALLOW_ALL; ``rlqs_bound``: ``BOUND_RATE`` a second,
+which the load exceeds, Envoy's ``no_assignment_behavior`` DENY_ALL, so the admission can
+be set against docs/rlqs.md's bound). The processes come from
 ``_serve_stack`` (free loopback ports, waited for, stopped with the ``ExitStack``).
 """
 
@@ -38,13 +39,17 @@ from benchmarks._serve_stack import (
     process,
 )
 
-#: The listeners: no filter, the RLS filter, the quota filter (throughput), the quota
-#: filter with a fixed bucket id (throughput, without the matcher's header read and regex:
-#: one bucket for the route), the quota filter on a limit the load exceeds (admission).
-VARIANTS = ("off", "rls", "rlqs", "rlqs-fixed", "rlqs-bound")
+#: The listeners: no filter, one trivial filter (a control: what any extra HTTP filter
+#: costs Envoy), the RLS filter, the quota filter (throughput), the quota filter with a
+#: fixed bucket id (throughput, without the matcher's header read and regex: one bucket for
+#: the route), the same fixed bucket on an ``unlimited`` rule (a blanket ALLOW_ALL
+#: assignment, no token bucket: the quota filter's floor), the quota filter on a limit the
+#: load exceeds (admission).
+VARIANTS = ("off", "filter", "rls", "rlqs", "rlqs-fixed", "rlqs-allow", "rlqs-bound")
 RLS_DOMAIN = "rls_bench"
 RLQS_DOMAIN = "rlqs_bench"
 FIXED_DOMAIN = "rlqs_fixed"
+ALLOW_DOMAIN = "rlqs_allow"
 BOUND_DOMAIN = "rlqs_bound"
 #: The bound listener's rule: this many requests a second, a token bucket of as many.
 BOUND_RATE = 500
@@ -57,6 +62,8 @@ RULES = {
     f"  - key: api_key\n    rate_limit: {_HIGH}\n",
     f"{FIXED_DOMAIN}.yaml": f"domain: {FIXED_DOMAIN}\ndescriptors:\n"
     f"  - key: api_key\n    rate_limit: {_HIGH}\n",
+    f"{ALLOW_DOMAIN}.yaml": f"domain: {ALLOW_DOMAIN}\ndescriptors:\n"
+    "  - key: api_key\n    rate_limit: {unlimited: true}\n",
     f"{BOUND_DOMAIN}.yaml": f"domain: {BOUND_DOMAIN}\ndescriptors:\n"
     "  - key: api_key\n    rate_limit: {algorithm: token_bucket, unit: second, "
     f"requests_per_unit: {BOUND_RATE}}}\n",
@@ -64,6 +71,7 @@ RULES = {
 _RATELIMIT = "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit"
 _QUOTA = "type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3."
 _HEADER = "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput"
+_MUTATION = "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation"
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,12 +157,25 @@ def _rls_filter() -> dict[str, Any]:
     }
 
 
+def _trivial_filter() -> dict[str, Any]:
+    """The control: Envoy's header_mutation filter appending one request header, about the
+    least an HTTP filter can do on every request."""
+    header = {"header": {"key": "x-bench", "value": "1"}}
+    mutations = {"request_mutations": [{"append": header}]}
+    return {
+        "name": "envoy.filters.http.header_mutation",
+        "typed_config": {"@type": _MUTATION, "mutations": mutations},
+    }
+
+
 def _listener(variant: str, port: int) -> dict[str, Any]:
     filters = {
         "off": [],
+        "filter": [_trivial_filter()],
         "rls": [_rls_filter()],
         "rlqs": [_quota_filter(RLQS_DOMAIN, "ALLOW_ALL")],
         "rlqs-fixed": [_quota_filter(FIXED_DOMAIN, "ALLOW_ALL", fixed=True)],
+        "rlqs-allow": [_quota_filter(ALLOW_DOMAIN, "ALLOW_ALL", fixed=True)],
         "rlqs-bound": [_quota_filter(BOUND_DOMAIN, "DENY_ALL")],
     }[variant]
     action = {"request_headers": {"header_name": "x-api-key", "descriptor_key": "api_key"}}

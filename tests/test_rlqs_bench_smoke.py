@@ -66,8 +66,8 @@ def test_the_bound_listener_denies_beyond_its_rule_and_stays_within_the_bound(
 
 @needs_tools
 def test_the_report_renders_and_serializes(rows: list[_rlqs.Row], tmp_path: Path) -> None:
-    """A table line per variant, the three targets (the throughput's with its fixed-bucket
-    line), JSON with every round."""
+    """A table line per variant, the three targets (the throughput's with its fixed-bucket,
+    ALLOW_ALL and trivial-filter lines), JSON with every round."""
     assert len(_rlqs_report.table(rows).splitlines()) == 2 + len(rows)
     assert _rlqs_report.markdown(rows).count("\n") == 1 + len(rows)
     lines = _rlqs_report.targets(rows)
@@ -75,6 +75,8 @@ def test_the_report_renders_and_serializes(rows: list[_rlqs.Row], tmp_path: Path
     assert heads == [
         "throughput",
         "(a fixed bucket id, no header read or regex",
+        "(that fixed bucket assigned ALLOW_ALL, no token bucket",
+        "(one trivial filter, no quota",
         "service CPU",
         "admission",
     ]
@@ -86,8 +88,9 @@ def test_the_report_renders_and_serializes(rows: list[_rlqs.Row], tmp_path: Path
 
 
 def test_the_bootstrap_puts_each_filter_on_its_own_listener() -> None:
-    """``off`` has no filter, ``rls`` the rate limit filter, the two quota listeners the
-    quota filter in domains of their own, all pointing at the right cluster."""
+    """``off`` has no filter, ``filter`` one header_mutation, ``rls`` the rate limit filter,
+    the quota listeners the quota filter in domains of their own, all pointing at the right
+    cluster."""
     config = json.loads(
         bootstrap({v: 1000 + i for i, v in enumerate(VARIANTS)}, 2000, 3000, 4000, 5000)
     )
@@ -98,9 +101,11 @@ def test_the_bootstrap_puts_each_filter_on_its_own_listener() -> None:
         return list(manager["http_filters"][:-1])
 
     assert filters("off") == []
+    assert [f["name"] for f in filters("filter")] == ["envoy.filters.http.header_mutation"]
     assert [f["name"] for f in filters("rls")] == ["envoy.filters.http.ratelimit"]
-    domains = [filters(v)[0]["typed_config"]["domain"] for v in ("rlqs", "rlqs-bound")]  # type: ignore[index]
-    assert domains == ["rlqs_bench", "rlqs_bound"]
+    quota = ("rlqs", "rlqs-fixed", "rlqs-allow", "rlqs-bound")
+    domains = [filters(v)[0]["typed_config"]["domain"] for v in quota]  # type: ignore[index]
+    assert domains == ["rlqs_bench", "rlqs_fixed", "rlqs_allow", "rlqs_bound"]
     clusters = {c["name"] for c in config["static_resources"]["clusters"]}
     assert {"ratewarden_rls", "ratewarden_rlqs"} <= clusters
 
