@@ -22,7 +22,7 @@ from ratewarden.decision import Decision
 from ratewarden.server.config import DescriptorRule
 from ratewarden.server.descriptors import Item
 from ratewarden.server.response_headers import LEGACY_NAMES, response_headers
-from ratewarden.server.statuses import current, duration
+from ratewarden.server.statuses import duration, start
 
 __all__ = ["UNLIMITED_REMAINING", "DescriptorOutcome", "fallback_response", "respond"]
 
@@ -155,10 +155,10 @@ def _status(
     that answered without a decision.
     """
     ok = not over or rule.shadow_mode
-    status.code = _OK if ok else _OVER_LIMIT
+    code = _OK if ok else _OVER_LIMIT
     if rule.always_over:
         zero = next(limit for limit in rule.limits if limit.rate is None)
-        current(status, zero, rule.name)
+        start(status, code, zero, rule.name)
         period = zero.period_us
         duration(status, period - clock.now_us() % period)
         return ok, _seconds(period)
@@ -166,7 +166,7 @@ def _status(
     assert result is not None
     decision = result.decision
     limit = rule.limit_for(None if decision is None else decision.rate)
-    current(status, limit, rule.name)
+    start(status, code, limit, rule.name)
     if decision is None or limit is None:
         return ok, None
     status.limit_remaining = min(max(decision.remaining, 0), UNLIMITED_REMAINING)
