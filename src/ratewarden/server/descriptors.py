@@ -283,7 +283,8 @@ def joint_algorithm(stored: list[Item]) -> str | None:
     the same rate.
     """
     algorithm = ""
-    counted: set[tuple[str, Rate]] = set()
+    keys: set[str] = set()
+    single = True  # every rule has one rate
     for item in stored:
         rule = item.rule
         if rule is None or rule.shadow_mode or rule.quota_mode or rule.budget:
@@ -291,10 +292,16 @@ def joint_algorithm(stored: list[Item]) -> str | None:
         if algorithm and rule.algorithm != algorithm:
             return None
         algorithm = rule.algorithm
-        for rate in rule.rates:
-            if (item.key, rate) in counted:
-                return None
-            counted.add((item.key, rate))
+        keys.add(item.key)
+        single = single and len(rule.rates) == 1
+    if not (single and len(keys) == len(stored)):  # else no key and rate can repeat
+        counted: set[tuple[str, Rate]] = set()
+        for item in stored:
+            assert item.rule is not None
+            for rate in item.rule.rates:
+                if (item.key, rate) in counted:
+                    return None
+                counted.add((item.key, rate))
     return algorithm or None
 
 
