@@ -434,21 +434,14 @@ def _pid_on(url: str) -> int:
 
 
 def in_process(
-    descriptors: Sequence[int],
-    calls: int,
-    rounds: int,
-    in_flight: int = 16,
-    store: str = "memory",
-    store_timeout: float = 0.02,
+    descriptors: Sequence[int], calls: int, rounds: int, in_flight: int = 16, store: str = "memory"
 ) -> dict[int, list[float]]:
     """CPU microseconds per call of ``RateLimitServer.should_rate_limit`` called directly.
 
-    The composition root of ``ratewarden serve`` with the benchmark rules and
-    ``store`` (a store URL: the memory store by default; a Redis URL and its
-    ``store_timeout``), metrics hooks on, without gRPC: ``in_flight`` tasks,
-    requests decoded up front, rounds of the descriptor counts interleaved. Set
-    against the serve rows' CPU per call, it splits the service's cost from the
-    transport's.
+    The composition root of ``ratewarden serve`` with the benchmark rules and ``store``
+    (a store URL; a Redis one at a 0.5 s timeout), metrics hooks on, without gRPC: ``in_flight``
+    tasks, requests decoded up front, rounds of the descriptor counts interleaved. Set against
+    the serve rows' CPU per call, it splits the service's cost from the transport's.
     """
     import asyncio
 
@@ -461,11 +454,9 @@ def in_process(
     with tempfile.TemporaryDirectory(prefix="rw-bench-serve-") as workdir:
         for name, text in RULES.items():
             (Path(workdir) / name).write_text(text)
+        timeout = 0.02 if store == "memory" else 0.5
         settings = Settings(
-            config_paths=(workdir,),
-            reload_interval=0,
-            store_url=store,
-            store_timeout=store_timeout,
+            config_paths=(workdir,), reload_interval=0, store_url=store, store_timeout=timeout
         )
         requests = {
             n: [rls_pb2.RateLimitRequest.FromString(b) for b in rls_requests(DOMAIN, n, False)]
@@ -480,8 +471,7 @@ def in_process(
             await asyncio.gather(*(task(i) for i in range(in_flight)))
 
         async def main() -> None:
-            # Made on the running loop: a Redis store's connections belong to it.
-            server = RateLimitServer(settings)
+            server = RateLimitServer(settings)  # on the loop its Redis connections belong to
             for n in descriptors:
                 await drive(server, requests[n], min(calls, 1_000))  # warm-up: every counter exists
             for _ in range(rounds):
