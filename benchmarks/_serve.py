@@ -434,13 +434,13 @@ def _pid_on(url: str) -> int:
 
 
 def in_process(
-    descriptors: Sequence[int], calls: int, rounds: int, in_flight: int = 16
+    descriptors: Sequence[int], calls: int, rounds: int, in_flight: int = 16, store: str = "memory"
 ) -> dict[int, list[float]]:
     """CPU microseconds per call of ``RateLimitServer.should_rate_limit`` called directly.
 
-    The composition root of ``ratewarden serve`` with the benchmark rules and the
-    memory store (metrics hooks on), without gRPC: ``in_flight`` tasks, requests
-    decoded up front, rounds of the descriptor counts interleaved. Set against
+    The composition root of ``ratewarden serve`` with the benchmark rules and ``store``
+    (a store URL; a Redis one at a 0.5 s timeout), metrics hooks on, without gRPC: ``in_flight``
+    tasks, requests decoded up front, rounds of the descriptor counts interleaved. Set against
     the serve rows' CPU per call, it splits the service's cost from the transport's.
     """
     import asyncio
@@ -454,13 +454,16 @@ def in_process(
     with tempfile.TemporaryDirectory(prefix="rw-bench-serve-") as workdir:
         for name, text in RULES.items():
             (Path(workdir) / name).write_text(text)
-        server = RateLimitServer(Settings(config_paths=(workdir,), reload_interval=0))
+        timeout = 0.02 if store == "memory" else 0.5
+        settings = Settings(
+            config_paths=(workdir,), reload_interval=0, store_url=store, store_timeout=timeout
+        )
         requests = {
             n: [rls_pb2.RateLimitRequest.FromString(b) for b in rls_requests(DOMAIN, n, False)]
             for n in descriptors
         }
 
-        async def drive(batch: list[Any], count: int) -> None:
+        async def drive(server: RateLimitServer, batch: list[Any], count: int) -> None:
             async def task(first: int) -> None:
                 for i in range(first, count, in_flight):
                     await server.should_rate_limit(batch[i % len(batch)])
@@ -468,13 +471,15 @@ def in_process(
             await asyncio.gather(*(task(i) for i in range(in_flight)))
 
         async def main() -> None:
+            server = RateLimitServer(settings)  # on the loop its Redis connections belong to
             for n in descriptors:
-                await drive(requests[n], min(calls, 1_000))  # warm-up: every counter exists
+                await drive(server, requests[n], min(calls, 1_000))  # warm-up: every counter exists
             for _ in range(rounds):
                 for n in descriptors:
                     start = time.process_time()
-                    await drive(requests[n], calls)
+                    await drive(server, requests[n], calls)
                     found[n].append((time.process_time() - start) / calls * 1e6)
+            await server.store.aclose()
 
         asyncio.run(main())
     return found

@@ -92,6 +92,16 @@ def test_descriptor_hits_addend_overrides_the_request(rls: Make) -> None:
     assert [s.limit_remaining for s in response.statuses] == [2, 3]
 
 
+def test_a_descriptor_asked_again_counts_the_hits_of_each_request(rls: Make) -> None:
+    """The same entries with their own hits_addend, then without, then with the request's:
+    each request counts its own hits, whatever the service remembers of the descriptor."""
+    h = rls(SERVICE_RULES)
+    assert h.ask(desc(("b", "y"), hits=3)).statuses[0].limit_remaining == 2
+    assert h.ask(desc(("b", "y")), hits=1).statuses[0].limit_remaining == 1
+    assert h.ask(desc(("b", "y"), hits=3)).overall_code == OVER
+    assert h.remaining(("b", "y")) == 1
+
+
 def test_descriptor_hits_addend_zero_checks_without_consuming(rls: Make) -> None:
     """hits_addend 0 on a descriptor reports the state and consumes nothing."""
     h = rls(SERVICE_RULES)

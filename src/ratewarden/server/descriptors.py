@@ -111,63 +111,90 @@ def prepare(
     domain = config.domains.get(request.domain)
     request_hits = request.hits_addend or 1
     items: list[Item] = []
+    if domain is None:
+        for descriptor in request.descriptors:
+            entries = tuple([(entry.key, entry.value) for entry in descriptor.entries])
+            items.append(Item(entries, _addend(descriptor, request_hits), None, None))
+        return items
+    memo = domain.memo
     replaces = False
     for descriptor in request.descriptors:
-        entries = tuple((entry.key, entry.value) for entry in descriptor.entries)
-        cost = descriptor.hits_addend.value if descriptor.HasField("hits_addend") else request_hits
-        if domain is None:
-            items.append(Item(entries, cost, None, None))
-            continue
-        match, key, metric_key = _resolve(domain, entries)
+        # Reading a descriptor's fields costs more than its wire bytes do, and the bytes
+        # say everything the fields say: the same bytes, the same descriptor.
+        wire = descriptor.SerializeToString()
+        found: _Resolved | None = memo.get(wire)
+        if found is None:
+            found = _resolve(domain, descriptor)
+            if len(memo) >= _MEMO_SIZE:
+                memo.clear()
+            memo[wire] = found
+        entries, addend, limited, match, rule, key, metric_key = found
         item = Item(
-            entries, cost, match, None if match is None else match.rule, False, key, metric_key
+            entries, request_hits if addend is None else addend, match, rule, False, key, metric_key
         )
-        if descriptor.HasField("limit"):
-            given = override(request.domain, entries, item.rule, descriptor.limit)
+        if limited:
+            given = override(request.domain, entries, rule, descriptor.limit)
             if given is not None:
                 item.rule, item.override = given, True
                 item.key, item.metric_key = _keys(request.domain, item)
-        replaces = replaces or bool(item.rule and item.rule.replaces)
+        if item.rule is not None and item.rule.replaces:
+            replaces = True
         items.append(item)
-    replaced = {name for item in items if item.rule for name in item.rule.replaces}
-    for item in items:
-        if replaces and item.rule is not None and item.rule.name and item.rule.name in replaced:
-            item.rule = None  # replaced for this request: not checked, not consumed
-        if item.rule is not None:
-            _cap(cap, item, on_overflow)
+    if replaces:
+        replaced = {name for item in items if item.rule for name in item.rule.replaces}
+        for item in items:
+            if item.rule is not None and item.rule.name and item.rule.name in replaced:
+                item.rule = None  # replaced for this request: not checked, not consumed
+    if cap.limit is not None:
+        now = cap.now_us()
+        for item in items:
+            if item.needs_store:
+                _cap(cap, item, on_overflow, now)
     return items
 
 
-#: Descriptors a domain remembers the match and keys of (``DomainConfig.memo``).
+#: Descriptors a domain remembers the reading of (``DomainConfig.memo``).
 _MEMO_SIZE = 16_384
 
+#: What a descriptor's wire bytes say, read once: its entries, its own hits_addend (None
+#: when it has none), whether it carries a limit override, its match and that match's rule
+#: (None when there is none) and the rule's counter and metric keys ("" without one).
+_Resolved = tuple[
+    tuple[tuple[str, str], ...], int | None, bool, Match | None, DescriptorRule | None, str, str
+]
 
-def _resolve(domain: DomainConfig, entries: tuple[tuple[str, str], ...]) -> tuple[Any, str, str]:
-    """``(match or None, counter key, metric key)`` of a descriptor's entries in ``domain``.
 
-    The keys are empty when the match has no rule. Remembered per domain object, so a
-    reload (a new config) starts afresh.
+def _addend(descriptor: Any, request_hits: int) -> int:
+    """The descriptor's own hits_addend, else the request's."""
+    if descriptor.HasField("hits_addend"):
+        value: int = descriptor.hits_addend.value
+        return value
+    return request_hits
+
+
+def _resolve(domain: DomainConfig, descriptor: Any) -> _Resolved:
+    """A descriptor read and matched in ``domain``: what ``_Resolved`` says.
+
+    Remembered per domain object (by ``prepare``), so a reload (a new config) starts afresh.
     """
-    memo = domain.memo
-    found: tuple[Any, str, str] | None = memo.get(entries)
-    if found is None:
-        match = domain.match(entries)
-        if match is None or match.rule is None:
-            found = (match, "", "")
-        else:
-            found = (match, *_keys(domain.name, Item(entries, 0, match, match.rule)))
-        if len(memo) >= _MEMO_SIZE:
-            memo.clear()
-        memo[entries] = found
-    return found
+    entries = tuple([(entry.key, entry.value) for entry in descriptor.entries])
+    addend = descriptor.hits_addend.value if descriptor.HasField("hits_addend") else None
+    limited = descriptor.HasField("limit")
+    match = domain.match(entries)
+    rule = None if match is None else match.rule
+    if rule is None:
+        return entries, addend, limited, match, None, "", ""
+    key, metric_key = _keys(domain.name, Item(entries, 0, match, rule))
+    return entries, addend, limited, match, rule, key, metric_key
 
 
-def _cap(cap: ValueCap, item: Item, on_overflow: Callable[[DescriptorRule], None]) -> None:
+def _cap(
+    cap: ValueCap, item: Item, on_overflow: Callable[[DescriptorRule], None], now: int
+) -> None:
     """Past ``max_values_per_rule``, a new value shares the rule's overflow counter."""
     rule = item.rule
-    if rule is None or not item.needs_store:
-        return
-    item.key, overflowed = cap.key(rule, item.key, override=item.override)
+    assert rule is not None  # the item needs the store
+    item.key, overflowed = cap.key(rule, item.key, override=item.override, now=now)
     if overflowed:
         on_overflow(rule)
 
@@ -256,7 +283,8 @@ def joint_algorithm(stored: list[Item]) -> str | None:
     the same rate.
     """
     algorithm = ""
-    counted: set[tuple[str, Rate]] = set()
+    keys: set[str] = set()
+    single = True  # every rule has one rate
     for item in stored:
         rule = item.rule
         if rule is None or rule.shadow_mode or rule.quota_mode or rule.budget:
@@ -264,10 +292,16 @@ def joint_algorithm(stored: list[Item]) -> str | None:
         if algorithm and rule.algorithm != algorithm:
             return None
         algorithm = rule.algorithm
-        for rate in rule.rates:
-            if (item.key, rate) in counted:
-                return None
-            counted.add((item.key, rate))
+        keys.add(item.key)
+        single = single and len(rule.rates) == 1
+    if not (single and len(keys) == len(stored)):  # else no key and rate can repeat
+        counted: set[tuple[str, Rate]] = set()
+        for item in stored:
+            assert item.rule is not None
+            for rate in item.rule.rates:
+                if (item.key, rate) in counted:
+                    return None
+                counted.add((item.key, rate))
     return algorithm or None
 
 

@@ -28,8 +28,9 @@ def joint_step_algorithm(stored: list[Item], limiter: Limiter | AsyncLimiter) ->
     request is checked, then charged): the items may go together (``joint_algorithm``) and
     none is in the limiter's over-limit cache. Ask only of a store that has ``hit_all``."""
     algorithm = joint_algorithm(stored)
-    if algorithm is None or limiter.negative is None:
-        return algorithm
+    negative = limiter.negative
+    if algorithm is None or negative is None or len(negative) == 0:
+        return algorithm  # nothing remembered (the usual case): no denial to look up
     for item in stored:
         rates = _rule(item).rates
         if limiter.cached_denial(item.key, rates, item.cost, algorithm=algorithm) is not None:

@@ -20,9 +20,9 @@ from google.protobuf import struct_pb2  # type: ignore[import-untyped, unused-ig
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.server.config import DescriptorRule
-from ratewarden.server.descriptors import Item, denied
+from ratewarden.server.descriptors import Item
 from ratewarden.server.response_headers import LEGACY_NAMES, response_headers
-from ratewarden.server.statuses import current, duration
+from ratewarden.server.statuses import duration, start
 
 __all__ = ["UNLIMITED_REMAINING", "DescriptorOutcome", "fallback_response", "respond"]
 
@@ -94,49 +94,71 @@ def respond(
     response = _Response()
     metadata: dict[str, Any] = {}
     windows: list[int | None] = []
+    add = response.statuses.add
+    # denied(items), from the over flags this loop reads anyway.
+    over = False
+    quota = quota_over = 0
+    overs: list[bool] = []
     for item in items:
-        status = response.statuses.add()
-        passing, window = _status(clock, item, status)
+        rule = item.rule
+        if rule is None or rule.unlimited:
+            item_over = False
+            passing, window = _open_status(rule, add())
+        else:
+            item_over = item.over
+            passing, window = _status(clock, item, rule, item_over, add())
+            if not rule.shadow_mode:
+                if rule.quota_mode:
+                    quota += 1
+                    quota_over += item_over
+                elif item_over:
+                    over = True
+        overs.append(item_over)
         windows.append(window)
-        if passing and item.match is not None and item.match.node.metadata:
-            metadata.update(item.match.node.metadata_dict())
-    over = denied(items)
+        if passing and item.match is not None and item.match.nodes[-1].metadata:
+            metadata.update(item.match.nodes[-1].metadata_dict())
+    if not over:
+        over = quota > 0 and quota_over == quota
     response.overall_code = _OK if shadow or not over else _OVER_LIMIT
-    for name, value in response_headers(header_mode, response.statuses, windows, header_names):
-        response.response_headers_to_add.add(key=name, value=value)
+    if header_mode != "off":
+        for name, value in response_headers(header_mode, response.statuses, windows, header_names):
+            response.response_headers_to_add.add(key=name, value=value)
     if metadata:
         struct = struct_pb2.Struct()
         struct.update(metadata)
         response.dynamic_metadata.CopyFrom(struct)
-    for item in items:
+    for item, item_over in zip(items, overs, strict=True):
         if item.rule is None:
             continue
         try:
-            on_decision(domain, item.rule, _outcome(near_limit_ratio, domain, item))
+            on_decision(domain, item.rule, _outcome(near_limit_ratio, domain, item, item_over))
         except Exception:
             log.exception("hook on_decision failed; the answer is unaffected")
     return response
 
 
-def _status(clock: Clock, item: Item, status: Any) -> tuple[bool, int | None]:
-    """Fill one DescriptorStatus: (it reports OK, its window in seconds for headers).
-
-    The window is None when there is no limit to report in headers: no rule,
-    ``unlimited``, or a failure mode that answered without a decision.
-    """
-    rule = item.rule
-    if rule is None:
-        status.code = _OK
-        return True, None
-    if rule.unlimited:
-        status.code = _OK
+def _open_status(rule: DescriptorRule | None, status: Any) -> tuple[bool, None]:
+    """Fill the DescriptorStatus of a descriptor with no rule or an ``unlimited`` one."""
+    status.code = _OK
+    if rule is not None:  # unlimited
         status.limit_remaining = UNLIMITED_REMAINING
-        return True, None
-    ok = not item.over or rule.shadow_mode
-    status.code = _OK if ok else _OVER_LIMIT
+    return True, None
+
+
+def _status(
+    clock: Clock, item: Item, rule: DescriptorRule, over: bool, status: Any
+) -> tuple[bool, int | None]:
+    """Fill one DescriptorStatus of a limited rule: (it reports OK, its window in seconds
+    for headers); ``over``: ``item.over``.
+
+    The window is None when there is no limit to report in headers: a failure mode
+    that answered without a decision.
+    """
+    ok = not over or rule.shadow_mode
+    code = _OK if ok else _OVER_LIMIT
     if rule.always_over:
         zero = next(limit for limit in rule.limits if limit.rate is None)
-        current(status, zero, rule.name)
+        start(status, code, zero, rule.name)
         period = zero.period_us
         duration(status, period - clock.now_us() % period)
         return ok, _seconds(period)
@@ -144,7 +166,7 @@ def _status(clock: Clock, item: Item, status: Any) -> tuple[bool, int | None]:
     assert result is not None
     decision = result.decision
     limit = rule.limit_for(None if decision is None else decision.rate)
-    current(status, limit, rule.name)
+    start(status, code, limit, rule.name)
     if decision is None or limit is None:
         return ok, None
     status.limit_remaining = min(max(decision.remaining, 0), UNLIMITED_REMAINING)
@@ -155,26 +177,36 @@ def _status(clock: Clock, item: Item, status: Any) -> tuple[bool, int | None]:
     return ok, _seconds(limit.period_us)
 
 
-def _outcome(near_limit_ratio: float, domain: str, item: Item) -> DescriptorOutcome:
+#: ``tuple.__new__``: a ``DescriptorOutcome`` per descriptor without the named tuple's
+#: keyword ``__new__``, which costs more than the tuple.
+_tuple = tuple.__new__
+
+
+def _outcome(near_limit_ratio: float, domain: str, item: Item, over: bool) -> DescriptorOutcome:
     rule = item.rule
     assert rule is not None
     result = item.result
     decision = None if result is None else result.decision
-    over = item.over
-    return DescriptorOutcome(
-        domain=domain,
-        metric_key=item.metric_key,
-        rule=rule,
-        hits=item.cost,
-        over_limit=over,
-        shadowed=over and rule.shadow_mode,
-        near_limit_hits=0 if over else _near_limit_hits(near_limit_ratio, decision, item.cost),
-        failure=None if result is None else result.failure,
-        charged=result is not None and result.charged,
-        decision=decision,
-        entries=item.entries,
-        local_cache=result is not None and result.cached,
+    cost = item.cost
+    # The fields in DescriptorOutcome's order.
+    outcome: DescriptorOutcome = _tuple(
+        DescriptorOutcome,
+        (
+            domain,
+            item.metric_key,
+            rule,
+            cost,
+            over,
+            over and rule.shadow_mode,
+            0 if over else _near_limit_hits(near_limit_ratio, decision, cost),
+            None if result is None else result.failure,
+            result is not None and result.charged,
+            decision,
+            item.entries,
+            result is not None and result.cached,
+        ),
     )
+    return outcome
 
 
 def _near_limit_hits(ratio: float, decision: Decision | None, hits: int) -> int:

@@ -207,9 +207,17 @@ class _ServiceBase:
     def _flow(self, request: Any) -> Flow[Any]:
         config = self._config  # one snapshot for the whole request
         items = prepare(request, config, self.values, self._overflowed)
-        stored = [item for item in items if item.needs_store]
+        stored: list[Item] = []
+        zero = False  # a limit of 0: the only way a request is denied before any store call
+        for item in items:
+            rule = item.rule
+            if rule is not None and not rule.unlimited:
+                if rule.always_over:
+                    zero = True
+                else:
+                    stored.append(item)
         if stored:
-            if denied(items):
+            if zero and denied(items):
                 # A limit of 0 already denies: look, but charge nothing.
                 yield from self._run([(item, 0) for item in stored])
             elif len(stored) == 1:  # most requests: one call, no step around it

@@ -15,7 +15,7 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.rate import UNITS, Rate
 from ratewarden.server.config import DEFAULT_ALGORITHM, DEFAULT_FAILURE_MODE, DescriptorRule, Limit
 
-__all__ = ["UNIT_ENUM", "current", "duration", "override"]
+__all__ = ["UNIT_ENUM", "duration", "override", "start"]
 
 log = logging.getLogger("ratewarden.server.service")
 
@@ -65,25 +65,29 @@ def override(
     )
 
 
-#: ``RateLimit`` messages by (requests per unit, unit, name): copied into each status in one
-#: call, rather than three field writes through the nested message. Bounded (overrides
-#: make limits per request): cleared when full.
-_LIMITS: dict[tuple[int, str, str], Any] = {}
-_MAX_LIMITS = 4096
+#: ``DescriptorStatus`` messages holding only a code and a current limit, by (code,
+#: requests per unit, unit, name): a status starts as a copy of one, in one call, rather
+#: than a field write and a copy into the nested message. Bounded (overrides make limits
+#: per request): cleared when full.
+_STARTS: dict[tuple[int, int, str, str], Any] = {}
+_MAX_STARTS = 4096
 
 
-def current(status: Any, limit: Limit | None, name: str) -> None:
+def start(status: Any, code: int, limit: Limit | None, name: str) -> None:
+    """Set a fresh ``status``'s code and, when there is a limit, its current limit."""
     if limit is None:
+        status.code = code
         return
-    ident = (limit.requests_per_unit, limit.unit, name)
-    message = _LIMITS.get(ident)
+    ident = (code, limit.requests_per_unit, limit.unit, name)
+    message = _STARTS.get(ident)
     if message is None:
-        if len(_LIMITS) >= _MAX_LIMITS:
-            _LIMITS.clear()
-        message = _LIMITS[ident] = _Response.RateLimit(
+        if len(_STARTS) >= _MAX_STARTS:
+            _STARTS.clear()
+        current = _Response.RateLimit(
             requests_per_unit=limit.requests_per_unit, unit=UNIT_ENUM[limit.unit], name=name
         )
-    status.current_limit.CopyFrom(message)
+        message = _STARTS[ident] = _Response.DescriptorStatus(code=code, current_limit=current)
+    status.CopyFrom(message)
 
 
 def duration(status: Any, microseconds: int) -> None:

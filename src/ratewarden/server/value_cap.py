@@ -63,15 +63,23 @@ class ValueCap:
         # (domain, group) -> (counter key -> last seen (us), oldest first; the group's window).
         self._seen: dict[tuple[str, str], tuple[OrderedDict[str, int], int]] = {}
 
-    def key(self, rule: DescriptorRule, key: str, *, override: bool = False) -> tuple[str, bool]:
+    def now_us(self) -> int:
+        """The cap's clock: the ``now`` to give ``key`` for the keys of one request."""
+        return self._clock.now_us()
+
+    def key(
+        self, rule: DescriptorRule, key: str, *, override: bool = False, now: int | None = None
+    ) -> tuple[str, bool]:
         """The counter key to use for ``key`` under ``rule``, and whether it is the overflow.
 
         ``override``: the rule is an Envoy limit override, counted in its domain's
-        ``OVERRIDES`` group rather than under its own per-request path.
+        ``OVERRIDES`` group rather than under its own per-request path. ``now``: the
+        time in microseconds (``now_us()``), read once for a request's keys.
         """
         if self.limit is None:
             return key, False
-        now = self._clock.now_us()
+        if now is None:
+            now = self._clock.now_us()
         group = (rule.domain, OVERRIDES if override else rule.path)
         found = self._seen.get(group)
         if found is None:
@@ -79,7 +87,8 @@ class ValueCap:
         seen, window = found
         if override:  # each override is a rule of its own: its own period
             window = _window_us(rule)
-        self._expire(seen, now - window)
+        if seen and next(iter(seen.values())) < now - window:
+            self._expire(seen, now - window)
         if key in seen:
             seen[key] = now
             seen.move_to_end(key)
@@ -106,11 +115,9 @@ class ValueCap:
 
     @staticmethod
     def _expire(seen: OrderedDict[str, int], before: int) -> None:
-        while seen:
-            oldest, last = next(iter(seen.items()))
-            if last >= before:
-                return
-            del seen[oldest]
+        # Oldest first: the keys last seen before ``before`` lead.
+        while seen and next(iter(seen.values())) < before:
+            seen.popitem(last=False)
 
 
 def _window_us(rule: DescriptorRule) -> int:

@@ -138,8 +138,28 @@ def batch_decisions(found: Batch, outcomes: Sequence[Outcome], admitted: bool) -
 def decode_batch(found: Batch, reply: Sequence[int]) -> list[Decision]:
     """``batch_decisions`` from a script's reply ``{now_us, admitted, per layer: 6 numbers}``."""
     values = [int(value) for value in reply]
-    outcomes = [_outcome(values, i) for i in range(2, len(values), REPLY_WIDTH)]
-    return batch_decisions(found, outcomes, values[1] == 1)
+    admitted = values[1] == 1
+    if len(values) != 2 + REPLY_WIDTH * len(found) or not all(s.single for _, s in found):
+        outcomes = [_outcome(values, i) for i in range(2, len(values), REPLY_WIDTH)]
+        return batch_decisions(found, outcomes, admitted)
+    # One rate a call (the common case): each call's six numbers straight into ``single``.
+    decisions = []
+    at = 2
+    for _, shape in found:
+        allowed = values[at] != 0
+        outcome = (
+            allowed,
+            values[at + 1],
+            values[at + 2],
+            values[at + 3],
+            values[at + 4],
+            values[at + 5],
+        )
+        decisions.append(
+            single(shape.rates[0], outcome, shape.cost if admitted or not allowed else 0)
+        )
+        at += REPLY_WIDTH
+    return decisions
 
 
 def slot_decision(limit: int, slots: int, outcome: Outcome) -> Decision:

@@ -176,7 +176,10 @@ class DescriptorRule:
 
     def limit_for(self, rate: Rate | None) -> Limit | None:
         """The configured ``Limit`` whose rate is ``rate`` (the binding one of a decision)."""
-        for limit in self.limits:
+        limits = self.limits
+        if limits and limits[0].rate is rate:  # most rules: one limit, its rate as decided
+            return limits[0]
+        for limit in limits:
             if limit.rate == rate:
                 return limit
         return self.limits[0] if self.limits else None

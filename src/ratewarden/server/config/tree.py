@@ -151,7 +151,8 @@ class DomainConfig:
     source: str
     root: Level
     rules: tuple[DescriptorRule, ...]
-    #: Recent descriptors' entries -> what the service derives from their match (its keys):
+    #: Recent descriptors (their wire bytes) -> what the service reads from them and derives
+    #: from their match (entries, hits_addend, rule, keys):
     #: filled by ``server/descriptors.py``, emptied when full. The config never changes,
     #: so an answer stays right for as long as this domain is the one served.
     memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
