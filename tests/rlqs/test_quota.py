@@ -93,6 +93,34 @@ def test_a_closed_streams_share_stays_reserved_until_its_ttl_and_an_interval_are
     assert held(quota.tick()) == {one: Share(60, 1)}
 
 
+def test_a_reserved_share_counts_as_a_holder_so_newcomers_wait_for_room() -> None:
+    """Capacity held stays within max(B, holders) with a closed stream's share reserved:
+    of a burst of 3, the Envoy that left holds 2; three Envoys each needing a token of
+    capacity would make 2 + 3 > max(3, 4), so only the strongest gets a share until the
+    reserve is over (the bound property found this with a window rule's burst of 3)."""
+    quota, clock = service(
+        rules("{algorithm: token_bucket, unit: minute, requests_per_unit: 60, burst: 3}")
+    )
+    first, second = quota.open(), quota.open()
+    quota.report(first, "edge", [Usage(TENANT, 40, 0)])
+    quota.report(second, "edge", [Usage(TENANT, 20, 0)])
+    clock.advance(1)
+    assert held(quota.tick()) == {first: Share(40, 2), second: Share(20, 1)}
+    quota.close(first)  # its 40 and 2 stay reserved until t = 1 + ttl 3 + interval 1
+    streams = [second, quota.open(), quota.open()]
+    rounds = []
+    for _ in range(4):  # t = 2, 3, 4, 5
+        for stream in streams:
+            quota.report(stream, "edge", [Usage(TENANT, 5, 0)])
+        clock.advance(1)
+        rounds.append(held(quota.tick()))
+    # 20 tokens and 1 of capacity left: the one kept gets its part of the 20 (7), the
+    # parts of those who got nothing stay unused, as in the fleet's script
+    waiting = {second: Share(7, 1), streams[1]: "deny_all", streams[2]: "deny_all"}
+    assert rounds[:3] == [waiting] * 3
+    assert rounds[3] == dict.fromkeys(streams, Share(20, 1))
+
+
 def test_policy_shadow_unlimited_and_a_limit_of_zero() -> None:
     """Shadow rules and the global shadow switch allow all and count what they would have
     denied; an unlimited rule allows all; a limit of 0 denies all."""

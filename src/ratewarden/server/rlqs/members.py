@@ -78,14 +78,24 @@ class Bucket:
         self, budget: Budget, interval: float, weights: Mapping[int, int] | None
     ) -> dict[int, Share]:
         """The members' shares of ``budget`` in this process (no fleet), out of what the
-        closed streams' reserved shares leave."""
-        held = [share for _, share in self.reserved]
+        closed streams' reserved shares leave.
+
+        A reserved share is still a holder: the capacity held, reserved and new, stays
+        within ``max(burst, holders)``. So when the reserved shares leave less room than one
+        token for each member that would hold a share, the weakest get nothing until the
+        reserved shares expire (as the fleet's script does, ``lua/quota_shares.lua``).
+        """
+        held = [share for _, share in self.reserved if not share.empty]
+        held_burst = sum(share.max_tokens for share in held)
         pool = Budget(
             max(0, budget.tokens - sum(share.tokens_per_fill for share in held)),
             budget.fill_s,
-            max(0, budget.burst - sum(share.max_tokens for share in held)),
+            max(0, budget.burst - held_burst),
         )
         streams = list(self.members)
+        most = len(streams)
+        while most > 0 and max(budget.burst, len(held) + most) - held_burst < most:
+            most -= 1
         demands = [self.members[stream].demand(budget.fill_s, interval) for stream in streams]
         given = None if weights is None else [weights[stream] for stream in streams]
-        return dict(zip(streams, split(pool, demands, given), strict=True))
+        return dict(zip(streams, split(pool, demands, given, most), strict=True))

@@ -151,14 +151,22 @@ def by_weight(
 
 
 def split(
-    budget: Budget, demands: Sequence[Fraction], weights: Sequence[int] | None = None
+    budget: Budget,
+    demands: Sequence[Fraction],
+    weights: Sequence[int] | None = None,
+    most: int | None = None,
 ) -> list[Share]:
     """The shares of one round: ``demands[i]`` is Envoy ``i``'s recent demand in requests
     per ``budget.fill_s`` seconds (allowed plus denied, as reported); ``weights[i]`` its
-    weight when the rule has ``rlqs_weights`` (None: split by demand)."""
+    weight when the rule has ``rlqs_weights`` (None: split by demand). With ``most``, at
+    most that many Envoys hold a share, those with the largest parts (the earlier of equals);
+    the others get nothing this round, and their tokens stay unused."""
     given = by_demand(budget, demands) if weights is None else by_weight(budget, demands, weights)
     tokens = apportion(budget.tokens, given)
     holders = [i for i, part in enumerate(tokens) if part > 0]
+    if most is not None and len(holders) > most:
+        kept = set(sorted(holders, key=lambda i: (-given[i], i))[: max(0, most)])
+        holders = [i for i in holders if i in kept]
     burst = apportion(budget.burst, [given[i] for i in holders])
     give_each_a_token(burst)  # so the sum stays at budget.burst while tokens can move
     shares = [NOTHING] * len(demands)
