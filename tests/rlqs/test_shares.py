@@ -71,6 +71,31 @@ def test_the_shares_of_a_round_never_add_up_to_more_than_the_budget(
     assert all(s == Share(0, 0) for s in got if s.empty)
 
 
+@given(
+    tokens=st.integers(0, 5000),
+    burst=st.integers(0, 5000),
+    asked=demands,
+    most=st.integers(0, 12),
+)
+def test_with_most_no_more_envoys_hold_a_share_and_they_are_the_largest_parts(
+    tokens: int, burst: int, asked: list[Fraction], most: int
+) -> None:
+    """``most`` (a reserve leaving room for that many holders): at most that many hold a
+    share, each the one it would hold anyway in tokens, and the sums stay within the budget."""
+    alone = split(Budget(tokens, 60, burst), asked)
+    got = split(Budget(tokens, 60, burst), asked, most=most)
+    holders = [i for i, share in enumerate(got) if not share.empty]
+    assert len(holders) <= most
+    assert all(got[i].tokens_per_fill == alone[i].tokens_per_fill for i in holders)
+    assert sum(share.tokens_per_fill for share in got) <= tokens
+    assert sum(share.max_tokens for share in got) <= max(burst, len(holders))
+    dropped = [i for i, share in enumerate(alone) if not share.empty and got[i].empty]
+    for i in holders:
+        assert all(alone[i].tokens_per_fill >= alone[j].tokens_per_fill for j in dropped)
+    if len([share for share in alone if not share.empty]) <= most:
+        assert got == alone
+
+
 @given(tokens=st.integers(1, 5000), asked=demands)
 def test_under_contention_no_envoy_that_asked_nothing_holds_a_token(
     tokens: int, asked: list[Fraction]
