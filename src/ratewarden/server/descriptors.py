@@ -24,6 +24,7 @@ from ratewarden.server.value_cap import ValueCap
 __all__ = [
     "Item",
     "Result",
+    "Verdict",
     "counter_id",
     "counter_key",
     "denied",
@@ -231,20 +232,36 @@ def _keys(domain: str, item: Item) -> tuple[str, str]:
     return counter_key(domain, parts), ".".join(detailed if rule.detailed_metric else metric)
 
 
-def denied(items: list[Item], predicted: Callable[[Item], bool] | None = None) -> bool:
-    """Any regular descriptor over, or every quota_mode one over; shadow rules never deny."""
-    quota = quota_over = 0
-    for item in items:
-        rule = item.rule
+class Verdict:
+    """Whether a request is denied, told one descriptor at a time (``add``): any regular
+    descriptor over, or every quota_mode one over; shadow rules never deny."""
+
+    __slots__ = ("_over", "_quota", "_quota_over")
+
+    def __init__(self) -> None:
+        self._over = False
+        self._quota = self._quota_over = 0
+
+    def add(self, rule: DescriptorRule | None, over: bool) -> None:
         if rule is None or rule.unlimited or rule.shadow_mode:
-            continue
-        over = item.over or (predicted is not None and predicted(item))
+            return
         if rule.quota_mode:
-            quota += 1
-            quota_over += over
+            self._quota += 1
+            self._quota_over += over
         elif over:
-            return True
-    return quota > 0 and quota_over == quota
+            self._over = True
+
+    @property
+    def denied(self) -> bool:
+        return self._over or (self._quota > 0 and self._quota_over == self._quota)
+
+
+def denied(items: list[Item], predicted: Callable[[Item], bool] | None = None) -> bool:
+    """The ``Verdict`` of ``items`` (an item also counts as over when ``predicted``)."""
+    verdict = Verdict()
+    for item in items:
+        verdict.add(item.rule, item.over or (predicted is not None and predicted(item)))
+    return verdict.denied
 
 
 def counter_id(item: Item) -> tuple[str, str, tuple[Rate, ...]]:

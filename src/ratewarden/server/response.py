@@ -20,7 +20,7 @@ from google.protobuf import struct_pb2  # type: ignore[import-untyped, unused-ig
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.server.config import DescriptorRule
-from ratewarden.server.descriptors import Item
+from ratewarden.server.descriptors import Item, Verdict
 from ratewarden.server.response_headers import LEGACY_NAMES, response_headers
 from ratewarden.server.statuses import duration, start
 
@@ -95,9 +95,7 @@ def respond(
     metadata: dict[str, Any] = {}
     windows: list[int | None] = []
     add = response.statuses.add
-    # denied(items), from the over flags this loop reads anyway.
-    over = False
-    quota = quota_over = 0
+    verdict = Verdict()  # denied(items), from the over flags this loop reads anyway
     overs: list[bool] = []
     for item in items:
         rule = item.rule
@@ -107,19 +105,12 @@ def respond(
         else:
             item_over = item.over
             passing, window = _status(clock, item, rule, item_over, add())
-            if not rule.shadow_mode:
-                if rule.quota_mode:
-                    quota += 1
-                    quota_over += item_over
-                elif item_over:
-                    over = True
+            verdict.add(rule, item_over)
         overs.append(item_over)
         windows.append(window)
         if passing and item.match is not None and item.match.nodes[-1].metadata:
             metadata.update(item.match.nodes[-1].metadata_dict())
-    if not over:
-        over = quota > 0 and quota_over == quota
-    response.overall_code = _OK if shadow or not over else _OVER_LIMIT
+    response.overall_code = _OK if shadow or not verdict.denied else _OVER_LIMIT
     if header_mode != "off":
         for name, value in response_headers(header_mode, response.statuses, windows, header_names):
             response.response_headers_to_add.add(key=name, value=value)

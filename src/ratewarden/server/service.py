@@ -210,12 +210,10 @@ class _ServiceBase:
         stored: list[Item] = []
         zero = False  # a limit of 0: the only way a request is denied before any store call
         for item in items:
-            rule = item.rule
-            if rule is not None and not rule.unlimited:
-                if rule.always_over:
-                    zero = True
-                else:
-                    stored.append(item)
+            if item.needs_store:
+                stored.append(item)
+            elif item.rule is not None and item.rule.always_over:
+                zero = True
         if stored:
             if zero and denied(items):
                 # A limit of 0 already denies: look, but charge nothing.
