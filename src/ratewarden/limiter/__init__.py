@@ -43,7 +43,12 @@ from ratewarden.limiter._negative import DEFAULT_NEGATIVE_KEYS, Denial, Negative
 from ratewarden.limiter._report import FailureReport, failure_reason
 from ratewarden.limiter._slots import Lease, lease_ttl_us
 from ratewarden.storage import Op, axis_key, hash_tag, record_key
-from ratewarden.storage.quota_shares import FleetRound, give_each_a_token, quota_shares_op
+from ratewarden.storage.quota_shares import (
+    FleetRound,
+    give_each_a_token,
+    hold_back,
+    quota_shares_op,
+)
 
 __all__ = [
     "DEFAULT_LEASE_KEYS",
@@ -80,6 +85,7 @@ __all__ = [
     "failure_reason",
     "give_each_a_token",
     "hash_tag",
+    "hold_back",
     "lease_ttl_us",
     "quota_shares_op",
     "local_rates",

@@ -62,12 +62,19 @@ class Fleet:
         demands: Mapping[int, Fraction],
         departed: Sequence[int],
         weights: Mapping[int, int] | None = None,
-    ) -> Flow[dict[int, Share]]:
+        holding: Mapping[int, Share] | None = None,
+        spent: int | None = None,
+    ) -> Flow[tuple[dict[int, Share], int]]:
         """One round of the bucket: each of ``demands``' streams' share (``demands`` in
-        requests per ``budget.fill_s``); ``departed`` streams give up their demand, their
-        shares stay held in the store for ``hold_s`` after they were sent. ``weights`` (by
-        stream, when the rule has ``rlqs_weights``) are stored with the demands, and the
-        split is then weighted max-min fair over every replica's members."""
+        requests per ``budget.fill_s``), and the capacity its changed shares hand out;
+        ``departed`` streams give up their demand, their shares stay held in the store for
+        ``hold_s`` after they were sent. ``weights`` (by stream, when the rule has
+        ``rlqs_weights``) are stored with the demands, and the split is then weighted
+        max-min fair over every replica's members. ``holding`` is what each stream holds
+        now (missing: nothing) and ``spent`` what this replica's changes handed out within
+        its change window: a change that does not fit in ``max(burst, members) - spent``
+        keeps its stream on what it holds (None: no budget of changes)."""
+        held = holding or {}
         members = [
             (self.member(stream), min(10**15, math.ceil(demand * 1000)))
             for stream, demand in demands.items()
@@ -81,9 +88,12 @@ class Fleet:
             members,
             [self.member(stream) for stream in departed],
             None if weights is None else [weights[stream] for stream in demands],
+            [_pair(held.get(stream)) for stream in demands],
+            spent,
         )
         found = FleetRound.of((yield from self.limiter.apply_flow(op)))
-        return {stream: Share(*pair) for stream, pair in zip(demands, found.shares, strict=True)}
+        shares = zip(demands, found.shares, strict=True)
+        return {stream: Share(*pair) for stream, pair in shares}, found.spent
 
     def release_flow(
         self, domain: str, key: BucketKey, budget: Budget, streams: Sequence[int]
@@ -110,6 +120,10 @@ class Fleet:
     def __repr__(self) -> str:
         limiter: Any = self.limiter
         return f"Fleet(replica={self.replica!r}, store={limiter.store!r})"
+
+
+def _pair(share: Share | None) -> tuple[int, int]:
+    return (0, 0) if share is None else (share.tokens_per_fill, share.max_tokens)
 
 
 def _bucket(domain: str, key: BucketKey) -> str:

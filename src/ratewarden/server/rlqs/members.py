@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from ratewarden.limiter import hold_back
 from ratewarden.server.config import DescriptorRule
 from ratewarden.server.rlqs.reports import BucketKey
 from ratewarden.server.rlqs.shares import Budget, Share, split
@@ -66,6 +67,17 @@ class Bucket:
     #: Requests its Envoys reported, allowed and denied, since it is tracked.
     allowed: int = 0
     denied: int = 0
+    #: Its changed shares' capacity handed out at its recent rounds: (when, capacity).
+    changes: deque[tuple[float, int]] = field(default_factory=deque)
+    #: The budget its last split round split (a reload that changes it lifts the budget
+    #: of changes for one round: the shares held were cut for another budget).
+    split_budget: Budget | None = None
+
+    def spent(self, now: float, window: float) -> int:
+        """The capacity its changed shares handed out less than ``window`` seconds ago."""
+        while self.changes and now - self.changes[0][0] >= window:
+            self.changes.popleft()
+        return sum(capacity for _, capacity in self.changes)
 
     def weights(self, peers: Mapping[int, str]) -> dict[int, int] | None:
         """Each member's weight by its stream's peer name in ``peers`` (unnamed: ""), or
@@ -75,15 +87,23 @@ class Bucket:
         return {stream: self.rule.rlqs_weight(peers.get(stream, "")) for stream in self.members}
 
     def local_shares(
-        self, budget: Budget, interval: float, weights: Mapping[int, int] | None
-    ) -> dict[int, Share]:
+        self,
+        budget: Budget,
+        interval: float,
+        weights: Mapping[int, int] | None,
+        spent: int | None = None,
+    ) -> tuple[dict[int, Share], int]:
         """The members' shares of ``budget`` in this process (no fleet), out of what the
-        closed streams' reserved shares leave.
+        closed streams' reserved shares leave, and the capacity its changed shares hand out.
 
         A reserved share is still a holder: the capacity held, reserved and new, stays
         within ``max(burst, holders)``. So when the reserved shares leave less room than one
         token for each member that would hold a share, the weakest get nothing until the
         reserved shares expire (as the fleet's script does, ``lua/quota_shares.lua``).
+
+        ``spent`` is what its changes handed out within the change window: the changes of
+        this round fit in ``max(burst, members) - spent`` or the members that do not fit keep
+        what they hold (``hold_back``; None: no budget of changes).
         """
         held = [share for _, share in self.reserved if not share.empty]
         held_burst = sum(share.max_tokens for share in held)
@@ -98,4 +118,17 @@ class Bucket:
             most -= 1
         demands = [self.members[stream].demand(budget.fill_s, interval) for stream in streams]
         given = None if weights is None else [weights[stream] for stream in streams]
-        return dict(zip(streams, split(pool, demands, given, most), strict=True))
+        targets = [(s.tokens_per_fill, s.max_tokens) for s in split(pool, demands, given, most)]
+        holding = [_pair(self.members[stream].share) for stream in streams]
+        room = None if spent is None else max(budget.burst, len(streams)) - spent
+        sent, spent_now = hold_back(
+            targets, holding, room, pool.tokens, budget.burst, held_burst, len(held)
+        )
+        return {stream: Share(*pair) for stream, pair in zip(streams, sent, strict=True)}, spent_now
+
+
+def _pair(share: Share | str | None) -> tuple[int, int]:
+    """A member's share as ``hold_back`` reads it: (0, 0) when it holds no token bucket."""
+    if isinstance(share, Share) and not share.empty:
+        return share.tokens_per_fill, share.max_tokens
+    return 0, 0

@@ -27,6 +27,13 @@ share reserved until its last assignment's time to live (plus one interval) is o
 its Envoy may still be enforcing it. A stream that reports no request for a bucket for
 ``idle_s`` seconds is sent an abandon (the protocol's inactive bucket).
 
+A **budget of changes** (``change_rounds``, K): a changed share starts full in Envoy, so
+the capacity a bucket's changed shares hand out within any ``K * interval`` seconds is
+kept within ``max(burst, members)``; a member whose change does not fit keeps the share it
+holds, sent unchanged (``members.Bucket.local_shares``, ``hold_back``). Going to DENY_ALL
+and abandoning hand out nothing and are never held back. K = 1 lets every round's changes
+through, as before (rounds are at least an interval apart).
+
 With a ``Fleet`` (``rlqs/fleet.py``), a round's shares come from the store instead, over
 every replica's demand, and a closed stream's share stays held there. The calls are
 flows then (``report_flow``, ``tick_flow``): ``report`` and ``tick`` drive them on a
@@ -109,11 +116,19 @@ class QuotaService:
         shadow: bool = False,
         fleet: Fleet | None = None,
         idle_s: float = IDLE_S,
+        change_rounds: int = 1,
     ) -> None:
-        if interval <= 0 or ttl_s < 1 or ttl_s <= interval or history < 1 or idle_s <= 0:
+        if (
+            interval <= 0
+            or ttl_s < 1
+            or ttl_s <= interval
+            or history < 1
+            or idle_s <= 0
+            or change_rounds < 1
+        ):
             raise ValueError(
                 f"interval {interval} > 0, ttl_s {ttl_s} >= 1 and above interval, "
-                f"history {history} >= 1, idle_s {idle_s} > 0"
+                f"history {history} >= 1, idle_s {idle_s} > 0, change_rounds {change_rounds} >= 1"
             )
         self.config = config
         self.clock = clock
@@ -121,6 +136,7 @@ class QuotaService:
         self.ttl_s = ttl_s
         self.history = history
         self.idle_s = idle_s
+        self.change_rounds = change_rounds
         self.shadow = shadow
         self.fleet = fleet
         self.stats = QuotaStats()
@@ -345,7 +361,7 @@ class QuotaService:
         # Split when enforcing, and for a shadow rule too: what it would have assigned.
         budget = None if rule is None or rule.unlimited else rule_budget(rule, self.interval)
         try:
-            shares = {} if budget is None else (yield from self._shares(bucket, budget))
+            shares = {} if budget is None else (yield from self._shares(bucket, budget, now))
         except StorageError as exc:
             # Nothing split is sent: Envoys keep what they hold until its TTL, a newcomer
             # follows its no_assignment_behavior, and the bucket's next round retries.
@@ -370,22 +386,49 @@ class QuotaService:
             actions.append(Action(stream, bucket.key, held, self.ttl_s, fill_s))
         return actions
 
-    def _shares(self, bucket: Bucket, budget: Budget) -> Flow[dict[int, Share]]:
+    def _shares(self, bucket: Bucket, budget: Budget, now: float) -> Flow[dict[int, Share]]:
+        """The round's shares; for an enforced rule, within the budget of changes."""
         weights = bucket.weights(self._peers)
+        window = self.change_rounds * self.interval
+        spent = bucket.spent(now, window)
+        if self._fixed(bucket) is not None or bucket.split_budget != budget:
+            spent_or_none = None  # nothing handed out (shadow), or the budget is new
+        else:
+            spent_or_none = spent
+        shares, spent_now = yield from self._split(bucket, budget, weights, spent_or_none)
+        if self._fixed(bucket) is None:
+            bucket.split_budget = budget
+            if spent_now:
+                bucket.changes.append((now, spent_now))
+        return shares
+
+    def _split(
+        self,
+        bucket: Bucket,
+        budget: Budget,
+        weights: dict[int, int] | None,
+        spent: int | None,
+    ) -> Flow[tuple[dict[int, Share], int]]:
         if self.fleet is not None:
             departed, bucket.departed = bucket.departed, []
             asked = {
                 stream: member.demand(budget.fill_s, self.interval)
                 for stream, member in bucket.members.items()
             }
+            holding = {
+                stream: member.share
+                for stream, member in bucket.members.items()
+                if isinstance(member.share, Share) and not member.share.empty
+            }
             hold = self.ttl_s + self.interval
             try:
                 return (
                     yield from self.fleet.shares_flow(
-                        bucket.domain, bucket.key, budget, hold, asked, departed, weights
+                        bucket.domain, bucket.key, budget, hold, asked, departed, weights,
+                        holding, spent,
                     )
-                )
+                )  # fmt: skip
             except StorageError:
                 bucket.departed[:0] = departed  # for the next round
                 raise
-        return bucket.local_shares(budget, self.interval, weights)
+        return bucket.local_shares(budget, self.interval, weights, spent)

@@ -9,12 +9,16 @@
 -- ARGV[4]   hold_us: how long a share sent now may be enforced (TTL plus an interval);
 --           a demand recorded now counts as long
 -- ARGV[5]   1: the rule has weights (weighted max-min fair split), 0: split by demand
--- ARGV[6]   k, this replica's members in the round; ARGV[7 .. 6+3k] triples (member,
---           demand, weight)
--- ARGV[7+3k ..] this replica's departed members: their demand is dropped, their share
+-- ARGV[6]   k, this replica's members in the round
+-- ARGV[7]   spent: the capacity this replica's changed shares handed out within its
+--           change window (-1: no budget of changes)
+-- ARGV[8 .. 7+5k] per member: member, demand, weight, and the share it holds now
+--           (tokens, burst; 0 0 for none)
+-- ARGV[8+5k ..] this replica's departed members: their demand is dropped, their share
 --           stays held until its held_until
--- Reply     {members with a demand fleet-wide, tokens held by the others, then for each
---           of the k members in order: tokens, burst}
+-- Reply     {members with a demand fleet-wide, tokens held by the others, the capacity
+--           this round's changed shares hand out, then for each of the k members in
+--           order: tokens, burst}
 --
 -- The fair split is shares.split's, over every member with a demand (this replica's
 -- first, then the others by name). By demand: each weighs its demand plus an even part of
@@ -26,10 +30,14 @@
 -- hold, so the shares held fleet-wide never add up to more than L; and their burst is
 -- their fair part, never more than max(B, holders) less what the others hold, with at
 -- least one token each (the weakest get nothing when there is no room for one).
+-- Then the budget of changes (hold_back in the twin): a change to a non-empty share costs
+-- its burst (Envoy starts it full); when the changes cost more than max(B, members) less
+-- spent, shrinking changes go first, then the cheapest, each made only while it fits the
+-- room and the shares still fit beside the others'; the rest keep what they hold.
 
 local now = now_us()
 local L, B, hold = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local weighted, k = tonumber(ARGV[5]) == 1, tonumber(ARGV[6])
+local weighted, k, spent = tonumber(ARGV[5]) == 1, tonumber(ARGV[6]), tonumber(ARGV[7])
 
 local function apportion(total, w)
   local parts, whole = {}, 0
@@ -77,18 +85,23 @@ for i = 1, #raw, 2 do
   entries[raw[i]] = e
 end
 
-local mine, demand, weight = {}, {}, {}
+local mine, demand, weight, had_t, had_b = {}, {}, {}, {}, {}
 for i = 1, k do
-  mine[i] = ARGV[4 + 3 * i]
-  demand[i] = tonumber(ARGV[5 + 3 * i])
-  weight[i] = tonumber(ARGV[6 + 3 * i])
+  mine[i] = ARGV[3 + 5 * i]
+  demand[i] = tonumber(ARGV[4 + 5 * i])
+  weight[i] = tonumber(ARGV[5 + 5 * i])
+  had_t[i] = tonumber(ARGV[6 + 5 * i])
+  had_b[i] = tonumber(ARGV[7 + 5 * i])
+  if had_t[i] <= 0 then
+    had_t[i], had_b[i] = 0, 0
+  end
 end
 local is_mine = {}
 for i = 1, k do
   is_mine[mine[i]] = true
   entries[mine[i]] = nil
 end
-for i = 7 + 3 * k, #ARGV do
+for i = 8 + 5 * k, #ARGV do
   local e = entries[ARGV[i]]
   if e and not is_mine[ARGV[i]] then
     e[2] = 0
@@ -256,7 +269,65 @@ for slot = 1, #kept do
   my_b[kept[slot]] = burst[slot]
 end
 
-local reply = {n, held_t}
+-- The budget of changes: what does not fit keeps what it holds.
+local changed, cost = {}, 0
+for i = 1, k do
+  if tokens[i] > 0 and (tokens[i] ~= had_t[i] or my_b[i] ~= had_b[i]) then
+    changed[#changed + 1] = i
+    cost = cost + my_b[i]
+  end
+end
+local room = math.max(B, n) - spent
+local spent_now = cost
+if spent >= 0 and cost > room then
+  local ct, cb = {}, {}
+  local sum_t, sum_b, count = 0, 0, 0
+  for i = 1, k do
+    if tokens[i] == 0 then
+      ct[i], cb[i] = 0, 0
+    else
+      ct[i], cb[i] = had_t[i], had_b[i]
+    end
+    if ct[i] > 0 then
+      sum_t, sum_b, count = sum_t + ct[i], sum_b + cb[i], count + 1
+    end
+  end
+  local function fits(t, b, c)
+    return t <= L - held_t and held_b + b <= math.max(B, holders + c)
+  end
+  if fits(sum_t, sum_b, count) then
+    table.sort(changed, function(a, b)
+      local ga, gb = tokens[a] > had_t[a], tokens[b] > had_t[b]
+      if ga ~= gb then
+        return gb
+      end
+      if my_b[a] ~= my_b[b] then
+        return my_b[a] < my_b[b]
+      end
+      return a < b
+    end)
+    spent_now = 0
+    for j = 1, #changed do
+      local i = changed[j]
+      if spent_now + my_b[i] <= room then
+        local new_t, new_b, new_c = sum_t - ct[i] + tokens[i], sum_b - cb[i] + my_b[i], count
+        if ct[i] == 0 then
+          new_c = count + 1
+        end
+        if fits(new_t, new_b, new_c) then
+          ct[i], cb[i] = tokens[i], my_b[i]
+          sum_t, sum_b, count = new_t, new_b, new_c
+          spent_now = spent_now + my_b[i]
+        end
+      end
+    end
+    for i = 1, k do
+      tokens[i], my_b[i] = ct[i], cb[i]
+    end
+  end
+end
+
+local reply = {n, held_t, spent_now}
 local last = now
 for i = 1, k do
   local until_held = 0
@@ -273,7 +344,7 @@ end
 for name, e in pairs(entries) do
   last = math.max(last, e[2], e[5])
 end
-for i = 7 + 3 * k, #ARGV do
+for i = 8 + 5 * k, #ARGV do
   local e = entries[ARGV[i]]
   if e and not is_mine[ARGV[i]] then
     redis.call('HSET', KEYS[1], ARGV[i], fmt(e[1]) .. ' ' .. fmt(e[2]) .. ' ' .. fmt(e[3])
