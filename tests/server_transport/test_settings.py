@@ -71,6 +71,7 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
     rlqs = {"RATEWARDEN_RLQS": "on", "RATEWARDEN_RLQS_INTERVAL": "0.5", "RATEWARDEN_RLQS_TTL": "4"}
     rlqs["RATEWARDEN_RLQS_BUCKET_METRICS"] = "5"
     rlqs |= {"RATEWARDEN_RLQS_IDLE": "30", "RATEWARDEN_RLQS_DEMAND_REPORTS": "3"}
+    rlqs["RATEWARDEN_RLQS_CHANGE_ROUNDS"] = "4"
     alone = {"RATEWARDEN_GRPC_UDS", *rlqs, *xds}
     assert {option.env for option in OPTIONS.values()} == {*environ, *alone}
     uds = resolve({}, {"RATEWARDEN_CONFIG": "a.yaml", "RATEWARDEN_GRPC_UDS": "/run/rl.sock"})
@@ -79,6 +80,7 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
     assert (quota.rlqs, quota.rlqs_interval, quota.rlqs_ttl) == (True, 0.5, 4)
     assert quota.rlqs_bucket_metrics == 5
     assert (quota.rlqs_idle, quota.rlqs_demand_reports) == (30.0, 3)
+    assert quota.rlqs_change_rounds == 4
     assert resolve({}, environ) == Settings(
         config_paths=("a.yaml", "rules/"),
         store_url="redis://10.0.0.5:6379/0",

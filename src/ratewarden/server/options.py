@@ -292,6 +292,13 @@ OPTIONS: dict[str, Option] = {
         "an Envoy's demand for a quota bucket is its rate over its last N reports: more is "
         "steadier, fewer follows moving demand sooner (2)",
     ),
+    "rlqs_change_rounds": Option(
+        "--rlqs-change-rounds",
+        integer(1, 100),
+        "over any K rounds of a quota bucket, its changed shares hand out at most one full "
+        "burst (Envoy starts a changed share full): more is a tighter worst case, shares "
+        "follow demand within K rounds (1: every round)",
+    ),
     "rlqs_bucket_metrics": Option(
         "--rlqs-bucket-metrics",
         integer(0, 1_000),

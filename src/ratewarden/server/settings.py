@@ -64,6 +64,7 @@ from::
     --rlqs-ttl S           RATEWARDEN_RLQS_TTL        5 (whole seconds)
     --rlqs-idle S          RATEWARDEN_RLQS_IDLE       60 (no request reported: abandon)
     --rlqs-demand-reports N RATEWARDEN_RLQS_DEMAND_REPORTS 2 (reports a demand is read over)
+    --rlqs-change-rounds K RATEWARDEN_RLQS_CHANGE_ROUNDS 1 (rounds of the budget of changes)
     --rlqs-bucket-metrics N RATEWARDEN_RLQS_BUCKET_METRICS 0 (per-bucket metrics: top N by demand)
 
 Under the ``RATEWARDEN_*`` variables come envoyproxy/ratelimit's own (``PORT``,
@@ -170,6 +171,7 @@ class Settings:
     rlqs_ttl: int = 5
     rlqs_idle: float = 60.0
     rlqs_demand_reports: int = 2
+    rlqs_change_rounds: int = 1
     rlqs_bucket_metrics: int = 0
 
     def __repr__(self) -> str:
@@ -305,6 +307,12 @@ class Settings:
             raise ConfigurationError(
                 f"--rlqs-demand-reports {self.rlqs_demand_reports} must be a whole number "
                 "from 1 to 100: the reports an Envoy's demand is measured over"
+            )
+        if not 1 <= self.rlqs_change_rounds <= 100:
+            raise ConfigurationError(
+                f"--rlqs-change-rounds {self.rlqs_change_rounds} must be a whole number from 1 "
+                "to 100: the rounds over which a bucket's changed shares hand out at most one "
+                "full burst (1: every round, as before)"
             )
 
     @property

@@ -44,6 +44,7 @@ def servicer(
         fleet=fleet,
         idle_s=settings.rlqs_idle,
         history=settings.rlqs_demand_reports,
+        change_rounds=settings.rlqs_change_rounds,
     )
     registry.register(QuotaCollector(quota, buckets=settings.rlqs_bucket_metrics))
     return RateLimitQuotaServicer(quota)
