@@ -4,7 +4,7 @@
 bucket starts full, an unchanged one is kept, an expired one is gone), with no network
 delay; the real Envoy is in tests/e2e/test_rlqs.py. ``draw_schedule`` and ``play`` run
 several of them against one quota service or a fleet of replicas, for the property tests
-of the bound (``assert_within_bound``).
+of the bound (``assert_within_bound``) and of the budget of changes (``assert_fresh_within``).
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ class SimEnvoy:
     counted: int = 0
     last_report: float = 0.0
     admitted: list[int] = field(default_factory=list)
+    #: Tokens it was handed afresh (a new or changed token bucket starts full) since read.
+    fresh: int = 0
 
     def apply(self, action: Action, now: float) -> None:
         if action.assignment is None:
@@ -48,6 +50,7 @@ class SimEnvoy:
             self.fill_s,
         ):
             self.tokens, self.last = Fraction(action.assignment.max_tokens), now
+            self.fresh += action.assignment.max_tokens
         self.assignment, self.fill_s = action.assignment, action.fill_s
         self.expires = now + action.ttl_s
 
@@ -105,21 +108,31 @@ def draw_schedule(data: st.DataObject, envoys: int, most_steps: int) -> Schedule
     return Schedule(steps, joins, leaves, demand, gaps)
 
 
+@dataclass(frozen=True)
+class Played:
+    """What the Envoys of a played schedule did, per step: the requests they admitted, the
+    shares they held after it, and the tokens they were handed afresh in it."""
+
+    admitted: list[int]
+    held: list[list[Share]]
+    fresh: list[int]
+
+
 def play(
     schedule: Schedule,
     fleet: Sequence[QuotaService],
     clock: ManualClock,
     homes: Sequence[int],
     peers: Sequence[str],
-) -> tuple[list[int], list[list[Share]]]:
+) -> Played:
     """Run ``schedule``: each step, every replica's round (in a rotating order), then each
     Envoy (on replica ``homes[i]``, named ``peers[i]``) asks its demand, joins, reports when
-    its gap is over, and leaves. The requests admitted per step, and the shares held after
-    each step."""
+    its gap is over, and leaves."""
     sims = [SimEnvoy() for _ in homes]
     by_stream: dict[tuple[int, int], SimEnvoy] = {}
     admitted_by_step: list[int] = []
     held_by_step: list[list[Share]] = []
+    fresh_by_step: list[int] = []
     for step in range(schedule.steps):
         now = clock.now()
         for turn in range(len(fleet)):
@@ -148,18 +161,38 @@ def play(
         admitted_by_step.append(admitted)
         holding = [sim.assignment for sim in sims if sim.expires > now]
         held_by_step.append([share for share in holding if isinstance(share, Share)])
+        fresh_by_step.append(sum(sim.fresh for sim in sims))
+        for sim in sims:
+            sim.fresh = 0
         clock.advance(STEP)
-    return admitted_by_step, held_by_step
+    return Played(admitted_by_step, held_by_step, fresh_by_step)
 
 
 def assert_within_bound(
-    admitted_by_step: Sequence[int], rate: Fraction, most: int, replicas: int = 1
+    admitted_by_step: Sequence[int],
+    rate: Fraction,
+    most: int,
+    replicas: int = 1,
+    change_rounds: int = 1,
 ) -> None:
-    """Every window of steps admits at most r*W + M*(R*(floor(W/I) + 1) + 1) (I = 1 s)."""
+    """Every window of steps admits at most r*W + M*(R*(floor(W/(K*I)) + 1) + 1) (I = 1 s;
+    with K = 1, r*W + M*(R*(floor(W/I) + 1) + 1))."""
     for a in range(len(admitted_by_step)):
         total = 0
         for b in range(a, len(admitted_by_step)):
             total += admitted_by_step[b]
             width = Fraction(b - a) * Fraction(STEP)
-            bound = rate * width + most * (replicas * (math.floor(width) + 1) + 1)
-            assert total <= bound, (a, b)
+            rounds = math.floor(width / change_rounds) + 1
+            bound = rate * width + most * (replicas * rounds + 1)
+            assert total <= bound, (a, b, total, bound)
+
+
+def assert_fresh_within(
+    fresh_by_step: Sequence[int], most: int, replicas: int = 1, change_rounds: int = 1
+) -> None:
+    """The budget of changes itself: in any span of steps shorter than K rounds (K*I, I =
+    1 s), the tokens handed out afresh add up to at most R*M."""
+    span = int(change_rounds / STEP)  # steps a window of K*I seconds covers, less one
+    for a in range(len(fresh_by_step)):
+        handed = sum(fresh_by_step[a : a + span])
+        assert handed <= replicas * most, (a, handed, replicas * most)

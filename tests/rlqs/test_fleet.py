@@ -5,9 +5,10 @@ round runs the ``quota_shares`` op (``storage/lua/quota_shares.lua`` on Redis, i
 twin on the memory store) through the replica's ``Limiter``. The stated bound
 (docs/rlqs.md#several-replicas): at any instant the tokens per fill held fleet-wide add
 up to at most ``L`` and their capacity to at most ``M = max(burst, Envoys)``; over any
-window of ``W`` seconds the Envoys admit at most ``r*W + M*(R*(floor(W/I) + 1) + 1)``
-with ``R`` replicas. Time is a ``ManualClock`` handed to every store (a Redis store then
-sends it as the scripts' now instead of reading ``TIME``).
+window of ``W`` seconds the Envoys admit at most ``r*W + M*(R*(floor(W/(K*I)) + 1) + 1)``
+with ``R`` replicas and a budget of changes over ``K`` rounds (``K = 1``: ``r*W +
+M*(R*(floor(W/I) + 1) + 1)``). Time is a ``ManualClock`` handed to every store (a Redis
+store then sends it as the scripts' now instead of reading ``TIME``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,14 @@ from ratewarden.server.rlqs import (
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
 from tests._servers import RedisCluster, RedisServer
-from tests.rlqs._envoy import TENANT, assert_within_bound, bound_limit, draw_schedule, play
+from tests.rlqs._envoy import (
+    TENANT,
+    assert_fresh_within,
+    assert_within_bound,
+    bound_limit,
+    draw_schedule,
+    play,
+)
 
 SETTINGS = settings(
     max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -86,7 +94,12 @@ def make_store(request: pytest.FixtureRequest) -> Iterator[MakeStore]:
 
 
 def replicas(
-    store: Any, clock: ManualClock, count: int, text: str | None = None, local: bool = False
+    store: Any,
+    clock: ManualClock,
+    count: int,
+    text: str | None = None,
+    local: bool = False,
+    change_rounds: int = 1,
 ) -> list[QuotaService]:
     """``count`` quota services over ``store``, replicas ``r0``, ``r1``, ...; with ``local``,
     one quota service that keeps its shares in its process (no fleet)."""
@@ -98,6 +111,7 @@ def replicas(
             interval=1.0,
             ttl_s=3,
             fleet=None if local else Fleet(limiter, replica=f"r{index}"),
+            change_rounds=change_rounds,
         )
         for index in range(count)
     ]
@@ -141,6 +155,32 @@ def test_a_closed_streams_share_stays_held_in_the_store_until_its_ttl_and_an_int
     assert [action.assignment for action in b.tick()] == [Share(60, 60)]
 
 
+def test_a_replicas_change_that_does_not_fit_its_budget_keeps_its_envoys_share(
+    make_store: MakeStore,
+) -> None:
+    """K = 3: replica a's Envoy got the whole limit (60 of capacity spent at 0 s). When b's
+    Envoy asks too, a's shrink to half would hand out 30 more within 3 s: a's Envoy keeps its
+    share, sent unchanged, and b's gets nothing (a holds it all) until a's window is over at
+    3 s; then both hold half, b's share within b's own budget."""
+    clock = ManualClock()
+    a, b = replicas(make_store(clock), clock, 2, change_rounds=3)
+    one, two = a.open(), b.open()
+    [first] = a.report(one, "edge", [Usage(TENANT, 30, 0)])
+    assert first.assignment == Share(60, 60)
+    [second] = b.report(two, "edge", [Usage(TENANT, 30, 0)])
+    assert second.assignment == DENY_ALL
+    seen = []
+    for _ in range(3):
+        clock.advance(1)
+        a.report(one, "edge", [Usage(TENANT, 30, 0)])
+        b.report(two, "edge", [Usage(TENANT, 30, 0)])
+        [mine] = a.tick()
+        [theirs] = b.tick()
+        seen.append((mine.assignment, theirs.assignment))
+    whole, half = Share(60, 60), Share(30, 30)
+    assert seen == [(whole, DENY_ALL), (whole, DENY_ALL), (half, half)]
+
+
 @SETTINGS
 @given(
     data=st.data(),
@@ -151,6 +191,7 @@ def test_a_closed_streams_share_stays_held_in_the_store_until_its_ttl_and_an_int
     burst=st.one_of(st.none(), st.integers(1, 200)),
     weights=st.one_of(st.none(), st.lists(st.integers(1, 10), min_size=3, max_size=3)),
     local=st.booleans(),
+    change_rounds=st.sampled_from([1, 2, 4]),
 )
 def test_the_fleet_of_replicas_never_admits_more_than_the_stated_bound_in_any_window(
     make_store: MakeStore,
@@ -162,30 +203,33 @@ def test_the_fleet_of_replicas_never_admits_more_than_the_stated_bound_in_any_wi
     burst: int | None,
     weights: list[int] | None,
     local: bool,
+    change_rounds: int,
 ) -> None:
     """Random demand, report gaps, joins and leaves, Envoys spread over 1-3 replicas of one
     store (or one process without a fleet), the rule weighted or not (``rlqs_weights`` for
-    peers p0 and p1 and a default, Envoys naming p0, p1 or nothing): the shares held never
-    add up above L (tokens) nor max(B, N) (capacity), and every window's admissions stay
-    within r*W + M*(R*(floor(W/I) + 1) + 1)."""
+    peers p0 and p1 and a default, Envoys naming p0, p1 or nothing), a budget of changes
+    over K = 1, 2 or 4 rounds: the shares held never add up above L (tokens) nor max(B, N)
+    (capacity), the tokens handed out afresh within any K*I seconds add up to at most R*M,
+    and every window's admissions stay within r*W + M*(R*(floor(W/(K*I)) + 1) + 1)."""
     text = rules(bound_limit(limit, period, burst))
     if weights is not None:
         named = f"{{p0: {weights[0]}, p1: {weights[1]}, default: {weights[2]}}}"
         text = text.replace("    rate_limit:", f"    rlqs_weights: {named}\n    rate_limit:")
     local = local and count == 1
     clock = ManualClock()
-    fleet = replicas(make_store(clock), clock, count, text, local)
+    fleet = replicas(make_store(clock), clock, count, text, local, change_rounds)
     schedule = draw_schedule(data, envoys, 40)
     homes = data.draw(st.lists(st.integers(0, count - 1), min_size=envoys, max_size=envoys))
     peers = [("p0", "p1", "")[index % 3] for index in range(envoys)]
-    admitted, held = play(schedule, fleet, clock, homes, peers)
+    played = play(schedule, fleet, clock, homes, peers)
     rate = Fraction(limit, period)
     fleet_burst = max(1, math.ceil(rate)) if burst is None else burst
     most = max(fleet_burst, envoys)
-    for shares in held:
+    for shares in played.held:
         assert sum(share.tokens_per_fill for share in shares) <= limit
         assert sum(share.max_tokens for share in shares) <= most
-    assert_within_bound(admitted, rate, most, replicas=count)
+    assert_fresh_within(played.fresh, most, count, change_rounds)
+    assert_within_bound(played.admitted, rate, most, count, change_rounds)
 
 
 def test_bucket_values_with_braces_and_quotes_are_one_hash_in_one_slot(

@@ -1,8 +1,9 @@
 """QuotaService on a ManualClock: rounds, reservations, policy, reload, and the stated bound.
 
-The bound (docs/rlqs.md#the-bound): with rounds at least ``I`` apart, over any window of
-``W`` seconds the fleet admits at most ``r*W + M*(floor(W/I) + 2)``, where ``r`` is the
-rule's rate and ``M = max(burst, Envoys)``. ``SimEnvoy`` does what Envoy's filter does
+The bound (docs/rlqs.md#the-bound): with rounds at least ``I`` apart and a budget of changes
+over ``K`` rounds (``change_rounds``), over any window of ``W`` seconds the fleet admits at
+most ``r*W + M*(floor(W/(K*I)) + 2)``, where ``r`` is the rule's rate and ``M = max(burst,
+Envoys)``; with ``K = 1``, ``r*W + M*(floor(W/I) + 2)``. ``SimEnvoy`` does what Envoy's filter does
 with an assignment (a new or changed token bucket starts full, an unchanged one is
 kept, an expired one is gone); it is a fake of Envoy for this pure logic only, the real
 Envoy is in tests/e2e/test_rlqs.py.
@@ -30,7 +31,14 @@ from ratewarden.server.rlqs import (
 )
 from ratewarden.server.rlqs.quota import IDLE_S
 from ratewarden.testing import ManualClock
-from tests.rlqs._envoy import TENANT, assert_within_bound, bound_limit, draw_schedule, play
+from tests.rlqs._envoy import (
+    TENANT,
+    assert_fresh_within,
+    assert_within_bound,
+    bound_limit,
+    draw_schedule,
+    play,
+)
 
 
 def rules(limit: str = "{unit: minute, requests_per_unit: 60}", **extra: str) -> str:
@@ -205,22 +213,33 @@ def test_a_rule_added_on_reload_limits_its_bucket_from_the_next_round() -> None:
     limit=st.integers(1, 120),
     period=st.sampled_from([1, 10, 60]),
     burst=st.one_of(st.none(), st.integers(1, 200)),
+    change_rounds=st.sampled_from([1, 2, 3, 5]),
 )
 def test_the_fleet_never_admits_more_than_the_stated_bound_in_any_window(
-    data: st.DataObject, envoys: int, limit: int, period: int, burst: int | None
+    data: st.DataObject,
+    envoys: int,
+    limit: int,
+    period: int,
+    burst: int | None,
+    change_rounds: int,
 ) -> None:
-    """Random demand, report gaps, joins and leaves: every window's admissions stay within
-    r*W + M*(floor(W/I) + 2), and the shares held never sum above the limit."""
+    """Random demand, report gaps, joins and leaves, a budget of changes over K = 1 to 5
+    rounds: every window's admissions stay within r*W + M*(floor(W/(K*I)) + 2) (with K = 1,
+    r*W + M*(floor(W/I) + 2)), the tokens handed out afresh within any K*I seconds add up to
+    at most M, the shares held never sum above the limit nor their capacity above M."""
     text = rules(bound_limit(limit, period, burst))
-    quota, clock = service(text, interval=1.0, ttl_s=3)
+    quota, clock = service(text, interval=1.0, ttl_s=3, change_rounds=change_rounds)
     schedule = draw_schedule(data, envoys, 48)
-    admitted, held = play(schedule, [quota], clock, [0] * envoys, [""] * envoys)
-    for shares in held:
-        assert sum(share.tokens_per_fill for share in shares) <= limit
+    played = play(schedule, [quota], clock, [0] * envoys, [""] * envoys)
     rate = Fraction(limit, period)
     # A window rule's fleet burst is one interval (1 s) of its rate; a bucket rule's, its burst.
     fleet_burst = max(1, math.ceil(rate)) if burst is None else burst
-    assert_within_bound(admitted, rate, max(fleet_burst, envoys))
+    most = max(fleet_burst, envoys)
+    for shares in played.held:
+        assert sum(share.tokens_per_fill for share in shares) <= limit
+        assert sum(share.max_tokens for share in shares) <= most
+    assert_fresh_within(played.fresh, most, change_rounds=change_rounds)
+    assert_within_bound(played.admitted, rate, most, change_rounds=change_rounds)
 
 
 @settings(max_examples=40, deadline=None)
