@@ -14,7 +14,7 @@ import math
 from fractions import Fraction
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratewarden.errors import ConfigurationError
@@ -131,33 +131,32 @@ pairs = st.tuples(st.integers(0, 40), st.integers(1, 12)).map(
 @given(
     members=st.lists(st.tuples(pairs, pairs), min_size=1, max_size=6),
     room=st.integers(-5, 40),
-    tokens=st.integers(0, 120),
-    burst=st.integers(0, 40),
+    slack=st.integers(0, 10),
     held_b=st.integers(0, 6),
     holders=st.integers(0, 3),
 )
 def test_what_is_sent_is_each_members_target_or_what_it_holds_within_room_and_sums(
     members: list[tuple[tuple[int, int], tuple[int, int]]],
     room: int,
-    tokens: int,
-    burst: int,
+    slack: int,
     held_b: int,
     holders: int,
 ) -> None:
-    """Random targets and holdings, both within the sums (at most ``tokens`` per fill, the
-    capacity with the others' ``held_b`` at most ``max(burst, holders)``): each member gets
+    """Random targets and holdings, the budget just large enough for both (tokens per fill
+    up to ``slack`` more; the capacity with the others' ``held_b`` exactly): each member gets
     its target or keeps what it holds (none when its target is none), the capacity of the
     changes made is what is reported spent and fits the room, and what is sent keeps the
     sums."""
     targets = [target for target, _ in members]
     holding = [was for _, was in members]
+    tokens = max(sum(t for t, _ in targets), sum(t for t, _ in holding)) + slack
+    burst = held_b + max(sum(b for t, b in shares if t > 0) for shares in (targets, holding))
 
     def fits(shares: list[tuple[int, int]]) -> bool:
         count = sum(1 for t, _ in shares if t > 0)
         capacity = held_b + sum(b for t, b in shares if t > 0)
         return sum(t for t, _ in shares) <= tokens and capacity <= max(burst, holders + count)
 
-    assume(fits(targets) and fits(holding))
     sent, spent = hold_back(targets, holding, room, tokens, burst, held_b, holders)
     for target, was, got in zip(targets, holding, sent, strict=True):
         assert got == target or (got == was and target[0] > 0)
@@ -274,3 +273,27 @@ def test_demand_that_swaps_every_round_hands_out_one_burst_per_k_rounds(change_r
     assert_within_bound(played.admitted, Fraction(1), 30, change_rounds=change_rounds)
     tighter = width + 30 * (math.floor(width / 4) + 2)
     assert (sum(played.admitted) > tighter) == (change_rounds == 1)
+
+
+def test_a_bucket_nobody_holds_keeps_its_recent_changes_for_the_next_envoy() -> None:
+    """K = 5: the only Envoy got the whole limit at 0 s and was abandoned (idle) at 2 s; an
+    Envoy that comes at 3 s finds the bucket's 60 spent and waits for the window, where with
+    K = 1 the forgotten bucket gives it the whole limit at once."""
+    got = {}
+    for change_rounds in (1, 5):
+        quota, clock = service(change_rounds=change_rounds, idle_s=2.0)
+        first = quota.open()
+        quota.report(first, "edge", [Usage(TENANT, 1, 0)])
+        for _ in range(3):
+            clock.advance(1)
+            quota.tick()
+        later = quota.open()
+        answers = [held(quota.report(later, "edge", [Usage(TENANT, 1, 0)]))]
+        for _ in range(3):
+            clock.advance(1)
+            quota.report(later, "edge", [Usage(TENANT, 1, 0)])
+            answers.append(held(quota.tick()))
+        got[change_rounds] = answers
+    whole = Share(60, 60)
+    assert got[1] == [{2: whole}, {2: whole}, {2: whole}, {2: whole}]
+    assert got[5] == [{}, {2: DENY_ALL}, {2: whole}, {2: whole}]

@@ -234,7 +234,10 @@ class QuotaService:
         for name, bucket in list(self._buckets.items()):
             bucket.reserved = [(until, share) for until, share in bucket.reserved if until > now]
             if not bucket.members and not bucket.reserved:
-                del self._buckets[name]
+                # Kept while its recent changes count: a new member must not find the
+                # budget of changes fresh.
+                if not bucket.spent(now, self.change_rounds * self.interval):
+                    del self._buckets[name]
             elif bucket.last_round is not None and now - bucket.last_round >= self.interval:
                 due.append(self._round(bucket, now))
         if not due:
@@ -387,16 +390,16 @@ class QuotaService:
         return actions
 
     def _shares(self, bucket: Bucket, budget: Budget, now: float) -> Flow[dict[int, Share]]:
-        """The round's shares; for an enforced rule, within the budget of changes."""
+        """The round's shares; for an enforced rule, within the budget of changes (none for
+        a shadow rule, whose shares are not sent, nor at the first round of a new budget)."""
+        enforced = self._fixed(bucket) is None
+        spent = bucket.spent(now, self.change_rounds * self.interval)
+        limited = enforced and bucket.split_budget == budget
         weights = bucket.weights(self._peers)
-        window = self.change_rounds * self.interval
-        spent = bucket.spent(now, window)
-        if self._fixed(bucket) is not None or bucket.split_budget != budget:
-            spent_or_none = None  # nothing handed out (shadow), or the budget is new
-        else:
-            spent_or_none = spent
-        shares, spent_now = yield from self._split(bucket, budget, weights, spent_or_none)
-        if self._fixed(bucket) is None:
+        shares, spent_now = yield from self._split(
+            bucket, budget, weights, spent if limited else None
+        )
+        if enforced:
             bucket.split_budget = budget
             if spent_now:
                 bucket.changes.append((now, spent_now))
