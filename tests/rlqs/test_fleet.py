@@ -317,3 +317,36 @@ def test_the_op_refuses_a_negative_budget_and_a_member_name_with_a_space() -> No
         quota_shares_op("rw", "bucket", -1, 1, 1_000_000, [("r0:1", 0)])
     with pytest.raises(ConfigurationError, match="without spaces"):
         quota_shares_op("rw", "bucket", 1, 1, 1_000_000, [("r0 1", 0)])
+
+
+@pytest.mark.redis
+def test_a_share_that_expired_while_the_store_was_away_is_a_change_when_it_comes_back(
+    make_redis: Callable[..., RedisServer],
+) -> None:
+    """K = 5, TTL 3 s: the Envoy's share (60 of capacity, spent at 0 s) is not renewed while
+    the store is down, and expires in Envoy at 3 s. Sent again at 4 s, it would start full:
+    it is a change like a newcomer's first share, so it waits for the window (DENY_ALL at 4 s,
+    the share at 5 s) instead of handing out 60 more tokens unaccounted."""
+    server = make_redis()
+    clock = ManualClock()
+    client = redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=0.5)
+    try:
+        store = RedisStore(client, clock=clock, timeout=0.5)
+        [quota] = replicas(store, clock, 1, change_rounds=5)
+        one = quota.open()
+        [first] = quota.report(one, "edge", [Usage(TENANT, 1, 0)])
+        assert first.assignment == Share(60, 60)
+        port = server.port
+        server.stop()
+        for _ in range(3):
+            clock.advance(1)
+            assert quota.tick() == []
+        make_redis(port=port)
+        answers = []
+        for _ in range(2):
+            clock.advance(1)
+            quota.report(one, "edge", [Usage(TENANT, 1, 0)])
+            answers += [action.assignment for action in quota.tick()]
+        assert answers == [DENY_ALL, Share(60, 60)]
+    finally:
+        client.close()

@@ -397,7 +397,7 @@ class QuotaService:
         limited = enforced and bucket.split_budget == budget
         weights = bucket.weights(self._peers)
         shares, spent_now = yield from self._split(
-            bucket, budget, weights, spent if limited else None
+            bucket, budget, weights, spent if limited else None, now
         )
         if enforced:
             bucket.split_budget = budget
@@ -411,6 +411,7 @@ class QuotaService:
         budget: Budget,
         weights: dict[int, int] | None,
         spent: int | None,
+        now: float,
     ) -> Flow[tuple[dict[int, Share], int]]:
         if self.fleet is not None:
             departed, bucket.departed = bucket.departed, []
@@ -418,10 +419,14 @@ class QuotaService:
                 stream: member.demand(budget.fill_s, self.interval)
                 for stream, member in bucket.members.items()
             }
+            # What its Envoy still holds: after rounds the store did not answer for a TTL,
+            # its assignment expired, and sending it again would start it full.
             holding = {
                 stream: member.share
                 for stream, member in bucket.members.items()
-                if isinstance(member.share, Share) and not member.share.empty
+                if isinstance(member.share, Share)
+                and not member.share.empty
+                and now - member.sent_at < self.ttl_s
             }
             hold = self.ttl_s + self.interval
             try:
