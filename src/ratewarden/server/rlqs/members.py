@@ -17,7 +17,7 @@ from fractions import Fraction
 from ratewarden.limiter import hold_back
 from ratewarden.server.config import DescriptorRule
 from ratewarden.server.rlqs.reports import BucketKey
-from ratewarden.server.rlqs.shares import Budget, Share, split
+from ratewarden.server.rlqs.shares import NOTHING, Budget, Share, split
 
 __all__ = ["DEMAND_SPAN_S", "Bucket", "Member"]
 
@@ -91,6 +91,7 @@ class Bucket:
         budget: Budget,
         interval: float,
         weights: Mapping[int, int] | None,
+        holding: Mapping[int, Share] | None = None,
         spent: int | None = None,
     ) -> tuple[dict[int, Share], int]:
         """The members' shares of ``budget`` in this process (no fleet), out of what the
@@ -101,9 +102,10 @@ class Bucket:
         token for each member that would hold a share, the weakest get nothing until the
         reserved shares expire (as the fleet's script does, ``lua/quota_shares.lua``).
 
-        ``spent`` is what its changes handed out within the change window: the changes of
-        this round fit in ``max(burst, members) - spent`` or the members that do not fit keep
-        what they hold (``hold_back``; None: no budget of changes).
+        ``holding`` is the token bucket each member's Envoy holds (missing: none), ``spent``
+        what its changes handed out within the change window: the changes of this round fit
+        in ``max(burst, members) - spent`` or the members that do not fit keep what they hold
+        (``hold_back``; None: no budget of changes).
         """
         held = [share for _, share in self.reserved if not share.empty]
         held_burst = sum(share.max_tokens for share in held)
@@ -119,16 +121,16 @@ class Bucket:
         demands = [self.members[stream].demand(budget.fill_s, interval) for stream in streams]
         given = None if weights is None else [weights[stream] for stream in streams]
         targets = [(s.tokens_per_fill, s.max_tokens) for s in split(pool, demands, given, most)]
-        holding = [_pair(self.members[stream].share) for stream in streams]
+        held_now = holding or {}
+        had = [held_now.get(stream, NOTHING) for stream in streams]
         room = None if spent is None else max(budget.burst, len(streams)) - spent
         sent, spent_now = hold_back(
-            targets, holding, room, pool.tokens, budget.burst, held_burst, len(held)
+            targets,
+            [(share.tokens_per_fill, share.max_tokens) for share in had],
+            room,
+            pool.tokens,
+            budget.burst,
+            held_burst,
+            len(held),
         )
         return {stream: Share(*pair) for stream, pair in zip(streams, sent, strict=True)}, spent_now
-
-
-def _pair(share: Share | str | None) -> tuple[int, int]:
-    """A member's share as ``hold_back`` reads it: (0, 0) when it holds no token bucket."""
-    if isinstance(share, Share) and not share.empty:
-        return share.tokens_per_fill, share.max_tokens
-    return 0, 0

@@ -413,20 +413,20 @@ class QuotaService:
         spent: int | None,
         now: float,
     ) -> Flow[tuple[dict[int, Share], int]]:
+        # What each member's Envoy holds: after rounds that sent nothing for a TTL (a store
+        # that did not answer), its assignment expired, and sent again it would start full.
+        holding = {
+            stream: member.share
+            for stream, member in bucket.members.items()
+            if isinstance(member.share, Share)
+            and not member.share.empty
+            and now - member.sent_at < self.ttl_s
+        }
         if self.fleet is not None:
             departed, bucket.departed = bucket.departed, []
             asked = {
                 stream: member.demand(budget.fill_s, self.interval)
                 for stream, member in bucket.members.items()
-            }
-            # What its Envoy still holds: after rounds the store did not answer for a TTL,
-            # its assignment expired, and sending it again would start it full.
-            holding = {
-                stream: member.share
-                for stream, member in bucket.members.items()
-                if isinstance(member.share, Share)
-                and not member.share.empty
-                and now - member.sent_at < self.ttl_s
             }
             hold = self.ttl_s + self.interval
             try:
@@ -439,4 +439,4 @@ class QuotaService:
             except StorageError:
                 bucket.departed[:0] = departed  # for the next round
                 raise
-        return bucket.local_shares(budget, self.interval, weights, spent)
+        return bucket.local_shares(budget, self.interval, weights, holding, spent)
