@@ -175,6 +175,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="N",
         help="the replicas' --rlqs-demand-reports for --rlqs-fleet (default 2)",
     )
+    parser.add_argument(
+        "--rlqs-change-rounds",
+        type=int,
+        default=1,
+        metavar="K",
+        help="the replicas' --rlqs-change-rounds for --rlqs-fleet (default 1)",
+    )
     return parser.parse_args(argv)
 
 
@@ -197,7 +204,9 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import _rlqs_fleet
 
         command = args.command or shlex.join([sys.executable, "-m", "benchmarks", *sys.argv[1:]])
-        return _rlqs_fleet.main(args.quick, args.results, command, args.rlqs_demand_reports)
+        return _rlqs_fleet.main(
+            args.quick, args.results, command, args.rlqs_demand_reports, args.rlqs_change_rounds
+        )
     if args.rlqs:
         from benchmarks import _rlqs
 

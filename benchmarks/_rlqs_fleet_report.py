@@ -3,7 +3,8 @@
 Pure functions of a ``Run`` (``_rlqs_fleet.py``). Over every window of ``W`` seconds (an
 exact sliding window over the answers' times, as the load driver saw them) the most the
 three Envoys admitted together, set against docs/rlqs.md's bound for ``R`` replicas,
-``r W + M (R (floor(W / I) + 1) + 1)`` with ``M = max(B, N)``, and the steady figure
+``r W + M (R (floor(W / (K I)) + 1) + 1)`` with ``M = max(B, N)`` and ``K`` the replicas'
+``--rlqs-change-rounds``, and the steady figure
 ``r W + M``. For each phase, how long the Envoy that became busy took to admit its fair
 share (``RATE * BUSY / (BUSY + LIGHT)`` a second, 90% of it in one second), in seconds
 and in Envoy 1.40's 5 s reporting intervals. Reported, never asserted.
@@ -38,11 +39,12 @@ def most_in_window(times: Sequence[float], width: float) -> int:
     return most
 
 
-def bounds(width: float, replicas: int) -> tuple[float, float]:
+def bounds(width: float, replicas: int, change_rounds: int = 1) -> tuple[float, float]:
     """docs/rlqs.md for ``width`` seconds: the steady figure and the worst case."""
     rate, most = fleet.RATE, max(fleet.BURST, fleet.ENVOYS)
     steady = rate * width + most
-    worst = rate * width + most * (replicas * (math.floor(width / fleet.INTERVAL_S) + 1) + 1)
+    spans = math.floor(width / (change_rounds * fleet.INTERVAL_S)) + 1
+    worst = rate * width + most * (replicas * spans + 1)
     return steady, worst
 
 
@@ -77,7 +79,13 @@ def windows(run: Run) -> list[Window]:
     out = []
     for width in WINDOWS:
         if width <= run.seconds:
-            out.append(Window(width, most_in_window(times, width), *bounds(width, run.replicas)))
+            out.append(
+                Window(
+                    width,
+                    most_in_window(times, width),
+                    *bounds(width, run.replicas, run.change_rounds),
+                )
+            )
     return out
 
 

@@ -71,10 +71,11 @@ def test_the_most_in_any_window_is_counted_exactly() -> None:
 
 
 def test_the_bound_is_docs_rlqs_for_r_replicas() -> None:
-    """``r W + M`` and ``r W + M (R (floor(W / I) + 1) + 1)``, ``M = max(B, N)``."""
+    """``r W + M`` and ``r W + M (R (floor(W / (K I)) + 1) + 1)``, ``M = max(B, N)``."""
     most = max(fleet.BURST, fleet.ENVOYS)
     assert report.bounds(10, 1) == (fleet.RATE * 10 + most, fleet.RATE * 10 + most * 12)
     assert report.bounds(10, 2) == (fleet.RATE * 10 + most, fleet.RATE * 10 + most * 23)
+    assert report.bounds(10, 2, 5) == (fleet.RATE * 10 + most, fleet.RATE * 10 + most * 7)
 
 
 def test_a_shift_is_followed_at_the_first_second_with_90_percent_of_the_fair_share() -> None:
