@@ -46,12 +46,14 @@ def held(actions: list[Action]) -> dict[int, object]:
 
 
 def test_the_default_is_one_round_every_rounds_changes_go_through_as_before() -> None:
+    """K = 1 unless asked: the behaviour of earlier releases."""
     assert resolve({}, BASE).rlqs_change_rounds == 1
     quota, _ = service()
     assert quota.change_rounds == 1
 
 
 def test_the_flag_wins_over_the_variable_and_both_are_read() -> None:
+    """RATEWARDEN_RLQS_CHANGE_ROUNDS is read, and --rlqs-change-rounds wins over it."""
     environ = {**BASE, "RATEWARDEN_RLQS_CHANGE_ROUNDS": "4"}
     assert resolve({}, environ).rlqs_change_rounds == 4
     assert resolve({"rlqs_change_rounds": "2"}, environ).rlqs_change_rounds == 2
@@ -59,6 +61,7 @@ def test_the_flag_wins_over_the_variable_and_both_are_read() -> None:
 
 @pytest.mark.parametrize("value", ["0", "101", "2.5", "many"])
 def test_a_bad_value_is_refused_naming_the_variable_or_the_flag(value: str) -> None:
+    """0, above 100, not whole, not a number: refused at start, naming where it came from."""
     with pytest.raises(ConfigurationError, match="RATEWARDEN_RLQS_CHANGE_ROUNDS"):
         resolve({}, {**BASE, "RATEWARDEN_RLQS_CHANGE_ROUNDS": value})
     with pytest.raises(ConfigurationError, match="--rlqs-change-rounds"):
@@ -66,6 +69,7 @@ def test_a_bad_value_is_refused_naming_the_variable_or_the_flag(value: str) -> N
 
 
 def test_settings_and_the_service_refuse_a_budget_over_no_round() -> None:
+    """Settings built in code and the library's QuotaService check it too."""
     with pytest.raises(ConfigurationError, match="--rlqs-change-rounds 0 must be a whole number"):
         Settings(config_paths=("r",), rlqs=True, rlqs_change_rounds=0)
     with pytest.raises(ValueError, match="change_rounds 0 >= 1"):
