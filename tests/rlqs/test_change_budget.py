@@ -16,11 +16,12 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, generate_latest
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import hold_back
 from ratewarden.server.config import loads
-from ratewarden.server.rlqs import DENY_ALL, Action, QuotaService, Share, Usage
+from ratewarden.server.rlqs import DENY_ALL, Action, QuotaCollector, QuotaService, Share, Usage
 from ratewarden.server.settings import Settings, resolve
 from ratewarden.testing import ManualClock
 from tests.rlqs._envoy import STEP, TENANT, Schedule, assert_within_bound, play
@@ -176,7 +177,8 @@ def test_what_is_sent_is_each_members_target_or_what_it_holds_within_room_and_su
 def test_a_newcomer_waits_until_the_changes_of_the_last_k_rounds_are_over() -> None:
     """K = 3, 60 a minute, burst 10: A's first share (60, 10) spends the bucket's 10 at 0 s.
     B joins: the split (30, 5) and (30, 5) would hand out 10 more, so A keeps its share and
-    B waits (DENY_ALL) at the rounds of 1 s and 2 s, and both change at 3 s."""
+    B waits (DENY_ALL) at the rounds of 1 s and 2 s, and both change at 3 s. The changes held
+    back are counted (``/rlqs.json``'s stats, and the metrics)."""
     quota, clock = service(
         rules("{algorithm: token_bucket, unit: minute, requests_per_unit: 60, burst: 10}"),
         change_rounds=3,
@@ -192,6 +194,10 @@ def test_a_newcomer_waits_until_the_changes_of_the_last_k_rounds_are_over() -> N
         rounds.append(held(quota.tick()))
     waiting = {a: Share(60, 10), b: DENY_ALL}
     assert rounds == [waiting, waiting, {a: Share(30, 5), b: Share(30, 5)}]
+    assert quota.stats.held_back == 4  # both changes, at 1 s and at 2 s
+    registry = CollectorRegistry()
+    registry.register(QuotaCollector(quota))
+    assert "ratewarden_rlqs_held_back_total 4.0" in generate_latest(registry).decode()
 
 
 def test_an_envoy_that_stops_asking_goes_to_deny_all_whatever_the_budget() -> None:

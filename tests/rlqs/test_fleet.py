@@ -179,6 +179,8 @@ def test_a_replicas_change_that_does_not_fit_its_budget_keeps_its_envoys_share(
         seen.append((mine.assignment, theirs.assignment))
     whole, half = Share(60, 60), Share(30, 30)
     assert seen == [(whole, DENY_ALL), (whole, DENY_ALL), (half, half)]
+    # a's shrink, at 1 s and 2 s; b's Envoy had no room to hold back (a held it all)
+    assert (a.stats.held_back, b.stats.held_back) == (2, 0)
 
 
 @SETTINGS

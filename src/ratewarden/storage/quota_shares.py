@@ -52,18 +52,19 @@ Pair = tuple[int, int]
 @dataclass(frozen=True, slots=True)
 class FleetRound:
     """A round's reply: members with a demand fleet-wide, the tokens the other members
-    hold, the capacity this round handed out in changed shares, and each of this replica's
-    members' ``(tokens, burst)``, in the order asked."""
+    hold, the capacity this round handed out in changed shares, the changes it held back,
+    and each of this replica's members' ``(tokens, burst)``, in the order asked."""
 
     members: int
     held_by_others: int
     spent: int
+    held_back: int
     shares: tuple[Pair, ...]
 
     @classmethod
     def of(cls, reply: Sequence[int]) -> FleetRound:
-        pairs = tuple((int(reply[i]), int(reply[i + 1])) for i in range(3, len(reply), 2))
-        return cls(int(reply[0]), int(reply[1]), int(reply[2]), pairs)
+        pairs = tuple((int(reply[i]), int(reply[i + 1])) for i in range(4, len(reply), 2))
+        return cls(int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]), pairs)
 
 
 def quota_shares_op(
@@ -309,7 +310,9 @@ def run(
         held_b, holders,
     )  # fmt: skip
 
-    reply = [n, held_t, spent_now]
+    targets = zip(tokens, mine_b, strict=True)
+    held_back = sum(1 for target, got in zip(targets, sent, strict=True) if target != got)
+    reply = [n, held_t, spent_now, held_back]
     last = now
     for i, name in enumerate(mine):
         t, b = sent[i]

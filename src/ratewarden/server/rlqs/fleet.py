@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import AsyncLimiter, FleetRound, Flow, Limiter, quota_shares_op
 from ratewarden.server.rlqs.reports import BucketKey
-from ratewarden.server.rlqs.shares import Budget, Share
+from ratewarden.server.rlqs.shares import Budget, Sent, Share
 
 __all__ = ["Fleet"]
 
@@ -64,9 +64,9 @@ class Fleet:
         weights: Mapping[int, int] | None = None,
         holding: Mapping[int, Share] | None = None,
         spent: int | None = None,
-    ) -> Flow[tuple[dict[int, Share], int]]:
+    ) -> Flow[Sent]:
         """One round of the bucket: each of ``demands``' streams' share (``demands`` in
-        requests per ``budget.fill_s``), and the capacity its changed shares hand out;
+        requests per ``budget.fill_s``), with what its changes hand out and hold back;
         ``departed`` streams give up their demand, their shares stay held in the store for
         ``hold_s`` after they were sent. ``weights`` (by stream, when the rule has
         ``rlqs_weights``) are stored with the demands, and the split is then weighted
@@ -92,8 +92,8 @@ class Fleet:
             spent,
         )
         found = FleetRound.of((yield from self.limiter.apply_flow(op)))
-        shares = zip(demands, found.shares, strict=True)
-        return {stream: Share(*pair) for stream, pair in shares}, found.spent
+        shares = {stream: Share(*pair) for stream, pair in zip(demands, found.shares, strict=True)}
+        return Sent(shares, found.spent, found.held_back)
 
     def release_flow(
         self, domain: str, key: BucketKey, budget: Budget, streams: Sequence[int]

@@ -17,7 +17,7 @@ from fractions import Fraction
 from ratewarden.limiter import hold_back
 from ratewarden.server.config import DescriptorRule
 from ratewarden.server.rlqs.reports import BucketKey
-from ratewarden.server.rlqs.shares import NOTHING, Budget, Share, split
+from ratewarden.server.rlqs.shares import NOTHING, Budget, Sent, Share, split
 
 __all__ = ["DEMAND_SPAN_S", "Bucket", "Member"]
 
@@ -93,9 +93,9 @@ class Bucket:
         weights: Mapping[int, int] | None,
         holding: Mapping[int, Share] | None = None,
         spent: int | None = None,
-    ) -> tuple[dict[int, Share], int]:
+    ) -> Sent:
         """The members' shares of ``budget`` in this process (no fleet), out of what the
-        closed streams' reserved shares leave, and the capacity its changed shares hand out.
+        closed streams' reserved shares leave, with what its changes hand out and hold back.
 
         A reserved share is still a holder: the capacity held, reserved and new, stays
         within ``max(burst, holders)``. So when the reserved shares leave less room than one
@@ -133,4 +133,6 @@ class Bucket:
             held_burst,
             len(held),
         )
-        return {stream: Share(*pair) for stream, pair in zip(streams, sent, strict=True)}, spent_now
+        held_back = sum(1 for target, got in zip(targets, sent, strict=True) if target != got)
+        shares = {stream: Share(*pair) for stream, pair in zip(streams, sent, strict=True)}
+        return Sent(shares, spent_now, held_back)

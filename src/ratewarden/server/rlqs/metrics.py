@@ -15,6 +15,8 @@ ratewarden_rlqs_unknown_buckets_total           buckets that matched no rule (AL
 ratewarden_rlqs_abandoned_total                 abandon_actions sent (rule removed, idle)
 ratewarden_rlqs_would_deny_total                requests shadow rules' Envoys admitted
                                                 beyond their shares (estimate)
+ratewarden_rlqs_held_back_total                 share changes the budget of changes held
+                                                back (--rlqs-change-rounds)
 ratewarden_rlqs_reported_requests_total         {rule, outcome}: requests Envoys reported
                                                 allowed or denied
 ratewarden_rlqs_assigned_streams                {rule}: streams holding a token bucket
@@ -75,6 +77,7 @@ class QuotaCollector:
             ("unknown_buckets", stats.unknown_buckets, "buckets that matched no rule"),
             ("abandoned", stats.abandoned, "abandon actions sent"),
             ("would_deny", stats.would_deny, "shadow rules' admissions beyond their shares"),
+            ("held_back", stats.held_back, "share changes held back by the budget of changes"),
         ):
             yield CounterMetricFamily(f"{_PREFIX}_{name}", doc, value)
         reported = CounterMetricFamily(

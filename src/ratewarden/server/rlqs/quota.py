@@ -65,7 +65,7 @@ from ratewarden.server.rlqs.figures import (
 from ratewarden.server.rlqs.fleet import Fleet
 from ratewarden.server.rlqs.members import Bucket, Member
 from ratewarden.server.rlqs.reports import BucketKey, ReportError, Usage, bucket_key, check_report
-from ratewarden.server.rlqs.shares import Budget, Share
+from ratewarden.server.rlqs.shares import Budget, Sent, Share
 
 __all__ = [
     "ALLOW_ALL",
@@ -100,6 +100,8 @@ class QuotaStats:
     would_deny: int = 0
     #: Rounds the fleet's store did not answer (nothing split was sent; the next one retries).
     store_failures: int = 0
+    #: Share changes the budget of changes held back (the member kept what it held).
+    held_back: int = 0
 
 
 class QuotaService:
@@ -396,14 +398,13 @@ class QuotaService:
         spent = bucket.spent(now, self.change_rounds * self.interval)
         limited = enforced and bucket.split_budget == budget
         weights = bucket.weights(self._peers)
-        shares, spent_now = yield from self._split(
-            bucket, budget, weights, spent if limited else None, now
-        )
+        sent = yield from self._split(bucket, budget, weights, spent if limited else None, now)
         if enforced:
             bucket.split_budget = budget
-            if spent_now:
-                bucket.changes.append((now, spent_now))
-        return shares
+            self.stats.held_back += sent.held_back
+            if sent.spent:
+                bucket.changes.append((now, sent.spent))
+        return sent.shares
 
     def _split(
         self,
@@ -412,7 +413,7 @@ class QuotaService:
         weights: dict[int, int] | None,
         spent: int | None,
         now: float,
-    ) -> Flow[tuple[dict[int, Share], int]]:
+    ) -> Flow[Sent]:
         # What each member's Envoy holds: after rounds that sent nothing for a TTL (a store
         # that did not answer), its assignment expired, and sent again it would start full.
         holding = {

@@ -36,7 +36,7 @@ from fractions import Fraction
 
 from ratewarden.limiter import give_each_a_token
 
-__all__ = ["Budget", "Share", "apportion", "by_demand", "by_weight", "split"]
+__all__ = ["Budget", "Sent", "Share", "apportion", "by_demand", "by_weight", "split"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +79,16 @@ class Share:
 
 
 NOTHING = Share(0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """What a round sends: each member's share (by stream), the capacity its changed shares
+    hand out afresh, and how many changes the budget of changes held back."""
+
+    shares: dict[int, Share]
+    spent: int = 0
+    held_back: int = 0
 
 
 def apportion(total: int, weights: Sequence[Fraction]) -> list[int]:

@@ -17,8 +17,8 @@
 -- ARGV[8+5k ..] this replica's departed members: their demand is dropped, their share
 --           stays held until its held_until
 -- Reply     {members with a demand fleet-wide, tokens held by the others, the capacity
---           this round's changed shares hand out, then for each of the k members in
---           order: tokens, burst}
+--           this round's changed shares hand out, the changes it held back, then for each
+--           of the k members in order: tokens, burst}
 --
 -- The fair split is shares.split's, over every member with a demand (this replica's
 -- first, then the others by name). By demand: each weighs its demand plus an even part of
@@ -278,7 +278,7 @@ for i = 1, k do
   end
 end
 local room = math.max(B, n) - spent
-local spent_now = cost
+local spent_now, held_back = cost, 0
 if spent >= 0 and cost > room then
   local ct, cb = {}, {}
   local sum_t, sum_b, count = 0, 0, 0
@@ -320,6 +320,9 @@ if spent >= 0 and cost > room then
           spent_now = spent_now + my_b[i]
         end
       end
+      if ct[i] ~= tokens[i] or cb[i] ~= my_b[i] then
+        held_back = held_back + 1
+      end
     end
     for i = 1, k do
       tokens[i], my_b[i] = ct[i], cb[i]
@@ -327,7 +330,7 @@ if spent >= 0 and cost > room then
   end
 end
 
-local reply = {n, held_t, spent_now}
+local reply = {n, held_t, spent_now, held_back}
 local last = now
 for i = 1, k do
   local until_held = 0
