@@ -247,3 +247,27 @@ async def test_a_started_call_awaited_directly_gets_what_it_awaits_and_its_cance
 
 async def _awaited(resumed: _Resumed) -> None:
     await resumed
+
+
+async def test_a_call_cancelled_before_its_task_ran_cancels_what_it_awaits() -> None:
+    """Cancelled before its task's first step, the call gets the cancellation where it
+    waits, and the future it awaits is cancelled too, as a task cancels the one it waits on
+    (a reply that comes later is not kept for nobody)."""
+    loop = asyncio.get_running_loop()
+    seen: list[Any] = []
+    reply_future: asyncio.Future[int] = loop.create_future()
+
+    async def waits() -> None:
+        try:
+            seen.append(await reply_future)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    started = waits()
+    task = loop.create_task(_Resumed(started, started.send(None)))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert seen == ["cancelled"]
+    assert reply_future.cancelled()

@@ -111,7 +111,11 @@ class _Resumed(Coroutine[Any, Any, None]):
         return self._call.send(value)
 
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
-        self._waiting = None
+        waiting, self._waiting = self._waiting, None
+        if waiting is not None and isinstance(typ, asyncio.CancelledError):
+            # Cancelled before the task's first step: cancel what the call awaits, as a task
+            # cancels the future it waits on (a Redis reply's, which then goes unread).
+            waiting.cancel()
         if val is None and tb is None:
             return self._call.throw(typ)
         return self._call.throw(typ, val, tb)
