@@ -67,12 +67,13 @@ def _http_ok(url: str) -> bool:
 
 @contextmanager
 def process(
-    args: list[str], what: str, workdir: Path, ready: Any
+    args: list[str], what: str, workdir: Path, ready: Any, env: dict[str, str] | None = None
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """Run ``args`` (output to ``workdir/<what>.log``) until ``ready()``; stop it on exit."""
+    """Run ``args`` (output to ``workdir/<what>.log``; ``env``: its environment, else this
+    one's) until ``ready()``; stop it on exit."""
     log_path = workdir / f"{what.replace(' ', '-')}.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
             _wait(ready, proc, what, log_path)
             yield proc
@@ -118,10 +119,16 @@ class Serve:
 
 
 def serve(
-    stack: ExitStack, workdir: Path, name: str, store: str, workers: int, transport: str
+    stack: ExitStack,
+    workdir: Path,
+    name: str,
+    store: str,
+    workers: int,
+    transport: str,
+    env: dict[str, str] | None = None,
 ) -> Serve:
     """``ratewarden serve --transport transport`` with the benchmark rules, ``store`` and
-    ``workers``, healthy."""
+    ``workers`` (``env``: its environment, else this one's), healthy."""
     script = _BESIDE_PYTHON / "ratewarden"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "ratewarden.cli"]
     grpc_port, http_port = free_port(), free_port()
@@ -131,7 +138,7 @@ def serve(
         "--log-level", "warning", "--dashboard", "off", "--transport", transport,
     ]  # fmt: skip
     url = f"http://{HOST}:{http_port}/healthcheck"
-    proc = stack.enter_context(process(args, f"serve {name}", workdir, lambda: _http_ok(url)))
+    proc = stack.enter_context(process(args, f"serve {name}", workdir, lambda: _http_ok(url), env))
     return Serve(proc.pid, grpc_port)
 
 

@@ -193,3 +193,17 @@ def test_the_envoy_bootstrap_puts_the_filter_only_on_rate_limited_listeners() ->
     assert filters("memory") == ["envoy.filters.http.ratelimit", "envoy.filters.http.router"]
     clusters = {c["name"] for c in bootstrap["static_resources"]["clusters"]}
     assert clusters == {"backend_off", "backend_memory", "ratelimit_memory"}
+
+
+@needs_h2load
+@pytest.mark.skipif(not native_installed(), reason="pygrpc-native is not installed")
+def test_a_serve_process_cpu_is_read_thread_by_thread() -> None:
+    """``_serve_threads.threads`` answers calls through one native serve process and splits
+    its CPU between the event loop's thread and the others, per call answered."""
+    from benchmarks._serve_threads import threads
+
+    found = threads("memory", 3, seconds=0.3, connections=1, streams=2)
+    assert found["calls_per_s"] > 0
+    assert found["main_us"] > 0
+    assert found["total_us"] == pytest.approx(found["main_us"] + found["other_us"], abs=0.2)
+    assert sum(found["by_name"].values()) == pytest.approx(found["other_us"], abs=0.5)

@@ -263,3 +263,31 @@ def test_lua_and_memory_agree_on_random_batches(
         redis_clock.advance(dt_us / 1_000_000)
         batch = [(key, tuple(rates), cost) for key, rates, cost in calls]
         assert store.hit_all(algorithm, batch) == memory.hit_all(algorithm, batch)
+
+
+#: A rate no test batch comes near, on a key of its own: with it a batch has a call of two
+#: rates, which the memory store decides through its layered path.
+_FAR = (Rate.parse("1000000/second"), Rate.parse("1000000/minute"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(algorithm=st.sampled_from(sorted(ALGORITHMS)), data=st.data())
+def test_one_rate_batches_decide_as_the_layered_path(algorithm: str, data: st.DataObject) -> None:
+    """A batch whose calls each have one rate (the memory store's own path for them) gives
+    the Decisions and leaves the state that the layered path gives the same calls."""
+    rates = PLAIN_RATES + (BURST_RATES if algorithm in BUCKETS else [])
+    steps = data.draw(batches(rates))
+    one_clock, layered_clock = ManualClock(), ManualClock()
+    one, layered = MemoryStore(clock=one_clock), MemoryStore(clock=layered_clock)
+    for dt_us, calls in steps:
+        one_clock.advance(dt_us / 1_000_000)
+        layered_clock.advance(dt_us / 1_000_000)
+        batch = [(key, (rates[0],), cost) for key, rates, cost in calls]
+        assert (
+            one.hit_all(algorithm, batch)
+            == layered.hit_all(algorithm, [*batch, ("far", _FAR, 0)])[:-1]
+        )
+    far = {key for key in layered._states if isinstance(key, str) and key.startswith("far:")}
+    assert list(one._states.items()) == [
+        item for item in layered._states.items() if item[0] not in far
+    ]

@@ -23,6 +23,7 @@ from ratewarden.storage import _decisions, _plan
 from ratewarden.storage._keys import _ESCAPES, escape
 from ratewarden.storage._redis_link import SPIN_BACKOFF, LinkPool
 from ratewarden.storage._redis_protocol import (
+    BatchTemplate,
     Template,
     as_eval,
     eval_command,
@@ -81,6 +82,40 @@ def test_a_template_packs_what_hiredis_packs(
     expected = evalsha_command(script(algorithm), plan.keys, _plan.argv(plan, now_us))
     packed = _template(algorithm, prefix, found, cost).pack(escape(key), now_us)
     assert packed == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    algorithm=st.sampled_from(sorted(ALGORITHMS)),
+    prefix=st.sampled_from(["rw", "app:limits", "é"]),
+    calls=st.lists(
+        st.tuples(keys, rates, st.integers(0, 10**6)),
+        min_size=1,
+        max_size=4,
+        unique_by=lambda c: c[0],
+    ),
+    now_us=nows,
+)
+def test_a_batch_template_packs_what_hiredis_packs(
+    algorithm: str, prefix: str, calls: list[tuple[str, list[Rate], int]], now_us: int | None
+) -> None:
+    """For any hit_all, the batch template's request is hiredis's packing of the planned
+    EVALSHA: every call's keys in order, then now and every call's arguments."""
+    shapes = _plan.Shapes()
+    try:
+        found = _plan.batch(shapes, algorithm, [(key, tuple(r), cost) for key, r, cost in calls])
+    except ConfigurationError:  # rates an algorithm refuses (a burst on a window)
+        return
+    keys_sent = [state for key, shape in found for state in shape.keys(prefix, key)]
+    args = _plan.batch_argv(found, now_us)
+    expected = evalsha_command(script(algorithm), keys_sent, args)
+    template = BatchTemplate(
+        script(algorithm),
+        prefix,
+        [shape.suffixes for _, shape in found],
+        _plan.batch_argv(found, None)[1:],
+    )
+    assert template.pack([escape(key) for key, _ in found], now_us) == expected
 
 
 @settings(max_examples=100, deadline=None)

@@ -5,11 +5,15 @@ same constructor, ``start``/``set_serving``/``stop`` and the same answers, over
 ``pygrpc_native.NativeGrpcFront``. The front runs HTTP/2 (framing, flow control,
 keep-alive, deadlines, cancellation) on its own threads outside the GIL and hands
 the calls to Python in batches: one thread here waits for a batch, and the event
-loop then decodes every call of it and starts one task a call, in arrival order,
-in one turn of the loop. So the calls of a batch reach the store together: the
-Redis store writes the requests made in one turn as one pipelined batch (each
-request keeping its own deadline), and the memory store decides them one after
-the other. Each call's answer is what deciding it alone, in arrival order, gives.
+loop then decodes every call of it and starts each, in arrival order, in one turn
+of the loop. A call is started in that turn, not in a task: one the store answers
+at once (the memory store, the over-limit cache) is decided there and then, with
+no task, and only a call that waits (on Redis) becomes a task, resumed where it
+waits, which keeps its own deadline and cancellation (``_Resumed``). So the calls
+of a batch reach the store together: the Redis store writes the requests made in
+one turn as one pipelined batch (each request keeping its own deadline), and the
+memory store decides them one after the other. Each call's answer is what
+deciding it alone, in arrival order, gives; a call that fails fails alone.
 The answers made in one turn of the loop are handed to the front together at the
 start of the next (``_flush_answers``): the front's threads then wake once for
 them, not once per answer (measured: their CPU per call fell by a quarter to a third).
@@ -37,8 +41,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import logging
 import threading
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
 import grpc
@@ -83,6 +89,54 @@ _NOT_FOUND = grpc.StatusCode.NOT_FOUND.value[0]
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
 _UNKNOWN = grpc.StatusCode.UNKNOWN.value[0]
 _RESOURCE_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+
+
+class _Resumed(Coroutine[Any, Any, None]):
+    """A call's coroutine, started outside a task and suspended on ``waiting`` (the future it
+    awaits), as a coroutine for a task to run: the task's first step hands ``waiting`` to the
+    event loop, and every later send or throw goes on into the call. A cancellation that
+    comes before the task's first step is thrown into the call where it waits (an ``async
+    def`` around the call would be cancelled before it ran, and leave the call waiting)."""
+
+    __slots__ = ("_call", "_waiting")
+
+    def __init__(self, call: Coroutine[Any, Any, None], waiting: Any) -> None:
+        self._call = call
+        self._waiting = waiting
+
+    def send(self, value: Any) -> Any:
+        waiting, self._waiting = self._waiting, None
+        if waiting is not None:
+            return waiting
+        return self._call.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        waiting, self._waiting = self._waiting, None
+        if waiting is not None and isinstance(typ, asyncio.CancelledError):
+            # Cancelled before the task's first step: cancel what the call awaits, as a task
+            # cancels the future it waits on (a Redis reply's, which then goes unread).
+            waiting.cancel()
+        if val is None and tb is None:
+            return self._call.throw(typ)
+        return self._call.throw(typ, val, tb)
+
+    def close(self) -> None:
+        self._call.close()
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        """Awaited rather than run by a task: the same steps, through ``send`` and ``throw``."""
+        step: Callable[[], Any] = functools.partial(self.send, None)
+        while True:
+            try:
+                waiting = step()
+            except StopIteration:
+                return
+            try:
+                value = yield waiting
+            except BaseException as exc:  # a cancellation: it goes into the call
+                step = functools.partial(self.throw, exc)
+            else:
+                step = functools.partial(self.send, value)
 
 
 def _status_bytes(status: int) -> bytes:
@@ -230,8 +284,15 @@ class NativeGrpcServer:
                         f"the request is not a valid RateLimitRequest: {exc}",
                     )
                     continue
-                task = create_task(self._decide(front, call_id, request))
-                self._tasks[call_id] = task
+                # Started here, not in a task of its own: a call the store answers at once
+                # (the memory store, the over-limit cache) is decided in this turn, and only
+                # a call that waits (on Redis) becomes a task, resumed where it waits.
+                call = self._decide(front, call_id, request)
+                try:
+                    waiting = call.send(None)
+                except StopIteration:
+                    continue  # decided: its answer goes to the front with the turn's others
+                self._tasks[call_id] = create_task(_Resumed(call, waiting))
             elif method_id == _CHECK:
                 self._check(front, call_id, payload)
             else:

@@ -137,12 +137,14 @@ def batch_decisions(found: Batch, outcomes: Sequence[Outcome], admitted: bool) -
 
 def decode_batch(found: Batch, reply: Sequence[int]) -> list[Decision]:
     """``batch_decisions`` from a script's reply ``{now_us, admitted, per layer: 6 numbers}``."""
-    values = [int(value) for value in reply]
+    if len(reply) != 2 + REPLY_WIDTH * len(found) or not all(s.single for _, s in found):
+        ints = [int(value) for value in reply]
+        outcomes = [_outcome(ints, i) for i in range(2, len(ints), REPLY_WIDTH)]
+        return batch_decisions(found, outcomes, ints[1] == 1)
+    # One rate a call (the common case): each call's six numbers straight into ``single``,
+    # as ``decode`` reads them (integers already: hiredis makes them ints).
+    values = reply
     admitted = values[1] == 1
-    if len(values) != 2 + REPLY_WIDTH * len(found) or not all(s.single for _, s in found):
-        outcomes = [_outcome(values, i) for i in range(2, len(values), REPLY_WIDTH)]
-        return batch_decisions(found, outcomes, admitted)
-    # One rate a call (the common case): each call's six numbers straight into ``single``.
     decisions = []
     at = 2
     for _, shape in found:

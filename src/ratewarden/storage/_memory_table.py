@@ -1,4 +1,4 @@
-"""The memory store's state table, and the Python path of its ``hit``.
+"""The memory store's state table, and the Python paths of ``hit`` and of one-rate ``hit_all``.
 
 ``MemoryTable`` is the base of ``MemoryStore`` and ``AsyncMemoryStore``
 (``storage/memory.py``, which hold the operations). With ``SPEEDUPS`` its own
@@ -190,6 +190,41 @@ class MemoryTable(_Base):
                 for state_key, (state, ttl_us) in zip(state_keys, writes, strict=True):
                     self._keep(state_key, state, ttl_us, now)
         return _decisions.to_decision(shape.rates, outcomes, cost)
+
+    def _hit_all_single(self, found: _plan.Batch) -> list[Decision]:
+        """``MemoryStore.hit_all`` when every call has one rate (the common case):
+        ``layered_each`` over one layer a call, written out, and each call's outcome
+        straight into its Decision (``batch_decisions`` less the layers' bookkeeping)."""
+        state_keys = [key + shape.suffixes[0] for key, shape in found]
+        check = found[0][1].check
+        now = self.clock.now_us()
+        with self._lock:
+            states = [self._read(state_key, now) for state_key in state_keys]
+            steps = [
+                check(shape.params[0], state, now, shape.cost)
+                for (_, shape), state in zip(found, states, strict=True)
+            ]
+            admitted = all(step[0][0] for step in steps)
+            if admitted:
+                for state_key, (_, shape), step in zip(state_keys, found, steps, strict=True):
+                    if shape.cost > 0:
+                        self._keep(state_key, step[1], step[2], now)
+        if admitted:
+            return [
+                _decisions.single(shape.rates[0], step[0], shape.cost)
+                for (_, shape), step in zip(found, steps, strict=True)
+            ]
+        # Denied: nothing was written; a call that would have passed is the check it became.
+        decisions = []
+        for (_, shape), state, step in zip(found, states, steps, strict=True):
+            outcome = step[0]
+            if outcome[0]:
+                decisions.append(
+                    _decisions.single(shape.rates[0], check(shape.params[0], state, now, 0)[0], 0)
+                )
+            else:
+                decisions.append(_decisions.single(shape.rates[0], outcome, shape.cost))
+        return decisions
 
     #: The store's hit, with no Python frame in front of C: the kernel's ``decide`` when it is
     #: built (one-rate GCRA calls in C, every other call handed to ``_hit``), else ``_hit``.

@@ -6,8 +6,9 @@ about one. Both stores drive the same short loop around it, so a script flush,
 a Sentinel failover or a Cluster resharding is handled the same way.
 
 A rate decision's ``EVALSHA`` is packed from a ``Template`` made once per call
-shape: everything but the user's key (and ``now``, when a clock is given) is
-encoded ahead of time. The packed request is the one description of a call that
+shape (a ``hit_all``'s from a ``BatchTemplate``, once per shape of its calls):
+everything but the user's keys (and ``now``, when a clock is given) is encoded
+ahead of time. The packed request is the one description of a call that
 the routers pass around; the rare paths that need it in another form (``EVAL``
 after NOSCRIPT, a Cluster redirection through redis-py) derive it from those
 bytes (``as_eval``, ``unpack``).
@@ -28,6 +29,7 @@ __all__ = [
     "MAX_ATTEMPTS",
     "PING",
     "ConnectFailed",
+    "BatchTemplate",
     "ConnectionFactory",
     "Recovery",
     "Sendable",
@@ -187,11 +189,7 @@ class Template:
         count = 3 + len(suffixes) + 1 + len(args)
         self._head = _evalsha_head(script, count) + _bulk(len(suffixes))
         self._prefix = f"{prefix}:{{".encode()
-        # Per key: (its length without the tag, what follows the tag up to the next part).
-        self._keys = tuple(
-            (len(self._prefix) + len(ending), ending + b"\r\n")
-            for ending in (("}" + suffix).encode() for suffix in suffixes)
-        )
+        self._keys = _key_parts(self._prefix, suffixes)
         self._tail = b"".join(_bulk(arg) for arg in args)
 
     def pack(self, tag: str, now_us: int | None) -> bytes:
@@ -205,6 +203,55 @@ class Template:
         parts.append(_NO_NOW if now_us is None else _bulk(now_us))
         parts.append(self._tail)
         return b"".join(parts)
+
+
+class BatchTemplate:
+    """The EVALSHA of one ``hit_all`` shape (its calls' shapes, in order), packed but for
+    the user keys and ``now``.
+
+    ``pack(tags, now_us)`` gives the same command as ``evalsha_command(script, keys,
+    [now or "", *args])`` with each call's keys ``<prefix>:{<its escaped key>}<suffix>``,
+    as ``Template`` does for one call.
+    """
+
+    __slots__ = ("_calls", "_head", "_prefix", "_tail", "script")
+
+    def __init__(
+        self,
+        script: Script,
+        prefix: str,
+        suffixes: Sequence[Sequence[str]],
+        args: Sequence[Sendable],
+    ) -> None:
+        # suffixes: each call's layers; args: everything after ``now``.
+        self.script = script
+        keys = sum(len(layers) for layers in suffixes)
+        self._head = _evalsha_head(script, 3 + keys + 1 + len(args)) + _bulk(keys)
+        self._prefix = f"{prefix}:{{".encode()
+        self._calls = tuple(_key_parts(self._prefix, layers) for layers in suffixes)
+        self._tail = b"".join(_bulk(arg) for arg in args)
+
+    def pack(self, tags: Sequence[str], now_us: int | None) -> bytes:
+        """The request for the calls' user keys escaped as ``tags`` at ``now_us``."""
+        prefix = self._prefix
+        parts = [self._head]
+        for tag, keys in zip(tags, self._calls, strict=True):
+            data = tag.encode()
+            size = len(data)
+            for length, ending in keys:
+                parts += (b"$%d\r\n" % (length + size), prefix, data, ending)
+        parts.append(_NO_NOW if now_us is None else _bulk(now_us))
+        parts.append(self._tail)
+        return b"".join(parts)
+
+
+def _key_parts(prefix: bytes, suffixes: Sequence[str]) -> tuple[tuple[int, bytes], ...]:
+    """Per key of one call: its length without the tag, and what follows the tag up to the
+    next part."""
+    return tuple(
+        (len(prefix) + len(ending), ending + b"\r\n")
+        for ending in (("}" + suffix).encode() for suffix in suffixes)
+    )
 
 
 def unpack(packed: bytes) -> list[bytes]:

@@ -26,7 +26,7 @@ from ratewarden.storage import _decisions, _plan
 from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix, escape
 from ratewarden.storage._ops import Op
 from ratewarden.storage._redis_link import DEFAULT_SPIN
-from ratewarden.storage._redis_protocol import Sendable, Template, evalsha_command
+from ratewarden.storage._redis_protocol import BatchTemplate, Sendable, Template, evalsha_command
 from ratewarden.storage._scripts import Script, script
 
 __all__ = ["DEFAULT_TIMEOUT", "Call", "FromUrl", "RedisBase", "check_spin", "check_timeout"]
@@ -154,6 +154,10 @@ class RedisBase(FromUrl):
         self._shapes = _plan.Shapes()
         # id(shape) -> (shape, its template); the shape is kept so that its id stays its own.
         self._templates: dict[int, tuple[_plan.Shape, Template]] = {}
+        # The same for hit_all: ids of its calls' shapes -> (those shapes, their template).
+        self._batch_templates: dict[
+            tuple[int, ...], tuple[tuple[_plan.Shape, ...], BatchTemplate]
+        ] = {}
         self._router: Any = self._route(client)
         self._clustered = bool(self._router.clustered)  # a hit_all needs its keys on one slot
         self.client = client
@@ -215,15 +219,34 @@ class RedisBase(FromUrl):
         found = _plan.batch(self._shapes, algorithm, calls)
         if not found:
             return _answer([])
-        if self._clustered and len({key_slot(escape(key).encode()) for key, _ in found}) > 1:
+        tags = [escape(key) for key, _ in found]
+        if self._clustered and len({key_slot(tag.encode()) for tag in tags}) > 1:
             return _answer(None)
-        keys = [state for key, shape in found for state in shape.keys(self.prefix, key)]
-        found_script = script(found[0][1].name)
-        packed = evalsha_command(found_script, keys, _plan.batch_argv(found, self._now()))
-        route_key = "{" + escape(found[0][0]) + "}"
+        shapes = tuple([shape for _, shape in found])
+        cached = self._batch_templates.get(tuple([id(shape) for shape in shapes]))
+        if cached is None or any(a is not b for a, b in zip(cached[0], shapes, strict=True)):
+            cached = self._batch_template(found, shapes)
+        template = cached[1]
+        packed = template.pack(tags, self._now())
+        route_key = "{" + tags[0] + "}"
         return Call(
-            "eval", (found_script, route_key, packed), partial(_decisions.decode_batch, found)
+            "eval", (template.script, route_key, packed), partial(_decisions.decode_batch, found)
         )
+
+    def _batch_template(
+        self, found: _plan.Batch, shapes: tuple[_plan.Shape, ...]
+    ) -> tuple[tuple[_plan.Shape, ...], BatchTemplate]:
+        suffixes = [shape.suffixes for shape in shapes]
+        args = _plan.batch_argv(found, None)[1:]  # everything after now
+        template = BatchTemplate(script(shapes[0].name), self.prefix, suffixes, args)
+        if len(self._batch_templates) >= _TEMPLATE_CACHE_SIZE:
+            self._batch_templates.clear()
+        # The shapes are kept so that their ids stay their own.
+        cached = self._batch_templates[tuple([id(shape) for shape in shapes])] = (
+            shapes,
+            template,
+        )
+        return cached
 
     def _reset_call(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> Call[None]:
         plan = _plan.build(algorithm, self.prefix, key, rates, 0)

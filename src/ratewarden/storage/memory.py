@@ -54,6 +54,8 @@ class MemoryStore(MemoryTable):
         found = _plan.batch(self._shapes, algorithm, calls)
         if not found:
             return []
+        if all(shape.single for _, shape in found):
+            return self._hit_all_single(found)
         state_keys: list[str] = []
         params: list[tuple[int, ...]] = []
         costs: list[int] = []
