@@ -27,12 +27,8 @@ share reserved until its last assignment's time to live (plus one interval) is o
 its Envoy may still be enforcing it. A stream that reports no request for a bucket for
 ``idle_s`` seconds is sent an abandon (the protocol's inactive bucket).
 
-A **budget of changes** (``change_rounds``, K): a changed share starts full in Envoy, so
-the capacity a bucket's changed shares hand out within any ``K * interval`` seconds is
-kept within ``max(burst, members)``; a member whose change does not fit keeps the share it
-holds, sent unchanged (``members.Bucket.local_shares``, ``hold_back``). Going to DENY_ALL
-and abandoning hand out nothing and are never held back. K = 1 lets every round's changes
-through, as before (rounds are at least an interval apart).
+A round (``rlqs/rounds.py``) keeps a **budget of changes** (``change_rounds``): a
+changed share starts full in Envoy, so what changed shares hand out is capped per window.
 
 With a ``Fleet`` (``rlqs/fleet.py``), a round's shares come from the store instead, over
 every replica's demand, and a closed stream's share stays held there. The calls are
@@ -46,16 +42,14 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 from typing import TypeVar
 
 from ratewarden.clock import Clock
-from ratewarden.errors import StorageError
 from ratewarden.limiter import Flow, Gather, drive
 from ratewarden.server.config import RateLimitConfig
 from ratewarden.server.rlqs import handover
 from ratewarden.server.rlqs.actions import ALLOW_ALL, DENY_ALL, Action
-from ratewarden.server.rlqs.buckets import bucket_rule, rule_budget
+from ratewarden.server.rlqs.buckets import bucket_rule
 from ratewarden.server.rlqs.figures import (
     BucketFigures,
     bucket_figures,
@@ -65,7 +59,8 @@ from ratewarden.server.rlqs.figures import (
 from ratewarden.server.rlqs.fleet import Fleet
 from ratewarden.server.rlqs.members import Bucket, Member
 from ratewarden.server.rlqs.reports import BucketKey, ReportError, Usage, bucket_key, check_report
-from ratewarden.server.rlqs.shares import Budget, Sent, Share
+from ratewarden.server.rlqs.rounds import QuotaStats, Rounds
+from ratewarden.server.rlqs.shares import Share
 
 __all__ = [
     "ALLOW_ALL",
@@ -85,23 +80,6 @@ T = TypeVar("T")
 #: Seconds a stream reports no request for a bucket before it is told to abandon it (the
 #: default of ``idle_s``, ``--rlqs-idle``).
 IDLE_S = 60.0
-
-
-@dataclass(slots=True)
-class QuotaStats:
-    """Counts since start, for logs and tests."""
-
-    reports: int = 0
-    rounds: int = 0
-    unknown_buckets: int = 0
-    abandoned: int = 0
-    #: Requests shadow buckets' Envoys reported beyond what their would-be shares admit between
-    #: two reports (an estimate: the bucket taken as full at each report).
-    would_deny: int = 0
-    #: Rounds the fleet's store did not answer (nothing split was sent; the next one retries).
-    store_failures: int = 0
-    #: Share changes the budget of changes held back (the member kept what it held).
-    held_back: int = 0
 
 
 class QuotaService:
@@ -146,6 +124,10 @@ class QuotaService:
         self.reported: dict[tuple[str, str], int] = {}
         self._streams: dict[int, str] = {}
         self._peers: dict[int, str] = {}
+        #: A bucket's round, as values (``rlqs/rounds.py``).
+        self._rounds = Rounds(
+            interval, ttl_s, idle_s, change_rounds, shadow, fleet, self._peers, self.stats
+        )
         self._buckets: dict[tuple[str, BucketKey], Bucket] = {}
         self._next = 0
         self._turn = asyncio.Lock()
@@ -212,9 +194,9 @@ class QuotaService:
                     now, deque([(now, count)], maxlen=self.history + 1)
                 )
                 if bucket.last_round is None:
-                    actions += yield from self._round(bucket, now)
+                    actions += yield from self._rounds.run(bucket, now)
                     continue
-                fixed = self._fixed(bucket)
+                fixed = self._rounds.fixed(bucket)
                 if fixed is not None:
                     member.share, member.sent_at = fixed, now
                     actions.append(Action(stream, bucket.key, fixed, self.ttl_s))
@@ -241,7 +223,7 @@ class QuotaService:
                 if not bucket.spent(now, self.change_rounds * self.interval):
                     del self._buckets[name]
             elif bucket.last_round is not None and now - bucket.last_round >= self.interval:
-                due.append(self._round(bucket, now))
+                due.append(self._rounds.run(bucket, now))
         if not due:
             return []
         rounds: list[list[Action]] = yield Gather(tuple(due))
@@ -332,112 +314,8 @@ class QuotaService:
                 )  # fmt: skip
         return bucket
 
-    def _fixed(self, bucket: Bucket) -> str | None:
-        """The bucket's answer when it is not split: ALLOW_ALL or DENY_ALL, else None."""
-        rule = bucket.rule
-        if rule is None or rule.unlimited or rule.shadow_mode or self.shadow:
-            return ALLOW_ALL
-        if rule.always_over:
-            return DENY_ALL
-        return None
-
     def _drive(self, flow: Flow[T]) -> T:
         return drive(None, flow) if self.fleet is None else self.fleet.run(flow)
 
     async def _adrive(self, flow: Flow[T]) -> T:
         return drive(None, flow) if self.fleet is None else await self.fleet.arun(flow)
-
-    def _round(self, bucket: Bucket, now: float) -> Flow[list[Action]]:
-        self.stats.rounds += 1
-        bucket.last_round = now
-        bucket.reserved = [(until, share) for until, share in bucket.reserved if until > now]
-        actions = []
-        for stream, member in list(bucket.members.items()):
-            if now - member.asked_at >= self.idle_s:
-                # Envoy erases an abandoned bucket at once: nothing left to reserve (a
-                # fleet's store keeps its share until it expires, on the safe side).
-                del bucket.members[stream]
-                if self.fleet is not None:
-                    bucket.departed.append(stream)
-                actions.append(Action(stream, bucket.key, None))
-                self.stats.abandoned += 1
-        fixed = self._fixed(bucket)
-        rule = bucket.rule
-        # Split when enforcing, and for a shadow rule too: what it would have assigned.
-        budget = None if rule is None or rule.unlimited else rule_budget(rule, self.interval)
-        try:
-            shares = {} if budget is None else (yield from self._shares(bucket, budget, now))
-        except StorageError as exc:
-            # Nothing split is sent: Envoys keep what they hold until its TTL, a newcomer
-            # follows its no_assignment_behavior, and the bucket's next round retries.
-            self.stats.store_failures += 1
-            log.warning(
-                "quota round: the store did not answer: %s", exc,
-                extra={"event": "rlqs_store_failed", "domain": bucket.domain},
-            )  # fmt: skip
-            if fixed is None:
-                return actions
-            shares, budget = {}, None
-        for stream, member in list(bucket.members.items()):
-            held: Share | str | None = fixed
-            member.would = None
-            if fixed is None:
-                share = shares[stream]
-                held = DENY_ALL if share.empty else share
-            elif budget is not None:  # shadow: what it would hold, for its next reports
-                member.would = (shares[stream], budget.fill_s)
-            member.share, member.sent_at = held, now
-            fill_s = budget.fill_s if budget is not None else 0
-            actions.append(Action(stream, bucket.key, held, self.ttl_s, fill_s))
-        return actions
-
-    def _shares(self, bucket: Bucket, budget: Budget, now: float) -> Flow[dict[int, Share]]:
-        """The round's shares; for an enforced rule, within the budget of changes (none for
-        a shadow rule, whose shares are not sent, nor at the first round of a new budget)."""
-        enforced = self._fixed(bucket) is None
-        spent = bucket.spent(now, self.change_rounds * self.interval)
-        limited = enforced and bucket.split_budget == budget
-        weights = bucket.weights(self._peers)
-        sent = yield from self._split(bucket, budget, weights, spent if limited else None, now)
-        if enforced:
-            bucket.split_budget = budget
-            self.stats.held_back += sent.held_back
-            if sent.spent:
-                bucket.changes.append((now, sent.spent))
-        return sent.shares
-
-    def _split(
-        self,
-        bucket: Bucket,
-        budget: Budget,
-        weights: dict[int, int] | None,
-        spent: int | None,
-        now: float,
-    ) -> Flow[Sent]:
-        # What each member's Envoy holds: after rounds that sent nothing for a TTL (a store
-        # that did not answer), its assignment expired, and sent again it would start full.
-        holding = {
-            stream: member.share
-            for stream, member in bucket.members.items()
-            if isinstance(member.share, Share)
-            and not member.share.empty
-            and now - member.sent_at < self.ttl_s
-        }
-        if self.fleet is not None:
-            departed, bucket.departed = bucket.departed, []
-            asked = {
-                stream: member.demand(budget.fill_s, self.interval)
-                for stream, member in bucket.members.items()
-            }
-            hold = self.ttl_s + self.interval
-            try:
-                return (
-                    yield from self.fleet.shares_flow(
-                        bucket.domain, bucket.key, budget, hold, asked, departed, weights,
-                        holding, spent,
-                    )
-                )  # fmt: skip
-            except StorageError:
-                bucket.departed[:0] = departed  # for the next round
-                raise
-        return bucket.local_shares(budget, self.interval, weights, holding, spent)
