@@ -11,6 +11,14 @@ from pathlib import Path
 from tests.server_transport._process import ServeProcess
 
 RLQS_FLAGS = ("--rlqs", "--rlqs-interval", "1", "--rlqs-ttl", "5")
+#: One bucket, ``tenant=shared``, shared by the Envoys: 6 a minute, a token bucket.
+SHARED_RULES = """\
+domain: edge
+descriptors:
+  - key: tenant
+    value: shared
+    rate_limit: {algorithm: token_bucket, unit: minute, requests_per_unit: 6}
+"""
 
 
 @contextmanager

@@ -18,17 +18,10 @@ from collections.abc import Iterator
 import pytest
 
 from tests.e2e._envoy import Backend
-from tests.e2e._rlqs import RLQS_FLAGS, serving
+from tests.e2e._rlqs import RLQS_FLAGS, SHARED_RULES, serving
 from tests.e2e.test_rlqs import DEADLINE, first_200, held, rlqs_envoy
 from tests.server_transport._process import ServeProcess
 
-RULES = """\
-domain: edge
-descriptors:
-  - key: tenant
-    value: shared
-    rate_limit: {algorithm: token_bucket, unit: minute, requests_per_unit: 6}
-"""
 #: The budget's rounds; with --rlqs-interval 1, seconds.
 K = 8
 
@@ -36,7 +29,7 @@ K = 8
 @pytest.fixture
 def ratewarden(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
     directory = tmp_path_factory.mktemp("rlqs-change-rounds")
-    with serving(directory, RULES, *RLQS_FLAGS, "--rlqs-change-rounds", str(K)) as (server,):
+    with serving(directory, SHARED_RULES, *RLQS_FLAGS, "--rlqs-change-rounds", str(K)) as (server,):
         yield server
 
 

@@ -19,19 +19,11 @@ import pytest
 
 from tests._servers import RedisServer
 from tests.e2e._envoy import Backend
-from tests.e2e._rlqs import RLQS_FLAGS, serving
+from tests.e2e._rlqs import RLQS_FLAGS, SHARED_RULES, serving
 from tests.e2e.test_rlqs import DEADLINE, first_200, held, rlqs_envoy
 from tests.server_transport._process import ServeProcess
 
 pytestmark = pytest.mark.redis
-
-RULES = """\
-domain: edge
-descriptors:
-  - key: tenant
-    value: shared
-    rate_limit: {algorithm: token_bucket, unit: minute, requests_per_unit: 6}
-"""
 
 
 @pytest.fixture
@@ -42,7 +34,7 @@ def replicas(
     redis_server.client().flushall()
     store = ("--store", f"redis://127.0.0.1:{redis_server.port}/0", "--store-timeout", "1")
     directory = tmp_path_factory.mktemp("rlqs-fleet")
-    with serving(directory, RULES, *store, *RLQS_FLAGS, count=2) as (one, two):
+    with serving(directory, SHARED_RULES, *store, *RLQS_FLAGS, count=2) as (one, two):
         yield one, two
 
 
@@ -91,7 +83,7 @@ def test_a_replica_stopped_gracefully_hands_its_share_to_the_other_replica(
     (docs/rlqs.md, stopping)."""
     redis_server.client().flushall()
     rules = tmp_path / "rules.yaml"
-    rules.write_text(RULES)
+    rules.write_text(SHARED_RULES)
     options = ("--rlqs", "--rlqs-interval", "1", "--rlqs-ttl", "30")
     store = ("--store", f"redis://127.0.0.1:{redis_server.port}/0", "--store-timeout", "1")
     one, two = ServeProcess(rules, *store, *options), ServeProcess(rules, *store, *options)

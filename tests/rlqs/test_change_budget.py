@@ -21,10 +21,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import hold_back
 from ratewarden.server.config import loads
-from ratewarden.server.rlqs import DENY_ALL, Action, QuotaCollector, QuotaService, Share, Usage
+from ratewarden.server.rlqs import DENY_ALL, QuotaCollector, QuotaService, Share, Usage
 from ratewarden.server.settings import Settings, resolve
 from ratewarden.testing import ManualClock
 from tests.rlqs._envoy import STEP, TENANT, Schedule, assert_within_bound, play
+from tests.rlqs._quota import held, quota_service
 
 BASE = {"RATEWARDEN_CONFIG": "a.yaml", "RATEWARDEN_RLQS": "on"}
 
@@ -34,13 +35,7 @@ def rules(limit: str = "{algorithm: token_bucket, unit: minute, requests_per_uni
 
 
 def service(text: str | None = None, **options: object) -> tuple[QuotaService, ManualClock]:
-    clock = ManualClock()
-    options = {"interval": 1.0, "ttl_s": 3, **options}
-    return QuotaService(loads(text or rules()), clock=clock, **options), clock  # type: ignore[arg-type]
-
-
-def held(actions: list[Action]) -> dict[int, object]:
-    return {action.stream: action.assignment for action in actions}
+    return quota_service(text or rules(), **options)
 
 
 # ---------------------------------------------------------------- the setting

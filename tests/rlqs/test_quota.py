@@ -39,6 +39,7 @@ from tests.rlqs._envoy import (
     draw_schedule,
     play,
 )
+from tests.rlqs._quota import held, quota_service
 
 
 def rules(limit: str = "{unit: minute, requests_per_unit: 60}", **extra: str) -> str:
@@ -48,13 +49,7 @@ def rules(limit: str = "{unit: minute, requests_per_unit: 60}", **extra: str) ->
 
 
 def service(text: str | None = None, **options: object) -> tuple[QuotaService, ManualClock]:
-    clock = ManualClock()
-    options = {"interval": 1.0, "ttl_s": 3, **options}
-    return QuotaService(loads(text or rules()), clock=clock, **options), clock  # type: ignore[arg-type]
-
-
-def held(actions: list[Action]) -> dict[int, object]:
-    return {action.stream: action.assignment for action in actions}
+    return quota_service(text or rules(), **options)
 
 
 def test_the_first_report_of_a_new_bucket_is_answered_at_once_with_the_whole_limit() -> None:
