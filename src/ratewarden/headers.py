@@ -266,9 +266,12 @@ def _legacy_headers(
     name: str, decision: Decision, options: HeaderOptions, now: float
 ) -> list[Header]:
     remaining = _remaining(decision)
-    reset = ceil_seconds(decision.reset_after)
+    # The reported limit's reset: with several rates, the binding layer's, as Limit and
+    # Remaining are (not the time until every rate is whole again).
+    reset_after = _binding(name, decision)[1].reset_after
+    reset = ceil_seconds(reset_after)
     if options.reset == "epoch":
-        reset = math.ceil(now + decision.reset_after)
+        reset = math.ceil(now + reset_after)
     headers = [
         ("X-RateLimit-Limit", str(decision.limit)),
         ("X-RateLimit-Remaining", str(remaining)),

@@ -11,6 +11,7 @@ from ratewarden import ConfigurationError, Limiter, MemoryStore, Rate
 from ratewarden.decision import Decision
 from ratewarden.headers import (
     HeaderOptions,
+    ceil_seconds,
     denied_headers,
     problem_body,
     rate_limit_headers,
@@ -124,6 +125,21 @@ def test_legacy_reset_as_delta_and_as_epoch_rounded_up() -> None:
     assert delta["X-RateLimit-Reset"] == "4"
     assert epoch["X-RateLimit-Reset"] == str(math.ceil(NOW + 0.25 + 10 / 3))
     assert delta["X-RateLimit-Limit"] == "3"
+
+
+def test_legacy_reset_with_two_rates_is_the_reported_rates() -> None:
+    """10/second and 9/hour, two requests: Limit and Remaining are the hour's (it has less
+    room), so Reset is the hour's too, and with the second rate binding it is the second's."""
+    limiter, _ = _limiter()
+    options = HeaderOptions(legacy=True)
+    hour = _exhaust(limiter, "k", [Rate.parse("10/second"), Rate.parse("9/hour")], 2)
+    found = dict(rate_limit_headers("api", hour, options, now=NOW))
+    assert (found["X-RateLimit-Limit"], found["X-RateLimit-Remaining"]) == ("9", "7")
+    assert found["X-RateLimit-Reset"] == str(ceil_seconds(hour.layers[1].reset_after))
+    second = _exhaust(limiter, "j", [Rate.parse("3/second"), Rate.parse("90/hour")], 2)
+    found = dict(rate_limit_headers("api", second, options, now=NOW))
+    assert (found["X-RateLimit-Limit"], found["X-RateLimit-Remaining"]) == ("3", "1")
+    assert found["X-RateLimit-Reset"] == "1"  # not the hour's 80 s
 
 
 def test_github_used_and_resource() -> None:

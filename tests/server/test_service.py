@@ -398,6 +398,9 @@ def test_several_limits_report_the_tightest_while_allowed(rls: Make) -> None:
     h = rls(SEVERAL)
     first = h.ask(desc(("k", "a"))).statuses[0]
     assert (first.current_limit.unit, first.limit_remaining) == (SECOND, 1)
+    # The reset is the reported limit's (its second ends), not the minute's.
+    until = first.duration_until_reset
+    assert 0 < until.seconds * 1_000_000_000 + until.nanos <= 1_000_000_000
     h.clock.advance(1)
     h.ask(desc(("k", "a")))
     h.clock.advance(1)

@@ -164,8 +164,20 @@ def _status(
     wait = decision.reset_after
     if not decision.allowed and math.isfinite(decision.retry_after):
         wait = decision.retry_after
+    elif decision.layers:
+        # Several limits: the status reports the binding one, so its reset, not the time
+        # until every limit is back to full (the decision's own ``reset_after``).
+        wait = _binding(decision).reset_after
     duration(status, round(wait * 1_000_000) if math.isfinite(wait) else 0)
     return ok, _seconds(limit.period_us)
+
+
+def _binding(decision: Decision) -> Decision:
+    """The layer of a several-limit decision that speaks for it (its ``rate``)."""
+    for layer in decision.layers:
+        if layer.rate is decision.rate:
+            return layer
+    return decision
 
 
 #: ``tuple.__new__``: a ``DescriptorOutcome`` per descriptor without the named tuple's
