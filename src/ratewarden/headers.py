@@ -48,6 +48,7 @@ __all__ = [
     "DRAFT_VERSIONS",
     "HeaderOptions",
     "Header",
+    "binding_layer",
     "denied_headers",
     "limit_item",
     "policy_item",
@@ -205,13 +206,23 @@ def layer_names(name: str, decision: Decision) -> list[tuple[str, Decision]]:
     return [(f"{name}.{i}", layer) for i, layer in enumerate(layers, start=1)]
 
 
-def _binding(name: str, decision: Decision) -> tuple[str, Decision]:
-    """The layer that ``decision`` reports (its ``rate``), with its policy name."""
-    named = layer_names(name, decision)
-    for layer_name, layer in named:
+def binding_layer(decision: Decision) -> Decision:
+    """The layer that ``decision`` reports (its ``rate``); the decision itself when no
+    layer is (one rate, or a decision the store did not make)."""
+    for layer in decision.layers:
         if layer.rate is not None and layer.rate == decision.rate:
+            return layer
+    return decision
+
+
+def _binding(name: str, decision: Decision) -> tuple[str, Decision]:
+    """``binding_layer`` with its policy name."""
+    layer = binding_layer(decision)
+    named = layer_names(name, decision)
+    for layer_name, candidate in named:
+        if candidate is layer:
             return layer_name, layer
-    return named[0][0], decision
+    return named[0][0], layer
 
 
 def _remaining(decision: Decision) -> int:
@@ -268,7 +279,7 @@ def _legacy_headers(
     remaining = _remaining(decision)
     # The reported limit's reset: with several rates, the binding layer's, as Limit and
     # Remaining are (not the time until every rate is whole again).
-    reset_after = _binding(name, decision)[1].reset_after
+    reset_after = binding_layer(decision).reset_after
     reset = ceil_seconds(reset_after)
     if options.reset == "epoch":
         reset = math.ceil(now + reset_after)

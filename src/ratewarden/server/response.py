@@ -19,6 +19,7 @@ from google.protobuf import struct_pb2  # type: ignore[import-untyped, unused-ig
 
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
+from ratewarden.headers import binding_layer
 from ratewarden.server.config import DescriptorRule
 from ratewarden.server.descriptors import Item, Verdict
 from ratewarden.server.response_headers import LEGACY_NAMES, response_headers
@@ -167,17 +168,9 @@ def _status(
     elif decision.layers:
         # Several limits: the status reports the binding one, so its reset, not the time
         # until every limit is back to full (the decision's own ``reset_after``).
-        wait = _binding(decision).reset_after
+        wait = binding_layer(decision).reset_after
     duration(status, round(wait * 1_000_000) if math.isfinite(wait) else 0)
     return ok, _seconds(limit.period_us)
-
-
-def _binding(decision: Decision) -> Decision:
-    """The layer of a several-limit decision that speaks for it (its ``rate``)."""
-    for layer in decision.layers:
-        if layer.rate is decision.rate:
-            return layer
-    return decision
 
 
 #: ``tuple.__new__``: a ``DescriptorOutcome`` per descriptor without the named tuple's
