@@ -165,7 +165,7 @@ def _status(
     wait = decision.reset_after
     if not decision.allowed and math.isfinite(decision.retry_after):
         wait = decision.retry_after
-    elif decision.layers:
+    elif len(decision.layers) > 1:
         # Several limits: the status reports the binding one, so its reset, not the time
         # until every limit is back to full (the decision's own ``reset_after``).
         wait = binding_layer(decision).reset_after
