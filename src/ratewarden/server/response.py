@@ -93,74 +93,114 @@ def respond(
     the time of a 0-limit rule's window.
     """
     response = _Response()
-    metadata: dict[str, Any] = {}
-    windows: list[int | None] = []
     add = response.statuses.add
+    headers = header_mode != "off"
+    windows: list[int | None] = []
+    metadata: dict[str, Any] | None = None
     verdict = Verdict()  # denied(items), from the over flags this loop reads anyway
-    overs: list[bool] = []
+    outcomes: list[DescriptorOutcome] = []
     for item in items:
         rule = item.rule
+        status = add()
+        result = item.result
+        decision = None
         if rule is None or rule.unlimited:
-            item_over = False
-            passing, window = _open_status(rule, add())
+            over = False
+            status.code = _OK
+            window = None
+            if rule is not None:
+                status.limit_remaining = UNLIMITED_REMAINING
         else:
-            item_over = item.over
-            passing, window = _status(clock, item, rule, item_over, add())
-            verdict.add(rule, item_over)
-        overs.append(item_over)
-        windows.append(window)
-        if passing and item.match is not None and item.match.nodes[-1].metadata:
-            metadata.update(item.match.nodes[-1].metadata_dict())
+            if rule.always_over:
+                over = True
+                window = _zero_status(clock, rule, status)
+            else:
+                assert result is not None
+                over = not result.allowed
+                decision = result.decision
+                window = _status(rule, decision, over, status)
+            verdict.add(rule, over)
+        if headers:
+            windows.append(window)
+        match = item.match
+        if (
+            match is not None
+            and match.nodes[-1].metadata
+            and (rule is None or not over or rule.shadow_mode)
+        ):
+            if metadata is None:
+                metadata = {}
+            metadata.update(match.nodes[-1].metadata_dict())
+        if rule is None:
+            continue
+        cost = item.cost
+        # Hits that landed above ``near_limit_ratio`` of the limit (none when far below).
+        near = 0
+        if not over and decision is not None and decision.allowed and decision.rate is not None:
+            capacity = decision.rate.capacity
+            used_after = capacity - decision.remaining
+            threshold = math.floor(capacity * near_limit_ratio)
+            if used_after > threshold:
+                near = used_after - max(threshold, used_after - cost)
+        # The fields in DescriptorOutcome's order (``tuple.__new__``: see ``_tuple``).
+        outcomes.append(
+            _tuple(
+                DescriptorOutcome,
+                (
+                    domain,
+                    item.metric_key,
+                    rule,
+                    cost,
+                    over,
+                    over and rule.shadow_mode,
+                    near,
+                    None if result is None else result.failure,
+                    result is not None and result.charged,
+                    decision,
+                    item.entries,
+                    result is not None and result.cached,
+                ),
+            )
+        )
     response.overall_code = _OK if shadow or not verdict.denied else _OVER_LIMIT
-    if header_mode != "off":
+    if headers:
         for name, value in response_headers(header_mode, response.statuses, windows, header_names):
             response.response_headers_to_add.add(key=name, value=value)
     if metadata:
         struct = struct_pb2.Struct()
         struct.update(metadata)
         response.dynamic_metadata.CopyFrom(struct)
-    for item, item_over in zip(items, overs, strict=True):
-        if item.rule is None:
-            continue
+    for outcome in outcomes:
         try:
-            on_decision(domain, item.rule, _outcome(near_limit_ratio, domain, item, item_over))
+            on_decision(domain, outcome.rule, outcome)
         except Exception:
             log.exception("hook on_decision failed; the answer is unaffected")
     return response
 
 
-def _open_status(rule: DescriptorRule | None, status: Any) -> tuple[bool, None]:
-    """Fill the DescriptorStatus of a descriptor with no rule or an ``unlimited`` one."""
-    status.code = _OK
-    if rule is not None:  # unlimited
-        status.limit_remaining = UNLIMITED_REMAINING
-    return True, None
+def _zero_status(clock: Clock, rule: DescriptorRule, status: Any) -> int:
+    """Fill the DescriptorStatus of a rule with a limit of 0 (always over, never asked of a
+    store): its window ends with the period's; return the window in seconds for headers."""
+    code = _OK if rule.shadow_mode else _OVER_LIMIT
+    zero = next(limit for limit in rule.limits if limit.rate is None)
+    start(status, code, zero, rule.name)
+    period = zero.period_us
+    duration(status, period - clock.now_us() % period)
+    return _seconds(period)
 
 
-def _status(
-    clock: Clock, item: Item, rule: DescriptorRule, over: bool, status: Any
-) -> tuple[bool, int | None]:
-    """Fill one DescriptorStatus of a limited rule: (it reports OK, its window in seconds
-    for headers); ``over``: ``item.over``.
+def _status(rule: DescriptorRule, decision: Decision | None, over: bool, status: Any) -> int | None:
+    """Fill one DescriptorStatus of a limited rule the store (or a failure mode) decided;
+    return its window in seconds for headers.
 
     The window is None when there is no limit to report in headers: a failure mode
     that answered without a decision.
     """
-    ok = not over or rule.shadow_mode
-    code = _OK if ok else _OVER_LIMIT
-    if rule.always_over:
-        zero = next(limit for limit in rule.limits if limit.rate is None)
-        start(status, code, zero, rule.name)
-        period = zero.period_us
-        duration(status, period - clock.now_us() % period)
-        return ok, _seconds(period)
-    result = item.result
-    assert result is not None
-    decision = result.decision
+    code = _OVER_LIMIT if over and not rule.shadow_mode else _OK
     limit = rule.limit_for(None if decision is None else decision.rate)
     start(status, code, limit, rule.name)
     if decision is None or limit is None:
-        return ok, None
+        return None
     status.limit_remaining = min(max(decision.remaining, 0), UNLIMITED_REMAINING)
     wait = decision.reset_after
     if not decision.allowed and math.isfinite(decision.retry_after):
@@ -170,49 +210,12 @@ def _status(
         # until every limit is back to full (the decision's own ``reset_after``).
         wait = binding_layer(decision).reset_after
     duration(status, round(wait * 1_000_000) if math.isfinite(wait) else 0)
-    return ok, _seconds(limit.period_us)
+    return _seconds(limit.period_us)
 
 
 #: ``tuple.__new__``: a ``DescriptorOutcome`` per descriptor without the named tuple's
 #: keyword ``__new__``, which costs more than the tuple.
 _tuple = tuple.__new__
-
-
-def _outcome(near_limit_ratio: float, domain: str, item: Item, over: bool) -> DescriptorOutcome:
-    rule = item.rule
-    assert rule is not None
-    result = item.result
-    decision = None if result is None else result.decision
-    cost = item.cost
-    # The fields in DescriptorOutcome's order.
-    outcome: DescriptorOutcome = _tuple(
-        DescriptorOutcome,
-        (
-            domain,
-            item.metric_key,
-            rule,
-            cost,
-            over,
-            over and rule.shadow_mode,
-            0 if over else _near_limit_hits(near_limit_ratio, decision, cost),
-            None if result is None else result.failure,
-            result is not None and result.charged,
-            decision,
-            item.entries,
-            result is not None and result.cached,
-        ),
-    )
-    return outcome
-
-
-def _near_limit_hits(ratio: float, decision: Decision | None, hits: int) -> int:
-    if decision is None or decision.rate is None or not decision.allowed:
-        return 0
-    capacity = decision.rate.capacity
-    threshold = math.floor(capacity * ratio)
-    used_after = capacity - decision.remaining
-    used_before = used_after - hits
-    return max(0, used_after - max(threshold, used_before))
 
 
 def _seconds(microseconds: int) -> int:
