@@ -103,41 +103,43 @@ def prepare(
     ``config`` is the one snapshot the whole request is decided on; ``on_overflow``
     is told each rule whose new value went to its overflow counter (``cap``).
     """
-    if not request.domain:
+    name = request.domain
+    if not name:
         raise ConfigurationError(
             "RateLimitRequest.domain is empty; Envoy sets it from the filter's domain"
         )
-    if not request.descriptors:
-        raise ConfigurationError("RateLimitRequest has no descriptors; send at least one")
-    domain = config.domains.get(request.domain)
-    request_hits = request.hits_addend or 1
-    items: list[Item] = []
+    domain = config.domains.get(name)
     if domain is None:
+        _check_descriptors(request)
+        request_hits = request.hits_addend or 1
+        items: list[Item] = []
         for descriptor in request.descriptors:
             entries = tuple([(entry.key, entry.value) for entry in descriptor.entries])
             items.append(Item(entries, _addend(descriptor, request_hits), None, None))
         return items
-    memo = domain.memo
+    # Reading a request's fields costs more than its wire bytes do, and the bytes say
+    # everything the fields say: the same bytes, the same request.
+    wire = request.SerializeToString()
+    read: tuple[int, list[_Resolved]] | None = domain.requests.get(wire)
+    if read is None:
+        _check_descriptors(request)
+        read = _read(domain, request)
+        if len(domain.requests) >= _MEMO_SIZE:
+            domain.requests.clear()
+        domain.requests[wire] = read
+    request_hits, resolved = read
+    items = []
     replaces = False
-    for descriptor in request.descriptors:
-        # Reading a descriptor's fields costs more than its wire bytes do, and the bytes
-        # say everything the fields say: the same bytes, the same descriptor.
-        wire = descriptor.SerializeToString()
-        found: _Resolved | None = memo.get(wire)
-        if found is None:
-            found = _resolve(domain, descriptor)
-            if len(memo) >= _MEMO_SIZE:
-                memo.clear()
-            memo[wire] = found
-        entries, addend, limited, match, rule, key, metric_key = found
+    for index, (entries, addend, limited, match, rule, key, metric_key) in enumerate(resolved):
         item = Item(
             entries, request_hits if addend is None else addend, match, rule, False, key, metric_key
         )
         if limited:
-            given = override(request.domain, entries, rule, descriptor.limit)
+            limit = request.descriptors[index].limit
+            given = override(name, entries, rule, limit)
             if given is not None:
                 item.rule, item.override = given, True
-                item.key, item.metric_key = _keys(request.domain, item)
+                item.key, item.metric_key = _keys(name, item)
         if item.rule is not None and item.rule.replaces:
             replaces = True
         items.append(item)
@@ -163,6 +165,28 @@ _MEMO_SIZE = 16_384
 _Resolved = tuple[
     tuple[tuple[str, str], ...], int | None, bool, Match | None, DescriptorRule | None, str, str
 ]
+
+
+def _check_descriptors(request: Any) -> None:
+    if not request.descriptors:
+        raise ConfigurationError("RateLimitRequest has no descriptors; send at least one")
+
+
+def _read(domain: DomainConfig, request: Any) -> tuple[int, list[_Resolved]]:
+    """A request of ``domain`` read: its hits_addend (1 when unset) and each descriptor's
+    reading, from ``domain.memo`` when the descriptor was seen before."""
+    memo = domain.memo
+    resolved = []
+    for descriptor in request.descriptors:
+        wire = descriptor.SerializeToString()
+        found: _Resolved | None = memo.get(wire)
+        if found is None:
+            found = _resolve(domain, descriptor)
+            if len(memo) >= _MEMO_SIZE:
+                memo.clear()
+            memo[wire] = found
+        resolved.append(found)
+    return request.hits_addend or 1, resolved
 
 
 def _addend(descriptor: Any, request_hits: int) -> int:

@@ -156,6 +156,9 @@ class DomainConfig:
     #: filled by ``server/descriptors.py``, emptied when full. The config never changes,
     #: so an answer stays right for as long as this domain is the one served.
     memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    #: Recent requests (their wire bytes) -> their hits_addend and their descriptors' entries
+    #: in ``memo``: a request seen before is read with one lookup, as ``memo`` reads a descriptor.
+    requests: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def match(self, entries: Sequence[tuple[str, str]]) -> Match | None:
         """The nodes a request descriptor's ``(key, value)`` entries reach, or None."""
