@@ -20,7 +20,7 @@ from google.protobuf import struct_pb2  # type: ignore[import-untyped, unused-ig
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.headers import binding_layer
-from ratewarden.server.config import DescriptorRule
+from ratewarden.server.config import DescriptorRule, Limit
 from ratewarden.server.descriptors import Item, Verdict
 from ratewarden.server.response_headers import LEGACY_NAMES, response_headers
 from ratewarden.server.statuses import duration, start
@@ -107,21 +107,22 @@ def respond(
         if rule is None or rule.unlimited:
             over = False
             status.code = _OK
-            window = None
+            reported = None
             if rule is not None:
                 status.limit_remaining = UNLIMITED_REMAINING
         else:
             if rule.always_over:
                 over = True
-                window = _zero_status(clock, rule, status)
+                reported = _zero_status(clock, rule, status)
             else:
                 assert result is not None
                 over = not result.allowed
                 decision = result.decision
-                window = _status(rule, decision, over, status)
+                reported = _status(rule, decision, over, status)
             verdict.add(rule, over)
         if headers:
-            windows.append(window)
+            # The reported limit's window in seconds, for the headers.
+            windows.append(None if reported is None else _seconds(reported.period_us))
         match = item.match
         if (
             match is not None
@@ -178,22 +179,24 @@ def respond(
     return response
 
 
-def _zero_status(clock: Clock, rule: DescriptorRule, status: Any) -> int:
+def _zero_status(clock: Clock, rule: DescriptorRule, status: Any) -> Limit:
     """Fill the DescriptorStatus of a rule with a limit of 0 (always over, never asked of a
-    store): its window ends with the period's; return the window in seconds for headers."""
+    store): its window ends with the period's; return that limit."""
     code = _OK if rule.shadow_mode else _OVER_LIMIT
     zero = next(limit for limit in rule.limits if limit.rate is None)
     start(status, code, zero, rule.name)
     period = zero.period_us
     duration(status, period - clock.now_us() % period)
-    return _seconds(period)
+    return zero
 
 
-def _status(rule: DescriptorRule, decision: Decision | None, over: bool, status: Any) -> int | None:
+def _status(
+    rule: DescriptorRule, decision: Decision | None, over: bool, status: Any
+) -> Limit | None:
     """Fill one DescriptorStatus of a limited rule the store (or a failure mode) decided;
-    return its window in seconds for headers.
+    return the limit it reports.
 
-    The window is None when there is no limit to report in headers: a failure mode
+    That is None when there is no limit to report in headers: a failure mode
     that answered without a decision.
     """
     code = _OVER_LIMIT if over and not rule.shadow_mode else _OK
@@ -210,7 +213,7 @@ def _status(rule: DescriptorRule, decision: Decision | None, over: bool, status:
         # until every limit is back to full (the decision's own ``reset_after``).
         wait = binding_layer(decision).reset_after
     duration(status, round(wait * 1_000_000) if math.isfinite(wait) else 0)
-    return _seconds(limit.period_us)
+    return limit
 
 
 #: ``tuple.__new__``: a ``DescriptorOutcome`` per descriptor without the named tuple's
