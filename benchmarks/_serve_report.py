@@ -121,6 +121,11 @@ class Target:
 
     def text(self) -> str:
         verdict = "MET" if self.met else "NOT MET"
+        # Met when any row met it: say how many did (a row at 64 in flight may meet what the
+        # rows at 16 do not).
+        rows = sum("-> " in line for line in self.lines)
+        if rows:
+            verdict += f" (in {sum('-> MET' in line for line in self.lines)} of {rows} rows)"
         return "\n".join([f"{self.name}: {verdict}", *(f"  {line}" for line in self.lines)])
 
     def to_json(self) -> dict[str, Any]:

@@ -104,6 +104,16 @@ def test_the_targets_follow_the_medians_and_the_grpcio_twin() -> None:
     verdicts = {t.name.split(":")[0]: t for t in _serve_report.targets(rows)}
     assert [t.met for t in verdicts.values()] == [True, True, False]
     assert "2 of 3 rounds" in verdicts["memory, 3 descriptors"].lines[0]
+    # The headline says how many rows met a target that any one row meets.
+    assert (
+        verdicts["memory, 3 descriptors"]
+        .text()
+        .startswith("memory, 3 descriptors: >= 20,000 calls/s: MET (in 1 of 1 rows)")
+    )
+    assert (
+        "NOT MET (in 0 of 1 rows)"
+        in verdicts["serve's own CPU per call, Redis, 3 descriptors"].text()
+    )
 
 
 def test_a_slow_p99_or_a_small_ratio_misses_the_redis_target() -> None:
