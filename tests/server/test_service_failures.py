@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -111,6 +111,44 @@ descriptors:
         value: /fixed
         rate_limit: {unit: minute, requests_per_unit: 10}
 """
+
+
+def test_on_decisions_is_told_once_a_request_and_by_default_tells_each_on_decision(
+    rls: Make,
+) -> None:
+    """A hook overriding ``on_decisions`` gets a request's outcomes together, in request
+    order, descriptors without a rule left out; the default passes each to
+    ``on_decision``, and one that raises does not keep the others from it."""
+
+    class PerRequest(ServiceHooks):
+        def __init__(self) -> None:
+            self.requests: list[list[str]] = []
+
+        def on_decisions(self, domain: str, outcomes: Sequence[DescriptorOutcome]) -> None:
+            self.requests.append([outcome.metric_key for outcome in outcomes])
+
+    class FirstFails(ServiceHooks):
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        def on_decision(
+            self, domain: str, rule: config.DescriptorRule, outcome: DescriptorOutcome
+        ) -> None:
+            self.seen.append(outcome.metric_key)
+            if len(self.seen) == 1:
+                raise RuntimeError("metrics backend down")
+
+    h = rls(METRICS)
+    per_request = PerRequest()
+    h.service.hooks = per_request
+    ask = (desc(("k", "v")), desc(("none", "n")), desc(("detailed", "v")))
+    assert h.codes(*ask) == [OK, OK, OK, OK]
+    assert h.codes(desc(("k", "v"))) == [OK, OK]
+    assert per_request.requests == [["d.k", "d.detailed_v"], ["d.k"]]
+    first_fails = FirstFails()
+    h.service.hooks = first_fails
+    assert h.codes(*ask) == [OK, OK, OK, OK]
+    assert first_fails.seen == ["d.k", "d.detailed_v"]
 
 
 def test_hooks_see_every_limited_descriptor_with_its_metric_key(rls: Make) -> None:

@@ -14,6 +14,7 @@ change an answer.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from ratewarden.clock import Clock
 from ratewarden.errors import CircuitOpenError, StorageError, StorageUnavailableError
@@ -37,6 +38,16 @@ class ServiceHooks:
 
     def on_decision(self, domain: str, rule: DescriptorRule, outcome: DescriptorOutcome) -> None:
         """Once per request descriptor that had a rule (after replaces and overrides)."""
+
+    def on_decisions(self, domain: str, outcomes: Sequence[DescriptorOutcome]) -> None:
+        """Once per request: the outcome of each descriptor that had a rule, in request
+        order (each names its rule). By default ``on_decision`` for each, a failing one
+        logged and the rest still told; override it to count a request's at once."""
+        for outcome in outcomes:
+            try:
+                self.on_decision(domain, outcome.rule, outcome)
+            except Exception:
+                log.exception("hook on_decision failed; the answer is unaffected")
 
     def on_store_error(self, domain: str, rule: DescriptorRule, error: Exception) -> None:
         """The store failed for this rule; ``rule.failure_mode`` decides instead."""

@@ -2,7 +2,7 @@
 
 ``respond`` fills one ``DescriptorStatus`` per descriptor (code, current limit,
 remaining, wait), the overall code, the response headers and the matched rules'
-dynamic metadata, then gives each descriptor with a rule to ``on_decision`` as a
+dynamic metadata, then gives the request's descriptors with a rule to ``on_decisions``, each as a
 ``DescriptorOutcome``. It takes values (the service's settings, its clock, the
 hook), not the service; nothing here touches a store.
 """
@@ -70,8 +70,8 @@ class DescriptorOutcome(NamedTuple):
     local_cache: bool = False
 
 
-#: ``ServiceHooks.on_decision``: (domain, rule, outcome).
-OnDecision = Callable[[str, DescriptorRule, "DescriptorOutcome"], None]
+#: ``ServiceHooks.on_decisions``: (domain, the outcomes of a request's descriptors with a rule).
+OnDecisions = Callable[[str, Sequence["DescriptorOutcome"]], None]
 
 
 def respond(
@@ -83,9 +83,10 @@ def respond(
     header_names: Sequence[str] = LEGACY_NAMES,
     near_limit_ratio: float,
     clock: Clock,
-    on_decision: OnDecision,
+    on_decisions: OnDecisions,
 ) -> Any:
-    """The response for the decided ``items``; then ``on_decision`` for each one with a rule.
+    """The response for the decided ``items``; then ``on_decisions`` with the outcome of
+    each one with a rule.
 
     ``shadow``: the overall code is OK whatever the descriptors say; ``header_mode``:
     the response headers (``server.response_headers``) and ``header_names`` the legacy
@@ -171,11 +172,11 @@ def respond(
         struct = struct_pb2.Struct()
         struct.update(metadata)
         response.dynamic_metadata.CopyFrom(struct)
-    for outcome in outcomes:
+    if outcomes:
         try:
-            on_decision(domain, outcome.rule, outcome)
+            on_decisions(domain, outcomes)
         except Exception:
-            log.exception("hook on_decision failed; the answer is unaffected")
+            log.exception("hook on_decisions failed; the answer is unaffected")
     return response
 
 

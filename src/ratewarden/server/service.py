@@ -236,7 +236,7 @@ class _ServiceBase:
             header_names=self.legacy_header_names,
             near_limit_ratio=self.near_limit_ratio,
             clock=self.clock,
-            on_decision=self._reports.hooks.on_decision,
+            on_decisions=self._reports.hooks.on_decisions,
         )
         if request.domain not in config.domains:
             self._reports.domain_not_found(request.domain, len(items))

@@ -1,11 +1,10 @@
 """The service's Prometheus metrics: envoyproxy/ratelimit's stats, then ratewarden's own.
 
-``ServiceStats`` is the ``ServiceHooks`` that ``ratewarden serve`` installs; its
-``registry`` is what ``GET /metrics`` exposes. envoyproxy/ratelimit emits statsd
-stats that operators map to Prometheus with statsd_exporter; the names here are
-the ones that mapping produces, so dashboards carry over. prometheus_client adds
-``_total`` to every counter name (the OpenMetrics rule), and the descriptor path
-is one ``key`` label rather than statsd_exporter's ``key1``, ``key2``, ...:
+``ServiceStats`` is the ``ServiceHooks`` that ``ratewarden serve`` installs; its ``registry`` is
+what ``GET /metrics`` exposes. envoyproxy/ratelimit emits statsd stats that operators map to
+Prometheus with statsd_exporter; the names here are the ones that mapping produces, so
+dashboards carry over. prometheus_client adds ``_total`` to every counter name (the OpenMetrics
+rule), and the descriptor path is one ``key`` label rather than statsd_exporter's ``key1``, ...:
 
 ========================================================  ==================================
 ratelimit_service_rate_limit_total_hits_total             {domain, key}: hits asked for
@@ -39,35 +38,33 @@ ratelimit_service_config_last_load_success_timestamp_seconds  when the config in
 ========================================================  ==================================
 
 and, through ``ratewarden.metrics.PrometheusMetrics`` on the same registry,
-``ratewarden_decisions_total{rule, algorithm, outcome}``,
-``ratewarden_degraded_total{rule, failure_mode, reason}`` and
-``ratewarden_store_latency_seconds``.
+``ratewarden_decisions_total{rule, algorithm, outcome}``, ``ratewarden_degraded_total{rule,
+failure_mode, reason}`` and ``ratewarden_store_latency_seconds``.
 
 With ``--workers N`` the processes share one view: ``ratewarden serve`` sets
-``PROMETHEUS_MULTIPROC_DIR`` before it starts them, prometheus_client's
-multiprocess mode keeps each worker's values in files there, and whichever
-worker answers ``GET /metrics`` adds them all up (``exposition``).
+``PROMETHEUS_MULTIPROC_DIR`` before it starts them, prometheus_client's multiprocess mode keeps
+each worker's values in files there, and whichever worker answers ``GET /metrics`` adds them
+all up (``exposition``).
 
 ``live`` is the dashboard's ``LiveStats``, fed by the same hooks.
 
-The ``key`` label is envoyproxy/ratelimit's stats key without the domain: the
-config path (``api_key`` or ``path_/login``), bounded by the config. Request
-values appear only where the config asks (``detailed_metric``,
-``value_to_metric``) or for Envoy's per-descriptor limit overrides. As a guard,
-at most ``max_keys`` distinct ``(domain, key)`` pairs are kept; later ones are
-counted under ``key="other"``; the ``rule`` label of ``value_overflow`` (an
-override's rule is named after its values) is capped the same way, and the
-``domain`` label of ``domain_not_found`` (any name a caller sends) at
-``MAX_UNKNOWN_DOMAINS`` names. Every label
-value is at most ``MAX_LABEL_CHARS`` (128) characters: a longer one keeps its
-start and ends in ``…`` and a hash of the whole (``ratewarden.labels.bounded``),
-so a 60 KiB header value makes a series of the same size as a short one.
+The ``key`` label is envoyproxy/ratelimit's stats key without the domain: the config path
+(``api_key`` or ``path_/login``), bounded by the config. Request values appear only where the
+config asks (``detailed_metric``, ``value_to_metric``) or for Envoy's per-descriptor limit
+overrides. As a guard, at most ``max_keys`` distinct ``(domain, key)`` pairs are kept; later
+ones are counted under ``key="other"``; the ``rule`` label of ``value_overflow`` (an override's
+rule is named after its values) is capped the same way, and the ``domain`` label of
+``domain_not_found`` (any name a caller sends) at ``MAX_UNKNOWN_DOMAINS`` names. Every label
+value is at most ``MAX_LABEL_CHARS`` (128) characters: a longer one keeps its start and ends in
+``…`` and a hash of the whole (``ratewarden.labels.bounded``), so a 60 KiB header value makes a
+series of the same size as a short one.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -242,13 +239,17 @@ class ServiceStats(ServiceHooks):
     # --- ServiceHooks -----------------------------------------------------------------
 
     def on_decision(self, domain: str, rule: DescriptorRule, outcome: DescriptorOutcome) -> None:
-        full = self._tally.decision(domain, rule, outcome)
-        failure = outcome.failure
-        if failure is not None:  # rare (the store failed): the labelled counts on the spot
-            key = self._key(domain, outcome.metric_key)
-            counter = self.failure_denied if outcome.over_limit else self.failure_allowed
-            counter.labels(bounded(domain), key, failure).inc()
-            self._live.degraded(rule.path, failure)
+        self.on_decisions(domain, (outcome,))
+
+    def on_decisions(self, domain: str, outcomes: Sequence[DescriptorOutcome]) -> None:
+        full = self._tally.decisions(domain, outcomes)
+        for outcome in outcomes:
+            failure = outcome.failure
+            if failure is not None:  # rare (the store failed): the labelled counts on the spot
+                key = self._key(domain, outcome.metric_key)
+                counter = self.failure_denied if outcome.over_limit else self.failure_allowed
+                counter.labels(bounded(domain), key, failure).inc()
+                self._live.degraded(outcome.rule.path, failure)
         if full:
             self.flush()
 

@@ -20,6 +20,7 @@ whatever the traffic.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ratewarden.server.config import DescriptorRule
@@ -72,46 +73,55 @@ class Tally:
         self._now = Taken()
 
     def decision(self, domain: str, rule: DescriptorRule, outcome: DescriptorOutcome) -> bool:
-        """Count one descriptor's outcome; True when the tally is full (flush it)."""
-        hits = outcome.hits
-        over = outcome.over_limit
-        shadowed = outcome.shadowed
-        near = outcome.near_limit_hits
-        decision = outcome.decision
-        slot = (domain, outcome.metric_key, rule.path, rule.algorithm)
+        """Count one descriptor's outcome (``rule`` is ``outcome.rule``); True when the tally
+        is full (flush it)."""
+        return self.decisions(domain, (outcome,))
+
+    def decisions(self, domain: str, outcomes: Sequence[DescriptorOutcome]) -> bool:
+        """Count a request's outcomes, under one hold of the lock; True when the tally is
+        full (flush it)."""
         with self._lock:
             now = self._now
-            counts = now.slots.get(slot)
-            if counts is None:
-                counts = now.slots[slot] = [0] * SLOT
-            counts[TOTAL] += hits
-            counts[LIVE_DECISIONS] += 1
-            if over:
-                counts[OVER] += hits
-                if outcome.local_cache:
-                    counts[LOCAL] += hits
-                if shadowed:
-                    counts[SHADOW] += hits
-                    counts[LIVE_SHADOWED] += 1
+            slots = now.slots
+            for outcome in outcomes:
+                rule = outcome.rule
+                hits = outcome.hits
+                over = outcome.over_limit
+                shadowed = outcome.shadowed
+                near = outcome.near_limit_hits
+                decision = outcome.decision
+                slot = (domain, outcome.metric_key, rule.path, rule.algorithm)
+                counts = slots.get(slot)
+                if counts is None:
+                    counts = slots[slot] = [0] * SLOT
+                counts[TOTAL] += hits
+                counts[LIVE_DECISIONS] += 1
+                if over:
+                    counts[OVER] += hits
+                    if outcome.local_cache:
+                        counts[LOCAL] += hits
+                    if shadowed:
+                        counts[SHADOW] += hits
+                        counts[LIVE_SHADOWED] += 1
+                    else:
+                        counts[LIVE_OVER] += 1
                 else:
-                    counts[LIVE_OVER] += 1
-            else:
-                counts[WITHIN] += hits
-                if near:
-                    counts[NEAR] += near
-                    counts[LIVE_NEAR] += 1
-            if decision is not None:
-                if shadowed or decision.shadowed:
-                    counts[SHADOWED] += 1
-                else:
-                    counts[ALLOWED if decision.allowed else DENIED] += 1
-            if over or near:
-                category = "shadow" if shadowed else "over" if over else "near"
-                weight = near if category == "near" else max(hits, 1)
-                now.top.append((category, rule.path, outcome.entries, weight))
-            if outcome.failure is not None:
-                counts[LIVE_DEGRADED] += 1
-            return len(now.slots) >= MAX_PENDING or len(now.top) >= MAX_PENDING
+                    counts[WITHIN] += hits
+                    if near:
+                        counts[NEAR] += near
+                        counts[LIVE_NEAR] += 1
+                if decision is not None:
+                    if shadowed or decision.shadowed:
+                        counts[SHADOWED] += 1
+                    else:
+                        counts[ALLOWED if decision.allowed else DENIED] += 1
+                if over or near:
+                    category = "shadow" if shadowed else "over" if over else "near"
+                    weight = near if category == "near" else max(hits, 1)
+                    now.top.append((category, rule.path, outcome.entries, weight))
+                if outcome.failure is not None:
+                    counts[LIVE_DEGRADED] += 1
+            return len(slots) >= MAX_PENDING or len(now.top) >= MAX_PENDING
 
     def store_call(self, seconds: float) -> bool:
         """One store call took ``seconds``; True when the tally is full."""
