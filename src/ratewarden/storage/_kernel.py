@@ -1,8 +1,8 @@
 """The memory store's optional C kernel, ``ratewarden.storage._speedups``, or None.
 
 Built from ``storage/_speedups.c`` at install when a C compiler is there. It holds
-one type, ``MemoryKernel``: the memory store's base class, deciding one-rate GCRA
-calls over the state table it is handed, with the Python path in
+one type, ``MemoryKernel``: the memory store's base class, deciding one-rate gcra
+and fixed_window calls over the state table it is handed, with the Python path in
 ``storage/memory.py`` as the reference and the fallback; ``RATEWARDEN_PURE=1`` in
 the environment keeps it unused. Private to the storage package: only the memory
 store loads it.

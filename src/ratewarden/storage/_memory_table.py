@@ -4,7 +4,7 @@
 (``storage/memory.py``, which hold the operations). With ``SPEEDUPS`` its own
 base is the C kernel (``ratewarden.storage._speedups.MemoryKernel``): handed the
 state table, the lock and the shape cache at construction, it decides one-rate
-GCRA calls itself and hands every other call to the Python path here.
+gcra and fixed_window calls itself and hands every other call to the Python path here.
 
 Keys and memory
 ---------------
@@ -48,12 +48,14 @@ _KEEP_EXPIRED_US = 1_000_000
 
 _speedups = _kernel.speedups
 
-#: Whether ``MemoryStore`` decides one-rate GCRA calls in C (``ratewarden.storage._speedups``,
-#: built when a C compiler was there at install; ``RATEWARDEN_PURE=1`` turns it off).
+#: Whether ``MemoryStore`` decides one-rate gcra and fixed_window calls in C
+#: (``ratewarden.storage._speedups``, built when a C compiler was there at install;
+#: ``RATEWARDEN_PURE=1`` turns it off).
 SPEEDUPS = _speedups is not None
 
 # The table's base: the C kernel when it is built (it owns the store's ``clock`` and
-# ``max_keys`` and decides one-rate GCRA calls over the state it is handed in ``__init__``),
+# ``max_keys`` and decides one-rate gcra and fixed_window calls over the state it is handed
+# in ``__init__``),
 # else nothing, and both are plain attributes.
 if TYPE_CHECKING:
     from ratewarden.storage._speedups import MemoryKernel as _Base
@@ -227,7 +229,8 @@ class MemoryTable(_Base):
         return decisions
 
     #: The store's hit, with no Python frame in front of C: the kernel's ``decide`` when it is
-    #: built (one-rate GCRA calls in C, every other call handed to ``_hit``), else ``_hit``.
+    #: built (one-rate gcra and fixed_window calls in C, every other call handed to ``_hit``),
+    #: else ``_hit``.
     _decide = _hit if _speedups is None else _Base.decide
 
     def _transact(

@@ -2,15 +2,18 @@
  * ratewarden.storage._speedups: the memory store's kernel in C (storage/_kernel.py loads it).
  *
  * MemoryKernel is the base type of the memory store (storage/_memory_table.py, MemoryTable). It
- * holds the GCRA step for one rate, a whole cost and an ASCII str key, and the state-table
- * operations that step needs (read, write in place, sweep, and evict through the store's Python
- * method), and nothing else: no Limiter, no middleware. Its method decide(algorithm, key, rates,
- * cost=1) is MemoryStore.hit (assigned at class level, so a call reaches C with no Python frame
- * between) and what AsyncMemoryStore.hit calls. Every call it does not take (another algorithm,
- * layered rates, keywords, another key or cost, numbers beyond the range where 64-bit integers are
- * exact) goes to the Python path it was handed, which stays the reference; the same when the
- * store's lock is held by the Python path. tests/storage/test_speedups.py feeds both the same
- * random sequences and demands identical Decisions and identical stored state.
+ * holds the one-rate steps of two algorithms, gcra (algorithms/gcra.py) and fixed_window
+ * (algorithms/fixed_window.py: state (window index, count), expiring at the window's end), for a
+ * whole cost and an ASCII str key, and the state-table operations those steps need (read, write
+ * in place, sweep, and evict through the store's Python method), and nothing else: no Limiter,
+ * no middleware. Its method decide(algorithm, key, rates, cost=1) is MemoryStore.hit (assigned
+ * at class level, so a call reaches C with no Python frame between) and what
+ * AsyncMemoryStore.hit calls. Every call it does not take (another algorithm, layered rates,
+ * keywords, another key or cost, numbers beyond the range where 64-bit integers are exact, a
+ * clock before the epoch) goes to the Python path it was handed, which stays the reference; the
+ * same when the store's lock is held by the Python path. tests/storage/test_speedups.py and
+ * test_speedups_fixed_window.py feed both the same random sequences and demand identical
+ * Decisions and identical stored state.
  *
  * Its interface, and all it knows of the store:
  *   - __init__(*, states, lock, shapes, fallback, evict, decision_type, rate_type,
@@ -52,6 +55,32 @@ static const char *FIELD_NAMES[N_FIELDS] = {
 enum { F_ALLOWED, F_LIMIT, F_REMAINING, F_RESET, F_RETRY, F_DELAY, F_RATE, F_COST,
        F_LAYERS, F_SHADOWED, F_DEGRADED, F_REFILL };
 
+enum { KIND_GCRA, KIND_WINDOW };
+
+/* One rate's shape as the kernel uses it, with references of its own: another thread may
+ * replace the kernel's cache whenever this one runs Python code (a Python clock, a
+ * collection, an eviction), so a call copies it out at its start and never reads the cache
+ * again. gcra: params (n, d, capacity); fixed_window: n is the limit, d the period in us. */
+typedef struct {
+    int kind;
+    PyObject *suffix, *rate, *limit, *cost;
+    long long n, d, capacity, cost_v;
+} Shape;
+
+/* A stored state as read: two whole numbers, or none (absent, or expired). */
+typedef struct {
+    int has;
+    long long s0, s1;
+} Held;
+
+/* One check's outcome (as algorithms.Outcome, delay always 0), and the state to store if
+ * it commits, for ttl us. */
+typedef struct {
+    int allowed;
+    long long remaining, reset_us, retry_us, refill_us;
+    long long s0, s1, ttl;
+} Step;
+
 typedef struct {
     PyObject_HEAD
     /* Handed by __init__. */
@@ -72,27 +101,19 @@ typedef struct {
     int clock_is_system;
     PyObject *max_keys;     /* as set (any object: the Python path compares it) */
     Py_ssize_t max_keys_c;  /* the same as a C number; -1 when it is not an int (ask evict) */
-    /* The last shape, found by the identity of the rates argument. */
+    /* The last shape of decide, found by the identity of the rates argument. */
     PyObject *c_rates;
     PyObject *c_algorithm;
     long long c_cost;
-    PyObject *c_cost_obj;   /* shape.cost */
-    PyObject *c_suffix;     /* shape.suffixes[0] */
-    PyObject *c_rate;       /* shape.rates[0] */
-    PyObject *c_limit;      /* rate.limit */
-    long long c_n, c_d, c_capacity;
+    Shape c_shape;          /* c_shape.suffix is NULL when nothing is cached */
 } MemoryKernel;
 
-/* One call's shape, copied out of the cache with references of its own: another
- * thread may replace the cache whenever this one runs Python code (a Python clock,
- * a collection, an eviction), so a call never reads the cache after its start. */
-typedef struct {
-    PyObject *suffix, *rate, *limit, *cost;
-    long long n, d, capacity;
-} Shape;
-
 static PyObject *S_single, *S_suffixes, *S_params, *S_rates, *S_cost, *S_limit, *S_now_us,
-    *S_gcra, *EMPTY_STR, *EMPTY_TUPLE, *ZERO_FLOAT, *ONE;
+    *S_name, *S_gcra, *S_fixed_window, *EMPTY_STR, *EMPTY_TUPLE, *ZERO_FLOAT, *ONE;
+
+/* Clocks the kernel reads: 0 <= now <= 2**61 us (73,000 years), so that now plus any TTL
+ * it computes fits in 64 bits and a window's index is C's division (Python's floor). */
+#define NOW_MAX (1LL << 61)
 
 static int
 as_i64(PyObject *value, long long *out)
@@ -133,37 +154,69 @@ ceil_div(long long a, long long b)
     return a / b + (a % b != 0);
 }
 
+static void
+shape_clear(Shape *shape)
+{
+    Py_CLEAR(shape->suffix);
+    Py_CLEAR(shape->rate);
+    Py_CLEAR(shape->limit);
+    Py_CLEAR(shape->cost);
+}
+
+/* *to = *from, with references of its own. */
+static void
+shape_copy(Shape *to, const Shape *from)
+{
+    *to = *from;
+    Py_INCREF(to->suffix);
+    Py_INCREF(to->rate);
+    Py_INCREF(to->limit);
+    Py_INCREF(to->cost);
+}
+
 /* Forget the cached shape. */
 static void
 clear_shape(MemoryKernel *self)
 {
     Py_CLEAR(self->c_rates);
     Py_CLEAR(self->c_algorithm);
-    Py_CLEAR(self->c_cost_obj);
-    Py_CLEAR(self->c_suffix);
-    Py_CLEAR(self->c_rate);
-    Py_CLEAR(self->c_limit);
+    shape_clear(&self->c_shape);
 }
 
-/* Look the shape up in the store's shape cache (Python) and keep what the fast path needs.
- * Returns 1 when the fast path applies, 0 when it does not, -1 on error (the same error
- * the Python path raises: shapes.get validates the rates and the cost). */
+/* The kind of an algorithm name the kernel decides, or -1. */
 static int
-load_shape(MemoryKernel *self, PyObject *algorithm, PyObject *rates, PyObject *cost,
-           long long cost_v)
+kind_of(PyObject *name)
 {
-    PyObject *args[3] = {algorithm, rates, cost};
-    PyObject *shape = PyObject_Vectorcall(self->shapes_get, args, 3, NULL);
-    if (shape == NULL) {
+    if (name == S_gcra || name == S_fixed_window) {
+        return name == S_gcra ? KIND_GCRA : KIND_WINDOW;
+    }
+    if (!PyUnicode_CheckExact(name)) {
         return -1;
     }
+    if (PyUnicode_Compare(name, S_gcra) == 0) {
+        return KIND_GCRA;
+    }
+    return PyUnicode_Compare(name, S_fixed_window) == 0 ? KIND_WINDOW : -1;
+}
+
+/* Read a shape of the store's cache (its public fields) into *out. Returns 1 when the kernel
+ * decides it (one rate of an algorithm it knows, numbers in range; *out then holds
+ * references), 0 when it does not, -1 on error. */
+static int
+read_shape(PyObject *shape, Shape *out)
+{
     int result = 0;
-    PyObject *single = NULL, *suffixes = NULL, *params = NULL, *shape_rates = NULL,
+    PyObject *single = NULL, *name = NULL, *suffixes = NULL, *params = NULL, *shape_rates = NULL,
              *shape_cost = NULL, *limit = NULL;
-    long long n, d, capacity, shape_cost_v;
+    long long n, d, capacity = 0, cost_v;
+    int kind;
     single = PyObject_GetAttr(shape, S_single);
     if (single == NULL) goto error;
     if (single != Py_True) goto done;
+    name = PyObject_GetAttr(shape, S_name);
+    if (name == NULL) goto error;
+    kind = kind_of(name);
+    if (kind < 0) goto done;
     suffixes = PyObject_GetAttr(shape, S_suffixes);
     params = PyObject_GetAttr(shape, S_params);
     shape_rates = PyObject_GetAttr(shape, S_rates);
@@ -174,26 +227,77 @@ load_shape(MemoryKernel *self, PyObject *algorithm, PyObject *rates, PyObject *c
     if (!PyTuple_CheckExact(suffixes) || PyTuple_GET_SIZE(suffixes) != 1
         || !PyUnicode_CheckExact(PyTuple_GET_ITEM(suffixes, 0))
         || !PyTuple_CheckExact(params) || PyTuple_GET_SIZE(params) != 1
-        || !PyTuple_CheckExact(shape_rates) || PyTuple_GET_SIZE(shape_rates) != 1) {
+        || !PyTuple_CheckExact(shape_rates) || PyTuple_GET_SIZE(shape_rates) != 1
+        || !as_i64(shape_cost, &cost_v) || cost_v < 0) {
         goto done;
     }
     PyObject *p = PyTuple_GET_ITEM(params, 0);
-    if (!PyTuple_CheckExact(p) || PyTuple_GET_SIZE(p) != 3
+    if (!PyTuple_CheckExact(p) || PyTuple_GET_SIZE(p) != (kind == KIND_GCRA ? 3 : 2)
         || !as_i64(PyTuple_GET_ITEM(p, 0), &n) || !as_i64(PyTuple_GET_ITEM(p, 1), &d)
-        || !as_i64(PyTuple_GET_ITEM(p, 2), &capacity)
-        || !as_i64(shape_cost, &shape_cost_v) || shape_cost_v != cost_v) {
+        || (kind == KIND_GCRA && !as_i64(PyTuple_GET_ITEM(p, 2), &capacity))) {
         goto done;
     }
-    /* Keep every product below 2**62: (capacity + cost) * d and the TAT's distance
-     * times n are then exact in 64 bits (the Python twin says below 2**53). */
-    if (n <= 0 || d <= 0 || capacity < 0 || n > (1LL << 40) || d > (1LL << 52)
-        || capacity > (1LL << 40) || cost_v > (1LL << 40)
-        || (capacity + cost_v + 1) > (1LL << 62) / d) {
+    if (kind == KIND_GCRA) {
+        /* Keep every product below 2**62: (capacity + cost) * d and the TAT's distance
+         * times n are then exact in 64 bits (the Python twin says below 2**53). */
+        if (n <= 0 || d <= 0 || capacity < 0 || n > (1LL << 40) || d > (1LL << 52)
+            || capacity > (1LL << 40) || cost_v > (1LL << 40)
+            || (capacity + cost_v + 1) > (1LL << 62) / d) {
+            goto done;
+        }
+    }
+    /* fixed_window: count <= limit and cost below 2**62, so count + cost fits. */
+    else if (n < 0 || n >= (1LL << 62) || d <= 0 || d >= (1LL << 62) || cost_v >= (1LL << 62)) {
         goto done;
     }
-    PyObject *rate = PyTuple_GET_ITEM(shape_rates, 0);
-    limit = PyObject_GetAttr(rate, S_limit);
+    limit = PyObject_GetAttr(PyTuple_GET_ITEM(shape_rates, 0), S_limit);
     if (limit == NULL) goto error;
+    out->kind = kind;
+    out->suffix = Py_NewRef(PyTuple_GET_ITEM(suffixes, 0));
+    out->rate = Py_NewRef(PyTuple_GET_ITEM(shape_rates, 0));
+    out->limit = Py_NewRef(limit);
+    out->cost = Py_NewRef(shape_cost);
+    out->n = n;
+    out->d = d;
+    out->capacity = capacity;
+    out->cost_v = cost_v;
+    result = 1;
+    goto done;
+error:
+    result = -1;
+done:
+    Py_XDECREF(single);
+    Py_XDECREF(name);
+    Py_XDECREF(suffixes);
+    Py_XDECREF(params);
+    Py_XDECREF(shape_rates);
+    Py_XDECREF(shape_cost);
+    Py_XDECREF(limit);
+    return result;
+}
+
+/* Look the shape up in the store's shape cache (Python: shapes.get validates the rates and
+ * the cost, and raises what the Python path raises) and keep it. Returns 1 when the kernel
+ * decides the call, 0 when it does not, -1 on error. */
+static int
+load_shape(MemoryKernel *self, PyObject *algorithm, PyObject *rates, PyObject *cost,
+           long long cost_v)
+{
+    PyObject *args[3] = {algorithm, rates, cost};
+    PyObject *found = PyObject_Vectorcall(self->shapes_get, args, 3, NULL);
+    if (found == NULL) {
+        return -1;
+    }
+    Shape shape;
+    int result = read_shape(found, &shape);
+    Py_DECREF(found);
+    if (result <= 0) {
+        return result;
+    }
+    if (shape.cost_v != cost_v) {
+        shape_clear(&shape);
+        return 0;
+    }
     clear_shape(self);
     /* A list of rates is looked up by value each time (it may change): never cached. */
     if (Py_IS_TYPE(rates, (PyTypeObject *)self->rate_type) || PyTuple_CheckExact(rates)) {
@@ -201,26 +305,8 @@ load_shape(MemoryKernel *self, PyObject *algorithm, PyObject *rates, PyObject *c
     }
     self->c_algorithm = Py_NewRef(algorithm);
     self->c_cost = cost_v;
-    self->c_cost_obj = Py_NewRef(shape_cost);
-    self->c_suffix = Py_NewRef(PyTuple_GET_ITEM(suffixes, 0));
-    self->c_rate = Py_NewRef(rate);
-    self->c_limit = Py_NewRef(limit);
-    self->c_n = n;
-    self->c_d = d;
-    self->c_capacity = capacity;
-    result = 1;
-    goto done;
-error:
-    result = -1;
-done:
-    Py_XDECREF(single);
-    Py_XDECREF(suffixes);
-    Py_XDECREF(params);
-    Py_XDECREF(shape_rates);
-    Py_XDECREF(shape_cost);
-    Py_XDECREF(limit);
-    Py_DECREF(shape);
-    return result;
+    self->c_shape = shape;  /* its references move to the cache */
+    return 1;
 }
 
 static int
@@ -279,18 +365,17 @@ seconds(long long us)
 }
 
 static PyObject *
-decision(MemoryKernel *self, const Shape *shape, int allowed, long long remaining,
-         long long reset_us, long long retry_us, long long refill_us)
+decision(MemoryKernel *self, const Shape *shape, PyObject *cost, const Step *step)
 {
-    PyObject *rem = PyLong_FromLongLong(remaining);
-    PyObject *reset = seconds(reset_us);
-    PyObject *retry = seconds(retry_us);
-    PyObject *refill = seconds(refill_us);
+    PyObject *rem = PyLong_FromLongLong(step->remaining);
+    PyObject *reset = seconds(step->reset_us);
+    PyObject *retry = seconds(step->retry_us);
+    PyObject *refill = seconds(step->refill_us);
     PyObject *layer = NULL, *layers = NULL, *top = NULL;
     if (rem == NULL || reset == NULL || retry == NULL || refill == NULL) goto done;
     PyObject *values[N_FIELDS] = {
-        allowed ? Py_True : Py_False, shape->limit, rem, reset, retry, ZERO_FLOAT,
-        shape->rate, shape->cost, EMPTY_TUPLE, Py_False, EMPTY_STR, refill,
+        step->allowed ? Py_True : Py_False, shape->limit, rem, reset, retry, ZERO_FLOAT,
+        shape->rate, cost, EMPTY_TUPLE, Py_False, EMPTY_STR, refill,
     };
     layer = make_decision(self, values);
     if (layer == NULL) goto done;
@@ -306,6 +391,119 @@ done:
     Py_XDECREF(layer);
     Py_XDECREF(layers);
     return top;
+}
+
+/* Read a state table entry (NULL: none) for shape at now into *held, *expired saying whether
+ * it was there but expired (as if never seen). Returns 1, or 0 when the entry is not one the
+ * kernel reads (the Python path then decides). Runs no Python code. */
+static int
+read_entry(const Shape *shape, PyObject *entry, long long now, int *expired, Held *held)
+{
+    long long expires, a, b;
+    held->has = 0;
+    *expired = 0;
+    if (entry == NULL) {
+        return 1;
+    }
+    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2
+        || !as_i64(PyTuple_GET_ITEM(entry, 1), &expires)) {
+        return 0;
+    }
+    if (expires <= now) {
+        *expired = 1;
+        return 1;
+    }
+    PyObject *state = PyTuple_GET_ITEM(entry, 0);
+    if (!PyTuple_CheckExact(state) || PyTuple_GET_SIZE(state) != 2
+        || !as_i64(PyTuple_GET_ITEM(state, 0), &a) || !as_i64(PyTuple_GET_ITEM(state, 1), &b)) {
+        return 0;
+    }
+    if (shape->kind == KIND_GCRA) {
+        /* (tat, frac): frac in [0, n); a TAT far beyond any this rate can build is not ours. */
+        if (b < 0 || b >= shape->n || (a >= now && a - now > ((1LL << 62) / shape->n) - 1)) {
+            return 0;
+        }
+    }
+    else if (a == now / shape->d && (b < 0 || b > shape->n)) {
+        return 0;  /* (window, count): a count of this window beyond the limit is not ours */
+    }
+    held->has = 1;
+    held->s0 = a;
+    held->s1 = b;
+    return 1;
+}
+
+/* algorithms.gcra.check, in whole numbers. */
+static void
+gcra_check(const Shape *shape, const Held *held, long long now, long long cost, Step *out)
+{
+    const long long n = shape->n, d = shape->d, capacity = shape->capacity;
+    long long tat = now, frac = 0;
+    if (held->has && held->s0 >= now) {
+        tat = held->s0;
+        frac = held->s1;
+    }
+    const long long ahead = (tat - now) * n + frac;
+    const long long room = capacity * d;
+    out->s0 = out->s1 = out->ttl = 0;
+    /* cost <= capacity before cost * d is formed: below 2**62 then. */
+    if (cost > capacity || ahead + cost * d > room) {
+        out->allowed = 0;
+        out->remaining = (room > ahead ? room - ahead : 0) / d;
+        out->reset_us = ceil_div(ahead, n);
+        out->retry_us = cost > capacity ? NEVER : ceil_div(ahead + cost * d - room, n);
+        /* The next unit fits once the TAT, moved by the remaining units, is one T from full.
+         * Below 2**63: ahead < 2**62 and the rest at most (capacity + 1) * d. */
+        out->refill_us = ceil_div(ahead + (out->remaining + 1) * d - room, n);
+        return;
+    }
+    const long long after = ahead + cost * d, total = frac + cost * d;
+    out->allowed = 1;
+    out->remaining = (room - after) / d;
+    out->reset_us = ceil_div(after, n);
+    out->retry_us = 0;
+    out->refill_us = ceil_div(d - (room - after) % d, n);
+    out->s0 = tat + total / n;
+    out->s1 = total % n;
+    out->ttl = out->reset_us;
+}
+
+/* algorithms.fixed_window.check: (window index, count), the window ending its count. */
+static void
+window_check(const Shape *shape, const Held *held, long long now, long long cost, Step *out)
+{
+    const long long limit = shape->n, period = shape->d;
+    const long long window = now / period;  /* now >= 0: Python's floor division */
+    const long long count = held->has && held->s0 == window ? held->s1 : 0;
+    const long long to_end = period - (now - window * period);
+    out->refill_us = to_end;
+    out->s0 = out->s1 = out->ttl = 0;
+    if (count + cost > limit) {
+        out->allowed = 0;
+        out->remaining = limit - count;
+        out->reset_us = count > 0 ? to_end : 0;
+        out->retry_us = cost > limit ? NEVER : to_end;
+        return;
+    }
+    const long long total = count + cost;
+    out->allowed = 1;
+    out->remaining = limit - total;
+    out->reset_us = total > 0 ? to_end : 0;
+    out->retry_us = 0;
+    out->s0 = window;
+    out->s1 = total;
+    out->ttl = out->reset_us;
+}
+
+static void
+check(const Shape *shape, const Held *held, long long now, long long cost, Step *out)
+{
+    if (shape->kind == KIND_GCRA) {
+        gcra_check(shape, held, now, cost, out);
+    }
+    else {
+        window_check(shape, held, now, cost, out);
+    }
 }
 
 /* The store's _write after states[key] = value: a key that was there keeps its place
@@ -451,28 +649,40 @@ fast_hit(MemoryKernel *self, PyObject *algorithm, PyObject *key, PyObject *rates
         || !as_i64(cost, &cost_v) || cost_v < 0) {
         return NULL;
     }
-    if (algorithm != S_gcra
-        && !(PyUnicode_CheckExact(algorithm) && PyUnicode_Compare(algorithm, S_gcra) == 0)) {
-        return NULL;
-    }
-    if (rates != self->c_rates || rates == NULL || self->c_cost != cost_v
-        || algorithm != self->c_algorithm) {
+    if (rates != self->c_rates || self->c_cost != cost_v || algorithm != self->c_algorithm) {
+        if (kind_of(algorithm) < 0) {
+            return NULL;
+        }
         int found = load_shape(self, algorithm, rates, cost, cost_v);
         if (found <= 0) {
             return NULL;  /* error set (-1) or not ours (0) */
         }
     }
     /* No Python code has run since the cache was read or filled: copy it out now. */
-    Shape shape = {
-        Py_NewRef(self->c_suffix), Py_NewRef(self->c_rate), Py_NewRef(self->c_limit),
-        Py_NewRef(self->c_cost_obj), self->c_n, self->c_d, self->c_capacity,
-    };
+    Shape shape;
+    shape_copy(&shape, &self->c_shape);
     PyObject *result = decide(self, &shape, key, cost_v);
-    Py_DECREF(shape.suffix);
-    Py_DECREF(shape.rate);
-    Py_DECREF(shape.limit);
-    Py_DECREF(shape.cost);
+    shape_clear(&shape);
     return result;
+}
+
+/* Release the lock and turn the collector back on, keeping any error set. */
+static int
+leave(MemoryKernel *self, int collecting)
+{
+    if (collecting) {
+        PyGC_Enable();
+    }
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    if (unlock(self) < 0) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(traceback);
+        return -1;
+    }
+    PyErr_Restore(type, value, traceback);
+    return 0;
 }
 
 /* fast_hit once the call's shape is known; the same three kinds of return. */
@@ -483,127 +693,52 @@ decide(MemoryKernel *self, const Shape *shape, PyObject *key, long long cost_v)
     if (now_us(self, &now) < 0) {
         return NULL;
     }
-    const long long n = shape->n, d = shape->d, capacity = shape->capacity;
+    if (now < 0 || now > NOW_MAX) {
+        return NULL;  /* the Python path's numbers */
+    }
     PyObject *state_key = PyUnicode_Concat(key, shape->suffix);
     if (state_key == NULL) {
         return NULL;
     }
-    int failed = 0;
     if (lock(self) < 0) {
         Py_DECREF(state_key);
         return NULL;  /* an error, or the lock is held: the Python path */
     }
     /* No collection, so no finalizer, runs until the state is written: see "The lock". */
     const int collecting = PyGC_Disable();
+    int failed = 0, stale;
+    Held held;
+    Step step;
     PyObject *entry = PyDict_GetItemWithError(self->states, state_key);
-    long long tat = now, frac = 0, expires = 0;
-    int stale = 0;
     if (entry == NULL && PyErr_Occurred()) {
         failed = 1;
         goto unlock;
     }
     Py_XINCREF(entry);
-    if (entry != NULL) {
-        PyObject *state;
-        long long t, f;
-        if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2
-            || !as_i64(PyTuple_GET_ITEM(entry, 1), &expires)) {
-            goto decline;
-        }
-        if (expires <= now) {
-            /* Expired: as if never seen. Deleted below unless the key is written, which
-             * then reuses the entry where it stands, as the Python path does. */
-            stale = 1;
-        }
-        else {
-            state = PyTuple_GET_ITEM(entry, 0);
-            if (!PyTuple_CheckExact(state) || PyTuple_GET_SIZE(state) != 2
-                || !as_i64(PyTuple_GET_ITEM(state, 0), &t)
-                || !as_i64(PyTuple_GET_ITEM(state, 1), &f) || f < 0 || f >= n) {
-                goto decline;
-            }
-            if (t >= now) {
-                if (t - now > ((1LL << 62) / n) - 1) {
-                    goto decline;  /* far beyond any TAT this rate can build */
-                }
-                tat = t;
-                frac = f;
-            }
-        }
+    if (!read_entry(shape, entry, now, &stale, &held)) {
+        goto unlock;  /* not ours: the Python path */
     }
-    {
-        const long long ahead = (tat - now) * n + frac;
-        const long long room = capacity * d;
-        long long remaining, reset_us, retry_us, refill_us;
-        int allowed;
-        if (cost_v > capacity) {
-            allowed = 0;
-            remaining = (room > ahead ? room - ahead : 0) / d;
-            reset_us = ceil_div(ahead, n);
-            retry_us = NEVER;
-            /* gcra.check: the next unit fits once the TAT, moved by the remaining units, is
-             * one T from full. Below 2**63: ahead < 2**62 and the rest at most (capacity+1)*d. */
-            refill_us = ceil_div(ahead + (remaining + 1) * d - room, n);
-        }
-        else {
-            const long long after = ahead + cost_v * d;
-            if (after > room) {
-                allowed = 0;
-                remaining = (room > ahead ? room - ahead : 0) / d;
-                reset_us = ceil_div(ahead, n);
-                retry_us = ceil_div(after - room, n);
-                refill_us = ceil_div(ahead + (remaining + 1) * d - room, n);
-            }
-            else {
-                allowed = 1;
-                const long long total = frac + cost_v * d;
-                reset_us = ceil_div(after, n);
-                remaining = (room - after) / d;
-                retry_us = 0;
-                refill_us = ceil_div(d - (room - after) % d, n);
-                /* ttl = reset_us > 0 when cost_v > 0 (cost_v * d > 0): always a write. */
-                if (cost_v > 0) {
-                    if (write_state(self, state_key, entry, tat + total / n, total % n,
-                                    now + reset_us, now) < 0) {
-                        failed = 1;
-                        goto unlock;
-                    }
-                    stale = 0;
-                }
-            }
-        }
-        if (stale && PyObject_DelItem(self->states, state_key) < 0) {
-            failed = 1;
-            goto unlock;
-        }
+    check(shape, &held, now, cost_v, &step);
+    if (step.allowed && cost_v > 0 && step.ttl > 0) {
+        /* An expired entry is as if never seen, and is written over in place. */
+        failed = write_state(self, state_key, entry, step.s0, step.s1, now + step.ttl, now) < 0;
+    }
+    else if (entry != NULL && (stale || (step.allowed && cost_v > 0))) {
+        failed = PyObject_DelItem(self->states, state_key) < 0;
+    }
+    if (!failed) {
         Py_XDECREF(entry);
         Py_DECREF(state_key);
-        if (collecting) {
-            PyGC_Enable();
-        }
-        if (unlock(self) < 0) {
+        if (leave(self, collecting) < 0) {
             return NULL;
         }
-        return decision(self, shape, allowed, remaining, reset_us, retry_us, refill_us);
+        return decision(self, shape, shape->cost, &step);
     }
-decline:
 unlock:
     Py_XDECREF(entry);
     Py_DECREF(state_key);
-    if (collecting) {
-        PyGC_Enable();
-    }
-    {
-        /* Release whatever happened above, keeping its error. */
-        PyObject *type, *value, *traceback;
-        PyErr_Fetch(&type, &value, &traceback);
-        if (unlock(self) < 0) {
-            Py_XDECREF(type);
-            Py_XDECREF(value);
-            Py_XDECREF(traceback);
-            return NULL;
-        }
-        PyErr_Restore(type, value, traceback);
+    if (leave(self, collecting) < 0) {
+        return NULL;
     }
     if (failed && !PyErr_Occurred()) {
         PyErr_SetString(PyExc_SystemError, "ratewarden.storage._speedups: failed without an error");
@@ -655,6 +790,7 @@ MemoryKernel_decide(MemoryKernel *self, PyObject *const *args, Py_ssize_t nargs,
 static PyObject *
 MemoryKernel_get_clock(MemoryKernel *self, void *unused)
 {
+    (void)unused;
     if (self->clock == NULL) {
         PyErr_SetString(PyExc_AttributeError, "the store has no clock yet");
         return NULL;
@@ -665,6 +801,7 @@ MemoryKernel_get_clock(MemoryKernel *self, void *unused)
 static int
 MemoryKernel_set_clock(MemoryKernel *self, PyObject *value, void *unused)
 {
+    (void)unused;
     if (value == NULL) {
         PyErr_SetString(PyExc_TypeError, "the store's clock cannot be deleted; set another");
         return -1;
@@ -678,6 +815,7 @@ MemoryKernel_set_clock(MemoryKernel *self, PyObject *value, void *unused)
 static PyObject *
 MemoryKernel_get_max_keys(MemoryKernel *self, void *unused)
 {
+    (void)unused;
     if (self->max_keys == NULL) {
         PyErr_SetString(PyExc_AttributeError, "the store has no max_keys yet");
         return NULL;
@@ -688,6 +826,7 @@ MemoryKernel_get_max_keys(MemoryKernel *self, void *unused)
 static int
 MemoryKernel_set_max_keys(MemoryKernel *self, PyObject *value, void *unused)
 {
+    (void)unused;
     if (value == NULL) {
         PyErr_SetString(PyExc_TypeError, "the store's max_keys cannot be deleted; set another");
         return -1;
@@ -743,10 +882,10 @@ MemoryKernel_traverse(MemoryKernel *self, visitproc visit, void *arg)
     Py_VISIT(self->max_keys);
     Py_VISIT(self->c_rates);
     Py_VISIT(self->c_algorithm);
-    Py_VISIT(self->c_cost_obj);
-    Py_VISIT(self->c_suffix);
-    Py_VISIT(self->c_rate);
-    Py_VISIT(self->c_limit);
+    Py_VISIT(self->c_shape.suffix);
+    Py_VISIT(self->c_shape.rate);
+    Py_VISIT(self->c_shape.limit);
+    Py_VISIT(self->c_shape.cost);
     return 0;
 }
 
@@ -872,6 +1011,8 @@ MemoryKernel_init(MemoryKernel *self, PyObject *args, PyObject *kwds)
 static PyObject *
 MemoryKernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
+    (void)args;
+    (void)kwds;
     /* The store's own __init__ takes the store's options; __init__ above takes the kernel's. */
     MemoryKernel *self = (MemoryKernel *)type->tp_alloc(type, 0);
     if (self != NULL) {
@@ -882,9 +1023,9 @@ MemoryKernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 
 static PyMethodDef MemoryKernel_methods[] = {
     {"decide", (PyCFunction)(void (*)(void))MemoryKernel_decide, METH_FASTCALL | METH_KEYWORDS,
-     PyDoc_STR("decide(algorithm, key, rates, cost=1): the store's hit. One GCRA rate, an "
-               "ASCII str key and a whole cost are decided here; every other call by the "
-               "fallback it was handed.")},
+     PyDoc_STR("decide(algorithm, key, rates, cost=1): the store's hit. One gcra or "
+               "fixed_window rate, an ASCII str key and a whole cost are decided here; every "
+               "other call by the fallback it was handed.")},
     {NULL, NULL, 0, NULL},
 };
 
@@ -893,8 +1034,8 @@ static PyTypeObject MemoryKernelType = {
     .tp_name = "ratewarden.storage._speedups.MemoryKernel",
     .tp_doc = PyDoc_STR(
         "MemoryKernel(*, states, lock, shapes, fallback, evict, decision_type, rate_type, "
-        "system_clock_type): the memory store's base in C, its one-rate GCRA step over the "
-        "state table it is handed."),
+        "system_clock_type): the memory store's base in C, its one-rate GCRA and fixed-window "
+        "steps over the state table it is handed."),
     .tp_basicsize = sizeof(MemoryKernel),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_new = MemoryKernel_new,
@@ -909,8 +1050,8 @@ static PyTypeObject MemoryKernelType = {
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "ratewarden.storage._speedups",
-    .m_doc = "The memory store's kernel in C: its one-rate GCRA step over the state table it is "
-             "handed (storage/_memory_table.py).",
+    .m_doc = "The memory store's kernel in C: its one-rate GCRA and fixed-window steps over the "
+             "state table it is handed (storage/_memory_table.py).",
     .m_size = -1,
 };
 
@@ -924,13 +1065,16 @@ PyInit__speedups(void)
     S_cost = PyUnicode_InternFromString("cost");
     S_limit = PyUnicode_InternFromString("limit");
     S_now_us = PyUnicode_InternFromString("now_us");
+    S_name = PyUnicode_InternFromString("name");
     S_gcra = PyUnicode_InternFromString("gcra");
+    S_fixed_window = PyUnicode_InternFromString("fixed_window");
     EMPTY_STR = PyUnicode_FromString("");
     EMPTY_TUPLE = PyTuple_New(0);
     ZERO_FLOAT = PyFloat_FromDouble(0.0);
     ONE = PyLong_FromLong(1);
     if (!S_single || !S_suffixes || !S_params || !S_rates || !S_cost || !S_limit || !S_now_us
-        || !S_gcra || !EMPTY_STR || !EMPTY_TUPLE || !ZERO_FLOAT || !ONE
+        || !S_name || !S_gcra || !S_fixed_window || !EMPTY_STR || !EMPTY_TUPLE || !ZERO_FLOAT
+        || !ONE
         || PyType_Ready(&MemoryKernelType) < 0) {
         return NULL;
     }

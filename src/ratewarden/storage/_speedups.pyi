@@ -10,7 +10,8 @@ from ratewarden.decision import Decision
 from ratewarden.rate import Rate
 
 class MemoryKernel:
-    """The memory store's base in C: its one-rate GCRA step over the state it is handed."""
+    """The memory store's base in C: its one-rate gcra and fixed_window steps over the state it is
+    handed."""
 
     clock: Clock
     max_keys: int

@@ -5,7 +5,7 @@ behaviour the Redis scripts are tested against; ``AsyncMemoryStore`` is its
 asyncio face (its methods, awaited), with a blocking view for
 ``AsyncLimiter.hit_now``. Both are a ``MemoryTable`` (``_memory_table``: the
 state, its expiry and eviction, the Python path of ``hit`` and, with
-``SPEEDUPS``, the C kernel that decides one-rate GCRA calls).
+``SPEEDUPS``, the C kernel that decides one-rate gcra and fixed_window calls).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ class MemoryStore(MemoryTable):
     """Thread-safe in-process store. ``MemoryStore(clock=ManualClock())`` in tests.
 
     With ``SPEEDUPS``, ``hit`` is the C kernel's ``decide``: it decides calls with one
-    GCRA rate, an ASCII key and a whole cost, and hands every other call to the Python
-    path (``_hit``), which stays the reference.
+    gcra or fixed_window rate, an ASCII key and a whole cost, and hands every other call
+    to the Python path (``_hit``), which stays the reference.
 
     Its methods use only the state ``MemoryTable`` holds: ``AsyncMemoryStore`` awaits
     them and its blocking view calls them, each on its own state.
@@ -153,7 +153,8 @@ def _awaited(
 
 class AsyncMemoryStore(MemoryTable):
     """The asyncio face of ``MemoryStore``: its methods, awaited, over a state of its own (and
-    the same C kernel for one-rate GCRA calls with ``SPEEDUPS``). Nothing in it waits."""
+    the same C kernel for one-rate gcra and fixed_window calls with ``SPEEDUPS``). Nothing in
+    it waits."""
 
     async def hit(
         self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
