@@ -487,6 +487,7 @@ def test_the_kernel_says_what_is_wrong_with_what_it_is_handed() -> None:
         "lock": threading.Lock(),
         "shapes": memory._plan.Shapes(),
         "fallback": MemoryStore._hit,
+        "batch_fallback": MemoryStore._hit_all_single,
         "evict": MemoryStore._evict,
         "decision_type": Decision,
         "rate_type": Rate,
@@ -503,3 +504,5 @@ def test_the_kernel_says_what_is_wrong_with_what_it_is_handed() -> None:
         kernel(**{**handed, "decision_type": Rate})
     with pytest.raises(RuntimeError, match="not set up"):
         kernel.__new__(kernel).decide("gcra", "k", Rate.parse("1/hour"))
+    with pytest.raises(RuntimeError, match="not set up"):
+        kernel.__new__(kernel).decide_all([])

@@ -4,7 +4,8 @@
 (``storage/memory.py``, which hold the operations). With ``SPEEDUPS`` its own
 base is the C kernel (``ratewarden.storage._speedups.MemoryKernel``): handed the
 state table, the lock and the shape cache at construction, it decides one-rate
-gcra and fixed_window calls itself and hands every other call to the Python path here.
+gcra and fixed_window calls itself, and ``hit_all`` batches of them, and hands every
+other call to the Python path here.
 
 Keys and memory
 ---------------
@@ -112,6 +113,7 @@ class MemoryTable(_Base):
                 lock=self._lock,
                 shapes=self._shapes,
                 fallback=type(self)._hit,
+                batch_fallback=type(self)._hit_all_single,
                 evict=type(self)._evict,
                 decision_type=Decision,
                 rate_type=Rate,
@@ -232,6 +234,11 @@ class MemoryTable(_Base):
     #: built (one-rate gcra and fixed_window calls in C, every other call handed to ``_hit``),
     #: else ``_hit``.
     _decide = _hit if _speedups is None else _Base.decide
+
+    #: ``hit_all`` when every call has one rate, on the batch ``_plan.batch`` validated: the
+    #: kernel's ``decide_all`` when it is built (gcra and fixed_window batches in C, any other
+    #: handed to ``_hit_all_single``), else ``_hit_all_single``.
+    _decide_all = _hit_all_single if _speedups is None else _Base.decide_all
 
     def _transact(
         self, keys: Sequence[str], step: Callable[[list[Any], int], tuple[R, Sequence[Write]]]

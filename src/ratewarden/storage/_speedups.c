@@ -8,21 +8,26 @@
  * in place, sweep, and evict through the store's Python method), and nothing else: no Limiter,
  * no middleware. Its method decide(algorithm, key, rates, cost=1) is MemoryStore.hit (assigned
  * at class level, so a call reaches C with no Python frame between) and what
- * AsyncMemoryStore.hit calls. Every call it does not take (another algorithm, layered rates,
+ * AsyncMemoryStore.hit calls; decide_all(found) is their hit_all when every call of the batch
+ * has one rate (found: the batch _plan.batch validated, a list of (key, shape)), all or nothing
+ * as the store's _hit_all_single (denied: nothing written, and a call that would have passed
+ * reports the check at cost 0). Every call it does not take (another algorithm, layered rates,
  * keywords, another key or cost, numbers beyond the range where 64-bit integers are exact, a
  * clock before the epoch) goes to the Python path it was handed, which stays the reference; the
- * same when the store's lock is held by the Python path. tests/storage/test_speedups.py and
- * test_speedups_fixed_window.py feed both the same random sequences and demand identical
- * Decisions and identical stored state.
+ * same when the store's lock is held by the Python path (decide; decide_all takes the lock), and
+ * a batch of which one call is not its own goes whole to the Python path it was handed. tests/storage/test_speedups.py,
+ * test_speedups_fixed_window.py and test_speedups_batch.py feed both the same random sequences
+ * and demand identical Decisions and identical stored state.
  *
  * Its interface, and all it knows of the store:
- *   - __init__(*, states, lock, shapes, fallback, evict, decision_type, rate_type,
- *     system_clock_type) hands it every object it works on, once: the store's OrderedDict of
- *     state key -> (state, expires_at_us), its threading.Lock (acquire, release, locked), its
- *     shape cache (shapes.get(algorithm, rates, cost) and the returned shape's public fields),
- *     the Python path fallback(store, algorithm, key, rates, cost=1) and evict(store) (drop the
- *     oldest entries past max_keys, counting them), and the classes it builds or recognises.
- *     It reads no attribute of the store by name, private or public.
+ *   - __init__(*, states, lock, shapes, fallback, batch_fallback, evict, decision_type,
+ *     rate_type, system_clock_type) hands it every object it works on, once: the store's
+ *     OrderedDict of state key -> (state, expires_at_us), its threading.Lock (acquire, release,
+ *     locked), its shape cache (shapes.get(algorithm, rates, cost) and the returned shape's
+ *     public fields), the Python paths fallback(store, algorithm, key, rates, cost=1) and
+ *     batch_fallback(store, found), evict(store) (drop the oldest entries past max_keys,
+ *     counting them), and the classes it builds or recognises. It reads no attribute of the
+ *     store by name, private or public.
  *   - clock and max_keys are its own attributes (get/set descriptors here): the store's public
  *     store.clock and store.max_keys are these, so a new value is used from the next call.
  *   - Decision's public fields are set through the offsets of the dataclass's slot member
@@ -91,6 +96,7 @@ typedef struct {
     PyObject *locked;       /* lock.locked */
     PyObject *shapes_get;   /* shapes.get */
     PyObject *fallback;     /* the Python path: fallback(store, algorithm, key, rates, cost=1) */
+    PyObject *batch_fallback; /* the Python path of a one-rate batch: batch_fallback(store, found) */
     PyObject *evict;        /* evict(store) */
     PyObject *system_clock; /* ratewarden.clock.SystemClock: its time is read here */
     PyObject *rate_type;    /* ratewarden.rate.Rate */
@@ -109,7 +115,7 @@ typedef struct {
 } MemoryKernel;
 
 static PyObject *S_single, *S_suffixes, *S_params, *S_rates, *S_cost, *S_limit, *S_now_us,
-    *S_name, *S_gcra, *S_fixed_window, *EMPTY_STR, *EMPTY_TUPLE, *ZERO_FLOAT, *ONE;
+    *S_name, *S_gcra, *S_fixed_window, *EMPTY_STR, *EMPTY_TUPLE, *ZERO_FLOAT, *ONE, *ZERO;
 
 /* Clocks the kernel reads: 0 <= now <= 2**61 us (73,000 years), so that now plus any TTL
  * it computes fits in 64 bits and a window's index is C's division (Python's floor). */
@@ -746,6 +752,220 @@ unlock:
     return NULL;
 }
 
+/* ---- a one-rate batch (MemoryStore.hit_all) ---- */
+
+/* Calls of a batch whose bookkeeping lives on the stack. */
+#define BATCH_STACK 16
+
+typedef struct {
+    Shape shape;
+    PyObject *state_key;
+    Held held;
+    int expired;
+    Step step;
+} Call;
+
+/* method(): 0, or -1 with an error set. */
+static int
+call_method(PyObject *method)
+{
+    PyObject *r = PyObject_CallNoArgs(method);
+    if (r == NULL) {
+        return -1;
+    }
+    Py_DECREF(r);
+    return 0;
+}
+
+/* The batch's steps under the store's lock, as _hit_all_single takes them: every state read
+ * (an expired one deleted as _read does), every check, and when all pass every write (the
+ * store's _keep); when one is denied nothing is written. Returns 1 done, 0 not ours (nothing
+ * changed), -1 on error. */
+static int
+batch_steps(MemoryKernel *self, Call *calls, Py_ssize_t count, long long now, int *admitted)
+{
+    Py_ssize_t i;
+    for (i = 0; i < count; i++) {
+        PyObject *entry = PyDict_GetItemWithError(self->states, calls[i].state_key);
+        if (entry == NULL && PyErr_Occurred()) {
+            return -1;
+        }
+        if (!read_entry(&calls[i].shape, entry, now, &calls[i].expired, &calls[i].held)) {
+            return 0;
+        }
+    }
+    *admitted = 1;
+    for (i = 0; i < count; i++) {
+        if (calls[i].expired && PyObject_DelItem(self->states, calls[i].state_key) < 0) {
+            return -1;
+        }
+        check(&calls[i].shape, &calls[i].held, now, calls[i].shape.cost_v, &calls[i].step);
+        *admitted &= calls[i].step.allowed;
+    }
+    if (!*admitted) {
+        return 1;
+    }
+    for (i = 0; i < count; i++) {
+        const Step *step = &calls[i].step;
+        if (calls[i].shape.cost_v <= 0) {
+            continue;
+        }
+        if (step->ttl <= 0) {
+            if (PyObject_DelItem(self->states, calls[i].state_key) < 0) {
+                if (!PyErr_ExceptionMatches(PyExc_KeyError)) {
+                    return -1;
+                }
+                PyErr_Clear();
+            }
+            continue;
+        }
+        /* Looked up again: an earlier write's sweep or eviction may have moved or dropped it. */
+        PyObject *entry = PyDict_GetItemWithError(self->states, calls[i].state_key);
+        if (entry == NULL && PyErr_Occurred()) {
+            return -1;
+        }
+        Py_XINCREF(entry);
+        int failed = write_state(self, calls[i].state_key, entry, step->s0, step->s1,
+                                 now + step->ttl, now) < 0;
+        Py_XDECREF(entry);
+        if (failed) {
+            return -1;
+        }
+    }
+    return 1;
+}
+
+/* The batch's Decisions, in call order: when it was not admitted, a call that would have
+ * passed is the check it became (cost 0). */
+static PyObject *
+batch_decisions(MemoryKernel *self, Call *calls, Py_ssize_t count, long long now, int admitted)
+{
+    PyObject *list = PyList_New(count);
+    if (list == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const Call *call = &calls[i];
+        PyObject *made;
+        if (admitted || !call->step.allowed) {
+            made = decision(self, &call->shape, call->shape.cost, &call->step);
+        }
+        else {
+            Step peek;
+            check(&call->shape, &call->held, now, 0, &peek);
+            made = decision(self, &call->shape, ZERO, &peek);
+        }
+        if (made == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, made);
+    }
+    return list;
+}
+
+/* decide_all on calls[0:count] (zeroed); the same three kinds of return as fast_hit. */
+static PyObject *
+decide_batch(MemoryKernel *self, PyObject *found, Call *calls, Py_ssize_t count)
+{
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (i >= PyList_GET_SIZE(found)) {
+            return NULL;  /* the list changed under the attribute lookups: the Python path */
+        }
+        PyObject *item = PyList_GET_ITEM(found, i);
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2) {
+            return NULL;
+        }
+        PyObject *key = PyTuple_GET_ITEM(item, 0);
+        if (!PyUnicode_CheckExact(key) || PyUnicode_GET_LENGTH(key) == 0
+            || !PyUnicode_IS_ASCII(key)) {
+            return NULL;
+        }
+        Py_INCREF(item);  /* its shape's fields are read through Python attribute lookups */
+        int ours = read_shape(PyTuple_GET_ITEM(item, 1), &calls[i].shape);
+        if (ours > 0) {
+            calls[i].state_key = PyUnicode_Concat(key, calls[i].shape.suffix);
+            ours = calls[i].state_key != NULL ? 1 : -1;
+        }
+        Py_DECREF(item);
+        if (ours <= 0) {
+            return NULL;
+        }
+        if (calls[i].shape.kind != calls[0].shape.kind) {
+            return NULL;  /* one algorithm a batch, as _plan.batch makes it */
+        }
+    }
+    long long now;
+    if (now_us(self, &now) < 0) {
+        return NULL;
+    }
+    if (now < 0 || now > NOW_MAX) {
+        return NULL;
+    }
+    /* The store's lock is taken, not only looked at (as decide does): an eviction runs the
+     * store's Python method between two writes, and no other thread may decide meanwhile. */
+    if (call_method(self->acquire) < 0) {
+        return NULL;
+    }
+    const int collecting = PyGC_Disable();
+    int admitted = 0;
+    int done = batch_steps(self, calls, count, now, &admitted);
+    if (collecting) {
+        PyGC_Enable();
+    }
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    if (call_method(self->release) < 0) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(traceback);
+        return NULL;
+    }
+    PyErr_Restore(type, value, traceback);
+    if (done <= 0) {
+        return NULL;  /* an error, or not ours */
+    }
+    return batch_decisions(self, calls, count, now, admitted);
+}
+
+/* decide_all(found): the store's one-rate hit_all; see the top of this file. */
+static PyObject *
+MemoryKernel_decide_all(MemoryKernel *self, PyObject *found)
+{
+    if (self->batch_fallback == NULL || self->clock == NULL || self->max_keys == NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "the memory store is not set up: MemoryKernel.__init__ and its clock "
+                        "and max_keys come first");
+        return NULL;
+    }
+    Py_ssize_t count = PyList_CheckExact(found) ? PyList_GET_SIZE(found) : 0;
+    PyObject *result = NULL;
+    if (count > 0) {
+        Call on_stack[BATCH_STACK];
+        Call *calls = count <= BATCH_STACK ? on_stack : PyMem_New(Call, count);
+        if (calls == NULL) {
+            return PyErr_NoMemory();
+        }
+        memset(calls, 0, (size_t)count * sizeof(Call));
+        /* A list, held: the Python code a call may run (attribute lookups) cannot free it. */
+        Py_INCREF(found);
+        result = decide_batch(self, found, calls, count);
+        Py_DECREF(found);
+        for (Py_ssize_t i = 0; i < count; i++) {
+            shape_clear(&calls[i].shape);
+            Py_XDECREF(calls[i].state_key);
+        }
+        if (calls != on_stack) {
+            PyMem_Free(calls);
+        }
+        if (result != NULL || PyErr_Occurred()) {
+            return result;
+        }
+    }
+    PyObject *args[2] = {(PyObject *)self, found};
+    return PyObject_Vectorcall(self->batch_fallback, args, 2, NULL);
+}
+
 /* fallback(store, *args, **kwargs): the Python path, for a call the kernel does not take. */
 static PyObject *
 call_fallback(MemoryKernel *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -874,6 +1094,7 @@ MemoryKernel_traverse(MemoryKernel *self, visitproc visit, void *arg)
     Py_VISIT(self->locked);
     Py_VISIT(self->shapes_get);
     Py_VISIT(self->fallback);
+    Py_VISIT(self->batch_fallback);
     Py_VISIT(self->evict);
     Py_VISIT(self->system_clock);
     Py_VISIT(self->rate_type);
@@ -899,6 +1120,7 @@ MemoryKernel_clear(MemoryKernel *self)
     Py_CLEAR(self->locked);
     Py_CLEAR(self->shapes_get);
     Py_CLEAR(self->fallback);
+    Py_CLEAR(self->batch_fallback);
     Py_CLEAR(self->evict);
     Py_CLEAR(self->system_clock);
     Py_CLEAR(self->rate_type);
@@ -932,19 +1154,20 @@ handed_attr(PyObject *obj, const char *name, const char *argument)
 static int
 MemoryKernel_init(MemoryKernel *self, PyObject *args, PyObject *kwds)
 {
-    PyObject *states, *lock, *shapes, *fallback, *evict, *decision_type, *rate_type,
-        *system_clock;
-    static char *kwlist[] = {"states", "lock", "shapes", "fallback", "evict", "decision_type",
-                             "rate_type", "system_clock_type", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$OOOOOOOO:MemoryKernel", kwlist, &states,
-                                     &lock, &shapes, &fallback, &evict, &decision_type,
-                                     &rate_type, &system_clock)) {
+    PyObject *states, *lock, *shapes, *fallback, *batch_fallback, *evict, *decision_type,
+        *rate_type, *system_clock;
+    static char *kwlist[] = {"states", "lock", "shapes", "fallback", "batch_fallback", "evict",
+                             "decision_type", "rate_type", "system_clock_type", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$OOOOOOOOO:MemoryKernel", kwlist, &states,
+                                     &lock, &shapes, &fallback, &batch_fallback, &evict,
+                                     &decision_type, &rate_type, &system_clock)) {
         return -1;
     }
-    if (PyTuple_GET_SIZE(args) != 0 || kwds == NULL || PyDict_GET_SIZE(kwds) != 8) {
+    if (PyTuple_GET_SIZE(args) != 0 || kwds == NULL || PyDict_GET_SIZE(kwds) != 9) {
         PyErr_SetString(PyExc_TypeError,
                         "MemoryKernel takes exactly these keyword arguments: states, lock, "
-                        "shapes, fallback, evict, decision_type, rate_type, system_clock_type");
+                        "shapes, fallback, batch_fallback, evict, decision_type, rate_type, "
+                        "system_clock_type");
         return -1;
     }
     if (!PyODict_CheckExact(states)) {
@@ -952,9 +1175,11 @@ MemoryKernel_init(MemoryKernel *self, PyObject *args, PyObject *kwds)
                      Py_TYPE(states)->tp_name);
         return -1;
     }
-    if (!PyCallable_Check(fallback) || !PyCallable_Check(evict)) {
+    if (!PyCallable_Check(fallback) || !PyCallable_Check(batch_fallback)
+        || !PyCallable_Check(evict)) {
         PyErr_SetString(PyExc_TypeError,
-                        "MemoryKernel(fallback=..., evict=...) must both be callable");
+                        "MemoryKernel(fallback=..., batch_fallback=..., evict=...) must all be "
+                        "callable");
         return -1;
     }
     if (!PyType_Check(decision_type) || !PyType_Check(rate_type) || !PyType_Check(system_clock)) {
@@ -996,6 +1221,7 @@ MemoryKernel_init(MemoryKernel *self, PyObject *args, PyObject *kwds)
     Py_XSETREF(self->locked, locked);
     Py_XSETREF(self->shapes_get, shapes_get);
     Py_XSETREF(self->fallback, Py_NewRef(fallback));
+    Py_XSETREF(self->batch_fallback, Py_NewRef(batch_fallback));
     Py_XSETREF(self->evict, Py_NewRef(evict));
     Py_XSETREF(self->system_clock, Py_NewRef(system_clock));
     Py_XSETREF(self->rate_type, Py_NewRef(rate_type));
@@ -1026,6 +1252,11 @@ static PyMethodDef MemoryKernel_methods[] = {
      PyDoc_STR("decide(algorithm, key, rates, cost=1): the store's hit. One gcra or "
                "fixed_window rate, an ASCII str key and a whole cost are decided here; every "
                "other call by the fallback it was handed.")},
+    {"decide_all", (PyCFunction)MemoryKernel_decide_all, METH_O,
+     PyDoc_STR("decide_all(found): the store's hit_all when every call has one rate, found being "
+               "the validated batch (_plan.batch: a list of (key, shape)). gcra and fixed_window "
+               "batches of ASCII keys are decided here; any other by the batch_fallback it was "
+               "handed.")},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1033,9 +1264,9 @@ static PyTypeObject MemoryKernelType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "ratewarden.storage._speedups.MemoryKernel",
     .tp_doc = PyDoc_STR(
-        "MemoryKernel(*, states, lock, shapes, fallback, evict, decision_type, rate_type, "
-        "system_clock_type): the memory store's base in C, its one-rate GCRA and fixed-window "
-        "steps over the state table it is handed."),
+        "MemoryKernel(*, states, lock, shapes, fallback, batch_fallback, evict, decision_type, "
+        "rate_type, system_clock_type): the memory store's base in C, its one-rate GCRA and "
+        "fixed-window steps over the state table it is handed."),
     .tp_basicsize = sizeof(MemoryKernel),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_new = MemoryKernel_new,
@@ -1050,8 +1281,9 @@ static PyTypeObject MemoryKernelType = {
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "ratewarden.storage._speedups",
-    .m_doc = "The memory store's kernel in C: its one-rate GCRA and fixed-window steps over the "
-             "state table it is handed (storage/_memory_table.py).",
+    .m_doc = "The memory store's kernel in C: its one-rate GCRA and fixed-window steps, one call "
+             "or an all-or-nothing batch, over the state table it is handed "
+             "(storage/_memory_table.py).",
     .m_size = -1,
 };
 
@@ -1072,9 +1304,10 @@ PyInit__speedups(void)
     EMPTY_TUPLE = PyTuple_New(0);
     ZERO_FLOAT = PyFloat_FromDouble(0.0);
     ONE = PyLong_FromLong(1);
+    ZERO = PyLong_FromLong(0);
     if (!S_single || !S_suffixes || !S_params || !S_rates || !S_cost || !S_limit || !S_now_us
         || !S_name || !S_gcra || !S_fixed_window || !EMPTY_STR || !EMPTY_TUPLE || !ZERO_FLOAT
-        || !ONE
+        || !ONE || !ZERO
         || PyType_Ready(&MemoryKernelType) < 0) {
         return NULL;
     }

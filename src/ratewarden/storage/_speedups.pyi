@@ -22,6 +22,7 @@ class MemoryKernel:
         lock: threading.Lock,
         shapes: Any,  # the store's shape cache: shapes.get(algorithm, rates, cost) -> a shape
         fallback: Callable[..., Decision],
+        batch_fallback: Callable[[Any, list[tuple[str, Any]]], list[Decision]],
         evict: Callable[[Any], None],
         decision_type: type[Decision],
         rate_type: type[Rate],
@@ -30,3 +31,4 @@ class MemoryKernel:
     def decide(
         self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
     ) -> Decision: ...
+    def decide_all(self, found: list[tuple[str, Any]]) -> list[Decision]: ...

@@ -34,7 +34,9 @@ class MemoryStore(MemoryTable):
 
     With ``SPEEDUPS``, ``hit`` is the C kernel's ``decide``: it decides calls with one
     gcra or fixed_window rate, an ASCII key and a whole cost, and hands every other call
-    to the Python path (``_hit``), which stays the reference.
+    to the Python path (``_hit``), which stays the reference. ``hit_all`` hands a batch of
+    one-rate calls to its ``decide_all`` (gcra and fixed_window in C, any other batch to
+    ``_hit_all_single``) once ``_plan.batch`` has validated it.
 
     Its methods use only the state ``MemoryTable`` holds: ``AsyncMemoryStore`` awaits
     them and its blocking view calls them, each on its own state.
@@ -55,7 +57,7 @@ class MemoryStore(MemoryTable):
         if not found:
             return []
         if all(shape.single for _, shape in found):
-            return self._hit_all_single(found)
+            return self._decide_all(found)  # in C for gcra and fixed_window batches
         state_keys: list[str] = []
         params: list[tuple[int, ...]] = []
         costs: list[int] = []
