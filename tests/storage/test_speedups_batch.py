@@ -40,9 +40,13 @@ class PureStore(MemoryStore):
     hit = MemoryStore._hit
     _decide_all = MemoryTable._hit_all_single
 
+    def decide_calls(self, algorithm: str, calls: object) -> None:
+        return None  # hit_all then validates in Python, as a build without the kernel does
 
-RATES: list[Rate | tuple[Rate, ...]] = [
+
+RATES: list[Rate | tuple[Rate, ...] | list[Rate]] = [
     Rate.parse("3/second"),
+    [Rate.parse("4/second")],  # a list: looked up by value each time
     Rate.parse("10/minute"),
     Rate(7, timedelta(milliseconds=1500)),
     Rate(2, timedelta(microseconds=977)),
@@ -53,7 +57,7 @@ ALGORITHMS = ["fixed_window", "fixed_window", "gcra", "gcra", "token_bucket"]
 
 call = st.tuples(
     st.integers(0, len(KEYS) - 1),
-    st.sampled_from([0, 0, 1, 2, 3, 4]),
+    st.sampled_from([0, 0, 1, 2, 3, 4, 5]),
     st.sampled_from([0, 1, 1, 1, 2, 3, 8]),  # 8 is beyond every limit here: a denied batch
 )
 # (algorithm, the batch's calls, how time moves, by how much, a single hit after it or not)
@@ -66,8 +70,8 @@ step = st.tuples(
 )
 
 
-def period_of(rates: Rate | tuple[Rate, ...]) -> int:
-    return (rates[0] if isinstance(rates, tuple) else rates).period_us
+def period_of(rates: Rate | tuple[Rate, ...] | list[Rate]) -> int:
+    return rates.period_us if isinstance(rates, Rate) else rates[0].period_us
 
 
 def outcome(store: MemoryStore, algorithm: str, calls: list[Any]) -> object:
@@ -129,6 +133,7 @@ def test_the_batch_is_the_kernels_and_other_batches_go_to_the_python_path() -> N
     """hit_all reaches the kernel's decide_all; a batch it does not take (another algorithm,
     a non-ASCII key) answers as the Python path, a layered one is the layered path."""
     kernel = _kernel.speedups.MemoryKernel
+    assert MemoryStore.decide_calls is kernel.decide_calls
     assert MemoryStore._decide_all is kernel.decide_all
     assert AsyncMemoryStore._decide_all is kernel.decide_all
     rate = Rate.parse("5/minute")
@@ -139,11 +144,34 @@ def test_the_batch_is_the_kernels_and_other_batches_go_to_the_python_path() -> N
         ("gcra", ("a", rate, 1)),  # not a list: refused by the validation
         ("gcra", [("a", rate, 1), ("a", rate, 2)]),  # the same key and rate twice: refused
         ("fixed_window", [("a", rate, -1)]),
+        ("fixed_window", [("a", rate, True)]),
+        ("fixed_window", [("a", "5/minute", 1)]),
+        ("fixed_window", [("a", rate, 1), ["b", rate, 1]]),
+        ("fixed_window", [("a", rate, 1), ("b", rate)]),
+        ("fixed_window", [("a", rate, 1), (b"b", rate, 1)]),
+        ("fixed_window", [("a", rate, 1), ("", rate, 1)]),
+        ("fixed_window", [("a", Rate.parse("5/minute", burst=9), 1)]),
+        ("fixed_window", [(f"k{i}", rate, 1) for i in range(70)]),  # more than the kernel takes
+        ("nope", [("a", rate, 1)]),
     ]
     fast, slow = MemoryStore(clock=ManualClock()), PureStore(clock=ManualClock())
     for algorithm, calls in batches:
         assert outcome(fast, algorithm, calls) == outcome(slow, algorithm, calls)
         assert list(fast._states.items()) == list(slow._states.items())
+
+
+def test_many_rates_and_costs_through_the_kernels_shape_cache_answer_alike() -> None:
+    """More distinct rates and costs than the kernel keeps shapes for, in turn, and a list of
+    rates changed between two batches: each call has its own rate's answer."""
+    rates = [Rate(limit, timedelta(seconds=10)) for limit in range(1, 41)]
+    listed = [Rate.parse("5/second")]
+    fast, slow = MemoryStore(clock=ManualClock()), PureStore(clock=ManualClock())
+    for round_ in range(3):
+        for i, rate in enumerate(rates):
+            calls = [(f"k{i}", rate, round_ % 2), (f"j{i}", rates[-1 - i], 1), ("l", listed, 1)]
+            assert fast.hit_all("fixed_window", calls) == slow.hit_all("fixed_window", calls)
+            listed[0] = Rate(i + 1, timedelta(seconds=1))
+    assert list(fast._states.items()) == list(slow._states.items())
 
 
 def test_an_eviction_in_the_middle_of_a_batch_runs_under_the_stores_lock() -> None:

@@ -8,10 +8,13 @@
  * in place, sweep, and evict through the store's Python method), and nothing else: no Limiter,
  * no middleware. Its method decide(algorithm, key, rates, cost=1) is MemoryStore.hit (assigned
  * at class level, so a call reaches C with no Python frame between) and what
- * AsyncMemoryStore.hit calls; decide_all(found) is their hit_all when every call of the batch
- * has one rate (found: the batch _plan.batch validated, a list of (key, shape)), all or nothing
- * as the store's _hit_all_single (denied: nothing written, and a call that would have passed
- * reports the check at cost 0). Every call it does not take (another algorithm, layered rates,
+ * AsyncMemoryStore.hit calls. hit_all asks decide_calls(algorithm, calls) first: a batch of
+ * plainly valid one-rate calls (a (key, rates, cost) tuple each, an ASCII key, a whole cost, no
+ * key and rate twice: what _plan.batch passes unchanged) is validated and decided here, any
+ * other answered None and validated by _plan.batch in Python, which raises its own errors;
+ * decide_all(found) then decides a validated batch of one-rate calls (found: a list of
+ * (key, shape)). Both are all or nothing as the store's _hit_all_single (denied: nothing
+ * written, and a call that would have passed reports the check at cost 0). Every call it does not take (another algorithm, layered rates,
  * keywords, another key or cost, numbers beyond the range where 64-bit integers are exact, a
  * clock before the epoch) goes to the Python path it was handed, which stays the reference; the
  * same when the store's lock is held by the Python path (decide; decide_all takes the lock), and
@@ -86,6 +89,15 @@ typedef struct {
     long long s0, s1, ttl;
 } Step;
 
+/* Shapes decide_calls keeps: found by the identity of the rates and algorithm arguments. */
+#define KEPT_SHAPES 16
+
+typedef struct {
+    PyObject *rates, *algorithm;
+    long long cost_v;
+    Shape shape;
+} Kept;
+
 typedef struct {
     PyObject_HEAD
     /* Handed by __init__. */
@@ -112,6 +124,9 @@ typedef struct {
     PyObject *c_algorithm;
     long long c_cost;
     Shape c_shape;          /* c_shape.suffix is NULL when nothing is cached */
+    /* decide_calls's shapes, replaced in turn. */
+    Kept kept[KEPT_SHAPES];
+    int kept_next;
 } MemoryKernel;
 
 static PyObject *S_single, *S_suffixes, *S_params, *S_rates, *S_cost, *S_limit, *S_now_us,
@@ -180,13 +195,18 @@ shape_copy(Shape *to, const Shape *from)
     Py_INCREF(to->cost);
 }
 
-/* Forget the cached shape. */
+/* Forget the cached shapes. */
 static void
 clear_shape(MemoryKernel *self)
 {
     Py_CLEAR(self->c_rates);
     Py_CLEAR(self->c_algorithm);
     shape_clear(&self->c_shape);
+    for (int i = 0; i < KEPT_SHAPES; i++) {
+        Py_CLEAR(self->kept[i].rates);
+        Py_CLEAR(self->kept[i].algorithm);
+        shape_clear(&self->kept[i].shape);
+    }
 }
 
 /* The kind of an algorithm name the kernel decides, or -1. */
@@ -864,6 +884,8 @@ batch_decisions(MemoryKernel *self, Call *calls, Py_ssize_t count, long long now
     return list;
 }
 
+static PyObject *run_batch(MemoryKernel *self, Call *calls, Py_ssize_t count);
+
 /* decide_all on calls[0:count] (zeroed); the same three kinds of return as fast_hit. */
 static PyObject *
 decide_batch(MemoryKernel *self, PyObject *found, Call *calls, Py_ssize_t count)
@@ -895,6 +917,14 @@ decide_batch(MemoryKernel *self, PyObject *found, Call *calls, Py_ssize_t count)
             return NULL;  /* one algorithm a batch, as _plan.batch makes it */
         }
     }
+    return run_batch(self, calls, count);
+}
+
+/* Decide calls[0:count], each with its shape and state key: the clock, the store's lock, the
+ * steps, the Decisions. The same three kinds of return as fast_hit. */
+static PyObject *
+run_batch(MemoryKernel *self, Call *calls, Py_ssize_t count)
+{
     long long now;
     if (now_us(self, &now) < 0) {
         return NULL;
@@ -964,6 +994,155 @@ MemoryKernel_decide_all(MemoryKernel *self, PyObject *found)
     }
     PyObject *args[2] = {(PyObject *)self, found};
     return PyObject_Vectorcall(self->batch_fallback, args, 2, NULL);
+}
+
+/* ---- hit_all's calls as given: validated here when they are plainly valid ---- */
+
+/* Calls a batch validated here may have (more go to the Python path, whose check of a repeated
+ * key and rate is a dict where this one compares every pair). */
+#define BATCH_MAX 64
+
+/* The shape of (algorithm, rates, cost) from the kernel's own small cache, found by the
+ * identity of rates and algorithm (a Rate or a tuple of them, held here so that neither id is
+ * reused; the store's Shapes finds them by identity too), else from shapes.get and kept. Returns
+ * 1 with *out holding references, 0 when the kernel does not take the call (an error
+ * shapes.get raised among them: the Python path raises it again, in its own order), -1 on
+ * error. */
+static int
+find_shape(MemoryKernel *self, PyObject *algorithm, PyObject *rates, PyObject *cost,
+           long long cost_v, Shape *out)
+{
+    for (int i = 0; i < KEPT_SHAPES; i++) {
+        const Kept *kept = &self->kept[i];
+        if (kept->rates == rates && kept->algorithm == algorithm && kept->cost_v == cost_v
+            && kept->shape.suffix != NULL) {
+            shape_copy(out, &kept->shape);
+            return 1;
+        }
+    }
+    PyObject *args[3] = {algorithm, rates, cost};
+    PyObject *found = PyObject_Vectorcall(self->shapes_get, args, 3, NULL);
+    if (found == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+            return -1;
+        }
+        PyErr_Clear();
+        return 0;
+    }
+    Shape shape;
+    int result = read_shape(found, &shape);
+    Py_DECREF(found);
+    if (result <= 0) {
+        return result;
+    }
+    if (shape.cost_v != cost_v) {
+        shape_clear(&shape);
+        return 0;
+    }
+    shape_copy(out, &shape);
+    if (!Py_IS_TYPE(rates, (PyTypeObject *)self->rate_type) && !PyTuple_CheckExact(rates)) {
+        shape_clear(&shape);  /* a list is looked up by value each time (it may change) */
+        return 1;
+    }
+    /* The new entry goes in before the old one's references go: releasing them may run code. */
+    Kept old = self->kept[self->kept_next];
+    Kept *slot = &self->kept[self->kept_next];
+    slot->rates = Py_NewRef(rates);
+    slot->algorithm = Py_NewRef(algorithm);
+    slot->cost_v = cost_v;
+    slot->shape = shape;
+    self->kept_next = (self->kept_next + 1) % KEPT_SHAPES;
+    Py_XDECREF(old.rates);
+    Py_XDECREF(old.algorithm);
+    shape_clear(&old.shape);
+    return 1;
+}
+
+/* decide_calls on calls[0:count] (zeroed); the same three kinds of return as fast_hit. Takes
+ * only what _plan.batch would pass unchanged: a tuple (key, rates, cost) a call, an ASCII str
+ * key, a whole cost >= 0, a valid one-rate shape, no key and rate twice. */
+static PyObject *
+take_calls(MemoryKernel *self, PyObject *algorithm, PyObject *given, Call *calls,
+           Py_ssize_t count)
+{
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (i >= PySequence_Fast_GET_SIZE(given)) {
+            return NULL;  /* the list changed under shapes.get: the Python path */
+        }
+        PyObject *call = PySequence_Fast_GET_ITEM(given, i);
+        if (!PyTuple_CheckExact(call) || PyTuple_GET_SIZE(call) != 3) {
+            return NULL;
+        }
+        PyObject *key = PyTuple_GET_ITEM(call, 0), *cost = PyTuple_GET_ITEM(call, 2);
+        long long cost_v;
+        if (!PyUnicode_CheckExact(key) || PyUnicode_GET_LENGTH(key) == 0
+            || !PyUnicode_IS_ASCII(key) || !as_i64(cost, &cost_v) || cost_v < 0) {
+            return NULL;
+        }
+        Py_INCREF(call);  /* held across shapes.get, which is Python */
+        int ours = find_shape(self, algorithm, PyTuple_GET_ITEM(call, 1), cost, cost_v,
+                              &calls[i].shape);
+        if (ours > 0) {
+            calls[i].state_key = PyUnicode_Concat(key, calls[i].shape.suffix);
+            ours = calls[i].state_key != NULL ? 1 : -1;
+        }
+        Py_DECREF(call);
+        if (ours <= 0) {
+            return NULL;
+        }
+        for (Py_ssize_t j = 0; j < i; j++) {
+            if (PyUnicode_GET_LENGTH(calls[j].state_key) == PyUnicode_GET_LENGTH(calls[i].state_key)
+                && PyUnicode_Compare(calls[j].state_key, calls[i].state_key) == 0) {
+                return NULL;  /* a key and rate twice: the Python path says so */
+            }
+        }
+    }
+    return run_batch(self, calls, count);
+}
+
+/* decide_calls(algorithm, calls): MemoryStore.hit_all's first try; see the top of this file. */
+static PyObject *
+MemoryKernel_decide_calls(MemoryKernel *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "decide_calls(algorithm, calls) takes 2 arguments, not %zd",
+                     nargs);
+        return NULL;
+    }
+    if (self->shapes_get == NULL || self->clock == NULL || self->max_keys == NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "the memory store is not set up: MemoryKernel.__init__ and its clock "
+                        "and max_keys come first");
+        return NULL;
+    }
+    PyObject *algorithm = args[0], *given = args[1];
+    if (kind_of(algorithm) < 0 || !(PyList_CheckExact(given) || PyTuple_CheckExact(given))) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(given);
+    if (count == 0 || count > BATCH_MAX) {
+        Py_RETURN_NONE;
+    }
+    Call on_stack[BATCH_STACK];
+    Call *calls = count <= BATCH_STACK ? on_stack : PyMem_New(Call, count);
+    if (calls == NULL) {
+        return PyErr_NoMemory();
+    }
+    memset(calls, 0, (size_t)count * sizeof(Call));
+    Py_INCREF(given);
+    PyObject *result = take_calls(self, algorithm, given, calls, count);
+    Py_DECREF(given);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        shape_clear(&calls[i].shape);
+        Py_XDECREF(calls[i].state_key);
+    }
+    if (calls != on_stack) {
+        PyMem_Free(calls);
+    }
+    if (result == NULL && !PyErr_Occurred()) {
+        Py_RETURN_NONE;
+    }
+    return result;
 }
 
 /* fallback(store, *args, **kwargs): the Python path, for a call the kernel does not take. */
@@ -1107,6 +1286,14 @@ MemoryKernel_traverse(MemoryKernel *self, visitproc visit, void *arg)
     Py_VISIT(self->c_shape.rate);
     Py_VISIT(self->c_shape.limit);
     Py_VISIT(self->c_shape.cost);
+    for (int i = 0; i < KEPT_SHAPES; i++) {
+        Py_VISIT(self->kept[i].rates);
+        Py_VISIT(self->kept[i].algorithm);
+        Py_VISIT(self->kept[i].shape.suffix);
+        Py_VISIT(self->kept[i].shape.rate);
+        Py_VISIT(self->kept[i].shape.limit);
+        Py_VISIT(self->kept[i].shape.cost);
+    }
     return 0;
 }
 
@@ -1252,6 +1439,11 @@ static PyMethodDef MemoryKernel_methods[] = {
      PyDoc_STR("decide(algorithm, key, rates, cost=1): the store's hit. One gcra or "
                "fixed_window rate, an ASCII str key and a whole cost are decided here; every "
                "other call by the fallback it was handed.")},
+    {"decide_calls", (PyCFunction)(void (*)(void))MemoryKernel_decide_calls, METH_FASTCALL,
+     PyDoc_STR("decide_calls(algorithm, calls): the store's hit_all for a gcra or fixed_window "
+               "batch of plainly valid one-rate calls (each a (key, rates, cost) tuple, an ASCII "
+               "key, no key and rate twice), validated and decided here; None for any other, "
+               "which the store then validates and decides in Python.")},
     {"decide_all", (PyCFunction)MemoryKernel_decide_all, METH_O,
      PyDoc_STR("decide_all(found): the store's hit_all when every call has one rate, found being "
                "the validated batch (_plan.batch: a list of (key, shape)). gcra and fixed_window "

@@ -34,9 +34,11 @@ class MemoryStore(MemoryTable):
 
     With ``SPEEDUPS``, ``hit`` is the C kernel's ``decide``: it decides calls with one
     gcra or fixed_window rate, an ASCII key and a whole cost, and hands every other call
-    to the Python path (``_hit``), which stays the reference. ``hit_all`` hands a batch of
-    one-rate calls to its ``decide_all`` (gcra and fixed_window in C, any other batch to
-    ``_hit_all_single``) once ``_plan.batch`` has validated it.
+    to the Python path (``_hit``), which stays the reference. ``hit_all`` asks its
+    ``decide_calls`` first (a plainly valid batch of one-rate gcra or fixed_window calls,
+    validated and decided in C), then validates any other batch with ``_plan.batch`` and
+    hands it, when every call has one rate, to ``decide_all`` (gcra and fixed_window in C,
+    any other to ``_hit_all_single``).
 
     Its methods use only the state ``MemoryTable`` holds: ``AsyncMemoryStore`` awaits
     them and its blocking view calls them, each on its own state.
@@ -53,6 +55,12 @@ class MemoryStore(MemoryTable):
         allowed with cost 0 (the check it became). Two calls may not count the
         same key on the same rate. Never None here (see ``RedisStore.hit_all``).
         """
+        if SPEEDUPS:
+            # The kernel validates and decides a plainly valid one-rate gcra or fixed_window
+            # batch; None for any other, validated and decided below.
+            decided = self.decide_calls(algorithm, calls)
+            if decided is not None:
+                return decided
         found = _plan.batch(self._shapes, algorithm, calls)
         if not found:
             return []
