@@ -1,6 +1,8 @@
-"""The optional C kernel of the memory store's GCRA decision (src/ratewarden/storage/_speedups.c).
+"""The optional C kernel of the memory store's decisions (src/ratewarden/storage/_speedups.c).
 
-Everything else is in pyproject.toml. Without a C compiler (or Python headers) the
+_speedups.c is one translation unit that includes its parts (_speedups_*.h, listed as its
+depends, so that a change to one rebuilds it and an sdist carries them). Everything else is in
+pyproject.toml. Without a C compiler (or Python headers) the
 extension is skipped and ratewarden runs its pure Python path, with the same answers.
 """
 
@@ -11,6 +13,10 @@ setup(
         Extension(
             "ratewarden.storage._speedups",
             ["src/ratewarden/storage/_speedups.c"],
+            depends=[
+                f"src/ratewarden/storage/_speedups_{part}.h"
+                for part in ("base", "table", "decide", "batch", "calls", "maker")
+            ],
             optional=True,
             extra_compile_args=["-O2"],
         )

@@ -17,11 +17,14 @@ rw_setup() {
         "$base" -m venv "$VENV"
     fi
     # Reinstall only when pyproject.toml, setup.py or the C twin of the memory store
-    # (src/ratewarden/storage/_speedups.c, built in place when a C compiler is there) changed
-    # since the last install of these extras.
+    # (src/ratewarden/storage/_speedups.c and its _speedups_*.h parts, built in place when a C
+    # compiler is there) changed since the last install of these extras.
     local stamp="$VENV/.ratewarden-$extras.stamp"
-    if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] \
-        || [ src/ratewarden/storage/_speedups.c -nt "$stamp" ]; then
+    local changed=0 part
+    for part in pyproject.toml setup.py src/ratewarden/storage/_speedups*.[ch]; do
+        [ "$part" -nt "$stamp" ] && changed=1
+    done
+    if [ ! -f "$stamp" ] || [ "$changed" = 1 ]; then
         echo "==> installing ratewarden[$extras] into $VENV"
         "$PY" -m pip install -q --disable-pip-version-check -e ".[$extras]"
         touch "$stamp"

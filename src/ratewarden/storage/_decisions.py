@@ -10,12 +10,13 @@ is combined the same way whichever store made it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ratewarden.algorithms import NEVER, Outcome
 from ratewarden.decision import Decision, make_decision
 from ratewarden.rate import Rate
+from ratewarden.storage import _kernel
 
 if TYPE_CHECKING:
     from ratewarden.storage._plan import Batch
@@ -75,8 +76,10 @@ def _layer(rate: Rate, outcome: Outcome, cost: int) -> Decision:
     )
 
 
-def single(rate: Rate, outcome: tuple[bool, int, int, int, int, int], cost: int) -> Decision:
-    """The decision of a one-rate call: its only layer binds, and lists itself in ``layers``."""
+def _single(rate: Rate, outcome: tuple[bool, int, int, int, int, int], cost: int) -> Decision:
+    """The decision of a one-rate call: its only layer binds, and lists itself in ``layers``.
+
+    The reference of ``single``, which is built in C when the kernel is (see below)."""
     allowed, remaining, reset_us, retry_us, delay_us, refill_us = outcome
     reset = math.inf if reset_us == NEVER else reset_us / 1_000_000
     retry = math.inf if retry_us == NEVER else retry_us / 1_000_000
@@ -90,6 +93,18 @@ def single(rate: Rate, outcome: tuple[bool, int, int, int, int, int], cost: int)
     return make_decision(
         allowed, limit, remaining, reset, retry, delay, rate, cost, (layer,), False, "", refill
     )
+
+
+#: ``single(rate, outcome, cost)``: the decision of a one-rate call. With the C kernel built
+#: (``ratewarden.storage._speedups``), its ``DecisionMaker`` builds the same two Decisions in
+#: their slots (the same fields, the same floats) and hands any outcome that is not six whole
+#: numbers of microseconds within 2**53 to ``_single``; without it, or with
+#: ``RATEWARDEN_PURE=1``, it is ``_single``, the reference.
+single: Callable[[Rate, tuple[bool, int, int, int, int, int], int], Decision] = (
+    _single
+    if _kernel.speedups is None
+    else _kernel.speedups.DecisionMaker(decision_type=Decision, fallback=_single).single
+)
 
 
 def to_decision(rates: Sequence[Rate], outcomes: Sequence[Outcome], cost: int) -> Decision:

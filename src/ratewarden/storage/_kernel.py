@@ -1,11 +1,12 @@
 """The memory store's optional C kernel, ``ratewarden.storage._speedups``, or None.
 
 Built from ``storage/_speedups.c`` at install when a C compiler is there. It holds
-one type, ``MemoryKernel``: the memory store's base class, deciding one-rate GCRA
-calls over the state table it is handed, with the Python path in
-``storage/memory.py`` as the reference and the fallback; ``RATEWARDEN_PURE=1`` in
-the environment keeps it unused. Private to the storage package: only the memory
-store loads it.
+two types: ``MemoryKernel``, the memory store's base class, deciding one-rate gcra
+and fixed_window calls (and ``hit_all`` batches of them) over the state table it is
+handed, with the Python path in ``storage/memory.py`` as the reference and the
+fallback; and ``DecisionMaker``, which ``storage/_decisions.py`` builds its
+one-rate Decisions with. ``RATEWARDEN_PURE=1`` in the environment keeps it unused.
+Private to the storage package.
 """
 
 from __future__ import annotations

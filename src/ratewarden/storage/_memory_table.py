@@ -4,7 +4,8 @@
 (``storage/memory.py``, which hold the operations). With ``SPEEDUPS`` its own
 base is the C kernel (``ratewarden.storage._speedups.MemoryKernel``): handed the
 state table, the lock and the shape cache at construction, it decides one-rate
-GCRA calls itself and hands every other call to the Python path here.
+gcra and fixed_window calls itself, and ``hit_all`` batches of them, and hands every
+other call to the Python path here.
 
 Keys and memory
 ---------------
@@ -48,12 +49,14 @@ _KEEP_EXPIRED_US = 1_000_000
 
 _speedups = _kernel.speedups
 
-#: Whether ``MemoryStore`` decides one-rate GCRA calls in C (``ratewarden.storage._speedups``,
-#: built when a C compiler was there at install; ``RATEWARDEN_PURE=1`` turns it off).
+#: Whether ``MemoryStore`` decides one-rate gcra and fixed_window calls in C
+#: (``ratewarden.storage._speedups``, built when a C compiler was there at install;
+#: ``RATEWARDEN_PURE=1`` turns it off).
 SPEEDUPS = _speedups is not None
 
 # The table's base: the C kernel when it is built (it owns the store's ``clock`` and
-# ``max_keys`` and decides one-rate GCRA calls over the state it is handed in ``__init__``),
+# ``max_keys`` and decides one-rate gcra and fixed_window calls over the state it is handed
+# in ``__init__``),
 # else nothing, and both are plain attributes.
 if TYPE_CHECKING:
     from ratewarden.storage._speedups import MemoryKernel as _Base
@@ -110,6 +113,7 @@ class MemoryTable(_Base):
                 lock=self._lock,
                 shapes=self._shapes,
                 fallback=type(self)._hit,
+                batch_fallback=type(self)._hit_all_single,
                 evict=type(self)._evict,
                 decision_type=Decision,
                 rate_type=Rate,
@@ -227,8 +231,14 @@ class MemoryTable(_Base):
         return decisions
 
     #: The store's hit, with no Python frame in front of C: the kernel's ``decide`` when it is
-    #: built (one-rate GCRA calls in C, every other call handed to ``_hit``), else ``_hit``.
+    #: built (one-rate gcra and fixed_window calls in C, every other call handed to ``_hit``),
+    #: else ``_hit``.
     _decide = _hit if _speedups is None else _Base.decide
+
+    #: ``hit_all`` when every call has one rate, on the batch ``_plan.batch`` validated: the
+    #: kernel's ``decide_all`` when it is built (gcra and fixed_window batches in C, any other
+    #: handed to ``_hit_all_single``), else ``_hit_all_single``.
+    _decide_all = _hit_all_single if _speedups is None else _Base.decide_all
 
     def _transact(
         self, keys: Sequence[str], step: Callable[[list[Any], int], tuple[R, Sequence[Write]]]

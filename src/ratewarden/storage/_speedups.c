@@ -2,29 +2,45 @@
  * ratewarden.storage._speedups: the memory store's kernel in C (storage/_kernel.py loads it).
  *
  * MemoryKernel is the base type of the memory store (storage/_memory_table.py, MemoryTable). It
- * holds the GCRA step for one rate, a whole cost and an ASCII str key, and the state-table
- * operations that step needs (read, write in place, sweep, and evict through the store's Python
- * method), and nothing else: no Limiter, no middleware. Its method decide(algorithm, key, rates,
- * cost=1) is MemoryStore.hit (assigned at class level, so a call reaches C with no Python frame
- * between) and what AsyncMemoryStore.hit calls. Every call it does not take (another algorithm,
- * layered rates, keywords, another key or cost, numbers beyond the range where 64-bit integers are
- * exact) goes to the Python path it was handed, which stays the reference; the same when the
- * store's lock is held by the Python path. tests/storage/test_speedups.py feeds both the same
- * random sequences and demands identical Decisions and identical stored state.
+ * holds the one-rate steps of two algorithms, gcra (algorithms/gcra.py) and fixed_window
+ * (algorithms/fixed_window.py: state (window index, count), expiring at the window's end), for a
+ * whole cost and an ASCII str key, and the state-table operations those steps need (read, write
+ * in place, sweep, and evict through the store's Python method), and nothing else: no Limiter,
+ * no middleware. Its method decide(algorithm, key, rates, cost=1) is MemoryStore.hit (assigned
+ * at class level, so a call reaches C with no Python frame between) and what
+ * AsyncMemoryStore.hit calls. hit_all asks decide_calls(algorithm, calls) first: a batch of
+ * plainly valid one-rate calls (a (key, rates, cost) tuple each, an ASCII key, a whole cost, no
+ * key and rate twice: what _plan.batch passes unchanged) is validated and decided here, any
+ * other answered None and validated by _plan.batch in Python, which raises its own errors;
+ * decide_all(found) then decides a validated batch of one-rate calls (found: a list of
+ * (key, shape)). Both are all or nothing as the store's _hit_all_single (denied: nothing
+ * written, and a call that would have passed reports the check at cost 0). Every call it does not take (another algorithm, layered rates,
+ * keywords, another key or cost, numbers beyond the range where 64-bit integers are exact, a
+ * clock before the epoch) goes to the Python path it was handed, which stays the reference; the
+ * same when the store's lock is held by the Python path (decide; decide_all takes the lock), and
+ * a batch of which one call is not its own goes whole to the Python path it was handed. tests/storage/test_speedups.py,
+ * test_speedups_fixed_window.py and test_speedups_batch.py feed both the same random sequences
+ * and demand identical Decisions and identical stored state.
  *
  * Its interface, and all it knows of the store:
- *   - __init__(*, states, lock, shapes, fallback, evict, decision_type, rate_type,
- *     system_clock_type) hands it every object it works on, once: the store's OrderedDict of
- *     state key -> (state, expires_at_us), its threading.Lock (acquire, release, locked), its
- *     shape cache (shapes.get(algorithm, rates, cost) and the returned shape's public fields),
- *     the Python path fallback(store, algorithm, key, rates, cost=1) and evict(store) (drop the
- *     oldest entries past max_keys, counting them), and the classes it builds or recognises.
- *     It reads no attribute of the store by name, private or public.
+ *   - __init__(*, states, lock, shapes, fallback, batch_fallback, evict, decision_type,
+ *     rate_type, system_clock_type) hands it every object it works on, once: the store's
+ *     OrderedDict of state key -> (state, expires_at_us), its threading.Lock (acquire, release,
+ *     locked), its shape cache (shapes.get(algorithm, rates, cost) and the returned shape's
+ *     public fields), the Python paths fallback(store, algorithm, key, rates, cost=1) and
+ *     batch_fallback(store, found), evict(store) (drop the oldest entries past max_keys,
+ *     counting them), and the classes it builds or recognises. It reads no attribute of the
+ *     store by name, private or public.
  *   - clock and max_keys are its own attributes (get/set descriptors here): the store's public
  *     store.clock and store.max_keys are these, so a new value is used from the next call.
  *   - Decision's public fields are set through the offsets of the dataclass's slot member
  *     descriptors (read once, at __init__, from decision_type's __dict__); the result is an
  *     ordinary Decision, as decision.make_decision builds it in Python.
+ *
+ * DecisionMaker(*, decision_type, fallback).single(rate, outcome, cost) is storage._decisions.single
+ * (a one-rate call's Decision from its Outcome, what the Redis store's reply decoding builds), in
+ * C: an outcome that is not six whole numbers of microseconds within 2**53 goes to the Python
+ * function it was handed, the reference (tests/storage/test_speedups_decisions.py).
  *
  * Built when a C compiler is there (setup.py marks the extension optional);
  * RATEWARDEN_PURE=1 in the environment keeps it unused.
@@ -36,625 +52,20 @@
 #include <string.h>
 #include <time.h>
 
-#define NEVER (-1)
-/* How long an expired state stays before the sweep drops it: the store's _KEEP_EXPIRED_US. */
-#define KEEP_EXPIRED_US 1000000LL
-#define N_FIELDS 12
-/* Arguments a fallback call passes on the stack (the store, then up to this many - 1). */
-#define STACK_ARGS 8
-
-/* Decision's slots, in the order the fields are set below. */
-static const char *FIELD_NAMES[N_FIELDS] = {
-    "allowed", "limit", "remaining", "reset_after", "retry_after", "delay",
-    "rate", "cost", "layers", "shadowed", "degraded", "refill_after",
-};
-
-enum { F_ALLOWED, F_LIMIT, F_REMAINING, F_RESET, F_RETRY, F_DELAY, F_RATE, F_COST,
-       F_LAYERS, F_SHADOWED, F_DEGRADED, F_REFILL };
-
-typedef struct {
-    PyObject_HEAD
-    /* Handed by __init__. */
-    PyObject *states;       /* the store's OrderedDict */
-    PyObject *popitem;      /* states.popitem */
-    PyObject *acquire;      /* lock.acquire */
-    PyObject *release;      /* lock.release */
-    PyObject *locked;       /* lock.locked */
-    PyObject *shapes_get;   /* shapes.get */
-    PyObject *fallback;     /* the Python path: fallback(store, algorithm, key, rates, cost=1) */
-    PyObject *evict;        /* evict(store) */
-    PyObject *system_clock; /* ratewarden.clock.SystemClock: its time is read here */
-    PyObject *rate_type;    /* ratewarden.rate.Rate */
-    PyTypeObject *decision_type;
-    Py_ssize_t offsets[N_FIELDS];
-    /* Its own attributes, the store's clock and max_keys. */
-    PyObject *clock;
-    int clock_is_system;
-    PyObject *max_keys;     /* as set (any object: the Python path compares it) */
-    Py_ssize_t max_keys_c;  /* the same as a C number; -1 when it is not an int (ask evict) */
-    /* The last shape, found by the identity of the rates argument. */
-    PyObject *c_rates;
-    PyObject *c_algorithm;
-    long long c_cost;
-    PyObject *c_cost_obj;   /* shape.cost */
-    PyObject *c_suffix;     /* shape.suffixes[0] */
-    PyObject *c_rate;       /* shape.rates[0] */
-    PyObject *c_limit;      /* rate.limit */
-    long long c_n, c_d, c_capacity;
-} MemoryKernel;
-
-/* One call's shape, copied out of the cache with references of its own: another
- * thread may replace the cache whenever this one runs Python code (a Python clock,
- * a collection, an eviction), so a call never reads the cache after its start. */
-typedef struct {
-    PyObject *suffix, *rate, *limit, *cost;
-    long long n, d, capacity;
-} Shape;
-
-static PyObject *S_single, *S_suffixes, *S_params, *S_rates, *S_cost, *S_limit, *S_now_us,
-    *S_gcra, *EMPTY_STR, *EMPTY_TUPLE, *ZERO_FLOAT, *ONE;
-
-static int
-as_i64(PyObject *value, long long *out)
-{
-    /* 1 and the value for an exact int that fits in 64 bits; 0 otherwise (no error set). */
-    if (!PyLong_CheckExact(value)) {
-        return 0;
-    }
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
-    if (overflow || (v == -1 && PyErr_Occurred())) {
-        PyErr_Clear();
-        return 0;
-    }
-    *out = v;
-    return 1;
-}
-
-/* (first, second), stealing both; NULL (and both released) if either is NULL. */
-static PyObject *
-pair(PyObject *first, PyObject *second)
-{
-    PyObject *made = first != NULL && second != NULL ? PyTuple_New(2) : NULL;
-    if (made == NULL) {
-        Py_XDECREF(first);
-        Py_XDECREF(second);
-        return NULL;
-    }
-    PyTuple_SET_ITEM(made, 0, first);
-    PyTuple_SET_ITEM(made, 1, second);
-    return made;
-}
-
-static long long
-ceil_div(long long a, long long b)
-{
-    /* ceil(a / b) for a >= 0, b > 0. */
-    return a / b + (a % b != 0);
-}
-
-/* Forget the cached shape. */
-static void
-clear_shape(MemoryKernel *self)
-{
-    Py_CLEAR(self->c_rates);
-    Py_CLEAR(self->c_algorithm);
-    Py_CLEAR(self->c_cost_obj);
-    Py_CLEAR(self->c_suffix);
-    Py_CLEAR(self->c_rate);
-    Py_CLEAR(self->c_limit);
-}
-
-/* Look the shape up in the store's shape cache (Python) and keep what the fast path needs.
- * Returns 1 when the fast path applies, 0 when it does not, -1 on error (the same error
- * the Python path raises: shapes.get validates the rates and the cost). */
-static int
-load_shape(MemoryKernel *self, PyObject *algorithm, PyObject *rates, PyObject *cost,
-           long long cost_v)
-{
-    PyObject *args[3] = {algorithm, rates, cost};
-    PyObject *shape = PyObject_Vectorcall(self->shapes_get, args, 3, NULL);
-    if (shape == NULL) {
-        return -1;
-    }
-    int result = 0;
-    PyObject *single = NULL, *suffixes = NULL, *params = NULL, *shape_rates = NULL,
-             *shape_cost = NULL, *limit = NULL;
-    long long n, d, capacity, shape_cost_v;
-    single = PyObject_GetAttr(shape, S_single);
-    if (single == NULL) goto error;
-    if (single != Py_True) goto done;
-    suffixes = PyObject_GetAttr(shape, S_suffixes);
-    params = PyObject_GetAttr(shape, S_params);
-    shape_rates = PyObject_GetAttr(shape, S_rates);
-    shape_cost = PyObject_GetAttr(shape, S_cost);
-    if (suffixes == NULL || params == NULL || shape_rates == NULL || shape_cost == NULL) {
-        goto error;
-    }
-    if (!PyTuple_CheckExact(suffixes) || PyTuple_GET_SIZE(suffixes) != 1
-        || !PyUnicode_CheckExact(PyTuple_GET_ITEM(suffixes, 0))
-        || !PyTuple_CheckExact(params) || PyTuple_GET_SIZE(params) != 1
-        || !PyTuple_CheckExact(shape_rates) || PyTuple_GET_SIZE(shape_rates) != 1) {
-        goto done;
-    }
-    PyObject *p = PyTuple_GET_ITEM(params, 0);
-    if (!PyTuple_CheckExact(p) || PyTuple_GET_SIZE(p) != 3
-        || !as_i64(PyTuple_GET_ITEM(p, 0), &n) || !as_i64(PyTuple_GET_ITEM(p, 1), &d)
-        || !as_i64(PyTuple_GET_ITEM(p, 2), &capacity)
-        || !as_i64(shape_cost, &shape_cost_v) || shape_cost_v != cost_v) {
-        goto done;
-    }
-    /* Keep every product below 2**62: (capacity + cost) * d and the TAT's distance
-     * times n are then exact in 64 bits (the Python twin says below 2**53). */
-    if (n <= 0 || d <= 0 || capacity < 0 || n > (1LL << 40) || d > (1LL << 52)
-        || capacity > (1LL << 40) || cost_v > (1LL << 40)
-        || (capacity + cost_v + 1) > (1LL << 62) / d) {
-        goto done;
-    }
-    PyObject *rate = PyTuple_GET_ITEM(shape_rates, 0);
-    limit = PyObject_GetAttr(rate, S_limit);
-    if (limit == NULL) goto error;
-    clear_shape(self);
-    /* A list of rates is looked up by value each time (it may change): never cached. */
-    if (Py_IS_TYPE(rates, (PyTypeObject *)self->rate_type) || PyTuple_CheckExact(rates)) {
-        self->c_rates = Py_NewRef(rates);
-    }
-    self->c_algorithm = Py_NewRef(algorithm);
-    self->c_cost = cost_v;
-    self->c_cost_obj = Py_NewRef(shape_cost);
-    self->c_suffix = Py_NewRef(PyTuple_GET_ITEM(suffixes, 0));
-    self->c_rate = Py_NewRef(rate);
-    self->c_limit = Py_NewRef(limit);
-    self->c_n = n;
-    self->c_d = d;
-    self->c_capacity = capacity;
-    result = 1;
-    goto done;
-error:
-    result = -1;
-done:
-    Py_XDECREF(single);
-    Py_XDECREF(suffixes);
-    Py_XDECREF(params);
-    Py_XDECREF(shape_rates);
-    Py_XDECREF(shape_cost);
-    Py_XDECREF(limit);
-    Py_DECREF(shape);
-    return result;
-}
-
-static int
-now_us(MemoryKernel *self, long long *out)
-{
-    if (self->clock_is_system) {
-        struct timespec ts;
-        if (clock_gettime(CLOCK_REALTIME, &ts) != 0) {
-            PyErr_SetFromErrno(PyExc_OSError);
-            return -1;
-        }
-        /* time.time_ns() // 1000, as SystemClock.now_us. */
-        *out = (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
-        return 0;
-    }
-    /* A reference of its own: a new store.clock may drop the old one meanwhile. */
-    PyObject *clock = Py_NewRef(self->clock);
-    PyObject *value = PyObject_CallMethodNoArgs(clock, S_now_us);
-    Py_DECREF(clock);
-    if (value == NULL) {
-        return -1;
-    }
-    int ok = as_i64(value, out);
-    Py_DECREF(value);
-    if (!ok) {
-        PyErr_SetString(PyExc_TypeError, "clock.now_us() must return an int");
-        return -1;
-    }
-    return 0;
-}
-
-/* A Decision with every slot set; steals nothing, returns a new reference. */
-static PyObject *
-make_decision(MemoryKernel *self, PyObject *values[N_FIELDS])
-{
-    PyTypeObject *type = self->decision_type;
-    PyObject *obj = type->tp_alloc(type, 0);
-    if (obj == NULL) {
-        return NULL;
-    }
-    for (int i = 0; i < N_FIELDS; i++) {
-        PyObject **slot = (PyObject **)((char *)obj + self->offsets[i]);
-        Py_XSETREF(*slot, Py_NewRef(values[i]));
-    }
-    return obj;
-}
-
-static PyObject *
-seconds(long long us)
-{
-    if (us == NEVER) {
-        return PyFloat_FromDouble(Py_HUGE_VAL);
-    }
-    /* Exact below 2**53, then one correctly rounded division: the same float as us / 1_000_000. */
-    return PyFloat_FromDouble((double)us / 1e6);
-}
-
-static PyObject *
-decision(MemoryKernel *self, const Shape *shape, int allowed, long long remaining,
-         long long reset_us, long long retry_us, long long refill_us)
-{
-    PyObject *rem = PyLong_FromLongLong(remaining);
-    PyObject *reset = seconds(reset_us);
-    PyObject *retry = seconds(retry_us);
-    PyObject *refill = seconds(refill_us);
-    PyObject *layer = NULL, *layers = NULL, *top = NULL;
-    if (rem == NULL || reset == NULL || retry == NULL || refill == NULL) goto done;
-    PyObject *values[N_FIELDS] = {
-        allowed ? Py_True : Py_False, shape->limit, rem, reset, retry, ZERO_FLOAT,
-        shape->rate, shape->cost, EMPTY_TUPLE, Py_False, EMPTY_STR, refill,
-    };
-    layer = make_decision(self, values);
-    if (layer == NULL) goto done;
-    layers = PyTuple_Pack(1, layer);
-    if (layers == NULL) goto done;
-    values[F_LAYERS] = layers;
-    top = make_decision(self, values);
-done:
-    Py_XDECREF(rem);
-    Py_XDECREF(reset);
-    Py_XDECREF(retry);
-    Py_XDECREF(refill);
-    Py_XDECREF(layer);
-    Py_XDECREF(layers);
-    return top;
-}
-
-/* The store's _write after states[key] = value: a key that was there keeps its place
- * and nothing else happens; a new key (an OrderedDict appends it) makes the store sweep
- * its oldest end and, past max_keys, evict. */
-static int
-after_write(MemoryKernel *self, int was_there, long long now)
-{
-    if (was_there) {
-        return 0;
-    }
-    /* The store's _sweep: take the two oldest keys out, one after the other; one expired
-     * for KEEP_EXPIRED_US or longer stays out, any other goes back in at the end. */
-    for (int i = 0; i < 2; i++) {
-        PyObject *item = PyObject_CallOneArg(self->popitem, Py_False);
-        if (item == NULL) return -1;
-        PyObject *entry = PyTuple_GET_ITEM(item, 1);
-        long long expires;
-        if (!(PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 2
-              && as_i64(PyTuple_GET_ITEM(entry, 1), &expires))) {
-            expires = now + 1;  /* not ours to judge: keep it, as live */
-        }
-        if (expires + KEEP_EXPIRED_US <= now) {
-            Py_DECREF(item);
-            continue;
-        }
-        int failed = PyObject_SetItem(self->states, PyTuple_GET_ITEM(item, 0), entry) < 0;
-        Py_DECREF(item);
-        if (failed) return -1;
-    }
-    /* Past max_keys (or a max_keys that is no C number: the Python method compares it and
-     * raises what the Python path raises), the store's own method evicts and counts. */
-    if (self->max_keys_c < 0 || PyDict_GET_SIZE(self->states) > self->max_keys_c) {
-        PyObject *r = PyObject_CallOneArg(self->evict, (PyObject *)self);
-        if (r == NULL) return -1;
-        Py_DECREF(r);
-    }
-    return 0;
-}
-
-/* Store (tat, frac) expiring at expires for state_key, as the store's _write does.
- *
- * ``entry`` is the live entry read for this key (a new reference) or NULL. When
- * nothing but the store holds that entry and its state tuple (the usual case: the
- * Python path never keeps them), their numbers are replaced in place, which spares
- * two tuples and a dict store; otherwise new tuples go in, as in Python. */
-static int
-write_state(MemoryKernel *self, PyObject *state_key, PyObject *entry, long long tat,
-            long long frac, long long expires, long long now)
-{
-    PyObject *t_new = PyLong_FromLongLong(tat);
-    PyObject *f_new = PyLong_FromLongLong(frac);
-    PyObject *e_new = PyLong_FromLongLong(expires);
-    if (t_new == NULL || f_new == NULL || e_new == NULL) {
-        Py_XDECREF(t_new);
-        Py_XDECREF(f_new);
-        Py_XDECREF(e_new);
-        return -1;
-    }
-    PyObject *state = entry != NULL ? PyTuple_GET_ITEM(entry, 0) : NULL;
-    /* 2: the dict's reference and the caller's. */
-    if (entry != NULL && Py_REFCNT(entry) == 2 && PyTuple_CheckExact(state)
-        && PyTuple_GET_SIZE(state) == 2 && Py_REFCNT(state) == 1) {
-        PyObject *old_t = PyTuple_GET_ITEM(state, 0), *old_f = PyTuple_GET_ITEM(state, 1);
-        PyObject *old_e = PyTuple_GET_ITEM(entry, 1);
-        PyTuple_SET_ITEM(state, 0, t_new);
-        PyTuple_SET_ITEM(state, 1, f_new);
-        PyTuple_SET_ITEM(entry, 1, e_new);
-        Py_DECREF(old_t);
-        Py_DECREF(old_f);
-        Py_DECREF(old_e);
-    }
-    else {
-        PyObject *made = pair(pair(t_new, f_new), e_new);
-        if (made == NULL) {
-            return -1;
-        }
-        int stored = PyObject_SetItem(self->states, state_key, made);
-        Py_DECREF(made);
-        if (stored < 0) {
-            return -1;
-        }
-    }
-    return after_write(self, entry != NULL, now);
-}
-
-/* The lock.
- *
- * The store's state is guarded by its lock, which the Python path holds from reading a
- * state to writing the next one. With the GIL, this code needs no lock of its own between
- * reading the state and writing the new one: it runs no Python code there, and the garbage
- * collector is off meanwhile (a collection could run a finalizer, which could let another
- * thread in), so no other thread can run in between. It only has to keep out of a
- * Python-path section in progress: when the lock is held, the call goes to the Python path,
- * which waits for it. A build without the GIL takes the lock. lock() returns 0 to go on,
- * -1 with an error set, or -1 without one to hand the call to the Python path. */
-static int
-lock(MemoryKernel *self)
-{
-#ifdef Py_GIL_DISABLED
-    PyObject *r = PyObject_CallNoArgs(self->acquire);
-#else
-    PyObject *r = PyObject_CallNoArgs(self->locked);
-#endif
-    if (r == NULL) {
-        return -1;
-    }
-    int held = r == Py_True;
-    Py_DECREF(r);
-#ifdef Py_GIL_DISABLED
-    (void)held;
-    return 0;
-#else
-    return held ? -1 : 0;
-#endif
-}
-
-static int
-unlock(MemoryKernel *self)
-{
-#ifdef Py_GIL_DISABLED
-    PyObject *r = PyObject_CallNoArgs(self->release);
-    if (r == NULL) {
-        return -1;
-    }
-    Py_DECREF(r);
-#else
-    (void)self;
-#endif
-    return 0;
-}
-
-static PyObject *decide(MemoryKernel *self, const Shape *shape, PyObject *key, long long cost_v);
-
-/* The fast path. Returns a new Decision; NULL with an error set; or NULL without an
- * error when the call is not one it takes (the caller then runs the Python path). */
-static PyObject *
-fast_hit(MemoryKernel *self, PyObject *algorithm, PyObject *key, PyObject *rates,
-         PyObject *cost)
-{
-    long long cost_v;
-    if (!PyUnicode_CheckExact(key) || PyUnicode_GET_LENGTH(key) == 0 || !PyUnicode_IS_ASCII(key)
-        || !as_i64(cost, &cost_v) || cost_v < 0) {
-        return NULL;
-    }
-    if (algorithm != S_gcra
-        && !(PyUnicode_CheckExact(algorithm) && PyUnicode_Compare(algorithm, S_gcra) == 0)) {
-        return NULL;
-    }
-    if (rates != self->c_rates || rates == NULL || self->c_cost != cost_v
-        || algorithm != self->c_algorithm) {
-        int found = load_shape(self, algorithm, rates, cost, cost_v);
-        if (found <= 0) {
-            return NULL;  /* error set (-1) or not ours (0) */
-        }
-    }
-    /* No Python code has run since the cache was read or filled: copy it out now. */
-    Shape shape = {
-        Py_NewRef(self->c_suffix), Py_NewRef(self->c_rate), Py_NewRef(self->c_limit),
-        Py_NewRef(self->c_cost_obj), self->c_n, self->c_d, self->c_capacity,
-    };
-    PyObject *result = decide(self, &shape, key, cost_v);
-    Py_DECREF(shape.suffix);
-    Py_DECREF(shape.rate);
-    Py_DECREF(shape.limit);
-    Py_DECREF(shape.cost);
-    return result;
-}
-
-/* fast_hit once the call's shape is known; the same three kinds of return. */
-static PyObject *
-decide(MemoryKernel *self, const Shape *shape, PyObject *key, long long cost_v)
-{
-    long long now;
-    if (now_us(self, &now) < 0) {
-        return NULL;
-    }
-    const long long n = shape->n, d = shape->d, capacity = shape->capacity;
-    PyObject *state_key = PyUnicode_Concat(key, shape->suffix);
-    if (state_key == NULL) {
-        return NULL;
-    }
-    int failed = 0;
-    if (lock(self) < 0) {
-        Py_DECREF(state_key);
-        return NULL;  /* an error, or the lock is held: the Python path */
-    }
-    /* No collection, so no finalizer, runs until the state is written: see "The lock". */
-    const int collecting = PyGC_Disable();
-    PyObject *entry = PyDict_GetItemWithError(self->states, state_key);
-    long long tat = now, frac = 0, expires = 0;
-    int stale = 0;
-    if (entry == NULL && PyErr_Occurred()) {
-        failed = 1;
-        goto unlock;
-    }
-    Py_XINCREF(entry);
-    if (entry != NULL) {
-        PyObject *state;
-        long long t, f;
-        if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2
-            || !as_i64(PyTuple_GET_ITEM(entry, 1), &expires)) {
-            goto decline;
-        }
-        if (expires <= now) {
-            /* Expired: as if never seen. Deleted below unless the key is written, which
-             * then reuses the entry where it stands, as the Python path does. */
-            stale = 1;
-        }
-        else {
-            state = PyTuple_GET_ITEM(entry, 0);
-            if (!PyTuple_CheckExact(state) || PyTuple_GET_SIZE(state) != 2
-                || !as_i64(PyTuple_GET_ITEM(state, 0), &t)
-                || !as_i64(PyTuple_GET_ITEM(state, 1), &f) || f < 0 || f >= n) {
-                goto decline;
-            }
-            if (t >= now) {
-                if (t - now > ((1LL << 62) / n) - 1) {
-                    goto decline;  /* far beyond any TAT this rate can build */
-                }
-                tat = t;
-                frac = f;
-            }
-        }
-    }
-    {
-        const long long ahead = (tat - now) * n + frac;
-        const long long room = capacity * d;
-        long long remaining, reset_us, retry_us, refill_us;
-        int allowed;
-        if (cost_v > capacity) {
-            allowed = 0;
-            remaining = (room > ahead ? room - ahead : 0) / d;
-            reset_us = ceil_div(ahead, n);
-            retry_us = NEVER;
-            /* gcra.check: the next unit fits once the TAT, moved by the remaining units, is
-             * one T from full. Below 2**63: ahead < 2**62 and the rest at most (capacity+1)*d. */
-            refill_us = ceil_div(ahead + (remaining + 1) * d - room, n);
-        }
-        else {
-            const long long after = ahead + cost_v * d;
-            if (after > room) {
-                allowed = 0;
-                remaining = (room > ahead ? room - ahead : 0) / d;
-                reset_us = ceil_div(ahead, n);
-                retry_us = ceil_div(after - room, n);
-                refill_us = ceil_div(ahead + (remaining + 1) * d - room, n);
-            }
-            else {
-                allowed = 1;
-                const long long total = frac + cost_v * d;
-                reset_us = ceil_div(after, n);
-                remaining = (room - after) / d;
-                retry_us = 0;
-                refill_us = ceil_div(d - (room - after) % d, n);
-                /* ttl = reset_us > 0 when cost_v > 0 (cost_v * d > 0): always a write. */
-                if (cost_v > 0) {
-                    if (write_state(self, state_key, entry, tat + total / n, total % n,
-                                    now + reset_us, now) < 0) {
-                        failed = 1;
-                        goto unlock;
-                    }
-                    stale = 0;
-                }
-            }
-        }
-        if (stale && PyObject_DelItem(self->states, state_key) < 0) {
-            failed = 1;
-            goto unlock;
-        }
-        Py_XDECREF(entry);
-        Py_DECREF(state_key);
-        if (collecting) {
-            PyGC_Enable();
-        }
-        if (unlock(self) < 0) {
-            return NULL;
-        }
-        return decision(self, shape, allowed, remaining, reset_us, retry_us, refill_us);
-    }
-decline:
-unlock:
-    Py_XDECREF(entry);
-    Py_DECREF(state_key);
-    if (collecting) {
-        PyGC_Enable();
-    }
-    {
-        /* Release whatever happened above, keeping its error. */
-        PyObject *type, *value, *traceback;
-        PyErr_Fetch(&type, &value, &traceback);
-        if (unlock(self) < 0) {
-            Py_XDECREF(type);
-            Py_XDECREF(value);
-            Py_XDECREF(traceback);
-            return NULL;
-        }
-        PyErr_Restore(type, value, traceback);
-    }
-    if (failed && !PyErr_Occurred()) {
-        PyErr_SetString(PyExc_SystemError, "ratewarden.storage._speedups: failed without an error");
-    }
-    return NULL;
-}
-
-/* fallback(store, *args, **kwargs): the Python path, for a call the kernel does not take. */
-static PyObject *
-call_fallback(MemoryKernel *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
-{
-    Py_ssize_t total = 1 + nargs + (kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0);
-    PyObject *stack[STACK_ARGS];
-    PyObject **given = total <= STACK_ARGS ? stack : PyMem_New(PyObject *, total);
-    if (given == NULL) {
-        return PyErr_NoMemory();
-    }
-    given[0] = (PyObject *)self;
-    memcpy(given + 1, args, (size_t)(total - 1) * sizeof(PyObject *));
-    PyObject *result = PyObject_Vectorcall(self->fallback, given, 1 + nargs, kwnames);
-    if (given != stack) {
-        PyMem_Free(given);
-    }
-    return result;
-}
-
-/* decide(algorithm, key, rates, cost=1): the store's hit; see the top of this file. */
-static PyObject *
-MemoryKernel_decide(MemoryKernel *self, PyObject *const *args, Py_ssize_t nargs,
-                    PyObject *kwnames)
-{
-    if (self->fallback == NULL || self->clock == NULL || self->max_keys == NULL) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "the memory store is not set up: MemoryKernel.__init__ and its clock "
-                        "and max_keys come first");
-        return NULL;
-    }
-    if (kwnames == NULL && (nargs == 3 || nargs == 4)) {
-        PyObject *result = fast_hit(self, args[0], args[1], args[2], nargs == 4 ? args[3] : ONE);
-        if (result != NULL || PyErr_Occurred()) {
-            return result;
-        }
-    }
-    return call_fallback(self, args, nargs, kwnames);
-}
+/* One translation unit, in parts of its own (every function static): */
+#include "_speedups_base.h"
+#include "_speedups_table.h"
+#include "_speedups_decide.h"
+#include "_speedups_batch.h"
+#include "_speedups_calls.h"
+#include "_speedups_maker.h"
 
 /* ---- the attributes it owns: the store's clock and max_keys ---- */
 
 static PyObject *
 MemoryKernel_get_clock(MemoryKernel *self, void *unused)
 {
+    (void)unused;
     if (self->clock == NULL) {
         PyErr_SetString(PyExc_AttributeError, "the store has no clock yet");
         return NULL;
@@ -665,6 +76,7 @@ MemoryKernel_get_clock(MemoryKernel *self, void *unused)
 static int
 MemoryKernel_set_clock(MemoryKernel *self, PyObject *value, void *unused)
 {
+    (void)unused;
     if (value == NULL) {
         PyErr_SetString(PyExc_TypeError, "the store's clock cannot be deleted; set another");
         return -1;
@@ -678,6 +90,7 @@ MemoryKernel_set_clock(MemoryKernel *self, PyObject *value, void *unused)
 static PyObject *
 MemoryKernel_get_max_keys(MemoryKernel *self, void *unused)
 {
+    (void)unused;
     if (self->max_keys == NULL) {
         PyErr_SetString(PyExc_AttributeError, "the store has no max_keys yet");
         return NULL;
@@ -688,6 +101,7 @@ MemoryKernel_get_max_keys(MemoryKernel *self, void *unused)
 static int
 MemoryKernel_set_max_keys(MemoryKernel *self, PyObject *value, void *unused)
 {
+    (void)unused;
     if (value == NULL) {
         PyErr_SetString(PyExc_TypeError, "the store's max_keys cannot be deleted; set another");
         return -1;
@@ -735,6 +149,7 @@ MemoryKernel_traverse(MemoryKernel *self, visitproc visit, void *arg)
     Py_VISIT(self->locked);
     Py_VISIT(self->shapes_get);
     Py_VISIT(self->fallback);
+    Py_VISIT(self->batch_fallback);
     Py_VISIT(self->evict);
     Py_VISIT(self->system_clock);
     Py_VISIT(self->rate_type);
@@ -743,10 +158,18 @@ MemoryKernel_traverse(MemoryKernel *self, visitproc visit, void *arg)
     Py_VISIT(self->max_keys);
     Py_VISIT(self->c_rates);
     Py_VISIT(self->c_algorithm);
-    Py_VISIT(self->c_cost_obj);
-    Py_VISIT(self->c_suffix);
-    Py_VISIT(self->c_rate);
-    Py_VISIT(self->c_limit);
+    Py_VISIT(self->c_shape.suffix);
+    Py_VISIT(self->c_shape.rate);
+    Py_VISIT(self->c_shape.limit);
+    Py_VISIT(self->c_shape.cost);
+    for (int i = 0; i < KEPT_SHAPES; i++) {
+        Py_VISIT(self->kept[i].rates);
+        Py_VISIT(self->kept[i].algorithm);
+        Py_VISIT(self->kept[i].shape.suffix);
+        Py_VISIT(self->kept[i].shape.rate);
+        Py_VISIT(self->kept[i].shape.limit);
+        Py_VISIT(self->kept[i].shape.cost);
+    }
     return 0;
 }
 
@@ -760,6 +183,7 @@ MemoryKernel_clear(MemoryKernel *self)
     Py_CLEAR(self->locked);
     Py_CLEAR(self->shapes_get);
     Py_CLEAR(self->fallback);
+    Py_CLEAR(self->batch_fallback);
     Py_CLEAR(self->evict);
     Py_CLEAR(self->system_clock);
     Py_CLEAR(self->rate_type);
@@ -793,19 +217,20 @@ handed_attr(PyObject *obj, const char *name, const char *argument)
 static int
 MemoryKernel_init(MemoryKernel *self, PyObject *args, PyObject *kwds)
 {
-    PyObject *states, *lock, *shapes, *fallback, *evict, *decision_type, *rate_type,
-        *system_clock;
-    static char *kwlist[] = {"states", "lock", "shapes", "fallback", "evict", "decision_type",
-                             "rate_type", "system_clock_type", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$OOOOOOOO:MemoryKernel", kwlist, &states,
-                                     &lock, &shapes, &fallback, &evict, &decision_type,
-                                     &rate_type, &system_clock)) {
+    PyObject *states, *lock, *shapes, *fallback, *batch_fallback, *evict, *decision_type,
+        *rate_type, *system_clock;
+    static char *kwlist[] = {"states", "lock", "shapes", "fallback", "batch_fallback", "evict",
+                             "decision_type", "rate_type", "system_clock_type", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$OOOOOOOOO:MemoryKernel", kwlist, &states,
+                                     &lock, &shapes, &fallback, &batch_fallback, &evict,
+                                     &decision_type, &rate_type, &system_clock)) {
         return -1;
     }
-    if (PyTuple_GET_SIZE(args) != 0 || kwds == NULL || PyDict_GET_SIZE(kwds) != 8) {
+    if (PyTuple_GET_SIZE(args) != 0 || kwds == NULL || PyDict_GET_SIZE(kwds) != 9) {
         PyErr_SetString(PyExc_TypeError,
                         "MemoryKernel takes exactly these keyword arguments: states, lock, "
-                        "shapes, fallback, evict, decision_type, rate_type, system_clock_type");
+                        "shapes, fallback, batch_fallback, evict, decision_type, rate_type, "
+                        "system_clock_type");
         return -1;
     }
     if (!PyODict_CheckExact(states)) {
@@ -813,9 +238,11 @@ MemoryKernel_init(MemoryKernel *self, PyObject *args, PyObject *kwds)
                      Py_TYPE(states)->tp_name);
         return -1;
     }
-    if (!PyCallable_Check(fallback) || !PyCallable_Check(evict)) {
+    if (!PyCallable_Check(fallback) || !PyCallable_Check(batch_fallback)
+        || !PyCallable_Check(evict)) {
         PyErr_SetString(PyExc_TypeError,
-                        "MemoryKernel(fallback=..., evict=...) must both be callable");
+                        "MemoryKernel(fallback=..., batch_fallback=..., evict=...) must all be "
+                        "callable");
         return -1;
     }
     if (!PyType_Check(decision_type) || !PyType_Check(rate_type) || !PyType_Check(system_clock)) {
@@ -825,18 +252,8 @@ MemoryKernel_init(MemoryKernel *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     Py_ssize_t offsets[N_FIELDS];
-    PyObject *type_dict = ((PyTypeObject *)decision_type)->tp_dict;
-    for (int i = 0; i < N_FIELDS; i++) {
-        /* The slot's member descriptor, which holds its offset (a public field, not a name). */
-        PyObject *descr = PyDict_GetItemString(type_dict, FIELD_NAMES[i]);
-        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)
-            || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
-            PyErr_Format(PyExc_TypeError,
-                         "MemoryKernel(decision_type=...): %R has no object slot %s",
-                         decision_type, FIELD_NAMES[i]);
-            return -1;
-        }
-        offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+    if (slot_offsets(decision_type, offsets, "MemoryKernel") < 0) {
+        return -1;
     }
     PyObject *popitem = handed_attr(states, "popitem", "states");
     PyObject *acquire = popitem ? handed_attr(lock, "acquire", "lock") : NULL;
@@ -857,6 +274,7 @@ MemoryKernel_init(MemoryKernel *self, PyObject *args, PyObject *kwds)
     Py_XSETREF(self->locked, locked);
     Py_XSETREF(self->shapes_get, shapes_get);
     Py_XSETREF(self->fallback, Py_NewRef(fallback));
+    Py_XSETREF(self->batch_fallback, Py_NewRef(batch_fallback));
     Py_XSETREF(self->evict, Py_NewRef(evict));
     Py_XSETREF(self->system_clock, Py_NewRef(system_clock));
     Py_XSETREF(self->rate_type, Py_NewRef(rate_type));
@@ -872,6 +290,8 @@ MemoryKernel_init(MemoryKernel *self, PyObject *args, PyObject *kwds)
 static PyObject *
 MemoryKernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
+    (void)args;
+    (void)kwds;
     /* The store's own __init__ takes the store's options; __init__ above takes the kernel's. */
     MemoryKernel *self = (MemoryKernel *)type->tp_alloc(type, 0);
     if (self != NULL) {
@@ -882,9 +302,19 @@ MemoryKernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 
 static PyMethodDef MemoryKernel_methods[] = {
     {"decide", (PyCFunction)(void (*)(void))MemoryKernel_decide, METH_FASTCALL | METH_KEYWORDS,
-     PyDoc_STR("decide(algorithm, key, rates, cost=1): the store's hit. One GCRA rate, an "
-               "ASCII str key and a whole cost are decided here; every other call by the "
-               "fallback it was handed.")},
+     PyDoc_STR("decide(algorithm, key, rates, cost=1): the store's hit. One gcra or "
+               "fixed_window rate, an ASCII str key and a whole cost are decided here; every "
+               "other call by the fallback it was handed.")},
+    {"decide_calls", (PyCFunction)(void (*)(void))MemoryKernel_decide_calls, METH_FASTCALL,
+     PyDoc_STR("decide_calls(algorithm, calls): the store's hit_all for a gcra or fixed_window "
+               "batch of plainly valid one-rate calls (each a (key, rates, cost) tuple, an ASCII "
+               "key, no key and rate twice), validated and decided here; None for any other, "
+               "which the store then validates and decides in Python.")},
+    {"decide_all", (PyCFunction)MemoryKernel_decide_all, METH_O,
+     PyDoc_STR("decide_all(found): the store's hit_all when every call has one rate, found being "
+               "the validated batch (_plan.batch: a list of (key, shape)). gcra and fixed_window "
+               "batches of ASCII keys are decided here; any other by the batch_fallback it was "
+               "handed.")},
     {NULL, NULL, 0, NULL},
 };
 
@@ -892,9 +322,9 @@ static PyTypeObject MemoryKernelType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "ratewarden.storage._speedups.MemoryKernel",
     .tp_doc = PyDoc_STR(
-        "MemoryKernel(*, states, lock, shapes, fallback, evict, decision_type, rate_type, "
-        "system_clock_type): the memory store's base in C, its one-rate GCRA step over the "
-        "state table it is handed."),
+        "MemoryKernel(*, states, lock, shapes, fallback, batch_fallback, evict, decision_type, "
+        "rate_type, system_clock_type): the memory store's base in C, its one-rate GCRA and "
+        "fixed-window steps over the state table it is handed."),
     .tp_basicsize = sizeof(MemoryKernel),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_new = MemoryKernel_new,
@@ -909,8 +339,9 @@ static PyTypeObject MemoryKernelType = {
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "ratewarden.storage._speedups",
-    .m_doc = "The memory store's kernel in C: its one-rate GCRA step over the state table it is "
-             "handed (storage/_memory_table.py).",
+    .m_doc = "The memory store's kernel in C: its one-rate GCRA and fixed-window steps, one call "
+             "or an all-or-nothing batch, over the state table it is handed "
+             "(storage/_memory_table.py).",
     .m_size = -1,
 };
 
@@ -924,21 +355,26 @@ PyInit__speedups(void)
     S_cost = PyUnicode_InternFromString("cost");
     S_limit = PyUnicode_InternFromString("limit");
     S_now_us = PyUnicode_InternFromString("now_us");
+    S_name = PyUnicode_InternFromString("name");
     S_gcra = PyUnicode_InternFromString("gcra");
+    S_fixed_window = PyUnicode_InternFromString("fixed_window");
     EMPTY_STR = PyUnicode_FromString("");
     EMPTY_TUPLE = PyTuple_New(0);
     ZERO_FLOAT = PyFloat_FromDouble(0.0);
     ONE = PyLong_FromLong(1);
+    ZERO = PyLong_FromLong(0);
     if (!S_single || !S_suffixes || !S_params || !S_rates || !S_cost || !S_limit || !S_now_us
-        || !S_gcra || !EMPTY_STR || !EMPTY_TUPLE || !ZERO_FLOAT || !ONE
-        || PyType_Ready(&MemoryKernelType) < 0) {
+        || !S_name || !S_gcra || !S_fixed_window || !EMPTY_STR || !EMPTY_TUPLE || !ZERO_FLOAT
+        || !ONE || !ZERO
+        || PyType_Ready(&MemoryKernelType) < 0 || PyType_Ready(&DecisionMakerType) < 0) {
         return NULL;
     }
     PyObject *module = PyModule_Create(&speedups_module);
     if (module == NULL) {
         return NULL;
     }
-    if (PyModule_AddObjectRef(module, "MemoryKernel", (PyObject *)&MemoryKernelType) < 0) {
+    if (PyModule_AddObjectRef(module, "MemoryKernel", (PyObject *)&MemoryKernelType) < 0
+        || PyModule_AddObjectRef(module, "DecisionMaker", (PyObject *)&DecisionMakerType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

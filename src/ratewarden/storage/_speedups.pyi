@@ -10,7 +10,8 @@ from ratewarden.decision import Decision
 from ratewarden.rate import Rate
 
 class MemoryKernel:
-    """The memory store's base in C: its one-rate GCRA step over the state it is handed."""
+    """The memory store's base in C: its one-rate gcra and fixed_window steps over the state it is
+    handed."""
 
     clock: Clock
     max_keys: int
@@ -21,6 +22,7 @@ class MemoryKernel:
         lock: threading.Lock,
         shapes: Any,  # the store's shape cache: shapes.get(algorithm, rates, cost) -> a shape
         fallback: Callable[..., Decision],
+        batch_fallback: Callable[[Any, list[tuple[str, Any]]], list[Decision]],
         evict: Callable[[Any], None],
         decision_type: type[Decision],
         rate_type: type[Rate],
@@ -28,4 +30,16 @@ class MemoryKernel:
     ) -> None: ...
     def decide(
         self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
+    ) -> Decision: ...
+    def decide_all(self, found: list[tuple[str, Any]]) -> list[Decision]: ...
+    def decide_calls(self, algorithm: str, calls: object) -> list[Decision] | None: ...
+
+class DecisionMaker:
+    """``storage._decisions.single`` in C: one-rate Decisions built in their slots."""
+
+    def __init__(
+        self, *, decision_type: type[Decision], fallback: Callable[..., Decision]
+    ) -> None: ...
+    def single(
+        self, rate: Rate, outcome: tuple[bool, int, int, int, int, int], cost: int
     ) -> Decision: ...

@@ -5,7 +5,7 @@ behaviour the Redis scripts are tested against; ``AsyncMemoryStore`` is its
 asyncio face (its methods, awaited), with a blocking view for
 ``AsyncLimiter.hit_now``. Both are a ``MemoryTable`` (``_memory_table``: the
 state, its expiry and eviction, the Python path of ``hit`` and, with
-``SPEEDUPS``, the C kernel that decides one-rate GCRA calls).
+``SPEEDUPS``, the C kernel that decides one-rate gcra and fixed_window calls).
 """
 
 from __future__ import annotations
@@ -33,8 +33,12 @@ class MemoryStore(MemoryTable):
     """Thread-safe in-process store. ``MemoryStore(clock=ManualClock())`` in tests.
 
     With ``SPEEDUPS``, ``hit`` is the C kernel's ``decide``: it decides calls with one
-    GCRA rate, an ASCII key and a whole cost, and hands every other call to the Python
-    path (``_hit``), which stays the reference.
+    gcra or fixed_window rate, an ASCII key and a whole cost, and hands every other call
+    to the Python path (``_hit``), which stays the reference. ``hit_all`` asks its
+    ``decide_calls`` first (a plainly valid batch of one-rate gcra or fixed_window calls,
+    validated and decided in C), then validates any other batch with ``_plan.batch`` and
+    hands it, when every call has one rate, to ``decide_all`` (gcra and fixed_window in C,
+    any other to ``_hit_all_single``).
 
     Its methods use only the state ``MemoryTable`` holds: ``AsyncMemoryStore`` awaits
     them and its blocking view calls them, each on its own state.
@@ -51,11 +55,17 @@ class MemoryStore(MemoryTable):
         allowed with cost 0 (the check it became). Two calls may not count the
         same key on the same rate. Never None here (see ``RedisStore.hit_all``).
         """
+        if SPEEDUPS:
+            # The kernel validates and decides a plainly valid one-rate gcra or fixed_window
+            # batch; None for any other, validated and decided below.
+            decided = self.decide_calls(algorithm, calls)
+            if decided is not None:
+                return decided
         found = _plan.batch(self._shapes, algorithm, calls)
         if not found:
             return []
         if all(shape.single for _, shape in found):
-            return self._hit_all_single(found)
+            return self._decide_all(found)  # in C for gcra and fixed_window batches
         state_keys: list[str] = []
         params: list[tuple[int, ...]] = []
         costs: list[int] = []
@@ -153,7 +163,8 @@ def _awaited(
 
 class AsyncMemoryStore(MemoryTable):
     """The asyncio face of ``MemoryStore``: its methods, awaited, over a state of its own (and
-    the same C kernel for one-rate GCRA calls with ``SPEEDUPS``). Nothing in it waits."""
+    the same C kernel for one-rate gcra and fixed_window calls with ``SPEEDUPS``). Nothing in
+    it waits."""
 
     async def hit(
         self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
