@@ -17,6 +17,7 @@ import pytest
 from envoy.service.ratelimit.v3 import rls_pb2
 
 from ratewarden.errors import ConfigurationError
+from ratewarden.server import grpc_native
 from ratewarden.server.app import RateLimitServer
 from ratewarden.server.grpc_native import NativeGrpcServer, _Resumed
 from tests.server_transport.conftest import OK, OVER_LIMIT, StartServer, request
@@ -271,3 +272,13 @@ async def test_a_call_cancelled_before_its_task_ran_cancels_what_it_awaits() -> 
         await task
     assert seen == ["cancelled"]
     assert reply_future.cancelled()
+
+
+@pytest.mark.parametrize(("cpus", "threads"), [(None, 1), (1, 1), (2, 1), (3, 1), (4, 2), (64, 2)])
+def test_the_front_gets_one_io_thread_on_a_small_machine(
+    monkeypatch: pytest.MonkeyPatch, cpus: int | None, threads: int
+) -> None:
+    """Up to three CPUs, one HTTP/2 thread (a second only took turns with the first on two
+    CPUs); from four, the package's default of two. An unknown count counts as one."""
+    monkeypatch.setattr(grpc_native.os, "cpu_count", lambda: cpus)
+    assert grpc_native.io_threads() == threads
