@@ -144,7 +144,7 @@ def prepare(
             replaces = True
         items.append(item)
     if replaces:
-        replaced = {name for item in items if item.rule for name in item.rule.replaces}
+        replaced = {other for item in items if item.rule for other in item.rule.replaces}
         for item in items:
             if item.rule is not None and item.rule.name and item.rule.name in replaced:
                 item.rule = None  # replaced for this request: not checked, not consumed

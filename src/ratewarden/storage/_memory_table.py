@@ -56,8 +56,7 @@ SPEEDUPS = _speedups is not None
 
 # The table's base: the C kernel when it is built (it owns the store's ``clock`` and
 # ``max_keys`` and decides one-rate gcra and fixed_window calls over the state it is handed
-# in ``__init__``),
-# else nothing, and both are plain attributes.
+# in ``__init__``), else nothing, and both are plain attributes.
 if TYPE_CHECKING:
     from ratewarden.storage._speedups import MemoryKernel as _Base
 elif _speedups is not None:
