@@ -210,6 +210,20 @@ def test_a_replaced_limit_is_not_consumed(rls: Make) -> None:
     assert h.remaining(("user", "u")) == 2
 
 
+def test_an_overridden_replacing_descriptor_no_longer_replaces(rls: Make) -> None:
+    """Envoy's limit override on /search makes a rule of its own, with no replaces (as
+    upstream): per_user is then checked and consumed again; the same request asked again
+    (read from the request memo) answers the same way."""
+    h = rls(REPLACES)
+    request = (desc(("user", "u")), desc(("endpoint", "/search"), limit=(100, MINUTE)))
+    for left in (1, 0):
+        response = h.ask(*request)
+        assert response.overall_code == OK
+        assert response.statuses[0].limit_remaining == left
+        assert response.statuses[1].current_limit.requests_per_unit == 100
+    assert h.codes(*request) == [OVER, OVER, OK]
+
+
 # ---------------------------------------------------------------- Envoy's limit override
 
 
