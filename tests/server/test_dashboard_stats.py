@@ -146,6 +146,21 @@ def test_store_latency_percentiles_are_bucket_upper_bounds() -> None:
     assert latency["per_second"] == 10.0
 
 
+def test_store_calls_counts_a_flush_of_times_as_store_call_counts_each() -> None:
+    """The stats' flush hands its store times over at once: the same figures as one by one,
+    the invalid times skipped."""
+    clock = ManualClock(T0)
+    times = [0.001] * 98 + [0.08, 0.08, float("nan"), -1.0, float("inf")]
+    together, each = LiveStats(clock), LiveStats(clock)
+    together.store_calls(times)
+    together.store_calls([])
+    for seconds in times:
+        each.store_call(seconds)
+    found = render([together.state()], [], clock.now())["store_latency"]
+    assert found == render([each.state()], [], clock.now())["store_latency"]
+    assert found["calls"] == 100
+
+
 def test_loaded_rules_are_listed_with_their_limits_even_without_traffic() -> None:
     """Every loaded rule has a row (idle until used), in config order."""
     rules = config.loads(

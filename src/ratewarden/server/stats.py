@@ -331,7 +331,7 @@ class ServiceStats(ServiceHooks):
             self._live.top(category, path, entries, weight)
         for seconds in taken.store_times:
             self.metrics.store_latency(seconds=seconds)
-            self._live.store_call(seconds)
+        self._live.store_calls(taken.store_times)
         calls, failed = taken.call_times, taken.failed_calls
         if calls:
             self._calls.inc(len(calls))

@@ -176,16 +176,25 @@ class LiveStats:
 
     def store_call(self, seconds: float) -> None:
         """One store call took ``seconds``."""
-        if not seconds >= 0 or math.isinf(seconds):
+        self.store_calls((seconds,))
+
+    def store_calls(self, times: Sequence[float]) -> None:
+        """Store calls that took ``times`` seconds each, counted now (under one hold of the
+        lock); a time that is negative, infinite or NaN is skipped."""
+        if not times:
             return
         now = self.clock.now()
         with self._lock:
             second = self._second(now)
-            index = _bucket(seconds)
-            second.latency[index] = second.latency.get(index, 0) + 1
-            second.calls += 1
-            second.seconds_sum += seconds
-            second.seconds_max = max(second.seconds_max, seconds)
+            latency = second.latency
+            for seconds in times:
+                if not seconds >= 0 or math.isinf(seconds):
+                    continue
+                index = _bucket(seconds)
+                latency[index] = latency.get(index, 0) + 1
+                second.calls += 1
+                second.seconds_sum += seconds
+                second.seconds_max = max(second.seconds_max, seconds)
 
     # --- reading ------------------------------------------------------------------
 
