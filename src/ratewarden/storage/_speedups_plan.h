@@ -262,7 +262,7 @@ plan_calls(BatchPlanner *self, PyObject *algorithm, PyObject *given, PyObject **
     if (self->now_us != Py_None) {
         PyObject *value = PyObject_CallNoArgs(self->now_us);
         if (value == NULL) return NULL;
-        now = PyBytes_CheckExact(value) ? Py_NewRef(value) : NULL;
+        now = PyBytes_Check(value) ? Py_NewRef(value) : NULL;  /* _bulk's isinstance */
         if (now == NULL) {
             PyObject *text = PyObject_Str(value);
             now = text == NULL ? NULL : PyUnicode_AsUTF8String(text);

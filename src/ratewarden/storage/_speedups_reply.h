@@ -64,7 +64,7 @@ BatchDecoder_decode(DecisionMaker *self, PyObject *const *args, Py_ssize_t nargs
             break;
         }
         PyObject *shape = PyTuple_GET_ITEM(PyList_GET_ITEM(found, i), 1);
-        PyObject *const *values = &PyList_GET_ITEM(reply, 2 + REPLY_WIDTH * i);
+        PyObject *const *values = PySequence_Fast_ITEMS(reply) + 2 + REPLY_WIDTH * i;
         long long allowed_v, us[4];
         if (!as_i64(values[0], &allowed_v) || !exact_us(values[2], &us[0])
             || !exact_us(values[3], &us[1]) || !exact_us(values[4], &us[2])
@@ -72,18 +72,22 @@ BatchDecoder_decode(DecisionMaker *self, PyObject *const *args, Py_ssize_t nargs
             ours = 0;
             break;
         }
+        PyObject *remaining = Py_NewRef(values[1]);  /* before any Python code runs */
+        Py_INCREF(shape);
         PyObject *rates = PyObject_GetAttr(shape, S_rates);
-        if (rates == NULL) {
-            goto done;
-        }
-        if (!PyTuple_CheckExact(rates) || PyTuple_GET_SIZE(rates) < 1) {
-            Py_DECREF(rates);
+        if (rates == NULL || !PyTuple_CheckExact(rates) || PyTuple_GET_SIZE(rates) < 1) {
+            Py_XDECREF(rates);
+            Py_DECREF(remaining);
+            Py_DECREF(shape);
+            if (rates == NULL) {
+                goto done;
+            }
             ours = 0;
             break;
         }
         PyObject *cost = admitted_v == 1 || allowed_v == 0 ? PyObject_GetAttr(shape, S_cost)
                                                             : Py_NewRef(ZERO);
-        PyObject *remaining = Py_NewRef(values[1]);
+        Py_DECREF(shape);
         PyObject *made = cost == NULL ? NULL
                          : one_rate(self, PyTuple_GET_ITEM(rates, 0),
                                     allowed_v != 0 ? Py_True : Py_False, remaining, us[0],
