@@ -15,7 +15,17 @@ setup(
             ["src/ratewarden/storage/_speedups.c"],
             depends=[
                 f"src/ratewarden/storage/_speedups_{part}.h"
-                for part in ("base", "table", "decide", "batch", "calls", "maker")
+                for part in (
+                    "base",
+                    "table",
+                    "decide",
+                    "batch",
+                    "calls",
+                    "maker",
+                    "reply",
+                    "plan",
+                    "planner",
+                )
             ],
             optional=True,
             extra_compile_args=["-O2"],

@@ -150,8 +150,10 @@ def batch_decisions(found: Batch, outcomes: Sequence[Outcome], admitted: bool) -
     return decisions
 
 
-def decode_batch(found: Batch, reply: Sequence[int]) -> list[Decision]:
-    """``batch_decisions`` from a script's reply ``{now_us, admitted, per layer: 6 numbers}``."""
+def _decode_batch(found: Batch, reply: Sequence[int]) -> list[Decision]:
+    """``batch_decisions`` from a script's reply ``{now_us, admitted, per layer: 6 numbers}``.
+
+    The reference of ``decode_batch``, which is built in C when the kernel is (see below)."""
     if len(reply) != 2 + REPLY_WIDTH * len(found) or not all(s.single for _, s in found):
         ints = [int(value) for value in reply]
         outcomes = [_outcome(ints, i) for i in range(2, len(ints), REPLY_WIDTH)]
@@ -177,6 +179,18 @@ def decode_batch(found: Batch, reply: Sequence[int]) -> list[Decision]:
         )
         at += REPLY_WIDTH
     return decisions
+
+
+#: ``decode_batch(found, reply)``: a ``hit_all``'s Decisions from its script's reply. With the C
+#: kernel built, its ``BatchDecoder`` reads a reply of one-rate calls (a list of whole numbers of
+#: the right length, the times within 2**53) and builds their Decisions as ``single`` does, the
+#: same cost rule; any other reply or batch goes to ``_decode_batch``, which is what it is without
+#: the kernel or with ``RATEWARDEN_PURE=1``: the reference.
+decode_batch: Callable[[Batch, Sequence[int]], list[Decision]] = (
+    _decode_batch
+    if _kernel.speedups is None
+    else _kernel.speedups.BatchDecoder(decision_type=Decision, fallback=_decode_batch).decode
+)
 
 
 def slot_decision(limit: int, slots: int, outcome: Outcome) -> Decision:

@@ -4,8 +4,10 @@ Built from ``storage/_speedups.c`` at install when a C compiler is there. It hol
 two types: ``MemoryKernel``, the memory store's base class, deciding one-rate gcra
 and fixed_window calls (and ``hit_all`` batches of them) over the state table it is
 handed, with the Python path in ``storage/memory.py`` as the reference and the
-fallback; and ``DecisionMaker``, which ``storage/_decisions.py`` builds its
-one-rate Decisions with. ``RATEWARDEN_PURE=1`` in the environment keeps it unused.
+fallback; ``DecisionMaker`` and ``BatchDecoder``, which ``storage/_decisions.py`` builds its
+one-rate Decisions and decodes a one-rate ``hit_all`` reply with; and ``BatchPlanner``, which
+plans a Redis store's one-rate ``hit_all`` (``storage/_redis_store.py``). ``RATEWARDEN_PURE=1``
+in the environment keeps it unused.
 Private to the storage package.
 """
 

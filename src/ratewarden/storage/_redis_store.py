@@ -22,7 +22,7 @@ from ratewarden.clock import Clock, SystemClock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
-from ratewarden.storage import _decisions, _plan
+from ratewarden.storage import _decisions, _kernel, _plan
 from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix, escape
 from ratewarden.storage._ops import Op
 from ratewarden.storage._redis_link import DEFAULT_SPIN
@@ -38,6 +38,9 @@ DEFAULT_TIMEOUT = 0.02
 _TEMPLATE_CACHE_SIZE = 1024
 
 T = TypeVar("T")
+
+#: The C kernel (``_kernel.speedups``), or None: it plans a plainly valid one-rate ``hit_all``.
+_speedups = _kernel.speedups
 
 
 def check_timeout(timeout: object) -> float:
@@ -160,6 +163,16 @@ class RedisBase(FromUrl):
         ] = {}
         self._router: Any = self._route(client)
         self._clustered = bool(self._router.clustered)  # a hit_all needs its keys on one slot
+        if _speedups is not None:
+            # Handed all it plans with, once: it reads nothing of the store itself.
+            self._planner = _speedups.BatchPlanner(
+                shapes=self._shapes,
+                prefix=self.prefix,
+                script=script,
+                now_us=self._now_us,
+                clustered=self._clustered,
+                rate_type=Rate,
+            )
         self.client = client
 
     def _route(self, client: Any) -> Any:
@@ -208,13 +221,14 @@ class RedisBase(FromUrl):
 
     # -- every other operation: one Call ------------------------------------------------------
 
-    def _hit_all_call(
+    def _hit_all_python(
         self, algorithm: str, calls: Sequence[_plan.BatchCall]
     ) -> Call[list[Decision] | None]:
         """Validate a ``hit_all`` (``ConfigurationError`` on bad input) and plan its script.
 
         On a Cluster, calls whose keys hash to different slots cannot share one
-        script: the answer is None then, and nothing is sent.
+        script: the answer is None then, and nothing is sent. The reference of
+        ``_hit_all_call``, and what it is without the kernel (or with ``RATEWARDEN_PURE=1``).
         """
         found = _plan.batch(self._shapes, algorithm, calls)
         if not found:
@@ -232,6 +246,21 @@ class RedisBase(FromUrl):
         return Call(
             "eval", (template.script, route_key, packed), partial(_decisions.decode_batch, found)
         )
+
+    def _hit_all_kernel(
+        self, algorithm: str, calls: Sequence[_plan.BatchCall]
+    ) -> Call[list[Decision] | None]:
+        """``_hit_all_python``, with a plainly valid batch of one-rate calls (on a Cluster, of
+        one slot) planned by the C kernel: the same found, request bytes and route key. Any
+        other batch (errors included) is planned by ``_hit_all_python``."""
+        planned = self._planner.plan(algorithm, calls)
+        if planned is None:
+            return self._hit_all_python(algorithm, calls)
+        args, found = planned
+        return Call("eval", args, partial(_decisions.decode_batch, found))
+
+    #: A ``hit_all``'s ``Call``: the kernel's plan when it is built, else the Python one.
+    _hit_all_call = _hit_all_python if _speedups is None else _hit_all_kernel
 
     def _batch_template(
         self, found: _plan.Batch, shapes: tuple[_plan.Shape, ...]

@@ -42,6 +42,13 @@
  * C: an outcome that is not six whole numbers of microseconds within 2**53 goes to the Python
  * function it was handed, the reference (tests/storage/test_speedups_decisions.py).
  *
+ * The Redis store's one-rate hit_all (RedisBase._hit_all_call), by two kernels that know no
+ * Redis client and no store private: BatchPlanner.plan(algorithm, calls) plans a plainly valid
+ * batch as the Python path does, the same request bytes (None for any other: the Python path
+ * runs and raises its own errors; _speedups_plan.h says what it takes), and BatchDecoder.decode
+ * is _decisions.decode_batch for a reply of one-rate calls (any other: the Python function).
+ * tests/storage/test_speedups_redis*.py hold both to the Python path, and on real servers.
+ *
  * Built when a C compiler is there (setup.py marks the extension optional);
  * RATEWARDEN_PURE=1 in the environment keeps it unused.
  */
@@ -59,6 +66,9 @@
 #include "_speedups_batch.h"
 #include "_speedups_calls.h"
 #include "_speedups_maker.h"
+#include "_speedups_reply.h"
+#include "_speedups_plan.h"
+#include "_speedups_planner.h"
 
 /* ---- the attributes it owns: the store's clock and max_keys ---- */
 
@@ -366,15 +376,19 @@ PyInit__speedups(void)
     if (!S_single || !S_suffixes || !S_params || !S_rates || !S_cost || !S_limit || !S_now_us
         || !S_name || !S_gcra || !S_fixed_window || !EMPTY_STR || !EMPTY_TUPLE || !ZERO_FLOAT
         || !ONE || !ZERO
-        || PyType_Ready(&MemoryKernelType) < 0 || PyType_Ready(&DecisionMakerType) < 0) {
+        || PyType_Ready(&MemoryKernelType) < 0 || PyType_Ready(&DecisionMakerType) < 0
+        || PyType_Ready(&BatchDecoderType) < 0 || PyType_Ready(&BatchPlannerType) < 0) {
         return NULL;
     }
+    crc16_init();
     PyObject *module = PyModule_Create(&speedups_module);
     if (module == NULL) {
         return NULL;
     }
     if (PyModule_AddObjectRef(module, "MemoryKernel", (PyObject *)&MemoryKernelType) < 0
-        || PyModule_AddObjectRef(module, "DecisionMaker", (PyObject *)&DecisionMakerType) < 0) {
+        || PyModule_AddObjectRef(module, "DecisionMaker", (PyObject *)&DecisionMakerType) < 0
+        || PyModule_AddObjectRef(module, "BatchDecoder", (PyObject *)&BatchDecoderType) < 0
+        || PyModule_AddObjectRef(module, "BatchPlanner", (PyObject *)&BatchPlannerType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -43,3 +43,28 @@ class DecisionMaker:
     def single(
         self, rate: Rate, outcome: tuple[bool, int, int, int, int, int], cost: int
     ) -> Decision: ...
+
+class BatchDecoder:
+    """``storage._decisions.decode_batch`` in C for a ``hit_all`` of one-rate calls."""
+
+    def __init__(
+        self, *, decision_type: type[Decision], fallback: Callable[..., list[Decision]]
+    ) -> None: ...
+    def decode(self, found: list[tuple[str, Any]], reply: Sequence[int]) -> list[Decision]: ...
+
+class BatchPlanner:
+    """A Redis store's plan of a plainly valid one-rate ``hit_all`` in C."""
+
+    def __init__(
+        self,
+        *,
+        shapes: Any,  # the store's shape cache: shapes.get(algorithm, rates, cost) -> a shape
+        prefix: str,
+        script: Callable[[str], Any],  # script(name) -> the algorithm's Script
+        now_us: Callable[[], int] | None,
+        clustered: bool,
+        rate_type: type[Rate],
+    ) -> None: ...
+    def plan(
+        self, algorithm: str, calls: object
+    ) -> tuple[tuple[Any, str, bytes], list[tuple[str, Any]]] | None: ...

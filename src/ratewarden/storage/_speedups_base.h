@@ -1,4 +1,4 @@
-/* ratewarden.storage._speedups, part 1 of 6 (included by _speedups.c, which says what the
+/* ratewarden.storage._speedups, part 1 of 9 (included by _speedups.c, which says what the
  * kernel is): the types, the constants, whole-number helpers and a rate's shape. */
 
 #define NEVER (-1)

@@ -1,4 +1,4 @@
-/* ratewarden.storage._speedups, part 4 of 6 (included by _speedups.c): decide_all, a validated
+/* ratewarden.storage._speedups, part 4 of 9 (included by _speedups.c): decide_all, a validated
  * batch of one-rate calls, all or nothing. */
 
 /* ---- a one-rate batch (MemoryStore.hit_all) ---- */

@@ -1,4 +1,4 @@
-/* ratewarden.storage._speedups, part 5 of 6 (included by _speedups.c): decide_calls, hit_all's
+/* ratewarden.storage._speedups, part 5 of 9 (included by _speedups.c): decide_calls, hit_all's
  * calls as given, validated here when they are plainly valid. */
 
 /* ---- hit_all's calls as given: validated here when they are plainly valid ---- */

@@ -1,4 +1,4 @@
-/* ratewarden.storage._speedups, part 3 of 6 (included by _speedups.c): decide, one call. */
+/* ratewarden.storage._speedups, part 3 of 9 (included by _speedups.c): decide, one call. */
 
 static PyObject *decide(MemoryKernel *self, const Shape *shape, PyObject *key, long long cost_v);
 

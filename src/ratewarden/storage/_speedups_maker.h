@@ -1,4 +1,4 @@
-/* ratewarden.storage._speedups, part 6 of 6 (included by _speedups.c): DecisionMaker,
+/* ratewarden.storage._speedups, part 6 of 9 (included by _speedups.c): DecisionMaker,
  * storage._decisions.single in C. */
 
 /* ---- DecisionMaker: _decisions.single in C ---- */
@@ -18,6 +18,42 @@ static int
 exact_us(PyObject *value, long long *out)
 {
     return as_i64(value, out) && *out >= -EXACT_MAX && *out <= EXACT_MAX;
+}
+
+/* The Decision of a one-rate call (its layer, then the call listing it), as _decisions.single
+ * makes it from (allowed, remaining, the four microsecond numbers, already in range). */
+static PyObject *
+one_rate(DecisionMaker *self, PyObject *rate, PyObject *allowed, PyObject *remaining,
+         long long reset_us, long long retry_us, long long delay_us, long long refill_us,
+         PyObject *cost)
+{
+    PyObject *reset = seconds(reset_us);
+    PyObject *retry = seconds(retry_us);
+    PyObject *delay = delay_us == 0 ? Py_NewRef(ZERO_FLOAT) : seconds(delay_us);
+    PyObject *refill = PyFloat_FromDouble((double)refill_us / 1e6);  /* no NEVER here */
+    PyObject *limit = NULL, *layer = NULL, *layers = NULL, *top = NULL;
+    if (reset == NULL || retry == NULL || delay == NULL || refill == NULL) goto done;
+    limit = PyObject_GetAttr(rate, S_limit);
+    if (limit == NULL) goto done;
+    PyObject *values[N_FIELDS] = {
+        allowed, limit, remaining, reset, retry, delay, rate, cost,
+        EMPTY_TUPLE, Py_False, EMPTY_STR, refill,
+    };
+    layer = build_decision(self->decision_type, self->offsets, values);
+    if (layer == NULL) goto done;
+    layers = PyTuple_Pack(1, layer);
+    if (layers == NULL) goto done;
+    values[F_LAYERS] = layers;
+    top = build_decision(self->decision_type, self->offsets, values);
+done:
+    Py_XDECREF(reset);
+    Py_XDECREF(retry);
+    Py_XDECREF(delay);
+    Py_XDECREF(refill);
+    Py_XDECREF(limit);
+    Py_XDECREF(layer);
+    Py_XDECREF(layers);
+    return top;
 }
 
 /* single(rate, outcome, cost): the Decision of a one-rate call, as _decisions.single makes it.
@@ -40,33 +76,8 @@ DecisionMaker_single(DecisionMaker *self, PyObject *const *args, Py_ssize_t narg
         || !exact_us(PyTuple_GET_ITEM(outcome, 5), &refill_us)) {
         return PyObject_Vectorcall(self->fallback, args, nargs, kwnames);
     }
-    PyObject *reset = seconds(reset_us);
-    PyObject *retry = seconds(retry_us);
-    PyObject *delay = delay_us == 0 ? Py_NewRef(ZERO_FLOAT) : seconds(delay_us);
-    PyObject *refill = PyFloat_FromDouble((double)refill_us / 1e6);  /* no NEVER here */
-    PyObject *limit = NULL, *layer = NULL, *layers = NULL, *top = NULL;
-    if (reset == NULL || retry == NULL || delay == NULL || refill == NULL) goto done;
-    limit = PyObject_GetAttr(args[0], S_limit);
-    if (limit == NULL) goto done;
-    PyObject *values[N_FIELDS] = {
-        PyTuple_GET_ITEM(outcome, 0), limit, PyTuple_GET_ITEM(outcome, 1), reset, retry, delay,
-        args[0], args[2], EMPTY_TUPLE, Py_False, EMPTY_STR, refill,
-    };
-    layer = build_decision(self->decision_type, self->offsets, values);
-    if (layer == NULL) goto done;
-    layers = PyTuple_Pack(1, layer);
-    if (layers == NULL) goto done;
-    values[F_LAYERS] = layers;
-    top = build_decision(self->decision_type, self->offsets, values);
-done:
-    Py_XDECREF(reset);
-    Py_XDECREF(retry);
-    Py_XDECREF(delay);
-    Py_XDECREF(refill);
-    Py_XDECREF(limit);
-    Py_XDECREF(layer);
-    Py_XDECREF(layers);
-    return top;
+    return one_rate(self, args[0], PyTuple_GET_ITEM(outcome, 0), PyTuple_GET_ITEM(outcome, 1),
+                    reset_us, retry_us, delay_us, refill_us, args[2]);
 }
 
 static int

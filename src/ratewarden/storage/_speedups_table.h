@@ -1,4 +1,4 @@
-/* ratewarden.storage._speedups, part 2 of 6 (included by _speedups.c): the clock, Decisions,
+/* ratewarden.storage._speedups, part 2 of 9 (included by _speedups.c): the clock, Decisions,
  * the two checks (gcra, fixed_window) and the state table (read, write, sweep, the lock). */
 
 static int
