@@ -256,6 +256,20 @@ done:
     return result;
 }
 
+/* read_shape of the shape shapes.get gave (released here) for a call of cost cost_v: 0 as well
+ * when the shape is of another cost. */
+static int
+read_asked_shape(PyObject *found, long long cost_v, Shape *out)
+{
+    int result = read_shape(found, out);
+    Py_DECREF(found);
+    if (result > 0 && out->cost_v != cost_v) {
+        shape_clear(out);
+        return 0;
+    }
+    return result;
+}
+
 /* Look the shape up in the store's shape cache (Python: shapes.get validates the rates and
  * the cost, and raises what the Python path raises) and keep it. Returns 1 when the kernel
  * decides the call, 0 when it does not, -1 on error. */
@@ -269,14 +283,9 @@ load_shape(MemoryKernel *self, PyObject *algorithm, PyObject *rates, PyObject *c
         return -1;
     }
     Shape shape;
-    int result = read_shape(found, &shape);
-    Py_DECREF(found);
+    int result = read_asked_shape(found, cost_v, &shape);
     if (result <= 0) {
         return result;
-    }
-    if (shape.cost_v != cost_v) {
-        shape_clear(&shape);
-        return 0;
     }
     clear_shape(self);
     /* A list of rates is looked up by value each time (it may change): never cached. */

@@ -35,14 +35,9 @@ find_shape(MemoryKernel *self, PyObject *algorithm, PyObject *rates, PyObject *c
         return 0;
     }
     Shape shape;
-    int result = read_shape(found, &shape);
-    Py_DECREF(found);
+    int result = read_asked_shape(found, cost_v, &shape);
     if (result <= 0) {
         return result;
-    }
-    if (shape.cost_v != cost_v) {
-        shape_clear(&shape);
-        return 0;
     }
     shape_copy(out, &shape);
     if (!Py_IS_TYPE(rates, (PyTypeObject *)self->rate_type) && !PyTuple_CheckExact(rates)) {
