@@ -12,8 +12,6 @@ validation (a repeated key and rate), and time moves across window ends.
 from __future__ import annotations
 
 import asyncio
-import gc
-import sys
 import threading
 from datetime import timedelta
 from typing import Any
@@ -28,6 +26,7 @@ from ratewarden.storage import _kernel, memory
 from ratewarden.storage._memory_table import MemoryTable
 from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
 from ratewarden.testing import ManualClock
+from tests.storage._kernel_checks import assert_no_leak, run_racing
 
 pytestmark = pytest.mark.skipif(
     not memory.SPEEDUPS, reason="ratewarden.storage._speedups is not built"
@@ -209,16 +208,7 @@ def test_threads_deciding_batches_and_single_calls_on_one_key_admit_exactly_the_
                 allowed += store.hit("fixed_window", "hot", rate).allowed
         admitted.append(allowed)
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    run_racing(worker, [(i,) for i in range(8)])
     assert sum(admitted) == 1_000
 
 
@@ -265,11 +255,4 @@ def test_batches_leak_nothing() -> None:
         with pytest.raises(ConfigurationError):
             store.hit_all("gcra", [(key, rate, 1), (key, rate, 1)])
 
-    for i in range(2_000):
-        round_of_calls(i)
-    gc.collect()
-    before = sys.getallocatedblocks()
-    for i in range(20_000):
-        round_of_calls(i)
-    gc.collect()
-    assert sys.getallocatedblocks() - before < 2_000
+    assert_no_leak(round_of_calls)

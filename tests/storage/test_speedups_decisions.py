@@ -9,9 +9,7 @@ function, so they are compared too.
 
 from __future__ import annotations
 
-import gc
 import math
-import sys
 from datetime import timedelta
 from typing import Any
 
@@ -22,6 +20,7 @@ from hypothesis import strategies as st
 from ratewarden import Rate
 from ratewarden.decision import Decision
 from ratewarden.storage import _decisions, _kernel
+from tests.storage._kernel_checks import assert_no_leak
 
 pytestmark = pytest.mark.skipif(
     _kernel.speedups is None, reason="ratewarden.storage._speedups is not built"
@@ -114,11 +113,4 @@ def test_the_builder_leaks_nothing() -> None:
         with pytest.raises(ValueError):
             _decisions.single(rate, (True, 1), 1)  # type: ignore[arg-type]
 
-    for i in range(2_000):
-        round_of_calls(i)
-    gc.collect()
-    before = sys.getallocatedblocks()
-    for i in range(20_000):
-        round_of_calls(i)
-    gc.collect()
-    assert sys.getallocatedblocks() - before < 2_000
+    assert_no_leak(round_of_calls)

@@ -14,8 +14,6 @@ the property test below).
 from __future__ import annotations
 
 import asyncio
-import gc
-import sys
 from datetime import timedelta
 
 import pytest
@@ -27,6 +25,7 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.storage import memory
 from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
 from ratewarden.testing import ManualClock
+from tests.storage._kernel_checks import assert_no_leak
 
 pytestmark = pytest.mark.skipif(
     not memory.SPEEDUPS, reason="ratewarden.storage._speedups is not built"
@@ -224,11 +223,4 @@ def test_fixed_window_calls_leak_nothing() -> None:
         store.hit("fixed_window", "k\u00e9y", rate)  # not ASCII: the Python path
         store.hit("fixed_window", "layered", layered)  # two rates: the Python path
 
-    for i in range(2_000):
-        round_of_calls(i)
-    gc.collect()
-    before = sys.getallocatedblocks()
-    for i in range(20_000):
-        round_of_calls(i)
-    gc.collect()
-    assert sys.getallocatedblocks() - before < 2_000
+    assert_no_leak(round_of_calls)

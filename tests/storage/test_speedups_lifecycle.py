@@ -8,7 +8,6 @@ kind, that a dropped store is freed, and the errors of ``MemoryKernel``'s constr
 from __future__ import annotations
 
 import gc
-import sys
 import threading
 import weakref
 from collections import OrderedDict
@@ -24,6 +23,7 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.storage import _kernel, memory
 from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
 from ratewarden.testing import ManualClock
+from tests.storage._kernel_checks import assert_no_leak, run_racing
 
 speedups = pytest.mark.skipif(
     not memory.SPEEDUPS, reason="ratewarden.storage._speedups is not built"
@@ -52,16 +52,7 @@ def test_threads_with_different_rates_each_get_their_own_rate() -> None:
         if allowed != rate.limit:
             problems.append(f"{rate.limit}: {allowed} allowed")
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
-    try:
-        threads = [threading.Thread(target=worker, args=(rate,)) for rate in rates]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    run_racing(worker, [(rate,) for rate in rates])
     assert problems == []
 
 
@@ -93,14 +84,7 @@ def test_the_kernel_leaks_nothing_on_any_path() -> None:
         with pytest.raises(TypeError):
             store.hit("gcra", "k", rate, 1, 2)  # too many arguments, said by the Python path
 
-    for i in range(2_000):
-        round_of_calls(i)
-    gc.collect()
-    before = sys.getallocatedblocks()
-    for i in range(20_000):
-        round_of_calls(i)
-    gc.collect()
-    assert sys.getallocatedblocks() - before < 2_000
+    assert_no_leak(round_of_calls)
 
 
 @speedups
