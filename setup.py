@@ -1,9 +1,10 @@
-"""The optional C kernel of the memory store's decisions (src/ratewarden/storage/_speedups.c).
+"""The optional C kernels: the stores' decisions (src/ratewarden/storage/_speedups.c) and a
+rate limit response's wire bytes (src/ratewarden/server/_wire.c).
 
 _speedups.c is one translation unit that includes its parts (_speedups_*.h, listed as its
 depends, so that a change to one rebuilds it and an sdist carries them). Everything else is in
 pyproject.toml. Without a C compiler (or Python headers) the
-extension is skipped and ratewarden runs its pure Python path, with the same answers.
+extensions are skipped and ratewarden runs its pure Python path, with the same answers.
 """
 
 from setuptools import Extension, setup
@@ -29,6 +30,12 @@ setup(
             ],
             optional=True,
             extra_compile_args=["-O2"],
-        )
+        ),
+        Extension(
+            "ratewarden.server._wire",
+            ["src/ratewarden/server/_wire.c"],
+            optional=True,
+            extra_compile_args=["-O2"],
+        ),
     ]
 )

@@ -16,12 +16,12 @@ rw_setup() {
         echo "==> creating $VENV"
         "$base" -m venv "$VENV"
     fi
-    # Reinstall only when pyproject.toml, setup.py or the C twin of the memory store
-    # (src/ratewarden/storage/_speedups.c and its _speedups_*.h parts, built in place when a C
-    # compiler is there) changed since the last install of these extras.
+    # Reinstall only when pyproject.toml, setup.py or a C kernel (src/ratewarden/storage/
+    # _speedups.c and its _speedups_*.h parts, src/ratewarden/server/_wire.c; built in place
+    # when a C compiler is there) changed since the last install of these extras.
     local stamp="$VENV/.ratewarden-$extras.stamp"
     local changed=0 part
-    for part in pyproject.toml setup.py src/ratewarden/storage/_speedups*.[ch]; do
+    for part in pyproject.toml setup.py src/ratewarden/storage/_speedups*.[ch] src/ratewarden/server/_wire.c; do
         [ "$part" -nt "$stamp" ] && changed=1
     done
     if [ ! -f "$stamp" ] || [ "$changed" = 1 ]; then

@@ -122,7 +122,7 @@ class GateStore(AsyncMemoryStore):
 class ExplodingService:
     """Stands in for a service with a bug: every call raises."""
 
-    async def should_rate_limit(self, request: Any) -> Any:
+    async def should_rate_limit_wire(self, request: Any) -> bytes:
         raise RuntimeError("a bug in the service")
 
 

@@ -47,7 +47,7 @@ from ratewarden.server.listeners import (
 # configure_logging lives beside the log format; re-exported here, where callers import it.
 from ratewarden.server.logs import configure_logging
 from ratewarden.server.reload import ConfigWatcher
-from ratewarden.server.response import fallback_response
+from ratewarden.server.response import ResponseMessage, fallback_response
 from ratewarden.server.rlqs import RateLimitQuotaServicer
 from ratewarden.server.rlqs.build import servicer
 from ratewarden.server.rlqs.figures import introspection
@@ -175,7 +175,9 @@ class RateLimitServer:
         # The listeners (server/listeners.py): gRPC, HTTP, and the debug and metrics ports.
         self.transport = settings.grpc_transport
         services = () if self.quota is None else (self.quota.handler(),)
-        self.grpc = grpc_listener(settings, self.should_rate_limit, services)
+        self.grpc = grpc_listener(
+            settings, self.should_rate_limit, services, answer_wire=self.should_rate_limit_wire
+        )
         self.http, self.debug, self.prometheus = http_listeners(settings, self)
         self.metrics_port = 0
         self.grpc_port = 0
@@ -189,9 +191,13 @@ class RateLimitServer:
 
     async def should_rate_limit(self, request: Any) -> Any:
         """The service's answer; on an unexpected failure, the ``--on-error`` answer instead."""
+        return ResponseMessage.FromString(await self.should_rate_limit_wire(request))
+
+    async def should_rate_limit_wire(self, request: Any) -> bytes:
+        """``should_rate_limit``'s answer as its wire bytes (what the native transport sends)."""
         started = time.perf_counter()
         try:
-            answer = await self.service.should_rate_limit(request)
+            answer = await self.service.should_rate_limit_wire(request)
         except ConfigurationError:
             raise  # a malformed request: the transport says so (INVALID_ARGUMENT / 400)
         except Exception:
@@ -205,7 +211,9 @@ class RateLimitServer:
                     "on_error": self.settings.on_error,
                 },
             )
-            return fallback_response(request, deny=self.settings.on_error == "closed")
+            fallback = fallback_response(request, deny=self.settings.on_error == "closed")
+            data: bytes = fallback.SerializeToString()
+            return data
         self.stats.request(time.perf_counter() - started)
         return answer
 

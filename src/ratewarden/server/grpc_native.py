@@ -2,8 +2,10 @@
 
 ``NativeGrpcServer`` is ``GrpcServer``'s twin for ``--transport native``: the
 same constructor, ``start``/``set_serving``/``stop`` and the same answers, over
-``pygrpc_native.NativeGrpcFront``. The front runs HTTP/2 (framing, flow control,
-keep-alive, deadlines, cancellation) on its own threads outside the GIL and hands
+``pygrpc_native.NativeGrpcFront``; its ``answer`` may also return the response's wire
+bytes (the service's ``should_rate_limit_wire``), which it sends as they are. The
+front runs HTTP/2 (framing, flow control, keep-alive, deadlines, cancellation) on
+its own threads outside the GIL and hands
 the calls to Python in batches: one thread here waits for a batch, and the event
 loop then decodes every call of it and starts each, in arrival order, in one turn
 of the loop. A call is started in that turn, not in a task: one the store answers
@@ -322,7 +324,8 @@ class NativeGrpcServer:
             )
             front.fail(call_id, _UNKNOWN, "")
         else:
-            self._answers.append((call_id, response.SerializeToString()))
+            data = response if type(response) is bytes else response.SerializeToString()
+            self._answers.append((call_id, data))
             if self._flush is None:
                 self._flush = asyncio.get_running_loop().call_soon(self._flush_answers)
         finally:

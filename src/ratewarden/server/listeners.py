@@ -23,15 +23,19 @@ __all__ = ["grpc_listener", "http_listeners", "start_listeners", "stop_listeners
 
 
 def grpc_listener(
-    settings: Settings, answer: Answer, services: Sequence[Any] = ()
+    settings: Settings,
+    answer: Answer,
+    services: Sequence[Any] = (),
+    answer_wire: Answer | None = None,
 ) -> GrpcServer | NativeGrpcServer:
     """The gRPC server ``--transport`` names (``settings.grpc_transport``), answering with
-    ``answer``; grpcio's also serves ``services`` (the quota service's stream)."""
+    ``answer`` (a ``RateLimitResponse``); the native one with ``answer_wire`` (its wire
+    bytes) when given; grpcio's also serves ``services`` (the quota service's stream)."""
     tls = None
     if settings.tls_cert is not None and settings.tls_key is not None:
         tls = GrpcTls.load(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
     if settings.grpc_transport == "native":
-        return NativeGrpcServer(answer, tls=tls)
+        return NativeGrpcServer(answer_wire or answer, tls=tls)
     return GrpcServer(answer, tls=tls, services=services)
 
 

@@ -1,10 +1,11 @@
 """The ``RateLimitResponse`` of a decided request, and what it tells ``ServiceHooks``.
 
-``respond`` fills one ``DescriptorStatus`` per descriptor (code, current limit,
-remaining, wait), the overall code, the response headers and the matched rules'
-dynamic metadata, then gives the request's descriptors with a rule to ``on_decisions``, each as a
-``DescriptorOutcome``. It takes values (the service's settings, its clock, the
-hook), not the service; nothing here touches a store.
+``respond`` writes the response's wire bytes (``server/wire.py``): one
+``DescriptorStatus`` per descriptor (code, current limit, remaining, wait), the overall
+code, the response headers and the matched rules' dynamic metadata; then it gives the
+request's descriptors with a rule to ``on_decisions``, each as a ``DescriptorOutcome``.
+It takes values (the service's settings, its clock, the hook), not the service;
+nothing here touches a store.
 """
 
 from __future__ import annotations
@@ -23,18 +24,29 @@ from ratewarden.headers import binding_layer
 from ratewarden.server.config import DescriptorRule, Limit
 from ratewarden.server.descriptors import Item, Verdict
 from ratewarden.server.response_headers import LEGACY_NAMES, response_headers
-from ratewarden.server.statuses import duration, start
+from ratewarden.server.wire import NO_DURATION, Status, encode_response, status_head, tail_bytes
 
-__all__ = ["UNLIMITED_REMAINING", "DescriptorOutcome", "fallback_response", "respond"]
+__all__ = [
+    "UNLIMITED_REMAINING",
+    "DescriptorOutcome",
+    "ResponseMessage",
+    "fallback_response",
+    "respond",
+]
 
 # The service's logger: records keep the name operators filter on.
 log = logging.getLogger("ratewarden.server.service")
 
 _Response = rls_pb2.RateLimitResponse
+#: The message class of what ``respond`` writes (``ResponseMessage.FromString(data)``).
+ResponseMessage: Any = _Response
 _OK = _Response.OK
 _OVER_LIMIT = _Response.OVER_LIMIT
 #: ``limit_remaining`` of an ``unlimited`` rule, as envoyproxy/ratelimit reports it.
 UNLIMITED_REMAINING = 2**32 - 1
+#: The status of a descriptor with no rule (OK, nothing else) and of an unlimited rule.
+_BARE: Status = (status_head(_OK, None, ""), 0, NO_DURATION)
+_UNLIMITED: Status = (_BARE[0], UNLIMITED_REMAINING, NO_DURATION)
 
 
 class DescriptorOutcome(NamedTuple):
@@ -84,17 +96,17 @@ def respond(
     near_limit_ratio: float,
     clock: Clock,
     on_decisions: OnDecisions,
-) -> Any:
-    """The response for the decided ``items``; then ``on_decisions`` with the outcome of
-    each one with a rule.
+) -> bytes:
+    """The serialized response for the decided ``items``; then ``on_decisions`` with the
+    outcome of each one with a rule.
 
     ``shadow``: the overall code is OK whatever the descriptors say; ``header_mode``:
     the response headers (``server.response_headers``) and ``header_names`` the legacy
     ones' names; ``near_limit_ratio``: where a hit counts as near the limit; ``clock``:
-    the time of a 0-limit rule's window.
+    the time of a 0-limit rule's window. The bytes are a ``RateLimitResponse``'s
+    (``server/wire.py``).
     """
-    response = _Response()
-    add = response.statuses.add
+    statuses: list[Status] = []
     headers = header_mode != "off"
     windows: list[int | None] = []
     metadata: dict[str, Any] | None = None
@@ -102,24 +114,22 @@ def respond(
     outcomes: list[DescriptorOutcome] = []
     for item in items:
         rule = item.rule
-        status = add()
         result = item.result
         decision = None
         if rule is None or rule.unlimited:
             over = False
-            status.code = _OK
             reported = None
-            if rule is not None:
-                status.limit_remaining = UNLIMITED_REMAINING
+            statuses.append(_BARE if rule is None else _UNLIMITED)
         else:
             if rule.always_over:
                 over = True
-                reported = _zero_status(clock, rule, status)
+                status, reported = _zero_status(clock, rule)
             else:
                 assert result is not None
                 over = not result.allowed
                 decision = result.decision
-                reported = _status(rule, decision, over, status)
+                status, reported = _status(rule, decision, over)
+            statuses.append(status)
             verdict.add(rule, over)
         if headers:
             # The reported limit's window in seconds, for the headers.
@@ -164,48 +174,52 @@ def respond(
                 ),
             )
         )
-    response.overall_code = _OK if shadow or not verdict.denied else _OVER_LIMIT
-    if headers:
-        for name, value in response_headers(header_mode, response.statuses, windows, header_names):
-            response.response_headers_to_add.add(key=name, value=value)
-    if metadata:
-        struct = struct_pb2.Struct()
-        struct.update(metadata)
-        response.dynamic_metadata.CopyFrom(struct)
+    overall = _OK if shadow or not verdict.denied else _OVER_LIMIT
+    tail = b""
+    if headers or metadata:
+        added: list[tuple[str, str]] = []
+        if headers:
+            # The headers read the statuses as messages: parse the ones just written.
+            written = _Response.FromString(encode_response(overall, statuses, b"")).statuses
+            added = response_headers(header_mode, written, windows, header_names)
+        struct = None
+        if metadata:
+            struct = struct_pb2.Struct()
+            struct.update(metadata)
+        tail = tail_bytes(added, struct)
     if outcomes:
         try:
             on_decisions(domain, outcomes)
         except Exception:
             log.exception("hook on_decisions failed; the answer is unaffected")
-    return response
+    return encode_response(overall, statuses, tail)
 
 
-def _zero_status(clock: Clock, rule: DescriptorRule, status: Any) -> Limit:
-    """Fill the DescriptorStatus of a rule with a limit of 0 (always over, never asked of a
-    store): its window ends with the period's; return that limit."""
+def _zero_status(clock: Clock, rule: DescriptorRule) -> tuple[Status, Limit]:
+    """The status of a rule with a limit of 0 (always over, never asked of a store): its
+    window ends with the period's; and that limit."""
     code = _OK if rule.shadow_mode else _OVER_LIMIT
     zero = next(limit for limit in rule.limits if limit.rate is None)
-    start(status, code, zero, rule.name)
     period = zero.period_us
-    duration(status, period - clock.now_us() % period)
-    return zero
+    wait = period - clock.now_us() % period
+    return (status_head(code, zero, rule.name), 0, max(wait, 0)), zero
 
 
 def _status(
-    rule: DescriptorRule, decision: Decision | None, over: bool, status: Any
-) -> Limit | None:
-    """Fill one DescriptorStatus of a limited rule the store (or a failure mode) decided;
-    return the limit it reports.
+    rule: DescriptorRule, decision: Decision | None, over: bool
+) -> tuple[Status, Limit | None]:
+    """The status of a limited rule the store (or a failure mode) decided, and the limit it
+    reports.
 
     That is None when there is no limit to report in headers: a failure mode
     that answered without a decision.
     """
     code = _OVER_LIMIT if over and not rule.shadow_mode else _OK
     limit = rule.limit_for(None if decision is None else decision.rate)
-    start(status, code, limit, rule.name)
+    head = status_head(code, limit, rule.name)
     if decision is None or limit is None:
-        return None
-    status.limit_remaining = min(max(decision.remaining, 0), UNLIMITED_REMAINING)
+        return (head, 0, NO_DURATION), None
+    remaining = min(max(decision.remaining, 0), UNLIMITED_REMAINING)
     wait = decision.reset_after
     if not decision.allowed and math.isfinite(decision.retry_after):
         wait = decision.retry_after
@@ -213,8 +227,7 @@ def _status(
         # Several limits: the status reports the binding one, so its reset, not the time
         # until every limit is back to full (the decision's own ``reset_after``).
         wait = binding_layer(decision).reset_after
-    duration(status, round(wait * 1_000_000) if math.isfinite(wait) else 0)
-    return limit
+    return (head, remaining, max(round(wait * 1_000_000), 0) if math.isfinite(wait) else 0), limit
 
 
 #: ``tuple.__new__``: a ``DescriptorOutcome`` per descriptor without the named tuple's

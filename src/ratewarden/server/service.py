@@ -79,7 +79,12 @@ from ratewarden.server.descriptors import (
 )
 from ratewarden.server.hooks import Reports, ServiceHooks
 from ratewarden.server.joint_step import joint_step, joint_step_algorithm
-from ratewarden.server.response import UNLIMITED_REMAINING, DescriptorOutcome, respond
+from ratewarden.server.response import (
+    UNLIMITED_REMAINING,
+    DescriptorOutcome,
+    ResponseMessage,
+    respond,
+)
 from ratewarden.server.response_headers import HEADER_MODES, LEGACY_NAMES, check_header_names
 from ratewarden.server.value_cap import ValueCap
 
@@ -204,7 +209,8 @@ class _ServiceBase:
 
     # -- the decision, written once
 
-    def _flow(self, request: Any) -> Flow[Any]:
+    def _flow(self, request: Any) -> Flow[bytes]:
+        """The request decided, as its response's wire bytes."""
         config = self._config  # one snapshot for the whole request
         items = prepare(request, config, self.values, self._overflowed)
         stored: list[Item] = []
@@ -338,6 +344,10 @@ class RateLimitService(_ServiceBase):
 
         Raises ``ConfigurationError`` for a malformed request (no domain, no descriptors).
         """
+        return ResponseMessage.FromString(self.limiter.run(self._flow(request)))
+
+    def should_rate_limit_wire(self, request: Any) -> bytes:
+        """``should_rate_limit``'s response as its wire bytes, for a transport to send."""
         return self.limiter.run(self._flow(request))
 
 
@@ -354,4 +364,8 @@ class AsyncRateLimitService(_ServiceBase):
 
     async def should_rate_limit(self, request: Any) -> Any:
         """See ``RateLimitService.should_rate_limit``."""
+        return ResponseMessage.FromString(await self.limiter.run(self._flow(request)))
+
+    async def should_rate_limit_wire(self, request: Any) -> bytes:
+        """See ``RateLimitService.should_rate_limit_wire``."""
         return await self.limiter.run(self._flow(request))

@@ -1,6 +1,6 @@
-"""Envoy's ``RateLimit`` units both ways: a ``DescriptorStatus``'s current limit and
-duration, and a descriptor's limit override read into a rule. Nothing here touches
-a store.
+"""Envoy's ``RateLimit`` units both ways: the enum a ``DescriptorStatus``'s current limit
+names its unit with (``UNIT_ENUM``), and a descriptor's limit override read into a rule.
+Nothing here touches a store.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.rate import UNITS, Rate
 from ratewarden.server.config import DEFAULT_ALGORITHM, DEFAULT_FAILURE_MODE, DescriptorRule, Limit
 
-__all__ = ["UNIT_ENUM", "duration", "override", "start"]
+__all__ = ["UNIT_ENUM", "override"]
 
 log = logging.getLogger("ratewarden.server.service")
 
@@ -63,35 +63,3 @@ def override(
         failure_mode=DEFAULT_FAILURE_MODE if base is None else base.failure_mode,
         budget=base is not None and base.budget,
     )
-
-
-#: ``DescriptorStatus`` messages holding only a code and a current limit, by (code,
-#: requests per unit, unit, name): a status starts as a copy of one, in one call, rather
-#: than a field write and a copy into the nested message. Bounded (overrides make limits
-#: per request): cleared when full.
-_STARTS: dict[tuple[int, int, str, str], Any] = {}
-_MAX_STARTS = 4096
-
-
-def start(status: Any, code: int, limit: Limit | None, name: str) -> None:
-    """Set a fresh ``status``'s code and, when there is a limit, its current limit."""
-    if limit is None:
-        status.code = code
-        return
-    ident = (code, limit.requests_per_unit, limit.unit, name)
-    message = _STARTS.get(ident)
-    if message is None:
-        if len(_STARTS) >= _MAX_STARTS:
-            _STARTS.clear()
-        current = _Response.RateLimit(
-            requests_per_unit=limit.requests_per_unit, unit=UNIT_ENUM[limit.unit], name=name
-        )
-        message = _STARTS[ident] = _Response.DescriptorStatus(code=code, current_limit=current)
-    status.CopyFrom(message)
-
-
-def duration(status: Any, microseconds: int) -> None:
-    seconds, micros = divmod(max(microseconds, 0), 1_000_000)
-    until = status.duration_until_reset
-    until.seconds = seconds
-    until.nanos = micros * 1000
