@@ -1,6 +1,6 @@
 """Instrumentation hooks, a Prometheus backend, and a rate limiter for log lines.
 
-Code that makes decisions takes a ``Metrics`` and calls its four hooks; the
+Code that makes decisions takes a ``Metrics`` and calls its hooks; the
 base class does nothing, so instrumentation costs a method call when it is off.
 ``PrometheusMetrics`` records the hooks as Prometheus counters, gauges and a
 histogram; ``prometheus_client`` is imported when one is built, never when this
@@ -25,11 +25,12 @@ import logging
 import threading
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.decision import Decision
+from ratewarden.histograms import observe_many
 from ratewarden.labels import bounded
 
 __all__ = ["NO_METRICS", "LogRateLimiter", "Metrics", "PrometheusMetrics"]
@@ -55,7 +56,8 @@ _BREAKER_STATES = ("closed", "open", "half_open")
 
 
 class Metrics:
-    """Instrumentation hooks; every method is a no-op here. Subclass, or use PrometheusMetrics.
+    """Instrumentation hooks; every method is a no-op here (``store_latencies`` gives each
+    to ``store_latency``). Subclass, or use PrometheusMetrics.
 
     ``degraded`` took ``mode=`` before it took ``failure_mode=``: a subclass
     whose ``degraded`` still takes ``mode`` (and no ``failure_mode``) is adapted
@@ -92,6 +94,13 @@ class Metrics:
 
     def store_latency(self, *, seconds: float) -> None:
         """One store round trip took ``seconds``."""
+
+    def store_latencies(self, *, seconds: Sequence[float]) -> None:
+        """Store round trips that took ``seconds`` each, reported together (a caller that
+        tallies them first, at its flush). ``store_latency`` for each, in order, unless a
+        subclass records them at once."""
+        for one in seconds:
+            self.store_latency(seconds=one)
 
     def region_overshoot(self, *, region: str, requests: int) -> None:
         """After a sync, ``region`` saw ``requests`` admitted past a global limit (0 when within).
@@ -274,6 +283,9 @@ class PrometheusMetrics(Metrics):
 
     def store_latency(self, *, seconds: float) -> None:
         self._store_latency.observe(seconds)
+
+    def store_latencies(self, *, seconds: Sequence[float]) -> None:
+        observe_many(self._store_latency, seconds)  # the buckets and sum once, not per sample
 
     def region_overshoot(self, *, region: str, requests: int) -> None:
         self._region_overshoot.labels(bounded(region)).set(float(requests))

@@ -72,6 +72,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from ratewarden.clock import Clock, SystemClock
+from ratewarden.histograms import observe_many
 from ratewarden.labels import bounded
 from ratewarden.metrics import LATENCY_BUCKETS, PrometheusMetrics
 from ratewarden.server.config import DescriptorRule
@@ -329,14 +330,12 @@ class ServiceStats(ServiceHooks):
                 sink.add(f"{label}.{key}", counts)
         for category, path, entries, weight in taken.top:
             self._live.top(category, path, entries, weight)
-        for seconds in taken.store_times:
-            self.metrics.store_latency(seconds=seconds)
+        self.metrics.store_latencies(seconds=taken.store_times)
         self._live.store_calls(taken.store_times)
         calls, failed = taken.call_times, taken.failed_calls
         if calls:
             self._calls.inc(len(calls))
-            for seconds in calls:
-                self._response_time.observe(seconds)
+            observe_many(self._response_time, calls)
             if failed:
                 self.errors.labels("service_error").inc(failed)
             for sink in self.sinks:
