@@ -27,6 +27,7 @@ import math
 import os
 import threading
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,7 @@ DECISIONS, OVER, NEAR, SHADOWED, DEGRADED = range(len(FIELDS))
 CATEGORIES = ("over", "near", "shadow")
 #: Upper bounds (seconds) of the store latency buckets: 8 a decade, 10 us to 10 s.
 LATENCY_BOUNDS = tuple(10 ** (exp / 8) for exp in range(-40, 9))
+_INF = math.inf
 #: A key's text is cut to this many characters (the sketch's memory bound).
 MAX_KEY_CHARS = 200
 #: The rule of decisions past ``max_rules`` distinct rules.
@@ -181,20 +183,21 @@ class LiveStats:
     def store_calls(self, times: Sequence[float]) -> None:
         """Store calls that took ``times`` seconds each, counted now (under one hold of the
         lock); a time that is negative, infinite or NaN is skipped."""
-        if not times:
+        # Sorted into buckets before the lock is taken: a flush hands over thousands.
+        valid = [seconds for seconds in times if seconds >= 0 and seconds != _INF]  # not NaN
+        if not valid:
             return
+        buckets = Counter([_bucket(seconds) for seconds in valid])
+        total, slowest = sum(valid), max(valid)
         now = self.clock.now()
         with self._lock:
             second = self._second(now)
             latency = second.latency
-            for seconds in times:
-                if not seconds >= 0 or math.isinf(seconds):
-                    continue
-                index = _bucket(seconds)
-                latency[index] = latency.get(index, 0) + 1
-                second.calls += 1
-                second.seconds_sum += seconds
-                second.seconds_max = max(second.seconds_max, seconds)
+            for index, count in buckets.items():
+                latency[index] = latency.get(index, 0) + count
+            second.calls += len(valid)
+            second.seconds_sum += total
+            second.seconds_max = max(second.seconds_max, slowest)
 
     # --- reading ------------------------------------------------------------------
 
