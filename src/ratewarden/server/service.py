@@ -29,8 +29,10 @@ How one request is decided
    are decided in one atomic store step when possible (``hit_all_flow``: all
    charged or none; enforcing regular rules of one algorithm, no counter twice,
    no cached denial, keys the store takes together: one slot on a Cluster).
-   Otherwise every counter is checked at cost 0 and, only if no enforcing
-   descriptor would deny, all are charged; when one would deny, only the
+   Otherwise every counter is checked at cost 0 (a denial the over-limit cache
+   holds answers its own check; the other checks are one atomic step when they may
+   go together, so a request denied from the cache costs one store call) and,
+   only if no enforcing descriptor would deny, all are charged; when one would deny, only the
    predicted denials are re-run at full cost, for their exact retry times. A
    request slipping in between may make a charge deny after others were charged.
    One descriptor is always one atomic call. ``charge_denied=True`` is
@@ -73,12 +75,13 @@ from ratewarden.server.descriptors import (
     counter_key,
     denied,
     is_short,
+    joint_algorithm,
     prepare,
     settled,
     shortfalls,
 )
 from ratewarden.server.hooks import Reports, ServiceHooks
-from ratewarden.server.joint_step import joint_step, joint_step_algorithm
+from ratewarden.server.joint_step import cached_check, joint_step, joint_step_algorithm
 from ratewarden.server.response import (
     UNLIMITED_REMAINING,
     DescriptorOutcome,
@@ -263,14 +266,10 @@ class _ServiceBase:
         rule = item.rule
         assert rule is not None  # every item the store decides has one
         limiter = self.limiter
-        if cost == 0 and item.cost > 0 and limiter.negative is not None:
-            # A check asks on behalf of the descriptor's own hits: a denial of them answers
-            # it (the limiter's flow answers a check from the store).
-            cached = limiter.cached_denial(
-                item.key, rule.rates, item.cost, algorithm=rule.algorithm
-            )
+        if cost == 0:
+            cached = cached_check(item, limiter)
             if cached is not None:
-                return Result(False, cached, None, False, cached=True)
+                return cached
         via = None
         if rule.budget:  # a token budget: checked on hits 0, charged otherwise
             via = self.budgets.check if item.cost == 0 else self.budgets.account
@@ -294,8 +293,29 @@ class _ServiceBase:
         allowed = decision.allowed
         return Result(allowed, decision, None, allowed and cost > 0)
 
+    def _check(self, stored: list[Item]) -> Flow[None]:
+        """Check every stored item (cost 0): a denial the over-limit cache holds answers its
+        item, and the others are checked in one atomic store step when they may go together
+        (a request denied from the cache, the usual case in a flood of denied requests,
+        then costs one store call, not one per descriptor), else each on its own."""
+        pending = stored
+        if self._joint and len(stored) > 1:
+            pending = []
+            for item in stored:
+                cached = cached_check(item, self.limiter)
+                if cached is None:
+                    pending.append(item)
+                else:
+                    item.result = cached
+            algorithm = joint_algorithm(pending) if len(pending) > 1 else None
+            if algorithm is not None and (
+                yield from joint_step(pending, algorithm, self.limiter, self._reports, check=True)
+            ):
+                return
+        yield from self._run([(item, 0) for item in pending])
+
     def _check_then_charge(self, items: list[Item], stored: list[Item]) -> Flow[None]:
-        yield from self._run([(item, 0) for item in stored])
+        yield from self._check(stored)
         short = shortfalls(stored)
         charge = [item for item in stored if item.cost > 0]
         if not denied(items, lambda item: id(item) in short):
