@@ -196,6 +196,22 @@ async def test_a_reload_changes_what_the_running_server_enforces(
     assert "5/minute" in (await http(server.http_port, "GET", "/rlconfig")).body.decode()
 
 
+async def test_each_config_swap_calls_config_applied(start_server: StartServer) -> None:
+    """``ratewarden serve`` refreezes the heap there (server/heap.py); a failed reload
+    swaps nothing and calls nothing."""
+    server = await start_server(TWO_KEYS.format(version="v1", limit=1))
+    swaps: list[str] = []
+    server.config_applied = lambda: swaps.append(server.config.rules[0].name)
+    path = Path(server.settings.config_paths[0])
+    path.write_text(TWO_KEYS.format(version="v2", limit=5))
+    os.utime(path, ns=(path.stat().st_mtime_ns + 10**9,) * 2)
+    assert server.watcher.check_once() is ReloadOutcome.RELOADED
+    path.write_text("domain: [not a domain")
+    os.utime(path, ns=(path.stat().st_mtime_ns + 10**9,) * 2)
+    assert server.watcher.check_once() is not ReloadOutcome.RELOADED
+    assert swaps == ["v2"]
+
+
 async def test_a_reload_under_traffic_loses_no_call_and_never_mixes_configs(
     start_server: StartServer,
 ) -> None:

@@ -61,13 +61,7 @@ from ratewarden.storage.memory import AsyncMemoryStore
 from ratewarden.storage.split import AsyncSplitStore
 from ratewarden.tiers import CircuitBreaker
 
-__all__ = [
-    "RateLimitServer",
-    "configure_logging",
-    "loop_factory",
-    "open_store",
-    "settings_store",
-]
+__all__ = ["RateLimitServer", "configure_logging", "loop_factory", "open_store", "settings_store"]
 
 log = logging.getLogger("ratewarden.server")
 
@@ -184,6 +178,8 @@ class RateLimitServer:
         self.http_port = 0
         self.debug_port = 0
         self.errors = 0
+        #: Called after each config swap (``ratewarden serve``: ``heap.refreeze``).
+        self.config_applied: Callable[[], None] | None = None
         self._serving = False
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -211,9 +207,8 @@ class RateLimitServer:
                     "on_error": self.settings.on_error,
                 },
             )
-            fallback = fallback_response(request, deny=self.settings.on_error == "closed")
-            data: bytes = fallback.SerializeToString()
-            return data
+            deny = self.settings.on_error == "closed"
+            return bytes(fallback_response(request, deny=deny).SerializeToString())
         self.stats.request(time.perf_counter() - started)
         return answer
 
@@ -387,6 +382,8 @@ class RateLimitServer:
         if self.quota is not None:
             self.quota.send(self.quota.quota.swap_config(config))
         self.config = config
+        if self.config_applied is not None:
+            self.config_applied()
 
 
 def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:

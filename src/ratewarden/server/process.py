@@ -21,6 +21,7 @@ from multiprocessing.connection import wait as wait_for_sentinels
 
 from ratewarden.errors import RatewardenError
 from ratewarden.server import config as rules
+from ratewarden.server import heap
 from ratewarden.server.app import (
     RateLimitServer,
     configure_logging,
@@ -56,6 +57,9 @@ async def _serve(settings: Settings) -> None:
             log.info("stopped before serving", extra={"event": "stopped"})
             return
         starting.result()
+        # The long-lived objects, out of the cycle collector's full collections (heap.py).
+        heap.freeze()
+        server.config_applied = heap.refreeze
     except BaseException:
         stopping.cancel()
         await server.close()
