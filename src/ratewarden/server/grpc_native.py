@@ -1,24 +1,23 @@
 """The gRPC port on pygrpc-native: HTTP/2 and gRPC framing in Rust, the decisions in Python.
 
-``NativeGrpcServer`` is ``GrpcServer``'s twin for ``--transport native``: the
-same constructor, ``start``/``set_serving``/``stop`` and the same answers, over
+``NativeGrpcServer`` is ``GrpcServer``'s twin for ``--transport native``: the same
+constructor, ``start``/``set_serving``/``stop`` and the same answers, over
 ``pygrpc_native.NativeGrpcFront``; its ``answer`` may also return the response's wire
-bytes (the service's ``should_rate_limit_wire``), which it sends as they are. The
-front runs HTTP/2 (framing, flow control, keep-alive, deadlines, cancellation) on
-its own threads outside the GIL and hands
-the calls to Python in batches: one thread here waits for a batch, and the event
-loop then decodes every call of it and starts each, in arrival order, in one turn
-of the loop. A call is started in that turn, not in a task: one the store answers
-at once (the memory store, the over-limit cache) is decided there and then, with
-no task, and only a call that waits (on Redis) becomes a task, resumed where it
-waits, which keeps its own deadline and cancellation (``_Resumed``). So the calls
-of a batch reach the store together: the Redis store writes the requests made in
-one turn as one pipelined batch (each request keeping its own deadline), and the
-memory store decides them one after the other. Each call's answer is what
-deciding it alone, in arrival order, gives; a call that fails fails alone.
-The answers made in one turn of the loop are handed to the front together at the
-start of the next (``_flush_answers``): the front's threads then wake once for
-them, not once per answer (measured: their CPU per call fell by a quarter to a third).
+bytes (the service's ``should_rate_limit_wire``), which it sends as they are. The front
+runs HTTP/2 (framing, flow control, keep-alive, deadlines, cancellation) on its own
+threads outside the GIL and hands the calls to Python in small batches (``BATCH``): one
+thread here waits for a batch, and the event loop then decodes every call of it and
+starts each, in arrival order, in one turn of the loop. A call is started in that turn,
+not in a task: one the store answers at once (the memory store, the over-limit cache) is
+decided there and then, with no task, and only a call that waits (on Redis) becomes a
+task, resumed where it waits, which keeps its own deadline and cancellation
+(``_Resumed``). So the calls of a batch reach the store together: the Redis store writes
+the requests made in one turn as one pipelined batch (each request keeping its own
+deadline), and the memory store decides them one after the other. Each call's answer is
+what deciding it alone, in arrival order, gives; a call that fails fails alone. The
+answers made in one turn of the loop are handed to the front together at the start of
+the next (``_flush_answers``): the front's threads then wake once for them, not once per
+answer (measured: their CPU per call fell by a quarter to a third).
 
 What it serves, as ``GrpcServer`` does:
 

@@ -30,10 +30,11 @@ How one request is decided
    charged or none; enforcing regular rules of one algorithm, no counter twice,
    no cached denial, keys the store takes together: one slot on a Cluster).
    Otherwise every counter is checked at cost 0 (a denial the over-limit cache
-   holds answers its own check; the other checks are one atomic step when they may
-   go together, so a request denied from the cache costs one store call) and,
-   only if no enforcing descriptor would deny, all are charged; when one would deny, only the
-   predicted denials are re-run at full cost, for their exact retry times. A
+   holds answers its own check; the other checks are one atomic step when they
+   may go together, so a request denied from the cache costs one store call)
+   and, only if no enforcing descriptor would deny, all are charged; when one
+   would deny, only the predicted denials are re-run at full cost, for their
+   exact retry times. A
    request slipping in between may make a charge deny after others were charged.
    One descriptor is always one atomic call. ``charge_denied=True`` is
    envoyproxy/ratelimit's old behaviour: each descriptor charged on its own.
