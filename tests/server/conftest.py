@@ -194,6 +194,11 @@ class Harness:
         response = self.ask(desc(*entries, hits=0))
         return int(response.statuses[0].limit_remaining)
 
+    @property
+    def clustered(self) -> bool:
+        """The store is a Redis Cluster: a request's counters sit on several slots."""
+        return bool(getattr(self.store.inner, "_clustered", False))
+
 
 Cleanup = list[tuple[str, Callable[[], Any]]]
 Backend = Callable[[pytest.FixtureRequest, ManualClock, Cleanup], tuple[Any, Any]]

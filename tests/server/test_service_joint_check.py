@@ -23,10 +23,6 @@ from tests.server.conftest import ALIGNED, OK, OVER, SERVICE_RULES, desc
 Make = Any
 
 
-def _clustered(h: Any) -> bool:
-    return bool(getattr(h.store.inner, "_clustered", False))
-
-
 def _steps(h: Any) -> list[tuple[str, list[int]]]:
     """Each store call since the last clear: its kind and the costs it asked."""
     return [(kind, [cost for _, cost in calls]) for kind, calls in h.store.steps]
@@ -46,7 +42,7 @@ def test_a_cached_denial_checks_the_others_in_one_store_step(rls: Make) -> None:
     assert [response.overall_code, *(s.code for s in response.statuses)] == [OVER, OK, OVER, OK]
     assert [s.limit_remaining for s in response.statuses] == [5, 0, 9]
     assert response.statuses[1].duration_until_reset.seconds == 60
-    if _clustered(h):  # keys on three slots: a check each
+    if h.clustered:  # keys on three slots: a check each
         assert _steps(h) == [("hit", [0]), ("hit", [0])]
     else:
         assert _steps(h) == [("hit_all", [0, 0])]
@@ -70,7 +66,7 @@ def test_an_outage_in_the_joint_check_answers_each_by_its_failure_mode(rls: Make
     h.outage.down = True
     codes = h.codes(desc(("local", "l")), desc(("a", "x")), desc(("open", "o")))
     assert codes == [OVER, OK, OVER, OK]
-    if not _clustered(h):
+    if not h.clustered:
         assert _steps(h) == [("hit_all", [0, 0])]
     assert len(h.hooks.store_errors) == 2  # one per descriptor the step was for
     assert h.codes(desc(("local", "l")), hits=2) == [OK, OK]  # the local 2/min still there

@@ -32,10 +32,6 @@ class TimedHooks(RecordingHooks):
         self.store_calls.append(seconds)
 
 
-def _clustered(h: Harness) -> bool:
-    return bool(getattr(h.store.inner, "_clustered", False))
-
-
 def test_every_store_call_is_timed_once(rls: Make) -> None:
     """One timing per hit, one per joint step (none for a step a Cluster declined), none for
     an answer from the over-limit cache."""
@@ -45,7 +41,7 @@ def test_every_store_call_is_timed_once(rls: Make) -> None:
     assert len(hooks.store_calls) == 1
     h.ask(desc(("a", "y")), desc(("b", "y")), desc(("c", "y")))
     assert len(hooks.store_calls) == len(h.store.steps)
-    if not _clustered(h):  # a Cluster declines these keys: checked, then charged, one by one
+    if not h.clustered:  # a Cluster declines these keys: checked, then charged, one by one
         assert len(hooks.store_calls) == 2
     assert h.codes(desc(("a", "x"))) == [OVER, OVER]  # the store denies: timed
     assert h.codes(desc(("a", "x"))) == [OVER, OVER]  # remembered: no call, no timing

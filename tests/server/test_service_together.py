@@ -26,10 +26,6 @@ from tests.server.conftest import ALIGNED, OK, OVER, SERVICE_RULES, Harness, des
 Make = Any
 
 
-def _clustered(h: Harness) -> bool:
-    return bool(getattr(h.store.inner, "_clustered", False))
-
-
 def _kinds(h: Harness) -> list[str]:
     return [kind for kind, _ in h.store.steps]
 
@@ -37,7 +33,7 @@ def _kinds(h: Harness) -> list[str]:
 def test_an_allowed_request_is_one_store_step(rls: Make) -> None:
     h = rls(SERVICE_RULES)
     assert h.codes(desc(("a", "x")), desc(("b", "y")), desc(("c", "z")), hits=2) == [OK] * 4
-    if _clustered(h):  # three slots: checked, then charged, hit by hit
+    if h.clustered:  # three slots: checked, then charged, hit by hit
         assert h.store.calls == [(key, cost) for cost in (0, 2) for key in _keys(h, 3)]
     else:
         assert h.store.steps == [("hit_all", [(key, 2) for key in _keys(h, 3)])]
@@ -57,7 +53,7 @@ def test_a_denied_request_is_one_store_step_and_charges_nothing(rls: Make) -> No
     assert [response.overall_code, *(s.code for s in response.statuses)] == [OVER, OK, OVER, OK]
     assert [s.limit_remaining for s in response.statuses] == [5, 0, 9]
     assert response.statuses[1].duration_until_reset.seconds == 60
-    if not _clustered(h):
+    if not h.clustered:
         assert _kinds(h) == ["hit_all"]
     assert (h.remaining(("b", "y")), h.remaining(("c", "z"))) == (5, 9)
 
@@ -102,9 +98,9 @@ def test_an_outage_costs_one_joint_call_and_open_rules_allow(rls: Make) -> None:
     h = rls(SERVICE_RULES)
     h.outage.down = True
     assert h.codes(desc(("open", "o")), desc(("open", "p"))) == [OK, OK, OK]
-    if not _clustered(h):
+    if not h.clustered:
         assert _kinds(h) == ["hit_all"]
-    assert len(h.hooks.store_errors) == (2 if not _clustered(h) else 4)
+    assert len(h.hooks.store_errors) == (2 if not h.clustered else 4)
 
 
 def test_local_rules_beside_a_closed_one_are_only_checked(rls: Make) -> None:
