@@ -51,6 +51,8 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         "RATEWARDEN_LOOP": "asyncio",
         "RATEWARDEN_TRANSPORT": "grpcio",
         "RATEWARDEN_GRPC_HOST": "127.0.0.2",
+        "RATEWARDEN_GRPC_MAX_CONNECTION_AGE": "300",
+        "RATEWARDEN_GRPC_MAX_CONNECTION_AGE_GRACE": "2.5",
         "RATEWARDEN_DEBUG_PORT": "9070",
         "RATEWARDEN_DEBUG_HOST": "127.0.0.3",
         "RATEWARDEN_MERGE_DOMAINS": "true",
@@ -110,6 +112,8 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         loop="asyncio",
         transport="grpcio",
         grpc_host="127.0.0.2",
+        grpc_max_connection_age=300.0,
+        grpc_max_connection_age_grace=2.5,
         debug_port=9070,
         debug_host="127.0.0.3",
         merge_domains=True,
@@ -289,3 +293,56 @@ def test_legacy_header_names_are_three_distinct_field_names() -> None:
     ):
         with pytest.raises(ConfigurationError, match=f"--legacy-header-names .*{said}"):
             resolve({"legacy_header_names": bad}, {"RATEWARDEN_CONFIG": "r"})
+
+
+def test_a_maximum_connection_age_needs_grpcio_and_auto_picks_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--grpc-max-connection-age: pygrpc-native cannot close connections by their age, so auto
+    picks grpcio and --transport native is refused, naming the way out; never dropped."""
+    from ratewarden.server import settings as settings_module
+
+    monkeypatch.setattr(settings_module, "native_installed", lambda: True)
+    aged = resolve({"config_paths": ["r.yaml"], "grpc_max_connection_age": "300"}, {})
+    assert (aged.grpc_max_connection_age, aged.grpc_max_connection_age_grace) == (300.0, None)
+    assert aged.grpc_transport == "grpcio"
+    with pytest.raises(ConfigurationError, match="cannot close connections by their age") as raised:
+        resolve(
+            {"config_paths": ["r.yaml"], "transport": "native"},
+            {"RATEWARDEN_GRPC_MAX_CONNECTION_AGE": "60"},
+        )
+    assert "--transport grpcio" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"grpc_max_connection_age": "0"}, "--grpc-max-connection-age '0': must be a number of"),
+        ({"grpc_max_connection_age": "soon"}, "--grpc-max-connection-age 'soon': must be a"),
+        (
+            {"grpc_max_connection_age": "1", "grpc_max_connection_age_grace": "-1"},
+            "--grpc-max-connection-age-grace '-1': must be a number of seconds >= 0",
+        ),
+        ({"grpc_max_connection_age_grace": "5"}, "set both, or neither"),
+    ],
+)
+def test_bad_connection_ages_are_refused_naming_the_flag(
+    options: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        resolve({"config_paths": ["r.yaml"], **options}, {})
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"grpc_max_connection_age": -1.0},
+        {"grpc_max_connection_age": True},
+        {"grpc_max_connection_age": "60"},
+        {"grpc_max_connection_age": float("inf")},
+        {"grpc_max_connection_age": 1.0, "grpc_max_connection_age_grace": -0.5},
+    ],
+)
+def test_settings_built_in_code_check_connection_ages_too(values: dict[str, object]) -> None:
+    with pytest.raises(ConfigurationError, match="--grpc-max-connection-age"):
+        Settings(config_paths=("r",), **values)  # type: ignore[arg-type]

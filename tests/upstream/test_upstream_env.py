@@ -486,3 +486,24 @@ def test_use_prometheus_serves_the_metrics_where_upstream_would() -> None:
         settings(USE_PROMETHEUS="true", PROMETHEUS_PATH="metrics")
     with pytest.raises(ConfigurationError, match="--metrics-port are both 9090"):
         settings(USE_PROMETHEUS="true", PORT="9090")
+
+
+def test_grpc_max_connection_age_as_upstream() -> None:
+    """GRPC_MAX_CONNECTION_AGE and _GRACE: either set gives both as upstream has them (the other
+    at upstream's default, 24h or 1h; 0 is grpc-go's no limit); neither set keeps
+    ratewarden's default, no limit, and the native transport."""
+    aged = settings(GRPC_MAX_CONNECTION_AGE="5m")
+    assert (aged.grpc_max_connection_age, aged.grpc_max_connection_age_grace) == (300.0, 3600.0)
+    assert aged.grpc_transport == "grpcio"
+    graced = settings(GRPC_MAX_CONNECTION_AGE_GRACE="30s")
+    assert (graced.grpc_max_connection_age, graced.grpc_max_connection_age_grace) == (86400.0, 30.0)
+    both = settings(GRPC_MAX_CONNECTION_AGE="1m30s", GRPC_MAX_CONNECTION_AGE_GRACE="0")
+    assert (both.grpc_max_connection_age, both.grpc_max_connection_age_grace) == (90.0, None)
+    for unlimited in (settings(GRPC_MAX_CONNECTION_AGE="0"), settings()):
+        assert unlimited.grpc_max_connection_age is None
+        assert unlimited.grpc_max_connection_age_grace is None
+    with pytest.raises(ConfigurationError, match="GRPC_MAX_CONNECTION_AGE='soon'"):
+        settings(GRPC_MAX_CONNECTION_AGE="soon")
+    environ = {"GRPC_MAX_CONNECTION_AGE": "5m", "RATEWARDEN_CONFIG": "rules.yaml"}
+    own = resolve({"grpc_max_connection_age": "60"}, environ)
+    assert (own.grpc_max_connection_age, own.grpc_max_connection_age_grace) == (60.0, 3600.0)

@@ -144,9 +144,19 @@ class GrpcServer:
         *,
         tls: GrpcTls | None = None,
         services: Sequence[grpc.GenericRpcHandler] = (),
+        max_connection_age: float | None = None,
+        max_connection_age_grace: float | None = None,
     ) -> None:
         self.health = health.aio.HealthServicer()
         self.tls = tls
+        # grpc-core's own: at the age (jittered by +-10%) a connection is sent GOAWAY, and
+        # after the grace it is closed, calls in flight or not. None: no limit.
+        self._options: list[tuple[str, int]] = []
+        if max_connection_age is not None:
+            self._options.append(("grpc.max_connection_age_ms", _ms(max_connection_age)))
+        if max_connection_age_grace is not None:
+            grace = _ms(max_connection_age_grace)
+            self._options.append(("grpc.max_connection_age_grace_ms", grace))
         self._servicer = RateLimitServicer(answer)
         self._services = tuple(services)
         self._server: Any = None
@@ -161,7 +171,9 @@ class GrpcServer:
         """
         # grpc turns SO_REUSEPORT on by default; keep it off unless workers share the
         # port, so that a second server on a busy port fails instead of splitting traffic.
-        self._server = grpc.aio.server(options=[("grpc.so_reuseport", int(reuse_port))])
+        self._server = grpc.aio.server(
+            options=[("grpc.so_reuseport", int(reuse_port)), *self._options]
+        )
         self._server.add_generic_rpc_handlers((self._servicer.handler(), *self._services))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         address = grpc_address(host, port, uds)
@@ -196,3 +208,8 @@ class GrpcServer:
         await self.health.enter_graceful_shutdown()
         if self._server is not None:
             await self._server.stop(grace)
+
+
+def _ms(seconds: float) -> int:
+    """Whole milliseconds for a grpc-core option, at least 1 (its 0 would not mean none)."""
+    return max(1, round(seconds * 1000))

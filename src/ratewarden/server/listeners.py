@@ -36,7 +36,13 @@ def grpc_listener(
         tls = GrpcTls.load(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
     if settings.grpc_transport == "native":
         return NativeGrpcServer(answer_wire or answer, tls=tls)
-    return GrpcServer(answer, tls=tls, services=services)
+    return GrpcServer(
+        answer,
+        tls=tls,
+        services=services,
+        max_connection_age=settings.grpc_max_connection_age,
+        max_connection_age_grace=settings.grpc_max_connection_age_grace,
+    )
 
 
 def http_listeners(

@@ -144,6 +144,19 @@ OPTIONS: dict[str, Option] = {
     "grpc_uds": Option(
         "--grpc-uds", text, "serve gRPC on this Unix socket path instead of --grpc-host:--grpc-port"
     ),
+    "grpc_max_connection_age": Option(
+        "--grpc-max-connection-age",
+        seconds(0.0, allow_low=False),
+        "seconds after which the gRPC server asks a client to reconnect (GOAWAY), so that "
+        "long-lived connections spread over new replicas; needs --transport grpcio (auto "
+        "picks it) (off)",
+    ),
+    "grpc_max_connection_age_grace": Option(
+        "--grpc-max-connection-age-grace",
+        seconds(0.0, allow_low=True),
+        "seconds a connection past --grpc-max-connection-age keeps for its calls in flight "
+        "before it is closed (no limit)",
+    ),
     "http_port": Option("--http-port", integer(0, 65535), "HTTP port (8080)"),
     "debug_port": Option(
         "--debug-port",

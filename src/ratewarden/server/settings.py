@@ -47,6 +47,8 @@ from::
     --transport T          RATEWARDEN_TRANSPORT       auto (native when installed), grpcio, native
     --grpc-host H          RATEWARDEN_GRPC_HOST       --host
     --grpc-uds PATH        RATEWARDEN_GRPC_UDS        off (gRPC on a Unix socket, not TCP)
+    --grpc-max-connection-age S RATEWARDEN_GRPC_MAX_CONNECTION_AGE off (GOAWAY at that age)
+    --grpc-max-connection-age-grace S RATEWARDEN_GRPC_MAX_CONNECTION_AGE_GRACE no limit
     --debug-port N         RATEWARDEN_DEBUG_PORT      off (the HTTP endpoints on a second port)
     --debug-host H         RATEWARDEN_DEBUG_HOST      --host
     --metrics-port N       RATEWARDEN_METRICS_PORT    off (the metrics alone on a port of their own)
@@ -155,6 +157,8 @@ class Settings:
     transport: str = "auto"
     grpc_host: str | None = None
     grpc_uds: str | None = None
+    grpc_max_connection_age: float | None = None
+    grpc_max_connection_age_grace: float | None = None
     debug_port: int | None = None
     debug_host: str | None = None
     metrics_port: int | None = None
@@ -270,6 +274,7 @@ class Settings:
             )
 
     def _check_transport(self) -> None:
+        self._check_connection_age()
         if self.transport != "native":
             return
         if not native_installed():
@@ -281,6 +286,29 @@ class Settings:
             raise ConfigurationError(
                 "--transport native cannot serve TLS (--tls-cert): pygrpc-native has no TLS "
                 "yet; use --transport grpcio, or auto, which picks grpcio when TLS is on"
+            )
+
+    def _check_connection_age(self) -> None:
+        age, grace = self.grpc_max_connection_age, self.grpc_max_connection_age_grace
+        for flag, value, zero in (("", age, False), ("-grace", grace, True)):
+            if value is None:
+                continue
+            number = not isinstance(value, bool) and isinstance(value, int | float)
+            if not number or not (value >= 0 if zero else value > 0) or value == float("inf"):
+                bound = "0 or more" if zero else "above 0"
+                raise ConfigurationError(
+                    f"--grpc-max-connection-age{flag} {value!r} must be a number of seconds {bound}"
+                )
+        if grace is not None and age is None:
+            raise ConfigurationError(
+                "--grpc-max-connection-age-grace is set without --grpc-max-connection-age: "
+                "the grace is counted from a connection's age; set both, or neither"
+            )
+        if age is not None and self.transport == "native":
+            raise ConfigurationError(
+                "--grpc-max-connection-age (upstream's GRPC_MAX_CONNECTION_AGE) with --transport "
+                "native: pygrpc-native cannot close connections by their age; use --transport "
+                "grpcio, or auto, which picks grpcio when it is set"
             )
 
     def _check_rlqs(self) -> None:
@@ -317,11 +345,16 @@ class Settings:
 
     @property
     def grpc_transport(self) -> str:
-        """What serves the gRPC port: ``native`` or ``grpcio`` (``auto`` resolved; RLQS and TLS
-        need grpcio)."""
+        """What serves the gRPC port: ``native`` or ``grpcio`` (``auto`` resolved; RLQS, TLS
+        and a maximum connection age need grpcio)."""
         if self.transport != "auto":
             return self.transport
-        native = native_installed() and self.tls_cert is None and not self.rlqs
+        native = (
+            native_installed()
+            and self.tls_cert is None
+            and not self.rlqs
+            and self.grpc_max_connection_age is None
+        )
         return "native" if native else "grpcio"
 
     @property

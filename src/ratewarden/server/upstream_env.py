@@ -81,6 +81,24 @@ def _listening(values: Mapping[str, Any]) -> dict[str, Any]:
         out["debug_host"] = values["DEBUG_HOST"].strip()
     if "GRPC_UDS" in values:
         out["grpc_uds"] = values["GRPC_UDS"].strip()
+    out.update(_connection_age(values))
+    return out
+
+
+def _connection_age(values: Mapping[str, Any]) -> dict[str, Any]:
+    """GRPC_MAX_CONNECTION_AGE and its _GRACE, when either is set: both as upstream has them
+    (the other at upstream's default, 24h or 1h), where 0 is grpc-go's "no limit". Neither
+    set: no limit, ratewarden's default (upstream's is a day), so that ``--transport auto``
+    keeps the native transport, which cannot close connections by their age."""
+    names = ("GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE")
+    if not any(name in values for name in names):
+        return {}
+    age, grace = (value_of(values, name) for name in names)
+    if age <= 0:
+        return {}
+    out = {"grpc_max_connection_age": age}
+    if grace > 0:
+        out["grpc_max_connection_age_grace"] = grace
     return out
 
 

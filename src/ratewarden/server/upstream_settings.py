@@ -138,12 +138,8 @@ UPSTREAM: dict[str, Upstream] = {
     "DEBUG_HOST": _mapped("0.0.0.0"),
     "DEBUG_PORT": _mapped("6070", go_int),
     "GRPC_UDS": _mapped("", go_text),
-    "GRPC_MAX_CONNECTION_AGE": _refused(
-        "24h", go_duration, "ratewarden's gRPC server closes no connection by its age"
-    ),
-    "GRPC_MAX_CONNECTION_AGE_GRACE": _refused(
-        "1h", go_duration, "ratewarden's gRPC server closes no connection by its age"
-    ),
+    "GRPC_MAX_CONNECTION_AGE": _mapped("24h", go_duration),
+    "GRPC_MAX_CONNECTION_AGE_GRACE": _mapped("1h", go_duration),
     # TLS of the gRPC port
     "GRPC_SERVER_USE_TLS": _mapped("false", go_bool),
     "GRPC_SERVER_TLS_CERT": _mapped(""),
