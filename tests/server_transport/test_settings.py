@@ -66,15 +66,17 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         "RATEWARDEN_STATSD": "statsd.internal:9125",
         "RATEWARDEN_STATSD_TAGS": "region:eu.west, cell : 7 ,",
         "RATEWARDEN_STATSD_INTERVAL": "2.5",
+        "RATEWARDEN_DOGSTATSD": "unix:///run/datadog/dsd.socket",
     }
     # RATEWARDEN_GRPC_UDS and RLQS do not go with 2 workers: read on their own below. The xDS
-    # ones do not go with RATEWARDEN_CONFIG: tests/xds/test_settings.py reads them.
+    # ones do not go with RATEWARDEN_CONFIG: tests/xds/test_settings.py reads them. The
+    # mogrifiers' variable names a file: tests/upstream/test_dogstatsd.py reads it.
     xds = {OPTIONS[name].env for name in ("config_xds", *XDS_OPTIONS)}
     rlqs = {"RATEWARDEN_RLQS": "on", "RATEWARDEN_RLQS_INTERVAL": "0.5", "RATEWARDEN_RLQS_TTL": "4"}
     rlqs["RATEWARDEN_RLQS_BUCKET_METRICS"] = "5"
     rlqs |= {"RATEWARDEN_RLQS_IDLE": "30", "RATEWARDEN_RLQS_DEMAND_REPORTS": "3"}
     rlqs["RATEWARDEN_RLQS_CHANGE_ROUNDS"] = "4"
-    alone = {"RATEWARDEN_GRPC_UDS", *rlqs, *xds}
+    alone = {"RATEWARDEN_GRPC_UDS", "RATEWARDEN_DOGSTATSD_MOGRIFIERS", *rlqs, *xds}
     assert {option.env for option in OPTIONS.values()} == {*environ, *alone}
     uds = resolve({}, {"RATEWARDEN_CONFIG": "a.yaml", "RATEWARDEN_GRPC_UDS": "/run/rl.sock"})
     assert uds.grpc_uds == "/run/rl.sock"
@@ -127,6 +129,7 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         statsd="tcp://statsd.internal:9125",
         statsd_tags=(("cell", "7"), ("region", "eu.west")),
         statsd_interval=2.5,
+        dogstatsd="unix:///run/datadog/dsd.socket",
     )
 
 

@@ -186,14 +186,14 @@ def test_the_debug_port_serves_the_rules_and_the_metrics(compose: Compose) -> No
 
 
 def test_a_setting_that_cannot_be_honoured_stops_the_start(tmp_path: Path) -> None:
-    """USE_DOG_STATSD=true (DogStatsD is not built): exit 2 and one line naming it and the way
-    out."""
-    environ = without_ratewarden({"USE_DOG_STATSD": "true", "RUNTIME_ROOT": str(tmp_path)})
+    """TRACING_ENABLED=true (ratewarden exports no traces): exit 2 and one line naming it and
+    the way out."""
+    environ = without_ratewarden({"TRACING_ENABLED": "true", "RUNTIME_ROOT": str(tmp_path)})
     done = subprocess.run(
         [*RATEWARDEN, "serve"], check=False, env=environ, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2
     assert done.stderr.startswith(
-        "ratewarden serve: error: USE_DOG_STATSD='true' cannot be honoured"
+        "ratewarden serve: error: TRACING_ENABLED='true' cannot be honoured"
     )
-    assert "USE_STATSD" in done.stderr
+    assert "unset it" in done.stderr

@@ -89,6 +89,17 @@ def decided(stats: ServiceStats) -> None:
     stats.config_load(True)
 
 
+def decided_and_sent(stats: ServiceStats, sink: StatsdSink) -> None:
+    """``decided`` with ``sink`` on ``stats``, two calls answered in 2.1 and 14.9 ms, then one
+    flush and one send."""
+    stats.sinks.append(sink)
+    decided(stats)
+    for seconds in (0.0021, 0.0149):
+        stats.request(seconds)
+    stats.flush()
+    asyncio.run(sink.send())
+
+
 def test_upstream_names_values_and_tags_over_udp() -> None:
     """Every per-key counter under upstream's name (zeros not sent), the tags appended as
     upstream's statsd library writes them, IPv4 dots and ':' cleaned, the service counters
@@ -99,12 +110,7 @@ def test_upstream_names_values_and_tags_over_udp() -> None:
         port = listener.getsockname()[1]
         stats = ServiceStats(clock=ManualClock(ALIGNED))
         sink = StatsdSink("udp", HOST, port, tags=parse_tags("env:prod,zone:eu.west-1"))
-        stats.sinks.append(sink)
-        decided(stats)
-        for seconds in (0.0021, 0.0149):
-            stats.request(seconds)
-        stats.flush()
-        asyncio.run(sink.send())
+        decided_and_sent(stats, sink)
         payload = b""
         while not payload.endswith(b"|ms\n") or payload.count(b"|ms\n") < 2:
             datagram = listener.recv(65536)

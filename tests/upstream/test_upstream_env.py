@@ -255,8 +255,6 @@ def test_redis_url_forms_are_checked_per_type() -> None:
 @pytest.mark.parametrize(
     ("name", "value", "names"),
     [
-        ("USE_DOG_STATSD", "true", "USE_STATSD"),
-        ("USE_DOG_STATSD_MOGRIFIERS", "A", "USE_STATSD"),
         ("BACKEND_TYPE", "memcache", "REDIS_URL"),
         ("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "CREATE", "WAIT"),
         ("GRPC_CLIENT_TLS_SAN", "envoy", "GRPC_CLIENT_TLS_CACERT"),

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import time
 from collections.abc import Callable
 from types import MappingProxyType
@@ -36,6 +37,7 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.server import config as rules
 from ratewarden.server.dashboard import shared
 from ratewarden.server.dashboard.view import render
+from ratewarden.server.dogstatsd import statsd_sinks
 from ratewarden.server.grpc import grpc_address
 from ratewarden.server.listeners import (
     grpc_listener,
@@ -54,7 +56,6 @@ from ratewarden.server.rlqs.figures import introspection
 from ratewarden.server.service import AsyncRateLimitService
 from ratewarden.server.settings import Settings, redacted, store_scheme, uvloop_installed
 from ratewarden.server.stats import ServiceStats, multiprocess_dir
-from ratewarden.server.statsd import StatsdSink, parse_address
 from ratewarden.server.xds import XdsSubscription, load_resources, source_of
 from ratewarden.storage import AsyncStore
 from ratewarden.storage.memory import AsyncMemoryStore
@@ -122,12 +123,9 @@ class RateLimitServer:
     def __init__(self, settings: Settings, *, store: AsyncStore | None = None) -> None:
         self.settings = settings
         self.stats = ServiceStats(clock=SystemClock())
-        #: envoyproxy/ratelimit's stats over StatsD (``--statsd``), or None.
-        self.statsd: StatsdSink | None = None
-        if settings.statsd is not None:
-            protocol, host, port = parse_address(settings.statsd)
-            self.statsd = StatsdSink(protocol, host, port, tags=settings.statsd_tags)
-            self.stats.sinks.append(self.statsd)
+        #: envoyproxy/ratelimit's stats over StatsD and DogStatsD (``--statsd``, ``--dogstatsd``).
+        self.statsd = statsd_sinks(settings, os.environ)
+        self.stats.sinks.extend(self.statsd)
         self.watcher: ConfigWatcher[rules.RateLimitConfig] | None = None
         self.xds: XdsSubscription[rules.RateLimitConfig] | None = None
         if settings.config_xds is None:
@@ -280,6 +278,7 @@ class RateLimitServer:
                 "metrics": self.prometheus and f"{s.metrics_host or s.host}:{self.metrics_port}",
                 "store": redacted(s.store_url),
                 "statsd": s.statsd,
+                "dogstatsd": s.dogstatsd,
                 "config": list(s.config_paths),
                 "xds": s.config_xds,
                 "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
@@ -288,8 +287,8 @@ class RateLimitServer:
 
     async def close(self) -> None:
         """What a server whose ``start`` never finished holds: the StatsD socket, the store."""
-        if self.statsd is not None:
-            await self.statsd.close()
+        for sink in self.statsd:
+            await sink.close()
         await self.store.aclose()
 
     async def stop(self, grace: float | None = None) -> None:
@@ -310,8 +309,8 @@ class RateLimitServer:
             grace = max(0.0, grace - (time.monotonic() - started))
         await stop_listeners(grace, self.grpc, self.http, self.debug, self.prometheus)
         self.stats.flush()
-        if self.statsd is not None:
-            await self.statsd.close()
+        for sink in self.statsd:
+            await sink.close()
         await self.store.aclose()
         log.info("stopped", extra={"event": "stopped"})
 
@@ -368,9 +367,10 @@ class RateLimitServer:
         while True:
             await asyncio.sleep(min(FLUSH_INTERVAL_S, interval))
             self.stats.flush()
-            if self.statsd is not None and time.monotonic() - sent >= interval:
+            if self.statsd and time.monotonic() - sent >= interval:
                 sent = time.monotonic()
-                await self.statsd.send()
+                for sink in self.statsd:
+                    await sink.send()
 
     async def _health_loop(self) -> None:
         while True:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ratewarden.errors import ConfigurationError
+from ratewarden.server.dogstatsd import load_mogrifiers, parse_dogstatsd_address
 from ratewarden.server.parsers import (
     boolean,
     choice,
@@ -331,10 +332,26 @@ OPTIONS: dict[str, Option] = {
         "alone is TCP, as upstream) or udp://HOST:PORT (off)",
     ),
     "statsd_tags": Option(
-        "--statsd-tags", statsd_tags, "tags on every StatsD stat, NAME:VALUE,NAME:VALUE (none)"
+        "--statsd-tags",
+        statsd_tags,
+        "tags on every StatsD and DogStatsD stat, NAME:VALUE,NAME:VALUE (none)",
     ),
     "statsd_interval": Option(
-        "--statsd-interval", seconds(0.0, allow_low=False), "seconds between sends to --statsd (10)"
+        "--statsd-interval",
+        seconds(0.0, allow_low=False),
+        "seconds between sends to --statsd and --dogstatsd (10)",
+    ),
+    "dogstatsd": Option(
+        "--dogstatsd",
+        parse_dogstatsd_address,
+        "send envoyproxy/ratelimit's stats to this DogStatsD server (a Datadog Agent), tags "
+        "as tags: udp://HOST:PORT (HOST:PORT alone is UDP) or unix:///PATH (off)",
+    ),
+    "dogstatsd_mogrifiers": Option(
+        "--dogstatsd-mogrifiers",
+        load_mogrifiers,
+        "a YAML file of mogrifiers, each a pattern and the name and tags that a --dogstatsd "
+        "stat matching it is sent with (none)",
     ),
 }
 

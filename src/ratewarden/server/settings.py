@@ -60,7 +60,9 @@ from::
     --store-timeout S      RATEWARDEN_STORE_TIMEOUT   0.02
     --statsd URL           RATEWARDEN_STATSD          off (tcp://HOST:PORT or udp://HOST:PORT)
     --statsd-tags T        RATEWARDEN_STATSD_TAGS     none (NAME:VALUE,NAME:VALUE)
-    --statsd-interval S    RATEWARDEN_STATSD_INTERVAL 10
+    --statsd-interval S    RATEWARDEN_STATSD_INTERVAL 10 (also --dogstatsd's)
+    --dogstatsd URL        RATEWARDEN_DOGSTATSD       off (udp://HOST:PORT or unix:///PATH)
+    --dogstatsd-mogrifiers F RATEWARDEN_DOGSTATSD_MOGRIFIERS none (YAML: pattern, name, tags)
     --[no-]rlqs            RATEWARDEN_RLQS            false (Envoy's quota service, docs/rlqs.md)
     --rlqs-interval S      RATEWARDEN_RLQS_INTERVAL   1
     --rlqs-ttl S           RATEWARDEN_RLQS_TTL        5 (whole seconds)
@@ -92,6 +94,7 @@ from ratewarden.errors import ConfigurationError
 # OPTIONS, Option, XDS_OPTIONS, redacted and store_scheme live beside what they serve
 # and are re-exported here, where callers have always imported them from (__all__).
 from ratewarden.server import upstream_env
+from ratewarden.server.dogstatsd import Mogrifier
 from ratewarden.server.options import OPTIONS, Option, masked, read
 from ratewarden.server.response_headers import LEGACY_NAMES
 from ratewarden.server.rules_source import XDS_OPTIONS, check_rules_source, own_source_wins
@@ -170,6 +173,8 @@ class Settings:
     statsd: str | None = None
     statsd_tags: tuple[tuple[str, str], ...] = ()
     statsd_interval: float = 10.0
+    dogstatsd: str | None = None
+    dogstatsd_mogrifiers: tuple[Mogrifier, ...] = ()
     rlqs: bool = False
     rlqs_interval: float = 1.0
     rlqs_ttl: int = 5
@@ -213,6 +218,8 @@ class Settings:
             )
         self._check_transport()
         self._check_rlqs()
+        if self.dogstatsd_mogrifiers and self.dogstatsd is None:
+            raise ConfigurationError("--dogstatsd-mogrifiers rewrite --dogstatsd's stats: set it")
         if self.loop == "uvloop" and not uvloop_installed():
             raise ConfigurationError(
                 "--loop uvloop: the uvloop package is not installed; pip install uvloop "

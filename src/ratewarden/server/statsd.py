@@ -20,11 +20,13 @@ upstream's, so its StatsD mappings and dashboards keep working::
 
 ``<domain>.<key>`` is the stats key (``domain.key_value.subkey``), cleaned as
 upstream cleans it (``stats_name``: ``:`` and ``|`` become ``_``, so do the dots
-of an IPv4 address) and bounded as the Prometheus ``key`` label is. A counter
+of an IPv4 address, and so does a line break, which upstream would let through to
+split the line) and bounded as the Prometheus ``key`` label is. A counter
 is sent only when it moved (upstream's store skips zeros). ``--statsd-tags``
 (upstream's ``EXTRA_TAGS``, ``k1:v1,k2:v2``) is appended to every name as
 upstream's statsd library writes tags: ``.__k1=v1.__k2=v2``, sorted by tag name,
-``.``, ``:`` and ``|`` in a value replaced by ``_``.
+``.``, ``:`` and ``|`` in a value replaced by ``_``. ``dogstatsd.DogStatsdSink`` sends
+the same counts as DogStatsD lines, over UDP or a Unix datagram socket.
 
 Sending never blocks a decision: it runs on the event loop every interval,
 with a bounded wait; a StatsD server that is down costs one warning line a
@@ -40,6 +42,7 @@ import logging
 import re
 import socket
 from collections.abc import Iterable, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 from ratewarden.errors import ConfigurationError
@@ -65,11 +68,13 @@ SERVER = "ratelimit_server.ShouldRateLimit."
 #: Largest datagram sent over UDP: lines are never split, and 1,432 bytes keep a
 #: datagram in one Ethernet frame (what upstream's statsd library uses).
 UDP_PAYLOAD = 1432
+#: Largest datagram sent over a Unix socket (DogStatsD's): datadog-go's size for one.
+UNIX_PAYLOAD = 8192
 #: Seconds a TCP connect or write may take before the interval's lines are dropped.
 SEND_TIMEOUT_S = 1.0
 _IPV4 = re.compile(r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}")
-_TAG_VALUE = str.maketrans(".:|", "___")
-_NAME = str.maketrans(":|", "__")
+TAG_VALUE = str.maketrans(".:|", "___")
+_NAME = str.maketrans({":": "_", "|": "_", "\n": "_", "\r": "_"})
 
 
 def stats_name(text: str) -> str:
@@ -124,14 +129,12 @@ class StatsdSink:
         *,
         tags: Iterable[tuple[str, str]] = (),
     ) -> None:
-        if protocol not in ("tcp", "udp"):
-            raise ConfigurationError(f"statsd protocol {protocol!r} is not tcp or udp")
+        if protocol not in ("tcp", "udp", "unix"):
+            raise ConfigurationError(f"statsd protocol {protocol!r} is not tcp, udp or unix")
         self.protocol = protocol
         self.host = host
         self.port = port
-        self.suffix = "".join(
-            f".__{name}={tag.translate(_TAG_VALUE)}" for name, tag in sorted(tags)
-        )
+        self.suffix = "".join(f".__{name}={tag.translate(TAG_VALUE)}" for name, tag in sorted(tags))
         self._counters: dict[str, int] = {}
         self._timers: list[int] = []
         self._names: dict[str, str] = {}  # stats key -> its cleaned name prefix
@@ -185,10 +188,10 @@ class StatsdSink:
         if not lines:
             return
         try:
-            if self.protocol == "udp":
-                self._send_udp(lines)
-            else:
+            if self.protocol == "tcp":
                 await asyncio.wait_for(self._send_tcp(lines), SEND_TIMEOUT_S)
+            else:
+                self._send_datagrams(lines)
         except (TimeoutError, OSError) as exc:
             self.dropped += len(lines)
             await self._close_tcp()
@@ -205,13 +208,18 @@ class StatsdSink:
         else:
             self.sent += len(lines)
 
-    def _send_udp(self, lines: list[bytes]) -> None:
+    def _send_datagrams(self, lines: list[bytes]) -> None:
+        unix = self.protocol == "unix"
         if self._udp is None:
-            family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+            if unix:
+                family = socket.AF_UNIX
+            else:
+                family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
             self._udp = socket.socket(family, socket.SOCK_DGRAM)
             self._udp.setblocking(False)
-        for datagram in _datagrams(lines):
-            self._udp.sendto(datagram, (self.host, self.port))
+        target: Any = self.host if unix else (self.host, self.port)
+        for datagram in _datagrams(lines, UNIX_PAYLOAD if unix else UDP_PAYLOAD):
+            self._udp.sendto(datagram, target)
 
     async def _send_tcp(self, lines: list[bytes]) -> None:
         if self._writer is None or self._writer.is_closing():
@@ -238,14 +246,14 @@ class StatsdSink:
         return f"StatsdSink({self.protocol}://{self.host}:{self.port})"
 
 
-def _datagrams(lines: list[bytes]) -> list[bytes]:
-    """``lines`` packed into datagrams of at most ``UDP_PAYLOAD`` bytes (a longer line
-    goes alone)."""
+def _datagrams(lines: list[bytes], payload: int) -> list[bytes]:
+    """``lines`` packed into datagrams of at most ``payload`` bytes (a longer line goes
+    alone)."""
     out: list[bytes] = []
     current: list[bytes] = []
     size = 0
     for line in lines:
-        if current and size + len(line) > UDP_PAYLOAD:
+        if current and size + len(line) > payload:
             out.append(b"".join(current))
             current, size = [], 0
         current.append(line)

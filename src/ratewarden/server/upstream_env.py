@@ -24,6 +24,7 @@ from typing import Any
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.server import upstream_redis
+from ratewarden.server.dogstatsd import mogrifiers_from_env
 from ratewarden.server.options import OPTIONS
 from ratewarden.server.parsers import hidden
 from ratewarden.server.response_headers import check_header_names
@@ -49,8 +50,9 @@ def read(environ: Mapping[str, str]) -> dict[str, Any]:
     """
     values = given(environ)
     out: dict[str, Any] = {}
-    for reader in (_listening, _logging, _runtime, _xds, _switches, _tls, _stats, _prometheus):
+    for reader in (_listening, _logging, _runtime, _xds, _switches, _tls, _prometheus):
         out.update(reader(values))
+    out.update(_stats(values, environ))
     resolved = {
         name: value_of(values, name)
         for name in (*upstream_redis.REDIS_SETTINGS, *upstream_redis.PER_SECOND_SETTINGS)
@@ -287,25 +289,40 @@ def _tls(values: Mapping[str, Any]) -> dict[str, Any]:
 _STATSD = ("STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS", "STATS_FLUSH_INTERVAL")
 
 
-def _stats(values: Mapping[str, Any]) -> dict[str, Any]:
+def _stats(values: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
     """StatsD as upstream sends it: on when ``USE_STATSD`` is true, or when it is unset
     (upstream's default is true) and a StatsD setting is given; ``DISABLE_STATS`` wins.
+    ``USE_DOG_STATSD=true`` sends DogStatsD there instead, over UDP, with the mogrifiers
+    ``USE_DOG_STATSD_MOGRIFIERS`` names; upstream runs one sink, so ``USE_STATSD=true`` or
+    ``USE_PROMETHEUS=true`` beside it stops the start, as upstream's does.
 
     Nothing set leaves StatsD off (ratewarden's default), so a container that only
     sets ``PORT`` does not start sending to localhost:8125.
     """
     if values.get("DISABLE_STATS"):
         return {}
+    dog = values.get("USE_DOG_STATSD", False)
     use = values.get("USE_STATSD")
+    if dog and (use or values.get("USE_PROMETHEUS")):
+        raise ConfigurationError(
+            "USE_DOG_STATSD=true: upstream runs one stats sink, and USE_STATSD or USE_PROMETHEUS "
+            "is true too; set USE_STATSD=false and USE_PROMETHEUS=false (/metrics answers anyway)"
+        )
     if use is None:
         use = any(name in values for name in _STATSD)
-    if not use:
+    if not (use or dog):
         return {}
     port = _port(values, "STATSD_PORT")
     host = str(value_of(values, "STATSD_HOST")).strip()
     if ":" in host:
         host = f"[{host}]"
     out: dict[str, Any] = {"statsd": f"tcp://{host}:{port}"}
+    if dog:
+        out = {"dogstatsd": f"udp://{host}:{port}"}
+        if "USE_DOG_STATSD_MOGRIFIERS" in values:
+            out["dogstatsd_mogrifiers"] = mogrifiers_from_env(
+                values["USE_DOG_STATSD_MOGRIFIERS"], environ
+            )
     if "EXTRA_TAGS" in values:
         try:
             out["statsd_tags"] = parse_tags(values["EXTRA_TAGS"])

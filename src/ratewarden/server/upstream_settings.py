@@ -107,10 +107,6 @@ def _refused(default: str, parse: Callable[[str], Any], advice: str, *allowed: A
     return Upstream(default, parse, "refused", advice, allowed or (parse(default),))
 
 
-_DOGSTATSD = (
-    "DogStatsD output is not built; use USE_STATSD (upstream's stat names, EXTRA_TAGS in "
-    "the names) or Prometheus at /metrics"
-)
 _PROMETHEUS = (
     "ratewarden's metric names and labels are the ones upstream's default mapping gives "
     "(docs/operations.md); a mapping of your own is not applied: unset it"
@@ -180,8 +176,8 @@ UPSTREAM: dict[str, Upstream] = {
     "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": _mapped("0", go_int),
     # stats
     "USE_STATSD": _mapped("true", go_bool),
-    "USE_DOG_STATSD": _refused("false", go_bool, _DOGSTATSD),
-    "USE_DOG_STATSD_MOGRIFIERS": _refused("", go_text, _DOGSTATSD),
+    "USE_DOG_STATSD": _mapped("false", go_bool),
+    "USE_DOG_STATSD_MOGRIFIERS": _mapped("", go_text),
     "STATSD_HOST": _mapped("localhost"),
     "STATSD_PORT": _mapped("8125", go_int),
     "EXTRA_TAGS": _mapped(""),
