@@ -67,6 +67,7 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         "RATEWARDEN_STATSD_TAGS": "region:eu.west, cell : 7 ,",
         "RATEWARDEN_STATSD_INTERVAL": "2.5",
         "RATEWARDEN_DOGSTATSD": "unix:///run/datadog/dsd.socket",
+        "RATEWARDEN_RESPONSE_METADATA": "upstream",
     }
     # RATEWARDEN_GRPC_UDS and RLQS do not go with 2 workers: read on their own below. The xDS
     # ones do not go with RATEWARDEN_CONFIG: tests/xds/test_settings.py reads them. The
@@ -130,6 +131,7 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         statsd_tags=(("cell", "7"), ("region", "eu.west")),
         statsd_interval=2.5,
         dogstatsd="unix:///run/datadog/dsd.socket",
+        response_metadata="upstream",
     )
 
 

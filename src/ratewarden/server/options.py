@@ -35,6 +35,7 @@ from ratewarden.server.parsers import (
     target,
     text,
 )
+from ratewarden.server.response_metadata import METADATA_MODES
 from ratewarden.server.store_url import redacted
 
 __all__ = ["OPTIONS", "Option", "masked", "read"]
@@ -248,6 +249,13 @@ OPTIONS: dict[str, Option] = {
         choice(RESPONSE_HEADERS),
         "rate limit headers Envoy adds to responses: off (default), legacy "
         "(RateLimit-Limit/Remaining/Reset) or draft-10 (RateLimit-Policy and RateLimit)",
+    ),
+    "response_metadata": Option(
+        "--response-metadata",
+        choice(METADATA_MODES),
+        "the answers' dynamic_metadata: merged (the passing rules' metadata, default) or "
+        "upstream (envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA shape: domain, "
+        "descriptors, hitsAddend, metadata)",
     ),
     "legacy_header_names": Option(
         "--legacy-header-names",

@@ -24,6 +24,7 @@ from ratewarden.headers import binding_layer
 from ratewarden.server.config import DescriptorRule, Limit
 from ratewarden.server.descriptors import Item, Verdict
 from ratewarden.server.response_headers import LEGACY_NAMES, response_headers
+from ratewarden.server.response_metadata import upstream_metadata
 from ratewarden.server.wire import NO_DURATION, Status, encode_response, status_head, tail_bytes
 
 __all__ = [
@@ -96,6 +97,8 @@ def respond(
     near_limit_ratio: float,
     clock: Clock,
     on_decisions: OnDecisions,
+    metadata_mode: str = "merged",
+    request: Any = None,
 ) -> bytes:
     """The serialized response for the decided ``items``; then ``on_decisions`` with the
     outcome of each one with a rule.
@@ -103,14 +106,16 @@ def respond(
     ``shadow``: the overall code is OK whatever the descriptors say; ``header_mode``:
     the response headers (``server.response_headers``) and ``header_names`` the legacy
     ones' names; ``near_limit_ratio``: where a hit counts as near the limit; ``clock``:
-    the time of a 0-limit rule's window. The bytes are a ``RateLimitResponse``'s
-    (``server/wire.py``).
+    the time of a 0-limit rule's window; ``metadata_mode``: the ``dynamic_metadata``'s
+    shape (``server/response_metadata.py``), ``upstream`` reading ``request``. The bytes
+    are a ``RateLimitResponse``'s (``server/wire.py``).
     """
     statuses: list[Status] = []
     headers = header_mode != "off"
     windows: list[int | None] = []
     metadata: dict[str, Any] | None = None
     verdict = Verdict()  # denied(items), from the over flags this loop reads anyway
+    merged = metadata_mode == "merged"
     outcomes: list[DescriptorOutcome] = []
     for item in items:
         rule = item.rule
@@ -136,7 +141,8 @@ def respond(
             windows.append(None if reported is None else _seconds(reported.period_us))
         match = item.match
         if (
-            match is not None
+            merged
+            and match is not None
             and match.nodes[-1].metadata
             and (rule is None or not over or rule.shadow_mode)
         ):
@@ -175,6 +181,8 @@ def respond(
             )
         )
     overall = _OK if shadow or not verdict.denied else _OVER_LIMIT
+    if not merged:
+        metadata = upstream_metadata(request, items)
     tail = b""
     if headers or metadata:
         added: list[tuple[str, str]] = []

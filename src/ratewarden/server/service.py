@@ -90,6 +90,7 @@ from ratewarden.server.response import (
     respond,
 )
 from ratewarden.server.response_headers import HEADER_MODES, LEGACY_NAMES, check_header_names
+from ratewarden.server.response_metadata import metadata_mode
 from ratewarden.server.value_cap import ValueCap
 
 if TYPE_CHECKING:
@@ -128,6 +129,7 @@ class _ServiceBase:
         max_values_per_rule: int | None = None,
         breaker: CircuitBreaker | None = None,
         over_limit_cache: int = 0,
+        response_metadata: str = "merged",
     ) -> None:
         if not isinstance(config, RateLimitConfig):
             raise ConfigurationError(f"config {config!r} is not a RateLimitConfig; use config.load")
@@ -153,6 +155,7 @@ class _ServiceBase:
         self.charge_denied = bool(charge_denied)
         self.near_limit_ratio = float(near_limit_ratio)
         self.response_headers = response_headers
+        self.response_metadata = metadata_mode(response_metadata)
         try:
             self.legacy_header_names = check_header_names(tuple(legacy_header_names))
         except (TypeError, ValueError) as exc:
@@ -247,6 +250,8 @@ class _ServiceBase:
             near_limit_ratio=self.near_limit_ratio,
             clock=self.clock,
             on_decisions=self._reports.hooks.on_decisions,
+            metadata_mode=self.response_metadata,
+            request=request,
         )
         if request.domain not in config.domains:
             self._reports.domain_not_found(request.domain, len(items))
@@ -352,7 +357,8 @@ class RateLimitService(_ServiceBase):
 
     ``RateLimitService(config, store, *, clock, shadow, charge_denied,
     near_limit_ratio, response_headers, legacy_header_names, hooks, max_values_per_rule, breaker,
-    over_limit_cache)``; every option off (or 0.8, ``"off"``) by default.
+    over_limit_cache, response_metadata)``; every option off (or 0.8, ``"off"``, ``"merged"``)
+    by default.
     """
 
     _LIMITER = Limiter

@@ -40,6 +40,7 @@ from::
     --max-values-per-rule N RATEWARDEN_MAX_VALUES_PER_RULE 100000 (0 turns the cap off)
     --response-headers M   RATEWARDEN_RESPONSE_HEADERS off (also: legacy, draft-10)
     --legacy-header-names N RATEWARDEN_LEGACY_HEADER_NAMES RateLimit-Limit,-Remaining,-Reset
+    --response-metadata M  RATEWARDEN_RESPONSE_METADATA merged (also: upstream)
     --breaker-failures N   RATEWARDEN_BREAKER_FAILURES 5 (0 turns the circuit breaker off)
     --breaker-cooldown S   RATEWARDEN_BREAKER_COOLDOWN 1
     --over-limit-cache N   RATEWARDEN_OVER_LIMIT_CACHE 10000 (0 turns it off)
@@ -153,6 +154,7 @@ class Settings:
     max_values_per_rule: int = 100_000
     response_headers: str = "off"
     legacy_header_names: tuple[str, str, str] = LEGACY_NAMES
+    response_metadata: str = "merged"
     breaker_failures: int = 5
     breaker_cooldown: float = 1.0
     over_limit_cache: int = 10_000

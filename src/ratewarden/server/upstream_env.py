@@ -224,6 +224,8 @@ _MAX_CACHED_COUNTERS = 10_000_000
 
 def _switches(values: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    if values.get("RESPONSE_DYNAMIC_METADATA"):
+        out["response_metadata"] = "upstream"
     if "LOCAL_CACHE_SIZE_IN_BYTES" in values:
         size = values["LOCAL_CACHE_SIZE_IN_BYTES"]
         if size < 0:

@@ -225,13 +225,7 @@ UPSTREAM: dict[str, Upstream] = {
     "QUOTA_MODE": _refused(
         "false", go_bool, "global quota mode is not built; mark rules quota_mode: true"
     ),
-    "RESPONSE_DYNAMIC_METADATA": _refused(
-        "false",
-        go_bool,
-        "upstream's {domain, descriptors, hitsAddend, metadata} dynamic metadata is not built; "
-        "ratewarden always answers with the passing descriptors' metadata merged at the top "
-        "of dynamic_metadata (docs/config.md)",
-    ),
+    "RESPONSE_DYNAMIC_METADATA": _mapped("false", go_bool),
     # Redis (turned into a store URL by upstream_redis)
     "REDIS_SOCKET_TYPE": _mapped("unix", lowered),
     "REDIS_TYPE": _mapped("SINGLE", lowered),
