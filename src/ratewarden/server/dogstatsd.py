@@ -134,7 +134,8 @@ def datadog_tags(environ: Mapping[str, str]) -> tuple[str, ...]:
     )
 
 
-def _mogrifier(where: str, pattern: Any, name: Any, tags: Iterable[tuple[Any, Any]]) -> Mogrifier:
+def _mogrifier(where: str, pattern: Any, name: Any, given: Iterable[tuple[Any, Any]]) -> Mogrifier:
+    tags = tuple(given)
     for field, value in (("pattern", pattern), ("name", name), *tags):
         if not isinstance(value, str):
             raise ConfigurationError(f"{where}: {field}'s value {value!r} must be text (quote it)")

@@ -139,7 +139,7 @@ class StatsdSink:
         self._timers: list[int] = []
         self._names: dict[str, str] = {}  # stats key -> its cleaned name prefix
         self._writer: asyncio.StreamWriter | None = None
-        self._udp: socket.socket | None = None
+        self._datagram: socket.socket | None = None
         self._lines = LogRateLimiter(60.0)
         self.sent = 0
         self.dropped = 0
@@ -210,16 +210,16 @@ class StatsdSink:
 
     def _send_datagrams(self, lines: list[bytes]) -> None:
         unix = self.protocol == "unix"
-        if self._udp is None:
+        if self._datagram is None:
             if unix:
                 family = socket.AF_UNIX
             else:
                 family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-            self._udp = socket.socket(family, socket.SOCK_DGRAM)
-            self._udp.setblocking(False)
+            self._datagram = socket.socket(family, socket.SOCK_DGRAM)
+            self._datagram.setblocking(False)
         target: Any = self.host if unix else (self.host, self.port)
         for datagram in _datagrams(lines, UNIX_PAYLOAD if unix else UDP_PAYLOAD):
-            self._udp.sendto(datagram, target)
+            self._datagram.sendto(datagram, target)
 
     async def _send_tcp(self, lines: list[bytes]) -> None:
         if self._writer is None or self._writer.is_closing():
@@ -238,9 +238,9 @@ class StatsdSink:
         """Send what is left, then close the connection or socket."""
         await self.send()
         await self._close_tcp()
-        if self._udp is not None:
-            self._udp.close()
-            self._udp = None
+        if self._datagram is not None:
+            self._datagram.close()
+            self._datagram = None
 
     def __repr__(self) -> str:
         return f"StatsdSink({self.protocol}://{self.host}:{self.port})"

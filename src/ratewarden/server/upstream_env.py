@@ -318,13 +318,13 @@ def _stats(values: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, A
     host = str(value_of(values, "STATSD_HOST")).strip()
     if ":" in host:
         host = f"[{host}]"
-    out: dict[str, Any] = {"statsd": f"tcp://{host}:{port}"}
-    if dog:
-        out = {"dogstatsd": f"udp://{host}:{port}"}
-        if "USE_DOG_STATSD_MOGRIFIERS" in values:
-            out["dogstatsd_mogrifiers"] = mogrifiers_from_env(
-                values["USE_DOG_STATSD_MOGRIFIERS"], environ
-            )
+    out: dict[str, Any] = (
+        {"dogstatsd": f"udp://{host}:{port}"} if dog else {"statsd": f"tcp://{host}:{port}"}
+    )
+    if dog and "USE_DOG_STATSD_MOGRIFIERS" in values:
+        out["dogstatsd_mogrifiers"] = mogrifiers_from_env(
+            values["USE_DOG_STATSD_MOGRIFIERS"], environ
+        )
     if "EXTRA_TAGS" in values:
         try:
             out["statsd_tags"] = parse_tags(values["EXTRA_TAGS"])
