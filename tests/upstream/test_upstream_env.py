@@ -167,15 +167,21 @@ def test_redis_timeout_and_cache_key_prefix_reach_the_store() -> None:
 
 
 def test_cache_and_charging_switches() -> None:
-    """NEAR_LIMIT_RATIO, SHADOW_MODE, STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, the headers."""
+    """NEAR_LIMIT_RATIO, SHADOW_MODE, QUOTA_MODE, STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, the
+    headers."""
     chosen = settings(
         NEAR_LIMIT_RATIO="0.9",
         SHADOW_MODE="true",
+        QUOTA_MODE="true",
         LIMIT_RESPONSE_HEADERS_ENABLED="true",
         MERGE_DOMAIN_CONFIG="true",
     )
     assert chosen.near_limit_ratio == pytest.approx(0.9)
-    assert chosen.shadow and chosen.merge_domains
+    assert chosen.shadow and chosen.quota_mode and chosen.merge_domains
+    assert not settings(QUOTA_MODE="false").quota_mode
+    assert not resolve({**CONFIG, "quota_mode": False}, {"QUOTA_MODE": "true"}).quota_mode
+    assert not settings(QUOTA_MODE="true", RATEWARDEN_QUOTA_MODE="false").quota_mode
+    assert resolve(CONFIG, {"RATEWARDEN_QUOTA_MODE": "true"}).quota_mode
     assert chosen.response_headers == "legacy"
     # Upstream charges every descriptor unless told to stop: the opposite switch here.
     assert settings(STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT="false").charge_denied
@@ -263,7 +269,6 @@ def test_redis_url_forms_are_checked_per_type() -> None:
         ("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "true", "seconds"),
         ("TRACING_ENABLED", "true", "traces"),
         ("REDIS_POOL_ON_EMPTY_BEHAVIOR", "CREATE", "WAIT"),
-        ("QUOTA_MODE", "true", "quota_mode"),
     ],
 )
 def test_settings_that_cannot_be_honoured_stop_the_start(name: str, value: str, names: str) -> None:

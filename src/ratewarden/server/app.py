@@ -1,17 +1,16 @@
 """The one composition root of ``ratewarden serve``: settings in, a running server out.
 
-``RateLimitServer`` builds the store, loads the rules, wraps the service in the failure
-mode and hands it to both transports (gRPC and HTTP, whose listeners
-``server/listeners.py`` builds, binds and stops), then keeps two background loops: the
-config watcher (hot reload) and the health loop (serving only while a config is loaded
-and the store answers a ping). With rules from an xDS server (``--config-xds``) the
-watcher is the xDS subscription instead, and ``start`` opens the ports once its first
-good rules are applied. Its ``stats`` (``ServiceStats``) count every decision, call and
-config load for ``/metrics`` and the dashboard, tallied on the request path and flushed
-once a second (and to StatsD and DogStatsD every ``--statsd-interval``); with
-``--workers`` each worker also publishes its dashboard figures for the others once a
-second. ``server/process.py`` runs it: ``serve`` one process until SIGTERM or SIGINT,
-``run`` ``--workers`` such processes.
+``RateLimitServer`` builds the store, loads the rules, wraps the service in the failure mode and
+hands it to both transports (gRPC and HTTP, whose listeners ``server/listeners.py`` builds, binds
+and stops), then keeps two background loops: the config watcher (hot reload) and the health loop
+(serving only while a config is loaded and the store answers a ping). With rules from an xDS
+server (``--config-xds``) the watcher is the xDS subscription instead, and ``start`` opens the
+ports once its first good rules are applied. Its ``stats`` (``ServiceStats``) count every
+decision, call and config load for ``/metrics`` and the dashboard, tallied on the request path and
+flushed once a second (and to StatsD and DogStatsD every ``--statsd-interval``); with
+``--workers`` each worker also publishes its dashboard figures for the others once a second.
+``server/process.py`` runs it: ``serve`` one process until SIGTERM or SIGINT, ``run``
+``--workers`` such processes.
 
 Shutdown is graceful and bounded: health turns NOT_SERVING, the quota streams are
 handed over (``--rlqs``: their Envoys told to expire their assignments, the shares given
@@ -146,6 +145,7 @@ class RateLimitServer:
             self.config,
             self.store,
             shadow=settings.shadow,
+            quota_mode=settings.quota_mode,
             charge_denied=settings.charge_denied,
             near_limit_ratio=settings.near_limit_ratio,
             response_headers=settings.response_headers,

@@ -258,15 +258,26 @@ def _keys(domain: str, item: Item) -> tuple[str, str]:
 
 class Verdict:
     """Whether a request is denied, told one descriptor at a time (``add``): any regular
-    descriptor over, or every quota_mode one over; shadow rules never deny."""
+    descriptor over, or every quota_mode one over; shadow rules never deny.
 
-    __slots__ = ("_over", "_quota", "_quota_over")
+    ``quota_mode`` is the global switch (envoyproxy/ratelimit's ``QUOTA_MODE``): every
+    descriptor but an unlimited one is then a quota descriptor, one without a rule or in
+    shadow mode too (never over), so a request is denied only when all of them are over.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_all", "_over", "_quota", "_quota_over")
+
+    def __init__(self, quota_mode: bool = False) -> None:
+        self._all = quota_mode
         self._over = False
         self._quota = self._quota_over = 0
 
     def add(self, rule: DescriptorRule | None, over: bool) -> None:
+        if self._all:
+            if rule is None or not rule.unlimited:
+                self._quota += 1
+                self._quota_over += over and rule is not None and not rule.shadow_mode
+            return
         if rule is None or rule.unlimited or rule.shadow_mode:
             return
         if rule.quota_mode:
@@ -280,9 +291,14 @@ class Verdict:
         return self._over or (self._quota > 0 and self._quota_over == self._quota)
 
 
-def denied(items: list[Item], predicted: Callable[[Item], bool] | None = None) -> bool:
+def denied(
+    items: list[Item],
+    predicted: Callable[[Item], bool] | None = None,
+    *,
+    quota_mode: bool = False,
+) -> bool:
     """The ``Verdict`` of ``items`` (an item also counts as over when ``predicted``)."""
-    verdict = Verdict()
+    verdict = Verdict(quota_mode)
     for item in items:
         verdict.add(item.rule, item.over or (predicted is not None and predicted(item)))
     return verdict.denied

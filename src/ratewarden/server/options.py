@@ -205,6 +205,7 @@ OPTIONS: dict[str, Option] = {
         boolean,
         "global shadow mode: count and report, but the overall answer is always OK",
     ),
+    "quota_mode": Option("--quota-mode", boolean, "deny only when every descriptor is over"),
     "charge_denied": Option(
         "--charge-denied",
         boolean,

@@ -99,6 +99,7 @@ def respond(
     on_decisions: OnDecisions,
     metadata_mode: str = "merged",
     request: Any = None,
+    quota_mode: bool = False,
 ) -> bytes:
     """The serialized response for the decided ``items``; then ``on_decisions`` with the
     outcome of each one with a rule.
@@ -107,14 +108,15 @@ def respond(
     the response headers (``server.response_headers``) and ``header_names`` the legacy
     ones' names; ``near_limit_ratio``: where a hit counts as near the limit; ``clock``:
     the time of a 0-limit rule's window; ``metadata_mode``: the ``dynamic_metadata``'s
-    shape (``server/response_metadata.py``), ``upstream`` reading ``request``. The bytes
-    are a ``RateLimitResponse``'s (``server/wire.py``).
+    shape (``server/response_metadata.py``), ``upstream`` reading ``request``;
+    ``quota_mode``: the global quota mode (``Verdict``). The bytes are a
+    ``RateLimitResponse``'s (``server/wire.py``).
     """
     statuses: list[Status] = []
     headers = header_mode != "off"
     windows: list[int | None] = []
     metadata: dict[str, Any] | None = None
-    verdict = Verdict()  # denied(items), from the over flags this loop reads anyway
+    verdict = Verdict(quota_mode)  # denied(items), from the over flags this loop reads anyway
     merged = metadata_mode == "merged"
     outcomes: list[DescriptorOutcome] = []
     for item in items:
@@ -125,6 +127,8 @@ def respond(
             over = False
             reported = None
             statuses.append(_BARE if rule is None else _UNLIMITED)
+            if quota_mode:
+                verdict.add(rule, False)
         else:
             if rule.always_over:
                 over = True

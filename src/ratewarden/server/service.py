@@ -34,14 +34,15 @@ How one request is decided
    may go together, so a request denied from the cache costs one store call)
    and, only if no enforcing descriptor would deny, all are charged; when one
    would deny, only the predicted denials are re-run at full cost, for their
-   exact retry times. A
-   request slipping in between may make a charge deny after others were charged.
-   One descriptor is always one atomic call. ``charge_denied=True`` is
-   envoyproxy/ratelimit's old behaviour: each descriptor charged on its own.
+   exact retry times. A request slipping in between may make a charge deny after
+   others were charged. One descriptor is always one atomic call.
+   ``charge_denied=True`` is envoyproxy/ratelimit's old behaviour: each descriptor
+   charged on its own.
 4. The overall code is OVER_LIMIT when any regular descriptor is over, or when
-   every ``quota_mode`` descriptor is over; ``shadow_mode`` rules report OK; the
-   global ``shadow`` switch makes the overall code OK and changes nothing else
-   (counters move exactly as they would when enforcing).
+   every ``quota_mode`` descriptor is over (with the global ``quota_mode``, every
+   descriptor but an unlimited one is a quota descriptor: ``Verdict``);
+   ``shadow_mode`` rules report OK; the global ``shadow`` switch makes the overall
+   code OK and changes nothing else (counters move as they would when enforcing).
 5. When the store fails (any exception: none escapes), the rule's
    ``failure_mode`` decides, in the limiter: ``open`` allows, ``closed`` denies
    (both with no decision to report), ``local`` decides in this process. With a
@@ -130,6 +131,7 @@ class _ServiceBase:
         breaker: CircuitBreaker | None = None,
         over_limit_cache: int = 0,
         response_metadata: str = "merged",
+        quota_mode: bool = False,
     ) -> None:
         if not isinstance(config, RateLimitConfig):
             raise ConfigurationError(f"config {config!r} is not a RateLimitConfig; use config.load")
@@ -152,6 +154,7 @@ class _ServiceBase:
         self._config = config
         self.clock = clock if clock is not None else store.clock
         self.shadow = bool(shadow)
+        self.quota_mode = bool(quota_mode)
         self.charge_denied = bool(charge_denied)
         self.near_limit_ratio = float(near_limit_ratio)
         self.response_headers = response_headers
@@ -174,8 +177,8 @@ class _ServiceBase:
         # No store error escapes: a bug in a client library is a failure like an outage.
         self.limiter.failure_errors = Exception
         self.budgets = self._BUDGETS(store)
-        # Whether the store can decide several keys in one step (``hit_all``).
-        self._joint = callable(getattr(store, "hit_all", None))
+        # Several keys in one store step (``hit_all``); not in quota mode: no denial holds all.
+        self._joint = callable(getattr(store, "hit_all", None)) and not self.quota_mode
 
     @property
     def config(self) -> RateLimitConfig:
@@ -228,7 +231,7 @@ class _ServiceBase:
             elif item.rule is not None and item.rule.always_over:
                 zero = True
         if stored:
-            if zero and denied(items):
+            if zero and denied(items, quota_mode=self.quota_mode):
                 # A limit of 0 already denies: look, but charge nothing.
                 yield from self._run([(item, 0) for item in stored])
             elif len(stored) == 1:  # most requests: one call, no step around it
@@ -252,6 +255,7 @@ class _ServiceBase:
             on_decisions=self._reports.hooks.on_decisions,
             metadata_mode=self.response_metadata,
             request=request,
+            quota_mode=self.quota_mode,
         )
         if request.domain not in config.domains:
             self._reports.domain_not_found(request.domain, len(items))
@@ -324,7 +328,7 @@ class _ServiceBase:
         yield from self._check(stored)
         short = shortfalls(stored)
         charge = [item for item in stored if item.cost > 0]
-        if not denied(items, lambda item: id(item) in short):
+        if not denied(items, lambda item: id(item) in short, quota_mode=self.quota_mode):
             yield from self._run([(item, item.cost) for item in charge])
             return
         # Denied: re-run the descriptors that are short on their own at full cost,
@@ -339,27 +343,24 @@ class _ServiceBase:
         yield from self._run([(item, item.cost) for item in charge if id(item) in alone])
         # If a re-run passes after all (another request freed room in between),
         # the request may pass: then charge the rest too.
-        if not denied(items):
+        if not denied(items, quota_mode=self.quota_mode):
             yield from self._run([(item, item.cost) for item in charge if id(item) not in short])
 
     def _overflowed(self, rule: DescriptorRule) -> None:  # prepare's on_overflow
         self._reports.overflow(rule, self.values.limit)
 
     def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}({self.store!r}, shadow={self.shadow}, "
-            f"charge_denied={self.charge_denied})"
-        )
+        flags = f"shadow={self.shadow}, charge_denied={self.charge_denied}"
+        return f"{type(self).__name__}({self.store!r}, {flags})"
 
 
 class RateLimitService(_ServiceBase):
     """ShouldRateLimit over a synchronous ``Store`` (``MemoryStore``, ``RedisStore``).
 
-    ``RateLimitService(config, store, *, clock, shadow, charge_denied,
-    near_limit_ratio, response_headers, legacy_header_names, hooks, max_values_per_rule, breaker,
-    over_limit_cache, response_metadata)``; every option off (or 0.8, ``"off"``, ``"merged"``)
-    by default.
-    """
+    ``RateLimitService(config, store, *, clock, shadow, charge_denied, near_limit_ratio,
+    response_headers, legacy_header_names, hooks, max_values_per_rule, breaker,
+    over_limit_cache, response_metadata, quota_mode)``; every option off (or 0.8, ``"off"``,
+    ``"merged"``) by default."""
 
     _LIMITER = Limiter
     _BUDGETS = RuleBudgets

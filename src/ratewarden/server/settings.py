@@ -28,6 +28,7 @@ from::
     --[no-]health-needs-rules RATEWARDEN_HEALTH_NEEDS_RULES false
     --grace S              RATEWARDEN_GRACE           10
     --[no-]shadow          RATEWARDEN_SHADOW          false
+    --[no-]quota-mode      RATEWARDEN_QUOTA_MODE      false
     --[no-]charge-denied   RATEWARDEN_CHARGE_DENIED   false
     --near-limit-ratio R   RATEWARDEN_NEAR_LIMIT_RATIO 0.8
     --on-error open|closed RATEWARDEN_ON_ERROR        open
@@ -142,6 +143,7 @@ class Settings:
     health_needs_rules: bool = False
     grace: float = 10.0
     shadow: bool = False
+    quota_mode: bool = False
     charge_denied: bool = False
     near_limit_ratio: float = 0.8
     on_error: str = "open"

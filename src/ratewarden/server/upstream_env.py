@@ -251,6 +251,8 @@ def _switches(values: Mapping[str, Any]) -> dict[str, Any]:
         out["charge_denied"] = not values["STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"]
     if "SHADOW_MODE" in values:
         out["shadow"] = values["SHADOW_MODE"]
+    if "QUOTA_MODE" in values:
+        out["quota_mode"] = values["QUOTA_MODE"]
     if "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED" in values:
         out["health_needs_rules"] = values["HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"]
     if "LIMIT_RESPONSE_HEADERS_ENABLED" in values:

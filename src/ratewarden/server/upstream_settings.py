@@ -222,9 +222,7 @@ UPSTREAM: dict[str, Upstream] = {
     "LIMIT_RESET_HEADER": _mapped("RateLimit-Reset"),
     "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": _mapped("false", go_bool),
     "SHADOW_MODE": _mapped("false", go_bool),
-    "QUOTA_MODE": _refused(
-        "false", go_bool, "global quota mode is not built; mark rules quota_mode: true"
-    ),
+    "QUOTA_MODE": _mapped("false", go_bool),
     "RESPONSE_DYNAMIC_METADATA": _mapped("false", go_bool),
     # Redis (turned into a store URL by upstream_redis)
     "REDIS_SOCKET_TYPE": _mapped("unix", lowered),
