@@ -42,9 +42,11 @@ OK, OVER = rls_pb2.RateLimitResponse.OK, rls_pb2.RateLimitResponse.OVER_LIMIT
 @dataclass(frozen=True)
 class Pki:
     """Files on disk: the server's cert/key (signed by ``server_ca``), a client cert/key signed
-    by ``client_ca``, and a client cert/key signed by an unrelated CA."""
+    by ``client_ca`` (its file ``client_ca_file``), and a client cert/key signed by an
+    unrelated CA."""
 
     server_ca: trustme.CA
+    client_ca: trustme.CA
     cert: Path
     key: Path
     client_ca_file: Path
@@ -67,6 +69,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     client_ca.cert_pem.write_to_path(str(client_ca_file))
     return Pki(
         server_ca,
+        client_ca,
         cert,
         key,
         client_ca_file,

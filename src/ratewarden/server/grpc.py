@@ -17,7 +17,8 @@ registers, so existing probes keep working).
 
 ``GrpcTls`` turns the port into TLS (``--tls-cert``/``--tls-key``) and, with
 ``--tls-client-ca``, into mutual TLS: a client must present a certificate that
-CA signed, or the handshake fails before any call.
+CA signed, or the handshake fails before any call; with ``--tls-client-san`` too,
+a call whose certificate does not name that host is refused (``grpc_san.py``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from ratewarden.errors import ConfigurationError
+from ratewarden.server.grpc_san import ClientSanCheck
+from ratewarden.server.tls_names import check_tls
 
 __all__ = ["HEALTH_SERVICES", "GrpcServer", "GrpcTls", "RateLimitServicer", "grpc_address"]
 
@@ -101,10 +104,16 @@ class GrpcTls:
     private_key: bytes = field(repr=False)
     client_ca: bytes | None = field(default=None, repr=False)
     source: str = ""
+    #: The host a client certificate must name (``--tls-client-san``), or None.
+    client_san: str | None = None
 
     @classmethod
-    def load(cls, cert: str, key: str, client_ca: str | None = None) -> GrpcTls:
-        """Read and check the files: the key must match the certificate, the CA must parse."""
+    def load(
+        cls, cert: str, key: str, client_ca: str | None = None, client_san: str | None = None
+    ) -> GrpcTls:
+        """Read and check the files: the key must match the certificate, the CA must parse;
+        ``client_san`` needs the CA (no client certificate is asked for without one)."""
+        check_tls(cert, key, client_ca, client_san)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         try:
             context.load_cert_chain(cert, key)
@@ -123,7 +132,8 @@ class GrpcTls:
                 ) from None
             ca = Path(client_ca).read_bytes()
         mode = "mTLS" if ca is not None else "TLS"
-        return cls(Path(cert).read_bytes(), Path(key).read_bytes(), ca, f"{mode} ({cert})")
+        source = f"{mode} ({cert}{', SAN ' + client_san if client_san else ''})"
+        return cls(Path(cert).read_bytes(), Path(key).read_bytes(), ca, source, client_san)
 
     def credentials(self) -> grpc.ServerCredentials:
         """Server credentials; a client certificate is required when ``client_ca`` is set."""
@@ -171,8 +181,10 @@ class GrpcServer:
         """
         # grpc turns SO_REUSEPORT on by default; keep it off unless workers share the
         # port, so that a second server on a busy port fails instead of splitting traffic.
+        san = None if self.tls is None else self.tls.client_san
         self._server = grpc.aio.server(
-            options=[("grpc.so_reuseport", int(reuse_port)), *self._options]
+            interceptors=() if san is None else (ClientSanCheck(san),),
+            options=[("grpc.so_reuseport", int(reuse_port)), *self._options],
         )
         self._server.add_generic_rpc_handlers((self._servicer.handler(), *self._services))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)

@@ -33,7 +33,9 @@ def grpc_listener(
     bytes) when given; grpcio's also serves ``services`` (the quota service's stream)."""
     tls = None
     if settings.tls_cert is not None and settings.tls_key is not None:
-        tls = GrpcTls.load(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+        tls = GrpcTls.load(
+            settings.tls_cert, settings.tls_key, settings.tls_client_ca, settings.tls_client_san
+        )
     if settings.grpc_transport == "native":
         return NativeGrpcServer(answer_wire or answer, tls=tls)
     return GrpcServer(

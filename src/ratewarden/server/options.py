@@ -37,6 +37,7 @@ from ratewarden.server.parsers import (
 )
 from ratewarden.server.response_metadata import METADATA_MODES
 from ratewarden.server.store_url import redacted
+from ratewarden.server.tls_names import check_san
 
 __all__ = ["OPTIONS", "Option", "masked", "read"]
 
@@ -239,6 +240,7 @@ OPTIONS: dict[str, Option] = {
         text,
         "PEM CA certificates: require client certificates they signed (mutual TLS)",
     ),
+    "tls_client_san": Option("--tls-client-san", check_san, "a client cert must name this host"),
     "max_values_per_rule": Option(
         "--max-values-per-rule",
         integer(0, 100_000_000),

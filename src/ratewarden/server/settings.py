@@ -1,11 +1,10 @@
 """Settings of ``ratewarden serve``: a flag, else its variable, else envoyproxy/ratelimit's, else
 the default.
 
-Every option has one flag and one ``RATEWARDEN_*`` variable (the table is
-``OPTIONS``, in ``server/options.py`` with the parsers). Flags and variables
-arrive as text and go through the same parser, so a bad value reads the same
-whichever way it was given, and the message names the flag or variable it came
-from::
+Every option has one flag and one ``RATEWARDEN_*`` variable (the table is ``OPTIONS``, in
+``server/options.py`` with the parsers). Flags and variables arrive as text and go through the
+same parser, so a bad value reads the same whichever way it was given, and the message names the
+flag or variable it came from::
 
     --config PATH...       RATEWARDEN_CONFIG          (several paths: separate with ":")
     --config-xds HOST:PORT RATEWARDEN_CONFIG_XDS      rules from an xDS server instead (and the
@@ -38,6 +37,7 @@ from::
     --tls-cert PATH        RATEWARDEN_TLS_CERT        PEM certificate chain: gRPC over TLS
     --tls-key PATH         RATEWARDEN_TLS_KEY         its PEM private key
     --tls-client-ca PATH   RATEWARDEN_TLS_CLIENT_CA   PEM CA for client certs (mTLS)
+    --tls-client-san HOST  RATEWARDEN_TLS_CLIENT_SAN  the host a client cert must name
     --max-values-per-rule N RATEWARDEN_MAX_VALUES_PER_RULE 100000 (0 turns the cap off)
     --response-headers M   RATEWARDEN_RESPONSE_HEADERS off (also: legacy, draft-10)
     --legacy-header-names N RATEWARDEN_LEGACY_HEADER_NAMES RateLimit-Limit,-Remaining,-Reset
@@ -76,12 +76,11 @@ from::
 Under the ``RATEWARDEN_*`` variables come envoyproxy/ratelimit's own (``PORT``,
 ``REDIS_URL``, ``RUNTIME_ROOT``...): ``server/upstream_env.py`` reads them.
 
-Secrets stay out of output: ``repr(settings)`` and every error message show the
-store URL with its password replaced by ``***`` (``redacted``, in
-``server/store_url.py``), and the xDS headers' values as ``***`` (``parsers.hidden``;
-both by ``options.masked``). Here: ``Settings``, the values and their checks, and
-``resolve``, which builds them; which source of rules the settings name, and the checks
-of the ``--xds-*`` options, are in ``server/rules_source.py``.
+Secrets stay out of output: ``repr(settings)`` and every error message show the store URL with its
+password replaced by ``***`` (``redacted``, in ``server/store_url.py``), and the xDS headers'
+values as ``***`` (``parsers.hidden``; both by ``options.masked``). Here: ``Settings``, the values
+and their checks, and ``resolve``, which builds them; which source of rules the settings name, and
+the checks of the ``--xds-*`` options, are in ``server/rules_source.py``.
 """
 
 from __future__ import annotations
@@ -101,6 +100,7 @@ from ratewarden.server.options import OPTIONS, Option, masked, read
 from ratewarden.server.response_headers import LEGACY_NAMES
 from ratewarden.server.rules_source import XDS_OPTIONS, check_rules_source, own_source_wins
 from ratewarden.server.store_url import redacted, store_scheme
+from ratewarden.server.tls_names import check_tls
 
 __all__ = ["OPTIONS", "XDS_OPTIONS", "Option", "Settings", "redacted", "resolve", "store_scheme"]
 
@@ -153,6 +153,7 @@ class Settings:
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_client_ca: str | None = None
+    tls_client_san: str | None = None
     max_values_per_rule: int = 100_000
     response_headers: str = "off"
     legacy_header_names: tuple[str, str, str] = LEGACY_NAMES
@@ -194,7 +195,7 @@ class Settings:
         return f"Settings({', '.join(shown)})"
 
     def __post_init__(self) -> None:
-        self._check_tls()
+        check_tls(self.tls_cert, self.tls_key, self.tls_client_ca, self.tls_client_san)
         check_rules_source(self)
         if not store_scheme(self.store_url):
             raise ConfigurationError(
@@ -268,20 +269,6 @@ class Settings:
             raise ConfigurationError(
                 f"{self.workers} workers cannot share --grpc-uds {self.grpc_uds!r}: a Unix "
                 "socket has one listener; use one worker, or --grpc-port for several"
-            )
-
-    def _check_tls(self) -> None:
-        if (self.tls_cert is None) != (self.tls_key is None):
-            given, missing = (
-                ("--tls-cert", "--tls-key") if self.tls_key is None else ("--tls-key", "--tls-cert")
-            )
-            raise ConfigurationError(
-                f"{given} is set but {missing} is not; TLS needs both the certificate and its key"
-            )
-        if self.tls_client_ca is not None and self.tls_cert is None:
-            raise ConfigurationError(
-                "--tls-client-ca is set without --tls-cert/--tls-key; mutual TLS needs the "
-                "server's own certificate too"
             )
 
     def _check_transport(self) -> None:

@@ -268,7 +268,12 @@ def _switches(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _tls(values: Mapping[str, Any]) -> dict[str, Any]:
-    files = ("GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT")
+    files = (
+        "GRPC_SERVER_TLS_CERT",
+        "GRPC_SERVER_TLS_KEY",
+        "GRPC_CLIENT_TLS_CACERT",
+        "GRPC_CLIENT_TLS_SAN",
+    )
     if not value_of(values, "GRPC_SERVER_USE_TLS"):
         for name in files:
             if name in values:
@@ -286,6 +291,13 @@ def _tls(values: Mapping[str, Any]) -> dict[str, Any]:
     out = {"tls_cert": values["GRPC_SERVER_TLS_CERT"], "tls_key": values["GRPC_SERVER_TLS_KEY"]}
     if "GRPC_CLIENT_TLS_CACERT" in values:
         out["tls_client_ca"] = values["GRPC_CLIENT_TLS_CACERT"]
+    if "GRPC_CLIENT_TLS_SAN" in values:
+        if "tls_client_ca" not in out:  # upstream would ignore it: no client certificate asked
+            raise ConfigurationError(
+                "GRPC_CLIENT_TLS_SAN is set but GRPC_CLIENT_TLS_CACERT is not; only a client "
+                "certificate that CA verified can be checked for the name"
+            )
+        out["tls_client_san"] = values["GRPC_CLIENT_TLS_SAN"]
     return out
 
 

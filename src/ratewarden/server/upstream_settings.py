@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ratewarden.errors import ConfigurationError
+from ratewarden.server.tls_names import check_san
 
 __all__ = ["UPSTREAM", "Upstream", "applied", "given", "no_effect", "value_of"]
 
@@ -141,13 +142,7 @@ UPSTREAM: dict[str, Upstream] = {
     "GRPC_SERVER_TLS_CERT": _mapped(""),
     "GRPC_SERVER_TLS_KEY": _mapped(""),
     "GRPC_CLIENT_TLS_CACERT": _mapped(""),
-    "GRPC_CLIENT_TLS_SAN": _refused(
-        "",
-        go_text,
-        "ratewarden checks that a client certificate was signed by GRPC_CLIENT_TLS_CACERT "
-        "but cannot require a subject alternative name; issue the clients' certificates "
-        "from a CA of their own",
-    ),
+    "GRPC_CLIENT_TLS_SAN": _mapped("", lambda text: check_san(text) if text.strip() else ""),
     # logging
     "LOG_LEVEL": _mapped("WARN", lowered),
     "LOG_FORMAT": _mapped("text", lowered),

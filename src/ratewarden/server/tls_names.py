@@ -1,0 +1,88 @@
+"""The gRPC port's TLS options checked together, and ``--tls-client-san``'s name matching.
+
+``check_tls`` refuses the combinations that cannot work (a certificate without its key,
+a client CA or a client name without TLS or the CA); ``check_san`` reads
+``--tls-client-san``; ``names_host`` says whether a certificate names that host.
+
+``--tls-client-san`` is envoyproxy/ratelimit's ``GRPC_CLIENT_TLS_SAN``: under mutual TLS,
+the client's certificate must also name this host, matched as Go's ``VerifyHostname``
+matches it (upstream verifies with it): an IP address against the certificate's IP
+addresses, a name against its DNS names, case-insensitively, a trailing dot aside, and a
+``*`` as a whole leftmost label standing for exactly one label (``*.mesh.local`` names
+``envoy.mesh.local``, not ``mesh.local`` nor ``a.b.mesh.local``).
+
+grpcio has no hook in the handshake for the names, so the check is a server interceptor
+on the ``grpcio`` transport, the only one with TLS (``grpc_san.ClientSanCheck``): a call
+whose certificate names another host is refused ``UNAUTHENTICATED`` before it runs.
+Upstream refuses the handshake itself; for Envoy both are a failed call, which its
+filter's ``failure_mode_deny`` decides.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+from typing import Any
+
+from ratewarden.errors import ConfigurationError
+
+__all__ = ["check_san", "check_tls", "names_host"]
+
+
+def check_tls(
+    cert: str | None, key: str | None, client_ca: str | None, client_san: str | None
+) -> None:
+    """Raise ``ConfigurationError`` for TLS options that cannot work together."""
+    if (cert is None) != (key is None):
+        given, missing = ("--tls-cert", "--tls-key") if key is None else ("--tls-key", "--tls-cert")
+        raise ConfigurationError(
+            f"{given} is set but {missing} is not; TLS needs both the certificate and its key"
+        )
+    if client_ca is not None and cert is None:
+        raise ConfigurationError(
+            "--tls-client-ca is set without --tls-cert/--tls-key; mutual TLS needs the "
+            "server's own certificate too"
+        )
+    if client_san is not None and client_ca is None:
+        raise ConfigurationError(
+            "--tls-client-san is set without --tls-client-ca; only a client certificate "
+            "the client CA verified can be checked for the name"
+        )
+
+
+def check_san(name: Any) -> str:
+    """``name`` as ``--tls-client-san`` takes it (its parser): one host name or IP address."""
+    host = str(name).strip()
+    if _ip(host) is None and (not host or any(c.isspace() or c in "/,:[]" for c in host)):
+        raise ConfigurationError(
+            "must be the one host name or IP address a client certificate has to name"
+        )
+    return host
+
+
+def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    if len(text) >= 3 and text[0] == "[" and text[-1] == "]":
+        text = text[1:-1]
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def _matches(pattern: str, host: str) -> bool:
+    pattern = pattern.lower().rstrip(".")
+    if pattern == host:
+        return True
+    if not pattern.startswith("*."):
+        return False
+    first, _, rest = host.partition(".")
+    return bool(first) and rest == pattern[2:]
+
+
+def names_host(host: str, dns_names: Iterable[str], ip_addresses: Iterable[str]) -> bool:
+    """Whether a certificate with these DNS names and IP addresses names ``host``."""
+    ip = _ip(host)
+    if ip is not None:
+        return any(_ip(candidate) == ip for candidate in ip_addresses)
+    wanted = host.lower().rstrip(".")
+    return any(_matches(pattern, wanted) for pattern in dns_names)
