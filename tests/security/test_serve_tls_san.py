@@ -7,8 +7,10 @@ matching (``tls_names.names_host``) follows Go's ``VerifyHostname``, which upstr
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -17,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.server.grpc import GrpcTls
+from ratewarden.server.grpc_san import ClientSanCheck
 from ratewarden.server.settings import Settings, resolve
 from ratewarden.server.tls_names import names_host
 from ratewarden.storage.memory import AsyncMemoryStore
@@ -158,3 +161,55 @@ def test_a_name_that_cannot_be_checked_is_refused(
         resolve({"config_paths": ["r.yaml"], **flags}, environ)
     with pytest.raises(ConfigurationError, match="without --tls-client-ca"):
         Settings(config_paths=("r.yaml",), tls_cert="c", tls_key="k", tls_client_san="e")
+
+
+class _AbortedError(Exception):
+    pass
+
+
+class _Context:
+    """What the check reads of a grpc.aio call (a stand-in: this tests the wrapping only)."""
+
+    def __init__(self, dns: list[bytes]) -> None:
+        self.dns = dns
+        self.aborted: tuple[Any, str] | None = None
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return {"peer_dns": self.dns}
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:1"
+
+    async def abort(self, code: Any, details: str) -> None:
+        self.aborted = (code, details)
+        raise _AbortedError(details)
+
+
+def test_a_streamed_answer_stays_a_stream_and_is_closed_with_the_call() -> None:
+    """An async generator method (the quota stream) is wrapped as one: its messages pass, it
+    is closed as soon as the call's stream is, and a wrong name aborts before its first."""
+    closed: list[bool] = []
+
+    async def stream(request: Any, context: Any) -> AsyncIterator[int]:
+        try:
+            for n in range(3):
+                yield n
+        finally:
+            closed.append(True)
+
+    wrapped = ClientSanCheck("envoy.client")._checked(stream)
+
+    async def run() -> tuple[list[int], _Context]:
+        good = wrapped(None, _Context([b"envoy.client"]))
+        first = [await anext(good), await anext(good)]
+        await good.aclose()
+        assert closed == [True]
+        bad = _Context([b"other.client"])
+        with pytest.raises(_AbortedError):
+            await anext(wrapped(None, bad))
+        return first, bad
+
+    first, bad = asyncio.run(run())
+    assert first == [0, 1]
+    assert bad.aborted is not None and bad.aborted[0] == grpc.StatusCode.UNAUTHENTICATED
+    assert closed == [True]  # the refused call never started the stream

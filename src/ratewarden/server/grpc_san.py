@@ -99,8 +99,12 @@ class ClientSanCheck(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             async def streamed(request: Any, context: Any) -> Any:
                 if not self.allowed(context):
                     await self._refuse(context)
-                async for message in behaviour(request, context):
-                    yield message
+                inner = behaviour(request, context)
+                try:
+                    async for message in inner:
+                        yield message
+                finally:  # closed at once with this one (the quota stream's clean-up)
+                    await inner.aclose()
 
             return streamed
 
