@@ -106,9 +106,8 @@ def tls_server(pki: Pki, tmp_path: Path) -> Iterator[int]:
         yield server.port
 
 
-@pytest.fixture
-def mtls_server(pki: Pki, tmp_path: Path) -> Iterator[int]:
-    """serve with --tls-client-ca too: clients need a certificate that CA signed."""
+def mtls_port(pki: Pki, tmp_path: Path, **options: Any) -> Iterator[int]:
+    """serve with --tls-client-ca too (and ``options``): the gRPC port."""
     store = AsyncMemoryStore(clock=ManualClock())
     with background_server(
         tmp_path,
@@ -117,8 +116,15 @@ def mtls_server(pki: Pki, tmp_path: Path) -> Iterator[int]:
         tls_cert=str(pki.cert),
         tls_key=str(pki.key),
         tls_client_ca=str(pki.client_ca_file),
+        **options,
     ) as server:
         yield server.port
+
+
+@pytest.fixture
+def mtls_server(pki: Pki, tmp_path: Path) -> Iterator[int]:
+    """serve with --tls-client-ca too: clients need a certificate that CA signed."""
+    yield from mtls_port(pki, tmp_path)
 
 
 def test_a_client_trusting_the_ca_is_answered_over_tls(pki: Pki, tls_server: int) -> None:

@@ -22,10 +22,8 @@ from ratewarden.server.grpc import GrpcTls
 from ratewarden.server.grpc_san import ClientSanCheck
 from ratewarden.server.settings import Settings, resolve
 from ratewarden.server.tls_names import names_host
-from ratewarden.storage.memory import AsyncMemoryStore
-from ratewarden.testing import ManualClock
-from tests.fuzz._grpc import HOST, background_server
-from tests.security.test_serve_tls import OK, OVER, RULES, Pki, ask, credentials, pki
+from tests.fuzz._grpc import HOST
+from tests.security.test_serve_tls import OK, OVER, Pki, ask, credentials, mtls_port, pki
 
 __all__ = ["pki"]  # the module-scoped fixture, shared with test_serve_tls.py
 
@@ -60,24 +58,10 @@ def names(pki: Pki) -> dict[str, trustme.LeafCert]:
     return {name: pki.client_ca.issue_cert(name) for name in ("other.client", "*.mesh.local")}
 
 
-def san_server(pki: Pki, tmp_path: Path, san: str) -> Iterator[int]:
-    store = AsyncMemoryStore(clock=ManualClock())
-    with background_server(
-        tmp_path,
-        RULES,
-        store,
-        tls_cert=str(pki.cert),
-        tls_key=str(pki.key),
-        tls_client_ca=str(pki.client_ca_file),
-        tls_client_san=san,
-    ) as server:
-        yield server.port
-
-
 @pytest.fixture
 def envoy_only(pki: Pki, tmp_path: Path) -> Iterator[int]:
     """mTLS whose clients must be envoy.client."""
-    yield from san_server(pki, tmp_path, "envoy.client")
+    yield from mtls_port(pki, tmp_path, tls_client_san="envoy.client")
 
 
 def health(channel: grpc.Channel) -> int:
@@ -106,7 +90,7 @@ def test_a_wildcard_certificate_names_one_label(
     pki: Pki, names: dict[str, trustme.LeafCert], tmp_path: Path
 ) -> None:
     """--tls-client-san a.mesh.local accepts a *.mesh.local certificate."""
-    for port in san_server(pki, tmp_path, "a.mesh.local"):
+    for port in mtls_port(pki, tmp_path, tls_client_san="a.mesh.local"):
         creds = credentials(pki, names["*.mesh.local"])
         with grpc.secure_channel(f"{HOST}:{port}", creds) as channel:
             assert ask(channel).overall_code == OK

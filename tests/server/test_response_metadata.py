@@ -18,9 +18,9 @@ from ratewarden.server import config
 from ratewarden.server.service import RateLimitService
 from ratewarden.server.settings import resolve
 from ratewarden.storage.memory import MemoryStore
-from tests._servers import HOST, free_port
+from tests._servers import HOST
 from tests.server.conftest import OK, OVER, Harness, Response, desc
-from tests.upstream._serve import upstream_serve
+from tests.upstream._serve import serve_rules
 
 Make = Callable[..., Harness]
 MINUTE = Response.RateLimit.MINUTE
@@ -136,21 +136,12 @@ def test_serve_on_upstreams_variable_answers_grpc_and_json_in_upstreams_shape(
 ) -> None:
     """RESPONSE_DYNAMIC_METADATA=true alone (no RATEWARDEN_* setting): a ShouldRateLimit call
     on the gRPC port and a POST to /json both carry upstream's shape."""
-    (tmp_path / "config").mkdir()
-    (tmp_path / "config" / "d.yaml").write_text(RULES)
-    http, grpc_port = free_port(), free_port()
-    environ = {
-        "RUNTIME_ROOT": str(tmp_path),
-        "PORT": str(http),
-        "GRPC_PORT": str(grpc_port),
-        "RESPONSE_DYNAMIC_METADATA": "true",
-    }
     expected = {
         "domain": "d",
         "descriptors": [{"entries": ["plan=gold"]}],
         "metadata": {"tier": "gold", "shared": {"a": 1.0, "n": {"x": 1.0}}, "tags": ["a", "b"]},
     }
-    with upstream_serve(environ, http):
+    with serve_rules(tmp_path, RULES, RESPONSE_DYNAMIC_METADATA="true") as (http, grpc_port):
         with grpc.insecure_channel(f"{HOST}:{grpc_port}") as channel:
             stub = rls_pb2_grpc.RateLimitServiceStub(channel)
             request = rls_pb2.RateLimitRequest(domain="d", descriptors=[desc(("plan", "gold"))])

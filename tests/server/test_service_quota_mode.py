@@ -15,9 +15,9 @@ from typing import Any
 import grpc
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 
-from tests._servers import HOST, free_port
+from tests._servers import HOST
 from tests.server.conftest import OK, OVER, Harness, desc
-from tests.upstream._serve import upstream_serve
+from tests.upstream._serve import serve_rules
 
 Make = Callable[..., Harness]
 
@@ -93,16 +93,10 @@ def test_off_by_default(rls: Make) -> None:
 def test_serve_on_upstreams_quota_mode_variable_alone(tmp_path: Path) -> None:
     """QUOTA_MODE=true alone (no RATEWARDEN_* setting): through ``ratewarden serve``'s gRPC
     port, a over beside b passes, then both over deny."""
-    (tmp_path / "config").mkdir()
-    (tmp_path / "config" / "d.yaml").write_text(RULES)
-    http, grpc_port = free_port(), free_port()
-    environ = {
-        "RUNTIME_ROOT": str(tmp_path),
-        "PORT": str(http),
-        "GRPC_PORT": str(grpc_port),
-        "QUOTA_MODE": "true",
-    }
-    with upstream_serve(environ, http), grpc.insecure_channel(f"{HOST}:{grpc_port}") as channel:
+    with (
+        serve_rules(tmp_path, RULES, QUOTA_MODE="true") as (_, grpc_port),
+        grpc.insecure_channel(f"{HOST}:{grpc_port}") as channel,
+    ):
         stub = rls_pb2_grpc.RateLimitServiceStub(channel)
 
         def codes(*descriptors: Any) -> list[int]:

@@ -3,7 +3,8 @@
 ``upstream_serve(environ, http_port)`` starts it with ``environ`` over the test
 process's own environment minus every ``RATEWARDEN_*`` variable, waits until its
 HTTP port answers ``/healthcheck``, and on the way out stops it with SIGTERM and
-demands a clean exit (its log shown otherwise).
+demands a clean exit (its log shown otherwise). ``serve_rules`` does so on one
+rules file in upstream's runtime directory, on free loopback ports.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._servers import HOST
+from tests._servers import HOST, free_port
 from tests.server_transport._process import RATEWARDEN
 
 START_TIMEOUT_S = 30.0
@@ -71,3 +72,16 @@ def upstream_serve(environ: Mapping[str, str], http_port: int) -> Iterator[Path]
             if process.poll() is None:
                 process.kill()
             log_path.unlink(missing_ok=True)
+
+
+@contextmanager
+def serve_rules(tmp_path: Path, rules: str, **environ: str) -> Iterator[tuple[int, int]]:
+    """``upstream_serve`` with ``rules`` as ``RUNTIME_ROOT/config/d.yaml`` (upstream's runtime
+    directory under ``tmp_path``), ``PORT`` and ``GRPC_PORT`` free, and ``environ``; yields
+    ``(http_port, grpc_port)``."""
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "d.yaml").write_text(rules)
+    http, grpc_port = free_port(), free_port()
+    ports = {"RUNTIME_ROOT": str(tmp_path), "PORT": str(http), "GRPC_PORT": str(grpc_port)}
+    with upstream_serve({**ports, **environ}, http):
+        yield http, grpc_port
