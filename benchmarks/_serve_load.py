@@ -150,7 +150,7 @@ def floor(port: int, transport: str) -> None:
     """
     from envoy.service.ratelimit.v3 import rls_pb2
 
-    from ratewarden.server.app import loop_factory
+    from ratewarden.server.process import loop_factory
 
     response = rls_pb2.RateLimitResponse(overall_code=rls_pb2.RateLimitResponse.OK)
 

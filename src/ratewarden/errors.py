@@ -8,6 +8,7 @@
      ├── StorageError
      │    └── StorageUnavailableError   the store did not answer in time, or refused the connection
      │         └── CircuitOpenError       the circuit breaker is open: the store was not asked
+     ├── ServiceUnavailableError   ratewarden serve has no rules yet (--xds-force-start)
      └── client.RetriesExhaustedError   the client gave up: the next wait would pass its cap
 
 The two outside this module live next to the only code that raises them (the
@@ -26,6 +27,7 @@ __all__ = [
     "CircuitOpenError",
     "ConfigurationError",
     "RatewardenError",
+    "ServiceUnavailableError",
     "StorageError",
     "StorageUnavailableError",
 ]
@@ -37,6 +39,12 @@ class RatewardenError(Exception):
 
 class ConfigurationError(RatewardenError, ValueError):
     """Bad input: the message names the offending value and what to do about it."""
+
+
+class ServiceUnavailableError(RatewardenError):
+    """The service cannot decide yet: ``ratewarden serve`` opened its ports before its first
+    rules arrived (``--xds-force-start``). The transports answer it ``UNAVAILABLE`` (gRPC)
+    or 503 (``/json``), so Envoy's ``failure_mode_deny`` decides, as for any failed call."""
 
 
 class StorageError(RatewardenError):

@@ -216,16 +216,16 @@ def test_loop_uvloop_without_uvloop_installed_says_how_to_get_it(
 
 def test_the_loop_factory_follows_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     """auto takes uvloop when it is installed, asyncio's loop otherwise."""
-    from ratewarden.server import app
+    from ratewarden.server import process
 
-    assert app.loop_factory("asyncio") is None
+    assert process.loop_factory("asyncio") is None
     if importlib.util.find_spec("uvloop") is not None:
         import uvloop
 
-        assert app.loop_factory("auto") is uvloop.new_event_loop
-        assert app.loop_factory("uvloop") is uvloop.new_event_loop
-    monkeypatch.setattr(app, "uvloop_installed", lambda: False)
-    assert app.loop_factory("auto") is None
+        assert process.loop_factory("auto") is uvloop.new_event_loop
+        assert process.loop_factory("uvloop") is uvloop.new_event_loop
+    monkeypatch.setattr(process, "uvloop_installed", lambda: False)
+    assert process.loop_factory("auto") is None
 
 
 def test_transport_auto_takes_native_when_installed_and_tls_is_off(

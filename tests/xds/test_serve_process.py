@@ -1,5 +1,6 @@
 """``ratewarden serve`` as a process with its rules from xDS: upstream's environment alone
-starts it, SIGTERM ends its wait for the first rules, and each worker subscribes."""
+starts it, SIGTERM ends its wait for the first rules, FORCE_START_WITHOUT_INITIAL_CONFIG
+opens the ports before them, and each worker subscribes."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import grpc
 import pytest
+from envoy.service.ratelimit.v3 import rls_pb2_grpc
 
 from tests._servers import RedisServer, free_port
 from tests.server_transport._process import RATEWARDEN
-from tests.server_transport.conftest import http
+from tests.server_transport.conftest import channel, http, request
 from tests.xds._control_plane import ControlPlane, until
 from tests.xds.conftest import limit, resource
 
@@ -137,6 +140,46 @@ async def test_sigterm_ends_the_wait_for_the_first_rules(serving: list[Serve]) -
     assert await serve.stop() == 0
     assert "serving" not in serve.events()
     assert serve.events()[-1] == "stopped"
+
+
+async def test_upstreams_force_start_serves_failing_calls_until_the_control_plane_answers(
+    serving: list[Serve],
+) -> None:
+    """FORCE_START_WITHOUT_INITIAL_CONFIG=true with the control plane down: the ports open
+    (health 200), /json is 503 and ShouldRateLimit UNAVAILABLE on the default transport with
+    upstream's words; the control plane comes up and the rules decide."""
+    port, grpc_port, plane = free_port(), free_port(), ControlPlane()
+    plane.port = free_port()
+    environ = _environ(
+        CONFIG_TYPE="GRPC_XDS_SOTW",
+        CONFIG_GRPC_XDS_SERVER_URL=plane.address,
+        CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL="50ms",
+        XDS_CLIENT_BACKOFF_MAX_INTERVAL="100ms",
+        FORCE_START_WITHOUT_INITIAL_CONFIG="true",
+        PORT=str(port),
+        GRPC_PORT=str(grpc_port),
+        USE_STATSD="false",
+    )
+    serve = await Serve.start(environ)
+    serving.append(serve)
+    await _healthy(port, serve)
+    assert await _post(port, "k") == 503
+    async with channel(grpc_port) as chan:
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await rls_pb2_grpc.RateLimitServiceStub(chan).ShouldRateLimit(
+                request("shop", {"api_key": "k"}), timeout=START_S
+            )
+    assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert raised.value.details() == "no rate limit configuration loaded"
+    plane.publish("v1", resource("shop-rules", "shop", limit("api_key", 2)))
+    await plane.start()
+    try:
+        await until(lambda: bool(plane.sent) and bool(plane.answers_to(plane.sent[-1])), "ACK")
+        assert [await _post(port, "k") for _ in range(3)] == [200, 200, 429]
+    finally:
+        await plane.stop()
+    assert {"xds_force_start", "serving", "config_xds_applied"} <= set(serve.events())
+    assert "xds_waiting" not in serve.events()
 
 
 @pytest.mark.redis

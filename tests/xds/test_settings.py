@@ -9,7 +9,7 @@ import pytest
 
 from ratewarden import cli
 from ratewarden.errors import ConfigurationError
-from ratewarden.server import upstream_env
+from ratewarden.server import upstream_env, upstream_settings
 from ratewarden.server.logs import LOGGERS
 from ratewarden.server.settings import OPTIONS, XDS_OPTIONS, Settings, resolve
 from ratewarden.server.xds import source_of
@@ -25,6 +25,7 @@ def test_every_xds_option_is_read_from_its_environment_variable() -> None:
         "RATEWARDEN_XDS_RETRY_INTERVAL": "0.5",
         "RATEWARDEN_XDS_RETRY_MAX": "30",
         "RATEWARDEN_XDS_MAX_MESSAGE_BYTES": "8388608",
+        "RATEWARDEN_XDS_FORCE_START": "true",
         "RATEWARDEN_XDS_TLS": "true",
         "RATEWARDEN_XDS_TLS_CA": "ca.pem",
         "RATEWARDEN_XDS_TLS_CERT": "client.pem",
@@ -41,6 +42,7 @@ def test_every_xds_option_is_read_from_its_environment_variable() -> None:
         xds_retry_interval=0.5,
         xds_retry_max=30.0,
         xds_max_message_bytes=8388608,
+        xds_force_start=True,
         xds_tls=True,
         xds_tls_ca="ca.pem",
         xds_tls_cert="client.pem",
@@ -78,6 +80,7 @@ def test_upstreams_xds_settings_map_with_upstreams_meaning_and_defaults() -> Non
             "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "xds.internal",
             "MERGE_DOMAIN_CONFIG": "true",
             "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true",
+            "FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
         },
     )
     assert chosen == Settings(
@@ -96,7 +99,26 @@ def test_upstreams_xds_settings_map_with_upstreams_meaning_and_defaults() -> Non
         xds_tls_server_name="xds.internal",
         merge_domains=True,
         health_needs_rules=True,
+        xds_force_start=True,
     )
+
+
+def test_upstreams_force_start_acts_on_xds_rules_and_is_without_effect_on_files() -> None:
+    """FORCE_START_WITHOUT_INITIAL_CONFIG=true: with CONFIG_TYPE=GRPC_XDS_SOTW it is
+    --xds-force-start (and named as applied); with files, whose rules are read before the
+    ports open as upstream's first file event is, it is accepted and named without effect."""
+    xds = {"CONFIG_TYPE": "GRPC_XDS_SOTW", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true"}
+    assert resolve({}, xds).xds_force_start
+    assert not resolve({}, {"CONFIG_TYPE": "GRPC_XDS_SOTW"}).xds_force_start
+    assert "FORCE_START_WITHOUT_INITIAL_CONFIG" in upstream_settings.applied(xds)
+    assert "FORCE_START_WITHOUT_INITIAL_CONFIG" not in upstream_env.no_effect(xds)
+    files = {"RUNTIME_ROOT": "/srv/runtime", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true"}
+    chosen = resolve({}, files)
+    assert (chosen.config_paths, chosen.xds_force_start) == (("/srv/runtime/config",), False)
+    assert upstream_env.no_effect(files) == ("FORCE_START_WITHOUT_INITIAL_CONFIG",)
+    assert "FORCE_START_WITHOUT_INITIAL_CONFIG" not in upstream_settings.applied(files)
+    # --config beats CONFIG_TYPE=GRPC_XDS_SOTW with everything it brought, this too
+    assert not resolve({"config_paths": ["rules.yaml"]}, xds).xds_force_start
 
 
 def test_ratewarden_settings_win_over_upstreams_rules_source() -> None:
@@ -152,7 +174,8 @@ def test_ratewarden_settings_win_over_upstreams_rules_source() -> None:
             {"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "0"},
             "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
         ),
-        ({}, {"FORCE_START_WITHOUT_INITIAL_CONFIG": "true"}, "first good update"),
+        ({"config_paths": ["r.yaml"], "xds_force_start": True}, {}, "--xds-force-start applies"),
+        ({}, {"CONFIG_TYPE": "GRPC_XDS", "FORCE_START_WITHOUT_INITIAL_CONFIG": "y"}, "true or"),
         ({}, {}, "--config-xds HOST:PORT"),
     ],
 )

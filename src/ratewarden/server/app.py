@@ -5,7 +5,8 @@ hands it to both transports (gRPC and HTTP, whose listeners ``server/listeners.p
 and stops), then keeps two background loops: the config watcher (hot reload) and the health loop
 (serving only while a config is loaded and the store answers a ping). With rules from an xDS
 server (``--config-xds``) the watcher is the xDS subscription instead, and ``start`` opens the
-ports once its first good rules are applied. Its ``stats`` (``ServiceStats``) count every
+ports once its first good rules are applied (with ``--xds-force-start``, at once: every call
+fails ``ServiceUnavailableError`` until then). Its ``stats`` (``ServiceStats``) count every
 decision, call and config load for ``/metrics`` and the dashboard, tallied on the request path and
 flushed once a second (and to StatsD and DogStatsD every ``--statsd-interval``); with
 ``--workers`` each worker also publishes its dashboard figures for the others once a second.
@@ -31,7 +32,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ratewarden.clock import SystemClock
-from ratewarden.errors import ConfigurationError
+from ratewarden.errors import ConfigurationError, ServiceUnavailableError
 from ratewarden.server import config as rules
 from ratewarden.server.dashboard import shared
 from ratewarden.server.dashboard.view import render
@@ -52,7 +53,7 @@ from ratewarden.server.rlqs import RateLimitQuotaServicer
 from ratewarden.server.rlqs.build import servicer
 from ratewarden.server.rlqs.figures import introspection
 from ratewarden.server.service import AsyncRateLimitService
-from ratewarden.server.settings import Settings, redacted, store_scheme, uvloop_installed
+from ratewarden.server.settings import Settings, redacted, store_scheme
 from ratewarden.server.stats import ServiceStats, multiprocess_dir
 from ratewarden.server.xds import XdsSubscription, load_resources, source_of
 from ratewarden.storage import AsyncStore
@@ -60,7 +61,7 @@ from ratewarden.storage.memory import AsyncMemoryStore
 from ratewarden.storage.split import AsyncSplitStore
 from ratewarden.tiers import CircuitBreaker
 
-__all__ = ["RateLimitServer", "configure_logging", "loop_factory", "open_store", "settings_store"]
+__all__ = ["RateLimitServer", "configure_logging", "open_store", "settings_store"]
 
 log = logging.getLogger("ratewarden.server")
 
@@ -70,6 +71,8 @@ PING_TIMEOUT_S = 1.0
 PUBLISH_INTERVAL_S = 1.0
 #: Seconds between moves of the stats' tally into the registry (ServiceStats.flush).
 FLUSH_INTERVAL_S = 1.0
+#: The failure of a call before the first rules (--xds-force-start), as upstream words it.
+NO_RULES = "no rate limit configuration loaded"
 
 
 def open_store(url: str, *, prefix: str = "rw", timeout: float = 0.02) -> AsyncStore:
@@ -140,6 +143,8 @@ class RateLimitServer:
                 source_of(settings), load, self._apply, self.stats.config_load
             )
             self.config = rules.RateLimitConfig(MappingProxyType({}))  # none till the first update
+        #: False until the first rules are applied: calls fail till then (--xds-force-start).
+        self.rules_loaded = self.watcher is not None
         self.store: AsyncStore = store if store is not None else settings_store(settings)
         self.service = AsyncRateLimitService(
             self.config,
@@ -164,6 +169,7 @@ class RateLimitServer:
             prefix = getattr(self.store, "prefix", settings.key_prefix) if shared else None
             limiter, registry = self.service.limiter, self.stats.registry
             self.quota = servicer(settings, self.config, limiter, registry, prefix)
+            self.quota.refusing = None if self.rules_loaded else NO_RULES
         # The listeners (server/listeners.py): gRPC, HTTP, and the debug and metrics ports.
         self.transport = settings.grpc_transport
         services = () if self.quota is None else (self.quota.handler(),)
@@ -189,6 +195,9 @@ class RateLimitServer:
 
     async def should_rate_limit_wire(self, request: Any) -> bytes:
         """``should_rate_limit``'s answer as its wire bytes (what the native transport sends)."""
+        if not self.rules_loaded:  # served before the first rules: Envoy's failure mode decides
+            self.stats.request(0.0, failed=True)
+            raise ServiceUnavailableError(NO_RULES)
         started = time.perf_counter()
         try:
             answer = await self.service.should_rate_limit_wire(request)
@@ -250,11 +259,12 @@ class RateLimitServer:
         """Bind both ports, then start the health and reload loops; OSError on a busy port.
 
         With rules from xDS, the subscription starts first and the ports are bound once
-        its first good rules are applied (as long as that takes; cancel to give up).
+        its first good rules are applied (as long as that takes; cancel to give up), or at
+        once with ``--xds-force-start``.
         """
         s = self.settings
         if self.xds is not None:
-            self._tasks.append(await self.xds.start())
+            self._tasks.append(await self.xds.start(wait=not s.xds_force_start))
         ports = await start_listeners(s, self.grpc, self.http, self.debug, self.prometheus)
         self.grpc_port, self.http_port, self.debug_port, self.metrics_port = ports
         await self.refresh_health()
@@ -381,20 +391,8 @@ class RateLimitServer:
         self.service.swap_config(config)
         if self.quota is not None:
             self.quota.send(self.quota.quota.swap_config(config))
+            self.quota.refusing = None
         self.config = config
+        self.rules_loaded = True
         if self.config_applied is not None:
             self.config_applied()
-
-
-def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """The event loop ``--loop`` names: uvloop's, or None for asyncio's own.
-
-    ``auto`` takes uvloop when it is installed: under load it cost about 13% less
-    CPU per call and answered 15-20% more calls per second (docs/performance-serve.md).
-    """
-    if name == "asyncio" or (name == "auto" and not uvloop_installed()):
-        return None
-    import uvloop
-
-    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
-    return factory

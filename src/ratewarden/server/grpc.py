@@ -4,7 +4,8 @@
 ShouldRateLimit`` through a callable the composition root hands it (the
 service, wrapped in the failure mode), so no exception ever reaches grpc and
 becomes ``UNKNOWN``: a request the service rejects as malformed is answered
-``INVALID_ARGUMENT``; everything else has already been turned into an answer.
+``INVALID_ARGUMENT``, a call before the first rules (``--xds-force-start``)
+``UNAVAILABLE``; everything else has already been turned into an answer.
 
 The request arrives as raw bytes and is decoded here, not by grpc: protobuf
 refuses a string field that is not UTF-8, and grpc would report that as
@@ -36,7 +37,7 @@ from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from ratewarden.errors import ConfigurationError
+from ratewarden.errors import ConfigurationError, ServiceUnavailableError
 from ratewarden.server.grpc_san import ClientSanCheck
 from ratewarden.server.tls_names import check_tls
 
@@ -73,6 +74,8 @@ class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[
             return await self._answer(request)
         except ConfigurationError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except ServiceUnavailableError as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The service for ``server.add_generic_rpc_handlers``, taking requests as raw bytes."""

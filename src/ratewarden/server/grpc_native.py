@@ -21,20 +21,20 @@ answer (measured: their CPU per call fell by a quarter to a third).
 
 What it serves, as ``GrpcServer`` does:
 
-- ``envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit``: bytes that
-  are not a ``RateLimitRequest`` (or a request the service refuses) are
-  ``INVALID_ARGUMENT``; an unexpected failure is ``UNKNOWN`` with no detail
-  (the composition root's answer has already turned every store failure into
-  an answer, so this is a bug's path only).
+- ``envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit``: bytes that are not a
+  ``RateLimitRequest`` (or a request the service refuses) are ``INVALID_ARGUMENT``, a call
+  before the first rules (``--xds-force-start``) ``UNAVAILABLE``; an unexpected failure is
+  ``UNKNOWN`` with no detail (the composition root's answer has already turned every store
+  failure into an answer, so this is a bug's path only).
 - ``grpc.health.v1.Health`` ``Check`` and ``Watch`` for the names in
   ``HEALTH_SERVICES``; an unknown name is ``NOT_FOUND`` (``Check``) or
   ``SERVICE_UNKNOWN`` (``Watch``), as grpcio's health servicer answers.
-- A call's deadline or its client's cancellation cancels its task; the front
-  has already answered the client (``DEADLINE_EXCEEDED`` / reset stream).
-- A request over 4 MiB is ``RESOURCE_EXHAUSTED``, as grpcio's default limit.
+- A call's deadline or its client's cancellation cancels its task; the front has already
+  answered the client (``DEADLINE_EXCEEDED`` / reset stream). Over 4 MiB of request is
+  ``RESOURCE_EXHAUSTED``, as grpcio's default limit.
 
-What it cannot do is refused when the server is built, never dropped: TLS
-(the front has none yet: ``--transport grpcio`` serves TLS and mutual TLS).
+What it cannot do is refused when the server is built, never dropped: TLS (the front
+has none yet: ``--transport grpcio`` serves TLS and mutual TLS).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from envoy.service.ratelimit.v3 import rls_pb2
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2
 
-from ratewarden.errors import ConfigurationError
+from ratewarden.errors import ConfigurationError, ServiceUnavailableError
 from ratewarden.server.grpc import (
     HEALTH_SERVICES,
     RATE_LIMIT_SERVICE,
@@ -157,8 +157,7 @@ def io_threads() -> int:
 
 
 def _status_bytes(status: int) -> bytes:
-    data: bytes = health_pb2.HealthCheckResponse(status=status).SerializeToString()
-    return data
+    return bytes(health_pb2.HealthCheckResponse(status=status).SerializeToString())
 
 
 class NativeGrpcServer:
@@ -321,6 +320,8 @@ class NativeGrpcServer:
             response = await self._answer(request)
         except ConfigurationError as exc:
             front.fail(call_id, _INVALID_ARGUMENT, str(exc))
+        except ServiceUnavailableError as exc:
+            front.fail(call_id, _UNAVAILABLE, str(exc))
         except asyncio.CancelledError:
             pass  # the front has answered the client already (deadline, reset, shutdown)
         except Exception:

@@ -6,7 +6,8 @@
 - ``POST /json``: a ``RateLimitRequest`` in protobuf's JSON mapping
   (``{"domain": "d", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}``)
   answered by the same service as gRPC, as JSON: 200 when OK, 429 when over
-  the limit, 400 for a body that is not a valid request, 413 for a body over
+  the limit, 400 for a body that is not a valid request, 503 before the first
+  rules (``--xds-force-start``), 413 for a body over
   1 MiB (refused from its ``Content-Length``, or as soon as a chunked body passes
   the limit: no more than 1 MiB of it is ever held).
 - ``GET /healthcheck``: 200 ``OK`` while serving (a config is loaded and the
@@ -46,7 +47,7 @@ from urllib.parse import parse_qs
 from envoy.service.ratelimit.v3 import rls_pb2
 from google.protobuf import json_format
 
-from ratewarden.errors import ConfigurationError
+from ratewarden.errors import ConfigurationError, ServiceUnavailableError
 from ratewarden.server.dashboard.page import PAGE, PAGE_CSP
 
 __all__ = ["DASHBOARD_ACCESS", "MAX_BODY_BYTES", "HttpApp", "HttpBackend"]
@@ -232,6 +233,8 @@ class HttpApp:
             answer = await self._backend.should_rate_limit(message)
         except ConfigurationError as exc:
             return _text(HTTPStatus.BAD_REQUEST, str(exc))
+        except ServiceUnavailableError as exc:
+            return _text(HTTPStatus.SERVICE_UNAVAILABLE, str(exc))
         code = answer.overall_code
         if code == rls_pb2.RateLimitResponse.OVER_LIMIT:
             status = HTTPStatus.TOO_MANY_REQUESTS

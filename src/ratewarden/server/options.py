@@ -6,8 +6,8 @@ help; the variable is ``RATEWARDEN_`` and the flag's name, ``--grpc-port``
 same parser, so a bad value reads the same whichever way it was given; ``read``
 takes the flags over the environment and names the flag or variable whose value
 is wrong. ``settings.resolve`` builds ``Settings`` from what it reads. The
-parsers are in ``parsers.py``; ``masked`` shows a setting's value with its
-secrets hidden.
+parsers are in ``parsers.py``, and ``masked``, which shows a setting's value with
+its secrets hidden.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from ratewarden.server.parsers import (
     choice,
     header_names,
     headers,
-    hidden,
     integer,
+    masked,
     metrics_path,
     pairs,
     paths,
@@ -36,7 +36,6 @@ from ratewarden.server.parsers import (
     text,
 )
 from ratewarden.server.response_metadata import METADATA_MODES
-from ratewarden.server.store_url import redacted
 from ratewarden.server.tls_names import check_san
 
 __all__ = ["OPTIONS", "Option", "masked", "read"]
@@ -100,6 +99,12 @@ OPTIONS: dict[str, Option] = {
         "--xds-max-message-bytes",
         integer(0, 2**31 - 1),
         "largest xDS response accepted, in bytes (0: gRPC's 4 MiB)",
+    ),
+    "xds_force_start": Option(
+        "--xds-force-start",
+        boolean,
+        "open the ports before the first rules from the xDS server arrive; every call fails "
+        "UNAVAILABLE (/json: 503) until then",
     ),
     "xds_tls": Option("--xds-tls", boolean, "connect to the xDS server over TLS"),
     "xds_tls_ca": Option(
@@ -365,17 +370,6 @@ OPTIONS: dict[str, Option] = {
         "stat matching it is sent with (none)",
     ),
 }
-
-
-def masked(name: str, value: Any) -> Any:
-    """Setting ``name``'s ``value`` as a log line, an error or a repr may show it: a store
-    URL with its password ``***`` (``redacted``), the xDS headers' values ``***`` (a header
-    may carry a token)."""
-    if name in ("store_url", "store_per_second") and value is not None:
-        return redacted(str(value))
-    if name == "xds_headers":
-        return hidden(value)
-    return value
 
 
 def read(flags: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:

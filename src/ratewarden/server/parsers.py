@@ -14,6 +14,7 @@ from typing import Any
 from ratewarden.errors import ConfigurationError
 from ratewarden.server.response_headers import check_header_names
 from ratewarden.server.statsd import parse_address, parse_tags
+from ratewarden.server.store_url import redacted
 
 __all__ = [
     "boolean",
@@ -22,6 +23,7 @@ __all__ = [
     "headers",
     "hidden",
     "integer",
+    "masked",
     "metrics_path",
     "pairs",
     "paths",
@@ -106,6 +108,17 @@ def hidden(value: Any, separator: str = "=") -> Any:
         item.partition(separator)[0] + (f"{separator}***" if separator in item else "")
         for item in str(value).split(",")
     )
+
+
+def masked(name: str, value: Any) -> Any:
+    """Setting ``name``'s ``value`` as a log line, an error or a repr may show it: a store
+    URL with its password ``***`` (``redacted``), the xDS headers' values ``***`` (a header
+    may carry a token)."""
+    if name in ("store_url", "store_per_second") and value is not None:
+        return redacted(str(value))
+    if name == "xds_headers":
+        return hidden(value)
+    return value
 
 
 def integer(low: int, high: int) -> Callable[[Any], int]:

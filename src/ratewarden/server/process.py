@@ -17,6 +17,7 @@ import shutil
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from multiprocessing.connection import wait as wait_for_sentinels
 
 from ratewarden.errors import RatewardenError
@@ -25,16 +26,29 @@ from ratewarden.server import heap
 from ratewarden.server.app import (
     RateLimitServer,
     configure_logging,
-    loop_factory,
     settings_store,
 )
-from ratewarden.server.settings import Settings
+from ratewarden.server.settings import Settings, uvloop_installed
 from ratewarden.server.stats import MULTIPROC_ENV, multiprocess_dir
 from ratewarden.server.xds import source_of
 
-__all__ = ["run", "serve"]
+__all__ = ["loop_factory", "run", "serve"]
 
 log = logging.getLogger("ratewarden.server")
+
+
+def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop ``--loop`` names: uvloop's, or None for asyncio's own.
+
+    ``auto`` takes uvloop when it is installed: under load it cost about 13% less
+    CPU per call and answered 15-20% more calls per second (docs/performance-serve.md).
+    """
+    if name == "asyncio" or (name == "auto" and not uvloop_installed()):
+        return None
+    import uvloop
+
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
 
 
 async def _serve(settings: Settings) -> None:

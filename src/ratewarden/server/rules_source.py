@@ -29,6 +29,7 @@ XDS_OPTIONS = (
     "xds_retry_interval",
     "xds_retry_max",
     "xds_max_message_bytes",
+    "xds_force_start",
     "xds_tls",
     "xds_tls_ca",
     "xds_tls_cert",

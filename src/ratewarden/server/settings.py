@@ -15,6 +15,7 @@ flag or variable it came from::
     --xds-retry-interval S RATEWARDEN_XDS_RETRY_INTERVAL 3 (doubled per failure, jittered)
     --xds-retry-max S      RATEWARDEN_XDS_RETRY_MAX   60
     --xds-max-message-bytes N RATEWARDEN_XDS_MAX_MESSAGE_BYTES 0 (gRPC's 4 MiB)
+    --[no-]xds-force-start RATEWARDEN_XDS_FORCE_START false (ports open before the first rules)
     --[no-]xds-tls         RATEWARDEN_XDS_TLS         false (and --xds-tls-ca, --xds-tls-cert,
                                                       --xds-tls-key, --xds-tls-server-name)
     --store URL            RATEWARDEN_STORE           memory (default), redis://, rediss://, ...
@@ -127,6 +128,7 @@ class Settings:
     xds_retry_interval: float = 3.0
     xds_retry_max: float = 60.0
     xds_max_message_bytes: int = 0
+    xds_force_start: bool = False
     xds_tls: bool = False
     xds_tls_ca: str | None = None
     xds_tls_cert: str | None = None

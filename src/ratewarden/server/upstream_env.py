@@ -181,6 +181,8 @@ def _xds(values: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "config_xds": _option(values, "CONFIG_GRPC_XDS_SERVER_URL", "config_xds")
     }
+    if "FORCE_START_WITHOUT_INITIAL_CONFIG" in values:  # with files: no effect (no_effect)
+        out["xds_force_start"] = values["FORCE_START_WITHOUT_INITIAL_CONFIG"]
     for name, field in XDS_VARIABLES.items():
         if name == "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS" and name in values:
             out[field] = _option(values, name, field, _go_map(name, values[name]))

@@ -148,12 +148,7 @@ UPSTREAM: dict[str, Upstream] = {
     "LOG_FORMAT": _mapped("text", lowered),
     # where the rules come from
     "CONFIG_TYPE": _mapped("FILE", config_type),
-    "FORCE_START_WITHOUT_INITIAL_CONFIG": _refused(
-        "false",
-        go_bool,
-        "ratewarden serves only once rules are loaded: from the files, or the first good "
-        "update from the xDS server (its ports open then)",
-    ),
+    "FORCE_START_WITHOUT_INITIAL_CONFIG": _mapped("false", go_bool),
     "CONFIG_GRPC_XDS_NODE_ID": _mapped("default"),
     "CONFIG_GRPC_XDS_NODE_METADATA": _mapped(""),
     "CONFIG_GRPC_XDS_SERVER_URL": _mapped("localhost:18000"),
@@ -316,10 +311,9 @@ def given(environ: Mapping[str, str]) -> dict[str, Any]:
 
 def no_effect(environ: Mapping[str, str]) -> tuple[str, ...]:
     """The ``no_effect`` upstream variables set in ``environ``, for the start's log line,
-    and the per-second Redis ones while ``REDIS_PERSECOND`` is not true (upstream
-    ignores them then)."""
+    and the mapped ones that cannot act here (``_idle``)."""
     return _set(environ, "no_effect") + tuple(
-        name for name in _set(environ, "mapped") if _idle_per_second(environ, name)
+        name for name in _set(environ, "mapped") if _idle(environ, name)
     )
 
 
@@ -329,17 +323,21 @@ def applied(environ: Mapping[str, str]) -> tuple[str, ...]:
     Named in a start log line, so that a variable set for something else (``PORT``
     on a platform that sets it, say) is never a silent change of address.
     """
-    return tuple(name for name in _set(environ, "mapped") if not _idle_per_second(environ, name))
+    return tuple(name for name in _set(environ, "mapped") if not _idle(environ, name))
 
 
-def _idle_per_second(environ: Mapping[str, str], name: str) -> bool:
-    """``name`` is a per-second Redis setting and ``REDIS_PERSECOND`` is not true."""
-    if not name.startswith("REDIS_PERSECOND_"):
-        return False
+def _idle(environ: Mapping[str, str], name: str) -> bool:
+    """``name`` is mapped but cannot act: a per-second Redis setting while ``REDIS_PERSECOND``
+    is not true (upstream ignores them then), or ``FORCE_START_WITHOUT_INITIAL_CONFIG`` with
+    rules from files (read before the ports open, as upstream's first file event is)."""
     try:
-        return not go_bool(environ.get("REDIS_PERSECOND", "") or "false")
+        if name.startswith("REDIS_PERSECOND_"):
+            return not go_bool(environ.get("REDIS_PERSECOND", "") or "false")
+        if name == "FORCE_START_WITHOUT_INITIAL_CONFIG":
+            return config_type(environ.get("CONFIG_TYPE", "") or "FILE") == "FILE"
     except ConfigurationError:
-        return False  # the bad value stops the start: given() names it
+        pass  # the bad value stops the start: given() names it
+    return False
 
 
 def _set(environ: Mapping[str, str], role: str) -> tuple[str, ...]:

@@ -136,6 +136,8 @@ class RateLimitQuotaServicer:
         #: Streams that wrote the hand-over and ended, and the event of the last one's end.
         self._handed: set[int] = set()
         self._ended = asyncio.Event()
+        #: Why new streams are refused UNAVAILABLE (no rules yet: --xds-force-start), or None.
+        self.refusing: str | None = None
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The service for ``server.add_generic_rpc_handlers``, taking reports as raw bytes."""
@@ -153,6 +155,8 @@ class RateLimitQuotaServicer:
     ) -> AsyncIterator[Any]:
         if self._stopping:
             return  # opened during the hand-over: nothing to hand, the server is stopping
+        if self.refusing is not None:  # Envoy keeps its no_assignment_behavior and retries
+            await context.abort(grpc.StatusCode.UNAVAILABLE, self.refusing)
         stream = self.quota.open(peer_name(context))
         queue: asyncio.Queue[Any] = asyncio.Queue()
         self._queues[stream] = queue

@@ -21,7 +21,8 @@ in a row, capped at ``retry_max``, jittered between half and one and a half time
 (and never above the cap); a stream that delivered a response starts the count
 again. Each new stream subscribes afresh (empty ``version_info``), so the server
 sends its current rules, applied like any update. ``ready`` is set once the first
-rules are applied (``start`` returns then): ``serve`` opens its ports only after it.
+rules are applied (``start`` returns then): ``serve`` opens its ports only after it,
+unless ``--xds-force-start`` (``start(wait=False)``).
 """
 
 from __future__ import annotations
@@ -104,18 +105,22 @@ class XdsSubscription(Generic[C]):
             ),
         )
 
-    async def start(self) -> asyncio.Task[None]:
+    async def start(self, *, wait: bool = True) -> asyncio.Task[None]:
         """``run`` as a task, returned once the first good rules are applied (as long as that
-        takes; cancelled, the task is cancelled too)."""
+        takes; cancelled, the task is cancelled too), or at once if not ``wait``."""
         task = asyncio.create_task(self.run())
         log.info(
-            "waiting for the first rules from the xDS server before serving",
+            "waiting for the first rules from the xDS server before serving"
+            if wait
+            else "serving before the first rules from the xDS server: calls fail until then",
             extra={
-                "event": "xds_waiting",
+                "event": "xds_waiting" if wait else "xds_force_start",
                 "server": self.source.address,
                 "node": self.source.node_id,
             },
         )
+        if not wait:
+            return task
         try:
             await self.ready.wait()
         except BaseException:
