@@ -19,7 +19,8 @@ from envoy.service.ratelimit.v3 import rls_pb2
 from ratewarden.errors import ConfigurationError
 from ratewarden.server import grpc_native
 from ratewarden.server.app import RateLimitServer
-from ratewarden.server.grpc_native import NativeGrpcServer, _Resumed
+from ratewarden.server.grpc_native import NativeGrpcServer
+from ratewarden.server.resumed import Resumed
 from tests.server_transport.conftest import OK, OVER_LIMIT, StartServer, request
 
 pytest.importorskip("pygrpc_native")
@@ -232,13 +233,13 @@ async def test_a_started_call_awaited_directly_gets_what_it_awaits_and_its_cance
 
     first: asyncio.Future[int] = loop.create_future()
     started = waits(first)
-    awaiter = loop.create_task(_awaited(_Resumed(started, started.send(None))))
+    awaiter = loop.create_task(_awaited(Resumed(started, started.send(None))))
     await turns()
     first.set_result(5)
     await awaiter
     second: asyncio.Future[int] = loop.create_future()
     started = waits(second)
-    awaiter = loop.create_task(_awaited(_Resumed(started, started.send(None))))
+    awaiter = loop.create_task(_awaited(Resumed(started, started.send(None))))
     await turns()
     awaiter.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -246,7 +247,7 @@ async def test_a_started_call_awaited_directly_gets_what_it_awaits_and_its_cance
     assert seen == [5, "cancelled"]
 
 
-async def _awaited(resumed: _Resumed) -> None:
+async def _awaited(resumed: Resumed) -> None:
     await resumed
 
 
@@ -266,7 +267,7 @@ async def test_a_call_cancelled_before_its_task_ran_cancels_what_it_awaits() -> 
             raise
 
     started = waits()
-    task = loop.create_task(_Resumed(started, started.send(None)))
+    task = loop.create_task(Resumed(started, started.send(None)))
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

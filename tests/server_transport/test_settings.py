@@ -70,6 +70,9 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         "RATEWARDEN_STATSD_INTERVAL": "2.5",
         "RATEWARDEN_DOGSTATSD": "unix:///run/datadog/dsd.socket",
         "RATEWARDEN_RESPONSE_METADATA": "upstream",
+        "RATEWARDEN_TRACING": "http",
+        "RATEWARDEN_TRACING_SAMPLING_RATE": "0.5",
+        "RATEWARDEN_TRACING_RESOURCE": "service.name=edge",
     }
     # RATEWARDEN_GRPC_UDS and RLQS do not go with 2 workers: read on their own below. The xDS
     # ones do not go with RATEWARDEN_CONFIG: tests/xds/test_settings.py reads them. The
@@ -128,6 +131,9 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         store_timeout=0.25,
         store_per_second="redis://10.0.0.6:6379/0",
         legacy_header_names=("X-RL-Limit", "X-RL-Remaining", "X-RL-Reset"),
+        tracing="http",
+        tracing_sampling_rate=0.5,
+        tracing_resource=(("service.name", "edge"),),
         metrics_port=9090,
         metrics_host="127.0.0.4",
         metrics_path="/stats",

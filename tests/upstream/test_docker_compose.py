@@ -186,14 +186,15 @@ def test_the_debug_port_serves_the_rules_and_the_metrics(compose: Compose) -> No
 
 
 def test_a_setting_that_cannot_be_honoured_stops_the_start(tmp_path: Path) -> None:
-    """TRACING_ENABLED=true (ratewarden exports no traces): exit 2 and one line naming it and
-    the way out."""
-    environ = without_ratewarden({"TRACING_ENABLED": "true", "RUNTIME_ROOT": str(tmp_path)})
+    """PROMETHEUS_MAPPER_YAML (ratewarden applies no mapping of one's own): exit 2 and one
+    line naming it and the way out."""
+    mapper = {"PROMETHEUS_MAPPER_YAML": "/etc/mapper.yaml", "RUNTIME_ROOT": str(tmp_path)}
+    environ = without_ratewarden(mapper)
     done = subprocess.run(
         [*RATEWARDEN, "serve"], check=False, env=environ, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2
     assert done.stderr.startswith(
-        "ratewarden serve: error: TRACING_ENABLED='true' cannot be honoured"
+        "ratewarden serve: error: PROMETHEUS_MAPPER_YAML='/etc/mapper.yaml' cannot be honoured"
     )
     assert "unset it" in done.stderr

@@ -1,22 +1,21 @@
 """The one composition root of ``ratewarden serve``: settings in, a running server out.
 
 ``RateLimitServer`` builds the store, loads the rules, wraps the service in the failure mode and
-hands it to both transports (gRPC and HTTP, whose listeners ``server/listeners.py`` builds, binds
-and stops), then keeps two background loops: the config watcher (hot reload) and the health loop
-(serving only while a config is loaded and the store answers a ping). With rules from an xDS
-server (``--config-xds``) the watcher is the xDS subscription instead, and ``start`` opens the
-ports once its first good rules are applied (with ``--xds-force-start``, at once: every call
-fails ``ServiceUnavailableError`` until then). Its ``stats`` (``ServiceStats``) count every
-decision, call and config load for ``/metrics`` and the dashboard, tallied on the request path and
-flushed once a second (and to StatsD and DogStatsD every ``--statsd-interval``); with
+hands it to both transports (gRPC and HTTP, whose listeners ``server/listeners.py`` builds,
+binds and stops), then keeps two background loops: the config watcher (hot reload) and the
+health loop (serving only while a config is loaded and the store answers a ping). With rules
+from an xDS server (``--config-xds``) the watcher is the xDS subscription instead, and ``start``
+opens the ports once its first good rules are applied (with ``--xds-force-start``, at once:
+every call fails ``ServiceUnavailableError`` until then). Its ``stats`` (``ServiceStats``) count
+every decision, call and config load for ``/metrics`` and the dashboard, tallied on the request
+path and flushed once a second (and to StatsD and DogStatsD every ``--statsd-interval``); with
 ``--workers`` each worker also publishes its dashboard figures for the others once a second.
-``server/process.py`` runs it: ``serve`` one process until SIGTERM or SIGINT, ``run``
-``--workers`` such processes.
+``server/process.py`` runs it: one process until SIGTERM or SIGINT, or ``--workers`` of them.
 
-Shutdown is graceful and bounded: health turns NOT_SERVING, the quota streams are
-handed over (``--rlqs``: their Envoys told to expire their assignments, the shares given
-back in the store), the listeners stop accepting, calls in flight get what is left of
-``--grace`` seconds to finish, then the store closes.
+Shutdown is graceful and bounded: health turns NOT_SERVING, the quota streams are handed over
+(``--rlqs``: their Envoys told to expire their assignments, the shares given back in the
+store), the listeners stop accepting, calls in flight get what is left of ``--grace`` seconds
+to finish, the spans left are sent (``--tracing``), then the store closes.
 """
 
 from __future__ import annotations
@@ -55,6 +54,7 @@ from ratewarden.server.rlqs.figures import introspection
 from ratewarden.server.service import AsyncRateLimitService
 from ratewarden.server.settings import Settings, redacted, store_scheme
 from ratewarden.server.stats import ServiceStats, multiprocess_dir
+from ratewarden.server.tracing import tracing_of
 from ratewarden.server.xds import XdsSubscription, load_resources, source_of
 from ratewarden.storage import AsyncStore
 from ratewarden.storage.memory import AsyncMemoryStore
@@ -86,8 +86,7 @@ def open_store(url: str, *, prefix: str = "rw", timeout: float = 0.02) -> AsyncS
         raise ConfigurationError(
             f"store {url!r} needs the Redis client: pip install 'ratewarden[redis]' ({exc})"
         ) from exc
-    store: AsyncStore = AsyncRedisStore.from_url(url, prefix=prefix, timeout=timeout)
-    return store
+    return AsyncRedisStore.from_url(url, prefix=prefix, timeout=timeout)
 
 
 def settings_store(settings: Settings) -> AsyncStore:
@@ -105,13 +104,11 @@ def settings_store(settings: Settings) -> AsyncStore:
 
 def _breaker(settings: Settings, stats: ServiceStats) -> CircuitBreaker | None:
     """One breaker for the one store: an outage costs a few timeouts, not one per call."""
-    if settings.breaker_failures == 0:
+    failures, cooldown = settings.breaker_failures, settings.breaker_cooldown
+    if failures == 0:
         return None
     return CircuitBreaker(
-        failures=settings.breaker_failures,
-        failure_ratio=None,
-        cooldown=settings.breaker_cooldown,
-        metrics=stats.metrics,
+        failures=failures, failure_ratio=None, cooldown=cooldown, metrics=stats.metrics
     )
 
 
@@ -173,8 +170,14 @@ class RateLimitServer:
         # The listeners (server/listeners.py): gRPC, HTTP, and the debug and metrics ports.
         self.transport = settings.grpc_transport
         services = () if self.quota is None else (self.quota.handler(),)
+        #: A span per call over OTLP (--tracing), or None.
+        self.tracing = tracing_of(settings)
         self.grpc = grpc_listener(
-            settings, self.should_rate_limit, services, answer_wire=self.should_rate_limit_wire
+            settings,
+            self.should_rate_limit,
+            services,
+            answer_wire=self.should_rate_limit_wire,
+            tracing=self.tracing,
         )
         self.http, self.debug, self.prometheus = http_listeners(settings, self)
         self.metrics_port = 0
@@ -223,12 +226,10 @@ class RateLimitServer:
         return self._serving
 
     def rules_text(self) -> str:
-        text: str = self.config.describe()
-        return text
+        return str(self.config.describe())
 
     def rules_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = self.config.to_dict()
-        return data
+        return dict(self.config.to_dict())
 
     def metrics(self, accept: str) -> tuple[bytes, str]:
         """``/metrics`` in the format ``accept`` asks for; all workers' when several serve."""
@@ -245,9 +246,8 @@ class RateLimitServer:
 
     def rlqs(self) -> dict[str, Any] | None:
         """``/rlqs.json``: the quota service's streams, counts and assignments (None when off)."""
-        if self.quota is None:
-            return None
-        return {**self.quota.state(), **introspection(self.quota.quota.figures())}
+        quota = self.quota
+        return None if quota is None else {**quota.state(), **introspection(quota.quota.figures())}
 
     def rlqs_streams(self) -> int | None:
         """The open quota streams, for ``/healthcheck`` (None when RLQS is off)."""
@@ -288,6 +288,7 @@ class RateLimitServer:
                 "metrics": self.prometheus and f"{s.metrics_host or s.host}:{self.metrics_port}",
                 "store": redacted(s.store_url),
                 "statsd": s.statsd,
+                "tracing": s.tracing,
                 "dogstatsd": s.dogstatsd,
                 "config": list(s.config_paths),
                 "xds": s.config_xds,
@@ -296,9 +297,12 @@ class RateLimitServer:
         )
 
     async def close(self) -> None:
-        """What a server whose ``start`` never finished holds: the StatsD socket, the store."""
+        """What a server whose ``start`` never finished holds: the StatsD socket, the spans'
+        exporter, the store."""
         for sink in self.statsd:
             await sink.close()
+        if self.tracing is not None:
+            await asyncio.to_thread(self.tracing.shutdown)
         await self.store.aclose()
 
     async def stop(self, grace: float | None = None) -> None:
@@ -319,9 +323,7 @@ class RateLimitServer:
             grace = max(0.0, grace - (time.monotonic() - started))
         await stop_listeners(grace, self.grpc, self.http, self.debug, self.prometheus)
         self.stats.flush()
-        for sink in self.statsd:
-            await sink.close()
-        await self.store.aclose()
+        await self.close()
         log.info("stopped", extra={"event": "stopped"})
 
     async def refresh_health(self) -> bool:

@@ -5,7 +5,8 @@ ShouldRateLimit`` through a callable the composition root hands it (the
 service, wrapped in the failure mode), so no exception ever reaches grpc and
 becomes ``UNKNOWN``: a request the service rejects as malformed is answered
 ``INVALID_ARGUMENT``, a call before the first rules (``--xds-force-start``)
-``UNAVAILABLE``; everything else has already been turned into an answer.
+``UNAVAILABLE``; everything else has already been turned into an answer. With
+``--tracing``, each call is a span (``tracing.py``).
 
 The request arrives as raw bytes and is decoded here, not by grpc: protobuf
 refuses a string field that is not UTF-8, and grpc would report that as
@@ -24,6 +25,7 @@ a call whose certificate does not name that host is refused (``grpc_san.py``).
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import ssl
@@ -40,6 +42,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from ratewarden.errors import ConfigurationError, ServiceUnavailableError
 from ratewarden.server.grpc_san import ClientSanCheck
 from ratewarden.server.tls_names import check_tls
+from ratewarden.server.tracing import Tracing
 
 __all__ = ["HEALTH_SERVICES", "GrpcServer", "GrpcTls", "RateLimitServicer", "grpc_address"]
 
@@ -49,6 +52,7 @@ RATE_LIMIT_SERVICE = "envoy.service.ratelimit.v3.RateLimitService"
 HEALTH_SERVICES = ("", RATE_LIMIT_SERVICE, "ratelimit")
 
 Answer = Callable[[Any], Awaitable[Any]]
+_UNKNOWN = grpc.StatusCode.UNKNOWN
 
 
 class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[misc]
@@ -58,8 +62,9 @@ class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[
     registers it); bytes that do not decode are ``INVALID_ARGUMENT``.
     """
 
-    def __init__(self, answer: Answer) -> None:
+    def __init__(self, answer: Answer, tracing: Tracing | None = None) -> None:
         self._answer = answer
+        self._tracing = tracing
 
     async def ShouldRateLimit(self, request: Any, context: Any) -> Any:  # noqa: N802 - grpc's name
         if isinstance(request, bytes):
@@ -70,12 +75,26 @@ class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[
                     grpc.StatusCode.INVALID_ARGUMENT,
                     f"the request is not a valid RateLimitRequest: {exc}",
                 )
+        tracing = self._tracing
+        span = None if tracing is None else tracing.start(request, context.invocation_metadata())
         try:
-            return await self._answer(request)
+            response = await self._answer(request)
         except ConfigurationError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            code, details = grpc.StatusCode.INVALID_ARGUMENT, str(exc)
         except ServiceUnavailableError as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+            code, details = grpc.StatusCode.UNAVAILABLE, str(exc)
+        except BaseException as exc:  # a cancellation, or a bug's path (grpcio answers UNKNOWN)
+            if tracing is not None:
+                gone = isinstance(exc, asyncio.CancelledError)
+                tracing.failed(span, (grpc.StatusCode.CANCELLED if gone else _UNKNOWN).value[0], "")
+            raise
+        else:
+            if tracing is not None:
+                tracing.answered(span, response)
+            return response
+        if tracing is not None:
+            tracing.failed(span, code.value[0], details)
+        await context.abort(code, details)
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The service for ``server.add_generic_rpc_handlers``, taking requests as raw bytes."""
@@ -159,6 +178,7 @@ class GrpcServer:
         services: Sequence[grpc.GenericRpcHandler] = (),
         max_connection_age: float | None = None,
         max_connection_age_grace: float | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.health = health.aio.HealthServicer()
         self.tls = tls
@@ -170,7 +190,7 @@ class GrpcServer:
         if max_connection_age_grace is not None:
             grace = _ms(max_connection_age_grace)
             self._options.append(("grpc.max_connection_age_grace_ms", grace))
-        self._servicer = RateLimitServicer(answer)
+        self._servicer = RateLimitServicer(answer, tracing)
         self._services = tuple(services)
         self._server: Any = None
 

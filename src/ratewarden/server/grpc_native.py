@@ -11,7 +11,7 @@ starts each, in arrival order, in one turn of the loop. A call is started in tha
 not in a task: one the store answers at once (the memory store, the over-limit cache) is
 decided there and then, with no task, and only a call that waits (on Redis) becomes a
 task, resumed where it waits, which keeps its own deadline and cancellation
-(``_Resumed``). So the calls of a batch reach the store together: the Redis store writes
+(``resumed.Resumed``). So the calls of a batch reach the store together: the Redis store writes
 the requests made in one turn as one pipelined batch (each request keeping its own
 deadline), and the memory store decides them one after the other. Each call's answer is
 what deciding it alone, in arrival order, gives; a call that fails fails alone. The
@@ -42,11 +42,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import functools
 import logging
 import os
 import threading
-from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
 import grpc
@@ -62,6 +60,8 @@ from ratewarden.server.grpc import (
     GrpcTls,
     grpc_address,
 )
+from ratewarden.server.resumed import Resumed
+from ratewarden.server.tracing import Tracing
 
 __all__ = ["NATIVE_TRANSPORT_PACKAGE", "NativeGrpcServer"]
 
@@ -96,55 +96,8 @@ _INVALID_ARGUMENT = grpc.StatusCode.INVALID_ARGUMENT.value[0]
 _NOT_FOUND = grpc.StatusCode.NOT_FOUND.value[0]
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
 _UNKNOWN = grpc.StatusCode.UNKNOWN.value[0]
+_CANCELLED = grpc.StatusCode.CANCELLED.value[0]
 _RESOURCE_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
-
-
-class _Resumed(Coroutine[Any, Any, None]):
-    """A call's coroutine, started outside a task and suspended on ``waiting`` (the future it
-    awaits), as a coroutine for a task to run: the task's first step hands ``waiting`` to the
-    event loop, and every later send or throw goes on into the call. A cancellation that
-    comes before the task's first step is thrown into the call where it waits (an ``async
-    def`` around the call would be cancelled before it ran, and leave the call waiting)."""
-
-    __slots__ = ("_call", "_waiting")
-
-    def __init__(self, call: Coroutine[Any, Any, None], waiting: Any) -> None:
-        self._call = call
-        self._waiting = waiting
-
-    def send(self, value: Any) -> Any:
-        waiting, self._waiting = self._waiting, None
-        if waiting is not None:
-            return waiting
-        return self._call.send(value)
-
-    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
-        waiting, self._waiting = self._waiting, None
-        if waiting is not None and isinstance(typ, asyncio.CancelledError):
-            # Cancelled before the task's first step: cancel what the call awaits, as a task
-            # cancels the future it waits on (a Redis reply's, which then goes unread).
-            waiting.cancel()
-        if val is None and tb is None:
-            return self._call.throw(typ)
-        return self._call.throw(typ, val, tb)
-
-    def close(self) -> None:
-        self._call.close()
-
-    def __await__(self) -> Generator[Any, Any, None]:
-        """Awaited rather than run by a task: the same steps, through ``send`` and ``throw``."""
-        step: Callable[[], Any] = functools.partial(self.send, None)
-        while True:
-            try:
-                waiting = step()
-            except StopIteration:
-                return
-            try:
-                value = yield waiting
-            except BaseException as exc:  # a cancellation: it goes into the call
-                step = functools.partial(self.throw, exc)
-            else:
-                step = functools.partial(self.send, value)
 
 
 def io_threads() -> int:
@@ -163,13 +116,16 @@ def _status_bytes(status: int) -> bytes:
 class NativeGrpcServer:
     """The rate limit and health services on pygrpc-native. ``start`` binds, ``stop`` drains."""
 
-    def __init__(self, answer: Answer, *, tls: GrpcTls | None = None) -> None:
+    def __init__(
+        self, answer: Answer, *, tls: GrpcTls | None = None, tracing: Tracing | None = None
+    ) -> None:
         if tls is not None:
             raise ConfigurationError(
                 f"--transport native cannot serve {tls.source}: {NATIVE_TRANSPORT_PACKAGE} has "
                 "no TLS yet; use --transport grpcio (or auto, which picks grpcio when TLS is on)"
             )
         self._answer = answer
+        self._tracing = tracing
         self._front: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -280,7 +236,7 @@ class NativeGrpcServer:
         if front is None:
             return
         create_task = asyncio.get_running_loop().create_task
-        for kind, call_id, method_id, payload, _client, _details in events:
+        for kind, call_id, method_id, payload, _client, details in events:
             if kind == self._cancel:  # the client went away or the deadline passed
                 self._cancelled(call_id)
             elif self._stopping:
@@ -304,38 +260,47 @@ class NativeGrpcServer:
                 # Started here, not in a task of its own: a call the store answers at once
                 # (the memory store, the over-limit cache) is decided in this turn, and only
                 # a call that waits (on Redis) becomes a task, resumed where it waits.
-                call = self._decide(front, call_id, request)
+                call = self._decide(front, call_id, request, details)
                 try:
                     waiting = call.send(None)
                 except StopIteration:
                     continue  # decided: its answer goes to the front with the turn's others
-                self._tasks[call_id] = create_task(_Resumed(call, waiting))
+                self._tasks[call_id] = create_task(Resumed(call, waiting))
             elif method_id == _CHECK:
                 self._check(front, call_id, payload)
             else:
                 self._watch(front, call_id, payload)
 
-    async def _decide(self, front: Any, call_id: int, request: Any) -> None:
+    async def _decide(self, front: Any, call_id: int, request: Any, details: Any) -> None:
+        tracing = self._tracing
+        span = None if tracing is None else tracing.start(request, details and details[0])
         try:
             response = await self._answer(request)
         except ConfigurationError as exc:
-            front.fail(call_id, _INVALID_ARGUMENT, str(exc))
+            code, message = _INVALID_ARGUMENT, str(exc)
         except ServiceUnavailableError as exc:
-            front.fail(call_id, _UNAVAILABLE, str(exc))
-        except asyncio.CancelledError:
-            pass  # the front has answered the client already (deadline, reset, shutdown)
+            code, message = _UNAVAILABLE, str(exc)
+        except asyncio.CancelledError:  # the front has answered already (deadline, reset, stop)
+            code, message = _CANCELLED, ""
         except Exception:
             log.exception(
                 "ShouldRateLimit raised past the failure mode", extra={"event": "call_failed"}
             )
-            front.fail(call_id, _UNKNOWN, "")
+            code, message = _UNKNOWN, ""
         else:
+            if tracing is not None:
+                tracing.answered(span, response)
             data = response if type(response) is bytes else response.SerializeToString()
             self._answers.append((call_id, data))
             if self._flush is None:
                 self._flush = asyncio.get_running_loop().call_soon(self._flush_answers)
+            return
         finally:
             self._tasks.pop(call_id, None)
+        if tracing is not None:
+            tracing.failed(span, code, message)
+        if code != _CANCELLED:
+            front.fail(call_id, code, message)
 
     def _flush_answers(self) -> None:
         """Hand the answers made in the last turn to the front (a call gone meanwhile, by its

@@ -18,6 +18,7 @@ from ratewarden.server.grpc import Answer, GrpcServer, GrpcTls
 from ratewarden.server.grpc_native import NativeGrpcServer
 from ratewarden.server.http import HttpBackend, HttpServer
 from ratewarden.server.settings import Settings
+from ratewarden.server.tracing import Tracing
 
 __all__ = ["grpc_listener", "http_listeners", "start_listeners", "stop_listeners"]
 
@@ -27,23 +28,26 @@ def grpc_listener(
     answer: Answer,
     services: Sequence[Any] = (),
     answer_wire: Answer | None = None,
+    tracing: Tracing | None = None,
 ) -> GrpcServer | NativeGrpcServer:
     """The gRPC server ``--transport`` names (``settings.grpc_transport``), answering with
     ``answer`` (a ``RateLimitResponse``); the native one with ``answer_wire`` (its wire
-    bytes) when given; grpcio's also serves ``services`` (the quota service's stream)."""
+    bytes) when given; grpcio's also serves ``services`` (the quota service's stream). Both
+    make a span per call with ``tracing`` (``--tracing``)."""
     tls = None
     if settings.tls_cert is not None and settings.tls_key is not None:
         tls = GrpcTls.load(
             settings.tls_cert, settings.tls_key, settings.tls_client_ca, settings.tls_client_san
         )
     if settings.grpc_transport == "native":
-        return NativeGrpcServer(answer_wire or answer, tls=tls)
+        return NativeGrpcServer(answer_wire or answer, tls=tls, tracing=tracing)
     return GrpcServer(
         answer,
         tls=tls,
         services=services,
         max_connection_age=settings.grpc_max_connection_age,
         max_connection_age_grace=settings.grpc_max_connection_age_grace,
+        tracing=tracing,
     )
 
 

@@ -12,13 +12,13 @@ its secrets hidden.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from ratewarden.errors import ConfigurationError
-from ratewarden.server.dogstatsd import load_mogrifiers, parse_dogstatsd_address
+from ratewarden.server.options_telemetry import TELEMETRY
 from ratewarden.server.parsers import (
+    Option,
     boolean,
     choice,
     header_names,
@@ -30,8 +30,6 @@ from ratewarden.server.parsers import (
     paths,
     ratio,
     seconds,
-    statsd_address,
-    statsd_tags,
     target,
     text,
 )
@@ -47,20 +45,6 @@ DASHBOARD = ("loopback", "any", "off")
 RESPONSE_HEADERS = ("off", "legacy", "draft-10")
 LOOPS = ("auto", "asyncio", "uvloop")
 TRANSPORTS = ("auto", "grpcio", "native")
-
-
-@dataclass(frozen=True, slots=True)
-class Option:
-    """One setting: its flag, how to read its text, its help, and its environment variable."""
-
-    flag: str
-    parse: Callable[[Any], Any]
-    help: str
-
-    @property
-    def env(self) -> str:
-        """``RATEWARDEN_`` and the flag's name: ``--grpc-port``, ``RATEWARDEN_GRPC_PORT``."""
-        return "RATEWARDEN_" + self.flag.removeprefix("--").replace("-", "_").upper()
 
 
 #: Every setting by its ``Settings`` field name.
@@ -341,34 +325,7 @@ OPTIONS: dict[str, Option] = {
         "counters denied by the store that are remembered until their retry time and denied "
         "without a store call (10000; 0 turns the cache off)",
     ),
-    "statsd": Option(
-        "--statsd",
-        statsd_address,
-        "send envoyproxy/ratelimit's stats to this StatsD server: tcp://HOST:PORT (HOST:PORT "
-        "alone is TCP, as upstream) or udp://HOST:PORT (off)",
-    ),
-    "statsd_tags": Option(
-        "--statsd-tags",
-        statsd_tags,
-        "tags on every StatsD and DogStatsD stat, NAME:VALUE,NAME:VALUE (none)",
-    ),
-    "statsd_interval": Option(
-        "--statsd-interval",
-        seconds(0.0, allow_low=False),
-        "seconds between sends to --statsd and --dogstatsd (10)",
-    ),
-    "dogstatsd": Option(
-        "--dogstatsd",
-        parse_dogstatsd_address,
-        "send envoyproxy/ratelimit's stats to this DogStatsD server (a Datadog Agent), tags "
-        "as tags: udp://HOST:PORT (HOST:PORT alone is UDP) or unix:///PATH (off)",
-    ),
-    "dogstatsd_mogrifiers": Option(
-        "--dogstatsd-mogrifiers",
-        load_mogrifiers,
-        "a YAML file of mogrifiers, each a pattern and the name and tags that a --dogstatsd "
-        "stat matching it is sent with (none)",
-    ),
+    **TELEMETRY,
 }
 
 

@@ -1,6 +1,6 @@
 """How an option's text is read: one parser per kind of value, each raising
 ``ConfigurationError`` with what a good value looks like (``options.read`` adds the
-flag or variable it came from).
+flag or variable it came from), and ``Option``, one row of the options' table.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ratewarden.errors import ConfigurationError
@@ -17,6 +18,7 @@ from ratewarden.server.statsd import parse_address, parse_tags
 from ratewarden.server.store_url import redacted
 
 __all__ = [
+    "Option",
     "boolean",
     "choice",
     "header_names",
@@ -34,6 +36,21 @@ __all__ = [
     "target",
     "text",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One setting: its flag, how to read its text, its help, and its environment variable."""
+
+    flag: str
+    parse: Callable[[Any], Any]
+    help: str
+
+    @property
+    def env(self) -> str:
+        """``RATEWARDEN_`` and the flag's name: ``--grpc-port``, ``RATEWARDEN_GRPC_PORT``."""
+        return "RATEWARDEN_" + self.flag.removeprefix("--").replace("-", "_").upper()
+
 
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off")

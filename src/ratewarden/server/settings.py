@@ -66,6 +66,9 @@ flag or variable it came from::
     --statsd-interval S    RATEWARDEN_STATSD_INTERVAL 10 (also --dogstatsd's)
     --dogstatsd URL        RATEWARDEN_DOGSTATSD       off (udp://HOST:PORT or unix:///PATH)
     --dogstatsd-mogrifiers F RATEWARDEN_DOGSTATSD_MOGRIFIERS none (YAML: pattern, name, tags)
+    --tracing P            RATEWARDEN_TRACING         off, http or grpc (OTLP; OTEL_EXPORTER_OTLP_*)
+    --tracing-sampling-rate R RATEWARDEN_TRACING_SAMPLING_RATE 1 (calls without Envoy's decision)
+    --tracing-resource KV  RATEWARDEN_TRACING_RESOURCE service.name=ratewarden,...
     --[no-]rlqs            RATEWARDEN_RLQS            false (Envoy's quota service, docs/rlqs.md)
     --rlqs-interval S      RATEWARDEN_RLQS_INTERVAL   1
     --rlqs-ttl S           RATEWARDEN_RLQS_TTL        5 (whole seconds)
@@ -102,6 +105,7 @@ from ratewarden.server.response_headers import LEGACY_NAMES
 from ratewarden.server.rules_source import XDS_OPTIONS, check_rules_source, own_source_wins
 from ratewarden.server.store_url import redacted, store_scheme
 from ratewarden.server.tls_names import check_tls
+from ratewarden.server.tracing import check_tracing
 
 __all__ = ["OPTIONS", "XDS_OPTIONS", "Option", "Settings", "redacted", "resolve", "store_scheme"]
 
@@ -182,6 +186,9 @@ class Settings:
     statsd_interval: float = 10.0
     dogstatsd: str | None = None
     dogstatsd_mogrifiers: tuple[Mogrifier, ...] = ()
+    tracing: str = "off"
+    tracing_sampling_rate: float = 1.0
+    tracing_resource: tuple[tuple[str, str], ...] = ()
     rlqs: bool = False
     rlqs_interval: float = 1.0
     rlqs_ttl: int = 5
@@ -227,6 +234,7 @@ class Settings:
         self._check_rlqs()
         if self.dogstatsd_mogrifiers and self.dogstatsd is None:
             raise ConfigurationError("--dogstatsd-mogrifiers rewrite --dogstatsd's stats: set it")
+        check_tracing(self.tracing)
         if self.loop == "uvloop" and not uvloop_installed():
             raise ConfigurationError(
                 "--loop uvloop: the uvloop package is not installed; pip install uvloop "

@@ -50,7 +50,7 @@ def read(environ: Mapping[str, str]) -> dict[str, Any]:
     """
     values = given(environ)
     out: dict[str, Any] = {}
-    for reader in (_listening, _logging, _runtime, _xds, _switches, _tls, _prometheus):
+    for reader in (_listening, _logging, _runtime, _xds, _switches, _tls, _prometheus, _tracing):
         out.update(reader(values))
     out.update(_stats(values, environ))
     resolved = {
@@ -373,3 +373,23 @@ def _prometheus(values: Mapping[str, Any]) -> dict[str, Any]:
         raise ConfigurationError(f"PROMETHEUS_PATH={path!r}: must start with /")
     out["metrics_path"] = path
     return out
+
+
+def _tracing(values: Mapping[str, Any]) -> dict[str, Any]:
+    """TRACING_ENABLED=true: ``--tracing`` over TRACING_EXPORTER_PROTOCOL, the resource from
+    TRACING_SERVICE_NAME, _NAMESPACE and _INSTANCE_ID (upstream's: the name always, a random
+    id when none), the rate clamped to 0..1 as upstream's sampler reads it."""
+    if not values.get("TRACING_ENABLED"):
+        return {}
+    protocol = value_of(values, "TRACING_EXPORTER_PROTOCOL").strip() or "http"
+    if protocol not in ("http", "grpc"):
+        raise ConfigurationError(
+            f"TRACING_EXPORTER_PROTOCOL={values['TRACING_EXPORTER_PROTOCOL']!r}: must be http "
+            "or grpc"
+        )
+    resource = [("service.name", value_of(values, "TRACING_SERVICE_NAME"))]
+    for name, key in (("NAMESPACE", "service.namespace"), ("INSTANCE_ID", "service.instance.id")):
+        if f"TRACING_SERVICE_{name}" in values:
+            resource.append((key, values[f"TRACING_SERVICE_{name}"]))
+    rate = min(1.0, max(0.0, value_of(values, "TRACING_SAMPLING_RATE")))
+    return {"tracing": protocol, "tracing_sampling_rate": rate, "tracing_resource": tuple(resource)}

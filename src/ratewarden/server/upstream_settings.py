@@ -121,7 +121,6 @@ _MEMCACHE = (
     "read only by BACKEND_TYPE=memcache, which is refused (upstream's own docker-compose "
     "sets MEMCACHE_HOST_PORT beside the redis backend, which ignores it as here)"
 )
-_TRACING = "ratewarden does not export traces; unset it"
 _POOL = "ratewarden's Redis client opens connections as calls need them"
 _PIPELINE = "ratewarden already sends the decisions of calls in flight together"
 
@@ -278,17 +277,12 @@ UPSTREAM: dict[str, Upstream] = {
         )
     },
     # tracing
-    "TRACING_ENABLED": _refused("false", go_bool, _TRACING),
-    **{
-        name: _refused(default, parse, _TRACING)
-        for name, default, parse in (
-            ("TRACING_SERVICE_NAME", "RateLimit", go_text),
-            ("TRACING_SERVICE_NAMESPACE", "", go_text),
-            ("TRACING_SERVICE_INSTANCE_ID", "", go_text),
-            ("TRACING_EXPORTER_PROTOCOL", "http", go_text),
-            ("TRACING_SAMPLING_RATE", "1", go_float),
-        )
-    },
+    "TRACING_ENABLED": _mapped("false", go_bool),
+    "TRACING_SERVICE_NAME": _mapped("RateLimit"),
+    "TRACING_SERVICE_NAMESPACE": _mapped(""),
+    "TRACING_SERVICE_INSTANCE_ID": _mapped(""),
+    "TRACING_EXPORTER_PROTOCOL": _mapped("http", lowered),
+    "TRACING_SAMPLING_RATE": _mapped("1", go_float),
 }
 
 
@@ -328,11 +322,14 @@ def applied(environ: Mapping[str, str]) -> tuple[str, ...]:
 
 def _idle(environ: Mapping[str, str], name: str) -> bool:
     """``name`` is mapped but cannot act: a per-second Redis setting while ``REDIS_PERSECOND``
-    is not true (upstream ignores them then), or ``FORCE_START_WITHOUT_INITIAL_CONFIG`` with
-    rules from files (read before the ports open, as upstream's first file event is)."""
+    is not true, a tracing one while ``TRACING_ENABLED`` is not (upstream ignores them then),
+    or ``FORCE_START_WITHOUT_INITIAL_CONFIG`` with rules from files (read before the ports
+    open, as upstream's first file event is)."""
     try:
         if name.startswith("REDIS_PERSECOND_"):
             return not go_bool(environ.get("REDIS_PERSECOND", "") or "false")
+        if name.startswith("TRACING_") and name != "TRACING_ENABLED":
+            return not go_bool(environ.get("TRACING_ENABLED", "") or "false")
         if name == "FORCE_START_WITHOUT_INITIAL_CONFIG":
             return config_type(environ.get("CONFIG_TYPE", "") or "FILE") == "FILE"
     except ConfigurationError:

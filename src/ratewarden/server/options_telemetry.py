@@ -1,0 +1,78 @@
+"""The options of what ``ratewarden serve`` tells the outside about itself: envoyproxy/ratelimit's
+stats over StatsD and DogStatsD, and traces over OTLP (OpenTelemetry). Rows of the options'
+table (``options.OPTIONS``), kept here to keep that module readable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.server.dogstatsd import load_mogrifiers, parse_dogstatsd_address
+from ratewarden.server.parsers import Option, choice, pairs, seconds, statsd_address, statsd_tags
+
+__all__ = ["TELEMETRY", "TRACING", "fraction"]
+
+#: ``--tracing``: off, or the OTLP protocol the spans are exported with.
+TRACING = ("off", "http", "grpc")
+
+
+def fraction(value: Any) -> float:
+    """A number from 0 to 1, both included."""
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        raise ConfigurationError("must be a number from 0 to 1") from None
+    if not 0.0 <= number <= 1.0:
+        raise ConfigurationError("must be a number from 0 to 1")
+    return number
+
+
+TELEMETRY: dict[str, Option] = {
+    "statsd": Option(
+        "--statsd",
+        statsd_address,
+        "send envoyproxy/ratelimit's stats to this StatsD server: tcp://HOST:PORT (HOST:PORT "
+        "alone is TCP, as upstream) or udp://HOST:PORT (off)",
+    ),
+    "statsd_tags": Option(
+        "--statsd-tags",
+        statsd_tags,
+        "tags on every StatsD and DogStatsD stat, NAME:VALUE,NAME:VALUE (none)",
+    ),
+    "statsd_interval": Option(
+        "--statsd-interval",
+        seconds(0.0, allow_low=False),
+        "seconds between sends to --statsd and --dogstatsd (10)",
+    ),
+    "dogstatsd": Option(
+        "--dogstatsd",
+        parse_dogstatsd_address,
+        "send envoyproxy/ratelimit's stats to this DogStatsD server (a Datadog Agent), tags "
+        "as tags: udp://HOST:PORT (HOST:PORT alone is UDP) or unix:///PATH (off)",
+    ),
+    "dogstatsd_mogrifiers": Option(
+        "--dogstatsd-mogrifiers",
+        load_mogrifiers,
+        "a YAML file of mogrifiers, each a pattern and the name and tags that a --dogstatsd "
+        "stat matching it is sent with (none)",
+    ),
+    "tracing": Option(
+        "--tracing",
+        choice(TRACING),
+        "export a span per ShouldRateLimit call over OTLP: http or grpc, to the endpoint the "
+        "OTEL_EXPORTER_OTLP_* variables name (off; pip install 'ratewarden[tracing]')",
+    ),
+    "tracing_sampling_rate": Option(
+        "--tracing-sampling-rate",
+        fraction,
+        "share of calls traced when Envoy sent no sampling decision; a sampled parent is "
+        "always followed (1)",
+    ),
+    "tracing_resource": Option(
+        "--tracing-resource",
+        pairs,
+        "KEY=VALUE,... of the spans' resource: service.name (ratewarden), service.namespace, "
+        "service.instance.id (a random UUID); over OTEL_RESOURCE_ATTRIBUTES",
+    ),
+}

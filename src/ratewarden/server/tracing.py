@@ -1,0 +1,152 @@
+"""Traces of ``ratewarden serve`` over OTLP (``--tracing http|grpc``; ``ratewarden[tracing]``).
+
+``Tracing`` makes one SERVER span per ``ShouldRateLimit`` call on either gRPC transport, as
+envoyproxy/ratelimit's gRPC instrumentation does: named
+``envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit``, a child of the trace the
+call's metadata carries (W3C ``traceparent``, B3 in one header or several, as Envoy's
+tracers send them; baggage read too), sampled as its parent was, or, with no parent, for a
+share of ``--tracing-sampling-rate`` of the calls. Its attributes: ``rpc.system``,
+``rpc.service``, ``rpc.method``, ``rpc.grpc.status_code``, and ratewarden's
+``ratelimit.domain``, ``ratelimit.descriptors`` (how many) and ``ratelimit.overall_code``.
+A call that fails (UNAVAILABLE before the first rules, say) ends its span with that code
+and an error status; a malformed request (INVALID_ARGUMENT) is the client's fault and
+leaves the status unset, as OpenTelemetry's conventions for servers say.
+
+Spans leave in batches from a thread of the SDK (``BatchSpanProcessor``), to the endpoint
+the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``
+variables name (``http://localhost:4318/v1/traces`` or ``localhost:4317`` by default), with
+their headers, TLS and timeout variables, as upstream's exporter reads them. ``shutdown``
+sends what is left; a collector that is down costs the SDK's retries in that thread, and
+drops spans, never calls.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ratewarden.errors import ConfigurationError
+
+__all__ = ["Tracing", "check_tracing", "tracing_of"]
+
+SERVICE = "envoy.service.ratelimit.v3.RateLimitService"
+SPAN_NAME = f"{SERVICE}/ShouldRateLimit"
+#: gRPC codes a server span counts as errors (the others are the client's doing).
+_SERVER_ERRORS = frozenset({2, 4, 12, 13, 14, 15})  # UNKNOWN, DEADLINE, UNIMPLEMENTED, ...
+_OVERALL = {0: "UNKNOWN", 1: "OK", 2: "OVER_LIMIT"}
+
+
+class Tracing:
+    """Spans of ``ShouldRateLimit`` calls: ``start`` one, then ``answered`` or ``failed``."""
+
+    def __init__(self, protocol: str, sampling_rate: float, resource: Mapping[str, str]) -> None:
+        try:
+            from opentelemetry.baggage.propagation import W3CBaggagePropagator
+            from opentelemetry.propagators.b3 import B3MultiFormat
+            from opentelemetry.propagators.composite import CompositePropagator
+            from opentelemetry.sdk.resources import Resource
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+            from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+            from opentelemetry.trace import SpanKind, StatusCode
+            from opentelemetry.trace.propagation.tracecontext import (
+                TraceContextTextMapPropagator,
+            )
+        except ImportError as exc:
+            raise ConfigurationError(
+                f"--tracing {protocol} needs OpenTelemetry: pip install 'ratewarden[tracing]' "
+                f"({exc})"
+            ) from None
+        if protocol == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        else:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[assignment]
+                OTLPSpanExporter,
+            )
+        self.resource = _resource(Resource, resource)
+        self.provider = TracerProvider(
+            sampler=ParentBased(TraceIdRatioBased(sampling_rate)), resource=self.resource
+        )
+        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        self._tracer = self.provider.get_tracer("ratewarden.server")
+        self._propagator = CompositePropagator(
+            [TraceContextTextMapPropagator(), B3MultiFormat(), W3CBaggagePropagator()]
+        )
+        self._server, self._error = SpanKind.SERVER, StatusCode.ERROR
+
+    def start(self, request: Any, metadata: Iterable[Any] | None) -> Any:
+        """A started span for ``request``, in the trace ``metadata`` (the call's) carries."""
+        carrier = {key: value for key, value in metadata or () if isinstance(value, str)}
+        return self._tracer.start_span(
+            SPAN_NAME,
+            context=self._propagator.extract(carrier),
+            kind=self._server,
+            attributes={
+                "rpc.system": "grpc",
+                "rpc.service": SERVICE,
+                "rpc.method": "ShouldRateLimit",
+                "ratelimit.domain": request.domain,
+                "ratelimit.descriptors": len(request.descriptors),
+            },
+        )
+
+    @staticmethod
+    def answered(span: Any, response: Any) -> None:
+        """End ``span`` with the answer: a ``RateLimitResponse`` or its wire bytes."""
+        if span.is_recording():
+            if isinstance(response, bytes):
+                from envoy.service.ratelimit.v3 import rls_pb2
+
+                response = rls_pb2.RateLimitResponse.FromString(response)
+            span.set_attribute("ratelimit.overall_code", _OVERALL.get(response.overall_code, ""))
+            span.set_attribute("rpc.grpc.status_code", 0)
+        span.end()
+
+    def failed(self, span: Any, code: int, details: str) -> None:
+        """End ``span`` as failed with gRPC status ``code``."""
+        span.set_attribute("rpc.grpc.status_code", code)
+        if code in _SERVER_ERRORS:
+            span.set_status(self._error, details)
+        span.end()
+
+    def shutdown(self) -> None:
+        """Send the spans still waiting, and stop the exporter's thread."""
+        self.provider.shutdown()
+
+
+def _resource(resource_type: Any, given: Mapping[str, str]) -> Any:
+    """``given`` over ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME``, with
+    ``service.name`` ratewarden and a random ``service.instance.id`` when none names them."""
+    found = resource_type.create(dict(given))
+    defaults: dict[str, str] = {}
+    if str(found.attributes.get("service.name", "")).startswith("unknown_service"):
+        defaults["service.name"] = "ratewarden"
+    if "service.instance.id" not in found.attributes:
+        defaults["service.instance.id"] = str(uuid.uuid4())
+    return found.merge(resource_type(defaults)) if defaults else found
+
+
+def check_tracing(protocol: str) -> None:
+    """Raise ``ConfigurationError`` when ``--tracing protocol`` cannot run here."""
+    if protocol == "off":
+        return
+    try:
+        found = importlib.util.find_spec("opentelemetry.sdk") is not None
+    except ModuleNotFoundError:  # not even the API's namespace package
+        found = False
+    if not found:
+        raise ConfigurationError(
+            f"--tracing {protocol}: OpenTelemetry's SDK is not installed; pip install "
+            "'ratewarden[tracing]', or use --tracing off"
+        )
+
+
+def tracing_of(settings: Any) -> Tracing | None:
+    """The tracing ``settings`` ask for (``--tracing``), or None when it is off."""
+    if settings.tracing == "off":
+        return None
+    return Tracing(
+        settings.tracing, settings.tracing_sampling_rate, dict(settings.tracing_resource)
+    )
