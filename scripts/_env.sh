@@ -27,8 +27,20 @@ rw_setup() {
     if [ ! -f "$stamp" ] || [ "$changed" = 1 ]; then
         echo "==> installing ratewarden[$extras] into $VENV"
         "$PY" -m pip install -q --disable-pip-version-check -e ".[$extras]"
+        rw_own_otel_protos
         touch "$stamp"
     fi
+}
+
+rw_own_otel_protos() {
+    # xds-protos ships an older copy of opentelemetry-proto's files (opentelemetry/proto/), and
+    # the package pip installs last wins; OpenTelemetry's exporters (the tracing extra) need
+    # their own. Reinstall the same version of opentelemetry-proto when it is there.
+    local version
+    version=$("$PY" -c 'import importlib.metadata as m; print(m.version("opentelemetry-proto"))' \
+        2>/dev/null) || return 0
+    "$PY" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps \
+        "opentelemetry-proto==$version"
 }
 
 _RW_APT_UPDATED=0

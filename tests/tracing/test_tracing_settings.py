@@ -4,14 +4,18 @@ and ``ratewarden serve`` started on upstream's variables alone exporting its spa
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import importlib.util
 import os
 import signal
+import sys
+import types
 from typing import Any
 
 import grpc
 import pytest
 from envoy.service.ratelimit.v3 import rls_pb2_grpc
+from opentelemetry.proto.common import v1 as common_v1
 
 from ratewarden import cli
 from ratewarden.errors import ConfigurationError
@@ -76,6 +80,21 @@ def test_without_opentelemetry_the_start_says_what_to_install(
     with pytest.raises(ConfigurationError, match=r"pip install 'ratewarden\[tracing\]'"):
         Settings(config_paths=("rules.yaml",), tracing="http")
     assert Settings(config_paths=("rules.yaml",)).tracing == "off"
+
+
+def test_opentelemetry_protos_overwritten_by_xds_protos_are_named_with_the_repair(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """xds-protos ships an older copy of opentelemetry-proto's files; installed after it, the
+    exporters cannot import theirs. The start says so, with the command that repairs it."""
+    older = types.ModuleType("opentelemetry.proto.common.v1.common_pb2")  # no InstrumentationScope
+    monkeypatch.setitem(sys.modules, "opentelemetry.proto.common.v1.common_pb2", older)
+    monkeypatch.setattr(common_v1, "common_pb2", older)
+    version = importlib.metadata.version("opentelemetry-proto")
+    with pytest.raises(ConfigurationError) as caught:
+        Settings(config_paths=("rules.yaml",), tracing="grpc")
+    assert "overwritten by the older copy that xds-protos ships" in str(caught.value)
+    assert f"--force-reinstall --no-deps 'opentelemetry-proto=={version}'" in str(caught.value)
 
 
 def test_upstreams_tracing_settings_map_with_upstreams_defaults() -> None:

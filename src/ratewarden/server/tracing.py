@@ -22,6 +22,7 @@ drops spans, never calls.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import uuid
 from collections.abc import Iterable, Mapping
@@ -141,6 +142,23 @@ def check_tracing(protocol: str) -> None:
             f"--tracing {protocol}: OpenTelemetry's SDK is not installed; pip install "
             "'ratewarden[tracing]', or use --tracing off"
         )
+    if _proto_shadowed():
+        version = importlib.metadata.version("opentelemetry-proto")
+        raise ConfigurationError(
+            f"--tracing {protocol}: opentelemetry-proto's files were overwritten by the older "
+            "copy that xds-protos ships (both install opentelemetry/proto/, and the one "
+            "installed last wins); put them back: pip install --force-reinstall --no-deps "
+            f"'opentelemetry-proto=={version}'"
+        )
+
+
+def _proto_shadowed() -> bool:
+    """Whether ``opentelemetry.proto`` holds xds-protos's older files, not its own."""
+    try:
+        from opentelemetry.proto.common.v1 import common_pb2
+    except ImportError:
+        return False  # not there at all: the exporter's import says so
+    return not hasattr(common_pb2, "InstrumentationScope")
 
 
 def tracing_of(settings: Any) -> Tracing | None:
