@@ -164,6 +164,36 @@ def test_two_workers_report_the_sum_of_both_on_every_scrape(
         assert row["totals"]["decisions"] == 40
 
 
+@pytest.mark.redis
+def test_two_workers_add_up_the_metrics_a_mapping_file_names(
+    rules: Path, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """--metrics-mapping with --workers 2: the mapped counter and histogram live in the
+    shared multiprocess files like the others, so every scrape adds up both workers."""
+    redis_server.client().flushall()
+    shared = tmp_path / "metrics"
+    shared.mkdir()
+    mapping = tmp_path / "mapper.yaml"
+    mapping.write_text(
+        "mappings:\n"
+        "  - {match: 'ratelimit.service.rate_limit.*.*.total_hits', name: hits,"
+        " labels: {domain: $1, key1: $2}}\n"
+        "  - {match: 'ratelimit_server.*.response_time', name: took_seconds,"
+        " observer_type: histogram, scale: 0.001}\n"
+    )
+    args = ("--workers", "2", "--store", redis_server.url, "--metrics-mapping", str(mapping))
+    with serving(rules, *args, env={"PROMETHEUS_MULTIPROC_DIR": str(shared)}) as server:
+        wait_for(lambda: serving_workers(server) == {0, 1}, timeout=20)
+        assert [call(server.grpc_target, f"k{i % 20}") for i in range(40)] == [OK] * 40
+        hits = {"domain": "transport", "key1": "api_key"}
+        wait_for(lambda: get(scrape(server.http_port), "hits_total", **hits) == 40, timeout=5)
+        for _ in range(4):
+            samples = scrape(server.http_port)
+            assert get(samples, "hits_total", **hits) == 40
+            assert get(samples, "took_seconds_count") == 40
+            assert not [name for name, _ in samples if name.startswith(P + "rate_limit_total")]
+
+
 async def test_openmetrics_is_served_when_the_scraper_asks_for_it(
     start_server: StartServer,
 ) -> None:

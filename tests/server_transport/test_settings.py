@@ -65,6 +65,7 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         "RATEWARDEN_METRICS_PORT": "9090",
         "RATEWARDEN_METRICS_HOST": "127.0.0.4",
         "RATEWARDEN_METRICS_PATH": "/stats",
+        "RATEWARDEN_METRICS_RESPONSE_TIME_MS": "true",
         "RATEWARDEN_STATSD": "statsd.internal:9125",
         "RATEWARDEN_STATSD_TAGS": "region:eu.west, cell : 7 ,",
         "RATEWARDEN_STATSD_INTERVAL": "2.5",
@@ -76,13 +77,15 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
     }
     # RATEWARDEN_GRPC_UDS and RLQS do not go with 2 workers: read on their own below. The xDS
     # ones do not go with RATEWARDEN_CONFIG: tests/xds/test_settings.py reads them. The
-    # mogrifiers' variable names a file: tests/upstream/test_dogstatsd.py reads it.
+    # mogrifiers' variable names a file: tests/upstream/test_dogstatsd.py reads it; so does
+    # the mapping's: tests/upstream/test_prometheus_mapping.py.
     xds = {OPTIONS[name].env for name in ("config_xds", *XDS_OPTIONS)}
     rlqs = {"RATEWARDEN_RLQS": "on", "RATEWARDEN_RLQS_INTERVAL": "0.5", "RATEWARDEN_RLQS_TTL": "4"}
     rlqs["RATEWARDEN_RLQS_BUCKET_METRICS"] = "5"
     rlqs |= {"RATEWARDEN_RLQS_IDLE": "30", "RATEWARDEN_RLQS_DEMAND_REPORTS": "3"}
     rlqs["RATEWARDEN_RLQS_CHANGE_ROUNDS"] = "4"
     alone = {"RATEWARDEN_GRPC_UDS", "RATEWARDEN_DOGSTATSD_MOGRIFIERS", *rlqs, *xds}
+    alone.add("RATEWARDEN_METRICS_MAPPING")
     assert {option.env for option in OPTIONS.values()} == {*environ, *alone}
     uds = resolve({}, {"RATEWARDEN_CONFIG": "a.yaml", "RATEWARDEN_GRPC_UDS": "/run/rl.sock"})
     assert uds.grpc_uds == "/run/rl.sock"
@@ -137,6 +140,7 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         metrics_port=9090,
         metrics_host="127.0.0.4",
         metrics_path="/stats",
+        metrics_response_time_ms=True,
         statsd="tcp://statsd.internal:9125",
         statsd_tags=(("cell", "7"), ("region", "eu.west")),
         statsd_interval=2.5,

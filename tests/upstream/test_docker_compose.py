@@ -186,15 +186,15 @@ def test_the_debug_port_serves_the_rules_and_the_metrics(compose: Compose) -> No
 
 
 def test_a_setting_that_cannot_be_honoured_stops_the_start(tmp_path: Path) -> None:
-    """PROMETHEUS_MAPPER_YAML (ratewarden applies no mapping of one's own): exit 2 and one
-    line naming it and the way out."""
-    mapper = {"PROMETHEUS_MAPPER_YAML": "/etc/mapper.yaml", "RUNTIME_ROOT": str(tmp_path)}
-    environ = without_ratewarden(mapper)
+    """REDIS_POOL_ON_EMPTY_BEHAVIOR=CREATE (which upstream itself does not support): exit 2
+    and one line naming it and the way out."""
+    pool = {"REDIS_POOL_ON_EMPTY_BEHAVIOR": "CREATE", "RUNTIME_ROOT": str(tmp_path)}
+    environ = without_ratewarden(pool)
     done = subprocess.run(
         [*RATEWARDEN, "serve"], check=False, env=environ, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2
     assert done.stderr.startswith(
-        "ratewarden serve: error: PROMETHEUS_MAPPER_YAML='/etc/mapper.yaml' cannot be honoured"
+        "ratewarden serve: error: REDIS_POOL_ON_EMPTY_BEHAVIOR='CREATE' cannot be honoured"
     )
-    assert "unset it" in done.stderr
+    assert "remove the setting" in done.stderr

@@ -21,7 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from ratewarden.errors import ConfigurationError
 from ratewarden.server import config
 from ratewarden.server.service import RateLimitService
-from ratewarden.server.stats import ServiceStats, upstream_keys
+from ratewarden.server.stats import ServiceStats
+from ratewarden.server.stats_upstream import upstream_keys
 from ratewarden.server.statsd import StatsdSink, parse_address, parse_tags, stats_name
 from ratewarden.storage.memory import MemoryStore
 from ratewarden.testing import ManualClock

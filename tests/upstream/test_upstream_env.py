@@ -263,8 +263,6 @@ def test_redis_url_forms_are_checked_per_type() -> None:
     [
         ("BACKEND_TYPE", "memcache", "REDIS_URL"),
         ("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "CREATE", "WAIT"),
-        ("PROMETHEUS_MAPPER_YAML", "/etc/mapper.yaml", "default mapping"),
-        ("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "true", "seconds"),
         ("REDIS_POOL_ON_EMPTY_BEHAVIOR", "CREATE", "WAIT"),
     ],
 )

@@ -30,7 +30,6 @@ from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any
 
-from ratewarden.clock import SystemClock
 from ratewarden.errors import ConfigurationError, ServiceUnavailableError
 from ratewarden.server import config as rules
 from ratewarden.server.dashboard import shared
@@ -120,8 +119,9 @@ class RateLimitServer:
 
     def __init__(self, settings: Settings, *, store: AsyncStore | None = None) -> None:
         self.settings = settings
-        self.stats = ServiceStats(clock=SystemClock())
-        #: envoyproxy/ratelimit's stats over StatsD and DogStatsD (``--statsd``, ``--dogstatsd``).
+        mapping, in_ms = settings.metrics_mapping, settings.metrics_response_time_ms
+        self.stats = ServiceStats(mapping=mapping, response_time_ms=in_ms)  # on the system clock
+        #: Upstream's stats over StatsD and DogStatsD (``--statsd``, ``--dogstatsd``).
         self.statsd = statsd_sinks(settings, os.environ)
         self.stats.sinks.extend(self.statsd)
         self.watcher: ConfigWatcher[rules.RateLimitConfig] | None = None

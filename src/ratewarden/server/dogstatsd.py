@@ -30,9 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml  # type: ignore[import-untyped, unused-ignore]
-
 from ratewarden.errors import ConfigurationError
+from ratewarden.server.parsers import yaml_file
 from ratewarden.server.statsd import SERVER, TAG_VALUE, StatsdSink, parse_address
 
 if TYPE_CHECKING:
@@ -151,12 +150,7 @@ def load_mogrifiers(value: Any) -> tuple[Mogrifier, ...]:
     if isinstance(value, tuple):
         return value
     path = Path(str(value).strip())
-    try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigurationError(f"{path} is not YAML: {exc}") from None
+    loaded = yaml_file(path)
     if not isinstance(loaded, list) or not loaded:
         raise ConfigurationError(f"{path} must hold a list of mogrifiers (pattern, name, tags)")
     out = []

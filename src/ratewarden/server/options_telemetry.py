@@ -1,5 +1,6 @@
-"""The options of what ``ratewarden serve`` tells the outside about itself: envoyproxy/ratelimit's
-stats over StatsD and DogStatsD, and traces over OTLP (OpenTelemetry). Rows of the options'
+"""The options of what ``ratewarden serve`` tells the outside about itself: the Prometheus
+names of envoyproxy/ratelimit's stats, those stats over StatsD and DogStatsD, and traces over
+OTLP (OpenTelemetry). Rows of the options'
 table (``options.OPTIONS``), kept here to keep that module readable.
 """
 
@@ -9,7 +10,16 @@ from typing import Any
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.server.dogstatsd import load_mogrifiers, parse_dogstatsd_address
-from ratewarden.server.parsers import Option, choice, pairs, seconds, statsd_address, statsd_tags
+from ratewarden.server.parsers import (
+    Option,
+    boolean,
+    choice,
+    pairs,
+    seconds,
+    statsd_address,
+    statsd_tags,
+)
+from ratewarden.server.statsd_mapping_file import load_mapping
 
 __all__ = ["TELEMETRY", "TRACING", "fraction"]
 
@@ -29,6 +39,19 @@ def fraction(value: Any) -> float:
 
 
 TELEMETRY: dict[str, Option] = {
+    "metrics_mapping": Option(
+        "--metrics-mapping",
+        load_mapping,
+        "a statsd_exporter mapping file (YAML, upstream's PROMETHEUS_MAPPER_YAML): "
+        "envoyproxy/ratelimit's stats on /metrics named by it, not by upstream's default "
+        "mapping (none)",
+    ),
+    "metrics_response_time_ms": Option(
+        "--metrics-response-time-ms",
+        boolean,
+        "ratelimit_service_response_time_seconds observed in milliseconds, as upstream's "
+        "mapping did before it scaled them to seconds (false)",
+    ),
     "statsd": Option(
         "--statsd",
         statsd_address,

@@ -10,7 +10,10 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import yaml  # type: ignore[import-untyped, unused-ignore]
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.server.response_headers import check_header_names
@@ -35,6 +38,7 @@ __all__ = [
     "statsd_tags",
     "target",
     "text",
+    "yaml_file",
 ]
 
 
@@ -223,3 +227,14 @@ def metrics_path(value: Any) -> str:
     if not path.startswith("/") or any(c.isspace() or c in "?#" for c in path):
         raise ConfigurationError("must be a path starting with /, such as /metrics")
     return path
+
+
+def yaml_file(path: Path) -> Any:
+    """The YAML document in the file at ``path``; raises ``ConfigurationError`` naming the
+    file when it cannot be read or is not YAML."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"{path} is not YAML: {exc}") from None

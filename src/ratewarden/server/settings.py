@@ -57,6 +57,8 @@ flag or variable it came from::
     --metrics-port N       RATEWARDEN_METRICS_PORT    off (the metrics alone on a port of their own)
     --metrics-host H       RATEWARDEN_METRICS_HOST    --host
     --metrics-path P       RATEWARDEN_METRICS_PATH    /metrics
+    --metrics-mapping F    RATEWARDEN_METRICS_MAPPING none (statsd_exporter's mapping file)
+    --[no-]metrics-response-time-ms RATEWARDEN_METRICS_RESPONSE_TIME_MS false
     --[no-]merge-domains   RATEWARDEN_MERGE_DOMAINS   false
     --key-prefix P         RATEWARDEN_KEY_PREFIX      rw
     --store-per-second URL RATEWARDEN_STORE_PER_SECOND off (per-second limits on their own store)
@@ -103,9 +105,11 @@ from ratewarden.server.dogstatsd import Mogrifier
 from ratewarden.server.options import OPTIONS, Option, masked, read
 from ratewarden.server.response_headers import LEGACY_NAMES
 from ratewarden.server.rules_source import XDS_OPTIONS, check_rules_source, own_source_wins
+from ratewarden.server.statsd_mapping import StatsdMapping
 from ratewarden.server.store_url import redacted, store_scheme
 from ratewarden.server.tls_names import check_tls
 from ratewarden.server.tracing import check_tracing
+from ratewarden.server.transport_checks import check_rlqs, check_transport
 
 __all__ = ["OPTIONS", "XDS_OPTIONS", "Option", "Settings", "redacted", "resolve", "store_scheme"]
 
@@ -178,6 +182,8 @@ class Settings:
     metrics_port: int | None = None
     metrics_host: str | None = None
     metrics_path: str = "/metrics"
+    metrics_mapping: StatsdMapping | None = None
+    metrics_response_time_ms: bool = False
     merge_domains: bool = False
     key_prefix: str = "rw"
     store_timeout: float = 0.02
@@ -230,8 +236,13 @@ class Settings:
                 f"--key-prefix {self.key_prefix!r} must not hold '{{' or '}}': every key's "
                 "own part goes between braces (its Redis Cluster hash tag)"
             )
-        self._check_transport()
-        self._check_rlqs()
+        check_transport(self, native_installed())
+        check_rlqs(self)
+        if self.metrics_response_time_ms and self.metrics_mapping is not None:
+            raise ConfigurationError(
+                "--metrics-response-time-ms and --metrics-mapping: the mapping's scale says "
+                "what unit response_time is in; unset --metrics-response-time-ms"
+            )
         if self.dogstatsd_mogrifiers and self.dogstatsd is None:
             raise ConfigurationError("--dogstatsd-mogrifiers rewrite --dogstatsd's stats: set it")
         check_tracing(self.tracing)
@@ -279,76 +290,6 @@ class Settings:
             raise ConfigurationError(
                 f"{self.workers} workers cannot share --grpc-uds {self.grpc_uds!r}: a Unix "
                 "socket has one listener; use one worker, or --grpc-port for several"
-            )
-
-    def _check_transport(self) -> None:
-        self._check_connection_age()
-        if self.transport != "native":
-            return
-        if not native_installed():
-            raise ConfigurationError(
-                "--transport native: the pygrpc-native package is not installed; "
-                "pip install 'ratewarden[native]' or use --transport grpcio"
-            )
-        if self.tls_cert is not None:
-            raise ConfigurationError(
-                "--transport native cannot serve TLS (--tls-cert): pygrpc-native has no TLS "
-                "yet; use --transport grpcio, or auto, which picks grpcio when TLS is on"
-            )
-
-    def _check_connection_age(self) -> None:
-        age, grace = self.grpc_max_connection_age, self.grpc_max_connection_age_grace
-        for flag, value, zero in (("", age, False), ("-grace", grace, True)):
-            if value is None:
-                continue
-            number = not isinstance(value, bool) and isinstance(value, int | float)
-            if not number or not (value >= 0 if zero else value > 0) or value == float("inf"):
-                bound = "0 or more" if zero else "above 0"
-                raise ConfigurationError(
-                    f"--grpc-max-connection-age{flag} {value!r} must be a number of seconds {bound}"
-                )
-        if grace is not None and age is None:
-            raise ConfigurationError(
-                "--grpc-max-connection-age-grace is set without --grpc-max-connection-age: "
-                "the grace is counted from a connection's age; set both, or neither"
-            )
-        if age is not None and self.transport == "native":
-            raise ConfigurationError(
-                "--grpc-max-connection-age (upstream's GRPC_MAX_CONNECTION_AGE) with --transport "
-                "native: pygrpc-native cannot close connections by their age; use --transport "
-                "grpcio, or auto, which picks grpcio when it is set"
-            )
-
-    def _check_rlqs(self) -> None:
-        if not self.rlqs:
-            return
-        if self.transport == "native":
-            raise ConfigurationError(
-                "--rlqs with --transport native: the native transport serves unary calls only "
-                "and RLQS is a bidirectional stream; use --transport grpcio, or auto, which "
-                "picks grpcio when --rlqs is on"
-            )
-        if self.rlqs_ttl <= self.rlqs_interval:
-            raise ConfigurationError(
-                f"--rlqs-ttl {self.rlqs_ttl} must be above --rlqs-interval {self.rlqs_interval:g}: "
-                "an assignment must outlive the round that renews it"
-            )
-        if not self.rlqs_idle > self.rlqs_interval:
-            raise ConfigurationError(
-                f"--rlqs-idle {self.rlqs_idle:g} must be above --rlqs-interval "
-                f"{self.rlqs_interval:g}: a bucket is abandoned at a round, after that long "
-                "without a request reported (keep it above Envoy's 5 s between reports)"
-            )
-        if not 1 <= self.rlqs_demand_reports <= 100:
-            raise ConfigurationError(
-                f"--rlqs-demand-reports {self.rlqs_demand_reports} must be a whole number "
-                "from 1 to 100: the reports an Envoy's demand is measured over"
-            )
-        if not 1 <= self.rlqs_change_rounds <= 100:
-            raise ConfigurationError(
-                f"--rlqs-change-rounds {self.rlqs_change_rounds} must be a whole number from 1 "
-                "to 100: the rounds over which a bucket's changed shares hand out at most one "
-                "full burst (1: every round, as before)"
             )
 
     @property

@@ -37,7 +37,11 @@ ratelimit_service_config_load_error_total                 config loads that fail
 ratelimit_service_config_last_load_success_timestamp_seconds  when the config in use loaded
 ========================================================  ==================================
 
-and, through ``ratewarden.metrics.PrometheusMetrics`` on the same registry,
+The rows from ``total_hits`` to ``config_load_error`` are upstream's stats, kept by the first
+of ``ServiceStats.sinks`` (``stats_upstream.BuiltinMetrics``); with ``--metrics-mapping`` a
+statsd_exporter mapping file names them instead (``stats_mapped.MappedMetrics``). The others
+are ratewarden's own and stay as they are, and so do,
+through ``ratewarden.metrics.PrometheusMetrics`` on the same registry,
 ``ratewarden_decisions_total{rule, algorithm, outcome}``, ``ratewarden_degraded_total{rule,
 failure_mode, reason}`` and ``ratewarden_store_latency_seconds``.
 
@@ -65,20 +69,21 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from ratewarden.clock import Clock, SystemClock
-from ratewarden.histograms import observe_many
 from ratewarden.labels import bounded
-from ratewarden.metrics import LATENCY_BUCKETS, PrometheusMetrics
+from ratewarden.metrics import PrometheusMetrics
 from ratewarden.server.config import DescriptorRule
 from ratewarden.server.dashboard.live import LiveStats
 from ratewarden.server.service import DescriptorOutcome, ServiceHooks
-from ratewarden.server.statsd import RATE_LIMIT, SERVICE, SHOULD_RATE_LIMIT, stats_name
+from ratewarden.server.stats_mapped import MappedMetrics
+from ratewarden.server.stats_upstream import PREFIX, BuiltinMetrics
+from ratewarden.server.statsd_mapping import StatsdMapping
 from ratewarden.server.tally import LIVE_DECISIONS, OUTCOMES, Tally
 
 __all__ = ["MAX_UNKNOWN_DOMAINS", "MULTIPROC_ENV", "OTHER", "ServiceStats", "multiprocess_dir"]
@@ -89,30 +94,11 @@ OTHER = "other"
 MAX_UNKNOWN_DOMAINS = 1_000
 #: prometheus_client's switch to multiprocess mode (read when it is first imported).
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-_PREFIX = "ratelimit_service"
-_METHOD = "ShouldRateLimit"
-
-
-def upstream_keys(key: str) -> tuple[str, str]:
-    """``key1`` and ``key2``: the first two parts of a ``key`` label, split where
-    envoyproxy/ratelimit's statsd mapping splits its stat names (``.``), after the
-    same cleaning (``stats_name``); ``key2`` is empty for a one-part key."""
-    parts = stats_name(key).split(".", 2)
-    return parts[0], parts[1] if len(parts) > 1 else ""
 
 
 def multiprocess_dir() -> str | None:
     """The directory workers share their metrics in, or None for a single process."""
     return os.environ.get(MULTIPROC_ENV) or None
-
-
-class _KeyCounters(NamedTuple):
-    total_hits: Any
-    over_limit: Any
-    near_limit: Any
-    within_limit: Any
-    shadow_mode: Any
-    over_limit_local: Any
 
 
 class _Flushing:
@@ -134,10 +120,11 @@ class ServiceStats(ServiceHooks):
 
     The hooks add plain integers to a tally, under one lock; ``flush()`` moves the
     tally into the Prometheus counters, the dashboard's ``LiveStats`` and every sink
-    in ``sinks`` (StatsD). Reading the registry (``exposition()``, or any
-    ``registry.collect()``) and ``live`` flush first, so what they show is exact;
-    ``ratewarden serve`` also flushes every second, so each worker's values reach
-    the shared multiprocess files (and the dashboard's history) within a second.
+    in ``sinks`` (upstream's stats in the registry, then StatsD and DogStatsD).
+    Reading the registry (``exposition()``, or any ``registry.collect()``) and ``live``
+    flush first, so what they show is exact; ``ratewarden serve`` also flushes every
+    second, so each worker's values reach the shared multiprocess files (and the
+    dashboard's history) within a second.
     Counting a decision costs a dict lookup and a few additions instead of a dozen
     locked counter increments: the hooks run on every request's path.
     """
@@ -148,54 +135,42 @@ class ServiceStats(ServiceHooks):
         *,
         clock: Clock | None = None,
         max_keys: int = 10_000,
+        mapping: StatsdMapping | None = None,
+        response_time_ms: bool = False,
     ) -> None:
         if max_keys < 1:
             raise ValueError(f"max_keys must be at least 1, got {max_keys!r}")
         self.registry = registry if registry is not None else CollectorRegistry()
+        # First in the registry: whoever reads it (exposition, or a caller's own
+        # collect()) reads the tally flushed.
+        self.registry.register(_Flushing(self))
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.metrics = PrometheusMetrics(self.registry)
         self._live = LiveStats(self.clock)
-        #: Where each flush's per-key counts also go (``StatsdSink``): ``add(stats_key,
-        #: counts)`` with the tally's indices, and ``calls(count, seconds)``.
-        self.sinks: list[Any] = []
+        #: Where each flush's counts go (``statsd.StatsEvents``'s five events): upstream's
+        #: stats in the registry by the default mapping's names (``BuiltinMetrics``) or by
+        #: ``mapping``'s (``MappedMetrics``), then StatsD and DogStatsD (``app`` adds them).
+        upstream: Any
+        if mapping is None:
+            upstream = BuiltinMetrics(self.registry, response_time_ms=response_time_ms)
+        else:
+            upstream = MappedMetrics(mapping, self.registry, clock=self.clock)
+        self.sinks: list[Any] = [upstream]
         self._max_keys = max_keys
         self._keys: set[tuple[str, str]] = set()
         self._overflow_rules: set[tuple[str, str]] = set()
         self._unknown_domains: set[str] = set()
-        # Bound children of the per-key counters: at most max_keys, plus "other" per domain.
-        self._counters: dict[tuple[str, str], _KeyCounters] = {}
         self._lock = threading.Lock()
         self._tally = Tally()
-        # First in the registry: whoever reads it (exposition, or a caller's own
-        # collect()) reads the tally flushed.
-        self.registry.register(_Flushing(self))
-        per_key = ("domain", "key", "key1", "key2")
+        per_key = ("domain", "key")
 
         def counter(name: str, doc: str, labels: tuple[str, ...] = per_key) -> Counter:
-            return Counter(f"{_PREFIX}_{name}", doc, labels, registry=self.registry)
+            return Counter(f"{PREFIX}_{name}", doc, labels, registry=self.registry)
 
-        self.total_hits = counter("rate_limit_total_hits", "Hits asked for, per descriptor key.")
-        self.over_limit = counter("rate_limit_over_limit", "Hits over the limit.")
-        self.near_limit = counter(
-            "rate_limit_near_limit", "Hits under the limit but above the near-limit ratio."
-        )
-        self.within_limit = counter("rate_limit_within_limit", "Hits under the limit.")
-        self.shadow_mode = counter(
-            "rate_limit_shadow_mode", "Hits over the limit, let through by shadow_mode."
-        )
-        self.over_limit_local = counter(
-            "rate_limit_over_limit_with_local_cache",
-            "Hits over the limit answered from the over-limit cache, without a store call.",
-        )
         self.value_overflow = counter(
             "rate_limit_value_overflow",
             "New values past --max-values-per-rule, counted on the rule's shared overflow counter.",
             ("domain", "rule"),
-        )
-        self.domain_not_found = counter(
-            "rate_limit_domain_not_found",
-            "Descriptors of requests to a domain the config does not know (allowed).",
-            ("domain",),
         )
         self.failure_allowed = counter(
             "rate_limit_failure_mode_allowed",
@@ -207,31 +182,8 @@ class ServiceStats(ServiceHooks):
             "Descriptors denied by a failure mode while the store failed.",
             ("domain", "key", "failure_mode"),
         )
-        self.errors = counter(
-            "should_rate_limit_error",
-            "Failed store calls (store_error) and failed ShouldRateLimit calls (service_error).",
-            ("err_type",),
-        )
-        self.requests = counter(
-            "total_requests", "ShouldRateLimit calls, gRPC and HTTP.", ("grpc_method",)
-        )
-        self._calls = self.requests.labels(_METHOD)
-        self.response_time = Histogram(
-            f"{_PREFIX}_response_time_seconds",
-            "Time to answer one ShouldRateLimit call.",
-            ("grpc_method",),
-            registry=self.registry,
-            buckets=LATENCY_BUCKETS,
-        )
-        self._response_time = self.response_time.labels(_METHOD)
-        self.config_success = counter(
-            "config_load_success", "Config loads that succeeded (the first and each reload).", ()
-        )
-        self.config_error = counter(
-            "config_load_error", "Config loads that failed; the last good config stays.", ()
-        )
         self.config_loaded_at = Gauge(
-            f"{_PREFIX}_config_last_load_success_timestamp_seconds",
+            f"{PREFIX}_config_last_load_success_timestamp_seconds",
             "Unix time at which the config in use was loaded.",
             registry=self.registry,
             multiprocess_mode="max",
@@ -255,9 +207,8 @@ class ServiceStats(ServiceHooks):
             self.flush()
 
     def on_store_error(self, domain: str, rule: DescriptorRule, error: Exception) -> None:
-        self.errors.labels("store_error").inc()
         for sink in self.sinks:
-            sink.count(SHOULD_RATE_LIMIT + "redis_error")
+            sink.store_error()
         self.metrics.degraded(
             rule=rule.path, failure_mode=rule.failure_mode, reason=type(error).__name__
         )
@@ -275,9 +226,8 @@ class ServiceStats(ServiceHooks):
                     self._unknown_domains.add(label)
                 elif label not in self._unknown_domains:
                     label = OTHER
-        self.domain_not_found.labels(label).inc(descriptors)
         for sink in self.sinks:
-            sink.count(f"{RATE_LIMIT}{stats_name(label)}.domain_not_found", descriptors)
+            sink.domain_not_found(label, descriptors)
 
     def on_store_call(self, seconds: float) -> None:
         if self._tally.store_call(seconds):
@@ -293,12 +243,9 @@ class ServiceStats(ServiceHooks):
     def config_load(self, ok: bool) -> None:
         """A config load finished: ``ok`` if it is now the config in use."""
         if ok:
-            self.config_success.inc()
             self.config_loaded_at.set(self.clock.now())
-        else:
-            self.config_error.inc()
         for sink in self.sinks:
-            sink.count(SERVICE + ("config_load_success" if ok else "config_load_error"))
+            sink.config_load(ok)
 
     # --- reading ----------------------------------------------------------------------
 
@@ -314,34 +261,22 @@ class ServiceStats(ServiceHooks):
         for (domain, metric_key, path, algorithm), counts in taken.slots.items():
             key = self._key(domain, metric_key)
             label = bounded(domain)
-            counters = self._counters.get((label, key))
-            if counters is None:
-                counters = self._counters[(label, key)] = self._bind(label, key)
-            for index, counter in enumerate(counters):
-                if counts[index]:
-                    counter.inc(counts[index])
+            for sink in self.sinks:
+                sink.key_counts(label, key, counts)
             for index, outcome in OUTCOMES:
                 if counts[index]:
                     self.metrics.count(
                         rule=path, algorithm=algorithm, outcome=outcome, by=counts[index]
                     )
             self._live.add(path, counts[LIVE_DECISIONS:])
-            for sink in self.sinks:
-                sink.add(f"{label}.{key}", counts)
         for category, path, entries, weight in taken.top:
             self._live.top(category, path, entries, weight)
         self.metrics.store_latencies(seconds=taken.store_times)
         self._live.store_calls(taken.store_times)
         calls, failed = taken.call_times, taken.failed_calls
         if calls:
-            self._calls.inc(len(calls))
-            observe_many(self._response_time, calls)
-            if failed:
-                self.errors.labels("service_error").inc(failed)
             for sink in self.sinks:
-                sink.calls(calls)
-                if failed:
-                    sink.count(SHOULD_RATE_LIMIT + "service_error", failed)
+                sink.calls(calls, failed)
 
     def exposition(self, accept: str = "") -> tuple[bytes, str]:
         """The registry in the format the ``Accept`` header asks for, and its content type.
@@ -361,23 +296,6 @@ class ServiceStats(ServiceHooks):
         encoder, content_type = choose_encoder(accept)
         body: bytes = encoder(registry)
         return body, content_type
-
-    def _bind(self, domain: str, key: str) -> _KeyCounters:
-        """The six per-key counters bound to their labels once (``labels()`` is costly)."""
-        key1, key2 = upstream_keys(key)
-        return _KeyCounters(
-            *(
-                counter.labels(domain, key, key1, key2)
-                for counter in (
-                    self.total_hits,
-                    self.over_limit,
-                    self.near_limit,
-                    self.within_limit,
-                    self.shadow_mode,
-                    self.over_limit_local,
-                )
-            )
-        )
 
     def _key(self, domain: str, metric_key: str) -> str:
         """The ``key`` label: the metric key without its domain, bounded, capped by count."""

@@ -1,10 +1,10 @@
 """envoyproxy/ratelimit's stats over StatsD: the same names, tags, units and flush interval.
 
 ``StatsdSink`` is one of ``ServiceStats.sinks``: every flush of the stats' tally
-hands it the per-key counts, and it sends them every ``--statsd-interval``
-seconds (upstream's ``STATS_FLUSH_INTERVAL``, 10 s) as StatsD lines, over TCP
-(upstream's default sink) or UDP (``--statsd udp://host:port``). The names are
-upstream's, so its StatsD mappings and dashboards keep working::
+hands it the per-key counts and the other events (``StatsEvents``), and it sends them
+every ``--statsd-interval`` seconds (upstream's ``STATS_FLUSH_INTERVAL``, 10 s) as
+StatsD lines, over TCP (upstream's default sink) or UDP (``--statsd udp://host:port``).
+The names are upstream's, so its StatsD mappings and dashboards keep working::
 
     ratelimit.service.rate_limit.<domain>.<key>.total_hits         |c  hits asked for
     ratelimit.service.rate_limit.<domain>.<key>.over_limit         |c  hits over the limit
@@ -48,7 +48,7 @@ from urllib.parse import urlsplit
 from ratewarden.errors import ConfigurationError
 from ratewarden.metrics import LogRateLimiter
 
-__all__ = ["StatsdSink", "parse_address", "parse_tags", "stats_name"]
+__all__ = ["StatsEvents", "StatsdSink", "parse_address", "parse_tags", "stats_name"]
 
 log = logging.getLogger("ratewarden.server.statsd")
 
@@ -118,7 +118,61 @@ def parse_tags(value: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(tags.items()))
 
 
-class StatsdSink:
+class StatsEvents:
+    """What ``ServiceStats`` hands each of its sinks at a flush, as upstream's StatsD stats.
+
+    The five events (``key_counts``, ``calls``, ``store_error``, ``domain_not_found``,
+    ``config_load``) become counters by upstream's names and the calls' response times; a
+    subclass says what those are (``count``, ``response_times``): lines to send
+    (``StatsdSink``), or Prometheus metrics by a mapping file (``stats_mapped``).
+    ``stats_upstream.BuiltinMetrics`` takes the same events without the StatsD names.
+    """
+
+    def __init__(self) -> None:
+        self._names: dict[str, str] = {}  # stats key -> its cleaned name prefix
+
+    def key_counts(self, domain: str, key: str, counts: Sequence[int]) -> None:
+        """One key's counts since the last flush (indices as ``KEY_COUNTERS``)."""
+        stats_key = f"{domain}.{key}"
+        prefix = self._names.get(stats_key)
+        if prefix is None:
+            if len(self._names) >= 65_536:  # keys are bounded upstream of here; names too
+                self._names.clear()
+            prefix = self._names[stats_key] = RATE_LIMIT + stats_name(stats_key) + "."
+        for index, counter in enumerate(KEY_COUNTERS):
+            if counts[index]:
+                self.count(prefix + counter, counts[index])
+
+    def calls(self, seconds: Sequence[float], failed: int = 0) -> None:
+        """ShouldRateLimit calls answered in ``seconds`` each, ``failed`` of them by the
+        fallback (``service_error``)."""
+        self.count(SERVER + "total_requests", len(seconds))
+        self.response_times(seconds)
+        if failed:
+            self.count(SHOULD_RATE_LIMIT + "service_error", failed)
+
+    def store_error(self) -> None:
+        """A store call failed (upstream's ``redis_error``)."""
+        self.count(SHOULD_RATE_LIMIT + "redis_error")
+
+    def domain_not_found(self, domain: str, descriptors: int) -> None:
+        """``descriptors`` of a call to ``domain``, which the config does not know."""
+        self.count(f"{RATE_LIMIT}{stats_name(domain)}.domain_not_found", descriptors)
+
+    def config_load(self, ok: bool) -> None:
+        """A config load finished: ``ok`` if it is now the config in use."""
+        self.count(SERVICE + ("config_load_success" if ok else "config_load_error"))
+
+    def count(self, name: str, by: int = 1) -> None:
+        """Add ``by`` to the counter ``name`` (a full stat name without the tags)."""
+        raise NotImplementedError
+
+    def response_times(self, seconds: Sequence[float]) -> None:
+        """The ``response_time`` timer's values (``ratelimit_server.ShouldRateLimit.``)."""
+        raise NotImplementedError
+
+
+class StatsdSink(StatsEvents):
     """Counts from ``ServiceStats`` flushes, sent as StatsD lines every interval."""
 
     def __init__(
@@ -131,43 +185,27 @@ class StatsdSink:
     ) -> None:
         if protocol not in ("tcp", "udp", "unix"):
             raise ConfigurationError(f"statsd protocol {protocol!r} is not tcp, udp or unix")
+        super().__init__()
         self.protocol = protocol
         self.host = host
         self.port = port
         self.suffix = "".join(f".__{name}={tag.translate(TAG_VALUE)}" for name, tag in sorted(tags))
         self._counters: dict[str, int] = {}
         self._timers: list[int] = []
-        self._names: dict[str, str] = {}  # stats key -> its cleaned name prefix
         self._writer: asyncio.StreamWriter | None = None
         self._datagram: socket.socket | None = None
         self._lines = LogRateLimiter(60.0)
         self.sent = 0
         self.dropped = 0
 
-    # --- what ServiceStats hands over -------------------------------------------------
+    def count(self, name: str, by: int = 1) -> None:
+        self._counters[name] = self._counters.get(name, 0) + by
 
-    def add(self, stats_key: str, counts: Sequence[int]) -> None:
-        """One key's counts since the last flush (indices as ``KEY_COUNTERS``)."""
-        prefix = self._names.get(stats_key)
-        if prefix is None:
-            if len(self._names) >= 65_536:  # keys are bounded upstream of here; names too
-                self._names.clear()
-            prefix = self._names[stats_key] = RATE_LIMIT + stats_name(stats_key) + "."
-        for index, counter in enumerate(KEY_COUNTERS):
-            if counts[index]:
-                self.count(prefix + counter, counts[index])
-
-    def calls(self, seconds: Sequence[float]) -> None:
-        """ShouldRateLimit calls answered in ``seconds`` each (a timer line per call, in
-        whole milliseconds, as upstream sends them)."""
-        self.count(SERVER + "total_requests", len(seconds))
+    def response_times(self, seconds: Sequence[float]) -> None:
+        """A timer line per call, in whole milliseconds, as upstream sends them."""
         self._timers.extend(int(s * 1000) for s in seconds)
         if len(self._timers) > 100_000:  # a sink that cannot send keeps the newest
             del self._timers[:-100_000]
-
-    def count(self, name: str, by: int = 1) -> None:
-        """Add ``by`` to the counter ``name`` (a full stat name without the tags)."""
-        self._counters[name] = self._counters.get(name, 0) + by
 
     # --- sending ----------------------------------------------------------------------
 

@@ -358,7 +358,8 @@ def _stats(values: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, A
 
 def _prometheus(values: Mapping[str, Any]) -> dict[str, Any]:
     """``USE_PROMETHEUS=true``: the metrics alone at ``PROMETHEUS_ADDR`` (``HOST:PORT``, or
-    ``:PORT`` for ratewarden's bind address), path ``PROMETHEUS_PATH``, as upstream."""
+    ``:PORT`` for ratewarden's bind address), path ``PROMETHEUS_PATH``, named by
+    ``PROMETHEUS_MAPPER_YAML``'s file, else in milliseconds if asked, as upstream."""
     if not values.get("USE_PROMETHEUS"):
         return {}
     address = str(value_of(values, "PROMETHEUS_ADDR")).strip()
@@ -372,6 +373,10 @@ def _prometheus(values: Mapping[str, Any]) -> dict[str, Any]:
     if not path.startswith("/"):
         raise ConfigurationError(f"PROMETHEUS_PATH={path!r}: must start with /")
     out["metrics_path"] = path
+    if "PROMETHEUS_MAPPER_YAML" in values:
+        out["metrics_mapping"] = _option(values, "PROMETHEUS_MAPPER_YAML", "metrics_mapping")
+    elif values.get("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS"):
+        out["metrics_response_time_ms"] = True
     return out
 
 

@@ -108,10 +108,6 @@ def _refused(default: str, parse: Callable[[str], Any], advice: str, *allowed: A
     return Upstream(default, parse, "refused", advice, allowed or (parse(default),))
 
 
-_PROMETHEUS = (
-    "ratewarden's metric names and labels are the ones upstream's default mapping gives "
-    "(docs/operations.md); a mapping of your own is not applied: unset it"
-)
 _XDS_BACKOFF = (
     "ratewarden has one backoff for a connection that fails and a stream that breaks: it "
     "waits CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL, doubled per failure in a row up to "
@@ -175,13 +171,8 @@ UPSTREAM: dict[str, Upstream] = {
     "USE_PROMETHEUS": _mapped("false", go_bool),
     "PROMETHEUS_ADDR": _mapped(":9090"),
     "PROMETHEUS_PATH": _mapped("/metrics"),
-    "PROMETHEUS_MAPPER_YAML": _refused("", go_text, _PROMETHEUS),
-    "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": _refused(
-        "false",
-        go_bool,
-        "ratewarden's response_time histogram is in seconds, as upstream's default mapping "
-        "makes it; unset it",
-    ),
+    "PROMETHEUS_MAPPER_YAML": _mapped(""),
+    "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": _mapped("false", go_bool),
     # the runtime directory
     "RUNTIME_ROOT": _mapped("/srv/runtime_data/current"),
     "RUNTIME_SUBDIRECTORY": _mapped(""),
@@ -322,14 +313,18 @@ def applied(environ: Mapping[str, str]) -> tuple[str, ...]:
 
 def _idle(environ: Mapping[str, str], name: str) -> bool:
     """``name`` is mapped but cannot act: a per-second Redis setting while ``REDIS_PERSECOND``
-    is not true, a tracing one while ``TRACING_ENABLED`` is not (upstream ignores them then),
-    or ``FORCE_START_WITHOUT_INITIAL_CONFIG`` with rules from files (read before the ports
-    open, as upstream's first file event is)."""
+    is not true, a tracing one while ``TRACING_ENABLED`` is not, a Prometheus one while
+    ``USE_PROMETHEUS`` is not (upstream ignores them then; the milliseconds too beside a
+    mapping file), or ``FORCE_START_WITHOUT_INITIAL_CONFIG`` with rules from files (read
+    before the ports open, as upstream's first file event is)."""
     try:
         if name.startswith("REDIS_PERSECOND_"):
             return not go_bool(environ.get("REDIS_PERSECOND", "") or "false")
         if name.startswith("TRACING_") and name != "TRACING_ENABLED":
             return not go_bool(environ.get("TRACING_ENABLED", "") or "false")
+        if name.startswith("PROMETHEUS_"):
+            mapper = name.endswith("_MILLISECONDS") and environ.get("PROMETHEUS_MAPPER_YAML")
+            return bool(mapper) or not go_bool(environ.get("USE_PROMETHEUS", "") or "false")
         if name == "FORCE_START_WITHOUT_INITIAL_CONFIG":
             return config_type(environ.get("CONFIG_TYPE", "") or "FILE") == "FILE"
     except ConfigurationError:

@@ -1,0 +1,229 @@
+"""envoyproxy/ratelimit's stats as Prometheus metrics named by a mapping file:
+``MappedMetrics``, upstream's ``USE_PROMETHEUS`` sink with ``PROMETHEUS_MAPPER_YAML``.
+
+Upstream's Prometheus sink hands each stat, by its StatsD name (``statsd.StatsEvents``
+makes the same ones), to statsd_exporter's exporter; ``MappedMetrics`` does what that
+exporter does with it:
+
+- the stat's name and kind (counter, or observer for the ``response_time`` timer) are
+  looked up in the mapping (``StatsdMapping.find``); a ``drop`` mapping drops it; a stat no
+  mapping names keeps its StatsD name, escaped;
+- ``scale`` multiplies the value (the timer's values are milliseconds, as upstream's);
+- a counter adds to the counter of that name and labels, an observer goes into a
+  histogram or a summary (the mapping's ``observer_type``, else the file's default, else
+  summary);
+- one name may carry several label sets (upstream's default mapping gives the per-key
+  counters ``{domain, key1}`` and ``{domain, key1, key2}``): one metric family holds them;
+- a name already taken by another kind of metric drops the stat (statsd_exporter's
+  "conflict"), with a warning at most once a minute;
+- a series not updated for its mapping's ``ttl`` is removed at the next read.
+
+``ratewarden_metrics_mapping_events_total{result}`` counts the stats by what became of
+them: ``mapped``, ``unmapped``, ``dropped``, ``conflict`` or ``error`` (a name Prometheus
+refuses: a label called ``le`` on a histogram, say), as statsd_exporter's
+``statsd_exporter_events_*`` count them.
+
+The metrics are not registered one by one: this is the registry's collector for all of
+them. With ``--workers`` above 1 their values go to the shared multiprocess files like
+every other metric, and whichever worker answers adds them up; ``ttl`` is not applied
+there (the files keep every series).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, Summary
+
+from ratewarden.clock import Clock, SystemClock
+from ratewarden.histograms import observe_many
+from ratewarden.metrics import LogRateLimiter
+from ratewarden.server.statsd import SERVER, StatsEvents
+from ratewarden.server.statsd_mapping import StatsdMapping
+
+__all__ = ["RESULTS", "MappedMetrics"]
+
+log = logging.getLogger("ratewarden.server.stats_mapped")
+
+#: What became of a stat, the ``result`` label of the events counter.
+RESULTS = ("mapped", "unmapped", "dropped", "conflict", "error")
+RESPONSE_TIME = SERVER + "response_time"
+_CACHE = 65_536
+_HELP = "envoyproxy/ratelimit's stat of that name, by the --metrics-mapping file."
+
+
+class _Target(NamedTuple):
+    """Where a stat's values go: ``child`` (None: nowhere), why, and the scale."""
+
+    child: Any
+    result: str
+    scale: float
+    kind: str
+    series: tuple[Any, tuple[str, ...]] | None  # (metric, label values) when its ttl counts
+    ttl: float
+
+
+class MappedMetrics(StatsEvents):
+    """Upstream's stats, named by ``mapping``, collected by ``registry``."""
+
+    def __init__(
+        self, mapping: StatsdMapping, registry: CollectorRegistry, *, clock: Clock | None = None
+    ) -> None:
+        super().__init__()
+        self.mapping = mapping
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._kinds: dict[str, str] = {}  # Prometheus name -> counter, histogram or summary
+        self._metrics: dict[tuple[str, tuple[str, ...]], Any] = {}  # (name, label names)
+        self._targets: dict[tuple[str, str], _Target] = {}  # (StatsD name, kind)
+        self._touched: dict[tuple[Any, tuple[str, ...]], tuple[float, float]] = {}
+        self._lock = threading.Lock()
+        self._lines = LogRateLimiter(60.0)
+        events = Counter(
+            "ratewarden_metrics_mapping_events",
+            "envoyproxy/ratelimit's stats by what the --metrics-mapping file made of them.",
+            ("result",),
+            registry=registry,
+        )
+        self._events = {result: events.labels(result) for result in RESULTS}
+        registry.register(self)
+
+    # --- the stats (StatsEvents) ------------------------------------------------------
+
+    def count(self, name: str, by: int = 1) -> None:
+        target = self._target(name, "counter")
+        self._events[target.result].inc()
+        if target.child is None:
+            return
+        value = by * target.scale
+        if value < 0:  # a negative scale: statsd_exporter refuses to lower a counter
+            self._events["error"].inc()
+            return
+        target.child.inc(value)
+        self._touch(target)
+
+    def response_times(self, seconds: Sequence[float]) -> None:
+        if not seconds:
+            return
+        target = self._target(RESPONSE_TIME, "observer")
+        self._events[target.result].inc(len(seconds))
+        if target.child is None:
+            return
+        factor = 1000.0 * target.scale  # upstream's timer is in milliseconds
+        values = [s * factor for s in seconds]
+        if target.kind == "histogram":
+            observe_many(target.child, values)
+        else:
+            for value in values:
+                target.child.observe(value)
+        self._touch(target)
+
+    # --- the collector ----------------------------------------------------------------
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> list[Any]:
+        """The mapped metrics, one family per name whatever its label sets."""
+        self._expire()
+        families: dict[str, Any] = {}
+        for metric in list(self._metrics.values()):
+            for family in metric.collect():
+                merged = families.get(family.name)
+                if merged is None:
+                    families[family.name] = family
+                else:
+                    merged.samples.extend(family.samples)
+        return list(families.values())
+
+    # --- where a stat goes ------------------------------------------------------------
+
+    def _target(self, name: str, kind: str) -> _Target:
+        target = self._targets.get((name, kind))
+        if target is None:
+            with self._lock:
+                if len(self._targets) >= _CACHE:
+                    self._targets.clear()
+                target = self._targets[(name, kind)] = self._resolve(name, kind)
+        return target
+
+    def _resolve(self, name: str, kind: str) -> _Target:
+        mapped = self.mapping.find(name, kind)
+        rule = mapped.rule
+        if rule is not None and rule.action == "drop":
+            return _Target(None, "dropped", 1.0, kind, None, 0.0)
+        if kind == "counter":
+            metric_kind = "counter"
+        else:
+            metric_kind = rule.observer_type if rule is not None else self.mapping.observer_type
+        scale = 1.0 if rule is None or rule.scale is None else rule.scale
+        ttl = rule.ttl if rule is not None else self.mapping.ttl
+        result = "unmapped" if rule is None else "mapped"
+        label_names = tuple(label for label, _ in mapped.labels)
+        values = tuple(value for _, value in mapped.labels)
+        if not mapped.name:
+            return self._refused(name, "error", "the mapping gives it an empty name", kind)
+        taken = self._kinds.get(mapped.name)
+        if taken is not None and taken != metric_kind:
+            return self._refused(name, "conflict", f"{mapped.name} is a {taken}", kind)
+        metric = self._metrics.get((mapped.name, label_names))
+        if metric is None:
+            try:
+                metric = self._make(mapped.name, metric_kind, label_names, rule)
+            except ValueError as exc:
+                return self._refused(name, "error", str(exc), kind)
+            self._metrics[(mapped.name, label_names)] = metric
+            self._kinds[mapped.name] = metric_kind
+        child = metric.labels(*values) if label_names else metric
+        series = (metric, values) if ttl > 0 else None
+        return _Target(child, result, scale, metric_kind, series, ttl)
+
+    def _make(self, name: str, kind: str, labels: tuple[str, ...], rule: Any) -> Any:
+        text = (rule.help if rule is not None else "") or _HELP
+        if kind == "counter":
+            return Counter(name, text, labels, registry=None)
+        if kind == "histogram":
+            buckets = rule.buckets if rule is not None else self.mapping.buckets
+            return Histogram(name, text, labels, registry=None, buckets=buckets)
+        return Summary(name, text, labels, registry=None)
+
+    def _refused(self, name: str, result: str, why: str, kind: str) -> _Target:
+        self._lines.log(
+            log,
+            logging.WARNING,
+            f"{result}:{name}",
+            "--metrics-mapping: stat %s dropped (%s)",
+            name,
+            why,
+        )
+        return _Target(None, result, 1.0, kind, None, 0.0)
+
+    # --- ttl --------------------------------------------------------------------------
+
+    def _touch(self, target: _Target) -> None:
+        if target.series is not None:
+            self._touched[target.series] = (self._clock.now(), target.ttl)
+
+    def _expire(self) -> None:
+        if not self._touched:
+            return
+        now = self._clock.now()
+        stale = [series for series, (at, ttl) in self._touched.items() if now - at >= ttl]
+        if not stale:
+            return
+        with self._lock:
+            for metric, values in stale:
+                del self._touched[(metric, values)]
+                if values:
+                    metric.remove(*values)
+                else:
+                    key = next(key for key, held in self._metrics.items() if held is metric)
+                    del self._metrics[key]
+                    if not any(name == key[0] for name, _ in self._metrics):
+                        self._kinds.pop(key[0], None)
+            self._targets.clear()  # the cached children of removed series are gone
+
+    def __repr__(self) -> str:
+        return f"MappedMetrics({self.mapping!r})"
