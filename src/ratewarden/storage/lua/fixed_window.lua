@@ -1,35 +1,88 @@
 -- fixed_window.lua: a counter per epoch-aligned window, every layer all or nothing.
--- Mirrors ratewarden.algorithms.fixed_window.check, composed by the prelude's layered().
+-- Mirrors ratewarden.algorithms.fixed_window.check, and the prelude's layered() around it:
+-- the same arguments, the same all-or-nothing rule and the same reply, word for word.
 -- KEYS[i]   "window_index count": count admitted in window floor(now / period)
 -- ARGV[3..] per layer: limit, period_us
 -- Reply     see _prelude.lua
+--
+-- It is written out rather than composed by layered(): the Envoy service's rules are fixed
+-- windows, and every Redis call it makes runs this script. Without a table per layer for its
+-- params, its state, its outcome and its new state, or a closure call per step, redis-server
+-- spends about an eighth less CPU on a call of three descriptors (docs/performance-serve.md).
 
-local function check(p, state, now, cost)
-  local limit, period = p[1], p[2]
-  local window = idiv(now, period)
-  local count = 0
-  if state and state[1] == window then
-    count = state[2]
-  end
-  local to_end = period - (now - window * period)
-  if count + cost > limit then
-    local retry = to_end
-    if cost > limit then
-      retry = NEVER
+local now = now_us()
+local n = #KEYS
+local limits, periods, costs = {}, {}, {}
+if ARGV[2] == 'all' then
+  local at, layer = 4, 0
+  for _ = 1, tonumber(ARGV[3]) do
+    local cost, count = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+    at = at + 2
+    for _ = 1, count do
+      layer = layer + 1
+      limits[layer], periods[layer], costs[layer] = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), cost
+      at = at + 2
     end
-    local reset = 0
+  end
+  if layer ~= n or at ~= #ARGV + 1 then
+    return redis.error_reply('ERR ratewarden: ' .. layer .. ' layers in ARGV for ' .. n .. ' KEYS')
+  end
+else
+  local cost = tonumber(ARGV[2])
+  for i = 1, n do
+    limits[i], periods[i], costs[i] = tonumber(ARGV[1 + 2 * i]), tonumber(ARGV[2 + 2 * i]), cost
+  end
+end
+
+-- Check every layer: the count in the current window (0 for a state from another window)
+local windows, counts = {}, {}
+local all = 1
+for i = 1, n do
+  local window = idiv(now, periods[i])
+  local count = 0
+  local raw = redis.call('GET', KEYS[i])
+  if raw then
+    local sep = string.find(raw, ' ', 1, true)
+    if sep and tonumber(string.sub(raw, 1, sep - 1)) == window then
+      count = tonumber(string.sub(raw, sep + 1))
+    end
+  end
+  windows[i], counts[i] = window, count
+  if count + costs[i] > limits[i] then
+    all = 0
+  end
+end
+
+-- Commit all or nothing. A layer that allows while another denies answers as checked with
+-- cost 0: the state it keeps.
+local reply = {now, all}
+local at = 2
+for i = 1, n do
+  local limit, period, cost, count = limits[i], periods[i], costs[i], counts[i]
+  local to_end = period - (now - windows[i] * period)
+  local allowed, remaining, reset, retry = 1, limit - count, 0, 0
+  if all == 1 then
+    local total = count + cost
+    remaining = limit - total
+    if total > 0 then
+      reset = to_end
+    end
+    if cost > 0 then
+      redis.call('SET', KEYS[i], string.format('%.0f %.0f', windows[i], total), 'PX', ttl_ms(reset))
+    end
+  else
     if count > 0 then
       reset = to_end
     end
-    return {0, limit - count, reset, retry, 0, to_end}, state, 0
+    if count + cost > limit then
+      allowed, retry = 0, to_end
+      if cost > limit then
+        retry = NEVER
+      end
+    end
   end
-  local total = count + cost
-  local reset = 0
-  if total > 0 then
-    reset = to_end
-  end
-  -- the effective window is the window's end: the next one starts from 0
-  return {1, limit - total, reset, 0, 0, to_end}, {window, total}, reset
+  reply[at + 1], reply[at + 2], reply[at + 3] = allowed, remaining, reset
+  reply[at + 4], reply[at + 5], reply[at + 6] = retry, 0, to_end
+  at = at + 6
 end
-
-return layered(state_read, check, state_write, 2)
+return reply
