@@ -173,6 +173,33 @@ local function bucket_step(p, used, last, now, cost, shaper)
   return {1, idiv(free, d), reset, 0, delay, refill}, used, since, reset
 end
 
+-- The layers in ARGV (the layout is layered()'s, below): take(i, at, cost) is called for
+-- layer i, whose params start at ARGV[at], with its decision's cost. Returns an error reply
+-- when ARGV's layers do not match KEYS, else nil.
+local function layer_args(width, take)
+  if ARGV[2] ~= 'all' then
+    local cost = tonumber(ARGV[2])
+    for i = 1, #KEYS do
+      take(i, 3 + (i - 1) * width, cost)
+    end
+    return nil
+  end
+  local at, layer = 4, 0
+  for _ = 1, tonumber(ARGV[3]) do
+    local cost, count = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+    at = at + 2
+    for _ = 1, count do
+      layer = layer + 1
+      take(layer, at, cost)
+      at = at + width
+    end
+  end
+  if layer ~= #KEYS or at ~= #ARGV + 1 then
+    return redis.error_reply('ERR ratewarden: ' .. layer .. ' layers in ARGV for ' .. #KEYS .. ' KEYS')
+  end
+  return nil
+end
+
 -- The layering loop of ratewarden.algorithms._base.layered_each: check every layer,
 -- commit all or nothing; when any denies, re-check the allowing layers with
 -- cost 0 so their reply shows the state actually kept.
@@ -188,33 +215,15 @@ local function layered(read, check, write, width)
   local now = now_us()
   local n = #KEYS
   local params, costs = {}, {}
-  if ARGV[2] == 'all' then
-    local at, layer = 4, 0
-    for _ = 1, tonumber(ARGV[3]) do
-      local cost, count = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
-      at = at + 2
-      for _ = 1, count do
-        layer = layer + 1
-        local p = {}
-        for j = 1, width do
-          p[j] = tonumber(ARGV[at + j - 1])
-        end
-        at = at + width
-        params[layer], costs[layer] = p, cost
-      end
+  local bad = layer_args(width, function(i, at, cost)
+    local p = {}
+    for j = 1, width do
+      p[j] = tonumber(ARGV[at + j - 1])
     end
-    if layer ~= n or at ~= #ARGV + 1 then
-      return redis.error_reply('ERR ratewarden: ' .. layer .. ' layers in ARGV for ' .. n .. ' KEYS')
-    end
-  else
-    local cost = tonumber(ARGV[2])
-    for i = 1, n do
-      local p = {}
-      for j = 1, width do
-        p[j] = tonumber(ARGV[2 + (i - 1) * width + j])
-      end
-      params[i], costs[i] = p, cost
-    end
+    params[i], costs[i] = p, cost
+  end)
+  if bad then
+    return bad
   end
   local states, outcomes, news, ttls = {}, {}, {}, {}
   local all = true

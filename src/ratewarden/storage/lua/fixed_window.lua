@@ -13,25 +13,11 @@
 local now = now_us()
 local n = #KEYS
 local limits, periods, costs = {}, {}, {}
-if ARGV[2] == 'all' then
-  local at, layer = 4, 0
-  for _ = 1, tonumber(ARGV[3]) do
-    local cost, count = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
-    at = at + 2
-    for _ = 1, count do
-      layer = layer + 1
-      limits[layer], periods[layer], costs[layer] = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), cost
-      at = at + 2
-    end
-  end
-  if layer ~= n or at ~= #ARGV + 1 then
-    return redis.error_reply('ERR ratewarden: ' .. layer .. ' layers in ARGV for ' .. n .. ' KEYS')
-  end
-else
-  local cost = tonumber(ARGV[2])
-  for i = 1, n do
-    limits[i], periods[i], costs[i] = tonumber(ARGV[1 + 2 * i]), tonumber(ARGV[2 + 2 * i]), cost
-  end
+local bad = layer_args(2, function(i, at, cost)
+  limits[i], periods[i], costs[i] = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), cost
+end)
+if bad then
+  return bad
 end
 
 -- Check every layer: the count in the current window (0 for a state from another window)
