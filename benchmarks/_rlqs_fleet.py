@@ -39,10 +39,11 @@ from benchmarks._serve_stack import (
     HOST,
     _address,
     _cluster,
-    _http_ok,
     _listening,
     envoy_binary,
+    envoy_process,
     free_port,
+    free_ports,
     http_listener,
     process,
     redis_server,
@@ -176,14 +177,18 @@ def run_one(plan: Plan, count: int) -> Run:
         ))  # fmt: skip
         ports = []
         for i in range(ENVOYS):
-            port, admin = free_port(), free_port()
-            text = bootstrap(port, backend, replicas[i % count].grpc_port, admin)
-            (workdir / f"envoy{i}.yaml").write_text(text)
-            args = [binary, "-c", str(workdir / f"envoy{i}.yaml"), "--log-level", "error",
-                    "--concurrency", "1", "--base-id", str(100 + i)]  # fmt: skip
-            ready = f"http://{HOST}:{admin}/ready"
-            stack.enter_context(process(args, f"envoy{i}", workdir, lambda r=ready: _http_ok(r)))
-            ports.append(port)
+            chosen = [0]
+
+            def configure(
+                rlqs: int = replicas[i % count].grpc_port, chosen: list[int] = chosen
+            ) -> tuple[str, int]:
+                chosen[0], admin = free_ports(2)
+                return bootstrap(chosen[0], backend, rlqs, admin), admin
+
+            args = [binary, "--log-level", "error", "--concurrency", "1",
+                    "--base-id", str(100 + i)]  # fmt: skip
+            envoy_process(stack, workdir, f"envoy{i}", args, configure)
+            ports.append(chosen[0])
         found.answers = [[] for _ in range(ENVOYS)]
         errors = [0]
         start = time.monotonic() + 0.2

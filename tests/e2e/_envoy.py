@@ -87,7 +87,11 @@ class Envoy:
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
-        self._wait_ready()
+        try:
+            self._wait_ready()
+        except RuntimeError:
+            self.stop()
+            raise
 
     def _wait_ready(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -141,13 +145,25 @@ class Envoy:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+#: Starts of one Envoy before giving up when a port it was given was taken meanwhile.
+STARTS = 3
+
+
 @contextmanager
 def envoy_on(bootstrap: Template, **names: object) -> Iterator[Envoy]:
     """Envoy from ``bootstrap`` filled with ``names`` and free ``listener`` and ``admin``
     ports, ready for the block and stopped after it."""
-    listener, admin = free_ports(2)
-    filled = bootstrap.substitute(listener=listener, admin=admin, **names)
-    envoy = Envoy(filled, port=listener, admin=admin)
+    for attempt in range(1, STARTS + 1):
+        listener, admin = free_ports(2)
+        filled = bootstrap.substitute(listener=listener, admin=admin, **names)
+        try:
+            envoy = Envoy(filled, port=listener, admin=admin)
+            break
+        except RuntimeError as exc:
+            # A port free when chosen may be taken (by any process's outgoing connection)
+            # before Envoy binds it: start again on fresh ports.
+            if attempt == STARTS or "Address already in use" not in str(exc):
+                raise
     try:
         yield envoy
     finally:
