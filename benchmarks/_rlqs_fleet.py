@@ -41,9 +41,8 @@ from benchmarks._serve_stack import (
     _cluster,
     _listening,
     envoy_binary,
-    envoy_process,
+    envoy_listening,
     free_port,
-    free_ports,
     http_listener,
     process,
     redis_server,
@@ -177,18 +176,17 @@ def run_one(plan: Plan, count: int) -> Run:
         ))  # fmt: skip
         ports = []
         for i in range(ENVOYS):
-            chosen = [0]
-
-            def configure(
-                rlqs: int = replicas[i % count].grpc_port, chosen: list[int] = chosen
-            ) -> tuple[str, int]:
-                chosen[0], admin = free_ports(2)
-                return bootstrap(chosen[0], backend, rlqs, admin), admin
-
             args = [binary, "--log-level", "error", "--concurrency", "1",
                     "--base-id", str(100 + i)]  # fmt: skip
-            envoy_process(stack, workdir, f"envoy{i}", args, configure)
-            ports.append(chosen[0])
+            rlqs = replicas[i % count].grpc_port
+
+            def make(chosen: dict[str, int], admin: int, rlqs: int = rlqs) -> str:
+                return bootstrap(chosen["listener"], backend, rlqs, admin)
+
+            _, listeners, _ = envoy_listening(
+                stack, workdir, ("listener",), args, make, name=f"envoy{i}"
+            )
+            ports.append(listeners["listener"])
         found.answers = [[] for _ in range(ENVOYS)]
         errors = [0]
         start = time.monotonic() + 0.2

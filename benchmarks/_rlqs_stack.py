@@ -34,7 +34,7 @@ from benchmarks._serve_stack import (
     _http_ok,
     _listening,
     envoy_binary,
-    envoy_process,
+    envoy_listening,
     free_port,
     free_ports,
     http_listener,
@@ -242,16 +242,12 @@ def envoy(stack: ExitStack, workdir: Path, rls: Service, rlqs: Service) -> Proxy
             lambda: _listening(port),
         )
     )
-    listeners: dict[str, int] = {}
-    admin = 0
-
-    def configure() -> tuple[str, int]:
-        nonlocal admin
-        *ports, admin = free_ports(len(VARIANTS) + 1)
-        listeners.clear()
-        listeners.update(zip(VARIANTS, ports, strict=True))
-        return bootstrap(listeners, port, rls.grpc_port, rlqs.grpc_port, admin), admin
-
     args = [binary, "--log-level", "error", "--disable-hot-restart", "--concurrency", "1"]
-    proc = envoy_process(stack, workdir, "envoy", args, configure)
+    proc, listeners, admin = envoy_listening(
+        stack,
+        workdir,
+        VARIANTS,
+        args,
+        lambda chosen, admin: bootstrap(chosen, port, rls.grpc_port, rlqs.grpc_port, admin),
+    )
     return Proxy(proc.pid, admin, listeners, upstream.pid)

@@ -17,7 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +79,31 @@ def envoy_process(
             if attempt == ENVOY_STARTS or "Address already in use" not in str(exc):
                 raise
     raise AssertionError("unreachable")
+
+
+def envoy_listening(
+    stack: ExitStack,
+    workdir: Path,
+    names: Sequence[str],
+    args: list[str],
+    make: Callable[[dict[str, int], int], str],
+    name: str = "envoy",
+) -> tuple[subprocess.Popen[bytes], dict[str, int], int]:
+    """``envoy_process`` with a listener per name of ``names`` and an admin port, fresh ones at
+    each start; ``make(listeners, admin)`` writes the bootstrap. Returns Envoy, its listeners'
+    ports by name and its admin port."""
+    listeners: dict[str, int] = {}
+    admin = 0
+
+    def configure() -> tuple[str, int]:
+        nonlocal admin
+        *ports, admin = free_ports(len(names) + 1)
+        listeners.clear()
+        listeners.update(zip(names, ports, strict=True))
+        return make(listeners, admin), admin
+
+    proc = envoy_process(stack, workdir, name, args, configure)
+    return proc, listeners, admin
 
 
 def _wait(ready: Any, process: subprocess.Popen[bytes], what: str, log: Path) -> None:
@@ -380,17 +405,12 @@ def envoy(stack: ExitStack, workdir: Path, services: dict[str, int]) -> EnvoySta
             lambda: _listening(port),
         )
     )
-    names = ("off", *services)
-    listeners: dict[str, int] = {}
-    admin = 0
-
-    def configure() -> tuple[str, int]:
-        nonlocal admin
-        *ports, admin = free_ports(len(names) + 1)
-        listeners.clear()
-        listeners.update(zip(names, ports, strict=True))
-        return envoy_bootstrap(listeners, port, services, admin), admin
-
     args = [binary, "--log-level", "warn", "--disable-hot-restart", "--concurrency", "1"]
-    proc = envoy_process(stack, workdir, "envoy", args, configure)
+    proc, listeners, admin = envoy_listening(
+        stack,
+        workdir,
+        ("off", *services),
+        args,
+        lambda chosen, admin: envoy_bootstrap(chosen, port, services, admin),
+    )
     return EnvoyStack(proc.pid, admin, listeners, upstream.pid)
