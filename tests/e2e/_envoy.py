@@ -16,7 +16,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -149,21 +149,30 @@ class Envoy:
 STARTS = 3
 
 
+def start_envoy(fill: Callable[[int, int], str]) -> Envoy:
+    """Envoy from the bootstrap ``fill(listener, admin)`` writes for free ports, ready.
+
+    A port free when chosen may be taken (by any process's outgoing connection) before
+    Envoy binds it: Envoy then starts again on fresh ports, up to ``STARTS`` times; any
+    other failure is raised at once.
+    """
+    for attempt in range(1, STARTS + 1):
+        listener, admin = free_ports(2)
+        try:
+            return Envoy(fill(listener, admin), port=listener, admin=admin)
+        except RuntimeError as exc:
+            if attempt == STARTS or "Address already in use" not in str(exc):
+                raise
+    raise AssertionError("unreachable: the last start returns or raises")
+
+
 @contextmanager
 def envoy_on(bootstrap: Template, **names: object) -> Iterator[Envoy]:
     """Envoy from ``bootstrap`` filled with ``names`` and free ``listener`` and ``admin``
     ports, ready for the block and stopped after it."""
-    for attempt in range(1, STARTS + 1):
-        listener, admin = free_ports(2)
-        filled = bootstrap.substitute(listener=listener, admin=admin, **names)
-        try:
-            envoy = Envoy(filled, port=listener, admin=admin)
-            break
-        except RuntimeError as exc:
-            # A port free when chosen may be taken (by any process's outgoing connection)
-            # before Envoy binds it: start again on fresh ports.
-            if attempt == STARTS or "Address already in use" not in str(exc):
-                raise
+    envoy = start_envoy(
+        lambda listener, admin: bootstrap.substitute(listener=listener, admin=admin, **names)
+    )
     try:
         yield envoy
     finally:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e._envoy import BOOTSTRAP, ENVOY, SKIP_REASON, Backend, Envoy, free_ports
+from tests.e2e._envoy import BOOTSTRAP, ENVOY, SKIP_REASON, Backend, Envoy, start_envoy
 from tests.server_transport._process import ServeProcess
 
 #: Envoy's rate limit call timeout in these tests. Envoy's default is 20 ms; on a shared
@@ -61,9 +61,8 @@ def start_stack(
     envoy = None
     try:
         ratewarden.wait_serving()
-        listener, admin = free_ports(2)
-        envoy = Envoy(
-            BOOTSTRAP.substitute(
+        envoy = start_envoy(
+            lambda listener, admin: BOOTSTRAP.substitute(
                 listener=listener,
                 admin=admin,
                 backend=backend.port,
@@ -71,9 +70,7 @@ def start_stack(
                 domain=domain,
                 timeout=CALL_TIMEOUT,
                 failure_mode_deny=str(failure_mode_deny).lower(),
-            ),
-            port=listener,
-            admin=admin,
+            )
         )
         return Stack(envoy, ratewarden, backend)
     except BaseException:

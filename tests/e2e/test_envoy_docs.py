@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e._envoy import Backend, Envoy, free_ports
+from tests.e2e._envoy import Backend, Envoy, start_envoy
 from tests.server_transport._process import ServeProcess
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "envoy.md"
@@ -55,16 +55,20 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DocStack]:
     envoy = None
     try:
         ratewarden.wait_serving()
-        listener, admin = free_ports(2)
-        actual = {
-            "listener": listener,
-            "backend": backend.port,
-            "ratewarden": ratewarden.grpc_port,
-            "admin": admin,
-        }
-        for name, port in DOC_PORTS.items():
-            bootstrap = bootstrap.replace(f"port_value: {port}}}", f"port_value: {actual[name]}}}")
-        envoy = Envoy(bootstrap, port=listener, admin=admin)
+
+        def fill(listener: int, admin: int) -> str:
+            actual = {
+                "listener": listener,
+                "backend": backend.port,
+                "ratewarden": ratewarden.grpc_port,
+                "admin": admin,
+            }
+            filled = bootstrap
+            for name, port in DOC_PORTS.items():
+                filled = filled.replace(f"port_value: {port}}}", f"port_value: {actual[name]}}}")
+            return filled
+
+        envoy = start_envoy(fill)
         yield DocStack(envoy, ratewarden, backend)
     finally:
         if envoy is not None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e._envoy import RLQS_BOOTSTRAP, Backend, Envoy, envoy_on, free_ports
+from tests.e2e._envoy import RLQS_BOOTSTRAP, Backend, Envoy, envoy_on, start_envoy
 from tests.e2e._rlqs import RLQS_FLAGS, serving
 from tests.server_transport._process import ServeProcess
 
@@ -304,12 +304,16 @@ def test_the_example_runs_as_written_with_the_example_rules(
     server = ServeProcess(ROOT / "examples" / "ratelimit.yaml", "--rlqs")
     try:
         server.wait_serving()
-        listener, admin = free_ports(2)
-        actual = {"listener": listener, "backend": backend.port}
-        actual |= {"ratewarden": server.grpc_port, "admin": admin}
-        for port, name in ports.items():
-            bootstrap = bootstrap.replace(f"port_value: {port}", f"port_value: {actual[name]}")
-        proxy = Envoy(bootstrap, port=listener, admin=admin)
+
+        def fill(listener: int, admin: int) -> str:
+            actual = {"listener": listener, "backend": backend.port}
+            actual |= {"ratewarden": server.grpc_port, "admin": admin}
+            filled = bootstrap
+            for port, name in ports.items():
+                filled = filled.replace(f"port_value: {port}", f"port_value: {actual[name]}")
+            return filled
+
+        proxy = start_envoy(fill)
         try:
             statuses = []
             deadline = time.monotonic() + DEADLINE
