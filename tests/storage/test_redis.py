@@ -112,6 +112,23 @@ def test_with_an_injected_clock_every_key_lives_at_least_a_day(
         assert INJECTED_TTL_FLOOR_MS - 10_000 < client.pttl(key) <= INJECTED_TTL_FLOOR_MS
 
 
+def test_a_fixed_window_key_keeps_its_ttl_until_the_next_window(client: Client) -> None:
+    """A hit in the window the key already counts leaves its TTL alone (the window's end has
+    not moved, so fixed_window.lua writes it with KEEPTTL); the first hit of the next window
+    sets a new one."""
+    clock = ManualClock()
+    store = RedisStore(client, clock=clock, timeout=STORE_TIMEOUT)
+    rate = Rate.parse("5/minute")
+    assert store.hit("fixed_window", "kept", rate).remaining == 4
+    (key,) = all_keys(client)
+    client.pexpire(key, 5_000_000)
+    assert store.hit("fixed_window", "kept", rate).remaining == 3
+    assert 4_990_000 < client.pttl(key) <= 5_000_000
+    clock.advance(60)
+    assert store.hit("fixed_window", "kept", rate).remaining == 4
+    assert INJECTED_TTL_FLOOR_MS - 10_000 < client.pttl(key) <= INJECTED_TTL_FLOOR_MS
+
+
 BURSTY = ("gcra", "token_bucket", "leaky_bucket")
 
 
