@@ -112,20 +112,35 @@ def test_with_an_injected_clock_every_key_lives_at_least_a_day(
         assert INJECTED_TTL_FLOOR_MS - 10_000 < client.pttl(key) <= INJECTED_TTL_FLOOR_MS
 
 
-def test_a_fixed_window_key_keeps_its_ttl_until_the_next_window(client: Client) -> None:
-    """A hit in the window the key already counts leaves its TTL alone (the window's end has
-    not moved, so fixed_window.lua writes it with KEEPTTL); the first hit of the next window
-    sets a new one."""
-    clock = ManualClock()
-    store = RedisStore(client, clock=clock, timeout=STORE_TIMEOUT)
+def test_on_redis_time_a_fixed_window_key_keeps_its_ttl_until_the_next_window(
+    client: Client,
+) -> None:
+    """On Redis TIME a hit in the window the key already counts leaves its TTL alone (the
+    window's end has not moved, so fixed_window.lua writes it with KEEPTTL); a hit that finds
+    another window's count sets a new one."""
+    store = RedisStore(client, timeout=STORE_TIMEOUT)
+    hourly = Rate.parse("5/hour")
+    assert store.hit("fixed_window", "kept", hourly).remaining == 4
+    (key,) = all_keys(client)
+    client.pexpire(key, 5_000_000)  # longer than any of the hour's windows lasts
+    assert store.hit("fixed_window", "kept", hourly).remaining == 3
+    assert 4_990_000 < client.pttl(key) <= 5_000_000
+    window, count = client.get(key).split()
+    client.set(key, f"{int(window) - 1} {int(count)}", px=5_000_000)  # the last window's count
+    assert store.hit("fixed_window", "kept", hourly).remaining == 4
+    assert 0 < client.pttl(key) <= 3_600_000
+
+
+def test_with_an_injected_clock_every_fixed_window_hit_sets_its_ttl_afresh(
+    client: Client,
+) -> None:
+    """An injected clock may run slower than Redis's: each write's TTL is the day's floor again."""
+    store = RedisStore(client, clock=ManualClock(), timeout=STORE_TIMEOUT)
     rate = Rate.parse("5/minute")
-    assert store.hit("fixed_window", "kept", rate).remaining == 4
+    assert store.hit("fixed_window", "afresh", rate).remaining == 4
     (key,) = all_keys(client)
     client.pexpire(key, 5_000_000)
-    assert store.hit("fixed_window", "kept", rate).remaining == 3
-    assert 4_990_000 < client.pttl(key) <= 5_000_000
-    clock.advance(60)
-    assert store.hit("fixed_window", "kept", rate).remaining == 4
+    assert store.hit("fixed_window", "afresh", rate).remaining == 3
     assert INJECTED_TTL_FLOOR_MS - 10_000 < client.pttl(key) <= INJECTED_TTL_FLOOR_MS
 
 
