@@ -29,8 +29,8 @@ if bad then
 end
 
 -- Check every layer: the count in the current window (0 for a state from another window)
-local windows, counts, current = {}, {}, {}
-local keep_ttl = ARGV[1] == ''
+local windows, counts, keep = {}, {}, {}
+local on_redis_time = ARGV[1] == ''
 local all = 1
 for i = 1, n do
   local window = idiv(now, periods[i])
@@ -40,7 +40,7 @@ for i = 1, n do
     local sep = string.find(raw, ' ', 1, true)
     if sep and tonumber(string.sub(raw, 1, sep - 1)) == window then
       count = tonumber(string.sub(raw, sep + 1))
-      current[i] = keep_ttl
+      keep[i] = on_redis_time -- this window's TTL is already set: rewrite with KEEPTTL
     end
   end
   windows[i], counts[i] = window, count
@@ -65,8 +65,7 @@ for i = 1, n do
     end
     if cost > 0 then
       local value = string.format('%.0f %.0f', windows[i], total)
-      if current[i] then
-        -- This window's state already expires at the window's end: keep that TTL.
+      if keep[i] then
         redis.call('SET', KEYS[i], value, 'KEEPTTL')
       else
         redis.call('SET', KEYS[i], value, 'PX', ttl_ms(reset))
