@@ -10,9 +10,10 @@
 -- params, its state, its outcome and its new state, or a closure call per step, redis-server
 -- spends about an eighth less CPU on a call of three descriptors (docs/performance-serve.md).
 --
--- On Redis TIME, a key that already holds this window's count is rewritten with KEEPTTL: its
--- TTL, set by the window's first hit, already ends with the window (to the millisecond when the
--- period is whole milliseconds), and Redis then neither drops nor re-adds the key's expiry:
+-- On Redis TIME, the window's first hit sets the key to expire at the window's end (PXAT, in
+-- Redis's milliseconds: a PX counted from the write would outlive the window by 1 ms when a
+-- millisecond ticks over between TIME and SET), and a key that already holds this window's
+-- count is rewritten with KEEPTTL. Redis then neither drops nor re-adds the key's expiry:
 -- redis-server's CPU on a call of three descriptors falls by about an eighth
 -- (docs/performance-serve.md). With an injected clock every write sets its TTL afresh, as the
 -- prelude's floor of a day counts from the last write (the injected clock may run slower than
@@ -67,6 +68,8 @@ for i = 1, n do
       local value = string.format('%.0f %.0f', windows[i], total)
       if keep[i] then
         redis.call('SET', KEYS[i], value, 'KEEPTTL')
+      elseif on_redis_time then
+        redis.call('SET', KEYS[i], value, 'PXAT', ceil_div(now + to_end, 1000))
       else
         redis.call('SET', KEYS[i], value, 'PX', ttl_ms(reset))
       end
