@@ -53,6 +53,7 @@ from ratewarden.server.rlqs.figures import introspection
 from ratewarden.server.service import AsyncRateLimitService
 from ratewarden.server.settings import Settings, redacted, store_scheme
 from ratewarden.server.stats import ServiceStats, multiprocess_dir
+from ratewarden.server.store_check import refuse_unusable, store_fault
 from ratewarden.server.tracing import tracing_of
 from ratewarden.server.xds import XdsSubscription, load_resources, source_of
 from ratewarden.storage import AsyncStore
@@ -188,6 +189,7 @@ class RateLimitServer:
         #: Called after each config swap (``ratewarden serve``: ``heap.refreeze``).
         self.config_applied: Callable[[], None] | None = None
         self._serving = False
+        self._fault: str | None = None  # why the store is not serving, when it is not
         self._tasks: list[asyncio.Task[None]] = []
 
     # --- what the transports call -------------------------------------------------
@@ -263,6 +265,7 @@ class RateLimitServer:
         once with ``--xds-force-start``.
         """
         s = self.settings
+        await refuse_unusable(self.store, PING_TIMEOUT_S)  # a Redis too old to run the scripts
         if self.xds is not None:
             self._tasks.append(await self.xds.start(wait=not s.xds_force_start))
         ports = await start_listeners(s, self.grpc, self.http, self.debug, self.prometheus)
@@ -332,18 +335,15 @@ class RateLimitServer:
 
         A ping that answers also closes an open circuit breaker: the store is back.
         """
-        try:
-            alive = bool(await asyncio.wait_for(self.store.ping(), PING_TIMEOUT_S))
-        except Exception:
-            alive = False
-        # --health-needs-rules (upstream's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED): an xDS
-        # update can leave no domain; files always hold one.
+        fault = await store_fault(self.store, PING_TIMEOUT_S)
+        alive = fault is None
+        # --health-needs-rules (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED): xDS may leave none.
         ruled = bool(self.config.domains) or not self.settings.health_needs_rules
         serving = alive and ruled
-        if serving != self._serving:
+        if (serving, fault) != (self._serving, self._fault):  # logged when either changes
             message = "store answers: serving"
-            if not alive:
-                message = "store does not answer: not serving"
+            if fault is not None:
+                message = f"{fault}: not serving"
             elif not ruled:
                 message = "no domain loaded (--health-needs-rules): not serving"
             log.log(
@@ -351,7 +351,7 @@ class RateLimitServer:
                 message,
                 extra={"event": "health", "serving": serving},
             )
-        self._serving = serving
+        self._serving, self._fault = serving, fault
         if alive and self.service.breaker is not None:
             self.service.breaker.recovered()  # the ping was a probe: no need to wait it out
         await self.grpc.set_serving(serving)

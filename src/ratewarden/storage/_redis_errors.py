@@ -16,6 +16,7 @@ import hiredis
 from redis import exceptions as rx
 
 from ratewarden.errors import StorageError, StorageUnavailableError
+from ratewarden.storage._redis_server import ServerTooOld
 
 __all__ = ["REDIS_ERRORS", "TRANSIENT_REPLIES", "raise_storage_error"]
 
@@ -65,6 +66,8 @@ def _unavailable(exc: BaseException) -> bool:
 
 def raise_storage_error(exc: BaseException, where: str, timeout: float) -> NoReturn:
     """Raise the ratewarden error for ``exc``, met while talking to ``where``."""
+    if isinstance(exc, ServerTooOld):  # it answers, but cannot run the scripts: not an outage
+        raise StorageError(str(exc)) from exc
     if isinstance(exc, TimeoutError | rx.TimeoutError):
         raise StorageUnavailableError(
             f"Redis at {where} did not answer within {timeout:g} s ({exc}); the decision "

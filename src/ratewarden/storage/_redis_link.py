@@ -29,6 +29,7 @@ from redis.connection import ConnectionPool
 
 from ratewarden.storage._redis_errors import REDIS_ERRORS
 from ratewarden.storage._redis_protocol import ConnectFailed, ConnectionFactory
+from ratewarden.storage._redis_server import HELLO, ServerTooOld, check_hello
 
 __all__ = ["DEFAULT_SPIN", "Link", "LinkPool", "connection_kwargs", "describe"]
 
@@ -231,6 +232,10 @@ class Link:
         conn = self._make()
         try:
             conn.connect()
+            _hello(conn, self.where)
+        except ServerTooOld:
+            conn.disconnect()
+            raise
         except REDIS_ERRORS as exc:
             conn.disconnect()
             raise ConnectFailed(f"cannot connect to {self.where}: {exc}") from exc
@@ -250,6 +255,18 @@ class Link:
         self._poll = _never_ready
         if conn is not None:
             conn.disconnect()
+
+
+def _hello(conn: Any, where: str) -> None:
+    """Ask a new connection's server what it is; ``ServerTooOld`` for a Redis that cannot
+    run the scripts (``_redis_server``). An error reply (``HELLO`` unknown, or refused by
+    an ACL) cannot tell, and passes."""
+    conn.send_command(*HELLO)
+    try:
+        reply = conn.read_response()
+    except rx.ResponseError:
+        return
+    check_hello(reply, where)
 
 
 def _never_ready(timeout: float) -> list[Any]:

@@ -44,6 +44,7 @@ from redis import exceptions as rx
 
 from ratewarden.storage._redis_errors import REDIS_ERRORS
 from ratewarden.storage._redis_protocol import ConnectFailed, ConnectionFactory
+from ratewarden.storage._redis_server import HELLO, ServerTooOld, check_hello
 
 __all__ = ["BATCH", "Pipe"]
 
@@ -54,6 +55,16 @@ __all__ = ["BATCH", "Pipe"]
 #: alternations on 2 CPUs) did 8,976-10,584 calls/s at 8 against 7,434-8,566 at 16: a
 #: batch of 16 calls is then one write, and Redis waits for the loop to plan all of it.
 BATCH = 8
+
+
+async def _hello(conn: Any, where: str) -> None:
+    """``_redis_link._hello`` on an asyncio connection, before the pipe takes its stream."""
+    await conn.send_command(*HELLO)
+    try:
+        reply = await conn.read_response()
+    except rx.ResponseError:
+        return
+    check_hello(reply, where)
 
 
 class Pipe(asyncio.Protocol):
@@ -193,6 +204,11 @@ class Pipe(asyncio.Protocol):
             writer = conn._writer  # private, but stable since redis-py 4.2
             if writer is None:
                 raise rx.ConnectionError(f"{self.where}: connected without a stream")
+            await _hello(conn, self.where)
+        except ServerTooOld as exc:
+            await conn.disconnect(nowait=True)
+            self._fail_queued(exc)
+            return
         except REDIS_ERRORS as exc:
             await conn.disconnect(nowait=True)
             self._fail_queued(ConnectFailed(f"cannot connect to {self.where}: {exc}"))

@@ -53,6 +53,7 @@ from ratewarden.storage._redis_async import AsyncCluster, AsyncRouter, AsyncStan
 from ratewarden.storage._redis_clients import async_client, sync_client
 from ratewarden.storage._redis_errors import REDIS_ERRORS, raise_storage_error
 from ratewarden.storage._redis_link import DEFAULT_SPIN
+from ratewarden.storage._redis_server import ServerTooOld
 from ratewarden.storage._redis_store import (
     DEFAULT_TIMEOUT,
     Call,
@@ -167,9 +168,13 @@ class RedisStore(RedisBase):
         return self._run(self._apply_call(op))
 
     def ping(self) -> bool:
-        """True when the server (every Cluster primary) answers within the timeout."""
+        """True when the server (every Cluster primary) answers within the timeout, False
+        when one does not. Raises ``StorageError`` when one answers but cannot run
+        ratewarden's scripts (a Redis older than 6.2)."""
         try:
             self._router.ping()
+        except ServerTooOld as exc:
+            raise_storage_error(exc, self._router.where, self.timeout)
         except REDIS_ERRORS:
             return False
         return True
@@ -249,6 +254,8 @@ class AsyncRedisStore(RedisBase):
         """See ``RedisStore.ping``."""
         try:
             await self._router.ping()
+        except ServerTooOld as exc:
+            raise_storage_error(exc, self._router.where, self.timeout)
         except REDIS_ERRORS:
             return False
         return True

@@ -1,0 +1,46 @@
+"""Whether ``ratewarden serve``'s store can decide: asked at start and by the health loop.
+
+A store that does not answer (down, too slow) is a passing state: the service reports
+NOT_SERVING until it answers. A store that answers but cannot run ratewarden (a Redis
+older than 6.2: ``storage/_redis_server.py``) will not get better by waiting, so
+``ratewarden serve`` refuses to start on it, and the health loop says why it is not
+serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+from ratewarden.errors import ConfigurationError, StorageError, StorageUnavailableError
+
+__all__ = ["refuse_unusable", "store_fault"]
+
+#: Why a store is not serving when its ping fails or times out.
+NO_ANSWER = "store does not answer"
+
+
+class Pinged(Protocol):
+    """What is asked of the store here (every ``AsyncStore`` has it)."""
+
+    async def ping(self) -> bool: ...
+
+
+async def store_fault(store: Pinged, timeout: float) -> str | None:
+    """None when ``store`` answers a ping within ``timeout`` seconds, else why not."""
+    try:
+        alive = await asyncio.wait_for(store.ping(), timeout)
+    except StorageUnavailableError:
+        return NO_ANSWER
+    except StorageError as exc:  # it answers, but cannot run ratewarden
+        return str(exc)
+    except Exception:  # a timeout, or an error the store's own boundary missed
+        return NO_ANSWER
+    return None if alive else NO_ANSWER
+
+
+async def refuse_unusable(store: Pinged, timeout: float) -> None:
+    """Raise ``ConfigurationError`` when ``store`` answers but cannot run ratewarden."""
+    fault = await store_fault(store, timeout)
+    if fault is not None and fault != NO_ANSWER:
+        raise ConfigurationError(f"the store cannot be used: {fault}")
