@@ -271,3 +271,19 @@ async def test_a_server_found_too_old_later_makes_serve_not_serving_and_says_why
     messages = [record.getMessage() for record in caplog.records]
     # Logged when the reason changes, not only when serving does.
     assert any("need Redis 99.0 or later" in m and m.endswith(": not serving") for m in messages)
+
+
+@pytest.mark.redis
+def test_the_command_line_exits_2_with_one_line_naming_the_server_and_versions(
+    raised: None, tmp_path: Path, redis_server: RedisServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ratewarden.cli import main
+
+    (tmp_path / "rules.yaml").write_text(RULES)
+    url = f"redis://127.0.0.1:{redis_server.port}/0"
+    argv = ["serve", "--config", str(tmp_path / "rules.yaml"), "--store", url]
+    assert main([*argv, "--grpc-port", "0", "--http-port", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith("ratewarden serve: error: the store cannot be used: 127.0.0.1:")
+    assert "runs Redis 7." in err[0] and "need Redis 99.0 or later" in err[0]
