@@ -23,10 +23,14 @@ them: ``mapped``, ``unmapped``, ``dropped``, ``conflict`` or ``error`` (a name P
 refuses: a label called ``le`` on a histogram, say), as statsd_exporter's
 ``statsd_exporter_events_*`` count them.
 
+A summary reports its quantiles (the mapping's ``quantiles``, else 0.5, 0.9 and 0.99) of
+the values of the last ``max_age`` (``quantiles.AgedQuantiles``), beside its count and sum.
+
 The metrics are not registered one by one: this is the registry's collector for all of
 them. With ``--workers`` above 1 their values go to the shared multiprocess files like
 every other metric, and whichever worker answers adds them up; ``ttl`` is not applied
-there (the files keep every series).
+there (the files keep every series), and summaries have their count and sum only (the
+files have no place for a window of values).
 """
 
 from __future__ import annotations
@@ -37,12 +41,14 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, Summary
+from prometheus_client.samples import Sample
 
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.histograms import observe_many
 from ratewarden.metrics import LogRateLimiter
+from ratewarden.server.quantiles import AgedQuantiles
 from ratewarden.server.statsd import SERVER, StatsEvents
-from ratewarden.server.statsd_mapping import StatsdMapping
+from ratewarden.server.statsd_mapping import StatsdMapping, SummaryOptions
 
 __all__ = ["RESULTS", "MappedMetrics"]
 
@@ -116,8 +122,7 @@ class MappedMetrics(StatsEvents):
         if target.kind == "histogram":
             observe_many(target.child, values)
         else:
-            for value in values:
-                target.child.observe(value)
+            target.child.observe_many(values)
         self._touch(target)
 
     # --- the collector ----------------------------------------------------------------
@@ -187,7 +192,8 @@ class MappedMetrics(StatsEvents):
         if kind == "histogram":
             buckets = rule.buckets if rule is not None else self.mapping.buckets
             return Histogram(name, text, labels, registry=None, buckets=buckets)
-        return Summary(name, text, labels, registry=None)
+        options = rule.summary if rule is not None else self.mapping.summary
+        return _Summary(name, text, labels, options, self._clock)
 
     def _refused(self, name: str, result: str, why: str, kind: str) -> _Target:
         self._lines.log(
@@ -227,3 +233,82 @@ class MappedMetrics(StatsEvents):
 
     def __repr__(self) -> str:
         return f"MappedMetrics({self.mapping!r})"
+
+
+class _Summary:
+    """A summary with its quantiles: prometheus_client's ``Summary`` keeps the count and
+    the sum (in the multiprocess files too), and an ``AgedQuantiles`` per series the
+    quantiles, added to the family when it is collected (one process only)."""
+
+    def __init__(
+        self,
+        name: str,
+        text: str,
+        labels: tuple[str, ...],
+        options: SummaryOptions,
+        clock: Clock,
+    ) -> None:
+        self._inner = Summary(name, text, labels, registry=None)
+        self._label_names = labels
+        self._options = options
+        self._clock = clock
+        self._windows: dict[tuple[str, ...], AgedQuantiles] = {}
+        self._lock = threading.Lock()
+
+    def labels(self, *values: str) -> _SummaryChild:
+        return _SummaryChild(self, self._inner.labels(*values), values)
+
+    def observe_many(self, values: Sequence[float]) -> None:  # a summary without labels
+        self.observed(self._inner, (), values)
+
+    def observed(self, child: Any, key: tuple[str, ...], values: Sequence[float]) -> None:
+        for value in values:
+            child.observe(value)
+        with self._lock:
+            window = self._windows.get(key)
+            if window is None:
+                options = self._options
+                window = AgedQuantiles(self._clock, options.max_age, options.age_buckets)
+                self._windows[key] = window
+            window.observe(values)
+
+    def remove(self, *values: str) -> None:
+        self._inner.remove(*values)
+        with self._lock:
+            self._windows.pop(values, None)
+
+    def collect(self) -> list[Any]:
+        quantiles = self._options.quantiles
+        families = list(self._inner.collect())
+        with self._lock:
+            windows = list(self._windows.items())
+            answers = [(key, window.quantiles(quantiles)) for key, window in windows]
+        for family in families:
+            samples = [
+                Sample(
+                    family.name,
+                    {
+                        **dict(zip(self._label_names, key, strict=True)),
+                        "quantile": repr(q),  # as prometheus_client writes it
+                    },
+                    value,
+                )
+                for key, values in answers
+                for q, value in zip(quantiles, values, strict=True)
+            ]
+            family.samples[:0] = samples
+        return families
+
+
+class _SummaryChild:
+    """One series of a ``_Summary``."""
+
+    __slots__ = ("_child", "_key", "_summary")
+
+    def __init__(self, summary: _Summary, child: Any, key: tuple[str, ...]) -> None:
+        self._summary = summary
+        self._child = child
+        self._key = key
+
+    def observe_many(self, values: Sequence[float]) -> None:
+        self._summary.observed(self._child, self._key, values)

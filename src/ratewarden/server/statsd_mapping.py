@@ -42,9 +42,10 @@ matches, which is kept as a metric of its own.
 
 Where statsd_exporter differs: a file it cannot read leaves upstream running with no
 mapping at all (upstream ignores the error); here it stops the start, naming the file and
-the mapping. Summaries keep their count and sum, not their quantiles (prometheus_client
-has none); ``native_histogram_*``, ``max_age``, ``age_buckets`` and ``buf_cap`` are read
-and have no effect.
+the mapping. A summary's quantiles are within 1% of the value (``server/quantiles.py``),
+not within the file's rank ``error``, over the same ``max_age`` and ``age_buckets``; they
+are served by one process only (with ``--workers`` above 1, count and sum). ``buf_cap``
+and ``native_histogram_*`` are read and have no effect.
 """
 
 from __future__ import annotations
@@ -55,14 +56,18 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "DEFAULT_BUCKETS",
+    "DEFAULT_QUANTILES",
     "Mapped",
     "MappingRule",
     "StatsdMapping",
+    "SummaryOptions",
     "escape_name",
 ]
 
 #: Prometheus's DefBuckets, statsd_exporter's histogram buckets when the file gives none.
 DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+#: statsd_exporter's quantiles when the file gives none.
+DEFAULT_QUANTILES = (0.5, 0.9, 0.99)
 KINDS = ("counter", "gauge", "observer")
 #: Results remembered per (name, kind): stat names repeat every flush.
 _CACHE = 65_536
@@ -83,6 +88,16 @@ def escape_name(name: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class SummaryOptions:
+    """A summary's quantiles and their window (Prometheus's Go client's defaults: 10
+    minutes in 5 streams)."""
+
+    quantiles: tuple[float, ...] = DEFAULT_QUANTILES
+    max_age: float = 600.0
+    age_buckets: int = 5
+
+
+@dataclass(frozen=True, slots=True)
 class MappingRule:
     """One mapping of the file, with the defaults filled in."""
 
@@ -97,6 +112,7 @@ class MappingRule:
     scale: float | None = None
     help: str = ""
     ttl: float = 0.0
+    summary: SummaryOptions = SummaryOptions()
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -122,6 +138,7 @@ class StatsdMapping:
     buckets: tuple[float, ...] = DEFAULT_BUCKETS
     ttl: float = 0.0
     glob_disable_ordering: bool = False
+    summary: SummaryOptions = SummaryOptions()
 
     def __post_init__(self) -> None:
         regexes = {rule.match: re.compile(rule.match) for rule in self.rules if _regex(rule)}

@@ -17,7 +17,13 @@ from typing import Any
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.server.parsers import yaml_file
-from ratewarden.server.statsd_mapping import DEFAULT_BUCKETS, KINDS, MappingRule, StatsdMapping
+from ratewarden.server.statsd_mapping import (
+    DEFAULT_BUCKETS,
+    KINDS,
+    MappingRule,
+    StatsdMapping,
+    SummaryOptions,
+)
 from ratewarden.server.upstream_settings import go_duration
 
 __all__ = ["load_mapping", "parse_mapping"]
@@ -64,7 +70,13 @@ def parse_mapping(loaded: Any, where: str) -> StatsdMapping:
         _rule(item, f"{where}, mapping {index}", base) for index, item in enumerate(mappings, 1)
     )
     return StatsdMapping(
-        where, rules, base.observer_type, base.buckets, base.ttl, base.glob_disable_ordering
+        where,
+        rules,
+        base.observer_type,
+        base.buckets,
+        base.ttl,
+        base.glob_disable_ordering,
+        base.summary,
     )
 
 
@@ -81,11 +93,7 @@ class _Defaults:
         buckets = _numbers(histogram.get("buckets"), f"{where}, histogram_options: buckets")
         legacy = _numbers(given.get("buckets"), f"{where}: buckets")
         self.buckets = buckets or legacy or DEFAULT_BUCKETS
-        summary = given.get("summary_options") or {}
-        _fields(summary, f"{where}, summary_options", _SUMMARY_FIELDS)
-        _quantiles(summary.get("quantiles"), f"{where}, summary_options: quantiles")
-        _quantiles(given.get("quantiles"), f"{where}: quantiles")
-        _duration(summary.get("max_age"), f"{where}, summary_options: max_age")
+        self.summary = _summary(given, given.get("summary_options"), where, SummaryOptions())
 
 
 def _rule(item: Any, where: str, base: _Defaults) -> MappingRule:
@@ -127,7 +135,7 @@ def _rule(item: Any, where: str, base: _Defaults) -> MappingRule:
     if observer == "summary" and histogram is not None:
         raise ConfigurationError(f"{where}: a summary cannot take histogram_options")
     buckets = _rule_buckets(item, histogram, where) or base.buckets
-    _rule_quantiles(item, summary, where)
+    summary_options = _summary(item, summary, where, base.summary)
     scale = item.get("scale")
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float)):
         raise ConfigurationError(f"{where}: scale {scale!r} must be a number")
@@ -148,6 +156,7 @@ def _rule(item: Any, where: str, base: _Defaults) -> MappingRule:
         scale=None if scale is None else float(scale),
         help=text,
         ttl=ttl,
+        summary=summary_options,
     )
 
 
@@ -162,15 +171,36 @@ def _rule_buckets(item: Mapping[str, Any], histogram: Any, where: str) -> tuple[
     return buckets or legacy
 
 
-def _rule_quantiles(item: Mapping[str, Any], summary: Any, where: str) -> None:
-    _quantiles(item.get("quantiles"), f"{where}: quantiles")
+def _summary(
+    item: Mapping[str, Any], summary: Any, where: str, base: SummaryOptions
+) -> SummaryOptions:
+    """The summary's options: its own (``quantiles`` at the top is the older spelling),
+    else ``base``'s (the defaults', else the Go client's)."""
+    quantiles = _quantiles(item.get("quantiles"), f"{where}: quantiles")
     if summary is None:
-        return
-    _fields(summary, f"{where}, summary_options", _SUMMARY_FIELDS)
-    _quantiles(summary.get("quantiles"), f"{where}, summary_options: quantiles")
-    _duration(summary.get("max_age"), f"{where}, summary_options: max_age")
-    if item.get("quantiles") and summary.get("quantiles"):
+        return SummaryOptions(quantiles or base.quantiles, base.max_age, base.age_buckets)
+    inner = f"{where}, summary_options"
+    _fields(summary, inner, _SUMMARY_FIELDS)
+    given = _quantiles(summary.get("quantiles"), f"{inner}: quantiles")
+    if quantiles and given:
         raise ConfigurationError(f"{where}: quantiles both at the top and in summary_options")
+    max_age = _duration(summary.get("max_age"), f"{inner}: max_age")
+    age_buckets = _whole(summary.get("age_buckets"), f"{inner}: age_buckets")
+    _whole(summary.get("buf_cap"), f"{inner}: buf_cap")  # read: the sketch has no buffer
+    return SummaryOptions(
+        quantiles or given or base.quantiles,
+        max_age or base.max_age,
+        age_buckets or base.age_buckets,
+    )
+
+
+def _whole(value: Any, where: str) -> int:
+    """A whole number, 0 or more (0 and absent: the default)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(f"{where} {value!r} must be a whole number, 0 or more")
+    return value
 
 
 def _fields(given: Any, where: str, known: set[str]) -> None:
@@ -219,15 +249,23 @@ def _numbers(value: Any, where: str) -> tuple[float, ...]:
     return tuple(float(item) for item in value)
 
 
-def _quantiles(value: Any, where: str) -> None:
+def _quantiles(value: Any, where: str) -> tuple[float, ...]:
+    """The quantiles of a ``[{quantile, error}, ...]`` list (the errors are checked, then
+    left: see ``server/quantiles.py``)."""
     if value is None:
-        return
+        return ()
     if not isinstance(value, list):
         raise ConfigurationError(f"{where} must be a list of {{quantile, error}}")
+    found = []
     for item in value:
         _fields(item, where, {"quantile", "error"})
-        if not all(isinstance(item.get(key, 0), int | float) for key in ("quantile", "error")):
+        numbers = [item.get(key, 0) for key in ("quantile", "error")]
+        if any(isinstance(n, bool) or not isinstance(n, int | float) for n in numbers):
             raise ConfigurationError(f"{where}: quantile and error must be numbers")
+        if not 0 <= numbers[0] <= 1:
+            raise ConfigurationError(f"{where}: quantile {numbers[0]!r} must be from 0 to 1")
+        found.append(float(numbers[0]))
+    return tuple(found)
 
 
 def _duration(value: Any, where: str) -> float:
