@@ -12,7 +12,7 @@ client's targeted-quantile stream: a value is counted in the bucket ``ceil(log_g
 (``g = (1 + a) / (1 - a)``, ``a`` = 1%), and a quantile is answered with its bucket's
 middle value, within 1% of the true value. The mapping's per-quantile ``error`` (a bound
 on the rank) is read and has no effect. A stream holds one count per bucket it saw:
-about 460 buckets per decade of values at most, whatever the rate.
+about 115 buckets per decade of values at most, whatever the rate.
 """
 
 from __future__ import annotations

@@ -289,7 +289,7 @@ class _Summary:
                     family.name,
                     {
                         **dict(zip(self._label_names, key, strict=True)),
-                        "quantile": repr(q),  # as prometheus_client writes it
+                        "quantile": repr(q),  # 0.5, 0.99: as the Go client writes them
                     },
                     value,
                 )
