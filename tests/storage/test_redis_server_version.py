@@ -162,12 +162,10 @@ async def test_a_cluster_is_refused_on_both_stores(
     assert cluster_client.dbsize() == 0
 
 
-@pytest.mark.redis
-async def test_valkey_passes_whatever_the_redis_minimum(
-    raised: None, valkey_server: RedisServer, valkey_client: redis.Redis
-) -> None:
-    blocking = RedisStore(valkey_server.client(), timeout=1.0)
-    awaited = AsyncRedisStore(aredis.Redis(host="127.0.0.1", port=valkey_server.port), timeout=1.0)
+async def decides_both_ways(server: RedisServer) -> None:
+    """A blocking and an asyncio store on the emptied ``server`` answer pings and decide."""
+    blocking = RedisStore(server.client(), timeout=1.0)
+    awaited = AsyncRedisStore(aredis.Redis(host="127.0.0.1", port=server.port), timeout=1.0)
     try:
         assert blocking.ping()
         assert blocking.hit("fixed_window", "new", RATE).remaining == 4
@@ -177,23 +175,20 @@ async def test_valkey_passes_whatever_the_redis_minimum(
         blocking.close()
         await awaited.aclose()
         await awaited.client.aclose()
+
+
+@pytest.mark.redis
+async def test_valkey_passes_whatever_the_redis_minimum(
+    raised: None, valkey_server: RedisServer, valkey_client: redis.Redis
+) -> None:
+    await decides_both_ways(valkey_server)
 
 
 @pytest.mark.redis
 async def test_at_the_real_minimum_redis_7_passes_through_the_same_check(
     redis_server: RedisServer, redis_client: redis.Redis
 ) -> None:
-    blocking = RedisStore(redis_server.client(), timeout=1.0)
-    awaited = AsyncRedisStore(aredis.Redis(host="127.0.0.1", port=redis_server.port), timeout=1.0)
-    try:
-        assert blocking.ping()
-        assert blocking.hit("fixed_window", "new", RATE).remaining == 4
-        assert await awaited.ping()
-        assert (await awaited.hit("fixed_window", "new", RATE)).remaining == 3
-    finally:
-        blocking.close()
-        await awaited.aclose()
-        await awaited.client.aclose()
+    await decides_both_ways(redis_server)
 
 
 # --- ratewarden serve ---------------------------------------------------------------------

@@ -119,8 +119,8 @@ class AgedQuantiles:
         if now < self._rotates_at:
             return
         streams = self._streams
-        turns = min(len(streams), int((now - self._rotates_at) // self._step) + 1)
-        for _ in range(turns):
+        due = int((now - self._rotates_at) // self._step) + 1  # turns since the last one
+        for _ in range(min(len(streams), due)):  # more than one round empties them all
             streams[self._head] = _Stream()
             self._head = (self._head + 1) % len(streams)
-        self._rotates_at += self._step * (int((now - self._rotates_at) // self._step) + 1)
+        self._rotates_at += self._step * due
