@@ -178,7 +178,12 @@ async def test_a_burst_of_tasks_on_one_key_neither_overbuys_nor_strands_units(ur
 
 def test_threads_sharing_one_limiter_admit_the_limit_and_waste_nothing(url: str) -> None:
     """8 threads share one TwoTier (one process) with leases of 10 on 300/hour: exactly 300
-    admitted, and every charged unit was spent (none dropped above the k - 1 cap)."""
+    admitted, and every charged unit was spent (none dropped above the k - 1 cap).
+
+    The threads' 800 tries need not spend every unit: while one thread buys the last lease,
+    the store's denial of another's own ask is remembered, and the others' tries are denied
+    from it until the lease lands (a clean clone's CI saw 296, its balance holding 4). The
+    units held when the threads stop are spent by the requests after them, as here."""
     clock = ManualClock()
     store = RedisStore.from_url(url, clock=clock, timeout=1.0)
     tiers = TwoTier(store, lease=10)
@@ -198,7 +203,10 @@ def test_threads_sharing_one_limiter_admit_the_limit_and_waste_nothing(url: str)
     for thread in threads:
         thread.join(60)
     try:
-        assert sum(counts) == 300
+        admitted = sum(counts)
+        while tiers.hit(key, rate).allowed:  # what the threads left in the balance
+            admitted += 1
+        assert admitted == 300
         assert tiers.leases is not None and tiers.leases.wasted == 0
     finally:
         store.close()
