@@ -10,6 +10,7 @@ the app and settles after. See docs/middleware.md.
 from __future__ import annotations
 
 from ratewarden.middleware._core import AsyncHitter, Hitter, Outcome, RuleSet
+from ratewarden.middleware._denied import Denial, Denied
 from ratewarden.middleware._identity import (
     ANONYMOUS,
     ClientIP,
@@ -45,6 +46,8 @@ __all__ = [
     "AsyncHitter",
     "ClientIP",
     "ConcurrencyMiddleware",
+    "Denial",
+    "Denied",
     "Hitter",
     "KeyFunc",
     "Outcome",

@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ratewarden.clock import Clock, SystemClock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.headers import HeaderOptions
+from ratewarden.middleware._denied import DeniedHook, Responder
 from ratewarden.middleware._identity import KeyFunc
 from ratewarden.middleware._outcome import Outcome
 from ratewarden.middleware._render import HeaderPlan
@@ -129,13 +131,15 @@ class Compiled:
     """A rule with everything a request does not change worked out once.
 
     The store key prefix, the identity extractor (the rule's or the rule set's
-    default), a fixed cost read without a call, and the header plan; for the
-    built-in extractors, ``scope_key``: the store key read from an ASGI scope.
+    default), a fixed cost read without a call, the header plan and the answer to
+    a denial (``denied``: the rule's or the rule set's, None for the default 429);
+    for the built-in extractors, ``scope_key``: the store key read from an ASGI scope.
     """
 
     __slots__ = (
         "asgi_key",
         "cost",
+        "denied",
         "fallback",
         "fixed_cost",
         "headers",
@@ -149,7 +153,14 @@ class Compiled:
         "unfiltered",
     )
 
-    def __init__(self, rule: Rule, default_key: KeyFunc, options: HeaderOptions) -> None:
+    def __init__(
+        self,
+        rule: Rule,
+        default_key: KeyFunc,
+        options: HeaderOptions,
+        denied: DeniedHook | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         self.rule = rule
         self.name = rule.name
         self.prefix = f"{rule.name}:"
@@ -165,6 +176,8 @@ class Compiled:
         self.fallback = rule.fallback
         self.unfiltered = rule.methods is None and rule.paths is None
         self.headers = HeaderPlan(rule.name, rule.rates, options)
+        hook = rule.denied if rule.denied is not None else denied
+        self.denied = None if hook is None else Responder(hook, clock or SystemClock())
         #: The store key of an ASGI scope: ``prefix + (asgi_key(scope) or fallback)``.
         self.scope_key: Callable[[Mapping[str, Any]], str] | None = None
         scope_keys = getattr(self.key, "scope_keys", None)
@@ -195,12 +208,19 @@ class RouteRules:
     once per decorator, not per request."""
 
     def __init__(
-        self, compiled: tuple[Compiled, ...], default_key: KeyFunc, options: HeaderOptions
+        self,
+        compiled: tuple[Compiled, ...],
+        default_key: KeyFunc,
+        options: HeaderOptions,
+        denied: DeniedHook | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self._compiled = compiled
         self._names = frozenset(c.name for c in compiled)
         self._default_key = default_key
         self._options = options
+        self._denied = denied
+        self._clock = clock
         # (id of the decorator's object, rule name) -> (that object, kept alive so the id
         # stays its own; the compiled rule).
         self._cache: dict[tuple[int, str], tuple[object, Compiled]] = {}
@@ -235,7 +255,7 @@ class RouteRules:
         entry = self._cache.get(cache_key)
         if entry is not None and entry[0] is owner:
             return entry[1]
-        compiled = Compiled(rule, self._default_key, self._options)
+        compiled = Compiled(rule, self._default_key, self._options, self._denied, self._clock)
         if len(self._cache) >= _ROUTE_CACHE_SIZE:
             self._cache.clear()
         self._cache[cache_key] = (owner, compiled)

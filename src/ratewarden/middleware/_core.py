@@ -49,6 +49,7 @@ from ratewarden.middleware._compiled import (
     drive,
     drive_async,
 )
+from ratewarden.middleware._denied import DeniedHook, check_denied
 from ratewarden.middleware._identity import KeyFunc, by_client_ip
 from ratewarden.middleware._outcome import PASS, Outcome, Passed
 from ratewarden.middleware._request import RequestInfo
@@ -82,6 +83,8 @@ class RuleSet:
     ``default_key`` is the identity of rules without their own ``key``
     (the socket peer's address unless given). ``clock`` supplies ``now`` for
     epoch resets and the shadow report; pass the store's clock in tests.
+    ``denied`` answers the denials of rules without a ``denied`` of their own
+    (a ``Denied``, or a callable of a ``Denial``); None keeps the default 429.
     """
 
     def __init__(
@@ -93,8 +96,10 @@ class RuleSet:
         resolver: Resolver | None = None,
         clock: Clock | None = None,
         report_size: int = 100,
+        denied: DeniedHook | None = None,
     ) -> None:
         self.rules = check_rules(rules)
+        self.denied = check_denied(denied, "RuleSet")
         if default_key is not None and not callable(default_key):
             raise ConfigurationError(f"default_key {default_key!r} must be a key extractor")
         if resolver is not None and not callable(resolver):
@@ -109,14 +114,18 @@ class RuleSet:
         self._lock = threading.Lock()
         self._disabled: frozenset[str] = frozenset()
         self._shadow: dict[str, bool] = {}
-        self._compiled = tuple(Compiled(r, self.default_key, self.headers) for r in self.rules)
+        self._compiled = tuple(
+            Compiled(r, self.default_key, self.headers, self.denied, self.clock) for r in self.rules
+        )
         self._unfiltered = all(c.unfiltered for c in self._compiled)
         # Every rule applies to every request, reads its identity from the scope alone, costs
         # a fixed amount and enforces: decide_asgi may answer for evaluate.
         self.plain_asgi = resolver is None and all(c.plain for c in self._compiled)
         # decide_asgi's shortcut: the one rule of a plain_asgi rule set.
         self._single = self._compiled[0] if self.plain_asgi and len(self._compiled) == 1 else None
-        self._routes = RouteRules(self._compiled, self.default_key, self.headers)
+        self._routes = RouteRules(
+            self._compiled, self.default_key, self.headers, self.denied, self.clock
+        )
 
     # --- runtime switches -------------------------------------------------
 
@@ -218,7 +227,7 @@ class RuleSet:
                 return failure.answer(decision, self.enforces(rules))
             if self._settle(rule, hit, decision, enforced):
                 break
-        return self._outcome(enforced)
+        return self._outcome(enforced, request)
 
     def decide(
         self,
@@ -278,7 +287,7 @@ class RuleSet:
                 found = asgi(decision)
                 if found is not None:
                     return found
-            return self._outcome([(single, key, decision)])
+            return self._outcome([(single, key, decision)], scope)
 
         return decide_one
 
@@ -306,7 +315,7 @@ class RuleSet:
                 failure_mode=failure.failure_mode,
                 on_failure=failure.report,
             )
-        return self._answer(single, key, decision, failure)
+        return self._answer(single, key, decision, failure, scope)
 
     def _scope_run(self, scope: Mapping[str, Any], failure: FailureAnswer | None) -> Evaluation:
         """``run`` for a ``plain_asgi`` rule set, every key read from the scope."""
@@ -319,10 +328,15 @@ class RuleSet:
             enforced.append((rule, key, decision))
             if not decision.allowed:
                 break
-        return self._outcome(enforced)
+        return self._outcome(enforced, scope)
 
     def _answer(
-        self, rule: Compiled, key: str, decision: Decision, failure: FailureAnswer | None
+        self,
+        rule: Compiled,
+        key: str,
+        decision: Decision,
+        failure: FailureAnswer | None,
+        scope: Mapping[str, Any],
     ) -> AsgiAnswer:
         """The one rule's decision: its ASGI headers when allowed under the default plan."""
         if failure is not None and decision.degraded:
@@ -331,7 +345,7 @@ class RuleSet:
             found = rule.headers.asgi(decision)
             if found is not None:
                 return found
-        return self._outcome([(rule, key, decision)])
+        return self._outcome([(rule, key, decision)], scope)
 
     @staticmethod
     def _hit(rule: Compiled, request: RequestInfo, switched: dict[str, bool]) -> Hit:
@@ -357,7 +371,13 @@ class RuleSet:
         enforced.append((rule, hit[0], decision))
         return not decision.allowed
 
-    def _outcome(self, enforced: list[tuple[Compiled, str, Decision]]) -> Outcome:
+    def _outcome(
+        self,
+        enforced: list[tuple[Compiled, str, Decision]],
+        source: RequestInfo | Mapping[str, Any],
+    ) -> Outcome:
+        """The request's answer from its enforced decisions; ``source``: the request, or the
+        ASGI scope it is read from when a rule's ``denied`` callable asks for it."""
         if not enforced:
             return PASS
         rule, key, decision = enforced[0] if len(enforced) == 1 else min(enforced, key=binding)
@@ -370,5 +390,7 @@ class RuleSet:
             passed: Outcome = Passed(tuple(found))  # type: ignore[assignment]
             return passed
         retry = rl_headers.retry_after_seconds(decision, self.headers)
+        if rule.denied is not None:
+            return rule.denied.outcome(rule.name, key, decision, retry, found, source)
         body = rl_headers.problem_body(rule.name, retry)
         return Outcome(True, (*found, *rl_headers.denied_headers(retry, body)), body)

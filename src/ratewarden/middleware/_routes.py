@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from ratewarden.errors import ConfigurationError
+from ratewarden.middleware._denied import DeniedHook
 from ratewarden.middleware._identity import ANONYMOUS, KeyFunc
 from ratewarden.middleware._request import RequestInfo
 from ratewarden.middleware._rules import CostFunc, Rule, check_name
@@ -116,12 +117,14 @@ def limit(
     cost: int | Mapping[str, int] | CostFunc = 1,
     shadow: bool = False,
     fallback: str = ANONYMOUS,
+    denied: DeniedHook | None = None,
 ) -> Callable[[F], F]:
     """Add a rule that applies to this route only (after the global rules).
 
     Routes decorated with the same ``name`` and rates share one budget.
+    ``denied``: the answer to a request it denies, as ``Rule``'s.
     """
-    rule = Rule(name, rates, key=key, cost=cost, shadow=shadow, fallback=fallback)
+    rule = Rule(name, rates, key=key, cost=cost, shadow=shadow, fallback=fallback, denied=denied)
     with _declared_lock:
         _declared.add(rule.name)
 

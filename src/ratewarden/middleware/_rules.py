@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ratewarden.errors import ConfigurationError
+from ratewarden.middleware._denied import DeniedHook, check_denied
 from ratewarden.middleware._identity import ANONYMOUS, KeyFunc, by_client_ip
 from ratewarden.middleware._request import RequestInfo
 from ratewarden.rate import Rate
@@ -201,6 +202,8 @@ class Rule:
       or a callable of the request.
     - ``shadow``: evaluate and count, never block (see ``RuleSet.shadow_report``).
     - ``fallback``: the identity when ``key`` finds none.
+    - ``denied``: what a request this rule denies gets, when not the default 429
+      (a ``Denied``, or a callable of a ``Denial``; see ``_denied``).
     """
 
     name: str
@@ -211,6 +214,7 @@ class Rule:
     cost: CostFunc = field(repr=False)
     shadow: bool
     fallback: str
+    denied: DeniedHook | None = field(repr=False)
 
     def __init__(
         self,
@@ -223,6 +227,7 @@ class Rule:
         cost: int | Mapping[str, int] | CostFunc = 1,
         shadow: bool = False,
         fallback: str = ANONYMOUS,
+        denied: DeniedHook | None = None,
     ) -> None:
         name = check_name(name)
         where = f"rule {name!r}"
@@ -238,6 +243,7 @@ class Rule:
         object.__setattr__(self, "cost", _cost_func(cost, where))
         object.__setattr__(self, "shadow", bool(shadow))
         object.__setattr__(self, "fallback", fallback)
+        object.__setattr__(self, "denied", check_denied(denied, where))
 
     def matches(self, request: RequestInfo) -> bool:
         """True when the request's method and path are selected by this rule."""
