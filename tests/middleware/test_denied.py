@@ -358,3 +358,22 @@ def test_flask_answers_with_the_rule_s_own_denial() -> None:
     assert page.status_code == 429 and page.data == b"<p>Slow down: per-ip</p>"
     assert page.headers["Content-Length"] == str(len(page.data))
     assert json.loads(client.get("/items").data)["policy"] == "per-ip"
+
+
+@pytest.mark.parametrize(("status", "line"), [(403, "403 FORBIDDEN"), (499, "499 CLIENT ERROR")])
+def test_any_4xx_or_5xx_code_makes_a_wsgi_status_line(status: int, line: str) -> None:
+    """WSGI needs a reason phrase: the registered one, else the code's class."""
+    clock = ManualClock()
+    app = Flask(__name__)
+
+    @app.route("/")
+    def index() -> str:
+        return "index"
+
+    ruleset = RuleSet([Rule("per-ip", "1/minute", denied=Denied("no", status=status))], clock=clock)
+    limiter = Limiter(MemoryStore(clock=clock))
+    app.wsgi_app = WSGIRateLimitMiddleware(app.wsgi_app, limiter=limiter, rules=ruleset)  # type: ignore[method-assign]
+    client = app.test_client()
+    assert client.get("/").status_code == 200
+    refused = client.get("/")
+    assert (refused.status.upper(), refused.data) == (line, b"no")

@@ -11,6 +11,7 @@ import functools
 import json
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 from ratewarden.headers import Header
@@ -92,6 +93,18 @@ def refusal(
     return Outcome(True, tuple(found), body, status)
 
 
+def _reason(status: int) -> str:
+    """The reason phrase of a WSGI status line: the registered one, else the code's class
+    (a rule's own answer may use any 4xx or 5xx code)."""
+    title = _TITLES.get(status)
+    if title is not None:
+        return title
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Client Error" if status < 500 else "Server Error"
+
+
 @functools.lru_cache(maxsize=64)
 def _name(name: str) -> bytes:
     return name.lower().encode("latin-1")
@@ -119,7 +132,7 @@ async def send_asgi(
 def send_wsgi(start_response: Callable[..., Any], outcome: Outcome, *, head: bool) -> list[bytes]:
     """Answer a blocked ``outcome`` on WSGI; a HEAD gets the headers (Content-Length
     included) and no body."""
-    start_response(f"{outcome.status} {_TITLES[outcome.status]}", list(outcome.headers))
+    start_response(f"{outcome.status} {_reason(outcome.status)}", list(outcome.headers))
     return [b""] if head else [outcome.body]
 
 
