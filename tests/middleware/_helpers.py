@@ -22,6 +22,13 @@ def client_for(app: Any) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=transport, base_url="http://t")
 
 
+def peer_client(app: Any) -> httpx.AsyncClient:
+    """An in-process client on ``app`` whose requests come from 198.51.100.4 (the peer an
+    ``ip:`` identity reads)."""
+    transport = httpx.ASGITransport(app=app, client=("198.51.100.4", 1234))
+    return httpx.AsyncClient(transport=transport, base_url="http://testserver")
+
+
 def http_scope(
     method: str,
     path: str,

@@ -6,7 +6,6 @@ import contextlib
 import json
 from collections.abc import AsyncIterator
 
-import httpx
 import pytest
 from fastapi import FastAPI
 from starlette.applications import Starlette
@@ -28,6 +27,7 @@ from ratewarden.middleware import (
     override,
 )
 from ratewarden.testing import ManualClock
+from tests.middleware._helpers import peer_client
 from tests.middleware._sfv import parse_list
 
 
@@ -78,16 +78,11 @@ def _starlette(ruleset: RuleSet, clock: ManualClock, events: list[str] | None = 
     return app
 
 
-def _client(app: object) -> httpx.AsyncClient:
-    transport = httpx.ASGITransport(app=app, client=("198.51.100.4", 1234))  # type: ignore[arg-type]
-    return httpx.AsyncClient(transport=transport, base_url="http://testserver")
-
-
 async def test_allowed_responses_carry_headers_next_to_the_apps_own() -> None:
     """An allowed response keeps the app's headers and gains RateLimit-Policy and RateLimit."""
     clock = ManualClock()
     app = _starlette(RuleSet([Rule("per-ip", "10/minute")], clock=clock), clock)
-    async with _client(app) as client:
+    async with peer_client(app) as client:
         response = await client.get("/")
     assert response.status_code == 200 and response.text == "home"
     assert response.headers["x-app"] == "1"
@@ -100,7 +95,7 @@ async def test_denied_request_gets_429_problem_json_and_never_reaches_the_app() 
     clock = ManualClock()
     headers = HeaderOptions(legacy=True, github=True, reset="epoch")
     app = _starlette(RuleSet([Rule("per-ip", "2/minute")], clock=clock, headers=headers), clock)
-    async with _client(app) as client:
+    async with peer_client(app) as client:
         for _ in range(2):
             assert (await client.get("/")).status_code == 200
         clock.advance(5)
@@ -119,7 +114,7 @@ async def test_route_decorators_on_starlette_endpoints_including_mounts() -> Non
     """@exempt skips all rules, @limit adds one, @override changes the cost inside a Mount."""
     clock = ManualClock()
     app = _starlette(RuleSet([Rule("per-ip", "6/minute")], clock=clock), clock)
-    async with _client(app) as client:
+    async with peer_client(app) as client:
         for _ in range(5):
             health_response = await client.get("/health")
             assert health_response.status_code == 200
@@ -176,7 +171,7 @@ async def test_fastapi_path_operations_with_costs_and_layering() -> None:
         RateLimitMiddleware, limiter=AsyncLimiter(AsyncMemoryStore(clock=clock)), rules=ruleset
     )
     key = {"x-api-key": "team-a"}
-    async with _client(api) as client:
+    async with peer_client(api) as client:
         assert (await client.post("/items", headers=key)).status_code == 200
         read = await client.get("/items", headers=key)
         assert read.json() == {"items": "all"}
@@ -205,7 +200,7 @@ async def test_routes_added_after_the_first_request_are_still_resolved() -> None
         limiter=AsyncLimiter(AsyncMemoryStore(clock=clock)),
         rules=RuleSet([Rule("per-ip", "1/hour")], clock=clock),
     )
-    async with _client(app) as client:
+    async with peer_client(app) as client:
         assert (await client.get("/")).status_code == 200
         app.router.routes.append(Route("/health", health))
         for _ in range(3):

@@ -10,7 +10,6 @@ import json
 import logging
 from typing import Any
 
-import httpx
 import pytest
 from flask import Flask
 from starlette.applications import Starlette
@@ -35,6 +34,7 @@ from ratewarden.middleware import (
 from ratewarden.storage.redis import AsyncRedisStore
 from ratewarden.testing import ManualClock
 from tests._servers import RedisServer
+from tests.middleware._helpers import peer_client
 from tests.middleware._sfv import parse_list
 
 SLOW_DOWN = Denied(
@@ -68,11 +68,6 @@ def _starlette(ruleset: RuleSet, clock: ManualClock, limiter: Any = None) -> Sta
         limiter = AsyncLimiter(AsyncMemoryStore(clock=clock))
     app.add_middleware(RateLimitMiddleware, limiter=limiter, rules=ruleset)
     return app
-
-
-def _client(app: object) -> httpx.AsyncClient:
-    transport = httpx.ASGITransport(app=app, client=("198.51.100.4", 1234))  # type: ignore[arg-type]
-    return httpx.AsyncClient(transport=transport, base_url="http://testserver")
 
 
 def _negotiated(denial: Denial) -> Denied | None:
@@ -155,7 +150,7 @@ async def test_a_rule_s_own_answer_keeps_the_rate_limit_headers_and_retry_after(
     ruleset = RuleSet([Rule("per-ip", "2/minute", denied=SLOW_DOWN)], clock=clock)
     assert ruleset.plain_asgi
     app = _starlette(ruleset, clock)
-    async with _client(app) as client:
+    async with peer_client(app) as client:
         assert (await client.get("/")).status_code == 200
         assert (await client.get("/")).status_code == 200
         clock.advance(5)
@@ -184,7 +179,7 @@ async def test_a_rule_set_s_callable_sees_the_denial_and_the_request() -> None:
     ruleset = RuleSet(rules, clock=clock, denied=_negotiated)
     assert not ruleset.plain_asgi
     app = _starlette(ruleset, clock)
-    async with _client(app) as client:
+    async with peer_client(app) as client:
         for _ in range(3):
             assert (await client.get("/", headers={"X-Api-Key": "k"})).status_code == 200
         html = await client.get("/", headers={"Accept": "text/html"})
@@ -208,7 +203,7 @@ async def test_a_rule_s_own_answer_wins_over_the_rule_set_s_and_route_rules_keep
         denied=Denied("the rule set says no", status=403),
     )
     app = _starlette(ruleset, clock)
-    async with _client(app) as client:
+    async with peer_client(app) as client:
         assert (await client.get("/login")).status_code == 200
         second = await client.get("/login")
         # per-ip used 2 of 6; a report costs 5 under @override and keeps the rule's answer.
@@ -230,7 +225,7 @@ async def test_a_rule_set_s_answer_covers_route_rules_without_their_own() -> Non
     app.add_middleware(
         RateLimitMiddleware, limiter=AsyncLimiter(AsyncMemoryStore(clock=clock)), rules=ruleset
     )
-    async with _client(app) as client:
+    async with peer_client(app) as client:
         assert (await client.get("/export")).status_code == 200
         refused = await client.get("/export")
     assert refused.status_code == 403 and refused.text == "not now"
@@ -252,7 +247,7 @@ async def test_a_failing_callable_never_lets_the_request_through(
     ruleset = RuleSet([Rule("per-ip", "1/minute")], clock=clock, denied=broken)
     app = _starlette(ruleset, clock)
     caplog.set_level(logging.ERROR, logger="ratewarden.middleware")
-    async with _client(app) as client:
+    async with peer_client(app) as client:
         assert (await client.get("/")).status_code == 200
         answers = [await client.get("/") for _ in range(4)]
         clock.advance(61)
@@ -275,7 +270,7 @@ async def test_a_callable_returning_something_else_is_logged_with_what_it_return
     ruleset = RuleSet([Rule("per-ip", "1/minute")], clock=clock, denied=lambda denial: 42)
     app = _starlette(ruleset, clock)
     caplog.set_level(logging.ERROR, logger="ratewarden.middleware")
-    async with _client(app) as client:
+    async with peer_client(app) as client:
         assert (await client.get("/")).status_code == 200
         refused = await client.get("/")
     assert refused.status_code == 429 and refused.json()["policy"] == "per-ip"
@@ -292,7 +287,7 @@ async def test_shadow_rules_never_reach_the_answer() -> None:
 
     ruleset = RuleSet([Rule("trial", "1/minute", shadow=True)], clock=clock, denied=record)
     app = _starlette(ruleset, clock)
-    async with _client(app) as client:
+    async with peer_client(app) as client:
         assert [(await client.get("/")).status_code for _ in range(3)] == [200] * 3
     assert answered == []
 
@@ -312,7 +307,7 @@ async def test_the_awaited_limiter_path_answers_the_same(redis_server: RedisServ
         ruleset = RuleSet([Rule("redis-ip", "1/minute")], clock=clock, denied=answer)
         assert ruleset.plain_asgi
         app = _starlette(ruleset, clock, AsyncLimiter(store))
-        async with _client(app) as client:
+        async with peer_client(app) as client:
             assert (await client.get("/")).status_code == 200
             refused = await client.get("/")
         assert refused.status_code == 429 and refused.json() == {"path": "/", "wait": 60}
