@@ -1,36 +1,43 @@
-"""What the ASGI and WSGI rate limit middlewares share, everything but the I/O."""
+"""What the rate limit middlewares (ASGI, WSGI, Django) share, everything but the I/O."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from ratewarden.deprecation import UNSET
-from ratewarden.errors import ConfigurationError
+from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.limiter import CircuitBreaker
 from ratewarden.metrics import Metrics
-from ratewarden.middleware._compiled import Compiled
+from ratewarden.middleware._compiled import Compiled, drive_async
 from ratewarden.middleware._core import RuleSet
 from ratewarden.middleware._failure import FailureAnswer, adopt_breaker, chosen_failure_mode
 from ratewarden.middleware._outcome import Outcome
+from ratewarden.middleware._request import RequestInfo
 
 __all__ = ["RateLimitBase"]
 
 #: The app a middleware wraps: an ASGI or a WSGI callable.
 A = TypeVar("A")
-#: The limiter it decides with: a ``Hitter`` (WSGI) or an ``AsyncHitter`` (ASGI).
+#: The limiter it decides with: a ``Hitter`` (WSGI) or an ``AsyncHitter`` (ASGI); either for
+#: the Django middleware, by its mode.
 H = TypeVar("H")
 
 
 class RateLimitBase(Generic[A, H]):
-    """The constructor of both middlewares: the checked settings, the failure mode and the
-    answer to a store failure.
+    """The constructor of the middlewares: the checked settings, the failure mode and the
+    answer to a store failure; the decision over an awaited limiter.
 
     ``failure_answer`` is the middleware's (its ``failure_mode``, report and HTTP
     answers); ``own_answer`` is that same answer when the limiter takes the
     failure mode with each hit (a ratewarden limiter without one of its own),
     else None.
     """
+
+    #: An awaited limiter's ``hit_now`` (an ``AsyncLimiter`` whose store decides in this
+    #: process), set by a middleware that awaits its limiter: ``decide_awaited`` calls it
+    #: without an await. None: each hit is awaited.
+    _now: Any = None
 
     def __init__(
         self,
@@ -59,6 +66,20 @@ class RateLimitBase(Generic[A, H]):
 
     def _prepare(self) -> None:
         """What a middleware derives from its settings once, at the end of ``__init__``."""
+
+    async def decide_awaited(self, request: RequestInfo, rules: Sequence[Compiled]) -> Outcome:
+        """``rules`` decided over an awaited limiter (``AsyncLimiter``, ``AsyncTwoTier``), on
+        the event loop: at once through ``_now`` when the limiter decides in this process,
+        else each hit awaited; a ``StorageError`` gets the failure mode's answer. The ASGI
+        middleware's general path, and the Django middleware's in async mode."""
+        own, now = self.own_answer, self._now
+        try:
+            if now is not None:
+                return self.rules.decide(request, rules, now, own)
+            limiter: Any = self.limiter
+            return await drive_async(self.rules.run(request, rules, own), limiter, own)
+        except StorageError as exc:
+            return self.failed(exc, rules)
 
     def failed(self, error: Exception, rules: Sequence[Compiled] = ()) -> Outcome:
         """A ``StorageError`` the limiter raised (a limiter that takes no failure mode): the

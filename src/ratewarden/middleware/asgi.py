@@ -19,11 +19,10 @@ Starlette: the route lookup for ``@exempt`` / ``@limit`` / ``@override``
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Any
 
 from ratewarden.errors import StorageError
 from ratewarden.middleware._base import RateLimitBase
-from ratewarden.middleware._compiled import AsgiAnswer, AsyncHitter, drive_async
+from ratewarden.middleware._compiled import AsgiAnswer, AsyncHitter
 from ratewarden.middleware._outcome import PASS, Outcome, encoded, send_asgi
 from ratewarden.middleware._request import from_asgi
 from ratewarden.middleware._routes import starlette_endpoint, undecorated
@@ -69,7 +68,7 @@ class RateLimitMiddleware(RateLimitBase[ASGIApp, AsyncHitter]):
     def _prepare(self) -> None:
         # The limiter's hit without an await when it decides in this process (hit_now),
         # and then the rule set's scope path bound to it (see RuleSet.scope_decider).
-        self._now: Any = getattr(self.limiter, "hit_now", None)
+        self._now = getattr(self.limiter, "hit_now", None)
         self._scope_path = (
             None if self._now is None else self.rules.scope_decider(self._now, self.own_answer)
         )
@@ -97,7 +96,10 @@ class RateLimitMiddleware(RateLimitBase[ASGIApp, AsyncHitter]):
         if found is not None:
             outcome = found  # type: ignore[assignment]
         else:
-            outcome = await self._decide(scope)
+            # The general path: the request view, its route's rules, each rule's hit.
+            request = from_asgi(scope)
+            applicable = rules.applicable(request, starlette_endpoint)
+            outcome = await self.decide_awaited(request, applicable) if applicable else PASS
         if outcome.blocked:
             await send_asgi(send, outcome, head=scope.get("method") == "HEAD")
             return
@@ -105,17 +107,3 @@ class RateLimitMiddleware(RateLimitBase[ASGIApp, AsyncHitter]):
             await self.app(scope, receive, send)
             return
         await self.app(scope, receive, _adding(send, encoded(outcome.headers)))
-
-    async def _decide(self, scope: Scope) -> Outcome:
-        """The general path: the request view, its route's rules, each rule's hit."""
-        request = from_asgi(scope)
-        rules = self.rules.applicable(request, starlette_endpoint)
-        if not rules:
-            return PASS
-        own, now = self.own_answer, self._now
-        try:
-            if now is not None:
-                return self.rules.decide(request, rules, now, own)
-            return await drive_async(self.rules.run(request, rules, own), self.limiter, own)
-        except StorageError as exc:
-            return self.failed(exc, rules)
