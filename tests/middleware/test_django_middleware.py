@@ -163,12 +163,18 @@ def test_a_store_that_fails_gets_the_failure_mode_s_answer() -> None:
         ({"limiter": LIMITER, "rules": RULES, "failure_mode": "local"}, "is 'open' or 'closed'"),
     ],
 )
-def test_a_bad_setting_is_refused_by_name(setting: object, says: str) -> None:
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_bad_setting_is_refused_by_name(setting: object, says: str, mode: str) -> None:
+    """In either mode (the get_response Django hands it), the setting is checked first."""
+
+    async def awaited(request: HttpRequest) -> HttpResponse:
+        return HttpResponse("never")
+
     with (
         override_settings(RATEWARDEN_MIDDLEWARE=setting),
         pytest.raises(ConfigurationError) as caught,
     ):
-        DjangoRateLimitMiddleware(lambda request: HttpResponse("never"))
+        DjangoRateLimitMiddleware(awaited if mode == "async" else lambda r: HttpResponse("never"))
     assert says in str(caught.value)
 
 

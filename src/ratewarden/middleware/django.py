@@ -20,9 +20,22 @@ The keys of ``RATEWARDEN_MIDDLEWARE`` are the WSGI middleware's keywords
 (``limiter``, ``rules``, ``failure_mode``, ``metrics``, ``name``); a value
 may be the object or its dotted path. Routes are found with ``django_endpoint``
 unless the rule set has a resolver. The decision is the same sans-I/O core as
-the WSGI middleware's, over a blocking limiter (``Limiter`` or ``TwoTier``).
-Under Django's ASGI handler Django runs it in a thread, as any synchronous
-middleware.
+the WSGI and ASGI middlewares'.
+
+It runs in either of Django's middleware modes, and the limiter must fit the one
+Django picks (refused by name when it does not, never run in the wrong one):
+
+- sync mode (Django's WSGI handler, or a synchronous-only middleware listed after
+  this one): a blocking limiter (``Limiter``, ``TwoTier``), as the WSGI middleware's;
+- async mode (Django's ASGI handler, with only async-capable middleware after this
+  one): an awaited limiter (``AsyncLimiter``, ``AsyncTwoTier``), decided on the event
+  loop as the ASGI middleware decides (``RateLimitBase.decide_awaited``), not in a
+  thread. Django's ``AuthenticationMiddleware`` makes ``request.user`` a lazy object
+  whose first use queries the database, which Django refuses on the event loop; so
+  when a rule applies and the request has ``auser`` (that middleware sets it), the
+  user is found with ``await request.auser()`` first, and ``django_user`` reads it.
+  ``auser`` keeps it on the request: the view's own ``await request.auser()`` asks
+  nothing again.
 """
 
 from __future__ import annotations
@@ -30,13 +43,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings  # type: ignore[import-untyped]
 from django.http import HttpResponse  # type: ignore[import-untyped]
 from django.utils.module_loading import import_string  # type: ignore[import-untyped]
 
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.middleware._base import RateLimitBase
-from ratewarden.middleware._compiled import Hitter
 from ratewarden.middleware._outcome import Outcome
 from ratewarden.middleware._request import RequestInfo, from_wsgi
 from ratewarden.middleware._routes import django_endpoint
@@ -52,12 +65,18 @@ GetResponse = Callable[[Any], Any]
 
 class DjangoRequest(Mapping[str, Any]):
     """``RequestInfo.raw`` under the Django middleware: the request's ``META`` (the WSGI
-    environ, as the WSGI middleware gives), with the ``HttpRequest`` itself as ``request``."""
+    environ, as the WSGI middleware gives), with the ``HttpRequest`` itself as ``request``.
 
-    __slots__ = ("request",)
+    ``user`` is the user ``await request.auser()`` found in async mode (a user or an
+    ``AnonymousUser``), else None: an extractor of your own reads it there rather than
+    ``request.user``, whose first use may query the database on the event loop.
+    """
+
+    __slots__ = ("request", "user")
 
     def __init__(self, request: Any) -> None:
         self.request = request
+        self.user: Any = None
 
     def __getitem__(self, name: str) -> Any:
         return self.request.META[name]
@@ -71,11 +90,17 @@ class DjangoRequest(Mapping[str, Any]):
 
 def django_user(request: RequestInfo) -> object | None:
     """The signed-in Django user's primary key, for ``by_user(django_user)``; None for an
-    anonymous user, or outside the Django middleware (the rule's ``fallback`` then)."""
+    anonymous user, or outside the Django middleware (the rule's ``fallback`` then).
+
+    In async mode the user ``await request.auser()`` found; without ``auser`` (no
+    ``AuthenticationMiddleware``), ``request.user`` as it is.
+    """
     raw = request.raw
     if not isinstance(raw, DjangoRequest):
         return None
-    user = getattr(raw.request, "user", None)
+    user = raw.user
+    if user is None:
+        user = getattr(raw.request, "user", None)
     if user is None or not getattr(user, "is_authenticated", False):
         return None
     found: object | None = getattr(user, "pk", None)
@@ -110,6 +135,32 @@ def _options() -> dict[str, Any]:
     return options
 
 
+def _check_mode(limiter: object, async_mode: bool) -> None:
+    """Refuse a limiter that does not fit the mode Django runs the middleware in."""
+    awaited = iscoroutinefunction(getattr(limiter, "hit", None))
+    if async_mode and not awaited:
+        raise ConfigurationError(
+            f"{SETTING}['limiter'] is {limiter!r}, whose hit blocks, and Django runs "
+            "DjangoRateLimitMiddleware in async mode here (the ASGI handler, with only "
+            "async-capable middleware after it): use an AsyncLimiter or AsyncTwoTier (over "
+            "an AsyncStore such as AsyncRedisStore), which it awaits on the event loop"
+        )
+    if not async_mode and awaited:
+        raise ConfigurationError(
+            f"{SETTING}['limiter'] is {limiter!r}, whose hit is awaited, and Django runs "
+            "DjangoRateLimitMiddleware in sync mode here (the WSGI handler, or a "
+            "synchronous-only middleware listed after it): use a Limiter or TwoTier (over a "
+            "Store such as RedisStore), or serve under ASGI with only async-capable "
+            "middleware after it"
+        )
+
+
+def _info(request: Any, raw: DjangoRequest) -> RequestInfo:
+    """The request as the rules see it: ``META`` as the WSGI middleware reads the environ."""
+    found = from_wsgi(request.META)
+    return RequestInfo(found.method, request.path_info or "/", found.peer, found.headers, raw)
+
+
 def _response(outcome: Outcome, head: bool) -> Any:
     """A blocked ``outcome`` as Django's response; a HEAD gets the headers and no body."""
     response = HttpResponse(b"" if head else outcome.body, status=outcome.status)
@@ -118,27 +169,29 @@ def _response(outcome: Outcome, head: bool) -> Any:
     return response
 
 
-class DjangoRateLimitMiddleware(RateLimitBase[GetResponse, Hitter]):
+class DjangoRateLimitMiddleware(RateLimitBase[GetResponse, Any]):
     """Limit requests to Django's views by the rules of ``settings.RATEWARDEN_MIDDLEWARE``.
 
-    ``failure_mode``, ``metrics`` and ``name``: as ``WSGIRateLimitMiddleware``'s.
+    ``failure_mode``, ``metrics`` and ``name``: as ``WSGIRateLimitMiddleware``'s. The
+    limiter blocks in sync mode and is awaited in async mode (see the module).
     """
 
     sync_capable = True
-    async_capable = False
+    async_capable = True
 
     def __init__(self, get_response: GetResponse) -> None:
+        # Django hands an awaitable get_response when it runs this middleware in async mode.
+        self.async_mode = iscoroutinefunction(get_response)
         super().__init__(get_response, **_options())
+        _check_mode(self.limiter, self.async_mode)
+        if self.async_mode:
+            self._now = getattr(self.limiter, "hit_now", None)
+            markcoroutinefunction(self)
 
     def __call__(self, request: Any) -> Any:
-        found = from_wsgi(request.META)
-        info = RequestInfo(
-            found.method,
-            request.path_info or "/",
-            found.peer,
-            found.headers,
-            DjangoRequest(request),
-        )
+        if self.async_mode:
+            return self._acall(request)
+        info = _info(request, DjangoRequest(request))
         rules = self.rules.applicable(info, django_endpoint)
         if not rules:
             return self.app(request)
@@ -148,7 +201,26 @@ class DjangoRateLimitMiddleware(RateLimitBase[GetResponse, Hitter]):
             outcome = self.failed(exc, rules)
         if outcome.blocked:
             return _response(outcome, head=info.method == "HEAD")
-        response = self.app(request)
-        for name, value in outcome.headers:
-            response.headers[name] = value
-        return response
+        return _with_headers(self.app(request), outcome)
+
+    async def _acall(self, request: Any) -> Any:
+        """Async mode: the user found with ``auser`` when a rule applies, then the decision
+        awaited on the event loop, as the ASGI middleware's."""
+        raw = DjangoRequest(request)
+        info = _info(request, raw)
+        rules = self.rules.applicable(info, django_endpoint)
+        if not rules:
+            return await self.app(request)
+        auser = getattr(request, "auser", None)
+        if auser is not None:
+            raw.user = await auser()
+        outcome = await self.decide_awaited(info, rules)
+        if outcome.blocked:
+            return _response(outcome, head=info.method == "HEAD")
+        return _with_headers(await self.app(request), outcome)
+
+
+def _with_headers(response: Any, outcome: Outcome) -> Any:
+    for name, value in outcome.headers:
+        response.headers[name] = value
+    return response
