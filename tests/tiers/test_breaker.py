@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ratewarden.errors import ConfigurationError
+from ratewarden.limiter import _breaker as breaker_module
 from ratewarden.metrics import Metrics
 from ratewarden.testing import ManualClock
 from ratewarden.tiers import CircuitBreaker
@@ -167,3 +168,102 @@ def test_bad_settings_are_configuration_errors(options: dict[str, object], messa
     """Each bad setting names itself and its value."""
     with pytest.raises(ConfigurationError, match=message):
         CircuitBreaker(**options)  # type: ignore[arg-type]
+
+
+def test_per_node_circuits_open_one_node_and_leave_the_others_closed() -> None:
+    """With per_node, five failures on one node open that node's circuit only: calls to
+    another node, and calls with no node, are still let through."""
+    breaker, metrics = make(ManualClock(), failures=5, failure_ratio=None, per_node=True)
+    for _ in range(5):
+        assert breaker.allow("10.0.0.1:7000")
+        breaker.failure("10.0.0.1:7000")
+    assert not breaker.allow("10.0.0.1:7000")
+    assert breaker.allow("10.0.0.2:7000")
+    breaker.success("10.0.0.2:7000")
+    assert breaker.allow()
+    assert breaker.states() == {"": "closed", "10.0.0.1:7000": "open", "10.0.0.2:7000": "closed"}
+    assert breaker.state == "closed"  # the circuit of calls with no node
+    assert metrics.seen == [("redis@10.0.0.1:7000", "open")]
+
+
+def test_a_node_circuit_has_the_breakers_settings_and_cooldown() -> None:
+    """A node's circuit opens on the breaker's ratio too, and lets its probe through after
+    the breaker's cool-down, on the breaker's clock."""
+    clock = ManualClock()
+    breaker, metrics = make(
+        clock, failures=10, failure_ratio=0.5, window=4, min_calls=4, cooldown=2.0, per_node=True
+    )
+    for failed in (True, False, True, True):
+        assert breaker.allow("a")
+        breaker.failure("a") if failed else breaker.success("a")
+    assert breaker.states()["a"] == "open"
+    clock.advance(1.9)
+    assert not breaker.allow("a")
+    assert breaker.retry_in("a") == pytest.approx(0.1)
+    clock.advance(0.1)
+    assert breaker.allow("a")  # the probe
+    assert not breaker.allow("a")  # one probe at a time
+    breaker.success("a")
+    assert breaker.states()["a"] == "closed"
+    assert metrics.seen == [("redis@a", "open"), ("redis@a", "half_open"), ("redis@a", "closed")]
+
+
+def test_without_per_node_every_node_shares_one_circuit() -> None:
+    """The default: a node given to the methods is ignored, so failures on one node open
+    the breaker for every node."""
+    breaker, metrics = make(ManualClock(), failures=3, failure_ratio=None)
+    for _ in range(3):
+        assert breaker.allow("a")
+        breaker.failure("a")
+    assert not breaker.allow("b")
+    assert not breaker.allow()
+    assert breaker.states() == {"": "open"}
+    assert metrics.seen == [("redis", "open")]
+
+
+def test_recovered_closes_every_node_circuit() -> None:
+    """A health ping that reached every node closes every open circuit at once."""
+    breaker, _ = make(ManualClock(), failures=1, failure_ratio=None, per_node=True)
+    for node in ("", "a", "b"):
+        assert breaker.allow(node)
+        breaker.failure(node)
+    assert set(breaker.states().values()) == {"open"}
+    breaker.recovered()
+    assert set(breaker.states().values()) == {"closed"}
+    assert all(breaker.allow(node) for node in ("", "a", "b"))
+
+
+def test_abandon_on_a_node_gives_back_that_nodes_probe_place() -> None:
+    """A probe to a node that ends without a verdict lets that node's next caller probe."""
+    clock = ManualClock()
+    breaker, _ = make(clock, failures=1, failure_ratio=None, cooldown=1.0, per_node=True)
+    assert breaker.allow("a")
+    breaker.failure("a")
+    clock.advance(1.0)
+    assert breaker.allow("a")
+    assert not breaker.allow("a")
+    breaker.abandon("a")
+    assert breaker.allow("a")
+
+
+def test_a_per_node_breaker_forgets_closed_circuits_past_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past MAX_NODES circuits (node names change with failovers) the closed ones are
+    forgotten and the open ones kept: an open node stays open."""
+    monkeypatch.setattr(breaker_module, "MAX_NODES", 3)
+    breaker, _ = make(ManualClock(), failures=1, failure_ratio=None, per_node=True)
+    assert breaker.allow("down")
+    breaker.failure("down")
+    for node in ("up-1", "up-2"):
+        assert breaker.allow(node)
+        breaker.success(node)
+    assert breaker.allow("up-3")
+    assert breaker.states() == {"": "closed", "down": "open", "up-3": "closed"}
+    assert not breaker.allow("down")
+
+
+def test_per_node_must_be_a_bool() -> None:
+    """A per_node that is not True or False is refused by name."""
+    with pytest.raises(ConfigurationError, match="per_node 'yes' must be True or False"):
+        CircuitBreaker(per_node="yes")  # type: ignore[arg-type]

@@ -11,6 +11,12 @@ without a store call. After ``cooldown`` seconds one caller (``probes`` callers
 at most) is let through as a probe; everyone else is still refused until the
 probe reports back. A probe that never reports (cancelled, or an error that is
 not a storage failure) gives its place back through ``abandon()``.
+
+With ``per_node=True`` it keeps one such circuit per store node (a Redis
+Cluster's primaries): each method takes the node a call goes to, and an
+outage of one primary opens that primary's circuit only, so that calls for
+keys on the others still reach the store. A node of ``""`` (a store with one
+node, or a call whose node is not known) is the breaker's own circuit.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.metrics import NO_METRICS, Metrics
 
 __all__ = ["CLOSED", "HALF_OPEN", "OPEN", "CircuitBreaker"]
+
+#: Nodes a per-node breaker keeps circuits for; past it, closed ones are forgotten first.
+MAX_NODES = 1024
 
 CLOSED = "closed"
 OPEN = "open"
@@ -67,6 +76,10 @@ class CircuitBreaker:
       the ratio off.
     - ``cooldown``: seconds open before a probe is let through (default 1.0).
     - ``probes``: callers let through at once while half open (default 1).
+    - ``per_node``: one circuit per store node, named ``<name>@<node>`` (default
+      False: one for the whole store). A limiter asks its store for the node of
+      each call's key (``node_of``); a store without that method, or with one
+      node, has the one circuit either way.
 
     ``metrics.breaker(name=..., state=...)`` is called on every transition. Share
     one breaker between every limiter that talks to the same store.
@@ -80,6 +93,7 @@ class CircuitBreaker:
         "_in_flight",
         "_lock",
         "_metrics",
+        "_nodes",
         "_opened_at_us",
         "_state",
         "cooldown",
@@ -87,6 +101,7 @@ class CircuitBreaker:
         "failures",
         "min_calls",
         "name",
+        "per_node",
         "probes",
         "window",
     )
@@ -103,6 +118,7 @@ class CircuitBreaker:
         clock: Clock | None = None,
         metrics: Metrics = NO_METRICS,
         name: str = "store",
+        per_node: bool = False,
     ) -> None:
         self.failures = _whole("failures", failures, 1)
         self.failure_ratio = _ratio(failure_ratio)
@@ -119,6 +135,11 @@ class CircuitBreaker:
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"CircuitBreaker name {name!r} must be a non-empty string")
         self.name = name
+        if not isinstance(per_node, bool):
+            raise ConfigurationError(f"CircuitBreaker per_node {per_node!r} must be True or False")
+        self.per_node = per_node
+        #: node -> its own circuit (per_node only); made on a node's first call.
+        self._nodes: dict[str, CircuitBreaker] = {}
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._metrics = metrics
         self._lock = threading.Lock()
@@ -130,11 +151,51 @@ class CircuitBreaker:
 
     @property
     def state(self) -> str:
-        """``closed``, ``open`` or ``half_open`` (open turns half open only when a caller asks)."""
+        """``closed``, ``open`` or ``half_open`` (open turns half open only when a caller asks):
+        the circuit of node ``""``, which is every call's unless ``per_node``."""
         return self._state
 
-    def allow(self) -> bool:
-        """May a store call go ahead now? False means: answer by the failure mode."""
+    def states(self) -> dict[str, str]:
+        """Every circuit's state by node, ``""`` first (one entry unless ``per_node``)."""
+        with self._lock:
+            nodes = list(self._nodes.items())
+        return {"": self._state} | {node: circuit._state for node, circuit in nodes}
+
+    def _node(self, node: str) -> CircuitBreaker:
+        """The circuit of ``node``: this one for ``""`` or without ``per_node``."""
+        if not node or not self.per_node:
+            return self
+        circuit = self._nodes.get(node)
+        if circuit is None:
+            circuit = self._add(node)
+        return circuit
+
+    def _add(self, node: str) -> CircuitBreaker:
+        with self._lock:
+            circuit = self._nodes.get(node)
+            if circuit is not None:
+                return circuit
+            if len(self._nodes) >= MAX_NODES:  # nodes renamed by failovers: keep the open ones
+                self._nodes = {n: c for n, c in self._nodes.items() if c._state != CLOSED}
+            circuit = CircuitBreaker(
+                failures=self.failures,
+                failure_ratio=self.failure_ratio,
+                window=self.window,
+                min_calls=self.min_calls,
+                cooldown=self.cooldown,
+                probes=self.probes,
+                clock=self._clock,
+                metrics=self._metrics,
+                name=f"{self.name}@{node}",
+            )
+            self._nodes[node] = circuit
+            return circuit
+
+    def allow(self, node: str = "") -> bool:
+        """May a store call go ahead now (to ``node``)? False means: answer by the failure
+        mode."""
+        if node and self.per_node:
+            return self._node(node).allow()
         with self._lock:
             if self._state == CLOSED:
                 return True
@@ -147,15 +208,20 @@ class CircuitBreaker:
             self._in_flight += 1
             return True
 
-    def retry_in(self) -> float:
+    def retry_in(self, node: str = "") -> float:
         """Seconds until the next probe may go (0 unless open); a hint for denied callers."""
+        if node and self.per_node:
+            return self._node(node).retry_in()
         with self._lock:
             if self._state != OPEN:
                 return 0.0
             return max(0, self._opened_at_us + self._cooldown_us - self._clock.now_us()) / 1e6
 
-    def success(self) -> None:
+    def success(self, node: str = "") -> None:
         """The call allowed by ``allow()`` got an answer from the store."""
+        if node and self.per_node:
+            self._node(node).success()
+            return
         with self._lock:
             self._consecutive = 0
             if self._state == HALF_OPEN:
@@ -165,8 +231,11 @@ class CircuitBreaker:
                 return
             self._calls.append(False)
 
-    def failure(self) -> None:
+    def failure(self, node: str = "") -> None:
         """The call allowed by ``allow()`` failed (unavailable, timed out, refused)."""
+        if node and self.per_node:
+            self._node(node).failure()
+            return
         with self._lock:
             if self._state == HALF_OPEN:
                 self._open()
@@ -179,11 +248,16 @@ class CircuitBreaker:
                 self._open()
 
     def recovered(self) -> None:
-        """An out-of-band check (a health ping) found the store answering: close now.
+        """An out-of-band check (a health ping of every node) found the store answering:
+        close now, every node's circuit too.
 
-        Does nothing unless open or half open. Saves callers the rest of the
-        cool-down when something else already probed the store.
+        Does nothing to a circuit unless open or half open. Saves callers the rest
+        of the cool-down when something else already probed the store.
         """
+        with self._lock:
+            nodes = list(self._nodes.values())
+        for circuit in nodes:
+            circuit.recovered()
         with self._lock:
             if self._state == CLOSED:
                 return
@@ -192,8 +266,11 @@ class CircuitBreaker:
             self._calls.clear()
             self._move(CLOSED)
 
-    def abandon(self) -> None:
+    def abandon(self, node: str = "") -> None:
         """The call allowed by ``allow()`` ended without a verdict (cancelled, or a bug)."""
+        if node and self.per_node:
+            self._node(node).abandon()
+            return
         with self._lock:
             if self._state == HALF_OPEN:
                 self._in_flight = max(0, self._in_flight - 1)
@@ -218,5 +295,6 @@ class CircuitBreaker:
     def __repr__(self) -> str:
         return (
             f"CircuitBreaker(name={self.name!r}, state={self._state!r}, failures={self.failures}, "
-            f"failure_ratio={self.failure_ratio}, cooldown={self.cooldown})"
+            f"failure_ratio={self.failure_ratio}, cooldown={self.cooldown}"
+            f"{', per_node=True' if self.per_node else ''})"
         )

@@ -39,7 +39,7 @@ from ratewarden.checks import check_cost, check_key, check_rates
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.deprecation import UNSET, renamed
-from ratewarden.errors import CircuitOpenError, ConfigurationError, StorageError
+from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.limiter._aged import assumed, marked
 from ratewarden.limiter._breaker import CircuitBreaker
 from ratewarden.limiter._counts import TierCounts
@@ -301,7 +301,8 @@ class DecisionCore(Leasing, Operations):
         A failure the failure mode cannot answer (none set, or an error that is
         not a storage failure) is raised.
         """
-        refused = self._refused()
+        node = self._node_of(p.key)
+        refused = self._refused(node)
         if refused is not None:
             if p.failure_mode is None:
                 raise refused
@@ -315,38 +316,17 @@ class DecisionCore(Leasing, Operations):
             reply = yield _tuple(Ask, (method, (p.algorithm, p.key, p.given, units)))
         except BaseException:
             if self.breaker is not None:
-                self.breaker.abandon()
+                self.breaker.abandon(node)
             raise
         if timed:
             self.metrics.store_latency(seconds=time.perf_counter() - started)
-        self._verdict(reply)
+        self._verdict(reply, node)
         if isinstance(reply, Exception) and (
             p.failure_mode is None or not isinstance(reply, self.failure_errors)
         ):
             raise reply
         found: Decision | Exception = reply
         return found
-
-    def _refused(self) -> CircuitOpenError | None:
-        """The error standing for a store call the open breaker does not let through."""
-        breaker = self.breaker
-        if breaker is None or breaker.allow():
-            return None
-        return CircuitOpenError(
-            f"circuit breaker open after store failures; next probe in {breaker.retry_in():.3f}s"
-        )
-
-    def _verdict(self, reply: object) -> None:
-        """Tell the breaker how a call it let through went."""
-        breaker = self.breaker
-        if breaker is None:
-            return
-        if not isinstance(reply, Exception):
-            breaker.success()
-        elif isinstance(reply, StorageError):
-            breaker.failure()
-        else:
-            breaker.abandon()  # a bug, not an outage: no verdict on the store
 
     def _degrade(self, p: Pending, error: Exception) -> Decision:
         mode = p.failure_mode
@@ -374,9 +354,10 @@ class DecisionCore(Leasing, Operations):
             if local is None:
                 local = self.local.hit(p.algorithm, p.key, p.rates, p.cost)
             return marked(local, mode)
-        wait = self.breaker.retry_in() if self.breaker is not None else 0.0
-        if not wait and self.breaker is not None:
-            wait = self.breaker.cooldown
+        breaker = self.breaker
+        wait = 0.0
+        if breaker is not None:
+            wait = breaker.retry_in(self._node_of(p.key)) or breaker.cooldown
         return assumed(p.rates, p.cost, mode, wait)
 
     def _finish(self, algorithm: str, key: str, decision: Decision, shadow: bool) -> Decision:

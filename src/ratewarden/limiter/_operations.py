@@ -17,7 +17,7 @@ from ratewarden.checks import check_cost, check_key, check_rates
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.deprecation import renamed
-from ratewarden.errors import CircuitOpenError
+from ratewarden.errors import CircuitOpenError, StorageError
 from ratewarden.limiter._aged import marked
 from ratewarden.limiter._breaker import CircuitBreaker
 from ratewarden.limiter._flows import Ask, Flow, Wait
@@ -49,6 +49,7 @@ class Operations:
     failure_mode: str | None
     metrics: Metrics
     breaker: CircuitBreaker | None
+    store: Any
     local: MemoryStore
     leases: LeaseBook | None
     negative: NegativeCache | None
@@ -64,9 +65,42 @@ class Operations:
             self, key: str, rates: Rate | Sequence[Rate], failure_mode: str | None
         ) -> Flow[Decision]: ...
 
-        def _refused(self) -> CircuitOpenError | None: ...
+    # -- the breaker: which node a call goes to, and what it let through ------------------
 
-        def _verdict(self, reply: object) -> None: ...
+    def _node_of(self, key: str, *, stored: bool = False) -> str:
+        """The store node holding ``key`` (a store key with ``stored``), for a breaker kept
+        per node; ``""`` otherwise, or when the store does not say."""
+        breaker = self.breaker
+        if breaker is None or not breaker.per_node:
+            return ""
+        node_of = getattr(self.store, "node_of", None)
+        if node_of is None:
+            return ""
+        found: str = node_of(key, stored=stored)
+        return found
+
+    def _refused(self, node: str = "") -> CircuitOpenError | None:
+        """The error standing for a store call the open breaker does not let through."""
+        breaker = self.breaker
+        if breaker is None or breaker.allow(node):
+            return None
+        where = f" of {node}" if node and breaker.per_node else ""
+        return CircuitOpenError(
+            f"circuit breaker{where} open after store failures; "
+            f"next probe in {breaker.retry_in(node):.3f}s"
+        )
+
+    def _verdict(self, reply: object, node: str = "") -> None:
+        """Tell the breaker how a call it let through (to ``node``) went."""
+        breaker = self.breaker
+        if breaker is None:
+            return
+        if not isinstance(reply, Exception):
+            breaker.success(node)
+        elif isinstance(reply, StorageError):
+            breaker.failure(node)
+        else:
+            breaker.abandon(node)  # a bug, not an outage: no verdict on the store
 
     def peek_flow(
         self,
@@ -157,7 +191,9 @@ class Operations:
         answers for a batch, since its parts may have different failure modes.
         """
         name = self.algorithm if algorithm is None else algorithm_name(algorithm)
-        refused = self._refused()
+        # A batch the store takes has its keys on one node (else it sends nothing).
+        node = self._node_of(calls[0][0]) if calls else ""
+        refused = self._refused(node)
         if refused is not None:
             raise refused
         timed = self.metrics is not NO_METRICS
@@ -166,15 +202,15 @@ class Operations:
             reply = yield Ask("hit_all", (name, calls))
         except BaseException:
             if self.breaker is not None:
-                self.breaker.abandon()
+                self.breaker.abandon(node)
             raise
         if reply is None:
             if self.breaker is not None:
-                self.breaker.abandon()
+                self.breaker.abandon(node)
             return None
         if timed:  # a declined batch (None) sent nothing: no round trip to time
             self.metrics.store_latency(seconds=time.perf_counter() - started)
-        self._verdict(reply)
+        self._verdict(reply, node)
         if isinstance(reply, Exception):
             raise reply
         decisions: list[Decision] = list(reply)
@@ -215,22 +251,24 @@ class Operations:
 
         Through the breaker; a failure raises ``StorageUnavailableError``.
         """
-        refused = self._refused()
+        node = self._node_of(op.keys[0], stored=True) if op.keys else ""
+        refused = self._refused(node)
         if refused is not None:
             raise refused
         reply = yield Ask("apply", (op,))
-        self._verdict(reply)
+        self._verdict(reply, node)
         if isinstance(reply, Exception):
             raise reply
         return list(reply)
 
     def slot_flow(self, method: str, *args: Any) -> Flow[Any]:
         """A concurrency-slot call (``acquire_slot``, ``release_slot``, ``renew_slot``)."""
-        refused = self._refused()
+        node = self._node_of(args[0])  # the slot's key
+        refused = self._refused(node)
         if refused is not None:
             raise refused
         reply = yield Ask(method, args)
-        self._verdict(reply)
+        self._verdict(reply, node)
         if isinstance(reply, Exception):
             raise reply
         return reply

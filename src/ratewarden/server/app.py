@@ -103,12 +103,17 @@ def settings_store(settings: Settings) -> AsyncStore:
 
 
 def _breaker(settings: Settings, stats: ServiceStats) -> CircuitBreaker | None:
-    """One breaker for the one store: an outage costs a few timeouts, not one per call."""
+    """One breaker for the store, a circuit per Cluster primary: an outage costs a few
+    timeouts, not one per call, and one primary's outage opens its own circuit only."""
     failures, cooldown = settings.breaker_failures, settings.breaker_cooldown
     if failures == 0:
         return None
     return CircuitBreaker(
-        failures=failures, failure_ratio=None, cooldown=cooldown, metrics=stats.metrics
+        failures=failures,
+        failure_ratio=None,
+        cooldown=cooldown,
+        metrics=stats.metrics,
+        per_node=True,
     )
 
 

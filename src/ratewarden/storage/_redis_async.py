@@ -74,6 +74,8 @@ class AsyncRouter(Protocol):
 
     async def command(self, route_key: str, *parts: Sendable) -> Any: ...
 
+    def node_of(self, route_key: str) -> str: ...
+
     async def ping(self) -> None: ...
 
     async def aclose(self) -> None: ...
@@ -131,6 +133,9 @@ class AsyncStandalone:
     async def command(self, route_key: str, *parts: Sendable) -> Any:
         return checked(await self._pipes.get("", self._make).request(protocol.pack(parts)))
 
+    def node_of(self, route_key: str) -> str:
+        return ""
+
     async def ping(self) -> None:
         checked(await self._pipes.get("", self._make).request(protocol.PING))
 
@@ -161,6 +166,16 @@ class AsyncCluster:
         if client._initialize:
             await client.initialize()
         return client.nodes_manager.get_node_from_slot(key_slot(route_key.encode()))
+
+    def node_of(self, route_key: str) -> str:
+        client = self._client
+        if client._initialize:  # no slot table before the first call: one circuit till then
+            return ""
+        try:
+            name: str = client.nodes_manager.get_node_from_slot(key_slot(route_key.encode())).name
+        except rx.RedisClusterException:  # a slot with no primary in the table
+            return ""
+        return name
 
     async def eval(self, script: Script, route_key: str, packed: bytes) -> Any:
         node = await self._node(route_key)

@@ -214,6 +214,15 @@ class RedisBase(FromUrl):
         self._templates[id(shape)] = found
         return found
 
+    def node_of(self, key: str, *, stored: bool = False) -> str:
+        """The Cluster primary (``host:port``) that holds ``key``'s state (a caller's key, or
+        a key of this store with ``stored``), as the slot table knows it now; ``""`` on one
+        server. What a breaker kept per node (``CircuitBreaker(per_node=True)``) asks."""
+        if not self._clustered:
+            return ""
+        found: str = self._router.node_of(key if stored else "{" + escape(key) + "}")
+        return found
+
     def _now(self) -> int | None:
         """ARGV[1] for a script: the clock's now, or None for "read Redis TIME"."""
         now_us = self._now_us

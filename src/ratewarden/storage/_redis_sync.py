@@ -58,6 +58,10 @@ class Router(Protocol):
 
     def command(self, route_key: str, *parts: Sendable) -> Any: ...
 
+    def node_of(self, route_key: str) -> str:
+        """The name of the server ``route_key`` goes to; ``""`` on one server."""
+        ...
+
     def ping(self) -> None: ...
 
     def close(self) -> None: ...
@@ -87,6 +91,9 @@ class Standalone:
             return checked(link.request(protocol.pack(parts)))
         finally:
             links.give(link)
+
+    def node_of(self, route_key: str) -> str:
+        return ""
 
     def ping(self) -> None:
         self.command("", "PING")
@@ -128,6 +135,13 @@ class Cluster:
 
     def _node(self, route_key: str) -> Any:
         return self._client.nodes_manager.get_node_from_slot(key_slot(route_key.encode()))
+
+    def node_of(self, route_key: str) -> str:
+        try:
+            name: str = self._node(route_key).name
+        except rx.RedisClusterException:  # a slot with no primary in the table
+            return ""
+        return name
 
     def eval(self, script: Script, route_key: str, packed: bytes) -> Any:
         node = self._node(route_key)

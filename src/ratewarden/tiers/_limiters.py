@@ -72,7 +72,10 @@ class _TwoTierDefaults(DecisionCore, Generic[S]):
         )
         if self.breaker is None:
             self.breaker = CircuitBreaker(
-                clock=self.clock, metrics=metrics if metrics is not None else NO_METRICS, name=name
+                clock=self.clock,
+                metrics=metrics if metrics is not None else NO_METRICS,
+                name=name,
+                per_node=True,  # a Cluster primary's outage opens that primary's circuit only
             )
         self.plain = False
 
