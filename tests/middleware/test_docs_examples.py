@@ -106,3 +106,21 @@ def test_budget_example_settles_what_the_endpoint_reports() -> None:
         <= int(response.headers["x-ratelimit-remaining-tokens"])
         < 100_000 - 112 + 1_667
     )
+
+
+async def test_django_asgi_example_limits_under_django_s_asgi_handler() -> None:
+    """The Django-under-ASGI example's limiter and rules, as the setting, are taken in async
+    mode by Django's own ASGI handler, and its answers carry the per-user policy."""
+    from django.core.handlers.asgi import ASGIHandler
+    from django.test.utils import override_settings
+
+    (block,) = [b for b in BLOCKS if "limiter = AsyncLimiter(" in b and "django_user" in b]
+    namespace = _run(block)
+    with override_settings(
+        ROOT_URLCONF="tests.middleware.test_django_async",
+        MIDDLEWARE=["ratewarden.middleware.django.DjangoRateLimitMiddleware"],
+        RATEWARDEN_MIDDLEWARE={"limiter": namespace["limiter"], "rules": namespace["rules"]},
+    ):
+        response = await _asgi_get(ASGIHandler(), "/notes")
+    assert response.status_code == 200 and response.json() == {"user": None}
+    assert response.headers["RateLimit-Policy"] == '"per-user";q=600;w=3600'
