@@ -12,6 +12,8 @@ the breaker's); the kill is a real ``kill -9`` of a real redis-server.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from envoy.service.ratelimit.v3 import rls_pb2_grpc
 
@@ -46,7 +48,7 @@ def keys_by_primary(cluster: RedisCluster) -> tuple[str, list[str], RedisServer]
 
 
 @pytest.fixture
-def cluster() -> RedisCluster:
+def cluster() -> Iterator[RedisCluster]:
     found = RedisCluster(primaries=3)
     yield found
     found.stop()
@@ -149,6 +151,9 @@ async def test_concurrency_slots_and_batches_go_through_their_nodes_circuit(
                 await limiter.acquire_slot(victim_key, 5)
         with pytest.raises(CircuitOpenError, match=f"circuit breaker of {HOST}:{victim.port} open"):
             await limiter.hit_all([(victim_key, RATE, 1)])
+        # Keys on several primaries: declined (None, nothing sent), as the store declines them,
+        # whatever the state of the first key's circuit; the caller then decides them apart.
+        assert await limiter.hit_all([(victim_key, RATE, 1), (survivors[0], RATE, 1)]) is None
         lease = await limiter.acquire_slot(survivors[0], 5)
         assert lease.allowed
         decided = await limiter.hit_all([(survivors[1], RATE, 1)])
@@ -163,7 +168,8 @@ async def test_serve_opens_the_dead_primarys_circuit_only(
 ) -> None:
     """``ratewarden serve`` on a ``redis+cluster://`` URL: five calls in a row for a counter
     on the dead primary open its circuit (a ``closed`` rule then answers OVER_LIMIT at once);
-    counters on the live primaries are still decided by Redis (OK at 1000/hour)."""
+    counters on the live primaries are still decided by Redis (OK at 1000/hour), alone or in
+    one request with the dead primary's."""
     targets, victim = targets_on(cluster)
     dead = next(t for t in targets if t.side == "victim" and t.mode == "closed")
     live = [t for t in targets if t.side == "survivor" and t.mode == "closed"]
@@ -182,3 +188,8 @@ async def test_serve_opens_the_dead_primarys_circuit_only(
         assert breaker is not None
         assert breaker.states()[f"{HOST}:{victim.port}"] == "open"
         assert [await code(target) for target in live for _ in range(3)] == [OK] * 3 * len(live)
+        # One request for both primaries: the dead one's rule answers by its failure mode, the
+        # live one's is still Redis's (its circuit closed), not the dead circuit's refusal.
+        both = request(DOMAIN, {dead.mode: dead.value}, {live[0].mode: live[0].value})
+        reply = await stub.ShouldRateLimit(both)
+        assert [status.code for status in reply.statuses] == [OVER_LIMIT, OK]

@@ -191,8 +191,11 @@ class Operations:
         answers for a batch, since its parts may have different failure modes.
         """
         name = self.algorithm if algorithm is None else algorithm_name(algorithm)
-        # A batch the store takes has its keys on one node (else it sends nothing).
+        # A batch the store takes has its keys on one node (else it sends nothing): keys on
+        # several primaries are declined here, not refused by the first key's circuit.
         node = self._node_of(calls[0][0]) if calls else ""
+        if node and any(self._node_of(key) != node for key, _, _ in calls[1:]):
+            return None
         refused = self._refused(node)
         if refused is not None:
             raise refused
