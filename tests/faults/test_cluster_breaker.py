@@ -18,7 +18,7 @@ import pytest
 from envoy.service.ratelimit.v3 import rls_pb2_grpc
 
 from ratewarden import AsyncLimiter, AsyncTwoTier, CircuitBreaker, Limiter, Rate
-from ratewarden.errors import CircuitOpenError, StorageUnavailableError
+from ratewarden.errors import CircuitOpenError, ConfigurationError, StorageUnavailableError
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
 from tests._servers import HOST, RedisCluster, RedisServer
@@ -117,6 +117,8 @@ async def test_an_async_two_tier_limiter_keeps_a_circuit_per_primary_by_default(
     store = AsyncRedisStore.from_url(cluster.url, clock=clock, timeout=TIMEOUT)
     limiter = AsyncTwoTier(store, failure_mode="closed")
     try:
+        with pytest.raises(ConfigurationError, match="surrogate"):  # refused, as without a breaker
+            await limiter.hit("tenant-\ud800", RATE)
         for key in (victim_key, *survivors):
             assert (await limiter.hit(key, RATE)).degraded == ""
         kill(victim)

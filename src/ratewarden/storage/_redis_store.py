@@ -220,6 +220,8 @@ class RedisBase(FromUrl):
         server. What a breaker kept per node (``CircuitBreaker(per_node=True)``) asks."""
         if not self._clustered:
             return ""
+        if type(key) is not str or not key or not key.isascii():
+            checks.check_key(key)  # the store's own refusal, before the slot is hashed
         found: str = self._router.node_of(key if stored else "{" + escape(key) + "}")
         return found
 
