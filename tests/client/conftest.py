@@ -25,6 +25,14 @@ def throttle_server(throttle_state: ThrottleState) -> Iterator[LiveASGI]:
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def other_server() -> Iterator[LiveASGI]:
+    """A second throttling app under uvicorn on another port: another host to a breaker."""
+    server = LiveASGI(build_app(ThrottleState()))
+    yield server
+    server.stop()
+
+
 _names = itertools.count()
 
 

@@ -17,13 +17,22 @@ politely:
   wait would pass the cap, the client gives up with the last response (or raises
   ``RetriesExhaustedError`` with ``raise_on_give_up``);
 - only idempotent methods are retried, unless ``idempotency_keys`` is on: then
-  POST and PATCH carry an ``Idempotency-Key`` made once and kept across retries.
+  POST and PATCH carry an ``Idempotency-Key`` made once and kept across retries;
+- opt in, shared by every transport given them: a ``RetryBudget`` (retries for the
+  whole client: at most ``burst + ratio * requests + min_per_second * seconds``; a
+  retry it refuses is not sent and the request ends with its last answer), and a
+  circuit breaker per host (``ratewarden.CircuitBreaker(per_node=True)`` as
+  ``breaker=``: after failed attempts a host's requests raise
+  ``HostCircuitOpenError``, also the library's own transport error, without going
+  to the network, until a probe succeeds).
 
 ::
 
     client = httpx.Client(transport=RetryTransport(policy=RetryPolicy(max_wait=30)))
     client = httpx.AsyncClient(transport=AsyncRetryTransport())
     session = retry_session(RetryPolicy(idempotency_keys=True))     # requests
+    budget, breaker = RetryBudget(), CircuitBreaker(per_node=True, name="client")
+    client = httpx.Client(transport=RetryTransport(budget=budget, breaker=breaker))
 
 Malformed hints are ignored (the backoff applies); parsing never raises.
 Time and chance are injected: ``clock`` (``ratewarden.clock.Clock``; tests pass
@@ -33,6 +42,8 @@ Time and chance are injected: ``clock`` (``ratewarden.clock.Clock``; tests pass
 
 from __future__ import annotations
 
+from ratewarden.client._budget import RetryBudget
+from ratewarden.client._circuit import HostBreaker, HostCircuitOpenError
 from ratewarden.client._hints import retry_hint
 from ratewarden.client._policy import (
     IDEMPOTENT_METHODS,
@@ -52,7 +63,10 @@ __all__ = [
     "IDEMPOTENT_METHODS",
     "KEYED_METHODS",
     "AsyncRetryTransport",
+    "HostBreaker",
+    "HostCircuitOpenError",
     "RetriesExhaustedError",
+    "RetryBudget",
     "RetryPolicy",
     "RetryTransport",
     "backoff_delay",

@@ -4,9 +4,10 @@ The flow is a generator: it yields *steps*, each a call without arguments (send
 the request once, make its body replayable, close or read a response, sleep on
 the clock), and receives what the call returned; an error the call raised is
 thrown into it at that step. It decides everything else (whether the method is
-retried, the Idempotency-Key, the server's hint, the backoff, the caps). A
-blocking transport's steps return their results (``drive``); an asyncio
-transport's return awaitables (``adrive``). One loop runs both.
+retried, the Idempotency-Key, the server's hint, the backoff, the caps, the
+shared retry budget, the host's circuit). A blocking transport's steps return
+their results (``drive``); an asyncio transport's return awaitables (``adrive``).
+One loop runs both.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import uuid
 from collections.abc import Callable, Coroutine, Generator, MutableMapping
 from typing import Any, NamedTuple
 
+from ratewarden.client._budget import RetryBudget
+from ratewarden.client._circuit import Circuit, HostBreaker, HostCircuitOpenError, check_breaker
 from ratewarden.client._hints import retry_hint
 from ratewarden.client._policy import (
     IDEMPOTENCY_KEY,
@@ -37,13 +40,16 @@ RetryFlow = Generator[Step, Any, Any]
 
 class Io(NamedTuple):
     """A transport's I/O as the flow names it: the errors its send raises that are worth
-    another attempt, and the methods that close or read a response (``read``: None when
-    there is nothing to read) and sleep on the clock, blocking or coroutine methods."""
+    another attempt, the methods that close or read a response (``read``: None when
+    there is nothing to read) and sleep on the clock, blocking or coroutine methods, and
+    the error raised when a host's circuit is open (its library's kind of transport
+    error as well as ``HostCircuitOpenError``)."""
 
     errors: tuple[type[Exception], ...]
     close: str
     read: str | None
     sleep: str
+    refused: type[HostCircuitOpenError] = HostCircuitOpenError
 
 
 def _new_key() -> str:
@@ -51,9 +57,10 @@ def _new_key() -> str:
 
 
 class Retrier:
-    """Everything but the I/O: the policy, the clock, the jitter and key sources, the flow."""
+    """Everything but the I/O: the policy, the clock, the jitter and key sources, the
+    shared retry budget and host breaker (both optional), the flow."""
 
-    __slots__ = ("clock", "io", "key_factory", "policy", "random")
+    __slots__ = ("breaker", "budget", "clock", "io", "key_factory", "policy", "random")
 
     def __init__(
         self,
@@ -62,58 +69,96 @@ class Retrier:
         random: Callable[[], float] | None,
         key_factory: Callable[[], str] | None,
         io: Io,
+        *,
+        budget: RetryBudget | None = None,
+        breaker: HostBreaker | None = None,
     ) -> None:
         if policy is not None and not isinstance(policy, RetryPolicy):
             raise ConfigurationError(f"policy={policy!r}: pass a RetryPolicy")
+        if budget is not None and not isinstance(budget, RetryBudget):
+            raise ConfigurationError(f"budget={budget!r}: pass a RetryBudget (or None)")
         self.policy = policy or RetryPolicy()
         self.clock: Clock = clock or SystemClock()
         self.random = random or _random.random
         self.key_factory = key_factory or _new_key
         self.io = io
+        self.budget = budget
+        self.breaker = check_breaker(breaker)
 
     def flow(
-        self, method: str, headers: MutableMapping[str, str], send: Step, replay: Step | None
+        self,
+        method: str,
+        headers: MutableMapping[str, str],
+        send: Step,
+        replay: Step | None,
+        url: str = "",
     ) -> RetryFlow:
         """Send a request (``send``), and again while the policy allows; return the response.
 
         ``replay`` makes the request's body readable twice (None: it cannot be, so the
         request is sent once). A retried POST or PATCH gets its Idempotency-Key here.
+        ``url`` names the host whose circuit the attempts go through (with a breaker).
         """
         policy, io = self.policy, self.io
         method = method.upper()
         keyed = policy.idempotency_keys and method in KEYED_METHODS
         if keyed and IDEMPOTENCY_KEY not in headers:
             headers[IDEMPOTENCY_KEY] = self.key_factory()
-        if not (keyed or method in policy.methods) or replay is None:
-            return (yield send)
-        yield replay
-        attempts, waited = 1, 0.0
-        while True:
-            try:
-                response = yield send
-            except io.errors as exc:
-                if not policy.retry_transport_errors:
-                    raise
-                delay = self._next(attempts, waited, None, f"{type(exc).__name__}: {exc}")
-                if isinstance(delay, str):
-                    raise
-            else:
-                status = response.status_code
-                if status not in policy.statuses:
-                    return response
-                hint = retry_hint(response.headers, self.clock.now())
-                delay = self._next(attempts, waited, hint, f"HTTP {status}")
-                if isinstance(delay, str):
-                    if not policy.raise_on_give_up:
+        retried = replay is not None and (keyed or method in policy.methods)
+        if retried and replay is not None:
+            yield replay
+        circuit = Circuit(self.breaker, url)
+        self._admit(circuit, None)
+        if self.budget is not None:
+            self.budget.deposit()
+        attempts, waited, error = 1, 0.0, None
+        try:
+            while True:
+                try:
+                    response = yield send
+                except io.errors as exc:
+                    circuit.report(True)
+                    if not (retried and policy.retry_transport_errors):
+                        raise
+                    what = f"{type(exc).__name__}: {exc}"
+                    delay = self._next(attempts, waited, None, what, circuit)
+                    if isinstance(delay, str):
+                        raise
+                    error = exc
+                else:
+                    status = response.status_code
+                    if not retried or status not in policy.statuses:
+                        circuit.report(status >= 500 or status == 429)
                         return response
-                    if io.read is not None:
-                        yield getattr(response, io.read)
-                    raise RetriesExhaustedError(f"gave up retrying: {delay}", response)
-                yield getattr(response, io.close)
-            attempts, waited = attempts + 1, waited + delay
-            yield functools.partial(getattr(self.clock, io.sleep), delay)
+                    if status >= 500:
+                        circuit.report(True)
+                    hint = retry_hint(response.headers, self.clock.now())
+                    delay = self._next(attempts, waited, hint, f"HTTP {status}", circuit)
+                    if isinstance(delay, str):
+                        circuit.report(status == 429)  # given up on: a 429 counts now
+                        if not policy.raise_on_give_up:
+                            return response
+                        if io.read is not None:
+                            yield getattr(response, io.read)
+                        raise RetriesExhaustedError(f"gave up retrying: {delay}", response)
+                    circuit.report(None)  # a 429 retried is no verdict on the host
+                    error = None
+                    yield getattr(response, io.close)
+                attempts, waited = attempts + 1, waited + delay
+                yield functools.partial(getattr(self.clock, io.sleep), delay)
+                self._admit(circuit, error)
+        finally:
+            circuit.report(None)  # an attempt cut short (cancelled, a bug) gives its place back
 
-    def _next(self, attempts: int, waited: float, hint: float | None, what: str) -> float | str:
+    def _admit(self, circuit: Circuit, error: BaseException | None) -> None:
+        """Let the next attempt through the host's circuit, or raise ``io.refused``."""
+        retry_in = circuit.admit()
+        if retry_in is not None:
+            raise self.io.refused(circuit.origin, retry_in) from error
+
+    def _next(
+        self, attempts: int, waited: float, hint: float | None, what: str, circuit: Circuit
+    ) -> float | str:
         """Seconds before attempt ``attempts + 1``, or (a str) why there is none."""
         policy = self.policy
         if attempts >= policy.max_attempts:
@@ -124,6 +169,14 @@ class Retrier:
                 f"{what}; waiting {delay:.3f} s more would pass max_wait={policy.max_wait:g} s "
                 f"(already waited {waited:.3f} s over {attempts} attempts)"
             )
+        open_for = circuit.open_for()
+        if open_for > delay:
+            return (
+                f"{what}; the circuit for {circuit.origin} is open for {open_for:.3f} s more, "
+                f"past the {delay:.3f} s wait (after {attempts} attempts)"
+            )
+        if self.budget is not None and not self.budget.withdraw():
+            return f"{what}; the retry budget is empty (after {attempts} attempts; {self.budget!r})"
         return delay
 
 

@@ -1,7 +1,8 @@
 """The retrying transports: httpx (blocking and asyncio) and a requests adapter.
 
 Each drives the one retry flow (``_retry.Retrier.flow``); all a transport says is
-how it sends a request once and what its I/O is called.
+how it sends a request once, what its I/O is called, and which of its library's
+errors a request refused by an open circuit raises.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Any, Generic, TypeVar
 
 import httpx
 
+from ratewarden.client._budget import RetryBudget
+from ratewarden.client._circuit import HostBreaker, HostCircuitOpenError
 from ratewarden.client._policy import RetryPolicy
 from ratewarden.client._retry import Io, Retrier, adrive, drive
 from ratewarden.clock import Clock
@@ -25,6 +28,10 @@ __all__ = ["AsyncRetryTransport", "RetryTransport", "retry_adapter", "retry_sess
 _HTTPX_RETRYABLE = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
 
 T = TypeVar("T")
+
+
+class HTTPXHostCircuitOpenError(HostCircuitOpenError, httpx.TransportError):
+    """The host's circuit is open (an ``httpx.TransportError``): the request was not sent."""
 
 
 class _Retrying(Generic[T]):
@@ -40,18 +47,26 @@ class _Retrying(Generic[T]):
         clock: Clock | None = None,
         random: Callable[[], float] | None = None,
         key_factory: Callable[[], str] | None = None,
+        budget: RetryBudget | None = None,
+        breaker: HostBreaker | None = None,
     ) -> None:
+        self._retrier = Retrier(
+            policy, clock, random, key_factory, self._IO, budget=budget, breaker=breaker
+        )
         self._transport: T = transport or self._default_transport()
-        self._retrier = Retrier(policy, clock, random, key_factory, self._IO)
 
     def _default_transport(self) -> T:
         raise NotImplementedError
 
 
 class RetryTransport(_Retrying[httpx.BaseTransport], httpx.BaseTransport):
-    """An httpx transport that retries through ``transport`` (a new HTTPTransport by default)."""
+    """An httpx transport that retries through ``transport`` (a new HTTPTransport by default).
 
-    _IO = Io(_HTTPX_RETRYABLE, close="close", read="read", sleep="sleep")
+    ``budget`` (a ``RetryBudget``) and ``breaker`` (``CircuitBreaker(per_node=True)``: a
+    circuit per host) are shared with every other transport or adapter given them.
+    """
+
+    _IO = Io(_HTTPX_RETRYABLE, "close", "read", "sleep", HTTPXHostCircuitOpenError)
 
     def _default_transport(self) -> httpx.BaseTransport:
         return httpx.HTTPTransport()
@@ -60,7 +75,9 @@ class RetryTransport(_Retrying[httpx.BaseTransport], httpx.BaseTransport):
         """Send ``request``, waiting and sending again while the policy allows."""
         send = functools.partial(self._transport.handle_request, request)
         # request.read: a streamed body must be replayable
-        flow = self._retrier.flow(request.method, request.headers, send, request.read)
+        flow = self._retrier.flow(
+            request.method, request.headers, send, request.read, str(request.url)
+        )
         response: httpx.Response = drive(flow)
         return response
 
@@ -71,7 +88,7 @@ class RetryTransport(_Retrying[httpx.BaseTransport], httpx.BaseTransport):
 class AsyncRetryTransport(_Retrying[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport):
     """The asyncio twin of ``RetryTransport``."""
 
-    _IO = Io(_HTTPX_RETRYABLE, close="aclose", read="aread", sleep="asleep")
+    _IO = Io(_HTTPX_RETRYABLE, "aclose", "aread", "asleep", HTTPXHostCircuitOpenError)
 
     def _default_transport(self) -> httpx.AsyncBaseTransport:
         return httpx.AsyncHTTPTransport()
@@ -79,7 +96,9 @@ class AsyncRetryTransport(_Retrying[httpx.AsyncBaseTransport], httpx.AsyncBaseTr
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request``, waiting and sending again while the policy allows."""
         send = functools.partial(self._transport.handle_async_request, request)
-        flow = self._retrier.flow(request.method, request.headers, send, request.aread)
+        flow = self._retrier.flow(
+            request.method, request.headers, send, request.aread, str(request.url)
+        )
         response: httpx.Response = await adrive(flow)
         return response
 
@@ -96,11 +115,21 @@ def _adapter_class() -> type[Any]:
     adapters = importlib.import_module("requests.adapters")
     exceptions = importlib.import_module("requests.exceptions")
 
+    class RequestsHostCircuitOpenError(HostCircuitOpenError, exceptions.ConnectionError):  # type: ignore[misc, name-defined]
+        """The host's circuit is open (a ``requests.ConnectionError``): the request was not
+        sent."""
+
     class RetryAdapter(adapters.HTTPAdapter):  # type: ignore[misc, name-defined]
         """A requests adapter that retries like ``RetryTransport``."""
 
         # requests reads the body after the adapter returns: nothing to read on giving up.
-        IO = Io((exceptions.ConnectionError, exceptions.Timeout), "close", None, "sleep")
+        IO = Io(
+            (exceptions.ConnectionError, exceptions.Timeout),
+            "close",
+            None,
+            "sleep",
+            RequestsHostCircuitOpenError,
+        )
 
         def __init__(self, retrier: Retrier, **kwargs: Any) -> None:
             super().__init__(**kwargs)
@@ -110,7 +139,10 @@ def _adapter_class() -> type[Any]:
             send = functools.partial(super().send, request, **kwargs)
             # A generator or file body cannot be sent twice.
             replay = _nothing if isinstance(request.body, bytes | str | None) else None
-            return drive(self.retrier.flow(request.method or "GET", request.headers, send, replay))
+            flow = self.retrier.flow(
+                request.method or "GET", request.headers, send, replay, request.url or ""
+            )
+            return drive(flow)
 
     return RetryAdapter
 
@@ -121,12 +153,15 @@ def retry_adapter(
     clock: Clock | None = None,
     random: Callable[[], float] | None = None,
     key_factory: Callable[[], str] | None = None,
+    budget: RetryBudget | None = None,
+    breaker: HostBreaker | None = None,
     **adapter_kwargs: Any,
 ) -> Any:
     """A ``requests`` HTTPAdapter that retries; mount it on a Session. Needs ``requests``.
 
     ``adapter_kwargs`` go to ``HTTPAdapter`` (``pool_maxsize`` ...). Leave its own
     ``max_retries`` alone: it retries failed connections without any backoff.
+    ``budget`` and ``breaker`` are shared, as on ``RetryTransport``.
     """
     try:
         cls = _adapter_class()
@@ -134,7 +169,8 @@ def retry_adapter(
         raise ConfigurationError(
             "retry_adapter needs the requests package: pip install requests"
         ) from exc
-    return cls(Retrier(policy, clock, random, key_factory, cls.IO), **adapter_kwargs)
+    retrier = Retrier(policy, clock, random, key_factory, cls.IO, budget=budget, breaker=breaker)
+    return cls(retrier, **adapter_kwargs)
 
 
 def retry_session(
@@ -144,9 +180,18 @@ def retry_session(
     clock: Clock | None = None,
     random: Callable[[], float] | None = None,
     key_factory: Callable[[], str] | None = None,
+    budget: RetryBudget | None = None,
+    breaker: HostBreaker | None = None,
 ) -> Any:
     """A ``requests.Session`` (new, or ``session``) with a retrying adapter on http and https."""
-    adapter = retry_adapter(policy, clock=clock, random=random, key_factory=key_factory)
+    adapter = retry_adapter(
+        policy,
+        clock=clock,
+        random=random,
+        key_factory=key_factory,
+        budget=budget,
+        breaker=breaker,
+    )
     if session is None:
         session = importlib.import_module("requests").Session()
     session.mount("http://", adapter)
