@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from ratewarden import AsyncLimiter, AsyncMemoryStore, Limiter
-from ratewarden.budgets import AsyncTokenBudget
+from ratewarden import AsyncLimiter, AsyncMemoryStore, Limiter, MemoryStore
+from ratewarden.budgets import AsyncTokenBudget, TokenBudget
 from ratewarden.errors import ConfigurationError
 from ratewarden.middleware import RateLimitMiddleware, Rule, RuleSet, WSGIRateLimitMiddleware
-from ratewarden.middleware.budget import TokenBudgetMiddleware
+from ratewarden.middleware.budget import TokenBudgetMiddleware, WSGITokenBudgetMiddleware
 from ratewarden.middleware.concurrency import (
     ConcurrencyMiddleware,
     SlotPolicy,
@@ -50,6 +50,11 @@ def _budget() -> AsyncTokenBudget:
     return AsyncTokenBudget(store, {"tokens": "1000/minute"}, max_output_tokens=10)
 
 
+def _blocking_budget() -> TokenBudget:
+    store = MemoryStore(clock=ManualClock())
+    return TokenBudget(store, {"tokens": "1000/minute"}, max_output_tokens=10)
+
+
 #: Each middleware built with ``**options`` added, and how to read its failure mode back.
 BUILDERS: dict[str, tuple[Callable[..., Any], Callable[[Any], str]]] = {
     "RateLimitMiddleware": (
@@ -74,6 +79,12 @@ BUILDERS: dict[str, tuple[Callable[..., Any], Callable[[Any], str]]] = {
     ),
     "TokenBudgetMiddleware": (
         lambda **o: TokenBudgetMiddleware(app, budget=_budget(), estimate=lambda r, b: 1, **o),
+        lambda m: m.failure_answer.failure_mode,
+    ),
+    "WSGITokenBudgetMiddleware": (
+        lambda **o: WSGITokenBudgetMiddleware(
+            wsgi_app, budget=_blocking_budget(), estimate=lambda r, b: 1, **o
+        ),
         lambda m: m.failure_answer.failure_mode,
     ),
 }

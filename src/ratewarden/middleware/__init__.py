@@ -3,8 +3,8 @@
 ``RateLimitMiddleware`` (ASGI) and ``WSGIRateLimitMiddleware`` share one
 sans-I/O core, ``RuleSet``. ``ConcurrencyMiddleware`` and
 ``WSGIConcurrencyMiddleware`` hold a concurrency slot per identity while a
-response is sent; ``TokenBudgetMiddleware`` reserves on a token budget before
-the app and settles after. See docs/middleware.md.
+response is sent; ``TokenBudgetMiddleware`` and ``WSGITokenBudgetMiddleware``
+reserve on a token budget before the app and settle after. See docs/middleware.md.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from ratewarden.middleware._routes import (
 from ratewarden.middleware._rules import Rule
 from ratewarden.middleware._shadow import ShadowSummary, TopKey
 from ratewarden.middleware.asgi import RateLimitMiddleware
-from ratewarden.middleware.budget import TokenBudgetMiddleware
+from ratewarden.middleware.budget import TokenBudgetMiddleware, WSGITokenBudgetMiddleware
 from ratewarden.middleware.concurrency import (
     ConcurrencyMiddleware,
     SlotPolicy,
@@ -62,6 +62,7 @@ __all__ = [
     "TopKey",
     "WSGIConcurrencyMiddleware",
     "WSGIRateLimitMiddleware",
+    "WSGITokenBudgetMiddleware",
     "by_api_key",
     "by_client_ip",
     "by_user",

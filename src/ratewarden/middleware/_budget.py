@@ -1,18 +1,19 @@
-"""What a token budget middleware is, everything but the I/O.
+"""What the token budget middlewares (ASGI, WSGI) share, everything but the I/O.
 
 ``TokenBudgetBase`` is the constructor (every option checked once), the
 admission of a request as a flow (estimate, reserve, refuse or the failure
 mode's answer) and the headers; ``Settling`` is one granted request: its
 response headers, the actual use (the ``actual`` callable or the usage header)
 and the settle-once rule, also a flow. A flow runs on the budget's limiter
-(``budget.run``): ``TokenBudgetMiddleware`` awaits it; a shell over a blocking
-``TokenBudget`` can run the same flows without writing the steps again.
+(``budget.run``): ``TokenBudgetMiddleware`` awaits it, ``WSGITokenBudgetMiddleware``
+blocks on it, and neither writes the steps again.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -116,6 +117,9 @@ class TokenBudgetBase(Generic[A, B, H]):
             raise ConfigurationError(f"usage_header {usage_header!r} must be a header name")
         if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 0:
             raise ConfigurationError(f"max_body {max_body!r} must be a byte count >= 0")
+        if clock is not None and not isinstance(clock, Clock):
+            raise ConfigurationError(f"token budget middleware clock={clock!r}: a Clock")
+        paths, methods = _selected(paths, methods)
         self.selection = Selection(
             "token budget middleware", key=key, fallback=fallback, paths=paths, methods=methods
         )
@@ -183,6 +187,33 @@ class TokenBudgetBase(Generic[A, B, H]):
     def headers_of(self, decision: BudgetDecision) -> list[tuple[bytes, bytes]]:
         """The provider-style headers of ``decision``, as ASGI byte pairs."""
         return encoded(self.header_fields(decision))
+
+
+_METHOD = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+def _selected(paths: object, methods: object) -> tuple[Any, Any]:
+    """``paths`` and ``methods`` checked (each None, one, or several; a method an HTTP
+    token), several as a tuple."""
+    if paths is not None and not isinstance(paths, str | re.Pattern):
+        if not isinstance(paths, Iterable):
+            raise ConfigurationError(
+                f"token budget middleware paths={paths!r}: a path pattern or several"
+            )
+        paths = tuple(paths)
+    if methods is not None:
+        methods = (methods,) if isinstance(methods, str) else methods
+        if not isinstance(methods, Iterable):
+            raise ConfigurationError(
+                f"token budget middleware methods={methods!r}: a method name or several"
+            )
+        methods = tuple(methods)
+        for method in methods:
+            if not isinstance(method, str) or not _METHOD.fullmatch(method):
+                raise ConfigurationError(
+                    f"token budget middleware methods: {method!r} is not a method name"
+                )
+    return paths, methods
 
 
 def _text(value: bytes | str) -> str:

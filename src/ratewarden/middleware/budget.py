@@ -1,4 +1,4 @@
-"""Token budgets from the middleware (ASGI): reserve before the app runs, settle after.
+"""Token budgets from the middleware (ASGI and WSGI): reserve before the app runs, settle after.
 
 ::
 
@@ -7,6 +7,8 @@
     app.add_middleware(TokenBudgetMiddleware, budget=budget, key=by_api_key(),
                        estimate=lambda request, body: len(body) // 4, read_body=True,
                        paths=["/v1/**"])
+    flask_app.wsgi_app = WSGITokenBudgetMiddleware(flask_app.wsgi_app, budget=TokenBudget(...),
+                                                   estimate=..., read_body=True)
 
 For each selected request the middleware reserves ``estimate(request, body)``
 on the identity's budget (``reserve_usage``, one store step, all axes or none).
@@ -16,12 +18,14 @@ Refused, it answers 429 with the provider-style headers
 runs, and the reservation is settled with what the request actually used:
 
 - from ``actual(request, headers)`` when given, called once the response body
-  has been sent (so a streaming response can report at its end, e.g. through
-  ``request.state``, which is ``scope["state"]``);
+  has been sent (so a streaming response can report at its end: through
+  ``request.state`` on ASGI, which is ``scope["state"]``; through the WSGI
+  environ, which is ``request.raw``);
 - else from the response header ``usage_header`` (``x-tokens-used``: the total
   tokens, input and output), read when the response starts;
-- else (no usage reported, a malformed value, or the app failed) the estimate
-  stands: the reservation is settled at the estimate and nothing is refunded.
+- else (no usage reported, a malformed value, or the app failed; on WSGI also a
+  response closed before its end) the estimate stands: the reservation is
+  settled at the estimate and nothing is refunded.
 
 The response carries the provider-style headers of the budget after the
 settlement when the usage was known at the start, else after the reservation.
@@ -31,24 +35,31 @@ the failure mode answers (``failure_mode``, as the rate limit middleware's):
 ``open`` (the default) runs the app with nothing reserved and no budget
 headers, ``closed`` answers 503 with ``Retry-After``; never a 500.
 
-The middleware is I/O only: the options, the admission, the headers and the
-settle-once rule are ``_budget``'s flows, awaited here on the budget's limiter.
+Both shells are I/O only: the options, the admission, the headers and the
+settle-once rule are ``_budget``'s, run on the budget's limiter (awaited here on
+ASGI, blocking on WSGI).
 """
 
 from __future__ import annotations
 
-from ratewarden.budgets import AsyncTokenBudget, Reservation
+import io
+from collections.abc import Iterable, Iterator
+from typing import Any, ClassVar
+
+from ratewarden.budgets import AsyncTokenBudget, Reservation, TokenBudget
 from ratewarden.middleware._budget import (
     TOO_LARGE,
     ActualFunc,
     EstimateFunc,
     Settling,
     TokenBudgetBase,
+    WSGIActualFunc,
 )
-from ratewarden.middleware._outcome import Outcome, send_asgi
+from ratewarden.middleware._outcome import Outcome, close_wsgi, send_asgi, send_wsgi
 from ratewarden.middleware._request import (
     ClientGoneError,
     from_asgi,
+    from_wsgi,
     read_body,
     replay,
 )
@@ -58,12 +69,16 @@ from ratewarden.middleware._types import (
     Receive,
     Scope,
     Send,
+    StartResponse,
+    WSGIApp,
 )
 
 __all__ = [
     "ActualFunc",
     "EstimateFunc",
     "TokenBudgetMiddleware",
+    "WSGIActualFunc",
+    "WSGITokenBudgetMiddleware",
 ]
 
 
@@ -87,7 +102,9 @@ class TokenBudgetMiddleware(TokenBudgetBase[ASGIApp, AsyncTokenBudget, bytes]):
     """
 
     _budget_class = AsyncTokenBudget
-    _budget_hint = "an AsyncTokenBudget"
+    _budget_hint = (
+        "an AsyncTokenBudget (a TokenBudget goes with WSGITokenBudgetMiddleware, on WSGI)"
+    )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -135,3 +152,139 @@ class TokenBudgetMiddleware(TokenBudgetBase[ASGIApp, AsyncTokenBudget, bytes]):
                 await self.budget.run(settling.settle_flow(settling.actual_usage()))
 
         return send_settling
+
+
+class WSGITokenBudgetMiddleware(TokenBudgetBase[WSGIApp, TokenBudget, str]):
+    """The WSGI twin of ``TokenBudgetMiddleware`` (Flask, Django's ``WSGIHandler``), over a
+    ``TokenBudget``; the same keyword arguments.
+
+    ``read_body`` reads ``wsgi.input`` (``Content-Length`` bytes; a chunked body or one
+    without a length only when the server marks its input ``wsgi.input_terminated``, else
+    the body is ``b""`` as the app would see it), then hands the app a fresh stream with
+    ``CONTENT_LENGTH`` set to what was read. ``actual`` gets the headers the app gave
+    ``start_response`` and is called when the server has iterated the whole response; a
+    response closed before its end, or an app that fails, settles at the estimate when
+    the server closes it (the response iterable is wrapped so that ``close()`` reaches
+    the app's iterable first).
+    """
+
+    _budget_class = TokenBudget
+    _budget_hint = "a TokenBudget (an AsyncTokenBudget goes with TokenBudgetMiddleware, on ASGI)"
+
+    #: A request whose body ended before its Content-Length (the client left, or the
+    #: server's input failed): not reserved, not run, answered for the record.
+    _GONE: ClassVar[Outcome] = Outcome(True, (("Content-Length", "0"),), b"", 400)
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        request = from_wsgi(environ)
+        if not self.selection.matches(request):
+            return self.app(environ, start_response)
+        head = request.method == "HEAD"
+        body = b""
+        if self.read_body:
+            try:
+                read = _read_wsgi_body(environ, self.max_body)
+            except ClientGoneError:
+                return send_wsgi(start_response, self._GONE, head=head)
+            if read is None:
+                return send_wsgi(start_response, TOO_LARGE, head=head)
+            body = read
+        found: Reservation | Outcome = self.budget.run(self.admit_flow(request, body))
+        if isinstance(found, Outcome):
+            if found.blocked:
+                return send_wsgi(start_response, found, head=head)
+            return self.app(environ, start_response)  # open: nothing reserved, nothing to settle
+        settling: Settling[str] = Settling(self, request, found)
+
+        def start_settling(
+            status: str, headers: list[tuple[str, str]], exc_info: Any = None
+        ) -> Any:
+            used = settling.started(headers)
+            if used is not None:
+                self.budget.run(settling.settle_flow(used))
+            return start_response(
+                status, [*headers, *self.header_fields(settling.decision)], exc_info
+            )
+
+        try:
+            result = self.app(environ, start_settling)
+        except BaseException:
+            self.budget.run(settling.settle_flow(None))
+            raise
+        return _SettlingResponse(result, settling, self.budget)
+
+
+class _SettlingResponse:
+    """The app's response iterable: settled with ``actual`` once the server has iterated it
+    all, else at the estimate when the server closes it (after the app's iterable)."""
+
+    __slots__ = ("_budget", "_result", "_settling")
+
+    def __init__(
+        self, result: Iterable[bytes], settling: Settling[str], budget: TokenBudget
+    ) -> None:
+        self._result = result
+        self._settling = settling
+        self._budget = budget
+
+    def __iter__(self) -> Iterator[bytes]:
+        # Not ``yield from``: closing this generator would close the app's iterable too,
+        # a second time after ``close()``.
+        for chunk in self._result:  # noqa: UP028
+            yield chunk
+        self._budget.run(self._settling.settle_flow(self._settling.actual_usage()))
+
+    def close(self) -> None:
+        """Close the app's iterable (as WSGI asks), then settle if nothing has."""
+        try:
+            close_wsgi(self._result)
+        finally:
+            self._budget.run(self._settling.settle_flow(None))
+
+
+def _content_length(environ: dict[str, Any]) -> int | None:
+    """The request's Content-Length as werkzeug reads it: None for a chunked body or none
+    given, 0 for a value that is not a whole number."""
+    if str(environ.get("HTTP_TRANSFER_ENCODING", "")).strip().lower() == "chunked":
+        return None
+    given = environ.get("CONTENT_LENGTH")
+    if given is None or str(given).strip() == "":
+        return None
+    text = str(given).strip()
+    return int(text) if text.isascii() and text.isdigit() else 0
+
+
+def _read_wsgi_body(environ: dict[str, Any], limit: int) -> bytes | None:
+    """A WSGI request's body, or None when it passes ``limit`` bytes (413; not read at all
+    when its Content-Length says so). A body read is handed back to the app as a fresh
+    ``wsgi.input`` with ``CONTENT_LENGTH`` its length. A body without a length (chunked, or
+    none given) is read to its end only when the server terminates the input
+    (``wsgi.input_terminated``); else nothing can be read safely, and the body is ``b""``,
+    as werkzeug would give the app. Raises ``ClientGoneError`` when the input ends before
+    its Content-Length, or fails."""
+    length = _content_length(environ)
+    if length is not None and length > limit:
+        return None
+    if length == 0 or (length is None and not environ.get("wsgi.input_terminated")):
+        return b""
+    wanted = length if length is not None else limit + 1
+    stream = environ["wsgi.input"]
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        while size < wanted:
+            chunk = stream.read(min(wanted - size, 64 * 1024))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise ClientGoneError from exc
+    if size > limit:
+        return None
+    if length is not None and size < length:
+        raise ClientGoneError
+    body = b"".join(chunks)
+    environ["wsgi.input"] = io.BytesIO(body)
+    environ["CONTENT_LENGTH"] = str(size)
+    return body
