@@ -9,9 +9,11 @@
      │    └── StorageUnavailableError   the store did not answer in time, or refused the connection
      │         └── CircuitOpenError       the circuit breaker is open: the store was not asked
      ├── ServiceUnavailableError   ratewarden serve has no rules yet (--xds-force-start)
-     └── client.RetriesExhaustedError   the client gave up: the next wait would pass its cap
+     ├── client.RetriesExhaustedError   the client gave up: the next wait would pass its cap
+     └── client.HostCircuitOpenError    the client's circuit for a host is open: nothing sent
+          (also httpx.TransportError or requests.ConnectionError, so their handlers catch it)
 
-The two outside this module live next to the only code that raises them (the
+The three outside this module live next to the only code that raises them (the
 server's config loader, the HTTP client), so importing ``ratewarden`` never
 pulls in YAML or httpx.
 
