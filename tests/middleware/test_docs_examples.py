@@ -89,7 +89,7 @@ def test_concurrency_example_streams_and_refuses_a_fifth_stream() -> None:
 
 def test_budget_example_settles_what_the_endpoint_reports() -> None:
     """The token budget example refunds down to the reported use on the response itself."""
-    (block,) = [b for b in BLOCKS if "TokenBudgetMiddleware," in b]
+    (block,) = [b for b in BLOCKS if "AsyncTokenBudget(" in b]
     app = _run(block)["app"]
 
     async def chat() -> httpx.Response:
@@ -106,6 +106,21 @@ def test_budget_example_settles_what_the_endpoint_reports() -> None:
         <= int(response.headers["x-ratelimit-remaining-tokens"])
         < 100_000 - 112 + 1_667
     )
+
+
+def test_wsgi_budget_example_settles_a_stream_with_actual() -> None:
+    """The WSGI token budget example on Flask: the chat streams, and ``actual`` (what the
+    stream left in the environ) settles it once it is sent: 104 tokens used of 4,196."""
+    (block,) = [b for b in BLOCKS if "WSGITokenBudgetMiddleware(" in b]
+    namespace = _run(block)
+    client = namespace["app"].test_client()
+    response = client.post("/v1/chat", json={"prompt": "x" * 400, "max_tokens": 100})
+    assert response.get_data() == b"Hello from the model "
+    # The headers left with the stream's start: the reservation's view (100 in, 100 out).
+    assert response.headers["x-ratelimit-remaining-tokens"] == "99800"
+    left = namespace["budget"].peek("budget:anonymous").axis("tokens").remaining
+    # 104 used; the real clock refills 1,667 tokens a second meanwhile.
+    assert 100_000 - 104 <= left < 100_000 - 104 + 1_667
 
 
 async def test_django_asgi_example_limits_under_django_s_asgi_handler() -> None:
