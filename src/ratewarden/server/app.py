@@ -53,13 +53,12 @@ from ratewarden.server.rlqs.figures import introspection
 from ratewarden.server.service import AsyncRateLimitService
 from ratewarden.server.settings import Settings, redacted, store_scheme
 from ratewarden.server.stats import ServiceStats, multiprocess_dir
-from ratewarden.server.store_check import refuse_unusable, store_fault
+from ratewarden.server.store_check import refuse_unusable, store_breaker, store_fault
 from ratewarden.server.tracing import tracing_of
 from ratewarden.server.xds import XdsSubscription, load_resources, source_of
 from ratewarden.storage import AsyncStore
 from ratewarden.storage.memory import AsyncMemoryStore
 from ratewarden.storage.split import AsyncSplitStore
-from ratewarden.tiers import CircuitBreaker
 
 __all__ = ["RateLimitServer", "configure_logging", "open_store", "settings_store"]
 
@@ -100,21 +99,6 @@ def settings_store(settings: Settings) -> AsyncStore:
     if settings.store_per_second is None:
         return store
     return AsyncSplitStore(store, opened(settings.store_per_second))
-
-
-def _breaker(settings: Settings, stats: ServiceStats) -> CircuitBreaker | None:
-    """One breaker for the store, a circuit per Cluster primary: an outage costs a few
-    timeouts, not one per call, and one primary's outage opens its own circuit only."""
-    failures, cooldown = settings.breaker_failures, settings.breaker_cooldown
-    if failures == 0:
-        return None
-    return CircuitBreaker(
-        failures=failures,
-        failure_ratio=None,
-        cooldown=cooldown,
-        metrics=stats.metrics,
-        per_node=True,
-    )
 
 
 class RateLimitServer:
@@ -160,7 +144,9 @@ class RateLimitServer:
             legacy_header_names=settings.legacy_header_names,
             hooks=self.stats,
             max_values_per_rule=settings.max_values_per_rule or None,
-            breaker=_breaker(settings, self.stats),
+            breaker=store_breaker(
+                settings.breaker_failures, settings.breaker_cooldown, self.stats.metrics
+            ),
             over_limit_cache=settings.over_limit_cache,
             response_metadata=settings.response_metadata,
         )

@@ -1,4 +1,5 @@
-"""Whether ``ratewarden serve``'s store can decide: asked at start and by the health loop.
+"""Whether ``ratewarden serve``'s store can decide: asked at start and by the health loop;
+and the circuit breaker in front of it.
 
 A store that does not answer (down, too slow) is a passing state: the service reports
 NOT_SERVING until it answers. A store that answers but cannot run ratewarden (a Redis
@@ -13,8 +14,10 @@ import asyncio
 from typing import Protocol
 
 from ratewarden.errors import ConfigurationError, StorageError, StorageUnavailableError
+from ratewarden.metrics import Metrics
+from ratewarden.tiers import CircuitBreaker
 
-__all__ = ["refuse_unusable", "store_fault"]
+__all__ = ["refuse_unusable", "store_breaker", "store_fault"]
 
 #: Why a store is not serving when its ping fails or times out.
 NO_ANSWER = "store does not answer"
@@ -44,3 +47,14 @@ async def refuse_unusable(store: Pinged, timeout: float) -> None:
     fault = await store_fault(store, timeout)
     if fault is not None and fault != NO_ANSWER:
         raise ConfigurationError(f"the store cannot be used: {fault}")
+
+
+def store_breaker(failures: int, cooldown: float, metrics: Metrics) -> CircuitBreaker | None:
+    """One breaker for the store, a circuit per Cluster primary: an outage costs a few
+    timeouts, not one per call, and one primary's outage opens its own circuit only.
+    ``failures`` consecutive failures open a circuit (0: no breaker)."""
+    if failures == 0:
+        return None
+    return CircuitBreaker(
+        failures=failures, failure_ratio=None, cooldown=cooldown, metrics=metrics, per_node=True
+    )
