@@ -283,6 +283,8 @@ def test_flask_a_failing_view_gives_its_slot_back(sync_limiter: Limiter) -> None
         ("name", "a b"),
         ("key", 3),
         ("limt", 2),
+        ("methods", "GET POST"),  # one name with a space: it would select no request
+        ("methods", []),
     ],
 )
 def test_bad_options_are_configuration_errors(option: str, value: object) -> None:

@@ -234,12 +234,29 @@ def test_route_rule_named_like_a_global_rule_is_an_error() -> None:
         (lambda: RuleSet([Rule("a", "1/s")], report_size=0), "report size"),
         (lambda: override("a"), "rates=, cost="),
         (lambda: limit("1/s", name="bad name"), "bad name"),
+        # A method name is an HTTP token: "GET POST" would select no request, ever.
+        (lambda: Rule("r", "1/s", methods="GET POST"), "rule 'r' methods: 'GET POST' is not"),
+        (lambda: Rule("r", "1/s", methods=["GET", ""]), "methods: '' is not a method name"),
+        (lambda: Rule("r", "1/s", methods=[b"GET"]), "methods: b'GET' is not"),  # type: ignore[list-item]
+        (lambda: Rule("r", "1/s", methods=3), "methods=3: a method name or several"),  # type: ignore[arg-type]
+        (lambda: Rule("r", "1/s", methods=[]), "methods=[]: selects no request"),
+        (lambda: Rule("r", "1/s", cost={"GET ": 2}), "rule 'r' cost: 'GET ' is not"),
+        (lambda: Rule("r", "1/s", methods="POST,PUT"), "'POST,PUT' is not a method"),
     ],
 )
 def test_bad_rules_are_configuration_errors(build: object, message: str) -> None:
     """Bad rule settings fail at construction with the offending value in the message."""
     with pytest.raises(ConfigurationError, match=re.escape(message)):
         build()  # type: ignore[operator]
+
+
+def test_method_names_are_upper_cased_and_select_their_requests() -> None:
+    """Valid method names of any case select those methods only; a cost table's too."""
+    rule = Rule("r", "5/minute", methods=("get", "Post"), cost={"post": 3, "*": 2})
+    assert rule.methods == frozenset({"GET", "POST"})
+    assert rule.matches(_request("GET")) and rule.matches(_request("POST"))
+    assert not rule.matches(_request("DELETE"))
+    assert [rule.cost(_request(method)) for method in ("POST", "GET")] == [3, 2]
 
 
 def test_rates_override_is_a_separate_budget_cost_override_shares() -> None:

@@ -119,9 +119,12 @@ class TokenBudgetBase(Generic[A, B, H]):
             raise ConfigurationError(f"max_body {max_body!r} must be a byte count >= 0")
         if clock is not None and not isinstance(clock, Clock):
             raise ConfigurationError(f"token budget middleware clock={clock!r}: a Clock")
-        paths, methods = _selected(paths, methods)
         self.selection = Selection(
-            "token budget middleware", key=key, fallback=fallback, paths=paths, methods=methods
+            "token budget middleware",
+            key=key,
+            fallback=fallback,
+            paths=_paths(paths),
+            methods=methods,
         )
         self.app = app
         self.budget: B = budget
@@ -189,31 +192,16 @@ class TokenBudgetBase(Generic[A, B, H]):
         return encoded(self.header_fields(decision))
 
 
-_METHOD = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-
-
-def _selected(paths: object, methods: object) -> tuple[Any, Any]:
-    """``paths`` and ``methods`` checked (each None, one, or several; a method an HTTP
-    token), several as a tuple."""
+def _paths(paths: object) -> Any:
+    """``paths`` checked (None, one, or several; several as a tuple). ``methods`` are
+    checked by ``Selection``, as every middleware's are."""
     if paths is not None and not isinstance(paths, str | re.Pattern):
         if not isinstance(paths, Iterable):
             raise ConfigurationError(
                 f"token budget middleware paths={paths!r}: a path pattern or several"
             )
         paths = tuple(paths)
-    if methods is not None:
-        methods = (methods,) if isinstance(methods, str) else methods
-        if not isinstance(methods, Iterable):
-            raise ConfigurationError(
-                f"token budget middleware methods={methods!r}: a method name or several"
-            )
-        methods = tuple(methods)
-        for method in methods:
-            if not isinstance(method, str) or not _METHOD.fullmatch(method):
-                raise ConfigurationError(
-                    f"token budget middleware methods: {method!r} is not a method name"
-                )
-    return paths, methods
+    return paths
 
 
 def _text(value: bytes | str) -> str:

@@ -91,13 +91,40 @@ def compile_paths(
     return tuple(compile_path(p) for p in paths)
 
 
-def method_set(methods: Iterable[str] | str | None) -> frozenset[str] | None:
-    """Method names (one, or several), upper-case; None selects every method."""
+#: An HTTP method name: a token (RFC 9110, section 5.6.2).
+_METHOD = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+def method_set(methods: object, where: str) -> frozenset[str] | None:
+    """Method names (one, or several), upper-case; None selects every method.
+
+    Raises ``ConfigurationError`` naming ``where`` for anything else: a name that is
+    not an HTTP token (``"GET POST"`` would never match a request), or none at all.
+    """
     if methods is None:
         return None
     if isinstance(methods, str):
         methods = [methods]
-    return frozenset(m.upper() for m in methods)
+    if not isinstance(methods, Iterable):
+        raise ConfigurationError(f"{where} methods={methods!r}: a method name or several")
+    names = []
+    for method in methods:
+        check_method(method, f"{where} methods")
+        names.append(method.upper())
+    if not names:
+        raise ConfigurationError(
+            f"{where} methods=[]: selects no request; leave it out (None) for every method"
+        )
+    return frozenset(names)
+
+
+def check_method(method: object, where: str) -> str:
+    """``method`` when it is an HTTP method name; else ``ConfigurationError`` naming ``where``."""
+    if not isinstance(method, str) or not _METHOD.fullmatch(method):
+        raise ConfigurationError(
+            f"{where}: {method!r} is not a method name (an HTTP token, such as GET)"
+        )
+    return method
 
 
 def selects(
@@ -134,7 +161,7 @@ class Selection:
         self.key: KeyFunc = key if key is not None else by_client_ip()
         self.fallback = fallback
         self.paths = compile_paths(paths)
-        self.methods = method_set(methods)
+        self.methods = method_set(methods, who)
 
     def matches(self, request: RequestInfo) -> bool:
         """True when the request's method and path are selected."""
@@ -146,7 +173,12 @@ class Selection:
 
 
 def _method_costs(costs: Mapping[str, int], where: str) -> CostFunc:
-    table = {str(method).upper(): _check_cost(cost, where) for method, cost in costs.items()}
+    table = {
+        (method if method == "*" else check_method(method, f"{where} cost")).upper(): _check_cost(
+            cost, where
+        )
+        for method, cost in costs.items()
+    }
     default = table.pop("*", 1)
 
     def cost_of(request: RequestInfo) -> int:
@@ -239,7 +271,7 @@ class Rule:
         object.__setattr__(self, "rates", parse_rates(rates, where))
         object.__setattr__(self, "key", key)
         object.__setattr__(self, "paths", compile_paths(paths))
-        object.__setattr__(self, "methods", method_set(methods))
+        object.__setattr__(self, "methods", method_set(methods, where))
         object.__setattr__(self, "cost", _cost_func(cost, where))
         object.__setattr__(self, "shadow", bool(shadow))
         object.__setattr__(self, "fallback", fallback)
