@@ -3,7 +3,8 @@
 A request goes through these steps; the drivers (``idempotency``) do the I/O
 between them: read the body, call the store, run the app, send a response.
 
-1. ``key_of``: is the request handled (method, header), and is its key valid (400)?
+1. ``key_of``: is the request handled (method, header), is its key valid (400), and
+   is a missing key allowed (``required``: 400 when it is not)?
 2. ``pending``: the store record, the request's fingerprint and this run's token.
 3. ``begun``: what the store's ``begin`` found (or the ``StorageError`` it raised)
    means: run the app, let it run without the guarantee (``fail_open``), or send
@@ -24,10 +25,12 @@ from contextlib import contextmanager
 from dataclasses import replace
 from http import HTTPStatus
 from typing import Literal, NamedTuple
+from urllib.parse import urlsplit
 
 from ratewarden.checks import is_number
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.idempotency import Claim, StoredResponse
+from ratewarden.middleware._rules import compile_path
 
 __all__ = [
     "DEFAULT_METHODS",
@@ -62,10 +65,23 @@ def default_store_response(status: int) -> bool:
     return status < 500 and status not in _NOT_STORED
 
 
-def problem(status: int, detail: str, *, retry_after: int | None = None) -> StoredResponse:
-    """A problem document (RFC 9457) response, as the store keeps responses."""
-    title = HTTPStatus(status).phrase
-    body = json.dumps({"type": "about:blank", "title": title, "status": status, "detail": detail})
+def problem(
+    status: int,
+    detail: str,
+    *,
+    retry_after: int | None = None,
+    type_uri: str | None = None,
+    title: str | None = None,
+) -> StoredResponse:
+    """A problem document (RFC 9457) response, as the store keeps responses: of type
+    ``about:blank`` titled with the status's phrase unless ``type_uri`` and ``title`` say."""
+    document = {
+        "type": type_uri or "about:blank",
+        "title": title or HTTPStatus(status).phrase,
+        "status": status,
+        "detail": detail,
+    }
+    body = json.dumps(document)
     headers = [
         (b"content-type", b"application/problem+json"),
         (b"content-length", str(len(body)).encode()),
@@ -85,6 +101,45 @@ def _check_seconds(name: str, value: object) -> float:
 def _check_bytes(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigurationError(f"idempotency middleware {name}={value!r}: a byte count >= 0")
+    return value
+
+
+def _check_required(value: object) -> bool | tuple[re.Pattern[str], ...]:
+    """``required``: True or False, or path patterns (one or several) where a key is required."""
+    if isinstance(value, bool):
+        return value
+    what = f"idempotency middleware required={value!r}"
+    patterns = [value] if isinstance(value, str | re.Pattern) else value
+    if not isinstance(patterns, Iterable) or isinstance(patterns, bytes | dict):
+        raise ConfigurationError(
+            f"{what}: True, False, or path patterns (such as '/payments/**') where a key"
+            " is required"
+        )
+    compiled = []
+    for pattern in patterns:
+        if isinstance(pattern, re.Pattern) and isinstance(pattern.pattern, str):
+            compiled.append(pattern)
+        elif isinstance(pattern, str) and pattern.startswith("/"):
+            compiled.append(compile_path(pattern))
+        else:
+            raise ConfigurationError(
+                f"{what}: {pattern!r} is not a path pattern (a string starting with '/', "
+                "or a compiled regular expression of str)"
+            )
+    if not compiled:
+        raise ConfigurationError(f"{what}: no path pattern; required=False requires no key")
+    return tuple(compiled)
+
+
+def _check_required_docs(value: object, required: object) -> str | None:
+    """``required_docs``: None, or the absolute URL of the documentation of keys."""
+    if value is None:
+        return None
+    what = f"idempotency middleware required_docs={value!r}"
+    if not isinstance(value, str) or not urlsplit(value).scheme or any(c.isspace() for c in value):
+        raise ConfigurationError(f"{what}: an absolute URL, such as 'https://example.com/docs'")
+    if required is False:
+        raise ConfigurationError(f"{what}: only a missing key's 400 links it; set required= too")
     return value
 
 
@@ -143,6 +198,8 @@ class IdempotencyPolicy:
         max_response_bytes: int,
         store_response: Callable[[int], bool],
         fail_open: bool,
+        required: bool | str | re.Pattern[str] | Iterable[str | re.Pattern[str]] = False,
+        required_docs: str | None = None,
     ) -> None:
         if isinstance(methods, str) or not all(isinstance(m, str) for m in methods):
             raise ConfigurationError(f"idempotency methods={methods!r}: a set of method names")
@@ -155,12 +212,21 @@ class IdempotencyPolicy:
         self.max_response = _check_bytes("max_response_bytes", max_response_bytes)
         self.store_response = store_response
         self.fail_open = bool(fail_open)
+        #: True (a key on every request of ``methods``), False, or the path patterns.
+        self.required = _check_required(required)
+        self.required_docs = _check_required_docs(required_docs, self.required)
 
-    def key_of(self, method: str, values: list[str]) -> str | StoredResponse | None:
+    def key_of(self, method: str, path: str, values: list[str]) -> str | StoredResponse | None:
         """The request's key; None when the middleware does not handle the request (another
-        method, no header); the 400 that says what is wrong with a bad key."""
-        if method not in self.methods or not values:
+        method, or no header where none is required); the 400 that says what is wrong with a
+        bad key, or that a key is required here (and then missing, or blank)."""
+        if method not in self.methods:
             return None
+        if not any(v.strip() for v in values):
+            if self._requires(path):
+                return self._missing(method, path)
+            if not values:
+                return None
         if len(values) != 1:
             return problem(400, "send exactly one Idempotency-Key header")
         match = _KEY.fullmatch(values[0].strip())
@@ -171,6 +237,23 @@ class IdempotencyPolicy:
                 " (a UUID is a good key)",
             )
         return match.group(1) or match.group(2)
+
+    def _requires(self, path: str) -> bool:
+        if isinstance(self.required, bool):
+            return self.required
+        return any(pattern.fullmatch(path) for pattern in self.required)
+
+    def _missing(self, method: str, path: str) -> StoredResponse:
+        """The 400 of a request that needs a key and came without one (or with a blank one)."""
+        detail = (
+            f"an Idempotency-Key header is required for {method} {path}: send a new unique key"
+            " (a UUID) with each new request, and the same key again when you retry it"
+        )
+        if self.required_docs is None:
+            return problem(400, detail)
+        return problem(
+            400, detail, type_uri=self.required_docs, title="Idempotency-Key is required"
+        )
 
     @staticmethod
     def too_large() -> StoredResponse:

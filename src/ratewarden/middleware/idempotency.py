@@ -26,12 +26,18 @@ what ``ratewarden.idempotency`` defines (the records and the store protocols)::
   seconds. Anything else releases the lock, so a retry runs again.
 - Only ``methods`` (POST and PATCH) with the header are handled; everything
   else, and non-HTTP ASGI scopes, pass through untouched.
+- ``required=True`` makes the header mandatory on every request of ``methods``;
+  path patterns (``"/payments/**"``) make it mandatory on those paths only. A
+  request that needs it and comes without it (or with a blank one) answers 400,
+  a problem document (of type ``required_docs``, your documentation's URL, when
+  given), and runs nothing. With the default, False, such a request just runs.
 - Bad keys answer 400, bodies over ``max_body_bytes`` 413, and an unreachable
   store 503 (or, with ``fail_open=True``, the app runs without the guarantee).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator
 from http import HTTPStatus
 from io import BytesIO
@@ -92,7 +98,7 @@ __getattr__ = moved(
 class _Idempotency:
     """The settings both middlewares take: ``store`` (an async one for ASGI, a blocking one
     for WSGI), ``identity`` (a callable of the scope or environ naming the caller) and the
-    ``IdempotencyPolicy`` options."""
+    ``IdempotencyPolicy`` options, ``required`` and ``required_docs`` among them."""
 
     _ASYNC: bool
 
@@ -109,6 +115,8 @@ class _Idempotency:
         max_response_bytes: int = 1 << 20,
         store_response: Callable[[int], bool] = default_store_response,
         fail_open: bool = False,
+        required: bool | str | re.Pattern[str] | Iterable[str | re.Pattern[str]] = False,
+        required_docs: str | None = None,
     ) -> None:
         check_store(store, self._ASYNC, type(self).__name__)
         self.app, self.store, self.identity = app, store, identity
@@ -120,6 +128,8 @@ class _Idempotency:
             max_response_bytes=max_response_bytes,
             store_response=store_response,
             fail_open=fail_open,
+            required=required,
+            required_docs=required_docs,
         )
 
 
@@ -142,7 +152,7 @@ class IdempotencyMiddleware(_Idempotency):
         values = [
             v.decode("latin-1") for n, v in scope["headers"] if n.lower() == b"idempotency-key"
         ]
-        key = policy.key_of(scope["method"], values)
+        key = policy.key_of(scope["method"], scope["path"], values)
         if key is None:
             return await self.app(scope, receive, send)
         if isinstance(key, StoredResponse):
@@ -220,7 +230,9 @@ class WSGIIdempotencyMiddleware(_Idempotency):
         policy = self.policy
         method = str(environ.get("REQUEST_METHOD", "GET")).upper()
         raw = environ.get("HTTP_IDEMPOTENCY_KEY")
-        key = policy.key_of(method, [] if raw is None else [raw])
+        # ``required`` patterns see PATH_INFO, as rules' do; the record, the mount point too.
+        routed = str(environ.get("PATH_INFO", "") or "/")
+        key = policy.key_of(method, routed, [] if raw is None else [raw])
         if key is None:
             return self.app(environ, start_response)
         if isinstance(key, StoredResponse):
