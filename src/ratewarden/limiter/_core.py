@@ -301,7 +301,7 @@ class DecisionCore(Leasing, Operations):
         A failure the failure mode cannot answer (none set, or an error that is
         not a storage failure) is raised.
         """
-        node = self._node_of(p.key)
+        node = self._node_of(p.key, rates=p.rates)
         refused = self._refused(node)
         if refused is not None:
             if p.failure_mode is None:
@@ -357,7 +357,7 @@ class DecisionCore(Leasing, Operations):
         breaker = self.breaker
         wait = 0.0
         if breaker is not None:
-            wait = breaker.retry_in(self._node_of(p.key)) or breaker.cooldown
+            wait = breaker.retry_in(self._node_of(p.key, rates=p.rates)) or breaker.cooldown
         return assumed(p.rates, p.cost, mode, wait)
 
     def _finish(self, algorithm: str, key: str, decision: Decision, shadow: bool) -> Decision:

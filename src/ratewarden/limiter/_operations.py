@@ -67,16 +67,19 @@ class Operations:
 
     # -- the breaker: which node a call goes to, and what it let through ------------------
 
-    def _node_of(self, key: str, *, stored: bool = False) -> str:
-        """The store node holding ``key`` (a store key with ``stored``), for a breaker kept
-        per node; ``""`` otherwise, or when the store does not say."""
+    def _node_of(
+        self, key: str, *, stored: bool = False, rates: Rate | Sequence[Rate] | None = None
+    ) -> str:
+        """The store node holding ``key`` (a store key with ``stored``) for a call on
+        ``rates`` (None: not a rate call), for a breaker kept per node; ``""`` otherwise,
+        or when the store does not say."""
         breaker = self.breaker
         if breaker is None or not breaker.per_node:
             return ""
         node_of = getattr(self.store, "node_of", None)
         if node_of is None:
             return ""
-        found: str = node_of(key, stored=stored)
+        found: str = node_of(key, stored=stored, rates=rates)
         return found
 
     def _refused(self, node: str = "") -> CircuitOpenError | None:
@@ -193,8 +196,8 @@ class Operations:
         name = self.algorithm if algorithm is None else algorithm_name(algorithm)
         # A batch the store takes has its keys on one node (else it sends nothing): keys on
         # several primaries are declined here, not refused by the first key's circuit.
-        node = self._node_of(calls[0][0]) if calls else ""
-        if node and any(self._node_of(key) != node for key, _, _ in calls[1:]):
+        node = self._node_of(calls[0][0], rates=calls[0][1]) if calls else ""
+        if any(self._node_of(key, rates=rates) != node for key, rates, _ in calls[1:]):
             return None
         refused = self._refused(node)
         if refused is not None:

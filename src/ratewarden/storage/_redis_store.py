@@ -214,10 +214,15 @@ class RedisBase(FromUrl):
         self._templates[id(shape)] = found
         return found
 
-    def node_of(self, key: str, *, stored: bool = False) -> str:
+    def node_of(
+        self, key: str, *, stored: bool = False, rates: Rate | Sequence[Rate] | None = None
+    ) -> str:
         """The Cluster primary (``host:port``) that holds ``key``'s state (a caller's key, or
         a key of this store with ``stored``), as the slot table knows it now; ``""`` on one
-        server. What a breaker kept per node (``CircuitBreaker(per_node=True)``) asks."""
+        server. What a breaker kept per node (``CircuitBreaker(per_node=True)``) asks.
+        ``rates`` (the call's, when it has some) do not move a key here: every key of a
+        call lives on the slot of its hash tag; a store that places calls by their rates
+        (``AsyncSplitStore``) reads them."""
         if not self._clustered:
             return ""
         if type(key) is not str or not key or not key.isascii():

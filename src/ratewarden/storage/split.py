@@ -13,6 +13,12 @@ Several calls decided in one atomic step (``hit_all``) stay one step when they
 all go to the same store; calls spread over both cannot be atomic, so
 ``hit_all`` answers None, which makes the caller decide them another way (the
 rate limit service then checks every counter, then charges).
+
+A breaker kept per node (``CircuitBreaker(per_node=True)``, ``ratewarden serve``'s)
+asks ``node_of``: the per-second store's nodes are named ``per-second`` (one
+server) or ``per-second:<host:port>`` (a Cluster's primaries), the other store's as
+that store names them. So an outage of one store opens its own circuits only, and
+the other store's counters are still decided.
 """
 
 from __future__ import annotations
@@ -24,7 +30,10 @@ from ratewarden.decision import Decision
 from ratewarden.rate import Rate
 from ratewarden.storage import AsyncStore, Op
 
-__all__ = ["AsyncSplitStore", "per_second"]
+__all__ = ["PER_SECOND_NODE", "AsyncSplitStore", "per_second"]
+
+#: How ``node_of`` names the per-second store's nodes (``per-second:<host:port>`` on a Cluster).
+PER_SECOND_NODE = "per-second"
 
 _SECOND_US = 1_000_000
 _MINUTE_US = 60 * _SECOND_US
@@ -49,6 +58,21 @@ class AsyncSplitStore:
 
     def _pick(self, rates: Rate | Sequence[Rate]) -> Any:
         return self.per_second if per_second(rates) else self.store
+
+    def node_of(
+        self, key: str, *, stored: bool = False, rates: Rate | Sequence[Rate] | None = None
+    ) -> str:
+        """The node that holds ``key``'s state for a call on ``rates`` (None: not a rate
+        call, which stays on ``store``; ``stored``: a key of ``store``), for a breaker kept
+        per node: ``store``'s node as it names it, or ``per-second`` (``per-second:<node>``
+        on a Cluster) for the per-second store's."""
+        on_second = rates is not None and not stored and per_second(rates)
+        store = self.per_second if on_second else self.store
+        node_of = getattr(store, "node_of", None)
+        node: str = "" if node_of is None else node_of(key, stored=stored, rates=rates)
+        if not on_second:
+            return node
+        return f"{PER_SECOND_NODE}:{node}" if node else PER_SECOND_NODE
 
     async def hit(
         self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
