@@ -173,6 +173,8 @@ def test_flask_app_in_process_replays_and_scopes_by_identity() -> None:
         ({"max_body_bytes": -1}, "max_body_bytes=-1"),
         ({"max_response_bytes": 1.5}, "max_response_bytes=1.5"),
         ({"methods": "POST"}, "methods='POST'"),
+        ({"methods": 3}, "methods=3"),
+        ({"methods": ["POST PATCH"]}, "methods: 'POST PATCH' is not a method name"),
         ({"store_response": 200}, "store_response=200"),
     ],
 )

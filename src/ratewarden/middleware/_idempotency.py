@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 from ratewarden.checks import is_number
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.idempotency import Claim, StoredResponse
-from ratewarden.middleware._rules import compile_path
+from ratewarden.middleware._rules import check_method, compile_path
 
 __all__ = [
     "DEFAULT_METHODS",
@@ -201,11 +201,11 @@ class IdempotencyPolicy:
         required: bool | str | re.Pattern[str] | Iterable[str | re.Pattern[str]] = False,
         required_docs: str | None = None,
     ) -> None:
-        if isinstance(methods, str) or not all(isinstance(m, str) for m in methods):
+        if isinstance(methods, str) or not isinstance(methods, Iterable):
             raise ConfigurationError(f"idempotency methods={methods!r}: a set of method names")
         if not callable(store_response):
             raise ConfigurationError(f"store_response={store_response!r}: a function of a status")
-        self.methods = frozenset(m.upper() for m in methods)
+        self.methods = frozenset(check_method(m, "idempotency methods").upper() for m in methods)
         self.lock_ttl = _check_seconds("lock_ttl", lock_ttl)
         self.ttl = _check_seconds("ttl", ttl)
         self.max_body = _check_bytes("max_body_bytes", max_body_bytes)
