@@ -67,6 +67,17 @@ MSG
     exit 1
 }
 
+rw_need_memcached() {
+    command -v memcached >/dev/null && return 0
+    rw_apt_install memcached && return 0
+    cat >&2 <<'MSG'
+error: the memcache store's tests need a memcached binary on PATH (they start their own on loopback ports).
+  Debian/Ubuntu: sudo apt-get install memcached
+  macOS:         brew install memcached
+MSG
+    exit 1
+}
+
 rw_want_chromium() {
     # The dashboard's browser test needs headless Chromium; without one it skips, saying so.
     [ -n "${RATEWARDEN_CHROMIUM:-}" ] && return 0

@@ -1,4 +1,5 @@
-"""Shared fixtures: real redis-server and valkey-server processes on loopback, started by tests."""
+"""Shared fixtures: real redis-server, valkey-server and memcached processes on loopback,
+started by tests."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
+from tests._memcached import MemcachedServer
 from tests._servers import (
     NO_VALKEY,
     VALKEY_CLI,
@@ -130,3 +132,33 @@ def silent_server() -> Iterator[SilentServer]:
     server = SilentServer()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def memcached_server() -> Iterator[MemcachedServer]:
+    """One memcached for the whole session; ``memcached`` flushes it for a test."""
+    server = MemcachedServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def memcached(memcached_server: MemcachedServer) -> MemcachedServer:
+    """The session's memcached, emptied."""
+    memcached_server.flush()
+    return memcached_server
+
+
+@pytest.fixture
+def make_memcached() -> Iterator[Callable[..., MemcachedServer]]:
+    """Start dedicated memcached servers (``make_memcached(memory_mb=2)``), stopped after the
+    test: for tests that kill a server or fill its memory."""
+    servers: list[MemcachedServer] = []
+
+    def start(port: int | None = None, memory_mb: int = 64) -> MemcachedServer:
+        servers.append(MemcachedServer(port, memory_mb))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()

@@ -1,0 +1,237 @@
+"""The memcache store's items, and its one atomic step on an item, sans I/O.
+
+Memcached has no scripts and no transaction over several items; what it has is
+compare-and-set on one item. So the store keeps every state that one atomic step
+may touch in **one item**: the states of a key's keys that share a Cluster hash tag
+(``<prefix>:{<key>}``, ``_keys``). A Redis key ``<prefix>:{<key>}<rest>`` is the
+entry ``<rest>`` of the item ``<prefix>:{<key>}``: every layer of a hit, every
+algorithm on that key, its concurrency slots and the token budget's records. A
+step reads the item, runs the same pure function the memory store runs under its
+lock, and writes the item back only if nobody wrote it in between (its CAS number
+is unchanged); if somebody did, it reads again and decides again. So a decision is
+as exact and as atomic as on Redis, with any number of processes.
+
+An item's value is JSON: ``{"rw": 1, "e": {entry: [state, expires at (us)]}}``.
+Each entry keeps its own expiry on the store's clock; the item's memcached TTL
+(whole seconds) is only there to let memcached reclaim an item nobody uses, and
+outlives its longest entry by a second.
+
+``transact`` is that step as a flow: it yields the wire requests for the item's
+server and is sent the replies (``Reply``). The blocking and the asyncio stores
+drive the same flow. ``Cache`` remembers the last value and CAS number this
+process wrote or read for an item, so that the common step (nobody else wrote)
+is one write and no read: a write against a stale CAS number fails and the step
+reads then.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, NamedTuple, TypeVar
+
+from ratewarden.errors import StorageError, StorageUnavailableError
+from ratewarden.storage import _memcache_wire as wire
+
+__all__ = ["MAX_ATTEMPTS", "Cache", "Item", "Write", "item_of", "transact"]
+
+#: Reads and writes one step may make before it gives up on an item that other
+#: processes keep changing under it (then ``StorageUnavailableError``).
+MAX_ATTEMPTS = 32
+
+#: Memcached's longest key, in bytes.
+_MAX_NAME = 250
+
+#: ``(index into the entries asked, state, absolute expiry in us)``; an expiry at or
+#: before now drops the entry (``MemoryTable._transact``'s writes).
+Write = tuple[int, Any, int]
+
+R = TypeVar("R")
+
+#: ``(states of the entries asked, now_us) -> (result, writes)``
+Step = Callable[[list[Any], int], tuple[R, Sequence[Write]]]
+
+#: ``entries -> {entry: (state, expires at us)}``
+Entries = dict[str, tuple[Any, int]]
+
+
+class Item(NamedTuple):
+    """An item: its name as the store's keys spell it (``<prefix>:{<key>}``), the name
+    memcached is asked for, and the entries of one step in it."""
+
+    name: str
+    wire: bytes
+    entries: tuple[str, ...]
+
+
+def item_of(keys: Sequence[str]) -> Item:
+    """The one item that holds ``keys`` (store keys ``<prefix>:{<tag>}<rest>``).
+
+    A name memcached accepts as it is (printable ASCII without spaces, at most 250
+    bytes) is used as it is; any other is ``rw#`` and a hash of it. A readable name
+    always has a ``{`` and a hashed one never does, so the two cannot meet.
+    """
+    name = ""
+    entries = []
+    for key in keys:
+        close = key.find("}")
+        if close < 0 or "{" not in key[:close]:
+            raise StorageError(
+                f"store key {key!r} has no hash tag: the memcache store cannot place it"
+            )
+        head = key[: close + 1]
+        if name and head != name:
+            raise StorageError(
+                f"store keys {keys!r} are in more than one hash tag: memcached cannot update "
+                "them in one step"
+            )
+        name = head
+        entries.append(key[close + 1 :])
+    return Item(name, _wire_name(name), tuple(entries))
+
+
+def _wire_name(name: str) -> bytes:
+    if name.isascii() and name.isprintable() and " " not in name and len(name) <= _MAX_NAME:
+        return name.encode("ascii")
+    digest = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=20).hexdigest()
+    return b"rw#" + digest.encode("ascii")
+
+
+class Cache:
+    """The last value and CAS number seen for up to ``size`` items, oldest dropped first."""
+
+    __slots__ = ("_items", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict[bytes, tuple[int, Entries]] = OrderedDict()
+
+    def get(self, name: bytes) -> tuple[int, Entries] | None:
+        return self._items.get(name)
+
+    def put(self, name: bytes, cas: int, entries: Entries) -> None:
+        if self.size <= 0:
+            return
+        items = self._items
+        items[name] = (cas, entries)
+        items.move_to_end(name)
+        if len(items) > self.size:
+            items.popitem(last=False)
+
+    def drop(self, name: bytes) -> None:
+        self._items.pop(name, None)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def _tuples(value: Any) -> Any:
+    """JSON's lists back into the tuples the algorithms keep."""
+    if isinstance(value, list):
+        return tuple(_tuples(part) for part in value)
+    return value
+
+
+def decode(item: Item, value: bytes) -> Entries:
+    """An item's entries, or ``StorageError`` when the value is not one this store wrote
+    (another program's data under the name: it is left as it is)."""
+    try:
+        found = json.loads(value)
+        if (
+            not isinstance(found, dict)
+            or found.get("rw") != 1
+            or not isinstance(found.get("e"), dict)
+        ):
+            raise ValueError("not a ratewarden item")
+        entries: Entries = {}
+        for entry, pair in found["e"].items():
+            if not isinstance(pair, list) or len(pair) != 2 or type(pair[1]) is not int:
+                raise ValueError(f"entry {entry!r} is not [state, expiry]")
+            entries[entry] = (_tuples(pair[0]), pair[1])
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise StorageError(
+            f"memcached item {item.wire.decode()!r} (for {item.name!r}) holds a value ratewarden "
+            f"did not write ({exc}); it was left unchanged: delete it, or use another --key-prefix"
+        ) from None
+    return entries
+
+
+def encode(entries: Entries) -> bytes:
+    return json.dumps({"rw": 1, "e": entries}, separators=(",", ":")).encode("ascii")
+
+
+def transact(
+    item: Item,
+    step: Step[R],
+    now_us: Callable[[], int],
+    ttl_word: Callable[[int], int],
+    cache: Cache,
+) -> Generator[bytes, wire.Reply, R]:
+    """Run ``step`` on ``item`` atomically: read (or take the cached value), decide, write
+    only if the item is unchanged; on a change, read again and decide again.
+
+    ``ttl_word(us)`` is the memcached TTL word for an item that must live ``us`` more
+    microseconds. A step that writes nothing answers from a value just read, never from
+    the cache alone: another process may have changed the item since.
+    """
+    cached = cache.get(item.wire)
+    for _ in range(MAX_ATTEMPTS):
+        if cached is None:
+            reply = yield wire.get(item.wire)
+            if reply.code == b"EN":
+                cas, entries = None, {}
+            elif reply.code == b"VA" and reply.cas is not None and reply.value is not None:
+                cas, entries = reply.cas, decode(item, reply.value)
+            else:
+                raise _unexpected(item, reply)
+            fresh = True
+        else:
+            cas, entries = cached
+            fresh = False
+        now = now_us()
+        live = {entry: pair for entry, pair in entries.items() if pair[1] > now}
+        result, writes = step([_state(live, entry) for entry in item.entries], now)
+        if not writes:
+            if fresh:
+                if cas is not None:
+                    cache.put(item.wire, cas, entries)
+                return result
+            cached = None  # decided on the cache alone: read, and decide again
+            continue
+        for index, state, expires_at in writes:
+            if expires_at > now:
+                live[item.entries[index]] = (state, expires_at)
+            else:
+                live.pop(item.entries[index], None)
+        if not live:
+            if cas is None:
+                return result  # nothing there, and nothing to keep
+            reply = yield wire.delete(item.wire, cas)
+            if reply.code == b"HD":
+                cache.drop(item.wire)
+                return result
+        else:
+            last = max(pair[1] for pair in live.values())
+            reply = yield wire.store(item.wire, encode(live), ttl_word(last - now), cas)
+            if reply.code == b"HD" and reply.cas is not None:
+                cache.put(item.wire, reply.cas, live)
+                return result
+        if reply.code not in (b"EX", b"NF", b"NS"):
+            raise _unexpected(item, reply)
+        cache.drop(item.wire)
+        cached = None  # another write came first: read it, and decide again
+    raise StorageUnavailableError(
+        f"memcached item {item.name!r}: {MAX_ATTEMPTS} tries, each beaten by another writer; "
+        "the key is busier than one item can take"
+    )
+
+
+def _state(live: Entries, entry: str) -> Any:
+    pair = live.get(entry)
+    return None if pair is None else pair[0]
+
+
+def _unexpected(item: Item, reply: wire.Reply) -> StorageError:
+    return StorageError(f"memcached answered {reply.code.decode()!r} for item {item.name!r}")
