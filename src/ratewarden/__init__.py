@@ -22,10 +22,12 @@ from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
 from ratewarden.tiers import AsyncTwoTier, CircuitBreaker, TwoTier
 
 if TYPE_CHECKING:
+    from ratewarden.storage.memcache import AsyncMemcacheStore, MemcacheStore
     from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 
 __all__ = [
     "AsyncLimiter",
+    "AsyncMemcacheStore",
     "AsyncMemoryStore",
     "AsyncRedisStore",
     "AsyncTokenBudget",
@@ -35,6 +37,7 @@ __all__ = [
     "ConfigurationError",
     "Decision",
     "Limiter",
+    "MemcacheStore",
     "MemoryStore",
     "Rate",
     "RatewardenError",
@@ -48,13 +51,20 @@ __all__ = [
 
 __version__ = "0.1.0"
 
-# The Redis stores need the [redis] extra; import them only when asked for.
-_LAZY = {"AsyncRedisStore", "RedisStore"}
+# The Redis stores need the [redis] extra, and neither they nor the memcache stores are
+# needed by most programs: import them only when asked for.
+_LAZY = {
+    "AsyncRedisStore": "redis",
+    "RedisStore": "redis",
+    "AsyncMemcacheStore": "memcache",
+    "MemcacheStore": "memcache",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        from ratewarden.storage import redis
+    module = _LAZY.get(name)
+    if module is not None:
+        import importlib
 
-        return getattr(redis, name)
+        return getattr(importlib.import_module(f"ratewarden.storage.{module}"), name)
     raise AttributeError(f"module 'ratewarden' has no attribute {name!r}")
