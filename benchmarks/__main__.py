@@ -1,7 +1,8 @@
 """``python -m benchmarks``: run the suite, print one table and the targets, write JSON.
 
-``scripts/bench`` is the way to run it: it starts a redis-server and passes
-``--redis-url``. Without ``--redis-url`` only the in-memory cases run.
+``scripts/bench`` is the way to run it: it starts a redis-server and a memcached
+and passes ``--redis-url`` and ``--memcached-url``. Without them only the in-memory
+cases run.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ import datetime as dt
 import os
 import platform
 import shlex
+import socket
 import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from benchmarks import _report, _suite
 from benchmarks._case import Env
@@ -22,7 +25,15 @@ from benchmarks._timing import Budget
 
 DEFAULT = Budget(duration_s=2.5, warmup_s=0.5, rounds=10)
 QUICK = Budget(duration_s=0.3, warmup_s=0.1, rounds=2, warmup_full_pass=False)
-_PACKAGES = ("ratewarden", "limits", "throttled-py", "pyrate-limiter", "redis", "hiredis")
+_PACKAGES = (
+    "ratewarden",
+    "limits",
+    "throttled-py",
+    "pyrate-limiter",
+    "redis",
+    "hiredis",
+    "pymemcache",
+)
 
 
 def _cpu_model() -> str:
@@ -55,6 +66,31 @@ def _redis_info(url: str | None) -> dict[str, Any]:
     return {"redis_server": info.get("redis_version"), "redis_url": url}
 
 
+def _memcached_command(url: str, request: bytes, expect: bytes) -> bytes:
+    """Send one text-protocol request to the memcached at ``memcached://HOST:PORT``; the
+    first line of its answer, which must start with ``expect``."""
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname or "", parts.port or 11211), timeout=2) as sock:
+        sock.sendall(request)
+        data = b""
+        while b"\r\n" not in data:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    line = data.split(b"\r\n", 1)[0]
+    if not line.startswith(expect):
+        raise RuntimeError(f"memcached at {url} answered {line!r} to {request!r}")
+    return line
+
+
+def _memcached_info(url: str | None) -> dict[str, Any]:
+    if url is None:
+        return {}
+    line = _memcached_command(url, b"version\r\n", b"VERSION ")
+    return {"memcached_server": line[len(b"VERSION ") :].decode(), "memcached_url": url}
+
+
 def meta(args: argparse.Namespace, budget: Budget) -> dict[str, Any]:
     try:
         import redis.utils
@@ -81,19 +117,25 @@ def meta(args: argparse.Namespace, budget: Budget) -> dict[str, Any]:
         "versions": _versions(),
         "loadavg_start": list(os.getloadavg()),
         **_redis_info(args.redis_url),
+        **_memcached_info(args.memcached_url),
     }
 
 
-def _flusher(url: str | None) -> Any:
-    if url is None:
+def _flusher(redis_url: str | None, memcached_url: str | None) -> Any:
+    """Empty the server a group is about to use (``family`` is the group's name)."""
+    if redis_url is None and memcached_url is None:
         return None
-    import redis
+    client = None
+    if redis_url is not None:
+        import redis
 
-    client = redis.Redis.from_url(url)
+        client = redis.Redis.from_url(redis_url)
 
-    def flush(backend: str) -> None:
-        if backend != "memory":
+    def flush(family: str) -> None:
+        if family == "redis" and client is not None:
             client.flushall()
+        elif family == "memcached" and memcached_url is not None:
+            _memcached_command(memcached_url, b"flush_all\r\n", b"OK")
 
     return flush
 
@@ -101,7 +143,7 @@ def _flusher(url: str | None) -> Any:
 def _progress(row: _suite.Row) -> None:
     rate = "-" if row.per_second is None else f"{row.per_second:,.0f}/s"
     print(
-        f"  {row.backend:<12} {row.keys:>6,}  {row.label:<45} {rate:>14}  {row.status}",
+        f"  {row.backend:<15} {row.keys:>6,}  {row.label:<45} {rate:>14}  {row.status}",
         file=sys.stderr,
         flush=True,
     )
@@ -112,10 +154,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="short cases, for a smoke run")
     parser.add_argument("--redis-url", help="a redis-server to use (flushed between cases!)")
     parser.add_argument(
+        "--memcached-url",
+        metavar="memcached://HOST:PORT",
+        help="a memcached to use (flushed between cases!)",
+    )
+    parser.add_argument(
         "--backend",
         action="append",
-        choices=["memory", "redis", "redis-async"],
-        help="run only these backends (repeatable)",
+        choices=["memory", "redis", "redis-async", "memcached", "memcached-async"],
+        help="run only these backends (repeatable; the memcached group is "
+        "--backend memcached --backend memcached-async)",
     )
     parser.add_argument(
         "--results",
@@ -233,9 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     rows = _suite.run(
         cases,
-        Env(args.redis_url),
+        Env(args.redis_url, args.memcached_url),
         budget,
-        before_group=_flusher(args.redis_url),
+        before_group=_flusher(args.redis_url, args.memcached_url),
         progress=_progress,
     )
     info["loadavg_end"] = list(os.getloadavg())

@@ -24,13 +24,14 @@ __all__ = [
     "Env",
     "NotAvailableError",
     "Subject",
+    "need_memcached",
     "need_redis",
 ]
 
 LIMIT = 1_000_000_000
 PERIOD_S = 3_600
 
-#: Socket timeout for every Redis client, generous so a GC pause is not an error.
+#: Socket timeout for every Redis and memcached client, generous so a GC pause is not an error.
 TIMEOUT_S = 1.0
 
 
@@ -40,9 +41,14 @@ class NotAvailableError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Env:
-    """Where the backends are: ``redis_url`` is None when no Redis was started."""
+    """Where the backends are: a URL is None when that server was not started.
+
+    ``memcached_url`` is ``memcached://HOST:PORT``, a form both ratewarden's memcache
+    store and ``limits`` accept.
+    """
 
     redis_url: str | None
+    memcached_url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +67,11 @@ class AsyncSubject:
 class Case:
     """One row of the table (per key set).
 
-    ``backend`` is ``memory``, ``redis`` or ``redis-async``; ``role`` is
-    ``subject`` (ratewarden), ``peer`` or ``ceiling`` (the plain redis-py
-    reference loops). A sync case has ``setup``; an async case has
-    ``setup_async`` and runs with ``in_flight`` decisions outstanding.
+    ``backend`` is ``memory``, ``redis``, ``redis-async``, ``memcached`` or
+    ``memcached-async``; ``role`` is ``subject`` (ratewarden), ``peer`` or
+    ``ceiling`` (the plain redis-py reference loops). A sync case has ``setup``;
+    an async case has ``setup_async`` and runs with ``in_flight`` decisions
+    outstanding.
     """
 
     library: str
@@ -88,3 +95,9 @@ def need_redis(env: Env) -> str:
     if env.redis_url is None:
         raise NotAvailableError("no Redis (run scripts/bench)")
     return env.redis_url
+
+
+def need_memcached(env: Env) -> str:
+    if env.memcached_url is None:
+        raise NotAvailableError("no memcached (run scripts/bench)")
+    return env.memcached_url

@@ -14,6 +14,20 @@
   ``try_acquire(key, blocking=False)``. No leak thread: ``StateBucket.leak``
   is a no-op.
 
+On memcached only ``limits`` has a backend: ``MemcachedStorage`` (what
+``storage_from_string("memcached://HOST:PORT")`` builds), over pymemcache's
+``PooledClient``, with the same two strategies as on Redis. Its fixed window is
+``incr`` (one round trip; ``incr``, ``add`` and a ``set`` of the window's
+expiry on a window's first hit); its sliding window counter is a ``get_many``
+of the two windows' counters, then an ``incr`` of the current one (and a
+``decr`` when a racing hit got there first): two round trips. Its moving
+window raises ``NotImplementedError`` on memcached. Its asyncio memcached
+storage (``async+memcached://``, over memcachio) is left out, as its asyncio
+Redis storage is: the suite's async rows are ratewarden's. throttled-py 3.5
+(``throttled.store``: ``MemoryStore`` and ``RedisStore``) and pyrate-limiter 4.6
+(buckets and state stores in memory, across processes, in SQLite, Redis and
+PostgreSQL) have no memcached backend, so they have no memcached rows.
+
 Each adapter returns True when the library allowed the request.
 """
 
@@ -30,6 +44,7 @@ from benchmarks._case import (
     Env,
     NotAvailableError,
     Subject,
+    need_memcached,
     need_redis,
 )
 
@@ -54,6 +69,11 @@ def _limits(strategy: str, backend: str, env: Env) -> Subject:
     item = limits.RateLimitItemPerSecond(LIMIT, PERIOD_S)
     if backend == "memory":
         storage = limits.storage.MemoryStorage()
+    elif backend == "memcached":
+        url = need_memcached(env)
+        _import("pymemcache")
+        # The keywords go to pymemcache's PooledClient (no timeout unless given one).
+        storage = limits.storage.MemcachedStorage(url, timeout=TIMEOUT_S, connect_timeout=TIMEOUT_S)
     else:
         storage = limits.storage.RedisStorage(need_redis(env), socket_timeout=TIMEOUT_S)
     limiter = limits.strategies.STRATEGIES[strategy](storage)
@@ -163,4 +183,8 @@ def cases() -> list[Case]:
                 setup=partial(_pyrate, backend),
             ),
         ]
+    rows += [
+        Case("limits", strategy, "memcached", "peer", setup=partial(_limits, strategy, "memcached"))
+        for strategy in ("sliding-window-counter", "fixed-window")
+    ]
     return rows

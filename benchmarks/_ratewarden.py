@@ -8,11 +8,17 @@
 - the ceilings: a plain redis-py loop calling one ``register_script`` object
   per decision (the way the peers call Redis) with ratewarden's own GCRA Lua
   source and ARGV from ``ratewarden.storage._plan.argv(plan, None)``; sync,
-  and asyncio with ``IN_FLIGHT`` in flight.
+  and asyncio with ``IN_FLIGHT`` in flight;
+- ``Limiter(MemcacheStore(url, timeout=1))`` for the same algorithms and
+  ``fixed_window`` (what ``limits`` runs on memcached), and
+  ``AsyncLimiter(AsyncMemcacheStore(url, timeout=1))`` (GCRA) with ``IN_FLIGHT``
+  in flight. Each decision is a compare-and-set write of the key's one item; the
+  store remembers the item's last value and CAS number, so while this process is
+  its only writer a decision is one round trip.
 
-The Redis store is imported when a case is set up, so the memory cases run
-(and the rows say "not available") while ``ratewarden.storage.redis`` does not
-exist yet or does not import.
+The Redis and memcache stores are imported when a case is set up, so the memory
+cases run (and the rows say "not available") while one of them does not exist
+or does not import.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from benchmarks._case import (
     Env,
     NotAvailableError,
     Subject,
+    need_memcached,
     need_redis,
 )
 
@@ -44,6 +51,9 @@ _CEILING_PREFIX = "ceiling"
 #: The algorithms to measure, in this order, when ratewarden has them.
 _ALGORITHMS = ("gcra", "token_bucket", "sliding_window")
 
+#: On memcached also the fixed window, the algorithm ``limits`` runs there with ``incr``.
+_MEMCACHED_ALGORITHMS = (*_ALGORITHMS, "fixed_window")
+
 
 def _rate() -> Any:
     from ratewarden import Rate
@@ -56,6 +66,15 @@ def _redis_module() -> Any:
         return importlib.import_module("ratewarden.storage.redis")
     except Exception as exc:
         raise NotAvailableError(f"ratewarden.storage.redis: {type(exc).__name__}: {exc}") from exc
+
+
+def _memcache_module() -> Any:
+    try:
+        return importlib.import_module("ratewarden.storage.memcache")
+    except Exception as exc:
+        raise NotAvailableError(
+            f"ratewarden.storage.memcache: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def _lua_source(algorithm: str) -> str:
@@ -90,6 +109,24 @@ async def _redis_async(algorithm: str, env: Env) -> AsyncSubject:
     url = need_redis(env)
     _lua_source(algorithm)
     store = _redis_module().AsyncRedisStore.from_url(url, timeout=TIMEOUT_S)
+    limiter = AsyncLimiter(store, algorithm=algorithm)
+    return AsyncSubject(partial(limiter.hit, rates=_rate()), store.aclose)
+
+
+def _memcached(algorithm: str, env: Env) -> Subject:
+    from ratewarden import Limiter
+
+    url = need_memcached(env)
+    store = _memcache_module().MemcacheStore(url, timeout=TIMEOUT_S)
+    limiter = Limiter(store, algorithm=algorithm)
+    return Subject(partial(limiter.hit, rates=_rate()), store.close)
+
+
+async def _memcached_async(algorithm: str, env: Env) -> AsyncSubject:
+    from ratewarden import AsyncLimiter
+
+    url = need_memcached(env)
+    store = _memcache_module().AsyncMemcacheStore(url, timeout=TIMEOUT_S)
     limiter = AsyncLimiter(store, algorithm=algorithm)
     return AsyncSubject(partial(limiter.hit, rates=_rate()), store.aclose)
 
@@ -141,10 +178,10 @@ async def _ceiling_async(env: Env) -> AsyncSubject:
     return AsyncSubject(decide, client.aclose)
 
 
-def _available_algorithms() -> list[str]:
+def _available_algorithms(names: tuple[str, ...] = _ALGORITHMS) -> list[str]:
     from ratewarden.algorithms import ALGORITHMS
 
-    return [name for name in _ALGORITHMS if name in ALGORITHMS]
+    return [name for name in names if name in ALGORITHMS]
 
 
 def cases() -> list[Case]:
@@ -155,6 +192,10 @@ def cases() -> list[Case]:
     redis_sync = [
         Case("ratewarden", name, "redis", "subject", setup=partial(_redis, name))
         for name in _available_algorithms()
+    ]
+    memcached = [
+        Case("ratewarden", name, "memcached", "subject", setup=partial(_memcached, name))
+        for name in _available_algorithms(_MEMCACHED_ALGORITHMS)
     ]
     return [
         *memory,
@@ -174,6 +215,15 @@ def cases() -> list[Case]:
             "redis-async",
             "ceiling",
             setup_async=_ceiling_async,
+            in_flight=IN_FLIGHT,
+        ),
+        *memcached,
+        Case(
+            "ratewarden",
+            "gcra",
+            "memcached-async",
+            "subject",
+            setup_async=partial(_memcached_async, "gcra"),
             in_flight=IN_FLIGHT,
         ),
     ]

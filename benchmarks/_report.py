@@ -152,6 +152,7 @@ def markdown_run(meta: dict[str, Any], rows: Sequence[Row], found: Sequence[Targ
         f"- command: `{meta['command']}`",
         f"- machine: {meta['nproc']} CPUs, {meta['cpu']}; {meta['platform']}",
         f"- python {meta['python']}, redis-server {meta.get('redis_server', 'not used')}, "
+        f"memcached {meta.get('memcached_server', 'not used')}, "
         f"hiredis parser: {'yes' if meta['hiredis_parser'] else 'no'}",
         f"- packages: {versions}",
         f"- pinning: {meta['pinning']}",
@@ -225,27 +226,51 @@ def _on(row: Row) -> str:
     return f"{row.label} on {_backend(row)}"
 
 
-def _rw_gcra(backend: str) -> _Side:
+def _rw(backend: str, algorithm: str = "gcra") -> _Side:
     return _Side(
-        f"ratewarden [gcra] on {backend}{' x64' if backend == 'redis-async' else ''}",
-        lambda r: (r.library, r.algorithm, r.backend) == ("ratewarden", "gcra", backend),
+        f"ratewarden [{algorithm}] on {backend}{' x64' if backend.endswith('-async') else ''}",
+        lambda r: (r.library, r.algorithm, r.backend) == ("ratewarden", algorithm, backend),
     )
+
+
+def _fastest_peer(backend: str) -> _Side:
+    return _Side("fastest peer", lambda r: r.role == "peer" and r.backend == backend, fastest=True)
 
 
 def targets(rows: Sequence[Row], key_sets: Sequence[int]) -> list[Target]:
-    """The three ratios of the brief, per key set."""
-    fastest_peer = _Side(
-        "fastest peer", lambda r: r.role == "peer" and r.backend == "memory", fastest=True
-    )
+    """The three ratios of the brief, then the memcached group's three, per key set.
+
+    The memcached lines' goals are reference marks set with the group, not targets of
+    the brief: at least the fastest peer (which makes one round trip per decision, as
+    ratewarden does), at least ``limits``' own fixed window, and an async figure 3x the
+    sync one, as on Redis.
+    """
     script_loop = _Side(
         "redis-py script loop", lambda r: r.role == "ceiling" and r.backend == "redis"
+    )
+    limits_fixed = _Side(
+        "limits [fixed-window] on memcached",
+        lambda r: (r.library, r.algorithm, r.backend) == ("limits", "fixed-window", "memcached"),
     )
     found = []
     for keys in key_sets:
         found += [
-            _ratio("memory", keys, 3.0, rows, _rw_gcra("memory"), fastest_peer),
-            _ratio("redis sync", keys, 1.5, rows, _rw_gcra("redis"), script_loop),
-            _ratio("redis async", keys, 3.0, rows, _rw_gcra("redis-async"), _rw_gcra("redis")),
+            _ratio("memory", keys, 3.0, rows, _rw("memory"), _fastest_peer("memory")),
+            _ratio("redis sync", keys, 1.5, rows, _rw("redis"), script_loop),
+            _ratio("redis async", keys, 3.0, rows, _rw("redis-async"), _rw("redis")),
+        ]
+    for keys in key_sets:
+        found += [
+            _ratio("memcached sync", keys, 1.0, rows, _rw("memcached"), _fastest_peer("memcached")),
+            _ratio(
+                "memcached fixed window",
+                keys,
+                1.0,
+                rows,
+                _rw("memcached", "fixed_window"),
+                limits_fixed,
+            ),
+            _ratio("memcached async", keys, 3.0, rows, _rw("memcached-async"), _rw("memcached")),
         ]
     return found
 
@@ -253,9 +278,9 @@ def targets(rows: Sequence[Row], key_sets: Sequence[int]) -> list[Target]:
 def cpu_notes(rows: Sequence[Row], key_sets: Sequence[int]) -> list[str]:
     """Client CPU per decision on Redis: the library's own cost, without the round trip."""
     sides = (
-        _rw_gcra("redis"),
+        _rw("redis"),
         _Side("redis-py script loop", lambda r: r.role == "ceiling" and r.backend == "redis"),
-        _rw_gcra("redis-async"),
+        _rw("redis-async"),
     )
     notes = []
     for keys in key_sets:

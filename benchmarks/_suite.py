@@ -1,4 +1,4 @@
-"""Run the cases group by group (memory or Redis, one key set) and collect the rows.
+"""Run the cases group by group (memory, Redis or memcached, one key set); collect the rows.
 
 Within a group every case is set up and warmed up first; then the timed rounds
 of all of them are interleaved, in a rotating order, so that load from
@@ -25,10 +25,14 @@ __all__ = ["KEY_SETS", "Row", "all_cases", "keys_for", "run"]
 KEY_SETS = (1, 10_000)
 
 #: The order of the table: backend, then key set, then ratewarden, ceilings, peers.
-_BACKENDS = ("memory", "redis", "redis-async")
+_BACKENDS = ("memory", "redis", "redis-async", "memcached", "memcached-async")
 
 #: Cases measured together (their rounds interleaved), per key set.
-_GROUPS = (("memory", ("memory",)), ("redis", ("redis", "redis-async")))
+_GROUPS = (
+    ("memory", ("memory",)),
+    ("redis", ("redis", "redis-async")),
+    ("memcached", ("memcached", "memcached-async")),
+)
 _ROLES = ("subject", "ceiling", "peer")
 
 
@@ -153,9 +157,10 @@ def run(
     """Run the cases group by group, interleaving each group's rounds; rows in table order.
 
     The groups are memory, then Redis (sync and async together, so the async
-    figure and the sync one it is compared with share the same moments), each
-    per key set. ``before_group(family)`` runs before every group (``memory``
-    or ``redis``; scripts/bench flushes Redis there).
+    figure and the sync one it is compared with share the same moments), then
+    memcached (likewise), each per key set. ``before_group(family)`` runs before
+    every group (``memory``, ``redis`` or ``memcached``; scripts/bench flushes that
+    server there).
     """
     chosen = list(cases)
     rows: list[Row] = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,39 @@ def test_redis_cases_without_a_server_are_marked_not_available() -> None:
     rows = _suite.run(cases, Env(redis_url=None), TINY, key_sets=(1,))
     assert rows
     assert all(row.status.startswith("not available") for row in rows), rows
+
+
+def test_the_memcached_group_without_a_server_is_marked_not_available(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The memcached group (ratewarden sync and async, limits' two strategies, no other peer)
+    runs from the command line with no server: every row says "not available", and its three
+    target lines are n/a."""
+    args = ["--backend", "memcached", "--backend", "memcached-async", "--max-calls", "5"]
+    assert cli.main([*args, "--results", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "latest.json").read_text())
+    found = {(r["library"], r["algorithm"], r["backend"]) for r in data["rows"]}
+    assert {
+        ("ratewarden", "gcra", "memcached"),
+        ("ratewarden", "fixed_window", "memcached"),
+        ("ratewarden", "gcra", "memcached-async"),
+        ("limits", "fixed-window", "memcached"),
+        ("limits", "sliding-window-counter", "memcached"),
+    } <= found
+    assert {backend for _, _, backend in found} == {"memcached", "memcached-async"}
+    assert not {"throttled-py", "pyrate-limiter"} & {library for library, _, _ in found}
+    for row in data["rows"]:
+        assert row["status"].startswith("not available"), row
+        if row["library"] == "ratewarden":
+            assert row["status"] == "not available: no memcached (run scripts/bench)", row
+    lines = [t for t in data["targets"] if t["name"].startswith("memcached")]
+    assert sorted({t["name"] for t in lines}) == [
+        "memcached async",
+        "memcached fixed window",
+        "memcached sync",
+    ]
+    assert all(t["verdict"] == "n/a" for t in lines)
+    assert "memcached-async x64" in capsys.readouterr().out
 
 
 def test_errors_are_counted_and_the_loop_goes_on() -> None:
@@ -132,7 +166,13 @@ def test_table_shows_every_row_once() -> None:
     assert lines[0].startswith("backend")
 
 
-def _row(library: str, role: str, rates: tuple[float, ...]) -> _suite.Row:
+def _row(
+    library: str,
+    role: str,
+    rates: tuple[float, ...],
+    backend: str = "memory",
+    algorithm: str = "gcra",
+) -> _suite.Row:
     measurement = Measurement(
         calls=len(rates),
         errors=0,
@@ -144,7 +184,7 @@ def _row(library: str, role: str, rates: tuple[float, ...]) -> _suite.Row:
         p99_us=2.0,
         cpu_us=1.0,
     )
-    return _suite.Row(library, "gcra", "memory", role, 1, 1, "ok", measurement)
+    return _suite.Row(library, algorithm, backend, role, 1, 1, "ok", measurement)
 
 
 def test_a_target_reports_the_round_by_round_ratios_beside_the_ratio_of_medians() -> None:
@@ -158,6 +198,29 @@ def test_a_target_reports_the_round_by_round_ratios_beside_the_ratio_of_medians(
     assert memory.paired == (3.0, 1.0, 4.0)
     assert memory.line().endswith("PASS; round by round 3.00x (median), 1.00-4.00x")
     assert memory.to_json()["paired_round_ratios"] == {"median": 3.0, "min": 1.0, "max": 4.0}
+
+
+def test_the_memcached_lines_compare_within_the_memcached_group() -> None:
+    """memcached sync divides by the fastest peer on memcached (not a faster one in memory),
+    the fixed window line by limits' fixed window there, async by ratewarden's sync figure."""
+    rows = [
+        _row("limits", "peer", (900.0,), algorithm="fixed-window"),
+        _row("ratewarden", "subject", (200.0,), "memcached"),
+        _row("ratewarden", "subject", (150.0,), "memcached", "fixed_window"),
+        _row("limits", "peer", (100.0,), "memcached", "fixed-window"),
+        _row("limits", "peer", (50.0,), "memcached", "sliding-window-counter"),
+        replace(_row("ratewarden", "subject", (600.0,), "memcached-async"), in_flight=64),
+    ]
+    found = {t.name: t for t in _report.targets(rows, (1,))}
+    assert found["memcached sync"].ratio == 2.0
+    assert "fastest peer limits [fixed-window] on memcached" in found["memcached sync"].line()
+    assert found["memcached fixed window"].ratio == 1.5
+    assert found["memcached async"].ratio == 3.0
+    line = found["memcached async"].line()
+    assert line.startswith(
+        "memcached async, 1 key: ratewarden [gcra] on memcached-async x64 / "
+        "ratewarden [gcra] on memcached = 3.00x"
+    )
 
 
 def test_micro_prints_every_memory_figure(capsys: pytest.CaptureFixture[str]) -> None:
