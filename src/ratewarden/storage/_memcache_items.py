@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, NamedTuple, TypeVar
@@ -35,7 +36,18 @@ from typing import Any, NamedTuple, TypeVar
 from ratewarden.errors import StorageError, StorageUnavailableError
 from ratewarden.storage import _memcache_wire as wire
 
-__all__ = ["MAX_ATTEMPTS", "Cache", "Item", "Write", "item_of", "transact"]
+__all__ = [
+    "INJECTED_TTL_FLOOR_S",
+    "ITEM_OVERHEAD",
+    "MAX_ATTEMPTS",
+    "Cache",
+    "Item",
+    "Write",
+    "injected_ttl_word",
+    "item_of",
+    "transact",
+    "ttl_word",
+]
 
 #: Reads and writes one step may make before it gives up on an item that other
 #: processes keep changing under it (then ``StorageUnavailableError``).
@@ -43,6 +55,15 @@ MAX_ATTEMPTS = 32
 
 #: Memcached's longest key, in bytes.
 _MAX_NAME = 250
+
+_MONTH_S = 30 * 24 * 3600  # memcached reads a longer TTL as a Unix time
+#: The least TTL of an item written on an injected clock, as on Redis: memcached counts a
+#: TTL in real time, which may run ahead of a clock that tests move by hand.
+INJECTED_TTL_FLOOR_S = 86_400
+
+#: Bytes an item takes beyond its name and value (memcached 1.6 on 64 bits: a 48-byte
+#: header, the CAS number, the name's NUL and the value's CRLF are 59), rounded up.
+ITEM_OVERHEAD = 64
 
 #: ``(index into the entries asked, state, absolute expiry in us)``; an expiry at or
 #: before now drops the entry (``MemoryTable._transact``'s writes).
@@ -123,6 +144,11 @@ class Cache:
     def drop(self, name: bytes) -> None:
         self._items.pop(name, None)
 
+    def clear(self) -> None:
+        """Forget every value (a new connection: the server may have restarted). A new dict,
+        so that a ``put`` under way in another thread lands in the old one, unseen."""
+        self._items = OrderedDict()
+
     def __len__(self) -> int:
         return len(self._items)
 
@@ -162,19 +188,35 @@ def encode(entries: Entries) -> bytes:
     return json.dumps({"rw": 1, "e": entries}, separators=(",", ":")).encode("ascii")
 
 
+def ttl_word(us: int, floor_s: int = 0) -> int:
+    """memcached's TTL word for an item that must live ``us`` more microseconds: whole
+    seconds, a second over (``floor_s`` at least); past 30 days a Unix time (memcached's
+    own rule)."""
+    seconds = max(-(-us // 1_000_000) + 1, floor_s)
+    return seconds if seconds <= _MONTH_S else int(time.time()) + seconds
+
+
+def injected_ttl_word(us: int) -> int:
+    """``ttl_word`` for a store on an injected clock: a day at least."""
+    return ttl_word(us, INJECTED_TTL_FLOOR_S)
+
+
 def transact(
     item: Item,
     step: Step[R],
     now_us: Callable[[], int],
     ttl_word: Callable[[int], int],
     cache: Cache,
+    max_item_bytes: int,
 ) -> Generator[bytes, wire.Reply, R]:
     """Run ``step`` on ``item`` atomically: read (or take the cached value), decide, write
     only if the item is unchanged; on a change, read again and decide again.
 
     ``ttl_word(us)`` is the memcached TTL word for an item that must live ``us`` more
     microseconds. A step that writes nothing answers from a value just read, never from
-    the cache alone: another process may have changed the item since.
+    the cache alone: another process may have changed the item since. A value that would
+    make the item larger than ``max_item_bytes`` (the servers' ``-I``) is not sent: memcached
+    refuses it and deletes the item it was to replace, which forgets the key's usage.
     """
     cached = cache.get(item.wire)
     for _ in range(MAX_ATTEMPTS):
@@ -214,7 +256,14 @@ def transact(
                 return result
         else:
             last = max(pair[1] for pair in live.values())
-            reply = yield wire.store(item.wire, encode(live), ttl_word(last - now), cas)
+            value = encode(live)
+            if len(value) + len(item.wire) + ITEM_OVERHEAD > max_item_bytes:
+                raise StorageError(
+                    f"memcached item {item.wire.decode()!r} (for {item.name!r}) would hold "
+                    f"{len(value)} bytes, more than an item of max_item_bytes={max_item_bytes} "
+                    "(the servers' -I) takes; it was not written and keeps its last value"
+                )
+            reply = yield wire.store(item.wire, value, ttl_word(last - now), cas)
             if reply.code == b"HD" and reply.cas is not None:
                 cache.put(item.wire, reply.cas, live)
                 return result

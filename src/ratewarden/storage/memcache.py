@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections import deque
 from collections.abc import Generator, Sequence
 from typing import Any, TypeVar
@@ -32,74 +31,45 @@ from ratewarden import checks
 from ratewarden.algorithms import concurrency, layered
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.decision import Decision
-from ratewarden.errors import ConfigurationError, StorageError
+from ratewarden.errors import ConfigurationError, StorageError, StorageUnavailableError
 from ratewarden.rate import Rate
 from ratewarden.storage import _decisions, _plan
 from ratewarden.storage import _memcache_wire as wire
 from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix, escape
-from ratewarden.storage._memcache_items import Cache, Item, Step, item_of, transact
-from ratewarden.storage._memcache_link import Address, AsyncLink, BlockingLink, Servers
+from ratewarden.storage._memcache_items import (
+    Cache,
+    Item,
+    Step,
+    injected_ttl_word,
+    item_of,
+    transact,
+    ttl_word,
+)
+from ratewarden.storage._memcache_link import (
+    DEFAULT_PORT,
+    Address,
+    AsyncLink,
+    BlockingLink,
+    Servers,
+    check_addresses,
+    failure,
+    parse_url,
+)
 from ratewarden.storage._ops import Op
 
 __all__ = ["DEFAULT_PORT", "AsyncMemcacheStore", "MemcacheStore", "parse_url"]
 
-DEFAULT_PORT = 11211
 #: The store's default timeout, as the Redis store's: an outage costs a call 20 ms.
 DEFAULT_TIMEOUT = 0.02
 #: Items whose last value this process remembers (a write then needs no read first).
 DEFAULT_CACHE_ITEMS = 10_000
+#: memcached's own default largest item (``-I 1m``).
+DEFAULT_MAX_ITEM_BYTES = 1024 * 1024
 
-_SCHEMES = ("memcache", "memcached")
-_MONTH_S = 30 * 24 * 3600  # memcached reads a longer TTL as a Unix time
 _STRIPES = 64
 
 R = TypeVar("R")
 Flow = Generator[bytes, wire.Reply, R]
-
-
-def parse_url(url: str) -> tuple[Address, ...]:
-    """The servers of ``memcache://HOST[:PORT][,HOST[:PORT]...]`` (``memcached://`` too;
-    an IPv6 address in brackets; the port 11211 when left out)."""
-    scheme, sep, rest = url.partition("://") if isinstance(url, str) else ("", "", "")
-    if not sep or scheme.lower() not in _SCHEMES:
-        raise ConfigurationError(
-            f"memcache URL {url!r} must start with memcache:// and list HOST:PORT, comma-separated"
-        )
-    if rest.endswith("/"):
-        rest = rest[:-1]
-    if any(mark in rest for mark in "/?#@"):
-        raise ConfigurationError(
-            f"memcache URL {url!r}: only HOST:PORT pairs, comma-separated (no path, options or "
-            "user: memcached has no databases and the store no options in its URL)"
-        )
-    addresses = [_address(url, part.strip()) for part in rest.split(",")]
-    if len(set(addresses)) != len(addresses):
-        raise ConfigurationError(f"memcache URL {url!r} names a server twice")
-    return tuple(addresses)
-
-
-def _address(url: str, part: str) -> Address:
-    if part.startswith("["):
-        host, close, tail = part[1:].partition("]")
-        if not close or (tail and not tail.startswith(":")):
-            raise ConfigurationError(f"memcache URL {url!r}: {part!r} is not [IPv6]:PORT")
-        port_text = tail[1:]
-    else:
-        host, _, port_text = part.partition(":")
-    if not host or any(c.isspace() for c in host):
-        raise ConfigurationError(f"memcache URL {url!r}: a server without a host ({part!r})")
-    if not port_text:
-        return host, DEFAULT_PORT
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ConfigurationError(f"memcache URL {url!r}: port {port_text!r} is not 1-65535")
-    return host, int(port_text)
-
-
-def _ttl_word(us: int) -> int:
-    """memcached's TTL word for an item that must live ``us`` more microseconds: whole
-    seconds, a second over; past 30 days a Unix time (memcached's own rule)."""
-    seconds = -(-us // 1_000_000) + 1
-    return seconds if seconds <= _MONTH_S else int(time.time()) + seconds
 
 
 class _MemcacheBase:
@@ -113,10 +83,13 @@ class _MemcacheBase:
         prefix: str = DEFAULT_PREFIX,
         timeout: float = DEFAULT_TIMEOUT,
         cache_items: int = DEFAULT_CACHE_ITEMS,
+        max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
     ) -> None:
-        addresses = parse_url(servers) if isinstance(servers, str) else tuple(servers)
-        if not addresses:
-            raise ConfigurationError("a memcache store needs at least one server")
+        addresses = (
+            parse_url(servers)
+            if isinstance(servers, str)
+            else check_addresses(servers if isinstance(servers, list | tuple) else [servers])
+        )
         if not checks.is_number(timeout, low_ok=False):
             raise ConfigurationError(
                 f"memcache store timeout {timeout!r} must be a positive number of seconds "
@@ -124,24 +97,24 @@ class _MemcacheBase:
             )
         if isinstance(cache_items, bool) or not isinstance(cache_items, int) or cache_items < 0:
             raise ConfigurationError(f"cache_items {cache_items!r} must be a whole number >= 0")
+        if not checks.is_number(max_item_bytes, 1024) or not isinstance(max_item_bytes, int):
+            raise ConfigurationError(
+                f"max_item_bytes {max_item_bytes!r} must be the servers' largest item (their -I, "
+                "1 MB unless set): a whole number, 1024 or more"
+            )
         self.prefix = check_prefix(prefix)
         self.timeout = float(timeout)
+        self.max_item_bytes = max_item_bytes
         self.clock: Clock = clock if clock is not None else SystemClock()
+        self._ttl_word = ttl_word if isinstance(self.clock, SystemClock) else injected_ttl_word
         self.servers = Servers(addresses)
         self._cache = Cache(cache_items)
         self._shapes = _plan.Shapes()
 
     @classmethod
-    def from_url(
-        cls,
-        url: str,
-        *,
-        clock: Clock | None = None,
-        prefix: str = DEFAULT_PREFIX,
-        timeout: float = DEFAULT_TIMEOUT,
-    ) -> Any:
-        """A store on the servers ``memcache://HOST:PORT,...`` names."""
-        return cls(parse_url(url), clock=clock, prefix=prefix, timeout=timeout)
+    def from_url(cls, url: str, **options: Any) -> Any:
+        """A store on the servers ``memcache://HOST:PORT,...`` names (the same options)."""
+        return cls(parse_url(url), **options)
 
     # -- naming
 
@@ -155,13 +128,15 @@ class _MemcacheBase:
         a breaker kept per node; ``""`` with one server (one circuit)."""
         if len(self.servers.addresses) == 1:
             return ""
-        name = item_of([key if stored else self._head(key) + ":"]).wire
+        name = item_of([key if stored else self._head(checks.check_key(key)) + ":"]).wire
         return self.servers.names[self.servers.of(name)]
 
     # -- the operations, as flows on one item
 
     def _flow(self, item: Item, step: Step[R]) -> tuple[Item, Flow[R]]:
-        return item, transact(item, step, self.clock.now_us, _ttl_word, self._cache)
+        return item, transact(
+            item, step, self.clock.now_us, self._ttl_word, self._cache, self.max_item_bytes
+        )
 
     def _hit_flow(
         self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int
@@ -247,23 +222,37 @@ class MemcacheStore(_MemcacheBase):
 
     def __init__(self, servers: str | Sequence[Address], **options: Any) -> None:
         super().__init__(servers, **options)
-        self._link = BlockingLink(self.servers, self.timeout)
+        self._link = BlockingLink(self.servers, self.timeout, self._cache.clear)
         # One step at a time per item in this process (64 stripes of items), so that its
-        # own threads do not beat each other's writes.
+        # own threads do not beat each other's writes. A thread waits the timeout at most
+        # for its turn: behind a hung server, the steps before it take a timeout each.
         self._stripes = [threading.Lock() for _ in range(_STRIPES)]
 
     def _run(self, planned: tuple[Item, Flow[R]]) -> R:
         item, flow = planned
         server = self.servers.of(item.wire)
-        with self._stripes[hash(item.wire) % _STRIPES]:
-            request = next(flow)
-            while True:
-                reply = self._link.call(server, request)
-                try:
-                    request = flow.send(reply)
-                except StopIteration as done:
-                    result: R = done.value
-                    return result
+        stripe = self._stripes[hash(item.wire) % _STRIPES]
+        if not stripe.acquire(timeout=self.timeout):
+            raise failure(
+                self.servers.names[server],
+                f"the calls before this one on its item took the timeout ({self.timeout:g} s)",
+            )
+        try:
+            # The connection first: opening one forgets the cached values the step may use.
+            conn = self._link.take(server)
+            try:
+                request = next(flow)
+                while True:
+                    reply = self._link.exchange(server, conn, request)
+                    try:
+                        request = flow.send(reply)
+                    except StopIteration as done:
+                        result: R = done.value
+                        return result
+            finally:
+                self._link.give(server, conn)
+        finally:
+            stripe.release()
 
     def hit(
         self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
@@ -314,7 +303,7 @@ class AsyncMemcacheStore(_MemcacheBase):
 
     def __init__(self, servers: str | Sequence[Address], **options: Any) -> None:
         super().__init__(servers, **options)
-        self._link = AsyncLink(self.servers, self.timeout)
+        self._link = AsyncLink(self.servers, self.timeout, self._cache.clear)
         # Items with a step running in this process: the steps waiting for their turn.
         self._busy: dict[bytes, deque[asyncio.Future[None]]] = {}
 
@@ -328,31 +317,43 @@ class AsyncMemcacheStore(_MemcacheBase):
             turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             waiting.append(turn)
             try:
-                await turn
+                await turn  # raises the failure of the step before, when it failed
             except asyncio.CancelledError:
-                if turn.done() and not turn.cancelled():
+                if turn.done() and not turn.cancelled() and turn.exception() is None:
                     self._pass(name)  # handed the turn, then cancelled: hand it on
                 raise
+        failed: StorageUnavailableError | None = None
         try:
             server = self.servers.of(name)
+            # The connection first: opening one forgets the cached values the step may use.
+            conn = await self._link.connection(server)
             request = next(flow)
             while True:
-                reply = await self._link.call(server, request)
+                reply = await self._link.call(conn, request)
                 try:
                     request = flow.send(reply)
                 except StopIteration as done:
                     result: R = done.value
                     return result
+        except StorageUnavailableError as exc:
+            failed = exc
+            raise
         finally:
-            self._pass(name)
+            self._pass(name, failed)
 
-    def _pass(self, name: bytes) -> None:
+    def _pass(self, name: bytes, failed: StorageUnavailableError | None = None) -> None:
+        """The next waiting step's turn on the item; or, after an outage, the same failure
+        for every step waiting (each would wait its own timeout, one after the other)."""
         waiting = self._busy[name]
         while waiting:
             turn = waiting.popleft()
-            if not turn.done():
+            if turn.done():
+                continue
+            if failed is None:
                 turn.set_result(None)
                 return
+            turn.set_exception(StorageUnavailableError(str(failed)))
+            turn.exception()  # retrieved: a cancelled waiter leaves no warning
         del self._busy[name]
 
     async def hit(
@@ -387,7 +388,7 @@ class AsyncMemcacheStore(_MemcacheBase):
         """See ``MemcacheStore.ping``."""
         for server in range(len(self.servers.addresses)):
             try:
-                reply = await self._link.call(server, wire.VERSION)
+                reply = await self._link.call(await self._link.connection(server), wire.VERSION)
             except StorageError:
                 return False
             if reply.code != b"VERSION":
