@@ -7,6 +7,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 
 from tests._servers import HOST, START_TIMEOUT_S, free_port
 
@@ -17,9 +18,12 @@ MEMCACHED = shutil.which("memcached")
 
 
 class MemcachedServer:
-    """One memcached on 127.0.0.1 with ``memory_mb`` of memory, stopped by ``stop``."""
+    """One memcached on 127.0.0.1 with ``memory_mb`` of memory, stopped by ``stop``; ``extra``
+    adds command-line options (``["-I", "2048", "-o", "slab_chunk_max=1024"]``: 2 KB items)."""
 
-    def __init__(self, port: int | None = None, memory_mb: int = 64) -> None:
+    def __init__(
+        self, port: int | None = None, memory_mb: int = 64, extra: Sequence[str] = ()
+    ) -> None:
         if MEMCACHED is None:
             raise RuntimeError(
                 "no memcached on PATH: scripts/test installs it (apt-get install memcached)"
@@ -39,6 +43,7 @@ class MemcachedServer:
                 str(memory_mb),
                 "-u",
                 "root",
+                *extra,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
