@@ -74,6 +74,18 @@ class MemcachedServer:
                 data += chunk
             return data
 
+    def stats(self) -> str:
+        """memcached's ``stats`` (``STAT name value`` lines)."""
+        with socket.create_connection(self.address, timeout=2) as sock:
+            sock.sendall(b"stats\r\n")
+            data = b""
+            while not data.endswith(b"END\r\n"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            return data.decode()
+
     def flush(self) -> None:
         assert self.command(b"flush_all\r\n") == b"OK\r\n"
 

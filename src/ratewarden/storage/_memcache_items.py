@@ -18,10 +18,11 @@ outlives its longest entry by a second.
 
 ``transact`` is that step as a flow: it yields the wire requests for the item's
 server and is sent the replies (``Reply``). The blocking and the asyncio stores
-drive the same flow. ``Cache`` remembers the last value and CAS number this
-process wrote or read for an item, so that the common step (nobody else wrote)
-is one write and no read: a write against a stale CAS number fails and the step
-reads then.
+drive the same flow; the asyncio store hands it the steps that queued up on one
+item while the last ran, decided together, in order, in one read and one write.
+``Cache`` remembers the last value and CAS number this process wrote or read for
+an item, so that the common step (nobody else wrote) is one write and no read: a
+write against a stale CAS number fails and the step reads then.
 """
 
 from __future__ import annotations
@@ -41,10 +42,13 @@ __all__ = [
     "ITEM_OVERHEAD",
     "MAX_ATTEMPTS",
     "Cache",
+    "Failed",
     "Item",
+    "LiveStep",
     "Write",
     "injected_ttl_word",
     "item_of",
+    "on_states",
     "transact",
     "ttl_word",
 ]
@@ -76,6 +80,15 @@ Step = Callable[[list[Any], int], tuple[R, Sequence[Write]]]
 
 #: ``entries -> {entry: (state, expires at us)}``
 Entries = dict[str, tuple[Any, int]]
+
+#: ``(the item's live entries, now_us) -> (result, whether it changed them)``; it changes
+#: them in place (``on_states`` makes one of a ``Step``).
+LiveStep = Callable[[Entries, int], tuple[R, bool]]
+
+#: How long after its last entry expired a cached item is taken to be gone from memcached:
+#: its TTL there is that entry's, in whole seconds rounded up, and one more (``ttl_word``), and
+#: memcached's own clock moves in whole seconds.
+_GONE_US = 3_500_000
 
 
 class Item(NamedTuple):
@@ -201,22 +214,51 @@ def injected_ttl_word(us: int) -> int:
     return ttl_word(us, INJECTED_TTL_FLOOR_S)
 
 
+class Failed(NamedTuple):
+    """A step of a batch that raised: its error, for its caller alone."""
+
+    error: Exception
+
+
+def on_states(entries: Sequence[str], step: Step[R]) -> LiveStep[R]:
+    """``step`` (on the states of ``entries``, returning its writes) as a step on the item's
+    live entries: the writes applied to them, and whether there were any."""
+
+    def run(live: Entries, now: int) -> tuple[R, bool]:
+        result, writes = step([_state(live, entry) for entry in entries], now)
+        for index, state, expires_at in writes:
+            if expires_at > now:
+                live[entries[index]] = (state, expires_at)
+            else:
+                live.pop(entries[index], None)
+        return result, bool(writes)
+
+    return run
+
+
 def transact(
     item: Item,
-    step: Step[R],
+    steps: Sequence[LiveStep[Any]],
     now_us: Callable[[], int],
     ttl_word: Callable[[int], int],
     cache: Cache,
     max_item_bytes: int,
-) -> Generator[bytes, wire.Reply, R]:
-    """Run ``step`` on ``item`` atomically: read (or take the cached value), decide, write
-    only if the item is unchanged; on a change, read again and decide again.
+    *,
+    real_clock: bool = False,
+) -> Generator[bytes, wire.Reply, list[Any]]:
+    """Run ``steps`` on ``item`` atomically, one after the other in their order: read (or
+    take the cached value), decide, write only if the item is unchanged; on a change, read
+    again and decide them all again. Returns each step's result, or ``Failed``.
 
     ``ttl_word(us)`` is the memcached TTL word for an item that must live ``us`` more
-    microseconds. A step that writes nothing answers from a value just read, never from
+    microseconds. Steps that write nothing answer from a value just read, never from
     the cache alone: another process may have changed the item since. A value that would
     make the item larger than ``max_item_bytes`` (the servers' ``-I``) is not sent: memcached
     refuses it and deletes the item it was to replace, which forgets the key's usage.
+    With ``real_clock`` (the store's clock is the system's, which memcached's TTLs follow),
+    a cached item whose every entry expired more than ``_GONE_US`` ago is taken to be gone
+    from the server, and is added rather than compared and set: one write instead of three
+    round trips (a refused write, a read, an add) when it is.
     """
     cached = cache.get(item.wire)
     for _ in range(MAX_ATTEMPTS):
@@ -234,26 +276,34 @@ def transact(
             fresh = False
         now = now_us()
         live = {entry: pair for entry, pair in entries.items() if pair[1] > now}
-        result, writes = step([_state(live, entry) for entry in item.entries], now)
-        if not writes:
+        if not fresh and not live and real_clock:
+            last = max((pair[1] for pair in entries.values()), default=0)
+            if now - last > _GONE_US:
+                cas = None  # memcached has dropped it: add it afresh (refused if it has not)
+        results: list[Any] = []
+        wrote = False
+        for step in steps:
+            try:
+                result, changed = step(live, now)
+            except Exception as exc:  # a step's own failure is its caller's alone
+                results.append(Failed(exc))
+                continue
+            results.append(result)
+            wrote = wrote or changed
+        if not wrote:
             if fresh:
                 if cas is not None:
                     cache.put(item.wire, cas, entries)
-                return result
+                return results
             cached = None  # decided on the cache alone: read, and decide again
             continue
-        for index, state, expires_at in writes:
-            if expires_at > now:
-                live[item.entries[index]] = (state, expires_at)
-            else:
-                live.pop(item.entries[index], None)
         if not live:
             if cas is None:
-                return result  # nothing there, and nothing to keep
+                return results  # nothing there, and nothing to keep
             reply = yield wire.delete(item.wire, cas)
             if reply.code == b"HD":
                 cache.drop(item.wire)
-                return result
+                return results
         else:
             last = max(pair[1] for pair in live.values())
             value = encode(live)
@@ -266,7 +316,7 @@ def transact(
             reply = yield wire.store(item.wire, value, ttl_word(last - now), cas)
             if reply.code == b"HD" and reply.cas is not None:
                 cache.put(item.wire, reply.cas, live)
-                return result
+                return results
         if reply.code not in (b"EX", b"NF", b"NS"):
             raise _unexpected(item, reply)
         cache.drop(item.wire)

@@ -1,0 +1,210 @@
+"""What the two memcache stores share: settings, naming, and every operation as a step.
+
+Each operation is planned here, without I/O, as ``(item, step)``: the one item that
+holds what it touches, and a step on that item's live entries (``_memcache_items``).
+``MemcacheStore`` runs one step a ``transact``; ``AsyncMemcacheStore`` runs the steps
+that queued up on an item together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from typing import Any, TypeVar
+
+from ratewarden import checks
+from ratewarden.algorithms import concurrency, layered
+from ratewarden.clock import Clock, SystemClock
+from ratewarden.decision import Decision
+from ratewarden.errors import ConfigurationError
+from ratewarden.rate import Rate
+from ratewarden.storage import _decisions, _plan
+from ratewarden.storage import _memcache_wire as wire
+from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix, escape
+from ratewarden.storage._memcache_items import (
+    Cache,
+    Item,
+    LiveStep,
+    Step,
+    injected_ttl_word,
+    item_of,
+    on_states,
+    transact,
+    ttl_word,
+)
+from ratewarden.storage._memcache_link import Address, Servers, check_addresses, parse_url
+from ratewarden.storage._ops import Op
+
+__all__ = [
+    "DEFAULT_CACHE_ITEMS",
+    "DEFAULT_MAX_ITEM_BYTES",
+    "DEFAULT_TIMEOUT",
+    "Flow",
+    "MemcacheBase",
+    "Planned",
+]
+
+#: The store's default timeout, as the Redis store's: an outage costs a call 20 ms.
+DEFAULT_TIMEOUT = 0.02
+#: Items whose last value this process remembers (a write then needs no read first).
+DEFAULT_CACHE_ITEMS = 10_000
+#: memcached's own default largest item (``-I 1m``).
+DEFAULT_MAX_ITEM_BYTES = 1024 * 1024
+
+R = TypeVar("R")
+Flow = Generator[bytes, wire.Reply, R]
+#: An operation planned: its item, and its step on the item's live entries.
+Planned = tuple[Item, LiveStep[R]]
+
+
+class MemcacheBase:
+    """Settings, naming and every operation as a step on one item (``_memcache_items``)."""
+
+    def __init__(
+        self,
+        servers: str | Sequence[Address],
+        *,
+        clock: Clock | None = None,
+        prefix: str = DEFAULT_PREFIX,
+        timeout: float = DEFAULT_TIMEOUT,
+        cache_items: int = DEFAULT_CACHE_ITEMS,
+        max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
+    ) -> None:
+        addresses = (
+            parse_url(servers)
+            if isinstance(servers, str)
+            else check_addresses(servers if isinstance(servers, list | tuple) else [servers])
+        )
+        if not checks.is_number(timeout, low_ok=False):
+            raise ConfigurationError(
+                f"memcache store timeout {timeout!r} must be a positive number of seconds "
+                "(0.02 is 20 ms); a store never waits without a bound"
+            )
+        if isinstance(cache_items, bool) or not isinstance(cache_items, int) or cache_items < 0:
+            raise ConfigurationError(f"cache_items {cache_items!r} must be a whole number >= 0")
+        if not checks.is_number(max_item_bytes, 1024) or not isinstance(max_item_bytes, int):
+            raise ConfigurationError(
+                f"max_item_bytes {max_item_bytes!r} must be the servers' largest item (their -I, "
+                "1 MB unless set): a whole number, 1024 or more"
+            )
+        self.prefix = check_prefix(prefix)
+        self.timeout = float(timeout)
+        self.max_item_bytes = max_item_bytes
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self._real_clock = isinstance(self.clock, SystemClock)
+        self._ttl_word = ttl_word if self._real_clock else injected_ttl_word
+        self.servers = Servers(addresses)
+        self._cache = Cache(cache_items)
+        self._shapes = _plan.Shapes()
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> Any:
+        """A store on the servers ``memcache://HOST:PORT,...`` names (the same options)."""
+        return cls(parse_url(url), **options)
+
+    # -- naming
+
+    def _head(self, key: str) -> str:
+        return f"{self.prefix}:{{{escape(key)}}}"
+
+    def node_of(
+        self, key: str, *, stored: bool = False, rates: Rate | Sequence[Rate] | None = None
+    ) -> str:
+        """The server that holds ``key`` (a store key with ``stored``), as ``host:port``, for
+        a breaker kept per node; ``""`` with one server (one circuit)."""
+        if len(self.servers.addresses) == 1:
+            return ""
+        name = item_of([key if stored else self._head(checks.check_key(key)) + ":"]).wire
+        return self.servers.names[self.servers.of(name)]
+
+    # -- the operations, as steps on one item
+
+    def _transact(self, item: Item, steps: Sequence[LiveStep[Any]]) -> Flow[list[Any]]:
+        """The flow of ``steps`` on ``item`` (it reads the cache when first resumed)."""
+        return transact(
+            item,
+            steps,
+            self.clock.now_us,
+            self._ttl_word,
+            self._cache,
+            self.max_item_bytes,
+            real_clock=self._real_clock,
+        )
+
+    def _planned(self, item: Item, step: Step[R]) -> Planned[R]:
+        return item, on_states(item.entries, step)
+
+    def _hit_step(
+        self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int
+    ) -> Planned[Decision]:
+        shape = self._shapes.get(algorithm, rates, cost)
+        item = item_of(shape.keys(self.prefix, checks.check_key(key)))
+
+        def step(states: list[Any], now: int) -> tuple[Decision, list[tuple[int, Any, int]]]:
+            outcomes, writes = layered(shape.check, shape.params, states, now, shape.cost)
+            if shape.single:
+                decision = _decisions.single(shape.rates[0], outcomes[0], shape.cost)
+            else:
+                decision = _decisions.to_decision(shape.rates, outcomes, shape.cost)
+            if writes is None:
+                return decision, []
+            return decision, [(i, state, now + ttl) for i, (state, ttl) in enumerate(writes)]
+
+        return self._planned(item, step)
+
+    def _reset_step(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> Planned[None]:
+        shape = self._shapes.get(algorithm, rates, 0)
+        item = item_of(shape.keys(self.prefix, checks.check_key(key)))
+
+        def step(states: list[Any], now: int) -> tuple[None, list[tuple[int, Any, int]]]:
+            return None, [(i, None, 0) for i, state in enumerate(states) if state is not None]
+
+        return self._planned(item, step)
+
+    def _acquire_step(
+        self, key: str, limit: int, lease_id: str, slots: int, ttl_us: int
+    ) -> Planned[Decision]:
+        checks.check_slot_request(limit, slots, ttl_us, lease_id)
+        item = item_of([_plan.slot_key(self.prefix, key)])
+
+        def step(states: list[Any], now: int) -> tuple[Decision, list[tuple[int, Any, int]]]:
+            outcome, state, ttl = concurrency.acquire(
+                states[0], now, limit, lease_id, slots, ttl_us
+            )
+            decision = _decisions.slot_decision(limit, slots, outcome)
+            return decision, [(0, state, now + ttl)] if outcome.allowed else []
+
+        return self._planned(item, step)
+
+    def _release_step(self, key: str, lease_id: str) -> Planned[bool]:
+        item = item_of([_plan.slot_key(self.prefix, key)])
+        lease_id = checks.check_lease_id(lease_id)
+
+        def step(states: list[Any], now: int) -> tuple[bool, list[tuple[int, Any, int]]]:
+            held, state, ttl = concurrency.release(states[0], now, lease_id)
+            return held, [(0, state, now + ttl)] if held else []
+
+        return self._planned(item, step)
+
+    def _renew_step(self, key: str, lease_id: str, ttl_us: int) -> Planned[bool]:
+        item = item_of([_plan.slot_key(self.prefix, key)])
+        checks.check_slot_request(1, 1, ttl_us, lease_id)
+
+        def step(states: list[Any], now: int) -> tuple[bool, list[tuple[int, Any, int]]]:
+            held, state, ttl = concurrency.renew(states[0], now, lease_id, ttl_us)
+            return held, [(0, state, now + ttl)] if held else []
+
+        return self._planned(item, step)
+
+    def _apply_step(self, op: Op) -> Planned[list[int]]:
+        if not isinstance(op, Op):
+            raise ConfigurationError(f"op {op!r} is not a ratewarden.storage.Op")
+        item = item_of(op.keys)
+
+        def step(states: list[Any], now: int) -> tuple[list[int], Sequence[Any]]:
+            return op.step(op.args, states, now)
+
+        return self._planned(item, step)
+
+    def __repr__(self) -> str:
+        servers = ",".join(self.servers.names)
+        return f"{type(self).__name__}('memcache://{servers}', timeout={self.timeout:g})"
