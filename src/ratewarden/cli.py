@@ -165,6 +165,13 @@ def _serve(args: argparse.Namespace) -> int:
 def _measure(url: str, algorithm: str, limit: Rate, key_length: int) -> tuple[str, Measured]:
     """``ratewarden plan --measure URL``: this is the composition root that opens the store the
     measurement runs on (and closes it); the plan command only asks for the numbers."""
+    from ratewarden.server.settings import redacted, store_scheme
+
+    if store_scheme(url) in ("memory", "memcache"):  # no MEMORY USAGE, no script to time
+        raise ConfigurationError(
+            f"--measure {redacted(url)!r}: only a Redis can be measured (its memory per key "
+            "and time per script call); for a memory or memcached store give --key-bytes"
+        )
     # Imported here: `ratewarden plan` without --measure (and every other command) must work
     # without the redis extra installed.
     try:
@@ -173,7 +180,6 @@ def _measure(url: str, algorithm: str, limit: Rate, key_length: int) -> tuple[st
         raise ConfigurationError(
             "measure needs redis-py, which is not installed: pip install 'ratewarden[redis]'"
         ) from exc
-    from ratewarden.server.settings import redacted
     from ratewarden.storage.measure import measure
 
     # A measurement is not a hot path: a slow answer is still an answer.

@@ -9,7 +9,8 @@ opens the ports once its first good rules are applied (with ``--xds-force-start`
 every call fails ``ServiceUnavailableError`` until then). Its ``stats`` (``ServiceStats``) count
 every decision, call and config load for ``/metrics`` and the dashboard, tallied on the request
 path and flushed once a second (and to StatsD and DogStatsD every ``--statsd-interval``); with
-``--workers`` each worker also publishes its dashboard figures for the others once a second.
+``--workers`` each worker also publishes its dashboard figures for the others once a second
+(both loops: ``server/stats_loops.py``). The store is memory, Redis or memcached (``open_store``).
 ``server/process.py`` runs it: one process until SIGTERM or SIGINT, or ``--workers`` of them.
 
 Shutdown is graceful and bounded: health turns NOT_SERVING, the quota streams are handed over
@@ -53,10 +54,12 @@ from ratewarden.server.rlqs.figures import introspection
 from ratewarden.server.service import AsyncRateLimitService
 from ratewarden.server.settings import Settings, redacted, store_scheme
 from ratewarden.server.stats import ServiceStats, multiprocess_dir
+from ratewarden.server.stats_loops import flush_loop, publish_loop
 from ratewarden.server.store_check import refuse_unusable, store_breaker, store_fault
 from ratewarden.server.tracing import tracing_of
 from ratewarden.server.xds import XdsSubscription, load_resources, source_of
 from ratewarden.storage import AsyncStore
+from ratewarden.storage.memcache import AsyncMemcacheStore
 from ratewarden.storage.memory import AsyncMemoryStore
 from ratewarden.storage.split import AsyncSplitStore
 
@@ -66,26 +69,34 @@ log = logging.getLogger("ratewarden.server")
 
 #: A store that takes longer than this to answer a ping counts as down.
 PING_TIMEOUT_S = 1.0
-#: Seconds between two publications of a worker's dashboard figures (``--workers``).
-PUBLISH_INTERVAL_S = 1.0
-#: Seconds between moves of the stats' tally into the registry (ServiceStats.flush).
-FLUSH_INTERVAL_S = 1.0
 #: The failure of a call before the first rules (--xds-force-start), as upstream words it.
 NO_RULES = "no rate limit configuration loaded"
 
 
 def open_store(url: str, *, prefix: str = "rw", timeout: float = 0.02) -> AsyncStore:
-    """The store ``url`` names: ``memory`` (embedded) or a Redis URL (``ratewarden[redis]``),
-    its keys starting with ``prefix``, each Redis call waiting ``timeout`` seconds at most."""
-    if store_scheme(url) == "memory":
+    """The store ``url`` names: ``memory`` (embedded), ``memcache://HOST:PORT[,...]`` or a Redis
+    URL (``ratewarden[redis]``), its keys starting with ``prefix``, each call to a server
+    waiting ``timeout`` seconds at most."""
+    scheme = store_scheme(url)
+    if scheme == "memory":
         return AsyncMemoryStore()
+    if scheme == "memcache":
+        memcache: AsyncStore = AsyncMemcacheStore.from_url(url, prefix=prefix, timeout=timeout)
+        return memcache
     try:
         from ratewarden.storage.redis import AsyncRedisStore
     except ImportError as exc:
         raise ConfigurationError(
-            f"store {url!r} needs the Redis client: pip install 'ratewarden[redis]' ({exc})"
+            f"store {redacted(url)!r} needs the Redis client: pip install 'ratewarden[redis]' "
+            f"({exc})"
         ) from exc
-    return AsyncRedisStore.from_url(url, prefix=prefix, timeout=timeout)
+    try:
+        return AsyncRedisStore.from_url(url, prefix=prefix, timeout=timeout)
+    except ConfigurationError as exc:
+        if "://" not in url or scheme.startswith(("redis", "valkey", "unix")):
+            raise
+        # An unknown scheme: the Redis URL's message lists its own schemes only.
+        raise ConfigurationError(f"{exc}, memcache:// (memcached://) or memory") from None
 
 
 def settings_store(settings: Settings) -> AsyncStore:
@@ -151,7 +162,7 @@ class RateLimitServer:
             response_metadata=settings.response_metadata,
         )
         #: Envoy's quota service (``--rlqs``): its shares live in this process on the memory
-        #: store, in the store for several replicas on Redis (docs/rlqs.md).
+        #: store, in the store for several replicas on Redis or memcached (docs/rlqs.md).
         self.quota: RateLimitQuotaServicer | None = None
         if settings.rlqs:
             shared = not isinstance(self.store, AsyncMemoryStore)
@@ -263,11 +274,13 @@ class RateLimitServer:
         self.grpc_port, self.http_port, self.debug_port, self.metrics_port = ports
         await self.refresh_health()
         self._tasks.append(asyncio.create_task(self._health_loop()))
-        self._tasks.append(asyncio.create_task(self._flush_loop()))
+        flushing = flush_loop(self.stats, self.statsd, s.statsd_interval)
+        self._tasks.append(asyncio.create_task(flushing))
         if s.reload_interval > 0 and self.watcher is not None:
             self._tasks.append(asyncio.create_task(self.watcher.run(s.reload_interval)))
-        if multiprocess_dir() is not None and s.dashboard != "off":
-            self._tasks.append(asyncio.create_task(self._publish_loop()))
+        directory = multiprocess_dir()
+        if directory is not None and s.dashboard != "off":
+            self._tasks.append(asyncio.create_task(publish_loop(self.stats, directory)))
         if self.quota is not None:
             self._tasks.append(asyncio.create_task(self.quota.run()))
         log.info(
@@ -281,6 +294,7 @@ class RateLimitServer:
                 "debug": self.debug and f"{s.debug_host or s.host}:{self.debug_port}",
                 "metrics": self.prometheus and f"{s.metrics_host or s.host}:{self.metrics_port}",
                 "store": redacted(s.store_url),
+                "store_per_second": s.store_per_second and redacted(s.store_per_second),
                 "statsd": s.statsd,
                 "tracing": s.tracing,
                 "dogstatsd": s.dogstatsd,
@@ -347,33 +361,6 @@ class RateLimitServer:
             self.service.breaker.recovered()  # the ping was a probe: no need to wait it out
         await self.grpc.set_serving(serving)
         return serving
-
-    async def _publish_loop(self) -> None:
-        directory = multiprocess_dir()
-        assert directory is not None
-        while True:
-            try:
-                shared.publish(directory, self.stats.live.state())
-            except OSError as exc:
-                log.warning(
-                    "cannot publish dashboard figures to %s: %s",
-                    directory,
-                    exc,
-                    extra={"event": "publish_failed"},
-                )
-            await asyncio.sleep(PUBLISH_INTERVAL_S)
-
-    async def _flush_loop(self) -> None:
-        """The stats' tally into the registry every second; to StatsD every interval."""
-        interval = self.settings.statsd_interval
-        sent = time.monotonic()
-        while True:
-            await asyncio.sleep(min(FLUSH_INTERVAL_S, interval))
-            self.stats.flush()
-            if self.statsd and time.monotonic() - sent >= interval:
-                sent = time.monotonic()
-                for sink in self.statsd:
-                    await sink.send()
 
     async def _health_loop(self) -> None:
         while True:

@@ -108,21 +108,25 @@ OPTIONS: dict[str, Option] = {
         "name the xDS server's certificate must carry, if not its address's host",
     ),
     "store_url": Option(
-        "--store", text, "memory (default), redis://, rediss://, or a Sentinel or Cluster URL"
+        "--store",
+        text,
+        "memory (default), redis://, rediss://, a Sentinel or Cluster URL, or "
+        "memcache://HOST:PORT[,HOST:PORT...]",
     ),
     "store_per_second": Option(
         "--store-per-second",
         text,
-        "a store of their own for the counters of per-second limits (a second Redis, as "
-        "envoyproxy/ratelimit's REDIS_PERSECOND); off: --store holds every counter",
+        "a store of their own for the counters of per-second limits (a second Redis or "
+        "memcached, as envoyproxy/ratelimit's REDIS_PERSECOND); off: --store holds every counter",
     ),
     "store_timeout": Option(
         "--store-timeout",
         seconds(0.0, allow_low=False),
-        "seconds a Redis connect or reply may take before the call counts as failed (0.02)",
+        "seconds a Redis or memcached connect or reply may take before the call counts as "
+        "failed (0.02)",
     ),
     "key_prefix": Option(
-        "--key-prefix", text, "what every Redis key of the store starts with (rw)"
+        "--key-prefix", text, "what every Redis key (memcached item) of the store starts with (rw)"
     ),
     "merge_domains": Option(
         "--merge-domains",
@@ -281,8 +285,8 @@ OPTIONS: dict[str, Option] = {
         "--rlqs",
         boolean,
         "also serve Envoy's Rate Limit Quota Service (StreamRateLimitQuotas) on the gRPC port "
-        "from the same rules; needs --transport grpcio (auto picks it); on Redis, replicas and "
-        "workers share one budget",
+        "from the same rules; needs --transport grpcio (auto picks it); on Redis or memcached, "
+        "replicas and workers share one budget",
     ),
     "rlqs_interval": Option(
         "--rlqs-interval",

@@ -18,7 +18,7 @@ flag or variable it came from::
     --[no-]xds-force-start RATEWARDEN_XDS_FORCE_START false (ports open before the first rules)
     --[no-]xds-tls         RATEWARDEN_XDS_TLS         false (and --xds-tls-ca, --xds-tls-cert,
                                                       --xds-tls-key, --xds-tls-server-name)
-    --store URL            RATEWARDEN_STORE           memory (default), redis://, rediss://, ...
+    --store URL            RATEWARDEN_STORE           memory (default), redis://, memcache://, ...
     --host H               RATEWARDEN_HOST            127.0.0.1
     --grpc-port N          RATEWARDEN_GRPC_PORT       8081
     --http-port N          RATEWARDEN_HTTP_PORT       8080
@@ -215,15 +215,15 @@ class Settings:
         if not store_scheme(self.store_url):
             raise ConfigurationError(
                 f"store URL {redacted(self.store_url)!r} has no scheme; use memory, "
-                "redis://host:6379/0, "
-                "rediss://..., or a Sentinel or Cluster URL"
+                "redis://host:6379/0, rediss://..., a Sentinel or Cluster URL, or "
+                "memcache://host:11211[,host:port...]"
             )
         self._check_per_second()
         if self.workers > 1 and store_scheme(self.store_url) == "memory":
             raise ConfigurationError(
                 f"{self.workers} workers on the memory store would each keep their own counters, "
-                "admitting up to that many times every limit; use --store redis://... to share "
-                "them, or one worker"
+                "admitting up to that many times every limit; use --store redis://... or "
+                "memcache://... to share them, or one worker"
             )
         if self.workers > 1 and 0 in (self.grpc_port, self.http_port):
             raise ConfigurationError(
@@ -259,12 +259,12 @@ class Settings:
         if not store_scheme(url):
             raise ConfigurationError(
                 f"--store-per-second {redacted(url)!r} has no scheme; use a Redis URL such as "
-                "redis://host:6379/0"
+                "redis://host:6379/0, or memcache://host:11211"
             )
         if self.workers > 1 and store_scheme(url) == "memory":
             raise ConfigurationError(
                 f"--store-per-second memory with {self.workers} workers would keep each "
-                "worker's per-second counters apart; use a Redis URL, or one worker"
+                "worker's per-second counters apart; use a Redis or memcache URL, or one worker"
             )
 
     def _check_ports(self) -> None:

@@ -1,7 +1,8 @@
 """A store URL as ``ratewarden serve`` shows and reads it: secrets hidden, the scheme named.
 
 ``redacted`` is what every log line, message and ``repr`` prints instead of the
-URL itself; ``store_scheme`` tells the embedded memory store from Redis.
+URL itself; ``store_scheme`` tells the embedded memory store from memcached
+(``memcache://HOST:PORT[,HOST:PORT...]``, or ``memcached://``) and from Redis.
 """
 
 from __future__ import annotations
@@ -9,7 +10,10 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-__all__ = ["redacted", "store_scheme"]
+__all__ = ["MEMCACHE_SCHEMES", "redacted", "store_scheme"]
+
+#: The schemes of a memcached store's URL; ``store_scheme`` names both ``memcache``.
+MEMCACHE_SCHEMES = ("memcache", "memcached")
 
 _PASSWORD_OPTION = re.compile(r"([?&][^=&#]*password[^=&#]*=)[^&#]*", re.IGNORECASE)
 
@@ -35,7 +39,12 @@ def redacted(url: str) -> str:
 
 
 def store_scheme(url: str) -> str:
-    """``memory`` for the embedded store (``memory`` or ``memory://``), else the URL's scheme."""
+    """``memory`` for the embedded store (``memory`` or ``memory://``), ``memcache`` for
+    memcached (``memcache://`` or ``memcached://``), else the URL's scheme (lowercase)."""
     if url in ("memory", "memory://"):
         return "memory"
-    return urlsplit(url).scheme.lower()
+    try:
+        scheme = urlsplit(url).scheme.lower()
+    except ValueError:  # a malformed [IPv6] host: the store's own parser names it
+        scheme = url.partition("://")[0].lower()
+    return "memcache" if scheme in MEMCACHE_SCHEMES else scheme

@@ -7,8 +7,9 @@ replica's (and, for a rule with ``rlqs_weights``, their weights), and gives this
 replica's Envoys their fair part of what the others do not hold. A member of the store's
 bucket is one stream on one replica: this replica's id (random unless given) and the
 stream's number. Each replica keeps its own streams and rounds; what they share is the
-store (Redis or a Redis Cluster for a fleet, Redis ``TIME`` as the one clock; a memory
-store serves one process). The bound is stated for ``R`` replicas in docs/rlqs.md.
+store (Redis or a Redis Cluster for a fleet, Redis ``TIME`` as the one clock; or memcached,
+where a round's keys are one item written with compare-and-set, on each replica's own clock;
+a memory store serves one process). The bound is stated for ``R`` replicas in docs/rlqs.md.
 """
 
 from __future__ import annotations
