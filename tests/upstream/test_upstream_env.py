@@ -233,7 +233,7 @@ def test_grpc_server_tls_settings() -> None:
         ("REDIS_TYPE", "ring", "REDIS_TYPE='ring': must be single, sentinel or cluster"),
         ("REDIS_SOCKET_TYPE", "udp", "REDIS_SOCKET_TYPE='udp': must be tcp or unix"),
         ("REDIS_URL", "redis:6379", "not a socket path, and REDIS_SOCKET_TYPE is unix"),
-        ("BACKEND_TYPE", "etcd", "BACKEND_TYPE='etcd': must be redis"),
+        ("BACKEND_TYPE", "etcd", "BACKEND_TYPE='etcd': must be redis or memcache"),
     ],
 )
 def test_bad_values_name_the_variable(name: str, value: str, message: str) -> None:
@@ -261,7 +261,7 @@ def test_redis_url_forms_are_checked_per_type() -> None:
 @pytest.mark.parametrize(
     ("name", "value", "names"),
     [
-        ("BACKEND_TYPE", "memcache", "REDIS_URL"),
+        ("BACKEND_TYPE", "memcache", "needs MEMCACHE_HOST_PORT"),
         ("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "CREATE", "WAIT"),
         ("REDIS_POOL_ON_EMPTY_BEHAVIOR", "CREATE", "WAIT"),
     ],

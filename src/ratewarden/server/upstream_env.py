@@ -12,8 +12,8 @@ default to mean what it means upstream (``RUNTIME_SUBDIRECTORY`` under the defau
 
 Every upstream setting is in ``UPSTREAM`` (``upstream_settings``) with its
 default and its role: ``mapped`` (turned into a ratewarden setting here, the
-Redis ones by ``upstream_redis``), ``no_effect`` (checked, and logged at start)
-or ``refused`` (the start stops with a message naming it and what to use instead).
+store's by ``upstream_backend``: Redis or memcached), ``no_effect`` (checked, and logged
+at start) or ``refused`` (the start stops with a message naming it and what to use instead).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ratewarden.errors import ConfigurationError
-from ratewarden.server import upstream_redis
+from ratewarden.server import upstream_backend
 from ratewarden.server.dogstatsd import mogrifiers_from_env
 from ratewarden.server.options import OPTIONS
 from ratewarden.server.parsers import hidden
@@ -53,12 +53,7 @@ def read(environ: Mapping[str, str]) -> dict[str, Any]:
     for reader in (_listening, _logging, _runtime, _xds, _switches, _tls, _prometheus, _tracing):
         out.update(reader(values))
     out.update(_stats(values, environ))
-    resolved = {
-        name: value_of(values, name)
-        for name in (*upstream_redis.REDIS_SETTINGS, *upstream_redis.PER_SECOND_SETTINGS)
-    }
-    out.update(upstream_redis.store(values, resolved))
-    out.update(upstream_redis.per_second_store(values, resolved))
+    out.update(upstream_backend.store(values))  # BACKEND_TYPE's: Redis or memcached
     return out
 
 

@@ -1,8 +1,9 @@
 """envoyproxy/ratelimit's Redis settings as a ratewarden store URL (docs/storage.md).
 
-``store(values)`` takes the upstream variables ``upstream_env`` read and,
-when any Redis one (or ``BACKEND_TYPE``) is set, builds the store URL they
-describe, the unset ones taking upstream's defaults::
+``store(values)`` takes the upstream variables ``upstream_env`` read and, with
+``BACKEND_TYPE`` redis (``upstream_backend`` picks the backend), when any Redis one (or
+``BACKEND_TYPE``) is set, builds the store URL they describe, the unset ones taking
+upstream's defaults::
 
     REDIS_TYPE=single, REDIS_SOCKET_TYPE=tcp,  REDIS_URL=host:port   redis://host:port/0
     REDIS_TYPE=single, REDIS_SOCKET_TYPE=unix, REDIS_URL=/path        unix:///path
@@ -79,21 +80,14 @@ PER_SECOND_SETTINGS = ("REDIS_PERSECOND", *vars(_PER_SECOND).values())
 
 
 def store(values: Mapping[str, Any], resolved: Mapping[str, Any]) -> dict[str, Any]:
-    """``store_url`` (and ``store_timeout``) from the upstream Redis settings that are set.
+    """``store_url`` (and ``store_timeout``) from the upstream Redis settings that are set,
+    with ``BACKEND_TYPE`` redis (``upstream_backend`` asks: memcache reads none of them).
 
     ``values`` holds the settings given, ``resolved`` every one of ``REDIS_SETTINGS``,
     upstream's default where not given.
     """
     if not any(name in values for name in REDIS_SETTINGS):
         return {}
-    backend = resolved["BACKEND_TYPE"]
-    if backend == "memcache":
-        raise ConfigurationError(
-            "BACKEND_TYPE='memcache' cannot be honoured: ratewarden stores counters in memory "
-            "or Redis only; set BACKEND_TYPE=redis with REDIS_URL, or use --store"
-        )
-    if backend != "redis":
-        raise ConfigurationError(f"BACKEND_TYPE={backend!r}: must be redis (or memcache)")
     out: dict[str, Any] = {"store_url": _url(values, resolved, _MAIN)}
     if "REDIS_TIMEOUT" in values:
         out["store_timeout"] = _timeout(values, "REDIS_TIMEOUT")

@@ -6,7 +6,9 @@ setting (by ``upstream_env``), ``no_effect`` (a tuning knob of upstream's
 internals: checked, and named in the start's log line by ``no_effect``) or
 ``refused`` (any value but ``allowed`` stops the start: ``given`` raises a
 ``ConfigurationError`` naming the variable, its value and what to use instead).
-An empty value counts as not set.
+An empty value counts as not set. The settings of the backend ``BACKEND_TYPE`` does not
+choose (``REDIS_*`` with memcache, ``MEMCACHE_*`` with redis) are read by neither, here as
+upstream: whatever their role, they are checked, never refused, and named without effect.
 """
 
 from __future__ import annotations
@@ -113,9 +115,9 @@ _XDS_BACKOFF = (
     "waits CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL, doubled per failure in a row up to "
     "XDS_CLIENT_BACKOFF_MAX_INTERVAL, each wait jittered between half and 1.5 times"
 )
-_MEMCACHE = (
-    "read only by BACKEND_TYPE=memcache, which is refused (upstream's own docker-compose "
-    "sets MEMCACHE_HOST_PORT beside the redis backend, which ignores it as here)"
+_MEMCACHE_TLS = (
+    "read only with MEMCACHE_TLS=true, which is refused: ratewarden's memcache store does "
+    "not speak TLS"
 )
 _POOL = "ratewarden's Redis client opens connections as calls need them"
 _PIPELINE = "ratewarden already sends the decisions of calls in flight together"
@@ -252,15 +254,26 @@ UPSTREAM: dict[str, Upstream] = {
     "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR": _refused(
         "WAIT", str.upper, "upstream itself supports only WAIT; remove the setting"
     ),
-    # memcache
+    # memcached, with BACKEND_TYPE=memcache (upstream_backend); with the redis backend
+    # upstream ignores them (its docker-compose sets MEMCACHE_HOST_PORT beside Redis):
+    # named without effect then (``no_effect``)
+    "MEMCACHE_HOST_PORT": _mapped(""),
+    "MEMCACHE_MAX_IDLE_CONNS": _no_effect(
+        "2",
+        go_int,
+        "ratewarden keeps one connection per memcached server in each process and writes "
+        "the requests of the calls in flight on it together; there is no pool to size",
+    ),
+    "MEMCACHE_SRV": _mapped(""),  # refused with BACKEND_TYPE=memcache: no SRV lookup
+    "MEMCACHE_SRV_REFRESH": _no_effect(
+        "0",
+        go_duration,
+        "read only with MEMCACHE_SRV, which is refused: list the servers in MEMCACHE_HOST_PORT",
+    ),
+    "MEMCACHE_TLS": _mapped("false", go_bool),  # true refused with BACKEND_TYPE=memcache
     **{
-        name: _no_effect(default, parse, _MEMCACHE)
+        name: _no_effect(default, parse, _MEMCACHE_TLS)
         for name, default, parse in (
-            ("MEMCACHE_HOST_PORT", "", go_text),
-            ("MEMCACHE_MAX_IDLE_CONNS", "2", go_int),
-            ("MEMCACHE_SRV", "", go_text),
-            ("MEMCACHE_SRV_REFRESH", "0", go_duration),
-            ("MEMCACHE_TLS", "false", go_bool),
             ("MEMCACHE_TLS_CLIENT_CERT", "", go_text),
             ("MEMCACHE_TLS_CLIENT_KEY", "", go_text),
             ("MEMCACHE_TLS_CACERT", "", go_text),
@@ -288,7 +301,8 @@ def given(environ: Mapping[str, str]) -> dict[str, Any]:
             value = setting.parse(raw)
         except ConfigurationError as exc:
             raise ConfigurationError(f"{name}={raw!r}: {exc}") from None
-        if setting.role == "refused" and value not in setting.allowed:
+        refused = setting.role == "refused" and not _other_backend(environ, name)
+        if refused and value not in setting.allowed:
             raise ConfigurationError(f"{name}={raw!r} cannot be honoured: {setting.advice}")
         values[name] = value
     return values
@@ -296,9 +310,12 @@ def given(environ: Mapping[str, str]) -> dict[str, Any]:
 
 def no_effect(environ: Mapping[str, str]) -> tuple[str, ...]:
     """The ``no_effect`` upstream variables set in ``environ``, for the start's log line,
-    and the mapped ones that cannot act here (``_idle``)."""
-    return _set(environ, "no_effect") + tuple(
-        name for name in _set(environ, "mapped") if _idle(environ, name)
+    the mapped ones that cannot act here (``_idle``) and the refused ones of the backend
+    not chosen (``_other_backend``: not refused, as upstream does not read them)."""
+    return (
+        _set(environ, "no_effect")
+        + tuple(name for name in _set(environ, "mapped") if _idle(environ, name))
+        + tuple(name for name in _set(environ, "refused") if _other_backend(environ, name))
     )
 
 
@@ -312,11 +329,14 @@ def applied(environ: Mapping[str, str]) -> tuple[str, ...]:
 
 
 def _idle(environ: Mapping[str, str], name: str) -> bool:
-    """``name`` is mapped but cannot act: a per-second Redis setting while ``REDIS_PERSECOND``
+    """``name`` is mapped but cannot act: a setting of the backend not chosen
+    (``_other_backend``), a per-second Redis setting while ``REDIS_PERSECOND``
     is not true, a tracing one while ``TRACING_ENABLED`` is not, a Prometheus one while
     ``USE_PROMETHEUS`` is not (upstream ignores them then; the milliseconds too beside a
     mapping file), or ``FORCE_START_WITHOUT_INITIAL_CONFIG`` with rules from files (read
     before the ports open, as upstream's first file event is)."""
+    if _other_backend(environ, name):
+        return True
     try:
         if name.startswith("REDIS_PERSECOND_"):
             return not go_bool(environ.get("REDIS_PERSECOND", "") or "false")
@@ -330,6 +350,15 @@ def _idle(environ: Mapping[str, str], name: str) -> bool:
     except ConfigurationError:
         pass  # the bad value stops the start: given() names it
     return False
+
+
+def _other_backend(environ: Mapping[str, str], name: str) -> bool:
+    """``name`` is a setting of the backend ``BACKEND_TYPE`` does not choose: a memcached one
+    unless it is memcache, a Redis one when it is (upstream's backends read their own only)."""
+    if not name.startswith(("MEMCACHE_", "REDIS_")):
+        return False
+    memcache = lowered(environ.get("BACKEND_TYPE", "") or "redis") == "memcache"
+    return memcache != name.startswith("MEMCACHE_")
 
 
 def _set(environ: Mapping[str, str], role: str) -> tuple[str, ...]:

@@ -1,0 +1,212 @@
+"""envoyproxy/ratelimit's ``BACKEND_TYPE=memcache`` and its ``MEMCACHE_*`` settings.
+
+``MEMCACHE_HOST_PORT`` becomes the store URL ``memcache://...``; what ratewarden's store
+cannot do (servers from a DNS SRV record, TLS) is refused naming the variable; the rest of
+memcached's settings, and every Redis one beside ``BACKEND_TYPE=memcache`` (upstream's
+memcache backend reads none), are named in the start's "without effect" line. With the
+redis backend the ``MEMCACHE_*`` settings have no effect, as upstream's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import pytest
+from envoy.service.ratelimit.v3 import rls_pb2_grpc
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.server import upstream_env, upstream_settings
+from ratewarden.server.settings import Settings, resolve
+from tests._memcached import MemcachedServer
+from tests._servers import HOST
+from tests.server.test_memcache_serve import RULES, count, items
+from tests.server_transport.conftest import OK, OVER_LIMIT, request
+from tests.upstream._serve import serve_rules
+from tests.upstream.test_upstream_env import serve_start_log
+
+CONFIG = {"config_paths": ["rules.yaml"]}
+MEMCACHE = {"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "m1:11211"}
+
+
+def settings(**environ: str) -> Settings:
+    return resolve(CONFIG, environ)
+
+
+@pytest.mark.parametrize(
+    ("host_port", "url"),
+    [
+        ("m1:11211", "memcache://m1:11211"),
+        ("m1:11211, m2:11212", "memcache://m1:11211,m2:11212"),
+        ("[::1]:11211,10.0.0.7:11211", "memcache://[::1]:11211,10.0.0.7:11211"),
+    ],
+)
+def test_memcache_host_port_becomes_the_store_url(host_port: str, url: str) -> None:
+    """BACKEND_TYPE=memcache (any case): MEMCACHE_HOST_PORT's servers, upstream's
+    comma-separated HOST:PORT list, are the memcache store's."""
+    chosen = settings(BACKEND_TYPE="Memcache", MEMCACHE_HOST_PORT=host_port)
+    assert chosen.store_url == url
+    assert chosen.store_per_second is None
+
+
+def test_the_redis_settings_beside_the_memcache_backend_change_nothing() -> None:
+    """Upstream's memcache backend reads no Redis setting: REDIS_URL makes no Redis store,
+    REDIS_TIMEOUT no timeout (ratewarden's 20 ms stands; upstream's memcached client waits its
+    own 500 ms), REDIS_PERSECOND no per-second store, a REDIS_POOL_ON_EMPTY_BEHAVIOR upstream
+    would refuse is not refused; all are named without effect. CACHE_KEY_PREFIX still is the
+    key prefix, and --store-timeout still bounds each memcached call."""
+    environ = {
+        **MEMCACHE,
+        "REDIS_SOCKET_TYPE": "tcp",
+        "REDIS_URL": "r:6379",
+        "REDIS_TIMEOUT": "1s",
+        "REDIS_PERSECOND": "true",
+        "REDIS_PERSECOND_URL": "fast:6380",
+        "REDIS_POOL_ON_EMPTY_BEHAVIOR": "CREATE",
+        "REDIS_POOL_SIZE": "20",
+        "CACHE_KEY_PREFIX": "edge_",
+    }
+    chosen = settings(**environ)
+    assert (chosen.store_url, chosen.store_per_second) == ("memcache://m1:11211", None)
+    assert (chosen.store_timeout, chosen.key_prefix) == (0.02, "edge_")
+    redis = sorted(name for name in environ if name.startswith("REDIS_"))
+    assert sorted(upstream_env.no_effect(environ)) == redis
+    applied = upstream_settings.applied(environ)
+    assert sorted(applied) == ["BACKEND_TYPE", "CACHE_KEY_PREFIX", "MEMCACHE_HOST_PORT"]
+    own = resolve({**CONFIG, "store_timeout": "0.5"}, environ)
+    assert (own.store_url, own.store_timeout) == ("memcache://m1:11211", 0.5)
+    with pytest.raises(ConfigurationError, match="REDIS_TIMEOUT='10': must be a duration"):
+        settings(**MEMCACHE, REDIS_TIMEOUT="10")  # checked still, as every setting
+
+
+def test_memcaches_tuning_settings_have_no_effect_and_say_why() -> None:
+    """MEMCACHE_MAX_IDLE_CONNS (one pipelined connection per server and process), the TLS
+    files while MEMCACHE_TLS is not true, and MEMCACHE_SRV_REFRESH (only with MEMCACHE_SRV)
+    are checked and named without effect; MEMCACHE_TLS=false is accepted."""
+    environ = {
+        **MEMCACHE,
+        "MEMCACHE_MAX_IDLE_CONNS": "10",
+        "MEMCACHE_SRV_REFRESH": "30s",
+        "MEMCACHE_TLS": "false",
+        "MEMCACHE_TLS_CACERT": "/ca.pem",
+        "MEMCACHE_TLS_CLIENT_CERT": "/c.pem",
+        "MEMCACHE_TLS_CLIENT_KEY": "/k.pem",
+        "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION": "true",
+    }
+    assert settings(**environ).store_url == "memcache://m1:11211"
+    assert sorted(upstream_env.no_effect(environ)) == sorted(
+        set(environ) - {"BACKEND_TYPE", "MEMCACHE_HOST_PORT", "MEMCACHE_TLS"}
+    )
+    advice = upstream_settings.UPSTREAM["MEMCACHE_MAX_IDLE_CONNS"].advice
+    assert "one connection per memcached server" in advice
+    assert "MEMCACHE_HOST_PORT" in upstream_settings.UPSTREAM["MEMCACHE_SRV_REFRESH"].advice
+    assert "MEMCACHE_TLS=true" in upstream_settings.UPSTREAM["MEMCACHE_TLS_CACERT"].advice
+    with pytest.raises(ConfigurationError, match="MEMCACHE_MAX_IDLE_CONNS='many'"):
+        settings(**MEMCACHE, MEMCACHE_MAX_IDLE_CONNS="many")
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"BACKEND_TYPE": "memcache"}, "BACKEND_TYPE=memcache needs MEMCACHE_HOST_PORT"),
+        (
+            {"BACKEND_TYPE": "memcache", "MEMCACHE_SRV": "_memcache._tcp.example.org"},
+            "MEMCACHE_SRV='_memcache._tcp.example.org' cannot be honoured: ratewarden does not "
+            "look memcached servers up in DNS SRV records; list them in MEMCACHE_HOST_PORT",
+        ),
+        ({**MEMCACHE, "MEMCACHE_SRV": "_m._tcp.x"}, "MEMCACHE_SRV='_m._tcp.x' cannot be"),
+        ({**MEMCACHE, "MEMCACHE_TLS": "true"}, "MEMCACHE_TLS=true cannot be honoured"),
+        ({**MEMCACHE, "MEMCACHE_TLS": "1"}, "does not speak TLS to memcached"),
+        (
+            {"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "m1"},
+            "MEMCACHE_HOST_PORT='m1': 'm1' is not HOST:PORT",
+        ),
+        (
+            {"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "m1:1,,m2:2"},
+            "MEMCACHE_HOST_PORT='m1:1,,m2:2': an empty server",
+        ),
+        (
+            {"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "/run/memcached.sock"},
+            "is a Unix socket path; ratewarden reaches memcached over TCP only",
+        ),
+        (
+            {"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "::1:11211"},
+            "an IPv6 host goes in brackets",
+        ),
+        ({"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "[::1]"}, "is not [IPv6]:PORT"),
+        ({"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "m1:70000"}, "port '70000'"),
+        ({"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "m1:1,m1:1"}, "'m1:1' twice"),
+        ({"BACKEND_TYPE": "etcd"}, "BACKEND_TYPE='etcd': must be redis or memcache"),
+    ],
+)
+def test_what_the_memcache_store_cannot_do_stops_the_start_naming_the_variable(
+    environ: dict[str, str], message: str
+) -> None:
+    """No MEMCACHE_HOST_PORT, MEMCACHE_SRV (no DNS SRV lookup is built), MEMCACHE_TLS=true
+    (no TLS to memcached), a server that is not HOST:PORT: refused, naming the variable."""
+    with pytest.raises(ConfigurationError) as caught:
+        settings(**environ)
+    assert message in str(caught.value)
+    assert str(caught.value).startswith(("BACKEND_TYPE", "MEMCACHE_"))
+
+
+def test_with_the_redis_backend_memcaches_settings_have_no_effect_whatever_their_value() -> None:
+    """BACKEND_TYPE unset or redis: MEMCACHE_SRV and MEMCACHE_TLS=true are not refused (the
+    redis backend reads neither, as upstream's), only named without effect."""
+    environ = {
+        "REDIS_SOCKET_TYPE": "tcp",
+        "REDIS_URL": "r:6379",
+        "MEMCACHE_HOST_PORT": "m:11211",
+        "MEMCACHE_SRV": "_memcache._tcp.example.org",
+        "MEMCACHE_TLS": "true",
+    }
+    for backend in ({}, {"BACKEND_TYPE": "redis"}):
+        assert settings(**environ, **backend).store_url == "redis://r:6379/0"
+        assert sorted(upstream_env.no_effect({**environ, **backend})) == [
+            "MEMCACHE_HOST_PORT",
+            "MEMCACHE_SRV",
+            "MEMCACHE_TLS",
+        ]
+    assert settings(MEMCACHE_HOST_PORT="m:11211").store_url == "memory"
+
+
+def test_serve_logs_the_redis_settings_without_effect_beside_memcache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ratewarden serve` on BACKEND_TYPE=memcache with REDIS_URL set: MEMCACHE_HOST_PORT is
+    named as applied, REDIS_URL as without effect."""
+    environ = {**MEMCACHE, "REDIS_URL": "r:6379", "MEMCACHE_MAX_IDLE_CONNS": "4"}
+    _, lines = serve_start_log(tmp_path, monkeypatch, capsys, environ)
+    [applied] = [line for line in lines if line.get("event") == "upstream_settings_applied"]
+    [unused] = [line for line in lines if line.get("event") == "upstream_settings_without_effect"]
+    assert sorted(applied["settings"]) == ["BACKEND_TYPE", "MEMCACHE_HOST_PORT"]
+    assert sorted(unused["settings"]) == ["MEMCACHE_MAX_IDLE_CONNS", "REDIS_URL"]
+
+
+def test_serve_on_upstreams_memcache_variables_alone_counts_in_that_memcached(
+    tmp_path: Path, memcached: MemcachedServer
+) -> None:
+    """ratewarden serve with no RATEWARDEN_* setting: BACKEND_TYPE=memcache and
+    MEMCACHE_HOST_PORT (beside a REDIS_URL it must not use) decide 3 a minute in that
+    memcached, under CACHE_KEY_PREFIX. A call the store's 20 ms misses on a busy machine
+    is answered by the rule's failure mode, uncharged: so the calls go on until the denial,
+    which comes when memcached counts 3."""
+    environ = {
+        "BACKEND_TYPE": "memcache",
+        "MEMCACHE_HOST_PORT": f"{HOST}:{memcached.port}",
+        "REDIS_SOCKET_TYPE": "tcp",
+        "REDIS_URL": f"{HOST}:1",
+        "CACHE_KEY_PREFIX": "up",
+    }
+    with (
+        serve_rules(tmp_path, RULES, **environ) as (_, grpc_port),
+        grpc.insecure_channel(f"{HOST}:{grpc_port}") as channel,
+    ):
+        stub = rls_pb2_grpc.RateLimitServiceStub(channel)
+        codes = []
+        while OVER_LIMIT not in codes and len(codes) < 20:
+            reply = stub.ShouldRateLimit(request("mc", {"api_key": "k"}), timeout=5)
+            codes.append(reply.overall_code)
+    assert codes[:3] == [OK] * 3 and codes[-1] == OVER_LIMIT
+    [(name, entries)] = items(memcached).items()
+    assert name.startswith("up:{") and count(entries) == 3
