@@ -14,7 +14,7 @@ from ratewarden import Rate
 from ratewarden.storage import Op
 from ratewarden.storage import _memcache_wire as wire
 from ratewarden.storage._memcache_items import Cache, encode, item_of, on_states, transact
-from ratewarden.storage.memcache import AsyncMemcacheStore
+from ratewarden.storage.memcache import AsyncMemcacheStore, MemcacheStore
 from tests._memcached import MemcachedServer
 from tests._servers import STORE_TIMEOUT
 
@@ -153,3 +153,33 @@ def test_an_add_refused_reads_and_decides_again() -> None:
     )
     assert [request.split(b" ")[0] for request in sent] == [b"ms", b"mg", b"ms"]
     assert sent[2].split(b"\r\n")[0].endswith(b" C9 c")
+
+
+# -- another process writing the same item: read first, rather than write on a stale version
+
+
+def test_two_writers_take_two_round_trips_a_step_not_three(memcached: MemcachedServer) -> None:
+    """Two stores (two processes) taking turns on one key: after the first stale write, each
+    step reads first (a read and a write), where trusting the stale cache would cost a refused
+    write, a read and a write every time. Alone again, a store's steps are one write each."""
+    first, second = (MemcacheStore(memcached.url, timeout=STORE_TIMEOUT) for _ in range(2))
+    try:
+        first.hit("fixed_window", "turns", HOUR, 0)
+        second.hit("fixed_window", "turns", HOUR, 0)
+        gets, sets = stat(memcached, "cmd_get"), stat(memcached, "cmd_set")
+        for _ in range(20):
+            first.hit("fixed_window", "turns", HOUR)
+            second.hit("fixed_window", "turns", HOUR)
+        steps = 40
+        assert stat(memcached, "cmd_set") - sets <= steps + 2  # a stale write at most once each
+        assert stat(memcached, "cmd_get") - gets <= steps + 2
+        gets, sets = stat(memcached, "cmd_get"), stat(memcached, "cmd_set")
+        decisions = [first.hit("fixed_window", "turns", HOUR) for _ in range(5)]
+        # The first read finds the other store's last write (so it reads again next step); the
+        # second finds its own unchanged: from then on, one write a step and no read.
+        assert stat(memcached, "cmd_set") - sets == 5
+        assert stat(memcached, "cmd_get") - gets == 2
+        assert [d.remaining for d in decisions] == [9, 8, 7, 6, 5]
+    finally:
+        first.close()
+        second.close()

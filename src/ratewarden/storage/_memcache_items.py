@@ -134,33 +134,45 @@ def _wire_name(name: str) -> bytes:
 
 
 class Cache:
-    """The last value and CAS number seen for up to ``size`` items, oldest dropped first."""
+    """The last value and CAS number seen for up to ``size`` items, oldest dropped first, and
+    which of them proved stale the last time (another process writes the item too)."""
 
-    __slots__ = ("_items", "size")
+    __slots__ = ("_doubted", "_items", "size")
 
     def __init__(self, size: int) -> None:
         self.size = size
         self._items: OrderedDict[bytes, tuple[int, Entries]] = OrderedDict()
+        self._doubted: set[bytes] = set()
 
     def get(self, name: bytes) -> tuple[int, Entries] | None:
         return self._items.get(name)
 
-    def put(self, name: bytes, cas: int, entries: Entries) -> None:
+    def doubted(self, name: bytes) -> bool:
+        """Whether the item's cached value proved stale last time: read it before writing."""
+        return name in self._doubted
+
+    def put(self, name: bytes, cas: int, entries: Entries, trusted: bool = True) -> None:
         if self.size <= 0:
             return
         items = self._items
         items[name] = (cas, entries)
         items.move_to_end(name)
+        if trusted:
+            self._doubted.discard(name)
+        else:
+            self._doubted.add(name)
         if len(items) > self.size:
-            items.popitem(last=False)
+            self._doubted.discard(items.popitem(last=False)[0])
 
     def drop(self, name: bytes) -> None:
         self._items.pop(name, None)
+        self._doubted.discard(name)
 
     def clear(self) -> None:
-        """Forget every value (a new connection: the server may have restarted). A new dict,
-        so that a ``put`` under way in another thread lands in the old one, unseen."""
+        """Forget every value (a new connection: the server may have restarted). New
+        containers, so that a ``put`` under way in another thread lands in the old ones."""
         self._items = OrderedDict()
+        self._doubted = set()
 
     def __len__(self) -> int:
         return len(self._items)
@@ -261,6 +273,13 @@ def transact(
     round trips (a refused write, a read, an add) when it is.
     """
     cached = cache.get(item.wire)
+    # The CAS number remembered for an item read first: found unchanged, the cache is
+    # trusted again for it; changed, another process writes it too, and the next step on it
+    # reads first as well (two round trips, where a stale write would make three).
+    remembered: int | None = None
+    if cached is not None and cache.doubted(item.wire):
+        remembered, cached = cached[0], None
+    trusted = True
     for _ in range(MAX_ATTEMPTS):
         if cached is None:
             reply = yield wire.get(item.wire)
@@ -270,6 +289,8 @@ def transact(
                 cas, entries = reply.cas, decode(item, reply.value)
             else:
                 raise _unexpected(item, reply)
+            if remembered is not None:
+                trusted, remembered = cas == remembered, None
             fresh = True
         else:
             cas, entries = cached
@@ -293,9 +314,9 @@ def transact(
         if not wrote:
             if fresh:
                 if cas is not None:
-                    cache.put(item.wire, cas, entries)
+                    cache.put(item.wire, cas, entries, trusted)
                 return results
-            cached = None  # decided on the cache alone: read, and decide again
+            remembered, cached = cas, None  # decided on the cache alone: read, decide again
             continue
         if not live:
             if cas is None:
@@ -315,11 +336,12 @@ def transact(
                 )
             reply = yield wire.store(item.wire, value, ttl_word(last - now), cas)
             if reply.code == b"HD" and reply.cas is not None:
-                cache.put(item.wire, reply.cas, live)
+                cache.put(item.wire, reply.cas, live, trusted)
                 return results
         if reply.code not in (b"EX", b"NF", b"NS"):
             raise _unexpected(item, reply)
         cache.drop(item.wire)
+        trusted = False  # another process writes the item: read it first next time too
         cached = None  # another write came first: read it, and decide again
     raise StorageUnavailableError(
         f"memcached item {item.name!r}: {MAX_ATTEMPTS} tries, each beaten by another writer; "
