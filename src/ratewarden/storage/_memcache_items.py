@@ -273,13 +273,19 @@ def transact(
     round trips (a refused write, a read, an add) when it is.
     """
     cached = cache.get(item.wire)
-    # The CAS number remembered for an item read first: found unchanged, the cache is
-    # trusted again for it; changed, another process writes it too, and the next step on it
-    # reads first as well (two round trips, where a stale write would make three).
+    # The cache is trusted for an item only once a read found its remembered version still
+    # current (or a write on it went through): another process writing the item makes it
+    # stale, and a stale write costs three round trips (refused, a read, a write) where
+    # reading first costs two. So an item seen for the first time, or one whose remembered
+    # version proved stale, is read first; its remembered CAS number found unchanged, the
+    # next step on it writes at once (one round trip).
     remembered: int | None = None
-    if cached is not None and cache.doubted(item.wire):
-        remembered, cached = cached[0], None
-    trusted = True
+    if cached is None:
+        trusted = False
+    elif cache.doubted(item.wire):
+        remembered, cached, trusted = cached[0], None, False
+    else:
+        trusted = True
     for _ in range(MAX_ATTEMPTS):
         if cached is None:
             reply = yield wire.get(item.wire)
