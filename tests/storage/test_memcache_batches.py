@@ -183,3 +183,29 @@ def test_two_writers_take_two_round_trips_a_step_not_three(memcached: MemcachedS
     finally:
         first.close()
         second.close()
+
+
+def test_a_delete_of_an_item_taken_for_gone_reads_first() -> None:
+    """A step that writes and leaves nothing to keep (as a token budget's operation deleting
+    its record does) on an item only taken to be gone is not answered from that guess: the
+    item is read (another process may have written it since) and the step decided again on
+    what it holds, which here it deletes."""
+    item = item_of(["rw:{k}:fixed_window:5:1000000:5"])
+    cache = Cache(10)
+    cache.put(item.wire, 7, {item.entries[0]: ((1, 2), 2_000_000)})
+
+    def reset(states: list[Any], at: int) -> tuple[None, list[tuple[int, Any, int]]]:
+        return None, [(0, None, 0)]
+
+    flow = transact(
+        item,
+        [on_states(item.entries, reset)],
+        lambda: 10_000_000,
+        lambda us: 2,
+        cache,
+        1 << 20,
+        real_clock=True,
+    )
+    value = encode({item.entries[0]: ((10, 3), 11_000_000)})
+    sent = _drive(flow, [wire.Reply(b"VA", 9, value), wire.Reply(b"HD", None, None)])
+    assert sent == [b"mg rw:{k} v c\r\n", b"md rw:{k} C9\r\n"]

@@ -303,10 +303,12 @@ def transact(
             fresh = False
         now = now_us()
         live = {entry: pair for entry, pair in entries.items() if pair[1] > now}
+        presumed = False
         if not fresh and not live and real_clock:
             last = max((pair[1] for pair in entries.values()), default=0)
             if now - last > _GONE_US:
-                cas = None  # memcached has dropped it: add it afresh (refused if it has not)
+                # memcached has dropped it: add it afresh (refused if it has not)
+                cas, presumed = None, True
         results: list[Any] = []
         wrote = False
         for step in steps:
@@ -325,8 +327,11 @@ def transact(
             remembered, cached = cas, None  # decided on the cache alone: read, decide again
             continue
         if not live:
-            if cas is None:
+            if cas is None and not presumed:
                 return results  # nothing there, and nothing to keep
+            if cas is None:  # nothing to keep, but only taken to be gone: read, decide again
+                remembered, cached = None, None
+                continue
             reply = yield wire.delete(item.wire, cas)
             if reply.code == b"HD":
                 cache.drop(item.wire)
