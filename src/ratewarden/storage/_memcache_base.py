@@ -26,6 +26,7 @@ from ratewarden.storage._memcache_items import (
     LiveStep,
     Step,
     injected_ttl_word,
+    item_at,
     item_of,
     on_states,
     transact,
@@ -113,7 +114,7 @@ class MemcacheBase:
         a breaker kept per node; ``""`` with one server (one circuit)."""
         if len(self.servers.addresses) == 1:
             return ""
-        name = item_of([key if stored else self._head(checks.check_key(key)) + ":"]).wire
+        name = (item_of([key]) if stored else item_at(self._head(checks.check_key(key)), ())).wire
         return self.servers.names[self.servers.of(name)]
 
     # -- the operations, as steps on one item
@@ -137,7 +138,7 @@ class MemcacheBase:
         self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int
     ) -> Planned[Decision]:
         shape = self._shapes.get(algorithm, rates, cost)
-        item = item_of(shape.keys(self.prefix, checks.check_key(key)))
+        item = item_at(self._head(checks.check_key(key)), shape.suffixes)
 
         def step(states: list[Any], now: int) -> tuple[Decision, list[tuple[int, Any, int]]]:
             outcomes, writes = layered(shape.check, shape.params, states, now, shape.cost)
@@ -153,7 +154,7 @@ class MemcacheBase:
 
     def _reset_step(self, algorithm: str, key: str, rates: Rate | Sequence[Rate]) -> Planned[None]:
         shape = self._shapes.get(algorithm, rates, 0)
-        item = item_of(shape.keys(self.prefix, checks.check_key(key)))
+        item = item_at(self._head(checks.check_key(key)), shape.suffixes)
 
         def step(states: list[Any], now: int) -> tuple[None, list[tuple[int, Any, int]]]:
             return None, [(i, None, 0) for i, state in enumerate(states) if state is not None]

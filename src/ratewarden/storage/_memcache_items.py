@@ -47,6 +47,7 @@ __all__ = [
     "LiveStep",
     "Write",
     "injected_ttl_word",
+    "item_at",
     "item_of",
     "on_states",
     "transact",
@@ -123,6 +124,13 @@ def item_of(keys: Sequence[str]) -> Item:
             )
         name = head
         entries.append(key[close + 1 :])
+    return item_at(name, entries)
+
+
+def item_at(name: str, entries: Sequence[str]) -> Item:
+    """The item ``name`` (``<prefix>:{<tag>}``), for a step on ``entries`` of it: what
+    ``item_of`` finds, for a caller that has the two parts already (a hit's head and its
+    shape's suffixes) rather than the store keys they join into."""
     return Item(name, _wire_name(name), tuple(entries))
 
 
