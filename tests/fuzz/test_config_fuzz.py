@@ -204,7 +204,12 @@ def test_a_control_character_is_a_config_error_at_its_line(char: str) -> None:
 
 @pytest.mark.parametrize(
     ("value", "tag"),
-    [("!!int abc", "!!int"), ("!!bool maybe", "!!bool"), ("!!timestamp 2020-13-45", "!!timestamp")],
+    [
+        ("!!int abc", "!!int"),
+        ("!!bool maybe", "!!bool"),
+        ("!!timestamp 2020-13-45", "!!timestamp"),
+        ("!!timestamp 2020-13-4520", "!!timestamp"),  # PyYAML: AttributeError, not ValueError
+    ],
 )
 def test_a_tagged_scalar_with_bad_content_is_a_config_error(value: str, tag: str) -> None:
     """requests_per_unit: !!int abc names file:line, the key and the tag, like any bad value."""

@@ -25,8 +25,16 @@ Entries = dict[str, tuple[Any, Any]]
 
 # What SafeConstructor raises, besides MarkedYAMLError, for a tagged scalar whose
 # text does not fit its tag: `!!int abc`, `!!bool maybe`, `!!timestamp 2020-13-45`,
-# and an int longer than Python converts (4,300 digits).
-CONSTRUCT_ERRORS = (yaml.MarkedYAMLError, ValueError, KeyError, TypeError, OverflowError)
+# `!!timestamp 2020-13-4520` (its pattern does not match, and PyYAML reads the missing
+# match: AttributeError), and an int longer than Python converts (4,300 digits).
+CONSTRUCT_ERRORS = (
+    yaml.MarkedYAMLError,
+    ValueError,
+    KeyError,
+    TypeError,
+    OverflowError,
+    AttributeError,
+)
 
 
 def _first_of_each_key(pairs: list[Any]) -> list[Any]:
