@@ -78,6 +78,14 @@ MSG
     exit 1
 }
 
+rw_want_dnsmasq() {
+    # The memcache store's DNS SRV tests run a dnsmasq on a loopback port; without one they
+    # skip, saying so.
+    command -v dnsmasq >/dev/null || [ -x /usr/sbin/dnsmasq ] && return 0
+    rw_apt_install dnsmasq-base && return 0
+    echo "note: no dnsmasq found; the memcache SRV tests will be skipped (apt-get install dnsmasq-base)" >&2
+}
+
 rw_want_chromium() {
     # The dashboard's browser test needs headless Chromium; without one it skips, saying so.
     [ -n "${RATEWARDEN_CHROMIUM:-}" ] && return 0

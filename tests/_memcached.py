@@ -8,35 +8,89 @@ import socket
 import subprocess
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
 
 from tests._servers import HOST, START_TIMEOUT_S, free_port
 
-__all__ = ["MEMCACHED", "MemcachedServer"]
+__all__ = ["MEMCACHED", "MemcachedServer", "TlsFiles", "tls_files"]
 
 #: The memcached binary, or None when it is not on PATH (scripts/test installs it).
 MEMCACHED = shutil.which("memcached")
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """A test CA, a server certificate and key signed by it for ``names``, and a client
+    certificate and key signed by it (for mutual TLS)."""
+
+    ca: Path
+    cert: Path
+    key: Path
+    client_cert: Path
+    client_key: Path
+
+
+def tls_files(directory: Path, names: Sequence[str] = ("127.0.0.1", "localhost")) -> TlsFiles:
+    """Make a CA and certificates with trustme (a test dependency) in ``directory``."""
+    import trustme
+
+    ca = trustme.CA()
+    server = ca.issue_cert(*names)
+    client = ca.issue_cert("client@ratewarden.test")
+    files = TlsFiles(
+        directory / "ca.pem",
+        directory / "server.crt",
+        directory / "server.key",
+        directory / "client.crt",
+        directory / "client.key",
+    )
+    ca.cert_pem.write_to_path(str(files.ca))
+    server.cert_chain_pems[0].write_to_path(str(files.cert))
+    server.private_key_pem.write_to_path(str(files.key))
+    client.cert_chain_pems[0].write_to_path(str(files.client_cert))
+    client.private_key_pem.write_to_path(str(files.client_key))
+    return files
+
+
 class MemcachedServer:
     """One memcached on 127.0.0.1 with ``memory_mb`` of memory, stopped by ``stop``; ``extra``
-    adds command-line options (``["-I", "2048", "-o", "slab_chunk_max=1024"]``: 2 KB items)."""
+    adds command-line options (``["-I", "2048", "-o", "slab_chunk_max=1024"]``: 2 KB items).
+
+    With ``tls``, ``port`` speaks TLS only (with ``client_certs``, a client must show a
+    certificate of the test CA), and a second port, ``plain_port``, speaks without, for the
+    tests' own looks (``command``, ``stats``)."""
 
     def __init__(
-        self, port: int | None = None, memory_mb: int = 64, extra: Sequence[str] = ()
+        self,
+        port: int | None = None,
+        memory_mb: int = 64,
+        extra: Sequence[str] = (),
+        tls: TlsFiles | None = None,
+        client_certs: bool = False,
     ) -> None:
         if MEMCACHED is None:
             raise RuntimeError(
                 "no memcached on PATH: scripts/test installs it (apt-get install memcached)"
             )
         self.port = port or free_port()
+        self.tls = tls
+        self.plain_port = free_port() if tls is not None else self.port
+        listen = ["-l", HOST, "-p", str(self.port)]
+        if tls is not None:
+            ssl_options = f"ssl_chain_cert={tls.cert},ssl_key={tls.key}"
+            if client_certs:  # 2: a client certificate is required
+                ssl_options += f",ssl_ca_cert={tls.ca},ssl_verify_mode=2"
+            listen = [
+                *("-l", f"{HOST}:{self.port}", "-l", f"notls:{HOST}:{self.plain_port}"),
+                *("-Z", "-o", ssl_options),
+            ]
         # -U 0: no UDP; -u root only matters when run as root, where memcached insists on it.
         self.process = subprocess.Popen(
             [
                 MEMCACHED,
-                "-l",
-                HOST,
-                "-p",
-                str(self.port),
+                *listen,
                 "-U",
                 "0",
                 "-m",
@@ -56,11 +110,15 @@ class MemcachedServer:
 
     @property
     def url(self) -> str:
-        return f"memcache://{HOST}:{self.port}"
+        """The store URL; with TLS, trusting the test CA."""
+        if self.tls is None:
+            return f"memcache://{HOST}:{self.port}"
+        return f"memcaches://{HOST}:{self.port}?ssl_ca_certs={quote(str(self.tls.ca), safe='')}"
 
     @property
     def address(self) -> tuple[str, int]:
-        return HOST, self.port
+        """Where the tests' own looks go (the plain port of a TLS server)."""
+        return HOST, self.plain_port
 
     def command(self, request: bytes) -> bytes:
         """Send one raw request and return what the server answers first (tests' own look)."""

@@ -4,6 +4,7 @@ started by tests."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -155,8 +156,8 @@ def make_memcached() -> Iterator[Callable[..., MemcachedServer]]:
     test: for tests that kill a server or fill its memory."""
     servers: list[MemcachedServer] = []
 
-    def start(port: int | None = None, memory_mb: int = 64) -> MemcachedServer:
-        servers.append(MemcachedServer(port, memory_mb))
+    def start(port: int | None = None, memory_mb: int = 64, **options: Any) -> MemcachedServer:
+        servers.append(MemcachedServer(port, memory_mb, **options))
         return servers[-1]
 
     yield start

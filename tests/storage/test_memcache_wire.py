@@ -273,11 +273,14 @@ def test_removing_a_server_moves_only_its_own_items() -> None:
 
 def test_urls_name_servers() -> None:
     """HOST:PORT pairs, comma-separated; the port 11211 when left out; IPv6 in brackets."""
-    assert parse_url("memcache://127.0.0.1:11311") == (("127.0.0.1", 11311),)
-    assert parse_url("memcached://cache") == (("cache", 11211),)
-    assert parse_url("memcache://cache:1/") == (("cache", 1),)
-    assert parse_url("MEMCACHE://a:1, b:2,c/") == (("a", 1), ("b", 2), ("c", 11211))
-    assert parse_url("memcache://[::1]:11300,[fe80::1]") == (("::1", 11300), ("fe80::1", 11211))
+    assert parse_url("memcache://127.0.0.1:11311").addresses == (("127.0.0.1", 11311),)
+    assert parse_url("memcached://cache").addresses == (("cache", 11211),)
+    assert parse_url("memcache://cache:1/").addresses == (("cache", 1),)
+    assert parse_url("MEMCACHE://a:1, b:2,c/").addresses == (("a", 1), ("b", 2), ("c", 11211))
+    assert parse_url("memcache://[::1]:11300,[fe80::1]").addresses == (
+        ("::1", 11300),
+        ("fe80::1", 11211),
+    )
 
 
 @pytest.mark.parametrize(

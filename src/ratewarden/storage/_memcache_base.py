@@ -8,6 +8,8 @@ that queued up on an item together.
 
 from __future__ import annotations
 
+import ssl
+import threading
 from collections.abc import Generator, Sequence
 from typing import Any, TypeVar
 
@@ -32,7 +34,9 @@ from ratewarden.storage._memcache_items import (
     transact,
     ttl_word,
 )
-from ratewarden.storage._memcache_link import Address, Servers, check_addresses, parse_url
+from ratewarden.storage._memcache_link import Servers
+from ratewarden.storage._memcache_srv import Found
+from ratewarden.storage._memcache_url import Address, Where, check_addresses, parse_url
 from ratewarden.storage._ops import Op
 
 __all__ = [
@@ -69,11 +73,12 @@ class MemcacheBase:
         timeout: float = DEFAULT_TIMEOUT,
         cache_items: int = DEFAULT_CACHE_ITEMS,
         max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
+        tls: ssl.SSLContext | bool | None = None,
     ) -> None:
-        addresses = (
+        where = (
             parse_url(servers)
             if isinstance(servers, str)
-            else check_addresses(servers if isinstance(servers, list | tuple) else [servers])
+            else Where(check_addresses(servers if isinstance(servers, list | tuple) else [servers]))
         )
         if not checks.is_number(timeout, low_ok=False):
             raise ConfigurationError(
@@ -90,17 +95,49 @@ class MemcacheBase:
         self.prefix = check_prefix(prefix)
         self.timeout = float(timeout)
         self.max_item_bytes = max_item_bytes
+        self.tls = _tls_context(where, tls)
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._real_clock = isinstance(self.clock, SystemClock)
         self._ttl_word = ttl_word if self._real_clock else injected_ttl_word
-        self.servers = Servers(addresses)
-        self._cache = Cache(cache_items)
+        self._where = where
+        self._cache_items = cache_items
+        # Servers from a DNS SRV record are looked up here, and again every ``refresh``.
+        self._found = Found(where) if where.srv else None
+        first = self._found.servers if self._found is not None else Servers(where.addresses)
+        # The servers and the cached values of their items, swapped together when the
+        # servers change: a CAS number is only meaningful to the server that gave it.
+        self._view: tuple[Servers, Cache] = (first, Cache(cache_items))
+        self._swap_lock = threading.Lock()
         self._shapes = _plan.Shapes()
+        self._link: Any = None  # each twin's own
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Any:
-        """A store on the servers ``memcache://HOST:PORT,...`` names (the same options)."""
-        return cls(parse_url(url), **options)
+        """A store on the servers a ``memcache://``, ``memcaches://`` or ``memcache+srv://``
+        URL names (``_memcache_url``), with the same options."""
+        return cls(url, **options)
+
+    @property
+    def servers(self) -> Servers:
+        """The servers in use now."""
+        return self._now()[0]
+
+    def _now(self) -> tuple[Servers, Cache]:
+        """The servers in use and their items' cache; a refreshed SRV list swaps both."""
+        view = self._view
+        if self._found is not None:
+            servers = self._found.current()
+            if servers is not view[0]:
+                with self._swap_lock:
+                    view = self._view
+                    if servers is not view[0]:
+                        view = self._view = (servers, Cache(self._cache_items))
+                        self._link.keep(servers.addresses)
+        return view
+
+    def _forget(self) -> None:
+        """A new connection: its server may have restarted (CAS numbers from 1 again)."""
+        self._view[1].clear()
 
     # -- naming
 
@@ -112,21 +149,24 @@ class MemcacheBase:
     ) -> str:
         """The server that holds ``key`` (a store key with ``stored``), as ``host:port``, for
         a breaker kept per node; ``""`` with one server (one circuit)."""
-        if len(self.servers.addresses) == 1:
+        servers = self.servers
+        if len(servers.addresses) == 1 and self._found is None:
             return ""
         name = (item_of([key]) if stored else item_at(self._head(checks.check_key(key)), ())).wire
-        return self.servers.names[self.servers.of(name)]
+        return servers.names[servers.of(name)]
 
     # -- the operations, as steps on one item
 
-    def _transact(self, item: Item, steps: Sequence[LiveStep[Any]]) -> Flow[list[Any]]:
-        """The flow of ``steps`` on ``item`` (it reads the cache when first resumed)."""
+    def _transact(
+        self, item: Item, steps: Sequence[LiveStep[Any]], cache: Cache
+    ) -> Flow[list[Any]]:
+        """The flow of ``steps`` on ``item`` (it reads ``cache`` when first resumed)."""
         return transact(
             item,
             steps,
             self.clock.now_us,
             self._ttl_word,
-            self._cache,
+            cache,
             self.max_item_bytes,
             real_clock=self._real_clock,
         )
@@ -207,5 +247,27 @@ class MemcacheBase:
         return self._planned(item, step)
 
     def __repr__(self) -> str:
-        servers = ",".join(self.servers.names)
-        return f"{type(self).__name__}('memcache://{servers}', timeout={self.timeout:g})"
+        tls = "s" if self.tls is not None else ""
+        if self._where.srv:
+            where = f"memcache{tls}+srv://{self._where.srv}"
+        else:
+            where = f"memcache{tls}://" + ",".join(self.servers.names)
+        return f"{type(self).__name__}('{where}', timeout={self.timeout:g})"
+
+
+def _tls_context(where: Where, tls: ssl.SSLContext | bool | None) -> ssl.SSLContext | None:
+    """The TLS context of the URL's options or of ``tls=`` (never both), or None."""
+    if tls is None or tls is False:
+        return where.tls.context() if where.tls is not None else None
+    if where.tls is not None:
+        raise ConfigurationError(
+            "memcache store: TLS given twice, by a memcaches:// URL and by tls=; give one"
+        )
+    if tls is True:
+        return ssl.create_default_context()
+    if not isinstance(tls, ssl.SSLContext):
+        raise ConfigurationError(
+            f"memcache store: tls={tls!r} must be True (the system's CAs), an ssl.SSLContext "
+            "or None"
+        )
+    return tls

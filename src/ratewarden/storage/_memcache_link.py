@@ -22,88 +22,20 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import select
 import socket
+import ssl
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from ratewarden.errors import ConfigurationError, StorageError, StorageUnavailableError
+from ratewarden.errors import StorageError, StorageUnavailableError
 from ratewarden.storage import _memcache_wire as wire
+from ratewarden.storage._memcache_url import Address, shown
 
-__all__ = [
-    "DEFAULT_PORT",
-    "AsyncLink",
-    "BlockingLink",
-    "Servers",
-    "check_addresses",
-    "failure",
-    "parse_url",
-]
-
-Address = tuple[str, int]
-
-DEFAULT_PORT = 11211
-_SCHEMES = ("memcache", "memcached")
-
-
-def parse_url(url: str) -> tuple[Address, ...]:
-    """The servers of ``memcache://HOST[:PORT][,HOST[:PORT]...]`` (``memcached://`` too;
-    an IPv6 address in brackets; the port 11211 when left out)."""
-    scheme, sep, rest = url.partition("://") if isinstance(url, str) else ("", "", "")
-    if not sep or scheme.lower() not in _SCHEMES:
-        raise ConfigurationError(
-            f"memcache URL {url!r} must start with memcache:// and list HOST:PORT, comma-separated"
-        )
-    if rest.endswith("/"):
-        rest = rest[:-1]
-    if any(mark in rest for mark in "/?#@"):
-        raise ConfigurationError(
-            f"memcache URL {url!r}: only HOST:PORT pairs, comma-separated (no path, options or "
-            "user: memcached has no databases and the store no options in its URL)"
-        )
-    return check_addresses([_address(url, part.strip()) for part in rest.split(",")], url)
-
-
-def _address(url: str, part: str) -> Address:
-    if part.startswith("["):
-        host, close, tail = part[1:].partition("]")
-        if not close or (tail and not tail.startswith(":")):
-            raise ConfigurationError(f"memcache URL {url!r}: {part!r} is not [IPv6]:PORT")
-        colon, port_text = tail[:1], tail[1:]
-    else:
-        host, colon, port_text = part.partition(":")
-    if not host or any(c.isspace() for c in host):
-        raise ConfigurationError(f"memcache URL {url!r}: a server without a host ({part!r})")
-    if not colon:
-        return host, DEFAULT_PORT
-    # ASCII digits only: str.isdigit() also takes '²' (which int() refuses) and '١٢'.
-    if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
-        raise ConfigurationError(f"memcache URL {url!r}: port {port_text!r} is not 1-65535")
-    return host, int(port_text)
-
-
-def check_addresses(addresses: Sequence[object], url: str | None = None) -> tuple[Address, ...]:
-    """``addresses`` as ``(host, port)`` pairs: a non-empty host, a port 1-65535, none twice."""
-    where = f"memcache URL {url!r}" if url is not None else "memcache servers"
-    found: list[Address] = []
-    for address in addresses:
-        if (
-            not isinstance(address, tuple)
-            or len(address) != 2
-            or not isinstance(address[0], str)
-            or not address[0]
-            or isinstance(address[1], bool)
-            or not isinstance(address[1], int)
-            or not 0 < address[1] < 65536
-        ):
-            raise ConfigurationError(f"{where}: {address!r} is not a (host, port 1-65535) pair")
-        found.append(address)
-    if not found:
-        raise ConfigurationError("a memcache store needs at least one server")
-    if len(set(found)) != len(found):
-        raise ConfigurationError(f"{where} names a server twice")
-    return tuple(found)
+__all__ = ["AsyncLink", "BlockingLink", "Servers", "failure"]
 
 
 class Servers:
@@ -113,7 +45,7 @@ class Servers:
 
     def __init__(self, addresses: Sequence[Address]) -> None:
         self.addresses = tuple(addresses)
-        self.names = tuple(_shown(address) for address in self.addresses)
+        self.names = tuple(shown(address) for address in self.addresses)
         # A server's score is a hash of its name and the item's. Not CRC-32 seeded with the
         # server: a CRC is affine, so the order of two seeded CRCs of one name hangs on one
         # bit of the name's own CRC, and 3 servers took 50%, 25% and 25% of the items.
@@ -133,11 +65,6 @@ class Servers:
         return scores.index(max(scores))
 
 
-def _shown(address: Address) -> str:
-    host, port = address
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 def failure(server: str, what: str) -> StorageUnavailableError:
     return StorageUnavailableError(f"memcached {server}: {what}")
 
@@ -149,10 +76,11 @@ def _reply_failure(server: str, error: wire.ReplyError) -> StorageError:
 
 
 class _Socket:
-    __slots__ = ("broken", "parser", "sock")
+    __slots__ = ("broken", "name", "parser", "sock")
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, name: str) -> None:
         self.sock = sock
+        self.name = name
         self.parser = wire.Parser()
         self.broken = False
 
@@ -160,6 +88,16 @@ class _Socket:
 def _idle_ok(sock: socket.socket) -> bool:
     """Whether an idle socket is still open: nothing to read. EOF (the server closed it, as
     a restart does) or bytes nobody asked for mean it must not be used."""
+    if isinstance(sock, ssl.SSLSocket):
+        # TLS takes no peek; anything readable (a close_notify, EOF) rules it out too.
+        if sock.pending():
+            return False
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        try:
+            return not poller.poll(0)
+        except OSError:
+            return False
     try:
         sock.setblocking(False)
         sock.recv(1, socket.MSG_PEEK)
@@ -171,28 +109,33 @@ def _idle_ok(sock: socket.socket) -> bool:
 
 
 class BlockingLink:
-    """Blocking sockets, pooled per server; safe to share between threads."""
+    """Blocking sockets, pooled per server (over TLS with ``tls``); safe to share between
+    threads."""
 
     def __init__(
-        self, servers: Servers, timeout: float, on_connect: Callable[[], None] = lambda: None
+        self,
+        timeout: float,
+        on_connect: Callable[[], None] = lambda: None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
-        self.servers = servers
         self.timeout = timeout
         self.on_connect = on_connect
-        self._idle: list[list[_Socket]] = [[] for _ in servers.addresses]
+        self.tls = tls
+        self._idle: dict[Address, list[_Socket]] = {}
+        self._listed: frozenset[Address] | None = None  # None: every server is
         self._lock = threading.Lock()
 
-    def call(self, server: int, request: bytes) -> wire.Reply:
-        """Send ``request`` to ``server`` and return its reply."""
-        conn = self.take(server)
+    def call(self, address: Address, request: bytes) -> wire.Reply:
+        """Send ``request`` to the server at ``address`` and return its reply."""
+        conn = self.take(address)
         try:
-            return self.exchange(server, conn, request)
+            return self.exchange(conn, request)
         finally:
-            self.give(server, conn)
+            self.give(address, conn)
 
-    def exchange(self, server: int, conn: _Socket, request: bytes) -> wire.Reply:
-        """Send ``request`` on ``conn`` (taken for ``server``) and return its reply."""
-        name = self.servers.names[server]
+    def exchange(self, conn: _Socket, request: bytes) -> wire.Reply:
+        """Send ``request`` on ``conn`` and return its reply."""
+        name = conn.name
         if conn.broken:
             raise failure(name, "the connection was lost")
         conn.broken = True  # until the reply is read whole
@@ -224,40 +167,59 @@ class BlockingLink:
         conn.broken = False
         return reply
 
-    def take(self, server: int) -> _Socket:
-        """A connection to ``server`` for a step: an idle one still open, or a new one."""
+    def take(self, address: Address) -> _Socket:
+        """A connection to ``address`` for a step: an idle one still open, or a new one."""
         while True:
             with self._lock:
-                idle = self._idle[server]
+                idle = self._idle.get(address)
                 conn = idle.pop() if idle else None
             if conn is None:
                 break
             if _idle_ok(conn.sock):
                 return conn
             conn.sock.close()
-        host, port = self.servers.addresses[server]
+        name = shown(address)
         try:
-            sock = socket.create_connection((host, port), timeout=self.timeout)
+            sock = socket.create_connection(address, timeout=self.timeout)
         except OSError as exc:
-            raise failure(self.servers.names[server], f"cannot connect: {exc}") from None
+            raise failure(name, f"cannot connect: {exc}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.tls is not None:
+            try:  # the handshake, within the timeout
+                sock = self.tls.wrap_socket(sock, server_hostname=address[0])
+            except (OSError, ValueError) as exc:
+                sock.close()
+                raise failure(name, f"TLS handshake failed: {exc}") from None
         self.on_connect()
-        return _Socket(sock)
+        return _Socket(sock, name)
 
-    def give(self, server: int, conn: _Socket) -> None:
+    def give(self, address: Address, conn: _Socket) -> None:
         """Back to the pool, or closed when a reply may still be on its way on it."""
         if conn.broken:
             conn.sock.close()
             return
         with self._lock:
-            self._idle[server].append(conn)
+            if self._listed is None or address in self._listed:
+                self._idle.setdefault(address, []).append(conn)
+                return
+        conn.sock.close()  # its server is no longer listed
+
+    def keep(self, addresses: Sequence[Address]) -> None:
+        """Close the pooled connections to every server not in ``addresses`` (no longer
+        listed); one in use is closed when it is given back."""
+        with self._lock:
+            self._listed = frozenset(addresses)
+            gone = [address for address in self._idle if address not in addresses]
+            conns = [conn for address in gone for conn in self._idle.pop(address)]
+        for conn in conns:
+            conn.sock.close()
 
     def close(self) -> None:
         with self._lock:
-            for idle in self._idle:
-                for conn in idle:
-                    conn.sock.close()
-                idle.clear()
+            conns = [conn for idle in self._idle.values() for conn in idle]
+            self._idle.clear()
+        for conn in conns:
+            conn.sock.close()
 
 
 class _Connection(asyncio.Protocol):
@@ -270,6 +232,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.outgoing: list[bytes] = []
         self.closed = False
+        self.retired = False  # its server is no longer listed: closed once nothing waits
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -306,6 +269,16 @@ class _Connection(asyncio.Protocol):
                 return
             if not waiter.done():
                 waiter.set_result(reply)
+        if self.retired and not self.waiters:
+            self.retire()
+
+    def retire(self) -> None:
+        """Close once no request waits on it (now, if none does)."""
+        self.retired = True
+        if not self.waiters and not self.outgoing and not self.closed:
+            self.closed = True
+            if self.transport is not None:
+                self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.fail(failure(self.name, "the connection was lost" + (f": {exc}" if exc else "")))
@@ -323,22 +296,26 @@ class _Connection(asyncio.Protocol):
 
 
 class AsyncLink:
-    """One connection per server on the running loop, opened on first use and after a failure."""
+    """One connection per server on the running loop (over TLS with ``tls``), opened on
+    first use and after a failure."""
 
     def __init__(
-        self, servers: Servers, timeout: float, on_connect: Callable[[], None] = lambda: None
+        self,
+        timeout: float,
+        on_connect: Callable[[], None] = lambda: None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
-        self.servers = servers
         self.timeout = timeout
         self.on_connect = on_connect
-        self._conns: list[_Connection | None] = [None] * len(servers.addresses)
-        self._opening: list[asyncio.Future[_Connection] | None] = [None] * len(servers.addresses)
+        self.tls = tls
+        self._conns: dict[Address, _Connection] = {}
+        self._opening: dict[Address, asyncio.Future[_Connection]] = {}
 
-    async def connection(self, server: int) -> _Connection:
-        """The open connection to ``server``, opened if there is none."""
-        conn = self._conns[server]
+    async def connection(self, address: Address) -> _Connection:
+        """The open connection to ``address``, opened if there is none."""
+        conn = self._conns.get(address)
         if conn is None or conn.closed:
-            conn = await self._connect(server)
+            conn = await self._connect(address)
         return conn
 
     async def call(self, conn: _Connection, request: bytes) -> wire.Reply:
@@ -353,39 +330,49 @@ class AsyncLink:
         finally:
             timer.cancel()
 
-    async def _connect(self, server: int) -> _Connection:
-        opening = self._opening[server]
+    async def _connect(self, address: Address) -> _Connection:
+        opening = self._opening.get(address)
         if opening is not None:
             return await asyncio.shield(opening)
         loop = asyncio.get_running_loop()
-        opening = self._opening[server] = loop.create_future()
-        name = self.servers.names[server]
-        host, port = self.servers.addresses[server]
+        opening = self._opening[address] = loop.create_future()
+        name = shown(address)
+        host, port = address
+        tls: dict[str, Any] = {}
+        if self.tls is not None:
+            tls = {"ssl": self.tls, "server_hostname": host, "ssl_handshake_timeout": self.timeout}
         try:
             _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: _Connection(name), host, port), self.timeout
+                loop.create_connection(lambda: _Connection(name), host, port, **tls),
+                self.timeout,
             )
         except BaseException as exc:  # a cancelled opener must not leave the others waiting
             why = str(exc) or f"no answer within {self.timeout:g} s"
             error = failure(name, f"cannot connect: {why}")
             opening.set_exception(error)
             opening.exception()
-            if isinstance(exc, OSError):  # TimeoutError is one
+            if isinstance(exc, OSError):  # TimeoutError and ssl.SSLError are ones
                 raise error from None
             raise
         finally:
-            self._opening[server] = None
-        self._conns[server] = conn
+            del self._opening[address]
+        self._conns[address] = conn
         self.on_connect()
         opening.set_result(conn)
         return conn
 
+    def keep(self, addresses: Sequence[Address]) -> None:
+        """Retire the connections to every server not in ``addresses`` (no longer listed):
+        the requests on them get their replies, then they close."""
+        for address in [address for address in self._conns if address not in addresses]:
+            self._conns.pop(address).retire()
+
     def close(self) -> None:
-        for conn in self._conns:
-            if conn is not None and conn.transport is not None:
+        for conn in self._conns.values():
+            if conn.transport is not None:
                 conn.closed = True
                 conn.transport.close()
-        self._conns = [None] * len(self._conns)
+        self._conns.clear()
 
 
 def _expire(conn: _Connection, future: asyncio.Future[wire.Reply], timeout: float) -> None:

@@ -42,14 +42,8 @@ from ratewarden.storage._memcache_base import (
     Planned,
 )
 from ratewarden.storage._memcache_items import Failed, Item, LiveStep
-from ratewarden.storage._memcache_link import (
-    DEFAULT_PORT,
-    Address,
-    AsyncLink,
-    BlockingLink,
-    failure,
-    parse_url,
-)
+from ratewarden.storage._memcache_link import AsyncLink, BlockingLink, failure
+from ratewarden.storage._memcache_url import DEFAULT_PORT, Address, parse_url
 from ratewarden.storage._ops import Op
 
 __all__ = [
@@ -81,7 +75,7 @@ class MemcacheStore(MemcacheBase):
 
     def __init__(self, servers: str | Sequence[Address], **options: Any) -> None:
         super().__init__(servers, **options)
-        self._link = BlockingLink(self.servers, self.timeout, self._cache.clear)
+        self._link = BlockingLink(self.timeout, self._forget, self.tls)
         # One step at a time per item in this process (64 stripes of items), so that its
         # own threads do not beat each other's writes. A thread waits the timeout at most
         # for its turn: behind a hung server, the steps before it take a timeout each.
@@ -89,28 +83,31 @@ class MemcacheStore(MemcacheBase):
 
     def _run(self, planned: Planned[R]) -> R:
         item, step = planned
-        server = self.servers.of(item.wire)
         stripe = self._stripes[hash(item.wire) % _STRIPES]
         if not stripe.acquire(timeout=self.timeout):
+            servers = self.servers
             raise failure(
-                self.servers.names[server],
+                servers.names[servers.of(item.wire)],
                 f"the calls before this one on its item took the timeout ({self.timeout:g} s)",
             )
         try:
             # The connection first: opening one forgets the cached values the step may use.
-            conn = self._link.take(server)
+            # (A new connection clears ``cache`` in place; a new server list makes another.)
+            servers, cache = self._now()
+            address = servers.addresses[servers.of(item.wire)]
+            conn = self._link.take(address)
             try:
-                flow = self._transact(item, [step])
+                flow = self._transact(item, [step], cache)
                 request = next(flow)
                 while True:
-                    reply = self._link.exchange(server, conn, request)
+                    reply = self._link.exchange(conn, request)
                     try:
                         request = flow.send(reply)
                     except StopIteration as done:
                         result: R = _result(done.value[0])
                         return result
             finally:
-                self._link.give(server, conn)
+                self._link.give(address, conn)
         finally:
             stripe.release()
 
@@ -144,9 +141,9 @@ class MemcacheStore(MemcacheBase):
 
     def ping(self) -> bool:
         """True when every server answers within the timeout, False when one does not."""
-        for server in range(len(self.servers.addresses)):
+        for address in self.servers.addresses:
             try:
-                reply = self._link.call(server, wire.VERSION)
+                reply = self._link.call(address, wire.VERSION)
             except StorageError:
                 return False
             if reply.code != b"VERSION":
@@ -164,7 +161,7 @@ class AsyncMemcacheStore(MemcacheBase):
 
     def __init__(self, servers: str | Sequence[Address], **options: Any) -> None:
         super().__init__(servers, **options)
-        self._link = AsyncLink(self.servers, self.timeout, self._cache.clear)
+        self._link = AsyncLink(self.timeout, self._forget, self.tls)
         # Items with a step running in this process: the steps queued up behind it.
         self._queues: dict[bytes, list[_Waiting]] = {}
         self._drains: set[asyncio.Task[None]] = set()
@@ -209,8 +206,9 @@ class AsyncMemcacheStore(MemcacheBase):
             return
         try:
             # The connection first: opening one forgets the cached values the steps may use.
-            conn = await self._link.connection(self.servers.of(item.wire))
-            flow = self._transact(item, [step for step, _ in batch])
+            servers, cache = self._now()
+            conn = await self._link.connection(servers.addresses[servers.of(item.wire)])
+            flow = self._transact(item, [step for step, _ in batch], cache)
             request = next(flow)
             while True:
                 reply = await self._link.call(conn, request)
@@ -269,9 +267,9 @@ class AsyncMemcacheStore(MemcacheBase):
 
     async def ping(self) -> bool:
         """See ``MemcacheStore.ping``."""
-        for server in range(len(self.servers.addresses)):
+        for address in self.servers.addresses:
             try:
-                reply = await self._link.call(await self._link.connection(server), wire.VERSION)
+                reply = await self._link.call(await self._link.connection(address), wire.VERSION)
             except StorageError:
                 return False
             if reply.code != b"VERSION":

@@ -1,0 +1,252 @@
+"""Where a memcache store's servers are: the URL read, without I/O.
+
+::
+
+    memcache://HOST[:PORT][,HOST[:PORT]...]          the servers (memcached:// too)
+    memcaches://HOST[:PORT],...?OPTIONS              the same, over TLS
+    memcache+srv://_SERVICE._PROTO.NAME?OPTIONS      the servers a DNS SRV record lists
+    memcaches+srv://_SERVICE._PROTO.NAME?OPTIONS     both
+
+The port is 11211 when left out; an IPv6 address goes in brackets. TLS options, named as
+redis-py names them for ``rediss://``: ``ssl_ca_certs`` (the CA file to trust instead of
+the system's), ``ssl_certfile`` and ``ssl_keyfile`` (a client certificate, for servers that
+ask for one), ``ssl_check_hostname=false`` (the certificate's chain is still checked, not
+the name in it). SRV options: ``refresh`` (seconds between lookups, 0 for once at the
+start, as envoyproxy/ratelimit's ``MEMCACHE_SRV_REFRESH``) and ``nameserver`` (``IP[:PORT]``,
+comma-separated, instead of the system's resolver). Anything else is refused.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import ssl
+from collections.abc import Sequence
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, unquote
+
+from ratewarden import checks
+from ratewarden.errors import ConfigurationError
+
+__all__ = ["DEFAULT_PORT", "Address", "Tls", "Where", "check_addresses", "parse_url", "shown"]
+
+Address = tuple[str, int]
+
+DEFAULT_PORT = 11211
+DNS_PORT = 53
+#: scheme -> (over TLS, servers from an SRV record)
+_SCHEMES = {
+    "memcache": (False, False),
+    "memcached": (False, False),
+    "memcaches": (True, False),
+    "memcache+srv": (False, True),
+    "memcaches+srv": (True, True),
+}
+_TLS_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname")
+_SRV_OPTIONS = ("refresh", "nameserver")
+#: ``_service._proto.name``, as envoyproxy/ratelimit reads MEMCACHE_SRV.
+_SRV_NAME = re.compile(r"^_[^.]+\._[^.]+\.[^.].*$")
+
+
+@dataclass(frozen=True)
+class Tls:
+    """TLS to the servers: the files of the URL's options (None: the system's CAs)."""
+
+    ca_certs: str | None = None
+    certfile: str | None = None
+    keyfile: str | None = None
+    check_hostname: bool = True
+
+    def context(self) -> ssl.SSLContext:
+        """The client context these options describe; a file that cannot be read is a
+        ``ConfigurationError`` naming the option and the file."""
+        try:
+            context = ssl.create_default_context(cafile=self.ca_certs)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigurationError(
+                f"memcache TLS: ssl_ca_certs={self.ca_certs!r} cannot be read as PEM "
+                f"certificates: {exc}"
+            ) from None
+        context.check_hostname = self.check_hostname
+        if self.certfile is not None:
+            try:
+                context.load_cert_chain(self.certfile, self.keyfile)
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigurationError(
+                    f"memcache TLS: ssl_certfile={self.certfile!r} / ssl_keyfile="
+                    f"{self.keyfile!r} cannot be read as a PEM certificate and its key: {exc}"
+                ) from None
+        return context
+
+
+@dataclass(frozen=True)
+class Where:
+    """The servers (``addresses``), or the SRV name that lists them (``srv``), and TLS."""
+
+    addresses: tuple[Address, ...] = ()
+    srv: str = ""
+    refresh: float = 0.0
+    nameservers: tuple[Address, ...] = ()
+    tls: Tls | None = None
+
+
+def parse_url(url: str) -> Where:
+    """What a ``memcache://``, ``memcaches://`` or ``memcache(s)+srv://`` URL says (module doc)."""
+    scheme, sep, rest = url.partition("://") if isinstance(url, str) else ("", "", "")
+    if not sep or scheme.lower() not in _SCHEMES:
+        raise ConfigurationError(
+            f"memcache URL {url!r} must start with memcache:// (memcaches:// for TLS, "
+            "memcache+srv:// for a DNS SRV name) and list HOST:PORT, comma-separated"
+        )
+    over_tls, by_srv = _SCHEMES[scheme.lower()]
+    rest, _, query = rest.partition("?")
+    if rest.endswith("/"):
+        rest = rest[:-1]
+    if any(mark in rest for mark in "/#@"):
+        raise ConfigurationError(
+            f"memcache URL {url!r}: only HOST:PORT pairs, comma-separated (no path or user: "
+            "memcached has no databases and no passwords over this protocol)"
+        )
+    options = _options(url, query, over_tls, by_srv)
+    tls = _tls(url, options) if over_tls else None
+    if not by_srv:
+        addresses = check_addresses([_address(url, part.strip()) for part in rest.split(",")], url)
+        return Where(addresses=addresses, tls=tls)
+    name = rest.strip().rstrip(".")
+    if not _SRV_NAME.match(name) or any(c.isspace() or c in ",:[]" for c in name):
+        raise ConfigurationError(
+            f"memcache URL {url!r}: {rest!r} is not an SRV name: _SERVICE._PROTO.NAME, as "
+            "_memcache._tcp.cache.example.internal"
+        )
+    return Where(
+        srv=name,
+        refresh=_refresh(url, options.get("refresh", "0")),
+        nameservers=_nameservers(url, options.get("nameserver", "")),
+        tls=tls,
+    )
+
+
+def _options(url: str, query: str, over_tls: bool, by_srv: bool) -> dict[str, str]:
+    allowed = (_TLS_OPTIONS if over_tls else ()) + (_SRV_OPTIONS if by_srv else ())
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError:
+        raise ConfigurationError(f"memcache URL {url!r}: options are NAME=VALUE&...") from None
+    found: dict[str, str] = {}
+    for name, value in pairs:
+        if name not in allowed:
+            known = ", ".join(allowed) if allowed else "none"
+            why = ""
+            if name in _TLS_OPTIONS:
+                why = " (TLS options need memcaches://)"
+            elif name in _SRV_OPTIONS:
+                why = " (SRV options need memcache+srv://)"
+            raise ConfigurationError(
+                f"memcache URL {url!r}: unknown option {name!r}{why}; this URL takes: {known}"
+            )
+        if name in found:
+            raise ConfigurationError(f"memcache URL {url!r}: option {name!r} given twice")
+        found[name] = value
+    return found
+
+
+def _tls(url: str, options: dict[str, str]) -> Tls:
+    files = {}
+    for name in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
+        if name in options:
+            if not options[name]:
+                raise ConfigurationError(f"memcache URL {url!r}: {name} is empty")
+            files[name] = unquote(options[name])
+    if "ssl_keyfile" in files and "ssl_certfile" not in files:
+        raise ConfigurationError(
+            f"memcache URL {url!r}: ssl_keyfile without ssl_certfile (the key is the "
+            "client certificate's)"
+        )
+    check = options.get("ssl_check_hostname", "true").lower()
+    if check not in ("true", "false"):
+        raise ConfigurationError(
+            f"memcache URL {url!r}: ssl_check_hostname={check!r} must be true or false"
+        )
+    return Tls(
+        ca_certs=files.get("ssl_ca_certs"),
+        certfile=files.get("ssl_certfile"),
+        keyfile=files.get("ssl_keyfile"),
+        check_hostname=check == "true",
+    )
+
+
+def _refresh(url: str, text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not checks.is_number(seconds):
+        raise ConfigurationError(
+            f"memcache URL {url!r}: refresh={text!r} must be seconds >= 0 between SRV "
+            "lookups (0: once, at the start)"
+        )
+    return seconds
+
+
+def _nameservers(url: str, text: str) -> tuple[Address, ...]:
+    if not text:
+        return ()
+    found = []
+    for part in text.split(","):
+        host, port = _address(url, part.strip(), DNS_PORT)
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise ConfigurationError(
+                f"memcache URL {url!r}: nameserver {part.strip()!r} must be an IP address "
+                "(IP, IP:PORT or [IPv6]:PORT): a resolver's own name cannot be looked up"
+            ) from None
+        found.append((host, port))
+    return check_addresses(found, url)
+
+
+def _address(url: str, part: str, default_port: int = DEFAULT_PORT) -> Address:
+    if part.startswith("["):
+        host, close, tail = part[1:].partition("]")
+        if not close or (tail and not tail.startswith(":")):
+            raise ConfigurationError(f"memcache URL {url!r}: {part!r} is not [IPv6]:PORT")
+        colon, port_text = tail[:1], tail[1:]
+    else:
+        host, colon, port_text = part.partition(":")
+    if not host or any(c.isspace() for c in host):
+        raise ConfigurationError(f"memcache URL {url!r}: a server without a host ({part!r})")
+    if not colon:
+        return host, default_port
+    # ASCII digits only: str.isdigit() also takes '²' (which int() refuses) and '١٢'.
+    if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
+        raise ConfigurationError(f"memcache URL {url!r}: port {port_text!r} is not 1-65535")
+    return host, int(port_text)
+
+
+def check_addresses(addresses: Sequence[object], url: str | None = None) -> tuple[Address, ...]:
+    """``addresses`` as ``(host, port)`` pairs: a non-empty host, a port 1-65535, none twice."""
+    where = f"memcache URL {url!r}" if url is not None else "memcache servers"
+    found: list[Address] = []
+    for address in addresses:
+        if (
+            not isinstance(address, tuple)
+            or len(address) != 2
+            or not isinstance(address[0], str)
+            or not address[0]
+            or isinstance(address[1], bool)
+            or not isinstance(address[1], int)
+            or not 0 < address[1] < 65536
+        ):
+            raise ConfigurationError(f"{where}: {address!r} is not a (host, port 1-65535) pair")
+        found.append(address)
+    if not found:
+        raise ConfigurationError("a memcache store needs at least one server")
+    if len(set(found)) != len(found):
+        raise ConfigurationError(f"{where} names a server twice")
+    return tuple(found)
+
+
+def shown(address: Address) -> str:
+    """``host:port`` (``[v6]:port``), as messages and ``node_of`` name a server."""
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
