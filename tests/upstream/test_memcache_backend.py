@@ -1,10 +1,12 @@
 """envoyproxy/ratelimit's ``BACKEND_TYPE=memcache`` and its ``MEMCACHE_*`` settings.
 
-``MEMCACHE_HOST_PORT`` becomes the store URL ``memcache://...``; what ratewarden's store
-cannot do (servers from a DNS SRV record, TLS) is refused naming the variable; the rest of
-memcached's settings, and every Redis one beside ``BACKEND_TYPE=memcache`` (upstream's
-memcache backend reads none), are named in the start's "without effect" line. With the
-redis backend the ``MEMCACHE_*`` settings have no effect, as upstream's.
+``MEMCACHE_HOST_PORT`` becomes the store URL ``memcache://...``, ``MEMCACHE_SRV`` (and its
+refresh) ``memcache+srv://...``, ``MEMCACHE_TLS`` and its files ``memcaches://...?ssl_...``;
+what cannot act is refused naming the variable; the rest of memcached's settings, and every
+Redis one beside ``BACKEND_TYPE=memcache`` (upstream's memcache backend reads none), are
+named in the start's "without effect" line. With the redis backend the ``MEMCACHE_*``
+settings have no effect, as upstream's. (Serving over TLS and SRV for real:
+``tests/server/test_memcache_tls_srv_serve.py``.)
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from envoy.service.ratelimit.v3 import rls_pb2_grpc
 from ratewarden.errors import ConfigurationError
 from ratewarden.server import upstream_env, upstream_settings
 from ratewarden.server.settings import Settings, resolve
+from ratewarden.storage.memcache import parse_url
 from tests._memcached import MemcachedServer
 from tests._servers import HOST
 from tests.server.test_memcache_serve import RULES, count, items
@@ -80,43 +83,96 @@ def test_the_redis_settings_beside_the_memcache_backend_change_nothing() -> None
 
 
 def test_memcaches_tuning_settings_have_no_effect_and_say_why() -> None:
-    """MEMCACHE_MAX_IDLE_CONNS (one pipelined connection per server and process), the TLS
-    files while MEMCACHE_TLS is not true, and MEMCACHE_SRV_REFRESH (only with MEMCACHE_SRV)
-    are checked and named without effect; MEMCACHE_TLS=false is accepted."""
+    """MEMCACHE_MAX_IDLE_CONNS (one pipelined connection per server and process) and
+    MEMCACHE_SRV_REFRESH without MEMCACHE_SRV are checked and named without effect;
+    MEMCACHE_TLS=false is accepted."""
     environ = {
         **MEMCACHE,
         "MEMCACHE_MAX_IDLE_CONNS": "10",
         "MEMCACHE_SRV_REFRESH": "30s",
         "MEMCACHE_TLS": "false",
-        "MEMCACHE_TLS_CACERT": "/ca.pem",
-        "MEMCACHE_TLS_CLIENT_CERT": "/c.pem",
-        "MEMCACHE_TLS_CLIENT_KEY": "/k.pem",
-        "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION": "true",
     }
     assert settings(**environ).store_url == "memcache://m1:11211"
-    assert sorted(upstream_env.no_effect(environ)) == sorted(
-        set(environ) - {"BACKEND_TYPE", "MEMCACHE_HOST_PORT", "MEMCACHE_TLS"}
-    )
+    assert sorted(upstream_env.no_effect(environ)) == [
+        "MEMCACHE_MAX_IDLE_CONNS",
+        "MEMCACHE_SRV_REFRESH",
+    ]
     advice = upstream_settings.UPSTREAM["MEMCACHE_MAX_IDLE_CONNS"].advice
     assert "one connection per memcached server" in advice
-    assert "MEMCACHE_HOST_PORT" in upstream_settings.UPSTREAM["MEMCACHE_SRV_REFRESH"].advice
-    assert "MEMCACHE_TLS=true" in upstream_settings.UPSTREAM["MEMCACHE_TLS_CACERT"].advice
     with pytest.raises(ConfigurationError, match="MEMCACHE_MAX_IDLE_CONNS='many'"):
         settings(**MEMCACHE, MEMCACHE_MAX_IDLE_CONNS="many")
+    with pytest.raises(ConfigurationError, match="MEMCACHE_SRV_REFRESH='soon'"):
+        settings(**MEMCACHE, MEMCACHE_SRV_REFRESH="soon")
+
+
+@pytest.mark.parametrize(
+    ("environ", "url"),
+    [
+        (
+            {"MEMCACHE_SRV": "_memcache._tcp.cache.example.org"},
+            "memcache+srv://_memcache._tcp.cache.example.org",
+        ),
+        (
+            {"MEMCACHE_SRV": "_mc._tcp.c.example", "MEMCACHE_SRV_REFRESH": "1m30s"},
+            "memcache+srv://_mc._tcp.c.example?refresh=90",
+        ),
+        (
+            {"MEMCACHE_SRV": "_mc._tcp.c.example", "MEMCACHE_SRV_REFRESH": "500ms"},
+            "memcache+srv://_mc._tcp.c.example?refresh=0.5",
+        ),
+        ({"MEMCACHE_HOST_PORT": "m1:11211", "MEMCACHE_TLS": "true"}, "memcaches://m1:11211"),
+        (
+            {
+                "MEMCACHE_HOST_PORT": "m1:11211,m2:11211",
+                "MEMCACHE_TLS": "true",
+                "MEMCACHE_TLS_CACERT": "/etc/ca dir/ca.pem",
+                "MEMCACHE_TLS_CLIENT_CERT": "/c.pem",
+                "MEMCACHE_TLS_CLIENT_KEY": "/k.pem",
+                "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION": "true",
+            },
+            "memcaches://m1:11211,m2:11211?ssl_ca_certs=%2Fetc%2Fca+dir%2Fca.pem"
+            "&ssl_certfile=%2Fc.pem&ssl_keyfile=%2Fk.pem&ssl_check_hostname=false",
+        ),
+        (
+            {"MEMCACHE_SRV": "_mc._tcp.c", "MEMCACHE_TLS": "true", "MEMCACHE_SRV_REFRESH": "5s"},
+            "memcaches+srv://_mc._tcp.c?refresh=5",
+        ),
+    ],
+)
+def test_memcache_srv_and_tls_become_the_store_url(environ: dict[str, str], url: str) -> None:
+    """MEMCACHE_SRV (and MEMCACHE_SRV_REFRESH, a Go duration) and MEMCACHE_TLS (and its
+    files) are mapped into the store URL, which the store reads back as meant."""
+    chosen = settings(BACKEND_TYPE="memcache", **environ)
+    assert chosen.store_url == url
+    where = parse_url(url)
+    assert where.srv == environ.get("MEMCACHE_SRV", "")
+    assert (where.tls is not None) == (environ.get("MEMCACHE_TLS") == "true")
+    if "MEMCACHE_TLS_CACERT" in environ:
+        assert where.tls is not None and where.tls.ca_certs == environ["MEMCACHE_TLS_CACERT"]
+        assert where.tls.check_hostname is False
+    applied = set(upstream_settings.applied({"BACKEND_TYPE": "memcache", **environ}))
+    assert applied == {"BACKEND_TYPE", *environ}
 
 
 @pytest.mark.parametrize(
     ("environ", "message"),
     [
         ({"BACKEND_TYPE": "memcache"}, "BACKEND_TYPE=memcache needs MEMCACHE_HOST_PORT"),
+        ({**MEMCACHE, "MEMCACHE_SRV": "_m._tcp.x"}, "MEMCACHE_HOST_PORT and MEMCACHE_SRV are"),
         (
-            {"BACKEND_TYPE": "memcache", "MEMCACHE_SRV": "_memcache._tcp.example.org"},
-            "MEMCACHE_SRV='_memcache._tcp.example.org' cannot be honoured: ratewarden does not "
-            "look memcached servers up in DNS SRV records; list them in MEMCACHE_HOST_PORT",
+            {**MEMCACHE, "MEMCACHE_TLS_CACERT": "/ca.pem"},
+            "MEMCACHE_TLS_CACERT, MEMCACHE_TLS_CLIENT_CERT, MEMCACHE_TLS_CLIENT_KEY, "
+            "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION need MEMCACHE_TLS=true",
         ),
-        ({**MEMCACHE, "MEMCACHE_SRV": "_m._tcp.x"}, "MEMCACHE_SRV='_m._tcp.x' cannot be"),
-        ({**MEMCACHE, "MEMCACHE_TLS": "true"}, "MEMCACHE_TLS=true cannot be honoured"),
-        ({**MEMCACHE, "MEMCACHE_TLS": "1"}, "does not speak TLS to memcached"),
+        (
+            {**MEMCACHE, "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION": "true"},
+            "need MEMCACHE_TLS=true",
+        ),
+        (
+            {**MEMCACHE, "MEMCACHE_TLS": "true", "MEMCACHE_TLS_CLIENT_CERT": "/c.pem"},
+            "MEMCACHE_TLS_CLIENT_CERT and MEMCACHE_TLS_CLIENT_KEY go together",
+        ),
+        ({**MEMCACHE, "MEMCACHE_TLS": "maybe"}, "MEMCACHE_TLS='maybe'"),
         (
             {"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "m1"},
             "MEMCACHE_HOST_PORT='m1': 'm1' is not HOST:PORT",
@@ -142,8 +198,8 @@ def test_memcaches_tuning_settings_have_no_effect_and_say_why() -> None:
 def test_what_the_memcache_store_cannot_do_stops_the_start_naming_the_variable(
     environ: dict[str, str], message: str
 ) -> None:
-    """No MEMCACHE_HOST_PORT, MEMCACHE_SRV (no DNS SRV lookup is built), MEMCACHE_TLS=true
-    (no TLS to memcached), a server that is not HOST:PORT: refused, naming the variable."""
+    """No MEMCACHE_HOST_PORT nor MEMCACHE_SRV, both, TLS files without MEMCACHE_TLS=true, half
+    a client certificate, a server that is not HOST:PORT: refused, naming the variable."""
     with pytest.raises(ConfigurationError) as caught:
         settings(**environ)
     assert message in str(caught.value)

@@ -74,7 +74,8 @@ NO_RULES = "no rate limit configuration loaded"
 
 
 def open_store(url: str, *, prefix: str = "rw", timeout: float = 0.02) -> AsyncStore:
-    """The store ``url`` names: ``memory`` (embedded), ``memcache://HOST:PORT[,...]`` or a Redis
+    """The store ``url`` names: ``memory`` (embedded), ``memcache://HOST:PORT[,...]`` (over TLS,
+    from a DNS SRV record: ``storage/_memcache_url``) or a Redis
     URL (``ratewarden[redis]``), its keys starting with ``prefix``, each call to a server
     waiting ``timeout`` seconds at most."""
     scheme = store_scheme(url)
@@ -96,7 +97,9 @@ def open_store(url: str, *, prefix: str = "rw", timeout: float = 0.02) -> AsyncS
         if "://" not in url or scheme.startswith(("redis", "valkey", "unix")):
             raise
         # An unknown scheme: the Redis URL's message lists its own schemes only.
-        raise ConfigurationError(f"{exc}, memcache:// (memcached://) or memory") from None
+        raise ConfigurationError(
+            f"{exc}, memcache:// (memcached://, memcaches://, memcache+srv://) or memory"
+        ) from None
 
 
 def settings_store(settings: Settings) -> AsyncStore:

@@ -111,7 +111,8 @@ OPTIONS: dict[str, Option] = {
         "--store",
         text,
         "memory (default), redis://, rediss://, a Sentinel or Cluster URL, or "
-        "memcache://HOST:PORT[,HOST:PORT...]",
+        "memcache://HOST:PORT[,HOST:PORT...] (memcaches:// over TLS, memcache+srv://_SERVICE."
+        "_PROTO.NAME from a DNS SRV record)",
     ),
     "store_per_second": Option(
         "--store-per-second",

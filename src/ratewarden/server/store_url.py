@@ -2,7 +2,8 @@
 
 ``redacted`` is what every log line, message and ``repr`` prints instead of the
 URL itself; ``store_scheme`` tells the embedded memory store from memcached
-(``memcache://HOST:PORT[,HOST:PORT...]``, or ``memcached://``) and from Redis.
+(``memcache://HOST:PORT[,HOST:PORT...]``, ``memcached://``, ``memcaches://`` over TLS,
+``memcache+srv://`` and ``memcaches+srv://`` from a DNS SRV record) and from Redis.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from urllib.parse import urlsplit
 
 __all__ = ["MEMCACHE_SCHEMES", "redacted", "store_scheme"]
 
-#: The schemes of a memcached store's URL; ``store_scheme`` names both ``memcache``.
-MEMCACHE_SCHEMES = ("memcache", "memcached")
+#: The schemes of a memcached store's URL; ``store_scheme`` names each ``memcache``.
+MEMCACHE_SCHEMES = ("memcache", "memcached", "memcaches", "memcache+srv", "memcaches+srv")
 
 _PASSWORD_OPTION = re.compile(r"([?&][^=&#]*password[^=&#]*=)[^&#]*", re.IGNORECASE)
 
@@ -40,7 +41,7 @@ def redacted(url: str) -> str:
 
 def store_scheme(url: str) -> str:
     """``memory`` for the embedded store (``memory`` or ``memory://``), ``memcache`` for
-    memcached (``memcache://`` or ``memcached://``), else the URL's scheme (lowercase)."""
+    memcached (``MEMCACHE_SCHEMES``), else the URL's scheme (lowercase)."""
     if url in ("memory", "memory://"):
         return "memory"
     try:

@@ -4,15 +4,22 @@
 and the per-second store's with ``REDIS_PERSECOND``. ``memcache`` takes memcached's::
 
     BACKEND_TYPE=memcache, MEMCACHE_HOST_PORT=h1:p1,h2:p2      memcache://h1:p1,h2:p2
+    BACKEND_TYPE=memcache, MEMCACHE_SRV=_mc._tcp.cache,
+                           MEMCACHE_SRV_REFRESH=30s            memcache+srv://_mc._tcp.cache?refresh=30
+    ... and MEMCACHE_TLS=true, MEMCACHE_TLS_CACERT=/ca.pem     memcaches://...?ssl_ca_certs=%2Fca.pem
 
-as upstream reads them (``src/memcached/cache_impl.go``), where a ratewarden store can:
+as upstream reads them (``src/memcached/cache_impl.go``, ``src/settings/settings.go``):
 
-- ``MEMCACHE_HOST_PORT`` is needed, a comma-separated list of ``HOST:PORT`` (an IPv6 host in
+- ``MEMCACHE_HOST_PORT`` or ``MEMCACHE_SRV`` is needed, not both (upstream stops then too).
+  ``MEMCACHE_HOST_PORT`` is a comma-separated list of ``HOST:PORT`` (an IPv6 host in
   brackets), each server once; a Unix socket path (upstream's client takes one) is refused.
-- ``MEMCACHE_SRV`` (servers from a DNS SRV record) is refused: no SRV lookup is built; list the
-  servers in ``MEMCACHE_HOST_PORT``. ``MEMCACHE_SRV_REFRESH`` acts only with it: no effect.
-- ``MEMCACHE_TLS=true`` is refused: the store speaks to memcached without TLS. Its files
-  (``MEMCACHE_TLS_CACERT``...) act only with it: no effect.
+  ``MEMCACHE_SRV`` is ``_SERVICE._PROTO.NAME``, looked up at the start and, with
+  ``MEMCACHE_SRV_REFRESH`` (a Go duration), again that often (needs dnspython:
+  ``ratewarden[memcache-srv]``).
+- ``MEMCACHE_TLS=true`` speaks TLS to every server: ``MEMCACHE_TLS_CACERT`` (else the
+  system's CAs), ``MEMCACHE_TLS_CLIENT_CERT`` and ``_KEY`` (both or neither),
+  ``MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION`` (the chain is still checked, as upstream's).
+  Those set without ``MEMCACHE_TLS=true`` are refused rather than left unused.
 - ``MEMCACHE_MAX_IDLE_CONNS``: no effect (one pipelined connection per server per process).
 - The Redis settings have no effect, as upstream's memcache backend reads none of them:
   ``REDIS_TIMEOUT`` neither (upstream's memcached client waits its own fixed 500 ms);
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlencode
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.server import upstream_redis
@@ -36,6 +44,12 @@ __all__ = ["BACKENDS", "store"]
 
 #: BACKEND_TYPE's values, as upstream's runner switches on them.
 BACKENDS = ("redis", "memcache")
+#: memcached's TLS files, as the store URL's options name them.
+_TLS_FILES = {
+    "MEMCACHE_TLS_CACERT": "ssl_ca_certs",
+    "MEMCACHE_TLS_CLIENT_CERT": "ssl_certfile",
+    "MEMCACHE_TLS_CLIENT_KEY": "ssl_keyfile",
+}
 
 
 def store(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -56,34 +70,55 @@ def store(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _memcache_url(values: Mapping[str, Any]) -> str:
-    if "MEMCACHE_SRV" in values:
+    srv = str(values.get("MEMCACHE_SRV", "")).strip()
+    if srv and "MEMCACHE_HOST_PORT" in values:
         raise ConfigurationError(
-            f"MEMCACHE_SRV={values['MEMCACHE_SRV']!r} cannot be honoured: ratewarden does not "
-            "look memcached servers up in DNS SRV records; list them in MEMCACHE_HOST_PORT "
-            "(HOST:PORT,HOST:PORT) and unset MEMCACHE_SRV"
+            "MEMCACHE_HOST_PORT and MEMCACHE_SRV are both set: give the servers one way "
+            "(upstream refuses both too)"
         )
-    if values.get("MEMCACHE_TLS"):
-        raise ConfigurationError(
-            "MEMCACHE_TLS=true cannot be honoured: ratewarden's memcache store does not speak "
-            "TLS to memcached; reach memcached over a trusted network with MEMCACHE_TLS unset, "
-            "or use BACKEND_TYPE=redis with REDIS_TLS"
-        )
-    if "MEMCACHE_HOST_PORT" not in values:
+    if not srv and "MEMCACHE_HOST_PORT" not in values:
         raise ConfigurationError(
             "BACKEND_TYPE=memcache needs MEMCACHE_HOST_PORT, the memcached servers as "
-            "HOST:PORT,HOST:PORT (MEMCACHE_SRV, upstream's other way, is not built)"
+            "HOST:PORT,HOST:PORT, or MEMCACHE_SRV, a DNS SRV name that lists them"
         )
-    text = str(values["MEMCACHE_HOST_PORT"])
-    servers = [part.strip() for part in text.split(",")]
-    for server in servers:
-        _check_server(text, server)
-    for index, server in enumerate(servers):
-        if server in servers[:index]:
-            raise ConfigurationError(
-                f"MEMCACHE_HOST_PORT={text!r} names {server!r} twice: list each server once "
-                "(ratewarden spreads the items evenly over the servers)"
-            )
-    return "memcache://" + ",".join(servers)
+    options = _tls_options(values)
+    tls = bool(value_of(values, "MEMCACHE_TLS"))
+    if srv:
+        refresh = float(value_of(values, "MEMCACHE_SRV_REFRESH"))
+        if refresh < 0:
+            raise ConfigurationError(f"MEMCACHE_SRV_REFRESH={refresh:g}s must not be negative")
+        if refresh:
+            options["refresh"] = f"{refresh:g}"
+        where = f"{'memcaches' if tls else 'memcache'}+srv://{srv}"
+    else:
+        text = str(values["MEMCACHE_HOST_PORT"])
+        servers = [part.strip() for part in text.split(",")]
+        for server in servers:
+            _check_server(text, server)
+        for index, server in enumerate(servers):
+            if server in servers[:index]:
+                raise ConfigurationError(
+                    f"MEMCACHE_HOST_PORT={text!r} names {server!r} twice: list each server "
+                    "once (ratewarden spreads the items evenly over the servers)"
+                )
+        where = f"{'memcaches' if tls else 'memcache'}://" + ",".join(servers)
+    return where + (f"?{urlencode(options)}" if options else "")
+
+
+def _tls_options(values: Mapping[str, Any]) -> dict[str, str]:
+    """The TLS options of the store URL; files set without ``MEMCACHE_TLS=true`` refused."""
+    options = {option: str(values[name]) for name, option in _TLS_FILES.items() if values.get(name)}
+    if value_of(values, "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION"):
+        options["ssl_check_hostname"] = "false"
+    if options and not value_of(values, "MEMCACHE_TLS"):
+        named = ", ".join((*_TLS_FILES, "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION"))
+        raise ConfigurationError(f"{named} need MEMCACHE_TLS=true; set it, or unset them")
+    if ("ssl_certfile" in options) != ("ssl_keyfile" in options):
+        raise ConfigurationError(
+            "MEMCACHE_TLS_CLIENT_CERT and MEMCACHE_TLS_CLIENT_KEY go together: the client "
+            "certificate and its key; set both or neither"
+        )
+    return options
 
 
 def _check_server(text: str, server: str) -> None:

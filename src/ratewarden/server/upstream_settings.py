@@ -115,10 +115,6 @@ _XDS_BACKOFF = (
     "waits CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL, doubled per failure in a row up to "
     "XDS_CLIENT_BACKOFF_MAX_INTERVAL, each wait jittered between half and 1.5 times"
 )
-_MEMCACHE_TLS = (
-    "read only with MEMCACHE_TLS=true, which is refused: ratewarden's memcache store does "
-    "not speak TLS"
-)
 _POOL = "ratewarden's Redis client opens connections as calls need them"
 _PIPELINE = "ratewarden already sends the decisions of calls in flight together"
 
@@ -264,15 +260,11 @@ UPSTREAM: dict[str, Upstream] = {
         "ratewarden keeps one connection per memcached server in each process and writes "
         "the requests of the calls in flight on it together; there is no pool to size",
     ),
-    "MEMCACHE_SRV": _mapped(""),  # refused with BACKEND_TYPE=memcache: no SRV lookup
-    "MEMCACHE_SRV_REFRESH": _no_effect(
-        "0",
-        go_duration,
-        "read only with MEMCACHE_SRV, which is refused: list the servers in MEMCACHE_HOST_PORT",
-    ),
-    "MEMCACHE_TLS": _mapped("false", go_bool),  # true refused with BACKEND_TYPE=memcache
+    "MEMCACHE_SRV": _mapped(""),
+    "MEMCACHE_SRV_REFRESH": _mapped("0", go_duration),  # acts only with MEMCACHE_SRV (_idle)
+    "MEMCACHE_TLS": _mapped("false", go_bool),
     **{
-        name: _no_effect(default, parse, _MEMCACHE_TLS)
+        name: _mapped(default, parse)
         for name, default, parse in (
             ("MEMCACHE_TLS_CLIENT_CERT", "", go_text),
             ("MEMCACHE_TLS_CLIENT_KEY", "", go_text),
@@ -345,6 +337,8 @@ def _idle(environ: Mapping[str, str], name: str) -> bool:
         if name.startswith("PROMETHEUS_"):
             mapper = name.endswith("_MILLISECONDS") and environ.get("PROMETHEUS_MAPPER_YAML")
             return bool(mapper) or not go_bool(environ.get("USE_PROMETHEUS", "") or "false")
+        if name == "MEMCACHE_SRV_REFRESH":
+            return not environ.get("MEMCACHE_SRV", "").strip()
         if name == "FORCE_START_WITHOUT_INITIAL_CONFIG":
             return config_type(environ.get("CONFIG_TYPE", "") or "FILE") == "FILE"
     except ConfigurationError:
