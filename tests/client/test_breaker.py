@@ -123,6 +123,40 @@ def test_what_counts_as_a_failure(throttle_server: LiveASGI, fresh_name: Callabl
             client.get(f"{base}/{fresh_name()}?n=0")
 
 
+def test_a_retry_after_on_the_failures_holds_the_circuit_open_that_long(
+    throttle_server: LiveASGI,
+    throttle_state: ThrottleState,
+    fresh_name: Callable[[], str],
+) -> None:
+    """Three 503s saying Retry-After: 120 open the host's circuit for 120 s, not the
+    breaker's 30: no probe goes at 30 s, one goes at 120. A Retry-After shorter than the
+    cool-down (5 s) does not shorten it; one past max_hold (a day) holds max_hold."""
+    clock = RecordingClock()
+    base = f"{throttle_server.url}/throttle"
+    breaker = CircuitBreaker(
+        per_node=True, failures=3, failure_ratio=None, cooldown=30, max_hold=600, clock=clock
+    )
+    with sync_client(clock, breaker, policy=ONCE) as client:
+        name = fresh_name()
+        url = f"{base}/{name}?n=3&status=503&h=Retry-After:120"
+        assert [client.get(url).status_code for _ in range(3)] == [503] * 3
+        with pytest.raises(HostCircuitOpenError, match=r"next probe in 120\.000 s"):
+            client.get(url)
+        clock.advance(30)
+        with pytest.raises(HostCircuitOpenError, match=r"next probe in 90\.000 s"):
+            client.get(url)
+        clock.advance(90)
+        assert client.get(url).status_code == 200  # the probe, past the server's 120 s
+        assert len(throttle_state.attempts[name]) == 4
+        for retry_after, held in (("5", "30.000"), ("86400", "600.000")):
+            url = f"{base}/{fresh_name()}?n=3&status=503&h=Retry-After:{retry_after}"
+            assert [client.get(url).status_code for _ in range(3)] == [503] * 3
+            with pytest.raises(HostCircuitOpenError, match=f"next probe in {held} s"):
+                client.get(url)
+            clock.advance(600)
+            assert client.get(url).status_code == 200
+
+
 async def test_async_circuit_opens_per_host_and_probes_after_the_cooldown(
     throttle_server: LiveASGI,
     other_server: LiveASGI,

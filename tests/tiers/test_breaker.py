@@ -139,6 +139,58 @@ def test_late_failures_while_open_do_not_extend_the_cooldown() -> None:
     assert breaker.allow()
 
 
+def test_a_hold_longer_than_the_cooldown_keeps_it_open_that_long() -> None:
+    """failure(hold=...) is the other side's Retry-After: the circuit that failure opens
+    stays open for the longest hold since the last success (at most max_hold), never for
+    less than the cool-down; a success forgets the holds; a failed probe's hold counts."""
+    clock = ManualClock()
+    breaker, _ = make(clock, failures=3, failure_ratio=None, cooldown=1.0, max_hold=60)
+    for hold in (0.0, 5.0, 2.0):  # the longest of the run opens it
+        assert breaker.allow()
+        breaker.failure(hold=hold)
+    assert breaker.retry_in() == 5.0
+    clock.advance(4.9)
+    assert not breaker.allow()
+    clock.advance(0.1)
+    assert breaker.allow()  # the probe
+    breaker.failure(hold=3600)  # fails, asking for an hour: max_hold
+    assert breaker.retry_in() == 60.0
+    clock.advance(60)
+    assert breaker.allow()
+    breaker.success()
+    assert breaker.allow()
+    breaker.failure(hold=9)
+    breaker.success()  # the success forgets the 9 s
+    fail(breaker, 3)
+    assert breaker.retry_in() == 1.0
+
+
+def test_a_late_failure_with_a_hold_extends_the_open_circuit() -> None:
+    """A call let through before it opened that fails late asking for 10 s pushes the
+    probe back to 10 s from then (without a hold it does not: above)."""
+    clock = ManualClock()
+    breaker, _ = make(clock, failures=1, cooldown=1.0)
+    assert breaker.allow() and breaker.allow()
+    breaker.failure()
+    clock.advance(0.5)
+    breaker.failure(hold=10)
+    assert breaker.retry_in() == 10.0
+    clock.advance(9.9)
+    assert not breaker.allow()
+    clock.advance(0.1)
+    assert breaker.allow()
+
+
+@pytest.mark.parametrize("hold", [-1, float("nan"), float("inf"), "5", True])
+def test_a_hold_that_is_not_seconds_is_refused(hold: object) -> None:
+    breaker, _ = make(ManualClock(), failures=1)
+    with pytest.raises(ConfigurationError, match="failure hold"):
+        breaker.failure(hold=hold)  # type: ignore[arg-type]
+    assert breaker.state == "closed"
+    with pytest.raises(ConfigurationError, match="max_hold"):
+        make(ManualClock(), max_hold=0)
+
+
 def test_several_probes_when_asked() -> None:
     """probes=3 lets three callers through while half open, not a fourth."""
     clock = ManualClock()

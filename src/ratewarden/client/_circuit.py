@@ -32,7 +32,7 @@ class HostBreaker(Protocol):
 
     def success(self, node: str = "") -> None: ...
 
-    def failure(self, node: str = "") -> None: ...
+    def failure(self, node: str = "", hold: float = 0.0) -> None: ...
 
     def abandon(self, node: str = "") -> None: ...
 
@@ -109,14 +109,18 @@ class Circuit:
         """Seconds the circuit stays open (0: closed, half open, or no breaker)."""
         return 0.0 if self.breaker is None else self.breaker.retry_in(self.origin)
 
-    def report(self, failed: bool | None) -> None:
+    def report(self, failed: bool | None, hold: float | None = None) -> None:
         """The verdict on the attempt let through (None: none, the place is given back);
-        after the first, further reports of the same attempt do nothing."""
+        after the first, further reports of the same attempt do nothing. ``hold``: the
+        seconds a failed response asked the client to wait (its ``Retry-After``): the
+        circuit that failure opens stays open at least that long."""
         if not self.pending or self.breaker is None:
             return
         self.pending = False
         if failed is None:
             self.breaker.abandon(self.origin)
+        elif failed and hold is not None and hold > 0:
+            self.breaker.failure(self.origin, hold=hold)
         elif failed:
             self.breaker.failure(self.origin)
         else:

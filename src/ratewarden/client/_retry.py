@@ -127,15 +127,18 @@ class Retrier:
                     error = exc
                 else:
                     status = response.status_code
+                    failed = status >= 500 or status == 429
+                    hint = None  # the server's wish: the retry's wait, the circuit's hold
+                    if failed or status in policy.statuses:
+                        hint = retry_hint(response.headers, self.clock.now())
                     if not retried or status not in policy.statuses:
-                        circuit.report(status >= 500 or status == 429)
+                        circuit.report(failed, hint)
                         return response
                     if status >= 500:
-                        circuit.report(True)
-                    hint = retry_hint(response.headers, self.clock.now())
+                        circuit.report(True, hint)
                     delay = self._next(attempts, waited, hint, f"HTTP {status}", circuit)
                     if isinstance(delay, str):
-                        circuit.report(status == 429)  # given up on: a 429 counts now
+                        circuit.report(status == 429, hint)  # given up on: a 429 counts now
                         if not policy.raise_on_give_up:
                             return response
                         if io.read is not None:

@@ -3,14 +3,17 @@
 Three states, with time from an injected clock::
 
     closed ──(N consecutive failures, or failure ratio over the last W calls)──► open
-    open ──(cool-down elapsed; the next caller becomes the probe)──► half_open
+    open ──(cool-down elapsed, or a longer hold; the next caller becomes the probe)──► half_open
     half_open ──(probe succeeds)──► closed        half_open ──(probe fails)──► open
 
 While open, ``allow()`` answers False at once: callers take their failure mode
 without a store call. After ``cooldown`` seconds one caller (``probes`` callers
 at most) is let through as a probe; everyone else is still refused until the
 probe reports back. A probe that never reports (cancelled, or an error that is
-not a storage failure) gives its place back through ``abandon()``.
+not a storage failure) gives its place back through ``abandon()``. A failure may
+carry a ``hold``, the seconds the other side asked for (an HTTP ``Retry-After``):
+the circuit it opens stays open that long if it is longer than the cool-down
+(``max_hold`` at most), never shorter.
 
 With ``per_node=True`` it keeps one such circuit per store node (a Redis
 Cluster's primaries): each method takes the node a call goes to, and an
@@ -75,6 +78,7 @@ class CircuitBreaker:
       calls are in the window (default 0.5 of 20, from 10 calls); ``None`` turns
       the ratio off.
     - ``cooldown``: seconds open before a probe is let through (default 1.0).
+    - ``max_hold``: the longest a failure's ``hold`` keeps it open (default 300 s).
     - ``probes``: callers let through at once while half open (default 1).
     - ``per_node``: one circuit per store node, named ``<name>@<node>`` (default
       False: one for the whole store). A limiter asks its store for the node of
@@ -90,15 +94,18 @@ class CircuitBreaker:
         "_clock",
         "_consecutive",
         "_cooldown_us",
+        "_hold_us",
         "_in_flight",
         "_lock",
+        "_max_hold_us",
         "_metrics",
         "_nodes",
-        "_opened_at_us",
+        "_open_until_us",
         "_state",
         "cooldown",
         "failure_ratio",
         "failures",
+        "max_hold",
         "min_calls",
         "name",
         "per_node",
@@ -114,6 +121,7 @@ class CircuitBreaker:
         window: int = 20,
         min_calls: int = 10,
         cooldown: float = 1.0,
+        max_hold: float = 300.0,
         probes: int = 1,
         clock: Clock | None = None,
         metrics: Metrics = NO_METRICS,
@@ -131,6 +139,8 @@ class CircuitBreaker:
             )
         self.cooldown = _seconds("cooldown", cooldown)
         self._cooldown_us = max(1, math.ceil(self.cooldown * 1_000_000))
+        self.max_hold = _seconds("max_hold", max_hold)
+        self._max_hold_us = math.ceil(self.max_hold * 1_000_000)
         self.probes = _whole("probes", probes, 1)
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"CircuitBreaker name {name!r} must be a non-empty string")
@@ -146,7 +156,8 @@ class CircuitBreaker:
         self._state = CLOSED
         self._consecutive = 0
         self._calls: deque[bool] = deque(maxlen=self.window)  # True = failed
-        self._opened_at_us = 0
+        self._open_until_us = 0
+        self._hold_us = 0  # the longest hold of the failures since the last success or open
         self._in_flight = 0
 
     @property
@@ -183,6 +194,7 @@ class CircuitBreaker:
                 window=self.window,
                 min_calls=self.min_calls,
                 cooldown=self.cooldown,
+                max_hold=self.max_hold,
                 probes=self.probes,
                 clock=self._clock,
                 metrics=self._metrics,
@@ -200,7 +212,7 @@ class CircuitBreaker:
             if self._state == CLOSED:
                 return True
             if self._state == OPEN:
-                if self._clock.now_us() - self._opened_at_us < self._cooldown_us:
+                if self._clock.now_us() < self._open_until_us:
                     return False
                 self._move(HALF_OPEN)
             if self._in_flight >= self.probes:
@@ -215,7 +227,7 @@ class CircuitBreaker:
         with self._lock:
             if self._state != OPEN:
                 return 0.0
-            return max(0, self._opened_at_us + self._cooldown_us - self._clock.now_us()) / 1e6
+            return max(0, self._open_until_us - self._clock.now_us()) / 1e6
 
     def success(self, node: str = "") -> None:
         """The call allowed by ``allow()`` got an answer from the store."""
@@ -224,6 +236,7 @@ class CircuitBreaker:
             return
         with self._lock:
             self._consecutive = 0
+            self._hold_us = 0
             if self._state == HALF_OPEN:
                 self._in_flight = 0
                 self._calls.clear()
@@ -231,17 +244,25 @@ class CircuitBreaker:
                 return
             self._calls.append(False)
 
-    def failure(self, node: str = "") -> None:
-        """The call allowed by ``allow()`` failed (unavailable, timed out, refused)."""
+    def failure(self, node: str = "", hold: float = 0.0) -> None:
+        """The call allowed by ``allow()`` failed (unavailable, timed out, refused); ``hold``:
+        seconds the other side asked to be left alone (a ``Retry-After``), if any."""
         if node and self.per_node:
-            self._node(node).failure()
+            self._node(node).failure(hold=hold)
             return
+        if not is_number(hold):
+            raise ConfigurationError(f"CircuitBreaker failure hold {hold!r}: seconds >= 0")
         with self._lock:
+            self._hold_us = max(self._hold_us, min(math.ceil(hold * 1e6), self._max_hold_us))
             if self._state == HALF_OPEN:
                 self._open()
                 return
-            if self._state == OPEN:
-                return  # a call let through before it opened, reporting late
+            if self._state == OPEN:  # a call let through before it opened, reporting late
+                if self._hold_us:
+                    until = self._clock.now_us() + self._hold_us
+                    self._open_until_us = max(self._open_until_us, until)
+                    self._hold_us = 0
+                return
             self._consecutive += 1
             self._calls.append(True)
             if self._consecutive >= self.failures or self._ratio_exceeded():
@@ -263,6 +284,7 @@ class CircuitBreaker:
                 return
             self._in_flight = 0
             self._consecutive = 0
+            self._hold_us = 0
             self._calls.clear()
             self._move(CLOSED)
 
@@ -281,7 +303,8 @@ class CircuitBreaker:
         return sum(self._calls) >= self.failure_ratio * len(self._calls)
 
     def _open(self) -> None:
-        self._opened_at_us = self._clock.now_us()
+        self._open_until_us = self._clock.now_us() + max(self._cooldown_us, self._hold_us)
+        self._hold_us = 0
         self._in_flight = 0
         self._consecutive = 0
         self._calls.clear()
