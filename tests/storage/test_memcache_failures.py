@@ -19,6 +19,8 @@ import pytest
 
 from ratewarden import Rate
 from ratewarden.errors import StorageError, StorageUnavailableError
+from ratewarden.storage import _memcache_wire as wire
+from ratewarden.storage._memcache_link import BlockingLink
 from ratewarden.storage.memcache import AsyncMemcacheStore, MemcacheStore
 from ratewarden.testing import ManualClock
 from tests._memcached import MemcachedServer
@@ -491,3 +493,17 @@ def test_raw_helpers_read_the_server(memcached: MemcachedServer) -> None:
     assert raw_get(memcached, b"absent") is None
     assert raw(memcached, b"ms here 2 T0\r\nhi\r\n") == b"HD\r\n"
     assert raw_get(memcached, b"here") == b"hi"
+
+
+def test_a_command_the_server_does_not_know_says_memcached_16_is_needed(
+    memcached: MemcachedServer,
+) -> None:
+    """memcached answers ERROR to a command it does not know, which is what a memcached older
+    than 1.6 answers to every meta command the store sends: the error says which version
+    the store needs (a real server, sent a command no version knows)."""
+    link = BlockingLink(TIMEOUT)
+    with pytest.raises(StorageError, match=r"needs memcached 1\.6 or later") as caught:
+        link.call(memcached.address, b"mx nothing\r\n")
+    assert not isinstance(caught.value, StorageUnavailableError)
+    assert link.call(memcached.address, wire.VERSION).code == b"VERSION"  # a new connection
+    link.close()

@@ -72,6 +72,11 @@ def failure(server: str, what: str) -> StorageUnavailableError:
 def _reply_failure(server: str, error: wire.ReplyError) -> StorageError:
     if error.transient:
         return failure(server, str(error))
+    if str(error) == "ERROR":  # an unknown command: the meta commands came in 1.6
+        return StorageError(
+            f"memcached {server} does not know the store's commands (ERROR): the memcache "
+            "store needs memcached 1.6 or later (its meta protocol)"
+        )
     return StorageError(f"memcached {server} refused a request: {error}")
 
 
