@@ -1,0 +1,246 @@
+"""What RegionStore and AsyncRegionStore share: everything but waiting for Redis.
+
+``RegionBase`` holds a region store's settings, names its keys, plans the
+budget's script (an ``Op``, its ``ARGV[1]`` filled in when sent) and plans each
+exchange call as one pipelined round trip (a ``Batch``: the commands, and how
+their replies become the answer), and maps a Redis error at its one boundary.
+``regions.py`` sends them, blocking or awaited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
+
+from ratewarden.clock import Clock
+from ratewarden.errors import ConfigurationError
+from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix, escape
+from ratewarden.storage._ops import Op
+from ratewarden.storage._redis_errors import REDIS_ERRORS, raise_storage_error
+from ratewarden.storage._redis_link import describe
+from ratewarden.storage._redis_store import DEFAULT_TIMEOUT, FromUrl
+from ratewarden.storage._redis_url import parse
+from ratewarden.storage._scripts import script
+
+__all__ = ["Batch", "Entry", "RegionBase", "ints", "one_server"]
+
+T = TypeVar("T")
+
+_SCRIPT = "region_budget"
+#: With an injected clock every TTL is at least a day of Redis time (lua/_prelude.lua).
+_INJECTED_TTL_FLOOR_MS = 86_400_000
+#: A region's demand counts: the intervals kept, and how long the hash outlives a write.
+_DEMAND_INTERVALS = 4
+_DEMAND_TTL_S = 3600
+#: One (window, region, count) entry of a region's window hash.
+Entry = tuple[int, str, int]
+#: One pipelined command: the redis-py pipeline method, its arguments and keywords.
+Command = tuple[str, tuple[Any, ...], dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Batch(Generic[T]):
+    """One pipelined round trip: ``commands`` in order, and ``read``, which turns their
+    replies (a list, one each) into the answer."""
+
+    commands: tuple[Command, ...]
+    read: Callable[[list[Any]], T]
+
+
+def _redis_only(args: Sequence[int | str], states: list[Any], now_us: int) -> Any:
+    """The in-process twin an ``Op`` carries: there is none for a region's budget."""
+    raise ConfigurationError(
+        "a reconciled budget runs on Redis only: its script has no in-process twin, so a "
+        "MemoryStore cannot run it; give ReconciledBudget a RegionStore "
+        "(ratewarden.storage.regions) for its region and for each peer"
+    )
+
+
+def one_server(url: str) -> None:
+    """Refuse a Cluster URL: a region store needs one server or a Sentinel's primary."""
+    if parse(url).kind == "cluster":
+        raise ConfigurationError(
+            "RegionStore needs one server or a Sentinel primary per region; "
+            "a Redis Cluster per region is not built"
+        )
+
+
+def ints(reply: Sequence[Any]) -> list[int]:
+    """A script's reply as whole numbers."""
+    return [int(value) for value in reply]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _entries(fields: Mapping[Any, Any]) -> list[Entry]:
+    """A window hash as (window, region, count) entries; an empty hash has none."""
+    decoded = {_text(name): int(count) for name, count in fields.items()}
+    window = decoded.get("w")
+    if window is None:
+        return []
+    return [(window, name[2:], count) for name, count in decoded.items() if name.startswith("c:")]
+
+
+def _nothing(replies: list[Any]) -> None:
+    return None
+
+
+def _members(replies: list[Any]) -> list[str]:
+    return [_text(member) for member in replies[0]]
+
+
+def _all_entries(replies: list[Any]) -> list[list[Entry]]:
+    return [_entries(fields) for fields in replies]
+
+
+def _count(replies: list[Any]) -> int | None:
+    return None if replies[0] is None else int(replies[0])
+
+
+class RegionBase(FromUrl):
+    """A region's Redis as the budgets use it, but for the I/O: see ``regions.py``."""
+
+    #: The client class a store takes, and what it says when handed another (``{}``: its type).
+    _CLIENT: ClassVar[type]
+    _WRONG_CLIENT: ClassVar[str]
+    #: The store of the rate caps: ``RedisStore`` or ``AsyncRedisStore``.
+    _RATES: ClassVar[Callable[..., Any]]
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        clock: Clock | None = None,
+        prefix: str = DEFAULT_PREFIX,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        self._check_client(client)
+        self.prefix = check_prefix(prefix)
+        self.client: Any = client
+        #: The regions' rate caps (what ``hit`` decides), apart from the application's keys.
+        self.rates = type(self)._RATES(
+            client, clock=clock, prefix=f"{prefix}:region-rate", timeout=timeout
+        )
+        self.clock: Clock = self.rates.clock
+        self.timeout: float = self.rates.timeout
+        self._injected = clock is not None
+        connection = client.connection_pool.connection_kwargs
+        self.where = describe(connection)
+        self._socket_timeout = float(connection.get("socket_timeout") or 0)
+        # script name -> redis-py's Script, which reloads it after a SCRIPT FLUSH
+        self._scripts: dict[str, Any] = {}
+        self._owns_client = False
+
+    def _check_client(self, client: object) -> None:
+        if not isinstance(client, self._CLIENT):
+            raise ConfigurationError(self._WRONG_CLIENT.format(type(client).__name__))
+
+    # -- the budget's script ---------------------------------------------------------------
+
+    def budget_key(self, member: str) -> str:
+        """The window hash of ``member`` (``<limit>:<period_us>:<key>``)."""
+        limit, period_us, key = member.split(":", 2)
+        return f"{self.prefix}:{{{escape(key)}}}:region:{limit}:{period_us}"
+
+    def budget_hit(self, member: str, region: str, cost: int, default_cap: int) -> Op:
+        """Admit ``cost`` for ``region`` iff its count stays within its cap; the reply is
+        ``[allowed, own count, cap, microseconds until the window ends]``."""
+        period_us = int(member.split(":", 2)[1])
+        args = ("", "hit", period_us, region, cost, default_cap)
+        return Op(_SCRIPT, (self.budget_key(member),), args, _redis_only)
+
+    def budget_merge(
+        self,
+        member: str,
+        region: str,
+        share: tuple[int, int],
+        recompute: bool,
+        entries: Sequence[Entry],
+    ) -> Op:
+        """Merge the peers' ``entries`` (max per region, this window's only) and, if
+        ``recompute``, set the cap to own + ``share`` of what is left of the limit; the
+        reply is ``[window, merged total, own count, cap or -1]``."""
+        limit, period_us, _ = member.split(":", 2)
+        args: list[int | str] = ["", "merge", int(period_us), region, int(limit), *share]
+        args.append("1" if recompute else "0")
+        for entry in entries:
+            args.extend(entry)
+        return Op(_SCRIPT, (self.budget_key(member),), tuple(args), _redis_only)
+
+    def _registered(self, op: Op) -> Any:
+        found = self._scripts.get(op.script)
+        if found is None:
+            found = self._scripts[op.script] = self.client.register_script(script(op.script).source)
+        return found
+
+    def _args(self, op: Op) -> list[int | str]:
+        """``op``'s ARGV as sent: ``ARGV[1]`` the clock's now, or "" for the server's TIME."""
+        args = list(op.args)
+        args[0] = self.clock.now_us() if self._injected else ""
+        return args
+
+    # -- the exchange, each call one pipelined round trip ------------------------------------
+
+    def _publish_active_batch(
+        self, region: str, members: Mapping[str, int], now_us: int
+    ) -> Batch[None]:
+        key = self._active_key(region)
+        commands: list[Command] = [("zremrangebyscore", (key, "-inf", now_us), {})]
+        if members:
+            commands.append(("zadd", (key, dict(members)), {}))
+            ttl_ms = max(1, (max(members.values()) - now_us) // 1_000)
+            if self._injected:
+                # Redis counts the TTL in real time, which may run ahead of an
+                # injected clock; the scores say what is live (as in the scripts).
+                ttl_ms = max(ttl_ms, _INJECTED_TTL_FLOOR_MS)
+            commands.append(("pexpire", (key, ttl_ms), {}))
+        return Batch(tuple(commands), _nothing)
+
+    def _active_batch(self, region: str, now_us: int, limit: int) -> Batch[list[str]]:
+        key = self._active_key(region)
+        command: Command = ("zrangebyscore", (key, now_us, "+inf"), {"start": 0, "num": limit})
+        return Batch((command,), _members)
+
+    def _read_counts_batch(self, members: Sequence[str]) -> Batch[list[list[Entry]]]:
+        commands: tuple[Command, ...] = tuple(
+            ("hgetall", (self.budget_key(member),), {}) for member in members
+        )
+        return Batch(commands, _all_entries)
+
+    def _publish_demand_batch(self, region: str, interval: int, demand: int) -> Batch[None]:
+        key = self._demand_key(region)
+        commands: tuple[Command, ...] = (
+            ("hset", (key, str(interval), demand), {}),
+            ("hdel", (key, str(interval - _DEMAND_INTERVALS)), {}),
+            ("expire", (key, _DEMAND_TTL_S), {}),
+        )
+        return Batch(commands, _nothing)
+
+    def _demand_batch(self, region: str, interval: int) -> Batch[int | None]:
+        return Batch((("hget", (self._demand_key(region), str(interval)), {}),), _count)
+
+    @contextmanager
+    def _boundary(self) -> Iterator[None]:
+        """The one error boundary of the script and the exchange: a Redis error met inside
+        comes out as ``StorageUnavailableError`` (or ``StorageError``)."""
+        try:
+            yield
+        except REDIS_ERRORS as exc:
+            raise_storage_error(exc, self.where, self._socket_timeout)
+
+    def _active_key(self, region: str) -> str:
+        return f"{self.prefix}:regions:active:{region}"
+
+    def _demand_key(self, region: str) -> str:
+        return f"{self.prefix}:regions:demand:{region}"
+
+    def __repr__(self) -> str:
+        clock = "" if not self._injected else f", clock={self.clock!r}"
+        return (
+            f"{type(self).__name__}({self.where!r}, prefix={self.prefix!r}, "
+            f"timeout={self.timeout}{clock})"
+        )
