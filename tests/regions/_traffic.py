@@ -1,4 +1,5 @@
-"""Build three ReconciledBudgets over the region fixtures and drive them on a manual clock."""
+"""Build three ReconciledBudgets (or AsyncReconciledBudgets) over the region fixtures and drive
+them on a manual clock."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from dataclasses import dataclass, field
 from ratewarden.clock import Clock
 from ratewarden.metrics import Metrics
 from ratewarden.rate import Rate
-from ratewarden.regions import ReconciledBudget
-from ratewarden.storage.regions import RegionStore
+from ratewarden.regions import AsyncReconciledBudget, ReconciledBudget
+from ratewarden.storage.regions import AsyncRegionStore, RegionStore
 from tests.regions.conftest import Region
 
 
@@ -46,15 +47,18 @@ def build_fleet(
     replication_lag: float,
     clock: Clock | None,
     link_timeout: float = 1.0,
+    prefix: str = "rw",
+    retries: int | None = None,
 ) -> Fleet:
-    """One ReconciledBudget per region: local store direct, peers' through their proxies."""
+    """One ReconciledBudget per region: local store direct, peers' through their proxies,
+    under ``prefix``."""
     metrics = OvershootRecorder()
     budgets = {
         name: ReconciledBudget(
             name,
-            RegionStore(region.local(), clock=clock, timeout=0.5),
+            RegionStore(region.local(), clock=clock, timeout=0.5, prefix=prefix),
             {
-                peer: RegionStore(other.remote(link_timeout))
+                peer: RegionStore(other.remote(link_timeout, retries=retries), prefix=prefix)
                 for peer, other in regions.items()
                 if peer != name
             },
@@ -66,3 +70,51 @@ def build_fleet(
         for name, region in regions.items()
     }
     return Fleet(budgets, metrics, {name: 0 for name in regions})
+
+
+@dataclass
+class AsyncFleet:
+    """``Fleet``'s asyncio twin: one AsyncReconciledBudget per region."""
+
+    budgets: dict[str, AsyncReconciledBudget]
+    metrics: OvershootRecorder
+
+    async def aclose(self) -> None:
+        """Close every store and client the fleet made."""
+        for budget in self.budgets.values():
+            for store in (budget.local, *budget.peers.values()):
+                await store.aclose()
+                await store.client.aclose()
+
+
+def build_async_fleet(
+    regions: Mapping[str, Region],
+    region_rates: Mapping[str, Rate],
+    *,
+    sync_interval: float,
+    replication_lag: float,
+    clock: Clock | None,
+    link_timeout: float = 1.0,
+    prefix: str = "rw",
+    retries: int | None = None,
+) -> AsyncFleet:
+    """``build_fleet`` for asyncio: AsyncRegionStores on redis.asyncio clients, local direct,
+    peers' through their proxies, under ``prefix``."""
+    metrics = OvershootRecorder()
+    budgets = {
+        name: AsyncReconciledBudget(
+            name,
+            AsyncRegionStore(region.alocal(), clock=clock, timeout=0.5, prefix=prefix),
+            {
+                peer: AsyncRegionStore(other.aremote(link_timeout, retries=retries), prefix=prefix)
+                for peer, other in regions.items()
+                if peer != name
+            },
+            region_rates,
+            sync_interval=sync_interval,
+            replication_lag=replication_lag,
+            metrics=metrics,
+        )
+        for name, region in regions.items()
+    }
+    return AsyncFleet(budgets, metrics)

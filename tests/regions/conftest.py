@@ -6,9 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import redis
+import redis.asyncio as aredis
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from tests._servers import HOST, RedisServer
 from tests.faults._proxy import Fault, FaultProxy
@@ -28,10 +33,35 @@ class Region:
         """A client in the region itself (no proxy)."""
         return self.server.client()
 
-    def remote(self, timeout: float = 1.0) -> redis.Redis:
-        """A client in another region: every byte crosses the latency proxy."""
+    def remote(self, timeout: float = 1.0, *, retries: int | None = None) -> redis.Redis:
+        """A client in another region: every byte crosses the latency proxy. ``retries``:
+        how often a failed call is tried again, at once (default: redis-py's policy)."""
+        options: dict[str, Any] = {}
+        if retries is not None:
+            options["retry"] = Retry(NoBackoff(), retries)
         return redis.Redis(
-            host=HOST, port=self.link.port, socket_timeout=timeout, socket_connect_timeout=timeout
+            host=HOST,
+            port=self.link.port,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            **options,
+        )
+
+    def alocal(self) -> aredis.Redis:
+        """``local`` for asyncio: a redis.asyncio client in the region itself."""
+        return aredis.Redis(host=HOST, port=self.server.port)
+
+    def aremote(self, timeout: float = 1.0, *, retries: int | None = None) -> aredis.Redis:
+        """``remote`` for asyncio: a redis.asyncio client across the latency proxy."""
+        options: dict[str, Any] = {}
+        if retries is not None:
+            options["retry"] = AsyncRetry(NoBackoff(), retries)
+        return aredis.Redis(
+            host=HOST,
+            port=self.link.port,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            **options,
         )
 
 

@@ -1,51 +1,70 @@
-"""RegionalQuota: a global limit split into per-region allowances, each enforced locally.
+"""RegionalQuota / AsyncRegionalQuota: a global limit split into per-region allowances, each
+enforced locally.
 
 Every region holds an allowance of each global rate (``split_allowances``: the
 allowances sum to exactly the limit) and enforces it on its own store with the
-ordinary ``Limiter``. Nothing crosses regions on the request path, and nothing
-is ever over the global limit within one share epoch. The price is waste: a
-region whose traffic is below its share leaves budget that a busier one
-cannot use.
+ordinary ``Limiter`` (``AsyncLimiter`` for the asyncio twin). Nothing crosses
+regions on the request path, and nothing is ever over the global limit within
+one share epoch. The price is waste: a region whose traffic is below its share
+leaves budget that a busier one cannot use.
 
 Shares are static (``shares={"us": 60, "eu": 30, "ap": 10}``) or follow traffic:
 every region counts its demand (the cost asked, allowed or not) and publishes
 it; ``rebalance`` recomputes the shares from every region's demand of the last
-interval (``traffic_weights``). ``DemandExchange`` carries those counts
-through each region's Redis, by the ``RegionStore``s it is given.
+interval (``traffic_weights``). ``DemandExchange`` (``AsyncDemandExchange``)
+carries those counts through each region's Redis, by the region stores it is
+given.
+
+``Quota`` holds everything but the waiting: ``_admit`` decides what a hit asks
+of the limiter (a plain call, so the twins' ``hit`` is the limiter's own hit,
+blocking or awaited), and a rebalance round is a flow the twin's limiter runs.
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Any, ClassVar, Generic, TypeVar
 
 from ratewarden.checks import check_cost, check_key, check_rates
 from ratewarden.decision import Decision
-from ratewarden.errors import ConfigurationError, StorageError
-from ratewarden.limiter import Limiter
+from ratewarden.errors import ConfigurationError
+from ratewarden.limiter import AsyncLimiter, Flow, Limiter, awaiting, blocking
 from ratewarden.rate import Rate
 from ratewarden.regions._bound import check_weights, split_allowances, traffic_weights
+from ratewarden.regions._exchange import AsyncDemandExchange, DemandExchange, Exchange
 from ratewarden.regions._gcounter import check_region
-from ratewarden.regions._stores import check_stores, deprecated_clients, is_client
+from ratewarden.regions._stores import named
 
-if TYPE_CHECKING:
-    import redis
+__all__ = ["AsyncRegionalQuota", "Quota", "RegionalQuota"]
 
-    from ratewarden.storage.regions import RegionStore
+#: The limiter a twin enforces its allowances with.
+L = TypeVar("L", Limiter, AsyncLimiter)
+T = TypeVar("T")
 
-__all__ = ["DemandExchange", "RegionalQuota"]
 
+class Quota(Generic[L]):
+    """This region's allowance of each global rate, enforced by ``limiter`` on the local store;
+    everything but the waiting (see the module)."""
 
-class RegionalQuota:
-    """This region's allowance of each global rate, enforced by ``limiter`` on the local store."""
+    #: The exchange a twin's rebalance rounds take: ``DemandExchange`` or its asyncio twin.
+    _exchange: ClassVar[type[Exchange[Any]]]
+    #: Whether the twin awaits its limiter (an ``AsyncLimiter``).
+    _awaited: ClassVar[bool]
 
-    def __init__(self, region: str, limiter: Limiter, shares: Mapping[str, int | float]) -> None:
+    def __init__(self, region: str, limiter: L, shares: Mapping[str, int | float]) -> None:
         self.region = check_region(region)
         check_weights(shares)
         if region not in shares:
             raise ConfigurationError(f"shares name {sorted(shares)} but not this region {region!r}")
-        self.limiter = limiter
+        if inspect.iscoroutinefunction(getattr(limiter, "hit", None)) != self._awaited:
+            wanted = "an AsyncLimiter" if self._awaited else "a Limiter"
+            raise ConfigurationError(
+                f"{type(self).__name__} needs {wanted} over this region's store, not "
+                f"{named(type(limiter))}"
+            )
+        self.limiter: L = limiter
         self._shares: dict[str, int | float] = dict(shares)
         self._demand = 0
         self._lock = threading.Lock()
@@ -78,8 +97,14 @@ class RegionalQuota:
             scaled.append(Rate(allowance, rate.period, burst))
         return tuple(scaled)
 
-    def hit(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Decision:
-        """Admit ``cost`` if this region's allowance of every rate has room (one local decision)."""
+    def _admit(
+        self, key: str, rates: Rate | Sequence[Rate], cost: int = 1
+    ) -> Decision | list[Rate]:
+        """What a hit of ``cost`` asks of the limiter: the local rates to decide on, or the
+        Decision itself when an allowance of 0 denies (the store is not asked then).
+
+        Counts ``cost`` as this region's demand once the input is valid.
+        """
         check_key(key)
         check_cost(cost)
         local = self.local_rates(rates)
@@ -90,8 +115,7 @@ class RegionalQuota:
                 # A share of zero: this region may admit nothing of this rate until a rebalance.
                 wait = rate.period_seconds
                 return Decision(False, 0, 0, 0.0, wait, rate=rate, cost=cost, refill_after=wait)
-        present = [r for r in local if r is not None]
-        return self.limiter.hit(key, present, cost)
+        return [r for r in local if r is not None]
 
     def take_demand(self) -> int:
         """The cost asked of this region since the last call (allowed or denied), and reset it."""
@@ -111,7 +135,13 @@ class RegionalQuota:
         self._shares = dict(weights)
         return weights
 
-    def rebalance_round(self, exchange: DemandExchange, interval: int) -> dict[str, int] | None:
+    def run(self, flow: Flow[T]) -> Any:
+        """Drive ``flow`` with the quota's limiter (to be awaited on the asyncio twin)."""
+        return self.limiter.run(flow)
+
+    def rebalance_round_flow(
+        self, exchange: Exchange[Any], interval: int
+    ) -> Flow[dict[str, int] | None]:
         """Run at the start of interval number ``interval`` in every region.
 
         Publishes this region's demand as that of ``interval - 1``, then
@@ -120,68 +150,50 @@ class RegionalQuota:
         and reach the same shares. If any region's count is missing, the shares
         stay as they are and this returns None; otherwise the new weights.
         """
-        exchange.publish(interval - 1, self.take_demand())
-        demand, missing = exchange.collect(interval - 2)
+        wanted = type(self)._exchange
+        if not isinstance(exchange, wanted):
+            raise ConfigurationError(
+                f"{type(self).__name__}.rebalance_round takes {named(wanted)}, "
+                f"not {named(type(exchange))}"
+            )
+        yield from exchange.publish_flow(interval - 1, self.take_demand())
+        demand, missing = yield from exchange.collect_flow(interval - 2)
         if missing:
             return None
         return self.rebalance(demand)
 
     def __repr__(self) -> str:
-        return f"RegionalQuota(region={self.region!r}, shares={self._shares!r})"
+        return f"{type(self).__name__}(region={self.region!r}, shares={self._shares!r})"
 
 
-class DemandExchange:
-    """Each region's demand per interval, published to its own Redis and read by the others.
+class RegionalQuota(Quota[Limiter]):
+    """This region's allowance of each global rate, enforced by ``limiter`` on the local store."""
 
-    ``stores`` maps every region, this one included, to a ``RegionStore`` on its
-    Redis (``ratewarden.storage.regions``, all with one key prefix).
-    ``publish(interval, demand)`` writes this region's count for interval number
-    ``interval``; ``collect(interval)`` reads every region's count for it
-    (missing ones are 0, and which were missing is returned too).
+    _exchange = DemandExchange
+    _awaited = False
 
-    Deprecated, for one release: redis clients instead of stores (positionally,
-    or as ``clients=``), with ``prefix`` for the stores made from them (a
-    ``DeprecationWarning``).
-    """
+    def hit(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Decision:
+        """Admit ``cost`` if this region's allowance of every rate has room (one local decision)."""
+        local = self._admit(key, rates, cost)
+        if isinstance(local, Decision):
+            return local
+        return self.limiter.hit(key, local, cost)
 
-    def __init__(
-        self,
-        region: str,
-        stores: Mapping[str, RegionStore] | Mapping[str, redis.Redis] | None = None,
-        *,
-        prefix: str | None = None,
-        clients: Mapping[str, redis.Redis] | None = None,
-    ) -> None:
-        self.region = check_region(region)
-        given = clients if stores is None else stores
-        if given is None or (stores is not None and clients is not None):
-            raise ConfigurationError("DemandExchange takes one mapping of region -> RegionStore")
-        if region not in given:
-            raise ConfigurationError(f"stores must include this region {region!r}")
-        if clients is not None or any(is_client(value) for value in given.values()):
-            self.stores = deprecated_clients("DemandExchange", given, prefix=prefix)
-        elif prefix is not None:
-            raise ConfigurationError(
-                "DemandExchange: the prefix belongs to the stores (RegionStore(client, prefix=...))"
-            )
-        else:
-            self.stores = check_stores("DemandExchange", given)
-        self.prefix = self.stores[region].prefix
+    rebalance_round = blocking(Quota.rebalance_round_flow)
 
-    def publish(self, interval: int, demand: int) -> None:
-        """Record this region's demand of ``interval`` (kept for a few intervals)."""
-        self.stores[self.region].publish_demand(self.region, interval, demand)
 
-    def collect(self, interval: int) -> tuple[dict[str, int], tuple[str, ...]]:
-        """Every region's demand of ``interval`` and the regions that could not be read."""
-        demand: dict[str, int] = {}
-        missing: list[str] = []
-        for region, store in self.stores.items():
-            try:
-                count = store.demand(region, interval)
-            except StorageError:
-                count = None
-            if count is None:
-                missing.append(region)
-            demand[region] = 0 if count is None else count
-        return demand, tuple(missing)
+class AsyncRegionalQuota(Quota[AsyncLimiter]):
+    """The asyncio twin of ``RegionalQuota``, over an ``AsyncLimiter``: the same allowances,
+    ``hit`` and ``rebalance_round`` (with an ``AsyncDemandExchange``) awaited."""
+
+    _exchange = AsyncDemandExchange
+    _awaited = True
+
+    async def hit(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Decision:
+        """See ``RegionalQuota.hit``."""
+        local = self._admit(key, rates, cost)
+        if isinstance(local, Decision):
+            return local
+        return await self.limiter.hit(key, local, cost)
+
+    rebalance_round = awaiting(Quota.rebalance_round_flow)

@@ -1,0 +1,167 @@
+"""SyncThread / SyncTask: a reconciled budget's rounds, every ``sync_interval``.
+
+``SyncThread`` runs ``budget.sync()`` in a daemon thread, ``SyncTask`` awaits
+``budget.sync()`` in an asyncio task. Both start a round every interval,
+however long the last one took (the bound assumes so), and log a failed round
+(this region's Redis down) and go on: caps are then not recomputed, so the
+budget does not grow. The round itself is the budget's (``Reconciler``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from ratewarden.errors import RatewardenError
+
+if TYPE_CHECKING:
+    from ratewarden.clock import Clock
+    from ratewarden.regions._reconcile import AsyncReconciledBudget, ReconciledBudget, SyncReport
+
+__all__ = ["SyncTask", "SyncThread"]
+
+log = logging.getLogger("ratewarden.regions")
+
+
+class SyncThread:
+    """Runs ``budget.sync()`` every ``sync_interval`` seconds of real time in a daemon thread.
+
+    A round that fails (this region's Redis down) is logged and retried at the
+    next interval; caps are then not recomputed, so the budget does not grow.
+    """
+
+    def __init__(self, budget: ReconciledBudget) -> None:
+        self.budget = budget
+        #: Rounds run, and those that recomputed the caps (every peer answered in time).
+        self.rounds = 0
+        self.complete_rounds = 0
+        self.last: SyncReport | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"ratewarden-sync-{budget.region}", daemon=True
+        )
+
+    def start(self) -> SyncThread:
+        """Start the rounds; returns self."""
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop after the current round (waiting at most ``timeout`` seconds)."""
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        interval = self.budget.sync_interval
+        wait = interval
+        while not self._stop.wait(wait):
+            started = time.monotonic()
+            try:
+                self.last = self.budget.sync()
+                self.complete_rounds += self.last.complete
+            except RatewardenError as exc:
+                log.warning("region %s: sync round failed: %s", self.budget.region, exc)
+            self.rounds += 1
+            # Rounds start every interval, however long one took (the bound assumes so).
+            wait = max(0.0, interval - (time.monotonic() - started))
+
+    def __enter__(self) -> SyncThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class SyncTask:
+    """The asyncio twin of ``SyncThread``: awaits ``budget.sync()`` every ``sync_interval``
+    seconds in a task of the running event loop.
+
+    ``start()`` (in a coroutine) makes the task; ``await stop()`` ends it after
+    the current round, or at once between rounds; ``async with SyncTask(budget):``
+    does both. Cancelling ``task`` ends it too, mid-round if need be: what the
+    round had sent stands (each of its scripts is atomic), and nothing more is sent.
+    ``clock`` is what it waits on between rounds: the event loop's time by
+    default; tests give one whose ``asleep`` they control.
+    """
+
+    def __init__(self, budget: AsyncReconciledBudget, *, clock: Clock | None = None) -> None:
+        self.budget = budget
+        #: Rounds run, and those that recomputed the caps (every peer answered in time).
+        self.rounds = 0
+        self.complete_rounds = 0
+        self.last: SyncReport | None = None
+        #: The task running the rounds, once started.
+        self.task: asyncio.Task[None] | None = None
+        self._clock = clock
+        self._stopping = False
+        self._between = False
+
+    def start(self) -> SyncTask:
+        """Start the rounds in a task of the running loop; returns self."""
+        if self.task is not None:
+            raise RuntimeError(f"{self!r} was started already; make a new one")
+        loop = asyncio.get_running_loop()
+        self.task = loop.create_task(self._run(), name=f"ratewarden-sync-{self.budget.region}")
+        return self
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Stop after the current round (waiting at most ``timeout`` seconds, then cancelling
+        it); at once between rounds. A round's unexpected error is raised here."""
+        self._stopping = True
+        task = self.task
+        if task is None:
+            return
+        if self._between:
+            task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        if not done:
+            task.cancel()
+            await asyncio.wait({task})
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+
+    async def _run(self) -> None:
+        interval = self.budget.sync_interval
+        wait = interval
+        while True:
+            self._between = True
+            await self._sleep(wait)
+            self._between = False
+            if self._stopping:
+                return
+            started = self._now()
+            try:
+                self.last = await self.budget.sync()
+                self.complete_rounds += self.last.complete
+            except RatewardenError as exc:
+                log.warning("region %s: sync round failed: %s", self.budget.region, exc)
+            self.rounds += 1
+            if self._stopping:
+                return
+            # Rounds start every interval, however long one took (the bound assumes so).
+            wait = max(0.0, interval - (self._now() - started))
+
+    def _now(self) -> float:
+        if self._clock is None:
+            return asyncio.get_running_loop().time()
+        return self._clock.now()
+
+    async def _sleep(self, seconds: float) -> None:
+        if self._clock is None:
+            await asyncio.sleep(seconds)
+            return
+        await self._clock.asleep(seconds)
+        # A clock whose asleep returns at once (ManualClock) still lets the loop run.
+        await asyncio.sleep(0)
+
+    def __repr__(self) -> str:
+        return f"SyncTask(region={self.budget.region!r}, rounds={self.rounds})"
+
+    async def __aenter__(self) -> SyncTask:
+        return self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
