@@ -227,7 +227,11 @@ class StatsdSink(StatsEvents):
             return
         try:
             if self.protocol == "tcp":
-                await asyncio.wait_for(self._send_tcp(lines), SEND_TIMEOUT_S)
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for loses a cancellation
+                # that lands as the send finishes (CPython gh-86296), and the flush loop,
+                # cancelled by stop(), would run on and stop() wait for it forever.
+                async with asyncio.timeout(SEND_TIMEOUT_S):
+                    await self._send_tcp(lines)
             else:
                 self._send_datagrams(lines)
         except (TimeoutError, OSError) as exc:
@@ -270,7 +274,8 @@ class StatsdSink(StatsEvents):
         if writer is not None:
             writer.close()
             with contextlib.suppress(TimeoutError, OSError):
-                await asyncio.wait_for(writer.wait_closed(), SEND_TIMEOUT_S)
+                async with asyncio.timeout(SEND_TIMEOUT_S):  # not wait_for: as in send
+                    await writer.wait_closed()
 
     async def close(self) -> None:
         """Send what is left, then close the connection or socket."""

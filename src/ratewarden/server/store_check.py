@@ -32,7 +32,11 @@ class Pinged(Protocol):
 async def store_fault(store: Pinged, timeout: float) -> str | None:
     """None when ``store`` answers a ping within ``timeout`` seconds, else why not."""
     try:
-        alive = await asyncio.wait_for(store.ping(), timeout)
+        # Not asyncio.wait_for: on Python 3.11 it returns the result when a cancellation
+        # lands as the ping answers (CPython gh-86296), and the health loop, cancelled by
+        # stop(), would run on and stop() wait for it forever.
+        async with asyncio.timeout(timeout):
+            alive = await store.ping()
     except StorageUnavailableError:
         return NO_ANSWER
     except StorageError as exc:  # it answers, but cannot run ratewarden
