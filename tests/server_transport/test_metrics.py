@@ -48,8 +48,14 @@ def get(samples: Samples, name: str, **labels: str) -> float:
 
 
 def call(target: str, value: str) -> int:
-    """One ShouldRateLimit on a new channel (so that workers sharing the port each get some)."""
-    with grpc.insecure_channel(target) as chan:
+    """One ShouldRateLimit on a new channel and a new connection, so that workers sharing the
+    port each get some (the kernel spreads connections over them by a hash of their ports).
+
+    A channel of its own subchannel pool: in grpc's global one, a new channel to the same
+    target takes over the last channel's connection while it is still open, and then most or
+    all of the calls ride one or two connections, so on one worker."""
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    with grpc.insecure_channel(target, options=options) as chan:
         stub = rls_pb2_grpc.RateLimitServiceStub(chan)
         reply = stub.ShouldRateLimit(request("transport", {"api_key": value}), timeout=10)
         return int(reply.overall_code)
