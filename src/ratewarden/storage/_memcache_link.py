@@ -347,10 +347,10 @@ class AsyncLink:
         if self.tls is not None:
             tls = {"ssl": self.tls, "server_hostname": host, "ssl_handshake_timeout": self.timeout}
         try:
-            _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: _Connection(name), host, port, **tls),
-                self.timeout,
-            )
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for can lose a cancellation
+            # that lands as the connection is made (CPython gh-86296).
+            async with asyncio.timeout(self.timeout):
+                _, conn = await loop.create_connection(lambda: _Connection(name), host, port, **tls)
         except BaseException as exc:  # a cancelled opener must not leave the others waiting
             why = str(exc) or f"no answer within {self.timeout:g} s"
             error = failure(name, f"cannot connect: {why}")

@@ -254,13 +254,14 @@ class RateLimitQuotaServicer:
             queue.put_nowait(_HANDED)
         released = 0
         try:
-            if self._queues:
-                self._ended.clear()
-                await asyncio.wait_for(self._ended.wait(), max(0.0, deadline - loop.time()))
-            if self._handed:
-                released = await asyncio.wait_for(
-                    self.quota.arelease(set(self._handed)), max(0.0, deadline - loop.time())
-                )
+            # asyncio.timeout_at, not wait_for: Python 3.11's wait_for can lose a
+            # cancellation that lands as the wait ends (CPython gh-86296).
+            async with asyncio.timeout_at(deadline):
+                if self._queues:
+                    self._ended.clear()
+                    await self._ended.wait()
+                if self._handed:
+                    released = await self.quota.arelease(set(self._handed))
         except TimeoutError:
             log.warning(
                 "quota hand-over: out of time after %g s", timeout,
