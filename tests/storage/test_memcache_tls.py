@@ -211,3 +211,5 @@ def test_the_url_says_what_it_means(pki: TlsFiles) -> None:
     context = where.tls.context()
     assert context.check_hostname is False and context.verify_mode == ssl.CERT_REQUIRED
     assert parse_url("memcache://a").tls is None
+    odd = parse_url("memcaches://a?ssl_ca_certs=%2Fcerts%2Fa%2520b+c.pem")  # a '%' in a name
+    assert odd.tls is not None and odd.tls.ca_certs == "/certs/a%20b c.pem"

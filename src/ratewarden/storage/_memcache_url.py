@@ -23,7 +23,7 @@ import re
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import parse_qsl
 
 from ratewarden import checks
 from ratewarden.errors import ConfigurationError
@@ -156,7 +156,7 @@ def _tls(url: str, options: dict[str, str]) -> Tls:
         if name in options:
             if not options[name]:
                 raise ConfigurationError(f"memcache URL {url!r}: {name} is empty")
-            files[name] = unquote(options[name])
+            files[name] = options[name]  # parse_qsl has decoded it
     if "ssl_keyfile" in files and "ssl_certfile" not in files:
         raise ConfigurationError(
             f"memcache URL {url!r}: ssl_keyfile without ssl_certfile (the key is the "
