@@ -85,9 +85,15 @@ async def test_async_store_on_the_records(dns: DnsServer, two: list[MemcachedSer
     await store.aclose()
 
 
-def wait_for_servers(store: MemcacheStore, names: tuple[str, ...]) -> None:
-    """Call the store until its servers are ``names`` (a refresh runs in a thread of its own,
-    started by a call that finds one due); bounded at 5 s."""
+#: The stores' refresh, on their ManualClock: the tests advance it by this much.
+REFRESH = "1"
+
+
+def refreshed(store: MemcacheStore, clock: ManualClock, names: tuple[str, ...]) -> None:
+    """Advance the store's clock past its refresh and call it until its servers are ``names``:
+    the first call finds a lookup due and starts it in a thread of its own, whose end the
+    loop waits for (bounded at 5 s; no window is waited for)."""
+    clock.advance(float(REFRESH))
     deadline = time.monotonic() + 5
     while store.servers.names != names:
         assert time.monotonic() < deadline, store.servers.names
@@ -98,21 +104,22 @@ def wait_for_servers(store: MemcacheStore, names: tuple[str, ...]) -> None:
 def test_a_refresh_follows_the_record_and_moves_only_the_changed_servers_items(
     dns: DnsServer, two: list[MemcachedServer], make_memcached: Make
 ) -> None:
-    """The record changes from {A, B} to {B, C} (refresh=0.05 s): the store follows. A key
+    """The record changes from {A, B} to {B, C} and the refresh comes due: the store follows. A key
     held by B before and after keeps its count (exact across the change); a key now on
     another server than before starts afresh there (memcached servers share nothing, as with
     upstream's client). No value cached for one server is used on another: each server's CAS
     numbers are its own."""
     a, b = two
     c = make_memcached()
-    store = MemcacheStore(url(dns, refresh="0.05"), clock=ManualClock(), timeout=STORE_TIMEOUT)
+    clock = ManualClock()
+    store = MemcacheStore(url(dns, refresh=REFRESH), clock=clock, timeout=STORE_TIMEOUT)
     keys = [f"key-{i}" for i in range(60)]
     for key in keys:
         store.hit("gcra", key, RATE)
     on_a = [key for key in keys if holder(two, key) is a]
     on_b = [key for key in keys if holder(two, key) is b]
     dns.serve([(NAME, "localhost", mc.port) for mc in (b, c)])
-    wait_for_servers(store, tuple(sorted(f"localhost:{mc.port}" for mc in (b, c))))
+    refreshed(store, clock, tuple(sorted(f"localhost:{mc.port}" for mc in (b, c))))
     now_on = {key: store.node_of(key) for key in keys}
     stayed = [key for key in on_b if now_on[key] == f"localhost:{b.port}"]
     # Rendezvous hashing: A's items go to B or C, B's stay or go to C; about half of each.
@@ -129,12 +136,16 @@ def test_a_failed_refresh_keeps_the_list(
 ) -> None:
     """The record is gone from DNS: the lookup fails (logged as a warning), the servers in
     use stay and decide."""
-    store = MemcacheStore(url(dns, refresh="0.05"), clock=ManualClock(), timeout=STORE_TIMEOUT)
+    clock = ManualClock()
+    store = MemcacheStore(url(dns, refresh=REFRESH), clock=clock, timeout=STORE_TIMEOUT)
     names = store.servers.names
     found = store._found
     assert found is not None
     dns.serve([("_other._tcp.rw.test", "localhost", 1)])
     lookups = found.lookups
+    store.ping()
+    assert found.lookups == lookups  # not due yet
+    clock.advance(float(REFRESH))
     with caplog.at_level(logging.WARNING, logger="ratewarden.storage.memcache"):
         deadline = time.monotonic() + 10
         while found.lookups == lookups:
@@ -277,9 +288,11 @@ async def test_async_store_follows_a_refresh(
     listed is closed."""
     a, b = two
     c = make_memcached()
-    store = AsyncMemcacheStore(url(dns, refresh="0.05"), clock=ManualClock(), timeout=STORE_TIMEOUT)
+    clock = ManualClock()
+    store = AsyncMemcacheStore(url(dns, refresh=REFRESH), clock=clock, timeout=STORE_TIMEOUT)
     assert await store.ping() is True
     dns.serve([(NAME, "localhost", mc.port) for mc in (b, c)])
+    clock.advance(float(REFRESH))
     expected = tuple(sorted(f"localhost:{mc.port}" for mc in (b, c)))
     deadline = time.monotonic() + 5
     while store.servers.names != expected:
@@ -315,12 +328,12 @@ def test_a_value_cached_from_one_server_is_never_written_to_another(
     )
     clock = ManualClock()
     rate = Rate.parse("3/minute")
-    s = MemcacheStore(url(dns, refresh="0.05"), clock=clock, timeout=STORE_TIMEOUT)
+    s = MemcacheStore(url(dns, refresh=REFRESH), clock=clock, timeout=STORE_TIMEOUT)
     assert s.ping() is True  # connected to both: no new connection will clear its cache
     assert [s.hit("fixed_window", key, rate).remaining for _ in range(2)] == [2, 1]
     t = MemcacheStore([("localhost", b.port)], clock=clock, timeout=STORE_TIMEOUT)
     assert t.hit("fixed_window", key, rate).remaining == 2
     assert t.hit("fixed_window", key, rate, 2).remaining == 0
     dns.serve([(NAME, "localhost", b.port)])
-    wait_for_servers(s, (f"localhost:{b.port}",))
+    refreshed(s, clock, (f"localhost:{b.port}",))
     assert s.hit("fixed_window", key, rate).allowed is False

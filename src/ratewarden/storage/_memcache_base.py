@@ -101,8 +101,9 @@ class MemcacheBase:
         self._ttl_word = ttl_word if self._real_clock else injected_ttl_word
         self._where = where
         self._cache_items = cache_items
-        # Servers from a DNS SRV record are looked up here, and again every ``refresh``.
-        self._found = Found(where) if where.srv else None
+        # Servers from a DNS SRV record are looked up here, and again every ``refresh``
+        # seconds of the store's clock.
+        self._found = Found(where, monotonic=self.clock.now) if where.srv else None
         first = self._found.servers if self._found is not None else Servers(where.addresses)
         # The servers and the cached values of their items, swapped together when the
         # servers change: a CAS number is only meaningful to the server that gave it.

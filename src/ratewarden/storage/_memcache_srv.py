@@ -70,7 +70,7 @@ def lookup(name: str, nameservers: tuple[Address, ...], timeout: float) -> tuple
 
 class Found:
     """The servers of ``where.srv`` now (``current``), looked up again every
-    ``where.refresh`` seconds (module doc)."""
+    ``where.refresh`` seconds of ``monotonic`` (the store passes its clock; module doc)."""
 
     def __init__(
         self,
