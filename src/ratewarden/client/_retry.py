@@ -129,7 +129,7 @@ class Retrier:
                     status = response.status_code
                     failed = status >= 500 or status == 429
                     hint = None  # the server's wish: the retry's wait, the circuit's hold
-                    if failed or status in policy.statuses:
+                    if status in policy.statuses or (failed and self.breaker is not None):
                         hint = retry_hint(response.headers, self.clock.now())
                     if not retried or status not in policy.statuses:
                         circuit.report(failed, hint)
