@@ -10,9 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
-import grpc
 import pytest
-from envoy.service.ratelimit.v3 import rls_pb2_grpc
 
 from ratewarden.storage.memcache import AsyncMemcacheStore
 from tests._dns import DNSMASQ, DnsServer
@@ -20,8 +18,8 @@ from tests._memcached import MemcachedServer, TlsFiles, tls_files
 from tests._servers import HOST
 from tests.server.test_memcache_serve import RULES, ask, count, items, served
 from tests.server_transport._process import RATEWARDEN
-from tests.server_transport.conftest import OK, OVER_LIMIT, request
-from tests.upstream._serve import serve_rules
+from tests.server_transport.conftest import OK, OVER_LIMIT
+from tests.upstream.test_memcache_backend import calls_until_denied
 
 Make = Callable[..., MemcachedServer]
 NAME = "_memcache._tcp.rw.test"
@@ -82,15 +80,7 @@ def test_serve_on_upstreams_memcache_tls_variables_alone(
         "MEMCACHE_TLS": "true",
         "MEMCACHE_TLS_CACERT": str(pki.ca),
     }
-    with (
-        serve_rules(tmp_path, RULES, **environ) as (_, grpc_port),
-        grpc.insecure_channel(f"{HOST}:{grpc_port}") as channel,
-    ):
-        stub = rls_pb2_grpc.RateLimitServiceStub(channel)
-        codes = []
-        while OVER_LIMIT not in codes and len(codes) < 20:
-            reply = stub.ShouldRateLimit(request("mc", {"api_key": "k"}), timeout=5)
-            codes.append(reply.overall_code)
+    codes = calls_until_denied(tmp_path, environ)
     assert codes[:3] == [OK] * 3 and codes[-1] == OVER_LIMIT
     [(_, entries)] = items(server).items()
     assert count(entries) == 3

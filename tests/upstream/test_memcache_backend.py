@@ -254,15 +254,22 @@ def test_serve_on_upstreams_memcache_variables_alone_counts_in_that_memcached(
         "REDIS_URL": f"{HOST}:1",
         "CACHE_KEY_PREFIX": "up",
     }
+    codes = calls_until_denied(tmp_path, environ)
+    assert codes[:3] == [OK] * 3 and codes[-1] == OVER_LIMIT
+    [(name, entries)] = items(memcached).items()
+    assert name.startswith("up:{") and count(entries) == 3
+
+
+def calls_until_denied(tmp_path: Path, environ: dict[str, str]) -> list[int]:
+    """``ratewarden serve`` on ``environ`` alone and RULES: the overall codes of calls on
+    one api_key until the first OVER_LIMIT (20 at most)."""
     with (
         serve_rules(tmp_path, RULES, **environ) as (_, grpc_port),
         grpc.insecure_channel(f"{HOST}:{grpc_port}") as channel,
     ):
         stub = rls_pb2_grpc.RateLimitServiceStub(channel)
-        codes = []
+        codes: list[int] = []
         while OVER_LIMIT not in codes and len(codes) < 20:
             reply = stub.ShouldRateLimit(request("mc", {"api_key": "k"}), timeout=5)
             codes.append(reply.overall_code)
-    assert codes[:3] == [OK] * 3 and codes[-1] == OVER_LIMIT
-    [(name, entries)] = items(memcached).items()
-    assert name.startswith("up:{") and count(entries) == 3
+    return codes
