@@ -1,7 +1,8 @@
 """LLM token budgets and capacity protection.
 
 - ``TokenBudget`` / ``AsyncTokenBudget``: requests, tokens, input and output
-  tokens (or any named unit) per key, reserved and settled atomically.
+  tokens (or any named unit) per key, reserved and settled atomically; with a
+  ``Backlog``, usage charged while the store was down is paid once it is back.
 - ``BudgetRouter`` / ``AsyncBudgetRouter``: a tenant's budget and the first
   upstream ``Account`` with room, in one call that never leaks a reservation.
 - ``FairShare`` / ``AsyncFairShare``: weighted tenants sharing a pooled budget.
@@ -17,6 +18,7 @@ still resolves with a DeprecationWarning for one release. See docs/budgets.md.
 
 from __future__ import annotations
 
+from ratewarden.budgets._backlog import Backlog
 from ratewarden.budgets._budget import AsyncTokenBudget, TokenBudget
 from ratewarden.budgets._fair import AsyncFairShare, FairDecision, FairShare
 from ratewarden.budgets._headers import format_duration, provider_headers
@@ -47,6 +49,7 @@ __all__ = [
     "AsyncFleetShedder",
     "AsyncTokenBudget",
     "AxisState",
+    "Backlog",
     "BudgetDecision",
     "BudgetRouter",
     "Charge",

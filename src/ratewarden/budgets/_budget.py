@@ -35,7 +35,9 @@ class TokenBudget(_BudgetBase["Store", Limiter]):
             ...  # call the model
             budget.settle(reservation, output_tokens=350)
 
-    Every store step goes through ``limiter``, a ``Limiter(store)`` made here.
+    Every store step goes through ``limiter``, a ``Limiter(store)`` made here. With
+    ``backlog=Backlog()``, usage a ``charge`` (or a settle's overrun) could not record
+    while the store was down is paid before the key's next store step, or by ``replay()``.
     Each method is also a flow (``reserve_flow``, ...) to compose with ``yield from``.
     """
 
@@ -48,6 +50,7 @@ class TokenBudget(_BudgetBase["Store", Limiter]):
     cancel = blocking(_BudgetBase.cancel_flow)
     charge = blocking(_BudgetBase.charge_flow)
     peek = blocking(_BudgetBase.peek_flow)
+    replay = blocking(_BudgetBase.replay_flow)
 
 
 class AsyncTokenBudget(_BudgetBase["AsyncStore", AsyncLimiter]):
@@ -62,3 +65,4 @@ class AsyncTokenBudget(_BudgetBase["AsyncStore", AsyncLimiter]):
     cancel = awaiting(_BudgetBase.cancel_flow)
     charge = awaiting(_BudgetBase.charge_flow)
     peek = awaiting(_BudgetBase.peek_flow)
+    replay = awaiting(_BudgetBase.replay_flow)

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Mapping
 
 from ratewarden.algorithms import gcra, gcra_multi
+from ratewarden.budgets._backlog import Backlog
 from ratewarden.budgets._twins import L, OverStore, S
 from ratewarden.budgets._values import (
     MAX_AXES,
@@ -29,7 +30,7 @@ from ratewarden.budgets._values import (
     us_to_s,
 )
 from ratewarden.checks import check_id, check_name
-from ratewarden.errors import ConfigurationError
+from ratewarden.errors import ConfigurationError, StorageUnavailableError
 from ratewarden.limiter import Flow, Op, axis_key, record_key
 from ratewarden.rate import Rate
 
@@ -53,8 +54,15 @@ class _BudgetBase(OverStore[S, L]):
         *,
         max_output_tokens: int,
         reservation_ttl: float = 600.0,
+        backlog: Backlog | None = None,
     ) -> None:
         super().__init__(store)
+        if backlog is not None:
+            if not isinstance(backlog, Backlog):
+                raise ConfigurationError(f"backlog {backlog!r} must be a Backlog or None")
+            backlog.claim(self)
+        #: Usage the store could not record, paid before the key's next store step.
+        self.backlog = backlog
         if not isinstance(limits, Mapping) or not limits:
             raise ConfigurationError(
                 f"limits {limits!r} must map axis names to rates, e.g. "
@@ -124,6 +132,8 @@ class _BudgetBase(OverStore[S, L]):
             else check_id("reservation id", reservation_id)
         )
         costs = self._costs(usage)
+        if self.backlog:
+            yield from self._pay_flow(key)
         reply = yield from self.limiter.apply_flow(self._op("reserve", self._keys(key, rid), costs))
         decision = self._decision(reply, 3, costs)
         if not reply[1]:
@@ -149,7 +159,18 @@ class _BudgetBase(OverStore[S, L]):
     def settle_usage_flow(self, reservation: Reservation, actual: Usage) -> Flow[Settlement]:
         """``settle`` with an explicit ``Usage``."""
         check_reservation(reservation)
-        return (yield from self.settle_id_flow(reservation.key, reservation.reservation_id, actual))
+        try:
+            return (
+                yield from self.settle_id_flow(reservation.key, reservation.reservation_id, actual)
+            )
+        except StorageUnavailableError:
+            # The reservation stays charged until its record expires; what was used beyond
+            # it (an overrun) is owed, as a charge the store could not take would be.
+            if self.backlog is not None:
+                overrun = self._costs(actual)
+                over = tuple(max(0, u - r) for u, r in zip(overrun, reservation.costs, strict=True))
+                self.backlog.owe(reservation.key, over)
+            raise
 
     def cancel_flow(self, reservation: Reservation) -> Flow[Settlement]:
         """Give the whole reservation back (the request was never sent)."""
@@ -175,8 +196,24 @@ class _BudgetBase(OverStore[S, L]):
         """
         if not isinstance(usage, Usage):
             raise ConfigurationError(f"charge needs a Usage, not {usage!r}")
-        op = self._op("charge", self._keys(key, None), self._costs(usage))
-        reply = yield from self.limiter.apply_flow(op)
+        costs = self._costs(usage)
+        keys = self._keys(key, None)
+        backlog = self.backlog
+        owed = None
+        if backlog is not None:
+            owed = backlog.take(key)  # paid with this charge, in the same store step
+            if owed is not None:
+                costs = tuple([a + b for a, b in zip(costs, owed, strict=True)])
+        try:
+            reply = yield from self.limiter.apply_flow(self._op("charge", keys, costs))
+        except StorageUnavailableError:
+            if backlog is not None:
+                backlog.owe(key, costs)
+            raise
+        except BaseException:  # cancelled, say: what was owed stays owed
+            if backlog is not None and owed is not None:
+                backlog.owe(key, owed)
+            raise
         m = len(self.axes)
         charged = {name: reply[2 + i] for i, (name, _) in enumerate(self.axes)}
         return Charge(charged, self._decision(reply, 2 + m, (0,) * m))
@@ -184,10 +221,60 @@ class _BudgetBase(OverStore[S, L]):
     def peek_flow(self, key: str) -> Flow[BudgetDecision]:
         """Every axis of ``key`` now, charging nothing."""
         nothing = (0,) * len(self.axes)
+        if self.backlog:
+            yield from self._pay_flow(key)
         reply = yield from self.limiter.apply_flow(
             self._op("reserve", self._keys(key, None), nothing)
         )
         return self._decision(reply, 3, nothing)
+
+    def owe(self, key: str, usage: Usage) -> bool:
+        """Record ``usage`` of ``key`` that the store could not take, to be charged before
+        the key's next store step or by ``replay``; False when the backlog is full.
+
+        For a caller that learnt of the usage while the store was refusing calls (an open
+        circuit, say) and so never reached ``charge``. Needs a ``backlog``.
+        """
+        if self.backlog is None:
+            raise ConfigurationError("owe needs a budget made with backlog=Backlog()")
+        if not isinstance(usage, Usage):
+            raise ConfigurationError(f"owe needs a Usage, not {usage!r}")
+        self._keys(key, None)  # a key that could never be charged is refused now, not later
+        return self.backlog.owe(key, self._costs(usage))
+
+    def replay_flow(self, max_keys: int | None = None) -> Flow[int]:
+        """Pay what the backlog owes, oldest key first, one store step a key (at most
+        ``max_keys`` keys); how many keys were paid.
+
+        Stops at the first failure: what it paid stays paid, the key that failed stays
+        owed, and ``StorageUnavailableError`` is raised. Nothing to do without a backlog.
+        """
+        backlog = self.backlog
+        if backlog is None:
+            return 0
+        keys = backlog.owing()
+        if max_keys is not None:
+            keys = keys[: check_count("max_keys", max_keys)]
+        paid = 0
+        for key in keys:
+            if (yield from self._pay_flow(key)):
+                paid += 1
+        return paid
+
+    def _pay_flow(self, key: str) -> Flow[bool]:
+        """Charge what ``key`` owes (up to an empty budget), before anything else of it;
+        owed again if the store fails. False when it owed nothing."""
+        backlog = self.backlog
+        owed = backlog.take(key) if backlog is not None else None
+        if owed is None:
+            return False
+        assert backlog is not None
+        try:
+            yield from self.limiter.apply_flow(self._op("charge", self._keys(key, None), owed))
+        except BaseException:  # the store failed (or the call was cancelled): still owed
+            backlog.owe(key, owed)
+            raise
+        return True
 
     # --- planning -----------------------------------------------------------------------
 
