@@ -42,7 +42,8 @@ from ratewarden.storage._memcache_base import (
     Planned,
 )
 from ratewarden.storage._memcache_items import Failed, Item, LiveStep
-from ratewarden.storage._memcache_link import AsyncLink, BlockingLink, failure
+from ratewarden.storage._memcache_link import BlockingLink, failure
+from ratewarden.storage._memcache_pipe import AsyncLink
 from ratewarden.storage._memcache_url import DEFAULT_PORT, Address, parse_url
 from ratewarden.storage._ops import Op
 
