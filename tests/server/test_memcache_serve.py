@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -59,7 +58,7 @@ MakeMemcached = Callable[..., MemcachedServer]
 
 def items(server: MemcachedServer) -> dict[str, dict[str, Any]]:
     """Every item ``server`` holds: its name -> its entries (``{entry: [state, expiry]}``)."""
-    with socket.create_connection(server.address, timeout=5) as sock:
+    with server.connect(timeout=5) as sock:
         sock.sendall(b"lru_crawler metadump all\r\n")
         dump = b""
         while not dump.endswith(b"END\r\n"):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import multiprocessing
 import random
-import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -492,7 +491,7 @@ def test_a_store_from_a_url_names_its_servers(memcached: MemcachedServer) -> Non
 
 
 def raw(memcached: MemcachedServer, request: bytes) -> bytes:
-    with socket.create_connection(memcached.address, timeout=2) as sock:
+    with memcached.connect() as sock:
         sock.sendall(request + b"mn\r\n")
         data = b""
         while not data.endswith(b"MN\r\n"):

@@ -36,7 +36,13 @@ from ratewarden.storage._memcache_items import (
 )
 from ratewarden.storage._memcache_link import Servers
 from ratewarden.storage._memcache_srv import Found
-from ratewarden.storage._memcache_url import Address, Where, check_addresses, parse_url
+from ratewarden.storage._memcache_url import (
+    Address,
+    Where,
+    check_addresses,
+    parse_url,
+    written,
+)
 from ratewarden.storage._ops import Op
 
 __all__ = [
@@ -114,8 +120,9 @@ class MemcacheBase:
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Any:
-        """A store on the servers a ``memcache://``, ``memcaches://`` or ``memcache+srv://``
-        URL names (``_memcache_url``), with the same options."""
+        """A store on the servers a ``memcache://`` (TCP servers, Unix sockets),
+        ``memcaches://`` or ``memcache+srv://`` URL names (``_memcache_url``), with the same
+        options."""
         return cls(url, **options)
 
     @property
@@ -148,8 +155,9 @@ class MemcacheBase:
     def node_of(
         self, key: str, *, stored: bool = False, rates: Rate | Sequence[Rate] | None = None
     ) -> str:
-        """The server that holds ``key`` (a store key with ``stored``), as ``host:port``, for
-        a breaker kept per node; ``""`` with one server (one circuit)."""
+        """The server that holds ``key`` (a store key with ``stored``), as ``host:port`` (a
+        Unix socket's path), for a breaker kept per node; ``""`` with one server (one
+        circuit)."""
         servers = self.servers
         if len(servers.addresses) == 1 and self._found is None:
             return ""
@@ -252,7 +260,7 @@ class MemcacheBase:
         if self._where.srv:
             where = f"memcache{tls}+srv://{self._where.srv}"
         else:
-            where = f"memcache{tls}://" + ",".join(self.servers.names)
+            where = f"memcache{tls}://" + ",".join(map(written, self.servers.addresses))
         return f"{type(self).__name__}('{where}', timeout={self.timeout:g})"
 
 
@@ -260,6 +268,12 @@ def _tls_context(where: Where, tls: ssl.SSLContext | bool | None) -> ssl.SSLCont
     """The TLS context of the URL's options or of ``tls=`` (never both), or None."""
     if tls is None or tls is False:
         return where.tls.context() if where.tls is not None else None
+    sockets = [address for address in where.addresses if isinstance(address, str)]
+    if sockets:
+        raise ConfigurationError(
+            f"memcache store: tls= with a Unix socket server ({sockets[0]}): TLS to a socket "
+            "is not offered (the socket never leaves the host); leave tls= out"
+        )
     if where.tls is not None:
         raise ConfigurationError(
             "memcache store: TLS given twice, by a memcaches:// URL and by tls=; give one"

@@ -2,7 +2,8 @@
 
 ``Servers`` places an item on one of the servers by rendezvous hashing (each server
 scores the item's name; the highest wins), so adding or removing a server moves only
-the items of that server. ``BlockingLink`` keeps a pool of sockets per server, one
+the items of that server. A server is a TCP ``host:port`` or a Unix socket's path, and
+is scored by that name. ``BlockingLink`` keeps a pool of sockets per server, one
 request and its reply at a time on each (``_memcache_pipe`` is the asyncio store's
 wire). Every failure to reach a server, or to hear from it within the timeout, is a
 ``StorageUnavailableError``; the connection it happened on is dropped, since a reply
@@ -30,7 +31,7 @@ from ratewarden.errors import StorageError, StorageUnavailableError
 from ratewarden.storage import _memcache_wire as wire
 from ratewarden.storage._memcache_url import Address, shown
 
-__all__ = ["BlockingLink", "Servers", "failure", "reply_failure"]
+__all__ = ["BlockingLink", "Servers", "failure", "reply_failure", "tls_host"]
 
 
 class Servers:
@@ -73,6 +74,28 @@ def reply_failure(server: str, error: wire.ReplyError) -> StorageError:
             "store needs memcached 1.6 or later (its meta protocol)"
         )
     return StorageError(f"memcached {server} refused a request: {error}")
+
+
+def tls_host(address: Address) -> str | None:
+    """The name a server's certificate is checked against (a socket has none: the store
+    refuses TLS to one, ``_memcache_url``)."""
+    return None if isinstance(address, str) else address[0]
+
+
+def _open(address: Address, timeout: float) -> socket.socket:
+    """A connected socket to ``address`` (TCP or a Unix socket), within ``timeout``."""
+    if not isinstance(address, str):
+        sock = socket.create_connection(address, timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(address)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 class _Socket:
@@ -180,13 +203,12 @@ class BlockingLink:
             conn.sock.close()
         name = shown(address)
         try:
-            sock = socket.create_connection(address, timeout=self.timeout)
+            sock = _open(address, self.timeout)
         except OSError as exc:
             raise failure(name, f"cannot connect: {exc}") from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.tls is not None:
             try:  # the handshake, within the timeout
-                sock = self.tls.wrap_socket(sock, server_hostname=address[0])
+                sock = self.tls.wrap_socket(sock, server_hostname=tls_host(address))
             except (OSError, ValueError) as exc:
                 sock.close()
                 raise failure(name, f"TLS handshake failed: {exc}") from None

@@ -1,6 +1,6 @@
 """The asyncio memcache store's wire: one pipelined connection per server.
 
-``AsyncLink`` keeps one connection per server (over TCP or TLS) on the
+``AsyncLink`` keeps one connection per server (over TCP, TLS or a Unix socket) on the
 running loop, opened on first use and after a failure, and writes the requests of one
 turn of the loop together, the replies coming back in order. As ``BlockingLink``
 (``_memcache_link``): every failure to reach a server, or to hear from it within the
@@ -18,7 +18,7 @@ from typing import Any
 
 from ratewarden.errors import StorageError
 from ratewarden.storage import _memcache_wire as wire
-from ratewarden.storage._memcache_link import failure, reply_failure
+from ratewarden.storage._memcache_link import failure, reply_failure, tls_host
 from ratewarden.storage._memcache_url import Address, shown
 
 __all__ = ["AsyncLink"]
@@ -139,15 +139,23 @@ class AsyncLink:
         loop = asyncio.get_running_loop()
         opening = self._opening[address] = loop.create_future()
         name = shown(address)
-        host, port = address
         tls: dict[str, Any] = {}
         if self.tls is not None:
-            tls = {"ssl": self.tls, "server_hostname": host, "ssl_handshake_timeout": self.timeout}
+            tls = {
+                "ssl": self.tls,
+                "server_hostname": tls_host(address),
+                "ssl_handshake_timeout": self.timeout,
+            }
         try:
             # asyncio.timeout, not wait_for: Python 3.11's wait_for can lose a cancellation
             # that lands as the connection is made (CPython gh-86296).
             async with asyncio.timeout(self.timeout):
-                _, conn = await loop.create_connection(lambda: _Connection(name), host, port, **tls)
+                if isinstance(address, str):
+                    made = loop.create_unix_connection(lambda: _Connection(name), address, **tls)
+                else:
+                    host, port = address
+                    made = loop.create_connection(lambda: _Connection(name), host, port, **tls)
+                _, conn = await made
         except BaseException as exc:  # a cancelled opener must not leave the others waiting
             why = str(exc) or f"no answer within {self.timeout:g} s"
             error = failure(name, f"cannot connect: {why}")

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.storage._memcache_link import Servers
-from ratewarden.storage._memcache_url import Address, Where, shown
+from ratewarden.storage._memcache_url import HostPort, Where, shown
 
 __all__ = ["LOOKUP_TIMEOUT_S", "Found", "lookup"]
 
@@ -29,14 +29,14 @@ log = logging.getLogger("ratewarden.storage.memcache")
 #: How long one SRV lookup may take, every try of every nameserver included.
 LOOKUP_TIMEOUT_S = 5.0
 
-Lookup = Callable[[str, tuple[Address, ...], float], tuple[Address, ...]]
+Lookup = Callable[[str, tuple[HostPort, ...], float], tuple[HostPort, ...]]
 
 
 class SrvLookupError(Exception):
     """The lookup failed or listed no server (the message says which)."""
 
 
-def lookup(name: str, nameservers: tuple[Address, ...], timeout: float) -> tuple[Address, ...]:
+def lookup(name: str, nameservers: tuple[HostPort, ...], timeout: float) -> tuple[HostPort, ...]:
     """The servers the SRV record ``name`` lists, as ``(target, port)``, sorted, each once."""
     try:
         import dns.exception

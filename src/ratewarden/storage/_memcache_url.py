@@ -3,11 +3,16 @@
 ::
 
     memcache://HOST[:PORT][,HOST[:PORT]...]          the servers (memcached:// too)
-    memcaches://HOST[:PORT],...?OPTIONS              the same, over TLS
+    memcache:///PATH/TO.SOCK                         a server on a Unix socket
+    memcache://HOST[:PORT],/PATH/TO.SOCK,...         both kinds in one list
+    memcaches://HOST[:PORT],...?OPTIONS              the same, over TLS (no Unix socket)
     memcache+srv://_SERVICE._PROTO.NAME?OPTIONS      the servers a DNS SRV record lists
     memcaches+srv://_SERVICE._PROTO.NAME?OPTIONS     both
 
-The port is 11211 when left out; an IPv6 address goes in brackets. TLS options, named as
+The port is 11211 when left out; an IPv6 address goes in brackets. A server that begins with
+``/`` is a Unix socket's absolute path (as upstream's client takes any server with a ``/``
+in it for one), percent-decoded (``%2C`` for a comma, ``%25`` for ``%``); the path as
+written is the server's name. TLS options, named as
 redis-py names them for ``rediss://``: ``ssl_ca_certs`` (the CA file to trust instead of
 the system's), ``ssl_certfile`` and ``ssl_keyfile`` (a client certificate, for servers that
 ask for one), ``ssl_check_hostname=false`` (the certificate's chain is still checked, not
@@ -19,21 +24,37 @@ comma-separated, instead of the system's resolver). Anything else is refused.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, quote, unquote
 
 from ratewarden import checks
 from ratewarden.errors import ConfigurationError
 
-__all__ = ["DEFAULT_PORT", "Address", "Tls", "Where", "check_addresses", "parse_url", "shown"]
+__all__ = [
+    "DEFAULT_PORT",
+    "MAX_SOCKET_PATH_BYTES",
+    "Address",
+    "HostPort",
+    "Tls",
+    "Where",
+    "check_addresses",
+    "parse_url",
+    "shown",
+    "written",
+]
 
-Address = tuple[str, int]
+HostPort = tuple[str, int]
+#: A server: ``(host, port)`` over TCP, or the absolute path of a Unix socket.
+Address = HostPort | str
 
 DEFAULT_PORT = 11211
 DNS_PORT = 53
+#: The longest Unix socket path memcached listens on (Linux's ``sun_path`` less its NUL).
+MAX_SOCKET_PATH_BYTES = 107
 #: scheme -> (over TLS, servers from an SRV record)
 _SCHEMES = {
     "memcache": (False, False),
@@ -86,7 +107,7 @@ class Where:
     addresses: tuple[Address, ...] = ()
     srv: str = ""
     refresh: float = 0.0
-    nameservers: tuple[Address, ...] = ()
+    nameservers: tuple[HostPort, ...] = ()
     tls: Tls | None = None
 
 
@@ -96,24 +117,32 @@ def parse_url(url: str) -> Where:
     if not sep or scheme.lower() not in _SCHEMES:
         raise ConfigurationError(
             f"memcache URL {url!r} must start with memcache:// (memcaches:// for TLS, "
-            "memcache+srv:// for a DNS SRV name) and list HOST:PORT, comma-separated"
+            "memcache+srv:// for a DNS SRV name) and list HOST:PORT or /SOCKET/PATH, "
+            "comma-separated"
         )
     over_tls, by_srv = _SCHEMES[scheme.lower()]
     rest, _, query = rest.partition("?")
     if rest.endswith("/"):
         rest = rest[:-1]
-    if any(mark in rest for mark in "/#@"):
-        raise ConfigurationError(
-            f"memcache URL {url!r}: only HOST:PORT pairs, comma-separated (no path or user: "
-            "memcached has no databases and no passwords over this protocol)"
-        )
+    if "#" in rest:
+        raise ConfigurationError(f"memcache URL {url!r}: no fragment ('#'; %23 in a path)")
     options = _options(url, query, over_tls, by_srv)
     tls = _tls(url, options) if over_tls else None
     if not by_srv:
-        addresses = check_addresses([_address(url, part.strip()) for part in rest.split(",")], url)
+        addresses = check_addresses([_server(url, part.strip()) for part in rest.split(",")], url)
+        if tls is not None and any(isinstance(address, str) for address in addresses):
+            raise ConfigurationError(
+                f"memcache URL {url!r}: TLS to a Unix socket is not offered (the socket never "
+                "leaves the host); list socket servers in a memcache:// URL"
+            )
         return Where(addresses=addresses, tls=tls)
     name = rest.strip().rstrip(".")
-    if not _SRV_NAME.match(name) or any(c.isspace() or c in ",:[]" for c in name):
+    if "/" in name:
+        raise ConfigurationError(
+            f"memcache URL {url!r}: an SRV record lists TCP servers only; a Unix socket is "
+            "memcache:///PATH"
+        )
+    if not _SRV_NAME.match(name) or any(c.isspace() or c in ",:[]@" for c in name):
         raise ConfigurationError(
             f"memcache URL {url!r}: {rest!r} is not an SRV name: _SERVICE._PROTO.NAME, as "
             "_memcache._tcp.cache.example.internal"
@@ -188,10 +217,10 @@ def _refresh(url: str, text: str) -> float:
     return seconds
 
 
-def _nameservers(url: str, text: str) -> tuple[Address, ...]:
+def _nameservers(url: str, text: str) -> tuple[HostPort, ...]:
     if not text:
         return ()
-    found = []
+    found: list[HostPort] = []
     for part in text.split(","):
         host, port = _address(url, part.strip(), DNS_PORT)
         try:
@@ -202,10 +231,54 @@ def _nameservers(url: str, text: str) -> tuple[Address, ...]:
                 "(IP, IP:PORT or [IPv6]:PORT): a resolver's own name cannot be looked up"
             ) from None
         found.append((host, port))
-    return check_addresses(found, url)
+    if len(set(found)) != len(found):
+        raise ConfigurationError(f"memcache URL {url!r} names a nameserver twice")
+    return tuple(found)
 
 
-def _address(url: str, part: str, default_port: int = DEFAULT_PORT) -> Address:
+def _server(url: str, part: str) -> Address:
+    """One server of the list: a socket path (it begins with ``/``) or ``HOST[:PORT]``."""
+    if part.startswith("/"):
+        if any(c.isspace() for c in part):
+            raise ConfigurationError(
+                f"memcache URL {url!r}: socket path {part!r} has a space; write it %20"
+            )
+        try:
+            path = unquote(part, errors="strict")
+        except UnicodeDecodeError:
+            raise ConfigurationError(
+                f"memcache URL {url!r}: socket path {part!r} is not UTF-8 once percent-decoded"
+            ) from None
+        return _check_path(path, f"memcache URL {url!r}")
+    if any(mark in part for mark in "/@"):
+        raise ConfigurationError(
+            f"memcache URL {url!r}: only HOST:PORT pairs or Unix socket paths, comma-separated "
+            "(no path after a host and no user: memcached has no databases and no passwords "
+            "over this protocol; a socket is a server of its own, memcache:///PATH)"
+        )
+    return _address(url, part)
+
+
+def _check_path(path: str, where: str) -> str:
+    """``path`` (absolute) as a Unix socket server: a file, no NUL, short enough to connect to."""
+    try:
+        size = len(os.fsencode(path))
+        path.encode()
+    except UnicodeEncodeError:
+        raise ConfigurationError(f"{where}: socket path {path!r} is not valid text") from None
+    if path == "/":
+        raise ConfigurationError(f"{where}: socket path '/' names no file")
+    if "\0" in path:
+        raise ConfigurationError(f"{where}: socket path {path!r} holds a NUL character")
+    if size > MAX_SOCKET_PATH_BYTES:
+        raise ConfigurationError(
+            f"{where}: socket path {path!r} is {size} bytes; a Unix socket's path holds "
+            f"{MAX_SOCKET_PATH_BYTES} at most (move the socket to a shorter path)"
+        )
+    return path
+
+
+def _address(url: str, part: str, default_port: int = DEFAULT_PORT) -> HostPort:
     if part.startswith("["):
         host, close, tail = part[1:].partition("]")
         if not close or (tail and not tail.startswith(":")):
@@ -224,10 +297,14 @@ def _address(url: str, part: str, default_port: int = DEFAULT_PORT) -> Address:
 
 
 def check_addresses(addresses: Sequence[object], url: str | None = None) -> tuple[Address, ...]:
-    """``addresses`` as ``(host, port)`` pairs: a non-empty host, a port 1-65535, none twice."""
+    """``addresses`` as servers: ``(host, port)`` pairs (a non-empty host, a port 1-65535) or
+    Unix socket paths (absolute), none twice."""
     where = f"memcache URL {url!r}" if url is not None else "memcache servers"
     found: list[Address] = []
     for address in addresses:
+        if isinstance(address, str) and address.startswith("/"):
+            found.append(_check_path(address, where))
+            continue
         if (
             not isinstance(address, tuple)
             or len(address) != 2
@@ -237,8 +314,11 @@ def check_addresses(addresses: Sequence[object], url: str | None = None) -> tupl
             or not isinstance(address[1], int)
             or not 0 < address[1] < 65536
         ):
-            raise ConfigurationError(f"{where}: {address!r} is not a (host, port 1-65535) pair")
-        found.append(address)
+            raise ConfigurationError(
+                f"{where}: {address!r} is not a (host, port 1-65535) pair or a Unix socket's "
+                "absolute path"
+            )
+        found.append((address[0], address[1]))
     if not found:
         raise ConfigurationError("a memcache store needs at least one server")
     if len(set(found)) != len(found):
@@ -247,6 +327,14 @@ def check_addresses(addresses: Sequence[object], url: str | None = None) -> tupl
 
 
 def shown(address: Address) -> str:
-    """``host:port`` (``[v6]:port``), as messages and ``node_of`` name a server."""
+    """``host:port`` (``[v6]:port``) or a socket's path, as messages and ``node_of`` name a
+    server (and rendezvous hashing scores it)."""
+    if isinstance(address, str):
+        return address
     host, port = address
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def written(address: Address) -> str:
+    """The server as a URL lists it: ``shown``, a socket's path percent-encoded."""
+    return quote(address, safe="/") if isinstance(address, str) else shown(address)

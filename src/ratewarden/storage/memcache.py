@@ -19,8 +19,9 @@ steps that queued up on an item while the last one ran together, in their order,
 in one read and one write: a hot key costs a round trip per turn, not per call.
 
 Several servers share the items by rendezvous hashing; a breaker kept per node
-(``ratewarden serve``'s) has a circuit per server (``node_of``). Memcached 1.6 or
-later (the meta protocol).
+(``ratewarden serve``'s) has a circuit per server (``node_of``). A server is a TCP
+``host:port`` or a Unix socket's path (``memcache:///run/mc.sock``, ``_memcache_url``).
+Memcached 1.6 or later (the meta protocol).
 """
 
 from __future__ import annotations
