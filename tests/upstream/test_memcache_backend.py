@@ -1,6 +1,7 @@
 """envoyproxy/ratelimit's ``BACKEND_TYPE=memcache`` and its ``MEMCACHE_*`` settings.
 
-``MEMCACHE_HOST_PORT`` becomes the store URL ``memcache://...``, ``MEMCACHE_SRV`` (and its
+``MEMCACHE_HOST_PORT`` becomes the store URL ``memcache://...`` (an entry with a ``/`` a
+Unix socket, as upstream's client reads it), ``MEMCACHE_SRV`` (and its
 refresh) ``memcache+srv://...``, ``MEMCACHE_TLS`` and its files ``memcaches://...?ssl_...``;
 what cannot act is refused naming the variable; the rest of memcached's settings, and every
 Redis one beside ``BACKEND_TYPE=memcache`` (upstream's memcache backend reads none), are
@@ -11,6 +12,8 @@ settings have no effect, as upstream's. (Serving over TLS and SRV for real:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
@@ -18,10 +21,11 @@ import pytest
 from envoy.service.ratelimit.v3 import rls_pb2_grpc
 
 from ratewarden.errors import ConfigurationError
-from ratewarden.server import upstream_env, upstream_settings
+from ratewarden.server import upstream_backend, upstream_env, upstream_settings
 from ratewarden.server.settings import Settings, resolve
+from ratewarden.storage import _memcache_url
 from ratewarden.storage.memcache import parse_url
-from tests._memcached import MemcachedServer
+from tests._memcached import MemcachedServer, short_dir
 from tests._servers import HOST
 from tests.server.test_memcache_serve import RULES, count, items
 from tests.server_transport.conftest import OK, OVER_LIMIT, request
@@ -50,6 +54,52 @@ def test_memcache_host_port_becomes_the_store_url(host_port: str, url: str) -> N
     chosen = settings(BACKEND_TYPE="Memcache", MEMCACHE_HOST_PORT=host_port)
     assert chosen.store_url == url
     assert chosen.store_per_second is None
+
+
+@pytest.mark.parametrize(
+    ("host_port", "url", "servers"),
+    [
+        (
+            "/var/run/memcached/memcached.sock",
+            "memcache:///var/run/memcached/memcached.sock",
+            ("/var/run/memcached/memcached.sock",),
+        ),
+        (
+            "m1:11211, /run/mc.sock,[::1]:11300",
+            "memcache://m1:11211,/run/mc.sock,[::1]:11300",
+            (("m1", 11211), "/run/mc.sock", ("::1", 11300)),
+        ),
+        (
+            "/run/mc dir/100%.sock,/run/a?b#c.sock",
+            "memcache:///run/mc%20dir/100%25.sock,/run/a%3Fb%23c.sock",
+            ("/run/mc dir/100%.sock", "/run/a?b#c.sock"),
+        ),
+    ],
+)
+def test_memcache_host_port_entries_with_a_slash_are_unix_sockets(
+    host_port: str, url: str, servers: tuple[object, ...]
+) -> None:
+    """An entry with a '/' in it is a Unix socket's path, as upstream's client (gomemcache)
+    reads MEMCACHE_HOST_PORT; sockets and HOST:PORT mix in one list; the store URL writes a
+    path percent-encoded and the store reads back the path as given."""
+    chosen = settings(BACKEND_TYPE="memcache", MEMCACHE_HOST_PORT=host_port)
+    assert chosen.store_url == url
+    assert parse_url(url).addresses == servers
+
+
+def test_a_relative_socket_path_is_taken_from_the_starting_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """'run/mc.sock' (a '/' in it: a socket, as upstream's) is the socket under the
+    directory ratewarden starts in, as upstream's client dials it."""
+    monkeypatch.chdir(tmp_path)
+    chosen = settings(BACKEND_TYPE="memcache", MEMCACHE_HOST_PORT="run/mc.sock,m1:1")
+    assert parse_url(chosen.store_url).addresses == (str(tmp_path / "run/mc.sock"), ("m1", 1))
+
+
+def test_the_settings_know_the_stores_longest_socket_path() -> None:
+    """The settings may not import the store; their limit is the store's."""
+    assert upstream_backend.MAX_SOCKET_PATH_BYTES == _memcache_url.MAX_SOCKET_PATH_BYTES
 
 
 def test_the_redis_settings_beside_the_memcache_backend_change_nothing() -> None:
@@ -182,8 +232,20 @@ def test_memcache_srv_and_tls_become_the_store_url(environ: dict[str, str], url:
             "MEMCACHE_HOST_PORT='m1:1,,m2:2': an empty server",
         ),
         (
-            {"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "/run/memcached.sock"},
-            "is a Unix socket path; ratewarden reaches memcached over TCP only",
+            {**MEMCACHE, "MEMCACHE_HOST_PORT": "m1:1,/run/mc.sock", "MEMCACHE_TLS": "true"},
+            "MEMCACHE_HOST_PORT='m1:1,/run/mc.sock' lists a Unix socket and MEMCACHE_TLS=true",
+        ),
+        (
+            {"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "/" + "s" * 107},
+            "is 108 bytes; a Unix socket's path holds 107 at most",
+        ),
+        (
+            {"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "/run/mc.sock, /run/mc.sock"},
+            "names '/run/mc.sock' twice",
+        ),
+        (
+            {"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "/run/\udcff.sock"},
+            "a socket path is not UTF-8",
         ),
         (
             {"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "::1:11211"},
@@ -199,7 +261,8 @@ def test_what_the_memcache_store_cannot_do_stops_the_start_naming_the_variable(
     environ: dict[str, str], message: str
 ) -> None:
     """No MEMCACHE_HOST_PORT nor MEMCACHE_SRV, both, TLS files without MEMCACHE_TLS=true, half
-    a client certificate, a server that is not HOST:PORT: refused, naming the variable."""
+    a client certificate, a server that is not HOST:PORT nor a socket path (or a path too
+    long, or TLS asked for a socket): refused, naming the variable."""
     with pytest.raises(ConfigurationError) as caught:
         settings(**environ)
     assert message in str(caught.value)
@@ -260,16 +323,61 @@ def test_serve_on_upstreams_memcache_variables_alone_counts_in_that_memcached(
     assert name.startswith("up:{") and count(entries) == 3
 
 
+def test_serve_on_upstreams_variables_counts_in_a_memcached_on_a_unix_socket(
+    tmp_path: Path, memcached: MemcachedServer, make_memcached: Callable[..., MemcachedServer]
+) -> None:
+    """MEMCACHE_HOST_PORT listing a TCP memcached and one on a Unix socket, as upstream's
+    mixed lists: ratewarden serve decides 3 a minute per key, each key's item on one of the
+    two servers, until both hold some (rendezvous hashing: at most 30 keys)."""
+    with short_dir() as directory:
+        unix = make_memcached(unix_socket=directory / "mc.sock")
+        environ = {
+            "BACKEND_TYPE": "memcache",
+            "MEMCACHE_HOST_PORT": f"{HOST}:{memcached.port},{unix.unix_socket}",
+        }
+        with served_upstream(tmp_path, environ) as stub:
+            keys: list[str] = []
+            while 0 in (held(memcached), held(unix)) and len(keys) < 30:
+                keys.append(f"key-{len(keys)}")
+                codes = calls_until_denied_on(stub, keys[-1])
+                assert codes[:3] == [OK] * 3 and codes[-1] == OVER_LIMIT, keys
+        on_tcp, on_socket = items(memcached), items(unix)
+        assert on_tcp and on_socket
+        found = {**on_tcp, **on_socket}
+        assert len(found) == len(keys) and all(count(e) == 3 for e in found.values())
+
+
+def held(server: MemcachedServer) -> int:
+    """The items ``server`` holds (its ``curr_items``)."""
+    return int(
+        next(line.split()[2] for line in server.stats().splitlines() if " curr_items " in line)
+    )
+
+
 def calls_until_denied(tmp_path: Path, environ: dict[str, str]) -> list[int]:
     """``ratewarden serve`` on ``environ`` alone and RULES: the overall codes of calls on
     one api_key until the first OVER_LIMIT (20 at most)."""
+    with served_upstream(tmp_path, environ) as stub:
+        return calls_until_denied_on(stub, "k")
+
+
+@contextmanager
+def served_upstream(
+    tmp_path: Path, environ: dict[str, str]
+) -> Iterator[rls_pb2_grpc.RateLimitServiceStub]:
+    """``ratewarden serve`` on ``environ`` alone and RULES, a stub on its gRPC port."""
     with (
         serve_rules(tmp_path, RULES, **environ) as (_, grpc_port),
         grpc.insecure_channel(f"{HOST}:{grpc_port}") as channel,
     ):
-        stub = rls_pb2_grpc.RateLimitServiceStub(channel)
-        codes: list[int] = []
-        while OVER_LIMIT not in codes and len(codes) < 20:
-            reply = stub.ShouldRateLimit(request("mc", {"api_key": "k"}), timeout=5)
-            codes.append(reply.overall_code)
+        yield rls_pb2_grpc.RateLimitServiceStub(channel)
+
+
+def calls_until_denied_on(stub: rls_pb2_grpc.RateLimitServiceStub, key: str) -> list[int]:
+    """The overall codes of calls on api_key ``key`` until the first OVER_LIMIT (20 at
+    most): a call the store's 20 ms misses is answered by the failure mode, uncharged."""
+    codes: list[int] = []
+    while OVER_LIMIT not in codes and len(codes) < 20:
+        reply = stub.ShouldRateLimit(request("mc", {"api_key": key}), timeout=5)
+        codes.append(reply.overall_code)
     return codes

@@ -4,6 +4,7 @@
 and the per-second store's with ``REDIS_PERSECOND``. ``memcache`` takes memcached's::
 
     BACKEND_TYPE=memcache, MEMCACHE_HOST_PORT=h1:p1,h2:p2      memcache://h1:p1,h2:p2
+    BACKEND_TYPE=memcache, MEMCACHE_HOST_PORT=/run/mc.sock,h:p memcache:///run/mc.sock,h:p
     BACKEND_TYPE=memcache, MEMCACHE_SRV=_mc._tcp.cache,
                            MEMCACHE_SRV_REFRESH=30s            memcache+srv://_mc._tcp.cache?refresh=30
     ... and MEMCACHE_TLS=true, MEMCACHE_TLS_CACERT=/ca.pem     memcaches://...?ssl_ca_certs=%2Fca.pem
@@ -12,7 +13,9 @@ as upstream reads them (``src/memcached/cache_impl.go``, ``src/settings/settings
 
 - ``MEMCACHE_HOST_PORT`` or ``MEMCACHE_SRV`` is needed, not both (upstream stops then too).
   ``MEMCACHE_HOST_PORT`` is a comma-separated list of ``HOST:PORT`` (an IPv6 host in
-  brackets), each server once; a Unix socket path (upstream's client takes one) is refused.
+  brackets) and Unix socket paths (an entry with a ``/`` in it, as upstream's client takes
+  one; a relative path from the directory ratewarden starts in), each server once; TLS to a
+  socket is refused.
   ``MEMCACHE_SRV`` is ``_SERVICE._PROTO.NAME``, looked up at the start and, with
   ``MEMCACHE_SRV_REFRESH`` (a Go duration), again that often (needs dnspython:
   ``ratewarden[memcache-srv]``).
@@ -32,9 +35,10 @@ start's "without effect" line.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.server import upstream_redis
@@ -44,6 +48,9 @@ __all__ = ["BACKENDS", "store"]
 
 #: BACKEND_TYPE's values, as upstream's runner switches on them.
 BACKENDS = ("redis", "memcache")
+#: The longest Unix socket path the memcache store connects to (its MAX_SOCKET_PATH_BYTES:
+#: the settings may not import the storage layer; a test holds the two equal).
+MAX_SOCKET_PATH_BYTES = 107
 #: memcached's TLS files, as the store URL's options name them.
 _TLS_FILES = {
     "MEMCACHE_TLS_CACERT": "ssl_ca_certs",
@@ -92,15 +99,19 @@ def _memcache_url(values: Mapping[str, Any]) -> str:
         where = f"{'memcaches' if tls else 'memcache'}+srv://{srv}"
     else:
         text = str(values["MEMCACHE_HOST_PORT"])
-        servers = [part.strip() for part in text.split(",")]
-        for server in servers:
-            _check_server(text, server)
+        servers = [_server(text, part.strip()) for part in text.split(",")]
         for index, server in enumerate(servers):
             if server in servers[:index]:
                 raise ConfigurationError(
                     f"MEMCACHE_HOST_PORT={text!r} names {server!r} twice: list each server "
                     "once (ratewarden spreads the items evenly over the servers)"
                 )
+        if tls and any(server.startswith("/") for server in servers):
+            raise ConfigurationError(
+                f"MEMCACHE_HOST_PORT={text!r} lists a Unix socket and MEMCACHE_TLS=true: "
+                "ratewarden speaks no TLS to a socket (it never leaves the host); unset "
+                "MEMCACHE_TLS or list HOST:PORT servers only"
+            )
         where = f"{'memcaches' if tls else 'memcache'}://" + ",".join(servers)
     return where + (f"?{urlencode(options)}" if options else "")
 
@@ -121,15 +132,35 @@ def _tls_options(values: Mapping[str, Any]) -> dict[str, str]:
     return options
 
 
+def _server(text: str, server: str) -> str:
+    """One entry of ``MEMCACHE_HOST_PORT`` as the store URL lists it: ``HOST:PORT``, or a
+    Unix socket's absolute path, percent-encoded (an entry with a ``/``, as upstream's)."""
+    if "/" not in server:
+        _check_server(text, server)
+        return server
+    path = server if server.startswith("/") else os.path.join(os.getcwd(), server)
+    try:
+        path.encode()
+    except UnicodeEncodeError:  # bytes the environment held that are not UTF-8
+        raise ConfigurationError(
+            f"MEMCACHE_HOST_PORT={text!r}: a socket path is not UTF-8"
+        ) from None
+    size = len(os.fsencode(path))
+    if size > MAX_SOCKET_PATH_BYTES:
+        raise ConfigurationError(
+            f"MEMCACHE_HOST_PORT={text!r}: socket path {path!r} is {size} bytes; a Unix "
+            f"socket's path holds {MAX_SOCKET_PATH_BYTES} at most (move the socket to a "
+            "shorter path)"
+        )
+    return quote(path, safe="/")
+
+
 def _check_server(text: str, server: str) -> None:
     """``server`` is ``HOST:PORT`` (``[IPv6]:PORT``), as upstream's client needs it."""
     where = f"MEMCACHE_HOST_PORT={text!r}"
     if not server:
-        raise ConfigurationError(f"{where}: an empty server; separate HOST:PORT pairs with ','")
-    if "/" in server:
         raise ConfigurationError(
-            f"{where}: {server!r} is a Unix socket path; ratewarden reaches memcached over "
-            "TCP only: give HOST:PORT"
+            f"{where}: an empty server; separate HOST:PORT pairs (or socket paths) with ','"
         )
     if server.startswith("["):
         host, close, tail = server[1:].partition("]")
