@@ -334,6 +334,7 @@ class RateLimitServer:
             grace = max(0.0, grace - (time.monotonic() - started))
         await stop_listeners(grace, self.grpc, self.http, self.debug, self.prometheus)
         self.stats.flush()
+        self.service.budgets.warn_owed()  # the store never came back for them
         await self.close()
         log.info("stopped", extra={"event": "stopped"})
 
@@ -362,6 +363,8 @@ class RateLimitServer:
         self._serving, self._fault = serving, fault
         if alive and self.service.breaker is not None:
             self.service.breaker.recovered()  # the ping was a probe: no need to wait it out
+        if alive and self.service.budgets.owes():
+            await self.service.budgets.pay_owed()  # spent while the store was down
         await self.grpc.set_serving(serving)
         return serving
 

@@ -10,7 +10,7 @@ from the limiter's flows (``_ServiceBase._flow``), and each class runs it with
 The request's descriptors, prepared into items with their counter keys, are in
 ``server/descriptors.py``; several descriptors decided in one atomic store step,
 in ``server/joint_step.py``; building the response, in ``server/response.py``;
-token-budget rules, in ``server/budget_service.py``; the hooks and the log
+token-budget rules, in ``server/rule_budgets.py``; the hooks and the log
 lines, in ``server/hooks.py``; here, the decision flow and the mapping of the
 limiter's answers onto what the service reports.
 
@@ -65,7 +65,6 @@ from typing import TYPE_CHECKING, Any
 from ratewarden.clock import Clock
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import AsyncLimiter, CircuitBreaker, Flow, Gather, Limiter, NegativeCache
-from ratewarden.server.budget_service import AsyncRuleBudgets, RuleBudgets
 from ratewarden.server.config import DescriptorRule, RateLimitConfig
 
 # counter_key, DescriptorOutcome, UNLIMITED_REMAINING and ServiceHooks are defined
@@ -92,6 +91,7 @@ from ratewarden.server.response import (
 )
 from ratewarden.server.response_headers import HEADER_MODES, LEGACY_NAMES, check_header_names
 from ratewarden.server.response_metadata import metadata_mode
+from ratewarden.server.rule_budgets import AsyncRuleBudgets, RuleBudgets
 from ratewarden.server.value_cap import ValueCap
 
 if TYPE_CHECKING:
@@ -280,9 +280,8 @@ class _ServiceBase:
             cached = cached_check(item, limiter)
             if cached is not None:
                 return cached
-        via = None
-        if rule.budget:  # a token budget: checked on hits 0, charged otherwise
-            via = self.budgets.check if item.cost == 0 else self.budgets.account
+        # A token budget: checked on hits 0, charged otherwise.
+        via: Any = self.budgets.via(item.cost, cost) if rule.budget else None
         counts = limiter.counts
         calls = counts.store_calls
         decision = yield from limiter.hit_flow(
@@ -295,6 +294,8 @@ class _ServiceBase:
             via=via,
         )
         if decision.degraded:
+            if cost > 0 and rule.budget and not via.reached:  # the store was not asked:
+                self.budgets.owe(rule.rates[0], item.key, cost)  # owed (see Reached)
             return settled(decision, cost)
         if counts.store_calls == calls:
             # No store call and no failure mode: the over-limit cache answered (this limiter
