@@ -111,8 +111,8 @@ OPTIONS: dict[str, Option] = {
         "--store",
         text,
         "memory (default), redis://, rediss://, a Sentinel or Cluster URL, or "
-        "memcache://HOST:PORT[,HOST:PORT...] (memcaches:// over TLS, memcache+srv://_SERVICE."
-        "_PROTO.NAME from a DNS SRV record)",
+        "memcache://HOST:PORT[,HOST:PORT...] (a server /PATH is a Unix socket: memcache:///PATH; "
+        "memcaches:// over TLS, memcache+srv://_SERVICE._PROTO.NAME from a DNS SRV record)",
     ),
     "store_per_second": Option(
         "--store-per-second",

@@ -2,7 +2,8 @@
 
 ``redacted`` is what every log line, message and ``repr`` prints instead of the
 URL itself; ``store_scheme`` tells the embedded memory store from memcached
-(``memcache://HOST:PORT[,HOST:PORT...]``, ``memcached://``, ``memcaches://`` over TLS,
+(``memcache://HOST:PORT[,HOST:PORT...]``, a server ``/PATH`` being a Unix socket,
+``memcached://``, ``memcaches://`` over TLS,
 ``memcache+srv://`` and ``memcaches+srv://`` from a DNS SRV record) and from Redis.
 """
 
