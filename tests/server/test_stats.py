@@ -347,3 +347,23 @@ def test_the_tally_asks_to_be_flushed_when_full_and_take_empties_it() -> None:
     assert len(taken.slots) == MAX_PENDING
     assert {counts[TOTAL] for counts in taken.slots.values()} == {2}
     assert tally.take().slots == {}
+
+
+def test_a_spent_budget_denying_a_check_is_counted_a_denied_decision() -> None:
+    """A budget check asks for 0 hits: upstream's per-key counters count hits, so their
+    over_limit stays 0 (as envoyproxy/ratelimit's would for hits_addend 0), and
+    ``ratewarden_decisions_total{outcome="denied"}`` counts the denial."""
+    rules = "domain: llm\ndescriptors:\n  - key: tenant\n    budget: {unit: minute, tokens_per_unit: 10}\n"
+    stats = ServiceStats(clock=ManualClock(ALIGNED))
+    svc = RateLimitService(
+        config.loads(rules, "rules.yaml"), MemoryStore(clock=ManualClock(ALIGNED)), hooks=stats
+    )
+    assert ask(svc, desc(("tenant", "a"), hits=10), domain="llm").overall_code == OK
+    codes = [ask(svc, desc(("tenant", "a"), hits=0), domain="llm").overall_code for _ in range(3)]
+    assert codes == [OVER] * 3
+    labels = {"domain": "llm", "key": "tenant"}
+    assert value(stats, P + "over_limit_total", **labels) == 0
+    assert value(stats, P + "total_hits_total", **labels) == 10
+    decided = {"rule": "llm.tenant"}
+    assert value(stats, "ratewarden_decisions_total", **decided, outcome="denied") == 3
+    assert value(stats, "ratewarden_decisions_total", **decided, outcome="allowed") == 1
