@@ -353,7 +353,10 @@ def test_a_spent_budget_denying_a_check_is_counted_a_denied_decision() -> None:
     """A budget check asks for 0 hits: upstream's per-key counters count hits, so their
     over_limit stays 0 (as envoyproxy/ratelimit's would for hits_addend 0), and
     ``ratewarden_decisions_total{outcome="denied"}`` counts the denial."""
-    rules = "domain: llm\ndescriptors:\n  - key: tenant\n    budget: {unit: minute, tokens_per_unit: 10}\n"
+    rules = (
+        "domain: llm\ndescriptors:\n  - key: tenant\n"
+        "    budget: {unit: minute, tokens_per_unit: 10}\n"
+    )
     stats = ServiceStats(clock=ManualClock(ALIGNED))
     svc = RateLimitService(
         config.loads(rules, "rules.yaml"), MemoryStore(clock=ManualClock(ALIGNED)), hooks=stats
