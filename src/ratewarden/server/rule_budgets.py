@@ -265,6 +265,9 @@ class AsyncRuleBudgets(_RuleBudgetsBase[AsyncTokenBudget]):
         except StorageError as error:
             log.warning("budget tokens still owed: %s", error, extra={"event": "budget_owed"})
             return
+        except Exception:  # a bug must not stop the health loop that calls this
+            log.exception("paying budget tokens owed failed", extra={"event": "budget_owed"})
+            return
         self._paid(paid)
 
     async def hit(self, rate: Rate, key: str, hits: int, cost: int) -> Decision:
