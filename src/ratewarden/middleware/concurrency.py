@@ -22,14 +22,13 @@ Every slot carries a TTL, so a worker that dies mid-request loses its slots one
 TTL later. A response that streams for longer than the TTL renews its slot as it
 sends (at most once per third of the TTL, piggybacked on a body chunk); a
 response that sends nothing for a whole TTL can lose its slot (documented in
-docs/middleware.md).
+docs/middleware.md). Holding, renewing and giving back the slot is ``_holding``'s,
+shared with the load shedding middleware.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from typing import Any, Generic, Protocol, TypeVar
 
 from ratewarden.clock import Clock, SystemClock
@@ -38,19 +37,12 @@ from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.limiter import Lease
 from ratewarden.metrics import Metrics
 from ratewarden.middleware._failure import FailureAnswer, chosen_failure_mode
+from ratewarden.middleware._holding import Held, hold_asgi, hold_wsgi
 from ratewarden.middleware._identity import ANONYMOUS, KeyFunc
-from ratewarden.middleware._outcome import Outcome, close_wsgi, refusal, send_asgi, send_wsgi
+from ratewarden.middleware._outcome import Outcome, refusal, send_asgi, send_wsgi
 from ratewarden.middleware._request import RequestInfo, from_asgi, from_wsgi
 from ratewarden.middleware._rules import Selection, check_name
-from ratewarden.middleware._types import (
-    ASGIApp,
-    Message,
-    Receive,
-    Scope,
-    Send,
-    StartResponse,
-    WSGIApp,
-)
+from ratewarden.middleware._types import ASGIApp, Receive, Scope, Send, StartResponse, WSGIApp
 
 __all__ = [
     "AsyncSlotLimiter",
@@ -59,8 +51,6 @@ __all__ = [
     "SlotPolicy",
     "WSGIConcurrencyMiddleware",
 ]
-
-log = logging.getLogger("ratewarden.middleware")
 
 
 class SlotLimiter(Protocol):
@@ -170,13 +160,13 @@ class SlotPolicy:
         """``"429 Too Many Requests"`` or ``"503 Service Unavailable"``."""
         return "429 Too Many Requests" if self.status == 429 else "503 Service Unavailable"
 
-    def admit(self, found: Lease | StorageError, limiter: object) -> _Held | Outcome:
+    def admit(self, found: Lease | StorageError, limiter: object) -> Held | Outcome:
         """What ``acquire_slot`` gave (a Lease, or the StorageError it raised) means: the
         slot, held (run the app, then release it), else the Outcome to send (a refusal, or
         the failure mode's: open runs the app without a slot)."""
         if isinstance(found, StorageError):
             return self.failure_answer.caught(found, limiter)
-        return _Held(found, self) if found.allowed else self.refusal
+        return Held(found, self.ttl, self.clock) if found.allowed else self.refusal
 
 
 def _policy(options: dict[str, Any], who: str) -> SlotPolicy:
@@ -215,50 +205,6 @@ _OPTIONS = frozenset(
         "metrics",
     )
 )
-
-
-class _Held:
-    """One granted lease: when to renew it, and whether it was given back."""
-
-    __slots__ = ("lease", "policy", "released", "renewed_at")
-
-    def __init__(self, lease: Lease, policy: SlotPolicy) -> None:
-        self.lease = lease
-        self.policy = policy
-        self.released = False
-        self.renewed_at = policy.clock.now()
-
-    def renewal_due(self) -> bool:
-        if self.released:
-            return False
-        now = self.policy.clock.now()
-        if now - self.renewed_at < self.policy.ttl / 3:
-            return False
-        self.renewed_at = now
-        return True
-
-    def take_release(self) -> bool:
-        """True the first time only: the caller releases."""
-        if self.released:
-            return False
-        self.released = True
-        return True
-
-
-@contextmanager
-def _tolerated(what: str, held: _Held) -> Iterator[None]:
-    """A failed release or renewal is logged, not raised: the slot's TTL frees it."""
-    try:
-        yield
-    except StorageError as exc:
-        log.warning(
-            "concurrency slot %s of %s failed (its TTL frees it): %s", what, held.lease.key, exc
-        )
-
-
-def _lapsed(held: _Held, renewed: bool) -> None:
-    if not renewed:
-        log.warning("concurrency slot of %s lapsed while streaming", held.lease.key)
 
 
 #: The app a middleware wraps (ASGI or WSGI) and the limiter whose slots it takes.
@@ -306,26 +252,7 @@ class ConcurrencyMiddleware(_SlotMiddleware[ASGIApp, AsyncSlotLimiter]):
             else:
                 await self.app(scope, receive, send)
             return
-
-        async def send_holding(message: Message) -> None:
-            await send(message)
-            if message["type"] != "http.response.body":
-                return
-            if not message.get("more_body", False):
-                await self._release(held)
-            elif held.renewal_due():
-                with _tolerated("renewal", held):
-                    _lapsed(held, await self.limiter.renew_slot(held.lease))
-
-        try:
-            await self.app(scope, receive, send_holding)
-        finally:
-            await self._release(held)
-
-    async def _release(self, held: _Held) -> None:
-        if held.take_release():
-            with _tolerated("release", held):
-                await self.limiter.release_slot(held.lease)
+        await hold_asgi(self.app, scope, receive, send, held, self.limiter)
 
 
 class WSGIConcurrencyMiddleware(_SlotMiddleware[WSGIApp, SlotLimiter]):
@@ -351,44 +278,4 @@ class WSGIConcurrencyMiddleware(_SlotMiddleware[WSGIApp, SlotLimiter]):
             if held.blocked:
                 return send_wsgi(start_response, held, head=request.method == "HEAD")
             return self.app(environ, start_response)
-        try:
-            result = self.app(environ, start_response)
-        except BaseException:
-            self._release(held)
-            raise
-        return _HeldResponse(result, held, self)
-
-    def _release(self, held: _Held) -> None:
-        if held.take_release():
-            with _tolerated("release", held):
-                self.limiter.release_slot(held.lease)
-
-    def _renew(self, held: _Held) -> None:
-        with _tolerated("renewal", held):
-            _lapsed(held, self.limiter.renew_slot(held.lease))
-
-
-class _HeldResponse:
-    """The app's response iterable; the slot goes back when the server closes it."""
-
-    __slots__ = ("_held", "_middleware", "_result")
-
-    def __init__(
-        self, result: Iterable[bytes], held: _Held, middleware: WSGIConcurrencyMiddleware
-    ) -> None:
-        self._result = result
-        self._held = held
-        self._middleware = middleware
-
-    def __iter__(self) -> Iterator[bytes]:
-        for chunk in self._result:
-            if self._held.renewal_due():
-                self._middleware._renew(self._held)
-            yield chunk
-
-    def close(self) -> None:
-        """Close the app's iterable (as WSGI asks), then give the slot back."""
-        try:
-            close_wsgi(self._result)
-        finally:
-            self._middleware._release(self._held)
+        return hold_wsgi(self.app, environ, start_response, held, self.limiter)

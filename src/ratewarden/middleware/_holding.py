@@ -1,0 +1,187 @@
+"""A concurrency slot held for a whole response: given back when it is over, renewed as it streams.
+
+The concurrency and the load shedding middlewares take a slot before the app
+runs; from there on they do the same thing, written here once:
+
+- on ASGI (``hold_asgi``), the slot is given back right after the last body
+  message (``more_body`` false) has been sent, or when the app returns or
+  raises, whichever comes first: a streaming response holds it until its last
+  chunk, a background task that runs after the body does not;
+- on WSGI (``hold_wsgi``), when the server closes the response iterable
+  (``HeldResponse`` closes the app's iterable first), or at once when the app
+  raises before returning one;
+- while the body streams, the slot is renewed on the back of a chunk, at most
+  once per third of its TTL: no background task, no extra store call for short
+  responses.
+
+A failed release or renewal is logged, not raised: the slot's TTL frees it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+from ratewarden.clock import Clock
+from ratewarden.errors import StorageError
+from ratewarden.limiter import Lease
+from ratewarden.middleware._outcome import close_wsgi
+from ratewarden.middleware._types import (
+    ASGIApp,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    StartResponse,
+    WSGIApp,
+)
+
+__all__ = ["AsyncSlots", "Held", "HeldResponse", "Slots", "hold_asgi", "hold_wsgi"]
+
+log = logging.getLogger("ratewarden.middleware")
+
+
+class Slots(Protocol):
+    """What gives a held slot back and renews it, blocking: a ``Limiter``."""
+
+    def release_slot(self, lease: Lease) -> bool:
+        """Give the lease back."""
+        ...
+
+    def renew_slot(self, lease: Lease, ttl: float | None = None) -> bool:
+        """Extend the lease by its ttl from now."""
+        ...
+
+
+class AsyncSlots(Protocol):
+    """What gives a held slot back and renews it, awaited: an ``AsyncLimiter``."""
+
+    async def release_slot(self, lease: Lease) -> bool:
+        """Give the lease back."""
+        ...
+
+    async def renew_slot(self, lease: Lease, ttl: float | None = None) -> bool:
+        """Extend the lease by its ttl from now."""
+        ...
+
+
+class Held:
+    """One granted lease of ``ttl`` seconds: when to renew it, and whether it was given back."""
+
+    __slots__ = ("clock", "lease", "released", "renewed_at", "ttl")
+
+    def __init__(self, lease: Lease, ttl: float, clock: Clock) -> None:
+        self.lease = lease
+        self.ttl = ttl
+        self.clock = clock
+        self.released = False
+        self.renewed_at = clock.now()
+
+    def renewal_due(self) -> bool:
+        """True at most once per third of the TTL while the slot is held: the caller renews."""
+        if self.released:
+            return False
+        now = self.clock.now()
+        if now - self.renewed_at < self.ttl / 3:
+            return False
+        self.renewed_at = now
+        return True
+
+    def take_release(self) -> bool:
+        """True the first time only: the caller releases."""
+        if self.released:
+            return False
+        self.released = True
+        return True
+
+
+@contextmanager
+def _tolerated(what: str, held: Held) -> Iterator[None]:
+    """A failed release or renewal is logged, not raised: the slot's TTL frees it."""
+    try:
+        yield
+    except StorageError as exc:
+        log.warning(
+            "concurrency slot %s of %s failed (its TTL frees it): %s", what, held.lease.key, exc
+        )
+
+
+def _lapsed(held: Held, renewed: bool) -> None:
+    if not renewed:
+        log.warning("concurrency slot of %s lapsed while streaming", held.lease.key)
+
+
+async def hold_asgi(
+    app: ASGIApp, scope: Scope, receive: Receive, send: Send, held: Held, slots: AsyncSlots
+) -> None:
+    """Run ``app`` holding ``held``; give it back after the last body message, or when the
+    app returns or raises."""
+
+    async def release() -> None:
+        if held.take_release():
+            with _tolerated("release", held):
+                await slots.release_slot(held.lease)
+
+    async def send_holding(message: Message) -> None:
+        await send(message)
+        if message["type"] != "http.response.body":
+            return
+        if not message.get("more_body", False):
+            await release()
+        elif held.renewal_due():
+            with _tolerated("renewal", held):
+                _lapsed(held, await slots.renew_slot(held.lease))
+
+    try:
+        await app(scope, receive, send_holding)
+    finally:
+        await release()
+
+
+def _release(held: Held, slots: Slots) -> None:
+    if held.take_release():
+        with _tolerated("release", held):
+            slots.release_slot(held.lease)
+
+
+def hold_wsgi(
+    app: WSGIApp,
+    environ: dict[str, Any],
+    start_response: StartResponse,
+    held: Held,
+    slots: Slots,
+) -> Iterable[bytes]:
+    """Run ``app`` holding ``held``: its response, wrapped to give the slot back on close()."""
+    try:
+        result = app(environ, start_response)
+    except BaseException:
+        _release(held, slots)
+        raise
+    return HeldResponse(result, held, slots)
+
+
+class HeldResponse:
+    """The app's response iterable; the slot goes back when the server closes it."""
+
+    __slots__ = ("_held", "_result", "_slots")
+
+    def __init__(self, result: Iterable[bytes], held: Held, slots: Slots) -> None:
+        self._result = result
+        self._held = held
+        self._slots = slots
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._result:
+            if self._held.renewal_due():
+                with _tolerated("renewal", self._held):
+                    _lapsed(self._held, self._slots.renew_slot(self._held.lease))
+            yield chunk
+
+    def close(self) -> None:
+        """Close the app's iterable (as WSGI asks), then give the slot back."""
+        try:
+            close_wsgi(self._result)
+        finally:
+            _release(self._held, self._slots)
