@@ -87,6 +87,8 @@ ENVOY_IN_FLIGHT = (1, 16)
 #: reply's frame had calls answered with a gRPC error (``_h2load.Run.replies``).
 MIN_REPLY_SHARE = 0.75
 _HIGH = "{unit: second, requests_per_unit: 1000000000}"
+#: A token budget no call empties (``in_process(..., budget_hits=N)`` asks ``b0`` ... ``b9``).
+_BUDGET = "{unit: second, tokens_per_unit: 1000000000}"
 
 #: The rule files, one per domain: no limit here is ever reached except ``tight``'s ``hot-*``
 #: values, 1 an hour each (the ``deny`` rows). Descriptor keys are ``d0`` ... ``d9``.
@@ -96,6 +98,7 @@ RULES = {
             f"domain: {DOMAIN}",
             "descriptors:",
             *(f"  - key: d{i}\n    rate_limit: {_HIGH}" for i in range(10)),
+            *(f"  - key: b{i}\n    budget: {_BUDGET}" for i in range(10)),
             "  - key: tight\n    value: hot-*",
             "    rate_limit: {unit: hour, requests_per_unit: 1}",
             f"  - key: tight\n    rate_limit: {_HIGH}",
@@ -434,14 +437,21 @@ def _pid_on(url: str) -> int:
 
 
 def in_process(
-    descriptors: Sequence[int], calls: int, rounds: int, in_flight: int = 16, store: str = "memory"
+    descriptors: Sequence[int],
+    calls: int,
+    rounds: int,
+    in_flight: int = 16,
+    store: str = "memory",
+    budget_hits: int | None = None,
 ) -> dict[int, list[float]]:
     """CPU microseconds per call of ``RateLimitServer.should_rate_limit`` called directly.
 
     The composition root of ``ratewarden serve`` with the benchmark rules and ``store``
     (a store URL; a Redis one at a 0.5 s timeout), metrics hooks on, without gRPC: ``in_flight``
     tasks, requests decoded up front, rounds of the descriptor counts interleaved. Set against
-    the serve rows' CPU per call, it splits the service's cost from the transport's.
+    the serve rows' CPU per call, it splits the service's cost from the transport's. With
+    ``budget_hits`` the descriptors are token budget rules' (``b0`` ...), each asking for that
+    many hits: 0 is a budget check, more a charge (docs/budgets.md).
     """
     import asyncio
 
@@ -462,6 +472,12 @@ def in_process(
             n: [rls_pb2.RateLimitRequest.FromString(b) for b in rls_requests(DOMAIN, n, False)]
             for n in descriptors
         }
+        if budget_hits is not None:
+            for batch in requests.values():
+                for request in batch:
+                    for d in request.descriptors:
+                        d.entries[0].key = "b" + d.entries[0].key[1:]
+                        d.hits_addend.value = budget_hits
 
         async def drive(server: RateLimitServer, batch: list[Any], count: int) -> None:
             async def task(first: int) -> None:
