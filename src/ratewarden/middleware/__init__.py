@@ -4,7 +4,9 @@
 sans-I/O core, ``RuleSet``. ``ConcurrencyMiddleware`` and
 ``WSGIConcurrencyMiddleware`` hold a concurrency slot per identity while a
 response is sent; ``TokenBudgetMiddleware`` and ``WSGITokenBudgetMiddleware``
-reserve on a token budget before the app and settle after. See docs/middleware.md.
+reserve on a token budget before the app and settle after; ``SheddingMiddleware`` and
+``WSGISheddingMiddleware`` put a load shedder in front of the app, refusing the
+lowest traffic classes first under load. See docs/middleware.md.
 """
 
 from __future__ import annotations
@@ -39,11 +41,18 @@ from ratewarden.middleware.concurrency import (
     SlotPolicy,
     WSGIConcurrencyMiddleware,
 )
+from ratewarden.middleware.shedding import (
+    ClassFunc,
+    SheddingMiddleware,
+    WSGISheddingMiddleware,
+    class_from_header,
+)
 from ratewarden.middleware.wsgi import WSGIRateLimitMiddleware
 
 __all__ = [
     "ANONYMOUS",
     "AsyncHitter",
+    "ClassFunc",
     "ClientIP",
     "ConcurrencyMiddleware",
     "Denial",
@@ -57,15 +66,18 @@ __all__ = [
     "Rule",
     "RuleSet",
     "ShadowSummary",
+    "SheddingMiddleware",
     "SlotPolicy",
     "TokenBudgetMiddleware",
     "TopKey",
     "WSGIConcurrencyMiddleware",
     "WSGIRateLimitMiddleware",
+    "WSGISheddingMiddleware",
     "WSGITokenBudgetMiddleware",
     "by_api_key",
     "by_client_ip",
     "by_user",
+    "class_from_header",
     "django_endpoint",
     "exempt",
     "first_of",
