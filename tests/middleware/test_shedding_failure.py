@@ -20,8 +20,10 @@ import pytest
 
 from ratewarden import AsyncLimiter, AsyncMemoryStore, ConfigurationError, Limiter, MemoryStore
 from ratewarden.budgets import AsyncFleetShedder, FleetShedder, LoadShedder
+from ratewarden.limiter import CircuitBreaker
 from ratewarden.middleware import SheddingMiddleware, WSGISheddingMiddleware, class_from_header
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
+from ratewarden.testing import ManualClock
 from tests._metrics import Recorded
 from tests._servers import STORE_TIMEOUT, RedisServer
 from tests.middleware._shed_apps import (
@@ -95,6 +97,25 @@ def test_wsgi_with_redis_stopped_answers_by_the_failure_mode(
     else:
         _assert_503(response)
     assert metrics.degraded_calls == [("api", failure_mode, "StorageUnavailableError")]
+
+
+@pytest.mark.redis
+def test_closed_with_the_limiters_breaker_open_waits_for_its_probe(stopped: str) -> None:
+    """The limiter's breaker, open after two failures: the 503's Retry-After is its next probe
+    (4.5 s cool-down, 1 s gone: 4), counted as ``breaker_open``."""
+    clock = ManualClock()
+    breaker = CircuitBreaker(failures=2, failure_ratio=None, cooldown=4.5, clock=clock)
+    store = AsyncRedisStore.from_url(stopped, timeout=STORE_TIMEOUT)
+    metrics = Recorded()
+    shedder = AsyncFleetShedder(AsyncLimiter(store, breaker=breaker), "api", 10)
+    app = starlette_app(shedder, Gates(), failure_mode="closed", metrics=metrics)
+    with asgi_serving(app, store) as url, httpx.Client(base_url=url, timeout=BOUND) as client:
+        first = [client.get("/quick", headers=BATCH) for _ in range(2)]
+        clock.advance(1)
+        response = client.get("/quick", headers=BATCH)
+    assert [r.status_code for r in first] == [503, 503]
+    assert (response.status_code, response.headers["retry-after"]) == (503, "4")
+    assert [reason for _, _, reason in metrics.degraded_calls][-1] == "breaker_open"
 
 
 def _broken() -> float:
