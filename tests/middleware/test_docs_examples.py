@@ -87,6 +87,56 @@ def test_concurrency_example_streams_and_refuses_a_fifth_stream() -> None:
     assert asyncio.run(scenario()) == (429, 200, 1000)
 
 
+def test_shedding_example_sheds_by_its_table_and_never_sheds_health() -> None:
+    """The load shedding example, with 0 to 10 of its 10 slots held: each class runs or gets a
+    503 as the page's table says, and /health always answers."""
+    (block,) = [b for b in BLOCKS if "SheddingMiddleware," in b]
+    namespace = _run(block)
+    app, shedder = namespace["app"], namespace["shedder"]
+    # in flight -> the statuses of critical, normal, batch, test
+    table = {n: [200, 200, 200, 200] for n in range(4)}
+    table.update({n: [200, 200, 200, 503] for n in (4, 5)})
+    table.update({n: [200, 200, 503, 503] for n in (6, 7)})
+    table.update({n: [200, 503, 503, 503] for n in (8, 9)})
+    table[10] = [503, 503, 503, 503]
+
+    async def scenario() -> tuple[dict[int, list[int]], int]:
+        seen = {}
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://testserver"
+        ) as client:
+            for in_flight in range(11):
+                leases = [(await shedder.acquire("critical"))[1] for _ in range(in_flight)]
+                seen[in_flight] = [
+                    (await client.get("/v1/report", headers={"x-priority": c})).status_code
+                    for c in ("critical", "normal", "batch", "test")
+                ]
+                if in_flight == 10:
+                    health = (await client.get("/health")).status_code
+                for lease in leases:
+                    await shedder.release(lease)
+        return seen, health
+
+    assert asyncio.run(scenario()) == (table, 200)
+
+
+def test_wsgi_shedding_example_classes_by_path_and_user_agent() -> None:
+    """The Flask example's classify: with 24 of 40 slots held a nightly export (batch) is shed,
+    a plain request (normal) runs; with 32, an /admin/ request (critical) is still let in."""
+    (block,) = [b for b in BLOCKS if "WSGISheddingMiddleware(" in b]
+    namespace = _run(block)
+    client, shedder = namespace["app"].test_client(), namespace["shedder"]
+    leases = [shedder.acquire("critical")[1] for _ in range(24)]
+    export = {"User-Agent": "nightly-export/2.1"}
+    at_24 = [client.get("/export", headers=export).status_code, client.get("/export").status_code]
+    leases += [shedder.acquire("critical")[1] for _ in range(8)]
+    at_32 = [client.get("/export").status_code, client.get("/admin/stats").status_code]
+    for lease in leases:
+        shedder.release(lease)
+    assert at_24 == [503, 200]
+    assert at_32 == [503, 404]  # admitted as critical; the example has no such route
+
+
 def test_budget_example_settles_what_the_endpoint_reports() -> None:
     """The token budget example refunds down to the reported use on the response itself."""
     (block,) = [b for b in BLOCKS if "AsyncTokenBudget(" in b]
