@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from django.conf import settings
 from flask import Flask
 from flask import Response as FlaskResponse
 
@@ -20,6 +21,7 @@ from ratewarden.budgets import AsyncFleetShedder, FleetShedder, LoadShedder
 from ratewarden.middleware import WSGISheddingMiddleware, class_from_header
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
+from tests._django import configure_django
 from tests._servers import RedisServer
 from tests.middleware._shed_apps import (
     BOUND,
@@ -34,6 +36,14 @@ from tests.middleware._shed_apps import (
     status_of,
     wsgi_serving,
 )
+
+if not settings.configured:
+    configure_django()
+
+from django.core.handlers.wsgi import WSGIHandler
+from django.http import HttpRequest, HttpResponse
+from django.test.utils import override_settings
+from django.urls import path
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -212,3 +222,24 @@ def test_a_load_shedder_on_flask_sheds_and_answers_head_without_a_body() -> None
     assert head.headers["content-length"] == shed.headers["content-length"]
     assert normal == 200
     assert (posted.status_code, posted.text) == (200, "posted")
+
+
+def django_report(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("report")
+
+
+urlpatterns = [path("report", django_report)]
+
+
+@override_settings(ROOT_URLCONF=__name__, ALLOWED_HOSTS=["*"])
+def test_django_s_wsgi_handler_behind_the_middleware_is_shed() -> None:
+    """Django's own WSGIHandler, wrapped and served by werkzeug: at utilization 0.7 a batch
+    request is shed before Django sees it, and a normal one reaches the view."""
+    app = WSGISheddingMiddleware(
+        WSGIHandler(), shedder=LoadShedder(lambda: 0.7), classify=class_from_header()
+    )
+    with wsgi_serving(app) as url, httpx.Client(base_url=url, timeout=BOUND) as client:
+        shed = client.get("/report", headers={"x-priority": "batch"})
+        served = client.get("/report")
+    assert (shed.status_code, shed.json()["traffic_class"]) == (503, "batch")
+    assert (served.status_code, served.text) == (200, "report")
