@@ -4,17 +4,19 @@ The runner decides every arrival with a ``Limiter`` on the in-process store,
 whose ``ManualClock`` jumps from one arrival to the next: no sleeps, and an hour
 of traffic takes a fraction of a second. Every arrival is one decision on one
 key (the clients of a retry storm share it, as the callers of one API key do),
-made by the same decision core as every other in ratewarden.
+made by the same decision core as every other in ratewarden. ``decide`` is that
+loop, for one rate here and for layered rates in ``layered``.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from ratewarden import algorithms
+from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import Limiter
 from ratewarden.rate import Rate
@@ -26,8 +28,11 @@ __all__ = [
     "MAX_DURATION_S",
     "Run",
     "Summary",
+    "check_duration",
+    "decide",
     "effective_rate",
     "format_table",
+    "p99_wait",
     "run",
     "worst_window",
 ]
@@ -92,10 +97,6 @@ class Run:
         """Totals, the worst trailing period and (leaky bucket) the nearest-rank p99 wait."""
         admitted = sum(c for c, ok in zip(self.costs, self.allowed, strict=True) if ok)
         offered = sum(self.costs)
-        waits = sorted(d for d, ok in zip(self.delays_us, self.allowed, strict=True) if ok)
-        p99 = None
-        if self.algorithm == "leaky_bucket" and waits:
-            p99 = waits[min(len(waits) - 1, math.ceil(0.99 * len(waits)) - 1)] / 1_000_000
         return Summary(
             pattern=self.pattern,
             algorithm=self.algorithm,
@@ -105,8 +106,18 @@ class Run:
             denied=offered - admitted,
             worst_window=worst_window(self.admitted_times(), self.rate.period_us),
             limit=self.rate.limit,
-            p99_wait_s=p99,
+            p99_wait_s=p99_wait(self.algorithm, self.delays_us, self.allowed),
         )
+
+
+def p99_wait(algorithm: str, delays_us: Sequence[int], allowed: Sequence[bool]) -> float | None:
+    """The nearest-rank p99 of the admitted requests' waits (s), for the leaky bucket only."""
+    if algorithm != "leaky_bucket":
+        return None
+    waits = sorted(d for d, ok in zip(delays_us, allowed, strict=True) if ok)
+    if not waits:
+        return None
+    return waits[min(len(waits) - 1, math.ceil(0.99 * len(waits)) - 1)] / 1_000_000
 
 
 def worst_window(admitted: Sequence[tuple[int, int]], period_us: int) -> int:
@@ -127,35 +138,16 @@ def run(pattern: Pattern, algorithm: str, rate: Rate, duration_s: float) -> Run:
     module = algorithms.get(algorithm)
     rate = effective_rate(algorithm, rate)
     module.params(rate)  # a rate the algorithm cannot take is refused before anything runs
-    clock = ManualClock(START_US / 1_000_000)
-    limiter = Limiter(algorithm=module.NAME, clock=clock)
-    duration_us = _duration_us(duration_s)
-    horizon = Horizon(START_US, duration_us, rate.limit, rate.period_us)
-    stream = pattern.start(horizon)
-    queue = [(t, seq, client, cost) for seq, (t, client, cost) in enumerate(stream.arrivals)]
-    heapq.heapify(queue)
-    seq = len(queue)
+    duration_us = check_duration(duration_s)
     times: list[int] = []
     costs: list[int] = []
     allowed: list[bool] = []
     delays: list[int] = []
-    while queue:
-        if len(times) >= MAX_ARRIVALS:
-            raise ConfigurationError(
-                f"{pattern.describe()}: more than {MAX_ARRIVALS:,} decisions in "
-                f"{duration_s:g} s; shorten the duration or slow the retries"
-            )
-        t, _, client, cost = heapq.heappop(queue)
-        clock.advance_us(t - clock.now_us())
-        decision = limiter.hit(_KEY, rate, cost)
-        times.append(t - START_US)
+    for t, cost, decision in decide(pattern, module.NAME, (rate,), duration_us):
+        times.append(t)
         costs.append(cost)
         allowed.append(decision.allowed)
         delays.append(_us(decision.delay))
-        following = stream.after((t, client, cost), decision.allowed, _us(decision.retry_after))
-        if following is not None:
-            heapq.heappush(queue, (following[0], seq, following[1], following[2]))
-            seq += 1
     return Run(
         pattern=pattern.describe(),
         algorithm=module.NAME,
@@ -168,6 +160,41 @@ def run(pattern: Pattern, algorithm: str, rate: Rate, duration_s: float) -> Run:
     )
 
 
+def decide(
+    pattern: Pattern, algorithm: str, rates: tuple[Rate, ...], duration_us: int
+) -> Iterator[tuple[int, int, Decision]]:
+    """Every arrival of ``pattern`` decided on one key at ``rates`` (one, or several layers
+    decided all or nothing), in time order: ``(time_us since the start, cost, decision)``.
+
+    The pattern's loads are multiples of the first rate. A reactive pattern's next arrival
+    is asked for once the decision before it has been taken from the iterator.
+    """
+    clock = ManualClock(START_US / 1_000_000)
+    limiter = Limiter(algorithm=algorithm, clock=clock)
+    one = rates[0] if len(rates) == 1 else rates  # one rate takes the store's single-rate path
+    horizon = Horizon(START_US, duration_us, rates[0].limit, rates[0].period_us)
+    stream = pattern.start(horizon)
+    queue = [(t, seq, client, cost) for seq, (t, client, cost) in enumerate(stream.arrivals)]
+    heapq.heapify(queue)
+    seq = len(queue)
+    decided = 0
+    while queue:
+        if decided >= MAX_ARRIVALS:
+            raise ConfigurationError(
+                f"{pattern.describe()}: more than {MAX_ARRIVALS:,} decisions in "
+                f"{duration_us / 1_000_000:g} s; shorten the duration or slow the retries"
+            )
+        t, _, client, cost = heapq.heappop(queue)
+        clock.advance_us(t - clock.now_us())
+        decision = limiter.hit(_KEY, one, cost)
+        decided += 1
+        yield t - START_US, cost, decision
+        following = stream.after((t, client, cost), decision.allowed, _us(decision.retry_after))
+        if following is not None:
+            heapq.heappush(queue, (following[0], seq, following[1], following[2]))
+            seq += 1
+
+
 #: The one key every arrival is decided on.
 _KEY = "simulated"
 
@@ -177,7 +204,7 @@ def _us(seconds: float) -> int:
     return algorithms.NEVER if math.isinf(seconds) else round(seconds * 1_000_000)
 
 
-def _duration_us(duration_s: float) -> int:
+def check_duration(duration_s: float) -> int:
     """Whole microseconds of a duration from 1 us to ``MAX_DURATION_S``."""
     if not isinstance(duration_s, int | float) or not math.isfinite(duration_s):
         raise ConfigurationError(f"duration {duration_s!r} must be a number of seconds")
