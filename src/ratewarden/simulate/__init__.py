@@ -6,6 +6,7 @@ per second of CPU.
 
 - ``patterns``: steady, Poisson, on/off, boundary bursts, retry storms, replays.
 - ``runner``: one pattern through one algorithm and rate; the summary table.
+- ``layered``: one pattern through several rates on one key, all or nothing; a row per layer.
 - ``bursts``: each algorithm's worst case, found by a greedy attacker.
 - ``accuracy``: the sliding window's estimate against the exact sliding log.
 - ``plots``: PNG/SVG figures (needs matplotlib, the ``simulate`` extra).
@@ -16,12 +17,23 @@ from __future__ import annotations
 
 from ratewarden.simulate.accuracy import Accuracy, estimate_accuracy, format_accuracy
 from ratewarden.simulate.bursts import BurstRow, analytic, burst_table, format_bursts
+from ratewarden.simulate.layered import (
+    LayeredRun,
+    LayeredSummary,
+    LayerSummary,
+    format_layered,
+    parse_layers,
+    run_layered,
+)
 from ratewarden.simulate.patterns import Pattern, parse
 from ratewarden.simulate.runner import Run, Summary, format_table, run
 
 __all__ = [
     "Accuracy",
     "BurstRow",
+    "LayerSummary",
+    "LayeredRun",
+    "LayeredSummary",
     "Pattern",
     "Run",
     "Summary",
@@ -30,7 +42,10 @@ __all__ = [
     "estimate_accuracy",
     "format_accuracy",
     "format_bursts",
+    "format_layered",
     "format_table",
     "parse",
+    "parse_layers",
     "run",
+    "run_layered",
 ]
