@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,114 @@ def test_accuracy_checks_every_row_before_simulating_any(
     assert code == 2
     assert started == []
     assert "periods" in capsys.readouterr().err
+
+
+def test_layers_print_a_row_for_all_layers_and_one_per_layer(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--layers 10/second,1000/hour: per algorithm, the totals then each layer's denials.
+
+    The numbers are those test_layered.py works out by hand for steady traffic at 2x.
+    """
+    code = main(["simulate", "--layers", "10/second,1000/hour", "--pattern", "steady:load=2",
+                 "--algorithm", "gcra", "--algorithm", "fixed_window"])  # fmt: skip
+    assert code == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 7
+    assert lines[1].split()[2:8] == ["gcra", "all", "layers", "12000", "1166", "10834"]
+    assert lines[2].split()[3:8] == ["10/second", "-", "-", "1009", "1010"]
+    assert lines[3].split()[3:8] == ["1000/hour", "-", "-", "9825", "9825"]
+    assert lines[4].split()[2] == "fixed_window"
+
+
+def test_layers_repeat_to_compare_layered_limits(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each --layers is one layered limit; a layer takes its own burst as RATE:burst=N."""
+    code = main(["simulate", "--layers", "10/second,1000/hour", "--layers",
+                 "10/second;1000/hour:burst=100", "--pattern", "steady:load=2",
+                 "--algorithm", "gcra", "--duration", "60"])  # fmt: skip
+    assert code == 0
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert [re.split(r"\s{2,}", line)[2] for line in lines] == [
+        "all layers", "10/second", "1000/hour",
+        "all layers", "10/second", "1000/hour (burst 100)",
+    ]  # fmt: skip
+
+
+def test_layered_plots_are_written_one_per_layered_limit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--plot with two --layers: one figure each, named after the layers."""
+    out = str(tmp_path / "layers.svg")
+    code = main(["simulate", "--layers", "10/second,1000/hour", "--layers", "5/second,1000/hour",
+                 "--pattern", "onoff", "--algorithm", "gcra", "--algorithm", "sliding_log",
+                 "--duration", "120", "--plot", out])  # fmt: skip
+    assert code == 0
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written == ["layers-10-second-1000-hour.svg", "layers-5-second-1000-hour.svg"]
+    text = (tmp_path / written[0]).read_text(encoding="utf-8")
+    assert "1000/hour: capacity" in text  # each layer's envelope is labelled
+    assert "wrote" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--layers", "10/second"], "--layers '10/second': a layered limit needs two rates"),
+        (["--layers", "10/second,5/fortnight"], "--layers '10/second,5/fortnight': rate"),
+        (["--layers", "10/second:bust=2,1/hour"], "the one option a layer takes is burst=N"),
+        (["--layers", "10/second,10/second"], "list the same rate twice"),
+        (
+            ["--layers", "10/second:burst=20,10/second", "--algorithm", "sliding_log"],
+            "as layers of sliding_log",
+        ),
+        (
+            ["--layers", "10/second,1/hour", "--rate", "5/minute"],
+            "--rate cannot be used with --layers",
+        ),
+        (
+            ["--layers", "10/second,1/hour", "--burst", "20"],
+            "--burst cannot be used with --layers; give a layer its own burst",
+        ),
+        (["--bursts", "--layers", "10/second,1/hour"], "--layers cannot be used with --bursts"),
+        (
+            ["--accuracy", "--layers", "10/second,1/hour"],
+            "--layers cannot be used with --accuracy",
+        ),
+        (
+            ["--layers", "10/second,1/hour", "--model", "onoff"],
+            "--model cannot be used without --bursts or --accuracy",
+        ),
+        (
+            ["--layers", "10/second,1/hour", "--algorithm", "concurrency"],
+            "unknown algorithm 'concurrency'",
+        ),
+        (["--layers", "10/second,1/hour", "--plot", "out.gif"], "must end in .png or .svg"),
+    ],
+)
+def test_bad_layers_exit_2_with_one_clear_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    """Bad layered input exits 2 with one line naming it; no traceback, no table."""
+    code = main(["simulate", *argv])
+    assert code == 2
+    captured = capsys.readouterr()
+    assert message in captured.err
+    assert len(captured.err.splitlines()) == 1
+    assert "Traceback" not in captured.err
+    assert captured.out == ""
+
+
+def test_layers_are_all_checked_before_any_run_or_plot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bad second --layers fails at once: no run starts and no figure is written."""
+    from ratewarden.simulate import layered
+
+    started: list[str] = []
+    monkeypatch.setattr(layered, "run_layered", lambda *args: started.append("x"))
+    code = main(["simulate", "--layers", "10/second,1000/hour", "--layers",
+                 "10/second:burst=20,10/second", "--plot", str(tmp_path / "out.png")])  # fmt: skip
+    assert code == 2
+    assert started == []
+    assert list(tmp_path.iterdir()) == []
+    assert "as layers of fixed_window" in capsys.readouterr().err

@@ -74,3 +74,16 @@ def test_a_long_run_is_sampled_so_the_svg_stays_small(tmp_path: Path) -> None:
     assert counts[-1] == sum(c for c, ok in zip(run.costs, run.allowed, strict=True) if ok)
     path = plots.plot_runs([run], tmp_path / "long.svg")
     assert path.stat().st_size < 2_000_000
+
+
+def test_a_layered_run_draws_a_line_per_layer_in_both_panels(tmp_path: Path) -> None:
+    """Left: each layer's limit / period; right: each layer's capacity + limit / period x t."""
+    from ratewarden.simulate import layered
+
+    layers = layered.parse_layers("10/second,1000/hour")
+    run = layered.run_layered(patterns.parse("onoff"), "gcra", layers, 300)
+    path = plots.plot_runs([run], tmp_path / "layers.svg")
+    text = path.read_text(encoding="utf-8")
+    for rate in ("10/second", "1000/hour"):
+        assert f"{rate}: limit / period" in text
+        assert f"{rate}: capacity + limit / period x t" in text

@@ -4,6 +4,8 @@ Three modes share one subcommand::
 
     ratewarden simulate [--pattern SPEC]... [--algorithm NAME]... [--rate RATE]...
                         [--burst N] [--duration SECONDS] [--plot FILE]...
+    ratewarden simulate --layers RATE,RATE[,...]... [--pattern SPEC]... [--algorithm NAME]...
+                        [--duration SECONDS] [--plot FILE]...
     ratewarden simulate --bursts [--rate RATE]... [--burst N] [--algorithm NAME]...
     ratewarden simulate --accuracy [--rate RATE] [--model NAME]... [--load X]...
                         [--counting admitted|all] [--requests N] [--sources N] [--seed N]
@@ -23,7 +25,7 @@ from ratewarden import algorithms
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.simulate import accuracy as accuracy_report
-from ratewarden.simulate import bursts, patterns, plots, runner
+from ratewarden.simulate import bursts, layered, patterns, plots, runner
 
 __all__ = ["add_parser", "main"]
 
@@ -48,6 +50,11 @@ By default, run traffic patterns through algorithms and print, per pattern, algo
 rate: requests offered, admitted, denied, the most admitted in any trailing period (and its
 ratio to the limit) and, for the leaky bucket used as a shaper, the p99 wait. --plot draws
 admitted vs offered over time and cumulative admitted against the contract line.
+
+--layers runs one key under several rates at once, decided all or nothing as
+Limiter.hit(key, [rate, rate]) decides them, and adds a row per layer: the denials it
+speaks for (the layer that waits longest; they add up to the run's), the requests it had
+no room for (a request two layers refuse counts for both) and its worst period.
 
 --bursts prints each algorithm's worst case, found by a greedy attacker.
 --accuracy compares the sliding window's estimate with the exact sliding log.
@@ -93,6 +100,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="RATE",
         help=f"a rate such as 100/minute (repeatable) [default: {_DEFAULT_RATE}; "
         f"{_ACCURACY_RATE} with --accuracy]",
+    )
+    parser.add_argument(
+        "--layers",
+        action="append",
+        metavar="RATE,RATE",
+        help="rates decided together on one key, all or nothing, such as 10/second,1000/hour; "
+        "a layer may take its own burst: 10/second:burst=20,1000/hour (repeatable: each is one "
+        "layered limit to compare; loads are multiples of the first layer)",
     )
     parser.add_argument(
         "--burst",
@@ -197,13 +212,21 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-")
 
 
-def _plot_path(base: str, pattern: str | None, rate: Rate | None) -> Path:
-    """``base`` itself, or with the pattern and/or rate that tell several figures apart."""
+def _plot_path(base: str, pattern: str | None, rate: str | None) -> Path:
+    """``base`` itself, or with the pattern and/or rate(s) that tell several figures apart."""
     path = Path(base)
-    parts = [_slug(text) for text in (pattern, None if rate is None else str(rate)) if text]
+    parts = [_slug(text) for text in (pattern, rate) if text]
     if not parts:
         return path
     return path.with_name(f"{path.stem}-{'-'.join(parts)}{path.suffix}")
+
+
+def _check_plots(bases: Sequence[str] | None) -> None:
+    """Refuse a figure that cannot be written (or matplotlib missing) before any run."""
+    if bases:
+        for base in bases:
+            plots.check_path(Path(base))
+        plots.require_matplotlib()
 
 
 def _traffic(args: argparse.Namespace) -> int:
@@ -211,10 +234,7 @@ def _traffic(args: argparse.Namespace) -> int:
     chosen = [patterns.parse(spec) for spec in specs]
     names = _algorithms(args.algorithm)
     rates = _rates(args.rate, _DEFAULT_RATE, args.burst)
-    if args.plot:
-        for base in args.plot:
-            plots.check_path(Path(base))
-        plots.require_matplotlib()
+    _check_plots(args.plot)
     summaries: list[runner.Summary] = []
     several_patterns, several_rates = len(chosen) > 1, len(rates) > 1
     for pattern in chosen:
@@ -225,12 +245,52 @@ def _traffic(args: argparse.Namespace) -> int:
                 path = _plot_path(
                     base,
                     runs[0].pattern if several_patterns else None,
-                    rate if several_rates else None,
+                    str(rate) if several_rates else None,
                 )
                 written = plots.plot_runs(runs, path)
                 print(f"wrote {written}", file=sys.stderr)
     print(runner.format_table(summaries), end="")
     return EXIT_OK
+
+
+def _layered(args: argparse.Namespace) -> int:
+    for flag in ("rate", "burst"):
+        if getattr(args, flag) is not None:
+            raise ConfigurationError(f"--{flag} cannot be used with --layers; {_NOT_LAYERS[flag]}")
+    chosen = [patterns.parse(spec) for spec in args.pattern or _DEFAULT_PATTERNS]
+    names = _algorithms(args.algorithm)
+    limits = []
+    for text in args.layers:  # every layered limit checked on every algorithm before a run
+        try:
+            limits.append(layered.parse_layers(text))
+            for name in names:
+                layered.check_layers(name, limits[-1])
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"--layers {text!r}: {exc}") from None
+    _check_plots(args.plot)
+    summaries: list[layered.LayeredSummary] = []
+    for pattern in chosen:
+        for rates in limits:
+            runs = [
+                layered.run_layered(pattern, name, rates, args.duration or 600.0) for name in names
+            ]
+            summaries.extend(one.summary() for one in runs)
+            for base in args.plot or ():
+                path = _plot_path(
+                    base,
+                    runs[0].pattern if len(chosen) > 1 else None,
+                    " + ".join(map(str, rates)) if len(limits) > 1 else None,
+                )
+                print(f"wrote {plots.plot_runs(runs, path)}", file=sys.stderr)
+    print(layered.format_layered(summaries), end="")
+    return EXIT_OK
+
+
+#: Why a flag of the single-rate table is refused with --layers, and what to write instead.
+_NOT_LAYERS = {
+    "rate": "--rate compares single rates, --layers takes one layered limit each time it is given",
+    "burst": "give a layer its own burst: --layers 10/second:burst=20,1000/hour",
+}
 
 
 def _bursts(args: argparse.Namespace) -> int:
@@ -260,7 +320,7 @@ def _accuracy(args: argparse.Namespace) -> int:
 
 #: The flags each mode takes; any other flag given is an error, not ignored.
 _MODE_FLAGS = {
-    "traffic": {"pattern", "algorithm", "rate", "burst", "duration", "plot"},
+    "traffic": {"pattern", "algorithm", "rate", "layers", "burst", "duration", "plot"},
     "bursts": {"algorithm", "rate", "burst"},
     "accuracy": {"rate", "model", "load", "counting", "requests", "sources", "seed"},
 }
@@ -285,6 +345,8 @@ def main(args: argparse.Namespace) -> int:
             return _bursts(args)
         if args.accuracy:
             return _accuracy(args)
+        if args.layers:
+            return _layered(args)
         return _traffic(args)
     except ConfigurationError as exc:
         print(f"ratewarden simulate: error: {exc}", file=sys.stderr)

@@ -6,6 +6,10 @@ One figure per traffic pattern, one row per algorithm, two panels a row:
 - right: cumulative admitted against the contract line ``limit / period x t``
   and the bucket envelope ``capacity + limit / period x t``.
 
+A layered run (``layered.run_layered``) gets a limit line per layer on the left,
+and each layer's envelope on the right, its height cut to what was admitted or
+the lowest envelope, whichever is higher: the lowest envelope is the one that binds.
+
 matplotlib is optional (``pip install 'ratewarden[simulate]'``) and imported
 on first use; without it ``plot_runs`` raises a ``ConfigurationError`` that says
 how to install it. The figure is drawn on a ``matplotlib.figure.Figure`` with
@@ -22,6 +26,8 @@ from types import ModuleType
 from typing import Any
 
 from ratewarden.errors import ConfigurationError
+from ratewarden.rate import Rate
+from ratewarden.simulate.layered import LayeredRun
 from ratewarden.simulate.runner import Run
 
 __all__ = ["FORMATS", "check_path", "plot_runs", "require_matplotlib"]
@@ -34,6 +40,9 @@ _BINS = 200
 
 #: Most points of a cumulative line before it is sampled instead of drawn per admission.
 _STEPS = 5_000
+
+#: The colours of a layered run's layers, in order (one rate's lines are red).
+_LAYER_COLOURS = ("tab:red", "tab:orange", "tab:purple", "tab:green", "tab:brown")
 
 
 def require_matplotlib() -> ModuleType:
@@ -60,7 +69,7 @@ def check_path(path: Path) -> None:
         )
 
 
-def _binned(run: Run, bins: int) -> tuple[list[float], list[float], list[float]]:
+def _binned(run: Run | LayeredRun, bins: int) -> tuple[list[float], list[float], list[float]]:
     """Bin centres (s), offered and admitted per second in each bin."""
     width_us = max(1, -(-run.duration_us // bins))
     offered = [0] * bins
@@ -75,17 +84,30 @@ def _binned(run: Run, bins: int) -> tuple[list[float], list[float], list[float]]
     return centres, [n * scale for n in offered], [n * scale for n in admitted]
 
 
-def _rate_panel(axes: Any, run: Run, bins: int) -> None:
+def _layers(run: Run | LayeredRun) -> tuple[Rate, ...]:
+    """The rates a run's lines are drawn for: its one rate, or each of its layers."""
+    return run.rates if isinstance(run, LayeredRun) else (run.rate,)
+
+
+def _colour(layer: int) -> str:
+    """The colour of a run's layer ``layer`` (the only one of a single rate: red)."""
+    return _LAYER_COLOURS[layer % len(_LAYER_COLOURS)]
+
+
+def _rate_panel(axes: Any, run: Run | LayeredRun, bins: int) -> None:
     centres, offered, admitted = _binned(run, bins)
     axes.plot(centres, offered, color="0.6", linewidth=0.8, label="offered")
     axes.plot(centres, admitted, color="tab:blue", linewidth=1.0, label="admitted")
-    axes.axhline(run.rate.limit * 1_000_000 / run.rate.period_us, color="tab:red",
-                 linestyle=":", linewidth=0.8, label="limit / period")  # fmt: skip
+    rates = _layers(run)
+    for i, rate in enumerate(rates):
+        label = "limit / period" if len(rates) == 1 else f"{rate}: limit / period"
+        axes.axhline(rate.limit * 1_000_000 / rate.period_us, color=_colour(i), linestyle=":",
+                     linewidth=0.8, label=label)  # fmt: skip
     axes.set_ylabel(f"{run.algorithm}\nrequests/s")
     axes.legend(loc="upper right", fontsize="x-small")
 
 
-def _cumulative(run: Run) -> tuple[list[float], list[int]]:
+def _cumulative(run: Run | LayeredRun) -> tuple[list[float], list[int]]:
     """Step points of cumulative admitted: every admission, or every 1/_STEPS of the run."""
     admitted = run.admitted_times()
     end = run.duration_us / 1_000_000
@@ -104,10 +126,13 @@ def _cumulative(run: Run) -> tuple[list[float], list[int]]:
     return times, counts
 
 
-def _cumulative_panel(axes: Any, run: Run) -> None:
+def _cumulative_panel(axes: Any, run: Run | LayeredRun) -> None:
     times, counts = _cumulative(run)
     end = run.duration_us / 1_000_000
     axes.step(times, counts, where="post", color="tab:blue", linewidth=1.0, label="admitted")
+    if isinstance(run, LayeredRun):
+        _envelopes(axes, run.rates, end, counts[-1])
+        return
     per_second = run.rate.limit * 1_000_000 / run.rate.period_us
     axes.plot([0, end], [0, per_second * end], color="tab:red", linewidth=0.8,
               label="contract (limit / period x t)")  # fmt: skip
@@ -118,8 +143,23 @@ def _cumulative_panel(axes: Any, run: Run) -> None:
     axes.legend(loc="upper left", fontsize="x-small")
 
 
-def plot_runs(runs: Sequence[Run], path: str | Path, bins: int = _BINS) -> Path:
-    """Draw ``runs`` (one pattern, any algorithms) into ``path`` (.png or .svg); returns it."""
+def _envelopes(axes: Any, rates: Sequence[Rate], end: float, admitted: int) -> None:
+    """Each layer's ``capacity + limit / period x t``; the height stops a little above what
+    was admitted or the lowest envelope's end, so the quota's line is not squashed flat."""
+    tops = []
+    for i, rate in enumerate(rates):
+        per_second = rate.limit * 1_000_000 / rate.period_us
+        tops.append(rate.capacity + per_second * end)
+        axes.plot([0, end], [rate.capacity, tops[-1]], color=_colour(i), linestyle="--",
+                  linewidth=0.8, label=f"{rate}: capacity + limit / period x t")  # fmt: skip
+    axes.set_ylim(0, 1.1 * max(admitted, min(tops)))
+    axes.set_ylabel("cumulative admitted")
+    axes.legend(loc="upper left", fontsize="x-small")
+
+
+def plot_runs(runs: Sequence[Run | LayeredRun], path: str | Path, bins: int = _BINS) -> Path:
+    """Draw ``runs`` (one pattern, any algorithms; one rate each or layered) into ``path``
+    (.png or .svg); returns it."""
     target = Path(path)
     check_path(target)
     if not runs:
