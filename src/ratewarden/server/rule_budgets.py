@@ -171,7 +171,8 @@ class _RuleBudgetsBase(Generic[_B]):
         if keys:
             log.warning(
                 "stopping with %d budget tokens of %d keys never charged",
-                *(tokens, keys),
+                tokens,
+                keys,
                 extra={"event": "budget_owed_at_stop", "keys": keys, "tokens": tokens},
             )
 
@@ -179,7 +180,9 @@ class _RuleBudgetsBase(Generic[_B]):
         keys, tokens = self.owed()
         log.info(
             "paid the budget tokens owed by %d keys (%d keys, %d tokens still owed)",
-            *(paid, keys, tokens),
+            paid,
+            keys,
+            tokens,
             extra={"event": "budget_paid", "keys": paid, "owed_keys": keys},
         )
 
