@@ -164,6 +164,8 @@ class RateLimitServer:
             over_limit_cache=settings.over_limit_cache,
             response_metadata=settings.response_metadata,
         )
+        #: The budget rules' tokens owed through a store outage (paid by refresh_health).
+        self.budgets = self.service.budgets
         #: Envoy's quota service (``--rlqs``): its shares live in this process on the memory
         #: store, in the store for several replicas on Redis or memcached (docs/rlqs.md).
         self.quota: RateLimitQuotaServicer | None = None
@@ -334,7 +336,7 @@ class RateLimitServer:
             grace = max(0.0, grace - (time.monotonic() - started))
         await stop_listeners(grace, self.grpc, self.http, self.debug, self.prometheus)
         self.stats.flush()
-        self.service.budgets.warn_owed()  # the store never came back for them
+        self.budgets.warn_owed()  # the store never came back for them
         await self.close()
         log.info("stopped", extra={"event": "stopped"})
 
@@ -363,8 +365,8 @@ class RateLimitServer:
         self._serving, self._fault = serving, fault
         if alive and self.service.breaker is not None:
             self.service.breaker.recovered()  # the ping was a probe: no need to wait it out
-        if alive and self.service.budgets.owes():
-            await self.service.budgets.pay_owed()  # spent while the store was down
+        if alive and self.budgets.owes():
+            await self.budgets.pay_owed()  # spent while the store was down
         await self.grpc.set_serving(serving)
         return serving
 
