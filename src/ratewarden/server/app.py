@@ -365,9 +365,9 @@ class RateLimitServer:
         self._serving, self._fault = serving, fault
         if alive and self.service.breaker is not None:
             self.service.breaker.recovered()  # the ping was a probe: no need to wait it out
-        if alive and self.budgets.owes():
-            await self.budgets.pay_owed()  # spent while the store was down
         await self.grpc.set_serving(serving)
+        if alive and self.budgets.owes():  # after the health is out: paying takes a while
+            await self.budgets.pay_owed()  # spent while the store was down
         return serving
 
     async def _health_loop(self) -> None:
