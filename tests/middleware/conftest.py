@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
 
-from ratewarden.storage.redis import AsyncRedisStore
+from ratewarden import Limiter
+from ratewarden.storage.memory import MemoryStore
+from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from tests._servers import RedisServer
 from tests.faults._load import TIMEOUT as FAULT_TIMEOUT
 from tests.faults._proxy import FaultProxy
@@ -30,3 +32,17 @@ async def proxied_store(make_redis: Callable[..., RedisServer]) -> AsyncIterator
     for proxy, store in made:
         await store.aclose()
         proxy.close()
+
+
+@pytest.fixture(params=["memory", "redis"])
+def sync_limiter(request: pytest.FixtureRequest, redis_server: RedisServer) -> Iterator[Limiter]:
+    """A Limiter on the memory store or on a real redis-server (emptied first)."""
+    if request.param == "memory":
+        yield Limiter(MemoryStore())
+        return
+    redis_server.client().flushall()
+    store = RedisStore.from_url(redis_server.url, timeout=2.0)
+    try:
+        yield Limiter(store)
+    finally:
+        store.close()

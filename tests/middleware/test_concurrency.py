@@ -20,7 +20,7 @@ from starlette.routing import Route
 from ratewarden import AsyncLimiter, AsyncMemoryStore, ConfigurationError, Limiter, MemoryStore
 from ratewarden.middleware import by_api_key
 from ratewarden.middleware.concurrency import ConcurrencyMiddleware, WSGIConcurrencyMiddleware
-from ratewarden.storage.redis import AsyncRedisStore, RedisStore
+from ratewarden.storage.redis import AsyncRedisStore
 from ratewarden.testing import ManualClock
 from tests._servers import RedisServer
 from tests.middleware._uvicorn import serving
@@ -82,20 +82,6 @@ async def async_limiter(
         yield AsyncLimiter(store)
     finally:
         await store.aclose()
-
-
-@pytest.fixture(params=["memory", "redis"])
-def sync_limiter(request: pytest.FixtureRequest, redis_server: RedisServer) -> Iterator[Limiter]:
-    """A Limiter on the memory store or on a real redis-server (emptied first)."""
-    if request.param == "memory":
-        yield Limiter(MemoryStore())
-        return
-    redis_server.client().flushall()
-    store = RedisStore.from_url(redis_server.url, timeout=2.0)
-    try:
-        yield Limiter(store)
-    finally:
-        store.close()
 
 
 async def test_a_streaming_response_holds_its_slot_until_its_last_chunk(

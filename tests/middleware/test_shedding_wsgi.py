@@ -50,25 +50,11 @@ pytestmark = pytest.mark.timeout(60)
 CLASSES = ("critical", "normal", "batch", "test")
 
 
-@pytest.fixture(params=["memory", "redis"])
-def limiter(request: pytest.FixtureRequest, redis_server: RedisServer) -> Iterator[Limiter]:
-    """A Limiter on the memory store or on a real redis-server (emptied first)."""
-    if request.param == "memory":
-        yield Limiter(MemoryStore())
-        return
-    redis_server.client().flushall()
-    store = RedisStore.from_url(redis_server.url, timeout=2.0)
-    try:
-        yield Limiter(store)
-    finally:
-        store.close()
-
-
-def test_flask_sheds_classes_lowest_first_as_in_flight_rises(limiter: Limiter) -> None:
+def test_flask_sheds_classes_lowest_first_as_in_flight_rises(sync_limiter: Limiter) -> None:
     """Capacity 10: with 6 streams open batch and test are shed, normal and critical admitted;
     with 8, normal too; once they are closed, every class is admitted again."""
     gates = Gates()
-    app = flask_app(FleetShedder(limiter, "api", 10), gates)
+    app = flask_app(FleetShedder(sync_limiter, "api", 10), gates)
     seen = {}
     with wsgi_serving(app) as url, httpx.Client(base_url=url, timeout=BOUND) as client:
         with held(client, 6, "/hold?until=six") as six:
