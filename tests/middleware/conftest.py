@@ -46,3 +46,12 @@ def sync_limiter(request: pytest.FixtureRequest, redis_server: RedisServer) -> I
         yield Limiter(store)
     finally:
         store.close()
+
+
+@pytest.fixture
+def stopped(make_redis: Callable[..., RedisServer]) -> Iterator[str]:
+    """The URL of a redis-server that answered a ping and was then stopped."""
+    server = make_redis()
+    assert server.client().ping()
+    server.stop()
+    yield server.url

@@ -10,7 +10,7 @@ store is back, slots and budgets are enforced again.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -28,7 +28,7 @@ from ratewarden.middleware.concurrency import ConcurrencyMiddleware, WSGIConcurr
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
 from tests._metrics import Recorded
-from tests._servers import STORE_TIMEOUT, RedisServer
+from tests._servers import STORE_TIMEOUT
 from tests.faults._proxy import Fault
 from tests.middleware._helpers import client_for, ok
 from tests.middleware.conftest import Proxied
@@ -65,15 +65,6 @@ def assert_503(response: httpx.Response, retry_after: str = "1") -> None:
     assert response.headers["cache-control"] == "no-store"
     assert json.loads(response.content)["status"] == 503
     assert not [n for n in response.headers if n.startswith(("ratelimit", "x-ratelimit"))]
-
-
-@pytest.fixture
-def stopped(make_redis: Callable[..., RedisServer]) -> Iterator[str]:
-    """The URL of a redis-server that answered a ping and was then stopped."""
-    server = make_redis()
-    assert server.client().ping()
-    server.stop()
-    yield server.url
 
 
 @pytest.fixture

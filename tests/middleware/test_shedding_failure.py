@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -25,7 +25,7 @@ from ratewarden.middleware import SheddingMiddleware, WSGISheddingMiddleware, cl
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
 from tests._metrics import Recorded
-from tests._servers import STORE_TIMEOUT, RedisServer
+from tests._servers import STORE_TIMEOUT
 from tests.middleware._shed_apps import (
     BOUND,
     Gates,
@@ -38,15 +38,6 @@ from tests.middleware._shed_apps import (
 pytestmark = pytest.mark.timeout(60)
 
 BATCH = {"x-priority": "batch"}
-
-
-@pytest.fixture
-def stopped(make_redis: Callable[..., RedisServer]) -> Iterator[str]:
-    """The URL of a redis-server that answered a ping and was then stopped."""
-    server = make_redis()
-    assert server.client().ping()
-    server.stop()
-    yield server.url
 
 
 def _assert_503(response: httpx.Response) -> None:
