@@ -102,6 +102,10 @@ class Metrics:
         for one in seconds:
             self.store_latency(seconds=one)
 
+    def shed_decision(self, *, rule: str, traffic_class: str, admitted: bool) -> None:
+        """A load shedder admitted (or shed) a request of ``traffic_class`` (a class of its
+        ``ShedPolicy``) for the middleware ``rule``; not called when a failure mode answered."""
+
     def region_overshoot(self, *, region: str, requests: int) -> None:
         """After a sync, ``region`` saw ``requests`` admitted past a global limit (0 when within).
 
@@ -156,6 +160,8 @@ class PrometheusMetrics(Metrics):
       ``allowed``, ``denied`` or ``shadowed`` (denied, but let through by shadow mode).
     - ``ratewarden_degraded_total{rule, failure_mode, reason}``: a failure mode answered
       (the label was ``mode`` before).
+    - ``ratewarden_shed_decisions_total{rule, traffic_class, outcome}``: a load
+      shedder's answers, outcome ``admitted`` or ``shed``.
     - ``ratewarden_breaker_state{name, state}``: 1 for the current state, else 0.
     - ``ratewarden_breaker_transitions_total{name, state}``: entries into each state.
     - ``ratewarden_store_latency_seconds``: histogram of store round trips.
@@ -176,6 +182,7 @@ class PrometheusMetrics(Metrics):
         "_max_rules",
         "_region_overshoot",
         "_rules",
+        "_shed",
         "_store_latency",
         "registry",
     )
@@ -217,6 +224,12 @@ class PrometheusMetrics(Metrics):
             "degraded",
             "Decisions answered by a failure mode because the store was unavailable.",
             ("rule", "failure_mode", "reason"),
+        )
+        self._shed = made(
+            counter,
+            "shed_decisions",
+            "Load shedding decisions, by rule, traffic class and outcome (admitted or shed).",
+            ("rule", "traffic_class", "outcome"),
         )
         self._breaker_state = made(
             gauge,
@@ -272,6 +285,10 @@ class PrometheusMetrics(Metrics):
 
     def degraded(self, *, rule: str, failure_mode: str, reason: str) -> None:
         self._degraded.labels(self._rule(rule), bounded(failure_mode), bounded(reason)).inc()
+
+    def shed_decision(self, *, rule: str, traffic_class: str, admitted: bool) -> None:
+        outcome = "admitted" if admitted else "shed"
+        self._shed.labels(self._rule(rule), bounded(traffic_class), outcome).inc()
 
     def breaker(self, *, name: str, state: str) -> None:
         if state not in _BREAKER_STATES:

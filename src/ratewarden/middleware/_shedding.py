@@ -176,7 +176,7 @@ class Shedding:
             decision = shedder.admit(traffic_class)
         except Exception as exc:
             return self._unmeasured(exc)
-        return PASS if decision.allowed else self.shed(decision)
+        return PASS if self._counted(decision) else self.shed(decision)
 
     def fleet(
         self, found: tuple[ShedDecision, Lease] | StorageError, limiter: object
@@ -187,9 +187,16 @@ class Shedding:
         if isinstance(found, StorageError):
             return self.failure_answer.caught(found, limiter)
         decision, lease = found
-        if not decision.allowed:
+        if not self._counted(decision):
             return self.shed(decision)
         return Held(lease, self.ttl, self.clock)
+
+    def _counted(self, decision: ShedDecision) -> bool:
+        """Whether ``decision`` admits its request, counted as ``metrics.shed_decision``."""
+        self.metrics.shed_decision(
+            rule=self.name, traffic_class=decision.traffic_class, admitted=decision.allowed
+        )
+        return decision.allowed
 
     def shed(self, decision: ShedDecision) -> Outcome:
         """A shed request's answer: ``status``, ``Retry-After`` and a problem document."""
