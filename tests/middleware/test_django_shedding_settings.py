@@ -6,6 +6,8 @@ ASGI handler), refused by name when it does not fit.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -156,3 +158,24 @@ async def test_a_sync_only_middleware_after_it_takes_a_blocking_fleet_shedder() 
     for lease in leases:
         shedder.release(lease)
     assert response.status_code == 503
+
+
+def test_the_docs_example_s_shedder_and_classify_shed_an_export() -> None:
+    """docs/middleware.md's Django example, run as written: its objects, as the setting, shed
+    a ``?export`` request (batch) with 24 of the 40 slots taken and admit a plain one."""
+    page = Path(__file__).resolve().parents[2] / "docs" / "middleware.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
+    (block,) = [b for b in blocks if "RATEWARDEN_SHEDDING = {" in b]
+    namespace: dict[str, Any] = {"__name__": "docs_example"}
+    exec(compile(block, str(page), "exec"), namespace)
+    assert namespace["MIDDLEWARE"][0] == SHEDDING
+    shedder = namespace["shedder"]
+    leases = [shedder.acquire("critical")[1] for _ in range(24)]
+    setting = {**namespace["RATEWARDEN_SHEDDING"]}
+    setting.update(shedder=shedder, classify=namespace["classify"], paths=["/quick"])
+    with _settings(setting):
+        client = Client()
+        codes = [client.get("/quick?export").status_code, client.get("/quick").status_code]
+    for lease in leases:
+        shedder.release(lease)
+    assert codes == [503, 200]
