@@ -133,6 +133,99 @@ def test_two_charges_on_one_budget_in_one_call_are_both_charged(budget_rls: Make
     assert h.remaining(("tenant", "acme")) == 0
 
 
+class _Calls(RecordingHooks):
+    """RecordingHooks that count the store calls (each hit, budget call or joint step)."""
+
+    calls = 0
+
+    def on_store_call(self, seconds: float) -> None:
+        self.calls += 1
+
+
+def _store_calls(h: Harness) -> int:
+    if not isinstance(h.service.hooks, _Calls):
+        h.service.hooks = h.hooks = _Calls()
+    return h.service.hooks.calls
+
+
+def test_charges_are_not_looked_at_before_an_admitted_request_charges_them(
+    budget_rls: Make,
+) -> None:
+    """Three budget charges and a request limit: a charge is never over, so the request
+    asks the store four times (the limit's check, then the four charges: five), not
+    eight; each status is what the charge left."""
+    h = budget_rls()
+    before = _store_calls(h)
+    response = h.ask(
+        desc(("tenant", "a"), hits=100),
+        desc(("tenant", "b"), hits=200),
+        desc(("tenant", "c"), hits=300),
+        desc(("user", "u1")),
+    )
+    assert response.overall_code == OK
+    assert [s.limit_remaining for s in response.statuses] == [900, 800, 700, 4]
+    assert _store_calls(h) - before == 5
+    assert [h.remaining(("tenant", t)) for t in "abc"] == [900, 800, 700]
+
+
+def test_a_request_denied_by_another_limit_looks_at_its_charges_and_charges_none(
+    budget_rls: Make,
+) -> None:
+    """The request limit is spent: the budget charges beside it are reported (what is
+    left, OK) but not charged, and the limit's retry time is exact."""
+    h = budget_rls()
+    for _ in range(5):
+        h.ask(desc(("user", "u1")))
+    response = h.ask(desc(("tenant", "a"), hits=100), desc(("user", "u1")))
+    assert [response.overall_code, *(s.code for s in response.statuses)] == [OVER, OK, OVER]
+    assert response.statuses[0].limit_remaining == 1000
+    assert response.statuses[0].current_limit.requests_per_unit == 1000
+    assert response.statuses[1].duration_until_reset.seconds > 0
+    assert h.remaining(("tenant", "a")) == 1000
+    assert h.hooks.outcomes[-2].charged is False
+
+
+def test_a_budget_check_is_asked_first_and_the_rest_in_one_step(budget_rls: Make) -> None:
+    """A budget check and two request limits: the check alone, then the limits in one atomic
+    step (two store calls; on a Cluster, whose slots differ, checked then charged)."""
+    h = budget_rls(
+        RULES
+        + """
+  - key: route
+    rate_limit: {unit: minute, requests_per_unit: 3}
+"""
+    )
+    before = _store_calls(h)
+    codes = h.codes(desc(("tenant", "acme"), hits=0), desc(("user", "u1")), desc(("route", "r")))
+    assert codes == [OK, OK, OK, OK]
+    if not h.clustered:
+        assert _store_calls(h) - before == 2
+    assert (h.remaining(("user", "u1")), h.remaining(("route", "r"))) == (4, 2)
+    assert h.remaining(("tenant", "acme")) == 1000
+
+
+def test_a_spent_budget_checked_first_leaves_the_request_limits_alone_and_reports_them(
+    budget_rls: Make,
+) -> None:
+    """The budget is spent: the request is denied, its limits are looked at (what is left is
+    reported) and not charged; one over on its own reports its exact wait."""
+    h = budget_rls()
+    h.ask(desc(("tenant", "acme"), hits=1000))
+    for _ in range(5):
+        h.ask(desc(("user", "spent")))
+    response = h.ask(
+        desc(("tenant", "acme"), hits=0), desc(("user", "u1")), desc(("user", "spent"))
+    )
+    assert [response.overall_code, *(s.code for s in response.statuses)] == [OVER, OVER, OK, OVER]
+    assert [s.limit_remaining for s in response.statuses] == [0, 5, 0]
+    assert response.statuses[2].duration_until_reset.seconds > 0
+    assert (h.remaining(("user", "u1")), h.remaining(("user", "spent"))) == (5, 0)
+    # Limits that all have room are not charged either (they would go together).
+    codes = h.codes(desc(("tenant", "acme"), hits=0), desc(("user", "u1")), desc(("user", "u2")))
+    assert codes == [OVER, OVER, OK, OK]
+    assert (h.remaining(("user", "u1")), h.remaining(("user", "u2"))) == (5, 5)
+
+
 def test_a_rule_can_replace_a_budget_by_its_name(budget_rls: Make) -> None:
     """replaces names the budget: the budget is neither checked nor charged for that request."""
     h = budget_rls(

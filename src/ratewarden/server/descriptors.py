@@ -33,6 +33,7 @@ __all__ = [
     "prepare",
     "settled",
     "shortfalls",
+    "to_check",
 ]
 
 
@@ -317,6 +318,12 @@ def is_short(item: Item, demand: int) -> bool:
     if result.decision is None or (item.rule is not None and item.rule.budget):
         return not result.allowed  # a budget charge records tokens already spent: never short
     return not result.allowed or result.decision.remaining < demand
+
+
+def to_check(stored: list[Item]) -> list[Item]:
+    """The items a request checks (cost 0) before it charges: all but budget charges,
+    whose look is never over (they record tokens already spent)."""
+    return [item for item in stored if item.cost == 0 or not (item.rule and item.rule.budget)]
 
 
 def shortfalls(stored: list[Item]) -> set[int]:

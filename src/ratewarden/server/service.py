@@ -25,17 +25,17 @@ How one request is decided
    ``failure_mode``. A ``budget`` rule's call asks ``self.budgets`` in place of
    the store's ``hit``: a check on hits 0, a charge of tokens already spent
    (never refused) otherwise. The calls of one step run side by side (``Gather``).
-3. Charging: by default a denied request consumes nothing. Several descriptors
+3. Charging (``server/charging.py``): by default a denied request consumes nothing.
+   A budget check (hits 0) beside other descriptors is asked first. Several descriptors
    are decided in one atomic store step when possible (``hit_all_flow``: all
    charged or none; enforcing regular rules of one algorithm, no counter twice,
    no cached denial, keys the store takes together: one slot on a Cluster).
-   Otherwise every counter is checked at cost 0 (a denial the over-limit cache
-   holds answers its own check; the other checks are one atomic step when they
-   may go together, so a request denied from the cache costs one store call)
-   and, only if no enforcing descriptor would deny, all are charged; when one
-   would deny, only the predicted denials are re-run at full cost, for their
-   exact retry times. A request slipping in between may make a charge deny after
-   others were charged. One descriptor is always one atomic call.
+   Otherwise every counter but a budget's charge (never over) is checked at cost 0
+   (a denial the over-limit cache holds answers its own check; the other checks
+   are one atomic step when they may go together) and, only if no enforcing
+   descriptor would deny, all are charged; when one would deny, only the
+   predicted denials are re-run at full cost, for their exact retry times. A
+   request slipping in between may make a charge deny after others were charged.
    ``charge_denied=True`` is envoyproxy/ratelimit's old behaviour: each descriptor
    charged on its own.
 4. The overall code is OVER_LIMIT when any regular descriptor is over, or when
@@ -65,6 +65,7 @@ from typing import TYPE_CHECKING, Any
 from ratewarden.clock import Clock
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import AsyncLimiter, CircuitBreaker, Flow, Gather, Limiter, NegativeCache
+from ratewarden.server.charging import Charging
 from ratewarden.server.config import DescriptorRule, RateLimitConfig
 
 # counter_key, DescriptorOutcome, UNLIMITED_REMAINING and ServiceHooks are defined
@@ -75,14 +76,11 @@ from ratewarden.server.descriptors import (
     Result,
     counter_key,
     denied,
-    is_short,
-    joint_algorithm,
     prepare,
     settled,
-    shortfalls,
 )
 from ratewarden.server.hooks import Reports, ServiceHooks
-from ratewarden.server.joint_step import cached_check, joint_step, joint_step_algorithm
+from ratewarden.server.joint_step import cached_check
 from ratewarden.server.response import (
     UNLIMITED_REMAINING,
     DescriptorOutcome,
@@ -107,7 +105,7 @@ __all__ = [
 ]
 
 
-class _ServiceBase:
+class _ServiceBase(Charging):
     """Settings and the decision flow; the store is only the limiter's."""
 
     #: The limiter and the budget rules' adapter over this twin's kind of store.
@@ -239,11 +237,7 @@ class _ServiceBase:
             elif self.charge_denied:
                 yield from self._run([(item, item.cost) for item in stored])
             else:
-                algorithm = joint_step_algorithm(stored, self.limiter) if self._joint else None
-                if algorithm is None or not (
-                    yield from joint_step(stored, algorithm, self.limiter, self._reports)
-                ):
-                    yield from self._check_then_charge(items, stored)
+                yield from self._several(items, stored)
         response = respond(
             request.domain,
             items,
@@ -303,49 +297,6 @@ class _ServiceBase:
             return Result(False, decision, None, False, cached=True)
         allowed = decision.allowed
         return Result(allowed, decision, None, allowed and cost > 0)
-
-    def _check(self, stored: list[Item]) -> Flow[None]:
-        """Check every stored item (cost 0): a denial the over-limit cache holds answers its
-        item, and the others are checked in one atomic store step when they may go together
-        (a request denied from the cache, the usual case in a flood of denied requests,
-        then costs one store call, not one per descriptor), else each on its own."""
-        pending = stored
-        if self._joint and len(stored) > 1:
-            pending = []
-            for item in stored:
-                cached = cached_check(item, self.limiter)
-                if cached is None:
-                    pending.append(item)
-                else:
-                    item.result = cached
-            algorithm = joint_algorithm(pending) if len(pending) > 1 else None
-            if algorithm is not None and (
-                yield from joint_step(pending, algorithm, self.limiter, self._reports, check=True)
-            ):
-                return
-        yield from self._run([(item, 0) for item in pending])
-
-    def _check_then_charge(self, items: list[Item], stored: list[Item]) -> Flow[None]:
-        yield from self._check(stored)
-        short = shortfalls(stored)
-        charge = [item for item in stored if item.cost > 0]
-        if not denied(items, lambda item: id(item) in short, quota_mode=self.quota_mode):
-            yield from self._run([(item, item.cost) for item in charge])
-            return
-        # Denied: re-run the descriptors that are short on their own at full cost,
-        # for their exact retry times (a denial consumes nothing). One that fits
-        # alone but not with its twins on the same counter is over as checked:
-        # re-running it would charge it.
-        alone = {id(item) for item in charge if id(item) in short and is_short(item, item.cost)}
-        for item in charge:
-            if id(item) in short and id(item) not in alone:
-                assert item.result is not None
-                item.result.allowed = False
-        yield from self._run([(item, item.cost) for item in charge if id(item) in alone])
-        # If a re-run passes after all (another request freed room in between),
-        # the request may pass: then charge the rest too.
-        if not denied(items, quota_mode=self.quota_mode):
-            yield from self._run([(item, item.cost) for item in charge if id(item) not in short])
 
     def _overflowed(self, rule: DescriptorRule) -> None:  # prepare's on_overflow
         self._reports.overflow(rule, self.values.limit)

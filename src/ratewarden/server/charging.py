@@ -1,0 +1,108 @@
+"""How a request of several descriptors is decided and charged (step 3 of "How one
+request is decided" in ``server/service.py``).
+
+- Budget checks first: a token budget's check (hits 0) charges nothing, so when a request
+  has one beside other descriptors it is asked alone, first. A request it denies goes no
+  further than the looks its response needs; one it admits is decided on the rest.
+- The rest in one atomic store step when they may go together (``server/joint_step.py``).
+- Otherwise checked, then charged: every counter but a budget's charge (which records
+  tokens already spent and is never over, so is looked at only when the request is denied)
+  is checked at cost 0, and all are charged only if no enforcing descriptor would deny.
+
+``Charging`` is a base class of the service: it calls the service's ``_decide`` (one
+descriptor's call) and ``_run`` (several, side by side) and reads its limiter, reports and
+options.
+"""
+
+from __future__ import annotations
+
+from ratewarden.limiter import AsyncLimiter, Flow, Limiter
+from ratewarden.server.descriptors import (
+    Item,
+    Result,
+    denied,
+    is_short,
+    joint_algorithm,
+    shortfalls,
+    to_check,
+)
+from ratewarden.server.hooks import Reports
+from ratewarden.server.joint_step import cached_check, joint_step, joint_step_algorithm
+
+__all__ = ["Charging"]
+
+
+class Charging:
+    """The strategies for a request of several descriptors; no state of its own."""
+
+    limiter: Limiter | AsyncLimiter
+    quota_mode: bool
+    _joint: bool  # the store has ``hit_all`` and quota mode is off
+    _reports: Reports
+
+    def _run(self, calls: list[tuple[Item, int]]) -> Flow[None]:
+        raise NotImplementedError  # the service's: each item gets its ``result``
+
+    def _decide(self, item: Item, cost: int) -> Flow[Result]:
+        raise NotImplementedError  # the service's: one descriptor's call at ``cost``
+
+    def _several(self, items: list[Item], stored: list[Item]) -> Flow[None]:
+        """Decide ``stored`` (two or more items needing the store) of the request ``items``."""
+        checks = [item for item in stored if item.cost == 0 and item.rule and item.rule.budget]
+        if checks and len(checks) < len(stored):  # a budget check charges nothing: ask it first
+            yield from self._run([(item, 0) for item in checks])
+            stored = [item for item in stored if item.result is None]
+            if denied(items, quota_mode=self.quota_mode):  # the rest only looked at
+                yield from self._check_then_charge(items, stored)
+                return
+            if len(stored) == 1:
+                stored[0].result = yield from self._decide(stored[0], stored[0].cost)
+                return
+        algorithm = joint_step_algorithm(stored, self.limiter) if self._joint else None
+        if algorithm is None or not (
+            yield from joint_step(stored, algorithm, self.limiter, self._reports)
+        ):
+            yield from self._check_then_charge(items, stored)
+
+    def _check(self, stored: list[Item]) -> Flow[None]:
+        """Check every stored item (cost 0): a denial the over-limit cache holds answers its
+        item, and the others are checked in one atomic store step when they may go together
+        (a request denied from the cache, the usual case in a flood of denied requests,
+        then costs one store call, not one per descriptor), else each on its own."""
+        pending = stored
+        if self._joint and len(stored) > 1:
+            pending = []
+            for item in stored:
+                cached = cached_check(item, self.limiter)
+                if cached is None:
+                    pending.append(item)
+                else:
+                    item.result = cached
+            algorithm = joint_algorithm(pending) if len(pending) > 1 else None
+            if algorithm is not None and (
+                yield from joint_step(pending, algorithm, self.limiter, self._reports, check=True)
+            ):
+                return
+        yield from self._run([(item, 0) for item in pending])
+
+    def _check_then_charge(self, items: list[Item], stored: list[Item]) -> Flow[None]:
+        looked = to_check(stored)  # budget charges are looked at only if the request is denied
+        yield from self._check(looked)
+        short = shortfalls(looked)
+        charge = [item for item in stored if item.cost > 0]
+        if not denied(items, lambda item: id(item) in short, quota_mode=self.quota_mode):
+            yield from self._run([(item, item.cost) for item in charge])
+            return
+        # Denied: re-run the descriptors short on their own at full cost, for their exact
+        # retry times (a denial consumes nothing). One that fits alone but not with its
+        # twins on the same counter is over as checked: re-running it would charge it.
+        alone = {id(item) for item in charge if id(item) in short and is_short(item, item.cost)}
+        for item in charge:
+            if id(item) in short and id(item) not in alone:
+                assert item.result is not None
+                item.result.allowed = False
+        unlooked = [(item, 0) for item in stored if item.result is None]  # budget charges
+        yield from self._run([(item, item.cost) for item in charge if id(item) in alone] + unlooked)
+        # A re-run may pass after all (room freed in between): then charge the rest too.
+        if not denied(items, quota_mode=self.quota_mode):
+            yield from self._run([(item, item.cost) for item in charge if id(item) not in short])
