@@ -443,6 +443,7 @@ def in_process(
     in_flight: int = 16,
     store: str = "memory",
     budget_hits: int | None = None,
+    budgets: int | None = None,
 ) -> dict[int, list[float]]:
     """CPU microseconds per call of ``RateLimitServer.should_rate_limit`` called directly.
 
@@ -451,7 +452,8 @@ def in_process(
     tasks, requests decoded up front, rounds of the descriptor counts interleaved. Set against
     the serve rows' CPU per call, it splits the service's cost from the transport's. With
     ``budget_hits`` the descriptors are token budget rules' (``b0`` ...), each asking for that
-    many hits: 0 is a budget check, more a charge (docs/budgets.md).
+    many hits: 0 is a budget check, more a charge (docs/budgets.md); with ``budgets`` too,
+    only the first ``budgets`` descriptors of a call are (a budget beside request limits).
     """
     import asyncio
 
@@ -475,7 +477,7 @@ def in_process(
         if budget_hits is not None:
             for batch in requests.values():
                 for request in batch:
-                    for d in request.descriptors:
+                    for d in request.descriptors[:budgets]:
                         d.entries[0].key = "b" + d.entries[0].key[1:]
                         d.hits_addend.value = budget_hits
 
