@@ -10,6 +10,10 @@ runs; from there on they do the same thing, written here once:
 - on WSGI (``hold_wsgi``), when the server closes the response iterable
   (``HeldResponse`` closes the app's iterable first), or at once when the app
   raises before returning one;
+- inside Django's middleware stack (``hold_django``, ``ahold_django``), when the
+  view has returned its response, unless it streams in the mode Django runs
+  the middleware in: then when Django closes it (sync mode) or its last chunk
+  has been taken (async mode);
 - while the body streams, the slot is renewed on the back of a chunk, at most
   once per third of its TTL: no background task, no extra store call for short
   responses.
@@ -20,7 +24,7 @@ A failed release or renewal is logged, not raised: the slot's TTL frees it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -38,7 +42,21 @@ from ratewarden.middleware._types import (
     WSGIApp,
 )
 
-__all__ = ["AsyncSlots", "Held", "HeldResponse", "Slots", "hold_asgi", "hold_wsgi"]
+__all__ = [
+    "AsyncSlots",
+    "Held",
+    "HeldResponse",
+    "Slots",
+    "ahold_django",
+    "arelease",
+    "arenew",
+    "held_chunks",
+    "hold_asgi",
+    "hold_django",
+    "hold_wsgi",
+    "release",
+    "renew",
+]
 
 log = logging.getLogger("ratewarden.middleware")
 
@@ -113,37 +131,53 @@ def _lapsed(held: Held, renewed: bool) -> None:
         log.warning("concurrency slot of %s lapsed while streaming", held.lease.key)
 
 
+def release(held: Held, slots: Slots) -> None:
+    """Give the slot back, once (a failure is logged: its TTL frees it)."""
+    if held.take_release():
+        with _tolerated("release", held):
+            slots.release_slot(held.lease)
+
+
+async def arelease(held: Held, slots: AsyncSlots) -> None:
+    """``release``, awaited."""
+    if held.take_release():
+        with _tolerated("release", held):
+            await slots.release_slot(held.lease)
+
+
+def renew(held: Held, slots: Slots) -> None:
+    """Renew the slot when a renewal is due (a lapsed or failed one is logged)."""
+    if held.renewal_due():
+        with _tolerated("renewal", held):
+            _lapsed(held, slots.renew_slot(held.lease))
+
+
+async def arenew(held: Held, slots: AsyncSlots) -> None:
+    """``renew``, awaited."""
+    if held.renewal_due():
+        with _tolerated("renewal", held):
+            _lapsed(held, await slots.renew_slot(held.lease))
+
+
 async def hold_asgi(
     app: ASGIApp, scope: Scope, receive: Receive, send: Send, held: Held, slots: AsyncSlots
 ) -> None:
     """Run ``app`` holding ``held``; give it back after the last body message, or when the
     app returns or raises."""
 
-    async def release() -> None:
-        if held.take_release():
-            with _tolerated("release", held):
-                await slots.release_slot(held.lease)
-
     async def send_holding(message: Message) -> None:
         await send(message)
         if message["type"] != "http.response.body":
             return
         if not message.get("more_body", False):
-            await release()
-        elif held.renewal_due():
-            with _tolerated("renewal", held):
-                _lapsed(held, await slots.renew_slot(held.lease))
+            await arelease(held, slots)
+        else:
+            await arenew(held, slots)
 
     try:
         await app(scope, receive, send_holding)
     finally:
-        await release()
-
-
-def _release(held: Held, slots: Slots) -> None:
-    if held.take_release():
-        with _tolerated("release", held):
-            slots.release_slot(held.lease)
+        await arelease(held, slots)
 
 
 def hold_wsgi(
@@ -157,7 +191,7 @@ def hold_wsgi(
     try:
         result = app(environ, start_response)
     except BaseException:
-        _release(held, slots)
+        release(held, slots)
         raise
     return HeldResponse(result, held, slots)
 
@@ -174,9 +208,7 @@ class HeldResponse:
 
     def __iter__(self) -> Iterator[bytes]:
         for chunk in self._result:
-            if self._held.renewal_due():
-                with _tolerated("renewal", self._held):
-                    _lapsed(self._held, self._slots.renew_slot(self._held.lease))
+            renew(self._held, self._slots)
             yield chunk
 
     def close(self) -> None:
@@ -184,4 +216,55 @@ class HeldResponse:
         try:
             close_wsgi(self._result)
         finally:
-            _release(self._held, self._slots)
+            release(self._held, self._slots)
+
+
+async def held_chunks(
+    chunks: AsyncIterator[bytes], held: Held, slots: AsyncSlots
+) -> AsyncIterator[bytes]:
+    """An async stream's chunks, the slot renewed as they go and given back at the end (or
+    when whoever takes them closes the iterator early: the client left)."""
+    try:
+        async for chunk in chunks:
+            await arenew(held, slots)
+            yield chunk
+    finally:
+        await arelease(held, slots)
+
+
+#: A Django middleware's next step: the view, through the middleware listed after it.
+GetResponse = Callable[[Any], Any]
+
+
+def hold_django(get_response: GetResponse, request: Any, held: Held, slots: Slots) -> Any:
+    """Django's sync mode: run the view holding ``held``; a streaming response gives it back
+    when Django closes it (its iterator wrapped as the WSGI middleware wraps a response),
+    any other response at once (its body is built: the work is done)."""
+    try:
+        response = get_response(request)
+    except BaseException:
+        release(held, slots)
+        raise
+    if getattr(response, "streaming", False) and not response.is_async:
+        # Django calls the new content's close() when it closes the response.
+        response.streaming_content = HeldResponse(response.streaming_content, held, slots)
+    else:
+        release(held, slots)
+    return response
+
+
+async def ahold_django(
+    get_response: GetResponse, request: Any, held: Held, slots: AsyncSlots
+) -> Any:
+    """Django's async mode: run the view holding ``held``; a streaming response gives it back
+    once its last chunk is taken, or when Django stops taking them."""
+    try:
+        response = await get_response(request)
+    except BaseException:
+        await arelease(held, slots)
+        raise
+    if getattr(response, "streaming", False) and response.is_async:
+        response.streaming_content = held_chunks(response.streaming_content, held, slots)
+    else:
+        await arelease(held, slots)
+    return response

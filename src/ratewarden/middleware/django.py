@@ -40,18 +40,23 @@ Django picks (refused by name when it does not, never run in the wrong one):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
-from django.conf import settings  # type: ignore[import-untyped]
-from django.http import HttpResponse  # type: ignore[import-untyped]
-from django.utils.module_loading import import_string  # type: ignore[import-untyped]
 
-from ratewarden.errors import ConfigurationError, StorageError
+from ratewarden.errors import StorageError
 from ratewarden.middleware._base import RateLimitBase
-from ratewarden.middleware._outcome import Outcome
-from ratewarden.middleware._request import RequestInfo, from_wsgi
+from ratewarden.middleware._django_common import (
+    DjangoRequest,
+    GetResponse,
+    add_headers,
+    find_user,
+    read_setting,
+    request_info,
+    respond,
+    wrong_mode,
+)
+from ratewarden.middleware._request import RequestInfo
 from ratewarden.middleware._routes import django_endpoint
 
 __all__ = ["SETTING", "DjangoRateLimitMiddleware", "DjangoRequest", "django_user"]
@@ -59,33 +64,6 @@ __all__ = ["SETTING", "DjangoRateLimitMiddleware", "DjangoRequest", "django_user
 #: The Django setting the middleware reads.
 SETTING = "RATEWARDEN_MIDDLEWARE"
 _KEYS = ("limiter", "rules", "failure_mode", "metrics", "name")
-
-GetResponse = Callable[[Any], Any]
-
-
-class DjangoRequest(Mapping[str, Any]):
-    """``RequestInfo.raw`` under the Django middleware: the request's ``META`` (the WSGI
-    environ, as the WSGI middleware gives), with the ``HttpRequest`` itself as ``request``.
-
-    ``user`` is the user ``await request.auser()`` found in async mode (a user or an
-    ``AnonymousUser``), else None: an extractor of your own reads it there rather than
-    ``request.user``, whose first use may query the database on the event loop.
-    """
-
-    __slots__ = ("request", "user")
-
-    def __init__(self, request: Any) -> None:
-        self.request = request
-        self.user: Any = None
-
-    def __getitem__(self, name: str) -> Any:
-        return self.request.META[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.request.META)
-
-    def __len__(self) -> int:
-        return len(self.request.META)
 
 
 def django_user(request: RequestInfo) -> object | None:
@@ -108,65 +86,34 @@ def django_user(request: RequestInfo) -> object | None:
 
 
 def _options() -> dict[str, Any]:
-    given = getattr(settings, SETTING, None)
-    if not isinstance(given, Mapping):
-        raise ConfigurationError(
-            f"DjangoRateLimitMiddleware needs the Django setting {SETTING}, a dict with "
-            f"'limiter' and 'rules' (objects or dotted paths); found {given!r}"
-        )
-    unknown = sorted(set(given) - set(_KEYS))
-    if unknown:
-        raise ConfigurationError(
-            f"{SETTING} has unknown keys {unknown}; it takes {', '.join(_KEYS)}"
-        )
-    options: dict[str, Any] = {}
-    for key, value in given.items():
-        options[key] = value
-        if isinstance(value, str) and key in ("limiter", "rules", "metrics"):
-            try:
-                options[key] = import_string(value)
-            except ImportError as exc:
-                raise ConfigurationError(
-                    f"{SETTING}[{key!r}]: cannot import {value!r} ({exc})"
-                ) from None
-    for key in ("limiter", "rules"):
-        if key not in options:
-            raise ConfigurationError(f"{SETTING} needs {key!r} (an object or its dotted path)")
-    return options
+    return read_setting(
+        SETTING,
+        "DjangoRateLimitMiddleware",
+        _KEYS,
+        imported=("limiter", "rules", "metrics"),
+        required=("limiter", "rules"),
+    )
 
 
 def _check_mode(limiter: object, async_mode: bool) -> None:
     """Refuse a limiter that does not fit the mode Django runs the middleware in."""
     awaited = iscoroutinefunction(getattr(limiter, "hit", None))
     if async_mode and not awaited:
-        raise ConfigurationError(
-            f"{SETTING}['limiter'] is {limiter!r}, whose hit blocks, and Django runs "
-            "DjangoRateLimitMiddleware in async mode here (the ASGI handler, with only "
-            "async-capable middleware after it): use an AsyncLimiter or AsyncTwoTier (over "
-            "an AsyncStore such as AsyncRedisStore), which it awaits on the event loop"
+        raise wrong_mode(
+            f"{SETTING}['limiter'] is {limiter!r}, whose hit blocks",
+            "DjangoRateLimitMiddleware",
+            async_mode,
+            "use an AsyncLimiter or AsyncTwoTier (over an AsyncStore such as AsyncRedisStore), "
+            "which it awaits on the event loop",
         )
     if not async_mode and awaited:
-        raise ConfigurationError(
-            f"{SETTING}['limiter'] is {limiter!r}, whose hit is awaited, and Django runs "
-            "DjangoRateLimitMiddleware in sync mode here (the WSGI handler, or a "
-            "synchronous-only middleware listed after it): use a Limiter or TwoTier (over a "
-            "Store such as RedisStore), or serve under ASGI with only async-capable "
-            "middleware after it"
+        raise wrong_mode(
+            f"{SETTING}['limiter'] is {limiter!r}, whose hit is awaited",
+            "DjangoRateLimitMiddleware",
+            async_mode,
+            "use a Limiter or TwoTier (over a Store such as RedisStore), or serve under ASGI "
+            "with only async-capable middleware after it",
         )
-
-
-def _info(request: Any, raw: DjangoRequest) -> RequestInfo:
-    """The request as the rules see it: ``META`` as the WSGI middleware reads the environ."""
-    found = from_wsgi(request.META)
-    return RequestInfo(found.method, request.path_info or "/", found.peer, found.headers, raw)
-
-
-def _response(outcome: Outcome, head: bool) -> Any:
-    """A blocked ``outcome`` as Django's response; a HEAD gets the headers and no body."""
-    response = HttpResponse(b"" if head else outcome.body, status=outcome.status)
-    for name, value in outcome.headers:
-        response.headers[name] = value
-    return response
 
 
 class DjangoRateLimitMiddleware(RateLimitBase[GetResponse, Any]):
@@ -191,7 +138,7 @@ class DjangoRateLimitMiddleware(RateLimitBase[GetResponse, Any]):
     def __call__(self, request: Any) -> Any:
         if self.async_mode:
             return self._acall(request)
-        info = _info(request, DjangoRequest(request))
+        info = request_info(request, DjangoRequest(request))
         rules = self.rules.applicable(info, django_endpoint)
         if not rules:
             return self.app(request)
@@ -200,27 +147,19 @@ class DjangoRateLimitMiddleware(RateLimitBase[GetResponse, Any]):
         except StorageError as exc:
             outcome = self.failed(exc, rules)
         if outcome.blocked:
-            return _response(outcome, head=info.method == "HEAD")
-        return _with_headers(self.app(request), outcome)
+            return respond(outcome, head=info.method == "HEAD")
+        return add_headers(self.app(request), outcome.headers)
 
     async def _acall(self, request: Any) -> Any:
         """Async mode: the user found with ``auser`` when a rule applies, then the decision
         awaited on the event loop, as the ASGI middleware's."""
         raw = DjangoRequest(request)
-        info = _info(request, raw)
+        info = request_info(request, raw)
         rules = self.rules.applicable(info, django_endpoint)
         if not rules:
             return await self.app(request)
-        auser = getattr(request, "auser", None)
-        if auser is not None:
-            raw.user = await auser()
+        await find_user(request, raw)
         outcome = await self.decide_awaited(info, rules)
         if outcome.blocked:
-            return _response(outcome, head=info.method == "HEAD")
-        return _with_headers(await self.app(request), outcome)
-
-
-def _with_headers(response: Any, outcome: Outcome) -> Any:
-    for name, value in outcome.headers:
-        response.headers[name] = value
-    return response
+            return respond(outcome, head=info.method == "HEAD")
+        return add_headers(await self.app(request), outcome.headers)

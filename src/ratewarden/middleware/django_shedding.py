@@ -33,28 +33,24 @@ has returned it (its body is built: the work is done).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
-from django.conf import settings  # type: ignore[import-untyped]
-from django.utils.module_loading import import_string  # type: ignore[import-untyped]
 
 from ratewarden.budgets import AsyncFleetShedder, FleetShedder, LoadShedder, ShedDecision
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.limiter import Lease
-from ratewarden.middleware._holding import (
-    AsyncSlots,
-    Held,
-    HeldResponse,
-    Slots,
-    _lapsed,
-    _release,
-    _tolerated,
+from ratewarden.middleware._django_common import (
+    DjangoRequest,
+    GetResponse,
+    read_setting,
+    request_info,
+    respond,
+    wrong_mode,
 )
+from ratewarden.middleware._holding import ahold_django, hold_django
 from ratewarden.middleware._outcome import Outcome
 from ratewarden.middleware._shedding import Shedding
-from ratewarden.middleware.django import DjangoRequest, _info, _response
 
 __all__ = ["SETTING", "DjangoSheddingMiddleware"]
 
@@ -73,37 +69,16 @@ _KEYS = (
     "failure_mode",
     "metrics",
 )
-#: The keys whose value may be given as a dotted path (the others may be strings themselves).
-_IMPORTED = ("shedder", "classify", "clock", "metrics")
-
-GetResponse = Callable[[Any], Any]
 
 
 def _options() -> dict[str, Any]:
-    given = getattr(settings, SETTING, None)
-    if not isinstance(given, Mapping):
-        raise ConfigurationError(
-            f"DjangoSheddingMiddleware needs the Django setting {SETTING}, a dict with "
-            f"'shedder' (an object or its dotted path); found {given!r}"
-        )
-    unknown = sorted(set(given) - set(_KEYS))
-    if unknown:
-        raise ConfigurationError(
-            f"{SETTING} has unknown keys {unknown}; it takes {', '.join(_KEYS)}"
-        )
-    options = dict(given)
-    for key in _IMPORTED:
-        value = options.get(key)
-        if isinstance(value, str):
-            try:
-                options[key] = import_string(value)
-            except ImportError as exc:
-                raise ConfigurationError(
-                    f"{SETTING}[{key!r}]: cannot import {value!r} ({exc})"
-                ) from None
-    if "shedder" not in options:
-        raise ConfigurationError(f"{SETTING} needs 'shedder' (an object or its dotted path)")
-    return options
+    return read_setting(
+        SETTING,
+        "DjangoSheddingMiddleware",
+        _KEYS,
+        imported=("shedder", "classify", "clock", "metrics"),
+        required=("shedder",),
+    )
 
 
 def _check_mode(shedder: object, async_mode: bool) -> None:
@@ -112,19 +87,20 @@ def _check_mode(shedder: object, async_mode: bool) -> None:
     if isinstance(shedder, LoadShedder):
         return
     if async_mode and isinstance(shedder, FleetShedder):
-        raise ConfigurationError(
-            f"{given}, a FleetShedder, whose acquire blocks, and Django runs "
-            "DjangoSheddingMiddleware in async mode here (the ASGI handler, with only "
-            "async-capable middleware after it): use an AsyncFleetShedder (over an "
-            "AsyncLimiter), which it awaits on the event loop, or a LoadShedder"
+        raise wrong_mode(
+            f"{given}, a FleetShedder, whose acquire blocks",
+            "DjangoSheddingMiddleware",
+            async_mode,
+            "use an AsyncFleetShedder (over an AsyncLimiter), which it awaits on the event "
+            "loop, or a LoadShedder",
         )
     if not async_mode and isinstance(shedder, AsyncFleetShedder):
-        raise ConfigurationError(
-            f"{given}, an AsyncFleetShedder, whose acquire is awaited, and Django runs "
-            "DjangoSheddingMiddleware in sync mode here (the WSGI handler, or a "
-            "synchronous-only middleware listed after it): use a FleetShedder (over a "
-            "Limiter) or a LoadShedder, or serve under ASGI with only async-capable "
-            "middleware after it"
+        raise wrong_mode(
+            f"{given}, an AsyncFleetShedder, whose acquire is awaited",
+            "DjangoSheddingMiddleware",
+            async_mode,
+            "use a FleetShedder (over a Limiter) or a LoadShedder, or serve under ASGI with "
+            "only async-capable middleware after it",
         )
     if not isinstance(shedder, FleetShedder | AsyncFleetShedder):
         raise ConfigurationError(
@@ -160,7 +136,7 @@ class DjangoSheddingMiddleware:
     def __call__(self, request: Any) -> Any:
         if self.async_mode:
             return self._acall(request)
-        info = _info(request, DjangoRequest(request))
+        info = request_info(request, DjangoRequest(request))
         shedding = self.shedding
         if not shedding.matches(info):
             return self.get_response(request)
@@ -177,17 +153,17 @@ class DjangoSheddingMiddleware:
         held = shedding.fleet(found, shedder.limiter)
         if isinstance(held, Outcome):
             return self._answer(held, info.method, request)
-        return _hold(self.get_response, request, held, shedder.limiter)
+        return hold_django(self.get_response, request, held, shedder.limiter)
 
     def _answer(self, outcome: Outcome, method: str, request: Any) -> Any:
         """Send a refusal here, or run the view untouched (a request let through)."""
         if outcome.blocked:
-            return _response(outcome, head=method == "HEAD")
+            return respond(outcome, head=method == "HEAD")
         return self.get_response(request)
 
     async def _acall(self, request: Any) -> Any:
         """Async mode: the fleet shedder's slot awaited on the event loop."""
-        info = _info(request, DjangoRequest(request))
+        info = request_info(request, DjangoRequest(request))
         shedding = self.shedding
         if not shedding.matches(info):
             return await self.get_response(request)
@@ -204,60 +180,8 @@ class DjangoSheddingMiddleware:
                 found = exc
             held = shedding.fleet(found, shedder.limiter)
             if not isinstance(held, Outcome):
-                return await _ahold(self.get_response, request, held, shedder.limiter)
+                return await ahold_django(self.get_response, request, held, shedder.limiter)
             outcome = held
         if outcome.blocked:
-            return _response(outcome, head=info.method == "HEAD")
+            return respond(outcome, head=info.method == "HEAD")
         return await self.get_response(request)
-
-
-def _hold(get_response: GetResponse, request: Any, held: Held, slots: Slots) -> Any:
-    """Sync mode: run the view holding ``held``; a streaming response gives it back when
-    Django closes it (its iterator wrapped as the WSGI middleware wraps a response)."""
-    try:
-        response = get_response(request)
-    except BaseException:
-        _release(held, slots)
-        raise
-    if getattr(response, "streaming", False) and not response.is_async:
-        # Django calls the new content's close() when it closes the response.
-        response.streaming_content = HeldResponse(response.streaming_content, held, slots)
-    else:
-        _release(held, slots)
-    return response
-
-
-async def _ahold(get_response: GetResponse, request: Any, held: Held, slots: AsyncSlots) -> Any:
-    """Async mode: run the view holding ``held``; a streaming response gives it back once
-    its last chunk is taken, or when Django stops taking them."""
-    try:
-        response = await get_response(request)
-    except BaseException:
-        await _arelease(held, slots)
-        raise
-    if getattr(response, "streaming", False) and response.is_async:
-        response.streaming_content = _held_chunks(response.streaming_content, held, slots)
-    else:
-        await _arelease(held, slots)
-    return response
-
-
-async def _arelease(held: Held, slots: AsyncSlots) -> None:
-    if held.take_release():
-        with _tolerated("release", held):
-            await slots.release_slot(held.lease)
-
-
-async def _held_chunks(
-    chunks: AsyncIterator[bytes], held: Held, slots: AsyncSlots
-) -> AsyncIterator[bytes]:
-    """An async streaming response's chunks, the slot renewed as they go and given back at
-    the end (or when Django closes the iterator early: the client left)."""
-    try:
-        async for chunk in chunks:
-            if held.renewal_due():
-                with _tolerated("renewal", held):
-                    _lapsed(held, await slots.renew_slot(held.lease))
-            yield chunk
-    finally:
-        await _arelease(held, slots)
