@@ -226,6 +226,66 @@ def test_a_spent_budget_checked_first_leaves_the_request_limits_alone_and_report
     assert (h.remaining(("user", "u1")), h.remaining(("user", "u2"))) == (5, 5)
 
 
+def test_a_spent_budget_is_remembered_until_a_token_is_back(budget_rls: Make) -> None:
+    """With the over-limit cache, a spent budget's checks are answered in process, their
+    wait aged, until the token is back; then the store is asked again."""
+    h = budget_rls(over_limit_cache=100)
+    h.ask(desc(("tenant", "acme"), hits=1000))
+    calls = _store_calls(h)
+    response = h.ask(desc(("tenant", "acme"), hits=0))
+    assert response.overall_code == OVER
+    assert response.statuses[0].duration_until_reset.nanos == 60_000_000
+    assert _store_calls(h) == calls + 1
+    h.clock.advance(0.025)
+    again = h.ask(desc(("tenant", "acme"), hits=0)).statuses[0]
+    assert again.code == OVER and again.limit_remaining == 0
+    assert again.duration_until_reset.nanos == 35_000_000  # aged: the store would say so
+    assert _store_calls(h) == calls + 1  # no store call
+    assert h.codes(desc(("tenant", "other"), hits=0)) == [OK, OK]  # another key: asked
+    assert _store_calls(h) == calls + 2
+    h.clock.advance(0.035)  # the token is back
+    assert h.codes(desc(("tenant", "acme"), hits=0)) == [OK, OK]
+    assert _store_calls(h) == calls + 3
+
+
+def test_a_remembered_spent_budget_still_takes_its_charges(budget_rls: Make) -> None:
+    """A charge is never answered from the cache: it reaches the store and is recorded, and
+    the check stays refused for as long as the store says."""
+    h = budget_rls(over_limit_cache=100)
+    h.ask(desc(("tenant", "acme"), hits=1000))
+    assert h.codes(desc(("tenant", "acme"), hits=0)) == [OVER, OVER]
+    calls = _store_calls(h)
+    assert h.codes(desc(("tenant", "acme"), hits=50)) == [OK, OK]
+    assert _store_calls(h) == calls + 1
+    for _ in range(5):
+        h.ask(desc(("user", "u1")))
+    # Denied by the request limit: the charge is looked at, and a look is never over.
+    assert h.codes(desc(("tenant", "acme"), hits=50), desc(("user", "u1"))) == [OVER, OK, OVER]
+    h.clock.advance(0.06)  # one token back: the charge found the budget empty (no debt)
+    assert h.codes(desc(("tenant", "acme"), hits=0)) == [OK, OK]
+
+
+def test_without_the_over_limit_cache_every_budget_check_asks_the_store(
+    budget_rls: Make,
+) -> None:
+    h = budget_rls()
+    h.ask(desc(("tenant", "acme"), hits=1000))
+    calls = _store_calls(h)
+    for _ in range(3):
+        assert h.codes(desc(("tenant", "acme"), hits=0)) == [OVER, OVER]
+    assert _store_calls(h) == calls + 3
+
+
+def test_a_config_reload_forgets_remembered_budgets(budget_rls: Make) -> None:
+    h = budget_rls(over_limit_cache=100)
+    h.ask(desc(("tenant", "acme"), hits=1000))
+    assert h.codes(desc(("tenant", "acme"), hits=0)) == [OVER, OVER]
+    calls = _store_calls(h)
+    h.service.swap_config(h.service.config)
+    assert h.codes(desc(("tenant", "acme"), hits=0)) == [OVER, OVER]
+    assert _store_calls(h) == calls + 1
+
+
 def test_a_rule_can_replace_a_budget_by_its_name(budget_rls: Make) -> None:
     """replaces names the budget: the budget is neither checked nor charged for that request."""
     h = budget_rls(

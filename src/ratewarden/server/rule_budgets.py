@@ -8,7 +8,10 @@ One single-axis ``TokenBudget`` per rate, each with a ``Backlog``: tokens whose
 charge the store could not take, or that were spent while its circuit was open
 (``owe``), are paid before the key's next check or charge, and by ``replay``
 (``ratewarden serve`` replays when its health check finds the store back).
-Everything here uses ``TokenBudget``'s public API only.
+With ``denials`` (the service's over-limit cache size), a check the store found
+spent is remembered until a token is back, and ``cached`` answers the key's checks
+until then without a store call: charges only ever take tokens, so the store
+could answer nothing else. Everything here uses ``TokenBudget``'s public API only.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from ratewarden.budgets import (
 )
 from ratewarden.decision import Decision
 from ratewarden.errors import StorageError
+from ratewarden.limiter import NegativeCache, aged
 from ratewarden.rate import Rate
 
 if TYPE_CHECKING:
@@ -120,8 +124,28 @@ class _RuleBudgetsBase(Generic[_B]):
     check: Any
     account: Any
 
-    def __init__(self) -> None:
+    def __init__(self, store: Any, denials: int) -> None:
+        self.store = store
         self._budgets: dict[Rate, _B] = {}
+        #: Spent budgets' checks, by ``(rate, key)``, until a token is back (None: off).
+        self.denials = NegativeCache(denials) if denials > 0 else None
+
+    def cached(self, rate: Rate, key: str) -> Decision | None:
+        """A check (hits 0) of ``key``'s budget at ``rate`` that a remembered denial answers
+        now (aged to now), or None: ask the store. No store call."""
+        denials = self.denials
+        if denials is None or (rate, key) not in denials:  # the usual case
+            return None
+        now = self.store.clock.now_us()
+        found = denials.lookup((rate, key), 0, now)
+        return None if found is None else aged(found.decision, now - found.at_us, 0)
+
+    def _checked(self, rate: Rate, key: str, decision: BudgetDecision, hits: int) -> Decision:
+        """A look as a Decision (see ``_checked``); a check found spent is remembered."""
+        checked = _checked(decision, charge_follows=hits > 0)
+        if not checked.allowed and self.denials is not None:
+            self.denials.remember((rate, key), checked, self.store.clock.now_us())
+        return checked
 
     def via(self, hits: int, cost: int) -> Any:
         """What a limiter asks in place of the store's ``hit`` for a budget descriptor of
@@ -204,9 +228,9 @@ class RuleBudgets(_RuleBudgetsBase[TokenBudget]):
     ``account`` for one with hits.
     """
 
-    def __init__(self, store: Store) -> None:
-        super().__init__()
-        self.store = store
+    def __init__(self, store: Store, denials: int = 0) -> None:
+        super().__init__(store, denials)
+        self.store: Store = store
 
     def _make(self, rate: Rate) -> TokenBudget:
         backlog = Backlog(BACKLOG_KEYS)
@@ -227,7 +251,7 @@ class RuleBudgets(_RuleBudgetsBase[TokenBudget]):
         budget = self._budget(rate)
         if cost > 0:
             return _charged(budget.charge(key, Usage(0, cost, 0)), cost)
-        return _checked(budget.peek(key), charge_follows=hits > 0)
+        return self._checked(rate, key, budget.peek(key), hits)
 
     def check(self, algorithm: str, key: str, rates: Sequence[Rate], cost: int) -> Decision:
         """A descriptor of hits 0: over when ``key`` has no token left."""
@@ -244,9 +268,9 @@ class RuleBudgets(_RuleBudgetsBase[TokenBudget]):
 class AsyncRuleBudgets(_RuleBudgetsBase[AsyncTokenBudget]):
     """The asyncio twin of ``RuleBudgets``, for ``AsyncRateLimitService``."""
 
-    def __init__(self, store: AsyncStore) -> None:
-        super().__init__()
-        self.store = store
+    def __init__(self, store: AsyncStore, denials: int = 0) -> None:
+        super().__init__(store, denials)
+        self.store: AsyncStore = store
 
     def _make(self, rate: Rate) -> AsyncTokenBudget:
         backlog = Backlog(BACKLOG_KEYS)
@@ -278,7 +302,7 @@ class AsyncRuleBudgets(_RuleBudgetsBase[AsyncTokenBudget]):
         budget = self._budget(rate)
         if cost > 0:
             return _charged(await budget.charge(key, Usage(0, cost, 0)), cost)
-        return _checked(await budget.peek(key), charge_follows=hits > 0)
+        return self._checked(rate, key, await budget.peek(key), hits)
 
     async def check(self, algorithm: str, key: str, rates: Sequence[Rate], cost: int) -> Decision:
         """See ``RuleBudgets.check``."""

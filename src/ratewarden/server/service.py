@@ -174,7 +174,7 @@ class _ServiceBase(Charging):
         )
         # No store error escapes: a bug in a client library is a failure like an outage.
         self.limiter.failure_errors = Exception
-        self.budgets = self._BUDGETS(store)
+        self.budgets = self._BUDGETS(store, over_limit_cache)
         # Several keys in one store step (``hit_all``); not in quota mode: no denial holds all.
         self._joint = callable(getattr(store, "hit_all", None)) and not self.quota_mode
 
@@ -214,6 +214,7 @@ class _ServiceBase(Charging):
         negative = self.limiter.negative
         if negative is not None:  # a limit may have grown: ask the store again
             self.limiter.negative = NegativeCache(negative.max_keys)
+            self.budgets.denials = NegativeCache(negative.max_keys)
 
     # -- the decision, written once
 
@@ -271,7 +272,11 @@ class _ServiceBase(Charging):
         assert rule is not None  # every item the store decides has one
         limiter = self.limiter
         if cost == 0:
-            cached = cached_check(item, limiter)
+            if rule.budget:  # a spent budget's check, remembered (a charge's look never is)
+                spent = self.budgets.cached(rule.rates[0], item.key) if item.cost == 0 else None
+                cached = None if spent is None else Result(False, spent, None, False, cached=True)
+            else:
+                cached = cached_check(item, limiter)
             if cached is not None:
                 return cached
         # A token budget: checked on hits 0, charged otherwise.
