@@ -236,6 +236,8 @@ def test_a_spent_budget_is_remembered_until_a_token_is_back(budget_rls: Make) ->
     assert response.overall_code == OVER
     assert response.statuses[0].duration_until_reset.nanos == 60_000_000
     assert _store_calls(h) == calls + 1
+    cache = h.service.over_limit_cache
+    assert cache is not None and len(cache) == 1  # one table, the limit's: a memory bound
     h.clock.advance(0.025)
     again = h.ask(desc(("tenant", "acme"), hits=0)).statuses[0]
     assert again.code == OVER and again.limit_remaining == 0

@@ -8,10 +8,11 @@ One single-axis ``TokenBudget`` per rate, each with a ``Backlog``: tokens whose
 charge the store could not take, or that were spent while its circuit was open
 (``owe``), are paid before the key's next check or charge, and by ``replay``
 (``ratewarden serve`` replays when its health check finds the store back).
-With ``denials`` (the service's over-limit cache size), a check the store found
-spent is remembered until a token is back, and ``cached`` answers the key's checks
-until then without a store call: charges only ever take tokens, so the store
-could answer nothing else. Everything here uses ``TokenBudget``'s public API only.
+With ``denials`` (the service's over-limit cache, shared with its limiter under
+keys of their own), a check the store found spent is remembered until a token is
+back, and ``cached`` answers the key's checks until then without a store call:
+charges only ever take tokens, so the store could answer nothing else.
+Everything here uses ``TokenBudget``'s public API only.
 """
 
 from __future__ import annotations
@@ -98,6 +99,12 @@ def _charged(charge: Charge, cost: int) -> Decision:
     )
 
 
+def _denied(rate: Rate, key: str) -> tuple[str, str, Rate]:
+    """A spent budget's key in the over-limit cache: no limiter key starts with "budget"
+    (theirs start with an algorithm's name)."""
+    return ("budget", key, rate)
+
+
 _B = TypeVar("_B", TokenBudget, AsyncTokenBudget)
 
 
@@ -124,27 +131,27 @@ class _RuleBudgetsBase(Generic[_B]):
     check: Any
     account: Any
 
-    def __init__(self, store: Any, denials: int) -> None:
+    def __init__(self, store: Any, denials: NegativeCache | None) -> None:
         self.store = store
         self._budgets: dict[Rate, _B] = {}
-        #: Spent budgets' checks, by ``(rate, key)``, until a token is back (None: off).
-        self.denials = NegativeCache(denials) if denials > 0 else None
+        #: Spent budgets' checks until a token is back (None: off), by ``_denied(rate, key)``.
+        self.denials = denials
 
     def cached(self, rate: Rate, key: str) -> Decision | None:
         """A check (hits 0) of ``key``'s budget at ``rate`` that a remembered denial answers
         now (aged to now), or None: ask the store. No store call."""
         denials = self.denials
-        if denials is None or (rate, key) not in denials:  # the usual case
-            return None
+        if denials is None or len(denials) == 0 or _denied(rate, key) not in denials:
+            return None  # the usual case
         now = self.store.clock.now_us()
-        found = denials.lookup((rate, key), 0, now)
+        found = denials.lookup(_denied(rate, key), 0, now)
         return None if found is None else aged(found.decision, now - found.at_us, 0)
 
     def _checked(self, rate: Rate, key: str, decision: BudgetDecision, hits: int) -> Decision:
         """A look as a Decision (see ``_checked``); a check found spent is remembered."""
         checked = _checked(decision, charge_follows=hits > 0)
         if not checked.allowed and self.denials is not None:
-            self.denials.remember((rate, key), checked, self.store.clock.now_us())
+            self.denials.remember(_denied(rate, key), checked, self.store.clock.now_us())
         return checked
 
     def via(self, hits: int, cost: int) -> Any:
@@ -228,7 +235,7 @@ class RuleBudgets(_RuleBudgetsBase[TokenBudget]):
     ``account`` for one with hits.
     """
 
-    def __init__(self, store: Store, denials: int = 0) -> None:
+    def __init__(self, store: Store, denials: NegativeCache | None = None) -> None:
         super().__init__(store, denials)
         self.store: Store = store
 
@@ -268,7 +275,7 @@ class RuleBudgets(_RuleBudgetsBase[TokenBudget]):
 class AsyncRuleBudgets(_RuleBudgetsBase[AsyncTokenBudget]):
     """The asyncio twin of ``RuleBudgets``, for ``AsyncRateLimitService``."""
 
-    def __init__(self, store: AsyncStore, denials: int = 0) -> None:
+    def __init__(self, store: AsyncStore, denials: NegativeCache | None = None) -> None:
         super().__init__(store, denials)
         self.store: AsyncStore = store
 

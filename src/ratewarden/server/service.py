@@ -174,7 +174,7 @@ class _ServiceBase(Charging):
         )
         # No store error escapes: a bug in a client library is a failure like an outage.
         self.limiter.failure_errors = Exception
-        self.budgets = self._BUDGETS(store, over_limit_cache)
+        self.budgets = self._BUDGETS(store, self.limiter.negative)
         # Several keys in one store step (``hit_all``); not in quota mode: no denial holds all.
         self._joint = callable(getattr(store, "hit_all", None)) and not self.quota_mode
 
@@ -214,7 +214,7 @@ class _ServiceBase(Charging):
         negative = self.limiter.negative
         if negative is not None:  # a limit may have grown: ask the store again
             self.limiter.negative = NegativeCache(negative.max_keys)
-            self.budgets.denials = NegativeCache(negative.max_keys)
+            self.budgets.denials = self.limiter.negative
 
     # -- the decision, written once
 
