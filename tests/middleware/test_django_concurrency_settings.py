@@ -7,6 +7,8 @@ ASGI handler), refused by name when it does not fit.
 from __future__ import annotations
 
 import inspect
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +25,7 @@ from ratewarden.middleware.django_concurrency import DjangoConcurrencyMiddleware
 CONCURRENCY = "ratewarden.middleware.django_concurrency.DjangoConcurrencyMiddleware"
 URLS = "tests.middleware.test_django_shedding"
 SYNC_ONLY = "tests.middleware.test_django_shedding_settings.SyncOnly"
+SIGNED_IN = "tests.middleware.test_django_middleware.SignedIn"
 
 #: Objects the settings name by dotted path.
 LIMITER = Limiter(MemoryStore())
@@ -170,3 +173,25 @@ def test_the_setting_takes_every_option_of_slot_policy() -> None:
     ``failure``."""
     options = set(inspect.signature(SlotPolicy).parameters) - {"failure"}
     assert set(django_concurrency._KEYS) == {"limiter", *options}
+
+
+def test_the_docs_example_counts_each_signed_in_user() -> None:
+    """docs/middleware.md's Django concurrency example, run as written: its limiter and key, as
+    the setting, behind a signing-in middleware: with user 7's four slots taken, user 7 is
+    refused and user 8 admitted."""
+    page = Path(__file__).resolve().parents[2] / "docs" / "middleware.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
+    (block,) = [b for b in blocks if "RATEWARDEN_CONCURRENCY = {" in b]
+    namespace: dict[str, Any] = {"__name__": "docs_example"}
+    exec(compile(block, str(page), "exec"), namespace)
+    assert namespace["MIDDLEWARE"][-1] == CONCURRENCY
+    limiter = namespace["limiter"]
+    leases = [limiter.acquire_slot("inflight:user:7", 4, ttl=30) for _ in range(4)]
+    setting = {**namespace["RATEWARDEN_CONCURRENCY"]}
+    setting.update(limiter=limiter, key=namespace["per_user"], paths=["/quick"])
+    with _settings(setting, [SIGNED_IN, CONCURRENCY]):
+        client = Client()
+        codes = [client.get("/quick", headers={"X-Test-User": u}).status_code for u in "78"]
+    for lease in leases:
+        limiter.release_slot(lease)
+    assert all(leases) and codes == [429, 200]
