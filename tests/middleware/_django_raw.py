@@ -35,16 +35,19 @@ def wsgi_sent(method: str, path: str, headers: dict[str, str] | None = None) -> 
     return int(status.split()[0]), {k.lower(): v for k, v in found}, body
 
 
-async def asgi_sent(method: str, path: str, headers: dict[str, str] | None = None) -> Sent:
-    """``method path`` through Django's ASGI handler, until its last body message."""
+async def asgi_sent(
+    method: str, path: str, headers: dict[str, str] | None = None, body: bytes = b""
+) -> Sent:
+    """``method path`` through Django's ASGI handler (with ``body``, and no Content-Length
+    unless ``headers`` give one, as a chunked upload), until its last body message."""
     sent: list[Message] = []
     asked: list[bool] = []
     done = asyncio.Event()
 
     async def receive() -> Message:
-        if not asked:  # the request: no body
+        if not asked:  # the request
             asked.append(True)
-            return {"type": "http.request"}
+            return {"type": "http.request", "body": body}
         await done.wait()  # then the client goes once the response ended
         return {"type": "http.disconnect"}
 

@@ -6,7 +6,9 @@ mode's answer) and the headers; ``Settling`` is one granted request: its
 response headers, the actual use (the ``actual`` callable or the usage header)
 and the settle-once rule, also a flow. A flow runs on the budget's limiter
 (``budget.run``): ``TokenBudgetMiddleware`` awaits it, ``WSGITokenBudgetMiddleware``
-blocks on it, and neither writes the steps again.
+blocks on it, and neither writes the steps again. ``SettlingResponse`` (a
+response iterable) and ``settled_chunks`` (an async stream) settle a streaming
+response at its end, for the WSGI and the Django middlewares.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 from ratewarden.budgets import (
@@ -34,7 +36,7 @@ from ratewarden.limiter import Flow
 from ratewarden.metrics import Metrics
 from ratewarden.middleware._failure import FailureAnswer, chosen_failure_mode
 from ratewarden.middleware._identity import ANONYMOUS, KeyFunc
-from ratewarden.middleware._outcome import Outcome, encoded, refusal
+from ratewarden.middleware._outcome import Outcome, close_wsgi, encoded, refusal
 from ratewarden.middleware._request import RequestInfo
 from ratewarden.middleware._rules import Selection, check_name
 
@@ -42,8 +44,10 @@ __all__ = [
     "ActualFunc",
     "EstimateFunc",
     "Settling",
+    "SettlingResponse",
     "TokenBudgetBase",
     "WSGIActualFunc",
+    "settled_chunks",
 ]
 
 log = logging.getLogger("ratewarden.middleware")
@@ -82,8 +86,8 @@ class TokenBudgetBase(Generic[A, B, H]):
     """The constructor of the token budget middlewares (see ``TokenBudgetMiddleware`` for
     the options), the admission of a request and the headers of a budget decision."""
 
-    #: The budget class the middleware takes, and how a wrong one is told.
-    _budget_class: ClassVar[type]
+    #: The budget class (or classes) the middleware takes, and how a wrong one is told.
+    _budget_class: ClassVar[type | tuple[type, ...]]
     _budget_hint: ClassVar[str]
 
     def __init__(
@@ -282,3 +286,44 @@ class Settling(Generic[H]):
         if settlement.decision is not None:
             self.decision = settlement.decision
         return settlement.decision
+
+
+class SettlingResponse:
+    """A response iterable, blocking: settled with ``actual`` once the server (or Django) has
+    iterated it all, else at the estimate when it closes it (after the app's iterable)."""
+
+    __slots__ = ("_budget", "_result", "_settling")
+
+    def __init__(
+        self, result: Iterable[bytes], settling: Settling[str], budget: TokenBudget
+    ) -> None:
+        self._result = result
+        self._settling = settling
+        self._budget = budget
+
+    def __iter__(self) -> Iterator[bytes]:
+        # Not ``yield from``: closing this generator would close the app's iterable too,
+        # a second time after ``close()``.
+        for chunk in self._result:  # noqa: UP028
+            yield chunk
+        self._budget.run(self._settling.settle_flow(self._settling.actual_usage()))
+
+    def close(self) -> None:
+        """Close the app's iterable (as WSGI asks), then settle if nothing has."""
+        try:
+            close_wsgi(self._result)
+        finally:
+            self._budget.run(self._settling.settle_flow(None))
+
+
+async def settled_chunks(
+    chunks: AsyncIterator[bytes], settling: Settling[Any], budget: AsyncTokenBudget
+) -> AsyncIterator[bytes]:
+    """An async stream's chunks: settled with ``actual`` once the last is taken, else at the
+    estimate when whoever takes them closes the iterator early (the client left)."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+        await budget.run(settling.settle_flow(settling.actual_usage()))
+    finally:
+        await budget.run(settling.settle_flow(None))

@@ -43,7 +43,7 @@ ASGI, blocking on WSGI).
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from ratewarden.budgets import AsyncTokenBudget, Reservation, TokenBudget
@@ -52,10 +52,11 @@ from ratewarden.middleware._budget import (
     ActualFunc,
     EstimateFunc,
     Settling,
+    SettlingResponse,
     TokenBudgetBase,
     WSGIActualFunc,
 )
-from ratewarden.middleware._outcome import Outcome, close_wsgi, send_asgi, send_wsgi
+from ratewarden.middleware._outcome import Outcome, send_asgi, send_wsgi
 from ratewarden.middleware._request import (
     ClientGoneError,
     from_asgi,
@@ -211,35 +212,7 @@ class WSGITokenBudgetMiddleware(TokenBudgetBase[WSGIApp, TokenBudget, str]):
         except BaseException:
             self.budget.run(settling.settle_flow(None))
             raise
-        return _SettlingResponse(result, settling, self.budget)
-
-
-class _SettlingResponse:
-    """The app's response iterable: settled with ``actual`` once the server has iterated it
-    all, else at the estimate when the server closes it (after the app's iterable)."""
-
-    __slots__ = ("_budget", "_result", "_settling")
-
-    def __init__(
-        self, result: Iterable[bytes], settling: Settling[str], budget: TokenBudget
-    ) -> None:
-        self._result = result
-        self._settling = settling
-        self._budget = budget
-
-    def __iter__(self) -> Iterator[bytes]:
-        # Not ``yield from``: closing this generator would close the app's iterable too,
-        # a second time after ``close()``.
-        for chunk in self._result:  # noqa: UP028
-            yield chunk
-        self._budget.run(self._settling.settle_flow(self._settling.actual_usage()))
-
-    def close(self) -> None:
-        """Close the app's iterable (as WSGI asks), then settle if nothing has."""
-        try:
-            close_wsgi(self._result)
-        finally:
-            self._budget.run(self._settling.settle_flow(None))
+        return SettlingResponse(result, settling, self.budget)
 
 
 def _content_length(environ: dict[str, Any]) -> int | None:
