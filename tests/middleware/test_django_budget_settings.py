@@ -6,6 +6,9 @@ Django picks, refused by name when it does not fit.
 from __future__ import annotations
 
 import inspect
+import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +28,7 @@ from tests.middleware._budget_apps import LIMITS
 BUDGET = "ratewarden.middleware.django_budget.DjangoTokenBudgetMiddleware"
 URLS = "tests.middleware.test_django_budget"
 SYNC_ONLY = "tests.middleware.test_django_shedding_settings.SyncOnly"
+SIGNED_IN = "tests.middleware.test_django_middleware.SignedIn"
 
 #: Objects the settings name by dotted path.
 SMALL = TokenBudget(MemoryStore(), {"tokens": "10/minute"}, max_output_tokens=10)
@@ -144,3 +148,31 @@ def test_the_setting_takes_every_keyword_of_the_token_budget_middlewares() -> No
     ``failure``."""
     keywords = set(inspect.signature(TokenBudgetBase).parameters) - {"app", "failure"}
     assert set(django_budget._KEYS) == keywords
+
+
+def test_the_docs_example_budgets_each_signed_in_user() -> None:
+    """docs/middleware.md's Django token budget example, run as written: its budget, estimate
+    and key, as the setting, behind a signing-in middleware: a prompt of 4,000 characters is
+    estimated at 1,000 tokens in and 4,096 out, reserved on user 7's budget of 100,000 (the
+    response says so), and user 8's budget is untouched."""
+    page = Path(__file__).resolve().parents[2] / "docs" / "middleware.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
+    (block,) = [b for b in blocks if "RATEWARDEN_TOKEN_BUDGET = {" in b]
+    namespace: dict[str, Any] = {"__name__": "docs_example"}
+    exec(compile(block, str(page), "exec"), namespace)
+    assert namespace["MIDDLEWARE"][-1] == BUDGET
+    setting = {**namespace["RATEWARDEN_TOKEN_BUDGET"], "paths": ["/v1/chat"]}
+    setting.update({key: namespace[key] for key in ("budget", "estimate")})
+    setting["key"] = namespace["per_user"]
+    sent = json.dumps({"prompt": "x" * 4000, "reply_tokens": 0, "prompt_tokens": 0})
+    with _settings(setting, [SIGNED_IN, BUDGET]):
+        response = Client().post(
+            "/v1/chat?quiet", sent, content_type="application/json", headers={"X-Test-User": "7"}
+        )
+    budget = namespace["budget"]
+    estimated = namespace["estimate"](None, sent.encode())
+    assert (estimated.input_tokens, estimated.amount("tokens")) == (1000, 5096)
+    assert response.status_code == 200 and response["x-ratelimit-limit-tokens"] == "100000"
+    assert int(response["x-ratelimit-remaining-tokens"]) < 100000 - 4096
+    assert budget.peek("budget:user:7").axis("tokens").remaining < 100000 - 4096
+    assert budget.peek("budget:user:8").axis("tokens").remaining == 100000
