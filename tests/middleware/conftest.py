@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ratewarden import Limiter
-from ratewarden.storage.memory import MemoryStore
+from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from tests._servers import RedisServer
 from tests.faults._load import TIMEOUT as FAULT_TIMEOUT
@@ -46,6 +46,15 @@ def sync_limiter(request: pytest.FixtureRequest, redis_server: RedisServer) -> I
         yield Limiter(store)
     finally:
         store.close()
+
+
+@pytest.fixture(params=["memory", "redis"])
+def async_store(request: pytest.FixtureRequest, redis_server: RedisServer) -> Any:
+    """An asyncio store: memory, or a real redis-server (emptied first)."""
+    if request.param == "memory":
+        return AsyncMemoryStore()
+    redis_server.client().flushall()
+    return AsyncRedisStore.from_url(redis_server.url, timeout=2.0)
 
 
 @pytest.fixture

@@ -43,7 +43,6 @@ SIGNED_IN_ASYNC = "tests.middleware.test_django_async.SignedInAsync"
 #: The views' gates start closed and are opened when a test ends; an asyncio store (memory,
 #: or a real redis-server).
 fresh_gates = views.fresh_gates
-async_store = views.async_store
 
 
 def _settings(middleware: list[str] | None = None, **options: Any) -> override_settings:

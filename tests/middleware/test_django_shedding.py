@@ -30,7 +30,7 @@ from ratewarden.metrics import PrometheusMetrics
 from ratewarden.middleware import RequestInfo, class_from_header
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
-from tests._servers import STORE_TIMEOUT, RedisServer
+from tests._servers import STORE_TIMEOUT
 from tests.middleware._shed_apps import (
     BOUND,
     CRITICAL,
@@ -135,15 +135,6 @@ def fresh_gates() -> Iterator[None]:
     GATES[0].open_all()
     for gate in STEPS:
         gate.open()
-
-
-@pytest.fixture(params=["memory", "redis"])
-def async_store(request: pytest.FixtureRequest, redis_server: RedisServer) -> Any:
-    """An asyncio store: memory, or a real redis-server (emptied first)."""
-    if request.param == "memory":
-        return AsyncMemoryStore()
-    redis_server.client().flushall()
-    return AsyncRedisStore.from_url(redis_server.url, timeout=2.0)
 
 
 def _shed_while_one_is_held(url: str, stream: str) -> tuple[list[int], dict[str, Any], int]:
