@@ -152,8 +152,8 @@ def test_charges_are_not_looked_at_before_an_admitted_request_charges_them(
     budget_rls: Make,
 ) -> None:
     """Three budget charges and a request limit: a charge is never over, so the request
-    asks the store four times (the limit's check, then the four charges: five), not
-    eight; each status is what the charge left."""
+    asks the store five times (the limit's check, then the four charges), not eight;
+    each status is what its charge left."""
     h = budget_rls()
     before = _store_calls(h)
     response = h.ask(
