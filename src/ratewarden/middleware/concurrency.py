@@ -46,6 +46,7 @@ from ratewarden.middleware._types import ASGIApp, Receive, Scope, Send, StartRes
 
 __all__ = [
     "AsyncSlotLimiter",
+    "POLICY_KEYS",
     "ConcurrencyMiddleware",
     "SlotLimiter",
     "SlotPolicy",
@@ -188,23 +189,23 @@ def _policy(options: dict[str, Any], who: str) -> SlotPolicy:
     return SlotPolicy(**options)
 
 
-_OPTIONS = frozenset(
-    (
-        "limit",
-        "name",
-        "key",
-        "ttl",
-        "status",
-        "retry_after",
-        "paths",
-        "methods",
-        "fallback",
-        "clock",
-        "failure_mode",
-        "failure",
-        "metrics",
-    )
+#: ``SlotPolicy``'s keywords, as the middlewares take them (``failure``: deprecated).
+POLICY_KEYS = (
+    "limit",
+    "name",
+    "key",
+    "ttl",
+    "status",
+    "retry_after",
+    "paths",
+    "methods",
+    "fallback",
+    "clock",
+    "failure_mode",
+    "failure",
+    "metrics",
 )
+_OPTIONS = frozenset(POLICY_KEYS)
 
 
 #: The app a middleware wraps (ASGI or WSGI) and the limiter whose slots it takes.

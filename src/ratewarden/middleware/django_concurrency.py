@@ -54,27 +54,13 @@ from ratewarden.middleware._django_common import (
 )
 from ratewarden.middleware._holding import ahold_django, hold_django
 from ratewarden.middleware._outcome import Outcome
-from ratewarden.middleware.concurrency import SlotPolicy
+from ratewarden.middleware.concurrency import POLICY_KEYS, SlotPolicy
 
 __all__ = ["SETTING", "DjangoConcurrencyMiddleware"]
 
 #: The Django setting the middleware reads.
 SETTING = "RATEWARDEN_CONCURRENCY"
-_KEYS = (
-    "limiter",
-    "limit",
-    "name",
-    "key",
-    "ttl",
-    "status",
-    "retry_after",
-    "paths",
-    "methods",
-    "fallback",
-    "clock",
-    "failure_mode",
-    "metrics",
-)
+_KEYS = ("limiter", *(key for key in POLICY_KEYS if key != "failure"))  # not the deprecated one
 
 
 def _options() -> dict[str, Any]:
