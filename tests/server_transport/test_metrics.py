@@ -16,6 +16,8 @@ import pytest
 from envoy.service.ratelimit.v3 import rls_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
+from ratewarden.clock import SystemClock
+from ratewarden.server.quantiles import AgedQuantiles, merged
 from tests._servers import HOST, RedisServer
 from tests.server_transport._process import ServeProcess, serving
 from tests.server_transport.conftest import OK, OVER_LIMIT, StartServer, http, request
@@ -198,6 +200,67 @@ def test_two_workers_add_up_the_metrics_a_mapping_file_names(
             assert get(samples, "hits_total", **hits) == 40
             assert get(samples, "took_seconds_count") == 40
             assert not [name for name, _ in samples if name.startswith(P + "rate_limit_total")]
+
+
+@pytest.mark.redis
+def test_two_workers_apply_a_mapping_files_ttl_and_summary_quantiles_over_both(
+    rules: Path, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """--metrics-mapping with --workers 2: every scrape's quantiles of the response time
+    summary are those of both workers' windows (read back from the mapped-<pid>.json files
+    each worker publishes, with the dashboard off), and the hits series, with a ttl of 3 s,
+    leaves every scrape once neither worker has updated it for 3 s; a series without a ttl
+    stays."""
+    redis_server.client().flushall()
+    shared = tmp_path / "metrics"
+    shared.mkdir()
+    mapping = tmp_path / "mapper.yaml"
+    mapping.write_text(
+        "mappings:\n"
+        "  - {match: 'ratelimit.service.rate_limit.*.*.total_hits', name: hits, ttl: 3s,"
+        " labels: {domain: $1, key1: $2}}\n"
+        "  - {match: 'ratelimit_server.*.response_time', name: took, observer_type: summary,"
+        " summary_options: {quantiles: [{quantile: 0.5}, {quantile: 0.99}]}}\n"
+    )
+    args = ("--workers", "2", "--store", redis_server.url, "--metrics-mapping", str(mapping))
+    args += ("--dashboard", "off")
+    with serving(rules, *args, env={"PROMETHEUS_MULTIPROC_DIR": str(shared)}) as server:
+        wait_for(lambda: serving_workers(server) == {0, 1}, timeout=20)
+        assert [call(server.grpc_target, f"k{i % 20}") for i in range(40)] == [OK] * 40
+        hits = {"domain": "transport", "key1": "api_key"}
+        wait_for(lambda: get(scrape(server.http_port), "hits_total", **hits) == 40, timeout=5)
+
+        clock = SystemClock()
+
+        def windows() -> list[AgedQuantiles]:
+            found = []
+            for path in shared.glob("mapped-*.json"):
+                for name, _, _, window in json.loads(path.read_text())["summaries"]:
+                    assert name == "took"
+                    found.append(AgedQuantiles.restore(clock, window))
+            return found
+
+        def published() -> list[int]:  # the calls in each worker's published window
+            counts = []
+            for window in windows():
+                positive, negative, zeros = window.state()["streams"][window.state()["head"]]
+                counts.append(sum(n for _, n in positive) + sum(n for _, n in negative) + zeros)
+            return counts
+
+        wait_for(lambda: sum(published()) == 40, timeout=5)
+        assert len(published()) == 2 and min(published()) > 0, published()
+        both = merged(windows(), [0.5, 0.99])
+        for _ in range(4):
+            samples = scrape(server.http_port)
+            assert get(samples, "took_count") == 40
+            assert get(samples, "took", quantile="0.5") == both[0]
+            assert get(samples, "took", quantile="0.99") == both[1]
+        assert both[0] > 0
+        wait_for(lambda: get(scrape(server.http_port), "hits_total", **hits) == 0, timeout=8)
+        for _ in range(4):
+            samples = scrape(server.http_port)
+            assert ("hits_total", tuple(sorted(hits.items()))) not in samples
+            assert get(samples, "took_count") == 40  # no ttl
 
 
 async def test_openmetrics_is_served_when_the_scraper_asks_for_it(

@@ -284,8 +284,10 @@ class RateLimitServer:
         if s.reload_interval > 0 and self.watcher is not None:
             self._tasks.append(asyncio.create_task(self.watcher.run(s.reload_interval)))
         directory = multiprocess_dir()
-        if directory is not None and s.dashboard != "off":
-            self._tasks.append(asyncio.create_task(publish_loop(self.stats, directory)))
+        dashboard = s.dashboard != "off"
+        if directory is not None and (dashboard or self.stats.mapped is not None):
+            publishing = publish_loop(self.stats, directory, dashboard=dashboard)
+            self._tasks.append(asyncio.create_task(publishing))
         if self.quota is not None:
             self._tasks.append(asyncio.create_task(self.quota.run()))
         log.info(

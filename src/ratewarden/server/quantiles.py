@@ -13,6 +13,12 @@ client's targeted-quantile stream: a value is counted in the bucket ``ceil(log_g
 middle value, within 1% of the true value. The mapping's per-quantile ``error`` (a bound
 on the rank) is read and has no effect. A stream holds one count per bucket it saw:
 about 115 buckets per decade of values at most, whatever the rate.
+
+With ``--workers`` each worker's windows travel as plain data (``AgedQuantiles.state``,
+``restore``), and ``merged`` answers over several workers' windows at once: the sum of
+their answering streams, each turned to the reader's clock first. Every value in the sum
+was observed within its own worker's window, so the merged answer keeps the window's
+promise (four fifths of ``max_age`` to all of it) and the 1% bound.
 """
 
 from __future__ import annotations
@@ -20,10 +26,11 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ratewarden.clock import Clock
 
-__all__ = ["ACCURACY", "AgedQuantiles"]
+__all__ = ["ACCURACY", "AgedQuantiles", "merged"]
 
 #: The relative error of every answer.
 ACCURACY = 0.01
@@ -51,6 +58,23 @@ class _Stream:
         self.zeros += zeros
         self.total += positive.total() + negative.total() + zeros
 
+    def state(self) -> list[Any]:
+        """The counts as JSON-ready data: ``[positive, negative, zeros]``."""
+        return [_pairs(self.positive), _pairs(self.negative), self.zeros]
+
+    @classmethod
+    def restore(cls, data: object) -> _Stream:
+        """A stream from ``state()``'s data; ``ValueError`` when it is not that."""
+        if not isinstance(data, list) or len(data) != 3:
+            raise ValueError("a stream is [positive, negative, zeros]")
+        stream = cls()
+        positive, negative = _counts(data[0]), _counts(data[1])
+        zeros = data[2]
+        if type(zeros) is not int or zeros < 0:
+            raise ValueError("a stream's zeros must be a count")
+        stream.add(positive, negative, zeros)
+        return stream
+
     def quantile(self, q: float) -> float:
         if not self.total:
             return math.nan
@@ -68,6 +92,28 @@ class _Stream:
             if seen > rank:
                 return _middle(index)
         return _middle(max(self.positive))  # pragma: no cover - rank < total always lands
+
+
+def _pairs(counts: Counter[int]) -> list[list[int]]:
+    return [[index, count] for index, count in counts.items()]
+
+
+def _counts(data: object) -> Counter[int]:
+    if not isinstance(data, list):
+        raise ValueError("a stream's buckets are [index, count] pairs")
+    counts: Counter[int] = Counter()
+    for pair in data:
+        ok = isinstance(pair, list) and len(pair) == 2 and all(type(n) is int for n in pair)
+        if not ok or pair[1] < 1:
+            raise ValueError("a stream's buckets are [index, count] pairs")
+        counts[pair[0]] += pair[1]
+    return counts
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{value!r} is not a finite number")
+    return float(value)
 
 
 def _index(magnitude: float) -> int:
@@ -110,9 +156,40 @@ class AgedQuantiles:
 
     def quantiles(self, qs: Sequence[float]) -> list[float]:
         """Each of ``qs`` (0 to 1) over the window; NaN for each when it saw no value."""
-        self._rotate()
-        head = self._streams[self._head]
+        head = self._answering()
         return [head.quantile(q) for q in qs]
+
+    def state(self) -> dict[str, Any]:
+        """The window as JSON-ready data, for another process's ``restore``."""
+        self._rotate()
+        return {
+            "step": self._step,
+            "head": self._head,
+            "rotates_at": self._rotates_at,
+            "streams": [stream.state() for stream in self._streams],
+        }
+
+    @classmethod
+    def restore(cls, clock: Clock, data: object) -> AgedQuantiles:
+        """The window ``state()`` gave, read on ``clock`` (the same time as the writer's:
+        wall-clock seconds); ``ValueError`` when ``data`` is not such a window."""
+        if not isinstance(data, dict):
+            raise ValueError("a window is a mapping")
+        streams, head = data.get("streams"), data.get("head")
+        step, rotates_at = _number(data.get("step")), _number(data.get("rotates_at"))
+        if not isinstance(streams, list) or not streams:
+            raise ValueError("a window needs its streams")
+        if step <= 0 or type(head) is not int or not 0 <= head < len(streams):
+            raise ValueError("a window's step must be positive and its head one of its streams")
+        window = cls(clock, step * len(streams), len(streams))
+        window._streams = [_Stream.restore(stream) for stream in streams]
+        window._head = head
+        window._rotates_at = rotates_at
+        return window
+
+    def _answering(self) -> _Stream:
+        self._rotate()
+        return self._streams[self._head]
 
     def _rotate(self) -> None:
         now = self._clock.now()
@@ -124,3 +201,13 @@ class AgedQuantiles:
             streams[self._head] = _Stream()
             self._head = (self._head + 1) % len(streams)
         self._rotates_at += self._step * due
+
+
+def merged(windows: Sequence[AgedQuantiles], qs: Sequence[float]) -> list[float]:
+    """Each of ``qs`` over every window's values at once (several workers' windows of one
+    series); NaN for each when none saw a value in its window."""
+    total = _Stream()
+    for window in windows:
+        head = window._answering()
+        total.add(head.positive, head.negative, head.zeros)
+    return [total.quantile(q) for q in qs]

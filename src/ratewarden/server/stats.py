@@ -82,6 +82,7 @@ from ratewarden.server.config import DescriptorRule
 from ratewarden.server.dashboard.live import LiveStats
 from ratewarden.server.service import DescriptorOutcome, ServiceHooks
 from ratewarden.server.stats_mapped import MappedMetrics
+from ratewarden.server.stats_mapped_shared import SharedMapped
 from ratewarden.server.stats_upstream import PREFIX, BuiltinMetrics
 from ratewarden.server.statsd_mapping import StatsdMapping
 from ratewarden.server.tally import LIVE_DECISIONS, OUTCOMES, Tally
@@ -250,6 +251,12 @@ class ServiceStats(ServiceHooks):
     # --- reading ----------------------------------------------------------------------
 
     @property
+    def mapped(self) -> MappedMetrics | None:
+        """Upstream's stats named by ``--metrics-mapping``, if a file is given."""
+        upstream = self.sinks[0]
+        return upstream if isinstance(upstream, MappedMetrics) else None
+
+    @property
     def live(self) -> LiveStats:
         """The dashboard's figures (``LiveStats``), with everything counted so far."""
         self.flush()
@@ -285,14 +292,20 @@ class ServiceStats(ServiceHooks):
         or a newer text format (prometheus_client's ``choose_encoder``). In
         multiprocess mode (``PROMETHEUS_MULTIPROC_DIR`` set), every worker's
         values summed (the timestamp gauge: the latest): this worker's exact, the
-        others' as of their last flush (at most a second ago).
+        others' as of their last flush (at most a second ago); with a mapping file,
+        its ``ttl`` and summary quantiles over every worker (``stats_mapped_shared``).
         """
         self.flush()
         registry = self.registry
         shared = multiprocess_dir()
         if shared is not None:
             registry = CollectorRegistry()
-            MultiProcessCollector(registry, path=shared)  # type: ignore[no-untyped-call]
+            files = MultiProcessCollector(None, path=shared)  # type: ignore[no-untyped-call]
+            mapped = self.mapped
+            if mapped is None:
+                registry.register(files)
+            else:  # the mapping's ttl and summary quantiles, over every worker
+                registry.register(SharedMapped(files, mapped, shared, self.clock))
         encoder, content_type = choose_encoder(accept)
         body: bytes = encoder(registry)
         return body, content_type

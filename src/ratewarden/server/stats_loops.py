@@ -1,8 +1,9 @@
 """The figures' background loops of a running ``ratewarden serve`` (``server/app.py`` starts them).
 
 ``flush_loop`` moves the stats' tally into the registry once a second and sends it to StatsD and
-DogStatsD every ``--statsd-interval``; ``publish_loop`` writes one worker's dashboard figures for
-the other workers once a second (``--workers``: ``/dashboard.json`` merges them).
+DogStatsD every ``--statsd-interval``; ``publish_loop`` writes one worker's dashboard figures, and
+what its mapping file's metrics need beside the multiprocess files, for the other workers once a
+second (``--workers``: ``/dashboard.json`` and ``/metrics`` merge them).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 import time
 from collections.abc import Sequence
 
+from ratewarden.server import stats_mapped_shared
 from ratewarden.server.dashboard import shared
 from ratewarden.server.stats import ServiceStats
 from ratewarden.server.statsd import StatsdSink
@@ -26,14 +28,20 @@ PUBLISH_INTERVAL_S = 1.0
 FLUSH_INTERVAL_S = 1.0
 
 
-async def publish_loop(stats: ServiceStats, directory: str) -> None:
-    """This worker's live figures into ``directory`` every second, until cancelled."""
+async def publish_loop(stats: ServiceStats, directory: str, *, dashboard: bool = True) -> None:
+    """This worker's live figures (if ``dashboard``) and its mapped metrics' state (with a
+    mapping file) into ``directory`` every second, until cancelled."""
+    mapped = stats.mapped
     while True:
         try:
-            shared.publish(directory, stats.live.state())
+            if dashboard:
+                shared.publish(directory, stats.live.state())
+            if mapped is not None:
+                stats.flush()  # the series updated until now
+                stats_mapped_shared.publish(directory, mapped)
         except OSError as exc:
             log.warning(
-                "cannot publish dashboard figures to %s: %s",
+                "cannot publish figures to %s: %s",
                 directory,
                 exc,
                 extra={"event": "publish_failed"},

@@ -28,9 +28,11 @@ the values of the last ``max_age`` (``quantiles.AgedQuantiles``), beside its cou
 
 The metrics are not registered one by one: this is the registry's collector for all of
 them. With ``--workers`` above 1 their values go to the shared multiprocess files like
-every other metric, and whichever worker answers adds them up; ``ttl`` is not applied
-there (the files keep every series), and summaries have their count and sum only (the
-files have no place for a window of values).
+every other metric, and whichever worker answers adds them up. The files keep every
+series and no window of values, so each worker also writes what they lack
+(``shared_state``: when each series with a ``ttl`` was last updated, and each summary
+series' window), and the answering worker applies both over all workers
+(``stats_mapped_shared``).
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class _Target(NamedTuple):
     kind: str
     series: tuple[Any, tuple[str, ...]] | None  # (metric, label values) when its ttl counts
     ttl: float
+    ident: tuple[str, tuple[tuple[str, str], ...]] | None  # (name, labels) when its ttl counts
 
 
 class MappedMetrics(StatsEvents):
@@ -85,6 +88,9 @@ class MappedMetrics(StatsEvents):
         self._metrics: dict[tuple[str, tuple[str, ...]], Any] = {}  # (name, label names)
         self._targets: dict[tuple[str, str], _Target] = {}  # (StatsD name, kind)
         self._touched: dict[tuple[Any, tuple[str, ...]], tuple[float, float]] = {}
+        #: (name, labels) -> (last update, ttl) of every series with a ttl, kept after it
+        #: expires here, for the other workers (``shared_state``).
+        self._updated: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[float, float]] = {}
         self._lock = threading.Lock()
         self._lines = LogRateLimiter(60.0)
         events = Counter(
@@ -158,7 +164,7 @@ class MappedMetrics(StatsEvents):
         mapped = self.mapping.find(name, kind)
         rule = mapped.rule
         if rule is not None and rule.action == "drop":
-            return _Target(None, "dropped", 1.0, kind, None, 0.0)
+            return _Target(None, "dropped", 1.0, kind, None, 0.0, None)
         if kind == "counter":
             metric_kind = "counter"
         else:
@@ -183,7 +189,8 @@ class MappedMetrics(StatsEvents):
             self._kinds[mapped.name] = metric_kind
         child = metric.labels(*values) if label_names else metric
         series = (metric, values) if ttl > 0 else None
-        return _Target(child, result, scale, metric_kind, series, ttl)
+        ident = (mapped.name, mapped.labels) if ttl > 0 else None
+        return _Target(child, result, scale, metric_kind, series, ttl, ident)
 
     def _make(self, name: str, kind: str, labels: tuple[str, ...], rule: Any) -> Any:
         text = (rule.help if rule is not None else "") or _HELP
@@ -204,13 +211,16 @@ class MappedMetrics(StatsEvents):
             name,
             why,
         )
-        return _Target(None, result, 1.0, kind, None, 0.0)
+        return _Target(None, result, 1.0, kind, None, 0.0, None)
 
     # --- ttl --------------------------------------------------------------------------
 
     def _touch(self, target: _Target) -> None:
         if target.series is not None:
-            self._touched[target.series] = (self._clock.now(), target.ttl)
+            touched = (self._clock.now(), target.ttl)
+            self._touched[target.series] = touched
+            assert target.ident is not None
+            self._updated[target.ident] = touched
 
     def _expire(self) -> None:
         if not self._touched:
@@ -231,6 +241,23 @@ class MappedMetrics(StatsEvents):
                         self._kinds.pop(key[0], None)
             self._targets.clear()  # the cached children of removed series are gone
 
+    # --- what the other workers need ------------------------------------------------
+
+    def shared_state(self) -> dict[str, Any]:
+        """What the multiprocess files lack, as JSON-ready data (``stats_mapped_shared``):
+        ``updated``, each series with a ``ttl`` and when it was last updated, and
+        ``summaries``, each summary series' window and the quantiles it reports."""
+        with self._lock:
+            updated = [
+                [name, [list(pair) for pair in labels], at, ttl]
+                for (name, labels), (at, ttl) in self._updated.items()
+            ]
+            summaries = [m for m in self._metrics.values() if isinstance(m, _Summary)]
+        return {
+            "updated": updated,
+            "summaries": [entry for summary in summaries for entry in summary.states()],
+        }
+
     def __repr__(self) -> str:
         return f"MappedMetrics({self.mapping!r})"
 
@@ -249,6 +276,7 @@ class _Summary:
         clock: Clock,
     ) -> None:
         self._inner = Summary(name, text, labels, registry=None)
+        self._name = name
         self._label_names = labels
         self._options = options
         self._clock = clock
@@ -276,6 +304,20 @@ class _Summary:
         self._inner.remove(*values)
         with self._lock:
             self._windows.pop(values, None)
+
+    def states(self) -> list[list[Any]]:
+        """``[name, labels, quantiles, window]`` for each series (``shared_state``)."""
+        with self._lock:
+            windows = list(self._windows.items())
+        return [
+            [
+                self._name,
+                [list(pair) for pair in zip(self._label_names, key, strict=True)],
+                list(self._options.quantiles),
+                window.state(),
+            ]
+            for key, window in windows
+        ]
 
     def collect(self) -> list[Any]:
         quantiles = self._options.quantiles

@@ -43,8 +43,8 @@ matches, which is kept as a metric of its own.
 Where statsd_exporter differs: a file it cannot read leaves upstream running with no
 mapping at all (upstream ignores the error); here it stops the start, naming the file and
 the mapping. A summary's quantiles are within 1% of the value (``server/quantiles.py``),
-not within the file's rank ``error``, over the same ``max_age`` and ``age_buckets``; they
-are served by one process only (with ``--workers`` above 1, count and sum). ``buf_cap``
+not within the file's rank ``error``, over the same ``max_age`` and ``age_buckets``; with
+``--workers`` above 1, over every worker's values (``server/stats_mapped_shared.py``). ``buf_cap``
 and ``native_histogram_*`` are read and have no effect.
 """
 
