@@ -1,5 +1,10 @@
 """Three regions on loopback: three real redis-servers, each reachable from the others
-only through a latency-injecting TCP proxy (tests/faults/_proxy.py), the cross-region link.
+only through a latency-injecting TCP proxy (tests/faults/_proxy.py), the cross-region link;
+or three real 3-primary Redis Clusters, one per region (``any_regions``).
+
+A Cluster region is reached directly, from its own region and from the others: a Cluster
+client follows the slot table to every primary, which one proxy cannot stand in for, so
+its links take no latency and no faults.
 """
 
 from __future__ import annotations
@@ -15,54 +20,62 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from tests._servers import HOST, RedisServer
+from tests._servers import HOST, RedisCluster, RedisServer
 from tests.faults._proxy import Fault, FaultProxy
 
 REGIONS = ("us", "eu", "ap")
 
 
+Client = Any  # redis.Redis, or redis.RedisCluster for a Cluster region
+AsyncClient = Any  # the same from redis.asyncio
+
+
 @dataclass
 class Region:
-    """One region: its Redis, and the proxy other regions reach it through."""
+    """One region: its Redis (a server, or a Cluster), and the proxy other regions reach a
+    server through (None for a Cluster: see the module)."""
 
     name: str
-    server: RedisServer
-    link: FaultProxy
+    server: RedisServer | RedisCluster
+    link: FaultProxy | None = None
 
-    def local(self) -> redis.Redis:
+    def local(self) -> Client:
         """A client in the region itself (no proxy)."""
         return self.server.client()
 
-    def remote(self, timeout: float = 1.0, *, retries: int | None = None) -> redis.Redis:
+    def remote(self, timeout: float = 1.0, *, retries: int | None = None) -> Client:
         """A client in another region: every byte crosses the latency proxy. ``retries``:
         how often a failed call is tried again, at once (default: redis-py's policy)."""
-        options: dict[str, Any] = {}
+        options: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
         if retries is not None:
             options["retry"] = Retry(NoBackoff(), retries)
-        return redis.Redis(
-            host=HOST,
-            port=self.link.port,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            **options,
-        )
+        if isinstance(self.server, RedisCluster):
+            return redis.RedisCluster(host=HOST, port=self.server.nodes[0].port, **options)
+        assert self.link is not None
+        return redis.Redis(host=HOST, port=self.link.port, **options)
 
-    def alocal(self) -> aredis.Redis:
+    def alocal(self) -> AsyncClient:
         """``local`` for asyncio: a redis.asyncio client in the region itself."""
+        if isinstance(self.server, RedisCluster):
+            return aredis.RedisCluster(host=HOST, port=self.server.nodes[0].port)
         return aredis.Redis(host=HOST, port=self.server.port)
 
-    def aremote(self, timeout: float = 1.0, *, retries: int | None = None) -> aredis.Redis:
+    def aremote(self, timeout: float = 1.0, *, retries: int | None = None) -> AsyncClient:
         """``remote`` for asyncio: a redis.asyncio client across the latency proxy."""
-        options: dict[str, Any] = {}
+        options: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
         if retries is not None:
             options["retry"] = AsyncRetry(NoBackoff(), retries)
-        return aredis.Redis(
-            host=HOST,
-            port=self.link.port,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            **options,
-        )
+        if isinstance(self.server, RedisCluster):
+            return aredis.RedisCluster(host=HOST, port=self.server.nodes[0].port, **options)
+        assert self.link is not None
+        return aredis.Redis(host=HOST, port=self.link.port, **options)
+
+
+def all_keys(client: Client, pattern: str = "*") -> list[bytes]:
+    """Every key matching ``pattern`` on the server, or on every primary of a Cluster."""
+    if isinstance(client, redis.RedisCluster):
+        return list(client.keys(pattern, target_nodes=redis.RedisCluster.PRIMARIES))
+    return list(client.keys(pattern))
 
 
 @pytest.fixture(scope="session")
@@ -93,7 +106,43 @@ def regions(region_servers: dict[str, RedisServer]) -> Iterator[dict[str, Region
             region.link.close()
 
 
+@pytest.fixture(scope="session")
+def region_clusters(redis_cluster: RedisCluster) -> Iterator[dict[str, RedisCluster]]:
+    """Three 3-primary Redis Clusters, one per region, for the whole session (us's is the
+    suite's own ``redis_cluster``)."""
+    clusters: dict[str, RedisCluster] = {"us": redis_cluster}
+    try:
+        for name in REGIONS[1:]:
+            clusters[name] = RedisCluster(primaries=3)
+        yield clusters
+    finally:
+        for name, cluster in clusters.items():
+            if name != "us":
+                cluster.stop()
+
+
+@pytest.fixture
+def cluster_regions(region_clusters: dict[str, RedisCluster]) -> dict[str, Region]:
+    """The three regions on a Redis Cluster each, emptied (every primary)."""
+    for cluster in region_clusters.values():
+        with cluster.client() as client:
+            client.flushall(target_nodes=redis.RedisCluster.PRIMARIES)
+    return {name: Region(name, cluster) for name, cluster in region_clusters.items()}
+
+
+@pytest.fixture(params=["standalone", pytest.param("cluster", marks=pytest.mark.cluster)])
+def any_regions(request: pytest.FixtureRequest) -> dict[str, Region]:
+    """The three regions on a redis-server each behind its link (``regions``), then on a
+    Redis Cluster each (``cluster_regions``): the same test on both."""
+    found: dict[str, Region] = request.getfixturevalue(
+        "regions" if request.param == "standalone" else "cluster_regions"
+    )
+    return found
+
+
 def set_latency(regions: dict[str, Region], one_way_s: float) -> None:
-    """Every cross-region link waits ``one_way_s`` per chunk in each direction."""
+    """Every cross-region link waits ``one_way_s`` per chunk in each direction (a Cluster
+    region has no proxy on its links: see the module)."""
     for region in regions.values():
-        region.link.set_fault(Fault.LATENCY, one_way_s)
+        if region.link is not None:
+            region.link.set_fault(Fault.LATENCY, one_way_s)

@@ -120,8 +120,8 @@ async def test_each_twin_takes_its_own_stores_only(regions: dict[str, Region]) -
         AsyncRegionStore(regions["us"].local())  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match=r"RegionStore needs a redis\.Redis client"):
         RegionStore(regions["us"].alocal())  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="Redis Cluster per region is not built"):
-        AsyncRegionStore.from_url("redis+cluster://127.0.0.1:7000")
+    with pytest.raises(ConfigurationError, match="a Redis Cluster has only database 0"):
+        AsyncRegionStore.from_url("redis+cluster://127.0.0.1:7000/1")
     for store in (alocal, *apeers.values()):
         await store.client.aclose()
 

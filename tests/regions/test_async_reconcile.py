@@ -1,10 +1,10 @@
 """AsyncReconciledBudget against ReconciledBudget: one sequence, both twins, identical answers.
 
-Equal setups: the same three redis-servers and cross-region links, the same
-ManualClock, the blocking twin's keys under the prefix ``s`` and the asyncio
-twin's under ``a``. Every step runs on both at the same instant; the tests
-demand identical Decisions, PeerViews, SyncReports (or the same error), the
-same overshoot reports, and the same state in each Redis.
+Equal setups: the same three redis-servers and cross-region links (or the same three
+Redis Clusters, one per region), the same ManualClock, the blocking twin's keys under
+the prefix ``s`` and the asyncio twin's under ``a``. Every step runs on both at the
+same instant; the tests demand identical Decisions, PeerViews, SyncReports (or the
+same error), the same overshoot reports, and the same state in each Redis.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ratewarden.testing import ManualClock
 from tests.faults._proxy import Fault
 from tests.regions._traffic import build_async_fleet, build_fleet
 from tests.regions._twins import Step, build_twins
-from tests.regions.conftest import Region, set_latency
+from tests.regions.conftest import Region, all_keys, set_latency
 
 RATES = {
     "us": Rate.parse("5/s", burst=2),
@@ -36,9 +36,10 @@ GLOBALS = (Rate.parse("40/minute"), Rate.parse("12/s"))
 START = 1_700_000_040.0  # a whole minute: the run starts at a window's start
 
 
-def _random_steps(seed: int, count: int) -> Iterator[Step]:
+def _random_steps(seed: int, count: int, *, faults: bool = True) -> Iterator[Step]:
     """A random mix of hits (some over a cap or a budget, some of cost 0 or past the limit),
-    clock steps, rounds (whole, or fetched now and applied later) and links cut and healed."""
+    clock steps, rounds (whole, or fetched now and applied later) and, with ``faults``, links
+    cut and healed."""
     rng = random.Random(seed)
     fetched: set[str] = set()
     cut: set[str] = set()
@@ -59,7 +60,7 @@ def _random_steps(seed: int, count: int) -> Iterator[Step]:
         elif roll < 0.97:
             yield ("apply" if region in fetched else "fetch", region)
             fetched ^= {region}
-        elif region not in cut:
+        elif faults and region not in cut:
             cut.add(region)
             yield ("fault", region)
     for region in sorted(fetched):
@@ -68,10 +69,11 @@ def _random_steps(seed: int, count: int) -> Iterator[Step]:
         yield ("heal", region)
 
 
-def _state(client: redis.Redis, prefix: str) -> dict[str, Any]:
-    """Every key under ``prefix`` with its content, the prefix cut off."""
+def _state(client: redis.Redis | redis.RedisCluster, prefix: str) -> dict[str, Any]:
+    """Every key under ``prefix`` (on every primary of a Cluster) with its content, the
+    prefix cut off."""
     found: dict[str, Any] = {}
-    for raw in client.keys(f"{prefix}:*"):
+    for raw in all_keys(client, f"{prefix}:*"):
         key = raw.decode()
         kind = client.type(key).decode()
         if kind == "hash":
@@ -115,6 +117,37 @@ async def test_random_sequences_give_identical_answers_and_state(
         assert kinds.get(label, 0) > 0, label
 
 
+@pytest.mark.cluster
+@pytest.mark.parametrize("seed", [1, 2])
+async def test_random_sequences_on_a_cluster_per_region_give_identical_answers_and_state(
+    cluster_regions: dict[str, Region], seed: int
+) -> None:
+    """The random sequences above, but for the links' faults (a Cluster region has no proxy),
+    with a Redis Cluster in each region: the same answers from both twins, the same overshoot
+    reports and the same state on every primary under both prefixes."""
+    clock = ManualClock(START)
+    twins = build_twins(
+        cluster_regions, RATES, clock, sync_interval=1.0, replication_lag=0.3, link_timeout=0.5
+    )
+    kinds: dict[str, int] = {}
+    try:
+        for number, step in enumerate(_random_steps(seed, 300, faults=False)):
+            blocking, awaited = await twins.step(step)
+            assert blocking == awaited, f"step {number}: {step}"
+            for label in _labels(step, blocking):
+                kinds[label] = kinds.get(label, 0) + 1
+        assert twins.sync.metrics.reports == twins.awaited.metrics.reports
+        for region in cluster_regions.values():
+            with region.local() as client:
+                state = _state(client, "s")
+                assert state == _state(client, "a") and state
+    finally:
+        await twins.awaited.aclose()
+    print(f"\n[regions] async twin on Clusters, seed {seed}: {dict(sorted(kinds.items()))}")
+    for label in ("allowed", "denied", "complete", "stale"):
+        assert kinds.get(label, 0) > 0, label
+
+
 def _labels(step: Step, answer: tuple[str, Any]) -> Iterator[str]:
     """What a step's answer shows, to count: an error's type, a denial, a round's kind."""
     status, outcome = answer
@@ -133,11 +166,13 @@ def _labels(step: Step, answer: tuple[str, Any]) -> Iterator[str]:
 
 
 async def test_staggered_rounds_give_the_same_admissions_within_the_bound(
-    regions: dict[str, Region],
+    any_regions: dict[str, Region],
 ) -> None:
     """The staggered schedule of test_reconcile (rounds a third of an interval apart, each
     applied ``lag`` after its read, every region over its cap) through both twins: the same
-    Decision at every step, and the window's admissions within the bound."""
+    Decision at every step, and the window's admissions within the bound; on a Cluster per
+    region as on one server."""
+    regions = any_regions
     set_latency(regions, 0.002)
     rates = {
         "us": Rate.parse("30/s", burst=1),

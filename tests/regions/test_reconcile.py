@@ -1,4 +1,5 @@
-"""ReconciledBudget across three real redis-servers, peers reached through latency proxies.
+"""ReconciledBudget across three real redis-servers, peers reached through latency proxies,
+and (the tests on ``any_regions``) across three real Redis Clusters, one per region.
 
 The exchange schedule and the windows follow a ManualClock where the algorithm
 allows (the first tests); the last test runs in bounded real time with sync
@@ -27,7 +28,7 @@ from ratewarden.testing import ManualClock
 from tests._servers import HOST, free_port
 from tests.faults._proxy import Fault
 from tests.regions._traffic import build_fleet
-from tests.regions.conftest import Region, set_latency
+from tests.regions.conftest import Region, all_keys, set_latency
 
 RATES = {
     "us": Rate.parse("30/s", burst=1),
@@ -50,12 +51,14 @@ def _report(name: str, bound: int, total: int, limit: int, extra: str = "") -> i
 
 @pytest.mark.parametrize(("lag", "offered"), [(0.2, ("us", "eu", "ap")), (0.5, ("us", "ap"))])
 def test_staggered_rounds_with_lag_stay_within_the_bound(
-    regions: dict[str, Region], lag: float, offered: tuple[str, ...]
+    any_regions: dict[str, Region], lag: float, offered: tuple[str, ...]
 ) -> None:
     """Rounds staggered across the interval, each applied ``lag`` after its read while
     traffic flows: the window's total admissions exceed the limit by at most the bound,
     and after a final quiet round every region's exported overshoot equals the measured one.
+    On a Cluster per region as on one server.
     """
+    regions = any_regions
     set_latency(regions, 0.002)
     clock = ManualClock(START)
     fleet = build_fleet(regions, RATES, sync_interval=1.0, replication_lag=lag, clock=clock)
@@ -96,8 +99,9 @@ def test_staggered_rounds_with_lag_stay_within_the_bound(
         assert fleet.metrics.reports[name][-1] == overshoot
 
 
-def test_an_idle_regions_share_flows_to_the_busy_one(regions: dict[str, Region]) -> None:
+def test_an_idle_regions_share_flows_to_the_busy_one(any_regions: dict[str, Region]) -> None:
     """Only us has traffic: after rounds it admits far past its static share (30/60 of 600)."""
+    regions = any_regions
     clock = ManualClock(START)
     fleet = build_fleet(regions, RATES, sync_interval=1.0, replication_lag=0.1, clock=clock)
     us = fleet.budgets["us"]
@@ -138,9 +142,10 @@ def test_a_round_with_an_unreachable_peer_does_not_grow_the_budget(
 
 
 def test_a_view_older_than_the_lag_merges_counts_but_keeps_the_cap(
-    regions: dict[str, Region],
+    any_regions: dict[str, Region],
 ) -> None:
     """Applied after more than replication_lag, a round is stale: caps are not recomputed."""
+    regions = any_regions
     clock = ManualClock(START)
     fleet = build_fleet(regions, RATES, sync_interval=1.0, replication_lag=0.1, clock=clock)
     eu, us = fleet.budgets["eu"], fleet.budgets["us"]
@@ -155,8 +160,10 @@ def test_a_view_older_than_the_lag_merges_counts_but_keeps_the_cap(
     assert stored[b"c:eu"] == b"1" and b"cap" not in stored
 
 
-def test_windows_follow_redis_time_without_a_clock(regions: dict[str, Region]) -> None:
-    """With no clock the scripts read each region's Redis TIME; a window resets at its end."""
+def test_windows_follow_redis_time_without_a_clock(any_regions: dict[str, Region]) -> None:
+    """With no clock the scripts read each region's Redis TIME (on a Cluster, that of the
+    primary of the key's slot); a window resets at its end."""
+    regions = any_regions
     fleet = build_fleet(regions, RATES, sync_interval=1.0, replication_lag=0.1, clock=None)
     us = fleet.budgets["us"]
     decision = us.hit("tenant-e", Rate.parse("5/s"))
@@ -165,9 +172,10 @@ def test_windows_follow_redis_time_without_a_clock(regions: dict[str, Region]) -
 
 
 def test_bad_configuration_and_input_are_refused_and_change_nothing(
-    regions: dict[str, Region],
+    any_regions: dict[str, Region],
 ) -> None:
     """Missing or extra region rates, several global rates, a bad cost: ConfigurationError."""
+    regions = any_regions
     local = RegionStore(regions["us"].local())
     peers = {"eu": RegionStore(regions["eu"].remote()), "ap": RegionStore(regions["ap"].remote())}
     with pytest.raises(ConfigurationError, match="give every region"):
@@ -187,7 +195,7 @@ def test_bad_configuration_and_input_are_refused_and_change_nothing(
         budget.hit("k", GLOBAL, cost=-1)
     with pytest.raises(ConfigurationError, match="key"):
         budget.hit("", GLOBAL)
-    assert regions["us"].local().dbsize() == 0
+    assert all_keys(regions["us"].local()) == []
 
 
 @pytest.mark.parametrize(
@@ -265,20 +273,21 @@ class _AlignedClock(SystemClock):
 
 
 def test_with_an_injected_clock_every_key_outlives_real_time(
-    regions: dict[str, Region],
+    any_regions: dict[str, Region],
 ) -> None:
     """Redis counts TTLs in its own real time, which may run ahead of a test clock: a day at least.
 
     With Redis TIME the same keys live about two windows (the window hash) or two
     periods (the active set), as before.
     """
+    regions = any_regions
     clock = ManualClock(START)
     fleet = build_fleet(regions, RATES, sync_interval=1.0, replication_lag=0.0, clock=clock)
     us = fleet.budgets["us"]
     assert us.hit("tenant-a", GLOBAL).allowed
     us.fetch()
     local = regions["us"].local()
-    keys = local.keys("*")
+    keys = all_keys(local)
     # The rate cap's GCRA key, the window hash, the active set.
     assert len(keys) == 3, keys
     for key in keys:
@@ -286,11 +295,13 @@ def test_with_an_injected_clock_every_key_outlives_real_time(
 
 
 def test_the_deprecated_client_form_builds_the_same_budget_with_a_warning(
-    regions: dict[str, Region],
+    any_regions: dict[str, Region],
 ) -> None:
     """Redis clients with clock, prefix and timeout (the form before RegionStore) still make a
     working budget for one release: a DeprecationWarning names RegionStore, and the keys it
-    writes are those of the old form (the rate cap under <prefix>:region-rate)."""
+    writes are those of the old form (the rate cap under <prefix>:region-rate), on a Cluster
+    too."""
+    regions = any_regions
     clock = ManualClock(START)
     peers = {"eu": regions["eu"].remote(), "ap": regions["ap"].remote()}
     with pytest.warns(DeprecationWarning, match=r"RegionStore\(client, clock="):
@@ -307,7 +318,7 @@ def test_the_deprecated_client_form_builds_the_same_budget_with_a_warning(
         )
     assert budget.hit("tenant-g", GLOBAL).allowed
     assert budget.sync().complete
-    assert sorted(regions["us"].local().keys("*")) == [
+    assert sorted(all_keys(regions["us"].local())) == [
         b"old:region-rate:{tenant-g}:gcra:30:1000000:1",
         b"old:regions:active:us",
         b"old:{tenant-g}:region:600:60000000",
@@ -330,8 +341,10 @@ def test_a_budget_runs_on_region_stores_only(regions: dict[str, Region]) -> None
         ReconciledBudget("us", local, {**peers, "eu": other}, RATES, **options)
     with pytest.raises(ConfigurationError, match="belong to the stores"):
         ReconciledBudget("us", local, peers, RATES, clock=ManualClock(START), **options)
-    with pytest.raises(ConfigurationError, match="Redis Cluster per region is not built"):
-        RegionStore.from_url("redis+cluster://127.0.0.1:7000")
+    with pytest.raises(ConfigurationError, match="a Redis Cluster has only database 0"):
+        RegionStore.from_url("redis+cluster://127.0.0.1:7000/1")
+    with pytest.raises(ConfigurationError, match=r"needs a redis\.Redis client .* not int"):
+        RegionStore(7)  # type: ignore[arg-type]
     memory = Limiter(MemoryStore())
     op = local.budget_hit(f"{GLOBAL.limit}:{GLOBAL.period_us}:k", "us", 1, 10)
     with pytest.raises(ConfigurationError, match="runs on Redis only"):

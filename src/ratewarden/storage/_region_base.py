@@ -5,6 +5,12 @@ budget's script (an ``Op``, its ``ARGV[1]`` filled in when sent) and plans each
 exchange call as one pipelined round trip (a ``Batch``: the commands, and how
 their replies become the answer), and maps a Redis error at its one boundary.
 ``regions.py`` sends them, blocking or awaited.
+
+On a Redis Cluster the keys and the plans are the same: every script touches
+one key, and every multi-key call is a pipeline, which redis-py's Cluster
+pipeline splits by slot, sends to each slot's primary and answers in the
+caller's order. What a Cluster adds is said where it happens: where the store
+is (``_placement``) and a script that a primary does not know yet (``unloaded``).
 """
 
 from __future__ import annotations
@@ -14,17 +20,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
+from redis.exceptions import NoScriptError
+
 from ratewarden.clock import Clock
 from ratewarden.errors import ConfigurationError
 from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix, escape
 from ratewarden.storage._ops import Op
 from ratewarden.storage._redis_errors import REDIS_ERRORS, raise_storage_error
 from ratewarden.storage._redis_link import describe
+from ratewarden.storage._redis_protocol import cluster_where
 from ratewarden.storage._redis_store import DEFAULT_TIMEOUT, FromUrl
-from ratewarden.storage._redis_url import parse
 from ratewarden.storage._scripts import script
 
-__all__ = ["Batch", "Entry", "RegionBase", "ints", "one_server"]
+__all__ = ["Batch", "Entry", "RegionBase", "first_error", "ints", "unloaded"]
 
 T = TypeVar("T")
 
@@ -58,13 +66,30 @@ def _redis_only(args: Sequence[int | str], states: list[Any], now_us: int) -> An
     )
 
 
-def one_server(url: str) -> None:
-    """Refuse a Cluster URL: a region store needs one server or a Sentinel's primary."""
-    if parse(url).kind == "cluster":
-        raise ConfigurationError(
-            "RegionStore needs one server or a Sentinel primary per region; "
-            "a Redis Cluster per region is not built"
-        )
+def _placement(client: Any) -> tuple[str, Mapping[str, Any]]:
+    """Where ``client`` goes (for errors and ``repr``) and its connections' options."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:  # one server, or a Sentinel's primary
+        return describe(pool.connection_kwargs), pool.connection_kwargs
+    # A Cluster: redis.asyncio's keeps the nodes' options itself, the blocking one's its
+    # nodes manager. Named by the nodes it was given, as RedisStore names it.
+    kwargs = getattr(client, "connection_kwargs", None)
+    if kwargs is None:
+        kwargs = client.nodes_manager.connection_kwargs
+    return cluster_where(client.startup_nodes), kwargs
+
+
+def unloaded(replies: Sequence[Any]) -> list[int]:
+    """The positions of a pipeline's script replies that were NOSCRIPT: on a Cluster, a
+    primary that has not loaded the script yet (new, failed over, flushed); nothing ran."""
+    return [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+
+
+def first_error(replies: Sequence[Any]) -> None:
+    """Raise the first error among a pipeline's replies (read with ``raise_on_error=False``)."""
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
 
 
 def ints(reply: Sequence[Any]) -> list[int]:
@@ -104,8 +129,9 @@ def _count(replies: list[Any]) -> int | None:
 class RegionBase(FromUrl):
     """A region's Redis as the budgets use it, but for the I/O: see ``regions.py``."""
 
-    #: The client class a store takes, and what it says when handed another (``{}``: its type).
-    _CLIENT: ClassVar[type]
+    #: The client classes a store takes (one server's, a Cluster's), and what it says when
+    #: handed another (``{}``: its type).
+    _CLIENTS: ClassVar[tuple[type, type]]
     _WRONG_CLIENT: ClassVar[str]
     #: The store of the rate caps: ``RedisStore`` or ``AsyncRedisStore``.
     _RATES: ClassVar[Callable[..., Any]]
@@ -128,15 +154,14 @@ class RegionBase(FromUrl):
         self.clock: Clock = self.rates.clock
         self.timeout: float = self.rates.timeout
         self._injected = clock is not None
-        connection = client.connection_pool.connection_kwargs
-        self.where = describe(connection)
+        self.where, connection = _placement(client)
         self._socket_timeout = float(connection.get("socket_timeout") or 0)
         # script name -> redis-py's Script, which reloads it after a SCRIPT FLUSH
         self._scripts: dict[str, Any] = {}
         self._owns_client = False
 
     def _check_client(self, client: object) -> None:
-        if not isinstance(client, self._CLIENT):
+        if not isinstance(client, self._CLIENTS):
             raise ConfigurationError(self._WRONG_CLIENT.format(type(client).__name__))
 
     # -- the budget's script ---------------------------------------------------------------

@@ -1,14 +1,14 @@
 """RegionStore / AsyncRegionStore: one region's Redis as the multi-region budgets use it.
 
 Make one per region, on that region's ``redis.Redis`` client (a standalone
-server or a Sentinel primary; a Redis Cluster per region is not built), and
+server or a Sentinel primary) or ``redis.RedisCluster`` client (a Cluster), and
 hand them to ``ReconciledBudget`` (this region's and every peer's) or to
 ``DemandExchange`` (``ratewarden.regions``)::
 
     local = RegionStore(redis.Redis(host="redis.eu.internal", socket_timeout=0.05))
-    peer = RegionStore(redis.Redis(host="redis.us.internal", socket_timeout=0.5))
+    peer = RegionStore(redis.RedisCluster(host="redis.us.internal", socket_timeout=0.5))
 
-``AsyncRegionStore`` is its asyncio twin, on a ``redis.asyncio.Redis`` client,
+``AsyncRegionStore`` is its asyncio twin, on a ``redis.asyncio`` client,
 for ``AsyncReconciledBudget`` and ``AsyncDemandExchange``: the same keys, the
 same scripts and the same calls, awaited. Both are ``RegionBase``
 (``_region_base.py``) but for the waiting.
@@ -40,6 +40,13 @@ Key schema (``prefix`` is ``rw`` by default; every region must use the same):
   region counted in that interval.
 
 A *member*, ``<limit>:<period_us>:<key>``, names one (global rate, key) in the exchange.
+
+The names are the same on a Cluster. The script touches one key, so one slot;
+a hit's two keys (its rate cap's and its window hash) share the caller's key as
+their hash tag, so one decision runs on one primary and reads one clock. The
+exchange's reads over many keys (``read_counts``) and a round's merges
+(``apply_all``) are Cluster pipelines: split by slot, one pipeline per primary,
+the replies in the caller's order.
 """
 
 from __future__ import annotations
@@ -57,28 +64,12 @@ from ratewarden.storage._keys import DEFAULT_PREFIX
 from ratewarden.storage._ops import Op
 from ratewarden.storage._redis_clients import async_client, sync_client
 from ratewarden.storage._redis_store import DEFAULT_TIMEOUT
-from ratewarden.storage._region_base import Batch, Entry, RegionBase, ints, one_server
+from ratewarden.storage._region_base import Batch, Entry, RegionBase, first_error, ints, unloaded
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 
 __all__ = ["AsyncRegionStore", "RegionStore"]
 
 T = TypeVar("T")
-
-
-def _region_client(url: str, timeout: float, options: dict[str, Any]) -> redis.Redis:
-    """The client of one region: a server or a Sentinel's primary, never a Cluster."""
-    one_server(url)
-    client = sync_client(url, timeout, options)
-    assert isinstance(client, redis.Redis)  # not a cluster URL, checked above
-    return client
-
-
-def _async_region_client(url: str, timeout: float, options: dict[str, Any]) -> aredis.Redis:
-    """``_region_client`` for asyncio."""
-    one_server(url)
-    client = async_client(url, timeout, options)
-    assert isinstance(client, aredis.Redis)  # not a cluster URL, checked above
-    return client
 
 
 class RegionStore(RegionBase):
@@ -88,23 +79,23 @@ class RegionStore(RegionBase):
     ``timeout`` bounds the rate caps' calls; the client's ``socket_timeout``
     bounds the budget script and the exchange. The client stays the caller's
     (``close`` leaves it open) unless ``from_url`` made it: from a ``redis://``,
-    ``rediss://``, ``unix://`` or ``redis+sentinel://`` URL, with ``timeout`` as its
-    socket timeout too.
+    ``rediss://``, ``unix://``, ``redis+sentinel://`` or ``redis+cluster://`` URL,
+    with ``timeout`` as its socket timeout too.
     """
 
-    _CLIENT = redis.Redis
+    _CLIENTS = (redis.Redis, redis.RedisCluster)
     _WRONG_CLIENT = (
         "RegionStore needs a redis.Redis client (a standalone server or a Sentinel "
-        "primary), not {}; a Redis Cluster per region is not built"
+        "primary) or a redis.RedisCluster client, not {}"
     )
     _RATES = RedisStore
-    _connect = staticmethod(_region_client)
-    client: redis.Redis
+    _connect = staticmethod(sync_client)
+    client: redis.Redis | redis.RedisCluster
     rates: RedisStore
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: redis.Redis | redis.RedisCluster,
         *,
         clock: Clock | None = None,
         prefix: str = DEFAULT_PREFIX,
@@ -157,13 +148,25 @@ class RegionStore(RegionBase):
         return ints(reply)
 
     def apply_all(self, ops: Sequence[Op]) -> list[list[int]]:
-        """Run every op in one pipelined round trip: each atomic, not all together."""
+        """Run every op in one pipelined round trip (on a Cluster, one per primary): each
+        atomic, not all together. Ops a primary had no script for (nothing ran) are sent
+        again once it is loaded on every primary."""
         with self._boundary():
-            pipe = self.client.pipeline(transaction=False)
-            for op in ops:
-                self._registered(op)(keys=list(op.keys), args=self._args(op), client=pipe)
-            replies = pipe.execute()
+            replies = self._scripts_pipeline(ops)
+            again = unloaded(replies)
+            if again:
+                self.client.script_load(self._registered(ops[again[0]]).script)
+                resent = self._scripts_pipeline([ops[i] for i in again])
+                for i, reply in zip(again, resent, strict=True):
+                    replies[i] = reply
+            first_error(replies)
         return [ints(reply) for reply in replies]
+
+    def _scripts_pipeline(self, ops: Sequence[Op]) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        for op in ops:
+            self._registered(op)(keys=list(op.keys), args=self._args(op), client=pipe)
+        return list(pipe.execute(raise_on_error=False))
 
     # -- the exchange ------------------------------------------------------------------------
 
@@ -198,23 +201,24 @@ class RegionStore(RegionBase):
 
 
 class AsyncRegionStore(RegionBase):
-    """The asyncio twin of ``RegionStore``, on a ``redis.asyncio.Redis`` client: the same
-    options, keys and calls, awaited (``aclose`` for ``close``)."""
+    """The asyncio twin of ``RegionStore``, on a ``redis.asyncio.Redis`` or
+    ``redis.asyncio.RedisCluster`` client: the same options, keys and calls, awaited
+    (``aclose`` for ``close``)."""
 
-    _CLIENT = aredis.Redis
+    _CLIENTS = (aredis.Redis, aredis.RedisCluster)
     _WRONG_CLIENT = (
         "AsyncRegionStore needs a redis.asyncio.Redis client (a standalone server or a "
-        "Sentinel primary), not {}; a Redis Cluster per region is not built, and blocking "
+        "Sentinel primary) or a redis.asyncio.RedisCluster client, not {}; blocking "
         "clients go to RegionStore"
     )
     _RATES = AsyncRedisStore
-    _connect = staticmethod(_async_region_client)
-    client: aredis.Redis
+    _connect = staticmethod(async_client)
+    client: aredis.Redis | aredis.RedisCluster
     rates: AsyncRedisStore
 
     def __init__(
         self,
-        client: aredis.Redis,
+        client: aredis.Redis | aredis.RedisCluster,
         *,
         clock: Clock | None = None,
         prefix: str = DEFAULT_PREFIX,
@@ -265,11 +269,21 @@ class AsyncRegionStore(RegionBase):
     async def apply_all(self, ops: Sequence[Op]) -> list[list[int]]:
         """See ``RegionStore.apply_all``."""
         with self._boundary():
-            pipe = self.client.pipeline(transaction=False)
-            for op in ops:
-                await self._registered(op)(keys=list(op.keys), args=self._args(op), client=pipe)
-            replies = await pipe.execute()
+            replies = await self._scripts_pipeline(ops)
+            again = unloaded(replies)
+            if again:
+                await self.client.script_load(self._registered(ops[again[0]]).script)
+                resent = await self._scripts_pipeline([ops[i] for i in again])
+                for i, reply in zip(again, resent, strict=True):
+                    replies[i] = reply
+            first_error(replies)
         return [ints(reply) for reply in replies]
+
+    async def _scripts_pipeline(self, ops: Sequence[Op]) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        for op in ops:
+            await self._registered(op)(keys=list(op.keys), args=self._args(op), client=pipe)
+        return list(await pipe.execute(raise_on_error=False))
 
     async def publish_active(self, region: str, members: Mapping[str, int], now_us: int) -> None:
         """See ``RegionStore.publish_active``."""
