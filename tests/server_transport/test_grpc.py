@@ -287,6 +287,25 @@ async def test_the_server_has_a_circuit_breaker_unless_turned_off(
         0.5,
     )
     assert without.service.breaker is None
+    assert with_breaker.service.breaker.failure_ratio is None  # consecutive failures only
+
+
+async def test_a_failure_ratio_also_opens_the_servers_breaker(start_server: StartServer) -> None:
+    """--breaker-failure-ratio R --breaker-window N: a primary's circuit also opens once R of
+    its last N store calls failed (judged when N are in), as well as on consecutive ones."""
+    server = await start_server(breaker_failure_ratio=0.4, breaker_window=10)
+    breaker = server.service.breaker
+    assert breaker is not None
+    assert (breaker.failure_ratio, breaker.window, breaker.min_calls) == (0.4, 10, 10)
+    assert breaker.failures == 5 and breaker.per_node
+    for _ in range(3):  # 4 failures of 10 calls, never two in a row
+        breaker.success("p1"), breaker.failure("p1"), breaker.success("p1")
+    assert breaker.states().get("p1") == "closed"  # 9 calls: not judged yet
+    breaker.failure("p1")
+    assert breaker.states()["p1"] == "open"
+    assert breaker.states()[""] == "closed"  # another node's circuit is its own
+    default = (await start_server(breaker_failure_ratio=0.5)).service.breaker
+    assert default is not None and (default.window, default.min_calls) == (100, 100)
 
 
 async def test_the_transport_asked_for_serves_the_port(

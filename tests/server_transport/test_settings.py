@@ -86,7 +86,11 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
     rlqs["RATEWARDEN_RLQS_CHANGE_ROUNDS"] = "4"
     alone = {"RATEWARDEN_GRPC_UDS", "RATEWARDEN_DOGSTATSD_MOGRIFIERS", *rlqs, *xds}
     alone.add("RATEWARDEN_METRICS_MAPPING")
+    ratio = {"RATEWARDEN_BREAKER_FAILURE_RATIO": "0.4", "RATEWARDEN_BREAKER_WINDOW": "50"}
+    alone |= set(ratio)  # not with RATEWARDEN_BREAKER_FAILURES=0: read on their own below
     assert {option.env for option in OPTIONS.values()} == {*environ, *alone}
+    judged = resolve({}, {"RATEWARDEN_CONFIG": "a.yaml", **ratio})
+    assert (judged.breaker_failure_ratio, judged.breaker_window) == (0.4, 50)
     uds = resolve({}, {"RATEWARDEN_CONFIG": "a.yaml", "RATEWARDEN_GRPC_UDS": "/run/rl.sock"})
     assert uds.grpc_uds == "/run/rl.sock"
     quota = resolve({}, {"RATEWARDEN_CONFIG": "a.yaml", **rlqs})
@@ -331,6 +335,47 @@ def test_a_maximum_connection_age_needs_grpcio_and_auto_picks_it(
             {"RATEWARDEN_GRPC_MAX_CONNECTION_AGE": "60"},
         )
     assert "--transport grpcio" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"breaker_failure_ratio": "0"}, "--breaker-failure-ratio '0': must be a number above 0"),
+        ({"breaker_failure_ratio": "1.5"}, "--breaker-failure-ratio '1.5': must be a number"),
+        ({"breaker_failure_ratio": "half"}, "--breaker-failure-ratio 'half': must be a number"),
+        (
+            {"breaker_failure_ratio": "0.5", "breaker_window": "1"},
+            "--breaker-window '1': must be a whole number from 2",
+        ),
+        ({"breaker_window": "50"}, "set the ratio too, or neither"),
+        (
+            {"breaker_failure_ratio": "0.5", "breaker_failures": "0"},
+            "which --breaker-failures 0 turns off",
+        ),
+    ],
+)
+def test_a_bad_failure_ratio_is_refused_naming_the_flag(
+    options: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        resolve({"config_paths": ["r.yaml"], **options}, {})
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"breaker_failure_ratio": 0.0},
+        {"breaker_failure_ratio": True},
+        {"breaker_failure_ratio": "0.5"},
+        {"breaker_failure_ratio": float("nan")},
+        {"breaker_failure_ratio": 0.5, "breaker_window": 2.5},
+        {"breaker_failure_ratio": 0.5, "breaker_failures": 0},
+        {"breaker_window": 10},
+    ],
+)
+def test_settings_built_in_code_check_the_failure_ratio_too(values: dict[str, object]) -> None:
+    with pytest.raises(ConfigurationError, match="--breaker-"):
+        Settings(config_paths=("r",), **values)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -159,7 +159,11 @@ class RateLimitServer:
             hooks=self.stats,
             max_values_per_rule=settings.max_values_per_rule or None,
             breaker=store_breaker(
-                settings.breaker_failures, settings.breaker_cooldown, self.stats.metrics
+                settings.breaker_failures,
+                settings.breaker_cooldown,
+                self.stats.metrics,
+                settings.breaker_failure_ratio,
+                settings.breaker_window,
             ),
             over_limit_cache=settings.over_limit_cache,
             response_metadata=settings.response_metadata,

@@ -271,6 +271,17 @@ OPTIONS: dict[str, Option] = {
         seconds(0.0, allow_low=False),
         "seconds the open breaker waits before one probe call tries the store again (1)",
     ),
+    "breaker_failure_ratio": Option(
+        "--breaker-failure-ratio",
+        ratio,
+        "also open the circuit breaker when at least this share of the last --breaker-window "
+        "store calls failed (above 0, at most 1; off by default)",
+    ),
+    "breaker_window": Option(
+        "--breaker-window",
+        integer(2, 1_000_000),
+        "store calls --breaker-failure-ratio is judged over, once that many are in (100)",
+    ),
     "loop": Option(
         "--loop",
         choice(LOOPS),

@@ -96,6 +96,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ratewarden.checks import is_number
 from ratewarden.errors import ConfigurationError
 
 # OPTIONS, Option, XDS_OPTIONS, redacted and store_scheme live beside what they serve
@@ -170,6 +171,8 @@ class Settings:
     response_metadata: str = "merged"
     breaker_failures: int = 5
     breaker_cooldown: float = 1.0
+    breaker_failure_ratio: float | None = None
+    breaker_window: int | None = None
     over_limit_cache: int = 10_000
     loop: str = "auto"
     transport: str = "auto"
@@ -219,6 +222,7 @@ class Settings:
                 "memcache://host:11211[,host:port...]"
             )
         self._check_per_second()
+        self._check_breaker()
         if self.workers > 1 and store_scheme(self.store_url) == "memory":
             raise ConfigurationError(
                 f"{self.workers} workers on the memory store would each keep their own counters, "
@@ -250,6 +254,27 @@ class Settings:
             raise ConfigurationError(
                 "--loop uvloop: the uvloop package is not installed; pip install uvloop "
                 "('ratewarden[server]' brings it on Linux and macOS) or use --loop asyncio"
+            )
+
+    def _check_breaker(self) -> None:
+        ratio, window = self.breaker_failure_ratio, self.breaker_window
+        if ratio is not None and not (is_number(ratio, low_ok=False) and ratio <= 1):
+            raise ConfigurationError(
+                f"--breaker-failure-ratio {ratio!r}: must be a number above 0 and at most 1"
+            )
+        if window is not None and (type(window) is not int or not 2 <= window <= 1_000_000):
+            raise ConfigurationError(
+                f"--breaker-window {window!r}: must be a whole number from 2 to 1000000"
+            )
+        if window is not None and ratio is None:
+            raise ConfigurationError(
+                "--breaker-window counts the calls --breaker-failure-ratio judges: set the "
+                "ratio too, or neither"
+            )
+        if ratio is not None and self.breaker_failures == 0:
+            raise ConfigurationError(
+                "--breaker-failure-ratio opens the circuit breaker, which --breaker-failures 0 "
+                "turns off: give --breaker-failures a count, or drop the ratio"
             )
 
     def _check_per_second(self) -> None:

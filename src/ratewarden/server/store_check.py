@@ -53,12 +53,32 @@ async def refuse_unusable(store: Pinged, timeout: float) -> None:
         raise ConfigurationError(f"the store cannot be used: {fault}")
 
 
-def store_breaker(failures: int, cooldown: float, metrics: Metrics) -> CircuitBreaker | None:
+#: Store calls a failure ratio is judged over unless ``--breaker-window`` says.
+RATIO_WINDOW = 100
+
+
+def store_breaker(
+    failures: int,
+    cooldown: float,
+    metrics: Metrics,
+    failure_ratio: float | None = None,
+    window: int | None = None,
+) -> CircuitBreaker | None:
     """One breaker for the store, a circuit per Cluster primary: an outage costs a few
     timeouts, not one per call, and one primary's outage opens its own circuit only.
-    ``failures`` consecutive failures open a circuit (0: no breaker)."""
+    ``failures`` consecutive failures open a circuit (0: no breaker); so does, with a
+    ``failure_ratio``, that share of failures among a circuit's last ``window`` calls
+    (judged once that many are in), which catches a store failing some calls of many
+    (an overloaded primary timing out one call in two never fails five in a row for long)."""
     if failures == 0:
         return None
+    calls = window if window is not None else RATIO_WINDOW
     return CircuitBreaker(
-        failures=failures, failure_ratio=None, cooldown=cooldown, metrics=metrics, per_node=True
+        failures=failures,
+        failure_ratio=failure_ratio,
+        window=calls,
+        min_calls=calls,
+        cooldown=cooldown,
+        metrics=metrics,
+        per_node=True,
     )
