@@ -37,6 +37,7 @@ EXIT_USAGE = 2
 
 
 def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from ratewarden.server.parsers import boolean
     from ratewarden.server.settings import OPTIONS
 
     serve = commands.add_parser(
@@ -51,14 +52,7 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
             serve.add_argument(
                 option.flag, dest=name, nargs="+", action="extend", metavar="PATH", help=help_text
             )
-        elif name in (
-            "shadow",
-            "charge_denied",
-            "merge_domains",
-            "xds_tls",
-            "health_needs_rules",
-            "rlqs",
-        ):
+        elif option.parse is boolean:  # an on/off switch: --x and --no-x
             serve.add_argument(
                 option.flag,
                 dest=name,

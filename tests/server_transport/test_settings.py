@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
+from pathlib import Path
 
 import pytest
 
+from ratewarden.cli import _parser
 from ratewarden.errors import ConfigurationError
+from ratewarden.server.parsers import boolean
 from ratewarden.server.settings import OPTIONS, XDS_OPTIONS, Settings, resolve, store_scheme
 
 
@@ -151,6 +155,25 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
         dogstatsd="unix:///run/datadog/dsd.socket",
         response_metadata="upstream",
     )
+
+
+def test_every_on_off_setting_is_a_switch_on_the_command_line_as_the_docs_write_it() -> None:
+    """Each setting read as on/off is ``--x`` / ``--no-x`` on ``ratewarden serve`` (not
+    ``--x true``), and those are the ``--[no-]x`` flags the docs name."""
+    switches = {option.flag for option in OPTIONS.values() if option.parse is boolean}
+    for flag in switches:
+        name = next(n for n, o in OPTIONS.items() if o.flag == flag)
+        on = _parser().parse_args(["serve", flag])
+        off = _parser().parse_args(["serve", "--no-" + flag.removeprefix("--")])
+        assert (getattr(on, name), getattr(off, name)) == (True, False), flag
+    docs = Path(__file__).parents[2] / "docs"
+    written = {
+        "--" + found
+        for page in docs.glob("*.md")
+        for found in re.findall(r"--\[no-\]([a-z-]+)", page.read_text())
+    }
+    assert written == switches
+    assert {"--quota-mode", "--metrics-response-time-ms", "--xds-force-start"} <= switches
 
 
 def test_a_flag_wins_over_its_environment_variable() -> None:
