@@ -104,6 +104,7 @@ def test_regions_default_to_each_at_the_full_limit(capsys: pytest.CaptureFixture
         ({"keys": 0}, "keys 0 must be a whole number >= 1"),
         ({"instances": 4}, "leases need both"),
         ({"regions": (Region("eu", 1.0),)}, "regions need sync_interval_ms"),
+        ({"max_utilization": 0}, "max_utilization 0 must be a share above 0 to at most 1"),
     ],
 )
 def test_bad_inputs_are_configuration_errors(kwargs: dict[str, object], message: str) -> None:
@@ -121,7 +122,12 @@ def test_bad_inputs_are_configuration_errors(kwargs: dict[str, object], message:
         (["--rps", "many"], "--rps 'many' is not a number"),
         (["--rps", "10", "--local-reject", "110%"], "must be from 0 to 1"),
         (["--rps", "10", "--limit", "5/fortnight"], "--limit '5/fortnight'"),
-        (["--rps", "10", "--lease", "5"], "leases need both"),
+        (["--rps", "10", "--lease", "5"], "--instances and --lease go together"),
+        (["--rps", "10", "--instances", "5"], "--instances and --lease go together"),
+        (["--rps", "10", "--regions", "3"], "need --sync-interval-ms"),
+        (["--rps", "10", "--region-rate", "eu=1/s"], "need --sync-interval-ms"),
+        (["--rps", "10", "--max-utilization", "0"], "--max-utilization '0' leaves nothing"),
+        (["--rps", "10", "--max-utilization", "0%"], "--max-utilization '0%' leaves nothing"),
         (["--rps", "10", "--regions", "2", "--region-rate", "eu=1/s"], "not allowed with"),
         (["--rps", "10", "--region-rate", "eu"], "must look like eu=600/minute"),
         (["--rps", "10", "--key-bytes", "9", "--measure", "redis://x"], "not both"),

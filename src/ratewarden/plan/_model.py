@@ -66,7 +66,7 @@ class PlanInput:
         _share("local_reject", self.local_reject, upper_open=True)
         _share("global_share", self.global_share)
         _positive("descriptors", self.descriptors)
-        _share("max_utilization", self.max_utilization)
+        _share("max_utilization", self.max_utilization, lower_open=True)
         algorithms.get(self.algorithm)
         for name in (
             "key_bytes",
@@ -97,12 +97,14 @@ def _positive(name: str, value: object, zero_ok: bool = False) -> None:
         raise ConfigurationError(f"{name} {value!r} must be a finite number {low}")
 
 
-def _share(name: str, value: object, upper_open: bool = False) -> None:
+def _share(name: str, value: object, upper_open: bool = False, lower_open: bool = False) -> None:
     ok = isinstance(value, int | float) and not isinstance(value, bool)
     top_ok = ok and (value < 1 if upper_open else value <= 1)  # type: ignore[operator]
-    if not ok or not top_ok or not value >= 0:  # type: ignore[operator]
+    low_ok = ok and (value > 0 if lower_open else value >= 0)  # type: ignore[operator]
+    if not ok or not top_ok or not low_ok:
+        low = "above 0" if lower_open else "from 0"
         bound = "below 1" if upper_open else "at most 1"
-        raise ConfigurationError(f"{name} {value!r} must be a share from 0 to {bound} (or a %)")
+        raise ConfigurationError(f"{name} {value!r} must be a share {low} to {bound} (or a %)")
 
 
 def _whole(name: str, value: object, minimum: int) -> None:

@@ -100,7 +100,7 @@ def _whole(flag: str, minimum: int = 1) -> argparse._ActionType:
     return convert
 
 
-def _share(flag: str) -> argparse._ActionType:
+def _share(flag: str, above_zero: bool = False) -> argparse._ActionType:
     def convert(raw: str) -> float:
         text = raw.strip()
         scale = 100.0 if text.endswith("%") else 1.0
@@ -110,6 +110,10 @@ def _share(flag: str) -> argparse._ActionType:
             raise argparse.ArgumentTypeError(f"{flag} {raw!r} is not a share") from None
         if not 0 <= value <= 1:
             raise argparse.ArgumentTypeError(f"{flag} {raw!r} must be from 0 to 1 (or 0% to 100%)")
+        if above_zero and value == 0:
+            raise argparse.ArgumentTypeError(
+                f"{flag} {raw!r} leaves nothing to use: give a share above 0, at most 1 (or 100%)"
+            )
         return value
 
     return convert
@@ -151,7 +155,8 @@ _FLAGS: dict[str, tuple[_Kind | None, object, str, str]] = {
     "--calls-per-primary": (_number, None, "N", "script calls per second one primary sustains "
                             "(Redis runs scripts on one core per primary; take it from a load "
                             "test)"),
-    "--max-utilization": (_share, DEFAULT_MAX_UTILIZATION, "SHARE",
+    "--max-utilization": (functools.partial(_share, above_zero=True), DEFAULT_MAX_UTILIZATION,
+                          "SHARE",
                           "fill primaries to at most this share [default: 50%%]"),
     "--bytes-per-call": (_number, DEFAULT_BYTES_PER_CALL, "B",
                          "request + reply bytes of one call [default: 300]"),
@@ -251,6 +256,14 @@ def main(args: argparse.Namespace, measure: Measure) -> int:
     try:
         if args.measure and args.key_bytes is not None:
             raise ConfigurationError("give --key-bytes or --measure, not both")
+        if (args.instances is None) != (args.lease is None):
+            raise ConfigurationError(
+                "--instances and --lease go together (gateways, and units per lease): give both"
+            )
+        if (args.regions or args.region_rate) and args.sync_interval_ms is None:
+            raise ConfigurationError(
+                "--regions and --region-rate need --sync-interval-ms (how often counts exchange)"
+            )
         algorithms.get(args.algorithm)
         limit = _rate("--limit", args.limit, args.burst)
         measured = None
