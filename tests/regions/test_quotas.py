@@ -1,4 +1,5 @@
-"""RegionalQuota: per-region allowances on three real redis-servers; never over the limit."""
+"""RegionalQuota: per-region allowances on three real redis-servers; never over the limit.
+The exchange's tests run on three real Redis Clusters, one per region, too (``any_regions``)."""
 
 from __future__ import annotations
 
@@ -49,11 +50,12 @@ def test_static_shares_waste_budget_when_traffic_shifts(regions: dict[str, Regio
 
 
 def test_traffic_shares_are_exchanged_across_the_links_and_agree(
-    regions: dict[str, Region],
+    any_regions: dict[str, Region],
 ) -> None:
     """Each region publishes its demand; every region reads all three through the 20 ms
     links, rebalances to the same weights, and the new allowances sum to the limit.
     """
+    regions = any_regions
     set_latency(regions, 0.010)
     clock = ManualClock(1_700_000_000)
     quotas = _quotas(regions, clock)
@@ -79,8 +81,9 @@ def test_traffic_shares_are_exchanged_across_the_links_and_agree(
     assert sum(allowances.values()) == GLOBAL.limit
 
 
-def test_a_region_missing_from_the_exchange_is_reported(regions: dict[str, Region]) -> None:
+def test_a_region_missing_from_the_exchange_is_reported(any_regions: dict[str, Region]) -> None:
     """A region that published nothing for the interval counts as 0 and is named as missing."""
+    regions = any_regions
     exchange = DemandExchange("us", {n: RegionStore(r.local()) for n, r in regions.items()})
     exchange.publish(3, 12)
     demand, missing = exchange.collect(3)
@@ -107,11 +110,12 @@ def test_bad_shares_are_refused(regions: dict[str, Region], shares: dict[str, in
 
 
 def test_rebalance_rounds_agree_one_interval_late_and_keep_shares_on_a_gap(
-    regions: dict[str, Region],
+    any_regions: dict[str, Region],
 ) -> None:
     """Rounds at the start of each interval: shares follow the demand of two intervals back,
     identical in every region; the first round (nothing published yet) keeps the static shares.
     """
+    regions = any_regions
     set_latency(regions, 0.005)
     clock = ManualClock(1_700_000_000)
     quotas = _quotas(regions, clock)
