@@ -90,6 +90,36 @@ def test_failure_modes_apply_per_rule_in_one_request(rls: Make) -> None:
     assert [h.codes(desc(("local", "c")))[0] for _ in range(3)] == [OK, OK, OVER]
 
 
+MIXED = """
+domain: d
+descriptors:
+  - key: open
+    rate_limit: {unit: minute, requests_per_unit: 5, failure_mode: open}
+  - key: local
+    rate_limit: {algorithm: gcra, unit: minute, requests_per_unit: 2, failure_mode: local}
+"""
+
+
+def test_a_check_the_store_failed_is_not_sent_to_the_store_again_to_be_charged(
+    rls: Make,
+) -> None:
+    """Two algorithms in one request are checked, then charged. With the store down each
+    check fails once (one store call, one error each), and the admitted request is not sent
+    to the store again to be charged, which would wait out a second timeout: the local rule
+    is charged in its in-process bucket instead, so its third request is denied."""
+    h = rls(MIXED)
+    h.outage.down = True
+    for expected in ([OK, OK, OK], [OK, OK, OK], [OVER, OK, OVER]):
+        steps, errors = len(h.store.steps), len(h.hooks.store_errors)
+        assert h.codes(desc(("open", "a")), desc(("local", "c"))) == expected
+        assert len(h.store.steps) - steps == 2  # the two checks
+        assert len(h.hooks.store_errors) - errors == 2
+    assert [o.failure for o in h.hooks.outcomes[-2:]] == ["open", "local"]
+    h.outage.down = False  # back: nothing was charged in the store meanwhile
+    assert h.codes(desc(("open", "a")), desc(("local", "c"))) == [OK, OK, OK]
+    assert [o.failure for o in h.hooks.outcomes[-2:]] == [None, None]
+
+
 # ---------------------------------------------------------------- hooks
 
 METRICS = """

@@ -7,7 +7,11 @@ request is decided" in ``server/service.py``).
 - The rest in one atomic store step when they may go together (``server/joint_step.py``).
 - Otherwise checked, then charged: every counter but a budget's charge (which records
   tokens already spent and is never over, so is looked at only when the request is denied)
-  is checked at cost 0, and all are charged only if no enforcing descriptor would deny.
+  is checked at cost 0, and all are charged only if no enforcing descriptor would deny. A
+  descriptor whose check the store failed keeps its failure mode's answer: the store is not
+  asked again to charge it (a second timeout, a second error counted), and the ``local``
+  mode charges its in-process bucket instead. One the open circuit breaker refused is asked
+  again, as any other: that costs no wait, and a probe may have closed the circuit since.
 
 ``Charging`` is a base class of the service: it calls the service's ``_decide`` (one
 descriptor's call) and ``_run`` (several, side by side) and reads its limiter, reports and
@@ -23,6 +27,7 @@ from ratewarden.server.descriptors import (
     denied,
     is_short,
     joint_algorithm,
+    settled,
     shortfalls,
     to_check,
 )
@@ -89,15 +94,18 @@ class Charging:
         looked = to_check(stored)  # budget charges are looked at only if the request is denied
         yield from self._check(looked)
         short = shortfalls(looked)
-        charge = [item for item in stored if item.cost > 0]
+        failed = [item for item in looked if _failed(item.result)]
+        gone = {id(item) for item in failed}  # their failure modes answered: not asked again
+        charge = [item for item in stored if item.cost > 0 and id(item) not in gone]
         if not denied(items, lambda item: id(item) in short, quota_mode=self.quota_mode):
+            self._charge_locally(failed)
             yield from self._run([(item, item.cost) for item in charge])
             return
         # Denied: re-run the descriptors short on their own at full cost, for their exact
         # retry times (a denial consumes nothing). One that fits alone but not with its
         # twins on the same counter is over as checked: re-running it would charge it.
         alone = {id(item) for item in charge if id(item) in short and is_short(item, item.cost)}
-        for item in charge:
+        for item in charge + failed:  # a failure mode's short bucket: over as checked too
             if id(item) in short and id(item) not in alone:
                 assert item.result is not None
                 item.result.allowed = False
@@ -105,4 +113,22 @@ class Charging:
         yield from self._run([(item, item.cost) for item in charge if id(item) in alone] + unlooked)
         # A re-run may pass after all (room freed in between): then charge the rest too.
         if not denied(items, quota_mode=self.quota_mode):
+            self._charge_locally(failed)
             yield from self._run([(item, item.cost) for item in charge if id(item) not in short])
+
+    def _charge_locally(self, failed: list[Item]) -> None:
+        """Charge, in this process, the ``local`` failure mode's descriptors of an admitted
+        request whose check the store failed (``open`` and ``closed`` have nothing to charge)."""
+        for item in failed:
+            rule, result = item.rule, item.result
+            if rule is None or result is None or result.failure != "local" or item.cost == 0:
+                continue
+            [decision] = self.limiter.local_all(
+                [(item.key, rule.rates, item.cost)], algorithm=rule.algorithm
+            )
+            item.result = settled(decision, item.cost)
+
+
+def _failed(result: Result | None) -> bool:
+    """Whether the store failed a check (not the breaker: see ``Result.refused``)."""
+    return result is not None and result.failure is not None and not result.refused

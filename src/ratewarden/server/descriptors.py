@@ -57,13 +57,16 @@ def counter_key(domain: str, parts: Iterable[tuple[str, str]]) -> str:
 class Result:
     """How one descriptor's call went: allowed, the Decision behind it (None when the
     ``open`` or ``closed`` failure mode answered), that mode, whether hits were consumed,
-    and whether the over-limit cache answered."""
+    whether the over-limit cache answered, and whether the failure mode answered because
+    the open circuit breaker kept the call from the store (``refused``: asking again costs
+    no wait, and finds the store once a probe has closed the circuit)."""
 
     allowed: bool
     decision: Decision | None
     failure: str | None
     charged: bool
     cached: bool = False
+    refused: bool = False
 
 
 @dataclass(slots=True)

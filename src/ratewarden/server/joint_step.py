@@ -12,6 +12,7 @@ the reports they need, not the service.
 from __future__ import annotations
 
 from ratewarden.decision import Decision
+from ratewarden.errors import CircuitOpenError
 from ratewarden.limiter import AsyncLimiter, Flow, Limiter
 from ratewarden.server.config import DescriptorRule
 from ratewarden.server.descriptors import Item, Result, joint_algorithm, settled
@@ -102,6 +103,7 @@ def _degrade(
             algorithm=_rule(local[0]).algorithm,
         )
         decisions = {id(item): decision for item, decision in zip(local, found, strict=True)}
+    refused = isinstance(error, CircuitOpenError)  # the open breaker: the store not asked
     for item in stored:
         decision = decisions.get(id(item))
         if decision is not None:
@@ -109,3 +111,4 @@ def _degrade(
         else:
             mode = _rule(item).failure_mode
             item.result = Result(mode == "open", None, mode, False)
+        item.result.refused = refused

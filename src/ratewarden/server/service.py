@@ -63,7 +63,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ratewarden.clock import Clock
-from ratewarden.errors import ConfigurationError
+from ratewarden.errors import CircuitOpenError, ConfigurationError
 from ratewarden.limiter import AsyncLimiter, CircuitBreaker, Flow, Gather, Limiter, NegativeCache
 from ratewarden.server.charging import Charging
 from ratewarden.server.config import DescriptorRule, RateLimitConfig
@@ -283,19 +283,27 @@ class _ServiceBase(Charging):
         via: Any = self.budgets.via(item.cost, cost) if rule.budget else None
         counts = limiter.counts
         calls = counts.store_calls
+        errors: list[Exception] = []
+
+        def failed(error: Exception) -> None:
+            errors.append(error)
+            self._reports.store_error(rule, error)
+
         decision = yield from limiter.hit_flow(
             item.key,
             rule.rates,
             cost,
             failure_mode=rule.failure_mode,
             algorithm=rule.algorithm,
-            on_failure=lambda error: self._reports.store_error(rule, error),
+            on_failure=failed,
             via=via,
         )
         if decision.degraded:
             if cost > 0 and rule.budget and not via.reached:  # the store was not asked:
                 self.budgets.owe(rule.rates[0], item.key, cost)  # owed (see Reached)
-            return settled(decision, cost)
+            result = settled(decision, cost)
+            result.refused = bool(errors) and isinstance(errors[0], CircuitOpenError)
+            return result
         if counts.store_calls == calls:
             # No store call and no failure mode: the over-limit cache answered (this limiter
             # has no local bucket or leases; a call to the store counts, whatever else ran).

@@ -27,9 +27,9 @@ ratelimit_service_rate_limit_value_overflow_total         {domain, rule}: new va
 ratelimit_service_rate_limit_domain_not_found_total       {domain}: descriptors of requests
                                                           to a domain the config does not know
 ratelimit_service_should_rate_limit_error_total           {err_type}: store_error (one per
-                                                          failed store call, and per call the
-                                                          open circuit breaker kept from the
-                                                          store), service_error
+                                                          descriptor a failed store call, or
+                                                          the open circuit breaker, left to
+                                                          its failure mode), service_error
 ratelimit_service_total_requests_total                    {grpc_method}: ShouldRateLimit calls
 ratelimit_service_response_time_seconds                   histogram of ShouldRateLimit calls
 ratelimit_service_config_load_success_total               config loads that succeeded
