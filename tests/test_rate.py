@@ -70,7 +70,7 @@ def test_parse_many_splits_on_semicolons_and_commas() -> None:
         ("100/", "LIMIT/UNIT"),
         ("100/fortnight", "'fortnight'"),
         ("ten/minute", "'ten'"),
-        ("-5/minute", "'-5'"),
+        ("-5/minute", "'-5' must be a whole number of requests, 1 or more"),
         ("1.5/second", "'1.5'"),
         ("0/minute", "at least 1"),
         ("10/0s", "multiple"),

@@ -167,7 +167,7 @@ class Rate:
         raw_limit, raw_mult, raw_unit = match.group("limit", "mult", "unit")
         if not raw_limit.isdecimal():
             raise ConfigurationError(
-                f"rate {text!r}: limit {raw_limit!r} must be a whole number of requests"
+                f"rate {text!r}: limit {raw_limit!r} must be a whole number of requests, 1 or more"
             )
         unit_us = UNITS.get(raw_unit.lower())
         if unit_us is None:

@@ -65,7 +65,7 @@ def test_config_check_of_a_missing_path_exits_1(
 ) -> None:
     """A path that does not exist is a config error naming the path."""
     assert main(["config", "check", str(tmp_path / "nope.yaml")]) == 1
-    assert f"{tmp_path / 'nope.yaml'}:0: path: does not exist" in capsys.readouterr().err
+    assert f"{tmp_path / 'nope.yaml'}: path: does not exist" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -104,7 +104,11 @@ def parse(url: str) -> Target:
         scheme = "redis" + scheme[len("valkey") :]
     if scheme not in _SCHEMES:
         choices = ", ".join(f"{s}://" for s in _SCHEMES)
-        raise _fail(url, f"scheme {scheme!r} is not one of {choices}")
+        raise _fail(
+            url,
+            f"scheme {scheme!r} is not one of {choices} (valkey may stand for redis in each: "
+            "valkey://, valkeys://, valkey+cluster://, ...)",
+        )
     kind, tls = _SCHEMES[scheme]
     if kind == "redis":
         return _parse_plain(url, scheme, rest)

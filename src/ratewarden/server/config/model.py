@@ -67,7 +67,8 @@ DEFAULT_FAILURE_MODE = "open"
 
 @dataclass(frozen=True, slots=True)
 class ConfigProblem:
-    """One thing wrong with a config: where (file, 1-based line, key) and what to do."""
+    """One thing wrong with a config: where (file, 1-based line, key) and what to do. Line 0:
+    the file or path as a whole (missing, unreadable, empty), shown without a line."""
 
     file: str
     line: int
@@ -75,7 +76,8 @@ class ConfigProblem:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.key}: {self.message}"
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{where}: {self.key}: {self.message}"
 
 
 class ConfigError(ConfigurationError):
