@@ -155,13 +155,16 @@ def _steps(seed: int, count: int) -> Iterator[tuple[Any, ...]]:
 def test_the_blocking_budget_answers_on_clusters_exactly_as_on_servers(
     regions: dict[str, Region], cluster_regions: dict[str, Region]
 ) -> None:
-    """One random sequence through a fleet on three servers and one on three Clusters, on
-    one ManualClock: the same Decisions, views and sync reports at every step."""
+    """One random sequence through a fleet on three servers, one on three Clusters and one
+    with us on a Cluster and its peers on servers (under a prefix of its own), on one
+    ManualClock: the same Decisions, views and sync reports at every step."""
     clock = ManualClock(START)
     options: dict[str, Any] = {"sync_interval": 1.0, "replication_lag": 0.3, "clock": clock}
+    mixed = {**regions, "us": cluster_regions["us"]}
     fleets = [
         build_fleet(regions, RATES, **options),
         build_fleet(cluster_regions, RATES, **options),
+        build_fleet(mixed, RATES, prefix="mixed", **options),
     ]
     views: dict[str, list[Any]] = {}
     allowed = 0
@@ -180,7 +183,7 @@ def test_the_blocking_budget_answers_on_clusters_exactly_as_on_servers(
         else:
             pending = views.pop(step[1])
             answers = [b.apply(view) for b, view in zip(budgets, pending, strict=True)]
-        assert answers[0] == answers[1], f"step {number}: {step}"
+        assert answers[0] == answers[1] == answers[2], f"step {number}: {step}"
     assert allowed > 20
 
 
