@@ -335,8 +335,8 @@ class ReconciledBudget(Reconciler[Limiter]):
 class AsyncReconciledBudget(Reconciler[AsyncLimiter]):
     """The asyncio twin of ``ReconciledBudget``: the same arguments (but the deprecated ones)
     and answers, with an ``AsyncRegionStore`` (``ratewarden.storage.regions``, on a
-    ``redis.asyncio.Redis``) for this region and each peer, and ``hit``, ``fetch``,
-    ``apply`` and ``sync`` awaited.
+    ``redis.asyncio.Redis`` or ``RedisCluster``) for this region and each peer, and
+    ``hit``, ``fetch``, ``apply`` and ``sync`` awaited.
 
     A round reads the peers side by side, so it takes two round trips to the
     slowest peer rather than two per peer. ``SyncTask`` runs the rounds.
