@@ -155,7 +155,8 @@ class RegionStore(RegionBase):
             replies = self._scripts_pipeline(ops)
             again = unloaded(replies)
             if again:
-                self.client.script_load(self._registered(ops[again[0]]).script)
+                for source in {self._registered(ops[i]).script for i in again}:
+                    self.client.script_load(source)
                 resent = self._scripts_pipeline([ops[i] for i in again])
                 for i, reply in zip(again, resent, strict=True):
                     replies[i] = reply
@@ -272,7 +273,8 @@ class AsyncRegionStore(RegionBase):
             replies = await self._scripts_pipeline(ops)
             again = unloaded(replies)
             if again:
-                await self.client.script_load(self._registered(ops[again[0]]).script)
+                for source in {self._registered(ops[i]).script for i in again}:
+                    await self.client.script_load(source)
                 resent = await self._scripts_pipeline([ops[i] for i in again])
                 for i, reply in zip(again, resent, strict=True):
                     replies[i] = reply
