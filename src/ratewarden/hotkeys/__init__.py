@@ -11,7 +11,10 @@
 memory, injected clock). ``CellLimiter`` splits a key into N cells placed on N
 slot bands, each with 1/N of every rate; ``HotKeyLimiter`` sends configured or
 detected hot keys through cells or leases. ``AsyncCellLimiter`` and
-``AsyncHotKeyLimiter`` are the asyncio twins. docs/scaling.md states the bounds.
+``AsyncHotKeyLimiter`` are the asyncio twins. ``read_slot_map(client).bands``
+(``aread_slot_map``) places cells from a Cluster's live slot map, and
+``SlotMap.owners`` says on which primaries cells are. docs/scaling.md states
+the bounds.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from ratewarden.hotkeys._cells import AsyncCellLimiter, CellLimiter, round_robin
 from ratewarden.hotkeys._detector import HotKey, HotKeyDetector
 from ratewarden.hotkeys._limiter import AsyncHotKeyLimiter, HotKeyLimiter
 from ratewarden.hotkeys._placement import cell_keys, key_slot, split_rate, store_slot
+from ratewarden.hotkeys._slotmap import SlotMap, SlotRange, aread_slot_map, read_slot_map
 
 __all__ = [
     "AsyncCellLimiter",
@@ -28,8 +32,12 @@ __all__ = [
     "HotKey",
     "HotKeyDetector",
     "HotKeyLimiter",
+    "SlotMap",
+    "SlotRange",
+    "aread_slot_map",
     "cell_keys",
     "key_slot",
+    "read_slot_map",
     "round_robin",
     "split_rate",
     "store_slot",

@@ -210,8 +210,9 @@ class CellLimiter(_CellBase["Store", Limiter]):
     Each request goes to the cell ``picker`` chooses (round-robin by default;
     pass ``lambda n: random.randrange(n)`` for random); when that cell denies,
     the next cell is tried once before the request is denied. ``bands`` places
-    the cells (see ``cell_keys``). The Decision is the deciding cell's: its
-    ``limit`` and ``remaining`` are that cell's share.
+    the cells (see ``cell_keys``): ``read_slot_map(store.client).bands`` puts
+    them on a Cluster's primaries as its live slot map has them. The Decision
+    is the deciding cell's: its ``limit`` and ``remaining`` are that cell's share.
 
     A request both cells denied is remembered until the sooner of their retry
     times (``negative_cache`` keys, least recently used dropped; None turns it

@@ -122,8 +122,9 @@ def cell_keys(
     """The ``cells`` keys that stand for ``key``, cell ``i`` in the middle of slot band ``i``.
 
     ``bands`` are ``(start, end)`` slot ranges, one per primary for instance
-    (from ``CLUSTER SHARDS``); cell ``i`` goes to ``bands[i % len(bands)]``.
-    By default the 16,384 slots are cut into ``cells`` equal bands.
+    (``read_slot_map(client).bands`` reads them from a Cluster's live slot map);
+    cell ``i`` goes to ``bands[i % len(bands)]``. By default the 16,384 slots
+    are cut into ``cells`` equal bands.
     """
     check_key(key)
     cells = check_cells(cells)
