@@ -137,6 +137,6 @@ def test_a_resource_of_another_type_or_undecodable_is_named_by_its_index() -> No
     with pytest.raises(rules.ConfigError) as caught:
         decode([*pack(resource("fine", "d")), other, garbage])
     assert [str(problem).split(": ")[0:2] for problem in caught.value.errors] == [
-        ["xds:resource[1]:0", "type_url"],
-        ["xds:resource[2]:0", "value"],
+        ["xds:resource[1]", "type_url"],
+        ["xds:resource[2]", "value"],
     ]
