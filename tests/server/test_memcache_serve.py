@@ -284,7 +284,10 @@ def test_memcache_urls_share_counters_between_workers_and_the_messages_name_them
         (["--store", "memcache://127.0.0.1:0"], "'memcache://127.0.0.1:0': port '0'"),
         (["--store", "memcache://127.0.0.1:11211/0"], "'memcache://127.0.0.1:11211/0': only"),
         (["--store-per-second", "memcached://a:1,a:1"], "names a server twice"),
-        (["--store", "foo://x"], "valkey+cluster://, ...), memcache:// (memcached://, memcaches://"),
+        (
+            ["--store", "foo://x"],
+            "valkey+cluster://, ...), memcache:// (memcached://, memcaches://",
+        ),
     ],
 )
 def test_a_store_url_that_cannot_be_used_exits_2_naming_it(
