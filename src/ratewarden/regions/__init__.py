@@ -30,7 +30,12 @@ from typing import Protocol
 
 from ratewarden.decision import Decision
 from ratewarden.rate import Rate
-from ratewarden.regions._bound import overshoot_bound, split_allowances, traffic_weights
+from ratewarden.regions._bound import (
+    overshoot_bound,
+    parse_region_rate,
+    split_allowances,
+    traffic_weights,
+)
 from ratewarden.regions._exchange import AsyncDemandExchange, DemandExchange
 from ratewarden.regions._gcounter import GCounter
 from ratewarden.regions._pinning import AsyncHomeRegion, HomeRegion
@@ -60,6 +65,7 @@ __all__ = [
     "SyncTask",
     "SyncThread",
     "overshoot_bound",
+    "parse_region_rate",
     "split_allowances",
     "traffic_weights",
 ]

@@ -16,18 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from ratewarden.errors import ConfigurationError
-from ratewarden.rate import Rate
-from ratewarden.regions._bound import overshoot_bound
-
-
-def _region(text: str) -> tuple[str, Rate]:
-    name, sep, spec = text.partition("=")
-    if not sep or not name:
-        raise ConfigurationError(f"--region {text!r} must be NAME=RATE, such as us=100/s")
-    rate_text, _, burst = spec.partition(":")
-    if burst and not burst.isdecimal():
-        raise ConfigurationError(f"--region {text!r}: burst {burst!r} must be a whole number")
-    return name, Rate.parse(rate_text, int(burst) if burst else None)
+from ratewarden.regions._bound import overshoot_bound, parse_region_rate
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -44,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = _parser().parse_args(argv)
     try:
-        pairs = [_region(text) for text in args.region]
+        pairs = [parse_region_rate(text) for text in args.region]
         rates = dict(pairs)
         if len(rates) != len(pairs):
             raise ConfigurationError("each --region NAME may be given once")

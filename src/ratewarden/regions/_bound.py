@@ -14,7 +14,7 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.regions._gcounter import check_region
 
-__all__ = ["overshoot_bound", "split_allowances", "traffic_weights"]
+__all__ = ["overshoot_bound", "parse_region_rate", "split_allowances", "traffic_weights"]
 
 _SECOND_US = 1_000_000
 
@@ -26,6 +26,21 @@ def _seconds_us(what: str, seconds: object, *, zero_ok: bool) -> int:
         least = ">= 0" if zero_ok else "> 0"
         raise ConfigurationError(f"{what} {seconds!r} must be a finite number of seconds {least}")
     return math.ceil(seconds * _SECOND_US)
+
+
+def parse_region_rate(text: str, flag: str = "--region") -> tuple[str, Rate]:
+    """``NAME=RATE[:BURST]`` (``us=100/s``, ``eu=50/s:5``) as a region and its rate cap, as
+    the command lines take them; a ConfigurationError naming ``flag`` and ``text`` if not."""
+    name, sep, spec = text.partition("=")
+    if not sep or not name:
+        raise ConfigurationError(f"{flag} {text!r} must be NAME=RATE, such as us=100/s")
+    rate_text, _, burst = spec.partition(":")
+    if burst and not (burst.isascii() and burst.isdecimal()):
+        raise ConfigurationError(f"{flag} {text!r}: burst {burst!r} must be a whole number")
+    try:
+        return check_region(name), Rate.parse(rate_text, int(burst) if burst else None)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{flag} {text!r}: {exc}") from None
 
 
 def check_weights(weights: Mapping[str, int | float]) -> dict[str, Fraction]:
