@@ -19,7 +19,6 @@ from redis.retry import Retry
 
 from ratewarden.clock import SystemClock
 from ratewarden.errors import ConfigurationError, StorageUnavailableError
-from ratewarden.limiter import Limiter
 from ratewarden.rate import Rate
 from ratewarden.regions import ReconciledBudget, SyncThread
 from ratewarden.storage.memory import MemoryStore
@@ -326,15 +325,15 @@ def test_the_deprecated_client_form_builds_the_same_budget_with_a_warning(
 
 
 def test_a_budget_runs_on_region_stores_only(regions: dict[str, Region]) -> None:
-    """Anything but a RegionStore per region, stores with different prefixes, store options
-    given to the budget, or the budget's script on a MemoryStore: a ConfigurationError saying
-    what to pass instead."""
+    """Anything but a region store per region, stores with different prefixes, or store
+    options given to the budget: a ConfigurationError saying what to pass instead (the memory
+    stores' refusals: test_memory_fleets.py)."""
     local = RegionStore(regions["us"].local())
     peers = {"eu": RegionStore(regions["eu"].remote()), "ap": RegionStore(regions["ap"].remote())}
     options = {"sync_interval": 1.0, "replication_lag": 0.0}
     with pytest.raises(ConfigurationError, match="MemoryStore; it must be a RegionStore"):
         ReconciledBudget("us", MemoryStore(), peers, RATES, **options)  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="run on Redis only"):
+    with pytest.raises(ConfigurationError, match="'ap' is a MemoryStore; it must be a Region"):
         ReconciledBudget("us", local, {**peers, "ap": MemoryStore()}, RATES, **options)  # type: ignore[dict-item]
     with pytest.raises(ConfigurationError, match="every region must use the same"):
         other = RegionStore(regions["eu"].remote(), prefix="other")
@@ -345,10 +344,6 @@ def test_a_budget_runs_on_region_stores_only(regions: dict[str, Region]) -> None
         RegionStore.from_url("redis+cluster://127.0.0.1:7000/1")
     with pytest.raises(ConfigurationError, match=r"needs a redis\.Redis client .* not int"):
         RegionStore(7)  # type: ignore[arg-type]
-    memory = Limiter(MemoryStore())
-    op = local.budget_hit(f"{GLOBAL.limit}:{GLOBAL.period_us}:k", "us", 1, 10)
-    with pytest.raises(ConfigurationError, match="runs on Redis only"):
-        memory.run(memory.apply_flow(op))
 
 
 def test_a_region_store_maps_every_redis_failure_at_its_boundary() -> None:

@@ -1,7 +1,8 @@
 """What RegionStore and AsyncRegionStore share: everything but waiting for Redis.
 
-``RegionBase`` holds a region store's settings, names its keys, plans the
-budget's script (an ``Op``, its ``ARGV[1]`` filled in when sent) and plans each
+``RegionBase`` holds a region store's settings, fills in the budget's script
+(an ``Op`` planned by ``RegionPlan``, ``_region_plan.py``, which names the keys
+for the memory stores too; its ``ARGV[1]`` filled in when sent), plans each
 exchange call as one pipelined round trip (a ``Batch``: the commands, and how
 their replies become the answer), and maps a Redis error at its one boundary.
 ``regions.py`` sends them, blocking or awaited.
@@ -24,26 +25,26 @@ from redis.exceptions import NoScriptError
 
 from ratewarden.clock import Clock
 from ratewarden.errors import ConfigurationError
-from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix, escape
+from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix
 from ratewarden.storage._ops import Op
 from ratewarden.storage._redis_errors import REDIS_ERRORS, raise_storage_error
 from ratewarden.storage._redis_link import describe
 from ratewarden.storage._redis_protocol import cluster_where
 from ratewarden.storage._redis_store import DEFAULT_TIMEOUT, FromUrl
+from ratewarden.storage._region_budget import Entry, entries
+from ratewarden.storage._region_plan import (
+    DEMAND_INTERVALS,
+    DEMAND_TTL_S,
+    RegionPlan,
+)
 from ratewarden.storage._scripts import script
 
 __all__ = ["Batch", "Entry", "RegionBase", "first_error", "ints", "unloaded"]
 
 T = TypeVar("T")
 
-_SCRIPT = "region_budget"
 #: With an injected clock every TTL is at least a day of Redis time (lua/_prelude.lua).
 _INJECTED_TTL_FLOOR_MS = 86_400_000
-#: A region's demand counts: the intervals kept, and how long the hash outlives a write.
-_DEMAND_INTERVALS = 4
-_DEMAND_TTL_S = 3600
-#: One (window, region, count) entry of a region's window hash.
-Entry = tuple[int, str, int]
 #: One pipelined command: the redis-py pipeline method, its arguments and keywords.
 Command = tuple[str, tuple[Any, ...], dict[str, Any]]
 
@@ -55,15 +56,6 @@ class Batch(Generic[T]):
 
     commands: tuple[Command, ...]
     read: Callable[[list[Any]], T]
-
-
-def _redis_only(args: Sequence[int | str], states: list[Any], now_us: int) -> Any:
-    """The in-process twin an ``Op`` carries: there is none for a region's budget."""
-    raise ConfigurationError(
-        "a reconciled budget runs on Redis only: its script has no in-process twin, so a "
-        "MemoryStore cannot run it; give ReconciledBudget a RegionStore "
-        "(ratewarden.storage.regions) for its region and for each peer"
-    )
 
 
 def _placement(client: Any) -> tuple[str, Mapping[str, Any]]:
@@ -103,11 +95,7 @@ def _text(value: bytes | str) -> str:
 
 def _entries(fields: Mapping[Any, Any]) -> list[Entry]:
     """A window hash as (window, region, count) entries; an empty hash has none."""
-    decoded = {_text(name): int(count) for name, count in fields.items()}
-    window = decoded.get("w")
-    if window is None:
-        return []
-    return [(window, name[2:], count) for name, count in decoded.items() if name.startswith("c:")]
+    return entries({_text(name): int(count) for name, count in fields.items()})
 
 
 def _nothing(replies: list[Any]) -> None:
@@ -126,8 +114,10 @@ def _count(replies: list[Any]) -> int | None:
     return None if replies[0] is None else int(replies[0])
 
 
-class RegionBase(FromUrl):
+class RegionBase(RegionPlan, FromUrl):
     """A region's Redis as the budgets use it, but for the I/O: see ``regions.py``."""
+
+    kept = "on Redis"
 
     #: The client classes a store takes (one server's, a Cluster's), and what it says when
     #: handed another (``{}``: its type).
@@ -164,37 +154,7 @@ class RegionBase(FromUrl):
         if not isinstance(client, self._CLIENTS):
             raise ConfigurationError(self._WRONG_CLIENT.format(type(client).__name__))
 
-    # -- the budget's script ---------------------------------------------------------------
-
-    def budget_key(self, member: str) -> str:
-        """The window hash of ``member`` (``<limit>:<period_us>:<key>``)."""
-        limit, period_us, key = member.split(":", 2)
-        return f"{self.prefix}:{{{escape(key)}}}:region:{limit}:{period_us}"
-
-    def budget_hit(self, member: str, region: str, cost: int, default_cap: int) -> Op:
-        """Admit ``cost`` for ``region`` iff its count stays within its cap; the reply is
-        ``[allowed, own count, cap, microseconds until the window ends]``."""
-        period_us = int(member.split(":", 2)[1])
-        args = ("", "hit", period_us, region, cost, default_cap)
-        return Op(_SCRIPT, (self.budget_key(member),), args, _redis_only)
-
-    def budget_merge(
-        self,
-        member: str,
-        region: str,
-        share: tuple[int, int],
-        recompute: bool,
-        entries: Sequence[Entry],
-    ) -> Op:
-        """Merge the peers' ``entries`` (max per region, this window's only) and, if
-        ``recompute``, set the cap to own + ``share`` of what is left of the limit; the
-        reply is ``[window, merged total, own count, cap or -1]``."""
-        limit, period_us, _ = member.split(":", 2)
-        args: list[int | str] = ["", "merge", int(period_us), region, int(limit), *share]
-        args.append("1" if recompute else "0")
-        for entry in entries:
-            args.extend(entry)
-        return Op(_SCRIPT, (self.budget_key(member),), tuple(args), _redis_only)
+    # -- the budget's script (its Ops: ``RegionPlan``) ------------------------------------
 
     def _registered(self, op: Op) -> Any:
         found = self._scripts.get(op.script)
@@ -240,8 +200,8 @@ class RegionBase(FromUrl):
         key = self._demand_key(region)
         commands: tuple[Command, ...] = (
             ("hset", (key, str(interval), demand), {}),
-            ("hdel", (key, str(interval - _DEMAND_INTERVALS)), {}),
-            ("expire", (key, _DEMAND_TTL_S), {}),
+            ("hdel", (key, str(interval - DEMAND_INTERVALS)), {}),
+            ("expire", (key, DEMAND_TTL_S), {}),
         )
         return Batch(commands, _nothing)
 
@@ -256,12 +216,6 @@ class RegionBase(FromUrl):
             yield
         except REDIS_ERRORS as exc:
             raise_storage_error(exc, self.where, self._socket_timeout)
-
-    def _active_key(self, region: str) -> str:
-        return f"{self.prefix}:regions:active:{region}"
-
-    def _demand_key(self, region: str) -> str:
-        return f"{self.prefix}:regions:demand:{region}"
 
     def __repr__(self) -> str:
         clock = "" if not self._injected else f", clock={self.clock!r}"

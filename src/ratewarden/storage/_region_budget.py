@@ -1,0 +1,83 @@
+"""A reconciled budget's window hash: the pure twin of ``lua/region_budget.lua``.
+
+``run(args, states, now_us)`` takes the script's ARGV (``ARGV[1]``, now, is ignored:
+the store hands ``now_us``) and the state of its one key, and returns the script's
+reply and the writes it makes, as every ``Op``'s twin does (``_ops.Step``). The
+memory stores run it under their lock (``MemoryStore.apply``), so a
+``MemoryRegionStore`` answers as a ``RegionStore`` does on Redis.
+
+The state is the hash as a dict, field -> whole number, in the order Redis keeps a
+small hash's fields (the order of their first write), so that a window's entries
+read back in the same order from both stores:
+
+- ``w``: the window number (``now // period``) the counts belong to;
+- ``c:<region>``: that region's admitted count in the window (a G-counter entry);
+- ``cap``: this region's budget for the window, once a complete round set it.
+
+A hash of an earlier window is started afresh, and lives until one period past its
+window's end: written with that expiry, ``(w + 2) * period``. Redis holds it as long
+in its own time, and a day at least with an injected clock (``ttl_ms`` of the
+prelude); a hash read after its window has rolled over counts for nothing either way.
+The arithmetic is whole numbers, as the script's doubles are below 2^53.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ratewarden.errors import StorageError
+
+__all__ = ["entries", "run"]
+
+#: One (window, region, count) entry of a region's window hash.
+Entry = tuple[int, str, int]
+#: ``(index into keys, state, absolute expiry in us)``
+Write = tuple[int, Any, int]
+
+
+def run(
+    args: Sequence[int | str], states: Sequence[Any], now: int
+) -> tuple[list[int], list[Write]]:
+    """The reply of ``region_budget.lua`` for these ARGV and this hash, and its writes."""
+    period = int(args[2])
+    window = now // period
+    own_field = f"c:{args[3]}"
+    found: dict[str, int] | None = states[0]
+    rolled = found is None or found.get("w") != window
+    fields: dict[str, int] = {"w": window} if rolled else dict(found or ())
+    expires_at = (window + 2) * period
+    operation = args[1]
+    if operation == "hit":
+        cost, own = int(args[4]), fields.get(own_field, 0)
+        cap = fields.get("cap", int(args[5]))
+        reset = (window + 1) * period - now
+        allowed = own + cost <= cap
+        if allowed and cost > 0:
+            own = fields[own_field] = own + cost
+        written = rolled or (allowed and cost > 0)
+        return [int(allowed), own, cap, reset], [(0, fields, expires_at)] if written else []
+    if operation != "merge":
+        raise StorageError(f"ratewarden: region_budget has no operation {operation}")
+    region = str(args[3])
+    for at in range(8, len(args), 3):
+        if int(args[at]) == window and str(args[at + 1]) != region:
+            field, seen = f"c:{args[at + 1]}", int(args[at + 2])
+            if seen > fields.get(field, 0):
+                fields[field] = seen
+    total = sum(count for name, count in fields.items() if name.startswith("c:"))
+    own = fields.get(own_field, 0)
+    cap = -1
+    if args[7] == "1":
+        left = max(0, int(args[4]) - total)
+        cap = own + left * int(args[5]) // int(args[6])
+        fields["cap"] = cap
+    return [window, total, own, cap], [(0, fields, expires_at)]
+
+
+def entries(fields: dict[str, int]) -> list[Entry]:
+    """A window hash as (window, region, count) entries; an empty hash has none."""
+    window = fields.get("w")
+    if window is None:
+        return []
+    return [(window, name[2:], count) for name, count in fields.items() if name.startswith("c:")]

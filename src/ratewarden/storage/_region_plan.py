@@ -1,0 +1,81 @@
+"""What every region store shares, on Redis or in this process: key names and the budget's Ops.
+
+``RegionPlan`` is the base of ``RegionBase`` (``_region_base.py``: ``RegionStore`` and
+``AsyncRegionStore``, on Redis) and of ``MemoryRegionBase`` (``memory_regions.py``:
+``MemoryRegionStore`` and its asyncio twin). It names a region's keys, plans the
+budget's script as an ``Op`` carrying its pure twin (``_region_budget.run``), and
+says how long the exchange keeps what it writes. Sans-I/O, and no redis import: the
+memory stores run without the ``[redis]`` extra.
+
+A *member*, ``<limit>:<period_us>:<key>``, names one (global rate, key) in the exchange.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from ratewarden.clock import Clock
+from ratewarden.storage import _region_budget
+from ratewarden.storage._keys import escape
+from ratewarden.storage._ops import Op
+from ratewarden.storage._region_budget import Entry
+
+__all__ = ["DEMAND_INTERVALS", "DEMAND_TTL_S", "Entry", "RegionPlan", "member_of"]
+
+_SCRIPT = "region_budget"
+#: A region's demand counts: the intervals kept, and how long the hash outlives a write.
+DEMAND_INTERVALS = 4
+DEMAND_TTL_S = 3600
+
+
+def member_of(member: str) -> tuple[int, int, str]:
+    """A member's ``(limit, period_us, key)``."""
+    limit, period_us, key = member.split(":", 2)
+    return int(limit), int(period_us), key
+
+
+class RegionPlan:
+    """A region store's names and the budget's Ops, whatever holds its state."""
+
+    #: Where the store keeps a region's state, as its errors say it: "on Redis" or "in
+    #: this process". Stores kept apart cannot read each other's counts.
+    kept: ClassVar[str]
+    prefix: str
+    clock: Clock
+
+    def budget_key(self, member: str) -> str:
+        """The window hash of ``member`` (``<limit>:<period_us>:<key>``)."""
+        limit, period_us, key = member_of(member)
+        return f"{self.prefix}:{{{escape(key)}}}:region:{limit}:{period_us}"
+
+    def budget_hit(self, member: str, region: str, cost: int, default_cap: int) -> Op:
+        """Admit ``cost`` for ``region`` iff its count stays within its cap; the reply is
+        ``[allowed, own count, cap, microseconds until the window ends]``."""
+        _, period_us, _ = member_of(member)
+        args = ("", "hit", period_us, region, cost, default_cap)
+        return Op(_SCRIPT, (self.budget_key(member),), args, _region_budget.run)
+
+    def budget_merge(
+        self,
+        member: str,
+        region: str,
+        share: tuple[int, int],
+        recompute: bool,
+        entries: Sequence[Entry],
+    ) -> Op:
+        """Merge the peers' ``entries`` (max per region, this window's only) and, if
+        ``recompute``, set the cap to own + ``share`` of what is left of the limit; the
+        reply is ``[window, merged total, own count, cap or -1]``."""
+        limit, period_us, _ = member_of(member)
+        args: list[int | str] = ["", "merge", period_us, region, limit, *share]
+        args.append("1" if recompute else "0")
+        for entry in entries:
+            args.extend(entry)
+        return Op(_SCRIPT, (self.budget_key(member),), tuple(args), _region_budget.run)
+
+    def _active_key(self, region: str) -> str:
+        return f"{self.prefix}:regions:active:{region}"
+
+    def _demand_key(self, region: str) -> str:
+        return f"{self.prefix}:regions:demand:{region}"
