@@ -20,6 +20,7 @@ from ratewarden.regions._stores import check_stores, deprecated_clients, is_clie
 if TYPE_CHECKING:
     import redis
 
+    from ratewarden.storage.memory_regions import AsyncMemoryRegionStore, MemoryRegionStore
     from ratewarden.storage.regions import AsyncRegionStore, RegionStore
 
 __all__ = ["AsyncDemandExchange", "DemandExchange", "Exchange"]
@@ -81,7 +82,7 @@ class Exchange(Generic[S]):
         return count
 
 
-class DemandExchange(Exchange["RegionStore"]):
+class DemandExchange(Exchange["RegionStore | MemoryRegionStore"]):
     """Each region's demand per interval, published to its own Redis and read by the others.
 
     ``stores`` maps every region, this one included, to a ``RegionStore`` on its
@@ -100,7 +101,9 @@ class DemandExchange(Exchange["RegionStore"]):
     def __init__(
         self,
         region: str,
-        stores: Mapping[str, RegionStore] | Mapping[str, redis.Redis] | None = None,
+        stores: Mapping[str, RegionStore | MemoryRegionStore]
+        | Mapping[str, redis.Redis]
+        | None = None,
         *,
         prefix: str | None = None,
         clients: Mapping[str, redis.Redis] | None = None,
@@ -128,13 +131,15 @@ class DemandExchange(Exchange["RegionStore"]):
     collect = blocking(Exchange.collect_flow)
 
 
-class AsyncDemandExchange(Exchange["AsyncRegionStore"]):
+class AsyncDemandExchange(Exchange["AsyncRegionStore | AsyncMemoryRegionStore"]):
     """The asyncio twin of ``DemandExchange``: an ``AsyncRegionStore`` per region, this one
     included, and ``publish`` / ``collect`` awaited (``collect`` reads them side by side)."""
 
     _awaited = True
 
-    def __init__(self, region: str, stores: Mapping[str, AsyncRegionStore]) -> None:
+    def __init__(
+        self, region: str, stores: Mapping[str, AsyncRegionStore | AsyncMemoryRegionStore]
+    ) -> None:
         self.region = self._checked(region, stores)
         self.stores = check_stores("AsyncDemandExchange", stores, awaited=True)
         self.prefix = self.stores[region].prefix

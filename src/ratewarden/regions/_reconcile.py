@@ -59,6 +59,7 @@ from ratewarden.regions._stores import check_stores, deprecated_clients, is_clie
 if TYPE_CHECKING:
     import redis
 
+    from ratewarden.storage.memory_regions import AsyncMemoryRegionStore, MemoryRegionStore
     from ratewarden.storage.regions import AsyncRegionStore, RegionStore
 
 __all__ = ["AsyncReconciledBudget", "PeerView", "ReconciledBudget", "Reconciler", "SyncReport"]
@@ -266,7 +267,8 @@ class ReconciledBudget(Reconciler[Limiter]):
 
     ``local`` is this region's ``RegionStore``; ``peers`` maps every other region
     to a ``RegionStore`` on its Redis (reached over the cross-region link); both
-    come from ``ratewarden.storage.regions``, all with one key prefix.
+    come from ``ratewarden.storage.regions``, all with one key prefix. With no
+    Redis, a ``MemoryRegionStore`` per region instead (``ratewarden.storage.memory_regions``).
     ``region_rates`` caps each region's admissions per key and defines the
     over-admission ``bound``. Windows and a round's age follow ``local.clock``
     (give the store a clock in tests; without one, windows follow this region's
@@ -282,14 +284,14 @@ class ReconciledBudget(Reconciler[Limiter]):
     """
 
     _driver = Limiter
-    local: RegionStore
-    peers: dict[str, RegionStore]
+    local: RegionStore | MemoryRegionStore
+    peers: dict[str, RegionStore | MemoryRegionStore]
 
     def __init__(
         self,
         region: str,
-        local: RegionStore | redis.Redis,
-        peers: Mapping[str, RegionStore] | Mapping[str, redis.Redis],
+        local: RegionStore | MemoryRegionStore | redis.Redis,
+        peers: Mapping[str, RegionStore | MemoryRegionStore] | Mapping[str, redis.Redis],
         region_rates: Mapping[str, Rate],
         *,
         sync_interval: float,
@@ -343,8 +345,8 @@ class AsyncReconciledBudget(Reconciler[AsyncLimiter]):
     """
 
     _driver = AsyncLimiter
-    local: AsyncRegionStore
-    peers: dict[str, AsyncRegionStore]
+    local: AsyncRegionStore | AsyncMemoryRegionStore
+    peers: dict[str, AsyncRegionStore | AsyncMemoryRegionStore]
 
     def _stores(self, local: Any, peers: Mapping[str, Any]) -> dict[str, Any]:
         given = {self.region: local, **peers}

@@ -1,11 +1,13 @@
-"""What the strategies take from their caller: a ``RegionStore`` per region.
+"""What the strategies take from their caller: a region store per region.
 
-``ReconciledBudget`` and ``DemandExchange`` talk to Redis only through the
-``RegionStore``s they are given (``ratewarden.storage.regions``), their asyncio
-twins through ``AsyncRegionStore``s; nothing in ``ratewarden.regions`` opens a
-connection or imports a Redis client. Until the next release the blocking ones
-still take redis clients, as before, with a ``DeprecationWarning``:
-``deprecated_clients`` wraps them.
+``ReconciledBudget`` and ``DemandExchange`` talk to each region's state only
+through the stores they are given: ``RegionStore``s on each region's Redis
+(``ratewarden.storage.regions``) or ``MemoryRegionStore``s in this process
+(``ratewarden.storage.memory_regions``), never a mix; their asyncio twins
+through ``AsyncRegionStore``s or ``AsyncMemoryRegionStore``s. Nothing in
+``ratewarden.regions`` opens a connection or imports a Redis client. Until the
+next release the blocking ones still take redis clients, as before, with a
+``DeprecationWarning``: ``deprecated_clients`` wraps them.
 """
 
 from __future__ import annotations
@@ -13,19 +15,26 @@ from __future__ import annotations
 import inspect
 import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ratewarden.errors import ConfigurationError
 
-if TYPE_CHECKING:
-    from ratewarden.storage.regions import RegionStore
-
 __all__ = ["check_stores", "deprecated_clients", "is_client", "named"]
+
+#: The stores a twin takes (by whether it awaits them): on each region's Redis, in this process.
+_KINDS = {
+    False: ("RegionStore", "MemoryRegionStore"),
+    True: ("AsyncRegionStore", "AsyncMemoryRegionStore"),
+}
 
 
 def named(kind: type) -> str:
     """A class's name with its article: ``a RegionStore``, ``an AsyncRegionStore``."""
-    name = kind.__name__
+    return named_as(kind.__name__)
+
+
+def named_as(name: str) -> str:
+    """``name`` with its article."""
     return f"{'an' if name[:1] in 'AEIOUaeiou' else 'a'} {name}"
 
 
@@ -37,23 +46,36 @@ def is_client(value: object) -> bool:
 def check_stores(
     caller: str, stores: Mapping[str, object], *, awaited: bool = False
 ) -> dict[str, Any]:
-    """``stores`` (region -> store) as given, once each is a RegionStore (an AsyncRegionStore
-    when ``awaited``) with one prefix."""
-    wanted = "an AsyncRegionStore" if awaited else "a RegionStore"
+    """``stores`` (region -> store) as given, once each is a region store of the twin's kind
+    (a RegionStore or MemoryRegionStore; their asyncio twins when ``awaited``), all kept in
+    one place (on Redis, or in this process) and with one prefix."""
+    on_redis, in_process = _KINDS[awaited]
+    wanted = f"{named_as(on_redis)} or {named_as(in_process)}"
     prefixes = set()
+    kept: dict[str, list[str]] = {}
     for region, store in stores.items():
         found = f"{caller}: the store of region {region!r} is {named(type(store))}"
         if not callable(getattr(store, "budget_hit", None)):
             raise ConfigurationError(
-                f"{found}; it must be {wanted} (ratewarden.storage.regions) on that region's "
-                "Redis: multi-region budgets run on Redis only"
+                f"{found}; it must be {named_as(on_redis)} on that region's Redis "
+                f"(ratewarden.storage.regions) or {named_as(in_process)} in this process "
+                "(ratewarden.storage.memory_regions)"
             )
         if inspect.iscoroutinefunction(getattr(store, "apply", None)) != awaited:
             raise ConfigurationError(
                 f"{found}; it must be {wanted}: the asyncio twins take AsyncRegionStores "
-                "(on redis.asyncio clients), the blocking ones RegionStores"
+                "(on redis.asyncio clients) or AsyncMemoryRegionStores, the blocking ones "
+                "RegionStores or MemoryRegionStores"
             )
         prefixes.add(getattr(store, "prefix", None))
+        kept.setdefault(str(getattr(store, "kept", "elsewhere")), []).append(region)
+    if len(kept) > 1:
+        places = " and ".join(f"{regions} {place}" for place, regions in sorted(kept.items()))
+        raise ConfigurationError(
+            f"{caller}: the regions' stores keep their counts {places}; a store cannot read "
+            f"another's across the two: give every region {named_as(on_redis)} (on Redis) "
+            f"or every region {named_as(in_process)} (in this process)"
+        )
     if len(prefixes) > 1:
         raise ConfigurationError(
             f"{caller}: the regions' stores use the key prefixes {sorted(map(str, prefixes))}; "
@@ -64,7 +86,7 @@ def check_stores(
 
 def deprecated_clients(
     caller: str, clients: Mapping[str, Any], *, stacklevel: int = 3, **options: Any
-) -> dict[str, RegionStore]:
+) -> dict[str, Any]:
     """The deprecated form, kept for one release: redis clients, each wrapped in a RegionStore
     made with ``options`` (those given: ``clock``, ``prefix``, ``timeout``).
 
