@@ -166,8 +166,9 @@ RANKS = {
     "cli": 6, "__main__": 6, "": 6,
 }  # fmt: skip
 #: Modules that may construct stores (and so import ratewarden.storage): the composition
-#: roots, and the core, which makes its own in-process store.
-COMPOSITION_ROOTS = {"server/app.py", "cli.py", "__init__.py"}
+#: roots, and the core, which makes its own in-process store. The multi-region simulation
+#: is a whole fleet in one process: it makes each region's in-process store.
+COMPOSITION_ROOTS = {"server/app.py", "cli.py", "__init__.py", "simulate/regions.py"}
 
 
 def _modules() -> dict[str, Path]:

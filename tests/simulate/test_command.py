@@ -82,9 +82,9 @@ def test_accuracy_prints_a_row_per_model_and_load(capsys: pytest.CaptureFixture[
         (["--plot", "out.gif"], "must end in .png or .svg"),
         (["--bursts", "--pattern", "steady"], "--pattern cannot be used with --bursts"),
         (["--accuracy", "--algorithm", "gcra"], "--algorithm cannot be used with --accuracy"),
-        (["--model", "poisson"], "--model cannot be used without --bursts or --accuracy"),
+        (["--model", "poisson"], "--model cannot be used without --accuracy"),
         (["--accuracy", "--bursts"], "not allowed with argument"),
-        (["--counting", "all"], "--counting cannot be used without --bursts or --accuracy"),
+        (["--counting", "all"], "--counting cannot be used without --accuracy"),
         (["--accuracy", "--counting", "denied"], "invalid choice: 'denied'"),
         (["--accuracy", "--requests", "20000"], "periods"),
         (["--pattern", "steady:load=1e9"], "more than 5,000,000"),
@@ -192,7 +192,7 @@ def test_layered_plots_are_written_one_per_layered_limit(
         ),
         (
             ["--layers", "10/second,1/hour", "--model", "onoff"],
-            "--model cannot be used without --bursts or --accuracy",
+            "--model cannot be used without --accuracy",
         ),
         (
             ["--layers", "10/second,1/hour", "--algorithm", "concurrency"],

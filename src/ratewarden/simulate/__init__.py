@@ -9,6 +9,8 @@ per second of CPU.
 - ``layered``: one pattern through several rates on one key, all or nothing; a row per layer.
 - ``bursts``: each algorithm's worst case, found by a greedy attacker.
 - ``accuracy``: the sliding window's estimate against the exact sliding log.
+- ``regions``: a ``ReconciledBudget`` per region, each on an in-process region store; what
+  the regions admit together per window against the limit and the stated bound.
 - ``plots``: PNG/SVG figures (needs matplotlib, the ``simulate`` extra).
 - ``command``: the ``ratewarden simulate`` command line.
 """
@@ -26,6 +28,13 @@ from ratewarden.simulate.layered import (
     run_layered,
 )
 from ratewarden.simulate.patterns import Pattern, parse
+from ratewarden.simulate.regions import (
+    RegionRow,
+    RegionsRun,
+    WindowRow,
+    format_regions,
+    run_regions,
+)
 from ratewarden.simulate.runner import Run, Summary, format_table, run
 
 __all__ = [
@@ -35,17 +44,22 @@ __all__ = [
     "LayeredRun",
     "LayeredSummary",
     "Pattern",
+    "RegionRow",
+    "RegionsRun",
     "Run",
     "Summary",
+    "WindowRow",
     "analytic",
     "burst_table",
     "estimate_accuracy",
     "format_accuracy",
     "format_bursts",
     "format_layered",
+    "format_regions",
     "format_table",
     "parse",
     "parse_layers",
     "run",
     "run_layered",
+    "run_regions",
 ]

@@ -9,6 +9,9 @@ Three modes share one subcommand::
     ratewarden simulate --bursts [--rate RATE]... [--burst N] [--algorithm NAME]...
     ratewarden simulate --accuracy [--rate RATE] [--model NAME]... [--load X]...
                         [--counting admitted|all] [--requests N] [--sources N] [--seed N]
+    ratewarden simulate --region NAME=RATE[:BURST]... [--rate RATE] [--pattern [NAME=]SPEC]...
+                        [--sync-interval SECONDS] [--replication-lag SECONDS]
+                        [--duration SECONDS] [--plot FILE]...
 
 Bad input exits 2 with one line naming the flag and the value.
 """
@@ -24,8 +27,8 @@ from pathlib import Path
 from ratewarden import algorithms
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
+from ratewarden.simulate import _regions_flags, bursts, layered, patterns, plots, regions, runner
 from ratewarden.simulate import accuracy as accuracy_report
-from ratewarden.simulate import bursts, layered, patterns, plots, runner
 
 __all__ = ["add_parser", "main"]
 
@@ -58,6 +61,9 @@ no room for (a request two layers refuse counts for both) and its worst period.
 
 --bursts prints each algorithm's worst case, found by a greedy attacker.
 --accuracy compares the sliding window's estimate with the exact sliding log.
+--region (one per region) runs a multi-region ReconciledBudget per region under the
+global --rate, each region's traffic decided by its own budget, and prints per window
+what the regions admitted together, how far over the limit, against the stated bound.
 """
 
 
@@ -81,6 +87,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="compare the sliding window estimate with the exact sliding log",
     )
+    _regions_flags.add_arguments(mode, parser)
     parser.add_argument(
         "--pattern",
         action="append",
@@ -318,33 +325,65 @@ def _accuracy(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _regions(args: argparse.Namespace) -> int:
+    run = _regions_flags.from_flags(
+        args.region, args.rate, args.pattern, args.sync_interval, args.replication_lag,
+        args.duration, check_plots=lambda: _check_plots(args.plot),
+    )  # fmt: skip
+    for base in args.plot or ():
+        print(f"wrote {_regions_flags.plot_regions(run, Path(base))}", file=sys.stderr)
+    print(regions.format_regions(run), end="")
+    return EXIT_OK
+
+
 #: The flags each mode takes; any other flag given is an error, not ignored.
 _MODE_FLAGS = {
     "traffic": {"pattern", "algorithm", "rate", "layers", "burst", "duration", "plot"},
+    "regions": {
+        "region",
+        "rate",
+        "pattern",
+        "sync_interval",
+        "replication_lag",
+        "duration",
+        "plot",
+    },
     "bursts": {"algorithm", "rate", "burst"},
     "accuracy": {"rate", "model", "load", "counting", "requests", "sources", "seed"},
 }
 _ALL_FLAGS = set().union(*_MODE_FLAGS.values())
 
 
+#: The flag that picks each mode but the default one.
+_MODE_NAMES = {"bursts": "--bursts", "accuracy": "--accuracy", "regions": "--region"}
+
+
 def _check_flags(args: argparse.Namespace, mode: str) -> None:
     stray = sorted(f for f in _ALL_FLAGS - _MODE_FLAGS[mode] if getattr(args, f) is not None)
     if stray:
-        where = {"traffic": "without --bursts or --accuracy", "bursts": "with --bursts",
-                 "accuracy": "with --accuracy"}[mode]  # fmt: skip
-        flags = ", ".join("--" + f for f in stray)
+        if mode == "traffic":  # name the modes the stray flags belong to
+            takers = [flag for name, flag in _MODE_NAMES.items() if _MODE_FLAGS[name] & {*stray}]
+            where = "without " + " or ".join(takers)
+        else:
+            where = f"with {_MODE_NAMES[mode]}"
+        flags = ", ".join("--" + f.replace("_", "-") for f in stray)
         raise ConfigurationError(f"{flags} cannot be used {where}")
 
 
 def main(args: argparse.Namespace) -> int:
     """Run ``ratewarden simulate`` with parsed ``args``; returns the exit code."""
-    mode = "bursts" if args.bursts else "accuracy" if args.accuracy else "traffic"
+    mode = (
+        "bursts" if args.bursts else "accuracy" if args.accuracy
+        else "regions" if args.region else "traffic"
+    )  # fmt: skip
     try:
         _check_flags(args, mode)
         if args.bursts:
             return _bursts(args)
         if args.accuracy:
             return _accuracy(args)
+        if args.region:
+            return _regions(args)
         if args.layers:
             return _layered(args)
         return _traffic(args)

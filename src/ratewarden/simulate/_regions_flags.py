@@ -1,0 +1,177 @@
+"""``ratewarden simulate --region ...``: its flags, read into a run, and its figure.
+
+``add_arguments`` adds ``--region`` (the mode: one per region), ``--sync-interval``
+and ``--replication-lag``; ``from_flags`` checks every flag before anything runs
+and returns the run (``regions.run_regions``); ``plot_regions`` draws it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.rate import Rate
+from ratewarden.regions import parse_region_rate
+from ratewarden.simulate import patterns, plots
+from ratewarden.simulate._pattern import Pattern
+from ratewarden.simulate.regions import RegionsRun, run_regions
+
+__all__ = ["DEFAULT_PATTERN", "DEFAULT_RATE", "add_arguments", "from_flags", "plot_regions"]
+
+#: The global rate when --rate is not given (the worked example of docs/regions.md).
+DEFAULT_RATE = "6000/minute"
+#: Every region's traffic when --pattern is not given: each alone offers the whole limit.
+DEFAULT_PATTERN = "poisson:load=1"
+
+_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink")
+
+
+def _seconds(flag: str, *, zero_ok: bool) -> Callable[[str], float]:
+    def convert(raw: str) -> float:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} {raw!r} is not a number") from None
+        if not (value >= 0 if zero_ok else value > 0) or value == float("inf"):
+            least = ">= 0" if zero_ok else "above 0"
+            raise argparse.ArgumentTypeError(f"{flag} {raw!r} must be a number {least}")
+        return value
+
+    return convert
+
+
+def add_arguments(mode: Any, parser: argparse.ArgumentParser) -> None:
+    """``--region`` into the mutually exclusive ``mode`` group, its two options into ``parser``."""
+    mode.add_argument(
+        "--region",
+        action="append",
+        metavar="NAME=RATE[:BURST]",
+        help="a region and its rate cap, such as us=100/s:1 (repeatable, one per region): "
+        "simulate a ReconciledBudget per region under the global --rate "
+        f"[default rate: {DEFAULT_RATE}; pattern: {DEFAULT_PATTERN} in every region]",
+    )
+    parser.add_argument(
+        "--sync-interval",
+        type=_seconds("--sync-interval", zero_ok=False),
+        metavar="SECONDS",
+        help="--region: seconds between a region's sync rounds [default: 1]",
+    )
+    parser.add_argument(
+        "--replication-lag",
+        type=_seconds("--replication-lag", zero_ok=True),
+        metavar="SECONDS",
+        help="--region: how old the peers' counts are when a round applies them [default: 0]",
+    )
+
+
+def _regions(texts: Sequence[str]) -> dict[str, Rate]:
+    pairs = [parse_region_rate(text) for text in texts]
+    rates = dict(pairs)
+    if len(rates) != len(pairs):
+        raise ConfigurationError("each --region NAME may be given once")
+    if len(rates) < 2:
+        raise ConfigurationError("give two or more --region NAME=RATE: one per region")
+    return rates
+
+
+def _patterns(specs: Sequence[str] | None, names: Sequence[str]) -> dict[str, Pattern]:
+    """``--pattern NAME=SPEC`` for one region, ``--pattern SPEC`` for every other one. A
+    pattern given to several regions with no seed of its own gets seed 1, 2, ... by region,
+    so that their random traffic is not the same."""
+    own: dict[str, Pattern] = {}
+    shared: list[str] = []
+    for spec in specs or [DEFAULT_PATTERN]:
+        name, sep, rest = spec.partition("=")
+        if sep and name in names:
+            if name in own:
+                raise ConfigurationError(f"--pattern {spec!r}: region {name!r} has a pattern")
+            own[name] = patterns.parse(rest)
+        else:
+            shared.append(spec)
+    if len(shared) > 1:
+        raise ConfigurationError(
+            f"--pattern {shared[1]!r}: give one pattern for every region, or NAME=SPEC for "
+            f"each region ({', '.join(names)})"
+        )
+    chosen = {}
+    for index, name in enumerate(names):
+        if name in own:
+            chosen[name] = own[name]
+            continue
+        if not shared:
+            raise ConfigurationError(f"region {name!r} has no --pattern; give it NAME=SPEC")
+        pattern = patterns.parse(shared[0])
+        if hasattr(pattern, "seed") and "seed=" not in shared[0]:
+            pattern = dataclasses.replace(pattern, seed=index + 1)  # type: ignore[type-var]
+        chosen[name] = pattern
+    return chosen
+
+
+def from_flags(
+    regions: Sequence[str],
+    rates: Sequence[str] | None,
+    specs: Sequence[str] | None,
+    sync_interval: float | None,
+    replication_lag: float | None,
+    duration_s: float | None,
+    *,
+    check_plots: Callable[[], None],
+) -> RegionsRun:
+    """Every flag checked (``check_plots`` too), then the run."""
+    region_rates = _regions(regions)
+    if rates is not None and len(rates) > 1:
+        raise ConfigurationError("--region takes one global --rate")
+    text = rates[0] if rates else DEFAULT_RATE
+    try:
+        rate = Rate.parse(text)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"--rate {text!r}: {exc}") from None
+    chosen = _patterns(specs, list(region_rates))
+    check_plots()
+    return run_regions(
+        region_rates,
+        rate,
+        chosen,
+        sync_interval=1.0 if sync_interval is None else sync_interval,
+        replication_lag=replication_lag or 0.0,
+        duration_s=duration_s or 600.0,
+    )
+
+
+def plot_regions(run: RegionsRun, path: Path) -> Path:
+    """Each window's admissions stacked by region, against the limit and limit + the bound."""
+    plots.check_path(path)
+    figure = plots.require_matplotlib()
+    fig = figure.Figure(figsize=(12, 6.4), layout="constrained")
+    axes, over = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
+    period_s = run.rate.period_us / 1_000_000
+    starts = [window.start_us / 1_000_000 for window in run.windows]
+    below = [0] * len(run.windows)
+    for index, row in enumerate(run.regions):
+        heights = [window.admitted[index] for window in run.windows]
+        axes.bar(starts, heights, width=period_s, bottom=below, align="edge",
+                 color=_COLOURS[index % len(_COLOURS)], label=row.region)  # fmt: skip
+        below = [b + h for b, h in zip(below, heights, strict=True)]
+    axes.axhline(run.rate.limit, color="tab:red", linewidth=1.0, label=f"limit ({run.rate})")
+    axes.set_ylabel("admitted in the window")
+    axes.legend(loc="lower right", fontsize="x-small")
+    over.bar(starts, [run.over(window) for window in run.windows], width=period_s,
+             align="edge", color="tab:red", label="over the limit")  # fmt: skip
+    over.axhline(run.bound, color="tab:red", linestyle="--", linewidth=0.8,
+                 label=f"stated bound (+{run.bound})")  # fmt: skip
+    over.set_ylabel("over the limit")
+    over.set_xlabel("seconds")
+    over.legend(loc="upper right", fontsize="x-small")
+    fig.suptitle(
+        f"ReconciledBudget: admitted per window by region (sync every {run.sync_interval:g} s, "
+        f"replication lag {run.replication_lag:g} s)"
+    )
+    try:
+        fig.savefig(path, format=path.suffix.lower().lstrip("."))
+    except OSError as exc:
+        raise ConfigurationError(f"plot file {str(path)!r}: cannot write: {exc}") from exc
+    return path

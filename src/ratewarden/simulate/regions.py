@@ -1,0 +1,252 @@
+"""Multi-region budgets in simulated time: how far over the limit a configuration goes.
+
+``run_regions`` puts one ``ReconciledBudget`` in each region, each on its own
+in-process region store (``MemoryRegionStore``: "that region's Redis"), all on
+one ``ManualClock``. Each region's traffic pattern is decided by its own budget,
+on one key, as ``ratewarden.regions`` decides it in production. Every
+``sync_interval`` seconds each region fetches its peers' counts, and applies
+them ``replication_lag`` seconds later, so the counts it merges are as old as
+the lag says. The run then counts, per window of the global rate, what all the
+regions admitted together: how far that went over the limit, against the
+bound the budgets state (``ReconciledBudget.bound``).
+
+This module builds stores, so it is one of the composition roots
+(docs/ARCHITECTURE.md): a simulation is a whole system in one process.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.rate import Rate
+from ratewarden.regions import PeerView, ReconciledBudget
+from ratewarden.simulate._pattern import MAX_ARRIVALS, Horizon, Pattern
+from ratewarden.simulate._table import aligned
+from ratewarden.simulate.runner import START_US, _us, check_duration
+from ratewarden.storage.memory_regions import MemoryRegionStore
+from ratewarden.testing import ManualClock
+
+__all__ = ["RegionRow", "RegionsRun", "WindowRow", "format_regions", "run_regions"]
+
+#: The one key every region decides its traffic on.
+_KEY = "simulated"
+
+#: The most sync rounds one run may hold.
+MAX_ROUNDS = 1_000_000
+
+#: Event kinds, in the order they run when they fall on the same microsecond: a round's
+#: fetch, then the apply of an earlier one, then requests.
+_FETCH, _APPLY, _ARRIVAL = 0, 1, 2
+
+
+@dataclass(frozen=True, slots=True)
+class RegionRow:
+    """One region's totals."""
+
+    region: str
+    pattern: str
+    rate: Rate
+    offered: int
+    admitted: int
+    denied: int
+
+
+@dataclass(frozen=True, slots=True)
+class WindowRow:
+    """One window of the global rate: what each region admitted in it, in region order."""
+
+    start_us: int
+    admitted: tuple[int, ...]
+
+    @property
+    def total(self) -> int:
+        """What all regions admitted in the window."""
+        return sum(self.admitted)
+
+
+@dataclass(frozen=True, slots=True)
+class RegionsRun:
+    """A whole simulation: the configuration, each region's totals, every window."""
+
+    rate: Rate
+    sync_interval: float
+    replication_lag: float
+    bound: int
+    regions: tuple[RegionRow, ...]
+    windows: tuple[WindowRow, ...]
+    rounds: int
+
+    def over(self, window: WindowRow) -> int:
+        """How far ``window`` went over the global limit (0 when within it)."""
+        return max(0, window.total - self.rate.limit)
+
+    @property
+    def worst(self) -> WindowRow | None:
+        """The window that went furthest over the limit (the first of equals), if any did."""
+        found = max(self.windows, key=self.over, default=None)
+        return found if found is not None and self.over(found) > 0 else None
+
+
+def run_regions(
+    region_rates: Mapping[str, Rate],
+    rate: Rate,
+    patterns: Mapping[str, Pattern],
+    *,
+    sync_interval: float,
+    replication_lag: float,
+    duration_s: float,
+) -> RegionsRun:
+    """Offer each region its pattern for ``duration_s`` seconds under the global ``rate``.
+
+    ``region_rates`` caps each region's admissions (as ``ReconciledBudget`` takes them);
+    ``patterns`` gives every region its traffic, whose loads are multiples of ``rate``.
+    """
+    if set(patterns) != set(region_rates):
+        raise ConfigurationError(
+            f"traffic is given for {sorted(patterns)}, but the regions are "
+            f"{sorted(region_rates)}: give every region a pattern"
+        )
+    duration_us = check_duration(duration_s)
+    names = tuple(region_rates)
+    # The run starts on a window edge of the global rate, so its windows are whole.
+    start_us = -(-START_US // rate.period_us) * rate.period_us
+    clock = ManualClock(start_us / 1_000_000)
+    stores = {name: MemoryRegionStore(clock=clock) for name in names}
+    budgets = {
+        name: ReconciledBudget(
+            name,
+            stores[name],
+            {peer: stores[peer] for peer in names if peer != name},
+            region_rates,
+            sync_interval=sync_interval,
+            replication_lag=replication_lag,
+        )
+        for name in names
+    }
+    interval_us = _us(sync_interval)
+    if interval_us < 1 or duration_us // interval_us > MAX_ROUNDS:
+        raise ConfigurationError(
+            f"sync interval {sync_interval!r} s gives more than {MAX_ROUNDS:,} rounds in "
+            f"{duration_s:g} s; lengthen the interval or shorten the duration"
+        )
+    lag_us = _us(replication_lag)
+    horizon = Horizon(start_us, duration_us, rate.limit, rate.period_us)
+    streams = {name: patterns[name].start(horizon) for name in names}
+    # (time, kind, seq, region index, client, cost); seq keeps equal times in order
+    queue: list[tuple[int, int, int, int, int, int]] = []
+    seq = 0
+    for index, name in enumerate(names):
+        for t, client, cost in streams[name].arrivals:
+            queue.append((t, _ARRIVAL, seq, index, client, cost))
+            seq += 1
+    # Each region's first round, spread over the first interval as regions that do not share
+    # a clock would be; each round books the region's next one.
+    for index in range(len(names)):
+        queue.append((start_us + interval_us * (index + 1) // len(names), _FETCH, seq, index, 0, 0))
+        seq += 1
+    heapq.heapify(queue)
+    rounds = 0
+    views: dict[tuple[int, int], PeerView] = {}
+    offered = dict.fromkeys(names, 0)
+    admitted = dict.fromkeys(names, 0)
+    windows: dict[int, list[int]] = {}
+    decided = 0
+    while queue:
+        t, kind, order, index, client, cost = heapq.heappop(queue)
+        if t >= horizon.end_us:
+            break
+        clock.advance_us(t - clock.now_us())
+        name = names[index]
+        if kind == _FETCH:
+            views[(t, index)] = budgets[name].fetch()
+            heapq.heappush(queue, (t + lag_us, _APPLY, order, index, t, 0))
+            heapq.heappush(queue, (t + interval_us, _FETCH, order, index, 0, 0))
+            if index == len(names) - 1:
+                rounds += 1
+            continue
+        if kind == _APPLY:
+            budgets[name].apply(views.pop((client, index)))
+            continue
+        decided += 1
+        if decided > MAX_ARRIVALS:
+            raise ConfigurationError(
+                f"more than {MAX_ARRIVALS:,} requests in {duration_s:g} s; "
+                "shorten the duration or lower the loads"
+            )
+        decision = budgets[name].hit(_KEY, rate, cost)
+        offered[name] += cost
+        if decision.allowed:
+            admitted[name] += cost
+            counts = windows.setdefault(t // rate.period_us, [0] * len(names))
+            counts[index] += cost
+        following = streams[name].after((t, client, cost), decision.allowed,
+                                        _us(decision.retry_after))  # fmt: skip
+        if following is not None:
+            heapq.heappush(queue, (following[0], _ARRIVAL, seq, index, *following[1:]))
+            seq += 1
+    first = start_us // rate.period_us
+    last = (horizon.end_us - 1) // rate.period_us
+    rows = tuple(
+        RegionRow(name, patterns[name].describe(), region_rates[name], offered[name],
+                  admitted[name], offered[name] - admitted[name])
+        for name in names
+    )  # fmt: skip
+    return RegionsRun(
+        rate=rate,
+        sync_interval=sync_interval,
+        replication_lag=replication_lag,
+        bound=budgets[names[0]].bound,
+        regions=rows,
+        windows=tuple(
+            WindowRow(
+                window * rate.period_us - start_us, tuple(windows.get(window, [0] * len(names)))
+            )
+            for window in range(first, last + 1)
+        ),
+        rounds=rounds,
+    )
+
+
+#: The most windows the table lists one by one; a longer run lists its worst ones.
+MAX_LISTED = 12
+
+
+def format_regions(run: RegionsRun) -> str:
+    """The run as text: each region's totals, the windows, and the overshoot against the bound."""
+    lines = [("region", "pattern", "region rate", "offered", "admitted", "denied")]
+    for row in run.regions:
+        lines.append((row.region, row.pattern, str(row.rate), str(row.offered),
+                      str(row.admitted), str(row.denied)))  # fmt: skip
+    out = [aligned(lines, left=2)]
+    listed = list(run.windows)
+    which = ""
+    if len(listed) > MAX_LISTED:
+        furthest = sorted(listed, key=run.over, reverse=True)[:MAX_LISTED]
+        listed = sorted(furthest, key=lambda window: window.start_us)
+        which = f", the {MAX_LISTED} furthest over the limit of {len(run.windows)}"
+    names = [row.region for row in run.regions]
+    table = [("window start", *names, "total", "over")]
+    for window in listed:
+        over = run.over(window)
+        start = f"{window.start_us / 1_000_000:g}s"
+        table.append(
+            (start, *map(str, window.admitted), str(window.total), f"+{over}" if over else "0")
+        )
+    out.append(f"\nwindows of {run.rate} (limit {run.rate.limit}){which}:\n")
+    out.append(aligned(table, left=1))
+    worst = run.worst
+    over_count = sum(1 for window in run.windows if run.over(window))
+    verdict = (
+        f"worst window +{run.over(worst)} over the limit, at {worst.start_us / 1_000_000:g}s"
+        if worst is not None
+        else "no window over the limit"
+    )
+    out.append(
+        f"\n{verdict}; {over_count} of {len(run.windows)} windows over; the stated bound is "
+        f"+{run.bound} a window (sync every {run.sync_interval:g}s, replication lag "
+        f"{run.replication_lag:g}s, {run.rounds} rounds)\n"
+    )
+    return "".join(out)
