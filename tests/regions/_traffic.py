@@ -1,16 +1,21 @@
 """Build three ReconciledBudgets (or AsyncReconciledBudgets) over the region fixtures and drive
-them on a manual clock."""
+them on a manual clock: on each region's Redis (RegionStores), or, for regions in this process,
+on each region's MemoryRegionStore, which its own budget and its peers' share."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ratewarden.clock import Clock
 from ratewarden.metrics import Metrics
 from ratewarden.rate import Rate
 from ratewarden.regions import AsyncReconciledBudget, ReconciledBudget
+from ratewarden.storage.memory import MemoryStore
+from ratewarden.storage.redis import RedisStore
 from ratewarden.storage.regions import AsyncRegionStore, RegionStore
+from tests._servers import STORE_TIMEOUT
 from tests.regions.conftest import Region
 
 
@@ -51,16 +56,28 @@ def build_fleet(
     retries: int | None = None,
 ) -> Fleet:
     """One ReconciledBudget per region: local store direct, peers' through their proxies,
-    under ``prefix``."""
+    under ``prefix``; in this process, each region's MemoryRegionStore as its own and as a
+    peer's."""
     metrics = OvershootRecorder()
+
+    def local(region: Region) -> Any:
+        if region.in_memory:
+            return region.memory_store(_clock(clock), prefix=prefix)
+        return RegionStore(region.local(), clock=clock, timeout=0.5, prefix=prefix)
+
+    def peer(region: Region) -> Any:
+        if region.in_memory:
+            return region.memory_store(_clock(clock), prefix=prefix)
+        return RegionStore(region.remote(link_timeout, retries=retries), prefix=prefix)
+
     budgets = {
         name: ReconciledBudget(
             name,
-            RegionStore(region.local(), clock=clock, timeout=0.5, prefix=prefix),
+            local(region),
             {
-                peer: RegionStore(other.remote(link_timeout, retries=retries), prefix=prefix)
-                for peer, other in regions.items()
-                if peer != name
+                other_name: peer(other)
+                for other_name, other in regions.items()
+                if other_name != name
             },
             region_rates,
             sync_interval=sync_interval,
@@ -84,7 +101,8 @@ class AsyncFleet:
         for budget in self.budgets.values():
             for store in (budget.local, *budget.peers.values()):
                 await store.aclose()
-                await store.client.aclose()
+                if isinstance(store, AsyncRegionStore):
+                    await store.client.aclose()
 
 
 def build_async_fleet(
@@ -99,16 +117,27 @@ def build_async_fleet(
     retries: int | None = None,
 ) -> AsyncFleet:
     """``build_fleet`` for asyncio: AsyncRegionStores on redis.asyncio clients, local direct,
-    peers' through their proxies, under ``prefix``."""
+    peers' through their proxies, under ``prefix``; in this process, AsyncMemoryRegionStores."""
     metrics = OvershootRecorder()
+
+    def local(region: Region) -> Any:
+        if region.in_memory:
+            return region.memory_store(_clock(clock), prefix=prefix, awaited=True)
+        return AsyncRegionStore(region.alocal(), clock=clock, timeout=0.5, prefix=prefix)
+
+    def peer(region: Region) -> Any:
+        if region.in_memory:
+            return region.memory_store(_clock(clock), prefix=prefix, awaited=True)
+        return AsyncRegionStore(region.aremote(link_timeout, retries=retries), prefix=prefix)
+
     budgets = {
         name: AsyncReconciledBudget(
             name,
-            AsyncRegionStore(region.alocal(), clock=clock, timeout=0.5, prefix=prefix),
+            local(region),
             {
-                peer: AsyncRegionStore(other.aremote(link_timeout, retries=retries), prefix=prefix)
-                for peer, other in regions.items()
-                if peer != name
+                other_name: peer(other)
+                for other_name, other in regions.items()
+                if other_name != name
             },
             region_rates,
             sync_interval=sync_interval,
@@ -118,3 +147,24 @@ def build_async_fleet(
         for name, region in regions.items()
     }
     return AsyncFleet(budgets, metrics)
+
+
+def _clock(clock: Clock | None) -> Clock:
+    """A region in this process has no Redis TIME: its windows need the test's clock."""
+    assert clock is not None, "regions in this process need a clock"
+    return clock
+
+
+def exchange_store(region: Region, clock: Clock, *, remote: bool = False) -> Any:
+    """A region's store for a DemandExchange: a RegionStore on its Redis (across its link
+    when ``remote``), or the region's MemoryRegionStore when it is in this process."""
+    if region.in_memory:
+        return region.memory_store(clock)
+    return RegionStore(region.remote() if remote else region.local())
+
+
+def quota_store(region: Region, clock: Clock) -> Any:
+    """The store of a region's RegionalQuota: a RedisStore on its Redis, or a MemoryStore."""
+    if region.in_memory:
+        return MemoryStore(clock=clock)
+    return RedisStore(region.local(), clock=clock, timeout=STORE_TIMEOUT)

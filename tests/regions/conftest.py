@@ -1,16 +1,18 @@
 """Three regions on loopback: three real redis-servers, each reachable from the others
 only through a latency-injecting TCP proxy (tests/faults/_proxy.py), the cross-region link;
-or three real 3-primary Redis Clusters, one per region (``any_regions``).
+or three real 3-primary Redis Clusters, one per region (``any_regions``); or three regions
+in this process, each a MemoryRegionStore (``memory_regions``, and
+``any_regions_or_memory`` for the three kinds).
 
 A Cluster region is reached directly, from its own region and from the others: a Cluster
 client follows the slot table to every primary, which one proxy cannot stand in for, so
-its links take no latency and no faults.
+its links take no latency and no faults. A region in this process has no link at all.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -20,6 +22,8 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from ratewarden.clock import Clock
+from ratewarden.storage.memory_regions import AsyncMemoryRegionStore, MemoryRegionStore
 from tests._servers import HOST, RedisCluster, RedisServer
 from tests.faults._proxy import Fault, FaultProxy
 
@@ -32,16 +36,33 @@ AsyncClient = Any  # the same from redis.asyncio
 
 @dataclass
 class Region:
-    """One region: its Redis (a server, or a Cluster), and the proxy other regions reach a
-    server through (None for a Cluster: see the module)."""
+    """One region: its Redis (a server, or a Cluster; None for a region in this process),
+    and the proxy other regions reach a server through (None for a Cluster: see the module)."""
 
     name: str
-    server: RedisServer | RedisCluster
+    server: RedisServer | RedisCluster | None
     link: FaultProxy | None = None
+    #: A region in this process: its stores, one per (prefix, twin), made on first use.
+    stores: dict[tuple[str, bool], Any] = field(default_factory=dict)
+
+    @property
+    def in_memory(self) -> bool:
+        """Whether the region is in this process (MemoryRegionStores), not on Redis."""
+        return self.server is None
+
+    def memory_store(self, clock: Clock, *, prefix: str = "rw", awaited: bool = False) -> Any:
+        """This in-process region's store, "its Redis": one object for every budget and
+        exchange of the test that asks with ``prefix``, its own and the other regions'. The
+        first caller's ``clock`` sets its windows; every later one must bring the same."""
+        assert self.in_memory, f"region {self.name} is on Redis"
+        kind = AsyncMemoryRegionStore if awaited else MemoryRegionStore
+        store = self.stores.setdefault((prefix, awaited), kind(clock=clock, prefix=prefix))
+        assert store.clock is clock, "one in-process region, one clock"
+        return store
 
     def local(self) -> Client:
         """A client in the region itself (no proxy)."""
-        return self.server.client()
+        return _server(self).client()
 
     def remote(self, timeout: float = 1.0, *, retries: int | None = None) -> Client:
         """A client in another region: every byte crosses the latency proxy. ``retries``:
@@ -49,26 +70,34 @@ class Region:
         options: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
         if retries is not None:
             options["retry"] = Retry(NoBackoff(), retries)
-        if isinstance(self.server, RedisCluster):
-            return redis.RedisCluster(host=HOST, port=self.server.nodes[0].port, **options)
+        server = _server(self)
+        if isinstance(server, RedisCluster):
+            return redis.RedisCluster(host=HOST, port=server.nodes[0].port, **options)
         assert self.link is not None
         return redis.Redis(host=HOST, port=self.link.port, **options)
 
     def alocal(self) -> AsyncClient:
         """``local`` for asyncio: a redis.asyncio client in the region itself."""
-        if isinstance(self.server, RedisCluster):
-            return aredis.RedisCluster(host=HOST, port=self.server.nodes[0].port)
-        return aredis.Redis(host=HOST, port=self.server.port)
+        server = _server(self)
+        if isinstance(server, RedisCluster):
+            return aredis.RedisCluster(host=HOST, port=server.nodes[0].port)
+        return aredis.Redis(host=HOST, port=server.port)
 
     def aremote(self, timeout: float = 1.0, *, retries: int | None = None) -> AsyncClient:
         """``remote`` for asyncio: a redis.asyncio client across the latency proxy."""
         options: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
         if retries is not None:
             options["retry"] = AsyncRetry(NoBackoff(), retries)
-        if isinstance(self.server, RedisCluster):
-            return aredis.RedisCluster(host=HOST, port=self.server.nodes[0].port, **options)
+        server = _server(self)
+        if isinstance(server, RedisCluster):
+            return aredis.RedisCluster(host=HOST, port=server.nodes[0].port, **options)
         assert self.link is not None
         return aredis.Redis(host=HOST, port=self.link.port, **options)
+
+
+def _server(region: Region) -> RedisServer | RedisCluster:
+    assert region.server is not None, f"region {region.name} is in this process"
+    return region.server
 
 
 def all_keys(client: Client, pattern: str = "*") -> list[bytes]:
@@ -137,6 +166,22 @@ def any_regions(request: pytest.FixtureRequest) -> dict[str, Region]:
     found: dict[str, Region] = request.getfixturevalue(
         "regions" if request.param == "standalone" else "cluster_regions"
     )
+    return found
+
+
+@pytest.fixture
+def memory_regions() -> dict[str, Region]:
+    """The three regions in this process: each a MemoryRegionStore (``Region.memory_store``),
+    no Redis and no links."""
+    return {name: Region(name, None) for name in REGIONS}
+
+
+@pytest.fixture(params=["standalone", pytest.param("cluster", marks=pytest.mark.cluster), "memory"])
+def any_regions_or_memory(request: pytest.FixtureRequest) -> dict[str, Region]:
+    """``any_regions``, then the three regions in this process (``memory_regions``): the
+    same test on servers, on Clusters and with no Redis at all."""
+    names = {"standalone": "regions", "cluster": "cluster_regions", "memory": "memory_regions"}
+    found: dict[str, Region] = request.getfixturevalue(names[request.param])
     return found
 
 

@@ -9,22 +9,19 @@ same error), the same overshoot reports, and the same state in each Redis.
 
 from __future__ import annotations
 
-import random
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 
-from ratewarden.decision import Decision
 from ratewarden.errors import StorageUnavailableError
 from ratewarden.rate import Rate
-from ratewarden.regions import AsyncReconciledBudget, PeerView, ReconciledBudget, SyncReport
+from ratewarden.regions import AsyncReconciledBudget, PeerView, ReconciledBudget
 from ratewarden.storage.regions import AsyncRegionStore, RegionStore
 from ratewarden.testing import ManualClock
 from tests.faults._proxy import Fault
 from tests.regions._traffic import build_async_fleet, build_fleet
-from tests.regions._twins import Step, build_twins
+from tests.regions._twins import build_twins, labels, random_steps
 from tests.regions.conftest import Region, all_keys, set_latency
 
 RATES = {
@@ -34,39 +31,6 @@ RATES = {
 }
 GLOBALS = (Rate.parse("40/minute"), Rate.parse("12/s"))
 START = 1_700_000_040.0  # a whole minute: the run starts at a window's start
-
-
-def _random_steps(seed: int, count: int, *, faults: bool = True) -> Iterator[Step]:
-    """A random mix of hits (some over a cap or a budget, some of cost 0 or past the limit),
-    clock steps, rounds (whole, or fetched now and applied later) and, with ``faults``, links
-    cut and healed."""
-    rng = random.Random(seed)
-    fetched: set[str] = set()
-    cut: set[str] = set()
-    for _ in range(count):
-        region = rng.choice(("us", "eu", "ap"))
-        roll = rng.random()
-        if cut and roll < 0.08:  # a cut link heals within a dozen steps or so
-            healed = rng.choice(sorted(cut))
-            cut.discard(healed)
-            yield ("heal", healed)
-        elif roll < 0.55:
-            cost = rng.choice((0, 1, 1, 1, 2, 3, 50))
-            yield ("hit", region, rng.choice(("t1", "t2", "t3")), rng.choice(GLOBALS), cost)
-        elif roll < 0.75:
-            yield ("advance", rng.choice((0.01, 0.05, 0.2, 0.5, 1.0, 1.5, 7.0)))
-        elif roll < 0.86:
-            yield ("sync", region)
-        elif roll < 0.97:
-            yield ("apply" if region in fetched else "fetch", region)
-            fetched ^= {region}
-        elif faults and region not in cut:
-            cut.add(region)
-            yield ("fault", region)
-    for region in sorted(fetched):
-        yield ("apply", region)
-    for region in sorted(cut):
-        yield ("heal", region)
 
 
 def _state(client: redis.Redis | redis.RedisCluster, prefix: str) -> dict[str, Any]:
@@ -100,17 +64,17 @@ async def test_random_sequences_give_identical_answers_and_state(
     )
     kinds: dict[str, int] = {}
     try:
-        for number, step in enumerate(_random_steps(seed, 400)):
+        for number, step in enumerate(random_steps(seed, 400, GLOBALS)):
             blocking, awaited = await twins.step(step)
             assert blocking == awaited, f"step {number}: {step}"
-            for label in _labels(step, blocking):
+            for label in labels(step, blocking):
                 kinds[label] = kinds.get(label, 0) + 1
-        assert twins.sync.metrics.reports == twins.awaited.metrics.reports
+        assert twins.first.metrics.reports == twins.second.metrics.reports
         for region in regions.values():
             with region.local() as client:
                 assert _state(client, "s") == _state(client, "a")
     finally:
-        await twins.awaited.aclose()
+        await twins.second.aclose()
     # The sequence reached what it is meant to compare: denials, failed peers, stale rounds.
     print(f"\n[regions] async twin, seed {seed}: {dict(sorted(kinds.items()))}")
     for label in ("allowed", "denied", "complete", "failed peer", "stale"):
@@ -131,48 +95,31 @@ async def test_random_sequences_on_a_cluster_per_region_give_identical_answers_a
     )
     kinds: dict[str, int] = {}
     try:
-        for number, step in enumerate(_random_steps(seed, 300, faults=False)):
+        for number, step in enumerate(random_steps(seed, 300, GLOBALS, faults=False)):
             blocking, awaited = await twins.step(step)
             assert blocking == awaited, f"step {number}: {step}"
-            for label in _labels(step, blocking):
+            for label in labels(step, blocking):
                 kinds[label] = kinds.get(label, 0) + 1
-        assert twins.sync.metrics.reports == twins.awaited.metrics.reports
+        assert twins.first.metrics.reports == twins.second.metrics.reports
         for region in cluster_regions.values():
             with region.local() as client:
                 state = _state(client, "s")
                 assert state == _state(client, "a") and state
     finally:
-        await twins.awaited.aclose()
+        await twins.second.aclose()
     print(f"\n[regions] async twin on Clusters, seed {seed}: {dict(sorted(kinds.items()))}")
     for label in ("allowed", "denied", "complete", "stale"):
         assert kinds.get(label, 0) > 0, label
 
 
-def _labels(step: Step, answer: tuple[str, Any]) -> Iterator[str]:
-    """What a step's answer shows, to count: an error's type, a denial, a round's kind."""
-    status, outcome = answer
-    if status != "ok":
-        yield status
-    elif isinstance(outcome, Decision):
-        yield "allowed" if outcome.allowed else "denied"
-    elif isinstance(outcome, SyncReport):
-        yield "complete" if outcome.complete else "incomplete"
-        if outcome.failed:
-            yield "failed peer"
-        if outcome.stale:
-            yield "stale"
-    else:
-        yield step[0]
-
-
 async def test_staggered_rounds_give_the_same_admissions_within_the_bound(
-    any_regions: dict[str, Region],
+    any_regions_or_memory: dict[str, Region],
 ) -> None:
     """The staggered schedule of test_reconcile (rounds a third of an interval apart, each
     applied ``lag`` after its read, every region over its cap) through both twins: the same
     Decision at every step, and the window's admissions within the bound; on a Cluster per
-    region as on one server."""
-    regions = any_regions
+    region as on one server, and in this process."""
+    regions = any_regions_or_memory
     set_latency(regions, 0.002)
     rates = {
         "us": Rate.parse("30/s", burst=1),
@@ -235,14 +182,14 @@ async def test_a_peer_down_leaves_both_twins_caps_as_they_were(regions: dict[str
         assert (blocking[1].complete, blocking[1].failed, blocking[1].keys) == (False, ("ap",), 1)
         member = f"{GLOBALS[0].limit}:{GLOBALS[0].period_us}:tenant-c"
         with regions["us"].local() as client:
-            for twin in (twins.sync, twins.awaited):
+            for twin in (twins.first, twins.second):
                 stored = client.hgetall(twin.budgets["us"]._hash_key(member))
                 assert stored.get(b"c:eu") == b"5" and b"cap" not in stored, stored
         regions["ap"].link.set_fault(Fault.NONE)
         blocking, awaited = await twins.step(("sync", "us"))
         assert blocking == awaited and blocking[1].complete
     finally:
-        await twins.awaited.aclose()
+        await twins.second.aclose()
 
 
 async def test_this_regions_redis_down_fails_both_twins_alike(regions: dict[str, Region]) -> None:

@@ -1,5 +1,6 @@
 """RegionalQuota: per-region allowances on three real redis-servers; never over the limit.
-The exchange's tests run on three real Redis Clusters, one per region, too (``any_regions``)."""
+The exchange's tests run on three real Redis Clusters, one per region, and on three regions in
+this process (MemoryRegionStores), too (``any_regions_or_memory``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ratewarden.storage.redis import RedisStore
 from ratewarden.storage.regions import RegionStore
 from ratewarden.testing import ManualClock
 from tests._servers import STORE_TIMEOUT
+from tests.regions._traffic import exchange_store, quota_store
 from tests.regions.conftest import Region, set_latency
 
 SHARES = {"us": 60, "eu": 30, "ap": 10}
@@ -21,9 +23,7 @@ GLOBAL = Rate.parse("100/minute")
 
 def _quotas(regions: dict[str, Region], clock: ManualClock) -> dict[str, RegionalQuota]:
     return {
-        name: RegionalQuota(
-            name, Limiter(RedisStore(r.local(), clock=clock, timeout=STORE_TIMEOUT)), SHARES
-        )
+        name: RegionalQuota(name, Limiter(quota_store(r, clock)), SHARES)
         for name, r in regions.items()
     }
 
@@ -50,12 +50,12 @@ def test_static_shares_waste_budget_when_traffic_shifts(regions: dict[str, Regio
 
 
 def test_traffic_shares_are_exchanged_across_the_links_and_agree(
-    any_regions: dict[str, Region],
+    any_regions_or_memory: dict[str, Region],
 ) -> None:
     """Each region publishes its demand; every region reads all three through the 20 ms
     links, rebalances to the same weights, and the new allowances sum to the limit.
     """
-    regions = any_regions
+    regions = any_regions_or_memory
     set_latency(regions, 0.010)
     clock = ManualClock(1_700_000_000)
     quotas = _quotas(regions, clock)
@@ -63,13 +63,12 @@ def test_traffic_shares_are_exchanged_across_the_links_and_agree(
         for _ in range(offers):
             quotas[name].hit("tenant", GLOBAL)
     for name, quota in quotas.items():
-        local = RegionStore(regions[name].local())
+        local = exchange_store(regions[name], clock)
         DemandExchange(name, {name: local}).publish(7, quota.take_demand())
     seen = []
     for name, quota in quotas.items():
         stores = {
-            peer: RegionStore(r.local() if peer == name else r.remote())
-            for peer, r in regions.items()
+            peer: exchange_store(r, clock, remote=peer != name) for peer, r in regions.items()
         }
         demand, missing = DemandExchange(name, stores).collect(7)
         assert missing == ()
@@ -81,10 +80,13 @@ def test_traffic_shares_are_exchanged_across_the_links_and_agree(
     assert sum(allowances.values()) == GLOBAL.limit
 
 
-def test_a_region_missing_from_the_exchange_is_reported(any_regions: dict[str, Region]) -> None:
+def test_a_region_missing_from_the_exchange_is_reported(
+    any_regions_or_memory: dict[str, Region],
+) -> None:
     """A region that published nothing for the interval counts as 0 and is named as missing."""
-    regions = any_regions
-    exchange = DemandExchange("us", {n: RegionStore(r.local()) for n, r in regions.items()})
+    regions = any_regions_or_memory
+    clock = ManualClock(1_700_000_000)
+    exchange = DemandExchange("us", {n: exchange_store(r, clock) for n, r in regions.items()})
     exchange.publish(3, 12)
     demand, missing = exchange.collect(3)
     assert demand == {"us": 12, "eu": 0, "ap": 0}
@@ -110,19 +112,19 @@ def test_bad_shares_are_refused(regions: dict[str, Region], shares: dict[str, in
 
 
 def test_rebalance_rounds_agree_one_interval_late_and_keep_shares_on_a_gap(
-    any_regions: dict[str, Region],
+    any_regions_or_memory: dict[str, Region],
 ) -> None:
     """Rounds at the start of each interval: shares follow the demand of two intervals back,
     identical in every region; the first round (nothing published yet) keeps the static shares.
     """
-    regions = any_regions
+    regions = any_regions_or_memory
     set_latency(regions, 0.005)
     clock = ManualClock(1_700_000_000)
     quotas = _quotas(regions, clock)
     exchanges = {
         name: DemandExchange(
             name,
-            {p: RegionStore(r.local() if p == name else r.remote()) for p, r in regions.items()},
+            {p: exchange_store(r, clock, remote=p != name) for p, r in regions.items()},
         )
         for name in regions
     }

@@ -1,5 +1,7 @@
 """ReconciledBudget across three real redis-servers, peers reached through latency proxies,
-and (the tests on ``any_regions``) across three real Redis Clusters, one per region.
+(the tests on ``any_regions``) across three real Redis Clusters, one per region, and (the
+tests on ``any_regions_or_memory``) across three regions in this process, each on its
+MemoryRegionStore.
 
 The exchange schedule and the windows follow a ManualClock where the algorithm
 allows (the first tests); the last test runs in bounded real time with sync
@@ -50,14 +52,14 @@ def _report(name: str, bound: int, total: int, limit: int, extra: str = "") -> i
 
 @pytest.mark.parametrize(("lag", "offered"), [(0.2, ("us", "eu", "ap")), (0.5, ("us", "ap"))])
 def test_staggered_rounds_with_lag_stay_within_the_bound(
-    any_regions: dict[str, Region], lag: float, offered: tuple[str, ...]
+    any_regions_or_memory: dict[str, Region], lag: float, offered: tuple[str, ...]
 ) -> None:
     """Rounds staggered across the interval, each applied ``lag`` after its read while
     traffic flows: the window's total admissions exceed the limit by at most the bound,
     and after a final quiet round every region's exported overshoot equals the measured one.
-    On a Cluster per region as on one server.
+    On a Cluster per region as on one server, and in this process.
     """
-    regions = any_regions
+    regions = any_regions_or_memory
     set_latency(regions, 0.002)
     clock = ManualClock(START)
     fleet = build_fleet(regions, RATES, sync_interval=1.0, replication_lag=lag, clock=clock)
@@ -98,9 +100,11 @@ def test_staggered_rounds_with_lag_stay_within_the_bound(
         assert fleet.metrics.reports[name][-1] == overshoot
 
 
-def test_an_idle_regions_share_flows_to_the_busy_one(any_regions: dict[str, Region]) -> None:
+def test_an_idle_regions_share_flows_to_the_busy_one(
+    any_regions_or_memory: dict[str, Region],
+) -> None:
     """Only us has traffic: after rounds it admits far past its static share (30/60 of 600)."""
-    regions = any_regions
+    regions = any_regions_or_memory
     clock = ManualClock(START)
     fleet = build_fleet(regions, RATES, sync_interval=1.0, replication_lag=0.1, clock=clock)
     us = fleet.budgets["us"]
@@ -141,10 +145,12 @@ def test_a_round_with_an_unreachable_peer_does_not_grow_the_budget(
 
 
 def test_a_view_older_than_the_lag_merges_counts_but_keeps_the_cap(
-    any_regions: dict[str, Region],
+    any_regions_or_memory: dict[str, Region],
 ) -> None:
-    """Applied after more than replication_lag, a round is stale: caps are not recomputed."""
-    regions = any_regions
+    """Applied after more than replication_lag, a round is stale: the peers' counts are
+    merged, but caps are not recomputed (us's next hit is still judged by its static share,
+    300 of 600, not by the 299 a fresh round would have left it)."""
+    regions = any_regions_or_memory
     clock = ManualClock(START)
     fleet = build_fleet(regions, RATES, sync_interval=1.0, replication_lag=0.1, clock=clock)
     eu, us = fleet.budgets["eu"], fleet.budgets["us"]
@@ -154,9 +160,13 @@ def test_a_view_older_than_the_lag_merges_counts_but_keeps_the_cap(
     clock.advance(0.2)
     report = us.apply(view)
     assert (report.complete, report.stale, report.keys) == (False, True, 1)
-    key = us._hash_key(f"{GLOBAL.limit}:{GLOBAL.period_us}:tenant-d")
-    stored = regions["us"].local().hgetall(key)
-    assert stored[b"c:eu"] == b"1" and b"cap" not in stored
+    member = f"{GLOBAL.limit}:{GLOBAL.period_us}:tenant-d"
+    window = clock.now_us() // GLOBAL.period_us
+    assert us.local.read_counts([member]) == [[(window, "eu", 1)]]
+    assert us.hit("tenant-d", GLOBAL).remaining == us.default_cap(GLOBAL) - 1 == 299
+    if not regions["us"].in_memory:
+        stored = regions["us"].local().hgetall(us._hash_key(member))
+        assert stored[b"c:eu"] == b"1" and b"cap" not in stored
 
 
 def test_windows_follow_redis_time_without_a_clock(any_regions: dict[str, Region]) -> None:
