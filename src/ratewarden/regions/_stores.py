@@ -70,7 +70,7 @@ def check_stores(
         prefixes.add(getattr(store, "prefix", None))
         kept.setdefault(str(getattr(store, "kept", "elsewhere")), []).append(region)
     if len(kept) > 1:
-        places = " and ".join(f"{regions} {place}" for place, regions in sorted(kept.items()))
+        places = " and ".join(f"{sorted(names)} {place}" for place, names in sorted(kept.items()))
         raise ConfigurationError(
             f"{caller}: the regions' stores keep their counts {places}; a store cannot read "
             f"another's across the two: give every region {named_as(on_redis)} (on Redis) "
