@@ -16,9 +16,11 @@ blocking: ``AsyncRegionalQuota`` (with ``AsyncDemandExchange``),
 ``AsyncHomeRegion``.
 
 Nothing here opens a connection: each strategy decides through a ``Limiter``
-(``AsyncLimiter``) and talks to Redis only through the stores its caller gives
-it (a ``ratewarden.storage.regions.RegionStore`` per region for the exchanges,
-an ``AsyncRegionStore`` for the asyncio twins).
+(``AsyncLimiter``) and reaches each region's state only through the stores its
+caller gives it (a ``ratewarden.storage.regions.RegionStore`` per region for the
+exchanges, an ``AsyncRegionStore`` for the asyncio twins; or, with no Redis, a
+``ratewarden.storage.memory_regions.MemoryRegionStore`` per region, all in one
+process, and ``AsyncMemoryRegionStore``).
 ``python -m ratewarden.regions bound ...`` prints the bound for a configuration.
 See docs/regions.md.
 """

@@ -15,10 +15,12 @@ to identical replies): the same keys and Ops (``RegionPlan``, ``_region_plan.py`
 budget's script run by its pure twin (``_region_budget.run``) under the lock, and the
 exchange's active sets and demand counts kept as Redis keeps them. All of a region's
 state is one ``MemoryStore`` (``table``): the rate caps (``hit``, under
-``<prefix>:region-rate``), the window hashes, the active sets and the demand counts,
-each expiring as on Redis. Windows follow ``clock`` (the system clock by default); a
-hash expires one period past its window's end (Redis, with an injected clock, keeps it
-a day at least; a hash of a window gone by counts for nothing either way).
+``<prefix>:region-rate``), the window hashes, the active sets and the demand counts.
+Windows and expiry follow ``clock`` (the system clock by default): a window hash
+expires one period past its window's end, an active set once its last member's time
+has passed, demand counts an hour after their last write. Redis counts its TTLs in its
+own time, and with an injected clock keeps a hash and an active set a day at least;
+what has expired counts for nothing in a merge or a read either way (docs/regions.md).
 
 ``AsyncMemoryRegionStore`` is its asyncio twin for ``AsyncReconciledBudget`` and
 ``AsyncDemandExchange``: ``MemoryRegionStore``'s methods, awaited (``aclose`` for

@@ -1,8 +1,9 @@
 -- region_budget.lua: a ReconciledBudget's window hash on its region's own Redis: admit
 -- against the region's budget (hit), or merge the peers' counts and recompute it (merge).
 -- Mirrors ratewarden.regions.ReconciledBudget (hit: admit iff own + cost <= cap; merge:
--- GCounter.merge of the entries of one window, max per region, then the cap). There is no
--- in-process twin: a reconciled budget runs on Redis only (ratewarden.storage.regions).
+-- GCounter.merge of the entries of one window, max per region, then the cap). Its pure twin
+-- is ratewarden.storage._region_budget.run (the same ARGV and reply), which the memory stores
+-- (MemoryRegionStore) run under their lock.
 -- KEYS[1]     the hash of one (key, global rate):
 --               w           the window number (now // period) the counts belong to
 --               c:<region>  that region's admitted count in the window (a G-counter entry)
