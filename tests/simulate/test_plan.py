@@ -7,6 +7,7 @@ import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import redis
@@ -16,10 +17,13 @@ from ratewarden.cli import main
 from ratewarden.errors import ConfigurationError, StorageUnavailableError
 from ratewarden.plan import PlanInput, Region, format_plan, plan
 from ratewarden.rate import Rate
+from ratewarden.regions import overshoot_bound
 from ratewarden.storage import measure as measuring
 from ratewarden.storage.measure import Measured, measure, state_keys
 from ratewarden.storage.redis import RedisStore
 from tests._servers import RedisCluster, RedisServer, free_port
+
+CAPACITY_MD = Path(__file__).resolve().parents[2] / "docs" / "capacity.md"
 
 WORKED = ["plan", "--rps", "30000", "--local-reject", "10%", "--global-share", "60%",
           "--descriptors", "1.5", "--keys", "5000000", "--key-bytes", "100",
@@ -73,24 +77,115 @@ def test_replicas_multiply_memory() -> None:
 
 
 def test_over_admission_bounds_for_failover_leases_and_regions() -> None:
-    """B + r x lag; instances x (k - 1); the sum of region rates x (sync + lag)."""
+    """B + r x lag; instances x (k - 1); the sum over regions of burst + ceil(rate x (sync +
+    lag)): 1 + ceil(6 x 1.07) + 1 + ceil(3 x 1.07) + 1 + ceil(1 x 1.07) = 8 + 5 + 3."""
     limit = Rate.parse("600/minute", burst=50)
+    regions = {
+        name: Rate.parse(text, burst=1)
+        for name, text in (("eu", "360/minute"), ("us", "180/minute"), ("ap", "1/s"))
+    }
     result = plan(PlanInput(
         rps=1, limit=limit, replication_lag_ms=200, instances=40, lease=10,
-        regions=(Region("eu", 6.0), Region("us", 3.0), Region("ap", 1.0)),
+        regions=tuple(Region(name, rate) for name, rate in regions.items()),
         sync_interval_ms=1_000, region_lag_ms=70,
     ))  # fmt: skip
     assert result.over_admission["failover"] == pytest.approx(50 + 10 * 0.2)
     assert result.over_admission["leases"] == 40 * 9
-    assert result.over_admission["regions"] == pytest.approx(10 * 1.07)
+    assert result.over_admission["regions"] == 16 == overshoot_bound(regions, 1, 0.07)
 
 
 def test_regions_default_to_each_at_the_full_limit(capsys: pytest.CaptureFixture[str]) -> None:
-    """--regions 3 at 60/minute with a 1 s sync: 3 x 1/s x 1 s = 3 requests."""
+    """--regions 3 at 60/minute with a 1 s sync, no --burst: each region's burst is the limit's
+    capacity, 60, so 3 x (60 + ceil(1/s x 1 s)) = 183 requests."""
     code = main(["plan", "--rps", "100", "--limit", "60/minute", "--regions", "3",
                  "--sync-interval-ms", "1000"])  # fmt: skip
     assert code == 0
-    assert re.search(r"regions +3 requests", capsys.readouterr().out)
+    assert re.search(r"regions +183 requests .*: 3 x \(60 \+ 1\)$", capsys.readouterr().out, re.M)
+
+
+def _regions_line(out: str) -> int:
+    """The number on the plan's ``regions`` line."""
+    found = re.search(r"^  regions +([0-9,]+) requests ", out, re.M)
+    assert found, out
+    return int(found[1].replace(",", ""))
+
+
+def _same(rate: str, burst: int | None, names: str = "abc") -> dict[str, Rate]:
+    return {name: Rate.parse(rate, burst) for name in names}
+
+
+@pytest.mark.parametrize(
+    ("argv", "rates", "sync_interval", "lag", "expected"),
+    [
+        # The walk-through: 3 x (50 + 10), as python -m ratewarden.regions bound prints.
+        (["--regions", "3", "--limit", "600/minute", "--burst", "50",
+          "--sync-interval-ms", "1000"], _same("600/minute", 50), 1, 0, 180),
+        # No --burst: each region's burst is the Rate default, the limit (600 + 10 each).
+        (["--regions", "3", "--limit", "600/minute", "--sync-interval-ms", "1000"],
+         _same("600/minute", None), 1, 0, 1_830),
+        # 100/minute x 0.32 s = 0.53 requests: the ceiling makes it 1 per region.
+        (["--regions", "2", "--limit", "100/minute", "--burst", "5", "--sync-interval-ms", "250",
+          "--region-lag-ms", "70"], _same("100/minute", 5, "ab"), 0.25, 0.07, 12),
+        # docs/capacity.md's example: 1 + 7, 1 + 4, 1 + 2; --burst is the limit's, not theirs.
+        (["--burst", "50", "--region-rate", "eu=360/minute:1", "--region-rate",
+          "us=180/minute:1", "--region-rate", "ap=60/minute:1", "--sync-interval-ms", "1000",
+          "--region-lag-ms", "70"],
+         {"eu": Rate.parse("360/minute", 1), "us": Rate.parse("180/minute", 1),
+          "ap": Rate.parse("60/minute", 1)}, 1, 0.07, 16),
+        # The same regions with no :BURST: each region's limit is its burst (367 + 184 + 62).
+        (["--region-rate", "eu=360/minute", "--region-rate", "us=180/minute", "--region-rate",
+          "ap=60/minute", "--sync-interval-ms", "1000", "--region-lag-ms", "70"],
+         {"eu": Rate.parse("360/minute"), "us": Rate.parse("180/minute"),
+          "ap": Rate.parse("60/minute")}, 1, 0.07, 613),
+        # Fractional rates: 7/minute x 1.53 s = 0.18 -> 1, 1/hour x 1.53 s -> 1.
+        (["--region-rate", "eu=7/minute:2", "--region-rate", "us=1/hour", "--sync-interval-ms",
+          "1500", "--region-lag-ms", "30"],
+         {"eu": Rate.parse("7/minute", 2), "us": Rate.parse("1/hour")}, 1.5, 0.03, 5),
+    ],
+)  # fmt: skip
+def test_the_regions_bound_is_the_librarys_overshoot_bound(
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    rates: dict[str, Rate],
+    sync_interval: float,
+    lag: float,
+    expected: int,
+) -> None:
+    """The plan's regions line is ratewarden.regions.overshoot_bound of the same region caps:
+    each region's burst plus its rate times the staleness, rounded up, per region."""
+    assert main(["plan", "--rps", "100", *argv]) == 0
+    assert _regions_line(capsys.readouterr().out) == overshoot_bound(rates, sync_interval, lag)
+    assert overshoot_bound(rates, sync_interval, lag) == expected
+
+
+@pytest.mark.parametrize("measuring", [False, True], ids=["plain", "before --measure"])
+def test_a_region_rate_given_twice_is_refused(
+    capsys: pytest.CaptureFixture[str], measuring: bool
+) -> None:
+    """--region-rate eu=... twice exits 2 with one line naming the flag and the region, prints
+    no plan, and is refused before --measure would reach a server (exit 1 there: none listens)."""
+    argv = ["plan", "--rps", "10", "--region-rate", "eu=10/s", "--region-rate", "us=5/s",
+            "--region-rate", "eu=20/s", "--sync-interval-ms", "1000"]  # fmt: skip
+    if measuring:
+        argv += ["--measure", f"redis://127.0.0.1:{free_port()}/0"]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1
+    assert "--region-rate" in err
+    assert "'eu'" in err
+
+
+def test_the_capacity_example_prints_its_over_admission_lines(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """docs/capacity.md's over-admission example shows what the command prints."""
+    text = CAPACITY_MD.read_text(encoding="utf-8")
+    block = re.search(r"```console\n\$ (ratewarden plan [^`]*?)\n\.\.\.\n([^`]*)```", text)
+    assert block, "docs/capacity.md has no over-admission example"
+    argv = block[1].replace("\\\n", " ").split()[1:]
+    assert main(argv) == 0
+    assert block[2] in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -103,7 +198,18 @@ def test_regions_default_to_each_at_the_full_limit(capsys: pytest.CaptureFixture
         ({"algorithm": "moving_window"}, "unknown algorithm"),
         ({"keys": 0}, "keys 0 must be a whole number >= 1"),
         ({"instances": 4}, "leases need both"),
-        ({"regions": (Region("eu", 1.0),)}, "regions need sync_interval_ms"),
+        ({"regions": (Region("eu", Rate.parse("1/s")),)}, "regions need sync_interval_ms"),
+        (
+            {
+                "regions": (Region("eu", Rate.parse("1/s")), Region("eu", Rate.parse("2/s"))),
+                "sync_interval_ms": 1_000,
+            },
+            "regions name 'eu' twice",
+        ),
+        (
+            {"regions": (Region("e:u", Rate.parse("1/s")),), "sync_interval_ms": 1_000},
+            "region name 'e:u'",
+        ),
         ({"max_utilization": 0}, "max_utilization 0 must be a share above 0 to at most 1"),
     ],
 )
@@ -129,7 +235,8 @@ def test_bad_inputs_are_configuration_errors(kwargs: dict[str, object], message:
         (["--rps", "10", "--max-utilization", "0"], "--max-utilization '0' leaves nothing"),
         (["--rps", "10", "--max-utilization", "0%"], "--max-utilization '0%' leaves nothing"),
         (["--rps", "10", "--regions", "2", "--region-rate", "eu=1/s"], "not allowed with"),
-        (["--rps", "10", "--region-rate", "eu"], "must look like eu=600/minute"),
+        (["--rps", "10", "--region-rate", "eu"], "--region-rate 'eu' must be NAME=RATE"),
+        (["--rps", "10", "--region-rate", "eu=1/s:x"], "--region-rate 'eu=1/s:x': burst 'x'"),
         (["--rps", "10", "--key-bytes", "9", "--measure", "redis://x"], "not both"),
         (["--rps", "10", "--measure", "nosuch://host"], "ratewarden plan: error:"),
     ],

@@ -17,7 +17,8 @@ and the over-admission each distributed setting allows on one key:
 
     failover    <= capacity + rate x replication_lag  (counters rewind by the lag)
     leases      <= instances x (lease - 1)            (ratewarden.tiers' cap per balance)
-    regions     <= sum over regions of rate_r x (sync_interval + region_lag)
+    regions     <= sum_r (burst_r + ceil(rate_r x (sync_interval + region_lag)))
+                   (ratewarden.regions.overshoot_bound: the bound ReconciledBudget keeps to)
 
 ``ratewarden.storage.measure.measure`` runs real decisions on a Redis server and
 reads ``MEMORY USAGE`` per key and the server time per script call from ``INFO

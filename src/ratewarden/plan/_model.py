@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from ratewarden import algorithms
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
+from ratewarden.regions import overshoot_bound
 
 __all__ = [
     "DEFAULT_BYTES_PER_CALL",
@@ -29,10 +30,18 @@ DEFAULT_MAX_UTILIZATION = 0.5
 
 @dataclass(frozen=True, slots=True)
 class Region:
-    """One region's peak admitted rate for a key, in requests per second."""
+    """One region's rate cap on a key, its burst included, as ``ReconciledBudget`` takes it in
+    ``region_rates``."""
 
     name: str
-    per_second: float
+    rate: Rate
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.rate, Rate):
+            raise ConfigurationError(
+                f"region {self.name!r}: rate {self.rate!r} must be a Rate, "
+                "such as Rate.parse('10/second', burst=1)"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +97,13 @@ class PlanInput:
             raise ConfigurationError("leases need both instances and lease (units per lease)")
         if self.regions and self.sync_interval_ms is None:
             raise ConfigurationError("regions need sync_interval_ms (how often counts exchange)")
+        names = [region.name for region in self.regions]
+        twice = [name for name in names if names.count(name) > 1]
+        if twice:
+            raise ConfigurationError(f"regions name {twice[0]!r} twice: give each region once")
+        if self.regions and self.sync_interval_ms is not None:
+            # The library's checks of each region's name and rate, here on construction.
+            _regions_bound(self.regions, self.sync_interval_ms, self.region_lag_ms)
 
 
 def _positive(name: str, value: object, zero_ok: bool = False) -> None:
@@ -323,18 +339,30 @@ def _over_admission(p: PlanInput, rows: list[Row]) -> dict[str, float]:
             )
         )
     if p.regions and p.sync_interval_ms is not None:
-        window_s = (p.sync_interval_ms + p.region_lag_ms) / 1000
-        bounds["regions"] = sum(region.per_second for region in p.regions) * window_s
-        terms = " + ".join(f"{r.per_second:.3g}/s" for r in p.regions)
-        rows.append(
-            Row(
-                section,
-                "regions",
-                f"{_n(bounds['regions'])} {unit}",
-                f"({terms}) x ({p.sync_interval_ms:g} + {p.region_lag_ms:g}) ms",
-            )
-        )
+        bounds["regions"] = _regions_bound(p.regions, p.sync_interval_ms, p.region_lag_ms)
+        rows.append(_regions_row(p, p.sync_interval_ms, bounds["regions"], section))
     return bounds
+
+
+def _regions_bound(regions: tuple[Region, ...], sync_interval_ms: float, lag_ms: float) -> int:
+    """``ratewarden.regions.overshoot_bound`` of ``regions``, the plan's milliseconds in seconds."""
+    rates = {region.name: region.rate for region in regions}
+    return overshoot_bound(rates, sync_interval_ms / 1000, lag_ms / 1000)
+
+
+def _regions_row(p: PlanInput, sync_interval_ms: float, total: float, section: str) -> Row:
+    """The bound, with each region's burst and its admissions in the staleness (``N x (burst +
+    admissions)`` when every region has the same)."""
+    terms = []
+    for region in p.regions:
+        stale = _regions_bound((region,), sync_interval_ms, p.region_lag_ms) - region.rate.capacity
+        terms.append((region.name, f"{region.rate.capacity} + {stale}"))
+    how = f"burst + ceil(rate x ({sync_interval_ms:g} + {p.region_lag_ms:g}) ms) per region: "
+    if len(terms) > 1 and len({term for _, term in terms}) == 1:
+        how += f"{len(terms)} x ({terms[0][1]})"
+    else:
+        how += ", ".join(f"{name} {term}" for name, term in terms)
+    return Row(section, "regions", f"{_n(total)} requests", how)
 
 
 def plan(p: PlanInput) -> Plan:

@@ -32,6 +32,7 @@ from ratewarden.plan._model import (
     plan,
 )
 from ratewarden.rate import Rate
+from ratewarden.regions import parse_region_rate
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -119,12 +120,12 @@ def _share(flag: str, above_zero: bool = False) -> argparse._ActionType:
     return convert
 
 
-def _named(flag: str) -> argparse._ActionType:
-    def convert(raw: str) -> tuple[str, str]:
-        name, eq, rate = raw.partition("=")
-        if not eq or not name.strip() or not rate.strip():
-            raise argparse.ArgumentTypeError(f"{flag} {raw!r} must look like eu=600/minute")
-        return name.strip(), rate.strip()
+def _region(flag: str) -> argparse._ActionType:
+    def convert(raw: str) -> tuple[str, Rate]:
+        try:
+            return parse_region_rate(raw, flag)
+        except ConfigurationError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
     return convert
 
@@ -146,7 +147,8 @@ _FLAGS: dict[str, tuple[_Kind | None, object, str, str]] = {
                     f"{', '.join(sorted(algorithms.ALGORITHMS))} [default: gcra]"),
     "--limit": (None, "100/minute", "RATE", "a typical key's limit, for --measure and the "
                 "over-admission bounds [default: 100/minute]"),
-    "--burst": (_whole, None, "N", "that limit's burst (bucket algorithms)"),
+    "--burst": (_whole, None, "N", "that limit's burst (bucket algorithms; each region's "
+                "with --regions) [default: the limit]"),
     "--key-bytes": (_number, None, "B",
                     "Redis memory per key, key name and overhead included (see --measure)"),
     "--measure": (None, None, "URL", "measure --key-bytes on this Redis (redis://...)"),
@@ -167,10 +169,11 @@ _FLAGS: dict[str, tuple[_Kind | None, object, str, str]] = {
     "--replication-lag-ms": (_ZERO_OK, None, "MS", "replication lag: what a failover may rewind"),
     "--instances": (_whole, None, "N", "gateways holding leases"),
     "--lease": (_whole, None, "K", "units per lease"),
-    "--regions": (_whole, None, "N",
-                  "regions reconciling asynchronously, each at up to the full limit"),
-    "--region-rate": (_named, None, "NAME=RATE",
-                      "one region's peak rate on the key (repeatable), e.g. eu=600/minute"),
+    "--regions": (_whole, None, "N", "regions reconciling asynchronously, each capped at "
+                  "--limit with --burst"),
+    "--region-rate": (_region, None, "NAME=RATE[:BURST]",
+                      "one region's rate cap on the key, e.g. eu=600/minute:10 (repeatable, each "
+                      "region once; the burst defaults to the rate's limit, as Rate's does)"),
     "--sync-interval-ms": (_number, None, "MS", "how often regions exchange counts"),
     "--region-lag-ms": (_ZERO_OK, 0.0, "MS",
                         "delay before a region sees another's counts [default: 0]"),
@@ -214,25 +217,30 @@ _PLAN_FIELDS = frozenset(field.name for field in dataclasses.fields(PlanInput))
 
 
 def _regions(args: argparse.Namespace, limit: Rate) -> tuple[Region, ...]:
-    full = limit.limit * 1_000_000 / limit.period_us
+    """``--regions N`` at ``limit`` (its burst ``--burst``), or each ``--region-rate`` once."""
     if args.regions:
-        return tuple(Region(f"region {i + 1}", full) for i in range(args.regions))
-    found = []
-    for name, text in args.region_rate or ():
-        rate = _rate("--region-rate", text)
-        found.append(Region(name, rate.limit * 1_000_000 / rate.period_us))
-    return tuple(found)
+        return tuple(Region(f"region {i + 1}", limit) for i in range(args.regions))
+    pairs: list[tuple[str, Rate]] = args.region_rate or []
+    names = [name for name, _ in pairs]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigurationError(
+                f"each --region-rate NAME may be given once; {name!r} is given {names.count(name)} "
+                "times"
+            )
+    return tuple(Region(name, rate) for name, rate in pairs)
 
 
-def _inputs(args: argparse.Namespace, measured: Measured | None) -> PlanInput:
-    limit = _rate("--limit", args.limit, args.burst)
+def _inputs(
+    args: argparse.Namespace, limit: Rate, regions: tuple[Region, ...], measured: Measured | None
+) -> PlanInput:
     flags = {name: value for name, value in vars(args).items() if name in _PLAN_FIELDS}
     return PlanInput(
         **{
             **flags,
             "limit": limit,
             "key_bytes": measured.key_bytes if measured else args.key_bytes,
-            "regions": _regions(args, limit),
+            "regions": regions,
         }
     )
 
@@ -266,10 +274,11 @@ def main(args: argparse.Namespace, measure: Measure) -> int:
             )
         algorithms.get(args.algorithm)
         limit = _rate("--limit", args.limit, args.burst)
+        regions = _regions(args, limit)  # refused before --measure writes to a server
         measured = None
         if args.measure:
             measured = measure(args.measure, args.algorithm, limit, args.key_length)
-        result = plan(_inputs(args, measured[1] if measured else None))
+        result = plan(_inputs(args, limit, regions, measured[1] if measured else None))
     except ConfigurationError as exc:
         print(f"ratewarden plan: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
