@@ -59,6 +59,7 @@ from ratewarden.limiter._settings import (
     algorithm_name,
     balance_ttl_us,
     check_failure_mode,
+    check_store,
     from_lease,
 )
 from ratewarden.metrics import NO_METRICS, LogRateLimiter, Metrics
@@ -100,6 +101,8 @@ class DecisionCore(Leasing, Operations):
 
     #: The store made when none is given: ``MemoryStore`` or ``AsyncMemoryStore``.
     memory_store: ClassVar[Callable[..., Any]]
+    #: Whether the store's calls are awaited: the store given must be of that twin.
+    awaited: ClassVar[bool]
 
     def __init__(
         self,
@@ -128,6 +131,8 @@ class DecisionCore(Leasing, Operations):
             raise ConfigurationError(f"on_decision {on_decision!r} must be callable")
         if breaker is not None and not isinstance(breaker, CircuitBreaker):
             raise ConfigurationError(f"breaker {breaker!r} must be a CircuitBreaker")
+        if store is not None:
+            check_store(type(self).__name__, store, awaited=type(self).awaited)
         found = store if store is not None else type(self).memory_store(clock=clock)
         #: The store the driver calls (a ``Store``, or an ``AsyncStore`` for ``AsyncLimiter``).
         self.store: Any = found

@@ -113,6 +113,7 @@ class Limiter(DecisionCore):
     """
 
     memory_store = MemoryStore
+    awaited = False
     store: Store
 
     def run(self, flow: Flow[T]) -> T:
@@ -175,6 +176,7 @@ class AsyncLimiter(DecisionCore):
     """The asyncio twin of ``Limiter`` over an ``AsyncStore``; the same options."""
 
     memory_store = AsyncMemoryStore
+    awaited = True
     store: AsyncStore
 
     async def run(self, flow: Flow[T]) -> T:

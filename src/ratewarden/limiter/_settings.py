@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -21,6 +22,7 @@ __all__ = [
     "Pending",
     "algorithm_name",
     "check_failure_mode",
+    "check_store",
     "check_timeout",
     "from_lease",
     "balance_ttl_us",
@@ -47,6 +49,37 @@ def check_failure_mode(failure_mode: object, *, none_ok: bool = False) -> str | 
             f"failure_mode {failure_mode!r} must be one of {', '.join(FAILURE_MODES)}"
         )
     return str(failure_mode)
+
+
+def check_store(owner: str, store: object, *, awaited: bool) -> None:
+    """Refuse, at construction, a ``store`` that is none, or of the other twin: a blocking
+    limiter over an asyncio store (its ``hit`` a coroutine function) would get coroutines for
+    decisions (each one true, so ``if limiter.hit(...)`` would admit everything), and an
+    asyncio limiter over one of ratewarden's blocking stores fails at the first call. A
+    store of the caller's whose plain ``hit`` returns awaitables (a wrapper) is taken by the
+    asyncio twin. The store is named by its type only: a URL given by mistake may hold a
+    password."""
+    hit = getattr(store, "hit", None)
+    name = type(store).__name__
+    kind = f"{'an' if name[:1] in 'AEIOU' else 'a'} {name}"
+    if not callable(hit):
+        raise ConfigurationError(
+            f"{owner}: store is {kind}, not a store (it has no hit); give a MemoryStore, "
+            "RedisStore.from_url(url), or another store of ratewarden.storage"
+        )
+    if inspect.iscoroutinefunction(hit) == awaited:
+        return
+    if awaited:
+        if not type(store).__module__.startswith("ratewarden."):
+            return  # a wrapper of the caller's may hand on an asyncio store's awaitables
+        raise ConfigurationError(
+            f"{owner}: store is {kind}, a blocking store; the asyncio twin needs an asyncio "
+            "store (AsyncMemoryStore, AsyncRedisStore, ...), or use the blocking twin"
+        )
+    raise ConfigurationError(
+        f"{owner}: store is {kind}, an asyncio store; the blocking twin needs a blocking "
+        "store (MemoryStore, RedisStore, ...), or use the asyncio twin"
+    )
 
 
 class Pending(NamedTuple):
