@@ -62,6 +62,8 @@ def test_random_outside_unit_interval_is_clamped() -> None:
         ({"hint_jitter": float("nan")}, "hint_jitter=nan"),
         ({"statuses": {429, 700}}, "700"),
         ({"methods": "GET"}, "not one string"),
+        ({"statuses": "429"}, "statuses='429': pass a set of HTTP statuses"),
+        ({"statuses": 429}, "statuses=429: pass a set of HTTP statuses"),
         ({"methods": {"GET", "G T"}}, "'G T'"),
     ],
 )

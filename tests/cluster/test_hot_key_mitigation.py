@@ -206,6 +206,17 @@ def test_bad_mitigations_are_refused(
         HotKeyLimiter(store, build(store))  # type: ignore[arg-type]
 
 
+def test_hot_keys_given_as_one_string_are_refused(cluster_client: redis.RedisCluster) -> None:
+    """``hot_keys="tenant:big"`` would be read as its characters and leave the key itself
+    unmitigated: it is refused, and a list of that key is taken."""
+    store, _ = store_on(cluster_client)
+    with pytest.raises(ConfigurationError, match="hot_keys='tenant:big': pass a set of keys"):
+        HotKeyLimiter(store, CellLimiter(store, 3), hot_keys="tenant:big")
+    assert HotKeyLimiter(store, CellLimiter(store, 3), hot_keys=["tenant:big"]).hot_keys == {
+        "tenant:big"
+    }
+
+
 def test_each_rate_set_of_a_detected_key_carries_its_own_usage(
     cluster_client: redis.RedisCluster,
 ) -> None:

@@ -126,3 +126,22 @@ def test_cli_refuses_bad_input(args: list[str], capsys: pytest.CaptureFixture[st
     """Bad regions, rates, duplicates or intervals exit 2 with the reason on stderr."""
     assert main(args) == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+@pytest.mark.parametrize(
+    ("region", "words"),
+    [
+        ("us=100/s:0", "--region 'us=100/s:0': burst '0' must be a whole number >= 1"),
+        ("us=100/s:-1", "--region 'us=100/s:-1': burst '-1' must be a whole number >= 1"),
+        ("us=100/s:x", "--region 'us=100/s:x': burst 'x' must be a whole number >= 1"),
+        ("us=ten/s", "--region 'us=ten/s': "),
+        ("u:s=1/s", "--region 'u:s=1/s': region name 'u:s'"),
+    ],
+)
+def test_cli_names_the_region_flag_and_text(
+    region: str, words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every refused --region names the flag and the text it was given, on one line."""
+    assert main(["bound", "--region", region, "--sync-interval", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {words}") and err.count("\n") == 1

@@ -89,6 +89,11 @@ class RetryPolicy:
 
 
 def _statuses(values: Iterable[object]) -> frozenset[int]:
+    if isinstance(values, str | bytes | int):
+        raise ConfigurationError(
+            f"RetryPolicy.statuses={values!r}: pass a set of HTTP statuses such as "
+            "{429, 503}, not one value"
+        )
     out = frozenset(values)
     for status in out:
         if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:

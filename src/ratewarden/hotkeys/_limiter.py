@@ -103,6 +103,11 @@ class _HotBase(Generic[S, L, M]):
                 "a TwoTier mitigation needs leases (TwoTier(store, lease=k)); without them "
                 "every request of the hot key still goes to its one shard"
             )
+        if isinstance(hot_keys, str | bytes):
+            raise ConfigurationError(
+                f"hot_keys={hot_keys!r}: pass a set of keys, not one string "
+                "(a string would be read as its characters)"
+            )
         self.hot_keys = frozenset(check_key(key) for key in hot_keys)
         if detector is not None and not isinstance(detector, HotKeyDetector):
             raise ConfigurationError(f"detector {detector!r} must be a HotKeyDetector")

@@ -35,8 +35,8 @@ def parse_region_rate(text: str, flag: str = "--region") -> tuple[str, Rate]:
     if not sep or not name:
         raise ConfigurationError(f"{flag} {text!r} must be NAME=RATE, such as us=100/s")
     rate_text, _, burst = spec.partition(":")
-    if burst and not (burst.isascii() and burst.isdecimal()):
-        raise ConfigurationError(f"{flag} {text!r}: burst {burst!r} must be a whole number")
+    if burst and not (burst.isascii() and burst.isdecimal() and int(burst) >= 1):
+        raise ConfigurationError(f"{flag} {text!r}: burst {burst!r} must be a whole number >= 1")
     try:
         return check_region(name), Rate.parse(rate_text, int(burst) if burst else None)
     except ConfigurationError as exc:
