@@ -156,6 +156,20 @@ class Quota(Generic[L]):
                 f"{type(self).__name__}.rebalance_round takes {named(wanted)}, "
                 f"not {named(type(exchange))}"
             )
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 0:
+            raise ConfigurationError(
+                f"{type(self).__name__}.rebalance_round: interval {interval!r} must be a whole "
+                "number >= 0 (the number of the interval that starts now)"
+            )
+        if exchange.region != self.region or set(exchange.stores) != set(self._shares):
+            # A region left out of the exchange would weigh 0 here and not elsewhere: the
+            # regions would reach different shares, and the allowances no longer add up.
+            raise ConfigurationError(
+                f"{type(self).__name__}.rebalance_round: the exchange is region "
+                f"{exchange.region!r}'s over {sorted(exchange.stores)}, but this quota is "
+                f"region {self.region!r}'s over {sorted(self._shares)}; give it the same "
+                "region and every region of the shares"
+            )
         yield from exchange.publish_flow(interval - 1, self.take_demand())
         demand, missing = yield from exchange.collect_flow(interval - 2)
         if missing:
