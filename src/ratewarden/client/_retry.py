@@ -164,13 +164,14 @@ class Retrier:
     ) -> float | str:
         """Seconds before attempt ``attempts + 1``, or (a str) why there is none."""
         policy = self.policy
+        tries = f"{attempts} attempt{'' if attempts == 1 else 's'}"
         if attempts >= policy.max_attempts:
-            return f"{what} after {attempts} attempts (max_attempts)"
+            return f"{what} after {tries} (max_attempts)"
         delay = policy.delay(attempts - 1, hint, self.random())
         if waited + delay > policy.max_wait:
             return (
                 f"{what}; waiting {delay:.3f} s more would pass max_wait={policy.max_wait:g} s "
-                f"(already waited {waited:.3f} s over {attempts} attempts)"
+                f"(already waited {waited:.3f} s over {tries})"
             )
         open_for = circuit.open_for()
         if open_for > delay:

@@ -16,7 +16,7 @@ Patterns, by name, as NAME[:KEY=VALUE,...] (defaults in brackets):
   boundary     size requests in the last microsecond before every other window
                edge and size more on the edge: the attack that doubles a fixed
                window. [size=the limit]
-  retry-storm  clients callers start together, each offering its share of load x
+  retry-storm  "clients" callers start together, each offering its share of load x
                the rate; a denied call retries after base x 2**attempt seconds (at
                most cap): the whole wait (jitter=no) or a uniform random part of it
                (jitter=yes, "full jitter"). [clients=50, load=1.5, jitter=no, base=1,
