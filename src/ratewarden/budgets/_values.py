@@ -1,5 +1,6 @@
 """The values of token budgets: a request's usage, and what a decision, a reservation, a
-settlement and a charge report. No I/O; checked where they are built.
+settlement and a charge report. No I/O; checked where they are built (a ``Usage`` by its
+constructor, so no path takes a bad one).
 """
 
 from __future__ import annotations
@@ -66,6 +67,36 @@ class Usage:
     requests: int = 1
     units: tuple[tuple[str, int], ...] = ()
 
+    def __post_init__(self) -> None:
+        # Checked here, not by each caller: a negative or fractional count would otherwise
+        # refund a budget, or be rounded differently by each store.
+        check_count("Usage input_tokens", self.input_tokens)
+        check_count("Usage output_tokens", self.output_tokens)
+        check_count("Usage requests", self.requests)
+        if not isinstance(self.units, tuple):
+            raise ConfigurationError(
+                f"Usage units {self.units!r} must be a tuple of (axis name, count) pairs; "
+                "Usage.of(units={...}) takes a mapping"
+            )
+        seen: set[str] = set()
+        for pair in self.units:
+            if not isinstance(pair, tuple) or len(pair) != 2:
+                raise ConfigurationError(
+                    f"Usage units item {pair!r} must be an (axis name, count) pair"
+                )
+            name, count = pair
+            check_name("Usage units", name)
+            if name in BUILTIN_AXES:
+                raise ConfigurationError(
+                    f"Usage units names {name!r}, a built-in axis: pass it as input_tokens, "
+                    "output_tokens or requests"
+                )
+            if name in seen:
+                raise ConfigurationError(f"Usage units names {name!r} twice")
+            seen.add(name)
+            check_count(f"Usage units[{name!r}]", count)
+        object.__setattr__(self, "units", tuple(sorted(self.units)))
+
     @classmethod
     def of(
         cls,
@@ -74,21 +105,10 @@ class Usage:
         requests: int = 1,
         units: Mapping[str, int] | None = None,
     ) -> Usage:
-        """A checked ``Usage``; ``units`` maps custom axis names to counts."""
+        """A ``Usage`` whose ``units`` maps custom axis names to counts (checked as any is)."""
         if units is not None and not isinstance(units, Mapping):
             raise ConfigurationError(f"units {units!r} must be a mapping of axis name to count")
-        found = tuple(
-            sorted(
-                (check_name("unit", name), check_count(f"units[{name!r}]", count))
-                for name, count in (units or {}).items()
-            )
-        )
-        return cls(
-            check_count("input_tokens", input_tokens),
-            check_count("output_tokens", output_tokens),
-            check_count("requests", requests),
-            found,
-        )
+        return cls(input_tokens, output_tokens, requests, tuple((units or {}).items()))
 
     def amount(self, axis: str) -> int:
         """Units this usage costs on ``axis``; a custom axis must be named in ``units``."""
