@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -72,7 +73,7 @@ def test_shed_policy_and_shedder_configuration_errors() -> None:
         (("critical", 1.0), ("critical", 0.5)),
         (("critical", 1.0), ("normal", 0)),
     ):
-        with pytest.raises(ConfigurationError):
+        with pytest.raises(ConfigurationError, match="classes"):
             ShedPolicy(classes)
     shedder = LoadShedder(lambda: float("nan"))
     with pytest.raises(ConfigurationError):
@@ -83,3 +84,45 @@ def test_shed_policy_and_shedder_configuration_errors() -> None:
         FleetShedder(Limiter(), "api", 2)  # test's 40 % of 2 slots rounds to none
     with pytest.raises(ConfigurationError):
         FleetShedder(Limiter(), "api", 10).acquire("vip")
+
+
+def test_a_shed_policy_takes_its_classes_as_a_mapping_in_its_order() -> None:
+    """``{"critical": 1.0, "batch": 0.5}`` is the pairs ``(("critical", 1.0), ("batch", 0.5))``."""
+    policy = ShedPolicy({"critical": 1.0, "batch": 0.5})
+    assert policy == ShedPolicy((("critical", 1.0), ("batch", 0.5)))
+    assert policy.classes == (("critical", 1.0), ("batch", 0.5))
+    assert policy.ceiling("batch") == 0.5 and policy.reserve == 0.5
+    assert ShedPolicy(dict(DEFAULT_POLICY.classes)) == DEFAULT_POLICY
+    assert ShedPolicy([["critical", 1], ["batch", 0.5]]).classes == (
+        ("critical", 1),
+        ("batch", 0.5),
+    )
+    with pytest.raises(ConfigurationError, match=re.escape("classes ceilings [0.5, 1.0]")):
+        ShedPolicy({"batch": 0.5, "critical": 1.0})  # the order is the importance
+
+
+@pytest.mark.parametrize(
+    ("classes", "named"),
+    [
+        (["critical", "batch"], "classes item 'critical'"),
+        ("critical", "classes 'critical'"),
+        (None, "classes None"),
+        (3, "classes 3"),
+        ((("critical", 1.0, "x"), ("batch", 0.5)), "classes item ('critical', 1.0, 'x')"),
+        ((("critical", 1.0), ("batch",)), "classes item ('batch',)"),
+        ((("critical", 1.0), {"batch": 0.5}), "classes item {'batch': 0.5}"),
+        ((("critical", 1.0), (2, 0.5)), "classes item (2, 0.5)"),
+        ((("critical", 1.0), ("", 0.5)), "classes item ('', 0.5)"),
+        ({"critical": 1.0, "batch": "half"}, "classes 'batch': ceiling 'half'"),
+        ({"critical": 1.0, "batch": True}, "classes 'batch': ceiling True"),
+        ({"critical": 1.0, "batch": 1.5}, "classes 'batch': ceiling 1.5"),
+        ({"critical": 1.0}, "classes (('critical', 1.0),)"),
+    ],
+    ids=repr,
+)
+def test_a_malformed_shed_policy_names_classes_and_the_item_at_fault(
+    classes: Any, named: str
+) -> None:
+    """Not pairs, not a mapping, a bad name or ceiling: a ConfigurationError, never a ValueError."""
+    with pytest.raises(ConfigurationError, match=re.escape(named)):
+        ShedPolicy(classes)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ratewarden.budgets._twins import Driven, L
@@ -47,38 +47,62 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+_DEFAULT_CLASSES = (("critical", 1.0), ("normal", 0.8), ("batch", 0.6), ("test", 0.4))
+
+
+def _pairs(classes: object) -> tuple[tuple[str, float], ...]:
+    """``classes`` as ``(name, ceiling)`` pairs: a mapping's items, or each item of a sequence."""
+    if isinstance(classes, Mapping):
+        return tuple(classes.items())
+    if isinstance(classes, str | bytes) or not isinstance(classes, Iterable):
+        raise ConfigurationError(
+            f"classes {classes!r} must be (name, ceiling) pairs, most important first, "
+            "e.g. (('critical', 1.0), ('batch', 0.5)), or a mapping {'critical': 1.0, ...}"
+        )
+    found = tuple(classes)
+    for item in found:
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            raise ConfigurationError(
+                f"classes item {item!r} must be a (name, ceiling) pair, e.g. ('batch', 0.5)"
+            )
+    return tuple((name, ceiling) for name, ceiling in found)
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class ShedPolicy:
     """Traffic classes, most important first, each with its utilization ceiling in (0, 1].
 
-    The first class must have ceiling 1.0 and every other a lower one, so the
-    first class always has a reserve of ``1 - second ceiling``.
+    ``classes`` is a sequence of ``(name, ceiling)`` pairs, or a mapping of name to
+    ceiling (in its order). The first class must have ceiling 1.0 and every other a
+    lower one, so the first class always has a reserve of ``1 - second ceiling``.
     """
 
-    classes: tuple[tuple[str, float], ...] = (
-        ("critical", 1.0),
-        ("normal", 0.8),
-        ("batch", 0.6),
-        ("test", 0.4),
-    )
+    classes: tuple[tuple[str, float], ...]
 
-    def __post_init__(self) -> None:
-        found = tuple(self.classes)
+    def __init__(
+        self, classes: Iterable[tuple[str, float]] | Mapping[str, float] = _DEFAULT_CLASSES
+    ) -> None:
+        found = _pairs(classes)
         if len(found) < 2:
-            raise ConfigurationError(f"a shed policy needs at least two classes, not {found!r}")
-        names = [name for name, _ in found]
-        if len(set(names)) != len(names) or not all(isinstance(n, str) and n for n in names):
-            raise ConfigurationError(f"traffic class names {names!r} must be distinct strings")
-        ceilings = [ceiling for _, ceiling in found]
+            raise ConfigurationError(f"classes {found!r}: a shed policy needs at least two")
+        seen: set[str] = set()
         for name, ceiling in found:
+            if not isinstance(name, str) or not name:
+                raise ConfigurationError(
+                    f"classes item {(name, ceiling)!r}: the name must be a non-empty string"
+                )
+            if name in seen:
+                raise ConfigurationError(f"classes name {name!r} twice: names must be distinct")
+            seen.add(name)
             if isinstance(ceiling, bool) or not isinstance(ceiling, int | float):
-                raise ConfigurationError(f"class {name!r}: ceiling {ceiling!r} is not a number")
+                raise ConfigurationError(f"classes {name!r}: ceiling {ceiling!r} is not a number")
             if not 0 < ceiling <= 1:
-                raise ConfigurationError(f"class {name!r}: ceiling {ceiling!r} must be in (0, 1]")
+                raise ConfigurationError(f"classes {name!r}: ceiling {ceiling!r} must be in (0, 1]")
+        ceilings = [ceiling for _, ceiling in found]
         if ceilings[0] != 1 or any(a <= b for a, b in itertools.pairwise(ceilings)):
             raise ConfigurationError(
-                f"ceilings {ceilings!r} must start at 1.0 (the most important class) and fall "
-                "strictly down the list, so that the first class keeps a reserve"
+                f"classes ceilings {ceilings!r} must start at 1.0 (the most important class) and "
+                "fall strictly down the list, so that the first class keeps a reserve"
             )
         object.__setattr__(self, "classes", found)
 
