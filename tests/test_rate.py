@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 
 from ratewarden import ConfigurationError, Rate
+from ratewarden.rate import format_period
 
 MINUTE_US = 60_000_000
 
@@ -50,6 +51,26 @@ def test_str_round_trips_through_parse() -> None:
     """str(rate) is a spelling parse accepts."""
     for text in ("100/minute", "100/5m", "3/second", "10/250ms", "1/year"):
         assert Rate.parse(str(Rate.parse(text))) == Rate.parse(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("100/minute", "minute"),
+        ("100/5m", "5 minutes"),
+        ("100/7200s", "2 hours"),
+        ("10/250ms", "250 milliseconds"),
+        ("1/year", "year"),
+    ],
+)
+def test_format_period_in_words_reads_back_through_parse(text: str, words: str) -> None:
+    """format_period(words=True) spells a period for people ("5 minutes"), in its largest whole
+    unit, and "LIMIT per" that is a spelling parse accepts."""
+    rate = Rate.parse(text)
+    assert format_period(rate.period_us, words=True) == words
+    assert Rate.parse(f"{rate.limit} per {words}") == rate
+    assert format_period(1, words=True) == "microsecond"
+    assert format_period(1500, words=True) == "1500 microseconds"
 
 
 def test_parse_many_splits_on_semicolons_and_commas() -> None:

@@ -31,7 +31,7 @@ from datetime import timedelta
 
 from ratewarden.errors import ConfigurationError
 
-__all__ = ["Rate", "UNITS"]
+__all__ = ["Rate", "UNITS", "format_period"]
 
 _SECOND_US = 1_000_000
 
@@ -221,7 +221,7 @@ class Rate:
         return self.period_us / self.limit / _SECOND_US
 
     def __str__(self) -> str:
-        text = f"{self.limit}/{_format_period(self.period_us)}"
+        text = f"{self.limit}/{format_period(self.period_us)}"
         return text if self.burst is None else f"{text} (burst {self.burst})"
 
 
@@ -237,10 +237,20 @@ _UNITS_SHORT = {
 }
 
 
-def _format_period(period_us: int) -> str:
+def format_period(period_us: int, *, words: bool = False) -> str:
+    """A period in its largest whole unit: ``"minute"``, ``"5m"`` as ``str(rate)`` writes
+    it (and ``Rate.parse`` reads it back), or for people, ``words=True``: ``"minute"``,
+    ``"5 minutes"``, so that ``f"1000 per {format_period(us, words=True)}"`` reads
+    "1000 per 5 minutes" (which ``Rate.parse`` reads too).
+    """
     for name in ("year", "month", "week", "day", "hour", "minute", "second", "ms"):
         unit = UNITS[name]
         if period_us % unit == 0:
             mult = period_us // unit
+            if words:
+                noun = "millisecond" if name == "ms" else name
+                return noun if mult == 1 else f"{mult} {noun}s"
             return name if mult == 1 else f"{mult}{_UNITS_SHORT[name]}"
-    return f"{period_us}us"
+    if not words:
+        return f"{period_us}us"
+    return "microsecond" if period_us == 1 else f"{period_us} microseconds"

@@ -285,3 +285,16 @@ def test_describe_lists_every_rule_with_its_source() -> None:
     assert "unlimited [name=unlimited_mock]" in edge
     assert "[shadow_mode detailed_metric name=bad]" in edge
     assert config.RateLimitConfig({}).describe() == ""
+
+
+def test_describe_spells_a_period_multiplier_as_rate_does() -> None:
+    """A limit over 5 minutes is described "1000/5m", as str(Rate) spells it and Rate.parse
+    reads it back, not "1000/5 x minute"."""
+    loaded = config.loads(
+        "domain: web\ndescriptors:\n  - key: a\n    rate_limit:\n"
+        "      {unit: minute, unit_multiplier: 5, requests_per_unit: 1000, burst: 20,\n"
+        "       algorithm: gcra}\n",
+        "rules.yaml",
+    )
+    assert loaded.describe().startswith("web.a: 1000/5m (burst 20) algorithm=gcra")
+    assert str(loaded.rules[0].limits[0]) == str(loaded.rules[0].rates[0])

@@ -176,8 +176,26 @@ def test_loaded_rules_are_listed_with_their_limits_even_without_traffic() -> Non
         ("web.b", "idle", True),
     ]
     assert view["rules"][1]["algorithm"] == "gcra"
-    assert "5/minute" in view["rules"][1]["limits"]
+    assert view["rules"][1]["limits"] == "5 per minute (burst 2)"
     assert view["rules"][0]["source"].startswith("rules.yaml:")
+
+
+def test_limits_read_in_words_with_the_period_multiplier() -> None:
+    """A limit over 5 minutes reads "1000 per 5 minutes", not "1000/5 x minute"; several limits
+    are joined by commas, and a 0 limit (always over) still says its period."""
+    rules = config.loads(
+        "domain: web\ndescriptors:\n"
+        "  - key: a\n    rate_limit:\n      limits:\n"
+        "        - {unit: minute, unit_multiplier: 5, requests_per_unit: 1000}\n"
+        "        - {unit: second, unit_multiplier: 7200, requests_per_unit: 9000}\n"
+        "  - key: b\n    rate_limit: {unit: second, requests_per_unit: 0}\n",
+        "rules.yaml",
+    ).rules
+    view = render([LiveStats(ManualClock(T0)).state()], rules, T0)
+    assert [r["limits"] for r in view["rules"]] == [
+        "1000 per 5 minutes, 9000 per 2 hours",
+        "0 per second",
+    ]
 
 
 def test_workers_states_merge_into_one_view(tmp_path: object) -> None:

@@ -76,7 +76,7 @@ async def test_rules_rates_top_keys_degraded_and_latency_follow_the_calls(
     api = rows["transport.api_key"]
     assert api["status"] == "over"
     assert api["totals"] == {"decisions": 5, "over": 2, "near": 1, "shadowed": 0, "degraded": 0}
-    assert api["limits"] == "3/minute" and api["algorithm"] == "fixed_window"
+    assert api["limits"] == "3 per minute" and api["algorithm"] == "fixed_window"
     assert api["rate"]["decisions"] == 5 / view["window_s"]
     # A closed failure mode denies: that descriptor is over the limit too, and listed.
     assert view["top"]["over"] == [

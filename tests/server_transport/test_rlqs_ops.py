@@ -94,7 +94,8 @@ def test_the_dashboard_page_has_a_hidden_quota_panel_fed_by_rlqs_json() -> None:
 @pytest.mark.skipif(find_chromium() is None, reason="no Chromium binary (apt-get install chromium)")
 def test_the_dashboard_shows_the_quota_panel_with_a_reported_bucket(tmp_path: Path) -> None:
     """In headless Chromium against ``ratewarden serve --rlqs``: once an Envoy (a grpcio
-    client) reports a bucket, the panel appears with its row, and the page logs no error."""
+    client) reports a bucket, the panel appears with its row and figures ("1 stream"), and the
+    page logs no error."""
     chromium = find_chromium()
     assert chromium is not None
     done = threading.Event()
@@ -123,6 +124,12 @@ def test_the_dashboard_shows_the_quota_panel_with_a_reported_bucket(tmp_path: Pa
                 )
                 assert cells[:4] == ["edge", "tenant=a", "edge.tenant", "token_bucket"]
                 assert cells[-2:] == ["4", "1"]
+                figures = page.evaluate(
+                    "Object.fromEntries([...document.querySelectorAll('#rlqs-figures .figure')]"
+                    ".map(f => [f.dataset.figure, f.textContent]))"
+                )
+                # One stream and one bucket: counted in the singular, not "1 streams".
+                assert figures["streams"] == "1stream" and figures["buckets"] == "1bucket"
                 assert page.errors() == []
                 page.close()
             finally:

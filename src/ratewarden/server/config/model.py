@@ -21,7 +21,7 @@ from typing import Any
 from ratewarden.deprecation import moved
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import FAILURE_MODES  # re-exported: the core's one tuple
-from ratewarden.rate import UNITS, Rate
+from ratewarden.rate import UNITS, Rate, format_period
 
 __all__ = [
     "ALGORITHM_NAMES",
@@ -123,8 +123,15 @@ class Limit:
         return out
 
     def __str__(self) -> str:
-        unit = self.unit if self.unit_multiplier == 1 else f"{self.unit_multiplier} x {self.unit}"
-        text = f"{self.requests_per_unit}/{unit}"
+        """As ``str(rate)`` spells it: ``"1000/5m"``, ``"3/minute (burst 5)"``."""
+        return self._spelled(f"{self.requests_per_unit}/{format_period(self.period_us)}")
+
+    def in_words(self) -> str:
+        """For people (the dashboard): ``"1000 per 5 minutes"``, ``"3 per minute (burst 5)"``."""
+        words = format_period(self.period_us, words=True)
+        return self._spelled(f"{self.requests_per_unit} per {words}")
+
+    def _spelled(self, text: str) -> str:
         return text if self.burst is None else f"{text} (burst {self.burst})"
 
 

@@ -108,6 +108,7 @@ function fill(id, headers, rows, empty) {
   table.replaceChildren(...body);
 }
 function num(text) { return el("td", text, "num"); }
+function counted(n, one, many) { return n === 1 ? one : many; }
 function badge(status) {
   const td = el("td"), span = el("span", status, "badge");
   span.dataset.status = status; td.appendChild(span); return td;
@@ -166,11 +167,12 @@ const RLQS_ROWS = 20;
 let rlqsPolled = 0;
 function renderRlqs(data) {
   const figures = el("div", null, "figures");
-  for (const [label, value] of [["streams", data.streams], ["buckets", data.buckets],
-      ["reports", data.stats.reports], ["rounds", data.stats.rounds],
-      ["no rule", data.stats.unknown_buckets], ["abandoned", data.stats.abandoned]]) {
+  for (const [label, value, one] of [["streams", data.streams, "stream"],
+      ["buckets", data.buckets, "bucket"], ["reports", data.stats.reports, "report"],
+      ["rounds", data.stats.rounds, "round"], ["no rule", data.stats.unknown_buckets, "no rule"],
+      ["abandoned", data.stats.abandoned, "abandoned"]]) {
     const fig = el("div", null, "figure");
-    fig.appendChild(el("b", value)); fig.appendChild(el("span", label));
+    fig.appendChild(el("b", value)); fig.appendChild(el("span", counted(value, one, label)));
     fig.dataset.figure = label;
     figures.appendChild(fig);
   }
@@ -184,7 +186,8 @@ function renderRlqs(data) {
     const left = data.top_buckets.slice(RLQS_ROWS), other = data.other_buckets;
     const sum = key => left.reduce((total, b) => total + b[key], other[key]);
     rows.push({ data: { bucket: "other" }, cells: [el("td", ""),
-      el("td", "other (" + rest + " buckets)"), el("td", ""), el("td", ""),
+      el("td", "other (" + rest + " " + counted(rest, "bucket", "buckets") + ")"),
+      el("td", ""), el("td", ""),
       num(sum("streams")), num(rate(sum("demand_per_s"))), num(rate(sum("assigned_per_s"))),
       num(sum("allowed")), num(sum("denied"))] });
   }
@@ -221,7 +224,7 @@ async function poll() {
     }
     status.dataset.state = "live";
     status.textContent = "live \\u00b7 updated " + new Date().toLocaleTimeString() +
-      " \\u00b7 " + data.workers + (data.workers === 1 ? " worker" : " workers") +
+      " \\u00b7 " + data.workers + " " + counted(data.workers, "worker", "workers") +
       " \\u00b7 rates over the last " + data.window_s + " s";
   } catch (error) {
     status.dataset.state = "error";

@@ -126,7 +126,7 @@ def _rule_row(
         },
     }
     if rule is not None:
-        limits = "unlimited" if rule.unlimited else ", ".join(str(x) for x in rule.limits)
+        limits = "unlimited" if rule.unlimited else ", ".join(x.in_words() for x in rule.limits)
         row.update(
             domain=bounded(rule.domain),
             limits=bounded(limits),
