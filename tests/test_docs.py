@@ -40,3 +40,15 @@ def test_the_readme_library_examples_run() -> None:
     assert runnable, "the README has no runnable python example"
     for block in runnable:
         exec(compile(block, "README.md", "exec"), {"print": lambda *args, **kwargs: None})
+
+
+def test_the_readme_and_index_give_one_reading_order() -> None:
+    """README's "Read in this order" and docs/index.md's "Where to go next" link the same pages
+    in the same order (the README starts with index.md itself: why ratewarden)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    order = readme[readme.index("Read in this order:") : readme.index("How the code is laid out")]
+    next_pages = index[index.index("## Where to go next") : index.index("## Status")]
+    in_readme = [target.removeprefix("docs/") for target, _ in _LINK.findall(order)]
+    assert in_readme[0] == "index.md"
+    assert in_readme[1:] == [target for target, _ in _LINK.findall(next_pages)]
