@@ -10,13 +10,15 @@ per second of CPU.
 - ``bursts``: each algorithm's worst case, found by a greedy attacker.
 - ``accuracy``: the sliding window's estimate against the exact sliding log.
 - ``regions``: a ``ReconciledBudget`` per region, each on an in-process region store; what
-  the regions admit together per window against the limit and the stated bound.
+  the regions admit together per window against the limit and the stated bound, with
+  links cut for a while if asked (``parse_partition``).
 - ``plots``: PNG/SVG figures (needs matplotlib, the ``simulate`` extra).
 - ``command``: the ``ratewarden simulate`` command line.
 """
 
 from __future__ import annotations
 
+from ratewarden.simulate._partitions import Partition, parse_partition
 from ratewarden.simulate.accuracy import Accuracy, estimate_accuracy, format_accuracy
 from ratewarden.simulate.bursts import BurstRow, analytic, burst_table, format_bursts
 from ratewarden.simulate.layered import (
@@ -43,6 +45,7 @@ __all__ = [
     "LayerSummary",
     "LayeredRun",
     "LayeredSummary",
+    "Partition",
     "Pattern",
     "RegionRow",
     "RegionsRun",
@@ -59,6 +62,7 @@ __all__ = [
     "format_table",
     "parse",
     "parse_layers",
+    "parse_partition",
     "run",
     "run_layered",
     "run_regions",

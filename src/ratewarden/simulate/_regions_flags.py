@@ -1,7 +1,7 @@
 """``ratewarden simulate --region ...``: its flags, read into a run, and its figure.
 
-``add_arguments`` adds ``--region`` (the mode: one per region), ``--sync-interval``
-and ``--replication-lag``; ``from_flags`` checks every flag before anything runs
+``add_arguments`` adds ``--region`` (the mode: one per region), ``--sync-interval``,
+``--replication-lag`` and ``--partition``; ``from_flags`` checks every flag before anything runs
 and returns the run (``regions.run_regions``); ``plot_regions`` draws it.
 """
 
@@ -17,8 +17,10 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.regions import parse_region_rate
 from ratewarden.simulate import patterns, plots
+from ratewarden.simulate._partitions import parse_partition
 from ratewarden.simulate._pattern import Pattern
 from ratewarden.simulate.regions import RegionsRun, run_regions
+from ratewarden.simulate.runner import check_duration
 
 __all__ = ["DEFAULT_PATTERN", "DEFAULT_RATE", "add_arguments", "from_flags", "plot_regions"]
 
@@ -65,6 +67,14 @@ def add_arguments(mode: Any, parser: argparse.ArgumentParser) -> None:
         type=_seconds("--replication-lag", zero_ok=True),
         metavar="SECONDS",
         help="--region: how old the peers' counts are when a round applies them [default: 0]",
+    )
+    parser.add_argument(
+        "--partition",
+        action="append",
+        metavar="WHO@START-END",
+        help="--region: cut links for a while, seconds into the run (repeatable): NAME@S-E cuts "
+        "NAME off both ways, A->B@S-E stops A reading B, A->*@S-E stops A reading any peer, "
+        "*->A@S-E stops every peer reading A",
     )
 
 
@@ -120,6 +130,7 @@ def from_flags(
     duration_s: float | None,
     *,
     check_plots: Callable[[], None],
+    partitions: Sequence[str] | None = None,
 ) -> RegionsRun:
     """Every flag checked (``check_plots`` too), then the run."""
     region_rates = _regions(regions)
@@ -131,6 +142,11 @@ def from_flags(
     except ConfigurationError as exc:
         raise ConfigurationError(f"--rate {text!r}: {exc}") from None
     chosen = _patterns(specs, list(region_rates))
+    duration = duration_s or 600.0
+    cuts = [
+        parse_partition(text, list(region_rates), check_duration(duration))
+        for text in partitions or ()
+    ]
     check_plots()
     return run_regions(
         region_rates,
@@ -138,7 +154,8 @@ def from_flags(
         chosen,
         sync_interval=1.0 if sync_interval is None else sync_interval,
         replication_lag=replication_lag or 0.0,
-        duration_s=duration_s or 600.0,
+        duration_s=duration,
+        partitions=cuts,
     )
 
 

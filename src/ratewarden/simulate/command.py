@@ -11,7 +11,7 @@ Three modes share one subcommand::
                         [--counting admitted|all] [--requests N] [--sources N] [--seed N]
     ratewarden simulate --region NAME=RATE[:BURST]... [--rate RATE] [--pattern [NAME=]SPEC]...
                         [--sync-interval SECONDS] [--replication-lag SECONDS]
-                        [--duration SECONDS] [--plot FILE]...
+                        [--partition WHO@START-END]... [--duration SECONDS] [--plot FILE]...
 
 Bad input exits 2 with one line naming the flag and the value.
 """
@@ -328,7 +328,7 @@ def _accuracy(args: argparse.Namespace) -> int:
 def _regions(args: argparse.Namespace) -> int:
     run = _regions_flags.from_flags(
         args.region, args.rate, args.pattern, args.sync_interval, args.replication_lag,
-        args.duration, check_plots=lambda: _check_plots(args.plot),
+        args.duration, check_plots=lambda: _check_plots(args.plot), partitions=args.partition,
     )  # fmt: skip
     for base in args.plot or ():
         print(f"wrote {_regions_flags.plot_regions(run, Path(base))}", file=sys.stderr)
@@ -345,6 +345,7 @@ _MODE_FLAGS = {
         "pattern",
         "sync_interval",
         "replication_lag",
+        "partition",
         "duration",
         "plot",
     },

@@ -17,12 +17,14 @@ This module builds stores, so it is one of the composition roots
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.regions import PeerView, ReconciledBudget
+from ratewarden.simulate._partitions import CutLink, Partition, quiet
 from ratewarden.simulate._pattern import MAX_ARRIVALS, Horizon, Pattern
 from ratewarden.simulate._table import aligned
 from ratewarden.simulate.runner import START_US, _us, check_duration
@@ -52,6 +54,8 @@ class RegionRow:
     offered: int
     admitted: int
     denied: int
+    #: Rounds that could not read every peer (``SyncReport.failed``): the cap stayed as it was.
+    failed_rounds: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +64,8 @@ class WindowRow:
 
     start_us: int
     admitted: tuple[int, ...]
+    #: Whether a partition cut a link at some time in the window.
+    cut: bool = False
 
     @property
     def total(self) -> int:
@@ -78,6 +84,7 @@ class RegionsRun:
     regions: tuple[RegionRow, ...]
     windows: tuple[WindowRow, ...]
     rounds: int
+    partitions: tuple[Partition, ...] = ()
 
     def over(self, window: WindowRow) -> int:
         """How far ``window`` went over the global limit (0 when within it)."""
@@ -98,11 +105,13 @@ def run_regions(
     sync_interval: float,
     replication_lag: float,
     duration_s: float,
+    partitions: Sequence[Partition] = (),
 ) -> RegionsRun:
     """Offer each region its pattern for ``duration_s`` seconds under the global ``rate``.
 
     ``region_rates`` caps each region's admissions (as ``ReconciledBudget`` takes them);
-    ``patterns`` gives every region its traffic, whose loads are multiples of ``rate``.
+    ``patterns`` gives every region its traffic, whose loads are multiples of ``rate``;
+    ``partitions`` cut links between regions for a while (``_partitions.parse_partition``).
     """
     if set(patterns) != set(region_rates):
         raise ConfigurationError(
@@ -115,11 +124,24 @@ def run_regions(
     start_us = -(-START_US // rate.period_us) * rate.period_us
     clock = ManualClock(start_us / 1_000_000)
     stores = {name: MemoryRegionStore(clock=clock) for name in names}
+
+    def elapsed() -> int:
+        return clock.now_us() - start_us
+
+    def peers(name: str) -> dict[str, Any]:
+        """The other regions' stores as ``name`` reaches them: through a cut link if any."""
+        return {
+            peer: CutLink(stores[peer], name, peer, partitions, elapsed) if partitions
+            else stores[peer]
+            for peer in names
+            if peer != name
+        }  # fmt: skip
+
     budgets = {
         name: ReconciledBudget(
             name,
             stores[name],
-            {peer: stores[peer] for peer in names if peer != name},
+            peers(name),
             region_rates,
             sync_interval=sync_interval,
             replication_lag=replication_lag,
@@ -152,46 +174,49 @@ def run_regions(
     views: dict[tuple[int, int], PeerView] = {}
     offered = dict.fromkeys(names, 0)
     admitted = dict.fromkeys(names, 0)
+    failed = dict.fromkeys(names, 0)
     windows: dict[int, list[int]] = {}
     decided = 0
-    while queue:
-        t, kind, order, index, client, cost = heapq.heappop(queue)
-        if t >= horizon.end_us:
-            break
-        clock.advance_us(t - clock.now_us())
-        name = names[index]
-        if kind == _FETCH:
-            views[(t, index)] = budgets[name].fetch()
-            heapq.heappush(queue, (t + lag_us, _APPLY, order, index, t, 0))
-            heapq.heappush(queue, (t + interval_us, _FETCH, order, index, 0, 0))
-            if index == len(names) - 1:
-                rounds += 1
-            continue
-        if kind == _APPLY:
-            budgets[name].apply(views.pop((client, index)))
-            continue
-        decided += 1
-        if decided > MAX_ARRIVALS:
-            raise ConfigurationError(
-                f"more than {MAX_ARRIVALS:,} requests in {duration_s:g} s; "
-                "shorten the duration or lower the loads"
-            )
-        decision = budgets[name].hit(_KEY, rate, cost)
-        offered[name] += cost
-        if decision.allowed:
-            admitted[name] += cost
-            counts = windows.setdefault(t // rate.period_us, [0] * len(names))
-            counts[index] += cost
-        following = streams[name].after((t, client, cost), decision.allowed,
-                                        _us(decision.retry_after))  # fmt: skip
-        if following is not None:
-            heapq.heappush(queue, (following[0], _ARRIVAL, seq, index, *following[1:]))
-            seq += 1
+    with quiet():
+        while queue:
+            t, kind, order, index, client, cost = heapq.heappop(queue)
+            if t >= horizon.end_us:
+                break
+            clock.advance_us(t - clock.now_us())
+            name = names[index]
+            if kind == _FETCH:
+                views[(t, index)] = budgets[name].fetch()
+                heapq.heappush(queue, (t + lag_us, _APPLY, order, index, t, 0))
+                heapq.heappush(queue, (t + interval_us, _FETCH, order, index, 0, 0))
+                if index == len(names) - 1:
+                    rounds += 1
+                continue
+            if kind == _APPLY:
+                if budgets[name].apply(views.pop((client, index))).failed:
+                    failed[name] += 1
+                continue
+            decided += 1
+            if decided > MAX_ARRIVALS:
+                raise ConfigurationError(
+                    f"more than {MAX_ARRIVALS:,} requests in {duration_s:g} s; "
+                    "shorten the duration or lower the loads"
+                )
+            decision = budgets[name].hit(_KEY, rate, cost)
+            offered[name] += cost
+            if decision.allowed:
+                admitted[name] += cost
+                counts = windows.setdefault(t // rate.period_us, [0] * len(names))
+                counts[index] += cost
+            following = streams[name].after((t, client, cost), decision.allowed,
+                                            _us(decision.retry_after))  # fmt: skip
+            if following is not None:
+                heapq.heappush(queue, (following[0], _ARRIVAL, seq, index, *following[1:]))
+                seq += 1
     first = start_us // rate.period_us
     last = (horizon.end_us - 1) // rate.period_us
     rows = tuple(
         RegionRow(name, patterns[name].describe(), region_rates[name], offered[name],
-                  admitted[name], offered[name] - admitted[name])
+                  admitted[name], offered[name] - admitted[name], failed[name])
         for name in names
     )  # fmt: skip
     return RegionsRun(
@@ -202,11 +227,14 @@ def run_regions(
         regions=rows,
         windows=tuple(
             WindowRow(
-                window * rate.period_us - start_us, tuple(windows.get(window, [0] * len(names)))
+                (since := window * rate.period_us - start_us),
+                tuple(windows.get(window, [0] * len(names))),
+                any(p.overlaps(since, since + rate.period_us) for p in partitions),
             )
             for window in range(first, last + 1)
         ),
         rounds=rounds,
+        partitions=tuple(partitions),
     )
 
 
@@ -216,10 +244,13 @@ MAX_LISTED = 12
 
 def format_regions(run: RegionsRun) -> str:
     """The run as text: each region's totals, the windows, and the overshoot against the bound."""
-    lines = [("region", "pattern", "region rate", "offered", "admitted", "denied")]
+    cut = bool(run.partitions)
+    lines = [("region", "pattern", "region rate", "offered", "admitted", "denied")
+             + (("rounds failed",) if cut else ())]  # fmt: skip
     for row in run.regions:
         lines.append((row.region, row.pattern, str(row.rate), str(row.offered),
-                      str(row.admitted), str(row.denied)))  # fmt: skip
+                      str(row.admitted), str(row.denied))
+                     + ((str(row.failed_rounds),) if cut else ()))  # fmt: skip
     out = [aligned(lines, left=2)]
     listed = list(run.windows)
     which = ""
@@ -228,12 +259,13 @@ def format_regions(run: RegionsRun) -> str:
         listed = sorted(furthest, key=lambda window: window.start_us)
         which = f", the {MAX_LISTED} furthest over the limit of {len(run.windows)}"
     names = [row.region for row in run.regions]
-    table = [("window start", *names, "total", "over")]
+    table = [("window start", *names, "total", "over") + (("links",) if cut else ())]
     for window in listed:
         over = run.over(window)
         start = f"{window.start_us / 1_000_000:g}s"
         table.append(
             (start, *map(str, window.admitted), str(window.total), f"+{over}" if over else "0")
+            + (("cut" if window.cut else "up",) if cut else ())
         )
     out.append(f"\nwindows of {run.rate} (limit {run.rate.limit}){which}:\n")
     out.append(aligned(table, left=1))
@@ -249,4 +281,16 @@ def format_regions(run: RegionsRun) -> str:
         f"+{run.bound} a window (sync every {run.sync_interval:g}s, replication lag "
         f"{run.replication_lag:g}s, {run.rounds} rounds)\n"
     )
+    if cut:
+        beyond = [w for w in run.windows if run.over(w) > run.bound]
+        out.append(
+            f"partitions: {', '.join(p.text for p in run.partitions)}; "
+            + (
+                f"{len(beyond)} window(s) went past the stated bound, which assumes every "
+                "round completes"
+                if beyond
+                else "no window went past the stated bound"
+            )
+            + "\n"
+        )
     return "".join(out)
