@@ -185,26 +185,36 @@ class IdempotencyMiddleware(_Idempotency):
         self, scope: Scope, receive: Receive, send: Send, record: str, token: str
     ) -> None:
         capture = Capture(self.policy.max_response)
-        finished = False
+        settled = False
 
-        async def capturing_send(message: Message) -> None:
-            nonlocal finished
-            if message["type"] == "http.response.start":
-                capture.start(message["status"], message.get("headers", ()))
-            elif message["type"] == "http.response.body":
-                capture.add(message.get("body", b""))
-                finished = not message.get("more_body", False)
-            await send(message)
-
-        try:
-            await self.app(scope, receive, capturing_send)
-        finally:
-            response = self.policy.to_store(capture if finished else None)
+        async def settle(done: Capture | None) -> None:
+            nonlocal settled
+            if settled:
+                return
+            settled = True
+            response = self.policy.to_store(done)
             with tolerated():
                 if response is not None:
                     lost(await self.store.complete(record, token, response, self.policy.ttl))
                 else:
                     await self.store.release(record, token)
+
+        async def capturing_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                capture.start(message["status"], message.get("headers", ()))
+            elif message["type"] == "http.response.body":
+                capture.add(message.get("body", b""))
+                if not message.get("more_body", False):
+                    # Stored before the client can have the whole response, so that a retry
+                    # sent the moment it arrives is replayed, not told "still in progress"
+                    # while the app winds down (Django's handler closes the response after).
+                    await settle(capture)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, capturing_send)
+        finally:
+            await settle(None)
 
 
 async def _asgi_send(send: Send, response: StoredResponse) -> None:
@@ -281,8 +291,9 @@ class WSGIIdempotencyMiddleware(_Idempotency):
 
 
 class _Recorded:
-    """The app's response iterable, captured as it is sent. The key is settled when
-    the last chunk has gone out, or on close() if the response was cut short."""
+    """The app's response iterable, captured as it is sent. The key is settled when the
+    app has given its last chunk, before the server sends it, or on close() if the
+    response was cut short."""
 
     def __init__(
         self,
@@ -294,10 +305,18 @@ class _Recorded:
         self._settled = False
 
     def __iter__(self) -> Iterator[bytes]:
+        # Each chunk is held back until the next one is in hand, so the key is settled
+        # before the server writes the last one: the client cannot have the whole response
+        # before it is stored (a retry sent the moment it arrives is replayed).
+        held: bytes | None = None
         for chunk in self._result:
             self._capture.add(chunk)
-            yield chunk
+            if held is not None:
+                yield held
+            held = chunk
         self._settle(self._capture)
+        if held is not None:
+            yield held
 
     def close(self) -> None:
         """Close the app's iterable (WSGI requires it) and release an unsettled key."""
