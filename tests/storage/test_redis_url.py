@@ -130,6 +130,8 @@ BAD_URLS = [
     ("localhost:6379", "must look like"),
     ("http://localhost:6379", "scheme 'http'"),
     ("redis://localhost:abc/0", "port of host 'localhost:abc'"),
+    ("redis://localhost:0/0", "port of host 'localhost:0'"),
+    ("rediss://localhost:0", "port of host 'localhost:0'"),
     ("redis://localhost:6379/zero", "database 'zero'"),
     ("unix://", "no socket path"),
     ("redis+sentinel://10.0.0.1:26379", "no Sentinel service name"),

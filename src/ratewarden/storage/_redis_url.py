@@ -167,10 +167,12 @@ def _parse_plain(url: str, scheme: str, rest: str) -> Target:
             raise _fail(url, "no socket path; write unix:///path/to/redis.sock")
     else:
         try:
-            parts.port  # noqa: B018 - raises on a bad port
+            port = parts.port  # raises on a port out of 0-65535 or not a number
         except ValueError:
+            port = -1
+        if port is not None and not 0 < port < 65536:  # urlsplit takes port 0
             host = parts.netloc.rpartition("@")[2]
-            raise _fail(url, f"port of host {host!r} must be a number from 1 to 65535") from None
+            raise _fail(url, f"port of host {host!r} must be a number from 1 to 65535")
         path = parts.path.strip("/")
         if path:
             _db(url, path)
