@@ -93,6 +93,36 @@ def test_duplicate_domains_across_files_name_both_places() -> None:
     assert f"{first}:2" in problem.message
 
 
+def test_a_file_given_twice_is_said_to_be_given_twice() -> None:
+    """`--config messaging.yaml messaging.yaml`: the one problem says the file was given
+    twice, not that its domain is defined twice (in itself)."""
+    path = FIXTURES / "valid_messaging.yaml"
+    for merge_domains in (False, True):
+        with pytest.raises(ConfigError) as caught:
+            load([path, path], merge_domains=merge_domains)
+        [problem] = caught.value.errors
+        assert (problem.file, problem.line, problem.key) == (str(path), 0, "file")
+        assert problem.message.startswith("given twice:")
+        assert "duplicate domain" not in problem.message
+
+
+def test_a_file_reached_twice_names_both_spellings(tmp_path: Path) -> None:
+    """A file named once by itself and once through its directory (or a symlink) is the
+    same file once resolved: the problem names the first spelling and the resolved path."""
+    shutil.copy(FIXTURES / "valid_messaging.yaml", tmp_path / "messaging.yaml")
+    (tmp_path / "link.yaml").symlink_to(tmp_path / "messaging.yaml")
+    with pytest.raises(ConfigError) as caught:
+        load([tmp_path / "messaging.yaml", tmp_path])
+    assert [(p.file, p.key) for p in caught.value.errors] == [
+        (str(tmp_path / "link.yaml"), "file"),
+        (str(tmp_path / "messaging.yaml"), "file"),
+    ]
+    link, again = caught.value.errors
+    assert f"given twice as {str(tmp_path / 'messaging.yaml')!r}" in link.message
+    assert str((tmp_path / "messaging.yaml").resolve()) in link.message
+    assert again.message.startswith("given twice:")
+
+
 def test_every_problem_of_a_file_is_listed_in_line_order() -> None:
     """ConfigError.errors holds all problems found, not just the first."""
     path = FIXTURES / "error_several_problems.yaml"

@@ -40,8 +40,11 @@ def load(
         raise ConfigError(
             [ConfigProblem("<config>", 0, "paths", "no config file or directory given")]
         )
+    given: dict[Path, Path] = {}  # resolved -> the path as first given
     for path in map(Path, paths):
         for file in _files(path, problems):
+            if _given_twice(file, given, problems):
+                continue
             try:
                 files.append((str(file), file.read_text(encoding="utf-8")))
             except (OSError, UnicodeDecodeError) as exc:
@@ -60,6 +63,25 @@ def load_documents(
     """Load ``(name, text)`` documents as the files of one directory, in order: what ``load``
     does after reading the files (rules from xDS come this way, named ``xds:<resource>``)."""
     return _build(documents, [], merge_domains)
+
+
+def _given_twice(file: Path, given: dict[Path, Path], problems: list[ConfigProblem]) -> bool:
+    """Whether ``file`` is one already read (the same file once resolved): a problem, said
+    as such, rather than its domain defined twice."""
+    resolved = file.resolve()
+    first = given.setdefault(resolved, file)
+    if first is file:
+        return False
+    same = "" if str(first) == str(file) else f" as {str(first)!r} (both are {resolved})"
+    problems.append(
+        ConfigProblem(
+            str(file),
+            0,
+            "file",
+            f"given twice{same}: it is read once; name each file or directory once",
+        )
+    )
+    return True
 
 
 def _files(path: Path, problems: list[ConfigProblem]) -> list[Path]:
