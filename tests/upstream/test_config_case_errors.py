@@ -96,12 +96,18 @@ def test_a_second_file_of_a_domain_is_a_duplicate_domain() -> None:
     assert f"{CASES / 'basic.yaml'}:2" in problem.message
 
 
-def test_merging_a_file_with_itself_is_a_duplicate_descriptor() -> None:
-    """TestDuplicateKeyDomainMerge: with merging on, one descriptor twice is still refused."""
+def test_merging_a_file_with_itself_is_a_duplicate_descriptor(tmp_path: Path) -> None:
+    """TestDuplicateKeyDomainMerge: with merging on, one descriptor twice is still refused
+    (a copy of the file: the same path twice is said to be given twice, and read once)."""
     path = CASES / "merge_first.yaml"
-    problem = only_problem([path, path], merge_domains=True)
-    assert (problem.file, problem.line, problem.key) == (str(path), 4, "key")
+    copy = tmp_path / "merge_copy.yaml"
+    copy.write_bytes(path.read_bytes())
+    problem = only_problem([path, copy], merge_domains=True)
+    assert (problem.file, problem.line, problem.key) == (str(copy), 4, "key")
     assert "duplicate descriptor 'storefront.tenant_acme' in the merged domain" in problem.message
+    again = only_problem([path, path], merge_domains=True)
+    assert (again.file, again.key) == (str(path), "file")
+    assert again.message.startswith("given twice")
 
 
 def test_merged_files_whose_descriptors_spell_one_stats_key_are_refused() -> None:
