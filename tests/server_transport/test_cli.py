@@ -95,6 +95,7 @@ def test_bad_usage_exits_2_with_argparse_message(
         (["--on-error", "maybe"], "--on-error 'maybe': must be one of: open, closed"),
         (["--store", "foo://x"], "store URL 'foo://x': scheme 'foo' is not one of redis://"),
         (["--workers", "2", "--store", "redis+cluster://"], "no host given"),
+        (["--rlqs-interval", "2"], "--rlqs-interval needs --rlqs (RATEWARDEN_RLQS=true)"),
     ],
 )
 def test_bad_serve_values_exit_2_with_one_clear_line(

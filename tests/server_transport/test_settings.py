@@ -433,3 +433,45 @@ def test_bad_connection_ages_are_refused_naming_the_flag(
 def test_settings_built_in_code_check_connection_ages_too(values: dict[str, object]) -> None:
     with pytest.raises(ConfigurationError, match="--grpc-max-connection-age"):
         Settings(config_paths=("r",), **values)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("flags", "environ", "message"),
+    [
+        ({"rlqs_interval": "2"}, {}, "--rlqs-interval needs --rlqs"),
+        ({"rlqs_ttl": "5"}, {}, "--rlqs-ttl needs --rlqs"),  # the default value, still refused
+        ({"rlqs_idle": "30", "rlqs": False}, {}, "--rlqs-idle needs --rlqs"),  # --no-rlqs
+        ({"rlqs_demand_reports": "3"}, {}, "--rlqs-demand-reports needs --rlqs"),
+        ({"rlqs_change_rounds": "2"}, {}, "--rlqs-change-rounds needs --rlqs"),
+        ({"rlqs_bucket_metrics": "5"}, {}, "--rlqs-bucket-metrics needs --rlqs"),
+        ({}, {"RATEWARDEN_RLQS_TTL": "9"}, "RATEWARDEN_RLQS_TTL needs --rlqs"),
+        (
+            {"rlqs_ttl": "9"},
+            {"RATEWARDEN_RLQS": "off", "RATEWARDEN_RLQS_IDLE": "30"},
+            "--rlqs-ttl, RATEWARDEN_RLQS_IDLE need --rlqs",
+        ),
+    ],
+)
+def test_an_rlqs_option_without_rlqs_is_refused_naming_the_flag_or_variable(
+    flags: dict[str, object], environ: dict[str, str], message: str
+) -> None:
+    """An --rlqs-* flag or RATEWARDEN_RLQS_* variable while the quota service is off would
+    change nothing: refused, even at its default value, naming where it was given."""
+    with pytest.raises(ConfigurationError, match=re.escape(message)) as raised:
+        resolve({"config_paths": ["r.yaml"], **flags}, environ)
+    assert "add --rlqs, or drop" in str(raised.value)
+
+
+def test_rlqs_options_with_rlqs_from_the_flag_or_the_variable_are_taken() -> None:
+    """With --rlqs (or RATEWARDEN_RLQS=true) the same options are read as usual."""
+    flagged = resolve({"config_paths": ["r.yaml"], "rlqs": True, "rlqs_ttl": "9"}, {})
+    assert (flagged.rlqs, flagged.rlqs_ttl) == (True, 9)
+    environ = {"RATEWARDEN_RLQS": "true", "RATEWARDEN_RLQS_IDLE": "30"}
+    from_env = resolve({"config_paths": ["r.yaml"]}, environ)
+    assert (from_env.rlqs, from_env.rlqs_idle) == (True, 30.0)
+
+
+def test_settings_built_in_code_refuse_rlqs_options_without_rlqs() -> None:
+    """Settings(rlqs_ttl=9) without rlqs=True names the flag, as the command line does."""
+    with pytest.raises(ConfigurationError, match=r"--rlqs-ttl needs --rlqs"):
+        Settings(config_paths=("r",), rlqs_ttl=9)

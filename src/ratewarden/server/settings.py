@@ -110,7 +110,7 @@ from ratewarden.server.statsd_mapping import StatsdMapping
 from ratewarden.server.store_url import redacted, store_scheme
 from ratewarden.server.tls_names import check_tls
 from ratewarden.server.tracing import check_tracing
-from ratewarden.server.transport_checks import check_rlqs, check_transport
+from ratewarden.server.transport_checks import check_rlqs, check_rlqs_given, check_transport
 
 __all__ = ["OPTIONS", "XDS_OPTIONS", "Option", "Settings", "redacted", "resolve", "store_scheme"]
 
@@ -352,10 +352,11 @@ def resolve(flags: Mapping[str, Any], environ: Mapping[str, str]) -> Settings:
     A flag wins over its ``RATEWARDEN_*`` variable, which wins over the
     envoyproxy/ratelimit variable of the same setting (``upstream_env``), which
     wins over the default. Raises ``ConfigurationError`` naming the flag or
-    variable whose value is wrong.
+    variable whose value is wrong, or that was given without the option it needs.
     """
     upstream = upstream_env.read(environ)
     own = read(flags, environ)
+    check_rlqs_given(flags, environ, own.get("rlqs", False))
     own_source_wins(own, upstream)
     values = {**upstream, **own}
     values.setdefault("config_paths", ())

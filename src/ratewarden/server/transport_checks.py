@@ -1,19 +1,34 @@
 """The checks of ``Settings`` that concern the gRPC transport and what it must serve:
 ``--transport native`` installed and without TLS, ``--grpc-max-connection-age`` and its
-grace, and ``--rlqs``'s options (a stream, which needs grpcio). ``Settings`` runs them
-when it is built; each raises ``ConfigurationError`` naming the options.
+grace, and ``--rlqs``'s options (a stream, which needs grpcio; its ``--rlqs-*`` options
+only with it). ``Settings`` runs them when it is built, and ``settings.resolve`` runs
+``check_rlqs_given``, which sees what was given; each raises ``ConfigurationError``
+naming the options.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any
 
 from ratewarden.errors import ConfigurationError
+from ratewarden.server.options import OPTIONS
 
 if TYPE_CHECKING:
     from ratewarden.server.settings import Settings
 
-__all__ = ["check_rlqs", "check_transport"]
+__all__ = ["RLQS_OPTIONS", "check_rlqs", "check_rlqs_given", "check_transport"]
+
+#: The settings that tune the quota service, which mean something only with ``rlqs``.
+RLQS_OPTIONS = (
+    "rlqs_interval",
+    "rlqs_ttl",
+    "rlqs_idle",
+    "rlqs_demand_reports",
+    "rlqs_change_rounds",
+    "rlqs_bucket_metrics",
+)
 
 
 def check_transport(settings: Settings, native: bool) -> None:
@@ -57,8 +72,40 @@ def _check_connection_age(settings: Settings) -> None:
         )
 
 
+def check_rlqs_given(flags: Mapping[str, Any], environ: Mapping[str, str], rlqs: bool) -> None:
+    """Refuse an ``--rlqs-*`` flag or ``RATEWARDEN_RLQS_*`` variable given while ``rlqs``
+    is off, even at its default value, naming where each came from (a flag wins over its
+    variable, as ``options.read`` takes them)."""
+    if rlqs:
+        return
+    given = []
+    for name in RLQS_OPTIONS:
+        option = OPTIONS[name]
+        if flags.get(name) is not None:
+            given.append(option.flag)
+        elif environ.get(option.env) is not None:
+            given.append(option.env)
+    if given:
+        raise ConfigurationError(_without_rlqs(given))
+
+
+def _without_rlqs(given: list[str]) -> str:
+    several = len(given) > 1
+    return (
+        f"{', '.join(given)} {'need' if several else 'needs'} --rlqs (RATEWARDEN_RLQS=true): "
+        f"{'they tune' if several else 'it tunes'} Envoy's quota service, which is off; "
+        f"add --rlqs, or drop {'them' if several else 'it'}"
+    )
+
+
 def check_rlqs(settings: Settings) -> None:
     if not settings.rlqs:
+        defaults = {field.name: field.default for field in fields(settings)}
+        changed = [
+            OPTIONS[name].flag for name in RLQS_OPTIONS if getattr(settings, name) != defaults[name]
+        ]
+        if changed:
+            raise ConfigurationError(_without_rlqs(changed))
         return
     if settings.transport == "native":
         raise ConfigurationError(
