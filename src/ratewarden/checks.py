@@ -1,4 +1,5 @@
-"""Input checks shared by every layer: keys, costs, rates, slot requests, names and ids.
+"""Input checks shared by every layer: keys, costs, rates, slot requests, names, ids and yes/no
+options.
 
 Each raises ``ConfigurationError`` naming the offending value and what to do,
 before anything is consumed, and returns the value checked (the rates as a tuple).
@@ -16,6 +17,7 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 
 __all__ = [
+    "check_bool",
     "check_cost",
     "check_id",
     "check_key",
@@ -50,6 +52,15 @@ def is_number(value: object, low: float = 0.0, *, low_ok: bool = True) -> TypeGu
     except OverflowError:
         return False
     return math.isfinite(number) and (number >= low if low_ok else number > low)
+
+
+def check_bool(what: str, value: object) -> bool:
+    """A yes/no option: ``True`` or ``False`` only. Any other value (``"false"``, ``"no"``,
+    ``0``, ``None``) is refused rather than read by its truth, which would take the string
+    ``"false"`` for yes. ``what`` names the option, e.g. ``"rule 'strict' shadow"``."""
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{what} {value!r} must be True or False")
+    return value
 
 
 def check_key(key: object) -> str:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Literal
 
-from ratewarden.checks import is_number
+from ratewarden.checks import check_bool, is_number
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
@@ -105,6 +105,8 @@ class HeaderOptions:
     random: Callable[[], float] = field(default=_random.random, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        for what in ("legacy", "github", "partition_key", "all_policies"):
+            check_bool(f"HeaderOptions {what}", getattr(self, what))
         if self.draft is not None and self.draft not in DRAFT_VERSIONS:
             raise ConfigurationError(
                 f"HeaderOptions draft={self.draft!r} is not one of {DRAFT_VERSIONS} (or None)"

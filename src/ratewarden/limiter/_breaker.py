@@ -28,7 +28,7 @@ import math
 import threading
 from collections import deque
 
-from ratewarden.checks import is_number
+from ratewarden.checks import check_bool, is_number
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.errors import ConfigurationError
 from ratewarden.metrics import NO_METRICS, Metrics
@@ -145,9 +145,7 @@ class CircuitBreaker:
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"CircuitBreaker name {name!r} must be a non-empty string")
         self.name = name
-        if not isinstance(per_node, bool):
-            raise ConfigurationError(f"CircuitBreaker per_node {per_node!r} must be True or False")
-        self.per_node = per_node
+        self.per_node = check_bool("CircuitBreaker per_node", per_node)
         #: node -> its own circuit (per_node only); made on a node's first call.
         self._nodes: dict[str, CircuitBreaker] = {}
         self._clock: Clock = clock if clock is not None else SystemClock()

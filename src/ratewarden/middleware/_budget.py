@@ -28,6 +28,7 @@ from ratewarden.budgets import (
     Usage,
 )
 from ratewarden.budgets import provider_headers as budget_headers
+from ratewarden.checks import check_bool
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.deprecation import UNSET
 from ratewarden.errors import ConfigurationError, StorageError
@@ -123,6 +124,8 @@ class TokenBudgetBase(Generic[A, B, H]):
             raise ConfigurationError(f"max_body {max_body!r} must be a byte count >= 0")
         if clock is not None and not isinstance(clock, Clock):
             raise ConfigurationError(f"token budget middleware clock={clock!r}: a Clock")
+        check_bool("token budget middleware read_body", read_body)
+        check_bool("token budget middleware ietf", ietf)
         self.selection = Selection(
             "token budget middleware",
             key=key,
@@ -141,10 +144,10 @@ class TokenBudgetBase(Generic[A, B, H]):
         self.actual: _Actual[H] | None = actual
         #: The usage header's name, lower case.
         self.usage_header = usage_header.strip().lower()
-        self.read_body = bool(read_body)
+        self.read_body = read_body
         self.max_body = max_body
         self.fallback = fallback
-        self.ietf = bool(ietf)
+        self.ietf = ietf
 
     def _usage(self, value: object, where: str, estimate: Usage | None = None) -> Usage:
         """A ``Usage`` from what a callable returned: a Usage, or a whole number of tokens."""

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ratewarden import headers as rl_headers
+from ratewarden.checks import check_bool
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
@@ -158,8 +159,9 @@ class RuleSet:
     def set_shadow(self, name: str, shadow: bool) -> None:
         """Switch rule ``name`` into shadow mode (True) or enforcement (False) at runtime."""
         name = self._known(name)
+        check_bool(f"set_shadow({name!r}): shadow", shadow)
         with self._lock:
-            self._shadow = {**self._shadow, name: bool(shadow)}
+            self._shadow = {**self._shadow, name: shadow}
 
     def shadow_report(self, top: int = 10) -> dict[str, ShadowSummary]:
         """What each shadow rule would have blocked: count, first/last time, top keys."""

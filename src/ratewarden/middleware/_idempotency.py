@@ -27,7 +27,7 @@ from http import HTTPStatus
 from typing import Literal, NamedTuple
 from urllib.parse import urlsplit
 
-from ratewarden.checks import is_number
+from ratewarden.checks import check_bool, is_number
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.idempotency import Claim, StoredResponse
 from ratewarden.middleware._rules import check_method, compile_path
@@ -205,13 +205,14 @@ class IdempotencyPolicy:
             raise ConfigurationError(f"idempotency methods={methods!r}: a set of method names")
         if not callable(store_response):
             raise ConfigurationError(f"store_response={store_response!r}: a function of a status")
+        check_bool("idempotency middleware fail_open", fail_open)
         self.methods = frozenset(check_method(m, "idempotency methods").upper() for m in methods)
         self.lock_ttl = _check_seconds("lock_ttl", lock_ttl)
         self.ttl = _check_seconds("ttl", ttl)
         self.max_body = _check_bytes("max_body_bytes", max_body_bytes)
         self.max_response = _check_bytes("max_response_bytes", max_response_bytes)
         self.store_response = store_response
-        self.fail_open = bool(fail_open)
+        self.fail_open = fail_open
         #: True (a key on every request of ``methods``), False, or the path patterns.
         self.required = _check_required(required)
         self.required_docs = _check_required_docs(required_docs, self.required)

@@ -21,6 +21,7 @@ import ipaddress
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
+from ratewarden.checks import check_bool
 from ratewarden.errors import ConfigurationError
 from ratewarden.headers import split_outside_quotes
 from ratewarden.middleware._request import RequestInfo, from_asgi, header_value
@@ -53,6 +54,7 @@ def by_api_key(header: str = "x-api-key", *, hashed: bool = True) -> KeyFunc:
     """
     if not isinstance(header, str) or not header.strip():
         raise ConfigurationError(f"by_api_key header {header!r} must be a header name")
+    check_bool("by_api_key hashed", hashed)
     return _HeaderKey(header.strip().lower(), _hashed_key if hashed else _raw_key)
 
 

@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from ratewarden.checks import check_bool
 from ratewarden.errors import ConfigurationError
 from ratewarden.middleware._denied import DeniedHook, check_denied
 from ratewarden.middleware._identity import ANONYMOUS, KeyFunc, by_client_ip
@@ -267,13 +268,14 @@ class Rule:
             raise ConfigurationError(f"{where}: key {key!r} must be a key extractor (callable)")
         if not isinstance(fallback, str) or not fallback:
             raise ConfigurationError(f"{where}: fallback {fallback!r} must be a non-empty string")
+        check_bool(f"{where}: shadow", shadow)
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "rates", parse_rates(rates, where))
         object.__setattr__(self, "key", key)
         object.__setattr__(self, "paths", compile_paths(paths))
         object.__setattr__(self, "methods", method_set(methods, where))
         object.__setattr__(self, "cost", _cost_func(cost, where))
-        object.__setattr__(self, "shadow", bool(shadow))
+        object.__setattr__(self, "shadow", shadow)
         object.__setattr__(self, "fallback", fallback)
         object.__setattr__(self, "denied", check_denied(denied, where))
 
