@@ -36,6 +36,7 @@ ERRORS: dict[str, tuple[int, str, str]] = {
     "error_unlimited_with_algorithm.yaml": (6, "algorithm", "no meaning with unlimited"),
     "error_empty_replaces.yaml": (9, "replaces", "empty entry"),
     "error_self_replaces.yaml": (10, "replaces", "cannot replace itself"),
+    "error_unknown_replaces.yaml": (14, "replaces", "no rule of domain 'test' is named 'a_rul'"),
     "error_missing_requests_per_unit.yaml": (5, "requests_per_unit", "is missing"),
     "error_negative_requests_per_unit.yaml": (6, "requests_per_unit", "out of range"),
     "error_requests_per_unit_not_a_number.yaml": (6, "requests_per_unit", "whole number"),
@@ -121,6 +122,25 @@ def test_a_file_reached_twice_names_both_spellings(tmp_path: Path) -> None:
     assert f"given twice as {str(tmp_path / 'messaging.yaml')!r}" in link.message
     assert str((tmp_path / "messaging.yaml").resolve()) in link.message
     assert again.message.startswith("given twice:")
+
+
+def test_replaces_may_name_a_rule_of_another_file_of_a_merged_domain(tmp_path: Path) -> None:
+    """With merge_domains the names a replaces entry may give are those of the whole
+    domain, every file of it; without merging, each file's domain stands alone."""
+    (tmp_path / "a.yaml").write_text(
+        "domain: d\ndescriptors:\n  - key: a\n"
+        "    rate_limit: {unit: second, requests_per_unit: 1, name: first}\n"
+    )
+    (tmp_path / "b.yaml").write_text(
+        "domain: d\ndescriptors:\n  - key: b\n"
+        "    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: first}]}\n"
+    )
+    merged = load([tmp_path], merge_domains=True).domains["d"]
+    assert [rule.replaces for rule in merged.rules] == [(), ("first",)]
+    (tmp_path / "a.yaml").rename(tmp_path / "a.yaml.off")
+    problem = only_problem([tmp_path])
+    assert (problem.file, problem.line, problem.key) == (str(tmp_path / "b.yaml"), 4, "replaces")
+    assert "no rule of domain 'd' is named 'first' (rule names: none)" in problem.message
 
 
 def test_every_problem_of_a_file_is_listed_in_line_order() -> None:

@@ -70,6 +70,9 @@ class FieldReader:
         self.homes = homes
         self.constructor = yaml.constructor.SafeConstructor()
         self.merges: dict[int, tuple[list[Any], list[Any]]] = {}
+        #: ``replaces`` names with their nodes, checked against the domain's rule names
+        #: once every file of the domain is read (``loading.py``).
+        self.replaced: list[tuple[str, Any]] = []
 
     def problem(self, node: Any, key: str, message: str) -> None:
         line = node.start_mark.line + 1 if node is not None else 0

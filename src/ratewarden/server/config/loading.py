@@ -11,7 +11,7 @@ one ``ConfigError``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 
@@ -106,9 +106,13 @@ def _build(
     files: Sequence[tuple[str, str]], problems: list[ConfigProblem], merge_domains: bool = False
 ) -> RateLimitConfig:
     domains: dict[str, DomainConfig] = {}
+    readers: list[tuple[str, FileReader]] = []  # (domain, its file's reader)
     for name, text in files:
         first = len(problems)
-        domain = FileReader(name, problems).read(text)
+        reader = FileReader(name, problems)
+        domain = reader.read(text)
+        if domain is not None:
+            readers.append((domain.name, reader))
         previous = None if domain is None else domains.get(domain.name)
         if domain is not None and previous is not None and merge_domains:
             domains[domain.name] = _merged(previous, domain, name, problems)
@@ -126,9 +130,29 @@ def _build(
         elif domain is not None:
             domains[domain.name] = domain
         problems[first:] = sorted(problems[first:], key=lambda problem: problem.line)
+    if not problems:
+        _check_replaces(domains, readers)
     if problems:
         raise ConfigError(problems)
     return RateLimitConfig(MappingProxyType(domains), tuple(name for name, _ in files))
+
+
+def _check_replaces(
+    domains: Mapping[str, DomainConfig], readers: Sequence[tuple[str, FileReader]]
+) -> None:
+    """Each ``replaces`` name must be a rule's ``name`` in its domain (every file of it,
+    when merged): upstream ignores one that is not, so a typo never replaces anything."""
+    for domain, reader in readers:
+        named = {rule.name for rule in domains[domain].rules if rule.name}
+        for name, node in reader.replaced:
+            if name not in named:
+                known = ", ".join(repr(each) for each in sorted(named)[:10]) or "none"
+                reader.problem(
+                    node,
+                    "replaces",
+                    f"no rule of domain {domain!r} is named {name!r} (rule names: {known}); "
+                    "give a rule's rate_limit name (check the spelling)",
+                )
 
 
 def _merged(

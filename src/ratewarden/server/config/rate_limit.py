@@ -178,4 +178,5 @@ def _replaces(reader: FieldReader, entries: Entries, name: str) -> tuple[str, ..
             )
         else:
             names.append(found[1])
+            reader.replaced.append((found[1], found[0]))
     return tuple(names)
