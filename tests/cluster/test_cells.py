@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 
 import pytest
 import redis
@@ -12,9 +13,17 @@ from hypothesis import strategies as st
 
 from ratewarden import Rate
 from ratewarden.errors import ConfigurationError
-from ratewarden.hotkeys import CellLimiter, cell_keys, key_slot, split_rate, store_slot
+from ratewarden.hotkeys import (
+    AsyncCellLimiter,
+    CellLimiter,
+    cell_keys,
+    key_slot,
+    split_rate,
+    store_slot,
+)
 from ratewarden.storage._keys import escape
 from ratewarden.storage._plan import build
+from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
 from ratewarden.storage.redis import RedisStore
 from ratewarden.testing import ManualClock
 from tests._servers import RedisCluster
@@ -261,3 +270,43 @@ def test_bad_bands_are_refused(bands: list[object]) -> None:
     """Empty, reversed, out-of-range or malformed bands raise ConfigurationError."""
     with pytest.raises(ConfigurationError, match="band"):
         cell_keys("k", 3, bands)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("bands", "named"),
+    [
+        ([(0, 100), (50, 150)], "(0, 100) and (50, 150) overlap"),
+        ([(0, 100), (0, 100)], "(0, 100) and (0, 100) overlap"),
+        ([(100, 200), (0, 16384)], "(100, 200) and (0, 16384) overlap"),
+        ([(8000, 8100), (0, 100)], "(0, 100) comes after (8000, 8100)"),
+        ([(0, 100), (100, 200), (150, 300)], "(100, 200) and (150, 300) overlap"),
+        ([(0, 100), (200, 100)], "(200, 100) must be (start, end)"),
+    ],
+)
+def test_overlapping_or_unsorted_bands_are_refused_naming_them(
+    bands: list[tuple[int, int]], named: str
+) -> None:
+    """Bands that share slots would put two cells on one primary, and bands out of slot order
+    are not what read_slot_map gives: CellLimiter, its asyncio twin and cell_keys refuse
+    them, naming the parameter and the offending bands."""
+    with pytest.raises(ConfigurationError, match=re.escape(f"bands: {named}")):
+        CellLimiter(MemoryStore(), 3, bands=bands)
+    with pytest.raises(ConfigurationError, match=re.escape(f"bands: {named}")):
+        AsyncCellLimiter(AsyncMemoryStore(), 3, bands=bands)
+    with pytest.raises(ConfigurationError, match=re.escape(f"bands: {named}")):
+        cell_keys("k", 3, bands)
+
+
+@pytest.mark.parametrize("bands", ["0-100", 7, {(0, 100): 1}])
+def test_bands_that_are_not_a_list_of_ranges_are_refused_naming_the_parameter(
+    bands: object,
+) -> None:
+    """A string, a number or a mapping for bands is refused as such, not taken apart."""
+    with pytest.raises(ConfigurationError, match=r"^bands .* must be a list of \(start, end\)"):
+        CellLimiter(MemoryStore(), 3, bands=bands)  # type: ignore[arg-type]
+
+
+def test_adjacent_bands_in_slot_order_are_taken() -> None:
+    """Bands that touch (one's end is the next's start) share no slot: accepted as given."""
+    cells = CellLimiter(MemoryStore(), 3, bands=[(0, 100), (100, 200), (200, 16384)])
+    assert cells.bands == [(0, 100), (100, 200), (200, 16384)]

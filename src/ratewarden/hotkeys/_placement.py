@@ -22,6 +22,7 @@ retries are both short, while the other N - 2 cells may still have room
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 from ratewarden.checks import check_key
 from ratewarden.errors import ConfigurationError
@@ -102,16 +103,35 @@ def check_cells(cells: object) -> int:
 
 
 def slot_bands(cells: int, bands: Sequence[tuple[int, int]] | None) -> list[tuple[int, int]]:
+    """The band of each of ``cells`` cells: ``bands`` taken in turn, or equal bands.
+
+    ``bands`` must be ``(start, end)`` slot ranges in slot order, none overlapping the
+    next (as ``SlotMap.bands`` gives them): two cells on one slot range would share a
+    primary, which is what cells are there to avoid.
+    """
     if bands is None:
         return [(i * SLOTS // cells, (i + 1) * SLOTS // cells) for i in range(cells)]
+    if isinstance(bands, str | bytes) or not isinstance(bands, Sequence):
+        raise ConfigurationError(f"bands {bands!r} must be a list of (start, end) slot ranges")
     found = list(bands)
     if not found:
-        raise ConfigurationError("cell bands must name at least one slot range (start, end)")
+        raise ConfigurationError("bands must name at least one slot range (start, end)")
     for band in found:
         ok = isinstance(band, tuple) and len(band) == 2
         if not ok or not all(type(b) is int for b in band) or not 0 <= band[0] < band[1] <= SLOTS:
             raise ConfigurationError(
-                f"cell band {band!r} must be (start, end) slots with 0 <= start < end <= {SLOTS}"
+                f"bands: {band!r} must be (start, end) slots with 0 <= start < end <= {SLOTS}"
+            )
+    for before, band in pairwise(found):
+        if band[1] <= before[0]:
+            raise ConfigurationError(
+                f"bands: {band!r} comes after {before!r} but lies before it; give the "
+                "slot ranges in slot order (as read_slot_map(client).bands does)"
+            )
+        if band[0] < before[1]:
+            raise ConfigurationError(
+                f"bands: {before!r} and {band!r} overlap; each slot range must start at or "
+                "after the end of the one before it (one range per primary)"
             )
     return [found[i % len(found)] for i in range(cells)]
 
