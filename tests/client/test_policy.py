@@ -65,12 +65,20 @@ def test_random_outside_unit_interval_is_clamped() -> None:
         ({"statuses": "429"}, "statuses='429': pass a set of HTTP statuses"),
         ({"statuses": 429}, "statuses=429: pass a set of HTTP statuses"),
         ({"methods": {"GET", "G T"}}, "'G T'"),
+        ({"backoff_base": 5, "backoff_cap": 1}, "backoff_cap=1 is below backoff_base=5"),
+        ({"backoff_base": 60}, "backoff_cap=30 is below backoff_base=60"),
     ],
 )
 def test_bad_policy_values_name_the_field(kwargs: dict[str, object], words: str) -> None:
     """Each bad value raises ConfigurationError naming the field and the value."""
     with pytest.raises(ConfigurationError, match=words.replace("(", r"\(")):
         RetryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_cap_equal_to_the_base_is_a_constant_ceiling() -> None:
+    """backoff_cap == backoff_base is allowed: every ceiling is the base."""
+    policy = RetryPolicy(backoff_base=2, backoff_cap=2)
+    assert [policy.delay(n, None, 0.5) for n in range(3)] == [1.0, 1.0, 1.0]
 
 
 def test_policy_normalises_methods_and_statuses() -> None:

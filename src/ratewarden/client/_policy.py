@@ -75,6 +75,12 @@ class RetryPolicy:
             )
         for name in ("backoff_base", "backoff_cap", "max_wait"):
             object.__setattr__(self, name, _positive(name, getattr(self, name)))
+        if self.backoff_cap < self.backoff_base:
+            raise ConfigurationError(
+                f"RetryPolicy.backoff_cap={self.backoff_cap:g} is below "
+                f"backoff_base={self.backoff_base:g}: the cap bounds the doubling ceilings "
+                "that start at the base; give a cap at least the base"
+            )
         jitter = _positive("hint_jitter", self.hint_jitter, zero_ok=True)
         object.__setattr__(self, "hint_jitter", jitter)
         object.__setattr__(self, "statuses", _statuses(self.statuses))
