@@ -131,6 +131,41 @@ def test_a_file_added_to_a_watched_directory_is_loaded(tmp_path: Path) -> None:
     assert sorted(applied[0].domains) == ["other", "reload"]
 
 
+def test_files_the_loader_does_not_read_trigger_no_reload(tmp_path: Path) -> None:
+    """Only the directory's top-level *.yaml and *.yml are rules: a README, a hidden
+    file, a subdirectory (a *.yaml inside it included) come and go without a reload,
+    which would empty the over-limit cache for nothing."""
+    write(tmp_path / "a.yaml", 5)
+    watcher, applied = watcher_for([tmp_path])
+    watcher.load_initial()
+    (tmp_path / "README.md").write_text("how these rules work\n")
+    (tmp_path / ".a.yaml.swp").write_text("an editor's swap file\n")
+    (tmp_path / "a.yaml.bak").write_text(RULES.format(limit=1))
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "b.yaml").write_text(RULES.format(limit=2))
+    assert watcher.check_once() is ReloadOutcome.UNCHANGED
+    (tmp_path / "README.md").write_text("how these rules work, edited\n")
+    (tmp_path / "old" / "b.yaml").unlink()
+    assert watcher.check_once() is ReloadOutcome.UNCHANGED
+    assert applied == [] and watcher.reloads == 0
+    write(tmp_path / "a.yaml", 6)
+    assert watcher.check_once() is ReloadOutcome.RELOADED
+    assert [limit_of(c) for c in applied] == [6]
+
+
+def test_a_yaml_link_that_starts_to_resolve_is_loaded(tmp_path: Path) -> None:
+    """A *.yaml link to nothing is skipped by the loader; once its target appears it is
+    a rule file, and the next poll loads it."""
+    write(tmp_path / "a.yaml", 5)
+    (tmp_path / "b.yaml").symlink_to(tmp_path / "later" / "b.yaml")
+    watcher, applied = watcher_for([tmp_path])
+    assert list(watcher.load_initial().domains) == ["reload"]
+    (tmp_path / "later").mkdir()
+    (tmp_path / "later" / "b.yaml").write_text("domain: other\ndescriptors:\n  - key: ip\n")
+    assert watcher.check_once() is ReloadOutcome.RELOADED
+    assert sorted(applied[0].domains) == ["other", "reload"]
+
+
 def test_a_deleted_file_fails_the_reload_and_keeps_the_rules(tmp_path: Path) -> None:
     """Removing the only config file is a failed reload, not an empty rule set."""
     rules = tmp_path / "rules.yaml"

@@ -1,6 +1,6 @@
 """Hot reload: notice that the config files changed, load them, swap the new rules in.
 
-``ConfigWatcher`` polls: it fingerprints every config file (path, the file it
+``ConfigWatcher`` polls: it fingerprints every config file the loader reads (path, the file it
 resolves to, device, inode, mtime, size) and reloads when the fingerprint
 differs from the one taken before the last load. Following symlinks to their
 target catches the way Kubernetes updates a mounted ConfigMap: the visible
@@ -26,6 +26,8 @@ import os
 import stat
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
+
+from ratewarden.server.config.loading import is_rule_file_name
 
 __all__ = ["ConfigWatcher", "ReloadOutcome", "fingerprint", "problems", "report_load"]
 
@@ -59,44 +61,51 @@ class ReloadOutcome(enum.Enum):
 
 
 def fingerprint(paths: Sequence[str]) -> Fingerprint:
-    """What the config looks like on disk, in a form that changes whenever a file does.
+    """What the config looks like on disk, in a form that changes whenever a file the
+    loader reads does.
 
-    Directories are walked (hidden entries such as Kubernetes' ``..data`` are
-    skipped: the visible links through them are followed instead). A path that
-    cannot be read contributes its error, so a file appearing or disappearing
-    changes the fingerprint too.
+    A path given as a file is that file. A directory is what ``config.load`` reads of
+    it: its top-level ``*.yaml`` and ``*.yml`` entries (not hidden, such as Kubernetes'
+    ``..data``: the visible links through it are followed instead), and where the
+    directory itself resolves to (a swapped ``RUNTIME_ROOT`` link). Other files and
+    subdirectories are not read, so changing them reloads nothing. A path that cannot
+    be read contributes its error, so a file appearing or disappearing changes the
+    fingerprint too.
     """
     entries: list[tuple[object, ...]] = []
-    seen_dirs: set[tuple[int, int]] = set()
     for path in paths:
-        _walk(path, entries, seen_dirs)
+        if _entry(path, entries):
+            _directory(path, entries)
     return tuple(entries)
 
 
-def _walk(path: str, entries: list[tuple[object, ...]], seen_dirs: set[tuple[int, int]]) -> None:
+def _entry(path: str, entries: list[tuple[object, ...]]) -> bool:
+    """Add ``path``'s entry (a file's identity and version, or its error); True if it is
+    a directory, whose entries are for the caller to add."""
     try:
         info = os.stat(path)
     except OSError as exc:
         entries.append((path, "unreadable", exc.errno))
-        return
+        return False
     if stat.S_ISDIR(info.st_mode):
-        # A symlink loop would otherwise walk forever.
-        if (info.st_dev, info.st_ino) in seen_dirs:
-            return
-        seen_dirs.add((info.st_dev, info.st_ino))
-        try:
-            names = sorted(os.listdir(path))
-        except OSError as exc:
-            entries.append((path, "unreadable", exc.errno))
-            return
-        entries.append((path, "dir", os.path.realpath(path)))
-        for name in names:
-            if not name.startswith("."):
-                _walk(os.path.join(path, name), entries, seen_dirs)
-        return
+        return True
     entries.append(
         (path, os.path.realpath(path), info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size)
     )
+    return False
+
+
+def _directory(path: str, entries: list[tuple[object, ...]]) -> None:
+    try:
+        names = sorted(name for name in os.listdir(path) if is_rule_file_name(name))
+    except OSError as exc:
+        entries.append((path, "unreadable", exc.errno))
+        return
+    entries.append((path, "dir", os.path.realpath(path)))
+    for name in names:
+        inner = os.path.join(path, name)
+        if _entry(inner, entries):
+            entries.append((inner, "dir"))  # not read; a file by that name would be
 
 
 class ConfigWatcher(Generic[C]):

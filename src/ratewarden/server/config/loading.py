@@ -19,9 +19,15 @@ from ratewarden.server.config.model import ConfigError, ConfigProblem
 from ratewarden.server.config.reader import FileReader
 from ratewarden.server.config.tree import DomainConfig, Level, Node, RateLimitConfig
 
-__all__ = ["load", "load_documents", "loads"]
+__all__ = ["is_rule_file_name", "load", "load_documents", "loads"]
 
 _YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def is_rule_file_name(name: str) -> bool:
+    """Whether ``load`` reads a directory's entry of this name (if it is a file): a
+    ``*.yaml`` or ``*.yml`` that is not hidden. The reload watcher looks at these only."""
+    return name.endswith(_YAML_SUFFIXES) and not name.startswith(".")
 
 
 def load(
@@ -89,7 +95,7 @@ def _files(path: Path, problems: list[ConfigProblem]) -> list[Path]:
         found = sorted(
             entry
             for entry in path.iterdir()
-            if entry.suffix in _YAML_SUFFIXES and not entry.name.startswith(".") and entry.is_file()
+            if is_rule_file_name(entry.name) and entry.is_file()
         )
         if not found:
             problems.append(
