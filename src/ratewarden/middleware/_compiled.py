@@ -227,6 +227,8 @@ class RouteRules:
 
     def resolve(self, meta: RouteLimits, request: RequestInfo) -> tuple[Compiled, ...]:
         """The rules for ``request`` on a route with ratewarden metadata ``meta``."""
+        if not (self._names.issuperset(meta.exempt) and self._names.issuperset(meta.overrides)):
+            self._unknown(meta, request)
         if meta.exempt_all:
             return ()
         found = []
@@ -243,6 +245,17 @@ class RouteRules:
                 )
             found.append(self._compile(rule, rule))
         return tuple(found)
+
+    def _unknown(self, meta: RouteLimits, request: RequestInfo) -> None:
+        """Raise for a name in ``@exempt`` or ``@override`` that is no rule of this rule set:
+        a typo there would leave the rule applied, or unchanged, without a word."""
+        for what, names in (("exempt", meta.exempt), ("override", meta.overrides)):
+            unknown = sorted(set(names) - self._names)
+            if unknown:
+                raise ConfigurationError(
+                    f"@{what}({', '.join(map(repr, unknown))}) on {request.path} names no rule "
+                    f"of the RuleSet; its rules: {sorted(self._names)}"
+                )
 
     def _overridden(self, rule: Rule, change: Override) -> Compiled:
         found = self._cache.get((id(change), rule.name))
