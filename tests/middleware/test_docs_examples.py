@@ -43,7 +43,9 @@ def test_each_example_runs(index: int) -> None:
 
 def test_starlette_example_limits_and_exempts() -> None:
     """The Starlette example sends headers on /orders and none on the exempt /health."""
-    (block,) = [b for b in BLOCKS if "Starlette(" in b and "RateLimitMiddleware" in b]
+    (block,) = [
+        b for b in BLOCKS if "Starlette(" in b and "RateLimitMiddleware" in b and "clock" not in b
+    ]
     app = _run(block)["app"]
     orders = asyncio.run(_asgi_get(app, "/orders"))
     health = asyncio.run(_asgi_get(app, "/health"))
@@ -189,3 +191,22 @@ async def test_django_asgi_example_limits_under_django_s_asgi_handler() -> None:
         response = await _asgi_get(ASGIHandler(), "/notes")
     assert response.status_code == 200 and response.json() == {"user": None}
     assert response.headers["RateLimit-Policy"] == '"per-user";q=600;w=3600'
+
+
+def test_the_denied_headers_example_imports_its_names_and_prints_the_page_s_answer() -> None:
+    """The denied run under "Response headers" imports HeaderOptions and ManualClock itself
+    and prints the status, every header and the body the page shows after it."""
+    page = PAGE.read_text(encoding="utf-8")
+    (block,) = [b for b in BLOCKS if "HeaderOptions(legacy=True" in b]
+    shown = page.split(block + "```\n\n```\n", 1)[1].split("```", 1)[0]
+    assert "from ratewarden.headers import HeaderOptions" in block
+    assert "from ratewarden.testing import ManualClock" in block
+    printed: list[str] = []
+    namespace: dict[str, Any] = {"__name__": "docs_example"}
+    namespace["print"] = lambda *args, **kwargs: printed.append(" ".join(map(str, args)))
+    exec(compile(block, str(PAGE), "exec"), namespace)
+    status, *lines = [line for line in shown.splitlines() if line]
+    assert printed[0] == status.split()[1]
+    assert printed[-1] == lines[-1]
+    answered = {line.lower() for line in printed[1:-1] if not line.startswith("content-length")}
+    assert answered == {line.lower() for line in lines[:-1]}
