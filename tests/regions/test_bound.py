@@ -145,3 +145,16 @@ def test_cli_names_the_region_flag_and_text(
     assert main(["bound", "--region", region, "--sync-interval", "1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {words}") and err.count("\n") == 1
+
+
+def test_cli_an_unknown_flag_shows_bounds_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    """``bound ... --bogus`` is bound's error, with bound's usage, exit 2 (not the top-level
+    usage argparse prints for a subcommand's unknown flags)."""
+    with pytest.raises(SystemExit) as exited:
+        main(["bound", "--region", "us=1/s", "--sync-interval", "1", "--bogus"])
+    assert exited.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("usage: python -m ratewarden.regions bound ")
+    assert lines[-1] == (
+        "python -m ratewarden.regions bound: error: unrecognized arguments: --bogus"
+    )

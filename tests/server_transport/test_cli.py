@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ratewarden.cli import main
+from ratewarden.cli import _parser, main
 from tests.server_transport._process import RATEWARDEN
 from tests.server_transport.conftest import RULES
 
@@ -164,3 +165,45 @@ def test_python_dash_m_ratewarden_runs_the_same_command(tmp_path: Path) -> None:
     )
     assert bad.returncode == 2
     assert "--grpc-port '99999'" in bad.stderr
+
+
+#: Each subcommand with what it requires, so that an unknown flag is the one error left.
+SUBCOMMANDS = {
+    "serve": ["serve"],
+    "simulate": ["simulate"],
+    "plan": ["plan", "--rps", "10"],
+    "config": ["config"],
+    "config check": ["config", "check", "rules.yaml"],
+}
+
+
+def _subcommands(parser: argparse.ArgumentParser, prefix: str = "") -> set[str]:
+    """Every subcommand of ``parser``, nested ones included (``config check``)."""
+    found = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found |= {prefix + name} | _subcommands(sub, prefix + name + " ")
+    return found
+
+
+def test_the_unknown_flag_table_covers_every_subcommand() -> None:
+    """A new subcommand must be added to SUBCOMMANDS, so the test below checks it too."""
+    assert _subcommands(_parser()) == set(SUBCOMMANDS)
+
+
+@pytest.mark.parametrize("command", sorted(SUBCOMMANDS))
+def test_an_unknown_flag_shows_the_subcommands_usage_not_the_top_level_one(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``ratewarden plan --bogus`` is plan's error: its usage and its prog, exit 2 (argparse
+    hands a subcommand's unknown flags to the top-level parser, which printed its own)."""
+    argv = [*SUBCOMMANDS[command], "--bogus"]
+    if command == "config":  # config needs a command after it: put the flag before it
+        argv = ["config", "--bogus", "check", "rules.yaml"]
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith(f"usage: ratewarden {command} ")
+    assert lines[-1] == f"ratewarden {command}: error: unrecognized arguments: --bogus"
