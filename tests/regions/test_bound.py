@@ -158,3 +158,17 @@ def test_cli_an_unknown_flag_shows_bounds_usage(capsys: pytest.CaptureFixture[st
     assert lines[-1] == (
         "python -m ratewarden.regions bound: error: unrecognized arguments: --bogus"
     )
+
+
+def test_cli_help_explains_every_option_of_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    """``bound --help`` gives each option a help text: what it is, its unit or syntax."""
+    with pytest.raises(SystemExit) as exited:
+        main(["bound", "--help"])
+    assert exited.value.code == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    for flag, words in (
+        ("--region NAME=RATE[:BURST]", "a region and its rate cap, such as us=100/s"),
+        ("--sync-interval SECONDS", "seconds between two reconciliation rounds"),
+        ("--replication-lag SECONDS", "the oldest a round may be when it is applied"),
+    ):
+        assert f"{flag} {words}" in shown

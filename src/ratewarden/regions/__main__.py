@@ -36,10 +36,37 @@ class _CommandParser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     parser = _CommandParser(prog="python -m ratewarden.regions")
     commands = parser.add_subparsers(dest="command", required=True)
-    bound = commands.add_parser("bound", help="requests a window may go over its global limit")
-    bound.add_argument("--region", action="append", required=True, metavar="NAME=RATE[:BURST]")
-    bound.add_argument("--sync-interval", type=float, required=True, metavar="SECONDS")
-    bound.add_argument("--replication-lag", type=float, default=0.0, metavar="SECONDS")
+    bound = commands.add_parser(
+        "bound",
+        help="requests a window may go over its global limit",
+        description="Print the most requests a ReconciledBudget's regions together may admit "
+        "over the global limit in one window: over every region, its burst plus its rate x "
+        "(sync interval + replication lag), rounded up (docs/regions.md#the-bound).",
+    )
+    bound.add_argument(
+        "--region",
+        action="append",
+        required=True,
+        metavar="NAME=RATE[:BURST]",
+        help="a region and its rate cap, such as us=100/s or eu=50/s:5 (Rate syntax; the "
+        "burst defaults to the rate's limit); repeat once per region, each name once",
+    )
+    bound.add_argument(
+        "--sync-interval",
+        type=float,
+        required=True,
+        metavar="SECONDS",
+        help="seconds between two reconciliation rounds of a region (the budget's "
+        "sync_interval); above 0",
+    )
+    bound.add_argument(
+        "--replication-lag",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="the oldest a round may be when it is applied (the budget's replication_lag); "
+        "0 or more (default: 0)",
+    )
     return parser
 
 
