@@ -52,3 +52,20 @@ def test_the_readme_and_index_give_one_reading_order() -> None:
     in_readme = [target.removeprefix("docs/") for target, _ in _LINK.findall(order)]
     assert in_readme[0] == "index.md"
     assert in_readme[1:] == [target for target, _ in _LINK.findall(next_pages)]
+
+
+def test_reliability_does_not_list_lone_surrogate_keys_as_not_done() -> None:
+    """A key no store can encode (``"\\ud800"``) is a ConfigurationError on memory, as a
+    FairShare tenant is (Redis: tests/storage/test_key_encoding.py); reliability.md must not
+    say otherwise, in its "Not done" list or its fuzz table."""
+    from ratewarden import ConfigurationError, Limiter, MemoryStore, Rate
+    from ratewarden.budgets import FairShare
+
+    with pytest.raises(ConfigurationError, match="not valid text"):
+        Limiter(MemoryStore()).hit("\ud800", Rate.parse("1/second"))
+    with pytest.raises(ConfigurationError, match="not valid text"):
+        FairShare(MemoryStore(), "60/minute", {"a": 1}).hit("pool", "\ud800")
+    page = (ROOT / "docs" / "reliability.md").read_text(encoding="utf-8")
+    not_done = page[page.index("## Not done") :]
+    assert "surrogate" not in not_done
+    assert "still raises `UnicodeEncodeError`" not in page
