@@ -475,3 +475,15 @@ def test_settings_built_in_code_refuse_rlqs_options_without_rlqs() -> None:
     """Settings(rlqs_ttl=9) without rlqs=True names the flag, as the command line does."""
     with pytest.raises(ConfigurationError, match=r"--rlqs-ttl needs --rlqs"):
         Settings(config_paths=("r",), rlqs_ttl=9)
+
+
+def test_serve_help_says_what_the_xds_node_id_defaults_to(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``serve --help`` says --xds-node-id's default is the id 'default', rather than a bare
+    '(default)' that reads as if the option were the default."""
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["serve", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "--xds-node-id XDS_NODE_ID node id this service gives the xDS server" in shown
+    assert "(unset: the id 'default') [env RATEWARDEN_XDS_NODE_ID]" in shown

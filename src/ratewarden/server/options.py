@@ -60,7 +60,10 @@ OPTIONS: dict[str, Option] = {
         "take the rules from this xDS server (HOST:PORT) over ADS instead of files (docs/xds.md)",
     ),
     "xds_node_id": Option(
-        "--xds-node-id", text, "node id this service gives the xDS server (default)"
+        "--xds-node-id",
+        text,
+        "node id this service gives the xDS server, which keys its snapshots by it "
+        "(unset: the id 'default')",
     ),
     "xds_node_metadata": Option(
         "--xds-node-metadata", pairs, "KEY=VALUE,... sent as the node's metadata to the xDS server"

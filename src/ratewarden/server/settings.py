@@ -9,7 +9,7 @@ flag or variable it came from::
     --config PATH...       RATEWARDEN_CONFIG          (several paths: separate with ":")
     --config-xds HOST:PORT RATEWARDEN_CONFIG_XDS      rules from an xDS server instead (and the
                                                       --xds-* options below it; docs/xds.md)
-    --xds-node-id ID       RATEWARDEN_XDS_NODE_ID     default
+    --xds-node-id ID       RATEWARDEN_XDS_NODE_ID     the id 'default'
     --xds-node-metadata KV RATEWARDEN_XDS_NODE_METADATA (KEY=VALUE,...)
     --xds-headers KV       RATEWARDEN_XDS_HEADERS     (KEY=VALUE,...: the stream's gRPC metadata)
     --xds-retry-interval S RATEWARDEN_XDS_RETRY_INTERVAL 3 (doubled per failure, jittered)
