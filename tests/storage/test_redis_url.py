@@ -126,6 +126,46 @@ async def test_tls_cluster_url_uses_tls_connections() -> None:
     await store.client.aclose()
 
 
+TLS_URLS = [
+    "rediss://127.0.0.1:1/0",
+    "rediss+sentinel://127.0.0.1:1/primary",
+    "rediss+cluster://127.0.0.1:1",
+]
+
+
+@pytest.mark.parametrize("url", TLS_URLS)
+@pytest.mark.parametrize("store_class", [RedisStore, AsyncRedisStore])
+def test_a_tls_file_that_cannot_be_read_is_refused_when_the_store_is_built(
+    url: str, store_class: type[RedisStore] | type[AsyncRedisStore], tmp_path: Path
+) -> None:
+    """A missing CA file, or a client certificate or key that is not PEM, is a
+    ConfigurationError naming the option and the path at from_url (it used to build and
+    fail each call as a store outage, 'Error 2 connecting'); the file's text is not shown."""
+    missing = str(tmp_path / "no-ca.pem")
+    garbage = tmp_path / "key.pem"
+    garbage.write_text("not-a-key s3cret\n")
+    cases = [
+        ({"ssl_ca_certs": missing}, f"ssl_ca_certs={missing!r} cannot be read as PEM"),
+        ({"ssl_certfile": missing}, f"ssl_certfile={missing!r}"),
+        ({"ssl_certfile": str(garbage), "ssl_keyfile": str(garbage)}, f"{str(garbage)!r}"),
+        ({"ssl_keyfile": str(garbage)}, "without ssl_certfile"),
+    ]
+    for options, words in cases:
+        with pytest.raises(ConfigurationError, match="store URL") as caught:
+            store_class.from_url(url, **options)
+        assert words in str(caught.value)
+        assert "s3cret" not in str(caught.value)
+
+
+def test_a_tls_file_in_the_url_query_is_checked_too(tmp_path: Path) -> None:
+    """rediss://...?ssl_ca_certs=PATH (what serve makes of REDIS_TLS_CACERT) is checked
+    like the keyword option."""
+    missing = tmp_path / "no-ca.pem"
+    for store_class in (RedisStore, AsyncRedisStore):
+        with pytest.raises(ConfigurationError, match=f"ssl_ca_certs={str(missing)!r}"):
+            store_class.from_url(f"rediss://127.0.0.1:1/0?ssl_ca_certs={missing}")
+
+
 BAD_URLS = [
     ("localhost:6379", "must look like"),
     ("http://localhost:6379", "scheme 'http'"),

@@ -8,8 +8,10 @@ only what provably did not run.
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import redis
 import redis.asyncio as aredis
@@ -55,6 +57,46 @@ def _bad_option(target: Target, exc: Exception) -> ConfigurationError:
     )
 
 
+def _tls_file(target: Target, options: dict[str, Any], name: str) -> str | None:
+    """The file a TLS option names: the keyword option, else the URL's query (a plain URL)."""
+    given = options.get(name)
+    if given is None and target.kind == "redis":
+        query = dict(parse_qsl(urlsplit(target.url).query))
+        given = query.get(name)
+    return None if given is None else str(given)
+
+
+def _check_tls_files(target: Target, options: dict[str, Any]) -> None:
+    """Read the CA file and the client certificate and key now, as the memcache store does:
+    a missing or unreadable file is a mistake in the settings, not a store outage, and
+    redis-py would only find it at the first connection. Only the paths are shown."""
+    ca_certs = _tls_file(target, options, "ssl_ca_certs")
+    certfile = _tls_file(target, options, "ssl_certfile")
+    keyfile = _tls_file(target, options, "ssl_keyfile")
+    where = f"store URL {redact(target.url)!r}"
+    if ca_certs is not None:
+        try:
+            ssl.create_default_context(cafile=ca_certs)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigurationError(
+                f"{where}: ssl_ca_certs={ca_certs!r} cannot be read as PEM certificates: {exc}"
+            ) from None
+    if certfile is not None or keyfile is not None:
+        if certfile is None:
+            raise ConfigurationError(
+                f"{where}: ssl_keyfile={keyfile!r} is given without ssl_certfile; give the "
+                "client certificate too, or neither"
+            )
+        password = options.get("ssl_password")
+        try:
+            ssl.create_default_context().load_cert_chain(certfile, keyfile, password)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigurationError(
+                f"{where}: ssl_certfile={certfile!r} / ssl_keyfile={keyfile!r} cannot be read "
+                f"as a PEM certificate and its key: {exc}"
+            ) from None
+
+
 def _check_connection_options(target: Target, pool: Any) -> None:
     # redis-py makes connections lazily: try one now (no I/O) to catch bad options early.
     try:
@@ -85,6 +127,7 @@ _ASYNC = _Kind(
 def _client(url: str, timeout: float, options: dict[str, Any], kind: _Kind) -> Any:
     """The client of ``kind`` for ``url``: a server, a Sentinel's primary or a Cluster."""
     target = parse(url)
+    _check_tls_files(target, options)
     try:
         if target.kind == "redis":
             client = kind.redis.from_url(target.url, **client_options(timeout, options))
