@@ -93,9 +93,7 @@ def _given_twice(file: Path, given: dict[Path, Path], problems: list[ConfigProbl
 def _files(path: Path, problems: list[ConfigProblem]) -> list[Path]:
     if path.is_dir():
         found = sorted(
-            entry
-            for entry in path.iterdir()
-            if is_rule_file_name(entry.name) and entry.is_file()
+            entry for entry in path.iterdir() if is_rule_file_name(entry.name) and entry.is_file()
         )
         if not found:
             problems.append(
