@@ -67,6 +67,10 @@ def test_random_outside_unit_interval_is_clamped() -> None:
         ({"methods": {"GET", "G T"}}, "'G T'"),
         ({"backoff_base": 5, "backoff_cap": 1}, "backoff_cap=1 is below backoff_base=5"),
         ({"backoff_base": 60}, "backoff_cap=30 is below backoff_base=60"),
+        ({"idempotency_keys": "false"}, "RetryPolicy.idempotency_keys 'false' must be True or"),
+        ({"raise_on_give_up": "no"}, "RetryPolicy.raise_on_give_up 'no' must be True or False"),
+        ({"retry_transport_errors": 0}, "RetryPolicy.retry_transport_errors 0 must be True"),
+        ({"idempotency_keys": None}, "RetryPolicy.idempotency_keys None must be True or False"),
     ],
 )
 def test_bad_policy_values_name_the_field(kwargs: dict[str, object], words: str) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ratewarden.checks import is_number
+from ratewarden.checks import check_bool, is_number
 from ratewarden.errors import ConfigurationError, RatewardenError
 
 __all__ = [
@@ -73,6 +73,8 @@ class RetryPolicy:
                 f"RetryPolicy.max_attempts={attempts!r}: must be a whole number >= 1 "
                 "(1 means no retries)"
             )
+        for name in ("idempotency_keys", "retry_transport_errors", "raise_on_give_up"):
+            check_bool(f"RetryPolicy.{name}", getattr(self, name))
         for name in ("backoff_base", "backoff_cap", "max_wait"):
             object.__setattr__(self, name, _positive(name, getattr(self, name)))
         if self.backoff_cap < self.backoff_base:
