@@ -25,7 +25,7 @@ import logging
 import threading
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ratewarden.clock import Clock, SystemClock
@@ -366,18 +366,30 @@ class LogRateLimiter:
             entry = self._entries.get(key)
             return 0 if entry is None else int(entry[1])
 
-    def log(self, logger: logging.Logger, level: int, key: str, msg: str, *args: object) -> bool:
+    def log(
+        self,
+        logger: logging.Logger,
+        level: int,
+        key: str,
+        msg: str,
+        *args: object,
+        extra: Mapping[str, object] | None = None,
+    ) -> bool:
         """Write ``msg % args`` to ``logger`` if ``key`` is allowed; return whether it was.
 
-        The line says how many similar lines were suppressed before it.
+        The line says how many similar lines were suppressed before it. ``extra``: the
+        record's fields, as ``Logger.log`` takes them (``{"event": ...}`` for serve's lines).
         """
         held_back = self._take(key)
         if held_back < 0:
             return False
         if held_back:
-            logger.log(level, msg + " (%d similar lines suppressed)", *args, held_back)
+            lines = "line" if held_back == 1 else "lines"
+            logger.log(
+                level, msg + f" (%d similar {lines} suppressed)", *args, held_back, extra=extra
+            )
         else:
-            logger.log(level, msg, *args)
+            logger.log(level, msg, *args, extra=extra)
         return True
 
     def __repr__(self) -> str:

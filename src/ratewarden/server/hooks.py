@@ -47,7 +47,10 @@ class ServiceHooks:
             try:
                 self.on_decision(domain, outcome.rule, outcome)
             except Exception:
-                log.exception("hook on_decision failed; the answer is unaffected")
+                log.exception(
+                    "hook on_decision failed; the answer is unaffected",
+                    extra={"event": "hook_failed", "hook": "on_decision"},
+                )
 
     def on_store_error(self, domain: str, rule: DescriptorRule, error: Exception) -> None:
         """The store failed for this rule; ``rule.failure_mode`` decides instead."""
@@ -82,7 +85,10 @@ class Reports(Metrics):
         try:
             self.hooks.on_store_call(seconds)
         except Exception:
-            log.exception("hook on_store_call failed; the answer is unaffected")
+            log.exception(
+                "hook on_store_call failed; the answer is unaffected",
+                extra={"event": "hook_failed", "hook": "on_store_call"},
+            )
 
     def store_error(self, rule: DescriptorRule, error: Exception) -> None:
         """The store failed for ``rule`` (or the open breaker refused the call)."""
@@ -99,13 +105,22 @@ class Reports(Metrics):
                 error,
                 rule.failure_mode,
                 rule.path,
+                extra={"event": "store_failed", "rule": rule.path},
             )
         else:
-            log.warning("store call for %s raised unexpectedly", rule.path, exc_info=error)
+            log.warning(
+                "store call for %s raised unexpectedly",
+                rule.path,
+                exc_info=error,
+                extra={"event": "store_call_raised", "rule": rule.path},
+            )
         try:
             self.hooks.on_store_error(rule.domain, rule, error)
         except Exception:
-            log.exception("hook on_store_error failed; the answer is unaffected")
+            log.exception(
+                "hook on_store_error failed; the answer is unaffected",
+                extra={"event": "hook_failed", "hook": "on_store_error"},
+            )
 
     def overflow(self, rule: DescriptorRule, limit: int | None) -> None:
         """A new value of ``rule`` went to its overflow counter (``limit`` values held)."""
@@ -116,15 +131,22 @@ class Reports(Metrics):
             "rule %s holds %d distinct values; new ones share one overflow counter",
             rule.path,
             limit,
+            extra={"event": "value_overflow", "rule": rule.path},
         )
         try:
             self.hooks.on_value_overflow(rule.domain, rule)
         except Exception:
-            log.exception("hook on_value_overflow failed; the answer is unaffected")
+            log.exception(
+                "hook on_value_overflow failed; the answer is unaffected",
+                extra={"event": "hook_failed", "hook": "on_value_overflow"},
+            )
 
     def domain_not_found(self, domain: str, descriptors: int) -> None:
         """A request to an unknown ``domain``, with ``descriptors`` descriptors."""
         try:
             self.hooks.on_domain_not_found(domain, descriptors)
         except Exception:
-            log.exception("hook on_domain_not_found failed; the answer is unaffected")
+            log.exception(
+                "hook on_domain_not_found failed; the answer is unaffected",
+                extra={"event": "hook_failed", "hook": "on_domain_not_found"},
+            )

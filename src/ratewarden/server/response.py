@@ -203,7 +203,10 @@ def respond(
         try:
             on_decisions(domain, outcomes)
         except Exception:
-            log.exception("hook on_decisions failed; the answer is unaffected")
+            log.exception(
+                "hook on_decisions failed; the answer is unaffected",
+                extra={"event": "hook_failed", "hook": "on_decisions"},
+            )
     return encode_response(overall, statuses, tail)
 
 

@@ -210,6 +210,7 @@ class MappedMetrics(StatsEvents):
             "--metrics-mapping: stat %s dropped (%s)",
             name,
             why,
+            extra={"event": "metrics_mapping_dropped", "stat": name, "result": result},
         )
         return _Target(None, result, 1.0, kind, None, 0.0, None)
 

@@ -241,11 +241,13 @@ class StatsdSink(StatsEvents):
                 log,
                 logging.WARNING,
                 "statsd",
-                "cannot send stats to statsd at %s:%d (%s): %d lines dropped",
+                "cannot send stats to statsd at %s:%d (%s): %d %s dropped",
                 self.host,
                 self.port,
                 exc or type(exc).__name__,
                 len(lines),
+                "line" if len(lines) == 1 else "lines",
+                extra={"event": "statsd_send_failed", "dropped": len(lines)},
             )
         else:
             self.sent += len(lines)

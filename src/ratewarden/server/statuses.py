@@ -43,7 +43,12 @@ def override(
     """
     unit = _UNIT_NAME.get(limit.unit)
     if unit is None:
-        log.warning("ignoring a limit override with unit %s in domain %r", limit.unit, domain)
+        log.warning(
+            "ignoring a limit override with unit %s in domain %r",
+            limit.unit,
+            domain,
+            extra={"event": "limit_override_ignored", "domain": domain},
+        )
         return None
     algorithm = DEFAULT_ALGORITHM if base is None else base.algorithm
     rate = None
@@ -51,7 +56,12 @@ def override(
         try:
             rate = Rate(limit.requests_per_unit, timedelta(microseconds=UNITS[unit]))
         except ConfigurationError as exc:
-            log.warning("ignoring a limit override in domain %r: %s", domain, exc)
+            log.warning(
+                "ignoring a limit override in domain %r: %s",
+                domain,
+                exc,
+                extra={"event": "limit_override_ignored", "domain": domain},
+            )
             return None
     path = domain + "." + ".".join(f"{k}_{v}" if v else k for k, v in entries)
     return DescriptorRule(
