@@ -16,6 +16,7 @@ from ratewarden.errors import StorageUnavailableError
 from ratewarden.server.config import loads
 from ratewarden.server.hooks import Reports, ServiceHooks
 from ratewarden.server.logs import LOGGERS, configure_logging
+from ratewarden.server.reload import report_load
 from ratewarden.server.statsd import StatsdSink
 from ratewarden.testing import ManualClock
 
@@ -97,3 +98,18 @@ def test_one_line_held_back_is_said_in_the_singular(caplog: pytest.LogCaptureFix
         "failed (1 similar line suppressed)",
     ]
     assert all(r.event == "failed" for r in caplog.records)  # type: ignore[attr-defined]
+
+
+@pytest.mark.usefixtures("serve_logging")
+def test_a_failing_on_load_hook_is_logged_with_an_event(capfd: pytest.CaptureFixture[str]) -> None:
+    """The reload's instrumentation callback raising: one JSON line with the event
+    hook_failed naming on_load, and the load stands."""
+
+    def broken(ok: bool) -> None:
+        raise RuntimeError("instrumentation down")
+
+    configure_logging("info", "json")
+    report_load(broken, True)
+    (entry,) = _entries(capfd)
+    assert entry["logger"] == "ratewarden.server.reload"
+    assert entry["event"] == "hook_failed" and entry["hook"] == "on_load"

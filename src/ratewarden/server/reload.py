@@ -51,7 +51,10 @@ def report_load(on_load: Callable[[bool], None] | None, ok: bool) -> None:
     try:
         on_load(ok)
     except Exception:
-        log.exception("on_load callback failed; the load itself is unaffected")
+        log.exception(
+            "on_load callback failed; the load itself is unaffected",
+            extra={"event": "hook_failed", "hook": "on_load"},
+        )
 
 
 class ReloadOutcome(enum.Enum):

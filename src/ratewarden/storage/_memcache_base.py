@@ -67,6 +67,19 @@ Flow = Generator[bytes, wire.Reply, R]
 Planned = tuple[Item, LiveStep[R]]
 
 
+#: The keywords a memcached store takes after its servers.
+OPTIONS = ("clock", "prefix", "timeout", "cache_items", "max_item_bytes", "tls")
+
+
+def check_options(kind: str, options: dict[str, object]) -> None:
+    """Refuse a keyword the store does not take (a typo such as ``timout=``), naming it."""
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ConfigurationError(
+            f"{kind}: unknown option {', '.join(map(repr, unknown))}; it takes {', '.join(OPTIONS)}"
+        )
+
+
 class MemcacheBase:
     """Settings, naming and every operation as a step on one item (``_memcache_items``)."""
 

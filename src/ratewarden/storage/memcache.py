@@ -41,6 +41,7 @@ from ratewarden.storage._memcache_base import (
     DEFAULT_TIMEOUT,
     MemcacheBase,
     Planned,
+    check_options,
 )
 from ratewarden.storage._memcache_items import Failed, Item, LiveStep
 from ratewarden.storage._memcache_link import BlockingLink, failure
@@ -76,6 +77,7 @@ class MemcacheStore(MemcacheBase):
     """A blocking store on memcached, safe to share between threads. See the module."""
 
     def __init__(self, servers: str | Sequence[Address], **options: Any) -> None:
+        check_options(type(self).__name__, options)
         super().__init__(servers, **options)
         self._link = BlockingLink(self.timeout, self._forget, self.tls)
         # One step at a time per item in this process (64 stripes of items), so that its
@@ -162,6 +164,7 @@ class AsyncMemcacheStore(MemcacheBase):
     the steps that queue up on an item while one runs are decided together after it."""
 
     def __init__(self, servers: str | Sequence[Address], **options: Any) -> None:
+        check_options(type(self).__name__, options)
         super().__init__(servers, **options)
         self._link = AsyncLink(self.timeout, self._forget, self.tls)
         # Items with a step running in this process: the steps queued up behind it.
