@@ -23,6 +23,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ratewarden.argparsing import CommandParser
 from ratewarden.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -34,21 +35,6 @@ __all__ = ["main"]
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
-
-
-class _CommandParser(argparse.ArgumentParser):
-    """A parser that refuses an unknown argument itself, so a subcommand's error shows
-    its own usage (``ratewarden plan --bogus``: plan's), not the top-level one: argparse
-    hands a subcommand's unknown arguments up to the top-level parser, which reports them.
-    ``add_subparsers`` makes every subcommand's parser of its parent's class."""
-
-    def parse_known_args(  # type: ignore[override]
-        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
-    ) -> tuple[argparse.Namespace, list[str]]:
-        parsed, unknown = super().parse_known_args(args, namespace)
-        if unknown:
-            self.error(f"unrecognized arguments: {' '.join(unknown)}")
-        return parsed, unknown
 
 
 def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -82,7 +68,7 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
 
 def _parser() -> argparse.ArgumentParser:
     # Typed as the base class, so the subcommands' modules take its subparsers as theirs.
-    parser: argparse.ArgumentParser = _CommandParser(
+    parser: argparse.ArgumentParser = CommandParser(
         prog="ratewarden",
         description="Exact, atomic rate limiting: the Envoy rate limit service and its tools.",
     )

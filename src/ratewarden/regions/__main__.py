@@ -15,26 +15,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from ratewarden.argparsing import CommandParser
 from ratewarden.errors import ConfigurationError
 from ratewarden.regions._bound import overshoot_bound, parse_region_rate
 
 
-class _CommandParser(argparse.ArgumentParser):
-    """Refuses an unknown argument itself, so ``bound --bogus`` shows bound's usage, not the
-    top-level one argparse would (``ratewarden.cli`` has the same twin; regions may not
-    import the command line's module)."""
-
-    def parse_known_args(  # type: ignore[override]
-        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
-    ) -> tuple[argparse.Namespace, list[str]]:
-        parsed, unknown = super().parse_known_args(args, namespace)
-        if unknown:
-            self.error(f"unrecognized arguments: {' '.join(unknown)}")
-        return parsed, unknown
-
-
 def _parser() -> argparse.ArgumentParser:
-    parser = _CommandParser(prog="python -m ratewarden.regions")
+    parser = CommandParser(prog="python -m ratewarden.regions")
     commands = parser.add_subparsers(dest="command", required=True)
     bound = commands.add_parser(
         "bound",

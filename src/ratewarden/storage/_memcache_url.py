@@ -33,6 +33,7 @@ from urllib.parse import parse_qsl, quote, unquote
 
 from ratewarden import checks
 from ratewarden.errors import ConfigurationError
+from ratewarden.storage._tls import client_context
 
 __all__ = [
     "DEFAULT_PORT",
@@ -81,22 +82,8 @@ class Tls:
     def context(self) -> ssl.SSLContext:
         """The client context these options describe; a file that cannot be read is a
         ``ConfigurationError`` naming the option and the file."""
-        try:
-            context = ssl.create_default_context(cafile=self.ca_certs)
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigurationError(
-                f"memcache TLS: ssl_ca_certs={self.ca_certs!r} cannot be read as PEM "
-                f"certificates: {exc}"
-            ) from None
+        context = client_context("memcache TLS", self.ca_certs, self.certfile, self.keyfile)
         context.check_hostname = self.check_hostname
-        if self.certfile is not None:
-            try:
-                context.load_cert_chain(self.certfile, self.keyfile)
-            except (OSError, ssl.SSLError) as exc:
-                raise ConfigurationError(
-                    f"memcache TLS: ssl_certfile={self.certfile!r} / ssl_keyfile="
-                    f"{self.keyfile!r} cannot be read as a PEM certificate and its key: {exc}"
-                ) from None
         return context
 
 

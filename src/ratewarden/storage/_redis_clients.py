@@ -8,7 +8,6 @@ only what provably did not run.
 
 from __future__ import annotations
 
-import ssl
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -26,6 +25,7 @@ from redis.sentinel import Sentinel
 from ratewarden.errors import ConfigurationError
 from ratewarden.storage._redis_errors import REDIS_ERRORS, raise_storage_error
 from ratewarden.storage._redis_url import Target, client_options, parse, redact
+from ratewarden.storage._tls import client_context
 
 __all__ = ["async_client", "sync_client"]
 
@@ -74,27 +74,13 @@ def _check_tls_files(target: Target, options: dict[str, Any]) -> None:
     certfile = _tls_file(target, options, "ssl_certfile")
     keyfile = _tls_file(target, options, "ssl_keyfile")
     where = f"store URL {redact(target.url)!r}"
-    if ca_certs is not None:
-        try:
-            ssl.create_default_context(cafile=ca_certs)
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigurationError(
-                f"{where}: ssl_ca_certs={ca_certs!r} cannot be read as PEM certificates: {exc}"
-            ) from None
-    if certfile is not None or keyfile is not None:
-        if certfile is None:
-            raise ConfigurationError(
-                f"{where}: ssl_keyfile={keyfile!r} is given without ssl_certfile; give the "
-                "client certificate too, or neither"
-            )
-        password = options.get("ssl_password")
-        try:
-            ssl.create_default_context().load_cert_chain(certfile, keyfile, password)
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigurationError(
-                f"{where}: ssl_certfile={certfile!r} / ssl_keyfile={keyfile!r} cannot be read "
-                f"as a PEM certificate and its key: {exc}"
-            ) from None
+    if ca_certs is not None or certfile is not None:
+        client_context(where, ca_certs, certfile, keyfile, options.get("ssl_password"))
+    if keyfile is not None and certfile is None:
+        raise ConfigurationError(
+            f"{where}: ssl_keyfile={keyfile!r} is given without ssl_certfile; give the "
+            "client certificate too, or neither"
+        )
 
 
 def _check_connection_options(target: Target, pool: Any) -> None:
