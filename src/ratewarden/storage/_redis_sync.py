@@ -14,6 +14,7 @@ from redis import exceptions as rx
 from redis.crc import key_slot
 
 from ratewarden.storage import _redis_protocol as protocol
+from ratewarden.storage._redis_clients import LazyCluster
 from ratewarden.storage._redis_link import Link, LinkPool
 from ratewarden.storage._redis_protocol import ConnectFailed, Recovery, Sendable, checked
 from ratewarden.storage._scripts import Script
@@ -106,12 +107,13 @@ class Cluster:
     """A Redis Cluster: each decision goes to the primary of its hash tag's slot.
 
     All keys of one decision share a hash tag, so the first key names the slot.
-    The slot table is redis-py's. A MOVED / ASK / TRYAGAIN reply (nothing ran)
-    is handed to the client's own command path, which follows the redirection
-    and updates that table. When a primary cannot be reached (nothing was sent)
-    the table is refreshed and the call tried once more if the slot moved.
-    Errors after a command may have run are never retried here: a decision is
-    not idempotent.
+    The slot table is redis-py's (a ``LazyCluster`` reads it at the first call
+    that needs it, where its errors are that call's). A MOVED / ASK / TRYAGAIN
+    reply (nothing ran) is handed to the client's own command path, which
+    follows the redirection and updates that table. When a primary cannot be
+    reached (nothing was sent) the table is refreshed and the call tried once
+    more if the slot moved. Errors after a command may have run are never
+    retried here: a decision is not idempotent.
     """
 
     clustered = True
@@ -122,7 +124,10 @@ class Cluster:
         self._timeout = timeout
         self._spin = spin
         self._pools: dict[str, LinkPool] = {}
-        self.where = protocol.cluster_where(cluster.get_nodes())
+        # A client from_url made connects at its first use: until then, the nodes it was given.
+        self._lazy = cluster if isinstance(cluster, LazyCluster) else None
+        made = self._lazy is None or self._lazy.made
+        self.where = protocol.cluster_where(cluster.get_nodes() if made else cluster.startup_nodes)
 
     def _links(self, node: Any) -> LinkPool:
         links = self._pools.get(node.name)
@@ -137,6 +142,8 @@ class Cluster:
         return self._client.nodes_manager.get_node_from_slot(key_slot(route_key.encode()))
 
     def node_of(self, route_key: str) -> str:
+        if self._lazy is not None and not self._lazy.made:
+            return ""  # no slot table yet, and asking must not connect: the call itself will
         try:
             name: str = self._node(route_key).name
         except rx.RedisClusterException:  # a slot with no primary in the table

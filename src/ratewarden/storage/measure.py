@@ -91,7 +91,9 @@ def measure(
         finally:
             for name in names:
                 client.delete(name)
-    except redis.RedisError as exc:
+    # A Cluster client made by from_url connects here, at its first command, and says so
+    # with a RedisClusterException (not a RedisError) when no node answers.
+    except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
         raise StorageUnavailableError(f"measure on {where}: {exc}") from exc
 
 
