@@ -55,7 +55,18 @@ def _budget_ops(rng: random.Random, store: Any, now_us: int) -> list[Any]:
             for _ in range(rng.randrange(4))
         ]
         share = rng.choice(((1, 1), (1, 3), (2, 3), (30, 60), (0, 1)))
-        ops.append(store.budget_merge(member, region, share, rng.random() < 0.6, entries))
+        # Silent peers held at a cap of this window or another, none, or their default.
+        holds = [
+            (
+                rng.choice((window, window, window - 1, -1)),
+                name,
+                rng.choice((-1, 0, rng.randrange(limit + 3))),
+                rng.randrange(limit + 1),
+            )
+            for name in rng.sample(NAMES, rng.choice((0, 0, 1, 2)))
+        ]
+        recompute = rng.random() < 0.6
+        ops.append(store.budget_merge(member, region, share, recompute, entries, holds))
     return ops
 
 
@@ -114,29 +125,34 @@ def _exchange_call(rng: random.Random, now_us: int) -> tuple[str, tuple[Any, ...
     """One random exchange call at ``now_us``: the method's name and its arguments."""
     region = rng.choice(NAMES)
     roll = rng.random()
-    if roll < 0.3:
+    if roll < 0.25:
         members = {
             rng.choice(MEMBERS): now_us + rng.choice((-1_000, 0, 1, 999, 1_500, 2_000_000))
             for _ in range(rng.randrange(4))
         }
         return "publish_active", (region, members, now_us)
-    if roll < 0.55:
+    if roll < 0.45:
         return "active", (region, now_us, rng.choice((1, 2, 100)))
-    if roll < 0.8:
+    if roll < 0.65:
         return "publish_demand", (region, rng.randrange(1, 12), rng.randrange(1_000))
-    return "demand", (region, rng.randrange(-2, 14))
+    if roll < 0.85:
+        return "demand", (region, rng.randrange(-2, 14))
+    if roll < 0.92:
+        return "finish_round", (region, now_us - rng.choice((0, 1, 2_000_000)))
+    return "read_round", (region, rng.sample(MEMBERS, rng.randrange(3)))
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_random_exchange_calls_answer_as_on_redis(regions: dict[str, Region], seed: int) -> None:
-    """Active sets (members added, renewed, timed out, capped by ``limit``) and demand counts
-    (written, kept four intervals, read): every call answers as the Redis store's does."""
+    """Active sets (members added, renewed, timed out, capped by ``limit``), demand counts
+    (written, kept four intervals, read) and rounds (recorded, read with the window hashes):
+    every call answers as the Redis store's does."""
     rng = random.Random(seed)
     clock = ManualClock(START)
     on_redis = RegionStore(regions["eu"].local(), clock=clock)
     in_memory = MemoryRegionStore(clock=clock)
     answered: dict[str, int] = {}
-    for number in range(250):
+    for number in range(350):
         if rng.random() < 0.25:
             # Under an hour in all: Redis keeps demand counts an hour of its own time.
             clock.advance(rng.choice((0.000001, 0.0005, 0.001, 0.0015, 1.0, 5.0)))
@@ -148,6 +164,7 @@ def test_random_exchange_calls_answer_as_on_redis(regions: dict[str, Region], se
             answered[method] = answered.get(method, 0) + 1
     print(f"\n[regions] memory exchange, seed {seed}: {dict(sorted(answered.items()))}")
     assert answered.get("active", 0) > 5 and answered.get("demand", 0) > 5
+    assert answered.get("read_round", 0) > 5
 
 
 def test_a_window_hash_expires_one_period_past_its_windows_end() -> None:

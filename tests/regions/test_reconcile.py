@@ -330,6 +330,7 @@ def test_the_deprecated_client_form_builds_the_same_budget_with_a_warning(
     assert sorted(all_keys(regions["us"].local())) == [
         b"old:region-rate:{tenant-g}:gcra:30:1000000:1",
         b"old:regions:active:us",
+        b"old:regions:round:us",
         b"old:{tenant-g}:region:600:60000000",
     ]
 

@@ -9,7 +9,13 @@ per region and a budget (``cap``) for itself. Every ``sync_interval`` a round:
    keys, then every peer's counts for the union (two round trips per peer);
 2. ``apply``: merge those counts into the local hashes by max per region and,
    if every peer answered and the data is no older than ``replication_lag``,
-   recompute ``cap = own + floor(share * (limit - merged total)+)``.
+   recompute ``cap = own + floor(share * (limit - merged total - held)+)``, then
+   record on this region's Redis that it completed a round.
+
+``held``: a peer that answers but completed no round in the last ``silence``
+(``2 * sync_interval + replication_lag``; it cannot read its peers) keeps its cap,
+so it counts as spending all of it (its cap, else its default share) rather than
+having its unspent part split again. Peers get ``silence`` from the budget's start.
 
 ``share`` is this region's weight over the sum of weights (by default each
 region's rate cap in requests per second), so the caps of one instant sum to
@@ -50,9 +56,13 @@ from ratewarden.regions._rounds import (
     PeerView,
     SyncReport,
     budget_decision,
+    check_regions,
+    holds,
     one_rate,
     overshoot,
     own_share,
+    shares,
+    silent_peers,
 )
 from ratewarden.regions._stores import check_stores, deprecated_clients, is_client
 
@@ -94,7 +104,7 @@ class Reconciler(Generic[L]):
         max_keys: int = 10_000,
     ) -> None:
         self.region = check_region(region)
-        self._check_regions(peers, region_rates)
+        check_regions(self.region, peers, region_rates)
         stores = self._stores(local, peers)
         self.region_rates = dict(region_rates)
         self.region_rate = region_rates[region]
@@ -104,6 +114,10 @@ class Reconciler(Generic[L]):
         self.bound = overshoot_bound(region_rates, sync_interval, replication_lag)
         self._lag_us = _seconds_us("replication_lag", replication_lag, zero_ok=True)
         self._share = own_share(self.region, self.region_rates, weights)
+        self._shares = shares(self.region_rates, weights)
+        #: A peer whose last complete round is older than this is held at its budget.
+        self.silence = 2 * self.sync_interval + self.replication_lag
+        self._silence_us = _seconds_us("silence", self.silence, zero_ok=False)
         if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
             raise ConfigurationError(f"max_keys {max_keys!r} must be a whole number >= 1")
         self.max_keys = max_keys
@@ -118,22 +132,13 @@ class Reconciler(Generic[L]):
         # member ("<limit>:<period_us>:<key>") -> the time until which peers should sync it
         self._active: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
+        # Peers get ``silence`` from this budget's start to show a complete round.
+        self._started_us = self.clock.now_us()
+        self._silent: frozenset[str] = frozenset()
 
     def _stores(self, local: Any, peers: Mapping[str, Any]) -> dict[str, Any]:
         """Every region's store, this one's included, once each twin has checked them."""
         raise NotImplementedError
-
-    def _check_regions(self, peers: Mapping[str, Any], region_rates: Mapping[str, Any]) -> None:
-        for name in (*peers, *region_rates):
-            check_region(name)
-        if self.region in peers:
-            raise ConfigurationError(f"peers name this region {self.region!r}; list only others")
-        expected = {self.region, *peers}
-        if set(region_rates) != expected:
-            raise ConfigurationError(
-                f"region_rates names {sorted(region_rates)}, but the regions are "
-                f"{sorted(expected)}: give every region (this one and each peer) a rate"
-            )
 
     def run(self, flow: Flow[T]) -> Any:
         """Drive ``flow`` (one of the ``*_flow`` methods) with the budget's limiter:
@@ -211,20 +216,28 @@ class Reconciler(Generic[L]):
             members.update(found or ())
         ordered = sorted(members)
         asked = tuple((peer, store) for peer, store in peers if peer not in failed)
-        counts = yield Gather(
+        read = yield Gather(
             tuple(
-                self._peer_flow(p, "did not send counts", s.read_counts, ordered) for p, s in asked
+                self._peer_flow(p, "did not send counts", s.read_round, p, ordered)
+                for p, s in asked
             )
         )
         states: dict[str, list[tuple[int, str, int]]] = {m: [] for m in ordered}
-        for (peer, _), found in zip(asked, counts, strict=True):
+        budgets: dict[str, list[tuple[int, str, int]]] = {m: [] for m in ordered}
+        rounds: list[tuple[str, int | None]] = []
+        for (peer, _), found in zip(asked, read, strict=True):
             if found is None:
                 failed.append(peer)
                 continue
-            for member, entries_found in zip(ordered, found, strict=True):
+            rounds.append((peer, found.last_round))
+            for member, entries_found, (window, cap) in zip(
+                ordered, found.entries, found.budgets, strict=True
+            ):
                 states[member].extend(entries_found)
+                budgets[member].append((window, peer, cap))
         frozen = tuple((m, tuple(states[m])) for m in ordered)
-        return PeerView(started, frozen, tuple(failed))
+        held = tuple(tuple(budgets[m]) for m in ordered)
+        return PeerView(started, frozen, tuple(failed), tuple(rounds), held)
 
     def _peer_flow(self, peer: str, what: str, method: Callable[..., Any], *args: Any) -> Flow[Any]:
         """One exchange call to ``peer``: its answer, or None (logged) when it failed."""
@@ -238,21 +251,45 @@ class Reconciler(Generic[L]):
 
     def apply_flow(self, view: PeerView) -> Flow[SyncReport]:
         """Merge ``view`` into the local hashes; recompute caps if it is complete and fresh."""
-        stale = self.clock.now_us() - view.started_us > self._lag_us
+        now = self.clock.now_us()
+        stale = now - view.started_us > self._lag_us
         complete = not view.failed and not stale
+        silent = self._held_peers(view) if complete else ()
         worst = 0
         if view.states:
             share = (self._share.numerator, self._share.denominator)
+            held = holds(view, silent, self._shares)
             ops = [
-                self.local.budget_merge(member, self.region, share, complete, entries)
-                for member, entries in view.states
+                self.local.budget_merge(member, self.region, share, complete, entries, hold)
+                for (member, entries), hold in zip(view.states, held, strict=True)
             ]
             replies = yield Ask(self.local.apply_all, (ops,))
             if isinstance(replies, Exception):
                 raise replies
             worst = overshoot(view, replies)
+        if complete:
+            recorded = yield Ask(self.local.finish_round, (self.region, now))
+            if isinstance(recorded, Exception):
+                raise recorded
         self.metrics.region_overshoot(region=self.region, requests=worst)
-        return SyncReport(len(view.states), complete, stale, view.failed, worst)
+        return SyncReport(len(view.states), complete, stale, view.failed, worst, silent)
+
+    def _held_peers(self, view: PeerView) -> tuple[str, ...]:
+        """The answering peers held at their budget (``silent_peers``), logged as they
+        go silent and come back."""
+        silent = silent_peers(view, self._started_us, self._silence_us)
+        for peer in sorted(set(silent) ^ self._silent):
+            if peer in silent:
+                what = "completed no round in the last %.3gs: its whole budget is held for it"
+                args = (self.region, peer, self.silence)
+                log.warning(
+                    "region %s: peer %s " + what, *args, extra={"event": "region_peer_held"}
+                )
+            else:
+                back = {"event": "region_peer_back"}
+                log.info("region %s: peer %s completes rounds again", self.region, peer, extra=back)
+        self._silent = frozenset(silent)
+        return silent
 
     def __repr__(self) -> str:
         return (

@@ -16,8 +16,20 @@ from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.regions._bound import check_weights
+from ratewarden.regions._gcounter import check_region
 
-__all__ = ["PeerView", "SyncReport", "budget_decision", "one_rate", "overshoot", "own_share"]
+__all__ = [
+    "PeerView",
+    "SyncReport",
+    "budget_decision",
+    "check_regions",
+    "holds",
+    "one_rate",
+    "overshoot",
+    "own_share",
+    "shares",
+    "silent_peers",
+]
 
 _MAX_LIMIT = 10**12  # counts are written by Lua as %d of a double: exact far below 2**53
 _MIN_PERIOD_US = 1_000
@@ -26,11 +38,16 @@ _EXACT = 2**53
 
 @dataclass(frozen=True, slots=True)
 class PeerView:
-    """What one ``fetch`` read: per member (rate and key), the peers' (window, region, count)."""
+    """What one ``fetch`` read: per member (rate and key), the peers' (window, region, count);
+    the peers that did not answer; each answering peer's last complete round (us, None if
+    it never completed one); and per member, aligned with ``states``, each answering
+    peer's (window, region, cap) from its own hash (-1 for what it does not have)."""
 
     started_us: int
     states: tuple[tuple[str, tuple[tuple[int, str, int], ...]], ...]
     failed: tuple[str, ...]
+    rounds: tuple[tuple[str, int | None], ...] = ()
+    budgets: tuple[tuple[tuple[int, str, int], ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +59,8 @@ class SyncReport:
     stale: bool
     failed: tuple[str, ...]
     overshoot: int
+    #: Peers held at their whole budget: they answered, but completed no round lately.
+    silent: tuple[str, ...] = ()
 
 
 def own_share(
@@ -49,6 +68,19 @@ def own_share(
 ) -> Fraction:
     """``region``'s weight over the sum of the weights (by default, each region's rate cap
     in requests per second), refused when too long to compute exactly in Lua."""
+    share = shares(region_rates, weights)[region]
+    if share.numerator * _MAX_LIMIT >= _EXACT or share.denominator >= _EXACT:
+        raise ConfigurationError(
+            f"region {region!r}'s share {share} has too many digits to compute exactly; "
+            "pass weights= with small whole numbers"
+        )
+    return share
+
+
+def shares(
+    region_rates: Mapping[str, Rate], weights: Mapping[str, int | float] | None
+) -> dict[str, Fraction]:
+    """Every region's weight over the sum of the weights (see ``own_share``)."""
     if weights is None:
         exact = {
             r: Fraction(rate.limit * 1_000_000, rate.period_us) for r, rate in region_rates.items()
@@ -60,13 +92,8 @@ def own_share(
                 f"{sorted(region_rates)}"
             )
         exact = check_weights(weights)
-    share = exact[region] / sum(exact.values())
-    if share.numerator * _MAX_LIMIT >= _EXACT or share.denominator >= _EXACT:
-        raise ConfigurationError(
-            f"region {region!r}'s share {share} has too many digits to compute exactly; "
-            "pass weights= with small whole numbers"
-        )
-    return share
+    total = sum(exact.values())
+    return {name: weight / total for name, weight in exact.items()}
 
 
 def one_rate(caller: str, rates: Rate | Sequence[Rate]) -> Rate:
@@ -112,3 +139,49 @@ def overshoot(view: PeerView, replies: Sequence[Sequence[int]]) -> int:
         limit = int(member.split(":", 1)[0])
         worst = max(worst, reply[1] - limit)
     return worst
+
+
+def silent_peers(view: PeerView, started_us: int, silence_us: int) -> tuple[str, ...]:
+    """The peers of ``view`` that answered but completed no round in the ``silence_us``
+    before the round started, counting from ``started_us`` (the budget's own start) for
+    a peer that never completed one, or did so before."""
+    since = view.started_us - silence_us
+    return tuple(
+        peer for peer, last in view.rounds if max(started_us, -1 if last is None else last) < since
+    )
+
+
+def holds(
+    view: PeerView, silent: Sequence[str], region_shares: Mapping[str, Fraction]
+) -> list[list[tuple[int, str, int, int]]]:
+    """Per member of ``view``, the merge's holds: each silent peer's hash window and cap (-1
+    when it has none; a view made by hand without ``budgets`` has none) and the default cap
+    its share of the member's limit gives it."""
+    held: list[list[tuple[int, str, int, int]]] = []
+    budgets = view.budgets or tuple(() for _ in view.states)
+    for (member, _), found in zip(view.states, budgets, strict=True):
+        limit = int(member.split(":", 1)[0])
+        seen = {peer: (window, cap) for window, peer, cap in found}
+        member_holds = []
+        for peer in silent:
+            window, cap = seen.get(peer, (-1, -1))
+            share = region_shares[peer]
+            member_holds.append((window, peer, cap, limit * share.numerator // share.denominator))
+        held.append(member_holds)
+    return held
+
+
+def check_regions(
+    region: str, peers: Mapping[str, object], region_rates: Mapping[str, object]
+) -> None:
+    """Every name a region's, ``region`` not among its ``peers``, and a rate for each region."""
+    for name in (*peers, *region_rates):
+        check_region(name)
+    if region in peers:
+        raise ConfigurationError(f"peers name this region {region!r}; list only others")
+    expected = {region, *peers}
+    if set(region_rates) != expected:
+        raise ConfigurationError(
+            f"region_rates names {sorted(region_rates)}, but the regions are "
+            f"{sorted(expected)}: give every region (this one and each peer) a rate"
+        )

@@ -141,6 +141,10 @@ class CutLink:
         """The peer's counts, unless the link is down."""
         return self._reached().read_counts(*args)
 
+    def read_round(self, *args: Any) -> Any:
+        """The peer's counts and last round, unless the link is down."""
+        return self._reached().read_round(*args)
+
     def demand(self, *args: Any) -> Any:
         """The peer's demand, unless the link is down."""
         return self._reached().demand(*args)
@@ -150,14 +154,21 @@ class CutLink:
 
 
 def _not_simulated(record: logging.LogRecord) -> bool:
+    if getattr(record, "event", None) in _HELD_EVENTS:
+        return False  # a peer held at its budget because the simulation cut its links
     args = record.args if isinstance(record.args, tuple) else ()
     return not any(isinstance(arg, SimulatedPartitionError) for arg in args)
+
+
+#: The events of a budget holding a silent peer's budget, and letting it go.
+_HELD_EVENTS = frozenset({"region_peer_held", "region_peer_back"})
 
 
 @contextmanager
 def quiet() -> Iterator[None]:
     """Leave out the regions' warnings about peers the simulation itself cut off (the run
-    counts those rounds); every other warning is logged as usual."""
+    counts those rounds), and about the budgets held for them; every other warning is
+    logged as usual."""
     logger = logging.getLogger("ratewarden.regions")
     logger.addFilter(_not_simulated)
     try:

@@ -31,10 +31,12 @@ from ratewarden.storage._redis_errors import REDIS_ERRORS, raise_storage_error
 from ratewarden.storage._redis_link import describe
 from ratewarden.storage._redis_protocol import cluster_where
 from ratewarden.storage._redis_store import DEFAULT_TIMEOUT, FromUrl
-from ratewarden.storage._region_budget import Entry, entries
+from ratewarden.storage._region_budget import Entry, entries, held
 from ratewarden.storage._region_plan import (
     DEMAND_INTERVALS,
     DEMAND_TTL_S,
+    ROUND_TTL_S,
+    PeerRound,
     RegionPlan,
 )
 from ratewarden.storage._scripts import script
@@ -93,9 +95,19 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _fields(fields: Mapping[Any, Any]) -> dict[str, int]:
+    return {_text(name): int(count) for name, count in fields.items()}
+
+
 def _entries(fields: Mapping[Any, Any]) -> list[Entry]:
     """A window hash as (window, region, count) entries; an empty hash has none."""
-    return entries({_text(name): int(count) for name, count in fields.items()})
+    return entries(_fields(fields))
+
+
+def _peer_round(replies: list[Any]) -> PeerRound:
+    hashes = [_fields(found) for found in replies[1:]]
+    last = None if replies[0] is None else int(replies[0])
+    return PeerRound(last, [entries(f) for f in hashes], [held(f) for f in hashes])
 
 
 def _nothing(replies: list[Any]) -> None:
@@ -195,6 +207,15 @@ class RegionBase(RegionPlan, FromUrl):
             ("hgetall", (self.budget_key(member),), {}) for member in members
         )
         return Batch(commands, _all_entries)
+
+    def _finish_round_batch(self, region: str, at_us: int) -> Batch[None]:
+        command: Command = ("set", (self._round_key(region), at_us), {"ex": ROUND_TTL_S})
+        return Batch((command,), _nothing)
+
+    def _read_round_batch(self, region: str, members: Sequence[str]) -> Batch[PeerRound]:
+        commands: list[Command] = [("get", (self._round_key(region),), {})]
+        commands.extend(("hgetall", (self.budget_key(member),), {}) for member in members)
+        return Batch(tuple(commands), _peer_round)
 
     def _publish_demand_batch(self, region: str, interval: int, demand: int) -> Batch[None]:
         key = self._demand_key(region)

@@ -14,6 +14,12 @@ read back in the same order from both stores:
 - ``c:<region>``: that region's admitted count in the window (a G-counter entry);
 - ``cap``: this region's budget for the window, once a complete round set it.
 
+A merge may also be told of *holds*: peers whose rounds have gone silent (see
+``ratewarden.regions.Reconciler``), each as (the window of its hash, region, its cap or
+-1, its default cap). A held peer counts as having spent its whole budget for this
+window (its cap if its hash is of this window and has one, else its default cap),
+so the cap recomputed here leaves that budget to it rather than splitting it again.
+
 A hash of an earlier window is started afresh, and lives until one period past its
 window's end: written with that expiry, ``(w + 2) * period``. Redis holds it as long
 in its own time, and a day at least with an injected clock (``ttl_ms`` of the
@@ -28,10 +34,12 @@ from typing import Any
 
 from ratewarden.errors import StorageError
 
-__all__ = ["entries", "run"]
+__all__ = ["Hold", "entries", "held", "run"]
 
 #: One (window, region, count) entry of a region's window hash.
 Entry = tuple[int, str, int]
+#: A silent peer's budget: (its hash's window or -1, region, its cap or -1, its default cap).
+Hold = tuple[int, str, int, int]
 #: ``(index into keys, state, absolute expiry in us)``
 Write = tuple[int, Any, int]
 
@@ -60,7 +68,8 @@ def run(
     if operation != "merge":
         raise StorageError(f"ratewarden: region_budget has no operation {operation}")
     region = str(args[3])
-    for at in range(8, len(args), 3):
+    first = 9 + 4 * int(args[8])
+    for at in range(first, len(args), 3):
         if int(args[at]) == window and str(args[at + 1]) != region:
             field, seen = f"c:{args[at + 1]}", int(args[at + 2])
             if seen > fields.get(field, 0):
@@ -69,10 +78,24 @@ def run(
     own = fields.get(own_field, 0)
     cap = -1
     if args[7] == "1":
-        left = max(0, int(args[4]) - total)
+        unspent = 0
+        for at in range(9, first, 4):
+            peer = str(args[at + 1])
+            if peer == region:
+                continue
+            budget = int(args[at + 2])
+            if int(args[at]) != window or budget < 0:
+                budget = int(args[at + 3])
+            unspent += max(0, budget - fields.get(f"c:{peer}", 0))
+        left = max(0, int(args[4]) - total - unspent)
         cap = own + left * int(args[5]) // int(args[6])
         fields["cap"] = cap
     return [window, total, own, cap], [(0, fields, expires_at)]
+
+
+def held(fields: dict[str, int]) -> tuple[int, int]:
+    """A window hash's (window, cap), -1 for either it does not have."""
+    return fields.get("w", -1), fields.get("cap", -1)
 
 
 def entries(fields: dict[str, int]) -> list[Entry]:

@@ -13,20 +13,41 @@ A *member*, ``<limit>:<period_us>:<key>``, names one (global rate, key) in the e
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from ratewarden.clock import Clock
 from ratewarden.storage import _region_budget
 from ratewarden.storage._keys import escape
 from ratewarden.storage._ops import Op
-from ratewarden.storage._region_budget import Entry
+from ratewarden.storage._region_budget import Entry, Hold
 
-__all__ = ["DEMAND_INTERVALS", "DEMAND_TTL_S", "Entry", "RegionPlan", "member_of"]
+__all__ = [
+    "DEMAND_INTERVALS",
+    "DEMAND_TTL_S",
+    "ROUND_TTL_S",
+    "Entry",
+    "Hold",
+    "PeerRound",
+    "RegionPlan",
+    "member_of",
+]
 
 _SCRIPT = "region_budget"
 #: A region's demand counts: the intervals kept, and how long the hash outlives a write.
 DEMAND_INTERVALS = 4
 DEMAND_TTL_S = 3600
+#: How long a region's last complete round is kept (its time says how old it is).
+ROUND_TTL_S = 3600
+
+
+class PeerRound(NamedTuple):
+    """What a round reads of one peer (``read_round``): when the peer last completed a
+    round (us on its clock, None if it never did or it is forgotten), and per member its
+    window hash's entries and (window, cap) (-1 for either it does not have)."""
+
+    last_round: int | None
+    entries: list[list[Entry]]
+    budgets: list[tuple[int, int]]
 
 
 def member_of(member: str) -> tuple[int, int, str]:
@@ -63,19 +84,27 @@ class RegionPlan:
         share: tuple[int, int],
         recompute: bool,
         entries: Sequence[Entry],
+        holds: Sequence[Hold] = (),
     ) -> Op:
         """Merge the peers' ``entries`` (max per region, this window's only) and, if
-        ``recompute``, set the cap to own + ``share`` of what is left of the limit; the
-        reply is ``[window, merged total, own count, cap or -1]``."""
+        ``recompute``, set the cap to own + ``share`` of what is left of the limit once
+        each of ``holds`` (silent peers) has its whole budget; the reply is
+        ``[window, merged total, own count, cap or -1]``."""
         limit, period_us, _ = member_of(member)
         args: list[int | str] = ["", "merge", period_us, region, limit, *share]
         args.append("1" if recompute else "0")
+        args.append(len(holds))
+        for hold in holds:
+            args.extend(hold)
         for entry in entries:
             args.extend(entry)
         return Op(_SCRIPT, (self.budget_key(member),), tuple(args), _region_budget.run)
 
     def _active_key(self, region: str) -> str:
         return f"{self.prefix}:regions:active:{region}"
+
+    def _round_key(self, region: str) -> str:
+        return f"{self.prefix}:regions:round:{region}"
 
     def _demand_key(self, region: str) -> str:
         return f"{self.prefix}:regions:demand:{region}"

@@ -42,10 +42,12 @@ from ratewarden.storage import memory
 from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix
 from ratewarden.storage._memory_table import DEFAULT_MAX_KEYS
 from ratewarden.storage._ops import Op
-from ratewarden.storage._region_budget import Entry, entries
+from ratewarden.storage._region_budget import Entry, entries, held
 from ratewarden.storage._region_plan import (
     DEMAND_INTERVALS,
     DEMAND_TTL_S,
+    ROUND_TTL_S,
+    PeerRound,
     RegionPlan,
 )
 from ratewarden.storage.memory import MemoryStore
@@ -170,6 +172,26 @@ class MemoryRegionStore(MemoryRegionBase):
 
         return self.table._transact([self.budget_key(member) for member in members], step)
 
+    def finish_round(self, region: str, at_us: int) -> None:
+        """Record that ``region`` completed a round at ``at_us`` (on its clock)."""
+
+        def step(states: list[Any], now: int) -> tuple[None, list[Write]]:
+            return None, [(0, at_us, now + ROUND_TTL_S * 1_000_000)]
+
+        self.table._transact((self._round_key(region),), step)
+
+    def read_round(self, region: str, members: Sequence[str]) -> PeerRound:
+        """``region``'s last complete round and each member's entries and (window, cap):
+        what a peer's round reads of this store."""
+
+        def step(states: list[Any], now: int) -> tuple[PeerRound, list[Write]]:
+            hashes = [fields or {} for fields in states[1:]]
+            found = PeerRound(states[0], [entries(f) for f in hashes], [held(f) for f in hashes])
+            return found, []
+
+        keys = [self._round_key(region), *(self.budget_key(member) for member in members)]
+        return self.table._transact(keys, step)
+
     def publish_demand(self, region: str, interval: int, demand: int) -> None:
         """Record ``region``'s demand of interval number ``interval`` (kept a few intervals)."""
 
@@ -216,6 +238,8 @@ class AsyncMemoryRegionStore(MemoryRegionBase):
     publish_active = _awaited(MemoryRegionStore.publish_active)
     active = _awaited(MemoryRegionStore.active)
     read_counts = _awaited(MemoryRegionStore.read_counts)
+    finish_round = _awaited(MemoryRegionStore.finish_round)
+    read_round = _awaited(MemoryRegionStore.read_round)
     publish_demand = _awaited(MemoryRegionStore.publish_demand)
     demand = _awaited(MemoryRegionStore.demand)
 

@@ -65,6 +65,7 @@ from ratewarden.storage._ops import Op
 from ratewarden.storage._redis_clients import async_client, sync_client
 from ratewarden.storage._redis_store import DEFAULT_TIMEOUT
 from ratewarden.storage._region_base import Batch, Entry, RegionBase, first_error, ints, unloaded
+from ratewarden.storage._region_plan import PeerRound
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 
 __all__ = ["AsyncRegionStore", "RegionStore"]
@@ -184,6 +185,15 @@ class RegionStore(RegionBase):
         """Each member's window hash as (window, region, count) entries, in one round trip."""
         return self._send(self._read_counts_batch(members))
 
+    def finish_round(self, region: str, at_us: int) -> None:
+        """Record that ``region`` completed a round at ``at_us`` (on its clock)."""
+        self._send(self._finish_round_batch(region, at_us))
+
+    def read_round(self, region: str, members: Sequence[str]) -> PeerRound:
+        """``region``'s last complete round and each member's entries and (window, cap),
+        in one round trip: what a peer's round reads of this store."""
+        return self._send(self._read_round_batch(region, members))
+
     def publish_demand(self, region: str, interval: int, demand: int) -> None:
         """Record ``region``'s demand of interval number ``interval`` (kept a few intervals)."""
         self._send(self._publish_demand_batch(region, interval, demand))
@@ -298,6 +308,14 @@ class AsyncRegionStore(RegionBase):
     async def read_counts(self, members: Sequence[str]) -> list[list[Entry]]:
         """See ``RegionStore.read_counts``."""
         return await self._send(self._read_counts_batch(members))
+
+    async def finish_round(self, region: str, at_us: int) -> None:
+        """See ``RegionStore.finish_round``."""
+        await self._send(self._finish_round_batch(region, at_us))
+
+    async def read_round(self, region: str, members: Sequence[str]) -> PeerRound:
+        """See ``RegionStore.read_round``."""
+        return await self._send(self._read_round_batch(region, members))
 
     async def publish_demand(self, region: str, interval: int, demand: int) -> None:
         """See ``RegionStore.publish_demand``."""

@@ -21,9 +21,14 @@
 --        a denial writes nothing but the roll-over to a new window.
 -- merge: ARGV[5] the global limit, ARGV[6] share numerator, ARGV[7] share denominator,
 --        ARGV[8] "1" to recompute the cap (a complete, fresh round) or "0",
---        ARGV[9..] the peers' entries as triples (window, region, count)
+--        ARGV[9] the number of holds, k; ARGV[10..9+4k] the holds as quadruples (the
+--        window of the peer's hash or -1, region, its cap or -1, its default cap): silent
+--        peers, each counted as spending its whole budget (its cap in this window, else
+--        its default cap) when the cap is recomputed
+--        ARGV[10+4k..] the peers' entries as triples (window, region, count)
 --        Reply {window, merged total, own count, cap or -1 when not recomputed};
---        cap = own + floor(max(0, limit - total) * numerator / denominator)
+--        cap = own + floor(max(0, limit - total - unspent) * numerator / denominator),
+--        unspent = the sum over holds of max(0, budget - that peer's merged count)
 
 local now = now_us()
 local period = tonumber(ARGV[3])
@@ -52,7 +57,8 @@ if ARGV[2] ~= 'merge' then
   return redis.error_reply('ERR ratewarden: region_budget has no operation ' .. ARGV[2])
 end
 
-for i = 9, #ARGV, 3 do
+local first = 10 + 4 * tonumber(ARGV[9])
+for i = first, #ARGV, 3 do
   if tonumber(ARGV[i]) == window and ARGV[i + 1] ~= ARGV[4] then
     local field = 'c:' .. ARGV[i + 1]
     local seen = tonumber(ARGV[i + 2])
@@ -71,7 +77,20 @@ end
 local own = tonumber(redis.call('HGET', KEYS[1], own_field) or '0')
 local cap = -1
 if ARGV[8] == '1' then
-  local left = tonumber(ARGV[5]) - total
+  local unspent = 0
+  for i = 10, first - 1, 4 do
+    if ARGV[i + 1] ~= ARGV[4] then
+      local budget = tonumber(ARGV[i + 2])
+      if tonumber(ARGV[i]) ~= window or budget < 0 then
+        budget = tonumber(ARGV[i + 3])
+      end
+      local spent = tonumber(redis.call('HGET', KEYS[1], 'c:' .. ARGV[i + 1]) or '0')
+      if budget > spent then
+        unspent = unspent + budget - spent
+      end
+    end
+  end
+  local left = tonumber(ARGV[5]) - total - unspent
   if left < 0 then
     left = 0
   end

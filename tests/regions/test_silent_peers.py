@@ -1,0 +1,132 @@
+"""A peer that answers but completes no round (it cannot read its own peers: an asymmetric
+partition) is held at its whole budget by the others, on three real redis-servers, three
+Clusters and three regions in this process.
+
+Such a peer keeps its last cap (its rounds are incomplete), while the others still read its
+count. Before, they split its unspent part among themselves round after round, and its late
+burst landed on top of a limit they had nearly used. The windows follow a ManualClock; a
+region "cannot read its peers" here by not running its rounds, which the others see the same
+way (its last complete round grows old).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from ratewarden.rate import Rate
+from ratewarden.testing import ManualClock
+from tests.regions._traffic import build_fleet
+from tests.regions.conftest import Region
+
+RATES = {
+    "us": Rate.parse("30/s", burst=1),
+    "eu": Rate.parse("20/s", burst=1),
+    "ap": Rate.parse("10/s", burst=1),
+}
+GLOBAL = Rate.parse("600/minute")
+MEMBER = f"{GLOBAL.limit}:{GLOBAL.period_us}:tenant"
+START = 1_700_000_040.0  # a window's start
+STEP = 0.02
+
+
+def _fleet(regions: dict[str, Region], clock: ManualClock) -> Any:
+    return build_fleet(regions, RATES, sync_interval=1.0, replication_lag=0.1, clock=clock)
+
+
+def _round(store: Any, region: str) -> Any:
+    return store.read_round(region, [MEMBER])
+
+
+def test_a_silent_region_cannot_burst_on_top_of_what_the_others_spent(
+    any_regions_or_memory: dict[str, Region],
+) -> None:
+    """us runs no round all window and bursts at its rate cap in the last 10 s; eu and ap
+    spend all along and sync every second. The window stays within the limit plus the bound
+    (without holding us, eu and ap took ~600 and us ~300 more on top)."""
+    clock = ManualClock(START)
+    fleet = _fleet(any_regions_or_memory, clock)
+    admitted = dict.fromkeys(RATES, 0)
+    reports = []
+    for step in range(int(60 / STEP)):
+        if step % int(1 / STEP) == 0:
+            reports.append(fleet.budgets["eu"].sync())
+            fleet.budgets["ap"].sync()
+        for name in ("eu", "ap") if step * STEP < 50 else tuple(RATES):
+            admitted[name] += fleet.budgets[name].hit("tenant", GLOBAL).allowed
+        clock.advance(STEP)
+    total = sum(admitted.values())
+    print(f"\n[regions] silent us: admitted {admitted}, total {total}, bound {fleet.bound}")
+    assert total <= GLOBAL.limit + fleet.bound
+    assert admitted["us"] >= 200, "us still spends its own budget"
+    assert [report.silent for report in reports[:3]] == [(), (), ()]  # 2.1 s of grace
+    assert {report.silent for report in reports[3:]} == {("us",)}
+    assert all(report.complete for report in reports)
+
+
+def test_a_held_region_counts_at_its_last_cap_then_is_let_go(
+    any_regions_or_memory: dict[str, Region], caplog: pytest.LogCaptureFixture
+) -> None:
+    """us (10 a second) completes rounds for 5 s, then none, while eu spends 15 a second:
+    2.1 s after us's last round, eu's cap leaves us all of its last cap (not its default
+    share); when us completes a round again, eu splits what is left as before. Each change
+    is logged once."""
+    caplog.set_level(logging.INFO, logger="ratewarden.regions")
+    clock = ManualClock(START)
+    fleet = _fleet(any_regions_or_memory, clock)
+    us, eu, ap = (fleet.budgets[name] for name in ("us", "eu", "ap"))
+    for second in range(10):
+        for step in range(15):
+            eu.hit("tenant", GLOBAL)
+            if step % 3:
+                us.hit("tenant", GLOBAL)
+            clock.advance(1 / 16)
+        if second < 5:
+            us.sync()
+        # us's last complete round at 4 s: held from 2.1 s after it.
+        assert eu.sync().silent == (("us",) if second >= 7 else ())
+        ap.sync()
+        clock.advance(1 / 16)
+    found = _round(eu.local, "eu")
+    us_found = _round(us.local, "us")
+    us_cap = us_found.budgets[0][1]
+    counts = {region: count for _, region, count in found.entries[0]}
+    assert 0 < counts["us"] < us_cap < us.default_cap(GLOBAL)
+    unspent = us_cap - counts["us"]
+    left = GLOBAL.limit - sum(counts.values()) - unspent
+    assert found.budgets[0][1] == counts["eu"] + left * 20 // 60  # eu's share: 20 of 60
+    assert us.sync().complete
+    report = eu.sync()
+    assert report.complete and report.silent == ()
+    found = _round(eu.local, "eu")
+    counts = {region: count for _, region, count in found.entries[0]}
+    assert found.budgets[0][1] == counts["eu"] + (GLOBAL.limit - sum(counts.values())) * 20 // 60
+    events = [
+        getattr(r, "event", None) for r in caplog.records if r.getMessage().startswith("region eu")
+    ]
+    assert [e for e in events if e and e.startswith("region_peer")] == [
+        "region_peer_held",
+        "region_peer_back",
+    ]
+
+
+def test_a_complete_round_is_recorded_on_the_regions_own_store(
+    any_regions_or_memory: dict[str, Region],
+) -> None:
+    """A complete round records its time on the region's store; an incomplete (stale) one
+    does not, so peers see how long ago the region last completed one."""
+    clock = ManualClock(START)
+    fleet = _fleet(any_regions_or_memory, clock)
+    us = fleet.budgets["us"]
+    assert _round(us.local, "us").last_round is None
+    assert us.sync().complete
+    assert _round(us.local, "us").last_round == clock.now_us()
+    recorded = clock.now_us()
+    clock.advance(1.0)
+    view = us.fetch()
+    clock.advance(0.2)  # past the lag: a stale round
+    assert not us.apply(view).complete
+    assert _round(us.local, "us").last_round == recorded
+    assert _round(fleet.budgets["eu"].peers["us"], "us").last_round == recorded
