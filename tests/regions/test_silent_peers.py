@@ -4,9 +4,11 @@ Clusters and three regions in this process.
 
 Such a peer keeps its last cap (its rounds are incomplete), while the others still read its
 count. Before, they split its unspent part among themselves round after round, and its late
-burst landed on top of a limit they had nearly used. The windows follow a ManualClock; a
-region "cannot read its peers" here by not running its rounds, which the others see the same
-way (its last complete round grows old).
+burst landed on top of a limit they had nearly used. The windows follow a ManualClock. A
+region "cannot read its peers" either by not running its rounds, which the others see the
+same way (its last complete round grows old), or, on servers, over real links: its reads of
+its peers go through proxies of its own, which are then made to reset every connection,
+while the peers still read it through its own link.
 """
 
 from __future__ import annotations
@@ -15,9 +17,16 @@ import logging
 from typing import Any
 
 import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from ratewarden.rate import Rate
+from ratewarden.regions import ReconciledBudget
+from ratewarden.storage.regions import RegionStore
 from ratewarden.testing import ManualClock
+from tests._servers import HOST
+from tests.faults._proxy import Fault, FaultProxy
 from tests.regions._traffic import build_fleet
 from tests.regions.conftest import Region
 
@@ -130,3 +139,56 @@ def test_a_complete_round_is_recorded_on_the_regions_own_store(
     assert not us.apply(view).complete
     assert _round(us.local, "us").last_round == recorded
     assert _round(fleet.budgets["eu"].peers["us"], "us").last_round == recorded
+
+
+def test_an_asymmetric_partition_over_real_links_holds_the_cut_off_region(
+    regions: dict[str, Region],
+) -> None:
+    """us reads eu and ap through links of its own; 10 s into the window they reset every
+    connection, while eu and ap still read us. us's rounds fail (naming both peers) and it
+    bursts late on the cap of its last complete round; eu and ap hold that cap for it, and
+    the window stays within the limit plus the bound."""
+    clock = ManualClock(START)
+    fleet = _fleet(regions, clock)
+    links = {}  # us's own links to eu and ap (the fixture's are the ones everyone shares)
+    for name in ("eu", "ap"):
+        shared = regions[name].link
+        assert shared is not None
+        links[name] = FaultProxy(shared.target_port)
+    options = {"socket_timeout": 0.5, "socket_connect_timeout": 0.5, "retry": Retry(NoBackoff(), 0)}
+    peers = {
+        name: RegionStore(redis.Redis(host=HOST, port=link.port, **options), prefix="rw")
+        for name, link in links.items()
+    }
+    local = RegionStore(regions["us"].local(), clock=clock, timeout=0.5, prefix="rw")
+    us = ReconciledBudget("us", local, peers, RATES, sync_interval=1.0, replication_lag=0.1)
+    budgets = {**fleet.budgets, "us": us}
+    admitted = dict.fromkeys(RATES, 0)
+    us_rounds, eu_rounds = [], []
+    try:
+        for step in range(int(60 / STEP)):
+            if step == int(10 / STEP):
+                for link in links.values():
+                    link.set_fault(Fault.RESET)
+            if step % int(1 / STEP) == 0:
+                us_rounds.append(us.sync())
+                eu_rounds.append(budgets["eu"].sync())
+                budgets["ap"].sync()
+            for name in ("eu", "ap") if step * STEP < 50 else tuple(RATES):
+                admitted[name] += budgets[name].hit("tenant", GLOBAL).allowed
+            clock.advance(STEP)
+    finally:
+        for link in links.values():
+            link.close()
+    total = sum(admitted.values())
+    print(f"\n[regions] us cut off: admitted {admitted}, total {total}, bound {fleet.bound}")
+    assert total <= GLOBAL.limit + fleet.bound
+    assert all(report.complete for report in us_rounds[:10])
+    assert {(report.complete, report.failed) for report in us_rounds[10:]} == {
+        (False, ("eu", "ap"))
+    }
+    # us's last complete round at 9 s: eu holds it from its round at 12 s (2.1 s later).
+    assert [report.silent for report in eu_rounds[:12]] == [()] * 12
+    assert {report.silent for report in eu_rounds[12:]} == {("us",)}
+    last_cap = local.read_round("us", [MEMBER]).budgets[0][1]
+    assert admitted["us"] == last_cap > 100, "us spends all of the cap of its last round"
