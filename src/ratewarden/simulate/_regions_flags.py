@@ -1,8 +1,8 @@
 """``ratewarden simulate --region ...``: its flags, read into a run, and its figure.
 
 ``add_arguments`` adds ``--region`` (the mode: one per region), ``--sync-interval``,
-``--replication-lag`` and ``--partition``; ``from_flags`` checks every flag before anything runs
-and returns the run (``regions.run_regions``); ``plot_regions`` draws it.
+``--replication-lag``, ``--round-time`` and ``--partition``; ``from_flags`` checks every
+flag before anything runs and returns the run (``regions.run_regions``); ``plot_regions`` draws it.
 """
 
 from __future__ import annotations
@@ -69,6 +69,13 @@ def add_arguments(mode: Any, parser: argparse.ArgumentParser) -> None:
         help="--region: how old the peers' counts are when a round applies them [default: 0]",
     )
     parser.add_argument(
+        "--round-time",
+        type=_seconds("--round-time", zero_ok=True),
+        metavar="SECONDS",
+        help="--region: how long a round takes from reading the peers to applying their "
+        "counts; a round slower than --replication-lag is stale [default: the lag]",
+    )
+    parser.add_argument(
         "--partition",
         action="append",
         metavar="WHO@START-END",
@@ -131,6 +138,7 @@ def from_flags(
     *,
     check_plots: Callable[[], None],
     partitions: Sequence[str] | None = None,
+    round_time: float | None = None,
 ) -> RegionsRun:
     """Every flag checked (``check_plots`` too), then the run."""
     region_rates = _regions(regions)
@@ -156,6 +164,7 @@ def from_flags(
         replication_lag=replication_lag or 0.0,
         duration_s=duration,
         partitions=cuts,
+        round_time=round_time,
     )
 
 

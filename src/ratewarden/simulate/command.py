@@ -10,7 +10,7 @@ Three modes share one subcommand::
     ratewarden simulate --accuracy [--rate RATE] [--model NAME]... [--load X]...
                         [--counting admitted|all] [--requests N] [--sources N] [--seed N]
     ratewarden simulate --region NAME=RATE[:BURST]... [--rate RATE] [--pattern [NAME=]SPEC]...
-                        [--sync-interval SECONDS] [--replication-lag SECONDS]
+                        [--sync-interval SECONDS] [--replication-lag SECONDS] [--round-time SECONDS]
                         [--partition WHO@START-END]... [--duration SECONDS] [--plot FILE]...
 
 Bad input exits 2 with one line naming the flag and the value.
@@ -329,6 +329,7 @@ def _regions(args: argparse.Namespace) -> int:
     run = _regions_flags.from_flags(
         args.region, args.rate, args.pattern, args.sync_interval, args.replication_lag,
         args.duration, check_plots=lambda: _check_plots(args.plot), partitions=args.partition,
+        round_time=args.round_time,
     )  # fmt: skip
     for base in args.plot or ():
         print(f"wrote {_regions_flags.plot_regions(run, Path(base))}", file=sys.stderr)
@@ -345,6 +346,7 @@ _MODE_FLAGS = {
         "pattern",
         "sync_interval",
         "replication_lag",
+        "round_time",
         "partition",
         "duration",
         "plot",

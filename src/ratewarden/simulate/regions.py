@@ -5,10 +5,12 @@ in-process region store (``MemoryRegionStore``: "that region's Redis"), all on
 one ``ManualClock``. Each region's traffic pattern is decided by its own budget,
 on one key, as ``ratewarden.regions`` decides it in production. Every
 ``sync_interval`` seconds each region fetches its peers' counts, and applies
-them ``replication_lag`` seconds later, so the counts it merges are as old as
-the lag says. The run then counts, per window of the global rate, what all the
-regions admitted together: how far that went over the limit, against the
-bound the budgets state (``ReconciledBudget.bound``).
+them ``round_time`` seconds later (by default ``replication_lag``, the longest a
+round may take and still be used), so the counts it merges are that old; a round
+slower than the lag is stale, and merges counts without moving the cap. The run
+then counts, per window of the global rate, what all the regions admitted
+together: how far that went over the limit, against the bound the budgets state
+(``ReconciledBudget.bound``).
 
 This module builds stores, so it is one of the composition roots
 (docs/ARCHITECTURE.md): a simulation is a whole system in one process.
@@ -56,6 +58,8 @@ class RegionRow:
     denied: int
     #: Rounds that could not read every peer (``SyncReport.failed``): the cap stayed as it was.
     failed_rounds: int = 0
+    #: Rounds slower than the replication lag (``SyncReport.stale``): the cap stayed too.
+    stale_rounds: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +89,8 @@ class RegionsRun:
     windows: tuple[WindowRow, ...]
     rounds: int
     partitions: tuple[Partition, ...] = ()
+    #: Seconds from a round's fetch to its apply (``replication_lag`` unless given).
+    round_time: float | None = None
 
     def over(self, window: WindowRow) -> int:
         """How far ``window`` went over the global limit (0 when within it)."""
@@ -106,12 +112,15 @@ def run_regions(
     replication_lag: float,
     duration_s: float,
     partitions: Sequence[Partition] = (),
+    round_time: float | None = None,
 ) -> RegionsRun:
     """Offer each region its pattern for ``duration_s`` seconds under the global ``rate``.
 
     ``region_rates`` caps each region's admissions (as ``ReconciledBudget`` takes them);
     ``patterns`` gives every region its traffic, whose loads are multiples of ``rate``;
-    ``partitions`` cut links between regions for a while (``_partitions.parse_partition``).
+    ``partitions`` cut links between regions for a while (``_partitions.parse_partition``);
+    ``round_time`` is how long a round takes from fetch to apply (``replication_lag`` when
+    None): longer than the lag, every round is stale.
     """
     if set(patterns) != set(region_rates):
         raise ConfigurationError(
@@ -154,7 +163,7 @@ def run_regions(
             f"sync interval {sync_interval!r} s gives more than {MAX_ROUNDS:,} rounds in "
             f"{duration_s:g} s; lengthen the interval or shorten the duration"
         )
-    lag_us = _us(replication_lag)
+    lag_us = _us(replication_lag if round_time is None else round_time)
     horizon = Horizon(start_us, duration_us, rate.limit, rate.period_us)
     streams = {name: patterns[name].start(horizon) for name in names}
     # (time, kind, seq, region index, client, cost); seq keeps equal times in order
@@ -175,6 +184,7 @@ def run_regions(
     offered = dict.fromkeys(names, 0)
     admitted = dict.fromkeys(names, 0)
     failed = dict.fromkeys(names, 0)
+    stale = dict.fromkeys(names, 0)
     windows: dict[int, list[int]] = {}
     decided = 0
     with quiet():
@@ -192,8 +202,9 @@ def run_regions(
                     rounds += 1
                 continue
             if kind == _APPLY:
-                if budgets[name].apply(views.pop((client, index))).failed:
-                    failed[name] += 1
+                report = budgets[name].apply(views.pop((client, index)))
+                failed[name] += bool(report.failed)
+                stale[name] += report.stale
                 continue
             decided += 1
             if decided > MAX_ARRIVALS:
@@ -216,7 +227,7 @@ def run_regions(
     last = (horizon.end_us - 1) // rate.period_us
     rows = tuple(
         RegionRow(name, patterns[name].describe(), region_rates[name], offered[name],
-                  admitted[name], offered[name] - admitted[name], failed[name])
+                  admitted[name], offered[name] - admitted[name], failed[name], stale[name])
         for name in names
     )  # fmt: skip
     return RegionsRun(
@@ -235,6 +246,7 @@ def run_regions(
         ),
         rounds=rounds,
         partitions=tuple(partitions),
+        round_time=round_time,
     )
 
 
@@ -245,12 +257,15 @@ MAX_LISTED = 12
 def format_regions(run: RegionsRun) -> str:
     """The run as text: each region's totals, the windows, and the overshoot against the bound."""
     cut = bool(run.partitions)
+    slow = any(row.stale_rounds for row in run.regions)
     lines = [("region", "pattern", "region rate", "offered", "admitted", "denied")
-             + (("rounds failed",) if cut else ())]  # fmt: skip
+             + (("rounds failed",) if cut else ())
+             + (("rounds stale",) if slow else ())]  # fmt: skip
     for row in run.regions:
         lines.append((row.region, row.pattern, str(row.rate), str(row.offered),
                       str(row.admitted), str(row.denied))
-                     + ((str(row.failed_rounds),) if cut else ()))  # fmt: skip
+                     + ((str(row.failed_rounds),) if cut else ())
+                     + ((str(row.stale_rounds),) if slow else ()))  # fmt: skip
     out = [aligned(lines, left=2)]
     listed = list(run.windows)
     which = ""
@@ -281,6 +296,14 @@ def format_regions(run: RegionsRun) -> str:
         f"+{run.bound} a window (sync every {run.sync_interval:g}s, replication lag "
         f"{run.replication_lag:g}s, {run.rounds} rounds)\n"
     )
+    if slow:
+        took = run.replication_lag if run.round_time is None else run.round_time
+        out.append(
+            f"rounds: each takes {took:g}s, more than the replication lag of "
+            f"{run.replication_lag:g}s: a stale round merges counts but leaves the cap, so "
+            "budgets stay at their static shares (give --replication-lag at least the round "
+            "time)\n"
+        )
     if cut:
         beyond = [w for w in run.windows if run.over(w) > run.bound]
         out.append(
