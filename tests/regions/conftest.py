@@ -6,7 +6,9 @@ in this process, each a MemoryRegionStore (``memory_regions``, and
 
 A Cluster region is reached directly, from its own region and from the others: a Cluster
 client follows the slot table to every primary, which one proxy cannot stand in for, so
-its links take no latency and no faults. A region in this process has no link at all.
+its links here take no latency and no faults (``_cluster_links.ClusterLink`` puts a proxy
+in front of every node, for the tests of faults on Cluster links). A region in this
+process has no link at all.
 """
 
 from __future__ import annotations
