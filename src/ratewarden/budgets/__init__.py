@@ -9,6 +9,8 @@
 - ``held_slot`` / ``aheld_slot``: a concurrency slot renewed while long work runs.
 - ``LoadShedder`` and ``FleetShedder`` / ``AsyncFleetShedder``: traffic classes
   shed lowest first as utilization rises, with a reserve for critical traffic.
+- ``steps_flow`` over ``BudgetStep``s: several budgets' charges and peeks in as few
+  store steps as the store allows, each answered as its own call would be.
 - ``provider_headers``: ``x-ratelimit-*-requests`` / ``-tokens`` and the IETF fields.
 
 ``ratewarden.server.budget_service`` (it needs the ``server`` extra) answers Envoy's
@@ -32,6 +34,7 @@ from ratewarden.budgets._shedder import (
     ShedPolicy,
 )
 from ratewarden.budgets._slots import HeldSlot, aheld_slot, held_slot
+from ratewarden.budgets._steps import BudgetStep, steps_flow
 from ratewarden.budgets._values import (
     AxisState,
     BudgetDecision,
@@ -52,6 +55,7 @@ __all__ = [
     "Backlog",
     "BudgetDecision",
     "BudgetRouter",
+    "BudgetStep",
     "Charge",
     "FairDecision",
     "FairShare",
@@ -69,4 +73,5 @@ __all__ = [
     "format_duration",
     "held_slot",
     "provider_headers",
+    "steps_flow",
 ]

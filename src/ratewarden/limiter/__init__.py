@@ -35,6 +35,7 @@ from ratewarden.limiter._core import (
     check_failure_mode,
 )
 from ratewarden.limiter._counts import TierCounts
+from ratewarden.limiter._each import EachCall
 from ratewarden.limiter._flows import Ask, Flow, Gather, Wait, adrive, drive
 from ratewarden.limiter._leases import DEFAULT_LEASE_KEYS, Balance, LeaseBook
 from ratewarden.limiter._limiters import AsyncLimiter, Limiter, awaiting, blocking
@@ -62,6 +63,7 @@ __all__ = [
     "DecisionCore",
     "DecisionHook",
     "Denial",
+    "EachCall",
     "FailureHook",
     "FailureReport",
     "FleetRound",

@@ -43,6 +43,7 @@ from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.limiter._aged import assumed, marked
 from ratewarden.limiter._breaker import CircuitBreaker
 from ratewarden.limiter._counts import TierCounts
+from ratewarden.limiter._each import EachCall, ViaAll, hit_each_flow
 from ratewarden.limiter._flows import Ask, Flow
 from ratewarden.limiter._leases import LeaseBook
 from ratewarden.limiter._leasing import Leasing
@@ -214,6 +215,13 @@ class DecisionCore(Leasing, Operations):
         else:
             decision = yield from self._global(started, started.cost)
         return self._finish(name, key, decision, shadow)
+
+    def hit_each_flow(
+        self, calls: Sequence[EachCall], via_all: ViaAll
+    ) -> Flow[list[tuple[Decision, bool]]]:
+        """Several ``hit_flow`` calls whose store calls are one ``via_all`` (see ``_each``);
+        each call's Decision and whether ``via_all`` decided it."""
+        return hit_each_flow(self, calls, via_all)
 
     # -- the parts of a hit ----------------------------------------------------------------
 

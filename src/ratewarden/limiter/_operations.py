@@ -11,7 +11,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ratewarden.checks import check_cost, check_key, check_rates
 from ratewarden.clock import Clock
@@ -20,7 +20,7 @@ from ratewarden.deprecation import renamed
 from ratewarden.errors import CircuitOpenError, StorageError
 from ratewarden.limiter._aged import marked
 from ratewarden.limiter._breaker import CircuitBreaker
-from ratewarden.limiter._flows import Ask, Flow, Wait
+from ratewarden.limiter._flows import Ask, Flow, Gather, Wait
 from ratewarden.limiter._leases import LeaseBook
 from ratewarden.limiter._negative import NegativeCache
 from ratewarden.limiter._settings import (
@@ -31,6 +31,7 @@ from ratewarden.limiter._settings import (
 from ratewarden.limiter._slots import Lease, lease_ttl_us
 from ratewarden.metrics import NO_METRICS, Metrics
 from ratewarden.rate import Rate
+from ratewarden.storage import joined_ops
 
 if TYPE_CHECKING:
     from ratewarden.storage.memory import MemoryStore
@@ -53,6 +54,7 @@ class Operations:
     local: MemoryStore
     leases: LeaseBook | None
     negative: NegativeCache | None
+    memory_store: ClassVar[Callable[..., Any]]
     _local_for: Callable[[tuple[Rate, ...]], tuple[Rate, ...]] | None
 
     if TYPE_CHECKING:  # DecisionCore's own
@@ -266,6 +268,36 @@ class Operations:
         if isinstance(reply, Exception):
             raise reply
         return list(reply)
+
+    def apply_all_flow(self, ops: Sequence[Any]) -> Flow[list[list[int] | Exception]]:
+        """Run several store operations, each atomic as ``apply_flow`` runs it, in order;
+        each one's reply, or the exception standing for it (a failure answers only its op).
+
+        As few store steps as the store allows: the in-process store runs them in one
+        step under its lock (``joined_ops``: each sees what the ones before it wrote), and
+        without a breaker a store with ``apply_all`` (a Redis pipeline) takes them in one
+        call; otherwise one ``apply_flow`` each, side by side (an asyncio store pipelines
+        the calls of one event-loop turn), or one after the other on a blocking driver.
+        """
+        if len(ops) > 1 and self.breaker is None:
+            if isinstance(self.store, self.memory_store):  # type: ignore[arg-type]
+                reply = yield Ask("apply", (joined_ops(ops),))
+                if isinstance(reply, Exception):
+                    return [reply] * len(ops)
+                return [list(each) for each in reply]
+            if callable(getattr(self.store, "apply_all", None)):
+                replies = yield Ask("apply_all", (ops,))
+                if isinstance(replies, Exception):
+                    return [replies] * len(ops)
+                return list(replies)
+        found: list[list[int] | Exception] = yield Gather(tuple(self._caught(op) for op in ops))
+        return found
+
+    def _caught(self, op: Any) -> Flow[list[int] | Exception]:
+        try:
+            return (yield from self.apply_flow(op))
+        except Exception as error:  # one op's failure is its own answer
+            return error
 
     def slot_flow(self, method: str, *args: Any) -> Flow[Any]:
         """A concurrency-slot call (``acquire_slot``, ``release_slot``, ``renew_slot``)."""

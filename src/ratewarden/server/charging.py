@@ -20,7 +20,10 @@ options.
 
 from __future__ import annotations
 
-from ratewarden.limiter import AsyncLimiter, Flow, Limiter
+from typing import Any
+
+from ratewarden.errors import CircuitOpenError
+from ratewarden.limiter import AsyncLimiter, EachCall, Flow, Limiter
 from ratewarden.server.descriptors import (
     Item,
     Result,
@@ -44,6 +47,7 @@ class Charging:
     quota_mode: bool
     _joint: bool  # the store has ``hit_all`` and quota mode is off
     _reports: Reports
+    budgets: Any  # the service's RuleBudgets or AsyncRuleBudgets
 
     def _run(self, calls: list[tuple[Item, int]]) -> Flow[None]:
         raise NotImplementedError  # the service's: each item gets its ``result``
@@ -68,6 +72,61 @@ class Charging:
             yield from joint_step(stored, algorithm, self.limiter, self._reports)
         ):
             yield from self._check_then_charge(items, stored)
+
+    def _budget_step(self, calls: list[tuple[Item, int]]) -> Flow[None]:
+        """Several budget descriptors' calls (checks, looks, charges), each answered as
+        ``_decide`` answers it alone, in this order, their store steps made together
+        (``RuleBudgets.hit_all``: one step in memory, one pipeline on Redis)."""
+        pending = []
+        for item, cost in calls:
+            rule = item.rule
+            assert rule is not None
+            if cost == 0 and item.cost == 0:  # a check a remembered spent budget answers
+                spent = self.budgets.cached(rule.rates[0], item.key)
+                if spent is not None:
+                    item.result = Result(False, spent, None, False, cached=True)
+                    continue
+            pending.append((item, cost, rule))
+        if len(pending) < 2:
+            for item, cost, _ in pending:
+                item.result = yield from self._decide(item, cost)
+            return
+        errors: list[list[Exception]] = [[] for _ in pending]
+        each = [
+            EachCall(
+                item.key,
+                rule.rates,
+                cost,
+                rule.failure_mode,
+                rule.algorithm,
+                _failed_hook(self._reports, rule, errors[i]),
+            )
+            for i, (item, cost, rule) in enumerate(pending)
+        ]
+
+        def via_all(positions: list[int]) -> Any:
+            asked = [pending[i] for i in positions]
+            return self.budgets.hit_all(
+                [
+                    (rule.rates[0], item.key, 0 if item.cost == 0 else 1, cost)
+                    for item, cost, rule in asked
+                ]
+            )
+
+        found = yield from self.limiter.hit_each_flow(each, via_all)
+        for (item, cost, rule), (decision, asked), failures in zip(
+            pending, found, errors, strict=True
+        ):
+            if decision.degraded:
+                if cost > 0 and not asked:  # the open breaker answered: the store not asked
+                    self.budgets.owe(rule.rates[0], item.key, cost)
+                item.result = settled(decision, cost)
+                item.result.refused = bool(failures) and isinstance(failures[0], CircuitOpenError)
+            elif not asked:  # the over-limit cache answered
+                item.result = Result(False, decision, None, False, cached=True)
+            else:
+                allowed = decision.allowed
+                item.result = Result(allowed, decision, None, allowed and cost > 0)
 
     def _check(self, stored: list[Item]) -> Flow[None]:
         """Check every stored item (cost 0): a denial the over-limit cache holds answers its
@@ -127,6 +186,16 @@ class Charging:
                 [(item.key, rule.rates, item.cost)], algorithm=rule.algorithm
             )
             item.result = settled(decision, item.cost)
+
+
+def _failed_hook(reports: Reports, rule: Any, errors: list[Exception]) -> Any:
+    """A call's ``on_failure``: the error kept (was it the open breaker?) and reported."""
+
+    def failed(error: Exception) -> None:
+        errors.append(error)
+        reports.store_error(rule, error)
+
+    return failed
 
 
 def _failed(result: Result | None) -> bool:

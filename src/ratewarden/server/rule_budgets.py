@@ -27,13 +27,15 @@ from ratewarden.budgets import (
     AxisState,
     Backlog,
     BudgetDecision,
+    BudgetStep,
     Charge,
     TokenBudget,
     Usage,
+    steps_flow,
 )
 from ratewarden.decision import Decision
 from ratewarden.errors import StorageError
-from ratewarden.limiter import NegativeCache, aged
+from ratewarden.limiter import AsyncLimiter, Limiter, NegativeCache, aged
 from ratewarden.rate import Rate
 
 if TYPE_CHECKING:
@@ -106,6 +108,8 @@ def _denied(rate: Rate, key: str) -> tuple[str, str, Rate]:
 
 
 _B = TypeVar("_B", TokenBudget, AsyncTokenBudget)
+#: A ``hit`` call: ``(rate, key, hits, cost)``.
+Call = tuple[Rate, str, int, int]
 
 
 class Reached:
@@ -171,6 +175,25 @@ class _RuleBudgetsBase(Generic[_B]):
 
     def _make(self, rate: Rate) -> _B:
         raise NotImplementedError
+
+    def _steps(self, calls: Sequence[Call]) -> list[BudgetStep]:
+        """``hit_all``'s calls as budget steps: a charge, or a peek at cost 0."""
+        return [
+            BudgetStep(self._budget(rate), key, Usage(0, cost, 0) if cost > 0 else None)
+            for rate, key, _, cost in calls
+        ]
+
+    def _answers(self, calls: Sequence[Call], found: list[Any]) -> list[Decision | Exception]:
+        """The steps' answers as ``hit`` gives them (a check found spent is remembered)."""
+        answers: list[Decision | Exception] = []
+        for (rate, key, hits, cost), answer in zip(calls, found, strict=True):
+            if isinstance(answer, Exception):
+                answers.append(answer)
+            elif cost > 0:
+                answers.append(_charged(answer, cost))
+            else:
+                answers.append(self._checked(rate, key, answer, hits))
+        return answers
 
     def owe(self, rate: Rate, key: str, tokens: int) -> bool:
         """Tokens of ``key``'s budget at ``rate`` that were spent while the store could not
@@ -238,6 +261,7 @@ class RuleBudgets(_RuleBudgetsBase[TokenBudget]):
     def __init__(self, store: Store, denials: NegativeCache | None = None) -> None:
         super().__init__(store, denials)
         self.store: Store = store
+        self._limiter = Limiter(store)  # runs several budgets' steps together (hit_all)
 
     def _make(self, rate: Rate) -> TokenBudget:
         backlog = Backlog(BACKLOG_KEYS)
@@ -260,6 +284,13 @@ class RuleBudgets(_RuleBudgetsBase[TokenBudget]):
             return _charged(budget.charge(key, Usage(0, cost, 0)), cost)
         return self._checked(rate, key, budget.peek(key), hits)
 
+    def hit_all(self, calls: Sequence[Call]) -> list[Decision | Exception]:
+        """``hit`` of each ``(rate, key, hits, cost)``, in order, their store steps made
+        together (``steps_flow``): each call's Decision, or the exception its ``hit`` would
+        raise."""
+        steps = self._steps(calls)
+        return self._answers(calls, self._limiter.run(steps_flow(self._limiter, steps)))
+
     def check(self, algorithm: str, key: str, rates: Sequence[Rate], cost: int) -> Decision:
         """A descriptor of hits 0: over when ``key`` has no token left."""
         return self.hit(rates[0], key, 0, cost)
@@ -278,6 +309,7 @@ class AsyncRuleBudgets(_RuleBudgetsBase[AsyncTokenBudget]):
     def __init__(self, store: AsyncStore, denials: NegativeCache | None = None) -> None:
         super().__init__(store, denials)
         self.store: AsyncStore = store
+        self._limiter = AsyncLimiter(store)
 
     def _make(self, rate: Rate) -> AsyncTokenBudget:
         backlog = Backlog(BACKLOG_KEYS)
@@ -310,6 +342,12 @@ class AsyncRuleBudgets(_RuleBudgetsBase[AsyncTokenBudget]):
         if cost > 0:
             return _charged(await budget.charge(key, Usage(0, cost, 0)), cost)
         return self._checked(rate, key, await budget.peek(key), hits)
+
+    async def hit_all(self, calls: Sequence[Call]) -> list[Decision | Exception]:
+        """See ``RuleBudgets.hit_all``."""
+        steps = self._steps(calls)
+        found = await self._limiter.run(steps_flow(self._limiter, steps))
+        return self._answers(calls, found)
 
     async def check(self, algorithm: str, key: str, rates: Sequence[Rate], cost: int) -> Decision:
         """See ``RuleBudgets.check``."""

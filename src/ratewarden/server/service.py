@@ -262,8 +262,15 @@ class _ServiceBase(Charging):
             item, cost = calls[0]
             item.result = yield from self._decide(item, cost)
         elif calls:
-            results = yield Gather(tuple([self._decide(item, cost) for item, cost in calls]))
-            for (item, _), result in zip(calls, results, strict=True):
+            budget = [call for call in calls if call[0].rule and call[0].rule.budget]
+            others = [call for call in calls if not (call[0].rule and call[0].rule.budget)]
+            if len(budget) < 2:  # one budget call: its own store step, as any other call
+                budget, others = [], calls
+            flows: list[Flow[Any]] = [self._decide(item, cost) for item, cost in others]
+            if budget:  # every budget call of the step in as few store steps as may be
+                flows.append(self._budget_step(budget))
+            results = yield Gather(tuple(flows))
+            for (item, _), result in zip(others, results, strict=False):
                 item.result = result
 
     def _decide(self, item: Item, cost: int) -> Flow[Result]:

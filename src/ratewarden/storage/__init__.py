@@ -17,9 +17,9 @@ from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.rate import Rate
 from ratewarden.storage._keys import hash_tag
-from ratewarden.storage._ops import Op, axis_key, record_key
+from ratewarden.storage._ops import Op, axis_key, joined_ops, record_key
 
-__all__ = ["AsyncStore", "Op", "Store", "axis_key", "hash_tag", "record_key"]
+__all__ = ["AsyncStore", "Op", "Store", "axis_key", "hash_tag", "joined_ops", "record_key"]
 
 
 class Store(Protocol):

@@ -22,7 +22,7 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.storage._keys import escape
 
-__all__ = ["Op", "axis_key", "record_key"]
+__all__ = ["Op", "axis_key", "joined_ops", "record_key"]
 
 #: ``(ARGV, key states, now_us) -> (reply, writes)``; see ``MemoryStore._transact``.
 Step = Callable[[Sequence[int | str], list[Any], int], tuple[list[int], Sequence[Any]]]
@@ -37,6 +37,29 @@ class Op:
     keys: tuple[str, ...]
     args: tuple[int | str, ...]
     step: Step
+
+
+def joined_ops(ops: Sequence[Op]) -> Op:
+    """``ops`` as one step of their pure twins, for a store that runs twins (the memory
+    store's ``apply``, under its lock once): each op's step sees what the ones before it
+    wrote, as if each were applied in turn. The reply is every op's reply, in order.
+    Never sent to Redis: a script's keys must share a hash tag, these need not."""
+    at: dict[str, int] = {}  # each key once, in the order the ops name them
+    where = [[at.setdefault(key, len(at)) for key in op.keys] for op in ops]
+
+    def step(args: Sequence[int | str], states: list[Any], now: int) -> tuple[Any, list[Any]]:
+        latest: dict[int, Any] = {}
+        replies = []
+        for op, places in zip(ops, where, strict=True):
+            reply, writes = op.step(op.args, [states[i] for i in places], now)
+            for index, state, expires_at in writes:
+                place = places[index]
+                latest[place] = (place, state, expires_at)
+                states[place] = state if expires_at > now else None
+            replies.append(reply)
+        return replies, list(latest.values())
+
+    return Op("", tuple(at), ("",), step)
 
 
 def _head(prefix: str, key: str) -> str:
