@@ -4,14 +4,14 @@ on each region's MemoryRegionStore, which its own budget and its peers' share.""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ratewarden.clock import Clock
 from ratewarden.metrics import Metrics
 from ratewarden.rate import Rate
-from ratewarden.regions import AsyncReconciledBudget, ReconciledBudget
+from ratewarden.regions import AsyncReconciledBudget, ReconciledBudget, SyncReport
 from ratewarden.storage.memory import MemoryStore
 from ratewarden.storage.redis import RedisStore
 from ratewarden.storage.regions import AsyncRegionStore, RegionStore
@@ -168,3 +168,38 @@ def quota_store(region: Region, clock: Clock) -> Any:
     if region.in_memory:
         return MemoryStore(clock=clock)
     return RedisStore(region.local(), clock=clock, timeout=STORE_TIMEOUT)
+
+
+@dataclass
+class CutOff:
+    """``cut_off_window``'s run: what each region admitted, and us's and eu's rounds."""
+
+    admitted: dict[str, int]
+    us_rounds: list[SyncReport]
+    eu_rounds: list[SyncReport]
+
+
+def cut_off_window(
+    budgets: Mapping[str, ReconciledBudget],
+    rate: Rate,
+    clock: Any,
+    cut: Callable[[], None],
+    *,
+    step_s: float = 0.02,
+) -> CutOff:
+    """One window of ``rate`` (a minute) from its start: eu and ap spend all along, us only
+    in the last 10 s; every region runs a round each second; ``cut`` is called 10 s in (to
+    cut us off from its peers). Every region offers a hit each ``step_s`` on one key."""
+    admitted = dict.fromkeys(budgets, 0)
+    found = CutOff(admitted, [], [])
+    for step in range(int(60 / step_s)):
+        if step == int(10 / step_s):
+            cut()
+        if step % int(1 / step_s) == 0:
+            found.us_rounds.append(budgets["us"].sync())
+            found.eu_rounds.append(budgets["eu"].sync())
+            budgets["ap"].sync()
+        for name in ("eu", "ap") if step * step_s < 50 else tuple(budgets):
+            admitted[name] += budgets[name].hit("tenant", rate).allowed
+        clock.advance(step_s)
+    return found

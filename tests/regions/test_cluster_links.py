@@ -9,7 +9,7 @@ they still read it is held at its budget. The windows follow a ManualClock.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -21,7 +21,7 @@ from ratewarden.testing import ManualClock
 from tests._servers import RedisCluster
 from tests.faults._proxy import Fault
 from tests.regions._cluster_links import ClusterLink
-from tests.regions._traffic import build_fleet
+from tests.regions._traffic import build_fleet, cut_off_window
 from tests.regions.conftest import Region
 
 pytestmark = pytest.mark.cluster
@@ -121,26 +121,20 @@ def test_a_cluster_region_cut_off_from_its_peers_is_held_at_its_budget(
     peers = {name: RegionStore(link.client(0.2)) for name, link in links.items()}
     us = ReconciledBudget("us", local, peers, RATES, sync_interval=1.0, replication_lag=0.1)
     budgets = {**fleet.budgets, "us": us}
-    admitted = dict.fromkeys(RATES, 0)
-    us_rounds, eu_rounds = [], []
-    step_s = 0.02
-    for step in range(int(60 / step_s)):
-        if step == int(10 / step_s):
-            for link in links.values():
-                link.set_fault(Fault.RESET)
-        if step % int(1 / step_s) == 0:
-            us_rounds.append(us.sync())
-            eu_rounds.append(budgets["eu"].sync())
-            budgets["ap"].sync()
-        for name in ("eu", "ap") if step * step_s < 50 else tuple(RATES):
-            admitted[name] += budgets[name].hit("tenant", GLOBAL).allowed
-        clock.advance(step_s)
+    run = cut_off_window(budgets, GLOBAL, clock, lambda: _reset(links))
+    admitted = run.admitted
     total = sum(admitted.values())
     print(
         f"\n[regions] cluster us cut off: admitted {admitted}, total {total}, bound {fleet.bound}"
     )
     assert total <= GLOBAL.limit + fleet.bound
-    assert all(report.complete for report in us_rounds[:10])
-    assert {(r.complete, r.failed) for r in us_rounds[10:]} == {(False, ("eu", "ap"))}
-    assert {report.silent for report in eu_rounds[12:]} == {("us",)}
+    assert all(report.complete for report in run.us_rounds[:10])
+    assert {(r.complete, r.failed) for r in run.us_rounds[10:]} == {(False, ("eu", "ap"))}
+    assert {report.silent for report in run.eu_rounds[12:]} == {("us",)}
     assert admitted["us"] == local.read_round("us", [MEMBER]).budgets[0][1] > 100
+
+
+def _reset(links: Mapping[str, Any]) -> None:
+    """Every connection through ``links`` reset, and every new one."""
+    for link in links.values():
+        link.set_fault(Fault.RESET)

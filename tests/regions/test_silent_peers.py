@@ -14,6 +14,7 @@ while the peers still read it through its own link.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -27,7 +28,7 @@ from ratewarden.storage.regions import RegionStore
 from ratewarden.testing import ManualClock
 from tests._servers import HOST
 from tests.faults._proxy import Fault, FaultProxy
-from tests.regions._traffic import build_fleet
+from tests.regions._traffic import build_fleet, cut_off_window
 from tests.regions.conftest import Region
 
 RATES = {
@@ -163,32 +164,27 @@ def test_an_asymmetric_partition_over_real_links_holds_the_cut_off_region(
     local = RegionStore(regions["us"].local(), clock=clock, timeout=0.5, prefix="rw")
     us = ReconciledBudget("us", local, peers, RATES, sync_interval=1.0, replication_lag=0.1)
     budgets = {**fleet.budgets, "us": us}
-    admitted = dict.fromkeys(RATES, 0)
-    us_rounds, eu_rounds = [], []
     try:
-        for step in range(int(60 / STEP)):
-            if step == int(10 / STEP):
-                for link in links.values():
-                    link.set_fault(Fault.RESET)
-            if step % int(1 / STEP) == 0:
-                us_rounds.append(us.sync())
-                eu_rounds.append(budgets["eu"].sync())
-                budgets["ap"].sync()
-            for name in ("eu", "ap") if step * STEP < 50 else tuple(RATES):
-                admitted[name] += budgets[name].hit("tenant", GLOBAL).allowed
-            clock.advance(STEP)
+        run = cut_off_window(budgets, GLOBAL, clock, lambda: _reset(links))
     finally:
         for link in links.values():
             link.close()
+    admitted = run.admitted
     total = sum(admitted.values())
     print(f"\n[regions] us cut off: admitted {admitted}, total {total}, bound {fleet.bound}")
     assert total <= GLOBAL.limit + fleet.bound
-    assert all(report.complete for report in us_rounds[:10])
-    assert {(report.complete, report.failed) for report in us_rounds[10:]} == {
+    assert all(report.complete for report in run.us_rounds[:10])
+    assert {(report.complete, report.failed) for report in run.us_rounds[10:]} == {
         (False, ("eu", "ap"))
     }
     # us's last complete round at 9 s: eu holds it from its round at 12 s (2.1 s later).
-    assert [report.silent for report in eu_rounds[:12]] == [()] * 12
-    assert {report.silent for report in eu_rounds[12:]} == {("us",)}
+    assert [report.silent for report in run.eu_rounds[:12]] == [()] * 12
+    assert {report.silent for report in run.eu_rounds[12:]} == {("us",)}
     last_cap = local.read_round("us", [MEMBER]).budgets[0][1]
     assert admitted["us"] == last_cap > 100, "us spends all of the cap of its last round"
+
+
+def _reset(links: Mapping[str, Any]) -> None:
+    """Every connection through ``links`` reset, and every new one."""
+    for link in links.values():
+        link.set_fault(Fault.RESET)
