@@ -51,24 +51,73 @@ def test_a_password_in_the_url_authenticates(secure_redis: SecureRedis) -> None:
         store.close()
 
 
-@pytest.mark.parametrize(
-    ("credentials", "error"),
-    [("", StorageError), (":wrong-password@", StorageUnavailableError)],
-    ids=["none", "wrong"],
-)
+def refused_credentials(error: StorageError, port: int) -> None:
+    """The server answered no to the credentials: a StorageError that is not an outage,
+    naming the server, without the password tried."""
+    message = str(error)
+    assert not isinstance(error, StorageUnavailableError), message
+    assert f"{HOST}:{port} refused the store's credentials" in message
+    assert "waiting will not help" in message
+    assert "wrong-password" not in message
+
+
+@pytest.mark.parametrize("credentials", ["", ":wrong-password@"], ids=["none", "wrong"])
 def test_missing_or_wrong_credentials_fail_every_call(
-    secure_redis: SecureRedis, credentials: str, error: type[Exception]
+    secure_redis: SecureRedis, credentials: str
 ) -> None:
-    """No password, or a wrong one: every hit raises a StorageError (the failure mode's
-    input), never an allow; and the message does not carry the password tried."""
+    """No password (NOAUTH), or a wrong one (WRONGPASS): every hit and ping raises a
+    StorageError, not StorageUnavailableError (waiting will not help), never an allow; and
+    the message does not carry the password tried."""
     store = RedisStore.from_url(f"redis://{credentials}{HOST}:{secure_redis.port}/0", timeout=1)
     try:
         for _ in range(2):
-            with pytest.raises(error) as caught:
+            with pytest.raises(StorageError) as caught:
                 store.hit("fixed_window", "no-entry", RATE)
-            assert "wrong-password" not in str(caught.value)
+            refused_credentials(caught.value, secure_redis.port)
+        with pytest.raises(StorageError) as pinged:
+            store.ping()
+        refused_credentials(pinged.value, secure_redis.port)
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("credentials", ["", ":wrong-password@"], ids=["none", "wrong"])
+async def test_the_async_store_fails_the_same_on_missing_or_wrong_credentials(
+    secure_redis: SecureRedis, credentials: str
+) -> None:
+    """AsyncRedisStore: the same StorageError on a hit and on ping."""
+    url = f"redis://{credentials}{HOST}:{secure_redis.port}/0"
+    store = AsyncRedisStore.from_url(url, timeout=1)
+    try:
+        with pytest.raises(StorageError) as caught:
+            await store.hit("fixed_window", "no-entry", RATE)
+        refused_credentials(caught.value, secure_redis.port)
+        with pytest.raises(StorageError) as pinged:
+            await store.ping()
+        refused_credentials(pinged.value, secure_redis.port)
+    finally:
+        await store.aclose()
+
+
+def test_serve_with_a_wrong_password_exits_2_with_one_line(
+    secure_redis: SecureRedis, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ratewarden serve --store redis://:WRONG@host: exit 2 and one line saying the server
+    refused the credentials, not a service whose failure mode allows every request."""
+    from ratewarden.cli import main
+
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "domain: auth\ndescriptors:\n- key: k\n  rate_limit: {unit: minute, requests_per_unit: 2}\n"
+    )
+    url = f"redis://:wrong-password@{HOST}:{secure_redis.port}/0"
+    argv = ["serve", "--config", str(rules), "--store", url, "--grpc-port", "0"]
+    assert main([*argv, "--http-port", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("ratewarden serve: error: the store cannot be used: ")
+    assert "refused the store's credentials" in err[0]
+    assert "wrong-password" not in err[0]
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

@@ -10,7 +10,7 @@ import redis
 import redis.asyncio as aredis
 
 from ratewarden import Rate
-from ratewarden.errors import ConfigurationError, StorageUnavailableError
+from ratewarden.errors import ConfigurationError, StorageError, StorageUnavailableError
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
 from tests._servers import HOST, STORE_TIMEOUT, RedisCluster, RedisServer
@@ -69,7 +69,8 @@ def test_unix_socket_url(make_redis: Callable[..., RedisServer], tmp_path: Path)
 
 
 def test_password_in_the_url(make_redis: Callable[..., RedisServer]) -> None:
-    """redis://:password@host authenticates; a wrong password is an unavailable store."""
+    """redis://:password@host authenticates; a wrong password is a StorageError, not an
+    unavailable store: the server answered, and waiting will not help."""
     server = make_redis()
     with server.client() as admin:
         admin.config_set("requirepass", "s3cret")
@@ -77,8 +78,9 @@ def test_password_in_the_url(make_redis: Callable[..., RedisServer]) -> None:
         RedisStore.from_url(f"redis://:s3cret@{HOST}:{server.port}/0", timeout=STORE_TIMEOUT)
     )
     wrong = RedisStore.from_url(f"redis://:nope@{HOST}:{server.port}/0")
-    with pytest.raises(StorageUnavailableError):
+    with pytest.raises(StorageError, match="refused the store's credentials") as refused:
         wrong.hit("gcra", "url-key", RATE)
+    assert not isinstance(refused.value, StorageUnavailableError)
 
 
 def test_rediss_url_speaks_tls(tls_redis: tuple[RedisServer, int, Path]) -> None:

@@ -276,7 +276,7 @@ class RateLimitServer:
         once with ``--xds-force-start``.
         """
         s = self.settings
-        await refuse_unusable(self.store, PING_TIMEOUT_S)  # a Redis too old to run the scripts
+        await refuse_unusable(self.store, PING_TIMEOUT_S)  # too old, or refuses the password
         if self.xds is not None:
             self._tasks.append(await self.xds.start(wait=not s.xds_force_start))
         ports = await start_listeners(s, self.grpc, self.http, self.debug, self.prometheus)

@@ -2,8 +2,9 @@
 and the circuit breaker in front of it.
 
 A store that does not answer (down, too slow) is a passing state: the service reports
-NOT_SERVING until it answers. A store that answers but cannot run ratewarden (a Redis
-older than 6.2: ``storage/_redis_server.py``) will not get better by waiting, so
+NOT_SERVING until it answers. A store that answers but cannot be used (a Redis older
+than 6.2: ``storage/_redis_server.py``; one that refuses the password, user or database
+number: ``storage/_redis_errors.py``) will not get better by waiting, so
 ``ratewarden serve`` refuses to start on it, and the health loop says why it is not
 serving.
 """
@@ -39,7 +40,7 @@ async def store_fault(store: Pinged, timeout: float) -> str | None:
             alive = await store.ping()
     except StorageUnavailableError:
         return NO_ANSWER
-    except StorageError as exc:  # it answers, but cannot run ratewarden
+    except StorageError as exc:  # it answers, but cannot be used
         return str(exc)
     except Exception:  # a timeout, or an error the store's own boundary missed
         return NO_ANSWER
@@ -47,7 +48,7 @@ async def store_fault(store: Pinged, timeout: float) -> str | None:
 
 
 async def refuse_unusable(store: Pinged, timeout: float) -> None:
-    """Raise ``ConfigurationError`` when ``store`` answers but cannot run ratewarden."""
+    """Raise ``ConfigurationError`` when ``store`` answers but cannot be used."""
     fault = await store_fault(store, timeout)
     if fault is not None and fault != NO_ANSWER:
         raise ConfigurationError(f"the store cannot be used: {fault}")

@@ -5,7 +5,8 @@ hands the exception to ``raise_storage_error``. Nothing else in ratewarden
 raises from a redis-py or hiredis exception, so failure modes catch exactly
 ``StorageUnavailableError`` (the store could not decide now: unreachable, too
 slow, failing over, loading, out of memory) or ``StorageError`` (the store
-answered with an error that retrying will not fix, such as a script bug).
+answered with an error that retrying will not fix, such as a script bug, or a
+server that refuses the store's password, user or database number).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import hiredis
 from redis import exceptions as rx
 
 from ratewarden.errors import StorageError, StorageUnavailableError
-from ratewarden.storage._redis_server import ServerTooOld
+from ratewarden.storage._redis_server import ServerUnusable
 
-__all__ = ["REDIS_ERRORS", "TRANSIENT_REPLIES", "raise_storage_error"]
+__all__ = ["REDIS_ERRORS", "TRANSIENT_REPLIES", "raise_storage_error", "refusal"]
 
 #: What a call into redis-py or hiredis may raise when the store, not our code, failed.
 #: ``OSError`` covers socket errors, TLS errors and ``TimeoutError``.
@@ -55,6 +56,47 @@ _TRANSIENT_TYPES = (
 )
 
 
+# redis-py's errors for a password or user the server does not take (WRONGPASS,
+# NOAUTH, AUTH without a password configured) or a command the ACL forbids.
+_CREDENTIALS = (
+    rx.AuthenticationError,
+    rx.AuthenticationWrongNumberOfArgsError,
+    rx.AuthorizationError,
+    rx.NoPermissionError,
+)
+
+
+def refusal(exc: BaseException, where: str) -> ServerUnusable | None:
+    """``ServerUnusable`` when ``exc``, met while a new connection to ``where`` was set up
+    (AUTH, SELECT, HELLO), is the server refusing the store's credentials or database;
+    None when it is an outage (no answer, loading, failing over) or not the server's."""
+    if isinstance(exc, _CREDENTIALS):
+        return _bad_credentials(exc, where)
+    if isinstance(exc, rx.ResponseError) and not _transient(exc):
+        return ServerUnusable(
+            f"{where} refused the connection: {_said(exc)}; check the store's URL (a default "
+            "server has databases 0 to 15): waiting will not help"
+        )
+    return None
+
+
+def _bad_credentials(exc: BaseException, where: str) -> ServerUnusable:
+    return ServerUnusable(
+        f"{where} refused the store's credentials: {_said(exc)}; check the user and password "
+        "the store is given: waiting will not help"
+    )
+
+
+def _said(exc: BaseException) -> str:
+    """The server's words, without the full stop some replies end with."""
+    return str(exc).rstrip(". ")
+
+
+def _transient(exc: rx.ResponseError) -> bool:
+    code = getattr(exc, "status_code", None)
+    return isinstance(exc, _TRANSIENT_TYPES) or code in TRANSIENT_REPLIES
+
+
 def _unavailable(exc: BaseException) -> bool:
     if isinstance(exc, hiredis.ReplyError):
         return str(exc).startswith(TRANSIENT_REPLIES)
@@ -66,8 +108,10 @@ def _unavailable(exc: BaseException) -> bool:
 
 def raise_storage_error(exc: BaseException, where: str, timeout: float) -> NoReturn:
     """Raise the ratewarden error for ``exc``, met while talking to ``where``."""
-    if isinstance(exc, ServerTooOld):  # it answers, but cannot run the scripts: not an outage
+    if isinstance(exc, ServerUnusable):  # it answers, but cannot be used: not an outage
         raise StorageError(str(exc)) from exc
+    if isinstance(exc, _CREDENTIALS):  # met on redis-py's own connections (a Cluster's)
+        raise StorageError(str(_bad_credentials(exc, where))) from exc
     if isinstance(exc, TimeoutError | rx.TimeoutError):
         raise StorageUnavailableError(
             f"Redis at {where} did not answer within {timeout:g} s ({exc}); the decision "

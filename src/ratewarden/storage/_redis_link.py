@@ -27,9 +27,9 @@ import hiredis
 from redis import exceptions as rx
 from redis.connection import ConnectionPool
 
-from ratewarden.storage._redis_errors import REDIS_ERRORS
+from ratewarden.storage._redis_errors import REDIS_ERRORS, refusal
 from ratewarden.storage._redis_protocol import ConnectFailed, ConnectionFactory
-from ratewarden.storage._redis_server import HELLO, ServerTooOld, check_hello
+from ratewarden.storage._redis_server import HELLO, ServerUnusable, check_hello
 
 __all__ = ["DEFAULT_SPIN", "Link", "LinkPool", "connection_kwargs", "describe"]
 
@@ -233,11 +233,14 @@ class Link:
         try:
             conn.connect()
             _hello(conn, self.where)
-        except ServerTooOld:
+        except ServerUnusable:
             conn.disconnect()
             raise
         except REDIS_ERRORS as exc:
             conn.disconnect()
+            refused = refusal(exc, self.where)
+            if refused is not None:
+                raise refused from exc
             raise ConnectFailed(f"cannot connect to {self.where}: {exc}") from exc
         sock: socket.socket = conn._sock  # private, but stable since redis-py 2
         self._conn = conn
@@ -258,7 +261,7 @@ class Link:
 
 
 def _hello(conn: Any, where: str) -> None:
-    """Ask a new connection's server what it is; ``ServerTooOld`` for a Redis that cannot
+    """Ask a new connection's server what it is; ``ServerUnusable`` for a Redis that cannot
     run the scripts (``_redis_server``). An error reply (``HELLO`` unknown, or refused by
     an ACL) cannot tell, and passes."""
     conn.send_command(*HELLO)

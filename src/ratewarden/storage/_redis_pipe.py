@@ -42,9 +42,9 @@ from typing import Any
 import hiredis
 from redis import exceptions as rx
 
-from ratewarden.storage._redis_errors import REDIS_ERRORS
+from ratewarden.storage._redis_errors import REDIS_ERRORS, refusal
 from ratewarden.storage._redis_protocol import ConnectFailed, ConnectionFactory
-from ratewarden.storage._redis_server import HELLO, ServerTooOld, check_hello
+from ratewarden.storage._redis_server import HELLO, ServerUnusable, check_hello
 
 __all__ = ["BATCH", "Pipe"]
 
@@ -205,13 +205,17 @@ class Pipe(asyncio.Protocol):
             if writer is None:
                 raise rx.ConnectionError(f"{self.where}: connected without a stream")
             await _hello(conn, self.where)
-        except ServerTooOld as exc:
+        except ServerUnusable as exc:
             await conn.disconnect(nowait=True)
             self._fail_queued(exc)
             return
         except REDIS_ERRORS as exc:
             await conn.disconnect(nowait=True)
-            self._fail_queued(ConnectFailed(f"cannot connect to {self.where}: {exc}"))
+            failed: Exception | None = refusal(exc, self.where)
+            if failed is None:
+                failed = ConnectFailed(f"cannot connect to {self.where}: {exc}")
+            failed.__cause__ = exc
+            self._fail_queued(failed)
             return
         except BaseException:
             await conn.disconnect(nowait=True)

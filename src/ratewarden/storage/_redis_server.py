@@ -20,7 +20,7 @@ from typing import Any
 
 from redis import exceptions as rx
 
-__all__ = ["HELLO", "MIN_REDIS", "ServerTooOld", "check_hello"]
+__all__ = ["HELLO", "MIN_REDIS", "ServerTooOld", "ServerUnusable", "check_hello"]
 
 #: The oldest Redis whose scripts run as written (``SET ... PXAT``).
 MIN_REDIS = (6, 2)
@@ -29,12 +29,17 @@ MIN_REDIS = (6, 2)
 HELLO = ("HELLO", "2")
 
 
-class ServerTooOld(rx.RedisError):
-    """The server answered, but it cannot run ratewarden's scripts."""
+class ServerUnusable(rx.RedisError):
+    """The server answered, and waiting will not help: it cannot run ratewarden's scripts,
+    or it refused the store's credentials or database (``_redis_errors.refusal``)."""
+
+
+#: The name the stores' ``ping`` catches: every unusable server, not only an old one.
+ServerTooOld = ServerUnusable
 
 
 def check_hello(reply: Any, where: str) -> None:
-    """Raise ``ServerTooOld`` when ``reply`` (``HELLO 2``'s) names a Redis older than
+    """Raise ``ServerUnusable`` when ``reply`` (``HELLO 2``'s) names a Redis older than
     ``MIN_REDIS``; anything else (another server, a reply not understood) passes."""
     fields = _fields(reply)
     server, version = fields.get("server"), fields.get("version")
@@ -43,7 +48,7 @@ def check_hello(reply: Any, where: str) -> None:
     found = _version(version)
     if found is not None and found < MIN_REDIS:
         needed = ".".join(map(str, MIN_REDIS))
-        raise ServerTooOld(
+        raise ServerUnusable(
             f"{where} runs Redis {version}; ratewarden's scripts need Redis {needed} or later "
             "(or any Valkey): upgrade the server"
         )
