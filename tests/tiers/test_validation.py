@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from ratewarden import Rate
+from ratewarden import AsyncLimiter, AsyncMemoryStore, Limiter, MemoryStore, Rate
 from ratewarden.errors import ConfigurationError
 from ratewarden.testing import ManualClock
-from ratewarden.tiers import TwoTier
+from ratewarden.tiers import AsyncTwoTier, TwoTier
 from tests.tiers._helpers import CountingStore
 
 RATE = Rate.parse("5/minute")
@@ -53,3 +55,28 @@ def test_bad_settings_are_configuration_errors(options: dict[str, object], messa
     """Each bad constructor option says what was wrong."""
     with pytest.raises(ConfigurationError, match=message):
         TwoTier(CountingStore(), **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("make", "owner", "given"),
+    [
+        (lambda: TwoTier(Limiter(MemoryStore())), "TwoTier", "a Limiter"),
+        (lambda: AsyncTwoTier(AsyncLimiter(AsyncMemoryStore())), "AsyncTwoTier", "an AsyncLimiter"),
+        (lambda: Limiter(TwoTier(MemoryStore())), "Limiter", "a TwoTier"),
+        (lambda: TwoTier(TwoTier(MemoryStore())), "TwoTier", "a TwoTier"),
+    ],
+    ids=["twotier-over-limiter", "async", "limiter-over-twotier", "twotier-over-twotier"],
+)
+def test_a_limiter_given_for_the_store_is_refused_at_construction(
+    make: Callable[[], object], owner: str, given: str
+) -> None:
+    """TwoTier(Limiter(store)) was taken and raised 'TypeError: Limiter.hit() takes from 3
+    to 4 positional arguments but 5 were given' at the first hit. Now the construction says
+    a store goes there, what was given, and that a TwoTier is built over the store in place
+    of a Limiter."""
+    with pytest.raises(ConfigurationError) as refused:
+        make()
+    message = str(refused.value)
+    assert message.startswith(f"{owner}: store is {given}, not a store; ")
+    assert f"give {owner} the store itself ({owner}(store, ...))" in message
+    assert "build it over the store in place of a Limiter" in message

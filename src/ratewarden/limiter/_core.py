@@ -62,6 +62,7 @@ from ratewarden.limiter._settings import (
     check_failure_mode,
     check_store,
     from_lease,
+    refuse_limiter,
 )
 from ratewarden.metrics import NO_METRICS, LogRateLimiter, Metrics
 from ratewarden.rate import Rate
@@ -132,6 +133,8 @@ class DecisionCore(Leasing, Operations):
             raise ConfigurationError(f"on_decision {on_decision!r} must be callable")
         if breaker is not None and not isinstance(breaker, CircuitBreaker):
             raise ConfigurationError(f"breaker {breaker!r} must be a CircuitBreaker")
+        if isinstance(store, DecisionCore):
+            refuse_limiter(type(self).__name__, store)
         if store is not None:
             check_store(type(self).__name__, store, awaited=type(self).awaited)
         found = store if store is not None else type(self).memory_store(clock=clock)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 from ratewarden import algorithms
 from ratewarden.decision import Decision
@@ -23,6 +23,7 @@ __all__ = [
     "algorithm_name",
     "check_failure_mode",
     "check_store",
+    "refuse_limiter",
     "check_timeout",
     "from_lease",
     "balance_ttl_us",
@@ -79,6 +80,18 @@ def check_store(owner: str, store: object, *, awaited: bool) -> None:
     raise ConfigurationError(
         f"{owner}: store is {kind}, an asyncio store; the blocking twin needs a blocking "
         "store (MemoryStore, RedisStore, ...), or use the asyncio twin"
+    )
+
+
+def refuse_limiter(owner: str, given: object) -> NoReturn:
+    """Refuse a limiter given where a store goes (``TwoTier(Limiter(store))``): its ``hit``
+    takes other arguments, and it would fail at the first call with a TypeError."""
+    name = type(given).__name__
+    raise ConfigurationError(
+        f"{owner}: store is {'an' if name[:1] in 'AEIOU' else 'a'} {name}, not a "
+        f"store; give {owner} the store itself ({owner}(store, ...)). Limiters do not nest: a "
+        "TwoTier is a Limiter with the two-tier defaults: build it over the store in place of a "
+        "Limiter, not around one"
     )
 
 
