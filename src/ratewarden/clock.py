@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
-__all__ = ["Clock", "SystemClock"]
+from ratewarden.errors import ConfigurationError
+
+__all__ = ["Clock", "SystemClock", "check_clock"]
 
 
 @runtime_checkable
@@ -34,6 +36,21 @@ class Clock(Protocol):
     async def asleep(self, seconds: float) -> None:
         """Wait ``seconds`` without blocking the event loop."""
         ...
+
+
+def check_clock(owner: str, clock: object) -> Clock | None:
+    """``clock`` as given (None: the owner's default), or ``ConfigurationError`` naming
+    ``owner`` and ``clock`` when it has no callable ``now_us``, the one method a store calls:
+    ``clock=5`` would otherwise be taken, and fail at the first hit with an AttributeError."""
+    if clock is None or callable(getattr(clock, "now_us", None)):
+        return cast("Clock | None", clock)
+    name = type(clock).__name__
+    kind = f"{'an' if name[:1] in 'AEIOUaeiou' else 'a'} {name}"
+    raise ConfigurationError(
+        f"{owner}: clock {clock!r:.60} ({kind}) is not a clock: it has no now_us(); give "
+        "ratewarden.clock.SystemClock(), "
+        "ratewarden.testing.ManualClock(), or leave clock out for the system clock"
+    )
 
 
 class SystemClock:

@@ -36,7 +36,7 @@ from dataclasses import replace
 from typing import Any, ClassVar
 
 from ratewarden.checks import check_cost, check_key, check_rates
-from ratewarden.clock import Clock
+from ratewarden.clock import Clock, check_clock
 from ratewarden.decision import Decision
 from ratewarden.deprecation import UNSET, renamed
 from ratewarden.errors import ConfigurationError, StorageError
@@ -133,6 +133,7 @@ class DecisionCore(Leasing, Operations):
             raise ConfigurationError(f"on_decision {on_decision!r} must be callable")
         if breaker is not None and not isinstance(breaker, CircuitBreaker):
             raise ConfigurationError(f"breaker {breaker!r} must be a CircuitBreaker")
+        clock = check_clock(type(self).__name__, clock)
         if isinstance(store, DecisionCore):
             refuse_limiter(type(self).__name__, store)
         if store is not None:

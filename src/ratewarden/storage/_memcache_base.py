@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from ratewarden import checks
 from ratewarden.algorithms import concurrency, layered
-from ratewarden.clock import Clock, SystemClock
+from ratewarden.clock import Clock, SystemClock, check_clock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
@@ -94,6 +94,7 @@ class MemcacheBase:
         max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
         tls: ssl.SSLContext | bool | None = None,
     ) -> None:
+        clock = check_clock(type(self).__name__, clock)
         where = (
             parse_url(servers)
             if isinstance(servers, str)

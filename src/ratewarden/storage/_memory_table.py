@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ratewarden import checks
 from ratewarden.algorithms import layered
-from ratewarden.clock import Clock, SystemClock
+from ratewarden.clock import Clock, SystemClock, check_clock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
@@ -84,6 +84,7 @@ class MemoryTable(_Base):
         max_keys: int = DEFAULT_MAX_KEYS,
         prefix: str = DEFAULT_PREFIX,
     ) -> None:
+        clock = check_clock(type(self).__name__, clock)
         if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
             raise ConfigurationError(f"max_keys {max_keys!r} must be a whole number >= 1")
         self.prefix = check_prefix(prefix)
