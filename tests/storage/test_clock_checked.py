@@ -16,8 +16,10 @@ from ratewarden.clock import SystemClock
 from ratewarden.errors import ConfigurationError
 from ratewarden.storage.memcache import AsyncMemcacheStore, MemcacheStore
 from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
+from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
 from tests._memcached import MemcachedServer
+from tests._servers import RedisServer
 
 RATE = Rate.parse("5/second")
 
@@ -59,6 +61,15 @@ def test_the_memcache_stores_refuse_a_clock_that_is_not_one(
     url = f"memcache://127.0.0.1:{memcached_server.port}"
     refused(lambda: store.from_url(url, clock=clock), store.__name__)
     refused(lambda: store(f"127.0.0.1:{memcached_server.port}", clock=clock), store.__name__)
+
+
+@pytest.mark.parametrize("clock", [5, NoNow()], ids=["int", "now-only"])
+@pytest.mark.parametrize("store", [RedisStore, AsyncRedisStore], ids=["blocking", "asyncio"])
+def test_the_redis_stores_refuse_a_clock_that_is_not_one(
+    redis_server: RedisServer, store: type[RedisStore], clock: object
+) -> None:
+    """from_url(url, clock=5) refuses it before anything connects, as the constructor does."""
+    refused(lambda: store.from_url(redis_server.url, clock=clock), store.__name__)
 
 
 def test_a_limiter_refuses_it_too() -> None:

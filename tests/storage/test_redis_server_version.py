@@ -20,7 +20,7 @@ from ratewarden.errors import ConfigurationError, StorageError, StorageUnavailab
 from ratewarden.server.app import RateLimitServer
 from ratewarden.server.settings import Settings
 from ratewarden.storage import _redis_server
-from ratewarden.storage._redis_server import ServerTooOld, check_hello
+from ratewarden.storage._redis_server import ServerUnusable, check_hello
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from tests._servers import RedisCluster, RedisServer, free_port
 
@@ -43,7 +43,7 @@ def hello(server: str, version: str) -> list[bytes | int | list[object]]:
 def test_a_redis_older_than_6_2_is_refused_with_the_version_found_and_the_one_needed(
     version: str,
 ) -> None:
-    with pytest.raises(ServerTooOld) as refused:
+    with pytest.raises(ServerUnusable) as refused:
         check_hello(hello("redis", version), WHERE)
     message = str(refused.value)
     assert WHERE in message
@@ -78,9 +78,9 @@ def test_a_reply_that_cannot_tell_passes(reply: object) -> None:
 
 
 def test_a_mapped_reply_is_read_like_a_flat_one() -> None:
-    with pytest.raises(ServerTooOld):
+    with pytest.raises(ServerUnusable):
         check_hello({"server": "redis", "version": "6.0.9"}, WHERE)
-    with pytest.raises(ServerTooOld):
+    with pytest.raises(ServerUnusable):
         check_hello(["server", "redis", "version", "6.0.9"], WHERE)  # decoded responses
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from redis import exceptions as rx
 
-__all__ = ["HELLO", "MIN_REDIS", "ServerTooOld", "ServerUnusable", "check_hello"]
+__all__ = ["HELLO", "MIN_REDIS", "ServerUnusable", "check_hello"]
 
 #: The oldest Redis whose scripts run as written (``SET ... PXAT``).
 MIN_REDIS = (6, 2)
@@ -32,10 +32,6 @@ HELLO = ("HELLO", "2")
 class ServerUnusable(rx.RedisError):
     """The server answered, and waiting will not help: it cannot run ratewarden's scripts,
     or it refused the store's credentials or database (``_redis_errors.refusal``)."""
-
-
-#: The name the stores' ``ping`` catches: every unusable server, not only an old one.
-ServerTooOld = ServerUnusable
 
 
 def check_hello(reply: Any, where: str) -> None:

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Generic, Self, TypeVar
 from redis.crc import key_slot
 
 from ratewarden import checks
-from ratewarden.clock import Clock, SystemClock
+from ratewarden.clock import Clock, SystemClock, check_clock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
@@ -148,6 +148,7 @@ class RedisBase(FromUrl):
         prefix: str = DEFAULT_PREFIX,
         timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
+        clock = check_clock(type(self).__name__, clock)
         self.clock: Clock = clock if clock is not None else SystemClock()
         # Without a clock, ARGV[1] is "" and the script reads Redis TIME.
         self._now_us: Callable[[], int] | None = None if clock is None else clock.now_us

@@ -53,7 +53,7 @@ from ratewarden.storage._redis_async import AsyncCluster, AsyncRouter, AsyncStan
 from ratewarden.storage._redis_clients import async_client, sync_client
 from ratewarden.storage._redis_errors import REDIS_ERRORS, raise_storage_error
 from ratewarden.storage._redis_link import DEFAULT_SPIN
-from ratewarden.storage._redis_server import ServerTooOld
+from ratewarden.storage._redis_server import ServerUnusable
 from ratewarden.storage._redis_store import (
     DEFAULT_TIMEOUT,
     Call,
@@ -173,7 +173,7 @@ class RedisStore(RedisBase):
         ratewarden's scripts (a Redis older than 6.2)."""
         try:
             self._router.ping()
-        except ServerTooOld as exc:
+        except ServerUnusable as exc:
             raise_storage_error(exc, self._router.where, self.timeout)
         except REDIS_ERRORS:
             return False
@@ -254,7 +254,7 @@ class AsyncRedisStore(RedisBase):
         """See ``RedisStore.ping``."""
         try:
             await self._router.ping()
-        except ServerTooOld as exc:
+        except ServerUnusable as exc:
             raise_storage_error(exc, self._router.where, self.timeout)
         except REDIS_ERRORS:
             return False
