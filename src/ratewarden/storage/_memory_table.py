@@ -54,9 +54,9 @@ _speedups = _kernel.speedups
 #: ``RATEWARDEN_PURE=1`` turns it off).
 SPEEDUPS = _speedups is not None
 
-# The table's base: the C kernel when it is built (it owns the store's ``clock`` and
-# ``max_keys`` and decides one-rate gcra and fixed_window calls over the state it is handed
-# in ``__init__``), else nothing, and both are plain attributes.
+# The table's base: the C kernel when it is built (it keeps its own copy of the store's
+# ``clock`` and ``max_keys``, set by the properties below, and decides one-rate gcra and
+# fixed_window calls over the state it is handed in ``__init__``), else nothing.
 if TYPE_CHECKING:
     from ratewarden.storage._speedups import MemoryKernel as _Base
 elif _speedups is not None:
@@ -72,6 +72,20 @@ Write = tuple[int, Any, int]
 
 R = TypeVar("R")
 
+# The kernel's own clock and max_keys (get/set descriptors it reads in C), which the
+# table's properties set after their checks; None without the kernel.
+_kernel_clock: Any = None if _speedups is None else vars(_speedups.MemoryKernel)["clock"]
+_kernel_max_keys: Any = None if _speedups is None else vars(_speedups.MemoryKernel)["max_keys"]
+
+
+def _check_max_keys(max_keys: object) -> int:
+    """``max_keys`` as given, or ``ConfigurationError``: the constructor's check, and the
+    setter's, so that a bad value never reaches the eviction (``-5`` emptied the table and
+    then failed on it; ``"x"`` failed comparing)."""
+    if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
+        raise ConfigurationError(f"max_keys {max_keys!r} must be a whole number >= 1")
+    return max_keys
+
 
 class MemoryTable(_Base):
     """The state table and the Python path of ``hit``: the base of ``MemoryStore`` and
@@ -85,8 +99,7 @@ class MemoryTable(_Base):
         prefix: str = DEFAULT_PREFIX,
     ) -> None:
         clock = check_clock(type(self).__name__, clock)
-        if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
-            raise ConfigurationError(f"max_keys {max_keys!r} must be a whole number >= 1")
+        max_keys = _check_max_keys(max_keys)
         self.prefix = check_prefix(prefix)
         self.evictions = 0
         self._lock = threading.Lock()
@@ -119,9 +132,34 @@ class MemoryTable(_Base):
                 rate_type=Rate,
                 system_clock_type=SystemClock,
             )
-        # The kernel's own attributes when it is built, so that a new value reaches it.
+        # Through the properties below: checked, and handed to the kernel when it is built.
         self.clock = clock if clock is not None else SystemClock()
         self.max_keys = max_keys
+
+    @property
+    def clock(self) -> Clock:
+        """The store's clock. A new one is checked as the constructor's is (None: the
+        system clock) and used from the next call."""
+        return self._clock
+
+    @clock.setter
+    def clock(self, clock: Clock | None) -> None:
+        checked = check_clock(type(self).__name__, clock)
+        self._clock = checked if checked is not None else SystemClock()
+        if _kernel_clock is not None:
+            _kernel_clock.__set__(self, self._clock)
+
+    @property
+    def max_keys(self) -> int:
+        """The bound on keys held; past it the oldest entries are dropped. A new value is
+        checked as the constructor's is and used from the next call."""
+        return self._max_keys
+
+    @max_keys.setter
+    def max_keys(self, max_keys: int) -> None:
+        self._max_keys = _check_max_keys(max_keys)
+        if _kernel_max_keys is not None:
+            _kernel_max_keys.__set__(self, self._max_keys)
 
     def _read(self, key: StateKey, now: int) -> Any:
         entry = self._states.get(key)
@@ -143,7 +181,7 @@ class MemoryTable(_Base):
         states[key] = (state, expires_at)
         if len(states) != size:
             self._sweep(now)
-            if len(states) > self.max_keys:
+            if len(states) > self._max_keys:
                 self._evict()
 
     def _sweep(self, now: int) -> None:
@@ -158,7 +196,7 @@ class MemoryTable(_Base):
     def _evict(self) -> None:
         """Drop the oldest entries past ``max_keys``, counting them (the kernel calls it too)."""
         states = self._states
-        while len(states) > self.max_keys:
+        while len(states) > self._max_keys:
             states.popitem(last=False)
             self.evictions += 1
 
@@ -169,7 +207,7 @@ class MemoryTable(_Base):
         shape = self._shapes.get(algorithm, rates, cost)
         if type(key) is not str or not key or not key.isascii():
             checks.check_key(key)
-        now = self.clock.now_us()
+        now = self._clock.now_us()
         cost = shape.cost
         if shape.single:
             # One rate (the common case): no layering, one state, one outcome.
@@ -201,7 +239,7 @@ class MemoryTable(_Base):
         straight into its Decision (``batch_decisions`` less the layers' bookkeeping)."""
         state_keys = [key + shape.suffixes[0] for key, shape in found]
         check = found[0][1].check
-        now = self.clock.now_us()
+        now = self._clock.now_us()
         with self._lock:
             states = [self._read(state_key, now) for state_key in state_keys]
             steps = [
@@ -250,7 +288,7 @@ class MemoryTable(_Base):
         Operations beyond the rate algorithms (token budgets, fair shares)
         pass their pure twin here and the same ARGV they send to Redis.
         """
-        now = self.clock.now_us()
+        now = self._clock.now_us()
         state_keys = [("op", key) for key in keys]
         with self._lock:
             result, writes = step([self._read(key, now) for key in state_keys], now)

@@ -74,7 +74,7 @@ class MemoryStore(MemoryTable):
             params += shape.params
             costs += [shape.cost] * len(shape.params)
         check = found[0][1].check
-        now = self.clock.now_us()
+        now = self._clock.now_us()
         with self._lock:
             states = [self._read(state_key, now) for state_key in state_keys]
             outcomes, writes = layered_each(check, params, states, now, costs)
@@ -98,7 +98,7 @@ class MemoryStore(MemoryTable):
         """Hold ``slots`` of ``limit`` concurrent slots on ``key`` for ``ttl_us`` (a lease)."""
         checks.check_slot_request(limit, slots, ttl_us, lease_id)
         state_key = ("slot", _plan.slot_key(self.prefix, key))
-        now = self.clock.now_us()
+        now = self._clock.now_us()
         with self._lock:
             outcome, state, ttl = concurrency.acquire(
                 self._read(state_key, now), now, limit, lease_id, slots, ttl_us
@@ -110,7 +110,7 @@ class MemoryStore(MemoryTable):
         """Give the lease's slots back; False if it was not held (expired or never granted)."""
         state_key = ("slot", _plan.slot_key(self.prefix, key))
         lease_id = checks.check_lease_id(lease_id)
-        now = self.clock.now_us()
+        now = self._clock.now_us()
         with self._lock:
             held, state, ttl = concurrency.release(self._read(state_key, now), now, lease_id)
             self._keep(state_key, state, ttl, now)
@@ -120,7 +120,7 @@ class MemoryStore(MemoryTable):
         """Extend a held lease to ``ttl_us`` from now; False if it was not held."""
         state_key = ("slot", _plan.slot_key(self.prefix, key))
         checks.check_slot_request(1, 1, ttl_us, lease_id)
-        now = self.clock.now_us()
+        now = self._clock.now_us()
         with self._lock:
             held, state, ttl = concurrency.renew(self._read(state_key, now), now, lease_id, ttl_us)
             self._keep(state_key, state, ttl, now)
