@@ -38,6 +38,7 @@ from ratewarden.storage._region_plan import (
     ROUND_TTL_S,
     PeerRound,
     RegionPlan,
+    taken_field,
 )
 from ratewarden.storage._scripts import script
 
@@ -124,6 +125,11 @@ def _all_entries(replies: list[Any]) -> list[list[Entry]]:
 
 def _count(replies: list[Any]) -> int | None:
     return None if replies[0] is None else int(replies[0])
+
+
+def _count_and_taken(replies: list[Any]) -> tuple[int | None, str | None]:
+    count, taken = replies[0]
+    return (None if count is None else int(count)), (None if taken is None else _text(taken))
 
 
 class RegionBase(RegionPlan, FromUrl):
@@ -225,6 +231,21 @@ class RegionBase(RegionPlan, FromUrl):
             ("expire", (key, DEMAND_TTL_S), {}),
         )
         return Batch(commands, _nothing)
+
+    def _publish_taken_batch(self, region: str, interval: int, taken: str) -> Batch[None]:
+        key = self._demand_key(region)
+        commands: tuple[Command, ...] = (
+            ("hset", (key, taken_field(interval), taken), {}),
+            ("hdel", (key, taken_field(interval - DEMAND_INTERVALS)), {}),
+            ("expire", (key, DEMAND_TTL_S), {}),
+        )
+        return Batch(commands, _nothing)
+
+    def _demand_and_taken_batch(
+        self, region: str, interval: int, taken_interval: int
+    ) -> Batch[tuple[int | None, str | None]]:
+        fields = (str(interval), taken_field(taken_interval))
+        return Batch((("hmget", (self._demand_key(region), fields), {}),), _count_and_taken)
 
     def _demand_batch(self, region: str, interval: int) -> Batch[int | None]:
         return Batch((("hget", (self._demand_key(region), str(interval)), {}),), _count)

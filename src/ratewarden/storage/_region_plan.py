@@ -30,6 +30,7 @@ __all__ = [
     "PeerRound",
     "RegionPlan",
     "member_of",
+    "taken_field",
 ]
 
 _SCRIPT = "region_budget"
@@ -48,6 +49,12 @@ class PeerRound(NamedTuple):
     last_round: int | None
     entries: list[list[Entry]]
     budgets: list[tuple[int, int]]
+
+
+def taken_field(interval: int) -> str:
+    """The field of a region's demand hash that holds the weights it took for ``interval``
+    (``RegionalQuota``'s rounds); its demand of an interval is the field ``<interval>``."""
+    return f"t:{interval}"
 
 
 def member_of(member: str) -> tuple[int, int, str]:

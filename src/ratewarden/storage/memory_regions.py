@@ -13,7 +13,7 @@ the same process::
 It answers every call as a ``RegionStore`` on Redis does (``tests/regions`` hold the two
 to identical replies): the same keys and Ops (``RegionPlan``, ``_region_plan.py``), the
 budget's script run by its pure twin (``_region_budget.run``) under the lock, and the
-exchange's active sets and demand counts kept as Redis keeps them. All of a region's
+exchange's active sets, demand counts and taken weights kept as Redis keeps them. All of a region's
 state is one ``MemoryStore`` (``table``): the rate caps (``hit``, under
 ``<prefix>:region-rate``), the window hashes, the active sets and the demand counts.
 Windows and expiry follow ``clock`` (the system clock by default): a window hash
@@ -49,6 +49,7 @@ from ratewarden.storage._region_plan import (
     ROUND_TTL_S,
     PeerRound,
     RegionPlan,
+    taken_field,
 )
 from ratewarden.storage.memory import MemoryStore
 
@@ -211,6 +212,29 @@ class MemoryRegionStore(MemoryRegionBase):
 
         return self.table._transact((self._demand_key(region),), step)
 
+    def publish_taken(self, region: str, interval: int, taken: str) -> None:
+        """Record the weights ``region`` took for interval number ``interval`` (as text)."""
+
+        def step(states: list[Any], now: int) -> tuple[None, list[Write]]:
+            counts = dict(states[0] or {})
+            counts[taken_field(interval)] = taken
+            counts.pop(taken_field(interval - DEMAND_INTERVALS), None)
+            return None, [(0, counts, now + DEMAND_TTL_S * 1_000_000)]
+
+        self.table._transact((self._demand_key(region),), step)
+
+    def demand_and_taken(
+        self, region: str, interval: int, taken_interval: int
+    ) -> tuple[int | None, str | None]:
+        """``region``'s demand of ``interval`` and the weights it took for ``taken_interval``;
+        None for either it did not publish."""
+
+        def step(states: list[Any], now: int) -> tuple[tuple[Any, Any], list[Write]]:
+            found = states[0] or {}
+            return (found.get(interval), found.get(taken_field(taken_interval))), []
+
+        return self.table._transact((self._demand_key(region),), step)
+
 
 def _awaited(
     method: Callable[Concatenate[Any, P], T],
@@ -242,6 +266,8 @@ class AsyncMemoryRegionStore(MemoryRegionBase):
     read_round = _awaited(MemoryRegionStore.read_round)
     publish_demand = _awaited(MemoryRegionStore.publish_demand)
     demand = _awaited(MemoryRegionStore.demand)
+    publish_taken = _awaited(MemoryRegionStore.publish_taken)
+    demand_and_taken = _awaited(MemoryRegionStore.demand_and_taken)
 
     async def aclose(self) -> None:
         """Nothing to release; present so every async region store closes the same way."""

@@ -37,7 +37,8 @@ Key schema (``prefix`` is ``rw`` by default; every region must use the same):
 - ``<prefix>:regions:active:<region>``: a sorted set of the members a region
   used, each scored by the time (us) until which peers should sync it;
 - ``<prefix>:regions:demand:<region>``: a hash, interval number -> the demand a
-  region counted in that interval.
+  region counted in that interval, and ``t:<interval number>`` -> the weights a
+  ``RegionalQuota`` took for that interval (``publish_taken``).
 
 A *member*, ``<limit>:<period_us>:<key>``, names one (global rate, key) in the exchange.
 
@@ -202,6 +203,17 @@ class RegionStore(RegionBase):
         """``region``'s demand of interval number ``interval``; None if it published none."""
         return self._send(self._demand_batch(region, interval))
 
+    def publish_taken(self, region: str, interval: int, taken: str) -> None:
+        """Record the weights ``region`` took for interval number ``interval`` (as text)."""
+        self._send(self._publish_taken_batch(region, interval, taken))
+
+    def demand_and_taken(
+        self, region: str, interval: int, taken_interval: int
+    ) -> tuple[int | None, str | None]:
+        """``region``'s demand of ``interval`` and the weights it took for ``taken_interval``,
+        in one command; None for either it did not publish."""
+        return self._send(self._demand_and_taken_batch(region, interval, taken_interval))
+
     def _send(self, batch: Batch[T]) -> T:
         with self._boundary():
             pipe = self.client.pipeline(transaction=False)
@@ -324,6 +336,16 @@ class AsyncRegionStore(RegionBase):
     async def demand(self, region: str, interval: int) -> int | None:
         """See ``RegionStore.demand``."""
         return await self._send(self._demand_batch(region, interval))
+
+    async def publish_taken(self, region: str, interval: int, taken: str) -> None:
+        """See ``RegionStore.publish_taken``."""
+        await self._send(self._publish_taken_batch(region, interval, taken))
+
+    async def demand_and_taken(
+        self, region: str, interval: int, taken_interval: int
+    ) -> tuple[int | None, str | None]:
+        """See ``RegionStore.demand_and_taken``."""
+        return await self._send(self._demand_and_taken_batch(region, interval, taken_interval))
 
     async def _send(self, batch: Batch[T]) -> T:
         with self._boundary():
