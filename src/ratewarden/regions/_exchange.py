@@ -58,6 +58,41 @@ class Exchange(Generic[S]):
         if isinstance(reply, Exception):
             raise reply
 
+    def publish_taken_flow(self, interval: int, taken: str) -> Flow[None]:
+        """Record the weights this region took for ``interval`` (a quota's ``Taken``, encoded)."""
+        store: Any = self.stores[self.region]
+        reply = yield Ask(store.publish_taken, (self.region, interval, taken))
+        if isinstance(reply, Exception):
+            raise reply
+
+    def collect_round_flow(
+        self, interval: int
+    ) -> Flow[tuple[dict[str, int], dict[str, str], tuple[str, ...]]]:
+        """What a round at the start of ``interval`` reads of every region, in one call each:
+        its demand of ``interval - 2`` and its taken weights of ``interval - 1``; and the
+        regions that could not be read or lacked either."""
+        regions = tuple(self.stores)
+        found = yield Gather(tuple(self._round_flow(region, interval) for region in regions))
+        demand: dict[str, int] = {}
+        taken: dict[str, str] = {}
+        missing: list[str] = []
+        for region, (count, weights) in zip(regions, found, strict=True):
+            if count is None or weights is None:
+                missing.append(region)
+                continue
+            demand[region], taken[region] = count, weights
+        return demand, taken, tuple(missing)
+
+    def _round_flow(self, region: str, interval: int) -> Flow[tuple[int | None, str | None]]:
+        store: Any = self.stores[region]
+        reply = yield Ask(store.demand_and_taken, (region, interval - 2, interval - 1))
+        if isinstance(reply, StorageError):
+            return None, None
+        if isinstance(reply, Exception):
+            raise reply
+        found: tuple[int | None, str | None] = reply
+        return found
+
     def collect_flow(self, interval: int) -> Flow[tuple[dict[str, int], tuple[str, ...]]]:
         """Every region's demand of ``interval`` and the regions that could not be read."""
         regions = tuple(self.stores)

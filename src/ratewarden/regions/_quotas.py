@@ -13,7 +13,9 @@ every region counts its demand (the cost asked, allowed or not) and publishes
 it; ``rebalance`` recomputes the shares from every region's demand of the last
 interval (``traffic_weights``). ``DemandExchange`` (``AsyncDemandExchange``)
 carries those counts through each region's Redis, by the region stores it is
-given.
+given. A rebalance round also publishes the weights the region took, and moves
+"shrink first, grow after" (``_taken``), so that regions that disagree (one
+cannot read a peer) still stay within the limit.
 
 ``Quota`` holds everything but the waiting: ``_admit`` decides what a hit asks
 of the limiter (a plain call, so the twins' ``hit`` is the limiter's own hit,
@@ -32,10 +34,11 @@ from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import AsyncLimiter, Flow, Limiter, awaiting, blocking
 from ratewarden.rate import Rate
-from ratewarden.regions._bound import check_weights, split_allowances, traffic_weights
+from ratewarden.regions._bound import check_weights, traffic_weights
 from ratewarden.regions._exchange import AsyncDemandExchange, DemandExchange, Exchange
 from ratewarden.regions._gcounter import check_region
 from ratewarden.regions._stores import named
+from ratewarden.regions._taken import Taken, Weights, decode, settle
 
 __all__ = ["AsyncRegionalQuota", "Quota", "RegionalQuota"]
 
@@ -66,6 +69,9 @@ class Quota(Generic[L]):
             )
         self.limiter: L = limiter
         self._shares: dict[str, int | float] = dict(shares)
+        #: What this region enforces (its anchor and current weights): replaced, never changed.
+        self._taken = Taken.static(shares)
+        self._held: tuple[str, ...] = ()
         self._demand = 0
         self._lock = threading.Lock()
 
@@ -75,13 +81,21 @@ class Quota(Generic[L]):
         return dict(self._shares)
 
     @property
+    def held(self) -> tuple[str, ...]:
+        """The regions that kept this one from growing at its last round: still on older
+        weights (they could not read every region), so every region's allowance stays within
+        the weights all of them have taken. Empty when every region took the same."""
+        return self._held
+
+    @property
     def regions(self) -> tuple[str, ...]:
         """Every region of the split, in the order given."""
         return tuple(self._shares)
 
     def allowance(self, rate: Rate) -> int:
-        """This region's part of ``rate.limit`` under the current shares."""
-        return split_allowances(rate.limit, self._shares)[self.region]
+        """This region's part of ``rate.limit``: under the current shares, and no more than
+        under the weights every region has taken (after a rebalance round)."""
+        return self._taken.allowance(rate.limit, self.region)
 
     def local_rates(self, rates: Rate | Sequence[Rate]) -> tuple[Rate | None, ...]:
         """Each global rate scaled to this region's allowance; None where it is 0."""
@@ -93,7 +107,7 @@ class Quota(Generic[L]):
                 continue
             burst = None
             if rate.burst is not None:
-                burst = max(1, split_allowances(rate.burst, self._shares)[self.region])
+                burst = max(1, self._taken.allowance(rate.burst, self.region))
             scaled.append(Rate(allowance, rate.period, burst))
         return tuple(scaled)
 
@@ -132,8 +146,11 @@ class Quota(Generic[L]):
         old allowance is not carried over: see docs/regions.md.
         """
         weights = traffic_weights(demand, self.regions)
-        self._shares = dict(weights)
+        self._set(Taken.static(weights), (), weights)
         return weights
+
+    def _set(self, taken: Taken, held: tuple[str, ...], shares: Mapping[str, int | float]) -> None:
+        self._taken, self._held, self._shares = taken, held, dict(shares)
 
     def run(self, flow: Flow[T]) -> Any:
         """Drive ``flow`` with the quota's limiter (to be awaited on the asyncio twin)."""
@@ -144,11 +161,14 @@ class Quota(Generic[L]):
     ) -> Flow[dict[str, int] | None]:
         """Run at the start of interval number ``interval`` in every region.
 
-        Publishes this region's demand as that of ``interval - 1``, then
-        rebalances from every region's demand of ``interval - 2``: each region
-        published it a whole interval ago, so all regions read the same counts
-        and reach the same shares. If any region's count is missing, the shares
-        stay as they are and this returns None; otherwise the new weights.
+        Publishes this region's demand as that of ``interval - 1``, then reads
+        every region's demand of ``interval - 2`` and the weights each took for
+        ``interval - 1`` (both published a whole interval ago, so all regions read
+        the same). If any is missing, the shares stay as they are and this returns
+        None. Otherwise the shares become the new weights of that demand, and the
+        allowances the smaller of those and of the newest weights every region has
+        taken (see ``_taken``); this returns the new weights. Either way the
+        region then publishes the weights it took for ``interval``.
         """
         wanted = type(self)._exchange
         if not isinstance(exchange, wanted):
@@ -171,10 +191,21 @@ class Quota(Generic[L]):
                 "region and every region of the shares"
             )
         yield from exchange.publish_flow(interval - 1, self.take_demand())
-        demand, missing = yield from exchange.collect_flow(interval - 2)
-        if missing:
-            return None
-        return self.rebalance(demand)
+        demand, found, missing = yield from exchange.collect_round_flow(interval)
+        decoded = {region: decode(text) for region, text in found.items()}
+        taken = {region: pair for region, pair in decoded.items() if pair is not None}
+        own = taken.get(self.region)
+        if own is not None and own != self._taken:
+            # What this region published before (it restarted): the others hold it to that.
+            self._set(own, self._held, dict(own.current.weights))
+        weights = traffic_weights(demand, self.regions)
+        moved = None
+        if not missing and len(taken) == len(decoded):
+            moved = settle(taken, Weights.of(interval, weights))
+        if moved is not None:
+            self._set(*moved, weights)
+        yield from exchange.publish_taken_flow(interval, self._taken.encode())
+        return None if moved is None else weights
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(region={self.region!r}, shares={self._shares!r})"
