@@ -1,18 +1,22 @@
-"""Input checks shared by every layer: keys, costs, rates, slot requests, names, ids and yes/no
-options.
+"""Input checks shared by every layer: keys, costs, rates, slot requests, names, ids, yes/no
+options, and the keywords a constructor takes.
 
 Each raises ``ConfigurationError`` naming the offending value and what to do,
 before anything is consumed, and returns the value checked (the rates as a tuple).
-A leaf: it imports only ``rate`` and ``errors``.
+A leaf: it imports only ``rate``, ``errors`` and ``deprecation`` (for ``UNSET``).
 """
 
 from __future__ import annotations
 
+import difflib
+import functools
+import inspect
 import math
 import re
-from collections.abc import Sequence
-from typing import TypeGuard
+from collections.abc import Callable, Collection, Sequence
+from typing import ParamSpec, TypeGuard
 
+from ratewarden.deprecation import UNSET
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 
@@ -26,7 +30,11 @@ __all__ = [
     "check_rates",
     "check_slot_request",
     "is_number",
+    "keywords_checked",
+    "refuse_unknown",
 ]
+
+P = ParamSpec("P")
 
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
 _ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z")
@@ -136,3 +144,48 @@ def _matched(pattern: re.Pattern[str], value: object, what: str, message: str) -
     if not isinstance(value, str) or not pattern.match(value):
         raise ConfigurationError(message.format(what=what, value=value))
     return value
+
+
+def refuse_unknown(
+    owner: str, given: Collection[str], takes: Sequence[str], what: str = "keyword"
+) -> None:
+    """``ConfigurationError`` naming ``owner`` (the public class), the ``given`` names it does
+    not take, the nearest name it takes when one is close, and every name it takes; nothing
+    when each is one of ``takes``."""
+    unknown = sorted(set(given) - set(takes))
+    if not unknown:
+        return
+    plural = "s" if len(unknown) > 1 else ""
+    close = [found for name in unknown for found in difflib.get_close_matches(name, takes, 1)]
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise ConfigurationError(
+        f"{owner}: unknown {what}{plural} {', '.join(map(repr, unknown))}; "
+        f"it takes {', '.join(takes)}{hint}"
+    )
+
+
+def keywords_checked(init: Callable[P, None]) -> Callable[P, None]:
+    """``init``, a base class's ``__init__``, refusing a keyword it does not take, or too many
+    positional arguments, with a ``ConfigurationError`` naming the class being built (the
+    public one): Python's own TypeError would name the private base that defines ``init``
+    (``DecisionCore.__init__() got an unexpected keyword argument 'algoritm'``)."""
+    params = list(inspect.signature(init).parameters.values())[1:]  # less self
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    known = frozenset(p.name for p in params if p.kind in kinds)
+    # A renamed keyword's old name (its default UNSET) is still taken, but not offered.
+    takes = tuple(p.name for p in params if p.kind in kinds and p.default is not UNSET)
+    positional = tuple(p.name for p in params if p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+    @functools.wraps(init)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> None:
+        if not known.issuperset(kwargs):
+            refuse_unknown(type(args[0]).__name__, kwargs, takes)
+        if len(args) > len(positional) + 1:
+            raise ConfigurationError(
+                f"{type(args[0]).__name__}: {len(args) - 1} positional arguments given, but it "
+                f"takes at most {len(positional)} ({', '.join(positional)}); give the rest by "
+                "keyword"
+            )
+        init(*args, **kwargs)
+
+    return checked

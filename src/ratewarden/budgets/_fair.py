@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from ratewarden.algorithms import NEVER, fair_share, gcra
 from ratewarden.budgets._twins import L, OverStore, S
 from ratewarden.budgets._values import us_to_s
-from ratewarden.checks import check_key
+from ratewarden.checks import check_key, keywords_checked
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import AsyncLimiter, Flow, Limiter, Op, awaiting, axis_key, blocking
 from ratewarden.rate import Rate
@@ -73,6 +73,7 @@ def _weight(what: str, value: object) -> int:
 class _FairBase(OverStore[S, L]):
     """The pool, the weights, the planning of the one store step and its flow; no I/O."""
 
+    @keywords_checked
     def __init__(
         self,
         store: S,

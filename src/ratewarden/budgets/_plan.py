@@ -29,7 +29,7 @@ from ratewarden.budgets._values import (
     check_seconds_us,
     us_to_s,
 )
-from ratewarden.checks import check_id, check_name
+from ratewarden.checks import check_id, check_name, keywords_checked
 from ratewarden.errors import ConfigurationError, StorageUnavailableError
 from ratewarden.limiter import Flow, Op, axis_key, record_key
 from ratewarden.rate import Rate
@@ -47,6 +47,7 @@ _SETTLED = {0: "unknown", 1: "settled", 2: "already-settled"}
 class _BudgetBase(OverStore[S, L]):
     """Configuration, the planning of ops, the parsing of replies, and the flows."""
 
+    @keywords_checked
     def __init__(
         self,
         store: S,

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from ratewarden.budgets._budget import AsyncTokenBudget, TokenBudget
 from ratewarden.budgets._values import Reservation, Settlement
-from ratewarden.checks import check_id
+from ratewarden.checks import check_id, keywords_checked
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import Ask, Flow, adrive, awaiting, blocking, drive
 
@@ -78,6 +78,7 @@ def _call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Flow[Any]:
 
 
 class _RouterBase:
+    @keywords_checked
     def __init__(self, tenant: Account | None, upstreams: Sequence[Account]) -> None:
         if tenant is not None and not isinstance(tenant, Account):
             raise ConfigurationError(f"tenant {tenant!r} must be an Account(name, budget, key)")

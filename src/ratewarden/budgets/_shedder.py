@@ -34,6 +34,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ratewarden.budgets._twins import Driven, L
+from ratewarden.checks import keywords_checked
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import AsyncLimiter, Flow, Lease, Limiter, awaiting, blocking
 
@@ -168,6 +169,7 @@ class _FleetBase(Driven[L]):
     """The policy's slot limits and the flows of one acquire and release; ``limiter`` does
     the I/O."""
 
+    @keywords_checked
     def __init__(
         self,
         limiter: L,

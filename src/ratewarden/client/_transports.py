@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 
 import httpx
 
+from ratewarden.checks import keywords_checked
 from ratewarden.client._budget import RetryBudget
 from ratewarden.client._circuit import HostBreaker, HostCircuitOpenError
 from ratewarden.client._policy import RetryPolicy
@@ -39,6 +40,7 @@ class _Retrying(Generic[T]):
 
     _IO: Io
 
+    @keywords_checked
     def __init__(
         self,
         transport: T | None = None,

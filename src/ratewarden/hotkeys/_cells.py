@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from ratewarden.checks import check_cost, check_rates
+from ratewarden.checks import check_cost, check_rates, keywords_checked
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.hotkeys._placement import cell_keys, check_cells, slot_bands, split_rate
@@ -68,6 +68,7 @@ class _CellBase(Generic[S, L]):
     #: ``Limiter`` or ``AsyncLimiter``: what the shell builds over its store.
     _driver: ClassVar[Callable[..., Any]]
 
+    @keywords_checked
     def __init__(
         self,
         store: S,

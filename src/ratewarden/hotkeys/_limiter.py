@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from ratewarden.checks import check_cost, check_key, check_rates
+from ratewarden.checks import check_cost, check_key, check_rates, keywords_checked
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
@@ -67,6 +67,7 @@ class _HotBase(Generic[S, L, M]):
     #: The classes a mitigation may be: the shell's cells and two-tier limiter.
     _mitigations: ClassVar[tuple[type, type]]
 
+    @keywords_checked
     def __init__(
         self,
         store: S,

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from ratewarden.checks import check_cost, check_key, check_rates
+from ratewarden.checks import check_cost, check_key, check_rates, keywords_checked
 from ratewarden.clock import Clock, check_clock
 from ratewarden.decision import Decision
 from ratewarden.deprecation import UNSET, renamed
@@ -106,6 +106,7 @@ class DecisionCore(Leasing, Operations):
     #: Whether the store's calls are awaited: the store given must be of that twin.
     awaited: ClassVar[bool]
 
+    @keywords_checked
     def __init__(
         self,
         store: Any = None,
@@ -123,9 +124,16 @@ class DecisionCore(Leasing, Operations):
         clock: Clock | None = None,
         failure: str | None = UNSET,
     ) -> None:
-        # ``failure`` is the deprecated name of ``failure_mode`` (one release).
+        # ``failure`` is the deprecated name of ``failure_mode`` (one release). The warning
+        # names the building line, past this frame and the keyword check's (stacklevel 4).
         failure_mode = renamed(
-            type(self).__name__, "failure", "failure_mode", failure, failure_mode, None
+            type(self).__name__,
+            "failure",
+            "failure_mode",
+            failure,
+            failure_mode,
+            None,
+            stacklevel=4,
         )
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"limiter name {name!r} must be a non-empty string")

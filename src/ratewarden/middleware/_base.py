@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
+from ratewarden.checks import keywords_checked
 from ratewarden.deprecation import UNSET
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.limiter import CircuitBreaker
@@ -39,6 +40,7 @@ class RateLimitBase(Generic[A, H]):
     #: without an await. None: each hit is awaited.
     _now: Any = None
 
+    @keywords_checked
     def __init__(
         self,
         app: A,
@@ -51,7 +53,12 @@ class RateLimitBase(Generic[A, H]):
         name: str = "middleware",
         failure: str = UNSET,
     ) -> None:
-        failure_mode = chosen_failure_mode(type(self).__name__, failure_mode, failure)
+        failure_mode = chosen_failure_mode(
+            type(self).__name__,
+            failure_mode,
+            failure,
+            stacklevel=5,  # past the keyword check
+        )
         if not isinstance(rules, RuleSet):
             raise ConfigurationError(f"rules {rules!r} must be a RuleSet")
         if not callable(getattr(limiter, "hit", None)):

@@ -28,7 +28,7 @@ from ratewarden.budgets import (
     Usage,
 )
 from ratewarden.budgets import provider_headers as budget_headers
-from ratewarden.checks import check_bool
+from ratewarden.checks import check_bool, keywords_checked
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.deprecation import UNSET
 from ratewarden.errors import ConfigurationError, StorageError
@@ -91,6 +91,7 @@ class TokenBudgetBase(Generic[A, B, H]):
     _budget_class: ClassVar[type | tuple[type, ...]]
     _budget_hint: ClassVar[str]
 
+    @keywords_checked
     def __init__(
         self,
         app: A,
@@ -112,7 +113,12 @@ class TokenBudgetBase(Generic[A, B, H]):
         clock: Clock | None = None,
         failure: str = UNSET,
     ) -> None:
-        failure_mode = chosen_failure_mode(type(self).__name__, failure_mode, failure)
+        failure_mode = chosen_failure_mode(
+            type(self).__name__,
+            failure_mode,
+            failure,
+            stacklevel=5,  # past the keyword check
+        )
         if not isinstance(budget, self._budget_class):
             raise ConfigurationError(f"budget {budget!r} must be {self._budget_hint}")
         for what, func in (("estimate", estimate), ("actual", actual)):

@@ -48,10 +48,13 @@ MIDDLEWARE_FAILURE_MODES = tuple(mode for mode in FAILURE_MODES if mode != "loca
 DEFAULT_RETRY_AFTER = 1
 
 
-def chosen_failure_mode(who: str, failure_mode: str, failure: str) -> str:
+def chosen_failure_mode(who: str, failure_mode: str, failure: str, *, stacklevel: int = 4) -> str:
     """A middleware's ``failure_mode``, or the value of ``failure``, its deprecated name (one
-    release), given instead: the DeprecationWarning names ``who`` and the line that made it."""
-    return renamed(who, "failure", "failure_mode", failure, failure_mode, "open", stacklevel=4)
+    release), given instead: the DeprecationWarning names ``who`` and the line that made it
+    (``stacklevel`` 4 from ``renamed``: the caller's caller; 5 past a keyword check too)."""
+    return renamed(
+        who, "failure", "failure_mode", failure, failure_mode, "open", stacklevel=stacklevel
+    )
 
 
 class FailureAnswer:

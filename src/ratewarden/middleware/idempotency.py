@@ -43,6 +43,7 @@ from http import HTTPStatus
 from io import BytesIO
 from typing import Any
 
+from ratewarden.checks import keywords_checked
 from ratewarden.deprecation import moved
 from ratewarden.errors import StorageError
 from ratewarden.idempotency import AsyncIdempotencyStore, Claim, IdempotencyStore, StoredResponse
@@ -102,6 +103,7 @@ class _Idempotency:
 
     _ASYNC: bool
 
+    @keywords_checked
     def __init__(
         self,
         app: Any,

@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from typing import Any, ClassVar, Generic, TypeVar
 
 from ratewarden.budgets import AsyncFleetShedder, FleetShedder, LoadShedder, ShedDecision
+from ratewarden.checks import keywords_checked
 from ratewarden.clock import Clock
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.limiter import Lease
@@ -55,6 +56,7 @@ class _SheddingBase(Generic[A, F]):
     _fleet: ClassVar[type]
     _hint: ClassVar[str]
 
+    @keywords_checked
     def __init__(
         self,
         app: A,

@@ -73,11 +73,7 @@ OPTIONS = ("clock", "prefix", "timeout", "cache_items", "max_item_bytes", "tls")
 
 def check_options(kind: str, options: dict[str, object]) -> None:
     """Refuse a keyword the store does not take (a typo such as ``timout=``), naming it."""
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise ConfigurationError(
-            f"{kind}: unknown option {', '.join(map(repr, unknown))}; it takes {', '.join(OPTIONS)}"
-        )
+    checks.refuse_unknown(kind, options, OPTIONS, "option")
 
 
 class MemcacheBase:

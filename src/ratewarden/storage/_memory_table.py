@@ -91,6 +91,7 @@ class MemoryTable(_Base):
     """The state table and the Python path of ``hit``: the base of ``MemoryStore`` and
     ``AsyncMemoryStore``, whose operations are ``MemoryStore``'s methods."""
 
+    @checks.keywords_checked
     def __init__(
         self,
         *,

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from ratewarden.checks import keywords_checked
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.errors import ConfigurationError, StorageError, StorageUnavailableError
 from ratewarden.idempotency import Claim, StoredResponse
@@ -64,6 +65,7 @@ class _MemoryRecords:
     whether ``begin``, ``complete`` and ``release`` are awaited.
     """
 
+    @keywords_checked
     def __init__(
         self, *, clock: Clock | None = None, max_entries: int = 10_000, max_bytes: int = 64 << 20
     ) -> None:
@@ -215,6 +217,7 @@ class _RedisRecords:
     """Everything the Redis store and its asyncio twin do but the I/O call: key names,
     the lock's value, the scripts' arguments, and reading a reply into a ``Claim``."""
 
+    @keywords_checked
     def __init__(self, client: Any, *, prefix: str = DEFAULT_PREFIX) -> None:
         if not isinstance(prefix, str) or not prefix:
             raise ConfigurationError(f"idempotency store prefix={prefix!r}: a non-empty string")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from ratewarden.checks import keywords_checked
 from ratewarden.clock import Clock
 from ratewarden.deprecation import UNSET, renamed
 from ratewarden.limiter import (
@@ -38,6 +39,7 @@ S = TypeVar("S")
 class _TwoTierDefaults(DecisionCore, Generic[S]):
     """The options of a limiter with the two-tier defaults, written once for both twins."""
 
+    @keywords_checked
     def __init__(
         self,
         store: S | None = None,
@@ -54,9 +56,12 @@ class _TwoTierDefaults(DecisionCore, Generic[S]):
         clock: Clock | None = None,
         failure: str = UNSET,
     ) -> None:
-        # ``failure`` is the deprecated name of ``failure_mode`` (one release).
+        # ``failure`` is the deprecated name of ``failure_mode`` (one release). The warning
+        # names the building line, past this frame and the keyword check's (stacklevel 4).
         what = type(self).__name__
-        failure_mode = renamed(what, "failure", "failure_mode", failure, failure_mode, "open")
+        failure_mode = renamed(
+            what, "failure", "failure_mode", failure, failure_mode, "open", stacklevel=4
+        )
         super().__init__(
             store,
             algorithm,
