@@ -226,7 +226,7 @@ def test_bad_inputs_are_configuration_errors(kwargs: dict[str, object], message:
     [
         ([], "the following arguments are required: --rps"),
         (["--rps", "many"], "--rps 'many' is not a number"),
-        (["--rps", "10", "--local-reject", "110%"], "must be from 0 to 1"),
+        (["--rps", "10", "--local-reject", "110%"], "must be from 0 to below 1"),
         (["--rps", "10", "--limit", "5/fortnight"], "--limit '5/fortnight'"),
         (["--rps", "10", "--lease", "5"], "--instances and --lease go together"),
         (["--rps", "10", "--instances", "5"], "--instances and --lease go together"),

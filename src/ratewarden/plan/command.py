@@ -54,9 +54,12 @@ bandwidth, primaries needed, latency added per check, and the over-admission bou
 failover, leases and multi-region reconciliation on one key. Each figure is printed with
 the formula that made it; a figure whose inputs are missing says which flag to give.
 
-Shares take 0.1 or 10%. --measure redis://HOST:PORT runs real decisions on that server
-(random keys under the real key schema, checked not to exist first, deleted afterwards) and
-uses its MEMORY USAGE per key.
+Shares take 0.1 or 10%. A value starting with '-' goes after '=' (--local-reject=-5%, which
+the range check then refuses): apart from a plain number (-0.05), argparse would read it as a
+flag and say the flag expected one argument.
+
+--measure redis://HOST:PORT runs real decisions on that server (random keys under the real
+key schema, checked not to exist first, deleted afterwards) and uses its MEMORY USAGE per key.
 """
 
 _EXAMPLE = """\
@@ -101,7 +104,7 @@ def _whole(flag: str, minimum: int = 1) -> argparse._ActionType:
     return convert
 
 
-def _share(flag: str, above_zero: bool = False) -> argparse._ActionType:
+def _share(flag: str, above_zero: bool = False, below_one: bool = False) -> argparse._ActionType:
     def convert(raw: str) -> float:
         text = raw.strip()
         scale = 100.0 if text.endswith("%") else 1.0
@@ -109,6 +112,10 @@ def _share(flag: str, above_zero: bool = False) -> argparse._ActionType:
             value = float(text.removesuffix("%")) / scale
         except ValueError:
             raise argparse.ArgumentTypeError(f"{flag} {raw!r} is not a share") from None
+        if below_one and not 0 <= value < 1:
+            raise argparse.ArgumentTypeError(
+                f"{flag} {raw!r} must be from 0 to below 1 (or 0% to below 100%)"
+            )
         if not 0 <= value <= 1:
             raise argparse.ArgumentTypeError(f"{flag} {raw!r} must be from 0 to 1 (or 0% to 100%)")
         if above_zero and value == 0:
@@ -136,8 +143,9 @@ _ZERO_OK = functools.partial(_number, zero_ok=True)
 #: default; metavar; help). A flag is the PlanInput field of the same name where there is one.
 _FLAGS: dict[str, tuple[_Kind | None, object, str, str]] = {
     "--rps": (_number, None, "N", "peak requests per second reaching the gateways"),
-    "--local-reject": (_share, 0.0, "SHARE",
-                       "share the local tier rejects before any global check [default: 0]"),
+    "--local-reject": (functools.partial(_share, below_one=True), 0.0, "SHARE",
+                       "share the local tier rejects before any global check, from 0 to below "
+                       "1 (or 0%% to below 100%%) [default: 0]"),
     "--global-share": (_share, 1.0, "SHARE",
                        "share of the rest that needs a global check [default: 1]"),
     "--descriptors": (_number, 1.0, "X", "script calls per global check (descriptors on "
