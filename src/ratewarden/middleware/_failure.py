@@ -141,7 +141,8 @@ def adopt_breaker(limiter: object, breaker: object, who: str) -> None:
         f"{who}(breaker=...) is deprecated: give the limiter its breaker, "
         "e.g. AsyncLimiter(store, breaker=CircuitBreaker(...))",
         DeprecationWarning,
-        stacklevel=3,  # the middleware's caller (adopt_breaker <- the shared __init__ <- it)
+        # the middleware's caller: adopt_breaker <- the shared __init__ <- its keyword check <- it
+        stacklevel=4,
     )
     if not isinstance(limiter, DecisionCore):
         raise ConfigurationError(
