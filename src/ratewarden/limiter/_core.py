@@ -126,14 +126,9 @@ class DecisionCore(Leasing, Operations):
     ) -> None:
         # ``failure`` is the deprecated name of ``failure_mode`` (one release). The warning
         # names the building line, past this frame and the keyword check's (stacklevel 4).
+        what = type(self).__name__
         failure_mode = renamed(
-            type(self).__name__,
-            "failure",
-            "failure_mode",
-            failure,
-            failure_mode,
-            None,
-            stacklevel=4,
+            what, "failure", "failure_mode", failure, failure_mode, None, stacklevel=4
         )
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"limiter name {name!r} must be a non-empty string")
