@@ -273,23 +273,18 @@ class Operations:
         """Run several store operations, each atomic as ``apply_flow`` runs it, in order;
         each one's reply, or the exception standing for it (a failure answers only its op).
 
-        As few store steps as the store allows: the in-process store runs them in one
-        step under its lock (``joined_ops``: each sees what the ones before it wrote), and
-        without a breaker a store with ``apply_all`` (a Redis pipeline) takes them in one
-        call; otherwise one ``apply_flow`` each, side by side (an asyncio store pipelines
-        the calls of one event-loop turn), or one after the other on a blocking driver.
+        As few store steps as the store allows: without a breaker, the in-process store
+        runs them in one step under its lock (``joined_ops``: each sees what the ones
+        before it wrote); otherwise one ``apply_flow`` each, side by side (an asyncio store
+        pipelines the calls of one event-loop turn), or one after the other on a blocking
+        driver.
         """
-        if len(ops) > 1 and self.breaker is None:
-            if isinstance(self.store, self.memory_store):  # type: ignore[arg-type]
-                reply = yield Ask("apply", (joined_ops(ops),))
-                if isinstance(reply, Exception):
-                    return [reply] * len(ops)
-                return [list(each) for each in reply]
-            if callable(getattr(self.store, "apply_all", None)):
-                replies = yield Ask("apply_all", (ops,))
-                if isinstance(replies, Exception):
-                    return [replies] * len(ops)
-                return list(replies)
+        in_memory = isinstance(self.store, self.memory_store)  # type: ignore[arg-type]
+        if len(ops) > 1 and self.breaker is None and in_memory:
+            reply = yield Ask("apply", (joined_ops(ops),))
+            if isinstance(reply, Exception):
+                return [reply] * len(ops)
+            return [list(each) for each in reply]
         found: list[list[int] | Exception] = yield Gather(tuple(self._caught(op) for op in ops))
         return found
 

@@ -68,7 +68,6 @@ class Quota(Generic[L]):
                 f"{named(type(limiter))}"
             )
         self.limiter: L = limiter
-        self._shares: dict[str, int | float] = dict(shares)
         #: What this region enforces (its anchor and current weights): replaced, never changed.
         self._taken = Taken.static(shares)
         self._held: tuple[str, ...] = ()
@@ -78,7 +77,7 @@ class Quota(Generic[L]):
     @property
     def shares(self) -> dict[str, int | float]:
         """The weights the allowances are split by, per region."""
-        return dict(self._shares)
+        return dict(self._taken.current.weights)
 
     @property
     def held(self) -> tuple[str, ...]:
@@ -90,7 +89,7 @@ class Quota(Generic[L]):
     @property
     def regions(self) -> tuple[str, ...]:
         """Every region of the split, in the order given."""
-        return tuple(self._shares)
+        return tuple(region for region, _ in self._taken.current.weights)
 
     def allowance(self, rate: Rate) -> int:
         """This region's part of ``rate.limit``: under the current shares, and no more than
@@ -146,11 +145,11 @@ class Quota(Generic[L]):
         old allowance is not carried over: see docs/regions.md.
         """
         weights = traffic_weights(demand, self.regions)
-        self._set(Taken.static(weights), (), weights)
+        self._set(Taken.static(weights), ())
         return weights
 
-    def _set(self, taken: Taken, held: tuple[str, ...], shares: Mapping[str, int | float]) -> None:
-        self._taken, self._held, self._shares = taken, held, dict(shares)
+    def _set(self, taken: Taken, held: tuple[str, ...]) -> None:
+        self._taken, self._held = taken, held
 
     def run(self, flow: Flow[T]) -> Any:
         """Drive ``flow`` with the quota's limiter (to be awaited on the asyncio twin)."""
@@ -181,13 +180,13 @@ class Quota(Generic[L]):
                 f"{type(self).__name__}.rebalance_round: interval {interval!r} must be a whole "
                 "number >= 0 (the number of the interval that starts now)"
             )
-        if exchange.region != self.region or set(exchange.stores) != set(self._shares):
+        if exchange.region != self.region or set(exchange.stores) != set(self.regions):
             # A region left out of the exchange would weigh 0 here and not elsewhere: the
             # regions would reach different shares, and the allowances no longer add up.
             raise ConfigurationError(
                 f"{type(self).__name__}.rebalance_round: the exchange is region "
                 f"{exchange.region!r}'s over {sorted(exchange.stores)}, but this quota is "
-                f"region {self.region!r}'s over {sorted(self._shares)}; give it the same "
+                f"region {self.region!r}'s over {sorted(self.regions)}; give it the same "
                 "region and every region of the shares"
             )
         yield from exchange.publish_flow(interval - 1, self.take_demand())
@@ -197,18 +196,18 @@ class Quota(Generic[L]):
         own = taken.get(self.region)
         if own is not None and own != self._taken:
             # What this region published before (it restarted): the others hold it to that.
-            self._set(own, self._held, dict(own.current.weights))
+            self._set(own, self._held)
         weights = traffic_weights(demand, self.regions)
         moved = None
         if not missing and len(taken) == len(decoded):
             moved = settle(taken, Weights.of(interval, weights))
         if moved is not None:
-            self._set(*moved, weights)
+            self._set(*moved)
         yield from exchange.publish_taken_flow(interval, self._taken.encode())
         return None if moved is None else weights
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(region={self.region!r}, shares={self._shares!r})"
+        return f"{type(self).__name__}(region={self.region!r}, shares={self.shares!r})"
 
 
 class RegionalQuota(Quota[Limiter]):
