@@ -9,6 +9,7 @@ the point is that a call never hangs, not how fast it fails.
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import threading
 import time
@@ -381,8 +382,18 @@ def test_a_value_too_large_is_refused_and_nothing_is_half_written(
     # name and value; the store counts 64): one more log entry, 21 bytes, would not.
     assert 2048 - 64 - 21 < len(before) + len(b"rw:{log}") <= 2048 - 64
     assert raw_get(small_items, b"rw:{log}") == before
-    with pytest.raises(StorageError, match=r"'rw:\{log\}'.*max_item_bytes=2048"):
+    with pytest.raises(StorageError, match=r"'rw:\{log\}'.*max_item_bytes=2048") as refused:
         store.hit("sliding_log", "log", rate)
+    # The size is counted as -I counts an item (key, value and overhead), so it is the one
+    # number above max_item_bytes, and the parts are named.
+    sizes = re.search(
+        r"would take (\d+) bytes as memcached's -I counts them \((\d+) of value, 8 of key, "
+        r"64 of memcached's per-item overhead",
+        str(refused.value),
+    )
+    assert sizes is not None, str(refused.value)
+    total, value = int(sizes[1]), int(sizes[2])
+    assert total == value + 8 + 64 > 2048 >= len(before) + 8 + 64
     assert raw_get(small_items, b"rw:{log}") == before
     assert store.hit("sliding_log", "log", rate, 0).remaining == 1000 - hits
     assert store.hit("gcra", "other", RATE).remaining == 19

@@ -347,11 +347,15 @@ def transact(
         else:
             last = max(pair[1] for pair in live.values())
             value = encode(live)
-            if len(value) + len(item.wire) + ITEM_OVERHEAD > max_item_bytes:
+            size = len(value) + len(item.wire) + ITEM_OVERHEAD
+            if size > max_item_bytes:
+                # -I bounds the whole item, so the message counts what memcached counts
                 raise StorageError(
-                    f"memcached item {item.wire.decode()!r} (for {item.name!r}) would hold "
-                    f"{len(value)} bytes, more than an item of max_item_bytes={max_item_bytes} "
-                    "(the servers' -I) takes; it was not written and keeps its last value"
+                    f"memcached item {item.wire.decode()!r} (for {item.name!r}) would take "
+                    f"{size} bytes as memcached's -I counts them ({len(value)} of value, "
+                    f"{len(item.wire)} of key, {ITEM_OVERHEAD} of memcached's per-item overhead, "
+                    f"rounded up), more than max_item_bytes={max_item_bytes} (the servers' -I); "
+                    "it was not written and keeps its last value"
                 )
             reply = yield wire.store(item.wire, value, ttl_word(last - now), cas)
             if reply.code == b"HD" and reply.cas is not None:
