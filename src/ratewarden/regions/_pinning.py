@@ -15,7 +15,7 @@ from typing import Generic, TypeVar
 
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
-from ratewarden.limiter import AsyncLimiter, Limiter
+from ratewarden.limiter import AsyncLimiter, FailureHook, Limiter
 from ratewarden.rate import Rate
 from ratewarden.regions._gcounter import check_region
 
@@ -29,6 +29,10 @@ def _tenant_is_key(key: str) -> str:
 
 
 class _Pinning(Generic[L]):
+    #: The kind every region's limiter must be: ``Limiter`` (a ``TwoTier`` is one) or
+    #: ``AsyncLimiter``.
+    _kind: type
+
     def __init__(
         self,
         limiters: Mapping[str, L],
@@ -39,8 +43,15 @@ class _Pinning(Generic[L]):
     ) -> None:
         if not limiters:
             raise ConfigurationError("limiters must map at least one region to its Limiter")
-        for region in limiters:
+        for region, limiter in limiters.items():
             check_region(region)
+            if not isinstance(limiter, self._kind):
+                kind = self._kind.__name__
+                article = "an" if kind[0] in "AEIOU" else "a"
+                raise ConfigurationError(
+                    f"limiters[{region!r}] is {limiter!r}; {type(self).__name__} takes "
+                    f"{article} {kind} (or a two-tier one) for each region"
+                )
         if default not in limiters:
             raise ConfigurationError(
                 f"default home {default!r} is not one of the regions {sorted(limiters)}"
@@ -70,20 +81,69 @@ class _Pinning(Generic[L]):
 class HomeRegion(_Pinning[Limiter]):
     """Sends each check to the ``Limiter`` of the key's home region.
 
-    ``limiters`` maps region -> Limiter over that region's store (remote ones
-    reached over the cross-region link; give their stores a timeout above the
-    link's round trip). ``homes`` maps tenant -> region; ``tenant_of(key)``
-    finds a key's tenant (the key itself by default).
+    ``limiters`` maps region -> Limiter (or TwoTier) over that region's store
+    (remote ones reached over the cross-region link; give their stores a timeout
+    above the link's round trip, and a failure mode for a partition). ``homes``
+    maps tenant -> region; ``tenant_of(key)`` finds a key's tenant (the key
+    itself by default).
     """
 
-    def hit(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Decision:
-        """``Limiter.hit`` on the home region's limiter."""
-        return self.limiters[self.home_of(key)].hit(key, rates, cost)
+    _kind = Limiter
+
+    def hit(
+        self,
+        key: str,
+        rates: Rate | Sequence[Rate],
+        cost: int = 1,
+        *,
+        shadow: bool = False,
+        failure_mode: str | None = None,
+        on_failure: FailureHook | None = None,
+    ) -> Decision:
+        """``Limiter.hit`` on the home region's limiter, with the same options."""
+        limiter = self.limiters[self.home_of(key)]
+        return limiter.hit(
+            key, rates, cost, shadow=shadow, failure_mode=failure_mode, on_failure=on_failure
+        )
+
+    def peek(
+        self, key: str, rates: Rate | Sequence[Rate], *, failure_mode: str | None = None
+    ) -> Decision:
+        """``Limiter.peek`` on the home region's limiter: the key's state, nothing consumed."""
+        return self.limiters[self.home_of(key)].peek(key, rates, failure_mode=failure_mode)
+
+    def reset(self, key: str, rates: Rate | Sequence[Rate]) -> None:
+        """``Limiter.reset`` on the home region's limiter."""
+        self.limiters[self.home_of(key)].reset(key, rates)
 
 
 class AsyncHomeRegion(_Pinning[AsyncLimiter]):
-    """The asyncio twin of ``HomeRegion`` over ``AsyncLimiter``s."""
+    """The asyncio twin of ``HomeRegion`` over ``AsyncLimiter``s (or ``AsyncTwoTier``s)."""
 
-    async def hit(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Decision:
+    _kind = AsyncLimiter
+
+    async def hit(
+        self,
+        key: str,
+        rates: Rate | Sequence[Rate],
+        cost: int = 1,
+        *,
+        shadow: bool = False,
+        failure_mode: str | None = None,
+        on_failure: FailureHook | None = None,
+    ) -> Decision:
         """See ``HomeRegion.hit``."""
-        return await self.limiters[self.home_of(key)].hit(key, rates, cost)
+        limiter = self.limiters[self.home_of(key)]
+        return await limiter.hit(
+            key, rates, cost, shadow=shadow, failure_mode=failure_mode, on_failure=on_failure
+        )
+
+    async def peek(
+        self, key: str, rates: Rate | Sequence[Rate], *, failure_mode: str | None = None
+    ) -> Decision:
+        """See ``HomeRegion.peek``."""
+        return await self.limiters[self.home_of(key)].peek(key, rates, failure_mode=failure_mode)
+
+    async def reset(self, key: str, rates: Rate | Sequence[Rate]) -> None:
+        """See ``HomeRegion.reset``."""
+        await self.limiters[self.home_of(key)].reset(key, rates)
