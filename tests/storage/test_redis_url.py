@@ -185,6 +185,13 @@ BAD_URLS = [
     ("redis+cluster://10.0.0.1:7000/3", "only database 0"),
     ("redis+cluster://10.0.0.1:70000", "port '70000'"),
     ("redis+cluster://10.0.0.1:7000,:7001", "host ':7001'"),
+    ("redis://", "no host given; write redis://HOST"),
+    ("redis:///3", "no host given"),
+    ("rediss://:6380/0", "no host given; write rediss://HOST"),
+    ("redis://:secret@/0", "no host given"),
+    ("redis://10.0.0.1:6379/1?db=2", "given more than once and differs (/1 and db=2)"),
+    ("redis://10.0.0.1:6379/?db=1&db=2", "(db=1 and db=2)"),
+    ("unix:///run/redis.sock?db=1&db=2", "(db=1 and db=2); give it once, as ?db=DB"),
 ]
 
 
@@ -195,6 +202,13 @@ def test_a_bad_url_is_a_configuration_error_naming_the_part(url: str, part: str)
         with pytest.raises(ConfigurationError, match="store URL") as caught:
             store_class.from_url(url)
         assert part in str(caught.value)
+
+
+def test_the_same_database_in_the_path_and_the_query_is_taken() -> None:
+    """/1?db=1 names one database twice: no refusal, and the client is on database 1."""
+    for url in ("redis://10.0.0.1:6379/1?db=1", "redis://10.0.0.1:6379/01?db=1"):
+        store = RedisStore.from_url(url)
+        assert store.client.connection_pool.connection_kwargs["db"] == 1
 
 
 def test_a_password_never_appears_in_an_error() -> None:

@@ -15,7 +15,9 @@
 nodes'; the sentinels' own credentials go in ``sentinel_username`` and
 ``sentinel_password``, and TLS applies to both. The three ``redis://`` forms
 accept redis-py's query options (``?client_name=api``); any other client
-option is a keyword argument of ``from_url``.
+option is a keyword argument of ``from_url``. A ``redis://`` URL without a host
+is refused (redis-py would take localhost), and so is one whose path and
+``?db=`` name different databases.
 """
 
 from __future__ import annotations
@@ -162,10 +164,18 @@ def _parse_plain(url: str, scheme: str, rest: str) -> Target:
     # redis-py parses these; check the parts it would silently ignore or misread.
     redis_url = f"{scheme}://{rest}"
     parts = urlsplit(redis_url)
+    # redis-py takes the query's db over the path's: a URL that says both must agree
+    dbs = [(f"db={value}", value) for name, value in parse_qsl(parts.query) if name == "db"]
     if scheme == "unix":
         if not parts.path:
             raise _fail(url, "no socket path; write unix:///path/to/redis.sock")
     else:
+        if not parts.hostname:  # redis-py would take localhost
+            raise _fail(
+                url,
+                f"no host given; write {scheme}://HOST[:PORT][/DB] "
+                f"({scheme}://localhost:6379/0 for a Redis on this machine)",
+            )
         try:
             port = parts.port  # raises on a port out of 0-65535 or not a number
         except ValueError:
@@ -176,6 +186,14 @@ def _parse_plain(url: str, scheme: str, rest: str) -> Target:
         path = parts.path.strip("/")
         if path:
             _db(url, path)
+            dbs.insert(0, (f"/{path}", path))
+    if len({int(value) if value.isdigit() else value for _, value in dbs}) > 1:
+        given = " and ".join(label for label, _ in dbs)
+        raise _fail(
+            url,
+            f"the database is given more than once and differs ({given}); give it once, "
+            + ("as ?db=DB" if scheme == "unix" else "in the path (/DB) or as ?db=DB"),
+        )
     return Target("redis", redis_url, scheme == "rediss")
 
 
