@@ -14,7 +14,7 @@ import inspect
 import math
 import re
 from collections.abc import Callable, Collection, Sequence
-from typing import ParamSpec, TypeGuard
+from typing import ParamSpec, TypeGuard, TypeVar
 
 from ratewarden.deprecation import UNSET
 from ratewarden.errors import ConfigurationError
@@ -26,6 +26,7 @@ __all__ = [
     "check_id",
     "check_key",
     "check_lease_id",
+    "check_local",
     "check_name",
     "check_rates",
     "check_slot_request",
@@ -35,6 +36,7 @@ __all__ = [
 ]
 
 P = ParamSpec("P")
+T = TypeVar("T")
 
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
 _ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z")
@@ -113,6 +115,32 @@ def check_rates(rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]:
     if len(set(found)) != len(found):
         raise ConfigurationError(f"rates {[str(r) for r in found]} list the same rate twice")
     return found
+
+
+def check_local(owner: str, local: T) -> T:
+    """``local`` when it is of a kind ``local=`` takes (a number, a Rate, a list or tuple,
+    None), else ``ConfigurationError`` naming ``owner``, the value and its type; the
+    fraction's range and the list's items are checked where the rates are made."""
+    if local is None or isinstance(local, Rate | list | tuple):
+        return local
+    if not isinstance(local, bool) and isinstance(local, int | float):
+        return local
+    name = type(local).__name__
+    hint = ""
+    if isinstance(local, str):
+        try:
+            hint = f"; write local={float(local)!r}, a number, not the string {local!r}"
+        except ValueError:
+            try:
+                Rate.parse(local)
+                hint = f"; write local=Rate.parse({local!r})"
+            except ValueError:
+                pass
+    raise ConfigurationError(
+        f"{owner}: local {local!r:.60} ({'an' if name[:1] in 'aeiou' else 'a'} {name}) must "
+        "be a fraction of each rate per process, above 0 and at most 1 (local=0.25), a Rate, "
+        f"a list of Rates, or None (no local bucket){hint}"
+    )
 
 
 def check_slot_request(limit: object, slots: object, ttl_us: object, lease_id: object) -> None:

@@ -80,3 +80,35 @@ def test_a_limiter_given_for_the_store_is_refused_at_construction(
     assert message.startswith(f"{owner}: store is {given}, not a store; ")
     assert f"give {owner} the store itself ({owner}(store, ...))" in message
     assert "build it over the store in place of a Limiter" in message
+
+
+@pytest.mark.parametrize(
+    ("make", "owner"),
+    [
+        (lambda local: TwoTier(MemoryStore(), local=local), "TwoTier"),
+        (lambda local: AsyncTwoTier(AsyncMemoryStore(), local=local), "AsyncTwoTier"),
+        (lambda local: Limiter(MemoryStore(), local=local), "Limiter"),
+    ],
+    ids=["twotier", "async", "limiter"],
+)
+@pytest.mark.parametrize(
+    ("local", "given", "hint"),
+    [
+        ("0.25", "'0.25' (a str)", "; write local=0.25, a number, not the string '0.25'"),
+        ("50/second", "'50/second' (a str)", "; write local=Rate.parse('50/second')"),
+        (True, "True (a bool)", ""),
+        ({"share": 0.25}, "{'share': 0.25} (a dict)", ""),
+    ],
+)
+def test_local_of_the_wrong_type_names_the_class_the_option_and_the_type(
+    make: Callable[[object], object], owner: str, local: object, given: str, hint: str
+) -> None:
+    """TwoTier(store, local='0.25') said only "rates '0.25' must be a Rate or a list of
+    Rates" (neither the option nor the class); now it names both, the type given, the kinds
+    local= takes and, for a string that reads as a number or a rate, what to write."""
+    with pytest.raises(ConfigurationError) as refused:
+        make(local)
+    assert str(refused.value) == (
+        f"{owner}: local {given} must be a fraction of each rate per process, above 0 and at "
+        "most 1 (local=0.25), a Rate, a list of Rates, or None (no local bucket)" + hint
+    )

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from ratewarden.checks import check_cost, check_key, check_rates, keywords_checked
+from ratewarden.checks import check_cost, check_key, check_local, check_rates, keywords_checked
 from ratewarden.clock import Clock, check_clock
 from ratewarden.decision import Decision
 from ratewarden.deprecation import UNSET, renamed
@@ -151,7 +151,7 @@ class DecisionCore(Leasing, Operations):
         self.metrics = metrics if metrics is not None else NO_METRICS
         self.breaker = breaker
         self._on_decision = on_decision
-        self._local_for = local_rates(local)
+        self._local_for = local_rates(check_local(what, local))
         #: The in-process store of the local bucket and of the ``local`` failure mode.
         self.local = MemoryStore(clock=self.clock, max_keys=DEFAULT_LOCAL_KEYS)
         self.leases = None if lease is None else LeaseBook(lease)
