@@ -142,3 +142,61 @@ def test_shadow_mode_reports_a_cached_denial_as_allowed_and_shadowed() -> None:
         tiers.hit("k", RATE)
     decision = tiers.hit("k", RATE, shadow=True)
     assert decision.allowed and decision.shadowed
+
+
+def test_max_hold_caps_how_long_a_denial_is_answered_here() -> None:
+    """A 40 s denial with max_hold=1.5: found at +1.499999 s, gone at +1.5 s; a 1 s denial
+    keeps its own, shorter, retry time."""
+    cache = NegativeCache(max_hold=1.5)
+    cache.remember("k", denial(40.0), now_us=0)
+    assert cache.lookup("k", 1, 1_499_999) is not None
+    assert cache.lookup("k", 1, 1_500_000) is None
+    cache.remember("short", denial(1.0), now_us=0)
+    assert cache.lookup("short", 1, 999_999) is not None
+    assert cache.lookup("short", 1, 1_000_000) is None
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, True, math.inf, math.nan, "1"])
+def test_bad_max_hold_is_a_configuration_error(bad: object) -> None:
+    """max_hold must be a positive, finite number of seconds, or None."""
+    with pytest.raises(ConfigurationError, match="max_hold"):
+        NegativeCache(max_hold=bad)  # type: ignore[arg-type]
+
+
+def _two_processes(negative: int | NegativeCache) -> tuple[ManualClock, CountingStore, TwoTier]:
+    """A store and one process's tiers over it (the other process resets through the store)."""
+    clock = ManualClock()
+    store = CountingStore(clock=clock)
+    return clock, store, TwoTier(store, negative_cache=negative)
+
+
+def test_a_reset_by_another_process_is_heard_within_max_hold() -> None:
+    """Process A's key is denied for ~20 s and cached; process B resets the key on the store.
+    With max_hold=1 A admits again 1 s later (one store call), not 20 s later; a cached
+    denial before then still reports the store's retry time, counting down."""
+    clock, store, tiers = _two_processes(NegativeCache(max_hold=1.0))
+    for _ in range(3):
+        assert tiers.hit("k", RATE).allowed
+    denied = tiers.hit("k", RATE)
+    assert not denied.allowed and denied.retry_after > 19
+    TwoTier(store).reset("k", RATE)  # process B: the store is cleared, A's cache is not
+    clock.advance(0.5)
+    calls = store.calls
+    cached = tiers.hit("k", RATE)
+    assert not cached.allowed and store.calls == calls  # still answered here
+    assert cached.retry_after == pytest.approx(denied.retry_after - 0.5)
+    clock.advance(0.5)
+    assert tiers.hit("k", RATE).allowed and store.calls == calls + 1
+
+
+def test_without_max_hold_a_reset_elsewhere_is_not_heard_until_the_retry_time() -> None:
+    """The default keeps a denial until the store's retry time: a reset by another process
+    goes unheard here until then (the gap max_hold closes)."""
+    clock, store, tiers = _two_processes(10_000)
+    for _ in range(4):
+        tiers.hit("k", RATE)
+    TwoTier(store).reset("k", RATE)
+    clock.advance(10.0)
+    assert not tiers.hit("k", RATE).allowed
+    clock.advance(10.0)
+    assert tiers.hit("k", RATE).allowed

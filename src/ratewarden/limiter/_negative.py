@@ -4,11 +4,19 @@ When the store says "no, retry in 4.2 s", asking it again before then can only
 get another no (time is the only thing that frees a GCRA or window key, and
 other processes only use more). So the denial is remembered until that instant
 and answered locally, with no network. Entries are bounded in number (least
-recently used dropped first) and in time (each expires at its own retry time).
+recently used dropped first) and in time (each expires at its own retry time,
+or after ``max_hold`` seconds when that is sooner).
+
+What the cache cannot hear is another process freeing the key before then: a
+``reset`` (support lifting a customer's block) or a refund made elsewhere. With
+``max_hold`` a denial is answered locally for at most that long, then the store
+is asked again, so a reset anywhere is heard here within ``max_hold``; a key that
+stays denied costs one store call per ``max_hold`` per process instead of one.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
@@ -36,17 +44,33 @@ class NegativeCache:
 
     A denial for cost ``c`` also answers later requests of cost ``>= c`` (they
     need at least as much room), never cheaper ones: a request of cost 1 may
-    fit where one of cost 5 did not, so it goes to the store.
+    fit where one of cost 5 did not, so it goes to the store. ``max_hold``
+    (seconds, default None: until the retry time) caps how long one denial is
+    answered here, which bounds how long a reset made by another process goes
+    unheard. A cached denial's ``retry_after`` is still the store's, counting down.
     """
 
-    __slots__ = ("_entries", "_lock", "hits", "max_keys")
+    __slots__ = ("_entries", "_hold_us", "_lock", "hits", "max_hold", "max_keys")
 
-    def __init__(self, max_keys: int = DEFAULT_NEGATIVE_KEYS) -> None:
+    def __init__(
+        self, max_keys: int = DEFAULT_NEGATIVE_KEYS, *, max_hold: float | None = None
+    ) -> None:
         if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
             raise ConfigurationError(
                 f"negative cache max_keys {max_keys!r} must be a whole number >= 1"
             )
+        if max_hold is not None and (
+            isinstance(max_hold, bool)
+            or not isinstance(max_hold, int | float)
+            or not 0 < max_hold < math.inf
+        ):
+            raise ConfigurationError(
+                f"negative cache max_hold {max_hold!r} must be a positive number of seconds "
+                "(or None: until the store's retry time)"
+            )
         self.max_keys = max_keys
+        self.max_hold = max_hold
+        self._hold_us = None if max_hold is None else max(1, round(max_hold * 1_000_000))
         self.hits = 0
         self._entries: OrderedDict[Hashable, Denial] = OrderedDict()
         self._lock = threading.Lock()
@@ -60,7 +84,10 @@ class NegativeCache:
         retry = decision.retry_after
         if decision.allowed or not 0 < retry < float("inf"):
             return False
-        until_us = now_us + round(retry * 1_000_000)
+        held_us = round(retry * 1_000_000)
+        if self._hold_us is not None and self._hold_us < held_us:
+            held_us = self._hold_us
+        until_us = now_us + held_us
         with self._lock:
             self._entries[key] = Denial(decision, now_us, until_us)
             self._entries.move_to_end(key)
@@ -99,4 +126,5 @@ class NegativeCache:
         return len(self._entries)
 
     def __repr__(self) -> str:
-        return f"NegativeCache(max_keys={self.max_keys}, held={len(self._entries)})"
+        hold = "" if self.max_hold is None else f", max_hold={self.max_hold}"
+        return f"NegativeCache(max_keys={self.max_keys}{hold}, held={len(self._entries)})"
