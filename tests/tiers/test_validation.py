@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from ratewarden import AsyncLimiter, AsyncMemoryStore, Limiter, MemoryStore, Rate
+from ratewarden.algorithms import ALGORITHMS
 from ratewarden.errors import ConfigurationError
 from ratewarden.testing import ManualClock
 from ratewarden.tiers import AsyncTwoTier, TwoTier
@@ -112,3 +113,26 @@ def test_local_of_the_wrong_type_names_the_class_the_option_and_the_type(
         f"{owner}: local {given} must be a fraction of each rate per process, above 0 and at "
         "most 1 (local=0.25), a Rate, a list of Rates, or None (no local bucket)" + hint
     )
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Limiter(MemoryStore(), algorithm="concurrency"),
+        lambda: AsyncLimiter(AsyncMemoryStore(), algorithm="concurrency"),
+        lambda: TwoTier(MemoryStore(), algorithm="concurrency"),
+    ],
+    ids=["limiter", "async", "twotier"],
+)
+def test_algorithm_concurrency_points_to_the_slots(make: Callable[[], object]) -> None:
+    """algorithms.md's table lists concurrency beside the rate algorithms, so it is tried as
+    algorithm=; it was refused as an unknown algorithm, with the choices only. Now the
+    refusal says it is not a rate and names the limiter's slot API, which every limiter has."""
+    with pytest.raises(ConfigurationError) as refused:
+        make()
+    message = str(refused.value)
+    assert message.startswith("algorithm 'concurrency' is not a rate, so it is not an algorithm=")
+    assert "limiter.slot(key, limit, ttl=...)" in message
+    assert "limiter.acquire_slot(key, limit, ttl=...) and release_slot(lease)" in message
+    assert "docs/algorithms.md#concurrency" in message
+    assert message.endswith("one of: " + ", ".join(sorted(ALGORITHMS)))

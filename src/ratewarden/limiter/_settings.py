@@ -117,6 +117,14 @@ def algorithm_name(algorithm: str) -> str:
     or a ConfigurationError listing the choices."""
     if type(algorithm) is str and algorithm in algorithms.ALGORITHMS:
         return algorithm
+    if algorithm == "concurrency":  # algorithms.md's table lists it: the name tried first
+        raise ConfigurationError(
+            "algorithm 'concurrency' is not a rate, so it is not an algorithm=: every limiter "
+            "holds concurrency slots itself, with limiter.slot(key, limit, ttl=...) (a context "
+            "manager) or limiter.acquire_slot(key, limit, ttl=...) and release_slot(lease) "
+            "(docs/algorithms.md#concurrency); algorithm= is one of: "
+            + ", ".join(sorted(algorithms.ALGORITHMS))
+        )
     name: str = algorithms.get(algorithm).NAME
     return name
 
