@@ -6,7 +6,9 @@ rules decide as usual."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator
 
 import grpc
@@ -121,16 +123,23 @@ async def test_health_needs_rules_keeps_it_not_serving_until_they_arrive(
 
 
 async def test_a_bad_first_update_leaves_the_calls_failing(
-    plane: ControlPlane, servers: list[RateLimitServer]
+    plane: ControlPlane, servers: list[RateLimitServer], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A first update that is NACKed loads nothing: calls keep failing, not allowing."""
+    """A first update that is NACKed loads nothing: calls keep failing, not allowing, and the
+    config_xds_rejected line says so (it said 'keeping the rules in use', with none loaded)."""
     no_unit = messages.RateLimitPolicy(requests_per_unit=9)
     plane.publish(
         "v1", resource("r", "shop", messages.RateLimitDescriptor(key="api_key", rate_limit=no_unit))
     )
+    caplog.set_level(logging.ERROR, logger="ratewarden.server.xds")
     server = await forced(plane, servers)
     await until(lambda: bool(plane.sent), "the first update sent")
     assert (await plane.answer(plane.sent[-1])).is_nack
+    [rejected] = [r for r in caplog.records if getattr(r, "event", "") == "config_xds_rejected"]
+    assert rejected.getMessage() == (
+        "rules from the xDS server rejected; no rules loaded yet: every call fails UNAVAILABLE "
+        "until the first arrive"
+    )
     assert not server.rules_loaded
     assert (await post(server))[0] == 503
     plane.publish("v2", resource("r", "shop", limit("api_key", 2)))
@@ -164,3 +173,53 @@ async def test_quota_streams_are_refused_unavailable_until_the_first_rules(
         assert assignment(await later.next())["bucket"] == {"api_key": "a"}
     finally:
         await later.close()
+
+
+def disconnected(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The messages of the xds_disconnected log lines so far."""
+    return [r.getMessage() for r in caplog.records if getattr(r, "event", "") == "xds_disconnected"]
+
+
+async def test_the_disconnected_line_says_what_decides_before_and_after_the_first_rules(
+    down: ControlPlane, servers: list[RateLimitServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    """xds_disconnected said 'keeping the rules in use' with no rules loaded, while every call
+    failed. Force-started with the control plane down, it says that no rules are loaded and
+    that calls fail until the first arrive; once rules came and the plane goes away, it says
+    the rules in use are kept."""
+    caplog.set_level(logging.INFO, logger="ratewarden.server.xds")
+    server = await forced(down, servers)
+    await until(lambda: bool(disconnected(caplog)), "an xds_disconnected line")
+    assert disconnected(caplog)[0] == (
+        "no stream to the xDS server; no rules loaded yet: every call fails UNAVAILABLE until "
+        "the first arrive; connecting again"
+    )
+    down.publish("v1", resource("r", "shop", limit("api_key", 2)))
+    await down.start()
+    await until(lambda: server.rules_loaded, "the first rules")
+    seen = len(disconnected(caplog))
+    await down.stop()
+    await until(lambda: len(disconnected(caplog)) > seen, "an xds_disconnected line after rules")
+    assert disconnected(caplog)[-1] == (
+        "no stream to the xDS server; keeping the rules in use; connecting again"
+    )
+
+
+async def test_the_disconnected_line_before_the_first_rules_says_the_ports_stay_closed(
+    down: ControlPlane, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without --xds-force-start the ports open only with the first rules: the line says so."""
+    caplog.set_level(logging.INFO, logger="ratewarden.server.xds")
+    server = xds_server(down)
+    starting = asyncio.create_task(server.start())
+    try:
+        await until(lambda: bool(disconnected(caplog)), "an xds_disconnected line")
+    finally:
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        await server.stop(0)
+    assert disconnected(caplog)[0] == (
+        "no stream to the xDS server; no rules loaded yet: the ports stay closed until the "
+        "first arrive; connecting again"
+    )

@@ -89,6 +89,8 @@ class XdsSubscription(Generic[C]):
         self._on_load = on_load
         self._draw = draw
         self.ready = asyncio.Event()
+        #: Whether the ports open before the first rules (``start(wait=False)``).
+        self.forced = False
         self.accepted_version = ""
         self.acks = 0
         self.nacks = 0
@@ -108,6 +110,7 @@ class XdsSubscription(Generic[C]):
     async def start(self, *, wait: bool = True) -> asyncio.Task[None]:
         """``run`` as a task, returned once the first good rules are applied (as long as that
         takes; cancelled, the task is cancelled too), or at once if not ``wait``."""
+        self.forced = not wait
         task = asyncio.create_task(self.run())
         log.info(
             "waiting for the first rules from the xDS server before serving"
@@ -147,7 +150,7 @@ class XdsSubscription(Generic[C]):
                 self.failures, self.source.retry_interval, self.source.retry_max, self._draw()
             )
             log.warning(
-                "no stream to the xDS server; keeping the rules in use and connecting again",
+                f"no stream to the xDS server; {self._meanwhile()}; connecting again",
                 extra={
                     "event": "xds_disconnected",
                     "server": self.source.address,
@@ -158,6 +161,15 @@ class XdsSubscription(Generic[C]):
                 },
             )
             await asyncio.sleep(delay)
+
+    def _meanwhile(self) -> str:
+        """What decides until a stream brings rules: the rules in use, or, before the first,
+        nothing (the ports stay closed) or failing calls (``--xds-force-start``)."""
+        if self.ready.is_set():
+            return "keeping the rules in use"
+        if self.forced:
+            return "no rules loaded yet: every call fails UNAVAILABLE until the first arrive"
+        return "no rules loaded yet: the ports stay closed until the first arrive"
 
     def _channel(self) -> grpc.aio.Channel:
         source = self.source
@@ -229,7 +241,7 @@ class XdsSubscription(Generic[C]):
         self.last_error = str(exc)
         errors = problems(exc)
         log.error(
-            "rules from the xDS server rejected; keeping the rules in use",
+            f"rules from the xDS server rejected; {self._meanwhile()}",
             extra={
                 "event": "config_xds_rejected",
                 "server": self.source.address,
