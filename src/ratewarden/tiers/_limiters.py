@@ -93,6 +93,13 @@ class TwoTier(_TwoTierDefaults["Store"], Limiter):
     raises for an outage), and a ``CircuitBreaker`` made for it when none is
     given (share one per store). ``hit`` never raises for a store outage: the
     failure mode answers and ``Decision.degraded`` names it.
+
+    ``reset`` is not a decision, and no failure mode answers it. It forgets this
+    process's part of the key first (its cached denial, lease and local bucket),
+    then asks the store; a store that is down raises ``StorageUnavailableError``
+    to the caller (its words "the failure mode decides" are said for hits; none
+    decides a reset). The store then keeps the key's usage (after a timeout, it
+    may have been reset): call ``reset`` again once the store answers.
     """
 
 
