@@ -27,9 +27,12 @@ class Decision:
 
     - ``retry_after``: how long until this same request (same cost) could be
       allowed; 0 when allowed; ``math.inf`` when it never can (cost above capacity).
-    - ``reset_after``: how long until the key is back to full capacity.
+    - ``reset_after``: how long until the key is back to full capacity: with
+      several rates, every layer, so the longest of the layers' ``reset_after``
+      (not the binding layer's, which ``layers`` has).
     - ``delay``: for the leaky-bucket shaper, how long the caller should wait
-      before proceeding with an allowed request; 0 for every other algorithm.
+      before proceeding with an allowed request (the longest of the layers');
+      0 for every other algorithm.
     - ``refill_after``: the effective window, as the IETF RateLimit field's ``t``
       (draft-11) means it: how long the key can give no more than ``remaining``.
       If the caller used all of ``remaining`` now, one more unit could be used
