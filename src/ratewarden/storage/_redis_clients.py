@@ -30,11 +30,12 @@ from redis.backoff import NoBackoff
 from redis.cluster import KWARGS_DISABLED_KEYS, REDIS_ALLOWED_KEYS, ClusterNode
 from redis.connection import SSLConnection
 from redis.retry import Retry
-from redis.sentinel import Sentinel
+from redis.sentinel import Sentinel, SentinelManagedSSLConnection
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.storage._redis_url import Target, client_options, parse, redact
 from ratewarden.storage._tls import client_context
+from ratewarden.storage._tls_sync import reusing_context
 
 __all__ = ["LazyCluster", "async_client", "sync_client"]
 
@@ -96,7 +97,7 @@ def _check_connection_options(target: Target, pool: Any) -> None:
     # redis-py makes connections lazily: try one now (no I/O) to catch bad options early.
     try:
         pool.connection_class(**pool.connection_kwargs)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, rx.RedisError) as exc:  # nothing was sent: the options
         raise _bad_option(target, exc) from exc
 
 
@@ -248,12 +249,32 @@ class _Kind:
     retry: Any
     #: Whether a Cluster client reads the slot table when made (so it is a ``LazyCluster``).
     connects: bool
+    #: Whether TLS connections reuse one SSL context made with the client (``_tls_sync``;
+    #: the asyncio pipe keeps the first connection's context itself).
+    one_context: bool
 
 
-_SYNC = _Kind(redis.Redis, Sentinel, redis.RedisCluster, ClusterNode, Retry, True)
+_SYNC = _Kind(redis.Redis, Sentinel, redis.RedisCluster, ClusterNode, Retry, True, True)
 _ASYNC = _Kind(
-    aredis.Redis, AsyncSentinel, aredis.RedisCluster, AsyncClusterNode, AsyncRetry, False
+    aredis.Redis, AsyncSentinel, aredis.RedisCluster, AsyncClusterNode, AsyncRetry, False, False
 )
+
+
+def _one_context(target: Target, pool: Any) -> None:
+    """Make a plain ``rediss://`` pool's TLS connections share one context."""
+    if pool.connection_class is SSLConnection:  # not the caller's own class
+        where = f"store URL {redact(target.url)!r}"
+        reusing = reusing_context(SSLConnection, pool.connection_kwargs, where)
+        pool.connection_class = reusing or SSLConnection
+
+
+def _one_context_option(target: Target, options: dict[str, Any], base: type) -> None:
+    """Give Sentinel's primary or a Cluster's nodes, over TLS, a class sharing one context."""
+    if options.get("ssl") and not {"connection_class", "connection_pool"} & set(options):
+        where = f"store URL {redact(target.url)!r}"
+        reusing = reusing_context(base, options, where)
+        if reusing is not None:
+            options["connection_class"] = reusing
 
 
 def _client(url: str, timeout: float, options: dict[str, Any], kind: _Kind) -> Any:
@@ -264,8 +285,13 @@ def _client(url: str, timeout: float, options: dict[str, Any], kind: _Kind) -> A
         if target.kind == "redis":
             client = kind.redis.from_url(target.url, **client_options(timeout, options))
             _check_connection_options(target, client.connection_pool)
+            if kind.one_context:
+                _one_context(target, client.connection_pool)
             return client
         merged = _node_options(target, timeout, options)
+        if kind.one_context:
+            base = SentinelManagedSSLConnection if target.kind == "sentinel" else SSLConnection
+            _one_context_option(target, merged, base)
         if target.kind == "sentinel":
             sentinel = kind.sentinel(
                 list(target.hosts), sentinel_kwargs=_sentinel_options(target, timeout), **merged
