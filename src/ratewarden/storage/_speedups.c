@@ -31,8 +31,9 @@
  *     batch_fallback(store, found), evict(store) (drop the oldest entries past max_keys,
  *     counting them), and the classes it builds or recognises. It reads no attribute of the
  *     store by name, private or public.
- *   - clock and max_keys are its own attributes (get/set descriptors here): the store's public
- *     store.clock and store.max_keys are these, so a new value is used from the next call.
+ *   - clock and max_keys are its own attributes (get/set descriptors here). The store's public
+ *     store.clock and store.max_keys are properties of MemoryTable: they check a new value as
+ *     the constructor does and hand it on through these, so it is used from the next call.
  *   - Decision's public fields are set through the offsets of the dataclass's slot member
  *     descriptors (read once, at __init__, from decision_type's __dict__); the result is an
  *     ordinary Decision, as decision.make_decision builds it in Python.
@@ -129,7 +130,8 @@ MemoryKernel_set_max_keys(MemoryKernel *self, PyObject *value, void *unused)
         else if (overflow == 0 && v >= 0) {
             limit = (Py_ssize_t)v;
         }
-        /* below 0: -1, so every new key asks the store's evict, as the Python path does */
+        /* below 0 (the store's checked setter never hands one on): -1, so every new key
+         * asks the store's evict */
     }
     Py_XSETREF(self->max_keys, Py_NewRef(value));
     self->max_keys_c = limit;

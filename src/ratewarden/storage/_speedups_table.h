@@ -251,8 +251,9 @@ after_write(MemoryKernel *self, int was_there, long long now)
         Py_DECREF(item);
         if (failed) return -1;
     }
-    /* Past max_keys (or a max_keys that is no C number: the Python method compares it and
-     * raises what the Python path raises), the store's own method evicts and counts. */
+    /* Past max_keys (or a max_keys that is no C number, which the store's checked setter
+     * never hands on: its Python method then decides), the store's own method evicts and
+     * counts. */
     if (self->max_keys_c < 0 || PyDict_GET_SIZE(self->states) > self->max_keys_c) {
         PyObject *r = PyObject_CallOneArg(self->evict, (PyObject *)self);
         if (r == NULL) return -1;
