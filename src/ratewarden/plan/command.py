@@ -54,9 +54,8 @@ bandwidth, primaries needed, latency added per check, and the over-admission bou
 failover, leases and multi-region reconciliation on one key. Each figure is printed with
 the formula that made it; a figure whose inputs are missing says which flag to give.
 
-Shares take 0.1 or 10%. A value starting with '-' goes after '=' (--local-reject=-5%, which
-the range check then refuses): apart from a plain number (-0.05), argparse would read it as a
-flag and say the flag expected one argument.
+Shares take 0.1 or 10%. A value starting with '-' and a digit (-5%, -0.05) is read as the
+flag's value, which the flag's own range check then refuses.
 
 --measure redis://HOST:PORT runs real decisions on that server (random keys under the real
 key schema, checked not to exist first, deleted afterwards) and uses its MEMORY USAGE per key.
@@ -199,6 +198,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog=_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    # Every value here is a number, a share or a rate, and no flag looks like '-5': so '-'
+    # then a digit is a value, and '--local-reject -5%' reaches the range check. argparse
+    # itself takes only what it knows as a negative number ('-0.05', not '-5%') for one.
+    parser._negative_number_matcher = re.compile(r"-\.?\d")
     either = parser.add_mutually_exclusive_group()
     for flag, (kind, default, metavar, text) in _FLAGS.items():
         (either if flag in _EITHER else parser).add_argument(
