@@ -7,6 +7,12 @@ A limit is a ``unit``, a count per unit (``requests_per_unit`` in a
 check it (window algorithms refuse a burst), and returns the ``Limit``, or
 None with every problem recorded on the reader. ``rate_limit.py`` and
 ``budget.py`` call it with their count's name and bounds.
+
+The whole period (``unit`` x ``unit_multiplier``) is at most ``MAX_PERIOD_US``: a
+``Rate`` counts in microseconds, exactly only below 2**53 (what a Redis Lua number, a
+double, holds exactly), so one request per period is the most it can count over 2**53 - 2
+microseconds: 104,249 days, about 285 years. A longer period is refused naming
+``unit_multiplier`` and the largest it can be for that unit.
 """
 
 from __future__ import annotations
@@ -16,14 +22,19 @@ from typing import Any
 
 from ratewarden import algorithms
 from ratewarden.errors import ConfigurationError
-from ratewarden.rate import Rate
+from ratewarden.rate import UNITS, Rate
 from ratewarden.server.config.fields import Entries, FieldReader
 from ratewarden.server.config.model import UNIT_NAMES, Limit
 
-__all__ = ["UINT32_MAX", "read_limit"]
+__all__ = ["MAX_PERIOD_US", "MAX_UNIT_MULTIPLIER", "UINT32_MAX", "read_limit"]
 
 #: The largest count or burst: envoyproxy/ratelimit's ``uint32``.
 UINT32_MAX = 2**32 - 1
+#: The largest ``unit_multiplier`` of any unit (seconds, minutes and hours stop here).
+MAX_UNIT_MULTIPLIER = 1_000_000
+#: The longest period a limit counts over: the longest a ``Rate`` of 1 request accepts
+#: (rate.py counts exactly below 2**53 microseconds; 1 request per 2**53 - 2 is the last).
+MAX_PERIOD_US = 2**53 - 2
 
 
 def read_limit(
@@ -50,7 +61,9 @@ def read_limit(
     per_unit = reader.integer(entries, count, minimum, UINT32_MAX)
     if per_unit is None and len(reader.problems) == counted:
         reader.problem(node, count, missing)
-    multiplier = reader.integer(entries, "unit_multiplier", 1, 1_000_000)
+    multiplier = reader.integer(entries, "unit_multiplier", 1, MAX_UNIT_MULTIPLIER)
+    if unit is not None and multiplier is not None:
+        _check_period(reader, unit, multiplier)
     burst = reader.integer(entries, "burst", 1, UINT32_MAX)
     if unit is None or per_unit is None or len(reader.problems) != before:
         return None
@@ -78,6 +91,21 @@ def read_limit(
         reader.problem(burst[0], "burst", f"has no meaning with {count}: 0")
         return None
     return Limit(limit.requests_per_unit, unit, limit.unit_multiplier, limit.burst, rate)
+
+
+def _check_period(reader: FieldReader, unit: str, multiplier: tuple[Any, int]) -> None:
+    """Refuse a period longer than ``MAX_PERIOD_US``, naming the largest multiplier of ``unit``."""
+    node, value = multiplier
+    if UNITS[unit] * value <= MAX_PERIOD_US:
+        return
+    most = MAX_PERIOD_US // UNITS[unit]
+    reader.problem(
+        node,
+        "unit_multiplier",
+        f"{value} x {unit} is too long a period to count exactly: the longest is "
+        f"{MAX_PERIOD_US // UNITS['day']:,} days (about {MAX_PERIOD_US // UNITS['year']} years); "
+        f"with unit: {unit} use unit_multiplier {most:,} or less",
+    )
 
 
 def _unit(reader: FieldReader, entries: Entries, node: Any, block: str) -> str | None:
