@@ -5,8 +5,10 @@ store steps as the store allows (``RuleBudgets.hit_all``). Seeded random request
 budget checks, charges and request limits, some on the same counter twice, go to that
 service and to one that decides each budget call on its own (``OneByOne``: the way
 before), on twin stores at the same time: every response (codes, statuses, headers) and
-the stored state must be the same, on memory and on a real redis-server, on both twins.
-A store that is down answers by each rule's failure mode, the same both ways.
+the stored state must be the same, on memory and on a real redis-server, on both twins,
+and on a 3-primary Redis Cluster (blocking). A store that is down answers by each rule's
+failure mode, the same both ways. On a blocking RedisStore the budget calls of a request
+are one pipeline: one round trip, counted by the server.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from ratewarden.server.service import AsyncRateLimitService, RateLimitService
 from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
-from tests._servers import free_port
+from tests._servers import RedisCluster, RedisServer, free_port
 from tests.server.conftest import ALIGNED, desc
 
 RULES = """
@@ -105,9 +107,13 @@ def _memory_state(store: MemoryStore) -> dict[Any, Any]:
     return dict(store._states)
 
 
-def _redis_state(client: redis.Redis, prefix: str) -> dict[bytes, Any]:
+def _redis_state(client: redis.Redis | redis.RedisCluster, prefix: str) -> dict[bytes, Any]:
     found = {}
-    for key in client.scan_iter(match=f"{prefix}:*"):
+    if isinstance(client, redis.RedisCluster):
+        keys = client.keys(f"{prefix}:*", target_nodes=redis.RedisCluster.PRIMARIES)
+    else:
+        keys = list(client.scan_iter(match=f"{prefix}:*"))
+    for key in keys:
         kind = client.type(key)
         value = client.hgetall(key) if kind == b"hash" else client.get(key)
         found[key[len(prefix) :]] = (kind, value, client.pttl(key) > 0)
@@ -147,6 +153,73 @@ def test_budget_steps_answer_as_one_by_one_on_redis(
         clock.advance(wait)
         assert _answer(new, request) == _answer(old, request)
         assert _redis_state(redis_client, "new") == _redis_state(redis_client, "old")
+
+
+@pytest.mark.cluster
+def test_budget_steps_answer_as_one_by_one_on_a_cluster(
+    cluster_client: redis.RedisCluster, redis_cluster: RedisCluster
+) -> None:
+    """200 random requests through the blocking service on the 3-primary Cluster, where a
+    request's budget keys are on several primaries (one pipeline to each): the same wire bytes
+    and the same keys, values and expiries after each, in fewer round trips in all (the
+    primaries' read events; one by one, each budget call was its own)."""
+    clock = ManualClock(ALIGNED)
+
+    def store(prefix: str) -> RedisStore:
+        return RedisStore.from_url(redis_cluster.url, clock=clock, prefix=prefix, timeout=1.0)
+
+    new_store, old_store = store("new"), store("old")
+    new, old = _services(new_store, old_store, "sync")
+    admins = [node.client() for node in redis_cluster.nodes]
+
+    def reads() -> int:
+        return sum(int(admin.info("stats")["total_reads_processed"]) for admin in admins)
+
+    trips = {new: 0, old: 0}
+
+    def answer(service: Any, request: Any) -> bytes:
+        before = reads()
+        found = _answer(service, request)
+        trips[service] += reads() - before - len(admins)
+        return found
+
+    for wait, request in _requests(200, 200):
+        clock.advance(wait)
+        assert answer(new, request) == answer(old, request)
+        assert _redis_state(cluster_client, "new") == _redis_state(cluster_client, "old")
+    assert trips[new] < trips[old]
+    for admin in admins:
+        admin.close()
+    new_store.close()
+    old_store.close()
+
+
+def test_a_requests_budget_calls_are_one_round_trip_on_a_blocking_redis_store(
+    redis_client: redis.Redis, redis_server: RedisServer
+) -> None:
+    """Three budget descriptors (three checks; three charges) through RateLimitService over
+    a blocking RedisStore: one request read by the server for the three (the INFO that
+    reads the count is another); one by one took three."""
+    store = RedisStore.from_url(redis_server.url, clock=ManualClock(ALIGNED), timeout=1.0)
+    new, old = _services(store, store, "sync")
+    keys = [("tenant", "a"), ("model", "a"), ("tenant", "b")]
+    requests = [
+        rls_pb2.RateLimitRequest(domain="d", descriptors=[desc(key, hits=hits) for key in keys])
+        for hits in (0, 40)
+    ]
+    admin = redis_server.client()
+
+    def reads() -> int:
+        return int(admin.info("stats")["total_reads_processed"])
+
+    for request in requests:
+        for service, trips in ((new, 1), (old, 3)):
+            service.should_rate_limit_wire(request)  # connected, scripts loaded
+            before = reads()
+            service.should_rate_limit_wire(request)
+            assert reads() - before - 1 == trips
+    admin.close()
+    store.close()
 
 
 @pytest.mark.parametrize("twin", ["sync", "async"])

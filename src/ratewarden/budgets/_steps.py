@@ -2,11 +2,12 @@
 
 A caller with many budget calls at once (``ratewarden serve``'s budget descriptors of one
 request) plans them all and hands the store their ops in as few store steps as it allows
-(``apply_all_flow``: one step in memory, side by side under asyncio). Each op stays its own
-atomic step, in the order given, so each answer is the one that budget's own ``charge``
-or ``peek`` would give called in that order. When a step's key is owed tokens (its
-budget's ``Backlog``), every step is made by its budget's own flow, one after the other:
-paying what is owed is a step of its own, before the key's peek.
+(``apply_all_flow``: one step in memory, one pipeline on a blocking Redis store, side by
+side under asyncio). Each op stays its own atomic step, in the order given, so each answer
+is the one that budget's own ``charge`` or ``peek`` would give called in that order. When
+a step's key is owed tokens (its budget's ``Backlog``), every step is made by its budget's
+own flow, one after the other: paying what is owed is a step of its own, before the key's
+peek.
 """
 
 from __future__ import annotations

@@ -275,16 +275,25 @@ class Operations:
 
         As few store steps as the store allows: without a breaker, the in-process store
         runs them in one step under its lock (``joined_ops``: each sees what the ones
-        before it wrote); otherwise one ``apply_flow`` each, side by side (an asyncio store
-        pipelines the calls of one event-loop turn), or one after the other on a blocking
-        driver.
+        before it wrote), and a store with ``apply_all`` (``RedisStore``: one pipeline, one
+        per Cluster primary) takes them in one call, which answers each op (its reply or
+        its error) and raises only when the store failed as a whole (every op is answered
+        with that; a region store's ``apply_all`` raises its first op's error so).
+        Otherwise, and always with a breaker (asked for each op's node), one ``apply_flow``
+        each: side by side (an asyncio store pipelines the calls of one event-loop turn),
+        or one after the other on a blocking driver.
         """
-        in_memory = isinstance(self.store, self.memory_store)  # type: ignore[arg-type]
-        if len(ops) > 1 and self.breaker is None and in_memory:
-            reply = yield Ask("apply", (joined_ops(ops),))
-            if isinstance(reply, Exception):
-                return [reply] * len(ops)
-            return [list(each) for each in reply]
+        if len(ops) > 1 and self.breaker is None:
+            if isinstance(self.store, self.memory_store):  # type: ignore[arg-type]
+                reply = yield Ask("apply", (joined_ops(ops),))
+                if isinstance(reply, Exception):
+                    return [reply] * len(ops)
+                return [list(each) for each in reply]
+            if callable(getattr(self.store, "apply_all", None)):
+                replies = yield Ask("apply_all", (ops,))
+                if isinstance(replies, Exception):
+                    return [replies] * len(ops)
+                return list(replies)
         found: list[list[int] | Exception] = yield Gather(tuple(self._caught(op) for op in ops))
         return found
 

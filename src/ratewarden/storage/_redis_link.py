@@ -2,7 +2,8 @@
 
 redis-py makes each connection (TCP, Unix socket or TLS; AUTH, SELECT, client
 name; Sentinel asking for the current primary) and we then drive its socket
-ourselves: one pre-packed command out, one hiredis-parsed reply in. That skips
+ourselves: one pre-packed command out, one hiredis-parsed reply in (or several
+pipelined: ``send`` then ``receive``). That skips
 redis-py's per-command work (pool checkout, health checks, response callbacks,
 observability hooks), which costs more than the round trip on loopback.
 
@@ -139,6 +140,50 @@ class Link:
 
     def request(self, packed: bytes) -> Any:
         """Send one packed command and return its reply (error replies as values)."""
+        sock = self._ready()
+        try:
+            self._send(sock, packed)
+            reader = self._reader
+            while True:
+                reader.feed(self._more(sock))
+                reply = reader.gets()
+                if reply is not False:
+                    return reply
+        except BaseException:
+            # A half-read reply would be read as the answer to the next request.
+            self.close()
+            raise
+
+    def send(self, packed: bytes) -> None:
+        """Send packed commands (several, pipelined) without waiting: ``receive`` reads the
+        replies. Nothing else may be sent on the link in between."""
+        sock = self._ready()
+        try:
+            self._send(sock, packed)
+        except BaseException:
+            self.close()
+            raise
+
+    def receive(self, count: int) -> list[Any]:
+        """The replies to the ``count`` commands ``send`` sent, in order (error replies as
+        values); each wait for more bytes is bounded by the timeout."""
+        sock, reader = self._sock, self._reader
+        replies: list[Any] = []
+        try:
+            while len(replies) < count:
+                reply = reader.gets()
+                if reply is not False:
+                    replies.append(reply)
+                elif sock is None:
+                    raise rx.ConnectionError(f"nothing was sent to {self.where}")
+                else:
+                    reader.feed(self._more(sock))
+        except BaseException:
+            self.close()
+            raise
+        return replies
+
+    def _ready(self) -> socket.socket:
         sock = self._sock
         # An idle link that polls readable was closed by the server (a restart, an idle
         # timeout, CLIENT KILL): replace it before sending rather than fail this request.
@@ -146,47 +191,38 @@ class Link:
             self._poll(0) and _stale(sock, None if not self._tls else self._timeout)
         ):
             sock = self._open()
-        try:
-            if self._tls:
-                return self._exchange_tls(sock, packed)
-            return self._exchange(sock, packed)
-        except BaseException:
-            # A half-read reply would be read as the answer to the next request.
-            self.close()
-            raise
+        return sock
 
-    def _exchange(self, sock: socket.socket, packed: bytes) -> Any:
+    def _send(self, sock: socket.socket, packed: bytes) -> None:
+        if self._tls:
+            sock.sendall(packed)
+            return
         try:
             sent = sock.send(packed)
-        except BlockingIOError:  # the socket buffer is full: wait below
+        except BlockingIOError:  # the socket buffer is full: wait in _send_rest
             sent = 0
         if sent < len(packed):
             self._send_rest(sock, memoryview(packed)[sent:])
-        reader = self._reader
-        if self._spin_ns:
+
+    def _more(self, sock: socket.socket) -> bytes:
+        """The next bytes of a reply. A plain socket is read within the spin, then waited
+        for in ``poll`` within the timeout; a TLS socket is read with its timeout."""
+        data = sock.recv(_READ_SIZE) if self._tls else None
+        if data is None and self._spin_ns:
             if self._skip:
                 self._skip -= 1
             else:
                 data = self._spin(sock)
-                if data is not None:
-                    reader.feed(data)
-                    reply = reader.gets()
-                    if reply is not False:
-                        return reply
-        poll = self._poll
-        while True:
-            if not poll(self._timeout_ms):
+        while data is None:
+            if not self._poll(self._timeout_ms):
                 raise rx.TimeoutError(f"no reply from {self.where} in time")
             try:
                 data = sock.recv(_READ_SIZE)
             except BlockingIOError:  # woken with nothing to read after all
                 continue
-            if not data:
-                raise rx.ConnectionError(f"{self.where} closed the connection")
-            reader.feed(data)
-            reply = reader.gets()
-            if reply is not False:
-                return reply
+        if not data:
+            raise rx.ConnectionError(f"{self.where} closed the connection")
+        return data
 
     def _spin(self, sock: socket.socket) -> bytes | None:
         """The first bytes of the reply if they come within the spin; None if not yet."""
@@ -214,18 +250,6 @@ class Link:
                 rest = rest[sock.send(rest) :]
             except BlockingIOError:
                 continue
-
-    def _exchange_tls(self, sock: socket.socket, packed: bytes) -> Any:
-        sock.sendall(packed)
-        reader = self._reader
-        reply = reader.gets()
-        while reply is False:
-            data = sock.recv(_READ_SIZE)
-            if not data:
-                raise rx.ConnectionError(f"{self.where} closed the connection")
-            reader.feed(data)
-            reply = reader.gets()
-        return reply
 
     def _open(self) -> socket.socket:
         self.close()

@@ -20,11 +20,12 @@ from redis.crc import key_slot
 from ratewarden import checks
 from ratewarden.clock import Clock, SystemClock, check_clock
 from ratewarden.decision import Decision
-from ratewarden.errors import ConfigurationError
+from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.rate import Rate
 from ratewarden.storage import _decisions, _kernel, _plan
 from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix, escape
 from ratewarden.storage._ops import Op
+from ratewarden.storage._redis_errors import raise_storage_error
 from ratewarden.storage._redis_link import DEFAULT_SPIN
 from ratewarden.storage._redis_protocol import BatchTemplate, Sendable, Template, evalsha_command
 from ratewarden.storage._scripts import Script, script
@@ -88,6 +89,14 @@ def _second(reply: Sequence[Any]) -> bool:
 
 def _ints(reply: Sequence[Any]) -> list[int]:
     return [int(value) for value in reply]
+
+
+def storage_error(exc: BaseException, where: str, timeout: float) -> StorageError:
+    """The error ``raise_storage_error`` raises for ``exc``, as a value (one op's answer)."""
+    try:
+        raise_storage_error(exc, where, timeout)
+    except StorageError as error:
+        return error
 
 
 class FromUrl:
@@ -333,6 +342,34 @@ class RedisBase(FromUrl):
         now = self._now()
         args[0] = "" if now is None else now
         return self._script_call(op.script, op.keys, args, _ints)
+
+    def _apply_all_calls(self, ops: Sequence[Op]) -> list[Call[list[int]]]:
+        """Each op's ``_apply_call``, every op checked before anything is sent."""
+        if isinstance(ops, Op) or not isinstance(ops, Sequence):
+            raise TypeError(
+                f"{type(self).__name__}.apply_all takes a sequence of Ops, not {ops!r}; "
+                "apply(op) runs one"
+            )
+        for i, op in enumerate(ops):
+            if not isinstance(op, Op) or not op.keys:
+                raise TypeError(
+                    f"{type(self).__name__}.apply_all: ops[{i}] is {op!r}, not an Op with "
+                    "keys (ratewarden.storage.Op)"
+                )
+        return [self._apply_call(op) for op in ops]
+
+    def _answers(
+        self, calls: Sequence[Call[list[int]]], replies: Sequence[Any]
+    ) -> list[list[int] | Exception]:
+        """Each call's answer from its reply, or the ``StorageError`` standing for the error
+        in its place (an error reply, or its server's failure)."""
+        found: list[list[int] | Exception] = []
+        for call, reply in zip(calls, replies, strict=True):
+            if isinstance(reply, Exception):
+                found.append(storage_error(reply, self._router.where, self.timeout))
+            else:
+                found.append(call.read(reply))
+        return found
 
     def __repr__(self) -> str:
         clock = "" if self._now_us is None else f", clock={self.clock!r}"

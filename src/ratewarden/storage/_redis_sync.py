@@ -6,6 +6,7 @@ its error boundary. Every request is bounded by the store's timeout.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import hiredis
@@ -15,11 +16,15 @@ from redis.crc import key_slot
 
 from ratewarden.storage import _redis_protocol as protocol
 from ratewarden.storage._redis_clients import LazyCluster
+from ratewarden.storage._redis_errors import REDIS_ERRORS
 from ratewarden.storage._redis_link import Link, LinkPool
 from ratewarden.storage._redis_protocol import ConnectFailed, Recovery, Sendable, checked
 from ratewarden.storage._scripts import Script
 
-__all__ = ["Cluster", "Router", "Standalone", "run_script"]
+__all__ = ["Cluster", "Request", "Router", "Standalone", "run_script", "run_scripts"]
+
+#: One script call: the script, a key routed like its keys, and its packed EVALSHA.
+Request = tuple[Script, str, bytes]
 
 
 def run_script(link: Link, script: Script, packed: bytes) -> Any:
@@ -43,6 +48,56 @@ def _recover(link: Link, reply: hiredis.ReplyError, script: Script, packed: byte
     raise reply
 
 
+def run_scripts(link: Link, requests: Sequence[Request]) -> list[Any]:
+    """``run_script`` of every request, pipelined: each script still atomic on its own, the
+    replies in order, an error reply left in its request's place (as a value)."""
+    link.send(b"".join([packed for _, _, packed in requests]))
+    return _recover_all(link, requests, link.receive(len(requests)))
+
+
+def _recover_all(link: Link, requests: Sequence[Request], replies: list[Any]) -> list[Any]:
+    """``replies`` with the requests that NOSCRIPT or READONLY stopped (nothing ran) sent
+    again, together, as ``_recover`` sends one: an EVAL after NOSCRIPT (but for a script
+    whose EVAL goes out before it in the same write, on the first retry, as the asyncio
+    pipe does), a new connection after READONLY; at most ``MAX_ATTEMPTS`` each."""
+    for attempt in range(protocol.MAX_ATTEMPTS - 1):
+        again = [i for i, reply in enumerate(replies) if _recoverable(reply)]
+        if not again:
+            break
+        loading = _loading() if attempt == 0 else None
+        reconnect, resend = False, []
+        for i in again:
+            script, _, evalsha = requests[i]
+            closing, packed = protocol.retry(replies[i], script, evalsha, loading)
+            reconnect = reconnect or closing
+            resend.append(packed)
+        if reconnect:
+            link.close()
+        link.send(b"".join(resend))
+        for i, reply in zip(again, link.receive(len(again)), strict=True):
+            replies[i] = reply
+    return replies
+
+
+def _loading() -> Callable[[str], bool]:
+    """``Pipe.loading`` for one write: whether an EVAL of the script goes out before."""
+    evals: set[str] = set()
+
+    def loading(sha: str) -> bool:
+        if sha in evals:
+            return True
+        evals.add(sha)
+        return False
+
+    return loading
+
+
+def _recoverable(reply: Any) -> bool:
+    if type(reply) is not hiredis.ReplyError:
+        return False
+    return protocol.recovery(reply) in (Recovery.LOAD, Recovery.RECONNECT)
+
+
 class Router(Protocol):
     """What the store asks of a router; errors come out raw, for the store to map."""
 
@@ -55,6 +110,12 @@ class Router(Protocol):
 
         ``route_key`` is one of the script's keys, or any key with their hash tag.
         """
+        ...
+
+    def eval_all(self, requests: Sequence[Request]) -> list[Any]:
+        """``eval`` of each request, pipelined: every reply, or the error standing for it
+        (a value: an error reply, or on a Cluster the error of a primary that failed).
+        Raises when the one server fails (no reply in time, a lost connection)."""
         ...
 
     def command(self, route_key: str, *parts: Sendable) -> Any: ...
@@ -82,6 +143,14 @@ class Standalone:
         link = links.take()
         try:
             return run_script(link, script, packed)
+        finally:
+            links.give(link)
+
+    def eval_all(self, requests: Sequence[Request]) -> list[Any]:
+        links = self._links
+        link = links.take()
+        try:
+            return run_scripts(link, requests)
         finally:
             links.give(link)
 
@@ -166,6 +235,92 @@ class Cluster:
             finally:
                 links.give(link)
         raise ConnectFailed(f"cannot connect to the primary of {route_key!r}")
+
+    def eval_all(self, requests: Sequence[Request]) -> list[Any]:
+        """One pipeline per primary, each written before any reply is read. A primary that
+        cannot be reached (nothing sent) is looked up again once, as ``eval`` does; one
+        that fails answers its requests with its error; a redirected request follows its
+        redirection on its own."""
+        replies: list[Any] = [None] * len(requests)
+        failed = self._pipelines(requests, range(len(requests)), replies)
+        if failed:
+            for i, _ in self._pipelines(requests, self._moved(requests, failed, replies), replies):
+                replies[i] = ConnectFailed(f"cannot connect to the primary of {requests[i][1]!r}")
+        for i, reply in enumerate(replies):
+            if type(reply) is hiredis.ReplyError and protocol.recovery(reply) is Recovery.REDIRECT:
+                try:
+                    replies[i] = self._redirected_eval(requests[i][0], requests[i][2])
+                except REDIS_ERRORS as exc:
+                    replies[i] = exc
+        return replies
+
+    def _pipelines(
+        self, requests: Sequence[Request], places: Sequence[int], replies: list[Any]
+    ) -> list[tuple[int, Any]]:
+        """The requests at ``places`` sent, grouped by primary, and their replies (or their
+        primary's error) put in ``replies``; the places (and nodes) that could not connect."""
+        groups: dict[str, tuple[Any, list[int]]] = {}
+        manager = self._client.nodes_manager  # before a lazy client is made: the whole call's
+        for i in places:
+            try:
+                node = manager.get_node_from_slot(key_slot(requests[i][1].encode()))
+            except rx.RedisClusterException as exc:  # a slot with no primary in the table
+                replies[i] = exc
+                continue
+            groups.setdefault(node.name, (node, []))[1].append(i)
+        sent: list[tuple[LinkPool, Link, list[int]]] = []
+        failed: list[tuple[int, Any]] = []
+        received = 0
+        try:
+            for node, group in groups.values():
+                links = self._links(node)
+                link = links.take()
+                try:
+                    link.send(b"".join([requests[i][2] for i in group]))
+                    sent.append((links, link, group))
+                    continue
+                except ConnectFailed:
+                    failed += [(i, node) for i in group]
+                except REDIS_ERRORS as exc:
+                    for i in group:
+                        replies[i] = exc
+                links.give(link)
+            for links, link, group in sent:
+                try:
+                    got = _recover_all(link, [requests[i] for i in group], link.receive(len(group)))
+                except REDIS_ERRORS as exc:
+                    got = [exc] * len(group)
+                finally:
+                    received += 1
+                    links.give(link)
+                for i, reply in zip(group, got, strict=True):
+                    replies[i] = reply
+        except BaseException:
+            for _, unread, _ in sent[received:]:
+                unread.close()  # their replies would answer the links' next requests
+            raise
+        return failed
+
+    def _moved(
+        self, requests: Sequence[Request], failed: list[tuple[int, Any]], replies: list[Any]
+    ) -> list[int]:
+        """The slot table read again: the places in ``failed`` whose slot has another primary
+        now; the others are answered with why not (still the primary that failed)."""
+        try:
+            self._client.nodes_manager.initialize()
+        except REDIS_ERRORS as exc:
+            for i, _ in failed:
+                replies[i] = exc
+            return []
+        moved = []
+        for i, node in failed:
+            try:
+                protocol.moved(node, self._node(requests[i][1]))
+            except REDIS_ERRORS as exc:
+                replies[i] = exc
+            else:
+                moved.append(i)
+        return moved
 
     def _moved_after_failure(self, node: Any, route_key: str) -> Any:
         """Refresh the slot table; return the slot's new primary, or re-raise if unchanged."""

@@ -167,6 +167,22 @@ class RedisStore(RedisBase):
         """Run ``op`` (token budgets, fair shares: ``ratewarden.storage.Op``) as one script."""
         return self._run(self._apply_call(op))
 
+    def apply_all(self, ops: Sequence[Op]) -> list[list[int] | Exception]:
+        """Run every op as ``apply`` runs it, in order, their scripts in one pipeline (on a
+        Cluster one per primary of their slots, all written before any reply is read): each
+        op atomic on its own, not all together. Each op's reply, or the ``StorageError``
+        standing for it (a script error, or a Cluster primary that failed, answers only its
+        ops). Raises ``StorageUnavailableError`` when the server does not answer in time;
+        ``TypeError`` for what is not a sequence of Ops, before anything is sent."""
+        calls = self._apply_all_calls(ops)
+        if not calls:
+            return []
+        try:
+            replies = self._router.eval_all([call.args for call in calls])
+        except REDIS_ERRORS as exc:
+            raise_storage_error(exc, self._router.where, self.timeout)
+        return self._answers(calls, replies)
+
     def ping(self) -> bool:
         """True when the server (every Cluster primary) answers within the timeout, False
         when one does not. Raises ``StorageError`` when one answers but cannot run
