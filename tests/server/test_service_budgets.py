@@ -84,13 +84,15 @@ def test_hits_are_tokens_charged_up_to_an_empty_budget_and_never_refused(
 
 
 def test_a_spent_budget_refuses_the_check_until_a_token_is_back(budget_rls: Make) -> None:
-    """Empty: the check is OVER_LIMIT with duration_until_reset = 60 ms, then OK after it."""
+    """Empty: the check is OVER_LIMIT until a token is back, 60 ms later (duration_until_reset
+    says 1 s: whole seconds, rounded up), then OK."""
     h = budget_rls()
     h.ask(desc(("tenant", "acme"), hits=1000))
     response = h.ask(desc(("tenant", "acme"), hits=0))
     assert response.overall_code == OVER
     wait = response.statuses[0].duration_until_reset
-    assert (wait.seconds, wait.nanos) == (0, 60_000_000)
+    assert (wait.seconds, wait.nanos) == (1, 0)
+    assert h.hooks.outcomes[-1].decision.retry_after == pytest.approx(0.06)
     assert h.codes(desc(("tenant", "other"), hits=0)) == [OK, OK]  # another tenant's budget
     h.clock.advance(0.059)
     assert h.codes(desc(("tenant", "acme"), hits=0)) == [OVER, OVER]
@@ -234,14 +236,16 @@ def test_a_spent_budget_is_remembered_until_a_token_is_back(budget_rls: Make) ->
     calls = _store_calls(h)
     response = h.ask(desc(("tenant", "acme"), hits=0))
     assert response.overall_code == OVER
-    assert response.statuses[0].duration_until_reset.nanos == 60_000_000
+    assert response.statuses[0].duration_until_reset.seconds == 1  # 60 ms, rounded up
+    assert h.hooks.outcomes[-1].decision.retry_after == pytest.approx(0.06)
     assert _store_calls(h) == calls + 1
     cache = h.service.over_limit_cache
     assert cache is not None and len(cache) == 1  # one table, the limit's: a memory bound
     h.clock.advance(0.025)
     again = h.ask(desc(("tenant", "acme"), hits=0)).statuses[0]
     assert again.code == OVER and again.limit_remaining == 0
-    assert again.duration_until_reset.nanos == 35_000_000  # aged: the store would say so
+    assert again.duration_until_reset.seconds == 1  # 35 ms, rounded up
+    assert h.hooks.outcomes[-1].decision.retry_after == pytest.approx(0.035)  # aged
     assert _store_calls(h) == calls + 1  # no store call
     assert h.codes(desc(("tenant", "other"), hits=0)) == [OK, OK]  # another key: asked
     assert _store_calls(h) == calls + 2

@@ -1,7 +1,8 @@
 """The ``RateLimitResponse`` of a decided request, and what it tells ``ServiceHooks``.
 
 ``respond`` writes the response's wire bytes (``server/wire.py``): one
-``DescriptorStatus`` per descriptor (code, current limit, remaining, wait), the overall
+``DescriptorStatus`` per descriptor (code, current limit, remaining, and the wait in whole
+seconds, rounded up, as envoyproxy/ratelimit's: ``_whole_seconds_us``), the overall
 code, the response headers and the matched rules' dynamic metadata; then it gives the
 request's descriptors with a rule to ``on_decisions``, each as a ``DescriptorOutcome``.
 It takes values (the service's settings, its clock, the hook), not the service;
@@ -217,7 +218,7 @@ def _zero_status(clock: Clock, rule: DescriptorRule) -> tuple[Status, Limit]:
     zero = next(limit for limit in rule.limits if limit.rate is None)
     period = zero.period_us
     wait = period - clock.now_us() % period
-    return (status_head(code, zero, rule.name), 0, max(wait, 0)), zero
+    return (status_head(code, zero, rule.name), 0, _whole_seconds_us(max(wait, 0))), zero
 
 
 def _status(
@@ -242,7 +243,11 @@ def _status(
         # Several limits: the status reports the binding one, so its reset, not the time
         # until every limit is back to full (the decision's own ``reset_after``).
         wait = binding_layer(decision).reset_after
-    return (head, remaining, max(round(wait * 1_000_000), 0) if math.isfinite(wait) else 0), limit
+    if not math.isfinite(wait) or wait <= 0:
+        return (head, remaining, 0), limit
+    # Whole microseconds first (the store's unit: a float's last bits are not a wait), and
+    # never 0 for a wait above 0.
+    return (head, remaining, _whole_seconds_us(max(round(wait * 1_000_000), 1))), limit
 
 
 #: ``tuple.__new__``: a ``DescriptorOutcome`` per descriptor without the named tuple's
@@ -252,6 +257,14 @@ _tuple = tuple.__new__
 
 def _seconds(microseconds: int) -> int:
     return -(-microseconds // 1_000_000)
+
+
+def _whole_seconds_us(microseconds: int) -> int:
+    """A wait in microseconds rounded up to whole seconds (in microseconds): a status's
+    ``duration_until_reset`` is whole seconds, as envoyproxy/ratelimit's always is, because
+    Envoy's ``x-ratelimit-reset`` keeps the seconds and drops the rest (0.99 s would read 0,
+    "retry now"). Never earlier than the exact wait; 0 only for 0."""
+    return _seconds(microseconds) * 1_000_000
 
 
 def fallback_response(request: Any, *, deny: bool) -> Any:
