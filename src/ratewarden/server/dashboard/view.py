@@ -1,9 +1,10 @@
 """The dashboard's JSON: ``LiveStats.state()`` of one or more workers, merged and summarised.
 
 ``render(states, rules, now)`` is pure: the states (JSON data, possibly read
-back from other worker processes), the rules loaded, and the time. Rates are
-per second over the last ``window_s`` seconds; histories are one number a
-second, oldest first, for the last ``history_s`` seconds.
+back from other worker processes), the rules loaded, and the time. The rules'
+rates are per second over the last ``window_s`` seconds; the store latency
+(calls, calls per second, quantiles) covers the last ``history_s`` seconds; histories
+are one number a second, oldest first, for the last ``history_s`` seconds.
 
 Every string is bounded (``ratewarden.labels.bounded``): rule paths, domains,
 limits, sources and modes to ``MAX_LABEL_CHARS`` (128) characters, key text to
@@ -36,7 +37,7 @@ from ratewarden.topk import Heavy, merge
 
 __all__ = ["TOP_SHOWN", "WINDOW_S", "render"]
 
-#: Seconds the per-second rates average over.
+#: Seconds the rules' per-second rates average over (the store latency covers ``history_s``).
 WINDOW_S = 10
 #: Keys listed per top-key table.
 TOP_SHOWN = 10
@@ -87,7 +88,7 @@ def render(
         "history_s": history_s,
         "rules": rows,
         "top": {category: _top(states, category) for category in CATEGORIES},
-        "store_latency": _latency(latency, calls, slowest, window, window_s),
+        "store_latency": _latency(latency, calls, slowest),
     }
 
 
@@ -182,13 +183,13 @@ def _top(states: Sequence[dict[str, Any]], category: str) -> list[dict[str, Any]
     return out
 
 
-def _latency(
-    buckets: list[int], calls: list[int], slowest: float, window: range, window_s: int
-) -> dict[str, Any]:
+def _latency(buckets: list[int], calls: list[int], slowest: float) -> dict[str, Any]:
+    """Store calls over the whole history (the last minute): their count, rate and quantiles
+    cover the same seconds, which the panel's one heading names."""
     count = sum(buckets)
     return {
         "calls": count,
-        "per_second": sum(calls[i] for i in window) / window_s,
+        "per_second": sum(calls) / len(calls) if calls else 0.0,
         "p50_s": _quantile(buckets, count, 0.50, slowest),
         "p99_s": _quantile(buckets, count, 0.99, slowest),
         "max_s": slowest if count else None,
