@@ -73,8 +73,8 @@ def test_accuracy_prints_a_row_per_model_and_load(capsys: pytest.CaptureFixture[
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--pattern", "nope"], "unknown pattern 'nope'"),
-        (["--algorithm", "moving_window"], "unknown algorithm 'moving_window'"),
+        (["--pattern", "nope"], "--pattern 'nope': unknown pattern 'nope'"),
+        (["--algorithm", "moving_window"], "--algorithm 'moving_window': unknown algorithm;"),
         (["--rate", "5/fortnight"], "--rate '5/fortnight'"),
         (["--rate", "0/minute"], "--rate '0/minute'"),
         (["--duration", "0"], "--duration '0' must be a number above 0"),
@@ -196,7 +196,7 @@ def test_layered_plots_are_written_one_per_layered_limit(
         ),
         (
             ["--layers", "10/second,1/hour", "--algorithm", "concurrency"],
-            "unknown algorithm 'concurrency'",
+            "--algorithm 'concurrency': concurrency is not a rate",
         ),
         (["--layers", "10/second,1/hour", "--plot", "out.gif"], "must end in .png or .svg"),
     ],

@@ -22,6 +22,7 @@ import sys
 from typing import TYPE_CHECKING, Protocol
 
 from ratewarden import algorithms
+from ratewarden.argparsing import rate_algorithm
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.plan._model import (
     DEFAULT_BYTES_PER_CALL,
@@ -283,7 +284,7 @@ def main(args: argparse.Namespace, measure: Measure) -> int:
             raise ConfigurationError(
                 "--regions and --region-rate need --sync-interval-ms (how often counts exchange)"
             )
-        algorithms.get(args.algorithm)
+        rate_algorithm("--algorithm", args.algorithm, algorithms.ALGORITHMS)
         limit = _rate("--limit", args.limit, args.burst)
         regions = _regions(args, limit)  # refused before --measure writes to a server
         measured = None

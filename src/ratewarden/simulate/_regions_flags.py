@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ratewarden.argparsing import naming
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.regions import parse_region_rate
@@ -106,7 +107,8 @@ def _patterns(specs: Sequence[str] | None, names: Sequence[str]) -> dict[str, Pa
         if sep and name in names:
             if name in own:
                 raise ConfigurationError(f"--pattern {spec!r}: region {name!r} has a pattern")
-            own[name] = patterns.parse(rest)
+            with naming("--pattern", spec):
+                own[name] = patterns.parse(rest)
         else:
             shared.append(spec)
     if len(shared) > 1:
@@ -121,7 +123,8 @@ def _patterns(specs: Sequence[str] | None, names: Sequence[str]) -> dict[str, Pa
             continue
         if not shared:
             raise ConfigurationError(f"region {name!r} has no --pattern; give it NAME=SPEC")
-        pattern = patterns.parse(shared[0])
+        with naming("--pattern", shared[0]):
+            pattern = patterns.parse(shared[0])
         if hasattr(pattern, "seed") and "seed=" not in shared[0]:
             pattern = dataclasses.replace(pattern, seed=index + 1)  # type: ignore[type-var]
         chosen[name] = pattern

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ratewarden import algorithms
+from ratewarden.argparsing import each, rate_algorithm
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.simulate import _regions_flags, bursts, layered, patterns, plots, regions, runner
@@ -209,10 +210,8 @@ def _rates(texts: Sequence[str] | None, default: str, burst: int | None) -> list
 
 
 def _algorithms(names: Sequence[str] | None) -> list[str]:
-    chosen = list(names or sorted(algorithms.ALGORITHMS))
-    for name in chosen:
-        algorithms.get(name)  # a ConfigurationError listing the choices
-    return list(dict.fromkeys(chosen))
+    chosen = [rate_algorithm("--algorithm", name, algorithms.ALGORITHMS) for name in names or ()]
+    return list(dict.fromkeys(chosen or sorted(algorithms.ALGORITHMS)))
 
 
 def _slug(text: str) -> str:
@@ -238,7 +237,7 @@ def _check_plots(bases: Sequence[str] | None) -> None:
 
 def _traffic(args: argparse.Namespace) -> int:
     specs = args.pattern or list(_DEFAULT_PATTERNS)
-    chosen = [patterns.parse(spec) for spec in specs]
+    chosen = each("--pattern", specs, patterns.parse)
     names = _algorithms(args.algorithm)
     rates = _rates(args.rate, _DEFAULT_RATE, args.burst)
     _check_plots(args.plot)
@@ -264,7 +263,7 @@ def _layered(args: argparse.Namespace) -> int:
     for flag in ("rate", "burst"):
         if getattr(args, flag) is not None:
             raise ConfigurationError(f"--{flag} cannot be used with --layers; {_NOT_LAYERS[flag]}")
-    chosen = [patterns.parse(spec) for spec in args.pattern or _DEFAULT_PATTERNS]
+    chosen = each("--pattern", args.pattern or _DEFAULT_PATTERNS, patterns.parse)
     names = _algorithms(args.algorithm)
     limits = []
     for text in args.layers:  # every layered limit checked on every algorithm before a run
@@ -311,6 +310,11 @@ def _bursts(args: argparse.Namespace) -> int:
 
 def _accuracy(args: argparse.Namespace) -> int:
     models = list(dict.fromkeys(args.model or accuracy_report.MODELS))
+    for model in (m for m in models if m not in accuracy_report.MODELS):
+        choices = ", ".join(accuracy_report.MODELS)
+        raise ConfigurationError(
+            f"--model {model!r}: unknown traffic model; choose one of: {choices}"
+        )
     rates = _rates(args.rate, _ACCURACY_RATE, args.burst)
     rows = [
         (model, rate, args.requests or 4_000_000, args.sources or 5_000, load,
