@@ -38,6 +38,8 @@ th, td { text-align:left; padding:4px 8px; border-bottom:1px solid var(--line);
 th { color:var(--dim); font-weight:normal; }
 td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; }
 td.key { white-space:normal; word-break:break-all; font-family:ui-monospace, monospace; }
+td.wrap { white-space:normal; overflow-wrap:anywhere; min-width:9em; }
+td.graph { width:136px; }
 .badge { display:inline-block; min-width:56px; text-align:center; border-radius:10px;
   padding:0 8px; font-size:12px; color:#0f1419; background:var(--idle); }
 .badge[data-status=ok] { background:var(--ok); }
@@ -118,11 +120,12 @@ function renderRules(data) {
     ["over/s", "num"], ["near/s", "num"], ["degraded/s", "num"], ["over (total)", "num"],
     ["last " + data.history_s + " s"]],
     data.rules.map(r => {
-      const graph = el("td");
+      const graph = el("td", null, "graph");
       graph.appendChild(spark(r.history.decisions, r.history.over));
       return {
         data: { rule: r.path, status: r.status },
-        cells: [el("td", r.path + (r.loaded ? "" : " (not loaded)")), el("td", r.limits || ""),
+        cells: [el("td", r.path + (r.loaded ? "" : " (not loaded)"), "wrap"),
+          el("td", r.limits || "", "wrap"),
           el("td", r.algorithm || ""), badge(r.status), num(rate(r.rate.decisions)),
           num(rate(r.rate.over)), num(rate(r.rate.near)), num(rate(r.rate.degraded)),
           num(r.totals.over), graph],
@@ -132,7 +135,7 @@ function renderRules(data) {
 function renderTop(id, entries) {
   fill(id, [["rule"], ["key"], ["hits", "num"]], entries.map(t => ({
     data: { rule: t.rule, key: t.key },
-    cells: [el("td", t.rule), el("td", t.key, "key"),
+    cells: [el("td", t.rule, "wrap"), el("td", t.key, "key"),
       num(t.error ? t.hits + " (\\u00b1" + t.error + ")" : t.hits)],
   })), "none in the last minute or two");
 }
@@ -140,13 +143,13 @@ function renderShadow(data) {
   const rules = data.rules.filter(r => r.shadow_mode || r.totals.shadowed);
   fill("shadow", [["rule"], ["would have blocked", "num"], ["per second", "num"]],
     rules.map(r => ({ data: { rule: r.path },
-      cells: [el("td", r.path), num(r.totals.shadowed), num(rate(r.rate.shadowed))] })),
+      cells: [el("td", r.path, "wrap"), num(r.totals.shadowed), num(rate(r.rate.shadowed))] })),
     "no shadow rules");
 }
 function renderDegraded(data) {
   const rules = data.rules.filter(r => r.totals.degraded);
   fill("degraded", [["rule"], ["failure mode"], ["total", "num"], ["/s", "num"]],
-    rules.map(r => ({ data: { rule: r.path }, cells: [el("td", r.path),
+    rules.map(r => ({ data: { rule: r.path }, cells: [el("td", r.path, "wrap"),
       el("td", Object.entries(r.degraded_modes).map(([m, n]) => m + ": " + n).join(", ")),
       num(r.totals.degraded), num(rate(r.rate.degraded))] })),
     "none: the store has answered every call");
