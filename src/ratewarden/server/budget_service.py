@@ -36,6 +36,7 @@ public API only.
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +61,27 @@ _UNITS = {
 }
 
 
+def _check_store(store: object) -> None:
+    """Refuse, under this service's name, a store it cannot await (the budget's own check
+    would name its internal ``AsyncLimiter``). Named by its type only: a URL given by
+    mistake may hold a password. A store of the caller's whose ``hit`` returns awaitables
+    (a wrapper) is taken, as ``AsyncLimiter`` takes it."""
+    name = type(store).__name__
+    kind = f"{'an' if name[:1] in 'AEIOU' else 'a'} {name}"
+    hit = getattr(store, "hit", None)
+    if not callable(hit):
+        raise ConfigurationError(
+            f"BudgetRateLimitService: store is {kind}, not a store (it has no hit); give "
+            "an asyncio store: AsyncMemoryStore() or AsyncRedisStore.from_url(url)"
+        )
+    if not inspect.iscoroutinefunction(hit) and type(store).__module__.startswith("ratewarden."):
+        raise ConfigurationError(
+            f"BudgetRateLimitService: store is {kind}, a blocking store; the service runs on "
+            "asyncio and needs an asyncio store: AsyncMemoryStore() or "
+            "AsyncRedisStore.from_url(url)"
+        )
+
+
 class BudgetRateLimitService:
     """``ShouldRateLimit`` for one token budget per value of ``descriptor_key`` in ``domain``.
 
@@ -75,6 +97,7 @@ class BudgetRateLimitService:
     def __init__(
         self, store: AsyncStore, *, domain: str, descriptor_key: str, rate: Rate | str
     ) -> None:
+        _check_store(store)
         for what, value in (("domain", domain), ("descriptor_key", descriptor_key)):
             if not isinstance(value, str) or not value:
                 raise ConfigurationError(f"{what} {value!r} must be a non-empty string")
