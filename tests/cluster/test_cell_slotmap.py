@@ -4,6 +4,7 @@ give no bands (literal replies are in test_slotmap_replies.py)."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -22,7 +23,7 @@ from ratewarden.hotkeys import (
     read_slot_map,
 )
 from ratewarden.storage._plan import build
-from ratewarden.storage.redis import RedisStore
+from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
 from tests._servers import HOST, RedisCluster, RedisServer
 from tests.cluster._nodes import evalsha_calls, keyslot, reset_stats, slot_owner
@@ -363,19 +364,58 @@ def failed_in(node: RedisServer) -> bool:
 async def test_clients_that_are_not_a_cluster_of_their_kind_are_refused(
     redis_client: redis.Redis, cluster_client: redis.RedisCluster, redis_cluster: RedisCluster
 ) -> None:
-    """A standalone client, the other twin's cluster client, a store or None: a
-    ConfigurationError naming what was given and what to use."""
+    """A standalone client, the other twin's cluster client or None: a ConfigurationError
+    naming what was given and what to use."""
     async_client = aredis.RedisCluster(host=HOST, port=redis_cluster.nodes[0].port)
     try:
-        with pytest.raises(ConfigurationError, match=r"not redis\.client\.Redis: a standalone"):
+        with pytest.raises(ConfigurationError, match=r"not redis\.client\.Redis: only a Redis"):
             read_slot_map(redis_client)
         with pytest.raises(ConfigurationError, match="use aread_slot_map"):
             read_slot_map(async_client)
         with pytest.raises(ConfigurationError, match="use read_slot_map"):
             await aread_slot_map(cluster_client)
-        with pytest.raises(ConfigurationError, match=r"needs a redis\.RedisCluster client"):
-            read_slot_map(RedisStore(cluster_client))
         with pytest.raises(ConfigurationError, match=r"not builtins\.NoneType"):
             await aread_slot_map(None)
     finally:
         await async_client.aclose()
+
+
+async def test_a_store_over_a_cluster_is_read_through_its_client(
+    redis_cluster: RedisCluster, cluster_client: redis.RedisCluster
+) -> None:
+    """read_slot_map(RedisStore.from_url("redis+cluster://...")) and aread_slot_map of an
+    AsyncRedisStore over the Cluster read the map the stores' clients would: the same one."""
+    expected = read_slot_map(cluster_client)
+    store = RedisStore.from_url(redis_cluster.url, timeout=1.0)
+    async_store = AsyncRedisStore.from_url(redis_cluster.url, timeout=1.0)
+    try:
+        assert read_slot_map(store) == expected
+        assert await aread_slot_map(async_store) == expected
+    finally:
+        store.close()
+        await async_store.aclose()
+
+
+async def test_a_store_without_a_slot_map_is_refused_naming_store_and_client(
+    redis_server: RedisServer, redis_cluster: RedisCluster
+) -> None:
+    """A store over a standalone server has no slot map: refused, naming the store, its client,
+    and what is taken. A store of the other twin is told which reader to use."""
+    standalone = RedisStore.from_url(redis_server.url, timeout=1.0)
+    cluster = RedisStore.from_url(redis_cluster.url, timeout=1.0)
+    try:
+        message = (
+            "read_slot_map needs a redis.RedisCluster client or a store over a Redis Cluster "
+            "(redis+cluster://...), not ratewarden.storage.redis.RedisStore over "
+            "redis.client.Redis: only a Redis Cluster has a slot map"
+        )
+        with pytest.raises(ConfigurationError, match=f"^{re.escape(message)}$"):
+            read_slot_map(standalone)
+        with pytest.raises(
+            ConfigurationError,
+            match=r"over redis\.cluster\.RedisCluster; for this one, use read_slot_map",
+        ):
+            await aread_slot_map(cluster)
+    finally:
+        standalone.close()
+        cluster.close()

@@ -1,9 +1,10 @@
 """SlotMap: which primary of a Redis Cluster serves each slot, read live, and the bands it gives.
 
-``read_slot_map(client)`` (``aread_slot_map`` for ``redis.asyncio``) asks the
-client's default node ``CLUSTER SHARDS`` (Redis 7+), or ``CLUSTER SLOTS`` when
-the server refuses that (Redis 6.2 does not know it); the reply is parsed once,
-by ``SlotMap.from_shards`` or ``SlotMap.from_slots``, so the readers only send.
+``read_slot_map(client)`` (``aread_slot_map`` for ``redis.asyncio``; a store over a
+Cluster is taken for its client) asks the client's default node ``CLUSTER SHARDS``
+(Redis 7+), or ``CLUSTER SLOTS`` when the server refuses that (Redis 6.2 does not
+know it); the reply is parsed once, by ``SlotMap.from_shards`` or
+``SlotMap.from_slots``, so the readers only send.
 
 ``SlotMap.bands`` is one band per primary for ``cell_keys`` and
 ``CellLimiter(bands=...)``. A primary that owns several ranges after a reshard
@@ -145,10 +146,13 @@ class SlotMap:
 def read_slot_map(client: Any) -> SlotMap:
     """The live slot map of the Cluster a ``redis.RedisCluster`` client is connected to.
 
+    ``client`` may also be a store over a Cluster (``RedisStore.from_url(
+    "redis+cluster://...")``): its client is asked.
+
     Asks the client's default node ``CLUSTER SHARDS``, or ``CLUSTER SLOTS`` when
     the server refuses it. Connection errors are redis-py's own.
     """
-    _check_client(client, "redis.cluster", "read_slot_map")
+    client = _cluster_client(client, "redis.cluster", "read_slot_map")
     node = client.get_default_node()
     try:
         reply = client.execute_command("CLUSTER", "SHARDS", target_nodes=node)
@@ -163,8 +167,9 @@ def read_slot_map(client: Any) -> SlotMap:
 
 
 async def aread_slot_map(client: Any) -> SlotMap:
-    """The asyncio twin of ``read_slot_map``, for a ``redis.asyncio.RedisCluster`` client."""
-    _check_client(client, "redis.asyncio.cluster", "aread_slot_map")
+    """The asyncio twin of ``read_slot_map``, for a ``redis.asyncio.RedisCluster`` client
+    (or an ``AsyncRedisStore`` over a Cluster)."""
+    client = _cluster_client(client, "redis.asyncio.cluster", "aread_slot_map")
     await client.initialize()  # once per client: a new one has no default node yet
     node = client.get_default_node()
     try:
@@ -186,20 +191,36 @@ _READERS = {
 }
 
 
-def _check_client(client: object, module: str, reader: str) -> None:
-    """Refuse anything but a ``RedisCluster`` of ``module`` (matched by name, as every redis
-    class here: hotkeys import no redis at run time)."""
-    if _is_class(client, module, "RedisCluster"):
-        return
-    kind = type(client)
-    hint = ": a standalone server or another store has no slot map"
+def _cluster_client(given: object, module: str, reader: str) -> Any:
+    """The ``RedisCluster`` of ``module`` that ``given`` is, or that a store over a Cluster
+    keeps (its ``client``: ``RedisStore.from_url("redis+cluster://...")``); anything else is
+    refused (matched by name, as every redis class here: hotkeys import no redis or store
+    at run time)."""
+    if _is_class(given, module, "RedisCluster"):
+        return given
+    inner = getattr(given, "client", None)  # a store's client; a redis client's is a method
+    inner = None if callable(inner) else inner
+    if inner is not None and _is_class(inner, module, "RedisCluster"):
+        return inner
+    kind = _name(given)
+    if inner is not None:  # a store: say which client it has
+        kind = f"{kind} over {_name(inner)}"
+    hint = ": only a Redis Cluster has a slot map"
+    client = given if inner is None else inner
     for other, (twin, _) in _READERS.items():
         if other != module and _is_class(client, other, "RedisCluster"):
-            hint = f"; for this client, use {twin}"
+            hint = f"; for this one, use {twin}"
     raise ConfigurationError(
-        f"{reader} needs a {_READERS[module][1]} client, "
-        f"not {kind.__module__}.{kind.__qualname__}{hint}"
+        f"{reader} needs a {_READERS[module][1]} client or a store over a Redis Cluster "
+        f"(redis+cluster://...), not {kind}{hint}"
     )
+
+
+def _name(value: object) -> str:
+    """``value``'s class, or the redis-py class it extends (not a store's private subclass)."""
+    kinds = type(value).__mro__
+    kind = next((k for k in kinds if k.__module__.partition(".")[0] == "redis"), kinds[0])
+    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 def _is_class(value: object, module: str, name: str) -> bool:
