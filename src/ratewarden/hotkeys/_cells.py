@@ -15,21 +15,24 @@ import itertools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from ratewarden.checks import check_cost, check_rates, keywords_checked
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
-from ratewarden.hotkeys._placement import cell_keys, check_cells, slot_bands, split_rate
+from ratewarden.hotkeys._placement import cell_keys, check_bands, check_cells, split_rate
 from ratewarden.limiter import (
     DEFAULT_NEGATIVE_KEYS,
     AsyncLimiter,
+    FailureHook,
     Flow,
     Limiter,
     NegativeCache,
     aged,
     awaiting,
     blocking,
+    check_failure_mode,
 )
 from ratewarden.rate import Rate
 
@@ -50,6 +53,14 @@ _Shares = tuple[tuple[Rate, ...], ...]
 S = TypeVar("S")
 L = TypeVar("L", bound=Limiter | AsyncLimiter)
 T = TypeVar("T")
+
+
+def _shadowed(decision: Decision, shadow: bool) -> Decision:
+    """``decision``, a denial reported as allowed and shadowed when ``shadow`` (as the
+    limiter's own hit reports one)."""
+    if shadow and not decision.allowed:
+        return replace(decision, allowed=True, shadowed=True)
+    return decision
 
 
 def round_robin() -> Picker:
@@ -88,7 +99,9 @@ class _CellBase(Generic[S, L]):
         if picker is not None and not callable(picker):
             raise ConfigurationError(f"cell picker {picker!r} must be callable: cells -> index")
         self.picker: Picker = picker if picker is not None else round_robin()
-        self.bands = None if bands is None else slot_bands(self.cells, bands)
+        # The bands as given (checked), not one per cell: ``cell_keys`` takes them in turn,
+        # and with more cells than bands the per-cell list is out of slot order.
+        self.bands = None if bands is None else check_bands(bands)
         self.negative = None if negative_cache is None else NegativeCache(negative_cache)
         self._lock = threading.Lock()
         self._keys: OrderedDict[str, tuple[str, ...]] = OrderedDict()
@@ -127,9 +140,26 @@ class _CellBase(Generic[S, L]):
 
     # -- the flows, composed from the limiter's
 
-    def hit_flow(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Flow[Decision]:
-        """Consume ``cost`` on one cell; a denial retries the next cell once before denying."""
+    def hit_flow(
+        self,
+        key: str,
+        rates: Rate | Sequence[Rate],
+        cost: int = 1,
+        *,
+        shadow: bool = False,
+        failure_mode: str | None = None,
+        on_failure: FailureHook | None = None,
+    ) -> Flow[Decision]:
+        """Consume ``cost`` on one cell; a denial retries the next cell once before denying.
+
+        The keywords are ``Limiter.hit``'s. ``failure_mode`` and ``on_failure`` go with
+        each cell's hit (the failure mode answers for a cell whose store call failed,
+        and a denial it answers is tried on the next cell like any other). ``shadow``
+        is the key's: the denial of both cells (or a cached one) is reported as
+        ``allowed=True, shadowed=True``; a cell's denial alone still goes to the next.
+        """
         check_cost(cost)
+        check_failure_mode(failure_mode, none_ok=True)
         keys, shares = self.keys(key), self.shares(rates)
         ident = (key, shares)
         negative = self.negative
@@ -139,20 +169,25 @@ class _CellBase(Generic[S, L]):
             if denial is not None:
                 # Neither cell can have a unit before then: the core's aging, as for its own
                 # negative cache.
-                return aged(denial.decision, now - denial.at_us, cost)
+                return _shadowed(aged(denial.decision, now - denial.at_us, cost), shadow)
         core = self.limiter
         first = self._pick()
-        decision = yield from core.hit_flow(keys[first], shares[first], cost)
+        decision = yield from core.hit_flow(
+            keys[first], shares[first], cost, failure_mode=failure_mode, on_failure=on_failure
+        )
         if decision.allowed or cost == 0:
-            return decision
+            return _shadowed(decision, shadow)
         second = (first + 1) % self.cells
-        retried = yield from core.hit_flow(keys[second], shares[second], cost)
+        retried = yield from core.hit_flow(
+            keys[second], shares[second], cost, failure_mode=failure_mode, on_failure=on_failure
+        )
         if retried.allowed:
             return retried
         sooner = retried if retried.retry_after <= decision.retry_after else decision
-        if negative is not None:
+        # A failure mode's denial says nothing of the cells' state: never remembered.
+        if negative is not None and not (decision.degraded or retried.degraded):
             negative.remember(ident, sooner, self.clock.now_us())
-        return sooner
+        return _shadowed(sooner, shadow)
 
     def used_flow(self, key: str, rates: Rate | Sequence[Rate]) -> Flow[int]:
         """Units in use over all cells, for the layer with the most in use (one peek per cell)."""
@@ -206,14 +241,16 @@ class _CellBase(Generic[S, L]):
 
 
 class CellLimiter(_CellBase["Store", Limiter]):
-    """``hit(key, rates, cost)`` on a key split into ``cells`` cells over a ``Store``.
+    """``hit(key, rates, cost)`` on a key split into ``cells`` cells over a ``Store`` (with
+    ``Limiter.hit``'s keywords: ``shadow``, ``failure_mode``, ``on_failure``; see ``hit_flow``).
 
     Each request goes to the cell ``picker`` chooses (round-robin by default;
     pass ``lambda n: random.randrange(n)`` for random); when that cell denies,
     the next cell is tried once before the request is denied. ``bands`` places
-    the cells (see ``cell_keys``): ``read_slot_map(store.client).bands`` puts
-    them on a Cluster's primaries as its live slot map has them. The Decision
-    is the deciding cell's: its ``limit`` and ``remaining`` are that cell's share.
+    the cells (see ``cell_keys``; more cells than bands take them in turn):
+    ``read_slot_map(store).bands`` puts them on a Cluster's primaries as its live
+    slot map has them. The Decision is the deciding cell's: its ``limit`` and
+    ``remaining`` are that cell's share.
 
     A request both cells denied is remembered until the sooner of their retry
     times (``negative_cache`` keys, least recently used dropped; None turns it

@@ -34,7 +34,16 @@ from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.hotkeys._cells import AsyncCellLimiter, CellLimiter, L, S, T, _CellBase
 from ratewarden.hotkeys._detector import HotKeyDetector
-from ratewarden.limiter import AsyncLimiter, DecisionCore, Flow, Limiter, awaiting, blocking
+from ratewarden.limiter import (
+    AsyncLimiter,
+    DecisionCore,
+    FailureHook,
+    Flow,
+    Limiter,
+    awaiting,
+    blocking,
+    check_failure_mode,
+)
 from ratewarden.rate import Rate
 from ratewarden.tiers import AsyncTwoTier, TwoTier
 
@@ -136,27 +145,45 @@ class _HotBase(Generic[S, L, M]):
         ``limiter.run(flow)``, to be awaited on the asyncio twin."""
         return self.limiter.run(flow)
 
-    def hit_flow(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Flow[Decision]:
+    def hit_flow(
+        self,
+        key: str,
+        rates: Rate | Sequence[Rate],
+        cost: int = 1,
+        *,
+        shadow: bool = False,
+        failure_mode: str | None = None,
+        on_failure: FailureHook | None = None,
+    ) -> Flow[Decision]:
         """Decide one request: on the store, or through the mitigation when ``key`` is hot.
 
-        A detected key's moves (its usage carried onto the cells or back) come first.
+        The keywords are ``Limiter.hit``'s, handed to whichever decides: ``shadow``
+        reports a denial as ``allowed=True, shadowed=True``; ``failure_mode``
+        overrides the deciding limiter's for this call (a ``TwoTier``'s own too) and
+        ``on_failure`` reports the failures it answers. A detected key's moves (its
+        usage carried onto the cells or back) come first.
         """
-        hot, moves = self._route(key, rates, cost)
+        hot, moves = self._route(key, rates, cost, failure_mode)
         for move in moves:
             yield from self._move_flow(move)
         # The rates as given: stores (and the core) know a rate set they saw by its identity.
-        if not hot:
-            return (yield from self.limiter.hit_flow(key, rates, cost))
-        if self._cells is not None:
-            return (yield from self._cells.hit_flow(key, rates, cost))
-        assert self._tier is not None
-        return (yield from self._tier.hit_flow(key, rates, cost))
+        decide: Any = self.limiter
+        if hot:
+            decide = self._cells if self._cells is not None else self._tier
+        decision: Decision = yield from decide.hit_flow(
+            key, rates, cost, shadow=shadow, failure_mode=failure_mode, on_failure=on_failure
+        )
+        return decision
 
-    def _route(self, key: str, rates: Rate | Sequence[Rate], cost: int) -> tuple[bool, list[_Move]]:
-        """Validate; then (whether ``key`` is hot, the moves to make first)."""
+    def _route(
+        self, key: str, rates: Rate | Sequence[Rate], cost: int, failure_mode: str | None
+    ) -> tuple[bool, list[_Move]]:
+        """Validate (before the detector counts anything); then (whether ``key`` is hot,
+        the moves to make first)."""
         found = check_rates(rates)
         check_cost(cost)
         check_key(key)
+        check_failure_mode(failure_mode, none_ok=True)
         if key in self.hot_keys:
             return True, []
         if self.detector is None:

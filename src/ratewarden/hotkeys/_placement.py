@@ -33,6 +33,7 @@ __all__ = [
     "MAX_CELLS",
     "SLOTS",
     "cell_keys",
+    "check_bands",
     "check_cells",
     "key_slot",
     "slot_bands",
@@ -102,15 +103,10 @@ def check_cells(cells: object) -> int:
     return cells
 
 
-def slot_bands(cells: int, bands: Sequence[tuple[int, int]] | None) -> list[tuple[int, int]]:
-    """The band of each of ``cells`` cells: ``bands`` taken in turn, or equal bands.
-
-    ``bands`` must be ``(start, end)`` slot ranges in slot order, none overlapping the
-    next (as ``SlotMap.bands`` gives them): two cells on one slot range would share a
-    primary, which is what cells are there to avoid.
-    """
-    if bands is None:
-        return [(i * SLOTS // cells, (i + 1) * SLOTS // cells) for i in range(cells)]
+def check_bands(bands: object) -> list[tuple[int, int]]:
+    """``bands`` as a list, once checked: ``(start, end)`` slot ranges in slot order, none
+    overlapping the next (as ``SlotMap.bands`` gives them). Two cells on one slot range
+    would share a primary, which is what cells are there to avoid."""
     if isinstance(bands, str | bytes) or not isinstance(bands, Sequence):
         raise ConfigurationError(f"bands {bands!r} must be a list of (start, end) slot ranges")
     found = list(bands)
@@ -133,6 +129,17 @@ def slot_bands(cells: int, bands: Sequence[tuple[int, int]] | None) -> list[tupl
                 f"bands: {before!r} and {band!r} overlap; each slot range must start at or "
                 "after the end of the one before it (one range per primary)"
             )
+    return found
+
+
+def slot_bands(cells: int, bands: Sequence[tuple[int, int]] | None) -> list[tuple[int, int]]:
+    """The band of each of ``cells`` cells: ``bands`` (``check_bands``) taken in turn, or
+    equal bands. With more cells than bands a band holds several cells (6 cells on 3
+    bands: two each), so the list returned is not in slot order: pass ``bands`` itself,
+    not this list, wherever bands are asked for."""
+    if bands is None:
+        return [(i * SLOTS // cells, (i + 1) * SLOTS // cells) for i in range(cells)]
+    found = check_bands(bands)
     return [found[i % len(found)] for i in range(cells)]
 
 
