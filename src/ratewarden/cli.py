@@ -4,14 +4,16 @@
 
     ratewarden serve --config PATH... [--store URL] [--host H] [--grpc-port N] [--http-port N]
                      [--workers N] [...]            the Envoy rate limit service
-    ratewarden config check PATH...                  validate rule files, print every error
+    ratewarden config check [--merge-domains] PATH... validate rule files, print every error
     ratewarden simulate [--bursts | --accuracy] [...]  traffic through algorithms, in simulated time
     ratewarden plan --rps N [...]                    capacity planning: memory, calls/s, bounds
 
-Exit codes: 0 success; 1 the rule files are invalid, the server could not start
-(a busy port) or a worker died; 2 bad command-line input (a flag or environment
-variable with a wrong value, a store URL that cannot be used). Errors are one
-line each, never a traceback.
+Exit codes: 0 success; 1 ``config check`` found the rule files invalid, the server
+could not start (a busy port) or a worker died; 2 ``serve`` refused to start on bad
+input (a flag or environment variable with a wrong value, a store URL that cannot be
+used, rule files that do not load), or any command's bad command-line input; 141 the
+reader of the output went away (``| head``), as for a Unix tool killed by SIGPIPE.
+Errors are one line each, never a traceback.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ratewarden.argparsing import CommandParser
@@ -30,11 +32,48 @@ if TYPE_CHECKING:
     from ratewarden.rate import Rate
     from ratewarden.storage.measure import Measured
 
-__all__ = ["main"]
+__all__ = ["METAVARS", "main"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+#: A closed output: 128 + SIGPIPE, what a shell reports for a tool its reader left.
+EXIT_BROKEN_PIPE = 141
+
+
+#: The placeholder of each serve flag's value in ``serve --help``: the one the flag tables of
+#: docs/envoy.md and docs/xds.md write (a test holds them equal). On/off switches have none.
+METAVARS: dict[str, str] = {
+    name: metavar
+    for metavar, names in {
+        "PATH": "config_paths xds_tls_ca xds_tls_cert xds_tls_key grpc_uds tls_cert tls_key "
+        "tls_client_ca",
+        "HOST:PORT": "config_xds",
+        "ID": "xds_node_id",
+        "NAME": "xds_tls_server_name",
+        "HOST": "tls_client_san",
+        "K=V,...": "xds_node_metadata xds_headers tracing_resource",
+        "URL": "store_url store_per_second statsd dogstatsd",
+        "FILE": "metrics_mapping dogstatsd_mogrifiers",
+        "H": "host grpc_host debug_host metrics_host",
+        "N": "grpc_port http_port debug_port metrics_port workers xds_max_message_bytes "
+        "max_values_per_rule legacy_header_names breaker_failures breaker_window "
+        "rlqs_demand_reports rlqs_bucket_metrics over_limit_cache",
+        "S": "xds_retry_interval xds_retry_max store_timeout grpc_max_connection_age "
+        "grpc_max_connection_age_grace reload_interval health_interval grace breaker_cooldown "
+        "rlqs_interval rlqs_ttl rlqs_idle statsd_interval",
+        "K": "rlqs_change_rounds",
+        "R": "near_limit_ratio breaker_failure_ratio tracing_sampling_rate",
+        "P": "key_prefix metrics_path tracing",
+        "L": "log_level loop",
+        "F": "log_format",
+        "W": "dashboard",
+        "M": "response_headers response_metadata",
+        "T": "transport statsd_tags",
+        "open|closed": "on_error",
+    }.items()
+    for name in names.split()
+}
 
 
 def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -62,8 +101,7 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
                 help=help_text,
             )
         else:
-            metavar = option.flag.removeprefix("--").replace("-", "_").upper()
-            serve.add_argument(option.flag, dest=name, metavar=metavar, help=help_text)
+            serve.add_argument(option.flag, dest=name, metavar=METAVARS[name], help=help_text)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -83,14 +121,28 @@ def _parser() -> argparse.ArgumentParser:
     from ratewarden.plan import command as plan
 
     plan.add_parser(commands)
-    config = commands.add_parser("config", help="work with rule files")
+    config = commands.add_parser(
+        "config",
+        help="work with rule files",
+        description="Work with rule files (envoyproxy/ratelimit YAML and ratewarden's "
+        "extensions, docs/config.md) without serving them.",
+    )
     config_commands = config.add_subparsers(dest="config_command", required=True, metavar="COMMAND")
     check = config_commands.add_parser(
         "check",
         help="validate rule files; exit 1 listing every error (file:line: key: reason)",
-        description="Load rule files or directories the way `serve` does and report every error.",
+        description="Load rule files or directories the way `serve` does and report every error. "
+        "Exit 0 when they load, 1 listing every error, 2 on a bad flag or variable.",
     )
     check.add_argument("paths", nargs="+", metavar="PATH", help="rule files or directories")
+    check.add_argument(
+        "--merge-domains",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a domain several files name is one domain with all their descriptors, as "
+        "`serve --merge-domains` loads them (otherwise an error) "
+        "[env RATEWARDEN_MERGE_DOMAINS, then MERGE_DOMAIN_CONFIG, as serve reads them]",
+    )
     return parser
 
 
@@ -99,11 +151,32 @@ def _errors(exc: BaseException) -> list[str]:
     return [str(error) for error in errors] if errors else [str(exc)]
 
 
-def _config_check(paths: Sequence[str]) -> int:
+def _merge_domains(flag: bool | None, environ: Mapping[str, str]) -> bool:
+    """``--[no-]merge-domains``, else ``RATEWARDEN_MERGE_DOMAINS``, else upstream's
+    ``MERGE_DOMAIN_CONFIG``, else off: serve's order (``settings.resolve``), each read by the
+    parser serve reads it with, so that check loads what serve loads. No other variable is
+    read: one that only serve uses cannot fail a check."""
+    from ratewarden.server.options import OPTIONS, read
+    from ratewarden.server.upstream_settings import given
+
+    names = (OPTIONS["merge_domains"].env, "MERGE_DOMAIN_CONFIG")
+    set_here = {name: environ[name] for name in names if name in environ}
+    own = read({"merge_domains": flag}, set_here)
+    if "merge_domains" in own:
+        return bool(own["merge_domains"])
+    return bool(given(set_here).get("MERGE_DOMAIN_CONFIG", False))
+
+
+def _config_check(paths: Sequence[str], merge_flag: bool | None) -> int:
     from ratewarden.server import config as rules
 
     try:
-        loaded = rules.load(paths)
+        merge_domains = _merge_domains(merge_flag, os.environ)
+    except ConfigurationError as exc:
+        print(f"ratewarden config check: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        loaded = rules.load(paths, merge_domains=merge_domains)
     except ConfigurationError as exc:
         for line in _errors(exc):
             print(line, file=sys.stderr)
@@ -126,6 +199,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     try:
         chosen = settings.resolve(vars(args), os.environ)
+        _config_paths_exist(chosen.config_paths, args.config_paths is not None, os.environ)
     except ConfigurationError as exc:
         print(f"ratewarden serve: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -146,16 +220,32 @@ def _serve(args: argparse.Namespace) -> int:
         )
     try:
         return process.run(chosen)
-    except config.ConfigError as exc:
+    except config.ConfigError as exc:  # rules that do not load: refused, as a bad flag is
         for line in _errors(exc):
             print(f"ratewarden serve: {line}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_USAGE
     except ConfigurationError as exc:  # a store URL that cannot be used, say
         print(f"ratewarden serve: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:
         print(f"ratewarden serve: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_FAILED
+
+
+def _config_paths_exist(paths: Sequence[str], flagged: bool, environ: Mapping[str, str]) -> None:
+    """A rule path that does not exist, refused naming where it was given: ``--config``, its
+    variable, or the upstream RUNTIME_* variables the path was made of."""
+    from ratewarden.server.options import OPTIONS
+
+    if flagged:
+        source = OPTIONS["config_paths"].flag
+    elif OPTIONS["config_paths"].env in environ:
+        source = OPTIONS["config_paths"].env
+    else:
+        source = "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY"
+    for path in paths:
+        if not os.path.exists(path):
+            raise ConfigurationError(f"{source} {path!r}: does not exist")
 
 
 def _measure(url: str, algorithm: str, limit: Rate, key_length: int) -> tuple[str, Measured]:
@@ -187,7 +277,26 @@ def _measure(url: str, algorithm: str, limit: Rate, key_length: int) -> tuple[st
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command in ``argv`` (``sys.argv[1:]`` by default) and return its exit code."""
+    """Run the command in ``argv`` (``sys.argv[1:]`` by default) and return its exit code.
+
+    A reader that closes the output early (``ratewarden config check FILE | head -1``) ends
+    the command quietly with ``EXIT_BROKEN_PIPE``: stdout and stderr are pointed at devnull,
+    so that nothing more is written and the flush at exit has nothing to fail on.
+    """
+    try:
+        try:
+            return _command(argv)
+        finally:  # a reader gone while the output sat in the buffer shows here, not at exit
+            sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for stream in (sys.stdout, sys.stderr):
+            os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
+
+
+def _command(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "serve":
         return _serve(args)
@@ -199,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ratewarden.plan import command as plan
 
         return plan.main(args, _measure)
-    return _config_check(args.paths)
+    return _config_check(args.paths, args.merge_domains)
 
 
 if __name__ == "__main__":

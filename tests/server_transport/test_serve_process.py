@@ -110,9 +110,9 @@ def test_the_example_config_serves(tmp_path: Path) -> None:
         server.stop()
 
 
-def refused(config: Path, *args: str) -> str:
-    """``ratewarden serve --config config --http-port 0 [args]``, which must exit 1 without a
-    traceback: what it wrote to stderr."""
+def refused(config: Path, *args: str, code: int = 1) -> str:
+    """``ratewarden serve --config config --http-port 0 [args]``, which must exit ``code``
+    without a traceback: what it wrote to stderr."""
     done = subprocess.run(
         [*RATEWARDEN, "serve", "--config", str(config), "--http-port", "0", *args],
         check=False,
@@ -120,7 +120,7 @@ def refused(config: Path, *args: str) -> str:
         text=True,
         timeout=60,
     )
-    assert done.returncode == 1
+    assert done.returncode == code
     assert "Traceback" not in done.stderr
     return done.stderr
 
@@ -135,11 +135,12 @@ def test_a_busy_port_exits_1_with_the_reason(rules: Path) -> None:
     assert f"cannot listen for gRPC on {HOST}:{port}" in stderr
 
 
-def test_an_invalid_config_exits_1_listing_every_error(tmp_path: Path) -> None:
-    """serve refuses to start on a bad config and prints each error as file:line: key: reason."""
+def test_an_invalid_config_exits_2_listing_every_error(tmp_path: Path) -> None:
+    """serve refuses to start on a bad config, as on a bad flag (exit 2), and prints each
+    error as file:line: key: reason."""
     bad = tmp_path / "bad.yaml"
     bad.write_text("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n")
-    stderr = refused(bad, "--grpc-port", "0")
+    stderr = refused(bad, "--grpc-port", "0", code=2)
     assert f"{bad}:4: unit: invalid rate limit unit 'fortnight'" in stderr
     assert f"{bad}:4: requests_per_unit: is missing" in stderr
 

@@ -485,5 +485,5 @@ def test_serve_help_says_what_the_xds_node_id_defaults_to(
     with pytest.raises(SystemExit):
         _parser().parse_args(["serve", "--help"])
     shown = " ".join(capsys.readouterr().out.split())
-    assert "--xds-node-id XDS_NODE_ID node id this service gives the xDS server" in shown
+    assert "--xds-node-id ID node id this service gives the xDS server" in shown
     assert "(unset: the id 'default') [env RATEWARDEN_XDS_NODE_ID]" in shown

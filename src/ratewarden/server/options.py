@@ -203,7 +203,12 @@ OPTIONS: dict[str, Option] = {
         boolean,
         "global shadow mode: count and report, but the overall answer is always OK",
     ),
-    "quota_mode": Option("--quota-mode", boolean, "deny only when every descriptor is over"),
+    "quota_mode": Option(
+        "--quota-mode",
+        boolean,
+        "deny only when every descriptor but unlimited ones is over (one without a rule or "
+        "in shadow_mode counts too and is never over)",
+    ),
     "charge_denied": Option(
         "--charge-denied",
         boolean,

@@ -128,7 +128,7 @@ def _build(
                     line,
                     "domain",
                     f"duplicate domain {domain.name!r}, already defined at {previous.source}; "
-                    "merge the two files or rename one domain",
+                    "merge the two files, rename one domain, or start with --merge-domains",
                 )
             )
         elif domain is not None:
