@@ -116,7 +116,7 @@ def test_a_shed_policy_takes_its_classes_as_a_mapping_in_its_order() -> None:
         ({"critical": 1.0, "batch": "half"}, "classes 'batch': ceiling 'half'"),
         ({"critical": 1.0, "batch": True}, "classes 'batch': ceiling True"),
         ({"critical": 1.0, "batch": 1.5}, "classes 'batch': ceiling 1.5"),
-        ({"critical": 1.0}, "classes (('critical', 1.0),)"),
+        ({"critical": 1.0}, "ShedPolicy: classes {'critical': 1.0}: a shed policy needs"),
     ],
     ids=repr,
 )

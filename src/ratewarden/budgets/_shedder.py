@@ -23,6 +23,8 @@ Two shedders use it:
   store's one atomic step: batch gets a slot only while fewer than 60 % of
   the slots are in use, and critical can always use the last 20 %. The slot is
   the limiter's (``acquire_slot_flow``); the twins are made of the flows.
+  ``acquire`` gives a ``ShedAcquired``: the pair ``(decision, lease)``, true only
+  when the request was admitted.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import itertools
 import math
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ratewarden.budgets._twins import Driven, L
 from ratewarden.checks import keywords_checked
@@ -43,6 +46,7 @@ __all__ = [
     "AsyncFleetShedder",
     "FleetShedder",
     "LoadShedder",
+    "ShedAcquired",
     "ShedDecision",
     "ShedPolicy",
 ]
@@ -85,7 +89,11 @@ class ShedPolicy:
     ) -> None:
         found = _pairs(classes)
         if len(found) < 2:
-            raise ConfigurationError(f"classes {found!r}: a shed policy needs at least two")
+            given = dict(found) if isinstance(classes, Mapping) else found
+            raise ConfigurationError(
+                f"ShedPolicy: classes {given!r}: a shed policy needs at least two classes (the "
+                "first with ceiling 1.0, the others lower), e.g. {'critical': 1.0, 'batch': 0.5}"
+            )
         seen: set[str] = set()
         for name, ceiling in found:
             if not isinstance(name, str) or not name:
@@ -135,6 +143,23 @@ class ShedDecision:
 
     def __bool__(self) -> bool:
         return self.allowed
+
+
+class ShedAcquired(NamedTuple):
+    """What ``FleetShedder.acquire`` gives: the decision and the slot's lease. It unpacks as
+    the pair (``decision, lease = shedder.acquire("batch")``) and is true only when the
+    request was admitted, so ``if shedder.acquire("batch"):`` means what it says. Release
+    ``lease`` either way (a denied lease's release is a no-op)."""
+
+    decision: ShedDecision
+    lease: Lease
+
+    @property
+    def allowed(self) -> bool:
+        return self.decision.allowed
+
+    def __bool__(self) -> bool:
+        return self.decision.allowed
 
 
 def _check_utilization(value: object) -> float:
@@ -198,15 +223,17 @@ class _FleetBase(Driven[L]):
     def _limit(self, ceiling: float) -> int:
         return math.floor(ceiling * self.capacity + 1e-9)
 
-    def acquire_flow(self, traffic_class: str) -> Flow[tuple[ShedDecision, Lease]]:
-        """Take one in-flight slot if ``traffic_class`` is under its ceiling; release it later."""
+    def acquire_flow(self, traffic_class: str) -> Flow[ShedAcquired]:
+        """Take one in-flight slot if ``traffic_class`` is under its ceiling; release it later.
+
+        The answer is a ``ShedAcquired``: ``(decision, lease)``, true only when admitted."""
         ceiling = self.policy.ceiling(traffic_class)  # unknown classes are errors
         limit = self.limits[traffic_class]
         lease = yield from self.limiter.acquire_slot_flow(self.key, limit, slots=1, ttl=self.ttl)
         # In use as the class's limit sees it: exact when granted, and at least
         # the class's limit when denied (the store reports no room below zero).
         utilization = (lease.limit - lease.decision.remaining) / self.capacity
-        return ShedDecision(lease.allowed, traffic_class, utilization, ceiling), lease
+        return ShedAcquired(ShedDecision(lease.allowed, traffic_class, utilization, ceiling), lease)
 
     def release_flow(self, lease: Lease) -> Flow[bool]:
         """Give a slot back (False if it had lapsed or was never granted)."""
