@@ -148,7 +148,7 @@ ERRORS: dict[str, tuple[int, str, str]] = {
         "- key: t\n  rate_limit: {unit: minute, requests_per_unit: 5, budget: {}}\n",
         4,
         "budget",
-        "belongs in the descriptor",
+        "belongs in a descriptor (an item of descriptors:)",
     ),
 }
 

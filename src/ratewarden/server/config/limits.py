@@ -109,7 +109,10 @@ def _check_period(reader: FieldReader, unit: str, multiplier: tuple[Any, int]) -
 
 
 def _unit(reader: FieldReader, entries: Entries, node: Any, block: str) -> str | None:
+    before = len(reader.problems)
     found = reader.text(entries, "unit")
+    if found is None and len(reader.problems) != before:  # a list or mapping: said already
+        return None
     if found is None:
         reader.problem(node, "unit", f"is missing; use one of {', '.join(UNIT_NAMES)}")
         return None

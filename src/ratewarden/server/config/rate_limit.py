@@ -60,12 +60,18 @@ def read_rate_limit(
     name_found = reader.text(entries, "name")
     name = "" if name_found is None else name_found[1]
     replaces = _replaces(reader, entries, name)
+    flagged = len(reader.problems)
     unlimited = reader.flag(entries, "unlimited")
+    bad_flag_alone = len(reader.problems) != flagged and not any(
+        key in entries for key in ("limits", *_LIMIT_KEYS)
+    )
     algorithm = _choice(reader, entries, "algorithm", ALGORITHM_NAMES, DEFAULT_ALGORITHM)
     failure_mode = _choice(reader, entries, "failure_mode", FAILURE_MODES, DEFAULT_FAILURE_MODE)
     limits: tuple[Limit, ...] = ()
     if unlimited:
         _check_unlimited(reader, entries)
+    elif bad_flag_alone:
+        pass  # unlimited: "true" (not a bool) is said; its limit is not missing on top of it
     elif "limits" in entries:
         for key in _LIMIT_KEYS:
             if key in entries:
@@ -74,8 +80,9 @@ def read_rate_limit(
                     key,
                     "goes inside each item of limits when limits is given, not beside it",
                 )
+        listed = len(reader.problems)
         items = reader.sequence(entries["limits"][1], "limits")
-        if not items:
+        if not items and len(reader.problems) == listed:  # not a list: said already
             reader.problem(entries["limits"][0], "limits", "is empty; give at least one limit")
         built = [_limit(reader, item, algorithm) for item in items]
         limits = tuple(limit for limit in built if limit is not None)
@@ -162,10 +169,13 @@ def _replaces(reader: FieldReader, entries: Entries, name: str) -> tuple[str, ..
         return ()
     names: list[str] = []
     for item in reader.sequence(entries["replaces"][1], "replaces"):
+        before = len(reader.problems)
         fields = reader.mapping(item, "a replaces item", ("name",))
         if fields is None:
             continue
         found = reader.text(fields, "name")
+        if len(reader.problems) != before:  # a key or value said wrong: not empty too
+            continue
         if found is None or not found[1]:
             reader.problem(
                 item, "replaces", "has an empty entry; give the name of the rule to replace"

@@ -45,6 +45,8 @@ _DESCRIPTOR_KEYS = (
 _MISPLACED = {
     "domain": "the top level of the file",
     **{key: "the descriptor (next to rate_limit)" for key in _DESCRIPTOR_KEYS},
+    # The blocks themselves: "next to rate_limit" would send rate_limit beside itself.
+    **{key: "a descriptor (an item of descriptors:)" for key in ("rate_limit", "budget")},
     **{key: "rate_limit" for key in RATE_LIMIT_KEYS},
     "tokens_per_unit": "budget",
 }
@@ -134,7 +136,10 @@ class FileReader(FieldReader):
         entries = self.mapping(root, "the top level", _ROOT_KEYS)
         if entries is None:
             return None
+        before = len(self.problems)
         found = self.text(entries, "domain")
+        if len(self.problems) != before:  # not a single value: said, and not missing too
+            return None
         if found is None or not found[1]:
             node = entries["domain"][0] if "domain" in entries else root
             self.problem(node, "domain", "is missing or empty; every config file names its domain")
@@ -208,9 +213,10 @@ class FileReader(FieldReader):
         entries = self.mapping(item, "a descriptor", _DESCRIPTOR_KEYS)
         if entries is None:
             return None
+        before = len(self.problems)
         found_key = self.text(entries, "key")
         key_missing = found_key is None or not found_key[1]
-        if key_missing:
+        if key_missing and len(self.problems) == before:  # not a bad value said already
             node = entries["key"][0] if "key" in entries else item
             self.problem(node, "key", "is missing or empty; every descriptor needs a key")
         found_value = self.text(entries, "value")
