@@ -15,7 +15,8 @@ interval (``traffic_weights``). ``DemandExchange`` (``AsyncDemandExchange``)
 carries those counts through each region's Redis, by the region stores it is
 given. A rebalance round also publishes the weights the region took, and moves
 "shrink first, grow after" (``_taken``), so that regions that disagree (one
-cannot read a peer) still stay within the limit.
+cannot read a peer) still stay within the limit. A key's next hit after its
+allowance moved first carries the share of it used to its new state (``_carry``).
 
 ``Quota`` holds everything but the waiting: ``_admit`` decides what a hit asks
 of the limiter (a plain call, so the twins' ``hit`` is the limiter's own hit,
@@ -35,6 +36,7 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import AsyncLimiter, Flow, Limiter, awaiting, blocking
 from ratewarden.rate import Rate
 from ratewarden.regions._bound import check_weights, traffic_weights
+from ratewarden.regions._carry import NOT_CARRIED, CarryBook, Scaled, carry_flow
 from ratewarden.regions._exchange import AsyncDemandExchange, DemandExchange, Exchange
 from ratewarden.regions._gcounter import check_region
 from ratewarden.regions._stores import named
@@ -70,6 +72,13 @@ class Quota(Generic[L]):
         self.limiter: L = limiter
         #: What this region enforces (its anchor and current weights): replaced, never changed.
         self._taken = Taken.static(shares)
+        #: The weights taken before ``_taken`` (None until a round moved them): a key's
+        #: usage is carried from its rates under them (``_carry``).
+        self._before: Taken | None = None
+        self._book = CarryBook()
+        #: Whether usage is carried over a rebalance: not for the sliding algorithms, whose
+        #: state cannot take it (see ``_carry``).
+        self._carries = getattr(limiter, "algorithm", None) not in NOT_CARRIED
         self._held: tuple[str, ...] = ()
         self._demand = 0
         self._lock = threading.Lock()
@@ -98,37 +107,53 @@ class Quota(Generic[L]):
 
     def local_rates(self, rates: Rate | Sequence[Rate]) -> tuple[Rate | None, ...]:
         """Each global rate scaled to this region's allowance; None where it is 0."""
+        return self._scaled(check_rates(rates), self._taken)
+
+    def _scaled(self, rates: tuple[Rate, ...], taken: Taken) -> Scaled:
+        """``rates`` scaled to this region's allowances under ``taken``."""
         scaled: list[Rate | None] = []
-        for rate in check_rates(rates):
-            allowance = self.allowance(rate)
+        for rate in rates:
+            allowance = taken.allowance(rate.limit, self.region)
             if allowance == 0:
                 scaled.append(None)
                 continue
             burst = None
             if rate.burst is not None:
-                burst = max(1, self._taken.allowance(rate.burst, self.region))
+                burst = max(1, taken.allowance(rate.burst, self.region))
             scaled.append(Rate(allowance, rate.period, burst))
         return tuple(scaled)
 
     def _admit(
         self, key: str, rates: Rate | Sequence[Rate], cost: int = 1
-    ) -> Decision | list[Rate]:
-        """What a hit of ``cost`` asks of the limiter: the local rates to decide on, or the
+    ) -> Decision | tuple[list[Rate], list[Scaled]]:
+        """What a hit of ``cost`` asks of the limiter: the local rates to decide on and the
+        older local rates whose usage to carry first (``_carry``; usually none), or the
         Decision itself when an allowance of 0 denies (the store is not asked then).
 
         Counts ``cost`` as this region's demand once the input is valid.
         """
         check_key(key)
         check_cost(cost)
-        local = self.local_rates(rates)
+        found = check_rates(rates)
+        taken = self._taken
+        local = self._scaled(found, taken)
         with self._lock:
             self._demand += cost
-        for rate, scaled in zip(check_rates(rates), local, strict=True):
+        for rate, scaled in zip(found, local, strict=True):
             if scaled is None:
                 # A share of zero: this region may admit nothing of this rate until a rebalance.
                 wait = rate.period_seconds
                 return Decision(False, 0, 0, 0.0, wait, rate=rate, cost=cost, refill_after=wait)
-        return [r for r in local if r is not None]
+        if not self._carries:
+            return [r for r in local if r is not None], []
+        known = self._book.swap((key, found), local)
+        olds = list(known) if known is not None else []
+        before = self._before
+        if before is not None and known is None and before is not taken:
+            previous = self._scaled(found, before)
+            if previous != local:
+                olds.append(previous)
+        return [r for r in local if r is not None], olds
 
     def take_demand(self) -> int:
         """The cost asked of this region since the last call (allowed or denied), and reset it."""
@@ -141,14 +166,17 @@ class Quota(Generic[L]):
 
         Every region must call this with the same ``demand`` (what
         ``DemandExchange.collect`` returns once all have published) so that
-        their allowances add up to the limit. Usage already counted under the
-        old allowance is not carried over: see docs/regions.md.
+        their allowances add up to the limit. A key's usage under the old
+        allowance is carried to the new one at its next hit (``_carry``; not for
+        the sliding algorithms): see docs/regions.md.
         """
         weights = traffic_weights(demand, self.regions)
         self._set(Taken.static(weights), ())
         return weights
 
     def _set(self, taken: Taken, held: tuple[str, ...]) -> None:
+        if taken != self._taken:
+            self._before = self._taken
         self._taken, self._held = taken, held
 
     def run(self, flow: Flow[T]) -> Any:
@@ -218,9 +246,12 @@ class RegionalQuota(Quota[Limiter]):
 
     def hit(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Decision:
         """Admit ``cost`` if this region's allowance of every rate has room (one local decision)."""
-        local = self._admit(key, rates, cost)
-        if isinstance(local, Decision):
-            return local
+        admitted = self._admit(key, rates, cost)
+        if isinstance(admitted, Decision):
+            return admitted
+        local, olds = admitted
+        if olds:
+            self.limiter.run(carry_flow(self.limiter, key, olds, local))
         return self.limiter.hit(key, local, cost)
 
     rebalance_round = blocking(Quota.rebalance_round_flow)
@@ -235,9 +266,12 @@ class AsyncRegionalQuota(Quota[AsyncLimiter]):
 
     async def hit(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Decision:
         """See ``RegionalQuota.hit``."""
-        local = self._admit(key, rates, cost)
-        if isinstance(local, Decision):
-            return local
+        admitted = self._admit(key, rates, cost)
+        if isinstance(admitted, Decision):
+            return admitted
+        local, olds = admitted
+        if olds:
+            await self.limiter.run(carry_flow(self.limiter, key, olds, local))
         return await self.limiter.hit(key, local, cost)
 
     rebalance_round = awaiting(Quota.rebalance_round_flow)

@@ -1,0 +1,182 @@
+"""RegionalQuota carries a key's usage over a rebalance (``regions/_carry.py``).
+
+A store names a key's state by its rate, and a region's local rate is its allowance, so a
+rebalance that moved the allowance used to land the key's next hit on a new, empty state:
+a fresh allowance at every move. Three regions rebalancing every second from Poisson
+traffic admitted ~17,900 a minute of a 6,000/minute limit (everything they were offered).
+Now the share of its allowance a key had used carries to the new one (capacity x share,
+rounded up, minus what the new state shows already), except for the sliding algorithms,
+whose state cannot take it (documented in regions.md). A share, not a count: when every
+region has spent its whole allowance the fleet has spent the limit, so a region whose
+allowance grew must not get the growth on top (the others, shrunk, are over theirs).
+
+``rebalance(demand)`` sets weights from demand (``traffic_weights``): a demand of 11/10/9
+gives us 2,182 of the 6,000 and 1/2/1 gives it 1,714.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import redis
+
+from ratewarden import AsyncLimiter, Limiter, Rate
+from ratewarden.regions import AsyncRegionalQuota, DemandExchange, RegionalQuota
+from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
+from ratewarden.storage.memory_regions import MemoryRegionStore
+from ratewarden.storage.redis import RedisStore
+from ratewarden.testing import ManualClock
+from tests.regions.conftest import REGIONS, Region
+
+GLOBAL = Rate.parse("6000/minute")
+EVEN = {"us": 1, "eu": 1, "ap": 1}
+#: Demands that move us's allowance from a third (2,000 of 6,000) up to 2,182 or down to 1,714.
+GROWN = {"us": 11, "eu": 10, "ap": 9}
+SHRUNK = {"us": 1, "eu": 2, "ap": 1}
+#: A minute's edge, so that the fixed windows of a test are whole.
+START = 1_700_000_040
+
+
+def _spend(quota: RegionalQuota, key: str, count: int) -> int:
+    return sum(quota.hit(key, GLOBAL).allowed for _ in range(count))
+
+
+@pytest.mark.parametrize("algorithm", ["fixed_window", "gcra", "token_bucket", "leaky_bucket"])
+def test_a_grown_allowance_keeps_the_share_used(algorithm: str) -> None:
+    """us spends half its 2,000; a rebalance grows it to 2,182: half of that is left (1,091),
+    not 2,182 afresh. Spent whole, nothing is left."""
+    quota = RegionalQuota("us", Limiter(MemoryStore(clock=ManualClock(START)), algorithm), EVEN)
+    assert _spend(quota, "half", 1_000) == 1_000
+    assert _spend(quota, "whole", 2_100) == 2_000
+    quota.rebalance(GROWN)
+    assert quota.allowance(GLOBAL) == 2_182
+    assert _spend(quota, "half", 3_000) == 2_182 - 1_091
+    assert _spend(quota, "whole", 3_000) == 0
+
+
+@pytest.mark.parametrize("algorithm", ["fixed_window", "gcra"])
+def test_a_shrunk_allowance_keeps_the_share_used(algorithm: str) -> None:
+    """Half of 2,000 spent, the allowance shrinks to 1,714: half of it is left (857)."""
+    quota = RegionalQuota("us", Limiter(MemoryStore(clock=ManualClock(START)), algorithm), EVEN)
+    assert _spend(quota, "k", 1_000) == 1_000
+    quota.rebalance(SHRUNK)
+    assert quota.allowance(GLOBAL) == 1_714
+    assert _spend(quota, "k", 2_000) == 857
+
+
+def test_moving_back_and_forth_never_refills() -> None:
+    """2,000 -> 2,182 -> 2,000 -> 1,714 -> 2,000 with a quarter spent before the first move
+    and 100 more after each: the share spent only grows, so each state the key lands on
+    shows at least what was spent before it."""
+    quota = RegionalQuota(
+        "us", Limiter(MemoryStore(clock=ManualClock(START)), "fixed_window"), EVEN
+    )
+    assert _spend(quota, "k", 500) == 500
+    for demand in (GROWN, EVEN, SHRUNK, EVEN):
+        quota.rebalance(demand)
+        assert _spend(quota, "k", 100) == 100
+    # 500 + 400 admitted; the share shown is never below what each move carried.
+    left = quota.limiter.peek("k", quota.local_rates(GLOBAL)[0]).remaining
+    assert left <= 2_000 - 900
+
+
+def test_another_process_of_the_region_carries_once() -> None:
+    """Two processes of us over one store (each its own quota): both carry after the same
+    rebalance; the second finds the share already shown and charges nothing more."""
+    store = MemoryStore(clock=ManualClock(START))
+    first, second = (RegionalQuota("us", Limiter(store, "fixed_window"), EVEN) for _ in range(2))
+    assert _spend(first, "k", 600) + _spend(second, "k", 400) == 1_000
+    for quota in (first, second):
+        quota.rebalance(GROWN)
+    assert _spend(second, "k", 100) + _spend(first, "k", 2_000) == 2_182 - 1_091
+
+
+def test_a_process_that_never_saw_the_key_carries_from_the_weights_before() -> None:
+    """The key was spent only by the first process; the second, whose first hit of it comes
+    after the rebalance, carries from its rates under the weights taken before."""
+    store = MemoryStore(clock=ManualClock(START))
+    first, second = (RegionalQuota("us", Limiter(store, "fixed_window"), EVEN) for _ in range(2))
+    assert _spend(first, "k", 1_000) == 1_000
+    for quota in (first, second):
+        quota.rebalance(GROWN)
+    assert _spend(second, "k", 3_000) == 2_182 - 1_091
+
+
+def test_sliding_windows_are_not_carried() -> None:
+    """The sliding algorithms' state cannot take a carry (a carry charges the present, and
+    would hold the old usage a whole period longer): a move still hands out a fresh one."""
+    limiter = Limiter(MemoryStore(clock=ManualClock(START)), "sliding_window")
+    quota = RegionalQuota("us", limiter, EVEN)
+    assert _spend(quota, "k", 2_100) == 2_000
+    quota.rebalance(GROWN)
+    assert _spend(quota, "k", 3_000) == 2_182
+
+
+#: The reproduction's limit: each region alone is offered all of it, Poisson.
+SIMULATED = Rate.parse("1200/minute")
+
+
+def _poisson_minutes(algorithm: str, seconds: int) -> list[int]:
+    """Three regions, each offered ~20/s of Poisson traffic (3x the limit in all), rebalanced
+    every second from traffic; what all three admitted in each whole minute."""
+    clock = ManualClock(START)
+    stores = {name: MemoryRegionStore(clock=clock) for name in REGIONS}
+    quotas = {
+        n: RegionalQuota(n, Limiter(MemoryStore(clock=clock), algorithm), EVEN) for n in REGIONS
+    }
+    exchanges = {name: DemandExchange(name, stores) for name in REGIONS}
+    rng = random.Random(7)
+    arrivals = []
+    for name in REGIONS:
+        t = 0.0
+        while t < seconds:
+            t += rng.expovariate(SIMULATED.limit / 60)
+            arrivals.append((round(t * 1_000_000), name))
+    arrivals.sort()
+    minutes = [0] * (seconds // 60)
+    interval = 1
+    for at, name in arrivals:
+        while interval * 1_000_000 <= at:
+            clock.advance_us(START * 1_000_000 + interval * 1_000_000 - clock.now_us())
+            for region, quota in quotas.items():
+                quota.rebalance_round(exchanges[region], interval)
+            interval += 1
+        clock.advance_us(START * 1_000_000 + at - clock.now_us())
+        if quotas[name].hit("tenant", SIMULATED).allowed and at // 60_000_000 < len(minutes):
+            minutes[at // 60_000_000] += 1
+    return minutes
+
+
+@pytest.mark.parametrize("algorithm", ["fixed_window", "gcra"])
+def test_traffic_shares_rebalanced_every_second_stay_near_the_limit(algorithm: str) -> None:
+    """Four minutes of the reproduction: each minute after the first within 1% over the
+    limit (the first minute of a GCRA from rest may add its burst), and under it by no more
+    than the carries' rounding: each carry rounds the share used up, twice (the store's
+    ``remaining`` is rounded down, the new count up), so up to 2 units a move, a region
+    and a round (60 rounds a minute, 3 regions). Before the carry every minute admitted
+    about three times the limit (all it was offered)."""
+    minutes = _poisson_minutes(algorithm, 240)
+    print(f"\n[regions] {algorithm}, traffic shares every second: {minutes} a minute")
+    rounding = 2 * len(REGIONS) * 60
+    for admitted in minutes[1:]:
+        assert SIMULATED.limit - rounding <= admitted <= 1.01 * SIMULATED.limit
+
+
+def test_a_redis_region_carries_too(regions: dict[str, Region]) -> None:
+    """The same carry on a real redis-server (fixed windows on an injected clock)."""
+    client: redis.Redis = regions["us"].local()
+    store = RedisStore(client, clock=ManualClock(START))
+    quota = RegionalQuota("us", Limiter(store, "fixed_window"), EVEN)
+    assert _spend(quota, "k", 1_000) == 1_000
+    quota.rebalance(GROWN)
+    assert _spend(quota, "k", 3_000) == 2_182 - 1_091
+
+
+async def test_the_async_twin_carries() -> None:
+    """AsyncRegionalQuota: a grown allowance keeps the share used."""
+    limiter = AsyncLimiter(AsyncMemoryStore(clock=ManualClock(START)), "gcra")
+    quota = AsyncRegionalQuota("us", limiter, EVEN)
+    assert sum([(await quota.hit("k", GLOBAL)).allowed for _ in range(1_000)]) == 1_000
+    quota.rebalance(GROWN)
+    assert sum([(await quota.hit("k", GLOBAL)).allowed for _ in range(3_000)]) == 2_182 - 1_091
