@@ -180,3 +180,32 @@ async def test_the_async_twin_carries() -> None:
     assert sum([(await quota.hit("k", GLOBAL)).allowed for _ in range(1_000)]) == 1_000
     quota.rebalance(GROWN)
     assert sum([(await quota.hit("k", GLOBAL)).allowed for _ in range(3_000)]) == 2_182 - 1_091
+
+
+def test_the_demand_of_every_process_of_a_region_adds_up(regions: dict[str, Region]) -> None:
+    """Two processes of us (each its own quota and exchange, one Redis per region) count 30
+    and 50; eu's one process counts 40. The round reads us at 80, not the last writer's
+    count: both processes of us, and eu, reach weights from 80 and 40. Before, a process's
+    publish replaced the other's (HSET), and us weighed 50 or 30 by who wrote last."""
+    from ratewarden.storage.regions import RegionStore
+
+    names = ("us", "eu")
+    clock = ManualClock(START)
+
+    def exchange(region: str) -> DemandExchange:
+        return DemandExchange(
+            region, {name: RegionStore(regions[name].local(), clock=clock) for name in names}
+        )
+
+    shares = {"us": 1, "eu": 1}
+    store = MemoryStore(clock=clock)
+    us_a, us_b = (RegionalQuota("us", Limiter(store, "fixed_window"), shares) for _ in range(2))
+    eu = RegionalQuota("eu", Limiter(MemoryStore(clock=clock), "fixed_window"), shares)
+    rounds = [(us_a, exchange("us")), (us_b, exchange("us")), (eu, exchange("eu"))]
+    for quota, count in ((us_a, 30), (us_b, 50), (eu, 40)):
+        _spend(quota, "d", count)
+    for quota, ex in rounds:  # publishes the counts as interval 0's demand
+        quota.rebalance_round(ex, 1)
+    weights = [quota.rebalance_round(ex, 2) for quota, ex in rounds]  # reads interval 0's
+    # traffic_weights: demand plus a tenth of the mean (6)
+    assert weights == [{"us": 86, "eu": 46}] * 3

@@ -52,7 +52,7 @@ class Exchange(Generic[S]):
         return region
 
     def publish_flow(self, interval: int, demand: int) -> Flow[None]:
-        """Record this region's demand of ``interval`` (kept for a few intervals)."""
+        """Add this process's demand of ``interval`` to the region's (kept a few intervals)."""
         store: Any = self.stores[self.region]
         reply = yield Ask(store.publish_demand, (self.region, interval, demand))
         if isinstance(reply, Exception):
@@ -122,9 +122,10 @@ class DemandExchange(Exchange["RegionStore | MemoryRegionStore"]):
 
     ``stores`` maps every region, this one included, to a ``RegionStore`` on its
     Redis (``ratewarden.storage.regions``, all with one key prefix).
-    ``publish(interval, demand)`` writes this region's count for interval number
-    ``interval``; ``collect(interval)`` reads every region's count for it
-    (missing ones are 0, and which were missing is returned too).
+    ``publish(interval, demand)`` adds this process's count to this region's
+    for interval number ``interval`` (every process of a region publishes its
+    own, and they add up); ``collect(interval)`` reads every region's count for
+    it (missing ones are 0, and which were missing is returned too).
 
     Deprecated, for one release: redis clients instead of stores (positionally,
     or as ``clients=``), with ``prefix`` for the stores made from them (a

@@ -226,7 +226,8 @@ class RegionBase(RegionPlan, FromUrl):
     def _publish_demand_batch(self, region: str, interval: int, demand: int) -> Batch[None]:
         key = self._demand_key(region)
         commands: tuple[Command, ...] = (
-            ("hset", (key, str(interval), demand), {}),
+            # Added, not set: every process of the region adds the demand it counted.
+            ("hincrby", (key, str(interval), demand), {}),
             ("hdel", (key, str(interval - DEMAND_INTERVALS)), {}),
             ("expire", (key, DEMAND_TTL_S), {}),
         )

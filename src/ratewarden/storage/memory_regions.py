@@ -194,11 +194,12 @@ class MemoryRegionStore(MemoryRegionBase):
         return self.table._transact(keys, step)
 
     def publish_demand(self, region: str, interval: int, demand: int) -> None:
-        """Record ``region``'s demand of interval number ``interval`` (kept a few intervals)."""
+        """Add to ``region``'s demand of interval number ``interval`` (kept a few intervals):
+        each process of the region adds what it counted."""
 
         def step(states: list[Any], now: int) -> tuple[None, list[Write]]:
             counts = dict(states[0] or {})
-            counts[interval] = demand
+            counts[interval] = counts.get(interval, 0) + demand  # every process adds its own
             counts.pop(interval - DEMAND_INTERVALS, None)
             return None, [(0, counts, now + DEMAND_TTL_S * 1_000_000)]
 

@@ -196,7 +196,8 @@ class RegionStore(RegionBase):
         return self._send(self._read_round_batch(region, members))
 
     def publish_demand(self, region: str, interval: int, demand: int) -> None:
-        """Record ``region``'s demand of interval number ``interval`` (kept a few intervals)."""
+        """Add to ``region``'s demand of interval number ``interval`` (kept a few intervals):
+        each process of the region adds what it counted."""
         self._send(self._publish_demand_batch(region, interval, demand))
 
     def demand(self, region: str, interval: int) -> int | None:
