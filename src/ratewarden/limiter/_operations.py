@@ -276,9 +276,9 @@ class Operations:
         As few store steps as the store allows: without a breaker, the in-process store
         runs them in one step under its lock (``joined_ops``: each sees what the ones
         before it wrote), and a store with ``apply_all`` (``RedisStore``: one pipeline, one
-        per Cluster primary) takes them in one call, which answers each op (its reply or
-        its error) and raises only when the store failed as a whole (every op is answered
-        with that; a region store's ``apply_all`` raises its first op's error so).
+        per Cluster primary; the region stores) takes them in one call, which answers each
+        op (its reply or its error, in its place) and raises only when the store failed as a
+        whole (every op is answered with that).
         Otherwise, and always with a breaker (asked for each op's node), one ``apply_flow``
         each: side by side (an asyncio store pipelines the calls of one event-loop turn),
         or one after the other on a blocking driver.

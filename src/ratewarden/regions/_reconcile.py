@@ -264,8 +264,9 @@ class Reconciler(Generic[L]):
                 for (member, entries), hold in zip(view.states, held, strict=True)
             ]
             replies = yield Ask(self.local.apply_all, (ops,))
-            if isinstance(replies, Exception):
-                raise replies
+            for reply in [replies] if isinstance(replies, Exception) else replies:
+                if isinstance(reply, Exception):  # the store's failure, or one merge's: the round's
+                    raise reply
             worst = overshoot(view, replies)
         if complete:
             recorded = yield Ask(self.local.finish_round, (self.region, now))

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from ratewarden.clock import Clock
 from ratewarden.errors import ConfigurationError
@@ -30,7 +30,7 @@ from ratewarden.storage._ops import Op
 from ratewarden.storage._redis_errors import REDIS_ERRORS, raise_storage_error
 from ratewarden.storage._redis_link import describe
 from ratewarden.storage._redis_protocol import cluster_where
-from ratewarden.storage._redis_store import DEFAULT_TIMEOUT, FromUrl
+from ratewarden.storage._redis_store import DEFAULT_TIMEOUT, FromUrl, storage_error
 from ratewarden.storage._region_budget import Entry, entries, held
 from ratewarden.storage._region_plan import (
     DEMAND_INTERVALS,
@@ -42,7 +42,7 @@ from ratewarden.storage._region_plan import (
 )
 from ratewarden.storage._scripts import script
 
-__all__ = ["Batch", "Entry", "RegionBase", "first_error", "ints", "unloaded"]
+__all__ = ["Batch", "Entry", "RegionBase", "ints", "unanswered", "unloaded"]
 
 T = TypeVar("T")
 
@@ -80,10 +80,12 @@ def unloaded(replies: Sequence[Any]) -> list[int]:
     return [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
 
 
-def first_error(replies: Sequence[Any]) -> None:
-    """Raise the first error among a pipeline's replies (read with ``raise_on_error=False``)."""
+def unanswered(replies: Sequence[Any]) -> None:
+    """Raise the first failure to get a reply among a pipeline's replies (read with
+    ``raise_on_error=False``): a server, on a Cluster a primary, that could not be reached
+    or did not answer in time. An error reply (``ResponseError``) is its command's own."""
     for reply in replies:
-        if isinstance(reply, Exception):
+        if isinstance(reply, Exception) and not isinstance(reply, ResponseError):
             raise reply
 
 
@@ -185,6 +187,16 @@ class RegionBase(RegionPlan, FromUrl):
         args = list(op.args)
         args[0] = self.clock.now_us() if self._injected else ""
         return args
+
+    def _answers(self, replies: Sequence[Any]) -> list[list[int] | Exception]:
+        """Each script's reply as whole numbers, or the ``StorageError`` that ``apply`` raises
+        for its error reply (the same words: the same boundary)."""
+        return [
+            storage_error(reply, self.where, self._socket_timeout)
+            if isinstance(reply, Exception)
+            else ints(reply)
+            for reply in replies
+        ]
 
     # -- the exchange, each call one pipelined round trip ------------------------------------
 

@@ -37,6 +37,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
+from ratewarden.errors import StorageError
 from ratewarden.rate import Rate
 from ratewarden.storage import memory
 from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix
@@ -131,9 +132,17 @@ class MemoryRegionStore(MemoryRegionBase):
         """Run ``op`` atomically: its pure twin under the table's lock (``MemoryStore.apply``)."""
         return self.table.apply(op)
 
-    def apply_all(self, ops: Sequence[Op]) -> list[list[int]]:
-        """Run every op, each atomic, not all together (as ``RegionStore.apply_all``)."""
-        return [self.table.apply(op) for op in ops]
+    def apply_all(self, ops: Sequence[Op]) -> list[list[int] | Exception]:
+        """Run every op as ``apply`` runs it, in order, each atomic, not all together: each
+        op's reply, or the ``StorageError`` ``apply`` raises for it (its script's error),
+        which answers its op only (as ``RegionStore.apply_all``)."""
+        found: list[list[int] | Exception] = []
+        for op in ops:
+            try:
+                found.append(self.table.apply(op))
+            except StorageError as error:
+                found.append(error)
+        return found
 
     # -- the exchange ------------------------------------------------------------------------
 

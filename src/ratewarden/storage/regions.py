@@ -22,7 +22,8 @@ It is three things:
 - ``apply(op)`` for the reconciled budget's script (``lua/region_budget.lua``),
   whose ``Op``s ``budget_hit`` and ``budget_merge`` build; the budget runs them
   through its limiter (``apply_flow``), or several in one round trip with
-  ``apply_all`` (a sync round's merge);
+  ``apply_all`` (a sync round's merge), which answers each op as
+  ``RedisStore.apply_all`` does (its reply, or the error standing for it);
 - the exchange: pipelined writes and reads of the active-key sets and window
   hashes (sync rounds) and of the demand counts (``DemandExchange``).
 
@@ -65,7 +66,7 @@ from ratewarden.storage._keys import DEFAULT_PREFIX
 from ratewarden.storage._ops import Op
 from ratewarden.storage._redis_clients import async_client, sync_client
 from ratewarden.storage._redis_store import DEFAULT_TIMEOUT
-from ratewarden.storage._region_base import Batch, Entry, RegionBase, first_error, ints, unloaded
+from ratewarden.storage._region_base import Batch, Entry, RegionBase, ints, unanswered, unloaded
 from ratewarden.storage._region_plan import PeerRound
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 
@@ -149,10 +150,14 @@ class RegionStore(RegionBase):
             reply = self._registered(op)(keys=list(op.keys), args=self._args(op))
         return ints(reply)
 
-    def apply_all(self, ops: Sequence[Op]) -> list[list[int]]:
-        """Run every op in one pipelined round trip (on a Cluster, one per primary): each
-        atomic, not all together. Ops a primary had no script for (nothing ran) are sent
-        again once it is loaded on every primary."""
+    def apply_all(self, ops: Sequence[Op]) -> list[list[int] | Exception]:
+        """Run every op as ``apply`` runs it, in order, in one pipelined round trip (on a
+        Cluster, one per primary): each atomic, not all together. Each op's reply, or the
+        ``StorageError`` ``apply`` would raise for its error reply (a script error answers
+        its op only), as ``RedisStore.apply_all`` answers. Ops a primary had no script for
+        (nothing ran) are sent again once it is loaded on every primary. Raises
+        ``StorageUnavailableError`` when the server, or a Cluster primary holding an op,
+        cannot be reached or does not answer within the client's socket timeout."""
         with self._boundary():
             replies = self._scripts_pipeline(ops)
             again = unloaded(replies)
@@ -162,8 +167,8 @@ class RegionStore(RegionBase):
                 resent = self._scripts_pipeline([ops[i] for i in again])
                 for i, reply in zip(again, resent, strict=True):
                     replies[i] = reply
-            first_error(replies)
-        return [ints(reply) for reply in replies]
+            unanswered(replies)
+        return self._answers(replies)
 
     def _scripts_pipeline(self, ops: Sequence[Op]) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)
@@ -290,7 +295,7 @@ class AsyncRegionStore(RegionBase):
             reply = await self._registered(op)(keys=list(op.keys), args=self._args(op))
         return ints(reply)
 
-    async def apply_all(self, ops: Sequence[Op]) -> list[list[int]]:
+    async def apply_all(self, ops: Sequence[Op]) -> list[list[int] | Exception]:
         """See ``RegionStore.apply_all``."""
         with self._boundary():
             replies = await self._scripts_pipeline(ops)
@@ -301,8 +306,8 @@ class AsyncRegionStore(RegionBase):
                 resent = await self._scripts_pipeline([ops[i] for i in again])
                 for i, reply in zip(again, resent, strict=True):
                     replies[i] = reply
-            first_error(replies)
-        return [ints(reply) for reply in replies]
+            unanswered(replies)
+        return self._answers(replies)
 
     async def _scripts_pipeline(self, ops: Sequence[Op]) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)
