@@ -141,10 +141,7 @@ class Rate:
         gcd = math.gcd(limit, period_us)
         capacity = limit if burst is None else burst
         if capacity * (period_us // gcd) + limit >= _EXACT:
-            raise ConfigurationError(
-                f"Rate {limit}/{period_us}us with burst {capacity} is too fine-grained to count "
-                "exactly; use a smaller burst or a period that divides evenly by the limit"
-            )
+            raise _too_fine(limit, period_us, burst, gcd)
         object.__setattr__(self, "limit", limit)
         object.__setattr__(self, "period_us", period_us)
         object.__setattr__(self, "burst", burst)
@@ -223,6 +220,63 @@ class Rate:
     def __str__(self) -> str:
         text = f"{self.limit}/{format_period(self.period_us)}"
         return text if self.burst is None else f"{text} (burst {self.burst})"
+
+
+def _too_fine(limit: int, period_us: int, burst: int | None, gcd: int) -> ConfigurationError:
+    """The error of a rate whose exact state would pass 2**53: the rate as written (its period
+    in its largest whole unit), and each change that would make it fit. A smaller burst is
+    offered only when a burst was given (the window algorithms take none)."""
+    capacity = limit if burst is None else burst
+    shown = f"{limit} per {format_period(period_us, words=True)}"
+    if burst is not None:
+        shown += f" with burst {burst}"
+    ways = []
+    if burst is not None:
+        most = (_EXACT - 1 - limit) // (period_us // gcd)
+        if most >= 1:
+            ways.append(f"a burst of at most {most:,}")
+    near = _dividing_limits(limit, period_us, burst)
+    if near:
+        ways.append(f"a limit that divides the period evenly ({' or '.join(near)}, say)")
+    # With any limit, a period this short keeps the state under 2**53.
+    longest = (_EXACT - 1 - limit) // capacity
+    if longest >= 1:
+        ways.append(f"a period of at most {_floor_period(longest, period_us)}")
+    if not ways:
+        ways.append("a smaller limit")
+    advice = ways[0] if len(ways) == 1 else f"{', '.join(ways[:-1])}, or {ways[-1]}"
+    return ConfigurationError(
+        f"Rate {shown} is too fine-grained to count exactly (its state would pass 2**53, "
+        f"past which a Redis number is not exact); use {advice}"
+    )
+
+
+def _dividing_limits(limit: int, period_us: int, burst: int | None) -> list[str]:
+    """The nearest limits below and above ``limit`` (within 10,000 of it) that divide
+    ``period_us`` evenly and count exactly with this burst."""
+    found = []
+    for step in (-1, 1):
+        for other in range(limit + step, limit + step * 10_000, step):
+            if other < 1 or other > period_us:
+                break
+            capacity = other if burst is None else burst
+            if period_us % other == 0 and capacity * (period_us // other) + other < _EXACT:
+                found.append(f"{other:,}")
+                break
+    return found
+
+
+def _floor_period(period_us: int, like_us: int) -> str:
+    """``period_us`` rounded down to a whole number of the unit ``like_us`` is written in
+    (or of the largest smaller unit it holds one of), for people: ``"14,892 days"``."""
+    names = ("year", "month", "week", "day", "hour", "minute", "second", "ms")
+    start = next((i for i, name in enumerate(names) if like_us % UNITS[name] == 0), len(names))
+    for name in names[start:]:
+        count = period_us // UNITS[name]
+        if count >= 1:
+            noun = "millisecond" if name == "ms" else name
+            return f"{count:,} {noun}" + ("s" if count > 1 else "")
+    return f"{period_us:,} microsecond" + ("s" if period_us > 1 else "")
 
 
 _UNITS_SHORT = {
