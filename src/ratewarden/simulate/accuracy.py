@@ -62,7 +62,9 @@ from ratewarden.simulate._table import aligned
 __all__ = [
     "CLOUDFLARE",
     "COUNTING",
+    "MAX_LOAD",
     "MAX_REQUESTS",
+    "MAX_SOURCES",
     "MIN_PERIODS",
     "MODELS",
     "Accuracy",
@@ -76,6 +78,10 @@ _SECOND_US = 1_000_000
 
 #: The most requests one report may simulate (per model).
 MAX_REQUESTS = 100_000_000
+#: The most sources (keys) one report may simulate, and the highest load (the median
+#: source's mean rate as a multiple of the limit).
+MAX_SOURCES = 10_000_000
+MAX_LOAD = 1_000
 
 #: What the two counters count: admitted requests (as the stores do) or every request.
 COUNTING = ("admitted", "all")
@@ -290,13 +296,13 @@ def prepare(
         )
     if isinstance(requests, bool) or not 1 <= requests <= MAX_REQUESTS:
         raise ConfigurationError(f"requests {requests!r} must be from 1 to {MAX_REQUESTS:,}")
-    if isinstance(sources, bool) or not 1 <= sources <= min(requests, 10_000_000):
+    if isinstance(sources, bool) or not 1 <= sources <= min(requests, MAX_SOURCES):
         raise ConfigurationError(
             f"sources {sources!r} must be at least 1 and at most the number of requests"
         )
     if counting not in COUNTING:
         raise ConfigurationError(f"counting {counting!r} must be one of: {', '.join(COUNTING)}")
-    if isinstance(load, bool) or not (isinstance(load, int | float) and 0 < load <= 1_000):
+    if isinstance(load, bool) or not (isinstance(load, int | float) and 0 < load <= MAX_LOAD):
         raise ConfigurationError(f"load {load!r} must be a number above 0 and at most 1000")
     if rate.burst is not None and rate.burst != rate.limit:
         raise ConfigurationError(

@@ -30,6 +30,7 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.simulate import _regions_flags, bursts, layered, patterns, plots, regions, runner
 from ratewarden.simulate import accuracy as accuracy_report
+from ratewarden.simulate._accuracy_flags import models, sizes
 
 __all__ = ["add_parser", "main"]
 
@@ -309,20 +310,15 @@ def _bursts(args: argparse.Namespace) -> int:
 
 
 def _accuracy(args: argparse.Namespace) -> int:
-    models = list(dict.fromkeys(args.model or accuracy_report.MODELS))
-    for model in (m for m in models if m not in accuracy_report.MODELS):
-        choices = ", ".join(accuracy_report.MODELS)
-        raise ConfigurationError(
-            f"--model {model!r}: unknown traffic model; choose one of: {choices}"
-        )
+    chosen = models(args.model)
     rates = _rates(args.rate, _ACCURACY_RATE, args.burst)
+    requests, sources, loads = sizes(args.requests, args.sources, args.load)
     rows = [
-        (model, rate, args.requests or 4_000_000, args.sources or 5_000, load,
-         args.seed or 1, args.counting or "admitted")
+        (model, rate, requests, sources, load, args.seed or 1, args.counting or "admitted")
         for rate in rates
-        for load in args.load or [0.5]
-        for model in models
-    ]  # fmt: skip
+        for load in loads
+        for model in chosen
+    ]
     runs = [accuracy_report.prepare(*row) for row in rows]  # every row checked before the first
     reports = [run() for run in runs]
     print(accuracy_report.format_accuracy(reports), end="")
