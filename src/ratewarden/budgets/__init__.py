@@ -8,7 +8,8 @@
 - ``FairShare`` / ``AsyncFairShare``: weighted tenants sharing a pooled budget.
 - ``held_slot`` / ``aheld_slot``: a concurrency slot renewed while long work runs.
 - ``LoadShedder`` and ``FleetShedder`` / ``AsyncFleetShedder``: traffic classes
-  shed lowest first as utilization rises, with a reserve for critical traffic.
+  shed lowest first as utilization rises, with a reserve for critical traffic; a
+  fleet shedder's ``acquire`` answers a ``ShedAcquired`` (decision, lease).
 - ``steps_flow`` over ``BudgetStep``s: several budgets' charges and peeks in as few
   store steps as the store allows, each answered as its own call would be.
 - ``provider_headers``: ``x-ratelimit-*-requests`` / ``-tokens`` and the IETF fields.
@@ -30,6 +31,7 @@ from ratewarden.budgets._shedder import (
     AsyncFleetShedder,
     FleetShedder,
     LoadShedder,
+    ShedAcquired,
     ShedDecision,
     ShedPolicy,
 )
@@ -65,6 +67,7 @@ __all__ = [
     "Reservation",
     "Route",
     "Settlement",
+    "ShedAcquired",
     "ShedDecision",
     "ShedPolicy",
     "TokenBudget",
