@@ -75,3 +75,20 @@ def test_the_old_module_path_still_imports_with_a_deprecation_warning() -> None:
             assert getattr(envoy, name) is getattr(budget_service, name)
     with pytest.raises(AttributeError, match="no attribute 'Elsewhere'"):
         envoy.Elsewhere  # noqa: B018
+
+
+async def test_an_over_check_says_when_the_next_token_is_back() -> None:
+    """30/minute spent: an over check's duration_until_reset is the 2 s until one token is
+    back (as serve's budget rules answer), not the 60 s until the budget is full; an OK
+    status still gives the time until full."""
+    clock = ManualClock()
+    service = BudgetRateLimitService(
+        AsyncMemoryStore(clock=clock), domain="llm", descriptor_key="tenant", rate="30/minute"
+    )
+    charged = await service(_request(30))
+    assert charged.statuses[0].duration_until_reset.seconds == 60
+    over = await service(_request(0))
+    assert over.overall_code == Response.OVER_LIMIT
+    assert over.statuses[0].duration_until_reset.seconds == 2
+    clock.advance(2.0)
+    assert (await service(_request(0))).overall_code == Response.OK

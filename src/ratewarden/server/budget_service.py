@@ -45,7 +45,13 @@ from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped, u
 from ratewarden.budgets import AsyncTokenBudget, Backlog, BudgetDecision, Usage
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
-from ratewarden.server.rule_budgets import BACKLOG_KEYS, AsyncRuleBudgets, Reached, RuleBudgets
+from ratewarden.server.rule_budgets import (
+    BACKLOG_KEYS,
+    AsyncRuleBudgets,
+    Reached,
+    RuleBudgets,
+    wait_for_one,
+)
 
 if TYPE_CHECKING:
     from ratewarden.storage import AsyncStore
@@ -162,8 +168,10 @@ class BudgetRateLimitService:
             current_limit=_Response.RateLimit(requests_per_unit=state.limit, unit=self._unit),
             limit_remaining=state.remaining,
         )
-        reset = state.reset_after
-        status.duration_until_reset.seconds = 0 if math.isinf(reset) else math.ceil(reset)
+        # Over: the wait for the next token, as serve's budget rules answer (the check is
+        # over until one is back); else the time until the budget is full again.
+        wait = wait_for_one(state) if over else state.reset_after
+        status.duration_until_reset.seconds = 0 if math.isinf(wait) else math.ceil(wait)
         return status
 
     def __repr__(self) -> str:

@@ -41,7 +41,7 @@ from ratewarden.rate import Rate
 if TYPE_CHECKING:
     from ratewarden.storage import AsyncStore, Store
 
-__all__ = ["BACKLOG_KEYS", "AsyncRuleBudgets", "Reached", "RuleBudgets"]
+__all__ = ["BACKLOG_KEYS", "AsyncRuleBudgets", "Reached", "RuleBudgets", "wait_for_one"]
 
 log = logging.getLogger("ratewarden.server")
 
@@ -54,7 +54,7 @@ BACKLOG_KEYS = 10_000
 REPLAY_KEYS = 1_000
 
 
-def _wait_for_one(state: AxisState) -> float:
+def wait_for_one(state: AxisState) -> float:
     """Seconds until one token is back on an empty axis (GCRA: the state moves one
     emission interval into the burst), never earlier than exact."""
     if not math.isfinite(state.reset_after):
@@ -79,7 +79,7 @@ def _checked(decision: BudgetDecision, *, charge_follows: bool) -> Decision:
         limit=state.limit,
         remaining=state.remaining,
         reset_after=state.reset_after,
-        retry_after=0.0 if allowed else _wait_for_one(state),
+        retry_after=0.0 if allowed else wait_for_one(state),
         rate=state.rate,
         cost=0,
         refill_after=state.refill_after,
