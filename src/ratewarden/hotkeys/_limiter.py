@@ -18,6 +18,13 @@ decided by the mitigation, one of:
 
 A detected key stays hot for ``hold`` seconds after the detector last called it
 hot, so a key near the threshold does not flap between the two.
+
+A move is a few store calls, made on the request that finds it due. When one fails,
+the move is not recorded as made: the key's usage stays where it was, the request is
+answered by its failure mode (as its own store call would be), and the move is tried
+again at the key's next hit. Each move charges what its destination lacks (the usage
+less what the destination already shows), so a move tried again after it was partly
+made charges nothing twice.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from ratewarden.checks import check_cost, check_key, check_rates, keywords_checked
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
-from ratewarden.errors import ConfigurationError
+from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.hotkeys._cells import AsyncCellLimiter, CellLimiter, L, S, T, _CellBase
 from ratewarden.hotkeys._detector import HotKeyDetector
 from ratewarden.limiter import (
@@ -63,6 +70,20 @@ _Move = tuple[bool, str, tuple[Rate, ...]]
 M = TypeVar("M", bound="CellLimiter | TwoTier | AsyncCellLimiter | AsyncTwoTier")
 
 
+def _raising(error: Exception) -> Callable[..., Any]:
+    def via(*_: Any) -> Any:
+        raise error
+
+    return via
+
+
+def _araising(error: Exception) -> Callable[..., Any]:
+    async def via(*_: Any) -> Any:
+        raise error
+
+    return via
+
+
 class _HotBase(Generic[S, L, M]):
     """Settings, the hot set, and the flows of a decision and of moving a key's usage.
 
@@ -75,6 +96,9 @@ class _HotBase(Generic[S, L, M]):
     _driver: ClassVar[Callable[..., Any]]
     #: The classes a mitigation may be: the shell's cells and two-tier limiter.
     _mitigations: ClassVar[tuple[type, type]]
+    #: A ``via`` for ``limiter.hit_flow`` that fails with the given error (a plain function;
+    #: the asyncio shell's, a coroutine function).
+    _failing = staticmethod(_raising)
 
     @keywords_checked
     def __init__(
@@ -134,6 +158,9 @@ class _HotBase(Generic[S, L, M]):
         # (key, rates) -> microseconds until it returns to the store; a key's state is per rate
         # set, so each rate set of a key moves (and carries its usage) on its own.
         self._detected: OrderedDict[tuple[str, tuple[Rate, ...]], int] = OrderedDict()
+        # (key, rates) whose move back to the store failed: their usage is on the cells, and
+        # the move is tried again at the key's next hit (at most max_hot kept).
+        self._leaving: OrderedDict[tuple[str, tuple[Rate, ...]], None] = OrderedDict()
 
     def is_hot(self, key: str) -> bool:
         """Whether ``key`` is mitigated now (configured, or detected and held)."""
@@ -161,16 +188,34 @@ class _HotBase(Generic[S, L, M]):
         reports a denial as ``allowed=True, shadowed=True``; ``failure_mode``
         overrides the deciding limiter's for this call (a ``TwoTier``'s own too) and
         ``on_failure`` reports the failures it answers. A detected key's moves (its
-        usage carried onto the cells or back) come first.
+        usage carried onto the cells or back) come first; when the key's own move fails,
+        its error is this request's store failure, answered by ``failure_mode`` (raised
+        without one), and the move is made at a later hit.
         """
         hot, moves = self._route(key, rates, cost, failure_mode)
+        failed: StorageError | None = None
         for move in moves:
-            yield from self._move_flow(move)
+            error = yield from self._carry_flow(move)
+            if error is not None and move[1] == key and move[2] == check_rates(rates):
+                failed = error
         # The rates as given: stores (and the core) know a rate set they saw by its identity.
         decide: Any = self.limiter
+        if failed is not None:
+            # Answered as the key's own store call would be when it fails, without asking
+            # the store again: the failure mode, its hook, shadow and metrics alike.
+            decision: Decision = yield from decide.hit_flow(
+                key,
+                rates,
+                cost,
+                shadow=shadow,
+                failure_mode=failure_mode,
+                on_failure=on_failure,
+                via=type(self)._failing(failed),
+            )
+            return decision
         if hot:
             decide = self._cells if self._cells is not None else self._tier
-        decision: Decision = yield from decide.hit_flow(
+        decision = yield from decide.hit_flow(
             key, rates, cost, shadow=shadow, failure_mode=failure_mode, on_failure=on_failure
         )
         return decision
@@ -194,9 +239,15 @@ class _HotBase(Generic[S, L, M]):
         with self._lock:
             moves: list[_Move] = [(False, k, r) for k, r in self._expired(now)]
             held = ident in self._detected
+            # A key whose move back failed still has its usage on the cells.
+            on_cells = ident in self._leaving
+            if on_cells:
+                del self._leaving[ident]
             if not held and not hot:
+                if on_cells:
+                    moves.append((False, key, found))
                 return False, moves
-            if not held:
+            if not held and not on_cells:
                 moves.append((True, key, found))
             if hot:
                 self._detected[ident] = now + self.hold_us
@@ -219,19 +270,35 @@ class _HotBase(Generic[S, L, M]):
             done.append(ident)
         return done
 
+    def _carry_flow(self, move: _Move) -> Flow[StorageError | None]:
+        """Make ``move``; None, or the store's error that stopped it (the move then counts
+        as not made: a key moving in stays on its own state, one moving out on its cells)."""
+        try:
+            yield from self._move_flow(move)
+        except StorageError as error:
+            into, key, rates = move
+            ident = (key, rates)
+            with self._lock:
+                if into:
+                    self._detected.pop(ident, None)
+                elif ident not in self._detected:  # not detected again meanwhile
+                    self._leaving[ident] = None
+                    if len(self._leaving) > self.max_hot:
+                        self._leaving.popitem(last=False)
+            return error
+        return None
+
     def _move_flow(self, move: _Move) -> Flow[None]:
-        """Carry a key's usage between its own state and its cells (nothing to do for leases)."""
+        """Carry a key's usage between its own state and its cells (nothing to do for leases):
+        what the destination lacks, so that making a move again charges nothing twice."""
         into, key, rates = move
         cells, core = self._cells, self.limiter
         if cells is None:
             return
         if into:
-            peek = yield from core.peek_flow(key, rates)
-            layers = peek.layers or (peek,)
-            used = max(
-                (layer.rate.capacity - layer.remaining for layer in layers if layer.rate),
-                default=0,
-            )
+            used = _used((yield from core.peek_flow(key, rates)))
+            if used > 0:
+                used -= yield from cells.used_flow(key, rates)
             if used > 0:
                 yield from cells.charge_flow(key, rates, used)
             return
@@ -239,7 +306,7 @@ class _HotBase(Generic[S, L, M]):
         if used <= 0:
             return
         room = yield from core.peek_flow(key, rates)
-        units = min(used, *(layer.remaining for layer in room.layers or (room,)))
+        units = min(used - _used(room), *(layer.remaining for layer in room.layers or (room,)))
         if units > 0:
             yield from core.hit_flow(key, rates, units)
 
@@ -274,7 +341,14 @@ class AsyncHotKeyLimiter(_HotBase["AsyncStore", AsyncLimiter, "AsyncCellLimiter 
 
     _driver = AsyncLimiter
     _mitigations = (AsyncCellLimiter, AsyncTwoTier)
+    _failing = staticmethod(_araising)
     hit = awaiting(_HotBase.hit_flow)
+
+
+def _used(decision: Decision) -> int:
+    """The units in use of the fullest layer of a peek: capacity less what remains."""
+    layers = decision.layers or (decision,)
+    return max((layer.rate.capacity - layer.remaining for layer in layers if layer.rate), default=0)
 
 
 def _a(name: str) -> str:
