@@ -63,19 +63,22 @@ class CarryBook:
         self._lock = threading.Lock()
 
     def swap(self, ident: Hashable, scaled: Scaled) -> tuple[Scaled, ...] | None:
-        """Record ``scaled`` as ``ident``'s newest rates; return the others it was decided on
-        lately when ``scaled`` is not the newest already (None when it is, or none are known)."""
+        """Record ``scaled`` as ``ident``'s newest rates. None when they are the newest
+        already (nothing to carry: the common case); else the others it was decided on
+        lately, newest last (empty for a key not seen yet)."""
         known = self._last.get(ident)  # the common case (unchanged) without the lock
         if known is not None and known[-1] == scaled:
             return None
         with self._lock:
             known = self._last.get(ident, ())
+            if known and known[-1] == scaled:
+                return None
             others = tuple(rates for rates in known if rates != scaled)
             self._last[ident] = (*others[-(DEFAULT_RATE_SETS - 1) :], scaled)
             self._last.move_to_end(ident)
             while len(self._last) > self.max_keys:
                 self._last.popitem(last=False)
-        return others or None
+        return others
 
     def __len__(self) -> int:
         return len(self._last)

@@ -44,6 +44,9 @@ from ratewarden.regions._taken import Taken, Weights, decode, settle
 
 __all__ = ["AsyncRegionalQuota", "Quota", "RegionalQuota"]
 
+#: Global rate sets whose scaled rates are remembered (a config has few).
+_CACHED_RATE_SETS = 1024
+
 #: The limiter a twin enforces its allowances with.
 L = TypeVar("L", Limiter, AsyncLimiter)
 T = TypeVar("T")
@@ -76,6 +79,8 @@ class Quota(Generic[L]):
         #: usage is carried from its rates under them (``_carry``).
         self._before: Taken | None = None
         self._book = CarryBook()
+        #: The weights and each global rate set scaled under them (replaced with them).
+        self._cached: tuple[Taken, dict[tuple[Rate, ...], Scaled]] = (self._taken, {})
         #: Whether usage is carried over a rebalance: not for the sliding algorithms, whose
         #: state cannot take it (see ``_carry``).
         self._carries = getattr(limiter, "algorithm", None) not in NOT_CARRIED
@@ -110,7 +115,20 @@ class Quota(Generic[L]):
         return self._scaled(check_rates(rates), self._taken)
 
     def _scaled(self, rates: tuple[Rate, ...], taken: Taken) -> Scaled:
-        """``rates`` scaled to this region's allowances under ``taken``."""
+        """``rates`` scaled to this region's allowances under ``taken`` (remembered for the
+        current weights: splitting a limit exactly costs more than the hit)."""
+        owner, cache = self._cached  # one read: a rebalance replaces the pair whole
+        if taken is owner:
+            found = cache.get(rates)
+            if found is None:
+                found = self._split(rates, taken)
+                if len(cache) >= _CACHED_RATE_SETS:
+                    cache.clear()
+                cache[rates] = found
+            return found
+        return self._split(rates, taken)
+
+    def _split(self, rates: tuple[Rate, ...], taken: Taken) -> Scaled:
         scaled: list[Rate | None] = []
         for rate in rates:
             allowance = taken.allowance(rate.limit, self.region)
@@ -147,9 +165,13 @@ class Quota(Generic[L]):
         if not self._carries:
             return [r for r in local if r is not None], []
         known = self._book.swap((key, found), local)
-        olds = list(known) if known is not None else []
+        if known is None:  # decided on these rates last time: nothing to carry
+            return [r for r in local if r is not None], []
+        olds = list(known)
         before = self._before
-        if before is not None and known is None and before is not taken:
+        if not known and before is not None and before is not taken:
+            # Not seen here yet: another process of the region may have decided it on the
+            # rates of the weights taken before these.
             previous = self._scaled(found, before)
             if previous != local:
                 olds.append(previous)
@@ -177,6 +199,7 @@ class Quota(Generic[L]):
     def _set(self, taken: Taken, held: tuple[str, ...]) -> None:
         if taken != self._taken:
             self._before = self._taken
+        self._cached = (taken, {})
         self._taken, self._held = taken, held
 
     def run(self, flow: Flow[T]) -> Any:
