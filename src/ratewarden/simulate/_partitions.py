@@ -149,6 +149,11 @@ class CutLink:
         """The peer's demand, unless the link is down."""
         return self._reached().demand(*args)
 
+    def demand_and_taken(self, *args: Any) -> Any:
+        """The peer's demand and the weights it took (a quota's round), unless the link is
+        down."""
+        return self._reached().demand_and_taken(*args)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 

@@ -1,8 +1,9 @@
 """``ratewarden simulate --region ...``: its flags, read into a run, and its figure.
 
 ``add_arguments`` adds ``--region`` (the mode: one per region), ``--sync-interval``,
-``--replication-lag``, ``--round-time`` and ``--partition``; ``from_flags`` checks every
-flag before anything runs and returns the run (``regions.run_regions``); ``plot_regions`` draws it.
+``--replication-lag``, ``--round-time``, ``--strategy`` and ``--partition``;
+``from_flags`` checks every flag before anything runs and returns the run
+(``regions.run_regions``); ``plot_regions`` draws it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.regions import parse_region_rate
 from ratewarden.simulate import patterns, plots
+from ratewarden.simulate._fleets import STRATEGIES
 from ratewarden.simulate._partitions import parse_partition
 from ratewarden.simulate._pattern import Pattern
 from ratewarden.simulate.regions import RegionsRun, run_regions
@@ -75,6 +77,13 @@ def add_arguments(mode: Any, parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="--region: how long a round takes from reading the peers to applying their "
         "counts; a round slower than --replication-lag is stale [default: the lag]",
+    )
+    parser.add_argument(
+        "--strategy",
+        choices=STRATEGIES,
+        help="--region: what every region runs: reconciled (a ReconciledBudget), quota (a "
+        "RegionalQuota, shares from traffic, rebalanced every --sync-interval) or static (a "
+        "RegionalQuota with shares by the region rates) [default: reconciled]",
     )
     parser.add_argument(
         "--partition",
@@ -142,6 +151,7 @@ def from_flags(
     check_plots: Callable[[], None],
     partitions: Sequence[str] | None = None,
     round_time: float | None = None,
+    strategy: str | None = None,
 ) -> RegionsRun:
     """Every flag checked (``check_plots`` too), then the run."""
     region_rates = _regions(regions)
@@ -168,6 +178,7 @@ def from_flags(
         duration_s=duration,
         partitions=cuts,
         round_time=round_time,
+        strategy=strategy or "reconciled",
     )
 
 

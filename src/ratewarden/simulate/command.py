@@ -329,7 +329,7 @@ def _regions(args: argparse.Namespace) -> int:
     run = _regions_flags.from_flags(
         args.region, args.rate, args.pattern, args.sync_interval, args.replication_lag,
         args.duration, check_plots=lambda: _check_plots(args.plot), partitions=args.partition,
-        round_time=args.round_time,
+        round_time=args.round_time, strategy=args.strategy,
     )  # fmt: skip
     for base in args.plot or ():
         print(f"wrote {_regions_flags.plot_regions(run, Path(base))}", file=sys.stderr)
@@ -347,6 +347,7 @@ _MODE_FLAGS = {
         "sync_interval",
         "replication_lag",
         "round_time",
+        "strategy",
         "partition",
         "duration",
         "plot",

@@ -1,15 +1,15 @@
 """Multi-region budgets in simulated time: how far over the limit a configuration goes.
 
-``run_regions`` puts one ``ReconciledBudget`` in each region, each on its own
-in-process region store (``MemoryRegionStore``: "that region's Redis"), all on
-one ``ManualClock``. Each region's traffic pattern is decided by its own budget,
-on one key, as ``ratewarden.regions`` decides it in production. Every
-``sync_interval`` seconds each region fetches its peers' counts, and applies
-them ``round_time`` seconds later (by default ``replication_lag``, the longest a
-round may take and still be used), so the counts it merges are that old; a round
-slower than the lag is stale, and merges counts without moving the cap. The run
-then counts, per window of the global rate, what all the regions admitted
-together: how far that went over the limit, against the bound the budgets state
+``run_regions`` puts one ``ReconciledBudget`` in each region (or, with ``strategy``, a
+``RegionalQuota``: ``_fleets``), each on its own in-process region store
+(``MemoryRegionStore``: "that region's Redis"), all on one ``ManualClock``. Each region's
+traffic pattern is decided by its own budget, on one key, as ``ratewarden.regions``
+decides it in production. Every ``sync_interval`` seconds each region fetches its peers'
+counts, and applies them ``round_time`` seconds later (by default ``replication_lag``, the
+longest a round may take and still be used), so the counts it merges are that old; a
+round slower than the lag is stale, and merges counts without moving the cap. The run
+then counts, per window of the global rate, what all the regions admitted together: how
+far that went over the limit, against the bound the budgets state
 (``ReconciledBudget.bound``).
 
 This module builds stores, so it is one of the composition roots
@@ -25,18 +25,16 @@ from typing import Any
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
-from ratewarden.regions import PeerView, ReconciledBudget
+from ratewarden.simulate._fleets import STRATEGIES, QuotaFleet, ReconciledFleet
 from ratewarden.simulate._partitions import CutLink, Partition, quiet
 from ratewarden.simulate._pattern import MAX_ARRIVALS, Horizon, Pattern
 from ratewarden.simulate._table import aligned
 from ratewarden.simulate.runner import START_US, _us, check_duration
+from ratewarden.storage.memory import MemoryStore
 from ratewarden.storage.memory_regions import MemoryRegionStore
 from ratewarden.testing import ManualClock
 
 __all__ = ["RegionRow", "RegionsRun", "WindowRow", "format_regions", "run_regions"]
-
-#: The one key every region decides its traffic on.
-_KEY = "simulated"
 
 #: The most sync rounds one run may hold.
 MAX_ROUNDS = 1_000_000
@@ -91,6 +89,8 @@ class RegionsRun:
     partitions: tuple[Partition, ...] = ()
     #: Seconds from a round's fetch to its apply (``replication_lag`` unless given).
     round_time: float | None = None
+    #: What every region ran (``_fleets.STRATEGIES``).
+    strategy: str = "reconciled"
 
     def over(self, window: WindowRow) -> int:
         """How far ``window`` went over the global limit (0 when within it)."""
@@ -113,6 +113,7 @@ def run_regions(
     duration_s: float,
     partitions: Sequence[Partition] = (),
     round_time: float | None = None,
+    strategy: str = "reconciled",
 ) -> RegionsRun:
     """Offer each region its pattern for ``duration_s`` seconds under the global ``rate``.
 
@@ -120,8 +121,18 @@ def run_regions(
     ``patterns`` gives every region its traffic, whose loads are multiples of ``rate``;
     ``partitions`` cut links between regions for a while (``_partitions.parse_partition``);
     ``round_time`` is how long a round takes from fetch to apply (``replication_lag`` when
-    None): longer than the lag, every round is stale.
+    None): longer than the lag, every round is stale. ``strategy`` is what every region
+    runs: ``reconciled`` (a ``ReconciledBudget``), ``quota`` (a ``RegionalQuota`` whose shares
+    follow traffic, a rebalance round every ``sync_interval``) or ``static`` (its shares
+    fixed); the shares of both quotas start from the region rates.
     """
+    if strategy not in STRATEGIES:
+        raise ConfigurationError(f"strategy {strategy!r} must be one of {', '.join(STRATEGIES)}")
+    if strategy != "reconciled" and round_time is not None:
+        raise ConfigurationError(
+            f"a round time is for reconciled budgets: a {strategy} quota's round is whole "
+            "when it starts"
+        )
     if set(patterns) != set(region_rates):
         raise ConfigurationError(
             f"traffic is given for {sorted(patterns)}, but the regions are "
@@ -146,17 +157,13 @@ def run_regions(
             if peer != name
         }  # fmt: skip
 
-    budgets = {
-        name: ReconciledBudget(
-            name,
-            stores[name],
-            peers(name),
-            region_rates,
-            sync_interval=sync_interval,
-            replication_lag=replication_lag,
-        )
-        for name in names
-    }
+    fleet: ReconciledFleet | QuotaFleet
+    if strategy == "reconciled":
+        fleet = ReconciledFleet(stores, peers, region_rates, sync_interval=sync_interval,
+                                replication_lag=replication_lag)  # fmt: skip
+    else:
+        fleet = QuotaFleet(stores, peers, region_rates, traffic=strategy == "quota",
+                           local_store=lambda: MemoryStore(clock=clock))  # fmt: skip
     interval_us = _us(sync_interval)
     if interval_us < 1 or duration_us // interval_us > MAX_ROUNDS:
         raise ConfigurationError(
@@ -180,11 +187,12 @@ def run_regions(
         seq += 1
     heapq.heapify(queue)
     rounds = 0
-    views: dict[tuple[int, int], PeerView] = {}
+    views: dict[tuple[int, int], Any] = {}
     offered = dict.fromkeys(names, 0)
     admitted = dict.fromkeys(names, 0)
     failed = dict.fromkeys(names, 0)
     stale = dict.fromkeys(names, 0)
+    started = dict.fromkeys(names, 0)
     windows: dict[int, list[int]] = {}
     decided = 0
     with quiet():
@@ -195,16 +203,21 @@ def run_regions(
             clock.advance_us(t - clock.now_us())
             name = names[index]
             if kind == _FETCH:
-                views[(t, index)] = budgets[name].fetch()
-                heapq.heappush(queue, (t + lag_us, _APPLY, order, index, t, 0))
+                started[name] += 1
+                fetched = fleet.fetch(name, started[name])
+                if fleet.applies:
+                    views[(t, index)] = fetched
+                    heapq.heappush(queue, (t + lag_us, _APPLY, order, index, t, 0))
+                else:
+                    failed[name] += fetched
                 heapq.heappush(queue, (t + interval_us, _FETCH, order, index, 0, 0))
                 if index == len(names) - 1:
                     rounds += 1
                 continue
             if kind == _APPLY:
-                report = budgets[name].apply(views.pop((client, index)))
-                failed[name] += bool(report.failed)
-                stale[name] += report.stale
+                was_failed, was_stale = fleet.apply(name, views.pop((client, index)))
+                failed[name] += was_failed
+                stale[name] += was_stale
                 continue
             decided += 1
             if decided > MAX_ARRIVALS:
@@ -212,7 +225,7 @@ def run_regions(
                     f"more than {MAX_ARRIVALS:,} requests in {duration_s:g} s; "
                     "shorten the duration or lower the loads"
                 )
-            decision = budgets[name].hit(_KEY, rate, cost)
+            decision = fleet.hit(name, rate, cost)
             offered[name] += cost
             if decision.allowed:
                 admitted[name] += cost
@@ -234,7 +247,7 @@ def run_regions(
         rate=rate,
         sync_interval=sync_interval,
         replication_lag=replication_lag,
-        bound=budgets[names[0]].bound,
+        bound=fleet.bound,
         regions=rows,
         windows=tuple(
             WindowRow(
@@ -247,6 +260,7 @@ def run_regions(
         rounds=rounds,
         partitions=tuple(partitions),
         round_time=round_time,
+        strategy=strategy,
     )
 
 
@@ -291,10 +305,24 @@ def format_regions(run: RegionsRun) -> str:
         if worst is not None
         else "no window over the limit"
     )
+    if run.strategy == "reconciled":
+        stated = (
+            f"the stated bound is +{run.bound} a window (sync every {run.sync_interval:g}s, "
+            f"replication lag {run.replication_lag:g}s, {run.rounds} rounds)"
+        )
+    else:
+        how = (
+            f"from traffic, rebalanced every {run.sync_interval:g}s, {run.rounds} rounds"
+            if run.strategy == "quota"
+            else "static"
+        )
+        stated = f"a regional quota's allowances add up to the limit (shares {how})"
+    used = sum(window.total for window in run.windows)
     out.append(
-        f"\n{verdict}; {over_count} of {len(run.windows)} windows over; the stated bound is "
-        f"+{run.bound} a window (sync every {run.sync_interval:g}s, replication lag "
-        f"{run.replication_lag:g}s, {run.rounds} rounds)\n"
+        f"\n{verdict}; {over_count} of {len(run.windows)} windows over; {stated}\n"
+        f"strategy {run.strategy}: {used:,} admitted in all, "
+        f"{used / (run.rate.limit * len(run.windows)):.1%} of the limit over "
+        f"{len(run.windows)} windows\n"
     )
     if slow:
         took = run.replication_lag if run.round_time is None else run.round_time
