@@ -10,6 +10,8 @@ the limit).
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from ratewarden.cli import main
@@ -111,7 +113,7 @@ def test_bad_strategy_flags_exit_2_naming_the_flag(
     extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["simulate", "--region", "us=100/s", "--region", "eu=50/s", "--duration", "60"]
-    with pytest.raises(SystemExit) if "home" in extra else _nothing():
+    with pytest.raises(SystemExit) if "home" in extra else contextlib.nullcontext():
         code = main([*argv, *extra])
         assert code == 2
     assert message in capsys.readouterr().err
@@ -121,11 +123,3 @@ def test_strategy_is_a_region_mode_flag(capsys: pytest.CaptureFixture[str]) -> N
     """--strategy without --region is refused, as the other region flags are."""
     assert main(["simulate", "--strategy", "quota"]) == 2
     assert "--strategy cannot be used without --region" in capsys.readouterr().err
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
