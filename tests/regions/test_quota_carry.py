@@ -17,16 +17,20 @@ gives us 2,182 of the 6,000 and 1/2/1 gives it 1,714.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import redis
 
 from ratewarden import AsyncLimiter, Limiter, Rate
+from ratewarden.errors import StorageUnavailableError
 from ratewarden.regions import AsyncRegionalQuota, DemandExchange, RegionalQuota
 from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
 from ratewarden.storage.memory_regions import MemoryRegionStore
 from ratewarden.storage.redis import RedisStore
 from ratewarden.testing import ManualClock
+from tests._servers import RedisServer
 from tests.regions.conftest import REGIONS, Region
 
 GLOBAL = Rate.parse("6000/minute")
@@ -209,3 +213,31 @@ def test_the_demand_of_every_process_of_a_region_adds_up(regions: dict[str, Regi
     weights = [quota.rebalance_round(ex, 2) for quota, ex in rounds]  # reads interval 0's
     # traffic_weights: demand plus a tenth of the mean (6)
     assert weights == [{"us": 86, "eu": 46}] * 3
+
+
+@pytest.mark.parametrize("mode", [None, "open"])
+def test_a_carry_the_store_fails_is_made_at_a_later_hit(
+    make_redis: Callable[..., RedisServer], tmp_path: Path, mode: str | None
+) -> None:
+    """Half of us's 2,000 spent; a rebalance grows it to 2,182; the store is down for the
+    first hit after it (no failure mode: it raises; "open": the limiter answers it): the
+    carry is not recorded as made. Once the store is back (with its data), the next hit
+    carries the half used, so 1,091 are left and not 2,182 afresh."""
+    server = make_redis([f"dir {tmp_path}"])
+    store = RedisStore.from_url(server.url, clock=ManualClock(START), timeout=0.5)
+    quota = RegionalQuota("us", Limiter(store, "fixed_window", failure_mode=mode), EVEN)
+    try:
+        assert _spend(quota, "k", 1_000) == 1_000
+        quota.rebalance(GROWN)
+        with server.client() as admin:
+            admin.save()
+        server.stop()
+        if mode is None:
+            with pytest.raises(StorageUnavailableError):
+                quota.hit("k", GLOBAL)
+        else:
+            assert quota.hit("k", GLOBAL).degraded == "open"
+        make_redis([f"dir {tmp_path}"], port=server.port)
+        assert _spend(quota, "k", 3_000) == 2_182 - 1_091
+    finally:
+        store.close()

@@ -80,6 +80,11 @@ class CarryBook:
                 self._last.popitem(last=False)
         return others
 
+    def forget(self, ident: Hashable) -> None:
+        """Forget ``ident``'s rates (its carry failed: the next hit carries again)."""
+        with self._lock:
+            self._last.pop(ident, None)
+
     def __len__(self) -> int:
         return len(self._last)
 
@@ -88,27 +93,35 @@ def _layers(decision: Decision) -> tuple[Decision, ...]:
     return decision.layers or (decision,)
 
 
-def carry_flow(limiter: Any, key: str, olds: Sequence[Scaled], new: Sequence[Rate]) -> Flow[None]:
+def carry_flow(limiter: Any, key: str, olds: Sequence[Scaled], new: Sequence[Rate]) -> Flow[bool]:
     """Charge ``key``'s state under ``new`` with the share of its capacity it had used under
     ``olds`` (each aligned with ``new``, layer by layer; the largest share counts) that it
     does not show yet, as a flow of ``limiter`` (a ``Limiter`` or ``AsyncLimiter``: its
-    peeks and hits)."""
+    peeks and hits). False when the limiter's failure mode answered a step for the store
+    (the carry is not made: what it read or charged was not the store's)."""
     used = [Fraction(0)] * len(new)
     for old in olds:
         layers = [i for i, rate in enumerate(old) if rate is not None and rate != new[i]]
         if not layers:
             continue
         peek = yield from limiter.peek_flow(key, [old[i] for i in layers])
+        if peek.degraded:
+            return False
         for i, layer in zip(layers, _layers(peek), strict=True):
             rate = old[i]
             assert rate is not None
             used[i] = max(used[i], Fraction(rate.capacity - layer.remaining, rate.capacity))
     wanted = [i for i, share in enumerate(used) if share > 0]
     if not wanted:
-        return
+        return True
     peek = yield from limiter.peek_flow(key, [new[i] for i in wanted])
+    if peek.degraded:
+        return False
     for i, layer in zip(wanted, _layers(peek), strict=True):
         capacity = new[i].capacity
         units = min(math.ceil(used[i] * capacity) - (capacity - layer.remaining), layer.remaining)
         if units > 0:
-            yield from limiter.hit_flow(key, new[i], units)
+            charged = yield from limiter.hit_flow(key, new[i], units)
+            if charged.degraded:
+                return False
+    return True

@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from ratewarden.checks import check_cost, check_key, check_rates
 from ratewarden.decision import Decision
-from ratewarden.errors import ConfigurationError
+from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.limiter import AsyncLimiter, Flow, Limiter, awaiting, blocking
 from ratewarden.rate import Rate
 from ratewarden.regions._bound import check_weights, traffic_weights
@@ -143,10 +143,10 @@ class Quota(Generic[L]):
 
     def _admit(
         self, key: str, rates: Rate | Sequence[Rate], cost: int = 1
-    ) -> Decision | tuple[list[Rate], list[Scaled]]:
+    ) -> Decision | tuple[list[Rate], Flow[None] | None]:
         """What a hit of ``cost`` asks of the limiter: the local rates to decide on and the
-        older local rates whose usage to carry first (``_carry``; usually none), or the
-        Decision itself when an allowance of 0 denies (the store is not asked then).
+        carry of the key's usage to run first (``_carry``; usually None), or the Decision
+        itself when an allowance of 0 denies (the store is not asked then).
 
         Counts ``cost`` as this region's demand once the input is valid.
         """
@@ -162,11 +162,12 @@ class Quota(Generic[L]):
                 # A share of zero: this region may admit nothing of this rate until a rebalance.
                 wait = rate.period_seconds
                 return Decision(False, 0, 0, 0.0, wait, rate=rate, cost=cost, refill_after=wait)
+        new = [r for r in local if r is not None]
         if not self._carries:
-            return [r for r in local if r is not None], []
+            return new, None
         known = self._book.swap((key, found), local)
         if known is None:  # decided on these rates last time: nothing to carry
-            return [r for r in local if r is not None], []
+            return new, None
         olds = list(known)
         before = self._before
         if not known and before is not None and before is not taken:
@@ -175,7 +176,20 @@ class Quota(Generic[L]):
             previous = self._scaled(found, before)
             if previous != local:
                 olds.append(previous)
-        return [r for r in local if r is not None], olds
+        return new, (self._carry_flow(key, found, olds, new) if olds else None)
+
+    def _carry_flow(
+        self, key: str, found: tuple[Rate, ...], olds: list[Scaled], new: list[Rate]
+    ) -> Flow[None]:
+        """``carry_flow``; a carry the store failed (raised, or answered by the limiter's
+        failure mode) is forgotten with the key's rates, so that the next hit carries again."""
+        try:
+            done = yield from carry_flow(self.limiter, key, olds, new)
+        except StorageError:
+            self._book.forget((key, found))
+            raise
+        if not done:
+            self._book.forget((key, found))
 
     def take_demand(self) -> int:
         """The cost asked of this region since the last call (allowed or denied), and reset it."""
@@ -272,9 +286,9 @@ class RegionalQuota(Quota[Limiter]):
         admitted = self._admit(key, rates, cost)
         if isinstance(admitted, Decision):
             return admitted
-        local, olds = admitted
-        if olds:
-            self.limiter.run(carry_flow(self.limiter, key, olds, local))
+        local, carry = admitted
+        if carry is not None:
+            self.limiter.run(carry)
         return self.limiter.hit(key, local, cost)
 
     rebalance_round = blocking(Quota.rebalance_round_flow)
@@ -292,9 +306,9 @@ class AsyncRegionalQuota(Quota[AsyncLimiter]):
         admitted = self._admit(key, rates, cost)
         if isinstance(admitted, Decision):
             return admitted
-        local, olds = admitted
-        if olds:
-            await self.limiter.run(carry_flow(self.limiter, key, olds, local))
+        local, carry = admitted
+        if carry is not None:
+            await self.limiter.run(carry)
         return await self.limiter.hit(key, local, cost)
 
     rebalance_round = awaiting(Quota.rebalance_round_flow)
