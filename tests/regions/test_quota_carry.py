@@ -241,3 +241,21 @@ def test_a_carry_the_store_fails_is_made_at_a_later_hit(
         assert _spend(quota, "k", 3_000) == 2_182 - 1_091
     finally:
         store.close()
+
+
+def test_a_quota_that_cannot_carry_says_so_once_when_its_shares_move(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A sliding-window quota warns at its first move that usage is not carried (each move
+    hands out a fresh allowance), once; a quota that carries says nothing."""
+    sliding = RegionalQuota(
+        "us", Limiter(MemoryStore(clock=ManualClock(START)), "sliding_window"), EVEN
+    )
+    carried = RegionalQuota("us", Limiter(MemoryStore(clock=ManualClock(START)), "gcra"), EVEN)
+    with caplog.at_level("WARNING", logger="ratewarden.regions"):
+        for demand in (GROWN, SHRUNK, GROWN):
+            sliding.rebalance(demand)
+            carried.rebalance(demand)
+    events = [getattr(record, "event", None) for record in caplog.records]
+    assert events == ["region_quota_not_carried"]
+    assert "sliding_window" in caplog.records[0].getMessage()

@@ -26,6 +26,7 @@ blocking or awaited), and a rebalance round is a flow the twin's limiter runs.
 from __future__ import annotations
 
 import inspect
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
@@ -43,6 +44,8 @@ from ratewarden.regions._stores import named
 from ratewarden.regions._taken import Taken, Weights, decode, settle
 
 __all__ = ["AsyncRegionalQuota", "Quota", "RegionalQuota"]
+
+log = logging.getLogger("ratewarden.regions")
 
 #: Global rate sets whose scaled rates are remembered (a config has few).
 _CACHED_RATE_SETS = 1024
@@ -212,6 +215,17 @@ class Quota(Generic[L]):
 
     def _set(self, taken: Taken, held: tuple[str, ...]) -> None:
         if taken != self._taken:
+            if not self._carries and self._before is None:  # said once, at the first move
+                algorithm = getattr(self.limiter, "algorithm", None)
+                log.warning(
+                    "region %s: its shares moved; usage is not carried over a move with %s, "
+                    "so each move hands every key a fresh allowance (use static shares, or "
+                    "rebalance no more often than the rate's period)",
+                    self.region,
+                    algorithm,
+                    extra={"event": "region_quota_not_carried", "region": self.region,
+                           "algorithm": algorithm},
+                )  # fmt: skip
             self._before = self._taken
         self._cached = (taken, {})
         self._taken, self._held = taken, held
