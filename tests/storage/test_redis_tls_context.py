@@ -255,16 +255,18 @@ def test_cluster_nodes_and_sentinels_primary_connect_with_the_stores_context(
     store.close()
 
 
-def test_timings_of_the_first_call_and_of_reconnects_with_the_default_timeout(
+def test_timings_of_the_first_call_and_of_reconnects(
     tls_redis: TlsRedis, contexts_made: list[ssl.SSLContext]
 ) -> None:
-    """With the 20 ms default timeout: the time of the first call, of the call after CLIENT
-    KILL and of the call after a restart (printed with -s; docs/reliability.md has figures).
-    Only that they decide, making no context, is asserted: times on a shared machine vary."""
+    """The time of the first call, of the call after CLIENT KILL and of the call after a
+    restart (printed with -s; docs/reliability.md has figures, taken at the 20 ms default
+    timeout). Only that they decide, making no context, is asserted: times on a shared
+    machine vary, so the store here waits up to 1 s (at 20 ms, a pure-Python run on a
+    loaded CI machine once timed a handshake out)."""
     made_by_calls = []
     for run in range(3):
         started = time.perf_counter()
-        store = RedisStore.from_url(tls_redis.url, **tls_redis.options())
+        store = RedisStore.from_url(tls_redis.url, timeout=1.0, **tls_redis.options())
         built = time.perf_counter() - started
         contexts_made.clear()
         times = []
