@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ParamSpec, cast
 
 from ratewarden.rate import Rate
 
-__all__ = ["Decision", "make_decision"]
+__all__ = ["Decision", "layered_decision", "make_decision"]
 
 P = ParamSpec("P")
 
@@ -117,3 +117,30 @@ def _becomes_decision(draft: Callable[P, object]) -> Callable[P, Decision]:
 #: ``repr``, frozen-ness, ``dataclasses.replace``). It is the class itself, not a
 #: function around it: a wrapper's call would cost a sixth of the construction.
 make_decision = _becomes_decision(_Draft)
+
+
+def layered_decision(layers: Sequence[Decision], cost: int) -> Decision:
+    """The Decision of a call over several rates, from one Decision per layer (in the
+    order of the rates): the binding layer speaks for it (for a denial, the denied layer
+    that waits longest; else the layer with the least room left), ``reset_after`` and
+    ``delay`` are the longest of the layers', and ``layers`` lists them all."""
+    denied = [layer for layer in layers if not layer.allowed]
+    if denied:
+        binding = max(denied, key=lambda layer: layer.retry_after)
+    else:
+        binding = min(layers, key=lambda layer: layer.remaining)
+    return make_decision(
+        not denied,
+        binding.limit,
+        binding.remaining,
+        max(layer.reset_after for layer in layers),
+        binding.retry_after,
+        max(layer.delay for layer in layers),
+        binding.rate,
+        cost,
+        tuple(layers),
+        False,
+        "",
+        # The binding layer's window: the one its remaining (reported above) belongs to.
+        binding.refill_after,
+    )

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ratewarden.algorithms import NEVER, Outcome
-from ratewarden.decision import Decision, make_decision
+from ratewarden.decision import Decision, layered_decision, make_decision
 from ratewarden.rate import Rate
 from ratewarden.storage import _kernel
 
@@ -112,26 +112,7 @@ def to_decision(rates: Sequence[Rate], outcomes: Sequence[Outcome], cost: int) -
     if len(rates) == 1:
         return single(rates[0], outcomes[0], cost)
     layers = tuple(_layer(r, o, cost) for r, o in zip(rates, outcomes, strict=True))
-    denied = [layer for layer in layers if not layer.allowed]
-    if denied:
-        binding = max(denied, key=lambda layer: layer.retry_after)
-    else:
-        binding = min(layers, key=lambda layer: layer.remaining)
-    return make_decision(
-        not denied,
-        binding.limit,
-        binding.remaining,
-        max(layer.reset_after for layer in layers),
-        binding.retry_after,
-        max(layer.delay for layer in layers),
-        binding.rate,
-        cost,
-        layers,
-        False,
-        "",
-        # The binding layer's window: the one its remaining (reported above) belongs to.
-        binding.refill_after,
-    )
+    return layered_decision(layers, cost)
 
 
 def batch_decisions(found: Batch, outcomes: Sequence[Outcome], admitted: bool) -> list[Decision]:
