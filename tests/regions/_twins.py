@@ -113,9 +113,10 @@ def build_twins(
 
 
 def random_steps(
-    seed: int, count: int, rates: Sequence[Rate], *, faults: bool = True
+    seed: int, count: int, rates: Sequence[Rate | Sequence[Rate]], *, faults: bool = True
 ) -> Iterator[Step]:
-    """A random mix of hits on global ``rates`` (some over a cap or a budget, some of cost 0
+    """A random mix of hits on global ``rates`` (each a Rate, or a layered limit's Rates;
+    some over a cap or a budget, some of cost 0
     or past the limit), clock steps, rounds (whole, or fetched now and applied later) and,
     with ``faults``, links cut and healed."""
     rng = random.Random(seed)

@@ -73,7 +73,9 @@ async def test_bad_configuration_and_input_are_refused_alike_and_change_nothing(
     budget = ReconciledBudget("us", local, peers, RATES, sync_interval=1, replication_lag=0)
     abudget = AsyncReconciledBudget("us", alocal, apeers, RATES, sync_interval=1, replication_lag=0)
     for key, rates, cost in (
-        ("k", [GLOBALS[0], GLOBALS[1]], 1),
+        ("k", [GLOBALS[0], GLOBALS[0]], 1),
+        ("k", [GLOBALS[0], "10/s"], 1),
+        ("k", [GLOBALS[0], Rate(10**13, 60)], 1),
         ("k", [], 1),
         ("k", Rate(10**13, 60), 1),
         ("k", Rate(10, 0.0005), 1),
@@ -89,7 +91,7 @@ async def test_bad_configuration_and_input_are_refused_alike_and_change_nothing(
     for region in regions.values():
         with region.local() as client:
             assert client.dbsize() == 0
-    assert refused == 15
+    assert refused == 17
     for store in (alocal, *apeers.values()):
         await store.client.aclose()
 

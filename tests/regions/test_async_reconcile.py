@@ -30,6 +30,8 @@ RATES = {
     "ap": Rate.parse("2/s", burst=1),
 }
 GLOBALS = (Rate.parse("40/minute"), Rate.parse("12/s"))
+#: What the random sequences hit with: each global rate alone, and both as one layered limit.
+HITS = (*GLOBALS, GLOBALS)
 START = 1_700_000_040.0  # a whole minute: the run starts at a window's start
 
 
@@ -64,7 +66,7 @@ async def test_random_sequences_give_identical_answers_and_state(
     )
     kinds: dict[str, int] = {}
     try:
-        for number, step in enumerate(random_steps(seed, 400, GLOBALS)):
+        for number, step in enumerate(random_steps(seed, 400, HITS)):
             blocking, awaited = await twins.step(step)
             assert blocking == awaited, f"step {number}: {step}"
             for label in labels(step, blocking):
@@ -95,7 +97,7 @@ async def test_random_sequences_on_a_cluster_per_region_give_identical_answers_a
     )
     kinds: dict[str, int] = {}
     try:
-        for number, step in enumerate(random_steps(seed, 300, GLOBALS, faults=False)):
+        for number, step in enumerate(random_steps(seed, 300, HITS, faults=False)):
             blocking, awaited = await twins.step(step)
             assert blocking == awaited, f"step {number}: {step}"
             for label in labels(step, blocking):

@@ -39,6 +39,8 @@ RATES = {
     "ap": Rate.parse("2/s", burst=1),
 }
 GLOBALS = (Rate.parse("40/minute"), Rate.parse("12/s"))
+#: What the random sequences hit with: each global rate alone, and both as one layered limit.
+HITS = (*GLOBALS, GLOBALS)
 START = 1_700_000_040.0  # a whole minute: the run starts at a window's start
 OPTIONS: dict[str, Any] = {"sync_interval": 1.0, "replication_lag": 0.3}
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "regions.md"
@@ -72,7 +74,7 @@ async def test_random_sequences_in_this_process_answer_as_on_redis(
     in_memory = build_fleet(memory_regions, RATES, clock=clock, **OPTIONS)
     pair = Twins(regions, clock, on_redis, in_memory)
     kinds: dict[str, int] = {}
-    for number, step in enumerate(random_steps(seed, 400, GLOBALS, faults=False)):
+    for number, step in enumerate(random_steps(seed, 400, HITS, faults=False)):
         expected, found = await pair.step(step)
         assert _comparable(found) == _comparable(expected), f"step {number}: {step}"
         for label in labels(step, expected):
@@ -94,7 +96,7 @@ async def test_the_asyncio_twin_in_this_process_answers_as_the_blocking_one(
     blocking = build_fleet(memory_regions, RATES, clock=clock, **OPTIONS)
     awaited = build_async_fleet(memory_regions, RATES, clock=clock, **OPTIONS)
     twins = Twins(memory_regions, clock, blocking, awaited)
-    for number, step in enumerate(random_steps(seed, 400, GLOBALS, faults=False)):
+    for number, step in enumerate(random_steps(seed, 400, HITS, faults=False)):
         one, two = await twins.step(step)
         assert one == two, f"step {number}: {step}"
     assert blocking.metrics.reports == awaited.metrics.reports

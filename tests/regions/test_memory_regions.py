@@ -46,7 +46,12 @@ def _budget_ops(rng: random.Random, store: Any, now_us: int) -> list[Any]:
     region = rng.choice(NAMES)
     if rng.random() < 0.55:
         cost = rng.choice((0, 1, 1, 2, 3, limit, limit + 1))
-        return [store.budget_hit(member, region, cost, rng.choice((0, 1, limit // 2, limit)))]
+        if rng.random() < 0.6:
+            return [store.budget_hit(member, region, cost, rng.choice((0, 1, limit // 2, limit)))]
+        # A layered limit: two or three of the key's members, in any order, in one script.
+        key = member.split(":", 2)[2]
+        layers = [(f"{lim}:{per}:{key}", rng.choice((0, 1, lim // 2, lim))) for lim, per in RATES]
+        return [store.budget_hit_layers(rng.sample(layers, rng.choice((2, 3))), region, cost)]
     ops = []
     for _ in range(rng.choice((1, 1, 3))):
         window = now_us // period
@@ -110,6 +115,8 @@ def test_random_budget_ops_answer_as_the_script_on_redis(
             kind = op.args[1] if op.args[1] == "merge" else ("allowed", "denied")[1 - reply[0]]
             seen[kind] = seen.get(kind, 0) + 1
             seen["capped"] = seen.get("capped", 0) + (op.args[1] == "merge" and reply[3] >= 0)
+            if len(op.keys) > 1:
+                seen[f"layered {kind}"] = seen.get(f"layered {kind}", 0) + 1
         now = clock.now_us()
         counts = in_memory.read_counts(list(MEMBERS))
         redis_counts = on_redis.read_counts(list(MEMBERS))
@@ -119,6 +126,8 @@ def test_random_budget_ops_answer_as_the_script_on_redis(
     print(f"\n[regions] memory twin, seed {seed}: {dict(sorted(seen.items()))}")
     for kind in ("allowed", "denied", "merge", "capped"):
         assert seen.get(kind, 0) > 10, kind
+    for kind in ("layered allowed", "layered denied"):
+        assert seen.get(kind, 0) > 3, kind
 
 
 def _exchange_call(rng: random.Random, now_us: int) -> tuple[str, tuple[Any, ...]]:

@@ -198,8 +198,8 @@ def test_bad_configuration_and_input_are_refused_and_change_nothing(
             "us", local, peers, RATES, sync_interval=1, replication_lag=0, weights={"us": 1}
         )
     budget = ReconciledBudget("us", local, peers, RATES, sync_interval=1, replication_lag=0)
-    with pytest.raises(ConfigurationError, match="exactly one global Rate"):
-        budget.hit("k", [GLOBAL, Rate.parse("10/s")])
+    with pytest.raises(ConfigurationError, match="twice"):
+        budget.hit("k", [GLOBAL, Rate.parse("10/s"), GLOBAL])
     with pytest.raises(ConfigurationError, match="cost"):
         budget.hit("k", GLOBAL, cost=-1)
     with pytest.raises(ConfigurationError, match="key"):

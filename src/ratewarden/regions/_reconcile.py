@@ -57,8 +57,8 @@ from ratewarden.regions._rounds import (
     SyncReport,
     budget_decision,
     check_regions,
+    global_rates,
     holds,
-    one_rate,
     overshoot,
     own_share,
     shares,
@@ -152,24 +152,30 @@ class Reconciler(Generic[L]):
         return rate.limit * self._share.numerator // self._share.denominator
 
     def hit_flow(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Flow[Decision]:
-        """Admit ``cost`` under the global ``rates`` (one Rate) if the region rate and budget allow.
+        """Admit ``cost`` under the global ``rates`` if the region rate and budget allow.
 
-        One GCRA decision for the region's rate cap, then one script for the
-        budget, both on this region's Redis. Raises ``StorageUnavailableError``
-        when it does not answer.
+        ``rates`` is one Rate, or several for a layered limit (a burst and a quota,
+        say): each is reconciled on its own, and a hit is admitted only if every
+        one's budget has room, and then charged to all (all or nothing). One GCRA
+        decision for the region's rate cap, then one script for the budgets (the
+        layers of a key share its hash tag), both on this region's Redis. Raises
+        ``StorageUnavailableError`` when it does not answer.
         """
-        rate = one_rate(type(self).__name__, rates)
+        found = global_rates(type(self).__name__, rates)
         check_key(key)
         check_cost(cost)
         limiter = self._limiter
         capped = yield from limiter.hit_flow(key, self.region_rate, cost)
         if not capped.allowed:
             return capped
-        member = f"{rate.limit}:{rate.period_us}:{key}"
-        op = self.local.budget_hit(member, self.region, cost, self.default_cap(rate))
-        reply = yield from limiter.apply_flow(op)
-        self._remember(member, rate)
-        return budget_decision(reply, rate, cost)
+        members = [f"{rate.limit}:{rate.period_us}:{key}" for rate in found]
+        layers = [(m, self.default_cap(r)) for m, r in zip(members, found, strict=True)]
+        reply = yield from limiter.apply_flow(
+            self.local.budget_hit_layers(layers, self.region, cost)
+        )
+        for member, rate in zip(members, found, strict=True):
+            self._remember(member, rate)
+        return budget_decision(reply, found, cost)
 
     def _hash_key(self, member: str) -> str:
         key: str = self.local.budget_key(member)

@@ -1,5 +1,5 @@
-"""What a reconciled budget computes without a store: its share, its one global rate, the
-Decision a hit's reply makes, and the values a round reads and reports.
+"""What a reconciled budget computes without a store: its share, its global rates (one, or
+a layered limit's), the Decision a hit's reply makes, and the values a round reads and reports.
 
 Pure: ``Reconciler`` (``_reconcile.py``) calls these from its flows, so the
 blocking and the asyncio budgets compute everything here once.
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from ratewarden.decision import Decision
+from ratewarden.decision import Decision, layered_decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.regions._bound import check_weights
@@ -23,8 +23,8 @@ __all__ = [
     "SyncReport",
     "budget_decision",
     "check_regions",
+    "global_rates",
     "holds",
-    "one_rate",
     "overshoot",
     "own_share",
     "shares",
@@ -96,30 +96,54 @@ def shares(
     return {name: weight / total for name, weight in exact.items()}
 
 
-def one_rate(caller: str, rates: Rate | Sequence[Rate]) -> Rate:
-    """The one global Rate of a hit, within what reconciliation computes exactly."""
+def global_rates(caller: str, rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]:
+    """The global Rates of a hit (one, or the layers of a layered limit), each within what
+    reconciliation computes exactly, no two alike."""
     found = (rates,) if isinstance(rates, Rate) else tuple(rates)
-    if len(found) != 1 or not isinstance(found[0], Rate):
+    if not found or not all(isinstance(rate, Rate) for rate in found):
         raise ConfigurationError(
-            f"{caller} takes exactly one global Rate per hit, got {rates!r}; "
-            "layered limits across regions are not built"
+            f"{caller} takes a global Rate, or a sequence of them for layered limits, "
+            f"per hit; got {rates!r}"
         )
-    rate = found[0]
-    if rate.limit > _MAX_LIMIT or rate.period_us < _MIN_PERIOD_US:
-        raise ConfigurationError(
-            f"global rate {rate} is out of range for reconciliation: the limit must be at most "
-            f"{_MAX_LIMIT:,} and the period at least 1 ms"
-        )
-    return rate
+    seen: set[tuple[int, int]] = set()
+    for rate in found:
+        if rate.limit > _MAX_LIMIT or rate.period_us < _MIN_PERIOD_US:
+            raise ConfigurationError(
+                f"global rate {rate} is out of range for reconciliation: the limit must be at "
+                f"most {_MAX_LIMIT:,} and the period at least 1 ms"
+            )
+        if (rate.limit, rate.period_us) in seen:
+            raise ConfigurationError(
+                f"{caller}: global rates {rates!r} give {rate.limit} per {rate.period_us} us "
+                "twice; a layered limit names each (limit, period) once"
+            )
+        seen.add((rate.limit, rate.period_us))
+    return found
 
 
-def budget_decision(reply: Sequence[int], rate: Rate, cost: int) -> Decision:
-    """The budget script's ``[allowed, own, cap, reset_us]`` as the hit's Decision."""
-    allowed, own, cap, reset_us = reply
+def budget_decision(reply: Sequence[int], rates: Sequence[Rate], cost: int) -> Decision:
+    """The budget script's ``[allowed, then per layer: own, cap, reset_us]`` as the hit's
+    Decision: with one rate, that rate's; with several, combined as every layered
+    decision is (``layered_decision``: the binding layer speaks for it, ``layers`` has
+    each). A layer that would have admitted, in a hit another layer denied, shows its
+    count as it was kept (nothing charged)."""
+    allowed = bool(reply[0])
+    if len(rates) == 1:
+        return _layer(allowed, reply[1:4], rates[0], cost)
+    layers = []
+    for i, rate in enumerate(rates):
+        own, cap, reset_us = reply[3 * i + 1 : 3 * i + 4]
+        layers.append(_layer(allowed or own + cost <= cap, (own, cap, reset_us), rate, cost))
+    return layered_decision(layers, cost)
+
+
+def _layer(allowed: bool, counts: Sequence[int], rate: Rate, cost: int) -> Decision:
+    """One layer's Decision from its ``(own, cap, reset_us)``."""
+    own, cap, reset_us = counts
     reset_after = reset_us / 1_000_000
     retry_after = 0.0 if allowed else (math.inf if cost > rate.limit else reset_after)
     return Decision(
-        allowed=bool(allowed),
+        allowed=allowed,
         limit=rate.limit,
         remaining=max(0, cap - own),
         reset_after=reset_after,

@@ -47,24 +47,14 @@ Write = tuple[int, Any, int]
 def run(
     args: Sequence[int | str], states: Sequence[Any], now: int
 ) -> tuple[list[int], list[Write]]:
-    """The reply of ``region_budget.lua`` for these ARGV and this hash, and its writes."""
-    period = int(args[2])
-    window = now // period
-    own_field = f"c:{args[3]}"
-    found: dict[str, int] | None = states[0]
-    rolled = found is None or found.get("w") != window
-    fields: dict[str, int] = {"w": window} if rolled else dict(found or ())
-    expires_at = (window + 2) * period
+    """The reply of ``region_budget.lua`` for these ARGV and these hashes, and its writes."""
     operation = args[1]
     if operation == "hit":
-        cost, own = int(args[4]), fields.get(own_field, 0)
-        cap = fields.get("cap", int(args[5]))
-        reset = (window + 1) * period - now
-        allowed = own + cost <= cap
-        if allowed and cost > 0:
-            own = fields[own_field] = own + cost
-        written = rolled or (allowed and cost > 0)
-        return [int(allowed), own, cap, reset], [(0, fields, expires_at)] if written else []
+        return _hit(args, states, now)
+    period = int(args[2])
+    window, fields, _ = _roll(states[0], period, now)
+    own_field = f"c:{args[3]}"
+    expires_at = (window + 2) * period
     if operation != "merge":
         raise StorageError(f"ratewarden: region_budget has no operation {operation}")
     region = str(args[3])
@@ -91,6 +81,40 @@ def run(
         cap = own + left * int(args[5]) // int(args[6])
         fields["cap"] = cap
     return [window, total, own, cap], [(0, fields, expires_at)]
+
+
+def _roll(found: dict[str, int] | None, period: int, now: int) -> tuple[int, dict[str, int], bool]:
+    """The window now, a copy of the hash's fields (emptied if of an earlier window), and
+    whether it was."""
+    window = now // period
+    rolled = found is None or found.get("w") != window
+    return window, {"w": window} if rolled else dict(found or ()), rolled
+
+
+def _hit(
+    args: Sequence[int | str], states: Sequence[Any], now: int
+) -> tuple[list[int], list[Write]]:
+    """``hit`` over every key of ``states`` (the layers of one key): all charged or none."""
+    own_field, cost = f"c:{args[3]}", int(args[4])
+    reply, layers = [1], []
+    for i, found in enumerate(states):
+        at = 2 if i == 0 else 2 * i + 4
+        period = int(args[at])
+        window, fields, rolled = _roll(found, period, now)
+        default = int(args[5] if i == 0 else args[at + 1])
+        own, cap = fields.get(own_field, 0), fields.get("cap", default)
+        if own + cost > cap:
+            reply[0] = 0
+        reply.extend((own, cap, (window + 1) * period - now))
+        layers.append((fields, rolled, (window + 2) * period))
+    charged = reply[0] == 1 and cost > 0
+    writes: list[Write] = []
+    for i, (fields, rolled, expires_at) in enumerate(layers):
+        if charged:
+            reply[3 * i + 1] = fields[own_field] = fields.get(own_field, 0) + cost
+        if rolled or charged:
+            writes.append((i, fields, expires_at))
+    return reply, writes
 
 
 def held(fields: dict[str, int]) -> tuple[int, int]:

@@ -80,9 +80,19 @@ class RegionPlan:
     def budget_hit(self, member: str, region: str, cost: int, default_cap: int) -> Op:
         """Admit ``cost`` for ``region`` iff its count stays within its cap; the reply is
         ``[allowed, own count, cap, microseconds until the window ends]``."""
-        _, period_us, _ = member_of(member)
-        args = ("", "hit", period_us, region, cost, default_cap)
-        return Op(_SCRIPT, (self.budget_key(member),), args, _region_budget.run)
+        return self.budget_hit_layers(((member, default_cap),), region, cost)
+
+    def budget_hit_layers(self, layers: Sequence[tuple[str, int]], region: str, cost: int) -> Op:
+        """``budget_hit`` over the layers of a layered limit, each ``(member, default cap)``,
+        all members of one key: ``cost`` is admitted iff every layer's count stays within
+        its cap, and then charged to every layer (all or nothing). The reply is
+        ``[allowed, then per layer: own count, cap, microseconds until its window ends]``."""
+        (first, first_cap), *more = layers
+        args: list[int | str] = ["", "hit", member_of(first)[1], region, cost, first_cap]
+        for member, default_cap in more:
+            args.extend((member_of(member)[1], default_cap))
+        keys = tuple(self.budget_key(member) for member, _ in layers)
+        return Op(_SCRIPT, keys, tuple(args), _region_budget.run)
 
     def budget_merge(
         self,

@@ -4,7 +4,8 @@
 -- GCounter.merge of the entries of one window, max per region, then the cap). Its pure twin
 -- is ratewarden.storage._region_budget.run (the same ARGV and reply), which the memory stores
 -- (MemoryRegionStore) run under their lock.
--- KEYS[1]     the hash of one (key, global rate):
+-- KEYS[1]     the hash of one (key, global rate) (hit: KEYS[1..n], one per layer of a layered
+--             limit, all of one key, so of one hash tag):
 --               w           the window number (now // period) the counts belong to
 --               c:<region>  that region's admitted count in the window (a G-counter entry)
 --               cap         this region's budget for the window; absent until the first
@@ -16,9 +17,11 @@
 -- ARGV[2]     "hit" | "merge"
 -- ARGV[3]     period_us of the global rate
 -- ARGV[4]     this region's name
--- hit:   ARGV[5] cost, ARGV[6] the default cap
---        Reply {allowed 0|1, own count after, cap, microseconds until the window ends};
---        a denial writes nothing but the roll-over to a new window.
+-- hit:   ARGV[5] cost, ARGV[6] the default cap; for each further key KEYS[i] (i >= 2),
+--        ARGV[2i+3] its period_us and ARGV[2i+4] its default cap
+--        Reply {allowed 0|1, then per key: own count after, cap, microseconds until its
+--        window ends}; allowed iff own + cost <= cap for every key, and then every key is
+--        charged (all or nothing); a denial writes nothing but the roll-over to a new window.
 -- merge: ARGV[5] the global limit, ARGV[6] share numerator, ARGV[7] share denominator,
 --        ARGV[8] "1" to recompute the cap (a complete, fresh round) or "0",
 --        ARGV[9] the number of holds, k; ARGV[10..9+4k] the holds as quadruples (the
@@ -31,32 +34,51 @@
 --        unspent = the sum over holds of max(0, budget - that peer's merged count)
 
 local now = now_us()
-local period = tonumber(ARGV[3])
-local window = math.floor(now / period)
 local own_field = 'c:' .. ARGV[4]
-if tonumber(redis.call('HGET', KEYS[1], 'w') or '-1') ~= window then
-  redis.call('DEL', KEYS[1])
-  redis.call('HSET', KEYS[1], 'w', fmt(window))
-  redis.call('PEXPIRE', KEYS[1], ttl_ms((window + 2) * period - now))
+
+-- The window of ``key`` now; a hash of an earlier window is emptied first.
+local function roll(key, period)
+  local window = math.floor(now / period)
+  if tonumber(redis.call('HGET', key, 'w') or '-1') ~= window then
+    redis.call('DEL', key)
+    redis.call('HSET', key, 'w', fmt(window))
+    redis.call('PEXPIRE', key, ttl_ms((window + 2) * period - now))
+  end
+  return window
 end
 
 if ARGV[2] == 'hit' then
   local cost = tonumber(ARGV[5])
-  local own = tonumber(redis.call('HGET', KEYS[1], own_field) or '0')
-  local cap = tonumber(redis.call('HGET', KEYS[1], 'cap') or ARGV[6])
-  local reset = (window + 1) * period - now
-  if own + cost <= cap then
-    if cost > 0 then
-      own = redis.call('HINCRBY', KEYS[1], own_field, cost)
+  local reply = {1}
+  for i = 1, #KEYS do
+    local at = 2 * i + 3
+    if i == 1 then
+      at = 3
     end
-    return {1, own, cap, reset}
+    local period = tonumber(ARGV[at])
+    local window = roll(KEYS[i], period)
+    local own = tonumber(redis.call('HGET', KEYS[i], own_field) or '0')
+    local cap = tonumber(redis.call('HGET', KEYS[i], 'cap') or ARGV[at + (i == 1 and 3 or 1)])
+    if own + cost > cap then
+      reply[1] = 0
+    end
+    reply[3 * i - 1] = own
+    reply[3 * i] = cap
+    reply[3 * i + 1] = (window + 1) * period - now
   end
-  return {0, own, cap, reset}
+  if reply[1] == 1 and cost > 0 then
+    for i = 1, #KEYS do
+      reply[3 * i - 1] = redis.call('HINCRBY', KEYS[i], own_field, cost)
+    end
+  end
+  return reply
 end
 if ARGV[2] ~= 'merge' then
   return redis.error_reply('ERR ratewarden: region_budget has no operation ' .. ARGV[2])
 end
 
+local period = tonumber(ARGV[3])
+local window = roll(KEYS[1], period)
 local first = 10 + 4 * tonumber(ARGV[9])
 for i = first, #ARGV, 3 do
   if tonumber(ARGV[i]) == window and ARGV[i + 1] ~= ARGV[4] then
