@@ -76,7 +76,12 @@ class PlanInput:
         _share("global_share", self.global_share)
         _positive("descriptors", self.descriptors)
         _share("max_utilization", self.max_utilization, lower_open=True)
-        algorithms.get(self.algorithm)
+        if not isinstance(self.limit, Rate):
+            raise ConfigurationError(
+                f"limit {self.limit!r} must be a Rate, such as Rate.parse('100/minute', burst=10)"
+            )
+        # The algorithm's own check of its rate, as hit runs it: a window has no separate burst.
+        algorithms.get(self.algorithm).params(self.limit)
         for name in (
             "key_bytes",
             "calls_per_primary",

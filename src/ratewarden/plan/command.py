@@ -223,6 +223,15 @@ def _rate(flag: str, text: str, burst: int | None = None) -> Rate:
         raise ConfigurationError(f"{flag} {text!r}: {exc}") from None
 
 
+def _burst_taken(algorithm: str, limit: Rate, burst: int | None) -> None:
+    """Refuse ``--burst`` where ``algorithm`` has no separate burst, in the library's words (the
+    check ``hit`` and ``--measure`` run), before anything is measured."""
+    try:
+        algorithms.get(algorithm).params(limit)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"--burst {burst}: {exc}") from None
+
+
 #: PlanInput's fields: each is given by the flag of the same name (limit, key_bytes and regions
 #: are made from theirs).
 _PLAN_FIELDS = frozenset(field.name for field in dataclasses.fields(PlanInput))
@@ -286,6 +295,7 @@ def main(args: argparse.Namespace, measure: Measure) -> int:
             )
         rate_algorithm("--algorithm", args.algorithm, algorithms.ALGORITHMS)
         limit = _rate("--limit", args.limit, args.burst)
+        _burst_taken(args.algorithm, limit, args.burst)
         regions = _regions(args, limit)  # refused before --measure writes to a server
         measured = None
         if args.measure:
