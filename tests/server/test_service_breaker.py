@@ -95,3 +95,47 @@ def test_recovered_closes_an_open_breaker_before_its_cooldown(rls: Make) -> None
     assert h.codes(desc(("closed", "x")))[0] == OK
     breaker.recovered()  # closed already: nothing changes
     assert breaker.state == "closed"
+
+
+CHECKED_THEN_CHARGED = """
+domain: d
+descriptors:
+  - key: open
+    rate_limit: {unit: minute, requests_per_unit: 5, failure_mode: open}
+  - key: local
+    rate_limit: {algorithm: gcra, unit: minute, requests_per_unit: 3, failure_mode: local}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+"""
+
+
+@pytest.mark.parametrize(
+    "other",
+    [("local", "c"), ("shadow", "s")],
+    ids=["two algorithms", "a shadow rule beside (one joint check)"],
+)
+def test_a_descriptor_the_open_breaker_refused_counts_once_a_request(
+    rls: Make, other: tuple[str, str]
+) -> None:
+    """A request that is checked, then charged: while the breaker is open each descriptor's
+    check is refused and its failure mode answers, and the charge does not ask again (the
+    breaker would refuse it a second time, a second store error and a second degraded
+    decision for one descriptor). One store error per descriptor a request, open or not;
+    the local rule is charged in its in-process bucket, once a request."""
+    h = rls(CHECKED_THEN_CHARGED)
+    breaker = _with_breaker(h, failures=2)
+    h.outage.down = True
+    codes = []
+    for _ in range(4):
+        errors = len(h.hooks.store_errors)
+        codes.append(h.codes(desc(("open", "a")), desc(other)))
+        assert len(h.hooks.store_errors) - errors == 2
+    assert breaker.state == "open"
+    steps = len(h.store.steps)
+    h.codes(desc(("open", "a")), desc(other))
+    assert len(h.store.steps) == steps  # refused: no store call
+    if other[0] == "local":
+        assert codes == [[OK, OK, OK]] * 3 + [[OVER, OK, OVER]]
+    else:
+        assert codes == [[OK, OK, OK]] * 4

@@ -11,7 +11,10 @@ request is decided" in ``server/service.py``).
   descriptor whose check the store failed keeps its failure mode's answer: the store is not
   asked again to charge it (a second timeout, a second error counted), and the ``local``
   mode charges its in-process bucket instead. One the open circuit breaker refused is asked
-  again, as any other: that costs no wait, and a probe may have closed the circuit since.
+  again, as any other: that costs no wait, and a probe may have closed the circuit since
+  (under asyncio a request's checks go side by side, and only one of them is the probe). A
+  second refusal is not reported: each descriptor counts one ``store_error`` (and one
+  degraded decision) a request.
 
 ``Charging`` is a base class of the service: it calls the service's ``_decide`` (one
 descriptor's call) and ``_run`` (several, side by side) and reads its limiter, reports and
@@ -20,6 +23,7 @@ options.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ratewarden.errors import CircuitOpenError
@@ -99,7 +103,7 @@ class Charging:
                 cost,
                 rule.failure_mode,
                 rule.algorithm,
-                _failed_hook(self._reports, rule, errors[i]),
+                self._failed_hook(item, errors[i]),
             )
             for i, (item, cost, rule) in enumerate(pending)
         ]
@@ -127,6 +131,20 @@ class Charging:
             else:
                 allowed = decision.allowed
                 item.result = Result(allowed, decision, None, allowed and cost > 0)
+
+    def _failed_hook(self, item: Item, errors: list[Exception]) -> Callable[[Exception], None]:
+        """A call's ``on_failure``: the error kept (was it the open breaker?) and reported,
+        unless a failure mode answered the item earlier in its request (a check the breaker
+        refused, asked again to be charged): it was reported then."""
+        rule, reported = item.rule, item.result is not None and item.result.failure is not None
+        assert rule is not None  # every item the store decides has one
+
+        def failed(error: Exception) -> None:
+            errors.append(error)
+            if not reported:
+                self._reports.store_error(rule, error)
+
+        return failed
 
     def _check(self, stored: list[Item]) -> Flow[None]:
         """Check every stored item (cost 0): a denial the over-limit cache holds answers its
@@ -186,16 +204,6 @@ class Charging:
                 [(item.key, rule.rates, item.cost)], algorithm=rule.algorithm
             )
             item.result = settled(decision, item.cost)
-
-
-def _failed_hook(reports: Reports, rule: Any, errors: list[Exception]) -> Any:
-    """A call's ``on_failure``: the error kept (was it the open breaker?) and reported."""
-
-    def failed(error: Exception) -> None:
-        errors.append(error)
-        reports.store_error(rule, error)
-
-    return failed
 
 
 def _failed(result: Result | None) -> bool:

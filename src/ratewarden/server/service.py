@@ -291,18 +291,13 @@ class _ServiceBase(Charging):
         counts = limiter.counts
         calls = counts.store_calls
         errors: list[Exception] = []
-
-        def failed(error: Exception) -> None:
-            errors.append(error)
-            self._reports.store_error(rule, error)
-
         decision = yield from limiter.hit_flow(
             item.key,
             rule.rates,
             cost,
             failure_mode=rule.failure_mode,
             algorithm=rule.algorithm,
-            on_failure=failed,
+            on_failure=self._failed_hook(item, errors),
             via=via,
         )
         if decision.degraded:
