@@ -20,6 +20,8 @@ the negative cache and of leases), and the store operation vocabulary of
 ``hash_tag`` (what picks the Cluster slot of a key's state): the same objects as
 ``ratewarden.storage``'s; and ``quota_shares_op`` with its reply ``FleetRound`` (one
 round of an RLQS bucket's shares over every replica's demand, ``storage/quota_shares``).
+And ``check_metrics``, the one check of a ``metrics=`` option (``DECISION_HOOKS``: the
+hooks a decision calls).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from ratewarden.limiter._flows import Ask, Flow, Gather, Wait, adrive, drive
 from ratewarden.limiter._leases import DEFAULT_LEASE_KEYS, Balance, LeaseBook
 from ratewarden.limiter._limiters import AsyncLimiter, Limiter, awaiting, blocking
 from ratewarden.limiter._local import LocalRates, local_rates, scaled
+from ratewarden.limiter._metrics_check import DECISION_HOOKS, check_metrics
 from ratewarden.limiter._negative import DEFAULT_NEGATIVE_KEYS, Denial, NegativeCache
 from ratewarden.limiter._report import FailureReport, failure_reason
 from ratewarden.limiter._slots import Lease, lease_ttl_us
@@ -52,6 +55,7 @@ from ratewarden.storage.quota_shares import (
 )
 
 __all__ = [
+    "DECISION_HOOKS",
     "DEFAULT_LEASE_KEYS",
     "DEFAULT_NEGATIVE_KEYS",
     "FAILURE_MODES",
@@ -83,6 +87,7 @@ __all__ = [
     "axis_key",
     "blocking",
     "check_failure_mode",
+    "check_metrics",
     "drive",
     "failure_reason",
     "give_each_a_token",

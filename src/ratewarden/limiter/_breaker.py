@@ -31,6 +31,7 @@ from collections import deque
 from ratewarden.checks import check_bool, is_number
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.errors import ConfigurationError
+from ratewarden.limiter._metrics_check import check_metrics
 from ratewarden.metrics import NO_METRICS, Metrics
 
 __all__ = ["CLOSED", "HALF_OPEN", "OPEN", "CircuitBreaker"]
@@ -149,7 +150,7 @@ class CircuitBreaker:
         #: node -> its own circuit (per_node only); made on a node's first call.
         self._nodes: dict[str, CircuitBreaker] = {}
         self._clock: Clock = clock if clock is not None else SystemClock()
-        self._metrics = metrics
+        self._metrics = check_metrics("CircuitBreaker", metrics, ("breaker",), none_ok=False)
         self._lock = threading.Lock()
         self._state = CLOSED
         self._consecutive = 0

@@ -48,6 +48,7 @@ from ratewarden.limiter._flows import Ask, Flow
 from ratewarden.limiter._leases import LeaseBook
 from ratewarden.limiter._leasing import Leasing
 from ratewarden.limiter._local import LocalRates, local_rates
+from ratewarden.limiter._metrics_check import DECISION_HOOKS, check_metrics
 from ratewarden.limiter._negative import NegativeCache
 from ratewarden.limiter._operations import Operations
 from ratewarden.limiter._report import failure_reason
@@ -136,6 +137,7 @@ class DecisionCore(Leasing, Operations):
             raise ConfigurationError(f"on_decision {on_decision!r} must be callable")
         if breaker is not None and not isinstance(breaker, CircuitBreaker):
             raise ConfigurationError(f"breaker {breaker!r} must be a CircuitBreaker")
+        checked_metrics = check_metrics(what, metrics, DECISION_HOOKS)
         clock = check_clock(type(self).__name__, clock)
         if isinstance(store, DecisionCore):
             refuse_limiter(type(self).__name__, store)
@@ -148,7 +150,7 @@ class DecisionCore(Leasing, Operations):
         self.clock: Clock = clock if clock is not None else found.clock
         self.name = name
         self.failure_mode = check_failure_mode(failure_mode, none_ok=True)
-        self.metrics = metrics if metrics is not None else NO_METRICS
+        self.metrics = checked_metrics
         self.breaker = breaker
         self._on_decision = on_decision
         self._local_for = local_rates(check_local(what, local))

@@ -15,7 +15,8 @@ import warnings
 from ratewarden.clock import Clock
 from ratewarden.deprecation import UNSET, renamed
 from ratewarden.errors import CircuitOpenError, ConfigurationError
-from ratewarden.metrics import NO_METRICS, LogRateLimiter, Metrics
+from ratewarden.limiter._metrics_check import check_metrics
+from ratewarden.metrics import LogRateLimiter, Metrics
 
 __all__ = ["LOG_INTERVAL", "FailureReport", "failure_reason"]
 
@@ -57,13 +58,12 @@ class FailureReport:
         failure_mode = renamed("FailureReport", "mode", "failure_mode", mode, failure_mode, UNSET)
         if failure_mode is UNSET:
             raise ConfigurationError("FailureReport needs a failure_mode (open, closed or local)")
-        if metrics is not None and not isinstance(metrics, Metrics):
-            raise ConfigurationError(f"metrics {metrics!r} must be a Metrics")
+        checked = check_metrics("FailureReport", metrics, ("degraded",))
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"name {name!r} must be a non-empty string")
         self.failure_mode = failure_mode
         self.name = name
-        self.metrics: Metrics = metrics if metrics is not None else NO_METRICS
+        self.metrics: Metrics = checked
         self.logger = logging.getLogger(logger) if isinstance(logger, str) else logger
         self._lines = LogRateLimiter(interval, clock=clock)
 

@@ -35,8 +35,13 @@ from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.deprecation import renamed
 from ratewarden.errors import ConfigurationError
-from ratewarden.limiter import FAILURE_MODES, CircuitBreaker, DecisionCore, FailureReport
-from ratewarden.metrics import Metrics
+from ratewarden.limiter import (
+    FAILURE_MODES,
+    CircuitBreaker,
+    DecisionCore,
+    FailureReport,
+    check_metrics,
+)
 from ratewarden.middleware._outcome import PASS, Outcome, refusal
 
 __all__ = ["MIDDLEWARE_FAILURE_MODES", "FailureAnswer", "adopt_breaker", "chosen_failure_mode"]
@@ -74,8 +79,7 @@ class FailureAnswer:
                 f"middleware failure_mode {failure_mode!r} must be one of "
                 f"{', '.join(MIDDLEWARE_FAILURE_MODES)}"
             )
-        if metrics is not None and not isinstance(metrics, Metrics):
-            raise ConfigurationError(f"middleware metrics {metrics!r} must be a Metrics")
+        metrics = check_metrics("middleware", metrics, ("degraded",))
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"middleware name {name!r} must be a non-empty string")
         self.failure_mode = str(failure_mode)

@@ -29,7 +29,7 @@ from typing import Any
 from ratewarden.budgets import AsyncFleetShedder, FleetShedder, LoadShedder, ShedDecision
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.errors import ConfigurationError, StorageError
-from ratewarden.limiter import Lease
+from ratewarden.limiter import Lease, check_metrics
 from ratewarden.metrics import LogRateLimiter, Metrics
 from ratewarden.middleware._failure import FailureAnswer
 from ratewarden.middleware._holding import Held
@@ -133,8 +133,8 @@ class Shedding:
         self.paths = compile_paths(paths)
         self.methods = method_set(methods, who)
         self.clock: Clock = clock if clock is not None else SystemClock()
-        self.failure_answer = FailureAnswer(failure_mode, metrics, self.name, self.clock)
-        self.metrics = metrics if metrics is not None else Metrics()
+        self.metrics = check_metrics(who, metrics, ("degraded", "shed_decision"))
+        self.failure_answer = FailureAnswer(failure_mode, self.metrics, self.name, self.clock)
         self.ttl = _check_ttl(shedder)
         self._lines = LogRateLimiter(60.0, clock=self.clock)
 

@@ -47,7 +47,7 @@ from ratewarden.checks import check_cost, check_key
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError, StorageError
-from ratewarden.limiter import Ask, AsyncLimiter, Flow, Gather, Limiter, awaiting, blocking
+from ratewarden.limiter import Ask, AsyncLimiter, Gather, Limiter, awaiting, blocking, check_metrics
 from ratewarden.metrics import NO_METRICS, Metrics
 from ratewarden.rate import Rate
 from ratewarden.regions._bound import _seconds_us, overshoot_bound
@@ -69,6 +69,7 @@ from ratewarden.regions._stores import check_stores, deprecated_clients, is_clie
 if TYPE_CHECKING:
     import redis
 
+    from ratewarden.limiter import Flow
     from ratewarden.storage.memory_regions import AsyncMemoryRegionStore, MemoryRegionStore
     from ratewarden.storage.regions import AsyncRegionStore, RegionStore
 
@@ -121,7 +122,9 @@ class Reconciler(Generic[L]):
         if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
             raise ConfigurationError(f"max_keys {max_keys!r} must be a whole number >= 1")
         self.max_keys = max_keys
-        self.metrics = metrics
+        self.metrics = check_metrics(
+            type(self).__name__, metrics, ("region_overshoot",), none_ok=False
+        )
         self.local = stores.pop(region)
         self.peers = stores
         self.prefix: str = self.local.prefix

@@ -15,6 +15,7 @@ from ratewarden.checks import keywords_checked
 from ratewarden.clock import Clock
 from ratewarden.deprecation import UNSET, renamed
 from ratewarden.limiter import (
+    DECISION_HOOKS,
     DEFAULT_NEGATIVE_KEYS,
     AsyncLimiter,
     CircuitBreaker,
@@ -23,8 +24,9 @@ from ratewarden.limiter import (
     LocalRates,
     NegativeCache,
     check_failure_mode,
+    check_metrics,
 )
-from ratewarden.metrics import NO_METRICS, Metrics
+from ratewarden.metrics import Metrics
 
 if TYPE_CHECKING:
     # Named as strings in the twins' bases (types only: tiers import no store).
@@ -62,6 +64,9 @@ class _TwoTierDefaults(DecisionCore, Generic[S]):
         failure_mode = renamed(
             what, "failure", "failure_mode", failure, failure_mode, "open", stacklevel=4
         )
+        # The breaker made for it is told of every transition: that hook is checked by this name.
+        hooks = DECISION_HOOKS if breaker is not None else (*DECISION_HOOKS, "breaker")
+        metrics = check_metrics(what, metrics, hooks)
         super().__init__(
             store,
             algorithm,
@@ -78,7 +83,7 @@ class _TwoTierDefaults(DecisionCore, Generic[S]):
         if self.breaker is None:
             self.breaker = CircuitBreaker(
                 clock=self.clock,
-                metrics=metrics if metrics is not None else NO_METRICS,
+                metrics=metrics,
                 name=name,
                 per_node=True,  # a Cluster primary's outage opens that primary's circuit only
             )
