@@ -121,6 +121,19 @@ def test_upstreams_force_start_acts_on_xds_rules_and_is_without_effect_on_files(
     assert not resolve({"config_paths": ["rules.yaml"]}, xds).xds_force_start
 
 
+def test_upstreams_rule_directory_is_named_without_effect_with_xds_rules() -> None:
+    """RUNTIME_ROOT, _SUBDIRECTORY and _APPDIRECTORY with CONFIG_TYPE=GRPC_XDS_SOTW are not
+    read (upstream reads no file then): the start log names them without effect, not in use.
+    With files they are in use."""
+    layout = {"RUNTIME_ROOT": "/nonexist", "RUNTIME_SUBDIRECTORY": "x", "RUNTIME_APPDIRECTORY": "c"}
+    xds = {"CONFIG_TYPE": "GRPC_XDS_SOTW", **layout}
+    assert resolve({}, xds).config_paths == ()
+    assert upstream_settings.applied(xds) == ("CONFIG_TYPE",)
+    assert set(upstream_env.no_effect(xds)) == set(layout)
+    assert set(upstream_settings.applied(layout)) == set(layout)
+    assert upstream_env.no_effect(layout) == ()
+
+
 def test_ratewarden_settings_win_over_upstreams_rules_source() -> None:
     """--config (files) beats CONFIG_TYPE=GRPC_XDS_SOTW with everything it brought;
     --config-xds beats RUNTIME_ROOT; a ratewarden node id beats upstream's."""

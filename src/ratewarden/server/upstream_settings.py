@@ -325,8 +325,9 @@ def _idle(environ: Mapping[str, str], name: str) -> bool:
     (``_other_backend``), a per-second Redis setting while ``REDIS_PERSECOND``
     is not true, a tracing one while ``TRACING_ENABLED`` is not, a Prometheus one while
     ``USE_PROMETHEUS`` is not (upstream ignores them then; the milliseconds too beside a
-    mapping file), or ``FORCE_START_WITHOUT_INITIAL_CONFIG`` with rules from files (read
-    before the ports open, as upstream's first file event is)."""
+    mapping file), ``FORCE_START_WITHOUT_INITIAL_CONFIG`` with rules from files (read
+    before the ports open, as upstream's first file event is), or the ``RUNTIME_*`` rule
+    directory with rules from xDS (``CONFIG_TYPE=GRPC_XDS_SOTW``: upstream reads no file)."""
     if _other_backend(environ, name):
         return True
     try:
@@ -339,8 +340,11 @@ def _idle(environ: Mapping[str, str], name: str) -> bool:
             return bool(mapper) or not go_bool(environ.get("USE_PROMETHEUS", "") or "false")
         if name == "MEMCACHE_SRV_REFRESH":
             return not environ.get("MEMCACHE_SRV", "").strip()
+        files = config_type(environ.get("CONFIG_TYPE", "") or "FILE") == "FILE"
         if name == "FORCE_START_WITHOUT_INITIAL_CONFIG":
-            return config_type(environ.get("CONFIG_TYPE", "") or "FILE") == "FILE"
+            return files
+        if name.startswith("RUNTIME_"):
+            return not files
     except ConfigurationError:
         pass  # the bad value stops the start: given() names it
     return False
