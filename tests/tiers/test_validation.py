@@ -136,3 +136,28 @@ def test_algorithm_concurrency_points_to_the_slots(make: Callable[[], object]) -
     assert "limiter.acquire_slot(key, limit, ttl=...) and release_slot(lease)" in message
     assert "docs/algorithms.md#concurrency" in message
     assert message.endswith("one of: " + ", ".join(sorted(ALGORITHMS)))
+
+
+@pytest.mark.parametrize(
+    ("twin", "store"),
+    [(TwoTier, MemoryStore), (AsyncTwoTier, AsyncMemoryStore)],
+    ids=["sync", "async"],
+)
+def test_failure_and_failure_mode_both_given_are_refused_whatever_the_value(
+    twin: Callable[..., object], store: Callable[[], object]
+) -> None:
+    """TwoTier(failure="local", failure_mode="open") was taken as local with only the
+    deprecation warning: "open" is the default, and was the value compared with, so giving it
+    could not be told from leaving it out ("closed" was refused). Now both given is refused
+    whatever failure_mode says, and failure_mode="open" alone or failure= alone still work."""
+    for given in ("open", "closed", "local"):
+        with pytest.raises(ConfigurationError) as refused:
+            twin(store(), failure="local", failure_mode=given)
+        assert str(refused.value) == (
+            f"{twin.__name__}: failure= is the deprecated name of failure_mode=; give "
+            f"failure_mode= only (got failure='local' and failure_mode={given!r})"
+        )
+        assert twin(store(), failure_mode=given).failure_mode == given  # type: ignore[attr-defined]
+        with pytest.warns(DeprecationWarning, match=r"\(failure=\.\.\.\) is deprecated"):
+            assert twin(store(), failure=given).failure_mode == given  # type: ignore[attr-defined]
+    assert twin(store()).failure_mode == "open"  # type: ignore[attr-defined]

@@ -9,7 +9,7 @@ breaker of its own, and fail open (Envoy's default).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ratewarden.checks import keywords_checked
 from ratewarden.clock import Clock
@@ -38,6 +38,19 @@ __all__ = ["AsyncTwoTier", "TwoTier"]
 S = TypeVar("S")
 
 
+class _Open:
+    """The default of ``failure_mode``: ``open`` when it was not given, told apart from
+    ``failure_mode="open"`` given beside the deprecated ``failure=`` (both given: refused)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "'open'"
+
+
+_OPEN: Any = _Open()
+
+
 class _TwoTierDefaults(DecisionCore, Generic[S]):
     """The options of a limiter with the two-tier defaults, written once for both twins."""
 
@@ -51,7 +64,7 @@ class _TwoTierDefaults(DecisionCore, Generic[S]):
         negative_cache: int | NegativeCache | None = DEFAULT_NEGATIVE_KEYS,
         lease: int | None = None,
         lease_ttl: float | None = None,
-        failure_mode: str = "open",
+        failure_mode: str = _OPEN,
         breaker: CircuitBreaker | None = None,
         metrics: Metrics | None = None,
         name: str = "default",
@@ -62,8 +75,10 @@ class _TwoTierDefaults(DecisionCore, Generic[S]):
         # names the building line, past this frame and the keyword check's (stacklevel 4).
         what = type(self).__name__
         failure_mode = renamed(
-            what, "failure", "failure_mode", failure, failure_mode, "open", stacklevel=4
+            what, "failure", "failure_mode", failure, failure_mode, _OPEN, stacklevel=4
         )
+        if failure_mode is _OPEN:
+            failure_mode = "open"
         # The breaker made for it is told of every transition: that hook is checked by this name.
         hooks = DECISION_HOOKS if breaker is not None else (*DECISION_HOOKS, "breaker")
         metrics = check_metrics(what, metrics, hooks)
