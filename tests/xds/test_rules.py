@@ -124,6 +124,41 @@ def test_one_domain_in_two_resources_is_refused_unless_merged() -> None:
     assert [rule.describe().split(":")[0] for rule in merged.rules] == ["shop.a", "shop.b"]
 
 
+def test_resources_without_a_name_of_their_own_are_named_by_their_position() -> None:
+    """Two unnamed resources of one domain, or two of one name, are told apart by their
+    index (as decode names a resource), not both called by the domain or the name."""
+    one, two = resource("", "edge", limit("a", 1)), resource("", "edge", limit("b", 2))
+    with pytest.raises(rules.ConfigError) as caught:
+        load_resources([one, two])
+    assert [str(problem) for problem in caught.value.errors] == [
+        "xds:resource[1]:1: domain: duplicate domain 'edge', already defined at "
+        "xds:resource[0]:1; merge the two resources, rename one domain, or start with "
+        "--merge-domains"
+    ]
+    same = [resource("r", "edge", limit("a", 1)), resource("r", "shop", limit("", 2))]
+    with pytest.raises(rules.ConfigError) as caught:
+        load_resources(same)
+    assert [problem.file for problem in caught.value.errors] == ["xds:resource[1]"]
+    merged = load_resources([resource("", "edge", limit("a", 1)), resource("x", "shop")])
+    assert merged.files == ("xds:resource[0]", "xds:x")
+
+
+def test_messages_about_resources_say_resource_where_files_say_file() -> None:
+    """A resource without a domain, two with one domain, one descriptor in two merged
+    resources: the words a file's problem has, about a resource."""
+    with pytest.raises(rules.ConfigError, match="every RateLimitConfig resource names its domain"):
+        load_resources([resource("r", "", limit("a", 1))])
+    twice = [resource("one", "shop", limit("a", 1)), resource("two", "shop", limit("a", 2))]
+    with pytest.raises(rules.ConfigError, match="merge the two resources, rename one domain"):
+        load_resources(twice)
+    with pytest.raises(
+        rules.ConfigError, match=r"in the merged domain .*; keep it in one resource$"
+    ):
+        load_resources(twice, merge_domains=True)
+    with pytest.raises(rules.ConfigError, match="every config file names its domain"):
+        rules.loads("descriptors: []\n")
+
+
 def test_no_resource_is_no_rule() -> None:
     """An update without resources (the control plane removed them all) is a config with no
     domain: every request is allowed, as upstream does."""

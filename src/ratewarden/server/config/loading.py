@@ -64,11 +64,12 @@ def loads(text: str, name: str = "<string>") -> RateLimitConfig:
 
 
 def load_documents(
-    documents: Sequence[tuple[str, str]], *, merge_domains: bool = False
+    documents: Sequence[tuple[str, str]], *, merge_domains: bool = False, unit: str = "file"
 ) -> RateLimitConfig:
     """Load ``(name, text)`` documents as the files of one directory, in order: what ``load``
-    does after reading the files (rules from xDS come this way, named ``xds:<resource>``)."""
-    return _build(documents, [], merge_domains)
+    does after reading the files (rules from xDS come this way, named ``xds:<resource>``,
+    ``unit`` ``"resource"``: what the messages call a document)."""
+    return _build(documents, [], merge_domains, unit)
 
 
 def _given_twice(file: Path, given: dict[Path, Path], problems: list[ConfigProblem]) -> bool:
@@ -107,19 +108,22 @@ def _files(path: Path, problems: list[ConfigProblem]) -> list[Path]:
 
 
 def _build(
-    files: Sequence[tuple[str, str]], problems: list[ConfigProblem], merge_domains: bool = False
+    files: Sequence[tuple[str, str]],
+    problems: list[ConfigProblem],
+    merge_domains: bool = False,
+    unit: str = "file",
 ) -> RateLimitConfig:
     domains: dict[str, DomainConfig] = {}
     readers: list[tuple[str, FileReader]] = []  # (domain, its file's reader)
     for name, text in files:
         first = len(problems)
-        reader = FileReader(name, problems)
+        reader = FileReader(name, problems, unit)
         domain = reader.read(text)
         if domain is not None:
             readers.append((domain.name, reader))
         previous = None if domain is None else domains.get(domain.name)
         if domain is not None and previous is not None and merge_domains:
-            domains[domain.name] = _merged(previous, domain, name, problems)
+            domains[domain.name] = _merged(previous, domain, name, problems, unit)
         elif domain is not None and previous is not None:
             line = int(domain.source.rsplit(":", 1)[1])
             problems.append(
@@ -128,7 +132,7 @@ def _build(
                     line,
                     "domain",
                     f"duplicate domain {domain.name!r}, already defined at {previous.source}; "
-                    "merge the two files, rename one domain, or start with --merge-domains",
+                    f"merge the two {unit}s, rename one domain, or start with --merge-domains",
                 )
             )
         elif domain is not None:
@@ -160,7 +164,7 @@ def _check_replaces(
 
 
 def _merged(
-    first: DomainConfig, second: DomainConfig, name: str, problems: list[ConfigProblem]
+    first: DomainConfig, second: DomainConfig, name: str, problems: list[ConfigProblem], unit: str
 ) -> DomainConfig:
     """``first`` with ``second``'s top-level descriptors after its own (MERGE_DOMAIN_CONFIG).
 
@@ -176,7 +180,7 @@ def _merged(
             line = int(node.source.rsplit(":", 1)[1]) if ":" in node.source else 0
             if (before.key, before.value) == (node.key, node.value):
                 what = "duplicate descriptor"
-                advice = "keep it in one file"
+                advice = f"keep it in one {unit}"
             else:
                 what = "a descriptor with the same stats key as"
                 advice = "rename one of the keys"

@@ -60,8 +60,9 @@ MAX_ALIAS_COPIES = 10_000
 class FileReader(FieldReader):
     """Turns one file's YAML node tree into a DomainConfig, recording every problem."""
 
-    def __init__(self, name: str, problems: list[ConfigProblem]) -> None:
+    def __init__(self, name: str, problems: list[ConfigProblem], unit: str = "file") -> None:
         super().__init__(name, problems, _MISPLACED)
+        self.unit = unit  # what the text is, for the messages: "file" or "resource" (xDS)
         self.rules: list[DescriptorRule] = []
         # Descriptor lists being read (an alias back to one is a cycle) and descriptor
         # nodes already read once (a second visit is an alias copy, see MAX_ALIAS_COPIES).
@@ -142,7 +143,8 @@ class FileReader(FieldReader):
             return None
         if found is None or not found[1]:
             node = entries["domain"][0] if "domain" in entries else root
-            self.problem(node, "domain", "is missing or empty; every config file names its domain")
+            each = "config file" if self.unit == "file" else "RateLimitConfig resource"
+            self.problem(node, "domain", f"is missing or empty; every {each} names its domain")
             return None
         domain_node, domain = found
         level = self.level(entries.get("descriptors", (None, None))[1], domain, domain)

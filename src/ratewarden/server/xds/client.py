@@ -271,8 +271,8 @@ def _documents(response: Any, errors: Sequence[str]) -> dict[str, str]:
     """The rule-file text of each resource an error names: what its line numbers count in."""
     out: dict[str, str] = {}
     with contextlib.suppress(Exception):  # the resources did not decode: no documents
-        for message in rules.decode(response.resources):
-            name = rules.source_name(message)
+        messages = rules.decode(response.resources)
+        for name, message in zip(rules.source_names(messages), messages, strict=True):
             if any(error.startswith(f"{name}:") for error in errors):
                 out[name] = rules.document(message)
     return out

@@ -5,9 +5,11 @@ file (upstream turns the message into its YAML structure the same way): a field 
 its proto3 default is left out, as an absent key, and the unit is the enum's name.
 The documents are then loaded as the files of one directory, in the order the
 resources came, so every check, every error message and ``--merge-domains``
-(upstream's ``MERGE_DOMAIN_CONFIG``) are the files' own. A problem names the
-resource, ``xds:<name>:<line>: key: what is wrong``, the line counting in that
-resource's document (``document`` gives it, as the log of a rejected update does).
+(upstream's ``MERGE_DOMAIN_CONFIG``) are the files' own (a message says "resource"
+where it says "file"). A problem names the resource, ``xds:<name>:<line>: key: what is
+wrong``, the line counting in that resource's document (``document`` gives it, as the
+log of a rejected update does); a resource without a name of its own, or with one an
+earlier resource of the update has, is named by its position, ``xds:resource[<index>]``.
 """
 
 from __future__ import annotations
@@ -22,12 +24,18 @@ from google.protobuf.message import DecodeError
 from ratewarden.server import config as rules
 from ratewarden.server.xds.messages import TYPE_URL, UNITS, RateLimitConfig
 
-__all__ = ["decode", "document", "load_resources", "source_name", "to_mapping"]
+__all__ = ["decode", "document", "load_resources", "source_names", "to_mapping"]
 
 
-def source_name(resource: Any) -> str:
-    """What problems in ``resource`` are named by: ``xds:<resource name>``."""
-    return f"xds:{resource.name or resource.domain or '<unnamed>'}"
+def source_names(resources: Sequence[Any]) -> list[str]:
+    """What problems in each of ``resources`` are named by: ``xds:<resource name>``, else
+    (no name, or a name taken by an earlier one) ``xds:resource[<index>]``, as ``decode``
+    names them, so that no two resources of an update share a name."""
+    names: list[str] = []
+    for index, resource in enumerate(resources):
+        name = f"xds:{resource.name}"
+        names.append(name if resource.name and name not in names else f"xds:resource[{index}]")
+    return names
 
 
 def to_mapping(resource: Any) -> dict[str, Any]:
@@ -112,5 +120,8 @@ def load_resources(
 ) -> rules.RateLimitConfig:
     """The rules of ``RateLimitConfig`` messages, loaded as files are; ``ConfigError`` with
     every problem otherwise."""
-    documents = [(source_name(resource), document(resource)) for resource in resources]
-    return rules.load_documents(documents, merge_domains=merge_domains)
+    documents = [
+        (name, document(resource))
+        for name, resource in zip(source_names(resources), resources, strict=True)
+    ]
+    return rules.load_documents(documents, merge_domains=merge_domains, unit="resource")
