@@ -7,16 +7,23 @@ processes, and a ManualClock.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratewarden import MemoryStore, Rate
+from ratewarden import Limiter, MemoryStore, Rate
 from ratewarden.testing import ManualClock
 from ratewarden.tiers import TwoTier
 from tests.tiers._helpers import SwitchableStore
 
 #: 2023-11-14 22:13:00 UTC: a whole minute, so fixed windows start on it.
 MINUTE = 1_699_999_980
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "two-tiers.md"
+#: (algorithm, the fleet's admissions, the store alone's): 5 processes, 3 minutes, 100/minute.
+LOCAL_BUCKET_FIGURES = [("fixed_window", 300, 300), ("gcra", 398, 399)]
 
 
 def test_leases_worst_case_is_processes_times_k_minus_one_per_window() -> None:
@@ -73,15 +80,46 @@ def test_the_local_policy_admits_up_to_processes_times_the_local_rate() -> None:
         assert admitted == expected
 
 
-def test_the_local_bucket_and_negative_cache_admit_nothing_the_store_would_not() -> None:
-    """Store healthy: with a local bucket and the negative cache on, 5 processes admit exactly
-    what the store alone admits (100 per minute) over three minutes of traffic."""
-    clock = ManualClock(MINUTE)
-    store = MemoryStore(clock=clock)
+@pytest.mark.parametrize(("algorithm", "fleet_admits", "store_admits"), LOCAL_BUCKET_FIGURES)
+def test_the_local_bucket_and_negative_cache_admit_nothing_the_store_would_not(
+    algorithm: str, fleet_admits: int, store_admits: int
+) -> None:
+    """Store healthy: with a local bucket (local=0.5) and the negative cache on, 5 processes
+    sending 10 requests a second each for three minutes admit no more than the store alone
+    admits under the same traffic (plain limiters). In fixed windows that is exactly 100 a
+    minute, 300; GCRA (TwoTier's default) admits its burst of 100 at the start, then one
+    request every 0.6 s: 399 by the store alone, 398 with the local buckets, which may deny
+    what the store would allow, never the reverse (docs/two-tiers.md, Local bucket)."""
     rate = Rate.parse("100/minute")
-    fleet = [TwoTier(store, "fixed_window", local=0.5) for _ in range(5)]
-    admitted = 0
-    for _ in range(3 * 60 * 10):  # every process sends one request per 100 ms for 3 minutes
-        admitted += sum(tier.hit("k", rate).allowed for tier in fleet)
-        clock.advance(0.1)
-    assert admitted == 300
+
+    def admitted(fleet: Callable[[MemoryStore], list[Limiter]]) -> int:
+        clock = ManualClock(MINUTE)
+        limiters = fleet(MemoryStore(clock=clock))
+        total = 0
+        for _ in range(3 * 60 * 10):  # every process: one request per 100 ms for 3 minutes
+            total += sum(limiter.hit("k", rate).allowed for limiter in limiters)
+            clock.advance(0.1)
+        return total
+
+    assert admitted(lambda store: [TwoTier(store, algorithm, local=0.5) for _ in range(5)]) == (
+        fleet_admits
+    )
+    assert admitted(lambda store: [Limiter(store, algorithm) for _ in range(5)]) == store_admits
+
+
+def _paragraph(start: str) -> str:
+    """The paragraph of the page that starts with ``start``, its lines joined by spaces."""
+    (found,) = [p for p in PAGE.read_text("utf-8").split("\n\n") if p.startswith(start)]
+    return " ".join(found.split())
+
+
+def test_the_page_quotes_the_local_bucket_s_figures_for_each_algorithm() -> None:
+    """docs/two-tiers.md gives the local bucket's figures as measured above, for each
+    algorithm: it said 'exactly 300' of TwoTier's default, GCRA, whose fleet admits 398."""
+    bucket = _paragraph("**Local bucket.**")
+    (fixed, fixed_alone), (gcra, gcra_alone) = [figures[1:] for figures in LOCAL_BUCKET_FIGURES]
+    assert fixed == fixed_alone
+    assert f"admit {fixed} with `fixed_window`, exactly what the store alone admits" in bucket
+    assert f"{gcra} with `gcra` (TwoTier's default), where the store alone admits {gcra_alone}" in (
+        bucket
+    )
