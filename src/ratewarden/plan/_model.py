@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from ratewarden import algorithms
 from ratewarden.errors import ConfigurationError
+from ratewarden.plan._checks import bounded, positive, share, whole
 from ratewarden.rate import Rate
 from ratewarden.regions import overshoot_bound
 
@@ -71,11 +72,11 @@ class PlanInput:
     region_lag_ms: float = 0.0
 
     def __post_init__(self) -> None:
-        _positive("rps", self.rps)
-        _share("local_reject", self.local_reject, upper_open=True)
-        _share("global_share", self.global_share)
-        _positive("descriptors", self.descriptors)
-        _share("max_utilization", self.max_utilization, lower_open=True)
+        positive("rps", self.rps)
+        share("local_reject", self.local_reject, upper_open=True)
+        share("global_share", self.global_share)
+        positive("descriptors", self.descriptors)
+        share("max_utilization", self.max_utilization, lower_open=True)
         if not isinstance(self.limit, Rate):
             raise ConfigurationError(
                 f"limit {self.limit!r} must be a Rate, such as Rate.parse('100/minute', burst=10)"
@@ -93,11 +94,11 @@ class PlanInput:
         ):
             value = getattr(self, name)
             if value is not None:
-                _positive(name, value, zero_ok=name in ("rtt_ms", "replication_lag_ms"))
-        _positive("region_lag_ms", self.region_lag_ms, zero_ok=True)
+                positive(name, value, zero_ok=name in ("rtt_ms", "replication_lag_ms"))
+        positive("region_lag_ms", self.region_lag_ms, zero_ok=True)
         for name in ("keys", "primaries", "instances", "lease"):
-            _whole(name, getattr(self, name), minimum=1)
-        _whole("replicas", self.replicas, minimum=0)
+            whole(name, getattr(self, name), minimum=1)
+        whole("replicas", self.replicas, minimum=0)
         if (self.instances is None) != (self.lease is None):
             raise ConfigurationError("leases need both instances and lease (units per lease)")
         if self.regions and self.sync_interval_ms is None:
@@ -109,30 +110,6 @@ class PlanInput:
         if self.regions and self.sync_interval_ms is not None:
             # The library's checks of each region's name and rate, here on construction.
             _regions_bound(self.regions, self.sync_interval_ms, self.region_lag_ms)
-
-
-def _positive(name: str, value: object, zero_ok: bool = False) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (value == 0 and not zero_ok):  # type: ignore[operator]
-        low = "0 or more" if zero_ok else "above 0"
-        raise ConfigurationError(f"{name} {value!r} must be a finite number {low}")
-
-
-def _share(name: str, value: object, upper_open: bool = False, lower_open: bool = False) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    top_ok = ok and (value < 1 if upper_open else value <= 1)  # type: ignore[operator]
-    low_ok = ok and (value > 0 if lower_open else value >= 0)  # type: ignore[operator]
-    if not ok or not top_ok or not low_ok:
-        low = "above 0" if lower_open else "from 0"
-        bound = "below 1" if upper_open else "at most 1"
-        raise ConfigurationError(f"{name} {value!r} must be a share {low} to {bound} (or a %)")
-
-
-def _whole(name: str, value: object, minimum: int) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigurationError(f"{name} {value!r} must be a whole number >= {minimum}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,9 +148,16 @@ def _bytes(value: float) -> str:
     return f"{value:,.0f} B"
 
 
+#: The inputs each figure grows with (the shares only shrink them), named in FigureTooLargeError.
+_CALLS = ("rps", "descriptors")
+_LOAD = (*_CALLS, "calls_per_primary")
+_HEADROOM = ("timeout_ms", "calls_per_primary")
+_REGIONS = ("regions", "sync_interval_ms", "region_lag_ms")
+
+
 def _traffic(p: PlanInput, rows: list[Row]) -> tuple[float, float | None]:
     after_local = p.rps * (1 - p.local_reject)
-    calls = after_local * p.global_share * p.descriptors
+    calls = bounded(after_local * p.global_share * p.descriptors, "script calls/s", _CALLS)
     rows.append(
         Row(
             "traffic",
@@ -218,7 +202,7 @@ def _memory(p: PlanInput, rows: list[Row]) -> float | None:
             )
         )
         return None
-    total = p.keys * p.key_bytes
+    total = bounded(p.keys * p.key_bytes, "memory", ("keys", "key_bytes"))
     rows.append(
         Row(
             "memory",
@@ -237,13 +221,13 @@ def _memory(p: PlanInput, rows: list[Row]) -> float | None:
             )
         )
     if p.replicas:
-        total *= 1 + p.replicas
+        total = bounded(total * (1 + p.replicas), "memory", ("keys", "key_bytes", "replicas"))
         rows.append(Row("memory", "with replicas", _bytes(total), f"x (1 + {p.replicas} replicas)"))
     return total
 
 
 def _capacity(p: PlanInput, calls: float, rows: list[Row]) -> tuple[int | None, float | None]:
-    bandwidth = calls * p.bytes_per_call
+    bandwidth = bounded(calls * p.bytes_per_call, "bandwidth", (*_CALLS, "bytes_per_call"))
     rows.append(
         Row(
             "network",
@@ -263,7 +247,9 @@ def _capacity(p: PlanInput, calls: float, rows: list[Row]) -> tuple[int | None, 
         )
         return None, None
     usable = p.calls_per_primary * p.max_utilization
-    needed = max(1, math.ceil(calls / usable))
+    ratio = calls / usable if usable else math.inf
+    supply = ("calls_per_primary", "max_utilization")
+    needed = max(1, math.ceil(bounded(ratio, "primaries needed", (*_CALLS, *supply))))
     rows.append(
         Row(
             "primaries",
@@ -273,7 +259,7 @@ def _capacity(p: PlanInput, calls: float, rows: list[Row]) -> tuple[int | None, 
         )
     )
     primaries = p.primaries or needed
-    utilization = calls / primaries / p.calls_per_primary
+    utilization = bounded(calls / primaries / p.calls_per_primary, "utilization", _LOAD)
     rows.append(
         Row(
             "primaries",
@@ -296,7 +282,9 @@ def _capacity(p: PlanInput, calls: float, rows: list[Row]) -> tuple[int | None, 
         )
         return needed, math.inf
     service_ms = 1000 / p.calls_per_primary
-    latency = p.rtt_ms + service_ms / (1 - utilization)
+    latency = bounded(
+        p.rtt_ms + service_ms / (1 - utilization), "latency", ("rtt_ms", "calls_per_primary")
+    )
     rows.append(
         Row(
             "latency",
@@ -310,7 +298,7 @@ def _capacity(p: PlanInput, calls: float, rows: list[Row]) -> tuple[int | None, 
             Row(
                 "latency",
                 "headroom",
-                f"{p.timeout_ms / latency:.1f}x",
+                f"{bounded(p.timeout_ms / latency, 'headroom', _HEADROOM):.1f}x",
                 f"{p.timeout_ms:g} ms timeout / {latency:.3g} ms",
             )
         )
@@ -324,7 +312,10 @@ def _over_admission(p: PlanInput, rows: list[Row]) -> dict[str, float]:
     unit = "requests"
     if p.replication_lag_ms is not None:
         lag_s = p.replication_lag_ms / 1000
-        bounds["failover"] = p.limit.capacity + per_second * lag_s
+        failover = p.limit.capacity + per_second * lag_s
+        bounds["failover"] = bounded(
+            failover, "the failover bound", ("limit", "replication_lag_ms")
+        )
         rows.append(
             Row(
                 section,
@@ -334,7 +325,9 @@ def _over_admission(p: PlanInput, rows: list[Row]) -> dict[str, float]:
             )
         )
     if p.instances is not None and p.lease is not None:
-        bounds["leases"] = p.instances * (p.lease - 1)
+        bounds["leases"] = bounded(
+            p.instances * (p.lease - 1), "the leases bound", ("instances", "lease")
+        )
         rows.append(
             Row(
                 section,
@@ -344,7 +337,8 @@ def _over_admission(p: PlanInput, rows: list[Row]) -> dict[str, float]:
             )
         )
     if p.regions and p.sync_interval_ms is not None:
-        bounds["regions"] = _regions_bound(p.regions, p.sync_interval_ms, p.region_lag_ms)
+        bound = _regions_bound(p.regions, p.sync_interval_ms, p.region_lag_ms)
+        bounds["regions"] = bounded(bound, "the regions bound", _REGIONS)
         rows.append(_regions_row(p, p.sync_interval_ms, bounds["regions"], section))
     return bounds
 

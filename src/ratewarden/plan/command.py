@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import math
 import re
 import sys
 from typing import TYPE_CHECKING, Protocol
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 from ratewarden import algorithms
 from ratewarden.argparsing import rate_algorithm
 from ratewarden.errors import ConfigurationError, StorageError
+from ratewarden.plan._checks import MAX_NUMBER, MAX_TEXT, FigureTooLargeError
 from ratewarden.plan._model import (
     DEFAULT_BYTES_PER_CALL,
     DEFAULT_MAX_UTILIZATION,
@@ -87,18 +87,24 @@ def _number(flag: str, zero_ok: bool = False) -> argparse._ActionType:
             value = float(raw)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{flag} {raw!r} is not a number") from None
-        if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        if not 0 <= value <= MAX_NUMBER or (value == 0 and not zero_ok):  # NaN too
             low = "0 or more" if zero_ok else "above 0"
-            raise argparse.ArgumentTypeError(f"{flag} {raw!r} must be a number {low}")
+            raise argparse.ArgumentTypeError(
+                f"{flag} {raw!r} must be a number {low}, at most {MAX_TEXT}"
+            )
         return value
 
     return convert
 
 
-def _whole(flag: str, minimum: int = 1) -> argparse._ActionType:
+def _whole(flag: str, minimum: int = 1, maximum: int = MAX_NUMBER) -> argparse._ActionType:
     def convert(raw: str) -> int:
-        if not re.fullmatch(r"[0-9][0-9_]*", raw.strip()) or int(raw) < minimum:
-            raise argparse.ArgumentTypeError(f"{flag} {raw!r} must be a whole number >= {minimum}")
+        ok = re.fullmatch(r"[0-9][0-9_]*", raw.strip()) and minimum <= int(raw) <= maximum
+        if not ok:
+            most = MAX_TEXT if maximum == MAX_NUMBER else f"{maximum:,}"
+            raise argparse.ArgumentTypeError(
+                f"{flag} {raw!r} must be a whole number >= {minimum}, at most {most}"
+            )
         return int(raw)
 
     return convert
@@ -138,6 +144,10 @@ def _region(flag: str) -> argparse._ActionType:
 
 
 _ZERO_OK = functools.partial(_number, zero_ok=True)
+#: The longest key --measure writes (ratewarden.storage.measure's own bound).
+KEY_LENGTH_MAX = 1024
+#: The most regions --regions N makes (each one a Region at --limit).
+REGIONS_MAX = 1000
 
 #: The plan's flags in --help order: flag -> (the converter made for it, or None for text;
 #: default; metavar; help). A flag is the PlanInput field of the same name where there is one.
@@ -160,7 +170,8 @@ _FLAGS: dict[str, tuple[_Kind | None, object, str, str]] = {
     "--key-bytes": (_number, None, "B",
                     "Redis memory per key, key name and overhead included (see --measure)"),
     "--measure": (None, None, "URL", "measure --key-bytes on this Redis (redis://...)"),
-    "--key-length": (_whole, 32, "N", "--measure: characters in a key [default: 32]"),
+    "--key-length": (functools.partial(_whole, maximum=KEY_LENGTH_MAX), 32, "N",
+                     "--measure: characters in a key, 1 to 1,024 [default: 32]"),
     "--primaries": (_whole, None, "N", "Redis primaries (shards)"),
     "--calls-per-primary": (_number, None, "N", "script calls per second one primary sustains "
                             "(Redis runs scripts on one core per primary; take it from a load "
@@ -177,8 +188,9 @@ _FLAGS: dict[str, tuple[_Kind | None, object, str, str]] = {
     "--replication-lag-ms": (_ZERO_OK, None, "MS", "replication lag: what a failover may rewind"),
     "--instances": (_whole, None, "N", "gateways holding leases"),
     "--lease": (_whole, None, "K", "units per lease"),
-    "--regions": (_whole, None, "N", "regions reconciling asynchronously, each capped at "
-                  "--limit with --burst"),
+    "--regions": (functools.partial(_whole, maximum=REGIONS_MAX), None, "N",
+                  "regions reconciling asynchronously, each capped at --limit with --burst "
+                  "(at most 1,000)"),
     "--region-rate": (_region, None, "NAME=RATE[:BURST]",
                       "one region's rate cap on the key, e.g. eu=600/minute:10 (repeatable, each "
                       "region once; the burst defaults to the rate's limit, as Rate's does)"),
@@ -221,6 +233,15 @@ def _rate(flag: str, text: str, burst: int | None = None) -> Rate:
         return Rate.parse(text, burst=burst)
     except ConfigurationError as exc:
         raise ConfigurationError(f"{flag} {text!r}: {exc}") from None
+
+
+def _flag(args: argparse.Namespace, field: str) -> str:
+    """The flag that gives PlanInput's ``field`` (``limit`` with ``--burst`` when one was given)."""
+    if field == "regions":
+        return "--region-rate" if args.region_rate else "--regions"
+    if field == "limit" and args.burst is not None:
+        return "--limit, --burst"
+    return "--" + field.replace("_", "-")
 
 
 def _burst_taken(algorithm: str, limit: Rate, burst: int | None) -> None:
@@ -301,6 +322,11 @@ def main(args: argparse.Namespace, measure: Measure) -> int:
         if args.measure:
             measured = measure(args.measure, args.algorithm, limit, args.key_length)
         result = plan(_inputs(args, limit, regions, measured[1] if measured else None))
+    except FigureTooLargeError as exc:
+        print(
+            f"ratewarden plan: error: {exc.said(functools.partial(_flag, args))}", file=sys.stderr
+        )
+        return EXIT_USAGE
     except ConfigurationError as exc:
         print(f"ratewarden plan: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
