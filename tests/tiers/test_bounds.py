@@ -22,6 +22,8 @@ from tests.tiers._helpers import SwitchableStore
 #: 2023-11-14 22:13:00 UTC: a whole minute, so fixed windows start on it.
 MINUTE = 1_699_999_980
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "two-tiers.md"
+#: (local, admitted at once, admitted in each minute): 4 processes, store down, 100/minute.
+OUTAGE_FIGURES = [(1.0, 400, [796, 400]), (0.25, 100, [196, 100])]
 #: (algorithm, the fleet's admissions, the store alone's): 5 processes, 3 minutes, 100/minute.
 LOCAL_BUCKET_FIGURES = [("fixed_window", 300, 300), ("gcra", 398, 399)]
 
@@ -67,17 +69,34 @@ def test_leases_never_pass_the_bound_in_any_window(
     assert max(per_window.values(), default=0) <= limit + processes * (k - 1)
 
 
-def test_the_local_policy_admits_up_to_processes_times_the_local_rate() -> None:
-    """Store down, 4 processes, local=1.0 of 100/minute: 400 admitted in the minute, 4x the
-    limit; local=0.25 (one share per process) brings it back to 100."""
-    for fraction, expected in ((1.0, 400), (0.25, 100)):
+@pytest.mark.parametrize(("fraction", "at_once", "by_minute"), OUTAGE_FIGURES)
+def test_the_local_policy_admits_up_to_processes_times_the_local_rate(
+    fraction: float, at_once: int, by_minute: list[int]
+) -> None:
+    """Store down, 4 processes, local=1.0 of 100/minute: each process's bucket (GCRA, full
+    when the outage starts) admits its burst of 100 at once, 400 for the fleet, 4x the limit.
+    Sent 10 requests a second each, the fleet admits 796 in the outage's first minute (199 a
+    bucket: its burst, and 99 more as it refills at one per 0.6 s), then 400 a minute.
+    local=0.25 (one share per process): 100 at once; 196 (25 + 24 a bucket), then 100."""
+    rate = Rate.parse("100/minute")
+
+    def fleet() -> tuple[ManualClock, list[TwoTier]]:
         clock = ManualClock(MINUTE)
         store = SwitchableStore(clock=clock)
         store.down = True
-        rate = Rate.parse("100/minute")
-        fleet = [TwoTier(store, local=fraction, failure_mode="local") for _ in range(4)]
-        admitted = sum(tier.hit("k", rate).allowed for _ in range(200) for tier in fleet)
-        assert admitted == expected
+        return clock, [TwoTier(store, local=fraction, failure_mode="local") for _ in range(4)]
+
+    clock, tiers = fleet()
+    assert sum(tier.hit("k", rate).allowed for _ in range(200) for tier in tiers) == at_once
+    clock, tiers = fleet()
+    minutes = []
+    for _ in by_minute:
+        admitted = 0
+        for _ in range(60 * 10):  # every process: one request per 100 ms
+            admitted += sum(tier.hit("k", rate).allowed for tier in tiers)
+            clock.advance(0.1)
+        minutes.append(admitted)
+    assert minutes == by_minute
 
 
 @pytest.mark.parametrize(("algorithm", "fleet_admits", "store_admits"), LOCAL_BUCKET_FIGURES)
@@ -123,3 +142,16 @@ def test_the_page_quotes_the_local_bucket_s_figures_for_each_algorithm() -> None
     assert f"{gcra} with `gcra` (TwoTier's default), where the store alone admits {gcra_alone}" in (
         bucket
     )
+
+
+def test_the_page_quotes_an_outage_s_figures_at_once_and_per_minute() -> None:
+    """docs/two-tiers.md gives what the local failure mode admits at once and in a minute, as
+    measured above: it said 400 and 100 'in the outage's first minute', an instant's figures
+    (a minute admits 796 and 196)."""
+    outage = _paragraph("**Failure `local`.**")
+    (_, whole, (first, then)), (_, share, (share_first, share_then)) = OUTAGE_FIGURES
+    assert f"`local=1.0` of 100/minute admit {whole} at once" in outage
+    assert f"{first} in the outage's first minute" in outage
+    assert f"then {then} a minute;" in outage
+    assert f"`local=0.25` they admit {share} at once, {share_first} in the first minute" in outage
+    assert f"and {share_then} a minute after" in outage
