@@ -46,7 +46,11 @@ ARGV (0-based here, ``ARGV[i + 1]`` in Lua)::
 
 Axis state: ``(tat_us, frac, since_us, used)``; record: ``("r", charges, expires_us)``
 with a ``(cost, since_us, used)`` per axis, or ``("s", expires_us)``. A state or record
-written before ``used`` existed reads as ``used`` 0 (the bound is then not applied).
+written before ``used`` existed reads as ``used`` 0 (the bound is then not applied); a
+state without ``since_us`` (a fair share's, written before it kept one) as busy since now.
+A fair share's reservation (``_fair_share.run`` writes it) prices each axis, ``(cost,
+since_us, used, p, q)``: its settle charges that axis ``ceil(amount * p / q)`` for the
+amount in ARGV (the tenant's bucket is charged ``W / w`` a unit).
 
 KEYS: the m axis state keys, then the record key (optional for reserve).
 
@@ -69,7 +73,7 @@ from typing import Any
 from ratewarden.algorithms import gcra
 from ratewarden.algorithms._base import Outcome, ceil_div
 
-__all__ = ["RECORD_WIDTH", "Write", "run"]
+__all__ = ["RECORD_WIDTH", "Write", "busy_since", "run", "used_since_rest"]
 
 #: Numbers per axis in ARGV after the four header values.
 RECORD_WIDTH = 4
@@ -101,14 +105,14 @@ def _gcra(state: tuple[int, ...] | None) -> gcra.State | None:
     return None if state is None else (state[0], state[1])
 
 
-def _busy_since(state: tuple[int, ...] | None, now: int) -> int:
+def busy_since(state: tuple[int, ...] | None, now: int) -> int:
     """When the axis left rest: kept while busy, ``now`` when a charge starts from rest."""
-    if state is None or _ahead(state, now, 1) == 0:
+    if state is None or len(state) < 3 or _ahead(state, now, 1) == 0:
         return now
     return state[2]
 
 
-def _used(state: tuple[int, ...] | None, now: int) -> int:
+def used_since_rest(state: tuple[int, ...] | None, now: int) -> int:
     """Units charged in the axis' current busy period (0 at rest, or in an older state)."""
     if state is None or len(state) < 4 or _ahead(state, now, 1) == 0:
         return 0
@@ -146,8 +150,8 @@ def _reserve(
             outcome = gcra.check(params, _gcra(states[i]), now, 0)[0]
         reply.extend(_numbers(outcome))
         if allowed:
-            since = _busy_since(states[i], now)
-            used = _used(states[i], now)
+            since = busy_since(states[i], now)
+            used = used_since_rest(states[i], now)
             if cost > 0:
                 used += cost
                 writes.append((i, (*step[1], since, used), now + step[2]))
@@ -169,8 +173,8 @@ def _settle_axis(
     n, d, capacity = params
     cost, charged_since = charge[0], charge[1]
     ahead = _ahead(state, now, n)
-    since = _busy_since(state, now)
-    used = _used(state, now)
+    since = busy_since(state, now)
+    used = used_since_rest(state, now)
     if actual <= cost:
         back = 0
         if ahead > 0 and since == charged_since:
@@ -205,7 +209,9 @@ def _settle(
     refunds: list[int] = []
     news: list[Any] = []
     writes: list[Write] = []
-    for i, ((params, actual), charge) in enumerate(zip(axes, record[1], strict=True)):
+    for i, ((params, amount), charge) in enumerate(zip(axes, record[1], strict=True)):
+        # a priced axis (a fair share's tenant): the amount in this axis' units
+        actual = ceil_div(amount * charge[3], charge[4]) if len(charge) == 5 else amount
         refunded, state, ttl_us = _settle_axis(params, states[i], now, charge, actual)
         refunds.append(refunded)
         news.append(state)

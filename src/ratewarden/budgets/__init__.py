@@ -5,7 +5,8 @@
   ``Backlog``, usage charged while the store was down is paid once it is back.
 - ``BudgetRouter`` / ``AsyncBudgetRouter``: a tenant's budget and the first
   upstream ``Account`` with room, in one call that never leaks a reservation.
-- ``FairShare`` / ``AsyncFairShare``: weighted tenants sharing a pooled budget.
+- ``FairShare`` / ``AsyncFairShare``: weighted tenants sharing a pooled budget, hit
+  or reserved (``FairReservation``) and settled.
 - ``held_slot`` / ``aheld_slot``: a concurrency slot renewed while long work runs.
 - ``LoadShedder`` and ``FleetShedder`` / ``AsyncFleetShedder``: traffic classes
   shed lowest first as utilization rises, with a reserve for critical traffic; a
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from ratewarden.budgets._backlog import Backlog
 from ratewarden.budgets._budget import AsyncTokenBudget, TokenBudget
-from ratewarden.budgets._fair import AsyncFairShare, FairDecision, FairShare
+from ratewarden.budgets._fair import AsyncFairShare, FairDecision, FairReservation, FairShare
 from ratewarden.budgets._headers import format_duration, provider_headers
 from ratewarden.budgets._routing import Account, AsyncBudgetRouter, BudgetRouter, Route
 from ratewarden.budgets._shedder import (
@@ -60,6 +61,7 @@ __all__ = [
     "BudgetStep",
     "Charge",
     "FairDecision",
+    "FairReservation",
     "FairShare",
     "FleetShedder",
     "HeldSlot",

@@ -7,36 +7,60 @@ within ``active_window``. Busy tenants split ``P`` by weight; a tenant that
 goes quiet leaves ``W`` after ``active_window`` and its share goes to the
 others. One store step per decision (an ``Op`` run by the limiter's
 ``apply_flow``); every key of a pool shares the pool's hash tag, so on a Redis
-Cluster a pool is one slot. The decision is a flow written once
-(``_FairBase.hit_flow``); ``FairShare`` and ``AsyncFairShare`` are made of it
-(``blocking`` / ``awaiting``).
+Cluster a pool is one slot.
+
+``reserve`` is a hit that also writes a reservation record; ``settle`` is
+``gcra_multi``'s settle of that record over the pool's and the tenant's states
+(the record prices the tenant's bucket at the ``W / w`` of the reserve), so a
+fair share refunds exactly as a token budget does. Each operation is a flow
+written once (``_FairBase.hit_flow``, ``reserve_flow``, ...); ``FairShare`` and
+``AsyncFairShare`` are made of them (``blocking`` / ``awaiting``).
 """
 
 from __future__ import annotations
 
 import math
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ratewarden.algorithms import NEVER, fair_share, gcra
+from ratewarden.algorithms import NEVER, fair_share, gcra, gcra_multi
 from ratewarden.budgets._twins import L, OverStore, S
-from ratewarden.budgets._values import us_to_s
-from ratewarden.checks import check_key, keywords_checked
+from ratewarden.budgets._values import (
+    AxisState,
+    BudgetDecision,
+    Settlement,
+    check_count,
+    check_seconds_us,
+    us_to_s,
+)
+from ratewarden.checks import check_id, check_key, keywords_checked
 from ratewarden.errors import ConfigurationError
-from ratewarden.limiter import AsyncLimiter, Flow, Limiter, Op, awaiting, axis_key, blocking
+from ratewarden.limiter import (
+    AsyncLimiter,
+    Flow,
+    Limiter,
+    Op,
+    awaiting,
+    axis_key,
+    blocking,
+    record_key,
+)
 from ratewarden.rate import Rate
 
 if TYPE_CHECKING:
     # Named as strings in the shells' bases (types only: budgets import no store).
     from ratewarden.storage import AsyncStore, Store  # noqa: F401
 
-__all__ = ["AsyncFairShare", "FairDecision", "FairShare"]
+__all__ = ["AsyncFairShare", "FairDecision", "FairReservation", "FairShare"]
 
 #: Largest weight a tenant may have (keeps ``cost * W`` exact in Lua doubles).
 MAX_WEIGHT = 1_000_000
 
 _KIND = "fair"
+_RECORD_KIND = "fair-reservation"
+_SETTLED = {0: "unknown", 1: "settled", 2: "already-settled"}
 #: Pools whose keys a FairShare remembers before it starts again from empty.
 _KEY_CACHE_SIZE = 4096
 
@@ -64,6 +88,31 @@ class FairDecision:
         return self.allowed
 
 
+@dataclass(frozen=True, slots=True)
+class FairReservation:
+    """A reserve: held when ``allowed``; settle it with the actual cost when done.
+
+    The pool was charged ``estimate`` and the tenant's bucket ``decision.charged``
+    (``ceil(estimate * W / w)``, ``W`` being ``decision.active_weight``). ``replayed``
+    is True when this id had been reserved before: nothing was charged again, and
+    ``decision`` shows the share and charge of now.
+    """
+
+    pool_key: str
+    tenant: str
+    reservation_id: str
+    estimate: int
+    decision: FairDecision
+    replayed: bool = False
+
+    @property
+    def allowed(self) -> bool:
+        return self.decision.allowed
+
+    def __bool__(self) -> bool:
+        return self.decision.allowed
+
+
 def _weight(what: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WEIGHT:
         raise ConfigurationError(f"{what} {value!r} must be a whole number from 1 to {MAX_WEIGHT}")
@@ -82,6 +131,7 @@ class _FairBase(OverStore[S, L]):
         *,
         default_weight: int = 1,
         active_window: float = 10.0,
+        reservation_ttl: float = 600.0,
     ) -> None:
         super().__init__(store)
         rate = Rate.parse(pool) if isinstance(pool, str) else pool
@@ -104,6 +154,8 @@ class _FairBase(OverStore[S, L]):
             )
         self.active_window = float(active_window)
         self._window_us = max(1, math.ceil(active_window * 1_000_000))
+        self.reservation_ttl = reservation_ttl
+        self._ttl_us = check_seconds_us("reservation_ttl", reservation_ttl)
         self._params = gcra.params(rate)
         self._prefix: str = getattr(store, "prefix", "rw")
         # Keys of recent pools: (pool, tenant key without the tenant, active); escaping and
@@ -116,15 +168,25 @@ class _FairBase(OverStore[S, L]):
             raise ConfigurationError(f"tenant {tenant!r} must be a non-empty string")
         return check_key(tenant)  # text every store can encode (no lone surrogates)
 
-    def _op(self, pool_key: str, tenant: str, cost: int) -> Op:
+    def _op(self, pool_key: str, tenant: str, cost: int, record: str | None = None) -> Op:
+        """A hit of ``cost``; with a reservation id, a reserve of that estimate recording it."""
         tenant = self._tenant(tenant)
         if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
-            raise ConfigurationError(f"cost {cost!r} must be a whole number >= 0")
+            what = "cost" if record is None else "estimate"
+            raise ConfigurationError(f"{what} {cost!r} must be a whole number >= 0")
         pool, tenants, active = self._keys(pool_key)
-        keys = (pool, tenants + tenant, active)
         weight = self.weights.get(tenant, self.default_weight)
         args: tuple[int | str, ...] = ("", cost, *self._params, tenant, weight, self._window_us)
-        return Op("fair_share", keys, args, fair_share.run)
+        if record is None:
+            return Op("fair_share", (pool, tenants + tenant, active), args, fair_share.run)
+        keys = (pool, tenants + tenant, active, self._record(pool_key, tenant, record))
+        return Op("fair_share", keys, (*args, self._ttl_us), fair_share.run)
+
+    def _record(self, pool_key: str, tenant: str, reservation_id: str) -> str:
+        """The record's key: the tenant's name with its length first, then the id, so no
+        two (tenant, id) pairs share one."""
+        rid = check_id("reservation id", reservation_id)
+        return record_key(self._prefix, pool_key, _RECORD_KIND, f"{len(tenant)}:{tenant}:{rid}")
 
     def _keys(self, pool_key: str) -> tuple[str, str, str]:
         found = self._pool_keys.get(pool_key) if type(pool_key) is str else None
@@ -143,6 +205,64 @@ class _FairBase(OverStore[S, L]):
     def hit_flow(self, pool_key: str, tenant: str, cost: int = 1) -> Flow[FairDecision]:
         """Admit ``cost`` units for ``tenant`` from the pool ``pool_key`` if its share allows."""
         reply = yield from self.limiter.apply_flow(self._op(pool_key, tenant, cost))
+        return self._decision(tenant, cost, reply)
+
+    def reserve_flow(
+        self, pool_key: str, tenant: str, estimate: int, *, reservation_id: str | None = None
+    ) -> Flow[FairReservation]:
+        """Admit ``estimate`` units as ``hit`` does, held under a reservation id until settled.
+
+        Reserving again under the same ``reservation_id`` charges nothing (``replayed``).
+        """
+        rid = uuid.uuid4().hex if reservation_id is None else reservation_id
+        reply = yield from self.limiter.apply_flow(self._op(pool_key, tenant, estimate, rid))
+        decision = self._decision(tenant, estimate, reply)
+        return FairReservation(pool_key, tenant, rid, estimate, decision, reply[16] == 2)
+
+    def settle_flow(self, reservation: FairReservation, actual: int) -> Flow[Settlement]:
+        """Apply the actual cost: refund what was reserved and not used, once per id.
+
+        A denied reservation has nothing to settle (``"unknown"``).
+        """
+        if not isinstance(reservation, FairReservation):
+            raise ConfigurationError(
+                f"settle needs the FairReservation that reserve returned, not {reservation!r}"
+            )
+        r = reservation
+        return (yield from self.settle_id_flow(r.pool_key, r.tenant, r.reservation_id, actual))
+
+    def cancel_flow(self, reservation: FairReservation) -> Flow[Settlement]:
+        """Give the whole reservation back (the request was never sent)."""
+        return (yield from self.settle_flow(reservation, 0))
+
+    def settle_id_flow(
+        self, pool_key: str, tenant: str, reservation_id: str, actual: int
+    ) -> Flow[Settlement]:
+        """Settle by pool, tenant and id alone (another process, a worker after a restart):
+        the store's record holds what was charged and the ``W`` it was charged at.
+
+        The pool gets back ``estimate - actual`` and the tenant's bucket ``charged -
+        ceil(actual * W / w)``, each only within the busy period it was charged in and
+        never below what was charged after; an overrun is charged up to an empty bucket.
+        """
+        check_count("actual", actual)
+        tenant = self._tenant(tenant)
+        pool, tenants, _ = self._keys(pool_key)
+        keys = (pool, tenants + tenant, self._record(pool_key, tenant, reservation_id))
+        axis = (*self._params, actual)  # the pool's, and the tenant's at the record's price
+        args: tuple[int | str, ...] = ("", "settle", 2, self._ttl_us, *axis, *axis)
+        op = Op("gcra_multi", keys, args, gcra_multi.run)
+        reply = yield from self.limiter.apply_flow(op)
+        refunded = {"pool": reply[2], "tenant": reply[3]}
+        axes = (self._axis("pool", reply[4:10]), self._axis("tenant", reply[10:16]))
+        return Settlement(_SETTLED[reply[1]], refunded, BudgetDecision(True, 0.0, axes))
+
+    def _axis(self, name: str, numbers: list[int]) -> AxisState:
+        """An axis as a cost-0 check left it (``numbers``: the GCRA outcome's six)."""
+        _, remaining, reset_us, _, _, refill_us = numbers
+        return AxisState(name, self.pool, remaining, us_to_s(reset_us), 0.0, 0, us_to_s(refill_us))
+
+    def _decision(self, tenant: str, cost: int, reply: list[int]) -> FairDecision:
         allowed, total, charged = bool(reply[1]), reply[2], reply[3]
         pool, mine = reply[4:10], reply[10:16]
         retry = 0.0 if allowed else max(us_to_s(pool[3]), us_to_s(mine[3]))
@@ -163,12 +283,20 @@ class FairShare(_FairBase["Store", Limiter]):
         fair = FairShare(store, "60000/minute", {"interactive": 3, "batch": 1})
         if fair.hit("gpu-pool", "batch", cost=1200):
             ...
+        reservation = fair.reserve("gpu-pool", "batch", 4096)  # the most it may cost
+        if reservation:
+            ...  # call the model
+            fair.settle(reservation, 1350)  # what it cost: the rest comes back
 
     The store step goes through ``limiter``, a ``Limiter(store)`` made here.
     """
 
     _driver = Limiter
     hit = blocking(_FairBase.hit_flow)
+    reserve = blocking(_FairBase.reserve_flow)
+    settle = blocking(_FairBase.settle_flow)
+    settle_id = blocking(_FairBase.settle_id_flow)
+    cancel = blocking(_FairBase.cancel_flow)
 
 
 class AsyncFairShare(_FairBase["AsyncStore", AsyncLimiter]):
@@ -176,3 +304,7 @@ class AsyncFairShare(_FairBase["AsyncStore", AsyncLimiter]):
 
     _driver = AsyncLimiter
     hit = awaiting(_FairBase.hit_flow)
+    reserve = awaiting(_FairBase.reserve_flow)
+    settle = awaiting(_FairBase.settle_flow)
+    settle_id = awaiting(_FairBase.settle_id_flow)
+    cancel = awaiting(_FairBase.cancel_flow)

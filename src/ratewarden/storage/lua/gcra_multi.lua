@@ -6,7 +6,9 @@
 --             (see _gcra_multi.py: why refunds need both; a state without used reads as 0)
 -- KEYS[m+1]   the reservation record (optional for reserve): "r expires_us c1 s1 u1 c2 s2 u2 ..."
 --             while reserved (cost, busy period and used after it per axis; an older record
---             has no u), "s expires_us" once settled.
+--             has no u), "s expires_us" once settled. A fair share's record (fair_share.lua
+--             writes it) prices each axis: "c s u p q" per axis, and a settle charges that
+--             axis ceil(amount * p / q) for the amount in ARGV.
 --             Its expiry is kept in the value too, so that a test clock (ARGV[1]) sees it
 --             expire; PX removes it on Redis time.
 -- ARGV[1]     now in microseconds, or "" to read Redis TIME
@@ -40,7 +42,7 @@ end
 
 -- When the axis left rest: kept while busy, now when a charge starts from rest.
 local function busy_since(state)
-  if rested(state) then
+  if rested(state) or not state[3] then
     return now
   end
   return state[3]
@@ -207,9 +209,12 @@ if words and words[1] == 'r' then
     charges[#charges + 1] = tonumber(words[i])
   end
 end
-local width = 3 -- cost, since, used per axis; 2 in a record from before used existed
+-- cost, since, used per axis; 2 in a record from before used existed; 5 when priced
+local width = 3
 if #charges == 2 * m then
   width = 2
+elseif #charges == 5 * m then
+  width = 5
 end
 if #charges ~= width * m then
   local status = 0
@@ -228,10 +233,14 @@ for i = 1, m do
   local refunded
   local at = width * (i - 1)
   local charged_used = nil
-  if width == 3 then
+  if width >= 3 then
     charged_used = charges[at + 3]
   end
-  refunded, news[i] = apply(i, charges[at + 1], charges[at + 2], charged_used, amounts[i])
+  local actual = amounts[i]
+  if width == 5 then
+    actual = ceil_div(actual * charges[at + 4], charges[at + 5])
+  end
+  refunded, news[i] = apply(i, charges[at + 1], charges[at + 2], charged_used, actual)
   reply[#reply + 1] = refunded
 end
 redis.call('SET', record_key, 's ' .. words[2], 'KEEPTTL')
