@@ -160,7 +160,34 @@ def test_ratewarden_settings_win_over_upstreams_rules_source() -> None:
         ),
         ({}, {"RATEWARDEN_CONFIG": "r.yaml", "RATEWARDEN_CONFIG_XDS": "cp:1"}, "not both"),
         ({"config_paths": ["r.yaml"], "xds_node_id": "n"}, {}, "--xds-node-id applies only"),
-        ({}, {"CONFIG_GRPC_XDS_NODE_ID": "n", "RUNTIME_ROOT": "/r"}, "CONFIG_GRPC_XDS_NODE_ID"),
+        ({"config_paths": ["r.yaml"], "xds_node_id": "n"}, {}, "SOTW), or drop it"),
+        (
+            {"config_paths": ["r.yaml"], "xds_node_id": "n", "xds_retry_max": "9"},
+            {},
+            "--xds-node-id, --xds-retry-max apply only to rules from an xDS server; add "
+            "--config-xds HOST:PORT (or CONFIG_TYPE=GRPC_XDS_SOTW), or drop them",
+        ),
+        (
+            {"config_xds": "cp:1", "reload_interval": "10"},
+            {},
+            "--reload-interval 10 applies only to rules from files (--config): it polls them "
+            "for changes, and the xDS server 'cp:1' sends each change as it is made; drop it",
+        ),
+        (
+            {},
+            {"CONFIG_TYPE": "GRPC_XDS_SOTW", "RATEWARDEN_RELOAD_INTERVAL": "0"},
+            "RATEWARDEN_RELOAD_INTERVAL='0' applies only to rules from files",
+        ),
+        (
+            {},
+            {"CONFIG_GRPC_XDS_NODE_ID": "n", "RUNTIME_ROOT": "/r"},
+            "CONFIG_GRPC_XDS_NODE_ID is set but CONFIG_TYPE is not GRPC_XDS_SOTW",
+        ),
+        (
+            {},
+            {"CONFIG_GRPC_XDS_NODE_ID": "n", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "9s"},
+            "CONFIG_GRPC_XDS_NODE_ID, XDS_CLIENT_BACKOFF_MAX_INTERVAL are set but",
+        ),
         ({}, {"CONFIG_GRPC_XDS_SERVER_URL": "cp:18000"}, "CONFIG_TYPE is not GRPC_XDS_SOTW"),
         ({}, {"CONFIG_TYPE": "REST"}, "CONFIG_TYPE='REST': must be one of FILE, GRPC_XDS_SOTW"),
         ({"config_xds": "no-port"}, {}, "--config-xds 'no-port': must be HOST:PORT"),

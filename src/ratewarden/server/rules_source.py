@@ -2,9 +2,10 @@
 (``--config-xds`` and the ``--xds-*`` options), one of the two.
 
 ``XDS_OPTIONS`` names the xDS client's settings; ``check_rules_source`` refuses
-settings that name both sources or neither, and ``--xds-*`` options that cannot
-work as given; ``own_source_wins`` keeps ratewarden's own choice of a source over
-envoyproxy/ratelimit's. ``Settings`` (``server/settings.py``) uses all three.
+settings that name both sources or neither, ``--xds-*`` options that cannot work as
+given; ``check_reload_given`` refuses ``--reload-interval`` (a poll of rule files)
+given with an xDS server; ``own_source_wins`` keeps ratewarden's own choice of a source
+over envoyproxy/ratelimit's. ``Settings`` (``server/settings.py``) uses them all.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ratewarden.server.options import OPTIONS
 if TYPE_CHECKING:
     from ratewarden.server.settings import Settings
 
-__all__ = ["XDS_OPTIONS", "check_rules_source", "own_source_wins"]
+__all__ = ["XDS_OPTIONS", "check_reload_given", "check_rules_source", "own_source_wins"]
 
 #: The settings of the xDS client, which mean something only with ``config_xds``.
 XDS_OPTIONS = (
@@ -60,10 +61,11 @@ def check_rules_source(settings: Settings) -> None:
             OPTIONS[name].flag for name in XDS_OPTIONS if getattr(settings, name) != defaults[name]
         ]
         if given:
+            several = len(given) > 1
             raise ConfigurationError(
-                f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} only to "
-                "rules from an xDS server; add "
-                "--config-xds HOST:PORT (or CONFIG_TYPE=GRPC_XDS_SOTW), or drop them"
+                f"{', '.join(given)} {'apply' if several else 'applies'} only to "
+                "rules from an xDS server; add --config-xds HOST:PORT (or "
+                f"CONFIG_TYPE=GRPC_XDS_SOTW), or drop {'them' if several else 'it'}"
             )
         return
     if settings.xds_retry_max < settings.xds_retry_interval:
@@ -88,6 +90,25 @@ def check_rules_source(settings: Settings) -> None:
         )
         raise ConfigurationError(
             f"{given_flag} is set but {missing} is not; a client certificate needs its key"
+        )
+
+
+def check_reload_given(
+    flags: Mapping[str, Any], environ: Mapping[str, str], config_xds: str | None
+) -> None:
+    """Refuse ``--reload-interval`` (or ``RATEWARDEN_RELOAD_INTERVAL``) given, even at its
+    default, with rules from an xDS server: it polls rule files, and there are none."""
+    option = OPTIONS["reload_interval"]
+    if flags.get("reload_interval") is not None:
+        given = f"{option.flag} {flags['reload_interval']}"
+    elif environ.get(option.env) is not None:
+        given = f"{option.env}={environ[option.env]!r}"
+    else:
+        return
+    if config_xds is not None:
+        raise ConfigurationError(
+            f"{given} applies only to rules from files (--config): it polls them for changes, "
+            f"and the xDS server {config_xds!r} sends each change as it is made; drop it"
         )
 
 

@@ -105,7 +105,12 @@ from ratewarden.server import upstream_env
 from ratewarden.server.dogstatsd import Mogrifier
 from ratewarden.server.options import OPTIONS, Option, masked, read
 from ratewarden.server.response_headers import LEGACY_NAMES
-from ratewarden.server.rules_source import XDS_OPTIONS, check_rules_source, own_source_wins
+from ratewarden.server.rules_source import (
+    XDS_OPTIONS,
+    check_reload_given,
+    check_rules_source,
+    own_source_wins,
+)
 from ratewarden.server.statsd_mapping import StatsdMapping
 from ratewarden.server.store_url import redacted, store_scheme
 from ratewarden.server.tls_names import check_tls
@@ -360,4 +365,5 @@ def resolve(flags: Mapping[str, Any], environ: Mapping[str, str]) -> Settings:
     own_source_wins(own, upstream)
     values = {**upstream, **own}
     values.setdefault("config_paths", ())
+    check_reload_given(flags, environ, values.get("config_xds"))
     return Settings(**values)

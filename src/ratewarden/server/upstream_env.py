@@ -167,10 +167,11 @@ def _xds(values: Mapping[str, Any]) -> dict[str, Any]:
     given = [name for name in ("CONFIG_GRPC_XDS_SERVER_URL", *XDS_VARIABLES) if name in values]
     if not xds_chosen(values):
         if given:
+            several = len(given) > 1
             raise ConfigurationError(
-                f"{', '.join(given)} set but CONFIG_TYPE is not GRPC_XDS_SOTW; set "
-                "CONFIG_TYPE=GRPC_XDS_SOTW to take the rules from an xDS server, or unset "
-                f"{'them' if len(given) > 1 else 'it'}"
+                f"{', '.join(given)} {'are' if several else 'is'} set but CONFIG_TYPE is not "
+                "GRPC_XDS_SOTW; set CONFIG_TYPE=GRPC_XDS_SOTW to take the rules from an xDS "
+                f"server, or unset {'them' if several else 'it'}"
             )
         return {}
     out: dict[str, Any] = {
