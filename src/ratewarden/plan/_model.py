@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from ratewarden import algorithms
 from ratewarden.errors import ConfigurationError
 from ratewarden.plan._checks import bounded, positive, share, whole
+from ratewarden.plan._text import as_bytes, count, exact, utilization
 from ratewarden.rate import Rate
 from ratewarden.regions import overshoot_bound
 
@@ -22,7 +23,7 @@ __all__ = [
     "plan",
 ]
 
-#: Round-trip bytes of one script call when not given (the seed's rule of thumb: "about 300").
+#: Round-trip bytes of one script call when not given (a common rough figure, not measured).
 DEFAULT_BYTES_PER_CALL = 300
 
 #: Share of a primary's capacity the plan fills, leaving room for failover and spikes.
@@ -136,18 +137,6 @@ class Plan:
     over_admission: dict[str, float]
 
 
-def _n(value: float) -> str:
-    """A count with thousands separators, to 3 significant figures past the point."""
-    return f"{value:,.0f}" if value >= 100 or value == int(value) else f"{value:,.3g}"
-
-
-def _bytes(value: float) -> str:
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if value >= size:
-            return f"{value / size:,.1f} {unit}"
-    return f"{value:,.0f} B"
-
-
 #: The inputs each figure grows with (the shares only shrink them), named in FigureTooLargeError.
 _CALLS = ("rps", "descriptors")
 _LOAD = (*_CALLS, "calls_per_primary")
@@ -162,16 +151,16 @@ def _traffic(p: PlanInput, rows: list[Row]) -> tuple[float, float | None]:
         Row(
             "traffic",
             "reach the global tier",
-            f"{_n(after_local)}/s",
-            f"{_n(p.rps)} x (1 - {p.local_reject:g})",
+            f"{count(after_local)}/s",
+            f"{count(p.rps)} x (1 - {p.local_reject:g})",
         )
     )
     rows.append(
         Row(
             "traffic",
             "script calls",
-            f"{_n(calls)}/s",
-            f"{_n(after_local)} x {p.global_share:g} x {p.descriptors:g} descriptors",
+            f"{count(calls)}/s",
+            f"{count(after_local)} x {p.global_share:g} x {p.descriptors:g} descriptors",
         )
     )
     per_primary = None
@@ -181,34 +170,29 @@ def _traffic(p: PlanInput, rows: list[Row]) -> tuple[float, float | None]:
             Row(
                 "traffic",
                 "per primary",
-                f"{_n(per_primary)}/s",
-                f"{_n(calls)} / {p.primaries} primaries",
+                f"{count(per_primary)}/s",
+                f"{count(calls)} / {p.primaries} primaries",
             )
         )
     return calls, per_primary
 
 
 def _memory(p: PlanInput, rows: list[Row]) -> float | None:
+    also = f"; --replicas {p.replicas} needs it too" if p.replicas else ""
     if p.keys is None:
-        rows.append(Row("memory", "total", "-", "give --keys (active keys) to size memory"))
+        rows.append(Row("memory", "total", "-", f"give --keys (active keys) to size memory{also}"))
         return None
     if p.key_bytes is None:
-        rows.append(
-            Row(
-                "memory",
-                "total",
-                "-",
-                "give --key-bytes, or --measure redis://... to read MEMORY USAGE",
-            )
-        )
+        how = f"give --key-bytes, or --measure redis://... to read MEMORY USAGE{also}"
+        rows.append(Row("memory", "total", "-", how))
         return None
     total = bounded(p.keys * p.key_bytes, "memory", ("keys", "key_bytes"))
     rows.append(
         Row(
             "memory",
             "on primaries",
-            _bytes(total),
-            f"{_n(p.keys)} keys x {_n(p.key_bytes)} B ({p.algorithm})",
+            as_bytes(total),
+            f"{count(p.keys)} keys x {count(p.key_bytes)} B ({p.algorithm})",
         )
     )
     if p.primaries is not None:
@@ -216,13 +200,15 @@ def _memory(p: PlanInput, rows: list[Row]) -> float | None:
             Row(
                 "memory",
                 "per primary",
-                _bytes(total / p.primaries),
-                f"{_bytes(total)} / {p.primaries} primaries",
+                as_bytes(total / p.primaries),
+                f"{as_bytes(total)} / {p.primaries} primaries",
             )
         )
     if p.replicas:
         total = bounded(total * (1 + p.replicas), "memory", ("keys", "key_bytes", "replicas"))
-        rows.append(Row("memory", "with replicas", _bytes(total), f"x (1 + {p.replicas} replicas)"))
+        rows.append(
+            Row("memory", "with replicas", as_bytes(total), f"x (1 + {p.replicas} replicas)")
+        )
     return total
 
 
@@ -232,77 +218,62 @@ def _capacity(p: PlanInput, calls: float, rows: list[Row]) -> tuple[int | None, 
         Row(
             "network",
             "bandwidth",
-            f"{_bytes(bandwidth)}/s",
-            f"{_n(calls)} calls/s x {_n(p.bytes_per_call)} B per call",
+            f"{as_bytes(bandwidth)}/s",
+            f"{count(calls)} calls/s x {count(p.bytes_per_call)} B per call",
         )
     )
     if p.calls_per_primary is None:
-        rows.append(
-            Row(
-                "primaries",
-                "needed",
-                "-",
-                "give --calls-per-primary (script calls/s one primary sustains in a load test)",
-            )
-        )
+        rows.append(Row("primaries", "needed", "-", "give --calls-per-primary (script calls/s "
+                        "one primary sustains in a load test)"))  # fmt: skip
+        unused = [f"--{name.replace('_', '-')}" for name in ("rtt_ms", "timeout_ms")
+                  if getattr(p, name) is not None]  # fmt: skip
+        if unused:
+            need = "need" if len(unused) > 1 else "needs"
+            rows.append(Row("latency", "added", "-", f"{' and '.join(unused)} given: {need} "
+                            "--calls-per-primary too (the service time per call)"))  # fmt: skip
         return None, None
     usable = p.calls_per_primary * p.max_utilization
     ratio = calls / usable if usable else math.inf
     supply = ("calls_per_primary", "max_utilization")
-    needed = max(1, math.ceil(bounded(ratio, "primaries needed", (*_CALLS, *supply))))
-    rows.append(
-        Row(
-            "primaries",
-            "needed",
-            str(needed),
-            f"ceil({_n(calls)} / ({_n(p.calls_per_primary)} x {p.max_utilization:g}))",
-        )
-    )
+    # Float noise (24,300.000000000004 / 8,100) must not add a primary the formula does not show.
+    ratio = bounded(ratio, "primaries needed", (*_CALLS, *supply)) * (1 - 1e-12)
+    needed = max(1, math.ceil(ratio))
+    shown = f"{exact(p.calls_per_primary)} x {exact(p.max_utilization)}"
+    rows.append(Row("primaries", "needed", str(needed), f"ceil({exact(calls)} / ({shown}))"))
     primaries = p.primaries or needed
-    utilization = bounded(calls / primaries / p.calls_per_primary, "utilization", _LOAD)
-    rows.append(
-        Row(
-            "primaries",
-            "utilization",
-            f"{utilization:.0%}",
-            f"{_n(calls / primaries)} / {_n(p.calls_per_primary)} per primary",
-        )
-    )
+    rho = bounded(calls / primaries / p.calls_per_primary, "utilization", _LOAD)
+    percent, fraction = utilization(rho)
+    per_primary = f"{count(calls / primaries)} / {exact(p.calls_per_primary)} per primary"
+    rows.append(Row("primaries", "utilization", percent, per_primary))
+    service = f"{1000 / p.calls_per_primary:.3g}"
+    return needed, _latency(p, calls, primaries, (rho, fraction, service), rows)
+
+
+def _latency(
+    p: PlanInput, calls: float, primaries: int, load: tuple[float, str, str], rows: list[Row]
+) -> float | None:
+    """rtt + S / (1 - rho), computed from the service time S and rho as the formula shows them
+    (``load``: rho, and rho and S in milliseconds as shown)."""
+    rho, fraction, service = load
     if p.rtt_ms is None:
-        rows.append(Row("latency", "added", "-", "give --rtt-ms (client to Redis round trip)"))
-        return needed, None
-    if utilization >= 1:
+        also = "; --timeout-ms needs it too" if p.timeout_ms is not None else ""
         rows.append(
-            Row(
-                "latency",
-                "added",
-                "unbounded",
-                f"{primaries} primaries cannot serve {_n(calls)} calls/s",
-            )
+            Row("latency", "added", "-", f"give --rtt-ms (client to Redis round trip){also}")
         )
-        return needed, math.inf
-    service_ms = 1000 / p.calls_per_primary
-    latency = bounded(
-        p.rtt_ms + service_ms / (1 - utilization), "latency", ("rtt_ms", "calls_per_primary")
-    )
-    rows.append(
-        Row(
-            "latency",
-            "added per check",
-            f"{latency:.3g} ms",
-            f"{p.rtt_ms:g} ms rtt + {service_ms:.3g} ms / (1 - {utilization:.2f})",
-        )
-    )
+        return None
+    if rho >= 1:
+        cannot = f"{primaries} primaries cannot serve {count(calls)} calls/s"
+        rows.append(Row("latency", "added", "unbounded", cannot))
+        return math.inf
+    latency = p.rtt_ms + float(service) / (1 - float(fraction))
+    latency = float(f"{bounded(latency, 'latency', ('rtt_ms', 'calls_per_primary')):.3g}")
+    how = f"{exact(p.rtt_ms)} ms rtt + {service} ms / (1 - {fraction})"
+    rows.append(Row("latency", "added per check", f"{latency:g} ms", how))
     if p.timeout_ms is not None:
-        rows.append(
-            Row(
-                "latency",
-                "headroom",
-                f"{bounded(p.timeout_ms / latency, 'headroom', _HEADROOM):.1f}x",
-                f"{p.timeout_ms:g} ms timeout / {latency:.3g} ms",
-            )
-        )
-    return needed, latency
+        headroom = bounded(p.timeout_ms / latency, "headroom", _HEADROOM)
+        how = f"{exact(p.timeout_ms)} ms timeout / {latency:g} ms"
+        rows.append(Row("latency", "headroom", f"{headroom:.1f}x", how))
+    return latency
 
 
 def _over_admission(p: PlanInput, rows: list[Row]) -> dict[str, float]:
@@ -320,7 +291,7 @@ def _over_admission(p: PlanInput, rows: list[Row]) -> dict[str, float]:
             Row(
                 section,
                 "failover",
-                f"{_n(bounds['failover'])} {unit}",
+                f"{count(bounds['failover'])} {unit}",
                 f"{p.limit.capacity} capacity + {per_second:.3g}/s x {lag_s:g} s lag",
             )
         )
@@ -332,7 +303,7 @@ def _over_admission(p: PlanInput, rows: list[Row]) -> dict[str, float]:
             Row(
                 section,
                 "leases",
-                f"{_n(bounds['leases'])} {unit}",
+                f"{count(bounds['leases'])} {unit}",
                 f"{p.instances} instances x ({p.lease} - 1) units",
             )
         )
@@ -361,7 +332,7 @@ def _regions_row(p: PlanInput, sync_interval_ms: float, total: float, section: s
         how += f"{len(terms)} x ({terms[0][1]})"
     else:
         how += ", ".join(f"{name} {term}" for name, term in terms)
-    return Row(section, "regions", f"{_n(total)} requests", how)
+    return Row(section, "regions", f"{count(total)} requests", how)
 
 
 def plan(p: PlanInput) -> Plan:

@@ -26,7 +26,6 @@ from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.plan._checks import MAX_NUMBER, MAX_TEXT, FigureTooLargeError
 from ratewarden.plan._model import (
     DEFAULT_BYTES_PER_CALL,
-    DEFAULT_MAX_UTILIZATION,
     PlanInput,
     Region,
     format_plan,
@@ -144,6 +143,8 @@ def _region(flag: str) -> argparse._ActionType:
 
 
 _ZERO_OK = functools.partial(_number, zero_ok=True)
+#: The keys --measure writes when --key-length is not given.
+DEFAULT_KEY_LENGTH = 32
 #: The longest key --measure writes (ratewarden.storage.measure's own bound).
 KEY_LENGTH_MAX = 1024
 #: The most regions --regions N makes (each one a Region at --limit).
@@ -170,13 +171,13 @@ _FLAGS: dict[str, tuple[_Kind | None, object, str, str]] = {
     "--key-bytes": (_number, None, "B",
                     "Redis memory per key, key name and overhead included (see --measure)"),
     "--measure": (None, None, "URL", "measure --key-bytes on this Redis (redis://...)"),
-    "--key-length": (functools.partial(_whole, maximum=KEY_LENGTH_MAX), 32, "N",
+    "--key-length": (functools.partial(_whole, maximum=KEY_LENGTH_MAX), None, "N",
                      "--measure: characters in a key, 1 to 1,024 [default: 32]"),
     "--primaries": (_whole, None, "N", "Redis primaries (shards)"),
     "--calls-per-primary": (_number, None, "N", "script calls per second one primary sustains "
                             "(Redis runs scripts on one core per primary; take it from a load "
                             "test)"),
-    "--max-utilization": (functools.partial(_share, above_zero=True), DEFAULT_MAX_UTILIZATION,
+    "--max-utilization": (functools.partial(_share, above_zero=True), None,
                           "SHARE",
                           "fill primaries to at most this share [default: 50%%]"),
     "--bytes-per-call": (_number, DEFAULT_BYTES_PER_CALL, "B",
@@ -195,7 +196,7 @@ _FLAGS: dict[str, tuple[_Kind | None, object, str, str]] = {
                       "one region's rate cap on the key, e.g. eu=600/minute:10 (repeatable, each "
                       "region once; the burst defaults to the rate's limit, as Rate's does)"),
     "--sync-interval-ms": (_number, None, "MS", "how often regions exchange counts"),
-    "--region-lag-ms": (_ZERO_OK, 0.0, "MS",
+    "--region-lag-ms": (_ZERO_OK, None, "MS",
                         "delay before a region sees another's counts [default: 0]"),
 }  # fmt: skip
 #: Give one or the other: a number of regions at the full limit, or each region's rate.
@@ -276,7 +277,8 @@ def _regions(args: argparse.Namespace, limit: Rate) -> tuple[Region, ...]:
 def _inputs(
     args: argparse.Namespace, limit: Rate, regions: tuple[Region, ...], measured: Measured | None
 ) -> PlanInput:
-    flags = {name: value for name, value in vars(args).items() if name in _PLAN_FIELDS}
+    # A flag not given (None) leaves PlanInput's default.
+    flags = {k: v for k, v in vars(args).items() if k in _PLAN_FIELDS and v is not None}
     return PlanInput(
         **{
             **flags,
@@ -285,6 +287,19 @@ def _inputs(
             "regions": regions,
         }
     )
+
+
+def _unused(args: argparse.Namespace) -> list[str]:
+    """What was given but has nothing to act on, and the flag it waits for (the rows say so of
+    the figures' inputs)."""
+    notes = []
+    if args.key_length is not None and not args.measure:
+        notes.append("--key-length is used by --measure only: give --measure URL")
+    if args.max_utilization is not None and args.calls_per_primary is None:
+        notes.append("--max-utilization is used with --calls-per-primary only: give it")
+    if args.region_lag_ms is not None and not (args.regions or args.region_rate):
+        notes.append("--region-lag-ms is used with --regions or --region-rate only: give one")
+    return notes
 
 
 def _measured_lines(server: str, found: Measured) -> str:
@@ -320,7 +335,8 @@ def main(args: argparse.Namespace, measure: Measure) -> int:
         regions = _regions(args, limit)  # refused before --measure writes to a server
         measured = None
         if args.measure:
-            measured = measure(args.measure, args.algorithm, limit, args.key_length)
+            key_length = DEFAULT_KEY_LENGTH if args.key_length is None else args.key_length
+            measured = measure(args.measure, args.algorithm, limit, key_length)
         result = plan(_inputs(args, limit, regions, measured[1] if measured else None))
     except FigureTooLargeError as exc:
         print(
@@ -333,6 +349,8 @@ def main(args: argparse.Namespace, measure: Measure) -> int:
     except StorageError as exc:
         print(f"ratewarden plan: --measure failed: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    for note in _unused(args):
+        print(f"ratewarden plan: note: {note}", file=sys.stderr)
     if measured is not None:
         print(_measured_lines(*measured))
     print(format_plan(result), end="")
