@@ -66,9 +66,9 @@ def measure(
     in ``INFO commandstats`` for the script commands (standalone and Sentinel;
     on a Cluster, memory only). Keys carry a random token (as much of one as
     their length leaves room for: keys of 1 or 2 characters are a counter
-    only), are checked not to exist before the first write and are deleted afterwards (they have TTLs
-    should the server go away in between). The store stays open: it is the
-    caller's.
+    only), are checked not to exist before the first write and are deleted
+    afterwards (they have TTLs should the server go away in between). The store
+    stays open: it is the caller's.
     """
     import redis
 
