@@ -206,13 +206,14 @@ def _serve(args: argparse.Namespace) -> int:
     from ratewarden.server import app, config, process, upstream_env, upstream_settings
 
     app.configure_logging(chosen.log_level, chosen.log_format)
-    used = upstream_settings.applied(os.environ)
+    xds = chosen.config_xds is not None
+    used = upstream_settings.applied(os.environ, xds=xds)
     if used:
         logging.getLogger("ratewarden.server").info(
             "envoyproxy/ratelimit settings in use (a flag or RATEWARDEN_* variable wins)",
             extra={"event": "upstream_settings_applied", "settings": list(used)},
         )
-    unused = upstream_env.no_effect(os.environ)
+    unused = upstream_env.no_effect(os.environ, xds=xds)
     if unused:
         logging.getLogger("ratewarden.server").info(
             "envoyproxy/ratelimit settings that change nothing here (docs/envoy.md says why)",

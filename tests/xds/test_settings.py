@@ -132,6 +132,9 @@ def test_upstreams_rule_directory_is_named_without_effect_with_xds_rules() -> No
     assert set(upstream_env.no_effect(xds)) == set(layout)
     assert set(upstream_settings.applied(layout)) == set(layout)
     assert upstream_env.no_effect(layout) == ()
+    # --config-xds (the flag, not CONFIG_TYPE) takes the rules from xDS alike
+    assert upstream_settings.applied(layout, xds=True) == ()
+    assert set(upstream_env.no_effect(layout, xds=True)) == set(layout)
 
 
 def test_ratewarden_settings_win_over_upstreams_rules_source() -> None:

@@ -300,34 +300,37 @@ def given(environ: Mapping[str, str]) -> dict[str, Any]:
     return values
 
 
-def no_effect(environ: Mapping[str, str]) -> tuple[str, ...]:
+def no_effect(environ: Mapping[str, str], *, xds: bool = False) -> tuple[str, ...]:
     """The ``no_effect`` upstream variables set in ``environ``, for the start's log line,
-    the mapped ones that cannot act here (``_idle``) and the refused ones of the backend
-    not chosen (``_other_backend``: not refused, as upstream does not read them)."""
+    the mapped ones that cannot act here (``_idle``; ``xds``: the rules come from xDS,
+    as ``--config-xds`` says) and the refused ones of the backend not chosen
+    (``_other_backend``: not refused, as upstream does not read them)."""
     return (
         _set(environ, "no_effect")
-        + tuple(name for name in _set(environ, "mapped") if _idle(environ, name))
+        + tuple(name for name in _set(environ, "mapped") if _idle(environ, name, xds))
         + tuple(name for name in _set(environ, "refused") if _other_backend(environ, name))
     )
 
 
-def applied(environ: Mapping[str, str]) -> tuple[str, ...]:
-    """The upstream variables set in ``environ`` that configure this process (``mapped``).
+def applied(environ: Mapping[str, str], *, xds: bool = False) -> tuple[str, ...]:
+    """The upstream variables set in ``environ`` that configure this process (``mapped``;
+    ``xds``: the rules come from xDS, as ``--config-xds`` says).
 
     Named in a start log line, so that a variable set for something else (``PORT``
     on a platform that sets it, say) is never a silent change of address.
     """
-    return tuple(name for name in _set(environ, "mapped") if not _idle(environ, name))
+    return tuple(name for name in _set(environ, "mapped") if not _idle(environ, name, xds))
 
 
-def _idle(environ: Mapping[str, str], name: str) -> bool:
+def _idle(environ: Mapping[str, str], name: str, xds: bool = False) -> bool:
     """``name`` is mapped but cannot act: a setting of the backend not chosen
     (``_other_backend``), a per-second Redis setting while ``REDIS_PERSECOND``
     is not true, a tracing one while ``TRACING_ENABLED`` is not, a Prometheus one while
     ``USE_PROMETHEUS`` is not (upstream ignores them then; the milliseconds too beside a
     mapping file), ``FORCE_START_WITHOUT_INITIAL_CONFIG`` with rules from files (read
     before the ports open, as upstream's first file event is), or the ``RUNTIME_*`` rule
-    directory with rules from xDS (``CONFIG_TYPE=GRPC_XDS_SOTW``: upstream reads no file)."""
+    directory with rules from xDS (``CONFIG_TYPE=GRPC_XDS_SOTW``, or ``xds``: the
+    ``--config-xds`` flag; upstream reads no file then)."""
     if _other_backend(environ, name):
         return True
     try:
@@ -340,7 +343,7 @@ def _idle(environ: Mapping[str, str], name: str) -> bool:
             return bool(mapper) or not go_bool(environ.get("USE_PROMETHEUS", "") or "false")
         if name == "MEMCACHE_SRV_REFRESH":
             return not environ.get("MEMCACHE_SRV", "").strip()
-        files = config_type(environ.get("CONFIG_TYPE", "") or "FILE") == "FILE"
+        files = not xds and config_type(environ.get("CONFIG_TYPE", "") or "FILE") == "FILE"
         if name == "FORCE_START_WITHOUT_INITIAL_CONFIG":
             return files
         if name.startswith("RUNTIME_"):
