@@ -201,10 +201,10 @@ class QuotaService:
                     member.share, member.sent_at = fixed, now
                     actions.append(Action(stream, bucket.key, fixed, self.ttl_s))
                 continue
-            if member.would is not None:  # shadow: beyond what its share would have admitted
+            if member.would is not None:  # shadow: admitted beyond what its share would admit
                 (share, fill_s), since = member.would, now - member.reports[-1][0]
                 room = share.max_tokens + share.tokens_per_fill * since / fill_s
-                self.stats.would_deny += max(0, count - int(room))
+                self.stats.would_deny += max(0, usage.allowed - int(room))
             member.reports.append((now, count))
             if count:
                 member.asked_at = now

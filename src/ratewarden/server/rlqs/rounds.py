@@ -110,7 +110,9 @@ class Rounds:
             if fixed is None:
                 share = shares[stream]
                 held = DENY_ALL if share.empty else share
-            elif budget is not None:  # shadow: what it would hold, for its next reports
+            elif fixed == ALLOW_ALL and budget is not None:
+                # shadow (a split rule answered ALLOW_ALL): what it would hold, for its next
+                # reports; a DENY_ALL rule admits nothing and would deny nothing more.
                 member.would = (shares[stream], budget.fill_s)
             member.share, member.sent_at = held, now
             fill_s = budget.fill_s if budget is not None else 0
