@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import ipaddress
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
@@ -196,15 +197,29 @@ def parse_ip(text: str) -> IPAddress | None:
     return address
 
 
+# RFC 7239's grammar, read leniently where a proxy's spelling does not matter (spaces
+# around ``=`` and ``;``, an address with a port or brackets left unquoted) and strictly
+# where it does: a quoted string is a whole value, closed before the element ends.
+_PAIR = r'([-!#$%&\'*+.^_`|~0-9A-Za-z]+)[ \t]*=[ \t]*("(?:[^"\\]|\\.)*"|[^\s",;]+)'
+_PAIRS = re.compile(_PAIR)
+_ELEMENT = re.compile(rf"[ \t]*{_PAIR}(?:[ \t]*;[ \t]*{_PAIR})*[ \t]*")
+
+
 def forwarded_for(value: str) -> list[str]:
-    """The ``for=`` values of a ``Forwarded`` header (RFC 7239), in order; "" for a hop without."""
+    """The ``for=`` values of a ``Forwarded`` header (RFC 7239), in order.
+
+    A hop is "" when its element has no ``for=`` or does not parse (a parameter
+    without ``=`` or given twice, a quote inside a value). A quote never closed makes
+    the rest of the header one element that does not parse: a client that opens a
+    quote cannot hide the element its proxy appends inside a string of its own.
+    """
     hops = []
     for element in split_outside_quotes(value, ","):
         found = ""
-        for pair in split_outside_quotes(element, ";"):
-            name, _, raw = pair.partition("=")
-            if name.strip().lower() == "for":
-                found = raw.strip()
+        if _ELEMENT.fullmatch(element):
+            pairs = [(name.lower(), raw) for name, raw in _PAIRS.findall(element)]
+            if len({name for name, _ in pairs}) == len(pairs):
+                found = next((raw for name, raw in pairs if name == "for"), "")
         hops.append(found)
     return hops
 
@@ -216,8 +231,9 @@ class ClientIP:
     that one is read, so a client cannot pick the header the proxy does not
     overwrite. IPv6 clients are grouped by their ``/ipv6_prefix`` network (64 by
     default: one subscriber's allocation), IPv4 clients by address.
-    A hop that is not an address (``unknown``, an obfuscated name) stops the
-    walk: the last address read, a trusted proxy, is the client.
+    A hop that is not an address (``unknown``, an obfuscated name, a ``Forwarded``
+    element that does not parse) stops the walk: the last address read, a trusted
+    proxy, is the client.
     """
 
     __slots__ = ("_header", "_ipv6_prefix", "_trusted")
