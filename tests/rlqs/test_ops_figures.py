@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from ratewarden.labels import MAX_LABEL_CHARS
 from ratewarden.server.config import loads
 from ratewarden.server.rlqs import QuotaCollector, QuotaService, Usage, bucket_key
-from ratewarden.server.rlqs.figures import BucketFigures, introspection, rate, top
+from ratewarden.server.rlqs.figures import BucketFigures, bucket_label, introspection, rate, top
 from ratewarden.server.rlqs.members import Member
 from ratewarden.testing import ManualClock
 
@@ -175,3 +175,45 @@ def test_reports_under_a_microsecond_apart_are_read_as_one_interval(gap: float) 
     exact = Member(0.0, reports).demand(1, 2.0)
     assert exact == 5
     assert rate(reports, 2.0) == pytest.approx(5.0)
+
+
+def test_bucket_ids_that_share_their_text_get_distinct_labels_and_rows() -> None:
+    """A comma or equals sign in a value is escaped: ``{path: "x,tenant=a", tenant: b}`` and
+    ``{path: x, tenant: "a,tenant=b"}`` were both ``path=x,tenant=a,tenant=b``, two series of
+    one name and labels in /metrics (an invalid exposition) and two like rows in /rlqs.json."""
+    quota, _ = service()
+    one = bucket_key({"path": "x,tenant=a", "tenant": "b"})
+    two = bucket_key({"path": "x", "tenant": "a,tenant=b"})
+    quota.report(quota.open(), "edge", [Usage(one, 1, 0), Usage(two, 2, 0)])
+    series = [line.rsplit(" ", 1)[0] for line in exposition(quota, 5) if "_bucket_" in line]
+    series = [line for line in series if not line.startswith("#")]
+    assert len(series) == 2 * 5 and len(set(series)) == len(series)
+    rows = [row["bucket"] for row in introspection(quota.figures())["top_buckets"]]
+    assert sorted(rows) == ["path=x,tenant=a\\,tenant\\=b", "path=x\\,tenant\\=a,tenant=b"]
+
+
+def parse_label(label: str) -> dict[str, str]:
+    """A bucket label read back: split at the commas and equals signs no backslash escapes."""
+    pairs, field, fields, escaped = {}, "", [], False
+    for char in label + ",":
+        if escaped:
+            field, escaped = field + char, False
+        elif char == "\\":
+            escaped = True
+        elif char == "=":
+            fields, field = [*fields, field], ""
+        elif char == ",":
+            key, value = [*fields, field]
+            pairs[key], field, fields = value, "", []
+        else:
+            field += char
+    return pairs
+
+
+@given(st.dictionaries(st.text(alphabet="a,=\\", min_size=1, max_size=4),
+                       st.text(alphabet="b,=\\", min_size=1, max_size=4),
+                       min_size=1, max_size=3))  # fmt: skip
+def test_a_bucket_label_reads_back_as_its_bucket_id(bucket: dict[str, str]) -> None:
+    """The label is one-to-one on bucket ids: it reads back as the id it was made from,
+    whatever backslashes, commas and equals signs its keys and values hold."""
+    assert parse_label(bucket_label(bucket_key(bucket))) == bucket

@@ -32,6 +32,7 @@ __all__ = [
     "BucketFigures",
     "Rest",
     "bucket_figures",
+    "bucket_label",
     "held_by_rule",
     "introspection",
     "rate",
@@ -67,6 +68,18 @@ def bucket_figures(buckets: Iterable[Bucket], interval: float) -> list[BucketFig
         counts = (b.allowed, b.denied)
         out.append(BucketFigures.of(b.domain, b.key, b.rule, counts, fill_s, held))
     return out
+
+
+_ESCAPES = str.maketrans({"\\": "\\\\", ",": "\\,", "=": "\\="})
+
+
+def bucket_label(bucket: tuple[tuple[str, str], ...]) -> str:
+    """A bucket id as one bounded text, unambiguous: two ids never give the same text (up to
+    ``bounded``'s hash) because a backslash, comma or equals sign in a key or value is escaped
+    by a backslash: ``{path: "x,tenant=a", tenant: b}`` is ``path=x\\,tenant\\=a,tenant=b``."""
+    return bounded(
+        ",".join(f"{key.translate(_ESCAPES)}={value.translate(_ESCAPES)}" for key, value in bucket)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +133,9 @@ class BucketFigures:
 
     @property
     def label(self) -> str:
-        """The bucket id as one bounded text: ``key=value`` pairs, by key, comma-separated."""
-        return bounded(",".join(f"{key}={value}" for key, value in self.bucket))
+        """The bucket id as one bounded text: ``key=value`` pairs, by key, comma-separated,
+        with ``\\``, ``,`` and ``=`` in a key or value escaped by a backslash (``bucket_label``)."""
+        return bucket_label(self.bucket)
 
     def to_dict(self) -> dict[str, Any]:
         return {

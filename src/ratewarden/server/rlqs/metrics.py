@@ -38,7 +38,8 @@ one more, ``bucket="other"`` (``domain`` and ``rule`` empty), summing the rest. 
 reported counters have no ``other``: a bucket moving in or out of the top would make
 it go down. A bucket's series starts and stops as it enters and leaves the top; the
 per-rule families above count every bucket. Labels are bounded
-(``ratewarden.labels.bounded``).
+(``ratewarden.labels.bounded``); ``bucket`` is ``figures.bucket_label``, escaped so that two
+bucket ids never share a series.
 """
 
 from __future__ import annotations
