@@ -153,6 +153,17 @@ def test_a_bad_report_is_refused_whole_and_changes_nothing() -> None:
     assert quota.buckets == 1
 
 
+def test_a_report_naming_a_bucket_twice_is_refused_whole() -> None:
+    """Each entry within the 10^12 a report may count for a bucket, three entries of one bucket
+    added up to 3 * 10^12: a bucket named twice is refused, and nothing of the report counts."""
+    quota, _ = service()
+    one = quota.open()
+    dup = bucket_key({"tenant": "dupx"})
+    with pytest.raises(ReportError, match=r"\{'tenant': 'dupx'\} is named twice in one report"):
+        quota.report(one, "edge", [Usage(TENANT, 1, 0)] + [Usage(dup, 10**12, 0)] * 3)
+    assert (quota.buckets, quota.stats.reports, quota.reported) == (0, 0, {})
+
+
 def test_reload_abandons_buckets_whose_rule_is_gone_and_others_take_the_new_limit() -> None:
     quota, clock = service()
     one = quota.open()

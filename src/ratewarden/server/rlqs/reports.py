@@ -61,11 +61,19 @@ def check_report(
         )
     domain = domain or known
     fresh = 0
+    named: set[BucketKey] = set()
     for usage in usages:
         if not usage.bucket:
             raise ReportError("a bucket_quota_usages entry has an empty bucket_id")
         if any(not key or not value for key, value in usage.bucket):
             raise ReportError(f"bucket_id {dict(usage.bucket)!r} has an empty key or value")
+        if usage.bucket in named:
+            # Envoy reports each bucket once; adding the entries would pass MAX_COUNT.
+            raise ReportError(
+                f"bucket_id {dict(usage.bucket)!r} is named twice in one report; "
+                "report each bucket once, its counts summed"
+            )
+        named.add(usage.bucket)
         if usage.allowed + usage.denied > MAX_COUNT:
             raise ReportError(
                 f"bucket_id {dict(usage.bucket)!r} reports "
