@@ -7,11 +7,16 @@ its last ``history`` reports. The settings are read as every option is (server/o
 
 from __future__ import annotations
 
-import pytest
+import logging
 
+import pytest
+from prometheus_client import CollectorRegistry
+
+from ratewarden import AsyncLimiter
 from ratewarden.errors import ConfigurationError
 from ratewarden.server.config import loads
 from ratewarden.server.rlqs import DENY_ALL, Action, QuotaService, Share, Usage, bucket_key
+from ratewarden.server.rlqs.build import servicer
 from ratewarden.server.settings import Settings, resolve
 from ratewarden.testing import ManualClock
 
@@ -120,3 +125,20 @@ def test_an_envoy_that_stops_asking_holds_nothing_after_history_reports(history:
         if empty < history:
             assert isinstance(latest[quiet], Share), (empty, latest)
     assert latest == {quiet: DENY_ALL, busy: Share(60, 1)}
+
+
+@pytest.mark.parametrize(("idle", "warned"), [("2", True), ("4.9", True), ("5", False)])
+def test_an_idle_time_below_envoys_pace_of_reports_is_warned_of_at_start(
+    idle: str, warned: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Envoy reports every 5 s: with --rlqs-idle 2 a busy bucket is abandoned after each
+    report, and each resubscription gets a full new bucket. Taken (a client of one's own may
+    report faster), with a warning naming the flag at start."""
+    settings = resolve({"rlqs_idle": idle}, BASE)
+    with caplog.at_level(logging.WARNING, "ratewarden.server.rlqs"):
+        made = servicer(settings, loads(RULES), AsyncLimiter(), CollectorRegistry(), None)
+    assert made.quota.idle_s == float(idle)
+    found = [r for r in caplog.records if getattr(r, "event", None) == "rlqs_idle_short"]
+    assert bool(found) == warned
+    if warned:
+        assert f"--rlqs-idle {idle} is below Envoy's 5 s between reports" in found[0].getMessage()

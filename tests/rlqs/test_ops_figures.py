@@ -77,6 +77,20 @@ def test_buckets_without_a_split_say_what_they_were_answered() -> None:
     assert (found["who=y"].answer, found["who=y"].rule) == ("allow_all", None)
 
 
+def test_a_bucket_only_closed_streams_hold_answers_none() -> None:
+    """A closed stream's share stays reserved for its TTL: the bucket is still shown, with no
+    stream, and its answer says none holds it (it was an empty text)."""
+    quota, clock = service()
+    one = quota.open()
+    quota.report(one, "edge", [Usage(tenant("a"), 5, 0)])
+    quota.close(one)
+    clock.advance(1)
+    quota.tick()
+    found = by_bucket(quota)["tenant=a"]
+    assert (found.streams, found.answer) == (0, "none")
+    assert introspection(quota.figures())["top_buckets"][0]["answer"] == "none"
+
+
 def test_top_keeps_the_highest_demand_and_sums_the_rest() -> None:
     """Five buckets asking 1..5 a second: the top 2 are 5 and 4; the other three summed."""
     quota, _ = service()

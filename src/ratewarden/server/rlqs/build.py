@@ -3,11 +3,14 @@
 ``servicer`` is called by the composition root (``server/app.py``), which says where the
 shares live: in this process on the memory store (``prefix`` None), or in the store,
 through ``Fleet`` over the service's limiter, for several replicas (``prefix``: the
-store's key prefix). Its metrics go to the service's registry.
+store's key prefix). Its metrics go to the service's registry. An ``--rlqs-idle`` below
+Envoy's pace of reports is logged at start (``rlqs_idle_short``), not refused: a client
+of its own may report faster than Envoy does.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from ratewarden.clock import SystemClock
@@ -23,7 +26,13 @@ if TYPE_CHECKING:
     from ratewarden.server.config import RateLimitConfig
     from ratewarden.server.settings import Settings
 
-__all__ = ["servicer"]
+__all__ = ["ENVOY_REPORT_S", "servicer"]
+
+log = logging.getLogger("ratewarden.server.rlqs")
+
+#: Seconds between two usage reports of an Envoy (1.40 reports every 5 s, whatever its
+#: ``reporting_interval`` says).
+ENVOY_REPORT_S = 5.0
 
 
 def servicer(
@@ -34,6 +43,13 @@ def servicer(
     prefix: str | None,
 ) -> RateLimitQuotaServicer:
     """The ``--rlqs`` stream handler over a new ``QuotaService``, its collector registered."""
+    if settings.rlqs_idle < ENVOY_REPORT_S:
+        log.warning(
+            "--rlqs-idle %g is below Envoy's %g s between reports: a busy bucket is abandoned "
+            "after every report and each resubscription starts a full bucket; give %g or more",
+            settings.rlqs_idle, ENVOY_REPORT_S, 2 * ENVOY_REPORT_S,
+            extra={"event": "rlqs_idle_short", "rlqs_idle": settings.rlqs_idle},
+        )  # fmt: skip
     fleet = None if prefix is None else Fleet(limiter, prefix=prefix)
     quota = QuotaService(
         config,

@@ -100,7 +100,8 @@ class BucketFigures:
     assigned: float
     max_tokens: int
     #: What the streams hold: ``token_bucket``, ``allow_all``, ``deny_all`` or ``waiting``
-    #: (none yet), the kinds present joined by ``+``.
+    #: (none yet), the kinds present joined by ``+``; ``none`` when no open stream holds it
+    #: (closed streams' shares still reserved, or its recent changes still counted).
     answer: str
 
     @classmethod
@@ -128,7 +129,7 @@ class BucketFigures:
                 kinds.add(share or "waiting")
         return cls(
             domain, bucket, None if rule is None else rule.path, counts[0], counts[1], streams,
-            demand, holders, assigned / fill_s, capacity, "+".join(sorted(kinds)),
+            demand, holders, assigned / fill_s, capacity, "+".join(sorted(kinds)) or "none",
         )  # fmt: skip
 
     @property
