@@ -21,7 +21,9 @@ Three families, each optional:
   injectable random source, and under draft-11 never earlier than the ``t`` of
   an exhausted (``r=0``) policy in ``RateLimit``, as that draft asks;
   ``Cache-Control: no-store``; and a small ``application/problem+json`` body
-  (RFC 9457).
+  (RFC 9457). A denial no wait can help (a cost above what a rate can ever
+  allow) has no ``Retry-After``, no ``X-RateLimit-Reset``, and reports the true
+  remaining (nothing was taken): no policy at ``r=0``, so none asks for a wait.
 
 Every time value is rounded up to whole seconds: a client that waits what it
 is told is never early. ``now`` (epoch seconds) is passed in by the caller, who
@@ -51,6 +53,7 @@ __all__ = [
     "binding_layer",
     "denied_headers",
     "limit_item",
+    "never_allowed",
     "policy_item",
     "problem_body",
     "rate_limit_headers",
@@ -227,8 +230,15 @@ def _binding(name: str, decision: Decision) -> tuple[str, Decision]:
     return named[0][0], layer
 
 
-def _remaining(decision: Decision) -> int:
-    return decision.remaining if decision.allowed else 0
+def never_allowed(decision: Decision) -> bool:
+    """A denial no wait can turn into an allow: the cost is above what a rate can ever give."""
+    return not decision.allowed and math.isinf(decision.retry_after)
+
+
+def _remaining(decision: Decision, never: bool = False) -> int:
+    """``r``: what is left. A denial reports 0 (wait ``t``), unless no wait would help
+    (``never``): nothing was taken, so the true remaining is reported."""
+    return max(0, decision.remaining) if decision.allowed or never else 0
 
 
 def window_t(layer: Decision, draft: str) -> int:
@@ -248,16 +258,18 @@ def _draft_items(
 
     A denial reports ``r=0`` for the policy it names. With ``all_policies`` a
     layer that did not deny (nothing was taken from it) shows what it has left,
-    so that ``r=0`` marks exactly the policies that are exhausted.
+    so that ``r=0`` marks exactly the policies that are exhausted. A denial that
+    no wait can turn into an allow (``never_allowed``) reports every policy's true
+    remaining: nothing was taken and there is nothing to wait for, so no ``r=0``.
     """
-    allowed = decision.allowed
+    never = never_allowed(decision)
     if options.all_policies:
         return [
-            (layer_name, layer, _remaining(layer))
+            (layer_name, layer, _remaining(layer, never))
             for layer_name, layer in layer_names(name, decision)
         ]
     layer_name, layer = _binding(name, decision)
-    return [(layer_name, layer, _remaining(layer) if allowed else 0)]
+    return [(layer_name, layer, _remaining(layer, never) if decision.allowed or never else 0)]
 
 
 def _draft_headers(
@@ -278,18 +290,22 @@ def _draft_headers(
 def _legacy_headers(
     name: str, decision: Decision, options: HeaderOptions, now: float
 ) -> list[Header]:
-    remaining = _remaining(decision)
-    # The reported limit's reset: with several rates, the binding layer's, as Limit and
-    # Remaining are (not the time until every rate is whole again).
-    reset_after = binding_layer(decision).reset_after
-    reset = ceil_seconds(reset_after)
-    if options.reset == "epoch":
-        reset = math.ceil(now + reset_after)
+    never = never_allowed(decision)
+    remaining = _remaining(decision, never)
     headers = [
         ("X-RateLimit-Limit", str(decision.limit)),
         ("X-RateLimit-Remaining", str(remaining)),
-        ("X-RateLimit-Reset", str(reset)),
     ]
+    # No Reset on a denial no wait can turn into an allow: a client reads it as the time
+    # to retry, and 0 (an untouched key) would say "at once".
+    if not never:
+        # The reported limit's reset: with several rates, the binding layer's, as Limit
+        # and Remaining are (not the time until every rate is whole again).
+        reset_after = binding_layer(decision).reset_after
+        reset = ceil_seconds(reset_after)
+        if options.reset == "epoch":
+            reset = math.ceil(now + reset_after)
+        headers.append(("X-RateLimit-Reset", str(reset)))
     if options.github:
         capacity = decision.rate.capacity if decision.rate is not None else decision.limit
         headers.append(("X-RateLimit-Used", str(max(0, capacity - remaining))))

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ratewarden.client import retry_hint
+from ratewarden.client._hints import no_wait_helps
 
 NOW = 1_700_000_000.0
 
@@ -93,3 +94,15 @@ def test_any_header_values_give_a_finite_non_negative_hint_or_none(
     """Whatever the server sends, reading it never raises and never asks for a negative wait."""
     hint = retry_hint(headers, now)
     assert hint is None or (math.isfinite(hint) and hint >= 0)
+
+
+def test_no_wait_helps_only_when_every_listed_policy_has_quota_left() -> None:
+    """A 429 without Retry-After whose RateLimit field reports r>0 for every policy invites no
+    retry; an exhausted policy, a Retry-After, no field or an unreadable r keeps the retry."""
+    assert no_wait_helps({"RateLimit": '"c";r=10;t=6'})
+    assert no_wait_helps({"ratelimit": '"a";r=7;t=6, "b";r=97;t=36'})
+    assert not no_wait_helps({"RateLimit": '"a";r=7;t=6, "b";r=0;t=36'})
+    assert not no_wait_helps({"RateLimit": '"c";r=10;t=6', "Retry-After": "5"})
+    assert not no_wait_helps({"X-RateLimit-Remaining": "10"})
+    assert not no_wait_helps({"RateLimit": '"c";r=many;t=6'})
+    assert not no_wait_helps({"RateLimit": ""})

@@ -207,6 +207,28 @@ def test_cost_above_capacity_has_no_retry_after() -> None:
     assert "more than" in json.loads(body)["detail"]
 
 
+def test_cost_above_capacity_reports_what_is_left_and_no_reset() -> None:
+    """Nothing is taken by a request that can never be allowed: 10/minute and 15/hour with 3
+    used, a cost of 20 reports r=7 and r=12 (no r=0, so no policy asks for a wait), the legacy
+    Remaining 7 and no X-RateLimit-Reset, whose 0 would say "retry at once"."""
+    limiter, _ = _limiter()
+    rates = [Rate.parse("10/minute"), Rate.parse("15/hour")]
+    limiter.hit("k", rates, cost=3)
+    denied = limiter.hit("k", rates, cost=20)
+    assert math.isinf(denied.retry_after)
+    for options in (
+        HeaderOptions(legacy=True, github=True),
+        HeaderOptions(reset="epoch", legacy=True),
+    ):
+        found = dict(rate_limit_headers("api", denied, options, now=NOW))
+        assert parse_list(found["RateLimit"])[0].params["r"] == 7
+        assert found["X-RateLimit-Remaining"] == "7"
+        assert "X-RateLimit-Reset" not in found
+    options = HeaderOptions(all_policies=True, draft="draft-10")
+    found = dict(rate_limit_headers("api", denied, options, now=NOW))
+    assert [i.params["r"] for i in parse_list(found["RateLimit"])] == [7, 12]
+
+
 def test_problem_body_and_denied_headers() -> None:
     """The 429 body is problem+json with status 429; the response is not cacheable."""
     body = problem_body("contract", 3)

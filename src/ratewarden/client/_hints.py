@@ -13,7 +13,7 @@ from datetime import UTC
 
 from ratewarden.headers import split_outside_quotes
 
-__all__ = ["retry_hint"]
+__all__ = ["no_wait_helps", "retry_hint"]
 
 # Up to 15 digits (an sf-integer), an optional fraction: bounded, so never a huge int parse.
 _NUMBER = re.compile(r"\d{1,15}(?:\.\d{1,9})?")
@@ -42,21 +42,41 @@ def _retry_after(value: str, now: float) -> float | None:
         return None
 
 
-def _ratelimit_field(value: str) -> float | None:
-    """The wait the ``RateLimit`` field asks for: the longest ``t`` among items with ``r=0``.
-
-    Items whose ``r`` or ``t`` is not a plain number are skipped.
-    """
-    waits = []
+def _ratelimit_items(value: str) -> list[tuple[float | None, float | None]]:
+    """``(r, t)`` of each item of a ``RateLimit`` field; None where it is not a plain number."""
+    items = []
     for item in split_outside_quotes(value, ","):
         params = {}
         for param in split_outside_quotes(item, ";")[1:]:
             name, _, text = param.partition("=")
             params[name.strip().lower()] = _seconds(text)
-        remaining, reset = params.get("r"), params.get("t")
-        if remaining == 0 and reset is not None:
-            waits.append(reset)
+        items.append((params.get("r"), params.get("t")))
+    return items
+
+
+def _ratelimit_field(value: str) -> float | None:
+    """The wait the ``RateLimit`` field asks for: the longest ``t`` among items with ``r=0``.
+
+    Items whose ``r`` or ``t`` is not a plain number are skipped.
+    """
+    waits = [t for r, t in _ratelimit_items(value) if r == 0 and t is not None]
     return max(waits, default=None)
+
+
+def no_wait_helps(headers: Mapping[str, str]) -> bool:
+    """Does a 429 with these headers say that no wait will let the same request through?
+
+    Yes when it has no ``Retry-After`` and its ``RateLimit`` field reports quota left
+    (a plain ``r`` above 0) for every policy it lists: the server refused although no
+    policy is exhausted, so the request itself is too large (ratewarden's middleware
+    answers so a cost above what the rule can ever allow). A server that wants a retry
+    says when, with ``Retry-After`` or an exhausted policy (``r=0``).
+    """
+    lowered = {str(name).lower(): str(value) for name, value in headers.items()}
+    if "retry-after" in lowered or "ratelimit" not in lowered:
+        return False
+    items = _ratelimit_items(lowered["ratelimit"])
+    return all(r is not None and r > 0 for r, _ in items)
 
 
 def _legacy_reset(headers: Mapping[str, str], prefix: str, now: float) -> float | None:

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from ratewarden.client._budget import RetryBudget
 from ratewarden.client._circuit import Circuit, HostBreaker, HostCircuitOpenError, check_breaker
-from ratewarden.client._hints import retry_hint
+from ratewarden.client._hints import no_wait_helps, retry_hint
 from ratewarden.client._policy import (
     IDEMPOTENCY_KEY,
     KEYED_METHODS,
@@ -136,7 +136,15 @@ class Retrier:
                         return response
                     if status >= 500:
                         circuit.report(True, hint)
-                    delay = self._next(attempts, waited, hint, f"HTTP {status}", circuit)
+                    if status == 429 and hint is None and no_wait_helps(response.headers):
+                        # The request is the trouble, not the host: a verdict of success.
+                        circuit.report(False)
+                        delay = (
+                            "HTTP 429 that no retry can pass (no Retry-After, and the "
+                            "RateLimit field reports quota left for every policy)"
+                        )
+                    else:
+                        delay = self._next(attempts, waited, hint, f"HTTP {status}", circuit)
                     if isinstance(delay, str):
                         circuit.report(status == 429, hint)  # given up on: a 429 counts now
                         if not policy.raise_on_give_up:

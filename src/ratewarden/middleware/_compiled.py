@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
-from ratewarden.headers import HeaderOptions
+from ratewarden.headers import HeaderOptions, never_allowed
 from ratewarden.middleware._denied import DeniedHook, Responder
 from ratewarden.middleware._identity import KeyFunc
 from ratewarden.middleware._outcome import Outcome
@@ -288,8 +288,14 @@ def check_rules(rules: Iterable[Rule]) -> tuple[Rule, ...]:
     return checked
 
 
-def binding(entry: tuple[Compiled, str, Decision]) -> tuple[bool, int, float]:
-    """Sort key of the rule whose decision the headers describe: a denial first, else the
-    fewest remaining, then the longest reset."""
+def binding(entry: tuple[Compiled, str, Decision]) -> tuple[bool, bool, int, float]:
+    """Sort key of the rule whose decision the headers describe: a denial first (one that no
+    wait can turn into an allow before any other: waiting for the rest would not help),
+    else the fewest remaining, then the longest reset."""
     decision = entry[2]
-    return (decision.allowed, decision.remaining, -decision.reset_after)
+    return (
+        decision.allowed,
+        not never_allowed(decision),
+        decision.remaining,
+        -decision.reset_after,
+    )

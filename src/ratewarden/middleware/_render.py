@@ -20,7 +20,14 @@ import math
 
 from ratewarden import headers as rl_headers
 from ratewarden.decision import Decision
-from ratewarden.headers import Header, HeaderOptions, ceil_seconds, policy_item, sf_string
+from ratewarden.headers import (
+    Header,
+    HeaderOptions,
+    ceil_seconds,
+    never_allowed,
+    policy_item,
+    sf_string,
+)
 from ratewarden.rate import Rate
 
 __all__ = ["HeaderPlan"]
@@ -129,7 +136,7 @@ class HeaderPlan:
         window = layer.refill_after if self._refill else layer.reset_after
         remaining = layer.remaining
         if not (decision.allowed and layer.allowed and remaining > 0):
-            remaining = 0
+            remaining = max(0, remaining) if never_allowed(decision) else 0
         t = math.ceil(window) if window > 0 else 0
         return [policy, (b"ratelimit", b"%s%d;t=%d" % (self._asgi_prefix, remaining, t))]
 
@@ -145,7 +152,8 @@ class HeaderPlan:
         t = math.ceil(window) if window > 0 else 0
         remaining = layer.remaining
         if not (decision.allowed and layer.allowed and remaining > 0):
-            remaining = 0
+            # A denial says 0 (wait t), unless no wait can help: then what is truly left.
+            remaining = max(0, remaining) if never_allowed(decision) else 0
         return remaining, t
 
     def _draft_pair(
@@ -155,9 +163,10 @@ class HeaderPlan:
             if layer.rate is not rate and layer.rate != rate:
                 return None
         allowed = decision.allowed
+        never = never_allowed(decision)
         if self._all_policies:
             # Every layer shows what it has left: in a denial, those that did not deny too.
-            states = ", ".join(self._state(i, layer, True) for i, layer in enumerate(layers))
+            states = ", ".join(self._state(i, layer, True, never) for i, layer in enumerate(layers))
             return ("RateLimit-Policy", self._joined_policy), ("RateLimit", states)
         if len(layers) == 1:
             i, layer = 0, layers[0]
@@ -170,7 +179,7 @@ class HeaderPlan:
             i, layer = found
         return ("RateLimit-Policy", self._policies[i]), (
             "RateLimit",
-            self._state(i, layer, allowed),
+            self._state(i, layer, allowed, never),
         )
 
     @staticmethod
@@ -181,8 +190,11 @@ class HeaderPlan:
                 return i, layer
         return None
 
-    def _state(self, i: int, layer: Decision, shown: bool) -> str:
-        remaining = layer.remaining if shown and layer.allowed and layer.remaining > 0 else 0
+    def _state(self, i: int, layer: Decision, shown: bool, never: bool) -> str:
+        """Policy ``i``'s ``RateLimit`` member. ``never``: a denial no wait can turn into an
+        allow, where every policy shows what it truly has left (nothing was taken)."""
+        shown = never or (shown and layer.allowed)
+        remaining = layer.remaining if shown and layer.remaining > 0 else 0
         t = ceil_seconds(layer.refill_after if self._refill else layer.reset_after)
         return f"{self._prefixes[i]}{remaining};t={t}"
 
