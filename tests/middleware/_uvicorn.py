@@ -16,8 +16,9 @@ START_TIMEOUT_S = 10.0
 
 
 @contextmanager
-def serving(app: Any) -> Iterator[str]:
-    """Serve ``app`` with uvicorn; yield its base URL; stop it on exit.
+def serving(app: Any, *, root_path: str = "") -> Iterator[str]:
+    """Serve ``app`` with uvicorn; yield its base URL; stop it on exit. ``root_path`` is
+    uvicorn's ``--root-path`` (the prefix a proxy removed before passing the request on).
 
     ``proxy_headers=False``: uvicorn would otherwise rewrite the client address
     from X-Forwarded-For itself (it trusts 127.0.0.1 by default), and the tests
@@ -31,6 +32,7 @@ def serving(app: Any) -> Iterator[str]:
         lifespan="off",
         log_level="warning",
         access_log=False,
+        root_path=root_path,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)

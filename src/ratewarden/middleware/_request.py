@@ -21,6 +21,7 @@ __all__ = [
     "header_value",
     "read_body",
     "replay",
+    "route_path",
 ]
 
 
@@ -136,13 +137,32 @@ class _Draft:
         self.__class__ = RequestInfo  # type: ignore[assignment]
 
 
+def route_path(scope: Mapping[str, Any]) -> str:
+    """The path the app routes: ``scope["path"]`` without the ``root_path`` it starts with.
+
+    ASGI's ``path`` includes ``root_path`` (the mount point, uvicorn's ``--root-path``);
+    Starlette's routing strips it the same way (at a segment boundary; ``"/"`` for the
+    mount point itself), as a WSGI ``PATH_INFO`` excludes ``SCRIPT_NAME``.
+    """
+    path: str = scope.get("path", "/")
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root):
+        rest = path[len(root) :]
+        if not rest:
+            return "/"
+        if rest[0] == "/":
+            return rest
+    return path
+
+
 def from_asgi(scope: Mapping[str, Any]) -> RequestInfo:
-    """Read an ASGI ``http`` scope (header bytes are decoded as Latin-1, as HTTP defines)."""
+    """Read an ASGI ``http`` scope (header bytes are decoded as Latin-1, as HTTP defines);
+    ``path`` is the one the app routes (``route_path``)."""
     client = scope.get("client")
     method = scope.get("method", "GET")
     request: RequestInfo = _Draft(  # type: ignore[assignment]
         method if method.isupper() else method.upper(),
-        scope.get("path", "/"),
+        route_path(scope),
         str(client[0]) if client else None,
         ASGIHeaders(scope.get("headers", ())),
         scope,

@@ -58,7 +58,7 @@ from ratewarden.middleware._idempotency import (
     tolerated,
 )
 from ratewarden.middleware._outcome import close_wsgi
-from ratewarden.middleware._request import ClientGoneError, read_body, replay
+from ratewarden.middleware._request import ClientGoneError, read_body, replay, route_path
 from ratewarden.middleware._types import (
     ASGIApp,
     Message,
@@ -154,7 +154,9 @@ class IdempotencyMiddleware(_Idempotency):
         values = [
             v.decode("latin-1") for n, v in scope["headers"] if n.lower() == b"idempotency-key"
         ]
-        key = policy.key_of(scope["method"], scope["path"], values)
+        # ``required`` patterns see the path the app routes (no root_path), as rules' do; the
+        # record, the whole path.
+        key = policy.key_of(scope["method"], route_path(scope), values)
         if key is None:
             return await self.app(scope, receive, send)
         if isinstance(key, StoredResponse):
