@@ -66,7 +66,7 @@ BAD_OPTIONS = [
     ("fallback", "", "fallback='': a non-empty string"),
     ("failure_mode", "shut", "failure_mode 'shut' must be one of open, closed"),
     ("metrics", "prometheus", "metrics 'prometheus' must be a Metrics"),
-    ("clock", 3, "clock=3: a Clock"),
+    ("clock", 3, "clock=3 is not a ratewarden.clock.Clock"),
 ]
 
 

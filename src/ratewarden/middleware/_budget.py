@@ -29,12 +29,13 @@ from ratewarden.budgets import (
 )
 from ratewarden.budgets import provider_headers as budget_headers
 from ratewarden.checks import check_bool, keywords_checked
-from ratewarden.clock import Clock, SystemClock
+from ratewarden.clock import Clock
 from ratewarden.deprecation import UNSET
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.headers import Header
 from ratewarden.limiter import Flow
 from ratewarden.metrics import Metrics
+from ratewarden.middleware._clock import checked_clock
 from ratewarden.middleware._failure import FailureAnswer, chosen_failure_mode
 from ratewarden.middleware._identity import ANONYMOUS, KeyFunc
 from ratewarden.middleware._outcome import Outcome, close_wsgi, encoded, refusal
@@ -128,8 +129,7 @@ class TokenBudgetBase(Generic[A, B, H]):
             raise ConfigurationError(f"usage_header {usage_header!r} must be a header name")
         if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 0:
             raise ConfigurationError(f"max_body {max_body!r} must be a byte count >= 0")
-        if clock is not None and not isinstance(clock, Clock):
-            raise ConfigurationError(f"token budget middleware clock={clock!r}: a Clock")
+        checked = checked_clock("token budget middleware", clock)
         check_bool("token budget middleware read_body", read_body)
         check_bool("token budget middleware ietf", ietf)
         self.selection = Selection(
@@ -144,9 +144,7 @@ class TokenBudgetBase(Generic[A, B, H]):
         self.estimate = estimate
         self.key = self.selection.key
         self.name = check_name(name)
-        self.failure_answer = FailureAnswer(
-            failure_mode, metrics, self.name, clock if clock is not None else SystemClock()
-        )
+        self.failure_answer = FailureAnswer(failure_mode, metrics, self.name, checked)
         self.actual: _Actual[H] | None = actual
         #: The usage header's name, lower case.
         self.usage_header = usage_header.strip().lower()

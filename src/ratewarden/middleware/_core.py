@@ -32,10 +32,11 @@ from typing import TYPE_CHECKING, Any
 
 from ratewarden import headers as rl_headers
 from ratewarden.checks import check_bool
-from ratewarden.clock import Clock, SystemClock
+from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.headers import HeaderOptions
+from ratewarden.middleware._clock import checked_clock
 from ratewarden.middleware._compiled import (
     AsgiAnswer,
     AsyncHitter,
@@ -110,7 +111,7 @@ class RuleSet:
         self.default_key: KeyFunc = default_key if default_key is not None else by_client_ip()
         self.headers = headers if headers is not None else HeaderOptions()
         self.resolver = resolver
-        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.clock = checked_clock("RuleSet", clock)
         self._shadow_log = ShadowLog(report_size)
         self._lock = threading.Lock()
         self._disabled: frozenset[str] = frozenset()

@@ -27,10 +27,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ratewarden.budgets import AsyncFleetShedder, FleetShedder, LoadShedder, ShedDecision
-from ratewarden.clock import Clock, SystemClock
+from ratewarden.clock import Clock
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.limiter import Lease, check_metrics
 from ratewarden.metrics import LogRateLimiter, Metrics
+from ratewarden.middleware._clock import checked_clock
 from ratewarden.middleware._failure import FailureAnswer
 from ratewarden.middleware._holding import Held
 from ratewarden.middleware._outcome import PASS, Outcome, refusal
@@ -132,7 +133,7 @@ class Shedding:
         self.retry_after = _whole("retry_after", retry_after, 0)
         self.paths = compile_paths(paths)
         self.methods = method_set(methods, who)
-        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.clock = checked_clock(who, clock)
         self.metrics = check_metrics(who, metrics, ("degraded", "shed_decision"))
         self.failure_answer = FailureAnswer(failure_mode, self.metrics, self.name, self.clock)
         self.ttl = _check_ttl(shedder)

@@ -31,11 +31,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Generic, Protocol, TypeVar
 
-from ratewarden.clock import Clock, SystemClock
+from ratewarden.clock import Clock
 from ratewarden.deprecation import UNSET, renamed
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.limiter import Lease
 from ratewarden.metrics import Metrics
+from ratewarden.middleware._clock import checked_clock
 from ratewarden.middleware._failure import FailureAnswer, chosen_failure_mode
 from ratewarden.middleware._holding import Held, hold_asgi, hold_wsgi
 from ratewarden.middleware._identity import ANONYMOUS, KeyFunc
@@ -133,7 +134,7 @@ class SlotPolicy:
         )
         self.key = self.selection.key
         self.fallback = fallback
-        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.clock = checked_clock("concurrency middleware", clock)
         self.failure_answer = FailureAnswer(failure_mode, metrics, self.name, self.clock)
         detail = f"More than {self.limit} requests in flight for {self.name!r}"
         detail += f"; retry in {self.retry_after} s." if self.retry_after else "."
