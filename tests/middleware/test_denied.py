@@ -131,6 +131,25 @@ def test_a_bad_denied_answer_is_refused_by_name(kwargs: dict[str, Any], says: st
     assert says in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("Retry-After", "(the decision's wait, none when no wait would help"),
+        ("x-ratelimit-foo", "(the rule set's HeaderOptions(legacy=True) sends the X-RateLimit-*"),
+        ("RateLimit-Policy", "(the rule's policies, by the rule set's HeaderOptions)"),
+        ("Content-Length", "(it is the length of the body)"),
+        ("Cache-Control", "(no-store: a denial is never cached)"),
+    ],
+)
+def test_only_content_type_is_told_to_use_content_type(name: str, says: str) -> None:
+    """The content_type= hint is for Content-Type alone; every other header the middleware
+    sets is refused with where it comes from."""
+    with pytest.raises(ConfigurationError) as caught:
+        Denied("x", headers={name: "5"})
+    assert says in str(caught.value)
+    assert "content_type" not in str(caught.value)
+
+
 def test_a_rule_or_rule_set_refuses_a_denied_that_is_neither_an_answer_nor_a_callable() -> None:
     with pytest.raises(ConfigurationError, match=r"rule 'r': denied 429 must be a Denied"):
         Rule("r", "1/second", denied=429)  # type: ignore[arg-type]

@@ -41,11 +41,18 @@ __all__ = ["Denial", "Denied", "DeniedHook", "Responder", "check_denied"]
 # RFC 9110 field names (tokens) and values (visible ASCII and Latin-1, spaces and tabs inside).
 _FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 _FIELD_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*\Z")
-# What the middleware sets on every denial; a Denied's own headers may not repeat them.
-_OWN = frozenset(
-    {"content-length", "content-type", "retry-after", "cache-control", "ratelimit",
-     "ratelimit-policy"}
-)  # fmt: skip
+# What the middleware sets on every denial, which a Denied's own headers may not repeat, and
+# where each comes from (what to do instead).
+_OWN = {
+    "content-type": "give the body's type as content_type=",
+    "content-length": "it is the length of the body",
+    "retry-after": "the decision's wait, none when no wait would help; HeaderOptions"
+    "(retry_jitter=) spreads it",
+    "cache-control": "no-store: a denial is never cached",
+    "ratelimit": "the rule's policies, by the rule set's HeaderOptions",
+    "ratelimit-policy": "the rule's policies, by the rule set's HeaderOptions",
+}
+_LEGACY = "the rule set's HeaderOptions(legacy=True) sends the X-RateLimit-* headers"
 _LOGGER = logging.getLogger("ratewarden.middleware")
 
 
@@ -62,10 +69,10 @@ def _header(name: object, value: object) -> Header:
     if not isinstance(name, str) or not _FIELD_NAME.match(name):
         raise ConfigurationError(f"Denied header name {name!r} must be an HTTP field name")
     lowered = name.lower()
-    if lowered in _OWN or lowered.startswith("x-ratelimit-"):
+    own = _OWN.get(lowered) or (_LEGACY if lowered.startswith("x-ratelimit-") else None)
+    if own is not None:
         raise ConfigurationError(
-            f"Denied header {name!r} is set by the middleware on every denial "
-            "(give the body's type as content_type=)"
+            f"Denied header {name!r} is set by the middleware on every denial ({own})"
         )
     return name, _value(f"header {name!r} value", value)
 
