@@ -133,9 +133,14 @@ def selects(
     methods: frozenset[str] | None,
     request: RequestInfo,
 ) -> bool:
-    """True when ``request``'s method and path are among ``methods`` and ``paths`` (None: any)."""
-    if methods is not None and request.method not in methods:
-        return False
+    """True when ``request``'s method and path are among ``methods`` and ``paths`` (None: any).
+
+    GET selects HEAD too: the frameworks route a HEAD to the GET view, which then runs.
+    """
+    if methods is not None:
+        method = request.method
+        if method not in methods and (method != "HEAD" or "GET" not in methods):
+            return False
     return paths is None or any(p.fullmatch(request.path) for p in paths)
 
 
@@ -181,6 +186,8 @@ def _method_costs(costs: Mapping[str, int], where: str) -> CostFunc:
         for method, cost in costs.items()
     }
     default = table.pop("*", 1)
+    if "GET" in table:  # a HEAD runs the GET view: it costs what GET does unless priced itself
+        table.setdefault("HEAD", table["GET"])
 
     def cost_of(request: RequestInfo) -> int:
         return table.get(request.method, default)
