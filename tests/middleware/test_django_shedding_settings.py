@@ -95,7 +95,10 @@ async def test_dotted_paths_name_the_shedder_and_the_classifier(mode: str) -> No
             {"shedder": FULL, "failure_mode": "local"},
             "RATEWARDEN_SHEDDING: the middleware's failure_mode is 'open' or 'closed'",
         ),
-        ({"shedder": FULL, "metrics": 1}, "RATEWARDEN_SHEDDING: middleware metrics 1 must be"),
+        (
+            {"shedder": FULL, "metrics": 1},
+            "RATEWARDEN_SHEDDING: load shedding middleware: metrics 1 must be",
+        ),
         ({"shedder": FULL, "classify": 1}, "classify=1: a callable of the request"),
     ],
 )
