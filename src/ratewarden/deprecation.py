@@ -12,13 +12,20 @@ name is asked for, so a module below its names' new home (``budgets`` below
 ``server``) imports nothing from it otherwise.
 
 A keyword that was renamed keeps its old name as a parameter defaulting to
-``UNSET``, and the function takes its value with ``renamed``::
+``UNSET``, and the function takes its value with ``renamed``. The new name's
+default is a sentinel of its own (here ``_OPEN``, whose repr is ``'open'``), so
+that the new name given at its default's value can be told from the new name
+left out: with a plain ``"open"`` default, ``failure="closed",
+failure_mode="open"`` would be taken as closed instead of refused::
 
-    def __init__(self, *, failure_mode: str = "open", failure: str = UNSET) -> None:
-        failure_mode = renamed("TwoTier", "failure", "failure_mode", failure, failure_mode, "open")
+    def __init__(self, *, failure_mode: str = _OPEN, failure: str = UNSET) -> None:
+        failure_mode = renamed("TwoTier", "failure", "failure_mode", failure, failure_mode, _OPEN)
+        if failure_mode is _OPEN:  # neither given
+            failure_mode = "open"
 
 ``TwoTier(failure="closed")`` then warns ``TwoTier(failure=...) is deprecated;
-use failure_mode=`` and means ``TwoTier(failure_mode="closed")``.
+use failure_mode=`` and means ``TwoTier(failure_mode="closed")``; both names
+given is a ``ConfigurationError``, whatever ``failure_mode`` says.
 
 A leaf: it imports nothing of ratewarden beyond the exception tree.
 """
@@ -92,8 +99,10 @@ def renamed(
     new keyword's) is returned as is, at the cost of one comparison. Otherwise
     a ``DeprecationWarning`` says ``<what>(<old>=...) is deprecated; use <new>=``
     and ``old_value`` is returned; both given (``value`` is not ``default``) is a
-    ``ConfigurationError``. ``stacklevel`` is ``warnings.warn``'s from here: 3,
-    the default, names the line that called the function calling ``renamed``.
+    ``ConfigurationError``: ``default`` should be a sentinel that no caller gives
+    (see the module), else the new name given at its default's value passes.
+    ``stacklevel`` is ``warnings.warn``'s from here: 3, the default, names the line
+    that called the function calling ``renamed``.
     """
     if old_value is UNSET:
         return value

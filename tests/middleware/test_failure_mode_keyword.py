@@ -8,6 +8,7 @@ against a real redis-server address nobody listens on, ``closed`` answers 503.
 
 from __future__ import annotations
 
+import inspect
 import json
 import warnings
 from collections.abc import Callable
@@ -117,6 +118,28 @@ def test_the_new_keyword_warns_nothing_and_both_are_refused(name: str) -> None:
         build(failure="open", failure_mode="closed")
     with pytest.raises(ConfigurationError, match="failure_mode 'shut' must be one of open"):
         build(failure_mode="shut")
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_the_old_keyword_beside_failure_mode_open_is_refused_too(name: str) -> None:
+    """``failure="closed", failure_mode="open"`` was taken as closed (with the warning only):
+    ``open`` was the default, so giving it could not be told from leaving it out. Both names
+    given are refused whatever the new one says; the signature still reads ``'open'``."""
+    build, _ = BUILDERS[name]
+    with pytest.raises(ConfigurationError, match="give failure_mode= only") as caught:
+        build(failure="closed", failure_mode="open")
+    assert "(got failure='closed' and failure_mode='open')" in str(caught.value)
+
+
+def test_the_default_reads_open_in_the_signatures() -> None:
+    """The default that tells 'open' given from 'open' left out still reads 'open' in help()."""
+    for built in (
+        RateLimitMiddleware,
+        SlotPolicy,
+        TokenBudgetMiddleware,
+    ):
+        parameter = inspect.signature(built).parameters["failure_mode"]
+        assert repr(parameter.default) == "'open'"
 
 
 def test_the_old_keyword_still_answers_a_dead_store_with_503() -> None:

@@ -12,7 +12,12 @@ from ratewarden.limiter import CircuitBreaker
 from ratewarden.metrics import Metrics
 from ratewarden.middleware._compiled import Compiled, drive_async
 from ratewarden.middleware._core import RuleSet
-from ratewarden.middleware._failure import FailureAnswer, adopt_breaker, chosen_failure_mode
+from ratewarden.middleware._failure import (
+    OPEN,
+    FailureAnswer,
+    adopt_breaker,
+    chosen_failure_mode,
+)
 from ratewarden.middleware._outcome import Outcome
 from ratewarden.middleware._request import RequestInfo
 
@@ -47,7 +52,7 @@ class RateLimitBase(Generic[A, H]):
         *,
         limiter: H,
         rules: RuleSet,
-        failure_mode: str = "open",
+        failure_mode: str = OPEN,
         breaker: CircuitBreaker | None = None,
         metrics: Metrics | None = None,
         name: str = "middleware",

@@ -36,7 +36,7 @@ from ratewarden.headers import Header
 from ratewarden.limiter import Flow
 from ratewarden.metrics import Metrics
 from ratewarden.middleware._clock import checked_clock
-from ratewarden.middleware._failure import FailureAnswer, chosen_failure_mode
+from ratewarden.middleware._failure import OPEN, FailureAnswer, chosen_failure_mode
 from ratewarden.middleware._identity import ANONYMOUS, KeyFunc
 from ratewarden.middleware._outcome import Outcome, close_wsgi, encoded, refusal
 from ratewarden.middleware._request import RequestInfo
@@ -109,7 +109,7 @@ class TokenBudgetBase(Generic[A, B, H]):
         methods: Iterable[str] | str | None = None,
         fallback: str = ANONYMOUS,
         ietf: bool = True,
-        failure_mode: str = "open",
+        failure_mode: str = OPEN,
         metrics: Metrics | None = None,
         clock: Clock | None = None,
         failure: str = UNSET,

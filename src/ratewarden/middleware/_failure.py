@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
@@ -44,7 +45,13 @@ from ratewarden.limiter import (
 )
 from ratewarden.middleware._outcome import PASS, Outcome, refusal
 
-__all__ = ["MIDDLEWARE_FAILURE_MODES", "FailureAnswer", "adopt_breaker", "chosen_failure_mode"]
+__all__ = [
+    "MIDDLEWARE_FAILURE_MODES",
+    "OPEN",
+    "FailureAnswer",
+    "adopt_breaker",
+    "chosen_failure_mode",
+]
 
 #: What a middleware does when the limiter's store fails: let the request through, or refuse it.
 #: Not ``local``: deciding in this process takes a limiter of its own (a ``TwoTier``).
@@ -53,13 +60,29 @@ MIDDLEWARE_FAILURE_MODES = tuple(mode for mode in FAILURE_MODES if mode != "loca
 DEFAULT_RETRY_AFTER = 1
 
 
+class _Open:
+    """The type of ``OPEN``: reads ``'open'`` in a signature, and is not ``"open"`` given."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "'open'"
+
+
+#: The default of a middleware's ``failure_mode``: ``open`` when it was not given, told apart
+#: from ``failure_mode="open"`` given beside the deprecated ``failure=`` (both: refused).
+OPEN: Any = _Open()
+
+
 def chosen_failure_mode(who: str, failure_mode: str, failure: str, *, stacklevel: int = 4) -> str:
     """A middleware's ``failure_mode``, or the value of ``failure``, its deprecated name (one
     release), given instead: the DeprecationWarning names ``who`` and the line that made it
-    (``stacklevel`` 4 from ``renamed``: the caller's caller; 5 past a keyword check too)."""
-    return renamed(
-        who, "failure", "failure_mode", failure, failure_mode, "open", stacklevel=stacklevel
+    (``stacklevel`` 4 from ``renamed``: the caller's caller; 5 past a keyword check too).
+    Both given is refused, whatever ``failure_mode`` says; left out (``OPEN``), it is open."""
+    found = renamed(
+        who, "failure", "failure_mode", failure, failure_mode, OPEN, stacklevel=stacklevel
     )
+    return "open" if found is OPEN else found
 
 
 class FailureAnswer:

@@ -37,7 +37,7 @@ from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.limiter import Lease
 from ratewarden.metrics import Metrics
 from ratewarden.middleware._clock import checked_clock
-from ratewarden.middleware._failure import FailureAnswer, chosen_failure_mode
+from ratewarden.middleware._failure import OPEN, FailureAnswer, chosen_failure_mode
 from ratewarden.middleware._holding import Held, hold_asgi, hold_wsgi
 from ratewarden.middleware._identity import ANONYMOUS, KeyFunc
 from ratewarden.middleware._outcome import Outcome, refusal, send_asgi, send_wsgi
@@ -115,7 +115,7 @@ class SlotPolicy:
         methods: Iterable[str] | str | None = None,
         fallback: str = ANONYMOUS,
         clock: Clock | None = None,
-        failure_mode: str = "open",
+        failure_mode: str = OPEN,
         metrics: Metrics | None = None,
         failure: str = UNSET,
     ) -> None:
@@ -183,8 +183,8 @@ def _policy(options: dict[str, Any], who: str) -> SlotPolicy:
             "failure",
             "failure_mode",
             options.pop("failure"),
-            options.get("failure_mode", "open"),
-            "open",
+            options.get("failure_mode", OPEN),
+            OPEN,
             stacklevel=4,
         )
     return SlotPolicy(**options)
