@@ -10,6 +10,9 @@ from ratewarden import ConfigurationError, Limiter, MemoryStore
 from ratewarden.middleware import RequestInfo, Rule, RuleSet, by_api_key, exempt, limit, override
 from ratewarden.middleware._core import Outcome
 from ratewarden.middleware._rules import compile_path
+from ratewarden.middleware.concurrency import SlotPolicy
+from ratewarden.middleware.idempotency import IdempotencyMiddleware
+from ratewarden.storage.idempotency import AsyncMemoryIdempotencyStore
 from ratewarden.testing import DecisionRecorder, ManualClock
 
 
@@ -248,6 +251,24 @@ def test_bad_rules_are_configuration_errors(build: object, message: str) -> None
     """Bad rule settings fail at construction with the offending value in the message."""
     with pytest.raises(ConfigurationError, match=re.escape(message)):
         build()  # type: ignore[operator]
+
+
+async def _no_app(scope: object, receive: object, send: object) -> None:
+    raise AssertionError("never called")
+
+
+@pytest.mark.parametrize("pattern", ["/orders/{id", "/orders/id}", "/a/{}", "/a/{1st}", "/{a}}"])
+def test_a_brace_that_encloses_no_name_is_refused_naming_the_pattern(pattern: str) -> None:
+    """``"/orders/{id"`` was taken as a literal and matched no request; now a rule, the
+    concurrency middleware's paths and the idempotency middleware's ``required`` refuse it,
+    naming the pattern and whose it is."""
+    said = f"path pattern {pattern!r} has a '{{' or '}}' that does not enclose a name"
+    with pytest.raises(ConfigurationError, match=re.escape(f"rule 'r': {said}")):
+        Rule("r", "1/minute", paths=[pattern])
+    with pytest.raises(ConfigurationError, match=re.escape(f"concurrency middleware: {said}")):
+        SlotPolicy(limit=1, paths=pattern)
+    with pytest.raises(ConfigurationError, match=re.escape(said)):
+        IdempotencyMiddleware(_no_app, AsyncMemoryIdempotencyStore(), required=[pattern])
 
 
 def test_method_names_are_upper_cased_and_select_their_requests() -> None:

@@ -120,7 +120,7 @@ def _check_required(value: object) -> bool | tuple[re.Pattern[str], ...]:
         if isinstance(pattern, re.Pattern) and isinstance(pattern.pattern, str):
             compiled.append(pattern)
         elif isinstance(pattern, str) and pattern.startswith("/"):
-            compiled.append(compile_path(pattern))
+            compiled.append(compile_path(pattern, what))
         else:
             raise ConfigurationError(
                 f"{what}: {pattern!r} is not a path pattern (a string starting with '/', "

@@ -65,31 +65,43 @@ def parse_rates(rates: object, where: str) -> tuple[Rate, ...]:
     raise ConfigurationError(f"{where}: rates {rates!r} must be a Rate, a string or a list of them")
 
 
-def compile_path(pattern: str | re.Pattern[str]) -> re.Pattern[str]:
-    """A path pattern as a regular expression matched against the whole path."""
+def compile_path(pattern: str | re.Pattern[str], where: str = "") -> re.Pattern[str]:
+    """A path pattern as a regular expression matched against the whole path; ``where``
+    (``"rule 'orders'"``) begins the message of a ``ConfigurationError``."""
     if isinstance(pattern, re.Pattern):
         return pattern
+    at = f"{where}: " if where else ""
     if not isinstance(pattern, str) or not pattern.startswith("/"):
-        raise ConfigurationError(f"path pattern {pattern!r} must be a string starting with '/'")
-    parts, last = [], 0
+        raise ConfigurationError(f"{at}path pattern {pattern!r} must be a string starting with '/'")
+    literals, parts, last = [], [], 0
     for token in _TOKEN.finditer(pattern):
-        parts.append(re.escape(pattern[last : token.start()]))
+        literals.append(pattern[last : token.start()])
+        parts.append(re.escape(literals[-1]))
         text = token.group()
         parts.append(".*" if text == "**" else "[^/]*" if text == "*" else "[^/]+")
         last = token.end()
-    parts.append(re.escape(pattern[last:]))
+    literals.append(pattern[last:])
+    parts.append(re.escape(literals[-1]))
+    if any("{" in text or "}" in text for text in literals):
+        # A literal brace is almost always a {name} mistyped: it would match no request.
+        raise ConfigurationError(
+            f"{at}path pattern {pattern!r} has a '{{' or '}}' that does not enclose a name: write"
+            " {name} for one segment (a letter or '_', then letters, digits or '_'), or give a"
+            " compiled re.Pattern to match a literal brace"
+        )
     return re.compile("".join(parts))
 
 
 def compile_paths(
     paths: Iterable[str | re.Pattern[str]] | str | re.Pattern[str] | None,
+    where: str = "",
 ) -> tuple[re.Pattern[str], ...] | None:
     """Path patterns (one, or several) compiled; None selects every path."""
     if paths is None:
         return None
     if isinstance(paths, str | re.Pattern):
         paths = [paths]
-    return tuple(compile_path(p) for p in paths)
+    return tuple(compile_path(p, where) for p in paths)
 
 
 #: An HTTP method name: a token (RFC 9110, section 5.6.2).
@@ -166,7 +178,7 @@ class Selection:
             raise ConfigurationError(f"{who} fallback={fallback!r}: a non-empty string")
         self.key: KeyFunc = key if key is not None else by_client_ip()
         self.fallback = fallback
-        self.paths = compile_paths(paths)
+        self.paths = compile_paths(paths, who)
         self.methods = method_set(methods, who)
 
     def matches(self, request: RequestInfo) -> bool:
@@ -279,7 +291,7 @@ class Rule:
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "rates", parse_rates(rates, where))
         object.__setattr__(self, "key", key)
-        object.__setattr__(self, "paths", compile_paths(paths))
+        object.__setattr__(self, "paths", compile_paths(paths, where))
         object.__setattr__(self, "methods", method_set(methods, where))
         object.__setattr__(self, "cost", _cost_func(cost, where))
         object.__setattr__(self, "shadow", shadow)
