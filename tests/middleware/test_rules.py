@@ -271,6 +271,14 @@ def test_a_brace_that_encloses_no_name_is_refused_naming_the_pattern(pattern: st
         IdempotencyMiddleware(_no_app, AsyncMemoryIdempotencyStore(), required=[pattern])
 
 
+@pytest.mark.parametrize("rules", [Rule("a", "1/s"), 5, None, "a", {"a": Rule("a", "1/s")}])
+def test_a_ruleset_of_one_rule_or_no_list_says_to_pass_a_list(rules: object) -> None:
+    """``RuleSet(Rule(...))`` raised TypeError ('Rule' object is not iterable); now it, and
+    anything else that is not a list of rules, is a ConfigurationError saying what to pass."""
+    with pytest.raises(ConfigurationError, match=r"must be a list of Rule objects; for one rule"):
+        RuleSet(rules)  # type: ignore[arg-type]
+
+
 def test_method_names_are_upper_cased_and_select_their_requests() -> None:
     """Valid method names of any case select those methods only; a cost table's too."""
     rule = Rule("r", "5/minute", methods=("get", "Post"), cost={"post": 3, "*": 2})

@@ -277,6 +277,11 @@ class RouteRules:
 
 def check_rules(rules: Iterable[Rule]) -> tuple[Rule, ...]:
     """The rules as a tuple: Rule objects with distinct names."""
+    if isinstance(rules, Rule | str | bytes | Mapping) or not isinstance(rules, Iterable):
+        raise ConfigurationError(
+            f"RuleSet rules {rules!r} must be a list of Rule objects; for one rule, pass a list"
+            " of one: RuleSet([Rule(...)])"
+        )
     checked = tuple(rules)
     seen: set[str] = set()
     for rule in checked:
