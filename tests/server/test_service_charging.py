@@ -66,6 +66,32 @@ def test_a_zero_limit_denies_without_charging_the_others(rls: Make) -> None:
     assert h.remaining(("b", "y")) == 5
 
 
+def test_beside_a_zero_limit_a_full_counter_reports_its_own_denial(rls: Make) -> None:
+    """a is full: next to zero it is OVER_LIMIT with remaining 0 and its retry time, as next to
+    any other denial (not looked at with 0 hits: OK), and b, with room, is charged nothing."""
+    h = rls(SERVICE_RULES)
+    h.clock.advance(20)
+    h.ask(desc(("a", "x")), hits=2)
+    response = h.ask(desc(("zero", "z")), desc(("a", "x")), desc(("b", "y")))
+    codes = [response.overall_code, *(status.code for status in response.statuses)]
+    assert codes == [OVER, OVER, OVER, OK]
+    full = response.statuses[1]
+    assert (full.limit_remaining, full.duration_until_reset.seconds) == (0, 40)
+    assert (h.remaining(("a", "x")), h.remaining(("b", "y"))) == (0, 5)
+
+
+def test_charge_denied_charges_each_descriptor_beside_a_zero_limit(rls: Make) -> None:
+    """charge_denied=True: zero denies, and b is charged on its own each time, as when another
+    descriptor denies; once b is full it is OVER_LIMIT too."""
+    h = rls(SERVICE_RULES, charge_denied=True)
+    for left in (4, 3, 2, 1, 0):
+        response = h.ask(desc(("zero", "z")), desc(("b", "y")))
+        assert [s.code for s in response.statuses] == [OVER, OK]
+        assert response.statuses[1].limit_remaining == left
+    assert h.codes(desc(("zero", "z")), desc(("b", "y"))) == [OVER, OVER, OVER]
+    assert h.remaining(("b", "y")) == 0
+
+
 def test_two_descriptors_on_one_counter_need_room_for_both(rls: Make) -> None:
     """Twice (a, x) with one hit left: denied as a whole and nothing is charged."""
     h = rls(SERVICE_RULES)

@@ -35,9 +35,10 @@ How one request is decided
    are one atomic step when they may go together) and, only if no enforcing
    descriptor would deny, all are charged; when one would deny, only the
    predicted denials are re-run at full cost, for their exact retry times. A
-   request slipping in between may make a charge deny after others were charged.
-   ``charge_denied=True`` is envoyproxy/ratelimit's old behaviour: each descriptor
-   charged on its own.
+   request slipping in between may make a charge deny after others were charged. A
+   limit of 0 denies before any store call: the others are then checked and the
+   denials re-run, as when one of them denies. ``charge_denied=True`` is
+   envoyproxy/ratelimit's old behaviour: each descriptor charged on its own.
 4. The overall code is OVER_LIMIT when any regular descriptor is over, or when
    every ``quota_mode`` descriptor is over (with the global ``quota_mode``, every
    descriptor but an unlimited one is a quota descriptor: ``Verdict``);
@@ -230,13 +231,15 @@ class _ServiceBase(Charging):
             elif item.rule is not None and item.rule.always_over:
                 zero = True
         if stored:
-            if zero and denied(items, quota_mode=self.quota_mode):
-                # A limit of 0 already denies: look, but charge nothing.
-                yield from self._run([(item, 0) for item in stored])
+            if self.charge_denied:  # each on its own, whatever a limit of 0 or another says
+                yield from self._run([(item, item.cost) for item in stored])
+            elif zero and denied(items, quota_mode=self.quota_mode):
+                # A limit of 0 already denies: the others are checked for their own hits (a
+                # full counter reports its denial) and nothing is charged, as when another
+                # descriptor denies.
+                yield from self._check_then_charge(items, stored)
             elif len(stored) == 1:  # most requests: one call, no step around it
                 stored[0].result = yield from self._decide(stored[0], stored[0].cost)
-            elif self.charge_denied:
-                yield from self._run([(item, item.cost) for item in stored])
             else:
                 yield from self._several(items, stored)
         response = respond(
