@@ -317,3 +317,13 @@ def test_the_middlewares_know_every_option_of_slot_policy() -> None:
     from ratewarden.middleware import concurrency
 
     assert set(inspect.signature(concurrency.SlotPolicy).parameters) == concurrency._OPTIONS
+
+
+def test_the_refusal_detail_counts_requests_in_good_grammar() -> None:
+    """One slot: 'More than 1 request in flight'; several: 'More than 3 requests in flight'."""
+    from ratewarden.middleware import SlotPolicy
+
+    one = json.loads(SlotPolicy(limit=1).body)["detail"]
+    assert one == "More than 1 request in flight for 'inflight'; retry in 1 s."
+    three = json.loads(SlotPolicy(limit=3, name="db", retry_after=0).body)["detail"]
+    assert three == "More than 3 requests in flight for 'db'."

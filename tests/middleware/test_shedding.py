@@ -17,9 +17,10 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ratewarden import AsyncLimiter, AsyncMemoryStore
-from ratewarden.budgets import AsyncFleetShedder, LoadShedder
+from ratewarden import AsyncLimiter, AsyncMemoryStore, Limiter, MemoryStore
+from ratewarden.budgets import AsyncFleetShedder, FleetShedder, LoadShedder, ShedDecision
 from ratewarden.middleware import SheddingMiddleware, class_from_header
+from ratewarden.middleware._shedding import Shedding
 from ratewarden.storage.redis import AsyncRedisStore
 from ratewarden.testing import ManualClock
 from tests._servers import RedisServer
@@ -320,3 +321,21 @@ async def test_the_middleware_itself_sends_no_body_to_a_head() -> None:
     started: list[Any] = []
     head = wsgi({"REQUEST_METHOD": "HEAD", "PATH_INFO": "/"}, lambda *a: started.append(a))
     assert (started[0][0], b"".join(head)) == ("503 Service Unavailable", b"")
+
+
+def test_the_refusal_detail_says_what_shed_the_request() -> None:
+    """A fleet of capacity 3: 'normal' (ceiling 0.8) has floor(0.8 * 3) = 2 slots, so it is shed
+    at utilization 0.6667; the detail says so in slots rather than 'shed at 0.6667 (the ceiling is
+    0.8)', which read as a contradiction. A LoadShedder's reading is at or above the ceiling."""
+    fleet = Shedding(FleetShedder(Limiter(MemoryStore()), "api", 3))
+    detail = json.loads(fleet.shed(ShedDecision(False, "normal", 2 / 3, 0.8)).body)["detail"]
+    assert detail == (
+        "Overloaded: 'normal' requests are shed while 2 of the 3 slots are in flight (the "
+        "class's ceiling 0.8 of the capacity, in whole slots: utilization 0.6667); retry in 1 s."
+    )
+    local = Shedding(LoadShedder(lambda: 0.85))
+    detail = json.loads(local.shed(ShedDecision(False, "normal", 0.85, 0.8)).body)["detail"]
+    assert detail == (
+        "Overloaded: 'normal' requests are shed at utilization 0.85, at or above the class's "
+        "ceiling of 0.8; retry in 1 s."
+    )

@@ -137,6 +137,10 @@ class Shedding:
         self.metrics = check_metrics(who, metrics, ("degraded", "shed_decision"))
         self.failure_answer = FailureAnswer(failure_mode, self.metrics, self.name, self.clock)
         self.ttl = _check_ttl(shedder)
+        # A fleet shedder's slots: a class is shed when its whole slots are in flight.
+        self._fleet: tuple[int, dict[str, int]] | None = None
+        if not isinstance(shedder, LoadShedder):
+            self._fleet = (shedder.capacity, shedder.limits)
         self._lines = LogRateLimiter(60.0, clock=self.clock)
 
     def matches(self, request: RequestInfo) -> bool:
@@ -202,10 +206,19 @@ class Shedding:
     def shed(self, decision: ShedDecision) -> Outcome:
         """A shed request's answer: ``status``, ``Retry-After`` and a problem document."""
         utilization = round(decision.utilization, 4)
-        detail = (
-            f"Overloaded: {decision.traffic_class!r} requests are shed at utilization "
-            f"{utilization} (the class's ceiling is {decision.ceiling})"
-        )
+        traffic_class, ceiling = decision.traffic_class, decision.ceiling
+        if self._fleet is not None and traffic_class in self._fleet[1]:
+            capacity, limits = self._fleet
+            detail = (
+                f"Overloaded: {traffic_class!r} requests are shed while {limits[traffic_class]} "
+                f"of the {capacity} slots are in flight (the class's ceiling {ceiling} of the "
+                f"capacity, in whole slots: utilization {utilization})"
+            )
+        else:
+            detail = (
+                f"Overloaded: {traffic_class!r} requests are shed at utilization "
+                f"{utilization}, at or above the class's ceiling of {ceiling}"
+            )
         detail += f"; retry in {self.retry_after} s." if self.retry_after else "."
         return refusal(
             self.status,

@@ -136,7 +136,8 @@ class SlotPolicy:
         self.fallback = fallback
         self.clock = checked_clock("concurrency middleware", clock)
         self.failure_answer = FailureAnswer(failure_mode, metrics, self.name, self.clock)
-        detail = f"More than {self.limit} requests in flight for {self.name!r}"
+        plural = "" if self.limit == 1 else "s"
+        detail = f"More than {self.limit} request{plural} in flight for {self.name!r}"
         detail += f"; retry in {self.retry_after} s." if self.retry_after else "."
         self.refusal = refusal(
             status,
