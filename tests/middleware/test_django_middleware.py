@@ -159,8 +159,22 @@ def test_a_store_that_fails_gets_the_failure_mode_s_answer() -> None:
         ({"limiter": LIMITER}, "RATEWARDEN_MIDDLEWARE needs 'rules'"),
         ({"limiter": LIMITER, "rules": RULES, "store": 1}, "unknown keys ['store']"),
         ({"limiter": "tests.nowhere.LIMITER", "rules": RULES}, "['limiter']: cannot import"),
-        ({"limiter": LIMITER, "rules": [Rule("r", "1/second")]}, "must be a RuleSet"),
-        ({"limiter": LIMITER, "rules": RULES, "failure_mode": "local"}, "is 'open' or 'closed'"),
+        (
+            {"limiter": LIMITER, "rules": [Rule("r", "1/second")]},
+            "RATEWARDEN_MIDDLEWARE: rules [Rule(",
+        ),
+        (
+            {"limiter": LIMITER, "rules": RULES, "failure_mode": "local"},
+            "RATEWARDEN_MIDDLEWARE: the middleware's failure_mode is 'open' or 'closed'",
+        ),
+        (
+            {"limiter": LIMITER, "rules": RULES, "name": 5},
+            "RATEWARDEN_MIDDLEWARE: middleware name 5 must be a non-empty string",
+        ),
+        (
+            {"limiter": object(), "rules": RULES},
+            "RATEWARDEN_MIDDLEWARE: limiter <object object at",
+        ),
     ],
 )
 @pytest.mark.parametrize("mode", ["sync", "async"])

@@ -44,7 +44,7 @@ from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 
-from ratewarden.errors import StorageError
+from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.middleware._base import RateLimitBase
 from ratewarden.middleware._django_common import (
     DjangoRequest,
@@ -129,7 +129,11 @@ class DjangoRateLimitMiddleware(RateLimitBase[GetResponse, Any]):
     def __init__(self, get_response: GetResponse) -> None:
         # Django hands an awaitable get_response when it runs this middleware in async mode.
         self.async_mode = iscoroutinefunction(get_response)
-        super().__init__(get_response, **_options())
+        options = _options()  # its refusals name the setting
+        try:
+            super().__init__(get_response, **options)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{SETTING}: {exc}") from None
         _check_mode(self.limiter, self.async_mode)
         if self.async_mode:
             self._now = getattr(self.limiter, "hit_now", None)
