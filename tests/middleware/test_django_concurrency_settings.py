@@ -181,7 +181,8 @@ def test_the_docs_example_counts_each_signed_in_user() -> None:
     refused and user 8 admitted."""
     page = Path(__file__).resolve().parents[2] / "docs" / "middleware.md"
     blocks = re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
-    (block,) = [b for b in blocks if "RATEWARDEN_CONCURRENCY = {" in b]
+    (at,) = [i for i, b in enumerate(blocks) if "RATEWARDEN_CONCURRENCY = {" in b]
+    block = blocks[at] + blocks[at + 1]  # settings.py, then the module its paths name
     namespace: dict[str, Any] = {"__name__": "docs_example"}
     exec(compile(block, str(page), "exec"), namespace)
     assert namespace["MIDDLEWARE"][-1] == CONCURRENCY

@@ -207,3 +207,16 @@ def test_the_denied_headers_example_imports_its_names_and_prints_the_page_s_answ
     namespace["print"] = lambda *args, **kwargs: printed.append(" ".join(map(str, args)))
     exec(compile(block, str(PAGE), "exec"), namespace)
     assert "".join(line + "\n" for line in printed) == shown
+
+
+def test_each_django_example_is_one_block_per_file() -> None:
+    """Each Django example pastes as is: settings.py in a block of its own, headed by its name,
+    and the module its dotted paths name in the next block, headed by that module's file."""
+    blocks = _BLOCK.findall(PAGE.read_text(encoding="utf-8"))
+    headings = [re.findall(r"^# (settings\.py|myproject/\w+\.py)", b, re.M) for b in blocks]
+    assert all(len(found) <= 1 for found in headings)
+    settings = [i for i, found in enumerate(headings) if found == ["settings.py"]]
+    assert len(settings) == 4
+    for at in settings:
+        (module,) = re.findall(r'"myproject\.(\w+)\.', blocks[at])[:1]
+        assert blocks[at + 1].startswith(f"# myproject/{module}.py")
