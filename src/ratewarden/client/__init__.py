@@ -9,6 +9,9 @@ politely:
   exhausted policies; under draft-11 ``t`` is the effective window, so each of
   them has a unit back after exactly its ``t``), then the legacy ``X-RateLimit-Reset`` /
   ``RateLimit-Reset`` when the matching ``Remaining`` is 0 or absent;
+- a 429 without ``Retry-After`` whose ``RateLimit`` field lists no exhausted policy
+  (every ``r`` above 0) is not retried: no wait lets that request through (ratewarden's
+  middleware answers so a cost above what a rule can ever allow);
 - a hinted retry waits ``hint + U * hint_jitter`` (``U`` uniform in [0, 1)):
   never earlier than the server said, spread over a bounded window;
 - without a hint, exponential backoff with full jitter:
