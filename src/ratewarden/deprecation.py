@@ -13,14 +13,14 @@ name is asked for, so a module below its names' new home (``budgets`` below
 
 A keyword that was renamed keeps its old name as a parameter defaulting to
 ``UNSET``, and the function takes its value with ``renamed``. The new name's
-default is a sentinel of its own (here ``_OPEN``, whose repr is ``'open'``), so
-that the new name given at its default's value can be told from the new name
-left out: with a plain ``"open"`` default, ``failure="closed",
+default is a sentinel of its own (here ``OPEN``, ``Default("open")``, whose repr is
+``'open'``), so that the new name given at its default's value can be told from
+the new name left out: with a plain ``"open"`` default, ``failure="closed",
 failure_mode="open"`` would be taken as closed instead of refused::
 
-    def __init__(self, *, failure_mode: str = _OPEN, failure: str = UNSET) -> None:
-        failure_mode = renamed("TwoTier", "failure", "failure_mode", failure, failure_mode, _OPEN)
-        if failure_mode is _OPEN:  # neither given
+    def __init__(self, *, failure_mode: str = OPEN, failure: str = UNSET) -> None:
+        failure_mode = renamed("TwoTier", "failure", "failure_mode", failure, failure_mode, OPEN)
+        if failure_mode is OPEN:  # neither given
             failure_mode = "open"
 
 ``TwoTier(failure="closed")`` then warns ``TwoTier(failure=...) is deprecated;
@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 
 from ratewarden.errors import ConfigurationError
 
-__all__ = ["UNSET", "moved", "renamed"]
+__all__ = ["OPEN", "UNSET", "Default", "moved", "renamed"]
 
 T = TypeVar("T")
 
@@ -55,6 +55,24 @@ class _Unset:
 
 #: The default of a renamed keyword's old name: "not given", told apart from None and any value.
 UNSET: Any = _Unset()
+
+
+class Default:
+    """The default of a renamed keyword's new name: reads as ``value`` in a signature, and is
+    told apart from ``value`` given (``OPEN``)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+#: The default of ``failure_mode`` where ``failure`` was its old name (``TwoTier``, the
+#: middlewares): ``open`` when neither was given.
+OPEN: Any = Default("open")
 
 
 def moved(module: str, homes: Mapping[str, str]) -> Callable[..., Any]:

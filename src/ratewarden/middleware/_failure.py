@@ -32,6 +32,7 @@ import math
 import warnings
 from typing import Any
 
+from ratewarden import deprecation
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.deprecation import renamed
@@ -60,18 +61,9 @@ MIDDLEWARE_FAILURE_MODES = tuple(mode for mode in FAILURE_MODES if mode != "loca
 DEFAULT_RETRY_AFTER = 1
 
 
-class _Open:
-    """The type of ``OPEN``: reads ``'open'`` in a signature, and is not ``"open"`` given."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "'open'"
-
-
 #: The default of a middleware's ``failure_mode``: ``open`` when it was not given, told apart
 #: from ``failure_mode="open"`` given beside the deprecated ``failure=`` (both: refused).
-OPEN: Any = _Open()
+OPEN: Any = deprecation.OPEN
 
 
 def chosen_failure_mode(who: str, failure_mode: str, failure: str, *, stacklevel: int = 4) -> str:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ratewarden.checks import keywords_checked
 from ratewarden.clock import Clock
-from ratewarden.deprecation import UNSET, renamed
+from ratewarden.deprecation import OPEN, UNSET, renamed
 from ratewarden.limiter import (
     DECISION_HOOKS,
     DEFAULT_NEGATIVE_KEYS,
@@ -38,17 +38,9 @@ __all__ = ["AsyncTwoTier", "TwoTier"]
 S = TypeVar("S")
 
 
-class _Open:
-    """The default of ``failure_mode``: ``open`` when it was not given, told apart from
-    ``failure_mode="open"`` given beside the deprecated ``failure=`` (both given: refused)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "'open'"
-
-
-_OPEN: Any = _Open()
+#: The default of ``failure_mode``: ``open`` when it was not given, told apart from
+#: ``failure_mode="open"`` given beside the deprecated ``failure=`` (both given: refused).
+_OPEN: Any = OPEN
 
 
 class _TwoTierDefaults(DecisionCore, Generic[S]):
