@@ -59,6 +59,28 @@ def test_a_denied_descriptor_reports_its_own_wait_and_the_others_their_room(rls:
     assert (fine.code, fine.limit_remaining) == (OK, 5)
 
 
+def test_an_over_limit_status_reports_nothing_remaining_as_its_header_does(rls: Make) -> None:
+    """b at 1 of 5 asked for 5 more: OVER_LIMIT with limit_remaining 0, as upstream and as the
+    same answer's RateLimit-Remaining; the denied hits are not charged (b keeps its 4)."""
+    h = rls(SERVICE_RULES, response_headers="legacy")
+    h.ask(desc(("b", "y")))
+    response = h.ask(desc(("c", "y")), desc(("b", "y")), hits=5)
+    assert [status.code for status in response.statuses] == [OK, OVER]
+    assert response.statuses[1].limit_remaining == 0
+    headers = {header.key: header.value for header in response.response_headers_to_add}
+    assert headers["RateLimit-Remaining"] == "0"
+    assert h.remaining(("b", "y")) == 4
+
+
+def test_a_request_past_the_whole_limit_reports_nothing_remaining(rls: Make) -> None:
+    """More hits than the limit on an untouched counter, enforcing (b, 6 of 5) or in shadow
+    mode (shadow, 2 of 1): limit_remaining 0 either way, the shadow rule's code OK."""
+    h = rls(SERVICE_RULES)
+    for key, hits, code in (("b", 6, OVER), ("shadow", 2, OK)):
+        (status,) = h.ask(desc((key, "y"), hits=hits)).statuses
+        assert (status.code, status.limit_remaining) == (code, 0)
+
+
 def test_a_zero_limit_denies_without_charging_the_others(rls: Make) -> None:
     """requests_per_unit: 0 next to b: denied, and b is only looked at."""
     h = rls(SERVICE_RULES)

@@ -235,7 +235,10 @@ def _status(
     head = status_head(code, limit, rule.name)
     if decision is None or limit is None:
         return (head, 0, NO_DURATION), None
-    remaining = min(max(decision.remaining, 0), UNLIMITED_REMAINING)
+    # A descriptor over its limit has nothing left for this request: 0, as upstream reports it
+    # (and as the headers say), a shadow rule's too (its status keeps the numbers of the
+    # denial it would make). The denied hits are not charged: the counter may still hold room.
+    remaining = 0 if over else min(max(decision.remaining, 0), UNLIMITED_REMAINING)
     wait = decision.reset_after
     if not decision.allowed and math.isfinite(decision.retry_after):
         wait = decision.retry_after
