@@ -86,12 +86,16 @@ def test_basic_config_counts_every_stat_under_the_rule_key() -> None:
     assert (service.count("near_limit", key), service.count("over_limit", key)) == (1, 1)
 
 
-def test_an_unlimited_rule_answers_ok_and_is_counted_within_limit() -> None:
-    """unlimited: OK with no current_limit, counted as total_hits and within_limit."""
+def test_an_unlimited_rule_answers_ok_and_counts_no_hits() -> None:
+    """unlimited: OK with no current_limit, and no hit counted in total_hits or
+    within_limit, as upstream's service, which never asks its cache about an unlimited
+    descriptor (its config test increments the rule's counters by hand)."""
     service = probe("basic.yaml")
-    seen = service.ask("storefront", ("health", "db"))
-    assert seen.unlimited and seen.stats_key == "storefront.health"
-    assert service.count("within_limit", "storefront.health") == 1
+    for _ in range(3):
+        seen = service.ask("storefront", ("health", "db"))
+        assert seen.unlimited and seen.stats_key is None
+    for stat in ("total_hits", "within_limit"):
+        assert service.count(stat, "storefront.health") == 0
 
 
 def test_an_unknown_domain_or_an_empty_descriptor_has_no_rule() -> None:

@@ -59,7 +59,8 @@ class DescriptorOutcome(NamedTuple):
 
     - ``metric_key``: envoyproxy/ratelimit's stats key (``domain.key_value.key``),
       with request values where ``detailed_metric`` or ``value_to_metric`` ask.
-    - ``hits``: the descriptor's hits_addend (0 for a check).
+    - ``hits``: the descriptor's hits_addend (0 for a check, and for an unlimited rule: its
+      hits are not counted, as envoyproxy/ratelimit, which never asks its cache about one).
     - ``over_limit``: the limit said no (before shadow mode).
     - ``shadowed``: over the limit, but reported OK because of ``shadow_mode``.
     - ``near_limit_hits``: hits that landed above ``near_limit_ratio`` of the limit.
@@ -156,7 +157,7 @@ def respond(
             metadata.update(match.nodes[-1].metadata_dict())
         if rule is None:
             continue
-        cost = item.cost
+        cost = 0 if rule.unlimited else item.cost
         # Hits that landed above ``near_limit_ratio`` of the limit (none when far below).
         near = 0
         if not over and decision is not None and decision.allowed and decision.rate is not None:
