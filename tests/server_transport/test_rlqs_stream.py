@@ -162,7 +162,7 @@ async def test_a_failure_inside_the_service_ends_the_stream_with_internal_and_no
     def broken(*args: object) -> None:
         raise RuntimeError("secret internals")
 
-    monkeypatch.setattr(quota, "report_flow", broken)
+    monkeypatch.setattr(quota, "_apply_flow", broken)  # where a report is applied
     stream = Stream(server.grpc_port)
     streams.append(stream)
     stream.send(report("edge", ({"tenant": "b"}, 1, 0)))

@@ -284,6 +284,6 @@ class RateLimitQuotaServicer:
         while True:
             await asyncio.sleep(self.quota.interval / 4)
             try:
-                self.send(await self.quota.atick())
+                await self.quota.atick(self.send)
             except Exception:
                 log.exception("quota round failed", extra={"event": "rlqs_round_failed"})

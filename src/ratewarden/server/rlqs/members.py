@@ -9,6 +9,7 @@ not per round. A member's **weight** is its Envoy's under the bucket's rule
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,6 +27,14 @@ __all__ = ["DEMAND_SPAN_S", "Bucket", "Member"]
 DEMAND_SPAN_S = 1e-6
 
 
+@functools.lru_cache(maxsize=1024)
+def _lone(pool: Budget, most: int) -> tuple[int, int]:
+    """The share of a bucket's only member: ``split`` of ``pool`` for one demand, which gives
+    it the whole whatever the demand (and weight) is; exact arithmetic, so made once."""
+    share = split(pool, [Fraction(1)], None, most)[0]
+    return share.tokens_per_fill, share.max_tokens
+
+
 @dataclass(slots=True)
 class Member:
     """One stream holding one bucket: its recent reports and what it was sent."""
@@ -38,6 +47,9 @@ class Member:
     sent_at: float = 0.0
     #: Under a shadow rule: the share it would hold, and its fill interval in seconds.
     would: tuple[Share, int] | None = None
+    #: Reports taken for the bucket: a round whose members' counts are unchanged since the
+    #: last split has the same demands (``Bucket.split``).
+    taken: int = 1
 
     def demand(self, fill_s: int, interval: float) -> Fraction:
         """Its rate in requests per ``fill_s`` seconds over its reports (the first report's
@@ -72,6 +84,9 @@ class Bucket:
     #: The budget its last split round split (a reload that changes it lifts the budget
     #: of changes for one round: the shares held were cut for another budget).
     split_budget: Budget | None = None
+    #: Its last split in this process (``local_shares``): what it was made from, and the
+    #: shares it aimed at (before the budget of changes), for a round with the same inputs.
+    split: tuple[object, list[tuple[int, int]]] | None = None
 
     def spent(self, now: float, window: float) -> int:
         """The capacity its changed shares handed out less than ``window`` seconds ago."""
@@ -109,18 +124,33 @@ class Bucket:
         """
         held = [share for _, share in self.reserved if not share.empty]
         held_burst = sum(share.max_tokens for share in held)
-        pool = Budget(
-            max(0, budget.tokens - sum(share.tokens_per_fill for share in held)),
-            budget.fill_s,
-            max(0, budget.burst - held_burst),
-        )
+        pool = budget
+        if held:
+            pool = Budget(
+                max(0, budget.tokens - sum(share.tokens_per_fill for share in held)),
+                budget.fill_s,
+                max(0, budget.burst - held_burst),
+            )
         streams = list(self.members)
         most = len(streams)
         while most > 0 and max(budget.burst, len(held) + most) - held_burst < most:
             most -= 1
-        demands = [self.members[stream].demand(budget.fill_s, interval) for stream in streams]
-        given = None if weights is None else [weights[stream] for stream in streams]
-        targets = [(s.tokens_per_fill, s.max_tokens) for s in split(pool, demands, given, most)]
+        # The split reads the members' demands, which change only with their reports; a lone
+        # member's part is the whole whatever it asks and weighs (``_lone``).
+        alone = len(streams) == 1
+        given = None if weights is None or alone else [weights[stream] for stream in streams]
+        taken = tuple((stream, 0 if alone else self.members[stream].taken) for stream in streams)
+        inputs = (pool, most, interval, taken, None if given is None else tuple(given))
+        worked = False
+        if self.split is not None and self.split[0] == inputs:
+            targets = self.split[1]
+        elif alone:
+            targets = [_lone(pool, most)]
+        else:
+            worked = True
+            demands = [self.members[stream].demand(budget.fill_s, interval) for stream in streams]
+            targets = [(s.tokens_per_fill, s.max_tokens) for s in split(pool, demands, given, most)]
+        self.split = (inputs, targets)
         held_now = holding or {}
         had = [held_now.get(stream, NOTHING) for stream in streams]
         room = None if spent is None else max(budget.burst, len(streams)) - spent
@@ -135,4 +165,4 @@ class Bucket:
         )
         held_back = sum(1 for target, got in zip(targets, sent, strict=True) if target != got)
         shares = {stream: Share(*pair) for stream, pair in zip(streams, sent, strict=True)}
-        return Sent(shares, spent_now, held_back)
+        return Sent(shares, spent_now, held_back, worked)

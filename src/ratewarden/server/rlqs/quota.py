@@ -29,6 +29,8 @@ its Envoy may still be enforcing it. A stream that reports no request for a buck
 
 A round (``rlqs/rounds.py``) keeps a **budget of changes** (``change_rounds``): a
 changed share starts full in Envoy, so what changed shares hand out is capped per window.
+A tick runs the due rounds oldest first, in chunks of about ``chunk`` members; ``atick``
+sends each chunk's actions and lets the event loop in between (docs/rlqs.md#many-buckets).
 
 With a ``Fleet`` (``rlqs/fleet.py``), a round's shares come from the store instead, over
 every replica's demand, and a closed stream's share stays held there. The calls are
@@ -41,7 +43,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TypeVar
 
 from ratewarden.clock import Clock
@@ -80,6 +82,9 @@ T = TypeVar("T")
 #: Seconds a stream reports no request for a bucket before it is told to abandon it (the
 #: default of ``idle_s``, ``--rlqs-idle``).
 IDLE_S = 60.0
+#: Members a chunk of rounds holds, about (a round counts its members, at least one), and
+#: bucket usages a chunk of a report: the event loop is served between two chunks.
+CHUNK = 200
 
 
 class QuotaService:
@@ -97,6 +102,7 @@ class QuotaService:
         fleet: Fleet | None = None,
         idle_s: float = IDLE_S,
         change_rounds: int = 1,
+        chunk: int = CHUNK,
     ) -> None:
         if (
             interval <= 0
@@ -105,10 +111,12 @@ class QuotaService:
             or history < 1
             or idle_s <= 0
             or change_rounds < 1
+            or chunk < 1
         ):
             raise ValueError(
                 f"interval {interval} > 0, ttl_s {ttl_s} >= 1 and above interval, "
-                f"history {history} >= 1, idle_s {idle_s} > 0, change_rounds {change_rounds} >= 1"
+                f"history {history} >= 1, idle_s {idle_s} > 0, change_rounds {change_rounds} >= 1, "
+                f"chunk {chunk} >= 1"
             )
         self.config = config
         self.clock = clock
@@ -117,6 +125,7 @@ class QuotaService:
         self.history = history
         self.idle_s = idle_s
         self.change_rounds = change_rounds
+        self.chunk = chunk
         self.shadow = shadow
         self.fleet = fleet
         self.stats = QuotaStats()
@@ -131,6 +140,7 @@ class QuotaService:
         self._buckets: dict[tuple[str, BucketKey], Bucket] = {}
         self._next = 0
         self._turn = asyncio.Lock()
+        self._reporting = asyncio.Lock()
 
     # --- what the stream handler calls ---------------------------------------------
 
@@ -156,21 +166,49 @@ class QuotaService:
         return self._drive(self.report_flow(stream, domain, usages))
 
     def tick(self) -> list[Action]:
-        """Run every round that is due; forget buckets nobody holds."""
-        return self._drive(self.tick_flow())
+        """Run every round that is due, chunk after chunk; forget buckets nobody holds."""
+        return [
+            action for chunk in self._chunks() for action in self._drive(self.chunk_flow(chunk))
+        ]
 
     async def areport(self, stream: int, domain: str, usages: Sequence[Usage]) -> list[Action]:
-        """``report``, awaiting the fleet's store; one call at a time."""
-        async with self._turn:
-            return await self._adrive(self.report_flow(stream, domain, usages))
+        """``report``, awaiting the fleet's store; one report at a time (the bucket cap is
+        checked for the whole). A long one is applied ``chunk`` bucket usages at a time, the
+        event loop served and a tick's chunk let in between: buckets are independent, so a
+        round that sees part of a report sees a report of those buckets that came sooner."""
+        async with self._reporting:
+            async with self._turn:
+                domain = self._take(stream, domain, usages)
+                actions = await self._adrive(self._apply_flow(stream, domain, usages[: self.chunk]))
+            for start in range(self.chunk, len(usages), self.chunk):
+                await asyncio.sleep(0)
+                if stream not in self._streams:
+                    break  # closed meanwhile: the rest would make members of nobody
+                async with self._turn:
+                    part = usages[start : start + self.chunk]
+                    actions += await self._adrive(self._apply_flow(stream, domain, part))
+            return actions
 
-    async def atick(self) -> list[Action]:
-        """``tick``, awaiting the fleet's store; one call at a time."""
-        async with self._turn:
-            return await self._adrive(self.tick_flow())
+    async def atick(self, send: Callable[[list[Action]], object]) -> int:
+        """``tick``, awaiting the fleet's store: each chunk's actions are given to ``send`` as
+        soon as it is run, and the event loop (other streams, the HTTP port) is served
+        between two chunks; each chunk waits for the report or chunk in progress. The number
+        of chunks run."""
+        chunks = self._chunks()
+        for index, chunk in enumerate(chunks):
+            if index:
+                await asyncio.sleep(0)
+            async with self._turn:
+                send(await self._adrive(self.chunk_flow(chunk)))
+        return len(chunks)
 
     def report_flow(self, stream: int, domain: str, usages: Sequence[Usage]) -> Flow[list[Action]]:
         """``report`` as a flow: its rounds ask the fleet's store (without one, none)."""
+        domain = self._take(stream, domain, usages)
+        return (yield from self._apply_flow(stream, domain, usages))
+
+    def _take(self, stream: int, domain: str, usages: Sequence[Usage]) -> str:
+        """The report's domain once it is checked whole (``ReportError`` when refused)."""
         if stream not in self._streams:
             raise ReportError(f"stream {stream} is not open")
         domain = check_report(
@@ -178,6 +216,9 @@ class QuotaService:
         )
         self._streams[stream] = domain
         self.stats.reports += 1
+        return domain
+
+    def _apply_flow(self, stream: int, domain: str, usages: Sequence[Usage]) -> Flow[list[Action]]:
         now = self.clock.now()
         actions: list[Action] = []
         for usage in usages:
@@ -206,24 +247,58 @@ class QuotaService:
                 room = share.max_tokens + share.tokens_per_fill * since / fill_s
                 self.stats.would_deny += max(0, usage.allowed - int(room))
             member.reports.append((now, count))
+            member.taken += 1
             if count:
                 member.asked_at = now
         return actions
 
-    def tick_flow(self) -> Flow[list[Action]]:
-        """``tick`` as a flow: the due rounds side by side (an asyncio driver awaits their
-        store calls together)."""
-        now = self.clock.now()
-        due: list[Flow[list[Action]]] = []
-        for name, bucket in list(self._buckets.items()):
-            bucket.reserved = [(until, share) for until, share in bucket.reserved if until > now]
+    def _chunks(self) -> list[list[Bucket]]:
+        """The buckets whose round is due, the longest unrenewed first (their assignments
+        expire first), in chunks of about ``chunk`` members; buckets nobody holds forgotten.
+
+        ``_buckets`` is kept in the order of their last rounds (a round moves its bucket to
+        the end), so the due ones are its start and the scan stops at the first one not due.
+        """
+        now, window = self.clock.now(), self.change_rounds * self.interval
+        chunks: list[list[Bucket]] = []
+        chunk: list[Bucket] = []
+        weight = 0
+        gone = []
+        for name, bucket in self._buckets.items():
+            if bucket.last_round is not None and now - bucket.last_round < self.interval:
+                break
+            if bucket.reserved:
+                bucket.reserved = [
+                    (until, share) for until, share in bucket.reserved if until > now
+                ]
             if not bucket.members and not bucket.reserved:
                 # Kept while its recent changes count: a new member must not find the
                 # budget of changes fresh.
-                if not bucket.spent(now, self.change_rounds * self.interval):
-                    del self._buckets[name]
-            elif bucket.last_round is not None and now - bucket.last_round >= self.interval:
-                due.append(self._rounds.run(bucket, now))
+                if not bucket.spent(now, window):
+                    gone.append(name)
+                continue
+            if weight >= self.chunk:
+                chunks.append(chunk)
+                chunk, weight = [], 0
+            chunk.append(bucket)
+            weight += max(1, len(bucket.members))
+        for name in gone:
+            del self._buckets[name]
+        return [*chunks, chunk] if chunk else chunks
+
+    def chunk_flow(self, buckets: Sequence[Bucket]) -> Flow[list[Action]]:
+        """The rounds of ``buckets`` (one of ``_chunks``) side by side (an asyncio driver
+        awaits their store calls together), at the time it runs; each bucket moves to the
+        end of the order. Buckets forgotten or dropped by a reload since are skipped."""
+        now = self.clock.now()
+        due: list[Flow[list[Action]]] = []
+        for bucket in buckets:
+            name = (bucket.domain, bucket.key)
+            if self._buckets.get(name) is not bucket:
+                continue
+            del self._buckets[name]
+            self._buckets[name] = bucket
+            due.append(self._rounds.run(bucket, now))
         if not due:
             return []
         rounds: list[list[Action]] = yield Gather(tuple(due))
@@ -245,6 +320,7 @@ class QuotaService:
         """A reload: buckets whose rule is gone are abandoned; the others take their new rule
         at their next round."""
         self.config = config
+        self._rounds.forget()
         actions: list[Action] = []
         for name, bucket in list(self._buckets.items()):
             domain = config.domains.get(bucket.domain)

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ratewarden.errors import StorageError
 from ratewarden.limiter import Flow
+from ratewarden.server.config import DescriptorRule
 from ratewarden.server.rlqs.actions import ALLOW_ALL, DENY_ALL, Action
 from ratewarden.server.rlqs.buckets import rule_budget
 from ratewarden.server.rlqs.fleet import Fleet
@@ -47,6 +48,10 @@ class QuotaStats:
     store_failures: int = 0
     #: Share changes the budget of changes held back (the member kept what it held).
     held_back: int = 0
+    #: Rounds that worked a split out in exact arithmetic, in this process (no fleet): the
+    #: costly part of a round, skipped when nothing the split is made from changed since the
+    #: bucket's last round and for a bucket's only member (its share is the whole).
+    splits: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +67,19 @@ class Rounds:
     #: Each stream's peer name (weights are by it); the service adds and removes streams.
     peers: Mapping[int, str]
     stats: QuotaStats
+    #: Each rule's budget, by the rule's id (the rule kept with it); ``forget`` at a reload.
+    budgets: dict[int, tuple[DescriptorRule, Budget]] = field(default_factory=dict)
+
+    def budget(self, rule: DescriptorRule) -> Budget:
+        """``rule_budget`` of ``rule``, made once a rule: it is exact arithmetic, costly."""
+        found = self.budgets.get(id(rule))
+        if found is None or found[0] is not rule:
+            found = self.budgets[id(rule)] = (rule, rule_budget(rule, self.interval))
+        return found[1]
+
+    def forget(self) -> None:
+        """A reload: the rules' budgets are made again as the buckets meet their new rules."""
+        self.budgets.clear()
 
     def fixed(self, bucket: Bucket) -> str | None:
         """The bucket's answer when it is not split: ALLOW_ALL or DENY_ALL, else None."""
@@ -76,7 +94,8 @@ class Rounds:
         """One round of ``bucket`` at ``now``: the actions to send."""
         self.stats.rounds += 1
         bucket.last_round = now
-        bucket.reserved = [(until, share) for until, share in bucket.reserved if until > now]
+        if bucket.reserved:
+            bucket.reserved = [(until, s) for until, s in bucket.reserved if until > now]
         actions = []
         for stream, member in list(bucket.members.items()):
             if now - member.asked_at >= self.idle_s:
@@ -90,7 +109,7 @@ class Rounds:
         fixed = self.fixed(bucket)
         rule = bucket.rule
         # Split when enforcing, and for a shadow rule too: what it would have assigned.
-        budget = None if rule is None or rule.unlimited else rule_budget(rule, self.interval)
+        budget = None if rule is None or rule.unlimited else self.budget(rule)
         try:
             shares = {} if budget is None else (yield from self._shares(bucket, budget, now))
         except StorageError as exc:
@@ -127,6 +146,7 @@ class Rounds:
         limited = enforced and bucket.split_budget == budget
         weights = bucket.weights(self.peers)
         sent = yield from self._split(bucket, budget, weights, spent if limited else None, now)
+        self.stats.splits += sent.worked
         if enforced:
             bucket.split_budget = budget
             self.stats.held_back += sent.held_back

@@ -84,11 +84,13 @@ NOTHING = Share(0, 0)
 @dataclass(frozen=True, slots=True)
 class Sent:
     """What a round sends: each member's share (by stream), the capacity its changed shares
-    hand out afresh, and how many changes the budget of changes held back."""
+    hand out afresh, how many changes the budget of changes held back, and whether the split
+    was worked out in exact arithmetic (not the bucket's last one again, nor a lone member's)."""
 
     shares: dict[int, Share]
     spent: int = 0
     held_back: int = 0
+    worked: bool = False
 
 
 def apportion(total: int, weights: Sequence[Fraction]) -> list[int]:
