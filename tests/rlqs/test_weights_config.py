@@ -96,3 +96,14 @@ def test_weights_inside_rate_limit_are_pointed_to_the_descriptor() -> None:
     [problem] = caught.value.errors
     assert (problem.line, problem.key) == (7, "rlqs_weights")
     assert "belongs in the descriptor (next to rate_limit)" in problem.message
+
+
+def test_a_quoted_weight_is_named_a_string() -> None:
+    """``{a: "3"}`` is a string in YAML: the message says so, not just that '3' is refused."""
+    text = WEIGHTED.replace("edge-eu: 3", 'edge-eu: "3"')
+    with pytest.raises(ConfigError) as caught:
+        loads(text, "w.yaml")
+    assert (
+        "the weight of 'edge-eu' is the string '3' (quoted: write the number without quotes)"
+        in (str(caught.value))
+    )

@@ -114,6 +114,8 @@ def _weight(reader: FieldReader, node: Any, name: str) -> int | None:
     if isinstance(value, int) and 1 <= value <= MAX_WEIGHT:
         return value
     text = _shorten(str(getattr(node, "value", "?")))
+    if isinstance(node, yaml.ScalarNode) and node.style in ("'", '"'):
+        text = f"the string {text} (quoted: write the number without quotes)"
     reader.problem(
         node,
         KEY,
