@@ -56,7 +56,7 @@ ERRORS: dict[str, tuple[int, str, str]] = {
     "error_descriptors_not_a_list.yaml": (3, "descriptors", "must be a list"),
     "error_duplicate_mapping_key.yaml": (4, "key", "appears twice"),
     "error_metadata_not_a_mapping.yaml": (4, "metadata", "must be a mapping"),
-    "error_metadata_not_json.yaml": (5, "metadata", "not JSON"),
+    "error_metadata_not_utf8.yaml": (5, "metadata", "base64 of UTF-8 text"),
     "error_rate_limit_empty.yaml": (4, "rate_limit", "must be a mapping"),
     "error_two_documents.yaml": (2, "yaml", "another document"),
     "error_unknown_tag.yaml": (4, "value", "cannot be read"),

@@ -16,6 +16,7 @@ The package, one concept a module, each importing only those above it:
 - ``limits``: reading one limit's fields, written alike in both blocks;
 - ``rate_limit`` and ``budget``: reading a descriptor's ``rate_limit`` and ``budget``;
 - ``rlqs_weights``: reading a descriptor's ``rlqs_weights`` (RLQS peers' weights);
+- ``metadata``: reading a descriptor's ``metadata`` as envoyproxy/ratelimit reads it;
 - ``reader``: one file's YAML, walked into a ``DomainConfig``;
 - ``loading``: files and directories into a ``RateLimitConfig`` (``load``, ``loads``).
 

@@ -176,6 +176,10 @@ class FieldReader:
         return f"cannot be read: {_shorten(str(node.value))} is not a valid {tag}{detail}"
 
     def text(self, entries: Entries, key: str) -> tuple[Any, str] | None:
+        node = entries[key][1] if key in entries else None
+        if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:timestamp":
+            # Its text, unread: yaml.v2 keeps a date a string, one no calendar has too.
+            return node, str(node.value)
         found = self.scalar(entries, key)
         if found is None:
             return None

@@ -19,7 +19,8 @@ from typing import Any
 import yaml  # type: ignore[import-untyped, unused-ignore]
 
 from ratewarden.server.config.budget import read_budget
-from ratewarden.server.config.fields import CONSTRUCT_ERRORS, FieldReader, _shorten
+from ratewarden.server.config.fields import FieldReader, _shorten
+from ratewarden.server.config.metadata import ConstructError, read_metadata
 from ratewarden.server.config.model import ConfigProblem, DescriptorRule
 from ratewarden.server.config.rate_limit import RATE_LIMIT_KEYS, read_rate_limit
 from ratewarden.server.config.rlqs_weights import check_weighted, read_rlqs_weights
@@ -280,25 +281,15 @@ class FileReader(FieldReader):
             self.problem(node, "metadata", "must be a mapping of names to values")
             return MappingProxyType({})
         try:
-            value = self.constructor.construct_object(node, deep=True)
-        except CONSTRUCT_ERRORS as exc:
-            self.problem(node, "metadata", f"cannot be read: {getattr(exc, 'problem', exc)}")
+            return read_metadata(node)
+        except ConstructError as exc:
+            mark = exc.problem_mark or node.start_mark
+            self.problems.append(
+                ConfigProblem(
+                    self.name, mark.line + 1, "metadata", f"cannot be read: {exc.problem}"
+                )
+            )
             return MappingProxyType({})
-        bad = _json_problem(value)
-        if bad is not None:
-            self.problem(node, "metadata", bad)
-            return MappingProxyType({})
-        frozen = _freeze(value)
-        assert isinstance(frozen, Mapping)
-        return frozen
-
-
-def _freeze(value: Any) -> Any:
-    if isinstance(value, dict):
-        return MappingProxyType({key: _freeze(item) for key, item in value.items()})
-    if isinstance(value, list):
-        return tuple(_freeze(item) for item in value)
-    return value
 
 
 def _path_part(key: str, value: str) -> str:
@@ -308,26 +299,3 @@ def _path_part(key: str, value: str) -> str:
 def _wildcard(value: str) -> re.Pattern[str]:
     """``*`` matches zero or more characters, anywhere in the value; nothing else is special."""
     return re.compile(".*".join(re.escape(part) for part in value.split("*")), re.DOTALL)
-
-
-def _json_problem(value: Any, where: str = "metadata") -> str | None:
-    """Why ``value`` cannot become a protobuf Struct (JSON), or None when it can."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return None
-    if isinstance(value, list):
-        for index, item in enumerate(value):
-            found = _json_problem(item, f"{where}[{index}]")
-            if found is not None:
-                return found
-        return None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                return f"{where} has a non-string key {key!r}; quote it"
-            found = _json_problem(item, f"{where}.{key}")
-            if found is not None:
-                return found
-        return None
-    return (
-        f"{where} holds {value!r}, which is not JSON (use strings, numbers, booleans, lists, maps)"
-    )
