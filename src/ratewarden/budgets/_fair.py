@@ -183,10 +183,13 @@ class _FairBase(OverStore[S, L]):
         return Op("fair_share", keys, (*args, self._ttl_us), fair_share.run)
 
     def _record(self, pool_key: str, tenant: str, reservation_id: str) -> str:
-        """The record's key: the tenant's name with its length first, then the id, so no
-        two (tenant, id) pairs share one."""
+        """The record's key: the pool's rate (as its state keys name it: a pool at another
+        rate on the same key is another pool), the tenant's name with its length first, then
+        the id, so no two (rate, tenant, id) share one."""
         rid = check_id("reservation id", reservation_id)
-        return record_key(self._prefix, pool_key, _RECORD_KIND, f"{len(tenant)}:{tenant}:{rid}")
+        rate = self.pool
+        head = f"{rate.limit}/{rate.period_us}/{rate.capacity}:{len(tenant)}:{tenant}"
+        return record_key(self._prefix, pool_key, _RECORD_KIND, f"{head}:{rid}")
 
     def _keys(self, pool_key: str) -> tuple[str, str, str]:
         found = self._pool_keys.get(pool_key) if type(pool_key) is str else None

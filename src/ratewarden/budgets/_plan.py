@@ -88,6 +88,12 @@ class _BudgetBase(OverStore[S, L]):
         self._prefix: str = getattr(store, "prefix", "rw")
         # Axis keys of recent budget keys (escaping and formatting cost more than the check).
         self._axis_keys: dict[str, tuple[str, ...]] = {}
+        # A record holds one charge per axis, in this order: it is this budget's, so its key
+        # names the axes and their rates as the axis keys do, then the id (which may hold ':'
+        # where this never does). Two budgets on one key and id keep a record each.
+        self._record_head = ",".join(
+            f"{name}={rate.limit}/{rate.period_us}/{rate.capacity}" for name, rate in self.axes
+        )
 
     def estimate(
         self,
@@ -318,6 +324,7 @@ class _BudgetBase(OverStore[S, L]):
             self._axis_keys[key] = keys
         if record is None:
             return keys
+        record = f"{self._record_head}:{record}"
         return (*keys, record_key(self._prefix, key, _RECORD_KIND, record))
 
     def _op(self, op: str, keys: tuple[str, ...], amounts: tuple[int, ...]) -> Op:
