@@ -52,7 +52,9 @@ async def test_axes_are_all_or_nothing(stores: Callable[..., Harness]) -> None:
 async def test_settle_is_idempotent_by_id_and_reserve_replays(
     stores: Callable[..., Harness],
 ) -> None:
-    """Settling twice refunds once; reserving an id again charges nothing."""
+    """Settling twice refunds once; reserving an open id again charges nothing; reserving
+    the id of a settled reservation is a new request, charged afresh (it was a free pass:
+    a router's retry after cancelling went through uncharged)."""
     h = stores()
     budget = h.budget(TOKENS, max_output_tokens=1000)
     first = await settle(budget.reserve("k", input_tokens=1000, reservation_id="req-1"))
@@ -66,7 +68,9 @@ async def test_settle_is_idempotent_by_id_and_reserve_replays(
     assert (two.status, two.refunded["tokens"]) == ("already-settled", 0)
     assert (await settle(budget.peek("k"))).axis("tokens").remaining == 9000
     after = await settle(budget.reserve("k", input_tokens=5, reservation_id="req-1"))
-    assert after.replayed  # the settled id is still known until its record expires
+    assert after.allowed and not after.replayed
+    assert after.decision.axis("tokens").remaining == 9000 - 1005
+    assert (await settle(budget.settle(after, output_tokens=5))).status == "settled"
 
 
 async def test_a_refund_stops_at_now_and_nothing_is_refunded_after_a_rest(

@@ -40,7 +40,7 @@ from typing import Any
 
 from ratewarden.algorithms import gcra
 from ratewarden.algorithms._base import Outcome, ceil_div
-from ratewarden.algorithms._gcra_multi import busy_since, used_since_rest
+from ratewarden.algorithms._gcra_multi import busy_since, kept_refunds, used_since_rest
 
 __all__ = ["run"]
 
@@ -65,7 +65,8 @@ def run(
     tenant, weight, window = str(args[5]), int(args[6]), int(args[7])
     pool_state, tenant_state, seen = states[:3]
     reserving = len(states) > 3
-    replayed = reserving and states[3] is not None
+    # an open record (a settled one is over: a reserve under its id is charged afresh)
+    replayed = reserving and states[3] is not None and states[3][0] == "r"
     active = {name: entry for name, entry in (seen or {}).items() if entry[0] > now - window}
     active[tenant] = (now, weight)
     total = sum(entry[1] for entry in active.values())
@@ -79,8 +80,9 @@ def run(
         pool_at = (busy_since(pool_state, now), used_since_rest(pool_state, now) + cost)
         mine_at = (busy_since(tenant_state, now), used_since_rest(tenant_state, now) + charged)
         if cost > 0:
-            writes.append((0, (*pool[1], *pool_at), now + pool[2]))
-            writes.append((1, (*mine[1], *mine_at), now + mine[2]))
+            pool_kept, mine_kept = kept_refunds(pool_state, now), kept_refunds(tenant_state, now)
+            writes.append((0, (*pool[1], *pool_at, *pool_kept), now + pool[2]))
+            writes.append((1, (*mine[1], *mine_at, *mine_kept), now + mine[2]))
         if reserving:
             expires = now + int(args[8])
             charges = ((cost, *pool_at, 1, 1), (charged, *mine_at, total, weight))

@@ -11,8 +11,8 @@ Three operations:
 - ``reserve``: check every axis with its own cost and charge all or nothing.
   With a reservation record key it also writes ``("r", charges, expires)``
   there for ``ttl_us``, each charge being the axis cost and the busy period it
-  was charged in. A reserve whose record already exists charges nothing again
-  (a retried call).
+  was charged in. A reserve whose record is still open charges nothing again
+  (a retried call); under a settled record's id it is charged afresh (a new request).
 - ``settle``: move each axis back by ``(charged - actual)`` emission intervals,
   but only while the axis is still in the busy period the reservation was
   charged in, and never below now. Actual usage above the charge is charged too,
@@ -31,8 +31,15 @@ time it was admitted. Settling reservation R by ``x`` unused units moves that
 ledger's TAT to ``max(TAT - x, M)``, where M is the TAT that the charges made
 after R alone would give; M is at most ``now`` plus those charges, and they are
 ``used - used_R`` (``used_R``: ``used`` just after R was charged, kept in the
-record). So a settle moves the TAT back by at most ``(cost - actual)`` units and
-never below ``now + (used - used_R)`` units. Once the axis has rested, a record
+record), less the units given back since to reservations charged after R (the
+ledger charges those their actual usage). So a settle moves the TAT back by at
+most ``(cost - actual)`` units and never below ``now`` plus those. An axis keeps
+its busy period's refunds as ``(position, units)`` pairs, a position being
+``used`` just after that reservation was charged, at most ``REFUNDS_KEPT``; past
+that the two closest together merge at the lower position, so a settle counts
+fewer refunds after it, never more (without them, settling newest first gave back
+half: each later reservation held the earlier ones back at its whole estimate).
+Once the axis has rested, a record
 whose ``since`` no longer matches refunds nothing: the rest gave its excess back
 already. (Without the ``used`` bound a reservation's own unused units came back
 in full even when the ledger had rested while the axis, holding them, had not:
@@ -44,13 +51,15 @@ ARGV (0-based here, ``ARGV[i + 1]`` in Lua)::
     [0] now_us or ""   [1] "reserve" | "settle" | "charge"   [2] m axes   [3] record ttl_us
     [4 + 4i ...]       axis i: n, d, capacity, amount (cost, actual usage, or usage)
 
-Axis state: ``(tat_us, frac, since_us, used)``; record: ``("r", charges, expires_us)``
-with a ``(cost, since_us, used)`` per axis, or ``("s", expires_us)``. A state or record
-written before ``used`` existed reads as ``used`` 0 (the bound is then not applied); a
-state without ``since_us`` (a fair share's, written before it kept one) as busy since now.
-A fair share's reservation (``_fair_share.run`` writes it) prices each axis, ``(cost,
-since_us, used, p, q)``: its settle charges that axis ``ceil(amount * p / q)`` for the
-amount in ARGV (the tenant's bucket is charged ``W / w`` a unit).
+Axis state: ``(tat_us, frac, since_us, used, p1, r1, p2, r2, ...)``; record:
+``("r", charges, expires_us)`` with a ``(cost, since_us, used)`` per axis, or
+``("s", expires_us)``. A state or record written before ``used`` existed reads as
+``used`` 0 (the bound is then not applied); a state without ``since_us`` (a fair
+share's, written before it kept one) as busy since now; one without refund pairs as
+having given none. A fair share's reservation (``_fair_share.run`` writes it) prices
+each axis, ``(cost, since_us, used, p, q)``: its settle charges that axis
+``ceil(amount * p / q)`` for the amount in ARGV (the tenant's bucket is charged
+``W / w`` a unit).
 
 KEYS: the m axis state keys, then the record key (optional for reserve).
 
@@ -73,7 +82,7 @@ from typing import Any
 from ratewarden.algorithms import gcra
 from ratewarden.algorithms._base import Outcome, ceil_div
 
-__all__ = ["RECORD_WIDTH", "Write", "busy_since", "run", "used_since_rest"]
+__all__ = ["RECORD_WIDTH", "Write", "busy_since", "kept_refunds", "run", "used_since_rest"]
 
 #: Numbers per axis in ARGV after the four header values.
 RECORD_WIDTH = 4
@@ -119,6 +128,42 @@ def used_since_rest(state: tuple[int, ...] | None, now: int) -> int:
     return state[3]
 
 
+#: Refunds an axis keeps in its busy period (``kept_refunds``).
+REFUNDS_KEPT = 8
+
+
+def kept_refunds(state: tuple[int, ...] | None, now: int) -> tuple[int, ...]:
+    """The refunds an axis keeps in its busy period, flat: each settled reservation's
+    position (``used`` just after it was charged) and the units given back, by position;
+    none at rest or in a state written before they were kept."""
+    if state is None or len(state) < 6 or _ahead(state, now, 1) == 0:
+        return ()
+    return tuple(state[4 : 4 + 2 * ((len(state) - 4) // 2)])
+
+
+def _refunded_after(refunds: tuple[int, ...], position: int) -> int:
+    """The units given back to reservations charged after ``position``."""
+    return sum(refunds[i + 1] for i in range(0, len(refunds), 2) if refunds[i] > position)
+
+
+def _noted(refunds: tuple[int, ...], position: int, units: int) -> tuple[int, ...]:
+    """``refunds`` with ``units`` given back at ``position``, in order; past
+    ``REFUNDS_KEPT`` pairs, the two adjacent pairs closest together become one at the
+    lower position, so a later settle counts fewer refunds after it, never more."""
+    pairs = [[refunds[i], refunds[i + 1]] for i in range(0, len(refunds), 2)]
+    for pair in pairs:
+        if pair[0] == position:
+            pair[1] += units
+            break
+    else:
+        pairs.append([position, units])
+        pairs.sort(key=lambda pair: pair[0])
+    if len(pairs) > REFUNDS_KEPT:
+        best = min(range(len(pairs) - 1), key=lambda i: (pairs[i + 1][0] - pairs[i][0], i))
+        pairs[best][1] += pairs.pop(best + 1)[1]
+    return tuple(number for pair in pairs for number in pair)
+
+
 def _numbers(outcome: Outcome) -> list[int]:
     return [int(outcome[0]), outcome[1], outcome[2], outcome[3], outcome[4], outcome[5]]
 
@@ -133,7 +178,8 @@ def _reserve(
     axes = _axes(args)
     m = len(axes)
     has_record = len(states) > m
-    if has_record and states[m] is not None:
+    if has_record and states[m] is not None and states[m][0] == "r":
+        # an open reservation under this id: a retried call (a settled one is over)
         reply = [now, 1, 2]
         for i, (params, _) in enumerate(axes):
             reply.extend(_outcome_numbers(params, states[i], now, 0))
@@ -154,7 +200,8 @@ def _reserve(
             used = used_since_rest(states[i], now)
             if cost > 0:
                 used += cost
-                writes.append((i, (*step[1], since, used), now + step[2]))
+                kept = kept_refunds(states[i], now)
+                writes.append((i, (*step[1], since, used, *kept), now + step[2]))
             charges.append((cost, since, used))
     if allowed and has_record:
         expires = now + int(args[3])
@@ -175,14 +222,20 @@ def _settle_axis(
     ahead = _ahead(state, now, n)
     since = busy_since(state, now)
     used = used_since_rest(state, now)
+    refunds = kept_refunds(state, now)
     if actual <= cost:
         back = 0
         if ahead > 0 and since == charged_since:
-            # Never below now plus what was charged after this reservation (see above).
-            later = max(0, used - charge[2]) if len(charge) > 2 else 0
+            # Never below now plus what was charged after this reservation and not
+            # given back since (see above).
+            later = 0
+            if len(charge) > 2:
+                later = max(0, used - charge[2] - _refunded_after(refunds, charge[2]))
             back = min((cost - actual) * d, max(0, ahead - later * d))
         ahead -= back
         refunded = back // d
+        if refunded > 0 and len(charge) > 2:
+            refunds = _noted(refunds, charge[2], refunded)
     else:
         room = capacity * d
         extra = min((actual - cost) * d, max(0, room - ahead))
@@ -191,7 +244,7 @@ def _settle_axis(
         used += -refunded
     if ahead == 0:
         return refunded, None, 0
-    return refunded, (now + ahead // n, ahead % n, since, used), ceil_div(ahead, n)
+    return refunded, (now + ahead // n, ahead % n, since, used, *refunds), ceil_div(ahead, n)
 
 
 def _settle(

@@ -1,7 +1,8 @@
 -- fair_share.lua: weighted fair shares of a pooled GCRA budget, work-conserving over idle tenants;
 -- a hit, or a reservation that gcra_multi.lua's settle refunds.
 -- Mirrors ratewarden.algorithms._fair_share.run (same ARGV, same reply).
--- KEYS[1]   the pool's "tat_us frac since_us used" (the hard cap; gcra_multi.lua's axis state)
+-- KEYS[1]   the pool's "tat_us frac since_us used [refunds]" (the hard cap; gcra_multi.lua's
+--           axis state, its refunds kept)
 -- KEYS[2]   the tenant's, alike (same rate, charged cost * W / weight)
 -- KEYS[3]   hash: tenant -> "last_seen_us weight" (the active tenants)
 -- KEYS[4]   the reservation record (a reserve; absent for a hit), in gcra_multi.lua's form
@@ -13,7 +14,8 @@
 -- ARGV[9]   the record's ttl_us (a reserve)
 -- Reply     {now, allowed, active_weight, charged, pool: 6 numbers, tenant: 6 numbers}
 --           (each GCRA outcome as _prelude.lua lists it); a reserve adds its status:
---           0 denied, 1 charged, 2 already reserved under this id (nothing charged)
+--           0 denied, 1 charged, 2 already reserved under this id (nothing charged; an open
+--           record: under a settled one's id a reserve is charged afresh)
 
 local now = now_us()
 local cost = tonumber(ARGV[2])
@@ -39,11 +41,13 @@ end
 redis.call('HSET', KEYS[3], tenant, fmt(now) .. ' ' .. fmt(weight))
 redis.call('PEXPIRE', KEYS[3], ttl_ms(window))
 
--- A record still alive on the script's clock: a retried reserve charges nothing again.
+-- An open record still alive on the script's clock: a retried reserve charges nothing
+-- again. A settled one ("s ...") is over: a reserve under its id is charged afresh.
 local replayed = false
 if record_key then
   local found = redis.call('GET', record_key)
-  replayed = found and tonumber(string.match(found, '^%S+ (%S+)')) > now or false
+  replayed = found and string.sub(found, 1, 2) == 'r '
+    and tonumber(string.match(found, '^%S+ (%S+)')) > now or false
 end
 
 -- gcra_multi.lua's busy period (when the state left rest) and the units charged in it,
@@ -57,6 +61,18 @@ local function busy(state, amount)
   end
   return state[3], (state[4] or 0) + amount
 end
+-- A state to write: the GCRA step's, its busy period, and the refunds the old state keeps
+-- in it (gcra_multi.lua's position, units pairs; none at rest).
+local function with_busy(new, state, since, used)
+  local value = {new[1], new[2], since, used}
+  if not rested(state) then
+    for i = 5, #state - 1, 2 do
+      value[#value + 1] = state[i]
+      value[#value + 1] = state[i + 1]
+    end
+  end
+  return value
+end
 
 local charged = ceil_div(cost * total, weight)
 local asked = replayed and 0 or 1
@@ -68,8 +84,8 @@ if allowed and not replayed then
   local pool_since, pool_used = busy(pool_state, cost)
   local mine_since, mine_used = busy(mine_state, charged)
   if cost > 0 then
-    write(KEYS[1], {pool_new[1], pool_new[2], pool_since, pool_used}, pool_ttl)
-    write(KEYS[2], {mine_new[1], mine_new[2], mine_since, mine_used}, mine_ttl)
+    write(KEYS[1], with_busy(pool_new, pool_state, pool_since, pool_used), pool_ttl)
+    write(KEYS[2], with_busy(mine_new, mine_state, mine_since, mine_used), mine_ttl)
   end
   if record_key then
     local ttl = tonumber(ARGV[9])

@@ -1,9 +1,11 @@
 -- gcra_multi.lua: GCRA on several axes of one key, a cost per axis, all or nothing;
 -- and the refund of a reservation (settle), once per reservation id.
 -- Mirrors ratewarden.algorithms._gcra_multi.run (same ARGV, same reply).
--- KEYS[1..m]  "tat_us frac since_us used" per axis (all with the budget key's hash tag);
---             since_us is when the axis last left rest, used the units charged since then
---             (see _gcra_multi.py: why refunds need both; a state without used reads as 0)
+-- KEYS[1..m]  "tat_us frac since_us used p1 r1 p2 r2 ..." per axis (all with the budget key's
+--             hash tag); since_us is when the axis last left rest, used the units charged
+--             since then, and each (p, r) a refund of r units to the reservation charged at
+--             position p (used just after it), at most 8, by position (see _gcra_multi.py:
+--             why refunds need them; a state without used reads as 0, without pairs as none)
 -- KEYS[m+1]   the reservation record (optional for reserve): "r expires_us c1 s1 u1 c2 s2 u2 ..."
 --             while reserved (cost, busy period and used after it per axis; an older record
 --             has no u), "s expires_us" once settled. A fair share's record (fair_share.lua
@@ -17,7 +19,8 @@
 -- ARGV[4]     record ttl_us (reserve)
 -- ARGV[5..]   per axis: n, d, capacity, amount (reserve: cost; settle: actual usage)
 -- Reply       reserve: {now, allowed, status, per axis 6 numbers (see _prelude.lua)}
---               status 0 denied, 1 charged, 2 already reserved under this id
+--               status 0 denied, 1 charged, 2 already reserved under this id (an open
+--               record; a settled one is over, and the reserve is charged afresh)
 --             settle: {now, status, per axis refunded units, per axis 6 numbers}
 --               status 0 no such reservation, 1 settled, 2 already settled
 --             charge: {now, 1, per axis units charged, per axis 6 numbers}
@@ -28,9 +31,15 @@ local m = tonumber(ARGV[3])
 
 local read = state_read -- the prelude's
 
-local function write(key, state, since, used, ttl_us)
+-- Write an axis: its GCRA state, busy period, used, and the refunds it keeps (a flat
+-- list of position, units pairs; empty when nil).
+local function write(key, state, since, used, ttl_us, refunds)
   if state then
-    state_write(key, {state[1], state[2], since, used}, ttl_us)
+    local value = {state[1], state[2], since, used}
+    for _, number in ipairs(refunds or {}) do
+      value[#value + 1] = number
+    end
+    state_write(key, value, ttl_us)
   else
     redis.call('DEL', key)
   end
@@ -38,6 +47,70 @@ end
 
 local function rested(state)
   return not state or state[1] < now or (state[1] == now and state[2] == 0)
+end
+
+-- The refunds an axis keeps in its busy period, as a flat list: each settled reservation's
+-- position (used just after it was charged) and the units given back, by position; none
+-- at rest (see _gcra_multi.py: a settle subtracts the refunds of later reservations from
+-- what was charged after it).
+local KEPT = 8
+local function refunds_of(state)
+  local found = {}
+  if rested(state) then
+    return found
+  end
+  for i = 5, #state - 1, 2 do
+    found[#found + 1] = state[i]
+    found[#found + 1] = state[i + 1]
+  end
+  return found
+end
+
+-- The units given back for reservations charged after ``position``.
+local function refunded_after(refunds, position)
+  local sum = 0
+  for i = 1, #refunds - 1, 2 do
+    if refunds[i] > position then
+      sum = sum + refunds[i + 1]
+    end
+  end
+  return sum
+end
+
+-- ``refunds`` with (position, units) added in order; past KEPT pairs, the two adjacent
+-- pairs closest together become one at the lower position (a later settle then counts
+-- fewer refunds after it, never more).
+local function noted(refunds, position, units)
+  local out, placed = {}, false
+  for i = 1, #refunds - 1, 2 do
+    local at, given = refunds[i], refunds[i + 1]
+    if not placed and position < at then
+      out[#out + 1] = position
+      out[#out + 1] = units
+      placed = true
+    elseif not placed and position == at then
+      given = given + units
+      placed = true
+    end
+    out[#out + 1] = at
+    out[#out + 1] = given
+  end
+  if not placed then
+    out[#out + 1] = position
+    out[#out + 1] = units
+  end
+  if #out > 2 * KEPT then
+    local best = 1
+    for i = 3, #out - 3, 2 do
+      if out[i + 2] - out[i] < out[best + 2] - out[best] then
+        best = i
+      end
+    end
+    out[best + 1] = out[best + 1] + out[best + 3]
+    table.remove(out, best + 2)
+    table.remove(out, best + 2)
+  end
+  return out
 end
 
 -- When the axis left rest: kept while busy, now when a charge starts from rest.
@@ -101,7 +174,10 @@ local function as_left(reply, kept)
 end
 
 if op == 'reserve' then
-  if record() then
+  -- An open reservation under this id: a retried call, charged nothing again. One settled
+  -- (or cancelled) is over: a reserve under its id is a new request, charged afresh.
+  local held = record()
+  if held and held[1] == 'r' then
     return as_left({now, 1, 2}, states)
   end
   local outcomes, news, ttls = {}, {}, {}
@@ -125,7 +201,7 @@ if op == 'reserve' then
       local used = used_of(states[i])
       if amounts[i] > 0 then
         used = used + amounts[i]
-        write(KEYS[i], news[i], since, used, ttls[i])
+        write(KEYS[i], news[i], since, used, ttls[i], refunds_of(states[i]))
       end
       charges[#charges + 1] = fmt(amounts[i]) .. ' ' .. fmt(since) .. ' ' .. fmt(used)
     end
@@ -149,13 +225,18 @@ local function apply(i, cost, charged_since, charged_used, actual)
   end
   local since = busy_since(state)
   local used = used_of(state)
+  local refunds = refunds_of(state)
   local refunded
   if actual <= cost then
     local back = 0
     if ahead > 0 and since == charged_since then
+      -- charged after this reservation and not given back since (see refunds_of)
       local later = 0
-      if charged_used and used > charged_used then
-        later = used - charged_used
+      if charged_used then
+        later = used - charged_used - refunded_after(refunds, charged_used)
+        if later < 0 then
+          later = 0
+        end
       end
       local room = ahead - later * d
       if room < 0 then
@@ -168,6 +249,9 @@ local function apply(i, cost, charged_since, charged_used, actual)
     end
     ahead = ahead - back
     refunded = idiv(back, d)
+    if refunded > 0 and charged_used then
+      refunds = noted(refunds, charged_used, refunded)
+    end
   else
     local extra = (actual - cost) * d
     local left = capacity * d - ahead
@@ -186,7 +270,7 @@ local function apply(i, cost, charged_since, charged_used, actual)
     new = {now + idiv(ahead, n), ahead % n}
   end
   if refunded ~= 0 then
-    write(KEYS[i], new, since, used, ceil_div(ahead, n))
+    write(KEYS[i], new, since, used, ceil_div(ahead, n), refunds)
   end
   return refunded, new
 end
