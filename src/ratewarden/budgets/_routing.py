@@ -22,9 +22,10 @@ import math
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from ratewarden.budgets._budget import AsyncTokenBudget, TokenBudget
+from ratewarden.budgets._twins import a_kind
 from ratewarden.budgets._values import Reservation, Settlement
 from ratewarden.checks import check_id, keywords_checked
 from ratewarden.errors import ConfigurationError
@@ -43,6 +44,19 @@ class Account:
     name: str
     budget: TokenBudget | AsyncTokenBudget
     key: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigurationError(f"Account name {self.name!r} must be a non-empty string")
+        if not isinstance(self.budget, TokenBudget | AsyncTokenBudget):
+            raise ConfigurationError(
+                f"Account {self.name!r}: budget is {a_kind(self.budget)}, not a TokenBudget "
+                "or an AsyncTokenBudget"
+            )
+        if not isinstance(self.key, str) or not self.key:
+            raise ConfigurationError(
+                f"Account {self.name!r}: key {self.key!r} must be a non-empty string"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +92,10 @@ def _call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Flow[Any]:
 
 
 class _RouterBase:
+    #: The budgets a shell drives (``TokenBudget`` or ``AsyncTokenBudget``), and the other shell.
+    _budget: ClassVar[type[TokenBudget] | type[AsyncTokenBudget]]
+    _twin: ClassVar[str]
+
     @keywords_checked
     def __init__(self, tenant: Account | None, upstreams: Sequence[Account]) -> None:
         if tenant is not None and not isinstance(tenant, Account):
@@ -90,6 +108,15 @@ class _RouterBase:
         names = [u.name for u in found]
         if len(set(names)) != len(names):
             raise ConfigurationError(f"upstream names {names} repeat a name")
+        owner, wanted = type(self).__name__, type(self)._budget
+        for account in (tenant, *found) if tenant is not None else found:
+            if not isinstance(account.budget, wanted):
+                raise ConfigurationError(
+                    f"{owner}: the budget of account {account.name!r} is "
+                    f"{a_kind(account.budget)}; {owner} drives {wanted.__name__} budgets: give "
+                    f"it {wanted.__name__} budgets, or use {type(self)._twin} over "
+                    f"{type(account.budget).__name__} budgets"
+                )
         self.tenant = tenant
         self.upstreams = found
 
@@ -187,6 +214,8 @@ class BudgetRouter(_RouterBase):
             router.settle(route, output_tokens=350)
     """
 
+    _budget = TokenBudget
+    _twin = "AsyncBudgetRouter"
     reserve = blocking(_RouterBase.reserve_flow)
     settle = blocking(_RouterBase.settle_flow)
 
@@ -198,6 +227,8 @@ class BudgetRouter(_RouterBase):
 class AsyncBudgetRouter(_RouterBase):
     """The asyncio twin of ``BudgetRouter`` over ``AsyncTokenBudget`` upstreams."""
 
+    _budget = AsyncTokenBudget
+    _twin = "BudgetRouter"
     reserve = awaiting(_RouterBase.reserve_flow)
     settle = awaiting(_RouterBase.settle_flow)
 

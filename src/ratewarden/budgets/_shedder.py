@@ -34,9 +34,9 @@ import itertools
 import math
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
-from ratewarden.budgets._twins import Driven, L
+from ratewarden.budgets._twins import Driven, L, check_limiter
 from ratewarden.checks import keywords_checked
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import AsyncLimiter, Flow, Lease, Limiter, awaiting, blocking
@@ -194,6 +194,10 @@ class _FleetBase(Driven[L]):
     """The policy's slot limits and the flows of one acquire and release; ``limiter`` does
     the I/O."""
 
+    #: Whether the shell awaits its limiter (an ``AsyncLimiter``), and the other shell.
+    _awaited: ClassVar[bool]
+    _twin: ClassVar[str]
+
     @keywords_checked
     def __init__(
         self,
@@ -204,6 +208,8 @@ class _FleetBase(Driven[L]):
         policy: ShedPolicy = DEFAULT_POLICY,
         ttl: float = 60.0,
     ) -> None:
+        owner = type(self).__name__
+        check_limiter(owner, limiter, awaited=type(self)._awaited, twin=type(self)._twin)
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ConfigurationError(f"capacity {capacity!r} must be a whole number >= 1")
         if not isinstance(policy, ShedPolicy):
@@ -252,6 +258,8 @@ class FleetShedder(_FleetBase[Limiter]):
             ...
     """
 
+    _awaited = False
+    _twin = "AsyncFleetShedder"
     acquire = blocking(_FleetBase.acquire_flow)
     release = blocking(_FleetBase.release_flow)
 
@@ -268,6 +276,8 @@ class FleetShedder(_FleetBase[Limiter]):
 class AsyncFleetShedder(_FleetBase[AsyncLimiter]):
     """The asyncio twin of ``FleetShedder`` over an ``AsyncLimiter``."""
 
+    _awaited = True
+    _twin = "FleetShedder"
     acquire = awaiting(_FleetBase.acquire_flow)
     release = awaiting(_FleetBase.release_flow)
 

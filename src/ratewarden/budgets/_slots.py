@@ -22,6 +22,7 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
+from ratewarden.budgets._twins import check_limiter
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.limiter import AsyncLimiter, DecisionCore, Flow, Lease, Limiter
 
@@ -76,6 +77,7 @@ def held_slot(
     that fails on a store error is retried at the next tick; one that finds
     the lease gone sets ``held.lost``.
     """
+    check_limiter("held_slot", limiter, awaited=False, twin="aheld_slot (async with)")
     every = _renew_every(_check_ttl(ttl), renew_every)
     held = HeldSlot(limiter.acquire_slot(key, limit, slots=slots, ttl=ttl))
     stop = threading.Event()
@@ -121,6 +123,7 @@ async def aheld_slot(
     renew_every: float | None = None,
 ) -> AsyncIterator[HeldSlot]:
     """The asyncio twin of ``held_slot``: an asyncio task renews the lease."""
+    check_limiter("aheld_slot", limiter, awaited=True, twin="held_slot (with)")
     every = _renew_every(_check_ttl(ttl), renew_every)
     held = HeldSlot(await limiter.acquire_slot(key, limit, slots=slots, ttl=ttl))
     task = asyncio.create_task(_arenew_loop(limiter, held, every)) if held.allowed else None

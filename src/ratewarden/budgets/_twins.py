@@ -6,7 +6,10 @@ whose methods are made from the flows with ``blocking`` / ``awaiting``, which
 call ``run``. ``Driven`` is that ``run``: the limiter's own, so a shell over a
 ``Limiter`` blocks and one over an ``AsyncLimiter`` gives an awaitable.
 ``OverStore`` is a twin that takes a store and builds its limiter over it
-(``_driver``: ``Limiter`` or ``AsyncLimiter``, named once per shell).
+(``_driver``: ``Limiter`` or ``AsyncLimiter``, named once per shell). ``check_limiter``
+refuses, at construction, a limiter of the other twin: a blocking shell over an
+``AsyncLimiter`` would hand back un-awaited coroutines, and an asyncio one over a
+``Limiter`` would fail at its first ``await``.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar
 
+from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import AsyncLimiter, Flow, Limiter
 
-__all__ = ["Driven", "OverStore"]
+__all__ = ["Driven", "OverStore", "a_kind", "check_limiter"]
 
 #: The store a shell takes: ``Store`` or ``AsyncStore``.
 S = TypeVar("S")
@@ -34,6 +38,32 @@ class Driven(Generic[L]):
         """Drive ``flow`` (one of this object's ``*_flow`` methods, or a composition of them)
         on ``limiter``: ``limiter.run(flow)``, to be awaited on the asyncio twin."""
         return self.limiter.run(flow)
+
+
+def a_kind(value: object) -> str:
+    """``a Limiter``, ``an AsyncLimiter``: the type of ``value`` with its article (the value
+    itself is not shown: a store URL given by mistake may hold a password)."""
+    name = type(value).__name__
+    return f"{'an' if name[:1] in 'AEIOU' else 'a'} {name}"
+
+
+def check_limiter(owner: str, limiter: object, *, awaited: bool, twin: str) -> None:
+    """Refuse a ``limiter`` that is not a ``Limiter`` (``awaited``: an ``AsyncLimiter``),
+    saying which to give and ``twin``, the other shell, for a limiter of the other kind."""
+    wanted, other = (AsyncLimiter, Limiter) if awaited else (Limiter, AsyncLimiter)
+    if isinstance(limiter, wanted):
+        return
+    need = "an AsyncLimiter" if awaited else "a Limiter"
+    if isinstance(limiter, other):
+        kind = "a blocking" if awaited else "an asyncio"
+        raise ConfigurationError(
+            f"{owner}: limiter is {a_kind(limiter)}, {kind} limiter; {owner} needs {need}: "
+            f"give {need}, or use {twin} over {a_kind(limiter)}"
+        )
+    raise ConfigurationError(
+        f"{owner}: limiter is {a_kind(limiter)}, not a limiter; give {need} "
+        f"({wanted.__name__}(store))"
+    )
 
 
 class OverStore(Driven[L], Generic[S, L]):
