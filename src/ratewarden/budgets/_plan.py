@@ -181,6 +181,7 @@ class _BudgetBase(OverStore[S, L]):
 
     def cancel_flow(self, reservation: Reservation) -> Flow[Settlement]:
         """Give the whole reservation back (the request was never sent)."""
+        check_reservation(reservation, "cancel")
         return (yield from self.settle_usage_flow(reservation, self._nothing(reservation)))
 
     def settle_id_flow(self, key: str, reservation_id: str, actual: Usage) -> Flow[Settlement]:

@@ -222,11 +222,11 @@ class Charge:
     decision: BudgetDecision
 
 
-def check_reservation(reservation: object) -> None:
-    """What ``settle`` was given must be a ``Reservation``."""
+def check_reservation(reservation: object, what: str = "settle") -> None:
+    """What ``settle`` (or ``what``: ``cancel``) was given must be a ``Reservation``."""
     if not isinstance(reservation, Reservation):
         raise ConfigurationError(
-            f"settle needs the Reservation that reserve returned, not {reservation!r}"
+            f"{what} needs the Reservation that reserve returned, not {reservation!r}"
         )
 
 
