@@ -4,12 +4,17 @@ where, raised when the object is built or the call made, before anything is char
 from __future__ import annotations
 
 import asyncio
+import math
+import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from ratewarden import AsyncMemoryStore, ConfigurationError, MemoryStore
-from ratewarden.budgets import AsyncTokenBudget, TokenBudget
+from ratewarden.budgets import AsyncFairShare, AsyncTokenBudget, FairShare, TokenBudget
+from ratewarden.budgets._values import MAX_SECONDS
+from tests.budgets.conftest import Harness, settle
 
 LIMITS = {"requests": "10/minute", "tokens": "10000/minute"}
 
@@ -26,3 +31,50 @@ def test_cancel_of_anything_but_a_reservation_says_so(make: Any, given: Any) -> 
     budget = make(store, LIMITS, max_output_tokens=100)
     with pytest.raises(ConfigurationError, match="cancel needs the Reservation that reserve"):
         _run(budget.cancel(given))
+
+
+@pytest.mark.parametrize("seconds", [MAX_SECONDS + 1, 1e14, 1e300, math.inf, 0, -1, True])
+def test_a_reservation_ttl_or_active_window_past_a_year_is_refused_when_built(
+    seconds: Any,
+) -> None:
+    """reservation_ttl=1e14 (or active_window=1e300) was taken, worked in memory and failed
+    on Redis at the first reserve ('ERR value is not an integer or out of range')."""
+    store = MemoryStore()
+    expected = f"must be a positive number of seconds, at most {MAX_SECONDS:,} \\(365 days\\)"
+    with pytest.raises(
+        ConfigurationError, match=f"reservation_ttl {re.escape(repr(seconds))} {expected}"
+    ):
+        TokenBudget(store, LIMITS, max_output_tokens=100, reservation_ttl=seconds)
+    for keyword in ("reservation_ttl", "active_window"):
+        with pytest.raises(
+            ConfigurationError, match=f"{keyword} {re.escape(repr(seconds))} {expected}"
+        ):
+            FairShare(store, "60000/minute", {"a": 1}, **{keyword: seconds})
+
+
+async def test_every_store_takes_a_year_and_none_is_given_more(
+    stores: Callable[..., Harness],
+) -> None:
+    """The ceiling itself works on every store (a reserve, its replay and its settle), and
+    1e14 s, which a Redis store failed on at the first reserve, is refused when built."""
+    h = stores()
+    with pytest.raises(ConfigurationError, match=r"reservation_ttl 100000000000000\.0 must be"):
+        h.budget(LIMITS, max_output_tokens=100, reservation_ttl=1e14)
+    budget = h.budget(LIMITS, max_output_tokens=100, reservation_ttl=MAX_SECONDS)
+    held = await settle(budget.reserve("k", 100, reservation_id="r"))
+    assert held and not held.replayed
+    assert (await settle(budget.reserve("k", 100, reservation_id="r"))).replayed
+    assert (await settle(budget.cancel(held))).status == "settled"
+    cls = AsyncFairShare if h.is_async else FairShare
+    with pytest.raises(ConfigurationError, match="active_window 1e"):
+        cls(h.store, "60000/minute", {"a": 1}, active_window=1e300)
+    fair = cls(
+        h.store,
+        "60000/minute",
+        {"a": 1},
+        active_window=MAX_SECONDS,
+        reservation_ttl=MAX_SECONDS,
+    )
+    mine = await settle(fair.reserve("pool", "a", 1000, reservation_id="r"))
+    assert mine and mine.decision.remaining == 59_000
+    assert (await settle(fair.settle(mine, 400))).refunded == {"pool": 600, "tenant": 600}

@@ -144,16 +144,8 @@ class _FairBase(OverStore[S, L]):
         self.pool = rate
         self.weights = {self._tenant(t): _weight(f"weight of {t!r}", w) for t, w in weights.items()}
         self.default_weight = _weight("default_weight", default_weight)
-        if (
-            isinstance(active_window, bool)
-            or not isinstance(active_window, int | float)
-            or not 0 < active_window < math.inf
-        ):
-            raise ConfigurationError(
-                f"active_window {active_window!r} must be a positive number of seconds"
-            )
+        self._window_us = check_seconds_us("active_window", active_window)
         self.active_window = float(active_window)
-        self._window_us = max(1, math.ceil(active_window * 1_000_000))
         self.reservation_ttl = reservation_ttl
         self._ttl_us = check_seconds_us("reservation_ttl", reservation_ttl)
         self._params = gcra.params(rate)

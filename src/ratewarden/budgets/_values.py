@@ -17,6 +17,7 @@ from ratewarden.rate import Rate
 __all__ = [
     "BUILTIN_AXES",
     "MAX_AXES",
+    "MAX_SECONDS",
     "AxisState",
     "BudgetDecision",
     "Charge",
@@ -35,6 +36,12 @@ BUILTIN_AXES = ("requests", "tokens", "input_tokens", "output_tokens")
 #: At most this many axes per budget (each is one key in the one store step).
 MAX_AXES = 16
 
+#: The longest ``reservation_ttl`` and ``active_window``: a year. Far past any request's
+#: life, and every store can take it: Redis refused an expiry of 1e14 s ("value is not an
+#: integer or out of range") where the memory store took it, and ``now + ttl`` in
+#: microseconds stays exact in the scripts' doubles.
+MAX_SECONDS = 365 * 86_400
+
 
 def check_count(what: str, value: object) -> int:
     """A count of units: a whole number >= 0."""
@@ -44,13 +51,16 @@ def check_count(what: str, value: object) -> int:
 
 
 def check_seconds_us(what: str, seconds: object) -> int:
-    """Positive finite seconds, as whole microseconds (at least 1)."""
+    """Positive seconds up to ``MAX_SECONDS``, as whole microseconds (at least 1)."""
     if (
         isinstance(seconds, bool)
         or not isinstance(seconds, int | float)
-        or not 0 < seconds < math.inf
+        or not 0 < seconds <= MAX_SECONDS
     ):
-        raise ConfigurationError(f"{what} {seconds!r} must be a positive number of seconds")
+        raise ConfigurationError(
+            f"{what} {seconds!r} must be a positive number of seconds, at most "
+            f"{MAX_SECONDS:,} (365 days)"
+        )
     return max(1, math.ceil(seconds * 1_000_000))
 
 
