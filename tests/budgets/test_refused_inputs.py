@@ -13,6 +13,7 @@ import pytest
 
 from ratewarden import AsyncMemoryStore, ConfigurationError, MemoryStore
 from ratewarden.budgets import AsyncFairShare, AsyncTokenBudget, FairShare, TokenBudget
+from ratewarden.budgets._fair import MAX_COST
 from ratewarden.budgets._values import MAX_SECONDS
 from tests.budgets.conftest import Harness, settle
 
@@ -78,3 +79,32 @@ async def test_every_store_takes_a_year_and_none_is_given_more(
     mine = await settle(fair.reserve("pool", "a", 1000, reservation_id="r"))
     assert mine and mine.decision.remaining == 59_000
     assert (await settle(fair.settle(mine, 400))).refunded == {"pool": 600, "tenant": 600}
+
+
+async def test_a_fair_share_cost_past_a_billion_is_refused_and_the_largest_answers_alike(
+    stores: Callable[..., Harness],
+) -> None:
+    """A hit of 10**17 + 1 at W / w = 4 was charged 400000000000000004 in memory and
+    400000000000000000 on Redis (10**20: -9223372036854775808); now a cost, estimate or
+    actual past MAX_COST is refused, nothing charged, and MAX_COST itself is charged exactly
+    (denied, as it is past the pool) on every store."""
+    h = stores()
+    cls = AsyncFairShare if h.is_async else FairShare
+    fair = cls(h.store, "60000/minute", {"a": 1, "b": 3})
+    assert await settle(fair.hit("pool", "b", 1))
+    held = await settle(fair.reserve("pool", "a", 100, reservation_id="r"))
+    calls = {
+        "cost": lambda n: fair.hit("pool", "a", n),
+        "estimate": lambda n: fair.reserve("pool", "a", n),
+        "actual": lambda n: fair.settle(held, n),
+    }
+    for what, call in calls.items():
+        for too_much in (MAX_COST + 1, 10**17 + 1, 10**20, 2**63):
+            with pytest.raises(ConfigurationError, match=f"{what} {too_much} must be at most"):
+                await settle(call(too_much))
+    assert (await settle(fair.settle_id("pool", "a", "r", 0))).refunded == {
+        "pool": 100,
+        "tenant": 400,
+    }
+    largest = await settle(fair.hit("pool", "a", MAX_COST))
+    assert not largest and largest.charged == 4 * MAX_COST and largest.retry_after == math.inf

@@ -57,6 +57,11 @@ __all__ = ["AsyncFairShare", "FairDecision", "FairReservation", "FairShare"]
 
 #: Largest weight a tenant may have (keeps ``cost * W`` exact in Lua doubles).
 MAX_WEIGHT = 1_000_000
+#: Largest cost, estimate or actual: ``cost * W`` stays below 2**53, exact in the script's
+#: doubles as in Python, while the active weight ``W`` is at most 9,007,199 (nine tenants of
+#: the largest weight). Past it Redis answered another ``charged`` than the memory store
+#: (10**17 + 1 at W / w = 4), or a negative one.
+MAX_COST = 1_000_000_000
 
 _KIND = "fair"
 _RECORD_KIND = "fair-reservation"
@@ -119,6 +124,15 @@ def _weight(what: str, value: object) -> int:
     return value
 
 
+def _cost(what: str, value: int) -> int:
+    if value > MAX_COST:
+        raise ConfigurationError(
+            f"{what} {value!r} must be at most {MAX_COST:,}, a fair share's largest (times "
+            "the active weight, it must stay exact on every store)"
+        )
+    return value
+
+
 class _FairBase(OverStore[S, L]):
     """The pool, the weights, the planning of the one store step and its flow; no I/O."""
 
@@ -163,9 +177,10 @@ class _FairBase(OverStore[S, L]):
     def _op(self, pool_key: str, tenant: str, cost: int, record: str | None = None) -> Op:
         """A hit of ``cost``; with a reservation id, a reserve of that estimate recording it."""
         tenant = self._tenant(tenant)
+        what = "cost" if record is None else "estimate"
         if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
-            what = "cost" if record is None else "estimate"
             raise ConfigurationError(f"{what} {cost!r} must be a whole number >= 0")
+        _cost(what, cost)
         pool, tenants, active = self._keys(pool_key)
         weight = self.weights.get(tenant, self.default_weight)
         args: tuple[int | str, ...] = ("", cost, *self._params, tenant, weight, self._window_us)
@@ -240,7 +255,7 @@ class _FairBase(OverStore[S, L]):
         ceil(actual * W / w)``, each only within the busy period it was charged in and
         never below what was charged after; an overrun is charged up to an empty bucket.
         """
-        check_count("actual", actual)
+        _cost("actual", check_count("actual", actual))
         tenant = self._tenant(tenant)
         pool, tenants, _ = self._keys(pool_key)
         keys = (pool, tenants + tenant, self._record(pool_key, tenant, reservation_id))
