@@ -108,3 +108,22 @@ async def test_a_fair_share_cost_past_a_billion_is_refused_and_the_largest_answe
     }
     largest = await settle(fair.hit("pool", "a", MAX_COST))
     assert not largest and largest.charged == 4 * MAX_COST and largest.retry_after == math.inf
+
+
+@pytest.mark.parametrize(
+    ("build", "memory"),
+    [
+        (lambda: TokenBudget(None, LIMITS, max_output_tokens=100), "MemoryStore"),
+        (lambda: AsyncTokenBudget(None, LIMITS, max_output_tokens=100), "AsyncMemoryStore"),
+        (lambda: FairShare(None, "60000/minute", {"a": 1}), "MemoryStore"),
+        (lambda: AsyncFairShare(None, "60000/minute", {"a": 1}), "AsyncMemoryStore"),
+    ],
+    ids=["TokenBudget", "AsyncTokenBudget", "FairShare", "AsyncFairShare"],
+)
+def test_no_store_is_refused_with_how_to_ask_for_an_in_process_one(
+    build: Callable[[], Any], memory: str
+) -> None:
+    """TokenBudget(None, ...) ran on a private MemoryStore: a budget per process, unnoticed
+    by a gateway whose store setting came out empty."""
+    with pytest.raises(ConfigurationError, match=f"store is None; give {memory}\\(\\) for a"):
+        build()

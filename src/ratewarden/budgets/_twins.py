@@ -73,5 +73,16 @@ class OverStore(Driven[L], Generic[S, L]):
     _driver: ClassVar[Callable[[Any], Any]]
 
     def __init__(self, store: S) -> None:
+        if store is None:
+            # A limiter given no store makes a MemoryStore of its own: a budget per process,
+            # which a gateway whose store setting came out empty would never notice. That is
+            # given only when asked for by name.
+            name = type(self).__name__
+            memory = "AsyncMemoryStore" if type(self)._driver is AsyncLimiter else "MemoryStore"
+            raise ConfigurationError(
+                f"{name}: store is None; give {memory}() for a budget in this process only "
+                "(each process keeping its own), or a Redis store shared by every process "
+                f"({memory.replace('Memory', 'Redis')}.from_url(url))"
+            )
         self.store: S = store
         self.limiter = type(self)._driver(store)
