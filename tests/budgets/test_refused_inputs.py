@@ -11,8 +11,17 @@ from typing import Any
 
 import pytest
 
-from ratewarden import AsyncMemoryStore, ConfigurationError, MemoryStore
-from ratewarden.budgets import AsyncFairShare, AsyncTokenBudget, FairShare, TokenBudget
+from ratewarden import AsyncLimiter, AsyncMemoryStore, ConfigurationError, Limiter, MemoryStore
+from ratewarden.budgets import (
+    AsyncFairShare,
+    AsyncFleetShedder,
+    AsyncTokenBudget,
+    FairShare,
+    FleetShedder,
+    LoadShedder,
+    ShedPolicy,
+    TokenBudget,
+)
 from ratewarden.budgets._fair import MAX_COST
 from ratewarden.budgets._values import MAX_SECONDS
 from tests.budgets.conftest import Harness, settle
@@ -127,3 +136,44 @@ def test_no_store_is_refused_with_how_to_ask_for_an_in_process_one(
     by a gateway whose store setting came out empty."""
     with pytest.raises(ConfigurationError, match=f"store is None; give {memory}\\(\\) for a"):
         build()
+
+
+@pytest.mark.parametrize(
+    ("build", "expected"),
+    [
+        (
+            lambda: ShedPolicy({("critical", 1.0), ("batch", 0.5)}),
+            "is a set, which has no order: give (name, ceiling) pairs in a list or tuple",
+        ),
+        (
+            lambda: ShedPolicy(frozenset({("critical", 1.0), ("batch", 0.5)})),
+            "is a set, which has no order",
+        ),
+        (
+            lambda: LoadShedder(lambda: -3).admit("batch"),
+            "LoadShedder: the utilization callable answered -3; it must answer a number >= 0",
+        ),
+        (
+            lambda: FleetShedder(Limiter(), "api", 10, ttl=-1),
+            "FleetShedder ttl -1 must be a positive number of seconds",
+        ),
+        (
+            lambda: AsyncFleetShedder(AsyncLimiter(), "api", 10, ttl=math.inf),
+            "AsyncFleetShedder ttl inf must be a positive number of seconds",
+        ),
+        (
+            lambda: TokenBudget(MemoryStore(), LIMITS, max_output_tokens=1).replay(max_keys=-1),
+            "max_keys -1 must be a whole number >= 0",
+        ),
+    ],
+    ids=["set", "frozenset", "negative-utilization", "ttl", "async-ttl", "replay-max-keys"],
+)
+def test_a_shed_policy_shedder_or_replay_refuses_what_it_took_before(
+    build: Callable[[], Any], expected: str
+) -> None:
+    """A set of classes was taken in whatever order it iterates, a utilization of -3
+    admitted every class, a fleet shedder's ttl was checked only at its first acquire, and
+    replay(max_keys=-1) was taken when nothing was owed."""
+    with pytest.raises(ConfigurationError) as caught:
+        build()
+    assert expected in str(caught.value)

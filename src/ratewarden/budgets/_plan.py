@@ -257,12 +257,14 @@ class _BudgetBase(OverStore[S, L]):
         Stops at the first failure: what it paid stays paid, the key that failed stays
         owed, and ``StorageUnavailableError`` is raised. Nothing to do without a backlog.
         """
+        if max_keys is not None:
+            check_count("max_keys", max_keys)
         backlog = self.backlog
         if backlog is None:
             return 0
         keys = backlog.owing()
         if max_keys is not None:
-            keys = keys[: check_count("max_keys", max_keys)]
+            keys = keys[:max_keys]
         paid = 0
         for key in keys:
             if (yield from self._pay_flow(key)):

@@ -59,6 +59,11 @@ def _pairs(classes: object) -> tuple[tuple[str, float], ...]:
     """``classes`` as ``(name, ceiling)`` pairs: a mapping's items, or each item of a sequence."""
     if isinstance(classes, Mapping):
         return tuple(classes.items())
+    if isinstance(classes, set | frozenset):
+        raise ConfigurationError(
+            f"classes {classes!r} is a set, which has no order: give (name, ceiling) pairs in "
+            "a list or tuple, most important first, or a mapping in that order"
+        )
     if isinstance(classes, str | bytes) or not isinstance(classes, Iterable):
         raise ConfigurationError(
             f"classes {classes!r} must be (name, ceiling) pairs, most important first, "
@@ -163,8 +168,16 @@ class ShedAcquired(NamedTuple):
 
 
 def _check_utilization(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise ConfigurationError(f"utilization {value!r} must be a number (0.0 idle, 1.0 full)")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or math.isnan(value)
+        or value < 0
+    ):
+        raise ConfigurationError(
+            f"LoadShedder: the utilization callable answered {value!r}; it must answer a "
+            "number >= 0 (0.0 idle, 1.0 full)"
+        )
     return float(value)
 
 
@@ -214,6 +227,9 @@ class _FleetBase(Driven[L]):
             raise ConfigurationError(f"capacity {capacity!r} must be a whole number >= 1")
         if not isinstance(policy, ShedPolicy):
             raise ConfigurationError(f"policy {policy!r} must be a ShedPolicy")
+        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < math.inf:
+            # Refused now, not at the first acquire.
+            raise ConfigurationError(f"{owner} ttl {ttl!r} must be a positive number of seconds")
         self.limiter = limiter
         self.key = key
         self.capacity = capacity
