@@ -139,7 +139,12 @@ DEFAULT_POLICY = ShedPolicy()
 
 @dataclass(frozen=True, slots=True)
 class ShedDecision:
-    """Whether a request of ``traffic_class`` was admitted at ``utilization``."""
+    """Whether a request of ``traffic_class`` was admitted at ``utilization``.
+
+    A fleet shedder's denial knows the load only up to the class's limit (the store counts
+    slots up to the limit asked for), so its ``utilization`` is then a lower bound: the
+    class's whole slots over the capacity (0.6 for batch at capacity 10, were 9 in flight).
+    """
 
     allowed: bool
     traffic_class: str
