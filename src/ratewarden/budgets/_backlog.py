@@ -82,7 +82,8 @@ class Backlog:
             return self._owed.pop(key, None)
 
     def owing(self) -> list[str]:
-        """The keys that owe something now, oldest first."""
+        """The keys that owe something now, in the order they came to owe (a key owed
+        again after its payment failed is the newest)."""
         with self._lock:
             return list(self._owed)
 

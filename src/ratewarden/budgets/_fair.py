@@ -100,7 +100,8 @@ class FairReservation:
     The pool was charged ``estimate`` and the tenant's bucket ``decision.charged``
     (``ceil(estimate * W / w)``, ``W`` being ``decision.active_weight``). ``replayed``
     is True when this id had been reserved before: nothing was charged again, and
-    ``decision`` shows the share and charge of now.
+    ``estimate`` and ``decision`` (its cost, charge and share) are this call's, of now, not
+    what the record holds (a settle uses the record's).
     """
 
     pool_key: str

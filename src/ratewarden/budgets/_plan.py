@@ -251,11 +251,12 @@ class _BudgetBase(OverStore[S, L]):
         return self.backlog.owe(key, self._costs(usage))
 
     def replay_flow(self, max_keys: int | None = None) -> Flow[int]:
-        """Pay what the backlog owes, oldest key first, one store step a key (at most
-        ``max_keys`` keys); how many keys were paid.
+        """Pay what the backlog owes, in the order the keys came to owe, one store step a
+        key (at most ``max_keys`` keys); how many keys were paid.
 
-        Stops at the first failure: what it paid stays paid, the key that failed stays
-        owed, and ``StorageUnavailableError`` is raised. Nothing to do without a backlog.
+        Stops at the first failure: what it paid stays paid, the key that failed is owed
+        again, as the newest (the next replay tries the others first), and
+        ``StorageUnavailableError`` is raised. Nothing to do without a backlog.
         """
         if max_keys is not None:
             check_count("max_keys", max_keys)

@@ -187,7 +187,8 @@ class Reservation:
     """A reserve: held when ``allowed``; settle it with the actual usage when done.
 
     ``replayed`` is True when this id had been reserved before (nothing was
-    charged again).
+    charged again); ``estimate`` and ``costs`` are then this call's, not what the record
+    holds (a settle refunds against the record).
     """
 
     key: str
