@@ -107,6 +107,11 @@ def _denied(rate: Rate, key: str) -> tuple[str, str, Rate]:
     return ("budget", key, rate)
 
 
+def _keys(count: int) -> str:
+    """``1 key``, ``2 keys``: a count of keys for a log line."""
+    return f"{count} key" if count == 1 else f"{count} keys"
+
+
 _B = TypeVar("_B", TokenBudget, AsyncTokenBudget)
 #: A ``hit`` call: ``(rate, key, hits, cost)``.
 Call = tuple[Rate, str, int, int]
@@ -233,9 +238,9 @@ class _RuleBudgetsBase(Generic[_B]):
     def _paid(self, paid: int) -> None:
         keys, tokens = self.owed()
         log.info(
-            "paid the budget tokens owed by %d keys (%d keys, %d tokens still owed)",
-            paid,
-            keys,
+            "paid the budget tokens owed by %s (%s, %d tokens still owed)",
+            _keys(paid),
+            _keys(keys),
             tokens,
             extra={"event": "budget_paid", "keys": paid, "owed_keys": keys},
         )
