@@ -118,7 +118,7 @@ async def test_serve_stopping_with_tokens_owed_says_so(
     await server.should_rate_limit(_ask("llm", "acme", 70))
     with caplog.at_level(logging.WARNING, logger="ratewarden.server"):
         await server.stop(grace=0)
-    assert "stopping with 70 budget tokens of 1 keys never charged" in caplog.text
+    assert "stopping with 70 budget tokens of 1 key never charged" in caplog.text
 
 
 async def test_the_budget_service_owes_a_charge_it_could_not_make(

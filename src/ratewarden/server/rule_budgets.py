@@ -229,9 +229,10 @@ class _RuleBudgetsBase(Generic[_B]):
         keys, tokens = self.owed()
         if keys:
             log.warning(
-                "stopping with %d budget tokens of %d keys never charged",
+                "stopping with %d budget tokens of %d %s never charged",
                 tokens,
                 keys,
+                "key" if keys == 1 else "keys",
                 extra={"event": "budget_owed_at_stop", "keys": keys, "tokens": tokens},
             )
 
