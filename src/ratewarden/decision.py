@@ -17,10 +17,18 @@ P = ParamSpec("P")
 class Decision:
     """The outcome of one ``hit`` (or ``peek``) on one key.
 
-    ``limit`` and ``remaining`` describe the binding rate: for a denied request,
-    the layer that waits longest; for an allowed one, the layer with the least
-    room left. ``layers`` holds one Decision per rate, in the order given, for
-    callers that report every policy (the RateLimit headers do).
+    ``remaining`` is how many more units could be used now: after this request when
+    it is allowed; a denied request takes nothing.
+
+    With several rates, ``layers`` holds one Decision per rate, in the order given,
+    for callers that report every policy (the RateLimit headers do). ``limit``,
+    ``rate`` and ``retry_after`` are then the binding layer's: for a denied request,
+    the denied layer that waits longest; for an allowed one, the layer with the
+    least ``remaining``, of those the one whose ``refill_after`` is longest.
+    ``remaining`` is the least of every layer's, and ``refill_after`` the longest of
+    those layers' with that least ``remaining`` (for an allowed request, both the
+    binding layer's; for a denied one they may be another layer's than ``limit``),
+    so that both mean what they mean for one rate.
 
     Times are seconds, derived from whole microseconds and never earlier than the
     exact value:
@@ -121,18 +129,27 @@ make_decision = _becomes_decision(_Draft)
 
 def layered_decision(layers: Sequence[Decision], cost: int) -> Decision:
     """The Decision of a call over several rates, from one Decision per layer (in the
-    order of the rates): the binding layer speaks for it (for a denial, the denied layer
-    that waits longest; else the layer with the least room left), ``reset_after`` and
-    ``delay`` are the longest of the layers', and ``layers`` lists them all."""
+    order of the rates); see ``Decision`` for what each field says.
+
+    The binding layer gives ``limit``, ``rate`` and ``retry_after``: for a denial, the
+    denied layer that waits longest; else the layer with the least room left, of those
+    the one whose ``refill_after`` is longest. ``remaining`` is the least of every
+    layer's and ``refill_after`` the longest of those layers' (the binding layer's when
+    allowed), so that using all of ``remaining`` now leaves one more unit refused until
+    ``refill_after``. ``reset_after`` and ``delay`` are the longest of the layers', and
+    ``layers`` lists them all."""
+    least = min(layer.remaining for layer in layers)
+    # The first of the layers with the least room whose window is longest.
+    tightest = max(
+        (layer for layer in layers if layer.remaining == least),
+        key=lambda layer: layer.refill_after,
+    )
     denied = [layer for layer in layers if not layer.allowed]
-    if denied:
-        binding = max(denied, key=lambda layer: layer.retry_after)
-    else:
-        binding = min(layers, key=lambda layer: layer.remaining)
+    binding = max(denied, key=lambda layer: layer.retry_after) if denied else tightest
     return make_decision(
         not denied,
         binding.limit,
-        binding.remaining,
+        least,
         max(layer.reset_after for layer in layers),
         binding.retry_after,
         max(layer.delay for layer in layers),
@@ -141,6 +158,5 @@ def layered_decision(layers: Sequence[Decision], cost: int) -> Decision:
         tuple(layers),
         False,
         "",
-        # The binding layer's window: the one its remaining (reported above) belongs to.
-        binding.refill_after,
+        tightest.refill_after,
     )
