@@ -40,7 +40,7 @@ class Decision:
       (not the binding layer's, which ``layers`` has).
     - ``delay``: for the leaky-bucket shaper, how long the caller should wait
       before proceeding with an allowed request (the longest of the layers');
-      0 for every other algorithm.
+      0 for a denied request and for every other algorithm.
     - ``refill_after``: the effective window, as the IETF RateLimit field's ``t``
       (draft-11) means it: how long the key can give no more than ``remaining``.
       If the caller used all of ``remaining`` now, one more unit could be used
@@ -136,8 +136,8 @@ def layered_decision(layers: Sequence[Decision], cost: int) -> Decision:
     the one whose ``refill_after`` is longest. ``remaining`` is the least of every
     layer's and ``refill_after`` the longest of those layers' (the binding layer's when
     allowed), so that using all of ``remaining`` now leaves one more unit refused until
-    ``refill_after``. ``reset_after`` and ``delay`` are the longest of the layers', and
-    ``layers`` lists them all."""
+    ``refill_after``. ``reset_after`` is the longest of the layers', ``delay`` too when
+    allowed (0 when denied), and ``layers`` lists them all."""
     least = min(layer.remaining for layer in layers)
     # The first of the layers with the least room whose window is longest.
     tightest = max(
@@ -152,7 +152,8 @@ def layered_decision(layers: Sequence[Decision], cost: int) -> Decision:
         least,
         max(layer.reset_after for layer in layers),
         binding.retry_after,
-        max(layer.delay for layer in layers),
+        # A denial proceeds at no time, so it has no delay to wait (as one rate's has none).
+        0.0 if denied else max(layer.delay for layer in layers),
         binding.rate,
         cost,
         tuple(layers),

@@ -3,10 +3,11 @@
 ``remaining`` is the least any layer has left (a call of that cost is admitted now, one
 more unit is not), and ``refill_after`` is the longest effective window of the layers
 with that least room: if the client used all of ``remaining`` now, one more unit is
-refused until ``refill_after`` has passed and admitted then, allowed or denied.
-``limit``, ``rate`` and ``retry_after`` stay the binding layer's (a denial's: the denied
-layer that waits longest), and ``layers`` each layer's own. On the memory store (with the
-C kernel, and again without it) and on a redis-server, each with a manual clock.
+refused until ``refill_after`` has passed and admitted then, allowed or denied. A denial
+waits for nothing else: its ``delay`` is 0, as one rate's is. ``limit``, ``rate`` and
+``retry_after`` stay the binding layer's (a denial's: the denied layer that waits
+longest), and ``layers`` each layer's own. On the memory store (with the C kernel, and
+again without it) and on a redis-server, each with a manual clock.
 """
 
 from __future__ import annotations
@@ -121,6 +122,21 @@ def test_a_denial_reports_the_least_remaining_of_every_layer(make: Make) -> None
     holds_the_window(denied, lambda cost: limiter.hit("k", rates, cost), clock)
 
 
+def test_a_denied_shaper_call_has_no_delay(make: Make) -> None:
+    """Leaky bucket, 1/second and 10/minute, two hits: the second is denied by the second's
+    layer; the minute's layer (re-checked at cost 0) would delay 6 s, but a denial
+    proceeds at no time: delay 0, as one rate's denial. The layers keep their own."""
+    limiter, _ = make("leaky_bucket")
+    rates = [Rate.parse("1/second"), Rate.parse("10/minute")]
+    assert limiter.hit("k", rates).allowed
+    denied = limiter.hit("k", rates)
+    assert not denied.allowed
+    assert [(layer.allowed, layer.delay) for layer in denied.layers] == [(False, 0.0), (True, 6.0)]
+    assert denied.delay == 0.0
+    assert limiter.hit("one", rates[0]).allowed
+    assert limiter.hit("one", rates[0]).delay == 0.0  # one rate's denial
+
+
 #: Fractional and whole emission intervals, short and long periods, no separate burst (the
 #: window algorithms take none).
 RATES = [
@@ -151,7 +167,7 @@ def test_every_layered_decision_holds_the_definition_on_memory(
 ) -> None:
     """Any rate algorithm, two or three layers, any history: the decision of a hit (allowed
     or denied) keeps the definition, has remaining and refill_after as its layers give
-    them."""
+    them, and a denial's delay is 0."""
     clock = ManualClock(NOON)
     store = MemoryStore(clock=clock)
     for step_us, units in history:
@@ -163,6 +179,8 @@ def test_every_layered_decision_holds_the_definition_on_memory(
     assert decision.refill_after == max(
         layer.refill_after for layer in decision.layers if layer.remaining == least
     )
+    if not decision.allowed:
+        assert decision.delay == 0.0
     holds_the_window(decision, lambda units: store.hit(algorithm, "k", rates, units), clock)
 
 
