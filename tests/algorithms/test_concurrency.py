@@ -15,8 +15,10 @@ from ratewarden.algorithms import concurrency
 from ratewarden.errors import ConfigurationError
 from ratewarden.storage import _decisions, _plan
 from ratewarden.storage._scripts import script
+from ratewarden.storage.redis import RedisStore
 from ratewarden.testing import ManualClock
 from tests._differential import START_US
+from tests._servers import STORE_TIMEOUT
 
 SECOND = 1_000_000
 
@@ -98,6 +100,68 @@ def test_bad_slot_requests_raise_configuration_error(limit: Any, slots: Any, ttl
     with pytest.raises(ConfigurationError):
         limiter.acquire_slot("k", limit, slots=slots, ttl=ttl)
     assert len(limiter.store) == 0  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("where", ["memory", pytest.param("redis", marks=pytest.mark.redis)])
+def test_a_lease_asking_for_more_slots_waits_only_for_the_others(
+    where: str, request: pytest.FixtureRequest
+) -> None:
+    """Limit 2: lease A holds 1 slot for 120 s, lease B 1 for 10 s. A asking for 2 needs only
+    B's slot back (its own are replaced by the ones it asks for, not added): retry_after is
+    10 s, not 120 s (A's own lease counted against it); refused 1 us before, granted at it."""
+    clock = ManualClock()
+    if where == "redis":
+        client: redis.Redis = request.getfixturevalue("redis_client")
+        limiter = Limiter(RedisStore(client, clock=clock, timeout=STORE_TIMEOUT))
+    else:
+        limiter = Limiter(MemoryStore(clock=clock))
+    assert limiter.acquire_slot("jobs", 2, slots=1, ttl=120, lease_id="A").allowed
+    assert limiter.acquire_slot("jobs", 2, slots=1, ttl=10, lease_id="B").allowed
+    more = limiter.acquire_slot("jobs", 2, slots=2, ttl=120, lease_id="A")
+    assert not more.allowed
+    assert more.decision.retry_after == 10.0
+    clock.advance_us(10 * SECOND - 1)
+    assert not limiter.acquire_slot("jobs", 2, slots=2, ttl=120, lease_id="A").allowed
+    clock.advance_us(1)
+    assert limiter.acquire_slot("jobs", 2, slots=2, ttl=120, lease_id="A").allowed
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    limit=st.integers(1, 4),
+    leases=st.lists(
+        st.tuples(
+            st.integers(0, 3 * SECOND),  # microseconds before this acquire
+            st.integers(0, 3),  # lease index
+            st.integers(1, 3),  # slots
+            st.integers(1, 5 * SECOND),  # ttl_us
+        ),
+        max_size=8,
+    ),
+    index=st.integers(0, 4),
+    slots=st.integers(1, 4),
+    ttl_us=st.integers(1, 5 * SECOND),
+)
+def test_a_denied_acquire_is_granted_exactly_at_its_retry_after(
+    limit: int, leases: list[tuple[int, int, int, int]], index: int, slots: int, ttl_us: int
+) -> None:
+    """Any leases held, then an acquire under a held lease id or a new one: denied (and
+    possible at all), it is refused 1 us before retry_after and granted at it, no lease
+    released early."""
+    clock = ManualClock()
+    store = MemoryStore(clock=clock)
+    for step_us, i, held, lease_ttl in leases:
+        clock.advance_us(step_us)
+        store.acquire_slot("k", limit, f"lease-{i}", held, lease_ttl)
+    lease_id = f"lease-{index}"
+    denied = store.acquire_slot("k", limit, lease_id, slots, ttl_us)
+    if denied.allowed or math.isinf(denied.retry_after):
+        return
+    wait_us = round(denied.retry_after * SECOND)
+    clock.advance_us(wait_us - 1)
+    assert not store.acquire_slot("k", limit, lease_id, slots, ttl_us).allowed
+    clock.advance_us(1)
+    assert store.acquire_slot("k", limit, lease_id, slots, ttl_us).allowed
 
 
 # --- the Lua twin ---------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ def _lapsed(held: list[tuple[int, int]], needed: int, now_us: int) -> int:
 
 
 def _outcome(
-    allowed: bool, leases: State, now_us: int, limit: int, slots: int, ttl_us: int
+    allowed: bool, leases: State, now_us: int, limit: int, lease_id: str, slots: int, ttl_us: int
 ) -> Outcome:
     in_use = sum(lease[1] for lease in leases)
     reset_after = max((lease[2] for lease in leases), default=now_us) - now_us
@@ -58,9 +58,11 @@ def _outcome(
     elif slots > limit:
         retry_after = NEVER
     else:
-        # The longest this request must wait if no holder releases early: until
-        # enough leases, soonest-expiring first, have lapsed.
-        retry_after = _lapsed(held, in_use + slots - limit, now_us)
+        # The longest this request must wait if no holder releases early: until enough
+        # of the other leases, soonest-expiring first, have lapsed (its own lease's slots
+        # are replaced by the ones it asks for, not added to them).
+        others = [(lease[1], lease[2]) for lease in leases if lease[0] != lease_id]
+        retry_after = _lapsed(others, sum(pair[0] for pair in others) + slots - limit, now_us)
     remaining = max(limit - in_use, 0)
     if remaining > 0:
         held.append((remaining, now_us + ttl_us))
@@ -77,10 +79,10 @@ def acquire(
     others = tuple(lease for lease in leases if lease[0] != lease_id)
     in_use = sum(lease[1] for lease in others)
     if slots > limit or in_use + slots > limit:
-        outcome = _outcome(False, leases, now_us, limit, slots, ttl_us)
+        outcome = _outcome(False, leases, now_us, limit, lease_id, slots, ttl_us)
         return outcome, leases, _ttl(leases, now_us)
     kept = (*others, (lease_id, slots, now_us + ttl_us))
-    return _outcome(True, kept, now_us, limit, slots, ttl_us), kept, _ttl(kept, now_us)
+    return _outcome(True, kept, now_us, limit, lease_id, slots, ttl_us), kept, _ttl(kept, now_us)
 
 
 def release(state: State | None, now_us: int, lease_id: str) -> tuple[bool, State, int]:

@@ -121,9 +121,17 @@ local function reply(allowed, list)
   if not allowed then
     retry = NEVER
     if slots <= limit then
-      -- the longest this request must wait if no holder releases early: until enough
-      -- leases, soonest-expiring first, have lapsed
-      retry = lapsed(holding, in_use + slots - limit)
+      -- the longest this request must wait if no holder releases early: until enough of
+      -- the other leases, soonest-expiring first, have lapsed (its own lease's slots are
+      -- replaced by the ones it asks for, not added to them)
+      local others_in_use, others_holding = 0, {}
+      for _, lease in ipairs(list) do
+        if lease[1] ~= lease_id then
+          others_in_use = others_in_use + lease[2]
+          others_holding[#others_holding + 1] = {lease[2], lease[3]}
+        end
+      end
+      retry = lapsed(others_holding, others_in_use + slots - limit)
     end
   end
   local remaining = limit - in_use
