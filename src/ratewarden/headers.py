@@ -291,7 +291,9 @@ def _legacy_headers(
     name: str, decision: Decision, options: HeaderOptions, now: float
 ) -> list[Header]:
     never = never_allowed(decision)
-    remaining = _remaining(decision, never)
+    # Limit and Remaining of one layer: a layered denial's remaining is the least of every
+    # layer's, which may be another layer's than its limit.
+    remaining = _remaining(binding_layer(decision), never)
     headers = [
         ("X-RateLimit-Limit", str(decision.limit)),
         ("X-RateLimit-Remaining", str(remaining)),

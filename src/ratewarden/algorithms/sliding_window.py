@@ -13,10 +13,11 @@ products are computed as IEEE doubles, in the same order here and in the Lua
 twin: they are exact integers below 2**53 (all ordinary rates), and above it
 (say 10**6/day) both twins round identically, so they still agree bit for bit.
 
-Burst: slightly above the limit at times. The estimate assumes the previous
-window's requests were spread evenly; when they were bunched at its end, a
-trailing period can hold more than ``limit`` (never more than ``2 * limit``,
-and far less in practice). ``sliding_log`` is exact.
+Burst: above the limit at times. The estimate assumes the previous window's
+requests were spread evenly; when they were bunched at its end, a trailing
+period can hold more than ``limit``: up to ``2 * limit - 1`` against a client
+that waits out each retry_after (199 at 100/minute), far less for spread
+traffic. ``sliding_log`` is exact.
 
 State: three integers, ``(window_index, prev_count, cur_count)``. It is as if
 never seen two windows after its own started (its counts no longer weigh).
