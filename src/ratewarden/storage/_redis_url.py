@@ -61,13 +61,37 @@ class Target:
 
 
 def redact(url: str) -> str:
-    """The URL with its passwords (user part, ``*password=`` options) replaced by ``***``."""
+    """The URL with its passwords replaced by ``***``: the ``*password=`` options, and all
+    between ``//`` and the URL's last ``@`` but the user (``u:***@``, ``***@`` with no ``:``).
+
+    The last ``@``, not the first after ``//``: a password holding an unencoded ``/``, ``@``,
+    ``#`` or ``?`` then stays hidden, at the cost of hiding more when a query holds an ``@``.
+    """
     url = re.sub(r"([?&][^=&#]*password[^=&#]*=)[^&#]*", r"\1***", url, flags=re.IGNORECASE)
-    return re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1***@", url)
+    start = url.find("//") + 2 if "//" in url else 0
+    at = url.rfind("@")
+    if at < start:
+        return url
+    user, colon, _ = url[start:at].partition(":")
+    shown = f"{user}:***" if colon and not _RESERVED & set(user) else "***"
+    return f"{url[:start]}{shown}{url[at:]}"
+
+
+_RESERVED = set("/?#@")
+_ENCODE = (
+    "a user or password holding @ / # ? or : must be percent-encoded (%40, %2F, %23, %3F, %3A)"
+)
 
 
 def _fail(url: str, problem: str) -> ConfigurationError:
     return ConfigurationError(f"store URL {redact(url)!r}: {problem}")
+
+
+def _misplaced_credentials(url: str) -> bool:
+    """Whether text before the URL's last ``@`` holds a / ? or #: a user or password that
+    was not percent-encoded, which no part of the URL can then be read around."""
+    rest = url.partition("://")[2]
+    return bool(set(rest[: max(rest.rfind("@"), 0)]) & {"/", "?", "#"})
 
 
 def _port(url: str, text: str, host: str) -> int:
@@ -95,11 +119,25 @@ def _db(url: str, text: str) -> int:
 
 
 def parse(url: str) -> Target:
-    """Check ``url`` and split it into its parts; ConfigurationError names the bad one."""
+    """Check ``url`` and split it into its parts; ConfigurationError names the bad one.
+
+    A URL whose credentials hold an unencoded / ? or # (so its parts cannot be told apart)
+    fails saying so, with no part of it quoted but the redacted URL.
+    """
     if not isinstance(url, str) or "://" not in url:
+        shown = redact(url) if isinstance(url, str) else url
         raise ConfigurationError(
-            f"store URL {url!r} must look like redis://host:6379/0 (see RedisStore.from_url)"
+            f"store URL {shown!r} must look like redis://host:6379/0 (see RedisStore.from_url)"
         )
+    try:
+        return _parse(url)
+    except ConfigurationError:
+        if _misplaced_credentials(url):
+            raise _fail(url, f"cannot tell its parts apart: {_ENCODE}") from None
+        raise
+
+
+def _parse(url: str) -> Target:
     scheme, rest = url.split("://", 1)
     scheme = scheme.lower()
     if scheme.startswith("valkey"):
