@@ -94,3 +94,26 @@ def test_rules_that_do_not_load_exit_2_listing_every_error(
     assert done.returncode == 2
     assert f"ratewarden serve: {bad}{message}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "part"),
+    [
+        ("redis://[::1", "host '[::1' is not HOST[:PORT]"),
+        ("redis+sentinel://h:\u00b2/svc", "port '\u00b2' of host 'h:\u00b2'"),
+        ("redis+cluster://h:\u00b2", "port '\u00b2' of host"),
+        ("redis://u:top/secret@127.0.0.1:41063/0", "must be percent-encoded"),
+    ],
+)
+def test_a_malformed_store_url_exits_2_with_one_line(
+    url: str, part: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--store BAD``: exit 2, one line naming the part (no traceback, no password)."""
+    config = Path(__file__).parents[2] / "examples" / "ratelimit.yaml"
+    argv = ["serve", "--config", str(config), "--store", url, "--grpc-port", "0"]
+    assert main([*argv, "--http-port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ratewarden serve: error: store URL ")
+    assert err.count("\n") == 1
+    assert part in err
+    assert "secret" not in err

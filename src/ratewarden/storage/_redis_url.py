@@ -94,8 +94,13 @@ def _misplaced_credentials(url: str) -> bool:
     return bool(set(rest[: max(rest.rfind("@"), 0)]) & {"/", "?", "#"})
 
 
+def _digits(text: str) -> bool:
+    """Whether ``text`` is a whole number in ASCII digits (``str.isdigit`` takes ``²``, ``٣``)."""
+    return text.isascii() and text.isdigit()
+
+
 def _port(url: str, text: str, host: str) -> int:
-    if not text.isdigit() or not 0 < int(text) < 65536:
+    if not _digits(text) or not 0 < int(text) < 65536:
         raise _fail(url, f"port {text!r} of host {host!r} must be a number from 1 to 65535")
     return int(text)
 
@@ -112,9 +117,9 @@ def _hosts(url: str, hostlist: str, default_port: int) -> tuple[tuple[str, int],
     return tuple(hosts)
 
 
-def _db(url: str, text: str) -> int:
-    if not text.isdigit():
-        raise _fail(url, f"database {text!r} in the path must be a whole number")
+def _db(url: str, text: str, where: str = "in the path") -> int:
+    if not _digits(text):
+        raise _fail(url, f"database {text!r} {where} must be a whole number (0, 1, ...)")
     return int(text)
 
 
@@ -131,10 +136,12 @@ def parse(url: str) -> Target:
         )
     try:
         return _parse(url)
-    except ConfigurationError:
+    except ValueError as exc:  # a ConfigurationError naming the part, or a parser's own
         if _misplaced_credentials(url):
             raise _fail(url, f"cannot tell its parts apart: {_ENCODE}") from None
-        raise
+        if isinstance(exc, ConfigurationError):
+            raise
+        raise _fail(url, f"cannot be read ({exc})") from None
 
 
 def _parse(url: str) -> Target:
@@ -201,9 +208,15 @@ def _path(url: str, kind: str, path: str) -> tuple[str, int]:
 def _parse_plain(url: str, scheme: str, rest: str) -> Target:
     # redis-py parses these; check the parts it would silently ignore or misread.
     redis_url = f"{scheme}://{rest}"
-    parts = urlsplit(redis_url)
+    try:
+        parts = urlsplit(redis_url)
+    except ValueError as exc:  # an unclosed [ of an IPv6 address
+        host = rest.partition("/")[0].rpartition("@")[2]
+        raise _fail(url, f"host {host!r} is not HOST[:PORT] (IPv6 as [ADDR]:PORT): {exc}") from None
     # redis-py takes the query's db over the path's: a URL that says both must agree
     dbs = [(f"db={value}", value) for name, value in parse_qsl(parts.query) if name == "db"]
+    for _label, value in dbs:
+        _db(url, value, "in ?db=")
     if scheme == "unix":
         if not parts.path:
             raise _fail(url, "no socket path; write unix:///path/to/redis.sock")
@@ -225,7 +238,7 @@ def _parse_plain(url: str, scheme: str, rest: str) -> Target:
         if path:
             _db(url, path)
             dbs.insert(0, (f"/{path}", path))
-    if len({int(value) if value.isdigit() else value for _, value in dbs}) > 1:
+    if len({int(value) for _, value in dbs}) > 1:
         given = " and ".join(label for label, _ in dbs)
         raise _fail(
             url,
