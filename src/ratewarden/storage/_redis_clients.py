@@ -296,7 +296,9 @@ def _client(url: str, timeout: float, options: dict[str, Any], kind: _Kind) -> A
             sentinel = kind.sentinel(
                 list(target.hosts), sentinel_kwargs=_sentinel_options(target, timeout), **merged
             )
-            return sentinel.master_for(target.service, db=target.db)
+            primary = sentinel.master_for(target.service, db=target.db)
+            _check_connection_options(target, primary.connection_pool)
+            return primary
         merged.setdefault("retry", kind.retry(NoBackoff(), 0))
         if kind.connects:
             _check_cluster_options(target, merged)
