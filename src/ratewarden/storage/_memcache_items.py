@@ -212,7 +212,8 @@ def decode(item: Item, value: bytes) -> Entries:
     except (ValueError, UnicodeDecodeError) as exc:
         raise StorageError(
             f"memcached item {item.wire.decode()!r} (for {item.name!r}) holds a value ratewarden "
-            f"did not write ({exc}); it was left unchanged: delete it, or use another --key-prefix"
+            f"did not write ({exc}); it was left unchanged: delete it, or use another prefix "
+            "(prefix= of the store, --key-prefix of ratewarden serve)"
         ) from None
     return entries
 
