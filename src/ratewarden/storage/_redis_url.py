@@ -67,7 +67,7 @@ def redact(url: str) -> str:
     The last ``@``, not the first after ``//``: a password holding an unencoded ``/``, ``@``,
     ``#`` or ``?`` then stays hidden, at the cost of hiding more when a query holds an ``@``.
     """
-    url = re.sub(r"([?&][^=&#]*password[^=&#]*=)[^&#]*", r"\1***", url, flags=re.IGNORECASE)
+    url = re.sub(r"([?&][^=&#]*password[^=&#]*=)[^&]*", r"\1***", url, flags=re.IGNORECASE)
     start = url.find("//") + 2 if "//" in url else 0
     at = url.rfind("@")
     if at < start:
@@ -134,6 +134,13 @@ def parse(url: str) -> Target:
         raise ConfigurationError(
             f"store URL {shown!r} must look like redis://host:6379/0 (see RedisStore.from_url)"
         )
+    odd = next((i for i, char in enumerate(url) if char.isspace() or not char.isprintable()), -1)
+    if odd >= 0:
+        raise _fail(
+            url,
+            f"holds a space or control character ({url[odd]!r} at offset {odd}); in a user or "
+            "password percent-encode it (%20 for a space)",
+        )
     try:
         return _parse(url)
     except ValueError as exc:  # a ConfigurationError naming the part, or a parser's own
@@ -146,6 +153,8 @@ def parse(url: str) -> Target:
 
 def _parse(url: str) -> Target:
     scheme, rest = url.split("://", 1)
+    if "#" in rest:  # redis-py would drop it, Sentinel take it into the service name
+        raise _fail(url, "a store URL takes no #fragment; a # in a password is written %23")
     scheme = scheme.lower()
     if scheme.startswith("valkey"):
         scheme = "redis" + scheme[len("valkey") :]
