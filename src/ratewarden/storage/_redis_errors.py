@@ -81,6 +81,12 @@ def refusal(exc: BaseException, where: str) -> ServerUnusable | None:
 
 
 def _bad_credentials(exc: BaseException, where: str) -> ServerUnusable:
+    if "client|setname" in str(exc).lower():  # the user is right; client_name= is refused
+        return ServerUnusable(
+            f"{where} refused CLIENT SETNAME: {_said(exc)}; the ACL of the store's user does "
+            "not allow it: allow it (+client|setname) or give no client_name: waiting will "
+            "not help"
+        )
     return ServerUnusable(
         f"{where} refused the store's credentials: {_said(exc)}; check the user and password "
         "the store is given: waiting will not help"
