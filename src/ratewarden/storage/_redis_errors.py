@@ -11,6 +11,7 @@ server that refuses the store's password, user or database number).
 
 from __future__ import annotations
 
+import re
 from typing import NoReturn
 
 import hiredis
@@ -98,6 +99,20 @@ def _said(exc: BaseException) -> str:
     return str(exc).rstrip(". ")
 
 
+#: redis-py's repr of a sentinel's client, which "No master found" lists whole for each one
+_SENTINEL_REPR = re.compile(
+    r"<redis\.(?:asyncio\.)?client\.Redis\(.*?,host=([^,]+),port=(\d+),.*?\)>\)>\)>", re.DOTALL
+)
+
+
+def _readable(exc: BaseException) -> str:
+    """The error's words, a sentinel's client repr shortened to ``sentinel HOST:PORT``."""
+    said = _SENTINEL_REPR.sub(r"sentinel \1:\2", str(exc))
+    if "No master found" in said:
+        said += " (is each host a sentinel watching that service?)"
+    return said
+
+
 def _transient(exc: rx.ResponseError) -> bool:
     code = getattr(exc, "status_code", None)
     return isinstance(exc, _TRANSIENT_TYPES) or code in TRANSIENT_REPLIES
@@ -125,7 +140,7 @@ def raise_storage_error(exc: BaseException, where: str, timeout: float) -> NoRet
         ) from exc
     if _unavailable(exc):
         raise StorageUnavailableError(
-            f"Redis at {where} is unavailable: {type(exc).__name__}: {exc}; the failure "
+            f"Redis at {where} is unavailable: {type(exc).__name__}: {_readable(exc)}; the failure "
             "mode decides what to do"
         ) from exc
     raise StorageError(
