@@ -133,6 +133,11 @@ def raise_storage_error(exc: BaseException, where: str, timeout: float) -> NoRet
         raise StorageError(str(exc)) from exc
     if isinstance(exc, _CREDENTIALS):  # met on redis-py's own connections (a Cluster's)
         raise StorageError(str(_bad_credentials(exc, where))) from exc
+    if isinstance(exc, rx.RedisClusterException) and "Cluster mode is not enabled" in str(exc):
+        raise StorageError(  # the server answered: a settings mistake waiting will not fix
+            f"Redis at {where} is not a Redis Cluster: {exc}; use a redis:// URL (rediss:// "
+            "over TLS) for one server, or point redis+cluster:// at a cluster's nodes"
+        ) from exc
     if isinstance(exc, TimeoutError | rx.TimeoutError):
         raise StorageUnavailableError(
             f"Redis at {where} did not answer within {timeout:g} s ({exc}); the decision "
