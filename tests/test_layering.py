@@ -156,7 +156,7 @@ def test_hotkeys_and_budgets_decide_through_a_limiter() -> None:
 RANKS = {
     # leaves: values, the exception tree, hooks, pure helpers anyone may import
     "rate": 0, "decision": 0, "clock": 0, "errors": 0, "checks": 0, "labels": 0,
-    "deprecation": 0, "topk": 0, "histograms": 0, "argparsing": 0,
+    "deprecation": 0, "topk": 0, "histograms": 0, "argparsing": 0, "redaction": 0,
     "metrics": 0, "headers": 0, "idempotency": 0, "testing": 0, "client": 0,
     "algorithms": 1,
     "storage": 2,

@@ -177,6 +177,23 @@ def test_settings_repr_and_errors_hide_the_password() -> None:
     assert PASSWORD not in redacted(f"user:{PASSWORD}@host")
 
 
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://u:top/secret@127.0.0.1:1/0", "redis://u:***@127.0.0.1:1/0"),
+        ("redis://:p@ss/w#rd?@h/0", "redis://:***@h/0"),
+        ("redis://h/0?password=se#cret", "redis://h/0?password=***"),
+        ("redis+sentinel://:se/cret@h/svc", "redis+sentinel://:***@h/svc"),
+    ],
+)
+def test_the_servers_redaction_hides_passwords_with_separators_in_them(
+    url: str, shown: str
+) -> None:
+    """serve's logs and messages (``redacted``) hide a password holding an unencoded / @ # ?
+    as the store URL parser does: it showed 'redis://u:top/secret@...' whole."""
+    assert redacted(url) == shown
+
+
 def test_the_cli_never_prints_the_password(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -9,35 +9,23 @@ URL itself; ``store_scheme`` tells the embedded memory store from memcached
 
 from __future__ import annotations
 
-import re
 from urllib.parse import urlsplit
+
+from ratewarden.redaction import redact_url
 
 __all__ = ["MEMCACHE_SCHEMES", "redacted", "store_scheme"]
 
 #: The schemes of a memcached store's URL; ``store_scheme`` names each ``memcache``.
 MEMCACHE_SCHEMES = ("memcache", "memcached", "memcaches", "memcache+srv", "memcaches+srv")
 
-_PASSWORD_OPTION = re.compile(r"([?&][^=&#]*password[^=&#]*=)[^&#]*", re.IGNORECASE)
-
 
 def redacted(url: str) -> str:
-    """``url`` with every password replaced by ``***``, for logs and messages.
-
-    That is the password of its ``user:password@`` part (a URL without a user,
-    ``redis://:secret@host``, keeps its empty user) and the value of any query
-    option named like ``password`` (``?sentinel_password=...``).
-    """
-    url = _PASSWORD_OPTION.sub(r"\1***", url)
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return "***@" + url.rpartition("@")[2] if "@" in url else url
-    authority, slash, path = rest.partition("/")
-    if "@" not in authority:
-        return url
-    credentials, _, host = authority.rpartition("@")
-    user, colon, _ = credentials.partition(":")
-    shown = f"{user}:***" if colon else "***"
-    return f"{scheme}://{shown}@{host}{slash}{path}"
+    """``url`` with every password replaced by ``***``, for logs and messages: the store
+    URLs' one rule (``ratewarden.redaction.redact_url``): the value of any query option
+    named like ``password`` (``?sentinel_password=...``), and all between ``//`` and the
+    URL's last ``@`` but the user (a URL without a user, ``redis://:secret@host``, keeps
+    its empty user)."""
+    return redact_url(url)
 
 
 def store_scheme(url: str) -> str:

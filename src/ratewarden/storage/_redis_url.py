@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ratewarden.errors import ConfigurationError
+from ratewarden.redaction import redact_url
 
 __all__ = ["Target", "parse"]
 
@@ -60,24 +61,10 @@ class Target:
     query: tuple[tuple[str, str], ...] = ()
 
 
-def redact(url: str) -> str:
-    """The URL with its passwords replaced by ``***``: the ``*password=`` options, and all
-    between ``//`` and the URL's last ``@`` but the user (``u:***@``, ``***@`` with no ``:``).
-
-    The last ``@``, not the first after ``//``: a password holding an unencoded ``/``, ``@``,
-    ``#`` or ``?`` then stays hidden, at the cost of hiding more when a query holds an ``@``.
-    """
-    url = re.sub(r"([?&][^=&#]*password[^=&#]*=)[^&]*", r"\1***", url, flags=re.IGNORECASE)
-    start = url.find("//") + 2 if "//" in url else 0
-    at = url.rfind("@")
-    if at < start:
-        return url
-    user, colon, _ = url[start:at].partition(":")
-    shown = f"{user}:***" if colon and not _RESERVED & set(user) else "***"
-    return f"{url[:start]}{shown}{url[at:]}"
+#: The URL with its passwords replaced by ``***`` (``ratewarden.redaction.redact_url``).
+redact = redact_url
 
 
-_RESERVED = set("/?#@")
 _ENCODE = (
     "a user or password holding @ / # ? or : must be percent-encoded (%40, %2F, %23, %3F, %3A)"
 )
