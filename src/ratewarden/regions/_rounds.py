@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+from ratewarden.checks import check_rates
 from ratewarden.decision import Decision, layered_decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
@@ -99,12 +100,12 @@ def shares(
 def global_rates(caller: str, rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]:
     """The global Rates of a hit (one, or the layers of a layered limit), each within what
     reconciliation computes exactly, no two alike."""
-    found = (rates,) if isinstance(rates, Rate) else tuple(rates)
-    if not found or not all(isinstance(rate, Rate) for rate in found):
+    try:
+        found = check_rates(rates)
+    except ConfigurationError as exc:
         raise ConfigurationError(
-            f"{caller} takes a global Rate, or a sequence of them for layered limits, "
-            f"per hit; got {rates!r}"
-        )
+            f"{caller} takes a global Rate, or a list of them for layered limits, per hit: {exc}"
+        ) from None
     seen: set[tuple[int, int]] = set()
     for rate in found:
         if rate.limit > _MAX_LIMIT or rate.period_us < _MIN_PERIOD_US:
