@@ -118,6 +118,15 @@ def _transient(exc: rx.ResponseError) -> bool:
     return isinstance(exc, _TRANSIENT_TYPES) or code in TRANSIENT_REPLIES
 
 
+def _redirected(exc: BaseException) -> bool:
+    """A MOVED or ASK reply: only a Cluster node sends one, and the Cluster stores follow
+    it (redis-py's client) rather than raise it, so it reaches here from a store made for
+    one server pointed at a Cluster node."""
+    if isinstance(exc, hiredis.ReplyError):
+        return str(exc).startswith(("MOVED ", "ASK "))
+    return isinstance(exc, rx.AskError)  # MovedError is one too
+
+
 def _unavailable(exc: BaseException) -> bool:
     if isinstance(exc, hiredis.ReplyError):
         return str(exc).startswith(TRANSIENT_REPLIES)
@@ -137,6 +146,12 @@ def raise_storage_error(exc: BaseException, where: str, timeout: float) -> NoRet
         raise StorageError(  # the server answered: a settings mistake waiting will not fix
             f"Redis at {where} is not a Redis Cluster: {exc}; use a redis:// URL (rediss:// "
             "over TLS) for one server, or point redis+cluster:// at a cluster's nodes"
+        ) from exc
+    if _redirected(exc):  # a Cluster's stores follow these themselves: never raised from one
+        raise StorageError(
+            f"Redis at {where} answered {_said(exc)}: it is a node of a Redis Cluster, which "
+            "a redis:// URL cannot use (keys of other nodes' slots are refused); use "
+            "redis+cluster:// (rediss+cluster:// over TLS) with the cluster's nodes"
         ) from exc
     if isinstance(exc, TimeoutError | rx.TimeoutError):
         raise StorageUnavailableError(
