@@ -118,6 +118,10 @@ def test_degraded_decisions_are_logged_at_a_bounded_rate(caplog: pytest.LogCaptu
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 3, lines  # StorageUnavailableError, breaker_open, then a minute later
     assert "similar lines suppressed" in lines[-1]
+    # On the logger two-tiers.md names, with the error's own words (what failed, and where).
+    assert {r.name for r in caplog.records} == {"ratewarden.limiter"}
+    assert "(StorageUnavailableError: store switched off by the test)" in lines[0], lines[0]
+    assert "(breaker_open: circuit breaker open" in lines[1], lines[1]
 
 
 def test_leased_units_are_spent_through_an_outage_without_degrading() -> None:

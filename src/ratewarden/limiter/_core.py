@@ -366,9 +366,10 @@ class DecisionCore(Leasing, Operations):
                 log,
                 logging.WARNING,
                 f"{self.name}/{reason}",
-                "ratewarden %s: store unavailable (%s); failure mode %r answers",
+                "ratewarden %s: the store failed (%s: %s); failure mode %r answers",
                 self.name,
                 reason,
+                error,
                 mode,
             )
         if mode == "local":

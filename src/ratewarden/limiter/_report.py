@@ -74,7 +74,7 @@ class FailureReport:
             self.logger,
             logging.WARNING,
             reason,
-            "ratewarden %r: store unavailable (%s: %s); failure mode %r answers",
+            "ratewarden %r: the store failed (%s: %s); failure mode %r answers",
             self.name,
             reason,
             error,
