@@ -24,7 +24,7 @@ import redis
 from ratewarden import Rate
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
-from ratewarden.hotkeys import CellLimiter, HotKeyDetector, HotKeyLimiter
+from ratewarden.hotkeys import AsyncCellLimiter, CellLimiter, HotKeyDetector, HotKeyLimiter
 from ratewarden.storage.memory import MemoryStore
 from ratewarden.storage.redis import RedisStore
 from ratewarden.testing import ManualClock
@@ -215,6 +215,25 @@ def test_hot_keys_given_as_one_string_are_refused(cluster_client: redis.RedisClu
     assert HotKeyLimiter(store, CellLimiter(store, 3), hot_keys=["tenant:big"]).hot_keys == {
         "tenant:big"
     }
+
+
+@pytest.mark.parametrize("given", [None, 5])
+def test_hot_keys_that_are_not_keys_are_refused(
+    cluster_client: redis.RedisCluster, given: object
+) -> None:
+    """``hot_keys=None`` or a number is a ConfigurationError naming hot_keys, not a bare
+    TypeError from iterating it."""
+    store, _ = store_on(cluster_client)
+    with pytest.raises(ConfigurationError, match=f"hot_keys={given!r} must be a set of keys"):
+        HotKeyLimiter(store, CellLimiter(store, 3), hot_keys=given)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("cells", [CellLimiter, AsyncCellLimiter])
+def test_cells_without_a_store_are_refused(cells: type) -> None:
+    """A limiter's ``None`` store is an in-process MemoryStore: cells over it would split one
+    process's traffic, not a hot key's across the fleet. Refused, naming the fix."""
+    with pytest.raises(ConfigurationError, match="needs the store the fleet shares"):
+        cells(None)
 
 
 def test_each_rate_set_of_a_detected_key_carries_its_own_usage(

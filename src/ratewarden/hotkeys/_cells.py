@@ -90,6 +90,11 @@ class _CellBase(Generic[S, L]):
         bands: Sequence[tuple[int, int]] | None = None,
         negative_cache: int | None = DEFAULT_NEGATIVE_KEYS,
     ) -> None:
+        if store is None:  # a limiter's None is a MemoryStore: cells would split one process
+            raise ConfigurationError(
+                f"{type(self).__name__} needs the store the fleet shares (a Redis Cluster's "
+                "RedisStore); for one process, pass a MemoryStore() yourself"
+            )
         self.store: S = store
         self.limiter: L = type(self)._driver(store, algorithm)
         limiter = self.limiter

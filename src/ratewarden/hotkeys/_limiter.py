@@ -142,6 +142,10 @@ class _HotBase(Generic[S, L, M]):
                 f"hot_keys={hot_keys!r}: pass a set of keys, not one string "
                 "(a string would be read as its characters)"
             )
+        if not isinstance(hot_keys, Iterable):
+            raise ConfigurationError(
+                f"hot_keys={hot_keys!r} must be a set of keys (strings), or () for none"
+            )
         self.hot_keys = frozenset(check_key(key) for key in hot_keys)
         if detector is not None and not isinstance(detector, HotKeyDetector):
             raise ConfigurationError(f"detector {detector!r} must be a HotKeyDetector")
