@@ -7,6 +7,7 @@ its own and uses the settings and parts ``DecisionCore.__init__`` makes.
 from __future__ import annotations
 
 import math
+import reprlib
 import time
 import uuid
 import warnings
@@ -17,7 +18,7 @@ from ratewarden.checks import check_cost, check_key, check_rates
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.deprecation import renamed
-from ratewarden.errors import CircuitOpenError, StorageError
+from ratewarden.errors import CircuitOpenError, ConfigurationError, StorageError
 from ratewarden.limiter._aged import marked
 from ratewarden.limiter._breaker import CircuitBreaker
 from ratewarden.limiter._flows import Ask, Flow, Gather, Wait
@@ -37,6 +38,17 @@ if TYPE_CHECKING:
     from ratewarden.storage.memory import MemoryStore
 
 __all__ = ["Operations"]
+
+
+def _check_lease(method: str, lease: object) -> None:
+    """Refuse what is not a Lease before anything is sent (a lease id would otherwise fail
+    deep inside with an AttributeError)."""
+    if not isinstance(lease, Lease):
+        raise ConfigurationError(
+            f"{method}: {reprlib.repr(lease)} ({type(lease).__name__}) is not a Lease; "
+            "pass the Lease that acquire_slot returned"
+        )
+
 
 Calls = Sequence[tuple[str, Rate | Sequence[Rate], int]]
 
@@ -171,12 +183,14 @@ class Operations:
 
     def release_slot_flow(self, lease: Lease) -> Flow[bool]:
         """Give the lease's slots back; False if it had lapsed or was never granted."""
+        _check_lease("release_slot", lease)
         if not lease.allowed:
             return False
         return bool((yield from self.slot_flow("release_slot", lease.key, lease.lease_id)))
 
     def renew_slot_flow(self, lease: Lease, ttl: float | None = None) -> Flow[bool]:
         """Extend a held lease by ``ttl`` (default: its own ttl) from now."""
+        _check_lease("renew_slot", lease)
         ttl_us = lease_ttl_us(lease.ttl if ttl is None else ttl)
         if not lease.allowed:
             return False
