@@ -78,15 +78,15 @@ async def test_rules_rates_top_keys_degraded_and_latency_follow_the_calls(
     assert api["totals"] == {"decisions": 5, "over": 2, "near": 1, "shadowed": 0, "degraded": 0}
     assert api["limits"] == "3 per minute" and api["algorithm"] == "fixed_window"
     assert api["rate"]["decisions"] == 5 / view["window_s"]
-    # A closed failure mode denies: that descriptor is over the limit too, and listed.
+    # A closed failure mode denies without checking a limit: degraded, not over, not listed.
     assert view["top"]["over"] == [
         {"rule": "transport.api_key", "key": "api_key=k1", "hits": 2, "error": 0},
-        {"rule": "transport.payments", "key": "payments=p1", "hits": 1, "error": 0},
     ]
     assert rows["transport.tenant"]["degraded_modes"] == {"open": 2}
     assert rows["transport.tenant"]["status"] == "degraded"  # allowed, but nobody counted
     assert rows["transport.payments"]["degraded_modes"] == {"closed": 1}
-    assert rows["transport.payments"]["totals"]["over"] == 1
+    assert rows["transport.payments"]["totals"]["over"] == 0
+    assert rows["transport.payments"]["status"] == "degraded"
     # 4 answered (the second denial of k1 came from the over-limit cache), 3 failed: all timed
     assert view["store_latency"]["calls"] == 7
     assert view["store_latency"]["p99_s"] <= view["store_latency"]["max_s"]

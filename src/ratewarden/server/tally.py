@@ -10,7 +10,10 @@ Per ``(domain, metric key, rule path, algorithm)`` a slot of counts, indexed by
 the constants below: the five per-key counters of envoyproxy/ratelimit and the
 over-limit cache's (in hits), ``ratewarden_decisions_total``'s three outcomes,
 and the dashboard's per-rule counts (in decisions: decisions, over, near,
-shadowed, degraded, in ``LiveStats.FIELDS``' order). Beside them, the top-key
+shadowed, degraded, in ``LiveStats.FIELDS``' order). A descriptor a failure mode
+answered (the store failed) counts as a decision, degraded, and in
+``ratewarden_decisions_total``, never in the hit counters, over, near or the top keys:
+no limit was checked. Beside them, the top-key
 candidates (over, near, shadow), each store call's and each call's duration, and
 the calls answered by the fallback. ``full`` says when it holds ``MAX_PENDING``
 entries of a kind: flush then, so that memory stays bounded between flushes
@@ -94,8 +97,19 @@ class Tally:
                 counts = slots.get(slot)
                 if counts is None:
                     counts = slots[slot] = [0] * SLOT
-                counts[TOTAL] += hits
                 counts[LIVE_DECISIONS] += 1
+                if decision is not None:
+                    if shadowed or decision.shadowed:
+                        counts[SHADOWED] += 1
+                    else:
+                        counts[ALLOWED if decision.allowed else DENIED] += 1
+                if outcome.failure is not None:
+                    # No limit was checked: not a hit under or over one (upstream counts none
+                    # when Redis fails), only a degraded decision; failure_mode_allowed/denied
+                    # and store_error count it.
+                    counts[LIVE_DEGRADED] += 1
+                    continue
+                counts[TOTAL] += hits
                 if over:
                     counts[OVER] += hits
                     if outcome.local_cache:
@@ -110,17 +124,10 @@ class Tally:
                     if near:
                         counts[NEAR] += near
                         counts[LIVE_NEAR] += 1
-                if decision is not None:
-                    if shadowed or decision.shadowed:
-                        counts[SHADOWED] += 1
-                    else:
-                        counts[ALLOWED if decision.allowed else DENIED] += 1
                 if over or near:
                     category = "shadow" if shadowed else "over" if over else "near"
                     weight = near if category == "near" else max(hits, 1)
                     now.top.append((category, rule.path, outcome.entries, weight))
-                if outcome.failure is not None:
-                    counts[LIVE_DEGRADED] += 1
             return len(slots) >= MAX_PENDING or len(now.top) >= MAX_PENDING
 
     def store_call(self, seconds: float) -> bool:
