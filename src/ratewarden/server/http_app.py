@@ -6,13 +6,15 @@
 - ``POST /json``: a ``RateLimitRequest`` in protobuf's JSON mapping
   (``{"domain": "d", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}``)
   answered by the same service as gRPC, as JSON: 200 when OK, 429 when over
-  the limit, 400 for a body that is not a valid request, 503 before the first
+  the limit, 400 for a body that is not a valid request (valid JSON that is not an
+  object, such as ``null`` or ``[]``, is named as such), 503 before the first
   rules (``--xds-force-start``), 413 for a body over
   1 MiB (refused from its ``Content-Length``, or as soon as a chunked body passes
   the limit: no more than 1 MiB of it is ever held).
 - ``GET /healthcheck``: 200 ``OK`` while serving (a config is loaded and the
   store answers), 500 otherwise.
-- ``GET /rlconfig``: the loaded rules as text; ``/rlconfig?format=json`` as JSON.
+- ``GET /rlconfig``: the loaded rules as text; ``/rlconfig?format=json`` as JSON
+  (``format`` in any case; another value, or two, is 400 naming the accepted ones).
 - ``GET /metrics``: Prometheus metrics, in the format the ``Accept`` header asks for.
 
 and ratewarden's live dashboard (docs/operations.md), read-only:
@@ -62,6 +64,8 @@ Send = Callable[[Message], Awaitable[None]]
 MAX_BODY_BYTES = 1024 * 1024
 #: ``dashboard=`` values: who may open the dashboard.
 DASHBOARD_ACCESS = ("loopback", "any", "off")
+#: ``/rlconfig?format=`` values, matched in any case; ``text`` without the parameter.
+RLCONFIG_FORMATS = ("text", "json")
 _TEXT = "text/plain; charset=utf-8"
 _NO_STORE = (("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff"))
 
@@ -121,6 +125,21 @@ def _is_loopback(peer: str) -> bool:
         return False
     mapped = getattr(address, "ipv4_mapped", None)
     return bool((mapped or address).is_loopback)
+
+
+_JSON_KINDS = ((type(None), "null"), (bool, "true or false"), (str, "a string"), (list, "an array"))
+
+
+def _not_an_object(body: bytes) -> str | None:
+    """What a /json body that is valid JSON but no object is (``"null"``, ``"a number"``...);
+    None for an object, an empty body or text that is no JSON at all (the parser says why)."""
+    if body.lstrip()[:1] in (b"{", b""):
+        return None
+    try:
+        value = json.loads(body)
+    except ValueError:  # not JSON (or not UTF-8): json_format's message says where
+        return None
+    return next((kind for cls, kind in _JSON_KINDS if isinstance(value, cls)), "a number")
 
 
 async def _read_body(receive: Receive, declared: str | None) -> bytes | None:
@@ -225,6 +244,13 @@ class HttpApp:
             return _text(HTTPStatus.INTERNAL_SERVER_ERROR)
 
     async def _json(self, request: _Request) -> _Response:
+        other = _not_an_object(request.body)
+        if other is not None:
+            return _text(
+                HTTPStatus.BAD_REQUEST,
+                f"not a RateLimitRequest: the body must be a JSON object "
+                f'({{"domain": ..., "descriptors": [...]}}), not {other}',
+            )
         try:
             message = json_format.Parse(request.body or b"{}", rls_pb2.RateLimitRequest())
         except (json_format.ParseError, UnicodeDecodeError) as exc:
@@ -253,7 +279,15 @@ class HttpApp:
         return _text(HTTPStatus.INTERNAL_SERVER_ERROR, "NOT SERVING" + extra)
 
     async def _rlconfig(self, request: _Request) -> _Response:
-        if parse_qs(request.query).get("format") == ["json"]:
+        asked = parse_qs(request.query, keep_blank_values=True).get("format", ["text"])
+        form = asked[0].lower()
+        if len(asked) > 1 or form not in RLCONFIG_FORMATS:
+            return _text(
+                HTTPStatus.BAD_REQUEST,
+                f"format must be one of {', '.join(RLCONFIG_FORMATS)} (any case), given once; "
+                f"got {', '.join(repr(value) for value in asked)}",
+            )
+        if form == "json":
             body = json.dumps(self._backend.rules_dict(), indent=2, sort_keys=True) + "\n"
             return _Response(HTTPStatus.OK, body.encode(), "application/json")
         return _Response(HTTPStatus.OK, self._backend.rules_text().encode())
