@@ -43,7 +43,8 @@ statsd_exporter mapping file names them instead (``stats_mapped.MappedMetrics``)
 are ratewarden's own and stay as they are, and so do,
 through ``ratewarden.metrics.PrometheusMetrics`` on the same registry,
 ``ratewarden_decisions_total{rule, algorithm, outcome}``, ``ratewarden_degraded_total{rule,
-failure_mode, reason}`` and ``ratewarden_store_latency_seconds``.
+failure_mode, reason}`` and ``ratewarden_store_latency_seconds`` (not its load shedding
+and region families, ``NOT_SERVED``: nothing in serve feeds them).
 
 With ``--workers N`` the processes share one view: ``ratewarden serve`` sets
 ``PROMETHEUS_MULTIPROC_DIR`` before it starts them, prometheus_client's multiprocess mode keeps
@@ -116,6 +117,25 @@ class _Flushing:
         return []
 
 
+#: ``PrometheusMetrics`` families that only the library's middleware and region budgets
+#: feed: serve never counts them, so it leaves them out of its registry (not empty families).
+NOT_SERVED = frozenset({"ratewarden_shed_decisions", "ratewarden_region_overshoot_requests"})
+
+
+class _ServedOnly:
+    """The registry as ``PrometheusMetrics`` sees it: its collectors but ``NOT_SERVED``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def register(self, collector: Any) -> None:
+        if not any(family.name in NOT_SERVED for family in collector.describe()):
+            self._registry.register(collector)
+
+    def unregister(self, collector: Any) -> None:
+        self._registry.unregister(collector)
+
+
 class ServiceStats(ServiceHooks):
     """Counts what the service decides into ``registry`` (a fresh one unless given).
 
@@ -146,7 +166,7 @@ class ServiceStats(ServiceHooks):
         # collect()) reads the tally flushed.
         self.registry.register(_Flushing(self))
         self.clock: Clock = clock if clock is not None else SystemClock()
-        self.metrics = PrometheusMetrics(self.registry)
+        self.metrics = PrometheusMetrics(_ServedOnly(self.registry))
         self._live = LiveStats(self.clock)
         #: Where each flush's counts go (``statsd.StatsEvents``'s five events): upstream's
         #: stats in the registry by the default mapping's names (``BuiltinMetrics``) or by
