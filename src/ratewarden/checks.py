@@ -14,7 +14,7 @@ import inspect
 import math
 import re
 from collections.abc import Callable, Collection, Sequence
-from typing import ParamSpec, TypeGuard, TypeVar
+from typing import NoReturn, ParamSpec, TypeGuard, TypeVar
 
 from ratewarden.deprecation import UNSET
 from ratewarden.errors import ConfigurationError
@@ -31,12 +31,14 @@ __all__ = [
     "check_rates",
     "check_slot_request",
     "is_number",
+    "init_checked",
     "keywords_checked",
     "refuse_unknown",
 ]
 
 P = ParamSpec("P")
 T = TypeVar("T")
+C = TypeVar("C", bound=type)
 
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
 _ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z")
@@ -203,17 +205,36 @@ def keywords_checked(init: Callable[P, None]) -> Callable[P, None]:
     # A renamed keyword's old name (its default UNSET) is still taken, but not offered.
     takes = tuple(p.name for p in params if p.kind in kinds and p.default is not UNSET)
     positional = tuple(p.name for p in params if p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    by_keyword = tuple(name for name in takes if name not in positional)
 
     @functools.wraps(init)
     def checked(*args: P.args, **kwargs: P.kwargs) -> None:
         if not known.issuperset(kwargs):
             refuse_unknown(type(args[0]).__name__, kwargs, takes)
         if len(args) > len(positional) + 1:
-            raise ConfigurationError(
-                f"{type(args[0]).__name__}: {len(args) - 1} positional arguments given, but it "
-                f"takes at most {len(positional)} ({', '.join(positional)}); give the rest by "
-                "keyword"
-            )
+            _refuse_positional(type(args[0]).__name__, len(args) - 1, positional, by_keyword)
         init(*args, **kwargs)
 
     return checked
+
+
+def init_checked(cls: C) -> C:
+    """``cls`` with the ``__init__`` a dataclass made for it under ``keywords_checked``; put
+    it above ``@dataclass``, which writes ``__init__`` (and, with slots, a new class)."""
+    type.__setattr__(cls, "__init__", keywords_checked(cls.__dict__["__init__"]))
+    return cls
+
+
+def _refuse_positional(
+    owner: str, given: int, positional: Sequence[str], by_keyword: Sequence[str]
+) -> NoReturn:
+    """``owner`` was given ``given`` positional arguments, more than its ``positional``
+    parameters take: say so, and name what it takes by keyword (``by_keyword``), if any."""
+    count = f"{given} positional argument{'s' if given > 1 else ''} given"
+    if positional:
+        takes = f"at most {len(positional)} ({', '.join(positional)})"
+        rest = "; give the rest by keyword" if by_keyword else ""
+    else:
+        takes = "none"
+        rest = f"; give its options by keyword ({', '.join(by_keyword)})" if by_keyword else ""
+    raise ConfigurationError(f"{owner}: {count}, but it takes {takes}{rest}")

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Literal
 
-from ratewarden.checks import check_bool, is_number
+from ratewarden.checks import check_bool, init_checked, is_number
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
@@ -79,6 +79,7 @@ def _check_number(what: str, value: object, *, minimum: float = 0.0) -> float:
     return float(value)
 
 
+@init_checked
 @dataclass(frozen=True, slots=True)
 class HeaderOptions:
     """Which headers to render, and how.

@@ -28,6 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ratewarden.checks import keywords_checked
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.decision import Decision
 from ratewarden.histograms import observe_many
@@ -327,6 +328,7 @@ class LogRateLimiter:
 
     __slots__ = ("_clock", "_entries", "_lock", "interval", "max_keys")
 
+    @keywords_checked
     def __init__(
         self, interval: float = 60.0, *, clock: Clock | None = None, max_keys: int = 1024
     ) -> None:

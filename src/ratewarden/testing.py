@@ -11,6 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from ratewarden.checks import init_checked, keywords_checked
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 
@@ -26,6 +27,7 @@ class ManualClock:
 
     __slots__ = ("_lock", "_now_us")
 
+    @keywords_checked
     def __init__(self, start_epoch_seconds: float = 1_700_000_000.0) -> None:
         if start_epoch_seconds < 0:
             raise ConfigurationError(
@@ -82,6 +84,7 @@ class RecordedDecision:
     decision: Decision
 
 
+@init_checked
 @dataclass
 class DecisionRecorder:
     """An ``on_decision`` hook that keeps every decision, for assertions in tests.
@@ -91,7 +94,7 @@ class DecisionRecorder:
     """
 
     records: list[RecordedDecision] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __call__(self, algorithm: str, key: str, decision: Decision) -> None:
         with self._lock:

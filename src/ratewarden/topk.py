@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ratewarden.checks import keywords_checked
+
 __all__ = ["Heavy", "SpaceSaving", "merge"]
 
 
@@ -38,6 +40,7 @@ class SpaceSaving:
 
     __slots__ = ("_counts", "_errors", "capacity", "total")
 
+    @keywords_checked
     def __init__(self, capacity: int = 100) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"capacity must be a whole number >= 1, got {capacity!r}")

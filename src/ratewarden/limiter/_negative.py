@@ -22,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import NamedTuple
 
+from ratewarden.checks import keywords_checked
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 
@@ -52,6 +53,7 @@ class NegativeCache:
 
     __slots__ = ("_entries", "_hold_us", "_lock", "hits", "max_hold", "max_keys")
 
+    @keywords_checked
     def __init__(
         self, max_keys: int = DEFAULT_NEGATIVE_KEYS, *, max_hold: float | None = None
     ) -> None:

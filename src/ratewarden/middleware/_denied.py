@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ratewarden import headers as rl_headers
+from ratewarden.checks import keywords_checked
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
@@ -104,6 +105,7 @@ class Denied:
     content_type: str
     headers: tuple[Header, ...]
 
+    @keywords_checked
     def __init__(
         self,
         body: bytes | str | dict[str, Any] | list[Any] = b"",

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from ratewarden.checks import check_bool
+from ratewarden.checks import check_bool, keywords_checked
 from ratewarden.errors import ConfigurationError
 from ratewarden.middleware._denied import DeniedHook, check_denied
 from ratewarden.middleware._identity import ANONYMOUS, KeyFunc, by_client_ip
@@ -268,6 +268,7 @@ class Rule:
     fallback: str
     denied: DeniedHook | None = field(repr=False)
 
+    @keywords_checked
     def __init__(
         self,
         name: str,
