@@ -19,8 +19,10 @@ Errors are one line each, never a traceback.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import os
+import socket
 import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -30,6 +32,7 @@ from ratewarden.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from ratewarden.rate import Rate
+    from ratewarden.server.settings import Settings
     from ratewarden.storage.measure import Measured
 
 __all__ = ["METAVARS", "main"]
@@ -200,6 +203,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         chosen = settings.resolve(vars(args), os.environ)
         _config_paths_exist(chosen.config_paths, args.config_paths is not None, os.environ)
+        _hosts_resolve(chosen, vars(args), os.environ)
     except ConfigurationError as exc:
         print(f"ratewarden serve: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -247,6 +251,58 @@ def _config_paths_exist(paths: Sequence[str], flagged: bool, environ: Mapping[st
     for path in paths:
         if not os.path.exists(path):
             raise ConfigurationError(f"{source} {path!r}: does not exist")
+
+
+#: Each listening address, and the upstream variable it can also come from.
+_HOSTS = {
+    "host": "HOST",
+    "grpc_host": "GRPC_HOST",
+    "debug_host": "DEBUG_HOST",
+    "metrics_host": "PROMETHEUS_ADDR",
+}
+
+
+def _hosts_resolve(
+    chosen: Settings, flags: Mapping[str, object], environ: Mapping[str, str]
+) -> None:
+    """An address to listen on that is neither an IP address nor a name this host resolves,
+    refused naming where it was given, as a bad value (exit 2): binding it could only fail.
+    An address that resolves but is not this host's is the bind's to refuse (exit 1)."""
+    from ratewarden.server.options import OPTIONS
+
+    for name, upstream in _HOSTS.items():
+        host = getattr(chosen, name)
+        if host is None:
+            continue
+        problem = _host_problem(host)
+        if problem is None:
+            continue
+        if flags.get(name) is not None:
+            given = f"{OPTIONS[name].flag} {host!r}"
+        elif OPTIONS[name].env in environ:
+            given = f"{OPTIONS[name].env} {host!r}"
+        else:
+            given = f"{upstream}={environ.get(upstream, host)!r}"
+        raise ConfigurationError(f"{given}: {problem}")
+
+
+def _host_problem(host: str) -> str | None:
+    """Why ``host`` cannot be an address to listen on, or None. Numbers and dots only are
+    an IPv4 address or nothing: no name is looked up for them (999.1.1.1 is no name)."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return None
+    if all(part.isascii() and part.isdigit() for part in host.split(".")):
+        return "not an IP address (IPv4 is four numbers from 0 to 255, as 127.0.0.1)"
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        why = exc.strerror if isinstance(exc, socket.gaierror) else exc
+        return f"not an IP address or a name this host can resolve ({why})"
+    return None
 
 
 def _measure(url: str, algorithm: str, limit: Rate, key_length: int) -> tuple[str, Measured]:

@@ -28,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import os
+import socket
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +46,15 @@ from ratewarden.server.grpc_san import ClientSanCheck
 from ratewarden.server.tls_names import check_tls
 from ratewarden.server.tracing import Tracing
 
-__all__ = ["HEALTH_SERVICES", "GrpcServer", "GrpcTls", "RateLimitServicer", "grpc_address"]
+__all__ = [
+    "HEALTH_SERVICES",
+    "GrpcServer",
+    "GrpcTls",
+    "RateLimitServicer",
+    "bind_refusal",
+    "cannot_listen",
+    "grpc_address",
+]
 
 log = logging.getLogger("ratewarden.server.grpc")
 
@@ -200,8 +210,16 @@ class GrpcServer:
         """Listen on ``host:port`` (or the Unix socket ``uds``); return the port bound (useful
         with port 0; 0 on a Unix socket).
 
-        Raises ``OSError`` (EADDRINUSE) when the address cannot be bound.
+        Raises ``OSError`` (``cannot_listen``'s, with the OS's errno) when the address cannot
+        be bound.
         """
+        address = grpc_address(host, port, uds)
+        # grpcio's add_port says only that it failed (grpc-core logs the reason to stderr, a
+        # line before ours): a plain socket bound as grpc-core binds first gives the OS's
+        # reason, and grpc-core is not asked, so its line is not written either.
+        refused = None if uds is not None else bind_refusal(host, port, reuse_port=reuse_port)
+        if refused is not None:
+            raise cannot_listen(address, host, refused)
         # grpc turns SO_REUSEPORT on by default; keep it off unless workers share the
         # port, so that a second server on a busy port fails instead of splitting traffic.
         san = None if self.tls is None else self.tls.client_san
@@ -211,7 +229,6 @@ class GrpcServer:
         )
         self._server.add_generic_rpc_handlers((self._servicer.handler(), *self._services))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
-        address = grpc_address(host, port, uds)
         try:
             if self.tls is None:
                 bound = int(self._server.add_insecure_port(address))
@@ -219,11 +236,15 @@ class GrpcServer:
                 bound = int(self._server.add_secure_port(address, self.tls.credentials()))
         except RuntimeError:  # grpc's "Failed to bind"; its log line has the OS's reason
             bound = 0
-        if bound == 0:
-            raise OSError(
-                errno.EADDRINUSE,
-                f"cannot listen for gRPC on {address}: the address is in use or not available",
-            )
+        if bound == 0:  # taken since the trial bind, or a Unix socket: ask again for the reason
+            refused = None if uds is not None else bind_refusal(host, port, reuse_port=reuse_port)
+            if refused is None:
+                raise OSError(
+                    errno.EADDRNOTAVAIL,
+                    f"cannot listen for gRPC on {address}: grpc-core could not bind it (its "
+                    "log line above gives the reason)",
+                )
+            raise cannot_listen(address, host, refused)
         for name in HEALTH_SERVICES:
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         await self._server.start()
@@ -243,6 +264,54 @@ class GrpcServer:
         await self.health.enter_graceful_shutdown()
         if self._server is not None:
             await self._server.stop(grace)
+
+
+def bind_refusal(host: str, port: int, *, reuse_port: bool = False) -> OSError | None:
+    """The OS's refusal of a socket bound to ``host:port`` as grpc-core binds its own
+    (SO_REUSEADDR; SO_REUSEPORT when workers share the port), or None when one of the host's
+    addresses binds (grpc-core listens on every one it can). The socket is closed at once:
+    it never listens. A host that does not resolve is a ``socket.gaierror``."""
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        return exc
+    first: OSError | None = None
+    for family, kind, proto, _, where in found:
+        try:
+            with socket.socket(family, kind, proto) as trial:
+                trial.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if reuse_port:
+                    trial.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                trial.bind(where)
+        except OSError as exc:
+            first = first or exc
+        else:
+            return None
+    return first
+
+
+def cannot_listen(address: str, host: str, error: OSError) -> OSError:
+    """``error`` (a bind's or a host lookup's) as the one line ``ratewarden serve`` prints:
+    ``cannot listen for gRPC on ADDRESS: REASON (the OS's words)``, the reason saying which
+    refusal it is: the port in use, or an address that is not this host's."""
+    code = error.errno or 0
+    words = error.strerror or str(error)
+    if isinstance(error, socket.gaierror) or code <= 0:
+        # a lookup's: gaierror's codes are not errnos; pygrpc-native's has none (0)
+        reason = f"{host!r} is not an IP address or a name this host can resolve"
+        words = words.removeprefix(f"{address}: ")
+        code = errno.EADDRNOTAVAIL
+    else:
+        words = os.strerror(code)
+        if code == errno.EADDRINUSE:
+            reason = "the port is in use by another process"
+        elif code == errno.EADDRNOTAVAIL:
+            reason = f"{host} is not an address of this host"
+        elif code == errno.EACCES:
+            reason = "not allowed (a port below 1024 needs privileges)"
+        else:
+            reason = "the OS refused it"
+    return OSError(code, f"cannot listen for gRPC on {address}: {reason} ({words})")
 
 
 def _ms(seconds: float) -> int:

@@ -41,10 +41,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -58,6 +58,7 @@ from ratewarden.server.grpc import (
     RATE_LIMIT_SERVICE,
     Answer,
     GrpcTls,
+    cannot_listen,
     grpc_address,
 )
 from ratewarden.server.resumed import Resumed
@@ -109,6 +110,27 @@ def io_threads() -> int:
     return 1 if (os.cpu_count() or 1) <= 3 else 2
 
 
+class _BindWarning(logging.Filter):
+    """pygrpc-native's warning that it could not bind: the OSError it raises then says the
+    same, and ``ratewarden serve`` prints that once, in its own line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("gRPC server could not bind ")
+
+
+@contextlib.contextmanager
+def _without_bind_warning() -> Iterator[None]:
+    """Drop only that warning, only while the front binds (its constructor logs it before it
+    raises, on the calling thread); every other record of the package's logger passes."""
+    front_log = logging.getLogger("pygrpc_native")
+    dropped = _BindWarning()
+    front_log.addFilter(dropped)
+    try:
+        yield
+    finally:
+        front_log.removeFilter(dropped)
+
+
 def _status_bytes(status: int) -> bytes:
     return bytes(health_pb2.HealthCheckResponse(status=status).SerializeToString())
 
@@ -147,7 +169,8 @@ class NativeGrpcServer:
         """Listen on ``host:port`` (or the Unix socket ``uds``); return the port bound (useful
         with port 0; 0 on a Unix socket).
 
-        Raises ``OSError`` (EADDRINUSE) when the address cannot be bound.
+        Raises ``OSError`` (``cannot_listen``'s, with the OS's errno) when the address cannot
+        be bound.
         """
         from pygrpc_native import EVENT_CANCEL, NativeGrpcFront
 
@@ -157,20 +180,17 @@ class NativeGrpcServer:
             # call_details: the front then tracks deadlines and reports cancellations
             # (without it no EVENT_CANCEL comes). Keep-alive as grpc-core servers do:
             # ping only connections with calls.
-            front = NativeGrpcFront(
-                address,
-                methods,
-                call_details=True,
-                reuse_port=reuse_port,
-                keepalive_permit_without_calls=False,
-                io_threads=io_threads(),
-            )
+            with _without_bind_warning():
+                front = NativeGrpcFront(
+                    address,
+                    methods,
+                    call_details=True,
+                    reuse_port=reuse_port,
+                    keepalive_permit_without_calls=False,
+                    io_threads=io_threads(),
+                )
         except OSError as exc:
-            raise OSError(
-                errno.EADDRINUSE,
-                f"cannot listen for gRPC on {address}: the address is in use or not available "
-                f"({exc.strerror or exc})",
-            ) from None
+            raise cannot_listen(address, host, exc) from None
         self._front = front
         self._cancel = EVENT_CANCEL
         self._loop = asyncio.get_running_loop()
