@@ -6,9 +6,10 @@ value, as every flag's is; ``each`` for a repeatable flag's values) and ``rate_a
 from __future__ import annotations
 
 import argparse
+import difflib
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from ratewarden.errors import ConfigurationError
 
@@ -18,9 +19,14 @@ T = TypeVar("T")
 
 
 class CommandParser(argparse.ArgumentParser):
-    """A parser that refuses an unknown argument itself, so a subcommand's error shows
-    its own usage (``ratewarden plan --bogus``: plan's), not the top-level one: argparse
-    hands a subcommand's unknown arguments up to the top-level parser, which reports them.
+    """A parser whose every refusal is one line, exit 2: ``PROG: error: WHAT; see PROG
+    --help``, not the command's whole usage before it (41 lines for ``serve``). An unknown
+    flag is named with the nearest one the command takes (``did you mean --grpc-port?``), a
+    bad choice with the nearest choice.
+
+    It refuses an unknown argument itself, so a subcommand's error names its own prog
+    (``ratewarden plan --bogus``: plan's), not the top-level one: argparse hands a
+    subcommand's unknown arguments up to the top-level parser, which reports them.
     ``add_subparsers`` makes every subcommand's parser of its parent's class."""
 
     def parse_known_args(  # type: ignore[override]
@@ -28,8 +34,46 @@ class CommandParser(argparse.ArgumentParser):
     ) -> tuple[argparse.Namespace, list[str]]:
         parsed, unknown = super().parse_known_args(args, namespace)
         if unknown:
-            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+            self.error(self._unknown(unknown))
         return parsed, unknown
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+    def _unknown(self, unknown: Sequence[str]) -> str:
+        """The unknown flags, each with the nearest known one (``--x=1``: its flag); with
+        none, the arguments no positional took."""
+        flags = [given.split("=", 1)[0] for given in unknown if given.startswith("-")]
+        if not flags:
+            return f"unexpected argument{'s' * (len(unknown) > 1)}: {' '.join(unknown)}"
+        # compared without the dashes, which every flag shares: --bogus is not near --host
+        known = {flag[2:]: flag for flag in self._option_string_actions if flag.startswith("--")}
+        named = []
+        for flag in flags:
+            near = _nearest(flag.lstrip("-"), known)
+            named.append(flag if near is None else f"{flag} (did you mean {known[near]}?)")
+        return f"unknown flag{'s' * (len(flags) > 1)} {', '.join(named)}"
+
+    def _check_value(self, action: argparse.Action, value: object) -> None:
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError:
+            choices = [str(choice) for choice in action.choices or ()]
+            near = _nearest(str(value), choices)
+            if near is None:
+                raise
+            listed = ", ".join(repr(choice) for choice in choices)
+            raise argparse.ArgumentError(
+                action, f"invalid choice: {value!r}; did you mean {near!r}? (choose from {listed})"
+            ) from None
+
+
+def _nearest(given: str, known: Collection[str]) -> str | None:
+    """The one of ``known`` nearest ``given``, if one is near enough: 0.7 of difflib's ratio, so
+    that a swapped or missing letter is (grpc-prot: grpc-port, 0.89) and no mere likeness
+    (bogus: burst, 0.6)."""
+    near = difflib.get_close_matches(given, known, n=1, cutoff=0.7)
+    return near[0] if near else None
 
 
 @contextmanager
