@@ -185,7 +185,9 @@ class FileReader(FieldReader):
                     item,
                     "key",
                     f"duplicate descriptor {composite!r} at this level (first at {first.source}); "
-                    "merge the two entries",
+                    "merge the two entries: two limits on one key go in one entry's "
+                    "rate_limit: limits: list (docs/config.md#limits-several-limits-on-one-"
+                    "descriptor), nested descriptors in its one descriptors: list",
                 )
                 continue
             if first is not None:
