@@ -21,7 +21,10 @@ from ratewarden.plan import PlanInput, plan
 from ratewarden.rate import Rate
 
 NO_BURST = ("fixed_window", "sliding_window", "sliding_log")
-LIBRARY_SAYS = "has no separate burst; drop burst= or use a bucket algorithm (gcra, token_bucket)"
+LIBRARY_SAYS = (
+    "has no separate burst; drop the burst or use a bucket algorithm "
+    "(gcra, token_bucket, leaky_bucket)"
+)
 
 
 @pytest.mark.parametrize("limit", ["100/minute", 100, None])

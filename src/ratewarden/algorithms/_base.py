@@ -72,7 +72,8 @@ def counted_params(name: str, rate: Rate, per: str) -> tuple[int, ...]:
     if rate.burst is not None and rate.burst != rate.limit:
         raise ConfigurationError(
             f"rate {rate}: the {name} algorithm counts {rate.limit} per {per} and has no "
-            "separate burst; drop burst= or use a bucket algorithm (gcra, token_bucket)"
+            "separate burst; drop the burst or use a bucket algorithm (gcra, token_bucket, "
+            "leaky_bucket)"
         )
     return (rate.limit, rate.period_us)
 
