@@ -9,9 +9,11 @@
     ratewarden plan --rps N [...]                    capacity planning: memory, calls/s, bounds
 
 Exit codes: 0 success; 1 ``config check`` found the rule files invalid, the server
-could not start (a busy port) or a worker died; 2 ``serve`` refused to start on bad
-input (a flag or environment variable with a wrong value, a store URL that cannot be
-used, rule files that do not load), or any command's bad command-line input; 141 the
+could not start (a busy port, an address that is not this host's) or a worker died; 2
+``serve`` refused to start on bad input (a flag or environment variable with a wrong
+value, a listening address that is neither an IP address nor a name that resolves, a
+store URL that cannot be used, rule files that do not load), or any command's bad
+command-line input (an unknown flag, named with the nearest known one); 141 the
 reader of the output went away (``| head``), as for a Unix tool killed by SIGPIPE.
 Errors are one line each, never a traceback.
 """
