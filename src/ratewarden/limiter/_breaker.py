@@ -28,7 +28,7 @@ import math
 import threading
 from collections import deque
 
-from ratewarden.checks import check_bool, is_number
+from ratewarden.checks import check_bool, is_number, keywords_checked
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter._metrics_check import check_metrics
@@ -114,6 +114,7 @@ class CircuitBreaker:
         "window",
     )
 
+    @keywords_checked
     def __init__(
         self,
         *,
