@@ -33,7 +33,9 @@ class CommandParser(argparse.ArgumentParser):
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
         parsed, unknown = super().parse_known_args(args, namespace)
-        if unknown:
+        # A stand-in for a command whose extra is not installed (cli.py) takes any flags:
+        # its answer is what to install, not which flag is unknown.
+        if unknown and getattr(parsed, "missing_module", None) is None:
             self.error(self._unknown(unknown))
         return parsed, unknown
 

@@ -9,7 +9,8 @@
     ratewarden plan --rps N [...]                    capacity planning: memory, calls/s, bounds
 
 Exit codes: 0 success; 1 ``config check`` found the rule files invalid, the server
-could not start (a busy port, an address that is not this host's) or a worker died; 2
+could not start (a busy port, an address that is not this host's), a worker died, or
+``serve`` / ``config`` ran without the ``server`` extra installed; 2
 ``serve`` refused to start on bad input (a flag or environment variable with a wrong
 value, a listening address that is neither an IP address nor a name that resolves, a
 store URL that cannot be used, rule files that do not load), or any command's bad
@@ -109,6 +110,30 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
             serve.add_argument(option.flag, dest=name, metavar=METAVARS[name], help=help_text)
 
 
+#: The optional dependencies ``serve`` and ``config check`` need (``ratewarden[server]``).
+SERVER_EXTRA = "ratewarden[server]"
+
+
+def _without_extra(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    help_text: str,
+    missing: ModuleNotFoundError,
+) -> None:
+    """A stand-in for the ``name`` command when its extra is not installed: it takes any
+    arguments, and running it says what to install (the other commands still work)."""
+    stand_in = commands.add_parser(
+        name, help=f"{help_text} (needs {SERVER_EXTRA}, not installed)", add_help=False
+    )
+    stand_in.add_argument("given", nargs="*")
+    stand_in.set_defaults(missing_module=missing.name or str(missing))
+
+
+def _third_party(exc: ModuleNotFoundError) -> bool:
+    """A missing module of a dependency, not one of ratewarden's own (a bug, raised)."""
+    return bool(exc.name) and not (exc.name or "").startswith("ratewarden")
+
+
 def _parser() -> argparse.ArgumentParser:
     # Typed as the base class, so the subcommands' modules take its subparsers as theirs.
     parser: argparse.ArgumentParser = CommandParser(
@@ -119,13 +144,24 @@ def _parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"ratewarden {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _serve_parser(commands)
+    try:
+        _serve_parser(commands)
+    except ModuleNotFoundError as exc:
+        if not _third_party(exc):
+            raise
+        _without_extra(commands, "serve", "run the Envoy rate limit service", exc)
+        server_missing: ModuleNotFoundError | None = exc
+    else:
+        server_missing = None
     from ratewarden.simulate import command as simulate
 
     simulate.add_parser(commands)
     from ratewarden.plan import command as plan
 
     plan.add_parser(commands)
+    if server_missing is not None:  # config check loads rules with the server's reader
+        _without_extra(commands, "config", "work with rule files", server_missing)
+        return parser
     config = commands.add_parser(
         "config",
         help="work with rule files",
@@ -310,7 +346,7 @@ def _host_problem(host: str) -> str | None:
 def _measure(url: str, algorithm: str, limit: Rate, key_length: int) -> tuple[str, Measured]:
     """``ratewarden plan --measure URL``: this is the composition root that opens the store the
     measurement runs on (and closes it); the plan command only asks for the numbers."""
-    from ratewarden.server.settings import redacted, store_scheme
+    from ratewarden.server.store_url import redacted, store_scheme
 
     if store_scheme(url) in ("memory", "memcache"):  # no MEMORY USAGE, no script to time
         raise ConfigurationError(
@@ -356,7 +392,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _command(argv: Sequence[str] | None) -> int:
-    args = _parser().parse_args(argv)
+    # Known flags or not, a command whose extra is missing answers what to install (every
+    # other command's unknown flags are refused by the parser).
+    args, _ = _parser().parse_known_args(argv)
+    missing = getattr(args, "missing_module", None)
+    if missing is not None:
+        print(
+            f"ratewarden {args.command}: error: needs {SERVER_EXTRA}, which is not installed "
+            f"(no module named {missing!r}): install it, e.g. pip install -e '.[server]' in "
+            "a clone",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     if args.command == "serve":
         return _serve(args)
     if args.command == "simulate":
