@@ -19,6 +19,7 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.regions import parse_region_rate
 from ratewarden.simulate import patterns, plots
+from ratewarden.simulate._choices import run_length
 from ratewarden.simulate._fleets import STRATEGIES
 from ratewarden.simulate._partitions import parse_partition
 from ratewarden.simulate._pattern import Pattern
@@ -163,7 +164,7 @@ def from_flags(
     except ConfigurationError as exc:
         raise ConfigurationError(f"--rate {text!r}: {exc}") from None
     chosen = _patterns(specs, list(region_rates))
-    duration = duration_s or 600.0
+    duration = run_length(list(chosen.values()), duration_s)
     cuts = [
         parse_partition(text, list(region_rates), check_duration(duration))
         for text in partitions or ()

@@ -30,6 +30,18 @@ class Replay(Pattern):
             raise ConfigurationError("pattern replay needs file=PATH")
 
     def arrivals(self, horizon: Horizon) -> list[Arrival]:
+        """The log's requests from the start, up to the run's end (``requests`` says how many
+        the run leaves out)."""
+        requests = self.requests()
+        horizon.check_volume(self.name, len(requests))
+        return [
+            (horizon.start_us + offset, 0, cost)
+            for offset, cost in requests
+            if offset < horizon.duration_us
+        ]
+
+    def requests(self) -> list[tuple[int, int]]:
+        """Every line's ``(microseconds after the earliest, cost)``, in time order."""
         try:
             lines = Path(self.file).read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as exc:
@@ -42,10 +54,8 @@ class Replay(Pattern):
             stamps.append(self._parse_line(text, f"{self.file}:{number}"))
         if not stamps:
             raise ConfigurationError(f"pattern replay: {self.file} has no timestamps")
-        horizon.check_volume(self.name, len(stamps))
         first = min(stamp for stamp, _ in stamps)
-        out = [(horizon.start_us + stamp - first, 0, cost) for stamp, cost in stamps]
-        return sorted(a for a in out if a[0] < horizon.end_us)
+        return sorted((stamp - first, cost) for stamp, cost in stamps)
 
     @staticmethod
     def _parse_line(text: list[str], where: str) -> tuple[int, int]:
@@ -59,12 +69,13 @@ class Replay(Pattern):
         cost = 1
         if len(text) == 2:
             if not is_whole(text[1]):
-                raise ConfigurationError(f"{where}: cost {text[1]!r} must be a whole number")
+                sign = ", not negative" if text[1].startswith("-") and is_whole(text[1][1:]) else ""
+                raise ConfigurationError(f"{where}: cost {text[1]!r} must be a whole number{sign}")
             cost = int(text[1])
         return stamp, cost
 
     def describe(self) -> str:
-        return f"replay {Path(self.file).name}"
+        return f"replay {self.file}"  # the path as given: logs of one name in two folders differ
 
 
 def _stamp_us(raw: str, where: str) -> int:

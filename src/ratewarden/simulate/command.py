@@ -31,6 +31,7 @@ from ratewarden.rate import Rate
 from ratewarden.simulate import _regions_flags, bursts, layered, patterns, plots, regions, runner
 from ratewarden.simulate import accuracy as accuracy_report
 from ratewarden.simulate._accuracy_flags import models, sizes
+from ratewarden.simulate._choices import figure_paths, once, run_length
 
 __all__ = ["add_parser", "main"]
 
@@ -215,19 +216,6 @@ def _algorithms(names: Sequence[str] | None) -> list[str]:
     return list(dict.fromkeys(chosen or sorted(algorithms.ALGORITHMS)))
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-")
-
-
-def _plot_path(base: str, pattern: str | None, rate: str | None) -> Path:
-    """``base`` itself, or with the pattern and/or rate(s) that tell several figures apart."""
-    path = Path(base)
-    parts = [_slug(text) for text in (pattern, rate) if text]
-    if not parts:
-        return path
-    return path.with_name(f"{path.stem}-{'-'.join(parts)}{path.suffix}")
-
-
 def _check_plots(bases: Sequence[str] | None) -> None:
     """Refuse a figure that cannot be written (or matplotlib missing) before any run."""
     if bases:
@@ -238,33 +226,37 @@ def _check_plots(bases: Sequence[str] | None) -> None:
 
 def _traffic(args: argparse.Namespace) -> int:
     specs = args.pattern or list(_DEFAULT_PATTERNS)
-    chosen = each("--pattern", specs, patterns.parse)
+    chosen = once("--pattern", specs, each("--pattern", specs, patterns.parse), _label)
     names = _algorithms(args.algorithm)
-    rates = _rates(args.rate, _DEFAULT_RATE, args.burst)
+    texts = args.rate or [_DEFAULT_RATE]
+    rates = once("--rate", texts, _rates(texts, _DEFAULT_RATE, args.burst), str)
     _check_plots(args.plot)
+    lengths = [run_length([p], args.duration) for p in chosen]  # a replay lasts its log
+    combos = [(p, n, r) for p, n in zip(chosen, lengths, strict=True) for r in rates]
+    files = figure_paths(args.plot, [
+        (p.describe() if len(chosen) > 1 else None, str(r) if len(rates) > 1 else None)
+        for p, _, r in combos
+    ])  # fmt: skip
     summaries: list[runner.Summary] = []
-    several_patterns, several_rates = len(chosen) > 1, len(rates) > 1
-    for pattern in chosen:
-        for rate in rates:
-            runs = [runner.run(pattern, name, rate, args.duration or 600.0) for name in names]
-            summaries.extend(one.summary() for one in runs)
-            for base in args.plot or ():
-                path = _plot_path(
-                    base,
-                    runs[0].pattern if several_patterns else None,
-                    str(rate) if several_rates else None,
-                )
-                written = plots.plot_runs(runs, path)
-                print(f"wrote {written}", file=sys.stderr)
+    for (pattern, seconds, rate), paths in zip(combos, files, strict=True):
+        runs = [runner.run(pattern, name, rate, seconds) for name in names]
+        summaries.extend(one.summary() for one in runs)
+        for path in paths:
+            print(f"wrote {plots.plot_runs(runs, path)}", file=sys.stderr)
     print(runner.format_table(summaries), end="")
     return EXIT_OK
+
+
+def _label(pattern: patterns.Pattern) -> str:
+    return pattern.describe()
 
 
 def _layered(args: argparse.Namespace) -> int:
     for flag in ("rate", "burst"):
         if getattr(args, flag) is not None:
             raise ConfigurationError(f"--{flag} cannot be used with --layers; {_NOT_LAYERS[flag]}")
-    chosen = each("--pattern", args.pattern or _DEFAULT_PATTERNS, patterns.parse)
+    specs = args.pattern or list(_DEFAULT_PATTERNS)
+    chosen = once("--pattern", specs, each("--pattern", specs, patterns.parse), _label)
     names = _algorithms(args.algorithm)
     limits = []
     for text in args.layers:  # every layered limit checked on every algorithm before a run
@@ -274,23 +266,26 @@ def _layered(args: argparse.Namespace) -> int:
                 layered.check_layers(name, limits[-1])
         except ConfigurationError as exc:
             raise ConfigurationError(f"--layers {text!r}: {exc}") from None
+    limits = once("--layers", args.layers, limits, _joined)
     _check_plots(args.plot)
+    lengths = [run_length([p], args.duration) for p in chosen]  # a replay lasts its log
+    combos = [(p, n, r) for p, n in zip(chosen, lengths, strict=True) for r in limits]
+    files = figure_paths(args.plot, [
+        (p.describe() if len(chosen) > 1 else None, _joined(r) if len(limits) > 1 else None)
+        for p, _, r in combos
+    ])  # fmt: skip
     summaries: list[layered.LayeredSummary] = []
-    for pattern in chosen:
-        for rates in limits:
-            runs = [
-                layered.run_layered(pattern, name, rates, args.duration or 600.0) for name in names
-            ]
-            summaries.extend(one.summary() for one in runs)
-            for base in args.plot or ():
-                path = _plot_path(
-                    base,
-                    runs[0].pattern if len(chosen) > 1 else None,
-                    " + ".join(map(str, rates)) if len(limits) > 1 else None,
-                )
-                print(f"wrote {plots.plot_runs(runs, path)}", file=sys.stderr)
+    for (pattern, seconds, rates), paths in zip(combos, files, strict=True):
+        runs = [layered.run_layered(pattern, name, rates, seconds) for name in names]
+        summaries.extend(one.summary() for one in runs)
+        for path in paths:
+            print(f"wrote {plots.plot_runs(runs, path)}", file=sys.stderr)
     print(layered.format_layered(summaries), end="")
     return EXIT_OK
+
+
+def _joined(rates: Sequence[Rate]) -> str:
+    return " + ".join(map(str, rates))
 
 
 #: Why a flag of the single-rate table is refused with --layers, and what to write instead.
@@ -326,6 +321,7 @@ def _accuracy(args: argparse.Namespace) -> int:
 
 
 def _regions(args: argparse.Namespace) -> int:
+    figure_paths(args.plot, [(None, None)])  # one figure: a --plot given twice is refused
     run = _regions_flags.from_flags(
         args.region, args.rate, args.pattern, args.sync_interval, args.replication_lag,
         args.duration, check_plots=lambda: _check_plots(args.plot), partitions=args.partition,

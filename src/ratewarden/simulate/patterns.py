@@ -85,7 +85,7 @@ class Steady(Pattern):
         return [(t, 0, 1) for t in times if t < horizon.end_us]
 
     def describe(self) -> str:
-        return f"steady x{self.load:g}"
+        return f"steady x{_num(self.load)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,14 +103,21 @@ class Poisson(Pattern):
         # Poisson counts rarely exceed their mean by much; 10% covers any run this large.
         horizon.check_volume(self.name, 1.1 * horizon.duration_us / gap)
         out: list[Arrival] = []
-        t = horizon.start_us + rng.expovariate(1 / gap)
-        while t < horizon.end_us:
-            out.append((int(t), 0, 1))
-            t += rng.expovariate(1 / gap)
-        return out
+        # Whole microseconds and a fraction below one kept apart: a float time near the start
+        # (1.7e15 us) is 0.25 us coarse and would drop or round every shorter gap.
+        whole, fraction = 0, 0.0
+        while True:
+            fraction += rng.expovariate(1 / gap)
+            step = int(fraction)
+            whole, fraction = whole + step, fraction - step
+            if whole >= horizon.duration_us:
+                return out
+            if len(out) == MAX_ARRIVALS:
+                horizon.check_volume(self.name, MAX_ARRIVALS + 1)
+            out.append((horizon.start_us + whole, 0, 1))
 
     def describe(self) -> str:
-        return f"poisson x{self.load:g}"
+        return f"poisson x{_num(self.load)}{_seed(self.seed)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,20 +133,25 @@ class OnOff(Pattern):
     def arrivals(self, horizon: Horizon) -> list[Arrival]:
         gap = horizon.gap_us(self.load)
         on_us, cycle_us = self.on * SECOND_US, (self.on + self.off) * SECOND_US
-        cycles = math.ceil(horizon.duration_us / cycle_us)
-        horizon.check_volume(self.name, cycles * math.ceil(on_us / gap))
+        # Every cycle that starts in the run sends ceil(on / gap) requests, the last one only
+        # those of its on phase that fall before the end.
+        full, rest = divmod(horizon.duration_us, cycle_us)
+        per_cycle = math.ceil(on_us / gap)
+        horizon.check_volume(self.name, full * per_cycle + math.ceil(min(on_us, rest) / gap))
         out: list[Arrival] = []
-        cycle_start = float(horizon.start_us)
-        while cycle_start < horizon.end_us:
-            t = cycle_start
-            while t < min(cycle_start + on_us, horizon.end_us):
-                out.append((int(t), 0, 1))
-                t += gap
-            cycle_start += cycle_us
+        cycle = 0
+        # Times from the start, each computed afresh (no sum of gaps to drift or lose them).
+        while (cycle_start := cycle * cycle_us) < horizon.duration_us:
+            on_end = min(cycle_start + on_us, horizon.duration_us)
+            index = 0
+            while (t := cycle_start + index * gap) < on_end and index < per_cycle:
+                out.append((horizon.start_us + int(t), 0, 1))
+                index += 1
+            cycle += 1
         return out
 
     def describe(self) -> str:
-        return f"onoff x{self.load:g} {self.on:g}s/{self.off:g}s"
+        return f"onoff x{_num(self.load)} {_num(self.on)}s/{_num(self.off)}s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +210,13 @@ class RetryStorm(Pattern):
 
     def describe(self) -> str:
         jitter = "jitter" if self.jitter else "no jitter"
-        return f"retry-storm {self.clients} clients x{self.load:g} {jitter}"
+        label = f"retry-storm {self.clients} clients x{_num(self.load)} {jitter}"
+        if self.base != 1.0:
+            label += f" base {_num(self.base)}s"
+        if self.cap != 30.0:
+            label += f" cap {_num(self.cap)}s"
+        # Without jitter the seed draws nothing: storms that differ only in it are the same.
+        return label + (_seed(self.seed) if self.jitter else "")
 
 
 class _Storm(Stream):
@@ -229,6 +247,18 @@ class _Storm(Stream):
         return (next_us, client, cost) if next_us < self.horizon.end_us else None
 
 
+def _num(value: float) -> str:
+    """``value`` as short as it reads back exactly: 1.5, 1e-05 (labels of different traffic
+    differ)."""
+    short = f"{value:g}"
+    return short if float(short) == value else repr(value)
+
+
+def _seed(seed: int) -> str:
+    """A seed other than the default, for a label."""
+    return "" if seed == 1 else f" seed {seed}"
+
+
 def _number(name: str, key: str, raw: str) -> float:
     try:
         return float(raw)
@@ -238,7 +268,8 @@ def _number(name: str, key: str, raw: str) -> float:
 
 def _whole(name: str, key: str, raw: str) -> int:
     if not is_whole(raw):
-        raise ConfigurationError(f"pattern {name}: {key}={raw!r} must be a whole number")
+        sign = ", not negative" if raw.startswith("-") and is_whole(raw[1:]) else ""
+        raise ConfigurationError(f"pattern {name}: {key}={raw!r} must be a whole number{sign}")
     return int(raw)
 
 
@@ -296,6 +327,10 @@ def parse(spec: str) -> Pattern:
             known = ", ".join(parsers) or "none"
             raise ConfigurationError(
                 f"pattern {name}: bad parameter {item!r} in {spec!r}; parameters: {known}"
+            )
+        if key in kwargs:
+            raise ConfigurationError(
+                f"pattern {name}: {key} is given twice in {spec!r}; give each parameter once"
             )
         kwargs[key] = parsers[key](name, key, raw.strip())
     return cls(**kwargs)
