@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from ratewarden.argparsing import CommandParser
 from ratewarden.errors import ConfigurationError
-from ratewarden.regions._bound import overshoot_bound, parse_region_rate
+from ratewarden.regions._bound import _seconds_us, overshoot_bound, parse_region_rate
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -65,6 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         rates = dict(pairs)
         if len(rates) != len(pairs):
             raise ConfigurationError("each --region NAME may be given once")
+        # Checked here to name the flags; overshoot_bound names its parameters.
+        _seconds_us("--sync-interval", args.sync_interval, zero_ok=False)
+        _seconds_us("--replication-lag", args.replication_lag, zero_ok=True)
         total = overshoot_bound(rates, args.sync_interval, args.replication_lag)
     except ConfigurationError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -93,6 +93,14 @@ def traffic_weights(demand: Mapping[str, int], regions: tuple[str, ...]) -> dict
     1), so a region that saw no traffic keeps a small allowance and is not
     locked out for a whole interval when traffic moves to it.
     """
+    if not regions:
+        raise ConfigurationError(
+            f"traffic_weights: regions {regions!r} must name at least one region"
+        )
+    if not isinstance(demand, Mapping):
+        raise ConfigurationError(
+            f"traffic_weights: demand {demand!r} must map each region to its demand"
+        )
     for region, count in demand.items():
         if region not in regions:
             raise ConfigurationError(f"demand names region {region!r}; known regions: {regions}")

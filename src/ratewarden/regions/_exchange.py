@@ -52,7 +52,20 @@ class Exchange(Generic[S]):
         return region
 
     def publish_flow(self, interval: int, demand: int) -> Flow[None]:
-        """Add this process's demand of ``interval`` to the region's (kept a few intervals)."""
+        """Add this process's demand of ``interval`` to the region's (kept a few intervals).
+
+        Checked here, in the writer: a bad count published would fail every region's
+        rebalance round that reads it."""
+        if isinstance(interval, bool) or not isinstance(interval, int):
+            raise ConfigurationError(
+                f"{type(self).__name__}.publish: interval {interval!r} must be a whole number "
+                "(the number of the interval the demand was counted in)"
+            )
+        if isinstance(demand, bool) or not isinstance(demand, int) or demand < 0:
+            raise ConfigurationError(
+                f"{type(self).__name__}.publish: demand {demand!r} of region {self.region!r} "
+                "must be a whole number >= 0 (the cost asked in the interval)"
+            )
         store: Any = self.stores[self.region]
         reply = yield Ask(store.publish_demand, (self.region, interval, demand))
         if isinstance(reply, Exception):

@@ -9,6 +9,7 @@ have seen the same increments. The counter's value is the sum of the entries.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -18,11 +19,19 @@ __all__ = ["GCounter"]
 
 
 def check_region(region: object) -> str:
-    """A region name: a non-empty string without ``:``, which the key schema uses as a separator."""
+    """A region name: a non-empty string without ``:``, which the key schema uses as a
+    separator, nor whitespace or control characters (names go into keys and log lines)."""
     if not isinstance(region, str) or not region or ":" in region or region != region.strip():
         raise ConfigurationError(
             f"region name {region!r} must be a non-empty string without ':' or surrounding spaces"
         )
+    for at, char in enumerate(region):
+        if char.isspace() or unicodedata.category(char).startswith("C"):
+            kind = "whitespace" if char.isspace() else "a control character"
+            raise ConfigurationError(
+                f"region name {region!r} holds {kind} (U+{ord(char):04X}) at position {at}; "
+                "a region name may not hold whitespace or control characters"
+            )
     return region
 
 

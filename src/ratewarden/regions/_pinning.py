@@ -41,8 +41,21 @@ class _Pinning(Generic[L]):
         *,
         tenant_of: Callable[[str], str] = _tenant_is_key,
     ) -> None:
-        if not limiters:
-            raise ConfigurationError("limiters must map at least one region to its Limiter")
+        caller = type(self).__name__
+        if not isinstance(limiters, Mapping) or not limiters:
+            raise ConfigurationError(
+                f"{caller}: limiters must map at least one region to its Limiter, not {limiters!r}"
+            )
+        if not isinstance(homes, Mapping):
+            raise ConfigurationError(
+                f"{caller}: homes must map each tenant to its home region (such as "
+                f"{{'acme': 'eu'}}), not {homes!r} ({type(homes).__name__})"
+            )
+        if not callable(tenant_of):
+            raise ConfigurationError(
+                f"{caller}: tenant_of must be a function from a key to its tenant (such as "
+                f"lambda key: key.split('/', 1)[0]), not {tenant_of!r}"
+            )
         for region, limiter in limiters.items():
             check_region(region)
             if not isinstance(limiter, self._kind):

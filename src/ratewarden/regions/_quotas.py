@@ -25,7 +25,6 @@ blocking or awaited), and a rebalance round is a flow the twin's limiter runs.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -69,11 +68,13 @@ class Quota(Generic[L]):
         check_weights(shares)
         if region not in shares:
             raise ConfigurationError(f"shares name {sorted(shares)} but not this region {region!r}")
-        if inspect.iscoroutinefunction(getattr(limiter, "hit", None)) != self._awaited:
-            wanted = "an AsyncLimiter" if self._awaited else "a Limiter"
+        wanted = AsyncLimiter if self._awaited else Limiter
+        if not isinstance(limiter, wanted):
+            # One check for both twins: anything but the twin's limiter (a store, None, the
+            # other twin's limiter) is refused here, not at the first hit.
+            found = "None" if limiter is None else named(type(limiter))
             raise ConfigurationError(
-                f"{type(self).__name__} needs {wanted} over this region's store, not "
-                f"{named(type(limiter))}"
+                f"{type(self).__name__} needs {named(wanted)} over this region's store, not {found}"
             )
         self.limiter: L = limiter
         #: What this region enforces (its anchor and current weights): replaced, never changed.

@@ -50,19 +50,22 @@ from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.limiter import Ask, AsyncLimiter, Gather, Limiter, awaiting, blocking, check_metrics
 from ratewarden.metrics import NO_METRICS, Metrics
 from ratewarden.rate import Rate
-from ratewarden.regions._bound import _seconds_us, overshoot_bound
+from ratewarden.regions._bound import _seconds_us
 from ratewarden.regions._gcounter import check_region
+from ratewarden.regions._peers import PeerWatch
 from ratewarden.regions._rounds import (
     PeerView,
     SyncReport,
     budget_decision,
+    capped_decision,
     check_regions,
     global_rates,
     holds,
     overshoot,
     own_share,
+    round_error,
     shares,
-    silent_peers,
+    timing,
 )
 from ratewarden.regions._stores import check_stores, deprecated_clients, is_client
 
@@ -109,11 +112,12 @@ class Reconciler(Generic[L]):
         stores = self._stores(local, peers)
         self.region_rates = dict(region_rates)
         self.region_rate = region_rates[region]
+        #: Requests a window may be over its limit, at most, while rounds keep up.
+        self.bound, self._lag_us = timing(
+            type(self).__name__, region_rates, sync_interval, replication_lag
+        )
         self.sync_interval = float(sync_interval)
         self.replication_lag = float(replication_lag)
-        #: Requests a window may be over its limit, at most, while rounds keep up.
-        self.bound = overshoot_bound(region_rates, sync_interval, replication_lag)
-        self._lag_us = _seconds_us("replication_lag", replication_lag, zero_ok=True)
         self._share = own_share(self.region, self.region_rates, weights)
         self._shares = shares(self.region_rates, weights)
         #: A peer whose last complete round is older than this is held at its budget.
@@ -135,9 +139,8 @@ class Reconciler(Generic[L]):
         # member ("<limit>:<period_us>:<key>") -> the time until which peers should sync it
         self._active: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
-        # Peers get ``silence`` from this budget's start to show a complete round.
-        self._started_us = self.clock.now_us()
-        self._silent: frozenset[str] = frozenset()
+        #: What rounds learn of peers (silent ones, given ``silence`` from now; their regions).
+        self.watch = PeerWatch(region, self.region_rates, self.clock.now_us(), self._silence_us)
 
     def _stores(self, local: Any, peers: Mapping[str, Any]) -> dict[str, Any]:
         """Every region's store, this one's included, once each twin has checked them."""
@@ -151,7 +154,10 @@ class Reconciler(Generic[L]):
     # -- the request path: local only
 
     def default_cap(self, rate: Rate) -> int:
-        """This region's budget in a window before its first complete round: its share."""
+        """This region's budget in a window before its first complete round: its share; 0
+        while a peer runs without this region (``PeerWatch``: it does not count this one)."""
+        if self.watch.unlisted:
+            return 0
         return rate.limit * self._share.numerator // self._share.denominator
 
     def hit_flow(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Flow[Decision]:
@@ -169,10 +175,11 @@ class Reconciler(Generic[L]):
         check_cost(cost)
         limiter = self._limiter
         capped = yield from limiter.hit_flow(key, self.region_rate, cost)
-        if not capped.allowed:
-            return capped
         members = [f"{rate.limit}:{rate.period_us}:{key}" for rate in found]
         layers = [(m, self.default_cap(r)) for m, r in zip(members, found, strict=True)]
+        if not capped.allowed:  # the budgets as they stand (cost 0 charges nothing)
+            op = self.local.budget_hit_layers(layers, self.region, 0)
+            return capped_decision(capped, (yield from limiter.apply_flow(op)), found, cost)
         reply = yield from limiter.apply_flow(
             self.local.budget_hit_layers(layers, self.region, cost)
         )
@@ -181,8 +188,7 @@ class Reconciler(Generic[L]):
         return budget_decision(reply, found, cost)
 
     def _hash_key(self, member: str) -> str:
-        key: str = self.local.budget_key(member)
-        return key
+        return str(self.local.budget_key(member))
 
     def _remember(self, member: str, rate: Rate) -> None:
         until = self.clock.now_us() + 2 * rate.period_us
@@ -198,8 +204,7 @@ class Reconciler(Generic[L]):
     def sync_flow(self) -> Flow[SyncReport]:
         """One round: ``apply(fetch())``."""
         view = yield from self.fetch_flow()
-        report = yield from self.apply_flow(view)
-        return report
+        return (yield from self.apply_flow(view))
 
     def fetch_flow(self) -> Flow[PeerView]:
         """Publish this region's keys, then read every peer's keys and counts."""
@@ -208,7 +213,8 @@ class Reconciler(Generic[L]):
             for member in [m for m, until in self._active.items() if until <= started]:
                 del self._active[member]
             entries = dict(self._active)
-        published = yield Ask(self.local.publish_active, (self.region, entries, started))
+        regions = self.watch.regions
+        published = yield Ask(self.local.publish_active, (self.region, entries, started, regions))
         if isinstance(published, Exception):
             raise published
         with self._lock:
@@ -234,11 +240,13 @@ class Reconciler(Generic[L]):
         states: dict[str, list[tuple[int, str, int]]] = {m: [] for m in ordered}
         budgets: dict[str, list[tuple[int, str, int]]] = {m: [] for m in ordered}
         rounds: list[tuple[str, int | None]] = []
+        configs: list[tuple[str, tuple[str, ...] | None]] = []
         for (peer, _), found in zip(asked, read, strict=True):
             if found is None:
                 failed.append(peer)
                 continue
             rounds.append((peer, found.last_round))
+            configs.append((peer, found.regions))
             for member, entries_found, (window, cap) in zip(
                 ordered, found.entries, found.budgets, strict=True
             ):
@@ -246,13 +254,15 @@ class Reconciler(Generic[L]):
                 budgets[member].append((window, peer, cap))
         frozen = tuple((m, tuple(states[m])) for m in ordered)
         held = tuple(tuple(budgets[m]) for m in ordered)
-        return PeerView(started, frozen, tuple(failed), tuple(rounds), held)
+        return PeerView(started, frozen, tuple(failed), tuple(rounds), held, tuple(configs))
 
     def _peer_flow(self, peer: str, what: str, method: Callable[..., Any], *args: Any) -> Flow[Any]:
         """One exchange call to ``peer``: its answer, or None (logged) when it failed."""
         reply = yield Ask(method, args)
         if isinstance(reply, StorageError):
-            log.warning("region %s: peer %s %s: %r", self.region, peer, what, reply)
+            # The error rides along unprinted (%.0s) for filters that look at it (simulate's).
+            said = (self.region, peer, what, round_error(reply), reply)
+            log.warning("region %s: peer %s %s: %s%.0s; the round leaves the cap as it was", *said)
             return None
         if isinstance(reply, Exception):
             raise reply
@@ -263,11 +273,13 @@ class Reconciler(Generic[L]):
         now = self.clock.now_us()
         stale = now - view.started_us > self._lag_us
         complete = not view.failed and not stale
-        silent = self._held_peers(view) if complete else ()
+        silent = self.watch.silent(view) if complete else ()
+        differing = self.watch.configs(view.configs)
         worst = 0
         if view.states:
             share = (self._share.numerator, self._share.denominator)
-            held = holds(view, silent, self._shares)
+            kept = sorted(set(silent).union(differing)) if complete else []
+            held = holds(view, kept, self._shares, differing)
             ops = [
                 self.local.budget_merge(member, self.region, share, complete, entries, hold)
                 for (member, entries), hold in zip(view.states, held, strict=True)
@@ -282,24 +294,7 @@ class Reconciler(Generic[L]):
             if isinstance(recorded, Exception):
                 raise recorded
         self.metrics.region_overshoot(region=self.region, requests=worst)
-        return SyncReport(len(view.states), complete, stale, view.failed, worst, silent)
-
-    def _held_peers(self, view: PeerView) -> tuple[str, ...]:
-        """The answering peers held at their budget (``silent_peers``), logged as they
-        go silent and come back."""
-        silent = silent_peers(view, self._started_us, self._silence_us)
-        for peer in sorted(set(silent) ^ self._silent):
-            if peer in silent:
-                what = "completed no round in the last %.3gs: its whole budget is held for it"
-                args = (self.region, peer, self.silence)
-                log.warning(
-                    "region %s: peer %s " + what, *args, extra={"event": "region_peer_held"}
-                )
-            else:
-                back = {"event": "region_peer_back"}
-                log.info("region %s: peer %s completes rounds again", self.region, peer, extra=back)
-        self._silent = frozenset(silent)
-        return silent
+        return SyncReport(len(view.states), complete, stale, view.failed, worst, silent, differing)
 
     def __repr__(self) -> str:
         return (
@@ -321,9 +316,9 @@ class ReconciledBudget(Reconciler[Limiter]):
     (give the store a clock in tests; without one, windows follow this region's
     Redis ``TIME``).
 
-    Give the stores' clients a ``socket_timeout``: the budget script and the
-    exchange run on them and wait as long as they do. ``local``'s ``timeout``
-    bounds only the rate cap's calls. A round reads the peers one after another.
+    Give the stores' clients a ``socket_timeout``: the budget script and the exchange run
+    on them and wait as long as they do. ``local``'s ``timeout`` bounds only the rate
+    cap's calls. A round reads the peers one after another.
 
     Deprecated, for one release: redis clients for ``local`` and ``peers``, with
     ``clock``, ``prefix`` and ``timeout`` for the stores made from them (a

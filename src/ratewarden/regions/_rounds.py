@@ -8,28 +8,32 @@ blocking and the asyncio budgets compute everything here once.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from ratewarden.checks import check_rates
 from ratewarden.decision import Decision, layered_decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
-from ratewarden.regions._bound import check_weights
+from ratewarden.regions._bound import _seconds_us, check_weights, overshoot_bound
 from ratewarden.regions._gcounter import check_region
 
 __all__ = [
     "PeerView",
     "SyncReport",
     "budget_decision",
+    "capped_decision",
     "check_regions",
     "global_rates",
     "holds",
     "overshoot",
     "own_share",
+    "round_error",
     "shares",
     "silent_peers",
+    "timing",
 ]
 
 _MAX_LIMIT = 10**12  # counts are written by Lua as %d of a double: exact far below 2**53
@@ -49,6 +53,8 @@ class PeerView:
     failed: tuple[str, ...]
     rounds: tuple[tuple[str, int | None], ...] = ()
     budgets: tuple[tuple[tuple[int, str, int], ...], ...] = ()
+    #: Each answering peer's published regions (None if it published none).
+    configs: tuple[tuple[str, tuple[str, ...] | None], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +68,8 @@ class SyncReport:
     overshoot: int
     #: Peers held at their whole budget: they answered, but completed no round lately.
     silent: tuple[str, ...] = ()
+    #: Peers that run with other regions than this one, held at their whole budget too.
+    differing: tuple[str, ...] = ()
 
 
 def own_share(
@@ -138,6 +146,27 @@ def budget_decision(reply: Sequence[int], rates: Sequence[Rate], cost: int) -> D
     return layered_decision(layers, cost)
 
 
+def capped_decision(
+    capped: Decision, reply: Sequence[int], rates: Sequence[Rate], cost: int
+) -> Decision:
+    """A hit the region's rate cap denied, as a Decision of the global ``rates`` (one layer
+    each, in their order, combined as ``budget_decision`` combines them), from ``capped``
+    (the cap's Decision) and the budget script's reply for cost 0 (what each budget holds).
+
+    A layer whose budget had room for ``cost`` is denied by the cap: its ``retry_after`` is
+    the cap's wait. A layer whose budget had none waits for its window's end (``_layer``),
+    or the cap's wait if longer. ``remaining`` and ``reset_after`` are the budget's."""
+    layers = []
+    for i, rate in enumerate(rates):
+        own, cap, reset_us = reply[3 * i + 1 : 3 * i + 4]
+        layer = _layer(own + cost <= cap, (own, cap, reset_us), rate, cost)
+        wait = max(capped.retry_after, 0.0 if layer.allowed else layer.retry_after)
+        layers.append(replace(layer, allowed=False, retry_after=wait))
+    if len(layers) == 1:
+        return layers[0]
+    return layered_decision(layers, cost)
+
+
 def _layer(allowed: bool, counts: Sequence[int], rate: Rate, cost: int) -> Decision:
     """One layer's Decision from its ``(own, cap, reset_us)``."""
     own, cap, reset_us = counts
@@ -177,11 +206,15 @@ def silent_peers(view: PeerView, started_us: int, silence_us: int) -> tuple[str,
 
 
 def holds(
-    view: PeerView, silent: Sequence[str], region_shares: Mapping[str, Fraction]
+    view: PeerView,
+    silent: Sequence[str],
+    region_shares: Mapping[str, Fraction],
+    whole: Sequence[str] = (),
 ) -> list[list[tuple[int, str, int, int]]]:
     """Per member of ``view``, the merge's holds: each silent peer's hash window and cap (-1
     when it has none; a view made by hand without ``budgets`` has none) and the default cap
-    its share of the member's limit gives it."""
+    its share of the member's limit gives it; for a peer of ``whole`` (one that runs with
+    other regions, whose share here is not its own), the whole limit."""
     held: list[list[tuple[int, str, int, int]]] = []
     budgets = view.budgets or tuple(() for _ in view.states)
     for (member, _), found in zip(view.states, budgets, strict=True):
@@ -191,7 +224,8 @@ def holds(
         for peer in silent:
             window, cap = seen.get(peer, (-1, -1))
             share = region_shares[peer]
-            member_holds.append((window, peer, cap, limit * share.numerator // share.denominator))
+            default = limit if peer in whole else limit * share.numerator // share.denominator
+            member_holds.append((window, peer, cap, default))
         held.append(member_holds)
     return held
 
@@ -210,3 +244,28 @@ def check_regions(
             f"region_rates names {sorted(region_rates)}, but the regions are "
             f"{sorted(expected)}: give every region (this one and each peer) a rate"
         )
+
+
+def timing(
+    caller: str, region_rates: Mapping[str, Rate], sync_interval: object, replication_lag: object
+) -> tuple[int, int]:
+    """A budget's ``bound`` and its ``replication_lag`` in microseconds, once both intervals
+    are checked (a ConfigurationError naming ``caller`` and the parameter if not)."""
+    try:
+        lag_us = _seconds_us("replication_lag", replication_lag, zero_ok=True)
+        bound = overshoot_bound(region_rates, sync_interval, replication_lag)  # type: ignore[arg-type]
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{caller}: {exc}") from None
+    return bound, lag_us
+
+
+#: The tail of a store error's words that speaks of a hit's failure mode, which a round has none of.
+_HIT_TAIL = re.compile(
+    r"[;:]? *(the decision may or may not have been applied: )?the failure mode decides what to do$"
+)
+
+
+def round_error(exc: BaseException) -> str:
+    """``exc``'s words as a round's log line says them: without those about a hit's failure
+    mode (a round has none: it leaves the cap as it was)."""
+    return _HIT_TAIL.sub("", str(exc))

@@ -4,7 +4,11 @@
 ``budget.sync()`` in an asyncio task. Both start a round every interval,
 however long the last one took (the bound assumes so), and log a failed round
 (this region's Redis down) and go on: caps are then not recomputed, so the
-budget does not grow. The round itself is the budget's (``Reconciler``).
+budget does not grow. An unexpected error (not a ``RatewardenError``: a bug) ends
+the rounds: it is logged at once, as an error naming the region, and ``stop()``
+raises it. The round itself is the budget's (``Reconciler``).
+
+Each takes its own twin of the budget and refuses the other's, naming the syncer to use.
 """
 
 from __future__ import annotations
@@ -15,26 +19,66 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from ratewarden.errors import RatewardenError
+from ratewarden.errors import ConfigurationError, RatewardenError
+from ratewarden.regions._reconcile import AsyncReconciledBudget, ReconciledBudget
+from ratewarden.regions._rounds import round_error
 
 if TYPE_CHECKING:
     from ratewarden.clock import Clock
-    from ratewarden.regions._reconcile import AsyncReconciledBudget, ReconciledBudget, SyncReport
+    from ratewarden.regions._reconcile import SyncReport
 
 __all__ = ["SyncTask", "SyncThread"]
 
 log = logging.getLogger("ratewarden.regions")
 
 
+def _checked(caller: str, budget: object, *, awaited: bool) -> None:
+    """Refuse anything but the budget twin ``caller`` runs, naming the syncer of the other."""
+    wanted, other, twin = (
+        (AsyncReconciledBudget, ReconciledBudget, "SyncThread")
+        if awaited
+        else (ReconciledBudget, AsyncReconciledBudget, "SyncTask")
+    )
+    if isinstance(budget, wanted):
+        return
+    if isinstance(budget, other):
+        raise ConfigurationError(
+            f"{caller} runs the rounds of {wanted.__name__}, not of {other.__name__}: "
+            f"use {twin}(budget) for it"
+        )
+    raise ConfigurationError(
+        f"{caller} takes {'an' if awaited else 'a'} {wanted.__name__}, not {budget!r} "
+        f"({type(budget).__name__})"
+    )
+
+
+def _stopped(region: str, exc: BaseException) -> None:
+    """Log the unexpected error that ended ``region``'s rounds."""
+    log.error(
+        "region %s: sync rounds stopped by an unexpected error (%s: %s); no more rounds run, "
+        "so its peers hold it at its budget",
+        region,
+        type(exc).__name__,
+        exc,
+        exc_info=exc,
+        extra={"event": "region_sync_stopped", "region": region},
+    )
+
+
 class SyncThread:
     """Runs ``budget.sync()`` every ``sync_interval`` seconds of real time in a daemon thread.
 
     A round that fails (this region's Redis down) is logged and retried at the
-    next interval; caps are then not recomputed, so the budget does not grow.
+    next interval; caps are then not recomputed, so the budget does not grow. An
+    unexpected error ends the thread, logged as an error (``region_sync_stopped``);
+    ``stop()`` raises it. Refuses an ``AsyncReconciledBudget`` (``SyncTask`` runs those).
     """
 
     def __init__(self, budget: ReconciledBudget) -> None:
+        _checked("SyncThread", budget, awaited=False)
         self.budget = budget
+        #: The unexpected error that ended the rounds, if one did.
+        self.error: BaseException | None = None
         #: Rounds run, and those that recomputed the caps (every peer answered in time).
         self.rounds = 0
         self.complete_rounds = 0
@@ -50,9 +94,13 @@ class SyncThread:
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop after the current round (waiting at most ``timeout`` seconds)."""
+        """Stop after the current round (waiting at most ``timeout`` seconds); raises the
+        unexpected error that ended the rounds, if one did."""
         self._stop.set()
-        self._thread.join(timeout)
+        if self._thread.is_alive() or self._thread.ident is not None:
+            self._thread.join(timeout)
+        if self.error is not None:
+            raise self.error
 
     def _run(self) -> None:
         interval = self.budget.sync_interval
@@ -63,7 +111,15 @@ class SyncThread:
                 self.last = self.budget.sync()
                 self.complete_rounds += self.last.complete
             except RatewardenError as exc:
-                log.warning("region %s: sync round failed: %s", self.budget.region, exc)
+                log.warning(
+                    "region %s: sync round failed: %s; the cap stays as it was",
+                    self.budget.region,
+                    round_error(exc),
+                )
+            except Exception as exc:
+                self.error = exc
+                _stopped(self.budget.region, exc)
+                return
             self.rounds += 1
             # Rounds start every interval, however long one took (the bound assumes so).
             wait = max(0.0, interval - (time.monotonic() - started))
@@ -88,6 +144,7 @@ class SyncTask:
     """
 
     def __init__(self, budget: AsyncReconciledBudget, *, clock: Clock | None = None) -> None:
+        _checked("SyncTask", budget, awaited=True)
         self.budget = budget
         #: Rounds run, and those that recomputed the caps (every peer answered in time).
         self.rounds = 0
@@ -137,7 +194,14 @@ class SyncTask:
                 self.last = await self.budget.sync()
                 self.complete_rounds += self.last.complete
             except RatewardenError as exc:
-                log.warning("region %s: sync round failed: %s", self.budget.region, exc)
+                log.warning(
+                    "region %s: sync round failed: %s; the cap stays as it was",
+                    self.budget.region,
+                    round_error(exc),
+                )
+            except Exception as exc:
+                _stopped(self.budget.region, exc)
+                raise
             self.rounds += 1
             if self._stopping:
                 return

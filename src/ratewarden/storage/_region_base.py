@@ -38,6 +38,8 @@ from ratewarden.storage._region_plan import (
     ROUND_TTL_S,
     PeerRound,
     RegionPlan,
+    decode_regions,
+    encode_regions,
     taken_field,
 )
 from ratewarden.storage._scripts import script
@@ -108,9 +110,10 @@ def _entries(fields: Mapping[Any, Any]) -> list[Entry]:
 
 
 def _peer_round(replies: list[Any]) -> PeerRound:
-    hashes = [_fields(found) for found in replies[1:]]
+    hashes = [_fields(found) for found in replies[2:]]
     last = None if replies[0] is None else int(replies[0])
-    return PeerRound(last, [entries(f) for f in hashes], [held(f) for f in hashes])
+    regions = decode_regions(None if replies[1] is None else _text(replies[1]))
+    return PeerRound(last, [entries(f) for f in hashes], [held(f) for f in hashes], regions)
 
 
 def _nothing(replies: list[Any]) -> None:
@@ -201,10 +204,17 @@ class RegionBase(RegionPlan, FromUrl):
     # -- the exchange, each call one pipelined round trip ------------------------------------
 
     def _publish_active_batch(
-        self, region: str, members: Mapping[str, int], now_us: int
+        self,
+        region: str,
+        members: Mapping[str, int],
+        now_us: int,
+        regions: Sequence[str] | None = None,
     ) -> Batch[None]:
         key = self._active_key(region)
         commands: list[Command] = [("zremrangebyscore", (key, "-inf", now_us), {})]
+        if regions is not None:
+            config = (self._config_key(region), encode_regions(regions))
+            commands.append(("set", config, {"ex": ROUND_TTL_S}))
         if members:
             commands.append(("zadd", (key, dict(members)), {}))
             ttl_ms = max(1, (max(members.values()) - now_us) // 1_000)
@@ -231,7 +241,10 @@ class RegionBase(RegionPlan, FromUrl):
         return Batch((command,), _nothing)
 
     def _read_round_batch(self, region: str, members: Sequence[str]) -> Batch[PeerRound]:
-        commands: list[Command] = [("get", (self._round_key(region),), {})]
+        commands: list[Command] = [
+            ("get", (self._round_key(region),), {}),
+            ("get", (self._config_key(region),), {}),
+        ]
         commands.extend(("hgetall", (self.budget_key(member),), {}) for member in members)
         return Batch(tuple(commands), _peer_round)
 

@@ -12,6 +12,7 @@ A *member*, ``<limit>:<period_us>:<key>``, names one (global rate, key) in the e
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import ClassVar, NamedTuple
 
@@ -29,6 +30,8 @@ __all__ = [
     "Hold",
     "PeerRound",
     "RegionPlan",
+    "decode_regions",
+    "encode_regions",
     "member_of",
     "taken_field",
 ]
@@ -44,11 +47,33 @@ ROUND_TTL_S = 3600
 class PeerRound(NamedTuple):
     """What a round reads of one peer (``read_round``): when the peer last completed a
     round (us on its clock, None if it never did or it is forgotten), and per member its
-    window hash's entries and (window, cap) (-1 for either it does not have)."""
+    window hash's entries and (window, cap) (-1 for either it does not have); and the
+    regions the peer runs with, as its last round published them (None if it published
+    none: an older ratewarden, or none yet)."""
 
     last_round: int | None
     entries: list[list[Entry]]
     budgets: list[tuple[int, int]]
+    regions: tuple[str, ...] | None = None
+
+
+def encode_regions(regions: Sequence[str]) -> str:
+    """The regions a budget runs with (its own and its peers'), as a round publishes them."""
+    return json.dumps(sorted(regions))
+
+
+def decode_regions(text: str | None) -> tuple[str, ...] | None:
+    """What ``encode_regions`` wrote; None for nothing, or anything that is not a list of
+    names (read as an older peer's: no set to compare)."""
+    if text is None:
+        return None
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(found, list) or not all(isinstance(name, str) for name in found):
+        return None
+    return tuple(found)
 
 
 def taken_field(interval: int) -> str:
@@ -122,6 +147,10 @@ class RegionPlan:
 
     def _round_key(self, region: str) -> str:
         return f"{self.prefix}:regions:round:{region}"
+
+    def _config_key(self, region: str) -> str:
+        """The regions ``region`` runs with (``encode_regions``), written by its rounds."""
+        return f"{self.prefix}:regions:config:{region}"
 
     def _demand_key(self, region: str) -> str:
         return f"{self.prefix}:regions:demand:{region}"

@@ -50,6 +50,8 @@ from ratewarden.storage._region_plan import (
     ROUND_TTL_S,
     PeerRound,
     RegionPlan,
+    decode_regions,
+    encode_regions,
     taken_field,
 )
 from ratewarden.storage.memory import MemoryStore
@@ -146,10 +148,24 @@ class MemoryRegionStore(MemoryRegionBase):
 
     # -- the exchange ------------------------------------------------------------------------
 
-    def publish_active(self, region: str, members: Mapping[str, int], now_us: int) -> None:
+    def publish_active(
+        self,
+        region: str,
+        members: Mapping[str, int],
+        now_us: int,
+        regions: Sequence[str] | None = None,
+    ) -> None:
         """Add ``members`` (member -> until, us) to ``region``'s active set, and drop the
-        members whose time has passed at ``now_us``."""
+        members whose time has passed at ``now_us``; with ``regions``, record them as the
+        regions ``region`` runs with (``read_round`` reads them)."""
         added = dict(members)
+        if regions is not None:
+            config = encode_regions(regions)
+
+            def record(states: list[Any], now: int) -> tuple[None, list[Write]]:
+                return None, [(0, config, now + ROUND_TTL_S * 1_000_000)]
+
+            self.table._transact((self._config_key(region),), record)
 
         def step(states: list[Any], now: int) -> tuple[None, list[Write]]:
             # ZREMRANGEBYSCORE -inf now_us, then ZADD: members given anew take their new time.
@@ -191,15 +207,20 @@ class MemoryRegionStore(MemoryRegionBase):
         self.table._transact((self._round_key(region),), step)
 
     def read_round(self, region: str, members: Sequence[str]) -> PeerRound:
-        """``region``'s last complete round and each member's entries and (window, cap):
-        what a peer's round reads of this store."""
+        """``region``'s last complete round, the regions it runs with, and each member's
+        entries and (window, cap): what a peer's round reads of this store."""
 
         def step(states: list[Any], now: int) -> tuple[PeerRound, list[Write]]:
-            hashes = [fields or {} for fields in states[1:]]
-            found = PeerRound(states[0], [entries(f) for f in hashes], [held(f) for f in hashes])
-            return found, []
+            hashes = [fields or {} for fields in states[2:]]
+            regions = decode_regions(states[1])
+            counts = [entries(f) for f in hashes]
+            return PeerRound(states[0], counts, [held(f) for f in hashes], regions), []
 
-        keys = [self._round_key(region), *(self.budget_key(member) for member in members)]
+        keys = [
+            self._round_key(region),
+            self._config_key(region),
+            *(self.budget_key(member) for member in members),
+        ]
         return self.table._transact(keys, step)
 
     def publish_demand(self, region: str, interval: int, demand: int) -> None:

@@ -178,10 +178,17 @@ class RegionStore(RegionBase):
 
     # -- the exchange ------------------------------------------------------------------------
 
-    def publish_active(self, region: str, members: Mapping[str, int], now_us: int) -> None:
+    def publish_active(
+        self,
+        region: str,
+        members: Mapping[str, int],
+        now_us: int,
+        regions: Sequence[str] | None = None,
+    ) -> None:
         """Add ``members`` (member -> until, us) to ``region``'s active set, and drop the
-        members whose time has passed at ``now_us``."""
-        self._send(self._publish_active_batch(region, members, now_us))
+        members whose time has passed at ``now_us``; with ``regions``, record them as the
+        regions ``region`` runs with (``read_round`` reads them)."""
+        self._send(self._publish_active_batch(region, members, now_us, regions))
 
     def active(self, region: str, now_us: int, limit: int) -> list[str]:
         """The members of ``region``'s active set still live at ``now_us``, at most ``limit``."""
@@ -196,8 +203,8 @@ class RegionStore(RegionBase):
         self._send(self._finish_round_batch(region, at_us))
 
     def read_round(self, region: str, members: Sequence[str]) -> PeerRound:
-        """``region``'s last complete round and each member's entries and (window, cap),
-        in one round trip: what a peer's round reads of this store."""
+        """``region``'s last complete round, the regions it runs with, and each member's
+        entries and (window, cap), in one round trip: what a peer's round reads of this store."""
         return self._send(self._read_round_batch(region, members))
 
     def publish_demand(self, region: str, interval: int, demand: int) -> None:
@@ -315,9 +322,15 @@ class AsyncRegionStore(RegionBase):
             await self._registered(op)(keys=list(op.keys), args=self._args(op), client=pipe)
         return list(await pipe.execute(raise_on_error=False))
 
-    async def publish_active(self, region: str, members: Mapping[str, int], now_us: int) -> None:
+    async def publish_active(
+        self,
+        region: str,
+        members: Mapping[str, int],
+        now_us: int,
+        regions: Sequence[str] | None = None,
+    ) -> None:
         """See ``RegionStore.publish_active``."""
-        await self._send(self._publish_active_batch(region, members, now_us))
+        await self._send(self._publish_active_batch(region, members, now_us, regions))
 
     async def active(self, region: str, now_us: int, limit: int) -> list[str]:
         """See ``RegionStore.active``."""
