@@ -112,16 +112,28 @@ def _poisson(gap_us: float, duration_us: int, rng: random.Random) -> Iterator[in
 
 
 def _onoff(gap_us: float, duration_us: int, rng: random.Random) -> Iterator[int]:
-    """Bursts at ``(on + off) / on`` times the mean rate, silence in between."""
-    burst_rate = (_ON_S + _OFF_S) / _ON_S / gap_us
-    t = rng.expovariate(1.0 / (_OFF_S * _SECOND_US))  # sources start at random phases
-    while t < duration_us:
-        end = t + rng.expovariate(1.0 / (_ON_S * _SECOND_US))
-        t += rng.expovariate(burst_rate)
-        while t < end and t < duration_us:
-            yield int(t)
-            t += rng.expovariate(burst_rate)
-        t = end + rng.expovariate(1.0 / (_OFF_S * _SECOND_US))
+    """Bursts at ``(on + off) / on`` times the mean rate, silence in between.
+
+    The phases are exponential (memoryless), so the bursts that end between two requests
+    are drawn at once: their number is geometric, the burst time between the requests a
+    gamma of one more, the silences a gamma of as many. The cost is per request, however
+    many phases a quiet source lets pass.
+    """
+    burst = (_ON_S + _OFF_S) / _ON_S / gap_us  # requests per us during a burst
+    ends = 1.0 / (_ON_S * _SECOND_US)  # bursts ending per us of burst
+    off_us = _OFF_S * _SECOND_US
+    log_ended = math.log1p(-burst / (burst + ends))  # log P(the burst ends before a request)
+    t = rng.expovariate(1.0 / off_us)  # sources start at random phases
+    while True:
+        ended = math.floor(math.log(1.0 - rng.random()) / log_ended)
+        if ended == 0:
+            t += rng.expovariate(burst + ends)
+        else:
+            t += rng.gammavariate(ended + 1, 1.0 / (burst + ends))
+            t += rng.gammavariate(ended, off_us)
+        if t >= duration_us:
+            return
+        yield int(t)
 
 
 def _pareto(gap_us: float, duration_us: int, rng: random.Random) -> Iterator[int]:
