@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
 
 from ratewarden import algorithms
 from ratewarden.errors import ConfigurationError
@@ -171,7 +173,7 @@ def _traffic(p: PlanInput, rows: list[Row]) -> tuple[float, float | None]:
                 "traffic",
                 "per primary",
                 f"{count(per_primary)}/s",
-                f"{count(calls)} / {p.primaries} primaries",
+                f"{count(calls)} / {_primaries(p.primaries)}",
             )
         )
     return calls, per_primary
@@ -201,7 +203,7 @@ def _memory(p: PlanInput, rows: list[Row]) -> float | None:
                 "memory",
                 "per primary",
                 as_bytes(total / p.primaries),
-                f"{as_bytes(total)} / {p.primaries} primaries",
+                f"{as_bytes(total)} / {_primaries(p.primaries)}",
             )
         )
     if p.replicas:
@@ -235,11 +237,16 @@ def _capacity(p: PlanInput, calls: float, rows: list[Row]) -> tuple[int | None, 
     usable = p.calls_per_primary * p.max_utilization
     ratio = calls / usable if usable else math.inf
     supply = ("calls_per_primary", "max_utilization")
-    # Float noise (24,300.000000000004 / 8,100) must not add a primary the formula does not show.
-    ratio = bounded(ratio, "primaries needed", (*_CALLS, *supply)) * (1 - 1e-12)
-    needed = max(1, math.ceil(ratio))
-    shown = f"{exact(p.calls_per_primary)} x {exact(p.max_utilization)}"
-    rows.append(Row("primaries", "needed", str(needed), f"ceil({exact(calls)} / ({shown}))"))
+    bounded(ratio, "primaries needed", (*_CALLS, *supply))
+    # The formula's own numbers, evaluated exactly: float noise (24,300.000000000004 / 8,100)
+    # adds no primary the formula does not show, and a huge ratio loses none.
+    operands = (exact(calls), exact(p.calls_per_primary), exact(p.max_utilization))
+    wanted, per, share = (Fraction(Decimal(text.replace(",", ""))) for text in operands)
+    formula = f"ceil({operands[0]} / ({operands[1]} x {operands[2]}))"
+    needed = math.ceil(wanted / (per * share))
+    if needed == 0:  # no calls still take a primary to hold the keys
+        needed, formula = 1, f"max(1, {formula}): at least one"
+    rows.append(Row("primaries", "needed", f"{needed:,}", formula))
     primaries = p.primaries or needed
     rho = bounded(calls / primaries / p.calls_per_primary, "utilization", _LOAD)
     percent, fraction = utilization(rho)
@@ -247,6 +254,10 @@ def _capacity(p: PlanInput, calls: float, rows: list[Row]) -> tuple[int | None, 
     rows.append(Row("primaries", "utilization", percent, per_primary))
     service = f"{1000 / p.calls_per_primary:.3g}"
     return needed, _latency(p, calls, primaries, (rho, fraction, service), rows)
+
+
+def _primaries(number: int) -> str:
+    return f"{number:,} {'primary' if number == 1 else 'primaries'}"
 
 
 def _latency(
@@ -262,7 +273,7 @@ def _latency(
         )
         return None
     if rho >= 1:
-        cannot = f"{primaries} primaries cannot serve {count(calls)} calls/s"
+        cannot = f"{_primaries(primaries)} cannot serve {count(calls)} calls/s"
         rows.append(Row("latency", "added", "unbounded", cannot))
         return math.inf
     latency = p.rtt_ms + float(service) / (1 - float(fraction))

@@ -143,6 +143,8 @@ def _region(flag: str) -> argparse._ActionType:
 
 
 _ZERO_OK = functools.partial(_number, zero_ok=True)
+#: A typical key's limit when --limit is not given.
+DEFAULT_LIMIT = "100/minute"
 #: The keys --measure writes when --key-length is not given.
 DEFAULT_KEY_LENGTH = 32
 #: The longest key --measure writes (ratewarden.storage.measure's own bound).
@@ -164,7 +166,7 @@ _FLAGS: dict[str, tuple[_Kind | None, object, str, str]] = {
     "--keys": (_whole, None, "N", "active keys at peak"),
     "--algorithm": (None, "gcra", "NAME",
                     f"{', '.join(sorted(algorithms.ALGORITHMS))} [default: gcra]"),
-    "--limit": (None, "100/minute", "RATE", "a typical key's limit, for --measure and the "
+    "--limit": (None, None, "RATE", "a typical key's limit, for --measure and the "
                 "over-admission bounds [default: 100/minute]"),
     "--burst": (_whole, None, "N", "that limit's burst (bucket algorithms; each region's "
                 "with --regions) [default: the limit]"),
@@ -231,9 +233,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _rate(flag: str, text: str, burst: int | None = None) -> Rate:
     try:
-        return Rate.parse(text, burst=burst)
+        rate = Rate.parse(text)
     except ConfigurationError as exc:
         raise ConfigurationError(f"{flag} {text!r}: {exc}") from None
+    try:
+        return Rate.parse(text, burst=burst)
+    except ConfigurationError as exc:  # the rate is good: the burst is what is refused
+        raise ConfigurationError(f"--burst {burst}: {exc} (at {flag} {rate})") from None
 
 
 def _flag(args: argparse.Namespace, field: str) -> str:
@@ -262,7 +268,7 @@ _PLAN_FIELDS = frozenset(field.name for field in dataclasses.fields(PlanInput))
 def _regions(args: argparse.Namespace, limit: Rate) -> tuple[Region, ...]:
     """``--regions N`` at ``limit`` (its burst ``--burst``), or each ``--region-rate`` once."""
     if args.regions:
-        return tuple(Region(f"region {i + 1}", limit) for i in range(args.regions))
+        return tuple(Region(f"region-{i + 1}", limit) for i in range(args.regions))
     pairs: list[tuple[str, Rate]] = args.region_rate or []
     names = [name for name, _ in pairs]
     for name in names:
@@ -297,14 +303,27 @@ def _unused(args: argparse.Namespace) -> list[str]:
         notes.append("--key-length is used by --measure only: give --measure URL")
     if args.max_utilization is not None and args.calls_per_primary is None:
         notes.append("--max-utilization is used with --calls-per-primary only: give it")
+    given = [f for f, v in (("--limit", args.limit), ("--burst", args.burst)) if v is not None]
+    users = (args.measure, args.replication_lag_ms is not None, args.regions, args.region_rate)
+    if given and not any(users):
+        notes.append(
+            f"{' and '.join(given)} {'are' if len(given) > 1 else 'is'} used by --measure, "
+            "--replication-lag-ms, --regions and --region-rate only: give one"
+        )
     if args.region_lag_ms is not None and not (args.regions or args.region_rate):
         notes.append("--region-lag-ms is used with --regions or --region-rate only: give one")
     return notes
 
 
-def _measured_lines(server: str, found: Measured) -> str:
+def _measured_lines(server: str, found: Measured, limit: Rate) -> str:
     lines = [f"measured on {server} ({found.calls:,} decisions, {found.algorithm})",
-             f"  MEMORY USAGE of one key  {found.key_bytes} B"]  # fmt: skip
+             f"  MEMORY USAGE of one key  {found.key_bytes:,} B"]  # fmt: skip
+    if found.extrapolated_from is not None:
+        (half, at_half), (fill, at_fill) = found.extrapolated_from
+        lines[-1] += (
+            f", extrapolated to {limit.capacity:,} entries: measured {at_half:,} B at "
+            f"{half:,} and {at_fill:,} B at {fill:,}, taken as linear (see capacity.md)"
+        )
     if found.usec_per_call is not None:
         ceiling = 1_000_000 / found.usec_per_call
         lines.append(
@@ -312,6 +331,11 @@ def _measured_lines(server: str, found: Measured) -> str:
             f"{ceiling:,.0f} calls/s per core before network I/O (a ceiling, not "
             "--calls-per-primary)"
         )
+        if found.extrapolated_from is not None:
+            lines.append(
+                f"  (timed on a state of {found.filled:,} entries, not {limit.capacity:,}: "
+                f"a fuller {found.algorithm} costs more per call)"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -330,7 +354,7 @@ def main(args: argparse.Namespace, measure: Measure) -> int:
                 "--regions and --region-rate need --sync-interval-ms (how often counts exchange)"
             )
         rate_algorithm("--algorithm", args.algorithm, algorithms.ALGORITHMS)
-        limit = _rate("--limit", args.limit, args.burst)
+        limit = _rate("--limit", args.limit or DEFAULT_LIMIT, args.burst)
         _burst_taken(args.algorithm, limit, args.burst)
         regions = _regions(args, limit)  # refused before --measure writes to a server
         measured = None
@@ -352,6 +376,6 @@ def main(args: argparse.Namespace, measure: Measure) -> int:
     for note in _unused(args):
         print(f"ratewarden plan: note: {note}", file=sys.stderr)
     if measured is not None:
-        print(_measured_lines(*measured))
+        print(_measured_lines(*measured, limit))
     print(format_plan(result), end="")
     return EXIT_OK

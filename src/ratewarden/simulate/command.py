@@ -205,9 +205,13 @@ def _rates(texts: Sequence[str] | None, default: str, burst: int | None) -> list
     rates = []
     for text in texts or [default]:
         try:
-            rates.append(Rate.parse(text, burst=burst))
+            Rate.parse(text)
         except ConfigurationError as exc:
             raise ConfigurationError(f"--rate {text!r}: {exc}") from None
+        try:
+            rates.append(Rate.parse(text, burst=burst))
+        except ConfigurationError as exc:  # the rate is good: the burst is what is refused
+            raise ConfigurationError(f"--burst {burst}: {exc} (at --rate {text})") from None
     return rates
 
 

@@ -37,6 +37,11 @@ class Measured:
     key_bytes: int
     usec_per_call: float | None
     calls: int
+    #: The decisions on the measured key: the limit's capacity, or fewer when ``calls`` is.
+    filled: int = 0
+    #: ``(decisions, bytes)`` at half the fill and at the fill, when ``key_bytes`` is
+    #: extrapolated from them to a full state (its size grew between them); else None.
+    extrapolated_from: tuple[tuple[int, int], tuple[int, int]] | None = None
 
 
 def state_keys(
@@ -61,8 +66,13 @@ def measure(
     """Decide ``calls`` times on keys of ``key_length`` characters in ``store``; read the cost.
 
     The state of one key is filled as far as the limit lets it (a full sliding
-    log holds ``limit`` entries) and measured with ``MEMORY USAGE``, under the
-    store's real key schema and prefix. The server time per call is the change
+    log holds ``limit`` entries), at most ``calls`` decisions, and measured with
+    ``MEMORY USAGE``, under the store's real key schema and prefix. A state
+    that the calls cannot fill and that still grows (a sliding log of a limit
+    above ``calls``) is measured at half the fill and at the fill, and its size
+    extrapolated linearly to ``limit`` entries (``extrapolated_from`` says so):
+    each decision on a sliding log costs time in proportion to its entries, so
+    a real fill of a large limit would take minutes to hours. The server time per call is the change
     in ``INFO commandstats`` for the script commands (standalone and Sentinel;
     on a Cluster, memory only). Keys carry a random token (as much of one as
     their length leaves room for: keys of 1 or 2 characters are a counter
@@ -125,14 +135,27 @@ def _run(store: RedisStore, algorithm: str, limit: Rate, keys: list[str], calls:
     standalone = not isinstance(client, redis.RedisCluster)
     before = _script_usec(client.info("commandstats")) if standalone else (0.0, 0)
     fill, others = keys[0], keys[1:] or keys
+    state = state_keys(algorithm, store.prefix, fill, limit)
+
+    def size() -> int:
+        return sum(int(client.memory_usage(name, samples=0) or 0) for name in state)
+
     filling = min(limit.capacity, calls)
-    for _ in range(filling):
+    half = filling // 2
+    for _ in range(half):
+        store.hit(algorithm, fill, limit)
+    at_half = size()
+    for _ in range(filling - half):
         store.hit(algorithm, fill, limit)
     for i in range(calls - filling):
         store.hit(algorithm, others[i % len(others)], limit)
     after = _script_usec(client.info("commandstats")) if standalone else (0.0, 0)
-    state = state_keys(algorithm, store.prefix, fill, limit)
-    size = sum(int(client.memory_usage(name, samples=0) or 0) for name in state)
+    key_bytes = at_fill = size()
+    points = None
+    if limit.capacity > filling and half and at_fill > at_half:
+        per_entry = (at_fill - at_half) / (filling - half)
+        key_bytes = round(at_fill + per_entry * (limit.capacity - filling))
+        points = ((half, at_half), (filling, at_fill))
     counted = after[1] - before[1]
     usec = (after[0] - before[0]) / counted if counted > 0 else None
-    return Measured(algorithm, size, usec, calls)
+    return Measured(algorithm, key_bytes, usec, calls, filling, points)
