@@ -97,6 +97,11 @@ def parse_partition(text: str, names: Sequence[str], duration_us: int) -> Partit
             )
         readers, peers = _side(text, reader, names), _side(text, peer, names)
         links = {(r, p) for r in readers for p in peers if r != p}
+        if not links:  # us->us: a region always reads its own counts
+            raise ConfigurationError(
+                f"--partition {text!r}: cuts a region off from itself, which no link joins; "
+                "name another region on one side of '->'"
+            )
     elif who == "*":
         raise ConfigurationError(f"--partition {text!r}: cut one region off, not '*'")
     else:

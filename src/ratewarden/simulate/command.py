@@ -79,6 +79,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog=patterns.pattern_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    # No flag looks like '-5': '-' then a digit is a value ('--rate -5/minute' is named).
+    parser._negative_number_matcher = re.compile(r"-\.?\d")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         "--bursts",

@@ -155,7 +155,10 @@ def parse_layers(text: str) -> tuple[Rate, ...]:
     """``"10/second,1000/hour"`` (``,`` or ``;`` between layers, as ``Rate.parse_many``);
     a layer may carry its own burst: ``"10/second:burst=20,1000/hour"``."""
     rates = []
-    for part in filter(None, (part.strip() for part in re.split(r"[;,]", text))):
+    parts = [part.strip() for part in re.split(r"[;,]", text)]
+    if "" in parts[:-1] or (len(parts) > 1 and not parts[-1] and not parts[-2]):
+        raise ConfigurationError("a layer is empty; write the rates as 10/second,1000/hour")
+    for part in filter(None, parts):
         spec, colon, option = part.partition(":")
         burst = None
         if colon:

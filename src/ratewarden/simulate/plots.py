@@ -38,6 +38,10 @@ FORMATS = (".png", ".svg")
 #: Bins along the time axis of the left panels.
 _BINS = 200
 
+#: The most bins a layered run's left panel gets: one per period of its shortest layer
+#: (so a per-second layer's bursts show), up to this many.
+_MOST_BINS = 5_000
+
 #: Most points of a cumulative line before it is sampled instead of drawn per admission.
 _STEPS = 5_000
 
@@ -59,6 +63,10 @@ def require_matplotlib() -> ModuleType:
 
 def check_path(path: Path) -> None:
     """Refuse a file name ``plot_runs`` cannot write, before any simulation runs."""
+    if path.name.lower() in FORMATS or not path.name:
+        raise ConfigurationError(
+            f"plot file {str(path)!r}: give a name before the suffix, such as out.png"
+        )
     if path.suffix.lower() not in FORMATS:
         raise ConfigurationError(
             f"plot file {str(path)!r}: the name must end in {' or '.join(FORMATS)}"
@@ -157,6 +165,15 @@ def _envelopes(axes: Any, rates: Sequence[Rate], end: float, admitted: int) -> N
     axes.legend(loc="upper left", fontsize="x-small")
 
 
+def _bins(run: Run | LayeredRun, bins: int) -> int:
+    """``bins``, or for a layered run as many as its shortest layer has periods (at most
+    ``_MOST_BINS``): wider bins average a short layer's bursts below its own line."""
+    if not isinstance(run, LayeredRun):
+        return bins
+    shortest = min(rate.period_us for rate in run.rates)
+    return max(bins, min(_MOST_BINS, -(-run.duration_us // shortest)))
+
+
 def plot_runs(runs: Sequence[Run | LayeredRun], path: str | Path, bins: int = _BINS) -> Path:
     """Draw ``runs`` (one pattern, any algorithms; one rate each or layered) into ``path``
     (.png or .svg); returns it."""
@@ -168,7 +185,7 @@ def plot_runs(runs: Sequence[Run | LayeredRun], path: str | Path, bins: int = _B
     fig = figure.Figure(figsize=(12, 2.6 * len(runs) + 0.8), layout="constrained")
     grid = fig.subplots(len(runs), 2, squeeze=False, sharex=True)
     for row, run in zip(grid, runs, strict=True):
-        _rate_panel(row[0], run, bins)
+        _rate_panel(row[0], run, _bins(run, bins))
         _cumulative_panel(row[1], run)
     grid[-1][0].set_xlabel("seconds")
     grid[-1][1].set_xlabel("seconds")

@@ -19,8 +19,10 @@ This module builds stores, so it is one of the composition roots
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from ratewarden.errors import ConfigurationError
@@ -58,6 +60,8 @@ class RegionRow:
     failed_rounds: int = 0
     #: Rounds slower than the replication lag (``SyncReport.stale``): the cap stayed too.
     stale_rounds: int = 0
+    #: Rounds the region started (the regions' rounds are staggered: one may start one more).
+    rounds: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,8 +134,7 @@ def run_regions(
         raise ConfigurationError(f"strategy {strategy!r} must be one of {', '.join(STRATEGIES)}")
     if strategy != "reconciled" and round_time is not None:
         raise ConfigurationError(
-            f"a round time is for reconciled budgets: a {strategy} quota's round is whole "
-            "when it starts"
+            f"a round time is for reconciled budgets: a {strategy} round is whole when it starts"
         )
     if set(patterns) != set(region_rates):
         raise ConfigurationError(
@@ -240,7 +243,8 @@ def run_regions(
     last = (horizon.end_us - 1) // rate.period_us
     rows = tuple(
         RegionRow(name, patterns[name].describe(), region_rates[name], offered[name],
-                  admitted[name], offered[name] - admitted[name], failed[name], stale[name])
+                  admitted[name], offered[name] - admitted[name], failed[name], stale[name],
+                  started[name])
         for name in names
     )  # fmt: skip
     return RegionsRun(
@@ -308,11 +312,11 @@ def format_regions(run: RegionsRun) -> str:
     if run.strategy == "reconciled":
         stated = (
             f"the stated bound is +{run.bound} a window (sync every {run.sync_interval:g}s, "
-            f"replication lag {run.replication_lag:g}s, {run.rounds} rounds)"
+            f"replication lag {run.replication_lag:g}s, {_rounds(run)})"
         )
     else:
         how = (
-            f"from traffic, rebalanced every {run.sync_interval:g}s, {run.rounds} rounds"
+            f"from traffic, rebalanced every {run.sync_interval:g}s, {_rounds(run)}"
             if run.strategy == "quota"
             else "static"
         )
@@ -332,6 +336,8 @@ def format_regions(run: RegionsRun) -> str:
             "budgets stay at their static shares (give --replication-lag at least the round "
             "time)\n"
         )
+    if run.strategy == "reconciled":
+        out.extend(_starved(run))
     if cut:
         beyond = [w for w in run.windows if run.over(w) > run.bound]
         out.append(
@@ -345,3 +351,27 @@ def format_regions(run: RegionsRun) -> str:
             + "\n"
         )
     return "".join(out)
+
+
+def _rounds(run: RegionsRun) -> str:
+    """The rounds each region started: "600 rounds", or "599 to 600 rounds a region"."""
+    counts = [row.rounds for row in run.regions]
+    low, high = min(counts), max(counts)
+    return f"{low} rounds" if low == high else f"{low} to {high} rounds a region"
+
+
+def _starved(run: RegionsRun) -> list[str]:
+    """A line for each region whose share of the limit rounds down to nothing: its budget's
+    cap is ``floor(share x what is left)``, so it admits nothing however quiet the others."""
+    speeds = {row.region: Fraction(row.rate.limit, row.rate.period_us) for row in run.regions}
+    total = sum(speeds.values())
+    lines = []
+    for region, speed in speeds.items():
+        share = speed / total
+        if math.floor(share * run.rate.limit) == 0:
+            lines.append(
+                f"region {region}: its share of the limit, floor({float(share):.3g} x "
+                f"{run.rate.limit}), is 0, so its budget admits nothing; give a --rate whose "
+                "limit is larger (the same rate over a longer period)\n"
+            )
+    return lines

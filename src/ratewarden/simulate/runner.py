@@ -211,7 +211,8 @@ def check_duration(duration_s: float) -> int:
     duration_us = round(duration_s * 1_000_000)
     if not 1 <= duration_us <= MAX_DURATION_S * 1_000_000:
         raise ConfigurationError(
-            f"duration {duration_s!r} s must be above 0 and at most {MAX_DURATION_S:,} s (30 days)"
+            f"duration {duration_s!r} s must be from 0.000001 s (1 us, the simulation's tick) "
+            f"to {MAX_DURATION_S:,} s (30 days)"
         )
     return duration_us
 
