@@ -10,6 +10,12 @@ token, for ``lock_ttl`` seconds) and the stored response once it is done
 (``complete`` swaps the lock for the response, for ``ttl`` seconds, only if the
 caller still holds it). ``release`` drops a lock without storing anything, so a
 retry runs again.
+
+Each call may reach the store twice: a client that timed out sends it again (redis-py
+does, by default), and the first copy may still land. So a store answers a copy as it
+answered the first: ``begin`` that finds a lock of the caller's own token says
+``acquired``, and ``complete`` that finds the record already holding this response
+says True.
 """
 
 from __future__ import annotations
@@ -62,11 +68,13 @@ class IdempotencyStore(Protocol):
     """Where keys live, for the WSGI middleware. Durations in seconds."""
 
     def begin(self, key: str, fingerprint: str, token: str, lock_ttl: float) -> Claim:
-        """Take the lock for ``key`` if nothing is stored, else say what is there."""
+        """Take the lock for ``key`` if nothing is stored, else say what is there (a lock
+        of ``token`` itself is ``acquired``)."""
         ...
 
     def complete(self, key: str, token: str, response: StoredResponse, ttl: float) -> bool:
-        """Replace the lock held by ``token`` with ``response``; False if it was lost."""
+        """Replace the lock held by ``token`` with ``response``; False if it was lost (True
+        if the record already holds ``response``)."""
         ...
 
     def release(self, key: str, token: str) -> None:
@@ -78,11 +86,13 @@ class AsyncIdempotencyStore(Protocol):
     """The asyncio twin of ``IdempotencyStore``, for the ASGI middleware."""
 
     async def begin(self, key: str, fingerprint: str, token: str, lock_ttl: float) -> Claim:
-        """Take the lock for ``key`` if nothing is stored, else say what is there."""
+        """Take the lock for ``key`` if nothing is stored, else say what is there (a lock
+        of ``token`` itself is ``acquired``)."""
         ...
 
     async def complete(self, key: str, token: str, response: StoredResponse, ttl: float) -> bool:
-        """Replace the lock held by ``token`` with ``response``; False if it was lost."""
+        """Replace the lock held by ``token`` with ``response``; False if it was lost (True
+        if the record already holds ``response``)."""
         ...
 
     async def release(self, key: str, token: str) -> None:

@@ -18,6 +18,7 @@ import hashlib
 import inspect
 import json
 import logging
+import numbers
 import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -39,6 +40,7 @@ __all__ = [
     "Capture",
     "IdempotencyPolicy",
     "Pending",
+    "check_identity",
     "check_store",
     "default_store_response",
     "lost",
@@ -146,6 +148,23 @@ def _check_required_docs(value: object, required: object) -> str | None:
 def _length_prefixed(*parts: str | bytes) -> bytes:
     data = [p.encode("utf-8", "surrogateescape") if isinstance(p, str) else p for p in parts]
     return b"".join(b"%d:%s" % (len(p), p) for p in data)
+
+
+def _scope_parts(identity: object, key: str) -> tuple[str | bytes, ...]:
+    """The identity and key parts of a record's name. None, the anonymous scope, is an empty
+    part, and a name its text, as before numbers were taken (records keep their names); a
+    number or UUID is its ``str()``; the empty name is a scope of its own: one part more."""
+    if identity is None:
+        return ("", key)
+    if isinstance(identity, str | bytes):
+        return (identity, key) if identity else (identity, key, "")
+    if isinstance(identity, numbers.Number | uuid.UUID) and not isinstance(identity, bool):
+        return (str(identity), key)
+    raise ConfigurationError(
+        f"idempotency middleware identity returned {identity!r}, a {type(identity).__name__}: "
+        "it names the caller with a str, a number or a UUID (None: no caller, the shared "
+        "anonymous scope); nothing was run or stored"
+    )
 
 
 class Capture:
@@ -263,11 +282,12 @@ class IdempotencyPolicy:
 
     @staticmethod
     def pending(
-        method: str, path: str, identity: str | None, key: str, query: bytes, body: bytes
+        method: str, path: str, identity: object, key: str, query: bytes, body: bytes
     ) -> Pending:
         """The store record of (method, path, identity, key), a fixed-length key whose parts
         cannot alias; the fingerprint a retry must match (query and body); a fresh token."""
-        record = hashlib.sha256(_length_prefixed(method, path, identity or "", key)).hexdigest()
+        scope = _length_prefixed(method, path, *_scope_parts(identity, key))
+        record = hashlib.sha256(scope).hexdigest()
         fingerprint = hashlib.sha256(_length_prefixed(query, body)).hexdigest()
         return Pending(record, fingerprint, uuid.uuid4().hex)
 
@@ -335,3 +355,12 @@ def check_store(store: object, want_async: bool, who: str) -> None:
         if not want_async:
             kind = "a sync store (MemoryIdempotencyStore, RedisIdempotencyStore)"
         raise ConfigurationError(f"{who} needs {kind}, got {store!r}")
+
+
+def check_identity(identity: object, want_async: bool, who: str) -> None:
+    """``identity`` is None or a callable (of the ASGI scope, or of the WSGI environ)."""
+    if identity is not None and not callable(identity):
+        raise ConfigurationError(
+            f"{who} identity={identity!r}: a callable of the "
+            f"{'scope' if want_async else 'environ'} naming the caller, or None"
+        )

@@ -52,6 +52,8 @@ from ratewarden.middleware._idempotency import (
     RUN,
     Capture,
     IdempotencyPolicy,
+    Pending,
+    check_identity,
     check_store,
     default_store_response,
     lost,
@@ -121,6 +123,7 @@ class _Idempotency:
         required_docs: str | None = None,
     ) -> None:
         check_store(store, self._ASYNC, type(self).__name__)
+        check_identity(identity, self._ASYNC, type(self).__name__)
         self.app, self.store, self.identity = app, store, identity
         self.policy = IdempotencyPolicy(
             methods=methods,
@@ -179,11 +182,19 @@ class IdempotencyMiddleware(_Idempotency):
         except StorageError as exc:
             found = exc
         answer = policy.begun(found, pending.fingerprint)
-        if isinstance(answer, StoredResponse):
-            return await _asgi_send(send, answer)
-        if answer != RUN:
-            return await self.app(scope, replaying, send)
-        await self._run(scope, replaying, send, pending.record, pending.token)
+        if answer == RUN:
+            return await self._run(scope, replaying, send, pending.record, pending.token)
+        try:
+            if isinstance(answer, StoredResponse):
+                await _asgi_send(send, answer)
+            else:
+                await self.app(scope, replaying, send)
+        finally:
+            if isinstance(found, StorageError):
+                # The SET may land after all (held up in a paused server): give its lock
+                # back once the answer is out, or the key stays locked for lock_ttl.
+                with tolerated():
+                    await self.store.release(pending.record, pending.token)
 
     async def _run(
         self, scope: Scope, receive: Receive, send: Send, record: str, token: str
@@ -267,10 +278,10 @@ class WSGIIdempotencyMiddleware(_Idempotency):
         except StorageError as exc:
             found = exc
         answer = policy.begun(found, pending.fingerprint)
+        if isinstance(found, StorageError):
+            return self._given_back(environ, start_response, answer, pending)
         if isinstance(answer, StoredResponse):
             return _wsgi_send(start_response, answer)
-        if answer != RUN:
-            return self.app(environ, start_response)
         capture = Capture(policy.max_response)
 
         def capturing_start(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
@@ -293,6 +304,26 @@ class WSGIIdempotencyMiddleware(_Idempotency):
             raise
         return _Recorded(result, capture, settle)
 
+    def _given_back(
+        self, environ: dict[str, Any], start_response: StartResponse, answer: Any, pending: Pending
+    ) -> Iterable[bytes]:
+        """The answer to a failed ``begin`` (the 503, or the app run unguarded), giving the lock
+        back when the server closes it: the SET may land after all, held up in a paused server."""
+
+        def give_back(_: Capture | None) -> None:
+            with tolerated():
+                self.store.release(pending.record, pending.token)
+
+        try:
+            if isinstance(answer, StoredResponse):
+                result: Iterable[bytes] = _wsgi_send(start_response, answer)
+            else:
+                result = self.app(environ, start_response)
+        except BaseException:
+            give_back(None)
+            raise
+        return _Recorded(result, None, give_back)
+
 
 class _Recorded:
     """The app's response iterable, captured as it is sent. The key is settled when the
@@ -302,7 +333,7 @@ class _Recorded:
     def __init__(
         self,
         result: Iterable[bytes],
-        capture: Capture,
+        capture: Capture | None,
         settle: Callable[[Capture | None], None],
     ) -> None:
         self._result, self._capture, self._settle_with = result, capture, settle
@@ -312,6 +343,9 @@ class _Recorded:
         # Each chunk is held back until the next one is in hand, so the key is settled
         # before the server writes the last one: the client cannot have the whole response
         # before it is stored (a retry sent the moment it arrives is replayed).
+        if self._capture is None:  # nothing to store: settled on close() alone
+            yield from self._result
+            return
         held: bytes | None = None
         for chunk in self._result:
             self._capture.add(chunk)

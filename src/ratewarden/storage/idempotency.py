@@ -13,6 +13,7 @@ without the ``[redis]`` extra.
 
 from __future__ import annotations
 
+import inspect
 import math
 import threading
 from collections import OrderedDict
@@ -86,6 +87,8 @@ class _MemoryRecords:
                 self._put(key, _Record(now + _us(lock_ttl), token, fingerprint, None))
                 return Claim("acquired")
             if record.response is None:
+                if record.token == token:  # this request's own lock: a begin sent again
+                    return Claim("acquired")
                 return Claim("in_flight", record.fingerprint)
             return Claim("done", record.fingerprint, record.response)
 
@@ -93,6 +96,8 @@ class _MemoryRecords:
         with self._lock:
             now = self._clock.now_us()
             record = self._live(key, now)
+            if record is not None and record.response == response:  # a complete sent again
+                return True
             if record is None or record.response is not None or record.token != token:
                 return False
             self._put(key, _Record(now + _us(ttl), "", record.fingerprint, response))
@@ -167,17 +172,28 @@ def _us(seconds: float) -> int:
 
 # Records: "I <token> <fingerprint>" while in flight, "D <fingerprint> <response>" when done.
 # KEYS[1] the record; ARGV[1] "I <token> " (the lock's prefix); ARGV[2] the encoded
-# response; ARGV[3] its TTL in ms. Reply: 1 if the lock was ours and is now the record.
+# response; ARGV[3] its TTL in ms. Reply: 1 if the lock was ours and is now the record, or
+# if the record already holds this response: the client sent the script again after a
+# timeout, and the first copy had stored it.
 _COMPLETE = """
 local v = redis.call('GET', KEYS[1])
-if v and string.sub(v, 1, #ARGV[1]) == ARGV[1] then
+if not v then
+  return 0
+end
+if string.sub(v, 1, #ARGV[1]) == ARGV[1] then
   local fingerprint = string.sub(v, #ARGV[1] + 1)
   redis.call('SET', KEYS[1], 'D ' .. fingerprint .. ' ' .. ARGV[2], 'PX', ARGV[3])
   return 1
 end
+local stored = ' ' .. ARGV[2]
+if string.sub(v, 1, 2) == 'D ' and #v > #stored and string.sub(v, -#stored) == stored then
+  return 1
+end
 return 0
 """
-# KEYS[1] the record; ARGV[1] the lock's prefix. Deletes it only if it is still ours.
+# KEYS[1] the record; ARGV[1] the lock's prefix. Deletes it only if it is still ours. Sent
+# whole (EVAL): a release that waited in a paused server (the give-back after a failed begin)
+# must run when it resumes, where an EVALSHA could meet an empty script cache and fail unseen.
 _RELEASE = """
 local v = redis.call('GET', KEYS[1])
 if v and string.sub(v, 1, #ARGV[1]) == ARGV[1] then
@@ -191,12 +207,18 @@ def _lock_prefix(token: str) -> bytes:
     return f"I {token} ".encode()
 
 
-def _claim_of(key: str, value: bytes | str) -> Claim:
+def _claim_of(key: str, value: bytes | str, token: str) -> Claim:
+    """What a record found under ``key`` means to the request holding ``token``: a lock of
+    its own token is its own (its ``SET`` sent again: redis-py re-sends a command that timed
+    out, and the first copy, held up in a paused server, took the lock)."""
     data = value.encode() if isinstance(value, str) else value
     state, _, rest = data.partition(b" ")
     try:
         if state == b"I":
-            return Claim("in_flight", rest.split(b" ", 1)[1].decode())
+            holder, fingerprint = rest.split(b" ", 1)
+            if holder.decode() == token:
+                return Claim("acquired")
+            return Claim("in_flight", fingerprint.decode())
         if state == b"D":
             fingerprint, _, payload = rest.partition(b" ")
             return Claim("done", fingerprint.decode(), StoredResponse.decode(payload))
@@ -213,21 +235,46 @@ def _storage_error(exc: BaseException) -> StorageError:
     return StorageError(f"Redis idempotency store rejected a command: {exc!r}")
 
 
+def _check_client(who: str, client: object, want_async: bool) -> None:
+    """``client`` is a redis-py client of the kind the store awaits (or calls): a blocking
+    one would answer the asyncio store's await with a reply (after doing the command), an
+    asyncio one the blocking store's call with a coroutine never run."""
+    execute = getattr(client, "execute_command", None)
+    if not callable(execute):
+        raise ConfigurationError(
+            f"{who} client={client!r}: a redis-py client (redis.Redis, redis.asyncio.Redis, "
+            "a Sentinel's master_for or a RedisCluster)"
+        )
+    if inspect.iscoroutinefunction(execute) == want_async:
+        return
+    if want_async:
+        raise ConfigurationError(
+            f"{who} client={client!r}: a redis.asyncio client (redis.asyncio.Redis or "
+            "RedisCluster); this one blocks: it goes with RedisIdempotencyStore, on WSGI"
+        )
+    raise ConfigurationError(
+        f"{who} client={client!r}: a blocking redis client (redis.Redis or RedisCluster); "
+        "this one is asyncio's: it goes with AsyncRedisIdempotencyStore, on ASGI"
+    )
+
+
 class _RedisRecords:
     """Everything the Redis store and its asyncio twin do but the I/O call: key names,
     the lock's value, the scripts' arguments, and reading a reply into a ``Claim``."""
+
+    _ASYNC: bool
 
     @keywords_checked
     def __init__(self, client: Any, *, prefix: str = DEFAULT_PREFIX) -> None:
         if not isinstance(prefix, str) or not prefix:
             raise ConfigurationError(f"idempotency store prefix={prefix!r}: a non-empty string")
+        _check_client(type(self).__name__, client, self._ASYNC)
         from redis import exceptions as rx
 
         self._client = client
         self._prefix = prefix
         self._errors: tuple[type[BaseException], ...] = (rx.RedisError, OSError)
         self._complete_script = client.register_script(_COMPLETE)
-        self._release_script = client.register_script(_RELEASE)
 
     def _set_args(
         self, key: str, fingerprint: str, token: str, lock_ttl: float
@@ -237,8 +284,8 @@ class _RedisRecords:
         return self._prefix + key, value, {"nx": True, "px": _ms(lock_ttl), "get": True}
 
     @staticmethod
-    def _claim(name: str, old: bytes | str | None) -> Claim:
-        return Claim("acquired") if old is None else _claim_of(name, old)
+    def _claim(name: str, old: bytes | str | None, token: str) -> Claim:
+        return Claim("acquired") if old is None else _claim_of(name, old, token)
 
     def _complete_args(
         self, key: str, token: str, response: StoredResponse, ttl: float
@@ -262,12 +309,14 @@ class RedisIdempotencyStore(_RedisRecords):
     """Keys in Redis (standalone, Sentinel or Cluster client from redis-py); needs Redis >= 7.0
     for ``SET NX PX GET``. Errors become ``StorageUnavailableError`` / ``StorageError``."""
 
+    _ASYNC = False
+
     def begin(self, key: str, fingerprint: str, token: str, lock_ttl: float) -> Claim:
         """See ``IdempotencyStore.begin``: one ``SET NX PX GET``."""
         name, value, options = self._set_args(key, fingerprint, token, lock_ttl)
         with self._mapped_errors():
             old = self._client.set(name, value, **options)
-        return self._claim(name, old)
+        return self._claim(name, old, token)
 
     def complete(self, key: str, token: str, response: StoredResponse, ttl: float) -> bool:
         """See ``IdempotencyStore.complete``: one compare-and-set script."""
@@ -279,18 +328,20 @@ class RedisIdempotencyStore(_RedisRecords):
         """See ``IdempotencyStore.release``: a compare-and-delete script."""
         keys, args = self._release_args(key, token)
         with self._mapped_errors():
-            self._release_script(keys, args)
+            self._client.eval(_RELEASE, len(keys), *keys, *args)
 
 
 class AsyncRedisIdempotencyStore(_RedisRecords):
     """The asyncio twin of ``RedisIdempotencyStore`` over a ``redis.asyncio`` client."""
+
+    _ASYNC = True
 
     async def begin(self, key: str, fingerprint: str, token: str, lock_ttl: float) -> Claim:
         """See ``IdempotencyStore.begin``: one ``SET NX PX GET``."""
         name, value, options = self._set_args(key, fingerprint, token, lock_ttl)
         with self._mapped_errors():
             old = await self._client.set(name, value, **options)
-        return self._claim(name, old)
+        return self._claim(name, old, token)
 
     async def complete(self, key: str, token: str, response: StoredResponse, ttl: float) -> bool:
         """See ``IdempotencyStore.complete``: one compare-and-set script."""
@@ -302,7 +353,7 @@ class AsyncRedisIdempotencyStore(_RedisRecords):
         """See ``IdempotencyStore.release``: a compare-and-delete script."""
         keys, args = self._release_args(key, token)
         with self._mapped_errors():
-            await self._release_script(keys, args)
+            await self._client.eval(_RELEASE, len(keys), *keys, *args)
 
 
 def _ms(seconds: float) -> int:
