@@ -22,7 +22,7 @@ def test_a_key_length_past_1024_is_named_by_its_flag(
     assert exited.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
         "ratewarden plan: error: argument --key-length: --key-length '2000' must be a whole "
-        "number >= 1, at most 1,024"
+        "number >= 1, at most 1,024; see ratewarden plan --help"
     )
 
 
