@@ -14,8 +14,9 @@ could not start (a busy port, an address that is not this host's), a worker died
 ``serve`` refused to start on bad input (a flag or environment variable with a wrong
 value, a listening address that is neither an IP address nor a name that resolves, a
 store URL that cannot be used, rule files that do not load), or any command's bad
-command-line input (an unknown flag, named with the nearest known one); 141 the
-reader of the output went away (``| head``), as for a Unix tool killed by SIGPIPE.
+command-line input (an unknown flag, named with the nearest known one); 130 Ctrl-C
+(one line, no traceback); 141 the reader of the output went away (``| head``), as
+for a Unix tool killed by SIGPIPE.
 Errors are one line each, never a traceback.
 """
 
@@ -45,6 +46,8 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 #: A closed output: 128 + SIGPIPE, what a shell reports for a tool its reader left.
 EXIT_BROKEN_PIPE = 141
+#: Ctrl-C: 128 + SIGINT, what a shell reports for a tool interrupted.
+EXIT_INTERRUPTED = 130
 
 
 #: The placeholder of each serve flag's value in ``serve --help``: the one the flag tables of
@@ -383,6 +386,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _command(argv)
         finally:  # a reader gone while the output sat in the buffer shows here, not at exit
             sys.stdout.flush()
+    except KeyboardInterrupt:  # Ctrl-C in a long simulate or plan (serve stops on its own)
+        print("ratewarden: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)
         for stream in (sys.stdout, sys.stderr):
