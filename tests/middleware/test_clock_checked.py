@@ -17,7 +17,7 @@ from django.http import HttpResponse
 from django.test.utils import override_settings
 
 import tests.middleware.test_wsgi_apps  # noqa: F401  (configures Django first)
-from ratewarden import ConfigurationError, Limiter, MemoryStore
+from ratewarden import AsyncLimiter, AsyncMemoryStore, ConfigurationError, Limiter, MemoryStore
 from ratewarden.budgets import LoadShedder, TokenBudget
 from ratewarden.clock import SystemClock
 from ratewarden.middleware import (
@@ -49,7 +49,7 @@ BUILDERS: dict[str, tuple[str, Callable[[object], object]]] = {
     "ConcurrencyMiddleware": (
         "concurrency middleware",
         lambda clock: ConcurrencyMiddleware(
-            _app, limiter=Limiter(MemoryStore()), limit=1, clock=clock
+            _app, limiter=AsyncLimiter(AsyncMemoryStore()), limit=1, clock=clock
         ),
     ),
     "WSGIConcurrencyMiddleware": (

@@ -154,19 +154,22 @@ class Shedding:
         try:
             found: object = self.classify(request)
         except Exception as exc:  # the app's bug: class it by default, and say so
-            self._complain(f"raised {type(exc).__name__}: {exc}")
+            self._complain(f"raised {type(exc).__name__}", f"raised {type(exc).__name__}: {exc}")
             return self.default
         if isinstance(found, str) and found in self.classes:
             return found
         if found is not None and not self.quiet:
-            self._complain(f"returned {found!r}, not a class of the shed policy")
+            kind = f"returned a {type(found).__name__}"
+            self._complain(kind, f"returned {found!r}, not a class of the shed policy")
         return self.default
 
-    def _complain(self, what: str) -> None:
+    def _complain(self, kind: str, what: str) -> None:
+        """Log ``what`` at most once a minute per ``kind`` of bug (the exception's type, or
+        the type of a value that names no class), so that one bug does not hide another."""
         self._lines.log(
             log,
             logging.ERROR,
-            "classify",
+            f"classify {kind}",
             "ratewarden %r: classify %s; the request is classed %r",
             self.name,
             what,

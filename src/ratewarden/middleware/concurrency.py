@@ -28,8 +28,9 @@ shared with the load shedding middleware.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from ratewarden.clock import Clock
 from ratewarden.deprecation import UNSET, renamed
@@ -89,6 +90,9 @@ class AsyncSlotLimiter(Protocol):
         ...
 
 
+_YEAR = 86_400 * 365
+
+
 def _whole(what: str, value: object, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigurationError(
@@ -122,8 +126,11 @@ class SlotPolicy:
         failure_mode = chosen_failure_mode("SlotPolicy", failure_mode, failure)
         self.name = check_name(name)
         self.limit = _whole("limit", limit, 1)
-        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < 86_400 * 365:
-            raise ConfigurationError(f"concurrency middleware ttl={ttl!r}: seconds, more than 0")
+        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < _YEAR:
+            raise ConfigurationError(
+                f"concurrency middleware ttl={ttl!r}: seconds, more than 0 and under a year "
+                f"({_YEAR:,}): a dead worker's slots come back after it"
+            )
         self.ttl = float(ttl)
         if status not in (429, 503):
             raise ConfigurationError(f"concurrency middleware status={status!r}: 429 or 503")
@@ -178,6 +185,10 @@ def _policy(options: dict[str, Any], who: str) -> SlotPolicy:
         raise ConfigurationError(
             f"concurrency middleware: unknown option(s) {unknown}; known: {sorted(_OPTIONS)}"
         )
+    if "limit" not in options:
+        raise ConfigurationError(
+            f"{who}: limit= is required: the most requests of one identity in flight at once"
+        )
     if "failure" in options:  # the deprecated name; stacklevel 4: the middleware's caller
         options["failure_mode"] = renamed(
             who,
@@ -218,9 +229,15 @@ L = TypeVar("L", bound="SlotLimiter | AsyncSlotLimiter")
 class _SlotMiddleware(Generic[A, L]):
     """The constructor both middlewares share: the app, the limiter, the ``SlotPolicy``."""
 
+    _ASYNC: ClassVar[bool]
+    _hint: ClassVar[str]
+
     def __init__(self, app: A, *, limiter: L, **policy: Any) -> None:
-        if not callable(getattr(limiter, "acquire_slot", None)):
+        acquire = getattr(limiter, "acquire_slot", None)
+        if not callable(acquire):
             raise ConfigurationError(f"limiter {limiter!r} has no acquire_slot(key, limit) method")
+        if inspect.iscoroutinefunction(acquire) != self._ASYNC:
+            raise ConfigurationError(f"{type(self).__name__} limiter={limiter!r}: {self._hint}")
         self.app = app
         self.limiter = limiter
         self.policy = _policy(policy, type(self).__name__)
@@ -232,6 +249,9 @@ class ConcurrencyMiddleware(_SlotMiddleware[ASGIApp, AsyncSlotLimiter]):
     Keyword arguments are ``SlotPolicy``'s. ``limiter`` is an ``AsyncLimiter``
     (or anything with its ``acquire_slot`` / ``release_slot`` / ``renew_slot``).
     """
+
+    _ASYNC = True
+    _hint = "an AsyncLimiter (a Limiter blocks: it goes with WSGIConcurrencyMiddleware, on WSGI)"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -263,6 +283,9 @@ class WSGIConcurrencyMiddleware(_SlotMiddleware[WSGIApp, SlotLimiter]):
 
     Keyword arguments are ``SlotPolicy``'s. ``limiter`` is a ``Limiter``.
     """
+
+    _ASYNC = False
+    _hint = "a Limiter (an AsyncLimiter goes with ConcurrencyMiddleware, on ASGI)"
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         request = from_wsgi(environ)
