@@ -17,6 +17,9 @@ retry is not told 409 by a request that is gone.
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +27,8 @@ import httpx
 import pytest
 import redis
 import redis.asyncio as aredis
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
 
 from ratewarden.idempotency import StoredResponse
 from ratewarden.middleware.idempotency import IdempotencyMiddleware, WSGIIdempotencyMiddleware
@@ -225,3 +230,39 @@ async def test_every_store_answers_a_call_made_again_as_the_first(any_store: Awa
     assert await any_store.complete("k", "mine", RESPONSE, 600) is True
     assert await any_store.complete("k", "mine", RESPONSE, 600) is True
     assert (await any_store.begin("k", "fp", "later", 60)).response == RESPONSE
+
+
+@pytest.mark.timeout(30)
+async def test_a_paused_redis_that_resumes_within_the_retry_runs_the_request(
+    make_redis: Any, orders: Orders
+) -> None:
+    """The real thing, on a redis-server of its own: SIGSTOP, a request whose client times
+    out after 1 s and retries once, SIGCONT at 1.5 s. The first SET lands at the resume and
+    the retry finds it: 201 and the handler ran (it was 409 from the request's own lock),
+    and a retry is replayed. Bounded: the server is resumed in any case."""
+    server = make_redis()
+    client = aredis.Redis(
+        host="127.0.0.1",
+        port=server.port,
+        socket_timeout=1.0,
+        socket_connect_timeout=1.0,
+        retry=AsyncRetry(NoBackoff(), 1),
+    )
+    await client.ping()  # a connection in the pool, as a warm server has
+    app = IdempotencyMiddleware(starlette_orders(orders), AsyncRedisIdempotencyStore(client))
+    transport = httpx.ASGITransport(app)
+    resume = threading.Timer(1.5, os.kill, (server.process.pid, signal.SIGCONT))
+    os.kill(server.process.pid, signal.SIGSTOP)
+    resume.start()
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            first = await http.post("/orders/p", headers={"Idempotency-Key": "p"})
+            resume.join()
+            retry = await http.post("/orders/p", headers={"Idempotency-Key": "p"})
+    finally:
+        resume.cancel()
+        os.kill(server.process.pid, signal.SIGCONT)
+        await client.aclose()
+    assert first.status_code == 201, first.text
+    assert retry.headers.get("idempotent-replayed") == "true"
+    assert orders.executed["p"] == 1
