@@ -260,9 +260,8 @@ class Reconciler(Generic[L]):
         """One exchange call to ``peer``: its answer, or None (logged) when it failed."""
         reply = yield Ask(method, args)
         if isinstance(reply, StorageError):
-            # The error rides along unprinted (%.0s) for filters that look at it (simulate's).
-            said = (self.region, peer, what, round_error(reply), reply)
-            log.warning("region %s: peer %s %s: %s%.0s; the round leaves the cap as it was", *said)
+            text = "region %s: peer %s %s: %s; the round leaves the cap as it was"  # error: filters
+            log.warning(text, self.region, peer, what, round_error(reply), extra={"error": reply})
             return None
         if isinstance(reply, Exception):
             raise reply

@@ -166,6 +166,8 @@ class CutLink:
 def _not_simulated(record: logging.LogRecord) -> bool:
     if getattr(record, "event", None) in _HELD_EVENTS:
         return False  # a peer held at its budget because the simulation cut its links
+    if isinstance(getattr(record, "error", None), SimulatedPartitionError):
+        return False  # a peer's read failed because the simulation cut the link
     args = record.args if isinstance(record.args, tuple) else ()
     return not any(isinstance(arg, SimulatedPartitionError) for arg in args)
 
