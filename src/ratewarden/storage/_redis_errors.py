@@ -119,12 +119,12 @@ def _transient(exc: rx.ResponseError) -> bool:
 
 
 def _redirected(exc: BaseException) -> bool:
-    """A MOVED or ASK reply: only a Cluster node sends one, and the Cluster stores follow
-    it (redis-py's client) rather than raise it, so it reaches here from a store made for
-    one server pointed at a Cluster node."""
-    if isinstance(exc, hiredis.ReplyError):
-        return str(exc).startswith(("MOVED ", "ASK "))
-    return isinstance(exc, rx.AskError)  # MovedError is one too
+    """A MOVED or ASK reply on the store's own connections: only a Cluster node sends one,
+    and those connections meet one only as a store of one server (plain or a Sentinel's
+    primary) pointed at a Cluster node, since the Cluster router follows them itself.
+    redis-py's ``MovedError`` is left to ``_unavailable``: a Cluster client's pipeline may
+    hand one back after its own retries, during a reshard, which waiting does fix."""
+    return isinstance(exc, hiredis.ReplyError) and str(exc).startswith(("MOVED ", "ASK "))
 
 
 def _unavailable(exc: BaseException) -> bool:
@@ -147,7 +147,7 @@ def raise_storage_error(exc: BaseException, where: str, timeout: float) -> NoRet
             f"Redis at {where} is not a Redis Cluster: {exc}; use a redis:// URL (rediss:// "
             "over TLS) for one server, or point redis+cluster:// at a cluster's nodes"
         ) from exc
-    if _redirected(exc):  # a Cluster's stores follow these themselves: never raised from one
+    if _redirected(exc):  # the Cluster router follows these itself: never raised from it
         raise StorageError(
             f"Redis at {where} answered {_said(exc)}: it is a node of a Redis Cluster, which "
             "a redis:// URL cannot use (keys of other nodes' slots are refused); use "
