@@ -14,12 +14,13 @@ from ratewarden.simulate._pattern import SECOND_US, Pattern
 from ratewarden.simulate._replay import Replay
 from ratewarden.simulate.runner import MAX_DURATION_S, check_duration
 
-__all__ = ["DEFAULT_DURATION_S", "figure_paths", "note", "once", "run_length"]
+__all__ = ["DEFAULT_DURATION_S", "figure_paths", "note", "once", "planned_runs", "run_length"]
 
 #: How long a run lasts without --duration (a replay lasts its log's span).
 DEFAULT_DURATION_S = 600.0
 
 _T = TypeVar("_T")
+_L = TypeVar("_L")
 
 
 def note(text: str) -> None:
@@ -118,3 +119,23 @@ def figure_paths(
             mine.append(path)
         paths.append(mine)
     return paths
+
+
+def planned_runs(
+    chosen: Sequence[Pattern],
+    limits: Sequence[_L],
+    name: Callable[[_L], str],
+    duration: float | None,
+    plot: Sequence[str] | None,
+) -> list[tuple[Pattern, float, _L, list[Path]]]:
+    """Every pattern with every limit (a rate, or a layered limit named by ``name``): the
+    pattern, how long its run lasts (``run_length``: a replay lasts its log), the limit, and
+    the files its figures go to (``figure_paths``; each named by the pattern and the limit
+    when there are several of them)."""
+    lengths = [run_length([pattern], duration) for pattern in chosen]
+    combos = [(p, n, limit) for p, n in zip(chosen, lengths, strict=True) for limit in limits]
+    files = figure_paths(plot, [
+        (p.describe() if len(chosen) > 1 else None, name(limit) if len(limits) > 1 else None)
+        for p, _, limit in combos
+    ])  # fmt: skip
+    return [(*combo, paths) for combo, paths in zip(combos, files, strict=True)]

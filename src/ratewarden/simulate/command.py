@@ -31,7 +31,7 @@ from ratewarden.rate import Rate
 from ratewarden.simulate import _regions_flags, bursts, layered, patterns, plots, regions, runner
 from ratewarden.simulate import accuracy as accuracy_report
 from ratewarden.simulate._accuracy_flags import models, sizes
-from ratewarden.simulate._choices import figure_paths, once, run_length
+from ratewarden.simulate._choices import figure_paths, once, planned_runs
 
 __all__ = ["add_parser", "main"]
 
@@ -237,14 +237,8 @@ def _traffic(args: argparse.Namespace) -> int:
     texts = args.rate or [_DEFAULT_RATE]
     rates = once("--rate", texts, _rates(texts, _DEFAULT_RATE, args.burst), str)
     _check_plots(args.plot)
-    lengths = [run_length([p], args.duration) for p in chosen]  # a replay lasts its log
-    combos = [(p, n, r) for p, n in zip(chosen, lengths, strict=True) for r in rates]
-    files = figure_paths(args.plot, [
-        (p.describe() if len(chosen) > 1 else None, str(r) if len(rates) > 1 else None)
-        for p, _, r in combos
-    ])  # fmt: skip
     summaries: list[runner.Summary] = []
-    for (pattern, seconds, rate), paths in zip(combos, files, strict=True):
+    for pattern, seconds, rate, paths in planned_runs(chosen, rates, str, args.duration, args.plot):
         runs = [runner.run(pattern, name, rate, seconds) for name in names]
         summaries.extend(one.summary() for one in runs)
         for path in paths:
@@ -274,14 +268,9 @@ def _layered(args: argparse.Namespace) -> int:
             raise ConfigurationError(f"--layers {text!r}: {exc}") from None
     limits = once("--layers", args.layers, limits, _joined)
     _check_plots(args.plot)
-    lengths = [run_length([p], args.duration) for p in chosen]  # a replay lasts its log
-    combos = [(p, n, r) for p, n in zip(chosen, lengths, strict=True) for r in limits]
-    files = figure_paths(args.plot, [
-        (p.describe() if len(chosen) > 1 else None, _joined(r) if len(limits) > 1 else None)
-        for p, _, r in combos
-    ])  # fmt: skip
     summaries: list[layered.LayeredSummary] = []
-    for (pattern, seconds, rates), paths in zip(combos, files, strict=True):
+    planned = planned_runs(chosen, limits, _joined, args.duration, args.plot)
+    for pattern, seconds, rates, paths in planned:
         runs = [layered.run_layered(pattern, name, rates, seconds) for name in names]
         summaries.extend(one.summary() for one in runs)
         for path in paths:
