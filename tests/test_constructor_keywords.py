@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import redis
+import redis.asyncio as aredis
 
 import ratewarden
 from ratewarden import Rate, budgets, client, hotkeys, middleware, tiers
@@ -27,6 +29,7 @@ from ratewarden.headers import HeaderOptions
 from ratewarden.metrics import LogRateLimiter
 from ratewarden.middleware import idempotency as idempotency_middleware
 from ratewarden.storage import idempotency as idempotency_stores
+from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import DecisionRecorder, ManualClock
 from ratewarden.topk import SpaceSaving
 
@@ -44,6 +47,10 @@ MISSPELT: list[tuple[str, Callable[[], object], str]] = [
     ("HeaderOptions", lambda: HeaderOptions(drafts="draft-11"), "draft"),
     ("LogRateLimiter", lambda: LogRateLimiter(intervl=1), "interval"),
     ("SpaceSaving", lambda: SpaceSaving(capacty=1), "capacity"),
+    ("RedisStore", lambda: RedisStore(redis.Redis(port=1), timout=1), "timeout"),
+    ("AsyncRedisStore", lambda: AsyncRedisStore(aredis.Redis(port=1), prefx="x"), "prefix"),
+    ("RuleSet", lambda: middleware.RuleSet([], default_ky=None), "default_key"),
+    ("RetryPolicy", lambda: client.RetryPolicy(max_attemps=3), "max_attempts"),
 ]
 
 # (class name, what builds it with one positional argument too many, what it takes)
@@ -56,6 +63,8 @@ TOO_MANY: list[tuple[str, Callable[[], object], str]] = [
     ("Denied", lambda: middleware.Denied(b"", 429), "at most 1 (body)"),
     ("LogRateLimiter", lambda: LogRateLimiter(1, None), "at most 1 (interval)"),
     ("SpaceSaving", lambda: SpaceSaving(1, 2), "at most 1 (capacity)"),
+    ("RedisStore", lambda: RedisStore(redis.Redis(port=1), None, None), "at most 1 (client)"),
+    ("RuleSet", lambda: middleware.RuleSet([], None, None), "at most 1 (rules)"),
 ]
 
 # Every class reference.md says refuses them, by the name it gives.
@@ -97,6 +106,10 @@ COVERED: dict[str, type] = {
         idempotency_stores.AsyncMemoryIdempotencyStore,
         idempotency_stores.RedisIdempotencyStore,
         idempotency_stores.AsyncRedisIdempotencyStore,
+        RedisStore,
+        AsyncRedisStore,
+        middleware.RuleSet,
+        client.RetryPolicy,
         client.RetryTransport,
         client.AsyncRetryTransport,
         HeaderOptions,

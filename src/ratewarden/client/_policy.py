@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ratewarden.checks import check_bool, is_number
+from ratewarden.checks import check_bool, init_checked, is_number
 from ratewarden.errors import ConfigurationError, RatewardenError
 
 __all__ = [
@@ -40,6 +40,7 @@ def _positive(name: str, value: object, *, zero_ok: bool = False) -> float:
     return float(value)
 
 
+@init_checked
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """How often, how long and what to retry. Durations in seconds.

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ratewarden import headers as rl_headers
-from ratewarden.checks import check_bool
+from ratewarden.checks import check_bool, keywords_checked
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
@@ -89,6 +89,7 @@ class RuleSet:
     (a ``Denied``, or a callable of a ``Denial``); None keeps the default 429.
     """
 
+    @keywords_checked
     def __init__(
         self,
         rules: Iterable[Rule],

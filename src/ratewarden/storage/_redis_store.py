@@ -149,6 +149,7 @@ class RedisBase(FromUrl):
     #: What a store says when handed any other client (``{}``: that client's type).
     _WRONG_CLIENT: ClassVar[str]
 
+    @checks.keywords_checked
     def __init__(
         self,
         client: Any,

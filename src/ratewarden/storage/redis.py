@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio as aredis
 
+from ratewarden.checks import keywords_checked
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.rate import Rate
@@ -89,6 +90,7 @@ class RedisStore(RedisBase):
     _router: Router
     client: redis.Redis | redis.RedisCluster
 
+    @keywords_checked
     def __init__(
         self,
         client: redis.Redis | redis.RedisCluster,
