@@ -22,14 +22,18 @@ import redis
 import redis.asyncio as aredis
 
 import ratewarden
-from ratewarden import Rate, budgets, client, hotkeys, middleware, tiers
+from ratewarden import Rate, budgets, client, hotkeys, middleware, plan, regions, simulate, tiers
 from ratewarden.checks import keywords_checked
 from ratewarden.errors import ConfigurationError
 from ratewarden.headers import HeaderOptions
-from ratewarden.metrics import LogRateLimiter
+from ratewarden.metrics import LogRateLimiter, PrometheusMetrics
 from ratewarden.middleware import idempotency as idempotency_middleware
+from ratewarden.simulate import patterns
 from ratewarden.storage import idempotency as idempotency_stores
+from ratewarden.storage.memory_regions import AsyncMemoryRegionStore, MemoryRegionStore
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
+from ratewarden.storage.regions import AsyncRegionStore, RegionStore
+from ratewarden.storage.split import AsyncSplitStore
 from ratewarden.testing import DecisionRecorder, ManualClock
 from ratewarden.topk import SpaceSaving
 
@@ -109,7 +113,40 @@ COVERED: dict[str, type] = {
         RedisStore,
         AsyncRedisStore,
         middleware.RuleSet,
+        middleware.ClientIP,
+        middleware.SlotPolicy,
+        budgets.Account,
+        budgets.LoadShedder,
+        budgets.ShedPolicy,
+        hotkeys.HotKeyDetector,
+        hotkeys.SlotMap,
+        PrometheusMetrics,
+        RegionStore,
+        AsyncRegionStore,
+        MemoryRegionStore,
+        AsyncMemoryRegionStore,
+        AsyncSplitStore,
+        regions.ReconciledBudget,
+        regions.AsyncReconciledBudget,
+        regions.RegionalQuota,
+        regions.AsyncRegionalQuota,
+        regions.HomeRegion,
+        regions.AsyncHomeRegion,
+        regions.DemandExchange,
+        regions.AsyncDemandExchange,
+        regions.SyncThread,
+        regions.SyncTask,
+        patterns.Steady,
+        patterns.Poisson,
+        patterns.OnOff,
+        patterns.BoundaryBurst,
+        patterns.RetryStorm,
+        patterns.Replay,
+        simulate.Partition,
+        plan.PlanInput,
+        plan.Region,
         client.RetryPolicy,
+        client.RetryBudget,
         client.RetryTransport,
         client.AsyncRetryTransport,
         HeaderOptions,
@@ -236,3 +273,17 @@ def test_reference_names_exactly_the_classes_that_refuse_them() -> None:
     for name, cls in COVERED.items():
         with pytest.raises(ConfigurationError, match=f"^{name}: unknown keyword 'zzzz_bogus'"):
             cls(zzzz_bogus=1)
+
+
+def test_a_deprecation_still_names_the_building_line() -> None:
+    """The keyword check is one frame more between the caller and a constructor's warning:
+    the deprecated redis clients of DemandExchange and ReconciledBudget still name the line
+    that built them (no server is asked: the stores are made, not used)."""
+    clients = {"us": redis.Redis(port=1), "eu": redis.Redis(port=2)}
+    rates = {"us": Rate(10, 60), "eu": Rate(10, 60)}
+    with pytest.warns(DeprecationWarning) as caught:
+        regions.DemandExchange("us", clients)
+        regions.ReconciledBudget(
+            "us", clients["us"], {"eu": clients["eu"]}, rates, sync_interval=1, replication_lag=1
+        )
+    assert [w.filename for w in caught] == [__file__, __file__]

@@ -188,6 +188,7 @@ class PrometheusMetrics(Metrics):
         "registry",
     )
 
+    @keywords_checked
     def __init__(
         self, registry: Any = None, namespace: str = "ratewarden", *, max_rules: int = 1000
     ) -> None:

@@ -116,7 +116,8 @@ async def test_each_twin_takes_its_own_stores_only(regions: dict[str, Region]) -
         ReconciledBudget("us", alocal, peers, RATES, **options)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="is a Redis; it must be an AsyncRegionStore"):
         AsyncReconciledBudget("us", regions["us"].alocal(), apeers, RATES, **options)  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
+    unknown = r"^AsyncReconciledBudget: unknown keyword 'clock'"
+    with pytest.raises(ConfigurationError, match=unknown):
         AsyncReconciledBudget("us", alocal, apeers, RATES, clock=ManualClock(), **options)  # type: ignore[call-arg]
     with pytest.raises(ConfigurationError, match=r"AsyncRegionStore needs a redis\.asyncio\.Redis"):
         AsyncRegionStore(regions["us"].local())  # type: ignore[arg-type]

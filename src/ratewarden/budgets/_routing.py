@@ -27,7 +27,7 @@ from typing import Any, ClassVar, TypeVar
 from ratewarden.budgets._budget import AsyncTokenBudget, TokenBudget
 from ratewarden.budgets._twins import a_kind
 from ratewarden.budgets._values import Reservation, Settlement
-from ratewarden.checks import check_id, keywords_checked
+from ratewarden.checks import check_id, init_checked, keywords_checked
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import Ask, Flow, adrive, awaiting, blocking, drive
 
@@ -36,6 +36,7 @@ __all__ = ["AsyncBudgetRouter", "BudgetRouter", "Route", "Account"]
 T = TypeVar("T")
 
 
+@init_checked
 @dataclass(frozen=True, slots=True)
 class Account:
     """A named budget key: a tenant (``"tenant:acme"``) or an upstream model or provider

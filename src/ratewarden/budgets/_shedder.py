@@ -89,6 +89,7 @@ class ShedPolicy:
 
     classes: tuple[tuple[str, float], ...]
 
+    @keywords_checked
     def __init__(
         self, classes: Iterable[tuple[str, float]] | Mapping[str, float] = _DEFAULT_CLASSES
     ) -> None:
@@ -193,6 +194,7 @@ class LoadShedder:
     (``<=`` would admit at exactly full for critical traffic).
     """
 
+    @keywords_checked
     def __init__(self, utilization: Callable[[], float], policy: ShedPolicy = DEFAULT_POLICY):
         if not callable(utilization):
             raise ConfigurationError(f"utilization {utilization!r} must be a callable")

@@ -20,7 +20,7 @@ import logging
 import threading
 from fractions import Fraction
 
-from ratewarden.checks import is_number
+from ratewarden.checks import is_number, keywords_checked
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.errors import ConfigurationError
 from ratewarden.metrics import LogRateLimiter
@@ -77,6 +77,7 @@ class RetryBudget:
         "ratio",
     )
 
+    @keywords_checked
     def __init__(
         self,
         ratio: float = 0.1,

@@ -26,6 +26,7 @@ import math
 import threading
 from dataclasses import dataclass
 
+from ratewarden.checks import keywords_checked
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.errors import ConfigurationError
 from ratewarden.topk import SpaceSaving
@@ -72,6 +73,7 @@ class HotKeyDetector:
         "threshold",
     )
 
+    @keywords_checked
     def __init__(
         self,
         threshold: float,

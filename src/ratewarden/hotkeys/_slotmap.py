@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ratewarden.checks import init_checked
 from ratewarden.errors import ConfigurationError
 from ratewarden.hotkeys._placement import SLOTS, store_slot
 
@@ -49,6 +50,7 @@ class SlotRange:
     address: str
 
 
+@init_checked
 @dataclass(frozen=True, slots=True)
 class SlotMap:
     """Every one of the 16,384 slots and the primary serving it: ``ranges`` in slot order,

@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
-from ratewarden.checks import check_bool
+from ratewarden.checks import check_bool, keywords_checked
 from ratewarden.errors import ConfigurationError
 from ratewarden.headers import split_outside_quotes
 from ratewarden.middleware._request import RequestInfo, from_asgi, header_value
@@ -238,6 +238,7 @@ class ClientIP:
 
     __slots__ = ("_header", "_ipv6_prefix", "_trusted")
 
+    @keywords_checked
     def __init__(
         self,
         trusted_proxies: Iterable[str] = (),

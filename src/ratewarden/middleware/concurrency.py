@@ -32,6 +32,7 @@ import inspect
 from collections.abc import Iterable
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
+from ratewarden.checks import keywords_checked
 from ratewarden.clock import Clock
 from ratewarden.deprecation import UNSET, renamed
 from ratewarden.errors import ConfigurationError, StorageError
@@ -106,6 +107,7 @@ class SlotPolicy:
     the failure mode (``failure_mode``, ``metrics``: see the rate limit middleware's;
     ``failure`` is the deprecated name of ``failure_mode``)."""
 
+    @keywords_checked
     def __init__(
         self,
         *,
@@ -123,7 +125,7 @@ class SlotPolicy:
         metrics: Metrics | None = None,
         failure: str = UNSET,
     ) -> None:
-        failure_mode = chosen_failure_mode("SlotPolicy", failure_mode, failure)
+        failure_mode = chosen_failure_mode("SlotPolicy", failure_mode, failure, stacklevel=5)
         self.name = check_name(name)
         self.limit = _whole("limit", limit, 1)
         if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < _YEAR:

@@ -8,6 +8,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 from ratewarden import algorithms
+from ratewarden.checks import init_checked
 from ratewarden.errors import ConfigurationError
 from ratewarden.plan._checks import bounded, positive, share, whole
 from ratewarden.plan._text import as_bytes, count, exact, utilization
@@ -32,6 +33,7 @@ DEFAULT_BYTES_PER_CALL = 300
 DEFAULT_MAX_UTILIZATION = 0.5
 
 
+@init_checked
 @dataclass(frozen=True, slots=True)
 class Region:
     """One region's rate cap on a key, its burst included, as ``ReconciledBudget`` takes it in
@@ -48,6 +50,7 @@ class Region:
             )
 
 
+@init_checked
 @dataclass(frozen=True, slots=True)
 class PlanInput:
     """Everything the plan is computed from; validated on construction."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
+from ratewarden.checks import keywords_checked
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.limiter import Ask, Flow, Gather, adrive, awaiting, blocking, drive
 from ratewarden.regions._gcounter import check_region
@@ -147,6 +148,7 @@ class DemandExchange(Exchange["RegionStore | MemoryRegionStore"]):
 
     _awaited = False
 
+    @keywords_checked
     def __init__(
         self,
         region: str,
@@ -163,7 +165,7 @@ class DemandExchange(Exchange["RegionStore | MemoryRegionStore"]):
         self.region = self._checked(region, given)
         assert given is not None  # checked above
         if clients is not None or any(is_client(value) for value in given.values()):
-            self.stores = deprecated_clients("DemandExchange", given, prefix=prefix)
+            self.stores = deprecated_clients("DemandExchange", given, stacklevel=4, prefix=prefix)
         elif prefix is not None:
             raise ConfigurationError(
                 "DemandExchange: the prefix belongs to the stores (RegionStore(client, prefix=...))"
@@ -186,6 +188,7 @@ class AsyncDemandExchange(Exchange["AsyncRegionStore | AsyncMemoryRegionStore"])
 
     _awaited = True
 
+    @keywords_checked
     def __init__(
         self, region: str, stores: Mapping[str, AsyncRegionStore | AsyncMemoryRegionStore]
     ) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Generic, TypeVar
 
+from ratewarden.checks import keywords_checked
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import AsyncLimiter, FailureHook, Limiter
@@ -33,6 +34,7 @@ class _Pinning(Generic[L]):
     #: ``AsyncLimiter``.
     _kind: type
 
+    @keywords_checked
     def __init__(
         self,
         limiters: Mapping[str, L],

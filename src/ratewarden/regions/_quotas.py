@@ -30,7 +30,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
-from ratewarden.checks import check_cost, check_key, check_rates
+from ratewarden.checks import check_cost, check_key, check_rates, keywords_checked
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.limiter import AsyncLimiter, Flow, Limiter, awaiting, blocking
@@ -63,6 +63,7 @@ class Quota(Generic[L]):
     #: Whether the twin awaits its limiter (an ``AsyncLimiter``).
     _awaited: ClassVar[bool]
 
+    @keywords_checked
     def __init__(self, region: str, limiter: L, shares: Mapping[str, int | float]) -> None:
         self.region = check_region(region)
         check_weights(shares)

@@ -43,7 +43,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from ratewarden.checks import check_cost, check_key
+from ratewarden.checks import check_cost, check_key, keywords_checked
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError, StorageError
@@ -94,6 +94,7 @@ class Reconciler(Generic[L]):
     #: ``Limiter`` or ``AsyncLimiter``: what the twin builds over this region's store.
     _driver: ClassVar[Callable[[Any], Any]]
 
+    @keywords_checked
     def __init__(
         self,
         region: str,
@@ -163,12 +164,11 @@ class Reconciler(Generic[L]):
     def hit_flow(self, key: str, rates: Rate | Sequence[Rate], cost: int = 1) -> Flow[Decision]:
         """Admit ``cost`` under the global ``rates`` if the region rate and budget allow.
 
-        ``rates`` is one Rate, or several for a layered limit (a burst and a quota,
-        say): each is reconciled on its own, and a hit is admitted only if every
-        one's budget has room, and then charged to all (all or nothing). One GCRA
-        decision for the region's rate cap, then one script for the budgets (the
-        layers of a key share its hash tag), both on this region's Redis. Raises
-        ``StorageUnavailableError`` when it does not answer.
+        ``rates`` is one Rate, or several for a layered limit (a burst and a quota, say):
+        each is reconciled on its own, and a hit is admitted only if every one's budget
+        has room, then charged to all (all or nothing). One GCRA decision for the region's
+        rate cap, then one script for the budgets (a key's layers share its hash tag),
+        both on this region's Redis. Raises ``StorageUnavailableError`` when it does not answer.
         """
         found = global_rates(type(self).__name__, rates)
         check_key(key)
@@ -328,6 +328,7 @@ class ReconciledBudget(Reconciler[Limiter]):
     local: RegionStore | MemoryRegionStore
     peers: dict[str, RegionStore | MemoryRegionStore]
 
+    @keywords_checked
     def __init__(
         self,
         region: str,
@@ -360,8 +361,8 @@ class ReconciledBudget(Reconciler[Limiter]):
     def _stores(self, local: Any, peers: Mapping[str, Any]) -> dict[str, Any]:
         given = {self.region: local, **peers}
         if is_client(local):
-            # The warning names the caller of ReconciledBudget(...), four frames up.
-            return deprecated_clients("ReconciledBudget", given, stacklevel=5, **self._options)
+            # The warning names the caller of ReconciledBudget(...), past two keyword checks.
+            return deprecated_clients("ReconciledBudget", given, stacklevel=7, **self._options)
         if any(value is not None for value in self._options.values()):
             raise ConfigurationError(
                 "ReconciledBudget: clock, prefix and timeout belong to the stores "

@@ -19,6 +19,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from ratewarden.checks import keywords_checked
 from ratewarden.errors import ConfigurationError, RatewardenError
 from ratewarden.regions._reconcile import AsyncReconciledBudget, ReconciledBudget
 from ratewarden.regions._rounds import round_error
@@ -74,6 +75,7 @@ class SyncThread:
     ``stop()`` raises it. Refuses an ``AsyncReconciledBudget`` (``SyncTask`` runs those).
     """
 
+    @keywords_checked
     def __init__(self, budget: ReconciledBudget) -> None:
         _checked("SyncThread", budget, awaited=False)
         self.budget = budget
@@ -143,6 +145,7 @@ class SyncTask:
     default; tests give one whose ``asleep`` they control.
     """
 
+    @keywords_checked
     def __init__(self, budget: AsyncReconciledBudget, *, clock: Clock | None = None) -> None:
         _checked("SyncTask", budget, awaited=True)
         self.budget = budget

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from ratewarden.checks import init_checked
 from ratewarden.errors import ConfigurationError, StorageUnavailableError
 
 __all__ = ["CutLink", "Partition", "SimulatedPartitionError", "parse_partition", "quiet"]
@@ -34,6 +35,7 @@ class SimulatedPartitionError(StorageUnavailableError):
 _FORMS = "NAME@START-END, NAME->PEER@START-END, NAME->*@START-END or *->NAME@START-END"
 
 
+@init_checked
 @dataclass(frozen=True, slots=True)
 class Partition:
     """Links (reader, peer) down from ``start_us`` to ``end_us`` (from the run's start)."""

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
+from ratewarden.checks import init_checked
 from ratewarden.errors import ConfigurationError
 from ratewarden.simulate._pattern import SECOND_US, Arrival, Horizon, Pattern, is_whole
 
@@ -18,6 +19,7 @@ _MAX_SECONDS = 10**11
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+@init_checked
 @dataclass(frozen=True, slots=True)
 class Replay(Pattern):
     """The requests of a timestamped log: ``SECONDS [COST]`` or ``ISO-8601 [COST]`` per line."""

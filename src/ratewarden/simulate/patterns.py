@@ -36,6 +36,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ratewarden.checks import init_checked
 from ratewarden.errors import ConfigurationError
 from ratewarden.simulate._pattern import (
     MAX_ARRIVALS,
@@ -69,6 +70,7 @@ __all__ = [
 MAX_CLIENTS = 100_000
 
 
+@init_checked
 @dataclass(frozen=True, slots=True)
 class Steady(Pattern):
     """Evenly spaced requests at ``load`` x the rate."""
@@ -88,6 +90,7 @@ class Steady(Pattern):
         return f"steady x{_num(self.load)}"
 
 
+@init_checked
 @dataclass(frozen=True, slots=True)
 class Poisson(Pattern):
     """Exponential gaps averaging ``load`` x the rate (independent callers)."""
@@ -120,6 +123,7 @@ class Poisson(Pattern):
         return f"poisson x{_num(self.load)}{_seed(self.seed)}"
 
 
+@init_checked
 @dataclass(frozen=True, slots=True)
 class OnOff(Pattern):
     """``on`` seconds of steady traffic at ``load`` x the rate, then ``off`` seconds of none."""
@@ -154,6 +158,7 @@ class OnOff(Pattern):
         return f"onoff x{_num(self.load)} {_num(self.on)}s/{_num(self.off)}s"
 
 
+@init_checked
 @dataclass(frozen=True, slots=True)
 class BoundaryBurst(Pattern):
     """``size`` requests just before every other window edge and ``size`` on it."""
@@ -181,6 +186,7 @@ class BoundaryBurst(Pattern):
         return "boundary" if self.size is None else f"boundary {self.size}"
 
 
+@init_checked
 @dataclass(frozen=True, slots=True)
 class RetryStorm(Pattern):
     """Clients that start together and retry denials with exponential backoff."""

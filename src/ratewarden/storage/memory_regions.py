@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from ratewarden.checks import keywords_checked
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.errors import StorageError
@@ -69,6 +70,7 @@ class MemoryRegionBase(RegionPlan):
 
     kept = "in this process"
 
+    @keywords_checked
     def __init__(
         self,
         *,

@@ -59,6 +59,7 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio as aredis
 
+from ratewarden.checks import keywords_checked
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.rate import Rate
@@ -96,6 +97,7 @@ class RegionStore(RegionBase):
     client: redis.Redis | redis.RedisCluster
     rates: RedisStore
 
+    @keywords_checked
     def __init__(
         self,
         client: redis.Redis | redis.RedisCluster,
@@ -252,6 +254,7 @@ class AsyncRegionStore(RegionBase):
     client: aredis.Redis | aredis.RedisCluster
     rates: AsyncRedisStore
 
+    @keywords_checked
     def __init__(
         self,
         client: aredis.Redis | aredis.RedisCluster,

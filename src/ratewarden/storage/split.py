@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ratewarden.checks import keywords_checked
 from ratewarden.decision import Decision
 from ratewarden.rate import Rate
 from ratewarden.storage import AsyncStore, Op
@@ -51,6 +52,7 @@ def per_second(rates: Rate | Sequence[Rate]) -> bool:
 class AsyncSplitStore:
     """Rate calls on per-second rates to ``per_second``, everything else to ``store``."""
 
+    @keywords_checked
     def __init__(self, store: AsyncStore, per_second_store: AsyncStore) -> None:
         self.store = store
         self.per_second = per_second_store
