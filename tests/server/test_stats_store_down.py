@@ -92,3 +92,26 @@ def test_the_dashboard_shows_a_closed_rule_degraded_not_over(
     assert row["totals"]["degraded"] == 4
     assert row["degraded_modes"] == {"closed": 4}
     assert view["top"]["over"] == []
+
+
+def test_failure_mode_answers_are_decisions_allowed_or_denied(
+    outage: tuple[ServiceStats, RateLimitService, RedisServer],
+) -> None:
+    """Store down: ``ratewarden_decisions_total`` counts the closed rule's 4 answers
+    ``denied`` and the open rule's 3 ``allowed``, beside the store's own answer before the
+    outage, as operations.md and the library's ``PrometheusMetrics`` count them."""
+    stats, svc, server = outage
+    assert ask(svc, desc(("fragile", "f"))).overall_code == OK
+    server.stop()
+    for _ in range(4):
+        assert ask(svc, desc(("fragile", "f"))).overall_code == OVER
+    for _ in range(3):
+        assert ask(svc, desc(("lenient", "l"))).overall_code == OK
+    decisions = "ratewarden_decisions_total"
+    assert value(stats, decisions, rule="web.fragile", outcome="allowed") == 1
+    assert value(stats, decisions, rule="web.fragile", outcome="denied") == 4
+    assert value(stats, decisions, rule="web.lenient", outcome="allowed") == 3
+    assert value(stats, decisions, rule="web.lenient", outcome="denied") == 0
+    degraded = "ratewarden_degraded_total"
+    assert value(stats, degraded, rule="web.fragile", failure_mode="closed") == 4
+    assert value(stats, degraded, rule="web.lenient", failure_mode="open") == 3

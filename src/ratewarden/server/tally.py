@@ -103,6 +103,10 @@ class Tally:
                         counts[SHADOWED] += 1
                     else:
                         counts[ALLOWED if decision.allowed else DENIED] += 1
+                elif outcome.failure is not None:
+                    # An open or closed failure mode answered with no Decision: a decision
+                    # all the same, as the library's PrometheusMetrics counts it.
+                    counts[SHADOWED if shadowed else DENIED if over else ALLOWED] += 1
                 if outcome.failure is not None:
                     # No limit was checked: not a hit under or over one (upstream counts none
                     # when Redis fails), only a degraded decision; failure_mode_allowed/denied
