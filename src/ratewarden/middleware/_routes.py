@@ -162,68 +162,123 @@ def override(
     return decorate
 
 
-def _starlette_match(routes: Sequence[Any], scope: Mapping[str, Any]) -> object | None:
+def _inner(route: Any) -> Sequence[Any]:
+    """The routes a route holds: a Mount's or Router's ``routes``, or, for the node FastAPI
+    (0.165 and later) puts in the table for an included ``APIRouter``, its routes as that
+    inclusion serves them (prefix applied)."""
+    effective = getattr(route, "effective_candidates", None)
+    if callable(effective):
+        return effective()  # type: ignore[no-any-return]
+    return getattr(route, "routes", None) or ()
+
+
+def _served(route: Any) -> Any:
+    """The route that answers for ``route``: FastAPI's entry for a Starlette ``Route`` or
+    ``Mount`` of an included router holds the prefixed copy as ``starlette_route``."""
+    return getattr(route, "starlette_route", None) or route
+
+
+def _starlette_match(routes: Sequence[Any], scope: Mapping[str, Any]) -> tuple[bool, object]:
+    """(whether one of ``routes`` takes the request, the endpoint it leads to or None)."""
     from starlette.routing import Match
 
     for route in routes:
+        if callable(getattr(route, "effective_candidates", None)):
+            # An included router takes the request when one of its routes does; matched
+            # route by route, as its own matches() would.
+            taken, endpoint = _starlette_match(_inner(route), scope)
+            if taken:
+                return True, endpoint
+            continue
         match, child = route.matches(scope)
         if match is not Match.FULL:
             continue
-        endpoint = getattr(route, "endpoint", None)
+        served = _served(route)
+        endpoint = getattr(served, "endpoint", None)
         if endpoint is not None:
-            return endpoint  # type: ignore[no-any-return]
-        sub_routes = getattr(route, "routes", None)
-        if sub_routes:
-            return _starlette_match(sub_routes, {**scope, **child})
-        return None
-    return None
+            return True, endpoint
+        return True, _starlette_match(_inner(served), {**scope, **child})[1]
+    return False, None
 
 
-def _has_metadata(routes: Sequence[Any]) -> bool:
+def _walk(routes: Sequence[Any], tables: list[Sequence[Any]]) -> bool:
+    """Whether any endpoint under ``routes`` is decorated; adds to ``tables`` every routing
+    table walked (for noticing later that one grew)."""
+    found = False
     for route in routes:
-        if route_limits(getattr(route, "endpoint", None)) is not None:
-            return True
-        if _has_metadata(getattr(route, "routes", None) or ()):
-            return True
-    return False
+        served = _served(route)
+        if route_limits(getattr(served, "endpoint", None)) is not None:
+            found = True
+        included = getattr(route, "original_router", None)
+        own = getattr(included, "routes", None) if included is not None else None
+        if isinstance(own, list):
+            tables.append(own)
+        elif isinstance(getattr(served, "routes", None), list):
+            tables.append(served.routes)
+        if _walk(_inner(served), tables):
+            found = True
+    return found
 
 
-# Per app: (number of routes, whether any endpoint is decorated). Most apps have
-# few decorated routes or none, and then no request needs the walk.
-_decorated: weakref.WeakKeyDictionary[Any, tuple[int, bool]] = weakref.WeakKeyDictionary()
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """What the walk of one app found: the sizes of its routing tables then (its own, and
+    each one under it with its size), and whether any endpoint is decorated."""
+
+    size: int
+    tables: tuple[tuple[Sequence[Any], int], ...]
+    decorated: bool
+
+    def current(self, routes: Sequence[Any]) -> bool:
+        # The app's own table by length only: ``app.routes`` may be a new list each time.
+        if len(routes) != self.size:
+            return False
+        return not self.tables or all(len(t) == n for t, n in self.tables)
+
+
+def _know(routes: Sequence[Any]) -> _Known:
+    tables: list[Sequence[Any]] = []
+    decorated = _walk(routes, tables)
+    return _Known(len(routes), tuple((t, len(t)) for t in tables), decorated)
+
+
+# Per app. Most apps have few decorated routes or none, and then no request needs the walk.
+# Walked again when a table grows: the app's own, an included router's or a mount's.
+_decorated: weakref.WeakKeyDictionary[Any, _Known] = weakref.WeakKeyDictionary()
 
 
 # The last app asked about, by weak reference, and its answer: one process serves one app,
 # and a WeakKeyDictionary lookup makes a new weak reference on every call.
-_last: list[tuple[weakref.ref[Any], int, bool] | None] = [None]
+_last: list[tuple[weakref.ref[Any], _Known] | None] = [None]
 
 
 def _any_decorated(app: Any, routes: Sequence[Any]) -> bool:
     last = _last[0]
-    if last is not None and last[0]() is app and last[1] == len(routes):
-        return last[2]
+    if last is not None and last[0]() is app and last[1].current(routes):
+        return last[1].decorated
     try:
         known = _decorated.get(app)
     except TypeError:  # not weakly referenceable: no caching
-        return _has_metadata(routes)
-    if known is None or known[0] != len(routes):
-        known = (len(routes), _has_metadata(routes))
+        return _know(routes).decorated
+    if known is None or not known.current(routes):
+        known = _know(routes)
         _decorated[app] = known
-    _last[0] = (weakref.ref(app), known[0], known[1])
-    return known[1]
+    _last[0] = (weakref.ref(app), known)
+    return known.decorated
 
 
 def starlette_endpoint(request: RequestInfo) -> object | None:
-    """The Starlette/FastAPI endpoint for the request, from ``scope["app"].routes``.
+    """The Starlette/FastAPI endpoint for the request, from ``scope["app"].routes``
+    (through mounts and, in FastAPI, included routers).
 
     Returns None at once when no route of the app carries ratewarden metadata
-    (checked once per app, again when its number of routes changes).
+    (checked once per app, again when one of its routing tables grows).
     """
     app = request.raw.get("app")
     routes = getattr(app, "routes", None)
     if not routes or not _any_decorated(app, routes):
         return None
-    return _starlette_match(routes, request.raw)
+    return _starlette_match(routes, request.raw)[1]
 
 
 def undecorated(scope: Mapping[str, Any]) -> bool:
