@@ -5,7 +5,10 @@ stderr with their ``extra`` fields: a JSON object a line (``fmt="json"``), or
 the message then ``key=value`` pairs (``"text"``); with ``--workers`` each line
 names its worker. uvicorn's error logger (the HTTP port's server, which
 ``server/http.py`` keeps at ERROR) writes through the same handler, so its rare
-lines are in the same format.
+lines are in the same format. So do OpenTelemetry's (``--tracing``: its exporter
+logs each failed export and retry, which a collector that is down repeats every
+batch), with the event ``opentelemetry`` and at most one line a minute per
+message; the next says how many were held back.
 """
 
 from __future__ import annotations
@@ -13,14 +16,20 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 import time
 from typing import Any
 
-__all__ = ["LOGGERS", "configure_logging"]
+from ratewarden.clock import Clock
+from ratewarden.metrics import LogRateLimiter
+
+__all__ = ["LOGGERS", "OTEL_INTERVAL", "configure_logging"]
 
 
-#: The loggers ``ratewarden serve`` writes: its own, and uvicorn's errors.
-LOGGERS = ("ratewarden", "uvicorn.error")
+#: The loggers ``ratewarden serve`` writes: its own, uvicorn's errors, and OpenTelemetry's.
+LOGGERS = ("ratewarden", "uvicorn.error", "opentelemetry")
+#: Seconds between two of OpenTelemetry's lines with the same message.
+OTEL_INTERVAL = 60.0
 
 _STANDARD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message"}
 
@@ -57,12 +66,45 @@ class _StructuredFormatter(logging.Formatter):
         return head + (f" {pairs}" if pairs else "") + (f"\n{trace}" if trace else "")
 
 
-def configure_logging(level: str, fmt: str, *, worker: int | None = None) -> None:
-    """Send ratewarden's logs to stderr: JSON lines (``fmt="json"``) or text with key=value."""
+class _Bounded(logging.Filter):
+    """OpenTelemetry's lines, each message (its format, whatever the arguments) at most once
+    an ``interval``; the next says how many were held back. A handler's filter: a logger's
+    would not see the records of the exporter's own loggers, which propagate to it."""
+
+    def __init__(self, interval: float, clock: Clock | None) -> None:
+        super().__init__()
+        self._lines = LogRateLimiter(interval, clock=clock, max_keys=256)
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = f"{record.name}:{record.msg}"
+        with self._lock:
+            held_back = self._lines.suppressed(key)
+            if not self._lines.allow(key):
+                return False
+        if held_back:
+            lines = "line" if held_back == 1 else "lines"
+            record.msg = f"{record.getMessage()} ({held_back} similar {lines} suppressed)"
+            record.args = None
+        record.event = "opentelemetry"
+        return True
+
+
+def configure_logging(
+    level: str, fmt: str, *, worker: int | None = None, clock: Clock | None = None
+) -> None:
+    """Send ratewarden's logs to stderr: JSON lines (``fmt="json"``) or text with key=value.
+
+    ``clock`` times the bound on OpenTelemetry's repeated lines (the system's by default)."""
+    formatter = _StructuredFormatter(fmt, worker)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_StructuredFormatter(fmt, worker))
+    handler.setFormatter(formatter)
+    otel = logging.StreamHandler(sys.stderr)
+    otel.setFormatter(formatter)
+    otel.addFilter(_Bounded(OTEL_INTERVAL, clock))
     for name in LOGGERS:
         logger = logging.getLogger(name)
-        logger.handlers[:] = [handler]
+        logger.handlers[:] = [otel if name == "opentelemetry" else handler]
         logger.propagate = False
     logging.getLogger("ratewarden").setLevel(level.upper())
+    logging.getLogger("opentelemetry").setLevel(level.upper())

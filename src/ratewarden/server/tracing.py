@@ -15,22 +15,33 @@ leaves the status unset, as OpenTelemetry's conventions for servers say.
 Spans leave in batches from a thread of the SDK (``BatchSpanProcessor``), to the endpoint
 the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``
 variables name (``http://localhost:4318/v1/traces`` or ``localhost:4317`` by default), with
-their headers, TLS and timeout variables, as upstream's exporter reads them. ``shutdown``
-sends what is left; a collector that is down costs the SDK's retries in that thread, and
-drops spans, never calls.
+their headers, TLS and timeout variables, as upstream's exporter reads them. A collector
+that is down costs the SDK's retries in that thread, and drops spans, never calls.
+``shutdown`` sends what is left, waiting at most ``STOP_WAIT`` seconds: the exporter retries
+a failed export for up to its timeout (10 s by default; 1 + 2 + 4 s of backoff against a
+refused port), which would hold a graceful stop that long; past the wait the exporter is
+stopped, its retries end and the spans left are dropped, with a ``spans_dropped_at_stop``
+line.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import logging
+import threading
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ratewarden.errors import ConfigurationError
 
-__all__ = ["Tracing", "check_tracing", "tracing_of"]
+__all__ = ["STOP_WAIT", "Tracing", "check_tracing", "tracing_of"]
+
+log = logging.getLogger("ratewarden.server")
+
+#: Seconds a stop waits for the collector to take the spans left.
+STOP_WAIT = 2.0
 
 SERVICE = "envoy.service.ratelimit.v3.RateLimitService"
 SPAN_NAME = f"{SERVICE}/ShouldRateLimit"
@@ -70,7 +81,8 @@ class Tracing:
         self.provider = TracerProvider(
             sampler=ParentBased(TraceIdRatioBased(sampling_rate)), resource=self.resource
         )
-        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        self._exporter = _stopped_once(OTLPSpanExporter)()
+        self.provider.add_span_processor(BatchSpanProcessor(self._exporter))
         self._tracer = self.provider.get_tracer("ratewarden.server")
         self._propagator = CompositePropagator(
             [TraceContextTextMapPropagator(), B3MultiFormat(), W3CBaggagePropagator()]
@@ -112,9 +124,39 @@ class Tracing:
             span.set_status(self._error, details)
         span.end()
 
-    def shutdown(self) -> None:
-        """Send the spans still waiting, and stop the exporter's thread."""
-        self.provider.shutdown()
+    def shutdown(self, wait: float = STOP_WAIT) -> None:
+        """Send the spans still waiting, for at most ``wait`` seconds, and stop the exporter's
+        thread (past the wait its retries end and the spans left are lost)."""
+        stopping = threading.Thread(
+            target=self.provider.shutdown, name="ratewarden-tracing-stop", daemon=True
+        )
+        stopping.start()
+        stopping.join(wait)
+        if stopping.is_alive():
+            log.warning(
+                "the trace collector did not take the spans left in %g s; stopping without them",
+                wait,
+                extra={"event": "spans_dropped_at_stop"},
+            )
+            # Ends the retries' waits (and the gRPC exporter's channel): the SDK's thread then
+            # ends once its attempt in flight does. Nothing waits for it: it is a daemon.
+            self._exporter.shutdown()
+
+
+def _stopped_once(exporter_type: Any) -> Any:
+    """``exporter_type`` whose ``shutdown`` does its work once: ``Tracing.shutdown`` may stop
+    the exporter before the SDK's own shutdown reaches it, which would then log that the
+    exporter is already shut down."""
+
+    class Exporter(exporter_type):  # type: ignore[misc]
+        _stopped = False
+
+        def shutdown(self) -> None:
+            if not self._stopped:
+                self._stopped = True
+                super().shutdown()
+
+    return Exporter
 
 
 def _resource(resource_type: Any, given: Mapping[str, str]) -> Any:
