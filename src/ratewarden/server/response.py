@@ -117,6 +117,7 @@ def respond(
     statuses: list[Status] = []
     headers = header_mode != "off"
     windows: list[int | None] = []
+    quota: list[bool] = []  # per status, for the headers: a quota descriptor's?
     metadata: dict[str, Any] | None = None
     verdict = Verdict(quota_mode)  # denied(items), from the over flags this loop reads anyway
     merged = metadata_mode == "merged"
@@ -145,6 +146,7 @@ def respond(
         if headers:
             # The reported limit's window in seconds, for the headers.
             windows.append(None if reported is None else _seconds(reported.period_us))
+            quota.append(quota_mode or (rule is not None and rule.quota_mode))
         match = item.match
         if (
             merged
@@ -195,7 +197,7 @@ def respond(
         if headers:
             # The headers read the statuses as messages: parse the ones just written.
             written = _Response.FromString(encode_response(overall, statuses, b"")).statuses
-            added = response_headers(header_mode, written, windows, header_names)
+            added = response_headers(header_mode, written, windows, header_names, quota)
         struct = None
         if metadata:
             struct = struct_pb2.Struct()

@@ -15,10 +15,15 @@ the set:
   draft-ietf-httpapi-ratelimit-headers-10 (``"name";q=100;w=60`` and
   ``"name";r=42;t=17``).
 
-Both sets describe one descriptor, the one closest to its limit (as
-envoyproxy/ratelimit chooses): the last one over the limit if any, else the one
-with the fewest requests remaining. Descriptors without a limit, and
-``unlimited`` ones, are never chosen; with none left there are no headers.
+Both sets describe one descriptor, the one closest to its limit, chosen as
+envoyproxy/ratelimit's ``shouldRateLimitWorker`` chooses it: in request order, a
+descriptor with fewer requests remaining than the one chosen so far is chosen (the
+first of equals stays), and a regular descriptor over its limit is chosen whatever
+came before, and counts as 0 remaining after it. A ``quota_mode`` descriptor over its
+limit (every descriptor, with the global quota mode) is chosen only by its remaining
+count, 0: so not after a regular one over its limit, nor after one with 0 left.
+Descriptors without a limit, and ``unlimited`` ones, are never chosen; with none
+left there are no headers.
 The reset is the status's ``duration_until_reset`` rounded up to whole seconds,
 which for the window algorithms is the end of the window and for the bucket
 algorithms the time until the bucket is full again.
@@ -57,6 +62,8 @@ def check_header_names(names: Sequence[str]) -> tuple[str, str, str]:
 
 
 _OVER_LIMIT = rls_pb2.RateLimitResponse.OVER_LIMIT
+#: Upstream's starting minimum (``MaxUint32``): a status must have fewer remaining to be chosen.
+_MAX_REMAINING = 2**32 - 1
 
 
 def response_headers(
@@ -64,9 +71,11 @@ def response_headers(
     statuses: Sequence[Any],
     windows: Sequence[int | None],
     names: Sequence[str] = LEGACY_NAMES,
+    quota: Sequence[bool] | None = None,
 ) -> list[tuple[str, str]]:
     """The ``(name, value)`` headers for ``mode``; ``windows[i]`` is status i's window in seconds;
-    ``names``: the ``legacy`` headers' names.
+    ``names``: the ``legacy`` headers' names; ``quota[i]``: whether status i is a quota
+    descriptor's (its rule's ``quota_mode``, or the global one; None: none is).
 
     A status whose window is None has no limit to report (no rule, or unlimited).
     """
@@ -75,14 +84,14 @@ def response_headers(
     if mode not in HEADER_MODES:
         raise ValueError(f"response headers mode {mode!r} is not one of {HEADER_MODES}")
     chosen: tuple[Any, int] | None = None
-    for status, window in zip(statuses, windows, strict=True):
+    least = _MAX_REMAINING
+    for i, (status, window) in enumerate(zip(statuses, windows, strict=True)):
         if window is None:
             continue
-        closer = chosen is None or (
-            chosen[0].code != _OVER_LIMIT and status.limit_remaining < chosen[0].limit_remaining
-        )
-        if status.code == _OVER_LIMIT or closer:
-            chosen = (status, window)
+        if status.limit_remaining < least:
+            chosen, least = (status, window), status.limit_remaining
+        if status.code == _OVER_LIMIT and not (quota is not None and quota[i]):
+            chosen, least = (status, window), 0
     if chosen is None:
         return []
     status, window = chosen
