@@ -80,6 +80,7 @@ METAVARS: dict[str, str] = {
         "M": "response_headers response_metadata",
         "T": "transport statsd_tags",
         "open|closed": "on_error",
+        "yaml|all": "config_files",
     }.items()
     for name in names.split()
 }

@@ -16,6 +16,7 @@ PACKAGE = "ratewarden.server.config"
 #: Each module may import only modules of a lower layer (model is the bottom).
 LAYERS = {
     "model": 0,
+    "directory": 0,
     "tree": 1,
     "fields": 1,
     "limits": 2,

@@ -28,6 +28,7 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
     """Each RATEWARDEN_* variable sets its option when no flag is given."""
     environ = {
         "RATEWARDEN_CONFIG": os.pathsep.join(["a.yaml", "rules/"]),
+        "RATEWARDEN_CONFIG_FILES": "all",
         "RATEWARDEN_STORE": "redis://10.0.0.5:6379/0",
         "RATEWARDEN_HOST": "0.0.0.0",
         "RATEWARDEN_GRPC_PORT": "9081",
@@ -104,6 +105,7 @@ def test_every_option_is_read_from_its_environment_variable() -> None:
     assert quota.rlqs_change_rounds == 4
     assert resolve({}, environ) == Settings(
         config_paths=("a.yaml", "rules/"),
+        config_files="all",
         store_url="redis://10.0.0.5:6379/0",
         host="0.0.0.0",
         grpc_port=9081,

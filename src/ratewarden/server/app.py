@@ -51,6 +51,7 @@ from ratewarden.server.response import ResponseMessage, fallback_response
 from ratewarden.server.rlqs import RateLimitQuotaServicer
 from ratewarden.server.rlqs.build import servicer
 from ratewarden.server.rlqs.figures import introspection
+from ratewarden.server.rules_source import file_loader
 from ratewarden.server.service import AsyncRateLimitService
 from ratewarden.server.settings import Settings, redacted, store_scheme
 from ratewarden.server.stats import ServiceStats, multiprocess_dir
@@ -133,9 +134,10 @@ class RateLimitServer:
         if settings.config_xds is None:
             self.watcher = ConfigWatcher(
                 settings.config_paths,
-                functools.partial(rules.load, merge_domains=settings.merge_domains),
+                file_loader(settings),
                 self._apply,
                 on_load=self.stats.config_load,
+                files=settings.config_files,
             )
             self.config = self.watcher.load_initial()
         else:

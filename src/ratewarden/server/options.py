@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ratewarden.errors import ConfigurationError
+from ratewarden.server.config.directory import FILE_MODES
 from ratewarden.server.options_telemetry import TELEMETRY
 from ratewarden.server.parsers import (
     Option,
@@ -53,6 +54,13 @@ OPTIONS: dict[str, Option] = {
         "--config",
         paths,
         "rule files or directories (envoyproxy/ratelimit YAML); repeat or list several",
+    ),
+    "config_files": Option(
+        "--config-files",
+        choice(FILE_MODES),
+        "what a --config directory contributes: yaml, its own *.yaml and *.yml files "
+        "(default), or all, every file in it and its subdirectories, as envoyproxy/ratelimit "
+        "reads RUNTIME_ROOT (its RUNTIME_* settings choose all); hidden names never",
     ),
     "config_xds": Option(
         "--config-xds",

@@ -21,13 +21,13 @@ from collections.abc import Callable
 from multiprocessing.connection import wait as wait_for_sentinels
 
 from ratewarden.errors import RatewardenError
-from ratewarden.server import config as rules
 from ratewarden.server import heap
 from ratewarden.server.app import (
     RateLimitServer,
     configure_logging,
     settings_store,
 )
+from ratewarden.server.rules_source import file_loader
 from ratewarden.server.settings import Settings, uvloop_installed
 from ratewarden.server.stats import MULTIPROC_ENV, multiprocess_dir
 from ratewarden.server.xds import source_of
@@ -120,7 +120,7 @@ def run(settings: Settings) -> int:
     # (building a store checks its URL without connecting). Rules from xDS: each worker
     # subscribes on its own, as upstream's replicas each do.
     if settings.config_xds is None:
-        rules.load(settings.config_paths, merge_domains=settings.merge_domains)
+        file_loader(settings)(settings.config_paths)
     else:
         source_of(settings)  # its TLS files, read once here rather than failing in each worker
     asyncio.run(settings_store(settings).aclose())

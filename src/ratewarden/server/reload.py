@@ -15,6 +15,11 @@ try again until the files change once more. Files that change while they are
 being read are read again on the next poll, so a half-written file is never
 applied. ``check_once`` does one poll
 synchronously, so tests drive it directly instead of sleeping.
+
+What a config directory holds but the loader does not read (``config/directory.py``:
+a file of another suffix, a subdirectory, a hidden file...) is named in one warning,
+``event=config_files_skipped``, at the first load, at every reload, and whenever that
+set changes between reloads (such files trigger no reload of their own).
 """
 
 from __future__ import annotations
@@ -25,9 +30,10 @@ import logging
 import os
 import stat
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Generic, TypeVar
 
-from ratewarden.server.config.loading import is_rule_file_name
+from ratewarden.server.config.directory import walk
 
 __all__ = ["ConfigWatcher", "ReloadOutcome", "fingerprint", "problems", "report_load"]
 
@@ -63,23 +69,34 @@ class ReloadOutcome(enum.Enum):
     FAILED = "failed"
 
 
-def fingerprint(paths: Sequence[str]) -> Fingerprint:
+def fingerprint(paths: Sequence[str], files: str = "yaml") -> Fingerprint:
     """What the config looks like on disk, in a form that changes whenever a file the
     loader reads does.
 
     A path given as a file is that file. A directory is what ``config.load`` reads of
-    it: its top-level ``*.yaml`` and ``*.yml`` entries (not hidden, such as Kubernetes'
-    ``..data``: the visible links through it are followed instead), and where the
-    directory itself resolves to (a swapped ``RUNTIME_ROOT`` link). Other files and
-    subdirectories are not read, so changing them reloads nothing. A path that cannot
-    be read contributes its error, so a file appearing or disappearing changes the
-    fingerprint too.
+    it under ``--config-files files`` (``config/directory.py``: not hidden names, such
+    as Kubernetes' ``..data``, whose visible links are followed instead), and where the
+    directory itself resolves to (a swapped ``RUNTIME_ROOT`` link). What the loader
+    skips is not part of it, so changing it reloads nothing. A path that cannot be read
+    contributes its error, so a file appearing or disappearing changes the fingerprint too.
     """
+    return _look(paths, files)[0]
+
+
+def _look(paths: Sequence[str], files: str) -> tuple[Fingerprint, tuple[str, ...]]:
+    """The fingerprint of ``paths``, and what their directories hold that is not read
+    (``"PATH: why"`` each)."""
     entries: list[tuple[object, ...]] = []
+    skipped: list[str] = []
     for path in paths:
         if _entry(path, entries):
-            _directory(path, entries)
-    return tuple(entries)
+            listing = walk(Path(path), files)
+            entries.append((path, "dir", os.path.realpath(path)))
+            entries.extend((str(where), "unreadable", why) for where, why in listing.errors)
+            for file in listing.files:
+                _entry(str(file), entries)
+            skipped.extend(f"{where}: {why}" for where, why in listing.skipped)
+    return tuple(entries), tuple(skipped)
 
 
 def _entry(path: str, entries: list[tuple[object, ...]]) -> bool:
@@ -98,19 +115,6 @@ def _entry(path: str, entries: list[tuple[object, ...]]) -> bool:
     return False
 
 
-def _directory(path: str, entries: list[tuple[object, ...]]) -> None:
-    try:
-        names = sorted(name for name in os.listdir(path) if is_rule_file_name(name))
-    except OSError as exc:
-        entries.append((path, "unreadable", exc.errno))
-        return
-    entries.append((path, "dir", os.path.realpath(path)))
-    for name in names:
-        inner = os.path.join(path, name)
-        if _entry(inner, entries):
-            entries.append((inner, "dir"))  # not read; a file by that name would be
-
-
 class ConfigWatcher(Generic[C]):
     """Reload ``paths`` with ``load`` when they change, and hand each good config to ``apply``.
 
@@ -120,6 +124,8 @@ class ConfigWatcher(Generic[C]):
     cleared by the next good one. ``on_load(ok)``, if given, hears of every load
     that finished: the initial one (when it succeeds), each reload applied
     (True) and each that failed (False); the server's metrics count them.
+    ``files`` is what ``load`` reads of a directory (``--config-files``), so that
+    the watcher looks at the same files, and names what is not read.
     """
 
     def __init__(
@@ -128,12 +134,17 @@ class ConfigWatcher(Generic[C]):
         load: Callable[[Sequence[str]], C],
         apply: Callable[[C], None],
         on_load: Callable[[bool], None] | None = None,
+        *,
+        files: str = "yaml",
     ) -> None:
         self.paths = tuple(paths)
         self._load = load
         self._apply = apply
         self._on_load = on_load
+        self._files = files
         self._seen: Fingerprint | None = None
+        #: What the directories hold that is not read, as last said ("PATH: why" each).
+        self.skipped: tuple[str, ...] = ()
         self.reloads = 0
         self.failures = 0
         self.last_error: str | None = None
@@ -144,7 +155,8 @@ class ConfigWatcher(Generic[C]):
         The fingerprint is taken before reading, so a change made while loading
         is picked up by the next ``check_once``.
         """
-        self._seen = fingerprint(self.paths)
+        self._seen, skipped = _look(self.paths, self._files)
+        self._say_skipped(skipped)
         config = self._load(self.paths)
         self._report(True)
         return config
@@ -165,10 +177,13 @@ class ConfigWatcher(Generic[C]):
             await self.acheck_once()
 
     def _poll(self) -> tuple[ReloadOutcome, C | None]:
-        current = fingerprint(self.paths)
+        current, skipped = _look(self.paths, self._files)
         if current == self._seen:
+            if skipped != self.skipped:  # a file not read came or went: no reload, a word
+                self._say_skipped(skipped)
             return ReloadOutcome.UNCHANGED, None
         self._seen = current
+        self._say_skipped(skipped)
         try:
             config = self._load(self.paths)
         except Exception as exc:
@@ -186,7 +201,7 @@ class ConfigWatcher(Generic[C]):
             )
             self._report(False)
             return ReloadOutcome.FAILED, None
-        if fingerprint(self.paths) != current:
+        if fingerprint(self.paths, self._files) != current:
             # Written to while we read (an editor saving in place): what we read may
             # be half a file that happens to parse. Try again on the next poll.
             self._seen = None
@@ -211,3 +226,18 @@ class ConfigWatcher(Generic[C]):
 
     def _report(self, ok: bool) -> None:
         report_load(self._on_load, ok)
+
+    def _say_skipped(self, skipped: tuple[str, ...]) -> None:
+        """Name what the config directories hold that is not read (before a load)."""
+        self.skipped = skipped
+        if not skipped:
+            return
+        log.warning(
+            "not read as rules: %s",
+            "; ".join(skipped),
+            extra={
+                "event": "config_files_skipped",
+                "paths": list(self.paths),
+                "skipped": list(skipped),
+            },
+        )

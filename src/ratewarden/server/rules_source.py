@@ -3,24 +3,34 @@
 
 ``XDS_OPTIONS`` names the xDS client's settings; ``check_rules_source`` refuses
 settings that name both sources or neither, ``--xds-*`` options that cannot work as
-given; ``check_reload_given`` refuses ``--reload-interval`` (a poll of rule files)
-given with an xDS server; ``own_source_wins`` keeps ratewarden's own choice of a source
-over envoyproxy/ratelimit's. ``Settings`` (``server/settings.py``) uses them all.
+given, ``--config-files all`` with an xDS server; ``check_reload_given`` refuses
+``--reload-interval`` (a poll of rule files) given with an xDS server;
+``own_source_wins`` keeps ratewarden's own choice of a source over
+envoyproxy/ratelimit's. ``Settings`` (``server/settings.py``) uses them all.
+``file_loader`` is how the server loads the files the settings name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from ratewarden.errors import ConfigurationError
+from ratewarden.server import config as rules
 from ratewarden.server.options import OPTIONS
 
 if TYPE_CHECKING:
     from ratewarden.server.settings import Settings
 
-__all__ = ["XDS_OPTIONS", "check_reload_given", "check_rules_source", "own_source_wins"]
+__all__ = [
+    "XDS_OPTIONS",
+    "check_reload_given",
+    "check_rules_source",
+    "file_loader",
+    "own_source_wins",
+]
 
 #: The settings of the xDS client, which mean something only with ``config_xds``.
 XDS_OPTIONS = (
@@ -54,6 +64,11 @@ def check_rules_source(settings: Settings) -> None:
             "no config given: pass --config PATH (a file or directory) or --config-xds "
             "HOST:PORT (an xDS server), or set RATEWARDEN_CONFIG, RATEWARDEN_CONFIG_XDS, "
             "or envoyproxy/ratelimit's RUNTIME_ROOT or CONFIG_TYPE=GRPC_XDS_SOTW"
+        )
+    if settings.config_xds is not None and settings.config_files != "yaml":
+        raise ConfigurationError(
+            f"--config-files {settings.config_files} says which files of a --config directory "
+            f"are rules, and the rules come from the xDS server {settings.config_xds!r}; drop it"
         )
     if settings.config_xds is None:
         defaults = {field.name: field.default for field in fields(settings)}
@@ -117,7 +132,16 @@ def own_source_wins(own: Mapping[str, Any], upstream: dict[str, Any]) -> None:
     it names either source, wins over upstream's (CONFIG_TYPE, RUNTIME_*) with everything
     upstream's brought, which is dropped from ``upstream``."""
     if "config_paths" in own:
-        for name in ("config_xds", *XDS_OPTIONS):
+        for name in ("config_xds", "config_files", *XDS_OPTIONS):
             upstream.pop(name, None)
     elif "config_xds" in own:
         upstream.pop("config_paths", None)
+        upstream.pop("config_files", None)
+
+
+def file_loader(settings: Settings) -> Callable[[Sequence[str]], rules.RateLimitConfig]:
+    """``config.load`` as ``settings`` ask for it (``--merge-domains``, ``--config-files``):
+    what the server loads its rule files with, at start and at every reload."""
+    return functools.partial(
+        rules.load, merge_domains=settings.merge_domains, files=settings.config_files
+    )

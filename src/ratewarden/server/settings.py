@@ -7,6 +7,7 @@ same parser, so a bad value reads the same whichever way it was given, and the m
 flag or variable it came from::
 
     --config PATH...       RATEWARDEN_CONFIG          (several paths: separate with ":")
+    --config-files yaml|all RATEWARDEN_CONFIG_FILES   yaml (all: every file, subdirectories too)
     --config-xds HOST:PORT RATEWARDEN_CONFIG_XDS      rules from an xDS server instead (and the
                                                       --xds-* options below it; docs/xds.md)
     --xds-node-id ID       RATEWARDEN_XDS_NODE_ID     the id 'default'
@@ -135,6 +136,7 @@ class Settings:
     """What one ``ratewarden serve`` runs with; validated when built."""
 
     config_paths: tuple[str, ...]
+    config_files: str = "yaml"
     config_xds: str | None = None
     xds_node_id: str = "default"
     xds_node_metadata: tuple[tuple[str, str], ...] = ()

@@ -139,6 +139,7 @@ def _runtime(values: Mapping[str, Any]) -> dict[str, Any]:
     if any(name in values for name in layout) and not xds_chosen(values):
         parts = [str(value_of(values, name)).strip() for name in layout]
         out["config_paths"] = (os.path.join(*parts),)
+        out["config_files"] = "all"  # goruntime reads every file there, subdirectories too
     if "MERGE_DOMAIN_CONFIG" in values:
         out["merge_domains"] = values["MERGE_DOMAIN_CONFIG"]
     return out

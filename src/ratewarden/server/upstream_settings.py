@@ -176,7 +176,10 @@ UPSTREAM: dict[str, Upstream] = {
     "RUNTIME_SUBDIRECTORY": _mapped(""),
     "RUNTIME_APPDIRECTORY": _mapped("config"),
     "RUNTIME_IGNOREDOTFILES": _no_effect(
-        "false", go_bool, "ratewarden always skips hidden files (names starting with a dot)"
+        "false",
+        go_bool,
+        "ratewarden never reads hidden names (starting with a dot), as upstream's true; "
+        "a hidden file is named in the config_files_skipped warning",
     ),
     "RUNTIME_WATCH_ROOT": _no_effect(
         "true",

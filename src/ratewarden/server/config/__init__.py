@@ -1,7 +1,8 @@
 """Rate limit rules: envoyproxy/ratelimit YAML, unchanged, plus ratewarden's extensions.
 
 ``load(["rules/"])`` reads files and directories (the ``*.yaml`` and ``*.yml``
-files of a directory, in name order, hidden names skipped) and returns a frozen
+files of a directory, in name order, hidden names skipped; with ``files="all"`` every
+file of it and its subdirectories, as envoyproxy/ratelimit) and returns a frozen
 ``RateLimitConfig``, or raises ``ConfigError`` listing every problem it found as
 ``file:line: key: what is wrong and what to do``. docs/config.md documents every
 key.
@@ -18,6 +19,7 @@ The package, one concept a module, each importing only those above it:
 - ``rlqs_weights``: reading a descriptor's ``rlqs_weights`` (RLQS peers' weights);
 - ``metadata``: reading a descriptor's ``metadata`` as envoyproxy/ratelimit reads it;
 - ``reader``: one file's YAML, walked into a ``DomainConfig``;
+- ``directory``: which files of a directory are rules (``walk``), and what it skips;
 - ``loading``: files and directories into a ``RateLimitConfig`` (``load``, ``loads``).
 
 It is pure: no I/O beyond reading the given files, no clock, no store.

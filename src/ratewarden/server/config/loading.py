@@ -1,7 +1,8 @@
 """Loading rule files and directories into one frozen ``RateLimitConfig``: ``load``, ``loads``.
 
 Each file is read by a ``FileReader`` (``reader.py``); here the files of a
-directory are found, read from disk, and their domains put together, a domain
+directory are found (``directory.py``: which ones ``--config-files`` says), read from
+disk, and their domains put together, a domain
 defined twice being a problem like any other, unless ``merge_domains`` is set
 (envoyproxy/ratelimit's ``MERGE_DOMAIN_CONFIG``): then the later file's
 descriptors join the domain's top level, in file order, and a descriptor both
@@ -15,47 +16,44 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 
+from ratewarden.server.config.directory import walk
 from ratewarden.server.config.model import ConfigError, ConfigProblem
 from ratewarden.server.config.reader import FileReader
 from ratewarden.server.config.tree import DomainConfig, Level, Node, RateLimitConfig
 
-__all__ = ["is_rule_file_name", "load", "load_documents", "loads"]
-
-_YAML_SUFFIXES = (".yaml", ".yml")
-
-
-def is_rule_file_name(name: str) -> bool:
-    """Whether ``load`` reads a directory's entry of this name (if it is a file): a
-    ``*.yaml`` or ``*.yml`` that is not hidden. The reload watcher looks at these only."""
-    return name.endswith(_YAML_SUFFIXES) and not name.startswith(".")
+__all__ = ["load", "load_documents", "loads"]
 
 
 def load(
-    paths: Sequence[str | Path] | str | Path, *, merge_domains: bool = False
+    paths: Sequence[str | Path] | str | Path, *, merge_domains: bool = False, files: str = "yaml"
 ) -> RateLimitConfig:
     """Load config files and directories; raise ``ConfigError`` with every problem.
 
     ``merge_domains``: a domain several files name is one domain with the
     descriptors of all of them (otherwise the second file is a problem).
+    ``files``: what a directory contributes (``--config-files``): ``"yaml"``, its own
+    ``*.yaml`` and ``*.yml`` files, or ``"all"``, every file in it and its
+    subdirectories, as envoyproxy/ratelimit reads its runtime directory. Hidden names
+    are never read (``directory.py``).
     """
     if isinstance(paths, str | Path):
         paths = [paths]
     problems: list[ConfigProblem] = []
-    files: list[tuple[str, str]] = []
+    documents: list[tuple[str, str]] = []
     if not paths:
         raise ConfigError(
             [ConfigProblem("<config>", 0, "paths", "no config file or directory given")]
         )
     given: dict[Path, Path] = {}  # resolved -> the path as first given
     for path in map(Path, paths):
-        for file in _files(path, problems):
+        for file in _files(path, problems, files):
             if _given_twice(file, given, problems):
                 continue
             try:
-                files.append((str(file), file.read_text(encoding="utf-8")))
+                documents.append((str(file), file.read_text(encoding="utf-8")))
             except (OSError, UnicodeDecodeError) as exc:
                 problems.append(ConfigProblem(str(file), 0, "file", f"cannot read it: {exc}"))
-    return _build(files, problems, merge_domains)
+    return _build(documents, problems, merge_domains)
 
 
 def loads(text: str, name: str = "<string>") -> RateLimitConfig:
@@ -91,16 +89,15 @@ def _given_twice(file: Path, given: dict[Path, Path], problems: list[ConfigProbl
     return True
 
 
-def _files(path: Path, problems: list[ConfigProblem]) -> list[Path]:
+def _files(path: Path, problems: list[ConfigProblem], files: str) -> list[Path]:
     if path.is_dir():
-        found = sorted(
-            entry for entry in path.iterdir() if is_rule_file_name(entry.name) and entry.is_file()
-        )
-        if not found:
-            problems.append(
-                ConfigProblem(str(path), 0, "directory", "holds no *.yaml or *.yml file")
-            )
-        return found
+        listing = walk(path, files)
+        for where, why in listing.errors:
+            problems.append(ConfigProblem(str(where), 0, "directory", why))
+        if not listing.files and not listing.errors:
+            what = "file" if files == "all" else "*.yaml or *.yml file"
+            problems.append(ConfigProblem(str(path), 0, "directory", f"holds no {what}"))
+        return list(listing.files)
     if not path.exists():
         problems.append(ConfigProblem(str(path), 0, "path", "does not exist"))
         return []
