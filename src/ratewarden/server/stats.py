@@ -168,7 +168,7 @@ class ServiceStats(ServiceHooks):
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.metrics = PrometheusMetrics(_ServedOnly(self.registry))
         self._live = LiveStats(self.clock)
-        #: Where each flush's counts go (``statsd.StatsEvents``'s five events): upstream's
+        #: Where each flush's counts go (``statsd.StatsEvents``'s six events): upstream's
         #: stats in the registry by the default mapping's names (``BuiltinMetrics``) or by
         #: ``mapping``'s (``MappedMetrics``), then StatsD and DogStatsD (``app`` adds them).
         upstream: Any
@@ -217,13 +217,18 @@ class ServiceStats(ServiceHooks):
 
     def on_decisions(self, domain: str, outcomes: Sequence[DescriptorOutcome]) -> None:
         full = self._tally.decisions(domain, outcomes)
+        failed = False
         for outcome in outcomes:
             failure = outcome.failure
             if failure is not None:  # rare (the store failed): the labelled counts on the spot
+                failed = True
                 key = self._key(domain, outcome.metric_key)
                 counter = self.failure_denied if outcome.over_limit else self.failure_allowed
                 counter.labels(bounded(domain), key, failure).inc()
                 self._live.degraded(outcome.rule.path, failure)
+        if failed:  # upstream's redis_error: once a call, whatever its descriptors
+            for sink in self.sinks:
+                sink.store_failed_call()
         if full:
             self.flush()
 

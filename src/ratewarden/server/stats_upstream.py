@@ -76,7 +76,8 @@ class BuiltinMetrics:
         )
         self._errors = counter(
             "should_rate_limit_error",
-            "Failed store calls (store_error) and failed ShouldRateLimit calls (service_error).",
+            "Descriptors a failed store call (or the open breaker) left to a failure mode "
+            "(store_error), and failed ShouldRateLimit calls (service_error).",
             ("err_type",),
         )
         requests = counter(
@@ -118,6 +119,9 @@ class BuiltinMetrics:
 
     def store_error(self) -> None:
         self._errors.labels("store_error").inc()
+
+    def store_failed_call(self) -> None:
+        """Not counted here: ``store_error`` counts descriptors, as operations.md says."""
 
     def domain_not_found(self, domain: str, descriptors: int) -> None:
         self._domain_not_found.labels(domain).inc(descriptors)

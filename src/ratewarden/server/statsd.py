@@ -121,8 +121,9 @@ def parse_tags(value: str) -> tuple[tuple[str, str], ...]:
 class StatsEvents:
     """What ``ServiceStats`` hands each of its sinks at a flush, as upstream's StatsD stats.
 
-    The five events (``key_counts``, ``calls``, ``store_error``, ``domain_not_found``,
-    ``config_load``) become counters by upstream's names and the calls' response times; a
+    The six events (``key_counts``, ``calls``, ``store_error``, ``store_failed_call``,
+    ``domain_not_found``, ``config_load``) become counters by upstream's names and the calls'
+    response times (``store_error``, one a descriptor, is not one of them); a
     subclass says what those are (``count``, ``response_times``): lines to send
     (``StatsdSink``), or Prometheus metrics by a mapping file (``stats_mapped``).
     ``stats_upstream.BuiltinMetrics`` takes the same events without the StatsD names.
@@ -152,7 +153,12 @@ class StatsEvents:
             self.count(SHOULD_RATE_LIMIT + "service_error", failed)
 
     def store_error(self) -> None:
-        """A store call failed (upstream's ``redis_error``)."""
+        """A descriptor a store failure left to its failure mode: not one of upstream's stats
+        (``store_failed_call`` is)."""
+
+    def store_failed_call(self) -> None:
+        """A ShouldRateLimit call that the store failed, whatever the descriptors it failed
+        for: upstream's ``redis_error``, which its service counts once a failed call."""
         self.count(SHOULD_RATE_LIMIT + "redis_error")
 
     def domain_not_found(self, domain: str, descriptors: int) -> None:
