@@ -173,7 +173,7 @@ def test_a_store_that_fails_gets_the_failure_mode_s_answer() -> None:
         ),
         (
             {"limiter": object(), "rules": RULES},
-            "RATEWARDEN_MIDDLEWARE: limiter <object object at",
+            "RATEWARDEN_MIDDLEWARE['limiter'] is <object object at",
         ),
     ],
 )

@@ -45,7 +45,7 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 
 from ratewarden.errors import ConfigurationError, StorageError
-from ratewarden.middleware._base import RateLimitBase
+from ratewarden.middleware._base import RateLimitBase, limiter_problem
 from ratewarden.middleware._django_common import (
     DjangoRequest,
     GetResponse,
@@ -125,11 +125,20 @@ class DjangoRateLimitMiddleware(RateLimitBase[GetResponse, Any]):
 
     sync_capable = True
     async_capable = True
+    _checks_kind = False  # by _check_mode, after the rest of the setting
+
+    def _awaits_limiter(self) -> bool:
+        return self.async_mode
 
     def __init__(self, get_response: GetResponse) -> None:
         # Django hands an awaitable get_response when it runs this middleware in async mode.
         self.async_mode = iscoroutinefunction(get_response)
         options = _options()  # its refusals name the setting
+        problem = limiter_problem(options["limiter"], self.async_mode, kind=False)
+        if problem is not None:
+            raise ConfigurationError(
+                f"{SETTING}['limiter'] is {options['limiter']!r}, which {problem}"
+            )
         try:
             super().__init__(get_response, **options)
         except ConfigurationError as exc:
