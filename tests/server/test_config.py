@@ -176,12 +176,15 @@ def test_config_error_is_a_configuration_error() -> None:
     assert issubclass(ConfigError, ValueError)
 
 
-def test_missing_paths_and_empty_directories_are_errors(tmp_path: Path) -> None:
-    """A path that does not exist, or a directory without YAML, is reported."""
+def test_missing_paths_are_errors_and_empty_directories_are_not(tmp_path: Path) -> None:
+    """A path that does not exist is reported; a directory without YAML adds no rule (as
+    upstream loads an empty runtime directory; the server warns: test_empty_runtime_directory);
+    no path at all is an error."""
     (tmp_path / "notes.txt").write_text("not a config")
     with pytest.raises(ConfigError) as caught:
         load([tmp_path / "absent.yaml", tmp_path])
-    assert [p.key for p in caught.value.errors] == ["path", "directory"]
+    assert [p.key for p in caught.value.errors] == ["path"]
+    assert dict(load([tmp_path]).domains) == {}
     with pytest.raises(ConfigError):
         load([])
 

@@ -19,7 +19,10 @@ synchronously, so tests drive it directly instead of sleeping.
 What a config directory holds but the loader does not read (``config/directory.py``:
 a file of another suffix, a subdirectory, a hidden file...) is named in one warning,
 ``event=config_files_skipped``, at the first load, at every reload, and whenever that
-set changes between reloads (such files trigger no reload of their own).
+set changes between reloads (such files trigger no reload of their own). A directory
+that holds no rule file is a valid, empty part of the config (as envoyproxy/ratelimit
+loads an empty runtime directory: every domain unknown, every call OK), said in a
+warning, ``event=config_directory_empty``, at the first load and at every reload.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import logging
 import os
 import stat
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
@@ -80,14 +84,23 @@ def fingerprint(paths: Sequence[str], files: str = "yaml") -> Fingerprint:
     skips is not part of it, so changing it reloads nothing. A path that cannot be read
     contributes its error, so a file appearing or disappearing changes the fingerprint too.
     """
-    return _look(paths, files)[0]
+    return _look(paths, files).fingerprint
 
 
-def _look(paths: Sequence[str], files: str) -> tuple[Fingerprint, tuple[str, ...]]:
-    """The fingerprint of ``paths``, and what their directories hold that is not read
-    (``"PATH: why"`` each)."""
+@dataclass(frozen=True, slots=True)
+class _Look:
+    """One look at the config paths: their ``fingerprint``; what their directories hold
+    that is not read (``"PATH: why"`` each); the directories given that hold no rule file."""
+
+    fingerprint: Fingerprint
+    skipped: tuple[str, ...]
+    empty: tuple[str, ...]
+
+
+def _look(paths: Sequence[str], files: str) -> _Look:
     entries: list[tuple[object, ...]] = []
     skipped: list[str] = []
+    empty: list[str] = []
     for path in paths:
         if _entry(path, entries):
             listing = walk(Path(path), files)
@@ -96,7 +109,9 @@ def _look(paths: Sequence[str], files: str) -> tuple[Fingerprint, tuple[str, ...
             for file in listing.files:
                 _entry(str(file), entries)
             skipped.extend(f"{where}: {why}" for where, why in listing.skipped)
-    return tuple(entries), tuple(skipped)
+            if not listing.files and not listing.errors:
+                empty.append(path)
+    return _Look(tuple(entries), tuple(skipped), tuple(empty))
 
 
 def _entry(path: str, entries: list[tuple[object, ...]]) -> bool:
@@ -155,8 +170,9 @@ class ConfigWatcher(Generic[C]):
         The fingerprint is taken before reading, so a change made while loading
         is picked up by the next ``check_once``.
         """
-        self._seen, skipped = _look(self.paths, self._files)
-        self._say_skipped(skipped)
+        seen = _look(self.paths, self._files)
+        self._seen = seen.fingerprint
+        self._say(seen)
         config = self._load(self.paths)
         self._report(True)
         return config
@@ -177,13 +193,14 @@ class ConfigWatcher(Generic[C]):
             await self.acheck_once()
 
     def _poll(self) -> tuple[ReloadOutcome, C | None]:
-        current, skipped = _look(self.paths, self._files)
+        seen = _look(self.paths, self._files)
+        current = seen.fingerprint
         if current == self._seen:
-            if skipped != self.skipped:  # a file not read came or went: no reload, a word
-                self._say_skipped(skipped)
+            if seen.skipped != self.skipped:  # a file not read came or went: no reload, a word
+                self._say_skipped(seen.skipped)
             return ReloadOutcome.UNCHANGED, None
         self._seen = current
-        self._say_skipped(skipped)
+        self._say(seen)
         try:
             config = self._load(self.paths)
         except Exception as exc:
@@ -226,6 +243,22 @@ class ConfigWatcher(Generic[C]):
 
     def _report(self, ok: bool) -> None:
         report_load(self._on_load, ok)
+
+    def _say(self, seen: _Look) -> None:
+        """Before a load: what is not read, and the directories that hold no rule file."""
+        self._say_skipped(seen.skipped)
+        if not seen.empty:
+            return
+        if len(seen.empty) == len(self.paths):
+            outcome = "no rule is loaded: every domain is unknown and every call is answered OK"
+        else:
+            outcome = "they add no rule"
+        log.warning(
+            "config directory holds no rule file: %s; %s",
+            ", ".join(seen.empty),
+            outcome,
+            extra={"event": "config_directory_empty", "directories": list(seen.empty)},
+        )
 
     def _say_skipped(self, skipped: tuple[str, ...]) -> None:
         """Name what the config directories hold that is not read (before a load)."""

@@ -7,7 +7,7 @@ defined twice being a problem like any other, unless ``merge_domains`` is set
 (envoyproxy/ratelimit's ``MERGE_DOMAIN_CONFIG``): then the later file's
 descriptors join the domain's top level, in file order, and a descriptor both
 files define is the problem. The problems of every file are raised together, as
-one ``ConfigError``.
+one ``ConfigError``. A directory that holds no rule file adds no rule, and is no error.
 """
 
 from __future__ import annotations
@@ -94,9 +94,8 @@ def _files(path: Path, problems: list[ConfigProblem], files: str) -> list[Path]:
         listing = walk(path, files)
         for where, why in listing.errors:
             problems.append(ConfigProblem(str(where), 0, "directory", why))
-        if not listing.files and not listing.errors:
-            what = "file" if files == "all" else "*.yaml or *.yml file"
-            problems.append(ConfigProblem(str(path), 0, "directory", f"holds no {what}"))
+        # One with no rule file adds none: an empty directory is an empty config, as
+        # upstream loads an empty runtime directory (the server says so: reload.py).
         return list(listing.files)
     if not path.exists():
         problems.append(ConfigProblem(str(path), 0, "path", "does not exist"))
