@@ -308,11 +308,16 @@ def flask_endpoint(app: Any) -> Resolver:
 
 
 def django_endpoint(request: RequestInfo) -> object | None:
-    """The Django view ``django.urls.resolve`` picks for the request path."""
+    """The Django view ``django.urls.resolve`` picks for the request path: in the request's
+    own ``urlconf`` when a middleware before has set one (per host or tenant, as
+    django-hosts does), as Django's handler will, else in ``ROOT_URLCONF``."""
     from django.urls import Resolver404, resolve  # type: ignore[import-untyped]
 
+    # Under the Django middleware ``raw.request`` is the HttpRequest; under the WSGI
+    # middleware no middleware has run yet, and there is none.
+    urlconf = getattr(getattr(request.raw, "request", None), "urlconf", None)
     try:
-        view: object = resolve(request.path).func
+        view: object = resolve(request.path, urlconf=urlconf).func
         return view
     except Resolver404:
         return None
