@@ -40,6 +40,8 @@ Django picks (refused by name when it does not, never run in the wrong one):
 
 from __future__ import annotations
 
+import logging
+import threading
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
@@ -66,19 +68,46 @@ SETTING = "RATEWARDEN_MIDDLEWARE"
 _KEYS = ("limiter", "rules", "failure_mode", "metrics", "name")
 
 
+log = logging.getLogger("ratewarden.middleware")
+
+# Set once the missing request.user has been logged: once per process.
+_no_user_told = threading.Event()
+
+
+def _no_user() -> None:
+    """A request reached ``django_user`` with no ``user`` at all: the middleware is listed
+    before ``AuthenticationMiddleware``, so every user counts as anonymous (by address, with
+    ``first_of(..., by_client_ip())``), silently. Said once."""
+    if _no_user_told.is_set():
+        return
+    _no_user_told.set()
+    log.warning(
+        "django_user: the request has no 'user' (Django's AuthenticationMiddleware has not "
+        "run), so every request counts as anonymous: list "
+        "'ratewarden.middleware.django.DjangoRateLimitMiddleware' after "
+        "'django.contrib.auth.middleware.AuthenticationMiddleware' in MIDDLEWARE "
+        "(logged once)"
+    )
+
+
 def django_user(request: RequestInfo) -> object | None:
     """The signed-in Django user's primary key, for ``by_user(django_user)``; None for an
     anonymous user, or outside the Django middleware (the rule's ``fallback`` then).
 
     In async mode the user ``await request.auser()`` found; without ``auser`` (no
-    ``AuthenticationMiddleware``), ``request.user`` as it is.
+    ``AuthenticationMiddleware``), ``request.user`` as it is. A request with no ``user`` at
+    all (the middleware listed before ``AuthenticationMiddleware``) is anonymous, and a
+    warning says so once per process.
     """
     raw = request.raw
     if not isinstance(raw, DjangoRequest):
         return None
     user = raw.user
     if user is None:
-        user = getattr(raw.request, "user", None)
+        if not hasattr(raw.request, "user"):
+            _no_user()
+            return None
+        user = raw.request.user
     if user is None or not getattr(user, "is_authenticated", False):
         return None
     found: object | None = getattr(user, "pk", None)
