@@ -103,15 +103,17 @@ class Outage:
 
 
 class FlakyStore:
-    """A real store behind an outage switch (the service only sees ``hit`` and ``hit_all``
-    raise). ``calls`` lists every ``(key, cost)`` asked for, ``steps`` every store call:
-    ``("hit", [(key, cost)])`` or ``("hit_all", [(key, cost), ...])``; a ``hit_all`` the
-    store declined (None: keys on several Cluster slots) is not a step."""
+    """A real store behind an outage switch (the service only sees ``hit``, ``hit_all`` and
+    ``apply`` raise). ``calls`` lists every ``(key, cost)`` asked for, ``steps`` every store
+    call: ``("hit", [(key, cost)])``, ``("hit_all", [(key, cost), ...])`` or ``("apply",
+    [(first store key, ARGV[2])])`` (``--charge-denied``'s fixed window: its cost); a
+    ``hit_all`` the store declined (None: keys on several Cluster slots) is not a step."""
 
     def __init__(self, inner: MemoryStore | Any, outage: Outage) -> None:
         self.inner = inner
         self.outage = outage
         self.clock = inner.clock
+        self.prefix = inner.prefix
         self.calls: list[tuple[str, int]] = []
         self.steps: list[tuple[str, list[tuple[str, int]]]] = []
 
@@ -131,6 +133,11 @@ class FlakyStore:
         found: list[Decision] | None = self.inner.hit_all(algorithm, calls)
         return found
 
+    def apply(self, op: Any) -> list[int]:
+        self._record("apply", [(op.keys[0], int(op.args[1]))])
+        found: list[int] = self.inner.apply(op)
+        return found
+
 
 class AsyncFlakyStore(FlakyStore):
     async def hit(self, algorithm: str, key: str, rates: Rate | Any, cost: int = 1) -> Decision:  # type: ignore[override]
@@ -142,6 +149,11 @@ class AsyncFlakyStore(FlakyStore):
         if _together(self.inner, calls):
             self._record("hit_all", [(key, cost) for key, _, cost in calls])
         found: list[Decision] | None = await self.inner.hit_all(algorithm, calls)
+        return found
+
+    async def apply(self, op: Any) -> list[int]:  # type: ignore[override]
+        self._record("apply", [(op.keys[0], int(op.args[1]))])
+        found: list[int] = await self.inner.apply(op)
         return found
 
 

@@ -85,10 +85,12 @@ def test_a_cached_denial_is_answered_without_a_joint_step(rls: Make) -> None:
     assert h.remaining(("b", "y")) == 5
 
 
-def test_charge_denied_stays_one_hit_per_descriptor(rls: Make) -> None:
+def test_charge_denied_stays_one_store_call_per_descriptor(rls: Make) -> None:
+    """charge_denied: no joint step; each fixed window is one call of its own, the
+    charged_window op (it counts denied hits too), and a GCRA one a hit."""
     h = rls(SERVICE_RULES, charge_denied=True)
-    h.ask(desc(("a", "x")), desc(("b", "y")))
-    assert _kinds(h) == ["hit", "hit"]
+    h.ask(desc(("a", "x")), desc(("b", "y")), desc(("g", "z")))
+    assert sorted(_kinds(h)) == ["apply", "apply", "hit"]
 
 
 # ---------------------------------------------------------------- the store fails a joint step

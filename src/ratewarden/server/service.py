@@ -38,7 +38,9 @@ How one request is decided
    request slipping in between may make a charge deny after others were charged. A
    limit of 0 denies before any store call: the others are then checked and the
    denials re-run, as when one of them denies. ``charge_denied=True`` is
-   envoyproxy/ratelimit's old behaviour: each descriptor charged on its own.
+   envoyproxy/ratelimit's old behaviour: each descriptor charged on its own, and a
+   ``fixed_window`` one counted as upstream counts it, its denied hits too
+   (``server/charged_window.py``).
 4. The overall code is OVER_LIMIT when any regular descriptor is over, or when
    every ``quota_mode`` descriptor is over (with the global ``quota_mode``, every
    descriptor but an unlimited one is a quota descriptor: ``Verdict``);
@@ -66,6 +68,7 @@ from typing import TYPE_CHECKING, Any
 from ratewarden.clock import Clock
 from ratewarden.errors import CircuitOpenError, ConfigurationError
 from ratewarden.limiter import AsyncLimiter, CircuitBreaker, Flow, Gather, Limiter, NegativeCache
+from ratewarden.server import charged_window
 from ratewarden.server.charging import Charging
 from ratewarden.server.config import DescriptorRule, RateLimitConfig
 
@@ -112,6 +115,7 @@ class _ServiceBase(Charging):
     #: The limiter and the budget rules' adapter over this twin's kind of store.
     _LIMITER: Any
     _BUDGETS: Any
+    _CHARGED: Any  # charged_window's via for this twin's kind of store
     limiter: Limiter | AsyncLimiter
 
     def __init__(
@@ -176,6 +180,10 @@ class _ServiceBase(Charging):
         # No store error escapes: a bug in a client library is a failure like an outage.
         self.limiter.failure_errors = Exception
         self.budgets = self._BUDGETS(store, self.limiter.negative)
+        # charge_denied: fixed windows count denied hits too, as upstream's do (a store
+        # without ``apply``, a custom one, keeps fixed_window's counting).
+        charges = self.charge_denied and callable(getattr(store, "apply", None))
+        self._charged = type(self)._CHARGED(store) if charges else None
         # Several keys in one store step (``hit_all``); not in quota mode: no denial holds all.
         self._joint = callable(getattr(store, "hit_all", None)) and not self.quota_mode
 
@@ -289,8 +297,12 @@ class _ServiceBase(Charging):
                 cached = cached_check(item, limiter)
             if cached is not None:
                 return cached
-        # A token budget: checked on hits 0, charged otherwise.
-        via: Any = self.budgets.via(item.cost, cost) if rule.budget else None
+        # A token budget: checked on hits 0, charged otherwise. With charge_denied a fixed
+        # window counts its denied hits too.
+        if rule.budget:
+            via: Any = self.budgets.via(item.cost, cost)
+        else:
+            via = self._charged if rule.algorithm == "fixed_window" else None
         counts = limiter.counts
         calls = counts.store_calls
         errors: list[Exception] = []
@@ -334,6 +346,7 @@ class RateLimitService(_ServiceBase):
 
     _LIMITER = Limiter
     _BUDGETS = RuleBudgets
+    _CHARGED = staticmethod(charged_window.via)
     limiter: Limiter
     budgets: RuleBudgets
 
@@ -357,6 +370,7 @@ class AsyncRateLimitService(_ServiceBase):
 
     _LIMITER = AsyncLimiter
     _BUDGETS = AsyncRuleBudgets
+    _CHARGED = staticmethod(charged_window.async_via)
     limiter: AsyncLimiter
     budgets: AsyncRuleBudgets
 
