@@ -21,7 +21,8 @@ that is down costs the SDK's retries in that thread, and drops spans, never call
 a failed export for up to its timeout (10 s by default; 1 + 2 + 4 s of backoff against a
 refused port), which would hold a graceful stop that long; past the wait the exporter is
 stopped, its retries end and the spans left are dropped, with a ``spans_dropped_at_stop``
-line.
+line (and ``STOP_WAIT`` more at most for an attempt in flight that the collector never
+answers).
 """
 
 from __future__ import annotations
@@ -126,7 +127,8 @@ class Tracing:
 
     def shutdown(self, wait: float = STOP_WAIT) -> None:
         """Send the spans still waiting, for at most ``wait`` seconds, and stop the exporter's
-        thread (past the wait its retries end and the spans left are lost)."""
+        thread (past the wait its retries end and the spans left are lost; its attempt in
+        flight has ``wait`` more to end)."""
         stopping = threading.Thread(
             target=self.provider.shutdown, name="ratewarden-tracing-stop", daemon=True
         )
@@ -139,8 +141,10 @@ class Tracing:
                 extra={"event": "spans_dropped_at_stop"},
             )
             # Ends the retries' waits (and the gRPC exporter's channel): the SDK's thread then
-            # ends once its attempt in flight does. Nothing waits for it: it is a daemon.
+            # ends once its attempt in flight does, at once unless the collector never answers
+            # (an HTTP attempt waits for its timeout); past a second wait, a daemon left behind.
             self._exporter.shutdown()
+            stopping.join(wait)
 
 
 def _stopped_once(exporter_type: Any) -> Any:
