@@ -81,6 +81,7 @@ METAVARS: dict[str, str] = {
         "T": "transport statsd_tags",
         "open|closed": "on_error",
         "yaml|all": "config_files",
+        "open|closed|local": "failure_mode",
     }.items()
     for name in names.split()
 }

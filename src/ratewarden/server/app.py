@@ -141,7 +141,11 @@ class RateLimitServer:
             )
             self.config = self.watcher.load_initial()
         else:
-            load = functools.partial(load_resources, merge_domains=settings.merge_domains)
+            load = functools.partial(
+                load_resources,
+                merge_domains=settings.merge_domains,
+                default_failure_mode=settings.failure_mode,
+            )
             self.xds = XdsSubscription(
                 source_of(settings), load, self._apply, self.stats.config_load
             )

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ratewarden.errors import ConfigurationError
+from ratewarden.limiter import FAILURE_MODES
 from ratewarden.server.config.directory import FILE_MODES
 from ratewarden.server.options_telemetry import TELEMETRY
 from ratewarden.server.parsers import (
@@ -227,10 +228,18 @@ OPTIONS: dict[str, Option] = {
         ratio,
         "share of a limit above which a hit counts as near the limit (0.8)",
     ),
+    "failure_mode": Option(
+        "--failure-mode",
+        choice(FAILURE_MODES),
+        "what a rule without its own failure_mode answers while the store is down: open "
+        "allows (default), closed denies (as Envoy's failure_mode_deny: true did with "
+        "envoyproxy/ratelimit), local counts in this process; a budget takes open for local",
+    ),
     "on_error": Option(
         "--on-error",
         choice(ON_ERROR),
-        "answer when a call fails unexpectedly: open allows (default), closed denies",
+        "answer when a call fails unexpectedly (a bug, not a store outage: --failure-mode): "
+        "open allows (default), closed denies",
     ),
     "log_level": Option("--log-level", choice(LOG_LEVELS), "debug, info, warning, error"),
     "log_format": Option(

@@ -140,8 +140,12 @@ def own_source_wins(own: Mapping[str, Any], upstream: dict[str, Any]) -> None:
 
 
 def file_loader(settings: Settings) -> Callable[[Sequence[str]], rules.RateLimitConfig]:
-    """``config.load`` as ``settings`` ask for it (``--merge-domains``, ``--config-files``):
-    what the server loads its rule files with, at start and at every reload."""
+    """``config.load`` as ``settings`` ask for it (``--merge-domains``, ``--config-files``,
+    ``--failure-mode``): what the server loads its rule files with, at start and at every
+    reload."""
     return functools.partial(
-        rules.load, merge_domains=settings.merge_domains, files=settings.config_files
+        rules.load,
+        merge_domains=settings.merge_domains,
+        files=settings.config_files,
+        default_failure_mode=settings.failure_mode,
     )

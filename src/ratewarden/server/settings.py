@@ -32,6 +32,7 @@ flag or variable it came from::
     --[no-]quota-mode      RATEWARDEN_QUOTA_MODE      false
     --[no-]charge-denied   RATEWARDEN_CHARGE_DENIED   false
     --near-limit-ratio R   RATEWARDEN_NEAR_LIMIT_RATIO 0.8
+    --failure-mode open|closed|local RATEWARDEN_FAILURE_MODE open (rules without their own)
     --on-error open|closed RATEWARDEN_ON_ERROR        open
     --log-level L          RATEWARDEN_LOG_LEVEL       info
     --log-format F         RATEWARDEN_LOG_FORMAT      json
@@ -164,6 +165,7 @@ class Settings:
     quota_mode: bool = False
     charge_denied: bool = False
     near_limit_ratio: float = 0.8
+    failure_mode: str = "open"
     on_error: str = "open"
     log_level: str = "info"
     log_format: str = "json"

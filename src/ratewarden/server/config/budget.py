@@ -22,9 +22,12 @@ when no token is left; hits N > 0 are N tokens already spent (Envoy's
 ``apply_on_stream_done``), charged up to an empty budget and never refused.
 
 ``failure_mode: local`` is refused: the in-process fallback counts requests,
-not a budget. The other descriptor keys (``shadow_mode``, ``quota_mode``,
-``detailed_metric``, ``share_threshold``, ``value_to_metric``, ``metadata``,
-children) mean what they mean next to ``rate_limit``.
+not a budget. Without a ``failure_mode`` a budget takes ``serve --failure-mode``,
+except ``local``, which leaves it ``open``: its checks allow while the store is
+down (its charges are owed and paid once it is back, in either mode). The other
+descriptor keys (``shadow_mode``, ``quota_mode``, ``detailed_metric``,
+``share_threshold``, ``value_to_metric``, ``metadata``, children) mean what they
+mean next to ``rate_limit``.
 """
 
 from __future__ import annotations
@@ -114,7 +117,8 @@ def _say_tokens(problems: list[ConfigProblem], start: int) -> None:
 def _failure_mode(reader: FieldReader, fields: Entries) -> str:
     found = reader.text(fields, "failure_mode")
     if found is None:
-        return DEFAULT_FAILURE_MODE
+        given = reader.failure_mode
+        return given if given in BUDGET_FAILURE_MODES else DEFAULT_FAILURE_MODE
     node, value = found
     if value == "local":
         reader.problem(

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml  # type: ignore[import-untyped, unused-ignore]
 
-from ratewarden.server.config.model import ConfigProblem
+from ratewarden.server.config.model import DEFAULT_FAILURE_MODE, ConfigProblem
 
 __all__ = ["CONSTRUCT_ERRORS", "Entries", "FieldReader"]
 
@@ -73,6 +73,8 @@ class FieldReader:
         #: ``replaces`` names with their nodes, checked against the domain's rule names
         #: once every file of the domain is read (``loading.py``).
         self.replaced: list[tuple[str, Any]] = []
+        #: The failure_mode of a rule that sets none (``serve --failure-mode``).
+        self.failure_mode = DEFAULT_FAILURE_MODE
 
     def problem(self, node: Any, key: str, message: str) -> None:
         line = node.start_mark.line + 1 if node is not None else 0

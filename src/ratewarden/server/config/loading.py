@@ -16,8 +16,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 
+from ratewarden.errors import ConfigurationError
 from ratewarden.server.config.directory import walk
-from ratewarden.server.config.model import ConfigError, ConfigProblem
+from ratewarden.server.config.model import (
+    DEFAULT_FAILURE_MODE,
+    FAILURE_MODES,
+    ConfigError,
+    ConfigProblem,
+)
 from ratewarden.server.config.reader import FileReader
 from ratewarden.server.config.tree import DomainConfig, Level, Node, RateLimitConfig
 
@@ -25,7 +31,11 @@ __all__ = ["load", "load_documents", "loads"]
 
 
 def load(
-    paths: Sequence[str | Path] | str | Path, *, merge_domains: bool = False, files: str = "yaml"
+    paths: Sequence[str | Path] | str | Path,
+    *,
+    merge_domains: bool = False,
+    files: str = "yaml",
+    default_failure_mode: str = DEFAULT_FAILURE_MODE,
 ) -> RateLimitConfig:
     """Load config files and directories; raise ``ConfigError`` with every problem.
 
@@ -35,6 +45,9 @@ def load(
     ``*.yaml`` and ``*.yml`` files, or ``"all"``, every file in it and its
     subdirectories, as envoyproxy/ratelimit reads its runtime directory. Hidden names
     are never read (``directory.py``).
+    ``default_failure_mode``: the ``failure_mode`` of every rule that sets none
+    (``serve --failure-mode``); a ``budget`` takes it too, but for ``local``, which
+    a budget cannot have: it stays ``open``.
     """
     if isinstance(paths, str | Path):
         paths = [paths]
@@ -53,7 +66,7 @@ def load(
                 documents.append((str(file), file.read_text(encoding="utf-8")))
             except (OSError, UnicodeDecodeError) as exc:
                 problems.append(ConfigProblem(str(file), 0, "file", f"cannot read it: {exc}"))
-    return _build(documents, problems, merge_domains)
+    return _build(documents, problems, merge_domains, failure_mode=default_failure_mode)
 
 
 def loads(text: str, name: str = "<string>") -> RateLimitConfig:
@@ -62,12 +75,16 @@ def loads(text: str, name: str = "<string>") -> RateLimitConfig:
 
 
 def load_documents(
-    documents: Sequence[tuple[str, str]], *, merge_domains: bool = False, unit: str = "file"
+    documents: Sequence[tuple[str, str]],
+    *,
+    merge_domains: bool = False,
+    unit: str = "file",
+    default_failure_mode: str = DEFAULT_FAILURE_MODE,
 ) -> RateLimitConfig:
     """Load ``(name, text)`` documents as the files of one directory, in order: what ``load``
     does after reading the files (rules from xDS come this way, named ``xds:<resource>``,
     ``unit`` ``"resource"``: what the messages call a document)."""
-    return _build(documents, [], merge_domains, unit)
+    return _build(documents, [], merge_domains, unit, default_failure_mode)
 
 
 def _given_twice(file: Path, given: dict[Path, Path], problems: list[ConfigProblem]) -> bool:
@@ -108,12 +125,17 @@ def _build(
     problems: list[ConfigProblem],
     merge_domains: bool = False,
     unit: str = "file",
+    failure_mode: str = DEFAULT_FAILURE_MODE,
 ) -> RateLimitConfig:
+    if failure_mode not in FAILURE_MODES:
+        raise ConfigurationError(
+            f"default failure_mode {failure_mode!r} must be one of {', '.join(FAILURE_MODES)}"
+        )
     domains: dict[str, DomainConfig] = {}
     readers: list[tuple[str, FileReader]] = []  # (domain, its file's reader)
     for name, text in files:
         first = len(problems)
-        reader = FileReader(name, problems, unit)
+        reader = FileReader(name, problems, unit, failure_mode)
         domain = reader.read(text)
         if domain is not None:
             readers.append((domain.name, reader))

@@ -19,7 +19,6 @@ from ratewarden.server.config.limits import read_limit
 from ratewarden.server.config.model import (
     ALGORITHM_NAMES,
     DEFAULT_ALGORITHM,
-    DEFAULT_FAILURE_MODE,
     FAILURE_MODES,
     DescriptorRule,
     Limit,
@@ -66,7 +65,7 @@ def read_rate_limit(
         key in entries for key in ("limits", *_LIMIT_KEYS)
     )
     algorithm = _choice(reader, entries, "algorithm", ALGORITHM_NAMES, DEFAULT_ALGORITHM)
-    failure_mode = _choice(reader, entries, "failure_mode", FAILURE_MODES, DEFAULT_FAILURE_MODE)
+    failure_mode = _choice(reader, entries, "failure_mode", FAILURE_MODES, reader.failure_mode)
     limits: tuple[Limit, ...] = ()
     if unlimited:
         _check_unlimited(reader, entries)

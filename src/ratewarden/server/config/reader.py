@@ -21,7 +21,7 @@ import yaml  # type: ignore[import-untyped, unused-ignore]
 from ratewarden.server.config.budget import read_budget
 from ratewarden.server.config.fields import FieldReader, _shorten
 from ratewarden.server.config.metadata import ConstructError, read_metadata
-from ratewarden.server.config.model import ConfigProblem, DescriptorRule
+from ratewarden.server.config.model import DEFAULT_FAILURE_MODE, ConfigProblem, DescriptorRule
 from ratewarden.server.config.rate_limit import RATE_LIMIT_KEYS, read_rate_limit
 from ratewarden.server.config.rlqs_weights import check_weighted, read_rlqs_weights
 from ratewarden.server.config.tree import DomainConfig, Level, Node
@@ -61,9 +61,16 @@ MAX_ALIAS_COPIES = 10_000
 class FileReader(FieldReader):
     """Turns one file's YAML node tree into a DomainConfig, recording every problem."""
 
-    def __init__(self, name: str, problems: list[ConfigProblem], unit: str = "file") -> None:
+    def __init__(
+        self,
+        name: str,
+        problems: list[ConfigProblem],
+        unit: str = "file",
+        failure_mode: str = DEFAULT_FAILURE_MODE,
+    ) -> None:
         super().__init__(name, problems, _MISPLACED)
         self.unit = unit  # what the text is, for the messages: "file" or "resource" (xDS)
+        self.failure_mode = failure_mode
         self.rules: list[DescriptorRule] = []
         # Descriptor lists being read (an alias back to one is a cycle) and descriptor
         # nodes already read once (a second visit is an alias copy, see MAX_ALIAS_COPIES).

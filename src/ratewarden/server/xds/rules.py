@@ -116,12 +116,20 @@ def decode(packed: Sequence[Any]) -> list[Any]:
 
 
 def load_resources(
-    resources: Sequence[Any], *, merge_domains: bool = False
+    resources: Sequence[Any],
+    *,
+    merge_domains: bool = False,
+    default_failure_mode: str = rules.DEFAULT_FAILURE_MODE,
 ) -> rules.RateLimitConfig:
-    """The rules of ``RateLimitConfig`` messages, loaded as files are; ``ConfigError`` with
-    every problem otherwise."""
+    """The rules of ``RateLimitConfig`` messages, loaded as files are (``default_failure_mode``:
+    ``--failure-mode``); ``ConfigError`` with every problem otherwise."""
     documents = [
         (name, document(resource))
         for name, resource in zip(source_names(resources), resources, strict=True)
     ]
-    return rules.load_documents(documents, merge_domains=merge_domains, unit="resource")
+    return rules.load_documents(
+        documents,
+        merge_domains=merge_domains,
+        unit="resource",
+        default_failure_mode=default_failure_mode,
+    )
