@@ -16,6 +16,8 @@
 - ``GET /rlconfig``: the loaded rules as text; ``/rlconfig?format=json`` as JSON
   (``format`` in any case; another value, or two, is 400 naming the accepted ones).
 - ``GET /metrics``: Prometheus metrics, in the format the ``Accept`` header asks for.
+- ``GET /``: the port's endpoints, one ``path: what it serves`` line each, in path
+  order, as envoyproxy/ratelimit's debug port lists its own.
 
 and ratewarden's live dashboard (docs/operations.md), read-only:
 
@@ -66,6 +68,17 @@ MAX_BODY_BYTES = 1024 * 1024
 DASHBOARD_ACCESS = ("loopback", "any", "off")
 #: ``/rlconfig?format=`` values, matched in any case; ``text`` without the parameter.
 RLCONFIG_FORMATS = ("text", "json")
+#: What each endpoint serves, for the index at ``/``.
+_ENDPOINTS = {
+    "/json": "POST a RateLimitRequest as JSON: answered as over gRPC (200 OK, 429 over the "
+    "limit; other methods 405)",
+    "/healthcheck": "200 OK while serving, 500 otherwise",
+    "/rlconfig": "the loaded rules, one line each (?format=json: the normalised config)",
+    "/metrics": "Prometheus metrics",
+    "/dashboard": "the live dashboard (HTML)",
+    "/dashboard.json": "the dashboard's data: rules, rates, top keys, degraded decisions",
+    "/rlqs.json": "with --rlqs, the quota service's streams and assignments",
+}
 _TEXT = "text/plain; charset=utf-8"
 _NO_STORE = (("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff"))
 
@@ -188,6 +201,7 @@ class HttpApp:
             self._routes["/dashboard"] = (("GET", "HEAD"), self._dashboard_page)
             self._routes["/dashboard.json"] = (("GET", "HEAD"), self._dashboard_json)
             self._routes["/rlqs.json"] = (("GET", "HEAD"), self._rlqs_json)
+        self._routes["/"] = (("GET", "HEAD"), self._index)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -270,6 +284,10 @@ class HttpApp:
             status = HTTPStatus.INTERNAL_SERVER_ERROR
         body = json_format.MessageToJson(answer, indent=None).encode()
         return _Response(status, body, "application/json")
+
+    async def _index(self, request: _Request) -> _Response:
+        lines = [f"{path}: {_ENDPOINTS[path]}" for path in sorted(self._routes) if path != "/"]
+        return _text(HTTPStatus.OK, "\n".join(lines))
 
     async def _healthcheck(self, request: _Request) -> _Response:
         streams = self._backend.rlqs_streams()
