@@ -6,6 +6,8 @@ table (``options.OPTIONS``), kept here to keep that module readable.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from typing import Any
 
 from ratewarden.errors import ConfigurationError
@@ -21,7 +23,9 @@ from ratewarden.server.parsers import (
 )
 from ratewarden.server.statsd_mapping_file import load_mapping
 
-__all__ = ["TELEMETRY", "TRACING", "fraction"]
+__all__ = ["TELEMETRY", "TRACING", "fraction", "warn_without_effect", "without_effect"]
+
+log = logging.getLogger("ratewarden.server")
 
 #: ``--tracing``: off, or the OTLP protocol the spans are exported with.
 TRACING = ("off", "http", "grpc")
@@ -99,3 +103,38 @@ TELEMETRY: dict[str, Option] = {
         "service.instance.id (a random UUID); over OTEL_RESOURCE_ATTRIBUTES",
     ),
 }
+
+
+#: Options that do nothing unless one of the settings after them is on, and what to say then
+#: (--dogstatsd-mogrifiers without --dogstatsd is refused in settings.py).
+_NEEDS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("statsd_tags", ("statsd", "dogstatsd"), "needs --statsd or --dogstatsd"),
+    ("statsd_interval", ("statsd", "dogstatsd"), "needs --statsd or --dogstatsd"),
+    ("tracing_sampling_rate", ("tracing",), "needs --tracing"),
+    ("tracing_resource", ("tracing",), "needs --tracing"),
+)
+
+
+def without_effect(settings: Any) -> list[tuple[str, str]]:
+    """The telemetry options ``settings`` give (other than their defaults) that change
+    nothing, as ``(flag, what it needs)``: StatsD's with StatsD and DogStatsD off, tracing's
+    with ``--tracing off``."""
+    defaults = {field.name: field.default for field in dataclasses.fields(settings)}
+    found = []
+    for name, needs, why in _NEEDS:
+        off = all(getattr(settings, need) in (None, "off") for need in needs)
+        if off and getattr(settings, name) != defaults[name]:
+            found.append((TELEMETRY[name].flag, why))
+    return found
+
+
+def warn_without_effect(settings: Any) -> None:
+    """One warning naming the telemetry options ``settings`` give that change nothing (the
+    flags' counterpart of the ``upstream_settings_without_effect`` line)."""
+    found = without_effect(settings)
+    if found:
+        log.warning(
+            "options that change nothing here: %s",
+            "; ".join(f"{flag} {why}" for flag, why in found),
+            extra={"event": "options_without_effect", "options": [flag for flag, _ in found]},
+        )

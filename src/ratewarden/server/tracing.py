@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ratewarden.errors import ConfigurationError
+from ratewarden.server.options_telemetry import warn_without_effect
 
 __all__ = ["STOP_WAIT", "Tracing", "check_tracing", "tracing_of"]
 
@@ -208,7 +209,12 @@ def _proto_shadowed() -> bool:
 
 
 def tracing_of(settings: Any) -> Tracing | None:
-    """The tracing ``settings`` ask for (``--tracing``), or None when it is off."""
+    """The tracing ``settings`` ask for (``--tracing``), or None when it is off.
+
+    Serve assembles its telemetry with ``dogstatsd.statsd_sinks`` then this, so this also
+    logs the one warning for the telemetry options given that change nothing (StatsD's
+    with StatsD off, tracing's with tracing off)."""
+    warn_without_effect(settings)
     if settings.tracing == "off":
         return None
     return Tracing(
