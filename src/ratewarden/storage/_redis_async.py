@@ -9,6 +9,7 @@ store used from a new loop makes new ones.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -18,6 +19,7 @@ from redis import exceptions as rx
 from redis.crc import key_slot
 
 from ratewarden.storage import _redis_protocol as protocol
+from ratewarden.storage._redis_errors import REDIS_ERRORS
 from ratewarden.storage._redis_link import connection_kwargs, describe
 from ratewarden.storage._redis_pipe import Pipe
 from ratewarden.storage._redis_protocol import (
@@ -27,6 +29,7 @@ from ratewarden.storage._redis_protocol import (
     Sendable,
     checked,
 )
+from ratewarden.storage._redis_sentinel import watch_for
 from ratewarden.storage._scripts import Script
 
 __all__ = ["AsyncCluster", "AsyncRouter", "AsyncStandalone", "run_script"]
@@ -88,6 +91,7 @@ class _Pipes:
         self._timeout = timeout
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pipes: dict[str, Pipe] = {}
+        self._draining: set[asyncio.Task[None]] = set()
 
     def get(self, name: str, make: Callable[[], tuple[ConnectionFactory, str]]) -> Pipe:
         loop = asyncio.get_running_loop()
@@ -100,11 +104,40 @@ class _Pipes:
             pipe = self._pipes[name] = Pipe(factory, where, self._timeout, loop)
         return pipe
 
+    def retire(self, name: str) -> None:
+        """Send the next requests for ``name`` on a new connection; close the old one once
+        it has answered what it was sent (Redis answers in order: after a PING's reply)."""
+        pipe = self._pipes.pop(name, None)
+        if pipe is not None:
+            task = asyncio.get_running_loop().create_task(_drain(pipe))
+            self._draining.add(task)
+            task.add_done_callback(self._draining.discard)
+
     async def aclose(self) -> None:
         pipes, self._pipes = self._pipes, {}
         if self._loop is asyncio.get_running_loop():
             for pipe in pipes.values():
                 await pipe.aclose()
+            await _settle(self._draining)
+
+
+async def _settle(tasks: set[asyncio.Task[None]]) -> None:
+    """Wait for those of ``tasks`` on the running loop (another loop's cannot be awaited)."""
+    loop = asyncio.get_running_loop()
+    await asyncio.gather(*[t for t in tasks if t.get_loop() is loop], return_exceptions=True)
+
+
+async def _drain(pipe: Pipe) -> None:
+    """Close ``pipe`` once every request sent on it has its reply. A request still being
+    recovered (``_recover``: EVAL after NOSCRIPT, a resend after READONLY) sends its next
+    attempt when its reply comes, before the PING after it is sent: one PING per attempt."""
+    try:
+        for _ in range(protocol.MAX_ATTEMPTS):
+            # A connection that failed has given its requests their errors already.
+            with contextlib.suppress(*REDIS_ERRORS):
+                await pipe.request(protocol.PING)
+    finally:
+        await pipe.aclose()
 
 
 class AsyncStandalone:
@@ -117,6 +150,17 @@ class AsyncStandalone:
         self._timeout = timeout
         self.where = self._make()[1]
         self._pipes = _Pipes(timeout)
+        # A Sentinel's primary is read again while the store is used (``_redis_sentinel``).
+        self._watch = watch_for(client, lambda: self._pipes.retire(""))
+        self._reading: set[asyncio.Task[None]] = set()
+
+    def _pipe(self) -> Pipe:
+        watch = self._watch
+        if watch is not None and watch[0].due():
+            task = asyncio.get_running_loop().create_task(watch[0].aread_now(watch[1]))
+            self._reading.add(task)
+            task.add_done_callback(self._reading.discard)
+        return self._pipes.get("", self._make)
 
     def _make(self) -> tuple[ConnectionFactory, str]:
         pool = self._pool
@@ -124,22 +168,25 @@ class AsyncStandalone:
 
     async def eval(self, script: Script, route_key: str, packed: bytes) -> Any:
         # run_script, inlined: one coroutine less on every decision.
-        pipe = self._pipes.get("", self._make)
+        pipe = self._pipe()
         reply = await pipe.request(packed)
         if type(reply) is hiredis.ReplyError:
             reply = await _recover(pipe, reply, script, packed)
         return reply
 
     async def command(self, route_key: str, *parts: Sendable) -> Any:
-        return checked(await self._pipes.get("", self._make).request(protocol.pack(parts)))
+        return checked(await self._pipe().request(protocol.pack(parts)))
 
     def node_of(self, route_key: str) -> str:
         return ""
 
     async def ping(self) -> None:
-        checked(await self._pipes.get("", self._make).request(protocol.PING))
+        checked(await self._pipe().request(protocol.PING))
 
     async def aclose(self) -> None:
+        for task in self._reading:
+            task.cancel()
+        await _settle(self._reading)
         await self._pipes.aclose()
 
 

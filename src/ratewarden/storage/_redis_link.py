@@ -120,6 +120,7 @@ class Link:
         "_timeout",
         "_timeout_ms",
         "_tls",
+        "generation",
         "where",
     )
 
@@ -132,6 +133,8 @@ class Link:
         self._spin_ns = int(spin * 1e9)
         self._skip = 0
         self.where = where
+        #: The pool's generation when the link was last (re)taken (see ``LinkPool.retire``).
+        self.generation = 0
         self._conn: Any = None
         self._sock: socket.socket | None = None
         self._tls = False
@@ -320,7 +323,16 @@ _POOLS: weakref.WeakSet[LinkPool] = weakref.WeakSet()
 class LinkPool:
     """Idle links to one server. ``take`` one, use it, ``give`` it back."""
 
-    __slots__ = ("__weakref__", "_closed", "_free", "_make", "_spin", "_timeout", "where")
+    __slots__ = (
+        "__weakref__",
+        "_closed",
+        "_free",
+        "_make",
+        "_spin",
+        "_timeout",
+        "generation",
+        "where",
+    )
 
     def __init__(
         self, make: ConnectionFactory, where: str, timeout: float, spin: float = DEFAULT_SPIN
@@ -331,6 +343,7 @@ class LinkPool:
         self.where = where
         self._free: list[Link] = []
         self._closed = False
+        self.generation = 0
         _POOLS.add(self)
 
     @classmethod
@@ -343,9 +356,20 @@ class LinkPool:
     def take(self) -> Link:
         # list.pop and list.append are atomic under the GIL: no lock needed.
         try:
-            return self._free.pop()
+            link = self._free.pop()
         except IndexError:
-            return Link(self._make, self.where, self._timeout, self._spin)
+            link = Link(self._make, self.where, self._timeout, self._spin)
+            link.generation = self.generation
+            return link
+        if link.generation != self.generation:  # connected before ``retire``: connect again
+            link.close()
+            link.generation = self.generation
+        return link
+
+    def retire(self) -> None:
+        """Make every link connect again before its next request (the one in flight on a
+        link in use finishes first): the server they reach stopped being the primary."""
+        self.generation += 1
 
     def give(self, link: Link) -> None:
         if self._closed:

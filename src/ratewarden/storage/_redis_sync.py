@@ -19,6 +19,7 @@ from ratewarden.storage._redis_clients import LazyCluster
 from ratewarden.storage._redis_errors import REDIS_ERRORS
 from ratewarden.storage._redis_link import Link, LinkPool
 from ratewarden.storage._redis_protocol import ConnectFailed, Recovery, Sendable, checked
+from ratewarden.storage._redis_sentinel import start_thread, watch_for
 from ratewarden.storage._scripts import Script
 
 __all__ = ["Cluster", "Request", "Router", "Standalone", "run_script", "run_scripts"]
@@ -130,33 +131,39 @@ class Router(Protocol):
 
 
 class Standalone:
-    """One server: a plain Redis, or the primary a Sentinel names."""
+    """One server: a plain Redis, or the primary a Sentinel names (read again while the
+    store is used, ``_redis_sentinel``: a switch makes every link connect again)."""
 
     clustered = False
 
     def __init__(self, client: redis.Redis, timeout: float, spin: float) -> None:
         self._links = LinkPool.for_pool(client.connection_pool, timeout, spin)
         self.where = self._links.where
+        self._watch = watch_for(client, self._links.retire)
+
+    def _take(self) -> Link:
+        watch = self._watch
+        if watch is not None and watch[0].due():
+            start_thread(*watch)
+        return self._links.take()
 
     def eval(self, script: Script, route_key: str, packed: bytes) -> Any:
-        links = self._links
-        link = links.take()
+        link = self._take()
         try:
             return run_script(link, script, packed)
         finally:
-            links.give(link)
+            self._links.give(link)
 
     def eval_all(self, requests: Sequence[Request]) -> list[Any]:
-        links = self._links
-        link = links.take()
+        link = self._take()
         try:
             return run_scripts(link, requests)
         finally:
-            links.give(link)
+            self._links.give(link)
 
     def command(self, route_key: str, *parts: Sendable) -> Any:
         links = self._links
-        link = links.take()
+        link = self._take()
         try:
             return checked(link.request(protocol.pack(parts)))
         finally:
