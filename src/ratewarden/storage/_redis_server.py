@@ -5,7 +5,9 @@ Redis 6.2) and keeps it on later hits (``SET ... KEEPTTL``, Redis 6.0). An older
 rejects every such call with a syntax error, which would reach each rule's failure mode
 one call at a time (with ``failure_mode: open``, every request allowed). So a new
 connection asks the server what it is, and a Redis older than ``MIN_REDIS`` is refused
-then, with the version found and the one needed.
+then, with the version found and the one needed. So is a Sentinel (``mode sentinel``):
+a ``redis://`` URL given a Sentinel's port reaches a server that answers ``PING`` but
+knows none of the commands a decision sends.
 
 ``HELLO 2`` (Redis 6.0+, any Valkey) answers the server's name and version and keeps
 the connection on RESP2. When it cannot tell (``HELLO`` unknown: Redis before 6.0, or a
@@ -35,9 +37,11 @@ class ServerUnusable(rx.RedisError):
 
 
 def check_hello(reply: Any, where: str) -> None:
-    """Raise ``ServerUnusable`` when ``reply`` (``HELLO 2``'s) names a Redis older than
-    ``MIN_REDIS``; anything else (another server, a reply not understood) passes."""
+    """Raise ``ServerUnusable`` when ``reply`` (``HELLO 2``'s) names a Sentinel or a Redis
+    older than ``MIN_REDIS``; anything else (another server, a reply not understood) passes."""
     fields = _fields(reply)
+    if fields.get("mode") == "sentinel":
+        raise ServerUnusable(_a_sentinel(where))
     server, version = fields.get("server"), fields.get("version")
     if server != "redis" or version is None:
         return
@@ -48,6 +52,19 @@ def check_hello(reply: Any, where: str) -> None:
             f"{where} runs Redis {version}; ratewarden's scripts need Redis {needed} or later "
             "(or any Valkey): upgrade the server"
         )
+
+
+def _a_sentinel(where: str) -> str:
+    """A plain URL pointed at a Sentinel's port (26379): it answers PING, and refuses every
+    script as an unknown command, which would read as a bug rather than this mistake."""
+    address = where if ":" in where and not where.startswith("/") else "HOST:PORT"
+    return (
+        f"{where} is a Redis Sentinel, not the server that keeps the counts: it cannot run "
+        f"ratewarden's scripts; point the store at the Sentinels with "
+        f"redis+sentinel://{address}/SERVICE (rediss+sentinel:// over TLS; list every "
+        "Sentinel, comma-separated), SERVICE being the name they monitor the primary under "
+        "(SENTINEL MASTERS lists it): waiting will not help"
+    )
 
 
 def _fields(reply: Any) -> dict[str, str]:
