@@ -4,7 +4,8 @@
 envoyproxy/ratelimit's gRPC instrumentation does: named
 ``envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit``, a child of the trace the
 call's metadata carries (W3C ``traceparent``, B3 in one header or several, as Envoy's
-tracers send them; baggage read too), sampled as its parent was, or, with no parent, for a
+tracers send them, B3 winning over ``traceparent`` on a call with both; baggage read too),
+sampled as its parent was, or, with no parent or a B3 parent that defers the decision, for a
 share of ``--tracing-sampling-rate`` of the calls. Its attributes: ``rpc.system``,
 ``rpc.service``, ``rpc.method``, ``rpc.grpc.status_code``, and ratewarden's
 ``ratelimit.domain``, ``ratelimit.descriptors`` (how many) and ``ratelimit.overall_code``.
@@ -80,9 +81,8 @@ class Tracing:
                 OTLPSpanExporter,
             )
         self.resource = _resource(Resource, resource)
-        self.provider = TracerProvider(
-            sampler=ParentBased(TraceIdRatioBased(sampling_rate)), resource=self.resource
-        )
+        self._root = TraceIdRatioBased(sampling_rate)
+        self.provider = TracerProvider(sampler=ParentBased(self._root), resource=self.resource)
         self._exporter = _stopped_once(OTLPSpanExporter)()
         self.provider.add_span_processor(BatchSpanProcessor(self._exporter))
         self._tracer = self.provider.get_tracer("ratewarden.server")
@@ -94,9 +94,13 @@ class Tracing:
     def start(self, request: Any, metadata: Iterable[Any] | None) -> Any:
         """A started span for ``request``, in the trace ``metadata`` (the call's) carries."""
         carrier = {key: value for key, value in metadata or () if isinstance(value, str)}
+        context = self._propagator.extract(carrier)
+        deferred = _deferred_b3(carrier)
+        if deferred is not None:
+            context = self._decided_here(context, deferred)
         return self._tracer.start_span(
             SPAN_NAME,
-            context=self._propagator.extract(carrier),
+            context=context,
             kind=self._server,
             attributes={
                 "rpc.system": "grpc",
@@ -106,6 +110,28 @@ class Tracing:
                 "ratelimit.descriptors": len(request.descriptors),
             },
         )
+
+    def _decided_here(self, context: Any, trace_id: int) -> Any:
+        """``context`` with its B3 parent (of ``trace_id``) sampled as a call with no parent
+        would be, by ``--tracing-sampling-rate``: its sampling state was Defer, which the B3
+        spec leaves to the receiver. OpenTelemetry's propagator reads it as sampled in the
+        single header and as not sampled in several."""
+        from opentelemetry import trace
+
+        parent = trace.get_current_span(context).get_span_context()
+        if not parent.is_valid or parent.trace_id != trace_id:  # not the B3 parent after all
+            return context
+        decision = self._root.should_sample(context, trace_id, SPAN_NAME).decision
+        sampled = decision.is_sampled()  # type: ignore[no-untyped-call]  # the SDK's, untyped
+        flags = trace.TraceFlags(trace.TraceFlags.SAMPLED if sampled else trace.TraceFlags.DEFAULT)
+        decided = trace.SpanContext(
+            trace_id,
+            parent.span_id,
+            is_remote=True,
+            trace_flags=flags,
+            trace_state=parent.trace_state,
+        )
+        return trace.set_span_in_context(trace.NonRecordingSpan(decided), context)
 
     @staticmethod
     def answered(span: Any, response: Any) -> None:
@@ -146,6 +172,26 @@ class Tracing:
             # (an HTTP attempt waits for its timeout); past a second wait, a daemon left behind.
             self._exporter.shutdown()
             stopping.join(wait)
+
+
+def _deferred_b3(carrier: Mapping[str, str]) -> int | None:
+    """The trace id of the call's B3 context when it carries no sampling state (Defer): a
+    ``b3`` header of two fields, or ``x-b3-traceid`` without ``x-b3-sampled`` and without
+    ``x-b3-flags: 1`` (debug, an accept); else None. The single header wins, as in the spec."""
+    single = carrier.get("b3")
+    if single:
+        fields = single.split("-")
+        return _hex(fields[0]) if len(fields) == 2 else None
+    if "x-b3-sampled" in carrier or carrier.get("x-b3-flags") == "1":
+        return None
+    return _hex(carrier.get("x-b3-traceid", ""))
+
+
+def _hex(text: str) -> int | None:
+    try:
+        return int(text, 16) if text else None
+    except ValueError:
+        return None
 
 
 def _stopped_once(exporter_type: Any) -> Any:
