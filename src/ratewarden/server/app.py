@@ -173,6 +173,7 @@ class RateLimitServer:
             ),
             over_limit_cache=settings.over_limit_cache,
             response_metadata=settings.response_metadata,
+            default_failure_mode=settings.failure_mode,
         )
         #: The budget rules' tokens owed through a store outage (paid by refresh_health).
         self.budgets = self.service.budgets

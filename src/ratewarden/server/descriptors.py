@@ -17,7 +17,13 @@ from typing import Any
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
-from ratewarden.server.config import DescriptorRule, DomainConfig, Match, RateLimitConfig
+from ratewarden.server.config import (
+    DEFAULT_FAILURE_MODE,
+    DescriptorRule,
+    DomainConfig,
+    Match,
+    RateLimitConfig,
+)
 from ratewarden.server.statuses import override
 from ratewarden.server.value_cap import ValueCap
 
@@ -101,11 +107,13 @@ def prepare(
     config: RateLimitConfig,
     cap: ValueCap,
     on_overflow: Callable[[DescriptorRule], None],
+    failure_mode: str = DEFAULT_FAILURE_MODE,
 ) -> list[Item]:
     """The request's descriptors as items, with rules, keys and caps; raises if malformed.
 
     ``config`` is the one snapshot the whole request is decided on; ``on_overflow``
-    is told each rule whose new value went to its overflow counter (``cap``).
+    is told each rule whose new value went to its overflow counter (``cap``);
+    ``failure_mode`` is that of a limit override on a descriptor no rule matches.
     """
     name = request.domain
     if not name:
@@ -140,7 +148,7 @@ def prepare(
         )
         if limited:
             limit = request.descriptors[index].limit
-            given = override(name, entries, rule, limit)
+            given = override(name, entries, rule, limit, failure_mode)
             if given is not None:
                 item.rule, item.override = given, True
                 item.key, item.metric_key = _keys(name, item)

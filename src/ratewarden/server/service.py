@@ -17,7 +17,8 @@ limiter's answers onto what the service reports.
 How one request is decided
 --------------------------
 1. Each descriptor is matched against the config (``config.DomainConfig.match``);
-   Envoy's per-descriptor ``limit`` replaces the configured limit; ``replaces``
+   Envoy's per-descriptor ``limit`` replaces the configured limit (on a descriptor no
+   rule matches, it is a rule of its own, with ``default_failure_mode``); ``replaces``
    drops the limits named by any other matched rule of the same request.
 2. Each remaining limited descriptor is one ``limiter.hit_flow`` on its own
    counter key (domain + entries, length-prefixed: no value can alias another),
@@ -70,7 +71,12 @@ from ratewarden.errors import CircuitOpenError, ConfigurationError
 from ratewarden.limiter import AsyncLimiter, CircuitBreaker, Flow, Gather, Limiter, NegativeCache
 from ratewarden.server import charged_window
 from ratewarden.server.charging import Charging
-from ratewarden.server.config import DescriptorRule, RateLimitConfig
+from ratewarden.server.config import (
+    DEFAULT_FAILURE_MODE,
+    FAILURE_MODES,
+    DescriptorRule,
+    RateLimitConfig,
+)
 
 # counter_key, DescriptorOutcome, UNLIMITED_REMAINING and ServiceHooks are defined
 # beside what builds or uses them and re-exported here, the public place to import
@@ -135,6 +141,7 @@ class _ServiceBase(Charging):
         over_limit_cache: int = 0,
         response_metadata: str = "merged",
         quota_mode: bool = False,
+        default_failure_mode: str = DEFAULT_FAILURE_MODE,
     ) -> None:
         if not isinstance(config, RateLimitConfig):
             raise ConfigurationError(f"config {config!r} is not a RateLimitConfig; use config.load")
@@ -148,6 +155,11 @@ class _ServiceBase(Charging):
             raise ConfigurationError(
                 f"response_headers {response_headers!r} must be one of {', '.join(HEADER_MODES)}"
             )
+        if default_failure_mode not in FAILURE_MODES:
+            raise ConfigurationError(
+                f"default_failure_mode {default_failure_mode!r} must be one of "
+                f"{', '.join(FAILURE_MODES)}"
+            )
         if breaker is not None and not isinstance(breaker, CircuitBreaker):
             raise ConfigurationError(f"breaker {breaker!r} is not a CircuitBreaker")
         if isinstance(over_limit_cache, bool) or not isinstance(over_limit_cache, int):
@@ -158,6 +170,9 @@ class _ServiceBase(Charging):
         self.clock = clock if clock is not None else store.clock
         self.shadow = bool(shadow)
         self.quota_mode = bool(quota_mode)
+        #: The failure_mode of a limit override on a descriptor no rule matches (the rules
+        #: carry their own, set at load from the same ``serve --failure-mode``).
+        self.default_failure_mode = default_failure_mode
         self.charge_denied = bool(charge_denied)
         self.near_limit_ratio = float(near_limit_ratio)
         self.response_headers = response_headers
@@ -230,7 +245,7 @@ class _ServiceBase(Charging):
     def _flow(self, request: Any) -> Flow[bytes]:
         """The request decided, as its response's wire bytes."""
         config = self._config  # one snapshot for the whole request
-        items = prepare(request, config, self.values, self._overflowed)
+        items = prepare(request, config, self.values, self._overflowed, self.default_failure_mode)
         stored: list[Item] = []
         zero = False  # a limit of 0: the only way a request is denied before any store call
         for item in items:
@@ -341,8 +356,9 @@ class RateLimitService(_ServiceBase):
 
     ``RateLimitService(config, store, *, clock, shadow, charge_denied, near_limit_ratio,
     response_headers, legacy_header_names, hooks, max_values_per_rule, breaker,
-    over_limit_cache, response_metadata, quota_mode)``; every option off (or 0.8, ``"off"``,
-    ``"merged"``) by default."""
+    over_limit_cache, response_metadata, quota_mode, default_failure_mode)``; every option off
+    (or 0.8, ``"off"``, ``"merged"``, ``"open"``) by default. ``default_failure_mode`` is the
+    failure_mode of a request's limit override on a descriptor no rule matches."""
 
     _LIMITER = Limiter
     _BUDGETS = RuleBudgets

@@ -33,10 +33,16 @@ _UNIT_NAME = {number: name for name, number in UNIT_ENUM.items()}
 
 
 def override(
-    domain: str, entries: tuple[tuple[str, str], ...], base: DescriptorRule | None, limit: Any
+    domain: str,
+    entries: tuple[tuple[str, str], ...],
+    base: DescriptorRule | None,
+    limit: Any,
+    failure_mode: str = DEFAULT_FAILURE_MODE,
 ) -> DescriptorRule | None:
     """A rule for Envoy's per-descriptor ``limit``; it keeps the base rule's algorithm,
-    failure mode and kind (a token budget stays a budget, at the given rate).
+    failure mode and kind (a token budget stays a budget, at the given rate). A descriptor
+    no rule matches takes ``failure_mode``: the service's default (``serve --failure-mode``),
+    as a rule without its own does.
 
     As envoyproxy/ratelimit does, an override is never in shadow mode and has no
     name or replaces. An override with an unknown unit is ignored (the config applies).
@@ -70,6 +76,6 @@ def override(
         source="the request's limit override",
         limits=(Limit(limit.requests_per_unit, unit, rate=rate),),
         algorithm=algorithm,
-        failure_mode=DEFAULT_FAILURE_MODE if base is None else base.failure_mode,
+        failure_mode=failure_mode if base is None else base.failure_mode,
         budget=base is not None and base.budget,
     )
