@@ -13,6 +13,11 @@ are, in order:
   before its DogStatsD sink reads them back;
 - the tags of the first mogrifier whose pattern the name matches.
 
+A tag both ways (``DD_ENV=staging`` and ``--statsd-tags env:prod``) is sent twice,
+``#env:staging,env:prod``, as datadog-go (and Datadog's Python client) send it: neither
+drops one, so upstream sends it twice too. ``statsd_sinks`` warns at start
+(``dogstatsd_tags_twice``), since a Datadog facet then shows both values.
+
 A ``Mogrifier`` (upstream's ``DOG_STATSD_MOGRIFIER_<N>_*``) rewrites a stat's name
 and adds tags: its ``pattern`` is searched for in the name (unanchored, as Go's
 ``FindStringSubmatch``), and ``$0``, ``$1``... in its ``name`` and tag values are
@@ -24,6 +29,7 @@ cannot read stops the start naming it.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -46,6 +52,8 @@ __all__ = [
     "parse_dogstatsd_address",
     "statsd_sinks",
 ]
+
+log = logging.getLogger("ratewarden.server")
 
 #: Datadog's environment variables that become tags on every stat, as datadog-go adds them.
 DATADOG_TAGS = (
@@ -203,15 +211,32 @@ def statsd_sinks(settings: Settings, environ: Mapping[str, str]) -> list[StatsdS
         protocol, host, port = parse_address(settings.statsd)
         sinks.append(StatsdSink(protocol, host, port, tags=settings.statsd_tags))
     if settings.dogstatsd is not None:
+        global_tags = datadog_tags(environ)
+        _warn_twice(global_tags, settings.statsd_tags)
         sinks.append(
             DogStatsdSink(
                 settings.dogstatsd,
                 tags=settings.statsd_tags,
                 mogrifiers=settings.dogstatsd_mogrifiers,
-                global_tags=datadog_tags(environ),
+                global_tags=global_tags,
             )
         )
     return sinks
+
+
+def _warn_twice(global_tags: Iterable[str], tags: Iterable[tuple[str, str]]) -> None:
+    """One warning for the tags that Datadog's variables and ``--statsd-tags`` both give:
+    both are sent, as datadog-go sends them."""
+    given = {name for name, _ in tags}
+    twice = [tag for tag in global_tags if tag.partition(":")[0] in given]
+    if twice:
+        names = [tag.partition(":")[0] for tag in twice]
+        log.warning(
+            "DogStatsD tags given twice, by Datadog's variables (%s) and --statsd-tags: each "
+            "line carries both values, as datadog-go sends them; give each tag once",
+            ", ".join(twice),
+            extra={"event": "dogstatsd_tags_twice", "tags": names},
+        )
 
 
 class DogStatsdSink(StatsdSink):
