@@ -11,7 +11,7 @@ import math
 from ratewarden.decision import Decision, make_decision
 from ratewarden.rate import Rate
 
-__all__ = ["aged", "assumed", "marked"]
+__all__ = ["NO_BREAKER_WAIT", "aged", "assumed", "marked"]
 
 
 _INF = math.inf
@@ -101,6 +101,12 @@ def _aged_one(
         "",
         _shifted(d.refill_after, elapsed_us),
     )
+
+
+#: ``retry_after`` of a ``closed`` answer when no breaker says when the store is tried again:
+#: a default breaker's cool-down (``TwoTier``'s), and the 1 s the middlewares' 503 sends. With 0
+#: a client retried at once (``Retry-After: 0``) and ``acquire`` spun on the failing store.
+NO_BREAKER_WAIT = 1.0
 
 
 def assumed(rates: tuple[Rate, ...], cost: int, mode: str, wait: float) -> Decision:

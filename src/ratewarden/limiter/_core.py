@@ -40,7 +40,7 @@ from ratewarden.clock import Clock, check_clock
 from ratewarden.decision import Decision
 from ratewarden.deprecation import UNSET, renamed
 from ratewarden.errors import ConfigurationError, StorageError
-from ratewarden.limiter._aged import assumed, marked
+from ratewarden.limiter._aged import NO_BREAKER_WAIT, assumed, marked
 from ratewarden.limiter._breaker import CircuitBreaker
 from ratewarden.limiter._counts import TierCounts
 from ratewarden.limiter._each import EachCall, ViaAll, hit_each_flow
@@ -378,7 +378,7 @@ class DecisionCore(Leasing, Operations):
                 local = self.local.hit(p.algorithm, p.key, p.rates, p.cost)
             return marked(local, mode)
         breaker = self.breaker
-        wait = 0.0
+        wait = NO_BREAKER_WAIT
         if breaker is not None:
             wait = breaker.retry_in(self._node_of(p.key, rates=p.rates)) or breaker.cooldown
         return assumed(p.rates, p.cost, mode, wait)
