@@ -66,6 +66,13 @@ _SCHEMES = {
 }
 _TLS_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname")
 _SRV_OPTIONS = ("refresh", "nameserver")
+#: Where a store's other settings go, for a URL given one it does not take (``?timeout=``):
+#: the library's ``from_url`` and ``ratewarden serve`` (whose user has no keywords) alike.
+_ELSEWHERE = (
+    "the store's settings are not written in the URL: in Python, keyword arguments of "
+    "from_url (timeout=, prefix=, cache_items=, max_item_bytes=, tls=); under ratewarden "
+    "serve, --store-timeout and --key-prefix"
+)
 #: ``_service._proto.name``, as envoyproxy/ratelimit reads MEMCACHE_SRV.
 _SRV_NAME = re.compile(r"^_[^.]+\._[^.]+\.[^.].*$")
 
@@ -152,13 +159,15 @@ def _options(url: str, query: str, over_tls: bool, by_srv: bool) -> dict[str, st
     for name, value in pairs:
         if name not in allowed:
             known = ", ".join(allowed) if allowed else "none"
-            why = ""
+            why, then = "", ""
             if name in _TLS_OPTIONS:
                 why = " (TLS options need memcaches://)"
             elif name in _SRV_OPTIONS:
                 why = " (SRV options need memcache+srv://)"
+            else:
+                then = f"; {_ELSEWHERE}"
             raise ConfigurationError(
-                f"memcache URL {url!r}: unknown option {name!r}{why}; this URL takes: {known}"
+                f"memcache URL {url!r}: unknown option {name!r}{why}; this URL takes: {known}{then}"
             )
         if name in found:
             raise ConfigurationError(f"memcache URL {url!r}: option {name!r} given twice")

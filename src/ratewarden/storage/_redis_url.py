@@ -93,14 +93,18 @@ def _port(url: str, text: str, host: str) -> int:
 
 
 def _hosts(url: str, hostlist: str, default_port: int) -> tuple[tuple[str, int], ...]:
-    hosts = []
+    hosts: list[tuple[str, int]] = []
     for part in hostlist.split(","):
         match = _HOST.match(part.strip())
         if match is None:
             raise _fail(url, f"host {part!r} is not HOST[:PORT] (IPv6 as [ADDR]:PORT)")
         host = match.group("v6") or match.group("name")
         port = match.group("port")
-        hosts.append((host, default_port if port is None else _port(url, port, part)))
+        address = (host, default_port if port is None else _port(url, port, part))
+        if any(known.lower() == host.lower() and at == address[1] for known, at in hosts):
+            # As a memcache URL refuses it: harmless, but likely a typo for another host.
+            raise _fail(url, f"host {part.strip()!r} is named twice; list each host once")
+        hosts.append(address)
     return tuple(hosts)
 
 
@@ -179,11 +183,19 @@ def _parse_nodes(url: str, scheme: str, kind: str, tls: bool, rest: str) -> Targ
             allowed = ", ".join(sorted(_QUERY[kind])) or "none"
             raise _fail(
                 url,
-                f"query option {name!r} is not understood here (allowed: {allowed}); "
-                "pass other client options as keyword arguments of from_url",
+                f"query option {name!r} is not understood here (allowed: {allowed}); {ELSEWHERE}",
             )
     service, db = _path(url, kind, path)
     return Target(kind, url, tls, hosts, service, db, username, password, query)
+
+
+#: Where a store's other settings go, for a URL given one it does not take: the library's
+#: ``from_url`` and ``ratewarden serve`` (whose user has no keyword arguments) alike.
+ELSEWHERE = (
+    "other settings are not written in the URL: in Python, keyword arguments of from_url "
+    "(timeout=, prefix=, redis-py's client options); under ratewarden serve, --store-timeout "
+    "and --key-prefix"
+)
 
 
 def _path(url: str, kind: str, path: str) -> tuple[str, int]:
