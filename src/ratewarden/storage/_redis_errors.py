@@ -107,7 +107,7 @@ _SENTINEL_REPR = re.compile(
 
 def _readable(exc: BaseException) -> str:
     """The error's words, a sentinel's client repr shortened to ``sentinel HOST:PORT``."""
-    said = _SENTINEL_REPR.sub(r"sentinel \1:\2", str(exc))
+    said = _SENTINEL_REPR.sub(r"sentinel \1:\2", str(exc)).rstrip(". ")  # "refused.;" read oddly
     if "No master found" in said:
         said += " (is each host a sentinel watching that service?)"
     return said
