@@ -108,6 +108,23 @@ async def test_fail_open_runs_the_request_without_the_guarantee() -> None:
     assert response.json() == {"order": 1, "body": "pear"}
 
 
+async def test_a_store_down_is_one_warning_a_minute_not_one_a_request(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Five requests while the store is unreachable (fail_open): each ran, and the store's
+    failure was logged once, not five times, as the other middlewares' lines are."""
+    orders = Orders()
+    app = IdempotencyMiddleware(starlette_orders(orders), unreachable_store(), fail_open=True)
+    with caplog.at_level(logging.WARNING, "ratewarden.idempotency"):
+        async with client_for(app) as client:
+            for n in range(5):
+                key = {"Idempotency-Key": f"key-{n}"}
+                assert (await client.post("/orders/a", headers=key)).status_code == 201
+    begins = [r for r in caplog.records if "store failed at begin" in r.getMessage()]
+    assert len(begins) == 1
+    assert orders.executed["a"] == 5
+
+
 async def test_fastapi_add_middleware_form() -> None:
     """FastAPI's app.add_middleware(IdempotencyMiddleware, store=...) wires it the same way."""
     from fastapi import FastAPI

@@ -25,12 +25,14 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from http import HTTPStatus
+from logging import WARNING
 from typing import Literal, NamedTuple
 from urllib.parse import urlsplit
 
 from ratewarden.checks import check_bool, is_number
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.idempotency import Claim, StoredResponse
+from ratewarden.metrics import LogRateLimiter
 from ratewarden.middleware._rules import check_method, compile_path
 
 __all__ = [
@@ -43,9 +45,7 @@ __all__ = [
     "check_identity",
     "check_store",
     "default_store_response",
-    "lost",
     "problem",
-    "tolerated",
 ]
 
 log = logging.getLogger("ratewarden.idempotency")
@@ -235,6 +235,9 @@ class IdempotencyPolicy:
         #: True (a key on every request of ``methods``), False, or the path patterns.
         self.required = _check_required(required)
         self.required_docs = _check_required_docs(required_docs, self.required)
+        #: Each kind of warning at most once a minute, with the count held back (as the
+        #: other middlewares' lines): a store down would otherwise log every request.
+        self.lines = LogRateLimiter(60.0)
 
     def key_of(self, method: str, path: str, values: list[str]) -> str | StoredResponse | None:
         """The request's key; None when the middleware does not handle the request (another
@@ -297,7 +300,7 @@ class IdempotencyPolicy:
         """What the store's ``begin`` gave means: ``RUN`` the app (the lock is ours),
         ``UNGUARDED`` (the store failed, ``fail_open``), else the response to send."""
         if isinstance(found, StorageError):
-            log.warning("idempotency store failed at begin: %s", found)
+            self.lines.log(log, WARNING, "begin", "idempotency store failed at begin: %s", found)
             if self.fail_open:
                 return UNGUARDED
             return problem(503, "the idempotency store is unavailable; retry later", retry_after=1)
@@ -323,7 +326,10 @@ class IdempotencyPolicy:
         response = capture.response()
         if response is None:
             if capture.overflow:
-                log.warning(
+                self.lines.log(
+                    log,
+                    WARNING,
+                    "overflow",
                     "idempotent response of %d bytes exceeds max_response_bytes=%d; not stored",
                     capture.size,
                     self.max_response,
@@ -331,20 +337,22 @@ class IdempotencyPolicy:
             return None
         return response if self.store_response(response.status) else None
 
+    @contextmanager
+    def tolerated(self) -> Iterator[None]:
+        """The store failing after the response is logged: the lock's TTL frees the key."""
+        try:
+            yield
+        except StorageError as exc:
+            self.lines.log(
+                log, WARNING, "after", "idempotency store failed after the response: %s", exc
+            )
 
-@contextmanager
-def tolerated() -> Iterator[None]:
-    """The store failing after the response is logged: the lock's TTL frees the key."""
-    try:
-        yield
-    except StorageError as exc:
-        log.warning("idempotency store failed after the response: %s", exc)
-
-
-def lost(completed: bool) -> None:
-    """Log a response the store did not keep because the lock expired first."""
-    if not completed:
-        log.warning("idempotency lock expired before the response; not stored")
+    def lost(self, completed: bool) -> None:
+        """Log a response the store did not keep because the lock expired first."""
+        if not completed:
+            self.lines.log(
+                log, WARNING, "expired", "idempotency lock expired before the response; not stored"
+            )
 
 
 def check_store(store: object, want_async: bool, who: str) -> None:

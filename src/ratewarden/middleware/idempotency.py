@@ -56,8 +56,6 @@ from ratewarden.middleware._idempotency import (
     check_identity,
     check_store,
     default_store_response,
-    lost,
-    tolerated,
 )
 from ratewarden.middleware._outcome import close_wsgi
 from ratewarden.middleware._request import ClientGoneError, read_body, replay, route_path
@@ -193,7 +191,7 @@ class IdempotencyMiddleware(_Idempotency):
             if isinstance(found, StorageError):
                 # The SET may land after all (held up in a paused server): give its lock
                 # back once the answer is out, or the key stays locked for lock_ttl.
-                with tolerated():
+                with policy.tolerated():
                     await self.store.release(pending.record, pending.token)
 
     async def _run(
@@ -208,9 +206,11 @@ class IdempotencyMiddleware(_Idempotency):
                 return
             settled = True
             response = self.policy.to_store(done)
-            with tolerated():
+            with self.policy.tolerated():
                 if response is not None:
-                    lost(await self.store.complete(record, token, response, self.policy.ttl))
+                    self.policy.lost(
+                        await self.store.complete(record, token, response, self.policy.ttl)
+                    )
                 else:
                     await self.store.release(record, token)
 
@@ -291,9 +291,11 @@ class WSGIIdempotencyMiddleware(_Idempotency):
 
         def settle(done: Capture | None) -> None:
             response = policy.to_store(done)
-            with tolerated():
+            with policy.tolerated():
                 if response is not None:
-                    lost(self.store.complete(pending.record, pending.token, response, policy.ttl))
+                    policy.lost(
+                        self.store.complete(pending.record, pending.token, response, policy.ttl)
+                    )
                 else:
                     self.store.release(pending.record, pending.token)
 
@@ -311,7 +313,7 @@ class WSGIIdempotencyMiddleware(_Idempotency):
         back when the server closes it: the SET may land after all, held up in a paused server."""
 
         def give_back(_: Capture | None) -> None:
-            with tolerated():
+            with self.policy.tolerated():
                 self.store.release(pending.record, pending.token)
 
         try:
