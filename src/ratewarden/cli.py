@@ -4,7 +4,8 @@
 
     ratewarden serve --config PATH... [--store URL] [--host H] [--grpc-port N] [--http-port N]
                      [--workers N] [...]            the Envoy rate limit service
-    ratewarden config check [--merge-domains] PATH... validate rule files, print every error
+    ratewarden config check [--merge-domains] [--config-files yaml|all]
+                            [--failure-mode M] [PATH...]  validate rules as serve loads them
     ratewarden simulate [--bursts | --accuracy] [...]  traffic through algorithms, in simulated time
     ratewarden plan --rps N [...]                    capacity planning: memory, calls/s, bounds
 
@@ -177,10 +178,19 @@ def _parser() -> argparse.ArgumentParser:
     check = config_commands.add_parser(
         "check",
         help="validate rule files; exit 1 listing every error (file:line: key: reason)",
-        description="Load rule files or directories the way `serve` does and report every error. "
-        "Exit 0 when they load, 1 listing every error, 2 on a bad flag or variable.",
+        description="Load rule files or directories the way `serve` does, with the same flags "
+        "and variables, and report every error, and what serve would warn of (entries of a "
+        "directory not read, a directory with no rule file). Exit 0 when they load, 1 listing "
+        "every error, 2 on a bad flag or variable.",
     )
-    check.add_argument("paths", nargs="+", metavar="PATH", help="rule files or directories")
+    check.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="rule files or directories, as serve --config; none: those serve would read "
+        "(RATEWARDEN_CONFIG, or envoyproxy/ratelimit's RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/"
+        "RUNTIME_APPDIRECTORY, which choose --config-files all)",
+    )
     check.add_argument(
         "--merge-domains",
         action=argparse.BooleanOptionalAction,
@@ -189,6 +199,13 @@ def _parser() -> argparse.ArgumentParser:
         "`serve --merge-domains` loads them (otherwise an error) "
         "[env RATEWARDEN_MERGE_DOMAINS, then MERGE_DOMAIN_CONFIG, as serve reads them]",
     )
+    from ratewarden.server.options import OPTIONS
+
+    for name in ("config_files", "failure_mode"):  # serve's flags, read as serve reads them
+        option = OPTIONS[name]
+        check.add_argument(
+            option.flag, metavar=METAVARS[name], help=f"{option.help} [env {option.env}]"
+        )
     return parser
 
 
@@ -197,32 +214,55 @@ def _errors(exc: BaseException) -> list[str]:
     return [str(error) for error in errors] if errors else [str(exc)]
 
 
-def _merge_domains(flag: bool | None, environ: Mapping[str, str]) -> bool:
-    """``--[no-]merge-domains``, else ``RATEWARDEN_MERGE_DOMAINS``, else upstream's
-    ``MERGE_DOMAIN_CONFIG``, else off: serve's order (``settings.resolve``), each read by the
-    parser serve reads it with, so that check loads what serve loads. No other variable is
-    read: one that only serve uses cannot fail a check."""
-    from ratewarden.server.options import OPTIONS, read
-    from ratewarden.server.upstream_settings import given
+class _ServeWarnings(logging.Handler):
+    """Within ``with``, the warnings serve logs while it loads rule files (``server/reload.py``:
+    ``config_files_skipped``, ``config_directory_empty``), printed on stderr as it leaves,
+    one line each: ``config check`` says what serve would, from serve's own code."""
 
-    names = (OPTIONS["merge_domains"].env, "MERGE_DOMAIN_CONFIG")
-    set_here = {name: environ[name] for name in names if name in environ}
-    own = read({"merge_domains": flag}, set_here)
-    if "merge_domains" in own:
-        return bool(own["merge_domains"])
-    return bool(given(set_here).get("MERGE_DOMAIN_CONFIG", False))
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+        self.logger = logging.getLogger("ratewarden.server")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        skipped = getattr(record, "skipped", None)
+        if isinstance(skipped, list):  # one line per entry not read, rather than one long
+            self.lines.extend(f"not read as rules: {entry}" for entry in skipped)
+        else:
+            self.lines.append(record.getMessage())
+
+    def __enter__(self) -> None:
+        self.logger.addHandler(self)
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.logger.removeHandler(self)
+        for line in self.lines:
+            print(f"warning: {line}", file=sys.stderr)
 
 
-def _config_check(paths: Sequence[str], merge_flag: bool | None) -> int:
-    from ratewarden.server import config as rules
+def _config_check(args: argparse.Namespace) -> int:
+    from ratewarden.server import rules_source, settings
+    from ratewarden.server.reload import ConfigWatcher
 
+    flags = {
+        "config_paths": args.paths or None,
+        "config_files": args.config_files,
+        "failure_mode": args.failure_mode,
+        "merge_domains": args.merge_domains,
+    }
     try:
-        merge_domains = _merge_domains(merge_flag, os.environ)
+        chosen = settings.resolve(flags, rules_source.file_variables(flags, os.environ))
+        rules_source.check_files_given(chosen)
     except ConfigurationError as exc:
         print(f"ratewarden config check: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    # serve's own first load (app.py): the watcher names what it will not read, then loads
+    # (nothing to apply the rules to: a first load only returns them).
+    load, apply = rules_source.file_loader(chosen), lambda _rules: None
+    watcher = ConfigWatcher(chosen.config_paths, load, apply, files=chosen.config_files)
     try:
-        loaded = rules.load(paths, merge_domains=merge_domains)
+        with _ServeWarnings():
+            loaded = watcher.load_initial()
     except ConfigurationError as exc:
         for line in _errors(exc):
             print(line, file=sys.stderr)
@@ -422,7 +462,7 @@ def _command(argv: Sequence[str] | None) -> int:
         from ratewarden.plan import command as plan
 
         return plan.main(args, _measure)
-    return _config_check(args.paths, args.merge_domains)
+    return _config_check(args)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ratewarden.cli import _merge_domains, main
+from ratewarden.cli import main
 from ratewarden.server import settings
+from ratewarden.server.rules_source import file_variables
 
 TWO_FILES = {
     "a.yaml": "domain: api\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, "
@@ -134,4 +135,6 @@ def test_check_and_serve_resolve_merging_alike(
         if value is not None
     }
     served = settings.resolve({"merge_domains": flag, "config_paths": ["x"]}, environ)
-    assert _merge_domains(flag, environ) is served.merge_domains
+    flags = {"merge_domains": flag, "config_paths": ["x"]}
+    checked = settings.resolve(flags, file_variables(flags, environ))
+    assert checked.merge_domains is served.merge_domains

@@ -55,8 +55,8 @@ def refusal(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
             "'check'? (choose from 'check'); see ratewarden config --help",
         ),
         (
-            ["config", "check"],
-            "ratewarden config check: error: the following arguments are required: PATH; "
+            ["config", "check", "x.yaml", "--config-files"],
+            "ratewarden config check: error: argument --config-files: expected one argument; "
             "see ratewarden config check --help",
         ),
         (

@@ -74,7 +74,6 @@ def test_config_check_of_a_missing_path_exits_1(
     [
         ([], "the following arguments are required: COMMAND"),
         (["config"], "the following arguments are required: COMMAND"),
-        (["config", "check"], "the following arguments are required: PATH"),
         (["serve", "--config", "x", "--bogus"], "unknown flag --bogus"),
     ],
 )

@@ -7,7 +7,8 @@ given, ``--config-files all`` with an xDS server; ``check_reload_given`` refuses
 ``--reload-interval`` (a poll of rule files) given with an xDS server;
 ``own_source_wins`` keeps ratewarden's own choice of a source over
 envoyproxy/ratelimit's. ``Settings`` (``server/settings.py``) uses them all.
-``file_loader`` is how the server loads the files the settings name.
+``file_loader`` is how the server loads the files the settings name; ``file_variables``
+and ``check_files_given``, how ``ratewarden config check`` chooses them as ``serve`` would.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ __all__ = [
     "XDS_OPTIONS",
     "check_reload_given",
     "check_rules_source",
+    "check_files_given",
     "file_loader",
+    "file_variables",
     "own_source_wins",
 ]
 
@@ -149,3 +152,43 @@ def file_loader(settings: Settings) -> Callable[[Sequence[str]], rules.RateLimit
         files=settings.config_files,
         default_failure_mode=settings.failure_mode,
     )
+
+
+#: How serve loads rule files: what ``file_variables`` keeps of the environment, flags aside.
+_HOW = ("config_files", "failure_mode", "merge_domains")
+#: Where serve finds them, envoyproxy/ratelimit's way (with ``--config``'s and
+#: ``--config-xds``'s variables): kept by ``file_variables`` when no path is given.
+_WHERE_UPSTREAM = ("CONFIG_TYPE", "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY")
+
+
+def file_variables(flags: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of ``environ`` that say how serve loads rule files (``--config-files``,
+    ``--failure-mode``, ``--merge-domains``) and, with no ``config_paths`` in ``flags``
+    (``None``: not given), where they are (``RATEWARDEN_CONFIG``, upstream's ``RUNTIME_*``,
+    which choose ``--config-files all``): ``settings.resolve(flags, file_variables(...))``
+    are the settings ``ratewarden config check`` loads with, as serve would. No other
+    variable is kept: one that only serve uses cannot fail a check.
+
+    Raises ``ConfigurationError`` when no path is given and no variable names one.
+    """
+    names = [OPTIONS[name].env for name in _HOW] + ["MERGE_DOMAIN_CONFIG"]
+    if flags.get("config_paths") is None:
+        where = [OPTIONS["config_paths"].env, OPTIONS["config_xds"].env, *_WHERE_UPSTREAM]
+        if not any(environ.get(name, "").strip() for name in where):
+            raise ConfigurationError(
+                "no rule files given: name them (PATH...), or set RATEWARDEN_CONFIG or "
+                "envoyproxy/ratelimit's RUNTIME_ROOT (RUNTIME_SUBDIRECTORY, "
+                "RUNTIME_APPDIRECTORY) to check what serve would read"
+            )
+        names += where
+    return {name: environ[name] for name in names if name in environ}
+
+
+def check_files_given(settings: Settings) -> None:
+    """Raise ``ConfigurationError`` when ``settings`` take the rules from an xDS server: there
+    are no files for ``ratewarden config check`` to check."""
+    if settings.config_xds is not None:
+        raise ConfigurationError(
+            "serve would take its rules from an xDS server (RATEWARDEN_CONFIG_XDS or "
+            "CONFIG_TYPE=GRPC_XDS_SOTW), not from files: name the rule files to check (PATH...)"
+        )
