@@ -155,12 +155,17 @@ class AsyncStandalone:
         self._reading: set[asyncio.Task[None]] = set()
 
     def _pipe(self) -> Pipe:
+        if self._watch is not None:
+            self._read_again()
+        return self._pipes.get("", self._make)
+
+    def _read_again(self) -> None:
+        """Start a reading of the Sentinels when one is due (one at a time, off this call)."""
         watch = self._watch
         if watch is not None and watch[0].due():
             task = asyncio.get_running_loop().create_task(watch[0].aread_now(watch[1]))
             self._reading.add(task)
             task.add_done_callback(self._reading.discard)
-        return self._pipes.get("", self._make)
 
     def _make(self) -> tuple[ConnectionFactory, str]:
         pool = self._pool
@@ -168,7 +173,9 @@ class AsyncStandalone:
 
     async def eval(self, script: Script, route_key: str, packed: bytes) -> Any:
         # run_script, inlined: one coroutine less on every decision.
-        pipe = self._pipe()
+        if self._watch is not None:
+            self._read_again()
+        pipe = self._pipes.get("", self._make)
         reply = await pipe.request(packed)
         if type(reply) is hiredis.ReplyError:
             reply = await _recover(pipe, reply, script, packed)

@@ -141,29 +141,37 @@ class Standalone:
         self.where = self._links.where
         self._watch = watch_for(client, self._links.retire)
 
-    def _take(self) -> Link:
+    def _read_again(self) -> None:
+        """Start a reading of the Sentinels when one is due (one at a time, off this call)."""
         watch = self._watch
         if watch is not None and watch[0].due():
             start_thread(*watch)
-        return self._links.take()
 
     def eval(self, script: Script, route_key: str, packed: bytes) -> Any:
-        link = self._take()
+        if self._watch is not None:
+            self._read_again()
+        links = self._links
+        link = links.take()
         try:
             return run_script(link, script, packed)
         finally:
-            self._links.give(link)
+            links.give(link)
 
     def eval_all(self, requests: Sequence[Request]) -> list[Any]:
-        link = self._take()
+        if self._watch is not None:
+            self._read_again()
+        links = self._links
+        link = links.take()
         try:
             return run_scripts(link, requests)
         finally:
-            self._links.give(link)
+            links.give(link)
 
     def command(self, route_key: str, *parts: Sendable) -> Any:
+        if self._watch is not None:
+            self._read_again()
         links = self._links
-        link = self._take()
+        link = links.take()
         try:
             return checked(link.request(protocol.pack(parts)))
         finally:
