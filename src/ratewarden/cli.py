@@ -24,12 +24,10 @@ Errors are one line each, never a traceback.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import logging
 import os
-import socket
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ratewarden.argparsing import CommandParser
@@ -37,7 +35,6 @@ from ratewarden.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from ratewarden.rate import Rate
-    from ratewarden.server.settings import Settings
     from ratewarden.storage.measure import Measured
 
 __all__ = ["METAVARS", "main"]
@@ -209,40 +206,8 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _errors(exc: BaseException) -> list[str]:
-    errors = getattr(exc, "errors", None)
-    return [str(error) for error in errors] if errors else [str(exc)]
-
-
-class _ServeWarnings(logging.Handler):
-    """Within ``with``, the warnings serve logs while it loads rule files (``server/reload.py``:
-    ``config_files_skipped``, ``config_directory_empty``), printed on stderr as it leaves,
-    one line each: ``config check`` says what serve would, from serve's own code."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.lines: list[str] = []
-        self.logger = logging.getLogger("ratewarden.server")
-
-    def emit(self, record: logging.LogRecord) -> None:
-        skipped = getattr(record, "skipped", None)
-        if isinstance(skipped, list):  # one line per entry not read, rather than one long
-            self.lines.extend(f"not read as rules: {entry}" for entry in skipped)
-        else:
-            self.lines.append(record.getMessage())
-
-    def __enter__(self) -> None:
-        self.logger.addHandler(self)
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.logger.removeHandler(self)
-        for line in self.lines:
-            print(f"warning: {line}", file=sys.stderr)
-
-
 def _config_check(args: argparse.Namespace) -> int:
-    from ratewarden.server import rules_source, settings
-    from ratewarden.server.reload import ConfigWatcher
+    from ratewarden.server import config_check
 
     flags = {
         "config_paths": args.paths or None,
@@ -251,23 +216,21 @@ def _config_check(args: argparse.Namespace) -> int:
         "merge_domains": args.merge_domains,
     }
     try:
-        chosen = settings.resolve(flags, rules_source.file_variables(flags, os.environ))
-        rules_source.check_files_given(chosen)
+        chosen = config_check.settings_for(flags, os.environ)
     except ConfigurationError as exc:
         print(f"ratewarden config check: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    # serve's own first load (app.py): the watcher names what it will not read, then loads
-    # (nothing to apply the rules to: a first load only returns them).
-    load, apply = rules_source.file_loader(chosen), lambda _rules: None
-    watcher = ConfigWatcher(chosen.config_paths, load, apply, files=chosen.config_files)
+    warnings = config_check.ServeWarnings()
     try:
-        with _ServeWarnings():
-            loaded = watcher.load_initial()
+        loaded = config_check.load(chosen, warnings)
     except ConfigurationError as exc:
-        for line in _errors(exc):
+        lines = config_check.problems(exc)
+        for line in [f"warning: {w}" for w in warnings.lines] + lines:
             print(line, file=sys.stderr)
-        print(f"ratewarden config check: {_count(len(_errors(exc)), 'error')}", file=sys.stderr)
+        print(f"ratewarden config check: {_count(len(lines), 'error')}", file=sys.stderr)
         return EXIT_FAILED
+    for line in warnings.lines:
+        print(f"warning: {line}", file=sys.stderr)
     print(
         f"ok: {_count(len(loaded.files), 'file')}, {_count(len(loaded.domains), 'domain')}, "
         f"{_count(len(loaded.rules), 'rule')}"
@@ -281,16 +244,22 @@ def _count(number: int, noun: str) -> str:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from ratewarden.server import settings
+    from ratewarden.server import settings, start_checks
 
     try:
         chosen = settings.resolve(vars(args), os.environ)
-        _config_paths_exist(chosen.config_paths, args.config_paths is not None, os.environ)
-        _hosts_resolve(chosen, vars(args), os.environ)
+        start_checks.check_start(chosen, vars(args), os.environ)
     except ConfigurationError as exc:
         print(f"ratewarden serve: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    from ratewarden.server import app, config, process, upstream_env, upstream_settings
+    from ratewarden.server import (
+        app,
+        config,
+        config_check,
+        process,
+        upstream_env,
+        upstream_settings,
+    )
 
     app.configure_logging(chosen.log_level, chosen.log_format)
     xds = chosen.config_xds is not None
@@ -309,7 +278,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         return process.run(chosen)
     except config.ConfigError as exc:  # rules that do not load: refused, as a bad flag is
-        for line in _errors(exc):
+        for line in config_check.problems(exc):
             print(f"ratewarden serve: {line}", file=sys.stderr)
         return EXIT_USAGE
     except ConfigurationError as exc:  # a store URL that cannot be used, say
@@ -318,74 +287,6 @@ def _serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"ratewarden serve: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_FAILED
-
-
-def _config_paths_exist(paths: Sequence[str], flagged: bool, environ: Mapping[str, str]) -> None:
-    """A rule path that does not exist, refused naming where it was given: ``--config``, its
-    variable, or the upstream RUNTIME_* variables the path was made of."""
-    from ratewarden.server.options import OPTIONS
-
-    if flagged:
-        source = OPTIONS["config_paths"].flag
-    elif OPTIONS["config_paths"].env in environ:
-        source = OPTIONS["config_paths"].env
-    else:
-        source = "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY"
-    for path in paths:
-        if not os.path.exists(path):
-            raise ConfigurationError(f"{source} {path!r}: does not exist")
-
-
-#: Each listening address, and the upstream variable it can also come from.
-_HOSTS = {
-    "host": "HOST",
-    "grpc_host": "GRPC_HOST",
-    "debug_host": "DEBUG_HOST",
-    "metrics_host": "PROMETHEUS_ADDR",
-}
-
-
-def _hosts_resolve(
-    chosen: Settings, flags: Mapping[str, object], environ: Mapping[str, str]
-) -> None:
-    """An address to listen on that is neither an IP address nor a name this host resolves,
-    refused naming where it was given, as a bad value (exit 2): binding it could only fail.
-    An address that resolves but is not this host's is the bind's to refuse (exit 1)."""
-    from ratewarden.server.options import OPTIONS
-
-    for name, upstream in _HOSTS.items():
-        host = getattr(chosen, name)
-        if host is None:
-            continue
-        problem = _host_problem(host)
-        if problem is None:
-            continue
-        if flags.get(name) is not None:
-            given = f"{OPTIONS[name].flag} {host!r}"
-        elif OPTIONS[name].env in environ:
-            given = f"{OPTIONS[name].env} {host!r}"
-        else:
-            given = f"{upstream}={environ.get(upstream, host)!r}"
-        raise ConfigurationError(f"{given}: {problem}")
-
-
-def _host_problem(host: str) -> str | None:
-    """Why ``host`` cannot be an address to listen on, or None. Numbers and dots only are
-    an IPv4 address or nothing: no name is looked up for them (999.1.1.1 is no name)."""
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        pass
-    else:
-        return None
-    if all(part.isascii() and part.isdigit() for part in host.split(".")):
-        return "not an IP address (IPv4 is four numbers from 0 to 255, as 127.0.0.1)"
-    try:
-        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except (socket.gaierror, UnicodeError) as exc:
-        why = exc.strerror if isinstance(exc, socket.gaierror) else exc
-        return f"not an IP address or a name this host can resolve ({why})"
-    return None
 
 
 def _measure(url: str, algorithm: str, limit: Rate, key_length: int) -> tuple[str, Measured]:

@@ -1,0 +1,86 @@
+"""What ``ratewarden serve`` refuses before it starts anything (exit 2, one line naming
+where the value was given): a rule path that does not exist, and an address to listen on
+that can only fail to bind."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from collections.abc import Mapping, Sequence
+
+from ratewarden.errors import ConfigurationError
+from ratewarden.server.options import OPTIONS
+from ratewarden.server.settings import Settings
+
+__all__ = ["check_start", "host_problem"]
+
+#: Each listening address, and the upstream variable it can also come from.
+_HOSTS = {
+    "host": "HOST",
+    "grpc_host": "GRPC_HOST",
+    "debug_host": "DEBUG_HOST",
+    "metrics_host": "PROMETHEUS_ADDR",
+}
+
+
+def check_start(chosen: Settings, flags: Mapping[str, object], environ: Mapping[str, str]) -> None:
+    """Refuse ``chosen`` (resolved from ``flags`` and ``environ``) with a ConfigurationError
+    when a rule path is missing or an address to listen on cannot be one."""
+    _config_paths_exist(chosen.config_paths, flags.get("config_paths") is not None, environ)
+    _hosts_resolve(chosen, flags, environ)
+
+
+def _config_paths_exist(paths: Sequence[str], flagged: bool, environ: Mapping[str, str]) -> None:
+    """A rule path that does not exist, refused naming where it was given: ``--config``, its
+    variable, or the upstream RUNTIME_* variables the path was made of."""
+    if flagged:
+        source = OPTIONS["config_paths"].flag
+    elif OPTIONS["config_paths"].env in environ:
+        source = OPTIONS["config_paths"].env
+    else:
+        source = "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY"
+    for path in paths:
+        if not os.path.exists(path):
+            raise ConfigurationError(f"{source} {path!r}: does not exist")
+
+
+def _hosts_resolve(
+    chosen: Settings, flags: Mapping[str, object], environ: Mapping[str, str]
+) -> None:
+    """An address to listen on that is neither an IP address nor a name this host resolves,
+    refused naming where it was given, as a bad value (exit 2): binding it could only fail.
+    An address that resolves but is not this host's is the bind's to refuse (exit 1)."""
+    for name, upstream in _HOSTS.items():
+        host = getattr(chosen, name)
+        if host is None:
+            continue
+        problem = host_problem(host)
+        if problem is None:
+            continue
+        if flags.get(name) is not None:
+            given = f"{OPTIONS[name].flag} {host!r}"
+        elif OPTIONS[name].env in environ:
+            given = f"{OPTIONS[name].env} {host!r}"
+        else:
+            given = f"{upstream}={environ.get(upstream, host)!r}"
+        raise ConfigurationError(f"{given}: {problem}")
+
+
+def host_problem(host: str) -> str | None:
+    """Why ``host`` cannot be an address to listen on, or None. Numbers and dots only are
+    an IPv4 address or nothing: no name is looked up for them (999.1.1.1 is no name)."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return None
+    if all(part.isascii() and part.isdigit() for part in host.split(".")):
+        return "not an IP address (IPv4 is four numbers from 0 to 255, as 127.0.0.1)"
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        why = exc.strerror if isinstance(exc, socket.gaierror) else exc
+        return f"not an IP address or a name this host can resolve ({why})"
+    return None
