@@ -29,6 +29,7 @@ from ratewarden.limiter._settings import (
     algorithm_name,
     check_timeout,
 )
+from ratewarden.limiter._shaping import SHAPER, too_late
 from ratewarden.limiter._slots import Lease, lease_ttl_us
 from ratewarden.metrics import NO_METRICS, Metrics
 from ratewarden.rate import Rate
@@ -145,18 +146,30 @@ class Operations:
 
         Gives up and returns the denied Decision when the wait would pass
         ``timeout`` seconds or can never succeed. For the leaky-bucket shaper it
-        also sleeps the allowed request's ``delay``.
+        also sleeps the allowed request's ``delay``, which counts in the timeout:
+        when the queue ahead would hold the request past it, acquire gives up at
+        once without queueing (it peeks first; see ``_shaping``).
         """
         limit = check_timeout(timeout)
         check_cost(cost)
+        deadline = math.inf if limit is None else limit
+        shaped = limit is not None and self.algorithm == SHAPER
         waited = 0.0
         while True:
+            if shaped:
+                ahead = yield from self._peek(key, rates, None)
+                if waited + ahead.delay > deadline:
+                    return too_late(ahead, cost, deadline - waited)
             decision = yield from self.hit_flow(key, rates, cost)
             if decision.allowed:
+                if shaped and waited + decision.delay > deadline:
+                    # Another caller queued between the peek and the hit. The place taken
+                    # is lost (the key counts it, as if used): conservative, and rare.
+                    return too_late(decision, cost, deadline - waited)
                 yield Wait(decision.delay)
                 return decision
             wait = decision.retry_after
-            if math.isinf(wait) or (limit is not None and waited + wait > limit):
+            if math.isinf(wait) or waited + wait > deadline:
                 return decision
             yield Wait(wait)
             waited += wait
