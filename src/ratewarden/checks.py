@@ -21,6 +21,8 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 
 __all__ = [
+    "MAX_LEASE_SECONDS",
+    "MAX_SLOTS",
     "check_bool",
     "check_cost",
     "check_id",
@@ -29,6 +31,7 @@ __all__ = [
     "check_local",
     "check_name",
     "check_rates",
+    "check_slot_count",
     "check_slot_request",
     "is_number",
     "init_checked",
@@ -145,10 +148,40 @@ def check_local(owner: str, local: T) -> T:
     )
 
 
+#: The most slots a concurrency limit, or one lease, may count. A key's slots in use never
+#: pass its limit, so every sum the stores take (slots held plus slots asked) stays at most
+#: 2**53, exact in a Redis number as every Rate's state is.
+MAX_SLOTS = 2**52
+#: The longest slot lease, in seconds: a year of 365 days (as a budget's longest time).
+MAX_LEASE_SECONDS = 365 * 86_400
+
+
+def check_slot_count(what: str, value: object) -> int:
+    """A concurrency ``limit`` or ``slots`` (``what``): a whole number from 1 to ``MAX_SLOTS``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"concurrency {what} {value!r} must be a whole number >= 1")
+    if value > MAX_SLOTS:
+        raise ConfigurationError(
+            f"concurrency {what} {value:,} is too large: at most {MAX_SLOTS:,} (2**52), "
+            "past which a Redis number does not count slots exactly"
+        )
+    return value
+
+
 def check_slot_request(limit: object, slots: object, ttl_us: object, lease_id: object) -> None:
-    for name, value in (("limit", limit), ("slots", slots), ("ttl", ttl_us)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigurationError(f"concurrency {name} {value!r} must be a whole number >= 1")
+    """What a store's slot call takes: ``limit`` and ``slots`` (``check_slot_count``), a lease
+    ttl of 1 microsecond to ``MAX_LEASE_SECONDS``, and a lease id."""
+    check_slot_count("limit", limit)
+    check_slot_count("slots", slots)
+    if isinstance(ttl_us, bool) or not isinstance(ttl_us, int) or ttl_us < 1:
+        raise ConfigurationError(
+            f"concurrency ttl {ttl_us!r} must be a whole number of microseconds >= 1"
+        )
+    if ttl_us > MAX_LEASE_SECONDS * 1_000_000:
+        raise ConfigurationError(
+            f"concurrency ttl {ttl_us:,} microseconds is too long: at most "
+            f"{MAX_LEASE_SECONDS:,} seconds (365 days)"
+        )
     check_lease_id(lease_id)
 
 

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ratewarden.checks import check_cost, check_key, check_rates
+from ratewarden.checks import check_cost, check_key, check_rates, check_slot_request
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.deprecation import renamed
@@ -191,6 +191,7 @@ class Operations:
         """
         lease_id = lease_id or uuid.uuid4().hex
         ttl_us = lease_ttl_us(ttl)
+        check_slot_request(limit, slots, ttl_us, lease_id)
         decision = yield from self.slot_flow("acquire_slot", key, limit, lease_id, slots, ttl_us)
         return Lease(key, lease_id, limit, slots, ttl, decision)
 

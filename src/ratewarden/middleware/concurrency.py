@@ -32,7 +32,7 @@ import inspect
 from collections.abc import Iterable
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-from ratewarden.checks import keywords_checked
+from ratewarden.checks import check_slot_count, keywords_checked
 from ratewarden.clock import Clock
 from ratewarden.deprecation import UNSET, renamed
 from ratewarden.errors import ConfigurationError, StorageError
@@ -127,7 +127,7 @@ class SlotPolicy:
     ) -> None:
         failure_mode = chosen_failure_mode("SlotPolicy", failure_mode, failure, stacklevel=5)
         self.name = check_name(name)
-        self.limit = _whole("limit", limit, 1)
+        self.limit = check_slot_count("middleware limit", _whole("limit", limit, 1))
         if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < _YEAR:
             raise ConfigurationError(
                 f"concurrency middleware ttl={ttl!r}: seconds, more than 0 and under a year "
