@@ -68,7 +68,7 @@ def test_every_change_offered_builds_a_rate() -> None:
         (7, timedelta(days=DAYS), 9),
         (7, timedelta(days=365), 10**9),
         (13, timedelta(days=90_000), None),
-        (1, timedelta(days=999_999_999), None),
+        (2**31 - 1, timedelta(minutes=1), None),
     ]
     for limit, period, burst in cases:
         message = refusal(limit, period, burst)
@@ -79,6 +79,9 @@ def test_every_change_offered_builds_a_rate() -> None:
         if found:
             for other in found.group(1).split(" or "):
                 Rate(int(other.replace(",", "")), period, burst)
+        found = re.search(r"a limit of at most ([\d,]+)", message)
+        if found:
+            Rate(int(found.group(1).replace(",", "")), period, burst)
         found = re.search(r"a period of at most ([\d,]+) (\w+?)s?$", message)
         assert found, message
         Rate.parse(f"{limit} per {found.group(1).replace(',', '')} {found.group(2)}", burst)

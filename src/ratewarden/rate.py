@@ -6,7 +6,10 @@ grammar of ``parse`` is::
 
     rate   := LIMIT ("/" | " per ") [MULT] UNIT
     UNIT   := ms | s | sec | second | m | min | minute | h | hr | hour
-              | d | day | w | week | mo | month | y | yr | year   (plurals allowed)
+              | d | day | w | wk | week | mo | month | y | yr | year
+
+Every name of two letters or more but ``ms`` also takes an ``s``: ``secs``, ``mins``,
+``hrs``, ``days``, ``wks``, ``mos``, ``yrs``, ``seconds`` ... ``years``.
 
 ``MULT`` is a whole number written before the unit, with or without a space:
 ``"100/5m"``, ``"100/5 minutes"`` and ``"100 per 5 minutes"`` are the same rate.
@@ -52,9 +55,8 @@ for _names, _us in (
 ):
     for _name in _names:
         UNITS[_name] = _us
-        if len(_name) > 2:
+        if len(_name) > 1 and _name != "ms":
             UNITS[_name + "s"] = _us
-UNITS["hrs"] = UNITS["hour"]
 
 _PATTERN = re.compile(
     r"^\s*(?P<limit>[^/\s]+)\s*(?:/|\s+per\s+)\s*(?P<mult>\d+)?\s*(?P<unit>[a-z]+)\s*$",
@@ -84,6 +86,10 @@ def _period_us(period: timedelta | float | int) -> int:
             f"Rate period {period!r} must be a timedelta or a number of seconds"
         )
     if us <= 0:
+        if not isinstance(period, timedelta) and period > 0:  # a timedelta holds whole us
+            raise ConfigurationError(
+                f"Rate period {period!r} is shorter than 1 microsecond, the finest a rate counts"
+            )
         raise ConfigurationError(f"Rate period {period!r} must be longer than zero")
     if not whole:
         raise ConfigurationError(f"Rate period {period!r} is not a whole number of microseconds")
@@ -269,6 +275,12 @@ def _too_fine(limit: int, period_us: int, burst: int | None, gcd: int) -> Config
     shown = f"{limit} per {format_period(period_us, words=True)}"
     if burst is not None:
         shown += f" with burst {burst}"
+    if period_us > _EXACT - 2:  # not even one request: the period itself is the problem
+        return ConfigurationError(
+            f"Rate {shown} has a period too long to count exactly (past 2**53 microseconds a "
+            f"Redis number is not exact); use a period of at most "
+            + _floor_period(_EXACT - 2, period_us)
+        )
     ways = []
     if burst is not None:
         most = (_EXACT - 1 - limit) // (period_us // gcd)
@@ -277,6 +289,10 @@ def _too_fine(limit: int, period_us: int, burst: int | None, gcd: int) -> Config
     near = _dividing_limits(limit, period_us, burst)
     if near:
         ways.append(f"a limit that divides the period evenly ({' or '.join(near)}, say)")
+    # Any limit up to this one counts exactly over this period, whatever its factors.
+    any_limit = (_EXACT - 1) // (period_us + 1)
+    if burst is None and 1 <= any_limit < limit:
+        ways.append(f"a limit of at most {any_limit:,} (any limit up to it fits this period)")
     # With any limit, a period this short keeps the state under 2**53.
     longest = (_EXACT - 1 - limit) // capacity
     if longest >= 1:
