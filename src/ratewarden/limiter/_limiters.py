@@ -17,8 +17,10 @@ from contextlib import asynccontextmanager, contextmanager
 from types import MethodType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from ratewarden.checks import refuse_unknown
 from ratewarden.decision import Decision
 from ratewarden.deprecation import renamed
+from ratewarden.errors import ConfigurationError
 from ratewarden.limiter._core import DecisionCore
 from ratewarden.limiter._flows import Flow, adrive, drive
 from ratewarden.limiter._settings import FAILURE_MODES, FailureHook
@@ -38,7 +40,12 @@ def blocking(flow: Callable[Concatenate[Any, P], Flow[T]]) -> Callable[Concatena
     """A flow method as a blocking method: the same arguments, run with ``self.run``."""
 
     def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        result: T = self.run(flow(self, *args, **kwargs))
+        try:
+            started = flow(self, *args, **kwargs)
+        except TypeError:
+            _refuse_arguments(self, flow, args, kwargs)
+            raise
+        result: T = self.run(started)
         return result
 
     _named(method, flow)
@@ -51,11 +58,41 @@ def awaiting(
     """A flow method as a coroutine method: the same arguments, run with ``await self.run``."""
 
     async def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        result: T = await self.run(flow(self, *args, **kwargs))
+        try:
+            started = flow(self, *args, **kwargs)
+        except TypeError:
+            _refuse_arguments(self, flow, args, kwargs)
+            raise
+        result: T = await self.run(started)
         return result
 
     _named(method, flow, coroutine=True)
     return method
+
+
+def _refuse_arguments(
+    self: Any, flow: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    """A ConfigurationError naming the public method for a keyword ``flow`` does not take or
+    too many positional arguments, as ``checks.keywords_checked`` does for constructors
+    (Python's TypeError names the private flow: ``Operations.peek_flow() got an unexpected
+    keyword argument 'cost'``); nothing otherwise (a missing argument stays Python's)."""
+    params = list(inspect.signature(flow).parameters.values())[1:]
+    takes = [p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    name = f"{type(self).__name__}.{flow.__name__.removesuffix('_flow')}"
+    if "cost" in kwargs and "cost" not in takes:
+        raise ConfigurationError(
+            f"{name}: unknown keyword 'cost'; it consumes nothing (a hit of cost 0), so a cost "
+            f"c fits when remaining >= c; it takes {', '.join(takes)}"
+        )
+    refuse_unknown(name, kwargs, takes)
+    positional = [p for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    if len(args) > len(positional):
+        raise ConfigurationError(
+            f"{name}: {len(args)} positional arguments given, but it takes at most "
+            f"{len(positional)} ({', '.join(p.name for p in positional)})"
+            + ("; give the rest by keyword" if len(takes) > len(positional) else "")
+        )
 
 
 def _named(method: Any, flow: Callable[..., Any], *, coroutine: bool = False) -> None:
