@@ -245,6 +245,9 @@ def _count(number: int, noun: str) -> str:
 
 def _serve(args: argparse.Namespace) -> int:
     from ratewarden.server import settings, start_checks
+    from ratewarden.server.logs import quiet_grpc_core
+
+    quiet_grpc_core(os.environ)  # before anything imports grpc, which reads it then
 
     try:
         chosen = settings.resolve(vars(args), os.environ)

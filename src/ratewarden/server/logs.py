@@ -9,6 +9,15 @@ lines are in the same format. So do OpenTelemetry's (``--tracing``: its exporter
 logs each failed export and retry, which a collector that is down repeats every
 batch), with the event ``opentelemetry`` and at most one line a minute per
 message; the next says how many were held back.
+
+grpc-core (the ``grpcio`` transport's C core) writes its own lines straight to file
+descriptor 2, in absl's format, bypassing Python's logging: at its default verbosity one
+for every failed TLS handshake (a client without a certificate, a wrong CA, plaintext on
+the TLS port), which a port scanner or an Envoy with a stale CA repeats without bound.
+``quiet_grpc_core`` keeps it to its errors (``GRPC_VERBOSITY=ERROR``) unless the
+operator chose a verbosity or a trace; it must run before ``grpc`` is imported, which
+reads the variable once. The handshakes it silences are not counted: grpcio offers no
+hook where one fails.
 """
 
 from __future__ import annotations
@@ -18,18 +27,22 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import MutableMapping
 from typing import Any
 
 from ratewarden.clock import Clock
 from ratewarden.metrics import LogRateLimiter
 
-__all__ = ["LOGGERS", "OTEL_INTERVAL", "configure_logging"]
+__all__ = ["GRPC_VERBOSITY", "LOGGERS", "OTEL_INTERVAL", "configure_logging", "quiet_grpc_core"]
 
 
 #: The loggers ``ratewarden serve`` writes: its own, uvicorn's errors, and OpenTelemetry's.
 LOGGERS = ("ratewarden", "uvicorn.error", "opentelemetry")
 #: Seconds between two of OpenTelemetry's lines with the same message.
 OTEL_INTERVAL = 60.0
+#: grpc-core's verbosity unless the operator sets ``GRPC_VERBOSITY`` or ``GRPC_TRACE``:
+#: its errors only (a Unix socket it could not bind, say), not a line per failed handshake.
+GRPC_VERBOSITY = "ERROR"
 
 _STANDARD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message"}
 
@@ -108,3 +121,13 @@ def configure_logging(
         logger.propagate = False
     logging.getLogger("ratewarden").setLevel(level.upper())
     logging.getLogger("opentelemetry").setLevel(level.upper())
+
+
+def quiet_grpc_core(environ: MutableMapping[str, str]) -> bool:
+    """Set ``GRPC_VERBOSITY`` to ``GRPC_VERBOSITY`` in ``environ`` (``os.environ``) unless
+    it or ``GRPC_TRACE`` is set already; True when it set it. Call it before ``grpc`` is
+    imported (``--workers``' children inherit it): grpc-core reads it once, at import."""
+    if environ.get("GRPC_VERBOSITY") or environ.get("GRPC_TRACE"):
+        return False
+    environ["GRPC_VERBOSITY"] = GRPC_VERBOSITY
+    return True
