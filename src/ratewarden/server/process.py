@@ -1,9 +1,12 @@
 """Running ``ratewarden serve``: one process (``serve``) or ``--workers`` of them (``run``).
 
 ``serve`` runs one ``RateLimitServer`` (``server/app.py``) on the event loop
-``--loop`` names until SIGTERM or SIGINT, then stops it gracefully. ``run`` does
-that in this process for one worker, or starts ``--workers`` spawned children
-sharing the ports and forwards the signals to them.
+``--loop`` names until SIGTERM, SIGHUP or SIGINT, then stops it gracefully. ``run``
+does that in this process for one worker, or starts ``--workers`` spawned children
+sharing the ports and forwards the signals to them. A child watches its parent
+through a pipe only the parent writes to: when the parent is gone (killed, even by
+SIGKILL), the pipe reads end-of-file and the child stops too, so that no worker
+outlives the set and keeps serving on the ports.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import signal
 import sys
 import tempfile
 from collections.abc import Callable
+from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for_sentinels
 
 from ratewarden.errors import RatewardenError
@@ -36,6 +40,12 @@ __all__ = ["loop_factory", "run", "serve"]
 
 log = logging.getLogger("ratewarden.server")
 
+#: The signals that stop the server gracefully. SIGHUP does not reload anything (rules are
+#: reloaded by polling, certificates need a restart): it stops, as SIGTERM does.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+#: What a stop request that is no signal is called: the parent of a worker is gone.
+PARENT_GONE = "parent_gone"
+
 
 def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """The event loop ``--loop`` names: uvloop's, or None for asyncio's own.
@@ -51,16 +61,32 @@ def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     return factory
 
 
-async def _serve(settings: Settings) -> None:
-    server = RateLimitServer(settings)
-    stop = asyncio.Event()
+def _stop_requests(parent: Connection | None) -> asyncio.Queue[str]:
+    """The requests to stop, in order: a signal's name, or ``PARENT_GONE`` once the pipe from
+    the parent (``parent``, a worker's) reads end-of-file, which it does when the parent exits
+    or is killed: the parent never writes to it."""
+    requests: asyncio.Queue[str] = asyncio.Queue()
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+    for signum in STOP_SIGNALS:
+        loop.add_signal_handler(signum, requests.put_nowait, signum.name)
+    if parent is not None:
+
+        def parent_gone() -> None:
+            loop.remove_reader(parent.fileno())
+            log.warning("the parent process is gone: stopping", extra={"event": PARENT_GONE})
+            requests.put_nowait(PARENT_GONE)
+
+        loop.add_reader(parent.fileno(), parent_gone)
+    return requests
+
+
+async def _serve(settings: Settings, parent: Connection | None = None) -> None:
+    server = RateLimitServer(settings)
+    requests = _stop_requests(parent)
     # Racing the start against the signals: with rules from xDS, the start waits for them,
     # and SIGTERM must end that wait as it ends serving.
     starting = asyncio.ensure_future(server.start())
-    stopping = asyncio.ensure_future(stop.wait())
+    stopping = asyncio.ensure_future(requests.get())
     try:
         await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
         if not starting.done():
@@ -78,23 +104,27 @@ async def _serve(settings: Settings) -> None:
         stopping.cancel()
         await server.close()
         raise
-    await stopping
-    log.info("shutting down", extra={"event": "shutting_down", "grace_s": settings.grace})
+    reason = await stopping
+    log.info(
+        "shutting down",
+        extra={"event": "shutting_down", "grace_s": settings.grace, "reason": reason},
+    )
     await server.stop()
 
 
-def serve(settings: Settings) -> int:
-    """Run one server process until SIGTERM or SIGINT; the exit code."""
+def serve(settings: Settings, parent: Connection | None = None) -> int:
+    """Run one server process until SIGTERM, SIGHUP or SIGINT (or, for a worker, until the
+    pipe from its ``parent`` closes); the exit code."""
     with asyncio.Runner(loop_factory=loop_factory(settings.loop)) as runner:
-        runner.run(_serve(settings))
+        runner.run(_serve(settings, parent))
     return 0
 
 
-def _worker(settings: Settings, index: int) -> None:
+def _worker(settings: Settings, index: int, parent: Connection) -> None:
     configure_logging(settings.log_level, settings.log_format, worker=index)
     with contextlib.suppress(KeyboardInterrupt):
         try:
-            serve(settings)
+            serve(settings, parent)
         except (OSError, RatewardenError) as exc:
             log.error(str(exc), extra={"event": "worker_failed"})
             sys.exit(1)
@@ -105,9 +135,10 @@ def run(settings: Settings) -> int:
 
     One worker runs in this process. Several run as spawned children sharing the
     ports through SO_REUSEPORT (the kernel spreads connections); this process
-    forwards SIGTERM/SIGINT to them and waits. If a child dies on its own, the
-    others are stopped too and the exit code is 1, so a supervisor restarts the
-    whole set rather than running short-handed.
+    forwards SIGTERM, SIGHUP (as SIGTERM) and SIGINT to them and waits. If a child
+    dies on its own, the others are stopped too and the exit code is 1, so a
+    supervisor restarts the whole set rather than running short-handed; if this
+    process dies, the children stop on their own (``serve``'s ``parent``).
 
     The workers count into one set of metrics: unless ``PROMETHEUS_MULTIPROC_DIR``
     names a directory already, a fresh temporary one is made for them (and
@@ -138,8 +169,13 @@ def run(settings: Settings) -> int:
 
 def _run_workers(settings: Settings) -> int:
     context = multiprocessing.get_context("spawn")
+    # The children hold the reading end; this process holds the writing end, and never
+    # writes: when it dies, the children read end-of-file.
+    reading, writing = context.Pipe(duplex=False)
     children = [
-        context.Process(target=_worker, args=(settings, index), name=f"ratewarden-worker-{index}")
+        context.Process(
+            target=_worker, args=(settings, index, reading), name=f"ratewarden-worker-{index}"
+        )
         for index in range(settings.workers)
     ]
     stopping = False
@@ -147,15 +183,17 @@ def _run_workers(settings: Settings) -> int:
     def forward(signum: int, _frame: object) -> None:
         nonlocal stopping
         stopping = True
+        sent = signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM
         for child in children:
             if child.pid is not None and child.exitcode is None:
                 with contextlib.suppress(ProcessLookupError):
-                    child.terminate()
+                    os.kill(child.pid, sent)
 
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, forward)
     for child in children:
         child.start()
+    reading.close()
     log.info(
         "workers started",
         extra={
@@ -177,4 +215,5 @@ def _run_workers(settings: Settings) -> int:
                 )
                 code = 1
                 forward(signal.SIGTERM, None)
+    writing.close()
     return 1 if code or any(child.exitcode for child in children) else 0
