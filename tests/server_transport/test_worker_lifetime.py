@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests._servers import HOST, RedisServer
+from ratewarden.server.port_claim import lock_name
+from tests._servers import HOST, RedisServer, free_port
 from tests.server_transport._process import ServeProcess
 
 
@@ -124,3 +125,58 @@ def test_sighup_stops_a_single_process_gracefully(served: ServeProcess) -> None:
     shutting = [e for e in served.logs() if e.get("event") == "shutting_down"]
     assert [e.get("reason") for e in shutting] == ["SIGHUP"]
     assert "stopped" in [e.get("event") for e in served.logs()]
+
+
+@pytest.mark.redis
+def test_a_second_worker_set_on_the_same_ports_exits_1(
+    rules: Path, redis_server: RedisServer
+) -> None:
+    """Two `--workers 2` runs on the same ports: the second is refused as a single process is
+    (exit 1, one line naming the port), instead of sharing the ports through SO_REUSEPORT;
+    the first keeps serving."""
+    first = ServeProcess(rules, "--workers", "2", "--store", redis_server.url)
+    try:
+        first.wait_serving()
+        started_workers(first)
+        ports = {
+            "RATEWARDEN_GRPC_PORT": str(first.grpc_port),
+            "RATEWARDEN_HTTP_PORT": str(first.http_port),
+        }
+        second = ServeProcess(
+            rules, "--workers", "2", "--store", redis_server.url, "--log-format", "text", env=ports
+        )
+        try:
+            assert second.process.wait(30) == 1
+            assert f"cannot listen for gRPC on {HOST}:{first.grpc_port}: the port is in use" in (
+                second.text()
+            )
+            assert "workers started" not in second.text()
+        finally:
+            second.stop()
+        assert first.process.poll() is None and first.healthcheck() == 200
+    finally:
+        first.stop()
+
+
+@pytest.mark.redis
+@pytest.mark.skipif(sys.platform != "linux", reason="the lock is an abstract Unix socket")
+def test_a_worker_set_refuses_ports_another_set_is_claiming(
+    rules: Path, redis_server: RedisServer
+) -> None:
+    """A set that is still starting (its lock held, its workers not yet listening) keeps a
+    second set off its ports: the window between the trial bind and the workers' own binds
+    is closed. The lock is held here, by the test, as a starting set would hold it."""
+    grpc_port, http_port = free_port(), free_port()
+    with socket.socket(socket.AF_UNIX) as lock:
+        lock.bind(lock_name(HOST, grpc_port))
+        ports = {"RATEWARDEN_GRPC_PORT": str(grpc_port), "RATEWARDEN_HTTP_PORT": str(http_port)}
+        second = ServeProcess(
+            rules, "--workers", "2", "--store", redis_server.url, "--log-format", "text", env=ports
+        )
+        try:
+            assert second.process.wait(30) == 1
+            assert f"cannot listen for gRPC on {HOST}:{grpc_port}: the port is claimed by " in (
+                second.text()
+            )
+        finally:
+            second.stop()

@@ -290,10 +290,11 @@ def bind_refusal(host: str, port: int, *, reuse_port: bool = False) -> OSError |
     return first
 
 
-def cannot_listen(address: str, host: str, error: OSError) -> OSError:
+def cannot_listen(address: str, host: str, error: OSError, *, what: str = "gRPC") -> OSError:
     """``error`` (a bind's or a host lookup's) as the one line ``ratewarden serve`` prints:
-    ``cannot listen for gRPC on ADDRESS: REASON (the OS's words)``, the reason saying which
-    refusal it is: the port in use, or an address that is not this host's."""
+    ``cannot listen for gRPC on ADDRESS: REASON (the OS's words)`` (``what`` for another
+    port than gRPC's), the reason saying which refusal it is: the port in use, or an address
+    that is not this host's."""
     code = error.errno or 0
     words = error.strerror or str(error)
     if isinstance(error, socket.gaierror) or code <= 0:
@@ -311,7 +312,7 @@ def cannot_listen(address: str, host: str, error: OSError) -> OSError:
             reason = "not allowed (a port below 1024 needs privileges)"
         else:
             reason = "the OS refused it"
-    return OSError(code, f"cannot listen for gRPC on {address}: {reason} ({words})")
+    return OSError(code, f"cannot listen for {what} on {address}: {reason} ({words})")
 
 
 def _ms(seconds: float) -> int:

@@ -31,6 +31,7 @@ from ratewarden.server.app import (
     configure_logging,
     settings_store,
 )
+from ratewarden.server.port_claim import claim_ports
 from ratewarden.server.rules_source import file_loader
 from ratewarden.server.settings import Settings, uvloop_installed
 from ratewarden.server.stats import MULTIPROC_ENV, multiprocess_dir
@@ -140,6 +141,10 @@ def run(settings: Settings) -> int:
     supervisor restarts the whole set rather than running short-handed; if this
     process dies, the children stop on their own (``serve``'s ``parent``).
 
+    Before they start, the ports are claimed for this set (``server/port_claim.py``): a
+    port another process listens on, or another set is claiming, is refused (``OSError``)
+    as it is for one process.
+
     The workers count into one set of metrics: unless ``PROMETHEUS_MULTIPROC_DIR``
     names a directory already, a fresh temporary one is made for them (and
     removed when they are done) before they start, so prometheus_client runs in
@@ -155,6 +160,8 @@ def run(settings: Settings) -> int:
     else:
         source_of(settings)  # its TLS files, read once here rather than failing in each worker
     asyncio.run(settings_store(settings).aclose())
+    # SO_REUSEPORT would let a second set join these ports: refuse them as one process would.
+    claims = claim_ports(settings)
     created = None
     if multiprocess_dir() is None:
         created = tempfile.mkdtemp(prefix="ratewarden-metrics-")
@@ -162,6 +169,8 @@ def run(settings: Settings) -> int:
     try:
         return _run_workers(settings)
     finally:
+        for claim in claims:
+            claim.close()
         if created is not None:
             os.environ.pop(MULTIPROC_ENV, None)
             shutil.rmtree(created, ignore_errors=True)
