@@ -29,9 +29,13 @@ ratelimit_service_rate_limit_domain_not_found_total       {domain}: descriptors 
 ratelimit_service_should_rate_limit_error_total           {err_type}: store_error (one per
                                                           descriptor a failed store call, or
                                                           the open circuit breaker, left to
-                                                          its failure mode), service_error
-ratelimit_service_total_requests_total                    {grpc_method}: ShouldRateLimit calls
+                                                          its failure mode), service_error,
+                                                          cancelled (calls the client gave up
+                                                          on: its deadline, Envoy's timeout)
+ratelimit_service_total_requests_total                    {grpc_method}: ShouldRateLimit calls,
+                                                          cancelled ones too
 ratelimit_service_response_time_seconds                   histogram of ShouldRateLimit calls
+                                                          (a cancelled one: until it was)
 ratelimit_service_config_load_success_total               config loads that succeeded
 ratelimit_service_config_load_error_total                 config loads that failed
 ratelimit_service_config_last_load_success_timestamp_seconds  when the config in use loaded
@@ -261,9 +265,12 @@ class ServiceStats(ServiceHooks):
 
     # --- the server's own events ------------------------------------------------------
 
-    def request(self, seconds: float, *, failed: bool = False) -> None:
-        """One ShouldRateLimit call answered in ``seconds``; ``failed``: by the fallback."""
-        if self._tally.call(seconds, failed):
+    def request(self, seconds: float, *, failed: bool = False, cancelled: bool = False) -> None:
+        """One ShouldRateLimit call answered in ``seconds``; ``failed``: by the fallback;
+        ``cancelled``: never answered, the client gave up (its deadline, Envoy's ``timeout``)
+        after ``seconds``. A cancelled call's store step may have been sent already: Redis
+        then counts its hits, which no decision metric shows (docs/reliability.md)."""
+        if self._tally.call(seconds, failed, cancelled):
             self.flush()
 
     def config_load(self, ok: bool) -> None:
@@ -305,10 +312,10 @@ class ServiceStats(ServiceHooks):
             self._live.top(category, path, entries, weight)
         self.metrics.store_latencies(seconds=taken.store_times)
         self._live.store_calls(taken.store_times)
-        calls, failed = taken.call_times, taken.failed_calls
+        calls, failed, cancelled = taken.call_times, taken.failed_calls, taken.cancelled_calls
         if calls:
             for sink in self.sinks:
-                sink.calls(calls, failed)
+                sink.calls(calls, failed, cancelled)
 
     def exposition(self, accept: str = "") -> tuple[bytes, str]:
         """The registry in the format the ``Accept`` header asks for, and its content type.

@@ -77,7 +77,8 @@ class BuiltinMetrics:
         self._errors = counter(
             "should_rate_limit_error",
             "Descriptors a failed store call (or the open breaker) left to a failure mode "
-            "(store_error), and failed ShouldRateLimit calls (service_error).",
+            "(store_error), failed ShouldRateLimit calls (service_error), and calls the "
+            "client cancelled (cancelled: its deadline, Envoy's timeout).",
             ("err_type",),
         )
         requests = counter(
@@ -110,12 +111,14 @@ class BuiltinMetrics:
             if counts[index]:
                 counter.inc(counts[index])
 
-    def calls(self, seconds: Sequence[float], failed: int = 0) -> None:
+    def calls(self, seconds: Sequence[float], failed: int = 0, cancelled: int = 0) -> None:
         self._calls.inc(len(seconds))
         scale = self._scale
         observe_many(self._response_time, seconds if scale == 1.0 else [s * scale for s in seconds])
         if failed:
             self._errors.labels("service_error").inc(failed)
+        if cancelled:
+            self._errors.labels("cancelled").inc(cancelled)
 
     def store_error(self) -> None:
         self._errors.labels("store_error").inc()

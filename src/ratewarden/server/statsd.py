@@ -14,6 +14,7 @@ The names are upstream's, so its StatsD mappings and dashboards keep working::
     ratelimit.service.rate_limit.<domain>.<key>.over_limit_with_local_cache |c
     ratelimit.service.call.should_rate_limit.redis_error           |c  failed store calls
     ratelimit.service.call.should_rate_limit.service_error         |c  failed calls
+    ratelimit.service.call.should_rate_limit.cancelled             |c  calls the client gave up on
     ratelimit.service.config_load_success / config_load_error      |c
     ratelimit_server.ShouldRateLimit.total_requests                |c
     ratelimit_server.ShouldRateLimit.response_time                 |ms one line per call
@@ -144,13 +145,16 @@ class StatsEvents:
             if counts[index]:
                 self.count(prefix + counter, counts[index])
 
-    def calls(self, seconds: Sequence[float], failed: int = 0) -> None:
+    def calls(self, seconds: Sequence[float], failed: int = 0, cancelled: int = 0) -> None:
         """ShouldRateLimit calls answered in ``seconds`` each, ``failed`` of them by the
-        fallback (``service_error``)."""
+        fallback (``service_error``), ``cancelled`` of them never, the client gone first
+        (``cancelled``: ratewarden's own name, upstream has none)."""
         self.count(SERVER + "total_requests", len(seconds))
         self.response_times(seconds)
         if failed:
             self.count(SHOULD_RATE_LIMIT + "service_error", failed)
+        if cancelled:
+            self.count(SHOULD_RATE_LIMIT + "cancelled", cancelled)
 
     def store_error(self) -> None:
         """A descriptor a store failure left to its failure mode: not one of upstream's stats

@@ -13,11 +13,11 @@ and the dashboard's per-rule counts (in decisions: decisions, over, near,
 shadowed, degraded, in ``LiveStats.FIELDS``' order). A descriptor a failure mode
 answered (the store failed) counts as a decision, degraded, and in
 ``ratewarden_decisions_total``, never in the hit counters, over, near or the top keys:
-no limit was checked. Beside them, the top-key
-candidates (over, near, shadow), each store call's and each call's duration, and
-the calls answered by the fallback. ``full`` says when it holds ``MAX_PENDING``
-entries of a kind: flush then, so that memory stays bounded between flushes
-whatever the traffic.
+no limit was checked. Beside them, the top-key candidates (over, near, shadow), each
+store call's and each call's duration, the calls answered by the fallback, and the
+calls the client gave up on (cancelled). ``full`` says when it holds ``MAX_PENDING``
+entries of a kind: flush then, so that memory stays bounded between flushes whatever
+the traffic.
 """
 
 from __future__ import annotations
@@ -59,13 +59,15 @@ Top = tuple[str, str, tuple[tuple[str, str], ...], int]
 
 @dataclass(slots=True)
 class Taken:
-    """Everything a tally held: its slots, top-key candidates, durations, failed calls."""
+    """Everything a tally held: its slots, top-key candidates, durations, failed and cancelled
+    calls."""
 
     slots: dict[Slot, list[int]] = field(default_factory=dict)
     top: list[Top] = field(default_factory=list)
     store_times: list[float] = field(default_factory=list)
     call_times: list[float] = field(default_factory=list)
     failed_calls: int = 0
+    cancelled_calls: int = 0
 
 
 class Tally:
@@ -140,12 +142,14 @@ class Tally:
             self._now.store_times.append(seconds)
             return len(self._now.store_times) >= MAX_PENDING
 
-    def call(self, seconds: float, failed: bool) -> bool:
-        """One call answered in ``seconds`` (``failed``: by the fallback); True when full."""
+    def call(self, seconds: float, failed: bool, cancelled: bool = False) -> bool:
+        """One call answered in ``seconds`` (``failed``: by the fallback; ``cancelled``: not
+        answered, the client gave up after ``seconds``); True when full."""
         with self._lock:
             now = self._now
             now.call_times.append(seconds)
             now.failed_calls += failed
+            now.cancelled_calls += cancelled
             return len(now.call_times) >= MAX_PENDING
 
     def take(self) -> Taken:
