@@ -29,13 +29,16 @@ descriptors:
 
 @pytest.mark.parametrize("key", ["open", "default"])
 def test_failure_mode_open_allows_when_the_store_is_down(rls: Make, key: str) -> None:
-    """open (the default) answers OK with the configured limit while the store is down."""
+    """open (the default) answers OK while the store is down, with no current limit: nothing
+    was counted, and Envoy would read one as ``x-ratelimit-remaining: 0`` (it skips a status
+    without one when it writes the x-ratelimit headers)."""
     h = rls(FAILURE)
     h.outage.down = True
     for _ in range(3):
         response = h.ask(desc((key, "x")))
         assert response.overall_code == OK
-        assert response.statuses[0].current_limit.requests_per_unit == 1
+        assert not response.statuses[0].HasField("current_limit")
+        assert response.statuses[0].limit_remaining == 0
     assert [o.failure for o in h.hooks.outcomes] == ["open"] * 3
     assert len(h.hooks.store_errors) == 3
 
@@ -46,6 +49,7 @@ def test_failure_mode_closed_denies_when_the_store_is_down(rls: Make) -> None:
     h.outage.down = True
     assert h.codes(desc(("closed", "x"))) == [OVER, OVER]
     assert h.hooks.outcomes[-1].failure == "closed"
+    assert not h.ask(desc(("closed", "x"))).statuses[0].HasField("current_limit")
 
 
 def test_failure_mode_local_decides_on_an_in_process_bucket(rls: Make) -> None:

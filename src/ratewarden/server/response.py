@@ -231,12 +231,16 @@ def _status(
     reports.
 
     That is None when there is no limit to report in headers: a failure mode
-    that answered without a decision.
+    that answered without a decision. Its status has no current limit either: with one,
+    Envoy would send ``x-ratelimit-remaining: 0`` on an answer that counted nothing (Envoy
+    skips a status without one; upstream sends no status when its store fails).
     """
     code = _OVER_LIMIT if over and not rule.shadow_mode else _OK
-    limit = rule.limit_for(None if decision is None else decision.rate)
+    if decision is None:
+        return (status_head(code, None, ""), 0, NO_DURATION), None
+    limit = rule.limit_for(decision.rate)
     head = status_head(code, limit, rule.name)
-    if decision is None or limit is None:
+    if limit is None:
         return (head, 0, NO_DURATION), None
     # A descriptor over its limit has nothing left for this request: 0, as upstream reports it
     # (and as the headers say), a shadow rule's too (its status keeps the numbers of the
