@@ -1,7 +1,8 @@
 """The gRPC port's TLS options checked together, and ``--tls-client-san``'s name matching.
 
 ``check_tls`` refuses the combinations that cannot work (a certificate without its key,
-a client CA or a client name without TLS or the CA); ``check_san`` reads
+a client CA or a client name without TLS or the CA) and a private key protected by a pass
+phrase (grpcio would ask for it on the terminal, and wait); ``check_san`` reads
 ``--tls-client-san``; ``names_host`` says whether a certificate names that host.
 
 ``--tls-client-san`` is envoyproxy/ratelimit's ``GRPC_CLIENT_TLS_SAN``: under mutual TLS,
@@ -9,7 +10,11 @@ the client's certificate must also name this host, matched as Go's ``VerifyHostn
 matches it (upstream verifies with it): an IP address against the certificate's IP
 addresses, a name against its DNS names, case-insensitively, a trailing dot aside, and a
 ``*`` as a whole leftmost label standing for exactly one label (``*.mesh.local`` names
-``envoy.mesh.local``, not ``mesh.local`` nor ``a.b.mesh.local``).
+``envoy.mesh.local``, not ``mesh.local`` nor ``a.b.mesh.local``). The wildcard is the
+certificate's: ``--tls-client-san`` itself names one host, and a ``*`` in it is refused
+(Go would match it only against a certificate naming ``*.mesh.local`` literally, so it
+would refuse every client; a pattern standing for many hosts would widen the trust the
+flag narrows).
 
 grpcio has no hook in the handshake for the names, so the check is a server interceptor
 on the ``grpcio`` transport, the only one with TLS (``grpc_san.ClientSanCheck``): a call
@@ -48,6 +53,30 @@ def check_tls(
             "--tls-client-san is set without --tls-client-ca; only a client certificate "
             "the client CA verified can be checked for the name"
         )
+    if key is not None:
+        _check_key(key)
+
+
+#: What a PEM private key protected by a pass phrase has: PKCS#8's header, or OpenSSL's
+#: traditional format's ``Proc-Type`` line.
+_ENCRYPTED = (b"-----BEGIN ENCRYPTED PRIVATE KEY-----", b"Proc-Type: 4,ENCRYPTED")
+
+
+def _check_key(key: str) -> None:
+    """Refuse an encrypted key: serve has no pass phrase to give, and grpcio would ask for
+    one on the terminal (waiting for ever under ``docker run -t``). A file that cannot be
+    read is left to ``GrpcTls.load``, which says why."""
+    try:
+        with open(key, "rb") as file:
+            head = file.read(1 << 16)
+    except OSError:
+        return
+    if any(marker in head for marker in _ENCRYPTED):
+        raise ConfigurationError(
+            f"--tls-key {key!r} is encrypted (protected by a pass phrase), which serve cannot "
+            f"give; decrypt it into a file only serve can read (openssl pkey -in {key} "
+            "-out server.key) and give that"
+        )
 
 
 def check_san(name: Any) -> str:
@@ -56,6 +85,11 @@ def check_san(name: Any) -> str:
     if _ip(host) is None and (not host or any(c.isspace() or c in "/,:[]" for c in host)):
         raise ConfigurationError(
             "must be the one host name or IP address a client certificate has to name"
+        )
+    if "*" in host:
+        raise ConfigurationError(
+            "must name one host, without a wildcard: give the name the client's certificate "
+            "is checked for (envoy.internal); a certificate's own *.internal names it"
         )
     return host
 
