@@ -67,8 +67,8 @@ METAVARS: dict[str, str] = {
         "max_values_per_rule legacy_header_names breaker_failures breaker_window "
         "rlqs_demand_reports rlqs_bucket_metrics over_limit_cache",
         "S": "xds_retry_interval xds_retry_max store_timeout grpc_max_connection_age "
-        "grpc_max_connection_age_grace reload_interval health_interval grace breaker_cooldown "
-        "rlqs_interval rlqs_ttl rlqs_idle statsd_interval",
+        "grpc_max_connection_age_grace reload_interval health_interval grace drain "
+        "breaker_cooldown rlqs_interval rlqs_ttl rlqs_idle statsd_interval",
         "K": "rlqs_change_rounds",
         "R": "near_limit_ratio breaker_failure_ratio tracing_sampling_rate",
         "P": "key_prefix metrics_path tracing",

@@ -24,7 +24,8 @@ RATEWARDEN = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "rat
 
 
 class ServeProcess:
-    """``ratewarden serve --config PATH [args]``, ports given through RATEWARDEN_* variables.
+    """``ratewarden serve --config PATH [args]``, ports given through RATEWARDEN_* variables
+    (and ``--drain 0`` unless ``args`` or ``env`` say otherwise).
 
     Logs (JSON lines unless ``args`` say otherwise) go to a file read by ``logs()``.
     """
@@ -37,6 +38,8 @@ class ServeProcess:
             **os.environ,
             "RATEWARDEN_GRPC_PORT": str(self.grpc_port),
             "RATEWARDEN_HTTP_PORT": str(self.http_port),
+            # No --drain unless the test asks for it: every stop would wait it out.
+            "RATEWARDEN_DRAIN": "0",
             **(env or {}),
         }
         with open(self.log_path, "wb") as log:

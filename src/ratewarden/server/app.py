@@ -13,7 +13,8 @@ path and flushed once a second (and to StatsD and DogStatsD every ``--statsd-int
 (both loops: ``server/stats_loops.py``). The store is memory, Redis or memcached (``open_store``).
 ``server/process.py`` runs it: one process until SIGTERM or SIGINT, or ``--workers`` of them.
 
-Shutdown is graceful and bounded: health turns NOT_SERVING, the quota streams are handed over
+Shutdown is graceful and bounded: ``drain`` turns health NOT_SERVING, calls still answered
+(for ``--drain`` seconds: ``server/process.py``), then ``stop`` hands the quota streams over
 (``--rlqs``: their Envoys told to expire their assignments, the shares given back in the
 store), the listeners stop accepting, calls in flight get what is left of ``--grace`` seconds
 to finish, the spans left are sent (``--tracing``), then the store closes.
@@ -36,10 +37,10 @@ from ratewarden.server import config as rules
 from ratewarden.server.dashboard import shared
 from ratewarden.server.dashboard.view import render
 from ratewarden.server.dogstatsd import statsd_sinks
-from ratewarden.server.grpc import grpc_address
 from ratewarden.server.listeners import (
     grpc_listener,
     http_listeners,
+    serving_fields,
     start_listeners,
     stop_listeners,
 )
@@ -207,6 +208,9 @@ class RateLimitServer:
         #: Called after each config swap (``ratewarden serve``: ``heap.refreeze``).
         self.config_applied: Callable[[], None] | None = None
         self._serving = False
+        self._draining = False  # health NOT_SERVING for good, calls still answered
+        #: The ShouldRateLimit calls (gRPC and /json) being answered right now.
+        self.in_flight = 0
         self._fault: str | None = None  # why the store is not serving, when it is not
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -222,6 +226,7 @@ class RateLimitServer:
             self.stats.request(0.0, failed=True)
             raise ServiceUnavailableError(NO_RULES)
         started = time.perf_counter()
+        self.in_flight += 1
         try:
             answer = await self.service.should_rate_limit_wire(request)
         except ConfigurationError:
@@ -239,11 +244,13 @@ class RateLimitServer:
             )
             deny = self.settings.on_error == "closed"
             return bytes(fallback_response(request, deny=deny).SerializeToString())
+        finally:
+            self.in_flight -= 1
         self.stats.request(time.perf_counter() - started)
         return answer
 
     def serving(self) -> bool:
-        return self._serving
+        return self._serving and not self._draining
 
     def rules_text(self) -> str:
         return str(self.config.describe())
@@ -301,26 +308,7 @@ class RateLimitServer:
             self._tasks.append(asyncio.create_task(publishing))
         if self.quota is not None:
             self._tasks.append(asyncio.create_task(self.quota.run()))
-        log.info(
-            "serving",
-            extra={
-                "event": "serving",
-                "grpc": grpc_address(s.grpc_host or s.host, self.grpc_port, s.grpc_uds),
-                "transport": self.transport,
-                "rlqs": s.rlqs,
-                "http": f"{s.host}:{self.http_port}",
-                "debug": self.debug and f"{s.debug_host or s.host}:{self.debug_port}",
-                "metrics": self.prometheus and f"{s.metrics_host or s.host}:{self.metrics_port}",
-                "store": redacted(s.store_url),
-                "store_per_second": s.store_per_second and redacted(s.store_per_second),
-                "statsd": s.statsd,
-                "tracing": s.tracing,
-                "dogstatsd": s.dogstatsd,
-                "config": list(s.config_paths),
-                "xds": s.config_xds,
-                "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
-            },
-        )
+        log.info("serving", extra=serving_fields(s, self.transport, ports))
 
     async def close(self) -> None:
         """What a server whose ``start`` never finished holds: the StatsD socket, the spans'
@@ -330,6 +318,12 @@ class RateLimitServer:
         if self.tracing is not None:
             await asyncio.to_thread(self.tracing.shutdown)
         await self.store.aclose()
+
+    async def drain(self) -> None:
+        """Report NOT_SERVING from now on (gRPC health, ``/healthcheck`` 500), whatever the store
+        says, while calls are still answered: the first step of a graceful stop."""
+        self._draining = True
+        await self.grpc.set_serving(False)
 
     async def stop(self, grace: float | None = None) -> None:
         """Turn NOT_SERVING, refuse new calls, let calls in flight finish, close the store."""
@@ -347,7 +341,8 @@ class RateLimitServer:
             started = time.monotonic()
             await self.quota.hand_over(grace)
             grace = max(0.0, grace - (time.monotonic() - started))
-        await stop_listeners(grace, self.grpc, self.http, self.debug, self.prometheus)
+        listeners = (self.grpc, self.http, self.debug, self.prometheus)
+        await stop_listeners(grace, *listeners, running=lambda: self.in_flight)
         self.stats.flush()
         self.budgets.warn_owed()  # the store never came back for them
         await self.close()
@@ -378,7 +373,7 @@ class RateLimitServer:
         self._serving, self._fault = serving, fault
         if alive and self.service.breaker is not None:
             self.service.breaker.recovered()  # the ping was a probe: no need to wait it out
-        await self.grpc.set_serving(serving)
+        await self.grpc.set_serving(serving and not self._draining)
         if alive and self.budgets.owes():  # after the health is out: paying takes a while
             await self.budgets.pay_owed()  # spent while the store was down
         return serving

@@ -4,23 +4,33 @@ TLS with ``--tls-cert``), HTTP, and the debug and metrics ports when asked for.
 The composition root (``server/app.py``) builds them with ``grpc_listener`` and
 ``http_listeners``, starts them with ``start_listeners`` (all or none: a port that
 cannot be bound stops those already listening, and the ``OSError`` names it) and
-stops them with ``stop_listeners``, which lets calls in flight finish. Each takes the
-settings and servers it needs, not the composition root.
+stops them with ``stop_listeners``, which lets calls in flight finish (and counts those
+the grace cuts). Each takes the settings and servers it needs, not the composition root;
+``serving_fields`` is what the ``serving`` log line says they listen on.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ratewarden.server.grpc import Answer, GrpcServer, GrpcTls
+from ratewarden.server.grpc import Answer, GrpcServer, GrpcTls, grpc_address
 from ratewarden.server.grpc_native import NativeGrpcServer
 from ratewarden.server.http import HttpBackend, HttpServer
-from ratewarden.server.settings import Settings
+from ratewarden.server.settings import Settings, redacted
 from ratewarden.server.tracing import Tracing
 
-__all__ = ["grpc_listener", "http_listeners", "start_listeners", "stop_listeners"]
+__all__ = [
+    "grpc_listener",
+    "http_listeners",
+    "serving_fields",
+    "start_listeners",
+    "stop_listeners",
+]
+
+log = logging.getLogger("ratewarden.server")
 
 
 def grpc_listener(
@@ -123,7 +133,44 @@ async def _start_extra(
 
 
 async def stop_listeners(
-    grace: float, *listeners: GrpcServer | NativeGrpcServer | HttpServer | None
+    grace: float,
+    *listeners: GrpcServer | NativeGrpcServer | HttpServer | None,
+    running: Callable[[], int] = lambda: 0,
 ) -> None:
-    """Stop each listener (None: none there), giving calls in flight ``grace`` seconds."""
-    await asyncio.gather(*[server.stop(grace) for server in listeners if server is not None])
+    """Stop each listener (None: none there), giving calls in flight ``grace`` seconds; the
+    calls ``running()`` counts when the grace runs out are cut (gRPC UNAVAILABLE, HTTP 500),
+    and a ``grace_expired`` warning says how many."""
+    stopping = asyncio.gather(*[server.stop(grace) for server in listeners if server is not None])
+    done, _ = await asyncio.wait({stopping}, timeout=grace)
+    if not done and (cut := running()):
+        log.warning(
+            "calls still running when --grace ran out are cut",
+            extra={"event": "grace_expired", "calls": cut, "grace_s": grace},
+        )
+    await stopping
+
+
+def serving_fields(
+    settings: Settings, transport: str, ports: tuple[int, int, int, int]
+) -> dict[str, Any]:
+    """The ``serving`` log line's fields: what listens where (``ports``: gRPC, HTTP, debug and
+    metrics, 0 for one that is off), and what it serves with."""
+    s = settings
+    grpc_port, http_port, debug_port, metrics_port = ports
+    return {
+        "event": "serving",
+        "grpc": grpc_address(s.grpc_host or s.host, grpc_port, s.grpc_uds),
+        "transport": transport,
+        "rlqs": s.rlqs,
+        "http": f"{s.host}:{http_port}",
+        "debug": f"{s.debug_host or s.host}:{debug_port}" if debug_port else None,
+        "metrics": f"{s.metrics_host or s.host}:{metrics_port}" if metrics_port else None,
+        "store": redacted(s.store_url),
+        "store_per_second": s.store_per_second and redacted(s.store_per_second),
+        "statsd": s.statsd,
+        "tracing": s.tracing,
+        "dogstatsd": s.dogstatsd,
+        "config": list(s.config_paths),
+        "xds": s.config_xds,
+        "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
+    }

@@ -18,6 +18,7 @@ from typing import Any
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import FAILURE_MODES
 from ratewarden.server.config.directory import FILE_MODES
+from ratewarden.server.options_rlqs import RLQS
 from ratewarden.server.options_telemetry import TELEMETRY
 from ratewarden.server.parsers import (
     Option,
@@ -207,6 +208,12 @@ OPTIONS: dict[str, Option] = {
         seconds(0.0, allow_low=True),
         "seconds in-flight calls get to finish on SIGTERM (10)",
     ),
+    "drain": Option(
+        "--drain",
+        seconds(0.0, allow_low=True),
+        "seconds health reports NOT_SERVING on SIGTERM while calls are still answered, so that "
+        "Envoy's health check moves traffic away before the ports close (5; 0: close at once)",
+    ),
     "shadow": Option(
         "--shadow",
         boolean,
@@ -318,48 +325,7 @@ OPTIONS: dict[str, Option] = {
         "what serves the gRPC port: auto (native when pygrpc-native is installed and TLS is "
         "off, else grpcio; default), grpcio, native (pip install 'ratewarden[native]')",
     ),
-    "rlqs": Option(
-        "--rlqs",
-        boolean,
-        "also serve Envoy's Rate Limit Quota Service (StreamRateLimitQuotas) on the gRPC port "
-        "from the same rules; needs --transport grpcio (auto picks it); on Redis or memcached, "
-        "replicas and workers share one budget",
-    ),
-    "rlqs_interval": Option(
-        "--rlqs-interval",
-        seconds(0.0, allow_low=False),
-        "seconds between two share rounds of a quota bucket: renewals, newcomers, new shares (1)",
-    ),
-    "rlqs_ttl": Option(
-        "--rlqs-ttl",
-        integer(1, 86_400),
-        "whole seconds an RLQS assignment lives in Envoy unless renewed; above --rlqs-interval (5)",
-    ),
-    "rlqs_idle": Option(
-        "--rlqs-idle",
-        seconds(0.0, allow_low=False),
-        "seconds an Envoy may report no request for a quota bucket before it is told to "
-        "abandon it; keep it above Envoy's reporting pace, 5 s in Envoy 1.40 (60)",
-    ),
-    "rlqs_demand_reports": Option(
-        "--rlqs-demand-reports",
-        integer(1, 100),
-        "an Envoy's demand for a quota bucket is its rate over its last N reports: more is "
-        "steadier, fewer follows moving demand sooner (2)",
-    ),
-    "rlqs_change_rounds": Option(
-        "--rlqs-change-rounds",
-        integer(1, 100),
-        "over any K rounds of a quota bucket, its changed shares hand out at most one full "
-        "burst (Envoy starts a changed share full): more is a tighter worst case, shares "
-        "follow demand within K rounds (1: every round)",
-    ),
-    "rlqs_bucket_metrics": Option(
-        "--rlqs-bucket-metrics",
-        integer(0, 1_000),
-        "per-bucket RLQS metrics for the N buckets with the highest demand, the rest summed as "
-        'bucket="other"; bucket ids are request values and /metrics is open (0: none)',
-    ),
+    **RLQS,
     "over_limit_cache": Option(
         "--over-limit-cache",
         integer(0, 10_000_000),

@@ -1,7 +1,9 @@
 """Running ``ratewarden serve``: one process (``serve``) or ``--workers`` of them (``run``).
 
 ``serve`` runs one ``RateLimitServer`` (``server/app.py``) on the event loop
-``--loop`` names until SIGTERM, SIGHUP or SIGINT, then stops it gracefully. ``run``
+``--loop`` names until SIGTERM, SIGHUP or SIGINT, then stops it gracefully: after
+SIGTERM or SIGHUP it first drains for ``--drain`` seconds (health NOT_SERVING, calls
+still answered; a second signal ends the drain at once). ``run``
 does that in this process for one worker, or starts ``--workers`` spawned children
 sharing the ports and forwards the signals to them. A child watches its parent
 through a pipe only the parent writes to: when the parent is gone (killed, even by
@@ -46,6 +48,9 @@ log = logging.getLogger("ratewarden.server")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 #: What a stop request that is no signal is called: the parent of a worker is gone.
 PARENT_GONE = "parent_gone"
+#: The stop requests that drain first (``--drain``): a supervisor's. SIGINT (Ctrl-C at a
+#: terminal) and a parent gone stop at once.
+DRAINING = (signal.SIGTERM.name, signal.SIGHUP.name)
 
 
 def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -106,11 +111,27 @@ async def _serve(settings: Settings, parent: Connection | None = None) -> None:
         await server.close()
         raise
     reason = await stopping
+    if settings.drain > 0 and reason in DRAINING:
+        await _drain(server, settings.drain, requests, reason)
     log.info(
         "shutting down",
         extra={"event": "shutting_down", "grace_s": settings.grace, "reason": reason},
     )
     await server.stop()
+
+
+async def _drain(
+    server: RateLimitServer, drain: float, requests: asyncio.Queue[str], reason: str
+) -> None:
+    """Health NOT_SERVING for ``drain`` seconds, calls still answered, so that Envoy's health
+    check takes this replica out before its ports close; another stop request cuts it short."""
+    log.info("draining", extra={"event": "draining", "drain_s": drain, "reason": reason})
+    await server.drain()
+    try:
+        again = await asyncio.wait_for(requests.get(), drain)
+    except TimeoutError:
+        return
+    log.info("drain cut short", extra={"event": "drain_cut_short", "reason": again})
 
 
 def serve(settings: Settings, parent: Connection | None = None) -> int:

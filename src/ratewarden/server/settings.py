@@ -28,6 +28,7 @@ flag or variable it came from::
     --health-interval S    RATEWARDEN_HEALTH_INTERVAL 2
     --[no-]health-needs-rules RATEWARDEN_HEALTH_NEEDS_RULES false
     --grace S              RATEWARDEN_GRACE           10
+    --drain S              RATEWARDEN_DRAIN           5 (NOT_SERVING but answering, on SIGTERM)
     --[no-]shadow          RATEWARDEN_SHADOW          false
     --[no-]quota-mode      RATEWARDEN_QUOTA_MODE      false
     --[no-]charge-denied   RATEWARDEN_CHARGE_DENIED   false
@@ -161,6 +162,7 @@ class Settings:
     health_interval: float = 2.0
     health_needs_rules: bool = False
     grace: float = 10.0
+    drain: float = 5.0
     shadow: bool = False
     quota_mode: bool = False
     charge_denied: bool = False
