@@ -67,11 +67,13 @@ def started_workers(server: ServeProcess) -> list[int]:
 
 @pytest.mark.redis
 def test_workers_stop_and_free_the_ports_when_their_parent_is_killed(
-    rules: Path, redis_server: RedisServer
+    rules: Path, redis_server: RedisServer, tmp_path: Path
 ) -> None:
     """SIGKILL to the parent (no handler can run): both workers notice, stop, and the ports
-    can be bound again, within a bounded time."""
-    server = ServeProcess(rules, "--workers", "2", "--store", redis_server.url)
+    can be bound again, within a bounded time. (The metrics directory is the test's: a parent
+    killed so cannot remove one it made.)"""
+    metrics = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    server = ServeProcess(rules, "--workers", "2", "--store", redis_server.url, env=metrics)
     try:
         server.wait_serving()
         pids = started_workers(server)
