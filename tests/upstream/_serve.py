@@ -2,14 +2,17 @@
 
 ``upstream_serve(environ, http_port)`` starts it with ``environ`` over the test
 process's own environment minus every ``RATEWARDEN_*`` variable, waits until its
-HTTP port answers ``/healthcheck``, and on the way out stops it with SIGTERM and
-demands a clean exit (its log shown otherwise). ``serve_rules`` does so on one
-rules file in upstream's runtime directory, on free loopback ports.
+HTTP port answers ``/healthcheck``, and on the way out stops it with SIGINT (which, unlike
+SIGTERM, skips the ``--drain`` a deployment's stop waits out: no flag or ``RATEWARDEN_*``
+variable may set it here) and demands a clean exit (its log shown otherwise).
+``serve_rules`` does so on one rules file in upstream's runtime directory, on free loopback
+ports.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import tempfile
 import time
@@ -65,7 +68,7 @@ def upstream_serve(environ: Mapping[str, str], http_port: int) -> Iterator[Path]
             time.sleep(0.05)
         yield log_path
     finally:
-        process.terminate()
+        process.send_signal(signal.SIGINT)
         try:
             assert process.wait(20) == 0, log_path.read_text()
         finally:
