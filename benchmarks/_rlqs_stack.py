@@ -103,7 +103,7 @@ def serve(
     args = [
         *command, "serve", "--config", str(workdir / "rules"), "--store", store,
         "--grpc-port", str(grpc_port), "--http-port", str(http_port), "--log-level", "warning",
-        *flags,
+        "--drain", "0", *flags,  # a stop between cases need not wait for an Envoy to notice
     ]  # fmt: skip
     url = f"http://{HOST}:{http_port}/healthcheck"
     proc = stack.enter_context(process(args, f"serve {name}", workdir, lambda: _http_ok(url)))

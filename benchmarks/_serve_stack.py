@@ -204,6 +204,7 @@ def serve(
         *command, "serve", "--config", str(workdir / "rules"), "--store", store,
         "--workers", str(workers), "--grpc-port", str(grpc_port), "--http-port", str(http_port),
         "--log-level", "warning", "--dashboard", "off", "--transport", transport,
+        "--drain", "0",  # a stop between cases need not wait for an Envoy to notice
     ]  # fmt: skip
     url = f"http://{HOST}:{http_port}/healthcheck"
     proc = stack.enter_context(process(args, f"serve {name}", workdir, lambda: _http_ok(url), env))
