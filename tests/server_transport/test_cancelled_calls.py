@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -106,3 +107,29 @@ def test_a_call_cancelled_before_its_script_was_sent_is_not_charged(
         redis_server.client().client_kill_filter(_type="normal", skipme=True)
         _cancelled_while_paused(redis_server, served.port, "queued")
         assert _codes(served.port, "queued", 3) == [OK, OK, OK]
+
+
+def test_cancelled_calls_are_counted(make_redis: Any, tmp_path: Path, transport: str) -> None:
+    """Each cancelled call counts in ``total_requests`` and in ``err_type="cancelled"``
+    (the server learns of it a moment after the client: read until it has)."""
+    with _serving(make_redis, tmp_path, transport) as (redis_server, served):
+        _cancelled_while_paused(redis_server, served.port, "sent")
+        _cancelled_while_paused(redis_server, served.port, "other")
+        deadline = time.monotonic() + 5
+        while _count(served, CANCELLED) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _count(served, CANCELLED) == 2
+        assert _count(served, REQUESTS) == 3
+
+
+CANCELLED = 'ratelimit_service_should_rate_limit_error_total{err_type="cancelled"}'
+REQUESTS = 'ratelimit_service_total_requests_total{grpc_method="ShouldRateLimit"}'
+
+
+def _count(served: BackgroundServer, series: str) -> float:
+    """The value of ``series`` in the server's /metrics (0 when absent)."""
+    body, _ = served.server.stats.exposition()
+    for line in body.decode().splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0

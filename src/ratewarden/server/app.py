@@ -231,6 +231,9 @@ class RateLimitServer:
             answer = await self.service.should_rate_limit_wire(request)
         except ConfigurationError:
             raise  # a malformed request: the transport says so (INVALID_ARGUMENT / 400)
+        except asyncio.CancelledError:  # the client gave up (its deadline, Envoy's timeout)
+            self.stats.request(time.perf_counter() - started, cancelled=True)
+            raise
         except Exception:
             self.errors += 1
             self.stats.request(time.perf_counter() - started, failed=True)
