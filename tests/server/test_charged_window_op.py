@@ -1,6 +1,6 @@
 """The charged_window op: its Lua script on a real redis-server and its pure twin agree.
 
-``storage/lua/charged_window.lua`` and ``ratewarden.server.charged_window.run`` take the
+``storage/lua/charged_window.lua`` and ``ratewarden.algorithms.charged_window.run`` take the
 same ARGV and reply the same numbers; the memory store runs the twin. The same calls at
 the same injected instants give the same replies on both, every rate counting every call.
 """
@@ -12,8 +12,9 @@ import random
 import pytest
 import redis
 
+from ratewarden.algorithms import charged_window
 from ratewarden.rate import Rate
-from ratewarden.server.charged_window import NAME, charged_window_op, decision, run
+from ratewarden.server.charged_window import NAME, charged_window_op, decision
 from ratewarden.storage.memcache import MemcacheStore
 from ratewarden.storage.memory import MemoryStore
 from ratewarden.storage.redis import RedisStore
@@ -72,9 +73,9 @@ def test_the_twin_writes_each_rate_until_its_window_ends() -> None:
     op = charged_window_op("rw", "k", (MINUTE, HOUR), 2)
     assert op.script == NAME
     assert op.keys == ("rw:{k}:charged_window:3:60000000", "rw:{k}:charged_window:5:3600000000")
-    _, writes = run(op.args, [None, None], now)
+    _, writes = charged_window.run(op.args, [None, None], now)
     assert writes == [
         (0, (now // 60_000_000, 2), now + 50_000_000),
         (1, (now // 3_600_000_000, 2), now + 3_590_000_000),
     ]
-    assert run(charged_window_op("rw", "k", (MINUTE,), 0).args, [None], now)[1] == []
+    assert charged_window.run(charged_window_op("rw", "k", (MINUTE,), 0).args, [None], now)[1] == []

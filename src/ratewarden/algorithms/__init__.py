@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from ratewarden.algorithms import _charged_window as charged_window
 from ratewarden.algorithms import _fair_share as fair_share
 from ratewarden.algorithms import _gcra_multi as gcra_multi
 from ratewarden.algorithms import (
@@ -39,6 +40,7 @@ __all__ = [
     "Algorithm",
     "Outcome",
     "Step",
+    "charged_window",
     "fair_share",
     "gcra_multi",
     "get",

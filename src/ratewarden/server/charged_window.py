@@ -19,9 +19,10 @@ the window's end as its retry time (never, for a cost above the limit); the rest
 ``fixed_window`` reports them.
 
 The step is one store operation (an ``Op``: ``storage/lua/charged_window.lua`` on Redis,
-``run`` under the memory store's lock or on a memcached item; the same ARGV, reply and
-writes), on counters of its own (``<prefix>:{<key>}:charged_window:<limit>:<period_us>``),
-not the ``fixed_window`` ones: a service started with the other setting counts afresh.
+its pure twin ``algorithms.charged_window.run`` under the memory store's lock or on a
+memcached item; the same ARGV, reply and writes), on counters of its own
+(``<prefix>:{<key>}:charged_window:<limit>:<period_us>``), not the ``fixed_window`` ones:
+a service started with the other setting counts afresh.
 """
 
 from __future__ import annotations
@@ -30,16 +31,15 @@ import math
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from ratewarden.algorithms import NEVER, charged_window
 from ratewarden.decision import Decision, layered_decision, make_decision
 from ratewarden.limiter import Op, record_key
 from ratewarden.rate import Rate
 
-__all__ = ["NAME", "async_via", "charged_window_op", "decision", "run", "via"]
+__all__ = ["NAME", "async_via", "charged_window_op", "decision", "via"]
 
 #: The operation's name: its script's, its keys' kind.
 NAME = "charged_window"
-#: ``retry_after_us`` of a cost above the limit: never admitted (the algorithms' ``NEVER``).
-_NEVER = -1
 
 Via = Callable[[str, str, Rate | Sequence[Rate], int], Decision]
 AsyncVia = Callable[[str, str, Rate | Sequence[Rate], int], Coroutine[Any, Any, Decision]]
@@ -55,31 +55,7 @@ def charged_window_op(prefix: str, key: str, rates: Sequence[Rate], cost: int) -
     args: list[int | str] = ["", cost]
     for rate in rates:
         args += [rate.limit, rate.period_us]
-    return Op(NAME, keys, tuple(args), run)
-
-
-def run(
-    args: Sequence[int | str], states: Sequence[Any], now: int
-) -> tuple[list[int], list[tuple[int, Any, int]]]:
-    """The reply of ``charged_window.lua`` for these ARGV and key states, and its writes
-    ``(index, (window, count), expires_at_us)``."""
-    cost = int(args[1])
-    reply = [now, 1]
-    writes = []
-    for i, state in enumerate(states):
-        limit, period = int(args[2 + 2 * i]), int(args[3 + 2 * i])
-        window = now // period
-        count = int(state[1]) if state is not None and int(state[0]) == window else 0
-        to_end = period - (now - window * period)
-        total = count + cost
-        if cost > 0:
-            writes.append((i, (window, total), now + to_end))
-        allowed, remaining, retry = 1, limit - total, 0
-        if total > limit:
-            allowed, remaining, retry = 0, 0, _NEVER if cost > limit else to_end
-            reply[1] = 0
-        reply += [allowed, remaining, to_end if total > 0 else 0, retry, 0, to_end]
-    return reply, writes
+    return Op(NAME, keys, tuple(args), charged_window.run)
 
 
 def decision(rates: Sequence[Rate], cost: int, reply: Sequence[int]) -> Decision:
@@ -94,7 +70,7 @@ def decision(rates: Sequence[Rate], cost: int, reply: Sequence[int]) -> Decision
                 rate.limit,
                 remaining,
                 reset_us / 1_000_000,
-                math.inf if retry_us == _NEVER else retry_us / 1_000_000,
+                math.inf if retry_us == NEVER else retry_us / 1_000_000,
                 0.0,
                 rate,
                 cost,

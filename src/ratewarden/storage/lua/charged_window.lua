@@ -1,6 +1,6 @@
 -- charged_window.lua: --charge-denied's fixed window, which counts every hit charged to it,
 -- a denied call's too (envoyproxy/ratelimit's INCRBY). Mirrors
--- ratewarden.server.charged_window.run (same ARGV, same reply, same writes).
+-- ratewarden.algorithms.charged_window.run (same ARGV, same reply, same writes).
 -- KEYS[i]   "window_index count": every hit charged in window floor(now / period_i), denied
 --           ones included (so the count may pass the limit); one key per rate of the call
 -- ARGV[1]   now in whole microseconds, or "" to read Redis TIME
