@@ -17,10 +17,11 @@ server, what Envoy's and Kubernetes' gRPC health checks ask by default), the
 rate limit service's full name, and ``ratelimit`` (the name envoyproxy/ratelimit
 registers, so existing probes keep working).
 
-``GrpcTls`` turns the port into TLS (``--tls-cert``/``--tls-key``) and, with
-``--tls-client-ca``, into mutual TLS: a client must present a certificate that
-CA signed, or the handshake fails before any call; with ``--tls-client-san`` too,
-a call whose certificate does not name that host is refused (``grpc_san.py``).
+``GrpcTls`` (``grpc_tls.py``) turns the port into TLS (``--tls-cert``/``--tls-key``)
+and, with ``--tls-client-ca``, into mutual TLS: a client must present a certificate
+that CA signed, or the handshake fails before any call; with ``--tls-client-san`` too,
+a call whose certificate does not name that host is refused (``grpc_san.py``). The
+files are read again when they change, for the connections made after.
 """
 
 from __future__ import annotations
@@ -30,10 +31,7 @@ import errno
 import logging
 import os
 import socket
-import ssl
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -43,7 +41,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from ratewarden.errors import ConfigurationError, ServiceUnavailableError
 from ratewarden.server.grpc_san import ClientSanCheck
-from ratewarden.server.tls_names import check_tls
+from ratewarden.server.grpc_tls import GrpcTls
 from ratewarden.server.tracing import Tracing
 
 __all__ = [
@@ -121,59 +119,6 @@ def grpc_address(host: str, port: int, uds: str | None = None) -> str:
     if uds is not None:
         return f"unix:{uds}"
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-@dataclass(frozen=True, slots=True)
-class GrpcTls:
-    """TLS for the gRPC port: PEM certificate chain and key, and for mTLS the client CA.
-
-    Build it with ``GrpcTls.load`` so that unreadable or mismatched files are a
-    ``ConfigurationError`` naming the flag at startup, not a failed bind later.
-    The key's bytes stay out of ``repr``.
-    """
-
-    cert_chain: bytes = field(repr=False)
-    private_key: bytes = field(repr=False)
-    client_ca: bytes | None = field(default=None, repr=False)
-    source: str = ""
-    #: The host a client certificate must name (``--tls-client-san``), or None.
-    client_san: str | None = None
-
-    @classmethod
-    def load(
-        cls, cert: str, key: str, client_ca: str | None = None, client_san: str | None = None
-    ) -> GrpcTls:
-        """Read and check the files: the key must match the certificate, the CA must parse;
-        ``client_san`` needs the CA (no client certificate is asked for without one)."""
-        check_tls(cert, key, client_ca, client_san)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        try:
-            context.load_cert_chain(cert, key)
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigurationError(
-                f"--tls-cert {cert!r} / --tls-key {key!r}: cannot use them as a PEM certificate "
-                f"chain and its private key ({exc})"
-            ) from None
-        ca = None
-        if client_ca is not None:
-            try:
-                context.load_verify_locations(cafile=client_ca)
-            except (OSError, ssl.SSLError) as exc:
-                raise ConfigurationError(
-                    f"--tls-client-ca {client_ca!r}: cannot use it as PEM CA certificates ({exc})"
-                ) from None
-            ca = Path(client_ca).read_bytes()
-        mode = "mTLS" if ca is not None else "TLS"
-        source = f"{mode} ({cert}{', SAN ' + client_san if client_san else ''})"
-        return cls(Path(cert).read_bytes(), Path(key).read_bytes(), ca, source, client_san)
-
-    def credentials(self) -> grpc.ServerCredentials:
-        """Server credentials; a client certificate is required when ``client_ca`` is set."""
-        return grpc.ssl_server_credentials(
-            [(self.private_key, self.cert_chain)],
-            root_certificates=self.client_ca,
-            require_client_auth=self.client_ca is not None,
-        )
 
 
 class GrpcServer:
