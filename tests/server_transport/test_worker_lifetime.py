@@ -92,6 +92,41 @@ def test_workers_stop_and_free_the_ports_when_their_parent_is_killed(
         server.stop()
 
 
+@pytest.mark.redis
+def test_the_next_set_removes_the_metrics_directory_a_killed_set_left(
+    rules: Path, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """A parent killed by SIGKILL leaves the metrics directory it made; the next set started
+    in the same temporary directory removes it (its process is gone) and makes its own."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    environ = {"TMPDIR": str(temp)}
+    first = ServeProcess(rules, "--workers", "2", "--store", redis_server.url, env=environ)
+    try:
+        first.wait_serving()
+        pids = started_workers(first)
+        first.process.kill()
+        first.process.wait(10)
+        wait_for(lambda: all(gone(pid) for pid in pids), timeout=20)
+        [left] = list(temp.glob("ratewarden-metrics-*"))
+        assert left.name.startswith(f"ratewarden-metrics-{first.process.pid}-")
+    finally:
+        for pid in started_pids_or_none(first):
+            if not gone(pid):
+                os.kill(pid, signal.SIGKILL)
+        first.stop()
+    second = ServeProcess(rules, "--workers", "2", "--store", redis_server.url, env=environ)
+    try:
+        second.wait_serving()
+        started_workers(second)
+        [made] = list(temp.glob("ratewarden-metrics-*"))
+        assert made.name.startswith(f"ratewarden-metrics-{second.process.pid}-")
+        assert not left.exists()
+    finally:
+        second.stop()
+    assert list(temp.glob("ratewarden-metrics-*")) == []
+
+
 def started_pids_or_none(server: ServeProcess) -> list[int]:
     return [pid for e in server.logs() if e.get("event") == "workers" for pid in e["pids"]]
 

@@ -21,13 +21,12 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for_sentinels
 
 from ratewarden.errors import RatewardenError
-from ratewarden.server import heap
+from ratewarden.server import heap, metrics_dir
 from ratewarden.server.app import (
     RateLimitServer,
     configure_logging,
@@ -44,7 +43,7 @@ __all__ = ["loop_factory", "run", "serve"]
 log = logging.getLogger("ratewarden.server")
 
 #: The signals that stop the server gracefully. SIGHUP does not reload anything (rules are
-#: reloaded by polling, certificates need a restart): it stops, as SIGTERM does.
+#: reloaded by polling, certificates when they change): it stops, as SIGTERM does.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 #: What a stop request that is no signal is called: the parent of a worker is gone.
 PARENT_GONE = "parent_gone"
@@ -185,7 +184,7 @@ def run(settings: Settings) -> int:
     claims = claim_ports(settings)
     created = None
     if multiprocess_dir() is None:
-        created = tempfile.mkdtemp(prefix="ratewarden-metrics-")
+        created = metrics_dir.make()
         os.environ[MULTIPROC_ENV] = created
     try:
         return _run_workers(settings)
