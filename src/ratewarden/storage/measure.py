@@ -78,15 +78,16 @@ def measure(
     their length leaves room for: keys of 1 or 2 characters are a counter
     only), are checked not to exist before the first write and are deleted
     afterwards (they have TTLs should the server go away in between). The store
-    stays open: it is the caller's.
+    stays open: it is the caller's. Anything but a blocking ``RedisStore`` (a URL:
+    open it with ``RedisStore.from_url``), and ``key_length`` or ``calls`` not an
+    int in 1..1024 / 1..1,000,000, is a ``ConfigurationError`` before anything is sent.
     """
     import redis
 
+    _check_store(store)
     algorithms.get(algorithm)
-    if not 1 <= key_length <= 1024 or not 1 <= calls <= 1_000_000:
-        raise ConfigurationError(
-            f"measure: key_length {key_length!r} must be 1..1024 and calls {calls!r} 1..1,000,000"
-        )
+    _check_count("key_length", key_length, 1024)
+    _check_count("calls", calls, 1_000_000)
     keys = _keys(key_length, min(calls, 100))
     names = [n for key in keys for n in state_keys(algorithm, store.prefix, key, limit)]
     where = _where(store)
@@ -106,6 +107,30 @@ def measure(
     # with a RedisClusterException (not a RedisError) when no node answers.
     except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
         raise StorageUnavailableError(f"measure on {where}: {exc}") from exc
+
+
+def _check_store(store: object) -> None:
+    """Refuse anything but a blocking ``RedisStore``, naming it by type only (a URL given
+    here may hold a password)."""
+    from ratewarden.storage.redis import RedisStore
+
+    if isinstance(store, RedisStore):
+        return
+    name = type(store).__name__
+    given = f"{'an' if name[:1] in 'AEIOU' else 'a'} {name}"
+    if isinstance(store, str):
+        cure = (
+            "open it with RedisStore.from_url(url, timeout=2.0), pass the store, and close it "
+            "afterwards"
+        )
+    else:
+        cure = "MEMORY USAGE and INFO commandstats are read from a blocking RedisStore's server"
+    raise ConfigurationError(f"measure needs a RedisStore, not {given}: {cure}")
+
+
+def _check_count(what: str, value: object, most: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise ConfigurationError(f"measure: {what} {value!r} must be an int from 1 to {most:,}")
 
 
 def _where(store: RedisStore) -> str:
