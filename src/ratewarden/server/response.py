@@ -238,7 +238,11 @@ def _status(
     code = _OVER_LIMIT if over and not rule.shadow_mode else _OK
     if decision is None:
         return (status_head(code, None, ""), 0, NO_DURATION), None
-    limit = rule.limit_for(decision.rate)
+    # Several limits: the status reports one of them, the binding one (its reset when
+    # allowed, not the time until every limit is back to full, the decision's own
+    # ``reset_after``), or the longest wait of a denial no wait can pass (``_shown_layer``).
+    shown = decision if len(decision.layers) < 2 else _shown_layer(decision)
+    limit = rule.limit_for(shown.rate)
     head = status_head(code, limit, rule.name)
     if limit is None:
         return (head, 0, NO_DURATION), None
@@ -246,18 +250,30 @@ def _status(
     # (and as the headers say), a shadow rule's too (its status keeps the numbers of the
     # denial it would make). The denied hits are not charged: the counter may still hold room.
     remaining = 0 if over else min(max(decision.remaining, 0), UNLIMITED_REMAINING)
-    wait = decision.reset_after
-    if not decision.allowed and math.isfinite(decision.retry_after):
-        wait = decision.retry_after
-    elif len(decision.layers) > 1:
-        # Several limits: the status reports the binding one, so its reset, not the time
-        # until every limit is back to full (the decision's own ``reset_after``).
-        wait = binding_layer(decision).reset_after
+    wait = shown.reset_after
+    if not shown.allowed and math.isfinite(shown.retry_after):
+        wait = shown.retry_after
     if not math.isfinite(wait) or wait <= 0:
         return (head, remaining, 0), limit
     # Whole microseconds first (the store's unit: a float's last bits are not a wait), and
     # never 0 for a wait above 0.
     return (head, remaining, _whole_seconds_us(max(round(wait * 1_000_000), 1))), limit
+
+
+def _shown_layer(decision: Decision) -> Decision:
+    """The layer a status of several limits reports: the binding one, unless the call costs
+    more than one of them can ever hold (its ``retry_after`` is never). That layer's reset
+    is no time to wait for: the call never passes, and another limit may be holding the key
+    longer (with ``--charge-denied`` the denied cost was counted against it), so the denied
+    layer that waits longest is reported: its ``retry_after`` where one exists, else its
+    reset."""
+    if decision.allowed or math.isfinite(decision.retry_after):
+        return binding_layer(decision)
+    return max((layer for layer in decision.layers if not layer.allowed), key=_wait)
+
+
+def _wait(layer: Decision) -> float:
+    return layer.retry_after if math.isfinite(layer.retry_after) else layer.reset_after
 
 
 #: ``tuple.__new__``: a ``DescriptorOutcome`` per descriptor without the named tuple's
