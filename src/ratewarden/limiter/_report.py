@@ -16,6 +16,7 @@ from ratewarden.clock import Clock
 from ratewarden.deprecation import UNSET, renamed
 from ratewarden.errors import CircuitOpenError, ConfigurationError
 from ratewarden.limiter._metrics_check import check_metrics
+from ratewarden.limiter._settings import check_failure_mode
 from ratewarden.metrics import LogRateLimiter, Metrics
 
 __all__ = ["LOG_INTERVAL", "FailureReport", "failure_reason"]
@@ -39,7 +40,12 @@ class FailureReport:
     ``metrics.degraded(rule=name, failure_mode=failure_mode, reason=...)`` and
     writes a warning to ``logger``, at most one per reason per ``interval``
     seconds of ``clock``; the next one says how many similar lines were held
-    back. ``mode`` is the deprecated keyword name of ``failure_mode``.
+    back. ``mode`` is the deprecated keyword name of ``failure_mode``. A value that is
+    no failure mode (``open``, ``closed``, ``local``) is refused as everywhere else.
+
+    The hook is told the error only, so the mode it reports is its own: hand the hit
+    the same ``failure_mode`` (as the middleware does), else the limiter's own mode
+    answers while the report names this one.
     """
 
     __slots__ = ("_lines", "failure_mode", "logger", "metrics", "name")
@@ -58,6 +64,7 @@ class FailureReport:
         failure_mode = renamed("FailureReport", "mode", "failure_mode", mode, failure_mode, UNSET)
         if failure_mode is UNSET:
             raise ConfigurationError("FailureReport needs a failure_mode (open, closed or local)")
+        failure_mode = str(check_failure_mode(failure_mode))
         checked = check_metrics("FailureReport", metrics, ("degraded",))
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"name {name!r} must be a non-empty string")
