@@ -1,6 +1,12 @@
 """ratewarden: exact, atomic distributed rate limiting.
 
-The table of contents; everything public is importable from here.
+The table of contents: the names most programs need are importable from here (``Rate``,
+``Decision``, ``Limiter``, ``TwoTier``, ``TokenBudget`` and their asyncio twins, the memory,
+Redis and memcached stores, ``CircuitBreaker``, ``Clock``, ``SystemClock`` and the four base
+errors; the Redis and memcached stores are imported when first asked for). Everything else
+lives in the module that names it (``ratewarden.testing.ManualClock``,
+``ratewarden.middleware.RuleSet``, ``ratewarden.headers.HeaderOptions``,
+``ratewarden.budgets.FairShare``, ...); docs/reference.md lists each name under its module.
 """
 
 from __future__ import annotations
