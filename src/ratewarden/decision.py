@@ -35,6 +35,9 @@ class Decision:
 
     - ``retry_after``: how long until this same request (same cost) could be
       allowed; 0 when allowed; ``math.inf`` when it never can (cost above capacity).
+      A ``shadowed`` decision is a denial reported as allowed: it keeps the denial's
+      ``retry_after`` (and ``remaining``, ``reset_after``), what enforcing would have
+      answered.
     - ``reset_after``: how long until the key is back to full capacity: with
       several rates, every layer, so the longest of the layers' ``reset_after``
       (not the binding layer's, which ``layers`` has).

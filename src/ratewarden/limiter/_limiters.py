@@ -172,7 +172,10 @@ class Limiter(DecisionCore):
         """Consume ``cost`` from every rate on ``key`` if all allow; never raises when over.
 
         With ``shadow=True`` a denial is reported as ``allowed=True, shadowed=True``
-        (evaluated and counted, never enforced; nothing is consumed). ``failure_mode``
+        (evaluated and counted, never enforced); like any denial it consumes nothing and
+        keeps its ``retry_after`` (how long enforcing would have made it wait). A shadow
+        hit the limit allows consumes as any hit does, so the shadow limit counts the real
+        traffic and denies what it would deny if enforced. ``failure_mode``
         overrides the limiter's failure mode for this call; ``on_failure`` reports
         the failures it answers (see ``hit_flow``). ``failure`` is the deprecated
         name of ``failure_mode``.
