@@ -81,3 +81,23 @@ def test_something_that_is_not_a_store_is_refused_by_its_type(given: object) -> 
         Limiter(given)
     assert "secret" not in str(info.value)
     assert type(given).__name__ in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("build", "stores"),
+    [
+        (Limiter, "give a MemoryStore, RedisStore.from_url(url), or another blocking store"),
+        (
+            AsyncLimiter,
+            "give an AsyncMemoryStore, AsyncRedisStore.from_url(url), or another asyncio store",
+        ),
+    ],
+)
+def test_something_that_is_not_a_store_is_told_the_stores_of_its_twin(
+    build: Callable[[Any], object], stores: str
+) -> None:
+    """``AsyncLimiter("redis://x")`` used to suggest MemoryStore and RedisStore, which it
+    then refuses as blocking; each twin now suggests its own."""
+    with pytest.raises(ConfigurationError) as info:
+        build("redis://x")
+    assert stores in str(info.value)

@@ -64,9 +64,14 @@ def check_store(owner: str, store: object, *, awaited: bool) -> None:
     name = type(store).__name__
     kind = f"{'an' if name[:1] in 'AEIOU' else 'a'} {name}"
     if not callable(hit):
+        stores = (
+            "an AsyncMemoryStore, AsyncRedisStore.from_url(url), or another asyncio store"
+            if awaited
+            else "a MemoryStore, RedisStore.from_url(url), or another blocking store"
+        )
         raise ConfigurationError(
-            f"{owner}: store is {kind}, not a store (it has no hit); give a MemoryStore, "
-            "RedisStore.from_url(url), or another store of ratewarden.storage"
+            f"{owner}: store is {kind}, not a store (it has no hit); give {stores} of "
+            "ratewarden.storage"
         )
     if inspect.iscoroutinefunction(hit) == awaited:
         return

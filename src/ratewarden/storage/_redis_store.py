@@ -190,7 +190,12 @@ class RedisBase(FromUrl):
         for kind, router in self._ROUTERS:
             if isinstance(client, kind):
                 return router(client, self.timeout, *self._router_options())
-        raise ConfigurationError(self._WRONG_CLIENT.format(type(client).__name__))
+        if isinstance(client, str):  # a URL, not shown: it may hold a password
+            name = type(self).__name__
+            raise ConfigurationError(
+                f"{name} needs a redis client, not a str; open a URL with {name}.from_url(url)"
+            )
+        raise ConfigurationError(self._WRONG_CLIENT.format(_client_type(client)))
 
     def _router_options(self) -> tuple[Any, ...]:
         """What a router gets after the client and the timeout."""
@@ -377,3 +382,11 @@ class RedisBase(FromUrl):
         name = type(self).__name__
         where = self._router.where
         return f"{name}({where!r}, prefix={self.prefix!r}, timeout={self.timeout}{clock})"
+
+
+def _client_type(client: object) -> str:
+    """A client's type as redis-py exports it: ``redis.asyncio.Redis``, not ``Redis`` (the
+    blocking and the asyncio client share the name)."""
+    kind = type(client)
+    package = "redis.asyncio" if kind.__module__.startswith("redis.asyncio.") else "redis"
+    return f"{package}.{kind.__name__}" if kind.__module__.startswith("redis.") else kind.__name__
