@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ratewarden.checks import keywords_checked
+from ratewarden.errors import ConfigurationError
 
 __all__ = ["Heavy", "SpaceSaving", "merge"]
 
@@ -43,7 +44,9 @@ class SpaceSaving:
     @keywords_checked
     def __init__(self, capacity: int = 100) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise ValueError(f"capacity must be a whole number >= 1, got {capacity!r}")
+            raise ConfigurationError(
+                f"SpaceSaving capacity {capacity!r} must be a whole number >= 1"
+            )
         self.capacity = capacity
         self.total = 0
         self._counts: dict[str, int] = {}
