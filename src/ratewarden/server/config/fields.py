@@ -205,7 +205,7 @@ class FieldReader:
             return None
         node, value = found
         if isinstance(value, bool) or not isinstance(value, int):
-            self.problem(node, key, f"must be a whole number, not {node.value!r}")
+            self.problem(node, key, f"must be a whole number, not {node.value!r}{_hint(node)}")
             return None
         if not low <= value <= high:
             self.problem(node, key, f"{value} is out of range; use {low} to {high}")
@@ -219,3 +219,19 @@ class FieldReader:
             self.problem(node, key, "must be a list (each item starting with '- ')")
             return []
         return list(node.value)
+
+
+def _hint(node: Any) -> str:
+    """What to write instead of a number that is not a plain whole number: a quoted one
+    (``"10"``) without its quotes, one in exponent form (``1e3``) in digits."""
+    text = str(node.value).strip()
+    quoted = getattr(node, "style", None) in ("'", '"')
+    if quoted and text.isdigit():
+        return "; drop the quotes"
+    try:
+        number = float(text)
+    except ValueError:
+        return ""
+    if number.is_integer() and abs(number) < 2**64:
+        return f"; write it in digits{' without quotes' if quoted else ''}: {int(number)}"
+    return ""

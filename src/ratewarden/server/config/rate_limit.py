@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+import yaml
+
 from ratewarden import algorithms
 from ratewarden.server.config.fields import Entries, FieldReader
 from ratewarden.server.config.limits import read_limit
@@ -64,6 +66,7 @@ def read_rate_limit(
     bad_flag_alone = len(reader.problems) != flagged and not any(
         key in entries for key in ("limits", *_LIMIT_KEYS)
     )
+    _refuse_empty(reader, entries)
     algorithm = _choice(reader, entries, "algorithm", ALGORITHM_NAMES, DEFAULT_ALGORITHM)
     failure_mode = _choice(reader, entries, "failure_mode", FAILURE_MODES, reader.failure_mode)
     limits: tuple[Limit, ...] = ()
@@ -118,7 +121,10 @@ def _check_unlimited(reader: FieldReader, entries: Entries) -> None:
 
 def _limit(reader: FieldReader, item: Any, algorithm: str) -> Limit | None:
     entries = reader.mapping(item, "a limits item", _LIMIT_KEYS)
-    return None if entries is None else _limit_fields(reader, entries, item, algorithm)
+    if entries is None:
+        return None
+    _refuse_empty(reader, entries)
+    return _limit_fields(reader, entries, item, algorithm)
 
 
 def _limit_fields(reader: FieldReader, entries: Entries, node: Any, algorithm: str) -> Limit | None:
@@ -132,6 +138,26 @@ def _limit_fields(reader: FieldReader, entries: Entries, node: Any, algorithm: s
         missing="is missing; give a whole number (0 blocks every request)",
         algorithm=algorithm,
     )
+
+
+#: ratewarden's own keys (upstream's configs have none of them), and what to write in one.
+#: Given empty (``failure_mode:``, ``~``, ``null``) such a key is a line left half-edited,
+#: not a request for its default: a ``closed`` rule would silently be open.
+_OWN_KEYS = {
+    "algorithm": f"one of {', '.join(ALGORITHM_NAMES)} ({DEFAULT_ALGORITHM} without the line)",
+    "failure_mode": f"one of {', '.join(FAILURE_MODES)} (--failure-mode's without the line)",
+    "burst": "a whole number (requests_per_unit without the line)",
+}
+
+
+def _refuse_empty(reader: FieldReader, entries: Entries) -> None:
+    for key, what in _OWN_KEYS.items():
+        found = entries.get(key)
+        if found is None:
+            continue
+        node = found[1]
+        if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null":
+            reader.problem(node, key, f"is empty; give {what}")
 
 
 def _check_distinct(reader: FieldReader, node: Any, limits: tuple[Limit, ...]) -> None:
