@@ -142,7 +142,9 @@ class MemoryStore(MemoryTable):
         """Nothing to release; present so every store closes the same way."""
 
     def __repr__(self) -> str:
-        return f"MemoryStore(clock={self.clock!r}, max_keys={self.max_keys})"
+        return (
+            f"MemoryStore(clock={self.clock!r}, max_keys={self.max_keys}, prefix={self.prefix!r})"
+        )
 
 
 def _awaited(
@@ -198,7 +200,10 @@ class AsyncMemoryStore(MemoryTable):
         return _BlockingView(self)
 
     def __repr__(self) -> str:
-        return f"AsyncMemoryStore(clock={self.clock!r}, max_keys={self.max_keys})"
+        return (
+            f"AsyncMemoryStore(clock={self.clock!r}, max_keys={self.max_keys}, "
+            f"prefix={self.prefix!r})"
+        )
 
 
 class _BlockingView:
