@@ -10,13 +10,19 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
-#: ``ratewarden`` in a fresh interpreter that says when ``main`` is about to run.
+#: ``ratewarden`` in a fresh interpreter that says when the command has started: from inside
+#: ``main``'s handling, so that the SIGINT sent on "ready" cannot land before it (it did, once
+#: in a while on a busy machine, when "ready" was printed before ``main`` was called).
 RUN = f"""
 import sys
 sys.path.insert(0, {str(SRC)!r})
-from ratewarden.cli import main
-print("ready", file=sys.stderr, flush=True)
-sys.exit(main(sys.argv[1:]))
+from ratewarden import cli
+command = cli._command
+def started(argv):
+    print("ready", file=sys.stderr, flush=True)
+    return command(argv)
+cli._command = started
+sys.exit(cli.main(sys.argv[1:]))
 """
 
 
