@@ -12,6 +12,7 @@ one ``ConfigError``. A directory that holds no rule file adds no rule, and is no
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -26,6 +27,8 @@ from ratewarden.server.config.model import (
 )
 from ratewarden.server.config.reader import FileReader
 from ratewarden.server.config.tree import DomainConfig, Level, Node, RateLimitConfig
+
+log = logging.getLogger("ratewarden.server.config")
 
 __all__ = ["load", "load_documents", "loads"]
 
@@ -160,6 +163,7 @@ def _build(
         _check_replaces(domains, readers)
     if problems:
         raise ConfigError(problems)
+    _warn_replace_cycles(domains)
     return RateLimitConfig(MappingProxyType(domains), tuple(name for name, _ in files))
 
 
@@ -179,6 +183,40 @@ def _check_replaces(
                     f"no rule of domain {domain!r} is named {name!r} (rule names: {known}); "
                     "give a rule's rate_limit name (check the spelling)",
                 )
+
+
+def _warn_replace_cycles(domains: Mapping[str, DomainConfig]) -> None:
+    """Say which rules replace one another in a ring (A replaces B, B replaces A, or longer):
+    a request that matches them all is held to none of them, since every name a matched rule
+    replaces is dropped, the replacing rules' own included (as upstream drops them). Loads."""
+    for domain in domains.values():
+        replaced: dict[str, set[str]] = {}
+        for rule in domain.rules:
+            if rule.name and rule.replaces:
+                replaced.setdefault(rule.name, set()).update(rule.replaces)
+        ring = sorted(name for name in replaced if _reaches(replaced, name, name))
+        if ring:
+            log.warning(
+                "rules of domain %r replace one another (%s): a request that matches them all "
+                "is held to none of them",
+                domain.name,
+                ", ".join(ring),
+                extra={"event": "config_replaces_cycle", "domain": domain.name, "rules": ring},
+            )
+
+
+def _reaches(replaced: Mapping[str, set[str]], start: str, goal: str) -> bool:
+    """Whether following ``replaces`` from ``start`` comes to ``goal``."""
+    seen: set[str] = set()
+    todo = list(replaced.get(start, ()))
+    while todo:
+        name = todo.pop()
+        if name == goal:
+            return True
+        if name not in seen:
+            seen.add(name)
+            todo.extend(replaced.get(name, ()))
+    return False
 
 
 def _merged(
