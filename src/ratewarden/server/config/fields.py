@@ -70,6 +70,9 @@ class FieldReader:
         self.homes = homes
         self.constructor = yaml.constructor.SafeConstructor()
         self.merges: dict[int, tuple[list[Any], list[Any]]] = {}
+        #: A merged-in key's and value's node (by id) -> the mapping read with it last: a
+        #: problem with one is said at that mapping's line, the one that needs the change.
+        self.merged_into: dict[int, Any] = {}
         #: ``replaces`` names with their nodes, checked against the domain's rule names
         #: once every file of the domain is read (``loading.py``).
         self.replaced: list[tuple[str, Any]] = []
@@ -78,6 +81,10 @@ class FieldReader:
 
     def problem(self, node: Any, key: str, message: str) -> None:
         line = node.start_mark.line + 1 if node is not None else 0
+        into = None if node is None else self.merged_into.get(id(node))
+        if into is not None and into.start_mark.line + 1 != line:
+            message += f" (this value comes from line {line}, merged in with <<)"
+            line = into.start_mark.line + 1
         self.problems.append(ConfigProblem(self.name, line, key, message))
 
     def where(self, node: Any) -> str:
@@ -103,8 +110,9 @@ class FieldReader:
                 entries[key] = (key_node, value_node)
         for key_node, value_node in merged:
             key = str(getattr(key_node, "value", ""))
+            self.merged_into[id(key_node)] = self.merged_into[id(value_node)] = node
             if key not in allowed:
-                self.problem(key_node, key, self._unknown(key, what, allowed) + " (merged with <<)")
+                self.problem(key_node, key, self._unknown(key, what, allowed))
             elif key not in entries:
                 entries[key] = (key_node, value_node)
         return entries
