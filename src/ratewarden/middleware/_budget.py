@@ -8,7 +8,9 @@ and the settle-once rule, also a flow. A flow runs on the budget's limiter
 (``budget.run``): ``TokenBudgetMiddleware`` awaits it, ``WSGITokenBudgetMiddleware``
 blocks on it, and neither writes the steps again. ``SettlingResponse`` (a
 response iterable) and ``settled_chunks`` (an async stream) settle a streaming
-response at its end, for the WSGI and the Django middlewares.
+response at its end, for the WSGI and the Django middlewares. Both flows count what
+they did (``metrics.budget_reservation``: reserved, refused, settled, ...), so every
+middleware is counted alike.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ from ratewarden.clock import Clock
 from ratewarden.deprecation import UNSET
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.headers import Header
-from ratewarden.limiter import Flow
-from ratewarden.metrics import Metrics
+from ratewarden.limiter import Flow, check_metrics
+from ratewarden.metrics import Metrics, optional_hook
 from ratewarden.middleware._clock import checked_clock
 from ratewarden.middleware._failure import OPEN, FailureAnswer, chosen_failure_mode
 from ratewarden.middleware._identity import ANONYMOUS, KeyFunc
@@ -144,7 +146,9 @@ class TokenBudgetBase(Generic[A, B, H]):
         self.estimate = estimate
         self.key = self.selection.key
         self.name = check_name(name)
-        self.failure_answer = FailureAnswer(failure_mode, metrics, self.name, checked)
+        counted = check_metrics("token budget middleware", metrics, ("degraded",))
+        self.failure_answer = FailureAnswer(failure_mode, counted, self.name, checked)
+        self._reservation = optional_hook(counted, "budget_reservation")
         self.actual: _Actual[H] | None = actual
         #: The usage header's name, lower case.
         self.usage_header = usage_header.strip().lower()
@@ -180,8 +184,16 @@ class TokenBudgetBase(Generic[A, B, H]):
         except StorageError as exc:
             return self.failure_answer.caught(exc)
         if not reservation.allowed:
+            self.count("refused", estimate)
             return self.refused(reservation.decision)
+        self.count("reserved", estimate)
         return reservation
+
+    def count(self, outcome: str, usage: Usage | None) -> None:
+        """A reservation's ``outcome`` and the tokens of ``usage`` (none: 0), counted by
+        ``metrics.budget_reservation`` under ``name``."""
+        tokens = 0 if usage is None else usage.amount("tokens")
+        self._reservation(rule=self.name, outcome=outcome, tokens=tokens)
 
     def refused(self, decision: BudgetDecision) -> Outcome:
         """The 429 of a spent budget: the provider-style headers, ``Retry-After`` and a
@@ -283,13 +295,19 @@ class Settling(Generic[H]):
             return None
         self.settled = True
         reservation = self.reservation
+        usage = used if used is not None else reservation.estimate
         try:
             settlement: Settlement = yield from self.middleware.budget.settle_usage_flow(
-                reservation, used if used is not None else reservation.estimate
+                reservation, usage
             )
         except StorageError as exc:
+            self.middleware.count("settle_failed", None)
             log.warning("token budget settle failed (the reservation keeps its charge): %s", exc)
             return None
+        if settlement.status == "unknown":  # its record expired: nothing was settled
+            self.middleware.count("expired", None)
+        else:
+            self.middleware.count("settled", usage)
         if settlement.decision is not None:
             self.decision = settlement.decision
         return settlement.decision

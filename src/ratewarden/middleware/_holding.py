@@ -18,7 +18,10 @@ runs; from there on they do the same thing, written here once:
   once per third of its TTL: no background task, no extra store call for short
   responses.
 
-A failed release or renewal is logged, not raised: the slot's TTL frees it.
+A failed release or renewal is logged, not raised: the slot's TTL frees it. Each
+release and renewal, done or failed, goes to the ``Held``'s ``count`` (the concurrency
+middleware's ``Metrics.slot``: ``released``, ``release_failed``, ``renewed``,
+``renew_failed``, ``lapsed``).
 """
 
 from __future__ import annotations
@@ -85,15 +88,23 @@ class AsyncSlots(Protocol):
         ...
 
 
+def _uncounted(outcome: str) -> None:
+    """Where a ``Held`` with nothing to count its releases and renewals sends them."""
+
+
 class Held:
-    """One granted lease of ``ttl`` seconds: when to renew it, and whether it was given back."""
+    """One granted lease of ``ttl`` seconds: when to renew it, and whether it was given back.
+    ``count(outcome)`` hears what became of each release and renewal (see the module)."""
 
-    __slots__ = ("clock", "lease", "released", "renewed_at", "ttl")
+    __slots__ = ("clock", "count", "lease", "released", "renewed_at", "ttl")
 
-    def __init__(self, lease: Lease, ttl: float, clock: Clock) -> None:
+    def __init__(
+        self, lease: Lease, ttl: float, clock: Clock, count: Callable[[str], None] = _uncounted
+    ) -> None:
         self.lease = lease
         self.ttl = ttl
         self.clock = clock
+        self.count = count
         self.released = False
         self.renewed_at = clock.now()
 
@@ -116,47 +127,54 @@ class Held:
 
 
 @contextmanager
-def _tolerated(what: str, held: Held) -> Iterator[None]:
-    """A failed release or renewal is logged, not raised: the slot's TTL frees it."""
+def _tolerated(what: str, held: Held, failed: str) -> Iterator[None]:
+    """A failed release or renewal is logged and counted as ``failed``, not raised: the
+    slot's TTL frees it."""
     try:
         yield
     except StorageError as exc:
+        held.count(failed)
         log.warning(
             "concurrency slot %s of %s failed (its TTL frees it): %s", what, held.lease.key, exc
         )
 
 
-def _lapsed(held: Held, renewed: bool) -> None:
-    if not renewed:
+def _renewed(held: Held, renewed: bool) -> None:
+    if renewed:
+        held.count("renewed")
+    else:
+        held.count("lapsed")
         log.warning("concurrency slot of %s lapsed while streaming", held.lease.key)
 
 
 def release(held: Held, slots: Slots) -> None:
     """Give the slot back, once (a failure is logged: its TTL frees it)."""
     if held.take_release():
-        with _tolerated("release", held):
+        with _tolerated("release", held, "release_failed"):
             slots.release_slot(held.lease)
+            held.count("released")
 
 
 async def arelease(held: Held, slots: AsyncSlots) -> None:
     """``release``, awaited."""
     if held.take_release():
-        with _tolerated("release", held):
+        with _tolerated("release", held, "release_failed"):
             await slots.release_slot(held.lease)
+            held.count("released")
 
 
 def renew(held: Held, slots: Slots) -> None:
     """Renew the slot when a renewal is due (a lapsed or failed one is logged)."""
     if held.renewal_due():
-        with _tolerated("renewal", held):
-            _lapsed(held, slots.renew_slot(held.lease))
+        with _tolerated("renewal", held, "renew_failed"):
+            _renewed(held, slots.renew_slot(held.lease))
 
 
 async def arenew(held: Held, slots: AsyncSlots) -> None:
     """``renew``, awaited."""
     if held.renewal_due():
-        with _tolerated("renewal", held):
-            _lapsed(held, await slots.renew_slot(held.lease))
+        with _tolerated("renewal", held, "renew_failed"):
+            _renewed(held, await slots.renew_slot(held.lease))
 
 
 async def hold_asgi(

@@ -10,6 +10,9 @@ between them: read the body, call the store, run the app, send a response.
    means: run the app, let it run without the guarantee (``fail_open``), or send
    a response (a replay, 409, 422, 503).
 4. ``to_store``: what the captured response leaves in the store for retries.
+
+Each request handled gets one ``metrics.idempotency_request`` outcome, counted by
+the step that answers it (``key_of``, ``too_large``, ``begun``).
 """
 
 from __future__ import annotations
@@ -32,8 +35,9 @@ from urllib.parse import urlsplit
 from ratewarden.checks import check_bool, is_number
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.idempotency import Claim, StoredResponse
-from ratewarden.metrics import LogRateLimiter
-from ratewarden.middleware._rules import check_method, compile_path
+from ratewarden.limiter import check_metrics
+from ratewarden.metrics import LogRateLimiter, Metrics
+from ratewarden.middleware._rules import check_method, check_name, compile_path
 
 __all__ = [
     "DEFAULT_METHODS",
@@ -219,7 +223,11 @@ class IdempotencyPolicy:
         fail_open: bool,
         required: bool | str | re.Pattern[str] | Iterable[str | re.Pattern[str]] = False,
         required_docs: str | None = None,
+        name: str = "idempotency",
+        metrics: Metrics | None = None,
     ) -> None:
+        self.name = check_name(name)
+        self.metrics = check_metrics("idempotency middleware", metrics, ("idempotency_request",))
         if isinstance(methods, str) or not isinstance(methods, Iterable):
             raise ConfigurationError(f"idempotency methods={methods!r}: a set of method names")
         if not callable(store_response):
@@ -251,15 +259,27 @@ class IdempotencyPolicy:
             if not values:
                 return None
         if len(values) != 1:
-            return problem(400, "send exactly one Idempotency-Key header")
+            return self.answer("bad_key", problem(400, "send exactly one Idempotency-Key header"))
         match = _KEY.fullmatch(values[0].strip())
         if match is None:
-            return problem(
-                400,
-                "Idempotency-Key must be 1-255 visible ASCII characters without '\"' or ','"
-                " (a UUID is a good key)",
+            return self.answer(
+                "bad_key",
+                problem(
+                    400,
+                    "Idempotency-Key must be 1-255 visible ASCII characters without '\"' or ','"
+                    " (a UUID is a good key)",
+                ),
             )
         return match.group(1) or match.group(2)
+
+    def count(self, outcome: str) -> None:
+        """A handled request's ``outcome``, counted by ``metrics.idempotency_request``."""
+        self.metrics.idempotency_request(rule=self.name, outcome=outcome)
+
+    def answer(self, outcome: str, response: StoredResponse) -> StoredResponse:
+        """``response``, the request counted as ``outcome``."""
+        self.count(outcome)
+        return response
 
     def _requires(self, path: str) -> bool:
         if isinstance(self.required, bool):
@@ -273,15 +293,15 @@ class IdempotencyPolicy:
             " (a UUID) with each new request, and the same key again when you retry it"
         )
         if self.required_docs is None:
-            return problem(400, detail)
-        return problem(
-            400, detail, type_uri=self.required_docs, title="Idempotency-Key is required"
+            return self.answer("key_missing", problem(400, detail))
+        title = "Idempotency-Key is required"
+        return self.answer(
+            "key_missing", problem(400, detail, type_uri=self.required_docs, title=title)
         )
 
-    @staticmethod
-    def too_large() -> StoredResponse:
+    def too_large(self) -> StoredResponse:
         """The answer to a body over ``max_body_bytes``: it cannot be fingerprinted."""
-        return problem(413, "request body too large to fingerprint")
+        return self.answer("too_large", problem(413, "request body too large to fingerprint"))
 
     @staticmethod
     def pending(
@@ -302,21 +322,24 @@ class IdempotencyPolicy:
         if isinstance(found, StorageError):
             self.lines.log(log, WARNING, "begin", "idempotency store failed at begin: %s", found)
             if self.fail_open:
+                self.count("unguarded")
                 return UNGUARDED
-            return problem(503, "the idempotency store is unavailable; retry later", retry_after=1)
+            detail = "the idempotency store is unavailable; retry later"
+            return self.answer("store_failed", problem(503, detail, retry_after=1))
         if found.state == "acquired":
+            self.count("ran")
             return RUN
         if found.fingerprint != fingerprint:
-            return problem(
-                422,
+            detail = (
                 "this Idempotency-Key was used with another request body or query; "
-                "use a new key for a new request",
+                "use a new key for a new request"
             )
+            return self.answer("mismatched", problem(422, detail))
         if found.state == "in_flight" or found.response is None:
-            return problem(
-                409, "a request with this Idempotency-Key is still in progress", retry_after=1
-            )
-        return replace(found.response, headers=(*found.response.headers, REPLAYED))
+            detail = "a request with this Idempotency-Key is still in progress"
+            return self.answer("in_flight", problem(409, detail, retry_after=1))
+        replayed = replace(found.response, headers=(*found.response.headers, REPLAYED))
+        return self.answer("replayed", replayed)
 
     def to_store(self, capture: Capture | None) -> StoredResponse | None:
         """The captured response if it should be replayed to retries (None: release the

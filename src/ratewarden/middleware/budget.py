@@ -99,7 +99,8 @@ class TokenBudgetMiddleware(TokenBudgetBase[ASGIApp, AsyncTokenBudget, bytes]):
     - ``failure_mode``: ``"open"`` or ``"closed"``, when the store fails at the
       reservation (``failure`` is its deprecated name); ``metrics`` counts those requests
       (``degraded``, rule ``name``), logged on the ``clock`` at most once a minute per
-      reason.
+      reason, and the reservations (``budget_reservation``: reserved, refused, settled,
+      settle_failed, expired, with their tokens).
     """
 
     _budget_class = AsyncTokenBudget

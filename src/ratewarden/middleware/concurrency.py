@@ -16,7 +16,9 @@ would rather say it is busy) with a ``Retry-After`` and a problem document, and
 never reaches the app. When the store cannot be asked (down, too slow, the
 limiter's breaker open), the failure mode answers (``failure_mode``, as the rate
 limit middleware's): ``open`` (the default) runs the app without a slot,
-``closed`` answers 503; never a 500.
+``closed`` answers 503; never a 500. ``metrics`` counts those requests
+(``degraded``) and the slots (``slot``: acquired, refused, then released, renewed, or
+the store failing at it).
 
 Every slot carries a TTL, so a worker that dies mid-request loses its slots one
 TTL later. A response that streams for longer than the TTL renews its slot as it
@@ -36,8 +38,8 @@ from ratewarden.checks import check_slot_count, keywords_checked
 from ratewarden.clock import Clock
 from ratewarden.deprecation import UNSET, renamed
 from ratewarden.errors import ConfigurationError, StorageError
-from ratewarden.limiter import Lease
-from ratewarden.metrics import Metrics
+from ratewarden.limiter import Lease, check_metrics
+from ratewarden.metrics import Metrics, optional_hook
 from ratewarden.middleware._clock import checked_clock
 from ratewarden.middleware._failure import OPEN, FailureAnswer, chosen_failure_mode
 from ratewarden.middleware._holding import Held, hold_asgi, hold_wsgi
@@ -144,7 +146,9 @@ class SlotPolicy:
         self.key = self.selection.key
         self.fallback = fallback
         self.clock = checked_clock("concurrency middleware", clock)
-        self.failure_answer = FailureAnswer(failure_mode, metrics, self.name, self.clock)
+        checked = check_metrics("concurrency middleware", metrics, ("degraded",))
+        self.failure_answer = FailureAnswer(failure_mode, checked, self.name, self.clock)
+        self._slot = optional_hook(checked, "slot")
         plural = "" if self.limit == 1 else "s"
         detail = f"More than {self.limit} request{plural} in flight for {self.name!r}"
         detail += f"; retry in {self.retry_after} s." if self.retry_after else "."
@@ -178,7 +182,15 @@ class SlotPolicy:
         the failure mode's: open runs the app without a slot)."""
         if isinstance(found, StorageError):
             return self.failure_answer.caught(found, limiter)
-        return Held(found, self.ttl, self.clock) if found.allowed else self.refusal
+        if not found.allowed:
+            self.count("refused")
+            return self.refusal
+        self.count("acquired")
+        return Held(found, self.ttl, self.clock, self.count)
+
+    def count(self, outcome: str) -> None:
+        """A slot's ``outcome``, counted by ``metrics.slot`` under ``name``."""
+        self._slot(rule=self.name, outcome=outcome)
 
 
 def _policy(options: dict[str, Any], who: str) -> SlotPolicy:

@@ -33,13 +33,15 @@ what ``ratewarden.idempotency`` defines (the records and the store protocols)::
   given), and runs nothing. With the default, False, such a request just runs.
 - Bad keys answer 400, bodies over ``max_body_bytes`` 413, and an unreachable
   store 503 (or, with ``fail_open=True``, the app runs without the guarantee).
+- ``metrics`` counts each handled request by outcome (``idempotency_request``, rule
+  ``name``): ran, replayed, in_flight, mismatched, bad_key, key_missing, too_large,
+  store_failed, unguarded.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
-from http import HTTPStatus
+from collections.abc import Callable, Iterable
 from io import BytesIO
 from typing import Any
 
@@ -47,6 +49,7 @@ from ratewarden.checks import keywords_checked
 from ratewarden.deprecation import moved
 from ratewarden.errors import StorageError
 from ratewarden.idempotency import AsyncIdempotencyStore, Claim, IdempotencyStore, StoredResponse
+from ratewarden.metrics import Metrics
 from ratewarden.middleware._idempotency import (
     DEFAULT_METHODS,
     RUN,
@@ -57,7 +60,7 @@ from ratewarden.middleware._idempotency import (
     check_store,
     default_store_response,
 )
-from ratewarden.middleware._outcome import close_wsgi
+from ratewarden.middleware._idempotency_wsgi import Recorded, wsgi_body, wsgi_send
 from ratewarden.middleware._request import ClientGoneError, read_body, replay, route_path
 from ratewarden.middleware._types import (
     ASGIApp,
@@ -99,7 +102,7 @@ __getattr__ = moved(
 class _Idempotency:
     """The settings both middlewares take: ``store`` (an async one for ASGI, a blocking one
     for WSGI), ``identity`` (a callable of the scope or environ naming the caller) and the
-    ``IdempotencyPolicy`` options, ``required`` and ``required_docs`` among them."""
+    ``IdempotencyPolicy`` options (``required``, ``required_docs``, ``name``, ``metrics``)."""
 
     _ASYNC: bool
 
@@ -119,6 +122,8 @@ class _Idempotency:
         fail_open: bool = False,
         required: bool | str | re.Pattern[str] | Iterable[str | re.Pattern[str]] = False,
         required_docs: str | None = None,
+        name: str = "idempotency",
+        metrics: Metrics | None = None,
     ) -> None:
         check_store(store, self._ASYNC, type(self).__name__)
         check_identity(identity, self._ASYNC, type(self).__name__)
@@ -133,6 +138,8 @@ class _Idempotency:
             fail_open=fail_open,
             required=required,
             required_docs=required_docs,
+            name=name,
+            metrics=metrics,
         )
 
 
@@ -261,10 +268,10 @@ class WSGIIdempotencyMiddleware(_Idempotency):
         if key is None:
             return self.app(environ, start_response)
         if isinstance(key, StoredResponse):
-            return _wsgi_send(start_response, key)
-        body = _wsgi_body(environ, policy.max_body)
+            return wsgi_send(start_response, key)
+        body = wsgi_body(environ, policy.max_body)
         if body is None:
-            return _wsgi_send(start_response, policy.too_large())
+            return wsgi_send(start_response, policy.too_large())
         environ["wsgi.input"], environ["CONTENT_LENGTH"] = BytesIO(body), str(len(body))
         path = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
         identity = self.identity(environ) if self.identity else None
@@ -281,7 +288,7 @@ class WSGIIdempotencyMiddleware(_Idempotency):
         if isinstance(found, StorageError):
             return self._given_back(environ, start_response, answer, pending)
         if isinstance(answer, StoredResponse):
-            return _wsgi_send(start_response, answer)
+            return wsgi_send(start_response, answer)
         capture = Capture(policy.max_response)
 
         def capturing_start(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
@@ -304,7 +311,7 @@ class WSGIIdempotencyMiddleware(_Idempotency):
         except BaseException:
             settle(None)
             raise
-        return _Recorded(result, capture, settle)
+        return Recorded(result, capture, settle)
 
     def _given_back(
         self, environ: dict[str, Any], start_response: StartResponse, answer: Any, pending: Pending
@@ -318,82 +325,10 @@ class WSGIIdempotencyMiddleware(_Idempotency):
 
         try:
             if isinstance(answer, StoredResponse):
-                result: Iterable[bytes] = _wsgi_send(start_response, answer)
+                result: Iterable[bytes] = wsgi_send(start_response, answer)
             else:
                 result = self.app(environ, start_response)
         except BaseException:
             give_back(None)
             raise
-        return _Recorded(result, None, give_back)
-
-
-class _Recorded:
-    """The app's response iterable, captured as it is sent. The key is settled when the
-    app has given its last chunk, before the server sends it, or on close() if the
-    response was cut short."""
-
-    def __init__(
-        self,
-        result: Iterable[bytes],
-        capture: Capture | None,
-        settle: Callable[[Capture | None], None],
-    ) -> None:
-        self._result, self._capture, self._settle_with = result, capture, settle
-        self._settled = False
-
-    def __iter__(self) -> Iterator[bytes]:
-        # Each chunk is held back until the next one is in hand, so the key is settled
-        # before the server writes the last one: the client cannot have the whole response
-        # before it is stored (a retry sent the moment it arrives is replayed).
-        if self._capture is None:  # nothing to store: settled on close() alone
-            yield from self._result
-            return
-        held: bytes | None = None
-        for chunk in self._result:
-            self._capture.add(chunk)
-            if held is not None:
-                yield held
-            held = chunk
-        self._settle(self._capture)
-        if held is not None:
-            yield held
-
-    def close(self) -> None:
-        """Close the app's iterable (WSGI requires it) and release an unsettled key."""
-        try:
-            close_wsgi(self._result)
-        finally:
-            self._settle(None)
-
-    def _settle(self, capture: Capture | None) -> None:
-        if not self._settled:
-            self._settled = True
-            self._settle_with(capture)
-
-
-def _wsgi_body(environ: dict[str, Any], limit: int) -> bytes | None:
-    stream = environ.get("wsgi.input")
-    if stream is None:
-        return b""
-    try:
-        length = int(environ.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        length = 0
-    if length > limit:
-        return None
-    if length:
-        return bytes(stream.read(length))
-    if environ.get("wsgi.input_terminated"):
-        body = bytes(stream.read(limit + 1))
-        return None if len(body) > limit else body
-    return b""
-
-
-def _wsgi_send(start_response: StartResponse, response: StoredResponse) -> list[bytes]:
-    try:
-        reason = HTTPStatus(response.status).phrase
-    except ValueError:
-        reason = "Unknown"
-    headers = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in response.headers]
-    start_response(f"{response.status} {reason}", headers)
-    return [response.body]
+        return Recorded(result, None, give_back)

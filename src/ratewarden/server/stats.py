@@ -47,7 +47,7 @@ statsd_exporter mapping file names them instead (``stats_mapped.MappedMetrics``)
 are ratewarden's own and stay as they are, and so do,
 through ``ratewarden.metrics.PrometheusMetrics`` on the same registry,
 ``ratewarden_decisions_total{rule, algorithm, outcome}``, ``ratewarden_degraded_total{rule,
-failure_mode, reason}`` and ``ratewarden_store_latency_seconds`` (not its load shedding
+failure_mode, reason}`` and ``ratewarden_store_latency_seconds`` (not its middleware
 and region families, ``NOT_SERVED``: nothing in serve feeds them).
 
 With ``--workers N`` the processes share one view: ``ratewarden serve`` sets
@@ -123,7 +123,16 @@ class _Flushing:
 
 #: ``PrometheusMetrics`` families that only the library's middleware and region budgets
 #: feed: serve never counts them, so it leaves them out of its registry (not empty families).
-NOT_SERVED = frozenset({"ratewarden_shed_decisions", "ratewarden_region_overshoot_requests"})
+NOT_SERVED = frozenset(
+    {
+        "ratewarden_shed_decisions",
+        "ratewarden_region_overshoot_requests",
+        "ratewarden_slots",
+        "ratewarden_budget_reservations",
+        "ratewarden_budget_tokens",
+        "ratewarden_idempotency_requests",
+    }
+)
 
 
 class _ServedOnly:

@@ -1,0 +1,88 @@
+"""The WSGI Idempotency-Key middleware's plumbing: its request body, its answers, and the
+response iterable that settles the key (``Recorded``), beside the middleware in ``idempotency``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from http import HTTPStatus
+from typing import Any
+
+from ratewarden.idempotency import StoredResponse
+from ratewarden.middleware._idempotency import Capture
+from ratewarden.middleware._outcome import close_wsgi
+from ratewarden.middleware._types import StartResponse
+
+__all__ = ["Recorded", "wsgi_body", "wsgi_send"]
+
+
+class Recorded:
+    """The app's response iterable, captured as it is sent. The key is settled when the
+    app has given its last chunk, before the server sends it, or on close() if the
+    response was cut short."""
+
+    def __init__(
+        self,
+        result: Iterable[bytes],
+        capture: Capture | None,
+        settle: Callable[[Capture | None], None],
+    ) -> None:
+        self._result, self._capture, self._settle_with = result, capture, settle
+        self._settled = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        # Each chunk is held back until the next one is in hand, so the key is settled
+        # before the server writes the last one: the client cannot have the whole response
+        # before it is stored (a retry sent the moment it arrives is replayed).
+        if self._capture is None:  # nothing to store: settled on close() alone
+            yield from self._result
+            return
+        held: bytes | None = None
+        for chunk in self._result:
+            self._capture.add(chunk)
+            if held is not None:
+                yield held
+            held = chunk
+        self._settle(self._capture)
+        if held is not None:
+            yield held
+
+    def close(self) -> None:
+        """Close the app's iterable (WSGI requires it) and release an unsettled key."""
+        try:
+            close_wsgi(self._result)
+        finally:
+            self._settle(None)
+
+    def _settle(self, capture: Capture | None) -> None:
+        if not self._settled:
+            self._settled = True
+            self._settle_with(capture)
+
+
+def wsgi_body(environ: dict[str, Any], limit: int) -> bytes | None:
+    stream = environ.get("wsgi.input")
+    if stream is None:
+        return b""
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    if length > limit:
+        return None
+    if length:
+        return bytes(stream.read(length))
+    if environ.get("wsgi.input_terminated"):
+        body = bytes(stream.read(limit + 1))
+        return None if len(body) > limit else body
+    return b""
+
+
+def wsgi_send(start_response: StartResponse, response: StoredResponse) -> list[bytes]:
+    try:
+        reason = HTTPStatus(response.status).phrase
+    except ValueError:
+        reason = "Unknown"
+    headers = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in response.headers]
+    start_response(f"{response.status} {reason}", headers)
+    return [response.body]
