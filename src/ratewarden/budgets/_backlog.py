@@ -11,6 +11,11 @@ while something is owed), or when ``replay`` is called.
 No I/O here; thread-safe (one lock), and bounded: at most ``max_keys`` keys are
 owed, and usage for another key beyond that is dropped and counted in
 ``dropped``.
+
+A settle the store failed owes its overrun too, and the backlog remembers which
+reservation owed it (``owe_overrun``), at most ``max_keys`` of them: a retry of
+that settle then charges none of it again, and one finding the reservation
+settled already (the failed settle ran after all) takes it back.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ class Backlog:
         #: Usage dropped because ``max_keys`` keys were already owed: (key, costs) calls.
         self.dropped = 0
         self._owed: dict[str, tuple[int, ...]] = {}
+        # Overruns owed by settles the store failed, by (key, reservation id).
+        self._overruns: dict[tuple[str, str], tuple[int, ...]] = {}
         self._lock = threading.Lock()
         self._owner: object | None = None
 
@@ -73,6 +80,54 @@ class Backlog:
             else:
                 self._owed[key] = tuple(a + b for a, b in zip(owed, costs, strict=True))
             return True
+
+    def owe_overrun(
+        self, key: str, reservation_id: str, used: tuple[int, ...], held: tuple[int, ...]
+    ) -> bool:
+        """Owe what a settle of ``reservation_id`` the store failed used (``used``) beyond
+        the reservation (``held``), remembered as that reservation's (``less_overrun``);
+        False when the backlog is full."""
+        over = tuple(max(0, u - r) for u, r in zip(used, held, strict=True))
+        if not any(over):
+            return True
+        if not self.owe(key, over):
+            return False
+        with self._lock:
+            known = self._overruns.pop((key, reservation_id), None)
+            if known is not None:
+                over = tuple(a + b for a, b in zip(known, over, strict=True))
+            elif len(self._overruns) >= self.max_keys:
+                # The oldest is forgotten: a retry of its settle would charge it again.
+                del self._overruns[next(iter(self._overruns))]
+            self._overruns[(key, reservation_id)] = over
+        return True
+
+    def less_overrun(
+        self, key: str, reservation_id: str, used: tuple[int, ...], held: tuple[int, ...]
+    ) -> tuple[int, ...]:
+        """``used`` less the overrun failed settles of ``reservation_id`` owe, down to the
+        reservation (``held``) at most: a retried settle charges none of it again, the
+        backlog charging it once."""
+        with self._lock:
+            owed = self._overruns.get((key, reservation_id))
+        if owed is None:
+            return used
+        return tuple([max(min(u, r), u - o) for u, r, o in zip(used, held, owed, strict=True)])
+
+    def overrun_done(self, key: str, reservation_id: str, *, ran: bool) -> None:
+        """A later settle of ``reservation_id`` reached the store: forget its overrun, and
+        when the reservation was found settled already (``ran``: a failed settle ran after
+        all, and charged it) take back what ``key`` still owes of it."""
+        with self._lock:
+            over = self._overruns.pop((key, reservation_id), None)
+            owed = self._owed.get(key)
+            if not ran or over is None or owed is None:
+                return
+            left = tuple(max(0, a - b) for a, b in zip(owed, over, strict=True))
+            if any(left):
+                self._owed[key] = left
+            else:
+                del self._owed[key]
 
     def take(self, key: str) -> tuple[int, ...] | None:
         """What ``key`` owes, no longer owed (``owe`` it back if paying it fails)."""

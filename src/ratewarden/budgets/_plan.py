@@ -17,6 +17,7 @@ from ratewarden.algorithms import gcra, gcra_multi
 from ratewarden.budgets._backlog import Backlog
 from ratewarden.budgets._twins import L, OverStore, S
 from ratewarden.budgets._values import (
+    BUILTIN_AXES,
     MAX_AXES,
     AxisState,
     BudgetDecision,
@@ -24,12 +25,13 @@ from ratewarden.budgets._values import (
     Reservation,
     Settlement,
     Usage,
+    check_axis_name,
     check_count,
     check_reservation,
     check_seconds_us,
     us_to_s,
 )
-from ratewarden.checks import check_id, check_name, keywords_checked
+from ratewarden.checks import check_id, keywords_checked
 from ratewarden.errors import ConfigurationError, StorageUnavailableError
 from ratewarden.limiter import Flow, Op, axis_key, record_key
 from ratewarden.rate import Rate
@@ -73,7 +75,7 @@ class _BudgetBase(OverStore[S, L]):
             raise ConfigurationError(f"a budget has at most {MAX_AXES} axes, not {len(limits)}")
         axes: list[tuple[str, Rate]] = []
         for name, given in limits.items():
-            check_name("axis", name)
+            check_axis_name(type(self).__name__, name)
             rate = Rate.parse(given) if isinstance(given, str) else given
             if not isinstance(rate, Rate):
                 raise ConfigurationError(f"axis {name!r}: {rate!r} is not a Rate or '100/minute'")
@@ -164,20 +166,32 @@ class _BudgetBase(OverStore[S, L]):
         return (yield from self.settle_usage_flow(reservation, actual))
 
     def settle_usage_flow(self, reservation: Reservation, actual: Usage) -> Flow[Settlement]:
-        """``settle`` with an explicit ``Usage``."""
+        """``settle`` with an explicit ``Usage``.
+
+        With a backlog, the overrun of a settle the store failed is owed; a later settle
+        of the same reservation (a retry) charges none of that overrun again, and one
+        that finds the reservation already settled (the failed settle ran after all)
+        takes back what is still owed of it.
+        """
         check_reservation(reservation)
+        if not isinstance(actual, Usage):
+            raise ConfigurationError(f"settle needs the actual Usage, not {actual!r}")
+        key, rid, backlog = reservation.key, reservation.reservation_id, self.backlog
+        costs = self._costs(actual)
+        if backlog is not None:
+            costs = backlog.less_overrun(key, rid, costs, reservation.costs)
         try:
-            return (
-                yield from self.settle_id_flow(reservation.key, reservation.reservation_id, actual)
-            )
+            settled = yield from self._settle_costs_flow(key, rid, costs)
         except StorageUnavailableError:
-            # The reservation stays charged until its record expires; what was used beyond
-            # it (an overrun) is owed, as a charge the store could not take would be.
-            if self.backlog is not None:
-                overrun = self._costs(actual)
-                over = tuple(max(0, u - r) for u, r in zip(overrun, reservation.costs, strict=True))
-                self.backlog.owe(reservation.key, over)
+            # The reservation stays charged (its charge drains by time, as any does; a later
+            # settle can refund it while its record lasts); what was used beyond it (an
+            # overrun) is owed, as a charge the store could not take would be.
+            if backlog is not None:
+                backlog.owe_overrun(key, rid, costs, reservation.costs)
             raise
+        if backlog is not None:
+            backlog.overrun_done(key, rid, ran=settled.status == "already-settled")
+        return settled
 
     def cancel_flow(self, reservation: Reservation) -> Flow[Settlement]:
         """Give the whole reservation back (the request was never sent)."""
@@ -191,8 +205,13 @@ class _BudgetBase(OverStore[S, L]):
         """
         if not isinstance(actual, Usage):
             raise ConfigurationError(f"settle needs the actual Usage, not {actual!r}")
+        return (yield from self._settle_costs_flow(key, reservation_id, self._costs(actual)))
+
+    def _settle_costs_flow(
+        self, key: str, reservation_id: str, costs: tuple[int, ...]
+    ) -> Flow[Settlement]:
         keys = self._keys(key, check_id("reservation id", reservation_id))
-        reply = yield from self.limiter.apply_flow(self._op("settle", keys, self._costs(actual)))
+        reply = yield from self.limiter.apply_flow(self._op("settle", keys, costs))
         m = len(self.axes)
         refunded = {name: reply[2 + i] for i, (name, _) in enumerate(self.axes)}
         return Settlement(_SETTLED[reply[1]], refunded, self._decision(reply, 2 + m, (0,) * m))
@@ -219,6 +238,8 @@ class _BudgetBase(OverStore[S, L]):
                 backlog.owe(key, costs)
             raise
         except BaseException:  # cancelled, say: what was owed stays owed
+            # (When the store ran the script all the same, that is paid twice, as it is
+            # when the reply timed out: the store cannot say whether it ran it.)
             if backlog is not None and owed is not None:
                 backlog.owe(key, owed)
             raise
@@ -287,6 +308,16 @@ class _BudgetBase(OverStore[S, L]):
             raise
         return True
 
+    def holds_flow(self, key: str, reservation_id: str) -> Flow[bool]:
+        """Whether the reservation ``reservation_id`` of ``key`` is open (reserved, not yet
+        settled or expired), charging nothing: a reserve one unit over the first axis'
+        burst, which can never be admitted (it writes nothing) and answers "already
+        reserved" exactly when the record is open."""
+        never = (self._params[0][2] + 1,) + (0,) * (len(self.axes) - 1)
+        keys = self._keys(key, check_id("reservation id", reservation_id))
+        reply = yield from self.limiter.apply_flow(self._op("reserve", keys, never))
+        return bool(reply[2] == 2)
+
     # --- planning -----------------------------------------------------------------------
 
     def _actual(
@@ -302,6 +333,10 @@ class _BudgetBase(OverStore[S, L]):
         if units is None:
             units = dict(reservation.estimate.units)
         return Usage.of(used_input, output_tokens, 1, units)
+
+    def _unused(self) -> Usage:
+        """No usage on any axis: ``settle_id`` with it cancels a reservation by id."""
+        return Usage(0, 0, 0, tuple((n, 0) for n, _ in self.axes if n not in BUILTIN_AXES))
 
     @staticmethod
     def _nothing(reservation: Reservation) -> Usage:

@@ -5,7 +5,10 @@ different keys, so on a Redis Cluster they are in different slots and cannot
 share one script. The router therefore reserves in steps, tenant first, and
 undoes the steps that must not stand: when no upstream has room (or the store
 fails part-way), the tenant's reservation is cancelled by id, which refunds it
-exactly. Upstreams that deny charge nothing (a denial writes nothing).
+exactly. Upstreams that deny charge nothing (a denial writes nothing). A retry
+under the id of a route still held goes back to the upstream holding it. An
+``AsyncBudgetRouter.reserve`` that is cancelled cancels, by id, what it charged
+(and what a call in flight may have charged) before its CancelledError goes on.
 
 The route is written once, as a flow (``_RouterBase``) whose every step is one
 call of a budget's own method: each budget runs it on its own limiter (the
@@ -17,6 +20,7 @@ drive them with the core's blocking and asyncio drivers.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import math
 import uuid
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from ratewarden.budgets._budget import AsyncTokenBudget, TokenBudget
-from ratewarden.budgets._twins import a_kind
+from ratewarden.budgets._twins import a_kind, undo_cancelled
 from ratewarden.budgets._values import Reservation, Settlement
 from ratewarden.checks import check_id, init_checked, keywords_checked
 from ratewarden.errors import ConfigurationError
@@ -92,6 +96,23 @@ def _call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Flow[Any]:
     return reply
 
 
+def _reserve(charged: list[Account], account: Account, request: dict[str, Any]) -> Flow[Any]:
+    """``account``'s reserve, in ``charged`` while in flight and after, when it charged."""
+    charged.append(account)
+    found = yield from _call(account.budget.reserve, account.key, **request)
+    if not found.allowed or found.replayed:
+        charged.remove(account)  # it charged nothing (a retry's is the first call's)
+    return found
+
+
+async def _cancel_all(charged: Sequence[Account], rid: str) -> None:
+    """Cancel reservation ``rid`` of each account, side by side (each on its own store)."""
+    calls: list[Any] = [a.budget.settle_id(a.key, rid, a.budget._unused()) for a in charged]
+    for result in await asyncio.gather(*calls, return_exceptions=True):
+        if isinstance(result, BaseException):
+            raise result
+
+
 class _RouterBase:
     #: The budgets a shell drives (``TokenBudget`` or ``AsyncTokenBudget``), and the other shell.
     _budget: ClassVar[type[TokenBudget] | type[AsyncTokenBudget]]
@@ -143,7 +164,33 @@ class _RouterBase:
         prefer: Sequence[str] | None = None,
     ) -> Flow[Route]:
         """Tenant first, then each upstream in order (``prefer`` reorders them for this call);
-        the tenant is refunded when none fits."""
+        the tenant is refunded when none fits. A retry under the id of a route still held
+        gets that route's upstream again, charging nothing."""
+        return (
+            yield from self._route_flow(
+                [],
+                input_tokens,
+                max_output_tokens,
+                tenant_key=tenant_key,
+                units=units,
+                reservation_id=reservation_id,
+                prefer=prefer,
+            )
+        )
+
+    def _route_flow(
+        self,
+        charged: list[Account],
+        input_tokens: int,
+        max_output_tokens: int | None = None,
+        *,
+        tenant_key: str | None = None,
+        units: Mapping[str, int] | None = None,
+        reservation_id: str | None = None,
+        prefer: Sequence[str] | None = None,
+    ) -> Flow[Route]:
+        """``reserve_flow``, keeping in ``charged`` the accounts this call charged (or whose
+        call is in flight, and so may have): what a cancelled call must cancel by id."""
         tenant = self.tenant
         if tenant is not None and tenant_key is not None:
             tenant = Account(tenant.name, tenant.budget, tenant_key)
@@ -158,24 +205,34 @@ class _RouterBase:
         upstreams = self._order(prefer)
         held: Reservation | None = None
         if tenant is not None:
-            held = yield from _call(tenant.budget.reserve, tenant.key, **request)
-            assert held is not None
+            held = yield from _reserve(charged, tenant, request)
             if not held.allowed:
                 return Route(False, None, held, None, held.decision.retry_after, "tenant")
         waits = []
         try:
+            # A retry (the tenant's reservation replayed, or no tenant and the caller's id)
+            # goes to the upstream still holding that id, not to the first with room now,
+            # which would charge a second upstream and leave the first charged.
+            retry = held.replayed if held is not None else reservation_id is not None
+            if retry:
+                for upstream in upstreams:
+                    if (yield from _call(upstream.budget._holds, upstream.key, rid)):
+                        found = yield from _reserve(charged, upstream, request)
+                        if found.allowed:
+                            return Route(True, upstream.name, held, found, 0.0)
             for upstream in upstreams:
-                found = yield from _call(upstream.budget.reserve, upstream.key, **request)
+                found = yield from _reserve(charged, upstream, request)
                 if found.allowed:
                     return Route(True, upstream.name, held, found, 0.0)
                 waits.append(found.decision.retry_after)
         except Exception:
             # A store failure part-way: give the tenant's reservation back, then report it.
-            if tenant is not None:
+            if tenant is not None and held is not None:
                 yield from _call(tenant.budget.cancel, held)
             raise
-        if tenant is not None:
+        if tenant is not None and held is not None:
             yield from _call(tenant.budget.cancel, held)
+            charged.clear()
         return Route(False, None, held, None, min(waits, default=math.inf), "upstreams")
 
     def settle_flow(
@@ -230,8 +287,38 @@ class AsyncBudgetRouter(_RouterBase):
 
     _budget = AsyncTokenBudget
     _twin = "BudgetRouter"
-    reserve = awaiting(_RouterBase.reserve_flow)
     settle = awaiting(_RouterBase.settle_flow)
+
+    async def reserve(
+        self,
+        input_tokens: int,
+        max_output_tokens: int | None = None,
+        *,
+        tenant_key: str | None = None,
+        units: Mapping[str, int] | None = None,
+        reservation_id: str | None = None,
+        prefer: Sequence[str] | None = None,
+    ) -> Route:
+        """``BudgetRouter.reserve``, awaited. Cancelled part-way (``wait_for``, a client
+        gone), it cancels by id what it charged, and what a call in flight may have, before
+        the CancelledError goes on (waiting at most ``UNDO_WAIT`` seconds for the stores)."""
+        rid = uuid.uuid4().hex if reservation_id is None else reservation_id
+        charged: list[Account] = []
+        flow = self._route_flow(
+            charged,
+            input_tokens,
+            max_output_tokens,
+            tenant_key=tenant_key,
+            units=units,
+            reservation_id=rid,
+            prefer=prefer,
+        )
+        try:
+            return await self.run(flow)
+        except asyncio.CancelledError:
+            if charged:
+                await undo_cancelled(f"route {rid!r}", _cancel_all(list(charged), rid))
+            raise
 
     async def run(self, flow: Flow[T]) -> T:
         """Drive ``flow``, each budget's call awaited."""

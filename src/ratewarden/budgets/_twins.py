@@ -9,18 +9,31 @@ call ``run``. ``Driven`` is that ``run``: the limiter's own, so a shell over a
 (``_driver``: ``Limiter`` or ``AsyncLimiter``, named once per shell). ``check_limiter``
 refuses, at construction, a limiter of the other twin: a blocking shell over an
 ``AsyncLimiter`` would hand back un-awaited coroutines, and an asyncio one over a
-``Limiter`` would fail at its first ``await``.
+``Limiter`` would fail at its first ``await``. ``undo_cancelled`` runs what a
+cancelled asyncio call must take back (a reservation its script may have made).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine
 from typing import Any, ClassVar, Generic, TypeVar
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import AsyncLimiter, Flow, Limiter
 
-__all__ = ["Driven", "OverStore", "a_kind", "check_limiter"]
+__all__ = ["UNDO_WAIT", "Driven", "OverStore", "a_kind", "check_limiter", "undo_cancelled"]
+
+log = logging.getLogger("ratewarden.budgets")
+
+#: Seconds a cancelled call waits for its undo before its CancelledError goes on; the
+#: undo itself runs on (bounded by the store's own timeout).
+UNDO_WAIT = 2.0
+
+# Undos still running after their caller went on: kept here so they are not collected.
+_UNDOING: set[asyncio.Future[Any]] = set()
 
 #: The store a shell takes: ``Store`` or ``AsyncStore``.
 S = TypeVar("S")
@@ -66,6 +79,32 @@ def check_limiter(owner: str, limiter: object, *, awaited: bool, twin: str) -> N
     )
 
 
+async def undo_cancelled(what: str, undo: Coroutine[Any, Any, Any]) -> None:
+    """Run ``undo`` for a call being cancelled: shielded (a second cancel, as ``wait_for``
+    and task groups send, does not stop it part-way) and waited for at most ``UNDO_WAIT``
+    seconds, so a hung store cannot hold the cancellation up for long. What it raises is
+    logged (``what`` says what was being undone), not raised: the caller's CancelledError
+    goes on either way."""
+    task = asyncio.ensure_future(undo)
+    _UNDOING.add(task)
+    task.add_done_callback(lambda done: _undone(what, done))
+    # Cancelled again, timed out or failed: it goes on, and is logged when done.
+    with contextlib.suppress(BaseException):
+        await asyncio.wait_for(asyncio.shield(task), UNDO_WAIT)
+
+
+def _undone(what: str, task: asyncio.Future[Any]) -> None:
+    _UNDOING.discard(task)
+    error = None if task.cancelled() else task.exception()
+    if task.cancelled() or error is not None:
+        log.warning(
+            "could not undo %s after a cancelled call: %r (it is given back by time)",
+            what,
+            error,
+            extra={"event": "budget_undo_failed"},
+        )
+
+
 class OverStore(Driven[L], Generic[S, L]):
     """A twin over the store it is given: ``limiter`` is a plain ``_driver(store)``."""
 
@@ -85,4 +124,17 @@ class OverStore(Driven[L], Generic[S, L]):
                 f"({memory.replace('Memory', 'Redis')}.from_url(url))"
             )
         self.store: S = store
-        self.limiter = type(self)._driver(store)
+        try:
+            self.limiter = type(self)._driver(store)
+        except ConfigurationError as error:
+            raise ConfigurationError(_named(type(self).__name__, str(error))) from None
+
+
+def _named(owner: str, message: str) -> str:
+    """The limiter's refusal of ``store`` said by ``owner`` (the class the caller built,
+    naming its twin): the caller never built a ``Limiter``."""
+    mine, other = ("asyncio", "blocking") if owner.startswith("Async") else ("blocking", "asyncio")
+    twin = owner.removeprefix("Async") if mine == "asyncio" else f"Async{owner}"
+    _, _, said = message.partition(": ")
+    said = said.replace(f"the {mine} twin", owner).replace(f"the {other} twin", twin)
+    return f"{owner}: {said}"

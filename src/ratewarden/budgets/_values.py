@@ -5,6 +5,7 @@ constructor, so no path takes a bad one).
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ __all__ = [
     "Reservation",
     "Settlement",
     "Usage",
+    "check_axis_name",
     "check_count",
     "check_reservation",
     "check_seconds_us",
@@ -41,6 +43,21 @@ MAX_AXES = 16
 #: integer or out of range") where the memory store took it, and ``now + ttl`` in
 #: microseconds stays exact in the scripts' doubles.
 MAX_SECONDS = 365 * 86_400
+
+
+def check_axis_name(owner: str, name: object) -> None:
+    """An axis name: a custom unit's, or an understood one's, but not one spelt almost as an
+    understood one (``token``): taken as a custom unit, that would fail only at the first
+    reserve, asking for ``units=``."""
+    check_name("axis", name)
+    assert isinstance(name, str)
+    close = difflib.get_close_matches(name, BUILTIN_AXES, n=1, cutoff=0.85)
+    if close and name not in BUILTIN_AXES:
+        raise ConfigurationError(
+            f"{owner}: axis {name!r}: did you mean {close[0]!r}? The understood axes are "
+            f"{', '.join(BUILTIN_AXES)}; another name is a custom unit, and one this close "
+            "to them is taken for a typo"
+        )
 
 
 def check_count(what: str, value: object) -> int:
