@@ -24,7 +24,10 @@ Two shedders use it:
   the slots are in use, and critical can always use the last 20 %. The slot is
   the limiter's (``acquire_slot_flow``); the twins are made of the flows.
   ``acquire`` gives a ``ShedAcquired``: the pair ``(decision, lease)``, true only
-  when the request was admitted.
+  when the request was admitted. Its lease id is made before the acquire is sent,
+  so an acquire cancelled (or interrupted) while the store decides gives the slot
+  back by id, as ``held_slot``'s does (``_slots``): else it would stay held by
+  nobody for a whole TTL, and count as load.
 """
 
 from __future__ import annotations
@@ -32,14 +35,30 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
+from ratewarden.budgets._slots import (
+    areleased_after,
+    given_back_if_cancelled,
+    given_back_if_interrupted,
+    release_by_id,
+    released_after,
+)
 from ratewarden.budgets._twins import Driven, L, check_limiter
 from ratewarden.checks import keywords_checked
 from ratewarden.errors import ConfigurationError
-from ratewarden.limiter import AsyncLimiter, Flow, Lease, Limiter, awaiting, blocking
+from ratewarden.limiter import (
+    AsyncLimiter,
+    Flow,
+    Lease,
+    Limiter,
+    awaiting,
+    blocking,
+    lease_ttl_us,
+)
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -237,6 +256,10 @@ class _FleetBase(Driven[L]):
         if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < math.inf:
             # Refused now, not at the first acquire.
             raise ConfigurationError(f"{owner} ttl {ttl!r} must be a positive number of seconds")
+        try:
+            lease_ttl_us(ttl)  # 1 ms to a year, as any slot lease
+        except ConfigurationError as error:
+            raise ConfigurationError(f"{owner} ttl: {error}") from None
         self.limiter = limiter
         self.key = key
         self.capacity = capacity
@@ -252,13 +275,17 @@ class _FleetBase(Driven[L]):
     def _limit(self, ceiling: float) -> int:
         return math.floor(ceiling * self.capacity + 1e-9)
 
-    def acquire_flow(self, traffic_class: str) -> Flow[ShedAcquired]:
+    def acquire_flow(
+        self, traffic_class: str, *, lease_id: str | None = None
+    ) -> Flow[ShedAcquired]:
         """Take one in-flight slot if ``traffic_class`` is under its ceiling; release it later.
 
         The answer is a ``ShedAcquired``: ``(decision, lease)``, true only when admitted."""
         ceiling = self.policy.ceiling(traffic_class)  # unknown classes are errors
         limit = self.limits[traffic_class]
-        lease = yield from self.limiter.acquire_slot_flow(self.key, limit, slots=1, ttl=self.ttl)
+        lease = yield from self.limiter.acquire_slot_flow(
+            self.key, limit, slots=1, ttl=self.ttl, lease_id=lease_id
+        )
         # In use as the class's limit sees it: exact when granted, and at least
         # the class's limit when denied (the store reports no room below zero).
         utilization = (lease.limit - lease.decision.remaining) / self.capacity
@@ -283,17 +310,30 @@ class FleetShedder(_FleetBase[Limiter]):
 
     _awaited = False
     _twin = "AsyncFleetShedder"
-    acquire = blocking(_FleetBase.acquire_flow)
     release = blocking(_FleetBase.release_flow)
+
+    def acquire(self, traffic_class: str) -> ShedAcquired:
+        """Take one in-flight slot if ``traffic_class`` is under its ceiling; release it later.
+
+        The answer is a ``ShedAcquired``: ``(decision, lease)``, true only when admitted. A
+        KeyboardInterrupt while the store decides gives the slot back before it goes on."""
+        lease_id = uuid.uuid4().hex
+        return given_back_if_interrupted(
+            lambda: self.limiter.run(self.acquire_flow(traffic_class, lease_id=lease_id)),
+            lambda: self.limiter.run(release_by_id(self.limiter, self.key, lease_id)),
+        )
 
     @contextlib.contextmanager
     def slot(self, traffic_class: str) -> Iterator[ShedDecision]:
-        """``with shedder.slot("normal") as decision:`` — released on exit when granted."""
+        """``with shedder.slot("normal") as decision:`` — released on exit when granted. If
+        the block raised and the release fails too, the block's exception goes on (noted)."""
         decision, lease = self.acquire(traffic_class)
         try:
             yield decision
-        finally:
-            self.release(lease)
+        except BaseException as raised:
+            released_after("FleetShedder.slot", raised, lambda: self.release(lease))
+            raise
+        self.release(lease)
 
 
 class AsyncFleetShedder(_FleetBase[AsyncLimiter]):
@@ -301,14 +341,25 @@ class AsyncFleetShedder(_FleetBase[AsyncLimiter]):
 
     _awaited = True
     _twin = "FleetShedder"
-    acquire = awaiting(_FleetBase.acquire_flow)
     release = awaiting(_FleetBase.release_flow)
+
+    async def acquire(self, traffic_class: str) -> ShedAcquired:
+        """See ``FleetShedder.acquire``: an acquire cancelled while the store decides gives
+        its slot back by id (shielded, waited for a bounded time) before it goes on."""
+        lease_id = uuid.uuid4().hex
+        return await given_back_if_cancelled(
+            self.limiter.run(self.acquire_flow(traffic_class, lease_id=lease_id)),
+            lambda: self.limiter.run(release_by_id(self.limiter, self.key, lease_id)),
+            f"the fleet shedder slot on {self.key!r} that a cancelled acquire was taking",
+        )
 
     @contextlib.asynccontextmanager
     async def slot(self, traffic_class: str) -> AsyncIterator[ShedDecision]:
-        """See ``FleetShedder.slot``."""
+        """See ``FleetShedder.slot``; a cancelled block's release is shielded."""
         decision, lease = await self.acquire(traffic_class)
         try:
             yield decision
-        finally:
-            await self.release(lease)
+        except BaseException as raised:
+            await areleased_after("AsyncFleetShedder.slot", raised, lambda: self.release(lease))
+            raise
+        await self.release(lease)

@@ -9,7 +9,12 @@ from ratewarden.checks import MAX_LEASE_SECONDS
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 
-__all__ = ["Lease", "lease_ttl_us"]
+__all__ = ["MIN_LEASE_SECONDS", "Lease", "lease_ttl_us"]
+
+#: The shortest slot lease, in seconds: a lease must outlive the store's round trip that
+#: grants it, and anything shorter is a unit mistake (microseconds or nanoseconds given as
+#: seconds) that lapses before its holder hears it was granted.
+MIN_LEASE_SECONDS = 0.001
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,12 +37,18 @@ class Lease:
 
 
 def lease_ttl_us(ttl: float) -> int:
-    """A slot lease's ttl in whole microseconds (rounded up); raises on a bad value."""
+    """A slot lease's ttl in whole microseconds (rounded up); raises on a bad value (not a
+    number of seconds from ``MIN_LEASE_SECONDS`` to ``MAX_LEASE_SECONDS``)."""
     if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < math.inf:
         raise ConfigurationError(f"lease ttl {ttl!r} must be a positive number of seconds")
+    if ttl < MIN_LEASE_SECONDS:
+        raise ConfigurationError(
+            f"lease ttl {ttl!r} is too short: at least {MIN_LEASE_SECONDS} s (1 ms); a shorter "
+            "lease lapses before its holder hears it was granted"
+        )
     if ttl > MAX_LEASE_SECONDS:
         raise ConfigurationError(
             f"lease ttl {ttl!r} is too long: at most {MAX_LEASE_SECONDS:,} seconds (365 days); "
             "a crashed holder's slots come back only after it, so renew long work instead"
         )
-    return max(1, math.ceil(ttl * 1_000_000))
+    return math.ceil(ttl * 1_000_000)
