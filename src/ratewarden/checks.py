@@ -14,7 +14,7 @@ import inspect
 import math
 import re
 from collections.abc import Callable, Collection, Sequence
-from typing import NoReturn, ParamSpec, TypeGuard, TypeVar
+from typing import Any, NoReturn, ParamSpec, TypeGuard, TypeVar
 
 from ratewarden.deprecation import UNSET
 from ratewarden.errors import ConfigurationError
@@ -33,6 +33,7 @@ __all__ = [
     "check_rates",
     "check_slot_count",
     "check_slot_request",
+    "named_for",
     "is_number",
     "init_checked",
     "keywords_checked",
@@ -246,9 +247,26 @@ def keywords_checked(init: Callable[P, None]) -> Callable[P, None]:
             refuse_unknown(type(args[0]).__name__, kwargs, takes)
         if len(args) > len(positional) + 1:
             _refuse_positional(type(args[0]).__name__, len(args) - 1, positional, by_keyword)
-        init(*args, **kwargs)
+        try:
+            init(*args, **kwargs)
+        except TypeError as exc:
+            renamed = named_for(exc, init, f"{type(args[0]).__name__}()")
+            if renamed is None:
+                raise
+            raise renamed from None
 
     return checked
+
+
+def named_for(error: TypeError, function: Callable[..., Any], public: str) -> TypeError | None:
+    """Python's TypeError for a missing argument of ``function`` (``_BudgetBase.__init__()
+    missing 1 required positional argument: 'store'``) naming ``public`` instead
+    (``TokenBudget()``), or None when ``error`` is not that one (raised inside, say)."""
+    message = str(error)
+    private = f"{function.__qualname__}() missing "
+    if not message.startswith(private):
+        return None
+    return TypeError(f"{public} missing {message.removeprefix(private)}")
 
 
 def init_checked(cls: C) -> C:

@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager, contextmanager
 from types import MethodType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from ratewarden.checks import refuse_unknown
+from ratewarden.checks import named_for, refuse_unknown
 from ratewarden.decision import Decision
 from ratewarden.deprecation import renamed
 from ratewarden.errors import ConfigurationError
@@ -42,9 +42,12 @@ def blocking(flow: Callable[Concatenate[Any, P], Flow[T]]) -> Callable[Concatena
     def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
         try:
             started = flow(self, *args, **kwargs)
-        except TypeError:
+        except TypeError as exc:
             _refuse_arguments(self, flow, args, kwargs)
-            raise
+            renamed = named_for(exc, flow, f"{_public(self, flow)}()")
+            if renamed is None:
+                raise
+            raise renamed from None
         result: T = self.run(started)
         return result
 
@@ -60,9 +63,12 @@ def awaiting(
     async def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
         try:
             started = flow(self, *args, **kwargs)
-        except TypeError:
+        except TypeError as exc:
             _refuse_arguments(self, flow, args, kwargs)
-            raise
+            renamed = named_for(exc, flow, f"{_public(self, flow)}()")
+            if renamed is None:
+                raise
+            raise renamed from None
         result: T = await self.run(started)
         return result
 
@@ -76,10 +82,11 @@ def _refuse_arguments(
     """A ConfigurationError naming the public method for a keyword ``flow`` does not take or
     too many positional arguments, as ``checks.keywords_checked`` does for constructors
     (Python's TypeError names the private flow: ``Operations.peek_flow() got an unexpected
-    keyword argument 'cost'``); nothing otherwise (a missing argument stays Python's)."""
+    keyword argument 'cost'``); nothing otherwise (a missing argument stays Python's
+    TypeError, renamed by the caller with ``checks.named_for``)."""
     params = list(inspect.signature(flow).parameters.values())[1:]
     takes = [p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    name = f"{type(self).__name__}.{flow.__name__.removesuffix('_flow')}"
+    name = _public(self, flow)
     if "cost" in kwargs and "cost" not in takes:
         raise ConfigurationError(
             f"{name}: unknown keyword 'cost'; it consumes nothing (a hit of cost 0), so a cost "
@@ -93,6 +100,11 @@ def _refuse_arguments(
             f"{len(positional)} ({', '.join(p.name for p in positional)})"
             + ("; give the rest by keyword" if len(takes) > len(positional) else "")
         )
+
+
+def _public(self: Any, flow: Callable[..., Any]) -> str:
+    """The public method a flow is called as: ``TokenBudget.settle``."""
+    return f"{type(self).__name__}.{flow.__name__.removesuffix('_flow')}"
 
 
 def _named(method: Any, flow: Callable[..., Any], *, coroutine: bool = False) -> None:
