@@ -67,17 +67,6 @@ def slots(registry: CollectorRegistry, rule: str = "inflight") -> dict[str, floa
     return {outcome: value for outcome, value in found.items() if value}
 
 
-def spec_2_4(app: Any) -> Any:
-    """``app`` given the scope's ASGI spec_version 2.4, as uvicorn gives it: Starlette then
-    streams without listening for a disconnect, which httpx's in-process transport sends as
-    soon as the last body message is out (and which would cancel the release after it)."""
-
-    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
-        await app({**scope, "asgi": {"version": "3.0", "spec_version": "2.4"}}, receive, send)
-
-    return wrapped
-
-
 def app_with(
     limiter: AsyncLimiter,
     metrics: PrometheusMetrics,
@@ -142,7 +131,7 @@ async def test_asgi_renewals_while_streaming_are_renewed_then_lapsed() -> None:
         ttl=3,
         clock=clock,
     )
-    async with client_for(spec_2_4(app)) as client:
+    async with client_for(app) as client:
         assert (await client.get("/stream")).content == b"xxx"
     assert slots(registry) == {"acquired": 1, "renewed": 1, "lapsed": 1, "released": 1}
 
@@ -167,7 +156,7 @@ async def test_asgi_a_store_failing_mid_stream_counts_renew_and_release_failed(
     app, _, _ = app_with(
         AsyncLimiter(store), PrometheusMetrics(registry), between, ttl=3, clock=clock
     )
-    async with client_for(spec_2_4(app)) as client:
+    async with client_for(app) as client:
         assert (await client.get("/stream")).content == b"xxx"
         assert (await client.get("/")).status_code == 200  # open: the app runs, no slot
     assert slots(registry) == {"acquired": 1, "renew_failed": 1, "release_failed": 1}

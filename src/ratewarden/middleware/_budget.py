@@ -43,6 +43,7 @@ from ratewarden.middleware._identity import ANONYMOUS, KeyFunc
 from ratewarden.middleware._outcome import Outcome, close_wsgi, encoded, refusal
 from ratewarden.middleware._request import RequestInfo
 from ratewarden.middleware._rules import Selection, check_name
+from ratewarden.middleware._shielded import to_the_end
 
 __all__ = [
     "ActualFunc",
@@ -349,6 +350,6 @@ async def settled_chunks(
     try:
         async for chunk in chunks:
             yield chunk
-        await budget.run(settling.settle_flow(settling.actual_usage()))
+        await to_the_end(budget.run(settling.settle_flow(settling.actual_usage())))
     finally:
-        await budget.run(settling.settle_flow(None))
+        await to_the_end(budget.run(settling.settle_flow(None)))

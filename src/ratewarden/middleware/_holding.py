@@ -18,7 +18,10 @@ runs; from there on they do the same thing, written here once:
   once per third of its TTL: no background task, no extra store call for short
   responses.
 
-A failed release or renewal is logged, not raised: the slot's TTL frees it. Each
+An awaited release or renewal is not cut short when the task it runs in is cancelled
+(the client went away, or Starlette's ``StreamingResponse`` stopped listening once
+the response was complete): it runs to its end, then the cancellation goes on
+(``_shielded``). A failed release or renewal is logged, not raised: the slot's TTL frees it. Each
 release and renewal, done or failed, goes to the ``Held``'s ``count`` (the concurrency
 middleware's ``Metrics.slot``: ``released``, ``release_failed``, ``renewed``,
 ``renew_failed``, ``lapsed``).
@@ -35,6 +38,7 @@ from ratewarden.clock import Clock
 from ratewarden.errors import StorageError
 from ratewarden.limiter import Lease
 from ratewarden.middleware._outcome import close_wsgi
+from ratewarden.middleware._shielded import to_the_end
 from ratewarden.middleware._types import (
     ASGIApp,
     Message,
@@ -156,11 +160,15 @@ def release(held: Held, slots: Slots) -> None:
 
 
 async def arelease(held: Held, slots: AsyncSlots) -> None:
-    """``release``, awaited."""
+    """``release``, awaited to its end even when the caller is cancelled (see the module)."""
     if held.take_release():
-        with _tolerated("release", held, "release_failed"):
-            await slots.release_slot(held.lease)
-            held.count("released")
+        await to_the_end(_arelease(held, slots))
+
+
+async def _arelease(held: Held, slots: AsyncSlots) -> None:
+    with _tolerated("release", held, "release_failed"):
+        await slots.release_slot(held.lease)
+        held.count("released")
 
 
 def renew(held: Held, slots: Slots) -> None:
@@ -171,10 +179,14 @@ def renew(held: Held, slots: Slots) -> None:
 
 
 async def arenew(held: Held, slots: AsyncSlots) -> None:
-    """``renew``, awaited."""
+    """``renew``, awaited to its end even when the caller is cancelled (see the module)."""
     if held.renewal_due():
-        with _tolerated("renewal", held, "renew_failed"):
-            _renewed(held, await slots.renew_slot(held.lease))
+        await to_the_end(_arenew(held, slots))
+
+
+async def _arenew(held: Held, slots: AsyncSlots) -> None:
+    with _tolerated("renewal", held, "renew_failed"):
+        _renewed(held, await slots.renew_slot(held.lease))
 
 
 async def hold_asgi(

@@ -64,6 +64,7 @@ from ratewarden.middleware._request import (
     read_body,
     replay,
 )
+from ratewarden.middleware._shielded import to_the_end
 from ratewarden.middleware._types import (
     ASGIApp,
     Message,
@@ -138,7 +139,7 @@ class TokenBudgetMiddleware(TokenBudgetBase[ASGIApp, AsyncTokenBudget, bytes]):
         try:
             await self.app(scope, receive, self._wrap(send, settling))
         finally:
-            await self.budget.run(settling.settle_flow(None))
+            await to_the_end(self.budget.run(settling.settle_flow(None)))
 
     def _wrap(self, send: Send, settling: Settling[bytes]) -> Send:
         async def send_settling(message: Message) -> None:
@@ -147,11 +148,11 @@ class TokenBudgetMiddleware(TokenBudgetBase[ASGIApp, AsyncTokenBudget, bytes]):
                 headers = message.get("headers", ())
                 used = settling.started(headers)
                 if used is not None:
-                    await self.budget.run(settling.settle_flow(used))
+                    await to_the_end(self.budget.run(settling.settle_flow(used)))
                 message = {**message, "headers": [*headers, *self.headers_of(settling.decision)]}
             await send(message)
             if kind == "http.response.body" and not message.get("more_body", False):
-                await self.budget.run(settling.settle_flow(settling.actual_usage()))
+                await to_the_end(self.budget.run(settling.settle_flow(settling.actual_usage())))
 
         return send_settling
 

@@ -62,6 +62,7 @@ from ratewarden.middleware._idempotency import (
 )
 from ratewarden.middleware._idempotency_wsgi import Recorded, wsgi_body, wsgi_send
 from ratewarden.middleware._request import ClientGoneError, read_body, replay, route_path
+from ratewarden.middleware._shielded import to_the_end
 from ratewarden.middleware._types import (
     ASGIApp,
     Message,
@@ -199,7 +200,7 @@ class IdempotencyMiddleware(_Idempotency):
                 # The SET may land after all (held up in a paused server): give its lock
                 # back once the answer is out, or the key stays locked for lock_ttl.
                 with policy.tolerated():
-                    await self.store.release(pending.record, pending.token)
+                    await to_the_end(self.store.release(pending.record, pending.token))
 
     async def _run(
         self, scope: Scope, receive: Receive, send: Send, record: str, token: str
@@ -212,14 +213,7 @@ class IdempotencyMiddleware(_Idempotency):
             if settled:
                 return
             settled = True
-            response = self.policy.to_store(done)
-            with self.policy.tolerated():
-                if response is not None:
-                    self.policy.lost(
-                        await self.store.complete(record, token, response, self.policy.ttl)
-                    )
-                else:
-                    await self.store.release(record, token)
+            await to_the_end(self._settle(record, token, done))
 
         async def capturing_send(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -237,6 +231,17 @@ class IdempotencyMiddleware(_Idempotency):
             await self.app(scope, receive, capturing_send)
         finally:
             await settle(None)
+
+    async def _settle(self, record: str, token: str, done: Capture | None) -> None:
+        """Store the response ``done`` captured for retries, or give the lock back."""
+        response = self.policy.to_store(done)
+        with self.policy.tolerated():
+            if response is not None:
+                self.policy.lost(
+                    await self.store.complete(record, token, response, self.policy.ttl)
+                )
+            else:
+                await self.store.release(record, token)
 
 
 async def _asgi_send(send: Send, response: StoredResponse) -> None:
