@@ -84,7 +84,7 @@ def test_a_missing_limit_is_a_configuration_error(middleware: Any) -> None:
 def test_a_ttl_of_a_year_or_more_is_refused_with_the_bound() -> None:
     """ttl=1e12 is more than 0: the message names the real rule, under a year."""
     with pytest.raises(
-        ConfigurationError, match=r"ttl=1000000000000.0: seconds, more than 0 and under a year"
+        ConfigurationError, match=r"ttl=1000000000000.0: seconds, at least 0.001 .* under a year"
     ):
         WSGIConcurrencyMiddleware(lambda *a: None, limiter=Limiter(), limit=2, ttl=1e12)
     assert WSGIConcurrencyMiddleware(
@@ -121,3 +121,12 @@ def test_one_classify_bug_does_not_hide_another(caplog: pytest.LogCaptureFixture
     assert "classify returned 'critcal', not a class of the shed policy" in lines[0]
     assert "classify raised KeyError" in lines[1] and "classify raised KeyError" in lines[2]
     assert all("classed 'normal'" in line for line in lines)
+
+
+@pytest.mark.parametrize("ttl", [0.0005, 1e-9])
+def test_a_ttl_under_a_millisecond_is_refused_when_built(ttl: float) -> None:
+    """The limiter refuses a slot lease under 1 ms; the middleware says so when it is built,
+    not at each request (as a ConfigurationError from every acquire)."""
+    with pytest.raises(ConfigurationError, match=r"at least 0\.001 \(1 ms"):
+        WSGIConcurrencyMiddleware(lambda *a: None, limiter=Limiter(), limit=2, ttl=ttl)
+    assert WSGIConcurrencyMiddleware(lambda *a: None, limiter=Limiter(), limit=2, ttl=0.001)

@@ -130,10 +130,11 @@ class SlotPolicy:
         failure_mode = chosen_failure_mode("SlotPolicy", failure_mode, failure, stacklevel=5)
         self.name = check_name(name)
         self.limit = check_slot_count("middleware limit", _whole("limit", limit, 1))
-        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < _YEAR:
+        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0.001 <= ttl < _YEAR:
             raise ConfigurationError(
-                f"concurrency middleware ttl={ttl!r}: seconds, more than 0 and under a year "
-                f"({_YEAR:,}): a dead worker's slots come back after it"
+                f"concurrency middleware ttl={ttl!r}: seconds, at least 0.001 (1 ms: a shorter "
+                f"slot lapses before it is heard of) and under a year ({_YEAR:,}): a dead "
+                "worker's slots come back after it"
             )
         self.ttl = float(ttl)
         if status not in (429, 503):
