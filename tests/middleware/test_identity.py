@@ -13,7 +13,7 @@ from ratewarden.middleware import (
     first_of,
 )
 from ratewarden.middleware._identity import forwarded_for
-from ratewarden.middleware._request import from_asgi, from_wsgi
+from ratewarden.middleware._request import from_asgi, from_wsgi, list_value
 
 
 def _request(peer: str | None, **headers: str) -> RequestInfo:
@@ -110,7 +110,8 @@ def test_user_callback_and_first_of() -> None:
 
 
 def test_asgi_and_wsgi_requests_read_alike() -> None:
-    """Repeated header lines are joined in order; both server interfaces give the same facts."""
+    """A list field's repeated lines are read joined in order (list_value); both server
+    interfaces give the same facts."""
     scope = {
         "type": "http",
         "method": "post",
@@ -119,7 +120,7 @@ def test_asgi_and_wsgi_requests_read_alike() -> None:
         "headers": [(b"x-forwarded-for", b"1.1.1.1"), (b"X-Forwarded-For", b"2.2.2.2")],
     }
     asgi = from_asgi(scope)
-    assert asgi.headers["x-forwarded-for"] == "1.1.1.1, 2.2.2.2"
+    assert list_value(asgi, "x-forwarded-for") == "1.1.1.1, 2.2.2.2"
     assert (asgi.method, asgi.path, asgi.peer) == ("POST", "/a", "10.0.0.1")
     environ = {
         "REQUEST_METHOD": "POST",
@@ -128,6 +129,7 @@ def test_asgi_and_wsgi_requests_read_alike() -> None:
         "HTTP_X_FORWARDED_FOR": "1.1.1.1, 2.2.2.2",
     }
     wsgi = from_wsgi(environ)
+    assert list_value(wsgi, "x-forwarded-for") == "1.1.1.1, 2.2.2.2"
     assert (wsgi.method, wsgi.path, wsgi.peer, dict(wsgi.headers)) == (
         "POST",
         "/a",

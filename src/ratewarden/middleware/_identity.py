@@ -25,7 +25,7 @@ from typing import Any, Literal
 from ratewarden.checks import check_bool, keywords_checked
 from ratewarden.errors import ConfigurationError
 from ratewarden.headers import split_outside_quotes
-from ratewarden.middleware._request import RequestInfo, from_asgi, header_value
+from ratewarden.middleware._request import RequestInfo, first_value, from_asgi, list_value
 
 __all__ = [
     "ANONYMOUS",
@@ -51,7 +51,10 @@ def by_api_key(header: str = "x-api-key", *, hashed: bool = True) -> KeyFunc:
     """The API key header as ``key:<sha256 hex prefix>`` (the raw value with ``hashed=False``).
 
     Hashing keeps secrets out of the store, logs and shadow reports; 128 bits
-    of SHA-256 keep distinct keys distinct.
+    of SHA-256 keep distinct keys distinct. A header sent twice is keyed on what
+    the app reads (``RequestInfo.headers``): the first line under ASGI, the
+    server's joined value under WSGI, so a second line never makes a new identity
+    of a key the app accepts.
     """
     if not isinstance(header, str) or not header.strip():
         raise ConfigurationError(f"by_api_key header {header!r} must be a header name")
@@ -77,7 +80,7 @@ class _HeaderKey:
 
     def asgi(self, scope: Mapping[str, Any]) -> str | None:
         """The identity read from the scope's header list, with no ``RequestInfo`` made."""
-        value = header_value(scope.get("headers", ()), self._wanted)
+        value = first_value(scope.get("headers", ()), self._wanted)
         if not value:
             return None
         return self._identity(value)
@@ -87,7 +90,8 @@ class _HeaderKey:
 
         A client sends the same key again and again: the store key of each value
         seen is kept (``SCOPE_KEYS`` of them, then the table starts over), so a
-        request costs a walk of its header list and one lookup.
+        request costs a walk of its header list (to the first line of the header,
+        the one the app reads) and one lookup.
         """
         wanted, size, identity = self._wanted, len(self._wanted), self._identity
         known: dict[object, str] = {}
@@ -96,7 +100,8 @@ class _HeaderKey:
             value = None
             for name, raw in scope.get("headers", ()):
                 if len(name) == size and (name == wanted or name.lower() == wanted):
-                    value = raw if value is None else value + b", " + raw
+                    value = raw
+                    break
             try:
                 return known[value]
             except KeyError:
@@ -265,7 +270,8 @@ class ClientIP:
         return any(address in network for network in self._trusted)
 
     def _hops(self, request: RequestInfo) -> list[str]:
-        value = request.headers.get(self._header, "")
+        # Every line: each proxy may append its own, and the walk needs them all.
+        value = list_value(request, self._header)
         if not value:
             return []
         if self._header == "forwarded":

@@ -18,7 +18,9 @@ __all__ = [
     "RequestInfo",
     "from_asgi",
     "from_wsgi",
+    "first_value",
     "header_value",
+    "list_value",
     "read_body",
     "replay",
     "route_path",
@@ -29,9 +31,13 @@ __all__ = [
 class RequestInfo:
     """An HTTP request as rate limiting sees it.
 
-    ``headers`` has lower-case names; repeated lines of one header are joined
-    with ``", "`` in the order received (as RFC 9110 allows for list fields such
-    as ``X-Forwarded-For``). ``peer`` is the address of the socket's other end,
+    ``headers`` has lower-case names, and a name gives what the app's own lookup
+    gives: under ASGI the first of repeated lines, as Starlette's
+    ``request.headers`` and FastAPI's ``Header()`` read it; under WSGI the
+    environ's value, in which the server has joined repeated lines. So a key
+    extractor reads the credential the app authenticates, and a client that
+    repeats its ``X-Api-Key`` is not a new identity. ``list_value`` reads a list
+    field such as ``X-Forwarded-For`` whole. ``peer`` is the address of the socket's other end,
     or None when the server does not know it (a Unix socket). ``raw`` is the
     ASGI scope or WSGI environ, for extractors that need the framework's view
     (an authenticated user, a session).
@@ -44,20 +50,24 @@ class RequestInfo:
     raw: Mapping[str, Any]
 
 
-def _join(headers: dict[str, str], name: str, value: str) -> None:
-    if name in headers:
-        headers[name] = f"{headers[name]}, {value}"
-    else:
-        headers[name] = value
-
-
 @functools.lru_cache(maxsize=256)
 def _wanted(name: str) -> bytes:
     return name.lower().encode("latin-1")
 
 
+def first_value(raw: Iterable[tuple[bytes, bytes]], wanted: bytes) -> str | None:
+    """Header ``wanted`` (lower-case bytes) of an ASGI header list: its first line, as
+    Starlette's ``Headers.get`` reads it."""
+    size = len(wanted)
+    for name, value in raw:
+        if len(name) == size and (name == wanted or name.lower() == wanted):
+            return value.decode("latin-1")
+    return None
+
+
 def header_value(raw: Iterable[tuple[bytes, bytes]], wanted: bytes) -> str | None:
-    """Header ``wanted`` (lower-case bytes) of an ASGI header list, repeated lines joined."""
+    """Header ``wanted`` (lower-case bytes) of an ASGI header list, repeated lines joined
+    with ``", "`` in order: a list field (``X-Forwarded-For``) read whole."""
     size = len(wanted)
     # Servers send lower-case names (ASGI asks for it); the length test skips lower()
     # for the names that cannot match.
@@ -82,11 +92,15 @@ class ASGIHeaders(Mapping[str, str]):
         self._decoded: dict[str, str] | None = None
 
     def get(self, name: str, default: str | None = None) -> str | None:  # type: ignore[override]
-        """The header's value (repeated lines joined with ``", "``), or ``default``."""
+        """The header's first line (as Starlette reads it), or ``default``."""
         if self._decoded is not None:
             return self._decoded.get(name, default)
-        found = header_value(self._raw, _wanted(name))
+        found = first_value(self._raw, _wanted(name))
         return default if found is None else found
+
+    def joined(self, name: str) -> str | None:
+        """Every line of the header joined with ``", "`` in order, or None."""
+        return header_value(self._raw, _wanted(name))
 
     def __getitem__(self, name: str) -> str:
         found = self.get(name)
@@ -101,7 +115,7 @@ class ASGIHeaders(Mapping[str, str]):
         if self._decoded is None:
             decoded: dict[str, str] = {}
             for raw_name, raw_value in self._raw:
-                _join(decoded, raw_name.decode("latin-1").lower(), raw_value.decode("latin-1"))
+                decoded.setdefault(raw_name.decode("latin-1").lower(), raw_value.decode("latin-1"))
             self._decoded = decoded
         return self._decoded
 
@@ -110,6 +124,16 @@ class ASGIHeaders(Mapping[str, str]):
 
     def __len__(self) -> int:
         return len(self._all())
+
+
+def list_value(request: RequestInfo, name: str) -> str | None:
+    """Header ``name`` (lower-case) of ``request`` with every line, for a list field such as
+    ``X-Forwarded-For``: joined with ``", "`` under ASGI; under WSGI the environ's value,
+    which the server joined already."""
+    headers = request.headers
+    if isinstance(headers, ASGIHeaders):
+        return headers.joined(name)
+    return headers.get(name)
 
 
 class _Draft:
