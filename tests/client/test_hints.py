@@ -64,7 +64,6 @@ def test_malformed_hints_fall_through() -> None:
     for bad in ("-1", "1e9", "inf", "nan", "0x10", "", "Mon, 99 Foo 2024 25:61:00 GMT"):
         assert retry_hint({"Retry-After": bad}, NOW) is None, bad
     assert retry_hint({"RateLimit": '"q";r=zero;t=5, "p";r=0;t=-1'}, NOW) is None
-    assert retry_hint({"Retry-After": "9" * 400}, NOW) is None
 
 
 header_names = st.sampled_from(

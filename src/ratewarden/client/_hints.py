@@ -17,6 +17,11 @@ __all__ = ["no_wait_helps", "retry_hint"]
 
 # Up to 15 digits (an sf-integer), an optional fraction: bounded, so never a huge int parse.
 _NUMBER = re.compile(r"\d{1,15}(?:\.\d{1,9})?")
+# Retry-After's delay-seconds is 1*DIGIT, with no limit on its length (RFC 9110, 10.2.3).
+_DELAY_SECONDS = re.compile(r"0*(\d+)(?:\.\d{1,9})?")
+#: What a delay-seconds of more than 15 digits (over 31 million years) is read as: past any
+#: max_wait, and still a finite number that a breaker's hold can be reckoned from.
+LONGEST_WAIT = 999_999_999_999_999.0
 # Legacy reset values at or above this are epoch seconds (2001-09-09), below it deltas.
 _EPOCH_THRESHOLD = 1_000_000_000
 
@@ -27,9 +32,10 @@ def _seconds(text: str) -> float | None:
 
 
 def _retry_after(value: str, now: float) -> float | None:
-    seconds = _seconds(value)
-    if seconds is not None:
-        return seconds
+    delay = _DELAY_SECONDS.fullmatch(value.strip())
+    if delay is not None:
+        # A server asking for longer than we can count asks for longer than anyone waits.
+        return LONGEST_WAIT if len(delay[1]) > 15 else float(delay[0])
     try:
         when = email.utils.parsedate_to_datetime(value.strip())
     except (TypeError, ValueError, IndexError, OverflowError):

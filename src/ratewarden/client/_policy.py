@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +25,8 @@ IDEMPOTENT_METHODS = frozenset({"DELETE", "GET", "HEAD", "OPTIONS", "PUT", "TRAC
 #: Methods retried only with an ``Idempotency-Key`` (``idempotency_keys=True``).
 KEYED_METHODS = frozenset({"PATCH", "POST"})
 IDEMPOTENCY_KEY = "Idempotency-Key"
+#: An HTTP method name: a token (RFC 9110, section 5.6.2), as the middleware's rules take.
+_METHOD = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
 class RetriesExhaustedError(RatewardenError):
@@ -119,9 +123,13 @@ def _methods(values: Iterable[object]) -> frozenset[str]:
         )
     out = set()
     for method in values:
-        if not isinstance(method, str) or not method.isalpha():
+        if not isinstance(method, str) or not _METHOD.fullmatch(method):
+            known = sorted(IDEMPOTENT_METHODS | KEYED_METHODS)
+            near = difflib.get_close_matches(str(method).upper(), known, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
             raise ConfigurationError(
-                f"RetryPolicy.methods has {method!r}: each must be a method name such as 'GET'"
+                f"RetryPolicy.methods has {method!r}: each must be a method name, an HTTP "
+                f"token such as 'GET' or 'M-SEARCH'{hint}"
             )
         out.add(method.upper())
     return frozenset(out)

@@ -13,6 +13,7 @@ One loop runs both.
 from __future__ import annotations
 
 import functools
+import numbers
 import random as _random
 import uuid
 from collections.abc import Callable, Coroutine, Generator, MutableMapping
@@ -58,9 +59,10 @@ def _new_key() -> str:
 
 class Retrier:
     """Everything but the I/O: the policy, the clock, the jitter and key sources, the
-    shared retry budget and host breaker (both optional), the flow."""
+    shared retry budget and host breaker (both optional), the flow. ``owner`` names the
+    transport or adapter in error messages."""
 
-    __slots__ = ("breaker", "budget", "clock", "io", "key_factory", "policy", "random")
+    __slots__ = ("breaker", "budget", "clock", "io", "key_factory", "owner", "policy", "random")
 
     def __init__(
         self,
@@ -70,6 +72,7 @@ class Retrier:
         key_factory: Callable[[], str] | None,
         io: Io,
         *,
+        owner: str = "Retrier",
         budget: RetryBudget | None = None,
         breaker: HostBreaker | None = None,
     ) -> None:
@@ -77,6 +80,25 @@ class Retrier:
             raise ConfigurationError(f"policy={policy!r}: pass a RetryPolicy")
         if budget is not None and not isinstance(budget, RetryBudget):
             raise ConfigurationError(f"budget={budget!r}: pass a RetryBudget (or None)")
+        # What the flow will call, checked now: else the mistake shows at the first retry.
+        missing = [
+            f"{name}()" for name in ("now", io.sleep) if not callable(getattr(clock, name, None))
+        ]
+        if clock is not None and missing:
+            raise ConfigurationError(
+                f"{owner}: clock={clock!r:.60} has no {' or '.join(missing)}: pass a "
+                "ratewarden.clock.Clock (SystemClock(), ratewarden.testing.ManualClock()), "
+                "or leave clock out for the system clock"
+            )
+        for name, value, what in (
+            ("random", random, "a function returning floats in [0, 1), such as random.random"),
+            ("key_factory", key_factory, "a function returning an Idempotency-Key (a str)"),
+        ):
+            if value is not None and not callable(value):
+                raise ConfigurationError(
+                    f"{owner}: {name}={value!r:.60} is not callable: pass {what}"
+                )
+        self.owner = owner
         self.policy = policy or RetryPolicy()
         self.clock: Clock = clock or SystemClock()
         self.random = random or _random.random
@@ -103,7 +125,7 @@ class Retrier:
         method = method.upper()
         keyed = policy.idempotency_keys and method in KEYED_METHODS
         if keyed and IDEMPOTENCY_KEY not in headers:
-            headers[IDEMPOTENCY_KEY] = self.key_factory()
+            headers[IDEMPOTENCY_KEY] = self._new_key()
         retried = replay is not None and (keyed or method in policy.methods)
         if retried and replay is not None:
             yield replay
@@ -136,8 +158,9 @@ class Retrier:
                         return response
                     if status >= 500:
                         circuit.report(True, hint)
-                    if status == 429 and hint is None and no_wait_helps(response.headers):
+                    if status == 429 and no_wait_helps(response.headers):
                         # The request is the trouble, not the host: a verdict of success.
+                        # (The RateLimit field outranks a legacy reset here as in the hint.)
                         circuit.report(False)
                         delay = (
                             "HTTP 429 that no retry can pass (no Retry-After, and the "
@@ -161,6 +184,26 @@ class Retrier:
         finally:
             circuit.report(None)  # an attempt cut short (cancelled, a bug) gives its place back
 
+    def _new_key(self) -> str:
+        """An Idempotency-Key from ``key_factory``, checked before anything is sent. (It is
+        not called when built: a factory may count its keys, or log them.)"""
+        key = self.key_factory()
+        if not isinstance(key, str) or not key:
+            raise ConfigurationError(
+                f"{self.owner}: key_factory returned {key!r:.60}; it must return a non-empty "
+                "str, the Idempotency-Key (str(uuid.uuid4()) by default)"
+            )
+        return key
+
+    def _draw(self) -> float:
+        """U for the jitter from ``random``: out of [0, 1) is clamped, not a number refused."""
+        u = self.random()
+        if isinstance(u, bool) or not isinstance(u, numbers.Real):
+            raise ConfigurationError(
+                f"{self.owner}: random returned {u!r:.60}; it must return floats in [0, 1)"
+            )
+        return float(u)
+
     def _admit(self, circuit: Circuit, error: BaseException | None) -> None:
         """Let the next attempt through the host's circuit, or raise ``io.refused``."""
         retry_in = circuit.admit()
@@ -175,7 +218,7 @@ class Retrier:
         tries = f"{attempts} attempt{'' if attempts == 1 else 's'}"
         if attempts >= policy.max_attempts:
             return f"{what} after {tries} (max_attempts)"
-        delay = policy.delay(attempts - 1, hint, self.random())
+        delay = policy.delay(attempts - 1, hint, self._draw())
         if waited + delay > policy.max_wait:
             return (
                 f"{what}; waiting {delay:.3f} s more would pass max_wait={policy.max_wait:g} s "

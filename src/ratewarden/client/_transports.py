@@ -39,6 +39,9 @@ class _Retrying(Generic[T]):
     """What both httpx transports hold: the inner transport and the retrier over its I/O."""
 
     _IO: Io
+    #: The inner transport's methods this one calls, and what to pass instead.
+    _NEEDS: tuple[str, ...]
+    _WANTED: str
 
     @keywords_checked
     def __init__(
@@ -52,9 +55,24 @@ class _Retrying(Generic[T]):
         budget: RetryBudget | None = None,
         breaker: HostBreaker | None = None,
     ) -> None:
+        owner = type(self).__name__
         self._retrier = Retrier(
-            policy, clock, random, key_factory, self._IO, budget=budget, breaker=breaker
+            policy,
+            clock,
+            random,
+            key_factory,
+            self._IO,
+            owner=owner,
+            budget=budget,
+            breaker=breaker,
         )
+        if transport is not None:
+            missing = [name for name in self._NEEDS if not callable(getattr(transport, name, None))]
+            if missing:
+                raise ConfigurationError(
+                    f"{owner}: transport={transport!r:.60} has no {' or '.join(missing)}(): "
+                    f"{self._WANTED}"
+                )
         self._transport: T = transport or self._default_transport()
 
     def _default_transport(self) -> T:
@@ -69,6 +87,11 @@ class RetryTransport(_Retrying[httpx.BaseTransport], httpx.BaseTransport):
     """
 
     _IO = Io(_HTTPX_RETRYABLE, "close", "read", "sleep", HTTPXHostCircuitOpenError)
+    _NEEDS = ("handle_request", "close")
+    _WANTED = (
+        "pass a blocking httpx transport (httpx.HTTPTransport()), or use AsyncRetryTransport "
+        "for an httpx.AsyncClient"
+    )
 
     def _default_transport(self) -> httpx.BaseTransport:
         return httpx.HTTPTransport()
@@ -91,6 +114,11 @@ class AsyncRetryTransport(_Retrying[httpx.AsyncBaseTransport], httpx.AsyncBaseTr
     """The asyncio twin of ``RetryTransport``."""
 
     _IO = Io(_HTTPX_RETRYABLE, "aclose", "aread", "asleep", HTTPXHostCircuitOpenError)
+    _NEEDS = ("handle_async_request", "aclose")
+    _WANTED = (
+        "pass an asyncio httpx transport (httpx.AsyncHTTPTransport()), or use RetryTransport "
+        "for an httpx.Client"
+    )
 
     def _default_transport(self) -> httpx.AsyncBaseTransport:
         return httpx.AsyncHTTPTransport()
@@ -171,7 +199,16 @@ def retry_adapter(
         raise ConfigurationError(
             "retry_adapter needs the requests package: pip install requests"
         ) from exc
-    retrier = Retrier(policy, clock, random, key_factory, cls.IO, budget=budget, breaker=breaker)
+    retrier = Retrier(
+        policy,
+        clock,
+        random,
+        key_factory,
+        cls.IO,
+        owner="retry_adapter",
+        budget=budget,
+        breaker=breaker,
+    )
     return cls(retrier, **adapter_kwargs)
 
 
