@@ -7,23 +7,17 @@ Three families, each optional:
   ``"contract";q=100;w=60`` and ``"contract";r=72;t=1``, with ``pk`` (a Byte
   Sequence) when a partition key is given. The draft may still change, so the
   syntax sits behind a version switch (``draft=``): ``"draft-11"`` (the default)
-  and ``"draft-10"`` render the same fields, ``t`` with each draft's meaning;
-  ``None`` turns the family off. Under draft-11 ``t`` is the effective window:
-  the seconds within which the client can use no more than ``r``
-  (``Decision.refill_after``: the next unit of a bucket or GCRA, a fixed
-  window's end). Under draft-10 it is the time until the quota is whole again
-  (``Decision.reset_after``).
+  and ``"draft-10"`` render the same fields, ``t`` with each draft's meaning
+  (``window_t``); ``None`` turns the family off.
 - The legacy ``X-RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (``Reset`` as a
   delta in seconds or as Unix epoch seconds), plus GitHub's ``X-RateLimit-Used``
   and ``X-RateLimit-Resource``.
-- On a denial: ``Retry-After`` in delay-seconds, rounded up so it is never
-  earlier than the real retry time, with optional bounded jitter from an
-  injectable random source, and under draft-11 never earlier than the ``t`` of
-  an exhausted (``r=0``) policy in ``RateLimit``, as that draft asks;
-  ``Cache-Control: no-store``; and a small ``application/problem+json`` body
-  (RFC 9457). A denial no wait can help (a cost above what a rate can ever
-  allow) has no ``Retry-After``, no ``X-RateLimit-Reset``, and reports the true
-  remaining (nothing was taken): no policy at ``r=0``, so none asks for a wait.
+- On a denial: ``Retry-After`` in delay-seconds, rounded up, with optional bounded
+  jitter, and under draft-11 never earlier than the ``t`` of an exhausted (``r=0``)
+  policy, as that draft asks; ``Cache-Control: no-store``; a small
+  ``application/problem+json`` body (RFC 9457). A denial no wait can help (a cost
+  above what a rate can ever allow) has no ``Retry-After`` and no
+  ``X-RateLimit-Reset``, and no policy at ``r=0`` (``never_r``).
 
 Every time value is rounded up to whole seconds: a client that waits what it
 is told is never early. ``now`` (epoch seconds) is passed in by the caller, who
@@ -95,8 +89,9 @@ class HeaderOptions:
     - ``all_policies``: list every layer of the binding rule in the draft fields,
       not only the binding one.
     - ``retry_jitter``: at most this many seconds added to ``Retry-After``
-      (uniform, from ``random``, which returns floats in ``[0, 1)``), so that
-      throttled clients do not all come back in the same second. Never subtracted.
+      (uniform, from ``random``, which returns floats in ``[0, 1)``; a value out of
+      range is clamped, a non-number counts as 0), so that throttled clients do not
+      all come back in the same second. Never subtracted.
     """
 
     draft: str | None = "draft-11"
@@ -238,8 +233,17 @@ def never_allowed(decision: Decision) -> bool:
 
 def _remaining(decision: Decision, never: bool = False) -> int:
     """``r``: what is left. A denial reports 0 (wait ``t``), unless no wait would help
-    (``never``): nothing was taken, so the true remaining is reported."""
-    return max(0, decision.remaining) if decision.allowed or never else 0
+    (``never``): then what is left, at least 1 (``never_r``)."""
+    if never:
+        return never_r(decision.remaining)
+    return max(0, decision.remaining) if decision.allowed else 0
+
+
+def never_r(remaining: int) -> int:
+    """The ``r`` of a policy in a denial no wait can help: what is left, at least 1. In a
+    429 ``r=0`` asks for a wait of ``t``, which would not help; so even a spent key's policy
+    shows 1, and "no ``Retry-After``, no policy at ``r=0``" holds whatever the key's state."""
+    return remaining if remaining > 0 else 1
 
 
 def window_t(layer: Decision, draft: str) -> int:
@@ -260,8 +264,7 @@ def _draft_items(
     A denial reports ``r=0`` for the policy it names. With ``all_policies`` a
     layer that did not deny (nothing was taken from it) shows what it has left,
     so that ``r=0`` marks exactly the policies that are exhausted. A denial that
-    no wait can turn into an allow (``never_allowed``) reports every policy's true
-    remaining: nothing was taken and there is nothing to wait for, so no ``r=0``.
+    no wait can help (``never_allowed``) shows no ``r=0`` (``never_r``).
     """
     never = never_allowed(decision)
     if options.all_policies:
@@ -292,19 +295,18 @@ def _legacy_headers(
     name: str, decision: Decision, options: HeaderOptions, now: float
 ) -> list[Header]:
     never = never_allowed(decision)
-    # Limit and Remaining of one layer: a layered denial's remaining is the least of every
-    # layer's, which may be another layer's than its limit.
-    remaining = _remaining(binding_layer(decision), never)
+    # Limit and Remaining of one layer (a layered denial's remaining is the least of every
+    # layer's). When no wait helps, what is truly left: no Reset is the signal here.
+    layer = binding_layer(decision)
+    remaining = max(0, layer.remaining) if decision.allowed or never else 0
     headers = [
         ("X-RateLimit-Limit", str(decision.limit)),
         ("X-RateLimit-Remaining", str(remaining)),
     ]
-    # No Reset on a denial no wait can turn into an allow: a client reads it as the time
-    # to retry, and 0 (an untouched key) would say "at once".
+    # No Reset on a denial no wait can help: a client reads it as the time to retry. Else
+    # the binding layer's, as Limit and Remaining are (not when every rate is whole again).
     if not never:
-        # The reported limit's reset: with several rates, the binding layer's, as Limit
-        # and Remaining are (not the time until every rate is whole again).
-        reset_after = binding_layer(decision).reset_after
+        reset_after = layer.reset_after
         reset = ceil_seconds(reset_after)
         if options.reset == "epoch":
             reset = math.ceil(now + reset_after)
@@ -325,10 +327,7 @@ def rate_limit_headers(
     partition: bytes | None = None,
 ) -> list[Header]:
     """The RateLimit headers describing ``decision`` of the policy ``name``, allowed or not.
-
-    ``now`` is epoch seconds (used only by ``reset="epoch"``); ``partition`` is
-    the ``pk`` bytes when ``options.partition_key`` is on.
-    """
+    ``now`` is epoch seconds (read by ``reset="epoch"``); ``partition`` the ``pk`` bytes."""
     headers: list[Header] = []
     pk = partition if options.partition_key else None
     if options.draft is not None:
@@ -353,18 +352,21 @@ def retry_after_seconds(decision: Decision, options: HeaderOptions) -> int | Non
         return None
     extra = 0.0
     if options.retry_jitter > 0:
-        draw = options.random()
-        if not 0.0 <= draw < 1.0:
-            raise ConfigurationError(
-                f"HeaderOptions random() returned {draw!r}; it must return floats in [0, 1)"
-            )
-        extra = draw * options.retry_jitter
+        extra = _unit(options.random()) * options.retry_jitter
     wait = ceil_seconds(decision.retry_after + extra)
     if options.draft == "draft-11":
         for _, layer, remaining in _draft_items("", decision, options):
             if remaining <= 0:
                 wait = max(wait, window_t(layer, "draft-11"))
     return wait
+
+
+def _unit(draw: object) -> float:
+    """A jitter draw clamped to [0, 1], a non-number or NaN as 0 (as the client does): a
+    wrong ``random`` must not turn each 429 into a 500."""
+    if isinstance(draw, bool) or not isinstance(draw, int | float) or math.isnan(draw):
+        return 0.0
+    return min(max(float(draw), 0.0), 1.0)
 
 
 def problem_body(name: str, retry_after: int | None) -> bytes:

@@ -187,12 +187,14 @@ def test_retry_jitter_is_bounded_and_uses_the_given_random_source() -> None:
     assert retry_after_seconds(denied, mid) == 64
 
 
-def test_broken_random_source_is_a_configuration_error() -> None:
-    """A random source outside [0, 1) is refused rather than stretching the bound."""
+def test_broken_random_source_is_clamped_never_stretching_the_bound() -> None:
+    """A random source outside [0, 1) is clamped (no 500 per denial), never past the bound."""
     limiter, _ = _limiter()
     denied = _exhaust(limiter, "k", [Rate.parse("1/minute")], 2)
-    with pytest.raises(ConfigurationError, match=r"\[0, 1\)"):
-        retry_after_seconds(denied, HeaderOptions(retry_jitter=5, random=lambda: 1.5))
+    plain = retry_after_seconds(denied, HeaderOptions())
+    assert plain is not None
+    wild = retry_after_seconds(denied, HeaderOptions(retry_jitter=5, random=lambda: 1.5))
+    assert wild == plain + 5
 
 
 def test_cost_above_capacity_has_no_retry_after() -> None:

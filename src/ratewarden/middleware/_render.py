@@ -25,6 +25,7 @@ from ratewarden.headers import (
     HeaderOptions,
     ceil_seconds,
     never_allowed,
+    never_r,
     policy_item,
     sf_string,
 )
@@ -136,7 +137,7 @@ class HeaderPlan:
         window = layer.refill_after if self._refill else layer.reset_after
         remaining = layer.remaining
         if not (decision.allowed and layer.allowed and remaining > 0):
-            remaining = max(0, remaining) if never_allowed(decision) else 0
+            remaining = never_r(remaining) if never_allowed(decision) else 0
         t = math.ceil(window) if window > 0 else 0
         return [policy, (b"ratelimit", b"%s%d;t=%d" % (self._asgi_prefix, remaining, t))]
 
@@ -152,8 +153,8 @@ class HeaderPlan:
         t = math.ceil(window) if window > 0 else 0
         remaining = layer.remaining
         if not (decision.allowed and layer.allowed and remaining > 0):
-            # A denial says 0 (wait t), unless no wait can help: then what is truly left.
-            remaining = max(0, remaining) if never_allowed(decision) else 0
+            # A denial says 0 (wait t), unless no wait can help: then what is left, at least 1.
+            remaining = never_r(remaining) if never_allowed(decision) else 0
         return remaining, t
 
     def _draft_pair(
@@ -192,9 +193,11 @@ class HeaderPlan:
 
     def _state(self, i: int, layer: Decision, shown: bool, never: bool) -> str:
         """Policy ``i``'s ``RateLimit`` member. ``never``: a denial no wait can turn into an
-        allow, where every policy shows what it truly has left (nothing was taken)."""
-        shown = never or (shown and layer.allowed)
-        remaining = layer.remaining if shown and layer.remaining > 0 else 0
+        allow, where every policy shows what it has left (nothing was taken), at least 1."""
+        if never:
+            remaining = never_r(layer.remaining)
+        else:
+            remaining = layer.remaining if shown and layer.allowed and layer.remaining > 0 else 0
         t = ceil_seconds(layer.refill_after if self._refill else layer.reset_after)
         return f"{self._prefixes[i]}{remaining};t={t}"
 
