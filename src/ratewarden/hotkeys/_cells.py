@@ -18,9 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from ratewarden.checks import check_cost, check_rates, keywords_checked
+from ratewarden.checks import check_cost, check_key, check_rates, keywords_checked
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
+from ratewarden.hotkeys._carry import charge_layers_flow, usage
 from ratewarden.hotkeys._placement import cell_keys, check_bands, check_cells, split_rate
 from ratewarden.limiter import (
     DEFAULT_NEGATIVE_KEYS,
@@ -194,39 +195,49 @@ class _CellBase(Generic[S, L]):
             negative.remember(ident, sooner, self.clock.now_us())
         return _shadowed(sooner, shadow)
 
-    def used_flow(self, key: str, rates: Rate | Sequence[Rate]) -> Flow[int]:
-        """Units in use over all cells, for the layer with the most in use (one peek per cell)."""
+    def usage_flow(self, key: str, rates: Rate | Sequence[Rate]) -> Flow[tuple[int, ...]]:
+        """Per layer of ``rates``, the units in use over all cells (one peek per cell)."""
         keys, shares = self.keys(key), self.shares(rates)
-        per_layer: list[int] = []
+        total = [0] * len(shares[0])
         for cell_key, share in zip(keys, shares, strict=True):
             peek = yield from self.limiter.peek_flow(cell_key, share)
-            layers = peek.layers or (peek,)
-            used = [layer.rate.capacity - layer.remaining for layer in layers if layer.rate]
-            per_layer = (
-                used if not per_layer else [a + b for a, b in zip(per_layer, used, strict=True)]
-            )
-        return max(per_layer, default=0)
+            total = [a + b for a, b in zip(total, usage(peek, share), strict=True)]
+        return tuple(total)
 
-    def charge_flow(self, key: str, rates: Rate | Sequence[Rate], units: int) -> Flow[None]:
+    def used_flow(self, key: str, rates: Rate | Sequence[Rate]) -> Flow[int]:
+        """Units in use over all cells, for the layer with the most in use (one peek per cell)."""
+        return max((yield from self.usage_flow(key, rates)))
+
+    def charge_flow(
+        self, key: str, rates: Rate | Sequence[Rate], units: int | Sequence[int]
+    ) -> Flow[None]:
         """Mark ``units`` as used, spread over the cells by capacity (rounded up: never fewer).
 
-        A cell that cannot take its part is charged what it has room for: it
-        is that much closer to its limit already.
+        ``units`` is a count for every layer of ``rates``, or one count per layer
+        (in the order of ``rates``): each layer is charged its own, so a layered
+        key's wider layers keep their usage. A cell's layer that cannot take its
+        part is charged what it has room for: it is that much closer to its limit
+        already.
         """
-        check_cost(units)
-        keys, shares = self.keys(key), self.shares(rates)
-        core = self.limiter
-        total = min(sum(rate.capacity for rate in share) for share in zip(*shares, strict=True))
+        found = check_rates(rates)
+        wanted = _per_layer(units, found)
+        keys, shares = self.keys(key), self.shares(found)
         for cell_key, share in zip(keys, shares, strict=True):
-            capacity = min(rate.capacity for rate in share)
-            part = min(capacity, -(-units * capacity // total))
-            if part == 0:
-                continue
-            charged = yield from core.hit_flow(cell_key, share, part)
-            if not charged.allowed:
-                room = (yield from core.peek_flow(cell_key, share)).remaining
-                if room > 0:
-                    yield from core.hit_flow(cell_key, share, min(room, part))
+            parts = [
+                min(part.capacity, -(-want * part.capacity // whole.capacity))
+                for part, whole, want in zip(share, found, wanted, strict=True)
+            ]
+            yield from charge_layers_flow(self.limiter, cell_key, share, parts)
+
+    def reset_flow(self, key: str, rates: Rate | Sequence[Rate]) -> Flow[None]:
+        """Forget ``key``'s usage on every cell, and the denial this process remembers for it
+        (what support does to lift a block; one reset per cell)."""
+        check_key(key)
+        keys, shares = self.keys(key), self.shares(rates)
+        if self.negative is not None:
+            self.negative.forget((key, shares))
+        for cell_key, share in zip(keys, shares, strict=True):
+            yield from self.limiter.reset_flow(cell_key, share)
 
     def _pick(self) -> int:
         index = self.picker(self.cells)
@@ -269,7 +280,9 @@ class CellLimiter(_CellBase["Store", Limiter]):
     _driver = Limiter
     hit = blocking(_CellBase.hit_flow)
     used = blocking(_CellBase.used_flow)
+    usage = blocking(_CellBase.usage_flow)
     charge = blocking(_CellBase.charge_flow)
+    reset = blocking(_CellBase.reset_flow)
 
 
 class AsyncCellLimiter(_CellBase["AsyncStore", AsyncLimiter]):
@@ -278,4 +291,19 @@ class AsyncCellLimiter(_CellBase["AsyncStore", AsyncLimiter]):
     _driver = AsyncLimiter
     hit = awaiting(_CellBase.hit_flow)
     used = awaiting(_CellBase.used_flow)
+    usage = awaiting(_CellBase.usage_flow)
     charge = awaiting(_CellBase.charge_flow)
+    reset = awaiting(_CellBase.reset_flow)
+
+
+def _per_layer(units: int | Sequence[int], rates: tuple[Rate, ...]) -> tuple[int, ...]:
+    """``units`` as one count per layer of ``rates``, each checked as a cost."""
+    if isinstance(units, int):
+        return (check_cost(units),) * len(rates)
+    if not isinstance(units, Sequence) or isinstance(units, str | bytes):
+        raise ConfigurationError(f"units {units!r} must be a whole number or one per rate")
+    if len(units) != len(rates):
+        raise ConfigurationError(
+            f"units {list(units)!r}: one count per rate is {len(rates)}, got {len(units)}"
+        )
+    return tuple(check_cost(part) for part in units)

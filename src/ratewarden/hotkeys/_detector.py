@@ -99,6 +99,15 @@ class HotKeyDetector:
 
     def record(self, key: str, cost: int = 1) -> bool:
         """Count ``cost`` units of ``key`` now; True when its rate is over the threshold."""
+        return self._count(key, cost) > self._threshold_count
+
+    def record_rate(self, key: str, cost: int = 1) -> float:
+        """Count ``cost`` units of ``key`` now; its estimated rate (units per second), for a
+        caller that compares it with more than one threshold (``HotKeyLimiter``'s exit)."""
+        return self._count(key, cost) * 1_000_000 / self.interval_us
+
+    def _count(self, key: str, cost: int) -> float:
+        """Count ``cost`` units of ``key``; its estimated count over the sliding interval."""
         if type(key) is not str or not key:
             raise ConfigurationError(f"hot-key detector: key {key!r} must be a non-empty string")
         if type(cost) is not int or cost < 0:
@@ -107,8 +116,7 @@ class HotKeyDetector:
             weight = self._roll()
             count = self._current.add(key, cost)  # a cost of 0 only reads the count
             old = self._previous.count(key)
-            estimate = count + weight * old if old else count
-        return estimate > self._threshold_count
+            return count + weight * old if old else count
 
     def rate(self, key: str) -> HotKey:
         """``key``'s estimated rate over the sliding interval, and the most it may overstate it."""

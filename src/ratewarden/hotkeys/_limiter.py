@@ -5,9 +5,10 @@ process) or when this process's ``HotKeyDetector`` reports it. A hot key is
 decided by the mitigation, one of:
 
 - cells (``CellLimiter``): the key's state lives in N cells on N slot bands.
-  Moving a key onto cells carries its usage over (a peek of the key, then that
-  many units charged across the cells), and moving it back carries the cells'
-  usage to the key, so a switch frees no units in this process. Processes that
+  Moving a key onto cells carries its usage over (a peek of the key, then each
+  layer's used units charged to that layer across the cells), and moving it back
+  carries the cells' usage to the key, layer by layer, so a switch frees no
+  units in this process (``_carry``). Processes that
   disagree about a key (one on cells, one not) each enforce the whole limit on
   different state: configure cells fleet-wide, or detect automatically only in
   one process (docs/scaling.md).
@@ -16,8 +17,10 @@ decided by the mitigation, one of:
   either way, so switching in and out is safe in any number of processes; the
   bound is the leases' own, ``processes x (k - 1)``.
 
-A detected key stays hot for ``hold`` seconds after the detector last called it
-hot, so a key near the threshold does not flap between the two.
+A detected key turns hot above the detector's threshold and leaves only after
+its rate has stayed at or below ``exit_ratio`` x the threshold (default 0.5) for
+``hold`` seconds: a key hovering near the threshold stays hot rather than
+flapping in and out (each move costs store calls).
 
 A move is a few store calls, made on the request that finds it due. When one fails,
 the move is not recorded as made: the key's usage stays where it was, the request is
@@ -39,6 +42,7 @@ from ratewarden.checks import check_cost, check_key, check_rates, keywords_check
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError, StorageError
+from ratewarden.hotkeys._carry import move_flow
 from ratewarden.hotkeys._cells import AsyncCellLimiter, CellLimiter, L, S, T, _CellBase
 from ratewarden.hotkeys._detector import HotKeyDetector
 from ratewarden.limiter import (
@@ -62,6 +66,9 @@ __all__ = ["AsyncHotKeyLimiter", "HotKeyLimiter"]
 
 #: Keys that may be hot by detection at once; past it the longest-held one returns to the store.
 DEFAULT_MAX_HOT = 1_000
+
+#: A detected key stays hot while its rate is above this share of the detector's threshold.
+DEFAULT_EXIT_RATIO = 0.5
 
 #: A detected key's move: into the mitigation (True) or out, with the rates it was moved with.
 _Move = tuple[bool, str, tuple[Rate, ...]]
@@ -96,6 +103,8 @@ class _HotBase(Generic[S, L, M]):
     _driver: ClassVar[Callable[..., Any]]
     #: The classes a mitigation may be: the shell's cells and two-tier limiter.
     _mitigations: ClassVar[tuple[type, type]]
+    #: The other twin's name and mitigations, named when given one of those.
+    _twin: ClassVar[tuple[str, tuple[type, type]]]
     #: A ``via`` for ``limiter.hit_flow`` that fails with the given error (a plain function;
     #: the asyncio shell's, a coroutine function).
     _failing = staticmethod(_raising)
@@ -110,13 +119,19 @@ class _HotBase(Generic[S, L, M]):
         hot_keys: Iterable[str] = (),
         detector: HotKeyDetector | None = None,
         hold: float | None = None,
+        exit_ratio: float = DEFAULT_EXIT_RATIO,
         max_hot: int = DEFAULT_MAX_HOT,
         clock: Clock | None = None,
     ) -> None:
         if not isinstance(mitigation, self._mitigations):
             cells, tier = (_a(kind.__name__) for kind in self._mitigations)
+            twin, twins = self._twin
+            hint = ""
+            if isinstance(mitigation, twins):
+                kind = "asyncio" if twin.startswith("Async") else "blocking"
+                hint = f"; {_a(type(mitigation).__name__)} goes with {twin} (the {kind} twin)"
             raise ConfigurationError(
-                f"mitigation {mitigation!r} must be {cells} or {tier} with leases"
+                f"mitigation {mitigation!r} must be {cells} or {tier} with leases{hint}"
             )
         if mitigation.store is not store:
             raise ConfigurationError(
@@ -152,6 +167,7 @@ class _HotBase(Generic[S, L, M]):
         self.detector = detector
         default_hold = 2 * (detector.interval_us if detector else 1_000_000) / 1_000_000
         self.hold_us = _hold_us(default_hold if hold is None else hold)
+        self.exit_ratio = _exit_ratio(exit_ratio)
         if isinstance(max_hot, bool) or not isinstance(max_hot, int) or max_hot < 1:
             raise ConfigurationError(f"max_hot {max_hot!r} must be a whole number >= 1")
         self.max_hot = max_hot
@@ -238,9 +254,14 @@ class _HotBase(Generic[S, L, M]):
         if self.detector is None:
             return False, []
         now = self.clock.now_us()
-        hot = self.detector.record(key, cost)
+        rate = self.detector.record_rate(key, cost)
+        hot = rate > self.detector.threshold
         ident = (key, found)
         with self._lock:
+            if rate > self.exit_ratio * self.detector.threshold and ident in self._detected:
+                # Held and still above the exit threshold: stays (and is not expired below).
+                self._detected[ident] = now + self.hold_us
+                self._detected.move_to_end(ident)
             moves: list[_Move] = [(False, k, r) for k, r in self._expired(now)]
             held = ident in self._detected
             # A key whose move back failed still has its usage on the cells.
@@ -253,9 +274,8 @@ class _HotBase(Generic[S, L, M]):
                 return False, moves
             if not held and not on_cells:
                 moves.append((True, key, found))
-            if hot:
+            if not held:  # hot: turned hot now
                 self._detected[ident] = now + self.hold_us
-                self._detected.move_to_end(ident)
             if len(self._detected) > self.max_hot:
                 (gone, gone_rates), _ = self._detected.popitem(last=False)
                 moves.append((False, gone, gone_rates))
@@ -278,7 +298,8 @@ class _HotBase(Generic[S, L, M]):
         """Make ``move``; None, or the store's error that stopped it (the move then counts
         as not made: a key moving in stays on its own state, one moving out on its cells)."""
         try:
-            yield from self._move_flow(move)
+            if self._cells is not None:
+                yield from move_flow(self._cells, self.limiter, *move)
         except StorageError as error:
             into, key, rates = move
             ident = (key, rates)
@@ -292,27 +313,21 @@ class _HotBase(Generic[S, L, M]):
             return error
         return None
 
-    def _move_flow(self, move: _Move) -> Flow[None]:
-        """Carry a key's usage between its own state and its cells (nothing to do for leases):
-        what the destination lacks, so that making a move again charges nothing twice."""
-        into, key, rates = move
-        cells, core = self._cells, self.limiter
-        if cells is None:
+    def reset_flow(self, key: str, rates: Rate | Sequence[Rate]) -> Flow[None]:
+        """Forget ``key``'s usage wherever it may be (what support does to lift a block): its
+        own state and its cells (a ``CellLimiter``), or its state and this process's lease
+        (a ``TwoTier``); and a move back that failed, as there is nothing left to carry.
+        A key detected hot stays hot, on its now empty cells. A store error is raised."""
+        found = check_rates(rates)
+        check_key(key)
+        with self._lock:
+            self._leaving.pop((key, found), None)
+        if self._tier is not None:
+            yield from self._tier.reset_flow(key, rates)
             return
-        if into:
-            used = _used((yield from core.peek_flow(key, rates)))
-            if used > 0:
-                used -= yield from cells.used_flow(key, rates)
-            if used > 0:
-                yield from cells.charge_flow(key, rates, used)
-            return
-        used = yield from cells.used_flow(key, rates)
-        if used <= 0:
-            return
-        room = yield from core.peek_flow(key, rates)
-        units = min(used - _used(room), *(layer.remaining for layer in room.layers or (room,)))
-        if units > 0:
-            yield from core.hit_flow(key, rates, units)
+        yield from self.limiter.reset_flow(key, rates)
+        if self._cells is not None:
+            yield from self._cells.reset_flow(key, rates)
 
     def __repr__(self) -> str:
         return (
@@ -329,15 +344,19 @@ class HotKeyLimiter(_HotBase["Store", Limiter, "CellLimiter | TwoTier"]):
 
     ``mitigation`` is a ``CellLimiter`` or a ``TwoTier`` (with ``lease``) over the
     same store and algorithm. ``hot_keys`` are always mitigated; ``detector``
-    (optional) adds keys as they turn hot. ``hold`` is how long (seconds) a
-    detected key stays mitigated after it was last seen hot (default 2 x the
-    detector's interval); ``max_hot`` bounds the detected set. Ordinary keys are
-    decided by ``limiter``, a ``Limiter(store, algorithm)`` made here.
+    (optional) adds keys as they turn hot (above its threshold). A detected key
+    stays mitigated until ``hold`` seconds (default 2 x the detector's interval)
+    after its rate was last above ``exit_ratio`` x the threshold (default 0.5;
+    1 for no rate hysteresis); ``max_hot`` bounds the detected set. Ordinary
+    keys are decided by ``limiter``, a ``Limiter(store, algorithm)`` made here.
+    ``reset(key, rates)`` forgets the key's usage everywhere it may be.
     """
 
     _driver = Limiter
     _mitigations = (CellLimiter, TwoTier)
+    _twin = ("AsyncHotKeyLimiter", (AsyncCellLimiter, AsyncTwoTier))
     hit = blocking(_HotBase.hit_flow)
+    reset = blocking(_HotBase.reset_flow)
 
 
 class AsyncHotKeyLimiter(_HotBase["AsyncStore", AsyncLimiter, "AsyncCellLimiter | AsyncTwoTier"]):
@@ -345,14 +364,10 @@ class AsyncHotKeyLimiter(_HotBase["AsyncStore", AsyncLimiter, "AsyncCellLimiter 
 
     _driver = AsyncLimiter
     _mitigations = (AsyncCellLimiter, AsyncTwoTier)
+    _twin = ("HotKeyLimiter", (CellLimiter, TwoTier))
     _failing = staticmethod(_araising)
     hit = awaiting(_HotBase.hit_flow)
-
-
-def _used(decision: Decision) -> int:
-    """The units in use of the fullest layer of a peek: capacity less what remains."""
-    layers = decision.layers or (decision,)
-    return max((layer.rate.capacity - layer.remaining for layer in layers if layer.rate), default=0)
+    reset = awaiting(_HotBase.reset_flow)
 
 
 def _a(name: str) -> str:
@@ -364,3 +379,12 @@ def _hold_us(hold: object) -> int:
     if isinstance(hold, bool) or not isinstance(hold, int | float) or not 0 < hold < math.inf:
         raise ConfigurationError(f"hold {hold!r} must be a positive number of seconds")
     return max(1, math.ceil(hold * 1_000_000))
+
+
+def _exit_ratio(ratio: object) -> float:
+    if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio <= 1:
+        raise ConfigurationError(
+            f"exit_ratio {ratio!r} must be a number in (0, 1]: the share of the detector's "
+            "threshold below which a detected key may leave (1 for no rate hysteresis)"
+        )
+    return float(ratio)
