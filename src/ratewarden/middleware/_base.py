@@ -90,7 +90,7 @@ class RateLimitBase(Generic[A, H]):
         app: A,
         *,
         limiter: H,
-        rules: RuleSet,
+        rules: RuleSet | None = None,
         failure_mode: str = OPEN,
         breaker: CircuitBreaker | None = None,
         metrics: Metrics | None = None,
@@ -103,6 +103,11 @@ class RateLimitBase(Generic[A, H]):
             failure,
             stacklevel=5,  # past the keyword check
         )
+        if rules is None:
+            raise ConfigurationError(
+                f"{type(self).__name__} needs rules=: the rules it applies, e.g. "
+                "rules=RuleSet([Rule('per-ip', '100/minute')])"
+            )
         if not isinstance(rules, RuleSet):
             raise ConfigurationError(f"rules {rules!r} must be a RuleSet")
         problem = limiter_problem(limiter, self._awaits_limiter(), kind=self._checks_kind)

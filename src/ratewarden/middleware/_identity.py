@@ -7,22 +7,22 @@ rule whose extractor returns None limits the request under its ``fallback``
 identity (``"anonymous"`` unless set): one shared bucket, never "unlimited".
 
 Client addresses honour ``X-Forwarded-For`` or ``Forwarded`` (RFC 7239) only
-when the socket peer is a configured trusted proxy. The header is then read
-right to left, skipping hops that are themselves trusted proxies; the first
-untrusted hop is the client. A client that forges these headers without going
-through a trusted proxy is therefore limited by its own socket address.
+when the socket peer is a trusted proxy, read right to left past trusted hops;
+the first untrusted hop is the client. A client that forges these headers without
+going through a trusted proxy is limited by its own socket address.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import ipaddress
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, ParamSpec, TypeVar
 
-from ratewarden.checks import check_bool, keywords_checked
+from ratewarden.checks import check_bool, keywords_checked, refuse_unknown
 from ratewarden.errors import ConfigurationError
 from ratewarden.headers import split_outside_quotes
 from ratewarden.middleware._request import RequestInfo, first_value, from_asgi, list_value
@@ -46,15 +46,41 @@ ANONYMOUS = "anonymous"
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
+P = ParamSpec("P")
+R = TypeVar("R")
 
+
+def calls_checked(func: Callable[P, R]) -> Callable[P, R]:
+    """``func`` refusing a keyword it does not take, or missing a required keyword-only
+    one, with a ``ConfigurationError`` naming it, what it takes and the nearest
+    (``by_client_ip(trusted_proxy=...)``, ``limit("5/minute")`` without ``name=``):
+    Python's TypeError says no "did you mean". ``checks.keywords_checked``'s twin."""
+    params = inspect.signature(func).parameters.values()
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    takes = tuple(p.name for p in params if p.kind in kinds)
+    needs = [p.name for p in params if p.kind == kinds[1] and p.default is p.empty]
+
+    @functools.wraps(func)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> R:
+        if not set(kwargs).issubset(takes):
+            refuse_unknown(f"{func.__name__}()", kwargs, takes)
+        for name in (n for n in needs if n not in kwargs):
+            raise ConfigurationError(
+                f"{func.__name__}() needs {name}=; it takes {', '.join(takes)}"
+            )
+        return func(*args, **kwargs)
+
+    return checked
+
+
+@calls_checked
 def by_api_key(header: str = "x-api-key", *, hashed: bool = True) -> KeyFunc:
     """The API key header as ``key:<sha256 hex prefix>`` (the raw value with ``hashed=False``).
 
-    Hashing keeps secrets out of the store, logs and shadow reports; 128 bits
-    of SHA-256 keep distinct keys distinct. A header sent twice is keyed on what
-    the app reads (``RequestInfo.headers``): the first line under ASGI, the
-    server's joined value under WSGI, so a second line never makes a new identity
-    of a key the app accepts.
+    Hashing keeps secrets out of the store, logs and shadow reports; 128 bits of
+    SHA-256 keep distinct keys distinct. A header sent twice is keyed on what the app
+    reads (``RequestInfo.headers``: the first line under ASGI, the server's joined
+    value under WSGI), never a new identity of a key the app accepts.
     """
     if not isinstance(header, str) or not header.strip():
         raise ConfigurationError(f"by_api_key header {header!r} must be a header name")
@@ -74,16 +100,12 @@ class _HeaderKey:
 
     def __call__(self, request: RequestInfo) -> str | None:
         value = request.headers.get(self._name)
-        if not value:
-            return None
-        return self._identity(value)
+        return self._identity(value) if value else None
 
     def asgi(self, scope: Mapping[str, Any]) -> str | None:
         """The identity read from the scope's header list, with no ``RequestInfo`` made."""
         value = first_value(scope.get("headers", ()), self._wanted)
-        if not value:
-            return None
-        return self._identity(value)
+        return self._identity(value) if value else None
 
     def scope_keys(self, prefix: str, fallback: str) -> Callable[[Mapping[str, Any]], str]:
         """``prefix + (self.asgi(scope) or fallback)`` as one call, remembered per header value.
@@ -179,11 +201,28 @@ def first_of(*extractors: KeyFunc) -> KeyFunc:
 
 def _network(text: object) -> IPNetwork:
     try:
-        return ipaddress.ip_network(str(text).strip(), strict=False)
+        network = ipaddress.ip_network(str(text).strip(), strict=False)
     except ValueError as exc:
         raise ConfigurationError(
             f"trusted proxy {text!r} is not an IP address or network (e.g. '10.0.0.0/8')"
         ) from exc
+    if network.prefixlen == 0:
+        raise ConfigurationError(
+            f"trusted proxy {text!r} trusts every address: each client would name its own "
+            "identity (a fresh budget per request); name your proxies ('10.0.0.0/8'), or none"
+        )
+    return network
+
+
+def _networks(trusted_proxies: object) -> tuple[IPNetwork, ...]:
+    if isinstance(trusted_proxies, str):
+        trusted_proxies = [trusted_proxies]
+    if not isinstance(trusted_proxies, Iterable):
+        raise ConfigurationError(
+            f"trusted_proxies={trusted_proxies!r}: give a list of your proxies' addresses or "
+            "networks (['10.0.0.0/8']), or none for the socket peer"
+        )
+    return tuple(_network(n) for n in trusted_proxies)
 
 
 def parse_ip(text: str) -> IPAddress | None:
@@ -232,13 +271,13 @@ def forwarded_for(value: str) -> list[str]:
 class ClientIP:
     """The client's address, trusting forwarding headers only from ``trusted_proxies``.
 
-    ``header`` is ``"x-forwarded-for"`` (the default) or ``"forwarded"``; only
-    that one is read, so a client cannot pick the header the proxy does not
-    overwrite. IPv6 clients are grouped by their ``/ipv6_prefix`` network (64 by
-    default: one subscriber's allocation), IPv4 clients by address.
-    A hop that is not an address (``unknown``, an obfuscated name, a ``Forwarded``
-    element that does not parse) stops the walk: the last address read, a trusted
-    proxy, is the client.
+    ``header`` is ``"x-forwarded-for"`` (the default) or ``"forwarded"``, in any
+    case; only that one is read (under WSGI, a server that maps ``X_Forwarded_For``
+    onto the same environ key lets a client add to it: middleware.md). IPv6 clients
+    are grouped by their ``/ipv6_prefix`` network (64 by default), IPv4 clients by
+    address. A hop that is not an address (``unknown``, an obfuscated name, a
+    ``Forwarded`` element that does not parse) stops the walk: the last address
+    read, a trusted proxy, is the client. A network of every address is refused.
     """
 
     __slots__ = ("_header", "_ipv6_prefix", "_trusted")
@@ -251,14 +290,14 @@ class ClientIP:
         header: Literal["x-forwarded-for", "forwarded"] = "x-forwarded-for",
         ipv6_prefix: int = 64,
     ) -> None:
-        if isinstance(trusted_proxies, str):
-            trusted_proxies = [trusted_proxies]
-        self._trusted: tuple[IPNetwork, ...] = tuple(_network(n) for n in trusted_proxies)
-        if header not in ("x-forwarded-for", "forwarded"):
+        self._trusted = _networks(trusted_proxies)
+        named = header.strip().lower() if isinstance(header, str) else header
+        if named not in ("x-forwarded-for", "forwarded"):
             raise ConfigurationError(
-                f"client IP header {header!r} must be 'x-forwarded-for' or 'forwarded'"
+                f"client IP header {header!r} must be 'x-forwarded-for' or 'forwarded' "
+                "(in any case)"
             )
-        self._header = header
+        self._header: str = named
         if isinstance(ipv6_prefix, bool) or not isinstance(ipv6_prefix, int):
             raise ConfigurationError(f"ipv6_prefix {ipv6_prefix!r} must be a whole number")
         if not 1 <= ipv6_prefix <= 128:
@@ -350,6 +389,7 @@ def _peer_identity(peer: str, ipv6_prefix: int) -> str | None:
     return _identity(parse_ip(peer), ipv6_prefix)
 
 
+@calls_checked
 def by_client_ip(
     trusted_proxies: Iterable[str] = (),
     *,

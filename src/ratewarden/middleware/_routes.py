@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.middleware._denied import DeniedHook
-from ratewarden.middleware._identity import ANONYMOUS, KeyFunc
+from ratewarden.middleware._identity import ANONYMOUS, KeyFunc, calls_checked
 from ratewarden.middleware._request import RequestInfo
 from ratewarden.middleware._rules import CostFunc, Rule, check_name
 from ratewarden.rate import Rate
@@ -109,6 +109,7 @@ def exempt(*rule_names: str) -> Callable[[F], F]:
     return decorate
 
 
+@calls_checked
 def limit(
     rates: str | Rate | Sequence[str | Rate],
     *,
@@ -134,6 +135,7 @@ def limit(
     return decorate
 
 
+@calls_checked
 def override(
     rule_name: str,
     *,

@@ -13,6 +13,7 @@ Path patterns: ``*`` matches within one path segment, ``**`` across segments,
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -131,12 +132,39 @@ def method_set(methods: object, where: str) -> frozenset[str] | None:
     return frozenset(names)
 
 
+#: RFC 9110's methods and PATCH: a name close to one of these (``GETS``) is a typo.
+_STANDARD = ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
+#: Extension methods in use (IANA's registry, caches' and UPnP's), taken as they are.
+# fmt: off
+_EXTENSIONS = frozenset({
+    "ACL", "BAN", "BASELINE-CONTROL", "BIND", "CHECKIN", "CHECKOUT", "COPY", "LABEL", "LINK",
+    "LOCK", "M-SEARCH", "MERGE", "MKACTIVITY", "MKCALENDAR", "MKCOL", "MKREDIRECTREF",
+    "MKWORKSPACE", "MOVE", "NOTIFY", "ORDERPATCH", "PRI", "PROPFIND", "PROPPATCH", "PURGE",
+    "QUERY", "REBIND", "REPORT", "SEARCH", "SUBSCRIBE", "UNBIND", "UNCHECKOUT", "UNLINK",
+    "UNLOCK", "UNSUBSCRIBE", "UPDATE", "UPDATEREDIRECTREF", "VERSION-CONTROL",
+})
+# fmt: on
+
+
 def check_method(method: object, where: str) -> str:
-    """``method`` when it is an HTTP method name; else ``ConfigurationError`` naming ``where``."""
+    """``method`` when it is an HTTP method name; else ``ConfigurationError`` naming ``where``.
+
+    Any token is a method (extensions such as ``PURGE``), but one that is not a method in
+    use and is close to a standard one (``GETS``, ``PSOT``) is a typo that would select
+    nothing: refused with the one it is close to.
+    """
     if not isinstance(method, str) or not _METHOD.fullmatch(method):
         raise ConfigurationError(
             f"{where}: {method!r} is not a method name (an HTTP token, such as GET)"
         )
+    upper = method.upper()
+    if upper not in _STANDARD and upper not in _EXTENSIONS:
+        close = difflib.get_close_matches(upper, _STANDARD, 1, cutoff=0.75)
+        if close:
+            raise ConfigurationError(
+                f"{where}: {method!r} is not a method in use (a typo would select no "
+                f"request); did you mean {close[0]}?"
+            )
     return method
 
 
