@@ -93,7 +93,7 @@ async def test_dotted_paths_name_the_limiter_and_the_key(mode: str) -> None:
         ({"limiter": 3, "limit": 2}, "RATEWARDEN_CONCURRENCY['limiter'] is 3, which has no"),
         ({"limiter": LIMITER, "limit": 0}, f"{BUILT}limit=0: a whole number >= 1"),
         ({"limiter": LIMITER, "limit": "2"}, f"{BUILT}limit='2': a whole number >= 1"),
-        ({"limiter": LIMITER, "limit": 2, "ttl": 0}, f"{BUILT}ttl=0: seconds, more than 0"),
+        ({"limiter": LIMITER, "limit": 2, "ttl": 0}, f"{BUILT}ttl=0: seconds, at least 0.001"),
         ({"limiter": LIMITER, "limit": 2, "status": 200}, f"{BUILT}status=200: 429 or 503"),
         ({"limiter": LIMITER, "limit": 2, "key": 1}, f"{BUILT}key=1: a key extractor"),
         (
