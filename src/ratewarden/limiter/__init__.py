@@ -12,6 +12,8 @@ limiter, or compose its flows with ``yield from`` and run them with
 ``blocking`` / ``awaiting`` turn a flow method into a blocking or a coroutine
 method with the same signature and docstring: an adapter's sync and async twins
 are made from its flows the way ``Limiter`` and ``AsyncLimiter`` are.
+``arguments_checked`` gives a subclass a method written out (``Limiter.hit``)
+whose bad keywords are refused naming the subclass, as those methods' are.
 
 What an adapter needs beyond the flows is exported here too, so that adapters
 import no store: ``aged`` (a remembered Decision as seen later: the one aging of
@@ -27,6 +29,7 @@ hooks a decision calls).
 from __future__ import annotations
 
 from ratewarden.limiter._aged import aged
+from ratewarden.limiter._arguments import arguments_checked
 from ratewarden.limiter._breaker import CircuitBreaker
 from ratewarden.limiter._core import (
     FAILURE_MODES,
@@ -83,6 +86,7 @@ __all__ = [
     "Wait",
     "adrive",
     "aged",
+    "arguments_checked",
     "awaiting",
     "axis_key",
     "blocking",

@@ -10,12 +10,12 @@ calls a store itself.
 
 A request meets, in order (each part off unless configured):
 
-1. validation: key, rates, cost; bad input raises ``ConfigurationError`` before
-   anything is consumed;
+1. validation: key, rates, cost (and a lease that fits each rate); bad input
+   raises ``ConfigurationError`` before anything is consumed;
 2. the negative cache: a key the store denied until T is denied here until T,
    unless a lease balance covers the cost;
 3. the local bucket: a per-process share of the rates denies what this process
-   alone would already refuse;
+   alone would already refuse (a cost it can never hold goes on to the store);
 4. a lease: units bought from the store in advance pay with no store call;
 5. the store, through the circuit breaker (buying a lease of ``k`` units when
    leases are on); a denial is remembered until its retry time;
@@ -25,6 +25,9 @@ A request meets, in order (each part off unless configured):
    ``StorageUnavailableError`` is raised;
 7. shadow (a denial reported as allowed and shadowed), then the decision hook
    and the metrics.
+
+Steps 1 to 4 are ``LocalTier._start`` (``_local_tier``), the negative cache and
+leases ``Leasing`` (``_leasing``).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from ratewarden.checks import check_cost, check_key, check_local, check_rates, keywords_checked
+from ratewarden.checks import check_local, check_rates, keywords_checked
 from ratewarden.clock import Clock, check_clock
 from ratewarden.decision import Decision
 from ratewarden.deprecation import UNSET, renamed
@@ -48,6 +51,7 @@ from ratewarden.limiter._flows import Ask, Flow
 from ratewarden.limiter._leases import LeaseBook
 from ratewarden.limiter._leasing import Leasing
 from ratewarden.limiter._local import LocalRates, local_rates
+from ratewarden.limiter._local_tier import LocalTier
 from ratewarden.limiter._metrics_check import DECISION_HOOKS, check_metrics
 from ratewarden.limiter._negative import NegativeCache
 from ratewarden.limiter._operations import Operations
@@ -62,7 +66,6 @@ from ratewarden.limiter._settings import (
     balance_ttl_us,
     check_failure_mode,
     check_store,
-    from_lease,
     refuse_limiter,
 )
 from ratewarden.metrics import NO_METRICS, LogRateLimiter, Metrics
@@ -85,15 +88,14 @@ DEFAULT_LOCAL_KEYS = 100_000
 #: Rates tuples a limiter remembers as checked before it starts again from empty.
 _CHECKED_SIZE = 1024
 
-_Ident = tuple[str, str, tuple[Rate, ...]]
-#: ``tuple.__new__``: a ``Pending`` or ``Ask`` made on every hit without the NamedTuple's
-#: Python-level ``__new__`` (as ``_aged`` builds Decisions with ``make_decision``).
+#: ``tuple.__new__``: an ``Ask`` made on every hit without the NamedTuple's Python-level
+#: ``__new__`` (as ``_aged`` builds Decisions with ``make_decision``).
 _tuple = tuple.__new__
 #: ``Metrics.decision``, a no-op: a metrics object that keeps it is not called per decision.
 _NO_DECISION = Metrics.decision
 
 
-class DecisionCore(Leasing, Operations):
+class DecisionCore(LocalTier, Leasing, Operations):
     """Settings, the in-process parts, and every flow; everything but the store calls.
 
     See ``Limiter`` for the options. ``store`` is whatever the driver calls; the
@@ -156,6 +158,12 @@ class DecisionCore(Leasing, Operations):
         self._local_for = local_rates(check_local(what, local))
         #: The in-process store of the local bucket and of the ``local`` failure mode.
         self.local = MemoryStore(clock=self.clock, max_keys=DEFAULT_LOCAL_KEYS)
+        if lease is None and lease_ttl is not None:
+            raise ConfigurationError(
+                f"{what}: lease_ttl={lease_ttl!r} is given without lease=, so nothing is leased "
+                "and it would do nothing; give lease=k (the units bought per store call) with "
+                "it, or drop lease_ttl"
+            )
         self.leases = None if lease is None else LeaseBook(lease)
         self._lease_ttl_us = balance_ttl_us(lease_ttl)
         if isinstance(negative_cache, NegativeCache) or negative_cache is None:
@@ -169,6 +177,8 @@ class DecisionCore(Leasing, Operations):
         self._log = LogRateLimiter(60.0, clock=self.clock)
         # id(rates tuple) -> (the tuple, its checked rates); kept so that its id stays its own.
         self._checked: dict[int, tuple[object, tuple[Rate, ...]]] = {}
+        #: Rates whose lease size was checked (``LocalTier._check_lease_size``).
+        self._sized: set[tuple[Rate, ...]] = set()
         #: True when every part is off: a hit is one store call, its Decision returned as is.
         self.plain = (
             on_decision is None
@@ -233,63 +243,6 @@ class DecisionCore(Leasing, Operations):
         return hit_each_flow(self, calls, via_all)
 
     # -- the parts of a hit ----------------------------------------------------------------
-
-    def _start(
-        self,
-        name: str,
-        key: str,
-        rates: Rate | Sequence[Rate],
-        cost: int,
-        failure_mode: str | None,
-        on_failure: FailureHook | None,
-        via: Callable[..., Any] | None = None,
-    ) -> Decision | Pending:
-        """The part of a hit that never asks the store, as a plain call.
-
-        A Decision when this process answers (a cached denial, the local bucket's
-        denial, a lease); otherwise what ``_rest`` needs to go on.
-        """
-        if type(rates) is Rate:
-            found: tuple[Rate, ...] = (rates,)
-        else:
-            known = self._checked.get(id(rates))
-            found = known[1] if known is not None and known[0] is rates else self._check(rates)
-        if type(cost) is not int or cost < 0:
-            check_cost(cost)
-        if type(key) is not str or not key:
-            check_key(key)
-        mode = failure_mode
-        if failure_mode is None:
-            mode = self.failure_mode
-        elif failure_mode not in FAILURE_MODES:  # the usual names are taken without a call
-            check_failure_mode(failure_mode)
-        now = self.clock.now_us()
-        if cost == 0:
-            return _tuple(
-                Pending, (name, key, found, rates, 0, mode, None, now, False, on_failure, via)
-            )
-        ident = (name, key, found)
-        cached = self._cached_denial(ident, cost, now)
-        if cached is not None:
-            return cached
-        local = None
-        if self._local_for is not None:
-            local = self.local.hit(LOCAL_ALGORITHM, key, self._local_for(found), cost)
-            if not local.allowed:
-                self.counts.add("local_denials")
-                return local
-        leases = self.leases
-        if leases is not None:
-            held = leases.spend(ident, cost, now)
-            if held is not None:
-                self.counts.add("lease_hits")
-                return from_lease(held, cost, now)
-            return _tuple(
-                Pending, (name, key, found, rates, cost, mode, local, now, True, on_failure, via)
-            )
-        return _tuple(
-            Pending, (name, key, found, rates, cost, mode, local, now, False, on_failure, via)
-        )
 
     def _peek(
         self, key: str, rates: Rate | Sequence[Rate], failure_mode: str | None
@@ -372,11 +325,14 @@ class DecisionCore(Leasing, Operations):
                 error,
                 mode,
             )
-        if mode == "local":
-            local = p.local
+        local = p.local
+        if mode == "local" and (local is None or local.allowed):
             if local is None:
                 local = self.local.hit(p.algorithm, p.key, p.rates, p.cost)
             return marked(local, mode)
+        # Open or closed; or ``local`` for a cost the local bucket can never hold (``_start``
+        # sent it to the store): no process admits more than its bucket, so it is denied
+        # until the store is asked again, as ``closed`` denies.
         breaker = self.breaker
         wait = NO_BREAKER_WAIT
         if breaker is not None:

@@ -96,8 +96,17 @@ class Leasing:
         assert book is not None
         ident = (p.algorithm, p.key, p.rates)
         if not book.start_buying(ident):
-            # Another request is buying this key's lease: ask for this request alone.
-            return (yield from self._global(p, p.cost))
+            # Another request is buying this key's lease: ask for this request alone. If that
+            # is denied, the units the buyer has credited meanwhile (already charged to the
+            # store) may pay for it: else a burst strands them until lease_ttl.
+            decision = yield from self._global(p, p.cost)
+            if not decision.allowed:
+                now = self.clock.now_us()
+                held = book.spend(ident, p.cost, now)
+                if held is not None:
+                    self.counts.add("lease_hits")
+                    return from_lease(held, p.cost, now)
+            return decision
         try:
             return (yield from self._buy(p, book, ident))
         finally:

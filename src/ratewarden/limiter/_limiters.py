@@ -17,10 +17,10 @@ from contextlib import asynccontextmanager, contextmanager
 from types import MethodType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from ratewarden.checks import named_for, refuse_unknown
+from ratewarden.checks import named_for
 from ratewarden.decision import Decision
 from ratewarden.deprecation import renamed
-from ratewarden.errors import ConfigurationError
+from ratewarden.limiter._arguments import public_name, refuse_arguments
 from ratewarden.limiter._core import DecisionCore
 from ratewarden.limiter._flows import Flow, adrive, drive
 from ratewarden.limiter._settings import FAILURE_MODES, FailureHook
@@ -43,8 +43,8 @@ def blocking(flow: Callable[Concatenate[Any, P], Flow[T]]) -> Callable[Concatena
         try:
             started = flow(self, *args, **kwargs)
         except TypeError as exc:
-            _refuse_arguments(self, flow, args, kwargs)
-            renamed = named_for(exc, flow, f"{_public(self, flow)}()")
+            refuse_arguments(self, flow, args, kwargs)
+            renamed = named_for(exc, flow, f"{public_name(self, flow)}()")
             if renamed is None:
                 raise
             raise renamed from None
@@ -64,8 +64,8 @@ def awaiting(
         try:
             started = flow(self, *args, **kwargs)
         except TypeError as exc:
-            _refuse_arguments(self, flow, args, kwargs)
-            renamed = named_for(exc, flow, f"{_public(self, flow)}()")
+            refuse_arguments(self, flow, args, kwargs)
+            renamed = named_for(exc, flow, f"{public_name(self, flow)}()")
             if renamed is None:
                 raise
             raise renamed from None
@@ -74,37 +74,6 @@ def awaiting(
 
     _named(method, flow, coroutine=True)
     return method
-
-
-def _refuse_arguments(
-    self: Any, flow: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> None:
-    """A ConfigurationError naming the public method for a keyword ``flow`` does not take or
-    too many positional arguments, as ``checks.keywords_checked`` does for constructors
-    (Python's TypeError names the private flow: ``Operations.peek_flow() got an unexpected
-    keyword argument 'cost'``); nothing otherwise (a missing argument stays Python's
-    TypeError, renamed by the caller with ``checks.named_for``)."""
-    params = list(inspect.signature(flow).parameters.values())[1:]
-    takes = [p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    name = _public(self, flow)
-    if "cost" in kwargs and "cost" not in takes:
-        raise ConfigurationError(
-            f"{name}: unknown keyword 'cost'; it consumes nothing (a hit of cost 0), so a cost "
-            f"c fits when remaining >= c; it takes {', '.join(takes)}"
-        )
-    refuse_unknown(name, kwargs, takes)
-    positional = [p for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
-    if len(args) > len(positional):
-        raise ConfigurationError(
-            f"{name}: {len(args)} positional arguments given, but it takes at most "
-            f"{len(positional)} ({', '.join(p.name for p in positional)})"
-            + ("; give the rest by keyword" if len(takes) > len(positional) else "")
-        )
-
-
-def _public(self: Any, flow: Callable[..., Any]) -> str:
-    """The public method a flow is called as: ``TokenBudget.settle``."""
-    return f"{type(self).__name__}.{flow.__name__.removesuffix('_flow')}"
 
 
 def _named(method: Any, flow: Callable[..., Any], *, coroutine: bool = False) -> None:

@@ -23,6 +23,7 @@ from ratewarden.limiter import (
     Limiter,
     LocalRates,
     NegativeCache,
+    arguments_checked,
     check_failure_mode,
     check_metrics,
 )
@@ -114,6 +115,11 @@ class TwoTier(_TwoTierDefaults["Store"], Limiter):
     may have been reset): call ``reset`` again once the store answers.
     """
 
+    # Limiter.hit, whose bad keywords are refused naming TwoTier.hit (not Limiter.hit).
+    hit = arguments_checked(Limiter.hit)
+
 
 class AsyncTwoTier(_TwoTierDefaults["AsyncStore"], AsyncLimiter):
     """The asyncio twin of ``TwoTier`` over an ``AsyncStore``; the same options."""
+
+    hit = arguments_checked(AsyncLimiter.hit)

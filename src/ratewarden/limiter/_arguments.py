@@ -1,0 +1,95 @@
+"""A limiter method's arguments refused in the project's words, naming the public method.
+
+Python's TypeError for a bad call names the function that defines it: a private
+flow (``Operations.peek_flow() got an unexpected keyword argument 'cost'``) or the
+base class (``Limiter.hit()`` called on a ``TwoTier``). ``refuse_arguments`` says it
+as ``checks.keywords_checked`` does for constructors: a ``ConfigurationError``
+naming the public method, what it takes, and the nearest name. ``blocking`` /
+``awaiting`` (``_limiters``) use it for the flows; ``arguments_checked`` for a
+method written out, such as ``Limiter.hit`` under ``TwoTier``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from ratewarden.checks import named_for, refuse_unknown
+from ratewarden.errors import ConfigurationError
+
+__all__ = ["arguments_checked", "public_name", "refuse_arguments"]
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+def arguments_checked(method: Callable[Concatenate[Any, P], T]) -> Callable[Concatenate[Any, P], T]:
+    """``method`` (a method written out, such as ``Limiter.hit``) as a subclass's, refusing a
+    keyword it does not take or too many positional arguments with a ConfigurationError that
+    names the subclass (``TwoTier.hit: unknown keyword 'shadw'; ... did you mean shadow?``),
+    as ``blocking`` / ``awaiting`` do for the flows: Python's TypeError names the class that
+    defines it (``Limiter.hit()``). The arguments are looked at only when the call raised a
+    TypeError; one raised inside with good arguments is raised as it was. One frame more per
+    call: ``Limiter.hit`` itself, the plain limiter's hot path, is not wrapped."""
+
+    def refused(self: Any, error: TypeError, args: Any, kwargs: Any) -> TypeError:
+        refuse_arguments(self, method, args, kwargs)
+        return named_for(error, method, f"{public_name(self, method)}()") or error
+
+    if inspect.iscoroutinefunction(method):
+
+        async def checked_async(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> Any:
+            try:
+                called = method(self, *args, **kwargs)
+            except TypeError as exc:
+                error = refused(self, exc, args, kwargs)
+                if error is exc:
+                    raise
+                raise error from None
+            return await called
+
+        return functools.wraps(method)(checked_async)  # type: ignore[return-value]
+
+    def checked(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return method(self, *args, **kwargs)
+        except TypeError as exc:
+            error = refused(self, exc, args, kwargs)
+            if error is exc:
+                raise
+            raise error from None
+
+    return functools.wraps(method)(checked)
+
+
+def refuse_arguments(
+    self: Any, flow: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    """A ConfigurationError naming the public method for a keyword ``flow`` does not take or
+    too many positional arguments, as ``checks.keywords_checked`` does for constructors
+    (Python's TypeError names the private flow: ``Operations.peek_flow() got an unexpected
+    keyword argument 'cost'``); nothing otherwise (a missing argument stays Python's
+    TypeError, renamed by the caller with ``checks.named_for``)."""
+    params = list(inspect.signature(flow).parameters.values())[1:]
+    takes = [p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    name = public_name(self, flow)
+    if "cost" in kwargs and "cost" not in takes:
+        raise ConfigurationError(
+            f"{name}: unknown keyword 'cost'; it consumes nothing (a hit of cost 0), so a cost "
+            f"c fits when remaining >= c; it takes {', '.join(takes)}"
+        )
+    refuse_unknown(name, kwargs, takes)
+    positional = [p for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    if len(args) > len(positional):
+        raise ConfigurationError(
+            f"{name}: {len(args)} positional arguments given, but it takes at most "
+            f"{len(positional)} ({', '.join(p.name for p in positional)})"
+            + ("; give the rest by keyword" if len(takes) > len(positional) else "")
+        )
+
+
+def public_name(self: Any, flow: Callable[..., Any]) -> str:
+    """The public method a flow is called as: ``TokenBudget.settle``."""
+    return f"{type(self).__name__}.{flow.__name__.removesuffix('_flow')}"
