@@ -14,6 +14,14 @@ read back in the same order from both stores:
 - ``c:<region>``: that region's admitted count in the window (a G-counter entry);
 - ``cap``: this region's budget for the window, once a complete round set it.
 
+A merge takes this region's own entries in the peers' hashes too (what they last read
+of it): a hash that lost counts (a restart without persistence, FLUSHALL, an eviction,
+a failover that lost writes) takes them back. Peers only ever read this hash, so they
+hold more of it than it does only after a loss. A hash that has had no merge in this
+window (no ``cap``, no peer's entry) was made anew after the loss, so all it counts came
+after it: its count becomes its own plus the peers' most. Otherwise the max, as for any
+entry (a partial loss: what survived and what peers read overlap).
+
 A merge may also be told of *holds*: peers whose rounds have gone silent (see
 ``ratewarden.regions.Reconciler``), each as (the window of its hash, region, its cap or
 -1, its default cap). A held peer counts as having spent its whole budget for this
@@ -59,11 +67,23 @@ def run(
         raise StorageError(f"ratewarden: region_budget has no operation {operation}")
     region = str(args[3])
     first = 9 + 4 * int(args[8])
+    # Made anew since its window began (or since a loss): no cap and no peer's entry yet.
+    fresh = "cap" not in fields and not any(
+        name.startswith("c:") and name != own_field for name in fields
+    )
+    seen_own = 0
     for at in range(first, len(args), 3):
-        if int(args[at]) == window and str(args[at + 1]) != region:
-            field, seen = f"c:{args[at + 1]}", int(args[at + 2])
-            if seen > fields.get(field, 0):
-                fields[field] = seen
+        if int(args[at]) != window:
+            continue
+        seen = int(args[at + 2])
+        if str(args[at + 1]) == region:
+            seen_own = max(seen_own, seen)
+        elif seen > fields.get(f"c:{args[at + 1]}", 0):
+            fields[f"c:{args[at + 1]}"] = seen
+    kept = fields.get(own_field, 0)
+    if seen_own > kept:
+        # Peers only ever read this hash, so they hold more of it only once it lost counts.
+        fields[own_field] = kept + seen_own if fresh else seen_own
     total = sum(count for name, count in fields.items() if name.startswith("c:"))
     own = fields.get(own_field, 0)
     cap = -1

@@ -29,6 +29,13 @@
 --        peers, each counted as spending its whole budget (its cap in this window, else
 --        its default cap) when the cap is recomputed
 --        ARGV[10+4k..] the peers' entries as triples (window, region, count)
+--        This region's own entries in the peers' hashes (what they last read of it) are
+--        merged too: a hash that lost counts (a restart without persistence, FLUSHALL, an
+--        eviction, a failover that lost writes) takes them back. When the peers hold more
+--        for it than its hash does, the hash lost counts; if the hash has had no merge in
+--        this window (no cap, no peer's entry: it was made anew after the loss), everything
+--        in it came after the loss and its count becomes own + the peers' most, else the
+--        peers' most (the max, as for any entry).
 --        Reply {window, merged total, own count, cap or -1 when not recomputed};
 --        cap = own + floor(max(0, limit - total - unspent) * numerator / denominator),
 --        unspent = the sum over holds of max(0, budget - that peer's merged count)
@@ -80,13 +87,39 @@ end
 local period = tonumber(ARGV[3])
 local window = roll(KEYS[1], period)
 local first = 10 + 4 * tonumber(ARGV[9])
-for i = first, #ARGV, 3 do
-  if tonumber(ARGV[i]) == window and ARGV[i + 1] ~= ARGV[4] then
-    local field = 'c:' .. ARGV[i + 1]
-    local seen = tonumber(ARGV[i + 2])
-    if seen > tonumber(redis.call('HGET', KEYS[1], field) or '0') then
-      redis.call('HSET', KEYS[1], field, fmt(seen))
+-- Made anew since its window began (or since a loss): no cap and no peer's entry yet.
+local fresh = redis.call('HEXISTS', KEYS[1], 'cap') == 0
+if fresh then
+  local names = redis.call('HKEYS', KEYS[1])
+  for i = 1, #names do
+    if string.sub(names[i], 1, 2) == 'c:' and names[i] ~= own_field then
+      fresh = false
     end
+  end
+end
+local seen_own = 0
+for i = first, #ARGV, 3 do
+  if tonumber(ARGV[i]) == window then
+    local seen = tonumber(ARGV[i + 2])
+    if ARGV[i + 1] == ARGV[4] then
+      if seen > seen_own then
+        seen_own = seen
+      end
+    else
+      local field = 'c:' .. ARGV[i + 1]
+      if seen > tonumber(redis.call('HGET', KEYS[1], field) or '0') then
+        redis.call('HSET', KEYS[1], field, fmt(seen))
+      end
+    end
+  end
+end
+local kept = tonumber(redis.call('HGET', KEYS[1], own_field) or '0')
+if seen_own > kept then
+  -- Peers only ever read this hash, so they hold more of it only once it lost counts.
+  if fresh then
+    redis.call('HSET', KEYS[1], own_field, fmt(kept + seen_own))
+  else
+    redis.call('HSET', KEYS[1], own_field, fmt(seen_own))
   end
 end
 local total = 0
