@@ -40,7 +40,7 @@ from ratewarden.regions._carry import NOT_CARRIED, CarryBook, Scaled, carry_flow
 from ratewarden.regions._exchange import AsyncDemandExchange, DemandExchange, Exchange
 from ratewarden.regions._gcounter import check_region
 from ratewarden.regions._stores import named
-from ratewarden.regions._taken import Taken, Weights, decode, settle
+from ratewarden.regions._taken import Taken, Weights, decode, disagree, settle
 
 __all__ = ["AsyncRegionalQuota", "Quota", "RegionalQuota"]
 
@@ -90,6 +90,7 @@ class Quota(Generic[L]):
         #: state cannot take it (see ``_carry``).
         self._carries = getattr(limiter, "algorithm", None) not in NOT_CARRIED
         self._held: tuple[str, ...] = ()
+        self._differing: tuple[str, ...] = ()
         self._demand = 0
         self._lock = threading.Lock()
 
@@ -104,6 +105,13 @@ class Quota(Generic[L]):
         weights (they could not read every region), so every region's allowance stays within
         the weights all of them have taken. Empty when every region took the same."""
         return self._held
+
+    @property
+    def differing(self) -> tuple[str, ...]:
+        """The regions found at the last round on shares with nothing in common with this
+        region's (given other shares): while any is, every region admits no more than its
+        allowance under each of the shares found. Empty when the regions agree."""
+        return self._differing
 
     @property
     def regions(self) -> tuple[str, ...]:
@@ -275,17 +283,52 @@ class Quota(Generic[L]):
         decoded = {region: decode(text) for region, text in found.items()}
         taken = {region: pair for region, pair in decoded.items() if pair is not None}
         own = taken.get(self.region)
-        if own is not None and own != self._taken:
+        if own is not None and own != self._taken.pair:
             # What this region published before (it restarted): the others hold it to that.
-            self._set(own, self._held)
+            self._set(Taken(own.anchor, own.current, self._taken.floor), self._held)
         weights = traffic_weights(demand, self.regions)
-        moved = None
-        if not missing and len(taken) == len(decoded):
-            moved = settle(taken, Weights.of(interval, weights))
+        complete = not missing and len(taken) == len(decoded)
+        new = Weights.of(interval, weights)
+        moved = settle(taken, new) if taken else None
+        if taken and moved is None:
+            # No weights common to the pairs read: regions given other shares.
+            moved = disagree(taken, self.region, self._taken, new if complete else None)
+            self._differ(moved[1], taken)
+            if not complete:
+                self._set(moved[0], self._held)
+                moved = None
+        elif complete:
+            self._differ((), taken)
+        else:
+            moved = None
         if moved is not None:
             self._set(*moved)
         yield from exchange.publish_taken_flow(interval, self._taken.encode())
         return None if moved is None else weights
+
+    def _differ(self, differing: tuple[str, ...], taken: Mapping[str, Taken]) -> None:
+        """Record the regions found on other shares, logged once as they appear or change
+        (a warning) and once as they agree again."""
+        if differing == self._differing:
+            return
+        extra = {"region": self.region, "peers": differing}
+        if differing:
+            found = {region: dict(taken[region].current.weights) for region in differing}
+            log.warning(
+                "region %s: regions %s took other shares (%s) than this one (%s), with none "
+                "in common: each region admits no more than its allowance under any of them "
+                "until they agree (give every region the same shares; "
+                "docs/regions.md#regions-given-different-shares)",
+                self.region, list(differing), found, dict(self._taken.current.weights),
+                extra={"event": "region_quota_shares_differ", **extra},
+            )  # fmt: skip
+        else:
+            log.info(
+                "region %s: every region takes the same shares again",
+                self.region,
+                extra={"event": "region_quota_shares_agree", **extra},
+            )
+        self._differing = differing
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(region={self.region!r}, shares={self.shares!r})"
