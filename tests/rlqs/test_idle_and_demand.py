@@ -132,7 +132,7 @@ def test_an_idle_time_below_envoys_pace_of_reports_is_warned_of_at_start(
     idle: str, warned: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Envoy reports every 5 s: with --rlqs-idle 2 a busy bucket is abandoned after each
-    report, and each resubscription gets a full new bucket. Taken (a client of one's own may
+    report, before the requests since that report are counted. Taken (a client of one's own may
     report faster), with a warning naming the flag at start."""
     settings = resolve({"rlqs_idle": idle}, BASE)
     with caplog.at_level(logging.WARNING, "ratewarden.server.rlqs"):
@@ -142,3 +142,18 @@ def test_an_idle_time_below_envoys_pace_of_reports_is_warned_of_at_start(
     assert bool(found) == warned
     if warned:
         assert f"--rlqs-idle {idle} is below Envoy's 5 s between reports" in found[0].getMessage()
+
+
+@pytest.mark.parametrize("value", ["0.001", "0.05", "0.0999"])
+def test_an_interval_below_a_tenth_of_a_second_is_refused_saying_why(value: str) -> None:
+    """--rlqs-interval 0.001 (milliseconds meant as seconds) burnt half a core with no Envoy
+    connected: the round timer wakes four times an interval."""
+    with pytest.raises(ConfigurationError, match=r"--rlqs-interval.*below 0.1 s.*not milliseconds"):
+        resolve({"rlqs_interval": value}, BASE)
+    with pytest.raises(ConfigurationError, match=r"RATEWARDEN_RLQS_INTERVAL.*below 0.1 s"):
+        resolve({}, {**BASE, "RATEWARDEN_RLQS_INTERVAL": value})
+
+
+def test_an_interval_of_a_tenth_of_a_second_or_more_is_taken() -> None:
+    assert resolve({"rlqs_interval": "0.1", "rlqs_ttl": "1"}, BASE).rlqs_interval == 0.1
+    assert resolve({"rlqs_interval": "2.5", "rlqs_ttl": "5"}, BASE).rlqs_interval == 2.5

@@ -9,6 +9,7 @@ config, what is not built yet). The part, one concept a module:
 - ``buckets``: a ``BucketId`` matched against a domain's descriptors, a rule's budget;
 - ``reports``: a usage report, checked whole (``Usage``, ``ReportError``);
 - ``members``: a bucket and its members, a member's demand;
+- ``refill``: what an Envoy's bucket holds at least, so that an abandon does not refill it;
 - ``fleet``: ``Fleet``, a bucket's shares through the store, for several replicas;
 - ``actions``: ``Action``, what is sent an Envoy (an assignment or an abandon);
 - ``quota``: ``QuotaService``, streams, buckets and rounds, sans-I/O on a clock;

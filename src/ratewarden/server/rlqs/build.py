@@ -46,7 +46,8 @@ def servicer(
     if settings.rlqs_idle < ENVOY_REPORT_S:
         log.warning(
             "--rlqs-idle %g is below Envoy's %g s between reports: a busy bucket is abandoned "
-            "after every report and each resubscription starts a full bucket; give %g or more",
+            "after every report, and requests it admitted since its last report are not counted "
+            "against the bucket it comes back to; give %g or more",
             settings.rlqs_idle, ENVOY_REPORT_S, 2 * ENVOY_REPORT_S,
             extra={"event": "rlqs_idle_short", "rlqs_idle": settings.rlqs_idle},
         )  # fmt: skip

@@ -17,6 +17,7 @@ from fractions import Fraction
 
 from ratewarden.limiter import hold_back
 from ratewarden.server.config import DescriptorRule
+from ratewarden.server.rlqs.refill import Refill
 from ratewarden.server.rlqs.reports import BucketKey
 from ratewarden.server.rlqs.shares import NOTHING, Budget, Sent, Share, split
 
@@ -50,6 +51,27 @@ class Member:
     #: Reports taken for the bucket: a round whose members' counts are unchanged since the
     #: last split has the same demands (``Bucket.split``).
     taken: int = 1
+    #: What its Envoy's token bucket holds at least (``refill.py``; None: no token bucket).
+    refill: Refill | None = None
+    #: It came back to a bucket it was told to abandon before that bucket was full again:
+    #: ``refill`` is that bucket, and caps what it is sent until it would hold its share.
+    returning: bool = False
+
+    def reported(self, now: float, allowed: int, count: int) -> None:
+        """A report of ``count`` requests, ``allowed`` of them admitted, arrived at ``now``."""
+        self.reports.append((now, count))
+        self.taken += 1
+        if self.refill is not None:
+            self.refill.take(now, allowed)
+        if count:
+            self.asked_at = now
+
+    def back(self, refill: Refill | None, allowed: int) -> None:
+        """A new member that was told to abandon the bucket, whose Envoy's bucket would hold
+        ``refill`` (None: none remembered), its first report admitting ``allowed``."""
+        if refill is not None:
+            self.refill, self.returning = refill, True
+            refill.take(self.asked_at, allowed)
 
     def demand(self, fill_s: int, interval: float) -> Fraction:
         """Its rate in requests per ``fill_s`` seconds over its reports (the first report's

@@ -234,6 +234,10 @@ class QuotaService:
                 member = bucket.members[stream] = Member(
                     now, deque([(now, count)], maxlen=self.history + 1)
                 )
+                # Back to a bucket it was told to abandon: what that bucket would hold.
+                member.back(
+                    self._rounds.abandoned.take((domain, bucket.key, stream), now), usage.allowed
+                )
                 if bucket.last_round is None:
                     actions += yield from self._rounds.run(bucket, now)
                     continue
@@ -246,10 +250,7 @@ class QuotaService:
                 (share, fill_s), since = member.would, now - member.reports[-1][0]
                 room = share.max_tokens + share.tokens_per_fill * since / fill_s
                 self.stats.would_deny += max(0, usage.allowed - int(room))
-            member.reports.append((now, count))
-            member.taken += 1
-            if count:
-                member.asked_at = now
+            member.reported(now, usage.allowed, count)
         return actions
 
     def _chunks(self) -> list[list[Bucket]]:

@@ -11,6 +11,10 @@ seconds is kept within ``max(burst, members)``; a member whose change does not f
 the share it holds, sent unchanged (``members.Bucket.local_shares``, ``hold_back``).
 Going to DENY_ALL and abandoning hand out nothing and are never held back. K = 1 lets
 every round's changes through, as before (rounds are at least an interval apart).
+
+An abandon does not refill a bucket (``refill.py``): a member abandoned before its Envoy's
+bucket would be full again is remembered (``abandoned``), and when its stream comes back
+to the bucket it is sent no more than that bucket would hold by then.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from ratewarden.server.rlqs.actions import ALLOW_ALL, DENY_ALL, Action
 from ratewarden.server.rlqs.buckets import rule_budget
 from ratewarden.server.rlqs.fleet import Fleet
 from ratewarden.server.rlqs.members import Bucket
-from ratewarden.server.rlqs.shares import Budget, Sent, Share
+from ratewarden.server.rlqs.refill import Abandoned, Refill
+from ratewarden.server.rlqs.shares import NOTHING, Budget, Sent, Share
 
 __all__ = ["QuotaStats", "Rounds"]
 
@@ -69,6 +74,8 @@ class Rounds:
     stats: QuotaStats
     #: Each rule's budget, by the rule's id (the rule kept with it); ``forget`` at a reload.
     budgets: dict[int, tuple[DescriptorRule, Budget]] = field(default_factory=dict)
+    #: Abandoned members' buckets not full yet, by (domain, bucket key, stream).
+    abandoned: Abandoned = field(default_factory=Abandoned)
 
     def budget(self, rule: DescriptorRule) -> Budget:
         """``rule_budget`` of ``rule``, made once a rule: it is exact arithmetic, costly."""
@@ -100,8 +107,12 @@ class Rounds:
         for stream, member in list(bucket.members.items()):
             if now - member.asked_at >= self.idle_s:
                 # Envoy erases an abandoned bucket at once: nothing left to reserve (a
-                # fleet's store keeps its share until it expires, on the safe side).
+                # fleet's store keeps its share until it expires, on the safe side); what
+                # its bucket would hold is remembered for the stream's return.
                 del bucket.members[stream]
+                if member.refill is not None:
+                    key = (bucket.domain, bucket.key, stream)
+                    self.abandoned.remember(key, member.refill, now)
                 if self.fleet is not None:
                     bucket.departed.append(stream)
                 actions.append(Action(stream, bucket.key, None))
@@ -133,8 +144,14 @@ class Rounds:
                 # shadow (a split rule answered ALLOW_ALL): what it would hold, for its next
                 # reports; a DENY_ALL rule admits nothing and would deny nothing more.
                 member.would = (shares[stream], budget.fill_s)
-            member.share, member.sent_at = held, now
             fill_s = budget.fill_s if budget is not None else 0
+            if not member.returning:
+                fresh = held != member.share or now - member.sent_at >= self.ttl_s
+                if not isinstance(held, Share):
+                    member.refill = None
+                elif fresh:
+                    member.refill = Refill.full(held, fill_s, now)
+            member.share, member.sent_at = held, now
             actions.append(Action(stream, bucket.key, held, self.ttl_s, fill_s))
         return actions
 
@@ -145,9 +162,21 @@ class Rounds:
         spent = bucket.spent(now, self.change_rounds * self.interval)
         limited = enforced and bucket.split_budget == budget
         weights = bucket.weights(self.peers)
-        sent = yield from self._split(bucket, budget, weights, spent if limited else None, now)
+        # What each member's Envoy holds: after rounds that sent nothing for a TTL (a store
+        # that did not answer), its assignment expired, and sent again it would start full.
+        holding = {
+            stream: member.share
+            for stream, member in bucket.members.items()
+            if isinstance(member.share, Share)
+            and not member.share.empty
+            and now - member.sent_at < self.ttl_s
+        }
+        sent = yield from self._split(
+            bucket, budget, weights, holding, spent if limited else None, now
+        )
         self.stats.splits += sent.worked
         if enforced:
+            sent = _returning(bucket, sent, holding, now)
             bucket.split_budget = budget
             self.stats.held_back += sent.held_back
             if sent.spent:
@@ -159,18 +188,10 @@ class Rounds:
         bucket: Bucket,
         budget: Budget,
         weights: dict[int, int] | None,
+        holding: dict[int, Share],
         spent: int | None,
         now: float,
     ) -> Flow[Sent]:
-        # What each member's Envoy holds: after rounds that sent nothing for a TTL (a store
-        # that did not answer), its assignment expired, and sent again it would start full.
-        holding = {
-            stream: member.share
-            for stream, member in bucket.members.items()
-            if isinstance(member.share, Share)
-            and not member.share.empty
-            and now - member.sent_at < self.ttl_s
-        }
         if self.fleet is not None:
             departed, bucket.departed = bucket.departed, []
             asked = {
@@ -189,3 +210,26 @@ class Rounds:
                 bucket.departed[:0] = departed  # for the next round
                 raise
         return bucket.local_shares(budget, self.interval, weights, holding, spent)
+
+
+def _returning(bucket: Bucket, sent: Sent, holding: dict[int, Share], now: float) -> Sent:
+    """``sent``, the members that came back to an abandoned bucket capped by what it would
+    hold (``Refill.cap``), and what the changes hand out counted again for them."""
+    shares, spent = sent.shares, sent.spent
+    for stream, member in bucket.members.items():
+        if not member.returning or member.refill is None:
+            continue
+        share, had = shares[stream], holding.get(stream, NOTHING)
+        capped = member.refill.cap(share, had, now)
+        if capped is None:
+            member.returning = False  # its share from now on, as any member's
+            continue
+        if shares is sent.shares:
+            shares = dict(shares)
+        shares[stream] = capped
+        # A change to a non-empty share costs its capacity (``hold_back``).
+        spent -= share.max_tokens if not share.empty and share != had else 0
+        spent += capped.max_tokens if not capped.empty and capped != had else 0
+    if shares is sent.shares:
+        return sent
+    return Sent(shares, spent, sent.held_back, sent.worked)
