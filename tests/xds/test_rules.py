@@ -138,7 +138,8 @@ def test_resources_without_a_name_of_their_own_are_named_by_their_position() -> 
     same = [resource("r", "edge", limit("a", 1)), resource("r", "shop", limit("", 2))]
     with pytest.raises(rules.ConfigError) as caught:
         load_resources(same)
-    assert [problem.file for problem in caught.value.errors] == ["xds:resource[1]"]
+    # Its own problem, and the name it shares (refused too: see below).
+    assert [problem.file for problem in caught.value.errors] == ["xds:resource[1]"] * 2
     merged = load_resources([resource("", "edge", limit("a", 1)), resource("x", "shop")])
     assert merged.files == ("xds:resource[0]", "xds:x")
 
@@ -175,3 +176,20 @@ def test_a_resource_of_another_type_or_undecodable_is_named_by_its_index() -> No
         ["xds:resource[1]", "type_url"],
         ["xds:resource[2]", "value"],
     ]
+
+
+def test_two_resources_of_one_name_are_refused_as_envoy_refuses_them() -> None:
+    """A state-of-the-world update names each resource once; Envoy's own xDS clients NACK a
+    duplicate ("duplicate listener ... found"). So the update is refused, naming the second
+    one and the first, beside any other problem, and nothing of it is applied."""
+    same = [resource("edge-rules", "edge", limit("a", 1)), resource("edge-rules", "edge2")]
+    with pytest.raises(rules.ConfigError) as caught:
+        load_resources(same)
+    assert [str(problem) for problem in caught.value.errors] == [
+        "xds:resource[1]: name: 'edge-rules' is resource[0]'s name too: an update names each "
+        "resource once (Envoy refuses a duplicate name as well); rename one"
+    ]
+    also_bad = [*same, resource("x", "")]
+    with pytest.raises(rules.ConfigError) as caught:
+        load_resources(also_bad)
+    assert [problem.file for problem in caught.value.errors] == ["xds:resource[1]", "xds:x"]

@@ -84,8 +84,16 @@ def target(value: Any) -> str:
     given = text(value)
     if given.startswith(GRPC_SCHEMES):
         return given
+    scheme, slashes, rest = given.partition("://")
+    if slashes:
+        # gRPC would read "http" as a host name and retry it for ever.
+        address = rest.split("/")[0] or "HOST:PORT"
+        raise ConfigurationError(
+            f"{scheme}:// is not a gRPC target: give HOST:PORT ({address}) or a gRPC target "
+            "URI (dns:///..., unix:PATH)"
+        )
     host, _, port = given.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) <= 65535:
+    if not host or "/" in host or not port.isdigit() or not 0 < int(port) <= 65535:
         raise ConfigurationError(
             "must be HOST:PORT (such as xds-server:18000) or a gRPC target URI (dns:///..., "
             "unix:PATH)"

@@ -10,6 +10,7 @@ where it says "file"). A problem names the resource, ``xds:<name>:<line>: key: w
 wrong``, the line counting in that resource's document (``document`` gives it, as the
 log of a rejected update does); a resource without a name of its own, or with one an
 earlier resource of the update has, is named by its position, ``xds:resource[<index>]``.
+Two resources of one name are a problem themselves, as they are to Envoy's xDS clients.
 """
 
 from __future__ import annotations
@@ -122,14 +123,43 @@ def load_resources(
     default_failure_mode: str = rules.DEFAULT_FAILURE_MODE,
 ) -> rules.RateLimitConfig:
     """The rules of ``RateLimitConfig`` messages, loaded as files are (``default_failure_mode``:
-    ``--failure-mode``); ``ConfigError`` with every problem otherwise."""
+    ``--failure-mode``); ``ConfigError`` with every problem otherwise, two resources of one
+    name among them."""
+    names = source_names(resources)
+    problems = _same_names(resources)
     documents = [
-        (name, document(resource))
-        for name, resource in zip(source_names(resources), resources, strict=True)
+        (name, document(resource)) for name, resource in zip(names, resources, strict=True)
     ]
-    return rules.load_documents(
-        documents,
-        merge_domains=merge_domains,
-        unit="resource",
-        default_failure_mode=default_failure_mode,
-    )
+    try:
+        loaded = rules.load_documents(
+            documents,
+            merge_domains=merge_domains,
+            unit="resource",
+            default_failure_mode=default_failure_mode,
+        )
+    except rules.ConfigError as exc:
+        raise rules.ConfigError([*problems, *exc.errors]) from None
+    if problems:
+        raise rules.ConfigError(problems)
+    return loaded
+
+
+def _same_names(resources: Sequence[Any]) -> list[rules.ConfigProblem]:
+    """A resource named as an earlier one of the update: a state-of-the-world response names
+    each resource once, and Envoy's own xDS clients reject the update ("duplicate listener
+    ... found", "duplicate cluster ... found"); so do we, rather than apply both."""
+    first: dict[str, int] = {}
+    problems = []
+    for index, resource in enumerate(resources):
+        if not resource.name:
+            continue
+        earlier = first.setdefault(resource.name, index)
+        if earlier != index:
+            problems.append(
+                rules.ConfigProblem(
+                    f"xds:resource[{index}]", 0, "name",
+                    f"{resource.name!r} is resource[{earlier}]'s name too: an update names each "
+                    "resource once (Envoy refuses a duplicate name as well); rename one",
+                )
+            )  # fmt: skip
+    return problems
