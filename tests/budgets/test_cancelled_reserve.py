@@ -19,6 +19,7 @@ import pytest
 import redis
 
 from ratewarden.budgets import Account, AsyncBudgetRouter, AsyncTokenBudget, _twins
+from ratewarden.limiter import _undo
 from ratewarden.storage.memory import AsyncMemoryStore
 from ratewarden.storage.redis import AsyncRedisStore
 from ratewarden.testing import ManualClock
@@ -144,10 +145,10 @@ async def test_the_undo_of_a_cancelled_reserve_waits_on_a_silent_store_a_bounded
         assert time.monotonic() - started < 0.6
         with caplog.at_level(logging.WARNING, logger="ratewarden.budgets"):
             for _ in range(300):  # the undo runs on until the store's timeout (1 s)
-                if not _twins._UNDOING:
+                if not _undo._UNDOING:
                     break
                 await asyncio.sleep(0.01)
-        assert not _twins._UNDOING
+        assert not _undo._UNDOING
         assert [r.event for r in caplog.records] == ["budget_undo_failed"]  # type: ignore[attr-defined]
     finally:
         proxy.set_fault(Fault.NONE)

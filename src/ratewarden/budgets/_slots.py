@@ -33,7 +33,15 @@ from typing import Any, TypeVar
 
 from ratewarden.budgets._twins import check_limiter, undo_cancelled
 from ratewarden.errors import ConfigurationError, StorageError
-from ratewarden.limiter import AsyncLimiter, DecisionCore, Flow, Lease, Limiter, lease_ttl_us
+from ratewarden.limiter import (
+    AsyncLimiter,
+    DecisionCore,
+    Flow,
+    Lease,
+    Limiter,
+    lease_ttl_us,
+    release_by_id,
+)
 
 __all__ = [
     "MIN_RENEW_EVERY",
@@ -95,12 +103,6 @@ def _checked(owner: str, ttl: float, renew_every: float | None) -> float:
     except ConfigurationError as error:
         raise ConfigurationError(f"{owner}: {error}") from None
     return _renew_every(owner, float(ttl), renew_every)
-
-
-def release_by_id(limiter: DecisionCore, key: str, lease_id: str) -> Flow[bool]:
-    """Give back lease ``lease_id`` on ``key``, whatever its acquire answered (or if it never
-    answered): a release of a lease that is not held does nothing."""
-    return bool((yield from limiter.slot_flow("release_slot", key, lease_id)))
 
 
 def given_back_if_interrupted(acquire: Callable[[], T], give_back: Callable[[], object]) -> T:

@@ -15,14 +15,13 @@ cancelled asyncio call must take back (a reservation its script may have made).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, ClassVar, Generic, TypeVar
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import AsyncLimiter, Flow, Limiter
+from ratewarden.limiter import undo_cancelled as limiter_undo
 
 __all__ = ["UNDO_WAIT", "Driven", "OverStore", "a_kind", "check_limiter", "undo_cancelled"]
 
@@ -31,9 +30,6 @@ log = logging.getLogger("ratewarden.budgets")
 #: Seconds a cancelled call waits for its undo before its CancelledError goes on; the
 #: undo itself runs on (bounded by the store's own timeout).
 UNDO_WAIT = 2.0
-
-# Undos still running after their caller went on: kept here so they are not collected.
-_UNDOING: set[asyncio.Future[Any]] = set()
 
 #: The store a shell takes: ``Store`` or ``AsyncStore``.
 S = TypeVar("S")
@@ -80,29 +76,9 @@ def check_limiter(owner: str, limiter: object, *, awaited: bool, twin: str) -> N
 
 
 async def undo_cancelled(what: str, undo: Coroutine[Any, Any, Any]) -> None:
-    """Run ``undo`` for a call being cancelled: shielded (a second cancel, as ``wait_for``
-    and task groups send, does not stop it part-way) and waited for at most ``UNDO_WAIT``
-    seconds, so a hung store cannot hold the cancellation up for long. What it raises is
-    logged (``what`` says what was being undone), not raised: the caller's CancelledError
-    goes on either way."""
-    task = asyncio.ensure_future(undo)
-    _UNDOING.add(task)
-    task.add_done_callback(lambda done: _undone(what, done))
-    # Cancelled again, timed out or failed: it goes on, and is logged when done.
-    with contextlib.suppress(BaseException):
-        await asyncio.wait_for(asyncio.shield(task), UNDO_WAIT)
-
-
-def _undone(what: str, task: asyncio.Future[Any]) -> None:
-    _UNDOING.discard(task)
-    error = None if task.cancelled() else task.exception()
-    if task.cancelled() or error is not None:
-        log.warning(
-            "could not undo %s after a cancelled call: %r (it is given back by time)",
-            what,
-            error,
-            extra={"event": "budget_undo_failed"},
-        )
+    """The limiter's ``undo_cancelled``, waited for ``UNDO_WAIT`` seconds and logged as
+    ``budget_undo_failed`` on this package's logger."""
+    await limiter_undo(what, undo, wait=UNDO_WAIT, event="budget_undo_failed", logger=log)
 
 
 class OverStore(Driven[L], Generic[S, L]):

@@ -49,6 +49,7 @@ from ratewarden.limiter._metrics_check import DECISION_HOOKS, check_metrics
 from ratewarden.limiter._negative import DEFAULT_NEGATIVE_KEYS, Denial, NegativeCache
 from ratewarden.limiter._report import FailureReport, failure_reason
 from ratewarden.limiter._slots import Lease, lease_ttl_us
+from ratewarden.limiter._undo import UNDO_WAIT, release_by_id, undo_cancelled
 from ratewarden.storage import Op, axis_key, hash_tag, record_key
 from ratewarden.storage.quota_shares import (
     FleetRound,
@@ -63,6 +64,7 @@ __all__ = [
     "DEFAULT_NEGATIVE_KEYS",
     "FAILURE_MODES",
     "LOCAL_ALGORITHM",
+    "UNDO_WAIT",
     "Ask",
     "AsyncLimiter",
     "Balance",
@@ -98,6 +100,8 @@ __all__ = [
     "hash_tag",
     "hold_back",
     "lease_ttl_us",
+    "release_by_id",
+    "undo_cancelled",
     "quota_shares_op",
     "local_rates",
     "record_key",

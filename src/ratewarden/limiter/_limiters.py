@@ -25,6 +25,7 @@ from ratewarden.limiter._core import DecisionCore
 from ratewarden.limiter._flows import Flow, adrive, drive
 from ratewarden.limiter._settings import FAILURE_MODES, FailureHook
 from ratewarden.limiter._slots import Lease
+from ratewarden.limiter._undo import given_back_if_interrupted
 from ratewarden.rate import Rate
 from ratewarden.storage import AsyncStore, Store
 from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
@@ -179,7 +180,9 @@ class Limiter(DecisionCore):
     hit_all = blocking(DecisionCore.hit_all_flow)
     reset = blocking(DecisionCore.reset_flow)
     acquire = wait = blocking(DecisionCore.acquire_flow)
-    acquire_slot = blocking(DecisionCore.acquire_slot_flow)
+    acquire_slot = given_back_if_interrupted(
+        blocking(DecisionCore.acquire_slot_flow), awaited=False
+    )
     release_slot = blocking(DecisionCore.release_slot_flow)
     renew_slot = blocking(DecisionCore.renew_slot_flow)
 
@@ -246,7 +249,7 @@ class AsyncLimiter(DecisionCore):
     hit_all = awaiting(DecisionCore.hit_all_flow)
     reset = awaiting(DecisionCore.reset_flow)
     acquire = wait = awaiting(DecisionCore.acquire_flow)
-    acquire_slot = awaiting(DecisionCore.acquire_slot_flow)
+    acquire_slot = given_back_if_interrupted(awaiting(DecisionCore.acquire_slot_flow), awaited=True)
     release_slot = awaiting(DecisionCore.release_slot_flow)
     renew_slot = awaiting(DecisionCore.renew_slot_flow)
 
