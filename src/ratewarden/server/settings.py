@@ -75,7 +75,7 @@ flag or variable it came from::
     --tracing-sampling-rate R RATEWARDEN_TRACING_SAMPLING_RATE 1 (calls without Envoy's decision)
     --tracing-resource KV  RATEWARDEN_TRACING_RESOURCE service.name=ratewarden,...
     --[no-]rlqs            RATEWARDEN_RLQS            false (Envoy's quota service, docs/rlqs.md)
-    --rlqs-interval S      RATEWARDEN_RLQS_INTERVAL   1
+    --rlqs-interval S      RATEWARDEN_RLQS_INTERVAL   1 (at least 0.1)
     --rlqs-ttl S           RATEWARDEN_RLQS_TTL        5 (whole seconds)
     --rlqs-idle S          RATEWARDEN_RLQS_IDLE       60 (no request reported: abandon)
     --rlqs-demand-reports N RATEWARDEN_RLQS_DEMAND_REPORTS 2 (reports a demand is read over)
