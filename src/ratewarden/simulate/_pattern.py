@@ -85,6 +85,11 @@ class Pattern:
         """The arrivals known before any decision, in time order (each pattern defines them)."""
         raise NotImplementedError
 
+    def volume(self, horizon: Horizon) -> float:
+        """About how many arrivals a run on ``horizon`` makes, known without making them (a
+        run of several patterns is checked against ``MAX_ARRIVALS`` before any starts)."""
+        raise NotImplementedError
+
     def describe(self) -> str:
         """A short label for tables and plot titles."""
         return self.name

@@ -26,7 +26,14 @@ from ratewarden.simulate._pattern import Pattern
 from ratewarden.simulate.regions import RegionsRun, run_regions
 from ratewarden.simulate.runner import check_duration
 
-__all__ = ["DEFAULT_PATTERN", "DEFAULT_RATE", "add_arguments", "from_flags", "plot_regions"]
+__all__ = [
+    "DEFAULT_PATTERN",
+    "DEFAULT_RATE",
+    "add_arguments",
+    "from_flags",
+    "plot_regions",
+    "title",
+]
 
 #: The global rate when --rate is not given (the worked example of docs/regions.md).
 DEFAULT_RATE = "6000/minute"
@@ -184,7 +191,8 @@ def from_flags(
 
 
 def plot_regions(run: RegionsRun, path: Path) -> Path:
-    """Each window's admissions stacked by region, against the limit and limit + the bound."""
+    """Each window's admissions stacked by region, against the limit and (for reconciled
+    budgets) limit + the bound; the spans a ``--partition`` cut shaded on both panels."""
     plots.check_path(path)
     figure = plots.require_matplotlib()
     fig = figure.Figure(figsize=(12, 6.4), layout="constrained")
@@ -198,21 +206,44 @@ def plot_regions(run: RegionsRun, path: Path) -> Path:
                  color=_COLOURS[index % len(_COLOURS)], label=row.region)  # fmt: skip
         below = [b + h for b, h in zip(below, heights, strict=True)]
     axes.axhline(run.rate.limit, color="tab:red", linewidth=1.0, label=f"limit ({run.rate})")
+    for number, cut in enumerate(run.partitions):
+        for panel in (axes, over):
+            panel.axvspan(cut.start_us / 1_000_000, cut.end_us / 1_000_000, color="0.5",
+                          alpha=0.15, hatch="//" if number % 2 else None, linewidth=0,
+                          label=f"links cut: {cut.text}" if panel is axes else None)  # fmt: skip
     axes.set_ylabel("admitted in the window")
     axes.legend(loc="lower right", fontsize="x-small")
     over.bar(starts, [run.over(window) for window in run.windows], width=period_s,
              align="edge", color="tab:red", label="over the limit")  # fmt: skip
-    over.axhline(run.bound, color="tab:red", linestyle="--", linewidth=0.8,
-                 label=f"stated bound (+{run.bound})")  # fmt: skip
+    if run.strategy == "reconciled":
+        over.axhline(run.bound, color="tab:red", linestyle="--", linewidth=0.8,
+                     label=f"stated bound (+{run.bound})")  # fmt: skip
+    over.set_ylim(0, max(1.0, over.get_ylim()[1]))  # no window over: 0 at the bottom, not mid-axis
     over.set_ylabel("over the limit")
     over.set_xlabel("seconds")
     over.legend(loc="upper right", fontsize="x-small")
-    fig.suptitle(
-        f"ReconciledBudget: admitted per window by region (sync every {run.sync_interval:g} s, "
-        f"replication lag {run.replication_lag:g} s)"
-    )
+    fig.suptitle(title(run))
     try:
         fig.savefig(path, format=path.suffix.lower().lstrip("."))
     except OSError as exc:
         raise ConfigurationError(f"plot file {str(path)!r}: cannot write: {exc}") from exc
     return path
+
+
+def title(run: RegionsRun) -> str:
+    """What every region ran, and how its rounds went, for the figure's title."""
+    if run.strategy == "reconciled":
+        took = "" if run.round_time is None else f", rounds taking {run.round_time:g} s"
+        return (
+            "ReconciledBudget in each region: admitted per window by region (sync every "
+            f"{run.sync_interval:g} s, replication lag {run.replication_lag:g} s{took})"
+        )
+    if run.strategy == "quota":
+        return (
+            "RegionalQuota in each region, shares from traffic: admitted per window by region "
+            f"(rebalanced every {run.sync_interval:g} s; allowances add up to the limit)"
+        )
+    return (
+        "RegionalQuota in each region, static shares: admitted per window by region "
+        "(allowances add up to the limit)"
+    )

@@ -42,6 +42,10 @@ class Replay(Pattern):
             if offset < horizon.duration_us
         ]
 
+    def volume(self, horizon: Horizon) -> float:
+        """The log's requests that fall in the run."""
+        return sum(1 for offset, _ in self.requests() if offset < horizon.duration_us)
+
     def requests(self) -> list[tuple[int, int]]:
         """Every line's ``(microseconds after the earliest, cost)``, in time order."""
         try:

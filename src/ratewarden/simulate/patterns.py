@@ -79,6 +79,9 @@ class Steady(Pattern):
     name = "steady"
     positive = ("load",)
 
+    def volume(self, horizon: Horizon) -> float:
+        return math.ceil(horizon.duration_us / horizon.gap_us(self.load))
+
     def arrivals(self, horizon: Horizon) -> list[Arrival]:
         gap = horizon.gap_us(self.load)
         count = math.ceil(horizon.duration_us / gap)
@@ -100,11 +103,14 @@ class Poisson(Pattern):
     name = "poisson"
     positive = ("load",)
 
+    def volume(self, horizon: Horizon) -> float:
+        # Poisson counts rarely exceed their mean by much; 10% covers any run this large.
+        return 1.1 * horizon.duration_us / horizon.gap_us(self.load)
+
     def arrivals(self, horizon: Horizon) -> list[Arrival]:
         rng = random.Random(self.seed)
         gap = horizon.gap_us(self.load)
-        # Poisson counts rarely exceed their mean by much; 10% covers any run this large.
-        horizon.check_volume(self.name, 1.1 * horizon.duration_us / gap)
+        horizon.check_volume(self.name, self.volume(horizon))
         out: list[Arrival] = []
         # Whole microseconds and a fraction below one kept apart: a float time near the start
         # (1.7e15 us) is 0.25 us coarse and would drop or round every shorter gap.
@@ -134,14 +140,19 @@ class OnOff(Pattern):
     name = "onoff"
     positive = ("load", "on", "off")
 
-    def arrivals(self, horizon: Horizon) -> list[Arrival]:
+    def volume(self, horizon: Horizon) -> float:
         gap = horizon.gap_us(self.load)
         on_us, cycle_us = self.on * SECOND_US, (self.on + self.off) * SECOND_US
         # Every cycle that starts in the run sends ceil(on / gap) requests, the last one only
         # those of its on phase that fall before the end.
         full, rest = divmod(horizon.duration_us, cycle_us)
+        return full * math.ceil(on_us / gap) + math.ceil(min(on_us, rest) / gap)
+
+    def arrivals(self, horizon: Horizon) -> list[Arrival]:
+        gap = horizon.gap_us(self.load)
+        on_us, cycle_us = self.on * SECOND_US, (self.on + self.off) * SECOND_US
         per_cycle = math.ceil(on_us / gap)
-        horizon.check_volume(self.name, full * per_cycle + math.ceil(min(on_us, rest) / gap))
+        horizon.check_volume(self.name, self.volume(horizon))
         out: list[Arrival] = []
         cycle = 0
         # Times from the start, each computed afresh (no sum of gaps to drift or lose them).
@@ -170,11 +181,15 @@ class BoundaryBurst(Pattern):
         if self.size is not None and self.size < 1:
             raise ConfigurationError(f"pattern boundary: size={self.size!r} must be at least 1")
 
+    def volume(self, horizon: Horizon) -> float:
+        size = self.size or horizon.limit
+        return 2 * size * math.ceil(horizon.duration_us / (2 * horizon.period_us))
+
     def arrivals(self, horizon: Horizon) -> list[Arrival]:
         size = self.size or horizon.limit
         period = horizon.period_us
         edge = (horizon.start_us // period + 1) * period
-        horizon.check_volume(self.name, 2 * size * math.ceil(horizon.duration_us / (2 * period)))
+        horizon.check_volume(self.name, self.volume(horizon))
         out: list[Arrival] = []
         while edge < horizon.end_us:
             out.extend((edge - 1, 0, 1) for _ in range(size))
@@ -210,6 +225,12 @@ class RetryStorm(Pattern):
     def start(self, horizon: Horizon) -> Stream:
         """A reactive stream: each client's next arrival depends on its last decision."""
         return _Storm(self, horizon)
+
+    def volume(self, horizon: Horizon) -> float:
+        """Its clients' first calls, or what they offer when every call is admitted (each
+        paces itself at its share of ``load``) if more; denials add retries, which the run
+        counts as it makes them."""
+        return max(self.clients, horizon.duration_us / horizon.gap_us(self.load))
 
     def arrivals(self, horizon: Horizon) -> list[Arrival]:
         return [(horizon.start_us, client, 1) for client in range(self.clients)]

@@ -30,6 +30,7 @@ from ratewarden.rate import Rate
 from ratewarden.simulate._fleets import STRATEGIES, QuotaFleet, ReconciledFleet
 from ratewarden.simulate._partitions import CutLink, Partition, quiet
 from ratewarden.simulate._pattern import MAX_ARRIVALS, Horizon, Pattern
+from ratewarden.simulate._region_limits import check_run
 from ratewarden.simulate._table import aligned
 from ratewarden.simulate.runner import START_US, _us, check_duration
 from ratewarden.storage.memory import MemoryStore
@@ -37,9 +38,6 @@ from ratewarden.storage.memory_regions import MemoryRegionStore
 from ratewarden.testing import ManualClock
 
 __all__ = ["RegionRow", "RegionsRun", "WindowRow", "format_regions", "run_regions"]
-
-#: The most sync rounds one run may hold.
-MAX_ROUNDS = 1_000_000
 
 #: Event kinds, in the order they run when they fall on the same microsecond: a round's
 #: fetch, then the apply of an earlier one, then requests.
@@ -145,6 +143,9 @@ def run_regions(
     names = tuple(region_rates)
     # The run starts on a window edge of the global rate, so its windows are whole.
     start_us = -(-START_US // rate.period_us) * rate.period_us
+    horizon = Horizon(start_us, duration_us, rate.limit, rate.period_us)
+    interval_us = _us(sync_interval)
+    check_run({name: patterns[name] for name in names}, horizon, interval_us, strategy)
     clock = ManualClock(start_us / 1_000_000)
     stores = {name: MemoryRegionStore(clock=clock) for name in names}
 
@@ -167,22 +168,23 @@ def run_regions(
     else:
         fleet = QuotaFleet(stores, peers, region_rates, traffic=strategy == "quota",
                            local_store=lambda: MemoryStore(clock=clock))  # fmt: skip
-    interval_us = _us(sync_interval)
-    if interval_us < 1 or duration_us // interval_us > MAX_ROUNDS:
-        raise ConfigurationError(
-            f"sync interval {sync_interval!r} s gives more than {MAX_ROUNDS:,} rounds in "
-            f"{duration_s:g} s; lengthen the interval or shorten the duration"
-        )
     lag_us = _us(replication_lag if round_time is None else round_time)
-    horizon = Horizon(start_us, duration_us, rate.limit, rate.period_us)
     streams = {name: patterns[name].start(horizon) for name in names}
-    # (time, kind, seq, region index, client, cost); seq keeps equal times in order
+    # (time, kind, seq, region index, client, cost); seq keeps equal times in order. Each
+    # region's first arrivals are numbered from offsets[index] on, but only the next one of
+    # each is queued (the rest wait in the stream's list, in time order): the queue stays as
+    # small as the regions and the reactive clients.
     queue: list[tuple[int, int, int, int, int, int]] = []
+    offsets: list[int] = []
     seq = 0
     for index, name in enumerate(names):
-        for t, client, cost in streams[name].arrivals:
+        offsets.append(seq)
+        waiting = streams[name].arrivals
+        if waiting:
+            t, client, cost = waiting[0]
             queue.append((t, _ARRIVAL, seq, index, client, cost))
-            seq += 1
+        seq += len(waiting)
+    first_arrivals = seq
     # Each region's first round, spread over the first interval as regions that do not share
     # a clock would be; each round books the region's next one.
     for index in range(len(names)):
@@ -222,6 +224,12 @@ def run_regions(
                 failed[name] += was_failed
                 stale[name] += was_stale
                 continue
+            if order < first_arrivals:  # one of the region's first arrivals: queue its next
+                position = order - offsets[index] + 1
+                waiting = streams[name].arrivals
+                if position < len(waiting):
+                    heapq.heappush(queue, (waiting[position][0], _ARRIVAL, order + 1, index,
+                                           *waiting[position][1:]))  # fmt: skip
             decided += 1
             if decided > MAX_ARRIVALS:
                 raise ConfigurationError(
