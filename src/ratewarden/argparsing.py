@@ -73,9 +73,25 @@ class CommandParser(argparse.ArgumentParser):
 def _nearest(given: str, known: Collection[str]) -> str | None:
     """The one of ``known`` nearest ``given``, if one is near enough: 0.7 of difflib's ratio, so
     that a swapped or missing letter is (grpc-prot: grpc-port, 0.89) and no mere likeness
-    (bogus: burst, 0.6)."""
+    (bogus: burst, 0.6); or the only one two swapped neighbouring letters away, which in a
+    short name falls under the ratio (rsp: rps, 0.67)."""
     near = difflib.get_close_matches(given, known, n=1, cutoff=0.7)
-    return near[0] if near else None
+    if near:
+        return near[0]
+    swapped = [name for name in known if _swapped(given, name)]
+    return swapped[0] if len(swapped) == 1 else None
+
+
+def _swapped(given: str, name: str) -> bool:
+    """Whether ``name`` is ``given`` with two neighbouring letters swapped."""
+    differ = [i for i, (a, b) in enumerate(zip(given, name, strict=False)) if a != b]
+    return (
+        len(given) == len(name)
+        and len(differ) == 2
+        and differ[1] == differ[0] + 1
+        and given[differ[0]] == name[differ[1]]
+        and given[differ[1]] == name[differ[0]]
+    )
 
 
 @contextmanager

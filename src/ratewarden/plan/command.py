@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import re
 import sys
+from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Protocol
 
 from ratewarden import algorithms
@@ -97,14 +98,21 @@ def _number(flag: str, zero_ok: bool = False) -> argparse._ActionType:
 
 
 def _whole(flag: str, minimum: int = 1, maximum: int = MAX_NUMBER) -> argparse._ActionType:
+    """A whole number, written out or in e-notation as the number flags take it (1e15 is
+    10^15; 2.5e3 is 2,500; 1.5 is refused), compared exactly: a Decimal, not a float."""
+
     def convert(raw: str) -> int:
-        ok = re.fullmatch(r"[0-9][0-9_]*", raw.strip()) and minimum <= int(raw) <= maximum
-        if not ok:
+        text = raw.strip()
+        try:
+            value = Decimal(text) if re.fullmatch(r"[0-9][0-9_.eE+]*", text) else None
+        except InvalidOperation:
+            value = None
+        if value is None or value != value.to_integral_value() or not minimum <= value <= maximum:
             most = MAX_TEXT if maximum == MAX_NUMBER else f"{maximum:,}"
             raise argparse.ArgumentTypeError(
                 f"{flag} {raw!r} must be a whole number >= {minimum}, at most {most}"
             )
-        return int(raw)
+        return int(value)
 
     return convert
 
@@ -225,8 +233,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             type=str if kind is None else kind(flag),
             default=default,
             metavar=metavar,
-            help=text,
-            required=flag == "--rps",
+            help=text + " (required)" if flag == "--rps" else text,
             action="append" if flag == "--region-rate" else "store",
         )
 
@@ -343,6 +350,13 @@ def main(args: argparse.Namespace, measure: Measure) -> int:
     """Run ``ratewarden plan`` with parsed ``args``; returns the exit code. ``measure`` runs
     ``--measure`` (the store is the caller's to open)."""
     try:
+        # --rps is checked here, not by argparse: argparse reports a missing required flag
+        # before an unknown one, so a misspelt --rsp was said to be a missing --rps.
+        if args.rps is None:
+            raise ConfigurationError(
+                "the following arguments are required: --rps (peak requests per second); see "
+                "ratewarden plan --help"
+            )
         if args.measure and args.key_bytes is not None:
             raise ConfigurationError("give --key-bytes or --measure, not both")
         if (args.instances is None) != (args.lease is None):
