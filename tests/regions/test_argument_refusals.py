@@ -242,3 +242,27 @@ def test_the_bound_command_names_its_flags(
     """The command's errors name its flags, not the Python parameters."""
     assert main(["bound", "--region", "us=100/s", *flags]) == 2
     assert capsys.readouterr().err == f"error: {said}\n"
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (
+            ["--region", "eu=50/s", "--sync-interval", "1", "--replication-lag", "1e300"],
+            "--replication-lag 1e+300 is more than a day (86,400 s)",
+        ),
+        (
+            ["--region", "eu=50/s", "--sync-interval", "90000"],
+            "--sync-interval 90000.0 is more than a day (86,400 s)",
+        ),
+        (["--sync-interval", "1"], "give at least two --region"),
+    ],
+)
+def test_the_bound_command_refuses_a_lag_past_a_day_and_a_lone_region(
+    flags: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A huge lag printed a 300-digit bound, and one region alone was taken: both are refused,
+    and so is a budget built with such a lag."""
+    assert main(["bound", "--region", "us=100/s", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {said}") and err.count("\n") == 1

@@ -68,6 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Checked here to name the flags; overshoot_bound names its parameters.
         _seconds_us("--sync-interval", args.sync_interval, zero_ok=False)
         _seconds_us("--replication-lag", args.replication_lag, zero_ok=True)
+        if len(rates) < 2:
+            raise ConfigurationError(
+                "give at least two --region: the bound is what regions admit over the global "
+                "limit together, and one region alone is held to the limit by its own store"
+            )
         total = overshoot_bound(rates, args.sync_interval, args.replication_lag)
     except ConfigurationError as exc:
         print(f"error: {exc}", file=sys.stderr)

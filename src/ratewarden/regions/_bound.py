@@ -19,12 +19,21 @@ __all__ = ["overshoot_bound", "parse_region_rate", "split_allowances", "traffic_
 _SECOND_US = 1_000_000
 
 
+#: The longest sync interval, replication lag or silence taken, in seconds: a day.
+_MAX_SECONDS = 86_400
+
+
 def _seconds_us(what: str, seconds: object, *, zero_ok: bool) -> int:
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         raise ConfigurationError(f"{what} {seconds!r} must be a number of seconds")
     if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not zero_ok):
         least = ">= 0" if zero_ok else "> 0"
         raise ConfigurationError(f"{what} {seconds!r} must be a finite number of seconds {least}")
+    if seconds > _MAX_SECONDS:
+        raise ConfigurationError(
+            f"{what} {seconds!r} is more than a day ({_MAX_SECONDS:,} s): regions that sync "
+            "that seldom have no bound worth stating (check the unit: seconds)"
+        )
     return math.ceil(seconds * _SECOND_US)
 
 
