@@ -330,8 +330,18 @@ def _over_admission(p: PlanInput, rows: list[Row]) -> dict[str, float]:
 
 def _regions_bound(regions: tuple[Region, ...], sync_interval_ms: float, lag_ms: float) -> int:
     """``ratewarden.regions.overshoot_bound`` of ``regions``, the plan's milliseconds in seconds."""
+    for flag, ms in (("--sync-interval-ms", sync_interval_ms), ("--region-lag-ms", lag_ms)):
+        if ms > _DAY_MS:  # ReconciledBudget takes no more: a unit mistake, not a plan
+            raise ConfigurationError(
+                f"{flag} {ms:g} is more than a day ({_DAY_MS:,} ms), the most a "
+                "ReconciledBudget takes; check the unit (milliseconds)"
+            )
     rates = {region.name: region.rate for region in regions}
     return overshoot_bound(rates, sync_interval_ms / 1000, lag_ms / 1000)
+
+
+#: The longest sync interval or lag a ReconciledBudget takes, in milliseconds: a day.
+_DAY_MS = 86_400_000
 
 
 def _regions_row(p: PlanInput, sync_interval_ms: float, total: float, section: str) -> Row:

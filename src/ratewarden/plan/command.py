@@ -205,9 +205,11 @@ _FLAGS: dict[str, tuple[_Kind | None, object, str, str]] = {
     "--region-rate": (_region, None, "NAME=RATE[:BURST]",
                       "one region's rate cap on the key, e.g. eu=600/minute:10 (repeatable, each "
                       "region once; the burst defaults to the rate's limit, as Rate's does)"),
-    "--sync-interval-ms": (_number, None, "MS", "how often regions exchange counts"),
+    "--sync-interval-ms": (_number, None, "MS",
+                           "how often regions exchange counts (at most a day)"),
     "--region-lag-ms": (_ZERO_OK, None, "MS",
-                        "delay before a region sees another's counts [default: 0]"),
+                        "delay before a region sees another's counts, at most a day "
+                        "[default: 0]"),
 }  # fmt: skip
 #: Give one or the other: a number of regions at the full limit, or each region's rate.
 _EITHER = ("--regions", "--region-rate")
