@@ -143,7 +143,7 @@ def _raise(signum: int, frame: object) -> None:
     raise Interrupted
 
 
-@pytest.mark.parametrize("how", ["held_slot", "fleet_shedder"])
+@pytest.mark.parametrize("how", ["held_slot", "fleet_shedder", "acquire_slot"])
 def test_an_interrupted_blocking_acquire_gives_its_slot_back(
     redis_server: RedisServer, how: str
 ) -> None:
@@ -176,6 +176,8 @@ def test_an_interrupted_blocking_acquire_gives_its_slot_back(
             if how == "held_slot":
                 with held_slot(limiter, "gpu", 2, ttl=30):
                     pass
+            elif how == "acquire_slot":  # the limiter's own (4096b88)
+                limiter.acquire_slot("gpu", 2, ttl=30)
             else:
                 FleetShedder(limiter, "gpu", capacity=2, policy=TWO).acquire("critical")
     finally:
