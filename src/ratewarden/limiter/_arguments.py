@@ -19,7 +19,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from ratewarden.checks import named_for, refuse_unknown
 from ratewarden.errors import ConfigurationError
 
-__all__ = ["arguments_checked", "public_name", "refuse_arguments"]
+__all__ = ["argument_error", "arguments_checked", "public_name", "refuse_arguments"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -35,8 +35,7 @@ def arguments_checked(method: Callable[Concatenate[Any, P], T]) -> Callable[Conc
     call: ``Limiter.hit`` itself, the plain limiter's hot path, is not wrapped."""
 
     def refused(self: Any, error: TypeError, args: Any, kwargs: Any) -> TypeError:
-        refuse_arguments(self, method, args, kwargs)
-        return named_for(error, method, f"{public_name(self, method)}()") or error
+        return argument_error(self, method, error, args, kwargs)
 
     if inspect.iscoroutinefunction(method):
 
@@ -62,6 +61,17 @@ def arguments_checked(method: Callable[Concatenate[Any, P], T]) -> Callable[Conc
             raise error from None
 
     return functools.wraps(method)(checked)
+
+
+def argument_error(
+    self: Any, function: Callable[..., Any], error: TypeError, args: Any, kwargs: Any
+) -> TypeError:
+    """What to raise for ``error``, a TypeError from calling ``function`` (a flow, or a method
+    written out) on ``self``: the ConfigurationError of a keyword it does not take or too many
+    positional arguments (raised here), a missing argument's TypeError naming the public
+    method, or ``error`` itself when the arguments were good (raised inside)."""
+    refuse_arguments(self, function, args, kwargs)
+    return named_for(error, function, f"{public_name(self, function)}()") or error
 
 
 def refuse_arguments(

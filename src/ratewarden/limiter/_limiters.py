@@ -17,10 +17,9 @@ from contextlib import asynccontextmanager, contextmanager
 from types import MethodType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from ratewarden.checks import named_for
 from ratewarden.decision import Decision
 from ratewarden.deprecation import renamed
-from ratewarden.limiter._arguments import public_name, refuse_arguments
+from ratewarden.limiter._arguments import argument_error
 from ratewarden.limiter._core import DecisionCore
 from ratewarden.limiter._flows import Flow, adrive, drive
 from ratewarden.limiter._settings import FAILURE_MODES, FailureHook
@@ -44,11 +43,10 @@ def blocking(flow: Callable[Concatenate[Any, P], Flow[T]]) -> Callable[Concatena
         try:
             started = flow(self, *args, **kwargs)
         except TypeError as exc:
-            refuse_arguments(self, flow, args, kwargs)
-            renamed = named_for(exc, flow, f"{public_name(self, flow)}()")
-            if renamed is None:
+            error = argument_error(self, flow, exc, args, kwargs)
+            if error is exc:
                 raise
-            raise renamed from None
+            raise error from None
         result: T = self.run(started)
         return result
 
@@ -65,11 +63,10 @@ def awaiting(
         try:
             started = flow(self, *args, **kwargs)
         except TypeError as exc:
-            refuse_arguments(self, flow, args, kwargs)
-            renamed = named_for(exc, flow, f"{public_name(self, flow)}()")
-            if renamed is None:
+            error = argument_error(self, flow, exc, args, kwargs)
+            if error is exc:
                 raise
-            raise renamed from None
+            raise error from None
         result: T = await self.run(started)
         return result
 
