@@ -377,12 +377,16 @@ async def test_bytes_that_are_not_a_request_are_invalid_argument(
 async def test_a_call_past_its_deadline_is_deadline_exceeded_and_its_work_cancelled(
     start_server: StartServer,
 ) -> None:
-    """The client's deadline ends the call (DEADLINE_EXCEEDED) and cancels its decision."""
+    """The client's deadline ends the call (DEADLINE_EXCEEDED) and cancels its decision.
+    The deadline leaves the server time to start the call (0.3 s did not once, in a busy CI
+    run: the call never reached the store, so nothing was there to cancel)."""
     store = GateStore()
     server = await start_server(store=store)
     async with rls_stub(server.grpc_port) as stub:
+        call = asyncio.ensure_future(stub.ShouldRateLimit(ONE_KEY, timeout=2.0))
+        await asyncio.wait_for(store.entered.wait(), 5)
         with pytest.raises(grpc.aio.AioRpcError) as raised:
-            await stub.ShouldRateLimit(ONE_KEY, timeout=0.3)
+            await call
         assert raised.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         # The held decision is cancelled, not left waiting: the counter never moves.
         await asyncio.wait_for(store.cancelled.wait(), 5)
