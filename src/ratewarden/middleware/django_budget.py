@@ -64,6 +64,7 @@ from ratewarden.middleware._django_common import (
     wrong_mode,
 )
 from ratewarden.middleware._outcome import Outcome
+from ratewarden.middleware._shielded import to_the_end
 
 __all__ = ["SETTING", "DjangoTokenBudgetMiddleware"]
 
@@ -201,10 +202,11 @@ class DjangoTokenBudgetMiddleware(TokenBudgetBase[GetResponse, Any, str]):
         try:
             response = await self.app(request)
         except BaseException:
-            await self.budget.run(settling.settle_flow(None))
+            await to_the_end(self.budget.run(settling.settle_flow(None)))
             raise
         streams = _streams(response, async_mode=True)
-        await self.budget.run(self._answered_flow(settling, response, streams))
+        # Django cancels the request's task when the client goes: not in mid-settlement.
+        await to_the_end(self.budget.run(self._answered_flow(settling, response, streams)))
         if streams and not settling.settled:
             response.streaming_content = settled_chunks(
                 response.streaming_content, settling, self.budget
