@@ -56,14 +56,15 @@ async def report(request: Request) -> Response:
     return PlainTextResponse("report")
 
 
-def _starlette(ruleset: RuleSet, clock: ManualClock, limiter: Any = None) -> Starlette:
-    app = Starlette(
-        routes=[
-            Route("/", home, methods=["GET", "HEAD"]),
-            Route("/login", login),
-            Route("/report", report),
-        ]
-    )
+def _starlette(
+    ruleset: RuleSet, clock: ManualClock, limiter: Any = None, *, decorated: bool = True
+) -> Starlette:
+    """The app; ``decorated=False`` leaves out the routes whose decorators name ``per-ip``,
+    for a rule set without it (the rule set checks every route at the first request)."""
+    routes = [Route("/", home, methods=["GET", "HEAD"])]
+    if decorated:
+        routes += [Route("/login", login), Route("/report", report)]
+    app = Starlette(routes=routes)
     if limiter is None:
         limiter = AsyncLimiter(AsyncMemoryStore(clock=clock))
     app.add_middleware(RateLimitMiddleware, limiter=limiter, rules=ruleset)
@@ -305,7 +306,7 @@ async def test_shadow_rules_never_reach_the_answer() -> None:
         answered.append(denial)
 
     ruleset = RuleSet([Rule("trial", "1/minute", shadow=True)], clock=clock, denied=record)
-    app = _starlette(ruleset, clock)
+    app = _starlette(ruleset, clock, decorated=False)
     async with peer_client(app) as client:
         assert [(await client.get("/")).status_code for _ in range(3)] == [200] * 3
     assert answered == []
@@ -325,7 +326,7 @@ async def test_the_awaited_limiter_path_answers_the_same(redis_server: RedisServ
 
         ruleset = RuleSet([Rule("redis-ip", "1/minute")], clock=clock, denied=answer)
         assert ruleset.plain_asgi
-        app = _starlette(ruleset, clock, AsyncLimiter(store))
+        app = _starlette(ruleset, clock, AsyncLimiter(store), decorated=False)
         async with peer_client(app) as client:
             assert (await client.get("/")).status_code == 200
             refused = await client.get("/")

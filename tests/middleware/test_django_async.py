@@ -274,7 +274,8 @@ async def test_a_store_that_does_not_answer_gets_the_failure_mode_s_answer(
     """A Redis that accepts and never answers: closed answers 503 without calling the view,
     open lets the request through with no RateLimit headers."""
     store = AsyncRedisStore.from_url(f"redis://{HOST}:{silent_server.port}", timeout=0.05)
-    rules = RuleSet([Rule("per-ip", "5/minute")])
+    # per-user too: the urlconf's /upload overrides it, and the rule set checks every route.
+    rules = RuleSet([Rule("per-ip", "5/minute"), Rule("per-user", "5/minute")])
     try:
         with _settings(limiter=AsyncLimiter(store), rules=rules, failure_mode=mode):
             async with _client(ASGIHandler()) as client:

@@ -1,10 +1,12 @@
 """``@exempt`` and ``@override`` must name rules of the RuleSet, in real Flask and Starlette apps.
 
 A typo there (``@exempt("per_ip")`` for ``per-ip``) would leave the rule applied, or the cost
-unchanged, without a word. The first request to such a route is where the rule set and the
-route meet (as for a ``@limit`` named like a global rule): it is refused with a
-ConfigurationError naming the unknown rule, the route and the rules there are, and no budget
-is spent.
+unchanged, without a word. The resolvers list every decorated route of the app, and the rule
+set checks them all at the first request, whichever route it asks for: every request is
+refused with a ConfigurationError naming the unknown rule, the route and the rules there are,
+and no budget is spent, until the decorator is fixed. Before, only requests to that route were
+refused, and only once it was called (a health check with a typo failed every time it was
+probed, and nothing else told).
 """
 
 from __future__ import annotations
@@ -42,22 +44,26 @@ OVERRIDE_ERROR = (
 )
 
 
-def _flask(clock: ManualClock) -> Flask:
+def _flask(clock: ManualClock, mistake: str = "") -> Flask:
     app = Flask(__name__)
 
     @app.route("/")
     def home() -> str:
         return "home"
 
-    @app.route("/open")
-    @exempt("per_ip")
-    def open_view() -> str:
-        return "open"
+    if mistake == "/open":
 
-    @app.route("/bulk")
-    @override("contrat", cost=10)
-    def bulk() -> str:
-        return "bulk"
+        @app.route("/open")
+        @exempt("per_ip")
+        def open_view() -> str:
+            return "open"
+
+    if mistake == "/bulk":
+
+        @app.route("/bulk")
+        @override("contrat", cost=10)
+        def bulk() -> str:
+            return "bulk"
 
     @app.route("/fine")
     @exempt("per-ip")
@@ -91,15 +97,12 @@ async def home_endpoint(request: Request) -> Response:
     return PlainTextResponse("home")
 
 
-def _starlette(clock: ManualClock) -> Starlette:
-    app = Starlette(
-        routes=[
-            Route("/", home_endpoint),
-            Route("/open", open_endpoint),
-            Route("/bulk", bulk_endpoint),
-            Route("/fine", fine_endpoint),
-        ]
-    )
+def _starlette(clock: ManualClock, mistake: str = "") -> Starlette:
+    mistakes = {"/open": open_endpoint, "/bulk": bulk_endpoint}
+    routes = [Route("/", home_endpoint), Route("/fine", fine_endpoint)]
+    if mistake:
+        routes.append(Route(mistake, mistakes[mistake]))
+    app = Starlette(routes=routes)
     limiter = AsyncLimiter(AsyncMemoryStore(clock=clock))
     app.add_middleware(RateLimitMiddleware, limiter=limiter, rules=RuleSet(RULES, clock=clock))
     return app
@@ -110,16 +113,13 @@ def _starlette(clock: ManualClock) -> Starlette:
     [("/open", EXEMPT_ERROR), ("/bulk", OVERRIDE_ERROR)],
     ids=["exempt", "override"],
 )
-def test_flask_route_naming_an_unknown_rule_is_refused_and_spends_nothing(
-    path: str, message: str
-) -> None:
-    """Flask: @exempt("per_ip") and @override("contrat") are refused on the route's first
-    request, naming the rule, the route and the known rules; the request spends no budget."""
-    client = _flask(ManualClock()).test_client()
-    with pytest.raises(ConfigurationError, match=message):
-        client.get(path)
-    assert client.get("/").status_code == 200
-    assert client.get("/").status_code == 429
+def test_flask_route_naming_an_unknown_rule_refuses_every_request(path: str, message: str) -> None:
+    """Flask: @exempt("per_ip") and @override("contrat") are refused at the first request,
+    to another route, naming the rule, the route and the known rules; again at the next."""
+    client = _flask(ManualClock(), path).test_client()
+    for asked in ("/", "/fine", path):
+        with pytest.raises(ConfigurationError, match=message):
+            client.get(asked)
 
 
 def test_flask_routes_naming_known_rules_still_work() -> None:
@@ -134,15 +134,14 @@ def test_flask_routes_naming_known_rules_still_work() -> None:
     [("/open", EXEMPT_ERROR), ("/bulk", OVERRIDE_ERROR)],
     ids=["exempt", "override"],
 )
-async def test_starlette_route_naming_an_unknown_rule_is_refused_and_spends_nothing(
+async def test_starlette_route_naming_an_unknown_rule_refuses_every_request(
     path: str, message: str
 ) -> None:
-    """Starlette: the same refusal, with the same message; the request spends no budget."""
-    async with peer_client(_starlette(ManualClock())) as client:
-        with pytest.raises(ConfigurationError, match=message):
-            await client.get(path)
-        assert (await client.get("/")).status_code == 200
-        assert (await client.get("/")).status_code == 429
+    """Starlette: the same refusal, with the same message, at whichever route is asked."""
+    async with peer_client(_starlette(ManualClock(), path)) as client:
+        for asked in ("/", "/fine", path):
+            with pytest.raises(ConfigurationError, match=message):
+                await client.get(asked)
 
 
 async def test_starlette_routes_naming_known_rules_still_work() -> None:

@@ -26,16 +26,16 @@ its answer.
 from __future__ import annotations
 
 import hashlib
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ratewarden import headers as rl_headers
-from ratewarden.checks import check_bool, keywords_checked
+from ratewarden.checks import keywords_checked
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.headers import HeaderOptions
+from ratewarden.middleware._catalog import Catalog, checked, route_catalog
 from ratewarden.middleware._clock import checked_clock
 from ratewarden.middleware._compiled import (
     AsgiAnswer,
@@ -53,11 +53,12 @@ from ratewarden.middleware._compiled import (
 )
 from ratewarden.middleware._denied import DeniedHook, check_denied
 from ratewarden.middleware._identity import KeyFunc, by_client_ip
+from ratewarden.middleware._key_checks import check_key, key_returned
 from ratewarden.middleware._outcome import PASS, Outcome, Passed
 from ratewarden.middleware._request import RequestInfo
-from ratewarden.middleware._routes import Resolver, declared_rule_names, route_limits
-from ratewarden.middleware._rules import Rule, check_name
-from ratewarden.middleware._shadow import ShadowLog, ShadowSummary
+from ratewarden.middleware._routes import Resolver, route_limits
+from ratewarden.middleware._rules import Rule
+from ratewarden.middleware._switches import Switches
 
 if TYPE_CHECKING:
     from ratewarden.middleware._failure import FailureAnswer
@@ -74,7 +75,7 @@ __all__ = [
 ]
 
 
-class RuleSet:
+class RuleSet(Switches):
     """The rules, their runtime switches, the header options and the shadow report.
 
     Create it, hand it to the middleware, keep a reference for operations:
@@ -105,6 +106,7 @@ class RuleSet:
         self.denied = check_denied(denied, "RuleSet")
         if default_key is not None and not callable(default_key):
             raise ConfigurationError(f"default_key {default_key!r} must be a key extractor")
+        check_key(default_key, "RuleSet default_key")
         if resolver is not None and not callable(resolver):
             raise ConfigurationError(f"resolver {resolver!r} must be callable")
         if headers is not None and not isinstance(headers, HeaderOptions):
@@ -113,10 +115,8 @@ class RuleSet:
         self.headers = headers if headers is not None else HeaderOptions()
         self.resolver = resolver
         self.clock = checked_clock("RuleSet", clock)
-        self._shadow_log = ShadowLog(report_size)
-        self._lock = threading.Lock()
-        self._disabled: frozenset[str] = frozenset()
-        self._shadow: dict[str, bool] = {}
+        Switches.__init__(self, self.rules, report_size)
+        self._checked: Catalog | None = None  # the routes last checked (see _catalog)
         self._compiled = tuple(
             Compiled(r, self.default_key, self.headers, self.denied, self.clock) for r in self.rules
         )
@@ -130,49 +130,6 @@ class RuleSet:
             self._compiled, self.default_key, self.headers, self.denied, self.clock
         )
 
-    # --- runtime switches -------------------------------------------------
-
-    def _known(self, name: str) -> str:
-        check_name(name)
-        if name not in {r.name for r in self.rules} | declared_rule_names():
-            raise ConfigurationError(
-                f"no rule named {name!r}; known: {sorted(r.name for r in self.rules)} "
-                f"and route rules {sorted(declared_rule_names())}"
-            )
-        return name
-
-    def disable(self, name: str) -> None:
-        """Kill switch: stop evaluating rule ``name`` from the next request on."""
-        name = self._known(name)
-        with self._lock:
-            self._disabled = self._disabled | {name}
-
-    def enable(self, name: str) -> None:
-        """Evaluate rule ``name`` again."""
-        name = self._known(name)
-        with self._lock:
-            self._disabled = self._disabled - {name}
-
-    @property
-    def disabled(self) -> frozenset[str]:
-        """Names of the rules switched off."""
-        return self._disabled
-
-    def set_shadow(self, name: str, shadow: bool) -> None:
-        """Switch rule ``name`` into shadow mode (True) or enforcement (False) at runtime."""
-        name = self._known(name)
-        check_bool(f"set_shadow({name!r}): shadow", shadow)
-        with self._lock:
-            self._shadow = {**self._shadow, name: shadow}
-
-    def shadow_report(self, top: int = 10) -> dict[str, ShadowSummary]:
-        """What each shadow rule would have blocked: count, first/last time, top keys."""
-        return self._shadow_log.report(top)
-
-    def clear_shadow_report(self) -> None:
-        """Start the shadow report over."""
-        self._shadow_log.clear()
-
     # --- evaluation --------------------------------------------------------
 
     def applicable(
@@ -184,13 +141,19 @@ class RuleSet:
         ``resolver`` is the middleware's default; the rule set's own wins.
         """
         resolver = self.resolver or resolver
-        endpoint = resolver(request) if resolver is not None else None
+        if resolver is None:
+            return self._global(request)
+        catalog = route_catalog(resolver, request)
+        if catalog is not None and catalog is not self._checked:
+            self._checked = checked(catalog, (r.name for r in self.rules))
+        endpoint = resolver(request)
         meta = route_limits(endpoint) if endpoint is not None else None
-        if meta is None:
-            if self._unfiltered:
-                return self._compiled
-            return tuple(c for c in self._compiled if c.rule.matches(request))
-        return self._routes.resolve(meta, request)
+        return self._global(request) if meta is None else self._routes.resolve(meta, request)
+
+    def _global(self, request: RequestInfo) -> tuple[Compiled, ...]:
+        if self._unfiltered:
+            return self._compiled
+        return tuple(c for c in self._compiled if c.rule.matches(request))
 
     def enforces(self, rules: Sequence[Compiled]) -> bool:
         """Whether any of ``rules`` is enforced now (neither switched off nor in shadow mode)."""
@@ -353,7 +316,11 @@ class RuleSet:
 
     @staticmethod
     def _hit(rule: Compiled, request: RequestInfo, switched: dict[str, bool]) -> Hit:
-        key = rule.prefix + (rule.key(request) or rule.fallback)
+        found = rule.key(request) or rule.fallback
+        try:
+            key = rule.prefix + found
+        except TypeError:
+            raise key_returned(f"rule {rule.name!r}", found) from None
         shadow = switched.get(rule.name, rule.shadow) if switched else rule.shadow
         cost = rule.fixed_cost
         if cost is None:

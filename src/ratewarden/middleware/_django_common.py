@@ -9,6 +9,7 @@ handed), and refuses by name what does not fit that mode.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -82,7 +83,8 @@ def read_setting(
             "(objects or dotted paths)" if len(required) > 1 else "(an object or its dotted path)"
         )
         raise ConfigurationError(
-            f"{who} needs the Django setting {setting}, a dict with {names} {what}; found {given!r}"
+            f"{who} needs the Django setting {setting}, a dict with {names} {what}; found "
+            f"{given!r}{_similar(setting) if given is None else ''}"
         )
     unknown = sorted(set(given) - set(keys))
     if unknown:
@@ -103,6 +105,12 @@ def read_setting(
         if key not in options:
             raise ConfigurationError(f"{setting} needs {key!r} (an object or its dotted path)")
     return options
+
+
+def _similar(setting: str) -> str:
+    """`` (there is a setting X: a misspelling?)`` for a setting close to ``setting``."""
+    close = difflib.get_close_matches(setting, [n for n in dir(settings) if n.isupper()], 1, 0.8)
+    return f" (there is a setting {close[0]}: a misspelling?)" if close else ""
 
 
 def wrong_mode(given: str, who: str, async_mode: bool, instead: str) -> ConfigurationError:

@@ -18,13 +18,13 @@ import functools
 import hashlib
 import inspect
 import ipaddress
-import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, ParamSpec, TypeVar
 
 from ratewarden.checks import check_bool, keywords_checked, refuse_unknown
 from ratewarden.errors import ConfigurationError
-from ratewarden.headers import split_outside_quotes
+from ratewarden.middleware._forwarded import IPAddress, forwarded_for, parse_ip
+from ratewarden.middleware._key_checks import not_a_key, user_text
 from ratewarden.middleware._request import RequestInfo, first_value, from_asgi, list_value
 
 __all__ = [
@@ -35,6 +35,8 @@ __all__ = [
     "by_client_ip",
     "by_user",
     "first_of",
+    "forwarded_for",
+    "parse_ip",
 ]
 
 #: An identity extractor: the identity of a request, or None when it has none.
@@ -43,7 +45,6 @@ KeyFunc = Callable[[RequestInfo], str | None]
 #: The identity of requests whose extractor found none (unless a rule sets another).
 ANONYMOUS = "anonymous"
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 P = ParamSpec("P")
@@ -167,19 +168,20 @@ def _raw_key(value: str) -> str | None:
 
 
 def by_user(callback: Callable[[RequestInfo], object | None]) -> KeyFunc:
-    """The authenticated user, as ``user:<str(callback(request))>``; None/empty means anonymous.
+    """The authenticated user, as ``user:<id>``; no user (None, "") means anonymous.
 
-    ``callback`` reads the framework's own state from ``request.raw``: for
-    Starlette behind ``AuthenticationMiddleware``, ``request.raw["user"]``.
+    ``callback`` reads the framework's own state from ``request.raw`` and returns the
+    user's id, a str or int (Starlette behind ``AuthenticationMiddleware``:
+    ``request.raw["user"].identity``). A user object is taken too: one whose
+    ``is_authenticated`` is false is anonymous, and any other counts by its ``str``,
+    which must be its own (see ``_key_checks.user_text``).
     """
     if not callable(callback):
         raise ConfigurationError(f"by_user callback {callback!r} must be callable")
 
     def extract(request: RequestInfo) -> str | None:
-        user = callback(request)
-        if user is None or user == "":
-            return None
-        return f"user:{user}"
+        user = user_text(callback(request))
+        return None if user is None else "user:" + user
 
     return extract
 
@@ -223,49 +225,6 @@ def _networks(trusted_proxies: object) -> tuple[IPNetwork, ...]:
             "networks (['10.0.0.0/8']), or none for the socket peer"
         )
     return tuple(_network(n) for n in trusted_proxies)
-
-
-def parse_ip(text: str) -> IPAddress | None:
-    """An address from a header hop or peer: ``1.2.3.4``, ``1.2.3.4:80``, ``[::1]:80``, ``::1``."""
-    text = text.strip().strip('"')
-    if text.startswith("["):
-        text = text[1 : text.find("]")] if "]" in text else ""
-    elif text.count(":") == 1:
-        text = text.split(":", 1)[0]
-    try:
-        address = ipaddress.ip_address(text)
-    except ValueError:
-        return None
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    return address
-
-
-# RFC 7239's grammar, read leniently where a proxy's spelling does not matter (spaces
-# around ``=`` and ``;``, an address with a port or brackets left unquoted) and strictly
-# where it does: a quoted string is a whole value, closed before the element ends.
-_PAIR = r'([-!#$%&\'*+.^_`|~0-9A-Za-z]+)[ \t]*=[ \t]*("(?:[^"\\]|\\.)*"|[^\s",;]+)'
-_PAIRS = re.compile(_PAIR)
-_ELEMENT = re.compile(rf"[ \t]*{_PAIR}(?:[ \t]*;[ \t]*{_PAIR})*[ \t]*")
-
-
-def forwarded_for(value: str) -> list[str]:
-    """The ``for=`` values of a ``Forwarded`` header (RFC 7239), in order.
-
-    A hop is "" when its element has no ``for=`` or does not parse (a parameter
-    without ``=`` or given twice, a quote inside a value). A quote never closed makes
-    the rest of the header one element that does not parse: a client that opens a
-    quote cannot hide the element its proxy appends inside a string of its own.
-    """
-    hops = []
-    for element in split_outside_quotes(value, ","):
-        found = ""
-        if _ELEMENT.fullmatch(element):
-            pairs = [(name.lower(), raw) for name, raw in _PAIRS.findall(element)]
-            if len({name for name, _ in pairs}) == len(pairs):
-                found = next((raw for name, raw in pairs if name == "for"), "")
-        hops.append(found)
-    return hops
 
 
 class ClientIP:
@@ -398,3 +357,13 @@ def by_client_ip(
 ) -> ClientIP:
     """The client's address; see ``ClientIP``. With no trusted proxies, the socket peer."""
     return ClientIP(trusted_proxies, header=header, ipv6_prefix=ipv6_prefix)
+
+
+for _factory, _call in (
+    (by_api_key, "call it, key=by_api_key() (or by_api_key('x-my-header'))"),
+    (by_client_ip, "call it, key=by_client_ip() (or by_client_ip(trusted_proxies=[...]))"),
+    (ClientIP, "make one, key=ClientIP() (or ClientIP(trusted_proxies=[...]))"),
+    (by_user, "call it with your callback, key=by_user(callback)"),
+    (first_of, "call it, key=first_of(by_api_key(), by_client_ip())"),
+):
+    not_a_key(_factory, _call)

@@ -1,38 +1,36 @@
-"""Per-route opt-out and overrides: decorators on endpoints, and finding a request's endpoint.
-
-The decorators only attach metadata (``__ratewarden__``) and return the same
-function, so they work on Starlette and FastAPI endpoints, Flask views and
-Django views (function views, or the function ``View.as_view()`` returns)::
-
-    @exempt()                                   # no rule applies here
-    @exempt("per-ip")                           # these rules skip this route
-    @limit("5/minute", name="login")            # an extra rule for this route only
-    @override("contract", cost=5)               # a global rule, changed here
+"""Finding a request's endpoint, whose decorators (``_decorators``) change the rules.
 
 The middleware learns a request's endpoint through a resolver: a callable of
 the ``RequestInfo`` returning the endpoint or None. ``starlette_endpoint``
 (Starlette, FastAPI; the ASGI default), ``flask_endpoint(app)`` and
 ``django_endpoint`` match the framework's own routing table, so the answer is
-the view the framework itself will call. None of them imports its framework
-until it is called.
+the view the framework itself will call. Each also lists its app's decorated
+routes (a ``Catalog``), which the rule set checks at the first request. None of
+them imports its framework until it is called.
 """
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any
 
-from ratewarden.errors import ConfigurationError
-from ratewarden.middleware._denied import DeniedHook
-from ratewarden.middleware._identity import ANONYMOUS, KeyFunc, calls_checked
+from ratewarden.middleware._catalog import Catalog, Declared, catalog_entries, lists_routes
+from ratewarden.middleware._decorators import (
+    Override,
+    RouteLimits,
+    declared_rule_names,
+    exempt,
+    limit,
+    override,
+    route_limits,
+)
+from ratewarden.middleware._django_routes import django_endpoint
 from ratewarden.middleware._request import RequestInfo
-from ratewarden.middleware._rules import CostFunc, Rule, check_name
-from ratewarden.rate import Rate
 
 __all__ = [
+    "Override",
     "Resolver",
     "RouteLimits",
     "declared_rule_names",
@@ -46,122 +44,8 @@ __all__ = [
     "undecorated",
 ]
 
-F = TypeVar("F", bound=Callable[..., Any])
-
 #: Finds the endpoint that will serve a request, or None.
 Resolver = Callable[[RequestInfo], object | None]
-
-_ATTRIBUTE = "__ratewarden__"
-_declared: set[str] = set()
-_declared_lock = threading.Lock()
-
-
-@dataclass(frozen=True, slots=True)
-class Override:
-    """New rates and/or cost for one global rule on one route."""
-
-    rates: str | Rate | Sequence[str | Rate] | None = None
-    cost: int | Mapping[str, int] | CostFunc | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RouteLimits:
-    """What the decorators on one endpoint say."""
-
-    exempt_all: bool = False
-    exempt: frozenset[str] = frozenset()
-    rules: tuple[Rule, ...] = ()
-    overrides: Mapping[str, Override] = field(default_factory=dict)
-
-
-def declared_rule_names() -> frozenset[str]:
-    """Names of the rules declared with ``@limit`` so far (for kill-switch name checks)."""
-    with _declared_lock:
-        return frozenset(_declared)
-
-
-def route_limits(endpoint: object) -> RouteLimits | None:
-    """The metadata on ``endpoint`` (or on its ``view_class``, for Django class views)."""
-    for holder in (endpoint, getattr(endpoint, "view_class", None)):
-        found = getattr(holder, _ATTRIBUTE, None)
-        if isinstance(found, RouteLimits):
-            return found
-    return None
-
-
-def _attach(func: F, change: Callable[[RouteLimits], RouteLimits]) -> F:
-    if not callable(func):
-        raise ConfigurationError(f"rate limit decorators apply to views; got {func!r}")
-    current = route_limits(func) if hasattr(func, _ATTRIBUTE) else None
-    setattr(func, _ATTRIBUTE, change(current or RouteLimits()))
-    return func
-
-
-def exempt(*rule_names: str) -> Callable[[F], F]:
-    """Opt a route out of every rule (no names) or of the named rules."""
-    names = frozenset(check_name(n) for n in rule_names)
-
-    def decorate(func: F) -> F:
-        if not names:
-            return _attach(func, lambda meta: replace(meta, exempt_all=True))
-        return _attach(func, lambda meta: replace(meta, exempt=meta.exempt | names))
-
-    return decorate
-
-
-@calls_checked
-def limit(
-    rates: str | Rate | Sequence[str | Rate],
-    *,
-    name: str,
-    key: KeyFunc | None = None,
-    cost: int | Mapping[str, int] | CostFunc = 1,
-    shadow: bool = False,
-    fallback: str = ANONYMOUS,
-    denied: DeniedHook | None = None,
-) -> Callable[[F], F]:
-    """Add a rule that applies to this route only (after the global rules).
-
-    Routes decorated with the same ``name`` and rates share one budget.
-    ``denied``: the answer to a request it denies, as ``Rule``'s.
-    """
-    rule = Rule(name, rates, key=key, cost=cost, shadow=shadow, fallback=fallback, denied=denied)
-    with _declared_lock:
-        _declared.add(rule.name)
-
-    def decorate(func: F) -> F:
-        return _attach(func, lambda meta: replace(meta, rules=(*meta.rules, rule)))
-
-    return decorate
-
-
-@calls_checked
-def override(
-    rule_name: str,
-    *,
-    rates: str | Rate | Sequence[str | Rate] | None = None,
-    cost: int | Mapping[str, int] | CostFunc | None = None,
-) -> Callable[[F], F]:
-    """Change a global rule's rates and/or cost on this route.
-
-    A cost override shares the rule's budget; a rates override is a separate
-    budget for this route (state is kept per rate).
-    """
-    check_name(rule_name)
-    if rates is None and cost is None:
-        raise ConfigurationError(f"override({rule_name!r}) needs rates=, cost= or both")
-    # Validate now, at import time, rather than on the first request.
-    Rule(
-        rule_name, rates if rates is not None else "1/second", cost=cost if cost is not None else 1
-    )
-    change = Override(rates, cost)
-
-    def decorate(func: F) -> F:
-        return _attach(
-            func, lambda meta: replace(meta, overrides={**meta.overrides, rule_name: change})
-        )
-
-    return decorate
 
 
 def _inner(route: Any) -> Sequence[Any]:
@@ -203,33 +87,44 @@ def _starlette_match(routes: Sequence[Any], scope: Mapping[str, Any]) -> tuple[b
     return False, None
 
 
-def _walk(routes: Sequence[Any], tables: list[Sequence[Any]]) -> bool:
-    """Whether any endpoint under ``routes`` is decorated; adds to ``tables`` every routing
-    table walked (for noticing later that one grew)."""
-    found = False
+@dataclass(slots=True)
+class _Walk:
+    """What a walk of an app's routes gathers: every routing table under it (for noticing
+    later that one grew), its decorated routes and its misplaced decorators."""
+
+    tables: list[Sequence[Any]]
+    routes: list[Declared]
+    dead: list[str]
+
+
+def _walk(routes: Sequence[Any], found: _Walk, prefix: str = "") -> None:
+    from starlette.routing import WebSocketRoute
+
     for route in routes:
         served = _served(route)
-        if route_limits(getattr(served, "endpoint", None)) is not None:
-            found = True
+        where = prefix + str(getattr(served, "path", "") or getattr(served, "host", ""))
+        endpoint = getattr(served, "endpoint", None)
+        if endpoint is not None:
+            websocket = isinstance(served, WebSocketRoute)
+            catalog_entries(where or "/", endpoint, found.routes, found.dead, websocket)
         included = getattr(route, "original_router", None)
         own = getattr(included, "routes", None) if included is not None else None
         if isinstance(own, list):
-            tables.append(own)
+            found.tables.append(own)
         elif isinstance(getattr(served, "routes", None), list):
-            tables.append(served.routes)
-        if _walk(_inner(served), tables):
-            found = True
-    return found
+            found.tables.append(served.routes)
+        # An included router's routes carry their prefix; a mount's do not.
+        _walk(_inner(served), found, prefix if included is not None else where)
 
 
 @dataclass(frozen=True, slots=True)
 class _Known:
     """What the walk of one app found: the sizes of its routing tables then (its own, and
-    each one under it with its size), and whether any endpoint is decorated."""
+    each one under it with its size), and its decorated routes."""
 
     size: int
     tables: tuple[tuple[Sequence[Any], int], ...]
-    decorated: bool
+    catalog: Catalog
 
     def current(self, routes: Sequence[Any]) -> bool:
         # The app's own table by length only: ``app.routes`` may be a new list each time.
@@ -239,9 +134,10 @@ class _Known:
 
 
 def _know(routes: Sequence[Any]) -> _Known:
-    tables: list[Sequence[Any]] = []
-    decorated = _walk(routes, tables)
-    return _Known(len(routes), tuple((t, len(t)) for t in tables), decorated)
+    found = _Walk([], [], [])
+    _walk(routes, found)
+    catalog = Catalog(tuple(found.routes), tuple(found.dead))
+    return _Known(len(routes), tuple((t, len(t)) for t in found.tables), catalog)
 
 
 # Per app. Most apps have few decorated routes or none, and then no request needs the walk.
@@ -254,19 +150,19 @@ _decorated: weakref.WeakKeyDictionary[Any, _Known] = weakref.WeakKeyDictionary()
 _last: list[tuple[weakref.ref[Any], _Known] | None] = [None]
 
 
-def _any_decorated(app: Any, routes: Sequence[Any]) -> bool:
+def _known_of(app: Any, routes: Sequence[Any]) -> _Known:
     last = _last[0]
     if last is not None and last[0]() is app and last[1].current(routes):
-        return last[1].decorated
+        return last[1]
     try:
         known = _decorated.get(app)
     except TypeError:  # not weakly referenceable: no caching
-        return _know(routes).decorated
+        return _know(routes)
     if known is None or not known.current(routes):
         known = _know(routes)
         _decorated[app] = known
     _last[0] = (weakref.ref(app), known)
-    return known.decorated
+    return known
 
 
 def starlette_endpoint(request: RequestInfo) -> object | None:
@@ -278,9 +174,18 @@ def starlette_endpoint(request: RequestInfo) -> object | None:
     """
     app = request.raw.get("app")
     routes = getattr(app, "routes", None)
-    if not routes or not _any_decorated(app, routes):
+    if not routes or not _known_of(app, routes).catalog.decorated:
         return None
     return _starlette_match(routes, request.raw)[1]
+
+
+def _starlette_catalog(request: RequestInfo) -> Catalog | None:
+    app = request.raw.get("app")
+    routes = getattr(app, "routes", None)
+    return _known_of(app, routes).catalog if routes else None
+
+
+lists_routes(starlette_endpoint, _starlette_catalog)
 
 
 def undecorated(scope: Mapping[str, Any]) -> bool:
@@ -288,7 +193,7 @@ def undecorated(scope: Mapping[str, Any]) -> bool:
     scope's app (no route of it is decorated), so that no route changes the rules."""
     app = scope.get("app")
     routes = getattr(app, "routes", None)
-    return not routes or not _any_decorated(app, routes)
+    return not routes or not _known_of(app, routes).catalog.decorated
 
 
 def flask_endpoint(app: Any) -> Resolver:
@@ -306,20 +211,20 @@ def flask_endpoint(app: Any) -> Resolver:
         view: object | None = app.view_functions.get(endpoint)
         return view
 
+    # Flask takes no new route once it has served a request: one walk per table size.
+    walked: list[tuple[int, Catalog]] = []
+
+    def catalog(request: RequestInfo) -> Catalog:
+        size = len(app.view_functions)
+        if not walked or walked[0][0] != size:
+            routes: list[Declared] = []
+            dead: list[str] = []
+            for rule in app.url_map.iter_rules():
+                view = app.view_functions.get(rule.endpoint)
+                if view is not None:
+                    catalog_entries(rule.rule, view, routes, dead)
+            walked[:] = [(size, Catalog(tuple(routes), tuple(dead)))]
+        return walked[0][1]
+
+    lists_routes(resolve, catalog)
     return resolve
-
-
-def django_endpoint(request: RequestInfo) -> object | None:
-    """The Django view ``django.urls.resolve`` picks for the request path: in the request's
-    own ``urlconf`` when a middleware before has set one (per host or tenant, as
-    django-hosts does), as Django's handler will, else in ``ROOT_URLCONF``."""
-    from django.urls import Resolver404, resolve  # type: ignore[import-untyped]
-
-    # Under the Django middleware ``raw.request`` is the HttpRequest; under the WSGI
-    # middleware no middleware has run yet, and there is none.
-    urlconf = getattr(getattr(request.raw, "request", None), "urlconf", None)
-    try:
-        view: object = resolve(request.path, urlconf=urlconf).func
-        return view
-    except Resolver404:
-        return None

@@ -22,6 +22,7 @@ from ratewarden.checks import check_bool, keywords_checked
 from ratewarden.errors import ConfigurationError
 from ratewarden.middleware._denied import DeniedHook, check_denied
 from ratewarden.middleware._identity import ANONYMOUS, KeyFunc, by_client_ip
+from ratewarden.middleware._key_checks import check_key, key_returned
 from ratewarden.middleware._request import RequestInfo
 from ratewarden.rate import Rate
 
@@ -189,7 +190,7 @@ class Selection:
     concurrency and token budget middlewares share (``paths``, ``methods``, ``key``,
     ``fallback``), checked with ``who`` naming the middleware in errors."""
 
-    __slots__ = ("fallback", "key", "methods", "paths")
+    __slots__ = ("fallback", "key", "methods", "paths", "who")
 
     def __init__(
         self,
@@ -202,8 +203,10 @@ class Selection:
     ) -> None:
         if key is not None and not callable(key):
             raise ConfigurationError(f"{who} key={key!r}: a key extractor")
+        check_key(key, who)
         if not isinstance(fallback, str) or not fallback:
             raise ConfigurationError(f"{who} fallback={fallback!r}: a non-empty string")
+        self.who = who
         self.key: KeyFunc = key if key is not None else by_client_ip()
         self.fallback = fallback
         self.paths = compile_paths(paths, who)
@@ -215,7 +218,10 @@ class Selection:
 
     def identity(self, request: RequestInfo) -> str:
         """The request's identity, ``fallback`` when it has none (never "unlimited")."""
-        return self.key(request) or self.fallback
+        found = self.key(request) or self.fallback
+        if not isinstance(found, str):
+            raise key_returned(self.who, found)
+        return found
 
 
 def _method_costs(costs: Mapping[str, int], where: str) -> CostFunc:
@@ -314,6 +320,7 @@ class Rule:
         where = f"rule {name!r}"
         if key is not None and not callable(key):
             raise ConfigurationError(f"{where}: key {key!r} must be a key extractor (callable)")
+        check_key(key, where)
         if not isinstance(fallback, str) or not fallback:
             raise ConfigurationError(f"{where}: fallback {fallback!r} must be a non-empty string")
         check_bool(f"{where}: shadow", shadow)

@@ -58,6 +58,8 @@ from ratewarden.middleware._django_common import (
     respond,
     wrong_mode,
 )
+from ratewarden.middleware._failure import MIDDLEWARE_FAILURE_MODES
+from ratewarden.middleware._key_checks import not_a_key
 from ratewarden.middleware._request import RequestInfo
 from ratewarden.middleware._routes import django_endpoint
 
@@ -114,14 +116,34 @@ def django_user(request: RequestInfo) -> object | None:
     return found
 
 
+not_a_key(
+    django_user,
+    "it returns the user's primary key (an int), not an identity: wrap it, "
+    "key=by_user(django_user) (identities 'user:<pk>')",
+)
+
+
 def _options() -> dict[str, Any]:
-    return read_setting(
+    options = read_setting(
         SETTING,
         "DjangoRateLimitMiddleware",
         _KEYS,
         imported=("limiter", "rules", "metrics"),
         required=("limiter", "rules"),
     )
+    rules = options["rules"]
+    if isinstance(rules, list | tuple):
+        raise ConfigurationError(
+            f"{SETTING}: rules {rules!r} must be a RuleSet (which holds the kill switch and the "
+            "shadow report): wrap the list, RuleSet([Rule(...), ...])"
+        )
+    mode = options.get("failure_mode", "open")
+    if mode not in MIDDLEWARE_FAILURE_MODES and mode != "local":  # 'local': its own refusal
+        raise ConfigurationError(
+            f"{SETTING}['failure_mode'] is {mode!r}: one of "
+            f"{', '.join(map(repr, MIDDLEWARE_FAILURE_MODES))}"
+        )
+    return options
 
 
 def _check_mode(limiter: object, async_mode: bool) -> None:
