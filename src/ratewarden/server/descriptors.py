@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
@@ -26,6 +26,9 @@ from ratewarden.server.config import (
 )
 from ratewarden.server.statuses import override
 from ratewarden.server.value_cap import ValueCap
+
+if TYPE_CHECKING:  # hooks reads outcomes, whose module reads items
+    from ratewarden.server.hooks import Reports
 
 __all__ = [
     "Item",
@@ -106,14 +109,15 @@ def prepare(
     request: Any,
     config: RateLimitConfig,
     cap: ValueCap,
-    on_overflow: Callable[[DescriptorRule], None],
+    reports: Reports,
     failure_mode: str = DEFAULT_FAILURE_MODE,
 ) -> list[Item]:
     """The request's descriptors as items, with rules, keys and caps; raises if malformed.
 
-    ``config`` is the one snapshot the whole request is decided on; ``on_overflow``
-    is told each rule whose new value went to its overflow counter (``cap``);
-    ``failure_mode`` is that of a limit override on a descriptor no rule matches.
+    ``config`` is the one snapshot the whole request is decided on; ``reports`` is told
+    each rule whose new value went to its overflow counter (``cap``) and each limit
+    override that cannot apply (``statuses.override``); ``failure_mode`` is that of a
+    limit override on a descriptor no rule matches.
     """
     name = request.domain
     if not name:
@@ -148,7 +152,7 @@ def prepare(
         )
         if limited:
             limit = request.descriptors[index].limit
-            given = override(name, entries, rule, limit, failure_mode)
+            given = override(name, entries, rule, limit, failure_mode, reports.override_ignored)
             if given is not None:
                 item.rule, item.override = given, True
                 item.key, item.metric_key = _keys(name, item)
@@ -164,7 +168,7 @@ def prepare(
         now = cap.now_us()
         for item in items:
             if item.needs_store:
-                _cap(cap, item, on_overflow, now)
+                _cap(cap, item, reports, now)
     return items
 
 
@@ -225,15 +229,13 @@ def _resolve(domain: DomainConfig, descriptor: Any) -> _Resolved:
     return entries, addend, limited, match, rule, key, metric_key
 
 
-def _cap(
-    cap: ValueCap, item: Item, on_overflow: Callable[[DescriptorRule], None], now: int
-) -> None:
+def _cap(cap: ValueCap, item: Item, reports: Reports, now: int) -> None:
     """Past ``max_values_per_rule``, a new value shares the rule's overflow counter."""
     rule = item.rule
     assert rule is not None  # the item needs the store
     item.key, overflowed = cap.key(rule, item.key, override=item.override, now=now)
     if overflowed:
-        on_overflow(rule)
+        reports.overflow(rule, cap.limit)
 
 
 def _keys(domain: str, item: Item) -> tuple[str, str]:

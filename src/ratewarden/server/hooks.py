@@ -4,8 +4,9 @@
 ``ServiceStats``). ``Reports`` holds the service's current hooks and writes what
 happens beside a decision: a store failure (a bounded log line and
 ``on_store_error``), a value past ``max_values_per_rule`` (a line and
-``on_value_overflow``), a request to a domain the config does not know
-(``on_domain_not_found``), and each store call's duration: it is the metrics object
+``on_value_overflow``; all limit overrides of a domain as one pool, ``statuses.pooled``),
+a limit override it could not apply (a bounded line), a request to a domain the config
+does not know (``on_domain_not_found``), and each store call's duration: it is the metrics object
 of the service's limiter, whose ``store_latency`` it passes on to
 ``on_store_call``. A hook that raises is logged and swallowed: metrics never
 change an answer.
@@ -21,6 +22,7 @@ from ratewarden.errors import CircuitOpenError, StorageError, StorageUnavailable
 from ratewarden.metrics import LogRateLimiter, Metrics
 from ratewarden.server.config import DescriptorRule
 from ratewarden.server.response import DescriptorOutcome
+from ratewarden.server.statuses import pooled
 
 __all__ = ["Reports", "ServiceHooks"]
 
@@ -60,7 +62,9 @@ class ServiceHooks:
         failed or not."""
 
     def on_value_overflow(self, domain: str, rule: DescriptorRule) -> None:
-        """A new value past ``max_values_per_rule`` was counted on the rule's overflow counter."""
+        """A new value past ``max_values_per_rule`` was counted on the rule's overflow counter.
+        For a limit override, ``rule`` is its domain's pool of overrides (path
+        ``<domain>.(limit overrides)``), which share one cap and one overflow counter."""
 
     def on_domain_not_found(self, domain: str, descriptors: int) -> None:
         """A request named a ``domain`` the config does not know: its ``descriptors`` were
@@ -123,23 +127,46 @@ class Reports(Metrics):
             )
 
     def overflow(self, rule: DescriptorRule, limit: int | None) -> None:
-        """A new value of ``rule`` went to its overflow counter (``limit`` values held)."""
+        """A new value of ``rule`` went to its overflow counter (``limit`` values held).
+
+        A limit override's rule is made per request and named after its values; all of a
+        domain's overrides share one cap, so they are reported as one pool: one line a
+        minute and one hook rule per domain, whatever the junk values."""
+        pool = pooled(rule)
+        if pool is rule:
+            message, whose = "rule %s holds %d distinct values", rule.path
+        else:
+            message, whose = "the limit overrides of domain %r hold %d distinct values", rule.domain
         self._lines.log(
             log,
             logging.WARNING,
-            "overflow " + rule.path,
-            "rule %s holds %d distinct values; new ones share one overflow counter",
-            rule.path,
+            "overflow " + pool.path,
+            message + "; new ones share one overflow counter",
+            whose,
             limit,
-            extra={"event": "value_overflow", "rule": rule.path},
+            extra={"event": "value_overflow", "rule": pool.path},
         )
         try:
-            self.hooks.on_value_overflow(rule.domain, rule)
+            self.hooks.on_value_overflow(pool.domain, pool)
         except Exception:
             log.exception(
                 "hook on_value_overflow failed; the answer is unaffected",
                 extra={"event": "hook_failed", "hook": "on_value_overflow"},
             )
+
+    def override_ignored(self, domain: str, kind: str, why: str) -> None:
+        """A limit override in ``domain`` could not apply (``why``); the config's rule decided.
+        A line at most once a minute per domain and ``kind`` (``statuses.Ignored``): a client
+        may send one on every call."""
+        self._lines.log(
+            log,
+            logging.WARNING,
+            f"override {kind} {domain}",
+            "ignoring a limit override in domain %r: %s; the config applies",
+            domain,
+            why,
+            extra={"event": "limit_override_ignored", "domain": domain},
+        )
 
     def domain_not_found(self, domain: str, descriptors: int) -> None:
         """A request to an unknown ``domain``, with ``descriptors`` descriptors."""

@@ -74,7 +74,6 @@ from ratewarden.server.charging import Charging
 from ratewarden.server.config import (
     DEFAULT_FAILURE_MODE,
     FAILURE_MODES,
-    DescriptorRule,
     RateLimitConfig,
 )
 
@@ -245,7 +244,7 @@ class _ServiceBase(Charging):
     def _flow(self, request: Any) -> Flow[bytes]:
         """The request decided, as its response's wire bytes."""
         config = self._config  # one snapshot for the whole request
-        items = prepare(request, config, self.values, self._overflowed, self.default_failure_mode)
+        items = prepare(request, config, self.values, self._reports, self.default_failure_mode)
         stored: list[Item] = []
         zero = False  # a limit of 0: the only way a request is denied before any store call
         for item in items:
@@ -342,9 +341,6 @@ class _ServiceBase(Charging):
             return Result(False, decision, None, False, cached=True)
         allowed = decision.allowed
         return Result(allowed, decision, None, allowed and cost > 0)
-
-    def _overflowed(self, rule: DescriptorRule) -> None:  # prepare's on_overflow
-        self._reports.overflow(rule, self.values.limit)
 
     def __repr__(self) -> str:
         flags = f"shadow={self.shadow}, charge_denied={self.charge_denied}"

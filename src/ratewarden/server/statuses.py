@@ -1,11 +1,13 @@
 """Envoy's ``RateLimit`` units both ways: the enum a ``DescriptorStatus``'s current limit
-names its unit with (``UNIT_ENUM``), and a descriptor's limit override read into a rule.
+names its unit with (``UNIT_ENUM``), and a descriptor's limit override read into a rule
+(``override``), or into the rule of its domain's pool of overrides (``pooled``).
 Nothing here touches a store.
 """
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -13,11 +15,17 @@ from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped, u
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import UNITS, Rate
-from ratewarden.server.config import DEFAULT_ALGORITHM, DEFAULT_FAILURE_MODE, DescriptorRule, Limit
+from ratewarden.server.config import DEFAULT_ALGORITHM, DescriptorRule, Limit
+from ratewarden.server.value_cap import OVERRIDES
 
-__all__ = ["UNIT_ENUM", "override"]
+__all__ = ["OVERRIDE_SOURCE", "UNIT_ENUM", "Ignored", "override", "pooled"]
 
-log = logging.getLogger("ratewarden.server.service")
+#: The ``source`` of every rule ``override`` makes.
+OVERRIDE_SOURCE = "the request's limit override"
+#: How ``override`` reports an override it ignored: ``(domain, kind, why)``, where ``kind``
+#: is the override's unit name, or ``"unknown unit"`` for every unit Envoy does not define
+#: (a client cannot make kinds without end).
+Ignored = Callable[[str, str, str], None]
 
 _Response = rls_pb2.RateLimitResponse
 UNIT_ENUM = {
@@ -37,7 +45,8 @@ def override(
     entries: tuple[tuple[str, str], ...],
     base: DescriptorRule | None,
     limit: Any,
-    failure_mode: str = DEFAULT_FAILURE_MODE,
+    failure_mode: str,
+    ignored: Ignored,
 ) -> DescriptorRule | None:
     """A rule for Envoy's per-descriptor ``limit``; it keeps the base rule's algorithm,
     failure mode and kind (a token budget stays a budget, at the given rate). A descriptor
@@ -45,16 +54,13 @@ def override(
     as a rule without its own does.
 
     As envoyproxy/ratelimit does, an override is never in shadow mode and has no
-    name or replaces. An override with an unknown unit is ignored (the config applies).
+    name or replaces. An override with an unknown unit, or a rate the service cannot count,
+    is ignored (the config applies) and told to ``ignored``: the service logs it, at most once
+    a minute per domain and kind, not once per request.
     """
     unit = _UNIT_NAME.get(limit.unit)
     if unit is None:
-        log.warning(
-            "ignoring a limit override with unit %s in domain %r",
-            limit.unit,
-            domain,
-            extra={"event": "limit_override_ignored", "domain": domain},
-        )
+        ignored(domain, "unknown unit", f"its unit {limit.unit} is not a RateLimit unit")
         return None
     algorithm = DEFAULT_ALGORITHM if base is None else base.algorithm
     rate = None
@@ -62,20 +68,25 @@ def override(
         try:
             rate = Rate(limit.requests_per_unit, timedelta(microseconds=UNITS[unit]))
         except ConfigurationError as exc:
-            log.warning(
-                "ignoring a limit override in domain %r: %s",
-                domain,
-                exc,
-                extra={"event": "limit_override_ignored", "domain": domain},
-            )
+            ignored(domain, unit, str(exc))
             return None
     path = domain + "." + ".".join(f"{k}_{v}" if v else k for k, v in entries)
     return DescriptorRule(
         domain=domain,
         path=path,
-        source="the request's limit override",
+        source=OVERRIDE_SOURCE,
         limits=(Limit(limit.requests_per_unit, unit, rate=rate),),
         algorithm=algorithm,
         failure_mode=failure_mode if base is None else base.failure_mode,
         budget=base is not None and base.budget,
     )
+
+
+def pooled(rule: DescriptorRule) -> DescriptorRule:
+    """``rule``; for a rule ``override`` made, the rule of its domain's pool of overrides
+    (path ``<domain>.(limit overrides)``, the override's own limits): every override of a
+    domain shares one cap on distinct values and one overflow counter (``value_cap.OVERRIDES``),
+    so their overflow is reported once per domain, not once per value."""
+    if rule.source != OVERRIDE_SOURCE:
+        return rule
+    return replace(rule, path=f"{rule.domain}.{OVERRIDES}")
