@@ -10,12 +10,15 @@ Per ``(domain, metric key, rule path, algorithm)`` a slot of counts, indexed by
 the constants below: the five per-key counters of envoyproxy/ratelimit and the
 over-limit cache's (in hits), ``ratewarden_decisions_total``'s three outcomes,
 and the dashboard's per-rule counts (in decisions: decisions, over, near,
-shadowed, degraded, in ``LiveStats.FIELDS``' order). A descriptor a failure mode
-answered (the store failed) counts as a decision, degraded, and in
-``ratewarden_decisions_total``, never in the hit counters, over, near or the top keys:
-no limit was checked. Beside them, the top-key candidates (over, near, shadow), each
-store call's and each call's duration, the calls answered by the fallback, and the
-calls the client gave up on (cancelled). ``full`` says when it holds ``MAX_PENDING``
+shadowed, degraded, in ``LiveStats.FIELDS``' order). Every descriptor with a rule is
+one of ``ratewarden_decisions_total``'s outcomes, as it is one of the dashboard's
+decisions: a limit of 0's denied (shadowed on a ``shadow_mode`` rule) and an unlimited
+rule's allowed, though no store was asked. A descriptor a failure mode answered (the
+store failed) counts as a decision, degraded, and in ``ratewarden_decisions_total``,
+never in the hit counters, over, near or the top keys: no limit was checked. Beside
+them, the top-key candidates (over, near, shadow), each store call's and each call's
+duration, the calls answered by the fallback, and the calls the client gave up on
+(cancelled). ``full`` says when it holds ``MAX_PENDING``
 entries of a kind: flush then, so that memory stays bounded between flushes whatever
 the traffic.
 """
@@ -105,9 +108,10 @@ class Tally:
                         counts[SHADOWED] += 1
                     else:
                         counts[ALLOWED if decision.allowed else DENIED] += 1
-                elif outcome.failure is not None:
-                    # An open or closed failure mode answered with no Decision: a decision
-                    # all the same, as the library's PrometheusMetrics counts it.
+                else:
+                    # No Decision: a failure mode answered (as the library's PrometheusMetrics
+                    # counts it), a limit of 0 denied or an unlimited rule allowed, without a
+                    # store; a decision all the same, as the dashboard counts it.
                     counts[SHADOWED if shadowed else DENIED if over else ALLOWED] += 1
                 if outcome.failure is not None:
                     # No limit was checked: not a hit under or over one (upstream counts none
