@@ -198,6 +198,7 @@ class RateLimitServer:
             services,
             answer_wire=self.should_rate_limit_wire,
             tracing=self.tracing,
+            on_refused=self.stats.client_san_refused.inc,
         )
         self.http, self.debug, self.prometheus = http_listeners(settings, self)
         self.metrics_port = 0

@@ -134,8 +134,10 @@ class GrpcServer:
         max_connection_age: float | None = None,
         max_connection_age_grace: float | None = None,
         tracing: Tracing | None = None,
+        on_refused: Callable[[], None] | None = None,
     ) -> None:
         self.health = health.aio.HealthServicer()
+        self._on_refused = on_refused  # each call --tls-client-san refused (ClientSanCheck)
         self.tls = tls
         # grpc-core's own: at the age (jittered by +-10%) a connection is sent GOAWAY, and
         # after the grace it is closed, calls in flight or not. None: no limit.
@@ -169,7 +171,7 @@ class GrpcServer:
         # port, so that a second server on a busy port fails instead of splitting traffic.
         san = None if self.tls is None else self.tls.client_san
         self._server = grpc.aio.server(
-            interceptors=() if san is None else (ClientSanCheck(san),),
+            interceptors=() if san is None else (ClientSanCheck(san, self._on_refused),),
             options=[("grpc.so_reuseport", int(reuse_port)), *self._options],
         )
         self._server.add_generic_rpc_handlers((self._servicer.handler(), *self._services))

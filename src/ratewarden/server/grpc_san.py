@@ -3,7 +3,9 @@
 grpcio verifies a client certificate's chain in the handshake (``--tls-client-ca``) but has
 no hook there for the names in it; so each call, to every service on the port, reads the
 names grpc-core took from the verified certificate (``peer_dns``, ``peer_ip``) and is
-refused ``UNAUTHENTICATED`` before it runs when none names the host (``tls_names``).
+refused ``UNAUTHENTICATED`` before it runs when none names the host (``tls_names``). Each
+refusal is counted (``refused``; ``on_refused``: serve's ``ratewarden_client_san_refused_total``)
+and logged at most once every ``LOG_EVERY_S`` seconds (``client_san_refused``).
 """
 
 from __future__ import annotations
@@ -34,11 +36,13 @@ Behaviour = Callable[..., Any]
 
 
 class ClientSanCheck(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Refuses every call whose client certificate does not name ``host`` (``names_host``)."""
+    """Refuses every call whose client certificate does not name ``host`` (``names_host``);
+    calls ``on_refused`` for each refusal, when given."""
 
-    def __init__(self, host: str) -> None:
+    def __init__(self, host: str, on_refused: Callable[[], None] | None = None) -> None:
         self.host = host
         self.refused = 0
+        self._on_refused = on_refused
         self._logged_at = -LOG_EVERY_S
         self._unlogged = 0
 
@@ -51,6 +55,8 @@ class ClientSanCheck(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return True
         self.refused += 1
         self._unlogged += 1
+        if self._on_refused is not None:
+            self._on_refused()
         now = time.monotonic()
         if now - self._logged_at >= LOG_EVERY_S:
             log.warning(

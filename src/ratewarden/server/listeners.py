@@ -39,11 +39,13 @@ def grpc_listener(
     services: Sequence[Any] = (),
     answer_wire: Answer | None = None,
     tracing: Tracing | None = None,
+    on_refused: Callable[[], None] | None = None,
 ) -> GrpcServer | NativeGrpcServer:
     """The gRPC server ``--transport`` names (``settings.grpc_transport``), answering with
     ``answer`` (a ``RateLimitResponse``); the native one with ``answer_wire`` (its wire
     bytes) when given; grpcio's also serves ``services`` (the quota service's stream). Both
-    make a span per call with ``tracing`` (``--tracing``)."""
+    make a span per call with ``tracing`` (``--tracing``); grpcio's calls ``on_refused`` for each
+    call ``--tls-client-san`` refused."""
     tls = None
     if settings.tls_cert is not None and settings.tls_key is not None:
         tls = GrpcTls.load(
@@ -58,6 +60,7 @@ def grpc_listener(
         max_connection_age=settings.grpc_max_connection_age,
         max_connection_age_grace=settings.grpc_max_connection_age_grace,
         tracing=tracing,
+        on_refused=on_refused,
     )
 
 

@@ -48,7 +48,8 @@ are ratewarden's own and stay as they are, and so do,
 through ``ratewarden.metrics.PrometheusMetrics`` on the same registry,
 ``ratewarden_decisions_total{rule, algorithm, outcome}``, ``ratewarden_degraded_total{rule,
 failure_mode, reason}`` and ``ratewarden_store_latency_seconds`` (not its middleware
-and region families, ``NOT_SERVED``: nothing in serve feeds them).
+and region families, ``NOT_SERVED``: nothing in serve feeds them). Its own
+``ratewarden_client_san_refused_total`` counts the gRPC calls ``--tls-client-san`` refused.
 
 With ``--workers N`` the processes share one view: ``ratewarden serve`` sets
 ``PROMETHEUS_MULTIPROC_DIR`` before it starts them, prometheus_client's multiprocess mode keeps
@@ -215,6 +216,12 @@ class ServiceStats(ServiceHooks):
             "rate_limit_failure_mode_denied",
             "Descriptors denied by a failure mode while the store failed.",
             ("domain", "key", "failure_mode"),
+        )
+        #: serve's ``on_refused`` for ``grpc_san.ClientSanCheck``: calls refused UNAUTHENTICATED.
+        self.client_san_refused = Counter(
+            "ratewarden_client_san_refused",
+            "gRPC calls refused because the client certificate does not name --tls-client-san.",
+            registry=self.registry,
         )
         self.config_loaded_at = Gauge(
             f"{PREFIX}_config_last_load_success_timestamp_seconds",
