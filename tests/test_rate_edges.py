@@ -19,14 +19,14 @@ def test_the_plurals_of_every_short_name_are_units(text: str, unit: str) -> None
 
 
 def test_a_period_too_long_is_refused_as_too_long_with_the_longest() -> None:
-    """1 per 999,999,999 days: too long, and the longest period (104,249 days) builds."""
+    """1 per 999,999,999 days: too long, and the longest period (100 years) builds."""
     with pytest.raises(ConfigurationError) as caught:
         Rate.parse("1/999999999days")
     message = str(caught.value)
     assert "fine-grained" not in message
     assert message.startswith("Rate 1 per 999999999 days has a period too long to count exactly")
-    assert message.endswith("use a period of at most 104,249 days")
-    Rate.parse("1/104249days")
+    assert message.endswith("use a period of at most 100 years (36,500 days)")
+    Rate.parse("1/36500days")
 
 
 @pytest.mark.parametrize("period", [1e-7, 4e-7])

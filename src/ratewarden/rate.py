@@ -5,11 +5,13 @@
 grammar of ``parse`` is::
 
     rate   := LIMIT ("/" | " per ") [MULT] UNIT
-    UNIT   := ms | s | sec | second | m | min | minute | h | hr | hour
+    UNIT   := us | µs | usec | microsecond | ms | msec | millisecond
+              | s | sec | second | m | min | minute | h | hr | hour
               | d | day | w | wk | week | mo | month | y | yr | year
 
-Every name of two letters or more but ``ms`` also takes an ``s``: ``secs``, ``mins``,
-``hrs``, ``days``, ``wks``, ``mos``, ``yrs``, ``seconds`` ... ``years``.
+Every name of two letters or more but ``us``, ``µs`` and ``ms`` also takes an ``s``:
+``usecs``, ``secs``, ``mins``, ``hrs``, ``days``, ``wks``, ``mos``, ``yrs``,
+``microseconds`` ... ``years``.
 
 ``MULT`` is a whole number written before the unit, with or without a space:
 ``"100/5m"``, ``"100/5 minutes"`` and ``"100 per 5 minutes"`` are the same rate.
@@ -33,17 +35,19 @@ import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from fractions import Fraction
 from typing import ParamSpec
 
 from ratewarden.errors import ConfigurationError
 
-__all__ = ["Rate", "UNITS", "format_period"]
+__all__ = ["MAX_PERIOD_US", "UNITS", "Rate", "format_period"]
 
 _SECOND_US = 1_000_000
 
 #: Unit spellings and their length in microseconds.
 UNITS: dict[str, int] = {}
 for _names, _us in (
+    (("us", "\N{MICRO SIGN}s", "\N{GREEK SMALL LETTER MU}s", "usec", "microsecond"), 1),
     (("ms", "msec", "millisecond"), 1_000),
     (("s", "sec", "second"), _SECOND_US),
     (("m", "min", "minute"), 60 * _SECOND_US),
@@ -55,11 +59,13 @@ for _names, _us in (
 ):
     for _name in _names:
         UNITS[_name] = _us
-        if len(_name) > 1 and _name != "ms":
+        if len(_name) > 1 and not _name.endswith("s"):  # not ms, us: "mss" is no unit
             UNITS[_name + "s"] = _us
 
+# A fractional multiple ("1/0.5s") matches, to be refused with a hint; a unit is letters.
 _PATTERN = re.compile(
-    r"^\s*(?P<limit>[^/\s]+)\s*(?:/|\s+per\s+)\s*(?P<mult>\d+)?\s*(?P<unit>[a-z]+)\s*$",
+    r"^\s*(?P<limit>[^/\s]+)\s*(?:/|\s+per\s+)\s*"
+    r"(?P<mult>\d*\.?\d+)?\s*(?P<unit>[^\W\d_]+)\s*$",
     re.IGNORECASE,
 )
 
@@ -67,7 +73,13 @@ _PATTERN = re.compile(
 # which a Redis Lua number (an IEEE double) is also exact.
 _EXACT = 2**53
 _MAX_DIGITS = 20
-_TIMEDELTA_MAX_US = timedelta.max // timedelta(microseconds=1)
+
+#: The longest period, and the longest a bucket takes to refill from empty (burst x
+#: period / limit): 100 years of 365 days (36,500 days). A state holds instants up to that
+#: far ahead of now (a GCRA's TAT, a sliding log's expiry; a sliding window's reset is two
+#: periods), and now plus 100 years stays below 2**53 microseconds, where a Redis number is
+#: still exact, until 2155 (``testing.ManualClock`` goes no later).
+MAX_PERIOD_US = 100 * UNITS["year"]
 
 
 def _period_us(period: timedelta | float | int) -> int:
@@ -82,9 +94,7 @@ def _period_us(period: timedelta | float | int) -> int:
         us = round(period * _SECOND_US)
         whole = abs(us - period * _SECOND_US) < 1e-6 * max(1.0, abs(period))
     else:
-        raise ConfigurationError(
-            f"Rate period {period!r} must be a timedelta or a number of seconds"
-        )
+        raise ConfigurationError(f"Rate period {period!r} must be a timedelta or seconds")
     if us <= 0:
         if not isinstance(period, timedelta) and period > 0:  # a timedelta holds whole us
             raise ConfigurationError(
@@ -96,13 +106,20 @@ def _period_us(period: timedelta | float | int) -> int:
     return us
 
 
-def _whole(text: str, what: str, digits: str) -> int:
-    """Decimal digits (any script) as an int; refuses numbers no rate could use.
+def _fraction_hint(found: re.Match[str]) -> str:
+    """For ``"1/0.5s"``: the multiple must be whole, and how to write that period."""
+    limit, mult, unit = found.group("limit", "mult", "unit")
+    us = Fraction(mult) * UNITS.get(unit.lower(), 0) if (limit + mult).isascii() else 0
+    if us.denominator != 1 or not 0 < us <= MAX_PERIOD_US:
+        return "; the period multiple must be whole"
+    written, seconds = f"{limit}/{format_period(int(us))}", int(us) / _SECOND_US
+    return f"; the period multiple must be whole: write {written}, or Rate({limit}, {seconds!r})"
 
-    Leading zeros are dropped first, so ``"007"`` is 7 however many zeros lead.
-    Past 20 significant digits a number exceeds every limit a Rate accepts (2**53)
-    and every period a timedelta holds, and ``int()`` itself refuses past 4,300.
-    """
+
+def _whole(text: str, what: str, digits: str) -> int:
+    """Decimal digits (any script) as an int; refuses numbers no rate could use. Leading
+    zeros are dropped first (``"007"`` is 7); past 20 significant digits a number exceeds
+    every limit and period a Rate accepts, and ``int()`` itself refuses past 4,300."""
     start = 0
     while start < len(digits) - 1 and unicodedata.decimal(digits[start]) == 0:
         start += 1
@@ -183,9 +200,11 @@ class Rate:
         period_us = _period_us(period)
         if burst is not None:
             burst = _positive_int("burst", burst)
+        if period_us > MAX_PERIOD_US:
+            raise _too_long(limit, period_us, burst)
         gcd = math.gcd(limit, period_us)
         capacity = limit if burst is None else burst
-        if capacity * (period_us // gcd) + limit >= _EXACT:
+        if not _fits(limit, period_us, capacity, gcd):
             raise _too_fine(limit, period_us, burst, gcd)
         object.__setattr__(self, "limit", limit)
         object.__setattr__(self, "period_us", period_us)
@@ -202,9 +221,10 @@ class Rate:
         if not isinstance(text, str):
             raise ConfigurationError(f"rate {text!r} must be a string such as '100/minute'")
         match = _PATTERN.match(text)
-        if match is None:
+        if match is None or "." in (match["mult"] or ""):
             raise ConfigurationError(
-                f"rate {text!r} is not LIMIT/UNIT: write it like '100/minute' or '100/5m'"
+                f"rate {_shown(text)} is not LIMIT/UNIT: write it like '100/minute' or "
+                f"'100/5m'{'' if match is None else _fraction_hint(match)}"
             )
         raw_limit, raw_mult, raw_unit = match.group("limit", "mult", "unit")
         if not raw_limit.isdecimal():
@@ -213,9 +233,9 @@ class Rate:
             )
         unit_us = UNITS.get(raw_unit.lower())
         if unit_us is None:
-            known = "ms, s, m, h, d, w, mo, y (or second, minute, hour, day, week, month, year)"
             raise ConfigurationError(
-                f"rate {text!r}: unknown unit {raw_unit!r}; use one of {known}"
+                f"rate {text!r}: unknown unit {raw_unit!r}; use one of us, ms, s, m, h, d, w, mo, "
+                "y (or microsecond, millisecond, second, minute, hour, day, week, month, year)"
             )
         mult = 1 if raw_mult is None else _whole(text, "the period multiple", raw_mult)
         if mult == 0:
@@ -223,11 +243,8 @@ class Rate:
         limit = _whole(text, "limit", raw_limit)
         if limit == 0:
             raise ConfigurationError(f"rate {text!r}: limit must be at least 1")
-        if unit_us * mult > _TIMEDELTA_MAX_US:
-            raise ConfigurationError(
-                f"rate {text!r}: a period of {mult} {raw_unit} is too long; "
-                "the longest period a rate can have is 999,999,999 days"
-            )
+        if unit_us * mult > MAX_PERIOD_US:  # and maybe past what a timedelta holds
+            raise _too_long(limit, unit_us * mult, burst)
         return cls(limit, timedelta(microseconds=unit_us * mult), burst)
 
     @classmethod
@@ -267,23 +284,45 @@ class Rate:
         return text if self.burst is None else f"{text} (burst {self.burst})"
 
 
+#: The longest period, and why, as errors say it.
+_LONGEST = "100 years (36,500 days)"
+_WHY_LONGEST = "a state holds instants up to a period ahead of now, and a Redis number is "
+_WHY_LONGEST += "exact only below 2**53 microseconds from the epoch, about 230 years from today"
+
+
+def _fits(limit: int, period_us: int, capacity: int, gcd: int) -> bool:
+    """Whether the exact state stays below 2**53, and a bucket refills from empty within
+    ``MAX_PERIOD_US`` (the period itself is at most that)."""
+    return (
+        capacity * (period_us // gcd) + limit < _EXACT
+        and capacity * period_us <= MAX_PERIOD_US * limit
+    )
+
+
+def _rate_shown(limit: int, period_us: int, burst: int | None) -> str:
+    """The rate as written, for an error: its period in its largest whole unit."""
+    period = format_period(period_us, words=True)
+    if period_us >= 10**20:  # a period of 1e300 seconds, said in 300 digits, says nothing
+        period = f"{period_us / UNITS['year']:.3g} years"
+    return f"{limit} per {period}" + ("" if burst is None else f" with burst {burst}")
+
+
+def _too_long(limit: int, period_us: int, burst: int | None) -> ConfigurationError:
+    """The error of a period past ``MAX_PERIOD_US``."""
+    return ConfigurationError(
+        f"Rate {_rate_shown(limit, period_us, burst)} has a period too long to count exactly "
+        f"({_WHY_LONGEST}); use a period of at most {_LONGEST}"
+    )
+
+
 def _too_fine(limit: int, period_us: int, burst: int | None, gcd: int) -> ConfigurationError:
-    """The error of a rate whose exact state would pass 2**53: the rate as written (its period
-    in its largest whole unit), and each change that would make it fit. A smaller burst is
-    offered only when a burst was given (the window algorithms take none)."""
+    """The error of a rate that does not ``_fits``: the rate as written (its period in its
+    largest whole unit), and each change that would make it fit. A smaller burst is offered
+    only when a burst was given (the window algorithms take none)."""
     capacity = limit if burst is None else burst
-    shown = f"{limit} per {format_period(period_us, words=True)}"
+    shown, ways = _rate_shown(limit, period_us, burst), []
     if burst is not None:
-        shown += f" with burst {burst}"
-    if period_us > _EXACT - 2:  # not even one request: the period itself is the problem
-        return ConfigurationError(
-            f"Rate {shown} has a period too long to count exactly (past 2**53 microseconds a "
-            f"Redis number is not exact); use a period of at most "
-            + _floor_period(_EXACT - 2, period_us)
-        )
-    ways = []
-    if burst is not None:
-        most = (_EXACT - 1 - limit) // (period_us // gcd)
+        most = min((_EXACT - 1 - limit) // (period_us // gcd), MAX_PERIOD_US * limit // period_us)
         if most >= 1:
             ways.append(f"a burst of at most {most:,}")
     near = _dividing_limits(limit, period_us, burst)
@@ -293,38 +332,45 @@ def _too_fine(limit: int, period_us: int, burst: int | None, gcd: int) -> Config
     any_limit = (_EXACT - 1) // (period_us + 1)
     if burst is None and 1 <= any_limit < limit:
         ways.append(f"a limit of at most {any_limit:,} (any limit up to it fits this period)")
-    # With any limit, a period this short keeps the state under 2**53.
-    longest = (_EXACT - 1 - limit) // capacity
+    # With any limit, a period this short keeps the state under 2**53 and refills in time.
+    longest = min((_EXACT - 1 - limit) // capacity, MAX_PERIOD_US * limit // capacity)
     if longest >= 1:
         ways.append(f"a period of at most {_floor_period(longest, period_us)}")
-    if not ways:
-        ways.append("a smaller limit")
+    ways = ways or ["a smaller limit"]
     advice = ways[0] if len(ways) == 1 else f"{', '.join(ways[:-1])}, or {ways[-1]}"
-    return ConfigurationError(
-        f"Rate {shown} is too fine-grained to count exactly (its state would pass 2**53, "
-        f"past which a Redis number is not exact); use {advice}"
-    )
+    why = "is too fine-grained to count exactly (its state would pass 2**53, past which a "
+    why += "Redis number is not exact)"
+    if capacity * (period_us // gcd) + limit < _EXACT:  # it fits 2**53, but refills too slowly
+        why = f"takes {capacity * period_us / limit / UNITS['year']:,.0f} years to refill from "
+        why += f"empty (burst x period / limit), more than {_LONGEST} ({_WHY_LONGEST})"
+    return ConfigurationError(f"Rate {shown} {why}; use {advice}")
 
 
 def _dividing_limits(limit: int, period_us: int, burst: int | None) -> list[str]:
-    """The nearest limits below and above ``limit`` (within 10,000 of it) that divide
-    ``period_us`` evenly and count exactly with this burst."""
-    found = []
+    """The nearest limits below and above ``limit`` (within a tenth of it, or 1; none for a
+    limit of 1) that divide ``period_us`` evenly and count exactly with this burst: a limit
+    much further off would be another rate (17 for 1 is 17 times it)."""
+    found: list[str] = []
+    reach = 0 if limit == 1 else max(1, limit // 10)  # 2 for 1 would be twice the rate
     for step in (-1, 1):
-        for other in range(limit + step, limit + step * 10_000, step):
+        for other in range(limit + step, limit + step * (reach + 1), step):
             if other < 1 or other > period_us:
                 break
-            capacity = other if burst is None else burst
-            if period_us % other == 0 and capacity * (period_us // other) + other < _EXACT:
+            if period_us % other == 0 and _fits(other, period_us, burst or other, other):
                 found.append(f"{other:,}")
                 break
     return found
 
 
+#: The units a period is written in, longest first, with their short names.
+_UNITS_SHORT = {"year": "y", "month": "mo", "week": "w", "day": "d", "hour": "h", "minute": "m"}
+_UNITS_SHORT.update(second="s", ms="ms")
+
+
 def _floor_period(period_us: int, like_us: int) -> str:
     """``period_us`` rounded down to a whole number of the unit ``like_us`` is written in
     (or of the largest smaller unit it holds one of), for people: ``"14,892 days"``."""
-    names = ("year", "month", "week", "day", "hour", "minute", "second", "ms")
+    names = list(_UNITS_SHORT)
     start = next((i for i, name in enumerate(names) if like_us % UNITS[name] == 0), len(names))
     for name in names[start:]:
         count = period_us // UNITS[name]
@@ -334,32 +380,20 @@ def _floor_period(period_us: int, like_us: int) -> str:
     return f"{period_us:,} microsecond" + ("s" if period_us > 1 else "")
 
 
-_UNITS_SHORT = {
-    "year": "y",
-    "month": "mo",
-    "week": "w",
-    "day": "d",
-    "hour": "h",
-    "minute": "m",
-    "second": "s",
-    "ms": "ms",
-}
-
-
 def format_period(period_us: int, *, words: bool = False) -> str:
     """A period in its largest whole unit: ``"minute"``, ``"5m"`` as ``str(rate)`` writes
     it (and ``Rate.parse`` reads it back), or for people, ``words=True``: ``"minute"``,
     ``"5 minutes"``, so that ``f"1000 per {format_period(us, words=True)}"`` reads
     "1000 per 5 minutes" (which ``Rate.parse`` reads too).
     """
-    for name in ("year", "month", "week", "day", "hour", "minute", "second", "ms"):
+    for name, short in _UNITS_SHORT.items():
         unit = UNITS[name]
         if period_us % unit == 0:
             mult = period_us // unit
             if words:
                 noun = "millisecond" if name == "ms" else name
                 return noun if mult == 1 else f"{mult} {noun}s"
-            return name if mult == 1 else f"{mult}{_UNITS_SHORT[name]}"
+            return name if mult == 1 else f"{mult}{short}"
     if not words:
         return f"{period_us}us"
     return "microsecond" if period_us == 1 else f"{period_us} microseconds"

@@ -8,11 +8,11 @@ check it (window algorithms refuse a burst), and returns the ``Limit``, or
 None with every problem recorded on the reader. ``rate_limit.py`` and
 ``budget.py`` call it with their count's name and bounds.
 
-The whole period (``unit`` x ``unit_multiplier``) is at most ``MAX_PERIOD_US``: a
-``Rate`` counts in microseconds, exactly only below 2**53 (what a Redis Lua number, a
-double, holds exactly), so one request per period is the most it can count over 2**53 - 2
-microseconds: 104,249 days, about 285 years. A longer period is refused naming
-``unit_multiplier`` and the largest it can be for that unit.
+The whole period (``unit`` x ``unit_multiplier``) is at most ``MAX_PERIOD_US``, the
+longest period a ``Rate`` takes: 100 years (36,500 days), since a state holds instants up
+to a period ahead of now and a Redis Lua number (a double) is exact only below 2**53
+microseconds. A longer period is refused naming ``unit_multiplier`` and the largest it can
+be for that unit.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from ratewarden import algorithms
 from ratewarden.errors import ConfigurationError
-from ratewarden.rate import UNITS, Rate
+from ratewarden.rate import MAX_PERIOD_US, UNITS, Rate
 from ratewarden.server.config.fields import Entries, FieldReader
 from ratewarden.server.config.model import UNIT_NAMES, Limit
 
@@ -32,9 +32,6 @@ __all__ = ["MAX_PERIOD_US", "MAX_UNIT_MULTIPLIER", "UINT32_MAX", "read_limit"]
 UINT32_MAX = 2**32 - 1
 #: The largest ``unit_multiplier`` of any unit (seconds, minutes and hours stop here).
 MAX_UNIT_MULTIPLIER = 1_000_000
-#: The longest period a limit counts over: the longest a ``Rate`` of 1 request accepts
-#: (rate.py counts exactly below 2**53 microseconds; 1 request per 2**53 - 2 is the last).
-MAX_PERIOD_US = 2**53 - 2
 
 
 def read_limit(
