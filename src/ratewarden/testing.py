@@ -7,35 +7,73 @@ manual clock advances it, so ``Limiter.acquire`` returns at once in tests.
 
 from __future__ import annotations
 
+import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from ratewarden.checks import init_checked, keywords_checked
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
+from ratewarden.rate import MAX_PERIOD_US
 
 __all__ = ["DecisionRecorder", "ManualClock", "RecordedDecision"]
+
+
+#: The latest instant a ManualClock reaches, in microseconds (2155-06-28): a state holds
+#: instants up to ``rate.MAX_PERIOD_US`` ahead, exact on Redis only below 2**53.
+_LATEST_US = 2**53 - 1 - MAX_PERIOD_US
+
+
+def _past_latest(now_us: int) -> str:
+    return (
+        f"{now_us / 1_000_000:.0f} s from the epoch is past {_LATEST_US // 1_000_000:,} s "
+        "(in 2155), the latest instant a state 100 years ahead stays below 2**53 "
+        "microseconds, past which a Redis number is not exact"
+    )
+
+
+def _at_most(what: str, seconds: float) -> int:
+    """``seconds`` in whole microseconds, refused when past any instant a clock reaches."""
+    if seconds > _LATEST_US / 1_000_000:
+        raise ConfigurationError(f"{what}: {_past_latest(_LATEST_US + 1)}")
+    return round(seconds * 1_000_000)
+
+
+def _instant_us(where: str, what: str, seconds: object) -> int:
+    """An instant in seconds from the epoch as whole microseconds, or a ConfigurationError."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise ConfigurationError(
+            f"{where}: {what} {seconds!r} must be a number of seconds since the epoch"
+        )
+    if not math.isfinite(seconds):
+        raise ConfigurationError(f"{where}: {what} {seconds!r} must be a finite number of seconds")
+    if seconds < 0:
+        raise ConfigurationError(
+            f"{where}: {what} {seconds!r} is negative; pass seconds since the epoch"
+        )
+    return _at_most(f"{where}({seconds!r})", seconds)
 
 
 class ManualClock:
     """A clock that moves only when told to. Thread-safe.
 
     ``ManualClock(start_epoch_seconds)`` starts at that instant (1,700,000,000 by
-    default, a fixed date in November 2023, so test output is reproducible).
+    default, a fixed date in November 2023, so test output is reproducible). Its time
+    is a whole number of microseconds from the epoch up to ``_LATEST_US`` (in 2155):
+    a state holds instants up to a rate's longest span (100 years) ahead, which stay
+    below 2**53 microseconds, where a Redis number counts exactly, only until then.
+    Anything else (a negative, non-finite or non-number instant, a float of
+    microseconds) is a ``ConfigurationError`` that leaves the clock as it was.
     """
 
     __slots__ = ("_lock", "_now_us")
 
     @keywords_checked
     def __init__(self, start_epoch_seconds: float = 1_700_000_000.0) -> None:
-        if start_epoch_seconds < 0:
-            raise ConfigurationError(
-                f"ManualClock start {start_epoch_seconds!r} is negative; "
-                "pass seconds since the epoch"
-            )
         self._lock = threading.Lock()
-        self._now_us = round(start_epoch_seconds * 1_000_000)
+        self._now_us = _instant_us("ManualClock", "start", start_epoch_seconds)
 
     def now(self) -> float:
         return self._now_us / 1_000_000
@@ -45,25 +83,43 @@ class ManualClock:
 
     def advance(self, seconds: float | timedelta) -> None:
         """Move time forward by ``seconds`` (rounded to the microsecond)."""
-        step = seconds.total_seconds() if isinstance(seconds, timedelta) else seconds
+        what = f"ManualClock.advance({seconds!r})"
+        if isinstance(seconds, timedelta):
+            step = seconds.total_seconds()
+        elif isinstance(seconds, int | float) and not isinstance(seconds, bool):
+            step = seconds
+        else:
+            raise ConfigurationError(f"{what}: give seconds (a number) or a timedelta")
+        if not math.isfinite(step):
+            raise ConfigurationError(f"{what}: give a finite number of seconds")
         if step < 0:
-            raise ConfigurationError(f"ManualClock.advance({step!r}): time only moves forward")
-        with self._lock:
-            self._now_us += round(step * 1_000_000)
+            raise ConfigurationError(f"{what}: time only moves forward")
+        self._move(what, lambda now: now + _at_most(what, step))
 
     def advance_us(self, microseconds: int) -> None:
         """Move time forward by a whole number of microseconds."""
-        if microseconds < 0:
+        what = f"ManualClock.advance_us({microseconds!r})"
+        if isinstance(microseconds, bool) or not isinstance(microseconds, int):
             raise ConfigurationError(
-                f"ManualClock.advance_us({microseconds!r}): time only moves forward"
+                f"{what}: give a whole number of microseconds (an int; for seconds, "
+                "advance(seconds) takes a float)"
             )
-        with self._lock:
-            self._now_us += microseconds
+        if microseconds < 0:
+            raise ConfigurationError(f"{what}: time only moves forward")
+        self._move(what, lambda now: now + microseconds)
 
     def set(self, epoch_seconds: float) -> None:
         """Jump to an absolute instant (forward or backward, to test clock steps)."""
+        now_us = _instant_us("ManualClock.set", "instant", epoch_seconds)
         with self._lock:
-            self._now_us = round(epoch_seconds * 1_000_000)
+            self._now_us = now_us
+
+    def _move(self, what: str, to: Callable[[int], int]) -> None:
+        with self._lock:
+            now_us = to(self._now_us)
+            if now_us > _LATEST_US:
+                raise ConfigurationError(f"{what}: {_past_latest(now_us)}")
+            self._now_us = now_us
 
     def sleep(self, seconds: float) -> None:
         if seconds > 0:

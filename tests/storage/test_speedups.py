@@ -161,7 +161,6 @@ def test_every_call_form_of_limiter_hit_gives_the_python_answer() -> None:
         ((), {"key": "a", "rates": rate, "cost": 1}),
         (("a", rate, 1), {"shadow": False}),
         (("a", rate, 1), {"shadow": True}),
-        (("a", rate), {"shadow": 1}),
         (("a", [rate]), {}),
         (("a", (rate,)), {}),
         (("b", rate, 0), {}),

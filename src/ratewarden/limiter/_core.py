@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from ratewarden.checks import check_local, check_rates, keywords_checked
+from ratewarden.checks import check_bool, check_local, check_rates, keywords_checked
 from ratewarden.clock import Clock, check_clock
 from ratewarden.decision import Decision
 from ratewarden.deprecation import UNSET, renamed
@@ -216,6 +216,8 @@ class DecisionCore(LocalTier, Leasing, Operations):
         breaker, failure mode, timing and negative cache (a token budget's check
         or charge, say).
         """
+        if shadow is not False and shadow is not True:  # "false" would switch enforcing off
+            check_bool(f"{type(self).__name__}.hit: shadow", shadow)
         name = self.algorithm if algorithm is None else algorithm_name(algorithm)
         if self.plain and not shadow and failure_mode is None and via is None:
             # Every part off: one store call and its Decision as is, as ``Limiter.hit`` gives

@@ -14,9 +14,10 @@ from __future__ import annotations
 import inspect
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from types import MethodType
+from types import FunctionType, MethodType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from ratewarden.checks import check_bool
 from ratewarden.decision import Decision
 from ratewarden.deprecation import renamed
 from ratewarden.limiter._arguments import argument_error
@@ -95,6 +96,17 @@ def _direct(core: DecisionCore, shadow: bool, failure_mode: str | None) -> bool:
     return core.plain and not shadow and (failure_mode is None or failure_mode in FAILURE_MODES)
 
 
+def _refuse_shadow(limiter: object, shadow: object) -> None:
+    """Refuse a ``shadow`` that is not True or False, naming the method called: a truthy
+    string (``"false"`` from an environment variable) would switch enforcement off.
+    Called only when ``shadow`` is neither, so the hot path pays two identity tests."""
+    if isinstance(limiter, _Blocking):
+        name = f"{type(limiter._limiter).__name__}.hit_now"
+    else:
+        name = f"{type(limiter).__name__}.hit"
+    check_bool(f"{name}: shadow", shadow)
+
+
 def _renamed(failure: str, failure_mode: str | None) -> str | None:
     """``hit(failure=...)``, the deprecated name of ``failure_mode=``: its value, with a
     DeprecationWarning naming the caller of ``hit``."""
@@ -159,6 +171,8 @@ class Limiter(DecisionCore):
         the failures it answers (see ``hit_flow``). ``failure`` is the deprecated
         name of ``failure_mode``.
         """
+        if shadow is not False and shadow is not True:
+            _refuse_shadow(self, shadow)
         if failure is not None:  # the deprecated name
             failure_mode = _renamed(failure, failure_mode)
         # _direct's test inlined (its frame costs a tenth of a kernel-decided hit): a plain
@@ -216,7 +230,7 @@ class AsyncLimiter(DecisionCore):
         if immediate is None:
             return None
         # A bound method: a call with keywords makes no dict of them.
-        return MethodType(Limiter.hit, _Blocking(self, immediate))
+        return MethodType(_hit_now(type(self)), _Blocking(self, immediate))
 
     async def hit(
         self,
@@ -230,6 +244,8 @@ class AsyncLimiter(DecisionCore):
         failure: str | None = None,
     ) -> Decision:
         """See ``Limiter.hit``."""
+        if shadow is not False and shadow is not True:
+            _refuse_shadow(self, shadow)
         if failure is not None:  # the deprecated name
             failure_mode = _renamed(failure, failure_mode)
         if _direct(self, shadow, failure_mode):
@@ -260,6 +276,30 @@ class AsyncLimiter(DecisionCore):
             yield lease
         finally:
             await self.release_slot(lease)
+
+
+#: ``Limiter.hit`` as each AsyncLimiter class's ``hit_now``: see ``_hit_now``.
+_HIT_NOW: dict[type, Callable[..., Decision]] = {}
+
+
+def _hit_now(cls: type) -> Callable[..., Decision]:
+    """``Limiter.hit``'s code under the name ``Cls.hit_now``, made once per class.
+
+    Python names a bad call (a misspelt keyword) by the code's qualified name, which
+    would be ``Limiter.hit()`` for a call of ``AsyncLimiter.hit_now``. Wrapping it to say
+    otherwise would cost the middleware's hot path a frame; a renamed copy costs nothing.
+    """
+    found = _HIT_NOW.get(cls)
+    if found is None:
+        hit: Any = Limiter.hit
+        name = f"{cls.__name__}.hit_now"
+        code = hit.__code__.replace(co_name="hit_now", co_qualname=name)
+        made: Any = FunctionType(code, hit.__globals__, "hit_now", hit.__defaults__)
+        made.__kwdefaults__ = hit.__kwdefaults__
+        made.__qualname__ = name
+        made.__doc__ = hit.__doc__
+        found = _HIT_NOW[cls] = made
+    return found
 
 
 class _Blocking:
