@@ -25,6 +25,13 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
+#: Why a method takes no ``cost``, for one given it (else the nearest keyword is named).
+_NO_COST = {
+    "peek": "it consumes nothing (a hit of cost 0), so a cost c fits when remaining >= c",
+    "reset": "it forgets all of the key's usage, however much was consumed",
+}
+
+
 def arguments_checked(method: Callable[Concatenate[Any, P], T]) -> Callable[Concatenate[Any, P], T]:
     """``method`` (a method written out, such as ``Limiter.hit``) as a subclass's, refusing a
     keyword it does not take or too many positional arguments with a ConfigurationError that
@@ -85,10 +92,10 @@ def refuse_arguments(
     params = list(inspect.signature(flow).parameters.values())[1:]
     takes = [p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
     name = public_name(self, flow)
-    if "cost" in kwargs and "cost" not in takes:
+    why = _NO_COST.get(flow.__name__.removesuffix("_flow"))
+    if "cost" in kwargs and "cost" not in takes and why is not None:
         raise ConfigurationError(
-            f"{name}: unknown keyword 'cost'; it consumes nothing (a hit of cost 0), so a cost "
-            f"c fits when remaining >= c; it takes {', '.join(takes)}"
+            f"{name}: unknown keyword 'cost'; {why}; it takes {', '.join(takes)}"
         )
     refuse_unknown(name, kwargs, takes)
     positional = [p for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]

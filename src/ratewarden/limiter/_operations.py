@@ -154,6 +154,10 @@ class Operations:
         check_cost(cost)
         deadline = math.inf if limit is None else limit
         shaped = limit is not None and self.algorithm == SHAPER
+        if shaped and any(cost > rate.capacity for rate in check_rates(rates)):
+            # It can never fit: the hit says so (retry_after inf) and consumes nothing; the
+            # peek's queue would only say when the queue ahead drains.
+            shaped = False
         waited = 0.0
         while True:
             if shaped:
@@ -189,7 +193,8 @@ class Operations:
         A holder that crashes loses its slots after ``ttl``; long work renews.
         Acquiring again with the same ``lease_id`` renews it.
         """
-        lease_id = lease_id or uuid.uuid4().hex
+        if lease_id is None:  # "" is refused below, as 5 is: a falsy id is no id to renew by
+            lease_id = uuid.uuid4().hex
         ttl_us = lease_ttl_us(ttl)
         check_slot_request(limit, slots, ttl_us, lease_id)
         decision = yield from self.slot_flow("acquire_slot", key, limit, lease_id, slots, ttl_us)
