@@ -104,7 +104,12 @@ def check(params: tuple[int, ...], state: State | None, now_us: int, cost: int) 
     room = float(limit) * float(period)
     allowed = cost <= limit and weighted + float(cur + cost) * float(period) <= room
     total = cur + cost if allowed else cur
-    remaining = math.floor((room - (weighted + float(total) * float(period))) / float(period))
+    # At least 0: after the clock steps back within a window, the previous window weighs
+    # more than it did when this window's count was admitted, and the estimate passes the
+    # limit (every other algorithm says 0 there too).
+    remaining = max(
+        math.floor((room - (weighted + float(total) * float(period))) / float(period)), 0
+    )
     # Counts of this window weigh until the end of the next one; prev's until this one ends.
     if total > 0:
         reset_after = 2 * period - elapsed
@@ -112,7 +117,7 @@ def check(params: tuple[int, ...], state: State | None, now_us: int, cost: int) 
         reset_after = period - elapsed
     else:
         reset_after = 0
-    refill_after = _refill_after(limit, period, elapsed, prev, total + max(remaining, 0))
+    refill_after = _refill_after(limit, period, elapsed, prev, total + remaining)
     if allowed:
         outcome = new_outcome(Outcome, (True, remaining, reset_after, 0, 0, refill_after))
         return outcome, (window, prev, total), reset_after

@@ -55,17 +55,18 @@ local function check(p, state, now, cost)
   if allowed then
     total = cur + cost
   end
+  -- at least 0, as the Python reference: a clock stepped back weighs prev more than it did
   local remaining = math.floor((room - (weighted + total * period)) / period)
+  if remaining < 0 then
+    remaining = 0
+  end
   local reset = 0
   if total > 0 then
     reset = 2 * period - elapsed
   elseif prev > 0 then
     reset = period - elapsed
   end
-  local used = total
-  if remaining > 0 then
-    used = total + remaining
-  end
+  local used = total + remaining
   local refill = refill_after(limit, period, elapsed, prev, used)
   if allowed then
     return {1, remaining, reset, 0, 0, refill}, {window, prev, total}, reset
