@@ -260,6 +260,7 @@ def _serve(args: argparse.Namespace) -> int:
         config,
         config_check,
         process,
+        upstream_backend,
         upstream_env,
         upstream_settings,
     )
@@ -277,6 +278,11 @@ def _serve(args: argparse.Namespace) -> int:
         logging.getLogger("ratewarden.server").info(
             "envoyproxy/ratelimit settings that change nothing here (docs/envoy.md says why)",
             extra={"event": "upstream_settings_without_effect", "settings": list(unused)},
+        )
+    note = upstream_backend.timeout_note(chosen.store_timeout, vars(args), os.environ)
+    if note is not None:  # a Redis slower than 20 ms would be a silent store failure
+        logging.getLogger("ratewarden.server").warning(
+            note, extra={"event": "upstream_store_timeout", "store_timeout": chosen.store_timeout}
         )
     try:
         return process.run(chosen)

@@ -3,7 +3,8 @@
 ``RateLimitServer`` builds the store, loads the rules, wraps the service in the failure mode and
 hands it to both transports (gRPC and HTTP, whose listeners ``server/listeners.py`` builds,
 binds and stops), then keeps two background loops: the config watcher (hot reload) and the
-health loop (serving only while a config is loaded and the store answers a ping). With rules
+health loop (serving while a config is loaded and the store answers a ping, or whatever it
+answers with ``--no-health-follows-store``, upstream's environment's default). With rules
 from an xDS server (``--config-xds``) the watcher is the xDS subscription instead, and ``start``
 opens the ports once its first good rules are applied (with ``--xds-force-start``, at once:
 every call fails ``ServiceUnavailableError`` until then). Its ``stats`` (``ServiceStats``) count
@@ -126,7 +127,8 @@ class RateLimitServer:
     def __init__(self, settings: Settings, *, store: AsyncStore | None = None) -> None:
         self.settings = settings
         mapping, in_ms = settings.metrics_mapping, settings.metrics_response_time_ms
-        self.stats = ServiceStats(mapping=mapping, response_time_ms=in_ms)  # on the system clock
+        names = settings.metrics_upstream_names  # on the system clock:
+        self.stats = ServiceStats(mapping=mapping, response_time_ms=in_ms, upstream_names=names)
         #: Upstream's stats over StatsD and DogStatsD (``--statsd``, ``--dogstatsd``).
         self.statsd = statsd_sinks(settings, os.environ)
         self.stats.sinks.extend(self.statsd)
@@ -353,27 +355,26 @@ class RateLimitServer:
         log.info("stopped", extra={"event": "stopped"})
 
     async def refresh_health(self) -> bool:
-        """Ping the store and publish the result to both health endpoints (NOT_SERVING also
-        while no domain is loaded, with ``--health-needs-rules``).
+        """Ping the store and publish the result to both health endpoints: NOT_SERVING while
+        it fails with ``--health-follows-store``, and while no domain is loaded with
+        ``--health-needs-rules`` (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: xDS may leave none).
 
         A ping that answers also closes an open circuit breaker: the store is back.
         """
         fault = await store_fault(self.store, PING_TIMEOUT_S)
-        alive = fault is None
-        # --health-needs-rules (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED): xDS may leave none.
+        alive, follows = fault is None, self.settings.health_follows_store
         ruled = bool(self.config.domains) or not self.settings.health_needs_rules
-        serving = alive and ruled
+        serving = (alive or not follows) and ruled
         if (serving, fault) != (self._serving, self._fault):  # logged when either changes
             message = "store answers: serving"
-            if fault is not None:
+            if fault is not None and follows:
                 message = f"{fault}: not serving"
             elif not ruled:
                 message = "no domain loaded (--health-needs-rules): not serving"
-            log.log(
-                logging.INFO if serving else logging.WARNING,
-                message,
-                extra={"event": "health", "serving": serving},
-            )
+            elif fault is not None:
+                message = f"{fault}: serving (--no-health-follows-store)"
+            level = logging.INFO if serving and alive else logging.WARNING
+            log.log(level, message, extra={"event": "health", "serving": serving})
         self._serving, self._fault = serving, fault
         if alive and self.service.breaker is not None:
             self.service.breaker.recovered()  # the ping was a probe: no need to wait it out

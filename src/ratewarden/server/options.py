@@ -203,6 +203,13 @@ OPTIONS: dict[str, Option] = {
         boolean,
         "health is NOT_SERVING while no domain is loaded (an xDS update without resources)",
     ),
+    "health_follows_store": Option(
+        "--health-follows-store",
+        boolean,
+        "health is NOT_SERVING while the store does not answer its ping (on; off: health "
+        "ignores the store, as envoyproxy/ratelimit's does unless "
+        "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true)",
+    ),
     "grace": Option(
         "--grace",
         seconds(0.0, allow_low=True),

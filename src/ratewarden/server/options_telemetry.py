@@ -56,6 +56,13 @@ TELEMETRY: dict[str, Option] = {
         "ratelimit_service_response_time_seconds observed in milliseconds, as upstream's "
         "mapping did before it scaled them to seconds (false)",
     ),
+    "metrics_upstream_names": Option(
+        "--metrics-upstream-names",
+        boolean,
+        "envoyproxy/ratelimit's counters on /metrics by its bare names, without _total, and "
+        "store failures as err_type=redis_error once a call, as its USE_PROMETHEUS exposes "
+        "them (false; upstream's USE_PROMETHEUS=true turns it on)",
+    ),
     "statsd": Option(
         "--statsd",
         statsd_address,

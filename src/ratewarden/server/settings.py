@@ -27,6 +27,7 @@ flag or variable it came from::
     --reload-interval S    RATEWARDEN_RELOAD_INTERVAL 5 (0 turns hot reload off)
     --health-interval S    RATEWARDEN_HEALTH_INTERVAL 2
     --[no-]health-needs-rules RATEWARDEN_HEALTH_NEEDS_RULES false
+    --[no-]health-follows-store RATEWARDEN_HEALTH_FOLLOWS_STORE true (upstream's env: false)
     --grace S              RATEWARDEN_GRACE           10
     --drain S              RATEWARDEN_DRAIN           5 (NOT_SERVING but answering, on SIGTERM)
     --[no-]shadow          RATEWARDEN_SHADOW          false
@@ -62,6 +63,7 @@ flag or variable it came from::
     --metrics-path P       RATEWARDEN_METRICS_PATH    /metrics
     --metrics-mapping F    RATEWARDEN_METRICS_MAPPING none (statsd_exporter's mapping file)
     --[no-]metrics-response-time-ms RATEWARDEN_METRICS_RESPONSE_TIME_MS false
+    --[no-]metrics-upstream-names RATEWARDEN_METRICS_UPSTREAM_NAMES false (USE_PROMETHEUS: true)
     --[no-]merge-domains   RATEWARDEN_MERGE_DOMAINS   false
     --key-prefix P         RATEWARDEN_KEY_PREFIX      rw
     --store-per-second URL RATEWARDEN_STORE_PER_SECOND off (per-second limits on their own store)
@@ -161,6 +163,7 @@ class Settings:
     reload_interval: float = 5.0
     health_interval: float = 2.0
     health_needs_rules: bool = False
+    health_follows_store: bool = True
     grace: float = 10.0
     drain: float = 5.0
     shadow: bool = False
@@ -198,6 +201,7 @@ class Settings:
     metrics_path: str = "/metrics"
     metrics_mapping: StatsdMapping | None = None
     metrics_response_time_ms: bool = False
+    metrics_upstream_names: bool = False
     merge_domains: bool = False
     key_prefix: str = "rw"
     store_timeout: float = 0.02

@@ -172,6 +172,7 @@ class ServiceStats(ServiceHooks):
         max_keys: int = 10_000,
         mapping: StatsdMapping | None = None,
         response_time_ms: bool = False,
+        upstream_names: bool = False,
     ) -> None:
         if max_keys < 1:
             raise ValueError(f"max_keys must be at least 1, got {max_keys!r}")
@@ -187,9 +188,13 @@ class ServiceStats(ServiceHooks):
         #: ``mapping``'s (``MappedMetrics``), then StatsD and DogStatsD (``app`` adds them).
         upstream: Any
         if mapping is None:
-            upstream = BuiltinMetrics(self.registry, response_time_ms=response_time_ms)
+            upstream = BuiltinMetrics(
+                self.registry, response_time_ms=response_time_ms, upstream_names=upstream_names
+            )
         else:
-            upstream = MappedMetrics(mapping, self.registry, clock=self.clock)
+            upstream = MappedMetrics(
+                mapping, self.registry, clock=self.clock, upstream_names=upstream_names
+            )
         self.sinks: list[Any] = [upstream]
         self._max_keys = max_keys
         self._keys: set[tuple[str, str]] = set()

@@ -18,6 +18,10 @@ exporter does with it:
   "conflict"), with a warning at most once a minute;
 - a series not updated for its mapping's ``ttl`` is removed at the next read.
 
+With ``upstream_names`` (``--metrics-upstream-names``, upstream's ``USE_PROMETHEUS=true``) a
+counter's samples carry the mapped name as it is, as statsd_exporter's registry writes them
+(not ``NAME_total``): gauges that only go up, as ``stats_upstream`` explains.
+
 ``ratewarden_metrics_mapping_events_total{result}`` counts the stats by what became of
 them: ``mapped``, ``unmapped``, ``dropped``, ``conflict`` or ``error`` (a name Prometheus
 refuses: a label called ``le`` on a histogram, say), as statsd_exporter's
@@ -42,7 +46,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, Summary
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Summary
 from prometheus_client.samples import Sample
 
 from ratewarden.clock import Clock, SystemClock
@@ -79,10 +83,16 @@ class MappedMetrics(StatsEvents):
     """Upstream's stats, named by ``mapping``, collected by ``registry``."""
 
     def __init__(
-        self, mapping: StatsdMapping, registry: CollectorRegistry, *, clock: Clock | None = None
+        self,
+        mapping: StatsdMapping,
+        registry: CollectorRegistry,
+        *,
+        clock: Clock | None = None,
+        upstream_names: bool = False,
     ) -> None:
         super().__init__()
         self.mapping = mapping
+        self._upstream_names = upstream_names
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._kinds: dict[str, str] = {}  # Prometheus name -> counter, histogram or summary
         self._metrics: dict[tuple[str, tuple[str, ...]], Any] = {}  # (name, label names)
@@ -194,6 +204,8 @@ class MappedMetrics(StatsEvents):
 
     def _make(self, name: str, kind: str, labels: tuple[str, ...], rule: Any) -> Any:
         text = (rule.help if rule is not None else "") or _HELP
+        if kind == "counter" and self._upstream_names:
+            return Gauge(name, text, labels, registry=None, multiprocess_mode="sum")
         if kind == "counter":
             return Counter(name, text, labels, registry=None)
         if kind == "histogram":

@@ -9,6 +9,19 @@ and a histogram of ``ServiceStats.registry`` (the table of names is ``stats``'s)
 ``response_time_ms`` is upstream's ``PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS``: the
 ``ratelimit_service_response_time_seconds`` histogram then holds milliseconds, as
 upstream's default mapping held them before it scaled them to seconds.
+
+``upstream_names`` (``--metrics-upstream-names``, upstream's ``USE_PROMETHEUS=true``) exposes
+them as upstream's registry does, so that its queries and alerts find them:
+
+- a counter's samples by the bare name (``ratelimit_service_rate_limit_total_hits``), as
+  client_golang writes statsd_exporter's counters. prometheus_client writes a counter family's
+  samples as ``NAME_total`` in both of its formats (and its ``# TYPE`` line as ``NAME_total``
+  in the text one), so these are gauges that only go up (``multiprocess_mode="sum"``: every
+  worker's added up, as a counter's are): ``# TYPE ... gauge`` where upstream writes
+  ``counter``, which PromQL's ``rate`` and ``increase`` do not read;
+- a store failure as ``should_rate_limit_error{err_type="redis_error"}``, once a call whatever
+  its descriptors (``store_failed_call``), as upstream's service counts it; not
+  ``store_error`` once a descriptor, ratewarden's own.
 """
 
 from __future__ import annotations
@@ -16,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ratewarden.histograms import observe_many
 from ratewarden.metrics import LATENCY_BUCKETS
@@ -48,11 +61,22 @@ class _KeyCounters(NamedTuple):
 class BuiltinMetrics:
     """Upstream's stats in ``registry``, by the default mapping's names."""
 
-    def __init__(self, registry: CollectorRegistry, *, response_time_ms: bool = False) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        response_time_ms: bool = False,
+        upstream_names: bool = False,
+    ) -> None:
         self._scale = 1000.0 if response_time_ms else 1.0
+        self._upstream_names = upstream_names
         per_key = ("domain", "key", "key1", "key2")
 
-        def counter(name: str, doc: str, labels: tuple[str, ...] = per_key) -> Counter:
+        def counter(name: str, doc: str, labels: tuple[str, ...] = per_key) -> Any:
+            if upstream_names:  # the bare name: see the module's docstring
+                return Gauge(
+                    f"{PREFIX}_{name}", doc, labels, registry=registry, multiprocess_mode="sum"
+                )
             return Counter(f"{PREFIX}_{name}", doc, labels, registry=registry)
 
         self._per_key = (
@@ -76,9 +100,11 @@ class BuiltinMetrics:
         )
         self._errors = counter(
             "should_rate_limit_error",
-            "Descriptors a failed store call (or the open breaker) left to a failure mode "
-            "(store_error), failed ShouldRateLimit calls (service_error), and calls the "
-            "client cancelled (cancelled: its deadline, Envoy's timeout).",
+            f"{'Calls' if upstream_names else 'Descriptors'} a failed store call (or the "
+            "open breaker) left to a failure mode "
+            f"({'redis_error' if upstream_names else 'store_error'}), failed ShouldRateLimit "
+            "calls (service_error), and calls the client cancelled (cancelled: its deadline, "
+            "Envoy's timeout).",
             ("err_type",),
         )
         requests = counter(
@@ -121,10 +147,15 @@ class BuiltinMetrics:
             self._errors.labels("cancelled").inc(cancelled)
 
     def store_error(self) -> None:
-        self._errors.labels("store_error").inc()
+        """A descriptor a store failure left to its failure mode: ``store_error``, unless
+        ``upstream_names`` (then ``store_failed_call`` counts the call)."""
+        if not self._upstream_names:
+            self._errors.labels("store_error").inc()
 
     def store_failed_call(self) -> None:
-        """Not counted here: ``store_error`` counts descriptors, as operations.md says."""
+        """A call a store failure reached: upstream's ``redis_error`` with ``upstream_names``."""
+        if self._upstream_names:
+            self._errors.labels("redis_error").inc()
 
     def domain_not_found(self, domain: str, descriptors: int) -> None:
         self._domain_not_found.labels(domain).inc(descriptors)

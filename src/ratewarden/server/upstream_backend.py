@@ -29,6 +29,12 @@ as upstream reads them (``src/memcached/cache_impl.go``, ``src/settings/settings
   ``--store-timeout`` (ratewarden's 20 ms unless given) bounds each memcached call, and
   ``REDIS_PERSECOND`` makes no per-second store. ``CACHE_KEY_PREFIX`` still is the key prefix.
 
+Health follows the store as upstream's does (``health_follows_store``, whenever the store
+comes from these settings or ``REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`` is set): with Redis only
+when ``REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`` is true (upstream's default is false: health stays
+SERVING through a Redis outage), with memcached never (upstream's memcache backend reports
+nothing to its health).
+
 ``upstream_settings`` names the settings that cannot act for the backend chosen in the
 start's "without effect" line.
 """
@@ -42,9 +48,9 @@ from urllib.parse import quote, urlencode
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.server import upstream_redis
-from ratewarden.server.upstream_settings import value_of
+from ratewarden.server.upstream_settings import given, value_of
 
-__all__ = ["BACKENDS", "store"]
+__all__ = ["BACKENDS", "store", "timeout_note"]
 
 #: BACKEND_TYPE's values, as upstream's runner switches on them.
 BACKENDS = ("redis", "memcache")
@@ -60,20 +66,45 @@ _TLS_FILES = {
 
 
 def store(values: Mapping[str, Any]) -> dict[str, Any]:
-    """``store_url`` (and ``store_timeout``, ``store_per_second``) from the upstream settings
-    ``values`` holds (the ones given), as the backend ``BACKEND_TYPE`` names reads them."""
+    """``store_url`` (and ``store_timeout``, ``store_per_second``, ``health_follows_store``)
+    from the upstream settings ``values`` holds (the ones given), as the backend
+    ``BACKEND_TYPE`` names reads them."""
     backend = value_of(values, "BACKEND_TYPE")
     if backend not in BACKENDS:
         raise ConfigurationError(f"BACKEND_TYPE={backend!r}: must be redis or memcache")
     if backend == "memcache":
-        return {"store_url": _memcache_url(values)}
+        return {"store_url": _memcache_url(values), "health_follows_store": False}
     resolved = {
         name: value_of(values, name)
         for name in (*upstream_redis.REDIS_SETTINGS, *upstream_redis.PER_SECOND_SETTINGS)
     }
     out = upstream_redis.store(values, resolved)
     out.update(upstream_redis.per_second_store(values, resolved))
+    if "store_url" in out or "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION" in values:
+        out["health_follows_store"] = value_of(values, "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION")
     return out
+
+
+def timeout_note(
+    timeout: float, flags: Mapping[str, Any], environ: Mapping[str, str]
+) -> str | None:
+    """The start's warning when the store is a Redis the upstream settings describe and
+    ``REDIS_TIMEOUT`` is not set (nor ``--store-timeout``): ``timeout`` (ratewarden's 20 ms)
+    bounds every Redis reply where upstream waits 10 s, so a Redis slower than that turns
+    each call it delays over to its rule's ``failure_mode``. None otherwise."""
+    own = flags.get("store_timeout") is not None or environ.get("RATEWARDEN_STORE_TIMEOUT")
+    own_store = flags.get("store_url") is not None or environ.get("RATEWARDEN_STORE")
+    values = given(environ)
+    if own or own_store or "REDIS_TIMEOUT" in values:
+        return None
+    if value_of(values, "BACKEND_TYPE") != "redis" or "store_url" not in store(values):
+        return None
+    return (
+        f"REDIS_TIMEOUT is not set: a Redis reply may take {timeout * 1000:g} ms "
+        "(ratewarden's store timeout; upstream's REDIS_TIMEOUT default is 10s) before the "
+        "call counts as a store failure and its rule's failure_mode answers it (open: "
+        "allowed, unlimited). Set REDIS_TIMEOUT (or --store-timeout) above your Redis's p99"
+    )
 
 
 def _memcache_url(values: Mapping[str, Any]) -> str:

@@ -356,14 +356,15 @@ def _stats(values: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, A
 def _prometheus(values: Mapping[str, Any]) -> dict[str, Any]:
     """``USE_PROMETHEUS=true``: the metrics alone at ``PROMETHEUS_ADDR`` (``HOST:PORT``, or
     ``:PORT`` for ratewarden's bind address), path ``PROMETHEUS_PATH``, named by
-    ``PROMETHEUS_MAPPER_YAML``'s file, else in milliseconds if asked, as upstream."""
+    ``PROMETHEUS_MAPPER_YAML``'s file, else in milliseconds if asked, counters by the bare
+    names upstream's registry gives them (``metrics_upstream_names``), as upstream."""
     if not values.get("USE_PROMETHEUS"):
         return {}
     address = str(value_of(values, "PROMETHEUS_ADDR")).strip()
     host, colon, port = address.rpartition(":")
     if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigurationError(f"PROMETHEUS_ADDR={address!r}: must be HOST:PORT or :PORT")
-    out: dict[str, Any] = {"metrics_port": int(port)}
+    out: dict[str, Any] = {"metrics_port": int(port), "metrics_upstream_names": True}
     if host.strip("[]"):
         out["metrics_host"] = host.strip("[]")
     path = str(value_of(values, "PROMETHEUS_PATH")).strip()

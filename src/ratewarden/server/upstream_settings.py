@@ -224,9 +224,7 @@ UPSTREAM: dict[str, Upstream] = {
     "REDIS_PIPELINE_WINDOW": _no_effect("0", go_duration, _PIPELINE),
     "REDIS_PIPELINE_LIMIT": _no_effect("0", go_int, _PIPELINE),
     "REDIS_CLUSTER_PIPELINE_PARALLELISM": _no_effect("1", go_int, _PIPELINE),
-    "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": _no_effect(
-        "false", go_bool, "ratewarden's health pings the store every --health-interval seconds"
-    ),
+    "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": _mapped("false", go_bool),  # (upstream_backend)
     "REDIS_STARTUP_INITIAL_INTERVAL": _no_effect(
         "1s", go_duration, "ratewarden starts without waiting for Redis and reports health"
     ),
