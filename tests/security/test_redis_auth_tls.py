@@ -24,7 +24,9 @@ from ratewarden.testing import ManualClock
 from tests.fuzz._grpc import HOST, background_server
 from tests.security.conftest import ACL_PASSWORD, ACL_USER, PASSWORD, SecureRedis
 
-RATE = Rate.parse("2/minute")
+#: Per hour: the hits run on Redis TIME, and a minute's end between two of them started a
+#: new fixed window (shown with the end forced after the first hit).
+RATE = Rate.parse("2/hour")
 ALGORITHMS = ["fixed_window", "gcra", "token_bucket", "leaky_bucket", "sliding_window"]
 
 
@@ -38,7 +40,7 @@ def wait_until(condition: Callable[[], bool], limit: float) -> float:
 
 
 def admits(store: RedisStore, key: str) -> list[bool]:
-    """Three hits on ``key`` at 2/minute: which were allowed."""
+    """Three hits on ``key`` at 2/hour: which were allowed."""
     return [store.hit("fixed_window", key, RATE).allowed for _ in range(3)]
 
 

@@ -9,9 +9,11 @@ counter key, its entries as ``storage/_memcache_items`` writes them
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -36,13 +38,17 @@ from tests.server_transport._rlqs import Stream, assignment, report
 from tests.server_transport.conftest import OK, OVER_LIMIT, channel, request
 from tests.server_transport.test_serve_process import serving_workers, wait_for
 
+#: api_key and user count per hour: serve on a store URL decides on the system clock, and a
+#: minute's epoch-aligned end among the calls a test counts (or before it reads the items
+#: back) would start a new window (shown with the end forced between the calls). burst is
+#: per second so that --store-per-second takes it: its test starts in a fresh window.
 RULES = """\
 domain: mc
 descriptors:
   - key: api_key
-    rate_limit: {unit: minute, requests_per_unit: 3}
+    rate_limit: {unit: hour, requests_per_unit: 3}
   - key: user
-    rate_limit: {unit: minute, requests_per_unit: 5}
+    rate_limit: {unit: hour, requests_per_unit: 5}
   - key: burst
     rate_limit: {unit: second, unit_multiplier: 30, requests_per_unit: 2}
   - key: open
@@ -81,6 +87,15 @@ def items(server: MemcachedServer) -> dict[str, dict[str, Any]]:
             assert head.startswith(b"VA "), reply
             found[name] = json.loads(value)["e"]
     return found
+
+
+async def fresh_window(period: float, margin: float = 3.0) -> None:
+    """Return once at least ``margin`` seconds of the current epoch-aligned fixed window of
+    ``period`` seconds are left, waiting at most ``margin`` seconds: for calls that must be
+    counted in one window on the system clock, when the rule cannot have a longer one."""
+    left = period - time.time() % period
+    if left < margin:
+        await asyncio.sleep(left + 0.05)
 
 
 def count(entries: dict[str, Any]) -> int:
@@ -126,7 +141,7 @@ async def health_of(port: int) -> int:
 async def test_a_limit_of_three_answers_ok_three_times_then_over_limit_counted_in_memcached(
     tmp_path: Path, memcached: MemcachedServer
 ) -> None:
-    """3 a minute: OK three times, then OVER_LIMIT; memcached holds one item for the key,
+    """3 an hour: OK three times, then OVER_LIMIT; memcached holds one item for the key,
     named with the settings' key prefix, counting 3 (the denied call charged nothing); the
     store is the memcache store with the settings' timeout."""
     async with served(tmp_path, memcached.url, key_prefix="edge") as server:
@@ -142,7 +157,7 @@ async def test_a_limit_of_three_answers_ok_three_times_then_over_limit_counted_i
 async def test_two_descriptors_in_one_request_are_two_items_and_a_denial_charges_neither(
     tmp_path: Path, memcached: MemcachedServer
 ) -> None:
-    """api_key (3 a minute) and user (5) in one request: each its own item; the fourth request
+    """api_key (3 an hour) and user (5) in one request: each its own item; the fourth request
     is denied by api_key, and user's count stays at 3 (checked, then charged: memcached has
     no step over two items)."""
     async with served(tmp_path, memcached.url) as server:
@@ -182,10 +197,12 @@ async def test_per_second_limits_on_a_memcached_of_their_own(
     tmp_path: Path, memcached: MemcachedServer, make_memcached: MakeMemcached
 ) -> None:
     """--store-per-second memcache://...: burst (2 per 30 s) counts in the second memcached,
-    api_key (per minute) in the main one; a request over both is checked, then charged."""
+    api_key (per hour) in the main one; a request over both is checked, then charged. (The
+    calls start in a fresh 30 s window: its end among them would refill burst.)"""
     fast = make_memcached()
     async with served(tmp_path, memcached.url, store_per_second=fast.url) as server:
         assert isinstance(server.store, AsyncSplitStore)
+        await fresh_window(30)
         answers = [await ask(server, {"burst": "b"}, {"api_key": "b"}) for _ in range(3)]
     assert answers == [[OK, OK, OK], [OK, OK, OK], [OVER_LIMIT, OVER_LIMIT, OK]]
     [(fast_name, fast_entries)] = items(fast).items()
@@ -199,7 +216,7 @@ def test_two_workers_share_the_counters_in_memcached(
     tmp_path: Path, memcached: MemcachedServer
 ) -> None:
     """ratewarden serve --workers 2 --store memcache://...: both processes serve, counting
-    together (3 a minute: the fourth call, on a new connection each, is denied whichever
+    together (3 an hour: the fourth call, on a new connection each, is denied whichever
     worker answers); the serving line names the store."""
     (tmp_path / "rules.yaml").write_text(RULES)
     args = ("--workers", "2", "--store", memcached.url, "--store-timeout", "1")

@@ -34,7 +34,7 @@ def pki(tmp_path: Path) -> TlsFiles:
 async def test_serve_over_tls_counts_in_memcached(
     tmp_path: Path, make_memcached: Make, pki: TlsFiles
 ) -> None:
-    """--store memcaches://...?ssl_ca_certs=...: 3 a minute, then OVER_LIMIT; the item is in
+    """--store memcaches://...?ssl_ca_certs=...: 3 an hour, then OVER_LIMIT; the item is in
     the TLS server (read on its plain port)."""
     server = make_memcached(tls=pki)
     async with served(tmp_path, server.url) as rls:
@@ -70,7 +70,7 @@ def test_serve_on_upstreams_memcache_tls_variables_alone(
     tmp_path: Path, make_memcached: Make, pki: TlsFiles
 ) -> None:
     """ratewarden serve with upstream's variables only: BACKEND_TYPE=memcache,
-    MEMCACHE_HOST_PORT, MEMCACHE_TLS=true and MEMCACHE_TLS_CACERT decide 3 a minute in that
+    MEMCACHE_HOST_PORT, MEMCACHE_TLS=true and MEMCACHE_TLS_CACERT decide 3 an hour in that
     TLS memcached. (A call the store's 20 ms misses on a busy machine is answered by the
     rule's failure mode, uncharged: so the calls go on until the denial.)"""
     server = make_memcached(tls=pki)

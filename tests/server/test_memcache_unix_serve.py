@@ -39,7 +39,7 @@ def sock_dir() -> Iterator[Path]:
 def test_serve_process_counts_in_a_memcached_on_a_unix_socket(
     tmp_path: Path, make_memcached: Make, sock_dir: Path
 ) -> None:
-    """ratewarden serve --store memcache:///PATH as a process: 3 a minute, then OVER_LIMIT;
+    """ratewarden serve --store memcache:///PATH as a process: 3 an hour, then OVER_LIMIT;
     the serving line names the store; the socket server holds the item, counting 3."""
     server = make_memcached(unix_socket=sock_dir / "mc.sock")
     assert server.url == f"memcache://{sock_dir}/mc.sock"

@@ -41,7 +41,7 @@ descriptors:
   - key: c
     rate_limit: {unit: minute, requests_per_unit: 1000000}
   - key: tight
-    rate_limit: {unit: minute, requests_per_unit: 5}
+    rate_limit: {unit: hour, requests_per_unit: 5}
 """
 
 CALLS = 64
@@ -53,9 +53,12 @@ def reads(server: RedisServer) -> int:
 
 @pytest.fixture
 async def stub(start_server: StartServer, redis_server: RedisServer) -> AsyncIterator[Any]:
-    """A stub on a native-transport server over the test's (emptied) redis-server."""
+    """A stub on a native-transport server over the test's (emptied) redis-server, with a 1 s
+    store timeout: a reply late on a busy machine must not be answered by the failure mode."""
     redis_server.client().flushall()
-    server = await start_server(RULES, store_url=redis_server.url, transport="native")
+    server = await start_server(
+        RULES, store_url=redis_server.url, store_timeout=1.0, transport="native"
+    )
     async with channel(server.grpc_port) as chan:
         yield rls_pb2_grpc.RateLimitServiceStub(chan)
 

@@ -43,7 +43,7 @@ def test_config_check_of_a_valid_config_exits_0_with_a_summary(
     assert main(["config", "check", str(rules)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "ok: 1 file, 1 domain, 1 rule"
-    assert out[1].startswith("transport.api_key: 3/minute")
+    assert out[1].startswith("transport.api_key: 3/hour")
 
 
 def test_config_check_of_a_bad_config_exits_1_listing_every_error(

@@ -100,7 +100,7 @@ SPLIT = """\
 domain: transport
 descriptors:
   - key: other
-    rate_limit: {unit: minute, requests_per_unit: 1}
+    rate_limit: {unit: hour, requests_per_unit: 1}
 """
 
 

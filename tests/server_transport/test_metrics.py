@@ -64,7 +64,7 @@ def call(target: str, value: str) -> int:
 
 
 def test_counters_match_the_grpc_calls_exactly(served: ServeProcess) -> None:
-    """5 calls on one key of a 3/minute rule, 2 on another, 1 without a rule: every
+    """5 calls on one key of a 3/hour rule, 2 on another, 1 without a rule: every
     envoyproxy/ratelimit counter and ratewarden's own move by exactly those amounts."""
     before = scrape(served.http_port)
     assert get(before, P + "total_requests_total", grpc_method="ShouldRateLimit") == 0
@@ -142,6 +142,8 @@ def test_two_workers_report_the_sum_of_both_on_every_scrape(
         "2",
         "--store",
         redis_server.url,
+        "--store-timeout",
+        "1",
         "--transport",
         transport,
         env={"PROMETHEUS_MULTIPROC_DIR": str(shared)},
@@ -189,7 +191,8 @@ def test_two_workers_add_up_the_metrics_a_mapping_file_names(
         "  - {match: 'ratelimit_server.*.response_time', name: took_seconds,"
         " observer_type: histogram, scale: 0.001}\n"
     )
-    args = ("--workers", "2", "--store", redis_server.url, "--metrics-mapping", str(mapping))
+    args = ("--workers", "2", "--store", redis_server.url, "--store-timeout", "1")
+    args += ("--metrics-mapping", str(mapping))
     with serving(rules, *args, env={"PROMETHEUS_MULTIPROC_DIR": str(shared)}) as server:
         wait_for(lambda: serving_workers(server) == {0, 1}, timeout=20)
         assert [call(server.grpc_target, f"k{i % 20}") for i in range(40)] == [OK] * 40
@@ -222,8 +225,8 @@ def test_two_workers_apply_a_mapping_files_ttl_and_summary_quantiles_over_both(
         "  - {match: 'ratelimit_server.*.response_time', name: took, observer_type: summary,"
         " summary_options: {quantiles: [{quantile: 0.5}, {quantile: 0.99}]}}\n"
     )
-    args = ("--workers", "2", "--store", redis_server.url, "--metrics-mapping", str(mapping))
-    args += ("--dashboard", "off")
+    args = ("--workers", "2", "--store", redis_server.url, "--store-timeout", "1")
+    args += ("--metrics-mapping", str(mapping), "--dashboard", "off")
     with serving(rules, *args, env={"PROMETHEUS_MULTIPROC_DIR": str(shared)}) as server:
         wait_for(lambda: serving_workers(server) == {0, 1}, timeout=20)
         assert [call(server.grpc_target, f"k{i % 20}") for i in range(40)] == [OK] * 40
@@ -284,7 +287,8 @@ def test_workers_get_a_temporary_metrics_directory_removed_at_exit(
     """Without PROMETHEUS_MULTIPROC_DIR, serve makes one for its workers (named in the
     "workers" log line), sums through it, and removes it when the workers have stopped."""
     redis_server.client().flushall()
-    with serving(rules, "--workers", "2", "--store", redis_server.url) as server:
+    args = ("--workers", "2", "--store", redis_server.url, "--store-timeout", "1")
+    with serving(rules, *args) as server:
         wait_for(lambda: serving_workers(server) == {0, 1}, timeout=20)
         [started] = [e for e in server.logs() if e.get("event") == "workers"]
         directory = Path(started["metrics_dir"])

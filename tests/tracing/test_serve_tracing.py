@@ -90,7 +90,7 @@ def traceparent(sampled: bool = True) -> tuple[tuple[str, str], ...]:
 async def test_each_call_is_a_server_span_in_envoys_trace(
     serve: Serve, collector: Collector, transport: str
 ) -> None:
-    """Three calls to a limit of 3 a minute and a fourth over it, each in the trace its
+    """Three calls to a limit of 3 an hour and a fourth over it, each in the trace its
     traceparent names: four SERVER spans, children of Envoy's span, with the rpc attributes,
     the domain, the descriptor count and each overall code; the resource names ratewarden."""
     server = await serve(transport=transport)

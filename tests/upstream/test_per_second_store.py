@@ -22,13 +22,16 @@ from ratewarden.storage.split import AsyncSplitStore, per_second
 from tests._servers import RedisServer
 from tests.server_transport.conftest import OK, OVER_LIMIT, request
 
+#: burst is a GCRA (a fixed window's 30 s end among the calls refilled it, shown; the unit
+#: must stay seconds under a minute to be per second), steady counts per hour (a minute's end
+#: would leave a second key in the main Redis).
 RULES = """\
 domain: split
 descriptors:
   - key: burst
-    rate_limit: {unit: second, unit_multiplier: 30, requests_per_unit: 2}
+    rate_limit: {algorithm: gcra, unit: second, unit_multiplier: 30, requests_per_unit: 2}
   - key: steady
-    rate_limit: {unit: minute, requests_per_unit: 100}
+    rate_limit: {unit: hour, requests_per_unit: 100}
   - key: ten_seconds
     rate_limit: {unit: second, unit_multiplier: 10, requests_per_unit: 5}
 """
@@ -76,8 +79,9 @@ def second_redis() -> Iterator[RedisServer]:
 def test_each_counter_lives_in_the_redis_upstream_would_use(
     tmp_path: Path, redis_server: RedisServer, second_redis: RedisServer
 ) -> None:
-    """burst (2 per 30 seconds: no refill between the calls, however slow the machine) and
-    ten_seconds count in the per-second Redis, steady (per minute) in the main one; the third
+    """burst (GCRA, 2 per 30 seconds: a token back every 15 s, so none between calls that
+    take less, with no window's end to cross) and ten_seconds count in the per-second Redis, steady (per
+    hour) in the main one; the third
     call of a request on burst and steady is denied and charges neither."""
     (tmp_path / "split.yaml").write_text(RULES)
     main, fast = redis_server.client(), second_redis.client()

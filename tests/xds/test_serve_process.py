@@ -12,11 +12,13 @@ import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 from envoy.service.ratelimit.v3 import rls_pb2_grpc
 
+from ratewarden.server.xds import messages
 from tests._servers import RedisServer, free_port
 from tests.server_transport._process import RATEWARDEN
 from tests.server_transport.conftest import channel, http, request
@@ -24,6 +26,14 @@ from tests.xds._control_plane import ControlPlane, until
 from tests.xds.conftest import limit, resource
 
 START_S = 30.0  # a process start on a loaded 2-core machine, imports included
+
+
+def hourly(key: str, per_hour: int) -> Any:
+    """A descriptor ``key`` limited to ``per_hour`` requests an hour: serve's memory store is
+    on the system clock, and a minute's end among the calls a test counts would start a new
+    fixed window."""
+    policy = messages.RateLimitPolicy(unit=3, requests_per_unit=per_hour)  # HOUR
+    return messages.RateLimitDescriptor(key=key, rate_limit=policy)
 
 
 def _environ(**settings: str) -> dict[str, str]:
@@ -98,7 +108,7 @@ async def test_upstreams_environment_alone_takes_the_rules_from_the_control_plan
     """CONFIG_TYPE=GRPC_XDS_SOTW, CONFIG_GRPC_XDS_SERVER_URL and CONFIG_GRPC_XDS_NODE_ID, the
     ports from PORT and GRPC_PORT, no ratewarden setting: it subscribes as that node, serves
     once the rules arrive, and decides from them."""
-    plane.publish("v1", resource("shop-rules", "shop", limit("api_key", 2)))
+    plane.publish("v1", resource("shop-rules", "shop", hourly("api_key", 2)))
     port = free_port()
     environ = _environ(
         CONFIG_TYPE="GRPC_XDS_SOTW",
@@ -113,7 +123,7 @@ async def test_upstreams_environment_alone_takes_the_rules_from_the_control_plan
     await _healthy(port, serve)
     assert plane.subscriptions()[0].request.node.id == "rl-edge"
     assert [await _post(port, "k") for _ in range(3)] == [200, 200, 429]
-    plane.publish("v2", resource("shop-rules", "shop", limit("api_key", 5)))
+    plane.publish("v2", resource("shop-rules", "shop", hourly("api_key", 5)))
     assert (await plane.answer(plane.sent[-1])).is_ack
     assert await _post(port, "k") == 200
     assert {"xds_waiting", "config_xds_applied", "serving"} <= set(serve.events())
@@ -172,7 +182,7 @@ async def test_upstreams_force_start_serves_failing_calls_until_the_control_plan
             )
     assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
     assert raised.value.details() == "no rate limit configuration loaded"
-    plane.publish("v1", resource("shop-rules", "shop", limit("api_key", 2)))
+    plane.publish("v1", resource("shop-rules", "shop", hourly("api_key", 2)))
     await plane.start()
     try:
         await until(lambda: bool(plane.sent) and bool(plane.answers_to(plane.sent[-1])), "ACK")
