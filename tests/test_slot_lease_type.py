@@ -12,6 +12,7 @@ import redis
 
 from ratewarden import AsyncLimiter, AsyncMemoryStore, ConfigurationError, Limiter, MemoryStore
 from ratewarden.storage.redis import RedisStore
+from tests._servers import STORE_TIMEOUT
 
 NOT_LEASES = ["lease-id", None, 5, {"key": "gpu"}]
 
@@ -41,7 +42,7 @@ def test_a_refused_lease_id_leaves_the_slot_held_on_a_real_redis(
 ) -> None:
     """Given the lease's id, not the lease, nothing reaches the store: the slot stays held
     until the Lease itself is released."""
-    limiter = Limiter(RedisStore(redis_client))
+    limiter = Limiter(RedisStore(redis_client, timeout=STORE_TIMEOUT))
     lease = limiter.acquire_slot("gpu", 1)
     assert lease.allowed
     for method in ("release_slot", "renew_slot"):

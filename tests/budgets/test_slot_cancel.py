@@ -197,7 +197,9 @@ def test_a_failed_release_does_not_replace_the_blocks_exception(
     note saying the release failed (before, the StorageUnavailableError replaced it)."""
     admin = redis_server.client()
     admin.flushall()
-    store = RedisStore.from_url(redis_server.url, timeout=0.1)
+    # 1 s: the acquire, before the pause, must not time out on a busy machine; the release,
+    # paused 10 s, still does.
+    store = RedisStore.from_url(redis_server.url, timeout=1.0)
     limiter = Limiter(store)
     manager: Any
     if how == "held_slot":
@@ -220,7 +222,8 @@ async def test_a_cancelled_block_whose_release_fails_stays_cancelled(
     release's StorageUnavailableError (which broke wait_for and task groups before)."""
     admin = redis_server.client()
     admin.flushall()
-    store = AsyncRedisStore.from_url(redis_server.url, timeout=0.1)
+    # 1 s: the acquire must not time out on a busy machine; the paused release still does.
+    store = AsyncRedisStore.from_url(redis_server.url, timeout=1.0)
     limiter = AsyncLimiter(store)
     inside = asyncio.Event()
 

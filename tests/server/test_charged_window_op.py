@@ -37,7 +37,7 @@ def test_the_script_and_its_twin_reply_alike(
     clock = ManualClock(ALIGNED)
     stores = (
         MemoryStore(clock=clock),
-        RedisStore(redis_client, clock=clock),
+        RedisStore(redis_client, clock=clock, timeout=STORE_TIMEOUT),
         MemcacheStore(memcached.url, clock=clock, timeout=STORE_TIMEOUT),
     )
     draw = random.Random(7)

@@ -21,7 +21,7 @@ from ratewarden.regions import overshoot_bound
 from ratewarden.storage import measure as measuring
 from ratewarden.storage.measure import Measured, measure, state_keys
 from ratewarden.storage.redis import RedisStore
-from tests._servers import RedisCluster, RedisServer, free_port
+from tests._servers import STORE_TIMEOUT, RedisCluster, RedisServer, free_port
 
 CAPACITY_MD = Path(__file__).resolve().parents[2] / "docs" / "capacity.md"
 
@@ -283,7 +283,7 @@ def test_measure_reads_memory_usage_and_leaves_nothing(redis_client: redis.Redis
 def test_state_keys_are_the_keys_a_redis_store_writes(redis_client: redis.Redis) -> None:
     """state_keys names exactly the Redis keys a hit on (key, rates) creates, one per rate."""
     rates = [Rate.parse("10/second"), Rate.parse("100/minute")]
-    store = RedisStore(redis_client, prefix="p")
+    store = RedisStore(redis_client, prefix="p", timeout=STORE_TIMEOUT)
     store.hit("sliding_window", "user:{7}", rates)
     names = state_keys("sliding_window", "p", "user:{7}", rates)
     assert len(names) == 2

@@ -41,8 +41,9 @@ def test_worked_example_on_redis_time(client: Client) -> None:
     limiter = Limiter(RedisStore(client, timeout=STORE_TIMEOUT))
     decisions = [limiter.hit("user:1", WORKED) for _ in range(21)]
     assert [d.allowed for d in decisions] == [True] * 20 + [False]
-    # Real time passed between the calls, so the wait is a little under 0.6 s.
-    assert 0.5 < decisions[20].retry_after <= 0.6
+    # Real time passed between the calls, so the wait is under 0.6 s (how much under depends
+    # on how busy the machine was).
+    assert 0 < decisions[20].retry_after <= 0.6
 
 
 def test_a_denying_layer_consumes_nothing_from_the_others(client: Client) -> None:
