@@ -70,6 +70,20 @@ def test_a_good_max_keys_set_later_is_used_from_the_next_call(algorithm: str) ->
     assert store.max_keys == 2 and len(store) == 2 and store.evictions == 1
 
 
+@pytest.mark.parametrize("max_keys", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("algorithm", ["gcra", "sliding_window"])
+def test_the_key_just_written_is_never_the_one_evicted(algorithm: str, max_keys: int) -> None:
+    """Each new key past the bound is kept, and limited: its second hit at 1/minute is denied.
+    With max_keys=2 the sweep moved both older keys behind the new one, so the eviction
+    dropped the key just written and a third key was never limited."""
+    store = MemoryStore(clock=ManualClock(), max_keys=max_keys)
+    limiter = Limiter(store, algorithm=algorithm)
+    rate = Rate.parse("1/minute")
+    for key in [f"k{i}" for i in range(max_keys + 3)]:
+        assert [limiter.hit(key, rate).allowed for _ in range(2)] == [True, False], key
+    assert len(store) == max_keys and store.evictions == 3
+
+
 @pytest.mark.parametrize("store_type", STORES, ids=["blocking", "asyncio"])
 def test_a_clock_that_is_not_one_is_refused_when_set_and_changes_nothing(
     store_type: type[MemoryStore],

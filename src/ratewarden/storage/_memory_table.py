@@ -187,9 +187,11 @@ class MemoryTable(_Base):
 
     def _sweep(self, now: int) -> None:
         """Take the two oldest keys out, one after the other: one expired for
-        ``_KEEP_EXPIRED_US`` or longer stays out, any other goes back in at the end."""
+        ``_KEEP_EXPIRED_US`` or longer stays out, any other goes back in at the end. Never
+        as many as would put every older key behind the one just written (at the end): with
+        three keys only the oldest, or an eviction past ``max_keys=2`` would drop the new key."""
         states = self._states
-        for _ in range(2):
+        for _ in range(min(2, len(states) - 2)):
             key, entry = states.popitem(last=False)  # never empty: a key was just added
             if entry[1] + _KEEP_EXPIRED_US > now:
                 states[key] = entry

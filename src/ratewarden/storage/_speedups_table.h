@@ -233,8 +233,11 @@ after_write(MemoryKernel *self, int was_there, long long now)
         return 0;
     }
     /* The store's _sweep: take the two oldest keys out, one after the other; one expired
-     * for KEEP_EXPIRED_US or longer stays out, any other goes back in at the end. */
-    for (int i = 0; i < 2; i++) {
+     * for KEEP_EXPIRED_US or longer stays out, any other goes back in at the end. Never more
+     * than the keys less two, so that the key just written is not left the oldest. */
+    Py_ssize_t sweeps = PyDict_GET_SIZE(self->states) - 2;
+    if (sweeps > 2) sweeps = 2;
+    for (Py_ssize_t i = 0; i < sweeps; i++) {
         PyObject *item = PyObject_CallOneArg(self->popitem, Py_False);
         if (item == NULL) return -1;
         PyObject *entry = PyTuple_GET_ITEM(item, 1);
