@@ -314,7 +314,8 @@ def _measure(url: str, algorithm: str, limit: Rate, key_length: int) -> tuple[st
         from ratewarden.storage.redis import RedisStore
     except ImportError as exc:
         raise ConfigurationError(
-            "measure needs redis-py, which is not installed: pip install 'ratewarden[redis]'"
+            "measure needs redis-py, which is not installed: pip install 'ratewarden[redis]' "
+            "(in a clone: pip install -e '.[redis]')"
         ) from exc
     from ratewarden.storage.measure import measure
 

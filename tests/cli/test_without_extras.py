@@ -69,7 +69,7 @@ def test_a_measure_without_redis_says_to_install_it() -> None:
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == (
         "ratewarden plan: error: measure needs redis-py, which is not installed: "
-        "pip install 'ratewarden[redis]'"
+        "pip install 'ratewarden[redis]' (in a clone: pip install -e '.[redis]')"
     )
 
 

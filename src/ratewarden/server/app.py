@@ -92,7 +92,7 @@ def open_store(url: str, *, prefix: str = "rw", timeout: float = 0.02) -> AsyncS
     except ImportError as exc:
         raise ConfigurationError(
             f"store {redacted(url)!r} needs the Redis client: pip install 'ratewarden[redis]' "
-            f"({exc})"
+            f"(in a clone: pip install -e '.[redis]'; scripts/serve installs it) ({exc})"
         ) from exc
     try:
         return AsyncRedisStore.from_url(url, prefix=prefix, timeout=timeout)
