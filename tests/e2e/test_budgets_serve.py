@@ -102,7 +102,7 @@ def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[_Stack]:
     if request.param == "redis":
         server: RedisServer = request.getfixturevalue("redis_server")
         server.client().flushall()
-        args = ("--store", server.url)
+        args = ("--store", server.url, "--store-timeout", "1")  # late is not failed open
     with (
         serving(rules, *args) as serve,
         token_model() as model,

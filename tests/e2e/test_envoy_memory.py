@@ -72,18 +72,28 @@ def test_a_shadow_rule_never_blocks(stack: Stack) -> None:
 
 def test_a_gcra_rule_admits_its_burst_then_one_per_emission_interval(stack: Stack) -> None:
     """1/second, burst 4: four back to back, then denied with x-ratelimit-reset: 1 (the wait,
-    under a second, rounded up); a second later one more, then denied."""
-    started = time.monotonic()
-    burst = [stack.get("gcra-one") for _ in range(5)]
-    # "Back to back" must mean within one emission interval (1 s), or a token comes back
-    # before the fifth request and the expectation below is wrong rather than the code.
-    elapsed = time.monotonic() - started
-    assert elapsed < 0.9, f"five requests through Envoy took {elapsed:.2f} s"
-    assert [status for status, _ in burst] == [200, 200, 200, 200, 429]
-    assert [h["x-ratelimit-remaining"] for _, h in burst[:4]] == ["3", "2", "1", "0"]
-    # The wait is under a second (less than one interval since the first request); Envoy
-    # keeps the whole seconds of duration_until_reset, which ratewarden rounds up: 1, never
-    # 0 ("retry now") on a 429.
-    assert burst[4][1]["x-ratelimit-reset"] == "1"
-    time.sleep(1.05)  # one emission interval and a margin: the only wait in this suite
-    assert [stack.get("gcra-one")[0] for _ in range(2)] == [200, 429]
+    under a second, rounded up); a second later one more, then denied.
+
+    The expectations hold when the requests are quick enough: the five within 0.9 s of the
+    first one's sending, the last two within 1.9 s of it (the token after the one that
+    comes back at 1 s comes at 2 s). A machine too busy for that tries again on a new key,
+    three times at most."""
+    for attempt in range(3):
+        key = f"gcra-{attempt}"
+        started = time.monotonic()
+        burst = [stack.get(key) for _ in range(5)]
+        elapsed = time.monotonic() - started
+        if elapsed >= 0.9:
+            continue  # a token may have come back before the fifth: not this test's case
+        assert [status for status, _ in burst] == [200, 200, 200, 200, 429]
+        assert [h["x-ratelimit-remaining"] for _, h in burst[:4]] == ["3", "2", "1", "0"]
+        # The wait is under a second (less than one interval since the first request); Envoy
+        # keeps the whole seconds of duration_until_reset, which ratewarden rounds up: 1,
+        # never 0 ("retry now") on a 429.
+        assert burst[4][1]["x-ratelimit-reset"] == "1"
+        time.sleep(1.05)  # one emission interval and a margin: the only wait in this suite
+        after = [stack.get(key)[0] for _ in range(2)]
+        if time.monotonic() - started < 1.9:
+            assert after == [200, 429]
+            return
+    raise AssertionError("three tries on a machine too busy for the timing this test needs")

@@ -2,7 +2,9 @@
 
 The tests run in order on one stack: limits on Redis, then Redis killed (failure_mode
 open keeps answering 200 at once, closed answers 429), then Redis restarted on the same
-port (limits apply again, with no restart of ratewarden or Envoy).
+port (limits apply again, with no restart of ratewarden or Envoy). The store timeout is 1 s:
+with the 20 ms default a reply late on a busy machine was answered by the failure mode; a
+killed Redis refuses connections at once, so the answers while it is gone stay quick.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, killable_redis: Redis) -> It
     stack = start_stack(
         Path(rules),
         domain="e2e",
-        args=("--store", killable_redis.url, "--health-interval", "0.1"),
+        args=("--store", killable_redis.url, "--store-timeout", "1", "--health-interval", "0.1"),
     )
     yield stack
     stop_stack(stack)
