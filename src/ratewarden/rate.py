@@ -62,10 +62,10 @@ for _names, _us in (
         if len(_name) > 1 and not _name.endswith("s"):  # not ms, us: "mss" is no unit
             UNITS[_name + "s"] = _us
 
-# A fractional multiple ("1/0.5s") matches, to be refused with a hint; a unit is letters.
+# "1/0.5s" matches (to be refused with a hint), each part one way only: linear in digits.
 _PATTERN = re.compile(
     r"^\s*(?P<limit>[^/\s]+)\s*(?:/|\s+per\s+)\s*"
-    r"(?P<mult>\d*\.?\d+)?\s*(?P<unit>[^\W\d_]+)\s*$",
+    r"(?P<mult>\d+(?:\.\d+)?|\.\d+)?\s*(?P<unit>[^\W\d_]+)\s*$",
     re.IGNORECASE,
 )
 
