@@ -52,6 +52,12 @@ _MISPLACED = {
     "tokens_per_unit": "budget",
 }
 
+#: Top-level keys of an Envoy bootstrap (the file ``envoy -c`` reads): a file with one of them
+#: and no ``domain`` is said to be one, not reported key by key as a broken rule file.
+_BOOTSTRAP_KEYS = frozenset(
+    ("static_resources", "dynamic_resources", "admin", "node", "layered_runtime")
+)
+
 #: Descriptors a file may add by repeating an alias (``descriptors: *shared``). Each
 #: alias copies its whole subtree, so a few lines that alias each other in a chain
 #: expand exponentially; past this many copies the file is refused, not expanded.
@@ -142,6 +148,15 @@ class FileReader(FieldReader):
 
     def schema(self, root: Any) -> DomainConfig | None:
         """Check the node tree against the config's keys and build the DomainConfig."""
+        bootstrap = _bootstrap_key(root)
+        if bootstrap is not None:
+            self.problem(
+                bootstrap,
+                bootstrap.value,
+                f"this is an Envoy bootstrap (the file envoy -c reads), not a rule {self.unit}; "
+                "give ratewarden only rule files, of domain: and descriptors: (docs/config.md)",
+            )
+            return None
         entries = self.mapping(root, "the top level", _ROOT_KEYS)
         if entries is None:
             return None
@@ -299,6 +314,17 @@ class FileReader(FieldReader):
                 )
             )
             return MappingProxyType({})
+
+
+def _bootstrap_key(root: Any) -> Any:
+    """The first top-level key node of an Envoy bootstrap's, when ``root`` has one and no
+    ``domain``; else None."""
+    if not isinstance(root, yaml.MappingNode):
+        return None
+    keys = [key for key, _ in root.value if isinstance(key, yaml.ScalarNode)]
+    if any(key.value == "domain" for key in keys):
+        return None
+    return next((key for key in keys if key.value in _BOOTSTRAP_KEYS), None)
 
 
 def _path_part(key: str, value: str) -> str:
