@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import argparse
 import difflib
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from ratewarden.errors import ConfigurationError
 
@@ -27,7 +27,23 @@ class CommandParser(argparse.ArgumentParser):
     It refuses an unknown argument itself, so a subcommand's error names its own prog
     (``ratewarden plan --bogus``: plan's), not the top-level one: argparse hands a
     subcommand's unknown arguments up to the top-level parser, which reports them.
-    ``add_subparsers`` makes every subcommand's parser of its parent's class."""
+    ``add_subparsers`` makes every subcommand's parser of its parent's class.
+
+    ``flag_hints``: flags a newcomer may guess that no spelling is near, each with the flags
+    meant (``--port``: ``--grpc-port``, ``--http-port``). ``positional_flag``: the flag a
+    command's values go with when it takes no positional (``serve PATH``: ``--config PATH``).
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        flag_hints: Mapping[str, Sequence[str]] | None = None,
+        positional_flag: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.flag_hints: Mapping[str, Sequence[str]] = flag_hints or {}
+        self.positional_flag = positional_flag
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
@@ -47,13 +63,17 @@ class CommandParser(argparse.ArgumentParser):
         none, the arguments no positional took."""
         flags = [given.split("=", 1)[0] for given in unknown if given.startswith("-")]
         if not flags:
-            return f"unexpected argument{'s' * (len(unknown) > 1)}: {' '.join(unknown)}"
+            said = f"unexpected argument{'s' * (len(unknown) > 1)}: {' '.join(unknown)}"
+            if self.positional_flag is None:
+                return said
+            return f"{said} (did you mean {self.positional_flag} {' '.join(unknown)}?)"
         # compared without the dashes, which every flag shares: --bogus is not near --host
         known = {flag[2:]: flag for flag in self._option_string_actions if flag.startswith("--")}
         named = []
         for flag in flags:
             near = _nearest(flag.lstrip("-"), known)
-            named.append(flag if near is None else f"{flag} (did you mean {known[near]}?)")
+            meant = [known[near]] if near is not None else self.flag_hints.get(flag, [])
+            named.append(f"{flag} (did you mean {' or '.join(meant)}?)" if meant else flag)
         return f"unknown flag{'s' * (len(flags) > 1)} {', '.join(named)}"
 
     def _check_value(self, action: argparse.Action, value: object) -> None:

@@ -64,7 +64,7 @@ METAVARS: dict[str, str] = {
         "FILE": "metrics_mapping dogstatsd_mogrifiers",
         "H": "host grpc_host debug_host metrics_host",
         "N": "grpc_port http_port debug_port metrics_port workers xds_max_message_bytes "
-        "max_values_per_rule legacy_header_names breaker_failures breaker_window "
+        "max_values_per_rule breaker_failures breaker_window "
         "rlqs_demand_reports rlqs_bucket_metrics over_limit_cache",
         "S": "xds_retry_interval xds_retry_max store_timeout grpc_max_connection_age "
         "grpc_max_connection_age_grace reload_interval health_interval grace drain "
@@ -80,37 +80,16 @@ METAVARS: dict[str, str] = {
         "open|closed": "on_error",
         "yaml|all": "config_files",
         "open|closed|local": "failure_mode",
+        "NAMES": "legacy_header_names",
     }.items()
     for name in names.split()
 }
 
 
 def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from ratewarden.server.parsers import boolean
-    from ratewarden.server.settings import OPTIONS
+    from ratewarden.server.command import add_serve_parser
 
-    serve = commands.add_parser(
-        "serve",
-        help="run the Envoy rate limit service (gRPC and HTTP)",
-        description="Run the Envoy global rate limit service. Every flag can also be set by the "
-        "environment variable shown; a flag wins over its variable.",
-    )
-    for name, option in OPTIONS.items():
-        help_text = f"{option.help} [env {option.env}]"
-        if name == "config_paths":
-            serve.add_argument(
-                option.flag, dest=name, nargs="+", action="extend", metavar="PATH", help=help_text
-            )
-        elif option.parse is boolean:  # an on/off switch: --x and --no-x
-            serve.add_argument(
-                option.flag,
-                dest=name,
-                action=argparse.BooleanOptionalAction,
-                default=None,
-                help=help_text,
-            )
-        else:
-            serve.add_argument(option.flag, dest=name, metavar=METAVARS[name], help=help_text)
+    add_serve_parser(commands, METAVARS)
 
 
 #: The optional dependencies ``serve`` and ``config check`` need (``ratewarden[server]``).
@@ -293,8 +272,10 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigurationError as exc:  # a store URL that cannot be used, say
         print(f"ratewarden serve: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except OSError as exc:
-        print(f"ratewarden serve: {exc.strerror or exc}", file=sys.stderr)
+    except OSError as exc:  # a port in use names the flag that gives another
+        from ratewarden.server.command import refusal
+
+        print(f"ratewarden serve: {refusal(exc)}", file=sys.stderr)
         return EXIT_FAILED
 
 

@@ -104,9 +104,9 @@ def test_every_listening_address_is_checked_naming_where_it_came_from(
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_busy_grpc_port_is_one_line_saying_it_is_in_use(transport: str) -> None:
-    """Exit 1 and ratewarden's line alone: grpcio's said no reason (grpc-core's 'Failed to
-    add port' line above it had one), the native transport's came after the package's
-    own warning saying the same."""
+    """Exit 1 and ratewarden's line alone, naming the flag that gives another port: grpcio's
+    said no reason (grpc-core's 'Failed to add port' line above it had one), the native
+    transport's came after the package's own warning saying the same."""
     with socket.socket() as taken:
         taken.bind((HOST, 0))
         taken.listen()
@@ -115,7 +115,7 @@ def test_a_busy_grpc_port_is_one_line_saying_it_is_in_use(transport: str) -> Non
     assert done.returncode == 1
     assert done.stderr == (
         f"ratewarden serve: cannot listen for gRPC on {HOST}:{port}: the port is in use by "
-        "another process (Address already in use)\n"
+        "another process (Address already in use); give another port with --grpc-port\n"
     )
 
 

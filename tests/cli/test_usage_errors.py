@@ -61,7 +61,8 @@ def refusal(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         ),
         (
             ["serve", "extra", "--config", "x.yaml"],
-            "ratewarden serve: error: unexpected argument: extra; see ratewarden serve --help",
+            "ratewarden serve: error: unexpected argument: extra (did you mean --config "
+            "extra?); see ratewarden serve --help",
         ),
     ],
 )

@@ -55,7 +55,8 @@ OPTIONS: dict[str, Option] = {
     "config_paths": Option(
         "--config",
         paths,
-        "rule files or directories (envoyproxy/ratelimit YAML); repeat or list several",
+        "required (or --config-xds): rule files or directories (envoyproxy/ratelimit YAML); "
+        "repeat or list several",
     ),
     "config_files": Option(
         "--config-files",
