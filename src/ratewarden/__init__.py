@@ -72,5 +72,17 @@ def __getattr__(name: str) -> Any:
     if module is not None:
         import importlib
 
-        return getattr(importlib.import_module(f"ratewarden.storage.{module}"), name)
+        try:
+            found = importlib.import_module(f"ratewarden.storage.{module}")
+        except ModuleNotFoundError as exc:
+            # redis-py not installed: say which extra brings it, not only the module's name
+            if (exc.name or "").split(".")[0] not in ("redis", "hiredis"):
+                raise
+            raise ModuleNotFoundError(
+                f"ratewarden.{name} needs redis-py (the redis extra), which is not installed "
+                f"(no module named {exc.name!r}): pip install 'ratewarden[redis]' (in a clone: "
+                "pip install -e '.[redis]')",
+                name=exc.name,
+            ) from None
+        return getattr(found, name)
     raise AttributeError(f"module 'ratewarden' has no attribute {name!r}")
