@@ -99,6 +99,7 @@ from ratewarden.server.response import (
 from ratewarden.server.response_headers import HEADER_MODES, LEGACY_NAMES, check_header_names
 from ratewarden.server.response_metadata import metadata_mode
 from ratewarden.server.rule_budgets import AsyncRuleBudgets, RuleBudgets
+from ratewarden.server.unknown_domains import UnknownDomains
 from ratewarden.server.value_cap import ValueCap
 
 if TYPE_CHECKING:
@@ -181,6 +182,7 @@ class _ServiceBase(Charging):
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(f"legacy_header_names: {exc}") from None
         self._reports = Reports(hooks if hooks is not None else ServiceHooks(), self.clock)
+        self._unknown = UnknownDomains(self.clock)
         self.values = ValueCap(max_values_per_rule, self.clock)
         self.store = store
         self.limiter = self._LIMITER(
@@ -278,6 +280,7 @@ class _ServiceBase(Charging):
             quota_mode=self.quota_mode,
         )
         if request.domain not in config.domains:
+            self._unknown.saw(request.domain, config.domains)
             self._reports.domain_not_found(request.domain, len(items))
         return response
 
