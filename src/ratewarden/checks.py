@@ -111,13 +111,18 @@ def check_rates(rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]:
         found: tuple[Rate, ...] = (rates,)
     elif isinstance(rates, list | tuple):
         found = tuple(rates)
+    elif isinstance(rates, str):  # the text the middleware's Rule takes: say how to parse it
+        raise ConfigurationError(
+            f"rates {rates!r} must be a Rate or a list of Rates, not text: Rate.parse({rates!r})"
+        )
     else:
         raise ConfigurationError(f"rates {rates!r} must be a Rate or a list of Rates")
     if not found:
         raise ConfigurationError("no rate given: pass a Rate or a list of Rates")
     for rate in found:
         if not isinstance(rate, Rate):
-            raise ConfigurationError(f"{rate!r} is not a Rate; use Rate.parse('100/minute')")
+            example = rate if isinstance(rate, str) else "100/minute"
+            raise ConfigurationError(f"{rate!r} is not a Rate; use Rate.parse({example!r})")
     if len(set(found)) != len(found):
         raise ConfigurationError(f"rates {[str(r) for r in found]} list the same rate twice")
     return found
