@@ -80,9 +80,9 @@ def test_each_counter_lives_in_the_redis_upstream_would_use(
     tmp_path: Path, redis_server: RedisServer, second_redis: RedisServer
 ) -> None:
     """burst (GCRA, 2 per 30 seconds: a token back every 15 s, so none between calls that
-    take less, with no window's end to cross) and ten_seconds count in the per-second Redis, steady (per
-    hour) in the main one; the third
-    call of a request on burst and steady is denied and charges neither."""
+    take less, with no window's end to cross) and ten_seconds count in the per-second Redis,
+    steady (per hour) in the main one; the third call of a request on burst and steady is
+    denied and charges neither."""
     (tmp_path / "split.yaml").write_text(RULES)
     main, fast = redis_server.client(), second_redis.client()
     main.flushall()
