@@ -347,11 +347,11 @@ def _too_fine(limit: int, period_us: int, burst: int | None, gcd: int) -> Config
 
 
 def _dividing_limits(limit: int, period_us: int, burst: int | None) -> list[str]:
-    """The nearest limits below and above ``limit`` (within a tenth of it, or 1; none for a
-    limit of 1) that divide ``period_us`` evenly and count exactly with this burst: a limit
-    much further off would be another rate (17 for 1 is 17 times it)."""
+    """The nearest limits below and above ``limit`` (within a tenth of it or 1, and 10,000;
+    none for a limit of 1) that divide ``period_us`` evenly and count exactly with this
+    burst: a limit much further off would be another rate (17 for 1 is 17 times it)."""
     found: list[str] = []
-    reach = 0 if limit == 1 else max(1, limit // 10)  # 2 for 1 would be twice the rate
+    reach = 0 if limit == 1 else min(max(1, limit // 10), 10_000)  # 2 for 1: twice the rate
     for step in (-1, 1):
         for other in range(limit + step, limit + step * (reach + 1), step):
             if other < 1 or other > period_us:

@@ -25,7 +25,7 @@ SETTINGS = settings(max_examples=400, deadline=None)
 
 # The grammar, read independently: \s and digits as Python's re reads them.
 _ORACLE = re.compile(
-    r"^\s*(?P<limit>[^/\s]+)\s*(?:/|\s+per\s+)\s*(?P<mult>\d+)?\s*(?P<unit>[a-z]+)\s*$",
+    r"^\s*(?P<limit>[^/\s]+)\s*(?:/|\s+per\s+)\s*(?P<mult>\d+)?\s*(?P<unit>[^\W\d_]+)\s*$",
     re.IGNORECASE,
 )
 _TIMEDELTA_MAX_US = timedelta.max // timedelta(microseconds=1)
@@ -165,8 +165,9 @@ def test_leading_zeros_do_not_count_as_digits() -> None:
 
 
 def test_a_period_multiple_beyond_timedelta_is_a_configuration_error() -> None:
-    """'1/99999999999999999999s' names a period no timedelta holds: ConfigurationError."""
-    with pytest.raises(ConfigurationError, match="999,999,999 days"):
+    """'1/99999999999999999999s', a period no timedelta holds: a ConfigurationError that
+    names the longest period a Rate takes."""
+    with pytest.raises(ConfigurationError, match=r"at most 100 years \(36,500 days\)"):
         Rate.parse("1/99999999999999999999s")
 
 
