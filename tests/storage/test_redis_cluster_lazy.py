@@ -170,7 +170,7 @@ BAD_OPTIONS = [
     ({"max_connections": -1}, "max_connections"),
     ({"db": 1}, "database 0 only"),
     ({"unix_socket_path": "/tmp/redis.sock"}, "over TCP"),
-    ({"protocol": 9}, "protocol must be either 2 or 3"),
+    ({"socket_read_size": "x"}, "string argument without an encoding"),
 ]
 
 

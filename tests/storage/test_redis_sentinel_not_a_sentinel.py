@@ -18,7 +18,7 @@ RATE = Rate.parse("5/second")
 def check(message: str, server: RedisServer) -> None:
     assert f"sentinel 127.0.0.1:{server.port} - " in message
     assert "unknown command 'SENTINEL'" in message
-    assert "is each host a sentinel watching that service?" in message
+    assert "is each host a sentinel watching it?" in message
     assert "redis.client" not in message
     assert "ConnectionPool" not in message
     assert len(message) < 600, message

@@ -16,7 +16,10 @@ STORES = (RedisStore, AsyncRedisStore, RegionStore, AsyncRegionStore)
 
 @pytest.mark.parametrize(
     ("options", "said"),
-    [({"bogus": 1}, "bogus"), ({"protocol": 9}, "protocol must be either 2 or 3")],
+    [
+        ({"bogus": 1}, "bogus"),
+        ({"credential_provider": 5}, "cannot be passed along with 'credential_provider'"),
+    ],
 )
 @pytest.mark.parametrize("scheme", ["redis+sentinel", "rediss+sentinel"])
 def test_an_option_a_sentinel_primary_refuses_fails_at_from_url(

@@ -4,7 +4,9 @@ and the circuit breaker in front of it.
 A store that does not answer (down, too slow) is a passing state: the service reports
 NOT_SERVING until it answers. A store that answers but cannot be used (a Redis older
 than 6.2: ``storage/_redis_server.py``; one that refuses the password, user or database
-number: ``storage/_redis_errors.py``) will not get better by waiting, so
+number, or whose ACL forbids the store's keys, scripts or TIME: ``storage/_redis_errors.py``,
+found by the Redis store's ``ping``, which probes with a peek under the key prefix) will
+not get better by waiting, so
 ``ratewarden serve`` refuses to start on it, and the health loop says why it is not
 serving.
 """

@@ -1,7 +1,7 @@
 """Build the redis-py client a store URL describes, sync or asyncio.
 
-Clients get the store's timeout as their socket and connect timeouts unless
-the options (or a ``redis://`` URL's query) say otherwise. Cluster clients do
+Clients get the store's timeout as their socket and connect timeouts (a
+``socket_timeout`` given is refused: ``_redis_url.check_options``). Cluster clients do
 not retry on their own: a decision is not idempotent, and the store retries
 only what provably did not run.
 
@@ -25,16 +25,19 @@ import redis.asyncio as aredis
 from redis import exceptions as rx
 from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.retry import Retry as AsyncRetry
-from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+from redis.asyncio.sentinel import (
+    SentinelManagedSSLConnection as AsyncSentinelManagedSSLConnection,
+)
 from redis.backoff import NoBackoff
 from redis.cluster import KWARGS_DISABLED_KEYS, REDIS_ALLOWED_KEYS, ClusterNode
 from redis.connection import SSLConnection
 from redis.retry import Retry
-from redis.sentinel import Sentinel, SentinelManagedSSLConnection
+from redis.sentinel import SentinelManagedSSLConnection
 
 from ratewarden.errors import ConfigurationError
-from ratewarden.storage._redis_url import Target, client_options, parse, redact
-from ratewarden.storage._tls import client_context
+from ratewarden.storage._redis_sentinel import AsyncTellingSentinel, TellingSentinel
+from ratewarden.storage._redis_url import Target, check_options, client_options, parse, redact
+from ratewarden.storage._tls import client_context, prebuilt_context
 from ratewarden.storage._tls_sync import reusing_context
 
 __all__ = ["LazyCluster", "async_client", "sync_client"]
@@ -63,7 +66,9 @@ def _node_options(target: Target, timeout: float, options: dict[str, Any]) -> di
 def _bad_option(target: Target, exc: Exception) -> ConfigurationError:
     return ConfigurationError(
         f"store URL {redact(target.url)!r}: redis-py rejected an option ({exc}); check the "
-        "URL's query and the keyword options passed to from_url"
+        "URL's query and the keyword options passed to from_url. The store's own settings "
+        "are not client options: in Python, from_url's timeout= and prefix=; under "
+        "ratewarden serve, --store-timeout and --key-prefix"
     )
 
 
@@ -254,9 +259,15 @@ class _Kind:
     one_context: bool
 
 
-_SYNC = _Kind(redis.Redis, Sentinel, redis.RedisCluster, ClusterNode, Retry, True, True)
+_SYNC = _Kind(redis.Redis, TellingSentinel, redis.RedisCluster, ClusterNode, Retry, True, True)
 _ASYNC = _Kind(
-    aredis.Redis, AsyncSentinel, aredis.RedisCluster, AsyncClusterNode, AsyncRetry, False, False
+    aredis.Redis,
+    AsyncTellingSentinel,
+    aredis.RedisCluster,
+    AsyncClusterNode,
+    AsyncRetry,
+    False,
+    False,
 )
 
 
@@ -277,9 +288,36 @@ def _one_context_option(target: Target, options: dict[str, Any], base: type) -> 
             options["connection_class"] = reusing
 
 
+#: redis-py's asyncio TLS classes, whose context ``prebuilt_context`` builds with the store.
+_ASYNC_TLS = (aredis.SSLConnection, AsyncSentinelManagedSSLConnection)
+
+
+def _async_context(target: Target, pool: Any) -> None:
+    """Build an asyncio ``rediss://`` pool's SSL context now (a Sentinel's primary's too)."""
+    if pool.connection_class in _ASYNC_TLS:  # not the caller's own class
+        where = f"store URL {redact(target.url)!r}"
+        pool.connection_class = prebuilt_context(
+            pool.connection_class, pool.connection_kwargs, where
+        )
+
+
+def _async_cluster_context(target: Target, client: Any) -> None:
+    """``_async_context`` for an asyncio Cluster client's nodes, known and found later."""
+    manager = client.nodes_manager
+    nodes = list(manager.startup_nodes.values())
+    if nodes and nodes[0].connection_class is aredis.SSLConnection:
+        where = f"store URL {redact(target.url)!r}"
+        made = prebuilt_context(aredis.SSLConnection, nodes[0].connection_kwargs, where)
+        for node in nodes:
+            node.connection_class = made
+        client.connection_kwargs["connection_class"] = made
+        manager.connection_kwargs["connection_class"] = made
+
+
 def _client(url: str, timeout: float, options: dict[str, Any], kind: _Kind) -> Any:
     """The client of ``kind`` for ``url``: a server, a Sentinel's primary or a Cluster."""
     target = parse(url)
+    check_options(target, options)
     _check_tls_files(target, options)
     try:
         if target.kind == "redis":
@@ -287,6 +325,8 @@ def _client(url: str, timeout: float, options: dict[str, Any], kind: _Kind) -> A
             _check_connection_options(target, client.connection_pool)
             if kind.one_context:
                 _one_context(target, client.connection_pool)
+            else:
+                _async_context(target, client.connection_pool)
             return client
         merged = _node_options(target, timeout, options)
         if kind.one_context:
@@ -296,14 +336,19 @@ def _client(url: str, timeout: float, options: dict[str, Any], kind: _Kind) -> A
             sentinel = kind.sentinel(
                 list(target.hosts), sentinel_kwargs=_sentinel_options(target, timeout), **merged
             )
-            primary = sentinel.master_for(target.service, db=target.db)
+            # A db= option stands when the URL names none (one both name is refused).
+            primary = sentinel.master_for(target.service, db=merged.get("db", target.db))
             _check_connection_options(target, primary.connection_pool)
+            if not kind.one_context:
+                _async_context(target, primary.connection_pool)
             return primary
         merged.setdefault("retry", kind.retry(NoBackoff(), 0))
         if kind.connects:
             _check_cluster_options(target, merged)
             return LazyCluster(target, merged)
-        return kind.cluster(startup_nodes=_nodes(target, kind.node), **merged)
+        cluster = kind.cluster(startup_nodes=_nodes(target, kind.node), **merged)
+        _async_cluster_context(target, cluster)
+        return cluster
     except (TypeError, ValueError) as exc:
         if isinstance(exc, ConfigurationError):
             raise

@@ -5,8 +5,9 @@ hands the exception to ``raise_storage_error``. Nothing else in ratewarden
 raises from a redis-py or hiredis exception, so failure modes catch exactly
 ``StorageUnavailableError`` (the store could not decide now: unreachable, too
 slow, failing over, loading, out of memory) or ``StorageError`` (the store
-answered with an error that retrying will not fix, such as a script bug, or a
-server that refuses the store's password, user or database number).
+answered with an error that retrying will not fix, such as a script bug, a
+server that refuses the store's password, user or database number, or an ACL that
+forbids the store's keys or commands: ``NOPERM``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,13 @@ from redis import exceptions as rx
 from ratewarden.errors import StorageError, StorageUnavailableError
 from ratewarden.storage._redis_server import ServerUnusable
 
-__all__ = ["REDIS_ERRORS", "TRANSIENT_REPLIES", "raise_storage_error", "refusal"]
+__all__ = [
+    "REDIS_ERRORS",
+    "TRANSIENT_REPLIES",
+    "connect_failure",
+    "raise_storage_error",
+    "refusal",
+]
 
 #: What a call into redis-py or hiredis may raise when the store, not our code, failed.
 #: ``OSError`` covers socket errors, TLS errors and ``TimeoutError``.
@@ -69,10 +76,16 @@ _CREDENTIALS = (
 
 def refusal(exc: BaseException, where: str) -> ServerUnusable | None:
     """``ServerUnusable`` when ``exc``, met while a new connection to ``where`` was set up
-    (AUTH, SELECT, HELLO), is the server refusing the store's credentials or database;
-    None when it is an outage (no answer, loading, failing over) or not the server's."""
+    (AUTH, SELECT, HELLO), is the server refusing the store's credentials or database, or
+    a server that does not speak Redis's protocol; None when it is an outage (no answer,
+    loading, failing over) or not the server's."""
     if isinstance(exc, _CREDENTIALS):
         return _bad_credentials(exc, where)
+    if isinstance(exc, rx.InvalidResponse | hiredis.ProtocolError):  # the reply to HELLO
+        return ServerUnusable(
+            f"{where} does not speak the Redis protocol ({exc}): is it a Redis port (not a "
+            "memcached's, say)? Check the store's URL: waiting will not help"
+        )
     if isinstance(exc, rx.ResponseError) and not _transient(exc):
         return ServerUnusable(
             f"{where} refused the connection: {_said(exc)}; check the store's URL (a default "
@@ -82,6 +95,8 @@ def refusal(exc: BaseException, where: str) -> ServerUnusable | None:
 
 
 def _bad_credentials(exc: BaseException, where: str) -> ServerUnusable:
+    if _acl_denied(exc) and "client|setname" not in str(exc).lower():
+        return ServerUnusable(_acl_refusal(exc, where))
     if "client|setname" in str(exc).lower():  # the user is right; client_name= is refused
         return ServerUnusable(
             f"{where} refused CLIENT SETNAME: {_said(exc)}; the ACL of the store's user does "
@@ -92,6 +107,36 @@ def _bad_credentials(exc: BaseException, where: str) -> ServerUnusable:
         f"{where} refused the store's credentials: {_said(exc)}; check the user and password "
         "the store is given: waiting will not help"
     )
+
+
+def _acl_denied(exc: BaseException) -> bool:
+    """Whether ``exc`` is the server's ACL refusing a command or a key: ``NOPERM`` (redis-py's
+    ``NoPermissionError``), or, met by a command a script calls, Redis 7's words for it."""
+    if isinstance(exc, rx.NoPermissionError):
+        return True
+    if isinstance(exc, hiredis.ReplyError | rx.ResponseError):
+        said = str(exc)
+        return said.startswith("NOPERM") or "can't run this command or subcommand" in said
+    return False
+
+
+def _acl_refusal(exc: BaseException, where: str) -> str:
+    """What to say when the ACL of the store's user refuses one of its commands or keys."""
+    return (
+        f"{where} refused a command of the store: {_said(exc)}; the ACL of the store's user "
+        "must allow the keys under the store's prefix (~PREFIX:*, or ~* on a server of its "
+        "own) and the commands the store sends: EVALSHA, EVAL, TIME, PING, DEL, and those its "
+        "scripts call (GET, SET, HSET, ...: +@read +@write): waiting will not help"
+    )
+
+
+def connect_failure(where: str, exc: BaseException) -> str:
+    """Why a new connection to ``where`` failed, for an outage (``refusal`` found none): a
+    server that took the connection but did not answer its setup in time (hung, paused,
+    failing over) is not one that cannot be connected to."""
+    if isinstance(exc, TimeoutError | rx.TimeoutError) and "connecting" not in str(exc):
+        return f"{where} took the connection but did not answer its setup in time: {exc}"
+    return f"cannot connect to {where}: {exc}"
 
 
 def _said(exc: BaseException) -> str:
@@ -107,10 +152,8 @@ _SENTINEL_REPR = re.compile(
 
 def _readable(exc: BaseException) -> str:
     """The error's words, a sentinel's client repr shortened to ``sentinel HOST:PORT``."""
-    said = _SENTINEL_REPR.sub(r"sentinel \1:\2", str(exc)).rstrip(". ")  # "refused.;" read oddly
-    if "No master found" in said:
-        said += " (is each host a sentinel watching that service?)"
-    return said
+    # A Sentinel store's "No master found" says why itself (``_redis_sentinel._Telling``).
+    return _SENTINEL_REPR.sub(r"sentinel \1:\2", str(exc)).rstrip(". ")  # "refused.;" read oddly
 
 
 def _transient(exc: rx.ResponseError) -> bool:
@@ -142,6 +185,8 @@ def raise_storage_error(exc: BaseException, where: str, timeout: float) -> NoRet
         raise StorageError(str(exc)) from exc
     if isinstance(exc, _CREDENTIALS):  # met on redis-py's own connections (a Cluster's)
         raise StorageError(str(_bad_credentials(exc, where))) from exc
+    if _acl_denied(exc):  # a setting: answering it as an outage would hide it
+        raise StorageError(_acl_refusal(exc, where)) from exc
     if isinstance(exc, rx.RedisClusterException) and "Cluster mode is not enabled" in str(exc):
         raise StorageError(  # the server answered: a settings mistake waiting will not fix
             f"Redis at {where} is not a Redis Cluster: {exc}; use a redis:// URL (rediss:// "

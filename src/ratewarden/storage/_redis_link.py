@@ -28,7 +28,7 @@ import hiredis
 from redis import exceptions as rx
 from redis.connection import ConnectionPool
 
-from ratewarden.storage._redis_errors import REDIS_ERRORS, refusal
+from ratewarden.storage._redis_errors import REDIS_ERRORS, connect_failure, refusal
 from ratewarden.storage._redis_protocol import ConnectFailed, ConnectionFactory
 from ratewarden.storage._redis_server import HELLO, ServerUnusable, check_hello
 
@@ -268,7 +268,7 @@ class Link:
             refused = refusal(exc, self.where)
             if refused is not None:
                 raise refused from exc
-            raise ConnectFailed(f"cannot connect to {self.where}: {exc}") from exc
+            raise ConnectFailed(connect_failure(self.where, exc)) from exc
         sock: socket.socket = conn._sock  # private, but stable since redis-py 2
         self._conn = conn
         self._sock = sock

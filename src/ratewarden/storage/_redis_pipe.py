@@ -42,7 +42,7 @@ from typing import Any
 import hiredis
 from redis import exceptions as rx
 
-from ratewarden.storage._redis_errors import REDIS_ERRORS, refusal
+from ratewarden.storage._redis_errors import REDIS_ERRORS, connect_failure, refusal
 from ratewarden.storage._redis_protocol import ConnectFailed, ConnectionFactory
 from ratewarden.storage._redis_server import HELLO, ServerUnusable, check_hello
 
@@ -213,7 +213,7 @@ class Pipe(asyncio.Protocol):
             await conn.disconnect(nowait=True)
             failed: Exception | None = refusal(exc, self.where)
             if failed is None:
-                failed = ConnectFailed(f"cannot connect to {self.where}: {exc}")
+                failed = ConnectFailed(connect_failure(self.where, exc))
             failed.__cause__ = exc
             self._fail_queued(failed)
             return

@@ -23,11 +23,23 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
+
+from redis.asyncio.sentinel import MasterNotFoundError as AsyncMasterNotFoundError
+from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+from redis.sentinel import MasterNotFoundError, Sentinel
 
 from ratewarden.storage._redis_errors import REDIS_ERRORS
 
-__all__ = ["CHECK_EVERY_S", "Watch", "start_thread", "watch_for"]
+__all__ = [
+    "CHECK_EVERY_S",
+    "AsyncTellingSentinel",
+    "TellingSentinel",
+    "Watch",
+    "start_thread",
+    "watch_for",
+]
 
 #: Seconds between two readings of the Sentinels while a store is used.
 CHECK_EVERY_S = 0.5
@@ -159,3 +171,60 @@ def _read_safely(watch: Watch, sentinels: list[Any]) -> None:
         watch.read_now(sentinels)
     except BaseException:  # a reading that failed is tried again when the next is due
         watch.failed()
+
+
+#: Set while a primary is looked for: each Sentinel's state of the service, as it is judged.
+_JUDGED: ContextVar[list[dict[str, Any]] | None] = ContextVar("rw_sentinel_judged", default=None)
+
+
+class _Telling:
+    """Says why no primary was found: no Sentinel that answered knows the service (a wrong
+    service name or host list), or they know it but name no primary that is up (an outage,
+    or a failover under way: waiting helps). redis-py says "No master found" for both."""
+
+    def check_master_state(self, state: dict[str, Any], service_name: str) -> bool:
+        judged = _JUDGED.get()
+        if judged is not None:
+            judged.append(state)
+        found: bool = super().check_master_state(state, service_name)  # type: ignore[misc]
+        return found
+
+
+def _why(exc: Exception, service: str, judged: list[dict[str, Any]]) -> str:
+    if judged:
+        return (
+            f"{exc} (the sentinels know {service!r} but name no primary that is up: it is "
+            "down, or a failover is under way)"
+        )
+    said = str(exc)
+    if "ConnectionError(" not in said and "TimeoutError(" not in said:  # each host answered
+        return f"{said} (no host knows that service: is each host a sentinel watching it?)"
+    return said
+
+
+class TellingSentinel(_Telling, Sentinel):
+    """redis-py's ``Sentinel``, its "No master found" saying why (``_Telling``)."""
+
+    def discover_master(self, service_name: str) -> Any:
+        judged: list[dict[str, Any]] = []
+        token = _JUDGED.set(judged)
+        try:
+            return super().discover_master(service_name)
+        except MasterNotFoundError as exc:
+            raise MasterNotFoundError(_why(exc, service_name, judged)) from None
+        finally:
+            _JUDGED.reset(token)
+
+
+class AsyncTellingSentinel(_Telling, AsyncSentinel):
+    """``TellingSentinel`` for asyncio."""
+
+    async def discover_master(self, service_name: str) -> Any:
+        judged: list[dict[str, Any]] = []
+        token = _JUDGED.set(judged)
+        try:
+            return await super().discover_master(service_name)
+        except AsyncMasterNotFoundError as exc:
+            raise AsyncMasterNotFoundError(_why(exc, service_name, judged)) from None
+        finally:
+            _JUDGED.reset(token)

@@ -15,7 +15,10 @@
 nodes'; the sentinels' own credentials go in ``sentinel_username`` and
 ``sentinel_password``, and TLS applies to both. The three ``redis://`` forms
 accept redis-py's query options (``?client_name=api``); any other client
-option is a keyword argument of ``from_url``. A ``redis://`` URL without a host
+option is a keyword argument of ``from_url``. Options the store sets itself on
+its connections (``socket_timeout``, ``socket_connect_timeout``, ``retry*``,
+``protocol``), TLS options on a URL without TLS, and a ``db=`` option that
+differs from the URL's database are refused (``check_options``). A ``redis://`` URL without a host
 is refused (redis-py would take localhost), and so is one whose path and
 ``?db=`` name different databases.
 """
@@ -30,7 +33,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from ratewarden.errors import ConfigurationError
 from ratewarden.redaction import redact_url
 
-__all__ = ["Target", "parse"]
+__all__ = ["Target", "check_options", "client_options", "parse"]
 
 _SCHEMES = {
     "redis": ("redis", False),
@@ -59,6 +62,9 @@ class Target:
     username: str | None = None
     password: str | None = None
     query: tuple[tuple[str, str], ...] = ()
+    #: Whether the URL names the database (``/3``, ``?db=3``, ``/service/3``): a ``db=``
+    #: option that differs is then refused, as a URL naming two is.
+    db_given: bool = False
 
 
 #: The URL with its passwords replaced by ``***`` (``ratewarden.redaction.redact_url``).
@@ -186,7 +192,8 @@ def _parse_nodes(url: str, scheme: str, kind: str, tls: bool, rest: str) -> Targ
                 f"query option {name!r} is not understood here (allowed: {allowed}); {ELSEWHERE}",
             )
     service, db = _path(url, kind, path)
-    return Target(kind, url, tls, hosts, service, db, username, password, query)
+    given = kind == "sentinel" and bool(path.partition("/")[2])  # SERVICE/DB
+    return Target(kind, url, tls, hosts, service, db, username, password, query, given)
 
 
 #: Where a store's other settings go, for a URL given one it does not take: the library's
@@ -253,9 +260,73 @@ def _parse_plain(url: str, scheme: str, rest: str) -> Target:
             f"the database is given more than once and differs ({given}); give it once, "
             + ("as ?db=DB" if scheme == "unix" else "in the path (/DB) or as ?db=DB"),
         )
-    return Target("redis", redis_url, scheme == "rediss")
+    db = int(dbs[0][1]) if dbs else 0
+    return Target("redis", redis_url, scheme == "rediss", db=db, db_given=bool(dbs))
 
 
 def client_options(timeout: float, options: dict[str, Any]) -> dict[str, Any]:
-    """Client options: the store's timeout for connect and reads unless given."""
-    return {"socket_timeout": timeout, "socket_connect_timeout": timeout, **options}
+    """Client options: the store's timeout for connect and reads (``check_options`` refuses
+    one given)."""
+    return {**options, "socket_timeout": timeout, "socket_connect_timeout": timeout}
+
+
+_TIMEOUT = (
+    "the store's timeout bounds each connect and each reply on its connections; give "
+    "from_url timeout= (under ratewarden serve, --store-timeout)"
+)
+_RETRY = (
+    "the store never retries on its own (a decision is not idempotent: it sends again only "
+    "what provably did not run); leave it out"
+)
+#: Connection options the store sets itself, and why one given would not be used.
+_STORE_SETS = {
+    "socket_timeout": _TIMEOUT,
+    "socket_connect_timeout": _TIMEOUT,
+    "retry": _RETRY,
+    "retry_on_timeout": _RETRY,
+    "retry_on_error": _RETRY,
+    "protocol": "the store speaks RESP2 on its connections; leave it out",
+}
+_TLS_SCHEME = {
+    "redis": "rediss://",
+    "sentinel": "rediss+sentinel://",
+    "cluster": "rediss+cluster://",
+}
+
+
+def _given(target: Target, options: dict[str, Any]) -> dict[str, str]:
+    """Each client option given, and where: a keyword of from_url, or a plain URL's query."""
+    found = {name: "the keyword option" for name in options}
+    if target.kind == "redis":
+        for name, _value in parse_qsl(urlsplit(target.url).query, keep_blank_values=True):
+            found[name] = "the URL's query option"
+    return found
+
+
+def check_options(target: Target, options: dict[str, Any]) -> None:
+    """Refuse what would be given and not used: a connection option the store sets itself,
+    TLS options on a URL without TLS, and a database the URL names otherwise."""
+    where = f"store URL {redact(target.url)!r}"
+    given = _given(target, options)
+    for name, how in given.items():
+        if name in _STORE_SETS:
+            raise ConfigurationError(f"{where}: {how} {name} is not used: {_STORE_SETS[name]}")
+    tls = sorted(name for name in given if name.startswith("ssl_"))
+    if target.kind == "redis" and "ssl" in given:
+        tls.insert(0, "ssl")
+    # A Sentinel or Cluster client may be made TLS by its options (ssl=True, a class).
+    made_tls = bool(options.get("ssl")) or bool(
+        {"connection_class", "connection_pool"} & set(options)
+    )
+    if tls and not target.tls and not (target.kind != "redis" and made_tls):
+        named = ", ".join(tls) + (" is a TLS option" if len(tls) == 1 else " are TLS options")
+        if target.url.startswith("unix:"):
+            fix = "a Unix socket is not TLS: leave it out, or reach the server by rediss://"
+        else:
+            fix = f"use {_TLS_SCHEME[target.kind]} for TLS, or leave it out"
+        raise ConfigurationError(f"{where}: {named}, and the URL is not TLS; {fix}")
+    if "db" in options and target.db_given and str(options["db"]) != str(target.db):
+        raise ConfigurationError(
+            f"{where}: the database is given twice and differs (database {target.db} in the "
+            f"URL, db={options['db']!r} as a keyword option); give it once"
+        )

@@ -46,6 +46,7 @@ import redis.asyncio as aredis
 from ratewarden.checks import keywords_checked
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
+from ratewarden.errors import StorageUnavailableError
 from ratewarden.rate import Rate
 from ratewarden.storage import _decisions, _plan
 from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix
@@ -54,7 +55,6 @@ from ratewarden.storage._redis_async import AsyncCluster, AsyncRouter, AsyncStan
 from ratewarden.storage._redis_clients import async_client, sync_client
 from ratewarden.storage._redis_errors import REDIS_ERRORS, raise_storage_error
 from ratewarden.storage._redis_link import DEFAULT_SPIN
-from ratewarden.storage._redis_server import ServerUnusable
 from ratewarden.storage._redis_store import (
     DEFAULT_TIMEOUT,
     Call,
@@ -67,6 +67,14 @@ from ratewarden.storage._redis_sync import Cluster, Router, Standalone
 __all__ = ["DEFAULT_TIMEOUT", "AsyncRedisStore", "RedisStore"]
 
 T = TypeVar("T")
+
+#: What ``ping`` decides after PING: a peek (a hit of cost 0: the script reads the key and
+#: writes nothing) on a key under the store's prefix, so that an ACL forbidding the store's
+#: keys or scripts fails the ping as it would fail every call.
+_PROBE = ("fixed_window", "ratewarden-ping", Rate(1, 1), 0)
+#: Sent first when the scripts read Redis TIME (no clock given): its refusal names TIME,
+#: where a script's refused ``redis.call('TIME')`` names only the script's line.
+_TIME = ("{ratewarden-ping}", "TIME")
 
 
 class RedisStore(RedisBase):
@@ -186,14 +194,21 @@ class RedisStore(RedisBase):
         return self._answers(calls, replies)
 
     def ping(self) -> bool:
-        """True when the server (every Cluster primary) answers within the timeout, False
-        when one does not. Raises ``StorageError`` when one answers but cannot run
-        ratewarden's scripts (a Redis older than 6.2)."""
+        """True when the server (every Cluster primary) answers within the timeout and lets
+        the store decide, False when one does not answer. It sends PING, then (without a
+        clock) TIME, then a peek of cost 0 on a key under the store's prefix, which writes
+        nothing. Raises ``StorageError`` when one answers but cannot be used: a Redis older
+        than 6.2, refused credentials, or an ACL that forbids the store's keys, scripts or
+        TIME (``NOPERM``), which would fail every call."""
         try:
-            self._router.ping()
-        except ServerUnusable as exc:
-            raise_storage_error(exc, self._router.where, self.timeout)
-        except REDIS_ERRORS:
+            try:
+                self._router.ping()
+                if self._now_us is None:
+                    self._router.command(*_TIME)
+            except REDIS_ERRORS as exc:  # an outage (False below) or a refusal (raised)
+                raise_storage_error(exc, self._router.where, self.timeout)
+            self.hit(*_PROBE)
+        except StorageUnavailableError:
             return False
         return True
 
@@ -271,10 +286,14 @@ class AsyncRedisStore(RedisBase):
     async def ping(self) -> bool:
         """See ``RedisStore.ping``."""
         try:
-            await self._router.ping()
-        except ServerUnusable as exc:
-            raise_storage_error(exc, self._router.where, self.timeout)
-        except REDIS_ERRORS:
+            try:
+                await self._router.ping()
+                if self._now_us is None:
+                    await self._router.command(*_TIME)
+            except REDIS_ERRORS as exc:  # an outage (False below) or a refusal (raised)
+                raise_storage_error(exc, self._router.where, self.timeout)
+            await self.hit(*_PROBE)
+        except StorageUnavailableError:
             return False
         return True
 
