@@ -4,7 +4,7 @@ A real redis-server paused with SIGSTOP for a bounded time (SIGCONT always follo
 store timeout longer than the client's deadline: the call is cancelled while its store
 step waits. Cancelling cannot take back a script already sent: Redis runs it once it
 resumes, and the hits count. A call cancelled before its store step was sent (the
-connection still being made) is never charged. The rule allows 3 a minute; what the
+connection still being made) is never charged. The rule allows 3 an hour; what the
 next calls get says whether the cancelled one was charged.
 """
 

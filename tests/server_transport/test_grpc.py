@@ -127,7 +127,7 @@ class ExplodingService:
 
 
 async def test_calls_are_allowed_until_the_limit_then_over_limit(stub: Any) -> None:
-    """3/minute on api_key: three OK answers counting down, then OVER_LIMIT, over real gRPC."""
+    """3/hour on api_key: three OK answers counting down, then OVER_LIMIT, over real gRPC."""
     replies = [await stub.ShouldRateLimit(request("transport", {"api_key": "a"})) for _ in range(4)]
     assert [r.overall_code for r in replies] == [OK, OK, OK, OVER_LIMIT]
     assert [r.statuses[0].limit_remaining for r in replies] == [2, 1, 0, 0]
@@ -255,7 +255,7 @@ async def test_response_headers_setting_reaches_envoy_over_grpc(start_server: St
         reply = await stub.ShouldRateLimit(request("transport", {"api_key": "h"}))
     headers = {h.key.lower(): h.value for h in reply.response_headers_to_add}
     assert set(headers) == {"ratelimit-policy", "ratelimit"}
-    assert ";q=3;w=60" in headers["ratelimit-policy"]
+    assert ";q=3;w=3600" in headers["ratelimit-policy"]
     assert ";r=2;" in headers["ratelimit"]
 
 
@@ -272,7 +272,7 @@ async def test_legacy_response_headers_take_the_names_given(start_server: StartS
         headers = {h.key: h.value for h in reply.response_headers_to_add}
         assert list(headers) == list(names)
         assert headers[names[0]] == "3" and headers[names[1]] == "2"
-        assert 0 < int(headers[names[2]]) <= 60
+        assert 0 < int(headers[names[2]]) <= 3600
 
 
 async def test_the_server_has_a_circuit_breaker_unless_turned_off(
@@ -420,7 +420,7 @@ async def test_a_large_request_is_answered_whole(stub: Any) -> None:
 
 
 async def test_calls_that_arrive_together_are_each_answered_as_alone(stub: Any) -> None:
-    """200 calls at once on one key of 3/minute: exactly 3 OK, with remaining 2, 1, 0."""
+    """200 calls at once on one key of 3/hour: exactly 3 OK, with remaining 2, 1, 0."""
     replies = await asyncio.gather(
         *(stub.ShouldRateLimit(request("transport", {"api_key": "burst"})) for _ in range(200))
     )

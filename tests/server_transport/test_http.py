@@ -31,7 +31,7 @@ async def test_json_answers_200_until_the_limit_then_429(start_server: StartServ
     assert replies[0].headers["content-type"] == "application/json"
     first = replies[0].json()
     assert first["overallCode"] == "OK"
-    assert first["statuses"][0]["currentLimit"] == {"requestsPerUnit": 3, "unit": "MINUTE"}
+    assert first["statuses"][0]["currentLimit"] == {"requestsPerUnit": 3, "unit": "HOUR"}
     assert first["statuses"][0]["limitRemaining"] == 2
     assert replies[3].json()["overallCode"] == "OVER_LIMIT"
 
@@ -76,7 +76,7 @@ async def test_rlconfig_shows_the_loaded_rules_as_text_or_json(start_server: Sta
     text = await http(server.http_port, "GET", "/rlconfig")
     as_json = await http(server.http_port, "GET", "/rlconfig?format=json")
     assert text.status == 200
-    assert text.body.decode().startswith("transport.api_key: 3/minute")
+    assert text.body.decode().startswith("transport.api_key: 3/hour")
     assert as_json.json()["domains"][0]["domain"] == "transport"
 
 
