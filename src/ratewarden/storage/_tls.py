@@ -11,8 +11,6 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from ratewarden.errors import ConfigurationError
 
 __all__ = ["client_context", "prebuilt_context"]
@@ -52,6 +50,8 @@ def prebuilt_context(base: type, options: dict[str, Any], where: str) -> type:
     CA store (~45-70 ms of CPU) made the first call of a store on ``rediss://`` often miss
     the 20 ms default timeout. The store's pipe keeps this one for every reconnect.
     """
+    from redis.exceptions import RedisError  # here: the memcache stores use this module too
+
     try:
         shared = base(**options).ssl_context
         shared.get()
