@@ -335,7 +335,10 @@ class Warnings(logging.Handler):
         self.records: list[logging.LogRecord] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        # An ignored limit override (unit UNKNOWN) is a fair warning about the request.
+        # An ignored limit override (unit UNKNOWN) and a domain no rule defines (7c1e5d8) are
+        # fair warnings about the request, not store errors.
+        if getattr(record, "event", None) == "domain_not_found":
+            return
         if not record.getMessage().startswith("ignoring a limit override"):
             self.records.append(record)
 
