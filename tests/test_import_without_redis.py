@@ -43,3 +43,13 @@ def test_a_redis_store_without_redis_py_says_to_install_the_extra(name: str) -> 
         f"ratewarden.{name} needs redis-py (the redis extra), which is not installed (no module "
         "named 'redis'): pip install 'ratewarden[redis]' (in a clone: pip install -e '.[redis]')",
     ]
+
+
+@pytest.mark.parametrize("name", ["MemcacheStore", "AsyncMemcacheStore"])
+def test_the_memcache_stores_import_without_redis_py(name: str) -> None:
+    """They share TLS helpers with the Redis stores, which import redis-py only where a Redis
+    store needs it (b65daf0 had imported it at the helpers' top: ac09799)."""
+    done = subprocess.run(
+        [sys.executable, "-c", RUN, name], check=True, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout == ""

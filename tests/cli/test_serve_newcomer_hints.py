@@ -18,16 +18,10 @@ from ratewarden.server.command import GROUPS, refusal
 from ratewarden.server.options import OPTIONS
 from tests._servers import HOST, free_port
 from tests.cli.test_help import help_of
+from tests.cli.test_usage_errors import refusal as refused
 from tests.server_transport._process import RATEWARDEN
 
 CONFIG = Path(__file__).parents[2] / "examples" / "ratelimit.yaml"
-
-
-def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    with pytest.raises(SystemExit) as exited:
-        main(argv)
-    assert exited.value.code == 2
-    return capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
