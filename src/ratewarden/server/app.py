@@ -58,7 +58,7 @@ from ratewarden.server.service import AsyncRateLimitService
 from ratewarden.server.settings import Settings, redacted, store_scheme
 from ratewarden.server.stats import ServiceStats, multiprocess_dir
 from ratewarden.server.stats_loops import flush_loop, publish_loop
-from ratewarden.server.store_check import refuse_unusable, store_breaker, store_fault
+from ratewarden.server.store_check import named_fault, refuse_unusable, store_breaker, store_fault
 from ratewarden.server.tracing import tracing_of
 from ratewarden.server.xds import XdsSubscription, load_resources, source_of
 from ratewarden.storage import AsyncStore
@@ -367,12 +367,13 @@ class RateLimitServer:
         serving = (alive or not follows) and ruled
         if (serving, fault) != (self._serving, self._fault):  # logged when either changes
             message = "store answers: serving"
-            if fault is not None and follows:
-                message = f"{fault}: not serving"
+            said = named_fault(fault, self.settings.store_url)
+            if said is not None and follows:
+                message = f"{said}: not serving"
             elif not ruled:
                 message = "no domain loaded (--health-needs-rules): not serving"
-            elif fault is not None:
-                message = f"{fault}: serving (--no-health-follows-store)"
+            elif said is not None:
+                message = f"{said}: serving (--no-health-follows-store)"
             level = logging.INFO if serving and alive else logging.WARNING
             log.log(level, message, extra={"event": "health", "serving": serving})
         self._serving, self._fault = serving, fault

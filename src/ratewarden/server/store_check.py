@@ -18,9 +18,10 @@ from typing import Protocol
 
 from ratewarden.errors import ConfigurationError, StorageError, StorageUnavailableError
 from ratewarden.metrics import Metrics
+from ratewarden.server.store_url import redacted
 from ratewarden.tiers import CircuitBreaker
 
-__all__ = ["refuse_unusable", "store_breaker", "store_fault"]
+__all__ = ["named_fault", "refuse_unusable", "store_breaker", "store_fault"]
 
 #: Why a store is not serving when its ping fails or times out.
 NO_ANSWER = "store does not answer"
@@ -33,26 +34,39 @@ class Pinged(Protocol):
 
 
 async def store_fault(store: Pinged, timeout: float) -> str | None:
-    """None when ``store`` answers a ping within ``timeout`` seconds, else why not."""
+    """None when ``store`` answers a ping within ``timeout`` seconds, else why not: a store
+    that does not answer says ``NO_ANSWER`` and, in brackets, what its ping met (connection
+    refused, a timeout), so the health line names the cause at once."""
     try:
         # Not asyncio.wait_for: on Python 3.11 it returns the result when a cancellation
         # lands as the ping answers (CPython gh-86296), and the health loop, cancelled by
         # stop(), would run on and stop() wait for it forever.
         async with asyncio.timeout(timeout):
             alive = await store.ping()
-    except StorageUnavailableError:
-        return NO_ANSWER
+    except StorageUnavailableError as exc:
+        # The store's own words up to its advice to callers ("; the failure mode decides").
+        return f"{NO_ANSWER} ({str(exc).split('; ')[0]})"
     except StorageError as exc:  # it answers, but cannot be used
         return str(exc)
-    except Exception:  # a timeout, or an error the store's own boundary missed
-        return NO_ANSWER
+    except TimeoutError:
+        return f"{NO_ANSWER} (no answer to its ping within {timeout:g} s)"
+    except Exception as exc:  # an error the store's own boundary missed
+        return f"{NO_ANSWER} ({type(exc).__name__}: {exc})"
     return None if alive else NO_ANSWER
+
+
+def named_fault(fault: str | None, url: str) -> str | None:
+    """``fault`` for the health line: a store that does not answer named by its URL (its
+    password hidden), as ``store 'redis://127.0.0.1:6379/0' does not answer (...)``."""
+    if fault is None or not fault.startswith(NO_ANSWER):
+        return fault
+    return fault.replace(NO_ANSWER, f"store {redacted(url)!r} does not answer", 1)
 
 
 async def refuse_unusable(store: Pinged, timeout: float) -> None:
     """Raise ``ConfigurationError`` when ``store`` answers but cannot be used."""
     fault = await store_fault(store, timeout)
-    if fault is not None and fault != NO_ANSWER:
+    if fault is not None and not fault.startswith(NO_ANSWER):
         raise ConfigurationError(f"the store cannot be used: {fault}")
 
 
