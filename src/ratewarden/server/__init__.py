@@ -15,8 +15,10 @@
 - ``ratewarden serve``: ``app`` (the composition root: settings in, a running
   server out; the only module here that builds a store), ``settings`` /
   ``options`` / ``store_url`` / ``rules_source`` (its settings, flags and environment),
-  ``logs``, ``grpc`` and ``http`` (the transports), ``listeners`` (their ports),
-  ``reload``, ``stats`` and ``dashboard``.
+  ``command`` (the command line's parser, in sections, and its refusals), ``logs``,
+  ``grpc`` and ``http`` (the transports), ``listeners`` (their ports), ``store_check``
+  (the store's health), ``unknown_domains`` (the bounded warning about domains no rule
+  file defines), ``reload``, ``stats`` and ``dashboard``.
 
 Importing this package imports neither gRPC nor protobuf.
 """

@@ -45,7 +45,7 @@ flag or variable it came from::
     --tls-client-san HOST  RATEWARDEN_TLS_CLIENT_SAN  the host a client cert must name
     --max-values-per-rule N RATEWARDEN_MAX_VALUES_PER_RULE 100000 (0 turns the cap off)
     --response-headers M   RATEWARDEN_RESPONSE_HEADERS off (also: legacy, draft-10)
-    --legacy-header-names N RATEWARDEN_LEGACY_HEADER_NAMES RateLimit-Limit,-Remaining,-Reset
+    --legacy-header-names NAMES RATEWARDEN_LEGACY_HEADER_NAMES RateLimit-Limit,-Remaining,-Reset
     --response-metadata M  RATEWARDEN_RESPONSE_METADATA merged (also: upstream)
     --breaker-failures N   RATEWARDEN_BREAKER_FAILURES 5 (0 turns the circuit breaker off)
     --breaker-cooldown S   RATEWARDEN_BREAKER_COOLDOWN 1
