@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
@@ -24,11 +24,8 @@ from ratewarden.server.config import (
     Match,
     RateLimitConfig,
 )
-from ratewarden.server.statuses import override
+from ratewarden.server.statuses import Reporting, override
 from ratewarden.server.value_cap import ValueCap
-
-if TYPE_CHECKING:  # hooks reads outcomes, whose module reads items
-    from ratewarden.server.hooks import Reports
 
 __all__ = [
     "Item",
@@ -109,7 +106,7 @@ def prepare(
     request: Any,
     config: RateLimitConfig,
     cap: ValueCap,
-    reports: Reports,
+    reports: Reporting,
     failure_mode: str = DEFAULT_FAILURE_MODE,
 ) -> list[Item]:
     """The request's descriptors as items, with rules, keys and caps; raises if malformed.
@@ -229,7 +226,7 @@ def _resolve(domain: DomainConfig, descriptor: Any) -> _Resolved:
     return entries, addend, limited, match, rule, key, metric_key
 
 
-def _cap(cap: ValueCap, item: Item, reports: Reports, now: int) -> None:
+def _cap(cap: ValueCap, item: Item, reports: Reporting, now: int) -> None:
     """Past ``max_values_per_rule``, a new value shares the rule's overflow counter."""
     rule = item.rule
     assert rule is not None  # the item needs the store

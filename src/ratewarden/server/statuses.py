@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped, unused-ignore]
 
@@ -18,7 +18,7 @@ from ratewarden.rate import UNITS, Rate
 from ratewarden.server.config import DEFAULT_ALGORITHM, DescriptorRule, Limit
 from ratewarden.server.value_cap import OVERRIDES
 
-__all__ = ["OVERRIDE_SOURCE", "UNIT_ENUM", "Ignored", "override", "pooled"]
+__all__ = ["OVERRIDE_SOURCE", "UNIT_ENUM", "Ignored", "Reporting", "override", "pooled"]
 
 #: The ``source`` of every rule ``override`` makes.
 OVERRIDE_SOURCE = "the request's limit override"
@@ -90,3 +90,12 @@ def pooled(rule: DescriptorRule) -> DescriptorRule:
     if rule.source != OVERRIDE_SOURCE:
         return rule
     return replace(rule, path=f"{rule.domain}.{OVERRIDES}")
+
+
+class Reporting(Protocol):
+    """What preparing a request's descriptors tells the service's reports (``hooks.Reports``
+    has both): an override it could not apply, a value past its rule's cap."""
+
+    def override_ignored(self, domain: str, kind: str, why: str) -> None: ...
+
+    def overflow(self, rule: DescriptorRule, limit: int | None) -> None: ...
