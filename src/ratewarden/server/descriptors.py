@@ -232,7 +232,7 @@ def _cap(cap: ValueCap, item: Item, reports: Reporting, now: int) -> None:
     assert rule is not None  # the item needs the store
     item.key, overflowed = cap.key(rule, item.key, override=item.override, now=now)
     if overflowed:
-        reports.overflow(rule, cap.limit)
+        reports.overflow(rule, cap.limit, override=item.override)
 
 
 def _keys(domain: str, item: Item) -> tuple[str, str]:

@@ -4,7 +4,7 @@
 ``ServiceStats``). ``Reports`` holds the service's current hooks and writes what
 happens beside a decision: a store failure (a bounded log line and
 ``on_store_error``), a value past ``max_values_per_rule`` (a line and
-``on_value_overflow``; all limit overrides of a domain as one pool, ``statuses.pooled``),
+``on_value_overflow``; all limit overrides of a domain as one pool, ``value_cap.OVERRIDES``),
 a limit override it could not apply (a bounded line), a request to a domain the config
 does not know (``on_domain_not_found``), and each store call's duration: it is the metrics object
 of the service's limiter, whose ``store_latency`` it passes on to
@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 
 from ratewarden.clock import Clock
 from ratewarden.errors import CircuitOpenError, StorageError, StorageUnavailableError
 from ratewarden.metrics import LogRateLimiter, Metrics
 from ratewarden.server.config import DescriptorRule
 from ratewarden.server.response import DescriptorOutcome
-from ratewarden.server.statuses import pooled
+from ratewarden.server.value_cap import OVERRIDES
 
 __all__ = ["Reports", "ServiceHooks"]
 
@@ -126,16 +127,17 @@ class Reports(Metrics):
                 extra={"event": "hook_failed", "hook": "on_store_error"},
             )
 
-    def overflow(self, rule: DescriptorRule, limit: int | None) -> None:
+    def overflow(self, rule: DescriptorRule, limit: int | None, *, override: bool) -> None:
         """A new value of ``rule`` went to its overflow counter (``limit`` values held).
 
         A limit override's rule is made per request and named after its values; all of a
         domain's overrides share one cap, so they are reported as one pool: one line a
-        minute and one hook rule per domain, whatever the junk values."""
-        pool = pooled(rule)
-        if pool is rule:
-            message, whose = "rule %s holds %d distinct values", rule.path
-        else:
+        minute and one hook rule per domain (path ``<domain>.(limit overrides)``, the
+        override's own limits), whatever the junk values."""
+        pool = rule
+        message, whose = "rule %s holds %d distinct values", rule.path
+        if override:  # value_cap counts every override of a domain in one group
+            pool = replace(rule, path=f"{rule.domain}.{OVERRIDES}")
             message, whose = "the limit overrides of domain %r hold %d distinct values", rule.domain
         self._lines.log(
             log,

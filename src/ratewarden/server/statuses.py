@@ -1,13 +1,12 @@
 """Envoy's ``RateLimit`` units both ways: the enum a ``DescriptorStatus``'s current limit
 names its unit with (``UNIT_ENUM``), and a descriptor's limit override read into a rule
-(``override``), or into the rule of its domain's pool of overrides (``pooled``).
+(``override``).
 Nothing here touches a store.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -16,12 +15,9 @@ from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped, u
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import UNITS, Rate
 from ratewarden.server.config import DEFAULT_ALGORITHM, DescriptorRule, Limit
-from ratewarden.server.value_cap import OVERRIDES
 
-__all__ = ["OVERRIDE_SOURCE", "UNIT_ENUM", "Ignored", "Reporting", "override", "pooled"]
+__all__ = ["UNIT_ENUM", "Ignored", "Reporting", "override"]
 
-#: The ``source`` of every rule ``override`` makes.
-OVERRIDE_SOURCE = "the request's limit override"
 #: How ``override`` reports an override it ignored: ``(domain, kind, why)``, where ``kind``
 #: is the override's unit name, or ``"unknown unit"`` for every unit Envoy does not define
 #: (a client cannot make kinds without end).
@@ -74,22 +70,12 @@ def override(
     return DescriptorRule(
         domain=domain,
         path=path,
-        source=OVERRIDE_SOURCE,
+        source="the request's limit override",
         limits=(Limit(limit.requests_per_unit, unit, rate=rate),),
         algorithm=algorithm,
         failure_mode=failure_mode if base is None else base.failure_mode,
         budget=base is not None and base.budget,
     )
-
-
-def pooled(rule: DescriptorRule) -> DescriptorRule:
-    """``rule``; for a rule ``override`` made, the rule of its domain's pool of overrides
-    (path ``<domain>.(limit overrides)``, the override's own limits): every override of a
-    domain shares one cap on distinct values and one overflow counter (``value_cap.OVERRIDES``),
-    so their overflow is reported once per domain, not once per value."""
-    if rule.source != OVERRIDE_SOURCE:
-        return rule
-    return replace(rule, path=f"{rule.domain}.{OVERRIDES}")
 
 
 class Reporting(Protocol):
@@ -98,4 +84,4 @@ class Reporting(Protocol):
 
     def override_ignored(self, domain: str, kind: str, why: str) -> None: ...
 
-    def overflow(self, rule: DescriptorRule, limit: int | None) -> None: ...
+    def overflow(self, rule: DescriptorRule, limit: int | None, *, override: bool) -> None: ...
