@@ -89,10 +89,11 @@ def test_memory_record_expires_after_ttl() -> None:
 
 
 def test_memory_store_is_bounded_by_entries_and_bytes() -> None:
-    """Past max_entries or max_bytes the oldest records go first."""
+    """Past max_entries or max_bytes the oldest stored responses go first."""
     store = MemoryIdempotencyStore(clock=ManualClock(), max_entries=3)
     for key in "abcd":
         store.begin(key, "fp", "t", 10)
+        store.complete(key, "t", RESPONSE, 60)
     assert len(store) == 3
     assert store.begin("a", "fp", "t2", 10).state == "acquired"  # "a" was evicted
 
@@ -105,10 +106,12 @@ def test_memory_store_is_bounded_by_entries_and_bytes() -> None:
 
 
 def test_memory_store_refuses_a_response_larger_than_its_byte_bound() -> None:
-    """complete says False when the response alone exceeds max_bytes: nothing is replayed."""
+    """complete raises StorageError when the response alone exceeds max_bytes: nothing is
+    replayed, and the key is free again."""
     store = MemoryIdempotencyStore(clock=ManualClock(), max_bytes=1000)
     store.begin("k", "fp", "t", 10)
-    assert store.complete("k", "t", StoredResponse(200, (), b"." * 5000), 60) is False
+    with pytest.raises(StorageError, match="does not fit"):
+        store.complete("k", "t", StoredResponse(200, (), b"." * 5000), 60)
     assert store.begin("k", "fp", "t2", 10).state == "acquired"
 
 

@@ -15,17 +15,14 @@ from __future__ import annotations
 
 import inspect
 import math
-import threading
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from ratewarden.checks import keywords_checked
-from ratewarden.clock import Clock, SystemClock
 from ratewarden.errors import ConfigurationError, StorageError, StorageUnavailableError
 from ratewarden.idempotency import Claim, StoredResponse
+from ratewarden.storage._idempotency_memory import MemoryRecords
 
 __all__ = [
     "DEFAULT_PREFIX",
@@ -36,104 +33,16 @@ __all__ = [
 ]
 
 DEFAULT_PREFIX = "ratewarden:idem:"
-# What a record costs besides its response (key, token, fingerprint, objects).
-_RECORD_OVERHEAD = 256
 
 
 # ---------------------------------------------------------------- memory
 
 
-@dataclass(frozen=True, slots=True)
-class _Record:
-    expires_us: int
-    token: str  # the lock holder's; empty once done
-    fingerprint: str
-    response: StoredResponse | None
-
-    @property
-    def size(self) -> int:
-        """Bytes charged against the store's bound: the response plus a flat overhead."""
-        if self.response is None:
-            return _RECORD_OVERHEAD
-        headers = sum(len(n) + len(v) for n, v in self.response.headers)
-        return _RECORD_OVERHEAD + headers + len(self.response.body)
-
-
-class _MemoryRecords:
-    """Records under a lock, expired lazily, evicted oldest first past the bounds.
-
-    Everything the memory store and its asyncio twin do; they differ only in
-    whether ``begin``, ``complete`` and ``release`` are awaited.
-    """
-
-    @keywords_checked
-    def __init__(
-        self, *, clock: Clock | None = None, max_entries: int = 10_000, max_bytes: int = 64 << 20
-    ) -> None:
-        for name, value in (("max_entries", max_entries), ("max_bytes", max_bytes)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigurationError(f"memory idempotency store {name}={value!r}: must be >= 1")
-        self._clock = clock or SystemClock()
-        self._max_entries, self._max_bytes = max_entries, max_bytes
-        self._records: OrderedDict[str, _Record] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-
-    def _begin(self, key: str, fingerprint: str, token: str, lock_ttl: float) -> Claim:
-        with self._lock:
-            now = self._clock.now_us()
-            record = self._live(key, now)
-            if record is None:
-                self._put(key, _Record(now + _us(lock_ttl), token, fingerprint, None))
-                return Claim("acquired")
-            if record.response is None:
-                if record.token == token:  # this request's own lock: a begin sent again
-                    return Claim("acquired")
-                return Claim("in_flight", record.fingerprint)
-            return Claim("done", record.fingerprint, record.response)
-
-    def _complete(self, key: str, token: str, response: StoredResponse, ttl: float) -> bool:
-        with self._lock:
-            now = self._clock.now_us()
-            record = self._live(key, now)
-            if record is not None and record.response == response:  # a complete sent again
-                return True
-            if record is None or record.response is not None or record.token != token:
-                return False
-            self._put(key, _Record(now + _us(ttl), "", record.fingerprint, response))
-            return key in self._records  # a response larger than max_bytes is not kept
-
-    def _release(self, key: str, token: str) -> None:
-        with self._lock:
-            record = self._live(key, self._clock.now_us())
-            if record is not None and record.response is None and record.token == token:
-                self._drop(key)
-
-    def __len__(self) -> int:
-        return len(self._records)
-
-    def _live(self, key: str, now: int) -> _Record | None:
-        record = self._records.get(key)
-        if record is not None and record.expires_us <= now:
-            self._drop(key)
-            return None
-        return record
-
-    def _put(self, key: str, record: _Record) -> None:
-        if key in self._records:
-            self._drop(key)
-        self._records[key] = record
-        self._bytes += record.size
-        while len(self._records) > self._max_entries or self._bytes > self._max_bytes:
-            self._drop(next(iter(self._records)))
-
-    def _drop(self, key: str) -> None:
-        self._bytes -= self._records.pop(key).size
-
-
-class MemoryIdempotencyStore(_MemoryRecords):
+class MemoryIdempotencyStore(MemoryRecords):
     """Keys in this process only (one worker, or tests). Bounded by entries and bytes:
-    past either bound the oldest records go first, which forgets their keys early."""
+    past either bound the oldest stored responses go first, which forgets their keys
+    early. Locks of requests in flight are never dropped: with no room left for one,
+    ``begin`` raises ``StorageError`` (the middleware's 503)."""
 
     def begin(self, key: str, fingerprint: str, token: str, lock_ttl: float) -> Claim:
         """See ``IdempotencyStore.begin``."""
@@ -148,7 +57,7 @@ class MemoryIdempotencyStore(_MemoryRecords):
         self._release(key, token)
 
 
-class AsyncMemoryIdempotencyStore(_MemoryRecords):
+class AsyncMemoryIdempotencyStore(MemoryRecords):
     """The asyncio face of ``MemoryIdempotencyStore`` (no I/O: it never waits)."""
 
     async def begin(self, key: str, fingerprint: str, token: str, lock_ttl: float) -> Claim:
@@ -162,10 +71,6 @@ class AsyncMemoryIdempotencyStore(_MemoryRecords):
     async def release(self, key: str, token: str) -> None:
         """See ``IdempotencyStore.release``."""
         self._release(key, token)
-
-
-def _us(seconds: float) -> int:
-    return max(math.ceil(seconds * 1_000_000), 1)
 
 
 # ---------------------------------------------------------------- redis
@@ -230,9 +135,11 @@ def _claim_of(key: str, value: bytes | str, token: str) -> Claim:
 def _storage_error(exc: BaseException) -> StorageError:
     from redis import exceptions as rx
 
+    # redis-py 8's repr of a server error drops its text ("server:ResponseError"): say both.
+    said = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, rx.ConnectionError | rx.TimeoutError | OSError):
-        return StorageUnavailableError(f"Redis idempotency store unavailable: {exc!r}")
-    return StorageError(f"Redis idempotency store rejected a command: {exc!r}")
+        return StorageUnavailableError(f"Redis idempotency store unavailable: {said}")
+    return StorageError(f"Redis idempotency store rejected a command: {said}")
 
 
 def _check_client(who: str, client: object, want_async: bool) -> None:
