@@ -30,14 +30,19 @@ from dataclasses import replace
 from http import HTTPStatus
 from logging import WARNING
 from typing import Literal, NamedTuple
-from urllib.parse import urlsplit
 
-from ratewarden.checks import check_bool, is_number
+from ratewarden.checks import check_bool
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.idempotency import Claim, StoredResponse
 from ratewarden.limiter import check_metrics
 from ratewarden.metrics import LogRateLimiter, Metrics
-from ratewarden.middleware._rules import check_method, check_name, compile_path
+from ratewarden.middleware._idempotency_checks import (
+    check_bytes,
+    check_required,
+    check_required_docs,
+    check_seconds,
+)
+from ratewarden.middleware._rules import check_method, check_name
 
 __all__ = [
     "DEFAULT_METHODS",
@@ -46,8 +51,6 @@ __all__ = [
     "Capture",
     "IdempotencyPolicy",
     "Pending",
-    "check_identity",
-    "check_store",
     "default_store_response",
     "problem",
 ]
@@ -98,57 +101,6 @@ def problem(
     return StoredResponse(status, tuple(headers), body.encode())
 
 
-def _check_seconds(name: str, value: object) -> float:
-    if not is_number(value, low_ok=False):
-        raise ConfigurationError(f"idempotency middleware {name}={value!r}: seconds, more than 0")
-    return float(value)
-
-
-def _check_bytes(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigurationError(f"idempotency middleware {name}={value!r}: a byte count >= 0")
-    return value
-
-
-def _check_required(value: object) -> bool | tuple[re.Pattern[str], ...]:
-    """``required``: True or False, or path patterns (one or several) where a key is required."""
-    if isinstance(value, bool):
-        return value
-    what = f"idempotency middleware required={value!r}"
-    patterns = [value] if isinstance(value, str | re.Pattern) else value
-    if not isinstance(patterns, Iterable) or isinstance(patterns, bytes | dict):
-        raise ConfigurationError(
-            f"{what}: True, False, or path patterns (such as '/payments/**') where a key"
-            " is required"
-        )
-    compiled = []
-    for pattern in patterns:
-        if isinstance(pattern, re.Pattern) and isinstance(pattern.pattern, str):
-            compiled.append(pattern)
-        elif isinstance(pattern, str) and pattern.startswith("/"):
-            compiled.append(compile_path(pattern, what))
-        else:
-            raise ConfigurationError(
-                f"{what}: {pattern!r} is not a path pattern (a string starting with '/', "
-                "or a compiled regular expression of str)"
-            )
-    if not compiled:
-        raise ConfigurationError(f"{what}: no path pattern; required=False requires no key")
-    return tuple(compiled)
-
-
-def _check_required_docs(value: object, required: object) -> str | None:
-    """``required_docs``: None, or the absolute URL of the documentation of keys."""
-    if value is None:
-        return None
-    what = f"idempotency middleware required_docs={value!r}"
-    if not isinstance(value, str) or not urlsplit(value).scheme or any(c.isspace() for c in value):
-        raise ConfigurationError(f"{what}: an absolute URL, such as 'https://example.com/docs'")
-    if required is False:
-        raise ConfigurationError(f"{what}: only a missing key's 400 links it; set required= too")
-    return value
-
-
 def _length_prefixed(*parts: str | bytes) -> bytes:
     data = [p.encode("utf-8", "surrogateescape") if isinstance(p, str) else p for p in parts]
     return b"".join(b"%d:%s" % (len(p), p) for p in data)
@@ -164,6 +116,8 @@ def _scope_parts(identity: object, key: str) -> tuple[str | bytes, ...]:
         return (identity, key) if identity else (identity, key, "")
     if isinstance(identity, numbers.Number | uuid.UUID) and not isinstance(identity, bool):
         return (str(identity), key)
+    if inspect.iscoroutine(identity):
+        identity.close()  # never awaited: closed, so Python does not warn of it as well
     raise ConfigurationError(
         f"idempotency middleware identity returned {identity!r}, a {type(identity).__name__}: "
         "it names the caller with a str, a number or a UUID (None: no caller, the shared "
@@ -234,15 +188,20 @@ class IdempotencyPolicy:
             raise ConfigurationError(f"store_response={store_response!r}: a function of a status")
         check_bool("idempotency middleware fail_open", fail_open)
         self.methods = frozenset(check_method(m, "idempotency methods").upper() for m in methods)
-        self.lock_ttl = _check_seconds("lock_ttl", lock_ttl)
-        self.ttl = _check_seconds("ttl", ttl)
-        self.max_body = _check_bytes("max_body_bytes", max_body_bytes)
-        self.max_response = _check_bytes("max_response_bytes", max_response_bytes)
+        if not self.methods:
+            raise ConfigurationError(
+                f"idempotency methods={methods!r}: no method, so the middleware would guard "
+                "nothing; give the methods it handles, such as {'POST', 'PATCH'} (the default)"
+            )
+        self.lock_ttl = check_seconds("lock_ttl", lock_ttl)
+        self.ttl = check_seconds("ttl", ttl)
+        self.max_body = check_bytes("max_body_bytes", max_body_bytes)
+        self.max_response = check_bytes("max_response_bytes", max_response_bytes)
         self.store_response = store_response
         self.fail_open = fail_open
         #: True (a key on every request of ``methods``), False, or the path patterns.
-        self.required = _check_required(required)
-        self.required_docs = _check_required_docs(required_docs, self.required)
+        self.required = check_required(required)
+        self.required_docs = check_required_docs(required_docs, self.required)
         #: Each kind of warning at most once a minute, with the count held back (as the
         #: other middlewares' lines): a store down would otherwise log every request.
         self.lines = LogRateLimiter(60.0)
@@ -376,22 +335,3 @@ class IdempotencyPolicy:
             self.lines.log(
                 log, WARNING, "expired", "idempotency lock expired before the response; not stored"
             )
-
-
-def check_store(store: object, want_async: bool, who: str) -> None:
-    """``store`` has ``begin`` of the kind the middleware awaits (or calls)."""
-    begin = getattr(store, "begin", None)
-    if begin is None or inspect.iscoroutinefunction(begin) != want_async:
-        kind = "an async store (AsyncMemoryIdempotencyStore, AsyncRedisIdempotencyStore)"
-        if not want_async:
-            kind = "a sync store (MemoryIdempotencyStore, RedisIdempotencyStore)"
-        raise ConfigurationError(f"{who} needs {kind}, got {store!r}")
-
-
-def check_identity(identity: object, want_async: bool, who: str) -> None:
-    """``identity`` is None or a callable (of the ASGI scope, or of the WSGI environ)."""
-    if identity is not None and not callable(identity):
-        raise ConfigurationError(
-            f"{who} identity={identity!r}: a callable of the "
-            f"{'scope' if want_async else 'environ'} naming the caller, or None"
-        )

@@ -56,10 +56,9 @@ from ratewarden.middleware._idempotency import (
     Capture,
     IdempotencyPolicy,
     Pending,
-    check_identity,
-    check_store,
     default_store_response,
 )
+from ratewarden.middleware._idempotency_checks import check_identity, check_store
 from ratewarden.middleware._idempotency_wsgi import Recorded, wsgi_body, wsgi_send
 from ratewarden.middleware._request import ClientGoneError, read_body, replay, route_path
 from ratewarden.middleware._shielded import to_the_end
@@ -299,7 +298,15 @@ class WSGIIdempotencyMiddleware(_Idempotency):
         def capturing_start(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
             encoded = [(n.encode("latin-1"), v.encode("latin-1")) for n, v in headers]
             capture.start(int(status.split(" ", 1)[0]), encoded)
-            return start_response(status, headers, *exc)
+            write = start_response(status, headers, *exc)
+
+            def capturing_write(data: bytes) -> Any:
+                # PEP 3333's write(): its output goes out before the iterable's, and is
+                # part of the response a retry must see again.
+                capture.add(data)
+                return write(data)
+
+            return capturing_write
 
         def settle(done: Capture | None) -> None:
             response = policy.to_store(done)
