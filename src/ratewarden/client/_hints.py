@@ -32,12 +32,36 @@ def _seconds(text: str) -> float | None:
 
 
 def _retry_after(value: str, now: float) -> float | None:
-    delay = _DELAY_SECONDS.fullmatch(value.strip())
-    if delay is not None:
-        # A server asking for longer than we can count asks for longer than anyone waits.
-        return LONGEST_WAIT if len(delay[1]) > 15 else float(delay[0])
+    """The wait a ``Retry-After`` asks for; for several joined with commas (a proxy and
+    the app both set it: ``120, 120``), the longest, so that no sender is answered early.
+    An HTTP-date has a comma of its own (``Wed, 21 Oct 2015 …``): a part that is neither a
+    delay nor a date is read together with the next one. None when any part is unreadable."""
+    parts, waits, i = value.split(","), [], 0
+    while i < len(parts):
+        wait = _delay(parts[i])
+        if wait is None:
+            wait = _date(parts[i], now)
+        if wait is None and i + 1 < len(parts):
+            i += 1
+            wait = _date(f"{parts[i - 1]},{parts[i]}", now)
+        if wait is None:
+            return None
+        waits.append(wait)
+        i += 1
+    return max(waits)
+
+
+def _delay(text: str) -> float | None:
+    delay = _DELAY_SECONDS.fullmatch(text.strip())
+    if delay is None:
+        return None
+    # A server asking for longer than we can count asks for longer than anyone waits.
+    return LONGEST_WAIT if len(delay[1]) > 15 else float(delay[0])
+
+
+def _date(text: str, now: float) -> float | None:
     try:
-        when = email.utils.parsedate_to_datetime(value.strip())
+        when = email.utils.parsedate_to_datetime(text.strip())
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when.tzinfo is None:

@@ -53,8 +53,12 @@ class RetryPolicy:
     - ``backoff_base`` / ``backoff_cap``: the full-jitter backoff without a hint.
     - ``max_wait``: the most one request sleeps, summed over its retries.
     - ``hint_jitter``: the window of uniform jitter added above a server hint.
-    - ``statuses``: responses that are retried (429 and 503).
-    - ``methods``: methods retried without a key (the idempotent ones).
+    - ``statuses``: responses that are retried (429 and 503). A 409 that carries
+      ``Retry-After`` is retried too on a request that carries an Idempotency-Key: its
+      original is still running.
+    - ``methods``: methods retried without a key (the idempotent ones). POST or PATCH listed
+      here is retried as it is, with no key unless ``idempotency_keys`` adds one: for a
+      server where repeating it is safe (a search sent as POST).
     - ``idempotency_keys``: also retry POST and PATCH, each with one Idempotency-Key.
     - ``retry_transport_errors``: retry timeouts and connection failures too.
     - ``raise_on_give_up``: raise ``RetriesExhaustedError`` rather than return the last response.

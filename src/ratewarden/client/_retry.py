@@ -57,6 +57,22 @@ def _new_key() -> str:
     return str(uuid.uuid4())
 
 
+def _says_when(response: Any) -> bool:
+    """Does ``response`` carry a ``Retry-After``? A keyed request's 409 that does is an
+    original still running (the idempotency middleware's answer), worth waiting for; a
+    409 without one is a conflict, the answer."""
+    return any(str(name).lower() == "retry-after" for name in response.headers)
+
+
+def _verdict(status: int, headers: Any) -> bool | None:
+    """What a response the client does not retry tells its host's circuit: a 5xx is a
+    failure, and a 429 is none (the client did not wait, so it did not give up on a wait),
+    or a success when no wait helps (the request is the trouble, not the host)."""
+    if status == 429:
+        return False if no_wait_helps(headers) else None
+    return status >= 500
+
+
 class Retrier:
     """Everything but the I/O: the policy, the clock, the jitter and key sources, the
     shared retry budget and host breaker (both optional), the flow. ``owner`` names the
@@ -150,11 +166,15 @@ class Retrier:
                 else:
                     status = response.status_code
                     failed = status >= 500 or status == 429
+                    retryable = retried and (
+                        status in policy.statuses
+                        or (status == 409 and IDEMPOTENCY_KEY in headers and _says_when(response))
+                    )
                     hint = None  # the server's wish: the retry's wait, the circuit's hold
-                    if status in policy.statuses or (failed and self.breaker is not None):
+                    if retryable or (failed and self.breaker is not None):
                         hint = retry_hint(response.headers, self.clock.now())
-                    if not retried or status not in policy.statuses:
-                        circuit.report(failed, hint)
+                    if not retryable:
+                        circuit.report(_verdict(status, response.headers), hint)
                         return response
                     if status >= 500:
                         circuit.report(True, hint)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 import httpx
 
-from ratewarden.checks import keywords_checked
+from ratewarden.checks import keywords_checked, refuse_unknown
 from ratewarden.client._budget import RetryBudget
 from ratewarden.client._circuit import HostBreaker, HostCircuitOpenError
 from ratewarden.client._policy import RetryPolicy
@@ -56,6 +57,12 @@ class _Retrying(Generic[T]):
         breaker: HostBreaker | None = None,
     ) -> None:
         owner = type(self).__name__
+        for name, kind in (("policy", RetryPolicy), ("budget", RetryBudget)):
+            if isinstance(transport, kind):
+                raise ConfigurationError(
+                    f"{owner}: its first argument is the inner transport, and a "
+                    f"{kind.__name__} was given; did you mean {name}=?"
+                )
         self._retrier = Retrier(
             policy,
             clock,
@@ -177,6 +184,25 @@ def _adapter_class() -> type[Any]:
     return RetryAdapter
 
 
+_OWN = ("policy", "clock", "random", "key_factory", "budget", "breaker")
+
+
+def _check_adapter_kwargs(given: dict[str, Any]) -> None:
+    """The keywords ``retry_adapter`` passes on are ``HTTPAdapter``'s (a misspelt one of
+    ours or its is named, with the nearest), and ``max_retries`` is left alone."""
+    adapter = importlib.import_module("requests.adapters").HTTPAdapter
+    parameters = inspect.signature(adapter.__init__).parameters
+    theirs = [name for name in parameters if name not in ("self", "max_retries")]
+    refuse_unknown("retry_adapter", set(given) - {"max_retries"}, (*_OWN, *theirs))
+    retries = given.get("max_retries", 0)
+    if isinstance(retries, bool) or retries != 0:
+        raise ConfigurationError(
+            f"retry_adapter: max_retries={retries!r}: leave it out; this adapter retries by "
+            "its policy (RetryPolicy.max_attempts), and urllib3's retries, which know nothing "
+            "of Retry-After or the budget, would multiply ours"
+        )
+
+
 def retry_adapter(
     policy: RetryPolicy | None = None,
     *,
@@ -199,6 +225,7 @@ def retry_adapter(
         raise ConfigurationError(
             "retry_adapter needs the requests package: pip install requests"
         ) from exc
+    _check_adapter_kwargs(adapter_kwargs)
     retrier = Retrier(
         policy,
         clock,
@@ -233,6 +260,11 @@ def retry_session(
     )
     if session is None:
         session = importlib.import_module("requests").Session()
+    elif not callable(getattr(session, "mount", None)):
+        raise ConfigurationError(
+            f"retry_session: session={session!r:.60} has no mount(): pass a requests.Session, "
+            "or leave session out for a new one"
+        )
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session
