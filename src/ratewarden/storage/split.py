@@ -23,11 +23,13 @@ the other store's counters are still decided.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
 from ratewarden.checks import keywords_checked
 from ratewarden.decision import Decision
+from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.storage import AsyncStore, Op
 
@@ -49,11 +51,38 @@ def per_second(rates: Rate | Sequence[Rate]) -> bool:
     )
 
 
+def _check_async(what: str, store: object) -> None:
+    """Refuse, when built, a ``store`` that is not an asyncio store: one of ratewarden's
+    blocking stores (its Decision is not awaitable), a URL, or anything without ``hit``;
+    each would fail only at the first call routed to it, which for ``per_second_store``
+    may be long after start. A store of the caller's whose plain ``hit`` returns
+    awaitables (a wrapper) is taken, as ``AsyncLimiter`` takes it. Named by type only:
+    a URL may hold a password."""
+    name = type(store).__name__
+    given = f"{'an' if name[:1] in 'AEIOUaeiou' else 'a'} {name}"
+    hit = getattr(store, "hit", None)
+    if not callable(hit):
+        cure = (
+            "open it with AsyncRedisStore.from_url(url)"
+            if isinstance(store, str)
+            else "give an AsyncMemoryStore, AsyncRedisStore.from_url(url), or another asyncio store"
+        )
+        raise ConfigurationError(f"AsyncSplitStore: {what} is {given}, not a store; {cure}")
+    if inspect.iscoroutinefunction(hit) or not type(store).__module__.startswith("ratewarden."):
+        return
+    raise ConfigurationError(
+        f"AsyncSplitStore: {what} is {given}, a blocking store; both of its stores are "
+        "asyncio stores (AsyncMemoryStore, AsyncRedisStore, AsyncMemcacheStore, ...)"
+    )
+
+
 class AsyncSplitStore:
     """Rate calls on per-second rates to ``per_second``, everything else to ``store``."""
 
     @keywords_checked
     def __init__(self, store: AsyncStore, per_second_store: AsyncStore) -> None:
+        _check_async("store", store)
+        _check_async("per_second_store", per_second_store)
         self.store = store
         self.per_second = per_second_store
         self.clock = store.clock
