@@ -80,12 +80,15 @@ def measure(
     afterwards (they have TTLs should the server go away in between). The store
     stays open: it is the caller's. Anything but a blocking ``RedisStore`` (a URL:
     open it with ``RedisStore.from_url``), and ``key_length`` or ``calls`` not an
-    int in 1..1024 / 1..1,000,000, is a ``ConfigurationError`` before anything is sent.
+    int in 1..1024 / 1..1,000,000, is a ``ConfigurationError`` before anything is sent; so is
+    a ``limit`` that is not one ``Rate`` (text, or a layered limit's list: measure each
+    layer, as each has a key of its own).
     """
     import redis
 
     _check_store(store)
     algorithms.get(algorithm)
+    _check_limit(limit)
     _check_count("key_length", key_length, 1024)
     _check_count("calls", calls, 1_000_000)
     keys = _keys(key_length, min(calls, 100))
@@ -126,6 +129,23 @@ def _check_store(store: object) -> None:
     else:
         cure = "MEMORY USAGE and INFO commandstats are read from a blocking RedisStore's server"
     raise ConfigurationError(f"measure needs a RedisStore, not {given}: {cure}")
+
+
+def _check_limit(limit: object) -> None:
+    """One ``Rate``: a list (a layered limit) has a state per layer, filled at different
+    speeds, which one figure cannot describe; the rate itself is checked by ``state_keys``."""
+    if isinstance(limit, Rate):
+        return
+    if isinstance(limit, str):
+        raise ConfigurationError(
+            f"measure: limit {limit!r} is not a Rate; use Rate.parse({limit!r})"
+        )
+    if isinstance(limit, list | tuple):
+        raise ConfigurationError(
+            f"measure takes one Rate, not {len(limit)} (a layered limit keeps a state per "
+            "layer: measure each layer's Rate on its own)"
+        )
+    raise ConfigurationError(f"measure: limit {limit!r} must be a Rate (Rate.parse('100/minute'))")
 
 
 def _check_count(what: str, value: object, most: int) -> None:
