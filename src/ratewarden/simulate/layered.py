@@ -35,6 +35,7 @@ from ratewarden.simulate._pattern import Pattern, is_whole
 from ratewarden.simulate._table import aligned
 from ratewarden.simulate.runner import (
     check_duration,
+    check_pattern,
     decide,
     effective_rate,
     p99_wait,
@@ -178,8 +179,24 @@ def parse_layers(text: str) -> tuple[Rate, ...]:
 def check_layers(algorithm: str, rates: Sequence[Rate]) -> tuple[Rate, ...]:
     """``rates`` as ``algorithm`` runs them as layers (window algorithms drop a burst, as
     ``runner.run`` does), refused unless there are two or more, none twice, each one the
-    algorithm can take."""
+    algorithm can take. ``rates`` as text is refused (``parse_layers`` reads it), as is a
+    single Rate or anything else that is not a list or tuple of Rates."""
     module = algorithms.get(algorithm)
+    if isinstance(rates, str):
+        raise ConfigurationError(
+            f"rates {rates!r} are text, not Rates; read them with parse_layers({rates!r})"
+        )
+    if isinstance(rates, Rate):
+        raise ConfigurationError(
+            f"rates {str(rates)!r} is one Rate; a layered limit is a list of two or more "
+            "(one rate alone is a single-rate run)"
+        )
+    if not isinstance(rates, list | tuple):
+        raise ConfigurationError(f"rates {rates!r} must be a list of two Rates or more")
+    for rate in rates:
+        if not isinstance(rate, Rate):
+            example = rate if isinstance(rate, str) else "10/second"
+            raise ConfigurationError(f"layer {rate!r} is not a Rate; use Rate.parse({example!r})")
     layers = tuple(effective_rate(module.NAME, rate) for rate in rates)
     if len(layers) < 2:
         raise ConfigurationError(_TWO_OR_MORE)
@@ -197,6 +214,7 @@ def run_layered(
 ) -> LayeredRun:
     """Offer ``pattern`` for ``duration_s`` seconds to ``algorithm`` with ``rates`` as layers
     of one key (all or nothing, as ``Limiter.hit(key, rates)`` decides them)."""
+    check_pattern(pattern)
     layers = check_layers(algorithm, rates)  # refused before anything runs
     name = algorithms.get(algorithm).NAME
     duration_us = check_duration(duration_s)

@@ -29,6 +29,8 @@ __all__ = [
     "Run",
     "Summary",
     "check_duration",
+    "check_pattern",
+    "check_rate",
     "decide",
     "effective_rate",
     "format_table",
@@ -134,9 +136,14 @@ def worst_window(admitted: Sequence[tuple[int, int]], period_us: int) -> int:
 
 
 def run(pattern: Pattern, algorithm: str, rate: Rate, duration_s: float) -> Run:
-    """Offer ``pattern`` for ``duration_s`` seconds to ``algorithm`` at ``rate``; one key."""
+    """Offer ``pattern`` for ``duration_s`` seconds to ``algorithm`` at ``rate``; one key.
+
+    A ``pattern`` that is not a Pattern (text: ``parse`` reads it) or a ``rate`` that is not
+    one Rate is a ``ConfigurationError``, as a bad algorithm or duration is, before anything
+    runs."""
+    check_pattern(pattern)
     module = algorithms.get(algorithm)
-    rate = effective_rate(algorithm, rate)
+    rate = effective_rate(algorithm, check_rate(rate))
     module.params(rate)  # a rate the algorithm cannot take is refused before anything runs
     duration_us = check_duration(duration_s)
     times: list[int] = []
@@ -202,6 +209,38 @@ _KEY = "simulated"
 def _us(seconds: float) -> int:
     """A Decision's seconds as the whole microseconds they came from (``NEVER`` for never)."""
     return algorithms.NEVER if math.isinf(seconds) else round(seconds * 1_000_000)
+
+
+def check_pattern(pattern: object) -> Pattern:
+    """``pattern`` when it is a Pattern (or has a Pattern's ``start`` and ``describe``);
+    else ``ConfigurationError``, saying how to make one of text."""
+    if isinstance(pattern, Pattern):
+        return pattern
+    if isinstance(pattern, str):
+        raise ConfigurationError(
+            f"pattern {pattern!r} is text, not a Pattern; read it with "
+            f"ratewarden.simulate.parse({pattern!r})"
+        )
+    if callable(getattr(pattern, "start", None)) and callable(getattr(pattern, "describe", None)):
+        return pattern  # type: ignore[return-value]  # a pattern of the caller's, duck-typed
+    raise ConfigurationError(
+        f"pattern {pattern!r} must be a Pattern: parse('steady:load=1'), or a class of "
+        "ratewarden.simulate.patterns (Steady(load=1.0), ...)"
+    )
+
+
+def check_rate(rate: object) -> Rate:
+    """``rate`` when it is one Rate; else ``ConfigurationError`` (text: parse it; several
+    rates: ``run_layered``)."""
+    if isinstance(rate, Rate):
+        return rate
+    if isinstance(rate, str):
+        raise ConfigurationError(f"rate {rate!r} is not a Rate; use Rate.parse({rate!r})")
+    if isinstance(rate, list | tuple):
+        raise ConfigurationError(
+            f"run takes one Rate, not {len(rate)}; several rates on one key are run_layered's"
+        )
+    raise ConfigurationError(f"rate {rate!r} must be a Rate (Rate.parse('10/second'))")
 
 
 def check_duration(duration_s: float) -> int:
