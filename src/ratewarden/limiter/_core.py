@@ -228,6 +228,13 @@ class DecisionCore(LocalTier, Leasing, Operations):
                 raise reply
             plain: Decision = reply
             return plain
+        if on_failure is not None and not callable(on_failure):
+            # Before the store is asked, where a hook failing in an outage is only logged. A
+            # plain limiter's own hit (its store call, not this flow) comes here when it fails.
+            raise ConfigurationError(
+                f"on_failure {on_failure!r} must be callable (it is told the store's exception "
+                "when the failure mode answers), or None"
+            )
         started = self._start(name, key, rates, cost, failure_mode, on_failure, via)
         if type(started) is not Pending:
             return self._finish(name, key, started, shadow)  # type: ignore[arg-type]
