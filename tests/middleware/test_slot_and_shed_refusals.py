@@ -81,10 +81,11 @@ def test_a_missing_limit_is_a_configuration_error(middleware: Any) -> None:
         middleware(lambda *a: None, limiter=limiter)
 
 
-def test_a_ttl_of_a_year_or_more_is_refused_with_the_bound() -> None:
-    """ttl=1e12 is more than 0: the message names the real rule, under a year."""
+def test_a_ttl_over_365_days_is_refused_with_the_bound() -> None:
+    """ttl=1e12 is more than 0: the message names the real rule, at most 365 days."""
     with pytest.raises(
-        ConfigurationError, match=r"ttl=1000000000000.0: seconds, at least 0.001 .* under a year"
+        ConfigurationError,
+        match=r"ttl=1000000000000.0: seconds, at least 0.001 .* at most 365 days",
     ):
         WSGIConcurrencyMiddleware(lambda *a: None, limiter=Limiter(), limit=2, ttl=1e12)
     assert WSGIConcurrencyMiddleware(

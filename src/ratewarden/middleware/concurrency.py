@@ -30,11 +30,18 @@ shared with the load shedding middleware.
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-from ratewarden.checks import check_slot_count, keywords_checked
+from ratewarden.checks import (
+    MAX_LEASE_SECONDS,
+    check_slot_count,
+    is_number,
+    keywords_checked,
+    named_for,
+)
 from ratewarden.clock import Clock
 from ratewarden.deprecation import UNSET, renamed
 from ratewarden.errors import ConfigurationError, StorageError
@@ -93,9 +100,6 @@ class AsyncSlotLimiter(Protocol):
         ...
 
 
-_YEAR = 86_400 * 365
-
-
 def _whole(what: str, value: object, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigurationError(
@@ -130,11 +134,12 @@ class SlotPolicy:
         failure_mode = chosen_failure_mode("SlotPolicy", failure_mode, failure, stacklevel=5)
         self.name = check_name(name)
         self.limit = check_slot_count("middleware limit", _whole("limit", limit, 1))
-        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0.001 <= ttl < _YEAR:
+        if not is_number(ttl) or not 0.001 <= ttl <= MAX_LEASE_SECONDS:
             raise ConfigurationError(
                 f"concurrency middleware ttl={ttl!r}: seconds, at least 0.001 (1 ms: a shorter "
-                f"slot lapses before it is heard of) and under a year ({_YEAR:,}): a dead "
-                "worker's slots come back after it"
+                f"slot lapses before it is heard of) and at most 365 days "
+                f"({MAX_LEASE_SECONDS:,}, as acquire_slot's): a dead worker's slots come back "
+                "after it"
             )
         self.ttl = float(ttl)
         if status not in (429, 503):
@@ -204,7 +209,8 @@ def _policy(options: dict[str, Any], who: str) -> SlotPolicy:
         raise ConfigurationError(
             f"{who}: limit= is required: the most requests of one identity in flight at once"
         )
-    if "failure" in options:  # the deprecated name; stacklevel 4: the middleware's caller
+    if "failure" in options:  # the deprecated name; stacklevel 5: the middleware's caller,
+        # past this frame, __init__ and _public's
         options["failure_mode"] = renamed(
             who,
             "failure",
@@ -212,7 +218,7 @@ def _policy(options: dict[str, Any], who: str) -> SlotPolicy:
             options.pop("failure"),
             options.get("failure_mode", OPEN),
             OPEN,
-            stacklevel=4,
+            stacklevel=5,
         )
     return SlotPolicy(**options)
 
@@ -241,12 +247,37 @@ A = TypeVar("A")
 L = TypeVar("L", bound="SlotLimiter | AsyncSlotLimiter")
 
 
+def _public(init: Callable[..., None]) -> Callable[..., None]:
+    """``init``, the shared ``__init__``, refusing a second positional argument and wording a
+    missing one with the class being built (``ConcurrencyMiddleware() missing ...``), not
+    ``_SlotMiddleware``; the options are ``_policy``'s to check."""
+
+    @functools.wraps(init)
+    def checked(self: Any, *args: Any, **kwargs: Any) -> None:
+        who = type(self).__name__
+        if len(args) > 1:
+            raise ConfigurationError(
+                f"{who}: {len(args)} positional arguments given, but it takes at most 1 (app); "
+                "give the rest by keyword (limiter=..., limit=...)"
+            )
+        try:
+            init(self, *args, **kwargs)
+        except TypeError as exc:
+            renamed = named_for(exc, init, f"{who}()")
+            if renamed is None:
+                raise
+            raise renamed from None
+
+    return checked
+
+
 class _SlotMiddleware(Generic[A, L]):
     """The constructor both middlewares share: the app, the limiter, the ``SlotPolicy``."""
 
     _ASYNC: ClassVar[bool]
     _hint: ClassVar[str]
 
+    @_public
     def __init__(self, app: A, *, limiter: L, **policy: Any) -> None:
         acquire = getattr(limiter, "acquire_slot", None)
         if not callable(acquire):
