@@ -37,6 +37,7 @@ from ratewarden.errors import ConfigurationError, ServiceUnavailableError
 from ratewarden.server import config as rules
 from ratewarden.server.dashboard import shared
 from ratewarden.server.dashboard.view import render
+from ratewarden.server.decision_log import with_decision_log
 from ratewarden.server.dogstatsd import statsd_sinks
 from ratewarden.server.listeners import (
     grpc_listener,
@@ -45,9 +46,7 @@ from ratewarden.server.listeners import (
     start_listeners,
     stop_listeners,
 )
-
-# configure_logging lives beside the log format; re-exported here, where callers import it.
-from ratewarden.server.logs import configure_logging
+from ratewarden.server.logs import configure_logging  # re-exported: callers import it here
 from ratewarden.server.reload import ConfigWatcher
 from ratewarden.server.response import ResponseMessage, fallback_response
 from ratewarden.server.rlqs import RateLimitQuotaServicer
@@ -165,7 +164,7 @@ class RateLimitServer:
             near_limit_ratio=settings.near_limit_ratio,
             response_headers=settings.response_headers,
             legacy_header_names=settings.legacy_header_names,
-            hooks=self.stats,
+            hooks=with_decision_log(self.stats, settings.log_level),
             max_values_per_rule=settings.max_values_per_rule or None,
             breaker=store_breaker(
                 settings.breaker_failures,
