@@ -160,13 +160,32 @@ def check_method(method: object, where: str) -> str:
         )
     upper = method.upper()
     if upper not in _STANDARD and upper not in _EXTENSIONS:
-        close = difflib.get_close_matches(upper, _STANDARD, 1, cutoff=0.75)
+        close = difflib.get_close_matches(upper, _STANDARD, 1, cutoff=0.75) or [
+            name for name in _STANDARD if _one_slip(upper, name)
+        ]
         if close:
             raise ConfigurationError(
                 f"{where}: {method!r} is not a method in use (a typo would select no "
                 f"request); did you mean {close[0]}?"
             )
     return method
+
+
+def _one_slip(typed: str, name: str) -> bool:
+    """Whether ``typed`` is ``name`` with one slip of the fingers: two neighbouring letters
+    swapped (``GTE``), or one letter added or dropped (``GETT``, ``PST``). difflib's ratio
+    misses a swap in a three-letter name (``GTE`` scores 0.67 against ``GET``). One letter
+    changed is left to difflib: in three letters (``SET``) it may be a method of its own."""
+    if typed == name or abs(len(typed) - len(name)) > 1:
+        return False
+    if len(typed) == len(name):
+        differ = [i for i, (a, b) in enumerate(zip(typed, name, strict=True)) if a != b]
+        if len(differ) != 2 or differ[1] != differ[0] + 1:
+            return False
+        i = differ[0]
+        return typed[i] == name[i + 1] and typed[i + 1] == name[i]
+    shorter, longer = sorted((typed, name), key=len)
+    return any(longer[:i] + longer[i + 1 :] == shorter for i in range(len(longer)))
 
 
 def selects(
