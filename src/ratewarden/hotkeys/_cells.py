@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     # Named as strings in the shells' bases (types only: hotkeys import no store).
     from ratewarden.storage import AsyncStore, Store  # noqa: F401
 
-__all__ = ["AsyncCellLimiter", "CellLimiter", "Picker", "round_robin"]
+__all__ = ["AsyncCellLimiter", "CellLimiter", "Picker", "built_over", "round_robin"]
 
 #: Chooses a cell: given N, an index in ``range(N)``.
 Picker = Callable[[int], int]
@@ -62,6 +62,27 @@ def _shadowed(decision: Decision, shadow: bool) -> Decision:
     if shadow and not decision.allowed:
         return replace(decision, allowed=True, shadowed=True)
     return decision
+
+
+def built_over(owner: type, store: object, algorithm: str) -> Any:
+    """``owner._driver(store, algorithm)``, the plain limiter a shell decides through; its
+    refusal of ``store`` (of the other twin, or no store) said by ``owner``, the class the
+    caller built, naming its own twin: the caller never built a ``Limiter``."""
+    driver: Any = owner._driver  # type: ignore[attr-defined]
+    try:
+        return driver(store, algorithm)
+    except ConfigurationError as error:
+        said = str(error)
+        if not said.startswith(f"{driver.__name__}: "):
+            raise
+        name = owner.__name__
+        mine, other = (
+            ("asyncio", "blocking") if name.startswith("Async") else ("blocking", "asyncio")
+        )
+        twin = name.removeprefix("Async") if mine == "asyncio" else f"Async{name}"
+        said = said.removeprefix(f"{driver.__name__}: ")
+        said = said.replace(f"the {mine} twin", name).replace(f"the {other} twin", twin)
+        raise ConfigurationError(f"{name}: {said}") from None
 
 
 def round_robin() -> Picker:
@@ -97,7 +118,7 @@ class _CellBase(Generic[S, L]):
                 "RedisStore); for one process, pass a MemoryStore() yourself"
             )
         self.store: S = store
-        self.limiter: L = type(self)._driver(store, algorithm)
+        self.limiter: L = built_over(type(self), store, algorithm)
         limiter = self.limiter
         self.clock = limiter.clock
         self.cells = check_cells(cells)

@@ -43,7 +43,15 @@ from ratewarden.clock import Clock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.hotkeys._carry import move_flow
-from ratewarden.hotkeys._cells import AsyncCellLimiter, CellLimiter, L, S, T, _CellBase
+from ratewarden.hotkeys._cells import (
+    AsyncCellLimiter,
+    CellLimiter,
+    L,
+    S,
+    T,
+    _CellBase,
+    built_over,
+)
 from ratewarden.hotkeys._detector import HotKeyDetector
 from ratewarden.limiter import (
     AsyncLimiter,
@@ -133,14 +141,17 @@ class _HotBase(Generic[S, L, M]):
             raise ConfigurationError(
                 f"mitigation {mitigation!r} must be {cells} or {tier} with leases{hint}"
             )
+        # The store first: one of the other twin is refused as such, not as "another store".
+        limiter = built_over(type(self), store, algorithm)
         if mitigation.store is not store:
+            name = type(self).__name__
             raise ConfigurationError(
-                f"the mitigation must use the same store as the {type(self).__name__}"
+                f"the mitigation must use the same store as the {name} (the same object: "
+                f"{name}(store, {type(mitigation).__name__}(store, ...)))"
             )
         self.store: S = store
         self.mitigation: M = mitigation
-        self.limiter: L = type(self)._driver(store, algorithm)
-        limiter = self.limiter
+        self.limiter: L = limiter
         self.algorithm: str = limiter.algorithm
         if mitigation.algorithm != self.algorithm:
             raise ConfigurationError(
