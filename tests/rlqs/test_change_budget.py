@@ -68,7 +68,7 @@ def test_settings_and_the_service_refuse_a_budget_over_no_round() -> None:
     """Settings built in code and the library's QuotaService check it too."""
     with pytest.raises(ConfigurationError, match="--rlqs-change-rounds 0 must be a whole number"):
         Settings(config_paths=("r",), rlqs=True, rlqs_change_rounds=0)
-    with pytest.raises(ValueError, match="change_rounds 0 >= 1"):
+    with pytest.raises(ValueError, match="change_rounds 0 must be a whole number >= 1"):
         service(change_rounds=0)
 
 

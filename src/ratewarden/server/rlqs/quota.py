@@ -46,7 +46,9 @@ from collections import deque
 from collections.abc import Callable, Collection, Sequence
 from typing import TypeVar
 
+from ratewarden.checks import is_number
 from ratewarden.clock import Clock
+from ratewarden.errors import ConfigurationError
 from ratewarden.limiter import Flow, Gather, drive
 from ratewarden.server.config import RateLimitConfig
 from ratewarden.server.rlqs import handover
@@ -87,6 +89,18 @@ IDLE_S = 60.0
 CHUNK = 200
 
 
+def _check_options(interval: float, ttl_s: int, idle_s: float, **whole: int) -> None:
+    """Refuse the first number that breaks its rule, naming it alone (not every rule)."""
+    for what, seconds in (("interval", interval), ("idle_s", idle_s)):
+        if not is_number(seconds, 0.0, low_ok=False):
+            raise ConfigurationError(f"QuotaService: {what} {seconds!r} must be seconds above 0")
+    for what, value in {"ttl_s": ttl_s, **whole}.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigurationError(f"QuotaService: {what} {value!r} must be a whole number >= 1")
+    if ttl_s <= interval:  # an assignment would lapse before the round that renews it
+        raise ConfigurationError(f"QuotaService: ttl_s {ttl_s} must be above interval {interval}")
+
+
 class QuotaService:
     """Every stream and bucket of one process. See the module docstring."""
 
@@ -104,20 +118,8 @@ class QuotaService:
         change_rounds: int = 1,
         chunk: int = CHUNK,
     ) -> None:
-        if (
-            interval <= 0
-            or ttl_s < 1
-            or ttl_s <= interval
-            or history < 1
-            or idle_s <= 0
-            or change_rounds < 1
-            or chunk < 1
-        ):
-            raise ValueError(
-                f"interval {interval} > 0, ttl_s {ttl_s} >= 1 and above interval, "
-                f"history {history} >= 1, idle_s {idle_s} > 0, change_rounds {change_rounds} >= 1, "
-                f"chunk {chunk} >= 1"
-            )
+        whole = {"history": history, "change_rounds": change_rounds, "chunk": chunk}
+        _check_options(interval, ttl_s, idle_s, **whole)
         self.config = config
         self.clock = clock
         self.interval = interval
