@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from ratewarden.checks import init_checked, keywords_checked
+from ratewarden.checks import init_checked, is_number, keywords_checked
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import MAX_PERIOD_US
@@ -122,15 +122,28 @@ class ManualClock:
             self._now_us = now_us
 
     def sleep(self, seconds: float) -> None:
-        if seconds > 0:
+        """Advance by ``seconds``; 0 or less returns at once, as ``SystemClock.sleep`` does (a
+        computed wait may come out negative). Anything but a finite number of seconds is a
+        ``ConfigurationError``: a real sleep could not take it either."""
+        if _slept("sleep", seconds):
             self.advance(seconds)
 
     async def asleep(self, seconds: float) -> None:
-        if seconds > 0:
+        """``sleep`` for the asyncio twins (time jumps: nothing blocks, nothing is awaited)."""
+        if _slept("asleep", seconds):
             self.advance(seconds)
 
     def __repr__(self) -> str:
         return f"ManualClock({self.now()!r})"
+
+
+def _slept(method: str, seconds: object) -> bool:
+    """Whether ``ManualClock.<method>(seconds)`` moves time (``seconds`` above 0)."""
+    if not is_number(seconds, -math.inf):
+        raise ConfigurationError(
+            f"ManualClock.{method}({seconds!r}): give a finite number of seconds"
+        )
+    return seconds > 0
 
 
 @dataclass(frozen=True, slots=True)

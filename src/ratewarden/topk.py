@@ -55,8 +55,11 @@ class SpaceSaving:
     def add(self, key: str, weight: int = 1) -> int:
         """Count ``weight`` (>= 1) more for ``key``; its count now (0 when untracked).
 
-        A weight below 1 counts nothing and only reads the count.
+        A weight below 1 counts nothing and only reads the count. A weight that is not a
+        whole number (``1.5``, ``"1"``) is a ``ConfigurationError``: counts stay whole.
         """
+        if type(weight) is not int:  # the usual int passes on one test
+            _check_weight(weight)
         counts = self._counts
         count = counts.get(key)
         if weight < 1:
@@ -113,6 +116,15 @@ class SpaceSaving:
 
     def __repr__(self) -> str:
         return f"SpaceSaving(capacity={self.capacity}, tracked={len(self)}, total={self.total})"
+
+
+def _check_weight(weight: object) -> None:
+    """An int subclass other than bool (an ``IntEnum``) is a weight; nothing else is."""
+    if isinstance(weight, bool) or not isinstance(weight, int):
+        raise ConfigurationError(
+            f"SpaceSaving.add: weight {weight!r} must be a whole number (an int); "
+            "counts and their error bounds are whole"
+        )
 
 
 def merge(parts: Iterable[tuple[Sequence[Heavy], int]], capacity: int) -> list[Heavy]:
