@@ -68,16 +68,24 @@ def test_an_adapter_passing_a_calls_failure_mode_refuses_it() -> None:
         cells.hit("k", RATE, failure_mode="open", on_failure=3)  # type: ignore[arg-type]
 
 
-def test_a_plain_limiter_refuses_it_when_the_store_fails() -> None:
+def test_a_plain_limiter_in_an_outage_answers_and_logs_the_refusal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A plain limiter's hit is the store's one call and reads on_failure only when that call
-    fails (its hot path does not look at it): the refusal comes with the first failure."""
+    fails (its hot path does not look at it). An outage must not turn into an exception for
+    every request: the failure mode answers, and the refusal is logged as the failing hook."""
     store = RedisStore.from_url(f"redis://127.0.0.1:{_shut_port()}/0", timeout=0.05)
     limiter = Limiter(store, clock=ManualClock())
     try:
-        with pytest.raises(ConfigurationError, match=REFUSED):
-            limiter.hit("k", RATE, failure_mode="open", on_failure=3)  # type: ignore[arg-type]
+        for _ in range(2):
+            decision = limiter.hit("k", RATE, failure_mode="open", on_failure=3)  # type: ignore[arg-type]
+            assert decision.allowed and decision.degraded == "open"
     finally:
         store.close()
+    refusals = [r for r in caplog.records if "on_failure hook failed" in r.getMessage()]
+    assert len(refusals) == 2
+    assert refusals[0].exc_info is not None
+    assert "on_failure 3 must be callable" in str(refusals[0].exc_info[1])
 
 
 def test_a_callable_hook_is_still_told_each_failure() -> None:

@@ -20,6 +20,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from ratewarden.checks import check_bool
 from ratewarden.decision import Decision
 from ratewarden.deprecation import renamed
+from ratewarden.errors import ConfigurationError
 from ratewarden.limiter._arguments import argument_error
 from ratewarden.limiter._core import DecisionCore
 from ratewarden.limiter._flows import Flow, adrive, drive
@@ -354,5 +355,21 @@ def _failed(
     """
     if failure_mode is None:
         raise error
+    if on_failure is not None and not callable(on_failure):
+        # hit_flow refuses it; in an outage the failure mode answers and the refusal is logged.
+        on_failure = _refusing(on_failure)
     flow = limiter.hit_flow(key, rates, cost, failure_mode=failure_mode, on_failure=on_failure)
     return drive(_Failing(error), flow, limiter.clock)
+
+
+def _refusing(hook: object) -> FailureHook:
+    """A hook that raises the refusal of ``hook`` (not callable) when told of a failure,
+    so the limiter logs it as a failing hook and the answer stands."""
+
+    def refuse(error: Exception) -> None:
+        raise ConfigurationError(
+            f"on_failure {hook!r} must be callable (it is told the store's exception "
+            "when the failure mode answers), or None"
+        ) from error
+
+    return refuse
