@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ratewarden.storage._plan import Batch
 
 __all__ = [
+    "REPLY_ERRORS",
     "REPLY_WIDTH",
     "batch_decisions",
     "decode",
@@ -36,14 +37,37 @@ __all__ = [
 #: refill_after_us.
 REPLY_WIDTH = 6
 
+#: What reading a reply of the wrong shape raises here: not a list, the wrong length, a value
+#: that is no whole number where one is read. A server that speaks Redis's protocol but does
+#: not run the scripts (a proxy, another RESP service) answers so; the store catches these
+#: around the reading, where a try costs nothing, and raises its ``StorageError`` instead.
+REPLY_ERRORS = (TypeError, ValueError, IndexError)
+
+
+def _not_a_list(reply: object) -> TypeError:
+    return TypeError(f"a script's reply is a list of numbers, not {type(reply).__name__}")
+
+
+def _length(reply: Sequence[object], expected: int) -> ValueError:
+    return ValueError(f"a reply of {len(reply)} values where the script sends {expected}")
+
 
 def decode(rates: Sequence[Rate], cost: int, reply: Sequence[int]) -> Decision:
     """Turn a script's ``{now_us, allowed, per layer: 6 numbers}`` into the Decision of a call
-    with these rates and cost (a ``Plan``'s or a ``Shape``'s)."""
+    with these rates and cost (a ``Plan``'s or a ``Shape``'s).
+
+    Raises one of ``REPLY_ERRORS`` for a list of another shape. The reply is a list: the
+    routers refuse any other reply to a script (``_redis_sync.run_script``), on the test of
+    its type they make anyway for an error reply, so none is made here (a string would index
+    as numbers)."""
     if len(rates) == 1:
-        # The script's numbers are integers already (hiredis makes them ints).
-        outcome = (reply[2] != 0, reply[3], reply[4], reply[5], reply[6], reply[7])
+        # The script's numbers are integers already (hiredis makes them ints); unpacking
+        # checks the length, ``single`` that the times are numbers.
+        _, _, allowed, remaining, reset_us, retry_us, delay_us, refill_us = reply
+        outcome = (allowed != 0, remaining, reset_us, retry_us, delay_us, refill_us)
         return single(rates[0], outcome, cost)
+    if len(reply) != 2 + REPLY_WIDTH * len(rates):
+        raise _length(reply, 2 + REPLY_WIDTH * len(rates))
     values = [int(v) for v in reply]
     outcomes = [_outcome(values, i) for i in range(2, 2 + REPLY_WIDTH * len(rates), REPLY_WIDTH)]
     return to_decision(rates, outcomes, cost)
@@ -134,8 +158,18 @@ def batch_decisions(found: Batch, outcomes: Sequence[Outcome], admitted: bool) -
 def _decode_batch(found: Batch, reply: Sequence[int]) -> list[Decision]:
     """``batch_decisions`` from a script's reply ``{now_us, admitted, per layer: 6 numbers}``.
 
-    The reference of ``decode_batch``, which is built in C when the kernel is (see below)."""
-    if len(reply) != 2 + REPLY_WIDTH * len(found) or not all(s.single for _, s in found):
+    The reference of ``decode_batch``, which is built in C when the kernel is (see below).
+    Raises one of ``REPLY_ERRORS`` for a reply of another shape."""
+    if (
+        type(reply) is not list
+        or len(reply) != 2 + REPLY_WIDTH * len(found)
+        or not all(s.single for _, s in found)
+    ):
+        if type(reply) is not list:
+            raise _not_a_list(reply)
+        expected = 2 + REPLY_WIDTH * sum(len(shape.rates) for _, shape in found)
+        if len(reply) != expected:
+            raise _length(reply, expected)
         ints = [int(value) for value in reply]
         outcomes = [_outcome(ints, i) for i in range(2, len(ints), REPLY_WIDTH)]
         return batch_decisions(found, outcomes, ints[1] == 1)
@@ -189,7 +223,11 @@ def slot_decision(limit: int, slots: int, outcome: Outcome) -> Decision:
 
 def parse_acquire(limit: int, slots: int, reply: Sequence[int]) -> Decision:
     """``{now_us, allowed, remaining, reset_after_us, retry_after_us, refill_after_us}`` ->
-    Decision."""
+    Decision; one of ``REPLY_ERRORS`` for a reply of another shape."""
+    if type(reply) is not list:
+        raise _not_a_list(reply)
+    if len(reply) != 6:
+        raise _length(reply, 6)
     values = [int(v) for v in reply]
     outcome = Outcome(bool(values[1]), values[2], values[3], values[4], 0, values[5])
     return slot_decision(limit, slots, outcome)

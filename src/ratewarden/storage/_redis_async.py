@@ -19,7 +19,7 @@ from redis import exceptions as rx
 from redis.crc import key_slot
 
 from ratewarden.storage import _redis_protocol as protocol
-from ratewarden.storage._redis_errors import REDIS_ERRORS
+from ratewarden.storage._redis_errors import REDIS_ERRORS, wrong_reply
 from ratewarden.storage._redis_link import connection_kwargs, describe
 from ratewarden.storage._redis_pipe import Pipe
 from ratewarden.storage._redis_protocol import (
@@ -30,6 +30,7 @@ from ratewarden.storage._redis_protocol import (
     checked,
 )
 from ratewarden.storage._redis_sentinel import watch_for
+from ratewarden.storage._redis_server import ServerUnusable
 from ratewarden.storage._scripts import Script
 
 __all__ = ["AsyncCluster", "AsyncRouter", "AsyncStandalone", "run_script"]
@@ -38,14 +39,17 @@ __all__ = ["AsyncCluster", "AsyncRouter", "AsyncStandalone", "run_script"]
 async def run_script(pipe: Pipe, script: Script, packed: bytes) -> Any:
     """See ``_redis_sync.run_script``; the same steps, awaited."""
     reply = await pipe.request(packed)
-    if type(reply) is hiredis.ReplyError:
+    if type(reply) is not list:
         reply = await _recover(pipe, reply, script, packed)
     return reply
 
 
-async def _recover(pipe: Pipe, reply: hiredis.ReplyError, script: Script, packed: bytes) -> Any:
+async def _recover(pipe: Pipe, reply: Any, script: Script, packed: bytes) -> list[Any]:
+    """See ``_redis_sync._recover``."""
     evalsha = packed
     for attempt in range(protocol.MAX_ATTEMPTS - 1):
+        if type(reply) is not hiredis.ReplyError:
+            raise ServerUnusable(wrong_reply(pipe.where, reply, "not a list"))
         # Redis runs one connection's requests in order, so an EVALSHA written after
         # another waiter's EVAL of the script finds it loaded: a burst of NOSCRIPTs
         # sends the source (7 KB) once, not once per waiter (28 MB for 4,000 waiters,
@@ -55,8 +59,10 @@ async def _recover(pipe: Pipe, reply: hiredis.ReplyError, script: Script, packed
         if reconnect:
             pipe.reconnect()
         reply = await pipe.request(packed)
-        if type(reply) is not hiredis.ReplyError:
+        if type(reply) is list:
             return reply
+    if type(reply) is not hiredis.ReplyError:
+        raise ServerUnusable(wrong_reply(pipe.where, reply, "not a list"))
     raise reply
 
 
@@ -177,7 +183,7 @@ class AsyncStandalone:
             self._read_again()
         pipe = self._pipes.get("", self._make)
         reply = await pipe.request(packed)
-        if type(reply) is hiredis.ReplyError:
+        if type(reply) is not list:
             reply = await _recover(pipe, reply, script, packed)
         return reply
 
@@ -251,9 +257,12 @@ class AsyncCluster:
     async def _redirected_eval(self, script: Script, packed: bytes) -> Any:
         evalsha, then_eval = protocol.redirection(script, packed)
         try:
-            return await self._client.execute_command(*evalsha)
+            reply = await self._client.execute_command(*evalsha)
         except rx.NoScriptError:
-            return await self._client.execute_command(*then_eval)
+            reply = await self._client.execute_command(*then_eval)
+        if type(reply) is not list:
+            raise ServerUnusable(wrong_reply(self.where, reply, "not a list"))
+        return reply
 
     async def command(self, route_key: str, *parts: Sendable) -> Any:
         reply = await self._pipe(await self._node(route_key)).request(protocol.pack(parts))

@@ -7,18 +7,22 @@ raises from a redis-py or hiredis exception, so failure modes catch exactly
 slow, failing over, loading, out of memory) or ``StorageError`` (the store
 answered with an error that retrying will not fix, such as a script bug, a
 server that refuses the store's password, user or database number, or an ACL that
-forbids the store's keys or commands: ``NOPERM``).
+forbids the store's keys or commands: ``NOPERM``). A reply of the wrong shape (a
+server that speaks Redis's protocol but does not run the scripts) is a ``StorageError``
+too, raised where the reply is read (``read_reply``, ``wrong_reply``).
 """
 
 from __future__ import annotations
 
 import re
-from typing import NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 import hiredis
 from redis import exceptions as rx
 
 from ratewarden.errors import StorageError, StorageUnavailableError
+from ratewarden.storage._decisions import REPLY_ERRORS
 from ratewarden.storage._redis_server import ServerUnusable
 
 __all__ = [
@@ -26,8 +30,12 @@ __all__ = [
     "TRANSIENT_REPLIES",
     "connect_failure",
     "raise_storage_error",
+    "read_reply",
     "refusal",
+    "wrong_reply",
 ]
+
+T = TypeVar("T")
 
 #: What a call into redis-py or hiredis may raise when the store, not our code, failed.
 #: ``OSError`` covers socket errors, TLS errors and ``TimeoutError``.
@@ -92,6 +100,31 @@ def refusal(exc: BaseException, where: str) -> ServerUnusable | None:
             "server has databases 0 to 15): waiting will not help"
         )
     return None
+
+
+def wrong_reply(where: str, reply: object, why: object) -> str:
+    """Why a reply to a script that is not what ratewarden's scripts send (``why``) makes the
+    store unusable: a server that speaks Redis's protocol without running the scripts as Redis
+    does (a proxy, another RESP service, a wrong port) answers every call so, in a few
+    milliseconds. Raised as ``ServerUnusable`` by a router, ``StorageError`` by a store: an
+    error the failure mode answers, and ``ping`` raises."""
+    shown = repr(reply)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return (
+        f"{where} answered a ratewarden script with {shown} ({why}): it speaks the Redis "
+        "protocol but does not run the store's scripts as Redis does; is it a Redis port (not "
+        "a proxy's or another service's)? Check the store's URL: waiting will not help"
+    )
+
+
+def read_reply(read: Callable[[Any], T], reply: Any, where: str) -> T:
+    """``read(reply)``; a reply of the wrong shape (``_decisions.REPLY_ERRORS``) raised as
+    the store's ``StorageError``, which says what ``where`` answered."""
+    try:
+        return read(reply)
+    except REPLY_ERRORS as exc:
+        raise StorageError(wrong_reply(where, reply, exc)) from exc
 
 
 def _bad_credentials(exc: BaseException, where: str) -> ServerUnusable:

@@ -25,7 +25,7 @@ from ratewarden.rate import Rate
 from ratewarden.storage import _decisions, _kernel, _plan
 from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix, escape
 from ratewarden.storage._ops import Op
-from ratewarden.storage._redis_errors import raise_storage_error
+from ratewarden.storage._redis_errors import raise_storage_error, read_reply
 from ratewarden.storage._redis_link import DEFAULT_SPIN
 from ratewarden.storage._redis_protocol import BatchTemplate, Sendable, Template, evalsha_command
 from ratewarden.storage._scripts import Script, script
@@ -84,10 +84,14 @@ def _ignore(reply: Any) -> None:
 
 def _second(reply: Sequence[Any]) -> bool:
     """A lease script's ``{now_us, held}`` reply: whether the lease was held."""
+    if type(reply) is not list or len(reply) != 2 or type(reply[1]) is not int:
+        raise ValueError("a lease script answers a list of 2 numbers")
     return bool(reply[1])
 
 
 def _ints(reply: Sequence[Any]) -> list[int]:
+    if type(reply) is not list:  # a string would read as its bytes
+        raise TypeError(f"a script's reply is a list of numbers, not {type(reply).__name__}")
     return [int(value) for value in reply]
 
 
@@ -374,7 +378,10 @@ class RedisBase(FromUrl):
             if isinstance(reply, Exception):
                 found.append(storage_error(reply, self._router.where, self.timeout))
             else:
-                found.append(call.read(reply))
+                try:
+                    found.append(read_reply(call.read, reply, self._router.where))
+                except StorageError as error:  # this op's answer alone
+                    found.append(error)
         return found
 
     def __repr__(self) -> str:

@@ -16,10 +16,11 @@ from redis.crc import key_slot
 
 from ratewarden.storage import _redis_protocol as protocol
 from ratewarden.storage._redis_clients import LazyCluster
-from ratewarden.storage._redis_errors import REDIS_ERRORS
+from ratewarden.storage._redis_errors import REDIS_ERRORS, wrong_reply
 from ratewarden.storage._redis_link import Link, LinkPool
 from ratewarden.storage._redis_protocol import ConnectFailed, Recovery, Sendable, checked
 from ratewarden.storage._redis_sentinel import start_thread, watch_for
+from ratewarden.storage._redis_server import ServerUnusable
 from ratewarden.storage._scripts import Script
 
 __all__ = ["Cluster", "Request", "Router", "Standalone", "run_script", "run_scripts"]
@@ -30,22 +31,27 @@ Request = tuple[Script, str, bytes]
 
 def run_script(link: Link, script: Script, packed: bytes) -> Any:
     """Send the EVALSHA ``packed`` on ``link``; after NOSCRIPT send EVAL, after READONLY
-    reconnect and resend."""
+    reconnect and resend. The reply is a list (every script answers one): any other is an
+    error reply raised, or ``ServerUnusable`` (``_redis_errors.wrong_reply``)."""
     reply = link.request(packed)
-    if type(reply) is hiredis.ReplyError:
+    if type(reply) is not list:  # one test on the way of every reply: list, error, or wrong
         reply = _recover(link, reply, script, packed)
     return reply
 
 
-def _recover(link: Link, reply: hiredis.ReplyError, script: Script, packed: bytes) -> Any:
+def _recover(link: Link, reply: Any, script: Script, packed: bytes) -> list[Any]:
     evalsha = packed
     for _ in range(protocol.MAX_ATTEMPTS - 1):
+        if type(reply) is not hiredis.ReplyError:
+            raise ServerUnusable(wrong_reply(link.where, reply, "not a list"))
         reconnect, packed = protocol.retry(reply, script, evalsha)
         if reconnect:
             link.close()
         reply = link.request(packed)
-        if type(reply) is not hiredis.ReplyError:
+        if type(reply) is list:
             return reply
+    if type(reply) is not hiredis.ReplyError:
+        raise ServerUnusable(wrong_reply(link.where, reply, "not a list"))
     raise reply
 
 
@@ -345,9 +351,12 @@ class Cluster:
     def _redirected_eval(self, script: Script, packed: bytes) -> Any:
         evalsha, then_eval = protocol.redirection(script, packed)
         try:
-            return self._client.execute_command(*evalsha)
+            reply = self._client.execute_command(*evalsha)
         except rx.NoScriptError:
-            return self._client.execute_command(*then_eval)
+            reply = self._client.execute_command(*then_eval)
+        if type(reply) is not list:
+            raise ServerUnusable(wrong_reply(self.where, reply, "not a list"))
+        return reply
 
     def command(self, route_key: str, *parts: Sendable) -> Any:
         links = self._links(self._node(route_key))

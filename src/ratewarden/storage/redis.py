@@ -46,14 +46,19 @@ import redis.asyncio as aredis
 from ratewarden.checks import keywords_checked
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
-from ratewarden.errors import StorageUnavailableError
+from ratewarden.errors import StorageError, StorageUnavailableError
 from ratewarden.rate import Rate
 from ratewarden.storage import _decisions, _plan
 from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix
 from ratewarden.storage._ops import Op
 from ratewarden.storage._redis_async import AsyncCluster, AsyncRouter, AsyncStandalone
 from ratewarden.storage._redis_clients import async_client, sync_client
-from ratewarden.storage._redis_errors import REDIS_ERRORS, raise_storage_error
+from ratewarden.storage._redis_errors import (
+    REDIS_ERRORS,
+    raise_storage_error,
+    read_reply,
+    wrong_reply,
+)
 from ratewarden.storage._redis_link import DEFAULT_SPIN
 from ratewarden.storage._redis_store import (
     DEFAULT_TIMEOUT,
@@ -97,6 +102,8 @@ class RedisStore(RedisBase):
     _connect = staticmethod(sync_client)
     _router: Router
     client: redis.Redis | redis.RedisCluster
+    #: The ``StorageUnavailableError`` the last ``ping`` met (it answered False), or None.
+    last_ping_error: StorageUnavailableError | None = None
 
     @keywords_checked
     def __init__(
@@ -129,7 +136,7 @@ class RedisStore(RedisBase):
             reply = getattr(self._router, call.method)(*call.args)
         except REDIS_ERRORS as exc:
             raise_storage_error(exc, self._router.where, self.timeout)
-        return call.read(reply)
+        return read_reply(call.read, reply, self._router.where)
 
     def hit(
         self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
@@ -144,7 +151,10 @@ class RedisStore(RedisBase):
             reply = self._router.eval(found, route_key, packed)
         except REDIS_ERRORS as exc:
             raise_storage_error(exc, self._router.where, self.timeout)
-        return _decisions.decode(shape.rates, shape.cost, reply)
+        try:  # free unless raised (Python 3.11): a reply of the wrong shape is the store's
+            return _decisions.decode(shape.rates, shape.cost, reply)
+        except _decisions.REPLY_ERRORS as exc:
+            raise StorageError(wrong_reply(self._router.where, reply, exc)) from exc
 
     def hit_all(self, algorithm: str, calls: Sequence[_plan.BatchCall]) -> list[Decision] | None:
         """Decide several ``(key, rates, cost)`` calls in one atomic script; see
@@ -199,7 +209,9 @@ class RedisStore(RedisBase):
         clock) TIME, then a peek of cost 0 on a key under the store's prefix, which writes
         nothing. Raises ``StorageError`` when one answers but cannot be used: a Redis older
         than 6.2, refused credentials, or an ACL that forbids the store's keys, scripts or
-        TIME (``NOPERM``), which would fail every call."""
+        TIME (``NOPERM``), which would fail every call. Why the last ping answered False is
+        kept in ``last_ping_error`` (None after one that answered True), for a health line
+        to name the cause (a refused connection, a timeout, a name that does not resolve)."""
         try:
             try:
                 self._router.ping()
@@ -208,8 +220,10 @@ class RedisStore(RedisBase):
             except REDIS_ERRORS as exc:  # an outage (False below) or a refusal (raised)
                 raise_storage_error(exc, self._router.where, self.timeout)
             self.hit(*_PROBE)
-        except StorageUnavailableError:
+        except StorageUnavailableError as exc:
+            self.last_ping_error = exc
             return False
+        self.last_ping_error = None
         return True
 
     def close(self) -> None:
@@ -233,6 +247,8 @@ class AsyncRedisStore(RedisBase):
     _connect = staticmethod(async_client)
     _router: AsyncRouter
     client: aredis.Redis | aredis.RedisCluster
+    #: The ``StorageUnavailableError`` the last ``ping`` met (it answered False), or None.
+    last_ping_error: StorageUnavailableError | None = None
 
     async def _run(self, call: Call[T]) -> T:
         """See ``RedisStore._run``."""
@@ -242,7 +258,7 @@ class AsyncRedisStore(RedisBase):
             reply = await getattr(self._router, call.method)(*call.args)
         except REDIS_ERRORS as exc:
             raise_storage_error(exc, self._router.where, self.timeout)
-        return call.read(reply)
+        return read_reply(call.read, reply, self._router.where)
 
     async def hit(
         self, algorithm: str, key: str, rates: Rate | Sequence[Rate], cost: int = 1
@@ -253,7 +269,10 @@ class AsyncRedisStore(RedisBase):
             reply = await self._router.eval(found, route_key, packed)
         except REDIS_ERRORS as exc:
             raise_storage_error(exc, self._router.where, self.timeout)
-        return _decisions.decode(shape.rates, shape.cost, reply)
+        try:
+            return _decisions.decode(shape.rates, shape.cost, reply)
+        except _decisions.REPLY_ERRORS as exc:
+            raise StorageError(wrong_reply(self._router.where, reply, exc)) from exc
 
     async def hit_all(
         self, algorithm: str, calls: Sequence[_plan.BatchCall]
@@ -293,8 +312,10 @@ class AsyncRedisStore(RedisBase):
             except REDIS_ERRORS as exc:  # an outage (False below) or a refusal (raised)
                 raise_storage_error(exc, self._router.where, self.timeout)
             await self.hit(*_PROBE)
-        except StorageUnavailableError:
+        except StorageUnavailableError as exc:
+            self.last_ping_error = exc
             return False
+        self.last_ping_error = None
         return True
 
     async def aclose(self) -> None:
