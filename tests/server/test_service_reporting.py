@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
-from ratewarden.errors import StorageUnavailableError
+from ratewarden.errors import CircuitOpenError, StorageUnavailableError
 from ratewarden.limiter import CircuitBreaker
 from tests.server.conftest import OK, OVER, SERVICE_RULES, Harness, RecordingHooks, desc
 
@@ -50,8 +50,9 @@ def test_every_store_call_is_timed_once(rls: Make) -> None:
 
 
 def test_an_open_breaker_is_reported_as_the_store_being_unavailable(rls: Make) -> None:
-    """Refused calls reach on_store_error as StorageUnavailableError (the degraded metric's
-    reason), saying when the next probe goes."""
+    """Refused calls reach on_store_error as the breaker's CircuitOpenError, a
+    StorageUnavailableError (the degraded metric's reason is breaker_open, as the library's),
+    saying when the next probe goes."""
     h = rls(SERVICE_RULES)
     h.service.breaker = CircuitBreaker(failures=1, failure_ratio=None, clock=h.clock)
     h.outage.down = True
@@ -59,7 +60,7 @@ def test_an_open_breaker_is_reported_as_the_store_being_unavailable(rls: Make) -
     assert h.codes(desc(("closed", "x"))) == [OVER, OVER]
     (_, _, first), (_, path, refused) = h.hooks.store_errors
     assert first is h.outage.error
-    assert type(refused) is StorageUnavailableError
+    assert type(refused) is CircuitOpenError and isinstance(refused, StorageUnavailableError)
     assert path == "d.closed" and str(refused).startswith("circuit breaker open")
 
 

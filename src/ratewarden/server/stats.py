@@ -83,6 +83,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.labels import bounded
+from ratewarden.limiter import failure_reason
 from ratewarden.metrics import PrometheusMetrics
 from ratewarden.server.config import DescriptorRule
 from ratewarden.server.dashboard.live import LiveStats
@@ -260,8 +261,9 @@ class ServiceStats(ServiceHooks):
     def on_store_error(self, domain: str, rule: DescriptorRule, error: Exception) -> None:
         for sink in self.sinks:
             sink.store_error()
+        # ``breaker_open`` when the open breaker answered, as the library reports it.
         self.metrics.degraded(
-            rule=rule.path, failure_mode=rule.failure_mode, reason=type(error).__name__
+            rule=rule.path, failure_mode=rule.failure_mode, reason=failure_reason(error)
         )
 
     def on_value_overflow(self, domain: str, rule: DescriptorRule) -> None:

@@ -36,7 +36,8 @@ class Pinged(Protocol):
 async def store_fault(store: Pinged, timeout: float) -> str | None:
     """None when ``store`` answers a ping within ``timeout`` seconds, else why not: a store
     that does not answer says ``NO_ANSWER`` and, in brackets, what its ping met (connection
-    refused, a timeout), so the health line names the cause at once."""
+    refused, a timeout, a name that does not resolve: raised, or kept by a Redis store whose
+    ping answered False, ``last_ping_error``), so the health line names the cause at once."""
     try:
         # Not asyncio.wait_for: on Python 3.11 it returns the result when a cancellation
         # lands as the ping answers (CPython gh-86296), and the health loop, cancelled by
@@ -52,7 +53,11 @@ async def store_fault(store: Pinged, timeout: float) -> str | None:
         return f"{NO_ANSWER} (no answer to its ping within {timeout:g} s)"
     except Exception as exc:  # an error the store's own boundary missed
         return f"{NO_ANSWER} ({type(exc).__name__}: {exc})"
-    return None if alive else NO_ANSWER
+    if alive:
+        return None
+    # A Redis store's ping answers False for an outage, and keeps what it met.
+    met = getattr(store, "last_ping_error", None)
+    return f"{NO_ANSWER} ({str(met).split('; ')[0]})" if met is not None else NO_ANSWER
 
 
 def named_fault(fault: str | None, url: str) -> str | None:
