@@ -48,7 +48,9 @@ a hit's two keys (its rate cap's and its window hash) share the caller's key as
 their hash tag, so one decision runs on one primary and reads one clock. The
 exchange's reads over many keys (``read_counts``) and a round's merges
 (``apply_all``) are Cluster pipelines: split by slot, one pipeline per primary,
-the replies in the caller's order.
+the replies in the caller's order. A script a primary lacks (NOSCRIPT: nothing ran)
+is sent again with its source, to that primary alone; a ``SCRIPT LOAD`` (redis-py's
+``Script``) goes to every primary, so one primary down would fail the healthy ones.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from typing import Any, TypeVar
 
 import redis
 import redis.asyncio as aredis
+from redis.exceptions import NoScriptError
 
 from ratewarden.checks import keywords_checked
 from ratewarden.clock import Clock
@@ -149,7 +152,11 @@ class RegionStore(RegionBase):
     def apply(self, op: Op) -> list[int]:
         """Run ``op`` as one script on the client (``ARGV[1]``: the clock's now, or "")."""
         with self._boundary():
-            reply = self._registered(op)(keys=list(op.keys), args=self._args(op))
+            found, sent = self._registered(op), (*op.keys, *self._args(op))
+            try:
+                reply = self.client.evalsha(found.sha, len(op.keys), *sent)
+            except NoScriptError:  # nothing ran: sent to the key's server (primary) alone
+                reply = self.client.eval(found.script, len(op.keys), *sent)
         return ints(reply)
 
     def apply_all(self, ops: Sequence[Op]) -> list[list[int] | Exception]:
@@ -157,25 +164,27 @@ class RegionStore(RegionBase):
         Cluster, one per primary): each atomic, not all together. Each op's reply, or the
         ``StorageError`` ``apply`` would raise for its error reply (a script error answers
         its op only), as ``RedisStore.apply_all`` answers. Ops a primary had no script for
-        (nothing ran) are sent again once it is loaded on every primary. Raises
+        (nothing ran) are sent again with its source (see the module). Raises
         ``StorageUnavailableError`` when the server, or a Cluster primary holding an op,
         cannot be reached or does not answer within the client's socket timeout."""
         with self._boundary():
             replies = self._scripts_pipeline(ops)
             again = unloaded(replies)
             if again:
-                for source in {self._registered(ops[i]).script for i in again}:
-                    self.client.script_load(source)
-                resent = self._scripts_pipeline([ops[i] for i in again])
+                resent = self._scripts_pipeline([ops[i] for i in again], source=True)
                 for i, reply in zip(again, resent, strict=True):
                     replies[i] = reply
             unanswered(replies)
         return self._answers(replies)
 
-    def _scripts_pipeline(self, ops: Sequence[Op]) -> list[Any]:
+    def _scripts_pipeline(self, ops: Sequence[Op], source: bool = False) -> list[Any]:
+        """Each op's script in one pipeline: by its SHA1, or with ``source`` as EVAL."""
         pipe = self.client.pipeline(transaction=False)
         for op in ops:
-            self._registered(op)(keys=list(op.keys), args=self._args(op), client=pipe)
+            found = self._registered(op)
+            # By name: redis-py's blocking Cluster pipeline has an eval() of its own.
+            sent = ("EVAL", found.script) if source else ("EVALSHA", found.sha)
+            pipe.execute_command(*sent, len(op.keys), *op.keys, *self._args(op))
         return list(pipe.execute(raise_on_error=False))
 
     # -- the exchange ------------------------------------------------------------------------
@@ -302,7 +311,11 @@ class AsyncRegionStore(RegionBase):
     async def apply(self, op: Op) -> list[int]:
         """See ``RegionStore.apply``."""
         with self._boundary():
-            reply = await self._registered(op)(keys=list(op.keys), args=self._args(op))
+            found, sent = self._registered(op), (*op.keys, *self._args(op))
+            try:
+                reply = await self.client.evalsha(found.sha, len(op.keys), *sent)
+            except NoScriptError:
+                reply = await self.client.eval(found.script, len(op.keys), *sent)
         return ints(reply)
 
     async def apply_all(self, ops: Sequence[Op]) -> list[list[int] | Exception]:
@@ -311,18 +324,18 @@ class AsyncRegionStore(RegionBase):
             replies = await self._scripts_pipeline(ops)
             again = unloaded(replies)
             if again:
-                for source in {self._registered(ops[i]).script for i in again}:
-                    await self.client.script_load(source)
-                resent = await self._scripts_pipeline([ops[i] for i in again])
+                resent = await self._scripts_pipeline([ops[i] for i in again], source=True)
                 for i, reply in zip(again, resent, strict=True):
                     replies[i] = reply
             unanswered(replies)
         return self._answers(replies)
 
-    async def _scripts_pipeline(self, ops: Sequence[Op]) -> list[Any]:
+    async def _scripts_pipeline(self, ops: Sequence[Op], source: bool = False) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)
         for op in ops:
-            await self._registered(op)(keys=list(op.keys), args=self._args(op), client=pipe)
+            found = self._registered(op)
+            sent = ("EVAL", found.script) if source else ("EVALSHA", found.sha)
+            pipe.execute_command(*sent, len(op.keys), *op.keys, *self._args(op))
         return list(await pipe.execute(raise_on_error=False))
 
     async def publish_active(
