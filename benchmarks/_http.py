@@ -237,11 +237,16 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _round(port: int, seconds: float, cpus: set[int] | None = None) -> dict[str, Any]:
-    command = [sys.executable, "-m", "benchmarks._http", "load", str(port), str(seconds)]
-    if cpus is not None:
-        # A CPU apart from the servers: poll there without sleeping (see ``load``).
-        command[4:4] = ["--cpus", ",".join(map(str, sorted(cpus))), "--spin"]
+def _round(
+    port: int, seconds: float, cpus: set[int] | None = None, spin: bool | None = None
+) -> dict[str, Any]:
+    """One load generator's run. ``cpus``: pin it there; ``spin`` (by default with ``cpus``,
+    a CPU apart from the servers) polls without sleeping at idle priority (see ``load``)."""
+    if spin is None:
+        spin = cpus is not None
+    pinned = [] if cpus is None else ["--cpus", ",".join(map(str, sorted(cpus)))]
+    options = [*pinned, "--spin"] if spin else pinned
+    command = [sys.executable, "-m", "benchmarks._http", "load", *options, str(port), str(seconds)]
     out = subprocess.run(command, check=True, capture_output=True, timeout=seconds + 30)
     result: dict[str, Any] = json.loads(out.stdout)
     return result
