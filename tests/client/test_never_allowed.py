@@ -5,7 +5,8 @@ ratewarden's middleware under a real uvicorn server on loopback, with
 ``Retry-After``, reports the true remaining (nothing was consumed) and, with the legacy
 headers, no ``X-RateLimit-Reset``; the retrying clients (httpx blocking and asyncio,
 requests) give up on it at once, without a wait. The clients' sleeps are recorded, not
-slept.
+slept. Each test has a server and a store of its own, on a ManualClock that no test moves:
+what it counts is its own requests.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ratewarden.client import (
 )
 from ratewarden.headers import HeaderOptions
 from ratewarden.middleware import RateLimitMiddleware, Rule, RuleSet
+from ratewarden.testing import ManualClock
 from tests.client._fakes import RecordingClock
 from tests.client._live import LiveASGI
 
@@ -37,7 +39,9 @@ POLICY = RetryPolicy(max_attempts=5, max_wait=60)
 
 
 def costly_app(served: list[str], headers: HeaderOptions) -> Starlette:
-    """10 units a minute per client; a PUT costs 20 of them, a GET one."""
+    """10 units a minute per client, on a clock that stands still; a PUT costs 20 of them,
+    a GET one."""
+    clock = ManualClock()
 
     async def item(request: Request) -> PlainTextResponse:
         served.append(request.method)
@@ -46,16 +50,17 @@ def costly_app(served: list[str], headers: HeaderOptions) -> Starlette:
     app = Starlette(routes=[Route("/item", item, methods=["GET", "PUT"])])
     app.add_middleware(
         RateLimitMiddleware,
-        limiter=AsyncLimiter(AsyncMemoryStore()),
+        limiter=AsyncLimiter(AsyncMemoryStore(clock=clock)),
         rules=RuleSet(
-            [Rule("c", ["10/minute", "100/hour"], cost={"PUT": 20, "*": 1})], headers=headers
+            [Rule("c", ["10/minute", "100/hour"], cost={"PUT": 20, "*": 1})],
+            headers=headers,
+            clock=clock,
         ),
     )
     return app
 
 
 @pytest.fixture(
-    scope="module",
     params=[
         HeaderOptions(),
         HeaderOptions(legacy=True, github=True),
@@ -64,7 +69,8 @@ def costly_app(served: list[str], headers: HeaderOptions) -> Starlette:
     ids=["draft-11", "legacy", "draft-10-all-policies"],
 )
 def live(request: pytest.FixtureRequest) -> Iterator[tuple[LiveASGI, list[str]]]:
-    """The costly app under uvicorn, with one of three header configurations."""
+    """The costly app under uvicorn, new for each test (nothing counted yet), with one of
+    three header configurations."""
     served: list[str] = []
     server = LiveASGI(costly_app(served, request.param))
     yield server, served
@@ -126,11 +132,12 @@ def test_requests_session_gives_up_at_once(live: tuple[LiveASGI, list[str]]) -> 
 
 
 def test_an_exhausted_limit_still_says_when_to_retry(live: tuple[LiveASGI, list[str]]) -> None:
-    """The ordinary 429 (the quota used up) keeps r=0 and Retry-After, and the client waits."""
+    """The ordinary 429 (the quota used up: 10 GETs) keeps r=0 and Retry-After, and the
+    client waits."""
     server, _ = live
     with httpx.Client(base_url=server.url) as client:
-        statuses = [client.get("/item").status_code for _ in range(8)]
-    assert statuses[-1] == 429
+        statuses = [client.get("/item").status_code for _ in range(11)]
+    assert statuses == [200] * 10 + [429]
     clock = RecordingClock()
     policy = RetryPolicy(max_attempts=2)
     transport = RetryTransport(policy=policy, clock=clock, random=lambda: 0.0)
