@@ -9,6 +9,10 @@ sharing the ports and forwards the signals to them. A child watches its parent
 through a pipe only the parent writes to: when the parent is gone (killed, even by
 SIGKILL), the pipe reads end-of-file and the child stops too, so that no worker
 outlives the set and keeps serving on the ports.
+
+A child is started with the stop signals blocked, and unblocks them once its handlers are
+in place: a stop asked for while it is still importing waits for them, instead of killing
+it by the signal's default action (which would read as a worker that died, exit 1).
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import os
 import shutil
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for_sentinels
 
@@ -74,6 +79,9 @@ def _stop_requests(parent: Connection | None) -> asyncio.Queue[str]:
     loop = asyncio.get_running_loop()
     for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, requests.put_nowait, signum.name)
+    # A worker starts with them blocked (``_run_workers``): one that came while it was still
+    # starting is delivered now, to the handlers.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     if parent is not None:
 
         def parent_gone() -> None:
@@ -159,7 +167,10 @@ def run(settings: Settings) -> int:
     forwards SIGTERM, SIGHUP (as SIGTERM) and SIGINT to them and waits. If a child
     dies on its own, the others are stopped too and the exit code is 1, so a
     supervisor restarts the whole set rather than running short-handed; if this
-    process dies, the children stop on their own (``serve``'s ``parent``).
+    process dies, the children stop on their own (``serve``'s ``parent``). After a
+    stop request each child exits 0 (one still starting stops before it serves); one
+    that ends otherwise (killed, failed) is logged as ``worker_exited`` and the exit
+    code is 1 as well.
 
     Before they start, the ports are claimed for this set (``server/port_claim.py``): a
     port another process listens on, or another set is claiming, is refused (``OSError``)
@@ -183,10 +194,10 @@ def run(settings: Settings) -> int:
     # SO_REUSEPORT would let a second set join these ports: refuse them as one process would.
     claims = claim_ports(settings)
     created = None
-    if multiprocess_dir() is None:
-        created = metrics_dir.make()
-        os.environ[MULTIPROC_ENV] = created
     try:
+        if multiprocess_dir() is None:
+            created = metrics_dir.make()
+            os.environ[MULTIPROC_ENV] = created
         return _run_workers(settings)
     finally:
         for claim in claims:
@@ -207,22 +218,37 @@ def _run_workers(settings: Settings) -> int:
         )
         for index in range(settings.workers)
     ]
-    stopping = False
+    #: The signal sent to the children for the latest stop request, once one has come.
+    requested: list[signal.Signals] = []
+    told: set[int] = set()
 
-    def forward(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-        sent = signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM
-        for child in children:
+    def tell(sent: signal.Signals, among: Sequence[multiprocessing.process.BaseProcess]) -> None:
+        for child in among:
             if child.pid is not None and child.exitcode is None:
+                told.add(child.pid)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(child.pid, sent)
 
+    def forward(signum: int, _frame: object) -> None:
+        requested.append(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
+        tell(requested[-1], children)
+
     for signum in STOP_SIGNALS:
         signal.signal(signum, forward)
-    for child in children:
-        child.start()
+    # The children inherit the mask: blocked until their handlers are in place (_stop_requests).
+    # Starting a child starts multiprocessing's resource tracker first, the first time, and
+    # that unblocks SIGINT and SIGTERM here (it blocks them around its own start, for the
+    # same reason): started now, it is left running and the mask stays as set.
+    resource_tracker.ensure_running()
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        for child in children:
+            child.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)  # a stop that came runs forward now
     reading.close()
+    if requested:  # a stop that came (to another thread) before some children had a pid
+        tell(requested[-1], [child for child in children if child.pid not in told])
     log.info(
         "workers started",
         extra={
@@ -237,12 +263,17 @@ def _run_workers(settings: Settings) -> int:
         wait_for_sentinels([child.sentinel for child in pending])
         for child in [c for c in pending if c.exitcode is not None]:
             pending.remove(child)
-            if not stopping:
-                log.error(
-                    "worker exited; stopping the others",
-                    extra={"event": "worker_exited", "pid": child.pid, "exitcode": child.exitcode},
-                )
-                code = 1
+            # A worker asked to stop exits 0; any other end is said, and fails the set.
+            if requested and child.exitcode == 0:
+                continue
+            log.error(
+                "worker exited while stopping"
+                if requested
+                else "worker exited; stopping the others",
+                extra={"event": "worker_exited", "pid": child.pid, "exitcode": child.exitcode},
+            )
+            code = 1
+            if not requested:
                 forward(signal.SIGTERM, None)
     writing.close()
-    return 1 if code or any(child.exitcode for child in children) else 0
+    return code
