@@ -238,6 +238,7 @@ def _serve(args: argparse.Namespace) -> int:
         app,
         config,
         config_check,
+        options_env,
         process,
         upstream_backend,
         upstream_env,
@@ -245,6 +246,15 @@ def _serve(args: argparse.Namespace) -> int:
     )
 
     app.configure_logging(chosen.log_level, chosen.log_format)
+    unknown = options_env.unknown(os.environ)
+    if unknown:  # a misspelt variable would leave its setting at the default without a word
+        logging.getLogger("ratewarden.server").warning(
+            "RATEWARDEN_* variables no setting reads, ignored: %s",
+            ", ".join(
+                f"{name} (did you mean {near}?)" if near else name for name, near in unknown.items()
+            ),
+            extra={"event": "unknown_variables", "variables": unknown},
+        )
     xds = chosen.config_xds is not None
     used = upstream_settings.applied(os.environ, xds=xds)
     if used:

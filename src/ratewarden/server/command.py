@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import re
 from collections.abc import Mapping
 
@@ -161,12 +162,36 @@ def add_serve_parser(
                 group.add_argument(option.flag, dest=name, metavar=metavars[name], help=help_text)
 
 
-def refusal(exc: OSError) -> str:
+def refusal(exc: OSError, environ: Mapping[str, str] = os.environ) -> str:
     """The line ``serve`` prints for ``exc``, raised as it started; a port in use also says
-    which flag gives another (``--http-port`` for the HTTP port)."""
+    which flag gives another (``--http-port`` for the HTTP port). Another error keeps the
+    file it names, and one in ``PROMETHEUS_MULTIPROC_DIR`` (of ``environ``) says so."""
     said = exc.strerror or str(exc)
     found = re.match(r"cannot listen for (.+?) on (\S+): ", said)
-    flag = None if found is None else PORT_FLAGS.get(found[1])
-    if exc.errno != errno.EADDRINUSE or flag is None or found is None:
+    if found is None:
+        return _file_refusal(exc, environ) if exc.filename is not None else said
+    flag = PORT_FLAGS.get(found[1])
+    if exc.errno != errno.EADDRINUSE or flag is None:
         return said
     return f"{said}; give another port with {flag}"
+
+
+def _file_refusal(exc: OSError, environ: Mapping[str, str]) -> str:
+    """``exc`` naming its file, as ``str(exc)`` does without the ``[Errno N]``."""
+    from ratewarden.server.stats import MULTIPROC_ENV  # prometheus_client: serve's alone
+
+    files = [_text(name) for name in (exc.filename, exc.filename2) if name is not None]
+    said = f"{exc.strerror or exc}: {' -> '.join(map(repr, files))}"
+    metrics = environ.get(MULTIPROC_ENV)
+    if metrics:
+        where = os.path.abspath(metrics)
+        if os.path.commonpath([where, os.path.abspath(files[0])]) == where:
+            said += (
+                f" (in {MULTIPROC_ENV} {metrics!r}, where prometheus_client keeps the metrics: "
+                "make it a directory this user can write, or unset it)"
+            )
+    return said
+
+
+def _text(name: object) -> str:
+    return os.fsdecode(name) if isinstance(name, bytes) else str(name)

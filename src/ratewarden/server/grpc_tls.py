@@ -19,7 +19,9 @@ certificate and key when their directory changes; this does the same, and the cl
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import ssl
 import threading
 from dataclasses import dataclass, field
@@ -62,6 +64,13 @@ class GrpcTls:
         """Read and check the files: the key must match the certificate, the CA must parse;
         ``client_san`` needs the CA (no client certificate is asked for without one)."""
         check_tls(cert, key, client_ca, client_san)
+        for flag, path in (
+            ("--tls-cert", cert),
+            ("--tls-key", key),
+            ("--tls-client-ca", client_ca),
+        ):
+            if path is not None:
+                _check_readable(flag, path)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         try:
             context.load_cert_chain(cert, key)
@@ -100,6 +109,24 @@ class GrpcTls:
                 require_client_auth=self.client_ca is not None,
             )
         return CertificateWatch(self).credentials()
+
+
+def _check_readable(flag: str, path: str) -> None:
+    """``ConfigurationError`` naming the file ``flag`` gives when it cannot be read: which
+    file, and for a permission refused, whose it is and its mode (a Kubernetes secret
+    mounted 0600 for root, read by a server that runs as another user)."""
+    try:
+        with open(path, "rb"):
+            return
+    except PermissionError as exc:
+        why = f"{exc.strerror}: uid {os.geteuid()} may not read it"
+        with contextlib.suppress(OSError):
+            found = os.stat(path)
+            mode = found.st_mode & 0o7777
+            why += f"; it is owned by uid {found.st_uid}, gid {found.st_gid}, mode {mode:04o}"
+        raise ConfigurationError(f"{flag} {path!r}: cannot read it ({why})") from None
+    except OSError as exc:
+        raise ConfigurationError(f"{flag} {path!r}: cannot read it ({exc.strerror})") from None
 
 
 class CertificateWatch:

@@ -6,7 +6,10 @@ The composition root (``server/app.py``) builds them with ``grpc_listener`` and
 cannot be bound stops those already listening, and the ``OSError`` names it) and
 stops them with ``stop_listeners``, which lets calls in flight finish (and counts those
 the grace cuts). Each takes the settings and servers it needs, not the composition root;
-``serving_fields`` is what the ``serving`` log line says they listen on.
+``serving_fields`` is what the ``serving`` log line says they listen on (an IPv6 address
+in brackets, ``[::1]:8080``, as curl takes it). A port that cannot be bound is said as the
+gRPC port's is (``grpc.cannot_listen``): the port in use, an address not this host's, a
+port below 1024 without the privileges.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ratewarden.server.grpc import Answer, GrpcServer, GrpcTls, grpc_address
+from ratewarden.server.grpc import Answer, GrpcServer, GrpcTls, cannot_listen, grpc_address
 from ratewarden.server.grpc_native import NativeGrpcServer
 from ratewarden.server.http import HttpBackend, HttpServer
 from ratewarden.server.settings import Settings, redacted
@@ -98,10 +101,7 @@ async def start_listeners(
         http_port = await http.start(s.host, s.http_port, reuse_port=s.reuse_port)
     except OSError as exc:
         await grpc.stop(0)
-        raise OSError(
-            exc.errno,
-            f"cannot listen for HTTP on {s.host}:{s.http_port}: {exc.strerror or exc}",
-        ) from exc
+        raise cannot_listen(grpc_address(s.host, s.http_port), s.host, exc, what="HTTP") from exc
     debug_port = metrics_port = 0
     if debug is not None:
         others = (grpc, http, prometheus)
@@ -130,9 +130,7 @@ async def _start_extra(
         return await server.start(host, port, reuse_port=settings.reuse_port)
     except OSError as exc:
         await stop_listeners(0, *others)
-        raise OSError(
-            exc.errno, f"cannot listen for {what} on {host}:{port}: {exc.strerror or exc}"
-        ) from exc
+        raise cannot_listen(grpc_address(host, port), host, exc, what=what) from exc
 
 
 async def stop_listeners(
@@ -165,9 +163,9 @@ def serving_fields(
         "grpc": grpc_address(s.grpc_host or s.host, grpc_port, s.grpc_uds),
         "transport": transport,
         "rlqs": s.rlqs,
-        "http": f"{s.host}:{http_port}",
-        "debug": f"{s.debug_host or s.host}:{debug_port}" if debug_port else None,
-        "metrics": f"{s.metrics_host or s.host}:{metrics_port}" if metrics_port else None,
+        "http": grpc_address(s.host, http_port),
+        "debug": grpc_address(s.debug_host or s.host, debug_port) if debug_port else None,
+        "metrics": grpc_address(s.metrics_host or s.host, metrics_port) if metrics_port else None,
         "store": redacted(s.store_url),
         "store_per_second": s.store_per_second and redacted(s.store_per_second),
         "statsd": s.statsd,

@@ -6,6 +6,11 @@ stops. A parent killed by SIGKILL (or the OOM killer) cannot: its directory, nam
 process id (``ratewarden-metrics-<pid>-<random>``), is removed by the next set that starts
 in the same temporary directory once no process has that id. Only directories of this
 pattern, owned by this user, whose process is gone, are touched.
+
+The temporary directory is Python's (``tempfile``): ``TMPDIR``, else ``/tmp`` and the like,
+the first one this user can write. None writable (a read-only root filesystem with no
+writable volume) is a ``ConfigurationError`` saying what to set; a ``TMPDIR`` passed over
+for another is logged (``tmpdir_not_used``).
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from ratewarden.errors import ConfigurationError
+from ratewarden.server.stats import MULTIPROC_ENV
+
 __all__ = ["PREFIX", "make", "sweep"]
 
 log = logging.getLogger("ratewarden.server")
@@ -26,9 +34,28 @@ _NAME = re.compile(rf"{PREFIX}(\d+)-[^/]+")
 
 
 def make() -> str:
-    """A new directory for this process's set, after sweeping those left by dead ones."""
-    sweep()
-    return tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
+    """A new directory for this process's set, after sweeping those left by dead ones.
+    ``ConfigurationError`` when there is no temporary directory to make it in."""
+    try:
+        base = tempfile.gettempdir()
+        sweep(base)
+        made = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=base)
+    except OSError as exc:
+        raise ConfigurationError(
+            "--workers: no writable temporary directory for the workers' shared "
+            f"metrics ({exc}); set TMPDIR to a directory this user can write (under a "
+            "read-only root filesystem, a writable volume such as an emptyDir), or "
+            f"{MULTIPROC_ENV} to one made for them"
+        ) from None
+    given = os.environ.get("TMPDIR")
+    if given and os.path.realpath(given) != os.path.realpath(base):
+        # tempfile passes over a TMPDIR it cannot write without a word
+        log.warning(
+            "TMPDIR is not a directory this user can write; the workers' metrics directory "
+            "is made in another",
+            extra={"event": "tmpdir_not_used", "tmpdir": given, "metrics_dir": made},
+        )
+    return made
 
 
 def sweep(where: str | None = None) -> list[str]:

@@ -109,6 +109,7 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.server import upstream_env
 from ratewarden.server.dogstatsd import Mogrifier
 from ratewarden.server.options import OPTIONS, Option, masked, read
+from ratewarden.server.options_env import given_as
 from ratewarden.server.response_headers import LEGACY_NAMES
 from ratewarden.server.rules_source import (
     XDS_OPTIONS,
@@ -118,7 +119,7 @@ from ratewarden.server.rules_source import (
 )
 from ratewarden.server.statsd_mapping import StatsdMapping
 from ratewarden.server.store_url import redacted, store_scheme
-from ratewarden.server.tls_names import check_tls
+from ratewarden.server.tls_names import TLS_FLAGS, check_tls
 from ratewarden.server.tracing import check_tracing
 from ratewarden.server.transport_checks import check_rlqs, check_rlqs_given, check_transport
 
@@ -376,4 +377,7 @@ def resolve(flags: Mapping[str, Any], environ: Mapping[str, str]) -> Settings:
     values = {**upstream, **own}
     values.setdefault("config_paths", ())
     check_reload_given(flags, environ, values.get("config_xds"))
+    cert, key, client_ca, client_san = (values.get(name) for name in TLS_FLAGS)
+    names = given_as(TLS_FLAGS, flags, environ)  # each as given, flag or variable
+    check_tls(cert, key, client_ca, client_san, names)
     return Settings(**values)

@@ -1,6 +1,7 @@
 """What ``ratewarden serve`` refuses before it starts anything (exit 2, one line naming
-where the value was given): a rule path that does not exist, and an address to listen on
-that can only fail to bind."""
+where the value was given): a rule path that does not exist, an address to listen on
+that can only fail to bind, and a ``PROMETHEUS_MULTIPROC_DIR`` that is no directory this
+user can write (prometheus_client would fail on its first metric, naming a file in it)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from ratewarden.errors import ConfigurationError
 from ratewarden.server.options import OPTIONS
 from ratewarden.server.settings import Settings
+from ratewarden.server.stats import MULTIPROC_ENV
 
 __all__ = ["check_start", "host_problem"]
 
@@ -26,9 +28,32 @@ _HOSTS = {
 
 def check_start(chosen: Settings, flags: Mapping[str, object], environ: Mapping[str, str]) -> None:
     """Refuse ``chosen`` (resolved from ``flags`` and ``environ``) with a ConfigurationError
-    when a rule path is missing or an address to listen on cannot be one."""
+    when a rule path is missing, an address to listen on cannot be one, or the metrics
+    directory of the environment cannot be written."""
     _config_paths_exist(chosen.config_paths, flags.get("config_paths") is not None, environ)
     _hosts_resolve(chosen, flags, environ)
+    _metrics_dir_writable(environ)
+
+
+def _metrics_dir_writable(environ: Mapping[str, str]) -> None:
+    """``PROMETHEUS_MULTIPROC_DIR``, when set, must be a directory this user can write: with
+    it set, prometheus_client keeps every metric in files there, one process or several."""
+    where = environ.get(MULTIPROC_ENV)
+    if not where:
+        return
+    if not os.path.exists(where):
+        problem = "does not exist"
+    elif not os.path.isdir(where):
+        problem = "is not a directory"
+    elif not os.access(where, os.W_OK | os.X_OK):
+        problem = f"is not writable by this user (uid {os.getuid()})"
+    else:
+        return
+    raise ConfigurationError(
+        f"{MULTIPROC_ENV} {where!r}: {problem}; prometheus_client keeps the metrics in files "
+        "there while it is set: make it a directory this user can write, or unset it "
+        "(--workers makes one of its own)"
+    )
 
 
 def _config_paths_exist(paths: Sequence[str], flagged: bool, environ: Mapping[str, str]) -> None:

@@ -26,35 +26,50 @@ filter's ``failure_mode_deny`` decides.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ratewarden.errors import ConfigurationError
 
-__all__ = ["check_san", "check_tls", "names_host"]
+__all__ = ["TLS_FLAGS", "check_san", "check_tls", "names_host"]
+
+
+#: The TLS options by ``Settings`` field name, as ``check_tls`` names them by default.
+TLS_FLAGS = {
+    "tls_cert": "--tls-cert",
+    "tls_key": "--tls-key",
+    "tls_client_ca": "--tls-client-ca",
+    "tls_client_san": "--tls-client-san",
+}
 
 
 def check_tls(
-    cert: str | None, key: str | None, client_ca: str | None, client_san: str | None
+    cert: str | None,
+    key: str | None,
+    client_ca: str | None,
+    client_san: str | None,
+    names: Mapping[str, str] = TLS_FLAGS,
 ) -> None:
-    """Raise ``ConfigurationError`` for TLS options that cannot work together."""
+    """Raise ``ConfigurationError`` for TLS options that cannot work together, naming each
+    as ``names`` say (``TLS_FLAGS``' keys: its flag, or the variable it was given by)."""
     if (cert is None) != (key is None):
-        given, missing = ("--tls-cert", "--tls-key") if key is None else ("--tls-key", "--tls-cert")
+        given, missing = ("tls_cert", "tls_key") if key is None else ("tls_key", "tls_cert")
         raise ConfigurationError(
-            f"{given} is set but {missing} is not; TLS needs both the certificate and its key"
+            f"{names[given]} is set but {names[missing]} is not; TLS needs both the "
+            "certificate and its key"
         )
     if client_ca is not None and cert is None:
         raise ConfigurationError(
-            "--tls-client-ca is set without --tls-cert/--tls-key; mutual TLS needs the "
-            "server's own certificate too"
+            f"{names['tls_client_ca']} is set without {names['tls_cert']}/{names['tls_key']}; "
+            "mutual TLS needs the server's own certificate too"
         )
     if client_san is not None and client_ca is None:
         raise ConfigurationError(
-            "--tls-client-san is set without --tls-client-ca; only a client certificate "
-            "the client CA verified can be checked for the name"
+            f"{names['tls_client_san']} is set without {names['tls_client_ca']}; only a "
+            "client certificate the client CA verified can be checked for the name"
         )
     if key is not None:
-        _check_key(key)
+        _check_key(key, names["tls_key"])
 
 
 #: What a PEM private key protected by a pass phrase has: PKCS#8's header, or OpenSSL's
@@ -62,7 +77,7 @@ def check_tls(
 _ENCRYPTED = (b"-----BEGIN ENCRYPTED PRIVATE KEY-----", b"Proc-Type: 4,ENCRYPTED")
 
 
-def _check_key(key: str) -> None:
+def _check_key(key: str, name: str) -> None:
     """Refuse an encrypted key: serve has no pass phrase to give, and grpcio would ask for
     one on the terminal (waiting for ever under ``docker run -t``). A file that cannot be
     read is left to ``GrpcTls.load``, which says why."""
@@ -73,7 +88,7 @@ def _check_key(key: str) -> None:
         return
     if any(marker in head for marker in _ENCRYPTED):
         raise ConfigurationError(
-            f"--tls-key {key!r} is encrypted (protected by a pass phrase), which serve cannot "
+            f"{name} {key!r} is encrypted (protected by a pass phrase), which serve cannot "
             f"give; decrypt it into a file only serve can read (openssl pkey -in {key} "
             "-out server.key) and give that"
         )
