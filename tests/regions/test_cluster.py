@@ -1,5 +1,5 @@
 """A Redis Cluster per region: what a Cluster adds to the region stores, on real 3-primary
-Clusters (one per region, and one of this module's own for the failures, which stop a
+Clusters (one per region, and one of their own for the tests that move slots or stop a
 primary).
 
 The keys one script touches, and the two keys of one hit, share one slot (CLUSTER
@@ -187,9 +187,10 @@ def test_the_blocking_budget_answers_on_clusters_exactly_as_on_servers(
     assert allowed > 20
 
 
-@pytest.fixture(scope="module")
-def lone_cluster() -> Iterator[RedisCluster]:
-    """A 3-primary Cluster of this module's own: its slots are moved and a primary stopped."""
+@pytest.fixture
+def own_cluster() -> Iterator[RedisCluster]:
+    """A 3-primary Cluster of the test's own, which moves its slots or stops a primary (on a
+    shared one, the next test would depend on which ran first)."""
     cluster = RedisCluster(primaries=3)
     try:
         yield cluster
@@ -206,14 +207,14 @@ def _node_id(client: redis.RedisCluster, node: Any) -> str:
     return node_id.decode() if isinstance(node_id, bytes) else str(node_id)
 
 
-async def test_moved_and_ask_are_followed(lone_cluster: RedisCluster) -> None:
+async def test_moved_and_ask_are_followed(own_cluster: RedisCluster) -> None:
     """A slot table gone stale (MOVED) and a slot being migrated (ASK, then MOVED once it
     has moved): the budget's hit and merge and the exchange's reads answer as if nothing
     moved, from both twins, and the keys end on the slot's new primary."""
     clock = ManualClock(START)
-    store = RegionStore.from_url(lone_cluster.url, timeout=1.0, clock=clock)
-    astore = AsyncRegionStore.from_url(lone_cluster.url, timeout=1.0, clock=clock)
-    admin = lone_cluster.client()
+    store = RegionStore.from_url(own_cluster.url, timeout=1.0, clock=clock)
+    astore = AsyncRegionStore.from_url(own_cluster.url, timeout=1.0, clock=clock)
+    admin = own_cluster.client()
     stale, moving = "stale-table", "moving-slot"
     right = _owner(admin, stale)
     wrong = next(n for n in admin.get_primaries() if n.name != right.name)
@@ -275,15 +276,15 @@ async def _answer(reply: Any) -> Any:
 
 
 async def test_a_primary_too_slow_or_down_is_storage_unavailable(
-    lone_cluster: RedisCluster,
+    own_cluster: RedisCluster,
 ) -> None:
     """A primary paused past the timeout, then stopped: every call of both twins that needs
     it raises StorageUnavailableError naming the Cluster (its timeout, or that it is
     unavailable), never a redis-py error; keys on the other primaries still answer."""
     clock = ManualClock(START)
-    store = RegionStore.from_url(lone_cluster.url, timeout=0.2, clock=clock)
-    astore = AsyncRegionStore.from_url(lone_cluster.url, timeout=0.2, clock=clock)
-    admin = lone_cluster.client()
+    store = RegionStore.from_url(own_cluster.url, timeout=0.2, clock=clock)
+    astore = AsyncRegionStore.from_url(own_cluster.url, timeout=0.2, clock=clock)
+    admin = own_cluster.client()
     victim = _owner(admin, "victim")
     alive = next(
         k for k in (f"alive-{i}" for i in range(50)) if _owner(admin, k).name != victim.name
@@ -313,7 +314,7 @@ async def test_a_primary_too_slow_or_down_is_storage_unavailable(
                     pytest.fail(f"{name} did not raise")
         time.sleep(max(0.0, 3.1 - (time.monotonic() - paused)))
         assert await _answer(astore.read_counts([member])) == [[]]
-        next(n for n in lone_cluster.nodes if n.port == victim.port).stop()
+        next(n for n in own_cluster.nodes if n.port == victim.port).stop()
         for twin in (store, astore):
             for name, call in calls(twin).items():
                 with pytest.raises(StorageUnavailableError, match=where) as raised:
