@@ -13,6 +13,7 @@ without the ``[redis]`` extra.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import math
 from collections.abc import Iterator
@@ -181,7 +182,11 @@ class _RedisRecords:
         self._client = client
         self._prefix = prefix
         self._errors: tuple[type[BaseException], ...] = (rx.RedisError, OSError)
-        self._complete_script = client.register_script(_COMPLETE)
+        # By its SHA1, and on NOSCRIPT with its source, to the key's own server: redis-py's
+        # Script loads a missing script with SCRIPT LOAD, which a Cluster client sends to every
+        # primary, so one primary down failed complete() on the healthy ones.
+        self._complete_sha = hashlib.sha1(_COMPLETE.encode()).hexdigest()
+        self._no_script: type[BaseException] = rx.NoScriptError
 
     def _set_args(
         self, key: str, fingerprint: str, token: str, lock_ttl: float
@@ -229,7 +234,11 @@ class RedisIdempotencyStore(_RedisRecords):
         """See ``IdempotencyStore.complete``: one compare-and-set script."""
         keys, args = self._complete_args(key, token, response, ttl)
         with self._mapped_errors():
-            return bool(self._complete_script(keys, args))
+            try:
+                done = self._client.evalsha(self._complete_sha, len(keys), *keys, *args)
+            except self._no_script:  # nothing ran: sent again with its source, to its server
+                done = self._client.eval(_COMPLETE, len(keys), *keys, *args)
+            return bool(done)
 
     def release(self, key: str, token: str) -> None:
         """See ``IdempotencyStore.release``: a compare-and-delete script."""
@@ -254,7 +263,11 @@ class AsyncRedisIdempotencyStore(_RedisRecords):
         """See ``IdempotencyStore.complete``: one compare-and-set script."""
         keys, args = self._complete_args(key, token, response, ttl)
         with self._mapped_errors():
-            return bool(await self._complete_script(keys, args))
+            try:
+                done = await self._client.evalsha(self._complete_sha, len(keys), *keys, *args)
+            except self._no_script:  # see RedisIdempotencyStore.complete
+                done = await self._client.eval(_COMPLETE, len(keys), *keys, *args)
+            return bool(done)
 
     async def release(self, key: str, token: str) -> None:
         """See ``IdempotencyStore.release``: a compare-and-delete script."""
