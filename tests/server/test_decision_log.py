@@ -14,6 +14,7 @@ from envoy.service.ratelimit.v3 import rls_pb2
 
 from ratewarden.server.app import RateLimitServer
 from ratewarden.server.decision_log import DecisionLog
+from ratewarden.server.logs import _StructuredFormatter
 from ratewarden.server.settings import resolve
 from ratewarden.storage.memory import AsyncMemoryStore
 from ratewarden.testing import ManualClock
@@ -29,6 +30,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1}
   - key: free
     rate_limit: {unlimited: true}
+  - key: layered
+    rate_limit: {limits: [{unit: second, requests_per_unit: 3}, {unit: minute, requests_per_unit: 5}]}
 """
 
 Start = Callable[..., Awaitable[RateLimitServer]]
@@ -100,3 +103,41 @@ async def test_other_levels_put_nothing_in_front_of_the_stats(
 async def test_upstream_log_level_debug_turns_it_on(start: Start) -> None:
     settings = resolve({"config_paths": ["x"]}, {"LOG_LEVEL": "debug"})
     assert settings.log_level == "debug"
+
+
+async def test_a_line_names_the_limit_and_count_the_answer_reports(
+    start: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A call whose hits no window can hold is denied with nothing left, as its status says
+    (the store's own remaining, untouched, is not the answer); with several limits the line
+    names the one the status reports."""
+    server = await start(log_level="debug", charge_denied="true")
+    caplog.set_level(logging.DEBUG, logger="ratewarden.server.service")
+    over = rls_pb2.RateLimitRequest(domain="edge", descriptors=[desc(("user", "carol"), hits=5)])
+    answer = await server.service.should_rate_limit(over)
+    assert answer.statuses[0].limit_remaining == 0
+    layered = rls_pb2.RateLimitRequest(
+        domain="edge", descriptors=[desc(("layered", "dave"), hits=7)]
+    )
+    answer = await server.service.should_rate_limit(layered)
+    assert answer.statuses[0].current_limit.unit == rls_pb2.RateLimitResponse.RateLimit.MINUTE
+    first, second = decisions(caplog)
+    assert "limit 2/hour, remaining 0), hits 5: OVER_LIMIT" in first
+    assert "limit 5/minute, remaining 0), hits 7: OVER_LIMIT" in second
+
+
+def test_a_text_line_escapes_a_value_that_would_start_another_line() -> None:
+    """``--log-format text``: a descriptor value with a newline (the caller's text) stays on
+    its line, escaped, rather than writing what reads as another record."""
+    record = logging.LogRecord(
+        "ratewarden.server.service",
+        logging.DEBUG,
+        __file__,
+        1,
+        "descriptor (user=x\n2026-12-07T00:00:00.000Z ERROR ratewarden.server: fake)",
+        (),
+        None,
+    )
+    text = _StructuredFormatter("text", None).format(record)
+    assert "\n" not in text
+    assert "(user=x\\n2026-12-07T00:00:00.000Z ERROR" in text

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from ratewarden.server.config import DescriptorRule
 from ratewarden.server.hooks import ServiceHooks
-from ratewarden.server.response import DescriptorOutcome
+from ratewarden.server.response import DescriptorOutcome, shown_layer
 
 __all__ = ["DecisionLog", "describe", "with_decision_log"]
 
@@ -48,8 +48,9 @@ def describe(outcome: DescriptorOutcome) -> str:
         limit = "unlimited"
     elif decision is None:
         limit = ", ".join(str(rate) for rate in rule.rates) or "no limit"
-    else:
-        limit = f"limit {decision.rate}, remaining {decision.remaining}"
+    else:  # the limit and count the status reports (over: nothing left for these hits)
+        remaining = 0 if outcome.over_limit else max(decision.remaining, 0)
+        limit = f"limit {shown_layer(decision).rate}, remaining {remaining}"
     cached = ", from the over-limit cache" if outcome.local_cache else ""
     return (
         f"descriptor {entries} in domain {_short(outcome.domain)}: rule {rule.path} "

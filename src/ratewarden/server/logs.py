@@ -47,6 +47,16 @@ GRPC_VERBOSITY = "ERROR"
 _STANDARD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message"}
 
 
+#: Control characters a text line's message shows escaped: a message that quotes a caller's
+#: text (a descriptor value in a ``decision`` line) must not start a line of its own that
+#: reads as another record. The fields after it are JSON-quoted already.
+_CONTROLS = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F)} | {
+    0x09: "\\t",
+    0x0A: "\\n",
+    0x0D: "\\r",
+}
+
+
 class _StructuredFormatter(logging.Formatter):
     """A line with the record's ``extra`` fields: a JSON object, or text then key=value pairs."""
 
@@ -73,7 +83,7 @@ class _StructuredFormatter(logging.Formatter):
         if self._json:
             return json.dumps(entry, default=str)
         head = f"{entry.pop('ts')} {entry.pop('level').upper()} {entry.pop('logger')}: "
-        head += str(entry.pop("msg"))
+        head += str(entry.pop("msg")).translate(_CONTROLS)
         trace = entry.pop("exc", None)
         pairs = " ".join(f"{key}={json.dumps(value, default=str)}" for key, value in entry.items())
         return head + (f" {pairs}" if pairs else "") + (f"\n{trace}" if trace else "")

@@ -34,6 +34,7 @@ __all__ = [
     "ResponseMessage",
     "fallback_response",
     "respond",
+    "shown_layer",
 ]
 
 # The service's logger: records keep the name operators filter on.
@@ -240,8 +241,8 @@ def _status(
         return (status_head(code, None, ""), 0, NO_DURATION), None
     # Several limits: the status reports one of them, the binding one (its reset when
     # allowed, not the time until every limit is back to full, the decision's own
-    # ``reset_after``), or the longest wait of a denial no wait can pass (``_shown_layer``).
-    shown = decision if len(decision.layers) < 2 else _shown_layer(decision)
+    # ``reset_after``), or the longest wait of a denial no wait can pass (``shown_layer``).
+    shown = shown_layer(decision)
     limit = rule.limit_for(shown.rate)
     head = status_head(code, limit, rule.name)
     if limit is None:
@@ -260,13 +261,16 @@ def _status(
     return (head, remaining, _whole_seconds_us(max(round(wait * 1_000_000), 1))), limit
 
 
-def _shown_layer(decision: Decision) -> Decision:
-    """The layer a status of several limits reports: the binding one, unless the call costs
+def shown_layer(decision: Decision) -> Decision:
+    """The layer a status reports: the decision itself for one limit; of several, the binding
+    one, unless the call costs
     more than one of them can ever hold (its ``retry_after`` is never). That layer's reset
     is no time to wait for: the call never passes, and another limit may be holding the key
     longer (with ``--charge-denied`` the denied cost was counted against it), so the denied
     layer that waits longest is reported: its ``retry_after`` where one exists, else its
     reset."""
+    if len(decision.layers) < 2:
+        return decision
     if decision.allowed or math.isfinite(decision.retry_after):
         return binding_layer(decision)
     return max((layer for layer in decision.layers if not layer.allowed), key=_wait)
