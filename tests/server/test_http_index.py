@@ -47,7 +47,8 @@ def paths(body: bytes) -> list[str]:
 
 
 async def test_the_debug_port_lists_its_endpoints(start: Start) -> None:
-    """Every endpoint once, sorted, with what it serves; the HTTP port answers the same."""
+    """Every endpoint once, sorted, with what it serves (``/rlqs.json`` only with --rlqs); the
+    HTTP port answers the same."""
     server = await start(debug_port=0)
     index = await http(server.debug_port, "GET", "/")
     assert index.status == 200 and index.headers["content-type"].startswith("text/plain")
@@ -58,7 +59,6 @@ async def test_the_debug_port_lists_its_endpoints(start: Start) -> None:
         "/json",
         "/metrics",
         "/rlconfig",
-        "/rlqs.json",
     ]
     assert b"/json: POST a RateLimitRequest as JSON" in index.body
     assert (await http(server.http_port, "GET", "/")).body == index.body

@@ -85,7 +85,7 @@ async def test_json_answers_with_the_service_response(
         (b'{"domian": "x"}', b"domian"),
         (b"\xff\xfe", b"not a RateLimitRequest"),
         (b'{"domain": ""}', b"domain is empty"),
-        (b"", b"domain is empty"),
+        (b"", b"the body is empty"),
     ],
     ids=["broken-json", "unknown-field", "not-utf8", "empty-domain", "no-body"],
 )

@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import Iterator
+from http import HTTPStatus
 from typing import Any
 
 import h11
@@ -43,6 +44,7 @@ __all__ = ["HttpBackend", "HttpServer"]
 #: the blank line (a header counted as ``Name: value``, the whitespace around a value aside).
 MAX_HEAD_BYTES = 64 * 1024
 HEAD_TOO_LARGE = 431
+_HEAD_TOO_LARGE_REASON = HTTPStatus(HEAD_TOO_LARGE).phrase.encode("ascii")
 #: A keep-alive connection idle this long between two requests is closed.
 IDLE_TIMEOUT_S = 30
 
@@ -111,7 +113,9 @@ class _HeadLimitedProtocol(H11Protocol):
             (b"connection", b"close"),
         ]
         for event in (
-            h11.Response(status_code=HEAD_TOO_LARGE, headers=headers),
+            h11.Response(
+                status_code=HEAD_TOO_LARGE, headers=headers, reason=_HEAD_TOO_LARGE_REASON
+            ),
             h11.Data(data=text.encode("ascii")),
             h11.EndOfMessage(),
         ):

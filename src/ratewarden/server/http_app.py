@@ -7,8 +7,9 @@
   (``{"domain": "d", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}``)
   answered by the same service as gRPC, as JSON: 200 when OK, 429 when over
   the limit, 400 for a body that is not a valid request (valid JSON that is not an
-  object, such as ``null`` or ``[]``, is named as such), 503 before the first
-  rules (``--xds-force-start``), 413 for a body over
+  object, such as ``null`` or ``[]``, is named as such; an empty body and JSON nested
+  too deeply for Python's parser say so), 415 for a ``Content-Encoding`` other than
+  ``identity``, 503 before the first rules (``--xds-force-start``), 413 for a body over
   1 MiB (refused from its ``Content-Length``, or as soon as a chunked body passes
   the limit: no more than 1 MiB of it is ever held).
 - ``GET /healthcheck``: 200 ``OK`` while serving (a config is loaded and the
@@ -17,7 +18,8 @@
   (``format`` in any case; another value, or two, is 400 naming the accepted ones).
 - ``GET /metrics``: Prometheus metrics, in the format the ``Accept`` header asks for.
 - ``GET /``: the port's endpoints, one ``path: what it serves`` line each, in path
-  order, as envoyproxy/ratelimit's debug port lists its own.
+  order, as envoyproxy/ratelimit's debug port lists its own (``/rlqs.json`` only while
+  RLQS is on).
 
 and ratewarden's live dashboard (docs/operations.md), read-only:
 
@@ -141,18 +143,62 @@ def _is_loopback(peer: str) -> bool:
 
 
 _JSON_KINDS = ((type(None), "null"), (bool, "true or false"), (str, "a string"), (list, "an array"))
+_SHAPE = '{"domain": ..., "descriptors": [...]}'
+_EMPTY = (
+    f"not a RateLimitRequest: the body is empty; POST one as a JSON object ({_SHAPE}), "
+    "with Content-Length or chunked"
+)
+# Python's JSON parser recurses per level and gives up near 1000; a RateLimitRequest nests 5.
+_TOO_DEEP = (
+    "not a RateLimitRequest: the JSON is nested too deeply (a RateLimitRequest nests 5 levels)"
+)
 
 
 def _not_an_object(body: bytes) -> str | None:
-    """What a /json body that is valid JSON but no object is (``"null"``, ``"a number"``...);
-    None for an object, an empty body or text that is no JSON at all (the parser says why)."""
-    if body.lstrip()[:1] in (b"{", b""):
+    """Why a non-empty /json body that does not start with ``{`` is refused: valid JSON but no
+    object (``null``, a number...), or nested too deeply to parse; None for text that is no JSON
+    at all (json_format's message says where)."""
+    if body.lstrip()[:1] == b"{":
         return None
     try:
         value = json.loads(body)
+    except RecursionError:
+        return _TOO_DEEP
     except ValueError:  # not JSON (or not UTF-8): json_format's message says where
         return None
-    return next((kind for cls, kind in _JSON_KINDS if isinstance(value, cls)), "a number")
+    kind = next((kind for cls, kind in _JSON_KINDS if isinstance(value, cls)), "a number")
+    return f"not a RateLimitRequest: the body must be a JSON object ({_SHAPE}), not {kind}"
+
+
+def _parse_request(body: bytes) -> Any:
+    """The RateLimitRequest in a /json body, or a ``str``: why there is none (a 400)."""
+    if not body:
+        return _EMPTY
+    refused = _not_an_object(body)
+    if refused is not None:
+        return refused
+    try:
+        return json_format.Parse(body, rls_pb2.RateLimitRequest())
+    except json_format.ParseError as exc:
+        if isinstance(exc.__cause__, RecursionError):  # deep inside the object
+            return _TOO_DEEP
+        return f"not a RateLimitRequest: {exc}"
+    except UnicodeDecodeError as exc:
+        return f"not a RateLimitRequest: {exc}"
+
+
+def _unsupported_encoding(headers: dict[str, str]) -> _Response | None:
+    """415 for a body with a ``Content-Encoding`` other than ``identity``: it is read as is."""
+    given = [c.strip() for c in headers.get("content-encoding", "").split(",") if c.strip()]
+    codings = [c for c in given if c.lower() != "identity"]
+    if not codings:
+        return None
+    return _Response(
+        HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+        f"Content-Encoding {', '.join(codings)} is not supported; send the body uncompressed "
+        "(no Content-Encoding, or identity)\n".encode(),
+        headers=(("Accept-Encoding", "identity"),),
+    )
 
 
 async def _read_body(receive: Receive, declared: str | None) -> bytes | None:
@@ -234,9 +280,10 @@ class HttpApp:
         if method not in methods:
             allow = (("Allow", ", ".join(methods)),)
             return _Response(HTTPStatus.METHOD_NOT_ALLOWED, b"Method Not Allowed\n", headers=allow)
-        headers = {
-            name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]
-        }
+        headers: dict[str, str] = {}
+        for raw_name, raw_value in scope["headers"]:  # a repeated field is one list (RFC 9110)
+            name, value = raw_name.decode("latin-1"), raw_value.decode("latin-1")
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
         body = b""
         if method == "POST":
             read = await _read_body(receive, headers.get("content-length"))
@@ -258,17 +305,12 @@ class HttpApp:
             return _text(HTTPStatus.INTERNAL_SERVER_ERROR)
 
     async def _json(self, request: _Request) -> _Response:
-        other = _not_an_object(request.body)
-        if other is not None:
-            return _text(
-                HTTPStatus.BAD_REQUEST,
-                f"not a RateLimitRequest: the body must be a JSON object "
-                f'({{"domain": ..., "descriptors": [...]}}), not {other}',
-            )
-        try:
-            message = json_format.Parse(request.body or b"{}", rls_pb2.RateLimitRequest())
-        except (json_format.ParseError, UnicodeDecodeError) as exc:
-            return _text(HTTPStatus.BAD_REQUEST, f"not a RateLimitRequest: {exc}")
+        unsupported = _unsupported_encoding(request.headers)
+        if unsupported is not None:
+            return unsupported
+        message = _parse_request(request.body)
+        if isinstance(message, str):
+            return _text(HTTPStatus.BAD_REQUEST, message)
         try:
             answer = await self._backend.should_rate_limit(message)
         except ConfigurationError as exc:
@@ -286,7 +328,10 @@ class HttpApp:
         return _Response(status, body, "application/json")
 
     async def _index(self, request: _Request) -> _Response:
-        lines = [f"{path}: {_ENDPOINTS[path]}" for path in sorted(self._routes) if path != "/"]
+        hidden = {"/"} if self._backend.rlqs_streams() is not None else {"/", "/rlqs.json"}
+        lines = [
+            f"{path}: {_ENDPOINTS[path]}" for path in sorted(self._routes) if path not in hidden
+        ]
         return _text(HTTPStatus.OK, "\n".join(lines))
 
     async def _healthcheck(self, request: _Request) -> _Response:
