@@ -39,23 +39,45 @@ from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped, u
 
 from ratewarden.headers import limit_item, policy_item
 
-__all__ = ["HEADER_MODES", "LEGACY_NAMES", "check_header_names", "response_headers"]
+__all__ = [
+    "HEADER_MODES",
+    "LEGACY_NAMES",
+    "RESERVED_NAMES",
+    "check_header_names",
+    "response_headers",
+]
 
 HEADER_MODES = ("off", "legacy", "draft-10")
 #: The ``legacy`` headers' names: the limit, the remaining count, the reset.
 LEGACY_NAMES = ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset")
 #: An HTTP field name (RFC 9110's token).
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+#: Names HTTP itself owns (framing, connection, the message's own content) or that every
+#: response already carries: a second one from ``response_headers_to_add`` would break or
+#: contradict the response Envoy sends.
+RESERVED_NAMES = frozenset(
+    (
+        "connection", "content-encoding", "content-length", "content-range", "content-type",
+        "date", "expect", "host", "keep-alive", "location", "proxy-connection", "server",
+        "set-cookie", "te", "trailer", "transfer-encoding", "upgrade", "vary", "via",
+    )
+)  # fmt: skip
 
 
 def check_header_names(names: Sequence[str]) -> tuple[str, str, str]:
-    """Three distinct HTTP field names (limit, remaining, reset); ``ValueError`` naming the
-    one that is not a field name."""
+    """Three distinct HTTP field names (limit, remaining, reset), none of ``RESERVED_NAMES``;
+    ``ValueError`` naming the one that is not."""
     if len(names) != 3:
         raise ValueError(f"give three header names (limit, remaining, reset), not {len(names)}")
     for name in names:
         if not _TOKEN.fullmatch(name):
             raise ValueError(f"{name!r} is not an HTTP header name")
+        if name.lower() in RESERVED_NAMES:
+            raise ValueError(
+                f"{name!r} is a header HTTP reserves or a response already carries (a second "
+                f"one would break or contradict it); pick another name, such as "
+                f"{LEGACY_NAMES[names.index(name)]}"
+            )
     if len({name.lower() for name in names}) != 3:
         raise ValueError(f"the three header names must differ: {', '.join(names)}")
     return names[0], names[1], names[2]
