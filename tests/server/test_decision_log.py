@@ -31,7 +31,8 @@ descriptors:
   - key: free
     rate_limit: {unlimited: true}
   - key: layered
-    rate_limit: {limits: [{unit: second, requests_per_unit: 3}, {unit: minute, requests_per_unit: 5}]}
+    rate_limit:
+      limits: [{unit: second, requests_per_unit: 3}, {unit: minute, requests_per_unit: 5}]
 """
 
 Start = Callable[..., Awaitable[RateLimitServer]]
