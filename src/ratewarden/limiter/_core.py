@@ -79,6 +79,7 @@ __all__ = [
     "DecisionHook",
     "FailureHook",
     "check_failure_mode",
+    "hook_refused",
 ]
 
 log = logging.getLogger("ratewarden.limiter")
@@ -231,10 +232,7 @@ class DecisionCore(LocalTier, Leasing, Operations):
         if on_failure is not None and not callable(on_failure):
             # Before the store is asked, where a hook failing in an outage is only logged. A
             # plain limiter's own hit (its store call, not this flow) comes here when it fails.
-            raise ConfigurationError(
-                f"on_failure {on_failure!r} must be callable (it is told the store's exception "
-                "when the failure mode answers), or None"
-            )
+            raise hook_refused(on_failure)
         started = self._start(name, key, rates, cost, failure_mode, on_failure, via)
         if type(started) is not Pending:
             return self._finish(name, key, started, shadow)  # type: ignore[arg-type]
@@ -362,3 +360,11 @@ class DecisionCore(LocalTier, Leasing, Operations):
         return (
             f"{type(self).__name__}({self.store!r}, algorithm={self.algorithm!r}{self._options()})"
         )
+
+
+def hook_refused(hook: object) -> ConfigurationError:
+    """The refusal of an ``on_failure`` that is not callable."""
+    return ConfigurationError(
+        f"on_failure {hook!r} must be callable (it is told the store's exception "
+        "when the failure mode answers), or None"
+    )

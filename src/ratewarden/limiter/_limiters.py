@@ -20,9 +20,8 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from ratewarden.checks import check_bool
 from ratewarden.decision import Decision
 from ratewarden.deprecation import renamed
-from ratewarden.errors import ConfigurationError
 from ratewarden.limiter._arguments import argument_error
-from ratewarden.limiter._core import DecisionCore
+from ratewarden.limiter._core import DecisionCore, hook_refused
 from ratewarden.limiter._flows import Flow, adrive, drive
 from ratewarden.limiter._settings import FAILURE_MODES, FailureHook
 from ratewarden.limiter._slots import Lease
@@ -367,9 +366,6 @@ def _refusing(hook: object) -> FailureHook:
     so the limiter logs it as a failing hook and the answer stands."""
 
     def refuse(error: Exception) -> None:
-        raise ConfigurationError(
-            f"on_failure {hook!r} must be callable (it is told the store's exception "
-            "when the failure mode answers), or None"
-        ) from error
+        raise hook_refused(hook) from error
 
     return refuse
