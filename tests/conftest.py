@@ -79,6 +79,13 @@ def redis_cluster() -> Iterator[RedisCluster]:
 
 
 @pytest.fixture
+def own_cluster() -> Iterator[RedisCluster]:
+    """A 3-primary Redis Cluster of the test's own, for a test that stops one of its nodes;
+    stopped after the test."""
+    yield from _running_cluster(RedisCluster(primaries=3))
+
+
+@pytest.fixture
 def cluster_client(redis_cluster: RedisCluster) -> Iterator[redis.RedisCluster]:
     """A cluster client on emptied primaries."""
     yield from _emptied_cluster(redis_cluster.client())

@@ -10,7 +10,6 @@ key's own primary.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -28,16 +27,6 @@ PREFIX = "ratewarden:idem:"
 RESPONSE = StoredResponse(201, ((b"content-type", b"application/json"),), b'{"id": 7}')
 
 
-@pytest.fixture
-def cluster() -> Iterator[RedisCluster]:
-    """A 3-primary Cluster of this test's own: one of its primaries is stopped."""
-    made = RedisCluster(primaries=3)
-    try:
-        yield made
-    finally:
-        made.stop()
-
-
 def _keys_on(admin: redis.RedisCluster, nodes: list[Any], each: int) -> dict[str, list[str]]:
     """``each`` idempotency keys whose records live on each of ``nodes``."""
     found: dict[str, list[str]] = {node.name: [] for node in nodes}
@@ -51,14 +40,16 @@ def _keys_on(admin: redis.RedisCluster, nodes: list[Any], each: int) -> dict[str
 
 
 async def test_complete_runs_on_a_healthy_primary_that_lacks_its_script(
-    cluster: RedisCluster,
+    own_cluster: RedisCluster,
 ) -> None:
-    admin = cluster.client()
-    client = redis.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port, socket_timeout=1)
-    aclient = aredis.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port, socket_timeout=1)
+    admin = own_cluster.client()
+    client = redis.RedisCluster(host="127.0.0.1", port=own_cluster.nodes[0].port, socket_timeout=1)
+    aclient = aredis.RedisCluster(
+        host="127.0.0.1", port=own_cluster.nodes[0].port, socket_timeout=1
+    )
     try:
         primaries = admin.get_primaries()
-        victim = next(n for n in primaries if n.port != cluster.nodes[0].port)
+        victim = next(n for n in primaries if n.port != own_cluster.nodes[0].port)
         healthy = [n for n in primaries if n.name != victim.name]
         keys = _keys_on(admin, healthy, 2)
         store, astore = RedisIdempotencyStore(client), AsyncRedisIdempotencyStore(aclient)
@@ -66,7 +57,7 @@ async def test_complete_runs_on_a_healthy_primary_that_lacks_its_script(
             # Each twin's slot table read while every primary is up.
             assert store.begin(key, "fp", f"t{number}", 60.0).state == "acquired"
         await aclient.initialize()
-        next(n for n in cluster.nodes if n.port == victim.port).stop()
+        next(n for n in own_cluster.nodes if n.port == victim.port).stop()
         for node in healthy:
             admin.execute_command("SCRIPT", "FLUSH", target_nodes=node)
         for number, key in enumerate(found[0] for found in keys.values()):

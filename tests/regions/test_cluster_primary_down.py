@@ -9,7 +9,6 @@ every key of the healthy ones unavailable until each had cached the script.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -32,16 +31,6 @@ def _member(key: str) -> str:
     return f"{GLOBAL.limit}:{GLOBAL.period_us}:{key}"
 
 
-@pytest.fixture
-def cluster() -> Iterator[RedisCluster]:
-    """A 3-primary Cluster of this test's own: one of its primaries is stopped."""
-    made = RedisCluster(primaries=3)
-    try:
-        yield made
-    finally:
-        made.stop()
-
-
 def _home(client: redis.RedisCluster, store: RegionStore, member: str) -> Any:
     slot = key_slot(store.budget_key(member).encode())
     return client.nodes_manager.get_node_from_slot(slot)
@@ -53,18 +42,18 @@ def _flush_scripts(client: redis.RedisCluster, nodes: list[Any]) -> None:
 
 
 async def test_a_script_runs_on_a_healthy_primary_that_lacks_it_while_another_is_down(
-    cluster: RedisCluster,
+    own_cluster: RedisCluster,
 ) -> None:
     """One primary stopped, the others' script caches emptied: ``apply`` on a key of each
     healthy primary runs (the script sent to that primary alone), and so does ``apply_all``
     over keys of both, from both twins, each op once."""
     clock = ManualClock(START)
-    store = RegionStore.from_url(cluster.url, timeout=1.0, clock=clock)
-    astore = AsyncRegionStore.from_url(cluster.url, timeout=1.0, clock=clock)
-    admin = cluster.client()
+    store = RegionStore.from_url(own_cluster.url, timeout=1.0, clock=clock)
+    astore = AsyncRegionStore.from_url(own_cluster.url, timeout=1.0, clock=clock)
+    admin = own_cluster.client()
     try:
         primaries = admin.get_primaries()
-        victim = next(n for n in primaries if n.port != cluster.nodes[0].port)
+        victim = next(n for n in primaries if n.port != own_cluster.nodes[0].port)
         healthy = [n for n in primaries if n.name != victim.name]
         members: dict[str, list[str]] = {node.name: [] for node in healthy}
         for member in (_member(f"k{i}") for i in range(200)):
@@ -76,7 +65,7 @@ async def test_a_script_runs_on_a_healthy_primary_that_lacks_it_while_another_is
             reply = twin.read_counts([found[0] for found in members.values()])
             if twin is astore:
                 await reply  # type: ignore[misc]
-        next(n for n in cluster.nodes if n.port == victim.port).stop()
+        next(n for n in own_cluster.nodes if n.port == victim.port).stop()
         for number, twin in enumerate((store, astore)):
             _flush_scripts(admin, healthy)
             for found in members.values():

@@ -86,3 +86,9 @@ async def test_a_later_request_on_a_kept_connection_is_measured_alone(port: int)
     first = head_of(40_000).replace(b"Connection: close", b"Connection: keep-alive")
     reply = await asyncio.to_thread(send, port, first + head_of(40_000))
     assert reply.count(b"HTTP/1.1 200 OK") == 2
+
+
+async def test_the_431_has_its_standard_reason_phrase(port: int) -> None:
+    """The status line was ``HTTP/1.1 431 `` (ratewarden writes this answer itself)."""
+    raw = await asyncio.to_thread(send, port, head_of(MAX_HEAD_BYTES + 1))
+    assert raw.split(b"\r\n", 1)[0] == b"HTTP/1.1 431 Request Header Fields Too Large"

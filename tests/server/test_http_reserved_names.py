@@ -1,24 +1,17 @@
-"""Headers the HTTP port and ``--legacy-header-names`` get right at the protocol's edges.
+"""``--legacy-header-names`` refuses the headers HTTP reserves.
 
 ``--legacy-header-names content-length,X-R,X-T`` was accepted: Envoy would have been asked to
 add a second ``content-length``. A name HTTP reserves, or one every response already carries,
-is now refused at start. The 431 for a head over 64 KiB had an empty reason phrase.
+is now refused at start.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
-
 import pytest
 
 from ratewarden.errors import ConfigurationError
-from ratewarden.server.http import MAX_HEAD_BYTES, HttpServer
 from ratewarden.server.response_headers import RESERVED_NAMES, check_header_names
 from ratewarden.server.settings import resolve
-from tests.server.test_http_head_limit import head_of, send
-from tests.server_transport._backend import StaticBackend
-from tests.server_transport.conftest import HOST
 
 
 @pytest.mark.parametrize(
@@ -53,17 +46,3 @@ def test_every_reserved_name_is_refused_and_custom_names_pass() -> None:
             check_header_names([name, "X-R", "X-T"])
     names = ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset")
     assert check_header_names(names) == names
-
-
-@pytest.fixture
-async def port() -> AsyncIterator[int]:
-    server = HttpServer(StaticBackend())  # type: ignore[arg-type]
-    bound = await server.start(HOST, 0)
-    yield bound
-    await server.stop(0)
-
-
-async def test_the_431_has_its_standard_reason_phrase(port: int) -> None:
-    """The status line was ``HTTP/1.1 431 `` (ratewarden writes this answer itself)."""
-    raw = await asyncio.to_thread(send, port, head_of(MAX_HEAD_BYTES + 1))
-    assert raw.split(b"\r\n", 1)[0] == b"HTTP/1.1 431 Request Header Fields Too Large"
