@@ -8,19 +8,16 @@ mode, and ``ping`` raised them too. Now every store call raises ``StorageError``
 outage: waiting will not help) that says what the server answered, the failure mode answers
 a limiter's hit, and ``ping`` raises it, so ``ratewarden serve`` refuses the store at start.
 
-``WrongShapeServer`` is a real TCP server on loopback that answers each command it reads
-(parsed with hiredis) with one fixed RESP value.
+``WrongShapeServer`` (tests/_wrong_shape.py) is a real TCP server on loopback that answers
+each command it reads (parsed with hiredis) with one fixed RESP value.
 """
 
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import hiredis
 import pytest
 
 from ratewarden import AsyncLimiter, Limiter, Rate
@@ -29,55 +26,10 @@ from ratewarden.errors import StorageError, StorageUnavailableError
 from ratewarden.storage import Op, _decisions, _kernel, _plan
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from tests._servers import HOST
+from tests._wrong_shape import REPLIES, WrongShapeServer
 
 RATE = Rate.parse("10/minute")
 RATES = [Rate.parse("10/minute"), Rate.parse("100/hour")]
-
-#: What each command is answered: a RESP value of a shape no script sends.
-REPLIES = {
-    "integer": b":1\r\n",
-    "status": b"+OK\r\n",
-    "short array": b"*2\r\n:1\r\n$3\r\nabc\r\n",
-    # Its 8 bytes indexed as 8 numbers made a one-rate decision out of it.
-    "8-byte string": b"$8\r\nabcdefgh\r\n",
-    "nil": b"$-1\r\n",
-    "8 strings": b"*8\r\n" + b"$1\r\nx\r\n" * 8,
-}
-
-
-class WrongShapeServer:
-    """Answers every command it reads with ``reply``, on a loopback port."""
-
-    def __init__(self, reply: bytes) -> None:
-        self.reply = reply
-        self.sock = socket.create_server((HOST, 0))
-        self.port = int(self.sock.getsockname()[1])
-        self._conns: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self._conns.append(conn)
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        reader = hiredis.Reader()
-        try:
-            while data := conn.recv(65536):
-                reader.feed(data)
-                while reader.gets() is not False:
-                    conn.sendall(self.reply)
-        except OSError:
-            return
-
-    def close(self) -> None:
-        self.sock.close()
-        for conn in self._conns:
-            conn.close()
 
 
 @pytest.fixture(params=list(REPLIES))

@@ -12,6 +12,9 @@ one key, and every multi-key call is a pipeline, which redis-py's Cluster
 pipeline splits by slot, sends to each slot's primary and answers in the
 caller's order. What a Cluster adds is said where it happens: where the store
 is (``_placement``) and a script that a primary does not know yet (``unloaded``).
+
+A reply of a shape Redis does not send (``_region_replies.py`` reads them) is
+the store's ``StorageError``: ``read`` and ``reading`` make it.
 """
 
 from __future__ import annotations
@@ -24,27 +27,40 @@ from typing import Any, ClassVar, Generic, TypeVar
 from redis.exceptions import NoScriptError, ResponseError
 
 from ratewarden.clock import Clock
-from ratewarden.errors import ConfigurationError
+from ratewarden.errors import ConfigurationError, StorageError
+from ratewarden.storage._decisions import REPLY_ERRORS
 from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix
 from ratewarden.storage._ops import Op
 from ratewarden.storage._redis_errors import REDIS_ERRORS, raise_storage_error
 from ratewarden.storage._redis_link import describe
 from ratewarden.storage._redis_protocol import cluster_where
 from ratewarden.storage._redis_store import DEFAULT_TIMEOUT, FromUrl, storage_error
-from ratewarden.storage._region_budget import Entry, entries, held
+from ratewarden.storage._region_budget import Entry
 from ratewarden.storage._region_plan import (
     DEMAND_INTERVALS,
     DEMAND_TTL_S,
     ROUND_TTL_S,
     PeerRound,
     RegionPlan,
-    decode_regions,
     encode_regions,
     taken_field,
 )
+from ratewarden.storage._region_replies import (
+    SCRIPT,
+    UNREADABLE,
+    active_members,
+    all_entries,
+    demand_and_taken,
+    demand_count,
+    ints,
+    peer_round,
+    shown,
+    written,
+    wrong_answer,
+)
 from ratewarden.storage._scripts import script
 
-__all__ = ["Batch", "Entry", "RegionBase", "ints", "unanswered", "unloaded"]
+__all__ = ["Batch", "Entry", "RegionBase", "unanswered", "unloaded"]
 
 T = TypeVar("T")
 
@@ -61,6 +77,11 @@ class Batch(Generic[T]):
 
     commands: tuple[Command, ...]
     read: Callable[[list[Any]], T]
+
+    @property
+    def what(self) -> str:
+        """The commands, as the store's errors name them."""
+        return "ratewarden's " + ", ".join(method.upper() for method, _, _ in self.commands)
 
 
 def _placement(client: Any) -> tuple[str, Mapping[str, Any]]:
@@ -89,52 +110,6 @@ def unanswered(replies: Sequence[Any]) -> None:
     for reply in replies:
         if isinstance(reply, Exception) and not isinstance(reply, ResponseError):
             raise reply
-
-
-def ints(reply: Sequence[Any]) -> list[int]:
-    """A script's reply as whole numbers."""
-    return [int(value) for value in reply]
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _fields(fields: Mapping[Any, Any]) -> dict[str, int]:
-    return {_text(name): int(count) for name, count in fields.items()}
-
-
-def _entries(fields: Mapping[Any, Any]) -> list[Entry]:
-    """A window hash as (window, region, count) entries; an empty hash has none."""
-    return entries(_fields(fields))
-
-
-def _peer_round(replies: list[Any]) -> PeerRound:
-    hashes = [_fields(found) for found in replies[2:]]
-    last = None if replies[0] is None else int(replies[0])
-    regions = decode_regions(None if replies[1] is None else _text(replies[1]))
-    return PeerRound(last, [entries(f) for f in hashes], [held(f) for f in hashes], regions)
-
-
-def _nothing(replies: list[Any]) -> None:
-    return None
-
-
-def _members(replies: list[Any]) -> list[str]:
-    return [_text(member) for member in replies[0]]
-
-
-def _all_entries(replies: list[Any]) -> list[list[Entry]]:
-    return [_entries(fields) for fields in replies]
-
-
-def _count(replies: list[Any]) -> int | None:
-    return None if replies[0] is None else int(replies[0])
-
-
-def _count_and_taken(replies: list[Any]) -> tuple[int | None, str | None]:
-    count, taken = replies[0]
-    return (None if count is None else int(count)), (None if taken is None else _text(taken))
 
 
 class RegionBase(RegionPlan, FromUrl):
@@ -191,17 +166,66 @@ class RegionBase(RegionPlan, FromUrl):
         args[0] = self.clock.now_us() if self._injected else ""
         return args
 
+    def _scripts_pipe(self, ops: Sequence[Op], source: bool) -> Any:
+        """A pipeline of each op's script: by its SHA1, or with ``source`` as EVAL."""
+        pipe = self.client.pipeline(transaction=False)
+        for op in ops:
+            found = self._registered(op)
+            # By name: redis-py's blocking Cluster pipeline has an eval() of its own.
+            sent = ("EVAL", found.script) if source else ("EVALSHA", found.sha)
+            pipe.execute_command(*sent, len(op.keys), *op.keys, *self._args(op))
+        return pipe
+
     def _answers(self, replies: Sequence[Any]) -> list[list[int] | Exception]:
         """Each script's reply as whole numbers, or the ``StorageError`` that ``apply`` raises
-        for its error reply (the same words: the same boundary)."""
-        return [
-            storage_error(reply, self.where, self._socket_timeout)
-            if isinstance(reply, Exception)
-            else ints(reply)
-            for reply in replies
-        ]
+        for its error reply or a reply of another shape (the same words: the same boundary)."""
+        found: list[list[int] | Exception] = []
+        for reply in replies:
+            if isinstance(reply, Exception):
+                found.append(storage_error(reply, self.where, self._socket_timeout))
+                continue
+            try:
+                found.append(ints(reply))
+            except REPLY_ERRORS as exc:  # this op's answer alone
+                found.append(self.wrong(reply, exc))
+        return found
+
+    def wrong(self, reply: Any, exc: BaseException, what: str = SCRIPT) -> StorageError:
+        """The ``StorageError`` for ``reply`` to ``what``, which reading raised ``exc`` for
+        (one of ``REPLY_ERRORS``): a reply of a shape Redis does not send."""
+        return StorageError(wrong_answer(self.where, what, shown(reply, exc)))
+
+    def read(self, read: Callable[[Any], T], reply: Any, what: str) -> T:
+        """``read(reply)``, the reply to ``what``; a reply of another shape (one of
+        ``REPLY_ERRORS``) raised as ``StorageError`` (``wrong_answer``)."""
+        try:
+            return read(reply)
+        except REPLY_ERRORS as exc:
+            raise self.wrong(reply, exc, what) from exc
+
+    def unreadable(self, exc: BaseException, what: str = SCRIPT) -> StorageError:
+        """The ``StorageError`` for what redis-py raised (``UNREADABLE``) reading the reply
+        to ``what``."""
+        got = f"a reply redis-py cannot read ({exc!r})"
+        return StorageError(wrong_answer(self.where, what, got))
+
+    @contextmanager
+    def reading(self, what: str = SCRIPT) -> Iterator[None]:
+        """Around redis-py's reading of the replies to ``what`` alone: what it raises for a
+        reply Redis does not send (``UNREADABLE``) comes out as ``StorageError``."""
+        try:
+            yield
+        except UNREADABLE as exc:
+            raise self.unreadable(exc, what) from exc
 
     # -- the exchange, each call one pipelined round trip ------------------------------------
+
+    def _pipeline(self, batch: Batch[Any]) -> Any:
+        """A pipeline of ``batch``'s commands, to send."""
+        pipe = self.client.pipeline(transaction=False)
+        for method, args, options in batch.commands:
+            getattr(pipe, method)(*args, **options)
+        return pipe
 
     def _publish_active_batch(
         self,
@@ -223,22 +247,22 @@ class RegionBase(RegionPlan, FromUrl):
                 # injected clock; the scores say what is live (as in the scripts).
                 ttl_ms = max(ttl_ms, _INJECTED_TTL_FLOOR_MS)
             commands.append(("pexpire", (key, ttl_ms), {}))
-        return Batch(tuple(commands), _nothing)
+        return Batch(tuple(commands), written)
 
     def _active_batch(self, region: str, now_us: int, limit: int) -> Batch[list[str]]:
         key = self._active_key(region)
         command: Command = ("zrangebyscore", (key, now_us, "+inf"), {"start": 0, "num": limit})
-        return Batch((command,), _members)
+        return Batch((command,), active_members)
 
     def _read_counts_batch(self, members: Sequence[str]) -> Batch[list[list[Entry]]]:
         commands: tuple[Command, ...] = tuple(
             ("hgetall", (self.budget_key(member),), {}) for member in members
         )
-        return Batch(commands, _all_entries)
+        return Batch(commands, all_entries)
 
     def _finish_round_batch(self, region: str, at_us: int) -> Batch[None]:
         command: Command = ("set", (self._round_key(region), at_us), {"ex": ROUND_TTL_S})
-        return Batch((command,), _nothing)
+        return Batch((command,), written)
 
     def _read_round_batch(self, region: str, members: Sequence[str]) -> Batch[PeerRound]:
         commands: list[Command] = [
@@ -246,7 +270,7 @@ class RegionBase(RegionPlan, FromUrl):
             ("get", (self._config_key(region),), {}),
         ]
         commands.extend(("hgetall", (self.budget_key(member),), {}) for member in members)
-        return Batch(tuple(commands), _peer_round)
+        return Batch(tuple(commands), peer_round)
 
     def _publish_demand_batch(self, region: str, interval: int, demand: int) -> Batch[None]:
         key = self._demand_key(region)
@@ -256,7 +280,7 @@ class RegionBase(RegionPlan, FromUrl):
             ("hdel", (key, str(interval - DEMAND_INTERVALS)), {}),
             ("expire", (key, DEMAND_TTL_S), {}),
         )
-        return Batch(commands, _nothing)
+        return Batch(commands, written)
 
     def _publish_taken_batch(self, region: str, interval: int, taken: str) -> Batch[None]:
         key = self._demand_key(region)
@@ -265,16 +289,16 @@ class RegionBase(RegionPlan, FromUrl):
             ("hdel", (key, taken_field(interval - DEMAND_INTERVALS)), {}),
             ("expire", (key, DEMAND_TTL_S), {}),
         )
-        return Batch(commands, _nothing)
+        return Batch(commands, written)
 
     def _demand_and_taken_batch(
         self, region: str, interval: int, taken_interval: int
     ) -> Batch[tuple[int | None, str | None]]:
         fields = (str(interval), taken_field(taken_interval))
-        return Batch((("hmget", (self._demand_key(region), fields), {}),), _count_and_taken)
+        return Batch((("hmget", (self._demand_key(region), fields), {}),), demand_and_taken)
 
     def _demand_batch(self, region: str, interval: int) -> Batch[int | None]:
-        return Batch((("hget", (self._demand_key(region), str(interval)), {}),), _count)
+        return Batch((("hget", (self._demand_key(region), str(interval)), {}),), demand_count)
 
     @contextmanager
     def _boundary(self) -> Iterator[None]:

@@ -29,7 +29,9 @@ It is three things:
 
 The script and the exchange run on the caller's client, so they wait as long
 as its ``socket_timeout`` lets them: give it one. Every Redis error becomes
-``StorageUnavailableError`` (or ``StorageError``) here, at the one boundary.
+``StorageUnavailableError`` (or ``StorageError``) here, at the one boundary, and a
+reply of a shape Redis does not send (a server that speaks its protocol without
+being Redis: a proxy, another RESP service, a wrong port) ``StorageError``.
 
 Key schema (``prefix`` is ``rw`` by default; every region must use the same):
 
@@ -70,8 +72,9 @@ from ratewarden.storage._keys import DEFAULT_PREFIX
 from ratewarden.storage._ops import Op
 from ratewarden.storage._redis_clients import async_client, sync_client
 from ratewarden.storage._redis_store import DEFAULT_TIMEOUT
-from ratewarden.storage._region_base import Batch, Entry, RegionBase, ints, unanswered, unloaded
+from ratewarden.storage._region_base import Batch, Entry, RegionBase, unanswered, unloaded
 from ratewarden.storage._region_plan import PeerRound
+from ratewarden.storage._region_replies import UNREADABLE, ints
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 
 __all__ = ["AsyncRegionStore", "RegionStore"]
@@ -154,10 +157,16 @@ class RegionStore(RegionBase):
         with self._boundary():
             found, sent = self._registered(op), (*op.keys, *self._args(op))
             try:
-                reply = self.client.evalsha(found.sha, len(op.keys), *sent)
-            except NoScriptError:  # nothing ran: sent to the key's server (primary) alone
-                reply = self.client.eval(found.script, len(op.keys), *sent)
-        return ints(reply)
+                try:
+                    reply = self.client.evalsha(found.sha, len(op.keys), *sent)
+                except NoScriptError:  # nothing ran: sent to the key's server (primary) alone
+                    reply = self.client.eval(found.script, len(op.keys), *sent)
+            except UNREADABLE as exc:
+                raise self.unreadable(exc) from exc
+        try:  # costs nothing unless raised
+            return ints(reply)
+        except UNREADABLE as exc:
+            raise self.wrong(reply, exc) from exc
 
     def apply_all(self, ops: Sequence[Op]) -> list[list[int] | Exception]:
         """Run every op as ``apply`` runs it, in order, in one pipelined round trip (on a
@@ -179,13 +188,9 @@ class RegionStore(RegionBase):
 
     def _scripts_pipeline(self, ops: Sequence[Op], source: bool = False) -> list[Any]:
         """Each op's script in one pipeline: by its SHA1, or with ``source`` as EVAL."""
-        pipe = self.client.pipeline(transaction=False)
-        for op in ops:
-            found = self._registered(op)
-            # By name: redis-py's blocking Cluster pipeline has an eval() of its own.
-            sent = ("EVAL", found.script) if source else ("EVALSHA", found.sha)
-            pipe.execute_command(*sent, len(op.keys), *op.keys, *self._args(op))
-        return list(pipe.execute(raise_on_error=False))
+        pipe = self._scripts_pipe(ops, source)
+        with self.reading():
+            return list(pipe.execute(raise_on_error=False))
 
     # -- the exchange ------------------------------------------------------------------------
 
@@ -240,11 +245,10 @@ class RegionStore(RegionBase):
 
     def _send(self, batch: Batch[T]) -> T:
         with self._boundary():
-            pipe = self.client.pipeline(transaction=False)
-            for method, args, options in batch.commands:
-                getattr(pipe, method)(*args, **options)
-            replies = pipe.execute()
-        return batch.read(replies)
+            pipe = self._pipeline(batch)
+            with self.reading(batch.what):
+                replies = pipe.execute()
+        return self.read(batch.read, replies, batch.what)
 
 
 class AsyncRegionStore(RegionBase):
@@ -313,10 +317,16 @@ class AsyncRegionStore(RegionBase):
         with self._boundary():
             found, sent = self._registered(op), (*op.keys, *self._args(op))
             try:
-                reply = await self.client.evalsha(found.sha, len(op.keys), *sent)
-            except NoScriptError:
-                reply = await self.client.eval(found.script, len(op.keys), *sent)
-        return ints(reply)
+                try:
+                    reply = await self.client.evalsha(found.sha, len(op.keys), *sent)
+                except NoScriptError:
+                    reply = await self.client.eval(found.script, len(op.keys), *sent)
+            except UNREADABLE as exc:
+                raise self.unreadable(exc) from exc
+        try:  # costs nothing unless raised
+            return ints(reply)
+        except UNREADABLE as exc:
+            raise self.wrong(reply, exc) from exc
 
     async def apply_all(self, ops: Sequence[Op]) -> list[list[int] | Exception]:
         """See ``RegionStore.apply_all``."""
@@ -331,12 +341,9 @@ class AsyncRegionStore(RegionBase):
         return self._answers(replies)
 
     async def _scripts_pipeline(self, ops: Sequence[Op], source: bool = False) -> list[Any]:
-        pipe = self.client.pipeline(transaction=False)
-        for op in ops:
-            found = self._registered(op)
-            sent = ("EVAL", found.script) if source else ("EVALSHA", found.sha)
-            pipe.execute_command(*sent, len(op.keys), *op.keys, *self._args(op))
-        return list(await pipe.execute(raise_on_error=False))
+        pipe = self._scripts_pipe(ops, source)
+        with self.reading():
+            return list(await pipe.execute(raise_on_error=False))
 
     async def publish_active(
         self,
@@ -384,8 +391,7 @@ class AsyncRegionStore(RegionBase):
 
     async def _send(self, batch: Batch[T]) -> T:
         with self._boundary():
-            pipe = self.client.pipeline(transaction=False)
-            for method, args, options in batch.commands:
-                getattr(pipe, method)(*args, **options)
-            replies = await pipe.execute()
-        return batch.read(replies)
+            pipe = self._pipeline(batch)
+            with self.reading(batch.what):
+                replies = await pipe.execute()
+        return self.read(batch.read, replies, batch.what)
