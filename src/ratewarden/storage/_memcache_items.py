@@ -14,7 +14,8 @@ as exact and as atomic as on Redis, with any number of processes.
 An item's value is JSON: ``{"rw": 1, "e": {entry: [state, expires at (us)]}}``.
 Each entry keeps its own expiry on the store's clock; the item's memcached TTL
 (whole seconds) is only there to let memcached reclaim an item nobody uses, and
-outlives its longest entry by a second.
+outlives its longest entry by a second; an item that must outlive what memcached's TTL
+can say (a Unix time after 2**31 - 1, in January 2038) gets none (``ttl_word``).
 
 ``transact`` is that step as a flow: it yields the wire requests for the item's
 server and is sent the replies (``Reply``). The blocking and the asyncio stores
@@ -62,6 +63,9 @@ MAX_ATTEMPTS = 32
 _MAX_NAME = 250
 
 _MONTH_S = 30 * 24 * 3600  # memcached reads a longer TTL as a Unix time
+#: The last Unix time memcached takes as a TTL (19 Jan 2038 03:14:07 UTC): it reads a later one
+#: as already past (1.6.18: the item is written, and gone at once) or wraps it around.
+_LAST_UNIX_S = 2**31 - 1
 #: The least TTL of an item written on an injected clock, as on Redis: memcached counts a
 #: TTL in real time, which may run ahead of a clock that tests move by hand.
 INJECTED_TTL_FLOOR_S = 86_400
@@ -222,12 +226,19 @@ def encode(entries: Entries) -> bytes:
     return json.dumps({"rw": 1, "e": entries}, separators=(",", ":")).encode("ascii")
 
 
-def ttl_word(us: int, floor_s: int = 0) -> int:
+def ttl_word(us: int, floor_s: int = 0, unix_now: Callable[[], float] = time.time) -> int:
     """memcached's TTL word for an item that must live ``us`` more microseconds: whole
     seconds, a second over (``floor_s`` at least); past 30 days a Unix time (memcached's
-    own rule)."""
+    own rule); past the last Unix time memcached takes (``_LAST_UNIX_S``), 0: no TTL.
+
+    Capping it there instead would drop, in 2038, a state that still counts (a 1/12y
+    limit's, and with it every other state of its key's item); with none, the item stays
+    until a write gives it a TTL again, or memcached evicts it for memory as any item."""
     seconds = max(-(-us // 1_000_000) + 1, floor_s)
-    return seconds if seconds <= _MONTH_S else int(time.time()) + seconds
+    if seconds <= _MONTH_S:
+        return seconds
+    at = int(unix_now()) + seconds
+    return at if at <= _LAST_UNIX_S else 0
 
 
 def injected_ttl_word(us: int) -> int:
