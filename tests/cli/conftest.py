@@ -1,36 +1,10 @@
 """What every CLI test gets: serve's loggers as a new process has them, put back after.
 
-``main(["serve", ...])`` run in the test process calls ``configure_logging``, which gives
-serve's loggers (``LOGGERS``) a handler on ``sys.stderr`` as it is at that moment (pytest's
-capture of that test, closed after it) and stops their records from propagating. A later
-test whose command logs a warning (``config check`` on a directory it skips entries of)
-then found "--- Logging error --- ... I/O operation on closed file" in its stderr. Tests
-elsewhere in the suite that run serve in this process can leave the same handlers, so each
-test here starts from none, not just from what the test before it left.
+``main(["serve", ...])`` run in the test process gives serve's loggers a handler on the
+test's captured stderr (closed after it): see tests/_serve_logging.py, where the fixture is,
+shared with tests/server and tests/server_transport.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-
-import pytest
-
-from ratewarden.server.logs import LOGGERS
-
-
-@pytest.fixture(autouse=True)
-def serve_logging_untouched() -> Iterator[None]:
-    """Serve's loggers without handlers, level or propagation of their own during a test;
-    what they had before it, back after it."""
-    loggers = [logging.getLogger(name) for name in LOGGERS]
-    saved = [(logger.handlers[:], logger.level, logger.propagate) for logger in loggers]
-    for logger in loggers:
-        logger.handlers.clear()
-        logger.setLevel(logging.NOTSET)
-        logger.propagate = True
-    yield
-    for logger, (handlers, level, propagate) in zip(loggers, saved, strict=True):
-        logger.handlers[:] = handlers
-        logger.setLevel(level)
-        logger.propagate = propagate
+from tests._serve_logging import serve_logging_untouched  # noqa: F401  (autouse)

@@ -10,6 +10,10 @@ present) x both twins. A backend is a function ``(pytest request, clock, cleanup
 -> (sync store, async store)``; ``cleanup`` collects ``(twin, callable)`` to run at
 teardown ("async" ones are awaited on the harness loop). Deselect the Redis ones
 with ``-m "not redis"``.
+
+Tests here that run ``main(["serve", ...])`` in this process (test_serve_store_start_check.py)
+configure serve's loggers; ``serve_logging_untouched`` (tests/_serve_logging.py) starts every
+test from them untouched and puts them back after.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from ratewarden.server.service import (
 )
 from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
 from ratewarden.testing import ManualClock
+from tests._serve_logging import serve_logging_untouched  # noqa: F401  (autouse)
 from tests._servers import STORE_TIMEOUT
 
 #: A whole minute, hour and day since the epoch: windows of every unit start here.

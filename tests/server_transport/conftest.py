@@ -1,4 +1,9 @@
-"""A real `RateLimitServer` on loopback (ephemeral ports), and clients for its two transports."""
+"""A real `RateLimitServer` on loopback (ephemeral ports), and clients for its two transports.
+
+test_cli.py runs ``main(["serve", ...])`` in this process, which configures serve's loggers;
+``serve_logging_untouched`` (tests/_serve_logging.py) starts every test here from them
+untouched and puts them back after.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from ratewarden.server.settings import Settings
 from ratewarden.storage import AsyncStore
 from ratewarden.storage.memory import AsyncMemoryStore
 from ratewarden.testing import ManualClock
+from tests._serve_logging import serve_logging_untouched  # noqa: F401  (autouse)
 from tests.server_transport._process import ServeProcess, serving
 
 if TYPE_CHECKING:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,15 +21,6 @@ descriptors:
   - key: j
     surprise: true
 """
-
-
-@pytest.fixture(autouse=True)
-def keep_logging_as_it_was() -> Iterator[None]:
-    """`serve` configures the ratewarden logger for the process; undo that after each test."""
-    logger = logging.getLogger("ratewarden")
-    saved = (logger.handlers[:], logger.level, logger.propagate)
-    yield
-    logger.handlers[:], logger.level, logger.propagate = saved
 
 
 def test_config_check_of_a_valid_config_exits_0_with_a_summary(
