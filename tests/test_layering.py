@@ -163,7 +163,7 @@ RANKS = {
     "limiter": 3,
     "tiers": 4, "budgets": 4, "hotkeys": 4, "regions": 4,
     "middleware": 5, "server": 5, "simulate": 5, "plan": 5,
-    "cli": 6, "__main__": 6, "": 6,
+    "cli": 6, "cli_output": 6, "__main__": 6, "": 6,
 }  # fmt: skip
 #: Modules that may construct stores (and so import ratewarden.storage): the composition
 #: roots, and the core, which makes its own in-process store. The multi-region simulation

@@ -17,7 +17,8 @@ value, a listening address that is neither an IP address nor a name that resolve
 store URL that cannot be used, rule files that do not load), or any command's bad
 command-line input (an unknown flag, named with the nearest known one); 130 Ctrl-C
 (one line, no traceback); 141 the reader of the output went away (``| head``), as
-for a Unix tool killed by SIGPIPE.
+for a Unix tool killed by SIGPIPE; 1 the output cannot be written otherwise (a full disk:
+``> /dev/full``), said in one line.
 Errors are one line each, never a traceback.
 """
 
@@ -28,9 +29,10 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO, cast
 
 from ratewarden.argparsing import CommandParser
+from ratewarden.cli_output import Output, OutputError, quiet
 from ratewarden.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -318,13 +320,23 @@ def _measure(url: str, algorithm: str, limit: Rate, key_length: int) -> tuple[st
         store.close()
 
 
+def _prog(argv: Sequence[str]) -> str:
+    """The command as its messages name it: ``ratewarden plan``, ``ratewarden config check``."""
+    named = list(argv[:2] if argv[:1] == ["config"] else argv[:1])
+    return " ".join(["ratewarden", *(word for word in named if not word.startswith("-"))])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command in ``argv`` (``sys.argv[1:]`` by default) and return its exit code.
 
     A reader that closes the output early (``ratewarden config check FILE | head -1``) ends
     the command quietly with ``EXIT_BROKEN_PIPE``: stdout and stderr are pointed at devnull,
-    so that nothing more is written and the flush at exit has nothing to fail on.
+    so that nothing more is written and the flush at exit has nothing to fail on. An output
+    that cannot be written otherwise (``> /dev/full``) is one line on stderr and
+    ``EXIT_FAILED``.
     """
+    output = Output(sys.stdout)
+    sys.stdout = watched = cast("TextIO", output)
     try:
         try:
             return _command(argv)
@@ -334,11 +346,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("ratewarden: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        for stream in (sys.stdout, sys.stderr):
-            os.dup2(devnull, stream.fileno())
-        os.close(devnull)
+        quiet(output.stream, sys.stderr)
         return EXIT_BROKEN_PIPE
+    except OutputError as exc:
+        prog = _prog(sys.argv[1:] if argv is None else argv)
+        print(f"{prog}: error: cannot write the output: {exc}", file=sys.stderr)
+        quiet(output.stream)
+        return EXIT_FAILED
+    finally:
+        if sys.stdout is watched:
+            sys.stdout = output.stream
 
 
 def _command(argv: Sequence[str] | None) -> int:
