@@ -1,19 +1,21 @@
 """The command lines' parser class, for ``ratewarden`` and ``python -m ratewarden.regions``,
 and what their flags' checks share: ``naming`` (a message prefixed with the flag and its
-value, as every flag's is; ``each`` for a repeatable flag's values) and ``rate_algorithm``
-(an ``--algorithm`` value)."""
+value, as every flag's is; ``each`` for a repeatable flag's values), ``rate_algorithm``
+(an ``--algorithm`` value) and ``whole`` (a whole-number flag, read alike by every command)."""
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from decimal import Decimal, InvalidOperation
 from typing import Any, NoReturn, TypeVar
 
 from ratewarden.errors import ConfigurationError
 
-__all__ = ["CommandParser", "each", "naming", "rate_algorithm"]
+__all__ = ["WHOLE_MAX", "CommandParser", "each", "naming", "rate_algorithm", "whole"]
 
 T = TypeVar("T")
 
@@ -147,3 +149,30 @@ def rate_algorithm(flag: str, name: str, known: Collection[str]) -> str:
             f"release_slot(lease) (docs/algorithms.md#concurrency); {flag} is one of: {choices}"
         )
     raise ConfigurationError(f"{flag} {name!r}: unknown algorithm; choose one of: {choices}")
+
+
+#: The largest whole number a flag takes unless it says less (``ratewarden plan``'s ceiling):
+#: past any count a command makes, and it keeps ``1e999999999`` from becoming a huge int.
+WHOLE_MAX = 10**15
+
+
+def whole(flag: str, minimum: int = 1, maximum: int = WHOLE_MAX) -> Callable[[str], int]:
+    """The converter (argparse's ``type=``) of a flag that takes a whole number: written out or
+    in e-notation (``1e15`` is 10^15, ``2.5e3`` is 2,500; ``1.5`` is refused), compared exactly
+    (a Decimal, not a float). A value refused is named with the flag, as written, and the
+    range."""
+    most = "10^15" if maximum == WHOLE_MAX else f"{maximum:,}"
+
+    def convert(raw: str) -> int:
+        text = raw.strip()
+        try:
+            value = Decimal(text) if re.fullmatch(r"[0-9][0-9_.eE+]*", text) else None
+        except InvalidOperation:
+            value = None
+        if value is None or value != value.to_integral_value() or not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(
+                f"{flag} {raw!r} must be a whole number >= {minimum}, at most {most}"
+            )
+        return int(value)
+
+    return convert

@@ -59,7 +59,7 @@ def test_the_help_says_the_range_and_that_a_value_below_zero_is_refused_by_it(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [(["--global-share", "-5%"], "--global-share '-5%' must be from 0 to 1 (or 0% to 100%)"),
-     (["--max-utilization", "-1%"], "--max-utilization '-1%' must be from 0 to 1"),
+     (["--max-utilization", "-1%"], "--max-utilization '-1%' must be above 0 and below 1"),
      (["--descriptors", "-1e3"], "--descriptors '-1e3' must be a number above 0"),
      (["--keys", "-5"], "--keys '-5' must be a whole number >= 1"),
      (["--local-reject", "-x"], "--local-reject: expected one argument")],

@@ -210,7 +210,7 @@ def test_the_capacity_example_prints_its_over_admission_lines(
             {"regions": (Region("e:u", Rate.parse("1/s")),), "sync_interval_ms": 1_000},
             "region name 'e:u'",
         ),
-        ({"max_utilization": 0}, "max_utilization 0 must be a share above 0 to at most 1"),
+        ({"max_utilization": 0}, "max_utilization 0 must be a share above 0 to below 1"),
     ],
 )
 def test_bad_inputs_are_configuration_errors(kwargs: dict[str, object], message: str) -> None:

@@ -82,7 +82,7 @@ class PlanInput:
         share("local_reject", self.local_reject, upper_open=True)
         share("global_share", self.global_share)
         positive("descriptors", self.descriptors)
-        share("max_utilization", self.max_utilization, lower_open=True)
+        share("max_utilization", self.max_utilization, lower_open=True, upper_open=True)
         if not isinstance(self.limit, Rate):
             raise ConfigurationError(
                 f"limit {self.limit!r} must be a Rate, such as Rate.parse('100/minute', burst=10)"

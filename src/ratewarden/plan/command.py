@@ -18,13 +18,13 @@ import dataclasses
 import functools
 import re
 import sys
-from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Protocol
 
 from ratewarden import algorithms
-from ratewarden.argparsing import rate_algorithm
+from ratewarden.argparsing import rate_algorithm, whole
 from ratewarden.errors import ConfigurationError, StorageError
-from ratewarden.plan._checks import MAX_NUMBER, MAX_TEXT, FigureTooLargeError
+from ratewarden.plan._checks import FigureTooLargeError
+from ratewarden.plan._flags import number, region, share
 from ratewarden.plan._model import (
     DEFAULT_BYTES_PER_CALL,
     PlanInput,
@@ -33,7 +33,6 @@ from ratewarden.plan._model import (
     plan,
 )
 from ratewarden.rate import Rate
-from ratewarden.regions import parse_region_rate
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -81,76 +80,7 @@ class Measure(Protocol):
         ...
 
 
-def _number(flag: str, zero_ok: bool = False) -> argparse._ActionType:
-    def convert(raw: str) -> float:
-        try:
-            value = float(raw)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} {raw!r} is not a number") from None
-        if not 0 <= value <= MAX_NUMBER or (value == 0 and not zero_ok):  # NaN too
-            low = "0 or more" if zero_ok else "above 0"
-            raise argparse.ArgumentTypeError(
-                f"{flag} {raw!r} must be a number {low}, at most {MAX_TEXT}"
-            )
-        return value
-
-    return convert
-
-
-def _whole(flag: str, minimum: int = 1, maximum: int = MAX_NUMBER) -> argparse._ActionType:
-    """A whole number, written out or in e-notation as the number flags take it (1e15 is
-    10^15; 2.5e3 is 2,500; 1.5 is refused), compared exactly: a Decimal, not a float."""
-
-    def convert(raw: str) -> int:
-        text = raw.strip()
-        try:
-            value = Decimal(text) if re.fullmatch(r"[0-9][0-9_.eE+]*", text) else None
-        except InvalidOperation:
-            value = None
-        if value is None or value != value.to_integral_value() or not minimum <= value <= maximum:
-            most = MAX_TEXT if maximum == MAX_NUMBER else f"{maximum:,}"
-            raise argparse.ArgumentTypeError(
-                f"{flag} {raw!r} must be a whole number >= {minimum}, at most {most}"
-            )
-        return int(value)
-
-    return convert
-
-
-def _share(flag: str, above_zero: bool = False, below_one: bool = False) -> argparse._ActionType:
-    def convert(raw: str) -> float:
-        text = raw.strip()
-        scale = 100.0 if text.endswith("%") else 1.0
-        try:
-            value = float(text.removesuffix("%")) / scale
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} {raw!r} is not a share") from None
-        if below_one and not 0 <= value < 1:
-            raise argparse.ArgumentTypeError(
-                f"{flag} {raw!r} must be from 0 to below 1 (or 0% to below 100%)"
-            )
-        if not 0 <= value <= 1:
-            raise argparse.ArgumentTypeError(f"{flag} {raw!r} must be from 0 to 1 (or 0% to 100%)")
-        if above_zero and value == 0:
-            raise argparse.ArgumentTypeError(
-                f"{flag} {raw!r} leaves nothing to use: give a share above 0, at most 1 (or 100%)"
-            )
-        return value
-
-    return convert
-
-
-def _region(flag: str) -> argparse._ActionType:
-    def convert(raw: str) -> tuple[str, Rate]:
-        try:
-            return parse_region_rate(raw, flag)
-        except ConfigurationError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    return convert
-
-
-_ZERO_OK = functools.partial(_number, zero_ok=True)
+_ZERO_OK = functools.partial(number, zero_ok=True)
 #: A typical key's limit when --limit is not given.
 DEFAULT_LIMIT = "100/minute"
 #: The keys --measure writes when --key-length is not given.
@@ -163,49 +93,49 @@ REGIONS_MAX = 1000
 #: The plan's flags in --help order: flag -> (the converter made for it, or None for text;
 #: default; metavar; help). A flag is the PlanInput field of the same name where there is one.
 _FLAGS: dict[str, tuple[_Kind | None, object, str, str]] = {
-    "--rps": (_number, None, "N", "peak requests per second reaching the gateways"),
-    "--local-reject": (functools.partial(_share, below_one=True), 0.0, "SHARE",
+    "--rps": (number, None, "N", "peak requests per second reaching the gateways"),
+    "--local-reject": (functools.partial(share, below_one=True), 0.0, "SHARE",
                        "share the local tier rejects before any global check, from 0 to below "
                        "1 (or 0%% to below 100%%) [default: 0]"),
-    "--global-share": (_share, 1.0, "SHARE",
+    "--global-share": (share, 1.0, "SHARE",
                        "share of the rest that needs a global check [default: 1]"),
-    "--descriptors": (_number, 1.0, "X", "script calls per global check (descriptors on "
+    "--descriptors": (number, 1.0, "X", "script calls per global check (descriptors on "
                       "different keys) [default: 1]"),
-    "--keys": (_whole, None, "N", "active keys at peak"),
+    "--keys": (whole, None, "N", "active keys at peak"),
     "--algorithm": (None, "gcra", "NAME",
                     f"{', '.join(sorted(algorithms.ALGORITHMS))} [default: gcra]"),
     "--limit": (None, None, "RATE", "a typical key's limit, for --measure and the "
                 "over-admission bounds [default: 100/minute]"),
-    "--burst": (_whole, None, "N", "that limit's burst (bucket algorithms; each region's "
+    "--burst": (whole, None, "N", "that limit's burst (bucket algorithms; each region's "
                 "with --regions) [default: the limit]"),
-    "--key-bytes": (_number, None, "B",
+    "--key-bytes": (number, None, "B",
                     "Redis memory per key, key name and overhead included (see --measure)"),
     "--measure": (None, None, "URL", "measure --key-bytes on this Redis (redis://...)"),
-    "--key-length": (functools.partial(_whole, maximum=KEY_LENGTH_MAX), None, "N",
+    "--key-length": (functools.partial(whole, maximum=KEY_LENGTH_MAX), None, "N",
                      "--measure: characters in a key, 1 to 1,024 [default: 32]"),
-    "--primaries": (_whole, None, "N", "Redis primaries (shards)"),
-    "--calls-per-primary": (_number, None, "N", "script calls per second one primary sustains "
+    "--primaries": (whole, None, "N", "Redis primaries (shards)"),
+    "--calls-per-primary": (number, None, "N", "script calls per second one primary sustains "
                             "(Redis runs scripts on one core per primary; take it from a load "
                             "test)"),
-    "--max-utilization": (functools.partial(_share, above_zero=True), None,
-                          "SHARE",
-                          "fill primaries to at most this share [default: 50%%]"),
-    "--bytes-per-call": (_number, DEFAULT_BYTES_PER_CALL, "B",
+    "--max-utilization": (functools.partial(share, above_zero=True), None,
+                          "SHARE", "fill primaries to at most this share, above 0 and below 1 "
+                          "(or below 100%%: a full primary's queue has no bound) [default: 50%%]"),
+    "--bytes-per-call": (number, DEFAULT_BYTES_PER_CALL, "B",
                          "request + reply bytes of one call [default: 300]"),
     "--rtt-ms": (_ZERO_OK, None, "MS", "round trip from a gateway to Redis"),
-    "--timeout-ms": (_number, None, "MS", "the limiter's timeout, for the latency headroom"),
-    "--replicas": (functools.partial(_whole, minimum=0), 0, "N",
+    "--timeout-ms": (number, None, "MS", "the limiter's timeout, for the latency headroom"),
+    "--replicas": (functools.partial(whole, minimum=0), 0, "N",
                    "replicas per primary [default: 0]"),
     "--replication-lag-ms": (_ZERO_OK, None, "MS", "replication lag: what a failover may rewind"),
-    "--instances": (_whole, None, "N", "gateways holding leases"),
-    "--lease": (_whole, None, "K", "units per lease"),
-    "--regions": (functools.partial(_whole, maximum=REGIONS_MAX), None, "N",
+    "--instances": (whole, None, "N", "gateways holding leases"),
+    "--lease": (whole, None, "K", "units per lease"),
+    "--regions": (functools.partial(whole, maximum=REGIONS_MAX), None, "N",
                   "regions reconciling asynchronously, each capped at --limit with --burst "
                   "(at most 1,000)"),
-    "--region-rate": (_region, None, "NAME=RATE[:BURST]",
+    "--region-rate": (region, None, "NAME=RATE[:BURST]",
                       "one region's rate cap on the key, e.g. eu=600/minute:10 (repeatable, each "
                       "region once; the burst defaults to the rate's limit, as Rate's does)"),
-    "--sync-interval-ms": (_number, None, "MS",
+    "--sync-interval-ms": (number, None, "MS",
                            "how often regions exchange counts (at most a day)"),
     "--region-lag-ms": (_ZERO_OK, None, "MS",
                         "delay before a region sees another's counts, at most a day "
