@@ -293,7 +293,11 @@ def _latency(
 def _over_admission(p: PlanInput, rows: list[Row]) -> dict[str, float]:
     bounds: dict[str, float] = {}
     per_second = p.limit.limit * 1_000_000 / p.limit.period_us
-    section = f"over-admission on one key at {p.limit}"
+    # The rate is named when a row is computed from it: not for leases, nor regions of their own.
+    at_limit = p.replication_lag_ms is not None or (
+        p.regions and all(region.rate == p.limit for region in p.regions)
+    )
+    section = "over-admission on one key" + (f" at {p.limit}" if at_limit else "")
     unit = "requests"
     if p.replication_lag_ms is not None:
         lag_s = p.replication_lag_ms / 1000

@@ -243,14 +243,17 @@ def _unused(args: argparse.Namespace) -> list[str]:
     if args.max_utilization is not None and args.calls_per_primary is None:
         notes.append("--max-utilization is used with --calls-per-primary only: give it")
     given = [f for f, v in (("--limit", args.limit), ("--burst", args.burst)) if v is not None]
-    users = (args.measure, args.replication_lag_ms is not None, args.regions, args.region_rate)
-    if given and not any(users):
+    # A --region-rate is its own rate and :BURST (docs/capacity.md): it uses neither.
+    if given and not (args.measure or args.replication_lag_ms is not None or args.regions):
         notes.append(
             f"{' and '.join(given)} {'are' if len(given) > 1 else 'is'} used by --measure, "
-            "--replication-lag-ms, --regions and --region-rate only: give one"
+            "--replication-lag-ms and --regions only: give one"
+            + ("; each --region-rate has its own rate and :BURST" if args.region_rate else "")
         )
-    if args.region_lag_ms is not None and not (args.regions or args.region_rate):
-        notes.append("--region-lag-ms is used with --regions or --region-rate only: give one")
+    for flag, value in (("--sync-interval-ms", args.sync_interval_ms),
+                        ("--region-lag-ms", args.region_lag_ms)):  # fmt: skip
+        if value is not None and not (args.regions or args.region_rate):
+            notes.append(f"{flag} is used with --regions or --region-rate only: give one")
     return notes
 
 
