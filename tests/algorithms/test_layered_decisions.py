@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 import redis
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from ratewarden import Limiter, MemoryStore, Rate
-from ratewarden.algorithms import ALGORITHMS
+from ratewarden.algorithms import ALGORITHMS, WINDOWS
 from ratewarden.decision import Decision
 from ratewarden.storage import memory
 from ratewarden.storage.redis import RedisStore
@@ -167,7 +167,9 @@ def test_every_layered_decision_holds_the_definition_on_memory(
 ) -> None:
     """Any rate algorithm, two or three layers, any history: the decision of a hit (allowed
     or denied) keeps the definition, has remaining and refill_after as its layers give
-    them, and a denial's delay is 0."""
+    them, and a denial's delay is 0. (A window algorithm's rates have distinct periods:
+    two limits of one period would count one window, and a call refuses them.)"""
+    assume(algorithm not in WINDOWS or len({rate.period_us for rate in rates}) == len(rates))
     clock = ManualClock(NOON)
     store = MemoryStore(clock=clock)
     for step_us, units in history:

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratewarden import Rate
+from ratewarden.algorithms import ALGORITHMS, WINDOWS
 from ratewarden.server.service import counter_key
 from ratewarden.server.value_cap import overflow_key
 from ratewarden.storage._keys import DEFAULT_PREFIX, state_key
@@ -35,11 +36,13 @@ rates = st.builds(
     st.integers(1, 100_000),
     st.one_of(st.none(), st.integers(1, 1000)),
 )
-algorithms = st.sampled_from(["gcra", "token_bucket", "fixed_window", "sliding_window"])
+algorithms = st.sampled_from(sorted(ALGORITHMS))
 
+#: A window's state key names its period alone (the count holds for any limit); a bucket's
+#: names the whole rate.
 _STATE = re.compile(
     r"^(?P<prefix>[^{}]+):\{(?P<key>[^{}]*)\}:(?P<algorithm>[a-z_]+)"
-    r":(?P<limit>\d+):(?P<period>\d+):(?P<capacity>\d+)$",
+    r"(?::(?P<limit>\d+))?:(?P<period>\d+)(?::(?P<capacity>\d+))?$",
     re.DOTALL,
 )
 
@@ -50,17 +53,19 @@ def unescape(text: str) -> str:
     return re.sub("%25|%7B|%7D", lambda found: table[found.group()], text)
 
 
-def read_state_key(key: str) -> tuple[str, str, str, int, int, int]:
-    """(prefix, user key, algorithm, limit, period_us, capacity) from a state key."""
+def read_state_key(key: str) -> tuple[str, str, str, int | None, int, int | None]:
+    """(prefix, user key, algorithm, limit, period_us, capacity) from a state key; a
+    window's limit and capacity are None (its key holds neither)."""
     found = _STATE.match(key)
     assert found is not None, key
+    assert (found["limit"] is None) == (found["capacity"] is None), key
     return (
         found["prefix"],
         unescape(found["key"]),
         found["algorithm"],
-        int(found["limit"]),
+        None if found["limit"] is None else int(found["limit"]),
         int(found["period"]),
-        int(found["capacity"]),
+        None if found["capacity"] is None else int(found["capacity"]),
     )
 
 
@@ -84,15 +89,19 @@ def read_fields(key: str, head: str) -> list[str]:
 def test_a_state_key_reads_back_to_exactly_what_built_it(
     key: str, algorithm: str, rate: Rate
 ) -> None:
-    """state_key is injective: its key, algorithm and rate come back out of it."""
+    """state_key is injective over (key, algorithm, period) for a window algorithm and over
+    (key, algorithm, rate) for a bucket: they come back out of it. A window's key holds no
+    limit, so every limit of one period counts the same window (a limit edit keeps the
+    count); a bucket's state means something only at its rate."""
     built = state_key(DEFAULT_PREFIX, key, algorithm, rate)
+    window = algorithm in WINDOWS
     assert read_state_key(built) == (
         DEFAULT_PREFIX,
         key,
         algorithm,
-        rate.limit,
+        None if window else rate.limit,
         rate.period_us,
-        rate.capacity,
+        None if window else rate.capacity,
     )
 
 

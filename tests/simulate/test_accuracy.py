@@ -32,8 +32,13 @@ def reference(
         log: tuple[tuple[int, int], ...] = ()
         for t in times:
             outcome, new_state, _ = sliding_window.check(window_params, state, t, 1)
-            peek = sliding_log.check(log_params, log, t, 0)[0]
-            exact = rate.limit - peek.remaining
+            # The exact count in the trailing period: the log's live entries. (A sliding log's
+            # ``remaining`` stops at 0, so it cannot say by how much a count is over.)
+            live = tuple(e for e in log if e[0] > t - rate.period_us)
+            exact = sum(cost for _, cost in live)
+            assert sliding_log.check(log_params, log, t, 0)[0].remaining == max(
+                0, rate.limit - exact
+            )
             if exact:
                 # The estimate before this request, from the state as sliding_window reads it.
                 index = t // rate.period_us
@@ -52,7 +57,6 @@ def reference(
                 prev, cur = sliding_window._counts(state, index)
                 state = (index, prev, cur + 1)
                 assert not outcome.allowed or state == new_state
-                live = tuple(e for e in log if e[0] > t - rate.period_us)
                 log = (*live, (t, 1))
     return allowed_wrong, limited_wrong, worst, difference / max(counted, 1)
 

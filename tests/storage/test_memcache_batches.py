@@ -107,7 +107,7 @@ def _drive(flow: Generator[bytes, wire.Reply, Any], replies: list[wire.Reply]) -
 
 
 def _cached_flow(now: int, real_clock: bool) -> Generator[bytes, wire.Reply, Any]:
-    item = item_of(["rw:{k}:fixed_window:5:1000000:5"])
+    item = item_of(["rw:{k}:fixed_window:1000000"])
     cache = Cache(10)
     cache.put(item.wire, 7, {item.entries[0]: ((1, 2), 2_000_000)})  # expired at 2 s
 
@@ -142,7 +142,7 @@ def test_a_long_expired_cached_item_is_added(now: int, real_clock: bool, mode: b
 def test_an_add_refused_reads_and_decides_again() -> None:
     """Taken for gone but still there (another process wrote it): the add is refused, the
     item read, and the step decided again on what it holds."""
-    value = encode({":fixed_window:5:1000000:5": ((10, 3), 11_000_000)})
+    value = encode({":fixed_window:1000000": ((10, 3), 11_000_000)})
     sent = _drive(
         _cached_flow(10_000_000, True),
         [
@@ -190,7 +190,7 @@ def test_a_delete_of_an_item_taken_for_gone_reads_first() -> None:
     its record does) on an item only taken to be gone is not answered from that guess: the
     item is read (another process may have written it since) and the step decided again on
     what it holds, which here it deletes."""
-    item = item_of(["rw:{k}:fixed_window:5:1000000:5"])
+    item = item_of(["rw:{k}:fixed_window:1000000"])
     cache = Cache(10)
     cache.put(item.wire, 7, {item.entries[0]: ((1, 2), 2_000_000)})
 

@@ -154,8 +154,10 @@ def test_bad_fixed_window_calls_raise_what_the_python_path_raises() -> None:
 
 
 def test_a_state_held_elsewhere_or_out_of_range_goes_to_the_python_path() -> None:
-    """A snapshot of an entry keeps its values; a count beyond the limit (no kernel writes
-    one) or a clock before the epoch is decided by the Python path, with its answer."""
+    """A snapshot of an entry keeps its values; a count beyond the limit (admitted under a
+    higher one: the key holds no limit) is decided as the Python path decides it, nothing
+    remaining; a count beyond any limit the kernel takes, or a clock before the epoch, is
+    decided by the Python path, with its answer."""
     clock = ManualClock()
     store, pure = MemoryStore(clock=clock), PureStore(clock=clock)
     rate = Rate.parse("5/minute")
@@ -168,7 +170,11 @@ def test_a_state_held_elsewhere_or_out_of_range_goes_to_the_python_path() -> Non
         window = clock.now_us() // 60_000_000
         each._states["k" + suffix] = ((window, 9), (window + 1) * 60_000_000)
     assert store.hit("fixed_window", "k", rate) == pure.hit("fixed_window", "k", rate)
-    assert store.hit("fixed_window", "k", rate).remaining == -4
+    assert store.hit("fixed_window", "k", rate).remaining == 0
+    for each in (store, pure):
+        window = clock.now_us() // 60_000_000
+        each._states["k" + suffix] = ((window, 2**50), (window + 1) * 60_000_000)
+    assert store.hit("fixed_window", "k", rate) == pure.hit("fixed_window", "k", rate)
     clock._now_us = -90_000_000  # a clock before the epoch (ManualClock.set refuses one)
     assert store.hit("fixed_window", "n", rate) == pure.hit("fixed_window", "n", rate)
     assert list(store._states.items()) == list(pure._states.items())

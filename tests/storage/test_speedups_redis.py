@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from redis.crc import key_slot
 
 from ratewarden import Rate
+from ratewarden.algorithms import state_suffix
 from ratewarden.decision import Decision
 from ratewarden.storage import _decisions, _kernel
 from ratewarden.storage._keys import escape
@@ -109,9 +110,9 @@ def plainly_valid(algorithm: Any, batch: Any) -> bool:
             if type(rates) not in (list, tuple) or len(rates) != 1:
                 return False
             rates = rates[0]
-        if (k, rates) in seen:
+        if (k, state_suffix(algorithm, rates)) in seen:  # one state twice: refused
             return False
-        seen.add((k, rates))
+        seen.add((k, state_suffix(algorithm, rates)))
     return True
 
 

@@ -30,6 +30,7 @@ from ratewarden.algorithms._base import (
     new_outcome,
 )
 from ratewarden.errors import ConfigurationError
+from ratewarden.rate import Rate
 
 # The rate algorithms, the two operations beyond them (``gcra_multi``: several axes of
 # one budget; ``fair_share``: weighted shares of a pool), and the shared vocabulary
@@ -37,6 +38,7 @@ from ratewarden.errors import ConfigurationError
 __all__ = [
     "ALGORITHMS",
     "NEVER",
+    "WINDOWS",
     "Algorithm",
     "Outcome",
     "Step",
@@ -47,6 +49,7 @@ __all__ = [
     "layered",
     "layered_each",
     "new_outcome",
+    "state_suffix",
 ]
 
 #: Rate algorithms by name (the ``algorithm=`` value everywhere).
@@ -63,3 +66,21 @@ def get(name: str) -> ModuleType:
         choices = ", ".join(sorted(ALGORITHMS))
         raise ConfigurationError(f"unknown algorithm {name!r}; choose one of: {choices}")
     return module
+
+
+#: The rate algorithms whose state counts what was admitted in a window (or the trailing
+#: period) whatever the limit: the limit is only compared with the count, so their state is
+#: named without it and a changed limit goes on counting (as envoyproxy/ratelimit's keys).
+#: A bucket's state (a TAT, a level) means something only at its rate, so it is named with
+#: the whole rate and a changed rate starts afresh.
+WINDOWS = frozenset({fixed_window.NAME, sliding_log.NAME, sliding_window.NAME})
+
+
+def state_suffix(algorithm: str, rate: Rate) -> str:
+    """What names the state ``algorithm`` keeps for ``rate``, after the key: a store's state
+    key is ``<prefix>:{<escaped key>}`` and this. Two (algorithm, rate) pairs with the same
+    suffix count the same state: a window's ``:<algorithm>:<period_us>``, a bucket's
+    ``:<algorithm>:<limit>:<period_us>:<capacity>``."""
+    if algorithm in WINDOWS:
+        return f":{algorithm}:{rate.period_us}"
+    return f":{algorithm}:{rate.limit}:{rate.period_us}:{rate.capacity}"

@@ -12,6 +12,8 @@ next are all allowed, so a trailing period can hold ``2 * limit``. Use
 
 State: two integers, ``(window_index, count)``. A state from any other window
 counts as empty, so it expires (is as if never seen) at the end of its window.
+The state holds no limit (nor does its key), so a limit changed mid-window
+goes on counting: a count above a lowered limit denies until the window ends.
 
 Effective window (``refill_after_us``): the window's end. Nothing more than
 ``remaining`` can be used before it, and the next window starts from 0.
@@ -44,7 +46,10 @@ def check(params: tuple[int, ...], state: State | None, now_us: int, cost: int) 
     if count + cost > limit:
         # The next window starts from 0, where any cost up to the limit fits.
         retry_after = NEVER if cost > limit else to_end
-        outcome = Outcome(False, limit - count, to_end if count > 0 else 0, retry_after, 0, to_end)
+        # A count above the limit was admitted under a higher one (the state is named
+        # without the limit): nothing remains, and the window's end still resets it.
+        remaining = max(limit - count, 0)
+        outcome = Outcome(False, remaining, to_end if count > 0 else 0, retry_after, 0, to_end)
         return outcome, state, 0
     total = count + cost
     reset_after = to_end if total > 0 else 0

@@ -15,13 +15,16 @@ Burst: none. No trailing period of length ``P`` ever holds more than
 will have aged out for it.
 
 State: one entry per admitted request in the trailing period, up to ``limit``
-entries (about 20 bytes each in Redis). Prefer ``sliding_window`` (three
+entries (about 20 bytes each in Redis). The log holds no limit (nor does its key),
+so a limit changed mid-period goes on counting it: above a lowered limit, requests
+are denied until enough of the oldest entries age out. Prefer ``sliding_window`` (three
 integers) when the limit is large and a small overshoot is acceptable.
 
 Effective window (``refill_after_us``): when the oldest live entry ages out.
 Once ``remaining`` more are used the log holds exactly ``limit``, and the
 oldest entry (at least one unit) is the first to go; with an empty log, the
-units used now are that entry, so one period.
+units used now are that entry, so one period. Above a lowered limit, when enough
+of the oldest have aged out for one unit.
 """
 
 from __future__ import annotations
@@ -69,7 +72,11 @@ def check(params: tuple[int, ...], state: State | None, now_us: int, cost: int) 
     # The log is as if never seen once its newest entry ages out.
     reset_after = live[-1][0] + period - now_us if live else 0
     refill_after = live[0][0] + period - now_us if live else period
+    if used > limit:  # more than the oldest entry must age out before one unit fits
+        refill_after = _retry_after(live, limit, period, now_us, used, 1)
     if allowed:
         return Outcome(True, limit - used, reset_after, 0, 0, refill_after), live, reset_after
     retry_after = _retry_after(live, limit, period, now_us, used, cost)
-    return Outcome(False, limit - used, reset_after, retry_after, 0, refill_after), state, 0
+    # Entries admitted under a higher limit may hold more than this one: nothing remains.
+    remaining = max(limit - used, 0)
+    return Outcome(False, remaining, reset_after, retry_after, 0, refill_after), state, 0

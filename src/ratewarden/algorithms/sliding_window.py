@@ -20,7 +20,10 @@ that waits out each retry_after (199 at 100/minute), far less for spread
 traffic. ``sliding_log`` is exact.
 
 State: three integers, ``(window_index, prev_count, cur_count)``. It is as if
-never seen two windows after its own started (its counts no longer weigh).
+never seen two windows after its own started (its counts no longer weigh). The
+state holds no limit (nor does its key), so a limit changed mid-window goes on
+counting: above a lowered limit the estimate denies, with ``remaining`` 0, until
+the counts weigh little enough.
 
 Effective window (``refill_after_us``): when the estimate first admits one
 more unit once ``remaining`` more are counted in this window (the estimate is

@@ -1,8 +1,9 @@
 """A key's usage carried over a rebalance of ``RegionalQuota``.
 
 A region enforces its allowance of a global rate as a local rate (``Rate(allowance,
-period, burst)``), and a store names a key's state by its rate: when a rebalance moves
-the allowance, the key's next hit lands on a new, empty state. Without carrying, every
+period, burst)``), and a store names a bucket's state by its rate (a fixed window's too,
+under a quota: below): when a rebalance moves the allowance, the key's next hit lands on a
+new, empty state. Without carrying, every
 rebalance handed each region a fresh allowance: with traffic shares rebalanced every
 second, three regions admitted everything they were offered, three times a 6,000/minute
 limit.
@@ -16,6 +17,14 @@ process whose book was emptied, a retry) charges nothing more.
 The old rates are the ones this quota last decided the key on (``CarryBook``) and the
 ones of the weights taken before the current ones (for a key this quota has not decided
 since, which another process of the region may have): the larger usage of the two counts.
+
+A store names a window algorithm's state without its limit (a window's count goes on when
+its limit is edited: ``algorithms.state_suffix``), so a window's state is the same under
+every allowance. For the sliding windows, which are not carried, that is the point: the
+count goes on over a move. The fixed window is carried (a share, which a count that goes
+on would be charged on top of), so a quota over it names each allowance's state apart
+(``region_key``: the allowances follow the caller's key), and every move lands on a new
+state as a bucket's does; every layer is then carried, those whose rate did not move too.
 """
 
 from __future__ import annotations
@@ -31,12 +40,21 @@ from ratewarden.decision import Decision
 from ratewarden.limiter import Flow
 from ratewarden.rate import Rate
 
-__all__ = ["DEFAULT_CARRY_KEYS", "NOT_CARRIED", "CarryBook", "Scaled", "carry_flow"]
+__all__ = [
+    "DEFAULT_CARRY_KEYS",
+    "NOT_CARRIED",
+    "CarryBook",
+    "Scaled",
+    "carry_flow",
+    "region_key",
+]
 
 #: Algorithms whose usage is not carried: a sliding window's estimate weighs the window
 #: before, and a sliding log's entries expire at their own times; a carry can only charge
 #: the present, so each carry would hold the region's old usage a whole period longer
-#: (measured: 41-493 of 6,000 a minute admitted with a carry every second).
+#: (measured: 41-493 of 6,000 a minute admitted with a carry every second). They need
+#: none: a store names their state without the limit, so a key's count goes on under
+#: every allowance, and a region whose allowance shrank below it waits for it to age out.
 NOT_CARRIED = frozenset({"sliding_window", "sliding_log"})
 
 #: Keys whose last local rates a quota remembers (least recently used forgotten first).
@@ -48,6 +66,16 @@ DEFAULT_RATE_SETS = 2
 #: A global rate set scaled to one region's allowances: one entry a global rate, None where
 #: the allowance is 0.
 Scaled = tuple[Rate | None, ...]
+
+
+def region_key(key: str, scaled: Scaled, apart: bool) -> str:
+    """The key a quota decides ``key`` by under the local rates ``scaled``: ``key`` itself,
+    or, with ``apart`` (the fixed window, carried, whose store state does not name the
+    limit), ``key`` and the allowances (``tenant@allowance:600,20``; 0 for an allowance of
+    none), so that each allowance counts apart."""
+    if not apart:
+        return key
+    return f"{key}@allowance:{','.join(str(0 if r is None else r.limit) for r in scaled)}"
 
 
 class CarryBook:
@@ -93,18 +121,24 @@ def _layers(decision: Decision) -> tuple[Decision, ...]:
     return decision.layers or (decision,)
 
 
-def carry_flow(limiter: Any, key: str, olds: Sequence[Scaled], new: Sequence[Rate]) -> Flow[bool]:
+def carry_flow(
+    limiter: Any, key: str, olds: Sequence[Scaled], new: Sequence[Rate], apart: bool = False
+) -> Flow[bool]:
     """Charge ``key``'s state under ``new`` with the share of its capacity it had used under
     ``olds`` (each aligned with ``new``, layer by layer; the largest share counts) that it
     does not show yet, as a flow of ``limiter`` (a ``Limiter`` or ``AsyncLimiter``: its
-    peeks and hits). False when the limiter's failure mode answered a step for the store
-    (the carry is not made: what it read or charged was not the store's)."""
+    peeks and hits). ``apart``: each allowance's state is named apart (``region_key``).
+    False when the limiter's failure mode answered a step for the store (the carry is not
+    made: what it read or charged was not the store's)."""
     used = [Fraction(0)] * len(new)
+    target = region_key(key, tuple(new), apart)
     for old in olds:
-        layers = [i for i, rate in enumerate(old) if rate is not None and rate != new[i]]
+        source = region_key(key, old, apart)
+        moved = source != target  # every layer's state is another then
+        layers = [i for i, rate in enumerate(old) if rate is not None and (moved or rate != new[i])]
         if not layers:
             continue
-        peek = yield from limiter.peek_flow(key, [old[i] for i in layers])
+        peek = yield from limiter.peek_flow(source, [old[i] for i in layers])
         if peek.degraded:
             return False
         for i, layer in zip(layers, _layers(peek), strict=True):
@@ -114,14 +148,14 @@ def carry_flow(limiter: Any, key: str, olds: Sequence[Scaled], new: Sequence[Rat
     wanted = [i for i, share in enumerate(used) if share > 0]
     if not wanted:
         return True
-    peek = yield from limiter.peek_flow(key, [new[i] for i in wanted])
+    peek = yield from limiter.peek_flow(target, [new[i] for i in wanted])
     if peek.degraded:
         return False
     for i, layer in zip(wanted, _layers(peek), strict=True):
         capacity = new[i].capacity
         units = min(math.ceil(used[i] * capacity) - (capacity - layer.remaining), layer.remaining)
         if units > 0:
-            charged = yield from limiter.hit_flow(key, new[i], units)
+            charged = yield from limiter.hit_flow(target, new[i], units)
             if charged.degraded:
                 return False
     return True

@@ -30,13 +30,14 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
+from ratewarden.algorithms import WINDOWS
 from ratewarden.checks import check_cost, check_key, check_rates, keywords_checked
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.limiter import AsyncLimiter, Flow, Limiter, awaiting, blocking
 from ratewarden.rate import Rate
 from ratewarden.regions._bound import check_weights, traffic_weights
-from ratewarden.regions._carry import NOT_CARRIED, CarryBook, Scaled, carry_flow
+from ratewarden.regions._carry import NOT_CARRIED, CarryBook, Scaled, carry_flow, region_key
 from ratewarden.regions._exchange import AsyncDemandExchange, DemandExchange, Exchange
 from ratewarden.regions._gcounter import check_region
 from ratewarden.regions._stores import named
@@ -86,9 +87,12 @@ class Quota(Generic[L]):
         self._book = CarryBook()
         #: The weights and each global rate set scaled under them (replaced with them).
         self._cached: tuple[Taken, dict[tuple[Rate, ...], Scaled]] = (self._taken, {})
+        algorithm = getattr(limiter, "algorithm", None)
         #: Whether usage is carried over a rebalance: not for the sliding algorithms, whose
-        #: state cannot take it (see ``_carry``).
-        self._carries = getattr(limiter, "algorithm", None) not in NOT_CARRIED
+        #: state cannot take it; their count goes on under the new allowance (``_carry``).
+        self._carries = algorithm not in NOT_CARRIED
+        #: Whether each allowance's state is named apart: a window carried (``_carry``).
+        self._apart = self._carries and algorithm in WINDOWS
         self._held: tuple[str, ...] = ()
         self._differing: tuple[str, ...] = ()
         self._demand = 0
@@ -156,10 +160,10 @@ class Quota(Generic[L]):
 
     def _admit(
         self, key: str, rates: Rate | Sequence[Rate], cost: int = 1
-    ) -> Decision | tuple[list[Rate], Flow[None] | None]:
-        """What a hit of ``cost`` asks of the limiter: the local rates to decide on and the
-        carry of the key's usage to run first (``_carry``; usually None), or the Decision
-        itself when an allowance of 0 denies (the store is not asked then).
+    ) -> Decision | tuple[str, list[Rate], Flow[None] | None]:
+        """What a hit of ``cost`` asks of the limiter: the key and the local rates to decide
+        on, and the carry of the key's usage to run first (``_carry``; usually None), or the
+        Decision itself when an allowance of 0 denies (the store is not asked then).
 
         Counts ``cost`` as this region's demand once the input is valid.
         """
@@ -176,11 +180,12 @@ class Quota(Generic[L]):
                 wait = rate.period_seconds
                 return Decision(False, 0, 0, 0.0, wait, rate=rate, cost=cost, refill_after=wait)
         new = [r for r in local if r is not None]
+        decided = region_key(key, local, self._apart)
         if not self._carries:
-            return new, None
+            return decided, new, None
         known = self._book.swap((key, found), local)
         if known is None:  # decided on these rates last time: nothing to carry
-            return new, None
+            return decided, new, None
         olds = list(known)
         before = self._before
         if not known and before is not None and before is not taken:
@@ -189,7 +194,7 @@ class Quota(Generic[L]):
             previous = self._scaled(found, before)
             if previous != local:
                 olds.append(previous)
-        return new, (self._carry_flow(key, found, olds, new) if olds else None)
+        return decided, new, (self._carry_flow(key, found, olds, new) if olds else None)
 
     def _carry_flow(
         self, key: str, found: tuple[Rate, ...], olds: list[Scaled], new: list[Rate]
@@ -197,7 +202,7 @@ class Quota(Generic[L]):
         """``carry_flow``; a carry the store failed (raised, or answered by the limiter's
         failure mode) is forgotten with the key's rates, so that the next hit carries again."""
         try:
-            done = yield from carry_flow(self.limiter, key, olds, new)
+            done = yield from carry_flow(self.limiter, key, olds, new, self._apart)
         except StorageError:
             self._book.forget((key, found))
             raise
@@ -225,17 +230,6 @@ class Quota(Generic[L]):
 
     def _set(self, taken: Taken, held: tuple[str, ...]) -> None:
         if taken != self._taken:
-            if not self._carries and self._before is None:  # said once, at the first move
-                algorithm = getattr(self.limiter, "algorithm", None)
-                log.warning(
-                    "region %s: its shares moved; usage is not carried over a move with %s, "
-                    "so each move hands every key a fresh allowance (use static shares, or "
-                    "rebalance no more often than the rate's period)",
-                    self.region,
-                    algorithm,
-                    extra={"event": "region_quota_not_carried", "region": self.region,
-                           "algorithm": algorithm},
-                )  # fmt: skip
             self._before = self._taken
         self._cached = (taken, {})
         self._taken, self._held = taken, held
@@ -345,10 +339,10 @@ class RegionalQuota(Quota[Limiter]):
         admitted = self._admit(key, rates, cost)
         if isinstance(admitted, Decision):
             return admitted
-        local, carry = admitted
+        decided, local, carry = admitted
         if carry is not None:
             self.limiter.run(carry)
-        return self.limiter.hit(key, local, cost)
+        return self.limiter.hit(decided, local, cost)
 
     rebalance_round = blocking(Quota.rebalance_round_flow)
 
@@ -365,9 +359,9 @@ class AsyncRegionalQuota(Quota[AsyncLimiter]):
         admitted = self._admit(key, rates, cost)
         if isinstance(admitted, Decision):
             return admitted
-        local, carry = admitted
+        decided, local, carry = admitted
         if carry is not None:
             await self.limiter.run(carry)
-        return await self.limiter.hit(key, local, cost)
+        return await self.limiter.hit(decided, local, cost)
 
     rebalance_round = awaiting(Quota.rebalance_round_flow)

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ratewarden.algorithms import state_suffix
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
-from ratewarden.rate import Rate
 from ratewarden.server.config import (
     DEFAULT_FAILURE_MODE,
     DescriptorRule,
@@ -315,10 +315,12 @@ def denied(
     return verdict.denied
 
 
-def counter_id(item: Item) -> tuple[str, str, tuple[Rate, ...]]:
-    """The counter an item's store call touches: algorithm, key and rates."""
-    assert item.rule is not None
-    return item.rule.algorithm, item.key, item.rule.rates
+def counter_id(item: Item) -> tuple[str, tuple[str, ...]]:
+    """The state an item's store call touches: its key and each rate's ``state_suffix``, as
+    the store names it (a window's holds no limit: a limit override shares its count)."""
+    rule = item.rule
+    assert rule is not None
+    return item.key, tuple(state_suffix(rule.algorithm, rate) for rate in rule.rates)
 
 
 def is_short(item: Item, demand: int) -> bool:
@@ -340,7 +342,7 @@ def shortfalls(stored: list[Item]) -> set[int]:
     """The ids of the checked (cost 0) items that charge hits and whose counter lacks
     room for them: several descriptors may share a counter, and each needs room for
     all of them."""
-    demand: dict[tuple[str, str, tuple[Rate, ...]], int] = {}
+    demand: dict[tuple[str, tuple[str, ...]], int] = {}
     for item in stored:
         ident = counter_id(item)
         demand[ident] = demand.get(ident, 0) + item.cost
@@ -353,8 +355,9 @@ def joint_algorithm(stored: list[Item]) -> str | None:
     """The algorithm of one atomic step that may decide every item, or None.
 
     That is when every item is an enforcing regular rule (no shadow_mode,
-    quota_mode or budget) of one algorithm and no two count the same key on
-    the same rate.
+    quota_mode or budget) of one algorithm and no two count the same state: the
+    same key and ``state_suffix`` (for a window, the same period whatever the
+    limits), which the store's ``hit_all`` refuses.
     """
     algorithm = ""
     keys: set[str] = set()
@@ -368,14 +371,14 @@ def joint_algorithm(stored: list[Item]) -> str | None:
         algorithm = rule.algorithm
         keys.add(item.key)
         single = single and len(rule.rates) == 1
-    if not (single and len(keys) == len(stored)):  # else no key and rate can repeat
-        counted: set[tuple[str, Rate]] = set()
+    if not (single and len(keys) == len(stored)):  # else no key and state can repeat
+        counted: set[tuple[str, str]] = set()
         for item in stored:
-            assert item.rule is not None
-            for rate in item.rule.rates:
-                if (item.key, rate) in counted:
+            key, suffixes = counter_id(item)
+            for suffix in suffixes:
+                if (key, suffix) in counted:
                     return None
-                counted.add((item.key, rate))
+                counted.add((key, suffix))
     return algorithm or None
 
 

@@ -1,17 +1,25 @@
 """The key schema: how a (key, algorithm, rate) names its state in a store.
 
-``<prefix>:{<escaped key>}:<algorithm>:<limit>:<period_us>:<capacity>``
+``<prefix>:{<escaped key>}:<algorithm>:<period_us>`` for the window algorithms
+(``fixed_window``, ``sliding_window``, ``sliding_log``), and
+``<prefix>:{<escaped key>}:<algorithm>:<limit>:<period_us>:<capacity>`` for the
+buckets (``gcra``, ``token_bucket``, ``leaky_bucket``): ``algorithms.state_suffix``
+writes what follows the closing brace. A window's state counts what was admitted,
+whatever the limit, so a limit changed mid-window goes on counting (as
+envoyproxy/ratelimit's keys, which hold no limit either); a bucket's state means
+something only at its rate, so a changed rate starts afresh.
 
 The user's key is the Redis Cluster hash tag, so every layer of one decision
 lands in one slot and one script can update them atomically. Inside the braces
 ``%``, ``{`` and ``}`` are percent-escaped; everything after the closing brace
 is generated from numbers and a fixed algorithm name. Escaping is injective and
-the closing brace is unambiguous, so two distinct (key, algorithm, rate) triples
-can never share a store key.
+the closing brace is unambiguous, so two distinct (key, algorithm, period) of a
+window, or (key, algorithm, rate) of a bucket, can never share a store key.
 """
 
 from __future__ import annotations
 
+from ratewarden.algorithms import state_suffix
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 
@@ -46,4 +54,5 @@ def check_prefix(prefix: str) -> str:
 
 
 def state_key(prefix: str, key: str, algorithm: str, rate: Rate) -> str:
-    return f"{prefix}:{{{escape(key)}}}:{algorithm}:{rate.limit}:{rate.period_us}:{rate.capacity}"
+    """The store key of ``key``'s state under ``algorithm`` and ``rate``."""
+    return f"{prefix}:{{{escape(key)}}}{state_suffix(algorithm, rate)}"

@@ -13,11 +13,11 @@ from types import ModuleType
 from typing import Any, NamedTuple
 
 from ratewarden import algorithms
-from ratewarden.algorithms import Step
+from ratewarden.algorithms import Step, state_suffix
 from ratewarden.checks import check_cost, check_key, check_rates
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
-from ratewarden.rate import Rate
+from ratewarden.rate import Rate, format_period
 from ratewarden.storage._decisions import decode
 from ratewarden.storage._keys import escape
 
@@ -83,19 +83,46 @@ def shape(algorithm: str, rates: Rate | Sequence[Rate], cost: int) -> Shape:
     module = algorithms.get(algorithm)
     cost = check_cost(cost)
     found = check_rates(rates)
+    params = tuple(module.params(rate) for rate in found)
+    suffixes = tuple(state_suffix(module.NAME, rate) for rate in found)
+    if len(set(suffixes)) != len(suffixes):
+        _refuse_shared(module.NAME, found, suffixes)
     return Shape(
         algorithm=module,
         check=module.check,
         rates=found,
-        params=tuple(module.params(rate) for rate in found),
-        suffixes=tuple(
-            f":{module.NAME}:{rate.limit}:{rate.period_us}:{rate.capacity}" for rate in found
-        ),
+        params=params,
+        suffixes=suffixes,
         cost=cost,
         source=rates,
         single=len(found) == 1,
         name=module.NAME,
     )
+
+
+def _refuse_shared(name: str, rates: tuple[Rate, ...], suffixes: tuple[str, ...]) -> None:
+    """Two rates of one call name one state: a window counts per period whatever the limit."""
+    first: dict[str, Rate] = {}
+    for rate, suffix in zip(rates, suffixes, strict=True):
+        other = first.setdefault(suffix, rate)
+        if other is not rate:
+            smaller = min(other, rate, key=lambda r: r.limit)
+            raise ConfigurationError(
+                f"rates {other} and {rate} of the {name} algorithm count the same window: "
+                f"its count does not depend on the limit, so they would share one count and "
+                f"the smaller limit ({smaller}) decides alone; keep one of them"
+            )
+
+
+#: How a repeat of one window in ``hit_all`` merges: the window's count is shared by its limits.
+_SMALLER = " and the smaller limit"
+
+
+def _in_words(name: str, rate: Rate) -> str:
+    """The state a (``name``, ``rate``) layer counts, in words (for errors)."""
+    if name in algorithms.WINDOWS:
+        return f"the {name} count per {format_period(rate.period_us, words=True)}"
+    return f"the {name} rate {rate}"
 
 
 class Shapes:
@@ -179,9 +206,10 @@ Batch = list[tuple[str, Shape]]
 def batch(shapes: Shapes, algorithm: str, calls: object) -> Batch:
     """Validate the calls of one ``hit_all``; raises ``ConfigurationError`` on bad input.
 
-    Two calls may not name the same state (same key and rate): each would be
-    checked against the state as it was before either, so their sum could pass a
-    limit that neither may pass with the other. Give such a call its summed cost.
+    Two calls may not name the same state (same key and ``state_suffix``: a bucket's
+    rate, a window's period whatever the limits): each would be checked against the
+    state as it was before either, so their sum could pass a limit that neither may pass
+    with the other. Give such a call its summed cost.
     """
     if not isinstance(calls, list | tuple):
         raise ConfigurationError(
@@ -199,9 +227,10 @@ def batch(shapes: Shapes, algorithm: str, calls: object) -> Batch:
             earlier = seen.setdefault((key, suffix), index)
             if earlier != index:
                 raise ConfigurationError(
-                    f"calls {earlier} and {index} both count key {key!r} on rate {rate}: "
-                    "they would each be checked against the state before the other; "
-                    "make them one call with the sum of their costs"
+                    f"calls {earlier} and {index} both count key {key!r} in "
+                    f"{_in_words(shape.name, rate)}: they would each be checked against "
+                    "the state before the other; make them one call with the sum of their "
+                    f"costs{_SMALLER if shape.name in algorithms.WINDOWS else ''}"
                 )
         found.append((key, shape))
     return found

@@ -226,7 +226,8 @@ read_shape(PyObject *shape, Shape *out)
             goto done;
         }
     }
-    /* fixed_window: count <= limit and cost below 2**62, so count + cost fits. */
+    /* fixed_window: a count read is at most 2**41 (read_entry) and cost below 2**62, so
+     * count + cost fits. */
     else if (n < 0 || n >= (1LL << 62) || d <= 0 || d >= (1LL << 62) || cost_v >= (1LL << 62)) {
         goto done;
     }

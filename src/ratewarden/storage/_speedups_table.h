@@ -141,8 +141,11 @@ read_entry(const Shape *shape, PyObject *entry, long long now, int *expired, Hel
             return 0;
         }
     }
-    else if (a == now / shape->d && (b < 0 || b > shape->n)) {
-        return 0;  /* (window, count): a count of this window beyond the limit is not ours */
+    else if (a == now / shape->d && (b < 0 || b > (1LL << 41))) {
+        /* (window, count): a count beyond any limit the kernel takes (2**40) plus a cost is
+         * not ours; one above this limit is, admitted under a higher limit (the key holds
+         * none), and keeps count + cost below 2**62. */
+        return 0;
     }
     held->has = 1;
     held->s0 = a;
@@ -197,7 +200,8 @@ window_check(const Shape *shape, const Held *held, long long now, long long cost
     out->s0 = out->s1 = out->ttl = 0;
     if (count + cost > limit) {
         out->allowed = 0;
-        out->remaining = limit - count;
+        /* a count above a lowered limit leaves nothing, as the Python reference says */
+        out->remaining = count < limit ? limit - count : 0;
         out->reset_us = count > 0 ? to_end : 0;
         out->retry_us = cost > limit ? NEVER : to_end;
         return;

@@ -84,6 +84,10 @@ for i = 1, n do
         retry = NEVER
       end
     end
+    -- a count admitted under a higher limit (the key holds none) may pass this one
+    if remaining < 0 then
+      remaining = 0
+    end
   end
   reply[at + 1], reply[at + 2], reply[at + 3] = allowed, remaining, reset
   reply[at + 4], reply[at + 5], reply[at + 6] = retry, 0, to_end

@@ -72,11 +72,20 @@ local function check(p, entries, now, cost)
   elseif new then
     refill = new[2] + period - now
   end
+  if used > limit then
+    -- entries admitted under a higher limit (the key holds none): more than the oldest
+    -- must age out before one unit fits, and nothing remains
+    refill = retry_after(entries, start, limit, period, now, used, 1)
+  end
   if allowed then
     return {1, limit - used, reset, 0, 0, refill}, new, reset
   end
   local retry = retry_after(entries, start, limit, period, now, used, cost)
-  return {0, limit - used, reset, retry, 0, refill}, entries, 0
+  local remaining = limit - used
+  if remaining < 0 then
+    remaining = 0
+  end
+  return {0, remaining, reset, retry, 0, refill}, entries, 0
 end
 
 return layered(read, check, write, 2)
