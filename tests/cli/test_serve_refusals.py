@@ -3,24 +3,13 @@ a variable, a store URL, and rule files that do not load or do not exist."""
 
 from __future__ import annotations
 
-import logging
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from ratewarden.cli import main
 from tests.server_transport._process import RATEWARDEN
-
-
-@pytest.fixture(autouse=True)
-def keep_logging_as_it_was() -> Iterator[None]:
-    """`serve` configures the ratewarden logger for the process; undo that after each test."""
-    logger = logging.getLogger("ratewarden")
-    saved = (logger.handlers[:], logger.level, logger.propagate)
-    yield
-    logger.handlers[:], logger.level, logger.propagate = saved
 
 
 @pytest.fixture(autouse=True)

@@ -5,10 +5,8 @@ on both transports, with no library's log line before it."""
 
 from __future__ import annotations
 
-import logging
 import socket
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,15 +26,6 @@ TRANSPORTS = [
         marks=pytest.mark.skipif(not native_installed(), reason="pygrpc-native not installed"),
     ),
 ]
-
-
-@pytest.fixture(autouse=True)
-def keep_logging_as_it_was() -> Iterator[None]:
-    """`serve` configures the ratewarden logger for the process; undo that after each test."""
-    logger = logging.getLogger("ratewarden")
-    saved = (logger.handlers[:], logger.level, logger.propagate)
-    yield
-    logger.handlers[:], logger.level, logger.propagate = saved
 
 
 @pytest.fixture(autouse=True)
