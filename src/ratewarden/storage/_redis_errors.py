@@ -102,19 +102,25 @@ def refusal(exc: BaseException, where: str) -> ServerUnusable | None:
     return None
 
 
-def wrong_reply(where: str, reply: object, why: object) -> str:
-    """Why a reply to a script that is not what ratewarden's scripts send (``why``) makes the
-    store unusable: a server that speaks Redis's protocol without running the scripts as Redis
-    does (a proxy, another RESP service, a wrong port) answers every call so, in a few
-    milliseconds. Raised as ``ServerUnusable`` by a router, ``StorageError`` by a store: an
-    error the failure mode answers, and ``ping`` raises."""
+def wrong_reply(where: str, reply: object, why: object, what: str = "a ratewarden script") -> str:
+    """Why a reply to ``what`` that is not what Redis sends (``why``) makes the store
+    unusable (``unusable``), with the reply's first 60 characters."""
     shown = repr(reply)
     if len(shown) > 60:
         shown = shown[:57] + "..."
+    return unusable(where, what, f"{shown} ({why})")
+
+
+def unusable(where: str, what: str, got: str) -> str:
+    """Why ``got``, ``where``'s answer to ``what``, makes the store unusable: a server that
+    speaks Redis's protocol without answering as Redis does (a proxy, another RESP service,
+    a wrong port) answers every call so, in a few milliseconds. Raised as ``ServerUnusable``
+    by a router, ``StorageError`` by a store (a region store's too): an error the failure
+    mode answers, and ``ping`` raises."""
     return (
-        f"{where} answered a ratewarden script with {shown} ({why}): it speaks the Redis "
-        "protocol but does not run the store's scripts as Redis does; is it a Redis port (not "
-        "a proxy's or another service's)? Check the store's URL: waiting will not help"
+        f"{where} answered {what} with {got}: it speaks the Redis protocol but does not "
+        "answer as Redis does; is it a Redis port (not a proxy's or another service's)? "
+        "Check the store's URL: waiting will not help"
     )
 
 

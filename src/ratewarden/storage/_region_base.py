@@ -31,7 +31,12 @@ from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.storage._decisions import REPLY_ERRORS
 from ratewarden.storage._keys import DEFAULT_PREFIX, check_prefix
 from ratewarden.storage._ops import Op
-from ratewarden.storage._redis_errors import REDIS_ERRORS, raise_storage_error
+from ratewarden.storage._redis_errors import (
+    REDIS_ERRORS,
+    raise_storage_error,
+    unusable,
+    wrong_reply,
+)
 from ratewarden.storage._redis_link import describe
 from ratewarden.storage._redis_protocol import cluster_where
 from ratewarden.storage._redis_store import DEFAULT_TIMEOUT, FromUrl, storage_error
@@ -54,9 +59,7 @@ from ratewarden.storage._region_replies import (
     demand_count,
     ints,
     peer_round,
-    shown,
     written,
-    wrong_answer,
 )
 from ratewarden.storage._scripts import script
 
@@ -193,11 +196,11 @@ class RegionBase(RegionPlan, FromUrl):
     def wrong(self, reply: Any, exc: BaseException, what: str = SCRIPT) -> StorageError:
         """The ``StorageError`` for ``reply`` to ``what``, which reading raised ``exc`` for
         (one of ``REPLY_ERRORS``): a reply of a shape Redis does not send."""
-        return StorageError(wrong_answer(self.where, what, shown(reply, exc)))
+        return StorageError(wrong_reply(self.where, reply, exc, what))
 
     def read(self, read: Callable[[Any], T], reply: Any, what: str) -> T:
         """``read(reply)``, the reply to ``what``; a reply of another shape (one of
-        ``REPLY_ERRORS``) raised as ``StorageError`` (``wrong_answer``)."""
+        ``REPLY_ERRORS``) raised as ``StorageError`` (``wrong_reply``)."""
         try:
             return read(reply)
         except REPLY_ERRORS as exc:
@@ -207,7 +210,7 @@ class RegionBase(RegionPlan, FromUrl):
         """The ``StorageError`` for what redis-py raised (``UNREADABLE``) reading the reply
         to ``what``."""
         got = f"a reply redis-py cannot read ({exc!r})"
-        return StorageError(wrong_answer(self.where, what, got))
+        return StorageError(unusable(self.where, what, got))
 
     @contextmanager
     def reading(self, what: str = SCRIPT) -> Iterator[None]:

@@ -3,11 +3,11 @@
 Each reader turns the replies of one call (a script's, or a pipeline's: a list, one
 each, as redis-py's reply callbacks left them) into the store's answer, and raises one
 of ``REPLY_ERRORS`` for a reply of a shape Redis does not send, which the store raises
-as its ``StorageError`` (``wrong_answer``). A server that speaks Redis's protocol but is
-not Redis (a proxy, another RESP service, a wrong port) answers so: without the checks a
-string read as its bytes (a script's reply as numbers, an HGETALL's pairs as a hash), and
-the rest leaked ``TypeError``, ``ValueError`` or ``AttributeError`` to the budgets.
-What redis-py raises reading such a reply itself is ``UNREADABLE``.
+as its ``StorageError`` (``_redis_errors.wrong_reply``). A server that speaks Redis's
+protocol but is not Redis (a proxy, another RESP service, a wrong port) answers so:
+without the checks a string read as its bytes (a script's reply as numbers, an HGETALL's
+pairs as a hash), and the rest leaked ``TypeError``, ``ValueError`` or ``AttributeError``
+to the budgets. What redis-py raises reading such a reply itself is ``UNREADABLE``.
 """
 
 from __future__ import annotations
@@ -28,9 +28,7 @@ __all__ = [
     "demand_count",
     "ints",
     "peer_round",
-    "shown",
     "written",
-    "wrong_answer",
 ]
 
 #: What redis-py itself raises reading a reply of a shape Redis does not send: its
@@ -39,26 +37,6 @@ __all__ = [
 UNREADABLE = (*REPLY_ERRORS, AttributeError)
 #: What a store's errors call the budget's script.
 SCRIPT = "a ratewarden script"
-
-
-def wrong_answer(where: str, what: str, got: str) -> str:
-    """Why a reply Redis does not send to ``what`` (``got``: the reply and what reading it
-    raised) makes the store unusable: ``_redis_errors.wrong_reply``'s words (``RedisStore``'s),
-    said of the exchange's commands too. Such a server answers every call so, in a few
-    milliseconds: retrying will not help."""
-    return (
-        f"{where} answered {what} with {got}: it speaks the Redis protocol but does not "
-        "answer as Redis does; is it a Redis port (not a proxy's or another service's)? "
-        "Check the store's URL: waiting will not help"
-    )
-
-
-def shown(reply: object, why: BaseException) -> str:
-    """``reply`` (its first 60 characters) and why it cannot be read, for ``wrong_answer``."""
-    found = repr(reply)
-    if len(found) > 60:
-        found = found[:57] + "..."
-    return f"{found} ({why})"
 
 
 def ints(reply: Sequence[Any]) -> list[int]:
