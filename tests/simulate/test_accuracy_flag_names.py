@@ -1,6 +1,7 @@
-"""``simulate --accuracy``'s --requests, --sources and --load say a value out of range as
+"""``simulate --accuracy``'s --requests and --sources say a value out of range as
 ``FLAG 'value': ...``, as every other flag does (they said ``sources 5 must be ...``, the
-library's parameter names), and nothing runs."""
+library's parameter names), and nothing runs. --load's range is its flag's own check
+(tests/simulate/test_operator_number_flags.py)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,6 @@ from ratewarden.cli import main
             ["--requests", "30000000", "--sources", "20000000"],
             "--sources '20000000': must be from 1 to 10,000,000",
         ),
-        (["--load", "2000"], "--load '2000': must be at most 1,000"),
-        (["--load", "0.5", "--load", "1500.5"], "--load '1500.5': must be at most 1,000"),
     ],
 )
 def test_an_accuracy_size_out_of_range_is_named_by_its_flag(

@@ -78,7 +78,7 @@ def test_accuracy_prints_a_row_per_model_and_load(capsys: pytest.CaptureFixture[
         (["--rate", "5/fortnight"], "--rate '5/fortnight'"),
         (["--rate", "0/minute"], "--rate '0/minute'"),
         (["--duration", "0"], "--duration '0' must be a number above 0"),
-        (["--burst", "-3"], "--burst '-3' must be a whole number above 0"),
+        (["--burst", "-3"], "--burst '-3' must be a whole number >= 1"),
         (["--plot", "out.gif"], "must end in .png or .svg"),
         (["--bursts", "--pattern", "steady"], "--pattern cannot be used with --bursts"),
         (["--accuracy", "--algorithm", "gcra"], "--algorithm cannot be used with --accuracy"),

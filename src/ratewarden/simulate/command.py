@@ -25,10 +25,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ratewarden import algorithms
-from ratewarden.argparsing import each, rate_algorithm
+from ratewarden.argparsing import each, rate_algorithm, whole
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
-from ratewarden.simulate import _regions_flags, bursts, layered, patterns, plots, regions, runner
+from ratewarden.simulate import (
+    _flags,
+    _regions_flags,
+    bursts,
+    layered,
+    patterns,
+    plots,
+    regions,
+    runner,
+)
 from ratewarden.simulate import accuracy as accuracy_report
 from ratewarden.simulate._accuracy_flags import models, sizes
 from ratewarden.simulate._choices import figure_paths, once, planned_runs
@@ -123,14 +132,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--burst",
-        type=_whole("--burst"),
+        type=whole("--burst"),
         metavar="N",
         help="capacity of the bucket algorithms (gcra, token_bucket, "
         "leaky_bucket) [default: the limit]",
     )
     parser.add_argument(
         "--duration",
-        type=_seconds,
+        type=_flags.duration,
         metavar="SECONDS",
         help="simulated seconds per run [default: 600]",
     )
@@ -151,10 +160,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--load",
         action="append",
-        type=_number("--load"),
+        type=_flags.load,
         metavar="X",
-        help="--accuracy: median source's mean rate as a multiple of the limit "
-        "(repeatable) [default: 0.5]",
+        help="--accuracy: median source's mean rate as a multiple of the limit, above 0 and at "
+        "most 1,000 (repeatable) [default: 0.5]",
     )
     parser.add_argument(
         "--counting",
@@ -164,43 +173,18 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--requests",
-        type=_whole("--requests"),
+        type=whole("--requests"),
         metavar="N",
         help="--accuracy: requests per model and load [default: 4000000]",
     )
     parser.add_argument(
         "--sources",
-        type=_whole("--sources"),
+        type=whole("--sources"),
         metavar="N",
         help="--accuracy: independent sources (keys) [default: 5000]",
     )
-    parser.add_argument("--seed", type=_whole("--seed"), metavar="N",
-                        help="--accuracy: random seed [default: 1]")  # fmt: skip
-
-
-def _whole(flag: str) -> argparse._ActionType:
-    def convert(raw: str) -> int:
-        if not re.fullmatch(r"[0-9]+", raw.strip()) or int(raw) < 1:
-            raise argparse.ArgumentTypeError(f"{flag} {raw!r} must be a whole number above 0")
-        return int(raw)
-
-    return convert
-
-
-def _number(flag: str) -> argparse._ActionType:
-    def convert(raw: str) -> float:
-        try:
-            value = float(raw)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} {raw!r} is not a number") from None
-        if not 0 < value < float("inf"):
-            raise argparse.ArgumentTypeError(f"{flag} {raw!r} must be a number above 0")
-        return value
-
-    return convert
-
-
-_seconds = _number("--duration")
+    parser.add_argument("--seed", type=whole("--seed", minimum=0), metavar="N",
+                        help="--accuracy: random seed, 0 or more [default: 1]")  # fmt: skip
 
 
 def _rates(texts: Sequence[str] | None, default: str, burst: int | None) -> list[Rate]:
@@ -303,8 +287,9 @@ def _accuracy(args: argparse.Namespace) -> int:
     chosen = models(args.model)
     rates = _rates(args.rate, _ACCURACY_RATE, args.burst)
     requests, sources, loads = sizes(args.requests, args.sources, args.load)
+    seed = 1 if args.seed is None else args.seed  # 0 is a seed, as a pattern's seed=0 is
     rows = [
-        (model, rate, requests, sources, load, args.seed or 1, args.counting or "admitted")
+        (model, rate, requests, sources, load, seed, args.counting or "admitted")
         for rate in rates
         for load in loads
         for model in chosen
