@@ -40,7 +40,7 @@ from ratewarden.simulate import (
 )
 from ratewarden.simulate import accuracy as accuracy_report
 from ratewarden.simulate._accuracy_flags import models, sizes
-from ratewarden.simulate._choices import figure_paths, once, planned_runs
+from ratewarden.simulate._choices import figure_paths, note, once, planned_runs
 
 __all__ = ["add_parser", "main"]
 
@@ -275,10 +275,27 @@ _NOT_LAYERS = {
 
 
 def _bursts(args: argparse.Namespace) -> int:
-    rows = []
+    rows, notes = [], []
     names = _algorithms(args.algorithm)
     for rate in _rates(args.rate, _DEFAULT_RATE, args.burst):
-        rows.extend(bursts.burst_table(rate, names))
+        log = runner.effective_rate("sliding_log", rate)
+        too_long = max(log.limit, log.capacity) > bursts.MAX_LOG_LIMIT
+        if too_long and args.algorithm is not None and "sliding_log" in names:
+            raise ConfigurationError(
+                f"--algorithm sliding_log at {rate}: the burst table takes the sliding log up "
+                f"to a limit and burst of {bursts.MAX_LOG_LIMIT:,} (its attack is quadratic); "
+                f"leave it out to run the others, which go up to {bursts.MAX_LIMIT:,}"
+            )
+        if too_long:  # not asked for by name: the others still run
+            notes.append(
+                f"sliding_log left out at {rate}: the burst table takes it up to a limit and "
+                f"burst of {bursts.MAX_LOG_LIMIT:,}, the others up to {bursts.MAX_LIMIT:,}"
+            )
+            rows.extend(bursts.burst_table(rate, [n for n in names if n != "sliding_log"]))
+        else:
+            rows.extend(bursts.burst_table(rate, names))
+    for text in notes:
+        note(text)
     print(bursts.format_bursts(rows), end="")
     return EXIT_OK
 
