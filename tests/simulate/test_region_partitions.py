@@ -120,7 +120,7 @@ def test_the_text_without_partitions_is_unchanged() -> None:
         ("us@60", "give NAME@START-END"),
         ("@0-10", "give NAME@START-END"),
         ("us@soon-10", "its start 'soon' is not a number of seconds"),
-        ("us@-1-10", "its start '' is not a number of seconds"),
+        ("us@-1-10", "its start is missing or negative"),
         ("us@10-nan", "its end must be a number >= 0"),
         ("us@60-60", "its end must come after its start"),
         ("us@0-700", "it ends after the run's --duration (600 s)"),

@@ -5,16 +5,20 @@ every command reads them."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.plan._checks import MAX_NUMBER, MAX_TEXT
 from ratewarden.rate import Rate
 from ratewarden.regions import parse_region_rate
 
-__all__ = ["number", "region", "share"]
+__all__ = ["DAY_MS", "number", "region", "share", "within_a_day"]
+
+#: The longest sync interval or lag a ReconciledBudget takes, in milliseconds: a day.
+DAY_MS = 86_400_000
 
 
-def number(flag: str, zero_ok: bool = False) -> argparse._ActionType:
+def number(flag: str, zero_ok: bool = False) -> Callable[[str], float]:
     def convert(raw: str) -> float:
         try:
             value = float(raw)
@@ -63,5 +67,22 @@ def region(flag: str) -> argparse._ActionType:
             return parse_region_rate(raw, flag)
         except ConfigurationError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
+
+
+def within_a_day(flag: str, zero_ok: bool = False) -> argparse._ActionType:
+    """Milliseconds of a regions flag: a number (0 too with ``zero_ok``) up to ``DAY_MS``, what a
+    ReconciledBudget takes; a longer one is a unit mistake, said as written."""
+    convert_number = number(flag, zero_ok)
+
+    def convert(raw: str) -> float:
+        value = convert_number(raw)
+        if value > DAY_MS:
+            raise argparse.ArgumentTypeError(
+                f"{flag} {raw!r} is more than a day ({DAY_MS:,} ms), the most a "
+                "ReconciledBudget takes; check the unit (milliseconds)"
+            )
+        return value
 
     return convert

@@ -24,7 +24,7 @@ from ratewarden import algorithms
 from ratewarden.argparsing import rate_algorithm, whole
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.plan._checks import FigureTooLargeError
-from ratewarden.plan._flags import number, region, share
+from ratewarden.plan._flags import number, region, share, within_a_day
 from ratewarden.plan._model import (
     DEFAULT_BYTES_PER_CALL,
     PlanInput,
@@ -135,9 +135,9 @@ _FLAGS: dict[str, tuple[_Kind | None, object, str, str]] = {
     "--region-rate": (region, None, "NAME=RATE[:BURST]",
                       "one region's rate cap on the key, e.g. eu=600/minute:10 (repeatable, each "
                       "region once; the burst defaults to the rate's limit, as Rate's does)"),
-    "--sync-interval-ms": (number, None, "MS",
+    "--sync-interval-ms": (within_a_day, None, "MS",
                            "how often regions exchange counts (at most a day)"),
-    "--region-lag-ms": (_ZERO_OK, None, "MS",
+    "--region-lag-ms": (functools.partial(within_a_day, zero_ok=True), None, "MS",
                         "delay before a region sees another's counts, at most a day "
                         "[default: 0]"),
 }  # fmt: skip

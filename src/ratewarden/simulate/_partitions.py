@@ -82,6 +82,10 @@ def parse_partition(text: str, names: Sequence[str], duration_us: int) -> Partit
     start, dash, end = when.partition("-")
     if not at or not dash or not who:
         raise ConfigurationError(f"--partition {text!r}: give {_FORMS} (seconds into the run)")
+    if not start:  # us@-5-20: the '-' of a negative start is taken for the separator
+        raise ConfigurationError(
+            f"--partition {text!r}: its start is missing or negative; give {_FORMS} in seconds >= 0"
+        )
     start_us = _seconds_us(text, start, "start")
     end_us = _seconds_us(text, end, "end")
     if end_us <= start_us:

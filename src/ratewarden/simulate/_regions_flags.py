@@ -43,7 +43,14 @@ DEFAULT_PATTERN = "poisson:load=1"
 _COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink")
 
 
-def _seconds(flag: str, *, zero_ok: bool) -> Callable[[str], float]:
+#: The longest sync interval or replication lag a ReconciledBudget takes, in seconds: a day.
+DAY_S = 86_400
+
+
+def _seconds(flag: str, *, zero_ok: bool, day: bool = True) -> Callable[[str], float]:
+    """Seconds; with ``day``, at most a day, said as written (the budget's own refusal named
+    its parameter, ``sync_interval 1000000000.0``, not the flag)."""
+
     def convert(raw: str) -> float:
         try:
             value = float(raw)
@@ -52,6 +59,11 @@ def _seconds(flag: str, *, zero_ok: bool) -> Callable[[str], float]:
         if not (value >= 0 if zero_ok else value > 0) or value == float("inf"):
             least = ">= 0" if zero_ok else "above 0"
             raise argparse.ArgumentTypeError(f"{flag} {raw!r} must be a number {least}")
+        if day and value > DAY_S:
+            raise argparse.ArgumentTypeError(
+                f"{flag} {raw!r} is more than a day ({DAY_S:,} s), the most a ReconciledBudget "
+                "takes; check the unit (seconds)"
+            )
         return value
 
     return convert
@@ -81,7 +93,7 @@ def add_arguments(mode: Any, parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--round-time",
-        type=_seconds("--round-time", zero_ok=True),
+        type=_seconds("--round-time", zero_ok=True, day=False),
         metavar="SECONDS",
         help="--region: how long a round takes from reading the peers to applying their "
         "counts; a round slower than --replication-lag is stale [default: the lag]",
@@ -121,6 +133,10 @@ def _patterns(specs: Sequence[str] | None, names: Sequence[str]) -> dict[str, Pa
     shared: list[str] = []
     for spec in specs or [DEFAULT_PATTERN]:
         name, sep, rest = spec.partition("=")
+        if sep and ":" not in name and name not in names:  # NAME=SPEC, a NAME no region has
+            raise ConfigurationError(
+                f"--pattern {spec!r}: {name!r} is not a region (the regions are {', '.join(names)})"
+            )
         if sep and name in names:
             if name in own:
                 raise ConfigurationError(f"--pattern {spec!r}: region {name!r} has a pattern")

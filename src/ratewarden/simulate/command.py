@@ -210,6 +210,8 @@ def _check_plots(bases: Sequence[str] | None) -> None:
     """Refuse a figure that cannot be written (or matplotlib missing) before any run."""
     if bases:
         for base in bases:
+            if not base.strip():  # Path('') is '.', which check_path would name
+                raise ConfigurationError(f"--plot {base!r}: give a file name, such as out.png")
             plots.check_path(Path(base))
         plots.require_matplotlib()
 
