@@ -281,6 +281,21 @@ def _measured_lines(server: str, found: Measured, limit: Rate) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _without_reprs(text: str) -> str:
+    """``text`` without the ``<redis.client.Redis(<...>)>`` object reprs redis-py puts in some
+    messages (1 KB of connection settings after Sentinel's 'No master found'): the cause stays."""
+    kept, at = [], 0
+    while (start := text.find("<redis.", at)) >= 0:
+        kept.append(text[at:start].rstrip(" :"))
+        depth, at = 0, start
+        for at in range(start, len(text)):
+            depth += {"<": 1, ">": -1}.get(text[at], 0)
+            if depth == 0:
+                break
+        at += 1
+    return "".join(kept) + text[at:]
+
+
 def main(args: argparse.Namespace, measure: Measure) -> int:
     """Run ``ratewarden plan`` with parsed ``args``; returns the exit code. ``measure`` runs
     ``--measure`` (the store is the caller's to open)."""
@@ -320,7 +335,7 @@ def main(args: argparse.Namespace, measure: Measure) -> int:
         print(f"ratewarden plan: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except StorageError as exc:
-        print(f"ratewarden plan: --measure failed: {exc}", file=sys.stderr)
+        print(f"ratewarden plan: --measure failed: {_without_reprs(str(exc))}", file=sys.stderr)
         return EXIT_FAILED
     for note in _unused(args):
         print(f"ratewarden plan: note: {note}", file=sys.stderr)
