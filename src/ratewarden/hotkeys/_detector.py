@@ -27,7 +27,7 @@ import threading
 from dataclasses import dataclass
 
 from ratewarden.checks import keywords_checked
-from ratewarden.clock import Clock, SystemClock
+from ratewarden.clock import Clock, SystemClock, check_clock
 from ratewarden.errors import ConfigurationError
 from ratewarden.topk import SpaceSaving
 
@@ -91,7 +91,7 @@ class HotKeyDetector:
         self.capacity = capacity
         # The threshold as a count per interval: ``record`` compares counts, no division.
         self._threshold_count = self.threshold * self.interval_us / 1_000_000
-        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.clock: Clock = check_clock("HotKeyDetector", clock) or SystemClock()
         self._lock = threading.Lock()
         self._current = SpaceSaving(capacity)
         self._previous = SpaceSaving(capacity)

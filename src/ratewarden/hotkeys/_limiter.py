@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from ratewarden.checks import check_cost, check_key, check_rates, keywords_checked
-from ratewarden.clock import Clock
+from ratewarden.clock import Clock, check_clock
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.hotkeys._carry import move_flow
@@ -182,7 +182,7 @@ class _HotBase(Generic[S, L, M]):
         if isinstance(max_hot, bool) or not isinstance(max_hot, int) or max_hot < 1:
             raise ConfigurationError(f"max_hot {max_hot!r} must be a whole number >= 1")
         self.max_hot = max_hot
-        self.clock = clock if clock is not None else limiter.clock
+        self.clock = check_clock(type(self).__name__, clock) or limiter.clock
         self._cells = mitigation if isinstance(mitigation, _CellBase) else None
         self._tier = mitigation if isinstance(mitigation, DecisionCore) else None
         self._lock = threading.Lock()
