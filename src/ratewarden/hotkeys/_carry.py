@@ -5,8 +5,10 @@ the units one layer has used are charged to that layer: ``[10/second,
 100/minute]`` with 58 used this minute and 8 this second charges 58 to the
 minute layer and 8 to the second's. One number for all layers would be bounded
 by the tightest layer and hand the wider ones a fresh allowance. A layer that
-cannot take its part is charged what it has room for: it is that much closer to
-its limit already.
+cannot take its part is charged what it has room for, and says how much it took:
+onto cells, the rest goes to the cells with room (a full cell's part dropped would
+hand the key's other cells a fresh allowance); back onto the key's own state, the
+rest finds it full.
 """
 
 from __future__ import annotations
@@ -32,30 +34,45 @@ def usage(decision: Decision, rates: tuple[Rate, ...]) -> tuple[int, ...]:
 
 def charge_layers_flow(
     core: Any, key: str, rates: tuple[Rate, ...], parts: Sequence[int]
-) -> Flow[None]:
-    """Charge ``parts[i]`` units to layer ``i`` of ``key`` (``core``, a plain limiter).
+) -> Flow[tuple[int, ...]]:
+    """Charge ``parts[i]`` units to layer ``i`` of ``key`` (``core``, a plain limiter); the
+    units each layer took.
 
     Equal parts are one hit on the rate set as given (one store call, as a single
     rate always is); unequal parts are one hit per layer, on that layer's rate
     alone. A hit that is denied (a layer short of room) is followed by a peek, and
-    each layer is charged what it has room for.
+    each layer is charged what it has room for: what it could not take is the
+    caller's to put elsewhere (``CellLimiter.charge_flow`` gives it to other cells).
     """
     if len(set(parts)) == 1:
         part = parts[0]
-        if part <= 0 or (yield from core.hit_flow(key, rates, part)).allowed:
-            return
+        if part <= 0:
+            return (0,) * len(rates)
+        if (yield from core.hit_flow(key, rates, part)).allowed:
+            return (part,) * len(rates)
         room = yield from core.peek_flow(key, rates)
+        took = []
         for rate, layer in zip(rates, room.layers or (room,), strict=True):
-            units = min(part, layer.remaining)
-            if units > 0:
-                yield from core.hit_flow(key, rate, units)
-        return
+            took.append((yield from _charge_room(core, key, rate, part, layer.remaining)))
+        return tuple(took)
+    took = []
     for rate, part in zip(rates, parts, strict=True):
-        if part <= 0 or (yield from core.hit_flow(key, rate, part)).allowed:
-            continue
-        units = min(part, (yield from core.peek_flow(key, rate)).remaining)
-        if units > 0:
-            yield from core.hit_flow(key, rate, units)
+        if part <= 0:
+            took.append(0)
+        elif (yield from core.hit_flow(key, rate, part)).allowed:
+            took.append(part)
+        else:
+            remaining = (yield from core.peek_flow(key, rate)).remaining
+            took.append((yield from _charge_room(core, key, rate, part, remaining)))
+    return tuple(took)
+
+
+def _charge_room(core: Any, key: str, rate: Rate, part: int, remaining: int) -> Flow[int]:
+    """Charge one layer what it has room for of ``part``; the units it took."""
+    units = min(part, remaining)
+    if units <= 0 or not (yield from core.hit_flow(key, rate, units)).allowed:
+        return 0
+    return units
 
 
 def move_flow(cells: Any, core: Any, into: bool, key: str, rates: tuple[Rate, ...]) -> Flow[None]:

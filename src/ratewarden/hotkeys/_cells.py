@@ -237,18 +237,26 @@ class _CellBase(Generic[S, L]):
         ``units`` is a count for every layer of ``rates``, or one count per layer
         (in the order of ``rates``): each layer is charged its own, so a layered
         key's wider layers keep their usage. A cell's layer that cannot take its
-        part is charged what it has room for: it is that much closer to its limit
-        already.
+        part is charged what it has room for, and the rest goes to the cells with
+        room, in turn: the cells together take every unit (a full cell's part
+        dropped would leave the others a fresh allowance), or are all full.
         """
         found = check_rates(rates)
         wanted = _per_layer(units, found)
         keys, shares = self.keys(key), self.shares(found)
+        short = [0] * len(found)
         for cell_key, share in zip(keys, shares, strict=True):
             parts = [
                 min(part.capacity, -(-want * part.capacity // whole.capacity))
                 for part, whole, want in zip(share, found, wanted, strict=True)
             ]
-            yield from charge_layers_flow(self.limiter, cell_key, share, parts)
+            took = yield from charge_layers_flow(self.limiter, cell_key, share, parts)
+            short = [s + p - t for s, p, t in zip(short, parts, took, strict=True)]
+        for cell_key, share in zip(keys, shares, strict=True):
+            if not any(short):
+                break
+            took = yield from charge_layers_flow(self.limiter, cell_key, share, short)
+            short = [s - t for s, t in zip(short, took, strict=True)]
 
     def reset_flow(self, key: str, rates: Rate | Sequence[Rate]) -> Flow[None]:
         """Forget ``key``'s usage on every cell, and the denial this process remembers for it
