@@ -54,7 +54,7 @@ from envoy.service.ratelimit.v3 import rls_pb2
 from google.protobuf import json_format
 
 from ratewarden.errors import ConfigurationError, ServiceUnavailableError
-from ratewarden.server.dashboard.page import PAGE, PAGE_CSP
+from ratewarden.server.dashboard.page import PAGE, PAGE_CSP, interval_refused
 
 __all__ = ["DASHBOARD_ACCESS", "MAX_BODY_BYTES", "HttpApp", "HttpBackend"]
 
@@ -372,6 +372,9 @@ class HttpApp:
         refused = self._dashboard_refused(request)
         if refused is not None:
             return refused
+        bad_interval = interval_refused(request.query)
+        if bad_interval is not None:
+            return _text(HTTPStatus.BAD_REQUEST, bad_interval)
         headers = (*_NO_STORE, ("Content-Security-Policy", PAGE_CSP))
         return _Response(HTTPStatus.OK, PAGE, "text/html; charset=utf-8", headers=headers)
 

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from urllib.parse import parse_qs
 
-__all__ = ["PAGE", "PAGE_CSP"]
+__all__ = ["INTERVAL_MS", "PAGE", "PAGE_CSP", "interval_refused"]
+
+#: ``?interval=`` in milliseconds: the default, and the range a poll may take.
+INTERVAL_MS = (1000, 250, 10_000)
 
 _STYLE = """
 :root { --bg:#0f1419; --panel:#182029; --line:#2a3441; --text:#d8dee6; --dim:#8a96a3;
@@ -59,7 +63,8 @@ svg.spark .bad { fill:none; stroke:var(--over); stroke-width:1.5; }
 _SCRIPT = """
 "use strict";
 const params = new URLSearchParams(location.search);
-const POLL_MS = Math.min(10000, Math.max(250, Number(params.get("interval")) || 1000));
+// The server refused any other ?interval= (interval_refused): whole milliseconds, 250-10000.
+const POLL_MS = Number(params.get("interval") || 1000);
 const SVG = "http://www.w3.org/2000/svg";
 
 function el(tag, text, cls) {
@@ -127,8 +132,8 @@ function renderRules(data) {
         cells: [el("td", r.path + (r.loaded ? "" : " (not loaded)"), "wrap"),
           el("td", r.limits || "", "wrap"),
           el("td", r.algorithm || ""), badge(r.status), num(rate(r.rate.decisions)),
-          num(rate(r.rate.over)), num(rate(r.rate.near)), num(rate(r.rate.degraded)),
-          num(r.totals.over), graph],
+          num(rate(r.over.rate)), num(rate(r.rate.near)), num(rate(r.rate.degraded)),
+          num(r.over.total), graph],
       };
     }), "no rules loaded");
 }
@@ -272,3 +277,21 @@ PAGE_CSP = (
     "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; "
     "frame-ancestors 'none'"
 )
+
+
+def interval_refused(query: str) -> str | None:
+    """Why ``/dashboard?QUERY``'s ``interval`` cannot be used, or None: whole milliseconds from
+    250 to 10,000, given once. A typo (``500ms``, ``abc``, ``100``) is told, not quietly
+    replaced by the default or the nearest bound."""
+    given = parse_qs(query, keep_blank_values=True).get("interval")
+    if given is None:
+        return None
+    _, low, high = INTERVAL_MS
+    text = given[0] if len(given) == 1 else ""
+    if text.isascii() and text.isdigit() and len(text) <= 5 and low <= int(text) <= high:
+        return None
+    said = ", ".join(repr(value[:40]) for value in given)  # request text: bounded, quoted
+    return (
+        f"interval {said}: give the poll interval once, in whole milliseconds from {low} to "
+        f"{high:,}, such as /dashboard?interval=500"
+    )

@@ -115,12 +115,19 @@ def _rule_row(
         status = "ok"
     else:
         status = "idle"
+    counted = dict(zip(FIELDS, totals or [0] * len(FIELDS), strict=True))
     row: dict[str, Any] = {
         "path": path,
         "loaded": rule is not None,
         "status": status,
         "rate": rates,
-        "totals": dict(zip(FIELDS, totals or [0] * len(FIELDS), strict=True)),
+        "totals": counted,
+        # The Rules table's over: a shadow rule's would-be over included, as the sparkline
+        # draws it and over_limit (/metrics) counts it; "shadowed" alone is the shadow panel's.
+        "over": {
+            "rate": (recent[OVER] + recent[SHADOWED]) / window_s,
+            "total": counted["over"] + counted["shadowed"],
+        },
         "history": {
             "decisions": [second[DECISIONS] for second in series],
             "over": [second[OVER] + second[SHADOWED] for second in series],
