@@ -72,7 +72,7 @@ def test_the_twin_writes_each_rate_until_its_window_ends() -> None:
     now = int(ALIGNED * 1_000_000) + 10_000_000
     op = charged_window_op("rw", "k", (MINUTE, HOUR), 2)
     assert op.script == NAME
-    assert op.keys == ("rw:{k}:charged_window:3:60000000", "rw:{k}:charged_window:5:3600000000")
+    assert op.keys == ("rw:{k}:charged_window:60000000", "rw:{k}:charged_window:3600000000")
     _, writes = charged_window.run(op.args, [None, None], now)
     assert writes == [
         (0, (now // 60_000_000, 2), now + 50_000_000),

@@ -120,3 +120,34 @@ def test_the_repeat_check_uses_the_stores_names() -> None:
 
     assert joint_algorithm(items("fixed_window")) is None
     assert joint_algorithm(items("gcra")) == "gcra"
+
+
+def test_charge_denied_counters_hold_no_limit_either(rls: Make) -> None:
+    """``--charge-denied`` (upstream's default counting) keeps its own fixed-window
+    counters: they are named by period too, so a lowered limit is over at once (50 > 10)
+    and an override of 5/hour counts the same window; before, each limit had a counter."""
+    h = rls(RULES.format(limit=100, algorithm="fixed_window"), charge_denied=True)
+    assert status(h, desc(("user", "alice"), hits=50)) == (OK, OK, 50)
+    h.service.swap_config(rules("fixed_window", 10))
+    assert status(h, desc(("user", "alice"))) == (OVER, OVER, 0)
+    assert status(h, desc(("user", "alice"), hits=0, limit=(5, HOUR))) == (OVER, OVER, 0)
+    h.service.swap_config(rules("fixed_window", 100))
+    assert status(h, desc(("user", "alice"), hits=0)) == (OK, OK, 49)  # 51 charged
+
+
+@pytest.mark.parametrize("algorithm", WINDOWS)
+def test_a_check_at_a_lower_limit_holds_back_a_hit_on_its_window(
+    rls: Make, algorithm: str
+) -> None:
+    """One request: a hit at the rule's 50/hour and a check (``hits_addend`` 0) of the
+    same window at an override of 46/hour, with 46 counted. The hit would take the count
+    to 47, past the check's limit: the request is over and charges nothing, in either
+    order (before, the check was never short and the count reached 47 with both OK)."""
+    for order in (1, -1):
+        h = rls(RULES.format(limit=50, algorithm=algorithm))
+        assert status(h, desc(("user", "ivan"), hits=46)) == (OK, OK, 4)
+        pair = (desc(("user", "ivan")), desc(("user", "ivan"), hits=0, limit=(46, HOUR)))
+        overall, *codes = status(h, *pair[::order])
+        assert overall == OVER
+        assert OVER in codes[::2]
+        assert status(h, desc(("user", "ivan"), hits=0)) == (OK, OK, 4)

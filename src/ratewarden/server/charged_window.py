@@ -21,8 +21,9 @@ the window's end as its retry time (never, for a cost above the limit); the rest
 The step is one store operation (an ``Op``: ``storage/lua/charged_window.lua`` on Redis,
 its pure twin ``algorithms.charged_window.run`` under the memory store's lock or on a
 memcached item; the same ARGV, reply and writes), on counters of its own
-(``<prefix>:{<key>}:charged_window:<limit>:<period_us>``), not the ``fixed_window`` ones:
-a service started with the other setting counts afresh.
+(``<prefix>:{<key>}:charged_window:<period_us>``), not the ``fixed_window`` ones: a service
+started with the other setting counts afresh. The key holds no limit, as upstream's holds
+none: an edited limit, or an Envoy limit override, counts on the same window.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def _rates(rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]:
 
 def charged_window_op(prefix: str, key: str, rates: Sequence[Rate], cost: int) -> Op:
     """The step of ``key`` (a checked counter key) at ``cost`` over ``rates``."""
-    keys = tuple(record_key(prefix, key, NAME, f"{rate.limit}:{rate.period_us}") for rate in rates)
+    keys = tuple(record_key(prefix, key, NAME, str(rate.period_us)) for rate in rates)
     args: list[int | str] = ["", cost]
     for rate in rates:
         args += [rate.limit, rate.period_us]

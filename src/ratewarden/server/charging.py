@@ -182,7 +182,8 @@ class Charging:
         # retry times (a denial consumes nothing). One that fits alone but not with its
         # twins on the same counter is over as checked: re-running it would charge it.
         alone = {id(item) for item in charge if id(item) in short and is_short(item, item.cost)}
-        for item in charge + failed:  # a failure mode's short bucket: over as checked too
+        checks = [item for item in looked if item.cost == 0]  # short of its twins' hits
+        for item in charge + failed + checks:  # a failure mode's short bucket: over as checked
             if id(item) in short and id(item) not in alone:
                 assert item.result is not None
                 item.result.allowed = False

@@ -339,16 +339,16 @@ def to_check(stored: list[Item]) -> list[Item]:
 
 
 def shortfalls(stored: list[Item]) -> set[int]:
-    """The ids of the checked (cost 0) items that charge hits and whose counter lacks
-    room for them: several descriptors may share a counter, and each needs room for
-    all of them."""
+    """The ids of the checked (cost 0) items whose counter some item charges and that lack
+    room for all of its hits: several descriptors may share a counter (a window's holds no
+    limit, so an override at another limit shares its rule's), and each needs room for all
+    of them, a check (``hits_addend`` 0) at a lower limit too."""
     demand: dict[tuple[str, tuple[str, ...]], int] = {}
     for item in stored:
         ident = counter_id(item)
         demand[ident] = demand.get(ident, 0) + item.cost
-    return {
-        id(item) for item in stored if item.cost > 0 and is_short(item, demand[counter_id(item)])
-    }
+    wanted = [(item, demand[counter_id(item)]) for item in stored]
+    return {id(item) for item, hits in wanted if hits > 0 and is_short(item, hits)}
 
 
 def joint_algorithm(stored: list[Item]) -> str | None:
