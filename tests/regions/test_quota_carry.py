@@ -124,6 +124,22 @@ def test_a_sliding_count_goes_on_over_a_move(algorithm: str) -> None:
     assert _spend(quota, "whole", 10) == 0
 
 
+@pytest.mark.parametrize("algorithm", ["fixed_window", "sliding_window", "sliding_log", "gcra"])
+def test_an_edited_global_limit_counts_as_a_plain_limiters_edit(algorithm: str) -> None:
+    """1,500 spent of us's 2,000 (a third of 6,000/minute); the limit edited to 3,000/minute
+    (an allowance of 1,000), then to 12,000 (4,000): a window's count goes on, as a plain
+    limiter's does at the same allowances (0 more, then 2,500), and a bucket starts afresh
+    as a plain limiter's does (1,000, then 4,000). A quota's fixed window used to start
+    afresh at an edit (1,000 more, then 4,000): its state is named by its allowance."""
+    quota = RegionalQuota("us", Limiter(MemoryStore(clock=ManualClock(START)), algorithm), EVEN)
+    plain = Limiter(MemoryStore(clock=ManualClock(START)), algorithm)
+    got, alone = [], []
+    for limit, tries in [(6_000, 1_500), (3_000, 5_000), (12_000, 5_000)]:
+        got.append(sum(quota.hit("k", Rate(limit, 60)).allowed for _ in range(tries)))
+        alone.append(sum(plain.hit("k", Rate(limit // 3, 60)).allowed for _ in range(tries)))
+    assert got == alone == ([1_500, 1_000, 4_000] if algorithm == "gcra" else [1_500, 0, 2_500])
+
+
 #: The reproduction's limit: each region alone is offered all of it, Poisson.
 SIMULATED = Rate.parse("1200/minute")
 

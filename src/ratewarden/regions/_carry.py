@@ -25,6 +25,9 @@ count goes on over a move. The fixed window is carried (a share, which a count t
 on would be charged on top of), so a quota over it names each allowance's state apart
 (``region_key``: the allowances follow the caller's key), and every move lands on a new
 state as a bucket's does; every layer is then carried, those whose rate did not move too.
+An edit of its global limit is carried as well, so that its count goes on as a plain
+limiter's does: the share used times the old limit's allowance under the current weights
+(``Old``), which is the count when only the limit moved.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ __all__ = [
     "DEFAULT_CARRY_KEYS",
     "NOT_CARRIED",
     "CarryBook",
+    "Decided",
+    "Old",
     "Scaled",
     "carry_flow",
     "region_key",
@@ -66,6 +71,13 @@ DEFAULT_RATE_SETS = 2
 #: A global rate set scaled to one region's allowances: one entry a global rate, None where
 #: the allowance is 0.
 Scaled = tuple[Rate | None, ...]
+#: What a quota decided a key on: the global rates and their ``Scaled`` local rates.
+Decided = tuple[tuple[Rate, ...], Scaled]
+#: An earlier ``Scaled`` a key was decided on, and per layer the capacity its share used is
+#: taken of now: the new local rate's, or, when the global rates were edited since, the old
+#: global rate's allowance under the current weights (so an edit keeps the count, a move of
+#: the weights keeps the share).
+Old = tuple[Scaled, tuple[int, ...]]
 
 
 def region_key(key: str, scaled: Scaled, apart: bool) -> str:
@@ -87,10 +99,10 @@ class CarryBook:
 
     def __init__(self, max_keys: int = DEFAULT_CARRY_KEYS) -> None:
         self.max_keys = max_keys
-        self._last: OrderedDict[Hashable, tuple[Scaled, ...]] = OrderedDict()
+        self._last: OrderedDict[Hashable, tuple[Decided, ...]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def swap(self, ident: Hashable, scaled: Scaled) -> tuple[Scaled, ...] | None:
+    def swap(self, ident: Hashable, scaled: Decided) -> tuple[Decided, ...] | None:
         """Record ``scaled`` as ``ident``'s newest rates. None when they are the newest
         already (nothing to carry: the common case); else the others it was decided on
         lately, newest last (empty for a key not seen yet)."""
@@ -122,19 +134,19 @@ def _layers(decision: Decision) -> tuple[Decision, ...]:
 
 
 def carry_flow(
-    limiter: Any, key: str, olds: Sequence[Scaled], new: Sequence[Rate], apart: bool = False
+    limiter: Any, key: str, olds: Sequence[Old], new: Sequence[Rate], apart: bool = False
 ) -> Flow[bool]:
     """Charge ``key``'s state under ``new`` with the share of its capacity it had used under
-    ``olds`` (each aligned with ``new``, layer by layer; the largest share counts) that it
-    does not show yet, as a flow of ``limiter`` (a ``Limiter`` or ``AsyncLimiter``: its
-    peeks and hits). ``apart``: each allowance's state is named apart (``region_key``).
-    False when the limiter's failure mode answered a step for the store (the carry is not
-    made: what it read or charged was not the store's)."""
+    ``olds`` (each aligned with ``new``, layer by layer; the share times the old's capacity
+    for it, the largest counting) that it does not show yet, as a flow of ``limiter`` (a
+    ``Limiter`` or ``AsyncLimiter``: its peeks and hits). ``apart``: each allowance's state
+    is named apart (``region_key``). False when the limiter's failure mode answered a step
+    for the store (the carry is not made: what it read or charged was not the store's)."""
     used = [Fraction(0)] * len(new)
-    target = region_key(key, tuple(new), apart)
-    for old in olds:
+    into = region_key(key, tuple(new), apart)
+    for old, scale in olds:
         source = region_key(key, old, apart)
-        moved = source != target  # every layer's state is another then
+        moved = source != into  # every layer's state is another then
         layers = [i for i, rate in enumerate(old) if rate is not None and (moved or rate != new[i])]
         if not layers:
             continue
@@ -144,18 +156,19 @@ def carry_flow(
         for i, layer in zip(layers, _layers(peek), strict=True):
             rate = old[i]
             assert rate is not None
-            used[i] = max(used[i], Fraction(rate.capacity - layer.remaining, rate.capacity))
-    wanted = [i for i, share in enumerate(used) if share > 0]
+            share = Fraction(rate.capacity - layer.remaining, rate.capacity)
+            used[i] = max(used[i], share * scale[i])
+    wanted = [i for i, units in enumerate(used) if units > 0]
     if not wanted:
         return True
-    peek = yield from limiter.peek_flow(target, [new[i] for i in wanted])
+    peek = yield from limiter.peek_flow(into, [new[i] for i in wanted])
     if peek.degraded:
         return False
     for i, layer in zip(wanted, _layers(peek), strict=True):
         capacity = new[i].capacity
-        units = min(math.ceil(used[i] * capacity) - (capacity - layer.remaining), layer.remaining)
+        units = min(math.ceil(used[i]) - (capacity - layer.remaining), layer.remaining)
         if units > 0:
-            charged = yield from limiter.hit_flow(target, new[i], units)
+            charged = yield from limiter.hit_flow(into, new[i], units)
             if charged.degraded:
                 return False
     return True

@@ -37,7 +37,15 @@ from ratewarden.errors import ConfigurationError, StorageError
 from ratewarden.limiter import AsyncLimiter, Flow, Limiter, awaiting, blocking
 from ratewarden.rate import Rate
 from ratewarden.regions._bound import check_weights, traffic_weights
-from ratewarden.regions._carry import NOT_CARRIED, CarryBook, Scaled, carry_flow, region_key
+from ratewarden.regions._carry import (
+    NOT_CARRIED,
+    CarryBook,
+    Decided,
+    Old,
+    Scaled,
+    carry_flow,
+    region_key,
+)
 from ratewarden.regions._exchange import AsyncDemandExchange, DemandExchange, Exchange
 from ratewarden.regions._gcounter import check_region
 from ratewarden.regions._stores import named
@@ -183,7 +191,10 @@ class Quota(Generic[L]):
         decided = region_key(key, local, self._apart)
         if not self._carries:
             return decided, new, None
-        known = self._book.swap((key, found), local)
+        # A fixed window's count goes on when its global limit is edited, as a plain
+        # limiter's does: the key is known by its periods then, and an edit is carried too.
+        ident = (key, tuple(r.period_us for r in found) if self._apart else found)
+        known = self._book.swap(ident, (found, local))
         if known is None:  # decided on these rates last time: nothing to carry
             return decided, new, None
         olds = list(known)
@@ -193,21 +204,37 @@ class Quota(Generic[L]):
             # rates of the weights taken before these.
             previous = self._scaled(found, before)
             if previous != local:
-                olds.append(previous)
-        return decided, new, (self._carry_flow(key, found, olds, new) if olds else None)
+                olds.append((found, previous))
+        if not olds:
+            return decided, new, None
+        return decided, new, self._carry_flow(key, ident, self._scales(olds, found, new), new)
 
-    def _carry_flow(
-        self, key: str, found: tuple[Rate, ...], olds: list[Scaled], new: list[Rate]
-    ) -> Flow[None]:
+    def _scales(self, olds: list[Decided], found: tuple[Rate, ...], new: list[Rate]) -> list[Old]:
+        """Each old local rate set, with per layer the capacity its share used is taken of:
+        the new rate's, or when the global rates were edited since, the old global rate's
+        allowance under the current weights (a move of the weights keeps the share used, an
+        edit of the limit the count)."""
+        found_olds: list[Old] = []
+        for rates, old in olds:
+            if rates == found:
+                scale = tuple(rate.capacity for rate in new)
+            else:
+                scale = tuple(
+                    0 if r is None else r.capacity for r in self._scaled(rates, self._taken)
+                )
+            found_olds.append((old, scale))
+        return found_olds
+
+    def _carry_flow(self, key: str, ident: object, olds: list[Old], new: list[Rate]) -> Flow[None]:
         """``carry_flow``; a carry the store failed (raised, or answered by the limiter's
         failure mode) is forgotten with the key's rates, so that the next hit carries again."""
         try:
             done = yield from carry_flow(self.limiter, key, olds, new, self._apart)
         except StorageError:
-            self._book.forget((key, found))
+            self._book.forget(ident)
             raise
         if not done:
-            self._book.forget((key, found))
+            self._book.forget(ident)
 
     def take_demand(self) -> int:
         """The cost asked of this region since the last call (allowed or denied), and reset it."""
