@@ -8,7 +8,10 @@ decided by the mitigation, one of:
   Moving a key onto cells carries its usage over (a peek of the key, then each
   layer's used units charged to that layer across the cells), and moving it back
   carries the cells' usage to the key, layer by layer, so a switch frees no
-  units in this process (``_carry``). Processes that
+  units in this process (``_carry``). A detected key the cells cannot decide (a
+  rate with fewer units than cells, or a cost the key could admit but a cell's
+  share cannot: ``not_split``) stays on its own state while it is hot, and a
+  warning says so once per rate set (``_detected``). Processes that
   disagree about a key (one on cells, one not) each enforce the whole limit on
   different state: configure cells fleet-wide, or detect automatically only in
   one process (docs/scaling.md).
@@ -32,9 +35,8 @@ made charges nothing twice.
 
 from __future__ import annotations
 
+import logging
 import math
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
@@ -52,7 +54,9 @@ from ratewarden.hotkeys._cells import (
     _CellBase,
     built_over,
 )
+from ratewarden.hotkeys._detected import Detected, Move
 from ratewarden.hotkeys._detector import HotKeyDetector
+from ratewarden.hotkeys._placement import not_split
 from ratewarden.limiter import (
     AsyncLimiter,
     DecisionCore,
@@ -72,14 +76,13 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncHotKeyLimiter", "HotKeyLimiter"]
 
+log = logging.getLogger("ratewarden.hotkeys")
+
 #: Keys that may be hot by detection at once; past it the longest-held one returns to the store.
 DEFAULT_MAX_HOT = 1_000
 
 #: A detected key stays hot while its rate is above this share of the detector's threshold.
 DEFAULT_EXIT_RATIO = 0.5
-
-#: A detected key's move: into the mitigation (True) or out, with the rates it was moved with.
-_Move = tuple[bool, str, tuple[Rate, ...]]
 
 #: The mitigation a shell takes: cells or a two-tier limiter of its own kind.
 M = TypeVar("M", bound="CellLimiter | TwoTier | AsyncCellLimiter | AsyncTwoTier")
@@ -185,18 +188,11 @@ class _HotBase(Generic[S, L, M]):
         self.clock = check_clock(type(self).__name__, clock) or limiter.clock
         self._cells = mitigation if isinstance(mitigation, _CellBase) else None
         self._tier = mitigation if isinstance(mitigation, DecisionCore) else None
-        self._lock = threading.Lock()
-        # (key, rates) -> microseconds until it returns to the store; a key's state is per rate
-        # set, so each rate set of a key moves (and carries its usage) on its own.
-        self._detected: OrderedDict[tuple[str, tuple[Rate, ...]], int] = OrderedDict()
-        # (key, rates) whose move back to the store failed: their usage is on the cells, and
-        # the move is tried again at the key's next hit (at most max_hot kept).
-        self._leaving: OrderedDict[tuple[str, tuple[Rate, ...]], None] = OrderedDict()
+        self._hot = Detected(self.hold_us, self.max_hot)
 
     def is_hot(self, key: str) -> bool:
         """Whether ``key`` is mitigated now (configured, or detected and held)."""
-        with self._lock:
-            return key in self.hot_keys or any(k == key for k, _ in self._detected)
+        return key in self.hot_keys or self._hot.has(key)
 
     def run(self, flow: Flow[T]) -> Any:
         """Drive ``flow`` (``hit_flow``, or a composition with it) on ``limiter``:
@@ -253,74 +249,42 @@ class _HotBase(Generic[S, L, M]):
 
     def _route(
         self, key: str, rates: Rate | Sequence[Rate], cost: int, failure_mode: str | None
-    ) -> tuple[bool, list[_Move]]:
-        """Validate (before the detector counts anything); then (whether ``key`` is hot,
-        the moves to make first)."""
+    ) -> tuple[bool, list[Move]]:
+        """Validate (before the detector counts anything); then (whether the mitigation
+        decides ``key``, the moves to make first)."""
         found = check_rates(rates)
         check_cost(cost)
         check_key(key)
         check_failure_mode(failure_mode, none_ok=True)
         if key in self.hot_keys:
             return True, []
-        if self.detector is None:
+        detector = self.detector
+        if detector is None:
             return False, []
         now = self.clock.now_us()
-        rate = self.detector.record_rate(key, cost)
-        hot = rate > self.detector.threshold
-        ident = (key, found)
-        with self._lock:
-            if rate > self.exit_ratio * self.detector.threshold and ident in self._detected:
-                # Held and still above the exit threshold: stays (and is not expired below).
-                self._detected[ident] = now + self.hold_us
-                self._detected.move_to_end(ident)
-            moves: list[_Move] = [(False, k, r) for k, r in self._expired(now)]
-            held = ident in self._detected
-            # A key whose move back failed still has its usage on the cells.
-            on_cells = ident in self._leaving
-            if on_cells:
-                del self._leaving[ident]
-            if not held and not hot:
-                if on_cells:
-                    moves.append((False, key, found))
-                return False, moves
-            if not held and not on_cells:
-                moves.append((True, key, found))
-            if not held:  # hot: turned hot now
-                self._detected[ident] = now + self.hold_us
-            if len(self._detected) > self.max_hot:
-                (gone, gone_rates), _ = self._detected.popitem(last=False)
-                moves.append((False, gone, gone_rates))
-        return True, moves
+        rate = detector.record_rate(key, cost)
+        unfit = None if self._cells is None else not_split(found, self._cells.cells, cost)
+        hot, above_exit = rate > detector.threshold, rate > self.exit_ratio * detector.threshold
+        mitigated, moves = self._hot.route((key, found), now, hot, above_exit, unfit)
+        if mitigated is None and unfit is not None and self._hot.first_said(found):
+            log.warning(
+                "%s: hot key %r stays on its own state, not on %d cells: %s; use fewer "
+                "cells, or leases, for such keys (said once per rate set)",
+                type(self).__name__,
+                key,
+                self._cells.cells if self._cells is not None else 0,
+                unfit,
+            )
+        return bool(mitigated), moves
 
-    def _expired(self, now: int) -> list[tuple[str, tuple[Rate, ...]]]:
-        """Pop the keys whose hold ran out. Each refresh moves a key to the end with the
-        latest expiry, so the expired ones are at the front: this costs what it pops."""
-        done = []
-        detected = self._detected
-        while detected:
-            ident, until = next(iter(detected.items()))
-            if until > now:
-                break
-            del detected[ident]
-            done.append(ident)
-        return done
-
-    def _carry_flow(self, move: _Move) -> Flow[StorageError | None]:
+    def _carry_flow(self, move: Move) -> Flow[StorageError | None]:
         """Make ``move``; None, or the store's error that stopped it (the move then counts
         as not made: a key moving in stays on its own state, one moving out on its cells)."""
         try:
             if self._cells is not None:
                 yield from move_flow(self._cells, self.limiter, *move)
         except StorageError as error:
-            into, key, rates = move
-            ident = (key, rates)
-            with self._lock:
-                if into:
-                    self._detected.pop(ident, None)
-                elif ident not in self._detected:  # not detected again meanwhile
-                    self._leaving[ident] = None
-                    if len(self._leaving) > self.max_hot:
-                        self._leaving.popitem(last=False)
+            self._hot.failed(move)
             return error
         return None
 
@@ -331,8 +295,7 @@ class _HotBase(Generic[S, L, M]):
         A key detected hot stays hot, on its now empty cells. A store error is raised."""
         found = check_rates(rates)
         check_key(key)
-        with self._lock:
-            self._leaving.pop((key, found), None)
+        self._hot.forget((key, found))
         if self._tier is not None:
             yield from self._tier.reset_flow(key, rates)
             return

@@ -36,6 +36,7 @@ __all__ = [
     "check_bands",
     "check_cells",
     "key_slot",
+    "not_split",
     "slot_bands",
     "split_rate",
     "store_slot",
@@ -192,3 +193,21 @@ def split_rate(rate: Rate, cells: int) -> tuple[Rate, ...]:
             burst = rate.burst // cells + (i < rate.burst % cells)
         shares.append(Rate(limit, rate.period, burst))
     return tuple(shares)
+
+
+def not_split(rates: Sequence[Rate], cells: int, cost: int) -> str | None:
+    """Why a request of ``cost`` on ``rates`` cannot be decided on ``cells`` cells (a rate
+    with fewer units than cells, or a cost the key could admit but no share of a cell
+    can), or None when it can."""
+    for rate in rates:
+        if cells > rate.limit or cells > rate.capacity:
+            return (
+                f"{rate} cannot be split into {cells} cells (each needs a limit and a burst of 1)"
+            )
+    tightest = min(rates, key=lambda rate: rate.capacity // cells)
+    if cost > tightest.capacity // cells and cost <= min(rate.capacity for rate in rates):
+        return (
+            f"a cost of {cost} fits {tightest} but not its smallest share of {cells} cells "
+            f"({tightest.capacity // cells})"
+        )
+    return None
