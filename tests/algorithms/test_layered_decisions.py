@@ -12,11 +12,7 @@ again without it) and on a redis-server, each with a manual clock.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 import redis
@@ -29,6 +25,7 @@ from ratewarden.decision import Decision
 from ratewarden.storage import memory
 from ratewarden.storage.redis import RedisStore
 from ratewarden.testing import ManualClock
+from tests._pure import run_pure
 from tests._servers import STORE_TIMEOUT
 from tests.algorithms._limiter import NOON
 
@@ -189,15 +186,4 @@ def test_every_layered_decision_holds_the_definition_on_memory(
 @pytest.mark.skipif(not memory.SPEEDUPS, reason="no kernel here: this run is the pure one")
 def test_the_same_holds_without_the_kernel() -> None:
     """This file's memory tests again, in a child process with RATEWARDEN_PURE=1."""
-    env = {**os.environ, "RATEWARDEN_PURE": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "memory", __file__],
-        check=False,
-        cwd=Path(__file__).parents[2],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert " passed" in done.stdout and " failed" not in done.stdout
+    run_pure(__file__, "-k", "memory", timeout=300)

@@ -12,12 +12,8 @@ redis-server (the Lua scripts) give the same Decisions on any such history.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,6 +28,7 @@ from ratewarden.storage import _decisions, _plan, memory
 from ratewarden.storage.memory import MemoryStore
 from ratewarden.storage.redis import RedisStore
 from ratewarden.testing import ManualClock
+from tests._pure import run_pure
 from tests._servers import STORE_TIMEOUT, RedisServer
 
 #: 2024-03-01 12:00:00 UTC: the start of an hour, a minute and a 1.5 s window alike.
@@ -194,15 +191,4 @@ def test_two_limits_of_one_window_in_one_call_are_refused(algorithm: str) -> Non
 @pytest.mark.skipif(not memory.SPEEDUPS, reason="no kernel here: this run is the pure one")
 def test_the_same_holds_with_ratewarden_pure() -> None:
     """This file again in a child process with RATEWARDEN_PURE=1 (no kernel anywhere)."""
-    env = {**os.environ, "RATEWARDEN_PURE": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
-        check=False,
-        cwd=Path(__file__).parents[2],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert " passed" in done.stdout and " failed" not in done.stdout
+    run_pure(__file__, timeout=600)

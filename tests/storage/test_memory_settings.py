@@ -12,11 +12,6 @@ more in a child process with ``RATEWARDEN_PURE=1``.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from ratewarden import AsyncLimiter, Limiter, Rate
@@ -24,6 +19,7 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.storage import memory
 from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
 from ratewarden.testing import ManualClock
+from tests._pure import run_pure
 
 RATE = Rate.parse("1/second")
 STORES = [MemoryStore, AsyncMemoryStore]
@@ -126,15 +122,5 @@ async def test_a_new_clock_set_on_the_asyncio_store_times_its_hits() -> None:
 @pytest.mark.skipif(not memory.SPEEDUPS, reason="no kernel here: this run is the pure one")
 def test_the_same_checks_hold_without_the_kernel() -> None:
     """This file again, in a child process with RATEWARDEN_PURE=1 (plain Python, no kernel)."""
-    env = {**os.environ, "RATEWARDEN_PURE": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
-        check=False,
-        cwd=Path(__file__).parents[2],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert " passed" in done.stdout and "1 skipped" in done.stdout
+    output = run_pure(__file__, timeout=120)
+    assert "1 skipped" in output
