@@ -292,14 +292,11 @@ class DecisionCore(LocalTier, Leasing, Operations):
         self.counts.add("store_calls")
         timed = self.metrics is not NO_METRICS
         started = time.perf_counter() if timed else 0.0
-        try:
-            # The rates as given: a store finds its cached shape by the argument's identity.
-            method = "hit" if p.via is None else p.via
-            reply = yield _tuple(Ask, (method, (p.algorithm, p.key, p.given, units)))
-        except BaseException:
-            if self.breaker is not None:
-                self.breaker.abandon(node)
-            raise
+        # The rates as given: a store finds its cached shape by the argument's identity.
+        method = "hit" if p.via is None else p.via
+        reply = yield from self._sent(
+            _tuple(Ask, (method, (p.algorithm, p.key, p.given, units))), node
+        )
         if timed:
             self.metrics.store_latency(seconds=time.perf_counter() - started)
         self._verdict(reply, node)

@@ -75,13 +75,8 @@ def hit_each_flow(
     if asked:
         timed = core.metrics is not NO_METRICS
         started_at = time.perf_counter() if timed else 0.0
-        try:
-            replies = yield Ask(via_all, ([i for i, _, _ in asked],))
-        except BaseException:
-            if core.breaker is not None:
-                for _, _, node in asked:
-                    core.breaker.abandon(node)
-            raise
+        nodes = [node for _, _, node in asked]
+        replies = yield from core._sent(Ask(via_all, ([i for i, _, _ in asked],)), *nodes)
         if isinstance(replies, Exception):  # the whole step failed: every call with it
             replies = [replies] * len(asked)
         took = time.perf_counter() - started_at if timed else 0.0

@@ -108,6 +108,20 @@ class Operations:
             f"next probe in {breaker.retry_in(node):.3f}s"
         )
 
+    def _sent(self, step: Ask, *nodes: str) -> Flow[Any]:
+        """``step``'s reply, a store call the breaker let through (to each of ``nodes``).
+        Every flow asks the store through the breaker here: a call that ends without a reply
+        (cancelled, its flow closed, an interrupt) gives its place back (``abandon``), or a
+        half-open circuit's probe that never reports keeps every later call out for ever."""
+        try:
+            return (yield step)
+        except BaseException:
+            breaker = self.breaker
+            if breaker is not None:
+                for node in nodes:
+                    breaker.abandon(node)
+            raise
+
     def _verdict(self, reply: object, node: str = "") -> None:
         """Tell the breaker how a call it let through (to ``node``) went."""
         breaker = self.breaker
@@ -239,12 +253,7 @@ class Operations:
             raise refused
         timed = self.metrics is not NO_METRICS
         started = time.perf_counter() if timed else 0.0
-        try:
-            reply = yield Ask("hit_all", (name, calls))
-        except BaseException:
-            if self.breaker is not None:
-                self.breaker.abandon(node)
-            raise
+        reply = yield from self._sent(Ask("hit_all", (name, calls)), node)
         if reply is None:
             if self.breaker is not None:
                 self.breaker.abandon(node)
@@ -296,7 +305,7 @@ class Operations:
         refused = self._refused(node)
         if refused is not None:
             raise refused
-        reply = yield Ask("apply", (op,))
+        reply = yield from self._sent(Ask("apply", (op,)), node)
         self._verdict(reply, node)
         if isinstance(reply, Exception):
             raise reply
@@ -342,7 +351,7 @@ class Operations:
         refused = self._refused(node)
         if refused is not None:
             raise refused
-        reply = yield Ask(method, args)
+        reply = yield from self._sent(Ask(method, args), node)
         self._verdict(reply, node)
         if isinstance(reply, Exception):
             raise reply
