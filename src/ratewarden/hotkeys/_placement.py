@@ -105,20 +105,24 @@ def check_cells(cells: object) -> int:
 
 
 def check_bands(bands: object) -> list[tuple[int, int]]:
-    """``bands`` as a list, once checked: ``(start, end)`` slot ranges in slot order, none
-    overlapping the next (as ``SlotMap.bands`` gives them). Two cells on one slot range
+    """``bands`` as a list of tuples, once checked: ``(start, end)`` slot ranges (tuples, or
+    two-item lists as a config file gives them) in slot order, none overlapping the next
+    (as ``SlotMap.bands`` gives them). Two cells on one slot range
     would share a primary, which is what cells are there to avoid."""
     if isinstance(bands, str | bytes) or not isinstance(bands, Sequence):
         raise ConfigurationError(f"bands {bands!r} must be a list of (start, end) slot ranges")
-    found = list(bands)
-    if not found:
+    if not bands:
         raise ConfigurationError("bands must name at least one slot range (start, end)")
-    for band in found:
-        ok = isinstance(band, tuple) and len(band) == 2
+    found = []
+    for band in bands:
+        # A pair read from JSON, YAML or TOML is a list: taken as the tuple it stands for.
+        ok = isinstance(band, tuple | list) and len(band) == 2
         if not ok or not all(type(b) is int for b in band) or not 0 <= band[0] < band[1] <= SLOTS:
             raise ConfigurationError(
-                f"bands: {band!r} must be (start, end) slots with 0 <= start < end <= {SLOTS}"
+                f"bands: {band!r} must be (start, end) slots: two whole numbers (a tuple or "
+                f"a list) with 0 <= start < end <= {SLOTS}"
             )
+        found.append((band[0], band[1]))
     for before, band in pairwise(found):
         if band[1] <= before[0]:
             raise ConfigurationError(
