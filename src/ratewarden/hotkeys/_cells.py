@@ -110,7 +110,7 @@ class _CellBase(Generic[S, L]):
         *,
         picker: Picker | None = None,
         bands: Sequence[tuple[int, int]] | None = None,
-        negative_cache: int | None = DEFAULT_NEGATIVE_KEYS,
+        negative_cache: int | NegativeCache | None = DEFAULT_NEGATIVE_KEYS,
     ) -> None:
         if store is None:  # a limiter's None is a MemoryStore: cells would split one process
             raise ConfigurationError(
@@ -129,7 +129,11 @@ class _CellBase(Generic[S, L]):
         # The bands as given (checked), not one per cell: ``cell_keys`` takes them in turn,
         # and with more cells than bands the per-cell list is out of slot order.
         self.bands = None if bands is None else check_bands(bands)
-        self.negative = None if negative_cache is None else NegativeCache(negative_cache)
+        # A NegativeCache as given (its max_hold too), as a Limiter or a TwoTier takes one.
+        if isinstance(negative_cache, NegativeCache) or negative_cache is None:
+            self.negative = negative_cache
+        else:
+            self.negative = NegativeCache(negative_cache)
         self._lock = threading.Lock()
         self._keys: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         self._shares: OrderedDict[tuple[Rate, ...], _Shares] = OrderedDict()
@@ -299,9 +303,10 @@ class CellLimiter(_CellBase["Store", Limiter]):
 
     A request both cells denied is remembered until the sooner of their retry
     times (``negative_cache`` keys, least recently used dropped; None turns it
-    off): until then neither cell can have a unit, so the key is denied here
-    without a store call. Far over its limit, this is what keeps a hot key's
-    denials from costing two commands each.
+    off; or a ``NegativeCache``, with its ``max_hold``): until then neither cell
+    can have a unit, so the key is denied here without a store call. Far over
+    its limit, this is what keeps a hot key's denials from costing two commands
+    each.
 
     The cells are decided by ``limiter``, a ``Limiter(store, algorithm)`` made here.
     """

@@ -108,8 +108,7 @@ class HotKeyDetector:
 
     def _count(self, key: str, cost: int) -> float:
         """Count ``cost`` units of ``key``; its estimated count over the sliding interval."""
-        if type(key) is not str or not key:
-            raise ConfigurationError(f"hot-key detector: key {key!r} must be a non-empty string")
+        _check_key(key)
         if type(cost) is not int or cost < 0:
             raise ConfigurationError(f"hot-key detector: cost {cost!r} must be a whole number >= 0")
         with self._lock:
@@ -120,6 +119,7 @@ class HotKeyDetector:
 
     def rate(self, key: str) -> HotKey:
         """``key``'s estimated rate over the sliding interval, and the most it may overstate it."""
+        _check_key(key)
         with self._lock:
             return self._estimate(key, self._roll())
 
@@ -161,3 +161,8 @@ class HotKeyDetector:
             f"HotKeyDetector(threshold={self.threshold:g}/s, "
             f"interval={self.interval_us / 1_000_000:g}s, capacity={self.capacity})"
         )
+
+
+def _check_key(key: object) -> None:
+    if type(key) is not str or not key:
+        raise ConfigurationError(f"hot-key detector: key {key!r} must be a non-empty string")

@@ -179,6 +179,11 @@ class _HotBase(Generic[S, L, M]):
         if detector is not None and not isinstance(detector, HotKeyDetector):
             raise ConfigurationError(f"detector {detector!r} must be a HotKeyDetector")
         self.detector = detector
+        if hold is not None and detector is None:
+            raise ConfigurationError(
+                f"hold={hold!r} is how long a detected key stays hot, and there is no "
+                "detector: give detector=HotKeyDetector(...) too, or leave hold out"
+            )
         default_hold = 2 * (detector.interval_us if detector else 1_000_000) / 1_000_000
         self.hold_us = _hold_us(default_hold if hold is None else hold)
         self.exit_ratio = _exit_ratio(exit_ratio)

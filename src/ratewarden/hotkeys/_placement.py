@@ -70,13 +70,19 @@ def _crc16_slot(data: bytes) -> int:
     return crc % SLOTS
 
 
-def key_slot(name: str) -> int:
+def key_slot(name: str | bytes) -> int:
     """The Cluster hash slot of the Redis key ``name``, as ``CLUSTER KEYSLOT name`` gives it.
 
-    CRC16/XMODEM mod 16384 of the UTF-8 bytes, of only the hash tag when there is one:
-    the bytes between the first ``{`` and the first ``}`` after it, if any lie between.
+    CRC16/XMODEM mod 16384 of the UTF-8 bytes (or of ``name`` itself, given bytes), of only
+    the hash tag when there is one: the bytes between the first ``{`` and the first ``}``
+    after it, if any lie between.
     """
-    data = name.encode()
+    if isinstance(name, bytes):
+        data = name
+    elif isinstance(name, str) and (name.isascii() or check_key(name)):
+        data = name.encode()
+    else:
+        raise ConfigurationError(f"key_slot: name {name!r} must be a Redis key (str or bytes)")
     start = data.find(b"{")
     if start >= 0:
         end = data.find(b"}", start + 1)
@@ -92,6 +98,11 @@ def store_slot(key: str) -> int:
     percent-escaped), so this is ``key_slot`` of any of them, not of ``key`` itself
     when ``key`` holds a brace.
     """
+    if not isinstance(key, str):
+        raise ConfigurationError(
+            f"store_slot: key {key!r} must be a string, a key as given to hit "
+            "(for a Redis key's own slot, bytes or str, use key_slot)"
+        )
     return _crc16_slot(hash_tag(key).encode())
 
 
