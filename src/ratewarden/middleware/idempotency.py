@@ -40,6 +40,7 @@ what ``ratewarden.idempotency`` defines (the records and the store protocols)::
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable, Iterable
 from io import BytesIO
@@ -186,6 +187,13 @@ class IdempotencyMiddleware(_Idempotency):
             )
         except StorageError as exc:
             found = exc
+        except asyncio.CancelledError:
+            # The SET may have left before the cancel and land after it: give its lock back
+            # (by the token chosen before sending), to its end through further cancels, or
+            # every retry is "still in progress" for lock_ttl while the app never ran.
+            with policy.tolerated():
+                await to_the_end(self.store.release(pending.record, pending.token))
+            raise
         answer = policy.begun(found, pending.fingerprint)
         if answer == RUN:
             return await self._run(scope, replaying, send, pending.record, pending.token)
