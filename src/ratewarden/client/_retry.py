@@ -12,11 +12,13 @@ One loop runs both.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import inspect
 import numbers
 import random as _random
 import uuid
-from collections.abc import Callable, Coroutine, Generator, MutableMapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, MutableMapping
 from typing import Any, NamedTuple
 
 from ratewarden.client._budget import RetryBudget
@@ -197,7 +199,7 @@ class Retrier:
                         raise RetriesExhaustedError(f"gave up retrying: {delay}", response)
                     circuit.report(None)  # a 429 retried is no verdict on the host
                     error = None
-                    yield getattr(response, io.close)
+                    yield _whole(getattr(response, io.close))
                 attempts, waited = attempts + 1, waited + delay
                 yield functools.partial(getattr(self.clock, io.sleep), delay)
                 self._admit(circuit, error)
@@ -253,6 +255,39 @@ class Retrier:
         if self.budget is not None and not self.budget.withdraw():
             return f"{what}; the retry budget is empty (after {attempts} attempts; {self.budget!r})"
         return delay
+
+
+def _whole(step: Step) -> Step:
+    """``step``, not cut short by a cancellation of its asyncio caller: closing a response
+    before a retry, which is where a caller's timeout lands (the retry waits next). httpx
+    gives the connection back to its pool only at the end of that close (httpcore shields
+    it from anyio's cancel scopes, not from ``task.cancel()``): a close cut short kept a
+    pool slot for ever, and ``max_connections`` such cuts left every request a
+    ``PoolTimeout``. A blocking step is just called."""
+
+    def run() -> Any:
+        result = step()
+        return _to_the_end(result) if inspect.isawaitable(result) else result
+
+    return run
+
+
+async def _to_the_end(work: Awaitable[Any]) -> Any:
+    """``await work`` in a task of its own, waited for to its end (again after each
+    cancellation: anyio's cancel scopes repeat theirs every loop turn); a cancellation of
+    the caller meanwhile is raised after it, and outranks what the work raised."""
+    task = asyncio.ensure_future(work)
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.wait((task,))  # which, cancelled, leaves the task running
+        except asyncio.CancelledError as exc:
+            cancelled = cancelled or exc
+    if cancelled is not None:
+        if not task.cancelled():
+            task.exception()  # retrieved: the caller's cancellation goes on instead
+        raise cancelled
+    return task.result()
 
 
 async def adrive(flow: RetryFlow, *, blocking: bool = False) -> Any:
