@@ -194,6 +194,9 @@ class _HotBase(Generic[S, L, M]):
         self._cells = mitigation if isinstance(mitigation, _CellBase) else None
         self._tier = mitigation if isinstance(mitigation, DecisionCore) else None
         self._hot = Detected(self.hold_us, self.max_hot)
+        #: The configured keys (with their rate sets) whose own usage this process has
+        #: carried onto the cells: a key listed by a deploy keeps what it used this window.
+        self._listed: set[tuple[str, tuple[Rate, ...]]] = set()
 
     def is_hot(self, key: str) -> bool:
         """Whether ``key`` is mitigated now (configured, or detected and held)."""
@@ -262,7 +265,15 @@ class _HotBase(Generic[S, L, M]):
         check_key(key)
         check_failure_mode(failure_mode, none_ok=True)
         if key in self.hot_keys:
-            return True, []
+            # Its own usage onto the cells, once a process (a move made again charges
+            # nothing twice): before, a key listed mid-window got a fresh allowance.
+            ident = (key, found)
+            if self._cells is None or ident in self._listed:
+                return True, []
+            if len(self._listed) >= self.max_hot:
+                self._listed.clear()
+            self._listed.add(ident)
+            return True, [(True, key, found)]
         detector = self.detector
         if detector is None:
             return False, []
@@ -289,6 +300,10 @@ class _HotBase(Generic[S, L, M]):
             if self._cells is not None:
                 yield from move_flow(self._cells, self.limiter, *move)
         except StorageError as error:
+            if move[1] in self.hot_keys:
+                # A listed key is decided on its cells whatever its own state's primary
+                # does (what the cells are for): its usage there is left behind.
+                return None
             self._hot.failed(move)
             return error
         return None
