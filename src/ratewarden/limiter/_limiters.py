@@ -11,6 +11,7 @@ shortcut is the hot path of every in-process decision.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -25,7 +26,7 @@ from ratewarden.limiter._core import DecisionCore, hook_refused
 from ratewarden.limiter._flows import Flow, adrive, drive
 from ratewarden.limiter._settings import FAILURE_MODES, FailureHook
 from ratewarden.limiter._slots import Lease
-from ratewarden.limiter._undo import given_back_if_interrupted
+from ratewarden.limiter._undo import given_back_if_interrupted, undo_cancelled
 from ratewarden.rate import Rate
 from ratewarden.storage import AsyncStore, Store
 from ratewarden.storage.memory import AsyncMemoryStore, MemoryStore
@@ -270,12 +271,20 @@ class AsyncLimiter(DecisionCore):
     async def slot(
         self, key: str, limit: int, *, slots: int = 1, ttl: float = 60.0
     ) -> AsyncIterator[Lease]:
-        """See ``Limiter.slot``."""
+        """See ``Limiter.slot``; a cancelled block's release is shielded from a second cancel."""
         lease = await self.acquire_slot(key, limit, slots=slots, ttl=ttl)
         try:
             yield lease
-        finally:
+        except asyncio.CancelledError:
+            # Awaited here, the release would be cut by the next cancel (anyio's scopes cancel
+            # again at every loop turn), and a store may drop a call cancelled before it was
+            # sent (memcached): the slot would stay taken until its ttl.
+            await undo_cancelled(f"slot {lease.lease_id!r} of {key!r}", self.release_slot(lease))
+            raise
+        except BaseException:
             await self.release_slot(lease)
+            raise
+        await self.release_slot(lease)
 
 
 #: ``Limiter.hit`` as each AsyncLimiter class's ``hit_now``: see ``_hit_now``.
