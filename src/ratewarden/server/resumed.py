@@ -38,8 +38,12 @@ class Resumed(Coroutine[Any, Any, None]):
         waiting, self._waiting = self._waiting, None
         if waiting is not None and isinstance(typ, asyncio.CancelledError):
             # Cancelled before the task's first step: cancel what the call awaits, as a task
-            # cancels the future it waits on (a Redis reply's, which then goes unread).
+            # cancels the future it waits on (a Redis reply's, which then goes unread). No task
+            # reads that future's end: an ``asyncio.gather`` (descriptors of several
+            # algorithms, decided side by side) ends with the CancelledError as its exception,
+            # which asyncio would print as never retrieved.
             waiting.cancel()
+            waiting.add_done_callback(_retrieved)
         if val is None and tb is None:
             return self._call.throw(typ)
         return self._call.throw(typ, val, tb)
@@ -61,3 +65,9 @@ class Resumed(Coroutine[Any, Any, None]):
                 step = functools.partial(self.throw, exc)
             else:
                 step = functools.partial(self.send, value)
+
+
+def _retrieved(future: Any) -> None:
+    """Read how ``future`` ended, so that asyncio does not report it as never retrieved."""
+    if not future.cancelled():
+        future.exception()
