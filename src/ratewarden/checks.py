@@ -37,6 +37,7 @@ __all__ = [
     "is_number",
     "init_checked",
     "keywords_checked",
+    "refuse_class",
     "refuse_unknown",
 ]
 
@@ -213,6 +214,39 @@ def _matched(pattern: re.Pattern[str], value: object, what: str, message: str) -
     if not isinstance(value, str) or not pattern.match(value):
         raise ConfigurationError(message.format(what=what, value=value))
     return value
+
+
+def refuse_class(owner: str, what: str, given: object, *, needs: str, kind: str = "store") -> None:
+    """Refuse a class given where an instance goes (``Limiter(RedisStore)``: the ``()`` or the
+    ``.from_url(url)`` forgotten). A class has its instances' methods, so a check for ``needs``
+    (``hit``, ``begin``, ...) took it, and it failed later: an AttributeError on its ``clock``,
+    or a message blaming a clock never given (on the class, ``clock`` is a property object)."""
+    if not isinstance(given, type):
+        return
+    name = given.__name__
+    found = f"{owner}: {what} is the class {name}, not {_article(kind)} {kind}"
+    if not callable(getattr(given, needs, None)):
+        raise ConfigurationError(f"{found} (it has no {needs}); pass {_article(kind)} {kind}")
+    raise ConfigurationError(f"{found}; pass {_built(given)}, an instance, not the class")
+
+
+def _article(noun: str) -> str:
+    return "an" if noun[:1] in "aeiouAEIOU" else "a"
+
+
+def _built(cls: type) -> str:
+    """How an instance of ``cls`` is made: ``RedisStore.from_url(url)``, ``MemoryStore()``, or
+    ``AsyncSplitStore(...)`` when it takes arguments."""
+    name = cls.__name__
+    if callable(getattr(cls, "from_url", None)):
+        return f"{name}.from_url(url)"
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):  # no signature to read
+        return f"{name}(...)"
+    optional = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    bare = all(p.default is not p.empty or p.kind in optional for p in parameters)
+    return f"{name}()" if bare else f"{name}(...)"
 
 
 def refuse_unknown(

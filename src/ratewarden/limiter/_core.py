@@ -142,7 +142,9 @@ class DecisionCore(LocalTier, Leasing, Operations):
             raise ConfigurationError(f"breaker {breaker!r} must be a CircuitBreaker")
         checked_metrics = check_metrics(what, metrics, DECISION_HOOKS)
         clock = check_clock(type(self).__name__, clock)
-        if isinstance(store, DecisionCore):
+        if isinstance(store, DecisionCore) or (
+            isinstance(store, type) and issubclass(store, DecisionCore)
+        ):
             refuse_limiter(type(self).__name__, store)
         if store is not None:
             check_store(type(self).__name__, store, awaited=type(self).awaited)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, NoReturn
 
 from ratewarden import algorithms
+from ratewarden.checks import refuse_class
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.limiter._aged import aged
@@ -53,13 +54,14 @@ def check_failure_mode(failure_mode: object, *, none_ok: bool = False) -> str | 
 
 
 def check_store(owner: str, store: object, *, awaited: bool) -> None:
-    """Refuse, at construction, a ``store`` that is none, or of the other twin: a blocking
-    limiter over an asyncio store (its ``hit`` a coroutine function) would get coroutines for
-    decisions (each one true, so ``if limiter.hit(...)`` would admit everything), and an
-    asyncio limiter over one of ratewarden's blocking stores fails at the first call. A
-    store of the caller's whose plain ``hit`` returns awaitables (a wrapper) is taken by the
-    asyncio twin. The store is named by its type only: a URL given by mistake may hold a
-    password."""
+    """Refuse, at construction, a ``store`` that is none, a store class (``RedisStore``: the
+    ``()`` or ``.from_url(url)`` forgotten), or of the other twin: a blocking limiter over an
+    asyncio store (its ``hit`` a coroutine function) would get coroutines for decisions (each
+    one true, so ``if limiter.hit(...)`` would admit everything), and an asyncio limiter over
+    one of ratewarden's blocking stores fails at the first call. A store of the caller's
+    whose plain ``hit`` returns awaitables (a wrapper) is taken by the asyncio twin. The store
+    is named by its type only: a URL given by mistake may hold a password."""
+    refuse_class(owner, "store", store, needs="hit")
     hit = getattr(store, "hit", None)
     name = type(store).__name__
     kind = f"{'an' if name[:1] in 'AEIOU' else 'a'} {name}"
@@ -90,13 +92,17 @@ def check_store(owner: str, store: object, *, awaited: bool) -> None:
 
 def refuse_limiter(owner: str, given: object) -> NoReturn:
     """Refuse a limiter given where a store goes (``TwoTier(Limiter(store))``): its ``hit``
-    takes other arguments, and it would fail at the first call with a TypeError."""
-    name = type(given).__name__
+    takes other arguments, and it would fail at the first call with a TypeError; or a
+    limiter class (``Limiter(Limiter)``)."""
+    if isinstance(given, type):
+        kind = f"the class {given.__name__}"
+    else:
+        name = type(given).__name__
+        kind = f"{'an' if name[:1] in 'AEIOU' else 'a'} {name}"
     raise ConfigurationError(
-        f"{owner}: store is {'an' if name[:1] in 'AEIOU' else 'a'} {name}, not a "
-        f"store; give {owner} the store itself ({owner}(store, ...)). Limiters do not nest: a "
-        "TwoTier is a Limiter with the two-tier defaults: build it over the store in place of a "
-        "Limiter, not around one"
+        f"{owner}: store is {kind}, not a store; give {owner} the store itself "
+        f"({owner}(store, ...)). Limiters do not nest: a TwoTier is a Limiter with the "
+        "two-tier defaults: build it over the store in place of a Limiter, not around one"
     )
 
 

@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-from ratewarden.checks import is_number
+from ratewarden.checks import is_number, refuse_class
 from ratewarden.errors import ConfigurationError
 from ratewarden.middleware._rules import compile_path
 
@@ -85,6 +85,7 @@ def check_required_docs(value: object, required: object) -> str | None:
 
 def check_store(store: object, want_async: bool, who: str) -> None:
     """``store`` has ``begin`` of the kind the middleware awaits (or calls)."""
+    refuse_class(who, "store", store, needs="begin", kind="idempotency store")
     begin = getattr(store, "begin", None)
     if begin is None or inspect.iscoroutinefunction(begin) != want_async:
         kind = "an async store (AsyncMemoryIdempotencyStore, AsyncRedisIdempotencyStore)"

@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from ratewarden.checks import refuse_class
 from ratewarden.errors import ConfigurationError
 
 __all__ = ["check_stores", "deprecated_clients", "is_client", "named"]
@@ -54,6 +55,7 @@ def check_stores(
     prefixes = set()
     kept: dict[str, list[str]] = {}
     for region, store in stores.items():
+        refuse_class(caller, f"the store of region {region!r}", store, needs="budget_hit")
         found = f"{caller}: the store of region {region!r} is {named(type(store))}"
         if not callable(getattr(store, "budget_hit", None)):
             raise ConfigurationError(

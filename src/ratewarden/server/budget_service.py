@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped, unused-ignore]
 
 from ratewarden.budgets import AsyncTokenBudget, Backlog, BudgetDecision, Usage
+from ratewarden.checks import refuse_class
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
 from ratewarden.server.rule_budgets import (
@@ -72,6 +73,7 @@ def _check_store(store: object) -> None:
     would name its internal ``AsyncLimiter``). Named by its type only: a URL given by
     mistake may hold a password. A store of the caller's whose ``hit`` returns awaitables
     (a wrapper) is taken, as ``AsyncLimiter`` takes it."""
+    refuse_class("BudgetRateLimitService", "store", store, needs="hit")
     name = type(store).__name__
     kind = f"{'an' if name[:1] in 'AEIOU' else 'a'} {name}"
     hit = getattr(store, "hit", None)

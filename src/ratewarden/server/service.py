@@ -66,6 +66,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ratewarden.checks import refuse_class
 from ratewarden.clock import Clock
 from ratewarden.errors import CircuitOpenError, ConfigurationError
 from ratewarden.limiter import AsyncLimiter, CircuitBreaker, Flow, Gather, Limiter, NegativeCache
@@ -167,6 +168,7 @@ class _ServiceBase(Charging):
                 f"over_limit_cache {over_limit_cache!r} must be a whole number of keys (0: off)"
             )
         self._config = config
+        refuse_class(type(self).__name__, "store", store, needs="hit")  # before its clock is read
         self.clock = clock if clock is not None else store.clock
         self.shadow = bool(shadow)
         self.quota_mode = bool(quota_mode)

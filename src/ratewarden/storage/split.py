@@ -27,7 +27,7 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
-from ratewarden.checks import keywords_checked
+from ratewarden.checks import keywords_checked, refuse_class
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
 from ratewarden.rate import Rate
@@ -58,6 +58,7 @@ def _check_async(what: str, store: object) -> None:
     may be long after start. A store of the caller's whose plain ``hit`` returns
     awaitables (a wrapper) is taken, as ``AsyncLimiter`` takes it. Named by type only:
     a URL may hold a password."""
+    refuse_class("AsyncSplitStore", what, store, needs="hit")
     name = type(store).__name__
     given = f"{'an' if name[:1] in 'AEIOUaeiou' else 'a'} {name}"
     hit = getattr(store, "hit", None)
