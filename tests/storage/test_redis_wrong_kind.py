@@ -22,7 +22,7 @@ RATE = Rate.parse("5/second")
 def check(error: StorageError) -> None:
     message = str(error)
     assert not isinstance(error, StorageUnavailableError), message
-    assert "Cluster mode is not enabled" in message
+    assert "is a standalone server, not a Redis Cluster node" in message
     assert "use a redis:// URL" in message
 
 

@@ -218,6 +218,26 @@ def _unavailable(exc: BaseException) -> bool:
     return not isinstance(exc, rx.DataError)
 
 
+def _not_a_cluster(where: str) -> str:
+    """What a ``redis+cluster://`` URL at a standalone server is told, naming the URL's
+    nodes (``where`` is ``cluster_where``'s "Redis Cluster HOST:PORT,...")."""
+    nodes = where.removeprefix("Redis Cluster ")
+    cure = (
+        "use a redis:// URL (rediss:// over TLS) for a standalone server, or point "
+        "redis+cluster:// at a cluster's nodes"
+    )
+    if "," not in nodes:
+        return (
+            f"Redis at {nodes} is a standalone server, not a Redis Cluster node (cluster mode "
+            f"is not enabled on it), so the redis+cluster:// URL cannot use it; {cure}"
+        )
+    return (
+        f"Redis at {nodes}: a node that answered is a standalone server, not a Redis Cluster "
+        "node (cluster mode is not enabled on it), and no node answered as one, so the "
+        f"redis+cluster:// URL cannot use them; {cure}"
+    )
+
+
 def raise_storage_error(exc: BaseException, where: str, timeout: float) -> NoReturn:
     """Raise the ratewarden error for ``exc``, met while talking to ``where``."""
     if isinstance(exc, ServerUnusable):  # it answers, but cannot be used: not an outage
@@ -227,10 +247,10 @@ def raise_storage_error(exc: BaseException, where: str, timeout: float) -> NoRet
     if _acl_denied(exc):  # a setting: answering it as an outage would hide it
         raise StorageError(_acl_refusal(exc, where)) from exc
     if isinstance(exc, rx.RedisClusterException) and "Cluster mode is not enabled" in str(exc):
-        raise StorageError(  # the server answered: a settings mistake waiting will not fix
-            f"Redis at {where} is not a Redis Cluster: {exc}; use a redis:// URL (rediss:// "
-            "over TLS) for one server, or point redis+cluster:// at a cluster's nodes"
-        ) from exc
+        # The server answered: a settings mistake waiting will not fix. redis-py's own words
+        # ("Redis Cluster cannot be connected. Please provide at least one reachable node")
+        # are left out: the node was reached.
+        raise StorageError(_not_a_cluster(where)) from exc
     if _redirected(exc):  # the Cluster router follows these itself: never raised from it
         raise StorageError(
             f"Redis at {where} answered {_said(exc)}: it is a node of a Redis Cluster, which "
