@@ -136,9 +136,7 @@ def test_charge_denied_counters_hold_no_limit_either(rls: Make) -> None:
 
 
 @pytest.mark.parametrize("algorithm", WINDOWS)
-def test_a_check_at_a_lower_limit_holds_back_a_hit_on_its_window(
-    rls: Make, algorithm: str
-) -> None:
+def test_a_check_at_a_lower_limit_holds_back_a_hit_on_its_window(rls: Make, algorithm: str) -> None:
     """One request: a hit at the rule's 50/hour and a check (``hits_addend`` 0) of the
     same window at an override of 46/hour, with 46 counted. The hit would take the count
     to 47, past the check's limit: the request is over and charges nothing, in either
