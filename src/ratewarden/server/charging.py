@@ -31,11 +31,10 @@ from ratewarden.limiter import AsyncLimiter, EachCall, Flow, Limiter
 from ratewarden.server.descriptors import (
     Item,
     Result,
+    counter_id,
     denied,
-    is_short,
     joint_algorithm,
     settled,
-    shortfalls,
     to_check,
 )
 from ratewarden.server.hooks import Reports
@@ -205,6 +204,33 @@ class Charging:
                 [(item.key, rule.rates, item.cost)], algorithm=rule.algorithm
             )
             item.result = settled(decision, item.cost)
+
+
+def is_short(item: Item, demand: int) -> bool:
+    """Whether a checked (cost 0) counter lacks room for ``demand`` hits."""
+    result = item.result
+    assert result is not None
+    if result.decision is None or (item.rule is not None and item.rule.budget):
+        return not result.allowed  # a budget charge records tokens already spent: never short
+    return not result.allowed or result.decision.remaining < demand
+
+
+def shortfalls(stored: list[Item]) -> set[int]:
+    """The ids of the checked (cost 0) items that lack room on their counter: a charging
+    one for all the counter's hits (descriptors may share a counter: a window's holds no
+    limit, so an override shares its rule's), a check for the hits that fit (a check at a
+    lower limit than a hit that will be charged is over; beside a hit denied anyway, it
+    sees the count that stays)."""
+    demand: dict[tuple[str, tuple[str, ...]], int] = {}
+    for item in stored:
+        demand[counter_id(item)] = demand.get(counter_id(item), 0) + item.cost
+    short = {id(i) for i in stored if i.cost > 0 and is_short(i, demand[counter_id(i)])}
+    fitting = {ident: 0 for ident in demand}
+    for item in stored:
+        if id(item) not in short:
+            fitting[counter_id(item)] += item.cost
+    checks = [(item, fitting[counter_id(item)]) for item in stored if item.cost == 0]
+    return short | {id(item) for item, hits in checks if hits > 0 and is_short(item, hits)}
 
 
 def _failed(result: Result | None) -> bool:

@@ -34,11 +34,9 @@ __all__ = [
     "counter_id",
     "counter_key",
     "denied",
-    "is_short",
     "joint_algorithm",
     "prepare",
     "settled",
-    "shortfalls",
     "to_check",
 ]
 
@@ -323,32 +321,10 @@ def counter_id(item: Item) -> tuple[str, tuple[str, ...]]:
     return item.key, tuple(state_suffix(rule.algorithm, rate) for rate in rule.rates)
 
 
-def is_short(item: Item, demand: int) -> bool:
-    """Whether a checked (cost 0) counter lacks room for ``demand`` hits."""
-    result = item.result
-    assert result is not None
-    if result.decision is None or (item.rule is not None and item.rule.budget):
-        return not result.allowed  # a budget charge records tokens already spent: never short
-    return not result.allowed or result.decision.remaining < demand
-
-
 def to_check(stored: list[Item]) -> list[Item]:
     """The items a request checks (cost 0) before it charges: all but budget charges,
     whose look is never over (they record tokens already spent)."""
     return [item for item in stored if item.cost == 0 or not (item.rule and item.rule.budget)]
-
-
-def shortfalls(stored: list[Item]) -> set[int]:
-    """The ids of the checked (cost 0) items whose counter some item charges and that lack
-    room for all of its hits: several descriptors may share a counter (a window's holds no
-    limit, so an override at another limit shares its rule's), and each needs room for all
-    of them, a check (``hits_addend`` 0) at a lower limit too."""
-    demand: dict[tuple[str, tuple[str, ...]], int] = {}
-    for item in stored:
-        ident = counter_id(item)
-        demand[ident] = demand.get(ident, 0) + item.cost
-    wanted = [(item, demand[counter_id(item)]) for item in stored]
-    return {id(item) for item, hits in wanted if hits > 0 and is_short(item, hits)}
 
 
 def joint_algorithm(stored: list[Item]) -> str | None:
