@@ -3,15 +3,17 @@ started by tests."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
 import redis
+import redis.asyncio as aredis
 from hypothesis import settings
 
 from tests._memcached import MemcachedServer
 from tests._servers import (
+    HOST,
     NO_VALKEY,
     VALKEY_CLI,
     VALKEY_SERVER,
@@ -89,6 +91,16 @@ def own_cluster() -> Iterator[RedisCluster]:
 def cluster_client(redis_cluster: RedisCluster) -> Iterator[redis.RedisCluster]:
     """A cluster client on emptied primaries."""
     yield from _emptied_cluster(redis_cluster.client())
+
+
+@pytest.fixture
+async def async_client(redis_cluster: RedisCluster) -> AsyncIterator[aredis.RedisCluster]:
+    """An asyncio cluster client on emptied primaries."""
+    client = aredis.RedisCluster(host=HOST, port=redis_cluster.nodes[0].port)
+    await client.initialize()
+    await client.flushall(target_nodes=aredis.RedisCluster.PRIMARIES)
+    yield client
+    await client.aclose()
 
 
 @pytest.fixture(scope="session")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 import redis
 import redis.asyncio as aredis
@@ -19,22 +17,12 @@ from ratewarden.hotkeys import (
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
 from ratewarden.tiers import AsyncTwoTier
-from tests._servers import HOST, RedisCluster
+from tests._servers import RedisCluster
 from tests.cluster._nodes import evalsha_calls, reset_stats
 
 pytestmark = [pytest.mark.redis, pytest.mark.cluster]
 
 RATE = Rate(90, 60, burst=12)
-
-
-@pytest.fixture
-async def async_client(redis_cluster: RedisCluster) -> AsyncIterator[aredis.RedisCluster]:
-    """An asyncio cluster client on emptied primaries."""
-    client = aredis.RedisCluster(host=HOST, port=redis_cluster.nodes[0].port)
-    await client.initialize()
-    await client.flushall(target_nodes=aredis.RedisCluster.PRIMARIES)
-    yield client
-    await client.aclose()
 
 
 async def test_async_cells_decide_exactly_as_the_blocking_cells(

@@ -4,7 +4,7 @@ primaries, two on each; 3 cells on 2 bands, cells 0 and 2 on the first), for bot
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 import redis
@@ -17,7 +17,7 @@ from ratewarden.storage._plan import build
 from ratewarden.storage.memory import MemoryStore
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
-from tests._servers import HOST, RedisCluster
+from tests._servers import RedisCluster
 from tests.cluster._nodes import evalsha_calls, keyslot, reset_stats, slot_owner
 
 pytestmark = [pytest.mark.redis, pytest.mark.cluster]
@@ -25,16 +25,6 @@ pytestmark = [pytest.mark.redis, pytest.mark.cluster]
 RATE = Rate.parse("600/second")
 #: Two bands that are not the Cluster's own thirds: the first holds slots of two primaries.
 TWO_BANDS = [(0, 8000), (8000, 16384)]
-
-
-@pytest.fixture
-async def async_client(redis_cluster: RedisCluster) -> AsyncIterator[aredis.RedisCluster]:
-    """An asyncio cluster client on emptied primaries."""
-    client = aredis.RedisCluster(host=HOST, port=redis_cluster.nodes[0].port)
-    await client.initialize()
-    await client.flushall(target_nodes=aredis.RedisCluster.PRIMARIES)
-    yield client
-    await client.aclose()
 
 
 def state_slots(cluster: RedisCluster, cells: Sequence[str]) -> list[int]:

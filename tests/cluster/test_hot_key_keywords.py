@@ -24,7 +24,7 @@ from ratewarden.hotkeys import (
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
 from ratewarden.tiers import AsyncTwoTier, TwoTier
-from tests._servers import HOST, RedisCluster, RedisServer
+from tests._servers import HOST, RedisServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.cluster]
 
@@ -32,16 +32,6 @@ pytestmark = [pytest.mark.redis, pytest.mark.cluster]
 RATE = Rate(3, 60)
 PATHS = ["ordinary", "cells", "leases"]
 TWINS = ["blocking", "asyncio"]
-
-
-@pytest.fixture
-async def async_client(redis_cluster: RedisCluster) -> AsyncIterator[aredis.RedisCluster]:
-    """An asyncio cluster client on emptied primaries."""
-    client = aredis.RedisCluster(host=HOST, port=redis_cluster.nodes[0].port)
-    await client.initialize()
-    await client.flushall(target_nodes=aredis.RedisCluster.PRIMARIES)
-    yield client
-    await client.aclose()
 
 
 def hot_limiter(store: Any, twin: str, path: str, **options: Any) -> Any:

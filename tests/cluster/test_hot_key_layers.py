@@ -12,7 +12,6 @@ more than a plain Limiter admits under the same requests.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -30,7 +29,6 @@ from ratewarden.hotkeys import (
 from ratewarden.storage.memory import AsyncMemoryStore
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
-from tests._servers import HOST, RedisCluster
 
 #: A whole minute (divisible by 60): the fixed 100/minute window is the test's 60 seconds.
 MINUTE = 1_699_999_980
@@ -128,16 +126,6 @@ def test_cells_show_each_layers_own_usage_after_the_move() -> None:
     second, minute = cells.usage("k", rates)
     assert used[1] <= minute <= used[1] + 3
     assert used[0] <= second <= SECOND.capacity
-
-
-@pytest.fixture
-async def async_client(redis_cluster: RedisCluster) -> AsyncIterator[aredis.RedisCluster]:
-    """An asyncio cluster client on emptied primaries."""
-    client = aredis.RedisCluster(host=HOST, port=redis_cluster.nodes[0].port)
-    await client.initialize()
-    await client.flushall(target_nodes=aredis.RedisCluster.PRIMARIES)
-    yield client
-    await client.aclose()
 
 
 @pytest.mark.redis

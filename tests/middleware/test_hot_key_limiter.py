@@ -5,7 +5,6 @@ an ordinary key and for a hot key on cells or on leases (the middleware calls
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -27,7 +26,6 @@ from ratewarden.middleware import (
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
 from ratewarden.tiers import AsyncTwoTier, TwoTier
-from tests._servers import HOST, RedisCluster
 from tests.middleware._helpers import ok
 
 pytestmark = [pytest.mark.redis, pytest.mark.cluster]
@@ -39,16 +37,6 @@ RULES = [Rule("per-ip", "100/minute"), Rule("tenant", "3/minute", key=by_api_key
 HOT = ["tenant:big"]
 #: Who asks, and whether its key is hot.
 CALLERS = [("small", "ordinary"), ("big", "cells"), ("big", "leases")]
-
-
-@pytest.fixture
-async def async_client(redis_cluster: RedisCluster) -> AsyncIterator[aredis.RedisCluster]:
-    """An asyncio cluster client on emptied primaries."""
-    client = aredis.RedisCluster(host=HOST, port=redis_cluster.nodes[0].port)
-    await client.initialize()
-    await client.flushall(target_nodes=aredis.RedisCluster.PRIMARIES)
-    yield client
-    await client.aclose()
 
 
 @pytest.mark.parametrize(("api_key", "path"), CALLERS)

@@ -8,7 +8,6 @@ behind the ASGI one, on the 3-primary Cluster, in ManualClock time."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -35,7 +34,6 @@ from ratewarden.middleware import (
 )
 from ratewarden.storage.redis import AsyncRedisStore, RedisStore
 from ratewarden.testing import ManualClock
-from tests._servers import HOST, RedisCluster
 from tests.middleware._helpers import client_for, ok
 
 pytestmark = [pytest.mark.redis, pytest.mark.cluster]
@@ -73,16 +71,6 @@ def test_flask_answers_a_detected_login_key_as_the_rule_alone_does(
         clock.advance(STEP)
     assert len(detector.hot()) == 1  # alice's key, detected hot
     assert codes == plain_codes == EXPECTED
-
-
-@pytest.fixture
-async def async_client(redis_cluster: RedisCluster) -> AsyncIterator[aredis.RedisCluster]:
-    """An asyncio cluster client on emptied primaries."""
-    client = aredis.RedisCluster(host=HOST, port=redis_cluster.nodes[0].port)
-    await client.initialize()
-    await client.flushall(target_nodes=aredis.RedisCluster.PRIMARIES)
-    yield client
-    await client.aclose()
 
 
 async def test_starlette_answers_a_detected_login_key_as_the_rule_alone_does(
