@@ -91,6 +91,13 @@ class Detected:
                 moves += self._gone([detected.popitem(last=False)[0]])
         return mitigated, moves
 
+    def mitigates(self, ident: Ident) -> bool:
+        """Whether ``ident`` is decided by the mitigation now: detected and not kept on its
+        own state, or its usage left on the cells by a failed move back."""
+        with self._lock:
+            held = ident in self._detected and ident not in self._own
+            return held or ident in self._leaving
+
     def first_said(self, rates: tuple[Rate, ...]) -> bool:
         """True the first time a key of ``rates`` is kept on its own state (then False: a
         warning is said once per rate set, of the last ``max_hot`` rate sets)."""

@@ -31,7 +31,7 @@ from ratewarden.clock import Clock, SystemClock, check_clock
 from ratewarden.errors import ConfigurationError
 from ratewarden.topk import SpaceSaving
 
-__all__ = ["HotKey", "HotKeyDetector"]
+__all__ = ["HotKey", "HotKeyDetector", "exit_ratio_of", "hold_us"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,3 +166,20 @@ class HotKeyDetector:
 def _check_key(key: object) -> None:
     if type(key) is not str or not key:
         raise ConfigurationError(f"hot-key detector: key {key!r} must be a non-empty string")
+
+
+def hold_us(hold: object) -> int:
+    """A ``HotKeyLimiter``'s ``hold`` (seconds, checked) in microseconds."""
+    if isinstance(hold, bool) or not isinstance(hold, int | float) or not 0 < hold < math.inf:
+        raise ConfigurationError(f"hold {hold!r} must be a positive number of seconds")
+    return max(1, math.ceil(hold * 1_000_000))
+
+
+def exit_ratio_of(ratio: object) -> float:
+    """A ``HotKeyLimiter``'s ``exit_ratio``, checked."""
+    if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio <= 1:
+        raise ConfigurationError(
+            f"exit_ratio {ratio!r} must be a number in (0, 1]: the share of the detector's "
+            "threshold below which a detected key may leave (1 for no rate hysteresis)"
+        )
+    return float(ratio)

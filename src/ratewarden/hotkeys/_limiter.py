@@ -30,13 +30,14 @@ the move is not recorded as made: the key's usage stays where it was, the reques
 answered by its failure mode (as its own store call would be), and the move is tried
 again at the key's next hit. Each move charges what its destination lacks (the usage
 less what the destination already shows), so a move tried again after it was partly
-made charges nothing twice.
+made charges nothing twice. Other requests of this process on a key being moved wait
+for the move (``_gates``): a hit of theirs on the destination before the charge would
+count as carried, and be free.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
@@ -55,9 +56,11 @@ from ratewarden.hotkeys._cells import (
     built_over,
 )
 from ratewarden.hotkeys._detected import Detected, Move
-from ratewarden.hotkeys._detector import HotKeyDetector
+from ratewarden.hotkeys._detector import HotKeyDetector, exit_ratio_of, hold_us
+from ratewarden.hotkeys._gates import Gates, asyncio_gate, thread_gate
 from ratewarden.hotkeys._placement import not_split
 from ratewarden.limiter import (
+    Ask,
     AsyncLimiter,
     DecisionCore,
     FailureHook,
@@ -119,6 +122,8 @@ class _HotBase(Generic[S, L, M]):
     #: A ``via`` for ``limiter.hit_flow`` that fails with the given error (a plain function;
     #: the asyncio shell's, a coroutine function).
     _failing = staticmethod(_raising)
+    #: A move's gate: threads wait at it (the asyncio shell's tasks, at an asyncio one).
+    _gate: ClassVar[Callable[[], Any]] = staticmethod(thread_gate)
 
     @keywords_checked
     def __init__(
@@ -185,8 +190,8 @@ class _HotBase(Generic[S, L, M]):
                 "detector: give detector=HotKeyDetector(...) too, or leave hold out"
             )
         default_hold = 2 * (detector.interval_us if detector else 1_000_000) / 1_000_000
-        self.hold_us = _hold_us(default_hold if hold is None else hold)
-        self.exit_ratio = _exit_ratio(exit_ratio)
+        self.hold_us = hold_us(default_hold if hold is None else hold)
+        self.exit_ratio = exit_ratio_of(exit_ratio)
         if isinstance(max_hot, bool) or not isinstance(max_hot, int) or max_hot < 1:
             raise ConfigurationError(f"max_hot {max_hot!r} must be a whole number >= 1")
         self.max_hot = max_hot
@@ -197,6 +202,8 @@ class _HotBase(Generic[S, L, M]):
         #: The configured keys (with their rate sets) whose own usage this process has
         #: carried onto the cells: a key listed by a deploy keeps what it used this window.
         self._listed: set[tuple[str, tuple[Rate, ...]]] = set()
+        #: The moves this process is making now, and the requests they hold.
+        self._gates = Gates(type(self)._gate)
 
     def is_hot(self, key: str) -> bool:
         """Whether ``key`` is mitigated now (configured, or detected and held)."""
@@ -227,12 +234,24 @@ class _HotBase(Generic[S, L, M]):
         its error is this request's store failure, answered by ``failure_mode`` (raised
         without one), and the move is made at a later hit.
         """
-        hot, moves = self._route(key, rates, cost, failure_mode)
+        gates = self._gates
+        with gates.lock:  # routed and gated in one step (``_gates``)
+            hot, moves, found = self._route(key, rates, cost, failure_mode)
+            mine, held = gates.take([(k, r) for _, k, r in moves], (key, found))
         failed: StorageError | None = None
-        for move in moves:
-            error = yield from self._carry_flow(move)
-            if error is not None and move[1] == key and move[2] == check_rates(rates):
-                failed = error
+        try:
+            for move in moves:
+                error = yield from self._carry_flow(move)
+                if error is not None and move[1] == key and move[2] == found:
+                    failed = error
+        finally:
+            if mine:
+                gates.give_back(mine)
+        if held is not None:
+            # Another request of this process is moving the key: decided once it is moved
+            # (or not: a failed move leaves the key where it was).
+            yield Ask(held.wait, ())
+            hot = key in self.hot_keys or self._hot.mitigates((key, found))
         # The rates as given: stores (and the core) know a rate set they saw by its identity.
         decide: Any = self.limiter
         if failed is not None:
@@ -257,9 +276,9 @@ class _HotBase(Generic[S, L, M]):
 
     def _route(
         self, key: str, rates: Rate | Sequence[Rate], cost: int, failure_mode: str | None
-    ) -> tuple[bool, list[Move]]:
+    ) -> tuple[bool, list[Move], tuple[Rate, ...]]:
         """Validate (before the detector counts anything); then (whether the mitigation
-        decides ``key``, the moves to make first)."""
+        decides ``key``, the moves to make first, the rate set as checked)."""
         found = check_rates(rates)
         check_cost(cost)
         check_key(key)
@@ -269,14 +288,14 @@ class _HotBase(Generic[S, L, M]):
             # nothing twice): before, a key listed mid-window got a fresh allowance.
             ident = (key, found)
             if self._cells is None or ident in self._listed:
-                return True, []
+                return True, [], found
             if len(self._listed) >= self.max_hot:
                 self._listed.clear()
             self._listed.add(ident)
-            return True, [(True, key, found)]
+            return True, [(True, key, found)], found
         detector = self.detector
         if detector is None:
-            return False, []
+            return False, [], found
         now = self.clock.now_us()
         rate = detector.record_rate(key, cost)
         unfit = None if self._cells is None else not_split(found, self._cells.cells, cost)
@@ -291,7 +310,7 @@ class _HotBase(Generic[S, L, M]):
                 self._cells.cells if self._cells is not None else 0,
                 unfit,
             )
-        return bool(mitigated), moves
+        return bool(mitigated), moves, found
 
     def _carry_flow(self, move: Move) -> Flow[StorageError | None]:
         """Make ``move``; None, or the store's error that stopped it (the move then counts
@@ -306,6 +325,15 @@ class _HotBase(Generic[S, L, M]):
                 return None
             self._hot.failed(move)
             return error
+        except BaseException:
+            # Cancelled or interrupted part way: not made, so made again at a later hit
+            # (a move made again charges nothing twice).
+            if move[1] in self.hot_keys:
+                with self._gates.lock:
+                    self._listed.discard((move[1], move[2]))
+            else:
+                self._hot.failed(move)
+            raise
         return None
 
     def reset_flow(self, key: str, rates: Rate | Sequence[Rate]) -> Flow[None]:
@@ -360,6 +388,7 @@ class AsyncHotKeyLimiter(_HotBase["AsyncStore", AsyncLimiter, "AsyncCellLimiter 
     _mitigations = (AsyncCellLimiter, AsyncTwoTier)
     _twin = ("HotKeyLimiter", (CellLimiter, TwoTier))
     _failing = staticmethod(_araising)
+    _gate = staticmethod(asyncio_gate)
     hit = awaiting(_HotBase.hit_flow)
     reset = awaiting(_HotBase.reset_flow)
 
@@ -367,18 +396,3 @@ class AsyncHotKeyLimiter(_HotBase["AsyncStore", AsyncLimiter, "AsyncCellLimiter 
 def _a(name: str) -> str:
     """``name`` with its article: a CellLimiter, an AsyncCellLimiter."""
     return f"an {name}" if name[0] in "AEIOU" else f"a {name}"
-
-
-def _hold_us(hold: object) -> int:
-    if isinstance(hold, bool) or not isinstance(hold, int | float) or not 0 < hold < math.inf:
-        raise ConfigurationError(f"hold {hold!r} must be a positive number of seconds")
-    return max(1, math.ceil(hold * 1_000_000))
-
-
-def _exit_ratio(ratio: object) -> float:
-    if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio <= 1:
-        raise ConfigurationError(
-            f"exit_ratio {ratio!r} must be a number in (0, 1]: the share of the detector's "
-            "threshold below which a detected key may leave (1 for no rate hysteresis)"
-        )
-    return float(ratio)
