@@ -51,6 +51,50 @@ def hit_each_flow(
     answered, from the negative cache or the open breaker's failure mode)."""
     found: list[tuple[Decision, bool] | None] = [None] * len(calls)
     asked: list[tuple[int, Pending, str]] = []
+    try:
+        yield from _start_each(core, calls, found, asked)
+    except BaseException:
+        # A later call refused (no failure mode) or interrupted: the earlier ones the
+        # breaker let through are never sent, so their places (a half-open probe's) go back.
+        if core.breaker is not None:
+            for _, _, node in asked:
+                core.breaker.abandon(node)
+        raise
+    if asked:
+        timed = core.metrics is not NO_METRICS
+        started_at = time.perf_counter() if timed else 0.0
+        nodes = [node for _, _, node in asked]
+        replies = yield from core._sent(Ask(via_all, ([i for i, _, _ in asked],)), *nodes)
+        if isinstance(replies, Exception):  # the whole step failed: every call with it
+            replies = [replies] * len(asked)
+        took = time.perf_counter() - started_at if timed else 0.0
+        for (_, _, node), reply in zip(asked, replies, strict=True):
+            # Every call's verdict before any is raised: a probe's left unsaid keeps its
+            # circuit half open for ever.
+            core._verdict(reply, node)
+        for (i, p, _), reply in zip(asked, replies, strict=True):
+            if timed:
+                core.metrics.store_latency(seconds=took)
+            if isinstance(reply, Exception):
+                if p.failure_mode is None or not isinstance(reply, core.failure_errors):
+                    raise reply
+                decision = core._degrade(p, reply)
+            else:
+                decision = reply
+                if p.cost > 0 and not decision.allowed and core.negative is not None:
+                    core.negative.remember((p.algorithm, p.key, p.rates), decision, p.now)
+            found[i] = (core._finish(p.algorithm, p.key, decision, False), True)
+    return [each for each in found if each is not None]
+
+
+def _start_each(
+    core: DecisionCore,
+    calls: Sequence[EachCall],
+    found: list[tuple[Decision, bool] | None],
+    asked: list[tuple[int, Pending, str]],
+) -> Flow[None]:
+    """Start each call: answered here into ``found`` (the negative cache, a lease, the
+    open breaker's failure mode), or let through by the breaker into ``asked``."""
     for i, call in enumerate(calls):
         name = core.algorithm if call.algorithm is None else algorithm_name(call.algorithm)
         started = core._start(
@@ -72,25 +116,3 @@ def hit_each_flow(
             continue
         core.counts.add("store_calls")
         asked.append((i, p, node))
-    if asked:
-        timed = core.metrics is not NO_METRICS
-        started_at = time.perf_counter() if timed else 0.0
-        nodes = [node for _, _, node in asked]
-        replies = yield from core._sent(Ask(via_all, ([i for i, _, _ in asked],)), *nodes)
-        if isinstance(replies, Exception):  # the whole step failed: every call with it
-            replies = [replies] * len(asked)
-        took = time.perf_counter() - started_at if timed else 0.0
-        for (i, p, node), reply in zip(asked, replies, strict=True):
-            if timed:
-                core.metrics.store_latency(seconds=took)
-            core._verdict(reply, node)
-            if isinstance(reply, Exception):
-                if p.failure_mode is None or not isinstance(reply, core.failure_errors):
-                    raise reply
-                decision = core._degrade(p, reply)
-            else:
-                decision = reply
-                if p.cost > 0 and not decision.allowed and core.negative is not None:
-                    core.negative.remember((p.algorithm, p.key, p.rates), decision, p.now)
-            found[i] = (core._finish(p.algorithm, p.key, decision, False), True)
-    return [each for each in found if each is not None]
