@@ -7,13 +7,16 @@ runs; from there on they do the same thing, written here once:
   message (``more_body`` false) has been sent, or when the app returns or
   raises, whichever comes first: a streaming response holds it until its last
   chunk, a background task that runs after the body does not;
-- on WSGI (``hold_wsgi``), when the server closes the response iterable
+- on WSGI (``hold_wsgi``), once the server has taken the response iterable's
+  last chunk (or the app's iterable raised), else when the server closes it
   (``HeldResponse`` closes the app's iterable first), or at once when the app
-  raises before returning one;
+  raises before returning one: werkzeug skips ``close()`` when the client resets
+  the connection just after the response, so ``close()`` alone would leave the
+  slot to its TTL;
 - inside Django's middleware stack (``hold_django``, ``ahold_django``), when the
   view has returned its response, unless it streams in the mode Django runs
-  the middleware in: then when Django closes it (sync mode) or its last chunk
-  has been taken (async mode);
+  the middleware in: then when its last chunk has been taken, or when Django
+  closes it first (sync mode) or stops taking chunks (async mode);
 - while the body streams, the slot is renewed on the back of a chunk, at most
   once per third of its TTL: no background task, no extra store call for short
   responses.
@@ -30,6 +33,7 @@ middleware's ``Metrics.slot``: ``released``, ``release_failed``, ``renewed``,
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -100,7 +104,7 @@ class Held:
     """One granted lease of ``ttl`` seconds: when to renew it, and whether it was given back.
     ``count(outcome)`` hears what became of each release and renewal (see the module)."""
 
-    __slots__ = ("clock", "count", "lease", "released", "renewed_at", "ttl")
+    __slots__ = ("_gate", "clock", "count", "lease", "released", "renewed_at", "ttl")
 
     def __init__(
         self, lease: Lease, ttl: float, clock: Clock, count: Callable[[str], None] = _uncounted
@@ -111,6 +115,8 @@ class Held:
         self.count = count
         self.released = False
         self.renewed_at = clock.now()
+        # Taken once, never given back: a WSGI response's end and its close() may race.
+        self._gate = threading.Lock()
 
     def renewal_due(self) -> bool:
         """True at most once per third of the TTL while the slot is held: the caller renews."""
@@ -123,8 +129,8 @@ class Held:
         return True
 
     def take_release(self) -> bool:
-        """True the first time only: the caller releases."""
-        if self.released:
+        """True the first time only, whichever thread asks: the caller releases."""
+        if not self._gate.acquire(blocking=False):
             return False
         self.released = True
         return True
@@ -217,7 +223,7 @@ def hold_wsgi(
     held: Held,
     slots: Slots,
 ) -> Iterable[bytes]:
-    """Run ``app`` holding ``held``: its response, wrapped to give the slot back on close()."""
+    """Run ``app`` holding ``held``: its response, wrapped to give the slot back at its end."""
     try:
         result = app(environ, start_response)
     except BaseException:
@@ -227,7 +233,8 @@ def hold_wsgi(
 
 
 class HeldResponse:
-    """The app's response iterable; the slot goes back when the server closes it."""
+    """The app's response iterable; the slot goes back once the server has taken its last
+    chunk (or the app's iterable raised), else when the server closes it (it left early)."""
 
     __slots__ = ("_held", "_result", "_slots")
 
@@ -237,9 +244,16 @@ class HeldResponse:
         self._slots = slots
 
     def __iter__(self) -> Iterator[bytes]:
-        for chunk in self._result:
-            renew(self._held, self._slots)
-            yield chunk
+        # Not on GeneratorExit: a generator dropped unfinished is the server's early exit,
+        # whose close() releases after closing the app's iterable.
+        try:
+            for chunk in self._result:
+                renew(self._held, self._slots)
+                yield chunk
+        except Exception:
+            release(self._held, self._slots)
+            raise
+        release(self._held, self._slots)
 
     def close(self) -> None:
         """Close the app's iterable (as WSGI asks), then give the slot back."""

@@ -10,7 +10,8 @@ A request takes one slot of its identity (``Limiter.acquire_slot``) before the
 app runs and gives it back when its response is over: on ASGI, when the last
 body message has been sent (``more_body`` false: a streaming response holds its
 slot until its last chunk), or when the app returns or fails, whichever comes
-first; on WSGI, when the server closes the response iterable. A request that
+first; on WSGI, once the server has taken the response iterable's last chunk,
+or when it closes the iterable first. A request that
 finds no slot free gets ``status`` (429 by default, 503 for a server that
 would rather say it is busy) with a ``Retry-After`` and a problem document, and
 never reaches the app. When the store cannot be asked (down, too slow, the
@@ -325,7 +326,7 @@ class ConcurrencyMiddleware(_SlotMiddleware[ASGIApp, AsyncSlotLimiter]):
 
 
 class WSGIConcurrencyMiddleware(_SlotMiddleware[WSGIApp, SlotLimiter]):
-    """WSGI: hold one of ``limit`` slots per identity until the server closes the response.
+    """WSGI: hold one of ``limit`` slots per identity until the server has sent the response.
 
     Keyword arguments are ``SlotPolicy``'s. ``limiter`` is a ``Limiter``.
     """

@@ -14,7 +14,8 @@ Each selected request is given a traffic class of the shedder's ``ShedPolicy``
 - a ``FleetShedder`` (WSGI) or ``AsyncFleetShedder`` (ASGI) takes one slot of the
   fleet-wide in-flight count, under the class's ceiling, before the app runs,
   and gives it back when the response is over (on ASGI after the last body
-  message, on WSGI when the server closes the response), renewing it while a
+  message, on WSGI once the server has taken the last chunk or closed the
+  response), renewing it while a
   long response streams: the concurrency middleware's holding, shared;
 - a ``LoadShedder`` reads the utilization the app reports and admits or sheds
   the request; nothing is held.
@@ -155,7 +156,7 @@ class WSGISheddingMiddleware(_SheddingBase[WSGIApp, FleetShedder]):
     """WSGI: shed the lowest traffic classes first under load.
 
     The options are ``SheddingMiddleware``'s; ``shedder`` is a ``FleetShedder``
-    (its slot held until the server closes the response) or a ``LoadShedder``.
+    (its slot held until the server has sent the response) or a ``LoadShedder``.
     """
 
     _fleet = FleetShedder
