@@ -106,7 +106,7 @@ def proxy(make_redis: object) -> Iterator[FaultProxy]:
 
 
 def _budget(proxy: FaultProxy, backlog: Backlog | None) -> TokenBudget:
-    store = RedisStore.from_url(proxy.url, clock=ManualClock(), timeout=0.2)
+    store = RedisStore.from_url(proxy.url, clock=ManualClock(), timeout=5.0)
     return TokenBudget(store, LIMITS, max_output_tokens=500, backlog=backlog)
 
 
@@ -214,7 +214,7 @@ def test_a_settle_under_its_estimate_owes_nothing(proxy: FaultProxy) -> None:
 
 def test_the_asyncio_twin_owes_and_pays_the_same(proxy: FaultProxy) -> None:
     async def run() -> tuple[int, int, int]:
-        store = AsyncRedisStore.from_url(proxy.url, clock=ManualClock(), timeout=0.2)
+        store = AsyncRedisStore.from_url(proxy.url, clock=ManualClock(), timeout=5.0)
         budget = AsyncTokenBudget(store, LIMITS, max_output_tokens=500, backlog=Backlog())
         try:
             proxy.set_fault(Fault.RESET)

@@ -54,7 +54,7 @@ def test_charges_in_an_outage_are_owed_through_the_breaker_and_paid_by_the_next_
     516 tokens in the 31 s since; ``acme`` regained its one charge, then paid 500."""
     _, proxy = proxied_redis
     clock = ManualClock()
-    store = RedisStore.from_url(proxy.url, clock=clock, timeout=0.2)
+    store = RedisStore.from_url(proxy.url, clock=clock, timeout=5.0)
     breaker = CircuitBreaker(failures=2, failure_ratio=None, cooldown=30.0, clock=clock)
     service = RateLimitService(config.loads(RULES), store, breaker=breaker)
     try:
@@ -85,7 +85,7 @@ async def test_serve_pays_what_is_owed_when_its_health_check_finds_the_store_bac
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     _, proxy = proxied_redis
-    store = AsyncRedisStore.from_url(proxy.url, clock=ManualClock(), timeout=0.2)
+    store = AsyncRedisStore.from_url(proxy.url, clock=ManualClock(), timeout=5.0)
     server = await start_server(RULES, store=store, health_interval=3600)
     proxy.set_fault(Fault.RESET)
     for tenant, tokens in (("a", 100), ("b", 200), ("a", 50)):
@@ -112,7 +112,7 @@ async def test_serve_stopping_with_tokens_owed_says_so(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     _, proxy = proxied_redis
-    store = AsyncRedisStore.from_url(proxy.url, clock=ManualClock(), timeout=0.2)
+    store = AsyncRedisStore.from_url(proxy.url, clock=ManualClock(), timeout=5.0)
     server = await start_server(RULES, store=store, health_interval=3600)
     proxy.set_fault(Fault.RESET)
     await server.should_rate_limit(_ask("llm", "acme", 70))
@@ -127,7 +127,7 @@ async def test_the_budget_service_owes_a_charge_it_could_not_make(
     """``BudgetRateLimitService`` raises on a store failure (its transport answers with an
     error), and the tokens are charged before the tenant's next call."""
     _, proxy = proxied_redis
-    store = AsyncRedisStore.from_url(proxy.url, clock=ManualClock(), timeout=0.2)
+    store = AsyncRedisStore.from_url(proxy.url, clock=ManualClock(), timeout=5.0)
     service = BudgetRateLimitService(
         store, domain="llm", descriptor_key="tenant", rate="1000/minute"
     )
