@@ -125,6 +125,11 @@ class TokenBudgetBase(Generic[A, B, H]):
         )
         if not isinstance(budget, self._budget_class):
             raise ConfigurationError(f"budget {budget!r} must be {self._budget_hint}")
+        if estimate is None:  # ``actual`` may be left out; ``estimate`` may not
+            raise ConfigurationError(
+                "token budget middleware estimate=None: a callable is needed, "
+                "estimate(request, body) -> Usage, what a request reserves"
+            )
         for what, func in (("estimate", estimate), ("actual", actual)):
             if func is not None and not callable(func):
                 raise ConfigurationError(f"token budget middleware {what}={func!r}: a callable")
