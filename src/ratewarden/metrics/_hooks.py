@@ -47,6 +47,7 @@ IDEMPOTENCY_OUTCOMES = (
     "bad_key",
     "key_missing",
     "too_large",
+    "client_gone",
     "store_failed",
     "unguarded",
 )
@@ -125,6 +126,7 @@ class Metrics:
         lock), ``replayed`` (the stored response sent again), ``in_flight`` (409: the first
         still runs), ``mismatched`` (422: the key came with another body or query),
         ``bad_key`` (400), ``key_missing`` (400: ``required``), ``too_large`` (413),
+        ``client_gone`` (the client left before its body ended: nothing ran),
         ``store_failed`` (503: the store failed at ``begin``) or ``unguarded`` (the store
         failed and ``fail_open`` ran the app without the guarantee)."""
 

@@ -86,8 +86,8 @@ class PrometheusMetrics(Metrics):
       estimates held too much.
     - ``ratewarden_idempotency_requests_total{rule, outcome}``: an Idempotency-Key
       middleware's requests, outcome ``ran``, ``replayed``, ``in_flight``,
-      ``mismatched``, ``bad_key``, ``key_missing``, ``too_large``, ``store_failed`` or
-      ``unguarded`` (``Metrics.idempotency_request``).
+      ``mismatched``, ``bad_key``, ``key_missing``, ``too_large``, ``client_gone``,
+      ``store_failed`` or ``unguarded`` (``Metrics.idempotency_request``).
 
     ``registry`` defaults to prometheus_client's global ``REGISTRY``; pass a
     fresh ``CollectorRegistry`` in tests, or to build two instances in one process.

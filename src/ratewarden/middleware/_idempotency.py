@@ -12,7 +12,7 @@ between them: read the body, call the store, run the app, send a response.
 4. ``to_store``: what the captured response leaves in the store for retries.
 
 Each request handled gets one ``metrics.idempotency_request`` outcome, counted by
-the step that answers it (``key_of``, ``too_large``, ``begun``).
+the step that answers it (``key_of``, ``too_large``, ``client_gone``, ``begun``).
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ DEFAULT_METHODS = frozenset({"PATCH", "POST"})
 # Visible ASCII but '"' and ',' (so a joined header can't pass as one key), 1-255 chars.
 _KEY = re.compile(r'"([!#-+\--~]{1,255})"|([!#-+\--~]{1,255})')
 _NOT_STORED = frozenset({408, 409, 425, 429})
+_BARE = ((b"content-length", b"0"),)
 
 #: ``begun``'s answers besides a response to send: run the app holding the lock, or run it
 #: without the guarantee (the store failed and ``fail_open`` is on).
@@ -257,6 +258,12 @@ class IdempotencyPolicy:
         return self.answer(
             "key_missing", problem(400, detail, type_uri=self.required_docs, title=title)
         )
+
+    def client_gone(self) -> StoredResponse:
+        """The answer to a request whose client left before its body ended, counted as
+        ``client_gone``: a bare 400 (sent on WSGI, where the server may still deliver it; on
+        ASGI there is nobody to send it to). Nothing was locked: a retry runs."""
+        return self.answer("client_gone", StoredResponse(400, _BARE, b""))
 
     def too_large(self) -> StoredResponse:
         """The answer to a body over ``max_body_bytes``: it cannot be fingerprinted."""

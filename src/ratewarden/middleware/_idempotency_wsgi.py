@@ -11,6 +11,7 @@ from typing import Any
 from ratewarden.idempotency import StoredResponse
 from ratewarden.middleware._idempotency import Capture
 from ratewarden.middleware._outcome import close_wsgi
+from ratewarden.middleware._request import ClientGoneError
 from ratewarden.middleware._types import StartResponse
 
 __all__ = ["Recorded", "wsgi_body", "wsgi_send"]
@@ -61,6 +62,12 @@ class Recorded:
 
 
 def wsgi_body(environ: dict[str, Any], limit: int) -> bytes | None:
+    """A WSGI request's body, or None past ``limit`` bytes (413: not read when its
+    Content-Length says so). A body without a length is read only when the server
+    terminates the input (``wsgi.input_terminated``), else it is ``b""``. Raises
+    ``ClientGoneError`` when the input ends before its Content-Length, or fails (a cut
+    chunked upload): the client left mid-body, and a truncated body must not pass for
+    the whole one (the app would run on it, and its retry be refused as another body)."""
     stream = environ.get("wsgi.input")
     if stream is None:
         return b""
@@ -71,11 +78,27 @@ def wsgi_body(environ: dict[str, Any], limit: int) -> bytes | None:
     if length > limit:
         return None
     if length:
-        return bytes(stream.read(length))
-    if environ.get("wsgi.input_terminated"):
-        body = bytes(stream.read(limit + 1))
-        return None if len(body) > limit else body
-    return b""
+        wanted = length
+    elif environ.get("wsgi.input_terminated"):
+        wanted = limit + 1
+    else:
+        return b""
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        while size < wanted:
+            chunk = stream.read(wanted - size)
+            if not chunk:
+                break
+            chunks.append(bytes(chunk))
+            size += len(chunk)
+    except OSError as exc:
+        raise ClientGoneError from exc
+    if size > limit:
+        return None
+    if length and size < length:
+        raise ClientGoneError
+    return b"".join(chunks)
 
 
 def wsgi_send(start_response: StartResponse, response: StoredResponse) -> list[bytes]:

@@ -33,9 +33,11 @@ what ``ratewarden.idempotency`` defines (the records and the store protocols)::
   given), and runs nothing. With the default, False, such a request just runs.
 - Bad keys answer 400, bodies over ``max_body_bytes`` 413, and an unreachable
   store 503 (or, with ``fail_open=True``, the app runs without the guarantee).
+  A client that leaves before its body ends runs nothing and locks nothing (on
+  WSGI it is answered a bare 400).
 - ``metrics`` counts each handled request by outcome (``idempotency_request``, rule
   ``name``): ran, replayed, in_flight, mismatched, bad_key, key_missing, too_large,
-  store_failed, unguarded.
+  client_gone, store_failed, unguarded.
 """
 
 from __future__ import annotations
@@ -172,7 +174,8 @@ class IdempotencyMiddleware(_Idempotency):
             return await _asgi_send(send, key)
         try:
             body = await read_body(receive, policy.max_body)
-        except ClientGoneError:  # nobody to answer
+        except ClientGoneError:  # nobody to answer; counted, so the outcomes add up
+            policy.client_gone()
             return None
         if body is None:
             return await _asgi_send(send, policy.too_large())
@@ -281,7 +284,10 @@ class WSGIIdempotencyMiddleware(_Idempotency):
             return self.app(environ, start_response)
         if isinstance(key, StoredResponse):
             return wsgi_send(start_response, key)
-        body = wsgi_body(environ, policy.max_body)
+        try:
+            body = wsgi_body(environ, policy.max_body)
+        except ClientGoneError:
+            return wsgi_send(start_response, policy.client_gone())
         if body is None:
             return wsgi_send(start_response, policy.too_large())
         environ["wsgi.input"], environ["CONTENT_LENGTH"] = BytesIO(body), str(len(body))
