@@ -20,7 +20,9 @@ __all__ = ["Recorded", "wsgi_body", "wsgi_send"]
 class Recorded:
     """The app's response iterable, captured as it is sent. The key is settled when the
     app has given its last chunk, before the server sends it, or on close() if the
-    response was cut short."""
+    response was cut short. With nothing to capture (the store failed at ``begin``), the
+    lock is given back once the server has taken the last chunk, or on close(): a server
+    may skip close() (werkzeug's, when the client resets right after the response)."""
 
     def __init__(
         self,
@@ -35,8 +37,12 @@ class Recorded:
         # Each chunk is held back until the next one is in hand, so the key is settled
         # before the server writes the last one: the client cannot have the whole response
         # before it is stored (a retry sent the moment it arrives is replayed).
-        if self._capture is None:  # nothing to store: settled on close() alone
-            yield from self._result
+        if self._capture is None:  # nothing to store: settled at the end, or on close()
+            # Not ``yield from``: closing this generator would close the app's iterable too,
+            # a second time after ``close()``.
+            for chunk in self._result:
+                yield chunk
+            self._settle(None)
             return
         held: bytes | None = None
         for chunk in self._result:
