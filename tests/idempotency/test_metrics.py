@@ -4,7 +4,8 @@
 
 Outcomes: ``ran`` (the first request with its key), ``replayed``, ``in_flight`` (409),
 ``mismatched`` (422), ``bad_key`` and ``key_missing`` (400), ``too_large`` (413),
-``store_failed`` (503) and ``unguarded`` (``fail_open``). Requests the middleware does not
+``client_gone`` (the body was cut short: nothing ran), ``store_failed`` (503) and
+``unguarded`` (``fail_open``). Requests the middleware does not
 handle (a GET, a POST without a key where none is required) are not counted. Driven through
 Starlette (httpx in process), Flask (werkzeug's client) and Django's WSGI handler, on memory
 and on a real redis-server; each test reads the exact counts from a fresh registry.
@@ -53,6 +54,7 @@ OUTCOMES = (
     "bad_key",
     "key_missing",
     "too_large",
+    "client_gone",
     "store_failed",
     "unguarded",
 )
