@@ -12,6 +12,7 @@ import asyncio
 import time
 from typing import Protocol, cast, runtime_checkable
 
+from ratewarden.checks import refuse_class
 from ratewarden.errors import ConfigurationError
 
 __all__ = ["Clock", "SystemClock", "check_clock"]
@@ -41,7 +42,10 @@ class Clock(Protocol):
 def check_clock(owner: str, clock: object) -> Clock | None:
     """``clock`` as given (None: the owner's default), or ``ConfigurationError`` naming
     ``owner`` and ``clock`` when it has no callable ``now_us``, the one method a store calls:
-    ``clock=5`` would otherwise be taken, and fail at the first hit with an AttributeError."""
+    ``clock=5`` would otherwise be taken, and fail at the first hit with an AttributeError.
+    A class is refused too (``clock=ManualClock``, the ``()`` forgotten): its ``now_us`` is
+    callable, and every hit would be a TypeError for the missing ``self``."""
+    refuse_class(owner, "clock", clock, needs="now_us", kind="clock")
     if clock is None or callable(getattr(clock, "now_us", None)):
         return cast("Clock | None", clock)
     name = type(clock).__name__
