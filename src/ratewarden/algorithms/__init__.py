@@ -60,11 +60,15 @@ ALGORITHMS: dict[str, ModuleType] = {
 
 
 def get(name: str) -> ModuleType:
-    """The algorithm module called ``name``, or a ConfigurationError listing the choices."""
+    """The algorithm module called ``name``, or a ConfigurationError listing the choices
+    (and the one meant, for ``'GCRA'``, ``'sliding-window'`` or ``'token bucket'``)."""
     module = ALGORITHMS.get(name) if isinstance(name, str) else None
     if module is None:
         choices = ", ".join(sorted(ALGORITHMS))
-        raise ConfigurationError(f"unknown algorithm {name!r}; choose one of: {choices}")
+        words = name.lower().replace("-", " ").replace("_", " ") if isinstance(name, str) else ""
+        meant = "_".join(words.split())
+        hint = f"; did you mean {meant!r}?" if meant in ALGORITHMS else ""
+        raise ConfigurationError(f"unknown algorithm {name!r}; choose one of: {choices}{hint}")
     return module
 
 
