@@ -17,7 +17,8 @@ def test_a_rate_given_as_text_points_to_rate_parse_of_it() -> None:
     with pytest.raises(ConfigurationError) as refused:
         limiter.hit("k", "10/second")  # type: ignore[arg-type]
     assert str(refused.value) == (
-        "rates '10/second' must be a Rate or a list of Rates, not text: Rate.parse('10/second')"
+        "Limiter.hit: rates '10/second' must be a Rate or a list of Rates, not text: "
+        "Rate.parse('10/second')"
     )
     assert limiter.peek("k", TEN).remaining == 10
 
@@ -27,4 +28,6 @@ def test_text_in_a_list_of_rates_points_to_rate_parse_of_it() -> None:
     limiter = Limiter(MemoryStore(clock=ManualClock(0)))
     with pytest.raises(ConfigurationError) as refused:
         limiter.hit("k", [TEN, "5/minute"])  # type: ignore[list-item]
-    assert str(refused.value) == "'5/minute' is not a Rate; use Rate.parse('5/minute')"
+    assert str(refused.value) == (
+        "Limiter.hit: '5/minute' is not a Rate; use Rate.parse('5/minute')"
+    )

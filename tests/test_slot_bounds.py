@@ -58,8 +58,10 @@ def test_the_ceilings_are_2_to_the_52_slots_and_a_year() -> None:
 async def test_past_a_ceiling_acquire_slot_is_refused_and_takes_nothing(
     limiter: Any, limit: int, kwargs: dict[str, Any], words: str
 ) -> None:
-    """The argument, its value and the ceiling; a slot of limit 1 is still free after."""
-    with pytest.raises(ConfigurationError, match=f"^{re.escape(words)}"):
+    """The method, the argument, its value and the ceiling; a slot of limit 1 is still free
+    after."""
+    called = f"{type(limiter).__name__}.acquire_slot: "
+    with pytest.raises(ConfigurationError, match=f"^{re.escape(called + words)}"):
         await _call(limiter.acquire_slot("s", limit, **kwargs))
     assert (await _call(limiter.acquire_slot("s", 1))).allowed
 
@@ -86,7 +88,8 @@ async def test_at_the_ceilings_every_store_counts_exactly(limiter: Any) -> None:
 async def test_renew_slot_past_a_year_is_refused_and_keeps_the_lease(limiter: Any) -> None:
     """renew_slot(ttl=) has the same ceiling; the lease stays as it was."""
     lease = await _call(limiter.acquire_slot("s", 1, ttl=10))
-    with pytest.raises(ConfigurationError, match=r"^lease ttl 10000000000000\.0 is too long"):
+    words = f"{type(limiter).__name__}.renew_slot: lease ttl 10000000000000.0 is too long"
+    with pytest.raises(ConfigurationError, match=f"^{re.escape(words)}"):
         await _call(limiter.renew_slot(lease, ttl=1e13))
     assert not (await _call(limiter.acquire_slot("s", 1, ttl=10))).allowed
     assert await _call(limiter.renew_slot(lease, ttl=YEAR))

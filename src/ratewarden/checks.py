@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any, NoReturn, ParamSpec, TypeGuard, TypeVar
 
 from ratewarden.deprecation import UNSET
-from ratewarden.errors import ConfigurationError
+from ratewarden.errors import ConfigurationError, shown
 from ratewarden.rate import Rate
 
 __all__ = [
@@ -48,11 +48,11 @@ C = TypeVar("C", bound=type)
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
 _ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z")
 _NAME_RULE = (
-    "{what} name {value!r} must be 1-32 lowercase letters, digits or '_', "
+    "{what} name {value} must be 1-32 lowercase letters, digits or '_', "
     "starting with a letter (e.g. 'tokens', 'input_tokens')"
 )
 _ID_RULE = (
-    "{what} {value!r} must be 1-128 characters from A-Z a-z 0-9 _ . : - "
+    "{what} {value} must be 1-128 characters from A-Z a-z 0-9 _ . : - "
     "(leave it out to get a random one)"
 )
 
@@ -76,13 +76,13 @@ def check_bool(what: str, value: object) -> bool:
     ``0``, ``None``) is refused rather than read by its truth, which would take the string
     ``"false"`` for yes. ``what`` names the option, e.g. ``"rule 'strict' shadow"``."""
     if not isinstance(value, bool):
-        raise ConfigurationError(f"{what} {value!r} must be True or False")
+        raise ConfigurationError(f"{what} {shown(value)} must be True or False")
     return value
 
 
 def check_key(key: object) -> str:
     if not isinstance(key, str):
-        raise ConfigurationError(f"key {key!r} must be a string")
+        raise ConfigurationError(f"key {shown(key)} must be a string")
     if not key:
         raise ConfigurationError("key must not be empty: pass the identity being limited")
     if not key.isascii():  # O(1) in CPython: only non-ASCII keys pay for the encode below
@@ -90,7 +90,7 @@ def check_key(key: object) -> str:
             key.encode()
         except UnicodeEncodeError as exc:
             raise ConfigurationError(
-                f"key {key!r} is not valid text: {exc.reason} at index {exc.start} (a lone "
+                f"key {shown(key)} is not valid text: {exc.reason} at index {exc.start} (a lone "
                 "surrogate cannot be encoded as UTF-8 for any store); decode the bytes it came "
                 "from with errors='replace' or 'backslashreplace'"
             ) from None
@@ -100,10 +100,10 @@ def check_key(key: object) -> str:
 def check_cost(cost: object) -> int:
     if isinstance(cost, bool) or not isinstance(cost, int):
         raise ConfigurationError(
-            f"cost {cost!r} must be a whole number (0 checks without consuming)"
+            f"cost {shown(cost)} must be a whole number (0 checks without consuming)"
         )
     if cost < 0:
-        raise ConfigurationError(f"cost {cost!r} must not be negative")
+        raise ConfigurationError(f"cost {shown(cost)} must not be negative")
     return cost
 
 
@@ -114,16 +114,17 @@ def check_rates(rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]:
         found = tuple(rates)
     elif isinstance(rates, str):  # the text the middleware's Rule takes: say how to parse it
         raise ConfigurationError(
-            f"rates {rates!r} must be a Rate or a list of Rates, not text: Rate.parse({rates!r})"
+            f"rates {shown(rates)} must be a Rate or a list of Rates, not text: "
+            f"Rate.parse({shown(rates)})"
         )
     else:
-        raise ConfigurationError(f"rates {rates!r} must be a Rate or a list of Rates")
+        raise ConfigurationError(f"rates {shown(rates)} must be a Rate or a list of Rates")
     if not found:
         raise ConfigurationError("no rate given: pass a Rate or a list of Rates")
     for rate in found:
         if not isinstance(rate, Rate):
-            example = rate if isinstance(rate, str) else "100/minute"
-            raise ConfigurationError(f"{rate!r} is not a Rate; use Rate.parse({example!r})")
+            example = shown(rate if isinstance(rate, str) else "100/minute")
+            raise ConfigurationError(f"{shown(rate)} is not a Rate; use Rate.parse({example})")
     if len(set(found)) != len(found):
         raise ConfigurationError(f"rates {[str(r) for r in found]} list the same rate twice")
     return found
@@ -166,10 +167,10 @@ MAX_LEASE_SECONDS = 365 * 86_400
 def check_slot_count(what: str, value: object) -> int:
     """A concurrency ``limit`` or ``slots`` (``what``): a whole number from 1 to ``MAX_SLOTS``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"concurrency {what} {value!r} must be a whole number >= 1")
+        raise ConfigurationError(f"concurrency {what} {shown(value)} must be a whole number >= 1")
     if value > MAX_SLOTS:
         raise ConfigurationError(
-            f"concurrency {what} {value:,} is too large: at most {MAX_SLOTS:,} (2**52), "
+            f"concurrency {what} {_amount(value)} is too large: at most {MAX_SLOTS:,} (2**52), "
             "past which a Redis number does not count slots exactly"
         )
     return value
@@ -182,19 +183,25 @@ def check_slot_request(limit: object, slots: object, ttl_us: object, lease_id: o
     check_slot_count("slots", slots)
     if isinstance(ttl_us, bool) or not isinstance(ttl_us, int) or ttl_us < 1:
         raise ConfigurationError(
-            f"concurrency ttl {ttl_us!r} must be a whole number of microseconds >= 1"
+            f"concurrency ttl {shown(ttl_us)} must be a whole number of microseconds >= 1"
         )
     if ttl_us > MAX_LEASE_SECONDS * 1_000_000:
         raise ConfigurationError(
-            f"concurrency ttl {ttl_us:,} microseconds is too long: at most "
+            f"concurrency ttl {_amount(ttl_us)} microseconds is too long: at most "
             f"{MAX_LEASE_SECONDS:,} seconds (365 days)"
         )
     check_lease_id(lease_id)
 
 
+def _amount(number: int) -> str:
+    """A large whole number for an error: ``4,503,599,627,370,497``, or ``shown``'s words
+    when it is too long to write out."""
+    return f"{number:,}" if number.bit_length() <= 200 else shown(number)
+
+
 def check_lease_id(lease_id: object) -> str:
     if not isinstance(lease_id, str) or not lease_id:
-        raise ConfigurationError(f"lease id {lease_id!r} must be a non-empty string")
+        raise ConfigurationError(f"lease id {shown(lease_id)} must be a non-empty string")
     return lease_id
 
 
@@ -210,9 +217,9 @@ def check_id(what: str, value: object) -> str:
 
 def _matched(pattern: re.Pattern[str], value: object, what: str, message: str) -> str:
     """``value`` when it is a string ``pattern`` matches, else ``message`` (formatted with
-    ``what`` and ``value`` only then) as a ConfigurationError."""
+    ``what`` and ``value``, as ``shown``, only then) as a ConfigurationError."""
     if not isinstance(value, str) or not pattern.match(value):
-        raise ConfigurationError(message.format(what=what, value=value))
+        raise ConfigurationError(message.format(what=what, value=shown(value)))
     return value
 
 
@@ -250,12 +257,18 @@ def _built(cls: type) -> str:
 
 
 def refuse_unknown(
-    owner: str, given: Collection[str], takes: Sequence[str], what: str = "keyword"
+    owner: str,
+    given: Collection[str],
+    takes: Sequence[str],
+    what: str = "keyword",
+    *,
+    old: Collection[str] = (),
 ) -> None:
     """``ConfigurationError`` naming ``owner`` (the public class), the ``given`` names it does
     not take, the nearest name it takes when one is close, and every name it takes; nothing
-    when each is one of ``takes``."""
-    unknown = sorted(set(given) - set(takes))
+    when each is one of ``takes`` or ``old``. ``old`` are deprecated names (``failure``, now
+    ``failure_mode``): still taken, but neither offered nor called unknown."""
+    unknown = sorted(set(given) - set(takes) - set(old))
     if not unknown:
         return
     plural = "s" if len(unknown) > 1 else ""
@@ -277,13 +290,14 @@ def keywords_checked(init: Callable[P, None]) -> Callable[P, None]:
     known = frozenset(p.name for p in params if p.kind in kinds)
     # A renamed keyword's old name (its default UNSET) is still taken, but not offered.
     takes = tuple(p.name for p in params if p.kind in kinds and p.default is not UNSET)
+    old = known.difference(takes)
     positional = tuple(p.name for p in params if p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD)
     by_keyword = tuple(name for name in takes if name not in positional)
 
     @functools.wraps(init)
     def checked(*args: P.args, **kwargs: P.kwargs) -> None:
         if not known.issuperset(kwargs):
-            refuse_unknown(type(args[0]).__name__, kwargs, takes)
+            refuse_unknown(type(args[0]).__name__, kwargs, takes, old=old)
         if len(args) > len(positional) + 1:
             _refuse_positional(type(args[0]).__name__, len(args) - 1, positional, by_keyword)
         try:

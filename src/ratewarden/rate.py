@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import inspect
 import math
 import re
 import unicodedata
@@ -36,9 +37,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from fractions import Fraction
-from typing import ParamSpec
+from typing import ParamSpec, TypeVar
 
-from ratewarden.errors import ConfigurationError
+from ratewarden.errors import ConfigurationError, shown
 
 __all__ = ["MAX_PERIOD_US", "UNITS", "Rate", "format_period"]
 
@@ -93,14 +94,14 @@ def _period_us(period: timedelta | float | int) -> int:
             raise ConfigurationError(f"Rate period {period!r} must be a finite number of seconds")
         us = round(period * _SECOND_US)
         whole = abs(us - period * _SECOND_US) < 1e-6 * max(1.0, abs(period))
-    else:
-        raise ConfigurationError(f"Rate period {period!r} must be a timedelta or seconds")
+    else:  # anything: text, say, as long as it comes
+        raise ConfigurationError(f"Rate period {shown(period)} must be a timedelta or seconds")
     if us <= 0:
         if not isinstance(period, timedelta) and period > 0:  # a timedelta holds whole us
             raise ConfigurationError(
                 f"Rate period {period!r} is shorter than 1 microsecond, the finest a rate counts"
             )
-        raise ConfigurationError(f"Rate period {period!r} must be longer than zero")
+        raise ConfigurationError(f"Rate period {shown(period)} must be longer than zero")
     if not whole:
         raise ConfigurationError(f"Rate period {period!r} is not a whole number of microseconds")
     return us
@@ -109,7 +110,8 @@ def _period_us(period: timedelta | float | int) -> int:
 def _fraction_hint(found: re.Match[str]) -> str:
     """For ``"1/0.5s"``: the multiple must be whole, and how to write that period."""
     limit, mult, unit = found.group("limit", "mult", "unit")
-    us = Fraction(mult) * UNITS.get(unit.lower(), 0) if (limit + mult).isascii() else 0
+    known = (limit + mult).isascii() and limit.isdecimal() and len(limit) <= _MAX_DIGITS
+    us = Fraction(mult) * UNITS.get(unit.lower(), 0) if known else 0
     if us.denominator != 1 or not 0 < us <= MAX_PERIOD_US:
         return "; the period multiple must be whole"
     written, seconds = f"{limit}/{format_period(int(us))}", int(us) / _SECOND_US
@@ -126,54 +128,49 @@ def _whole(text: str, what: str, digits: str) -> int:
     significant = digits[start:]
     if len(significant) > _MAX_DIGITS:
         raise ConfigurationError(
-            f"rate {_shown(text)}: {what} has {len(significant)} digits; "
+            f"rate {shown(text)}: {what} has {len(significant)} digits; "
             f"the most a rate can use is {_MAX_DIGITS}"
         )
     return int(significant)
 
 
-def _shown(text: str) -> str:
-    """The text for an error message, cut short when it is very long."""
-    return repr(text) if len(text) <= 60 else f"{text[:60]!r}... ({len(text)} characters)"
-
-
 def _positive_int(what: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigurationError(f"Rate {what} {value!r} must be a whole number")
+        raise ConfigurationError(f"Rate {what} {shown(value)} must be a whole number")
     if value <= 0:
-        raise ConfigurationError(f"Rate {what} {value!r} must be at least 1")
+        raise ConfigurationError(f"Rate {what} {shown(value)} must be at least 1")
     return value
 
 
 P = ParamSpec("P")
-
-#: What Rate() takes, all of it by position or by name.
-_TAKES = ("limit", "period", "burst")
+T = TypeVar("T")
 
 
-def _refusing_bad_arguments(init: Callable[P, None]) -> Callable[P, None]:
-    """Rate's ``__init__``, its unknown keywords and extra positional arguments refused as
-    ``checks.keywords_checked`` refuses them (checks imports this module, so it cannot be
-    used here). The arguments are looked at only when the call fails: a good call pays for
-    the wrapper's call alone, about 0.13 us of Rate(10, 1)'s 1.5 us (checking first, 0.19)."""
+def _refusing_bad_arguments(function: Callable[P, T]) -> Callable[P, T]:
+    """``function`` (Rate's ``__init__`` or ``parse``) refusing unknown keywords and extra
+    positional arguments as ``checks.keywords_checked`` does (checks imports this module).
+    They are looked at only when the call fails: a good call pays for the wrapper's call
+    alone, about 0.13 us of Rate(10, 1)'s 1.5 us (checking first, 0.19)."""
+    owner = "Rate" if function.__name__ == "__init__" else f"Rate.{function.__name__}"
+    takes = tuple(inspect.signature(function).parameters)[1:]  # less self or cls
 
-    @functools.wraps(init)
-    def checked(*args: P.args, **kwargs: P.kwargs) -> None:
+    @functools.wraps(function)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
-            init(*args, **kwargs)
+            return function(*args, **kwargs)
         except TypeError:
-            unknown = sorted(set(kwargs).difference(_TAKES))
+            unknown = sorted(set(kwargs).difference(takes))
             if unknown:
-                close = [m for name in unknown for m in difflib.get_close_matches(name, _TAKES, 1)]
+                close = [m for name in unknown for m in difflib.get_close_matches(name, takes, 1)]
                 hint = f"; did you mean {', '.join(close)}?" if close else ""
                 raise ConfigurationError(
-                    f"Rate: unknown keyword{'s' if len(unknown) > 1 else ''} "
-                    f"{', '.join(map(repr, unknown))}; it takes {', '.join(_TAKES)}{hint}"
+                    f"{owner}: unknown keyword{'s' if len(unknown) > 1 else ''} "
+                    f"{', '.join(map(repr, unknown))}; it takes {', '.join(takes)}{hint}"
                 ) from None
-            if len(args) > len(_TAKES) + 1:
+            if len(args) > len(takes) + 1:
                 raise ConfigurationError(
-                    f"Rate: {len(args) - 1} positional arguments given, but it takes at most "
-                    f"{len(_TAKES)} ({', '.join(_TAKES)})"
+                    f"{owner}: {len(args) - 1} positional arguments given, but it takes at most "
+                    f"{len(takes)} ({', '.join(takes)})"
                 ) from None
             raise
 
@@ -216,33 +213,36 @@ class Rate:
         return self._hash
 
     @classmethod
+    @_refusing_bad_arguments
     def parse(cls, text: str, burst: int | None = None) -> Rate:
         """Parse ``"100/minute"``, ``"100/5m"``, ``"10 per second"``; see the module docstring."""
         if not isinstance(text, str):
-            raise ConfigurationError(f"rate {text!r} must be a string such as '100/minute'")
+            raise ConfigurationError(f"rate {shown(text)} must be a string such as '100/minute'")
         match = _PATTERN.match(text)
         if match is None or "." in (match["mult"] or ""):
             raise ConfigurationError(
-                f"rate {_shown(text)} is not LIMIT/UNIT: write it like '100/minute' or "
+                f"rate {shown(text)} is not LIMIT/UNIT: write it like '100/minute' or "
                 f"'100/5m'{'' if match is None else _fraction_hint(match)}"
             )
         raw_limit, raw_mult, raw_unit = match.group("limit", "mult", "unit")
         if not raw_limit.isdecimal():
             raise ConfigurationError(
-                f"rate {text!r}: limit {raw_limit!r} must be a whole number of requests, 1 or more"
+                f"rate {shown(text)}: limit {shown(raw_limit)} must be a whole number of requests, "
+                "1 or more"
             )
         unit_us = UNITS.get(raw_unit.lower())
         if unit_us is None:
             raise ConfigurationError(
-                f"rate {text!r}: unknown unit {raw_unit!r}; use one of us, ms, s, m, h, d, w, mo, "
-                "y (or microsecond, millisecond, second, minute, hour, day, week, month, year)"
+                f"rate {shown(text)}: unknown unit {shown(raw_unit)}; use one of us, ms, s, m, h, "
+                "d, w, mo, y (or microsecond, millisecond, second, minute, hour, day, week, month, "
+                "year)"
             )
         mult = 1 if raw_mult is None else _whole(text, "the period multiple", raw_mult)
         if mult == 0:
-            raise ConfigurationError(f"rate {text!r}: the period multiple must be at least 1")
+            raise ConfigurationError(f"rate {shown(text)}: the period multiple must be at least 1")
         limit = _whole(text, "limit", raw_limit)
         if limit == 0:
-            raise ConfigurationError(f"rate {text!r}: limit must be at least 1")
+            raise ConfigurationError(f"rate {shown(text)}: limit must be at least 1")
         if unit_us * mult > MAX_PERIOD_US:  # and maybe past what a timedelta holds
             raise _too_long(limit, unit_us * mult, burst)
         return cls(limit, timedelta(microseconds=unit_us * mult), burst)
@@ -253,7 +253,7 @@ class Rate:
         parts = re.split(r"[;,]", text) if isinstance(text, str) else list(text)
         rates = tuple(cls.parse(part) for part in parts if part.strip())
         if not rates:
-            raise ConfigurationError(f"rates {text!r}: no rate given")
+            raise ConfigurationError(f"rates {shown(text)}: no rate given")
         return rates
 
     @property

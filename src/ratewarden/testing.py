@@ -15,7 +15,7 @@ from datetime import timedelta
 
 from ratewarden.checks import init_checked, is_number, keywords_checked
 from ratewarden.decision import Decision
-from ratewarden.errors import ConfigurationError
+from ratewarden.errors import ConfigurationError, shown
 from ratewarden.rate import MAX_PERIOD_US
 
 __all__ = ["DecisionRecorder", "ManualClock", "RecordedDecision"]
@@ -26,34 +26,43 @@ __all__ = ["DecisionRecorder", "ManualClock", "RecordedDecision"]
 _LATEST_US = 2**53 - 1 - MAX_PERIOD_US
 
 
-def _past_latest(now_us: int) -> str:
+def _past_latest(seconds: float) -> str:
+    """Why the instant ``seconds`` from the epoch (the one asked for) is refused."""
+    if seconds < 1e15:
+        at = f"{seconds:,.6f}".rstrip("0").rstrip(".")
+    elif seconds < 1e308:
+        at = f"{seconds:.3g}"
+    else:  # an int past a float's range too: 10**400
+        at = "more than 1e+308"
     return (
-        f"{now_us / 1_000_000:.0f} s from the epoch is past {_LATEST_US // 1_000_000:,} s "
-        "(in 2155), the latest instant a state 100 years ahead stays below 2**53 "
-        "microseconds, past which a Redis number is not exact"
+        f"{at} s from the epoch is past {_LATEST_US // 1_000_000:,} s (in 2155), the latest "
+        "instant a state 100 years ahead stays below 2**53 microseconds, past which a Redis "
+        "number is not exact"
     )
 
 
-def _at_most(what: str, seconds: float) -> int:
-    """``seconds`` in whole microseconds, refused when past any instant a clock reaches."""
-    if seconds > _LATEST_US / 1_000_000:
-        raise ConfigurationError(f"{what}: {_past_latest(_LATEST_US + 1)}")
-    return round(seconds * 1_000_000)
+def _at_most(what: str, seconds: float, from_us: int = 0) -> int:
+    """``from_us`` plus ``seconds`` in whole microseconds, refused (naming the instant that
+    would be) when past any instant a clock reaches."""
+    if seconds > (_LATEST_US - from_us) / 1_000_000:
+        at = seconds if seconds >= 1e308 else from_us / 1_000_000 + seconds
+        raise ConfigurationError(f"{what}: {_past_latest(at)}")
+    return from_us + round(seconds * 1_000_000)
 
 
 def _instant_us(where: str, what: str, seconds: object) -> int:
     """An instant in seconds from the epoch as whole microseconds, or a ConfigurationError."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         raise ConfigurationError(
-            f"{where}: {what} {seconds!r} must be a number of seconds since the epoch"
+            f"{where}: {what} {shown(seconds)} must be a number of seconds since the epoch"
         )
-    if not math.isfinite(seconds):
+    if isinstance(seconds, float) and not math.isfinite(seconds):  # an int is: 10**400 too
         raise ConfigurationError(f"{where}: {what} {seconds!r} must be a finite number of seconds")
     if seconds < 0:
         raise ConfigurationError(
-            f"{where}: {what} {seconds!r} is negative; pass seconds since the epoch"
+            f"{where}: {what} {shown(seconds)} is negative; pass seconds since the epoch"
         )
-    return _at_most(f"{where}({seconds!r})", seconds)
+    return _at_most(f"{where}({shown(seconds)})", seconds)
 
 
 class ManualClock:
@@ -83,22 +92,22 @@ class ManualClock:
 
     def advance(self, seconds: float | timedelta) -> None:
         """Move time forward by ``seconds`` (rounded to the microsecond)."""
-        what = f"ManualClock.advance({seconds!r})"
+        what = f"ManualClock.advance({shown(seconds)})"
         if isinstance(seconds, timedelta):
             step = seconds.total_seconds()
         elif isinstance(seconds, int | float) and not isinstance(seconds, bool):
             step = seconds
         else:
             raise ConfigurationError(f"{what}: give seconds (a number) or a timedelta")
-        if not math.isfinite(step):
+        if isinstance(step, float) and not math.isfinite(step):  # an int is: 10**400 too
             raise ConfigurationError(f"{what}: give a finite number of seconds")
         if step < 0:
             raise ConfigurationError(f"{what}: time only moves forward")
-        self._move(what, lambda now: now + _at_most(what, step))
+        self._move(what, lambda now: _at_most(what, step, now))
 
     def advance_us(self, microseconds: int) -> None:
         """Move time forward by a whole number of microseconds."""
-        what = f"ManualClock.advance_us({microseconds!r})"
+        what = f"ManualClock.advance_us({shown(microseconds)})"
         if isinstance(microseconds, bool) or not isinstance(microseconds, int):
             raise ConfigurationError(
                 f"{what}: give a whole number of microseconds (an int; for seconds, "
@@ -118,7 +127,8 @@ class ManualClock:
         with self._lock:
             now_us = to(self._now_us)
             if now_us > _LATEST_US:
-                raise ConfigurationError(f"{what}: {_past_latest(now_us)}")
+                at = now_us / 1_000_000 if now_us < 10**306 else math.inf
+                raise ConfigurationError(f"{what}: {_past_latest(at)}")
             self._now_us = now_us
 
     def sleep(self, seconds: float) -> None:
@@ -141,7 +151,7 @@ def _slept(method: str, seconds: object) -> bool:
     """Whether ``ManualClock.<method>(seconds)`` moves time (``seconds`` above 0)."""
     if not is_number(seconds, -math.inf):
         raise ConfigurationError(
-            f"ManualClock.{method}({seconds!r}): give a finite number of seconds"
+            f"ManualClock.{method}({shown(seconds)}): give a finite number of seconds"
         )
     return seconds > 0
 

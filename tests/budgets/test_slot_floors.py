@@ -52,7 +52,10 @@ def test_the_floors_leave_the_shortest_sensible_options() -> None:
 @pytest.mark.parametrize(
     ("build", "expected"),
     [
-        (lambda: Limiter().acquire_slot("k", 1, ttl=1e-6), r"^lease ttl 1e-06 is too short"),
+        (
+            lambda: Limiter().acquire_slot("k", 1, ttl=1e-6),
+            r"^Limiter\.acquire_slot: lease ttl 1e-06 is too short",
+        ),
         (
             lambda: FleetShedder(Limiter(), "api", 10, ttl=0.0005),
             r"^FleetShedder ttl: lease ttl 0\.0005 is too short: at least 0\.001 s",

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ratewarden.checks import named_for, refuse_unknown
+from ratewarden.deprecation import UNSET
 from ratewarden.errors import ConfigurationError
 
-__all__ = ["argument_error", "arguments_checked", "public_name", "refuse_arguments"]
+__all__ = ["argument_error", "arguments_checked", "placed", "public_name", "refuse_arguments"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -90,14 +91,17 @@ def refuse_arguments(
     keyword argument 'cost'``); nothing otherwise (a missing argument stays Python's
     TypeError, renamed by the caller with ``checks.named_for``)."""
     params = list(inspect.signature(flow).parameters.values())[1:]
-    takes = [p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    named = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    # A renamed keyword's old name (its default UNSET: ``failure``) is taken, but not offered.
+    takes = [p.name for p in named if p.default is not UNSET]
+    old = [p.name for p in named if p.default is UNSET]
     name = public_name(self, flow)
     why = _NO_COST.get(flow.__name__.removesuffix("_flow"))
     if "cost" in kwargs and "cost" not in takes and why is not None:
         raise ConfigurationError(
             f"{name}: unknown keyword 'cost'; {why}; it takes {', '.join(takes)}"
         )
-    refuse_unknown(name, kwargs, takes)
+    refuse_unknown(name, kwargs, takes, old=old)
     positional = [p for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
     if len(args) > len(positional):
         raise ConfigurationError(
@@ -110,3 +114,16 @@ def refuse_arguments(
 def public_name(self: Any, flow: Callable[..., Any]) -> str:
     """The public method a flow is called as: ``TokenBudget.settle``."""
     return f"{type(self).__name__}.{flow.__name__.removesuffix('_flow')}"
+
+
+def placed(error: ConfigurationError, where: str) -> None:
+    """Begin ``error``'s message with ``where``, the method called (``Limiter.hit: cost 1.5
+    must be ...``), as its keyword and shadow errors begin: the store or the flow that
+    checks the key, cost, rates and failure mode does not know it. A message that names
+    the class or the method already (``TwoTier.hit: ...``, ``release_slot: ...``) is left as
+    it is. Only a failed call pays: the callers catch the error in a ``try``, which costs a
+    call that succeeds nothing."""
+    message = str(error)
+    owner, _, method = where.partition(".")
+    if not message.startswith((f"{owner}.", f"{owner}:", f"{method}:")):
+        error.args = (f"{where}: {message}",)

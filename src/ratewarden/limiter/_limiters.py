@@ -20,8 +20,9 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ratewarden.checks import check_bool
 from ratewarden.decision import Decision
-from ratewarden.deprecation import renamed
-from ratewarden.limiter._arguments import argument_error
+from ratewarden.deprecation import UNSET, renamed
+from ratewarden.errors import ConfigurationError
+from ratewarden.limiter._arguments import argument_error, arguments_checked, placed, public_name
 from ratewarden.limiter._core import DecisionCore, hook_refused
 from ratewarden.limiter._flows import Flow, adrive, drive
 from ratewarden.limiter._settings import FAILURE_MODES, FailureHook
@@ -43,13 +44,15 @@ def blocking(flow: Callable[Concatenate[Any, P], Flow[T]]) -> Callable[Concatena
 
     def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
         try:
-            started = flow(self, *args, **kwargs)
-        except TypeError as exc:
+            result: T = self.run(flow(self, *args, **kwargs))
+        except TypeError as exc:  # the arguments' (or one raised inside, as it was)
             error = argument_error(self, flow, exc, args, kwargs)
             if error is exc:
                 raise
             raise error from None
-        result: T = self.run(started)
+        except ConfigurationError as exc:  # bad input, the store's or the flow's refusal
+            placed(exc, public_name(self, flow))
+            raise
         return result
 
     _named(method, flow)
@@ -63,13 +66,15 @@ def awaiting(
 
     async def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
         try:
-            started = flow(self, *args, **kwargs)
-        except TypeError as exc:
+            result: T = await self.run(flow(self, *args, **kwargs))
+        except TypeError as exc:  # the arguments' (or one raised inside, as it was)
             error = argument_error(self, flow, exc, args, kwargs)
             if error is exc:
                 raise
             raise error from None
-        result: T = await self.run(started)
+        except ConfigurationError as exc:  # bad input, the store's or the flow's refusal
+            placed(exc, public_name(self, flow))
+            raise
         return result
 
     _named(method, flow, coroutine=True)
@@ -92,23 +97,21 @@ def _named(method: Any, flow: Callable[..., Any], *, coroutine: bool = False) ->
     method.__signature__ = signature.replace(return_annotation=returns)
 
 
-def _direct(core: DecisionCore, shadow: bool, failure_mode: str | None) -> bool:
-    """Whether a hit is the store's own call: a plain limiter, no shadow, a known failure mode."""
-    return core.plain and not shadow and (failure_mode is None or failure_mode in FAILURE_MODES)
-
-
 def _refuse_shadow(limiter: object, shadow: object) -> None:
     """Refuse a ``shadow`` that is not True or False, naming the method called: a truthy
     string (``"false"`` from an environment variable) would switch enforcement off.
     Called only when ``shadow`` is neither, so the hot path pays two identity tests."""
+    check_bool(f"{_hit_called(limiter)}: shadow", shadow)
+
+
+def _hit_called(limiter: object) -> str:
+    """The method a hit was called as: ``TwoTier.hit``, or ``AsyncLimiter.hit_now``."""
     if isinstance(limiter, _Blocking):
-        name = f"{type(limiter._limiter).__name__}.hit_now"
-    else:
-        name = f"{type(limiter).__name__}.hit"
-    check_bool(f"{name}: shadow", shadow)
+        return f"{type(limiter._limiter).__name__}.hit_now"
+    return f"{type(limiter).__name__}.hit"
 
 
-def _renamed(failure: str, failure_mode: str | None) -> str | None:
+def _renamed(failure: str | None, failure_mode: str | None) -> str | None:
     """``hit(failure=...)``, the deprecated name of ``failure_mode=``: its value, with a
     DeprecationWarning naming the caller of ``hit``."""
     return renamed("hit", "failure", "failure_mode", failure, failure_mode, None, stacklevel=4)
@@ -159,7 +162,7 @@ class Limiter(DecisionCore):
         shadow: bool = False,
         failure_mode: str | None = None,
         on_failure: FailureHook | None = None,
-        failure: str | None = None,
+        failure: str | None = UNSET,
     ) -> Decision:
         """Consume ``cost`` from every rate on ``key`` if all allow; never raises when over.
 
@@ -174,19 +177,23 @@ class Limiter(DecisionCore):
         """
         if shadow is not False and shadow is not True:
             _refuse_shadow(self, shadow)
-        if failure is not None:  # the deprecated name
+        if failure is not UNSET:  # the deprecated name
             failure_mode = _renamed(failure, failure_mode)
-        # _direct's test inlined (its frame costs a tenth of a kernel-decided hit): a plain
-        # limiter's hit is the store's one call, whatever failure mode answers its error.
+        # A plain limiter's hit is the store's one call, whatever failure mode answers its
+        # error (the test written out: a function's frame costs a tenth of a kernel's hit).
         if self.plain and not shadow and (failure_mode is None or failure_mode in FAILURE_MODES):
             try:
                 return self.store.hit(self.algorithm, key, rates, cost)
             except Exception as error:
                 return _failed(self, error, key, rates, cost, failure_mode, on_failure)
-        flow = self.hit_flow(
-            key, rates, cost, shadow=shadow, failure_mode=failure_mode, on_failure=on_failure
-        )
-        return drive(self.store, flow)
+        try:
+            flow = self.hit_flow(
+                key, rates, cost, shadow=shadow, failure_mode=failure_mode, on_failure=on_failure
+            )
+            return drive(self.store, flow)
+        except ConfigurationError as error:
+            placed(error, _hit_called(self))
+            raise
 
     peek = blocking(DecisionCore.peek_flow)
     hit_all = blocking(DecisionCore.hit_all_flow)
@@ -198,6 +205,7 @@ class Limiter(DecisionCore):
     release_slot = blocking(DecisionCore.release_slot_flow)
     renew_slot = blocking(DecisionCore.renew_slot_flow)
 
+    @arguments_checked  # a misspelt keyword named as TwoTier.slot's, not Limiter.slot()'s
     @contextmanager
     def slot(self, key: str, limit: int, *, slots: int = 1, ttl: float = 60.0) -> Iterator[Lease]:
         """``with limiter.slot(key, 10) as lease:``, released on exit when it was granted."""
@@ -242,22 +250,26 @@ class AsyncLimiter(DecisionCore):
         shadow: bool = False,
         failure_mode: str | None = None,
         on_failure: FailureHook | None = None,
-        failure: str | None = None,
+        failure: str | None = UNSET,
     ) -> Decision:
         """See ``Limiter.hit``."""
         if shadow is not False and shadow is not True:
             _refuse_shadow(self, shadow)
-        if failure is not None:  # the deprecated name
+        if failure is not UNSET:  # the deprecated name
             failure_mode = _renamed(failure, failure_mode)
-        if _direct(self, shadow, failure_mode):
+        if self.plain and not shadow and (failure_mode is None or failure_mode in FAILURE_MODES):
             try:
                 return await self.store.hit(self.algorithm, key, rates, cost)
             except Exception as error:
                 return _failed(self, error, key, rates, cost, failure_mode, on_failure)
-        flow = self.hit_flow(
-            key, rates, cost, shadow=shadow, failure_mode=failure_mode, on_failure=on_failure
-        )
-        return await adrive(self.store, flow)
+        try:
+            flow = self.hit_flow(
+                key, rates, cost, shadow=shadow, failure_mode=failure_mode, on_failure=on_failure
+            )
+            return await adrive(self.store, flow)
+        except ConfigurationError as error:
+            placed(error, _hit_called(self))
+            raise
 
     peek = awaiting(DecisionCore.peek_flow)
     hit_all = awaiting(DecisionCore.hit_all_flow)
@@ -267,6 +279,7 @@ class AsyncLimiter(DecisionCore):
     release_slot = awaiting(DecisionCore.release_slot_flow)
     renew_slot = awaiting(DecisionCore.renew_slot_flow)
 
+    @arguments_checked
     @asynccontextmanager
     async def slot(
         self, key: str, limit: int, *, slots: int = 1, ttl: float = 60.0
@@ -361,13 +374,17 @@ def _failed(
     With one, the flow runs on a store raising the same error, so the failure
     mode answers (or the error is raised) exactly as the flow would have.
     """
-    if failure_mode is None:
-        raise error
-    if on_failure is not None and not callable(on_failure):
-        # hit_flow refuses it; in an outage the failure mode answers and the refusal is logged.
-        on_failure = _refusing(on_failure)
-    flow = limiter.hit_flow(key, rates, cost, failure_mode=failure_mode, on_failure=on_failure)
-    return drive(_Failing(error), flow, limiter.clock)
+    try:
+        if failure_mode is None:
+            raise error
+        if on_failure is not None and not callable(on_failure):
+            # hit_flow refuses it; in an outage the failure mode answers, the refusal logged.
+            on_failure = _refusing(on_failure)
+        flow = limiter.hit_flow(key, rates, cost, failure_mode=failure_mode, on_failure=on_failure)
+        return drive(_Failing(error), flow, limiter.clock)
+    except ConfigurationError as refused:  # bad input, which the store or the flow refused
+        placed(refused, _hit_called(limiter))
+        raise
 
 
 def _refusing(hook: object) -> FailureHook:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ratewarden.checks import check_cost, check_key, check_rates, check_slot_request
 from ratewarden.clock import Clock
 from ratewarden.decision import Decision
-from ratewarden.deprecation import renamed
+from ratewarden.deprecation import UNSET, renamed
 from ratewarden.errors import CircuitOpenError, ConfigurationError, StorageError
 from ratewarden.limiter._aged import marked
 from ratewarden.limiter._breaker import CircuitBreaker
@@ -140,14 +140,14 @@ class Operations:
         rates: Rate | Sequence[Rate],
         *,
         failure_mode: str | None = None,
-        failure: str | None = None,
+        failure: str | None = UNSET,
     ) -> Flow[Decision]:
         """The state of ``key``, consuming nothing (a hit of cost 0, not reported to hooks).
 
         ``failure_mode`` overrides the limiter's for this call (``failure`` is its
         deprecated name).
         """
-        if failure is not None:  # stacklevel 4: the caller of ``peek``
+        if failure is not UNSET:  # the deprecated name; stacklevel 4: the caller of ``peek``
             failure_mode = renamed(
                 "peek", "failure", "failure_mode", failure, failure_mode, None, stacklevel=4
             )
