@@ -29,20 +29,26 @@ SCRIPT = textwrap.dedent(
     del kept
     gc.collect()
     assert gone() is not None  # frozen: a collection does not see the cycle
-    heap.refreeze()
-    assert gone() is None  # refreeze collected it
-    assert gc.get_freeze_count() > 0
     young = cycle()
     dead = weakref.ref(young)
     del young
     gc.collect()
     assert dead() is None  # what is made after a freeze is collected as always
+    fresh = cycle()
+    dropped = cycle()
+    lost = weakref.ref(dropped)
+    del dropped
+    heap.refreeze()  # the young generations collected, then what is alive frozen
+    assert lost() is None
+    assert not any(each is fresh for each in gc.get_objects())  # frozen
+    assert len(gc.get_objects()) < tracked / 10
+    assert gc.get_freeze_count() > 0
     print("ok")
     """
 )
 
 
-def test_freeze_keeps_the_heap_out_of_collections_and_refreeze_frees_frozen_cycles() -> None:
+def test_freeze_keeps_the_heap_out_of_collections_and_refreeze_freezes_what_came_since() -> None:
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=60, check=False
     )

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from ratewarden.server import heap
 from ratewarden.server.config.directory import walk
 
 __all__ = ["ConfigWatcher", "ReloadOutcome", "fingerprint", "problems", "report_load"]
@@ -202,7 +203,8 @@ class ConfigWatcher(Generic[C]):
         self._seen = current
         self._say(seen)
         try:
-            config = self._load(self.paths)
+            with heap.loading():  # no full collection walks the half-built config (heap.py)
+                config = self._load(self.paths)
         except Exception as exc:
             self.failures += 1
             self.last_error = str(exc)

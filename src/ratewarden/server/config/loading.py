@@ -1,6 +1,6 @@
 """Loading rule files and directories into one frozen ``RateLimitConfig``: ``load``, ``loads``.
 
-Each file is read by a ``FileReader`` (``reader.py``); here the files of a
+Each file is read by a ``FileReader`` (``reader.py``, ``read_document``); here the files of a
 directory are found (``directory.py``: which ones ``--config-files`` says), read from
 disk, and their domains put together, a domain
 defined twice being a problem like any other, unless ``merge_domains`` is set
@@ -25,7 +25,7 @@ from ratewarden.server.config.model import (
     ConfigError,
     ConfigProblem,
 )
-from ratewarden.server.config.reader import FileReader
+from ratewarden.server.config.reader import FileReader, read_document
 from ratewarden.server.config.tree import DomainConfig, Level, Node, RateLimitConfig
 
 log = logging.getLogger("ratewarden.server.config")
@@ -138,8 +138,7 @@ def _build(
     readers: list[tuple[str, FileReader]] = []  # (domain, its file's reader)
     for name, text in files:
         first = len(problems)
-        reader = FileReader(name, problems, unit, failure_mode)
-        domain = reader.read(text)
+        domain, reader = read_document(name, text, problems, unit, failure_mode)
         if domain is not None:
             readers.append((domain.name, reader))
         previous = None if domain is None else domains.get(domain.name)
