@@ -47,6 +47,7 @@ __all__ = [
     "gcra_multi",
     "get",
     "layered",
+    "layers",
     "layered_each",
     "new_outcome",
     "state_suffix",
@@ -88,3 +89,40 @@ def state_suffix(algorithm: str, rate: Rate) -> str:
     if algorithm in WINDOWS:
         return f":{algorithm}:{rate.period_us}"
     return f":{algorithm}:{rate.limit}:{rate.period_us}:{rate.capacity}"
+
+
+def layers(
+    module: ModuleType, rates: tuple[Rate, ...]
+) -> tuple[tuple[tuple[int, ...], ...], tuple[str, ...]]:
+    """Each rate's params and state suffix under the algorithm ``module``, for rates
+    ``checks.check_rates`` passed: the algorithm's own checks, run by the store's plan and
+    by a limiter before it spends anything in this process. Raises ``ConfigurationError``
+    for a rate the algorithm refuses (a window's burst) or two rates that name one state."""
+    params = tuple(module.params(rate) for rate in rates)
+    suffixes = tuple(state_suffix(module.NAME, rate) for rate in rates)
+    if len(set(suffixes)) != len(suffixes):
+        _refuse_shared(module.NAME, rates, suffixes)
+    return params, suffixes
+
+
+def _refuse_shared(name: str, rates: tuple[Rate, ...], suffixes: tuple[str, ...]) -> None:
+    """Two rates of one call name one state: a window's count is per period whatever the
+    limit; a bucket's state is per limit, period and capacity, however the burst is written."""
+    first: dict[str, Rate] = {}
+    for rate, suffix in zip(rates, suffixes, strict=True):
+        other = first.setdefault(suffix, rate)
+        if other is rate:
+            continue
+        if name in WINDOWS:
+            smaller = min(other, rate, key=lambda r: r.limit)
+            raise ConfigurationError(
+                f"rates {other} and {rate} of the {name} algorithm count the same window: "
+                f"its count does not depend on the limit, so they would share one count and "
+                f"the smaller limit ({smaller}) decides alone; keep one of them"
+            )
+        raise ConfigurationError(
+            f"rates {other} and {rate} of the {name} algorithm are one bucket: a bucket has no "
+            "window or count, its state is named by its limit, period and capacity (the burst, "
+            f"or the limit when there is none: {rate.capacity} for both), so these two would "
+            "share one state and decide as one rate; keep one of them"
+        )

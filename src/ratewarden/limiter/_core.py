@@ -10,8 +10,8 @@ calls a store itself.
 
 A request meets, in order (each part off unless configured):
 
-1. validation: key, rates, cost (and a lease that fits each rate); bad input
-   raises ``ConfigurationError`` before anything is consumed;
+1. validation: key, rates (for the algorithm, as the store's plan checks them), cost;
+   bad input raises ``ConfigurationError`` before anything is consumed;
 2. the negative cache: a key the store denied until T is denied here until T,
    unless a lease balance covers the cost;
 3. the local bucket: a per-process share of the rates denies what this process
@@ -38,6 +38,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
+from ratewarden import algorithms
+from ratewarden.algorithms import layers
 from ratewarden.checks import check_bool, check_local, check_rates, keywords_checked
 from ratewarden.clock import Clock, check_clock
 from ratewarden.decision import Decision
@@ -86,7 +88,7 @@ log = logging.getLogger("ratewarden.limiter")
 
 #: Keys the in-process store remembers (it only sees this process's traffic).
 DEFAULT_LOCAL_KEYS = 100_000
-#: Rates tuples a limiter remembers as checked before it starts again from empty.
+#: Rates a limiter remembers as checked before it starts again from empty.
 _CHECKED_SIZE = 1024
 
 #: ``tuple.__new__``: an ``Ask`` made on every hit without the NamedTuple's Python-level
@@ -178,8 +180,11 @@ class DecisionCore(LocalTier, Leasing, Operations):
         #: must never raise (the Envoy service: no store error escapes) widens it to Exception.
         self.failure_errors: type[Exception] | tuple[type[Exception], ...] = StorageError
         self._log = LogRateLimiter(60.0, clock=self.clock)
-        # id(rates tuple) -> (the tuple, its checked rates); kept so that its id stays its own.
-        self._checked: dict[int, tuple[object, tuple[Rate, ...]]] = {}
+        # id(Rate or rates tuple) -> (it, the algorithm it was checked for, its checked
+        # rates); kept so that its id stays its own.
+        self._checked: dict[int, tuple[object, str, tuple[Rate, ...]]] = {}
+        #: (algorithm, rates) that passed the algorithm's own checks (``_check``).
+        self._fits: set[tuple[str, tuple[Rate, ...]]] = set()
         #: Rates whose lease size was checked (``LocalTier._check_lease_size``).
         self._sized: set[tuple[Rate, ...]] = set()
         #: True when every part is off: a hit is one store call, its Decision returned as is.
@@ -261,13 +266,26 @@ class DecisionCore(LocalTier, Leasing, Operations):
         assert type(started) is Pending  # a check is never answered in this process
         return (yield from self._global(started, 0))
 
-    def _check(self, rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]:
-        """Validate ``rates``; a tuple (immutable) is remembered by identity, as stores do."""
+    def _check(self, algorithm: str, rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]:
+        """``rates`` checked for ``algorithm`` as the store's plan checks them (``check_rates``,
+        then the algorithm's own ``layers``: a window's burst, two rates of one state), so
+        that a call the store would refuse spends nothing here first. A Rate or a tuple
+        (immutable) is remembered by identity, with the algorithm; a list by value."""
+        known = self._checked.get(id(rates))
+        if known is not None and known[0] is rates and known[1] == algorithm:
+            return known[2]
         found = check_rates(rates)
-        if type(rates) is tuple:
+        fit = (algorithm, found)
+        if fit not in self._fits:
+            layers(algorithms.get(algorithm), found)
+            if len(self._fits) >= _CHECKED_SIZE:
+                self._fits.clear()
+            self._fits.add(fit)
+        kind = type(rates)
+        if kind is tuple or kind is Rate:
             if len(self._checked) >= _CHECKED_SIZE:
                 self._checked.clear()
-            self._checked[id(rates)] = (rates, found)
+            self._checked[id(rates)] = (rates, algorithm, found)
         return found
 
     def _global(self, p: Pending, units: int) -> Flow[Decision]:

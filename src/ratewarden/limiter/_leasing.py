@@ -36,11 +36,10 @@ class Leasing:
     negative: NegativeCache | None
     counts: TierCounts
     _lease_ttl_us: int
-    _checked: dict[int, tuple[object, tuple[Rate, ...]]]
 
     if TYPE_CHECKING:  # DecisionCore's own
 
-        def _check(self, rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]: ...
+        def _check(self, algorithm: str, rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]: ...
 
         def _global(self, p: Pending, units: int) -> Flow[Decision]: ...
 
@@ -61,12 +60,7 @@ class Leasing:
         if negative is None:
             return None
         name = self.algorithm if algorithm is None else algorithm_name(algorithm)
-        if type(rates) is Rate:
-            found: tuple[Rate, ...] = (rates,)
-        else:
-            known = self._checked.get(id(rates))
-            found = known[1] if known is not None and known[0] is rates else self._check(rates)
-        ident = (name, key, found)
+        ident = (name, key, self._check(name, rates))
         if ident not in negative:  # the common case: nothing remembered
             return None
         return self._cached_denial(ident, cost, self.clock.now_us())

@@ -54,12 +54,12 @@ class LocalTier:
     leases: LeaseBook | None
     counts: TierCounts
     _local_for: Callable[[tuple[Rate, ...]], tuple[Rate, ...]] | None
-    _checked: dict[int, tuple[object, tuple[Rate, ...]]]
+    _checked: dict[int, tuple[object, str, tuple[Rate, ...]]]
     _sized: set[tuple[Rate, ...]]
 
     if TYPE_CHECKING:  # DecisionCore's and Leasing's own
 
-        def _check(self, rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]: ...
+        def _check(self, algorithm: str, rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]: ...
 
         def _cached_denial(self, ident: _Ident, cost: int, now: int) -> Decision | None: ...
 
@@ -78,11 +78,12 @@ class LocalTier:
         A Decision when this process answers (a cached denial, the local bucket's
         denial, a lease); otherwise what the store part needs to go on.
         """
-        if type(rates) is Rate:
-            found: tuple[Rate, ...] = (rates,)
+        # Checked for the algorithm before anything here is spent (``_check``).
+        known = self._checked.get(id(rates))
+        if known is not None and known[0] is rates and known[1] == name:
+            found = known[2]
         else:
-            known = self._checked.get(id(rates))
-            found = known[1] if known is not None and known[0] is rates else self._check(rates)
+            found = self._check(name, rates)
         if type(cost) is not int or cost < 0:
             check_cost(cost)
         if type(key) is not str or not key:

@@ -13,7 +13,7 @@ from types import ModuleType
 from typing import Any, NamedTuple
 
 from ratewarden import algorithms
-from ratewarden.algorithms import Step, state_suffix
+from ratewarden.algorithms import Step, layers
 from ratewarden.checks import check_cost, check_key, check_rates
 from ratewarden.decision import Decision
 from ratewarden.errors import ConfigurationError
@@ -83,10 +83,7 @@ def shape(algorithm: str, rates: Rate | Sequence[Rate], cost: int) -> Shape:
     module = algorithms.get(algorithm)
     cost = check_cost(cost)
     found = check_rates(rates)
-    params = tuple(module.params(rate) for rate in found)
-    suffixes = tuple(state_suffix(module.NAME, rate) for rate in found)
-    if len(set(suffixes)) != len(suffixes):
-        _refuse_shared(module.NAME, found, suffixes)
+    params, suffixes = layers(module, found)
     return Shape(
         algorithm=module,
         check=module.check,
@@ -98,20 +95,6 @@ def shape(algorithm: str, rates: Rate | Sequence[Rate], cost: int) -> Shape:
         single=len(found) == 1,
         name=module.NAME,
     )
-
-
-def _refuse_shared(name: str, rates: tuple[Rate, ...], suffixes: tuple[str, ...]) -> None:
-    """Two rates of one call name one state: a window counts per period whatever the limit."""
-    first: dict[str, Rate] = {}
-    for rate, suffix in zip(rates, suffixes, strict=True):
-        other = first.setdefault(suffix, rate)
-        if other is not rate:
-            smaller = min(other, rate, key=lambda r: r.limit)
-            raise ConfigurationError(
-                f"rates {other} and {rate} of the {name} algorithm count the same window: "
-                f"its count does not depend on the limit, so they would share one count and "
-                f"the smaller limit ({smaller}) decides alone; keep one of them"
-            )
 
 
 #: How a repeat of one window in ``hit_all`` merges: the window's count is shared by its limits.
