@@ -12,6 +12,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
@@ -87,13 +88,18 @@ class RedisServer:
     """One redis-server on 127.0.0.1; ``extra`` adds config lines (``["cluster-enabled yes"]``).
 
     ``binary`` runs another server with the same config and protocol (``VALKEY_SERVER``).
+    With ``tls`` (``certificate_authority``'s), ``port`` speaks TLS only, with the CA's
+    server certificate, and client certificates are optional.
     """
+
+    tls: Certificates | None = None
 
     def __init__(
         self,
         extra: list[str] | None = None,
         port: int | None = None,
         binary: str | None = REDIS_SERVER,
+        tls: Certificates | None = None,
     ) -> None:
         if binary is None:  # never a silent fall back to redis-server when Valkey is asked for
             raise RuntimeError(
@@ -101,10 +107,11 @@ class RedisServer:
                 f"or Valkey was asked for and {NO_VALKEY}"
             )
         self.binary = binary
+        self.tls = tls
         self.port = port or free_port()
         self.dir = Path(tempfile.mkdtemp(prefix=f"rw-redis-{self.port}-"))
         lines = [
-            f"port {self.port}",
+            *_listen(self.port, tls),
             f"bind {HOST}",
             "save ''",
             "appendonly no",
@@ -126,9 +133,19 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        return f"redis://{HOST}:{self.port}/0"
+        return f"{'rediss' if self.tls else 'redis'}://{HOST}:{self.port}/0"
 
     def client(self, **kwargs: object) -> redis.Redis:
+        if self.tls is not None:  # its CA and client certificate, whatever names it has
+            tls = self.tls
+            kwargs = {
+                "ssl": True,
+                "ssl_ca_certs": str(tls.ca),
+                "ssl_certfile": str(tls.client_cert),
+                "ssl_keyfile": str(tls.client_key),
+                "ssl_check_hostname": False,
+                **kwargs,
+            }
         return redis.Redis(host=HOST, port=self.port, **kwargs)  # type: ignore[arg-type]
 
     def _wait_ready(self) -> None:
@@ -245,19 +262,30 @@ class RedisSentinel:
     """A primary, one replica and ``sentinels`` Sentinels watching them, all on loopback.
 
     The Sentinels know the primary as ``service``; quorum 1, so one Sentinel
-    can fail over on its own.
+    can fail over on its own. With ``tls`` every server and Sentinel speaks TLS only
+    (``RedisServer``'s ``tls``); with ``sentinel_password`` the Sentinels want it
+    (``requirepass``), the data servers none.
     """
 
-    def __init__(self, sentinels: int = 1, service: str = "rw-primary") -> None:
+    def __init__(
+        self,
+        sentinels: int = 1,
+        service: str = "rw-primary",
+        tls: Certificates | None = None,
+        sentinel_password: str | None = None,
+    ) -> None:
         self.service = service
+        self.tls = tls
         # Without the default 5 s delay before a diskless sync, the replica is up at once.
-        self.primary = RedisServer(["repl-diskless-sync-delay 0"])
+        self.primary = RedisServer(["repl-diskless-sync-delay 0"], tls=tls)
         self.replica: RedisServer | None = None
         self.sentinels: list[_SentinelProcess] = []
         try:
-            self.replica = RedisServer([f"replicaof {HOST} {self.primary.port}"])
+            self.replica = RedisServer([f"replicaof {HOST} {self.primary.port}"], tls=tls)
             for _ in range(sentinels):
-                self.sentinels.append(_SentinelProcess(service, self.primary.port))
+                self.sentinels.append(
+                    _SentinelProcess(service, self.primary.port, tls, sentinel_password)
+                )
             self._wait_ready()
         except BaseException:
             self.stop()
@@ -269,7 +297,7 @@ class RedisSentinel:
 
     @property
     def url(self) -> str:
-        return f"redis+sentinel://{self.hosts}/{self.service}"
+        return f"{'rediss' if self.tls else 'redis'}+sentinel://{self.hosts}/{self.service}"
 
     def _wait_ready(self) -> None:
         """Until every Sentinel names the primary and the replica is in sync."""
@@ -299,18 +327,28 @@ class RedisSentinel:
 class _SentinelProcess(RedisServer):
     """``redis-server --sentinel``; it rewrites its own config file, so it gets one."""
 
-    def __init__(self, service: str, primary_port: int) -> None:
+    def __init__(
+        self,
+        service: str,
+        primary_port: int,
+        tls: Certificates | None = None,
+        password: str | None = None,
+    ) -> None:
         self.binary = REDIS_SERVER or "redis-server"
+        self.tls = tls
+        self.password = password
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix=f"rw-sentinel-{self.port}-"))
         lines = [
-            f"port {self.port}",
+            *_listen(self.port, tls),
             f"bind {HOST}",
             f"dir {self.dir}",
             f"sentinel monitor {service} {HOST} {primary_port} 1",
             f"sentinel down-after-milliseconds {service} 1000",
             f"sentinel failover-timeout {service} 5000",
         ]
+        if password is not None:
+            lines.append(f"requirepass {password}")
         conf = self.dir / "sentinel.conf"
         conf.write_text("\n".join(lines) + "\n")
         self.log = open(self.dir / "redis.log", "wb")  # noqa: SIM115 - closed in stop()
@@ -320,6 +358,11 @@ class _SentinelProcess(RedisServer):
             stderr=subprocess.STDOUT,
         )
         self._wait_ready()
+
+    def client(self, **kwargs: object) -> redis.Redis:
+        if self.password is not None:
+            kwargs = {"password": self.password, **kwargs}
+        return super().client(**kwargs)
 
 
 class SilentServer:
@@ -363,3 +406,74 @@ def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
         timeout=60,
     )
     return cert, key
+
+
+@dataclass(frozen=True)
+class Certificates:
+    """A throw-away CA (``certificate_authority``) and what it signed: a server
+    certificate for 127.0.0.1 and a client certificate, each with its key."""
+
+    directory: Path
+    ca: Path
+    ca_key: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+
+def certificate_authority(directory: Path) -> Certificates:
+    """A CA made with the openssl command in ``directory``, and a server and a client
+    certificate it signed (the server's names 127.0.0.1 and localhost)."""
+    ca, ca_key = directory / "ca.pem", directory / "ca.key"
+    _openssl(
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", str(ca_key),
+        "-out", str(ca), "-subj", "/CN=ratewarden test CA",
+    )  # fmt: skip
+    made = Certificates(
+        directory, ca, ca_key, *_pair(directory, "server"), *_pair(directory, "client")
+    )
+    signed_certificate(made, made.server_cert, made.server_key, f"IP:{HOST},DNS:localhost")
+    signed_certificate(made, made.client_cert, made.client_key, "DNS:ratewarden-client")
+    return made
+
+
+def _pair(directory: Path, name: str) -> tuple[Path, Path]:
+    return directory / f"{name}.pem", directory / f"{name}.key"
+
+
+def signed_certificate(authority: Certificates, cert: Path, key: Path, names: str) -> None:
+    """Write ``cert`` and ``key``, a certificate for the subjectAltName ``names``
+    (``"DNS:redis.internal"``) signed by ``authority``'s CA."""
+    request = cert.with_suffix(".csr")
+    _openssl(
+        "req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+        str(request), "-subj", f"/CN={names.partition(':')[2].partition(',')[0]}",
+    )  # fmt: skip
+    extensions = cert.with_suffix(".ext")
+    extensions.write_text(f"subjectAltName={names}\n")
+    _openssl(
+        "x509", "-req", "-in", str(request), "-CA", str(authority.ca), "-CAkey",
+        str(authority.ca_key), "-CAcreateserial", "-days", "1", "-out", str(cert),
+        "-extfile", str(extensions),
+    )  # fmt: skip
+
+
+def _listen(port: int, tls: Certificates | None) -> list[str]:
+    """The config lines of a server (or Sentinel) listening on ``port``: plain, or TLS only
+    with ``tls``'s server certificate, replicating and monitoring over TLS too."""
+    if tls is None:
+        return [f"port {port}"]
+    return [
+        "port 0",
+        f"tls-port {port}",
+        f"tls-cert-file {tls.server_cert}",
+        f"tls-key-file {tls.server_key}",
+        f"tls-ca-cert-file {tls.ca}",
+        "tls-auth-clients optional",
+        "tls-replication yes",
+    ]

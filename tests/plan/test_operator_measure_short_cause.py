@@ -21,7 +21,8 @@ def test_no_master_found_is_said_without_object_reprs(
     (line,) = captured.err.splitlines()
     assert line.startswith(
         "ratewarden plan: --measure failed: measure on Sentinel service 'mymaster': No master "
-        "found for 'mymaster' - server:ResponseError: unknown command 'SENTINEL'"
+        f"found for 'mymaster': sentinel 127.0.0.1:{redis_server.port} - ResponseError: "
+        "unknown command 'SENTINEL'"
     )
     assert "<redis." not in line and "ConnectionPool" not in line
     assert len(line) < 400

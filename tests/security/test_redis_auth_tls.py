@@ -53,12 +53,16 @@ def test_a_password_in_the_url_authenticates(secure_redis: SecureRedis) -> None:
         store.close()
 
 
-def refused_credentials(error: StorageError, port: int) -> None:
-    """The server answered no to the credentials: a StorageError that is not an outage,
-    naming the server, without the password tried."""
+def refused_credentials(error: StorageError, port: int, given: str = ":wrong-password@") -> None:
+    """The server answered no to the credentials (or said it needs some, when ``given`` is
+    none): a StorageError that is not an outage, naming the server, without the password
+    tried."""
     message = str(error)
     assert not isinstance(error, StorageUnavailableError), message
-    assert f"{HOST}:{port} refused the store's credentials" in message
+    if given:
+        assert f"{HOST}:{port} refused the store's credentials" in message
+    else:
+        assert f"{HOST}:{port} needs a password, and the store is given none" in message
     assert "waiting will not help" in message
     assert "wrong-password" not in message
 
@@ -75,10 +79,10 @@ def test_missing_or_wrong_credentials_fail_every_call(
         for _ in range(2):
             with pytest.raises(StorageError) as caught:
                 store.hit("fixed_window", "no-entry", RATE)
-            refused_credentials(caught.value, secure_redis.port)
+            refused_credentials(caught.value, secure_redis.port, credentials)
         with pytest.raises(StorageError) as pinged:
             store.ping()
-        refused_credentials(pinged.value, secure_redis.port)
+        refused_credentials(pinged.value, secure_redis.port, credentials)
     finally:
         store.close()
 
@@ -93,10 +97,10 @@ async def test_the_async_store_fails_the_same_on_missing_or_wrong_credentials(
     try:
         with pytest.raises(StorageError) as caught:
             await store.hit("fixed_window", "no-entry", RATE)
-        refused_credentials(caught.value, secure_redis.port)
+        refused_credentials(caught.value, secure_redis.port, credentials)
         with pytest.raises(StorageError) as pinged:
             await store.ping()
-        refused_credentials(pinged.value, secure_redis.port)
+        refused_credentials(pinged.value, secure_redis.port, credentials)
     finally:
         await store.aclose()
 
@@ -167,11 +171,13 @@ def test_rediss_verifies_the_server_against_the_given_ca(secure_redis: SecureRed
 
 
 def test_rediss_refuses_a_server_it_cannot_verify(secure_redis: SecureRedis) -> None:
-    """Without the CA the handshake fails: StorageUnavailableError naming the verification."""
+    """Without the CA the handshake fails: a StorageError naming the verification, not an
+    outage (waiting will not fix it, and an open failure mode must not allow everything)."""
     store = RedisStore.from_url(f"rediss://:{PASSWORD}@{HOST}:{secure_redis.tls_port}/0", timeout=1)
     try:
-        with pytest.raises(StorageUnavailableError, match="CERTIFICATE_VERIFY_FAILED"):
+        with pytest.raises(StorageError, match="CERTIFICATE_VERIFY_FAILED") as caught:
             store.hit("fixed_window", "tls", RATE)
+        assert not isinstance(caught.value, StorageUnavailableError)
     finally:
         store.close()
 

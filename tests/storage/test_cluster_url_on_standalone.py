@@ -22,9 +22,10 @@ def said(port: int) -> str:
     """What the store says for the standalone server at ``port``."""
     return (
         f"Redis at 127.0.0.1:{port} is a standalone server, not a Redis Cluster node "
-        "(cluster mode is not enabled on it), so the redis+cluster:// URL cannot use it; use "
-        "a redis:// URL (rediss:// over TLS) for a standalone server, or point "
-        "redis+cluster:// at a cluster's nodes"
+        "(cluster mode is not enabled on it), so a cluster URL (redis+cluster://, "
+        "valkey+cluster://) cannot use it; use a redis:// URL (or valkey://; rediss:// or "
+        "valkeys:// over TLS) for a standalone server, or point the cluster URL at a "
+        "cluster's nodes"
     )
 
 
@@ -72,8 +73,8 @@ def test_several_nodes_are_named_as_given(redis_server: RedisServer) -> None:
         other.stop()
     assert str(caught.value) == (
         f"Redis at {nodes}: a node that answered is a standalone server, not a Redis Cluster "
-        "node (cluster mode is not enabled on it), and no node answered as one, so the "
-        "redis+cluster:// URL cannot use them; "
-        "use a redis:// URL (rediss:// over TLS) for a standalone server, or point "
-        "redis+cluster:// at a cluster's nodes"
+        "node (cluster mode is not enabled on it), and no node answered as one, so a cluster "
+        "URL (redis+cluster://, valkey+cluster://) cannot use them; use a redis:// URL (or "
+        "valkey://; rediss:// or valkeys:// over TLS) for a standalone server, or point "
+        "the cluster URL at a cluster's nodes"
     )

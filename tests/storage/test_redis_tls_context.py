@@ -20,7 +20,7 @@ import redis
 import trustme
 
 from ratewarden import Rate
-from ratewarden.errors import ConfigurationError, StorageUnavailableError
+from ratewarden.errors import ConfigurationError, StorageError, StorageUnavailableError
 from ratewarden.storage._tls_sync import reusing_context
 from ratewarden.storage.redis import RedisStore
 from tests._servers import HOST, STORE_TIMEOUT, RedisServer, free_port
@@ -171,8 +171,9 @@ def test_mutual_tls_needs_the_client_certificate_the_context_carries(
 def test_a_wrong_ca_still_fails_verification_on_every_connect(
     tls_redis: TlsRedis, tmp_path: Path, contexts_made: list[ssl.SSLContext]
 ) -> None:
-    """A CA that did not sign the server's certificate: each call fails as today, a
-    StorageUnavailableError naming CERTIFICATE_VERIFY_FAILED, and retrying makes no context."""
+    """A CA that did not sign the server's certificate: each call fails, a StorageError
+    naming CERTIFICATE_VERIFY_FAILED (not an outage: waiting will not fix it), and retrying
+    makes no context."""
     other = tmp_path / "other-ca.pem"
     trustme.CA().cert_pem.write_to_path(str(other))
     options = {**tls_redis.options(), "ssl_ca_certs": str(other)}
@@ -180,8 +181,9 @@ def test_a_wrong_ca_still_fails_verification_on_every_connect(
     contexts_made.clear()
     try:
         for _ in range(2):
-            with pytest.raises(StorageUnavailableError, match="CERTIFICATE_VERIFY_FAILED"):
+            with pytest.raises(StorageError, match="CERTIFICATE_VERIFY_FAILED") as caught:
                 store.hit("gcra", "wrong-ca", RATE)
+            assert not isinstance(caught.value, StorageUnavailableError)
         assert contexts_made == []
     finally:
         store.close()

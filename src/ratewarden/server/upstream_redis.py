@@ -13,7 +13,8 @@ upstream's defaults::
 ``REDIS_AUTH`` (``password`` or ``user:password``) becomes the URL's credentials,
 ``REDIS_SENTINEL_AUTH`` the sentinels' (``sentinel_username``/``sentinel_password``),
 ``REDIS_TLS`` the ``rediss`` schemes and its CA, certificate and hostname
-settings redis-py's TLS options of a single server's URL; ``REDIS_TIMEOUT`` the
+settings redis-py's TLS options in the URL's query (a single server's, or the
+Sentinels' and their primary's; a cluster's URL takes none); ``REDIS_TIMEOUT`` the
 store's timeout and ``CACHE_KEY_PREFIX`` (read in ``upstream_env``) its key prefix.
 """
 
@@ -28,7 +29,7 @@ from ratewarden.errors import ConfigurationError
 
 __all__ = ["PER_SECOND_SETTINGS", "REDIS_SETTINGS", "per_second_store", "store"]
 
-#: The TLS settings a single server's URL carries as redis-py options.
+#: The TLS settings a single server's or a Sentinel URL carries as redis-py options.
 _TLS_FILES = {
     "REDIS_TLS_CACERT": "ssl_ca_certs",
     "REDIS_TLS_CLIENT_CERT": "ssl_certfile",
@@ -136,16 +137,16 @@ def _url(values: Mapping[str, Any], resolved: Mapping[str, Any], n: _Names) -> s
     address = str(resolved[n.url]).strip()
     if kind == "single":
         return _single(values, resolved, address, auth, tls, n)
+    if kind == "sentinel":
+        return _sentinel(resolved, address, auth, _tls_options(values, resolved, tls, n), n)
     for name in (*_TLS_FILES, "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"):
         if values.get(name):  # set, and not to false
             raise ConfigurationError(
                 f"{name} cannot be honoured with {n.type}={kind}: ratewarden's "
-                f"{kind} store takes no TLS files; use the system's CA store or a "
-                "single server"
+                f"{kind} store takes no TLS files; use the system's CA store, a "
+                "single server or Sentinel"
             )
-    if kind == "cluster":
-        return f"{_scheme(tls)}+cluster://{auth}{_hosts(address, n.url)}"
-    return _sentinel(resolved, address, auth, tls, n)
+    return f"{_scheme(tls)}+cluster://{auth}{_hosts(address, n.url)}"
 
 
 def _scheme(tls: bool) -> str:
@@ -201,30 +202,42 @@ def _single(
             f"{n.url}={address!r} names several servers, and {n.type} is single; "
             f"set {n.type}=cluster or sentinel"
         )
+    options = _tls_options(values, resolved, tls, n)
+    query = f"?{urlencode(options)}" if options else ""
+    return f"{_scheme(tls)}://{auth}{_hosts(address, n.url)}/0{query}"
+
+
+def _tls_options(
+    values: Mapping[str, Any], resolved: Mapping[str, Any], tls: bool, n: _Names
+) -> dict[str, str]:
+    """The TLS files and hostname setting as the URL's query options (``REDIS_TLS`` needed)."""
     options = {option: values[name] for name, option in _TLS_FILES.items() if name in values}
     if resolved["REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"]:
         options["ssl_check_hostname"] = "false"
     if options and not tls:
         named = ", ".join(name for name in (*_TLS_FILES, "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"))
         raise ConfigurationError(f"{named} need {n.tls}=true; set it, or unset them")
-    query = f"?{urlencode(options)}" if options else ""
-    return f"{_scheme(tls)}://{auth}{_hosts(address, n.url)}/0{query}"
+    return options
 
 
-def _sentinel(resolved: Mapping[str, Any], address: str, auth: str, tls: bool, n: _Names) -> str:
+def _sentinel(
+    resolved: Mapping[str, Any], address: str, auth: str, tls: dict[str, str], n: _Names
+) -> str:
     master, comma, sentinels = address.partition(",")
     if not comma or not master.strip() or not sentinels.strip():
         raise ConfigurationError(
             f"{n.url}={address!r}: with {n.type}=sentinel it is the master's name, then "
             "the sentinels: MASTER,HOST:PORT[,HOST:PORT...]"
         )
-    query = ""
+    options: dict[str, str] = {}
     sentinel_auth = str(resolved[n.sentinel_auth])
     if sentinel_auth:
         user, colon, password = sentinel_auth.partition(":")
-        options = {"sentinel_password": password} if colon else {"sentinel_password": user}
         if colon:
-            options = {"sentinel_username": user, **options}
-        query = f"?{urlencode(options)}"
+            options["sentinel_username"] = user
+        options["sentinel_password"] = password if colon else user
+    options.update(tls)
+    query = f"?{urlencode(options)}" if options else ""
     hosts = _hosts(sentinels, n.url)
-    return f"{_scheme(tls)}+sentinel://{auth}{hosts}/{quote(master.strip(), safe='')}{query}"
+    scheme = _scheme(bool(resolved[n.tls]))
+    return f"{scheme}+sentinel://{auth}{hosts}/{quote(master.strip(), safe='')}{query}"

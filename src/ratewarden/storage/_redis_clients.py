@@ -8,7 +8,8 @@ only what provably did not run.
 No client connects here, so an unreachable server fails the store's first
 call, not its construction. redis-py's blocking ``RedisCluster`` reads the slot
 table in its constructor: a URL's is a ``LazyCluster``, that client with its
-constructor run at first use. Settings are checked here all the same.
+constructor run at first use. Settings are checked here all the same (the TLS files
+and contexts: ``_redis_tls``).
 """
 
 from __future__ import annotations
@@ -18,16 +19,12 @@ import os
 import threading
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
 
 import redis
 import redis.asyncio as aredis
 from redis import exceptions as rx
 from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.retry import Retry as AsyncRetry
-from redis.asyncio.sentinel import (
-    SentinelManagedSSLConnection as AsyncSentinelManagedSSLConnection,
-)
 from redis.backoff import NoBackoff
 from redis.cluster import KWARGS_DISABLED_KEYS, REDIS_ALLOWED_KEYS, ClusterNode
 from redis.connection import SSLConnection
@@ -36,20 +33,37 @@ from redis.sentinel import SentinelManagedSSLConnection
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.storage._redis_sentinel import AsyncTellingSentinel, TellingSentinel
-from ratewarden.storage._redis_url import Target, check_options, client_options, parse, redact
-from ratewarden.storage._tls import client_context, prebuilt_context
-from ratewarden.storage._tls_sync import reusing_context
+from ratewarden.storage._redis_tls import (
+    async_cluster_context,
+    async_context,
+    check_tls_files,
+    one_context,
+    one_context_option,
+)
+from ratewarden.storage._redis_url import (
+    Target,
+    check_options,
+    client_options,
+    parse,
+    redact,
+    tls_query,
+)
 
 __all__ = ["LazyCluster", "async_client", "sync_client"]
 
 
-def _sentinel_options(target: Target, timeout: float) -> dict[str, Any]:
-    options: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+def _sentinel_options(target: Target, timeout: float, options: dict[str, Any]) -> dict[str, Any]:
+    """The sentinels' connection options: the store's timeout, the URL's sentinel user and
+    password, and over TLS the TLS options the primary gets too (its CA, client
+    certificate, hostname check), since internal Sentinels use the same private CA."""
+    found: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
     if target.tls:
-        options["ssl"] = True
+        found["ssl"] = True
+        found.update((name, value) for name, value in options.items() if name.startswith("ssl_"))
     for name, value in target.query:
-        options[name.removeprefix("sentinel_")] = value
-    return options
+        if name.startswith("sentinel_"):
+            found[name.removeprefix("sentinel_")] = value
+    return found
 
 
 def _node_options(target: Target, timeout: float, options: dict[str, Any]) -> dict[str, Any]:
@@ -70,32 +84,6 @@ def _bad_option(target: Target, exc: Exception) -> ConfigurationError:
         "are not client options: in Python, from_url's timeout= and prefix=; under "
         "ratewarden serve, --store-timeout and --key-prefix"
     )
-
-
-def _tls_file(target: Target, options: dict[str, Any], name: str) -> str | None:
-    """The file a TLS option names: the keyword option, else the URL's query (a plain URL)."""
-    given = options.get(name)
-    if given is None and target.kind == "redis":
-        query = dict(parse_qsl(urlsplit(target.url).query))
-        given = query.get(name)
-    return None if given is None else str(given)
-
-
-def _check_tls_files(target: Target, options: dict[str, Any]) -> None:
-    """Read the CA file and the client certificate and key now, as the memcache store does:
-    a missing or unreadable file is a mistake in the settings, not a store outage, and
-    redis-py would only find it at the first connection. Only the paths are shown."""
-    ca_certs = _tls_file(target, options, "ssl_ca_certs")
-    certfile = _tls_file(target, options, "ssl_certfile")
-    keyfile = _tls_file(target, options, "ssl_keyfile")
-    where = f"store URL {redact(target.url)!r}"
-    if ca_certs is not None or certfile is not None:
-        client_context(where, ca_certs, certfile, keyfile, options.get("ssl_password"))
-    if keyfile is not None and certfile is None:
-        raise ConfigurationError(
-            f"{where}: ssl_keyfile={keyfile!r} is given without ssl_certfile; give the "
-            "client certificate too, or neither"
-        )
 
 
 def _check_connection_options(target: Target, pool: Any) -> None:
@@ -271,83 +259,44 @@ _ASYNC = _Kind(
 )
 
 
-def _one_context(target: Target, pool: Any) -> None:
-    """Make a plain ``rediss://`` pool's TLS connections share one context."""
-    if pool.connection_class is SSLConnection:  # not the caller's own class
-        where = f"store URL {redact(target.url)!r}"
-        reusing = reusing_context(SSLConnection, pool.connection_kwargs, where)
-        pool.connection_class = reusing or SSLConnection
-
-
-def _one_context_option(target: Target, options: dict[str, Any], base: type) -> None:
-    """Give Sentinel's primary or a Cluster's nodes, over TLS, a class sharing one context."""
-    if options.get("ssl") and not {"connection_class", "connection_pool"} & set(options):
-        where = f"store URL {redact(target.url)!r}"
-        reusing = reusing_context(base, options, where)
-        if reusing is not None:
-            options["connection_class"] = reusing
-
-
-#: redis-py's asyncio TLS classes, whose context ``prebuilt_context`` builds with the store.
-_ASYNC_TLS = (aredis.SSLConnection, AsyncSentinelManagedSSLConnection)
-
-
-def _async_context(target: Target, pool: Any) -> None:
-    """Build an asyncio ``rediss://`` pool's SSL context now (a Sentinel's primary's too)."""
-    if pool.connection_class in _ASYNC_TLS:  # not the caller's own class
-        where = f"store URL {redact(target.url)!r}"
-        pool.connection_class = prebuilt_context(
-            pool.connection_class, pool.connection_kwargs, where
-        )
-
-
-def _async_cluster_context(target: Target, client: Any) -> None:
-    """``_async_context`` for an asyncio Cluster client's nodes, known and found later."""
-    manager = client.nodes_manager
-    nodes = list(manager.startup_nodes.values())
-    if nodes and nodes[0].connection_class is aredis.SSLConnection:
-        where = f"store URL {redact(target.url)!r}"
-        made = prebuilt_context(aredis.SSLConnection, nodes[0].connection_kwargs, where)
-        for node in nodes:
-            node.connection_class = made
-        client.connection_kwargs["connection_class"] = made
-        manager.connection_kwargs["connection_class"] = made
-
-
 def _client(url: str, timeout: float, options: dict[str, Any], kind: _Kind) -> Any:
     """The client of ``kind`` for ``url``: a server, a Sentinel's primary or a Cluster."""
     target = parse(url)
+    if target.kind == "sentinel":  # as a rediss:// URL's query, it stands over the keywords
+        options = {**options, **tls_query(target)}
     check_options(target, options)
-    _check_tls_files(target, options)
+    check_tls_files(target, options)
     try:
         if target.kind == "redis":
             client = kind.redis.from_url(target.url, **client_options(timeout, options))
             _check_connection_options(target, client.connection_pool)
             if kind.one_context:
-                _one_context(target, client.connection_pool)
+                one_context(target, client.connection_pool)
             else:
-                _async_context(target, client.connection_pool)
+                async_context(target, client.connection_pool)
             return client
         merged = _node_options(target, timeout, options)
         if kind.one_context:
             base = SentinelManagedSSLConnection if target.kind == "sentinel" else SSLConnection
-            _one_context_option(target, merged, base)
+            one_context_option(target, merged, base)
         if target.kind == "sentinel":
             sentinel = kind.sentinel(
-                list(target.hosts), sentinel_kwargs=_sentinel_options(target, timeout), **merged
+                list(target.hosts),
+                sentinel_kwargs=_sentinel_options(target, timeout, options),
+                **merged,
             )
             # A db= option stands when the URL names none (one both name is refused).
             primary = sentinel.master_for(target.service, db=merged.get("db", target.db))
             _check_connection_options(target, primary.connection_pool)
             if not kind.one_context:
-                _async_context(target, primary.connection_pool)
+                async_context(target, primary.connection_pool)
             return primary
         merged.setdefault("retry", kind.retry(NoBackoff(), 0))
         if kind.connects:
             _check_cluster_options(target, merged)
             return LazyCluster(target, merged)
         cluster = kind.cluster(startup_nodes=_nodes(target, kind.node), **merged)
-        _async_cluster_context(target, cluster)
+        async_cluster_context(target, cluster)
         return cluster
     except (TypeError, ValueError) as exc:
         if isinstance(exc, ConfigurationError):

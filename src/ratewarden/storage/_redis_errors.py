@@ -6,15 +6,17 @@ raises from a redis-py or hiredis exception, so failure modes catch exactly
 ``StorageUnavailableError`` (the store could not decide now: unreachable, too
 slow, failing over, loading, out of memory) or ``StorageError`` (the store
 answered with an error that retrying will not fix, such as a script bug, a
-server that refuses the store's password, user or database number, or an ACL that
-forbids the store's keys or commands: ``NOPERM``). A reply of the wrong shape (a
-server that speaks Redis's protocol but does not run the scripts) is a ``StorageError``
-too, raised where the reply is read (``read_reply``, ``wrong_reply``).
+server that refuses the store's password, user or database number, a TLS certificate
+that does not verify, or an ACL that forbids the store's keys or commands: ``NOPERM``).
+A reply of the wrong shape (a server that speaks Redis's protocol but does not run the
+scripts) is a ``StorageError`` too, raised where the reply is read (``read_reply``,
+``wrong_reply``).
 """
 
 from __future__ import annotations
 
 import re
+import ssl
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
@@ -28,10 +30,14 @@ from ratewarden.storage._redis_server import ServerUnusable
 __all__ = [
     "REDIS_ERRORS",
     "TRANSIENT_REPLIES",
+    "certificate_refused",
     "connect_failure",
+    "credentials_refused",
+    "gave_password",
     "raise_storage_error",
     "read_reply",
     "refusal",
+    "tls_refusal",
     "wrong_reply",
 ]
 
@@ -82,13 +88,49 @@ _CREDENTIALS = (
 )
 
 
-def refusal(exc: BaseException, where: str) -> ServerUnusable | None:
+def credentials_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is a server refusing a password or user (or an ACL refusing a command)."""
+    return isinstance(exc, _CREDENTIALS)
+
+
+def gave_password(conn: Any) -> bool:
+    """Whether redis-py's connection ``conn`` (or a client's ``connection_kwargs``) is given
+    a password, or a credential provider that may hold one."""
+    if isinstance(conn, dict):
+        return bool(conn.get("password") or conn.get("credential_provider"))
+    return bool(getattr(conn, "password", None) or getattr(conn, "credential_provider", None))
+
+
+def certificate_refused(exc: BaseException) -> ssl.SSLCertVerificationError | None:
+    """The TLS error behind ``exc`` (redis-py raises its own ``ConnectionError`` from it)
+    when the store could not verify the server's certificate (signed by another CA, for
+    another name, expired); None for any other error. Waiting never fixes it: it is a
+    setting, or someone in between. A client certificate the server refuses is not judged
+    here: over TLS 1.3 the server may close the connection before its alert is read, so the
+    same mistake could read as either."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a chain is short; a cycle is not followed for ever
+        if seen is None:
+            return None
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def refusal(
+    exc: BaseException, where: str, *, password_given: bool = True
+) -> ServerUnusable | None:
     """``ServerUnusable`` when ``exc``, met while a new connection to ``where`` was set up
-    (AUTH, SELECT, HELLO), is the server refusing the store's credentials or database, or
-    a server that does not speak Redis's protocol; None when it is an outage (no answer,
-    loading, failing over) or not the server's."""
+    (TLS, AUTH, SELECT, HELLO), is the server refusing the store's credentials or database,
+    a server certificate that does not verify, or a server that does not speak Redis's protocol;
+    None when it is an outage (no answer, loading, failing over) or not the server's.
+    ``password_given``: whether the connection had a password (``gave_password``)."""
+    certificate = certificate_refused(exc)
+    if certificate is not None:
+        return ServerUnusable(tls_refusal(certificate, where))
     if isinstance(exc, _CREDENTIALS):
-        return _bad_credentials(exc, where)
+        return _bad_credentials(exc, where, password_given)
     if isinstance(exc, rx.InvalidResponse | hiredis.ProtocolError):  # the reply to HELLO
         return ServerUnusable(
             f"{where} does not speak the Redis protocol ({exc}): is it a Redis port (not a "
@@ -100,6 +142,19 @@ def refusal(exc: BaseException, where: str) -> ServerUnusable | None:
             "server has databases 0 to 15): waiting will not help"
         )
     return None
+
+
+def tls_refusal(certificate: ssl.SSLCertVerificationError, where: str) -> str:
+    """Why the store cannot use ``where``, whose certificate it cannot verify
+    (``certificate_refused``'s): never an outage, so an open failure mode never allows
+    every request to a server the store could not trust."""
+    return (
+        f"{where} presented a TLS certificate the store cannot verify: {certificate}; "
+        "check the CA the store trusts (ssl_ca_certs; REDIS_TLS_CACERT under ratewarden "
+        "serve) and the names in the server's certificate (ssl_check_hostname): a "
+        "certificate that does not verify is a settings mistake, or someone in between: "
+        "waiting will not help"
+    )
 
 
 def wrong_reply(where: str, reply: object, why: object, what: str = "a ratewarden script") -> str:
@@ -133,7 +188,7 @@ def read_reply(read: Callable[[Any], T], reply: Any, where: str) -> T:
         raise StorageError(wrong_reply(where, reply, exc)) from exc
 
 
-def _bad_credentials(exc: BaseException, where: str) -> ServerUnusable:
+def _bad_credentials(exc: BaseException, where: str, password_given: bool = True) -> ServerUnusable:
     if _acl_denied(exc) and "client|setname" not in str(exc).lower():
         return ServerUnusable(_acl_refusal(exc, where))
     if "client|setname" in str(exc).lower():  # the user is right; client_name= is refused
@@ -141,6 +196,13 @@ def _bad_credentials(exc: BaseException, where: str) -> ServerUnusable:
             f"{where} refused CLIENT SETNAME: {_said(exc)}; the ACL of the store's user does "
             "not allow it: allow it (+client|setname) or give no client_name: waiting will "
             "not help"
+        )
+    if not password_given and isinstance(exc, rx.AuthenticationError):
+        return ServerUnusable(
+            f"{where} needs a password, and the store is given none (it answered: "
+            f"{_said(exc)}); give the password in the store's URL (redis://:PASSWORD@HOST, "
+            "or USER:PASSWORD@ for an ACL user; REDIS_AUTH under ratewarden serve): waiting "
+            "will not help"
         )
     return ServerUnusable(
         f"{where} refused the store's credentials: {_said(exc)}; check the user and password "
@@ -219,22 +281,24 @@ def _unavailable(exc: BaseException) -> bool:
 
 
 def _not_a_cluster(where: str) -> str:
-    """What a ``redis+cluster://`` URL at a standalone server is told, naming the URL's
-    nodes (``where`` is ``cluster_where``'s "Redis Cluster HOST:PORT,...")."""
+    """What a cluster URL at a standalone server is told, naming the URL's nodes (``where``
+    is ``cluster_where``'s "Redis Cluster HOST:PORT,..."). The store may be given a client,
+    not a URL, so both spellings of the scheme are named (``valkey`` may stand for ``redis``)."""
     nodes = where.removeprefix("Redis Cluster ")
     cure = (
-        "use a redis:// URL (rediss:// over TLS) for a standalone server, or point "
-        "redis+cluster:// at a cluster's nodes"
+        "use a redis:// URL (or valkey://; rediss:// or valkeys:// over TLS) for a standalone "
+        "server, or point the cluster URL at a cluster's nodes"
     )
     if "," not in nodes:
         return (
             f"Redis at {nodes} is a standalone server, not a Redis Cluster node (cluster mode "
-            f"is not enabled on it), so the redis+cluster:// URL cannot use it; {cure}"
+            "is not enabled on it), so a cluster URL (redis+cluster://, valkey+cluster://) "
+            f"cannot use it; {cure}"
         )
     return (
         f"Redis at {nodes}: a node that answered is a standalone server, not a Redis Cluster "
-        "node (cluster mode is not enabled on it), and no node answered as one, so the "
-        f"redis+cluster:// URL cannot use them; {cure}"
+        "node (cluster mode is not enabled on it), and no node answered as one, so a cluster "
+        f"URL (redis+cluster://, valkey+cluster://) cannot use them; {cure}"
     )
 
 
@@ -242,6 +306,9 @@ def raise_storage_error(exc: BaseException, where: str, timeout: float) -> NoRet
     """Raise the ratewarden error for ``exc``, met while talking to ``where``."""
     if isinstance(exc, ServerUnusable):  # it answers, but cannot be used: not an outage
         raise StorageError(str(exc)) from exc
+    certificate = certificate_refused(exc)  # met on redis-py's own connections (a Cluster's)
+    if certificate is not None:
+        raise StorageError(tls_refusal(certificate, where)) from exc
     if isinstance(exc, _CREDENTIALS):  # met on redis-py's own connections (a Cluster's)
         raise StorageError(str(_bad_credentials(exc, where))) from exc
     if _acl_denied(exc):  # a setting: answering it as an outage would hide it

@@ -28,7 +28,7 @@ import hiredis
 from redis import exceptions as rx
 from redis.connection import ConnectionPool
 
-from ratewarden.storage._redis_errors import REDIS_ERRORS, connect_failure, refusal
+from ratewarden.storage._redis_errors import REDIS_ERRORS, connect_failure, gave_password, refusal
 from ratewarden.storage._redis_protocol import ConnectFailed, ConnectionFactory
 from ratewarden.storage._redis_server import HELLO, ServerUnusable, check_hello
 
@@ -265,7 +265,7 @@ class Link:
             raise
         except REDIS_ERRORS as exc:
             conn.disconnect()
-            refused = refusal(exc, self.where)
+            refused = refusal(exc, self.where, password_given=gave_password(conn))
             if refused is not None:
                 raise refused from exc
             raise ConnectFailed(connect_failure(self.where, exc)) from exc

@@ -42,7 +42,7 @@ from typing import Any
 import hiredis
 from redis import exceptions as rx
 
-from ratewarden.storage._redis_errors import REDIS_ERRORS, connect_failure, refusal
+from ratewarden.storage._redis_errors import REDIS_ERRORS, connect_failure, gave_password, refusal
 from ratewarden.storage._redis_protocol import ConnectFailed, ConnectionFactory
 from ratewarden.storage._redis_server import HELLO, ServerUnusable, check_hello
 
@@ -211,7 +211,7 @@ class Pipe(asyncio.Protocol):
             return
         except REDIS_ERRORS as exc:
             await conn.disconnect(nowait=True)
-            failed: Exception | None = refusal(exc, self.where)
+            failed: Exception | None = refusal(exc, self.where, password_given=gave_password(conn))
             if failed is None:
                 failed = ConnectFailed(connect_failure(self.where, exc))
             failed.__cause__ = exc

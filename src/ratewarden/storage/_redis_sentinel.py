@@ -14,6 +14,11 @@ asked ``SENTINEL MASTER``, and the address with the highest configuration epoch
 (in-flight requests finish first) and new ones ask the Sentinels, that one first.
 An idle store reads nothing: its next call starts a reading, and the calls after
 that reading go to the new primary.
+
+When no Sentinel names a primary, the error says why (``_Search``): an outage, or a
+setting that waiting will not fix (a refused sentinel password, a sentinel certificate
+that does not verify, hosts that are not sentinels), which is raised as ``ServerUnusable``
+and reaches the caller as a ``StorageError``, as a data server's refused password does.
 """
 
 from __future__ import annotations
@@ -23,14 +28,22 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from contextvars import ContextVar
 from typing import Any
 
+from redis import exceptions as rx
 from redis.asyncio.sentinel import MasterNotFoundError as AsyncMasterNotFoundError
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.sentinel import MasterNotFoundError, Sentinel
 
-from ratewarden.storage._redis_errors import REDIS_ERRORS
+from ratewarden.storage._redis_errors import (
+    REDIS_ERRORS,
+    certificate_refused,
+    credentials_refused,
+    gave_password,
+    refusal,
+    tls_refusal,
+)
+from ratewarden.storage._redis_server import ServerUnusable
 
 __all__ = [
     "CHECK_EVERY_S",
@@ -173,58 +186,135 @@ def _read_safely(watch: Watch, sentinels: list[Any]) -> None:
         watch.failed()
 
 
-#: Set while a primary is looked for: each Sentinel's state of the service, as it is judged.
-_JUDGED: ContextVar[list[dict[str, Any]] | None] = ContextVar("rw_sentinel_judged", default=None)
+#: What a sentinel asked for the primaries may raise that does not end the search (redis-py's).
+_ASKING_ERRORS = (rx.ConnectionError, rx.ResponseError, rx.TimeoutError)
 
 
-class _Telling:
-    """Says why no primary was found: no Sentinel that answered knows the service (a wrong
-    service name or host list), or they know it but name no primary that is up (an outage,
-    or a failover under way: waiting helps). redis-py says "No master found" for both."""
+class _Search:
+    """One search for a service's primary: what each sentinel said and, when none names a
+    primary, why, judged from the error objects met.
 
-    def check_master_state(self, state: dict[str, Any], service_name: str) -> bool:
-        judged = _JUDGED.get()
-        if judged is not None:
-            judged.append(state)
-        found: bool = super().check_master_state(state, service_name)  # type: ignore[misc]
-        return found
+    redis-py's ``discover_master`` keeps only its errors' text, in words that change
+    between its versions (8.x writes ``network:ConnectionError``), and says "No master
+    found" for every case; the loop is written here (the same order and choice) to keep
+    the objects. The cases: the sentinels know the service but name no primary that is up
+    (an outage, or a failover under way: waiting helps); a sentinel refused the store's
+    sentinel credentials, or its TLS certificate does not verify, or every host answered
+    as no sentinel does (``ServerUnusable``: a setting, which waiting will not fix, so an
+    open failure mode never turns it into allowing everything); every host answered and
+    none knows the service (a wrong name or host list, probably); or some could not be
+    reached (an outage).
+    """
+
+    __slots__ = ("asked", "failures", "known", "service")
+
+    def __init__(self, service: str) -> None:
+        self.service = service
+        self.asked = 0
+        self.known = False
+        self.failures: list[tuple[Any, BaseException]] = []
+
+    def primary(self, manager: Any, masters: Any) -> Address | None:
+        """The primary's address in ``masters`` (a sentinel's answer), if it is up."""
+        self.asked += 1
+        state = masters.get(self.service)
+        if not state:
+            return None
+        self.known = True
+        if not manager.check_master_state(state, self.service):
+            return None
+        forced = getattr(manager, "_force_master_ip", None)  # redis-py's force_master_ip
+        return (state["ip"] if forced is None else forced), state["port"]
+
+    def failed(self, sentinel: Any, exc: BaseException) -> None:
+        self.asked += 1
+        self.failures.append((sentinel, exc))
+
+    def error(self, not_found: type[Exception]) -> Exception:
+        """The error to raise: ``not_found`` (redis-py's, an outage) or ``ServerUnusable``."""
+        said = f"No master found for {self.service!r}"
+        if self.failures:
+            said += ": " + ", ".join(_failure(sentinel, exc) for sentinel, exc in self.failures)
+        if self.known:
+            return not_found(
+                f"{said} (the sentinels know {self.service!r} but name no primary that is "
+                "up: it is down, or a failover is under way)"
+            )
+        for sentinel, exc in self.failures:
+            certificate = certificate_refused(exc)
+            if certificate is not None:
+                return ServerUnusable(f"{said}; {tls_refusal(certificate, 'a sentinel')}")
+            if credentials_refused(exc):
+                return ServerUnusable(f"{said}; {_credentials(sentinel)}")
+        strangers = sum(refusal(exc, "") is not None for _, exc in self.failures)
+        if strangers and strangers == self.asked:
+            return ServerUnusable(
+                f"{said}; no host answered as a Sentinel: a redis+sentinel:// URL lists the "
+                "Sentinels (port 26379), not the data servers (one server is a redis:// URL): "
+                "waiting will not help"
+            )
+        if strangers == len(self.failures):  # every host answered: none was out of reach
+            return not_found(
+                f"{said} (no host knows that service: is each host a sentinel watching it?)"
+            )
+        return not_found(said)
 
 
-def _why(exc: Exception, service: str, judged: list[dict[str, Any]]) -> str:
-    if judged:
+def _failure(sentinel: Any, exc: BaseException) -> str:
+    """``sentinel HOST:PORT - ErrorClass: its words``, in any redis-py version."""
+    kwargs = getattr(getattr(sentinel, "connection_pool", None), "connection_kwargs", {})
+    where = f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+    return f"sentinel {where} - {type(exc).__name__}: {str(exc).rstrip('. ')}"
+
+
+def _credentials(sentinel: Any) -> str:
+    """What to do when a sentinel refused the store's sentinel credentials."""
+    kwargs = getattr(getattr(sentinel, "connection_pool", None), "connection_kwargs", {})
+    if not gave_password(kwargs):
         return (
-            f"{exc} (the sentinels know {service!r} but name no primary that is up: it is "
-            "down, or a failover is under way)"
+            "a sentinel needs a password, and the store is given none: give it in the store "
+            "URL's query (?sentinel_password=...; sentinel_username= for an ACL user; "
+            "REDIS_SENTINEL_AUTH under ratewarden serve), or check that each host is a "
+            "Sentinel: waiting will not help"
         )
-    said = str(exc)
-    if "ConnectionError(" not in said and "TimeoutError(" not in said:  # each host answered
-        return f"{said} (no host knows that service: is each host a sentinel watching it?)"
-    return said
+    return (
+        "a sentinel refused the store's sentinel credentials: check sentinel_password (and "
+        "sentinel_username) in the store URL's query (REDIS_SENTINEL_AUTH under ratewarden "
+        "serve); the URL's user and password are the data servers': waiting will not help"
+    )
 
 
-class TellingSentinel(_Telling, Sentinel):
-    """redis-py's ``Sentinel``, its "No master found" saying why (``_Telling``)."""
+class TellingSentinel(Sentinel):
+    """redis-py's ``Sentinel``, its "No master found" saying why (``_Search``)."""
 
     def discover_master(self, service_name: str) -> Any:
-        judged: list[dict[str, Any]] = []
-        token = _JUDGED.set(judged)
-        try:
-            return super().discover_master(service_name)
-        except MasterNotFoundError as exc:
-            raise MasterNotFoundError(_why(exc, service_name, judged)) from None
-        finally:
-            _JUDGED.reset(token)
+        search = _Search(service_name)
+        for number, sentinel in enumerate(self.sentinels):
+            try:
+                masters = sentinel.sentinel_masters()
+            except _ASKING_ERRORS as exc:
+                search.failed(sentinel, exc)
+                continue
+            address = search.primary(self, masters)
+            if address is not None:  # asked first next time
+                self.sentinels[0], self.sentinels[number] = sentinel, self.sentinels[0]
+                return address
+        raise search.error(MasterNotFoundError)
 
 
-class AsyncTellingSentinel(_Telling, AsyncSentinel):
+class AsyncTellingSentinel(AsyncSentinel):
     """``TellingSentinel`` for asyncio."""
 
     async def discover_master(self, service_name: str) -> Any:
-        judged: list[dict[str, Any]] = []
-        token = _JUDGED.set(judged)
-        try:
-            return await super().discover_master(service_name)
-        except AsyncMasterNotFoundError as exc:
-            raise AsyncMasterNotFoundError(_why(exc, service_name, judged)) from None
-        finally:
-            _JUDGED.reset(token)
+        search = _Search(service_name)
+        for number, sentinel in enumerate(self.sentinels):
+            try:
+                masters = await sentinel.sentinel_masters()
+            except _ASKING_ERRORS as exc:
+                search.failed(sentinel, exc)
+                continue
+            address = search.primary(self, masters)
+            if address is not None:  # asked first next time
+                self.sentinels[0], self.sentinels[number] = sentinel, self.sentinels[0]
+                return address
+        raise search.error(AsyncMasterNotFoundError)

@@ -7,13 +7,15 @@
     unix://[[user]:password@]/path/to/redis.sock[?db=N]                a Unix socket
     redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/service[/db]
                      [?sentinel_username=...&sentinel_password=...]    Sentinel (port 26379)
+                     [&ssl_ca_certs=...&ssl_certfile=...&...]          (rediss+sentinel only)
     redis+cluster://[[user]:password@]host[:port][,host[:port]...][/0] Cluster (port 6379)
     rediss+sentinel://... and rediss+cluster://...                     over TLS
 
 ``valkey`` may stand for ``redis`` in any scheme (``valkey://``,
 ``valkeys+cluster://``). For Sentinel the user and password are the data
 nodes'; the sentinels' own credentials go in ``sentinel_username`` and
-``sentinel_password``, and TLS applies to both. The three ``redis://`` forms
+``sentinel_password``, and TLS applies to both, with the same TLS options (which a
+``rediss+sentinel://`` URL's query may give: ``TLS_QUERY``). The three ``redis://`` forms
 accept redis-py's query options (``?client_name=api``); any other client
 option is a keyword argument of ``from_url``. Options the store sets itself on
 its connections (``socket_timeout``, ``socket_connect_timeout``, ``retry*``,
@@ -30,10 +32,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from redis.connection import URL_QUERY_ARGUMENT_PARSERS
+
 from ratewarden.errors import ConfigurationError
 from ratewarden.redaction import redact_url
 
-__all__ = ["Target", "check_options", "client_options", "parse"]
+__all__ = ["TLS_QUERY", "Target", "check_options", "client_options", "parse", "tls_query"]
 
 _SCHEMES = {
     "redis": ("redis", False),
@@ -46,6 +50,9 @@ _SCHEMES = {
 }
 _DEFAULT_PORT = {"redis": 6379, "sentinel": 26379, "cluster": 6379}
 _QUERY = {"sentinel": {"sentinel_username", "sentinel_password"}, "cluster": set[str]()}
+#: The TLS options a ``rediss+sentinel://`` URL's query may give (``serve`` has no keyword
+#: arguments): for the sentinels and the primary alike, parsed as in a ``rediss://`` URL.
+TLS_QUERY = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname", "ssl_cert_reqs")
 _HOST = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[^:\[\]]+))(?::(?P<port>[^:]*))?$")
 
 
@@ -184,9 +191,14 @@ def _parse_nodes(url: str, scheme: str, kind: str, tls: bool, rest: str) -> Targ
         raise _fail(url, f"no host given; write {scheme}://HOST:PORT")
     hosts = _hosts(url, hostlist, _DEFAULT_PORT[kind])
     query = tuple(parse_qsl(query_text, keep_blank_values=True))
+    known = _QUERY[kind] | (set(TLS_QUERY) if kind == "sentinel" and tls else set())
     for name, _value in query:
-        if name not in _QUERY[kind]:
-            allowed = ", ".join(sorted(_QUERY[kind])) or "none"
+        if name in TLS_QUERY and kind == "sentinel" and not tls:
+            raise _fail(
+                url, f"{name} is a TLS option, and the URL is not TLS; use {_TLS_SCHEME[kind]}"
+            )
+        if name not in known:
+            allowed = ", ".join(sorted(known)) or "none"
             raise _fail(
                 url,
                 f"query option {name!r} is not understood here (allowed: {allowed}); {ELSEWHERE}",
@@ -262,6 +274,20 @@ def _parse_plain(url: str, scheme: str, rest: str) -> Target:
         )
     db = int(dbs[0][1]) if dbs else 0
     return Target("redis", redis_url, scheme == "rediss", db=db, db_given=bool(dbs))
+
+
+def tls_query(target: Target) -> dict[str, Any]:
+    """The TLS options of a Sentinel URL's query (``TLS_QUERY``), parsed as redis-py parses
+    a ``rediss://`` URL's (``ssl_check_hostname=false``)."""
+    found: dict[str, Any] = {}
+    for name, value in target.query:
+        if name in TLS_QUERY:
+            parse_value: Any = URL_QUERY_ARGUMENT_PARSERS.get(name, str)
+            try:
+                found[name] = parse_value(value)
+            except (TypeError, ValueError):
+                raise _fail(target.url, f"query option {name}={value!r} cannot be read") from None
+    return found
 
 
 def client_options(timeout: float, options: dict[str, Any]) -> dict[str, Any]:
