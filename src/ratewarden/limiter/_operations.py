@@ -80,6 +80,8 @@ class Operations:
             self, key: str, rates: Rate | Sequence[Rate], failure_mode: str | None
         ) -> Flow[Decision]: ...
 
+        def _check(self, algorithm: str, rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]: ...
+
     # -- the breaker: which node a call goes to, and what it let through ------------------
 
     def _node_of(
@@ -382,7 +384,7 @@ class Operations:
 
     def _forget(self, key: str, rates: Rate | Sequence[Rate]) -> tuple[Rate, ...]:
         """Drop what this process holds for ``key``: cached denial, lease, local bucket."""
-        found = check_rates(rates)
+        found = self._check(self.algorithm, rates)
         check_key(key)
         ident = (self.algorithm, key, found)
         if self.negative is not None:
