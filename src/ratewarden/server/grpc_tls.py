@@ -1,8 +1,10 @@
 """TLS for the gRPC port, and a renewed certificate served without a restart.
 
 ``GrpcTls`` holds what ``--tls-cert``, ``--tls-key`` and ``--tls-client-ca`` name, read
-and checked at start: unreadable or mismatched files are a ``ConfigurationError`` naming
-the flag, before anything listens.
+and checked at start: unreadable or mismatched files, and a certificate outside its
+validity (expired, or not valid yet: every handshake would fail on it, as clients refuse
+it) are a ``ConfigurationError`` naming the setting as it was given, before anything
+listens.
 
 ``CertificateWatch`` makes the port's credentials. grpcio asks it, before each new
 connection's handshake, whether the certificate has changed (``dynamic_ssl_server_credentials``'s
@@ -11,9 +13,10 @@ size, so a Kubernetes secret's swapped ``..data`` link counts) and, when they ch
 and checks them as the start does. A good set is served from that handshake on, and logged
 (``tls_reloaded``); connections already open keep the certificate they were made with, as in
 any TLS server. A set that fails the checks (a key that does not match the certificate,
-as when a tool writes the certificate and then the key, or an encrypted key) is logged once
-(``tls_reload_failed``, the reason) and the last good one stays. Files that change while
-they are read are read again at the next handshake. envoyproxy/ratelimit reloads its
+as when a tool writes the certificate and then the key, an encrypted key, an expired
+certificate restored from a backup) is logged once (``tls_reload_failed``, the reason) and
+the last good one stays; one not valid yet is tried again once it is. Files that change
+while they are read are read again at the next handshake. envoyproxy/ratelimit reloads its
 certificate and key when their directory changes; this does the same, and the client CA too.
 """
 
@@ -24,14 +27,17 @@ import logging
 import os
 import ssl
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 
+from ratewarden.clock import Clock, SystemClock
 from ratewarden.errors import ConfigurationError
 from ratewarden.server.reload import Fingerprint, fingerprint
-from ratewarden.server.tls_names import check_tls
+from ratewarden.server.tls_names import TLS_FLAGS, check_tls
+from ratewarden.server.tls_validity import certificate_validity, utc
 
 __all__ = ["CertificateWatch", "GrpcTls"]
 
@@ -42,8 +48,9 @@ log = logging.getLogger("ratewarden.server.grpc")
 class GrpcTls:
     """TLS for the gRPC port: PEM certificate chain and key, and for mTLS the client CA.
 
-    Build it with ``GrpcTls.load`` so that unreadable or mismatched files are a
-    ``ConfigurationError`` naming the flag at startup, not a failed bind later; a ``GrpcTls``
+    Build it with ``GrpcTls.load`` so that unreadable or mismatched files, or a certificate
+    outside its validity, are a ``ConfigurationError`` naming the setting at startup, not a
+    failed bind or failing handshakes later; a ``GrpcTls``
     made so also knows its files (``paths``), and its credentials follow them. The key's
     bytes stay out of ``repr``.
     """
@@ -56,28 +63,36 @@ class GrpcTls:
     client_san: str | None = None
     #: The files read (certificate, key, client CA or None), or () when made from bytes.
     paths: tuple[str, str, str | None] | tuple[()] = ()
+    #: The certificate's notBefore and notAfter (Unix seconds), or None when made from bytes.
+    not_before: float | None = None
+    not_after: float | None = None
 
     @classmethod
     def load(
-        cls, cert: str, key: str, client_ca: str | None = None, client_san: str | None = None
+        cls,
+        cert: str,
+        key: str,
+        client_ca: str | None = None,
+        client_san: str | None = None,
+        *,
+        names: Mapping[str, str] = TLS_FLAGS,
+        clock: Clock | None = None,
     ) -> GrpcTls:
-        """Read and check the files: the key must match the certificate, the CA must parse;
-        ``client_san`` needs the CA (no client certificate is asked for without one)."""
-        check_tls(cert, key, client_ca, client_san)
-        for flag, path in (
-            ("--tls-cert", cert),
-            ("--tls-key", key),
-            ("--tls-client-ca", client_ca),
-        ):
+        """Read and check the files: the key must match the certificate, which must be valid
+        at ``clock``'s now (the system's by default), and the CA must parse; ``client_san``
+        needs the CA (no client certificate is asked for without one). Errors name each
+        setting as ``names`` say (``TLS_FLAGS``' keys: its flag, or the variable it came by)."""
+        check_tls(cert, key, client_ca, client_san, names)
+        for name, path in (("tls_cert", cert), ("tls_key", key), ("tls_client_ca", client_ca)):
             if path is not None:
-                _check_readable(flag, path)
+                _check_readable(names[name], path)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        given = f"{names['tls_cert']} {cert!r} / {names['tls_key']} {key!r}"
         try:
             context.load_cert_chain(cert, key)
         except (OSError, ssl.SSLError) as exc:
             raise ConfigurationError(
-                f"--tls-cert {cert!r} / --tls-key {key!r}: cannot use them as a PEM certificate "
-                f"chain and its private key ({exc})"
+                f"{given}: cannot use them as a PEM certificate chain and its private key ({exc})"
             ) from None
         ca = None
         if client_ca is not None:
@@ -85,13 +100,17 @@ class GrpcTls:
                 context.load_verify_locations(cafile=client_ca)
             except (OSError, ssl.SSLError) as exc:
                 raise ConfigurationError(
-                    f"--tls-client-ca {client_ca!r}: cannot use it as PEM CA certificates ({exc})"
+                    f"{names['tls_client_ca']} {client_ca!r}: cannot use it as PEM CA "
+                    f"certificates ({exc})"
                 ) from None
             ca = Path(client_ca).read_bytes()
+        chain, private = Path(cert).read_bytes(), Path(key).read_bytes()
+        named = f"{names['tls_cert']} {cert!r}"
+        not_before, not_after = _valid_now(chain, named, (clock or SystemClock()).now())
         mode = "mTLS" if ca is not None else "TLS"
         source = f"{mode} ({cert}{', SAN ' + client_san if client_san else ''})"
-        chain, private = Path(cert).read_bytes(), Path(key).read_bytes()
-        return cls(chain, private, ca, source, client_san, (cert, key, client_ca))
+        paths = (cert, key, client_ca)
+        return cls(chain, private, ca, source, client_san, paths, not_before, not_after)
 
     def configuration(self) -> grpc.ServerCertificateConfiguration:
         """The certificate, key and client CA as grpcio serves them."""
@@ -109,6 +128,26 @@ class GrpcTls:
                 require_client_auth=self.client_ca is not None,
             )
         return CertificateWatch(self).credentials()
+
+
+def _valid_now(chain: bytes, named: str, now: float) -> tuple[float, float]:
+    """The certificate's validity, or ``ConfigurationError`` when ``now`` is outside it."""
+    try:
+        not_before, not_after = certificate_validity(chain)
+    except ValueError as exc:
+        raise ConfigurationError(f"{named}: {exc}") from None
+    if now > not_after:
+        raise ConfigurationError(
+            f"{named}: the certificate expired at {utc(not_after)}; clients refuse it, so "
+            "every handshake would fail: give a renewed certificate and its key"
+        )
+    if now < not_before:
+        raise ConfigurationError(
+            f"{named}: the certificate is not valid before {utc(not_before)} (now "
+            f"{utc(now)}); clients refuse it until then, so every handshake would fail: "
+            "check this host's clock, or give a certificate valid now"
+        )
+    return not_before, not_after
 
 
 def _check_readable(flag: str, path: str) -> None:
@@ -137,12 +176,16 @@ class CertificateWatch:
     current one. It never raises: a failure is logged and the current certificate stays.
     """
 
-    def __init__(self, tls: GrpcTls) -> None:
+    def __init__(self, tls: GrpcTls, clock: Clock | None = None) -> None:
         if not tls.paths:
             raise ValueError("CertificateWatch needs a GrpcTls made by GrpcTls.load")
         self.current = tls
+        self._clock = clock or SystemClock()
         self._paths = [path for path in tls.paths if path is not None]
         self._seen: Fingerprint | None = fingerprint(self._paths)
+        #: When a refused certificate that was not valid yet becomes so: its files, unchanged
+        #: since, are read again then (a renewal issued a moment ahead of this host's clock).
+        self._valid_from: float | None = None
         self._lock = threading.Lock()
         #: Certificates switched to, and sets refused, since the start.
         self.reloads = 0
@@ -170,14 +213,17 @@ class CertificateWatch:
 
     def _check(self) -> grpc.ServerCertificateConfiguration | None:
         now = fingerprint(self._paths)
-        if now == self._seen:
+        due = self._valid_from is not None and self._clock.now() >= self._valid_from
+        if now == self._seen and not due:
             return None
+        self._valid_from = None
         cert, key, client_ca = self.current.paths or ("", "", None)
         try:
-            loaded = GrpcTls.load(cert, key, client_ca, self.current.client_san)
+            loaded = GrpcTls.load(cert, key, client_ca, self.current.client_san, clock=self._clock)
         except ConfigurationError as exc:
             if fingerprint(self._paths) == now:  # not mid-write: say it once, until they change
                 self._seen = now
+                self._valid_from = _later_valid(cert, self._clock.now())
                 self.failures += 1
                 log.error(
                     "the TLS files changed but cannot be used; the last good certificate stays",
@@ -198,6 +244,20 @@ class CertificateWatch:
         self.reloads += 1
         log.info(
             "TLS certificate reloaded; new connections get it",
-            extra={"event": "tls_reloaded", "source": loaded.source, "reloads": self.reloads},
+            extra={
+                "event": "tls_reloaded",
+                "source": loaded.source,
+                "not_after": utc(loaded.not_after or 0),
+                "reloads": self.reloads,
+            },
         )
         return loaded.configuration()
+
+
+def _later_valid(cert: str, now: float) -> float | None:
+    """The notBefore of ``cert`` when it is still ahead of ``now``, else None."""
+    try:
+        not_before, _ = certificate_validity(Path(cert).read_bytes())
+    except (OSError, ValueError):
+        return None
+    return not_before if not_before > now else None

@@ -162,6 +162,7 @@ def serving_fields(
         "event": "serving",
         "grpc": grpc_address(s.grpc_host or s.host, grpc_port, s.grpc_uds),
         "transport": transport,
+        "tls": ("mTLS" if s.tls_client_ca is not None else "TLS") if s.tls else None,
         "rlqs": s.rlqs,
         "http": grpc_address(s.host, http_port),
         "debug": grpc_address(s.debug_host or s.host, debug_port) if debug_port else None,

@@ -109,7 +109,6 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.server import upstream_env
 from ratewarden.server.dogstatsd import Mogrifier
 from ratewarden.server.options import OPTIONS, Option, masked, read
-from ratewarden.server.options_env import given_as
 from ratewarden.server.response_headers import LEGACY_NAMES
 from ratewarden.server.rules_source import (
     XDS_OPTIONS,
@@ -121,7 +120,13 @@ from ratewarden.server.statsd_mapping import StatsdMapping
 from ratewarden.server.store_url import redacted, store_scheme
 from ratewarden.server.tls_names import TLS_FLAGS, check_tls
 from ratewarden.server.tracing import check_tracing
-from ratewarden.server.transport_checks import check_rlqs, check_rlqs_given, check_transport
+from ratewarden.server.transport_checks import (
+    check_rlqs,
+    check_rlqs_given,
+    check_transport,
+    check_transport_given,
+    tls_given_as,
+)
 
 __all__ = ["OPTIONS", "XDS_OPTIONS", "Option", "Settings", "redacted", "resolve", "store_scheme"]
 
@@ -370,7 +375,7 @@ def resolve(flags: Mapping[str, Any], environ: Mapping[str, str]) -> Settings:
     wins over the default. Raises ``ConfigurationError`` naming the flag or
     variable whose value is wrong, or that was given without the option it needs.
     """
-    upstream = upstream_env.read(environ)
+    upstream = upstream_env.read(environ, flags)
     own = read(flags, environ)
     check_rlqs_given(flags, environ, own.get("rlqs", False))
     own_source_wins(own, upstream)
@@ -378,6 +383,7 @@ def resolve(flags: Mapping[str, Any], environ: Mapping[str, str]) -> Settings:
     values.setdefault("config_paths", ())
     check_reload_given(flags, environ, values.get("config_xds"))
     cert, key, client_ca, client_san = (values.get(name) for name in TLS_FLAGS)
-    names = given_as(TLS_FLAGS, flags, environ)  # each as given, flag or variable
+    names = tls_given_as(flags, environ)  # each as given: flag, its variable, or upstream's
     check_tls(cert, key, client_ca, client_san, names)
+    check_transport_given(values, flags, environ, native_installed())
     return Settings(**values)

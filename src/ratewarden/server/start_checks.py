@@ -1,7 +1,8 @@
 """What ``ratewarden serve`` refuses before it starts anything (exit 2, one line naming
 where the value was given): a rule path that does not exist, an address to listen on
-that can only fail to bind, and a ``PROMETHEUS_MULTIPROC_DIR`` that is no directory this
-user can write (prometheus_client would fail on its first metric, naming a file in it)."""
+that can only fail to bind, TLS files the gRPC port cannot serve (``GrpcTls.load``'s
+checks), and a ``PROMETHEUS_MULTIPROC_DIR`` that is no directory this user can write
+(prometheus_client would fail on its first metric, naming a file in it)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ratewarden.errors import ConfigurationError
 from ratewarden.server.options import OPTIONS
 from ratewarden.server.settings import Settings
 from ratewarden.server.stats import MULTIPROC_ENV
+from ratewarden.server.transport_checks import tls_given_as
 
 __all__ = ["check_start", "host_problem"]
 
@@ -28,10 +30,17 @@ _HOSTS = {
 
 def check_start(chosen: Settings, flags: Mapping[str, object], environ: Mapping[str, str]) -> None:
     """Refuse ``chosen`` (resolved from ``flags`` and ``environ``) with a ConfigurationError
-    when a rule path is missing, an address to listen on cannot be one, or the metrics
-    directory of the environment cannot be written."""
+    when a rule path is missing, an address to listen on cannot be one, a TLS file cannot
+    be served, or the metrics directory of the environment cannot be written."""
     _config_paths_exist(chosen.config_paths, flags.get("config_paths") is not None, environ)
     _hosts_resolve(chosen, flags, environ)
+    if chosen.tls_cert is not None and chosen.tls_key is not None:
+        # Imported here: grpcio reads GRPC_VERBOSITY when first imported, which serve sets
+        # after importing this module (logs.quiet_grpc_core).
+        from ratewarden.server.grpc_tls import GrpcTls
+
+        names = tls_given_as(flags, environ)  # a flag, its RATEWARDEN_* or GRPC_* variable
+        GrpcTls.load(chosen.tls_cert, chosen.tls_key, chosen.tls_client_ca, names=names)
     _metrics_dir_writable(environ)
 
 

@@ -2,8 +2,9 @@
 ``--transport native`` installed and without TLS, ``--grpc-max-connection-age`` and its
 grace, and ``--rlqs``'s options (a stream, which needs grpcio; its ``--rlqs-*`` options
 only with it). ``Settings`` runs them when it is built, and ``settings.resolve`` runs
-``check_rlqs_given``, which sees what was given; each raises ``ConfigurationError``
-naming the options.
+``check_rlqs_given`` and ``check_transport_given``, which see what was given; each raises
+``ConfigurationError`` naming the options, as given where it knows (``tls_given_as``: the
+TLS settings by flag, ``RATEWARDEN_*`` or upstream ``GRPC_*`` variable).
 """
 
 from __future__ import annotations
@@ -14,11 +15,21 @@ from typing import TYPE_CHECKING, Any
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.server.options import OPTIONS
+from ratewarden.server.options_env import given_as
+from ratewarden.server.tls_names import TLS_FLAGS
 
 if TYPE_CHECKING:
     from ratewarden.server.settings import Settings
 
-__all__ = ["RLQS_OPTIONS", "check_rlqs", "check_rlqs_given", "check_transport"]
+__all__ = [
+    "RLQS_OPTIONS",
+    "UPSTREAM_TLS",
+    "check_rlqs",
+    "check_rlqs_given",
+    "check_transport",
+    "check_transport_given",
+    "tls_given_as",
+]
 
 #: The settings that tune the quota service, which mean something only with ``rlqs``.
 RLQS_OPTIONS = (
@@ -31,20 +42,72 @@ RLQS_OPTIONS = (
 )
 
 
+#: envoyproxy/ratelimit's variables of the TLS settings (with GRPC_SERVER_USE_TLS=true).
+UPSTREAM_TLS = {
+    "tls_cert": "GRPC_SERVER_TLS_CERT",
+    "tls_key": "GRPC_SERVER_TLS_KEY",
+    "tls_client_ca": "GRPC_CLIENT_TLS_CACERT",
+    "tls_client_san": "GRPC_CLIENT_TLS_SAN",
+}
+
+
+def tls_given_as(flags: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, str]:
+    """How each TLS setting was given (``TLS_FLAGS``' keys), as ``settings.resolve`` takes
+    them: its flag, else its ``RATEWARDEN_*`` variable, else the upstream variable when that
+    is set (``options_env.given_as`` names one given by none)."""
+    shown = given_as(TLS_FLAGS, flags, environ)
+    for name, upstream in UPSTREAM_TLS.items():
+        own = flags.get(name) is not None or OPTIONS[name].env in environ
+        if not own and environ.get(upstream, "").strip():
+            shown[name] = upstream
+    return shown
+
+
 def check_transport(settings: Settings, native: bool) -> None:
     """``native``: whether pygrpc-native is installed here."""
     _check_connection_age(settings)
-    if settings.transport != "native":
+    if settings.transport == "native":
+        age = settings.grpc_max_connection_age is not None
+        _check_native(native, settings.tls_cert is not None, age, _FLAGS)
+
+
+def check_transport_given(
+    values: Mapping[str, Any], flags: Mapping[str, Any], environ: Mapping[str, str], native: bool
+) -> None:
+    """``check_transport``'s refusals of ``--transport native`` for the ``Settings`` field
+    ``values`` resolved from ``flags`` and ``environ``, naming each setting as given."""
+    if values.get("transport") != "native":
         return
+    transport = "--transport"
+    if flags.get("transport") is None and OPTIONS["transport"].env in environ:
+        transport = OPTIONS["transport"].env
+    names = {"transport": transport, **tls_given_as(flags, environ)}
+    age = values.get("grpc_max_connection_age") is not None
+    _check_native(native, values.get("tls_cert") is not None, age, names)
+
+
+_FLAGS = {"transport": "--transport", **TLS_FLAGS}
+
+
+def _check_native(native: bool, tls: bool, age: bool, names: Mapping[str, str]) -> None:
+    """Refuse ``--transport native`` (named as ``names`` say) when it is not installed
+    (``native``), or asked to serve TLS or to close connections by their age."""
+    transport = names["transport"]
     if not native:
         raise ConfigurationError(
-            "--transport native: the pygrpc-native package is not installed; "
+            f"{transport} native: the pygrpc-native package is not installed; "
             "pip install 'ratewarden[native]' or use --transport grpcio"
         )
-    if settings.tls_cert is not None:
+    if tls:
         raise ConfigurationError(
-            "--transport native cannot serve TLS (--tls-cert): pygrpc-native has no TLS "
-            "yet; use --transport grpcio, or auto, which picks grpcio when TLS is on"
+            f"{transport} native cannot serve TLS ({names['tls_cert']}): pygrpc-native has "
+            "no TLS yet; use --transport grpcio, or auto, which picks grpcio when TLS is on"
+        )
+    if age:
+        raise ConfigurationError(
+            f"--grpc-max-connection-age (upstream's GRPC_MAX_CONNECTION_AGE) with {transport} "
+            "native: pygrpc-native cannot close connections by their age; use --transport "
+            "grpcio, or auto, which picks grpcio when it is set"
         )
 
 
@@ -63,12 +126,6 @@ def _check_connection_age(settings: Settings) -> None:
         raise ConfigurationError(
             "--grpc-max-connection-age-grace is set without --grpc-max-connection-age: "
             "the grace is counted from a connection's age; set both, or neither"
-        )
-    if age is not None and settings.transport == "native":
-        raise ConfigurationError(
-            "--grpc-max-connection-age (upstream's GRPC_MAX_CONNECTION_AGE) with --transport "
-            "native: pygrpc-native cannot close connections by their age; use --transport "
-            "grpcio, or auto, which picks grpcio when it is set"
         )
 
 

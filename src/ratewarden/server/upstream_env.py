@@ -19,7 +19,7 @@ at start) or ``refused`` (the start stops with a message naming it and what to u
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from ratewarden.errors import ConfigurationError
@@ -42,16 +42,19 @@ __all__ = [
 ]
 
 
-def read(environ: Mapping[str, str]) -> dict[str, Any]:
-    """``Settings`` field values from the upstream variables set in ``environ``.
+def read(environ: Mapping[str, str], flags: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``Settings`` field values from the upstream variables set in ``environ``; ``flags``
+    and ``RATEWARDEN_*`` variables, which win, may give GRPC_SERVER_USE_TLS's TLS files.
 
-    Raises ``ConfigurationError`` naming the variable and its value when a value
-    is bad or cannot be honoured.
+    Raises ``ConfigurationError`` naming the variable, and its value when bad or refused.
     """
     values = given(environ)
     out: dict[str, Any] = {}
-    for reader in (_listening, _logging, _runtime, _xds, _switches, _tls, _prometheus, _tracing):
+    for reader in (_listening, _logging, _runtime, _xds, _switches, _prometheus, _tracing):
         out.update(reader(values))
+    flags = flags or {}
+    own = {name for name, o in OPTIONS.items() if flags.get(name) is not None or o.env in environ}
+    out.update(_tls(values, own))
     out.update(_stats(values, environ))
     out.update(upstream_backend.store(values))  # BACKEND_TYPE's: Redis or memcached
     return out
@@ -266,13 +269,16 @@ def _switches(values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _tls(values: Mapping[str, Any]) -> dict[str, Any]:
-    files = (
-        "GRPC_SERVER_TLS_CERT",
-        "GRPC_SERVER_TLS_KEY",
-        "GRPC_CLIENT_TLS_CACERT",
-        "GRPC_CLIENT_TLS_SAN",
-    )
+def _tls(values: Mapping[str, Any], own: Collection[str]) -> dict[str, Any]:
+    """GRPC_SERVER_USE_TLS=true: the files its variables name; one that ratewarden's own
+    settings give (``own``: the fields set by a flag or ``RATEWARDEN_*`` variable, which
+    win) need not be set. The files' variables without it are refused."""
+    files = {
+        "GRPC_SERVER_TLS_CERT": "tls_cert",
+        "GRPC_SERVER_TLS_KEY": "tls_key",
+        "GRPC_CLIENT_TLS_CACERT": "tls_client_ca",
+        "GRPC_CLIENT_TLS_SAN": "tls_client_san",
+    }
     if not value_of(values, "GRPC_SERVER_USE_TLS"):
         for name in files:
             if name in values:
@@ -281,22 +287,18 @@ def _tls(values: Mapping[str, Any]) -> dict[str, Any]:
                     "GRPC_SERVER_USE_TLS=true to serve gRPC over TLS, or unset it"
                 )
         return {}
-    for name in files[:2]:
-        if name not in values:
+    out = {field: values[name] for name, field in files.items() if name in values}
+    for name, field in list(files.items())[:2]:
+        if field not in out and field not in own:
             raise ConfigurationError(
-                f"GRPC_SERVER_USE_TLS is true but {name} is not set; TLS needs the "
-                "certificate (GRPC_SERVER_TLS_CERT) and its key (GRPC_SERVER_TLS_KEY)"
+                f"GRPC_SERVER_USE_TLS is true but {name} is not set (nor {OPTIONS[field].flag} "
+                "or its variable); TLS needs the certificate and its key"
             )
-    out = {"tls_cert": values["GRPC_SERVER_TLS_CERT"], "tls_key": values["GRPC_SERVER_TLS_KEY"]}
-    if "GRPC_CLIENT_TLS_CACERT" in values:
-        out["tls_client_ca"] = values["GRPC_CLIENT_TLS_CACERT"]
-    if "GRPC_CLIENT_TLS_SAN" in values:
-        if "tls_client_ca" not in out:  # upstream would ignore it: no client certificate asked
-            raise ConfigurationError(
-                "GRPC_CLIENT_TLS_SAN is set but GRPC_CLIENT_TLS_CACERT is not; only a client "
-                "certificate that CA verified can be checked for the name"
-            )
-        out["tls_client_san"] = values["GRPC_CLIENT_TLS_SAN"]
+    if "tls_client_san" in out and "tls_client_ca" not in out and "tls_client_ca" not in own:
+        raise ConfigurationError(  # upstream would ignore it: no client certificate asked
+            "GRPC_CLIENT_TLS_SAN is set but GRPC_CLIENT_TLS_CACERT is not; only a client "
+            "certificate that CA verified can be checked for the name"
+        )
     return out
 
 
