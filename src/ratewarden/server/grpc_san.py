@@ -3,9 +3,12 @@
 grpcio verifies a client certificate's chain in the handshake (``--tls-client-ca``) but has
 no hook there for the names in it; so each call, to every service on the port, reads the
 names grpc-core took from the verified certificate (``peer_dns``, ``peer_ip``) and is
-refused ``UNAUTHENTICATED`` before it runs when none names the host (``tls_names``). Each
-refusal is counted (``refused``; ``on_refused``: serve's ``ratewarden_client_san_refused_total``)
-and logged at most once every ``LOG_EVERY_S`` seconds (``client_san_refused``).
+refused ``UNAUTHENTICATED`` before it runs when none names the host (``tls_names``). A call
+to a method the port does not serve is refused so too, and answered ``UNIMPLEMENTED`` only
+for a certificate that names the host: upstream refuses such a client's handshake, so it
+learns nothing of the port, and neither does it here. Each refusal is counted (``refused``;
+``on_refused``: serve's ``ratewarden_client_san_refused_total``) and logged at most once
+every ``LOG_EVERY_S`` seconds (``client_san_refused``).
 """
 
 from __future__ import annotations
@@ -81,8 +84,8 @@ class ClientSanCheck(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         details: Any,
     ) -> Any:
         handler = await continuation(details)
-        if handler is None:
-            return None
+        if handler is None:  # no such method: bytes in, and no answer but the refusal
+            return grpc.stream_stream_rpc_method_handler(self._unknown)
         if handler.unary_unary is not None:
             kind, behaviour = grpc.unary_unary_rpc_method_handler, handler.unary_unary
         elif handler.unary_stream is not None:
@@ -96,6 +99,13 @@ class ClientSanCheck(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+
+    async def _unknown(self, requests: Any, context: Any) -> None:
+        """A method the port does not serve: UNAUTHENTICATED unless the certificate names
+        the host, then grpcio's own answer to an unknown method."""
+        if not self.allowed(context):
+            await self._refuse(context)
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
 
     def _checked(self, behaviour: Behaviour) -> Behaviour:
         """``behaviour`` behind the check: an async generator stays one (a streaming answer),
