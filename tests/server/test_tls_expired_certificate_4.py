@@ -168,3 +168,19 @@ def test_a_real_port_keeps_serving_the_good_certificate(
     renewed = ca.issue_cert(HOST)
     install(renewed, cert, key)
     assert served_certificate(server.port, ca) == der(renewed)
+
+
+def test_a_validity_this_reader_cannot_find_is_not_a_refusal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """OpenSSL has taken the chain before its validity is read: a certificate whose dates this
+    module's small DER reader cannot find is served unchecked, with a warning, never refused
+    for the reader's sake."""
+    from ratewarden.server.grpc_tls import _valid_now
+
+    with caplog.at_level(logging.WARNING, logger="ratewarden.server.grpc"):
+        assert _valid_now(b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END", "--tls-cert 'x'", 0) == (
+            None,
+            None,
+        )
+    assert "validity was not checked" in caplog.text

@@ -130,12 +130,20 @@ class GrpcTls:
         return CertificateWatch(self).credentials()
 
 
-def _valid_now(chain: bytes, named: str, now: float) -> tuple[float, float]:
-    """The certificate's validity, or ``ConfigurationError`` when ``now`` is outside it."""
+def _valid_now(chain: bytes, named: str, now: float) -> tuple[float | None, float | None]:
+    """The certificate's validity, or ``ConfigurationError`` when ``now`` is outside it.
+    OpenSSL has taken the chain already: one whose validity this module's reader cannot
+    find is served unchecked (None, None), with a warning, rather than refused."""
     try:
         not_before, not_after = certificate_validity(chain)
     except ValueError as exc:
-        raise ConfigurationError(f"{named}: {exc}") from None
+        log.warning(
+            "%s: its validity was not checked: %s",
+            named,
+            exc,
+            extra={"event": "tls_validity_unread"},
+        )
+        return None, None
     if now > not_after:
         raise ConfigurationError(
             f"{named}: the certificate expired at {utc(not_after)}; clients refuse it, so "
@@ -247,7 +255,7 @@ class CertificateWatch:
             extra={
                 "event": "tls_reloaded",
                 "source": loaded.source,
-                "not_after": utc(loaded.not_after or 0),
+                "not_after": None if loaded.not_after is None else utc(loaded.not_after),
                 "reloads": self.reloads,
             },
         )
