@@ -55,9 +55,9 @@ def test_a_misspelt_domain_is_answered_ok_and_warned_of_once_a_minute(
     assert line.levelno == logging.WARNING
     assert line.domain == "public-api"  # type: ignore[attr-defined]
     assert line.getMessage() == (
-        "a call named domain 'public-api', which no rule file defines: its descriptors were "
-        "allowed without a rule; the rules' domains: 'public_api' (Envoy's domain: must be one "
-        "of them); did you mean 'public_api'?"
+        "a call named domain 'public-api', which the rules in use do not define: its "
+        "descriptors were allowed without a rule; the rules' domains: 'public_api' (Envoy's "
+        "domain: must be one of them); did you mean 'public_api'?"
     )
     for _ in range(5):
         ask(rls, "public-api")

@@ -39,6 +39,7 @@ from ratewarden.server.dashboard import shared
 from ratewarden.server.dashboard.view import render
 from ratewarden.server.decision_log import with_decision_log
 from ratewarden.server.dogstatsd import statsd_sinks
+from ratewarden.server.health import HealthState
 from ratewarden.server.listeners import (
     grpc_listener,
     http_listeners,
@@ -57,7 +58,7 @@ from ratewarden.server.service import AsyncRateLimitService
 from ratewarden.server.settings import Settings, redacted, store_scheme
 from ratewarden.server.stats import ServiceStats, multiprocess_dir
 from ratewarden.server.stats_loops import flush_loop, publish_loop
-from ratewarden.server.store_check import named_fault, refuse_unusable, store_breaker, store_fault
+from ratewarden.server.store_check import refuse_unusable, store_breaker, store_fault
 from ratewarden.server.tracing import tracing_of
 from ratewarden.server.xds import XdsSubscription, load_resources, source_of
 from ratewarden.storage import AsyncStore
@@ -209,11 +210,11 @@ class RateLimitServer:
         self.errors = 0
         #: Called after each config swap (``ratewarden serve``: ``heap.refreeze``).
         self.config_applied: Callable[[], None] | None = None
-        self._serving = False
+        self.health = HealthState(settings)
+        self._rules_changed = asyncio.Event()  # a config that brings or leaves no domain
         self._draining = False  # health NOT_SERVING for good, calls still answered
         #: The ShouldRateLimit calls (gRPC and /json) being answered right now.
         self.in_flight = 0
-        self._fault: str | None = None  # why the store is not serving, when it is not
         self._tasks: list[asyncio.Task[None]] = []
 
     # --- what the transports call -------------------------------------------------
@@ -255,7 +256,7 @@ class RateLimitServer:
         return answer
 
     def serving(self) -> bool:
-        return self._serving and not self._draining
+        return self.health.serving and not self._draining
 
     def rules_text(self) -> str:
         return str(self.config.describe())
@@ -333,7 +334,7 @@ class RateLimitServer:
     async def stop(self, grace: float | None = None) -> None:
         """Turn NOT_SERVING, refuse new calls, let calls in flight finish, close the store."""
         grace = self.settings.grace if grace is None else grace
-        self._serving = False
+        self.health.serving = False
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -361,21 +362,8 @@ class RateLimitServer:
         A ping that answers also closes an open circuit breaker: the store is back.
         """
         fault = await store_fault(self.store, PING_TIMEOUT_S)
-        alive, follows = fault is None, self.settings.health_follows_store
-        ruled = bool(self.config.domains) or not self.settings.health_needs_rules
-        serving = (alive or not follows) and ruled
-        if (serving, fault) != (self._serving, self._fault):  # logged when either changes
-            message = "store answers: serving"
-            said = named_fault(fault, self.settings.store_url)
-            if said is not None and follows:
-                message = f"{said}: not serving"
-            elif not ruled:
-                message = "no domain loaded (--health-needs-rules): not serving"
-            elif said is not None:
-                message = f"{said}: serving (--no-health-follows-store)"
-            level = logging.INFO if serving and alive else logging.WARNING
-            log.log(level, message, extra={"event": "health", "serving": serving})
-        self._serving, self._fault = serving, fault
+        alive = fault is None
+        serving = self.health.decide(fault, bool(self.config.domains))  # logs each change
         if alive and self.service.breaker is not None:
             self.service.breaker.recovered()  # the ping was a probe: no need to wait it out
         await self.grpc.set_serving(serving and not self._draining)
@@ -384,11 +372,19 @@ class RateLimitServer:
         return serving
 
     async def _health_loop(self) -> None:
+        """``refresh_health`` every ``--health-interval``, and at once when the rules change
+        what ``--health-needs-rules`` looks at (health.py)."""
         while True:
-            await asyncio.sleep(self.settings.health_interval)
+            # Not wait_for: it swallows a cancellation that comes as the event is set.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.settings.health_interval):
+                    await self._rules_changed.wait()
+            self._rules_changed.clear()
             await self.refresh_health()
 
     def _apply(self, config: rules.RateLimitConfig) -> None:
+        if self.health.needs_rules and bool(config.domains) != bool(self.config.domains):
+            self._rules_changed.set()
         self.service.swap_config(config)
         if self.quota is not None:
             self.quota.send(self.quota.quota.swap_config(config))

@@ -10,8 +10,10 @@ mtime and size do not. Polling rather than inotify keeps it the same on every
 platform and under every volume type.
 
 A load that fails keeps the last good config: the watcher logs the errors (one
-structured line, ``event=config_reload_failed``) and counts them, and does not
-try again until the files change once more. Files that change while they are
+structured line, ``event=config_reload_failed``, with the failures in a row and in
+all) and counts them, and does not try again until the files change once more. A
+good one is logged with what is now loaded (``event=config_reloaded``: its domains,
+rule count and files). Files that change while they are
 being read are read again on the next poll, so a half-written file is never
 applied. ``check_once`` does one poll
 synchronously, so tests drive it directly instead of sleeping.
@@ -39,8 +41,9 @@ from typing import Generic, TypeVar
 
 from ratewarden.server import heap
 from ratewarden.server.config.directory import walk
+from ratewarden.server.config.tree import RateLimitConfig
 
-__all__ = ["ConfigWatcher", "ReloadOutcome", "fingerprint", "problems", "report_load"]
+__all__ = ["ConfigWatcher", "ReloadOutcome", "fingerprint", "loaded", "problems", "report_load"]
 
 log = logging.getLogger("ratewarden.server.reload")
 
@@ -66,6 +69,29 @@ def report_load(on_load: Callable[[bool], None] | None, ok: bool) -> None:
             "on_load callback failed; the load itself is unaffected",
             extra={"event": "hook_failed", "hook": "on_load"},
         )
+
+
+#: The most domains and files ``loaded`` names; the rest are counted.
+MOST_NAMED = 20
+
+
+def loaded(config: object) -> dict[str, object]:
+    """What a config holds, for the log line that says it is in use: its ``domains``
+    (sorted), the number of ``rules`` and the ``files`` read, in order; past
+    ``MOST_NAMED`` domains or files, the list ends with ``"... and N more"``."""
+    if not isinstance(config, RateLimitConfig):
+        return {}
+    return {
+        "domains": _named(sorted(config.domains)),
+        "rules": len(config.rules),
+        "files": _named(list(config.files)),
+    }
+
+
+def _named(names: list[str]) -> list[str]:
+    if len(names) <= MOST_NAMED:
+        return names
+    return [*names[:MOST_NAMED], f"... and {len(names) - MOST_NAMED} more"]
 
 
 class ReloadOutcome(enum.Enum):
@@ -136,8 +162,9 @@ class ConfigWatcher(Generic[C]):
 
     ``load(paths)`` must return a whole config or raise; ``apply`` must switch to
     it atomically (``RateLimitService.swap_config`` does). Counters: ``reloads``,
-    ``failures``; ``last_error`` holds the message of the latest failed load,
-    cleared by the next good one. ``on_load(ok)``, if given, hears of every load
+    ``failures`` (in all), ``failures_in_a_row`` (since the last good load);
+    ``last_error`` holds the message of the latest failed load, cleared by the next
+    good one. ``on_load(ok)``, if given, hears of every load
     that finished: the initial one (when it succeeds), each reload applied
     (True) and each that failed (False); the server's metrics count them.
     ``files`` is what ``load`` reads of a directory (``--config-files``), so that
@@ -163,6 +190,7 @@ class ConfigWatcher(Generic[C]):
         self.skipped: tuple[str, ...] = ()
         self.reloads = 0
         self.failures = 0
+        self.failures_in_a_row = 0
         self.last_error: str | None = None
 
     def load_initial(self) -> C:
@@ -207,6 +235,7 @@ class ConfigWatcher(Generic[C]):
                 config = self._load(self.paths)
         except Exception as exc:
             self.failures += 1
+            self.failures_in_a_row += 1
             self.last_error = str(exc)
             errors = problems(exc)
             log.error(
@@ -215,7 +244,8 @@ class ConfigWatcher(Generic[C]):
                     "event": "config_reload_failed",
                     "paths": list(self.paths),
                     "errors": errors,
-                    "failures": self.failures,
+                    "failures_in_a_row": self.failures_in_a_row,
+                    "failures_total": self.failures,
                 },
             )
             self._report(False)
@@ -231,6 +261,7 @@ class ConfigWatcher(Generic[C]):
         if config is not None:
             self._apply(config)
             self.reloads += 1
+            self.failures_in_a_row = 0
             self.last_error = None
             self._report(True)
             log.info(
@@ -239,6 +270,7 @@ class ConfigWatcher(Generic[C]):
                     "event": "config_reloaded",
                     "paths": list(self.paths),
                     "reloads": self.reloads,
+                    **loaded(config),
                 },
             )
         return outcome

@@ -39,6 +39,7 @@ ratelimit_service_response_time_seconds                   histogram of ShouldRat
 ratelimit_service_config_load_success_total               config loads that succeeded
 ratelimit_service_config_load_error_total                 config loads that failed
 ratelimit_service_config_last_load_success_timestamp_seconds  when the config in use loaded
+ratelimit_service_config_last_load_failed                 1 while the latest load failed
 ========================================================  ==================================
 
 The rows from ``total_hits`` to ``config_load_error`` are upstream's stats, kept by the first
@@ -235,6 +236,14 @@ class ServiceStats(ServiceHooks):
             registry=self.registry,
             multiprocess_mode="max",
         )
+        #: 1 from a failed load to the next good one: unlike the error counter, it stays up
+        #: while the rule files (or the xDS server's rules) keep failing.
+        self.config_load_failed = Gauge(
+            f"{PREFIX}_config_last_load_failed",
+            "1 while the latest config load failed (the last good config serves), else 0.",
+            registry=self.registry,
+            multiprocess_mode="livemax",
+        )
 
     # --- ServiceHooks -----------------------------------------------------------------
 
@@ -300,6 +309,7 @@ class ServiceStats(ServiceHooks):
         """A config load finished: ``ok`` if it is now the config in use."""
         if ok:
             self.config_loaded_at.set(self.clock.now())
+        self.config_load_failed.set(0 if ok else 1)
         for sink in self.sinks:
             sink.config_load(ok)
 

@@ -1,8 +1,8 @@
-"""The warning for calls to a domain no rule file defines.
+"""The warning for calls to a domain the rules in use do not define (from files or xDS).
 
 Such a call is answered OK, every descriptor allowed without a rule, as envoyproxy/ratelimit
 answers it, and only a metric counts it: a ``domain:`` in Envoy's filter that differs from the
-rule files' (a typo) would limit nothing, silently. ``UnknownDomains`` writes a warning
+rules' (a typo) would limit nothing, silently. ``UnknownDomains`` writes a warning
 (event ``domain_not_found``) naming the domain and the rules' domains, at most once a minute
 per domain, remembering at most ``MAX_DOMAINS`` domains (``LogRateLimiter``, as the service's
 other lines), and at most ``MAX_LINES`` of these lines a minute in all, so that a caller that
@@ -63,8 +63,9 @@ class UnknownDomains:
         more = f" and {len(known) - len(shown)} more" if len(known) > len(shown) else ""
         named = domain if len(domain) <= _LONGEST else domain[:_LONGEST] + "..."
         log.warning(
-            "a call named domain %r, which no rule file defines: its descriptors were allowed "
-            "without a rule; the rules' domains: %s%s (Envoy's domain: must be one of them)%s",
+            "a call named domain %r, which the rules in use do not define: its descriptors were "
+            "allowed without a rule; the rules' domains: %s%s (Envoy's domain: must be one of "
+            "them)%s",
             named,
             listed,
             more,

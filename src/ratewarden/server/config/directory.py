@@ -11,10 +11,10 @@ directory, or a link to one, is a Kubernetes ConfigMap's ``..data`` and ``..2024
 it is passed over without a word, as upstream's ``RUNTIME_IGNOREDOTFILES=true`` does. A
 link is followed to a file; a link to a directory is not followed (goruntime's walk does
 not follow it either). Everything else that is not read (a hidden file, a link to a
-directory or to nothing, a socket; under ``yaml`` also a file of another suffix and a
-subdirectory) is in ``Listing.skipped`` with the reason, for the server to log at start
-and whenever it changes (``server/reload.py``): nothing in the directory is left out
-silently.
+directory or to nothing, a socket; under ``yaml`` also a file of another suffix, an
+editor's backup named as such, and a subdirectory) is in ``Listing.skipped`` with the
+reason, for the server to log at start and whenever it changes (``server/reload.py``):
+nothing in the directory is left out silently.
 """
 
 from __future__ import annotations
@@ -40,6 +40,13 @@ _OTHER_SUFFIX = (
     "not a *.yaml or *.yml file, not read (--config-files all reads every file, as "
     "envoyproxy/ratelimit does)"
 )
+_BACKUP = (
+    "an editor's backup or temporary file, not read (--config-files all, as "
+    "envoyproxy/ratelimit, would read it as rules too: keep such files out of a directory "
+    "read that way)"
+)
+#: How editors and tools name the backups and temporaries they leave beside a file.
+_BACKUP_ENDINGS = ("~", ".bak", ".orig", ".swp", ".swo", ".tmp", ".rej")
 _HIDDEN = "a hidden file (its name starts with a dot), not read; rename it to load it"
 _LINKED_DIRECTORY = "a link to a directory, not followed (as envoyproxy/ratelimit's loader)"
 
@@ -100,5 +107,12 @@ def _walk(
             skipped.append((path, "a link to nothing" if is_link else "not a regular file"))
         elif every_file or entry.name.endswith(YAML_SUFFIXES):
             found.append(path)
+        elif _backup(entry.name):
+            skipped.append((path, _BACKUP))
         else:
             skipped.append((path, _OTHER_SUFFIX))
+
+
+def _backup(name: str) -> bool:
+    """Whether ``name`` is an editor's backup or temporary file (``a.yaml~``, ``#a.yaml#``)."""
+    return name.endswith(_BACKUP_ENDINGS) or (len(name) > 1 and name[0] == name[-1] == "#")

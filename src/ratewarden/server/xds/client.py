@@ -14,7 +14,9 @@ state-of-the-world mode, for every ``ratelimit.config.ratelimit.v3.RateLimitConf
   nonce and an ``error_detail`` (INVALID_ARGUMENT, every problem); nothing changes,
   one structured log line says why (``event=config_xds_rejected``).
 
-``on_load(ok)`` hears of each (the ``config_load_*`` metrics). When the stream
+``on_load(ok)`` hears of each (the ``config_load_*`` metrics), and of each response
+gRPC refused as larger than ``--xds-max-message-bytes`` (``too_large``: rules that
+cannot be loaded, sent again on every stream). When the stream
 breaks or the server cannot be reached, the rules in use stay, and the client
 connects again after a wait (``backoff``): ``retry_interval`` doubled per failure
 in a row, capped at ``retry_max``, jittered between half and one and a half times
@@ -31,6 +33,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -41,12 +44,12 @@ from google.protobuf import struct_pb2
 from google.rpc import status_pb2
 
 from ratewarden.server import heap
-from ratewarden.server.reload import problems, report_load
+from ratewarden.server.reload import loaded, problems, report_load
 from ratewarden.server.xds import rules
 from ratewarden.server.xds.messages import TYPE_URL
 from ratewarden.server.xds.source import XdsSource
 
-__all__ = ["XdsSubscription", "backoff"]
+__all__ = ["XdsSubscription", "backoff", "too_large"]
 
 log = logging.getLogger("ratewarden.server.xds")
 
@@ -54,6 +57,24 @@ C = TypeVar("C")
 
 #: The most problems one NACK's error_detail lists (the log line has them all).
 MAX_DETAIL_CHARS = 4096
+
+
+#: How gRPC says that a response was larger than ``grpc.max_receive_message_length``.
+_TOO_LARGE = re.compile(r"Received message larger than max \((\d+) vs\. (\d+)\)")
+
+
+def too_large(exc: grpc.aio.AioRpcError) -> str | None:
+    """What to do about a response larger than the largest one accepted, or None when
+    ``exc`` is about something else. The server sends the same rules again on every new
+    stream, so only a larger limit ends it."""
+    found = _TOO_LARGE.search(exc.details() or "")
+    if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or found is None:
+        return None
+    return (
+        f"the xDS server's rules ({found[1]} bytes) are larger than the largest response "
+        f"accepted ({found[2]} bytes): raise --xds-max-message-bytes "
+        f"(RATEWARDEN_XDS_MAX_MESSAGE_BYTES) above {found[1]}"
+    )
 
 
 def backoff(failures: int, interval: float, ceiling: float, draw: float) -> float:
@@ -144,6 +165,11 @@ class XdsSubscription(Generic[C]):
                 reason = "the server closed the stream"
             except grpc.aio.AioRpcError as exc:
                 reason = f"{exc.code().name}: {exc.details()}"
+                hint = too_large(exc)
+                if hint is not None:  # rules that cannot be loaded: a config error, each time
+                    reason = f"{reason}; {hint}"
+                    self.last_error = hint
+                    self._report(False)
             except Exception as exc:  # whatever broke the stream, the loop must go on
                 reason = f"{type(exc).__name__}: {exc}"
             self.failures = 1 if received else self.failures + 1
@@ -237,7 +263,8 @@ class XdsSubscription(Generic[C]):
                 "event": "config_xds_applied",
                 "server": self.source.address,
                 "version": response.version_info,
-                "resources": [message.name for message in messages],
+                "resources": rules.source_names(messages),  # as the rules' sources name them
+                **loaded(config),
             },
         )
         return self._request(version_info=response.version_info, response_nonce=response.nonce)
