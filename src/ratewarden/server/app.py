@@ -201,6 +201,7 @@ class RateLimitServer:
             answer_wire=self.should_rate_limit_wire,
             tracing=self.tracing,
             on_refused=self.stats.client_san_refused.inc,
+            tls_events=self.stats.tls,
         )
         self.http, self.debug, self.prometheus = http_listeners(settings, self)
         self.metrics_port = 0

@@ -42,6 +42,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from ratewarden.errors import ConfigurationError, ServiceUnavailableError
 from ratewarden.server.grpc_san import ClientSanCheck
 from ratewarden.server.grpc_tls import GrpcTls
+from ratewarden.server.tls_metrics import TlsMetrics
 from ratewarden.server.tracing import Tracing
 
 __all__ = [
@@ -135,9 +136,11 @@ class GrpcServer:
         max_connection_age_grace: float | None = None,
         tracing: Tracing | None = None,
         on_refused: Callable[[], None] | None = None,
+        tls_events: TlsMetrics | None = None,
     ) -> None:
         self.health = health.aio.HealthServicer()
         self._on_refused = on_refused  # each call --tls-client-san refused (ClientSanCheck)
+        self._tls_events = tls_events  # the certificate's renewals (serve's metrics)
         self.tls = tls
         # grpc-core's own: at the age (jittered by +-10%) a connection is sent GOAWAY, and
         # after the grace it is closed, calls in flight or not. None: no limit.
@@ -180,7 +183,8 @@ class GrpcServer:
             if self.tls is None:
                 bound = int(self._server.add_insecure_port(address))
             else:
-                bound = int(self._server.add_secure_port(address, self.tls.credentials()))
+                credentials = self.tls.credentials(self._tls_events)
+                bound = int(self._server.add_secure_port(address, credentials))
         except RuntimeError:  # grpc's "Failed to bind"; its log line has the OS's reason
             bound = 0
         if bound == 0:  # taken since the trial bind, or a Unix socket: ask again for the reason

@@ -36,6 +36,7 @@ import grpc
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.errors import ConfigurationError
 from ratewarden.server.reload import Fingerprint, fingerprint
+from ratewarden.server.tls_metrics import TlsMetrics
 from ratewarden.server.tls_names import TLS_FLAGS, check_tls
 from ratewarden.server.tls_validity import certificate_validity, utc
 
@@ -118,16 +119,17 @@ class GrpcTls:
             [(self.private_key, self.cert_chain)], root_certificates=self.client_ca
         )
 
-    def credentials(self) -> grpc.ServerCredentials:
+    def credentials(self, events: TlsMetrics | None = None) -> grpc.ServerCredentials:
         """Server credentials; a client certificate is required when ``client_ca`` is set.
-        Made by ``load``, they serve the files' newest good contents (``CertificateWatch``)."""
+        Made by ``load``, they serve the files' newest good contents (``CertificateWatch``,
+        telling ``events`` of each renewal)."""
         if not self.paths:
             return grpc.ssl_server_credentials(
                 [(self.private_key, self.cert_chain)],
                 root_certificates=self.client_ca,
                 require_client_auth=self.client_ca is not None,
             )
-        return CertificateWatch(self).credentials()
+        return CertificateWatch(self, events=events).credentials()
 
 
 def _valid_now(chain: bytes, named: str, now: float) -> tuple[float | None, float | None]:
@@ -184,7 +186,9 @@ class CertificateWatch:
     current one. It never raises: a failure is logged and the current certificate stays.
     """
 
-    def __init__(self, tls: GrpcTls, clock: Clock | None = None) -> None:
+    def __init__(
+        self, tls: GrpcTls, clock: Clock | None = None, events: TlsMetrics | None = None
+    ) -> None:
         if not tls.paths:
             raise ValueError("CertificateWatch needs a GrpcTls made by GrpcTls.load")
         self.current = tls
@@ -198,6 +202,8 @@ class CertificateWatch:
         #: Certificates switched to, and sets refused, since the start.
         self.reloads = 0
         self.failures = 0
+        #: Told of each switch and each refused set (serve's metrics), when given.
+        self._events = events
 
     def credentials(self) -> grpc.ServerCredentials:
         """grpcio's credentials, asking ``check`` before each handshake."""
@@ -213,6 +219,9 @@ class CertificateWatch:
             with self._lock:
                 return self._check()
         except Exception as exc:  # never into grpc-core: keep serving what we serve
+            self.failures += 1
+            if self._events is not None:
+                self._events.failed()
             log.error(
                 "checking the TLS files failed; the current certificate stays",
                 extra={"event": "tls_reload_failed", "error": repr(exc)},
@@ -233,6 +242,8 @@ class CertificateWatch:
                 self._seen = now
                 self._valid_from = _later_valid(cert, self._clock.now())
                 self.failures += 1
+                if self._events is not None:
+                    self._events.failed()
                 log.error(
                     "the TLS files changed but cannot be used; the last good certificate stays",
                     extra={"event": "tls_reload_failed", "error": str(exc)},
@@ -250,6 +261,8 @@ class CertificateWatch:
             return None  # touched, not changed
         self.current = loaded
         self.reloads += 1
+        if self._events is not None:
+            self._events.reloaded(loaded)
         log.info(
             "TLS certificate reloaded; new connections get it",
             extra={

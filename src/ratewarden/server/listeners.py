@@ -23,6 +23,7 @@ from ratewarden.server.grpc import Answer, GrpcServer, GrpcTls, cannot_listen, g
 from ratewarden.server.grpc_native import NativeGrpcServer
 from ratewarden.server.http import HttpBackend, HttpServer
 from ratewarden.server.settings import Settings, redacted
+from ratewarden.server.tls_metrics import TlsMetrics
 from ratewarden.server.tracing import Tracing
 
 __all__ = [
@@ -43,17 +44,21 @@ def grpc_listener(
     answer_wire: Answer | None = None,
     tracing: Tracing | None = None,
     on_refused: Callable[[], None] | None = None,
+    tls_events: TlsMetrics | None = None,
 ) -> GrpcServer | NativeGrpcServer:
     """The gRPC server ``--transport`` names (``settings.grpc_transport``), answering with
     ``answer`` (a ``RateLimitResponse``); the native one with ``answer_wire`` (its wire
     bytes) when given; grpcio's also serves ``services`` (the quota service's stream). Both
     make a span per call with ``tracing`` (``--tracing``); grpcio's calls ``on_refused`` for each
-    call ``--tls-client-san`` refused."""
+    call ``--tls-client-san`` refused, and tells ``tls_events`` of the certificate served and
+    of its renewals."""
     tls = None
     if settings.tls_cert is not None and settings.tls_key is not None:
         tls = GrpcTls.load(
             settings.tls_cert, settings.tls_key, settings.tls_client_ca, settings.tls_client_san
         )
+        if tls_events is not None:
+            tls_events.served(tls)
     if settings.grpc_transport == "native":
         return NativeGrpcServer(answer_wire or answer, tls=tls, tracing=tracing)
     return GrpcServer(
@@ -64,6 +69,7 @@ def grpc_listener(
         max_connection_age_grace=settings.grpc_max_connection_age_grace,
         tracing=tracing,
         on_refused=on_refused,
+        tls_events=tls_events,
     )
 
 

@@ -94,6 +94,7 @@ from ratewarden.server.stats_mapped_shared import SharedMapped
 from ratewarden.server.stats_upstream import PREFIX, BuiltinMetrics
 from ratewarden.server.statsd_mapping import StatsdMapping
 from ratewarden.server.tally import LIVE_DECISIONS, OUTCOMES, Tally
+from ratewarden.server.tls_metrics import TlsMetrics
 
 __all__ = ["MAX_UNKNOWN_DOMAINS", "MULTIPROC_ENV", "OTHER", "ServiceStats", "multiprocess_dir"]
 
@@ -230,6 +231,8 @@ class ServiceStats(ServiceHooks):
             "gRPC calls refused because the client certificate does not name --tls-client-san.",
             registry=self.registry,
         )
+        #: The gRPC port's certificate: its expiry and renewals (``tls_metrics``).
+        self.tls = TlsMetrics(self.registry)
         self.config_loaded_at = Gauge(
             f"{PREFIX}_config_last_load_success_timestamp_seconds",
             "Unix time at which the config in use was loaded.",
