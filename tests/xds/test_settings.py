@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 
 import pytest
+import trustme
 
 from ratewarden import cli
 from ratewarden.errors import ConfigurationError
@@ -247,7 +248,7 @@ def test_upstream_backoff_knobs_without_a_counterpart_are_named_in_the_start_log
 def test_unreadable_tls_files_are_named_when_serve_builds_the_client(tmp_path: Path) -> None:
     """The TLS files are read when the client is built; one that cannot be is named by its flag."""
     ca = tmp_path / "ca.pem"
-    ca.write_bytes(b"-----BEGIN CERTIFICATE-----\n")
+    trustme.CA().cert_pem.write_to_path(str(ca))
     settings = Settings(config_paths=(), config_xds="cp:1", xds_tls=True, xds_tls_ca=str(ca))
     source = source_of(settings)
     assert source.tls is not None and source.tls.ca == ca.read_bytes()
@@ -307,4 +308,4 @@ def test_serve_stops_at_an_unreadable_tls_file_with_one_line(
             logger.setLevel(level)
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("ratewarden serve: error: --xds-tls-ca ")
-    assert err[-1].endswith("missing.pem': cannot read it: No such file or directory")
+    assert err[-1].endswith("missing.pem': cannot read it (No such file or directory)")

@@ -22,10 +22,7 @@ certificate and key when their directory changes; this does the same, and the cl
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import ssl
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,6 +33,7 @@ import grpc
 from ratewarden.clock import Clock, SystemClock
 from ratewarden.errors import ConfigurationError
 from ratewarden.server.reload import Fingerprint, fingerprint
+from ratewarden.server.tls_files import check_files
 from ratewarden.server.tls_metrics import TlsMetrics
 from ratewarden.server.tls_names import TLS_FLAGS, check_tls
 from ratewarden.server.tls_validity import certificate_validity, utc
@@ -84,27 +82,9 @@ class GrpcTls:
         needs the CA (no client certificate is asked for without one). Errors name each
         setting as ``names`` say (``TLS_FLAGS``' keys: its flag, or the variable it came by)."""
         check_tls(cert, key, client_ca, client_san, names)
-        for name, path in (("tls_cert", cert), ("tls_key", key), ("tls_client_ca", client_ca)):
-            if path is not None:
-                _check_readable(names[name], path)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        given = f"{names['tls_cert']} {cert!r} / {names['tls_key']} {key!r}"
-        try:
-            context.load_cert_chain(cert, key)
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigurationError(
-                f"{given}: cannot use them as a PEM certificate chain and its private key ({exc})"
-            ) from None
-        ca = None
-        if client_ca is not None:
-            try:
-                context.load_verify_locations(cafile=client_ca)
-            except (OSError, ssl.SSLError) as exc:
-                raise ConfigurationError(
-                    f"{names['tls_client_ca']} {client_ca!r}: cannot use it as PEM CA "
-                    f"certificates ({exc})"
-                ) from None
-            ca = Path(client_ca).read_bytes()
+        given = (names["tls_cert"], names["tls_key"], names["tls_client_ca"])
+        check_files(cert, key, client_ca, given)
+        ca = None if client_ca is None else Path(client_ca).read_bytes()
         chain, private = Path(cert).read_bytes(), Path(key).read_bytes()
         named = f"{names['tls_cert']} {cert!r}"
         not_before, not_after = _valid_now(chain, named, (clock or SystemClock()).now())
@@ -158,24 +138,6 @@ def _valid_now(chain: bytes, named: str, now: float) -> tuple[float | None, floa
             "check this host's clock, or give a certificate valid now"
         )
     return not_before, not_after
-
-
-def _check_readable(flag: str, path: str) -> None:
-    """``ConfigurationError`` naming the file ``flag`` gives when it cannot be read: which
-    file, and for a permission refused, whose it is and its mode (a Kubernetes secret
-    mounted 0600 for root, read by a server that runs as another user)."""
-    try:
-        with open(path, "rb"):
-            return
-    except PermissionError as exc:
-        why = f"{exc.strerror}: uid {os.geteuid()} may not read it"
-        with contextlib.suppress(OSError):
-            found = os.stat(path)
-            mode = found.st_mode & 0o7777
-            why += f"; it is owned by uid {found.st_uid}, gid {found.st_gid}, mode {mode:04o}"
-        raise ConfigurationError(f"{flag} {path!r}: cannot read it ({why})") from None
-    except OSError as exc:
-        raise ConfigurationError(f"{flag} {path!r}: cannot read it ({exc.strerror})") from None
 
 
 class CertificateWatch:

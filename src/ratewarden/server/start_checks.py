@@ -1,8 +1,9 @@
 """What ``ratewarden serve`` refuses before it starts anything (exit 2, one line naming
 where the value was given): a rule path that does not exist, an address to listen on
 that can only fail to bind, TLS files the gRPC port cannot serve (``GrpcTls.load``'s
-checks), and a ``PROMETHEUS_MULTIPROC_DIR`` that is no directory this user can write
-(prometheus_client would fail on its first metric, naming a file in it)."""
+checks) or the xDS client cannot use (``xds.source_of``'s, the same ones), and a
+``PROMETHEUS_MULTIPROC_DIR`` that is no directory this user can write (prometheus_client
+would fail on its first metric, naming a file in it)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from collections.abc import Mapping, Sequence
 
 from ratewarden.errors import ConfigurationError
 from ratewarden.server.options import OPTIONS
+from ratewarden.server.options_env import given_as
 from ratewarden.server.settings import Settings
 from ratewarden.server.stats import MULTIPROC_ENV
 from ratewarden.server.transport_checks import tls_given_as
+from ratewarden.server.upstream_env import XDS_VARIABLES
 
 __all__ = ["check_start", "host_problem"]
 
@@ -31,7 +34,8 @@ _HOSTS = {
 def check_start(chosen: Settings, flags: Mapping[str, object], environ: Mapping[str, str]) -> None:
     """Refuse ``chosen`` (resolved from ``flags`` and ``environ``) with a ConfigurationError
     when a rule path is missing, an address to listen on cannot be one, a TLS file cannot
-    be served, or the metrics directory of the environment cannot be written."""
+    be served or used to reach the xDS server, or the metrics directory of the environment
+    cannot be written."""
     _config_paths_exist(chosen.config_paths, flags.get("config_paths") is not None, environ)
     _hosts_resolve(chosen, flags, environ)
     if chosen.tls_cert is not None and chosen.tls_key is not None:
@@ -41,7 +45,25 @@ def check_start(chosen: Settings, flags: Mapping[str, object], environ: Mapping[
 
         names = tls_given_as(flags, environ)  # a flag, its RATEWARDEN_* or GRPC_* variable
         GrpcTls.load(chosen.tls_cert, chosen.tls_key, chosen.tls_client_ca, names=names)
+    if chosen.config_xds is not None and chosen.xds_tls:
+        from ratewarden.server.xds.source import XDS_TLS_FLAGS, source_of
+
+        source_of(chosen, names=_given_as(XDS_TLS_FLAGS, flags, environ))
     _metrics_dir_writable(environ)
+
+
+def _given_as(
+    names: Mapping[str, str], flags: Mapping[str, object], environ: Mapping[str, str]
+) -> dict[str, str]:
+    """How each setting of ``names`` was given, as ``settings.resolve`` takes it: its flag,
+    else its ``RATEWARDEN_*`` variable, else envoyproxy/ratelimit's variable when that is
+    set (``options_env.given_as`` names one given by none)."""
+    shown = given_as(names, flags, environ)
+    for variable, name in XDS_VARIABLES.items():
+        own = flags.get(name) is not None or OPTIONS[name].env in environ
+        if name in names and not own and environ.get(variable, "").strip():
+            shown[name] = variable
+    return shown
 
 
 def _metrics_dir_writable(environ: Mapping[str, str]) -> None:

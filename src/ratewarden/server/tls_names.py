@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ratewarden.errors import ConfigurationError
+from ratewarden.server.tls_files import check_key
 
 __all__ = ["TLS_FLAGS", "check_san", "check_tls", "names_host"]
 
@@ -69,29 +70,7 @@ def check_tls(
             "client certificate the client CA verified can be checked for the name"
         )
     if key is not None:
-        _check_key(key, names["tls_key"])
-
-
-#: What a PEM private key protected by a pass phrase has: PKCS#8's header, or OpenSSL's
-#: traditional format's ``Proc-Type`` line.
-_ENCRYPTED = (b"-----BEGIN ENCRYPTED PRIVATE KEY-----", b"Proc-Type: 4,ENCRYPTED")
-
-
-def _check_key(key: str, name: str) -> None:
-    """Refuse an encrypted key: serve has no pass phrase to give, and grpcio would ask for
-    one on the terminal (waiting for ever under ``docker run -t``). A file that cannot be
-    read is left to ``GrpcTls.load``, which says why."""
-    try:
-        with open(key, "rb") as file:
-            head = file.read(1 << 16)
-    except OSError:
-        return
-    if any(marker in head for marker in _ENCRYPTED):
-        raise ConfigurationError(
-            f"{name} {key!r} is encrypted (protected by a pass phrase), which serve cannot "
-            f"give; decrypt it into a file only serve can read (openssl pkey -in {key} "
-            "-out server.key) and give that"
-        )
+        check_key(key, names["tls_key"])
 
 
 def check_san(name: Any) -> str:

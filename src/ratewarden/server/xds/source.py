@@ -1,16 +1,25 @@
 """Where the rules come from and how to ask for them: ``XdsSource``, built from ``serve``'s
-settings (``--config-xds`` and the ``--xds-*`` options) by ``source_of``, its TLS files read.
+settings (``--config-xds`` and the ``--xds-*`` options) by ``source_of``, its TLS files
+checked as the gRPC port's are and read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ratewarden.errors import ConfigurationError
 from ratewarden.server.settings import Settings
+from ratewarden.server.tls_files import check_files
 
-__all__ = ["XdsSource", "XdsTls", "source_of"]
+__all__ = ["XDS_TLS_FLAGS", "XdsSource", "XdsTls", "source_of"]
+
+#: The xDS client's TLS files by ``Settings`` field name, as ``source_of`` names them by default.
+XDS_TLS_FLAGS = {
+    "xds_tls_ca": "--xds-tls-ca",
+    "xds_tls_cert": "--xds-tls-cert",
+    "xds_tls_key": "--xds-tls-key",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,28 +48,26 @@ class XdsSource:
     max_message_bytes: int = 0
 
 
-def source_of(settings: Settings) -> XdsSource:
+def source_of(settings: Settings, names: Mapping[str, str] = XDS_TLS_FLAGS) -> XdsSource:
     """The xDS server ``settings`` name and how to ask it; its TLS files read now.
 
-    Raises ``ConfigurationError`` naming the option of a file that cannot be read.
+    Raises ``ConfigurationError`` for TLS files the client could not use, checked as the
+    gRPC port's are (``tls_files.check_files``: unreadable, an encrypted key, a certificate
+    and key that do not load together, a CA file that is not PEM certificates), naming each
+    setting as ``names`` say (``XDS_TLS_FLAGS``' keys: its flag, or the variable it came
+    by). grpc-core would take such files and fail every connection, retried for ever.
     """
     assert settings.config_xds is not None
     tls = None
     if settings.xds_tls:
-        files = {}
-        for name in ("xds_tls_ca", "xds_tls_cert", "xds_tls_key"):
-            path = getattr(settings, name)
-            try:
-                files[name] = None if path is None else Path(path).read_bytes()
-            except OSError as exc:
-                flag = "--" + name.replace("_", "-")
-                raise ConfigurationError(
-                    f"{flag} {path!r}: cannot read it: {exc.strerror or exc}"
-                ) from None
+        ca, cert, key = (getattr(settings, name) for name in XDS_TLS_FLAGS)
+        check_files(
+            cert, key, ca, (names["xds_tls_cert"], names["xds_tls_key"], names["xds_tls_ca"])
+        )
         tls = XdsTls(
-            ca=files["xds_tls_ca"],
-            cert=files["xds_tls_cert"],
-            key=files["xds_tls_key"],
+            ca=_read(ca),
+            cert=_read(cert),
+            key=_read(key),
             server_name=settings.xds_tls_server_name,
         )
     return XdsSource(
@@ -73,3 +80,7 @@ def source_of(settings: Settings) -> XdsSource:
         tls=tls,
         max_message_bytes=settings.xds_max_message_bytes,
     )
+
+
+def _read(path: str | None) -> bytes | None:
+    return None if path is None else Path(path).read_bytes()
