@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ratewarden.hotkeys._detected import Ident
+from ratewarden.hotkeys._detected import Ident, Move
 
 __all__ = ["Gates", "asyncio_gate", "thread_gate"]
 
@@ -61,11 +61,16 @@ class Gates:
         self.lock = threading.Lock()
         self._moving: dict[Ident, Any] = {}
 
-    def take(self, idents: Iterable[Ident], ident: Ident) -> tuple[list[Any], Any]:
-        """Under ``lock``: gate each of ``idents`` (the moves this request makes); then
+    def busy(self) -> bool:
+        """Under ``lock``: whether any move is under way."""
+        return bool(self._moving)
+
+    def take(self, moves: Iterable[Move], ident: Ident) -> tuple[list[Any], Any]:
+        """Under ``lock``: gate each of ``moves``' keys (the moves this request makes); then
         (those gates, the gate ``ident``'s request must wait at first, or None)."""
         mine = []
-        for moving in idents:
+        for _, key, rates in moves:
+            moving = (key, rates)
             gate = self._make()
             self._moving[moving] = gate
             mine.append((moving, gate))

@@ -237,7 +237,7 @@ class _HotBase(Generic[S, L, M]):
         gates = self._gates
         with gates.lock:  # routed and gated in one step (``_gates``)
             hot, moves, found = self._route(key, rates, cost, failure_mode)
-            mine, held = gates.take([(k, r) for _, k, r in moves], (key, found))
+            mine, held = gates.take(moves, (key, found)) if moves or gates.busy() else ((), None)
         failed: StorageError | None = None
         try:
             for move in moves:
