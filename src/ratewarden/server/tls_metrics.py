@@ -12,14 +12,18 @@ keeps failing before the certificate in use expires.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-if TYPE_CHECKING:
-    from ratewarden.server.grpc_tls import GrpcTls
-
 __all__ = ["TlsMetrics"]
+
+
+class Served(Protocol):
+    """What is read of a certificate set (a ``grpc_tls.GrpcTls``): its notAfter, or None."""
+
+    @property
+    def not_after(self) -> float | None: ...
 
 
 class TlsMetrics:
@@ -44,12 +48,12 @@ class TlsMetrics:
             registry=registry,
         )
 
-    def served(self, tls: GrpcTls) -> None:
+    def served(self, tls: Served) -> None:
         """``tls`` is served (at start)."""
         if tls.not_after is not None:
             self.expiry.set(tls.not_after)
 
-    def reloaded(self, tls: GrpcTls) -> None:
+    def reloaded(self, tls: Served) -> None:
         """A renewal switched to ``tls``."""
         self.reloads.inc()
         self.served(tls)
