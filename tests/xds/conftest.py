@@ -3,6 +3,7 @@ a server that takes its rules from the control plane."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -48,3 +49,26 @@ async def plane() -> AsyncIterator[ControlPlane]:
     started = await ControlPlane.started()
     yield started
     await started.stop()
+
+
+#: Seconds a server of these tests may take to start.
+START_S = 5.0
+
+
+@pytest.fixture
+async def servers() -> AsyncIterator[list[RateLimitServer]]:
+    """Servers a test started (``forced``); stopped after it."""
+    started: list[RateLimitServer] = []
+    yield started
+    for server in started:
+        await server.stop(0)
+
+
+async def forced(
+    plane: ControlPlane, servers: list[RateLimitServer], **options: Any
+) -> RateLimitServer:
+    """A server on ``plane`` with --xds-force-start, started (its ports open)."""
+    server = xds_server(plane, xds_force_start=True, **options)
+    servers.append(server)
+    await asyncio.wait_for(server.start(), START_S)
+    return server

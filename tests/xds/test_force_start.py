@@ -22,9 +22,8 @@ from tests._servers import free_port
 from tests.server_transport._rlqs import Stream, assignment, report
 from tests.server_transport.conftest import OK, OVER_LIMIT, channel, http, request
 from tests.xds._control_plane import ControlPlane, until
-from tests.xds.conftest import limit, resource, xds_server
-
-START_S = 5.0
+from tests.xds.conftest import START_S, limit, resource, xds_server
+from tests.xds.conftest import forced as started
 
 
 @pytest.fixture
@@ -36,22 +35,11 @@ async def down() -> AsyncIterator[ControlPlane]:
     await plane.stop()
 
 
-@pytest.fixture
-async def servers() -> AsyncIterator[list[RateLimitServer]]:
-    started: list[RateLimitServer] = []
-    yield started
-    for server in started:
-        await server.stop(0)
-
-
 async def forced(
     plane: ControlPlane, servers: list[RateLimitServer], **options: object
 ) -> RateLimitServer:
-    """A server on ``plane`` with --xds-force-start, started (its ports open)."""
-    server = xds_server(plane, xds_force_start=True, health_interval=0.02, **options)
-    servers.append(server)
-    await asyncio.wait_for(server.start(), START_S)
-    return server
+    """The conftest's ``forced``, its health checked every 0.02 s."""
+    return await started(plane, servers, health_interval=0.02, **options)
 
 
 async def call(server: RateLimitServer, value: str = "k") -> int:

@@ -8,36 +8,13 @@ seconds happened because the rules changed, not because the health loop ticked.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
 from ratewarden.server.app import RateLimitServer
 from tests.xds._control_plane import ControlPlane, until
-from tests.xds.conftest import limit, resource, xds_server
-
-START_S = 5.0
-
-
-@pytest.fixture
-async def servers() -> AsyncIterator[list[RateLimitServer]]:
-    started: list[RateLimitServer] = []
-    yield started
-    for server in started:
-        await server.stop(0)
-
-
-async def forced(
-    plane: ControlPlane, servers: list[RateLimitServer], **options: Any
-) -> RateLimitServer:
-    """A server on ``plane`` with --xds-force-start, started (its ports open)."""
-    server = xds_server(plane, xds_force_start=True, **options)
-    servers.append(server)
-    await asyncio.wait_for(server.start(), START_S)
-    return server
+from tests.xds.conftest import START_S, forced, limit, resource
 
 
 def health_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[str, bool]]:
